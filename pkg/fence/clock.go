@@ -1,0 +1,146 @@
+package fence
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"strconv"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+)
+
+// VectorClock holds one counter per agent. The zero value (nil) is the empty clock. Entries
+// that are zero carry no information: {} and {"x":0} are equal and have the same Digest.
+// Methods never modify their receiver.
+type VectorClock map[string]uint64
+
+// Tick returns a copy of v with agent's counter incremented.
+func (v VectorClock) Tick(agent string) VectorClock {
+	out := v.clone(1)
+	out[agent]++
+	return out
+}
+
+// Merge returns the element-wise maximum of v and o.
+func (v VectorClock) Merge(o VectorClock) VectorClock {
+	out := v.clone(len(o))
+	for k, n := range o {
+		if n > out[k] {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// LE reports whether v happened before or equals o: every counter of v is at most o's.
+func (v VectorClock) LE(o VectorClock) bool {
+	for k, n := range v {
+		if n > o[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// Equal reports whether v and o hold the same non-zero counters.
+func (v VectorClock) Equal(o VectorClock) bool { return v.LE(o) && o.LE(v) }
+
+// Concurrent reports whether neither clock happened before the other: the two decisions were
+// made without knowledge of each other, which the fence cannot order and a human should.
+func (v VectorClock) Concurrent(o VectorClock) bool { return !v.LE(o) && !o.LE(v) }
+
+// Normal returns a copy without zero entries (nil for the empty clock).
+func (v VectorClock) Normal() VectorClock {
+	var out VectorClock
+	for k, n := range v {
+		if n != 0 {
+			if out == nil {
+				out = make(VectorClock, len(v))
+			}
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// Canonical returns the RFC 8785 canonical JSON of the clock without zero entries.
+func (v VectorClock) Canonical() []byte {
+	keys := make([]string, 0, len(v))
+	for k, n := range v {
+		if n != 0 {
+			keys = append(keys, k)
+		}
+	}
+	// RFC 8785 orders members by UTF-16 code units; sortUTF16 does exactly that.
+	sortUTF16(keys)
+	b := make([]byte, 0, 16*len(keys)+2)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = canon.AppendString(b, k)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, v[k], 10)
+	}
+	return append(b, '}')
+}
+
+// Digest is the hex SHA-256 of Canonical: stable across processes and languages.
+func (v VectorClock) Digest() string {
+	s := sha256.Sum256(v.Canonical())
+	return hex.EncodeToString(s[:])
+}
+
+// MarshalJSON writes the canonical form, so zero entries never reach the wire.
+func (v VectorClock) MarshalJSON() ([]byte, error) { return v.Canonical(), nil }
+
+// UnmarshalJSON reads an object of non-negative integer counters.
+func (v *VectorClock) UnmarshalJSON(b []byte) error {
+	var m map[string]uint64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return InvalidError{Field: "vector_clock", Why: "must be an object of non-negative integer counters: " + err.Error()}
+	}
+	*v = VectorClock(m).Normal()
+	return nil
+}
+
+func (v VectorClock) clone(extra int) VectorClock {
+	out := make(VectorClock, len(v)+extra)
+	for k, n := range v {
+		if n != 0 {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+func sortUTF16(keys []string) {
+	sort.Slice(keys, func(i, j int) bool { return lessUTF16(keys[i], keys[j]) })
+}
+
+// lessUTF16 compares strings by their UTF-16 code units, as RFC 8785 §3.2.3 requires. For
+// strings without characters above U+FFFF this is the same as comparing code points.
+func lessUTF16(a, b string) bool {
+	ua, ub := utf16Units(a), utf16Units(b)
+	for i := 0; i < len(ua) && i < len(ub); i++ {
+		if ua[i] != ub[i] {
+			return ua[i] < ub[i]
+		}
+	}
+	return len(ua) < len(ub)
+}
+
+func utf16Units(s string) []uint16 {
+	out := make([]uint16, 0, len(s))
+	for _, r := range s {
+		if r >= 0x10000 {
+			r -= 0x10000
+			out = append(out, uint16(0xD800+(r>>10)), uint16(0xDC00+(r&0x3FF)))
+			continue
+		}
+		out = append(out, uint16(r))
+	}
+	return out
+}

@@ -1,0 +1,463 @@
+package fence
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+)
+
+// MaxIntentLen bounds the length of an intent id in bytes.
+const MaxIntentLen = 1024
+
+// Engine is the fence. It is safe for concurrent use; several Engines (in one process or many)
+// may share one Store, and the Store's transactions make them agree.
+type Engine struct {
+	store  Store
+	cfg    Config
+	counts counter
+	watch  watchers
+}
+
+// New returns an engine over store.
+func New(store Store, cfg Config) *Engine {
+	return &Engine{store: store, cfg: cfg.withDefaults()}
+}
+
+// Config returns the engine's configuration with defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Store returns the engine's store.
+func (e *Engine) Store() Store { return e.store }
+
+// call is a validated request with its canonical arguments and fingerprint.
+type call struct {
+	Request
+	args []byte
+	fp   string
+}
+
+func validate(req Request) (call, error) {
+	switch {
+	case req.Intent == "":
+		return call{}, InvalidError{"intent", "must not be empty: name the logical action, e.g. charge:order-123"}
+	case len(req.Intent) > MaxIntentLen:
+		return call{}, InvalidError{"intent", fmt.Sprintf("is %d bytes; at most %d", len(req.Intent), MaxIntentLen)}
+	case !utf8.ValidString(req.Intent):
+		return call{}, InvalidError{"intent", "must be valid UTF-8"}
+	case !utf8.ValidString(req.Tool):
+		return call{}, InvalidError{"tool", "must be valid UTF-8"}
+	}
+	for i, r := range req.ReadSet {
+		if r.Domain == "" {
+			return call{}, InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must not be empty"}
+		}
+	}
+	args := req.Args
+	if len(args) == 0 {
+		args = []byte("null")
+	}
+	c, err := canon.JSON(args)
+	if err != nil {
+		return call{}, InvalidError{"args", err.Error()}
+	}
+	return call{Request: req, args: c, fp: canon.Sum(canon.ToolCallCanonical(req.Tool, c))}, nil
+}
+
+// outcome of one pass through the gates.
+type outcome int
+
+const (
+	outAdmitted outcome = iota
+	outReclaimed
+	outReplayed
+	outRefused
+	outNeedWrite // a read-only pass found that the decision needs a write transaction
+)
+
+// snapshot holds the read-set domains' sequence numbers as the attempt arrived.
+type snapshot map[string]uint64
+
+// gate runs the three gates of SPEC §3 on one transaction. With write false it decides
+// whatever it can without writing (replays, refusals, stale read sets) and returns
+// outNeedWrite otherwise; with write true it claims. snap is filled on the read-only pass and
+// used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
+// race (moved in the instant between arrival and reservation).
+func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admission, error) {
+	now := tx.Now()
+	rec, err := tx.Get(c.Intent)
+	if err != nil {
+		return 0, nil, err
+	}
+	reclaim := false
+	if rec != nil {
+		if rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt) {
+			rec = nil // an expired outcome is forgotten: the intent is free
+		}
+	}
+	if rec != nil {
+		if rec.Fingerprint != c.fp {
+			return outRefused, nil, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
+		}
+		switch rec.State {
+		case StateDone:
+			cert := *rec.Cert
+			return outReplayed, &Admission{Cert: &cert}, nil
+		case StateFailed, StateUnknown:
+			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason}
+		case StateInFlight:
+			live := now.Before(rec.LeaseUntil)
+			dead := rec.Owner != e.cfg.Owner && e.cfg.OwnerDead(rec.Owner)
+			switch {
+			case dead || (!live && e.cfg.OnLeaseExpiry == Fence):
+				// The holder vanished (or may have): the effect may have happened.
+				if !write {
+					return outNeedWrite, nil, nil
+				}
+				kind, why := EventOrphan, fmt.Sprintf("holder process %s is gone; the effect may have happened", rec.Owner)
+				if !dead {
+					kind, why = EventExpired, fmt.Sprintf("lease expired at %s under on_lease_expiry=fence", rec.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+				}
+				if err := e.markUnknown(tx, rec, kind, why); err != nil {
+					return 0, nil, err
+				}
+				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why}
+			case live:
+				return outRefused, nil, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
+			default:
+				reclaim = true
+			}
+		default:
+			return 0, nil, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
+		}
+	}
+
+	// Gate 2: the read set.
+	for _, r := range c.ReadSet {
+		cur, _, err := tx.DomainSeq(r.Domain)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !write {
+			snap[r.Domain] = cur
+		}
+		if cur != r.Seq {
+			if write && r.Domain == c.Domain && snap[r.Domain] == r.Seq {
+				return outRefused, nil, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+			}
+			return outRefused, nil, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+		}
+	}
+	if !write {
+		return outNeedWrite, nil, nil
+	}
+
+	// Gate 3: reserve the domain's next sequence number. Inside one transaction the
+	// compare-and-swap cannot be lost, so a caller contending only for a number never retries.
+	var seq uint64
+	if c.Domain != "" {
+		cur, _, err := tx.DomainSeq(c.Domain)
+		if err != nil {
+			return 0, nil, err
+		}
+		seq = cur + 1
+		if err := tx.SetDomainSeq(c.Domain, seq); err != nil {
+			return 0, nil, err
+		}
+	}
+	token, err := tx.NextToken()
+	if err != nil {
+		return 0, nil, err
+	}
+	nonce := newNonce()
+	agent := c.Agent
+	claim := &Record{
+		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
+		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
+		Tool: c.Tool, Args: c.args, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
+	}
+	if err := tx.Put(claim); err != nil {
+		return 0, nil, err
+	}
+	t := &Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaim}
+	if reclaim {
+		return outReclaimed, &Admission{Ticket: t}, nil
+	}
+	return outAdmitted, &Admission{Ticket: t}, nil
+}
+
+func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
+	now := tx.Now()
+	next := *rec
+	next.State, next.Reason, next.UpdatedAt = StateUnknown, why, now
+	if err := tx.Put(&next); err != nil {
+		return err
+	}
+	return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: e.cfg.Owner, Reason: why, State: rec.State})
+}
+
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// Prepare passes req through the gates. It returns an Admission with a Ticket (run the effect
+// now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
+// Any error means: do not run the effect.
+func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
+	c, err := validate(req)
+	if err != nil {
+		return Admission{}, err
+	}
+	out, adm, err := e.prepare(ctx, &c)
+	e.count(out, err, false)
+	if err != nil {
+		return Admission{}, err
+	}
+	return *adm, nil
+}
+
+func (e *Engine) prepare(ctx context.Context, c *call) (outcome, *Admission, error) {
+	snap := snapshot{}
+	var (
+		out outcome
+		adm *Admission
+	)
+	err := e.store.View(ctx, func(tx Tx) error {
+		var err error
+		out, adm, err = e.gate(tx, c, false, snap)
+		return err
+	})
+	if err != nil || out != outNeedWrite {
+		return out, adm, err
+	}
+	var gateErr error
+	err = e.update(ctx, func(tx Tx) error {
+		out, adm, gateErr = e.gate(tx, c, true, snap)
+		if gateErr != nil && out == outRefused && errors.Is(gateErr, ErrPriorFailure) {
+			return nil // the intent was just marked unknown: keep that write
+		}
+		return gateErr
+	})
+	if err == nil {
+		err = gateErr
+	}
+	return out, adm, err
+}
+
+// count puts one attempt in its bucket.
+func (e *Engine) count(out outcome, err error, waited bool) {
+	var d Counters
+	switch {
+	case err == nil && out == outAdmitted:
+		d.Admitted = 1
+	case err == nil && out == outReclaimed:
+		d.Reclaimed = 1
+	case err == nil && out == outReplayed && waited:
+		d.Coalesced = 1
+	case err == nil && out == outReplayed:
+		d.Replayed = 1
+	case errors.Is(err, ErrStaleReadSet):
+		d.Stale = 1
+	case errors.Is(err, ErrDomainRace):
+		d.Race = 1
+	case errors.Is(err, ErrInFlight):
+		d.InFlight = 1
+	case errors.Is(err, ErrPriorFailure):
+		d.PriorFailure = 1
+	case errors.Is(err, ErrConflict):
+		d.Conflict = 1
+	default:
+		return // store errors and invalid requests are not attempts the fence decided
+	}
+	e.counts.add(d)
+}
+
+// update runs fn in a write transaction and folds this process's unflushed counters into the
+// ledger in the same transaction, so counting costs no extra write.
+func (e *Engine) update(ctx context.Context, fn func(Tx) error) error {
+	delta := e.counts.take()
+	err := e.store.Update(ctx, func(tx Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if delta.IsZero() {
+			return nil
+		}
+		return tx.AddCounters(delta)
+	})
+	if err != nil {
+		e.counts.give(delta)
+	}
+	return err
+}
+
+// holder loads the record a ticket claims, or fails with LeaseLostError. The engine trusts only
+// its own record: a ticket's Domain, Seq or lease are never read.
+func holder(tx Tx, t Ticket) (*Record, error) {
+	rec, err := tx.Get(t.Intent)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case rec == nil:
+		return nil, LeaseLostError{Intent: t.Intent, Token: t.Token, Why: "no claim is recorded: it was cleared, released or never made"}
+	case rec.Token != t.Token || rec.Nonce != t.Nonce:
+		return nil, LeaseLostError{Intent: t.Intent, Token: t.Token, Why: fmt.Sprintf("the intent is held by claim %d (%s)", rec.Token, rec.State)}
+	case rec.State != StateInFlight:
+		return nil, LeaseLostError{Intent: t.Intent, Token: t.Token, Why: "the claim already ended as " + string(rec.State)}
+	}
+	return rec, nil
+}
+
+// Commit records the result of an admitted effect and returns its cert. It re-validates the
+// read set: if any domain moved while the effect ran, the effect ran on stale state, the intent
+// becomes failed and a StaleReadSetError with Executed set is returned. A ticket that no longer
+// holds the intent gets LeaseLostError and changes nothing.
+func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, error) {
+	if len(result) == 0 {
+		result = []byte("null")
+	}
+	res, err := canon.JSON(result)
+	if err != nil {
+		return nil, InvalidError{"result", err.Error()}
+	}
+	var (
+		cert      *Cert
+		commitErr error
+	)
+	err = e.update(ctx, func(tx Tx) error {
+		cert, commitErr = nil, nil
+		rec, err := holder(tx, t)
+		if err != nil {
+			return err
+		}
+		now := tx.Now()
+		for _, r := range rec.ReadSet {
+			want := r.Seq
+			if r.Domain == rec.Domain {
+				want = rec.Seq // our own reservation moved it by one
+			}
+			cur, _, err := tx.DomainSeq(r.Domain)
+			if err != nil {
+				return err
+			}
+			if cur != want {
+				commitErr = StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
+				failed := *rec
+				failed.State, failed.UpdatedAt = StateFailed, now
+				failed.Reason = fmt.Sprintf("read set went stale while the effect ran: domain %q moved from %d to %d", r.Domain, want, cur)
+				if err := tx.Put(&failed); err != nil {
+					return err
+				}
+				return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: StateInFlight})
+			}
+		}
+		c := &Cert{
+			Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
+			Args: rec.Args, Result: res, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+		}
+		if c.ReadSet == nil {
+			c.ReadSet = []ReadSetEntry{}
+		}
+		h, err := c.ComputeHash()
+		if err != nil {
+			return err
+		}
+		c.Hash = h
+		done := *rec
+		done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
+		done.Nonce = ""
+		if err := tx.Put(&done); err != nil {
+			return err
+		}
+		cert = c
+		return nil
+	})
+	if err == nil {
+		err = commitErr
+	}
+	e.afterOutcome(t.Intent, err)
+	if err != nil {
+		return nil, err
+	}
+	out := *cert
+	return &out, nil
+}
+
+// Abort reports that the effect's outcome is unknown (it may or may not have happened): the
+// intent becomes failed and is fenced until an operator clears it.
+func (e *Engine) Abort(ctx context.Context, t Ticket, reason string) error {
+	return e.end(ctx, t, EventAbort, reason)
+}
+
+// Release reports that the effect definitely did not happen: the intent is free again and the
+// next attempt runs. The domain sequence number it reserved stays used (a gap), because a
+// number others may have read must never come back.
+func (e *Engine) Release(ctx context.Context, t Ticket, reason string) error {
+	return e.end(ctx, t, EventRelease, reason)
+}
+
+func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
+	err := e.update(ctx, func(tx Tx) error {
+		rec, err := holder(tx, t)
+		if err != nil {
+			return err
+		}
+		now := tx.Now()
+		if kind == EventRelease {
+			if err := tx.Delete(rec.Intent); err != nil {
+				return err
+			}
+		} else {
+			failed := *rec
+			failed.State, failed.Reason, failed.UpdatedAt, failed.Nonce = StateFailed, reason, now, ""
+			if err := tx.Put(&failed); err != nil {
+				return err
+			}
+		}
+		return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: rec.Agent, Reason: reason, State: StateInFlight})
+	})
+	e.afterOutcome(t.Intent, err)
+	return err
+}
+
+// Heartbeat extends the ticket's lease by the lease TTL from now and returns the new expiry.
+func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
+	var next Ticket
+	err := e.update(ctx, func(tx Tx) error {
+		rec, err := holder(tx, t)
+		if err != nil {
+			return err
+		}
+		r := *rec
+		r.LeaseUntil = tx.Now().Add(e.cfg.LeaseTTL)
+		r.UpdatedAt = tx.Now()
+		if err := tx.Put(&r); err != nil {
+			return err
+		}
+		next = Ticket{Intent: r.Intent, Token: r.Token, Nonce: r.Nonce, Domain: r.Domain, Seq: r.Seq, LeaseUntil: r.LeaseUntil, Reclaimed: t.Reclaimed}
+		return nil
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		e.counts.add(Counters{LeaseLost: 1})
+	}
+	return next, err
+}
+
+// afterOutcome counts a lost lease and wakes waiters of the intent.
+func (e *Engine) afterOutcome(intent string, err error) {
+	if errors.Is(err, ErrLeaseLost) {
+		e.counts.add(Counters{LeaseLost: 1})
+		return
+	}
+	if err == nil || errors.Is(err, ErrStaleReadSet) {
+		e.watch.wake(intent)
+	}
+}

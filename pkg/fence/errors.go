@@ -1,0 +1,179 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Stable machine-readable codes, used on the wire by every front end.
+const (
+	CodeInFlight     = "intent_in_flight"
+	CodePriorFailure = "prior_failure"
+	CodeConflict     = "intent_conflict"
+	CodeStale        = "stale_read_set"
+	CodeDomainRace   = "domain_race"
+	CodeLeaseLost    = "lease_lost"
+	CodeInvalid      = "invalid_request"
+	CodeStore        = "store_error"
+)
+
+type sentinel string
+
+func (s sentinel) Error() string { return string(s) }
+func (s sentinel) Code() string  { return string(s) }
+
+// Sentinels for errors.Is. Each typed error below matches exactly one of them.
+var (
+	ErrInFlight     error = sentinel(CodeInFlight)
+	ErrPriorFailure error = sentinel(CodePriorFailure)
+	ErrConflict     error = sentinel(CodeConflict)
+	ErrStaleReadSet error = sentinel(CodeStale)
+	ErrDomainRace   error = sentinel(CodeDomainRace)
+	ErrLeaseLost    error = sentinel(CodeLeaseLost)
+	ErrInvalid      error = sentinel(CodeInvalid)
+)
+
+// Coded is implemented by every error the engine returns on purpose.
+type Coded interface {
+	error
+	Code() string
+}
+
+// CodeOf returns the stable code of err, CodeStore for an error of the store or its
+// environment, and "" for nil.
+func CodeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	var c Coded
+	if errors.As(err, &c) {
+		return c.Code()
+	}
+	return CodeStore
+}
+
+// InFlightError: another attempt holds a live claim on the intent. Do not run the effect; wait
+// and ask again (a retry after the holder finishes receives its recorded result).
+type InFlightError struct {
+	Intent     string
+	Holder     string // agent of the holding attempt
+	LeaseUntil time.Time
+}
+
+func (e InFlightError) Error() string {
+	return fmt.Sprintf("%s: intent %q is being executed by another attempt (agent %q, lease until %s); do not run it, retry later to receive its result",
+		CodeInFlight, e.Intent, e.Holder, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
+}
+func (e InFlightError) Code() string        { return CodeInFlight }
+func (e InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// PriorFailureError: an earlier attempt of this intent failed or vanished with an unknown
+// outcome. The effect may have happened; the intent is fenced until an operator clears it.
+type PriorFailureError struct {
+	Intent string
+	State  State
+	Reason string
+}
+
+func (e PriorFailureError) Error() string {
+	return fmt.Sprintf("%s: intent %q is %s (%s): the effect may have happened, so it is fenced; an operator must check the real system and run `effectfence ledger clear %s --reason ...` before it can run again",
+		CodePriorFailure, e.Intent, e.State, e.Reason, shellQuote(e.Intent))
+}
+func (e PriorFailureError) Code() string        { return CodePriorFailure }
+func (e PriorFailureError) Is(target error) bool { return target == ErrPriorFailure }
+
+// IntentConflictError: the intent is recorded with different tool or arguments. It is refused
+// and never handed the other action's receipt: pick a distinct intent for a distinct action.
+type IntentConflictError struct {
+	Intent              string
+	Recorded, Presented string // fingerprints
+}
+
+func (e IntentConflictError) Error() string {
+	return fmt.Sprintf("%s: intent %q is recorded for a different call (fingerprint %s, this attempt %s); not executed and no receipt given: use a distinct intent for a distinct action",
+		CodeConflict, e.Intent, short(e.Recorded), short(e.Presented))
+}
+func (e IntentConflictError) Code() string        { return CodeConflict }
+func (e IntentConflictError) Is(target error) bool { return target == ErrConflict }
+
+// StaleReadSetError: a domain in the read set moved since the caller read it. At prepare the
+// effect must not run; re-read the domain and decide again. At commit (Executed is true) the
+// effect already ran on stale state and the intent is now failed.
+type StaleReadSetError struct {
+	Intent   string
+	Domain   string
+	Expected uint64
+	Actual   uint64
+	Executed bool
+}
+
+func (e StaleReadSetError) Error() string {
+	if e.Executed {
+		return fmt.Sprintf("%s: domain %q moved from %d to %d while intent %q ran; the effect ran on stale state, the intent is now failed and fenced until an operator clears it",
+			CodeStale, e.Domain, e.Expected, e.Actual, e.Intent)
+	}
+	return fmt.Sprintf("%s: domain %q is at %d, the decision read %d; nothing ran: re-read and decide again",
+		CodeStale, e.Domain, e.Actual, e.Expected)
+}
+func (e StaleReadSetError) Code() string        { return CodeStale }
+func (e StaleReadSetError) Is(target error) bool { return target == ErrStaleReadSet }
+
+// DomainRaceError: the target domain was current when the attempt arrived but another
+// attempt took its next sequence number in the same instant. Nothing ran.
+type DomainRaceError struct {
+	Intent   string
+	Domain   string
+	Expected uint64
+	Actual   uint64
+}
+
+func (e DomainRaceError) Error() string {
+	return fmt.Sprintf("%s: another attempt took domain %q (now %d, read %d) in the same instant; nothing ran: re-read and decide again",
+		CodeDomainRace, e.Domain, e.Actual, e.Expected)
+}
+func (e DomainRaceError) Code() string        { return CodeDomainRace }
+func (e DomainRaceError) Is(target error) bool { return target == ErrDomainRace }
+
+// LeaseLostError: the ticket no longer holds the intent (its lease was taken over, it was
+// cleared, or the ticket was never valid). Nothing was changed.
+type LeaseLostError struct {
+	Intent string
+	Token  uint64
+	Why    string
+}
+
+func (e LeaseLostError) Error() string {
+	return fmt.Sprintf("%s: ticket %d no longer holds intent %q (%s); nothing was recorded", CodeLeaseLost, e.Token, e.Intent, e.Why)
+}
+func (e LeaseLostError) Code() string        { return CodeLeaseLost }
+func (e LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// InvalidError: the request itself is malformed. Nothing ran and nothing was recorded.
+type InvalidError struct {
+	Field string
+	Why   string
+}
+
+func (e InvalidError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", CodeInvalid, e.Field, e.Why)
+}
+func (e InvalidError) Code() string        { return CodeInvalid }
+func (e InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func short(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+func shellQuote(s string) string {
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}

@@ -1,0 +1,256 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+)
+
+// MemoryStore keeps the ledger in process memory: nothing survives the process. It is the
+// store for tests, for the library's simplest use, and for EFFECTFENCE_LEDGER=memory.
+type MemoryStore struct {
+	mu      sync.RWMutex
+	now     func() time.Time
+	records map[string]*Record
+	domains map[string]uint64
+	floor   uint64
+	token   uint64
+	events  []Event
+	counts  Counters
+	closed  bool
+}
+
+// NewMemoryStore returns an empty store using the wall clock.
+func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
+
+// NewMemoryStoreClock returns an empty store using now as its clock (for tests of leases).
+func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
+	return &MemoryStore{now: now, records: map[string]*Record{}, domains: map[string]uint64{}}
+}
+
+var errClosed = errors.New("fence: store is closed")
+
+// Update runs fn under the store's lock; an error from fn undoes every write it made.
+func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errClosed
+	}
+	tx := &memTx{m: m, now: m.now(), write: true}
+	if err := fn(tx); err != nil {
+		tx.rollback()
+		return err
+	}
+	return nil
+}
+
+// View runs fn under the store's read lock.
+func (m *MemoryStore) View(ctx context.Context, fn func(Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return errClosed
+	}
+	return fn(&memTx{m: m, now: m.now()})
+}
+
+// Close makes later calls fail.
+func (m *MemoryStore) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	return nil
+}
+
+type memTx struct {
+	m     *MemoryStore
+	now   time.Time
+	write bool
+	undo  []func()
+}
+
+var errReadOnly = errors.New("fence: write in a read-only transaction")
+
+func (t *memTx) rollback() {
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		t.undo[i]()
+	}
+}
+
+func (t *memTx) Now() time.Time { return t.now }
+
+func (t *memTx) Get(intent string) (*Record, error) { return t.m.records[intent], nil }
+
+func (t *memTx) Put(rec *Record) error {
+	if !t.write {
+		return errReadOnly
+	}
+	prev, had := t.m.records[rec.Intent]
+	t.undo = append(t.undo, func() {
+		if had {
+			t.m.records[rec.Intent] = prev
+		} else {
+			delete(t.m.records, rec.Intent)
+		}
+	})
+	t.m.records[rec.Intent] = rec
+	return nil
+}
+
+func (t *memTx) Delete(intent string) error {
+	if !t.write {
+		return errReadOnly
+	}
+	prev, had := t.m.records[intent]
+	if !had {
+		return nil
+	}
+	t.undo = append(t.undo, func() { t.m.records[intent] = prev })
+	delete(t.m.records, intent)
+	return nil
+}
+
+func (t *memTx) Scan(f Filter, fn func(*Record) bool) error {
+	keys := make([]string, 0, len(t.m.records))
+	for k, rec := range t.m.records {
+		if f.Match(rec) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if f.Limit > 0 && i >= f.Limit {
+			break
+		}
+		if !fn(t.m.records[k]) {
+			break
+		}
+	}
+	return nil
+}
+
+func (t *memTx) CertByHash(hash string) (*Record, error) {
+	for _, rec := range t.m.records {
+		if rec.Cert != nil && rec.Cert.Hash == hash {
+			return rec, nil
+		}
+	}
+	return nil, nil
+}
+
+func (t *memTx) DomainSeq(domain string) (uint64, bool, error) {
+	seq, ok := t.m.domains[domain]
+	if !ok {
+		return t.m.floor, false, nil
+	}
+	return seq, true, nil
+}
+
+func (t *memTx) SetDomainSeq(domain string, seq uint64) error {
+	if !t.write {
+		return errReadOnly
+	}
+	prev, had := t.m.domains[domain]
+	t.undo = append(t.undo, func() {
+		if had {
+			t.m.domains[domain] = prev
+		} else {
+			delete(t.m.domains, domain)
+		}
+	})
+	t.m.domains[domain] = seq
+	return nil
+}
+
+func (t *memTx) DeleteDomain(domain string) error {
+	if !t.write {
+		return errReadOnly
+	}
+	prev, had := t.m.domains[domain]
+	if !had {
+		return nil
+	}
+	t.undo = append(t.undo, func() { t.m.domains[domain] = prev })
+	delete(t.m.domains, domain)
+	return nil
+}
+
+func (t *memTx) DomainFloor() (uint64, error) { return t.m.floor, nil }
+
+func (t *memTx) SetDomainFloor(seq uint64) error {
+	if !t.write {
+		return errReadOnly
+	}
+	prev := t.m.floor
+	t.undo = append(t.undo, func() { t.m.floor = prev })
+	t.m.floor = seq
+	return nil
+}
+
+func (t *memTx) NextToken() (uint64, error) {
+	if !t.write {
+		return 0, errReadOnly
+	}
+	// Never undone: a token handed out in a rolled-back transaction is simply skipped.
+	t.m.token++
+	return t.m.token, nil
+}
+
+func (t *memTx) AppendEvent(ev Event) error {
+	if !t.write {
+		return errReadOnly
+	}
+	n := len(t.m.events)
+	t.undo = append(t.undo, func() { t.m.events = t.m.events[:n] })
+	t.m.events = append(t.m.events, ev)
+	return nil
+}
+
+func (t *memTx) Events(intent string, fn func(Event) bool) error {
+	for _, ev := range t.m.events {
+		if intent != "" && ev.Intent != intent {
+			continue
+		}
+		if !fn(ev) {
+			break
+		}
+	}
+	return nil
+}
+
+func (t *memTx) DeleteEventsBefore(before time.Time) (int, error) {
+	if !t.write {
+		return 0, errReadOnly
+	}
+	prev := t.m.events
+	t.undo = append(t.undo, func() { t.m.events = prev })
+	kept := make([]Event, 0, len(prev))
+	for _, ev := range prev {
+		if ev.Kind == EventClear || !ev.At.Before(before) {
+			kept = append(kept, ev)
+		}
+	}
+	t.m.events = kept
+	return len(prev) - len(kept), nil
+}
+
+func (t *memTx) AddCounters(d Counters) error {
+	if !t.write {
+		return errReadOnly
+	}
+	prev := t.m.counts
+	t.undo = append(t.undo, func() { t.m.counts = prev })
+	t.m.counts = prev.Add(d)
+	return nil
+}
+
+func (t *memTx) Counters() (Counters, error) { return t.m.counts, nil }

@@ -1,0 +1,194 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNotFound is returned by Clear for an intent the ledger does not hold.
+var ErrNotFound = errors.New("fence: no such intent in the ledger")
+
+// Status returns the ledger's record of an intent, or a record with State StateNone when there
+// is none. It never creates state. The record is a copy the caller may keep.
+func (e *Engine) Status(ctx context.Context, intent string) (Record, error) {
+	var out Record
+	err := e.store.View(ctx, func(tx Tx) error {
+		rec, err := tx.Get(intent)
+		if err != nil {
+			return err
+		}
+		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !tx.Now().Before(rec.ExpiresAt)) {
+			out = Record{Intent: intent, State: StateNone}
+			return nil
+		}
+		out = *rec
+		return nil
+	})
+	return out, err
+}
+
+// Current returns a domain's current sequence number (the floor for a domain never used),
+// the value a caller puts in its read set. It never creates state.
+func (e *Engine) Current(ctx context.Context, domain string) (uint64, error) {
+	var seq uint64
+	err := e.store.View(ctx, func(tx Tx) error {
+		var err error
+		seq, _, err = tx.DomainSeq(domain)
+		return err
+	})
+	return seq, err
+}
+
+// Clear is the operator's reconciliation: it drops the intent's record whatever its state, and
+// records who did it and why. After a clear the next attempt runs. A holder still running finds
+// its ticket lost (LeaseLostError) and cannot overwrite anything.
+func (e *Engine) Clear(ctx context.Context, intent, who, reason string) (Record, error) {
+	if reason == "" {
+		return Record{}, InvalidError{"reason", "say why the intent is cleared (what you checked in the real system)"}
+	}
+	var prev Record
+	err := e.update(ctx, func(tx Tx) error {
+		rec, err := tx.Get(intent)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return fmt.Errorf("%w: %q", ErrNotFound, intent)
+		}
+		prev = *rec
+		if err := tx.Delete(intent); err != nil {
+			return err
+		}
+		return tx.AppendEvent(Event{At: tx.Now(), Intent: intent, Kind: EventClear, Who: who, Reason: reason, State: rec.State})
+	})
+	if err == nil {
+		e.watch.wake(intent)
+	}
+	return prev, err
+}
+
+// Sweep drops done outcomes older than the result TTL, and audit events older than the result
+// TTL except operator clears. It returns how many records it dropped. Fenced intents (failed,
+// unknown) are never swept: only Clear ends them.
+func (e *Engine) Sweep(ctx context.Context) (int, error) {
+	const batch = 1000
+	total := 0
+	for {
+		n := 0
+		err := e.update(ctx, func(tx Tx) error {
+			n = 0
+			var doomed []string
+			err := tx.Scan(Filter{States: []State{StateDone}, ExpiresBefore: tx.Now(), Limit: batch}, func(r *Record) bool {
+				doomed = append(doomed, r.Intent)
+				return true
+			})
+			if err != nil {
+				return err
+			}
+			for _, id := range doomed {
+				if err := tx.Delete(id); err != nil {
+					return err
+				}
+			}
+			n = len(doomed)
+			if n < batch {
+				_, err = tx.DeleteEventsBefore(tx.Now().Add(-e.cfg.ResultTTL))
+			}
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < batch {
+			return total, nil
+		}
+	}
+}
+
+// Recover marks every in-flight intent whose holder process is gone as unknown (fenced until
+// cleared), and, under on_lease_expiry=fence, every in-flight intent whose lease expired. Run
+// it when a process opens a ledger; prepare applies the same rule lazily to each intent.
+func (e *Engine) Recover(ctx context.Context) (int, error) {
+	n := 0
+	err := e.update(ctx, func(tx Tx) error {
+		n = 0
+		var orphans []*Record
+		err := tx.Scan(Filter{States: []State{StateInFlight}}, func(r *Record) bool {
+			orphans = append(orphans, r)
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range orphans {
+			if r.Owner != e.cfg.Owner && e.cfg.OwnerDead(r.Owner) {
+				if err := e.markUnknown(tx, r, EventOrphan, fmt.Sprintf("holder process %s is gone; the effect may have happened", r.Owner)); err != nil {
+					return err
+				}
+				n++
+			} else if e.cfg.OnLeaseExpiry == Fence && !tx.Now().Before(r.LeaseUntil) {
+				if err := e.markUnknown(tx, r, EventExpired, "lease expired under on_lease_expiry=fence"); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// EvictDomain forgets a domain's row to bound memory. The store's floor rises to the domain's
+// sequence number, and every domain without a row reads as the floor, so no sequence number a
+// cert carries can be handed out again for that domain.
+func (e *Engine) EvictDomain(ctx context.Context, domain string) error {
+	return e.update(ctx, func(tx Tx) error {
+		seq, found, err := tx.DomainSeq(domain)
+		if err != nil || !found {
+			return err
+		}
+		floor, err := tx.DomainFloor()
+		if err != nil {
+			return err
+		}
+		if seq > floor {
+			if err := tx.SetDomainFloor(seq); err != nil {
+				return err
+			}
+		}
+		return tx.DeleteDomain(domain)
+	})
+}
+
+// Stats returns this process's counters since start and the ledger's totals (including this
+// process's counts not yet flushed).
+func (e *Engine) Stats(ctx context.Context) (Stats, error) {
+	boot := e.counts.snapshot()
+	var ledger Counters
+	err := e.store.View(ctx, func(tx Tx) error {
+		var err error
+		ledger, err = tx.Counters()
+		return err
+	})
+	e.counts.mu.Lock()
+	ledger = ledger.Add(e.counts.pending)
+	e.counts.mu.Unlock()
+	return Stats{SinceBoot: boot, Ledger: ledger}, err
+}
+
+// Flush writes this process's unflushed counters to the ledger.
+func (e *Engine) Flush(ctx context.Context) error {
+	return e.update(ctx, func(Tx) error { return nil })
+}
+
+// Close flushes counters and closes the store.
+func (e *Engine) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ferr := e.Flush(ctx)
+	cerr := e.store.Close()
+	return errors.Join(ferr, cerr)
+}

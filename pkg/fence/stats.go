@@ -1,0 +1,113 @@
+package fence
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Counters count attempts by what the fence did with them. Every Prepare or PrepareWait call
+// with a valid request lands in exactly one of the attempt buckets (Admitted, Reclaimed,
+// Replayed, Coalesced and the five refusals); LeaseLost counts refused Commit, Abort, Release
+// and Heartbeat calls, which are not attempts.
+type Counters struct {
+	Admitted     uint64 `json:"admitted"`
+	Reclaimed    uint64 `json:"reclaimed"`
+	Replayed     uint64 `json:"replayed"`
+	Coalesced    uint64 `json:"coalesced"`
+	Stale        uint64 `json:"refused_stale_read_set"`
+	Race         uint64 `json:"refused_domain_race"`
+	InFlight     uint64 `json:"refused_in_flight"`
+	PriorFailure uint64 `json:"refused_prior_failure"`
+	Conflict     uint64 `json:"refused_conflict"`
+	LeaseLost    uint64 `json:"lease_lost"`
+}
+
+// Total is the number of attempts.
+func (c Counters) Total() uint64 {
+	return c.Admitted + c.Reclaimed + c.Replayed + c.Coalesced + c.Refused()
+}
+
+// Refused is the number of attempts refused by a gate.
+func (c Counters) Refused() uint64 {
+	return c.Stale + c.Race + c.InFlight + c.PriorFailure + c.Conflict
+}
+
+// Prevented is the number of attempts that did not execute the effect.
+func (c Counters) Prevented() uint64 { return c.Total() - c.Admitted - c.Reclaimed }
+
+// Add returns c + d.
+func (c Counters) Add(d Counters) Counters {
+	return Counters{
+		c.Admitted + d.Admitted, c.Reclaimed + d.Reclaimed, c.Replayed + d.Replayed, c.Coalesced + d.Coalesced,
+		c.Stale + d.Stale, c.Race + d.Race, c.InFlight + d.InFlight, c.PriorFailure + d.PriorFailure,
+		c.Conflict + d.Conflict, c.LeaseLost + d.LeaseLost,
+	}
+}
+
+// IsZero reports whether nothing was counted.
+func (c Counters) IsZero() bool { return c == Counters{} }
+
+// Line is the one-line form, e.g.
+// "admitted=1 replayed=995 refused(stale=0 race=4 in-flight=0 failed=0 conflict=0) total=1000 prevented=999";
+// reclaimed, coalesced and lease_lost appear only when non-zero.
+func (c Counters) Line() string {
+	s := fmt.Sprintf("admitted=%d ", c.Admitted)
+	if c.Reclaimed > 0 {
+		s += fmt.Sprintf("reclaimed=%d ", c.Reclaimed)
+	}
+	s += fmt.Sprintf("replayed=%d ", c.Replayed)
+	if c.Coalesced > 0 {
+		s += fmt.Sprintf("coalesced=%d ", c.Coalesced)
+	}
+	s += fmt.Sprintf("refused(stale=%d race=%d in-flight=%d failed=%d conflict=%d) total=%d prevented=%d",
+		c.Stale, c.Race, c.InFlight, c.PriorFailure, c.Conflict, c.Total(), c.Prevented())
+	if c.LeaseLost > 0 {
+		s += fmt.Sprintf(" lease-lost=%d", c.LeaseLost)
+	}
+	return s
+}
+
+// Stats is the engine's view: this process since it started, and the ledger's totals over
+// every process that shares it (counts of other processes arrive as they flush).
+type Stats struct {
+	SinceBoot Counters `json:"since_boot"`
+	Ledger    Counters `json:"ledger"`
+}
+
+// Line is "effectfence since boot: " followed by SinceBoot.Line().
+func (s Stats) Line() string { return "effectfence since boot: " + s.SinceBoot.Line() }
+
+// counter keeps since-boot totals and the part not yet written to the ledger.
+type counter struct {
+	mu      sync.Mutex
+	boot    Counters
+	pending Counters
+}
+
+func (k *counter) add(d Counters) {
+	k.mu.Lock()
+	k.boot = k.boot.Add(d)
+	k.pending = k.pending.Add(d)
+	k.mu.Unlock()
+}
+
+func (k *counter) snapshot() Counters {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.boot
+}
+
+// take removes and returns the unflushed delta; give puts it back after a failed write.
+func (k *counter) take() Counters {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	d := k.pending
+	k.pending = Counters{}
+	return d
+}
+
+func (k *counter) give(d Counters) {
+	k.mu.Lock()
+	k.pending = k.pending.Add(d)
+	k.mu.Unlock()
+}

@@ -1,0 +1,94 @@
+package fence
+
+import (
+	"context"
+	"time"
+)
+
+// Store gives the engine atomicity and persistence; all gate logic lives in the engine.
+//
+// Update runs fn in one transaction that no other Update (in this process or any other
+// process sharing the store) interleaves with, and makes its writes durable before returning
+// nil. If fn returns an error, none of its writes take effect. View runs fn on a consistent
+// snapshot; fn must not write. A store may run fn more than once (retry on serialisation
+// failure), so fn must not have side effects outside the Tx. The memory store uses a mutex,
+// SQLite an IMMEDIATE transaction, PostgreSQL row locks.
+type Store interface {
+	Update(ctx context.Context, fn func(Tx) error) error
+	View(ctx context.Context, fn func(Tx) error) error
+	Close() error
+}
+
+// Tx is the store's view inside one transaction.
+type Tx interface {
+	// Now is the store's clock: a shared store answers with database time so that leases
+	// mean the same on every host.
+	Now() time.Time
+
+	// Get returns the record of an intent, or nil when there is none.
+	Get(intent string) (*Record, error)
+	// Put inserts or replaces a record.
+	Put(rec *Record) error
+	// Delete removes a record (no error if absent).
+	Delete(intent string) error
+	// Scan calls fn for every record matching f, in intent order, until fn returns false.
+	Scan(f Filter, fn func(*Record) bool) error
+	// CertByHash returns the done record whose cert has this hash, or nil.
+	CertByHash(hash string) (*Record, error)
+
+	// DomainSeq returns the current sequence number of a domain and whether the domain has a
+	// row; an absent domain reads as the floor (see DomainFloor).
+	DomainSeq(domain string) (seq uint64, found bool, err error)
+	SetDomainSeq(domain string, seq uint64) error
+	DeleteDomain(domain string) error
+	// DomainFloor is the highest sequence number any evicted domain ever reached: new and
+	// evicted domains start above it, so a sequence number is never reused for a domain.
+	DomainFloor() (uint64, error)
+	SetDomainFloor(seq uint64) error
+
+	// NextToken returns a fencing token larger than every token it returned before.
+	NextToken() (uint64, error)
+
+	// AppendEvent adds an audit event; Events lists them for one intent ("" for all).
+	AppendEvent(ev Event) error
+	Events(intent string, fn func(Event) bool) error
+	// DeleteEventsBefore drops audit events older than t except operator clears.
+	DeleteEventsBefore(t time.Time) (int, error)
+
+	// AddCounters adds a delta to the ledger-wide counters; Counters reads them.
+	AddCounters(delta Counters) error
+	Counters() (Counters, error)
+}
+
+// Filter selects records in Scan. Zero fields select everything.
+type Filter struct {
+	States []State
+	// ExpiresBefore selects done records whose ExpiresAt is set and not after this time.
+	ExpiresBefore time.Time
+	// After resumes a scan after this intent (exclusive).
+	After string
+	Limit int
+}
+
+// Match reports whether rec is selected by f (stores may use it or an equivalent query).
+func (f Filter) Match(rec *Record) bool {
+	if f.After != "" && rec.Intent <= f.After {
+		return false
+	}
+	if len(f.States) > 0 {
+		ok := false
+		for _, s := range f.States {
+			if rec.State == s {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if !f.ExpiresBefore.IsZero() && (rec.ExpiresAt.IsZero() || rec.ExpiresAt.After(f.ExpiresBefore)) {
+		return false
+	}
+	return true
+}

@@ -1,0 +1,165 @@
+package fence
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ReadSetEntry is one piece of state a decision was based on: the domain's sequence number as
+// the caller read it (see Engine.Current).
+type ReadSetEntry struct {
+	Domain string `json:"domain"`
+	Seq    uint64 `json:"seq"`
+}
+
+// Request is one attempt to run a side effect.
+type Request struct {
+	// Intent is the stable id of the logical action ("charge:order-123"). Required.
+	Intent string `json:"intent"`
+	// Parent is the hash of the cert this action causally follows, if any.
+	Parent string `json:"parent,omitempty"`
+	// Domain is the contention scope whose next sequence number the effect takes; empty for
+	// an effect that contends with nothing but its own duplicates.
+	Domain string `json:"domain,omitempty"`
+	// Tool and Args identify the call; their canonical fingerprint must match on every attempt
+	// of the intent. Args is any JSON value (empty means null).
+	Tool string          `json:"tool"`
+	Args json.RawMessage `json:"args,omitempty"`
+	// ReadSet lists the state the decision was based on; any entry that moved refuses the
+	// attempt before it runs and fails it at commit.
+	ReadSet []ReadSetEntry `json:"read_set,omitempty"`
+	// Agent names who decides; its counter is ticked in the cert's clock.
+	Agent string `json:"agent,omitempty"`
+	// Clock is the vector clock the agent knew when it decided.
+	Clock VectorClock `json:"vector_clock,omitempty"`
+}
+
+// Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
+// the engine checks them against its own record and uses nothing else a caller hands back.
+type Ticket struct {
+	Intent     string    `json:"intent"`
+	Token      uint64    `json:"token"`
+	Nonce      string    `json:"nonce"`
+	Domain     string    `json:"domain,omitempty"`
+	Seq        uint64    `json:"seq,omitempty"`
+	LeaseUntil time.Time `json:"lease_until"`
+	Reclaimed  bool      `json:"reclaimed,omitempty"`
+}
+
+// Admission is the answer to Prepare: exactly one of Ticket (run the effect now) and Cert (do
+// not run it; the recorded result is in the cert) is set.
+type Admission struct {
+	Ticket *Ticket
+	Cert   *Cert
+}
+
+// Fresh reports whether the caller must run the effect.
+func (a Admission) Fresh() bool { return a.Ticket != nil }
+
+// State is the recorded state of an intent.
+type State string
+
+const (
+	StateNone     State = "none"      // no record: free to claim
+	StateInFlight State = "in_flight" // claimed, lease running
+	StateDone     State = "done"      // executed, cert recorded
+	StateFailed   State = "failed"    // the holder reported failure with unknown outcome
+	StateUnknown  State = "unknown"   // the holder vanished mid-call
+)
+
+// Fenced reports whether the state refuses new attempts until an operator clears it.
+func (s State) Fenced() bool { return s == StateFailed || s == StateUnknown }
+
+// Record is everything the ledger keeps about one intent. Stores persist it as given.
+type Record struct {
+	Intent      string          `json:"intent"`
+	State       State           `json:"state"`
+	Fingerprint string          `json:"fingerprint"`
+	Token       uint64          `json:"token"`
+	Nonce       string          `json:"nonce,omitempty"`
+	Owner       string          `json:"owner,omitempty"` // process identity of the holder
+	Agent       string          `json:"agent,omitempty"`
+	Parent      string          `json:"parent,omitempty"`
+	Domain      string          `json:"domain,omitempty"`
+	Seq         uint64          `json:"seq,omitempty"`
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args"` // canonical
+	ReadSet     []ReadSetEntry  `json:"read_set,omitempty"`
+	Clock       VectorClock     `json:"vector_clock,omitempty"` // ticked at admission
+	ClaimedAt   time.Time       `json:"claimed_at"`
+	LeaseUntil  time.Time       `json:"lease_until"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	// ExpiresAt is when a done outcome stops being replayed and may be swept (zero: never).
+	ExpiresAt time.Time `json:"expires_at,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Cert      *Cert     `json:"cert,omitempty"`
+}
+
+// Event kinds recorded in the ledger's audit trail.
+const (
+	EventRelease = "release"
+	EventAbort   = "abort"
+	EventClear   = "clear"
+	EventOrphan  = "orphan"  // in flight when its process died: now unknown
+	EventExpired = "expired" // lease expired under on_lease_expiry=fence: now unknown
+	EventStale   = "stale_commit"
+)
+
+// Event is one audit record: who did what to an intent, and why.
+type Event struct {
+	At     time.Time `json:"at"`
+	Intent string    `json:"intent"`
+	Kind   string    `json:"kind"`
+	Who    string    `json:"who,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	// State is the intent's state before the event.
+	State State `json:"state,omitempty"`
+}
+
+// ExpiryPolicy says what an expired lease means.
+type ExpiryPolicy string
+
+const (
+	// Reclaim: the holder stalled or crashed; the next attempt claims the intent again.
+	Reclaim ExpiryPolicy = "reclaim"
+	// Fence: an expired lease makes the intent unknown, fenced until cleared: for effects where
+	// a stall beats a double.
+	Fence ExpiryPolicy = "fence"
+)
+
+// Config tunes an Engine. The zero value means the defaults.
+type Config struct {
+	LeaseTTL      time.Duration // default 60 s
+	ResultTTL     time.Duration // default 24 h
+	OnLeaseExpiry ExpiryPolicy  // default Reclaim
+	// Owner identifies this process in the records it claims (default: LocalOwner()).
+	Owner string
+	// OwnerDead reports whether the process named by an owner string is known to be gone
+	// (default: OwnerDead). An in-flight intent of a dead owner is unknown, never reclaimed.
+	OwnerDead func(owner string) bool
+}
+
+// Defaults of SPEC §4.
+const (
+	DefaultLeaseTTL  = 60 * time.Second
+	DefaultResultTTL = 24 * time.Hour
+)
+
+func (c Config) withDefaults() Config {
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.ResultTTL <= 0 {
+		c.ResultTTL = DefaultResultTTL
+	}
+	if c.OnLeaseExpiry == "" {
+		c.OnLeaseExpiry = Reclaim
+	}
+	if c.Owner == "" {
+		c.Owner = LocalOwner()
+	}
+	if c.OwnerDead == nil {
+		c.OwnerDead = OwnerDead
+	}
+	return c
+}
