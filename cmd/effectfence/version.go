@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/urfave/cli/v3"
+)
+
+// Set by the release build (-ldflags "-X main.version=... -X main.commit=...").
+var (
+	version = ""
+	commit  = ""
+)
+
+// versionString reports the release version and commit, or what the Go toolchain recorded
+// for a `go install` or source build.
+func versionString() string {
+	v, c := version, commit
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && c == "" {
+				c = s.Value
+				if len(c) > 12 {
+					c = c[:12]
+				}
+			}
+		}
+	}
+	if v == "" {
+		v = "dev"
+	}
+	if c == "" {
+		c = "unknown"
+	}
+	return fmt.Sprintf("%s (commit %s)", v, c)
+}
+
+func versionCommand(io streams) *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version and commit",
+		Action: func(context.Context, *cli.Command) error {
+			_, err := fmt.Fprintln(io.out, "effectfence", versionString())
+			return err
+		},
+	}
+}
