@@ -1,0 +1,135 @@
+// Package store chooses and opens the ledger a command uses, from EFFECTFENCE_LEDGER and
+// flags, so that no command knows which database is behind the fence.
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// Environment variables of SPEC §4.
+const (
+	EnvLedger    = "EFFECTFENCE_LEDGER"
+	EnvLeaseSecs = "EFFECTFENCE_LEASE_SECS"
+	EnvTTLSecs   = "EFFECTFENCE_RESULT_TTL_SECS"
+)
+
+// Options say which ledger to open and how the engine over it behaves. Commands fill them from
+// FromEnv and then let their flags override fields.
+type Options struct {
+	// Ledger is "" (the default SQLite file for Name), "memory", a file path, or a
+	// postgres:// URL.
+	Ledger string
+	// Name picks the default file: "server" for serve, WrapName(argv) for wrap.
+	Name          string
+	LeaseTTL      time.Duration
+	ResultTTL     time.Duration
+	OnLeaseExpiry fence.ExpiryPolicy
+}
+
+// FromEnv reads EFFECTFENCE_LEDGER, EFFECTFENCE_LEASE_SECS and EFFECTFENCE_RESULT_TTL_SECS.
+func FromEnv(name string) (Options, error) {
+	o := Options{Ledger: os.Getenv(EnvLedger), Name: name}
+	var err error
+	if o.LeaseTTL, err = envSeconds(EnvLeaseSecs); err != nil {
+		return o, err
+	}
+	if o.ResultTTL, err = envSeconds(EnvTTLSecs); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func envSeconds(name string) (time.Duration, error) {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive number of seconds", name, v)
+	}
+	return time.Duration(n * float64(time.Second)), nil
+}
+
+// WrapName is the ledger name wrap uses for a child command: "wrap-" and the first 16 hex
+// digits of the SHA-256 of the canonical JSON array of its argv.
+func WrapName(argv []string) string {
+	b, err := canon.Marshal(argv)
+	if err != nil {
+		b = []byte(strings.Join(argv, "\x00"))
+	}
+	return "wrap-" + canon.Sum(b)[:16]
+}
+
+// StateDir is $XDG_STATE_HOME/effectfence, or ~/.local/state/effectfence.
+func StateDir() (string, error) {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "effectfence"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("cannot find the default ledger directory: %w (set XDG_STATE_HOME or %s)", err, EnvLedger)
+	}
+	return filepath.Join(home, ".local", "state", "effectfence"), nil
+}
+
+// Location returns where the ledger of o lives: "memory", a postgres URL, or a file path.
+func (o Options) Location() (string, error) {
+	switch {
+	case o.Ledger == "memory":
+		return "memory", nil
+	case strings.HasPrefix(o.Ledger, "postgres://"), strings.HasPrefix(o.Ledger, "postgresql://"):
+		return o.Ledger, nil
+	case o.Ledger != "":
+		return o.Ledger, nil
+	}
+	if o.Name == "" {
+		return "", fmt.Errorf("no ledger named: set %s or --ledger", EnvLedger)
+	}
+	dir, err := StateDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, o.Name+".db"), nil
+}
+
+// Ledger is an open ledger: the engine over it and where it lives.
+type Ledger struct {
+	*fence.Engine
+	Location string
+}
+
+// Open opens the ledger of o and returns an engine over it, after marking in-flight intents of
+// dead processes unknown and sweeping expired outcomes.
+func Open(ctx context.Context, o Options) (*Ledger, error) {
+	loc, err := o.Location()
+	if err != nil {
+		return nil, err
+	}
+	var st fence.Store
+	switch {
+	case loc == "memory":
+		st = fence.NewMemoryStore()
+	default:
+		return nil, fmt.Errorf("ledger %s: this build has no store for it yet (use %s=memory)", loc, EnvLedger)
+	}
+	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry})
+	if _, err := eng.Recover(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("ledger %s: %w", loc, err)
+	}
+	if _, err := eng.Sweep(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("ledger %s: %w", loc, err)
+	}
+	return &Ledger{Engine: eng, Location: loc}, nil
+}
