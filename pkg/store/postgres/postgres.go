@@ -1,0 +1,374 @@
+// Package postgres is a fence.Store on PostgreSQL (pgx v5), for several gateway processes or
+// hosts that must share one fence.
+//
+// The guarantee: every Update is one PostgreSQL transaction, committed (WAL flushed under the
+// server's synchronous_commit) before Update returns nil, and two Updates that touch the same
+// intent never interleave, whichever process or host runs them. Updates on distinct intents do
+// not wait for each other: nothing is serialised on one row or one lock.
+//
+// How:
+//   - Each intent is guarded by a transaction-scoped advisory lock keyed by a 64-bit hash of
+//     (schema, intent), taken before the record is read and held to commit or rollback. It
+//     also guards an intent that has no row yet, which a row lock could not.
+//   - Domain sequence numbers are compare-and-swapped: the value a transaction first read is
+//     the value its write must still find. A lost swap aborts the transaction (SQLSTATE 40001)
+//     and Update runs the decision again on fresh data; the engine then refuses with
+//     domain_race or takes the next number, as SPEC §3 asks.
+//   - Fencing tokens come from a SEQUENCE; counters are one row per (store, connection),
+//     summed on read; Tx.Now is the database's clock_timestamp() read once when the
+//     transaction begins, so leases mean the same on every host.
+//   - Writes are queued and sent with the next read or with COMMIT, in one round trip.
+//
+// Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
+// returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a
+// new connection whether the transaction committed (txid_status) and answers accordingly; only
+// when the server cannot be reached either does it return a CommitUnknownError. The pool
+// replaces dead connections, so the next call reconnects.
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// Config says how to reach the ledger.
+type Config struct {
+	// URL is a postgres:// or postgresql:// connection string (pgx syntax; pool_max_conns and
+	// search_path are honoured).
+	URL string
+	// Schema holds the ledger's tables; it is created if missing. Empty: the first schema of
+	// the URL's search_path, else the server's default (normally public).
+	Schema string
+	// MaxConns bounds the pool (0: the URL's pool_max_conns, else 16).
+	MaxConns int32
+}
+
+// Store is a fence.Store on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool     *pgxpool.Pool
+	schema   string
+	instance string // names this store's counter shards
+
+	// hook, when set (tests only), is called at named points of a transaction with the
+	// backend pid of its connection.
+	hook func(stage string, pid uint32)
+
+	closeOnce sync.Once
+}
+
+var _ fence.Store = (*Store)(nil)
+
+// maxAttempts bounds how often Update runs a decision whose compare-and-swap lost or that hit
+// a deadlock or serialization failure.
+const maxAttempts = 64
+
+// Open connects, creates or migrates the schema, and returns the store.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
+	}
+	switch {
+	case c.MaxConns > 0:
+		pc.MaxConns = c.MaxConns
+	case !strings.Contains(c.URL, "pool_max_conns"):
+		pc.MaxConns = 16
+	}
+	schema, create := c.Schema, c.Schema != ""
+	if schema != "" {
+		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	} else if sp := pc.ConnConfig.RuntimeParams["search_path"]; sp != "" {
+		schema, create = strings.Trim(strings.TrimSpace(strings.Split(sp, ",")[0]), `"`), true
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
+	}
+	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6)}
+	if err := s.init(ctx, schema, create); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
+	}
+	return s, nil
+}
+
+func (s *Store) init(ctx context.Context, schema string, create bool) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if schema == "" {
+		if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+			return err
+		}
+		if schema == "" {
+			return errors.New("no schema is selected: set search_path in the URL")
+		}
+	}
+	s.schema = schema
+	return migrate(ctx, conn.Conn(), schema, create)
+}
+
+// Schema returns the schema that holds the ledger.
+func (s *Store) Schema() string { return s.schema }
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.pool.Close)
+	return nil
+}
+
+// CommitUnknownError: the connection died after COMMIT was sent and the server could not be
+// asked whether the transaction committed. The decision may or may not be recorded: call
+// Status (or retry the same call) once the database is reachable again.
+type CommitUnknownError struct {
+	Xid int64
+	Err error
+}
+
+func (e CommitUnknownError) Error() string {
+	return fmt.Sprintf("postgres ledger: the connection was lost after COMMIT of transaction %d was sent and the server could not be asked whether it committed; the decision may or may not be recorded: check the intent's status once the database is reachable (%v)", e.Xid, e.Err)
+}
+
+func (e CommitUnknownError) Unwrap() error { return e.Err }
+
+// ConnLostError: the connection died before the transaction could commit; nothing of it was
+// recorded. The next call uses a new connection.
+type ConnLostError struct {
+	Stage string
+	Err   error
+}
+
+func (e ConnLostError) Error() string {
+	return fmt.Sprintf("postgres ledger: connection lost during %s; the transaction did not commit and nothing of it was recorded: %v", e.Stage, e.Err)
+}
+
+func (e ConnLostError) Unwrap() error { return e.Err }
+
+// Update runs fn in one READ COMMITTED transaction under the locks described in the package
+// comment, and commits. fn runs again (in a new transaction) when a compare-and-swap lost, on
+// a deadlock, or on a serialization failure, up to 64 times.
+func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		err = s.run(ctx, true, fn)
+		if !retryable(err) {
+			return err
+		}
+		if werr := backoff(ctx, attempt); werr != nil {
+			return werr
+		}
+	}
+	return fmt.Errorf("postgres ledger: gave up after %d attempts under contention: %w", maxAttempts, err)
+}
+
+// View runs fn in a REPEATABLE READ, READ ONLY transaction: one snapshot for all its reads.
+func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
+	return s.run(ctx, false, fn)
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	return false
+}
+
+// backoff sleeps a random time below min(1 ms << attempt, 20 ms).
+func backoff(ctx context.Context, attempt int) error {
+	ceil := time.Millisecond << min(attempt, 5)
+	ceil = min(ceil, 20*time.Millisecond)
+	n, _ := rand.Int(rand.Reader, big.NewInt(int64(ceil)))
+	t := time.NewTimer(time.Duration(n.Int64()))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is one transaction. A connection that turns out dead on BEGIN is replaced once: nothing
+// was sent that could commit.
+func (s *Store) run(ctx context.Context, write bool, fn func(fence.Tx) error) error {
+	for try := 0; ; try++ {
+		err := s.runOnce(ctx, write, fn)
+		var lost ConnLostError
+		if try == 0 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
+			continue
+		}
+		return err
+	}
+}
+
+func (s *Store) runOnce(ctx context.Context, write bool, fn func(fence.Tx) error) (err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres ledger: no connection: %w", err)
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	t := &tx{s: s, ctx: ctx, conn: conn, write: write, pid: conn.PgConn().PID()}
+
+	b := &pgx.Batch{}
+	if write {
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		b.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now, &t.xid) })
+	} else {
+		b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+		b.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return s.fail(ctx, conn, "begin", err)
+	}
+	t.now = t.now.UTC()
+	s.at("begin", t.pid)
+
+	if err := fn(t); err != nil {
+		if conn.IsClosed() {
+			return s.fail(ctx, conn, "the transaction", err)
+		}
+		s.rollback(conn)
+		return err
+	}
+	if t.err != nil { // a read failed but fn ignored it
+		return s.fail(ctx, conn, "the transaction", t.err)
+	}
+	if !write {
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			return s.fail(ctx, conn, "the end of a read", err)
+		}
+		return nil
+	}
+	s.at("commit", t.pid)
+	t.pending.Queue("COMMIT")
+	err = conn.SendBatch(ctx, &t.pending).Close()
+	if err == nil {
+		s.at("committed", t.pid)
+		return nil
+	}
+	if !conn.IsClosed() {
+		s.rollback(conn)
+		return err
+	}
+	return s.resolve(ctx, t.xid, err)
+}
+
+// fail closes out a transaction that failed before COMMIT was sent.
+func (s *Store) fail(ctx context.Context, conn *pgx.Conn, stage string, err error) error {
+	if conn.IsClosed() {
+		if ctx.Err() != nil {
+			return fmt.Errorf("postgres ledger: %s cancelled; nothing of it was recorded: %w", stage, ctx.Err())
+		}
+		return ConnLostError{Stage: stage, Err: err}
+	}
+	s.rollback(conn)
+	return err
+}
+
+// rollback ends a failed transaction. If even that fails, the connection is closed so the
+// pool does not hand it out in an unknown state.
+func (s *Store) rollback(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		_ = conn.Close(ctx)
+	}
+}
+
+// resolve learns whether a transaction whose COMMIT acknowledgement was lost committed, by
+// asking the server on another connection. A terminated backend may take a moment to finish
+// aborting, so "in progress" is asked again for up to 5 s.
+func (s *Store) resolve(ctx context.Context, xid int64, cause error) error {
+	if ctx.Err() != nil {
+		// The caller gave up; ask anyway, briefly: the answer decides what we report.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var status *string
+		err := s.pool.QueryRow(ctx, "SELECT txid_status($1)", xid).Scan(&status)
+		switch {
+		case err != nil:
+			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, err)}
+		case status == nil:
+			return CommitUnknownError{Xid: xid, Err: cause}
+		case *status == "committed":
+			return nil
+		case *status == "aborted":
+			return ConnLostError{Stage: "commit", Err: cause}
+		}
+		if time.Now().After(deadline) {
+			return CommitUnknownError{Xid: xid, Err: cause}
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, ctx.Err())}
+		}
+	}
+}
+
+func (s *Store) at(stage string, pid uint32) {
+	if s.hook != nil {
+		s.hook(stage, pid)
+	}
+}
+
+// lockKey is the advisory lock key of (schema, kind, name): the first 8 bytes of a SHA-256. A
+// collision only makes two unrelated intents take turns.
+func lockKey(schema, kind, name string) int64 {
+	h := sha256.New()
+	h.Write([]byte(schema))
+	h.Write([]byte{0})
+	h.Write([]byte(kind))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8]))
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b)
+}
+
+// Redact returns a connection URL with its password replaced, for messages.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable postgres URL)"
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
