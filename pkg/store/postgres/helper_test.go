@@ -46,9 +46,16 @@ func testSchema(tb testing.TB) string {
 // openSchema opens a store on schema, closed when the test ends.
 func openSchema(tb testing.TB, schema string) *Store {
 	tb.Helper()
+	return openSized(tb, schema, 0)
+}
+
+// openSized opens a store with at most maxConns connections (0: the default), for tests that
+// open many stores on one server.
+func openSized(tb testing.TB, schema string, maxConns int32) *Store {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, Config{URL: testURL(tb), Schema: schema})
+	s, err := Open(ctx, Config{URL: testURL(tb), Schema: schema, MaxConns: maxConns})
 	if err != nil {
 		tb.Fatal(err)
 	}

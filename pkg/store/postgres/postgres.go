@@ -13,7 +13,9 @@
 //   - Domain sequence numbers are compare-and-swapped: the value a transaction first read is
 //     the value its write must still find. A lost swap aborts the transaction (SQLSTATE 40001)
 //     and Update runs the decision again on fresh data; the engine then refuses with
-//     domain_race or takes the next number, as SPEC §3 asks.
+//     domain_race or takes the next number, as SPEC §3 asks. A decision run again after a
+//     lost swap locks the domain rows it reads (FOR UPDATE), so a hot domain costs one retry,
+//     not a storm of them.
 //   - Fencing tokens come from a SEQUENCE; counters are one row per (store, connection),
 //     summed on read; Tx.Now is the database's clock_timestamp() read once when the
 //     transaction begins, so leases mean the same on every host.
@@ -90,6 +92,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	case !strings.Contains(c.URL, "pool_max_conns"):
 		pc.MaxConns = 16
 	}
+	if !strings.Contains(c.URL, "pool_min_conns") {
+		pc.MinConns = min(8, pc.MaxConns)
+	}
 	schema, create := c.Schema, c.Schema != ""
 	if schema != "" {
 		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
@@ -123,7 +128,33 @@ func (s *Store) init(ctx context.Context, schema string, create bool) error {
 		}
 	}
 	s.schema = schema
-	return migrate(ctx, conn.Conn(), schema, create)
+	if err := migrate(ctx, conn.Conn(), schema, create); err != nil {
+		return err
+	}
+	s.warm(ctx)
+	return nil
+}
+
+// warm opens the pool's minimum connections now, so that the first burst of calls does not
+// wait for connection set-up.
+func (s *Store) warm(ctx context.Context) {
+	n := int(s.pool.Config().MinConns) - 1 // init holds one
+	var wg sync.WaitGroup
+	conns := make(chan *pgxpool.Conn, max(n, 0))
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := s.pool.Acquire(ctx); err == nil {
+				conns <- c
+			}
+		}()
+	}
+	wg.Wait()
+	close(conns)
+	for c := range conns {
+		c.Release()
+	}
 }
 
 // Schema returns the schema that holds the ledger.
@@ -168,7 +199,7 @@ func (e ConnLostError) Unwrap() error { return e.Err }
 func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		err = s.run(ctx, true, fn)
+		err = s.run(ctx, attempt > 0, true, fn)
 		if !retryable(err) {
 			return err
 		}
@@ -181,7 +212,7 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 
 // View runs fn in a REPEATABLE READ, READ ONLY transaction: one snapshot for all its reads.
 func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
-	return s.run(ctx, false, fn)
+	return s.run(ctx, false, false, fn)
 }
 
 func retryable(err error) bool {
@@ -209,9 +240,9 @@ func backoff(ctx context.Context, attempt int) error {
 
 // run is one transaction. A connection that turns out dead on BEGIN is replaced once: nothing
 // was sent that could commit.
-func (s *Store) run(ctx context.Context, write bool, fn func(fence.Tx) error) error {
+func (s *Store) run(ctx context.Context, contended, write bool, fn func(fence.Tx) error) error {
 	for try := 0; ; try++ {
-		err := s.runOnce(ctx, write, fn)
+		err := s.runOnce(ctx, contended, write, fn)
 		var lost ConnLostError
 		if try == 0 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
 			continue
@@ -220,14 +251,14 @@ func (s *Store) run(ctx context.Context, write bool, fn func(fence.Tx) error) er
 	}
 }
 
-func (s *Store) runOnce(ctx context.Context, write bool, fn func(fence.Tx) error) (err error) {
+func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fence.Tx) error) (err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres ledger: no connection: %w", err)
 	}
 	defer pc.Release()
 	conn := pc.Conn()
-	t := &tx{s: s, ctx: ctx, conn: conn, write: write, pid: conn.PgConn().PID()}
+	t := &tx{s: s, ctx: ctx, conn: conn, write: write, contended: contended, pid: conn.PgConn().PID()}
 
 	b := &pgx.Batch{}
 	if write {

@@ -177,7 +177,7 @@ func TestSharedDomainNumbers(t *testing.T) {
 	var dup atomic.Int64
 	var wg sync.WaitGroup
 	for i := range stores {
-		e := fence.New(openSchema(t, schema), fence.Config{})
+		e := fence.New(openSized(t, schema, 4), fence.Config{})
 		for w := range workers {
 			wg.Add(1)
 			go func() {
@@ -214,7 +214,7 @@ func TestDomainRace(t *testing.T) {
 	var wins, races atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 12 {
-		e := fence.New(openSchema(t, schema), fence.Config{})
+		e := fence.New(openSized(t, schema, 2), fence.Config{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

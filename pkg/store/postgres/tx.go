@@ -23,8 +23,10 @@ type tx struct {
 	conn  *pgx.Conn
 	pid   uint32
 	write bool
-	now   time.Time
-	xid   int64
+	// contended: an earlier run of this decision lost a swap, so domain reads lock their rows.
+	contended bool
+	now       time.Time
+	xid       int64
 
 	pending pgx.Batch
 	err     error // the first failure: the server has aborted the transaction
@@ -252,9 +254,12 @@ func (t *tx) DomainSeq(domain string) (uint64, bool, error) {
 	}
 	var seq *int64
 	var floor int64
+	q := `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
+	if t.write && t.contended {
+		q = `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1 FOR UPDATE), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
+	}
 	err := t.send(func(b *pgx.Batch) {
-		b.Queue(`SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1), (SELECT value FROM effectfence_meta WHERE key = 'floor')`, domain).
-			QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &floor) })
+		b.Queue(q, domain).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &floor) })
 	})
 	if err != nil {
 		return 0, false, err
