@@ -13,6 +13,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/postgres"
 )
 
 // Environment variables of SPEC §4.
@@ -87,7 +88,7 @@ func (o Options) Location() (string, error) {
 	switch {
 	case o.Ledger == "memory":
 		return "memory", nil
-	case strings.HasPrefix(o.Ledger, "postgres://"), strings.HasPrefix(o.Ledger, "postgresql://"):
+	case isPostgres(o.Ledger):
 		return o.Ledger, nil
 	case o.Ledger != "":
 		return o.Ledger, nil
@@ -119,6 +120,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	switch {
 	case loc == "memory":
 		st = fence.NewMemoryStore()
+	case isPostgres(loc):
+		pg, err := postgres.Open(ctx, postgres.Config{URL: loc})
+		if err != nil {
+			return nil, err
+		}
+		st, loc = pg, postgres.Redact(loc)
 	default:
 		return nil, fmt.Errorf("ledger %s: this build has no store for it yet (use %s=memory)", loc, EnvLedger)
 	}
@@ -132,4 +139,8 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
 	}
 	return &Ledger{Engine: eng, Location: loc}, nil
+}
+
+func isPostgres(loc string) bool {
+	return strings.HasPrefix(loc, "postgres://") || strings.HasPrefix(loc, "postgresql://")
 }
