@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -59,6 +60,9 @@ type Config struct {
 	Schema string
 	// MaxConns bounds the pool (0: the URL's pool_max_conns, else 16).
 	MaxConns int32
+
+	// wrapConn, when set (tests only), wraps every new network connection.
+	wrapConn func(net.Conn) net.Conn
 }
 
 // Store is a fence.Store on PostgreSQL. It is safe for concurrent use.
@@ -94,6 +98,16 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	}
 	if !strings.Contains(c.URL, "pool_min_conns") {
 		pc.MinConns = min(8, pc.MaxConns)
+	}
+	if c.wrapConn != nil {
+		dial := pc.ConnConfig.DialFunc
+		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return c.wrapConn(nc), nil
+		}
 	}
 	schema, create := c.Schema, c.Schema != ""
 	if schema != "" {
@@ -272,7 +286,9 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fenc
 		return s.fail(ctx, conn, "begin", err)
 	}
 	t.now = t.now.UTC()
-	s.at("begin", t.pid)
+	if write {
+		s.at("begin", t.pid)
+	}
 
 	if err := fn(t); err != nil {
 		if conn.IsClosed() {
