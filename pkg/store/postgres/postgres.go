@@ -19,7 +19,9 @@
 //   - Fencing tokens come from a SEQUENCE; counters are one row per (store, connection),
 //     summed on read; Tx.Now is the database's clock_timestamp() read once when the
 //     transaction begins, so leases mean the same on every host.
-//   - Writes are queued and sent with the next read or with COMMIT, in one round trip.
+//   - BEGIN travels with the first read; writes are queued and travel with the next read or
+//     with COMMIT; an Update's Get also fetches the next fencing token (a token no one uses
+//     is simply skipped). An admission costs 6 round trips and its commit 2.
 //
 // Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
 // returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a
@@ -252,8 +254,8 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
-// run is one transaction. A connection that turns out dead on BEGIN is replaced once: nothing
-// was sent that could commit.
+// run is one transaction. A connection found dead by the transaction's first round trip is
+// replaced once: nothing had been executed.
 func (s *Store) run(ctx context.Context, contended, write bool, fn func(fence.Tx) error) error {
 	for try := 0; ; try++ {
 		err := s.runOnce(ctx, contended, write, fn)
@@ -273,38 +275,49 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fenc
 	defer pc.Release()
 	conn := pc.Conn()
 	t := &tx{s: s, ctx: ctx, conn: conn, write: write, contended: contended, pid: conn.PgConn().PID()}
-
-	b := &pgx.Batch{}
+	// BEGIN and the clock travel with the transaction's first read (or with Now, if it is
+	// asked first), saving a round trip.
 	if write {
-		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-		b.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now, &t.xid) })
+		t.pending.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		t.pending.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now, &t.xid) })
 	} else {
-		b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-		b.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
-	}
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return s.fail(ctx, conn, "begin", err)
-	}
-	t.now = t.now.UTC()
-	if write {
-		s.at("begin", t.pid)
+		t.pending.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+		t.pending.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
 	}
 
+	stage := func() string {
+		if !t.begun {
+			return "begin"
+		}
+		return "the transaction"
+	}
 	if err := fn(t); err != nil {
 		if conn.IsClosed() {
-			return s.fail(ctx, conn, "the transaction", err)
+			return s.fail(ctx, conn, stage(), err)
 		}
-		s.rollback(conn)
+		if t.begun || t.err != nil {
+			s.rollback(conn)
+		}
 		return err
 	}
 	if t.err != nil { // a read failed but fn ignored it
-		return s.fail(ctx, conn, "the transaction", t.err)
+		return s.fail(ctx, conn, stage(), t.err)
 	}
 	if !write {
+		if !t.begun {
+			return nil // fn read nothing: nothing was sent
+		}
 		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 			return s.fail(ctx, conn, "the end of a read", err)
 		}
 		return nil
+	}
+	if !t.begun {
+		// Learn the transaction id before COMMIT is sent, so a lost acknowledgement can be
+		// resolved.
+		if err := t.send(nil); err != nil {
+			return s.fail(ctx, conn, stage(), err)
+		}
 	}
 	s.at("commit", t.pid)
 	t.pending.Queue("COMMIT")

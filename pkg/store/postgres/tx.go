@@ -29,7 +29,9 @@ type tx struct {
 	xid       int64
 
 	pending pgx.Batch
+	begun   bool  // BEGIN has been executed
 	err     error // the first failure: the server has aborted the transaction
+	token   int64 // a fencing token fetched ahead by Get (0: none)
 
 	locked  map[string]bool        // intents whose advisory lock this transaction holds
 	domains map[string]domainState // domain rows as first read (the swap's expected value)
@@ -60,11 +62,27 @@ func (t *tx) send(q func(b *pgx.Batch)) error {
 	t.pending = pgx.Batch{}
 	if err != nil {
 		t.err = err
+		return err
 	}
-	return err
+	if !t.begun {
+		t.begun = true
+		t.now = t.now.UTC()
+		if t.write {
+			t.s.at("begin", t.pid)
+		}
+	}
+	return nil
 }
 
-func (t *tx) Now() time.Time { return t.now }
+// Now is the database's clock when the transaction began. If it is asked before any read, it
+// costs the round trip that begins the transaction; a failure there is returned by the next
+// call (and by Update).
+func (t *tx) Now() time.Time {
+	if !t.begun && t.err == nil {
+		_ = t.send(nil)
+	}
+	return t.now
+}
 
 // lock queues the intent's advisory lock (once per transaction). Queued ahead of the read
 // that follows, it is granted before that read's snapshot is taken.
@@ -106,6 +124,11 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 			}
 			return rows.Err()
 		})
+		if t.write && t.token == 0 {
+			// Fetched after the intent's lock, so a later claim of this intent always
+			// gets a larger token.
+			b.Queue(`SELECT nextval('effectfence_token')`).QueryRow(func(r pgx.Row) error { return r.Scan(&t.token) })
+		}
 	})
 	if err != nil || !found {
 		return nil, err
@@ -387,6 +410,11 @@ SELECT effectfence_must((SELECT count(*) FROM w), 'the domain floor')`, v, int64
 func (t *tx) NextToken() (uint64, error) {
 	if !t.write {
 		return 0, errReadOnly
+	}
+	if t.token > 0 {
+		v := t.token
+		t.token = -1 // used: never hand it out twice
+		return toUint(v, "the fencing token")
 	}
 	var v int64
 	err := t.send(func(b *pgx.Batch) {
