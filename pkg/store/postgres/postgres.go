@@ -77,7 +77,9 @@ type Store struct {
 	// backend pid of its connection.
 	hook func(stage string, pid uint32)
 
-	closeOnce sync.Once
+	closeOnce  sync.Once
+	listenOnce sync.Once
+	listener   *listener // started by the first Watch
 }
 
 var _ fence.Store = (*Store)(nil)
@@ -176,9 +178,15 @@ func (s *Store) warm(ctx context.Context) {
 // Schema returns the schema that holds the ledger.
 func (s *Store) Schema() string { return s.schema }
 
-// Close closes the pool.
+// Close stops the listener of Watch, if one was started, and closes the pool.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+	s.closeOnce.Do(func() {
+		s.listenOnce.Do(func() {}) // no listener starts after Close
+		if s.listener != nil {
+			s.listener.close()
+		}
+		s.pool.Close()
+	})
 	return nil
 }
 

@@ -67,6 +67,15 @@ CREATE TABLE effectfence_counters (
 	lease_lost    bigint NOT NULL DEFAULT 0
 );
 
+-- Processes waiting for an in-flight intent to finish (see Store.Watch). UNLOGGED: a waiter
+-- outlives no crash, and registering costs no WAL flush.
+CREATE UNLOGGED TABLE effectfence_waiters (
+	intent     text NOT NULL,
+	listener   text NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (intent, listener)
+);
+
 -- effectfence_must turns a compare-and-swap that matched no row into a serialization failure
 -- (SQLSTATE 40001), so a write queued without waiting for its answer still aborts the
 -- transaction, and the store retries the whole decision.

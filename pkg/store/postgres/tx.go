@@ -34,6 +34,7 @@ type tx struct {
 	token   int64 // a fencing token fetched ahead by Get (0: none)
 
 	locked  map[string]bool        // intents whose advisory lock this transaction holds
+	state   map[string]fence.State // intents' states as Get found them (StateNone: no record)
 	domains map[string]domainState // domain rows as first read (the swap's expected value)
 	floor   *uint64                // the floor as first read
 }
@@ -69,6 +70,8 @@ func (t *tx) send(q func(b *pgx.Batch)) error {
 		t.now = t.now.UTC()
 		if t.write {
 			t.s.at("begin", t.pid)
+		} else {
+			t.s.at("view", t.pid)
 		}
 	}
 	return nil
@@ -130,10 +133,33 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 			b.Queue(`SELECT nextval('effectfence_token')`).QueryRow(func(r pgx.Row) error { return r.Scan(&t.token) })
 		}
 	})
-	if err != nil || !found {
+	if err != nil {
 		return nil, err
 	}
-	return decodeRecord(intent, body)
+	if t.write {
+		if t.state == nil {
+			t.state = map[string]fence.State{}
+		}
+		t.state[intent] = fence.StateNone
+	}
+	if !found {
+		return nil, nil
+	}
+	rec, err := decodeRecord(intent, body)
+	if err == nil && t.write {
+		t.state[intent] = rec.State
+	}
+	return rec, err
+}
+
+// ended queues a notification for the waiters of an intent whose in-flight claim this
+// transaction ends (see Store.Watch). It is delivered at commit, only if someone waits: a
+// NOTIFY serialises commits server-wide, so ledgers nobody waits on never pay for it.
+func (t *tx) ended(intent string, next fence.State) {
+	if prev, known := t.state[intent]; (known && prev != fence.StateInFlight) || next == fence.StateInFlight {
+		return
+	}
+	t.pending.Queue(`SELECT pg_notify($1, $2) FROM effectfence_waiters WHERE intent = $2 LIMIT 1`, t.s.channel(), intent)
 }
 
 func (t *tx) Put(rec *fence.Record) error {
@@ -155,6 +181,7 @@ func (t *tx) Put(rec *fence.Record) error {
 	t.pending.Queue(`INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at, cert_hash = excluded.cert_hash, body = excluded.body`,
 		rec.Intent, string(rec.State), expires, certHash, body)
+	t.ended(rec.Intent, rec.State)
 	return t.err
 }
 
@@ -164,6 +191,7 @@ func (t *tx) Delete(intent string) error {
 	}
 	t.lock(intent)
 	t.pending.Queue("DELETE FROM effectfence_records WHERE intent = $1", intent)
+	t.ended(intent, fence.StateNone)
 	return t.err
 }
 

@@ -1,0 +1,152 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestWatchAcrossStores: a waiter on one store learns from another store's transaction that
+// the in-flight intent ended, for every way a claim ends.
+func TestWatchAcrossStores(t *testing.T) {
+	schema := testSchema(t)
+	ctx := context.Background()
+	sa, sb := openSized(t, schema, 2), openSized(t, schema, 2)
+	a := fence.New(sa, fence.Config{Owner: "host-a/1/1"})
+	b := fence.New(sb, fence.Config{Owner: "host-b/1/1"})
+	ends := []struct {
+		name string
+		end  func(tk fence.Ticket) error
+		want func(adm fence.Admission, err error) bool
+	}{
+		{"commit", func(tk fence.Ticket) error { _, err := a.Commit(ctx, tk, []byte(`"ok"`)); return err },
+			func(adm fence.Admission, err error) bool { return err == nil && !adm.Fresh() }},
+		{"release", func(tk fence.Ticket) error { return a.Release(ctx, tk, "declined") },
+			func(adm fence.Admission, err error) bool { return err == nil && adm.Fresh() }},
+		{"abort", func(tk fence.Ticket) error { return a.Abort(ctx, tk, "timeout") },
+			func(_ fence.Admission, err error) bool { return errors.Is(err, fence.ErrPriorFailure) }},
+		{"clear", func(tk fence.Ticket) error { _, err := a.Clear(ctx, tk.Intent, "op", "checked"); return err },
+			func(adm fence.Admission, err error) bool { return err == nil && adm.Fresh() }},
+	}
+	for _, c := range ends {
+		t.Run(c.name, func(t *testing.T) {
+			r := fence.Request{Intent: "watch:" + c.name, Tool: "t"}
+			adm, err := a.Prepare(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch, stop, err := sb.Watch(ctx, r.Intent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			if _, err := b.Prepare(ctx, r); !errors.Is(err, fence.ErrInFlight) {
+				t.Fatalf("before the end: %v", err)
+			}
+			select {
+			case <-ch:
+				t.Fatal("woken before the claim ended")
+			default:
+			}
+			if err := c.end(*adm.Ticket); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no notification within 10 s")
+			}
+			if got, err := b.Prepare(ctx, r); !c.want(got, err) {
+				t.Fatalf("after the end: %+v %v", got, err)
+			}
+		})
+	}
+	var n int
+	if err := sa.pool.QueryRow(ctx, "SELECT count(*) FROM effectfence_waiters").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("waiters rows left: %d %v", n, err)
+	}
+}
+
+// BenchmarkWaitWake measures how a coalescing waiter on another store (another process)
+// learns that the holder committed: by the engine's polling back-off (PrepareWait: 2 ms
+// doubling to 100 ms) or by Watch (LISTEN/NOTIFY). wake-µs is from the start of the holder's
+// Commit to the waiter's answer; waiter-tx/op counts the waiter's database transactions (for notify, registering
+// and removing its waiters row included).
+//
+//	go test -run '^$' -bench WaitWake -benchtime 40x ./pkg/store/postgres/
+func BenchmarkWaitWake(b *testing.B) {
+	for _, mode := range []string{"poll", "notify"} {
+		for _, hold := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond} {
+			b.Run(fmt.Sprintf("%s/hold=%s", mode, hold), func(b *testing.B) {
+				schema := testSchema(b)
+				ctx := context.Background()
+				sa, sb := openSized(b, schema, 2), openSized(b, schema, 2)
+				var txs atomic.Int64
+				sb.hook = func(stage string, _ uint32) {
+					if stage == "begin" || stage == "view" || stage == "waiters" {
+						txs.Add(1)
+					}
+				}
+				a := fence.New(sa, fence.Config{Owner: "host-a/1/1"})
+				w := fence.New(sb, fence.Config{Owner: "host-b/1/1"})
+				var wake time.Duration
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					r := fence.Request{Intent: fmt.Sprintf("wake:%d", i), Tool: "t"}
+					adm, err := a.Prepare(ctx, r)
+					if err != nil {
+						b.Fatal(err)
+					}
+					answered := make(chan time.Time, 1)
+					go func() {
+						var err error
+						if mode == "poll" {
+							_, err = w.PrepareWait(ctx, r, 10*time.Second)
+						} else {
+							err = waitNotified(ctx, sb, w, r)
+						}
+						if err != nil {
+							b.Error(err)
+						}
+						answered <- time.Now()
+					}()
+					time.Sleep(hold)
+					t0 := time.Now()
+					if _, err := a.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+						b.Fatal(err)
+					}
+					wake += (<-answered).Sub(t0)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(wake.Microseconds())/float64(b.N), "wake-µs")
+				b.ReportMetric(float64(txs.Load())/float64(b.N), "waiter-tx/op")
+			})
+		}
+	}
+}
+
+// waitNotified is what PrepareWait would do with a Notifier: watch, ask, wait for the
+// notification, ask again.
+func waitNotified(ctx context.Context, n Notifier, e *fence.Engine, r fence.Request) error {
+	for {
+		ch, stop, err := n.Watch(ctx, r.Intent)
+		if err != nil {
+			return err
+		}
+		adm, err := e.Prepare(ctx, r)
+		if !errors.Is(err, fence.ErrInFlight) {
+			stop()
+			if err == nil && adm.Fresh() {
+				return errors.New("the waiter was admitted")
+			}
+			return err
+		}
+		<-ch
+		stop()
+	}
+}
