@@ -151,3 +151,39 @@ func BenchmarkLedgerReplay(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkServerFloor measures the server on this machine without the fence: one round trip
+// (SELECT 1) and one durable commit (an INSERT in its own transaction), the two costs an
+// admission is made of.
+func BenchmarkServerFloor(b *testing.B) {
+	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if raw == "" {
+		b.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	b.Run("roundtrip", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("commit", func(b *testing.B) {
+		// A row in a real (logged) table, in a schema of its own, so the commit flushes WAL.
+		schema := fmt.Sprintf("effectfence_floor_%d", os.Getpid())
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".probe (i int)"); err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		for b.Loop() {
+			if _, err := conn.Exec(ctx, "INSERT INTO "+schema+".probe VALUES (1)", pgx.QueryExecModeSimpleProtocol); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
