@@ -250,3 +250,35 @@ func TestCorruptRecord(t *testing.T) {
 		t.Fatalf("code %q", fence.CodeOf(err))
 	}
 }
+
+// TestCounterShardsFold: shards of processes long gone are folded into one row when a store
+// opens, and the ledger's totals do not change.
+func TestCounterShardsFold(t *testing.T) {
+	schema := testSchema(t)
+	ctx := context.Background()
+	for i := range 3 {
+		e := fence.New(openSized(t, schema, 2), fence.Config{})
+		if _, err := e.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("fold:%d", i), Tool: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openSchema(t, schema)
+	if _, err := s.pool.Exec(ctx, "UPDATE effectfence_counters SET updated_at = now() - interval '2 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	var shards int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM effectfence_counters").Scan(&shards); err != nil || shards != 3 {
+		t.Fatalf("shards before: %d %v", shards, err)
+	}
+	s2 := openSchema(t, schema)
+	if err := s2.pool.QueryRow(ctx, "SELECT count(*) FROM effectfence_counters").Scan(&shards); err != nil || shards != 1 {
+		t.Fatalf("shards after: %d %v", shards, err)
+	}
+	st, err := fence.New(s2, fence.Config{}).Stats(ctx)
+	if err != nil || st.Ledger.Admitted != 3 || st.Ledger.Total() != 3 {
+		t.Fatalf("ledger after folding: %+v %v", st.Ledger, err)
+	}
+}

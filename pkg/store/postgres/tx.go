@@ -520,7 +520,7 @@ func (t *tx) AddCounters(d fence.Counters) error {
 		return errReadOnly
 	}
 	vals := []uint64{d.Admitted, d.Reclaimed, d.Replayed, d.Coalesced, d.Stale, d.Race, d.InFlight, d.PriorFailure, d.Conflict, d.LeaseLost}
-	args := []any{fmt.Sprintf("%s/%d", t.s.instance, t.pid), t.now}
+	args := []any{fmt.Sprintf("%s/%d", t.s.instance, t.pid)}
 	for _, v := range vals {
 		n, err := toInt(v, "counter")
 		if err != nil {
@@ -529,7 +529,7 @@ func (t *tx) AddCounters(d fence.Counters) error {
 		args = append(args, n)
 	}
 	t.pending.Queue(`INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+VALUES ($1, clock_timestamp(), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
 	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
 	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
