@@ -130,23 +130,37 @@ func BenchmarkWaitWake(b *testing.B) {
 	}
 }
 
-// waitNotified is what PrepareWait would do with a Notifier: watch, ask, wait for the
-// notification, ask again.
+// waitNotified is what PrepareWait would do with a Notifier: watch, then ask; on a wake ask
+// again, and only if the intent is still in flight watch anew (and ask once more, since an
+// end between the answer and the new watch would not wake it).
 func waitNotified(ctx context.Context, n Notifier, e *fence.Engine, r fence.Request) error {
-	for {
-		ch, stop, err := n.Watch(ctx, r.Intent)
-		if err != nil {
-			return err
-		}
+	ch, stop, err := n.Watch(ctx, r.Intent)
+	if err != nil {
+		return err
+	}
+	defer func() { stop() }()
+	answer := func() (bool, error) {
 		adm, err := e.Prepare(ctx, r)
-		if !errors.Is(err, fence.ErrInFlight) {
-			stop()
-			if err == nil && adm.Fresh() {
-				return errors.New("the waiter was admitted")
-			}
+		switch {
+		case errors.Is(err, fence.ErrInFlight):
+			return false, nil
+		case err == nil && adm.Fresh():
+			return true, errors.New("the waiter was admitted")
+		}
+		return true, err
+	}
+	for {
+		if done, err := answer(); done {
 			return err
 		}
 		<-ch
+		if done, err := answer(); done {
+			return err
+		}
 		stop()
+		if ch, stop, err = n.Watch(ctx, r.Intent); err != nil {
+			stop = func() {}
+			return err
+		}
 	}
 }
