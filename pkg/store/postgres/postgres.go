@@ -21,7 +21,8 @@
 //     transaction begins, so leases mean the same on every host.
 //   - BEGIN travels with the first read; writes are queued and travel with the next read or
 //     with COMMIT; an Update's Get also fetches the next fencing token (a token no one uses
-//     is simply skipped). An admission costs 6 round trips and its commit 2.
+//     is simply skipped). An admission without a domain costs 6 round trips and its
+//     commit 2.
 //
 // Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
 // returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a
