@@ -19,11 +19,12 @@ import (
 // killer terminates the backend of a store's transaction from the test's own connection when
 // the store reaches the armed stage, once, and waits until the backend is gone.
 type killer struct {
-	t      *testing.T
-	admin  *pgx.Conn
-	mu     sync.Mutex
-	stage  string
-	killed atomic.Int64
+	t       *testing.T
+	admin   *pgx.Conn
+	mu      sync.Mutex
+	stage   string
+	killed  atomic.Int64
+	aborted atomic.Int64 // commits found aborted by txid_status
 }
 
 func (k *killer) arm(stage string) {
@@ -35,6 +36,9 @@ func (k *killer) arm(stage string) {
 func (k *killer) hook(stage string, pid uint32) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if stage == "resolved aborted" {
+		k.aborted.Add(1)
+	}
 	if k.stage != stage {
 		return
 	}
@@ -125,8 +129,8 @@ func TestTerminateBackendDuringPrepare(t *testing.T) {
 			t.Fatalf("after kill at %s: domain at %d %v; want 0", stage, seq, err)
 		}
 	}
-	if k.killed.Load() != 2 {
-		t.Fatalf("killed %d backends, want 2", k.killed.Load())
+	if k.killed.Load() != 2 || k.aborted.Load() != 1 {
+		t.Fatalf("killed %d backends, resolved %d commits as aborted; want 2 and 1", k.killed.Load(), k.aborted.Load())
 	}
 	// The next call reconnects and runs the effect, once.
 	tk, err := attempt(ctx, e, conn, r, "retry")
@@ -174,6 +178,9 @@ func TestTerminateBackendDuringCommit(t *testing.T) {
 			t.Fatalf("duplicate while the commit is unresolved: %v", err)
 		}
 	}
+	if k.killed.Load() != 2 || k.aborted.Load() != 2 {
+		t.Fatalf("killed %d backends, resolved %d commits as aborted; want 2 and 2", k.killed.Load(), k.aborted.Load())
+	}
 	// The holder retries its commit on a new connection.
 	cert, err := e.Commit(ctx, *tk, []byte(`{"charge":"ch_1"}`))
 	if err != nil {
@@ -188,23 +195,43 @@ func TestTerminateBackendDuringCommit(t *testing.T) {
 	}
 }
 
-// cutConn, once armed, closes the network connection right after the next write that
-// executes statements (a frontend Execute message): the server receives the batch that ends
-// in COMMIT, but its answer never arrives.
+// cutConn, once armed, severs the network connection at the next write that executes
+// statements (a frontend Execute message): the write goes out, so the server receives the
+// batch that ends in COMMIT, but nothing is read back from then on (pgconn reads in the
+// background, so reads are cut too) and the connection is closed.
 type cutConn struct {
 	net.Conn
-	armed *atomic.Bool
-	cut   *atomic.Int64
+	armed   *atomic.Bool
+	cut     *atomic.Int64
+	severed *atomic.Bool
+}
+
+var errSevered = errors.New("test: connection severed")
+
+func (c cutConn) Read(b []byte) (int, error) {
+	if c.severed.Load() {
+		return 0, errSevered
+	}
+	n, err := c.Conn.Read(b)
+	if c.severed.Load() {
+		return 0, errSevered // whatever arrived after the cut is lost
+	}
+	return n, err
 }
 
 func (c cutConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if err == nil && executes(b) && c.armed.CompareAndSwap(true, false) {
-		// Give the server a moment to read what was sent before the connection goes.
-		time.Sleep(20 * time.Millisecond)
-		c.cut.Add(1)
-		c.Conn.Close()
+	if c.severed.Load() {
+		return 0, errSevered
 	}
+	if !executes(b) || !c.armed.CompareAndSwap(true, false) {
+		return c.Conn.Write(b)
+	}
+	c.severed.Store(true)
+	n, err := c.Conn.Write(b)
+	// Give the server a moment to read what was sent before the connection goes.
+	time.Sleep(50 * time.Millisecond)
+	c.cut.Add(1)
+	c.Conn.Close()
 	return n, err
 }
 
@@ -234,15 +261,19 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 	var cut atomic.Int64
 	ctx := context.Background()
 	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, wrapConn: func(c net.Conn) net.Conn {
-		return cutConn{Conn: c, armed: &armed, cut: &cut}
+		return cutConn{Conn: c, armed: &armed, cut: &cut, severed: new(atomic.Bool)}
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	var resolved atomic.Int64
 	s.hook = func(stage string, _ uint32) {
 		if stage == "commit" && want.CompareAndSwap(true, false) {
 			armed.Store(true)
+		}
+		if stage == "resolved committed" {
+			resolved.Add(1)
 		}
 	}
 	conn := admin(t, schema)
@@ -261,8 +292,8 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("commit with a lost acknowledgement: %v", err)
 	}
-	if cut.Load() != 2 {
-		t.Fatalf("cut %d connections, want 2", cut.Load())
+	if cut.Load() != 2 || resolved.Load() != 2 {
+		t.Fatalf("cut %d connections and resolved %d commits by txid_status, want 2 and 2", cut.Load(), resolved.Load())
 	}
 	adm, err := e.Prepare(ctx, r)
 	if err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
@@ -270,5 +301,75 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 	}
 	if n := count(r.Intent); n != 1 {
 		t.Fatalf("effect ran %d times", n)
+	}
+}
+
+// downConn is a cutConn after whose cut every connection fails while down is set: the
+// database is unreachable.
+type downConn struct {
+	cutConn
+	down *atomic.Bool
+}
+
+func (c downConn) Read(b []byte) (int, error) {
+	if c.down.Load() {
+		return 0, errSevered
+	}
+	return c.cutConn.Read(b)
+}
+
+func (c downConn) Write(b []byte) (int, error) {
+	if c.down.Load() {
+		return 0, errSevered
+	}
+	before := c.cut.Load()
+	n, err := c.cutConn.Write(b)
+	if c.cut.Load() > before { // this write made the cut: the database goes away with it
+		c.down.Store(true)
+	}
+	return n, err
+}
+
+// TestCommitOutcomeUnknown: the acknowledgement of COMMIT is lost and the server cannot be
+// asked either. Commit says exactly that (CommitUnknownError, code store_error); once the
+// database is back, Status shows the commit landed and a duplicate is replayed.
+func TestCommitOutcomeUnknown(t *testing.T) {
+	schema := testSchema(t)
+	var armed, want, down atomic.Bool
+	var cut atomic.Int64
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 4, wrapConn: func(c net.Conn) net.Conn {
+		return downConn{cutConn: cutConn{Conn: c, armed: &armed, cut: &cut, severed: new(atomic.Bool)}, down: &down}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.hook = func(stage string, _ uint32) {
+		if stage == "commit" && want.CompareAndSwap(true, false) {
+			armed.Store(true)
+		}
+	}
+	e := fence.New(s, fence.Config{})
+	r := fence.Request{Intent: "charge:unknown", Tool: "charge", Args: []byte(`{"amount":4}`)}
+	adm, err := e.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	want.Store(true)
+	_, err = e.Commit(ctx, *adm.Ticket, []byte(`"charged"`))
+	var unknown CommitUnknownError
+	if !errors.As(err, &unknown) || fence.CodeOf(err) != fence.CodeStore || !strings.Contains(err.Error(), "may or may not be recorded") {
+		t.Fatalf("commit with the database gone: %v", err)
+	}
+	t.Logf("commit: %v", err)
+	down.Store(false)
+	st, err := e.Status(ctx, r.Intent)
+	if err != nil || st.State != fence.StateDone || st.Token != adm.Ticket.Token {
+		t.Fatalf("after the database is back: %+v %v", st, err)
+	}
+	again, err := e.Prepare(ctx, r)
+	if err != nil || again.Fresh() || string(again.Cert.Result) != `"charged"` {
+		t.Fatalf("duplicate: %+v %v", again, err)
 	}
 }

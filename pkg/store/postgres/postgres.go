@@ -283,12 +283,13 @@ func backoff(ctx context.Context, attempt int) error {
 }
 
 // run is one transaction. A connection found dead by the transaction's first round trip is
-// replaced once: nothing had been executed.
+// replaced, up to three times (after a server restart every idle connection is dead):
+// nothing had been executed on it.
 func (s *Store) run(ctx context.Context, contended, write bool, fn func(fence.Tx) error) error {
 	for try := 0; ; try++ {
 		err := s.runOnce(ctx, contended, write, fn)
 		var lost ConnLostError
-		if try == 0 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
+		if try < 3 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
 			continue
 		}
 		return err
@@ -403,8 +404,10 @@ func (s *Store) resolve(ctx context.Context, xid int64, cause error) error {
 		case status == nil:
 			return CommitUnknownError{Xid: xid, Err: cause}
 		case *status == "committed":
+			s.at("resolved committed", 0)
 			return nil
 		case *status == "aborted":
+			s.at("resolved aborted", 0)
 			return ConnLostError{Stage: "commit", Err: cause}
 		}
 		if time.Now().After(deadline) {
