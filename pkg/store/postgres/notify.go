@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,7 @@ type listener struct {
 	err    error
 	cancel context.CancelFunc
 	done   chan struct{}
+	pid    atomic.Uint32 // backend of the LISTEN connection (for tests)
 }
 
 type watch struct {
@@ -184,6 +186,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
 	}
 	_, _ = conn.Exec(ctx, "DELETE FROM effectfence_waiters WHERE created_at < now() - interval '1 hour'")
+	l.pid.Store(conn.PgConn().PID())
 	return conn, nil
 }
 

@@ -72,6 +72,53 @@ func TestWatchAcrossStores(t *testing.T) {
 	}
 }
 
+// TestWatchSurvivesListenerLoss: when the LISTEN connection is terminated, every waiter is
+// woken (a notification may have been missed) and the listener reconnects, so later waits are
+// notified again.
+func TestWatchSurvivesListenerLoss(t *testing.T) {
+	schema := testSchema(t)
+	ctx := context.Background()
+	sa, sb := openSized(t, schema, 2), openSized(t, schema, 2)
+	a := fence.New(sa, fence.Config{Owner: "host-a/1/1"})
+	r := fence.Request{Intent: "watch:listener-loss", Tool: "t"}
+	adm, err := a.Prepare(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop, err := sb.Watch(ctx, r.Intent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := sb.listener.pid.Load()
+	var ok bool
+	if err := admin(t, "").QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(first)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminating the listener: %v %v", ok, err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiters were not woken after the listener was lost")
+	}
+	stop()
+	// The intent is still in flight: wait again, on the new listener.
+	ch, stop, err = sb.Watch(ctx, r.Intent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if now := sb.listener.pid.Load(); now == first || now == 0 {
+		t.Fatalf("listener backend %d after reconnect (was %d)", now, first)
+	}
+	if _, err := a.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification after the listener reconnected")
+	}
+}
+
 // BenchmarkWaitWake measures how a coalescing waiter on another store (another process)
 // learns that the holder committed: by the engine's polling back-off (PrepareWait: 2 ms
 // doubling to 100 ms) or by Watch (LISTEN/NOTIFY). wake-µs is from the start of the holder's
