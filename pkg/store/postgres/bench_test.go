@@ -131,6 +131,23 @@ func BenchmarkLedgerAdmitCommit(b *testing.B) {
 	})
 }
 
+// BenchmarkLedgerAdmitCommitHotDomain: every op takes the next number of one shared domain,
+// the one place where admissions must take turns.
+func BenchmarkLedgerAdmitCommitHotDomain(b *testing.B) {
+	benchLedgers(b, func(b *testing.B, e *fence.Engine, callers int) {
+		ctx := context.Background()
+		prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
+		run(b, callers, func(i int) error {
+			adm, err := e.Prepare(ctx, fence.Request{Intent: prefix + fmt.Sprint(i), Tool: "charge_card", Args: []byte(`{"amount":4900}`), Domain: "acct:hot"})
+			if err != nil {
+				return err
+			}
+			_, err = e.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`))
+			return err
+		})
+	})
+}
+
 func BenchmarkLedgerReplay(b *testing.B) {
 	benchLedgers(b, func(b *testing.B, e *fence.Engine, callers int) {
 		ctx := context.Background()
