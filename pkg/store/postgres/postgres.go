@@ -78,6 +78,10 @@ type Store struct {
 	// backend pid of its connection.
 	hook func(stage string, pid uint32)
 
+	// hot remembers domains whose swap was lost recently (domain -> time.Time): reads of
+	// them lock the row from the first attempt, so callers queue instead of failing.
+	hot sync.Map
+
 	closeOnce  sync.Once
 	listenOnce sync.Once
 	listener   *listener // started by the first Watch
@@ -314,6 +318,14 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fenc
 		t.pending.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
 	}
 
+	defer func() {
+		if retryable(err) {
+			now := time.Now()
+			for d := range t.swapped {
+				s.hot.Store(d, now)
+			}
+		}
+	}()
 	stage := func() string {
 		if !t.begun {
 			return "begin"
@@ -419,6 +431,21 @@ func (s *Store) resolve(ctx context.Context, xid int64, cause error) error {
 			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, ctx.Err())}
 		}
 	}
+}
+
+// hotWindow is how long a domain that lost a swap is read with a row lock.
+const hotWindow = 10 * time.Second
+
+func (s *Store) isHot(domain string) bool {
+	v, ok := s.hot.Load(domain)
+	if !ok {
+		return false
+	}
+	if time.Since(v.(time.Time)) > hotWindow {
+		s.hot.Delete(domain)
+		return false
+	}
+	return true
 }
 
 func (s *Store) at(stage string, pid uint32) {

@@ -36,6 +36,7 @@ type tx struct {
 	locked  map[string]bool        // intents whose advisory lock this transaction holds
 	state   map[string]fence.State // intents' states as Get found them (StateNone: no record)
 	domains map[string]domainState // domain rows as first read (the swap's expected value)
+	swapped map[string]bool        // domains this transaction compare-and-swaps
 	floor   *uint64                // the floor as first read
 }
 
@@ -306,7 +307,7 @@ func (t *tx) DomainSeq(domain string) (uint64, bool, error) {
 	var seq *int64
 	var floor int64
 	q := `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
-	if t.write && t.contended {
+	if t.write && (t.contended || t.s.isHot(domain)) {
 		q = `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1 FOR UPDATE), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
 	}
 	err := t.send(func(b *pgx.Batch) {
@@ -364,6 +365,12 @@ SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domai
 		t.domains = map[string]domainState{}
 	}
 	t.domains[domain] = domainState{seq: seq, found: true, floor: d.floor}
+	if read {
+		if t.swapped == nil {
+			t.swapped = map[string]bool{}
+		}
+		t.swapped[domain] = true
+	}
 	return t.err
 }
 
