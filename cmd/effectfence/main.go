@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/effectfence/effectfence/pkg/serve"
+	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/urfave/cli/v3"
 )
 
@@ -71,6 +73,14 @@ func rootCommand(io streams) *cli.Command {
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
 				return usageErr("unknown command %q; run `effectfence --help` to see the commands", cmd.Args().First())
+			}
+			if !stdinIsTerminal(io.in) {
+				// An MCP client config runs `"command": "effectfence"` with no arguments.
+				opts, err := store.FromEnv("server")
+				if err != nil {
+					return usageErr("%v", err)
+				}
+				return runServe(ctx, io, opts, serve.DefaultWorkers)
 			}
 			return cli.ShowAppHelp(cmd)
 		},
