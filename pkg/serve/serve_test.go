@@ -317,8 +317,9 @@ func TestRefusalsCarryCodeFactsAndNext(t *testing.T) {
 		}
 	})
 	t.Run("heartbeat extends the lease", func(t *testing.T) {
+		// Only intent, token and nonce are needed: they are what the ledger checks.
 		var hb serve.HeartbeatResult
-		h.ok(serve.ToolHeartbeat, map[string]any{"ticket": held.Ticket}, &hb)
+		h.ok(serve.ToolHeartbeat, map[string]any{"ticket": map[string]any{"intent": held.Ticket.Intent, "token": held.Ticket.Token, "nonce": held.Ticket.Nonce}}, &hb)
 		if hb.Ticket.Token != held.Ticket.Token || hb.Ticket.LeaseUntil.Before(held.Ticket.LeaseUntil) {
 			t.Fatalf("heartbeat %+v after %+v", hb.Ticket, held.Ticket)
 		}

@@ -156,7 +156,7 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 // running an effect must not leave its outcome half-recorded.
 
 func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
-	cert, err := s.eng.Commit(context.WithoutCancel(ctx), in.Ticket, []byte(in.Result))
+	cert, err := s.eng.Commit(context.WithoutCancel(ctx), in.Ticket.Ticket(), []byte(in.Result))
 	if err != nil {
 		return nil, err
 	}
@@ -165,13 +165,13 @@ func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 
 func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) {
 	if abort {
-		if err := s.eng.Abort(context.WithoutCancel(ctx), in.Ticket, in.Reason); err != nil {
+		if err := s.eng.Abort(context.WithoutCancel(ctx), in.Ticket.Ticket(), in.Reason); err != nil {
 			return nil, err
 		}
 		return EndResult{Intent: in.Ticket.Intent, State: fence.StateFailed,
 			Next: "The intent is fenced: do not retry it. A human operator must check the real system and clear it."}, nil
 	}
-	if err := s.eng.Release(context.WithoutCancel(ctx), in.Ticket, in.Reason); err != nil {
+	if err := s.eng.Release(context.WithoutCancel(ctx), in.Ticket.Ticket(), in.Reason); err != nil {
 		return nil, err
 	}
 	return EndResult{Intent: in.Ticket.Intent, State: fence.StateNone,
@@ -179,7 +179,9 @@ func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) 
 }
 
 func (s *Server) heartbeat(ctx context.Context, in HeartbeatInput) (any, error) {
-	t, err := s.eng.Heartbeat(context.WithoutCancel(ctx), in.Ticket)
+	t := in.Ticket.Ticket()
+	t.Reclaimed = in.Ticket.Reclaimed // echoed back, so the renewed ticket reads like the first
+	t, err := s.eng.Heartbeat(context.WithoutCancel(ctx), t)
 	if err != nil {
 		return nil, err
 	}

@@ -57,21 +57,39 @@ type PrepareInput struct {
 	WaitSecs float64              `json:"wait_secs,omitempty" jsonschema:"If another attempt is running this intent, wait up to this many seconds (at most 60) for its outcome instead of being refused with intent_in_flight."`
 }
 
+// TicketHandle is a ticket as an agent hands it back. Only intent, token and nonce carry
+// authority; the engine checks them against its own record. The other fields of the ticket
+// fence_prepare gave out are accepted so the ticket can be passed back unchanged, and ignored.
+type TicketHandle struct {
+	Intent     string    `json:"intent"`
+	Token      uint64    `json:"token"`
+	Nonce      string    `json:"nonce"`
+	Domain     string    `json:"domain,omitempty"`
+	Seq        uint64    `json:"seq,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	Reclaimed  bool      `json:"reclaimed,omitempty"`
+}
+
+// Ticket returns the engine's ticket with the fields that carry authority.
+func (h TicketHandle) Ticket() fence.Ticket {
+	return fence.Ticket{Intent: h.Intent, Token: h.Token, Nonce: h.Nonce}
+}
+
 // CommitInput is the input of fence_commit.
 type CommitInput struct {
-	Ticket fence.Ticket `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
+	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
 	Result JSONValue    `json:"result" jsonschema:"The effect's result (any JSON value); recorded in the cert and replayed to every duplicate."`
 }
 
 // EndInput is the input of fence_abort and fence_release.
 type EndInput struct {
-	Ticket fence.Ticket `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
+	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
 	Reason string       `json:"reason,omitempty" jsonschema:"What happened, for the operator."`
 }
 
 // HeartbeatInput is the input of fence_heartbeat.
 type HeartbeatInput struct {
-	Ticket fence.Ticket `json:"ticket" jsonschema:"The ticket fence_prepare (or the last heartbeat) gave you."`
+	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare (or the last heartbeat) gave you."`
 }
 
 // StatusInput is the input of fence_status.
