@@ -100,16 +100,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{path: abs, opt: opt}
-	if !opt.ReadOnly {
-		if s.w, err = sql.Open("sqlite", dsn(abs, opt, "immediate")); err != nil {
-			return nil, s.fail(err)
-		}
-		s.w.SetMaxOpenConns(1)
-		s.w.SetMaxIdleConns(1)
-		s.w.SetConnMaxLifetime(0)
-		s.w.SetConnMaxIdleTime(0)
-	}
-	if s.r, err = sql.Open("sqlite", dsn(abs, opt, "")); err != nil {
+	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
 	s.r.SetMaxOpenConns(4)
@@ -118,6 +109,13 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, s.fail(err)
 	}
 	if !opt.ReadOnly {
+		if s.w, err = sql.Open("sqlite", dsn(abs, opt, true)); err != nil {
+			return nil, s.fail(err)
+		}
+		s.w.SetMaxOpenConns(1)
+		s.w.SetMaxIdleConns(1)
+		s.w.SetConnMaxLifetime(0)
+		s.w.SetConnMaxIdleTime(0)
 		if err := s.migrate(ctx); err != nil {
 			return nil, s.fail(err)
 		}
@@ -147,22 +145,22 @@ func (s *Store) fail(err error) error {
 	return s.wrap(err)
 }
 
-// dsn builds the modernc.org/sqlite data source name. txlock "immediate" makes BeginTx issue
-// BEGIN IMMEDIATE (read-only transactions always use a plain BEGIN).
-func dsn(path string, opt Options, txlock string) string {
+// dsn builds the modernc.org/sqlite data source name. The writer's _txlock=immediate makes
+// BeginTx issue BEGIN IMMEDIATE (TestUpdateBeginsImmediate checks it). Only the writer sets
+// the journal mode, because that pragma converts the file: it must not run before
+// checkIdentity has confirmed, on a reader, that the file is ours.
+func dsn(path string, opt Options, writer bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opt.BusyTimeout.Milliseconds()))
 	if opt.ReadOnly {
 		q.Add("mode", "ro")
-	} else {
+	}
+	if writer {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(FULL)")
 		// Keep the WAL file small after checkpoints, so the ledger's footprint stays bounded.
 		q.Add("_pragma", "journal_size_limit(4194304)")
-	}
-	q.Add("_pragma", "foreign_keys(0)")
-	if txlock != "" {
-		q.Set("_txlock", txlock)
+		q.Set("_txlock", "immediate")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -178,7 +176,19 @@ func prepareFile(path string, readOnly bool) error {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
 	case err == nil:
-		return checkHeader(path, fi.Size())
+		if err := checkHeader(path, fi.Size()); err != nil {
+			return err
+		}
+		if !readOnly {
+			// SQLite silently opens an unwritable file read-only and fails only at the first
+			// write; the fence must not start answering and then fail to record a decision.
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				return fmt.Errorf("ledger %s is not writable by this user (%w); the fence must record every decision: fix its permissions or choose another file with --ledger or EFFECTFENCE_LEDGER (`effectfence ledger check` can still read it)", path, err)
+			}
+			f.Close()
+		}
+		return nil
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("ledger %s: %w", path, err)
 	case readOnly:
