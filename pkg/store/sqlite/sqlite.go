@@ -66,6 +66,8 @@ type Store struct {
 	mu       sync.RWMutex // guards closed against Update/View entering
 	closed   bool
 	inflight sync.WaitGroup
+	rstmts   map[string]*sql.Stmt
+	wstmts   map[string]*sql.Stmt
 	reqs     chan *update
 	quit     chan struct{}
 	done     chan struct{}
@@ -123,6 +125,14 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := s.checkVersion(ctx); err != nil {
 		return nil, s.fail(err)
 	}
+	if s.rstmts, err = prepareAll(ctx, s.r); err != nil {
+		return nil, s.fail(err)
+	}
+	if s.w != nil {
+		if s.wstmts, err = prepareAll(ctx, s.w); err != nil {
+			return nil, s.fail(err)
+		}
+	}
 	if !opt.ReadOnly {
 		s.reqs = make(chan *update, opt.MaxBatch)
 		s.quit = make(chan struct{})
@@ -135,7 +145,30 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 // Path is the absolute path of the ledger file.
 func (s *Store) Path() string { return s.path }
 
+// prepareAll prepares the fixed queries on db before any transaction holds its connections
+// (preparing later on the writer's single connection would wait for itself). Transactions
+// use them through Tx.StmtContext, which reuses the statement on the same connection.
+func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
+	m := make(map[string]*sql.Stmt, len(preparedQueries))
+	for _, q := range preparedQueries {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			for _, st := range m {
+				st.Close()
+			}
+			return nil, err
+		}
+		m[q] = st
+	}
+	return m, nil
+}
+
 func (s *Store) fail(err error) error {
+	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
+		for _, st := range m {
+			st.Close()
+		}
+	}
 	if s.w != nil {
 		s.w.Close()
 	}
@@ -440,29 +473,35 @@ func (s *Store) runBatch(batch []*update) {
 			tx.Rollback()
 		}
 	}()
+	// A lone Update needs no savepoint: its failure rolls back the whole transaction.
+	savepoints := len(batch) > 1
 	ok := 0
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
-			answer(s.wrap(err))
-			return
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
+				answer(s.wrap(err))
+				return
+			}
 		}
-		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true}
+		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
 		errs[i] = call(u.fn, t)
-		if errs[i] != nil {
+		if errs[i] == nil {
+			ok++
+		} else if savepoints {
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
 				answer(s.wrap(err))
 				return
 			}
-		} else {
-			ok++
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
-			answer(s.wrap(err))
-			return
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
+				answer(s.wrap(err))
+				return
+			}
 		}
 	}
 	if ok == 0 {
@@ -506,7 +545,7 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 		return s.wrap(err)
 	}
 	defer tx.Rollback()
-	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now()})
+	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), stmts: s.rstmts})
 }
 
 // Close waits for running calls, stops the committer and closes the file. Later calls fail
@@ -525,6 +564,11 @@ func (s *Store) Close() error {
 		<-s.done
 	}
 	var errs []error
+	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
+		for _, st := range m {
+			errs = append(errs, st.Close())
+		}
+	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
 	}
