@@ -5,8 +5,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
