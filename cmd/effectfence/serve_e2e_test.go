@@ -95,7 +95,9 @@ type clientReport struct {
 	Concurrent                                     []callOutcome
 	AbortPrepare, Abort, AfterAbort                callOutcome
 	ReleasePrepare, Release, AfterRelease          callOutcome
-	ForgedNonce, ForgedToken, StatusAfterForged    callOutcome
+	Heartbeat, ForgedNonce, ForgedToken            callOutcome
+	StatusAfterForged                              callOutcome
+	TwoServers                                     []callOutcome
 	UnknownTool, EmptyIntent, WrongType            callOutcome
 	StatsBefore, AfterRestart, AbortedAfterRestart callOutcome
 	StatsAfter                                     callOutcome
@@ -177,25 +179,8 @@ func serveWithMCPClient(t *testing.T, bin string) {
 		}
 	})
 
-	t.Run("16 concurrent prepares, one fresh", func(t *testing.T) {
-		fresh, inFlight := 0, 0
-		for i, c := range rep.Concurrent {
-			if c.IsError {
-				if r := c.refusal(t, fmt.Sprint("racer ", i)); r.Code == fence.CodeInFlight {
-					inFlight++
-					continue
-				}
-				t.Errorf("racer %d: %s", i, c.JSON)
-				continue
-			}
-			if p := c.prepared(t, fmt.Sprint("racer ", i)); p.Status == serve.StatusFresh {
-				fresh++
-			}
-		}
-		if len(rep.Concurrent) != 16 || fresh != 1 || inFlight != 15 {
-			t.Fatalf("%d answers: fresh=%d in_flight=%d", len(rep.Concurrent), fresh, inFlight)
-		}
-	})
+	t.Run("16 concurrent prepares, one fresh", func(t *testing.T) { oneFresh(t, rep.Concurrent) })
+	t.Run("16 concurrent prepares on two server processes sharing the ledger, one fresh", func(t *testing.T) { oneFresh(t, rep.TwoServers) })
 
 	t.Run("abort fences", func(t *testing.T) {
 		rep.AbortPrepare.prepared(t, "prepare before abort")
@@ -215,6 +200,14 @@ func serveWithMCPClient(t *testing.T, bin string) {
 		again := rep.AfterRelease.prepared(t, "after release")
 		if again.Status != serve.StatusFresh || again.Ticket.Token <= p.Ticket.Token {
 			t.Fatalf("after release: %+v", again)
+		}
+	})
+
+	t.Run("heartbeat extends the lease", func(t *testing.T) {
+		held := rep.AfterRelease.prepared(t, "holder")
+		var hb serve.HeartbeatResult
+		if rep.Heartbeat.IsError || json.Unmarshal(rep.Heartbeat.JSON, &hb) != nil || hb.Ticket.Token != held.Ticket.Token || hb.Ticket.LeaseUntil.Before(held.Ticket.LeaseUntil) {
+			t.Fatalf("heartbeat: %s", rep.Heartbeat.JSON)
 		}
 	})
 
@@ -406,5 +399,28 @@ func serveBadInputOverStdio(t *testing.T, bin string) {
 	}
 	if strings.Contains(stderr.String(), "panic") {
 		t.Fatalf("server stderr mentions a panic:\n%s", stderr.String())
+	}
+}
+
+// oneFresh checks that of 16 racing prepares of one intent exactly one was fresh and the
+// others were refused as in flight.
+func oneFresh(t *testing.T, answers []callOutcome) {
+	t.Helper()
+	fresh, inFlight := 0, 0
+	for i, c := range answers {
+		if c.IsError {
+			if r := c.refusal(t, fmt.Sprint("racer ", i)); r.Code == fence.CodeInFlight {
+				inFlight++
+				continue
+			}
+			t.Errorf("racer %d: %s", i, c.JSON)
+			continue
+		}
+		if p := c.prepared(t, fmt.Sprint("racer ", i)); p.Status == serve.StatusFresh {
+			fresh++
+		}
+	}
+	if len(answers) != 16 || fresh != 1 || inFlight != 15 {
+		t.Fatalf("%d answers: fresh=%d in_flight=%d", len(answers), fresh, inFlight)
 	}
 }

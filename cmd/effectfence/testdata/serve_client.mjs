@@ -69,8 +69,11 @@ report.releasePrepare = await call(client, 'fence_prepare', charge('refund:9'));
 report.release = await call(client, 'fence_release', { ticket: report.releasePrepare.json.ticket, reason: 'declined before charging' });
 report.afterRelease = await call(client, 'fence_prepare', charge('refund:9'));
 
-// forged tickets: an edited nonce, an edited token
+// heartbeat extends the lease of the ticket that holds refund:9
 const held = report.afterRelease.json.ticket;
+report.heartbeat = await call(client, 'fence_heartbeat', { ticket: held });
+
+// forged tickets: an edited nonce, an edited token
 report.forgedNonce = await call(client, 'fence_commit', { ticket: { ...held, nonce: '0'.repeat(32) }, result: 'forged' });
 report.forgedToken = await call(client, 'fence_commit', { ticket: { ...held, token: held.token + 1000 }, result: 'forged' });
 report.statusAfterForged = await call(client, 'fence_status', { intent: 'refund:9' });
@@ -89,5 +92,12 @@ report.afterRestart = await call(client, 'fence_prepare', charge('charge:order-1
 report.abortedAfterRestart = await call(client, 'fence_prepare', charge('scale:web'));
 report.statsAfter = await call(client, 'fence_stats', {});
 await client.close();
+
+// two server processes on one ledger (each MCP client starts its own): 8 racers on each
+const [a, b] = await Promise.all([connect(), connect()]);
+report.twoServers = await Promise.all(
+  Array.from({ length: 16 }, (_, i) => call(i % 2 ? a : b, 'fence_prepare', charge('transfer:acct-42'))),
+);
+await Promise.all([a.close(), b.close()]);
 
 process.stdout.write(JSON.stringify(report) + '\n');
