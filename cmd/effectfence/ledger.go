@@ -37,6 +37,12 @@ func ledgerCommand(io streams) *cli.Command {
 		Name:        "ledger",
 		Usage:       "list, inspect, clear, verify, export and check a ledger",
 		Description: ledgerUsage,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return usageErr("unknown ledger command %q; run `effectfence ledger --help`", cmd.Args().First())
+			}
+			return cli.ShowSubcommandHelp(cmd)
+		},
 		Commands: []*cli.Command{
 			ledgerSub(io, "ls", "", "list intents (--state in_flight|done|failed|unknown|fenced, repeatable)", 0,
 				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}}, ledgerLs),
