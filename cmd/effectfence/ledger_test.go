@@ -20,14 +20,6 @@ import (
 	"github.com/effectfence/effectfence/pkg/store"
 )
 
-// runCLI runs the effectfence command line in-process and returns its exit code and output.
-func runCLI(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"effectfence"}, args...), streams{strings.NewReader(""), &out, &errb})
-	return code, out.String(), errb.String()
-}
-
 // TestLedgerHelperProcess is not a test: it is the body of the fence processes the crash tests
 // start (and kill). It does nothing unless EFFECTFENCE_TEST_HELPER is set.
 //
@@ -171,27 +163,27 @@ func TestKillAfterAdmissionIsFencedUntilCleared(t *testing.T) {
 		t.Fatalf("%d executions; want 1", n)
 	}
 
-	code, out, errOut := runCLI(t, "ledger", "ls", "--ledger", path, "--state", "fenced")
+	code, out, errOut := runCLI(t, "", "ledger", "ls", "--ledger", path, "--state", "fenced")
 	if code != exitOK || !strings.Contains(out, "charge:order-7") || !strings.Contains(out, "unknown") || !strings.Contains(out, "is gone") {
 		t.Fatalf("ledger ls = %d\n%s%s", code, out, errOut)
 	}
 	if strings.Contains(out, "\x1b[") {
 		t.Fatal("colour escapes in output with NO_COLOR and no terminal")
 	}
-	code, out, _ = runCLI(t, "ledger", "ls", "--ledger", path, "--json")
+	code, out, _ = runCLI(t, "", "ledger", "ls", "--ledger", path, "--json")
 	var ls struct{ Records []fence.Record }
 	if code != exitOK || json.Unmarshal([]byte(out), &ls) != nil || len(ls.Records) != 1 || ls.Records[0].State != fence.StateUnknown {
 		t.Fatalf("ledger ls --json = %d %s", code, out)
 	}
 
-	if code, _, errOut := runCLI(t, "ledger", "clear", "charge:order-7", "--ledger", path); code != exitUsage || !strings.Contains(errOut, "--reason") {
+	if code, _, errOut := runCLI(t, "", "ledger", "clear", "charge:order-7", "--ledger", path); code != exitUsage || !strings.Contains(errOut, "--reason") {
 		t.Fatalf("clear without a reason = %d %s", code, errOut)
 	}
-	code, out, errOut = runCLI(t, "ledger", "clear", "charge:order-7", "--ledger", path, "--reason", "no charge ch_ in the PSP dashboard")
+	code, out, errOut = runCLI(t, "", "ledger", "clear", "charge:order-7", "--ledger", path, "--reason", "no charge ch_ in the PSP dashboard")
 	if code != exitOK || !strings.Contains(out, "cleared charge:order-7 (was unknown)") {
 		t.Fatalf("ledger clear = %d\n%s%s", code, out, errOut)
 	}
-	code, out, _ = runCLI(t, "ledger", "show", "charge:order-7", "--ledger", path, "--json")
+	code, out, _ = runCLI(t, "", "ledger", "show", "charge:order-7", "--ledger", path, "--json")
 	var d ledger.Detail
 	if code != exitOK || json.Unmarshal([]byte(out), &d) != nil {
 		t.Fatalf("ledger show --json = %d %s", code, out)
@@ -216,7 +208,7 @@ func TestKillAfterAdmissionIsFencedUntilCleared(t *testing.T) {
 	if n := lines(t, effects); n != 2 {
 		t.Fatalf("%d executions; want 2 (one before the crash, one after the operator's clear)", n)
 	}
-	if code, _, errOut := runCLI(t, "ledger", "clear", "charge:nothing", "--ledger", path, "--reason", "x"); code != exitError || !strings.Contains(errOut, "holds no intent") {
+	if code, _, errOut := runCLI(t, "", "ledger", "clear", "charge:nothing", "--ledger", path, "--reason", "x"); code != exitError || !strings.Contains(errOut, "holds no intent") {
 		t.Fatalf("clear of an unknown intent = %d %s", code, errOut)
 	}
 }
@@ -239,7 +231,7 @@ func TestKillAfterCommitReplays(t *testing.T) {
 	if n := lines(t, effects); n != 1 {
 		t.Fatalf("%d executions; want 1", n)
 	}
-	code, out, errOut := runCLI(t, "ledger", "verify", "--ledger", path)
+	code, out, errOut := runCLI(t, "", "ledger", "verify", "--ledger", path)
 	if code != exitOK || !strings.Contains(out, "1 cert(s), 1 verified") {
 		t.Fatalf("verify = %d\n%s%s", code, out, errOut)
 	}
@@ -285,7 +277,7 @@ func TestLedgerCommands(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	seedCLI(t, path)
 
-	code, out, _ := runCLI(t, "ledger", "ls", "--ledger", path)
+	code, out, _ := runCLI(t, "", "ledger", "ls", "--ledger", path)
 	for _, want := range []string{"4 intent(s)", "scale:web", "deploy:web/1", "refund:9", "failed", "gateway timeout"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ledger ls lacks %q:\n%s", want, out)
@@ -294,23 +286,23 @@ func TestLedgerCommands(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("ledger ls = %d", code)
 	}
-	if _, out, _ := runCLI(t, "ledger", "ls", "--ledger", path, "--state", "done"); strings.Contains(out, "refund:9") || !strings.Contains(out, "3 intent(s)") {
+	if _, out, _ := runCLI(t, "", "ledger", "ls", "--ledger", path, "--state", "done"); strings.Contains(out, "refund:9") || !strings.Contains(out, "3 intent(s)") {
 		t.Errorf("ledger ls --state done:\n%s", out)
 	}
-	if code, _, errOut := runCLI(t, "ledger", "ls", "--ledger", path, "--state", "bogus"); code != exitUsage || !strings.Contains(errOut, "unknown state") {
+	if code, _, errOut := runCLI(t, "", "ledger", "ls", "--ledger", path, "--state", "bogus"); code != exitUsage || !strings.Contains(errOut, "unknown state") {
 		t.Errorf("bad --state = %d %s", code, errOut)
 	}
-	if code, out, _ := runCLI(t, "ledger", "show", "refund:9", "--ledger", path); code != exitOK || !strings.Contains(out, "fenced:") || !strings.Contains(out, "abort") {
+	if code, out, _ := runCLI(t, "", "ledger", "show", "refund:9", "--ledger", path); code != exitOK || !strings.Contains(out, "fenced:") || !strings.Contains(out, "abort") {
 		t.Errorf("ledger show of a failed intent = %d\n%s", code, out)
 	}
 
-	code, out, errOut := runCLI(t, "ledger", "verify", "--ledger", path, "--json")
+	code, out, errOut := runCLI(t, "", "ledger", "verify", "--ledger", path, "--json")
 	var rep ledger.VerifyReport
 	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.Certs != 3 || rep.Verified != 3 || rep.Linked != 1 || len(rep.Unresolved) != 1 {
 		t.Fatalf("verify = %d %s %s", code, out, errOut)
 	}
 
-	code, out, _ = runCLI(t, "ledger", "export", "--ledger", path)
+	code, out, _ = runCLI(t, "", "ledger", "export", "--ledger", path)
 	var recs, evs int
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		var l ledger.ExportLine
@@ -328,7 +320,7 @@ func TestLedgerCommands(t *testing.T) {
 		t.Fatalf("export = %d: %d records, %d events", code, recs, evs)
 	}
 
-	code, out, _ = runCLI(t, "ledger", "stats", "--ledger", path, "--json")
+	code, out, _ = runCLI(t, "", "ledger", "stats", "--ledger", path, "--json")
 	var stats struct {
 		Counters fence.Counters
 		States   map[fence.State]int
@@ -336,16 +328,16 @@ func TestLedgerCommands(t *testing.T) {
 	if code != exitOK || json.Unmarshal([]byte(out), &stats) != nil || stats.Counters.Admitted != 4 || stats.States[fence.StateDone] != 3 {
 		t.Fatalf("stats = %d %s", code, out)
 	}
-	if code, out, _ := runCLI(t, "ledger", "sweep", "--ledger", path); code != exitOK || !strings.Contains(out, "swept 0") {
+	if code, out, _ := runCLI(t, "", "ledger", "sweep", "--ledger", path); code != exitOK || !strings.Contains(out, "swept 0") {
 		t.Fatalf("sweep = %d %s", code, out)
 	}
-	if code, out, _ := runCLI(t, "ledger", "check", "--ledger", path); code != exitOK || !strings.Contains(out, ": OK") || !strings.Contains(out, "schema version 1") {
+	if code, out, _ := runCLI(t, "", "ledger", "check", "--ledger", path); code != exitOK || !strings.Contains(out, ": OK") || !strings.Contains(out, "schema version 1") {
 		t.Fatalf("check = %d %s", code, out)
 	}
 
 	// Tamper with a cert's result behind the engine's back: verify must fail with exit 1.
 	tamper(t, path, "notify:web")
-	code, out, errOut = runCLI(t, "ledger", "verify", "--ledger", path)
+	code, out, errOut = runCLI(t, "", "ledger", "verify", "--ledger", path)
 	if code != exitError || !strings.Contains(out, "does not verify") || !strings.Contains(errOut, "1 problem") {
 		t.Fatalf("verify of a tampered ledger = %d\n%s%s", code, out, errOut)
 	}
@@ -358,7 +350,7 @@ func TestLedgerCommands(t *testing.T) {
 		{"ledger", "export", "--format", "csv", "--ledger", path},
 		{"ledger", "frobnicate"},
 	} {
-		if code, _, errOut := runCLI(t, args...); code != exitUsage {
+		if code, _, errOut := runCLI(t, "", args...); code != exitUsage {
 			t.Errorf("%q = %d (%s); want usage exit %d", args, code, errOut, exitUsage)
 		}
 	}
@@ -393,13 +385,13 @@ func TestLedgerFor(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", state)
 	t.Setenv(store.EnvLedger, "")
 	child := []string{"npx", "-y", "@modelcontextprotocol/server-memory"}
-	code, _, errOut := runCLI(t, append([]string{"ledger", "ls", "--for", "--"}, child...)...)
+	code, _, errOut := runCLI(t, "", append([]string{"ledger", "ls", "--for", "--"}, child...)...)
 	want := filepath.Join(state, "effectfence", store.WrapName(child)+".db")
 	if code != exitError || !strings.Contains(errOut, "no ledger at "+want) {
 		t.Fatalf("ls --for before any wrap ran = %d %s", code, errOut)
 	}
 	seedCLI(t, want)
-	code, out, errOut := runCLI(t, append([]string{"ledger", "show", "refund:9", "--for", "--"}, child...)...)
+	code, out, errOut := runCLI(t, "", append([]string{"ledger", "show", "refund:9", "--for", "--"}, child...)...)
 	if code != exitOK || !strings.Contains(out, "gateway timeout") {
 		t.Fatalf("show --for = %d %s %s", code, out, errOut)
 	}
@@ -424,7 +416,7 @@ func TestLedgerCheckDamaged(t *testing.T) {
 			if err := os.WriteFile(path, content, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			code, out, errOut := runCLI(t, "ledger", "check", "--ledger", path)
+			code, out, errOut := runCLI(t, "", "ledger", "check", "--ledger", path)
 			if code != exitError || !strings.Contains(out, "problem: ") || !strings.Contains(out, "what to do: ") || !strings.Contains(out, "mv "+path) {
 				t.Fatalf("check = %d\n%s%s", code, out, errOut)
 			}
@@ -432,13 +424,13 @@ func TestLedgerCheckDamaged(t *testing.T) {
 			if !bytes.Equal(after, content) {
 				t.Fatal("check changed the file")
 			}
-			code, _, errOut = runCLI(t, "ledger", "ls", "--ledger", path)
+			code, _, errOut = runCLI(t, "", "ledger", "ls", "--ledger", path)
 			if code != exitError || !strings.Contains(errOut, "effectfence ledger check") {
 				t.Fatalf("ls of a damaged ledger = %d %s", code, errOut)
 			}
 		})
 	}
-	code, out, _ := runCLI(t, "ledger", "check", "--ledger", good, "--json")
+	code, out, _ := runCLI(t, "", "ledger", "check", "--ledger", good, "--json")
 	var rep store.CheckReport
 	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.States["done"] != 3 || rep.States["failed"] != 1 {
 		t.Fatalf("check --json of a good ledger = %d %s", code, out)
