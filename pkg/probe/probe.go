@@ -95,20 +95,11 @@ type Conn interface {
 	// ToolNames lists the server's tools.
 	ToolNames(ctx context.Context) ([]string, error)
 	// CallTool sends one tools/call and returns the raw JSON result. A JSON-RPC error
-	// response must be returned as *RPCError; any other error is a transport failure.
+	// response is returned as *mcpstdio.RPCError; any other error is a transport failure.
 	CallTool(ctx context.Context, tool string, args json.RawMessage) (json.RawMessage, error)
 	// Close shuts the server down.
 	Close() error
 }
-
-// RPCError is a JSON-RPC error response to a tools/call: the server answered, but with a
-// protocol error instead of a tool result.
-type RPCError struct {
-	Code    int
-	Message string
-}
-
-func (e *RPCError) Error() string { return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message) }
 
 // UnknownToolError: the server has no tool of that name. Nothing was called.
 type UnknownToolError struct {
@@ -217,6 +208,9 @@ func fire(ctx context.Context, conn Conn, opts Options, timeout time.Duration) [
 			ready.Done()
 			<-start
 			res, err := conn.CallTool(ctx, opts.Tool, opts.Args)
+			if err != nil && errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("no answer within %s (the call may still have run)", timeout)
+			}
 			out[i] = answer{res, err}
 		}()
 	}

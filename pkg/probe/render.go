@@ -20,7 +20,7 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 	p.f("effectfence probe: %d byte-identical concurrent call(s) to %s %s\n\n", r.Calls, r.Tool, clip(oneLine(string(r.Args)), 80))
 
 	counts := tablewriter.NewTable(w)
-	counts.Header("what", "calls")
+	counts.Header("what", "count")
 	rows := [][]any{
 		{"sent (identical, at once)", r.Calls},
 		{"succeeded", r.Succeeded},

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // Verdict is the probe's conclusion, as a stable machine-readable code.
@@ -161,7 +162,7 @@ func tally(opts Options, answers []answer) *Report {
 	}
 	for _, a := range answers {
 		if a.err != nil {
-			var rpc *RPCError
+			var rpc *mcpstdio.RPCError
 			if errors.As(a.err, &rpc) {
 				r.ProtocolErrors++
 				fail("protocol", rpc.Error())
@@ -226,6 +227,9 @@ func (r *Report) judge() {
 		r.Proven = fmt.Sprintf("the witness counted %d effects (%d before, %d after) from %d byte-identical calls: the effect happened %d times, not once.",
 			w.Effects, w.Before, w.After, n, w.Effects)
 		r.NotProven = "that nothing but this probe moved the witness's number in the meantime (run it where nothing else writes)."
+		if r.Distinct > 1 {
+			r.Proven += fmt.Sprintf(" The answers agree: %d distinct successful answers.", r.Distinct)
+		}
 	case w != nil && w.Effects == 1:
 		r.Verdict = OnceMeasured
 		r.Proven = fmt.Sprintf("the witness counted exactly 1 effect (%d before, %d after) for %d byte-identical calls.", w.Before, w.After, n)

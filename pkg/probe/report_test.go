@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 func TestFingerprintIgnoresMetaAndSpelling(t *testing.T) {
@@ -135,7 +137,7 @@ func toolErr(text string) string {
 func TestJudge(t *testing.T) {
 	opts := Options{Tool: "t", Args: json.RawMessage(`{}`)}
 	transport := answer{err: errors.New("connection closed")}
-	rpc := answer{err: &RPCError{Code: -32603, Message: "internal"}}
+	rpc := answer{err: &mcpstdio.RPCError{Code: -32603, Message: "internal"}}
 	cases := []struct {
 		name     string
 		answers  []answer
