@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
 	"github.com/effectfence/effectfence/pkg/probe"
@@ -64,6 +65,14 @@ called), 3 PROVEN DOUBLE-FIRE.`,
 			if err != nil {
 				return err
 			}
+			clearBar := func() {}
+			if isTerminal(io.err) {
+				bar := progressbar.NewOptions(opts.Calls, progressbar.OptionSetWriter(io.err),
+					progressbar.OptionSetDescription("answers"), progressbar.OptionShowCount(),
+					progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond))
+				opts.Answered = func() { _ = bar.Add(1) }
+				clearBar = func() { _ = bar.Clear() }
+			}
 			rep, err := probe.Run(ctx, opts, func(ctx context.Context) (probe.Conn, error) {
 				conn, err := probe.Spawn(ctx, argv, nil, io.err)
 				if err != nil {
@@ -71,6 +80,7 @@ called), 3 PROVEN DOUBLE-FIRE.`,
 				}
 				return conn, nil
 			})
+			clearBar()
 			var unknown *probe.UnknownToolError
 			if errors.As(err, &unknown) {
 				return usageErr("%v", err)
@@ -127,9 +137,11 @@ func unwrapExec(err error) error {
 // colourFor decides colour once, from the stream being written to: only a terminal, and never
 // with NO_COLOR set (https://no-color.org: any non-empty value).
 func colourFor(w io.Writer) bool {
-	if os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
-		return false
-	}
+	return os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb" && isTerminal(w)
+}
+
+// isTerminal reports whether w is a terminal (progress is drawn only there).
+func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }

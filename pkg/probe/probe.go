@@ -33,6 +33,8 @@ type Options struct {
 	Calls   int             // how many identical calls to fire at once
 	Witness Witness         // optional: measures effects before and after
 	Timeout time.Duration   // how long to wait for all answers (0: one minute)
+	// Answered, if set, is called (from the calling goroutines) each time a call returns.
+	Answered func()
 }
 
 // Validate checks the options before anything is spawned or called.
@@ -212,6 +214,9 @@ func fire(ctx context.Context, conn Conn, opts Options, timeout time.Duration) [
 				err = fmt.Errorf("no answer within %s (the call may still have run)", timeout)
 			}
 			out[i] = answer{res, err}
+			if opts.Answered != nil {
+				opts.Answered()
+			}
 		}()
 	}
 	ready.Wait()
