@@ -21,6 +21,7 @@ type Engine struct {
 	cfg    Config
 	counts counter
 	watch  watchers
+	fps    fpCache
 }
 
 // New returns an engine over store.
@@ -41,7 +42,7 @@ type call struct {
 	fp   string
 }
 
-func validate(req Request) (call, error) {
+func (e *Engine) validate(req Request) (call, error) {
 	switch {
 	case req.Intent == "":
 		return call{}, InvalidError{"intent", "must not be empty: name the logical action, e.g. charge:order-123"}
@@ -61,11 +62,16 @@ func validate(req Request) (call, error) {
 	if len(args) == 0 {
 		args = []byte("null")
 	}
+	if c, fp, ok := e.fps.get(req.Tool, args); ok {
+		return call{Request: req, args: c, fp: fp}, nil
+	}
 	c, err := canon.JSON(args)
 	if err != nil {
 		return call{}, InvalidError{"args", err.Error()}
 	}
-	return call{Request: req, args: c, fp: canon.Sum(canon.ToolCallCanonical(req.Tool, c))}, nil
+	fp := canon.Sum(canon.ToolCallCanonical(req.Tool, c))
+	e.fps.put(req.Tool, args, c, fp)
+	return call{Request: req, args: c, fp: fp}, nil
 }
 
 // outcome of one pass through the gates.
@@ -211,7 +217,7 @@ func newNonce() string {
 // now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
 // Any error means: do not run the effect.
 func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
-	c, err := validate(req)
+	c, err := e.validate(req)
 	if err != nil {
 		return Admission{}, err
 	}
@@ -366,11 +372,11 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 		if c.ReadSet == nil {
 			c.ReadSet = []ReadSetEntry{}
 		}
-		h, err := c.ComputeHash()
+		body, err := c.canonicalBody(true) // args and result were canonicalised on the way in
 		if err != nil {
 			return err
 		}
-		c.Hash = h
+		c.Hash = canon.Sum(body)
 		done := *rec
 		done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
 		done.Nonce = ""

@@ -66,7 +66,7 @@ func (e InFlightError) Error() string {
 	return fmt.Sprintf("%s: intent %q is being executed by another attempt (agent %q, lease until %s); do not run it, retry later to receive its result",
 		CodeInFlight, e.Intent, e.Holder, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
 }
-func (e InFlightError) Code() string        { return CodeInFlight }
+func (e InFlightError) Code() string         { return CodeInFlight }
 func (e InFlightError) Is(target error) bool { return target == ErrInFlight }
 
 // PriorFailureError: an earlier attempt of this intent failed or vanished with an unknown
@@ -81,7 +81,7 @@ func (e PriorFailureError) Error() string {
 	return fmt.Sprintf("%s: intent %q is %s (%s): the effect may have happened, so it is fenced; an operator must check the real system and run `effectfence ledger clear %s --reason ...` before it can run again",
 		CodePriorFailure, e.Intent, e.State, e.Reason, shellQuote(e.Intent))
 }
-func (e PriorFailureError) Code() string        { return CodePriorFailure }
+func (e PriorFailureError) Code() string         { return CodePriorFailure }
 func (e PriorFailureError) Is(target error) bool { return target == ErrPriorFailure }
 
 // IntentConflictError: the intent is recorded with different tool or arguments. It is refused
@@ -95,7 +95,7 @@ func (e IntentConflictError) Error() string {
 	return fmt.Sprintf("%s: intent %q is recorded for a different call (fingerprint %s, this attempt %s); not executed and no receipt given: use a distinct intent for a distinct action",
 		CodeConflict, e.Intent, short(e.Recorded), short(e.Presented))
 }
-func (e IntentConflictError) Code() string        { return CodeConflict }
+func (e IntentConflictError) Code() string         { return CodeConflict }
 func (e IntentConflictError) Is(target error) bool { return target == ErrConflict }
 
 // StaleReadSetError: a domain in the read set moved since the caller read it. At prepare the
@@ -117,7 +117,7 @@ func (e StaleReadSetError) Error() string {
 	return fmt.Sprintf("%s: domain %q is at %d, the decision read %d; nothing ran: re-read and decide again",
 		CodeStale, e.Domain, e.Actual, e.Expected)
 }
-func (e StaleReadSetError) Code() string        { return CodeStale }
+func (e StaleReadSetError) Code() string         { return CodeStale }
 func (e StaleReadSetError) Is(target error) bool { return target == ErrStaleReadSet }
 
 // DomainRaceError: the target domain was current when the attempt arrived but another
@@ -133,7 +133,7 @@ func (e DomainRaceError) Error() string {
 	return fmt.Sprintf("%s: another attempt took domain %q (now %d, read %d) in the same instant; nothing ran: re-read and decide again",
 		CodeDomainRace, e.Domain, e.Actual, e.Expected)
 }
-func (e DomainRaceError) Code() string        { return CodeDomainRace }
+func (e DomainRaceError) Code() string         { return CodeDomainRace }
 func (e DomainRaceError) Is(target error) bool { return target == ErrDomainRace }
 
 // LeaseLostError: the ticket no longer holds the intent (its lease was taken over, it was
@@ -147,7 +147,7 @@ type LeaseLostError struct {
 func (e LeaseLostError) Error() string {
 	return fmt.Sprintf("%s: ticket %d no longer holds intent %q (%s); nothing was recorded", CodeLeaseLost, e.Token, e.Intent, e.Why)
 }
-func (e LeaseLostError) Code() string        { return CodeLeaseLost }
+func (e LeaseLostError) Code() string         { return CodeLeaseLost }
 func (e LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // InvalidError: the request itself is malformed. Nothing ran and nothing was recorded.
@@ -159,7 +159,7 @@ type InvalidError struct {
 func (e InvalidError) Error() string {
 	return fmt.Sprintf("%s: %s: %s", CodeInvalid, e.Field, e.Why)
 }
-func (e InvalidError) Code() string        { return CodeInvalid }
+func (e InvalidError) Code() string         { return CodeInvalid }
 func (e InvalidError) Is(target error) bool { return target == ErrInvalid }
 
 func short(fp string) string {

@@ -14,7 +14,7 @@ import (
 // this process at once and those of other processes by polling the store (2 ms growing to
 // 100 ms).
 func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Duration) (Admission, error) {
-	c, err := validate(req)
+	c, err := e.validate(req)
 	if err != nil {
 		return Admission{}, err
 	}

@@ -553,6 +553,16 @@ func (c *Child) Session(ctx context.Context) (*Session, error) {
 	return s, nil
 }
 
+// Current returns the live session, or nil when none is running; it never starts one.
+func (c *Child) Current() *Session {
+	c.lock <- struct{}{}
+	defer func() { <-c.lock }()
+	if c.cur != nil && c.cur.Err() == nil {
+		return c.cur
+	}
+	return nil
+}
+
 // Starts is how many times the child was started.
 func (c *Child) Starts() int {
 	c.lock <- struct{}{}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
 // Environment variables of SPEC §4.
@@ -33,7 +35,13 @@ type Options struct {
 	LeaseTTL      time.Duration
 	ResultTTL     time.Duration
 	OnLeaseExpiry fence.ExpiryPolicy
+	// SweepEvery is how often an open ledger drops expired outcomes (default: DefaultSweepEvery,
+	// or the result TTL when that is shorter).
+	SweepEvery time.Duration
 }
+
+// DefaultSweepEvery is how often an open ledger sweeps expired outcomes.
+const DefaultSweepEvery = 10 * time.Minute
 
 // FromEnv reads EFFECTFENCE_LEDGER, EFFECTFENCE_LEASE_SECS and EFFECTFENCE_RESULT_TTL_SECS.
 func FromEnv(name string) (Options, error) {
@@ -87,7 +95,7 @@ func (o Options) Location() (string, error) {
 	switch {
 	case o.Ledger == "memory":
 		return "memory", nil
-	case strings.HasPrefix(o.Ledger, "postgres://"), strings.HasPrefix(o.Ledger, "postgresql://"):
+	case isPostgres(o.Ledger):
 		return o.Ledger, nil
 	case o.Ledger != "":
 		return o.Ledger, nil
@@ -102,10 +110,39 @@ func (o Options) Location() (string, error) {
 	return filepath.Join(dir, o.Name+".db"), nil
 }
 
-// Ledger is an open ledger: the engine over it and where it lives.
+// Ledger is an open ledger: the engine over it and where it lives. It sweeps expired outcomes
+// in the background until Close.
 type Ledger struct {
 	*fence.Engine
 	Location string
+
+	stop  context.CancelFunc
+	swept chan struct{}
+}
+
+func isPostgres(loc string) bool {
+	return strings.HasPrefix(loc, "postgres://") || strings.HasPrefix(loc, "postgresql://")
+}
+
+// openStore opens the store behind loc.
+func openStore(ctx context.Context, loc string) (fence.Store, error) {
+	switch {
+	case loc == "memory":
+		return fence.NewMemoryStore(), nil
+	case isPostgres(loc):
+		return nil, fmt.Errorf("ledger %s: this build has no PostgreSQL store yet (use a file path or %s=memory)", redact(loc), EnvLedger)
+	default:
+		return sqlite.Open(ctx, loc, sqlite.Options{})
+	}
+}
+
+// redact hides a password in a database URL.
+func redact(loc string) string {
+	u, err := url.Parse(loc)
+	if err != nil {
+		return "(unparseable database URL)"
+	}
+	return u.Redacted()
 }
 
 // Open opens the ledger of o and returns an engine over it, after marking in-flight intents of
@@ -115,12 +152,9 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st fence.Store
-	switch {
-	case loc == "memory":
-		st = fence.NewMemoryStore()
-	default:
-		return nil, fmt.Errorf("ledger %s: this build has no store for it yet (use %s=memory)", loc, EnvLedger)
+	st, err := openStore(ctx, loc)
+	if err != nil {
+		return nil, err
 	}
 	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry})
 	if _, err := eng.Recover(ctx); err != nil {
@@ -131,5 +165,35 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
 	}
-	return &Ledger{Engine: eng, Location: loc}, nil
+	every := o.SweepEvery
+	if every <= 0 {
+		every = min(DefaultSweepEvery, eng.Config().ResultTTL)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	l := &Ledger{Engine: eng, Location: loc, stop: stop, swept: make(chan struct{})}
+	go l.sweep(sctx, every)
+	return l, nil
+}
+
+// sweep drops expired outcomes every interval until ctx ends. A failed sweep is retried at the
+// next tick: the gates ignore expired outcomes anyway, so a late sweep costs only disk.
+func (l *Ledger) sweep(ctx context.Context, every time.Duration) {
+	defer close(l.swept)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = l.Engine.Sweep(ctx)
+		}
+	}
+}
+
+// Close stops the background sweep, flushes the counters and closes the store.
+func (l *Ledger) Close() error {
+	l.stop()
+	<-l.swept
+	return l.Engine.Close()
 }

@@ -1,0 +1,99 @@
+package fence_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+func TestVectorClockOrder(t *testing.T) {
+	var zero fence.VectorClock
+	a := zero.Tick("a")
+	b := zero.Tick("b")
+	ab := a.Merge(b).Tick("a")
+	cases := []struct {
+		x, y           fence.VectorClock
+		le, concurrent bool
+	}{
+		{zero, a, true, false},
+		{a, a, true, false},
+		{a, b, false, true},
+		{a, ab, true, false},
+		{ab, a, false, false},
+		{fence.VectorClock{"x": 0}, zero, true, false},
+	}
+	for i, c := range cases {
+		if c.x.LE(c.y) != c.le || c.x.Concurrent(c.y) != c.concurrent {
+			t.Errorf("case %d: %v vs %v: LE=%v Concurrent=%v", i, c.x, c.y, c.x.LE(c.y), c.x.Concurrent(c.y))
+		}
+	}
+	if len(zero) != 0 || a["a"] != 1 || ab["a"] != 2 || ab["b"] != 1 {
+		t.Fatalf("Tick/Merge changed their receiver or computed wrong: %v %v %v", zero, a, ab)
+	}
+}
+
+func TestVectorClockZeroEntries(t *testing.T) {
+	x := fence.VectorClock{"a": 1, "b": 0}
+	y := fence.VectorClock{"a": 1}
+	if !x.Equal(y) || x.Digest() != y.Digest() {
+		t.Fatal("zero entries changed equality or digest")
+	}
+	var empty fence.VectorClock
+	if empty.Digest() != (fence.VectorClock{"z": 0}).Digest() || string(empty.Canonical()) != "{}" {
+		t.Fatal("empty clock")
+	}
+	raw, _ := json.Marshal(x)
+	if string(raw) != `{"a":1}` {
+		t.Fatalf("json = %s", raw)
+	}
+	var back fence.VectorClock
+	if err := json.Unmarshal([]byte(`{"a":1,"b":0}`), &back); err != nil || !back.Equal(y) {
+		t.Fatalf("unmarshal: %v %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"a":-1}`), &back); err == nil {
+		t.Fatal("negative counter accepted")
+	}
+}
+
+// FuzzVectorClockDigest checks that the hand-written canonical form is exactly what the JCS
+// library makes of the same clock, and that zero entries never matter.
+func FuzzVectorClockDigest(f *testing.F) {
+	f.Add("a", uint64(1), "b", uint64(0), "\u00e9\U0001F600", uint64(7))
+	f.Add("", uint64(0), "\"\\\n", uint64(1<<53), "\ufffd", uint64(3))
+	f.Add("Z", uint64(2), "a", uint64(2), "\U00010000", uint64(1))
+	f.Fuzz(func(t *testing.T, k1 string, v1 uint64, k2 string, v2 uint64, k3 string, v3 uint64) {
+		// JCS numbers are IEEE doubles: counters beyond 2^53 are outside the canonical form.
+		const maxExact = 1 << 53
+		if v1 > maxExact || v2 > maxExact || v3 > maxExact {
+			return
+		}
+		var c fence.VectorClock
+		if err := json.Unmarshal(mustJSON(map[string]uint64{k1: v1, k2: v2, k3: v3}), &c); err != nil {
+			t.Fatal(err)
+		}
+		lib, err := canon.Marshal(map[string]uint64(c.Normal()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Normal() == nil {
+			lib = []byte("{}")
+		}
+		if string(c.Canonical()) != string(lib) {
+			t.Fatalf("canonical %s, library %s", c.Canonical(), lib)
+		}
+		withZero := c.Merge(fence.VectorClock{"zero-entry": 0})
+		if withZero.Digest() != c.Digest() || !withZero.Equal(c) {
+			t.Fatal("a zero entry changed the digest")
+		}
+	})
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -1,0 +1,838 @@
+// Package fencetest is the contract every fence.Store must pass. Each store's tests call
+//
+//	fencetest.Run(t, func(t *testing.T) fence.Store { ... a fresh, empty store ... })
+//
+// and a durable store also calls RunDurable. The suite drives the real engine with real
+// goroutines and real (short) sleeps for lease and TTL expiry, so it checks what users rely
+// on: exactly one execution per intent, replays identical to the original, fencing tokens,
+// read sets, domain sequences, operator actions and counters.
+package fencetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// Factory returns a fresh, empty store; it registers its own cleanup with t.
+type Factory func(t *testing.T) fence.Store
+
+// Reopener returns a function that opens the same durable ledger each time it is called.
+type Reopener func(t *testing.T) func() fence.Store
+
+var ctx = context.Background()
+
+// Run runs every contract test against stores made by newStore.
+func Run(t *testing.T, newStore Factory) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Factory)
+	}{
+		{"FreshCommitReplay", testFreshCommitReplay},
+		{"ConcurrentDuplicatesAdmitOne", testConcurrentDuplicates},
+		{"SameInstantDomainRace", testSameInstantDomainRace},
+		{"DistinctIntentsGaplessSequence", testGaplessSequence},
+		{"LeaseExpiryReclaimAndLeaseLost", testLeaseExpiryReclaim},
+		{"LeaseExpiryFencePolicy", testLeaseExpiryFence},
+		{"HeartbeatKeepsLease", testHeartbeat},
+		{"AbortFencesUntilClear", testAbortFences},
+		{"ReleaseFrees", testReleaseFrees},
+		{"StaleCommitFails", testStaleCommit},
+		{"StaleReadSetAtPrepare", testStaleAtPrepare},
+		{"Conflict", testConflict},
+		{"SweepDropsExpired", testSweep},
+		{"EvictDomainKeepsFloor", testEvictDomain},
+		{"QueriesCreateNoState", testQueriesNoState},
+		{"ForgedTicketsChangeNothing", testForgedTickets},
+		{"DeadOwnerIsUnknown", testDeadOwner},
+		{"CoalescingWaiters", testCoalescing},
+		{"CountersOneBucketEach", testCounters},
+		{"InvalidRequests", testInvalid},
+		{"ParentAndCertVerify", testParentAndVerify},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore) })
+	}
+}
+
+func req(intent string) fence.Request {
+	return fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{"amount":4900}`), Agent: "agent-a"}
+}
+
+func mustFresh(t *testing.T, eng *fence.Engine, r fence.Request) fence.Ticket {
+	t.Helper()
+	adm, err := eng.Prepare(ctx, r)
+	if err != nil {
+		t.Fatalf("prepare %s: %v", r.Intent, err)
+	}
+	if adm.Ticket == nil {
+		t.Fatalf("prepare %s: replayed, want fresh", r.Intent)
+	}
+	return *adm.Ticket
+}
+
+func mustCommit(t *testing.T, eng *fence.Engine, tk fence.Ticket, result string) *fence.Cert {
+	t.Helper()
+	c, err := eng.Commit(ctx, tk, []byte(result))
+	if err != nil {
+		t.Fatalf("commit %s: %v", tk.Intent, err)
+	}
+	return c
+}
+
+func wantCode(t *testing.T, err error, sentinel error) {
+	t.Helper()
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("err = %v, want %v", err, sentinel)
+	}
+}
+
+func testFreshCommitReplay(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("charge:order-1")
+	r.Domain = "order:1"
+	r.Clock = fence.VectorClock{"agent-b": 2}
+	tk := mustFresh(t, eng, r)
+	if tk.Seq != 1 || tk.Domain != "order:1" || tk.Token == 0 || tk.Nonce == "" {
+		t.Fatalf("ticket = %+v", tk)
+	}
+	cert := mustCommit(t, eng, tk, `{"charge":"ch_1","ok":true}`)
+	if err := cert.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	if cert.Seq != 1 || cert.Domain != "order:1" || string(cert.Result) != `{"charge":"ch_1","ok":true}` {
+		t.Fatalf("cert = %+v", cert)
+	}
+	if want := (fence.VectorClock{"agent-a": 1, "agent-b": 2}); !cert.Clock.Equal(want) {
+		t.Fatalf("cert clock = %v, want %v", cert.Clock, want)
+	}
+	// A duplicate spelled differently is the same call and replays the identical cert.
+	dup := r
+	dup.Args = []byte(` { "amount" : 4.9e3 } `)
+	adm, err := eng.Prepare(ctx, dup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adm.Fresh() || adm.Cert.Hash != cert.Hash || string(adm.Cert.Result) != string(cert.Result) {
+		t.Fatalf("duplicate: %+v", adm)
+	}
+	st, err := eng.Status(ctx, r.Intent)
+	if err != nil || st.State != fence.StateDone || st.Cert.Hash != cert.Hash {
+		t.Fatalf("status = %+v, %v", st, err)
+	}
+	if cur, _ := eng.Current(ctx, "order:1"); cur != 1 {
+		t.Fatalf("current = %d, want 1", cur)
+	}
+}
+
+func testConcurrentDuplicates(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	const n = 16
+	var (
+		executions atomic.Int64
+		wg         sync.WaitGroup
+		start      = make(chan struct{})
+		mu         sync.Mutex
+		hashes     = map[string]int{}
+		refused    int
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			adm, err := eng.Prepare(ctx, req("charge:dup"))
+			if err != nil {
+				if !errors.Is(err, fence.ErrInFlight) {
+					t.Errorf("unexpected refusal: %v", err)
+				}
+				mu.Lock()
+				refused++
+				mu.Unlock()
+				return
+			}
+			if adm.Fresh() {
+				executions.Add(1)
+				c, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_once"}`))
+				if err != nil {
+					t.Errorf("commit: %v", err)
+					return
+				}
+				mu.Lock()
+				hashes[c.Hash]++
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			hashes[adm.Cert.Hash]++
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if executions.Load() != 1 {
+		t.Fatalf("executions = %d, want exactly 1", executions.Load())
+	}
+	if len(hashes) != 1 {
+		t.Fatalf("distinct cert hashes = %v, want 1", hashes)
+	}
+	var first string
+	for h := range hashes {
+		first = h
+	}
+	for i := 0; i < 8; i++ { // late duplicates
+		adm, err := eng.Prepare(ctx, req("charge:dup"))
+		if err != nil || adm.Fresh() || adm.Cert.Hash != first {
+			t.Fatalf("late duplicate %d: %+v %v", i, adm, err)
+		}
+	}
+}
+
+func testSameInstantDomainRace(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	trials := 100
+	if testing.Short() {
+		trials = 20
+	}
+	const racers = 4
+	races := 0
+	for trial := 0; trial < trials; trial++ {
+		domain := fmt.Sprintf("deploy:%d", trial)
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			winners atomic.Int64
+		)
+		for i := 0; i < racers; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				r := fence.Request{
+					Intent: fmt.Sprintf("scale:%d:%d", trial, i), Tool: "scale", Args: []byte(fmt.Sprintf(`{"replicas":%d}`, i)),
+					Domain: domain, ReadSet: []fence.ReadSetEntry{{Domain: domain, Seq: 0}}, Agent: fmt.Sprintf("a%d", i),
+				}
+				<-start
+				adm, err := eng.Prepare(ctx, r)
+				switch {
+				case err == nil && adm.Fresh():
+					winners.Add(1)
+					if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`"scaled"`)); err != nil {
+						t.Errorf("winner commit: %v", err)
+					}
+				case errors.Is(err, fence.ErrDomainRace), errors.Is(err, fence.ErrStaleReadSet):
+					var race fence.DomainRaceError
+					var stale fence.StaleReadSetError
+					if !errors.As(err, &race) && !errors.As(err, &stale) {
+						t.Errorf("refusal without facts: %v", err)
+					}
+				default:
+					t.Errorf("racer %d: %+v %v", i, adm, err)
+				}
+			}(i)
+		}
+		close(start)
+		wg.Wait()
+		if w := winners.Load(); w != 1 {
+			t.Fatalf("trial %d: %d winners, want exactly 1", trial, w)
+		}
+		if cur, _ := eng.Current(ctx, domain); cur != 1 {
+			t.Fatalf("trial %d: domain at %d, want 1", trial, cur)
+		}
+	}
+	st, _ := eng.Stats(ctx)
+	races = int(st.SinceBoot.Race + st.SinceBoot.Stale)
+	if races != trials*(racers-1) {
+		t.Fatalf("refusals counted = %d, want %d", races, trials*(racers-1))
+	}
+}
+
+func testGaplessSequence(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	const n = 32
+	seqs := make([]uint64, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			r := fence.Request{Intent: fmt.Sprintf("ticket:%d", i), Tool: "open", Args: []byte(fmt.Sprintf(`{"n":%d}`, i)), Domain: "queue"}
+			adm, err := eng.Prepare(ctx, r)
+			if err != nil || !adm.Fresh() {
+				t.Errorf("distinct intent %d refused: %v", i, err)
+				return
+			}
+			c, err := eng.Commit(ctx, *adm.Ticket, []byte(`null`))
+			if err != nil {
+				t.Errorf("commit %d: %v", i, err)
+				return
+			}
+			seqs[i] = c.Seq
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for i, s := range seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("sequence not gapless and unique: %v", seqs)
+		}
+	}
+}
+
+func testLeaseExpiryReclaim(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 80 * time.Millisecond})
+	r := req("payout:7")
+	old := mustFresh(t, eng, r)
+	if _, err := eng.Prepare(ctx, r); !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("live lease: err = %v, want in flight", err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	adm, err := eng.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
+		t.Fatalf("expired lease not reclaimed: %+v %v", adm, err)
+	}
+	if adm.Ticket.Token <= old.Token {
+		t.Fatalf("reclaim token %d not above %d", adm.Ticket.Token, old.Token)
+	}
+	newCert := mustCommit(t, eng, *adm.Ticket, `"new holder"`)
+	_, err = eng.Commit(ctx, old, []byte(`"old holder"`))
+	wantCode(t, err, fence.ErrLeaseLost)
+	for _, op := range []func() error{
+		func() error { return eng.Abort(ctx, old, "late") },
+		func() error { return eng.Release(ctx, old, "late") },
+		func() error { _, err := eng.Heartbeat(ctx, old); return err },
+	} {
+		wantCode(t, op(), fence.ErrLeaseLost)
+	}
+	st, _ := eng.Status(ctx, r.Intent)
+	if st.State != fence.StateDone || st.Cert.Hash != newCert.Hash || string(st.Cert.Result) != `"new holder"` {
+		t.Fatalf("recorded outcome is not the new holder's: %+v", st)
+	}
+	s, _ := eng.Stats(ctx)
+	if s.SinceBoot.Reclaimed != 1 || s.SinceBoot.LeaseLost != 4 {
+		t.Fatalf("counters = %+v", s.SinceBoot)
+	}
+}
+
+func testLeaseExpiryFence(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 60 * time.Millisecond, OnLeaseExpiry: fence.Fence})
+	r := req("kubectl:scale")
+	old := mustFresh(t, eng, r)
+	time.Sleep(120 * time.Millisecond)
+	_, err := eng.Prepare(ctx, r)
+	wantCode(t, err, fence.ErrPriorFailure)
+	st, _ := eng.Status(ctx, r.Intent)
+	if st.State != fence.StateUnknown {
+		t.Fatalf("state = %s, want unknown", st.State)
+	}
+	_, err = eng.Commit(ctx, old, []byte(`1`))
+	wantCode(t, err, fence.ErrLeaseLost)
+}
+
+func testHeartbeat(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 120 * time.Millisecond})
+	r := req("slow:1")
+	tk := mustFresh(t, eng, r)
+	for i := 0; i < 4; i++ {
+		time.Sleep(50 * time.Millisecond)
+		next, err := eng.Heartbeat(ctx, tk)
+		if err != nil {
+			t.Fatalf("heartbeat %d: %v", i, err)
+		}
+		if next.LeaseUntil.Before(tk.LeaseUntil) {
+			t.Fatalf("lease went backwards")
+		}
+		tk = next
+	}
+	// 200 ms after the claim, longer than one lease: still held.
+	if _, err := eng.Prepare(ctx, r); !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("heartbeated lease was taken over: %v", err)
+	}
+	mustCommit(t, eng, tk, `"slow done"`)
+}
+
+func testAbortFences(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("wire:99")
+	tk := mustFresh(t, eng, r)
+	if err := eng.Abort(ctx, tk, "gateway timeout, outcome unknown"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		_, err := eng.Prepare(ctx, r)
+		var pf fence.PriorFailureError
+		if !errors.As(err, &pf) || pf.State != fence.StateFailed {
+			t.Fatalf("after abort: %v", err)
+		}
+	}
+	if _, err := eng.Clear(ctx, r.Intent, "ops@example", ""); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("clear without reason: %v", err)
+	}
+	prev, err := eng.Clear(ctx, r.Intent, "ops@example", "checked the bank: no transfer")
+	if err != nil || prev.State != fence.StateFailed {
+		t.Fatalf("clear: %+v %v", prev, err)
+	}
+	var clears []fence.Event
+	_ = eng.Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Events(r.Intent, func(ev fence.Event) bool {
+			if ev.Kind == fence.EventClear {
+				clears = append(clears, ev)
+			}
+			return true
+		})
+	})
+	if len(clears) != 1 || clears[0].Who != "ops@example" || clears[0].Reason != "checked the bank: no transfer" || clears[0].State != fence.StateFailed {
+		t.Fatalf("clear not recorded with who and why: %+v", clears)
+	}
+	mustCommit(t, eng, mustFresh(t, eng, r), `"sent"`)
+	if _, err := eng.Clear(ctx, "never-seen", "ops", "x"); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("clear of unknown intent: %v", err)
+	}
+}
+
+func testReleaseFrees(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("email:welcome")
+	r.Domain = "user:5"
+	tk := mustFresh(t, eng, r)
+	if err := eng.Release(ctx, tk, "validation failed before sending"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := eng.Status(ctx, r.Intent); st.State != fence.StateNone {
+		t.Fatalf("released intent state = %s", st.State)
+	}
+	tk2 := mustFresh(t, eng, r)
+	if tk2.Token <= tk.Token || tk2.Seq != 2 {
+		t.Fatalf("after release: %+v (first %+v)", tk2, tk)
+	}
+	// The released ticket cannot commit over the new claim.
+	_, err := eng.Commit(ctx, tk, []byte(`1`))
+	wantCode(t, err, fence.ErrLeaseLost)
+	mustCommit(t, eng, tk2, `"sent"`)
+}
+
+func testStaleCommit(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	// Agent A decides on inventory:1 at 0 and its effect targets order:1.
+	a := req("ship:1")
+	a.Domain = "order:1"
+	a.ReadSet = []fence.ReadSetEntry{{Domain: "inventory:1", Seq: 0}, {Domain: "order:1", Seq: 0}}
+	tk := mustFresh(t, eng, a)
+	// While A runs, B moves inventory:1.
+	b := fence.Request{Intent: "restock:1", Tool: "restock", Domain: "inventory:1"}
+	mustCommit(t, eng, mustFresh(t, eng, b), `"ok"`)
+	_, err := eng.Commit(ctx, tk, []byte(`"shipped"`))
+	var stale fence.StaleReadSetError
+	if !errors.As(err, &stale) || !stale.Executed || stale.Domain != "inventory:1" || stale.Expected != 0 || stale.Actual != 1 {
+		t.Fatalf("stale commit: %v", err)
+	}
+	if st, _ := eng.Status(ctx, a.Intent); st.State != fence.StateFailed {
+		t.Fatalf("state after stale commit = %s, want failed", st.State)
+	}
+	_, err = eng.Prepare(ctx, a)
+	wantCode(t, err, fence.ErrPriorFailure)
+
+	// Its own reservation of the target domain does not make a read set stale.
+	c := req("ship:2")
+	c.Domain = "order:2"
+	c.ReadSet = []fence.ReadSetEntry{{Domain: "order:2", Seq: 0}}
+	mustCommit(t, eng, mustFresh(t, eng, c), `"shipped"`)
+}
+
+func testStaleAtPrepare(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	mustCommit(t, eng, mustFresh(t, eng, fence.Request{Intent: "x1", Tool: "t", Domain: "d"}), `1`)
+	r := fence.Request{Intent: "x2", Tool: "t", Domain: "e", ReadSet: []fence.ReadSetEntry{{Domain: "d", Seq: 0}}}
+	_, err := eng.Prepare(ctx, r)
+	var stale fence.StaleReadSetError
+	if !errors.As(err, &stale) || stale.Executed || stale.Actual != 1 || stale.Expected != 0 || stale.Domain != "d" {
+		t.Fatalf("stale at prepare: %v", err)
+	}
+	if st, _ := eng.Status(ctx, "x2"); st.State != fence.StateNone {
+		t.Fatalf("refused attempt left state %s", st.State)
+	}
+	if cur, _ := eng.Current(ctx, "e"); cur != 0 {
+		t.Fatalf("refused attempt reserved a number: %d", cur)
+	}
+	r.ReadSet[0].Seq = 1
+	mustFresh(t, eng, r)
+}
+
+func testConflict(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("buy:book")
+	tk := mustFresh(t, eng, r)
+	other := r
+	other.Args = []byte(`{"amount":9900}`)
+	_, err := eng.Prepare(ctx, other) // in flight, different call
+	wantCode(t, err, fence.ErrConflict)
+	mustCommit(t, eng, tk, `"bought"`)
+	adm, err := eng.Prepare(ctx, other) // done, different call: never the receipt
+	if err == nil || adm.Cert != nil {
+		t.Fatalf("conflicting call got %+v", adm)
+	}
+	var ce fence.IntentConflictError
+	if !errors.As(err, &ce) || ce.Recorded == ce.Presented || fence.CodeOf(err) != fence.CodeConflict {
+		t.Fatalf("conflict error: %v", err)
+	}
+	otherTool := r
+	otherTool.Tool = "refund"
+	_, err = eng.Prepare(ctx, otherTool)
+	wantCode(t, err, fence.ErrConflict)
+}
+
+func testSweep(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{ResultTTL: 80 * time.Millisecond})
+	old := mustCommit(t, eng, mustFresh(t, eng, req("old")), `"old"`)
+	tk := mustFresh(t, eng, req("aborted"))
+	if err := eng.Abort(ctx, tk, "unknown"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	mustCommit(t, eng, mustFresh(t, eng, req("young")), `"young"`)
+	// An expired outcome is not replayed even before a sweep.
+	if st, _ := eng.Status(ctx, "old"); st.State != fence.StateNone {
+		t.Fatalf("expired outcome still reported: %s", st.State)
+	}
+	n, err := eng.Sweep(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("sweep = %d, %v; want 1", n, err)
+	}
+	var left []string
+	_ = eng.Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(r *fence.Record) bool { left = append(left, r.Intent+"="+string(r.State)); return true })
+	})
+	if fmt.Sprint(left) != "[aborted=failed young=done]" {
+		t.Fatalf("after sweep: %v", left)
+	}
+	tk = mustFresh(t, eng, req("old")) // runs again: its outcome expired
+	c := mustCommit(t, eng, tk, `"old again"`)
+	if c.Hash == old.Hash {
+		t.Fatal("new execution produced the expired cert")
+	}
+}
+
+func testEvictDomain(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	var last uint64
+	for i := 0; i < 3; i++ {
+		c := mustCommit(t, eng, mustFresh(t, eng, fence.Request{Intent: fmt.Sprintf("e%d", i), Tool: "t", Domain: "hot"}), `1`)
+		last = c.Seq
+	}
+	if err := eng.EvictDomain(ctx, "hot"); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := eng.Current(ctx, "hot"); cur < last {
+		t.Fatalf("evicted domain reads %d, below its last seq %d", cur, last)
+	}
+	c := mustCommit(t, eng, mustFresh(t, eng, fence.Request{Intent: "e-after", Tool: "t", Domain: "hot"}), `1`)
+	if c.Seq <= last {
+		t.Fatalf("seq %d reused after eviction (last %d)", c.Seq, last)
+	}
+	if err := eng.EvictDomain(ctx, "never-used"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testQueriesNoState(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	eng := fence.New(st, fence.Config{})
+	for i := 0; i < 5; i++ {
+		if s, err := eng.Status(ctx, fmt.Sprintf("ghost:%d", i)); err != nil || s.State != fence.StateNone {
+			t.Fatalf("status: %+v %v", s, err)
+		}
+		if _, err := eng.Current(ctx, fmt.Sprintf("dom:%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Stats(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = st.View(ctx, func(tx fence.Tx) error {
+		n := 0
+		_ = tx.Scan(fence.Filter{}, func(*fence.Record) bool { n++; return true })
+		if n != 0 {
+			t.Fatalf("queries created %d records", n)
+		}
+		for i := 0; i < 5; i++ {
+			if _, found, _ := tx.DomainSeq(fmt.Sprintf("dom:%d", i)); found {
+				t.Fatalf("query created domain row")
+			}
+		}
+		return nil
+	})
+}
+
+func testForgedTickets(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("refund:3")
+	r.Domain = "acct:3"
+	tk := mustFresh(t, eng, r)
+	forged := []fence.Ticket{
+		{Intent: "refund:3", Token: tk.Token, Nonce: "00000000000000000000000000000000"},
+		{Intent: "refund:3", Token: tk.Token + 1, Nonce: tk.Nonce},
+		{Intent: "made-up", Token: tk.Token, Nonce: tk.Nonce},
+		{},
+	}
+	for _, f := range forged {
+		_, err := eng.Commit(ctx, f, []byte(`"forged"`))
+		wantCode(t, err, fence.ErrLeaseLost)
+		wantCode(t, eng.Release(ctx, f, "x"), fence.ErrLeaseLost)
+	}
+	// Edited non-authoritative fields are ignored: the engine uses its own record.
+	edited := tk
+	edited.Domain, edited.Seq = "acct:999", 77
+	c := mustCommit(t, eng, edited, `"refunded"`)
+	if c.Domain != "acct:3" || c.Seq != 1 {
+		t.Fatalf("cert took the ticket's edited fields: %+v", c)
+	}
+	st, _ := eng.Status(ctx, "made-up")
+	if st.State != fence.StateNone {
+		t.Fatal("forged ticket created state")
+	}
+}
+
+func testDeadOwner(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	dead := map[string]bool{}
+	var mu sync.Mutex
+	isDead := func(o string) bool { mu.Lock(); defer mu.Unlock(); return dead[o] }
+	a := fence.New(st, fence.Config{Owner: "host/100/1", OwnerDead: isDead})
+	b := fence.New(st, fence.Config{Owner: "host/200/1", OwnerDead: isDead})
+	mustFresh(t, a, req("orphan:1"))
+	mustFresh(t, a, req("orphan:2"))
+	if _, err := b.Prepare(ctx, req("orphan:1")); !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("live owner's claim: %v", err)
+	}
+	mu.Lock()
+	dead["host/100/1"] = true
+	mu.Unlock()
+	_, err := b.Prepare(ctx, req("orphan:1"))
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || pf.State != fence.StateUnknown {
+		t.Fatalf("dead owner's claim: %v", err)
+	}
+	n, err := b.Recover(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("recover = %d, %v; want 1 (orphan:2)", n, err)
+	}
+	if s, _ := b.Status(ctx, "orphan:2"); s.State != fence.StateUnknown {
+		t.Fatalf("orphan:2 state = %s", s.State)
+	}
+	if _, err := b.Clear(ctx, "orphan:1", "ops", "no charge found"); err != nil {
+		t.Fatal(err)
+	}
+	mustFresh(t, b, req("orphan:1"))
+}
+
+func testCoalescing(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("coalesce:1")
+	tk := mustFresh(t, eng, r)
+	const n = 8
+	var wg sync.WaitGroup
+	hashes := make([]string, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			adm, err := eng.PrepareWait(ctx, r, 5*time.Second)
+			if err != nil || adm.Fresh() {
+				t.Errorf("waiter %d: %+v %v", i, adm, err)
+				return
+			}
+			hashes[i] = adm.Cert.Hash
+		}(i)
+	}
+	time.Sleep(30 * time.Millisecond)
+	c := mustCommit(t, eng, tk, `"charged once"`)
+	wg.Wait()
+	for i, h := range hashes {
+		if h != c.Hash {
+			t.Fatalf("waiter %d got %q, want %q", i, h, c.Hash)
+		}
+	}
+	s, _ := eng.Stats(ctx)
+	if s.SinceBoot.Coalesced != n {
+		t.Fatalf("coalesced = %d, want %d", s.SinceBoot.Coalesced, n)
+	}
+	// A waiter whose holder releases gets the intent itself.
+	r2 := req("coalesce:2")
+	tk2 := mustFresh(t, eng, r2)
+	got := make(chan fence.Admission, 1)
+	go func() {
+		adm, err := eng.PrepareWait(ctx, r2, 5*time.Second)
+		if err != nil {
+			t.Errorf("waiter after release: %v", err)
+		}
+		got <- adm
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := eng.Release(ctx, tk2, "declined"); err != nil {
+		t.Fatal(err)
+	}
+	if adm := <-got; !adm.Fresh() {
+		t.Fatalf("waiter after release did not get the intent: %+v", adm)
+	}
+	// A waiter gives up after its wait and is told in flight.
+	r3 := req("coalesce:3")
+	mustFresh(t, eng, r3)
+	_, err := eng.PrepareWait(ctx, r3, 30*time.Millisecond)
+	wantCode(t, err, fence.ErrInFlight)
+}
+
+func testCounters(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	eng := fence.New(st, fence.Config{})
+	tk := mustFresh(t, eng, req("k1"))                            // admitted
+	_, _ = eng.Prepare(ctx, req("k1"))                            // in flight
+	mustCommit(t, eng, tk, `1`)                                   //
+	_, _ = eng.Prepare(ctx, req("k1"))                            // replayed
+	bad := req("k1")                                              //
+	bad.Args = []byte(`{"amount":1}`)                             //
+	_, _ = eng.Prepare(ctx, bad)                                  // conflict
+	tk2 := mustFresh(t, eng, req("k2"))                           // admitted
+	_ = eng.Abort(ctx, tk2, "?")                                  //
+	_, _ = eng.Prepare(ctx, req("k2"))                            // prior failure
+	_, _ = eng.Prepare(ctx, fence.Request{Intent: "", Tool: "t"}) // invalid: not an attempt
+	stale := fence.Request{Intent: "k3", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: "z", Seq: 9}}}
+	_, _ = eng.Prepare(ctx, stale) // stale
+	s, err := eng.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fence.Counters{Admitted: 2, Replayed: 1, InFlight: 1, Conflict: 1, PriorFailure: 1, Stale: 1}
+	if s.SinceBoot != want {
+		t.Fatalf("since boot = %+v, want %+v", s.SinceBoot, want)
+	}
+	if s.SinceBoot.Total() != 7 || s.SinceBoot.Prevented() != 5 {
+		t.Fatalf("total %d prevented %d", s.SinceBoot.Total(), s.SinceBoot.Prevented())
+	}
+	if s.Ledger != want {
+		t.Fatalf("ledger view = %+v, want %+v", s.Ledger, want)
+	}
+	if err := eng.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second engine on the same store sees the flushed totals.
+	other := fence.New(st, fence.Config{})
+	s2, _ := other.Stats(ctx)
+	if s2.Ledger != want || !s2.SinceBoot.IsZero() {
+		t.Fatalf("other engine: %+v", s2)
+	}
+	line := s.Line()
+	if line != "effectfence since boot: admitted=2 replayed=1 refused(stale=1 race=0 in-flight=1 failed=1 conflict=1) total=7 prevented=5" {
+		t.Fatalf("line = %q", line)
+	}
+}
+
+func testInvalid(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	long := make([]byte, fence.MaxIntentLen+1)
+	for i := range long {
+		long[i] = 'x'
+	}
+	cases := []fence.Request{
+		{Intent: "", Tool: "t"},
+		{Intent: string(long), Tool: "t"},
+		{Intent: "bad-args", Tool: "t", Args: []byte(`{"a":`)},
+		{Intent: "bad-utf8\xff", Tool: "t"},
+		{Intent: "bad-read-set", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: ""}}},
+	}
+	for _, r := range cases {
+		_, err := eng.Prepare(ctx, r)
+		if !errors.Is(err, fence.ErrInvalid) || fence.CodeOf(err) != fence.CodeInvalid {
+			t.Errorf("%q: err = %v, want invalid", r.Intent, err)
+		}
+	}
+	tk := mustFresh(t, eng, req("bad-result"))
+	_, err := eng.Commit(ctx, tk, []byte(`{not json`))
+	wantCode(t, err, fence.ErrInvalid)
+	mustCommit(t, eng, tk, `"still holds"`) // an invalid result changed nothing
+}
+
+func testParentAndVerify(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	parent := mustCommit(t, eng, mustFresh(t, eng, req("p")), `"p"`)
+	child := req("c")
+	child.Parent = parent.Hash
+	c := mustCommit(t, eng, mustFresh(t, eng, child), `"c"`)
+	if c.Parent != parent.Hash {
+		t.Fatalf("parent = %q", c.Parent)
+	}
+	var found *fence.Record
+	_ = eng.Store().View(ctx, func(tx fence.Tx) error {
+		var err error
+		found, err = tx.CertByHash(parent.Hash)
+		return err
+	})
+	if found == nil || found.Intent != "p" {
+		t.Fatalf("CertByHash(parent) = %+v", found)
+	}
+	tampered := *c
+	tampered.Result = []byte(`"c2"`)
+	if tampered.Verify() == nil {
+		t.Fatal("tampered cert verifies")
+	}
+}
+
+// RunDurable checks what a durable store adds: a new process (a new engine over a reopened
+// store, with a different owner) replays what ran, fences what was in flight when its owner
+// died, and keeps counters, tokens and sequences.
+func RunDurable(t *testing.T, reopen Reopener) {
+	open := reopen(t)
+	st1 := open()
+	e1 := fence.New(st1, fence.Config{Owner: "host/1/1", OwnerDead: func(string) bool { return false }})
+	r := req("durable:done")
+	r.Domain = "acct"
+	done := mustCommit(t, e1, mustFresh(t, e1, r), `{"charge":"ch_42"}`)
+	inflight := mustFresh(t, e1, req("durable:inflight"))
+	ab := mustFresh(t, e1, req("durable:aborted"))
+	if err := e1.Abort(ctx, ab, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := open()
+	defer st2.Close()
+	e2 := fence.New(st2, fence.Config{Owner: "host/2/1", OwnerDead: func(o string) bool { return o == "host/1/1" }})
+	adm, err := e2.Prepare(ctx, r)
+	if err != nil || adm.Fresh() || adm.Cert.Hash != done.Hash || string(adm.Cert.Result) != `{"charge":"ch_42"}` {
+		t.Fatalf("after reopen, duplicate = %+v %v; want replay of %s", adm, err, done.Hash)
+	}
+	if err := adm.Cert.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e2.Recover(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("recover = %d, %v", n, err)
+	}
+	_, err = e2.Prepare(ctx, req("durable:inflight"))
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || pf.State != fence.StateUnknown {
+		t.Fatalf("in flight at crash: %v", err)
+	}
+	_, err = e2.Prepare(ctx, req("durable:aborted"))
+	wantCode(t, err, fence.ErrPriorFailure)
+	_, err = e2.Commit(ctx, inflight, []byte(`1`))
+	wantCode(t, err, fence.ErrLeaseLost)
+	tk := mustFresh(t, e2, fence.Request{Intent: "durable:next", Tool: "t", Domain: "acct"})
+	if tk.Seq != 2 || tk.Token <= inflight.Token {
+		t.Fatalf("sequence or token restarted: %+v", tk)
+	}
+	s, _ := e2.Stats(ctx)
+	if s.Ledger.Admitted < 3 {
+		t.Fatalf("ledger counters lost on reopen: %+v", s.Ledger)
+	}
+}

@@ -1,0 +1,56 @@
+package sqlite
+
+// applicationID marks a SQLite file as an effectfence ledger (PRAGMA application_id): "EFNC".
+const applicationID = 0x45464e43
+
+// SchemaVersion is the schema this build writes. Opening a ledger with an older schema
+// migrates it; a newer one is refused (a newer effectfence wrote it).
+const SchemaVersion = 1
+
+// migrations[i] takes a ledger from schema version i to i+1. Each runs in the transaction that
+// also records the new version in meta, so a crash mid-migration leaves the old schema intact.
+var migrations = []string{
+	// 0 -> 1: the first schema.
+	`
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value ANY NOT NULL
+) STRICT;
+INSERT INTO meta(key, value) VALUES ('token', 0), ('domain_floor', 0);
+
+-- One row per intent. body is the fence.Record as JSON; the columns beside it exist for
+-- the indexes (state for ls and recovery, expires_at for the sweep, cert_hash for parents).
+CREATE TABLE records (
+	intent     TEXT PRIMARY KEY,
+	state      TEXT NOT NULL,
+	expires_at INTEGER,
+	cert_hash  TEXT,
+	body       BLOB NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX records_state ON records(state);
+CREATE INDEX records_expires ON records(expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX records_cert_hash ON records(cert_hash) WHERE cert_hash IS NOT NULL;
+
+CREATE TABLE domains (
+	domain TEXT PRIMARY KEY,
+	seq    INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE events (
+	id     INTEGER PRIMARY KEY AUTOINCREMENT,
+	at     INTEGER NOT NULL,
+	intent TEXT NOT NULL,
+	kind   TEXT NOT NULL,
+	who    TEXT NOT NULL,
+	reason TEXT NOT NULL,
+	state  TEXT NOT NULL
+) STRICT;
+CREATE INDEX events_intent ON events(intent, id);
+CREATE INDEX events_at ON events(at);
+
+CREATE TABLE counters (
+	name  TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+`,
+}

@@ -1,0 +1,523 @@
+// Package sqlite is the embedded durable ledger: a fence.Store in one SQLite file (pure Go,
+// modernc.org/sqlite, no cgo) that several processes on one host share safely.
+//
+// Guarantees. Every Update is one SQLite transaction begun with BEGIN IMMEDIATE, so it holds
+// the file's write lock from its first statement: two Updates, in this process or any other
+// process using the same file, never interleave, and two processes can never both be admitted
+// for one intent. An Update returns nil only after its transaction committed in WAL mode with
+// synchronous=FULL, that is, after the WAL was fsynced. View reads a consistent snapshot on a
+// separate reader connection and never blocks or is blocked by the writer.
+//
+// Group commit. Within one process all Updates go through one writer connection and one
+// committer goroutine. Updates that arrive while a transaction is committing are run together
+// in the next transaction, each inside its own SAVEPOINT: an Update whose fn fails is rolled
+// back to its savepoint alone, the others commit, and every caller learns its own result only
+// after the shared COMMIT is durable. Functions in one batch run one after another, each seeing
+// the writes of those before it, so the batch is equivalent to running them serially; the cost
+// of the fsync is shared. Each fn runs exactly once per Update call (the store never retries),
+// which is within the fence.Store rule that a store may run fn more than once.
+//
+// Limits. The file must be on a local filesystem (SQLite's locks and WAL shared memory do not
+// work over NFS). A file this build cannot read (not SQLite, not an effectfence ledger, a newer
+// schema, torn or corrupt) is refused with an error that names `effectfence ledger check`.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Options tune a Store. The zero value is the default.
+type Options struct {
+	// ReadOnly opens the file for inspection: no schema migration, Update fails.
+	ReadOnly bool
+	// BusyTimeout is how long a transaction waits for another process's write lock before
+	// failing (default 30 s).
+	BusyTimeout time.Duration
+	// Now is the store's clock (default time.Now); tests of expiry set it.
+	Now func() time.Time
+	// MaxBatch bounds how many concurrent Updates share one transaction (default 64; 1 turns
+	// group commit off).
+	MaxBatch int
+}
+
+// DefaultBusyTimeout is how long a transaction waits for another process's lock.
+const DefaultBusyTimeout = 30 * time.Second
+
+// Store is a ledger in a SQLite file. It is safe for concurrent use.
+type Store struct {
+	path string
+	opt  Options
+	w    *sql.DB // one connection: every write goes through the committer
+	r    *sql.DB // readers
+
+	mu       sync.RWMutex // guards closed against Update/View entering
+	closed   bool
+	inflight sync.WaitGroup
+	reqs     chan *update
+	quit     chan struct{}
+	done     chan struct{}
+}
+
+type update struct {
+	ctx context.Context
+	fn  func(fence.Tx) error
+	res chan error
+}
+
+// ErrClosed is returned by calls on a closed Store.
+var ErrClosed = errors.New("sqlite ledger: store is closed")
+
+// Open opens (creating if needed) the ledger at path. A new file is created 0600, its
+// directory 0700 if it has to be created. The schema is created or migrated.
+func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+	if opt.BusyTimeout <= 0 {
+		opt.BusyTimeout = DefaultBusyTimeout
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.MaxBatch <= 0 {
+		opt.MaxBatch = 64
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s: %w", path, err)
+	}
+	if err := prepareFile(abs, opt.ReadOnly); err != nil {
+		return nil, err
+	}
+	s := &Store{path: abs, opt: opt}
+	if !opt.ReadOnly {
+		if s.w, err = sql.Open("sqlite", dsn(abs, opt, "immediate")); err != nil {
+			return nil, s.fail(err)
+		}
+		s.w.SetMaxOpenConns(1)
+		s.w.SetMaxIdleConns(1)
+		s.w.SetConnMaxLifetime(0)
+		s.w.SetConnMaxIdleTime(0)
+	}
+	if s.r, err = sql.Open("sqlite", dsn(abs, opt, "")); err != nil {
+		return nil, s.fail(err)
+	}
+	s.r.SetMaxOpenConns(4)
+	s.r.SetMaxIdleConns(4)
+	if err := s.checkIdentity(ctx); err != nil {
+		return nil, s.fail(err)
+	}
+	if !opt.ReadOnly {
+		if err := s.migrate(ctx); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	if err := s.checkVersion(ctx); err != nil {
+		return nil, s.fail(err)
+	}
+	if !opt.ReadOnly {
+		s.reqs = make(chan *update, opt.MaxBatch)
+		s.quit = make(chan struct{})
+		s.done = make(chan struct{})
+		go s.commit()
+	}
+	return s, nil
+}
+
+// Path is the absolute path of the ledger file.
+func (s *Store) Path() string { return s.path }
+
+func (s *Store) fail(err error) error {
+	if s.w != nil {
+		s.w.Close()
+	}
+	if s.r != nil {
+		s.r.Close()
+	}
+	return s.wrap(err)
+}
+
+// dsn builds the modernc.org/sqlite data source name. txlock "immediate" makes BeginTx issue
+// BEGIN IMMEDIATE (read-only transactions always use a plain BEGIN).
+func dsn(path string, opt Options, txlock string) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opt.BusyTimeout.Milliseconds()))
+	if opt.ReadOnly {
+		q.Add("mode", "ro")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(FULL)")
+		// Keep the WAL file small after checkpoints, so the ledger's footprint stays bounded.
+		q.Add("_pragma", "journal_size_limit(4194304)")
+	}
+	q.Add("_pragma", "foreign_keys(0)")
+	if txlock != "" {
+		q.Set("_txlock", txlock)
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// sqliteMagic opens every SQLite 3 database file.
+const sqliteMagic = "SQLite format 3\x00"
+
+// prepareFile creates the directory and an empty 0600 file when the ledger does not exist yet,
+// and refuses files that are not SQLite databases before the driver touches them.
+func prepareFile(path string, readOnly bool) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
+	case err == nil:
+		return checkHeader(path, fi.Size())
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("ledger %s: %w", path, err)
+	case readOnly:
+		return fmt.Errorf("ledger %s does not exist", path)
+	}
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("cannot create the ledger directory %s: %w; choose another location with --ledger or EFFECTFENCE_LEDGER", dir, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil // another process created it first
+	}
+	if err != nil {
+		return fmt.Errorf("cannot create the ledger file %s: %w; choose another location with --ledger or EFFECTFENCE_LEDGER", path, err)
+	}
+	return f.Close()
+}
+
+// checkHeader refuses a non-empty file that does not start with the SQLite header. An empty
+// file is a ledger another process is about to initialise (or one that never was).
+func checkHeader(path string, size int64) error {
+	if size == 0 {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("ledger %s: %w", path, err)
+	}
+	defer f.Close()
+	head := make([]byte, 100)
+	n, _ := f.Read(head)
+	if n < len(sqliteMagic) || string(head[:len(sqliteMagic)]) != sqliteMagic {
+		return &FileError{Path: path, Problem: "is not a SQLite database (foreign file)"}
+	}
+	if n < 100 {
+		return &FileError{Path: path, Problem: fmt.Sprintf("is truncated: %d bytes, shorter than the 100-byte SQLite header", size)}
+	}
+	return nil
+}
+
+// FileError reports a ledger file this build cannot use, and the way out.
+type FileError struct {
+	Path    string
+	Problem string
+}
+
+func (e *FileError) Error() string {
+	return fmt.Sprintf("ledger %s %s; run `effectfence ledger check --ledger %s` for details; nothing was changed (move the file aside to start a new ledger)", e.Path, e.Problem, e.Path)
+}
+
+// wrap turns driver errors that mean a damaged or foreign file into a FileError and adds the
+// path to the rest.
+func (s *Store) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *FileError
+	if errors.As(err, &fe) {
+		return err
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_CORRUPT:
+			return &FileError{Path: s.path, Problem: "is corrupt (" + se.Error() + ")"}
+		case sqlite3.SQLITE_NOTADB:
+			return &FileError{Path: s.path, Problem: "is not a SQLite database (" + se.Error() + ")"}
+		case sqlite3.SQLITE_READONLY:
+			return fmt.Errorf("ledger %s is read-only for this process (%v); the fence must record every decision, so give it a writable file with --ledger or EFFECTFENCE_LEDGER", s.path, se)
+		case sqlite3.SQLITE_CANTOPEN:
+			return fmt.Errorf("ledger %s cannot be opened (%v); check that the file and its directory are readable and writable by this user", s.path, se)
+		case sqlite3.SQLITE_IOERR:
+			if se.Code() == sqlite3.SQLITE_IOERR_SHORT_READ {
+				return &FileError{Path: s.path, Problem: "is truncated (" + se.Error() + ")"}
+			}
+		}
+	}
+	return fmt.Errorf("ledger %s: %w", s.path, err)
+}
+
+// checkIdentity refuses SQLite files that hold something other than an effectfence ledger.
+func (s *Store) checkIdentity(ctx context.Context) error {
+	var appID int64
+	if err := s.r.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		return err
+	}
+	if appID == applicationID {
+		return nil
+	}
+	if appID != 0 {
+		return &FileError{Path: s.path, Problem: fmt.Sprintf("is a SQLite database of another application (application_id %#x), not an effectfence ledger", appID)}
+	}
+	var tables int
+	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
+		return err
+	}
+	if tables > 0 {
+		return &FileError{Path: s.path, Problem: "is a SQLite database of another application (it has tables but no effectfence mark), not an effectfence ledger"}
+	}
+	if s.opt.ReadOnly {
+		return &FileError{Path: s.path, Problem: "is an empty SQLite file, not yet an effectfence ledger"}
+	}
+	return nil
+}
+
+// migrate creates or upgrades the schema inside one IMMEDIATE transaction, so processes
+// opening a new ledger at the same time do it once.
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	v, err := schemaVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if v >= SchemaVersion {
+		return nil
+	}
+	for ; v < SchemaVersion; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrating the ledger schema from version %d: %w", v, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", SchemaVersion); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d", applicationID)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// schemaVersion reads the schema version from meta; 0 for a ledger not yet initialised.
+func schemaVersion(ctx context.Context, q querier) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'meta'").Scan(&n); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	var v int
+	err := q.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'schema_version'").Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+func (s *Store) checkVersion(ctx context.Context) error {
+	v, err := schemaVersion(ctx, s.r)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v > SchemaVersion:
+		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d, newer than this build's %d (upgrade effectfence)", v, SchemaVersion)}
+	case v < SchemaVersion:
+		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d; this build needs %d and a read-only open does not migrate", v, SchemaVersion)}
+	}
+	return nil
+}
+
+// Update runs fn in a write transaction (see the package doc for batching).
+func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	if s.opt.ReadOnly {
+		s.mu.RUnlock()
+		return fmt.Errorf("ledger %s was opened read-only", s.path)
+	}
+	s.inflight.Add(1)
+	s.mu.RUnlock()
+	defer s.inflight.Done()
+	u := &update{ctx: ctx, fn: fn, res: make(chan error, 1)}
+	select {
+	case s.reqs <- u:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the committer always answers, and the answer must be awaited: returning
+	// early on cancellation could report failure for a write that commits.
+	return <-u.res
+}
+
+// commit is the committer goroutine: it takes the queued Updates and runs them in batches.
+func (s *Store) commit() {
+	defer close(s.done)
+	batch := make([]*update, 0, s.opt.MaxBatch)
+	for {
+		select {
+		case u := <-s.reqs:
+			batch = append(batch[:0], u)
+		case <-s.quit:
+			return
+		}
+	more:
+		for len(batch) < s.opt.MaxBatch {
+			select {
+			case u := <-s.reqs:
+				batch = append(batch, u)
+			default:
+				break more
+			}
+		}
+		s.runBatch(batch)
+		clear(batch)
+	}
+}
+
+// runBatch runs the functions of a batch in one transaction, each in its own savepoint, and
+// answers every caller after the commit.
+func (s *Store) runBatch(batch []*update) {
+	errs := make([]error, len(batch))
+	answer := func(shared error) {
+		for i, u := range batch {
+			if errs[i] == nil {
+				errs[i] = shared
+			}
+			u.res <- errs[i]
+		}
+	}
+	// The transaction is the store's, not any caller's: one caller's cancellation must not
+	// abort the others' writes.
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		answer(s.wrap(err))
+		return
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.Rollback()
+		}
+	}()
+	ok := 0
+	for i, u := range batch {
+		if err := u.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
+			answer(s.wrap(err))
+			return
+		}
+		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true}
+		errs[i] = call(u.fn, t)
+		if errs[i] != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
+				answer(s.wrap(err))
+				return
+			}
+		} else {
+			ok++
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
+			answer(s.wrap(err))
+			return
+		}
+	}
+	if ok == 0 {
+		answer(nil)
+		return
+	}
+	committed = true
+	if err := tx.Commit(); err != nil {
+		answer(s.wrap(err))
+		return
+	}
+	answer(nil)
+}
+
+// call runs fn and turns a panic into an error for its caller alone, so that one bad function
+// cannot take the committer (and every other caller's transaction) down with it.
+func call(fn func(fence.Tx) error, t fence.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("sqlite ledger: transaction function panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return fn(t)
+}
+
+// View runs fn on a read snapshot.
+func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	s.inflight.Add(1)
+	s.mu.RUnlock()
+	defer s.inflight.Done()
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return s.wrap(err)
+	}
+	defer tx.Rollback()
+	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now()})
+}
+
+// Close waits for running calls, stops the committer and closes the file. Later calls fail
+// with ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.inflight.Wait()
+	if s.quit != nil {
+		close(s.quit)
+		<-s.done
+	}
+	var errs []error
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	errs = append(errs, s.r.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,347 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// txn is a fence.Tx over one SQLite transaction.
+type txn struct {
+	s     *Store
+	tx    *sql.Tx
+	ctx   context.Context
+	now   time.Time
+	write bool
+}
+
+var errReadOnly = errors.New("sqlite ledger: write in a read-only transaction")
+
+func (t *txn) Now() time.Time { return t.now }
+
+func (t *txn) exec(q string, args ...any) error {
+	if !t.write {
+		return errReadOnly
+	}
+	_, err := t.tx.ExecContext(t.ctx, q, args...)
+	return t.s.wrap(err)
+}
+
+// decode reads a record body, reporting a damaged one as a FileError.
+func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
+	var rec fence.Record
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds an unreadable record for intent %q (%v)", intent, err)}
+	}
+	if rec.Intent != intent {
+		return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds a record filed under intent %q that names intent %q", intent, rec.Intent)}
+	}
+	return &rec, nil
+}
+
+func (t *txn) Get(intent string) (*fence.Record, error) {
+	var body []byte
+	err := t.tx.QueryRowContext(t.ctx, "SELECT body FROM records WHERE intent = ?", intent).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, t.s.wrap(err)
+	}
+	return t.decode(intent, body)
+}
+
+func nanos(at time.Time) any {
+	if at.IsZero() {
+		return nil
+	}
+	return at.UnixNano()
+}
+
+func (t *txn) Put(rec *fence.Record) error {
+	if !t.write {
+		return errReadOnly
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("sqlite ledger: encoding the record of %q: %w", rec.Intent, err)
+	}
+	var hash any
+	if rec.Cert != nil {
+		hash = rec.Cert.Hash
+	}
+	return t.exec(`INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at,
+		cert_hash = excluded.cert_hash, body = excluded.body`,
+		rec.Intent, string(rec.State), nanos(rec.ExpiresAt), hash, body)
+}
+
+func (t *txn) Delete(intent string) error {
+	return t.exec("DELETE FROM records WHERE intent = ?", intent)
+}
+
+// scanPage is how many records Scan reads before calling fn on them: rows are closed before
+// fn runs, so fn may use the transaction, and memory stays bounded for any ledger size.
+const scanPage = 256
+
+func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
+	var where []string
+	var args []any
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	if !f.ExpiresBefore.IsZero() {
+		where = append(where, "expires_at IS NOT NULL AND expires_at <= ?")
+		args = append(args, f.ExpiresBefore.UnixNano())
+	}
+	where = append(where, "intent > ?")
+	q := "SELECT intent, body FROM records WHERE " + strings.Join(where, " AND ") + " ORDER BY intent LIMIT ?"
+	after, seen := f.After, 0
+	for {
+		page := scanPage
+		if f.Limit > 0 && f.Limit-seen < page {
+			page = f.Limit - seen
+		}
+		if page <= 0 {
+			return nil
+		}
+		rows, err := t.tx.QueryContext(t.ctx, q, append(args, after, page)...)
+		if err != nil {
+			return t.s.wrap(err)
+		}
+		var recs []*fence.Record
+		for rows.Next() {
+			var intent string
+			var body []byte
+			if err := rows.Scan(&intent, &body); err != nil {
+				rows.Close()
+				return t.s.wrap(err)
+			}
+			rec, err := t.decode(intent, body)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			recs = append(recs, rec)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return t.s.wrap(err)
+		}
+		for _, rec := range recs {
+			if !fn(rec) {
+				return nil
+			}
+		}
+		seen += len(recs)
+		if len(recs) < page {
+			return nil
+		}
+		after = recs[len(recs)-1].Intent
+	}
+}
+
+func (t *txn) CertByHash(hash string) (*fence.Record, error) {
+	var intent string
+	var body []byte
+	err := t.tx.QueryRowContext(t.ctx, "SELECT intent, body FROM records WHERE cert_hash = ? AND state = ? LIMIT 1", hash, string(fence.StateDone)).Scan(&intent, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, t.s.wrap(err)
+	}
+	return t.decode(intent, body)
+}
+
+// seqs are uint64 in the engine and INTEGER (int64) in SQLite; no ledger reaches 2^63.
+func toDB(n uint64) (int64, error) {
+	if n > math.MaxInt64 {
+		return 0, fmt.Errorf("sqlite ledger: sequence number %d does not fit the ledger", n)
+	}
+	return int64(n), nil
+}
+
+func (t *txn) metaInt(key string) (uint64, error) {
+	var v int64
+	err := t.tx.QueryRowContext(t.ctx, "SELECT value FROM meta WHERE key = ?", key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, &FileError{Path: t.s.path, Problem: fmt.Sprintf("lacks its %q row", key)}
+	}
+	if err != nil {
+		return 0, t.s.wrap(err)
+	}
+	return uint64(v), nil
+}
+
+func (t *txn) DomainSeq(domain string) (uint64, bool, error) {
+	var v int64
+	err := t.tx.QueryRowContext(t.ctx, "SELECT seq FROM domains WHERE domain = ?", domain).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		floor, err := t.DomainFloor()
+		return floor, false, err
+	}
+	if err != nil {
+		return 0, false, t.s.wrap(err)
+	}
+	return uint64(v), true, nil
+}
+
+func (t *txn) SetDomainSeq(domain string, seq uint64) error {
+	v, err := toDB(seq)
+	if err != nil {
+		return err
+	}
+	return t.exec("INSERT INTO domains(domain, seq) VALUES (?, ?) ON CONFLICT(domain) DO UPDATE SET seq = excluded.seq", domain, v)
+}
+
+func (t *txn) DeleteDomain(domain string) error {
+	return t.exec("DELETE FROM domains WHERE domain = ?", domain)
+}
+
+func (t *txn) DomainFloor() (uint64, error) { return t.metaInt("domain_floor") }
+
+func (t *txn) SetDomainFloor(seq uint64) error {
+	v, err := toDB(seq)
+	if err != nil {
+		return err
+	}
+	return t.exec("UPDATE meta SET value = ? WHERE key = 'domain_floor'", v)
+}
+
+// NextToken increments the token row. The row is written in the transaction, so it is as
+// durable as the claim that carries the token; a rolled-back claim's token is handed out again,
+// which is safe because nobody ever held it.
+func (t *txn) NextToken() (uint64, error) {
+	if !t.write {
+		return 0, errReadOnly
+	}
+	var v int64
+	err := t.tx.QueryRowContext(t.ctx, "UPDATE meta SET value = value + 1 WHERE key = 'token' RETURNING value").Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, &FileError{Path: t.s.path, Problem: `lacks its "token" row`}
+	}
+	if err != nil {
+		return 0, t.s.wrap(err)
+	}
+	return uint64(v), nil
+}
+
+func (t *txn) AppendEvent(ev fence.Event) error {
+	return t.exec("INSERT INTO events(at, intent, kind, who, reason, state) VALUES (?, ?, ?, ?, ?, ?)",
+		ev.At.UnixNano(), ev.Intent, ev.Kind, ev.Who, ev.Reason, string(ev.State))
+}
+
+func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
+	q := "SELECT id, at, intent, kind, who, reason, state FROM events WHERE id > ? ORDER BY id LIMIT ?"
+	args := []any{}
+	if intent != "" {
+		q = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
+		args = append(args, intent)
+	}
+	var last int64
+	for {
+		rows, err := t.tx.QueryContext(t.ctx, q, append(args, last, scanPage)...)
+		if err != nil {
+			return t.s.wrap(err)
+		}
+		var evs []fence.Event
+		for rows.Next() {
+			var ev fence.Event
+			var at int64
+			var state string
+			if err := rows.Scan(&last, &at, &ev.Intent, &ev.Kind, &ev.Who, &ev.Reason, &state); err != nil {
+				rows.Close()
+				return t.s.wrap(err)
+			}
+			ev.At, ev.State = time.Unix(0, at), fence.State(state)
+			evs = append(evs, ev)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return t.s.wrap(err)
+		}
+		for _, ev := range evs {
+			if !fn(ev) {
+				return nil
+			}
+		}
+		if len(evs) < scanPage {
+			return nil
+		}
+	}
+}
+
+func (t *txn) DeleteEventsBefore(before time.Time) (int, error) {
+	if !t.write {
+		return 0, errReadOnly
+	}
+	res, err := t.tx.ExecContext(t.ctx, "DELETE FROM events WHERE at < ? AND kind != ?", before.UnixNano(), fence.EventClear)
+	if err != nil {
+		return 0, t.s.wrap(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// counterFields maps the ledger's counter names (the JSON names of fence.Counters) to fields.
+func counterFields(c *fence.Counters) map[string]*uint64 {
+	return map[string]*uint64{
+		"admitted": &c.Admitted, "reclaimed": &c.Reclaimed, "replayed": &c.Replayed,
+		"coalesced": &c.Coalesced, "refused_stale_read_set": &c.Stale, "refused_domain_race": &c.Race,
+		"refused_in_flight": &c.InFlight, "refused_prior_failure": &c.PriorFailure,
+		"refused_conflict": &c.Conflict, "lease_lost": &c.LeaseLost,
+	}
+}
+
+func (t *txn) AddCounters(d fence.Counters) error {
+	if !t.write {
+		return errReadOnly
+	}
+	for name, p := range counterFields(&d) {
+		if *p == 0 {
+			continue
+		}
+		v, err := toDB(*p)
+		if err != nil {
+			return err
+		}
+		if err := t.exec("INSERT INTO counters(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) Counters() (fence.Counters, error) {
+	var c fence.Counters
+	fields := counterFields(&c)
+	rows, err := t.tx.QueryContext(t.ctx, "SELECT name, value FROM counters")
+	if err != nil {
+		return c, t.s.wrap(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var v int64
+		if err := rows.Scan(&name, &v); err != nil {
+			return c, t.s.wrap(err)
+		}
+		if p, ok := fields[name]; ok {
+			*p = uint64(v)
+		}
+	}
+	return c, t.s.wrap(rows.Err())
+}
