@@ -13,6 +13,7 @@ import (
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/effectfence/effectfence/pkg/probe"
 )
@@ -157,13 +158,13 @@ func (res *Result) write(w io.Writer, colour bool) error {
 	fmt.Fprintf(&b, "%s — the same %d calls, the same server, through the fence\n", fenced.Title, Calls)
 	fmt.Fprintf(&b, "  answers:    %d clean, all the same charge: %s\n", fenced.Report.Succeeded, strings.Join(fenced.ChargeIDs, ", "))
 	fmt.Fprintf(&b, "  executions: %d, counted by the server's own effects file\n", fenced.Executions)
-	fmt.Fprintf(&b, "  %s %d duplicate charges never reached the server (%s not charged twice)\n\n",
+	fmt.Fprintf(&b, "  %s %d duplicate charges never reached the server (%s not charged)\n\n",
 		good.Sprint("EXACTLY ONCE:"), Calls-fenced.Executions, dollars(4900*(Calls-fenced.Executions)))
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
 
-	t := tablewriter.NewTable(w)
+	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off))
 	t.Header("", "calls", "clean answers", "distinct charges", "executions (measured)")
 	for _, a := range []Act{raw, fenced} {
 		if err := t.Append(a.Title, Calls, a.Report.Succeeded, len(a.ChargeIDs), a.Executions); err != nil {
