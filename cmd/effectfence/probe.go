@@ -40,7 +40,7 @@ Exit codes: 0 no double-fire proven, 1 the probe could not run, 2 bad arguments 
 called), 3 PROVEN DOUBLE-FIRE.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "tool", Usage: "the tool to call (required)"},
-			&cli.StringFlag{Name: "args", Value: "{}", Usage: "the tool's arguments, a JSON object, sent byte for byte"},
+			&cli.StringFlag{Name: "args", Value: "{}", Usage: "the tool's arguments, a JSON object, identical in every call"},
 			&cli.IntFlag{Name: "calls", Value: 12, Usage: "how many identical calls to fire at once"},
 			&cli.StringFlag{Name: "witness", Usage: "shell `COMMAND` that prints a number of effects; run before and after"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long to wait for all answers"},
