@@ -17,7 +17,11 @@ const maxAnswerRows = 15
 // when w is a terminal and NO_COLOR is unset; the caller decides.
 func (r *Report) WriteText(w io.Writer, colour bool) error {
 	p := &printer{w: w}
-	p.f("effectfence probe: %d byte-identical concurrent call(s) to %s %s\n\n", r.Calls, r.Tool, clip(oneLine(string(r.Args)), 80))
+	p.f("effectfence probe: %d byte-identical concurrent call(s) to %s %s\n", r.Calls, r.Tool, clip(oneLine(string(r.Args)), 80))
+	if r.Witness != nil {
+		p.f("witness: %s\n", clip(oneLine(r.Witness.Command), 100))
+	}
+	p.f("\n")
 
 	counts := tablewriter.NewTable(w)
 	counts.Header("what", "count")
