@@ -77,6 +77,8 @@ type rig struct {
 	effects string
 	mode    string
 	ledger  string // EFFECTFENCE_LEDGER for the wrap processes ("" = default file)
+	// childCmdOverride replaces the test server with another MCP server command.
+	childCmdOverride []string
 }
 
 func newRig(t *testing.T) *rig {
@@ -85,11 +87,17 @@ func newRig(t *testing.T) *rig {
 }
 
 func (r *rig) env() []string {
-	return append(mcptest.Env(r.effects, r.mode), "EFFECTFENCE_LEDGER="+r.ledger, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"))
+	return append(mcptest.Env(r.effects, r.mode), "EFFECTFENCE_LEDGER="+r.ledger, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"),
+		"MEMORY_FILE_PATH="+filepath.Join(r.dir, "memory.jsonl"))
 }
 
 // childCmd is the MCP server command line behind wrap.
-func (r *rig) childCmd() []string { return []string{testExe, "-test.run=^$"} }
+func (r *rig) childCmd() []string {
+	if r.childCmdOverride != nil {
+		return r.childCmdOverride
+	}
+	return []string{testExe, "-test.run=^$"}
+}
 
 // wrapProc is one running `effectfence wrap` as seen by an agent.
 type wrapProc struct {

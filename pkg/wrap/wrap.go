@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -323,7 +324,8 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.mu.Unlock()
 		_ = child.Close()
 		p.logf("%v", err)
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server did not start: %v", errors.Unwrap(err)))
+		why := strings.TrimPrefix(err.Error(), mcpstdio.ErrNotSent.Error()+": ")
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server did not start: %s", why))
 	}
 	p.mu.Lock()
 	p.initDone = true
