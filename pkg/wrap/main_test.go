@@ -18,7 +18,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
-// The tests run real processes: the effectfence binary (built once, with -race) as the wrap
+// The tests run real processes: the effectfence binary (built once, with -race under -race) as the wrap
 // process, and this test binary re-executed as the MCP server behind it (mcptest).
 var (
 	efBin   string
@@ -38,7 +38,11 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	efBin = filepath.Join(dir, "effectfence")
-	build := exec.Command("go", "build", "-race", "-o", efBin, "github.com/effectfence/effectfence/cmd/effectfence")
+	args := []string{"build", "-o", efBin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "github.com/effectfence/effectfence/cmd/effectfence")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building effectfence:", err)

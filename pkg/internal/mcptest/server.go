@@ -55,6 +55,7 @@ const ToolsList = `{"tools":[` +
 	`{"name":"die","description":"Records an effect, then kills its own process.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
 	`{"name":"balance","description":"Reads the balance (read only).","inputSchema":{"type":"object","properties":{}},"annotations":{"readOnlyHint":true}},` +
 	`{"name":"add_tool","description":"Adds the tool \"extra\" and sends tools/list_changed.","inputSchema":{"type":"object"}},` +
+	`{"name":"echo","description":"Returns its text; records nothing (for benchmarks).","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}},` +
 	`{"name":"ünïcode \u2603","description":"Non-ASCII name, escaped \u00e9 and raw é \u003c\u003e","inputSchema":{"type":"object","properties":{"x":{"type":"number","multipleOf":0.5}},"examples":[{"x":1.50}]}}` +
 	`]}`
 
@@ -166,6 +167,7 @@ type callParams struct {
 		Order          string `json:"order"`
 		Ms             int    `json:"ms"`
 		Tag            string `json:"tag"`
+		Text           string `json:"text"`
 		IdempotencyKey string `json:"idempotency_key"`
 	} `json:"arguments"`
 }
@@ -236,6 +238,8 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		s.extra.Store(true)
 		_ = s.out.Write(jsonrpc.Notification("notifications/tools/list_changed", nil))
 		return text("added", false), nil
+	case "echo":
+		return text("echo "+a.Text, false), nil
 	case "extra":
 		return text("extra ran", false), nil
 	}
