@@ -199,7 +199,9 @@ func (r *rig) rawWrap(flags ...string) *rawWrap {
 	}
 	r.t.Cleanup(func() {
 		rw.in.Close()
-		_ = cmd.Wait()
+		if cmd.ProcessState == nil {
+			_ = cmd.Wait()
+		}
 		if strings.Contains(rw.log.String(), "DATA RACE") {
 			r.t.Errorf("race in the wrap process:\n%s", rw.log.String())
 		}
@@ -334,5 +336,29 @@ func TestRealMemoryServer(t *testing.T) {
 	graph, err := d.CallTool(context.Background(), "read_graph", json.RawMessage(`{}`))
 	if err != nil || !strings.Contains(string(graph), "refunded") {
 		t.Fatalf("read_graph: %s %v", graph, err)
+	}
+}
+
+func TestAgentHangingUpDoesNotAbortTheCall(t *testing.T) {
+	r := newRig(t)
+	rw := r.rawWrap()
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	const slowCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"hangup"}}}`
+	if _, err := io.WriteString(rw.in, slowCall+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the call is in the child
+	rw.in.Close()                      // the agent hangs up
+	if err := rw.cmd.Wait(); err != nil {
+		t.Fatalf("wrap exit: %v; stderr: %s", err, rw.log.String())
+	}
+	if r.effectCount() != 1 {
+		t.Fatalf("the call was aborted when the agent hung up: %d effects", r.effectCount())
+	}
+	w := r.wrap()
+	if x := call(t, w.Session, "slow", `{"ms":800,"tag":"hangup"}`); !x.replayed() || r.effectCount() != 1 {
+		t.Fatalf("the outcome of the call was not recorded: %+v", x)
 	}
 }
