@@ -171,10 +171,11 @@ func TestChildDeathMidCallIsUnknownAndChildRestarts(t *testing.T) {
 
 // rawWrap runs wrap with raw pipes, for input no MCP client would send.
 type rawWrap struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-	log *logBuf
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stdout io.Closer
+	log    *logBuf
 }
 
 func (r *rig) rawWrap(flags ...string) *rawWrap {
@@ -193,7 +194,7 @@ func (r *rig) rawWrap(flags ...string) *rawWrap {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	rw.out = bufio.NewReader(stdout)
+	rw.out, rw.stdout = bufio.NewReader(stdout), stdout
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
@@ -350,7 +351,8 @@ func TestAgentHangingUpDoesNotAbortTheCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the call is in the child
-	rw.in.Close()                      // the agent hangs up
+	rw.in.Close()                      // the agent hangs up, both ways
+	rw.stdout.Close()
 	if err := rw.cmd.Wait(); err != nil {
 		t.Fatalf("wrap exit: %v; stderr: %s", err, rw.log.String())
 	}

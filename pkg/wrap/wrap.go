@@ -92,9 +92,10 @@ type Proxy struct {
 	sem     chan struct{}
 	calls   sync.WaitGroup
 
-	nextID  atomic.Int64
-	pmu     sync.Mutex
-	pending map[string]chan *jsonrpc.Message
+	nextID    atomic.Int64
+	pmu       sync.Mutex
+	pending   map[string]chan *jsonrpc.Message
+	agentGone chan struct{} // closed when the agent's input ends
 }
 
 // New checks opt and returns a Proxy.
@@ -111,7 +112,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.MaxConcurrent <= 0 {
 		opt.MaxConcurrent = DefaultMaxConcurrent
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{})}
 	p.flights.m = map[string]*flight{}
 	return p, nil
 }
@@ -171,6 +172,7 @@ loop:
 	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 		err = nil
 	}
+	close(p.agentGone) // requests of the child to the agent can no longer be answered
 	p.drain()
 	return err
 }
@@ -401,5 +403,7 @@ func (p *Proxy) childRequest(ctx context.Context, method string, params json.Raw
 		return m.Result, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-p.agentGone:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client disconnected"}
 	}
 }
