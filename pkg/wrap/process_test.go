@@ -31,6 +31,7 @@ func (r *rig) openLedger() *store.Ledger {
 }
 
 func TestRestartReplaysWhatRan(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	first := call(t, w.Session, "charge", `{"amount":100,"order":"restart"}`)
@@ -43,6 +44,7 @@ func TestRestartReplaysWhatRan(t *testing.T) {
 }
 
 func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.ledger = "" // the default file under XDG_STATE_HOME, named after the child command
 	w := r.wrap()
@@ -59,6 +61,7 @@ func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
 }
 
 func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	procs := []*wrapProc{r.wrap(), r.wrap(), r.wrap()}
 	var (
@@ -96,6 +99,7 @@ func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
 }
 
 func TestKill9MidCallFencesUntilCleared(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	go func() { _, _ = callE(w.Session, "slow", `{"ms":1500,"tag":"k9"}`) }()
@@ -148,6 +152,7 @@ func TestKill9MidCallFencesUntilCleared(t *testing.T) {
 }
 
 func TestChildDeathMidCallIsUnknownAndChildRestarts(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	out := storm(t, w.Session, 3, "die", `{"ms":200}`)
@@ -226,6 +231,7 @@ func (rw *rawWrap) roundTrip(t *testing.T, line string) string {
 const initLine = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 
 func TestBadInputFromTheAgent(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	rw := r.rawWrap()
 	cases := []struct{ in, want string }{
@@ -256,6 +262,7 @@ func TestBadInputFromTheAgent(t *testing.T) {
 }
 
 func TestChildThatExitsAtStartOrNeverAnswers(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"exit", "mute"} {
 		t.Run(mode, func(t *testing.T) {
 			r := newRig(t)
@@ -279,6 +286,7 @@ func TestChildThatExitsAtStartOrNeverAnswers(t *testing.T) {
 }
 
 func TestStatsLineOnSIGUSR1AndExit(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	storm(t, w.Session, 3, "slow", `{"ms":200,"tag":"stats"}`)
@@ -299,6 +307,7 @@ func TestStatsLineOnSIGUSR1AndExit(t *testing.T) {
 }
 
 func TestRealMemoryServer(t *testing.T) {
+	t.Parallel()
 	bin, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-memory")
 	if _, err := os.Stat(bin); err != nil {
 		t.Skip("skipping: @modelcontextprotocol/server-memory is not installed; run scripts/install-peers")
@@ -341,6 +350,7 @@ func TestRealMemoryServer(t *testing.T) {
 }
 
 func TestAgentHangingUpDoesNotAbortTheCall(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	rw := r.rawWrap()
 	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {

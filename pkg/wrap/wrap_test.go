@@ -12,6 +12,7 @@ import (
 )
 
 func TestMirrorsToolsListAndInitializeByteForByte(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	d := r.direct()
 	w := r.wrap()
@@ -32,6 +33,7 @@ func TestMirrorsToolsListAndInitializeByteForByte(t *testing.T) {
 }
 
 func TestTwelveIdenticalConcurrentCallsRunOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	out := storm(t, w.Session, 12, "charge", `{"amount":4900,"order":"o-1"}`)
@@ -70,6 +72,7 @@ func TestTwelveIdenticalConcurrentCallsRunOnce(t *testing.T) {
 }
 
 func TestNoInjectKey(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--no-inject-key")
 	call(t, w.Session, "charge", `{"amount":1}`)
@@ -81,6 +84,7 @@ func TestNoInjectKey(t *testing.T) {
 }
 
 func TestDifferentArgumentsRunSeparately(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	done := make(chan result, 5)
@@ -110,6 +114,7 @@ func TestDifferentArgumentsRunSeparately(t *testing.T) {
 }
 
 func TestToolSlowerThanTheLeaseRunsOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--lease-secs", "0.6")
 	out := storm(t, w.Session, 4, "slow", `{"ms":2000,"tag":"lease"}`)
@@ -124,6 +129,7 @@ func TestToolSlowerThanTheLeaseRunsOnce(t *testing.T) {
 }
 
 func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	out := storm(t, w.Session, 6, "fail", `{"ms":400,"tag":"f"}`)
@@ -142,6 +148,7 @@ func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
 }
 
 func TestUnknownToolGetsTheChildsError(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	_, err := w.CallTool(context.Background(), "nope", json.RawMessage(`{}`))
@@ -156,6 +163,7 @@ func TestUnknownToolGetsTheChildsError(t *testing.T) {
 }
 
 func TestReadOnlyToolsPassThroughUnlessFenced(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--pass", "charge")
 	for range 3 {
@@ -178,6 +186,7 @@ func TestReadOnlyToolsPassThroughUnlessFenced(t *testing.T) {
 }
 
 func TestIgnoreFieldAndKey(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--ignore-field", "charge:note", "--key", "slow:tag")
 	call(t, w.Session, "charge", `{"amount":3,"note":"t=1"}`)
@@ -195,6 +204,7 @@ func TestIgnoreFieldAndKey(t *testing.T) {
 }
 
 func TestListChangedIsFollowed(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	call(t, w.Session, "add_tool", `{}`)
@@ -216,6 +226,7 @@ func TestListChangedIsFollowed(t *testing.T) {
 }
 
 func TestResourcesAndPromptsPassThrough(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	d := r.direct()
@@ -241,6 +252,7 @@ func TestResourcesAndPromptsPassThrough(t *testing.T) {
 }
 
 func TestGarbageFromTheChild(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.mode = "garbage"
 	w := r.wrap()
