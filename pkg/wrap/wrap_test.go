@@ -145,6 +145,33 @@ func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
 	if x := call(t, w.Session, "fail", `{"ms":400,"tag":"f"}`); !strings.Contains(x.text(), "attempt 2") || r.effectCount() != 2 {
 		t.Fatalf("a retry after isError must run: %+v", x)
 	}
+	// Duplicates that arrive while the first is already running share its failure too.
+	late := make(chan result, 3)
+	go func() {
+		x, err := callE(w.Session, "fail", `{"ms":800,"tag":"late"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		late <- x
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for range 2 {
+		go func() {
+			x, err := callE(w.Session, "fail", `{"ms":800,"tag":"late"}`)
+			if err != nil {
+				t.Error(err)
+			}
+			late <- x
+		}()
+	}
+	for range 3 {
+		if x := <-late; !strings.Contains(x.text(), "card declined (attempt 3)") {
+			t.Fatalf("a late duplicate did not get the running attempt's failure: %q", x.text())
+		}
+	}
+	if n := r.effectCount(); n != 3 {
+		t.Fatalf("want 3 executions, got %d", n)
+	}
 }
 
 func TestUnknownToolGetsTheChildsError(t *testing.T) {
