@@ -105,3 +105,30 @@ func BenchmarkThroughput16(b *testing.B) {
 	b.ReportMetric(w, "wrap-calls/s")
 	b.ReportMetric(100*w/d, "wrap-%-of-direct")
 }
+
+// BenchmarkReplayLatency measures the duplicate path: every wrapped call repeats the first
+// one and is answered from the ledger (a read, no write), against a direct call that runs.
+func BenchmarkReplayLatency(b *testing.B) {
+	direct, wrapped := benchRig(b)
+	args := json.RawMessage(`{"text":"the same call every time"}`)
+	if _, err := wrapped.CallTool(context.Background(), "echo", args); err != nil {
+		b.Fatal(err)
+	}
+	var dl, wl []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := direct.CallTool(context.Background(), "echo", args); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := wrapped.CallTool(context.Background(), "echo", args); err != nil {
+			b.Fatal(err)
+		}
+		dl, wl = append(dl, t1.Sub(t0)), append(wl, time.Since(t1))
+	}
+	b.StopTimer()
+	b.ReportMetric(pct(dl, 0.5), "direct-p50-µs")
+	b.ReportMetric(pct(wl, 0.5), "replay-p50-µs")
+	b.ReportMetric(pct(wl, 0.99), "replay-p99-µs")
+}
