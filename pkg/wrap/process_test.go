@@ -58,6 +58,14 @@ func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
 	if x := call(t, w2.Session, "charge", `{"amount":1}`); !x.replayed() {
 		t.Fatalf("restart on the default ledger did not replay: %+v", x)
 	}
+	w2.Close()
+	// The operator's view of the same ledger.
+	cmd := exec.Command(efBin, append([]string{"ledger", "stats", "--for", "--"}, r.childCmd()...)...)
+	cmd.Env = append(os.Environ(), r.env()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "admitted=1 replayed=1 ") {
+		t.Fatalf("ledger stats --for: %v\n%s", err, out)
+	}
 }
 
 func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
@@ -138,11 +146,8 @@ func TestKill9MidCallFencesUntilCleared(t *testing.T) {
 	if err != nil || rec.State != fence.StateUnknown {
 		t.Fatalf("intent state %s, %v; want unknown", rec.State, err)
 	}
-	// The operator reconciles. (The `effectfence ledger clear` command is another helper's;
-	// this is the engine call it makes.)
-	if _, err := led.Clear(context.Background(), intent, "test", "checked: ran once"); err != nil {
-		t.Fatal(err)
-	}
+	// The operator runs the exact command the message gave.
+	r.runClearCommand(x.text())
 	if x := call(t, w2.Session, "slow", `{"ms":10,"tag":"k9"}`); x.IsError {
 		t.Fatalf("different args must run: %+v", x)
 	}
@@ -151,9 +156,27 @@ func TestKill9MidCallFencesUntilCleared(t *testing.T) {
 	}
 }
 
+// runClearCommand runs the `effectfence ledger clear ...` command quoted in a fenced call's
+// message, through a shell, as an operator would paste it.
+func (r *rig) runClearCommand(msg string) {
+	r.t.Helper()
+	i := strings.Index(msg, "effectfence ledger clear ")
+	if i < 0 {
+		r.t.Fatalf("no clear command in %q", msg)
+	}
+	line := strings.TrimSpace(msg[i:])
+	cmd := exec.Command("sh", "-c", efBin+strings.TrimPrefix(line, "effectfence"))
+	cmd.Env = append(os.Environ(), r.env()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "cleared") {
+		r.t.Fatalf("%s: %v\n%s", line, err, out)
+	}
+}
+
 func TestChildDeathMidCallIsUnknownAndChildRestarts(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
+	r.ledger = "" // the default ledger, which the operator names with --for -- <command>
 	w := r.wrap()
 	out := storm(t, w.Session, 3, "die", `{"ms":200}`)
 	for _, x := range out {
@@ -171,6 +194,12 @@ func TestChildDeathMidCallIsUnknownAndChildRestarts(t *testing.T) {
 	// The child is restarted for the next call.
 	if x := call(t, w.Session, "charge", `{"amount":2}`); x.IsError || r.effectCount() != 2 {
 		t.Fatalf("the dead child was not restarted: %+v", x)
+	}
+	// After the operator's clear (on the default per-command ledger: --for -- <command>),
+	// the call runs again.
+	r.runClearCommand(again.text())
+	if x := call(t, w.Session, "die", `{"ms":200}`); !x.IsError || r.effectCount() != 3 {
+		t.Fatalf("after clear the call must run: %+v, %d effects", x.text(), r.effectCount())
 	}
 }
 
