@@ -83,6 +83,8 @@ type rig struct {
 	ledger  string // EFFECTFENCE_LEDGER for the wrap processes ("" = default file)
 	// childCmdOverride replaces the test server with another MCP server command.
 	childCmdOverride []string
+	// onRequest answers requests the server sends to the agent.
+	onRequest func(context.Context, string, json.RawMessage) (json.RawMessage, error)
 }
 
 func newRig(t *testing.T) *rig {
@@ -128,6 +130,7 @@ func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
 		Command: argv, Env: r.env(), Stderr: w.log, InitTimeout: 20 * time.Second,
 		Init:           json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`),
 		OnNotification: func(method string, _ json.RawMessage) { w.notes <- method },
+		OnRequest:      r.onRequest,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%v; wrap stderr: %s", err, w.log.String())

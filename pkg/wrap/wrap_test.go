@@ -295,3 +295,15 @@ func TestGarbageFromTheChild(t *testing.T) {
 		t.Fatalf("garbage not logged: %s", w.log.String())
 	}
 }
+
+func TestRequestsOfTheChildReachTheAgent(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.onRequest = func(_ context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"roots":[{"uri":"file:///agent/` + method + `"}]}`), nil
+	}
+	w := r.wrap() // fenced: the request arrives while the call is held
+	if x := call(t, w.Session, "ask", `{}`); x.IsError || !strings.Contains(x.text(), `file:///agent/roots/list`) {
+		t.Fatalf("the child's request did not reach the agent: %q", x.text())
+	}
+}
