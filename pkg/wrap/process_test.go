@@ -403,3 +403,33 @@ func TestAgentHangingUpDoesNotAbortTheCall(t *testing.T) {
 		t.Fatalf("the outcome of the call was not recorded: %+v", x)
 	}
 }
+
+func TestCancellationReachesPassThroughRequestsOnly(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap("--pass", "slow")
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send := func(line string) {
+		if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1000,"tag":"pass"}}}`)
+	send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"charge","arguments":{"amount":3}}}`)
+	time.Sleep(100 * time.Millisecond)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"agent gave up"}}`)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":6,"reason":"agent gave up"}}`)
+	// The fenced charge still answers; the cancelled pass-through call never does.
+	if got, _ := rw.out.ReadString('\n'); !strings.Contains(got, `"id":6`) || !strings.Contains(got, "charged 3") {
+		t.Fatalf("want the fenced call's answer, got %s", got)
+	}
+	time.Sleep(1200 * time.Millisecond) // the child finishes the cancelled call (it ignores cancellation)
+	if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":7,"method":"ping"}`); got != `{"jsonrpc":"2.0","id":7,"result":{}}` {
+		t.Fatalf("a cancelled request was answered: %s", got)
+	}
+	if l := rw.log.String(); strings.Count(l, "mcptest: cancelled") != 1 || !regexp.MustCompile(`mcptest: cancelled .*"requestId":\d+`).MatchString(l) {
+		t.Fatalf("the child must be told of the pass-through cancellation only:\n%s", l)
+	}
+}

@@ -96,6 +96,9 @@ type Proxy struct {
 	pmu       sync.Mutex
 	pending   map[string]chan *jsonrpc.Message
 	agentGone chan struct{} // closed when the agent's input ends
+
+	cmu     sync.Mutex
+	cancels map[string]context.CancelFunc // by the agent's request id
 }
 
 // New checks opt and returns a Proxy.
@@ -112,7 +115,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.MaxConcurrent <= 0 {
 		opt.MaxConcurrent = DefaultMaxConcurrent
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{})}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelFunc{}}
 	p.flights.m = map[string]*flight{}
 	return p, nil
 }
@@ -196,6 +199,9 @@ func (p *Proxy) drain() {
 }
 
 func (p *Proxy) reply(line []byte) {
+	if line == nil {
+		return
+	}
 	if err := p.out.Write(line); err != nil {
 		p.logf("cannot write to the agent: %v", err)
 	}
@@ -245,8 +251,20 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 	case "notifications/initialized":
 		return // sent to the child by the handshake already
 	case "notifications/cancelled":
-		// Tool calls are detached from the agent's cancellation on purpose (an agent that
-		// gives up must not abort a charge half way); other requests are short.
+		// Forwarded for pass-through requests only: a fenced tool call is detached from the
+		// agent's cancellation on purpose (an agent that gives up must not abort a charge
+		// half way). Session.Call tells the child when its context is cancelled.
+		var c struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(m.Params, &c) == nil && c.RequestID != nil {
+			p.cmu.Lock()
+			cancel := p.cancels[string(c.RequestID)]
+			p.cmu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		}
 		return
 	}
 	s := p.live()
@@ -281,7 +299,21 @@ func (p *Proxy) session(ctx context.Context) (*mcpstdio.Session, error) {
 }
 
 func (p *Proxy) request(m *jsonrpc.Message) {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	key := string(m.ID)
+	p.cmu.Lock()
+	p.cancels[key] = cancel
+	p.cmu.Unlock()
+	defer func() {
+		p.cmu.Lock()
+		delete(p.cancels, key)
+		p.cmu.Unlock()
+		cancel()
+	}()
+	p.answer(ctx, m)
+}
+
+func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) {
 	switch m.Method {
 	case "initialize":
 		p.reply(p.initialize(ctx, m))
@@ -335,7 +367,8 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 	return jsonrpc.Response(m.ID, s.InitResult())
 }
 
-// forward passes a request to the child and its answer back, unchanged.
+// forward passes a request to the child and its answer back, unchanged. It returns nil (no
+// response) when the agent cancelled the request.
 func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 	s, err := p.session(ctx)
 	if err != nil {
@@ -344,6 +377,8 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 	res, err := s.Call(ctx, m.Method, m.Params)
 	var rpc *jsonrpc.Error
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // cancelled by the agent: MCP says no response is sent
 	case errors.As(err, &rpc):
 		return jsonrpc.ErrorResponse(m.ID, rpc)
 	case err != nil:

@@ -101,6 +101,9 @@ func Serve() int {
 			}
 			continue
 		}
+		if m.Method == "notifications/cancelled" {
+			fmt.Fprintf(os.Stderr, "mcptest: cancelled %s\n", m.Params)
+		}
 		if !m.IsRequest() {
 			continue
 		}
