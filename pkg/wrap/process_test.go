@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
 )
@@ -432,4 +433,72 @@ func TestCancellationReachesPassThroughRequestsOnly(t *testing.T) {
 	if l := rw.log.String(); strings.Count(l, "mcptest: cancelled") != 1 || !regexp.MustCompile(`mcptest: cancelled .*"requestId":\d+`).MatchString(l) {
 		t.Fatalf("the child must be told of the pass-through cancellation only:\n%s", l)
 	}
+}
+
+func TestRealSDKClientThroughWrap(t *testing.T) {
+	t.Parallel()
+	peers, _ := filepath.Abs("../../.peers")
+	for _, p := range []string{"node_modules/@modelcontextprotocol/sdk/package.json", "node_modules/.bin/mcp-server-everything"} {
+		if _, err := os.Stat(filepath.Join(peers, p)); err != nil {
+			t.Skip("skipping: npm peers are not installed; run scripts/install-peers")
+		}
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("skipping: node is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "wrap_client.mjs"))
+	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+efBin, "EF_LEDGER="+filepath.Join(t.TempDir(), "ledger.db"), "GORACE=atexit_sleep_ms=0")
+	var stderr logBuf
+	node.Stderr = &stderr
+	out, err := node.Output()
+	if err != nil {
+		t.Fatalf("node client: %v\n%s", err, stderr.String())
+	}
+	type res struct {
+		IsError    bool            `json:"isError"`
+		Text       string          `json:"text"`
+		Structured json.RawMessage `json:"structured"`
+		Replayed   bool            `json:"replayed"`
+		Error      string          `json:"error"`
+	}
+	var rep struct {
+		ToolsEqual, Resources, Prompts bool
+		Echo, Structured               []res
+		LongRun                        res
+		Progress                       int
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("report %s: %v", out, err)
+	}
+	if !rep.ToolsEqual || !rep.Resources || !rep.Prompts {
+		t.Fatalf("listings differ through wrap: %s", out)
+	}
+	replays := 0
+	for _, e := range rep.Echo {
+		if e.Error != "" || e.IsError || e.Text != rep.Echo[0].Text {
+			t.Fatalf("echo answers: %s", out)
+		}
+		if e.Replayed {
+			replays++
+		}
+	}
+	if replays != 3 {
+		t.Fatalf("want 3 of 4 identical echoes answered from the ledger: %s", out)
+	}
+	s := rep.Structured
+	if len(s) != 2 || s[0].Error != "" || s[1].Error != "" || s[0].Replayed || !s[1].Replayed || !sameJSON(s[0].Structured, s[1].Structured) || len(s[0].Structured) < 3 {
+		t.Fatalf("structured content through the SDK's output validation: %s", out)
+	}
+	if rep.LongRun.Error != "" || rep.LongRun.IsError || rep.Progress < 2 {
+		t.Fatalf("progress of a fenced call must reach the caller: %s", out)
+	}
+}
+
+// sameJSON reports whether two JSON texts hold the same value (member order aside).
+func sameJSON(a, b []byte) bool {
+	ca, err1 := canon.JSON(a)
+	cb, err2 := canon.JSON(b)
+	return err1 == nil && err2 == nil && string(ca) == string(cb)
 }
