@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/effectfence/effectfence/pkg/serve"
+	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/urfave/cli/v3"
 )
 
@@ -65,12 +67,20 @@ func rootCommand(io streams) *cli.Command {
 		Version: versionString(),
 		Writer:  io.out, ErrWriter: io.err, Reader: io.in,
 		HideVersion:    false,
-		Commands:       []*cli.Command{versionCommand(io), wrapCommand(io), demoCommand(io), probeCommand(io), demoServerCommand(io)},
+		Commands:       []*cli.Command{versionCommand(io), serveCommand(io), ledgerCommand(io), wrapCommand(io), demoCommand(io), probeCommand(io), demoServerCommand(io)},
 		OnUsageError:   func(_ context.Context, _ *cli.Command, err error, _ bool) error { return usageErr("%v", err) },
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
 				return usageErr("unknown command %q; run `effectfence --help` to see the commands", cmd.Args().First())
+			}
+			if !stdinIsTerminal(io.in) {
+				// An MCP client config runs `"command": "effectfence"` with no arguments.
+				opts, err := store.FromEnv("server")
+				if err != nil {
+					return usageErr("%v", err)
+				}
+				return runServe(ctx, io, opts, serve.DefaultWorkers)
 			}
 			return cli.ShowAppHelp(cmd)
 		},

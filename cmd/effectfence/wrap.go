@@ -98,6 +98,11 @@ func wrapCommand(io streams) *cli.Command {
 func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// An agent that closes our stdout must not kill us with SIGPIPE while calls are still
+	// being recorded: with SIGPIPE notified, writes fail with EPIPE instead.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)

@@ -48,11 +48,11 @@ func turfwar(ctx context.Context, out io.Writer) error {
 		Domain: domain, ReadSet: []fence.ReadSetEntry{{Domain: domain, Seq: seen}}, Agent: "A",
 	})
 	if err != nil || !admA.Fresh() {
-		return fmt.Errorf("A should be admitted: %v", err)
+		return fmt.Errorf("agent A should be admitted: %v", err)
 	}
 	certA, err := eng.Commit(ctx, *admA.Ticket, []byte(`{"scaled":"checkout","replicas":12}`))
 	if err != nil {
-		return fmt.Errorf("A's commit: %v", err)
+		return fmt.Errorf("commit of agent A: %v", err)
 	}
 	say("A  admitted: kubectl scale checkout --replicas=12 ran; cert %s… seq %d clock %s", certA.Hash[:12], certA.Seq, certA.Clock.Canonical())
 
@@ -63,7 +63,7 @@ func turfwar(ctx context.Context, out io.Writer) error {
 	})
 	var stale fence.StaleReadSetError
 	if !errors.As(err, &stale) {
-		return fmt.Errorf("B should be refused with stale_read_set, got %v", err)
+		return fmt.Errorf("agent B should be refused with stale_read_set, got %v", err)
 	}
 	say("B  refused (%s): %s is at %d, B decided on %d; nothing ran, B must re-read", stale.Code(), stale.Domain, stale.Actual, stale.Expected)
 
@@ -77,11 +77,11 @@ func turfwar(ctx context.Context, out io.Writer) error {
 		Domain: domain, ReadSet: []fence.ReadSetEntry{{Domain: domain, Seq: now}}, Agent: "C",
 	})
 	if err != nil || !admC.Fresh() {
-		return fmt.Errorf("C's read set is current and should be admitted: %v", err)
+		return fmt.Errorf("agent C's read set is current and should be admitted: %v", err)
 	}
 	latest, err := eng.Status(ctx, "scale:checkout:12")
 	if err != nil || latest.Cert == nil {
-		return fmt.Errorf("A's cert: %v", err)
+		return fmt.Errorf("cert of agent A: %v", err)
 	}
 	mine, err := eng.Status(ctx, "scale:checkout:3") // C's claim, with the clock the fence recorded
 	if err != nil {
@@ -89,7 +89,7 @@ func turfwar(ctx context.Context, out io.Writer) error {
 	}
 	clockC := mine.Clock
 	if !clockC.Concurrent(latest.Cert.Clock) {
-		return fmt.Errorf("C's clock %s should be concurrent with A's %s", clockC.Canonical(), latest.Cert.Clock.Canonical())
+		return fmt.Errorf("clock of agent C %s should be concurrent with A's %s", clockC.Canonical(), latest.Cert.Clock.Canonical())
 	}
 	if err := eng.Release(ctx, *admC.Ticket, "decision concurrent with A's scale-up; escalated to a human"); err != nil {
 		return err

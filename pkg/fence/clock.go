@@ -117,7 +117,20 @@ func (v VectorClock) clone(extra int) VectorClock {
 }
 
 func sortUTF16(keys []string) {
-	sort.Slice(keys, func(i, j int) bool { return lessUTF16(keys[i], keys[j]) })
+	if len(keys) < 2 {
+		return
+	}
+	// UTF-8 byte order is code point order, which equals UTF-16 order unless a string holds a
+	// character above U+FFFF (4-byte UTF-8, lead byte 0xF0 or more).
+	for _, k := range keys {
+		for i := 0; i < len(k); i++ {
+			if k[i] >= 0xF0 {
+				sort.Slice(keys, func(i, j int) bool { return lessUTF16(keys[i], keys[j]) })
+				return
+			}
+		}
+	}
+	sort.Strings(keys)
 }
 
 // lessUTF16 compares strings by their UTF-16 code units, as RFC 8785 §3.2.3 requires. For

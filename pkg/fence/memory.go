@@ -75,14 +75,46 @@ type memTx struct {
 	m     *MemoryStore
 	now   time.Time
 	write bool
-	undo  []func()
+	undo  []undoOp
+}
+
+// undoOp restores one value a failed transaction overwrote.
+type undoOp struct {
+	kind   byte // 'r' record, 'd' domain, 'f' floor, 'e' events, 'c' counters
+	key    string
+	had    bool
+	rec    *Record
+	seq    uint64
+	events []Event
+	counts Counters
 }
 
 var errReadOnly = errors.New("fence: write in a read-only transaction")
 
 func (t *memTx) rollback() {
+	m := t.m
 	for i := len(t.undo) - 1; i >= 0; i-- {
-		t.undo[i]()
+		u := t.undo[i]
+		switch u.kind {
+		case 'r':
+			if u.had {
+				m.records[u.key] = u.rec
+			} else {
+				delete(m.records, u.key)
+			}
+		case 'd':
+			if u.had {
+				m.domains[u.key] = u.seq
+			} else {
+				delete(m.domains, u.key)
+			}
+		case 'f':
+			m.floor = u.seq
+		case 'e':
+			m.events = u.events
+		case 'c':
+			m.counts = u.counts
+		}
 	}
 }
 
@@ -95,13 +127,7 @@ func (t *memTx) Put(rec *Record) error {
 		return errReadOnly
 	}
 	prev, had := t.m.records[rec.Intent]
-	t.undo = append(t.undo, func() {
-		if had {
-			t.m.records[rec.Intent] = prev
-		} else {
-			delete(t.m.records, rec.Intent)
-		}
-	})
+	t.undo = append(t.undo, undoOp{kind: 'r', key: rec.Intent, had: had, rec: prev})
 	t.m.records[rec.Intent] = rec
 	return nil
 }
@@ -114,7 +140,7 @@ func (t *memTx) Delete(intent string) error {
 	if !had {
 		return nil
 	}
-	t.undo = append(t.undo, func() { t.m.records[intent] = prev })
+	t.undo = append(t.undo, undoOp{kind: 'r', key: intent, had: true, rec: prev})
 	delete(t.m.records, intent)
 	return nil
 }
@@ -160,13 +186,7 @@ func (t *memTx) SetDomainSeq(domain string, seq uint64) error {
 		return errReadOnly
 	}
 	prev, had := t.m.domains[domain]
-	t.undo = append(t.undo, func() {
-		if had {
-			t.m.domains[domain] = prev
-		} else {
-			delete(t.m.domains, domain)
-		}
-	})
+	t.undo = append(t.undo, undoOp{kind: 'd', key: domain, had: had, seq: prev})
 	t.m.domains[domain] = seq
 	return nil
 }
@@ -179,7 +199,7 @@ func (t *memTx) DeleteDomain(domain string) error {
 	if !had {
 		return nil
 	}
-	t.undo = append(t.undo, func() { t.m.domains[domain] = prev })
+	t.undo = append(t.undo, undoOp{kind: 'd', key: domain, had: true, seq: prev})
 	delete(t.m.domains, domain)
 	return nil
 }
@@ -190,8 +210,7 @@ func (t *memTx) SetDomainFloor(seq uint64) error {
 	if !t.write {
 		return errReadOnly
 	}
-	prev := t.m.floor
-	t.undo = append(t.undo, func() { t.m.floor = prev })
+	t.undo = append(t.undo, undoOp{kind: 'f', seq: t.m.floor})
 	t.m.floor = seq
 	return nil
 }
@@ -209,8 +228,7 @@ func (t *memTx) AppendEvent(ev Event) error {
 	if !t.write {
 		return errReadOnly
 	}
-	n := len(t.m.events)
-	t.undo = append(t.undo, func() { t.m.events = t.m.events[:n] })
+	t.undo = append(t.undo, undoOp{kind: 'e', events: t.m.events})
 	t.m.events = append(t.m.events, ev)
 	return nil
 }
@@ -232,7 +250,7 @@ func (t *memTx) DeleteEventsBefore(before time.Time) (int, error) {
 		return 0, errReadOnly
 	}
 	prev := t.m.events
-	t.undo = append(t.undo, func() { t.m.events = prev })
+	t.undo = append(t.undo, undoOp{kind: 'e', events: prev})
 	kept := make([]Event, 0, len(prev))
 	for _, ev := range prev {
 		if ev.Kind == EventClear || !ev.At.Before(before) {
@@ -247,9 +265,8 @@ func (t *memTx) AddCounters(d Counters) error {
 	if !t.write {
 		return errReadOnly
 	}
-	prev := t.m.counts
-	t.undo = append(t.undo, func() { t.m.counts = prev })
-	t.m.counts = prev.Add(d)
+	t.undo = append(t.undo, undoOp{kind: 'c', counts: t.m.counts})
+	t.m.counts = t.m.counts.Add(d)
 	return nil
 }
 

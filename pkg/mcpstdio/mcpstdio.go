@@ -503,8 +503,10 @@ func (t *tailWriter) suffix() string {
 // Child is a restartable child: Session returns the live session and starts the process
 // again (with the same Config, so the same handshake) after the previous one ended.
 type Child struct {
-	cfg     Config
-	lock    chan struct{}
+	cfg   Config
+	start chan struct{} // held while starting, so one start runs at a time
+
+	mu      sync.Mutex // guards the fields below; never held while starting
 	cur     *Session
 	starts  int
 	lastErr error
@@ -518,45 +520,63 @@ const RestartBackoff = time.Second
 
 // NewChild returns a Child that starts cfg on first use.
 func NewChild(cfg Config) *Child {
-	return &Child{cfg: cfg, lock: make(chan struct{}, 1)}
+	return &Child{cfg: cfg, start: make(chan struct{}, 1)}
 }
 
 // Session returns the live session, starting the child if none is running. A start that
 // failed less than RestartBackoff ago returns its error again without a new attempt.
 func (c *Child) Session(ctx context.Context) (*Session, error) {
+	if s := c.Current(); s != nil {
+		return s, nil
+	}
 	select {
-	case c.lock <- struct{}{}:
+	case c.start <- struct{}{}:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
 	}
-	defer func() { <-c.lock }()
+	defer func() { <-c.start }()
+	c.mu.Lock()
 	if c.closed {
+		c.mu.Unlock()
 		return nil, fmt.Errorf("%w: mcpstdio: child closed", ErrNotSent)
 	}
-	if c.cur != nil && c.cur.Err() == nil {
-		return c.cur, nil
+	if c.cur != nil && c.cur.Err() == nil { // started while we waited
+		s := c.cur
+		c.mu.Unlock()
+		return s, nil
 	}
-	if c.cur != nil {
-		_ = c.cur.Close() // reap the old process
-		c.cur = nil
-	}
+	old := c.cur
+	c.cur = nil
 	if c.lastErr != nil && time.Since(c.lastAt) < RestartBackoff {
-		return nil, c.lastErr
+		err := c.lastErr
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.starts++
+	c.mu.Unlock()
+	if old != nil {
+		_ = old.Close() // reap the old process
 	}
 	s, err := Start(ctx, c.cfg)
-	c.starts++
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err != nil {
 		c.lastErr, c.lastAt = fmt.Errorf("%w: %w", ErrNotSent, err), time.Now()
 		return nil, c.lastErr
+	}
+	if c.closed { // closed while starting
+		go s.Close()
+		return nil, fmt.Errorf("%w: mcpstdio: child closed", ErrNotSent)
 	}
 	c.lastErr, c.cur = nil, s
 	return s, nil
 }
 
-// Current returns the live session, or nil when none is running; it never starts one.
+// Current returns the live session, or nil when none is running; it never starts one and
+// never waits for a start in progress.
 func (c *Child) Current() *Session {
-	c.lock <- struct{}{}
-	defer func() { <-c.lock }()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.cur != nil && c.cur.Err() == nil {
 		return c.cur
 	}
@@ -565,18 +585,20 @@ func (c *Child) Current() *Session {
 
 // Starts is how many times the child was started.
 func (c *Child) Starts() int {
-	c.lock <- struct{}{}
-	defer func() { <-c.lock }()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.starts
 }
 
 // Close closes the live session, if any; later Session calls fail.
 func (c *Child) Close() error {
-	c.lock <- struct{}{}
-	defer func() { <-c.lock }()
+	c.mu.Lock()
 	c.closed = true
-	if c.cur != nil {
-		return c.cur.Close()
+	s := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	if s != nil {
+		return s.Close()
 	}
 	return nil
 }

@@ -273,3 +273,24 @@ func TestRealMemoryServer(t *testing.T) {
 		t.Fatalf("read_graph: %s, %v", res, err)
 	}
 }
+
+func TestRequestsFromTheChildReachOnRequest(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	cfg.OnRequest = func(_ context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+		if method != "roots/list" {
+			return nil, &mcpstdio.RPCError{Code: -32601, Message: "unexpected " + method}
+		}
+		return json.RawMessage(`{"roots":[{"uri":"file:///tmp"}]}`), nil
+	}
+	s := start(t, cfg)
+	res, err := s.CallTool(context.Background(), "ask", json.RawMessage(`{}`))
+	if err != nil || !strings.Contains(string(res), `client said: {\"roots\":[{\"uri\":\"file:///tmp\"}]}`) {
+		t.Fatalf("ask: %s %v", res, err)
+	}
+	cfg.OnRequest = nil // no handler: the child gets "method not found"
+	s2 := start(t, cfg)
+	res, err = s2.CallTool(context.Background(), "ask", json.RawMessage(`{}`))
+	if err != nil || !strings.Contains(string(res), "client error: method not supported by this client: roots/list") {
+		t.Fatalf("ask without a handler: %s %v", res, err)
+	}
+}

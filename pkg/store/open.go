@@ -5,8 +5,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -196,4 +196,24 @@ func (l *Ledger) Close() error {
 	l.stop()
 	<-l.swept
 	return l.Engine.Close()
+}
+
+// CheckReport is what Check found out about a ledger.
+type CheckReport = sqlite.CheckReport
+
+// Check inspects the ledger of o without changing it (see sqlite.Check). A memory ledger has
+// nothing to check; a PostgreSQL ledger is checked by its own tools.
+func Check(ctx context.Context, o Options) (*CheckReport, error) {
+	loc, err := o.Location()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case loc == "memory":
+		return &CheckReport{Path: loc, OK: true, Kind: "memory", BuildSchema: sqlite.SchemaVersion,
+			Advice: []string{"a memory ledger lives and dies with its process: nothing on disk to check"}}, nil
+	case isPostgres(loc):
+		return nil, fmt.Errorf("ledger %s: check inspects SQLite files; use PostgreSQL's own tools for a database ledger", redact(loc))
+	}
+	return sqlite.Check(ctx, loc)
 }

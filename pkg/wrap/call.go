@@ -1,6 +1,7 @@
 package wrap
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -112,17 +113,22 @@ func withArguments(params json.RawMessage, args []byte) json.RawMessage {
 	return out
 }
 
-// flight is one intent attempted in this process. Members wait in PrepareWait; when the
-// attempt fails definitely, the holder hands its answer to the members before releasing the
-// intent, so they receive the same failure instead of running the call again.
+// flight is one intent attempted in this process: the callers waiting in PrepareWait
+// (members) and the one running it (the holder). When the attempt fails definitely, the
+// holder hands its answer to the members before releasing the intent, so they receive the
+// same failure instead of running the call again.
 type flight struct {
-	failed  chan struct{}
-	answer  answer // set before failed is closed
-	mu      sync.Mutex
-	waiting int
-	idle    chan struct{} // closed when waiting drops to 0 after failed
+	// ctx is what members wait in; it is cancelled when the attempt failed definitely.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	members int
+	running bool
+	failed  bool
+	answer  answer        // set with failed
+	idle    chan struct{} // closed when the last member leaves after a failure
 }
 
+// flights is the set of intents attempted in this process; one lock guards it all.
 type flights struct {
 	mu sync.Mutex
 	m  map[string]*flight
@@ -133,49 +139,66 @@ func (fs *flights) join(intent string) *flight {
 	defer fs.mu.Unlock()
 	f := fs.m[intent]
 	if f == nil {
-		f = &flight{failed: make(chan struct{})}
+		f = &flight{}
+		f.ctx, f.cancel = context.WithCancel(context.Background())
 		fs.m[intent] = f
 	}
-	f.mu.Lock()
-	f.waiting++
-	f.mu.Unlock()
+	f.members++
 	return f
 }
 
-// leave ends one member's wait; the last one out after a failure wakes the holder.
-func (fs *flights) leave(intent string, f *flight) {
+// leave ends a member's wait: it returns the failure the member must answer with, if any,
+// and records whether the member became the holder.
+func (fs *flights) leave(intent string, f *flight, holder bool) (answer, bool) {
 	fs.mu.Lock()
-	f.mu.Lock()
-	f.waiting--
-	if f.waiting == 0 {
-		if f.idle != nil {
+	defer fs.mu.Unlock()
+	f.members--
+	if f.failed {
+		if f.members == 0 && f.idle != nil {
 			close(f.idle)
 			f.idle = nil
 		}
+		return f.answer, true
+	}
+	if holder {
+		f.running = true
+	}
+	fs.forgetIfUnused(intent, f)
+	return answer{}, false
+}
+
+// done ends the holder's run without a failure to share (success or unknown outcome: the
+// members learn it from the ledger).
+func (fs *flights) done(intent string, f *flight) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f.running = false
+	fs.forgetIfUnused(intent, f)
+}
+
+func (fs *flights) forgetIfUnused(intent string, f *flight) {
+	if f.members == 0 && !f.running {
 		if fs.m[intent] == f {
 			delete(fs.m, intent)
 		}
+		f.cancel()
 	}
-	f.mu.Unlock()
-	fs.mu.Unlock()
 }
 
-// fail publishes result to the members and returns once none of them is still waiting, so
-// the intent can be released without a member claiming it.
+// fail publishes the holder's failure to the members and returns once none of them is still
+// waiting, so the intent can be released without a member claiming it.
 func (fs *flights) fail(intent string, f *flight, a answer) {
 	fs.mu.Lock()
 	if fs.m[intent] == f {
 		delete(fs.m, intent) // later arrivals start a new attempt
 	}
-	f.mu.Lock()
-	f.answer = a
-	close(f.failed)
+	f.running, f.failed, f.answer = false, true, a
 	var idle chan struct{}
-	if f.waiting > 0 {
+	if f.members > 0 {
 		idle = make(chan struct{})
 		f.idle = idle
 	}
-	f.mu.Unlock()
+	f.cancel()
 	fs.mu.Unlock()
 	if idle != nil {
 		<-idle
@@ -186,30 +209,19 @@ func (fs *flights) fail(intent string, f *flight, a answer) {
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
 	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName()}
 	f := p.flights.join(id.intent)
-	wctx, stop := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-f.failed:
-			stop()
-		case <-wctx.Done():
-		}
-	}()
-	adm, err := p.opt.Engine.PrepareWait(wctx, req, p.opt.Wait)
-	stop()
-	p.flights.leave(id.intent, f)
-	select {
-	case <-f.failed:
+	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, p.opt.Wait)
+	holder := err == nil && adm.Fresh()
+	if failure, failed := p.flights.leave(id.intent, f, holder); failed {
 		// The attempt this call waited for failed definitely: same answer, no second run.
-		if err == nil && adm.Fresh() {
+		if holder {
 			_ = p.opt.Engine.Release(context.WithoutCancel(ctx), *adm.Ticket, "coalesced onto an attempt that failed")
 		}
-		return f.answer
-	default:
+		return failure
 	}
 	if err != nil {
 		return answer{result: p.refusal(id.intent, err)}
 	}
-	if !adm.Fresh() {
+	if !holder {
 		return answer{result: replay(adm.Cert)}
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
@@ -229,19 +241,14 @@ func (p *Proxy) agentName() string {
 func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
 	ctx = context.WithoutCancel(ctx)
 	eng := p.opt.Engine
-	hbCtx, hbStop := context.WithCancel(ctx)
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		p.heartbeat(hbCtx, t)
-	}()
+	stopHeartbeat := p.heartbeat(t)
 	res, err := p.callChild(ctx, params)
-	hbStop()
-	<-hbDone
+	stopHeartbeat()
 
 	var rpc *jsonrpc.Error
 	switch {
 	case err == nil && !isError(res):
+		defer p.flights.done(intent, f)
 		if _, cerr := eng.Commit(ctx, t, res); cerr != nil {
 			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
 			if !errors.Is(cerr, fence.ErrLeaseLost) {
@@ -265,6 +272,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 		p.release(ctx, t, "the call was never sent: "+err.Error())
 		return a
 	default:
+		defer p.flights.done(intent, f)
 		reason := "the MCP server died or the connection failed during the call: " + err.Error()
 		if aerr := eng.Abort(ctx, t, reason); aerr != nil {
 			p.logf("recording the unknown outcome of intent %s: %v", intent, aerr)
@@ -288,32 +296,48 @@ func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.Raw
 	return s.Call(ctx, "tools/call", params)
 }
 
-// heartbeat renews the lease every third of its TTL until ctx ends.
-func (p *Proxy) heartbeat(ctx context.Context, t fence.Ticket) {
+// heartbeat renews the lease every third of its TTL until the returned stop is called; stop
+// waits for a renewal in progress. It uses a timer rather than a goroutine per call.
+func (p *Proxy) heartbeat(t fence.Ticket) (stop func()) {
 	every := p.opt.Engine.Config().LeaseTTL / 3
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	beat := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
 			return
-		case <-tick.C:
-			next, err := p.opt.Engine.Heartbeat(ctx, t)
-			if err != nil {
-				if ctx.Err() == nil {
-					p.logf("heartbeat of intent %s: %v", t.Intent, err)
-				}
-				if errors.Is(err, fence.ErrLeaseLost) {
-					return
-				}
-				continue
-			}
-			t = next
 		}
+		next, err := p.opt.Engine.Heartbeat(context.Background(), t)
+		switch {
+		case err == nil:
+			t = next
+		case errors.Is(err, fence.ErrLeaseLost):
+			p.logf("heartbeat of intent %s: %v", t.Intent, err)
+			return // nothing left to renew
+		default:
+			p.logf("heartbeat of intent %s: %v", t.Intent, err)
+		}
+		timer.Reset(every)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(every, beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		timer.Stop()
 	}
 }
 
 func isError(res json.RawMessage) bool {
+	if !bytes.Contains(res, []byte("true")) {
+		return false // "isError": true needs the literal; most results have none
+	}
 	var r struct {
 		IsError bool `json:"isError"`
 	}

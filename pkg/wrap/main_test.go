@@ -18,7 +18,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
-// The tests run real processes: the effectfence binary (built once, with -race) as the wrap
+// The tests run real processes: the effectfence binary (built once, with -race under -race) as the wrap
 // process, and this test binary re-executed as the MCP server behind it (mcptest).
 var (
 	efBin   string
@@ -38,7 +38,11 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	efBin = filepath.Join(dir, "effectfence")
-	build := exec.Command("go", "build", "-race", "-o", efBin, "github.com/effectfence/effectfence/cmd/effectfence")
+	args := []string{"build", "-o", efBin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "github.com/effectfence/effectfence/cmd/effectfence")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building effectfence:", err)
@@ -77,6 +81,10 @@ type rig struct {
 	effects string
 	mode    string
 	ledger  string // EFFECTFENCE_LEDGER for the wrap processes ("" = default file)
+	// childCmdOverride replaces the test server with another MCP server command.
+	childCmdOverride []string
+	// onRequest answers requests the server sends to the agent.
+	onRequest func(context.Context, string, json.RawMessage) (json.RawMessage, error)
 }
 
 func newRig(t *testing.T) *rig {
@@ -85,11 +93,17 @@ func newRig(t *testing.T) *rig {
 }
 
 func (r *rig) env() []string {
-	return append(mcptest.Env(r.effects, r.mode), "EFFECTFENCE_LEDGER="+r.ledger, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"))
+	return append(mcptest.Env(r.effects, r.mode), "EFFECTFENCE_LEDGER="+r.ledger, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"),
+		"MEMORY_FILE_PATH="+filepath.Join(r.dir, "memory.jsonl"))
 }
 
 // childCmd is the MCP server command line behind wrap.
-func (r *rig) childCmd() []string { return []string{testExe, "-test.run=^$"} }
+func (r *rig) childCmd() []string {
+	if r.childCmdOverride != nil {
+		return r.childCmdOverride
+	}
+	return []string{testExe, "-test.run=^$"}
+}
 
 // wrapProc is one running `effectfence wrap` as seen by an agent.
 type wrapProc struct {
@@ -116,6 +130,7 @@ func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
 		Command: argv, Env: r.env(), Stderr: w.log, InitTimeout: 20 * time.Second,
 		Init:           json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`),
 		OnNotification: func(method string, _ json.RawMessage) { w.notes <- method },
+		OnRequest:      r.onRequest,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%v; wrap stderr: %s", err, w.log.String())

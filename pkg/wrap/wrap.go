@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,9 +92,13 @@ type Proxy struct {
 	sem     chan struct{}
 	calls   sync.WaitGroup
 
-	nextID  atomic.Int64
-	pmu     sync.Mutex
-	pending map[string]chan *jsonrpc.Message
+	nextID    atomic.Int64
+	pmu       sync.Mutex
+	pending   map[string]chan *jsonrpc.Message
+	agentGone chan struct{} // closed when the agent's input ends
+
+	cmu     sync.Mutex
+	cancels map[string]context.CancelFunc // by the agent's request id
 }
 
 // New checks opt and returns a Proxy.
@@ -110,7 +115,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.MaxConcurrent <= 0 {
 		opt.MaxConcurrent = DefaultMaxConcurrent
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelFunc{}}
 	p.flights.m = map[string]*flight{}
 	return p, nil
 }
@@ -170,6 +175,7 @@ loop:
 	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 		err = nil
 	}
+	close(p.agentGone) // requests of the child to the agent can no longer be answered
 	p.drain()
 	return err
 }
@@ -193,6 +199,9 @@ func (p *Proxy) drain() {
 }
 
 func (p *Proxy) reply(line []byte) {
+	if line == nil {
+		return
+	}
 	if err := p.out.Write(line); err != nil {
 		p.logf("cannot write to the agent: %v", err)
 	}
@@ -242,8 +251,20 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 	case "notifications/initialized":
 		return // sent to the child by the handshake already
 	case "notifications/cancelled":
-		// Tool calls are detached from the agent's cancellation on purpose (an agent that
-		// gives up must not abort a charge half way); other requests are short.
+		// Forwarded for pass-through requests only: a fenced tool call is detached from the
+		// agent's cancellation on purpose (an agent that gives up must not abort a charge
+		// half way). Session.Call tells the child when its context is cancelled.
+		var c struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(m.Params, &c) == nil && c.RequestID != nil {
+			p.cmu.Lock()
+			cancel := p.cancels[string(c.RequestID)]
+			p.cmu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		}
 		return
 	}
 	s := p.live()
@@ -278,7 +299,21 @@ func (p *Proxy) session(ctx context.Context) (*mcpstdio.Session, error) {
 }
 
 func (p *Proxy) request(m *jsonrpc.Message) {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	key := string(m.ID)
+	p.cmu.Lock()
+	p.cancels[key] = cancel
+	p.cmu.Unlock()
+	defer func() {
+		p.cmu.Lock()
+		delete(p.cancels, key)
+		p.cmu.Unlock()
+		cancel()
+	}()
+	p.answer(ctx, m)
+}
+
+func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) {
 	switch m.Method {
 	case "initialize":
 		p.reply(p.initialize(ctx, m))
@@ -323,7 +358,8 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.mu.Unlock()
 		_ = child.Close()
 		p.logf("%v", err)
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server did not start: %v", errors.Unwrap(err)))
+		why := strings.TrimPrefix(err.Error(), mcpstdio.ErrNotSent.Error()+": ")
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server did not start: %s", why))
 	}
 	p.mu.Lock()
 	p.initDone = true
@@ -331,7 +367,8 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 	return jsonrpc.Response(m.ID, s.InitResult())
 }
 
-// forward passes a request to the child and its answer back, unchanged.
+// forward passes a request to the child and its answer back, unchanged. It returns nil (no
+// response) when the agent cancelled the request.
 func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 	s, err := p.session(ctx)
 	if err != nil {
@@ -340,6 +377,8 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 	res, err := s.Call(ctx, m.Method, m.Params)
 	var rpc *jsonrpc.Error
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // cancelled by the agent: MCP says no response is sent
 	case errors.As(err, &rpc):
 		return jsonrpc.ErrorResponse(m.ID, rpc)
 	case err != nil:
@@ -399,5 +438,7 @@ func (p *Proxy) childRequest(ctx context.Context, method string, params json.Raw
 		return m.Result, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-p.agentGone:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client disconnected"}
 	}
 }

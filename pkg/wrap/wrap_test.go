@@ -12,6 +12,7 @@ import (
 )
 
 func TestMirrorsToolsListAndInitializeByteForByte(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	d := r.direct()
 	w := r.wrap()
@@ -32,6 +33,7 @@ func TestMirrorsToolsListAndInitializeByteForByte(t *testing.T) {
 }
 
 func TestTwelveIdenticalConcurrentCallsRunOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	out := storm(t, w.Session, 12, "charge", `{"amount":4900,"order":"o-1"}`)
@@ -70,6 +72,7 @@ func TestTwelveIdenticalConcurrentCallsRunOnce(t *testing.T) {
 }
 
 func TestNoInjectKey(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--no-inject-key")
 	call(t, w.Session, "charge", `{"amount":1}`)
@@ -81,6 +84,7 @@ func TestNoInjectKey(t *testing.T) {
 }
 
 func TestDifferentArgumentsRunSeparately(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	done := make(chan result, 5)
@@ -110,6 +114,7 @@ func TestDifferentArgumentsRunSeparately(t *testing.T) {
 }
 
 func TestToolSlowerThanTheLeaseRunsOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--lease-secs", "0.6")
 	out := storm(t, w.Session, 4, "slow", `{"ms":2000,"tag":"lease"}`)
@@ -124,6 +129,7 @@ func TestToolSlowerThanTheLeaseRunsOnce(t *testing.T) {
 }
 
 func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	out := storm(t, w.Session, 6, "fail", `{"ms":400,"tag":"f"}`)
@@ -139,9 +145,37 @@ func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
 	if x := call(t, w.Session, "fail", `{"ms":400,"tag":"f"}`); !strings.Contains(x.text(), "attempt 2") || r.effectCount() != 2 {
 		t.Fatalf("a retry after isError must run: %+v", x)
 	}
+	// Duplicates that arrive while the first is already running share its failure too.
+	late := make(chan result, 3)
+	go func() {
+		x, err := callE(w.Session, "fail", `{"ms":800,"tag":"late"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		late <- x
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for range 2 {
+		go func() {
+			x, err := callE(w.Session, "fail", `{"ms":800,"tag":"late"}`)
+			if err != nil {
+				t.Error(err)
+			}
+			late <- x
+		}()
+	}
+	for range 3 {
+		if x := <-late; !strings.Contains(x.text(), "card declined (attempt 3)") {
+			t.Fatalf("a late duplicate did not get the running attempt's failure: %q", x.text())
+		}
+	}
+	if n := r.effectCount(); n != 3 {
+		t.Fatalf("want 3 executions, got %d", n)
+	}
 }
 
 func TestUnknownToolGetsTheChildsError(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	_, err := w.CallTool(context.Background(), "nope", json.RawMessage(`{}`))
@@ -156,6 +190,7 @@ func TestUnknownToolGetsTheChildsError(t *testing.T) {
 }
 
 func TestReadOnlyToolsPassThroughUnlessFenced(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--pass", "charge")
 	for range 3 {
@@ -178,6 +213,7 @@ func TestReadOnlyToolsPassThroughUnlessFenced(t *testing.T) {
 }
 
 func TestIgnoreFieldAndKey(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--ignore-field", "charge:note", "--key", "slow:tag")
 	call(t, w.Session, "charge", `{"amount":3,"note":"t=1"}`)
@@ -195,6 +231,7 @@ func TestIgnoreFieldAndKey(t *testing.T) {
 }
 
 func TestListChangedIsFollowed(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	call(t, w.Session, "add_tool", `{}`)
@@ -216,6 +253,7 @@ func TestListChangedIsFollowed(t *testing.T) {
 }
 
 func TestResourcesAndPromptsPassThrough(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
 	d := r.direct()
@@ -241,6 +279,7 @@ func TestResourcesAndPromptsPassThrough(t *testing.T) {
 }
 
 func TestGarbageFromTheChild(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.mode = "garbage"
 	w := r.wrap()
@@ -254,5 +293,17 @@ func TestGarbageFromTheChild(t *testing.T) {
 	}
 	if !strings.Contains(w.log.String(), "not a JSON-RPC message") {
 		t.Fatalf("garbage not logged: %s", w.log.String())
+	}
+}
+
+func TestRequestsOfTheChildReachTheAgent(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.onRequest = func(_ context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"roots":[{"uri":"file:///agent/` + method + `"}]}`), nil
+	}
+	w := r.wrap() // fenced: the request arrives while the call is held
+	if x := call(t, w.Session, "ask", `{}`); x.IsError || !strings.Contains(x.text(), `file:///agent/roots/list`) {
+		t.Fatalf("the child's request did not reach the agent: %q", x.text())
 	}
 }

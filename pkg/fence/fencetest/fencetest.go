@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"CountersOneBucketEach", testCounters},
 		{"InvalidRequests", testInvalid},
 		{"ParentAndCertVerify", testParentAndVerify},
+		{"FailedUpdateWritesNothing", testRollback},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore) })
@@ -835,4 +836,54 @@ func RunDurable(t *testing.T, reopen Reopener) {
 	if s.Ledger.Admitted < 3 {
 		t.Fatalf("ledger counters lost on reopen: %+v", s.Ledger)
 	}
+}
+
+func testRollback(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	boom := errors.New("boom")
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		now := tx.Now()
+		if err := tx.Put(&fence.Record{Intent: "rolled-back", State: fence.StateInFlight, Tool: "t", Args: []byte("null"), ClaimedAt: now, LeaseUntil: now, UpdatedAt: now}); err != nil {
+			return err
+		}
+		if err := tx.SetDomainSeq("rolled-back", 9); err != nil {
+			return err
+		}
+		if err := tx.SetDomainFloor(5); err != nil {
+			return err
+		}
+		if err := tx.AppendEvent(fence.Event{At: now, Intent: "rolled-back", Kind: fence.EventClear}); err != nil {
+			return err
+		}
+		if err := tx.AddCounters(fence.Counters{Admitted: 1}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Update returned %v, want fn's error", err)
+	}
+	_ = st.View(ctx, func(tx fence.Tx) error {
+		rec, _ := tx.Get("rolled-back")
+		seq, found, _ := tx.DomainSeq("rolled-back")
+		floor, _ := tx.DomainFloor()
+		c, _ := tx.Counters()
+		events := 0
+		_ = tx.Events("rolled-back", func(fence.Event) bool { events++; return true })
+		if rec != nil || found || seq != 0 || floor != 0 || !c.IsZero() || events != 0 {
+			t.Fatalf("failed update left writes: rec=%v domain=%v/%d floor=%d counters=%+v events=%d", rec, found, seq, floor, c, events)
+		}
+		return nil
+	})
+	// A write in View is refused or has no effect.
+	_ = st.View(ctx, func(tx fence.Tx) error {
+		_ = tx.SetDomainSeq("view-write", 1)
+		return nil
+	})
+	_ = st.View(ctx, func(tx fence.Tx) error {
+		if _, found, _ := tx.DomainSeq("view-write"); found {
+			t.Fatal("a write inside View took effect")
+		}
+		return nil
+	})
 }

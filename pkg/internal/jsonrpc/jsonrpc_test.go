@@ -76,3 +76,41 @@ func TestReaderSkipsLongLinesAndBlankLines(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse: any line either is refused with an error or parses into a message whose raw
+// parts rebuild into a line that parses to the same message.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":[1,2]}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}`,
+		`{"jsonrpc":"2.0","id":"a","result":{"tools":[]}}`,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x","data":{"k":"\u00e9"}}}`,
+		`[1]`, `{}`, `nul`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		m, err := Parse(line)
+		if err != nil {
+			return
+		}
+		var again []byte
+		switch {
+		case m.IsRequest():
+			again = Request(m.ID, m.Method, m.Params)
+		case m.IsNotification():
+			again = Notification(m.Method, m.Params)
+		case m.Error != nil:
+			return // error objects are re-encoded from fields, not spliced
+		default:
+			again = Response(m.ID, m.Result)
+		}
+		m2, err := Parse(again)
+		if err != nil {
+			t.Fatalf("rebuilt line does not parse: %s: %v", again, err)
+		}
+		if m2.Method != m.Method || string(m2.ID) != string(oneLine(m.ID)) || string(m2.Params) != string(oneLine(m.Params)) || string(m2.Result) != string(oneLine(m.Result)) {
+			t.Fatalf("round trip changed the message:\n%s\n%s", line, again)
+		}
+	})
+}

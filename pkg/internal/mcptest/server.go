@@ -55,12 +55,15 @@ const ToolsList = `{"tools":[` +
 	`{"name":"die","description":"Records an effect, then kills its own process.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
 	`{"name":"balance","description":"Reads the balance (read only).","inputSchema":{"type":"object","properties":{}},"annotations":{"readOnlyHint":true}},` +
 	`{"name":"add_tool","description":"Adds the tool \"extra\" and sends tools/list_changed.","inputSchema":{"type":"object"}},` +
+	`{"name":"ask","description":"Asks the client for its roots (a request from server to client) and returns the answer.","inputSchema":{"type":"object"}},` +
+	`{"name":"echo","description":"Returns its text; records nothing (for benchmarks).","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}},` +
 	`{"name":"ünïcode \u2603","description":"Non-ASCII name, escaped \u00e9 and raw é \u003c\u003e","inputSchema":{"type":"object","properties":{"x":{"type":"number","multipleOf":0.5}},"examples":[{"x":1.50}]}}` +
 	`]}`
 
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
 type server struct {
+	asks    sync.Map // id -> chan *jsonrpc.Message, requests this server sent to the client
 	out     *jsonrpc.Writer
 	effects string
 	mode    string
@@ -91,6 +94,15 @@ func Serve() int {
 		if err != nil {
 			s.write(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: err.Error()}))
 			continue
+		}
+		if m.IsResponse() {
+			if ch, ok := s.asks.LoadAndDelete(string(m.ID)); ok {
+				ch.(chan *jsonrpc.Message) <- m
+			}
+			continue
+		}
+		if m.Method == "notifications/cancelled" {
+			fmt.Fprintf(os.Stderr, "mcptest: cancelled %s\n", m.Params)
 		}
 		if !m.IsRequest() {
 			continue
@@ -166,6 +178,7 @@ type callParams struct {
 		Order          string `json:"order"`
 		Ms             int    `json:"ms"`
 		Tag            string `json:"tag"`
+		Text           string `json:"text"`
 		IdempotencyKey string `json:"idempotency_key"`
 	} `json:"arguments"`
 }
@@ -236,6 +249,22 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		s.extra.Store(true)
 		_ = s.out.Write(jsonrpc.Notification("notifications/tools/list_changed", nil))
 		return text("added", false), nil
+	case "ask":
+		id := fmt.Sprintf(`"ask-%d"`, s.seq.Add(1))
+		ch := make(chan *jsonrpc.Message, 1)
+		s.asks.Store(id, ch)
+		s.write(jsonrpc.Request(json.RawMessage(id), "roots/list", json.RawMessage(`{}`)))
+		select {
+		case m := <-ch:
+			if m.Error != nil {
+				return text("client error: "+m.Error.Message, true), nil
+			}
+			return text("client said: "+string(m.Result), false), nil
+		case <-time.After(10 * time.Second):
+			return text("client did not answer", true), nil
+		}
+	case "echo":
+		return text("echo "+a.Text, false), nil
 	case "extra":
 		return text("extra ran", false), nil
 	}

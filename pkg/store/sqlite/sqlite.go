@@ -66,6 +66,8 @@ type Store struct {
 	mu       sync.RWMutex // guards closed against Update/View entering
 	closed   bool
 	inflight sync.WaitGroup
+	rstmts   map[string]*sql.Stmt
+	wstmts   map[string]*sql.Stmt
 	reqs     chan *update
 	quit     chan struct{}
 	done     chan struct{}
@@ -100,16 +102,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{path: abs, opt: opt}
-	if !opt.ReadOnly {
-		if s.w, err = sql.Open("sqlite", dsn(abs, opt, "immediate")); err != nil {
-			return nil, s.fail(err)
-		}
-		s.w.SetMaxOpenConns(1)
-		s.w.SetMaxIdleConns(1)
-		s.w.SetConnMaxLifetime(0)
-		s.w.SetConnMaxIdleTime(0)
-	}
-	if s.r, err = sql.Open("sqlite", dsn(abs, opt, "")); err != nil {
+	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
 	s.r.SetMaxOpenConns(4)
@@ -118,12 +111,27 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, s.fail(err)
 	}
 	if !opt.ReadOnly {
+		if s.w, err = sql.Open("sqlite", dsn(abs, opt, true)); err != nil {
+			return nil, s.fail(err)
+		}
+		s.w.SetMaxOpenConns(1)
+		s.w.SetMaxIdleConns(1)
+		s.w.SetConnMaxLifetime(0)
+		s.w.SetConnMaxIdleTime(0)
 		if err := s.migrate(ctx); err != nil {
 			return nil, s.fail(err)
 		}
 	}
 	if err := s.checkVersion(ctx); err != nil {
 		return nil, s.fail(err)
+	}
+	if s.rstmts, err = prepareAll(ctx, s.r); err != nil {
+		return nil, s.fail(err)
+	}
+	if s.w != nil {
+		if s.wstmts, err = prepareAll(ctx, s.w); err != nil {
+			return nil, s.fail(err)
+		}
 	}
 	if !opt.ReadOnly {
 		s.reqs = make(chan *update, opt.MaxBatch)
@@ -137,7 +145,30 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 // Path is the absolute path of the ledger file.
 func (s *Store) Path() string { return s.path }
 
+// prepareAll prepares the fixed queries on db before any transaction holds its connections
+// (preparing later on the writer's single connection would wait for itself). Transactions
+// use them through Tx.StmtContext, which reuses the statement on the same connection.
+func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
+	m := make(map[string]*sql.Stmt, len(preparedQueries))
+	for _, q := range preparedQueries {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			for _, st := range m {
+				st.Close()
+			}
+			return nil, err
+		}
+		m[q] = st
+	}
+	return m, nil
+}
+
 func (s *Store) fail(err error) error {
+	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
+		for _, st := range m {
+			st.Close()
+		}
+	}
 	if s.w != nil {
 		s.w.Close()
 	}
@@ -147,22 +178,22 @@ func (s *Store) fail(err error) error {
 	return s.wrap(err)
 }
 
-// dsn builds the modernc.org/sqlite data source name. txlock "immediate" makes BeginTx issue
-// BEGIN IMMEDIATE (read-only transactions always use a plain BEGIN).
-func dsn(path string, opt Options, txlock string) string {
+// dsn builds the modernc.org/sqlite data source name. The writer's _txlock=immediate makes
+// BeginTx issue BEGIN IMMEDIATE (TestUpdateBeginsImmediate checks it). Only the writer sets
+// the journal mode, because that pragma converts the file: it must not run before
+// checkIdentity has confirmed, on a reader, that the file is ours.
+func dsn(path string, opt Options, writer bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opt.BusyTimeout.Milliseconds()))
 	if opt.ReadOnly {
 		q.Add("mode", "ro")
-	} else {
+	}
+	if writer {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(FULL)")
 		// Keep the WAL file small after checkpoints, so the ledger's footprint stays bounded.
 		q.Add("_pragma", "journal_size_limit(4194304)")
-	}
-	q.Add("_pragma", "foreign_keys(0)")
-	if txlock != "" {
-		q.Set("_txlock", txlock)
+		q.Set("_txlock", "immediate")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -178,7 +209,19 @@ func prepareFile(path string, readOnly bool) error {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
 	case err == nil:
-		return checkHeader(path, fi.Size())
+		if err := checkHeader(path, fi.Size()); err != nil {
+			return err
+		}
+		if !readOnly {
+			// SQLite silently opens an unwritable file read-only and fails only at the first
+			// write; the fence must not start answering and then fail to record a decision.
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				return fmt.Errorf("ledger %s is not writable by this user (%w); the fence must record every decision: fix its permissions or choose another file with --ledger or EFFECTFENCE_LEDGER (`effectfence ledger check` can still read it)", path, err)
+			}
+			f.Close()
+		}
+		return nil
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("ledger %s: %w", path, err)
 	case readOnly:
@@ -430,29 +473,35 @@ func (s *Store) runBatch(batch []*update) {
 			tx.Rollback()
 		}
 	}()
+	// A lone Update needs no savepoint: its failure rolls back the whole transaction.
+	savepoints := len(batch) > 1
 	ok := 0
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
-			answer(s.wrap(err))
-			return
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
+				answer(s.wrap(err))
+				return
+			}
 		}
-		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true}
+		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
 		errs[i] = call(u.fn, t)
-		if errs[i] != nil {
+		if errs[i] == nil {
+			ok++
+		} else if savepoints {
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
 				answer(s.wrap(err))
 				return
 			}
-		} else {
-			ok++
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
-			answer(s.wrap(err))
-			return
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
+				answer(s.wrap(err))
+				return
+			}
 		}
 	}
 	if ok == 0 {
@@ -496,7 +545,7 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 		return s.wrap(err)
 	}
 	defer tx.Rollback()
-	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now()})
+	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), stmts: s.rstmts})
 }
 
 // Close waits for running calls, stops the committer and closes the file. Later calls fail
@@ -515,6 +564,11 @@ func (s *Store) Close() error {
 		<-s.done
 	}
 	var errs []error
+	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
+		for _, st := range m {
+			errs = append(errs, st.Close())
+		}
+	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
 	}

@@ -13,6 +13,30 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
+// The fixed queries, prepared once on each connection (see Store.prepareAll).
+const (
+	qGet = "SELECT body FROM records WHERE intent = ?"
+	qPut = `INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at,
+		cert_hash = excluded.cert_hash, body = excluded.body`
+	qDelete       = "DELETE FROM records WHERE intent = ?"
+	qCertByHash   = "SELECT intent, body FROM records WHERE cert_hash = ? AND state = ? LIMIT 1"
+	qMeta         = "SELECT value FROM meta WHERE key = ?"
+	qDomainSeq    = "SELECT seq FROM domains WHERE domain = ?"
+	qSetDomainSeq = "INSERT INTO domains(domain, seq) VALUES (?, ?) ON CONFLICT(domain) DO UPDATE SET seq = excluded.seq"
+	qDeleteDomain = "DELETE FROM domains WHERE domain = ?"
+	qSetFloor     = "UPDATE meta SET value = ? WHERE key = 'domain_floor'"
+	qNextToken    = "UPDATE meta SET value = value + 1 WHERE key = 'token' RETURNING value"
+	qAppendEvent  = "INSERT INTO events(at, intent, kind, who, reason, state) VALUES (?, ?, ?, ?, ?, ?)"
+	qEvents       = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE id > ? ORDER BY id LIMIT ?"
+	qEventsOf     = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
+	qDeleteEvents = "DELETE FROM events WHERE at < ? AND kind != ?"
+	qAddCounter   = "INSERT INTO meta(key, value) VALUES ('counter.' || ?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value"
+	qCounters     = "SELECT substr(key, 9), value FROM meta WHERE key LIKE 'counter.%'"
+)
+
+var preparedQueries = []string{qGet, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
+
 // txn is a fence.Tx over one SQLite transaction.
 type txn struct {
 	s     *Store
@@ -20,6 +44,7 @@ type txn struct {
 	ctx   context.Context
 	now   time.Time
 	write bool
+	stmts map[string]*sql.Stmt
 }
 
 var errReadOnly = errors.New("sqlite ledger: write in a read-only transaction")
@@ -30,8 +55,32 @@ func (t *txn) exec(q string, args ...any) error {
 	if !t.write {
 		return errReadOnly
 	}
-	_, err := t.tx.ExecContext(t.ctx, q, args...)
+	_, err := t.execResult(q, args...)
 	return t.s.wrap(err)
+}
+
+// Statements prepared once per connection (see prepareAll) are used through the transaction;
+// the driver would otherwise parse every query again, which is most of a replay's cost.
+
+func (t *txn) execResult(q string, args ...any) (sql.Result, error) {
+	if st := t.stmts[q]; st != nil {
+		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
+	}
+	return t.tx.ExecContext(t.ctx, q, args...)
+}
+
+func (t *txn) queryRow(q string, args ...any) *sql.Row {
+	if st := t.stmts[q]; st != nil {
+		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
+	}
+	return t.tx.QueryRowContext(t.ctx, q, args...)
+}
+
+func (t *txn) query(q string, args ...any) (*sql.Rows, error) {
+	if st := t.stmts[q]; st != nil {
+		return t.tx.StmtContext(t.ctx, st).QueryContext(t.ctx, args...)
+	}
+	return t.tx.QueryContext(t.ctx, q, args...)
 }
 
 // decode reads a record body, reporting a damaged one as a FileError.
@@ -48,7 +97,7 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 
 func (t *txn) Get(intent string) (*fence.Record, error) {
 	var body []byte
-	err := t.tx.QueryRowContext(t.ctx, "SELECT body FROM records WHERE intent = ?", intent).Scan(&body)
+	err := t.queryRow(qGet, intent).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -77,14 +126,12 @@ func (t *txn) Put(rec *fence.Record) error {
 	if rec.Cert != nil {
 		hash = rec.Cert.Hash
 	}
-	return t.exec(`INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT(intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at,
-		cert_hash = excluded.cert_hash, body = excluded.body`,
+	return t.exec(qPut,
 		rec.Intent, string(rec.State), nanos(rec.ExpiresAt), hash, body)
 }
 
 func (t *txn) Delete(intent string) error {
-	return t.exec("DELETE FROM records WHERE intent = ?", intent)
+	return t.exec(qDelete, intent)
 }
 
 // scanPage is how many records Scan reads before calling fn on them: rows are closed before
@@ -155,7 +202,7 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 func (t *txn) CertByHash(hash string) (*fence.Record, error) {
 	var intent string
 	var body []byte
-	err := t.tx.QueryRowContext(t.ctx, "SELECT intent, body FROM records WHERE cert_hash = ? AND state = ? LIMIT 1", hash, string(fence.StateDone)).Scan(&intent, &body)
+	err := t.queryRow(qCertByHash, hash, string(fence.StateDone)).Scan(&intent, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -175,7 +222,7 @@ func toDB(n uint64) (int64, error) {
 
 func (t *txn) metaInt(key string) (uint64, error) {
 	var v int64
-	err := t.tx.QueryRowContext(t.ctx, "SELECT value FROM meta WHERE key = ?", key).Scan(&v)
+	err := t.queryRow(qMeta, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &FileError{Path: t.s.path, Problem: fmt.Sprintf("lacks its %q row", key)}
 	}
@@ -187,7 +234,7 @@ func (t *txn) metaInt(key string) (uint64, error) {
 
 func (t *txn) DomainSeq(domain string) (uint64, bool, error) {
 	var v int64
-	err := t.tx.QueryRowContext(t.ctx, "SELECT seq FROM domains WHERE domain = ?", domain).Scan(&v)
+	err := t.queryRow(qDomainSeq, domain).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		floor, err := t.DomainFloor()
 		return floor, false, err
@@ -203,11 +250,11 @@ func (t *txn) SetDomainSeq(domain string, seq uint64) error {
 	if err != nil {
 		return err
 	}
-	return t.exec("INSERT INTO domains(domain, seq) VALUES (?, ?) ON CONFLICT(domain) DO UPDATE SET seq = excluded.seq", domain, v)
+	return t.exec(qSetDomainSeq, domain, v)
 }
 
 func (t *txn) DeleteDomain(domain string) error {
-	return t.exec("DELETE FROM domains WHERE domain = ?", domain)
+	return t.exec(qDeleteDomain, domain)
 }
 
 func (t *txn) DomainFloor() (uint64, error) { return t.metaInt("domain_floor") }
@@ -217,7 +264,7 @@ func (t *txn) SetDomainFloor(seq uint64) error {
 	if err != nil {
 		return err
 	}
-	return t.exec("UPDATE meta SET value = ? WHERE key = 'domain_floor'", v)
+	return t.exec(qSetFloor, v)
 }
 
 // NextToken increments the token row. The row is written in the transaction, so it is as
@@ -228,7 +275,7 @@ func (t *txn) NextToken() (uint64, error) {
 		return 0, errReadOnly
 	}
 	var v int64
-	err := t.tx.QueryRowContext(t.ctx, "UPDATE meta SET value = value + 1 WHERE key = 'token' RETURNING value").Scan(&v)
+	err := t.queryRow(qNextToken).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &FileError{Path: t.s.path, Problem: `lacks its "token" row`}
 	}
@@ -239,20 +286,20 @@ func (t *txn) NextToken() (uint64, error) {
 }
 
 func (t *txn) AppendEvent(ev fence.Event) error {
-	return t.exec("INSERT INTO events(at, intent, kind, who, reason, state) VALUES (?, ?, ?, ?, ?, ?)",
+	return t.exec(qAppendEvent,
 		ev.At.UnixNano(), ev.Intent, ev.Kind, ev.Who, ev.Reason, string(ev.State))
 }
 
 func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
-	q := "SELECT id, at, intent, kind, who, reason, state FROM events WHERE id > ? ORDER BY id LIMIT ?"
+	q := qEvents
 	args := []any{}
 	if intent != "" {
-		q = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
+		q = qEventsOf
 		args = append(args, intent)
 	}
 	var last int64
 	for {
-		rows, err := t.tx.QueryContext(t.ctx, q, append(args, last, scanPage)...)
+		rows, err := t.query(q, append(args, last, scanPage)...)
 		if err != nil {
 			return t.s.wrap(err)
 		}
@@ -288,7 +335,7 @@ func (t *txn) DeleteEventsBefore(before time.Time) (int, error) {
 	if !t.write {
 		return 0, errReadOnly
 	}
-	res, err := t.tx.ExecContext(t.ctx, "DELETE FROM events WHERE at < ? AND kind != ?", before.UnixNano(), fence.EventClear)
+	res, err := t.execResult(qDeleteEvents, before.UnixNano(), fence.EventClear)
 	if err != nil {
 		return 0, t.s.wrap(err)
 	}
@@ -318,7 +365,7 @@ func (t *txn) AddCounters(d fence.Counters) error {
 		if err != nil {
 			return err
 		}
-		if err := t.exec("INSERT INTO counters(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", name, v); err != nil {
+		if err := t.exec(qAddCounter, name, v); err != nil {
 			return err
 		}
 	}
@@ -328,7 +375,7 @@ func (t *txn) AddCounters(d fence.Counters) error {
 func (t *txn) Counters() (fence.Counters, error) {
 	var c fence.Counters
 	fields := counterFields(&c)
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT name, value FROM counters")
+	rows, err := t.query(qCounters)
 	if err != nil {
 		return c, t.s.wrap(err)
 	}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/serve"
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/urfave/cli/v3"
+)
+
+func serveCommand(io streams) *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the fence as an MCP stdio server (fence_prepare, fence_commit, fence_abort, fence_release, fence_heartbeat, fence_status, fence_stats)",
+		Description: "Speaks MCP on stdin/stdout (stdout carries protocol only; diagnostics go to stderr).\n" +
+			"The ledger is durable by default: the SQLite file server.db in $XDG_STATE_HOME/effectfence\n" +
+			"(~/.local/state/effectfence). " + store.EnvLedger + " or --ledger choose another (a path, memory,\n" +
+			"postgres://...). Plain `effectfence` with stdin not a terminal runs this server.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, memory, or postgres://... (default: $" + store.EnvLedger + ", else server.db in the state directory)"},
+			&cli.FloatFlag{Name: "lease-secs", Usage: "lease of an admitted attempt, renewed by fence_heartbeat (default: $" + store.EnvLeaseSecs + ", else 60)", HideDefault: true},
+			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "how long a done outcome is replayed (default: $" + store.EnvTTLSecs + ", else 86400)", HideDefault: true},
+			&cli.IntFlag{Name: "workers", Value: serve.DefaultWorkers, Usage: "tool calls served at once (1-100)"},
+		},
+		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error { return usageErr("%v", err) },
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return usageErr("serve takes no arguments, got %q", cmd.Args().First())
+			}
+			opts, err := store.FromEnv("server")
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if cmd.IsSet("ledger") {
+				opts.Ledger = cmd.String("ledger")
+			}
+			for _, f := range []struct {
+				name string
+				dst  *time.Duration
+			}{{"lease-secs", &opts.LeaseTTL}, {"result-ttl-secs", &opts.ResultTTL}} {
+				if cmd.IsSet(f.name) {
+					v := cmd.Float(f.name)
+					if v <= 0 {
+						return usageErr("--%s=%v: want a positive number of seconds", f.name, v)
+					}
+					*f.dst = time.Duration(v * float64(time.Second))
+				}
+			}
+			workers := cmd.Int("workers")
+			if workers < 1 || workers > 100 {
+				return usageErr("--workers=%d: want 1 to 100", workers)
+			}
+			return runServe(ctx, io, opts, workers)
+		},
+	}
+}
+
+// stdinIsTerminal reports whether in is an interactive terminal. A reader that is not a file
+// (tests) counts as a pipe.
+func stdinIsTerminal(in any) bool {
+	f, ok := in.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// runServe opens the ledger and serves MCP on the streams until stdin ends or a signal comes.
+func runServe(ctx context.Context, io streams, opts store.Options, workers int) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := log.New(io.err, "effectfence serve: ", log.LstdFlags)
+	led, err := store.Open(ctx, opts)
+	if err != nil {
+		return err
+	}
+	cfg := led.Config()
+	logger.Printf("ledger %s (lease %s, results kept %s), %d workers", led.Location, cfg.LeaseTTL, cfg.ResultTTL, workers)
+	srv, err := serve.New(led.Engine, serve.Options{Workers: workers, Version: versionString(), Log: logger})
+	if err != nil {
+		led.Close()
+		return err
+	}
+	serveErr := srv.Serve(ctx, io.in, io.out)
+	// Close flushes this process's counters into the ledger.
+	if err := led.Close(); err != nil && serveErr == nil {
+		return fmt.Errorf("closing ledger %s: %w", led.Location, err)
+	}
+	return serveErr
+}

@@ -1,0 +1,69 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// refuse turns an error into a tool error whose JSON carries the stable code, the facts the
+// error knows and what the agent should do next.
+func refuse(intent string, err error) *mcp.CallToolResult {
+	return callResult(RefusalOf(intent, err), true)
+}
+
+// RefusalOf describes err for an agent. intent is the intent the call was about ("" if none).
+func RefusalOf(intent string, err error) Refusal {
+	r := Refusal{Code: fence.CodeOf(err), Message: err.Error(), Intent: intent}
+	var (
+		inFlight fence.InFlightError
+		prior    fence.PriorFailureError
+		conflict fence.IntentConflictError
+		stale    fence.StaleReadSetError
+		race     fence.DomainRaceError
+		lost     fence.LeaseLostError
+		invalid  fence.InvalidError
+	)
+	switch {
+	case errors.As(err, &inFlight):
+		r.Intent = inFlight.Intent
+		r.Holder = ptr(inFlight.Holder)
+		r.LeaseUntil = timePtr(inFlight.LeaseUntil)
+		r.State = fence.StateInFlight
+		r.Next = fmt.Sprintf("Do not run the effect: another attempt is running it. Call %s again later (or with wait_secs) to receive its recorded result.", ToolPrepare)
+	case errors.As(err, &prior):
+		r.Intent = prior.Intent
+		r.State = prior.State
+		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `effectfence ledger clear %s --reason ...`.", prior.Intent)
+	case errors.As(err, &conflict):
+		r.Intent = conflict.Intent
+		r.Next = "Do not run the effect: this intent id is recorded for a different call (tool or args differ). Use a distinct intent for a distinct action."
+	case errors.As(err, &stale):
+		r.Intent = stale.Intent
+		r.Domain = stale.Domain
+		r.Expected, r.Actual = ptr(stale.Expected), ptr(stale.Actual)
+		r.Executed = stale.Executed
+		if stale.Executed {
+			r.State = fence.StateFailed
+			r.Next = "The effect already ran on stale state; the intent is now failed and fenced. Do not retry: tell a human operator what happened."
+		} else {
+			r.Next = fmt.Sprintf("Do not run the effect: the state you decided on moved. Re-read the domain with %s and decide again with a fresh read_set.", ToolStatus)
+		}
+	case errors.As(err, &race):
+		r.Intent = race.Intent
+		r.Domain = race.Domain
+		r.Expected, r.Actual = ptr(race.Expected), ptr(race.Actual)
+		r.Next = fmt.Sprintf("Do not run the effect: another action took the domain in the same instant. Re-read it with %s and decide again.", ToolStatus)
+	case errors.As(err, &lost):
+		r.Intent = lost.Intent
+		r.Next = fmt.Sprintf("Nothing was recorded: this ticket does not hold the intent (taken over, cleared, already ended, or not a ticket the fence issued). Call %s to see what happened; do not run the effect again on your own.", ToolStatus)
+	case errors.As(err, &invalid):
+		r.Field = invalid.Field
+		r.Next = "Nothing ran and nothing was recorded. Fix the arguments as the message says and call again."
+	default:
+		r.Next = "The ledger failed; the call may not be recorded. Retry the same call; if it keeps failing, tell the operator (effectfence ledger check)."
+	}
+	return r
+}

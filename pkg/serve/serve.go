@@ -1,0 +1,119 @@
+// Package serve is the fence as an MCP server: agents that want explicit control route each
+// side effect through the tools fence_prepare, fence_commit, fence_abort, fence_release,
+// fence_heartbeat, fence_status and fence_stats.
+//
+// The guarantee is the engine's (package fence): of all the attempts that share an intent, at
+// most one is told "fresh" and runs the effect; the others are told "already_done" with the
+// recorded cert, or refused with a tool error whose JSON carries a stable code, the facts and
+// what to do next. A ticket an agent hands back is only a handle: the engine checks its
+// intent, fencing token and nonce against the ledger, so a made-up or edited ticket changes
+// nothing. Operator actions (clear, sweep) are not tools: an agent must not be able to unfence
+// what it is fenced from.
+//
+// Limits: the fence can only stop effects that agents route through it, and a ledger outcome is
+// only as durable as the store under the engine (the command opens the SQLite file by default).
+package serve
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Instructions is the server's MCP instructions: the protocol in three sentences.
+const Instructions = `Before running any side effect, call fence_prepare with a stable intent id, the tool name and its args: status "fresh" means run the effect exactly once now, status "already_done" means do NOT run it and use cert.result instead. ` +
+	`After running it, call fence_commit with the ticket and the result, fence_release if the effect definitely did not happen, or fence_abort if you cannot tell (call fence_heartbeat before lease_until while a long effect runs). ` +
+	`Any tool error means do not run the effect: its JSON gives a stable code, the facts and the next step to take.`
+
+// Defaults of Options.
+const (
+	DefaultWorkers     = 32
+	DefaultQueue       = 1024
+	DefaultMaxArgBytes = 1 << 20
+	// MaxWait bounds wait_secs of fence_prepare.
+	MaxWait = 60
+)
+
+// Options tune a Server. The zero value means the defaults.
+type Options struct {
+	// Workers is how many tool calls are served at once (mcp-go's stdio worker pool, at most 100).
+	Workers int
+	// Queue is how many tool calls may wait for a worker before the reader serves them inline.
+	Queue int
+	// MaxArgBytes bounds the JSON arguments of one tool call; a larger call is refused with
+	// invalid_request (the ledger keeps args and results of every action).
+	MaxArgBytes int
+	// Version is reported in the initialize handshake.
+	Version string
+	// Log receives the server's diagnostics (stderr; never stdout, which carries protocol).
+	Log *log.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	o.Workers = min(o.Workers, 100)
+	if o.Queue <= 0 {
+		o.Queue = DefaultQueue
+	}
+	if o.MaxArgBytes <= 0 {
+		o.MaxArgBytes = DefaultMaxArgBytes
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Log == nil {
+		o.Log = log.New(io.Discard, "", 0)
+	}
+	return o
+}
+
+// Server is the fence MCP server over one engine.
+type Server struct {
+	eng  *fence.Engine
+	opts Options
+	mcp  *server.MCPServer
+}
+
+// New returns a server whose tools act on eng.
+func New(eng *fence.Engine, opts Options) (*Server, error) {
+	s := &Server{eng: eng, opts: opts.withDefaults()}
+	s.mcp = server.NewMCPServer("effectfence", s.opts.Version,
+		server.WithToolCapabilities(false),
+		server.WithInstructions(Instructions),
+	)
+	if err := s.addTools(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// MCP returns the underlying mcp-go server (for other transports and in-process tests).
+func (s *Server) MCP() *server.MCPServer { return s.mcp }
+
+// Serve speaks MCP over stdio on in and out until in ends or ctx is cancelled. Only protocol
+// messages are written to out. mcp-go keeps one stdio session per process, so run one Serve
+// per process at a time.
+func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	std := server.NewStdioServer(s.mcp)
+	std.SetErrorLogger(s.opts.Log)
+	server.WithWorkerPoolSize(s.opts.Workers)(std)
+	server.WithQueueSize(s.opts.Queue)(std)
+	if err := std.Listen(ctx, in, out); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// callResult sends v as JSON in a text block and as structuredContent.
+func callResult(v any, isError bool) *mcp.CallToolResult {
+	r := mcp.NewToolResultStructuredOnly(v)
+	r.IsError = isError
+	return r
+}

@@ -1,0 +1,219 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Tool names.
+const (
+	ToolPrepare   = "fence_prepare"
+	ToolCommit    = "fence_commit"
+	ToolAbort     = "fence_abort"
+	ToolRelease   = "fence_release"
+	ToolHeartbeat = "fence_heartbeat"
+	ToolStatus    = "fence_status"
+	ToolStats     = "fence_stats"
+)
+
+// Tools lists the names of the server's tools in the order they are published.
+var Tools = []string{ToolPrepare, ToolCommit, ToolAbort, ToolRelease, ToolHeartbeat, ToolStatus, ToolStats}
+
+const (
+	descPrepare = `Ask the fence whether to run a side effect. Call it BEFORE the effect with a stable intent id. ` +
+		`Answers {"status":"fresh","ticket":{...}}: run the effect exactly once now, then fence_commit (or fence_release / fence_abort) with this ticket; ` +
+		`or {"status":"already_done","cert":{...}}: do NOT run it, the recorded result is cert.result. ` +
+		`A tool error means do not run it; its JSON says why (code) and what to do next.`
+	descCommit = `Record the result of an effect you ran after a "fresh" fence_prepare. Returns the cert (with its hash) that every duplicate of the intent will receive. ` +
+		`Refused with lease_lost if the ticket no longer holds the intent; with stale_read_set (executed: true) if a domain you read moved while the effect ran.`
+	descAbort = `Report that the effect's outcome is unknown (it may or may not have happened, e.g. a timeout). ` +
+		`The intent becomes failed and is fenced until a human operator checks the real system and clears it.`
+	descRelease = `Report that the effect definitely did NOT happen (e.g. the call was rejected before doing anything). ` +
+		`The intent is free again and the next fence_prepare of it is fresh.`
+	descHeartbeat = `Extend the lease of a running effect by the lease TTL from now; call it before ticket.lease_until while a long effect runs. ` +
+		`Returns the ticket with its new lease_until. Refused with lease_lost if the intent was taken over.`
+	descStatus = `Read the ledger without changing it: the recorded state of an intent (none, in_flight, done, failed, unknown) and/or a domain's current sequence number, the seq to put in a read_set.`
+	descStats  = `Counts of what the fence did with attempts: since this server started, and in the ledger over every process that shares it.`
+)
+
+// addTools registers the seven tools.
+func (s *Server) addTools() error {
+	waitBounds := func(sc *jsonschema.Schema) {
+		w := sc.Properties["wait_secs"]
+		w.Minimum, w.Maximum = ptr(0.0), ptr(float64(MaxWait))
+	}
+	write := mcp.ToolAnnotation{ReadOnlyHint: ptr(false), DestructiveHint: ptr(false), OpenWorldHint: ptr(false)}
+	read := mcp.ToolAnnotation{ReadOnlyHint: ptr(true), OpenWorldHint: ptr(false)}
+	adds := []func() error{
+		func() error { return addTool(s, ToolPrepare, descPrepare, write, waitBounds, s.prepare) },
+		func() error { return addTool(s, ToolCommit, descCommit, write, nil, s.commit) },
+		func() error {
+			return addTool(s, ToolAbort, descAbort, write, nil, func(ctx context.Context, in EndInput) (any, error) {
+				return s.end(ctx, in, true)
+			})
+		},
+		func() error {
+			return addTool(s, ToolRelease, descRelease, write, nil, func(ctx context.Context, in EndInput) (any, error) {
+				return s.end(ctx, in, false)
+			})
+		},
+		func() error { return addTool(s, ToolHeartbeat, descHeartbeat, write, nil, s.heartbeat) },
+		func() error { return addTool(s, ToolStatus, descStatus, read, nil, s.status) },
+		func() error { return addTool(s, ToolStats, descStats, read, nil, s.stats) },
+	}
+	for _, add := range adds {
+		if err := add(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addTool registers a tool whose input schema is generated from In. Every call is checked
+// against that schema, decoded into In and handed to run; any error becomes a tool error
+// carrying a Refusal.
+func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjust func(*jsonschema.Schema), run func(context.Context, In) (any, error)) error {
+	raw, compiled, err := inputSchema[In](name, adjust)
+	if err != nil {
+		return err
+	}
+	ann.Title = name
+	tool := mcp.NewTool(name, mcp.WithDescription(desc), mcp.WithRawInputSchema(raw), mcp.WithToolAnnotation(ann))
+	tool.InputSchema.Type = "" // the raw schema is the whole schema
+	s.mcp.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := []byte(req.Params.RawArguments)
+		if len(args) == 0 || string(args) == "null" {
+			args = []byte("{}")
+		}
+		if len(args) > s.opts.MaxArgBytes {
+			return refuse("", fence.InvalidError{Field: "arguments", Why: fmt.Sprintf("are %d bytes; at most %d are accepted (the ledger keeps the args and result of every action)", len(args), s.opts.MaxArgBytes)}), nil
+		}
+		if err := checkArgs(compiled, args); err != nil {
+			return refuse("", err), nil
+		}
+		var in In
+		if err := json.Unmarshal(args, &in); err != nil {
+			return refuse("", fence.InvalidError{Field: "arguments", Why: err.Error()}), nil
+		}
+		out, err := run(ctx, in)
+		if err != nil {
+			return refuse(intentOf(in), err), nil
+		}
+		return callResult(out, false), nil
+	})
+	return nil
+}
+
+func intentOf(in any) string {
+	switch v := in.(type) {
+	case PrepareInput:
+		return v.Intent
+	case CommitInput:
+		return v.Ticket.Intent
+	case EndInput:
+		return v.Ticket.Intent
+	case HeartbeatInput:
+		return v.Ticket.Intent
+	case StatusInput:
+		return v.Intent
+	}
+	return ""
+}
+
+func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
+	req := fence.Request{
+		Intent: in.Intent, Parent: in.Parent, Domain: in.Domain, Tool: in.Tool, Args: json.RawMessage(in.Args),
+		ReadSet: in.ReadSet, Agent: in.Agent, Clock: in.Clock,
+	}
+	var (
+		adm fence.Admission
+		err error
+	)
+	if in.WaitSecs > 0 {
+		// Waiting may end with the caller; the admission itself is one transaction either way.
+		adm, err = s.eng.PrepareWait(ctx, req, time.Duration(in.WaitSecs*float64(time.Second)))
+	} else {
+		adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if adm.Fresh() {
+		return PrepareResult{Status: StatusFresh, Ticket: adm.Ticket,
+			Next: fmt.Sprintf("Run the effect once now, then call %s with this ticket and its result (%s if it definitely did not happen, %s if you cannot tell). Heartbeat before lease_until if it runs long.", ToolCommit, ToolRelease, ToolAbort)}, nil
+	}
+	return PrepareResult{Status: StatusAlreadyDone, Cert: adm.Cert,
+		Next: "Do NOT run the effect: it already ran. Use cert.result as its result."}, nil
+}
+
+// The outcome calls run detached from the caller's cancellation: an agent that hangs up after
+// running an effect must not leave its outcome half-recorded.
+
+func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
+	cert, err := s.eng.Commit(context.WithoutCancel(ctx), in.Ticket.Ticket(), []byte(in.Result))
+	if err != nil {
+		return nil, err
+	}
+	return CommitResult{Cert: cert, Next: "Done: the result is recorded; every duplicate of this intent will receive this cert."}, nil
+}
+
+func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) {
+	if abort {
+		if err := s.eng.Abort(context.WithoutCancel(ctx), in.Ticket.Ticket(), in.Reason); err != nil {
+			return nil, err
+		}
+		return EndResult{Intent: in.Ticket.Intent, State: fence.StateFailed,
+			Next: "The intent is fenced: do not retry it. A human operator must check the real system and clear it."}, nil
+	}
+	if err := s.eng.Release(context.WithoutCancel(ctx), in.Ticket.Ticket(), in.Reason); err != nil {
+		return nil, err
+	}
+	return EndResult{Intent: in.Ticket.Intent, State: fence.StateNone,
+		Next: "The intent is free: the next fence_prepare of it is fresh."}, nil
+}
+
+func (s *Server) heartbeat(ctx context.Context, in HeartbeatInput) (any, error) {
+	t := in.Ticket.Ticket()
+	t.Reclaimed = in.Ticket.Reclaimed // echoed back, so the renewed ticket reads like the first
+	t, err := s.eng.Heartbeat(context.WithoutCancel(ctx), t)
+	if err != nil {
+		return nil, err
+	}
+	return HeartbeatResult{Ticket: t, Next: "Keep running the effect; use this ticket from now on."}, nil
+}
+
+func (s *Server) status(ctx context.Context, in StatusInput) (any, error) {
+	if in.Intent == "" && in.Domain == "" {
+		return nil, fence.InvalidError{Field: "intent", Why: "name an intent, a domain, or both"}
+	}
+	var out StatusResult
+	if in.Intent != "" {
+		rec, err := s.eng.Status(ctx, in.Intent)
+		if err != nil {
+			return nil, err
+		}
+		out.Intent = statusOf(rec)
+	}
+	if in.Domain != "" {
+		seq, err := s.eng.Current(ctx, in.Domain)
+		if err != nil {
+			return nil, err
+		}
+		out.Domain = &DomainStatus{Domain: in.Domain, Seq: seq}
+	}
+	return out, nil
+}
+
+func (s *Server) stats(ctx context.Context, _ StatsInput) (any, error) {
+	st, err := s.eng.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return StatsResult{SinceBoot: st.SinceBoot, Ledger: st.Ledger, Line: st.Line()}, nil
+}

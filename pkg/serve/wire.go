@@ -1,0 +1,216 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// JSONValue is any JSON value, kept as the caller sent it (the engine canonicalises it).
+type JSONValue json.RawMessage
+
+// MarshalJSON writes the value, or null when it is empty.
+func (v JSONValue) MarshalJSON() ([]byte, error) {
+	if len(v) == 0 {
+		return []byte("null"), nil
+	}
+	return v, nil
+}
+
+// UnmarshalJSON keeps a copy of the raw value.
+func (v *JSONValue) UnmarshalJSON(b []byte) error {
+	*v = append((*v)[:0], b...)
+	return nil
+}
+
+// ArgsValue is the arguments of the fenced call: a JSON object or null.
+type ArgsValue json.RawMessage
+
+// MarshalJSON writes the value, or null when it is empty.
+func (v ArgsValue) MarshalJSON() ([]byte, error) { return JSONValue(v).MarshalJSON() }
+
+// UnmarshalJSON accepts an object or null and refuses anything else.
+func (v *ArgsValue) UnmarshalJSON(b []byte) error {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 || (t[0] != '{' && !bytes.Equal(t, []byte("null"))) {
+		return fence.InvalidError{Field: "args", Why: "must be a JSON object or null"}
+	}
+	*v = append((*v)[:0], b...)
+	return nil
+}
+
+// The input of each tool. The JSON schemas the server publishes are generated from these types
+// (schema.go), and every call is validated against them before it is decoded.
+
+// PrepareInput is the input of fence_prepare.
+type PrepareInput struct {
+	Intent   string               `json:"intent" jsonschema:"Stable id of the logical action, e.g. charge:order-123. Every attempt of the same action (retries, re-dispatches, other agents deciding the same thing) must use the same intent."`
+	Tool     string               `json:"tool" jsonschema:"Name of the side effect you are about to run, e.g. charge_card. Part of the action's fingerprint."`
+	Args     ArgsValue            `json:"args,omitempty" jsonschema:"Arguments of the side effect (an object, or null). Part of the fingerprint: the same intent with different tool or args is refused as intent_conflict."`
+	Domain   string               `json:"domain,omitempty" jsonschema:"Contention scope whose next sequence number this effect takes, e.g. order:123. Omit for an effect that contends only with its own duplicates."`
+	ReadSet  []fence.ReadSetEntry `json:"read_set,omitempty" jsonschema:"The state your decision was based on: domains and the seq you read with fence_status. If any moved, the attempt is refused before it runs."`
+	Parent   string               `json:"parent,omitempty" jsonschema:"Hash of the cert this action causally follows, if any."`
+	Agent    string               `json:"agent,omitempty" jsonschema:"Who decides (your agent name); its counter is ticked in the cert's vector clock."`
+	Clock    fence.VectorClock    `json:"vector_clock,omitempty" jsonschema:"The vector clock you knew when you decided (agent name to counter)."`
+	WaitSecs float64              `json:"wait_secs,omitempty" jsonschema:"If another attempt is running this intent, wait up to this many seconds (at most 60) for its outcome instead of being refused with intent_in_flight."`
+}
+
+// TicketHandle is a ticket as an agent hands it back. Only intent, token and nonce carry
+// authority; the engine checks them against its own record. The other fields of the ticket
+// fence_prepare gave out are accepted so the ticket can be passed back unchanged, and ignored.
+type TicketHandle struct {
+	Intent     string    `json:"intent"`
+	Token      uint64    `json:"token"`
+	Nonce      string    `json:"nonce"`
+	Domain     string    `json:"domain,omitempty"`
+	Seq        uint64    `json:"seq,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	Reclaimed  bool      `json:"reclaimed,omitempty"`
+}
+
+// Ticket returns the engine's ticket with the fields that carry authority.
+func (h TicketHandle) Ticket() fence.Ticket {
+	return fence.Ticket{Intent: h.Intent, Token: h.Token, Nonce: h.Nonce}
+}
+
+// CommitInput is the input of fence_commit.
+type CommitInput struct {
+	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
+	Result JSONValue    `json:"result" jsonschema:"The effect's result (any JSON value); recorded in the cert and replayed to every duplicate."`
+}
+
+// EndInput is the input of fence_abort and fence_release.
+type EndInput struct {
+	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
+	Reason string       `json:"reason,omitempty" jsonschema:"What happened, for the operator."`
+}
+
+// HeartbeatInput is the input of fence_heartbeat.
+type HeartbeatInput struct {
+	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare (or the last heartbeat) gave you."`
+}
+
+// StatusInput is the input of fence_status.
+type StatusInput struct {
+	Intent string `json:"intent,omitempty" jsonschema:"An intent whose recorded state you want."`
+	Domain string `json:"domain,omitempty" jsonschema:"A domain whose current sequence number you want (to put in a read_set)."`
+}
+
+// StatsInput is the (empty) input of fence_stats.
+type StatsInput struct{}
+
+// The results. Each is sent as JSON in a text block and as structuredContent.
+
+// PrepareResult is the answer of fence_prepare.
+type PrepareResult struct {
+	// Status is "fresh" (run the effect now, once) or "already_done" (do not run it).
+	Status string        `json:"status"`
+	Ticket *fence.Ticket `json:"ticket,omitempty"`
+	Cert   *fence.Cert   `json:"cert,omitempty"`
+	Next   string        `json:"next"`
+}
+
+// Prepare statuses.
+const (
+	StatusFresh       = "fresh"
+	StatusAlreadyDone = "already_done"
+)
+
+// CommitResult is the answer of fence_commit.
+type CommitResult struct {
+	Cert *fence.Cert `json:"cert"`
+	Next string      `json:"next"`
+}
+
+// EndResult is the answer of fence_abort and fence_release.
+type EndResult struct {
+	Intent string      `json:"intent"`
+	State  fence.State `json:"state"` // failed after abort, none after release
+	Next   string      `json:"next"`
+}
+
+// HeartbeatResult is the answer of fence_heartbeat.
+type HeartbeatResult struct {
+	Ticket fence.Ticket `json:"ticket"`
+	Next   string       `json:"next"`
+}
+
+// IntentStatus is what fence_status tells about an intent. It never carries the claim's
+// nonce: the ledger's view must not be enough to forge a ticket.
+type IntentStatus struct {
+	Intent      string      `json:"intent"`
+	State       fence.State `json:"state"`
+	Fingerprint string      `json:"fingerprint,omitempty"`
+	Token       uint64      `json:"token,omitempty"`
+	Agent       string      `json:"agent,omitempty"`
+	Domain      string      `json:"domain,omitempty"`
+	Seq         uint64      `json:"seq,omitempty"`
+	Tool        string      `json:"tool,omitempty"`
+	LeaseUntil  *time.Time  `json:"lease_until,omitempty"`
+	UpdatedAt   *time.Time  `json:"updated_at,omitempty"`
+	ExpiresAt   *time.Time  `json:"expires_at,omitempty"`
+	Reason      string      `json:"reason,omitempty"`
+	Cert        *fence.Cert `json:"cert,omitempty"`
+}
+
+// DomainStatus is a domain's current sequence number.
+type DomainStatus struct {
+	Domain string `json:"domain"`
+	Seq    uint64 `json:"seq"`
+}
+
+// StatusResult is the answer of fence_status.
+type StatusResult struct {
+	Intent *IntentStatus `json:"intent,omitempty"`
+	Domain *DomainStatus `json:"domain,omitempty"`
+}
+
+// StatsResult is the answer of fence_stats.
+type StatsResult struct {
+	SinceBoot fence.Counters `json:"since_boot"`
+	Ledger    fence.Counters `json:"ledger"`
+	Line      string         `json:"line"`
+}
+
+// Refusal is the JSON of every tool error: the stable code, the facts and what to do next.
+type Refusal struct {
+	Code       string      `json:"code"`
+	Message    string      `json:"message"`
+	Intent     string      `json:"intent,omitempty"`
+	Domain     string      `json:"domain,omitempty"`
+	Expected   *uint64     `json:"expected,omitempty"`
+	Actual     *uint64     `json:"actual,omitempty"`
+	Holder     *string     `json:"holder,omitempty"`
+	LeaseUntil *time.Time  `json:"lease_until,omitempty"`
+	State      fence.State `json:"state,omitempty"`
+	Field      string      `json:"field,omitempty"`
+	// Executed is true only when the effect already ran (a commit on a stale read set).
+	Executed bool   `json:"executed"`
+	Next     string `json:"next"`
+}
+
+func statusOf(r fence.Record) *IntentStatus {
+	s := &IntentStatus{
+		Intent: r.Intent, State: r.State, Fingerprint: r.Fingerprint, Token: r.Token, Agent: r.Agent,
+		Domain: r.Domain, Seq: r.Seq, Tool: r.Tool, Reason: r.Reason, Cert: r.Cert,
+	}
+	if r.State == fence.StateNone {
+		return s
+	}
+	if r.State == fence.StateInFlight {
+		s.LeaseUntil = timePtr(r.LeaseUntil)
+	}
+	s.UpdatedAt = timePtr(r.UpdatedAt)
+	s.ExpiresAt = timePtr(r.ExpiresAt)
+	return s
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

@@ -1,0 +1,170 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+var ctx = context.Background()
+
+func TestOpenLocations(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	cases := []struct {
+		o    store.Options
+		want string
+	}{
+		{store.Options{Name: "server"}, filepath.Join(state, "effectfence", "server.db")},
+		{store.Options{Name: "server", Ledger: filepath.Join(state, "mine.db")}, filepath.Join(state, "mine.db")},
+		{store.Options{Name: "server", Ledger: "memory"}, "memory"},
+	}
+	for _, tc := range cases {
+		l, err := store.Open(ctx, tc.o)
+		if err != nil {
+			t.Fatalf("open %+v: %v", tc.o, err)
+		}
+		if l.Location != tc.want {
+			t.Errorf("open %+v: location %s; want %s", tc.o, l.Location, tc.want)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if tc.want != "memory" {
+			if _, err := os.Stat(tc.want); err != nil {
+				t.Errorf("open %+v made no file: %v", tc.o, err)
+			}
+		}
+	}
+	_, err := store.Open(ctx, store.Options{Ledger: "postgres://u:secret@db.example/x"})
+	if err == nil || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "PostgreSQL") {
+		t.Fatalf("postgres ledger without a store: %v", err)
+	}
+}
+
+// The ledger is a durable default: what one Ledger committed, the next one replays.
+func TestOpenIsDurable(t *testing.T) {
+	o := store.Options{Ledger: filepath.Join(t.TempDir(), "l.db")}
+	l, err := store.Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fence.Request{Intent: "charge:1", Tool: "charge", Args: []byte(`{"amount":1}`)}
+	adm, err := l.Prepare(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := l.Commit(ctx, *adm.Ticket, []byte(`"ok"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l, err = store.Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	adm, err = l.Prepare(ctx, r)
+	if err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
+		t.Fatalf("after reopen: %+v %v; want replay of %s", adm, err, cert.Hash)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// A steady stream of distinct intents whose outcomes expire: the background sweep keeps the
+// file from growing. Each round commits a batch of fresh intents, waits until the Ledger's own
+// sweeper (not the test) has dropped them, and measures the files. Without the sweep the
+// database file would hold every record ever written, several times its plateau. The WAL is
+// bounded separately: SQLite checkpoints it every 1000 pages and the store truncates it to
+// 4 MiB (journal_size_limit).
+func TestFileStaysBoundedUnderSteadyStream(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	l, err := store.Open(ctx, store.Options{Ledger: path, ResultTTL: 50 * time.Millisecond, SweepEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const rounds, perRound, workers = 6, 80, 16
+	pad := strings.Repeat("p", 8000)
+	var sizes, wals []int64
+	written := 0
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := w; i < perRound; i += workers {
+					args := fmt.Sprintf(`{"round":%d,"i":%d,"pad":%q}`, round, i, pad)
+					adm, err := l.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("stream:%d:%d", round, i), Tool: "send", Args: []byte(args)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if _, err := l.Commit(ctx, *adm.Ticket, []byte(args)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		written += perRound * 3 * len(pad) // args, cert args, cert result
+		waitSwept(t, l)
+		sizes = append(sizes, fileSize(t, path))
+		wals = append(wals, fileSize(t, path+"-wal"))
+	}
+	t.Logf("database bytes after each round: %v, WAL bytes: %v (record bytes written: %d)", sizes, wals, written)
+	for i, n := range wals {
+		if n > 8<<20 {
+			t.Errorf("after round %d the WAL is %d bytes; checkpoints should keep it near 4 MiB", i, n)
+		}
+	}
+	plateau := sizes[2]
+	for i, n := range sizes[3:] {
+		if n > plateau+plateau/2 {
+			t.Errorf("after round %d the ledger is %d bytes; it plateaued at %d after round 2 (grows without bound?)", i+3, n, plateau)
+		}
+	}
+	if int64(written) < 3*sizes[len(sizes)-1] {
+		t.Fatalf("the stream wrote only %d record bytes against a %d-byte ledger: too little to show a bound", written, sizes[len(sizes)-1])
+	}
+}
+
+// waitSwept waits until no done record is left (the sweeper runs every 20 ms).
+func waitSwept(t *testing.T, l *store.Ledger) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := 0
+		err := l.Store().View(ctx, func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateDone}}, func(*fence.Record) bool { left++; return true })
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d done records still there 30 s after they expired: the background sweep does not run", left)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

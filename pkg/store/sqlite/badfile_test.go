@@ -1,0 +1,272 @@
+package sqlite_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// seedLedger makes a closed ledger with enough records to span many pages.
+func seedLedger(t *testing.T, path string, n int) {
+	t.Helper()
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{})
+	for i := range n {
+		r := fence.Request{Intent: fmt.Sprintf("seed:%04d", i), Tool: "charge", Args: []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", 200)))}
+		adm, err := eng.Prepare(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileSum(t *testing.T, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// useLedger opens the ledger and reads every record, as a process starting up and serving
+// would; any error is returned (never a panic).
+func useLedger(path string) error {
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	eng := fence.New(st, fence.Config{})
+	if _, err := eng.Recover(ctx); err != nil {
+		return err
+	}
+	return st.View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(*fence.Record) bool { return true })
+	})
+}
+
+func TestBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.db")
+	seedLedger(t, good, 300)
+	goodBytes, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(goodBytes) < 20*4096 {
+		t.Fatalf("seed ledger is only %d bytes; the damage cases need more pages", len(goodBytes))
+	}
+	foreignSQLite := filepath.Join(dir, "foreign.sqlite")
+	db, err := sql.Open("sqlite", foreignSQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE photos(id INTEGER PRIMARY KEY, name TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	cases := []struct {
+		name  string
+		make  func(path string) error
+		want  string // in the error
+		check bool   // the error names `effectfence ledger check`
+	}{
+		{"text file", func(p string) error { return os.WriteFile(p, []byte("hello, this is my shopping list\n"), 0o600) }, "not a SQLite database", true},
+		{"short header", func(p string) error { return os.WriteFile(p, []byte("SQLite format 3\x00\x10\x00"), 0o600) }, "truncated", true},
+		{"truncated to half", func(p string) error { return os.WriteFile(p, goodBytes[:len(goodBytes)/2], 0o600) }, "", true},
+		{"truncated to one page", func(p string) error { return os.WriteFile(p, goodBytes[:4096], 0o600) }, "", true},
+		{"corrupted pages", func(p string) error {
+			b := bytes.Clone(goodBytes)
+			for i := 2 * 4096; i < len(b); i += 4096 {
+				copy(b[i:i+64], bytes.Repeat([]byte{0xA5}, 64))
+			}
+			return os.WriteFile(p, b, 0o600)
+		}, "", true},
+		{"foreign SQLite database", func(p string) error {
+			b, err := os.ReadFile(foreignSQLite)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(p, b, 0o600)
+		}, "another application", true},
+		{"a directory", func(p string) error { return os.Mkdir(p, 0o700) }, "is a directory", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ledger.db")
+			if err := tc.make(path); err != nil {
+				t.Fatal(err)
+			}
+			var before [32]byte
+			if fi, _ := os.Stat(path); !fi.IsDir() {
+				before = fileSum(t, path)
+			}
+			err := useLedger(path)
+			if err == nil {
+				t.Fatal("a damaged ledger was used without an error")
+			}
+			t.Log(err)
+			if tc.want != "" && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+			var fe *sqlite.FileError
+			if tc.check && (!errors.As(err, &fe) || !strings.Contains(err.Error(), "effectfence ledger check")) {
+				t.Errorf("error %q is not a FileError naming `effectfence ledger check`", err)
+			}
+			if fi, _ := os.Stat(path); !fi.IsDir() && fileSum(t, path) != before {
+				t.Error("opening the damaged file changed it")
+			}
+		})
+	}
+	// The good ledger is untouched by all of that and still opens.
+	if err := useLedger(good); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedLedger(t, path, 1)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE meta SET value = ? WHERE key = 'schema_version'", sqlite.SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	err = useLedger(path)
+	if err == nil || !strings.Contains(err.Error(), "newer than this build") || !strings.Contains(err.Error(), "ledger check") {
+		t.Fatalf("newer schema: %v", err)
+	}
+}
+
+func TestFileModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "effectfence")
+	path := filepath.Join(dir, "server.db")
+	st := openT(t, path, sqlite.Options{})
+	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(&fence.Record{Intent: "x", State: fence.StateInFlight}) }); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{dir: 0o700 | os.ModeDir, path: 0o600, path + "-wal": 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s has mode %v; want %v", p, fi.Mode(), want)
+		}
+	}
+}
+
+// Permission cases must run as a user the kernel checks permissions for: as root the test
+// re-runs itself as nobody (uid 65534) in a child process.
+func TestUnwritableLocations(t *testing.T) {
+	if os.Getenv("EFFECTFENCE_TEST_AS_CHILD") == "" && os.Geteuid() == 0 {
+		runAsNobody(t, "TestUnwritableLocations")
+		return
+	}
+	base := os.Getenv("EFFECTFENCE_TEST_DIR")
+	if base == "" {
+		base = t.TempDir()
+		if err := os.Chmod(base, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		setupUnwritable(t, base)
+	}
+	t.Run("unwritable directory", func(t *testing.T) {
+		err := useLedger(filepath.Join(base, "locked", "ledger.db"))
+		if err == nil || !strings.Contains(err.Error(), "permission denied") || !strings.Contains(err.Error(), "--ledger") {
+			t.Fatalf("ledger in an unwritable directory: %v", err)
+		}
+	})
+	t.Run("directory cannot be created", func(t *testing.T) {
+		err := useLedger(filepath.Join(base, "locked", "sub", "ledger.db"))
+		if err == nil || !strings.Contains(err.Error(), "cannot create the ledger directory") {
+			t.Fatalf("ledger under an uncreatable directory: %v", err)
+		}
+	})
+	t.Run("read-only file", func(t *testing.T) {
+		path := filepath.Join(base, "ro.db")
+		before := fileSum(t, path)
+		err := useLedger(path)
+		if err == nil || !strings.Contains(err.Error(), "not writable") || !strings.Contains(err.Error(), "ledger check") {
+			t.Fatalf("read-only ledger: %v", err)
+		}
+		if fileSum(t, path) != before {
+			t.Fatal("the read-only ledger changed")
+		}
+	})
+}
+
+// setupUnwritable makes base/locked (no write permission) and base/ro.db (a ledger, read-only).
+func setupUnwritable(t *testing.T, base string) {
+	t.Helper()
+	if err := os.Mkdir(filepath.Join(base, "locked"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	ro := filepath.Join(base, "ro.db")
+	seedLedger(t, ro, 5)
+	if err := os.Chmod(ro, 0o400); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runAsNobody(t *testing.T, name string) {
+	base, err := os.MkdirTemp("", "effectfence-perm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	setupUnwritable(t, base)
+	// Hand the fixtures to nobody, keeping the modes that make them unwritable.
+	for _, p := range []string{base, filepath.Join(base, "locked"), filepath.Join(base, "ro.db")} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test binary lives in a directory only root can search: run a copy nobody can reach.
+	bin, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(base, "test.bin")
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^"+name+"$", "-test.v")
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_AS_CHILD=1", "EFFECTFENCE_TEST_DIR="+base, "HOME="+base)
+	cmd.Dir = base
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+name)) {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+	t.Logf("as nobody:\n%s", out)
+}
