@@ -5,7 +5,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -137,15 +136,6 @@ func openStore(ctx context.Context, loc string) (fence.Store, error) {
 	}
 }
 
-// redact hides a password in a database URL.
-func redact(loc string) string {
-	u, err := url.Parse(loc)
-	if err != nil {
-		return "(unparseable database URL)"
-	}
-	return u.Redacted()
-}
-
 // Open opens the ledger of o and returns an engine over it, after marking in-flight intents of
 // dead processes unknown and sweeping expired outcomes.
 func Open(ctx context.Context, o Options) (*Ledger, error) {
@@ -158,7 +148,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		return nil, err
 	}
 	if isPostgres(loc) {
-		loc = redact(loc) // shown in messages and Ledger.Location: never the password
+		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
 	}
 	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry})
 	if _, err := eng.Recover(ctx); err != nil {
@@ -200,4 +190,24 @@ func (l *Ledger) Close() error {
 	l.stop()
 	<-l.swept
 	return l.Engine.Close()
+}
+
+// CheckReport is what Check found out about a ledger.
+type CheckReport = sqlite.CheckReport
+
+// Check inspects the ledger of o without changing it (see sqlite.Check). A memory ledger has
+// nothing to check; a PostgreSQL ledger is checked by its own tools.
+func Check(ctx context.Context, o Options) (*CheckReport, error) {
+	loc, err := o.Location()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case loc == "memory":
+		return &CheckReport{Path: loc, OK: true, Kind: "memory", BuildSchema: sqlite.SchemaVersion,
+			Advice: []string{"a memory ledger lives and dies with its process: nothing on disk to check"}}, nil
+	case isPostgres(loc):
+		return nil, fmt.Errorf("ledger %s: check inspects SQLite files; use PostgreSQL's own tools for a database ledger", postgres.Redact(loc))
+	}
+	return sqlite.Check(ctx, loc)
 }

@@ -12,10 +12,13 @@ const SchemaVersion = 1
 var migrations = []string{
 	// 0 -> 1: the first schema.
 	`
+-- meta holds the schema version, the fencing-token counter, the domain floor and the
+-- ledger-wide attempt counters ("counter.<name>"): small rows that most transactions touch,
+-- kept together so a transaction writes one page for all of them.
 CREATE TABLE meta (
 	key   TEXT PRIMARY KEY,
 	value ANY NOT NULL
-) STRICT;
+) STRICT, WITHOUT ROWID;
 INSERT INTO meta(key, value) VALUES ('token', 0), ('domain_floor', 0);
 
 -- One row per intent. body is the fence.Record as JSON; the columns beside it exist for
@@ -47,10 +50,5 @@ CREATE TABLE events (
 ) STRICT;
 CREATE INDEX events_intent ON events(intent, id);
 CREATE INDEX events_at ON events(at);
-
-CREATE TABLE counters (
-	name  TEXT PRIMARY KEY,
-	value INTEGER NOT NULL
-) STRICT, WITHOUT ROWID;
 `,
 }

@@ -31,8 +31,8 @@ const (
 	qEvents       = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE id > ? ORDER BY id LIMIT ?"
 	qEventsOf     = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
 	qDeleteEvents = "DELETE FROM events WHERE at < ? AND kind != ?"
-	qAddCounter   = "INSERT INTO counters(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value"
-	qCounters     = "SELECT name, value FROM counters"
+	qAddCounter   = "INSERT INTO meta(key, value) VALUES ('counter.' || ?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value"
+	qCounters     = "SELECT substr(key, 9), value FROM meta WHERE key LIKE 'counter.%'"
 )
 
 var preparedQueries = []string{qGet, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}

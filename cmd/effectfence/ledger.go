@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fatih/color"
+	"github.com/mattn/go-isatty"
+	"github.com/olekukonko/tablewriter"
+	"github.com/urfave/cli/v3"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+const ledgerUsage = `The operator's view of a ledger: what is in flight, failed or of unknown outcome;
+reconcile and clear; verify certificates; export.
+
+Which ledger: --ledger PATH|memory|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
+of a wrap process, --for -- <the child command exactly as wrap runs it>; otherwise the
+default ledger of ` + "`effectfence serve`" + `.
+
+Exit codes: 0 ok; 1 the command failed or found problems (verify, check, clear of an intent
+the ledger does not hold); 2 usage (bad flags or arguments).`
+
+// ledgerCommand is `effectfence ledger`.
+func ledgerCommand(io streams) *cli.Command {
+	return &cli.Command{
+		Name:        "ledger",
+		Usage:       "list, inspect, clear, verify, export and check a ledger",
+		Description: ledgerUsage,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return usageErr("unknown ledger command %q; run `effectfence ledger --help`", cmd.Args().First())
+			}
+			return cli.ShowSubcommandHelp(cmd)
+		},
+		Commands: []*cli.Command{
+			ledgerSub(io, "ls", "", "list intents (--state in_flight|done|failed|unknown|fenced, repeatable)", 0,
+				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}}, ledgerLs),
+			ledgerSub(io, "show", "INTENT", "show one intent: its record, cert and audit trail", 1, nil, ledgerShow),
+			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
+				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"}}, ledgerClear),
+			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, nil, ledgerVerify),
+			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
+				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format (jsonl)"}}, ledgerExport),
+			ledgerSub(io, "stats", "", "counters over every process that used the ledger, and intents by state", 0, nil, ledgerStats),
+			ledgerSub(io, "sweep", "", "drop expired outcomes now (open ledgers also do it on their own)", 0, nil, ledgerSweep),
+			ledgerSub(io, "check", "", "inspect the ledger file read-only: SQLite integrity, schema version, foreign or torn files, and what to do", 0, nil, ledgerCheck),
+		},
+	}
+}
+
+// ledgerCall is what every ledger subcommand gets: its streams, which ledger, its arguments
+// (child argv removed), and the parsed command for its own flags.
+type ledgerCall struct {
+	io   streams
+	opts store.Options
+	args []string
+	json bool
+	cmd  *cli.Command
+	out  painter
+}
+
+func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli.Flag, run func(context.Context, ledgerCall) error) *cli.Command {
+	common := []cli.Flag{
+		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path, memory, or a postgres:// URL (overrides EFFECTFENCE_LEDGER)"},
+		&cli.BoolFlag{Name: "for", Usage: "use the ledger of `effectfence wrap -- <command…>`: give the child command after --"},
+		&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
+	}
+	au := argsUsage
+	if au != "" {
+		au += " "
+	}
+	return &cli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: au + "[--for -- <command…>]",
+		Flags:     append(flags, common...),
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			c, err := newLedgerCall(io, cmd, nargs)
+			if err != nil {
+				return err
+			}
+			return run(ctx, c)
+		},
+	}
+}
+
+func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) {
+	args := cmd.Args().Slice()
+	if len(args) < nargs {
+		return ledgerCall{}, usageErr("ledger %s: missing %s", cmd.Name, strings.TrimSuffix(cmd.ArgsUsage[:strings.Index(cmd.ArgsUsage, "[")], " "))
+	}
+	name := "server"
+	if cmd.Bool("for") {
+		child := args[nargs:]
+		if len(child) == 0 {
+			return ledgerCall{}, usageErr("ledger %s: --for needs the child command after --, e.g. --for -- npx -y @modelcontextprotocol/server-memory", cmd.Name)
+		}
+		if cmd.String("ledger") != "" {
+			return ledgerCall{}, usageErr("ledger %s: give --ledger or --for, not both", cmd.Name)
+		}
+		name = store.WrapName(child)
+	} else if len(args) > nargs {
+		return ledgerCall{}, usageErr("ledger %s: unexpected argument %q (a child command goes after --for --)", cmd.Name, args[nargs])
+	}
+	opts, err := store.FromEnv(name)
+	if err != nil {
+		return ledgerCall{}, usageErr("%v", err)
+	}
+	if l := cmd.String("ledger"); l != "" {
+		opts.Ledger = l
+	} else if cmd.Bool("for") {
+		opts.Ledger = "" // the wrap ledger lives at its default location
+	}
+	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out)}, nil
+}
+
+// open opens the ledger for a subcommand that reads or changes it through the engine. An
+// operator's look must not create a ledger: a missing file is an error.
+func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
+	loc, err := c.opts.Location()
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	if loc != "memory" && !strings.Contains(loc, "://") {
+		if _, err := os.Stat(loc); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
+		}
+	}
+	return store.Open(ctx, c.opts)
+}
+
+func (c ledgerCall) writeJSON(v any) error {
+	enc := json.NewEncoder(c.io.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// painter colours text only on a terminal and never with NO_COLOR.
+type painter struct{ on bool }
+
+func newPainter(w io.Writer) painter {
+	if v, ok := os.LookupEnv("NO_COLOR"); ok && v != "" {
+		return painter{}
+	}
+	f, ok := w.(*os.File)
+	return painter{on: ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))}
+}
+
+func (p painter) paint(s string, attrs ...color.Attribute) string {
+	if !p.on {
+		return s
+	}
+	c := color.New(attrs...)
+	c.EnableColor()
+	return c.Sprint(s)
+}
+
+func (p painter) state(s fence.State) string {
+	switch s {
+	case fence.StateDone:
+		return p.paint(string(s), color.FgGreen)
+	case fence.StateInFlight:
+		return p.paint(string(s), color.FgYellow)
+	case fence.StateFailed, fence.StateUnknown:
+		return p.paint(string(s), color.FgRed, color.Bold)
+	}
+	return string(s)
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func ledgerLs(ctx context.Context, c ledgerCall) error {
+	var states []fence.State
+	for _, s := range c.cmd.StringSlice("state") {
+		for part := range strings.SplitSeq(s, ",") {
+			st, err := ledger.ParseState(strings.TrimSpace(part))
+			if err != nil {
+				return usageErr("ledger ls: %v", err)
+			}
+			states = append(states, st...)
+		}
+	}
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	recs, err := ledger.List(ctx, l.Store(), states)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		if recs == nil {
+			recs = []fence.Record{}
+		}
+		return c.writeJSON(map[string]any{"ledger": l.Location, "records": recs})
+	}
+	fmt.Fprintf(c.io.out, "ledger %s: %d intent(s)\n", l.Location, len(recs))
+	if len(recs) == 0 {
+		return nil
+	}
+	t := tablewriter.NewTable(c.io.out)
+	t.Header("intent", "state", "tool", "agent", "domain/seq", "updated", "lease until / expires", "reason")
+	for _, r := range recs {
+		dom := ""
+		if r.Domain != "" {
+			dom = fmt.Sprintf("%s/%d", r.Domain, r.Seq)
+		}
+		until := r.LeaseUntil
+		if r.State == fence.StateDone {
+			until = r.ExpiresAt
+		}
+		if r.State.Fenced() {
+			until = time.Time{}
+		}
+		if err := t.Append(clip(r.Intent, 60), c.out.state(r.State), clip(r.Tool, 30), clip(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), clip(r.Reason, 60)); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+func ledgerShow(ctx context.Context, c ledgerCall) error {
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	d, err := ledger.Show(ctx, l.Store(), c.args[0])
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.writeJSON(d)
+	}
+	r := d.Record
+	w := c.io.out
+	fmt.Fprintf(w, "intent   %s\nstate    %s\n", r.Intent, c.out.state(r.State))
+	if r.State != fence.StateNone {
+		fmt.Fprintf(w, "tool     %s\nargs     %s\nagent    %s\nowner    %s\ntoken    %d\n", r.Tool, r.Args, r.Agent, r.Owner, r.Token)
+		if r.Domain != "" {
+			fmt.Fprintf(w, "domain   %s seq %d\n", r.Domain, r.Seq)
+		}
+		fmt.Fprintf(w, "claimed  %s\nupdated  %s\n", stamp(r.ClaimedAt), stamp(r.UpdatedAt))
+		if r.State == fence.StateInFlight {
+			fmt.Fprintf(w, "lease    until %s\n", stamp(r.LeaseUntil))
+		}
+		if !r.ExpiresAt.IsZero() {
+			fmt.Fprintf(w, "expires  %s\n", stamp(r.ExpiresAt))
+		}
+		if r.Reason != "" {
+			fmt.Fprintf(w, "reason   %s\n", r.Reason)
+		}
+		if r.Cert != nil {
+			fmt.Fprintf(w, "cert     %s\nresult   %s\n", r.Cert.Hash, r.Cert.Result)
+			if r.Cert.Parent != "" {
+				fmt.Fprintf(w, "parent   %s\n", r.Cert.Parent)
+			}
+		}
+		if r.State.Fenced() {
+			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then\n  effectfence ledger clear %s --reason \"what you found\"\n", shellQuote(r.Intent))
+		}
+	}
+	if len(d.Events) > 0 {
+		fmt.Fprintln(w, "\naudit trail:")
+		t := tablewriter.NewTable(w)
+		t.Header("at", "event", "state before", "who", "reason")
+		for _, ev := range d.Events {
+			if err := t.Append(stamp(ev.At), ev.Kind, string(ev.State), ev.Who, ev.Reason); err != nil {
+				return err
+			}
+		}
+		return t.Render()
+	}
+	return nil
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func ledgerClear(ctx context.Context, c ledgerCall) error {
+	reason := strings.TrimSpace(c.cmd.String("reason"))
+	if reason == "" {
+		return usageErr("ledger clear: --reason is required: say what you checked in the real system (it is recorded with who you are)")
+	}
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	who := ledger.Operator()
+	prev, err := l.Clear(ctx, c.args[0], who, reason)
+	if errors.Is(err, fence.ErrNotFound) {
+		return fmt.Errorf("ledger %s holds no intent %q; nothing cleared (see `effectfence ledger ls`)", l.Location, c.args[0])
+	}
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.writeJSON(map[string]any{"cleared": prev.Intent, "previous_state": prev.State, "who": who, "reason": reason, "ledger": l.Location})
+	}
+	fmt.Fprintf(c.io.out, "cleared %s (was %s) by %s: %s\nthe next attempt of this intent runs the effect.\n", prev.Intent, c.out.state(prev.State), who, reason)
+	return nil
+}
+
+func ledgerVerify(ctx context.Context, c ledgerCall) error {
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	rep, err := ledger.Verify(ctx, l.Store())
+	if err != nil {
+		return err
+	}
+	if c.json {
+		if err := c.writeJSON(rep); err != nil {
+			return err
+		}
+	} else {
+		w := c.io.out
+		fmt.Fprintf(w, "ledger %s: %d record(s), %d cert(s), %d verified; %d with a parent, %d linked, %d unresolved\n",
+			l.Location, rep.Records, rep.Certs, rep.Verified, rep.Parents, rep.Linked, len(rep.Unresolved))
+		for _, list := range []struct {
+			title string
+			ps    []ledger.Problem
+		}{{c.out.paint("problems", color.FgRed, color.Bold), rep.Problems}, {"unresolved parents (not an error)", rep.Unresolved}} {
+			if len(list.ps) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "\n%s:\n", list.title)
+			t := tablewriter.NewTable(w)
+			t.Header("intent", "cert", "what")
+			for _, p := range list.ps {
+				if err := t.Append(clip(p.Intent, 50), clip(p.Hash, 16), p.What); err != nil {
+					return err
+				}
+			}
+			if err := t.Render(); err != nil {
+				return err
+			}
+		}
+		if rep.OK() {
+			fmt.Fprintln(w, c.out.paint("all certs verify", color.FgGreen))
+		}
+	}
+	if !rep.OK() {
+		return exitCoder{exitError, fmt.Errorf("verify found %d problem(s) in ledger %s", len(rep.Problems), l.Location)}
+	}
+	return nil
+}
+
+func ledgerExport(ctx context.Context, c ledgerCall) error {
+	if f := c.cmd.String("format"); f != "jsonl" {
+		return usageErr("ledger export: unknown --format %q (jsonl is the format)", f)
+	}
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	_, err = ledger.Export(ctx, l.Store(), c.io.out)
+	return err
+}
+
+func ledgerStats(ctx context.Context, c ledgerCall) error {
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	st, err := l.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	states, err := ledger.CountStates(ctx, l.Store())
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.writeJSON(map[string]any{"ledger": l.Location, "counters": st.Ledger, "total_attempts": st.Ledger.Total(), "prevented": st.Ledger.Prevented(), "states": states})
+	}
+	w := c.io.out
+	fmt.Fprintf(w, "ledger %s (all processes): %s\n", l.Location, st.Ledger.Line())
+	t := tablewriter.NewTable(w)
+	t.Header("state", "intents")
+	for _, s := range ledger.States {
+		if err := t.Append(c.out.state(s), fmt.Sprint(states[s])); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+func ledgerSweep(ctx context.Context, c ledgerCall) error {
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	n, err := l.Sweep(ctx)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.writeJSON(map[string]any{"ledger": l.Location, "swept": n})
+	}
+	fmt.Fprintf(c.io.out, "ledger %s: swept %d expired outcome(s)\n", l.Location, n)
+	return nil
+}
+
+func ledgerCheck(ctx context.Context, c ledgerCall) error {
+	rep, err := store.Check(ctx, c.opts)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		if err := c.writeJSON(rep); err != nil {
+			return err
+		}
+	} else {
+		w := c.io.out
+		verdict := c.out.paint("OK", color.FgGreen)
+		if !rep.OK {
+			verdict = c.out.paint("PROBLEMS", color.FgRed, color.Bold)
+		}
+		fmt.Fprintf(w, "ledger %s: %s\nkind: %s, %d bytes (+%d WAL)", rep.Path, verdict, rep.Kind, rep.Bytes, rep.WALBytes)
+		if rep.SchemaVersion > 0 {
+			fmt.Fprintf(w, ", schema version %d (this build: %d)", rep.SchemaVersion, rep.BuildSchema)
+		}
+		fmt.Fprintln(w)
+		if len(rep.States) > 0 || rep.Events > 0 {
+			keys := make([]string, 0, len(rep.States))
+			for k := range rep.States {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			parts := []string{}
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%s=%d", k, rep.States[k]))
+			}
+			fmt.Fprintf(w, "records: %s; events: %d\n", strings.Join(parts, " "), rep.Events)
+		}
+		if len(rep.Integrity) > 0 && (len(rep.Integrity) != 1 || rep.Integrity[0] != "ok") {
+			fmt.Fprintln(w, "integrity_check:")
+			for i, line := range rep.Integrity {
+				if i == 20 {
+					fmt.Fprintf(w, "  … %d more\n", len(rep.Integrity)-20)
+					break
+				}
+				fmt.Fprintln(w, "  "+line)
+			}
+		}
+		for _, p := range rep.Problems {
+			fmt.Fprintln(w, "problem: "+p)
+		}
+		for _, a := range rep.Advice {
+			fmt.Fprintln(w, "what to do: "+a)
+		}
+	}
+	if !rep.OK {
+		return exitCoder{exitError, fmt.Errorf("ledger %s has %d problem(s)", rep.Path, len(rep.Problems))}
+	}
+	return nil
+}

@@ -1,0 +1,291 @@
+// Package ledger is the operator's view of a fence ledger, whatever store holds it: listing
+// intents, showing one with its audit trail, verifying certificates and their parent links, and
+// exporting. It reads through fence.Store transactions and never changes anything; clearing and
+// sweeping go through the engine (fence.Engine.Clear, Sweep), which records them.
+package ledger
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// States lists the states an intent can be recorded in.
+var States = []fence.State{fence.StateInFlight, fence.StateDone, fence.StateFailed, fence.StateUnknown}
+
+// ParseState accepts a state name, or "fenced" for failed and unknown.
+func ParseState(s string) ([]fence.State, error) {
+	switch s {
+	case "fenced":
+		return []fence.State{fence.StateFailed, fence.StateUnknown}, nil
+	case "in-flight":
+		return []fence.State{fence.StateInFlight}, nil
+	}
+	for _, st := range States {
+		if string(st) == s {
+			return []fence.State{st}, nil
+		}
+	}
+	return nil, fmt.Errorf("unknown state %q: want in_flight, done, failed, unknown or fenced", s)
+}
+
+// List returns the records in the given states (all when none are given), in intent order.
+func List(ctx context.Context, st fence.Store, states []fence.State) ([]fence.Record, error) {
+	var out []fence.Record
+	err := st.View(ctx, func(tx fence.Tx) error {
+		out = out[:0]
+		return tx.Scan(fence.Filter{States: states}, func(r *fence.Record) bool {
+			out = append(out, *r)
+			return true
+		})
+	})
+	return out, err
+}
+
+// Detail is one intent's record and its audit trail.
+type Detail struct {
+	Record fence.Record  `json:"record"`
+	Events []fence.Event `json:"events"`
+}
+
+// Show returns an intent's record (State none when there is none) and every audit event about
+// it, including those of earlier claims that were cleared or released.
+func Show(ctx context.Context, st fence.Store, intent string) (Detail, error) {
+	var d Detail
+	err := st.View(ctx, func(tx fence.Tx) error {
+		d = Detail{Record: fence.Record{Intent: intent, State: fence.StateNone}, Events: []fence.Event{}}
+		rec, err := tx.Get(intent)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			d.Record = *rec
+		}
+		return tx.Events(intent, func(ev fence.Event) bool {
+			d.Events = append(d.Events, ev)
+			return true
+		})
+	})
+	return d, err
+}
+
+// Problem is one thing Verify found wrong (or could not resolve) about a record.
+type Problem struct {
+	Intent string `json:"intent"`
+	Hash   string `json:"hash,omitempty"`
+	What   string `json:"what"`
+}
+
+// VerifyReport is the result of Verify.
+type VerifyReport struct {
+	Records int `json:"records"`
+	Certs   int `json:"certs"`
+	// Verified certs recompute to their recorded hash and agree with their record.
+	Verified int `json:"verified"`
+	// Parents counts certs with a parent; Linked those whose parent is another cert in the
+	// ledger.
+	Parents int `json:"parents"`
+	Linked  int `json:"linked"`
+	// Problems make verification fail. Unresolved parents do not: a parent's outcome may have
+	// been swept after its result TTL.
+	Problems   []Problem `json:"problems"`
+	Unresolved []Problem `json:"unresolved_parents"`
+}
+
+// OK reports whether verification found no problem.
+func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
+
+// Verify recomputes the hash of every cert in the ledger, checks that each done record's cert
+// agrees with the record (intent, tool, args, domain, sequence, fingerprint), and checks every
+// parent link: a parent must be the hash of another cert. A parent that is well formed but no
+// longer in the ledger is listed as unresolved.
+func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
+	var rep VerifyReport
+	err := st.View(ctx, func(tx fence.Tx) error {
+		rep = VerifyReport{Problems: []Problem{}, Unresolved: []Problem{}}
+		var certs []fence.Record
+		err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
+			rep.Records++
+			if p := checkRecord(r); p != "" {
+				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, What: p})
+			}
+			if r.Cert != nil {
+				certs = append(certs, *r)
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range certs {
+			c := r.Cert
+			rep.Certs++
+			bad := false
+			if err := c.Verify(); err != nil {
+				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: err.Error()})
+				bad = true
+			}
+			if p := certAgrees(&r); p != "" {
+				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: p})
+				bad = true
+			}
+			if !bad {
+				rep.Verified++
+			}
+			if c.Parent == "" {
+				continue
+			}
+			rep.Parents++
+			if !isHash(c.Parent) {
+				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: fmt.Sprintf("parent %q is not a cert hash (64 lowercase hex digits)", c.Parent)})
+				continue
+			}
+			if c.Parent == c.Hash {
+				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: "the cert names itself as its parent"})
+				continue
+			}
+			p, err := tx.CertByHash(c.Parent)
+			if err != nil {
+				return err
+			}
+			switch {
+			case p == nil:
+				rep.Unresolved = append(rep.Unresolved, Problem{Intent: r.Intent, Hash: c.Hash, What: fmt.Sprintf("parent %s is not in the ledger (swept after its result TTL, or never recorded here)", c.Parent)})
+			case p.Intent == r.Intent:
+				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: "the parent is a cert of the same intent"})
+			default:
+				rep.Linked++
+			}
+		}
+		return nil
+	})
+	return rep, err
+}
+
+// checkRecord reports a record whose state and contents disagree.
+func checkRecord(r *fence.Record) string {
+	switch r.State {
+	case fence.StateDone:
+		if r.Cert == nil {
+			return "the intent is done but has no cert"
+		}
+	case fence.StateInFlight, fence.StateFailed, fence.StateUnknown:
+		if r.Cert != nil {
+			return fmt.Sprintf("the intent is %s but carries a cert", r.State)
+		}
+	default:
+		return fmt.Sprintf("unknown state %q", r.State)
+	}
+	if fp := canon.Sum(canon.ToolCallCanonical(r.Tool, r.Args)); fp != r.Fingerprint {
+		return fmt.Sprintf("the recorded fingerprint %s does not match its tool and args (%s)", r.Fingerprint, fp)
+	}
+	return ""
+}
+
+// certAgrees reports a cert that does not describe its own record.
+func certAgrees(r *fence.Record) string {
+	c := r.Cert
+	var diff []string
+	if c.Intent != r.Intent {
+		diff = append(diff, fmt.Sprintf("intent %q", c.Intent))
+	}
+	if c.Tool != r.Tool {
+		diff = append(diff, fmt.Sprintf("tool %q", c.Tool))
+	}
+	if string(c.Args) != string(r.Args) {
+		diff = append(diff, "args")
+	}
+	if c.Domain != r.Domain || c.Seq != r.Seq {
+		diff = append(diff, fmt.Sprintf("domain %q seq %d", c.Domain, c.Seq))
+	}
+	if c.Parent != r.Parent {
+		diff = append(diff, fmt.Sprintf("parent %q", c.Parent))
+	}
+	if len(diff) == 0 {
+		return ""
+	}
+	return "the cert disagrees with its record: " + strings.Join(diff, ", ")
+}
+
+func isHash(s string) bool {
+	if len(s) != 64 || strings.ToLower(s) != s {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// ExportLine is one line of an export: exactly one of Record and Event is set.
+type ExportLine struct {
+	Record *fence.Record `json:"record,omitempty"`
+	Event  *fence.Event  `json:"event,omitempty"`
+}
+
+// Export writes the ledger as JSON Lines: every record (in intent order) and then every audit
+// event (oldest first), one object per line. It returns the number of lines.
+func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
+	n := 0
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	var werr error
+	err := st.View(ctx, func(tx fence.Tx) error {
+		err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
+			if werr = enc.Encode(ExportLine{Record: r}); werr != nil {
+				return false
+			}
+			n++
+			return true
+		})
+		if err != nil || werr != nil {
+			return err
+		}
+		return tx.Events("", func(ev fence.Event) bool {
+			if werr = enc.Encode(ExportLine{Event: &ev}); werr != nil {
+				return false
+			}
+			n++
+			return true
+		})
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
+
+// CountStates counts the records in each state.
+func CountStates(ctx context.Context, st fence.Store) (map[fence.State]int, error) {
+	out := map[fence.State]int{}
+	err := st.View(ctx, func(tx fence.Tx) error {
+		clear(out)
+		return tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
+			out[r.State]++
+			return true
+		})
+	})
+	return out, err
+}
+
+// Operator names who runs this process, as "user@host", for the audit trail of a clear.
+func Operator() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = fmt.Sprintf("uid%d", os.Getuid())
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	return name + "@" + host
+}

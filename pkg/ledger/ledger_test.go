@@ -1,0 +1,163 @@
+package ledger_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+)
+
+var ctx = context.Background()
+
+func committed(t *testing.T, eng *fence.Engine, r fence.Request) *fence.Cert {
+	t.Helper()
+	adm, err := eng.Prepare(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// edit replaces a stored record behind the engine's back.
+func edit(t *testing.T, st fence.Store, intent string, fn func(*fence.Record)) {
+	t.Helper()
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		rec, err := tx.Get(intent)
+		if err != nil {
+			return err
+		}
+		r := *rec
+		if r.Cert != nil {
+			c := *r.Cert
+			r.Cert = &c
+		}
+		fn(&r)
+		return tx.Put(&r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVerifyFindsEachProblem(t *testing.T) {
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	p := committed(t, eng, fence.Request{Intent: "p", Tool: "t", Args: []byte(`1`)})
+	committed(t, eng, fence.Request{Intent: "child", Tool: "t", Args: []byte(`2`), Parent: p.Hash})
+	rep, err := ledger.Verify(ctx, st)
+	if err != nil || !rep.OK() || rep.Certs != 2 || rep.Verified != 2 || rep.Linked != 1 {
+		t.Fatalf("healthy ledger: %+v %v", rep, err)
+	}
+
+	cases := []struct {
+		name string
+		fn   func(*fence.Record)
+		want string
+	}{
+		{"tampered result", func(r *fence.Record) { r.Cert.Result = []byte(`{"ok":false}`) }, "does not verify"},
+		{"re-hashed cert of other args", func(r *fence.Record) {
+			r.Cert.Args = []byte(`3`)
+			r.Cert.Hash, _ = r.Cert.ComputeHash()
+		}, "disagrees with its record: args"},
+		{"fingerprint", func(r *fence.Record) { r.Args = []byte(`4`) }, "fingerprint"},
+		{"malformed parent", func(r *fence.Record) {
+			r.Parent, r.Cert.Parent = "nope", "nope"
+			r.Cert.Hash, _ = r.Cert.ComputeHash()
+		}, "not a cert hash"},
+		{"done without cert", func(r *fence.Record) { r.Cert = nil }, "no cert"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := fence.NewMemoryStore()
+			eng := fence.New(st, fence.Config{})
+			committed(t, eng, fence.Request{Intent: "x", Tool: "t", Args: []byte(`2`)})
+			edit(t, st, "x", tc.fn)
+			rep, err := ledger.Verify(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() || !strings.Contains(rep.Problems[0].What, tc.want) {
+				t.Fatalf("problems %+v; want one saying %q", rep.Problems, tc.want)
+			}
+		})
+	}
+}
+
+func TestVerifyParentLinks(t *testing.T) {
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	committed(t, eng, fence.Request{Intent: "gone-parent", Tool: "t", Parent: strings.Repeat("0", 64)})
+	committed(t, eng, fence.Request{Intent: "self", Tool: "t"})
+	// A cert cannot name its own hash honestly (the hash covers the parent); an edited one can.
+	edit(t, st, "self", func(r *fence.Record) { r.Parent, r.Cert.Parent = r.Cert.Hash, r.Cert.Hash })
+	rep, err := ledger.Verify(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Unresolved) != 1 || rep.Unresolved[0].Intent != "gone-parent" {
+		t.Errorf("unresolved = %+v", rep.Unresolved)
+	}
+	var whats []string
+	for _, p := range rep.Problems {
+		if p.Intent != "self" {
+			t.Errorf("problem on %s: %s", p.Intent, p.What)
+		}
+		whats = append(whats, p.What)
+	}
+	if !strings.Contains(strings.Join(whats, "|"), "names itself as its parent") {
+		t.Errorf("problems %q lack the self-parent", whats)
+	}
+}
+
+func TestExportAndList(t *testing.T) {
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	committed(t, eng, fence.Request{Intent: "a", Tool: "t"})
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "b", Tool: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Abort(ctx, *adm.Ticket, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	fenced, _ := ledger.ParseState("fenced")
+	recs, err := ledger.List(ctx, st, fenced)
+	if err != nil || len(recs) != 1 || recs[0].Intent != "b" {
+		t.Fatalf("list fenced = %+v %v", recs, err)
+	}
+	var buf bytes.Buffer
+	n, err := ledger.Export(ctx, st, &buf)
+	if err != nil || n != 3 {
+		t.Fatalf("export = %d %v", n, err)
+	}
+	var kinds []string
+	for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+		var l ledger.ExportLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case l.Record != nil:
+			kinds = append(kinds, "record:"+l.Record.Intent)
+		case l.Event != nil:
+			kinds = append(kinds, "event:"+l.Event.Kind)
+		}
+	}
+	if strings.Join(kinds, ",") != "record:a,record:b,event:abort" {
+		t.Fatalf("export lines %v", kinds)
+	}
+	if _, err := ledger.ParseState("bogus"); err == nil {
+		t.Fatal("bogus state accepted")
+	}
+	if op := ledger.Operator(); !strings.Contains(op, "@") {
+		t.Fatalf("operator %q", op)
+	}
+}

@@ -1,0 +1,187 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// CheckReport is what Check found out about a ledger file, and what to do about it.
+type CheckReport struct {
+	Path string `json:"path"`
+	// OK is true when the file is a healthy effectfence ledger this build can use.
+	OK bool `json:"ok"`
+	// Kind is "effectfence ledger", "empty file", "foreign SQLite database", "not SQLite" or
+	// "missing".
+	Kind          string         `json:"kind"`
+	Bytes         int64          `json:"bytes"`
+	WALBytes      int64          `json:"wal_bytes"`
+	SchemaVersion int            `json:"schema_version,omitempty"`
+	BuildSchema   int            `json:"build_schema_version"`
+	Integrity     []string       `json:"integrity,omitempty"`
+	States        map[string]int `json:"states,omitempty"`
+	Events        int            `json:"events"`
+	Problems      []string       `json:"problems,omitempty"`
+	Advice        []string       `json:"advice,omitempty"`
+}
+
+const (
+	adviceAside = "to start over, stop every effectfence process that uses it and move it aside (mv %[1]s %[1]s.bad); a new ledger is created on the next start, but it will not replay effects recorded only in the old one"
+	adviceCopy  = "keep a copy before anything else (cp %[1]s %[1]s.copy); the sqlite3 shell can often salvage rows: sqlite3 %[1]s .recover | sqlite3 %[1]s.recovered, then run `effectfence ledger check --ledger %[1]s.recovered`"
+)
+
+// Check inspects the file at path without changing it: whether it is SQLite at all, whether it
+// is an effectfence ledger and of which schema, whether it is truncated, and SQLite's own
+// integrity_check. It fails only when it cannot look at all; everything it finds is in the
+// report.
+func Check(ctx context.Context, path string) (*CheckReport, error) {
+	r := &CheckReport{Path: path, BuildSchema: SchemaVersion}
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		r.Kind = "missing"
+		r.Problems = append(r.Problems, "the file does not exist")
+		r.Advice = append(r.Advice, "nothing to check: a ledger is created on first use; check --ledger, EFFECTFENCE_LEDGER or --for if you expected one here")
+		return r, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a ledger file", path)
+	}
+	r.Bytes = fi.Size()
+	if wi, err := os.Stat(path + "-wal"); err == nil {
+		r.WALBytes = wi.Size()
+	}
+	if r.Bytes == 0 {
+		r.Kind = "empty file"
+		r.OK = true
+		r.Advice = append(r.Advice, "an empty file becomes a ledger on first use")
+		return r, nil
+	}
+	head := make([]byte, 100)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	n, _ := f.Read(head)
+	f.Close()
+	if n < len(sqliteMagic) || string(head[:len(sqliteMagic)]) != sqliteMagic {
+		r.Kind = "not SQLite"
+		r.Problems = append(r.Problems, "the file is not a SQLite database: it is not an effectfence ledger (or its first bytes were overwritten)")
+		r.Advice = append(r.Advice, "point --ledger or EFFECTFENCE_LEDGER at the right file", fmt.Sprintf(adviceAside, path))
+		return r, nil
+	}
+	if n < 100 {
+		r.Kind = "effectfence ledger"
+		r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, shorter than the SQLite header", r.Bytes))
+		r.Advice = append(r.Advice, fmt.Sprintf(adviceAside, path))
+		return r, nil
+	}
+	// The header's page count is valid when the change counter matches version-valid-for.
+	// With no WAL content pending, the file must hold every page it counts.
+	pageSize := int64(binary.BigEndian.Uint16(head[16:18]))
+	if pageSize == 1 {
+		pageSize = 65536
+	}
+	pages := int64(binary.BigEndian.Uint32(head[28:32]))
+	if binary.BigEndian.Uint32(head[24:28]) == binary.BigEndian.Uint32(head[92:96]) && r.WALBytes == 0 && r.Bytes < pages*pageSize {
+		r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, its header counts %d pages of %d bytes (%d bytes)", r.Bytes, pages, pageSize, pages*pageSize))
+	}
+
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	r.inspect(ctx, db)
+	if len(r.Problems) > 0 {
+		if r.Kind == "effectfence ledger" {
+			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
+		}
+		r.Advice = append(r.Advice, fmt.Sprintf(adviceAside, path))
+	}
+	r.OK = len(r.Problems) == 0
+	return r, nil
+}
+
+// inspect fills the report from an open read-only database, recording failures as problems.
+func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
+	var appID int64
+	if err := db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		r.Kind = "effectfence ledger"
+		r.Problems = append(r.Problems, "SQLite cannot read the file: "+err.Error())
+		return
+	}
+	if appID != applicationID {
+		var tables int
+		_ = db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables)
+		if appID != 0 || tables > 0 {
+			r.Kind = "foreign SQLite database"
+			r.Problems = append(r.Problems, fmt.Sprintf("the file is a SQLite database of another application (application_id %#x, %d schema objects), not an effectfence ledger", appID, tables))
+			return
+		}
+		r.Kind = "empty file"
+		r.OK = true
+		return
+	}
+	r.Kind = "effectfence ledger"
+	v, err := schemaVersion(ctx, db)
+	if err != nil {
+		r.Problems = append(r.Problems, "cannot read the schema version: "+err.Error())
+	}
+	r.SchemaVersion = v
+	switch {
+	case v > SchemaVersion:
+		r.Problems = append(r.Problems, fmt.Sprintf("schema version %d is newer than this build's %d: a newer effectfence wrote it; upgrade effectfence", v, SchemaVersion))
+	case v < SchemaVersion && err == nil:
+		r.Advice = append(r.Advice, fmt.Sprintf("schema version %d is older than this build's %d; it is migrated the next time a process opens it for writing", v, SchemaVersion))
+	}
+	rows, err := db.QueryContext(ctx, "PRAGMA integrity_check")
+	if err != nil {
+		r.Problems = append(r.Problems, "integrity_check could not run: "+err.Error())
+		return
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			break
+		}
+		r.Integrity = append(r.Integrity, line)
+	}
+	if err := rows.Err(); err != nil {
+		r.Problems = append(r.Problems, "integrity_check failed: "+err.Error())
+	}
+	rows.Close()
+	if len(r.Integrity) != 1 || r.Integrity[0] != "ok" {
+		r.Problems = append(r.Problems, fmt.Sprintf("SQLite's integrity_check found %d problem(s)", len(r.Integrity)))
+	}
+	if v != SchemaVersion {
+		return
+	}
+	rows, err = db.QueryContext(ctx, "SELECT state, count(*) FROM records GROUP BY state")
+	if err != nil {
+		r.Problems = append(r.Problems, "cannot count records: "+err.Error())
+		return
+	}
+	defer rows.Close()
+	r.States = map[string]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			r.Problems = append(r.Problems, "cannot count records: "+err.Error())
+			return
+		}
+		r.States[st] = n
+	}
+	if err := rows.Err(); err != nil {
+		r.Problems = append(r.Problems, "cannot count records: "+err.Error())
+	}
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&r.Events); err != nil {
+		r.Problems = append(r.Problems, "cannot count events: "+err.Error())
+	}
+}
