@@ -243,11 +243,19 @@ func TestCorruptRecord(t *testing.T) {
 	}
 	e := fence.New(s, fence.Config{})
 	_, err := e.Prepare(ctx, fence.Request{Intent: "bad", Tool: "t"})
-	if err == nil || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), "ledger check") {
+	if err == nil || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), "DELETE FROM") {
 		t.Fatalf("corrupt record: %v", err)
 	}
 	if fence.CodeOf(err) != fence.CodeStore {
 		t.Fatalf("code %q", fence.CodeOf(err))
+	}
+	// The way out the message gives works.
+	_, sql, _ := strings.Cut(err.Error(), "remove the row: ")
+	if _, err := s.pool.Exec(ctx, sql); err != nil {
+		t.Fatalf("running %q: %v", sql, err)
+	}
+	if adm, err := e.Prepare(ctx, fence.Request{Intent: "bad", Tool: "t"}); err != nil || !adm.Fresh() {
+		t.Fatalf("after removing the row: %+v %v", adm, err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,16 +102,22 @@ func (t *tx) lock(intent string) {
 	t.pending.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(t.s.schema, "intent", intent))
 }
 
-func decodeRecord(intent string, body []byte) (*fence.Record, error) {
+// decodeRecord decodes a row's body. A body that does not decode is reported with the way
+// out: the effect's fate must be checked in the real system before the row is removed.
+func (t *tx) decodeRecord(intent string, body []byte) (*fence.Record, error) {
 	rec := &fence.Record{}
-	if err := json.Unmarshal(body, rec); err != nil {
-		return nil, fmt.Errorf("postgres ledger: the record of intent %q is corrupt (%v): run `effectfence ledger check`", intent, err)
+	err := json.Unmarshal(body, rec)
+	if err == nil && rec.Intent != intent {
+		err = fmt.Errorf("it holds a record of %q", rec.Intent)
 	}
-	if rec.Intent != intent {
-		return nil, fmt.Errorf("postgres ledger: the row of intent %q holds a record of %q: run `effectfence ledger check`", intent, rec.Intent)
+	if err != nil {
+		return nil, fmt.Errorf("postgres ledger: the record of intent %q is corrupt (%v); nothing was run. Check in the real system whether its effect happened, then remove the row: DELETE FROM %s.effectfence_records WHERE intent = %s",
+			intent, err, pgx.Identifier{t.s.schema}.Sanitize(), quoteLiteral(intent))
 	}
 	return rec, nil
 }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Get reads the intent's record; in an Update it first takes the intent's lock, so the record
 // cannot change until this transaction ends.
@@ -146,7 +153,7 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 	if !found {
 		return nil, nil
 	}
-	rec, err := decodeRecord(intent, body)
+	rec, err := t.decodeRecord(intent, body)
 	if err == nil && t.write {
 		t.state[intent] = rec.State
 	}
@@ -248,7 +255,7 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 			if rec == nil || !f.Match(rec) {
 				continue
 			}
-		} else if rec, err = decodeRecord(r.intent, r.body); err != nil {
+		} else if rec, err = t.decodeRecord(r.intent, r.body); err != nil {
 			return err
 		}
 		if !fn(rec) {
@@ -276,12 +283,12 @@ func (t *tx) CertByHash(hash string) (*fence.Record, error) {
 	if err != nil || !found {
 		return nil, err
 	}
-	return decodeRecord(intent, body)
+	return t.decodeRecord(intent, body)
 }
 
 func toUint(v int64, what string) (uint64, error) {
 	if v < 0 {
-		return 0, fmt.Errorf("postgres ledger: %s is negative (%d): run `effectfence ledger check`", what, v)
+		return 0, fmt.Errorf("postgres ledger: %s is negative (%d): the ledger's tables were changed outside effectfence", what, v)
 	}
 	return uint64(v), nil
 }
@@ -497,7 +504,7 @@ func (t *tx) Events(intent string, fn func(fence.Event) bool) error {
 	for _, body := range bodies {
 		var ev fence.Event
 		if err := json.Unmarshal(body, &ev); err != nil {
-			return fmt.Errorf("postgres ledger: an audit event is corrupt (%v): run `effectfence ledger check`", err)
+			return fmt.Errorf("postgres ledger: an audit event is corrupt (%v): the ledger's tables were changed outside effectfence", err)
 		}
 		if !fn(ev) {
 			return nil
