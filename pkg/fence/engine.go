@@ -311,15 +311,20 @@ func holder(tx Tx, t Ticket) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	return rec, holds(rec, t)
+}
+
+// holds checks that rec is the live claim of ticket t.
+func holds(rec *Record, t Ticket) error {
 	switch {
 	case rec == nil:
-		return nil, LeaseLostError{Intent: t.Intent, Token: t.Token, Why: "no claim is recorded: it was cleared, released or never made"}
+		return LeaseLostError{Intent: t.Intent, Token: t.Token, Why: "no claim is recorded: it was cleared, released or never made"}
 	case rec.Token != t.Token || rec.Nonce != t.Nonce:
-		return nil, LeaseLostError{Intent: t.Intent, Token: t.Token, Why: fmt.Sprintf("the intent is held by claim %d (%s)", rec.Token, rec.State)}
+		return LeaseLostError{Intent: t.Intent, Token: t.Token, Why: fmt.Sprintf("the intent is held by claim %d (%s)", rec.Token, rec.State)}
 	case rec.State != StateInFlight:
-		return nil, LeaseLostError{Intent: t.Intent, Token: t.Token, Why: "the claim already ended as " + string(rec.State)}
+		return LeaseLostError{Intent: t.Intent, Token: t.Token, Why: "the claim already ended as " + string(rec.State)}
 	}
-	return rec, nil
+	return nil
 }
 
 // Commit records the result of an admitted effect and returns its cert. It re-validates the
@@ -340,8 +345,18 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	)
 	err = e.update(ctx, func(tx Tx) error {
 		cert, commitErr = nil, nil
-		rec, err := holder(tx, t)
+		rec, err := tx.Get(t.Intent)
 		if err != nil {
+			return err
+		}
+		if rec != nil && rec.State == StateDone && rec.Cert != nil && rec.Token == t.Token && rec.Nonce == t.Nonce && t.Nonce != "" {
+			// A retried commit whose first attempt landed (its answer was lost): the same
+			// ticket gets the recorded cert, and nothing is written again.
+			recorded := *rec.Cert
+			cert = &recorded
+			return nil
+		}
+		if err := holds(rec, t); err != nil {
 			return err
 		}
 		now := tx.Now()
@@ -378,8 +393,8 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 		}
 		c.Hash = canon.Sum(body)
 		done := *rec
+		// The nonce stays on the done record so that the holder's retried commit is recognised.
 		done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
-		done.Nonce = ""
 		if err := tx.Put(&done); err != nil {
 			return err
 		}

@@ -7,20 +7,32 @@ import (
 	"time"
 )
 
+// Notifier is implemented by stores that can tell waiters when an intent's record changes in
+// another process (PostgreSQL LISTEN/NOTIFY). Watch returns a channel that is closed on the
+// next change of intent (or when the store can no longer tell, so the waiter asks again) and a
+// function that stops watching.
+type Notifier interface {
+	Watch(ctx context.Context, intent string) (<-chan struct{}, func(), error)
+}
+
 // PrepareWait is Prepare that coalesces: when the intent is in flight it waits, up to maxWait,
 // for the holder to finish, and then returns the holder's cert (counted as coalesced), or a
 // Ticket if the holder released the intent, or the holder's failure. Only if the holder is
 // still running when maxWait ends does it return InFlightError. Waiting notices outcomes of
-// this process at once and those of other processes by polling the store (2 ms growing to
-// 100 ms).
+// this process at once, and those of other processes through the store's Notifier if it has
+// one, else by polling the store (2 ms growing to 100 ms).
 func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Duration) (Admission, error) {
 	c, err := e.validate(req)
 	if err != nil {
 		return Admission{}, err
 	}
 	deadline := time.Now().Add(maxWait)
-	poll := 2 * time.Millisecond
+	poll, ceiling := 2*time.Millisecond, 100*time.Millisecond
 	waited := false
+	notifier, _ := e.store.(Notifier)
+	var remote <-chan struct{}
+	stopRemote := func() {}
+	defer func() { stopRemote() }()
 	for {
 		ch, stop := e.watch.add(c.Intent)
 		out, adm, err := e.prepare(ctx, &c)
@@ -33,10 +45,21 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 			return *adm, nil
 		}
 		waited = true
+		if notifier != nil && remote == nil {
+			if rch, rstop, werr := notifier.Watch(ctx, c.Intent); werr == nil {
+				// With a notification on the way, polling is only a safety net.
+				remote, stopRemote, poll, ceiling = rch, rstop, time.Second, time.Second
+				stop()
+				continue // ask again now that a change cannot slip between the look and the watch
+			}
+		}
 		wait := min(poll, time.Until(deadline))
 		timer := time.NewTimer(wait)
 		select {
 		case <-ch:
+		case <-remote:
+			stopRemote()
+			remote, stopRemote = nil, func() {}
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
@@ -46,7 +69,7 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 		}
 		timer.Stop()
 		stop()
-		poll = min(poll*2, 100*time.Millisecond)
+		poll = min(poll*2, ceiling)
 	}
 }
 

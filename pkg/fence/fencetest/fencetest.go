@@ -124,6 +124,14 @@ func testFreshCommitReplay(t *testing.T, newStore Factory) {
 	if adm.Fresh() || adm.Cert.Hash != cert.Hash || string(adm.Cert.Result) != string(cert.Result) {
 		t.Fatalf("duplicate: %+v", adm)
 	}
+	// The holder retrying its commit (its first answer was lost) gets the recorded cert; the
+	// ticket cannot do anything else any more.
+	again, err := eng.Commit(ctx, tk, []byte(`{"charge":"ch_2"}`))
+	if err != nil || again.Hash != cert.Hash {
+		t.Fatalf("retried commit: %+v %v; want the recorded cert", again, err)
+	}
+	wantCode(t, eng.Release(ctx, tk, "late"), fence.ErrLeaseLost)
+	wantCode(t, eng.Abort(ctx, tk, "late"), fence.ErrLeaseLost)
 	st, err := eng.Status(ctx, r.Intent)
 	if err != nil || st.State != fence.StateDone || st.Cert.Hash != cert.Hash {
 		t.Fatalf("status = %+v, %v", st, err)
@@ -654,7 +662,7 @@ func testCoalescing(t *testing.T, newStore Factory) {
 			hashes[i] = adm.Cert.Hash
 		}(i)
 	}
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	c := mustCommit(t, eng, tk, `"charged once"`)
 	wg.Wait()
 	for i, h := range hashes {
@@ -662,9 +670,11 @@ func testCoalescing(t *testing.T, newStore Factory) {
 			t.Fatalf("waiter %d got %q, want %q", i, h, c.Hash)
 		}
 	}
+	// A waiter that started so late that the commit was already there replays directly; on a
+	// loaded machine that can happen, so only the sum is exact.
 	s, _ := eng.Stats(ctx)
-	if s.SinceBoot.Coalesced != n {
-		t.Fatalf("coalesced = %d, want %d", s.SinceBoot.Coalesced, n)
+	if s.SinceBoot.Coalesced+s.SinceBoot.Replayed != n || s.SinceBoot.Coalesced == 0 {
+		t.Fatalf("coalesced %d + replayed %d, want %d with at least one coalesced", s.SinceBoot.Coalesced, s.SinceBoot.Replayed, n)
 	}
 	// A waiter whose holder releases gets the intent itself.
 	r2 := req("coalesce:2")
