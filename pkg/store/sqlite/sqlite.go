@@ -486,25 +486,39 @@ func (s *Store) commit() {
 	}
 }
 
-// runBatch runs the functions of a batch in one transaction, each in its own savepoint, and
-// answers every caller after the commit.
+// runBatch runs the functions of a batch in one transaction and answers every caller after
+// the commit. Optimistically it runs them without savepoints, which costs nothing extra; if
+// any function fails (an error or a panic), it rolls the whole transaction back and runs the
+// batch again with each function in its own savepoint, so that only the failing ones are
+// undone. A function may therefore run twice; every caller gets the result of the run that
+// committed, which fence.Store allows ("a store may run fn more than once").
 func (s *Store) runBatch(batch []*update) {
 	errs := make([]error, len(batch))
-	answer := func(shared error) {
-		for i, u := range batch {
-			if errs[i] == nil {
-				errs[i] = shared
-			}
-			u.res <- errs[i]
-		}
+	failed, err := s.tryBatch(batch, errs, false)
+	if failed {
+		clear(errs)
+		_, err = s.tryBatch(batch, errs, true)
 	}
+	for i, u := range batch {
+		if errs[i] == nil {
+			errs[i] = err
+		}
+		u.res <- errs[i]
+	}
+}
+
+// tryBatch runs the batch in one transaction. Without savepoints it stops at the first
+// failing function, rolls back and reports failed; with savepoints it rolls back each failing
+// function alone and commits the rest. errs receives each function's own error; the returned
+// error is the transaction's (begin, savepoint or commit), shared by every function that
+// succeeded.
+func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
 	// The transaction is the store's, not any caller's: one caller's cancellation must not
 	// abort the others' writes.
 	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		answer(s.wrap(err))
-		return
+		return false, s.wrap(err)
 	}
 	committed := false
 	defer func() {
@@ -512,47 +526,40 @@ func (s *Store) runBatch(batch []*update) {
 			tx.Rollback()
 		}
 	}()
-	// A lone Update needs no savepoint: its failure rolls back the whole transaction.
-	savepoints := len(batch) > 1
 	ok := 0
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
+		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
 		if savepoints {
-			if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
-				answer(s.wrap(err))
-				return
+			if _, err := t.execResult(qSavepoint); err != nil {
+				return false, s.wrap(err)
 			}
 		}
-		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
 		errs[i] = call(u.fn, t)
+		if errs[i] != nil && !savepoints && len(batch) > 1 {
+			return true, nil
+		}
 		if errs[i] == nil {
 			ok++
 		} else if savepoints {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
-				answer(s.wrap(err))
-				return
+			if _, err := t.execResult(qRollbackTo); err != nil {
+				return false, s.wrap(err)
 			}
 		}
 		if savepoints {
-			if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
-				answer(s.wrap(err))
-				return
+			if _, err := t.execResult(qRelease); err != nil {
+				return false, s.wrap(err)
 			}
 		}
 	}
 	if ok == 0 {
-		answer(nil)
-		return
+		return false, nil
 	}
 	committed = true
-	if err := tx.Commit(); err != nil {
-		answer(s.wrap(err))
-		return
-	}
-	answer(nil)
+	return false, s.wrap(tx.Commit())
 }
 
 // call runs fn and turns a panic into an error for its caller alone, so that one bad function
