@@ -272,7 +272,20 @@ func prepareFile(path string, readOnly bool) error {
 	if err != nil {
 		return fmt.Errorf("cannot create the ledger file %s: %w; choose another location with --ledger or EFFECTFENCE_LEDGER", path, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// Make the new directory entry durable too: a ledger whose file vanishes after a power
+	// loss would forget every decision in it.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("ledger %s: syncing its directory: %w", path, err)
+	}
+	return nil
 }
 
 // checkHeader refuses a non-empty file that does not start with the SQLite header. An empty
