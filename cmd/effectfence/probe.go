@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v3"
+
+	"github.com/effectfence/effectfence/pkg/probe"
+)
+
+// exitDoubleFire is probe's exit code when a double-fire was proven (documented in
+// docs/README-probedemo.md): 0 means none was proven, 1 the probe could not run, 2 bad input.
+const exitDoubleFire = 3
+
+func probeCommand(io streams) *cli.Command {
+	return &cli.Command{
+		Name:      "probe",
+		Usage:     "fire N byte-identical concurrent calls at an MCP server and report what they prove",
+		ArgsUsage: "-- <server command...>",
+		Description: `Starts the server, calls only --tool with exactly --args, --calls times at once over one
+connection, and counts distinct answers (content + structuredContent + isError; _meta ignored).
+
+Verdicts: PROVEN DOUBLE-FIRE (different answers, or the witness counted more than one effect),
+EXACTLY ONCE (the witness counted one effect), no race surface observed (one call succeeded, the
+server refused the rest), INCONCLUSIVE from responses (equal answers cannot tell once from many).
+
+--witness runs a shell command before and after that prints a number (e.g. 'wc -l < charges.log'
+or "psql -tAc 'select count(*) from charges'"): the measured number of effects.
+
+Exit codes: 0 no double-fire proven, 1 the probe could not run, 2 bad arguments (nothing was
+called), 3 PROVEN DOUBLE-FIRE.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "tool", Usage: "the tool to call (required)"},
+			&cli.StringFlag{Name: "args", Value: "{}", Usage: "the tool's arguments, a JSON object, identical in every call"},
+			&cli.IntFlag{Name: "calls", Value: 12, Usage: "how many identical calls to fire at once"},
+			&cli.StringFlag{Name: "witness", Usage: "shell `COMMAND` that prints a number of effects; run before and after"},
+			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long to wait for all answers"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			args, err := probe.ParseArgs(cmd.String("args"))
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			opts := probe.Options{Tool: cmd.String("tool"), Args: args, Calls: int(cmd.Int("calls")), Timeout: cmd.Duration("timeout")}
+			if err := opts.Validate(); err != nil {
+				return usageErr("%v", err)
+			}
+			if opts.Timeout <= 0 {
+				return usageErr("--timeout must be positive")
+			}
+			if w := cmd.String("witness"); w != "" {
+				opts.Witness = probe.CommandWitness{Command: w}
+			}
+			argv, err := serverCommand(cmd)
+			if err != nil {
+				return err
+			}
+			clearBar := func() {}
+			if isTerminal(io.err) {
+				bar := progressbar.NewOptions(opts.Calls, progressbar.OptionSetWriter(io.err),
+					progressbar.OptionSetDescription("answers"), progressbar.OptionShowCount(),
+					progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond))
+				opts.Answered = func() { _ = bar.Add(1) }
+				clearBar = func() { _ = bar.Clear() }
+			}
+			rep, err := probe.Run(ctx, opts, func(ctx context.Context) (probe.Conn, error) {
+				conn, err := probe.Spawn(ctx, argv, nil, io.err)
+				if err != nil {
+					return nil, fmt.Errorf("%q did not start as an MCP server: %s; nothing was called", strings.Join(argv, " "), oneLine(strings.TrimPrefix(err.Error(), "mcpstdio: ")))
+				}
+				return conn, nil
+			})
+			clearBar()
+			var unknown *probe.UnknownToolError
+			if errors.As(err, &unknown) {
+				return usageErr("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			if cmd.Bool("json") {
+				b, err := rep.JSON()
+				if err != nil {
+					return err
+				}
+				if _, err := io.out.Write(b); err != nil {
+					return err
+				}
+			} else if err := rep.WriteText(io.out, colourFor(io.out)); err != nil {
+				return err
+			}
+			switch {
+			case rep.Verdict == probe.DoubleFire:
+				return exitCoder{exitDoubleFire, errors.New(rep.Summary())}
+			case rep.Succeeded+rep.ToolErrors+rep.ProtocolErrors == 0:
+				return fmt.Errorf("none of the %d calls was answered", rep.Calls)
+			}
+			return nil
+		},
+	}
+}
+
+// serverCommand returns the command after `--` and checks that its program exists, so a typo
+// is one clear line before anything is started.
+func serverCommand(cmd *cli.Command) ([]string, error) {
+	argv := cmd.Args().Slice()
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, usageErr("no server command: put it after --, e.g. effectfence %s --tool T -- npx -y @modelcontextprotocol/server-everything", cmd.Name)
+	}
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return nil, usageErr("cannot run the server command %q: %v; nothing was started", argv[0], unwrapExec(err))
+	}
+	return argv, nil
+}
+
+func unwrapExec(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+// colourFor decides colour once, from the stream being written to: only a terminal, and never
+// with NO_COLOR set (https://no-color.org: any non-empty value).
+func colourFor(w io.Writer) bool {
+	return os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb" && isTerminal(w)
+}
+
+// isTerminal reports whether w is a terminal (progress is drawn only there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+func wrapCommand(io streams) *cli.Command {
+	first := 1
+	return &cli.Command{
+		Name:      "wrap",
+		Usage:     "put an MCP stdio server behind the fence: identical side-effecting calls run once",
+		ArgsUsage: "-- <command...>",
+		Description: "Runs the MCP server <command...> as a child and serves the same tools on stdin/stdout.\n" +
+			"Identical calls of a tool (same canonical arguments) run once; duplicates wait for the\n" +
+			"first or receive its recorded result. Tools annotated readOnlyHint pass through.\n" +
+			"The ledger is per child command: `effectfence ledger ... --for -- <command...>`.",
+		StopOnNthArg:              &first,
+		DisableSliceFlagSeparator: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, \"memory\", or postgres://... (default: " + store.EnvLedger + ", else the per-command file)"},
+			&cli.FloatFlag{Name: "lease-secs", DefaultText: "60", Usage: "lease of a running call, renewed every third (env " + store.EnvLeaseSecs + ")"},
+			&cli.FloatFlag{Name: "result-ttl-secs", DefaultText: "86400", Usage: "how long a result is replayed (env " + store.EnvTTLSecs + ")"},
+			&cli.DurationFlag{Name: "wait", Value: wrap.DefaultWait, Usage: "how long a duplicate waits for the identical call in flight"},
+			&cli.BoolFlag{Name: "fence-reads", Usage: "fence tools annotated readOnlyHint too"},
+			&cli.StringSliceFlag{Name: "fence", Usage: "fence this tool even if annotated read-only (repeatable)"},
+			&cli.StringSliceFlag{Name: "pass", Usage: "pass this tool through unfenced (repeatable)"},
+			&cli.StringSliceFlag{Name: "ignore-field", Usage: "TOOL:json.path left out of the call's identity, e.g. charge:meta.timestamp (repeatable)"},
+			&cli.StringSliceFlag{Name: "key", Usage: "TOOL:path,path naming the identity fields of a tool; the full arguments must still match (repeatable)"},
+			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
+			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests handled at once"},
+			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			argv := cmd.Args().Slice()
+			if len(argv) > 0 && argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usageErr("wrap: no MCP server command given; usage: effectfence wrap [flags] -- <command...>")
+			}
+			opt, err := wrapOptions(cmd, argv)
+			if err != nil {
+				return err
+			}
+			so, err := store.FromEnv(store.WrapName(argv))
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if cmd.IsSet("ledger") {
+				so.Ledger = cmd.String("ledger")
+			}
+			if cmd.IsSet("lease-secs") {
+				if so.LeaseTTL, err = seconds("--lease-secs", cmd.Float("lease-secs")); err != nil {
+					return err
+				}
+			}
+			if cmd.IsSet("result-ttl-secs") {
+				if so.ResultTTL, err = seconds("--result-ttl-secs", cmd.Float("result-ttl-secs")); err != nil {
+					return err
+				}
+			}
+			led, err := store.Open(ctx, so)
+			if err != nil {
+				return err
+			}
+			defer led.Close()
+			opt.Engine, opt.Log = led.Engine, io.err
+			switch {
+			case so.Ledger == "":
+				opt.ClearHint = "--for -- " + wrap.ShellJoin(argv)
+			case led.Location == "memory":
+				opt.ClearHint = "--ledger memory (this wrap's ledger is in memory: restarting wrap forgets it)"
+			default:
+				opt.ClearHint = "--ledger " + wrap.ShellJoin([]string{led.Location})
+			}
+			p, err := wrap.New(opt)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, wrap.ShellJoin(argv))
+			return serveWrap(ctx, p, led, io)
+		},
+	}
+}
+
+// serveWrap serves until the agent hangs up or a signal arrives, logging the since-boot
+// counters on SIGUSR1 and at exit.
+func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// An agent that closes our stdout must not kill us with SIGPIPE while calls are still
+	// being recorded: with SIGPIPE notified, writes fail with EPIPE instead.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	statsLine := func() {
+		st, err := led.Stats(context.Background())
+		if err != nil {
+			fmt.Fprintf(io.err, "effectfence wrap: reading ledger stats: %v\n", err)
+		}
+		fmt.Fprintln(io.err, st.Line())
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-usr1:
+				statsLine()
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := p.Serve(ctx, io.in, io.out)
+	statsLine()
+	return err
+}
+
+func seconds(flag string, v float64) (time.Duration, error) {
+	if v <= 0 {
+		return 0, usageErr("%s must be a positive number of seconds", flag)
+	}
+	return time.Duration(v * float64(time.Second)), nil
+}
+
+func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
+	opt := wrap.Options{
+		Command: argv, Wait: cmd.Duration("wait"), FenceReads: cmd.Bool("fence-reads"),
+		Fence: cmd.StringSlice("fence"), Pass: cmd.StringSlice("pass"), NoInjectKey: cmd.Bool("no-inject-key"),
+		MaxConcurrent: cmd.Int("max-concurrent"), InitTimeout: cmd.Duration("init-timeout"),
+		Ignore: map[string][]wrap.Path{}, Key: map[string][]wrap.Path{},
+	}
+	if opt.Wait <= 0 {
+		return opt, usageErr("--wait must be positive")
+	}
+	if opt.MaxConcurrent <= 0 {
+		return opt, usageErr("--max-concurrent must be positive")
+	}
+	for _, s := range cmd.StringSlice("ignore-field") {
+		tool, path, err := wrap.ParseIgnoreField(s)
+		if err != nil {
+			return opt, usageErr("%v", err)
+		}
+		opt.Ignore[tool] = append(opt.Ignore[tool], path)
+	}
+	for _, s := range cmd.StringSlice("key") {
+		tool, paths, err := wrap.ParseKey(s)
+		if err != nil {
+			return opt, usageErr("%v", err)
+		}
+		if _, dup := opt.Key[tool]; dup {
+			return opt, usageErr("--key for tool %q given twice; list all its fields in one --key TOOL:a,b", tool)
+		}
+		opt.Key[tool] = paths
+	}
+	return opt, nil
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestWrapUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"wrap"}, "no MCP server command given"},
+		{[]string{"wrap", "--"}, "no MCP server command given"},
+		{[]string{"wrap", "--key", "charge", "--", "x"}, "want TOOL:path"},
+		{[]string{"wrap", "--key", "charge:a,,b", "--", "x"}, "empty segment"},
+		{[]string{"wrap", "--key", "c:a", "--key", "c:b", "--", "x"}, "given twice"},
+		{[]string{"wrap", "--ignore-field", ":x", "--", "x"}, "want TOOL:json.path"},
+		{[]string{"wrap", "--wait", "0s", "--", "x"}, "--wait must be positive"},
+		{[]string{"wrap", "--lease-secs", "-1", "--ledger", "memory", "--", "x"}, "--lease-secs must be a positive"},
+		{[]string{"wrap", "--max-concurrent", "0", "--", "x"}, "--max-concurrent must be positive"},
+	}
+	for _, c := range cases {
+		var out, errw bytes.Buffer
+		code := run(context.Background(), append([]string{"effectfence"}, c.args...), streams{strings.NewReader(""), &out, &errw})
+		if code != exitUsage || !strings.Contains(errw.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errw.String(), exitUsage, c.want)
+		}
+		if out.Len() != 0 {
+			t.Errorf("%v: wrote to stdout: %q", c.args, out.String())
+		}
+	}
+}
+
+func TestWrapAgentHangsUpAtOnce(t *testing.T) {
+	// No agent input at all: wrap starts nothing, prints its counters and exits cleanly.
+	var out, errw bytes.Buffer
+	code := run(context.Background(), []string{"effectfence", "wrap", "--ledger", "memory", "--", "/nonexistent/server"}, streams{strings.NewReader(""), &out, &errw})
+	if code != exitOK || out.Len() != 0 || !strings.Contains(errw.String(), "effectfence since boot: admitted=0") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errw.String())
+	}
+}

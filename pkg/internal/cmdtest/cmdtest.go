@@ -1,0 +1,70 @@
+// Package cmdtest builds the real effectfence binary once per test process and runs it, so
+// tests exercise exactly what a user runs: flags, exit codes, stdout and stderr, child
+// processes.
+package cmdtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Build compiles github.com/effectfence/effectfence/cmd/effectfence into dir and returns the
+// binary's path. When the test binary runs under the race detector, so does the built one.
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "effectfence")
+	if runtime.GOOS == "windows" {
+		bin += ".exe"
+	}
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/effectfence/effectfence/cmd/effectfence")
+	cmd := exec.Command("go", args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build effectfence: %w", err)
+	}
+	return bin, nil
+}
+
+// Result is one finished run of the binary.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// Run runs bin with args (and env added to ours), waits at most two minutes, and fails the
+// test if it could not be run at all. A non-zero exit is a result, not a failure.
+func Run(t testing.TB, env []string, bin string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// A -race child sleeps a second at exit unless told not to.
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("run %s %s: %v", bin, strings.Join(args, " "), err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s did not finish within two minutes; stderr:\n%s", bin, strings.Join(args, " "), errb.String())
+	}
+	return Result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package cmdtest
+
+const raceEnabled = true

@@ -1,0 +1,263 @@
+// Package jsonrpc is the JSON-RPC 2.0 framing MCP uses over stdio: one message per line.
+//
+// It keeps the sender's bytes: a Message's ID, Params, Result and error Data are the exact
+// substrings of the line they came from, and the builders splice raw values into the output
+// without re-encoding them, so a proxy can pass a result through byte for byte.
+package jsonrpc
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+)
+
+// Standard JSON-RPC error codes.
+const (
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternalError  = -32603
+)
+
+// Error is a JSON-RPC error object.
+type Error struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if len(e.Data) > 0 {
+		return fmt.Sprintf("JSON-RPC error %d: %s (data: %s)", e.Code, e.Message, e.Data)
+	}
+	return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message)
+}
+
+// Message is one JSON-RPC message. ID is nil when the member is absent (a notification) and
+// the literal null when the sender wrote null.
+type Message struct {
+	ID     json.RawMessage
+	Method string
+	Params json.RawMessage
+	Result json.RawMessage
+	Error  *Error
+}
+
+// IsRequest reports whether m is a request (method and id).
+func (m *Message) IsRequest() bool { return m.Method != "" && m.ID != nil }
+
+// IsNotification reports whether m is a notification (method, no id).
+func (m *Message) IsNotification() bool { return m.Method != "" && m.ID == nil }
+
+// IsResponse reports whether m is a response (no method, an id, a result or an error).
+func (m *Message) IsResponse() bool {
+	return m.Method == "" && m.ID != nil && (m.Result != nil || m.Error != nil)
+}
+
+type wire struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  *string         `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+// Parse decodes one line. It refuses anything that is not a single JSON-RPC 2.0 object with a
+// valid shape (batches, wrong version, an id that is not a string, number or null).
+func Parse(line []byte) (*Message, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, errors.New("empty line")
+	}
+	if line[0] == '[' {
+		return nil, errors.New("JSON-RPC batches are not supported by MCP")
+	}
+	if line[0] != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	var w wire
+	if err := json.Unmarshal(line, &w); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %v", err)
+	}
+	if w.JSONRPC != "2.0" {
+		return nil, fmt.Errorf(`"jsonrpc" must be "2.0", got %q`, w.JSONRPC)
+	}
+	m := &Message{ID: w.ID, Params: w.Params, Result: w.Result}
+	if len(m.ID) > 0 {
+		switch m.ID[0] {
+		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		default:
+			return nil, errors.New(`"id" must be a string, a number or null`)
+		}
+	}
+	if w.Method != nil {
+		if *w.Method == "" {
+			return nil, errors.New(`"method" must not be empty`)
+		}
+		m.Method = *w.Method
+		if len(m.Params) > 0 && m.Params[0] != '{' && m.Params[0] != '[' && string(m.Params) != "null" {
+			return nil, errors.New(`"params" must be an object or an array`)
+		}
+		return m, nil
+	}
+	if len(w.Error) > 0 && string(w.Error) != "null" {
+		var e Error
+		if err := json.Unmarshal(w.Error, &e); err != nil {
+			return nil, fmt.Errorf(`invalid "error" member: %v`, err)
+		}
+		m.Error = &e
+	}
+	if m.ID == nil || (m.Result == nil && m.Error == nil) {
+		return nil, errors.New("neither a request, a notification nor a response")
+	}
+	return m, nil
+}
+
+// ErrTooLong is returned by Reader.ReadLine for a line longer than its limit; the line has
+// been skipped and the next ReadLine continues after it.
+var ErrTooLong = errors.New("line too long")
+
+// Reader reads newline-delimited messages.
+type Reader struct {
+	r   *bufio.Reader
+	max int
+}
+
+// NewReader returns a Reader over r that refuses lines longer than max bytes.
+func NewReader(r io.Reader, max int) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// ReadLine returns the next non-empty line without its line ending. The slice is owned by the
+// caller. At the end of input it returns io.EOF (a last line without a newline is returned
+// first).
+func (r *Reader) ReadLine() ([]byte, error) {
+	for {
+		var line []byte
+		tooLong := false
+		for {
+			frag, err := r.r.ReadSlice('\n')
+			if !tooLong {
+				if len(line)+len(frag) > r.max+2 {
+					tooLong, line = true, nil
+				} else {
+					line = append(line, frag...)
+				}
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err != nil && (err != io.EOF || (len(line) == 0 && !tooLong)) {
+				return nil, err
+			}
+			break
+		}
+		if tooLong {
+			return nil, ErrTooLong
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		return line, nil
+	}
+}
+
+// Writer writes whole lines; it is safe for concurrent use and never interleaves two lines.
+type Writer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewWriter returns a Writer over w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write writes msg followed by a newline as one write.
+func (w *Writer) Write(msg []byte) error {
+	buf := make([]byte, 0, len(msg)+1)
+	buf = append(buf, msg...)
+	buf = append(buf, '\n')
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, err := w.w.Write(buf)
+	return err
+}
+
+// oneLine returns raw unchanged when it holds no line break, else its compact form, so a
+// spliced value can never split a message across lines.
+func oneLine(raw json.RawMessage) json.RawMessage {
+	if !bytes.ContainsAny(raw, "\r\n") {
+		return raw
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
+// Request builds a request line (without the newline). params may be nil.
+func Request(id json.RawMessage, method string, params json.RawMessage) []byte {
+	b := append([]byte(`{"jsonrpc":"2.0","id":`), oneLine(id)...)
+	b = append(b, `,"method":`...)
+	b = appendJSONString(b, method)
+	if params != nil {
+		b = append(b, `,"params":`...)
+		b = append(b, oneLine(params)...)
+	}
+	return append(b, '}')
+}
+
+// Notification builds a notification line. params may be nil.
+func Notification(method string, params json.RawMessage) []byte {
+	b := append([]byte(`{"jsonrpc":"2.0","method":`), appendJSONString(nil, method)...)
+	if params != nil {
+		b = append(b, `,"params":`...)
+		b = append(b, oneLine(params)...)
+	}
+	return append(b, '}')
+}
+
+// Response builds a success response line carrying result exactly as given.
+func Response(id, result json.RawMessage) []byte {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	b := append([]byte(`{"jsonrpc":"2.0","id":`), oneLine(id)...)
+	b = append(b, `,"result":`...)
+	b = append(b, oneLine(result)...)
+	return append(b, '}')
+}
+
+// ErrorResponse builds an error response line.
+func ErrorResponse(id json.RawMessage, e *Error) []byte {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	b := append([]byte(`{"jsonrpc":"2.0","id":`), oneLine(id)...)
+	b = append(b, `,"error":{"code":`...)
+	b = strconv.AppendInt(b, int64(e.Code), 10)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, e.Message)
+	if len(e.Data) > 0 {
+		b = append(b, `,"data":`...)
+		b = append(b, oneLine(e.Data)...)
+	}
+	return append(b, `}}`...)
+}
+
+// appendJSONString appends s as a JSON string (encoding/json's escaping, without HTML escapes).
+func appendJSONString(b []byte, s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // encoding a string cannot fail
+	return append(b, bytes.TrimRight(buf.Bytes(), "\n")...)
+}

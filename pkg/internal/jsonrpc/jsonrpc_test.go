@@ -1,0 +1,116 @@
+package jsonrpc
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		line, kind, err string
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"ping"}`, "request", ""},
+		{`{"jsonrpc":"2.0","id":"a","method":"x","params":{"k":[1, 2]}}`, "request", ""},
+		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, "notification", ""},
+		{`{"jsonrpc":"2.0","id":7,"result":{"a": 1}}`, "response", ""},
+		{`{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"nope"}}`, "response", ""},
+		{`not json`, "", "not a JSON object"},
+		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, "", "batches"},
+		{`{"jsonrpc":"1.0","id":1,"method":"ping"}`, "", `"jsonrpc" must be "2.0"`},
+		{`{"jsonrpc":"2.0","id":{},"method":"ping"}`, "", `"id" must be`},
+		{`{"jsonrpc":"2.0","id":1,"method":""}`, "", `"method" must not be empty`},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":5}`, "", `"params" must be`},
+		{`{"jsonrpc":"2.0","id":1}`, "", "neither"},
+		{`{"jsonrpc":"2.0","id":1,"error":"x"}`, "", `invalid "error"`},
+		{`{"jsonrpc":"2.0","id":1,"method":"x"`, "", "invalid JSON"},
+	}
+	for _, c := range cases {
+		m, err := Parse([]byte(c.line))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: want error %q, got %v", c.line, c.err, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.line, err)
+			continue
+		}
+		kind := map[bool]string{true: "request"}[m.IsRequest()] + map[bool]string{true: "notification"}[m.IsNotification()] + map[bool]string{true: "response"}[m.IsResponse()]
+		if kind != c.kind {
+			t.Errorf("%s: kind %q, want %q", c.line, kind, c.kind)
+		}
+	}
+}
+
+func TestRawBytesSurvive(t *testing.T) {
+	in := `{"jsonrpc":"2.0","id":7,"result":{"b" : 1.50, "a":"\u00e9<>"}}`
+	m, err := Parse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(Response(m.ID, m.Result)); got != `{"jsonrpc":"2.0","id":7,"result":{"b" : 1.50, "a":"\u00e9<>"}}` {
+		t.Fatalf("result re-encoded: %s", got)
+	}
+	if got := string(Request([]byte("1"), "m<", []byte("{\n\"a\": 1}"))); got != `{"jsonrpc":"2.0","id":1,"method":"m<","params":{"a":1}}` {
+		t.Fatalf("a value with a line break must be compacted: %s", got)
+	}
+}
+
+func TestReaderSkipsLongLinesAndBlankLines(t *testing.T) {
+	r := NewReader(strings.NewReader("\n  \r\nshort\r\n"+strings.Repeat("x", 200000)+"\nafter\nlast"), 1000)
+	want := []any{"short", ErrTooLong, "after", "last", io.EOF}
+	for i, w := range want {
+		line, err := r.ReadLine()
+		switch w := w.(type) {
+		case string:
+			if err != nil || string(line) != w {
+				t.Fatalf("%d: got %q, %v; want %q", i, line, err, w)
+			}
+		case error:
+			if !errors.Is(err, w) {
+				t.Fatalf("%d: got %q, %v; want %v", i, line, err, w)
+			}
+		}
+	}
+}
+
+// FuzzParse: any line either is refused with an error or parses into a message whose raw
+// parts rebuild into a line that parses to the same message.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":[1,2]}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}`,
+		`{"jsonrpc":"2.0","id":"a","result":{"tools":[]}}`,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x","data":{"k":"\u00e9"}}}`,
+		`[1]`, `{}`, `nul`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		m, err := Parse(line)
+		if err != nil {
+			return
+		}
+		var again []byte
+		switch {
+		case m.IsRequest():
+			again = Request(m.ID, m.Method, m.Params)
+		case m.IsNotification():
+			again = Notification(m.Method, m.Params)
+		case m.Error != nil:
+			return // error objects are re-encoded from fields, not spliced
+		default:
+			again = Response(m.ID, m.Result)
+		}
+		m2, err := Parse(again)
+		if err != nil {
+			t.Fatalf("rebuilt line does not parse: %s: %v", again, err)
+		}
+		if m2.Method != m.Method || string(m2.ID) != string(oneLine(m.ID)) || string(m2.Params) != string(oneLine(m.Params)) || string(m2.Result) != string(oneLine(m.Result)) {
+			t.Fatalf("round trip changed the message:\n%s\n%s", line, again)
+		}
+	})
+}

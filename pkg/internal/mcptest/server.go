@@ -1,0 +1,287 @@
+// Package mcptest is a small real MCP stdio server for end-to-end tests. A test binary runs it
+// by re-executing itself with MCPTEST_SERVE=1 (see MaybeServe), so tests talk to a real child
+// process over real pipes.
+//
+// Every execution of a side-effecting tool appends one line to the file named by
+// MCPTEST_EFFECTS, so a test counts executions from the server's own record, not from what
+// the proxy reports.
+//
+// MCPTEST_MODE changes how the server misbehaves: "garbage" writes non-JSON lines to stdout
+// around every answer; "exit" exits with status 3 at start; "mute" never answers initialize.
+package mcptest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+)
+
+// Environment variables the server reads.
+const (
+	EnvServe   = "MCPTEST_SERVE"
+	EnvEffects = "MCPTEST_EFFECTS"
+	EnvMode    = "MCPTEST_MODE"
+)
+
+// MaybeServe runs the server and exits if EnvServe is set; call it first in TestMain.
+func MaybeServe() {
+	if os.Getenv(EnvServe) == "" {
+		return
+	}
+	os.Exit(Serve())
+}
+
+// Env returns the environment entries that make a re-executed test binary serve, writing its
+// effects to effects. GORACE drops the race detector's one-second sleep at exit.
+func Env(effects, mode string) []string {
+	return []string{EnvServe + "=1", EnvEffects + "=" + effects, EnvMode + "=" + mode, "GORACE=atexit_sleep_ms=0"}
+}
+
+// ToolsList is the tools/list result the server writes, byte for byte: unusual spacing, key
+// order and keywords that a typed decoder would drop or reorder, so a proxy that re-encodes
+// is caught.
+const ToolsList = `{"tools":[` +
+	`{"name":"charge","title":"Charge a card","description":"Charges a card once. Appends to the effects file.","inputSchema":{"type":"object","properties":{"amount":{"type":"integer","minimum":1},"order":{"type":"string"},"note":{"type":"string"},"idempotency_key":{"type":"string","description":"dedupe key"}},"required":["amount"],"additionalProperties":false,"$comment":"keep me"},"outputSchema":{"type":"object","properties":{"charge_id":{"type":"string"},"amount":{"type":"integer"}},"required":["charge_id"]},"annotations":{"destructiveHint":true,"idempotentHint":false,"openWorldHint":true},"execution":{"taskSupport":"forbidden"}},` +
+	`{"name":"slow","description":"Sleeps ms milliseconds, then records one effect.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
+	`{"name":"fail","description":"Records an attempt, then answers isError (card declined).","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
+	`{"name":"die","description":"Records an effect, then kills its own process.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
+	`{"name":"balance","description":"Reads the balance (read only).","inputSchema":{"type":"object","properties":{}},"annotations":{"readOnlyHint":true}},` +
+	`{"name":"add_tool","description":"Adds the tool \"extra\" and sends tools/list_changed.","inputSchema":{"type":"object"}},` +
+	`{"name":"ask","description":"Asks the client for its roots (a request from server to client) and returns the answer.","inputSchema":{"type":"object"}},` +
+	`{"name":"echo","description":"Returns its text; records nothing (for benchmarks).","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}},` +
+	`{"name":"ünïcode \u2603","description":"Non-ASCII name, escaped \u00e9 and raw é \u003c\u003e","inputSchema":{"type":"object","properties":{"x":{"type":"number","multipleOf":0.5}},"examples":[{"x":1.50}]}}` +
+	`]}`
+
+const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
+
+type server struct {
+	asks    sync.Map // id -> chan *jsonrpc.Message, requests this server sent to the client
+	out     *jsonrpc.Writer
+	effects string
+	mode    string
+	extra   atomic.Bool
+	seq     atomic.Int64
+	mu      sync.Mutex
+}
+
+// Serve runs the server on stdin/stdout until stdin ends and returns the exit status.
+func Serve() int {
+	s := &server{out: jsonrpc.NewWriter(os.Stdout), effects: os.Getenv(EnvEffects), mode: os.Getenv(EnvMode)}
+	switch s.mode {
+	case "exit":
+		fmt.Fprintln(os.Stderr, "mcptest: exiting at start as asked")
+		return 3
+	case "garbage":
+		fmt.Fprintln(os.Stdout, "this is not JSON")
+	}
+	fmt.Fprintln(os.Stderr, "mcptest: serving")
+	r := jsonrpc.NewReader(os.Stdin, 64<<20)
+	var wg sync.WaitGroup
+	for {
+		line, err := r.ReadLine()
+		if err != nil {
+			break
+		}
+		m, err := jsonrpc.Parse(line)
+		if err != nil {
+			s.write(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: err.Error()}))
+			continue
+		}
+		if m.IsResponse() {
+			if ch, ok := s.asks.LoadAndDelete(string(m.ID)); ok {
+				ch.(chan *jsonrpc.Message) <- m
+			}
+			continue
+		}
+		if m.Method == "notifications/cancelled" {
+			fmt.Fprintf(os.Stderr, "mcptest: cancelled %s\n", m.Params)
+		}
+		if !m.IsRequest() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.handle(m)
+		}()
+	}
+	if s.mode != "mute" { // a mute server's initialize never returns
+		wg.Wait()
+	}
+	return 0
+}
+
+func (s *server) write(line []byte) {
+	if s.mode == "garbage" {
+		_ = s.out.Write([]byte("garbage {not json"))
+	}
+	_ = s.out.Write(line)
+}
+
+func (s *server) handle(m *jsonrpc.Message) {
+	res, rerr := s.dispatch(m)
+	if rerr != nil {
+		s.write(jsonrpc.ErrorResponse(m.ID, rerr))
+		return
+	}
+	s.write(jsonrpc.Response(m.ID, res))
+}
+
+func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) {
+	switch m.Method {
+	case "initialize":
+		if s.mode == "mute" {
+			select {} // never answers
+		}
+		var p struct {
+			ProtocolVersion string          `json:"protocolVersion"`
+			Capabilities    json.RawMessage `json:"capabilities"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		caps, _ := json.Marshal(string(p.Capabilities))
+		return json.RawMessage(`{"protocolVersion":` + strconv.Quote(p.ProtocolVersion) +
+			`,"capabilities":{"tools":{"listChanged":true},"resources":{},"prompts":{}},"serverInfo":{"name":"mcptest","version":"1"},"instructions":` + string(caps) + `}`), nil
+	case "ping":
+		return json.RawMessage(`{}`), nil
+	case "tools/list":
+		if s.extra.Load() {
+			return json.RawMessage(strings.TrimSuffix(ToolsList, "]}") + extraTool), nil
+		}
+		return json.RawMessage(ToolsList), nil
+	case "tools/call":
+		return s.call(m.Params)
+	case "resources/list":
+		return json.RawMessage(`{"resources":[{"uri":"mem://effects","name":"effects","mimeType":"text/plain"}]}`), nil
+	case "resources/read":
+		n := s.count()
+		return json.RawMessage(fmt.Sprintf(`{"contents":[{"uri":"mem://effects","mimeType":"text/plain","text":"%d effects"}]}`, n)), nil
+	case "prompts/list":
+		return json.RawMessage(`{"prompts":[{"name":"greet","description":"Says hello"}]}`), nil
+	case "prompts/get":
+		return json.RawMessage(`{"messages":[{"role":"user","content":{"type":"text","text":"hello"}}]}`), nil
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + m.Method}
+}
+
+type callParams struct {
+	Name      string `json:"name"`
+	Arguments struct {
+		Amount         int    `json:"amount"`
+		Order          string `json:"order"`
+		Ms             int    `json:"ms"`
+		Tag            string `json:"tag"`
+		Text           string `json:"text"`
+		IdempotencyKey string `json:"idempotency_key"`
+	} `json:"arguments"`
+}
+
+// record appends one effect line and returns its number in this process.
+func (s *server) record(line string) int64 {
+	n := s.seq.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.effects == "" {
+		return n
+	}
+	f, err := os.OpenFile(s.effects, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcptest:", err)
+		return n
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s pid=%d n=%d\n", line, os.Getpid(), n)
+	_ = f.Sync()
+	return n
+}
+
+func (s *server) count() int {
+	if s.effects == "" {
+		return 0
+	}
+	b, _ := os.ReadFile(s.effects)
+	return strings.Count(string(b), "\n")
+}
+
+func text(t string, isError bool) json.RawMessage {
+	q, _ := json.Marshal(t)
+	return json.RawMessage(`{"content":[{"type":"text","text":` + string(q) + `}],"isError":` + strconv.FormatBool(isError) + `}`)
+}
+
+func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) {
+	var p callParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "bad tools/call params: " + err.Error()}
+	}
+	a := p.Arguments
+	sleep := func() { time.Sleep(time.Duration(a.Ms) * time.Millisecond) }
+	switch p.Name {
+	case "charge":
+		if a.Amount <= 0 {
+			return text("amount must be a positive integer", true), nil
+		}
+		n := s.record(fmt.Sprintf("charge amount=%d order=%s key=%s", a.Amount, a.Order, a.IdempotencyKey))
+		id := fmt.Sprintf("ch_%d_%d_%d", os.Getpid(), n, time.Now().UnixNano())
+		return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"charged %d as %s"}],"structuredContent":{"charge_id":%q,"amount":%d},"isError":false}`, a.Amount, id, id, a.Amount)), nil
+	case "slow":
+		sleep()
+		n := s.record("slow tag=" + a.Tag)
+		return text(fmt.Sprintf("slow done n=%d pid=%d t=%d", n, os.Getpid(), time.Now().UnixNano()), false), nil
+	case "fail":
+		sleep()
+		n := s.record("fail tag=" + a.Tag)
+		return text(fmt.Sprintf("card declined (attempt %d)", n), true), nil
+	case "die":
+		sleep()
+		s.record("die tag=" + a.Tag)
+		os.Exit(7)
+	case "balance":
+		n := s.record("balance")
+		return text(fmt.Sprintf("balance read %d", n), false), nil
+	case "add_tool":
+		s.extra.Store(true)
+		_ = s.out.Write(jsonrpc.Notification("notifications/tools/list_changed", nil))
+		return text("added", false), nil
+	case "ask":
+		id := fmt.Sprintf(`"ask-%d"`, s.seq.Add(1))
+		ch := make(chan *jsonrpc.Message, 1)
+		s.asks.Store(id, ch)
+		s.write(jsonrpc.Request(json.RawMessage(id), "roots/list", json.RawMessage(`{}`)))
+		select {
+		case m := <-ch:
+			if m.Error != nil {
+				return text("client error: "+m.Error.Message, true), nil
+			}
+			return text("client said: "+string(m.Result), false), nil
+		case <-time.After(10 * time.Second):
+			return text("client did not answer", true), nil
+		}
+	case "echo":
+		return text("echo "+a.Text, false), nil
+	case "extra":
+		return text("extra ran", false), nil
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool: " + p.Name}
+}
+
+// Effects returns the lines of an effects file (none if it does not exist).
+func Effects(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}

@@ -1,0 +1,604 @@
+// Package mcpstdio talks to an MCP server that runs as a child process over stdio: it spawns
+// the child, performs the initialize handshake with the capabilities the caller forwards,
+// sends concurrent requests and matches their responses, delivers the child's notifications
+// and requests to callbacks, copies the child's stderr to ours, and shuts the child down.
+//
+// Results are returned as the exact bytes the child wrote (json.RawMessage), so a proxy can
+// mirror a tools/list result or a tool result byte for byte.
+//
+// What a caller can rely on when a call fails:
+//   - errors.Is(err, ErrNotSent): the request never reached the child (it was already gone or
+//     its stdin was closed); the call definitely did not run.
+//   - *RPCError: the child answered with a JSON-RPC error.
+//   - *ExitError without ErrNotSent: the child died or closed its stdout after the request was
+//     written; whether the call ran is unknown.
+//   - a context error: the caller stopped waiting; the child may still run the call.
+//
+// Session is one child process; Child restarts the process when a session has ended.
+package mcpstdio
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+)
+
+// DefaultProtocolVersion is the MCP protocol version offered when Config.Init is empty.
+const DefaultProtocolVersion = "2025-06-18"
+
+// MaxLine bounds one message from the child (64 MiB); longer lines are skipped and logged.
+const MaxLine = 64 << 20
+
+// Defaults for Config.
+const (
+	DefaultInitTimeout = 30 * time.Second
+	// closeGrace is how long Close waits after closing stdin, and again after SIGTERM.
+	closeGrace = 2 * time.Second
+)
+
+// Config says how to run the child and how to handle what it sends.
+type Config struct {
+	// Command is the child's argv. Required.
+	Command []string
+	// Env is added to this process's environment for the child.
+	Env []string
+	// Dir is the child's working directory ("" for ours).
+	Dir string
+	// Stderr receives the child's stderr, and this package's diagnostics (lines starting
+	// "mcpstdio:"). Default os.Stderr.
+	Stderr io.Writer
+	// Init is the params object of the initialize request, sent as given (a proxy forwards its
+	// own client's params, since a child's tools can depend on the client's capabilities).
+	// Empty means DefaultInit().
+	Init json.RawMessage
+	// InitTimeout bounds the wait for the initialize response. Default DefaultInitTimeout.
+	InitTimeout time.Duration
+	// OnNotification receives each notification from the child, in order, on one goroutine
+	// owned by the session. It may call the session's methods.
+	OnNotification func(method string, params json.RawMessage)
+	// OnRequest answers a request from the child (sampling, roots, elicitation...). It runs on
+	// its own goroutine per request. Return a *jsonrpc.Error to send that error. Nil answers
+	// every request except ping with "method not found". Pings are answered here.
+	OnRequest func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+}
+
+// DefaultInit returns initialize params that offer DefaultProtocolVersion and no capabilities.
+func DefaultInit(clientName, clientVersion string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"protocolVersion": DefaultProtocolVersion,
+		"capabilities":    map[string]any{},
+		"clientInfo":      map[string]string{"name": clientName, "version": clientVersion},
+	})
+	return b
+}
+
+// ErrNotSent marks an error of a request that never reached the child.
+var ErrNotSent = errors.New("mcpstdio: request not sent")
+
+// RPCError is a JSON-RPC error the child answered with.
+type RPCError = jsonrpc.Error
+
+// ExitError says the child's session ended: the process exited, closed its stdout, was
+// closed by Close, or never completed the handshake.
+type ExitError struct {
+	Command string
+	// Why is what ended it ("exited with status 3", "closed its stdout", "closed").
+	Why string
+	// Stderr is the tail of what the child wrote to stderr (at most 2 KiB).
+	Stderr string
+}
+
+func (e *ExitError) Error() string {
+	s := fmt.Sprintf("MCP server %s: %s", e.Command, e.Why)
+	if t := strings.TrimSpace(e.Stderr); t != "" {
+		s += "; its stderr ended with: " + t
+	}
+	return s
+}
+
+// Session is one running child that completed the handshake. It is safe for concurrent use.
+type Session struct {
+	cfg   Config
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *jsonrpc.Writer
+	tail  *tailWriter
+	init  json.RawMessage
+
+	nextID  atomic.Int64
+	mu      sync.Mutex
+	pending map[string]chan reply
+	err     error // why the session ended; set once, before done closes
+	done    chan struct{}
+	exited  chan struct{} // cmd.Wait returned
+	exitMsg string
+
+	notes    chan note
+	notesEnd chan struct{}
+	reqCtx   context.Context
+	reqStop  context.CancelFunc
+	closing  atomic.Bool
+	closeErr error
+	closeMu  sync.Mutex
+}
+
+type reply struct {
+	result json.RawMessage
+	err    error
+}
+
+type note struct {
+	method string
+	params json.RawMessage
+}
+
+// Start spawns the child and performs the initialize handshake (initialize, then
+// notifications/initialized). If the child exits, writes nothing valid, or does not answer
+// within cfg.InitTimeout, Start kills it and returns an error that says which, with the tail
+// of its stderr.
+func Start(ctx context.Context, cfg Config) (*Session, error) {
+	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
+		return nil, errors.New("mcpstdio: no command given for the MCP server")
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.InitTimeout <= 0 {
+		cfg.InitTimeout = DefaultInitTimeout
+	}
+	if len(cfg.Init) == 0 {
+		cfg.Init = DefaultInit("effectfence", "dev")
+	}
+	if !json.Valid(cfg.Init) || bytes.TrimSpace(cfg.Init)[0] != '{' {
+		return nil, errors.New("mcpstdio: initialize params must be a JSON object")
+	}
+	s := &Session{
+		cfg: cfg, pending: map[string]chan reply{}, done: make(chan struct{}), exited: make(chan struct{}),
+		notes: make(chan note, 1024), notesEnd: make(chan struct{}), tail: &tailWriter{w: cfg.Stderr, max: 2048},
+	}
+	s.reqCtx, s.reqStop = context.WithCancel(context.Background())
+	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
+	cmd.Dir = cfg.Dir
+	cmd.Env = append(os.Environ(), cfg.Env...)
+	cmd.Stderr = s.tail
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.WaitDelay = closeGrace
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("mcpstdio: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("mcpstdio: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("mcpstdio: cannot start MCP server %s: %w", s.name(), err)
+	}
+	s.cmd, s.stdin, s.out = cmd, stdin, jsonrpc.NewWriter(stdin)
+	go s.wait()
+	go s.read(stdout)
+	go s.deliver()
+
+	ictx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
+	defer cancel()
+	res, err := s.Call(ictx, "initialize", cfg.Init)
+	if err == nil && (len(res) == 0 || res[0] != '{') {
+		err = fmt.Errorf("initialize result is not a JSON object: %.200s", res)
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("did not answer initialize within %s", cfg.InitTimeout)
+		}
+		s.Close()
+		var ee *ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("mcpstdio: handshake failed: %w", err)
+		}
+		return nil, fmt.Errorf("mcpstdio: handshake with MCP server %s failed: %w%s", s.name(), err, s.tail.suffix())
+	}
+	s.init = res
+	if err := s.Notify("notifications/initialized", nil); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("mcpstdio: handshake failed: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Session) name() string { return strconv.Quote(strings.Join(s.cfg.Command, " ")) }
+
+// InitResult is the child's initialize result, as it wrote it.
+func (s *Session) InitResult() json.RawMessage { return s.init }
+
+// Pid is the child's process id.
+func (s *Session) Pid() int { return s.cmd.Process.Pid }
+
+// Done is closed when the session has ended; Err then says why.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while the session is live, and then why it ended (an *ExitError).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Call sends a request and waits for its response. params is sent exactly as given (nil
+// omits it). See the package comment for what each error means.
+func (s *Session) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	if params != nil && !json.Valid(params) {
+		return nil, fmt.Errorf("%w: params of %s are not valid JSON", ErrNotSent, method)
+	}
+	key := strconv.FormatInt(s.nextID.Add(1), 10)
+	ch := make(chan reply, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	s.pending[key] = ch
+	s.mu.Unlock()
+	if err := s.out.Write(jsonrpc.Request(json.RawMessage(key), method, params)); err != nil {
+		s.forget(key)
+		return nil, fmt.Errorf("%w: writing to MCP server %s: %w", ErrNotSent, s.name(), err)
+	}
+	select {
+	case r := <-ch:
+		return r.result, r.err
+	case <-ctx.Done():
+		s.forget(key)
+		p, _ := json.Marshal(map[string]any{"requestId": json.RawMessage(key), "reason": ctx.Err().Error()})
+		_ = s.Notify("notifications/cancelled", p)
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Session) forget(key string) {
+	s.mu.Lock()
+	delete(s.pending, key)
+	s.mu.Unlock()
+}
+
+// Notify sends a notification. params may be nil.
+func (s *Session) Notify(method string, params json.RawMessage) error {
+	if params != nil && !json.Valid(params) {
+		return fmt.Errorf("%w: params of %s are not valid JSON", ErrNotSent, method)
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	if err := s.out.Write(jsonrpc.Notification(method, params)); err != nil {
+		return fmt.Errorf("%w: writing to MCP server %s: %w", ErrNotSent, s.name(), err)
+	}
+	return nil
+}
+
+// ListTools sends tools/list (with cursor when not empty) and returns the raw result.
+func (s *Session) ListTools(ctx context.Context, cursor string) (json.RawMessage, error) {
+	var params json.RawMessage
+	if cursor != "" {
+		params, _ = json.Marshal(map[string]string{"cursor": cursor})
+	}
+	return s.Call(ctx, "tools/list", params)
+}
+
+// CallTool sends tools/call for name with args (a JSON object; nil sends none) and returns
+// the raw result.
+func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, error) {
+	p := map[string]any{"name": name}
+	if args != nil {
+		if !json.Valid(args) {
+			return nil, fmt.Errorf("%w: arguments of %s are not valid JSON", ErrNotSent, name)
+		}
+		p["arguments"] = args
+	}
+	params, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	return s.Call(ctx, "tools/call", params)
+}
+
+// Close ends the session: it closes the child's stdin (the MCP way to ask a stdio server to
+// exit), then sends SIGTERM and finally SIGKILL to the child's process group if it lingers.
+// Calls still waiting fail with an *ExitError. Close is idempotent.
+func (s *Session) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closing.Swap(true) {
+		return s.closeErr
+	}
+	s.end(&ExitError{Command: strings.Join(s.cfg.Command, " "), Why: "closed", Stderr: s.tail.String()})
+	_ = s.stdin.Close()
+	select {
+	case <-s.exited:
+	case <-time.After(closeGrace):
+		signalGroup(s.cmd.Process, syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(closeGrace):
+			signalGroup(s.cmd.Process, syscall.SIGKILL)
+			<-s.exited
+		}
+	}
+	<-s.notesEnd
+	return s.closeErr
+}
+
+// end records why the session ended (first caller wins) and fails every waiting call.
+func (s *Session) end(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	pending := s.pending
+	s.pending = map[string]chan reply{}
+	close(s.done)
+	s.mu.Unlock()
+	for _, ch := range pending {
+		ch <- reply{err: err}
+	}
+	s.reqStop()
+}
+
+func (s *Session) wait() {
+	err := s.cmd.Wait()
+	if err != nil {
+		s.exitMsg = "exited: " + err.Error()
+	} else {
+		s.exitMsg = "exited with status 0"
+	}
+	close(s.exited)
+	// A child that exits while a grandchild keeps its stdout open still ends the session.
+	s.end(&ExitError{Command: strings.Join(s.cfg.Command, " "), Why: s.exitMsg, Stderr: s.tail.String()})
+}
+
+func (s *Session) logf(format string, a ...any) {
+	fmt.Fprintf(s.cfg.Stderr, "mcpstdio: "+format+"\n", a...)
+}
+
+func (s *Session) read(stdout io.Reader) {
+	r := jsonrpc.NewReader(stdout, MaxLine)
+	for {
+		line, err := r.ReadLine()
+		if err == jsonrpc.ErrTooLong {
+			s.logf("MCP server %s wrote a line longer than %d bytes; skipped", s.name(), MaxLine)
+			continue
+		}
+		if err != nil {
+			why := "closed its stdout"
+			// Prefer the exit status when the process is gone too.
+			select {
+			case <-s.exited:
+				why = s.exitMsg
+			case <-time.After(200 * time.Millisecond):
+			}
+			s.end(&ExitError{Command: strings.Join(s.cfg.Command, " "), Why: why, Stderr: s.tail.String()})
+			close(s.notes)
+			return
+		}
+		m, perr := jsonrpc.Parse(line)
+		if perr != nil {
+			s.logf("MCP server %s wrote a line that is not a JSON-RPC message (%v); ignored: %.200q", s.name(), perr, line)
+			continue
+		}
+		switch {
+		case m.IsResponse():
+			s.resolve(m)
+		case m.IsNotification():
+			s.notes <- note{m.Method, m.Params}
+		case m.IsRequest():
+			go s.answer(m)
+		default:
+			s.logf("MCP server %s wrote a message that is neither request, response nor notification; ignored: %.200q", s.name(), line)
+		}
+	}
+}
+
+func (s *Session) resolve(m *jsonrpc.Message) {
+	key := string(m.ID)
+	s.mu.Lock()
+	ch, ok := s.pending[key]
+	delete(s.pending, key)
+	s.mu.Unlock()
+	if !ok {
+		s.logf("MCP server %s answered request id %s that is not waiting; ignored", s.name(), m.ID)
+		return
+	}
+	if m.Error != nil {
+		ch <- reply{err: m.Error}
+		return
+	}
+	ch <- reply{result: m.Result}
+}
+
+func (s *Session) deliver() {
+	defer close(s.notesEnd)
+	for n := range s.notes {
+		if s.cfg.OnNotification != nil {
+			s.cfg.OnNotification(n.method, n.params)
+		}
+	}
+}
+
+func (s *Session) answer(m *jsonrpc.Message) {
+	var (
+		res json.RawMessage
+		err error
+	)
+	switch {
+	case m.Method == "ping":
+		res = json.RawMessage("{}")
+	case s.cfg.OnRequest != nil:
+		res, err = s.cfg.OnRequest(s.reqCtx, m.Method, m.Params)
+	default:
+		err = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not supported by this client: " + m.Method}
+	}
+	var line []byte
+	switch e := err.(type) {
+	case nil:
+		if len(res) == 0 || !json.Valid(res) {
+			res = json.RawMessage("{}")
+		}
+		line = jsonrpc.Response(m.ID, res)
+	case *jsonrpc.Error:
+		line = jsonrpc.ErrorResponse(m.ID, e)
+	default:
+		line = jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: e.Error()})
+	}
+	if werr := s.out.Write(line); werr != nil && s.Err() == nil {
+		s.logf("cannot answer %s request of MCP server %s: %v", m.Method, s.name(), werr)
+	}
+}
+
+// tailWriter copies to w and keeps the last max bytes.
+type tailWriter struct {
+	w   io.Writer
+	max int
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	t.mu.Unlock()
+	if _, err := t.w.Write(p); err != nil {
+		return len(p), nil // our stderr is gone: keep draining the child so it never blocks
+	}
+	return len(p), nil
+}
+
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+func (t *tailWriter) suffix() string {
+	if s := strings.TrimSpace(t.String()); s != "" {
+		return "; its stderr ended with: " + s
+	}
+	return ""
+}
+
+// Child is a restartable child: Session returns the live session and starts the process
+// again (with the same Config, so the same handshake) after the previous one ended.
+type Child struct {
+	cfg   Config
+	start chan struct{} // held while starting, so one start runs at a time
+
+	mu      sync.Mutex // guards the fields below; never held while starting
+	cur     *Session
+	starts  int
+	lastErr error
+	lastAt  time.Time
+	closed  bool
+}
+
+// RestartBackoff is how long Child.Session keeps returning a failed start's error before it
+// tries to start the child again, so a child that dies at start is not respawned in a loop.
+const RestartBackoff = time.Second
+
+// NewChild returns a Child that starts cfg on first use.
+func NewChild(cfg Config) *Child {
+	return &Child{cfg: cfg, start: make(chan struct{}, 1)}
+}
+
+// Session returns the live session, starting the child if none is running. A start that
+// failed less than RestartBackoff ago returns its error again without a new attempt.
+func (c *Child) Session(ctx context.Context) (*Session, error) {
+	if s := c.Current(); s != nil {
+		return s, nil
+	}
+	select {
+	case c.start <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
+	}
+	defer func() { <-c.start }()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: mcpstdio: child closed", ErrNotSent)
+	}
+	if c.cur != nil && c.cur.Err() == nil { // started while we waited
+		s := c.cur
+		c.mu.Unlock()
+		return s, nil
+	}
+	old := c.cur
+	c.cur = nil
+	if c.lastErr != nil && time.Since(c.lastAt) < RestartBackoff {
+		err := c.lastErr
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.starts++
+	c.mu.Unlock()
+	if old != nil {
+		_ = old.Close() // reap the old process
+	}
+	s, err := Start(ctx, c.cfg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.lastErr, c.lastAt = fmt.Errorf("%w: %w", ErrNotSent, err), time.Now()
+		return nil, c.lastErr
+	}
+	if c.closed { // closed while starting
+		go s.Close()
+		return nil, fmt.Errorf("%w: mcpstdio: child closed", ErrNotSent)
+	}
+	c.lastErr, c.cur = nil, s
+	return s, nil
+}
+
+// Current returns the live session, or nil when none is running; it never starts one and
+// never waits for a start in progress.
+func (c *Child) Current() *Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != nil && c.cur.Err() == nil {
+		return c.cur
+	}
+	return nil
+}
+
+// Starts is how many times the child was started.
+func (c *Child) Starts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.starts
+}
+
+// Close closes the live session, if any; later Session calls fail.
+func (c *Child) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	s := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	if s != nil {
+		return s.Close()
+	}
+	return nil
+}

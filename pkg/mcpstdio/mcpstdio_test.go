@@ -1,0 +1,296 @@
+package mcpstdio_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+func TestMain(m *testing.M) {
+	mcptest.MaybeServe()
+	os.Exit(m.Run())
+}
+
+// syncBuf is a goroutine-safe buffer for the child's stderr.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func config(t *testing.T, mode string) (mcpstdio.Config, string, *syncBuf) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	effects := filepath.Join(t.TempDir(), "effects")
+	errs := &syncBuf{}
+	return mcpstdio.Config{Command: []string{exe}, Env: mcptest.Env(effects, mode), Stderr: errs, InitTimeout: 10 * time.Second}, effects, errs
+}
+
+func start(t *testing.T, cfg mcpstdio.Config) *mcpstdio.Session {
+	t.Helper()
+	s, err := mcpstdio.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestHandshakeForwardsCapabilitiesAndKeepsToolsListBytes(t *testing.T) {
+	cfg, _, errs := config(t, "")
+	cfg.Init = json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"sampling":{},"roots":{"listChanged":true}},"clientInfo":{"name":"agent","version":"9"}}`)
+	s := start(t, cfg)
+	var init struct {
+		ProtocolVersion string `json:"protocolVersion"`
+		Instructions    string `json:"instructions"`
+	}
+	if err := json.Unmarshal(s.InitResult(), &init); err != nil {
+		t.Fatal(err)
+	}
+	if init.ProtocolVersion != "2025-06-18" || init.Instructions != `{"sampling":{},"roots":{"listChanged":true}}` {
+		t.Fatalf("child did not receive our capabilities: %s", s.InitResult())
+	}
+	res, err := s.ListTools(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res) != mcptest.ToolsList {
+		t.Fatalf("tools/list result changed:\n got %s\nwant %s", res, mcptest.ToolsList)
+	}
+	if !strings.Contains(errs.String(), "mcptest: serving") {
+		t.Fatalf("child stderr not drained to ours: %q", errs.String())
+	}
+}
+
+func TestConcurrentCallsMatchTheirResponses(t *testing.T) {
+	cfg, effects, _ := config(t, "")
+	s := start(t, cfg)
+	const n = 40
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Later calls finish first: responses come back out of order.
+			res, err := s.CallTool(context.Background(), "slow", json.RawMessage(fmt.Sprintf(`{"ms":%d,"tag":"t%d"}`, (n-i)*3, i)))
+			if err != nil {
+				errc <- err
+				return
+			}
+			if !strings.Contains(string(res), "slow done") {
+				errc <- fmt.Errorf("call %d: unexpected result %s", i, res)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if got := len(mcptest.Effects(effects)); got != n {
+		t.Fatalf("child recorded %d effects, want %d", got, n)
+	}
+}
+
+func TestRPCErrorAndToolError(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	s := start(t, cfg)
+	_, err := s.CallTool(context.Background(), "no_such_tool", json.RawMessage(`{}`))
+	var rpc *mcpstdio.RPCError
+	if !errors.As(err, &rpc) || !strings.Contains(rpc.Message, "unknown tool") {
+		t.Fatalf("want the child's JSON-RPC error, got %v", err)
+	}
+	res, err := s.CallTool(context.Background(), "fail", json.RawMessage(`{}`))
+	if err != nil || !strings.Contains(string(res), `"isError":true`) {
+		t.Fatalf("want an isError result, got %s, %v", res, err)
+	}
+	if _, err := s.CallTool(context.Background(), "charge", json.RawMessage(`{bad`)); !errors.Is(err, mcpstdio.ErrNotSent) {
+		t.Fatalf("invalid arguments must not be sent, got %v", err)
+	}
+}
+
+func TestNotificationsReachTheCallback(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	got := make(chan string, 4)
+	cfg.OnNotification = func(method string, _ json.RawMessage) { got <- method }
+	s := start(t, cfg)
+	if _, err := s.CallTool(context.Background(), "add_tool", json.RawMessage(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "notifications/tools/list_changed" {
+			t.Fatalf("got notification %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no list_changed notification delivered")
+	}
+	res, err := s.ListTools(context.Background(), "")
+	if err != nil || !strings.Contains(string(res), `"name":"extra"`) {
+		t.Fatalf("tools/list after the change: %s, %v", res, err)
+	}
+}
+
+func TestChildDeathFailsThePendingCallAndChildRestarts(t *testing.T) {
+	cfg, effects, _ := config(t, "")
+	c := mcpstdio.NewChild(cfg)
+	defer c.Close()
+	s, err := c.Session(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := s.Pid()
+	_, err = s.CallTool(context.Background(), "die", json.RawMessage(`{}`))
+	var ee *mcpstdio.ExitError
+	if !errors.As(err, &ee) || errors.Is(err, mcpstdio.ErrNotSent) {
+		t.Fatalf("a call the child died in must be an ExitError that was sent, got %v", err)
+	}
+	if !strings.Contains(ee.Why, "exit status 7") {
+		t.Fatalf("exit status not reported: %v", ee)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("session not marked done after the child died")
+	}
+	if _, err := s.CallTool(context.Background(), "charge", json.RawMessage(`{"amount":1}`)); !errors.Is(err, mcpstdio.ErrNotSent) {
+		t.Fatalf("a call on a dead session must be ErrNotSent, got %v", err)
+	}
+	s2, err := c.Session(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Pid() == pid || c.Starts() != 2 {
+		t.Fatalf("child not restarted: pid %d -> %d, starts %d", pid, s2.Pid(), c.Starts())
+	}
+	if _, err := s2.CallTool(context.Background(), "charge", json.RawMessage(`{"amount":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(mcptest.Effects(effects)); got != 2 {
+		t.Fatalf("want 2 effects (die, charge), got %d", got)
+	}
+}
+
+func TestGarbageLinesAreIgnored(t *testing.T) {
+	cfg, _, errs := config(t, "garbage")
+	s := start(t, cfg)
+	res, err := s.ListTools(context.Background(), "")
+	if err != nil || string(res) != mcptest.ToolsList {
+		t.Fatalf("tools/list through garbage: %v", err)
+	}
+	if !strings.Contains(errs.String(), "not a JSON-RPC message") {
+		t.Fatalf("garbage not reported on stderr: %q", errs.String())
+	}
+}
+
+func TestChildThatExitsAtStart(t *testing.T) {
+	cfg, _, _ := config(t, "exit")
+	_, err := mcpstdio.Start(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "exiting at start as asked") {
+		t.Fatalf("want an error naming the exit status and the child's stderr, got %v", err)
+	}
+	c := mcpstdio.NewChild(cfg)
+	defer c.Close()
+	_, err1 := c.Session(context.Background())
+	_, err2 := c.Session(context.Background())
+	if err1 == nil || err2 == nil || c.Starts() != 1 || !errors.Is(err2, mcpstdio.ErrNotSent) {
+		t.Fatalf("a failing child must not be respawned within the backoff: starts=%d, %v, %v", c.Starts(), err1, err2)
+	}
+}
+
+func TestChildThatNeverAnswersInitialize(t *testing.T) {
+	cfg, _, _ := config(t, "mute")
+	cfg.InitTimeout = 300 * time.Millisecond
+	_, err := mcpstdio.Start(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "did not answer initialize within 300ms") {
+		t.Fatalf("want an initialize timeout, got %v", err)
+	}
+}
+
+func TestCommandThatDoesNotExist(t *testing.T) {
+	_, err := mcpstdio.Start(context.Background(), mcpstdio.Config{Command: []string{"/nonexistent/mcp-server"}})
+	if err == nil || !strings.Contains(err.Error(), "cannot start") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := mcpstdio.Start(context.Background(), mcpstdio.Config{}); err == nil {
+		t.Fatal("an empty command must be refused")
+	}
+}
+
+func TestCloseEndsTheChild(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	s := start(t, cfg)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var ee *mcpstdio.ExitError
+	if !errors.As(s.Err(), &ee) || ee.Why != "closed" {
+		t.Fatalf("Err after Close: %v", s.Err())
+	}
+	if _, err := s.ListTools(context.Background(), ""); !errors.Is(err, mcpstdio.ErrNotSent) {
+		t.Fatalf("call after Close: %v", err)
+	}
+}
+
+func TestRealMemoryServer(t *testing.T) {
+	bin, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-memory")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skip("skipping: @modelcontextprotocol/server-memory is not installed; run scripts/install-peers")
+	}
+	s := start(t, mcpstdio.Config{Command: []string{bin}, Env: []string{"MEMORY_FILE_PATH=" + filepath.Join(t.TempDir(), "mem.jsonl")}, Stderr: &syncBuf{}})
+	res, err := s.ListTools(context.Background(), "")
+	if err != nil || !strings.Contains(string(res), `"create_entities"`) {
+		t.Fatalf("tools/list: %.300s, %v", res, err)
+	}
+	res, err = s.CallTool(context.Background(), "read_graph", json.RawMessage(`{}`))
+	if err != nil || !strings.Contains(string(res), "content") {
+		t.Fatalf("read_graph: %s, %v", res, err)
+	}
+}
+
+func TestRequestsFromTheChildReachOnRequest(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	cfg.OnRequest = func(_ context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+		if method != "roots/list" {
+			return nil, &mcpstdio.RPCError{Code: -32601, Message: "unexpected " + method}
+		}
+		return json.RawMessage(`{"roots":[{"uri":"file:///tmp"}]}`), nil
+	}
+	s := start(t, cfg)
+	res, err := s.CallTool(context.Background(), "ask", json.RawMessage(`{}`))
+	if err != nil || !strings.Contains(string(res), `client said: {\"roots\":[{\"uri\":\"file:///tmp\"}]}`) {
+		t.Fatalf("ask: %s %v", res, err)
+	}
+	cfg.OnRequest = nil // no handler: the child gets "method not found"
+	s2 := start(t, cfg)
+	res, err = s2.CallTool(context.Background(), "ask", json.RawMessage(`{}`))
+	if err != nil || !strings.Contains(string(res), "client error: method not supported by this client: roots/list") {
+		t.Fatalf("ask without a handler: %s %v", res, err)
+	}
+}

@@ -1,0 +1,124 @@
+package probe
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/fatih/color"
+	"github.com/olekukonko/tablewriter"
+)
+
+// maxAnswerRows bounds the answers table; the rest are summarised in one line.
+const maxAnswerRows = 15
+
+// WriteText writes the human report: what was sent, a table of counts, a table of the distinct
+// answers, and the verdict with what it does and does not prove. colour should be true only
+// when w is a terminal and NO_COLOR is unset; the caller decides.
+func (r *Report) WriteText(w io.Writer, colour bool) error {
+	p := &printer{w: w}
+	p.f("effectfence probe: %d byte-identical concurrent call(s) to %s %s\n", r.Calls, r.Tool, clip(oneLine(string(r.Args)), 80))
+	if r.Witness != nil {
+		p.f("witness: %s\n", clip(oneLine(r.Witness.Command), 100))
+	}
+	p.f("\n")
+
+	counts := tablewriter.NewTable(w)
+	counts.Header("what", "count")
+	rows := [][]any{
+		{"sent (identical, at once)", r.Calls},
+		{"succeeded", r.Succeeded},
+		{"tool errors (isError)", r.ToolErrors},
+		{"protocol errors (JSON-RPC)", r.ProtocolErrors},
+		{"no answer (transport failure)", r.TransportFailures},
+		{"distinct successful answers", r.Distinct},
+	}
+	if r.DistinctErrors > 0 {
+		rows = append(rows, []any{"distinct tool-error answers", r.DistinctErrors})
+	}
+	if r.Witness != nil {
+		rows = append(rows,
+			[]any{"witness before → after", fmt.Sprintf("%d → %d", r.Witness.Before, r.Witness.After)},
+			[]any{"effects measured by the witness", r.Witness.Effects})
+	}
+	for _, row := range rows {
+		p.err(counts.Append(row...))
+	}
+	p.err(counts.Render())
+
+	if len(r.Answers) > 0 {
+		p.f("\n")
+		answers := tablewriter.NewTable(w)
+		answers.Header("calls", "kind", "answer", "fingerprint")
+		for i, a := range r.Answers {
+			if i == maxAnswerRows {
+				break
+			}
+			kind := "ok"
+			if a.IsError {
+				kind = "tool error"
+			}
+			p.err(answers.Append(a.Calls, kind, a.Preview, a.Fingerprint[:12]))
+		}
+		p.err(answers.Render())
+		if extra := len(r.Answers) - maxAnswerRows; extra > 0 {
+			p.f("… and %d more distinct answers (all of them are in --json)\n", extra)
+		}
+	}
+	if len(r.Failures) > 0 {
+		p.f("\nfailures:\n")
+		for _, f := range r.Failures {
+			p.f("  %d × %s: %s\n", f.Calls, f.Kind, clip(oneLine(f.Message), 120))
+		}
+	}
+
+	head := color.New(color.Bold)
+	switch r.Verdict {
+	case DoubleFire:
+		head.Add(color.FgRed)
+	case OnceMeasured, NoRaceSurface:
+		head.Add(color.FgGreen)
+	default:
+		head.Add(color.FgYellow)
+	}
+	if colour {
+		head.EnableColor()
+	} else {
+		head.DisableColor()
+	}
+	p.f("\n%s\n", head.Sprint(r.Headline))
+	p.f("  proven:     %s\n", r.Proven)
+	p.f("  not proven: %s\n", r.NotProven)
+	for _, n := range r.Notes {
+		p.f("  note:       %s\n", n)
+	}
+	return p.e
+}
+
+// printer keeps the first write error so the report code reads straight.
+type printer struct {
+	w io.Writer
+	e error
+}
+
+func (p *printer) f(format string, a ...any) {
+	if p.e == nil {
+		_, p.e = fmt.Fprintf(p.w, format, a...)
+	}
+}
+
+func (p *printer) err(e error) {
+	if p.e == nil && e != nil {
+		p.e = e
+	}
+}
+
+// Summary is the verdict in one line, for logs and the demo.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d calls, %d succeeded, %d distinct", r.Headline, r.Calls, r.Succeeded, r.Distinct)
+	if r.Witness != nil {
+		fmt.Fprintf(&b, ", %d effects measured", r.Witness.Effects)
+	}
+	return b.String()
+}

@@ -1,0 +1,279 @@
+package probe
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// Verdict is the probe's conclusion, as a stable machine-readable code.
+type Verdict string
+
+const (
+	// DoubleFire: more than one distinct successful answer, or a witness that counted more
+	// than one effect.
+	DoubleFire Verdict = "double_fire"
+	// OnceMeasured: the witness counted exactly one effect.
+	OnceMeasured Verdict = "once_measured"
+	// NoRaceSurface: exactly one call succeeded and every other one was refused by the server.
+	NoRaceSurface Verdict = "no_race_surface"
+	// Inconclusive: the answers cannot tell one execution from many.
+	Inconclusive Verdict = "inconclusive"
+)
+
+// Headline is the verdict as the report prints it.
+func (v Verdict) Headline() string {
+	switch v {
+	case DoubleFire:
+		return "PROVEN DOUBLE-FIRE"
+	case OnceMeasured:
+		return "EXACTLY ONCE (measured by the witness)"
+	case NoRaceSurface:
+		return "no race surface observed"
+	}
+	return "INCONCLUSIVE from responses"
+}
+
+// Answer is one distinct answer and how many calls received it.
+type Answer struct {
+	Fingerprint string `json:"fingerprint"` // hex SHA-256 of JCS {content, structuredContent, isError}
+	Calls       int    `json:"calls"`
+	IsError     bool   `json:"is_error"`
+	Preview     string `json:"preview"`
+}
+
+// Failure is one distinct call failure (no tool result) and how many calls hit it.
+type Failure struct {
+	Kind    string `json:"kind"` // "protocol" (a JSON-RPC error response) or "transport"
+	Message string `json:"message"`
+	Calls   int    `json:"calls"`
+}
+
+// Report is everything a probe observed and concluded. Its JSON form is the --json output.
+type Report struct {
+	Tool  string          `json:"tool"`
+	Args  json.RawMessage `json:"args"`
+	Calls int             `json:"calls"`
+
+	Succeeded         int `json:"succeeded"`          // results with isError false
+	ToolErrors        int `json:"tool_errors"`        // results with isError true
+	ProtocolErrors    int `json:"protocol_errors"`    // JSON-RPC error responses
+	TransportFailures int `json:"transport_failures"` // no answer: connection lost, timeout
+	Distinct          int `json:"distinct"`           // distinct successful answers
+	DistinctErrors    int `json:"distinct_errors"`    // distinct tool-error answers
+
+	Answers  []Answer       `json:"answers"`
+	Failures []Failure      `json:"failures"`
+	Witness  *WitnessReport `json:"witness,omitempty"`
+
+	Verdict   Verdict  `json:"verdict"`
+	Headline  string   `json:"headline"`
+	Proven    string   `json:"proven"`
+	NotProven string   `json:"not_proven"`
+	Notes     []string `json:"notes"`
+}
+
+// Answered is the number of calls that got a tool result (successful or not).
+func (r *Report) Answered() int { return r.Succeeded + r.ToolErrors }
+
+// toolResult is the part of a CallToolResult that identifies an answer; _meta is left out on
+// purpose (servers and proxies put per-call bookkeeping there).
+type toolResult struct {
+	Content           json.RawMessage `json:"content"`
+	StructuredContent json.RawMessage `json:"structuredContent"`
+	IsError           bool            `json:"isError"`
+}
+
+// Fingerprint returns the hex SHA-256 of the RFC 8785 canonical JSON of the result's
+// {content, structuredContent, isError}; missing fields count as null (isError as false), and
+// _meta and any other field are ignored. It also reports isError and a short preview.
+func Fingerprint(result json.RawMessage) (fp string, isError bool, preview string, err error) {
+	var tr toolResult
+	if err := json.Unmarshal(result, &tr); err != nil {
+		return "", false, "", fmt.Errorf("tool result is not a JSON object: %v", err)
+	}
+	null := json.RawMessage("null")
+	if len(tr.Content) == 0 {
+		tr.Content = null
+	}
+	if len(tr.StructuredContent) == 0 {
+		tr.StructuredContent = null
+	}
+	c, err := canon.Marshal(tr)
+	if err != nil {
+		return "", false, "", err
+	}
+	return canon.Sum(c), tr.IsError, previewOf(tr), nil
+}
+
+// previewOf shows the first text block, else the structured content, in one short line.
+func previewOf(tr toolResult) string {
+	var blocks []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(tr.Content, &blocks) == nil {
+		for _, b := range blocks {
+			if b.Type == "text" {
+				return clip(oneLine(b.Text), 72)
+			}
+		}
+		if len(blocks) > 0 {
+			return fmt.Sprintf("(%d %s block(s))", len(blocks), blocks[0].Type)
+		}
+	}
+	if string(tr.StructuredContent) != "null" {
+		return clip(oneLine(string(tr.StructuredContent)), 72)
+	}
+	return "(empty result)"
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// tally groups the answers; it does not judge.
+func tally(opts Options, answers []answer) *Report {
+	r := &Report{Tool: opts.Tool, Args: opts.Args, Calls: len(answers), Answers: []Answer{}, Failures: []Failure{}, Notes: []string{}}
+	byFP := map[string]*Answer{}
+	byFail := map[[2]string]*Failure{}
+	var order []string
+	var failOrder [][2]string
+	fail := func(kind, msg string) {
+		k := [2]string{kind, msg}
+		if f, ok := byFail[k]; ok {
+			f.Calls++
+			return
+		}
+		byFail[k] = &Failure{Kind: kind, Message: msg, Calls: 1}
+		failOrder = append(failOrder, k)
+	}
+	for _, a := range answers {
+		if a.err != nil {
+			var rpc *mcpstdio.RPCError
+			if errors.As(a.err, &rpc) {
+				r.ProtocolErrors++
+				fail("protocol", rpc.Error())
+			} else {
+				r.TransportFailures++
+				fail("transport", a.err.Error())
+			}
+			continue
+		}
+		fp, isErr, preview, err := Fingerprint(a.result)
+		if err != nil {
+			r.ProtocolErrors++
+			fail("protocol", err.Error())
+			continue
+		}
+		if isErr {
+			r.ToolErrors++
+		} else {
+			r.Succeeded++
+		}
+		if x, ok := byFP[fp]; ok {
+			x.Calls++
+			continue
+		}
+		byFP[fp] = &Answer{Fingerprint: fp, Calls: 1, IsError: isErr, Preview: preview}
+		order = append(order, fp)
+		if isErr {
+			r.DistinctErrors++
+		} else {
+			r.Distinct++
+		}
+	}
+	for _, fp := range order {
+		r.Answers = append(r.Answers, *byFP[fp])
+	}
+	// Most frequent first; ties by preview so the order does not depend on timing.
+	sort.SliceStable(r.Answers, func(i, j int) bool {
+		a, b := r.Answers[i], r.Answers[j]
+		if a.Calls != b.Calls {
+			return a.Calls > b.Calls
+		}
+		if a.IsError != b.IsError {
+			return !a.IsError
+		}
+		return a.Preview < b.Preview
+	})
+	for _, k := range failOrder {
+		r.Failures = append(r.Failures, *byFail[k])
+	}
+	sort.SliceStable(r.Failures, func(i, j int) bool { return r.Failures[i].Calls > r.Failures[j].Calls })
+	return r
+}
+
+// judge sets the verdict and says exactly what was and was not proven. A witness that moved
+// is stronger evidence than the answers and decides; answers decide otherwise.
+func (r *Report) judge() {
+	n := r.Calls
+	w := r.Witness
+	switch {
+	case w != nil && w.Effects > 1:
+		r.Verdict = DoubleFire
+		r.Proven = fmt.Sprintf("the witness counted %d effects (%d before, %d after) from %d byte-identical calls: the effect happened %d times, not once.",
+			w.Effects, w.Before, w.After, n, w.Effects)
+		r.NotProven = "that nothing but this probe moved the witness's number in the meantime (run it where nothing else writes)."
+		if r.Distinct > 1 {
+			r.Proven += fmt.Sprintf(" The answers agree: %d distinct successful answers.", r.Distinct)
+		}
+	case w != nil && w.Effects == 1:
+		r.Verdict = OnceMeasured
+		r.Proven = fmt.Sprintf("the witness counted exactly 1 effect (%d before, %d after) for %d byte-identical calls.", w.Before, w.After, n)
+		r.NotProven = "that it will always be once: this is one run, under this timing, with this witness."
+		if r.Distinct > 1 {
+			r.Notes = append(r.Notes, fmt.Sprintf("the successful answers differed (%d distinct) although one effect was measured: they carry something per call (a timestamp, a request id).", r.Distinct))
+		}
+	case r.Distinct > 1:
+		r.Verdict = DoubleFire
+		r.Proven = fmt.Sprintf("%d byte-identical calls got %d different successful answers: the server executed the call at least %d separate times instead of once.",
+			n, r.Distinct, r.Distinct)
+		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too. Add --witness to count the effects themselves."
+	case r.Succeeded == 1 && r.TransportFailures == 0 && n > 1:
+		r.Verdict = NoRaceSurface
+		r.Proven = fmt.Sprintf("exactly 1 of %d byte-identical calls succeeded; the other %d were refused by the server (%d tool errors, %d protocol errors).",
+			n, n-1, r.ToolErrors, r.ProtocolErrors)
+		r.NotProven = "that the server always refuses duplicates: this is one run, under this timing; nor whether a refused call had a partial effect (add --witness)."
+	case r.Succeeded == 0:
+		r.Verdict = Inconclusive
+		r.Proven = fmt.Sprintf("no call succeeded: %d tool errors, %d protocol errors, %d transport failures.", r.ToolErrors, r.ProtocolErrors, r.TransportFailures)
+		r.NotProven = "anything about duplicate execution: there was no successful answer to compare."
+	default:
+		r.Verdict = Inconclusive
+		r.Proven = fmt.Sprintf("%d of %d byte-identical calls succeeded, all with the same answer.", r.Succeeded, n)
+		r.NotProven = fmt.Sprintf("whether the tool ran once or %d times: a tool that runs every time and answers the same way looks exactly like one that ran once. Add --witness to count the effects.", r.Succeeded)
+	}
+	if w != nil && w.Effects < 1 {
+		if w.Effects == 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else.", w.Before))
+		} else {
+			r.Notes = append(r.Notes, fmt.Sprintf("the witness went down (%d before, %d after): something else changed it during the probe.", w.Before, w.After))
+		}
+	}
+	if r.TransportFailures > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) got no answer (transport failure): whether they executed is unknown.", r.TransportFailures))
+	}
+	r.Headline = r.Verdict.Headline()
+}
+
+// JSON is the --json form of the report.
+func (r *Report) JSON() ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

@@ -1,0 +1,219 @@
+package probe
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+func TestFingerprintIgnoresMetaAndSpelling(t *testing.T) {
+	base := `{"content":[{"type":"text","text":"charged ch_1"}],"structuredContent":{"id":"ch_1","amount":4900}}`
+	same := []string{
+		`{"structuredContent":{"amount":4900,"id":"ch_1"},"content":[{"text":"charged ch_1","type":"text"}]}`,
+		`{"content":[{"type":"text","text":"charged ch_1"}],"structuredContent":{"id":"ch_1","amount":4.9e3},"_meta":{"effectfence/replayed":true}}`,
+		`{"content":[{"type":"text","text":"charged ch_1"}],"structuredContent":{"id":"ch_1","amount":4900},"isError":false}`,
+	}
+	different := []string{
+		`{"content":[{"type":"text","text":"charged ch_2"}],"structuredContent":{"id":"ch_1","amount":4900}}`,
+		`{"content":[{"type":"text","text":"charged ch_1"}],"structuredContent":{"id":"ch_2","amount":4900}}`,
+		`{"content":[{"type":"text","text":"charged ch_1"}],"structuredContent":{"id":"ch_1","amount":4900},"isError":true}`,
+		`{"content":[{"type":"text","text":"charged ch_1"}]}`,
+	}
+	want, _, preview, err := Fingerprint(json.RawMessage(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if preview != "charged ch_1" {
+		t.Errorf("preview = %q", preview)
+	}
+	for _, s := range same {
+		got, _, _, err := Fingerprint(json.RawMessage(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s: fingerprint differs from the same answer spelled differently", s)
+		}
+	}
+	for _, s := range different {
+		got, _, _, err := Fingerprint(json.RawMessage(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == want {
+			t.Errorf("%s: fingerprint equals a different answer's", s)
+		}
+	}
+	if _, _, _, err := Fingerprint(json.RawMessage(`[1]`)); err == nil {
+		t.Error("an array result was accepted")
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, ok := range []string{`{}`, `{"amount":4900}`, ` {"a":[1,2]} `} {
+		if _, err := ParseArgs(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for in, want := range map[string]string{
+		``:           "empty",
+		`[1]`:        "an array",
+		`"x"`:        "a string",
+		`42`:         "a number",
+		`null`:       "null",
+		`{"a":`:      "not valid JSON",
+		`{} {}`:      "text after",
+		`{"a":1} x`:  "text after",
+		`tru`:        "not valid JSON",
+		`{'a': 1}`:   "not valid JSON",
+		`    `:       "empty",
+		`true`:       "a boolean",
+		`[{"a":1}]`:  "an array",
+		`{"a":1}}`:   "text after",
+		`{"a":1}, 2`: "text after",
+	} {
+		_, err := ParseArgs(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseArgs(%q) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := Options{Tool: "t", Args: json.RawMessage(`{}`), Calls: 12}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(o *Options){
+		"--tool is required":         func(o *Options) { o.Tool = " " },
+		"--calls must be at least 1": func(o *Options) { o.Calls = 0 },
+		"at most":                    func(o *Options) { o.Calls = MaxCalls + 1 },
+		"must be a JSON object":      func(o *Options) { o.Args = json.RawMessage(`[]`) },
+	}
+	for want, mutate := range cases {
+		o := good
+		mutate(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+}
+
+func TestParseCount(t *testing.T) {
+	for in, want := range map[string]int64{"12\n": 12, "  7 effects.log\n": 7, "count\n-----\n 3\n": 3, "0": 0} {
+		got, err := ParseCount(in)
+		if err != nil || got != want {
+			t.Errorf("ParseCount(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "  \n", "twelve", "1.5"} {
+		if _, err := ParseCount(in); err == nil {
+			t.Errorf("ParseCount(%q) accepted", in)
+		}
+	}
+}
+
+// results builds answers from tool-result JSON texts.
+func results(texts ...string) []answer {
+	out := make([]answer, len(texts))
+	for i, s := range texts {
+		out[i] = answer{result: json.RawMessage(s)}
+	}
+	return out
+}
+
+func ok(text string) string {
+	return `{"content":[{"type":"text","text":"` + text + `"}]}`
+}
+
+func toolErr(text string) string {
+	return `{"content":[{"type":"text","text":"` + text + `"}],"isError":true}`
+}
+
+func TestJudge(t *testing.T) {
+	opts := Options{Tool: "t", Args: json.RawMessage(`{}`)}
+	transport := answer{err: errors.New("connection closed")}
+	rpc := answer{err: &mcpstdio.RPCError{Code: -32603, Message: "internal"}}
+	cases := []struct {
+		name     string
+		answers  []answer
+		witness  *WitnessReport
+		verdict  Verdict
+		distinct int
+		proven   string
+	}{
+		{"all different", results(ok("a"), ok("b"), ok("c")), nil, DoubleFire, 3, "at least 3 separate times"},
+		{"two of three", results(ok("a"), ok("a"), ok("b")), nil, DoubleFire, 2, "at least 2"},
+		{"all equal", results(ok("a"), ok("a"), ok("a")), nil, Inconclusive, 1, "all with the same answer"},
+		{"one success, rest refused", results(ok("a"), toolErr("busy"), toolErr("busy")), nil, NoRaceSurface, 1, "exactly 1 of 3"},
+		{"one success, rest protocol errors", append(results(ok("a")), rpc, rpc), nil, NoRaceSurface, 1, "2 protocol errors"},
+		{"one success, rest lost", append(results(ok("a")), transport, transport), nil, Inconclusive, 1, "1 of 3"},
+		{"nothing succeeded", append(results(toolErr("x")), transport), nil, Inconclusive, 0, "no call succeeded"},
+		{"equal answers, witness 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Before: 5, After: 8, Effects: 3}, DoubleFire, 1, "counted 3 effects"},
+		{"equal answers, witness 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Before: 5, After: 6, Effects: 1}, OnceMeasured, 1, "exactly 1 effect"},
+		{"different answers, witness 1", results(ok("a"), ok("b")), &WitnessReport{Before: 0, After: 1, Effects: 1}, OnceMeasured, 2, "exactly 1 effect"},
+		{"different answers, witness 0", results(ok("a"), ok("b")), &WitnessReport{Before: 4, After: 4}, DoubleFire, 2, "at least 2"},
+		{"single call", results(ok("a")), nil, Inconclusive, 1, "1 of 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := tally(opts, c.answers)
+			r.Witness = c.witness
+			r.judge()
+			if r.Verdict != c.verdict || r.Distinct != c.distinct {
+				t.Fatalf("verdict %s distinct %d, want %s %d", r.Verdict, r.Distinct, c.verdict, c.distinct)
+			}
+			if !strings.Contains(r.Proven, c.proven) {
+				t.Errorf("proven = %q, want it to say %q", r.Proven, c.proven)
+			}
+			if r.NotProven == "" || r.Headline == "" {
+				t.Error("a verdict without its limits")
+			}
+			if got := r.Succeeded + r.ToolErrors + r.ProtocolErrors + r.TransportFailures; got != len(c.answers) {
+				t.Errorf("buckets add up to %d, want %d", got, len(c.answers))
+			}
+		})
+	}
+}
+
+func TestReportRendersWithoutColourAndAsJSON(t *testing.T) {
+	r := tally(Options{Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)},
+		append(results(ok("ch_1"), ok("ch_2"), toolErr("declined")), answer{err: errors.New("EOF")}))
+	r.Witness = &WitnessReport{Command: "wc -l < f", Before: 0, After: 2, Effects: 2}
+	r.judge()
+	var text bytes.Buffer
+	if err := r.WriteText(&text, false); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	for _, want := range []string{"PROVEN DOUBLE-FIRE", "ch_1", "declined", "0 → 2", "transport: EOF", "not proven:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Error("colour escapes without colour")
+	}
+	var coloured bytes.Buffer
+	if err := r.WriteText(&coloured, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(coloured.String(), "\x1b[") {
+		t.Error("no colour escapes when colour was asked for")
+	}
+	b, err := r.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Verdict != DoubleFire || back.Distinct != 2 || back.ToolErrors != 1 || back.TransportFailures != 1 || back.Witness.Effects != 2 {
+		t.Errorf("JSON round trip lost numbers: %+v", back)
+	}
+}

@@ -1,0 +1,98 @@
+package probe
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// Spawn starts argv as an MCP stdio server (with env added to ours), completes the handshake
+// and returns it as a Conn. The child's stderr goes to stderr once the handshake succeeded
+// (what it wrote before is passed on then); if the handshake fails, the returned error
+// already carries the tail of it, so the failure stays one clear message.
+func Spawn(ctx context.Context, argv, env []string, stderr io.Writer) (Conn, error) {
+	g := &gate{w: stderr}
+	s, err := mcpstdio.Start(ctx, mcpstdio.Config{Command: argv, Env: env, Stderr: g})
+	if err != nil {
+		return nil, err
+	}
+	if err := g.open(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return stdioConn{s}, nil
+}
+
+// gate holds what is written to it (up to maxHeld bytes) until open, then passes through.
+type gate struct {
+	mu     sync.Mutex
+	w      io.Writer
+	held   []byte
+	opened bool
+}
+
+const maxHeld = 64 << 10
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.opened {
+		return g.w.Write(p)
+	}
+	if room := maxHeld - len(g.held); room > 0 {
+		g.held = append(g.held, p[:min(len(p), room)]...)
+	}
+	return len(p), nil
+}
+
+func (g *gate) open() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.opened = true
+	_, err := g.w.Write(g.held)
+	g.held = nil
+	return err
+}
+
+type stdioConn struct{ s *mcpstdio.Session }
+
+func (c stdioConn) CallTool(ctx context.Context, tool string, args json.RawMessage) (json.RawMessage, error) {
+	return c.s.CallTool(ctx, tool, args)
+}
+
+func (c stdioConn) Close() error { return c.s.Close() }
+
+// maxPages bounds tools/list pagination against a server whose cursors never end.
+const maxPages = 100
+
+func (c stdioConn) ToolNames(ctx context.Context) ([]string, error) {
+	var names []string
+	cursor := ""
+	for range maxPages {
+		raw, err := c.s.ListTools(ctx, cursor)
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Tools []struct {
+				Name string `json:"name"`
+			} `json:"tools"`
+			NextCursor string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return nil, fmt.Errorf("tools/list result is not a tool list: %v", err)
+		}
+		for _, t := range page.Tools {
+			names = append(names, t.Name)
+		}
+		if page.NextCursor == "" {
+			return names, nil
+		}
+		cursor = page.NextCursor
+	}
+	return nil, fmt.Errorf("tools/list still had more pages after %d", maxPages)
+}

@@ -1,0 +1,91 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Witness measures the effects of a tool independently of its answers: a number that each
+// execution raises by one (rows in a table, lines in a file, charges in an account).
+type Witness interface {
+	Measure(ctx context.Context) (int64, error)
+	String() string
+}
+
+// WitnessReport is the witness's two readings and their difference.
+type WitnessReport struct {
+	Command string `json:"command"`
+	Before  int64  `json:"before"`
+	After   int64  `json:"after"`
+	Effects int64  `json:"effects"` // After - Before
+}
+
+// CommandWitness runs a shell command (sh -c, or cmd /C on Windows) and reads the first
+// whole number in its output, so `wc -l < file`, `wc -l file` and
+// `psql -tAc 'select count(*) from charges'` all work.
+type CommandWitness struct {
+	Command string
+	Timeout time.Duration // 0: 30 seconds
+}
+
+func (w CommandWitness) String() string { return w.Command }
+
+// Measure runs the command once and parses its number.
+func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
+	if strings.TrimSpace(w.Command) == "" {
+		return 0, errors.New("the witness command is empty")
+	}
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var cmd *exec.Cmd
+	if runtime.GOOS == "windows" {
+		cmd = exec.CommandContext(ctx, "cmd", "/C", w.Command)
+	} else {
+		cmd = exec.CommandContext(ctx, "sh", "-c", w.Command)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := firstLine(stderr.String())
+		if msg == "" {
+			msg = firstLine(stdout.String())
+		}
+		if msg != "" {
+			return 0, fmt.Errorf("%q failed: %v: %s", w.Command, err, msg)
+		}
+		return 0, fmt.Errorf("%q failed: %v", w.Command, err)
+	}
+	return ParseCount(stdout.String())
+}
+
+// ParseCount returns the first whitespace-separated whole number in out.
+func ParseCount(out string) (int64, error) {
+	for _, f := range strings.Fields(out) {
+		if n, err := strconv.ParseInt(f, 10, 64); err == nil {
+			return n, nil
+		}
+	}
+	if strings.TrimSpace(out) == "" {
+		return 0, errors.New("the witness printed nothing; it must print a number (e.g. `wc -l < effects.log`)")
+	}
+	return 0, fmt.Errorf("the witness printed no whole number: %q", clip(strings.TrimSpace(out), 80))
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return clip(s, 200)
+}

@@ -1,0 +1,134 @@
+package wrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// The benchmarks compare a call through `effectfence wrap` (with the durable default ledger:
+// a SQLite file, WAL, synchronous FULL) with a direct call to the same MCP server, in the
+// same run. Every call has distinct arguments, so every call through wrap is admitted and
+// committed (two durable ledger writes): the worst case, not the replay path.
+
+func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
+	r := &rig{t: &testing.T{}, dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")}
+	r.effects = r.dir + "/effects"
+	start := func(argv []string) *mcpstdio.Session {
+		s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{Command: argv, Env: r.env(), Stderr: &logBuf{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	}
+	direct = start(r.childCmd())
+	wrapped = start(append([]string{efBin, "wrap", "--"}, r.childCmd()...))
+	return direct, wrapped
+}
+
+var benchSeq atomic.Int64
+
+func echo(b *testing.B, s *mcpstdio.Session) {
+	args, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), benchSeq.Add(1))})
+	if _, err := s.CallTool(context.Background(), "echo", args); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func pct(d []time.Duration, p float64) float64 {
+	slices.Sort(d)
+	return float64(d[int(float64(len(d)-1)*p)].Microseconds())
+}
+
+// BenchmarkLatency alternates one direct and one wrapped call per iteration and reports the
+// p50 and p99 of each and the p50 that wrap adds.
+func BenchmarkLatency(b *testing.B) {
+	direct, wrapped := benchRig(b)
+	for range 20 { // warm up both paths
+		echo(b, direct)
+		echo(b, wrapped)
+	}
+	var dl, wl []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		echo(b, direct)
+		t1 := time.Now()
+		echo(b, wrapped)
+		dl, wl = append(dl, t1.Sub(t0)), append(wl, time.Since(t1))
+	}
+	b.StopTimer()
+	d50, w50 := pct(dl, 0.5), pct(wl, 0.5)
+	b.ReportMetric(d50, "direct-p50-µs")
+	b.ReportMetric(pct(dl, 0.99), "direct-p99-µs")
+	b.ReportMetric(w50, "wrap-p50-µs")
+	b.ReportMetric(pct(wl, 0.99), "wrap-p99-µs")
+	b.ReportMetric(w50-d50, "added-p50-µs")
+}
+
+// BenchmarkThroughput16 runs b.N distinct calls from 16 concurrent callers, directly and then
+// through wrap, and reports both rates and their ratio.
+func BenchmarkThroughput16(b *testing.B) {
+	direct, wrapped := benchRig(b)
+	run := func(s *mcpstdio.Session) float64 {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(b.N) {
+					echo(b, s)
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(b.N) / time.Since(t0).Seconds()
+	}
+	run(direct) // warm up
+	run(wrapped)
+	b.ResetTimer()
+	d := run(direct)
+	w := run(wrapped)
+	b.StopTimer()
+	b.ReportMetric(d, "direct-calls/s")
+	b.ReportMetric(w, "wrap-calls/s")
+	b.ReportMetric(100*w/d, "wrap-%-of-direct")
+}
+
+// BenchmarkReplayLatency measures the duplicate path: every wrapped call repeats the first
+// one and is answered from the ledger (a read, no write), against a direct call that runs.
+func BenchmarkReplayLatency(b *testing.B) {
+	direct, wrapped := benchRig(b)
+	args := json.RawMessage(`{"text":"the same call every time"}`)
+	if _, err := wrapped.CallTool(context.Background(), "echo", args); err != nil {
+		b.Fatal(err)
+	}
+	var dl, wl []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := direct.CallTool(context.Background(), "echo", args); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := wrapped.CallTool(context.Background(), "echo", args); err != nil {
+			b.Fatal(err)
+		}
+		dl, wl = append(dl, t1.Sub(t0)), append(wl, time.Since(t1))
+	}
+	b.StopTimer()
+	b.ReportMetric(pct(dl, 0.5), "direct-p50-µs")
+	b.ReportMetric(pct(wl, 0.5), "replay-p50-µs")
+	b.ReportMetric(pct(wl, 0.99), "replay-p99-µs")
+}

@@ -1,0 +1,431 @@
+package wrap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// Keys wrap adds to the _meta of results it did not forward itself.
+const (
+	MetaReplayed = "effectfence/replayed"
+	MetaIntent   = "effectfence/intent"
+	MetaCert     = "effectfence/cert"
+	MetaCode     = "effectfence/code"
+)
+
+type callParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// fenced decides whether calls of a tool go through the fence.
+func (p *Proxy) fenced(name string, info toolInfo) bool {
+	switch {
+	case p.pass[name]:
+		return false
+	case p.fence[name], p.opt.FenceReads:
+		return true
+	}
+	return !info.readOnly
+}
+
+// toolsCall handles tools/call: pass-through for unfenced tools, the fence for the rest.
+func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
+	var cp callParams
+	if len(m.Params) == 0 || m.Params[0] != '{' || json.Unmarshal(m.Params, &cp) != nil || cp.Name == "" {
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, `effectfence wrap: tools/call params must be an object with a non-empty "name"`))
+	}
+	args := []byte(strings.TrimSpace(string(cp.Arguments)))
+	switch {
+	case len(args) == 0 || string(args) == "null":
+		args = []byte("{}") // no arguments and {} are the same call
+	case args[0] != '{':
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, `effectfence wrap: tools/call "arguments" must be an object`))
+	}
+	info, err := p.toolInfo(ctx, cp.Name)
+	if err != nil {
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server is not running: %v", err))
+	}
+	if !p.fenced(cp.Name, info) {
+		return p.forward(ctx, m)
+	}
+	id, err := identify(cp.Name, args, p.opt.Ignore[cp.Name], p.opt.Key[cp.Name])
+	if err != nil {
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: tools/call arguments: %v", err))
+	}
+	params := m.Params
+	if info.keyProp != "" && !p.opt.NoInjectKey {
+		if a, ok := injectKey(args, info.keyProp, id.hash); ok {
+			params = withArguments(m.Params, a)
+		}
+	}
+	a := p.fencedCall(ctx, cp.Name, id, params)
+	if a.err != nil {
+		return jsonrpc.ErrorResponse(m.ID, a.err)
+	}
+	return jsonrpc.Response(m.ID, a.result)
+}
+
+// answer is what the agent receives for one tools/call: a result or a JSON-RPC error.
+type answer struct {
+	result json.RawMessage
+	err    *jsonrpc.Error
+}
+
+// toolInfo returns what is known of a tool, listing the child's tools first if the agent
+// never did. An unknown tool is fenced (the safe side) and the child answers for it.
+func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
+	if info, ok, loaded := p.tools.get(name); ok || loaded {
+		return info, nil
+	}
+	s, err := p.session(ctx)
+	if err != nil {
+		return toolInfo{}, err
+	}
+	if err := p.tools.refresh(ctx, s); err != nil {
+		p.logf("listing tools: %v", err)
+	}
+	info, _, _ := p.tools.get(name)
+	return info, nil
+}
+
+// withArguments returns tools/call params with "arguments" replaced (other members kept).
+func withArguments(params json.RawMessage, args []byte) json.RawMessage {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return params
+	}
+	m["arguments"] = args
+	out, err := json.Marshal(m)
+	if err != nil {
+		return params
+	}
+	return out
+}
+
+// flight is one intent attempted in this process: the callers waiting in PrepareWait
+// (members) and the one running it (the holder). When the attempt fails definitely, the
+// holder hands its answer to the members before releasing the intent, so they receive the
+// same failure instead of running the call again.
+type flight struct {
+	// ctx is what members wait in; it is cancelled when the attempt failed definitely.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	members int
+	running bool
+	failed  bool
+	answer  answer        // set with failed
+	idle    chan struct{} // closed when the last member leaves after a failure
+}
+
+// flights is the set of intents attempted in this process; one lock guards it all.
+type flights struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+func (fs *flights) join(intent string) *flight {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := fs.m[intent]
+	if f == nil {
+		f = &flight{}
+		f.ctx, f.cancel = context.WithCancel(context.Background())
+		fs.m[intent] = f
+	}
+	f.members++
+	return f
+}
+
+// leave ends a member's wait: it returns the failure the member must answer with, if any,
+// and records whether the member became the holder.
+func (fs *flights) leave(intent string, f *flight, holder bool) (answer, bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f.members--
+	if f.failed {
+		if f.members == 0 && f.idle != nil {
+			close(f.idle)
+			f.idle = nil
+		}
+		return f.answer, true
+	}
+	if holder {
+		f.running = true
+	}
+	fs.forgetIfUnused(intent, f)
+	return answer{}, false
+}
+
+// done ends the holder's run without a failure to share (success or unknown outcome: the
+// members learn it from the ledger).
+func (fs *flights) done(intent string, f *flight) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f.running = false
+	fs.forgetIfUnused(intent, f)
+}
+
+func (fs *flights) forgetIfUnused(intent string, f *flight) {
+	if f.members == 0 && !f.running {
+		if fs.m[intent] == f {
+			delete(fs.m, intent)
+		}
+		f.cancel()
+	}
+}
+
+// fail publishes the holder's failure to the members and returns once none of them is still
+// waiting, so the intent can be released without a member claiming it.
+func (fs *flights) fail(intent string, f *flight, a answer) {
+	fs.mu.Lock()
+	if fs.m[intent] == f {
+		delete(fs.m, intent) // later arrivals start a new attempt
+	}
+	f.running, f.failed, f.answer = false, true, a
+	var idle chan struct{}
+	if f.members > 0 {
+		idle = make(chan struct{})
+		f.idle = idle
+	}
+	f.cancel()
+	fs.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+}
+
+// fencedCall runs one fenced call and returns the tools/call result for the agent.
+func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
+	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName()}
+	f := p.flights.join(id.intent)
+	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, p.opt.Wait)
+	holder := err == nil && adm.Fresh()
+	if failure, failed := p.flights.leave(id.intent, f, holder); failed {
+		// The attempt this call waited for failed definitely: same answer, no second run.
+		if holder {
+			_ = p.opt.Engine.Release(context.WithoutCancel(ctx), *adm.Ticket, "coalesced onto an attempt that failed")
+		}
+		return failure
+	}
+	if err != nil {
+		return answer{result: p.refusal(id.intent, err)}
+	}
+	if !holder {
+		return answer{result: replay(adm.Cert)}
+	}
+	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
+}
+
+func (p *Proxy) agentName() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.agent == "" {
+		return "wrap"
+	}
+	return p.agent
+}
+
+// run forwards an admitted call to the child, heartbeating its lease, and records the outcome.
+// The call is detached from the agent's cancellation: once forwarded, it is seen through.
+func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
+	ctx = context.WithoutCancel(ctx)
+	eng := p.opt.Engine
+	stopHeartbeat := p.heartbeat(t)
+	res, err := p.callChild(ctx, params)
+	stopHeartbeat()
+
+	var rpc *jsonrpc.Error
+	switch {
+	case err == nil && !isError(res):
+		defer p.flights.done(intent, f)
+		if _, cerr := eng.Commit(ctx, t, res); cerr != nil {
+			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
+			if !errors.Is(cerr, fence.ErrLeaseLost) {
+				_ = eng.Abort(ctx, t, "the result could not be recorded: "+cerr.Error())
+			}
+		}
+		return answer{result: res}
+	case err == nil:
+		a := answer{result: res}
+		p.flights.fail(intent, f, a)
+		p.release(ctx, t, "the tool answered isError: a definite failure")
+		return a
+	case errors.As(err, &rpc):
+		a := answer{err: rpc}
+		p.flights.fail(intent, f, a)
+		p.release(ctx, t, "the MCP server refused the call: "+rpc.Message)
+		return a
+	case errors.Is(err, mcpstdio.ErrNotSent):
+		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent)}
+		p.flights.fail(intent, f, a)
+		p.release(ctx, t, "the call was never sent: "+err.Error())
+		return a
+	default:
+		defer p.flights.done(intent, f)
+		reason := "the MCP server died or the connection failed during the call: " + err.Error()
+		if aerr := eng.Abort(ctx, t, reason); aerr != nil {
+			p.logf("recording the unknown outcome of intent %s: %v", intent, aerr)
+		}
+		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
+		return answer{result: toolError(fmt.Sprintf("the MCP server failed during this call (%v), so whether it took effect is unknown. It will NOT be executed again automatically. Check the real system; an operator must then run: %s", err, p.clearCommand(intent)), fence.CodePriorFailure, intent)}
+	}
+}
+
+func (p *Proxy) release(ctx context.Context, t fence.Ticket, reason string) {
+	if err := p.opt.Engine.Release(ctx, t, reason); err != nil {
+		p.logf("releasing intent %s: %v", t.Intent, err)
+	}
+}
+
+func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {
+	s, err := p.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Call(ctx, "tools/call", params)
+}
+
+// heartbeat renews the lease every third of its TTL until the returned stop is called; stop
+// waits for a renewal in progress. It uses a timer rather than a goroutine per call.
+func (p *Proxy) heartbeat(t fence.Ticket) (stop func()) {
+	every := p.opt.Engine.Config().LeaseTTL / 3
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	beat := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		next, err := p.opt.Engine.Heartbeat(context.Background(), t)
+		switch {
+		case err == nil:
+			t = next
+		case errors.Is(err, fence.ErrLeaseLost):
+			p.logf("heartbeat of intent %s: %v", t.Intent, err)
+			return // nothing left to renew
+		default:
+			p.logf("heartbeat of intent %s: %v", t.Intent, err)
+		}
+		timer.Reset(every)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(every, beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		timer.Stop()
+	}
+}
+
+func isError(res json.RawMessage) bool {
+	if !bytes.Contains(res, []byte("true")) {
+		return false // "isError": true needs the literal; most results have none
+	}
+	var r struct {
+		IsError bool `json:"isError"`
+	}
+	return json.Unmarshal(res, &r) == nil && r.IsError
+}
+
+// replay returns a recorded result, marked in _meta.
+func replay(c *fence.Cert) json.RawMessage {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(c.Result, &m); err != nil || m == nil {
+		return c.Result
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := m["_meta"]; ok {
+		_ = json.Unmarshal(raw, &meta)
+		if meta == nil {
+			meta = map[string]json.RawMessage{}
+		}
+	}
+	meta[MetaReplayed] = json.RawMessage("true")
+	meta[MetaIntent], _ = json.Marshal(c.Intent)
+	meta[MetaCert], _ = json.Marshal(c.Hash)
+	m["_meta"], _ = json.Marshal(meta)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return c.Result
+	}
+	return out
+}
+
+// toolError builds an isError tool result carrying an effectfence message.
+func toolError(msg, code, intent string) json.RawMessage {
+	meta := map[string]string{MetaIntent: intent}
+	if code != "" {
+		meta[MetaCode] = code
+	}
+	out, _ := json.Marshal(map[string]any{
+		"content": []map[string]string{{"type": "text", "text": "effectfence: " + msg}},
+		"isError": true,
+		"_meta":   meta,
+	})
+	return out
+}
+
+// clearCommand is the exact operator command that unfences intent.
+func (p *Proxy) clearCommand(intent string) string {
+	return fmt.Sprintf("effectfence ledger clear %s --reason 'checked: <what you verified>' %s", shellQuote(intent), p.opt.ClearHint)
+}
+
+// refusal turns a fence error into the tool error the agent receives.
+func (p *Proxy) refusal(intent string, err error) json.RawMessage {
+	code := fence.CodeOf(err)
+	var msg string
+	switch {
+	case errors.Is(err, fence.ErrInFlight):
+		msg = fmt.Sprintf("an identical call is still running (waited %s for it). This call was NOT executed a second time; retry later and the retry will receive the recorded result.", p.opt.Wait)
+	case errors.Is(err, fence.ErrPriorFailure):
+		var pf fence.PriorFailureError
+		why := ""
+		if errors.As(err, &pf) {
+			why = fmt.Sprintf(" (%s: %s)", pf.State, pf.Reason)
+		}
+		msg = fmt.Sprintf("an earlier identical call has an unknown outcome%s, so this call was NOT executed again: it might have taken effect already. Check the real system; an operator must then run: %s", why, p.clearCommand(intent))
+	case errors.Is(err, fence.ErrConflict):
+		msg = fmt.Sprintf("this call shares its identity key with a recorded call whose other arguments differ (%v). It was NOT executed and no receipt of the other call is given: the --key for this tool is too narrow for this call.", err)
+	case errors.Is(err, fence.ErrInvalid):
+		msg = fmt.Sprintf("the call cannot be fenced (%v); it was NOT executed.", err)
+	default:
+		msg = fmt.Sprintf("the ledger failed (%v); the call was NOT executed.", err)
+		p.logf("ledger error for intent %s: %v", intent, err)
+	}
+	return toolError(msg, code, intent)
+}
+
+func shellQuote(s string) string {
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r == '=' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}
+
+// ShellJoin quotes argv for a shell, for messages that show a command to run.
+func ShellJoin(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}

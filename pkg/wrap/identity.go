@@ -1,0 +1,187 @@
+package wrap
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+)
+
+// Path is a dotted path into a tool's arguments object ("customer.id"). Segments address
+// object members only.
+type Path []string
+
+// ParsePath splits a dotted path; empty segments are refused.
+func ParsePath(s string) (Path, error) {
+	parts := strings.Split(s, ".")
+	for _, p := range parts {
+		if p == "" {
+			return nil, fmt.Errorf("path %q has an empty segment", s)
+		}
+	}
+	return Path(parts), nil
+}
+
+func (p Path) String() string { return strings.Join(p, ".") }
+
+// ParseIgnoreField parses a --ignore-field value "TOOL:json.path".
+func ParseIgnoreField(s string) (tool string, path Path, err error) {
+	tool, rest, ok := cutLast(s)
+	if !ok {
+		return "", nil, fmt.Errorf("--ignore-field %q: want TOOL:json.path, e.g. charge:metadata.timestamp", s)
+	}
+	path, err = ParsePath(rest)
+	if err != nil {
+		return "", nil, fmt.Errorf("--ignore-field %q: %v", s, err)
+	}
+	return tool, path, nil
+}
+
+// ParseKey parses a --key value "TOOL:path,path".
+func ParseKey(s string) (tool string, paths []Path, err error) {
+	tool, rest, ok := cutLast(s)
+	if !ok {
+		return "", nil, fmt.Errorf("--key %q: want TOOL:path[,path...], e.g. charge:order_id", s)
+	}
+	for _, f := range strings.Split(rest, ",") {
+		p, err := ParsePath(f)
+		if err != nil {
+			return "", nil, fmt.Errorf("--key %q: %v", s, err)
+		}
+		paths = append(paths, p)
+	}
+	return tool, paths, nil
+}
+
+// cutLast splits at the last ':' (tool names may contain ':'; paths here may not).
+func cutLast(s string) (string, string, bool) {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || i == len(s)-1 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// remove deletes the member at p from v (a decoded JSON value), if present.
+func remove(v any, p Path) {
+	for i, seg := range p {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return
+		}
+		if i == len(p)-1 {
+			delete(m, seg)
+			return
+		}
+		v = m[seg]
+	}
+}
+
+// lookup returns the value at p, or nil (JSON null) when absent.
+func lookup(v any, p Path) any {
+	for _, seg := range p {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[seg]
+	}
+	return v
+}
+
+// decode parses JSON keeping numbers as json.Number, so re-encoding changes no value.
+func decode(raw []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() {
+		return nil, fmt.Errorf("trailing data after the JSON value")
+	}
+	return v, nil
+}
+
+// identity is how one call is named in the ledger.
+type identity struct {
+	args   []byte // canonical arguments with ignored fields removed: fingerprinted by the engine
+	hash   string // the intent's hash: of {tool, args}, or of {tool, key fields} with --key
+	intent string
+}
+
+// identify derives the identity of a call of tool with args (a JSON object, canonicalisable).
+func identify(tool string, args []byte, ignore []Path, key []Path) (identity, error) {
+	var id identity
+	if len(ignore) > 0 {
+		v, err := decode(args)
+		if err != nil {
+			return id, err
+		}
+		for _, p := range ignore {
+			remove(v, p)
+		}
+		if args, err = canon.Marshal(v); err != nil {
+			return id, err
+		}
+	}
+	c, err := canon.JSON(args)
+	if err != nil {
+		return id, err
+	}
+	id.args = c
+	if len(key) == 0 {
+		id.hash = canon.Sum(canon.ToolCallCanonical(tool, c))
+	} else {
+		v, err := decode(c)
+		if err != nil {
+			return id, err
+		}
+		fields := map[string]any{}
+		for _, p := range key {
+			fields[p.String()] = lookup(v, p)
+		}
+		kc, err := canon.Marshal(fields)
+		if err != nil {
+			return id, err
+		}
+		id.hash = canon.Sum(canon.ToolCallCanonical(tool, kc))
+	}
+	id.intent = "wrap:" + tool + ":" + id.hash
+	return id, nil
+}
+
+// keyLike reports whether a property name is an idempotency key by convention.
+func keyLike(name string) bool {
+	n := strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(name))
+	switch n {
+	case "idempotencykey", "idempotencytoken", "idempotencyid", "requestid", "clientrequestid",
+		"clienttoken", "dedupekey", "dedupkey", "deduplicationkey", "deduplicationid", "dedupeid":
+		return true
+	}
+	return false
+}
+
+// injectKey sets args[prop] to value when the member is absent, null or "" and returns the new
+// arguments; ok is false when args were left alone.
+func injectKey(args []byte, prop, value string) ([]byte, bool) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil || m == nil {
+		return args, false
+	}
+	if cur, present := m[prop]; present {
+		t := string(bytes.TrimSpace(cur))
+		if t != `""` && t != "null" {
+			return args, false
+		}
+	}
+	v, _ := json.Marshal(value)
+	m[prop] = v
+	out, err := json.Marshal(m)
+	if err != nil {
+		return args, false
+	}
+	return out, true
+}

@@ -1,0 +1,237 @@
+package wrap_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// The tests run real processes: the effectfence binary (built once, with -race under -race) as the wrap
+// process, and this test binary re-executed as the MCP server behind it (mcptest).
+var (
+	efBin   string
+	testExe string
+)
+
+func TestMain(m *testing.M) {
+	mcptest.MaybeServe()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "wrap-test-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	efBin = filepath.Join(dir, "effectfence")
+	args := []string{"build", "-o", efBin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "github.com/effectfence/effectfence/cmd/effectfence")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building effectfence:", err)
+		return 1
+	}
+	if testExe, err = os.Executable(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// logBuf is a goroutine-safe buffer for a process's stderr.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// rig is one test's world: an effects file, a state directory (where the default ledger
+// lives) and the mode of the test server.
+type rig struct {
+	t       *testing.T
+	dir     string
+	effects string
+	mode    string
+	ledger  string // EFFECTFENCE_LEDGER for the wrap processes ("" = default file)
+	// childCmdOverride replaces the test server with another MCP server command.
+	childCmdOverride []string
+	// onRequest answers requests the server sends to the agent.
+	onRequest func(context.Context, string, json.RawMessage) (json.RawMessage, error)
+}
+
+func newRig(t *testing.T) *rig {
+	dir := t.TempDir()
+	return &rig{t: t, dir: dir, effects: filepath.Join(dir, "effects"), ledger: filepath.Join(dir, "ledger.db")}
+}
+
+func (r *rig) env() []string {
+	return append(mcptest.Env(r.effects, r.mode), "EFFECTFENCE_LEDGER="+r.ledger, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"),
+		"MEMORY_FILE_PATH="+filepath.Join(r.dir, "memory.jsonl"))
+}
+
+// childCmd is the MCP server command line behind wrap.
+func (r *rig) childCmd() []string {
+	if r.childCmdOverride != nil {
+		return r.childCmdOverride
+	}
+	return []string{testExe, "-test.run=^$"}
+}
+
+// wrapProc is one running `effectfence wrap` as seen by an agent.
+type wrapProc struct {
+	*mcpstdio.Session
+	log   *logBuf
+	notes chan string
+}
+
+// wrap starts `effectfence wrap FLAGS -- child` and connects to it as an agent.
+func (r *rig) wrap(flags ...string) *wrapProc {
+	r.t.Helper()
+	w, err := r.tryWrap(flags...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return w
+}
+
+func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
+	argv := append([]string{efBin, "wrap"}, flags...)
+	argv = append(append(argv, "--"), r.childCmd()...)
+	w := &wrapProc{log: &logBuf{}, notes: make(chan string, 16)}
+	s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
+		Command: argv, Env: r.env(), Stderr: w.log, InitTimeout: 20 * time.Second,
+		Init:           json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`),
+		OnNotification: func(method string, _ json.RawMessage) { w.notes <- method },
+		OnRequest:      r.onRequest,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%v; wrap stderr: %s", err, w.log.String())
+	}
+	w.Session = s
+	r.t.Cleanup(func() {
+		s.Close()
+		if strings.Contains(w.log.String(), "DATA RACE") {
+			r.t.Errorf("race in the wrap process:\n%s", w.log.String())
+		}
+	})
+	return w, nil
+}
+
+// direct connects to the test server without wrap.
+func (r *rig) direct() *mcpstdio.Session {
+	r.t.Helper()
+	s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
+		Command: r.childCmd(), Env: r.env(), Stderr: &logBuf{},
+		Init: json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`),
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func (r *rig) effectCount() int { return len(mcptest.Effects(r.effects)) }
+
+// result is a decoded tool result.
+type result struct {
+	Content           json.RawMessage            `json:"content"`
+	StructuredContent json.RawMessage            `json:"structuredContent"`
+	IsError           bool                       `json:"isError"`
+	Meta              map[string]json.RawMessage `json:"_meta"`
+}
+
+func (x result) text() string {
+	var c []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(x.Content, &c)
+	var parts []string
+	for _, p := range c {
+		parts = append(parts, p.Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// same is the result without _meta, canonical, for comparing answers.
+func (x result) same() string {
+	b, _ := json.Marshal(map[string]any{"content": x.Content, "structuredContent": x.StructuredContent, "isError": x.IsError})
+	c, err := canon.JSON(b)
+	if err != nil {
+		return "invalid: " + err.Error()
+	}
+	return string(c)
+}
+
+func (x result) replayed() bool { return string(x.Meta["effectfence/replayed"]) == "true" }
+
+func call(t *testing.T, s *mcpstdio.Session, tool, args string) result {
+	t.Helper()
+	x, err := callE(s, tool, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func callE(s *mcpstdio.Session, tool, args string) (result, error) {
+	var x result
+	raw, err := s.CallTool(context.Background(), tool, json.RawMessage(args))
+	if err != nil {
+		return x, fmt.Errorf("%s %s: %w", tool, args, err)
+	}
+	if err := json.Unmarshal(raw, &x); err != nil {
+		return x, fmt.Errorf("%s: result %s: %w", tool, raw, err)
+	}
+	return x, nil
+}
+
+// storm fires n identical calls at once from as many goroutines.
+func storm(t *testing.T, s *mcpstdio.Session, n int, tool, args string) []result {
+	t.Helper()
+	out := make([]result, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var err error
+			if out[i], err = callE(s, tool, args); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return out
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package wrap_test
+
+const raceBuild = false

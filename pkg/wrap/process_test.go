@@ -1,0 +1,504 @@
+package wrap_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// openLedger opens the rig's ledger file from the test process, as an operator would.
+func (r *rig) openLedger() *store.Ledger {
+	r.t.Helper()
+	l, err := store.Open(context.Background(), store.Options{Ledger: r.ledger})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestRestartReplaysWhatRan(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	first := call(t, w.Session, "charge", `{"amount":100,"order":"restart"}`)
+	w.Close()
+	w2 := r.wrap()
+	again := call(t, w2.Session, "charge", `{"amount":100,"order":"restart"}`)
+	if !again.replayed() || again.same() != first.same() || r.effectCount() != 1 {
+		t.Fatalf("after a restart the call must replay the recorded result: %+v vs %+v, %d effects", again, first, r.effectCount())
+	}
+}
+
+func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.ledger = "" // the default file under XDG_STATE_HOME, named after the child command
+	w := r.wrap()
+	call(t, w.Session, "charge", `{"amount":1}`)
+	w.Close()
+	want := filepath.Join(r.dir, "state", "effectfence", store.WrapName(r.childCmd())+".db")
+	if _, err := os.Stat(want); err != nil {
+		t.Fatalf("default ledger not at %s: %v", want, err)
+	}
+	w2 := r.wrap()
+	if x := call(t, w2.Session, "charge", `{"amount":1}`); !x.replayed() {
+		t.Fatalf("restart on the default ledger did not replay: %+v", x)
+	}
+	w2.Close()
+	// The operator's view of the same ledger.
+	cmd := exec.Command(efBin, append([]string{"ledger", "stats", "--for", "--"}, r.childCmd()...)...)
+	cmd.Env = append(os.Environ(), r.env()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "admitted=1 replayed=1 ") {
+		t.Fatalf("ledger stats --for: %v\n%s", err, out)
+	}
+}
+
+func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	procs := []*wrapProc{r.wrap(), r.wrap(), r.wrap()}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		all []result
+	)
+	start := make(chan struct{})
+	for _, w := range procs {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				x, err := callE(w.Session, "slow", `{"ms":300,"tag":"three"}`)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				all = append(all, x)
+				mu.Unlock()
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("three wrap processes on one ledger executed %d times, want 1", n)
+	}
+	for _, x := range all {
+		if x.IsError || x.same() != all[0].same() {
+			t.Fatalf("answers differ: %+v", all)
+		}
+	}
+}
+
+func TestKill9MidCallFencesUntilCleared(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	go func() { _, _ = callE(w.Session, "slow", `{"ms":1500,"tag":"k9"}`) }()
+	led := r.openLedger()
+	intent := ""
+	for deadline := time.Now().Add(10 * time.Second); intent == ""; {
+		if time.Now().After(deadline) {
+			t.Fatal("the call never became in flight")
+		}
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				intent = rec.Intent
+				return false
+			})
+		})
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	// The orphaned child finishes the call it had (its stdin is closed) and exits.
+	for deadline := time.Now().Add(10 * time.Second); r.effectCount() == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	w2 := r.wrap()
+	x := call(t, w2.Session, "slow", `{"ms":1500,"tag":"k9"}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") ||
+		!strings.Contains(x.text(), "effectfence ledger clear "+intent) || !strings.Contains(x.text(), "--ledger "+r.ledger) {
+		t.Fatalf("after kill -9 the call must be fenced as unknown with the operator's command: %+v", x.text())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the child ran %d times, want exactly 1 (the orphaned call)", n)
+	}
+	rec, err := led.Status(context.Background(), intent)
+	if err != nil || rec.State != fence.StateUnknown {
+		t.Fatalf("intent state %s, %v; want unknown", rec.State, err)
+	}
+	// The operator runs the exact command the message gave.
+	r.runClearCommand(x.text())
+	if x := call(t, w2.Session, "slow", `{"ms":10,"tag":"k9"}`); x.IsError {
+		t.Fatalf("different args must run: %+v", x)
+	}
+	if x := call(t, w2.Session, "slow", `{"ms":1500,"tag":"k9"}`); x.IsError || x.replayed() || r.effectCount() != 3 {
+		t.Fatalf("after clear the call must run: %+v, %d effects", x, r.effectCount())
+	}
+}
+
+// runClearCommand runs the `effectfence ledger clear ...` command quoted in a fenced call's
+// message, through a shell, as an operator would paste it.
+func (r *rig) runClearCommand(msg string) {
+	r.t.Helper()
+	i := strings.Index(msg, "effectfence ledger clear ")
+	if i < 0 {
+		r.t.Fatalf("no clear command in %q", msg)
+	}
+	line := strings.TrimSpace(msg[i:])
+	cmd := exec.Command("sh", "-c", efBin+strings.TrimPrefix(line, "effectfence"))
+	cmd.Env = append(os.Environ(), r.env()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "cleared") {
+		r.t.Fatalf("%s: %v\n%s", line, err, out)
+	}
+}
+
+func TestChildDeathMidCallIsUnknownAndChildRestarts(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.ledger = "" // the default ledger, which the operator names with --for -- <command>
+	w := r.wrap()
+	out := storm(t, w.Session, 3, "die", `{"ms":200}`)
+	for _, x := range out {
+		if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "ledger clear") {
+			t.Fatalf("every caller must be told the outcome is unknown and how to clear it: %+v", x.text())
+		}
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("die ran %d times, want 1", n)
+	}
+	again := call(t, w.Session, "die", `{"ms":200}`)
+	if !again.IsError || !strings.Contains(again.text(), "NOT executed again") || r.effectCount() != 1 {
+		t.Fatalf("a retry must be fenced: %+v", again.text())
+	}
+	// The child is restarted for the next call.
+	if x := call(t, w.Session, "charge", `{"amount":2}`); x.IsError || r.effectCount() != 2 {
+		t.Fatalf("the dead child was not restarted: %+v", x)
+	}
+	// After the operator's clear (on the default per-command ledger: --for -- <command>),
+	// the call runs again.
+	r.runClearCommand(again.text())
+	if x := call(t, w.Session, "die", `{"ms":200}`); !x.IsError || r.effectCount() != 3 {
+		t.Fatalf("after clear the call must run: %+v, %d effects", x.text(), r.effectCount())
+	}
+}
+
+// rawWrap runs wrap with raw pipes, for input no MCP client would send.
+type rawWrap struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stdout io.Closer
+	log    *logBuf
+}
+
+func (r *rig) rawWrap(flags ...string) *rawWrap {
+	r.t.Helper()
+	argv := append(append([]string{"wrap"}, flags...), "--")
+	argv = append(argv, r.childCmd()...)
+	cmd := exec.Command(efBin, argv...)
+	cmd.Env = append(os.Environ(), r.env()...)
+	rw := &rawWrap{cmd: cmd, log: &logBuf{}}
+	cmd.Stderr = rw.log
+	var err error
+	if rw.in, err = cmd.StdinPipe(); err != nil {
+		r.t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rw.out, rw.stdout = bufio.NewReader(stdout), stdout
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		rw.in.Close()
+		if cmd.ProcessState == nil {
+			_ = cmd.Wait()
+		}
+		if strings.Contains(rw.log.String(), "DATA RACE") {
+			r.t.Errorf("race in the wrap process:\n%s", rw.log.String())
+		}
+	})
+	return rw
+}
+
+// roundTrip writes one line and reads one line back.
+func (rw *rawWrap) roundTrip(t *testing.T, line string) string {
+	t.Helper()
+	if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rw.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer to %s: %v; stderr: %s", line, err, rw.log.String())
+	}
+	return strings.TrimSpace(resp)
+}
+
+const initLine = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+func TestBadInputFromTheAgent(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap()
+	cases := []struct{ in, want string }{
+		{`this is not json`, `"code":-32700`},
+		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, `batches are not supported`},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, `has not sent initialize`},
+		{`{"jsonrpc":"2.0","id":3,"method":"ping"}`, `{"jsonrpc":"2.0","id":3,"result":{}}`},
+		{initLine, `"serverInfo":{"name":"mcptest"`},
+		{initLine, `already sent`},
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `\"arguments\" must be an object`},
+		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `non-empty \"name\"`},
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `must be an object`},
+		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `tools/call arguments`},
+		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
+		// The child refused it: released, not fenced, so the same call reaches the child again.
+		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
+		{`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"charge","arguments":{"amount":0}}}`, `"isError":true`},
+		{`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`, `charged 5`},
+	}
+	for _, c := range cases {
+		if got := rw.roundTrip(t, c.in); !strings.Contains(got, c.want) {
+			t.Fatalf("%s\n got %s\nwant it to contain %s", c.in, got, c.want)
+		}
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("want 1 execution, got %d", n)
+	}
+}
+
+func TestChildThatExitsAtStartOrNeverAnswers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"exit", "mute"} {
+		t.Run(mode, func(t *testing.T) {
+			r := newRig(t)
+			r.mode = mode
+			rw := r.rawWrap("--init-timeout", "500ms")
+			want := map[string]string{"exit": "exit status 3", "mute": "did not answer initialize within 500ms"}[mode]
+			if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"error"`) || !strings.Contains(got, want) {
+				t.Fatalf("initialize: %s", got)
+			}
+			// wrap stays up and answers.
+			if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":3,"method":"ping"}`); got != `{"jsonrpc":"2.0","id":3,"result":{}}` {
+				t.Fatalf("ping after a failed child: %s", got)
+			}
+			led := r.openLedger()
+			st, err := led.Stats(context.Background())
+			if err != nil || st.Ledger.Total() != 0 {
+				t.Fatalf("nothing may be fenced: %+v %v", st, err)
+			}
+		})
+	}
+}
+
+func TestStatsLineOnSIGUSR1AndExit(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	storm(t, w.Session, 3, "slow", `{"ms":200,"tag":"stats"}`)
+	if err := syscall.Kill(w.Pid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(w.log.String(), "effectfence since boot:"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no stats line after SIGUSR1: %s", w.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.Close()
+	lines := regexp.MustCompile(`effectfence since boot: admitted=1 .*total=3 prevented=2\n`).FindAllString(w.log.String(), -1)
+	if len(lines) != 2 {
+		t.Fatalf("want the counter line on SIGUSR1 and at exit:\n%s", w.log.String())
+	}
+}
+
+func TestRealMemoryServer(t *testing.T) {
+	t.Parallel()
+	bin, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-memory")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skip("skipping: @modelcontextprotocol/server-memory is not installed; run scripts/install-peers")
+	}
+	r := newRig(t)
+	r.childCmdOverride = []string{bin}
+	d := r.direct()
+	w := r.wrap()
+	a, err1 := d.ListTools(context.Background(), "")
+	b, err2 := w.ListTools(context.Background(), "")
+	if err1 != nil || err2 != nil || string(a) != string(b) {
+		t.Fatalf("tools/list not byte-identical through wrap:\n%s\n%s", a, b)
+	}
+	args := `{"entities":[{"name":"order-123","entityType":"order","observations":["charged 49.00"]}]}`
+	out := storm(t, w.Session, 12, "create_entities", args)
+	replays := 0
+	for _, x := range out {
+		if x.IsError || x.same() != out[0].same() {
+			t.Fatalf("answers differ: %+v", out)
+		}
+		if x.replayed() {
+			replays++
+		}
+	}
+	if replays != 11 {
+		t.Fatalf("want 11 replays, got %d", replays)
+	}
+	// server-memory skips an observation it already has, so unfenced duplicates would answer
+	// "added nothing"; behind the fence every duplicate gets the one real answer.
+	obs := `{"observations":[{"entityName":"order-123","contents":["refunded"]}]}`
+	for _, x := range storm(t, w.Session, 6, "add_observations", obs) {
+		if x.IsError || !strings.Contains(x.text(), "refunded") {
+			t.Fatalf("a duplicate did not receive the recorded answer: %s", x.text())
+		}
+	}
+	graph, err := d.CallTool(context.Background(), "read_graph", json.RawMessage(`{}`))
+	if err != nil || !strings.Contains(string(graph), "refunded") {
+		t.Fatalf("read_graph: %s %v", graph, err)
+	}
+}
+
+func TestAgentHangingUpDoesNotAbortTheCall(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap()
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	const slowCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"hangup"}}}`
+	if _, err := io.WriteString(rw.in, slowCall+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the call is in the child
+	rw.in.Close()                      // the agent hangs up, both ways
+	rw.stdout.Close()
+	if err := rw.cmd.Wait(); err != nil {
+		t.Fatalf("wrap exit: %v; stderr: %s", err, rw.log.String())
+	}
+	if r.effectCount() != 1 {
+		t.Fatalf("the call was aborted when the agent hung up: %d effects", r.effectCount())
+	}
+	w := r.wrap()
+	if x := call(t, w.Session, "slow", `{"ms":800,"tag":"hangup"}`); !x.replayed() || r.effectCount() != 1 {
+		t.Fatalf("the outcome of the call was not recorded: %+v", x)
+	}
+}
+
+func TestCancellationReachesPassThroughRequestsOnly(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap("--pass", "slow")
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send := func(line string) {
+		if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1000,"tag":"pass"}}}`)
+	send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"charge","arguments":{"amount":3}}}`)
+	time.Sleep(100 * time.Millisecond)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"agent gave up"}}`)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":6,"reason":"agent gave up"}}`)
+	// The fenced charge still answers; the cancelled pass-through call never does.
+	if got, _ := rw.out.ReadString('\n'); !strings.Contains(got, `"id":6`) || !strings.Contains(got, "charged 3") {
+		t.Fatalf("want the fenced call's answer, got %s", got)
+	}
+	time.Sleep(1200 * time.Millisecond) // the child finishes the cancelled call (it ignores cancellation)
+	if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":7,"method":"ping"}`); got != `{"jsonrpc":"2.0","id":7,"result":{}}` {
+		t.Fatalf("a cancelled request was answered: %s", got)
+	}
+	if l := rw.log.String(); strings.Count(l, "mcptest: cancelled") != 1 || !regexp.MustCompile(`mcptest: cancelled .*"requestId":\d+`).MatchString(l) {
+		t.Fatalf("the child must be told of the pass-through cancellation only:\n%s", l)
+	}
+}
+
+func TestRealSDKClientThroughWrap(t *testing.T) {
+	t.Parallel()
+	peers, _ := filepath.Abs("../../.peers")
+	for _, p := range []string{"node_modules/@modelcontextprotocol/sdk/package.json", "node_modules/.bin/mcp-server-everything"} {
+		if _, err := os.Stat(filepath.Join(peers, p)); err != nil {
+			t.Skip("skipping: npm peers are not installed; run scripts/install-peers")
+		}
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("skipping: node is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "wrap_client.mjs"))
+	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+efBin, "EF_LEDGER="+filepath.Join(t.TempDir(), "ledger.db"), "GORACE=atexit_sleep_ms=0")
+	var stderr logBuf
+	node.Stderr = &stderr
+	out, err := node.Output()
+	if err != nil {
+		t.Fatalf("node client: %v\n%s", err, stderr.String())
+	}
+	type res struct {
+		IsError    bool            `json:"isError"`
+		Text       string          `json:"text"`
+		Structured json.RawMessage `json:"structured"`
+		Replayed   bool            `json:"replayed"`
+		Error      string          `json:"error"`
+	}
+	var rep struct {
+		ToolsEqual, Resources, Prompts bool
+		Echo, Structured               []res
+		LongRun                        res
+		Progress                       int
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("report %s: %v", out, err)
+	}
+	if !rep.ToolsEqual || !rep.Resources || !rep.Prompts {
+		t.Fatalf("listings differ through wrap: %s", out)
+	}
+	replays := 0
+	for _, e := range rep.Echo {
+		if e.Error != "" || e.IsError || e.Text != rep.Echo[0].Text {
+			t.Fatalf("echo answers: %s", out)
+		}
+		if e.Replayed {
+			replays++
+		}
+	}
+	if replays != 3 {
+		t.Fatalf("want 3 of 4 identical echoes answered from the ledger: %s", out)
+	}
+	s := rep.Structured
+	if len(s) != 2 || s[0].Error != "" || s[1].Error != "" || s[0].Replayed || !s[1].Replayed || !sameJSON(s[0].Structured, s[1].Structured) || len(s[0].Structured) < 3 {
+		t.Fatalf("structured content through the SDK's output validation: %s", out)
+	}
+	if rep.LongRun.Error != "" || rep.LongRun.IsError || rep.Progress < 2 {
+		t.Fatalf("progress of a fenced call must reach the caller: %s", out)
+	}
+}
+
+// sameJSON reports whether two JSON texts hold the same value (member order aside).
+func sameJSON(a, b []byte) bool {
+	ca, err1 := canon.JSON(a)
+	cb, err2 := canon.JSON(b)
+	return err1 == nil && err2 == nil && string(ca) == string(cb)
+}

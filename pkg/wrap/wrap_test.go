@@ -1,0 +1,309 @@
+package wrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+)
+
+func TestMirrorsToolsListAndInitializeByteForByte(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	d := r.direct()
+	w := r.wrap()
+	if string(w.InitResult()) != string(d.InitResult()) {
+		t.Fatalf("initialize result differs (capabilities not forwarded?):\nwrap   %s\ndirect %s", w.InitResult(), d.InitResult())
+	}
+	viaWrap, err := w.ListTools(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := d.ListTools(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(viaWrap) != string(direct) || string(viaWrap) != mcptest.ToolsList {
+		t.Fatalf("tools/list not byte-identical:\nwrap   %s\ndirect %s", viaWrap, direct)
+	}
+}
+
+func TestTwelveIdenticalConcurrentCallsRunOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	out := storm(t, w.Session, 12, "charge", `{"amount":4900,"order":"o-1"}`)
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("child executed the charge %d times, want 1:\n%s", n, strings.Join(mcptest.Effects(r.effects), "\n"))
+	}
+	first, replays := 0, 0
+	for i, x := range out {
+		if x.IsError || !strings.Contains(x.text(), "charged 4900") {
+			t.Fatalf("answer %d is not a success: %+v", i, x)
+		}
+		if x.same() != out[0].same() {
+			t.Fatalf("answers differ:\n%s\n%s", x.same(), out[0].same())
+		}
+		if x.replayed() {
+			replays++
+			if !strings.HasPrefix(strings.Trim(string(x.Meta["effectfence/intent"]), `"`), "wrap:charge:") || len(x.Meta["effectfence/cert"]) != 66 {
+				t.Fatalf("replay not marked with intent and cert hash: %v", x.Meta)
+			}
+		} else {
+			first++
+		}
+	}
+	if first != 1 || replays != 11 {
+		t.Fatalf("want 1 forwarded answer and 11 replays, got %d and %d", first, replays)
+	}
+	// The empty idempotency_key was filled with the intent's hash for the downstream service.
+	intent := strings.Trim(string(out[1].Meta["effectfence/intent"]), `"`)
+	if out[0].replayed() {
+		intent = strings.Trim(string(out[0].Meta["effectfence/intent"]), `"`)
+	}
+	hash := strings.TrimPrefix(intent, "wrap:charge:")
+	if line := mcptest.Effects(r.effects)[0]; !strings.Contains(line, "key="+hash) || !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(hash) {
+		t.Fatalf("idempotency key not injected: effect %q, intent %q", line, intent)
+	}
+}
+
+func TestNoInjectKey(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--no-inject-key")
+	call(t, w.Session, "charge", `{"amount":1}`)
+	call(t, w.Session, "charge", `{"amount":2,"idempotency_key":"mine"}`)
+	eff := mcptest.Effects(r.effects)
+	if len(eff) != 2 || !strings.Contains(eff[0], "key= ") || !strings.Contains(eff[1], "key=mine ") {
+		t.Fatalf("keys changed: %q", eff)
+	}
+}
+
+func TestDifferentArgumentsRunSeparately(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	done := make(chan result, 5)
+	for i := range 5 {
+		go func() {
+			x, err := callE(w.Session, "charge", `{"amount":`+string(rune('1'+i))+`}`)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- x
+		}()
+	}
+	for range 5 {
+		if x := <-done; x.IsError || x.replayed() {
+			t.Fatalf("distinct call refused or replayed: %+v", x)
+		}
+	}
+	if n := r.effectCount(); n != 5 {
+		t.Fatalf("want 5 executions, got %d", n)
+	}
+	// Same arguments spelled differently are the same call.
+	a := call(t, w.Session, "charge", `{"amount":7,"order":"x"}`)
+	b := call(t, w.Session, "charge", `{"order":"x","amount":7.0}`)
+	if a.replayed() || !b.replayed() || r.effectCount() != 6 {
+		t.Fatalf("key order and number spelling must not change identity: %v %v, %d effects", a.replayed(), b.replayed(), r.effectCount())
+	}
+}
+
+func TestToolSlowerThanTheLeaseRunsOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--lease-secs", "0.6")
+	out := storm(t, w.Session, 4, "slow", `{"ms":2000,"tag":"lease"}`)
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("a call slower than the lease ran %d times (heartbeats missing?)", n)
+	}
+	for _, x := range out {
+		if x.IsError || x.same() != out[0].same() {
+			t.Fatalf("answers differ or failed: %+v", out)
+		}
+	}
+}
+
+func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	out := storm(t, w.Session, 6, "fail", `{"ms":400,"tag":"f"}`)
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("failing call ran %d times, want 1", n)
+	}
+	for _, x := range out {
+		if !x.IsError || x.same() != out[0].same() || !strings.Contains(x.text(), "card declined (attempt 1)") {
+			t.Fatalf("waiters must receive the same error: %+v", out)
+		}
+	}
+	// Released: a retry runs.
+	if x := call(t, w.Session, "fail", `{"ms":400,"tag":"f"}`); !strings.Contains(x.text(), "attempt 2") || r.effectCount() != 2 {
+		t.Fatalf("a retry after isError must run: %+v", x)
+	}
+	// Duplicates that arrive while the first is already running share its failure too.
+	late := make(chan result, 3)
+	go func() {
+		x, err := callE(w.Session, "fail", `{"ms":800,"tag":"late"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		late <- x
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for range 2 {
+		go func() {
+			x, err := callE(w.Session, "fail", `{"ms":800,"tag":"late"}`)
+			if err != nil {
+				t.Error(err)
+			}
+			late <- x
+		}()
+	}
+	for range 3 {
+		if x := <-late; !strings.Contains(x.text(), "card declined (attempt 3)") {
+			t.Fatalf("a late duplicate did not get the running attempt's failure: %q", x.text())
+		}
+	}
+	if n := r.effectCount(); n != 3 {
+		t.Fatalf("want 3 executions, got %d", n)
+	}
+}
+
+func TestUnknownToolGetsTheChildsError(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	_, err := w.CallTool(context.Background(), "nope", json.RawMessage(`{}`))
+	if err == nil || !strings.Contains(err.Error(), "unknown tool: nope") {
+		t.Fatalf("want the child's JSON-RPC error, got %v", err)
+	}
+	// Released, not fenced: the same call gets the same answer from the child again.
+	_, err = w.CallTool(context.Background(), "nope", json.RawMessage(`{}`))
+	if err == nil || !strings.Contains(err.Error(), "unknown tool: nope") {
+		t.Fatalf("second call: %v", err)
+	}
+}
+
+func TestReadOnlyToolsPassThroughUnlessFenced(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--pass", "charge")
+	for range 3 {
+		call(t, w.Session, "balance", `{}`)
+	}
+	call(t, w.Session, "charge", `{"amount":5}`)
+	call(t, w.Session, "charge", `{"amount":5}`)
+	if n := r.effectCount(); n != 5 {
+		t.Fatalf("reads and --pass tools must pass through: %d effects, want 5", n)
+	}
+	for _, flags := range [][]string{{"--fence-reads"}, {"--fence", "balance"}} {
+		r2 := newRig(t)
+		w2 := r2.wrap(flags...)
+		call(t, w2.Session, "balance", `{}`)
+		if x := call(t, w2.Session, "balance", `{}`); !x.replayed() || r2.effectCount() != 1 {
+			t.Fatalf("%v: read not fenced: %+v, %d effects", flags, x, r2.effectCount())
+		}
+		w2.Close()
+	}
+}
+
+func TestIgnoreFieldAndKey(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--ignore-field", "charge:note", "--key", "slow:tag")
+	call(t, w.Session, "charge", `{"amount":3,"note":"t=1"}`)
+	if x := call(t, w.Session, "charge", `{"amount":3,"note":"t=2"}`); !x.replayed() {
+		t.Fatalf("an ignored field changed identity: %+v", x)
+	}
+	call(t, w.Session, "slow", `{"ms":1,"tag":"k"}`)
+	x := call(t, w.Session, "slow", `{"ms":2,"tag":"k"}`)
+	if !x.IsError || !strings.Contains(x.text(), "too narrow") || string(x.Meta["effectfence/code"]) != `"intent_conflict"` {
+		t.Fatalf("a too-narrow key must give intent_conflict, got %+v", x)
+	}
+	if n := r.effectCount(); n != 2 {
+		t.Fatalf("want 2 executions, got %d", n)
+	}
+}
+
+func TestListChangedIsFollowed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	call(t, w.Session, "add_tool", `{}`)
+	select {
+	case m := <-w.notes:
+		if m != "notifications/tools/list_changed" {
+			t.Fatalf("got %s", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("list_changed not forwarded")
+	}
+	res, err := w.ListTools(context.Background(), "")
+	if err != nil || !strings.Contains(string(res), `"name":"extra"`) {
+		t.Fatalf("tools/list after change: %s %v", res, err)
+	}
+	if x := call(t, w.Session, "extra", `{}`); x.text() != "extra ran" {
+		t.Fatalf("new tool: %+v", x)
+	}
+}
+
+func TestResourcesAndPromptsPassThrough(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	d := r.direct()
+	for _, c := range []struct{ method, params string }{
+		{"resources/list", `{}`}, {"prompts/list", `{}`}, {"prompts/get", `{"name":"greet"}`},
+	} {
+		a, err1 := w.Call(context.Background(), c.method, json.RawMessage(c.params))
+		b, err2 := d.Call(context.Background(), c.method, json.RawMessage(c.params))
+		if err1 != nil || err2 != nil || string(a) != string(b) {
+			t.Fatalf("%s: %s %v / %s %v", c.method, a, err1, b, err2)
+		}
+	}
+	call(t, w.Session, "charge", `{"amount":1}`)
+	for range 2 { // unfenced: read twice, both see the current state
+		res, err := w.Call(context.Background(), "resources/read", json.RawMessage(`{"uri":"mem://effects"}`))
+		if err != nil || !strings.Contains(string(res), "1 effects") {
+			t.Fatalf("resources/read: %s %v", res, err)
+		}
+	}
+	if _, err := w.Call(context.Background(), "no/such", json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "method not found") {
+		t.Fatalf("unknown method: %v", err)
+	}
+}
+
+func TestGarbageFromTheChild(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.mode = "garbage"
+	w := r.wrap()
+	res, err := w.ListTools(context.Background(), "")
+	if err != nil || string(res) != mcptest.ToolsList {
+		t.Fatalf("tools/list through a noisy child: %v", err)
+	}
+	storm(t, w.Session, 4, "charge", `{"amount":9}`)
+	if r.effectCount() != 1 {
+		t.Fatalf("want 1 execution, got %d", r.effectCount())
+	}
+	if !strings.Contains(w.log.String(), "not a JSON-RPC message") {
+		t.Fatalf("garbage not logged: %s", w.log.String())
+	}
+}
+
+func TestRequestsOfTheChildReachTheAgent(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.onRequest = func(_ context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"roots":[{"uri":"file:///agent/` + method + `"}]}`), nil
+	}
+	w := r.wrap() // fenced: the request arrives while the call is held
+	if x := call(t, w.Session, "ask", `{}`); x.IsError || !strings.Contains(x.text(), `file:///agent/roots/list`) {
+		t.Fatalf("the child's request did not reach the agent: %q", x.text())
+	}
+}
