@@ -8,14 +8,15 @@
 // synchronous=FULL, that is, after the WAL was fsynced. View reads a consistent snapshot on a
 // separate reader connection and never blocks or is blocked by the writer.
 //
-// Group commit. Within one process all Updates go through one writer connection and one
-// committer goroutine. Updates that arrive while a transaction is committing are run together
-// in the next transaction, each inside its own SAVEPOINT: an Update whose fn fails is rolled
-// back to its savepoint alone, the others commit, and every caller learns its own result only
-// after the shared COMMIT is durable. Functions in one batch run one after another, each seeing
-// the writes of those before it, so the batch is equivalent to running them serially; the cost
-// of the fsync is shared. Each fn runs exactly once per Update call (the store never retries),
-// which is within the fence.Store rule that a store may run fn more than once.
+// Group commit. Within one process all Updates go through one writer connection and a queue.
+// An Update that finds no transaction running runs its own on its goroutine; Updates that
+// arrive meanwhile wait and then run together in the next transaction, led by the first of
+// them. Functions in one batch run one after another, each seeing the writes of those before
+// it, so the batch is equivalent to running them serially; the cost of the fsync is shared,
+// and every caller learns its result only after the shared COMMIT is durable. A batch runs
+// without savepoints; if one of its functions fails, the transaction is rolled back and the
+// batch runs again with each function in its own SAVEPOINT, so that only the failing ones are
+// undone. A function may thus run twice, which the fence.Store contract allows.
 //
 // Limits. The file must be on a local filesystem (SQLite's locks and WAL shared memory do not
 // work over NFS). A file this build cannot read (not SQLite, not an effectfence ledger, a newer
@@ -61,7 +62,7 @@ const DefaultBusyTimeout = 30 * time.Second
 type Store struct {
 	path string
 	opt  Options
-	w    *sql.DB // one connection: every write goes through the committer
+	w    *sql.DB // one connection: every write goes through the leader of the write queue
 	r    *sql.DB // readers
 
 	mu       sync.RWMutex // guards closed against Update/View entering
@@ -69,15 +70,23 @@ type Store struct {
 	inflight sync.WaitGroup
 	rstmts   map[string]*sql.Stmt
 	wstmts   map[string]*sql.Stmt
-	reqs     chan *update
-	quit     chan struct{}
-	done     chan struct{}
+
+	qmu     sync.Mutex // guards queue and leading
+	queue   []*update  // Updates waiting for a transaction
+	leading bool       // an Update is running a batch and will hand on or drain the queue
 }
 
+// update is one queued Update. res receives exactly one answer: its result, or lead (the
+// caller becomes the leader and runs the next batch itself).
 type update struct {
 	ctx context.Context
 	fn  func(fence.Tx) error
-	res chan error
+	res chan answer
+}
+
+type answer struct {
+	err  error
+	lead bool
 }
 
 // ErrClosed is returned by calls on a closed Store.
@@ -141,12 +150,6 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		if err != nil {
 			return nil, s.fail(err)
 		}
-	}
-	if !opt.ReadOnly {
-		s.reqs = make(chan *update, opt.MaxBatch)
-		s.quit = make(chan struct{})
-		s.done = make(chan struct{})
-		go s.commit()
 	}
 	return s, nil
 }
@@ -272,7 +275,20 @@ func prepareFile(path string, readOnly bool) error {
 	if err != nil {
 		return fmt.Errorf("cannot create the ledger file %s: %w; choose another location with --ledger or EFFECTFENCE_LEDGER", path, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// Make the new directory entry durable too: a ledger whose file vanishes after a power
+	// loss would forget every decision in it.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("ledger %s: syncing its directory: %w", path, err)
+	}
+	return nil
 }
 
 // checkHeader refuses a non-empty file that does not start with the SQLite header. An empty
@@ -450,61 +466,85 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	s.inflight.Add(1)
 	s.mu.RUnlock()
 	defer s.inflight.Done()
-	u := &update{ctx: ctx, fn: fn, res: make(chan error, 1)}
-	select {
-	case s.reqs <- u:
-	case <-ctx.Done():
-		return ctx.Err()
+	u := &update{ctx: ctx, fn: fn, res: make(chan answer, 1)}
+	s.qmu.Lock()
+	s.queue = append(s.queue, u)
+	if !s.leading {
+		s.leading = true
+		s.qmu.Unlock()
+		s.lead()
+	} else {
+		s.qmu.Unlock()
 	}
-	// Once queued, the committer always answers, and the answer must be awaited: returning
+	// Once queued, an Update is always answered, and the answer must be awaited: returning
 	// early on cancellation could report failure for a write that commits.
-	return <-u.res
-}
-
-// commit is the committer goroutine: it takes the queued Updates and runs them in batches.
-func (s *Store) commit() {
-	defer close(s.done)
-	batch := make([]*update, 0, s.opt.MaxBatch)
 	for {
-		select {
-		case u := <-s.reqs:
-			batch = append(batch[:0], u)
-		case <-s.quit:
-			return
+		a := <-u.res
+		if !a.lead {
+			return a.err
 		}
-	more:
-		for len(batch) < s.opt.MaxBatch {
-			select {
-			case u := <-s.reqs:
-				batch = append(batch, u)
-			default:
-				break more
-			}
-		}
-		s.runBatch(batch)
-		clear(batch)
+		s.lead()
 	}
 }
 
-// runBatch runs the functions of a batch in one transaction, each in its own savepoint, and
-// answers every caller after the commit.
+// lead runs one batch from the front of the queue on the calling goroutine, then hands the
+// lead to the first Update still waiting (or ends it when none is). A lone Update thus runs
+// its own transaction with no hand-off to another goroutine; Updates that arrive while a
+// transaction commits wait and go together in the next one.
+func (s *Store) lead() {
+	s.qmu.Lock()
+	n := min(len(s.queue), s.opt.MaxBatch)
+	batch := s.queue[:n:n]
+	s.queue = s.queue[n:]
+	s.qmu.Unlock()
+
+	s.runBatch(batch)
+
+	s.qmu.Lock()
+	if len(s.queue) == 0 {
+		s.queue = nil
+		s.leading = false
+		s.qmu.Unlock()
+		return
+	}
+	next := s.queue[0]
+	s.qmu.Unlock()
+	next.res <- answer{lead: true}
+}
+
+// runBatch runs the functions of a batch in one transaction and answers every caller after
+// the commit. Optimistically it runs them without savepoints, which costs nothing extra; if
+// any function fails (an error or a panic), it rolls the whole transaction back and runs the
+// batch again with each function in its own savepoint, so that only the failing ones are
+// undone. A function may therefore run twice; every caller gets the result of the run that
+// committed, which fence.Store allows ("a store may run fn more than once").
 func (s *Store) runBatch(batch []*update) {
 	errs := make([]error, len(batch))
-	answer := func(shared error) {
-		for i, u := range batch {
-			if errs[i] == nil {
-				errs[i] = shared
-			}
-			u.res <- errs[i]
-		}
+	failed, err := s.tryBatch(batch, errs, false)
+	if failed {
+		clear(errs)
+		_, err = s.tryBatch(batch, errs, true)
 	}
+	for i, u := range batch {
+		if errs[i] == nil {
+			errs[i] = err
+		}
+		u.res <- answer{err: errs[i]}
+	}
+}
+
+// tryBatch runs the batch in one transaction. Without savepoints it stops at the first
+// failing function, rolls back and reports failed; with savepoints it rolls back each failing
+// function alone and commits the rest. errs receives each function's own error; the returned
+// error is the transaction's (begin, savepoint or commit), shared by every function that
+// succeeded.
+func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
 	// The transaction is the store's, not any caller's: one caller's cancellation must not
 	// abort the others' writes.
 	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		answer(s.wrap(err))
-		return
+		return false, s.wrap(err)
 	}
 	committed := false
 	defer func() {
@@ -512,51 +552,44 @@ func (s *Store) runBatch(batch []*update) {
 			tx.Rollback()
 		}
 	}()
-	// A lone Update needs no savepoint: its failure rolls back the whole transaction.
-	savepoints := len(batch) > 1
 	ok := 0
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
+		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
 		if savepoints {
-			if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
-				answer(s.wrap(err))
-				return
+			if _, err := t.execResult(qSavepoint); err != nil {
+				return false, s.wrap(err)
 			}
 		}
-		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
 		errs[i] = call(u.fn, t)
+		if errs[i] != nil && !savepoints && len(batch) > 1 {
+			return true, nil
+		}
 		if errs[i] == nil {
 			ok++
 		} else if savepoints {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
-				answer(s.wrap(err))
-				return
+			if _, err := t.execResult(qRollbackTo); err != nil {
+				return false, s.wrap(err)
 			}
 		}
 		if savepoints {
-			if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
-				answer(s.wrap(err))
-				return
+			if _, err := t.execResult(qRelease); err != nil {
+				return false, s.wrap(err)
 			}
 		}
 	}
 	if ok == 0 {
-		answer(nil)
-		return
+		return false, nil
 	}
 	committed = true
-	if err := tx.Commit(); err != nil {
-		answer(s.wrap(err))
-		return
-	}
-	answer(nil)
+	return false, s.wrap(tx.Commit())
 }
 
 // call runs fn and turns a panic into an error for its caller alone, so that one bad function
-// cannot take the committer (and every other caller's transaction) down with it.
+// cannot take the leader (and every other caller's transaction) down with it.
 func call(fn func(fence.Tx) error, t fence.Tx) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -587,7 +620,7 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), stmts: s.rstmts})
 }
 
-// Close waits for running calls, stops the committer and closes the file. Later calls fail
+// Close waits for running calls and closes the file. Later calls fail
 // with ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -598,10 +631,6 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
-	if s.quit != nil {
-		close(s.quit)
-		<-s.done
-	}
 	var errs []error
 	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
 		for _, st := range m {

@@ -35,7 +35,14 @@ const (
 	qCounters     = "SELECT substr(key, 9), value FROM meta WHERE key LIKE 'counter.%'"
 )
 
-var preparedQueries = []string{qGet, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
+// Savepoints of group commit (see runBatch).
+const (
+	qSavepoint  = "SAVEPOINT u"
+	qRollbackTo = "ROLLBACK TO u"
+	qRelease    = "RELEASE u"
+)
+
+var preparedQueries = []string{qSavepoint, qRollbackTo, qRelease, qGet, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
 
 // txn is a fence.Tx over one SQLite transaction.
 type txn struct {
