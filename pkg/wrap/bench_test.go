@@ -18,9 +18,12 @@ import (
 // a SQLite file, WAL, synchronous FULL) with a direct call to the same MCP server, in the
 // same run. Every call has distinct arguments, so every call through wrap is admitted and
 // committed (two durable ledger writes): the worst case, not the replay path.
+//
+//   go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/
+//   BENCH_LEDGER=memory go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/   # the proxy alone
 
 func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
-	r := &rig{t: &testing.T{}, dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")}
+	r := &rig{dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")} // "" is the default ledger file
 	r.effects = r.dir + "/effects"
 	start := func(argv []string) *mcpstdio.Session {
 		s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{Command: argv, Env: r.env(), Stderr: &logBuf{}})
