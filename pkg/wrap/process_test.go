@@ -379,29 +379,39 @@ func TestRealMemoryServer(t *testing.T) {
 	}
 }
 
-func TestAgentHangingUpDoesNotAbortTheCall(t *testing.T) {
+func TestAgentHangingUpOrSIGTERMDoesNotAbortTheCall(t *testing.T) {
 	t.Parallel()
-	r := newRig(t)
-	rw := r.rawWrap()
-	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
-		t.Fatalf("initialize: %s", got)
-	}
-	const slowCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"hangup"}}}`
-	if _, err := io.WriteString(rw.in, slowCall+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the call is in the child
-	rw.in.Close()                      // the agent hangs up, both ways
-	rw.stdout.Close()
-	if err := rw.cmd.Wait(); err != nil {
-		t.Fatalf("wrap exit: %v; stderr: %s", err, rw.log.String())
-	}
-	if r.effectCount() != 1 {
-		t.Fatalf("the call was aborted when the agent hung up: %d effects", r.effectCount())
-	}
-	w := r.wrap()
-	if x := call(t, w.Session, "slow", `{"ms":800,"tag":"hangup"}`); !x.replayed() || r.effectCount() != 1 {
-		t.Fatalf("the outcome of the call was not recorded: %+v", x)
+	for _, how := range []string{"hang-up", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			r := newRig(t)
+			rw := r.rawWrap()
+			if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+				t.Fatalf("initialize: %s", got)
+			}
+			const slowCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"stop"}}}`
+			if _, err := io.WriteString(rw.in, slowCall+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // the call is in the child
+			if how == "SIGTERM" {
+				if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				rw.in.Close() // the agent hangs up, both ways
+				rw.stdout.Close()
+			}
+			if err := rw.cmd.Wait(); err != nil {
+				t.Fatalf("wrap exit: %v; stderr: %s", err, rw.log.String())
+			}
+			if r.effectCount() != 1 || !strings.Contains(rw.log.String(), "effectfence since boot: admitted=1 ") {
+				t.Fatalf("the call was aborted: %d effects; stderr: %s", r.effectCount(), rw.log.String())
+			}
+			w := r.wrap()
+			if x := call(t, w.Session, "slow", `{"ms":800,"tag":"stop"}`); !x.replayed() || r.effectCount() != 1 {
+				t.Fatalf("the outcome of the call was not recorded: %+v", x)
+			}
+		})
 	}
 }
 
