@@ -5,7 +5,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/postgres"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
@@ -130,19 +130,10 @@ func openStore(ctx context.Context, loc string) (fence.Store, error) {
 	case loc == "memory":
 		return fence.NewMemoryStore(), nil
 	case isPostgres(loc):
-		return nil, fmt.Errorf("ledger %s: this build has no PostgreSQL store yet (use a file path or %s=memory)", redact(loc), EnvLedger)
+		return postgres.Open(ctx, postgres.Config{URL: loc})
 	default:
 		return sqlite.Open(ctx, loc, sqlite.Options{})
 	}
-}
-
-// redact hides a password in a database URL.
-func redact(loc string) string {
-	u, err := url.Parse(loc)
-	if err != nil {
-		return "(unparseable database URL)"
-	}
-	return u.Redacted()
 }
 
 // Open opens the ledger of o and returns an engine over it, after marking in-flight intents of
@@ -155,6 +146,9 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	st, err := openStore(ctx, loc)
 	if err != nil {
 		return nil, err
+	}
+	if isPostgres(loc) {
+		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
 	}
 	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry})
 	if _, err := eng.Recover(ctx); err != nil {
@@ -213,7 +207,7 @@ func Check(ctx context.Context, o Options) (*CheckReport, error) {
 		return &CheckReport{Path: loc, OK: true, Kind: "memory", BuildSchema: sqlite.SchemaVersion,
 			Advice: []string{"a memory ledger lives and dies with its process: nothing on disk to check"}}, nil
 	case isPostgres(loc):
-		return nil, fmt.Errorf("ledger %s: check inspects SQLite files; use PostgreSQL's own tools for a database ledger", redact(loc))
+		return nil, fmt.Errorf("ledger %s: check inspects SQLite files; use PostgreSQL's own tools for a database ledger", postgres.Redact(loc))
 	}
 	return sqlite.Check(ctx, loc)
 }

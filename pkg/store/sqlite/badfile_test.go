@@ -270,3 +270,70 @@ func runAsNobody(t *testing.T, name string) {
 	}
 	t.Logf("as nobody:\n%s", out)
 }
+
+// A record whose body was damaged inside an otherwise healthy SQLite file is reported as a
+// FileError naming `effectfence ledger check`, never decoded into a zero record.
+func TestDamagedRecordBody(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedLedger(t, path, 3)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for intent, body := range map[string]string{"seed:0001": `{"intent":"seed:0001","state":`, "seed:0002": `{"intent":"someone-else","state":"done"}`} {
+		if _, err := db.Exec("UPDATE records SET body = ? WHERE intent = ?", []byte(body), intent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	st := openT(t, path, sqlite.Options{})
+	for _, intent := range []string{"seed:0001", "seed:0002"} {
+		err := st.View(ctx, func(tx fence.Tx) error {
+			_, err := tx.Get(intent)
+			return err
+		})
+		var fe *sqlite.FileError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "ledger check") {
+			t.Errorf("Get(%s) of a damaged body = %v", intent, err)
+		}
+	}
+}
+
+// Whatever bytes the ledger file holds, opening and using it returns an error or works; it
+// never panics. The seeds run as part of the normal test run.
+func FuzzOpenLedgerFile(f *testing.F) {
+	dir := f.TempDir()
+	good := filepath.Join(dir, "good.db")
+	st, err := sqlite.Open(ctx, good, sqlite.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{})
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "x", Tool: "t"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`1`)); err != nil {
+		f.Fatal(err)
+	}
+	eng.Close()
+	b, err := os.ReadFile(good)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte{})
+	f.Add([]byte("SQLite format 3\x00"))
+	f.Add(b[:100])
+	f.Add(b[:4096])
+	f.Add(b)
+	flipped := bytes.Clone(b)
+	flipped[4096*2+100] ^= 0xff
+	f.Add(flipped)
+	f.Fuzz(func(t *testing.T, content []byte) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_ = useLedger(path)
+	})
+}

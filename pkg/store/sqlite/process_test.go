@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -112,12 +113,14 @@ func TestProcessesRaceOneIntent(t *testing.T) {
 	}
 	lines := make(chan line, procs*rounds*2)
 	var cmds []*exec.Cmd
+	stderrs := make([]*bytes.Buffer, procs)
 	var readers sync.WaitGroup
 	for p := range procs {
 		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_RACER=1", "EFFECTFENCE_TEST_LEDGER="+ledger,
 			"EFFECTFENCE_TEST_DIR="+dir, "EFFECTFENCE_TEST_ROUNDS="+strconv.Itoa(rounds))
-		cmd.Stderr = os.Stderr
+		stderrs[p] = new(bytes.Buffer)
+		cmd.Stderr = stderrs[p]
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -131,14 +134,31 @@ func TestProcessesRaceOneIntent(t *testing.T) {
 			for sc.Scan() {
 				lines <- line{p, sc.Text()}
 			}
+			lines <- line{p, "exit"}
 		})
 	}
 	go func() { readers.Wait(); close(lines) }()
+	killAll := func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+		}
+	}
+	defer killAll()
 
 	ready := map[int]int{}
 	results := map[int][]string{}
+	answered := make([]int, procs)
 	for l := range lines {
 		f := strings.Fields(l.text)
+		if f[0] == "exit" {
+			// A process that stops early would leave the others waiting at the barrier.
+			if answered[l.proc] != rounds {
+				killAll()
+				cmds[l.proc].Wait()
+				t.Fatalf("racing process %d stopped after %d of %d rounds: %s", l.proc, answered[l.proc], rounds, stderrs[l.proc])
+			}
+			continue
+		}
 		if f[0] == "ready" {
 			r, _ := strconv.Atoi(f[1])
 			if ready[r]++; ready[r] == procs {
@@ -149,11 +169,12 @@ func TestProcessesRaceOneIntent(t *testing.T) {
 			continue
 		}
 		r, _ := strconv.Atoi(f[0])
+		answered[l.proc]++
 		results[r] = append(results[r], strings.Join(f[1:], " "))
 	}
-	for _, cmd := range cmds {
+	for p, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
-			t.Fatalf("a racing process failed: %v", err)
+			t.Fatalf("racing process %d failed: %v\n%s", p, err, stderrs[p])
 		}
 	}
 	inFlight, replays := 0, 0

@@ -27,6 +27,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -107,7 +108,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	s.r.SetMaxOpenConns(4)
 	s.r.SetMaxIdleConns(4)
-	if err := s.checkIdentity(ctx); err != nil {
+	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkIdentity(ctx) }); err != nil {
 		return nil, s.fail(err)
 	}
 	if !opt.ReadOnly {
@@ -118,18 +119,26 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		s.w.SetMaxIdleConns(1)
 		s.w.SetConnMaxLifetime(0)
 		s.w.SetConnMaxIdleTime(0)
-		if err := s.migrate(ctx); err != nil {
+		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) }); err != nil {
 			return nil, s.fail(err)
 		}
 	}
-	if err := s.checkVersion(ctx); err != nil {
+	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkVersion(ctx) }); err != nil {
 		return nil, s.fail(err)
 	}
-	if s.rstmts, err = prepareAll(ctx, s.r); err != nil {
+	err = retryBusy(ctx, opt.BusyTimeout, func() (err error) {
+		s.rstmts, err = prepareAll(ctx, s.r)
+		return err
+	})
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	if s.w != nil {
-		if s.wstmts, err = prepareAll(ctx, s.w); err != nil {
+		err = retryBusy(ctx, opt.BusyTimeout, func() (err error) {
+			s.wstmts, err = prepareAll(ctx, s.w)
+			return err
+		})
+		if err != nil {
 			return nil, s.fail(err)
 		}
 	}
@@ -176,6 +185,29 @@ func (s *Store) fail(err error) error {
 		s.r.Close()
 	}
 	return s.wrap(err)
+}
+
+// retryBusy retries fn while it fails with SQLITE_BUSY, for up to limit. SQLite's busy
+// handler does not cover every lock conflict: two processes opening a new ledger at once both
+// switch it to WAL, and one of them gets SQLITE_BUSY at once (SQLite's deadlock avoidance
+// when two connections holding SHARED both want EXCLUSIVE). Opening is the only place where
+// that happens; it is safe to repeat because every step is idempotent.
+func retryBusy(ctx context.Context, limit time.Duration, fn func() error) error {
+	deadline := time.Now().Add(limit)
+	wait := time.Millisecond
+	for {
+		err := fn()
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait + time.Duration(rand.Int64N(int64(wait)))):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // dsn builds the modernc.org/sqlite data source name. The writer's _txlock=immediate makes
@@ -305,10 +337,21 @@ func (s *Store) wrap(err error) error {
 	return fmt.Errorf("ledger %s: %w", s.path, err)
 }
 
-// checkIdentity refuses SQLite files that hold something other than an effectfence ledger.
+// checkIdentity refuses SQLite files that hold something other than an effectfence ledger. It
+// reads the mark and the schema in one snapshot: another process may be creating the ledger
+// at this very moment, and must be seen either before or after, never half-way.
 func (s *Store) checkIdentity(ctx context.Context) error {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var tables int
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
+		return err
+	}
 	var appID int64
-	if err := s.r.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
 		return err
 	}
 	if appID == applicationID {
@@ -316,10 +359,6 @@ func (s *Store) checkIdentity(ctx context.Context) error {
 	}
 	if appID != 0 {
 		return &FileError{Path: s.path, Problem: fmt.Sprintf("is a SQLite database of another application (application_id %#x), not an effectfence ledger", appID)}
-	}
-	var tables int
-	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
-		return err
 	}
 	if tables > 0 {
 		return &FileError{Path: s.path, Problem: "is a SQLite database of another application (it has tables but no effectfence mark), not an effectfence ledger"}

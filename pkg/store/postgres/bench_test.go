@@ -1,0 +1,206 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// The benchmarks open both ledgers through the one opener (pkg/store), so PostgreSQL is
+// compared with whatever the embedded file ledger is in this build, on the same machine:
+//
+//	go test -run '^$' -bench 'Ledger' -benchtime 2000x ./pkg/store/postgres/
+//
+// Each op is one admission plus its commit of a distinct intent (or, for Replay, one
+// duplicate of a done intent), run by 1 or 16 concurrent callers. ns/op is the inverse of
+// throughput; p50-µs and p99-µs are the latency of one op as a caller sees it.
+
+func openPostgresLedger(b *testing.B) *store.Ledger {
+	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if raw == "" {
+		b.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set")
+	}
+	schema := fmt.Sprintf("effectfence_bench_%d_%d", os.Getpid(), time.Now().UnixNano())
+	u, err := url.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	ctx := context.Background()
+	led, err := store.Open(ctx, store.Options{Ledger: u.String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		led.Close()
+		conn, err := pgx.Connect(ctx, raw)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			b.Error(err)
+		}
+	})
+	return led
+}
+
+func openFileLedger(b *testing.B) *store.Ledger {
+	led, err := store.Open(context.Background(), store.Options{Ledger: filepath.Join(b.TempDir(), "bench.db")})
+	if err != nil {
+		b.Skipf("no file ledger in this build to compare with: %v", err)
+	}
+	b.Cleanup(func() { led.Close() })
+	return led
+}
+
+var benchRun atomic.Int64
+
+// run splits b.N ops over callers goroutines and reports latency percentiles.
+func run(b *testing.B, callers int, op func(i int) error) {
+	lat := make([]time.Duration, b.N)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				t0 := time.Now()
+				if err := op(i); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+func benchLedgers(b *testing.B, fn func(b *testing.B, e *fence.Engine, callers int)) {
+	for _, l := range []struct {
+		name string
+		open func(*testing.B) *store.Ledger
+	}{{"postgres", openPostgresLedger}, {"file", openFileLedger}} {
+		for _, callers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/callers=%d", l.name, callers), func(b *testing.B) {
+				fn(b, l.open(b).Engine, callers)
+			})
+		}
+	}
+}
+
+func BenchmarkLedgerAdmitCommit(b *testing.B) {
+	benchLedgers(b, func(b *testing.B, e *fence.Engine, callers int) {
+		ctx := context.Background()
+		prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
+		run(b, callers, func(i int) error {
+			adm, err := e.Prepare(ctx, fence.Request{Intent: prefix + fmt.Sprint(i), Tool: "charge_card", Args: []byte(`{"amount":4900}`)})
+			if err != nil {
+				return err
+			}
+			_, err = e.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`))
+			return err
+		})
+	})
+}
+
+// BenchmarkLedgerAdmitCommitHotDomain: every op takes the next number of one shared domain,
+// the one place where admissions must take turns.
+func BenchmarkLedgerAdmitCommitHotDomain(b *testing.B) {
+	benchLedgers(b, func(b *testing.B, e *fence.Engine, callers int) {
+		ctx := context.Background()
+		prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
+		run(b, callers, func(i int) error {
+			adm, err := e.Prepare(ctx, fence.Request{Intent: prefix + fmt.Sprint(i), Tool: "charge_card", Args: []byte(`{"amount":4900}`), Domain: "acct:hot"})
+			if err != nil {
+				return err
+			}
+			_, err = e.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`))
+			return err
+		})
+	})
+}
+
+func BenchmarkLedgerReplay(b *testing.B) {
+	benchLedgers(b, func(b *testing.B, e *fence.Engine, callers int) {
+		ctx := context.Background()
+		r := fence.Request{Intent: "bench:replay", Tool: "charge_card", Args: []byte(`{"amount":4900}`)}
+		adm, err := e.Prepare(ctx, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`)); err != nil {
+			b.Fatal(err)
+		}
+		run(b, callers, func(int) error {
+			adm, err := e.Prepare(ctx, r)
+			if err == nil && adm.Fresh() {
+				err = fmt.Errorf("a duplicate was admitted")
+			}
+			return err
+		})
+	})
+}
+
+// BenchmarkServerFloor measures the server on this machine without the fence: one round trip
+// (SELECT 1) and one durable commit (an INSERT in its own transaction), the two costs an
+// admission is made of.
+func BenchmarkServerFloor(b *testing.B) {
+	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if raw == "" {
+		b.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	b.Run("roundtrip", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("commit", func(b *testing.B) {
+		// A row in a real (logged) table, in a schema of its own, so the commit flushes WAL.
+		schema := fmt.Sprintf("effectfence_floor_%d", os.Getpid())
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".probe (i int)"); err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		for b.Loop() {
+			if _, err := conn.Exec(ctx, "INSERT INTO "+schema+".probe VALUES (1)", pgx.QueryExecModeSimpleProtocol); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,87 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvTestURL names the server the tests use; CI sets it.
+const EnvTestURL = "EFFECTFENCE_TEST_POSTGRES"
+
+func testURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv(EnvTestURL)
+	if u == "" {
+		tb.Skipf("SKIP-REQUIRED: %s is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", EnvTestURL)
+	}
+	return u
+}
+
+// testSchema returns a fresh schema name, dropped when the test ends.
+func testSchema(tb testing.TB) string {
+	tb.Helper()
+	url := testURL(tb)
+	name := fmt.Sprintf("effectfence_test_%d_%s", os.Getpid(), randomHex(4))
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			tb.Errorf("dropping schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			tb.Errorf("dropping schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// openSchema opens a store on schema, closed when the test ends.
+func openSchema(tb testing.TB, schema string) *Store {
+	tb.Helper()
+	return openSized(tb, schema, 0)
+}
+
+// openSized opens a store with at most maxConns connections (0: the default), for tests that
+// open many stores on one server.
+func openSized(tb testing.TB, schema string, maxConns int32) *Store {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{URL: testURL(tb), Schema: schema, MaxConns: maxConns})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// newTestStore opens a store on a fresh schema.
+func newTestStore(tb testing.TB) *Store {
+	tb.Helper()
+	return openSchema(tb, testSchema(tb))
+}
+
+// admin is a plain connection for the test's own queries (witness tables, pg_terminate_backend).
+func admin(tb testing.TB, schema string) *pgx.Conn {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testURL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if schema != "" {
+		if _, err := conn.Exec(ctx, "SET search_path TO "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	tb.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}

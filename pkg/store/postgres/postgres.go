@@ -1,0 +1,492 @@
+// Package postgres is a fence.Store on PostgreSQL (pgx v5), for several gateway processes or
+// hosts that must share one fence.
+//
+// The guarantee: every Update is one PostgreSQL transaction, committed (WAL flushed under the
+// server's synchronous_commit) before Update returns nil, and two Updates that touch the same
+// intent never interleave, whichever process or host runs them. Updates on distinct intents do
+// not wait for each other: nothing is serialised on one row or one lock.
+//
+// How:
+//   - Each intent is guarded by a transaction-scoped advisory lock keyed by a 64-bit hash of
+//     (schema, intent), taken before the record is read and held to commit or rollback. It
+//     also guards an intent that has no row yet, which a row lock could not.
+//   - Domain sequence numbers are compare-and-swapped: the value a transaction first read is
+//     the value its write must still find. A lost swap aborts the transaction (SQLSTATE 40001)
+//     and Update runs the decision again on fresh data; the engine then refuses with
+//     domain_race or takes the next number, as SPEC §3 asks. A decision run again after a
+//     lost swap locks the domain rows it reads (FOR UPDATE), so a hot domain costs one retry,
+//     not a storm of them.
+//   - Fencing tokens come from a SEQUENCE; counters are one row per (store, connection),
+//     summed on read; Tx.Now is the database's clock_timestamp() read once when the
+//     transaction begins, so leases mean the same on every host.
+//   - BEGIN travels with the first read; writes are queued and travel with the next read or
+//     with COMMIT; an Update's Get also fetches the next fencing token (a token no one uses
+//     is simply skipped). An admission without a domain costs 6 round trips and its
+//     commit 2.
+//
+// Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
+// returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a
+// new connection whether the transaction committed (txid_status) and answers accordingly; only
+// when the server cannot be reached either does it return a CommitUnknownError. The pool
+// replaces dead connections, so the next call reconnects.
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// Config says how to reach the ledger.
+type Config struct {
+	// URL is a postgres:// or postgresql:// connection string (pgx syntax; pool_max_conns and
+	// search_path are honoured).
+	URL string
+	// Schema holds the ledger's tables; it is created if missing. Empty: the first schema of
+	// the URL's search_path, else the server's default (normally public).
+	Schema string
+	// MaxConns bounds the pool (0: the URL's pool_max_conns, else 16).
+	MaxConns int32
+
+	// wrapConn, when set (tests only), wraps every new network connection.
+	wrapConn func(net.Conn) net.Conn
+}
+
+// Store is a fence.Store on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool     *pgxpool.Pool
+	schema   string
+	instance string // names this store's counter shards
+
+	// hook, when set (tests only), is called at named points of a transaction with the
+	// backend pid of its connection.
+	hook func(stage string, pid uint32)
+
+	// hot remembers domains whose swap was lost recently (domain -> time.Time): reads of
+	// them lock the row from the first attempt, so callers queue instead of failing.
+	hot sync.Map
+
+	closeOnce  sync.Once
+	listenOnce sync.Once
+	listener   *listener // started by the first Watch
+}
+
+var _ fence.Store = (*Store)(nil)
+
+// maxAttempts bounds how often Update runs a decision whose compare-and-swap lost or that hit
+// a deadlock or serialization failure.
+const maxAttempts = 64
+
+// Open connects, creates or migrates the schema, and returns the store.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
+	}
+	switch {
+	case c.MaxConns > 0:
+		pc.MaxConns = c.MaxConns
+	case !strings.Contains(c.URL, "pool_max_conns"):
+		pc.MaxConns = 16
+	}
+	if !strings.Contains(c.URL, "pool_min_conns") {
+		pc.MinConns = min(8, pc.MaxConns)
+	}
+	if c.wrapConn != nil {
+		dial := pc.ConnConfig.DialFunc
+		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return c.wrapConn(nc), nil
+		}
+	}
+	schema, create := c.Schema, c.Schema != ""
+	if schema != "" {
+		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	} else if sp := pc.ConnConfig.RuntimeParams["search_path"]; sp != "" {
+		schema, create = strings.Trim(strings.TrimSpace(strings.Split(sp, ",")[0]), `"`), true
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
+	}
+	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6)}
+	if err := s.init(ctx, schema, create); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
+	}
+	return s, nil
+}
+
+func (s *Store) init(ctx context.Context, schema string, create bool) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if schema == "" {
+		if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+			return err
+		}
+		if schema == "" {
+			return errors.New("no schema is selected: set search_path in the URL")
+		}
+	}
+	s.schema = schema
+	if err := migrate(ctx, conn.Conn(), schema, create); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, foldCounters); err != nil {
+		return fmt.Errorf("folding old counter shards: %w", err)
+	}
+	s.warm(ctx)
+	return nil
+}
+
+// foldCounters moves the totals of counter shards unused for an hour (processes gone, or idle:
+// an idle one just starts a new shard) into one "folded" shard, so summing stays cheap however
+// many processes came and went. One statement: nothing is counted twice or lost.
+const foldCounters = `WITH gone AS (
+	DELETE FROM effectfence_counters WHERE shard <> 'folded' AND updated_at < now() - interval '1 hour' RETURNING *
+)
+INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
+SELECT 'folded', now(), sum(admitted), sum(reclaimed), sum(replayed), sum(coalesced), sum(stale), sum(race), sum(in_flight), sum(prior_failure), sum(conflict), sum(lease_lost)
+FROM gone HAVING count(*) > 0
+ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
+	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
+	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
+	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
+	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
+	lease_lost = c.lease_lost + excluded.lease_lost`
+
+// warm opens the pool's minimum connections now, so that the first burst of calls does not
+// wait for connection set-up.
+func (s *Store) warm(ctx context.Context) {
+	n := int(s.pool.Config().MinConns) - 1 // init holds one
+	var wg sync.WaitGroup
+	conns := make(chan *pgxpool.Conn, max(n, 0))
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := s.pool.Acquire(ctx); err == nil {
+				conns <- c
+			}
+		}()
+	}
+	wg.Wait()
+	close(conns)
+	for c := range conns {
+		c.Release()
+	}
+}
+
+// Schema returns the schema that holds the ledger.
+func (s *Store) Schema() string { return s.schema }
+
+// Close stops the listener of Watch, if one was started, and closes the pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.listenOnce.Do(func() {}) // no listener starts after Close
+		if s.listener != nil {
+			s.listener.close()
+		}
+		s.pool.Close()
+	})
+	return nil
+}
+
+// CommitUnknownError: the connection died after COMMIT was sent and the server could not be
+// asked whether the transaction committed. The decision may or may not be recorded: call
+// Status (or retry the same call) once the database is reachable again.
+type CommitUnknownError struct {
+	Xid int64
+	Err error
+}
+
+func (e CommitUnknownError) Error() string {
+	return fmt.Sprintf("postgres ledger: the connection was lost after COMMIT of transaction %d was sent and the server could not be asked whether it committed; the decision may or may not be recorded: check the intent's status once the database is reachable (%v)", e.Xid, e.Err)
+}
+
+func (e CommitUnknownError) Unwrap() error { return e.Err }
+
+// ConnLostError: the connection died before the transaction could commit; nothing of it was
+// recorded. The next call uses a new connection.
+type ConnLostError struct {
+	Stage string
+	Err   error
+}
+
+func (e ConnLostError) Error() string {
+	return fmt.Sprintf("postgres ledger: connection lost during %s; the transaction did not commit and nothing of it was recorded: %v", e.Stage, e.Err)
+}
+
+func (e ConnLostError) Unwrap() error { return e.Err }
+
+// Update runs fn in one READ COMMITTED transaction under the locks described in the package
+// comment, and commits. fn runs again (in a new transaction) when a compare-and-swap lost, on
+// a deadlock, or on a serialization failure, up to 64 times.
+func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		err = s.run(ctx, attempt > 0, true, fn)
+		if !retryable(err) {
+			return err
+		}
+		if werr := backoff(ctx, attempt); werr != nil {
+			return werr
+		}
+	}
+	return fmt.Errorf("postgres ledger: gave up after %d attempts under contention: %w", maxAttempts, err)
+}
+
+// View runs fn in a REPEATABLE READ, READ ONLY transaction: one snapshot for all its reads.
+func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
+	return s.run(ctx, false, false, fn)
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	return false
+}
+
+// backoff sleeps a random time below min(1 ms << attempt, 20 ms).
+func backoff(ctx context.Context, attempt int) error {
+	ceil := time.Millisecond << min(attempt, 5)
+	ceil = min(ceil, 20*time.Millisecond)
+	n, _ := rand.Int(rand.Reader, big.NewInt(int64(ceil)))
+	t := time.NewTimer(time.Duration(n.Int64()))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is one transaction. A connection found dead by the transaction's first round trip is
+// replaced, up to three times (after a server restart every idle connection is dead):
+// nothing had been executed on it.
+func (s *Store) run(ctx context.Context, contended, write bool, fn func(fence.Tx) error) error {
+	for try := 0; ; try++ {
+		err := s.runOnce(ctx, contended, write, fn)
+		var lost ConnLostError
+		if try < 3 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
+			continue
+		}
+		return err
+	}
+}
+
+func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fence.Tx) error) (err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres ledger: no connection: %w", err)
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	t := &tx{s: s, ctx: ctx, conn: conn, write: write, contended: contended, pid: conn.PgConn().PID()}
+	// BEGIN and the clock travel with the transaction's first read (or with Now, if it is
+	// asked first), saving a round trip.
+	if write {
+		t.pending.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		t.pending.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now, &t.xid) })
+	} else {
+		t.pending.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+		t.pending.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
+	}
+
+	defer func() {
+		if retryable(err) {
+			now := time.Now()
+			for d := range t.swapped {
+				s.hot.Store(d, now)
+			}
+		}
+	}()
+	stage := func() string {
+		if !t.begun {
+			return "begin"
+		}
+		return "the transaction"
+	}
+	if err := fn(t); err != nil {
+		if conn.IsClosed() {
+			return s.fail(ctx, conn, stage(), err)
+		}
+		if t.begun || t.err != nil {
+			s.rollback(conn)
+		}
+		return err
+	}
+	if t.err != nil { // a read failed but fn ignored it
+		return s.fail(ctx, conn, stage(), t.err)
+	}
+	if !write {
+		if !t.begun {
+			return nil // fn read nothing: nothing was sent
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			return s.fail(ctx, conn, "the end of a read", err)
+		}
+		return nil
+	}
+	if !t.begun {
+		// Learn the transaction id before COMMIT is sent, so a lost acknowledgement can be
+		// resolved.
+		if err := t.send(nil); err != nil {
+			return s.fail(ctx, conn, stage(), err)
+		}
+	}
+	s.at("commit", t.pid)
+	t.pending.Queue("COMMIT")
+	err = conn.SendBatch(ctx, &t.pending).Close()
+	if err == nil {
+		s.at("committed", t.pid)
+		return nil
+	}
+	if !conn.IsClosed() {
+		s.rollback(conn)
+		return err
+	}
+	return s.resolve(ctx, t.xid, err)
+}
+
+// fail closes out a transaction that failed before COMMIT was sent.
+func (s *Store) fail(ctx context.Context, conn *pgx.Conn, stage string, err error) error {
+	if conn.IsClosed() {
+		if ctx.Err() != nil {
+			return fmt.Errorf("postgres ledger: %s cancelled; nothing of it was recorded: %w", stage, ctx.Err())
+		}
+		return ConnLostError{Stage: stage, Err: err}
+	}
+	s.rollback(conn)
+	return err
+}
+
+// rollback ends a failed transaction. If even that fails, the connection is closed so the
+// pool does not hand it out in an unknown state.
+func (s *Store) rollback(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		_ = conn.Close(ctx)
+	}
+}
+
+// resolve learns whether a transaction whose COMMIT acknowledgement was lost committed, by
+// asking the server on another connection. A terminated backend may take a moment to finish
+// aborting, so "in progress" is asked again for up to 5 s.
+func (s *Store) resolve(ctx context.Context, xid int64, cause error) error {
+	if ctx.Err() != nil {
+		// The caller gave up; ask anyway, briefly: the answer decides what we report.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var status *string
+		err := s.pool.QueryRow(ctx, "SELECT txid_status($1)", xid).Scan(&status)
+		switch {
+		case err != nil:
+			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, err)}
+		case status == nil:
+			return CommitUnknownError{Xid: xid, Err: cause}
+		case *status == "committed":
+			s.at("resolved committed", 0)
+			return nil
+		case *status == "aborted":
+			s.at("resolved aborted", 0)
+			return ConnLostError{Stage: "commit", Err: cause}
+		}
+		if time.Now().After(deadline) {
+			return CommitUnknownError{Xid: xid, Err: cause}
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, ctx.Err())}
+		}
+	}
+}
+
+// hotWindow is how long a domain that lost a swap is read with a row lock.
+const hotWindow = 10 * time.Second
+
+func (s *Store) isHot(domain string) bool {
+	v, ok := s.hot.Load(domain)
+	if !ok {
+		return false
+	}
+	if time.Since(v.(time.Time)) > hotWindow {
+		s.hot.Delete(domain)
+		return false
+	}
+	return true
+}
+
+func (s *Store) at(stage string, pid uint32) {
+	if s.hook != nil {
+		s.hook(stage, pid)
+	}
+}
+
+// lockKey is the advisory lock key of (schema, kind, name): the first 8 bytes of a SHA-256. A
+// collision only makes two unrelated intents take turns.
+func lockKey(schema, kind, name string) int64 {
+	h := sha256.New()
+	h.Write([]byte(schema))
+	h.Write([]byte{0})
+	h.Write([]byte(kind))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8]))
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b)
+}
+
+// Redact returns a connection URL with its password replaced, for messages.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable postgres URL)"
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}

@@ -1,0 +1,570 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// tx is one transaction. Writes are queued in pending and sent, in order, ahead of the next
+// read or with COMMIT; the server runs them in that order, so reads see the transaction's own
+// writes.
+type tx struct {
+	s     *Store
+	ctx   context.Context
+	conn  *pgx.Conn
+	pid   uint32
+	write bool
+	// contended: an earlier run of this decision lost a swap, so domain reads lock their rows.
+	contended bool
+	now       time.Time
+	xid       int64
+
+	pending pgx.Batch
+	begun   bool  // BEGIN has been executed
+	err     error // the first failure: the server has aborted the transaction
+	token   int64 // a fencing token fetched ahead by Get (0: none)
+
+	locked  map[string]bool        // intents whose advisory lock this transaction holds
+	state   map[string]fence.State // intents' states as Get found them (StateNone: no record)
+	domains map[string]domainState // domain rows as first read (the swap's expected value)
+	swapped map[string]bool        // domains this transaction compare-and-swaps
+	floor   *uint64                // the floor as first read
+}
+
+type domainState struct {
+	seq   uint64
+	found bool
+	floor uint64 // for an absent domain: the floor it read as
+}
+
+var errReadOnly = errors.New("postgres ledger: write in a read-only transaction")
+
+// send flushes the queued writes and then q, in one round trip.
+func (t *tx) send(q func(b *pgx.Batch)) error {
+	if t.err != nil {
+		return t.err
+	}
+	b := &t.pending
+	if q != nil {
+		q(b)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	err := t.conn.SendBatch(t.ctx, b).Close()
+	t.pending = pgx.Batch{}
+	if err != nil {
+		t.err = err
+		return err
+	}
+	if !t.begun {
+		t.begun = true
+		t.now = t.now.UTC()
+		if t.write {
+			t.s.at("begin", t.pid)
+		} else {
+			t.s.at("view", t.pid)
+		}
+	}
+	return nil
+}
+
+// Now is the database's clock when the transaction began. If it is asked before any read, it
+// costs the round trip that begins the transaction; a failure there is returned by the next
+// call (and by Update).
+func (t *tx) Now() time.Time {
+	if !t.begun && t.err == nil {
+		_ = t.send(nil)
+	}
+	return t.now
+}
+
+// lock queues the intent's advisory lock (once per transaction). Queued ahead of the read
+// that follows, it is granted before that read's snapshot is taken.
+func (t *tx) lock(intent string) {
+	if !t.write || t.locked[intent] {
+		return
+	}
+	if t.locked == nil {
+		t.locked = map[string]bool{}
+	}
+	t.locked[intent] = true
+	t.pending.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(t.s.schema, "intent", intent))
+}
+
+func decodeRecord(intent string, body []byte) (*fence.Record, error) {
+	rec := &fence.Record{}
+	if err := json.Unmarshal(body, rec); err != nil {
+		return nil, fmt.Errorf("postgres ledger: the record of intent %q is corrupt (%v): run `effectfence ledger check`", intent, err)
+	}
+	if rec.Intent != intent {
+		return nil, fmt.Errorf("postgres ledger: the row of intent %q holds a record of %q: run `effectfence ledger check`", intent, rec.Intent)
+	}
+	return rec, nil
+}
+
+// Get reads the intent's record; in an Update it first takes the intent's lock, so the record
+// cannot change until this transaction ends.
+func (t *tx) Get(intent string) (*fence.Record, error) {
+	t.lock(intent)
+	var body []byte
+	found := false
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue("SELECT body FROM effectfence_records WHERE intent = $1", intent).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				found = true
+				if err := rows.Scan(&body); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+		if t.write && t.token == 0 {
+			// Fetched after the intent's lock, so a later claim of this intent always
+			// gets a larger token.
+			b.Queue(`SELECT nextval('effectfence_token')`).QueryRow(func(r pgx.Row) error { return r.Scan(&t.token) })
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.write {
+		if t.state == nil {
+			t.state = map[string]fence.State{}
+		}
+		t.state[intent] = fence.StateNone
+	}
+	if !found {
+		return nil, nil
+	}
+	rec, err := decodeRecord(intent, body)
+	if err == nil && t.write {
+		t.state[intent] = rec.State
+	}
+	return rec, err
+}
+
+// ended queues a notification for the waiters of an intent whose in-flight claim this
+// transaction ends (see Store.Watch). It is delivered at commit, only if someone waits: a
+// NOTIFY serialises commits server-wide, so ledgers nobody waits on never pay for it.
+func (t *tx) ended(intent string, next fence.State) {
+	if prev, known := t.state[intent]; (known && prev != fence.StateInFlight) || next == fence.StateInFlight {
+		return
+	}
+	t.pending.Queue(`SELECT pg_notify($1, $2) FROM effectfence_waiters WHERE intent = $2 LIMIT 1`, t.s.channel(), intent)
+}
+
+func (t *tx) Put(rec *fence.Record) error {
+	if !t.write {
+		return errReadOnly
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("postgres ledger: encoding the record of %q: %w", rec.Intent, err)
+	}
+	var expires, certHash any
+	if !rec.ExpiresAt.IsZero() {
+		expires = rec.ExpiresAt
+	}
+	if rec.Cert != nil {
+		certHash = rec.Cert.Hash
+	}
+	t.lock(rec.Intent)
+	t.pending.Queue(`INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at, cert_hash = excluded.cert_hash, body = excluded.body`,
+		rec.Intent, string(rec.State), expires, certHash, body)
+	t.ended(rec.Intent, rec.State)
+	return t.err
+}
+
+func (t *tx) Delete(intent string) error {
+	if !t.write {
+		return errReadOnly
+	}
+	t.lock(intent)
+	t.pending.Queue("DELETE FROM effectfence_records WHERE intent = $1", intent)
+	t.ended(intent, fence.StateNone)
+	return t.err
+}
+
+// Scan queries the matching records in intent order. In an Update each record is locked and
+// read again before fn sees it (and skipped if it no longer matches), so what fn decides on
+// cannot change under it.
+func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
+	q := "SELECT intent, body FROM effectfence_records WHERE intent > $1"
+	args := []any{f.After}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, s := range f.States {
+			states[i] = string(s)
+		}
+		args = append(args, states)
+		q += fmt.Sprintf(" AND state = ANY($%d)", len(args))
+	}
+	if !f.ExpiresBefore.IsZero() {
+		args = append(args, f.ExpiresBefore)
+		q += fmt.Sprintf(" AND expires_at IS NOT NULL AND expires_at <= $%d", len(args))
+	}
+	q += " ORDER BY intent"
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	type row struct {
+		intent string
+		body   []byte
+	}
+	var got []row
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(q, args...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var r row
+				if err := rows.Scan(&r.intent, &r.body); err != nil {
+					return err
+				}
+				got = append(got, r)
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range got {
+		var rec *fence.Record
+		if t.write {
+			if rec, err = t.Get(r.intent); err != nil {
+				return err
+			}
+			if rec == nil || !f.Match(rec) {
+				continue
+			}
+		} else if rec, err = decodeRecord(r.intent, r.body); err != nil {
+			return err
+		}
+		if !fn(rec) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (t *tx) CertByHash(hash string) (*fence.Record, error) {
+	var intent string
+	var body []byte
+	found := false
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue("SELECT intent, body FROM effectfence_records WHERE cert_hash = $1 AND state = 'done' ORDER BY intent LIMIT 1", hash).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				found = true
+				if err := rows.Scan(&intent, &body); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil || !found {
+		return nil, err
+	}
+	return decodeRecord(intent, body)
+}
+
+func toUint(v int64, what string) (uint64, error) {
+	if v < 0 {
+		return 0, fmt.Errorf("postgres ledger: %s is negative (%d): run `effectfence ledger check`", what, v)
+	}
+	return uint64(v), nil
+}
+
+func toInt(v uint64, what string) (int64, error) {
+	if v > math.MaxInt64 {
+		return 0, fmt.Errorf("postgres ledger: %s %d does not fit a bigint", what, v)
+	}
+	return int64(v), nil
+}
+
+// DomainSeq reads a domain (and the floor, which an absent domain reads as). Within one
+// transaction every read of a domain answers what the first read found, or what this
+// transaction set: the write is a compare-and-swap against that first read, so a transaction
+// never decides on two different values of one domain.
+func (t *tx) DomainSeq(domain string) (uint64, bool, error) {
+	if d, ok := t.domains[domain]; ok {
+		if d.found {
+			return d.seq, true, nil
+		}
+		return d.floor, false, nil
+	}
+	var seq *int64
+	var floor int64
+	q := `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
+	if t.write && (t.contended || t.s.isHot(domain)) {
+		q = `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1 FOR UPDATE), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
+	}
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(q, domain).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &floor) })
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	d := domainState{found: seq != nil}
+	if d.floor, err = toUint(floor, "the domain floor"); err != nil {
+		return 0, false, err
+	}
+	if seq != nil {
+		if d.seq, err = toUint(*seq, "the sequence of domain "+domain); err != nil {
+			return 0, false, err
+		}
+	}
+	if t.domains == nil {
+		t.domains = map[string]domainState{}
+	}
+	t.domains[domain] = d
+	if d.found {
+		return d.seq, true, nil
+	}
+	return d.floor, false, nil
+}
+
+// SetDomainSeq swaps the domain's sequence number, expecting what this transaction first read
+// (a lost swap aborts the transaction with 40001 and Update decides again). Without a prior
+// read it writes unconditionally.
+func (t *tx) SetDomainSeq(domain string, seq uint64) error {
+	if !t.write {
+		return errReadOnly
+	}
+	v, err := toInt(seq, "sequence number")
+	if err != nil {
+		return err
+	}
+	d, read := t.domains[domain]
+	switch {
+	case !read:
+		t.pending.Queue(`INSERT INTO effectfence_domains (domain, seq) VALUES ($1, $2) ON CONFLICT (domain) DO UPDATE SET seq = excluded.seq`, domain, v)
+	case d.found:
+		t.pending.Queue(`WITH w AS (UPDATE effectfence_domains SET seq = $2 WHERE domain = $1 AND seq = $3 RETURNING 1)
+SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, v, int64(d.seq))
+	default:
+		// An absent domain read as the floor: insert only if it is still absent and the floor
+		// has not moved.
+		t.pending.Queue(`WITH w AS (INSERT INTO effectfence_domains (domain, seq)
+	SELECT $1, $2 WHERE (SELECT value FROM effectfence_meta WHERE key = 'floor') = $3
+	ON CONFLICT (domain) DO NOTHING RETURNING 1)
+SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, v, int64(d.floor))
+	}
+	if t.domains == nil {
+		t.domains = map[string]domainState{}
+	}
+	t.domains[domain] = domainState{seq: seq, found: true, floor: d.floor}
+	if read {
+		if t.swapped == nil {
+			t.swapped = map[string]bool{}
+		}
+		t.swapped[domain] = true
+	}
+	return t.err
+}
+
+// DeleteDomain removes the domain's row, expecting the value this transaction read.
+func (t *tx) DeleteDomain(domain string) error {
+	if !t.write {
+		return errReadOnly
+	}
+	d, read := t.domains[domain]
+	switch {
+	case read && d.found:
+		t.pending.Queue(`WITH w AS (DELETE FROM effectfence_domains WHERE domain = $1 AND seq = $2 RETURNING 1)
+SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, int64(d.seq))
+	case !read:
+		t.pending.Queue(`DELETE FROM effectfence_domains WHERE domain = $1`, domain)
+	}
+	if t.domains == nil {
+		t.domains = map[string]domainState{}
+	}
+	floor := d.floor
+	if t.floor != nil {
+		floor = *t.floor
+	}
+	t.domains[domain] = domainState{floor: floor}
+	return t.err
+}
+
+func (t *tx) DomainFloor() (uint64, error) {
+	if t.floor != nil {
+		return *t.floor, nil
+	}
+	var v int64
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(`SELECT value FROM effectfence_meta WHERE key = 'floor'`).QueryRow(func(r pgx.Row) error { return r.Scan(&v) })
+	})
+	if err != nil {
+		return 0, err
+	}
+	f, err := toUint(v, "the domain floor")
+	if err != nil {
+		return 0, err
+	}
+	t.floor = &f
+	return f, nil
+}
+
+// SetDomainFloor swaps the floor, expecting the value this transaction read.
+func (t *tx) SetDomainFloor(seq uint64) error {
+	if !t.write {
+		return errReadOnly
+	}
+	v, err := toInt(seq, "floor")
+	if err != nil {
+		return err
+	}
+	if t.floor == nil {
+		t.pending.Queue(`UPDATE effectfence_meta SET value = $1 WHERE key = 'floor'`, v)
+	} else {
+		t.pending.Queue(`WITH w AS (UPDATE effectfence_meta SET value = $1 WHERE key = 'floor' AND value = $2 RETURNING 1)
+SELECT effectfence_must((SELECT count(*) FROM w), 'the domain floor')`, v, int64(*t.floor))
+	}
+	t.floor = &seq
+	for d, st := range t.domains {
+		if !st.found {
+			st.floor = seq
+			t.domains[d] = st
+		}
+	}
+	return t.err
+}
+
+func (t *tx) NextToken() (uint64, error) {
+	if !t.write {
+		return 0, errReadOnly
+	}
+	if t.token > 0 {
+		v := t.token
+		t.token = -1 // used: never hand it out twice
+		return toUint(v, "the fencing token")
+	}
+	var v int64
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(`SELECT nextval('effectfence_token')`).QueryRow(func(r pgx.Row) error { return r.Scan(&v) })
+	})
+	if err != nil {
+		return 0, err
+	}
+	return toUint(v, "the fencing token")
+}
+
+func (t *tx) AppendEvent(ev fence.Event) error {
+	if !t.write {
+		return errReadOnly
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("postgres ledger: encoding an event of %q: %w", ev.Intent, err)
+	}
+	t.pending.Queue(`INSERT INTO effectfence_events (at, intent, kind, body) VALUES ($1, $2, $3, $4)`, ev.At, ev.Intent, ev.Kind, body)
+	return t.err
+}
+
+func (t *tx) Events(intent string, fn func(fence.Event) bool) error {
+	q, args := `SELECT body FROM effectfence_events ORDER BY id`, []any{}
+	if intent != "" {
+		q, args = `SELECT body FROM effectfence_events WHERE intent = $1 ORDER BY id`, []any{intent}
+	}
+	var bodies [][]byte
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(q, args...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var body []byte
+				if err := rows.Scan(&body); err != nil {
+					return err
+				}
+				bodies = append(bodies, body)
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, body := range bodies {
+		var ev fence.Event
+		if err := json.Unmarshal(body, &ev); err != nil {
+			return fmt.Errorf("postgres ledger: an audit event is corrupt (%v): run `effectfence ledger check`", err)
+		}
+		if !fn(ev) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (t *tx) DeleteEventsBefore(before time.Time) (int, error) {
+	if !t.write {
+		return 0, errReadOnly
+	}
+	var n int64
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(`DELETE FROM effectfence_events WHERE at < $1 AND kind <> $2`, before, fence.EventClear).Exec(func(ct pgconn.CommandTag) error {
+			n = ct.RowsAffected()
+			return nil
+		})
+	})
+	return int(n), err
+}
+
+// AddCounters adds to this connection's own counters row: connections never share one, so
+// counting makes no transaction wait.
+func (t *tx) AddCounters(d fence.Counters) error {
+	if !t.write {
+		return errReadOnly
+	}
+	vals := []uint64{d.Admitted, d.Reclaimed, d.Replayed, d.Coalesced, d.Stale, d.Race, d.InFlight, d.PriorFailure, d.Conflict, d.LeaseLost}
+	args := []any{fmt.Sprintf("%s/%d", t.s.instance, t.pid)}
+	for _, v := range vals {
+		n, err := toInt(v, "counter")
+		if err != nil {
+			return err
+		}
+		args = append(args, n)
+	}
+	t.pending.Queue(`INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
+VALUES ($1, clock_timestamp(), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
+	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
+	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
+	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
+	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
+	lease_lost = c.lease_lost + excluded.lease_lost`, args...)
+	return t.err
+}
+
+func (t *tx) Counters() (fence.Counters, error) {
+	var v [10]int64
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(`SELECT COALESCE(sum(admitted),0)::bigint, COALESCE(sum(reclaimed),0)::bigint, COALESCE(sum(replayed),0)::bigint,
+	COALESCE(sum(coalesced),0)::bigint, COALESCE(sum(stale),0)::bigint, COALESCE(sum(race),0)::bigint,
+	COALESCE(sum(in_flight),0)::bigint, COALESCE(sum(prior_failure),0)::bigint, COALESCE(sum(conflict),0)::bigint,
+	COALESCE(sum(lease_lost),0)::bigint FROM effectfence_counters`).QueryRow(func(r pgx.Row) error {
+			return r.Scan(&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9])
+		})
+	})
+	if err != nil {
+		return fence.Counters{}, err
+	}
+	u := make([]uint64, len(v))
+	for i, x := range v {
+		if u[i], err = toUint(x, "a counter"); err != nil {
+			return fence.Counters{}, err
+		}
+	}
+	return fence.Counters{Admitted: u[0], Reclaimed: u[1], Replayed: u[2], Coalesced: u[3], Stale: u[4], Race: u[5],
+		InFlight: u[6], PriorFailure: u[7], Conflict: u[8], LeaseLost: u[9]}, nil
+}
