@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -71,7 +72,24 @@ func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
 
 func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
 	t.Parallel()
+	threeProcesses(t, newRig(t), "three")
+}
+
+func TestThreeWrapProcessesOnePostgresLedger(t *testing.T) {
+	t.Parallel()
+	url := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if url == "" {
+		t.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
 	r := newRig(t)
+	r.ledger = url
+	// The database outlives the test: a fresh tag makes this run's intent new.
+	threeProcesses(t, r, fmt.Sprintf("pg-%d-%d", os.Getpid(), time.Now().UnixNano()))
+}
+
+// threeProcesses fires the same call from three wrap processes on r's ledger, four callers
+// each, and checks the child ran it once.
+func threeProcesses(t *testing.T, r *rig, tag string) {
 	procs := []*wrapProc{r.wrap(), r.wrap(), r.wrap()}
 	var (
 		wg  sync.WaitGroup
@@ -85,7 +103,7 @@ func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				x, err := callE(w.Session, "slow", `{"ms":300,"tag":"three"}`)
+				x, err := callE(w.Session, "slow", `{"ms":300,"tag":"`+tag+`"}`)
 				if err != nil {
 					t.Error(err)
 				}
