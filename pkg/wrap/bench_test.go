@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 //
 //   go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/
 //   BENCH_LEDGER=memory go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/   # the proxy alone
+//   BENCH_WRAP_FLAGS="--pass echo" ...                                          # no fence at all
 
 func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
 	r := &rig{dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")} // "" is the default ledger file
@@ -34,7 +36,7 @@ func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
 		return s
 	}
 	direct = start(r.childCmd())
-	wrapped = start(append([]string{efBin, "wrap", "--"}, r.childCmd()...))
+	wrapped = start(append(append([]string{efBin, "wrap"}, strings.Fields(os.Getenv("BENCH_WRAP_FLAGS"))...), append([]string{"--"}, r.childCmd()...)...))
 	return direct, wrapped
 }
 
