@@ -293,7 +293,7 @@ func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.Raw
 	if err != nil {
 		return nil, err
 	}
-	return s.Call(ctx, "tools/call", params)
+	return p.callBounded(ctx, s, "tools/call", params)
 }
 
 // heartbeat renews the lease every third of its TTL until the returned stop is called; stop

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -529,4 +530,46 @@ func sameJSON(a, b []byte) bool {
 	ca, err1 := canon.JSON(a)
 	cb, err2 := canon.JSON(b)
 	return err1 == nil && err2 == nil && string(ca) == string(cb)
+}
+
+func TestWaitingDuplicatesTakeNoSlot(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap("--max-concurrent", "1")
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send := func(line string) {
+		if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"slot"}}}`)
+	time.Sleep(100 * time.Millisecond)
+	for id := 2; id <= 6; id++ { // duplicates: they wait, holding no slot
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"slot"}}}`, id))
+	}
+	time.Sleep(100 * time.Millisecond)
+	send(`{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":8}}}`)
+	var order []string
+	for range 8 {
+		line, err := rw.out.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		order = append(order, string(m.ID))
+	}
+	// The ping does not queue behind the slow call or its duplicates; the distinct charge
+	// does wait for the one slot, so it answers after the slow call.
+	if order[0] != "7" || slices.Index(order, "8") < slices.Index(order, "1") {
+		t.Fatalf("answer order %v", order)
+	}
+	if r.effectCount() != 2 {
+		t.Fatalf("want 2 executions, got %d", r.effectCount())
+	}
 }
