@@ -37,7 +37,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringSliceFlag{Name: "ignore-field", Usage: "TOOL:json.path left out of the call's identity, e.g. charge:meta.timestamp (repeatable)"},
 			&cli.StringSliceFlag{Name: "key", Usage: "TOOL:path,path naming the identity fields of a tool; the full arguments must still match (repeatable)"},
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
-			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests handled at once"},
+			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {

@@ -35,10 +35,17 @@ func TestWrapUsageErrors(t *testing.T) {
 }
 
 func TestWrapAgentHangsUpAtOnce(t *testing.T) {
-	// No agent input at all: wrap starts nothing, prints its counters and exits cleanly.
-	var out, errw bytes.Buffer
-	code := run(context.Background(), []string{"effectfence", "wrap", "--ledger", "memory", "--", "/nonexistent/server"}, streams{strings.NewReader(""), &out, &errw})
-	if code != exitOK || out.Len() != 0 || !strings.Contains(errw.String(), "effectfence since boot: admitted=0") {
-		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errw.String())
+	// No agent input at all: wrap starts nothing, prints its counters and exits cleanly. The
+	// child's own flags are never taken for wrap's, with or without "--".
+	for _, args := range [][]string{
+		{"wrap", "--ledger", "memory", "--", "/nonexistent/server", "--wait", "x"},
+		{"wrap", "--ledger", "memory", "/nonexistent/server", "-y", "--key", "x"},
+	} {
+		var out, errw bytes.Buffer
+		code := run(context.Background(), append([]string{"effectfence"}, args...), streams{strings.NewReader(""), &out, &errw})
+		if code != exitOK || out.Len() != 0 || !strings.Contains(errw.String(), "effectfence since boot: admitted=0") ||
+			!strings.Contains(errw.String(), "serving /nonexistent/server") {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, out.String(), errw.String())
+		}
 	}
 }

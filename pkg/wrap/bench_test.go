@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,9 +19,13 @@ import (
 // a SQLite file, WAL, synchronous FULL) with a direct call to the same MCP server, in the
 // same run. Every call has distinct arguments, so every call through wrap is admitted and
 // committed (two durable ledger writes): the worst case, not the replay path.
+//
+//   go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/
+//   BENCH_LEDGER=memory go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/   # the proxy alone
+//   BENCH_WRAP_FLAGS="--pass echo" ...                                          # no fence at all
 
 func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
-	r := &rig{t: &testing.T{}, dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")}
+	r := &rig{dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")} // "" is the default ledger file
 	r.effects = r.dir + "/effects"
 	start := func(argv []string) *mcpstdio.Session {
 		s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{Command: argv, Env: r.env(), Stderr: &logBuf{}})
@@ -31,7 +36,7 @@ func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
 		return s
 	}
 	direct = start(r.childCmd())
-	wrapped = start(append([]string{efBin, "wrap", "--"}, r.childCmd()...))
+	wrapped = start(append(append([]string{efBin, "wrap"}, strings.Fields(os.Getenv("BENCH_WRAP_FLAGS"))...), append([]string{"--"}, r.childCmd()...)...))
 	return direct, wrapped
 }
 

@@ -43,14 +43,12 @@ func (p *Proxy) fenced(name string, info toolInfo) bool {
 func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 	var cp callParams
 	if len(m.Params) == 0 || m.Params[0] != '{' || json.Unmarshal(m.Params, &cp) != nil || cp.Name == "" {
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, `effectfence wrap: tools/call params must be an object with a non-empty "name"`))
+		// Names no tool: nothing can run, and the child's own answer is the faithful one.
+		return p.forward(ctx, m)
 	}
 	args := []byte(strings.TrimSpace(string(cp.Arguments)))
-	switch {
-	case len(args) == 0 || string(args) == "null":
+	if len(args) == 0 || string(args) == "null" {
 		args = []byte("{}") // no arguments and {} are the same call
-	case args[0] != '{':
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, `effectfence wrap: tools/call "arguments" must be an object`))
 	}
 	info, err := p.toolInfo(ctx, cp.Name)
 	if err != nil {
@@ -61,7 +59,7 @@ func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 	}
 	id, err := identify(cp.Name, args, p.opt.Ignore[cp.Name], p.opt.Key[cp.Name])
 	if err != nil {
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: tools/call arguments: %v", err))
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
 	params := m.Params
 	if info.keyProp != "" && !p.opt.NoInjectKey {
@@ -293,7 +291,7 @@ func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.Raw
 	if err != nil {
 		return nil, err
 	}
-	return s.Call(ctx, "tools/call", params)
+	return p.callBounded(ctx, s, "tools/call", params)
 }
 
 // heartbeat renews the lease every third of its TTL until the returned stop is called; stop

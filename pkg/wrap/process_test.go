@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,7 +73,24 @@ func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
 
 func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
 	t.Parallel()
+	threeProcesses(t, newRig(t), "three")
+}
+
+func TestThreeWrapProcessesOnePostgresLedger(t *testing.T) {
+	t.Parallel()
+	url := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if url == "" {
+		t.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
 	r := newRig(t)
+	r.ledger = url
+	// The database outlives the test: a fresh tag makes this run's intent new.
+	threeProcesses(t, r, fmt.Sprintf("pg-%d-%d", os.Getpid(), time.Now().UnixNano()))
+}
+
+// threeProcesses fires the same call from three wrap processes on r's ledger, four callers
+// each, and checks the child ran it once.
+func threeProcesses(t *testing.T, r *rig, tag string) {
 	procs := []*wrapProc{r.wrap(), r.wrap(), r.wrap()}
 	var (
 		wg  sync.WaitGroup
@@ -85,7 +104,7 @@ func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				x, err := callE(w.Session, "slow", `{"ms":300,"tag":"three"}`)
+				x, err := callE(w.Session, "slow", `{"ms":300,"tag":"`+tag+`"}`)
 				if err != nil {
 					t.Error(err)
 				}
@@ -271,10 +290,12 @@ func TestBadInputFromTheAgent(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":3,"method":"ping"}`, `{"jsonrpc":"2.0","id":3,"result":{}}`},
 		{initLine, `"serverInfo":{"name":"mcptest"`},
 		{initLine, `already sent`},
-		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `\"arguments\" must be an object`},
-		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `non-empty \"name\"`},
-		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `must be an object`},
-		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `tools/call arguments`},
+		// Malformed calls reach the child, which answers them (wrap invents no error of its own).
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `cannot unmarshal string into Go struct field callParams.arguments`},
+		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `unknown tool: "`},
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `bad tools/call params`},
+		// Arguments the fence cannot canonicalise are refused, never run unfenced.
+		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `cannot be fenced`},
 		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
 		// The child refused it: released, not fenced, so the same call reaches the child again.
 		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
@@ -379,29 +400,39 @@ func TestRealMemoryServer(t *testing.T) {
 	}
 }
 
-func TestAgentHangingUpDoesNotAbortTheCall(t *testing.T) {
+func TestAgentHangingUpOrSIGTERMDoesNotAbortTheCall(t *testing.T) {
 	t.Parallel()
-	r := newRig(t)
-	rw := r.rawWrap()
-	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
-		t.Fatalf("initialize: %s", got)
-	}
-	const slowCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"hangup"}}}`
-	if _, err := io.WriteString(rw.in, slowCall+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the call is in the child
-	rw.in.Close()                      // the agent hangs up, both ways
-	rw.stdout.Close()
-	if err := rw.cmd.Wait(); err != nil {
-		t.Fatalf("wrap exit: %v; stderr: %s", err, rw.log.String())
-	}
-	if r.effectCount() != 1 {
-		t.Fatalf("the call was aborted when the agent hung up: %d effects", r.effectCount())
-	}
-	w := r.wrap()
-	if x := call(t, w.Session, "slow", `{"ms":800,"tag":"hangup"}`); !x.replayed() || r.effectCount() != 1 {
-		t.Fatalf("the outcome of the call was not recorded: %+v", x)
+	for _, how := range []string{"hang-up", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			r := newRig(t)
+			rw := r.rawWrap()
+			if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+				t.Fatalf("initialize: %s", got)
+			}
+			const slowCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"stop"}}}`
+			if _, err := io.WriteString(rw.in, slowCall+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // the call is in the child
+			if how == "SIGTERM" {
+				if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				rw.in.Close() // the agent hangs up, both ways
+				rw.stdout.Close()
+			}
+			if err := rw.cmd.Wait(); err != nil {
+				t.Fatalf("wrap exit: %v; stderr: %s", err, rw.log.String())
+			}
+			if r.effectCount() != 1 || !strings.Contains(rw.log.String(), "effectfence since boot: admitted=1 ") {
+				t.Fatalf("the call was aborted: %d effects; stderr: %s", r.effectCount(), rw.log.String())
+			}
+			w := r.wrap()
+			if x := call(t, w.Session, "slow", `{"ms":800,"tag":"stop"}`); !x.replayed() || r.effectCount() != 1 {
+				t.Fatalf("the outcome of the call was not recorded: %+v", x)
+			}
+		})
 	}
 }
 
@@ -501,4 +532,46 @@ func sameJSON(a, b []byte) bool {
 	ca, err1 := canon.JSON(a)
 	cb, err2 := canon.JSON(b)
 	return err1 == nil && err2 == nil && string(ca) == string(cb)
+}
+
+func TestWaitingDuplicatesTakeNoSlot(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap("--max-concurrent", "1")
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send := func(line string) {
+		if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"slot"}}}`)
+	time.Sleep(100 * time.Millisecond)
+	for id := 2; id <= 6; id++ { // duplicates: they wait, holding no slot
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"slot"}}}`, id))
+	}
+	time.Sleep(100 * time.Millisecond)
+	send(`{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":8}}}`)
+	var order []string
+	for range 8 {
+		line, err := rw.out.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		order = append(order, string(m.ID))
+	}
+	// The ping does not queue behind the slow call or its duplicates; the distinct charge
+	// does wait for the one slot, so it answers after the slow call.
+	if order[0] != "7" || slices.Index(order, "8") < slices.Index(order, "1") {
+		t.Fatalf("answer order %v", order)
+	}
+	if r.effectCount() != 2 {
+		t.Fatalf("want 2 executions, got %d", r.effectCount())
+	}
 }

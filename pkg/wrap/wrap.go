@@ -67,7 +67,9 @@ type Options struct {
 	Key    map[string][]Path
 	// NoInjectKey turns off filling an empty idempotency-key-like argument.
 	NoInjectKey bool
-	// MaxConcurrent bounds the agent's requests handled at once (default DefaultMaxConcurrent).
+	// MaxConcurrent bounds the requests forwarded to the child at once (default
+	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
+	// take no slot, so they never queue behind slow calls.
 	MaxConcurrent int
 	// InitTimeout bounds the child's answer to initialize (default mcpstdio's).
 	InitTimeout time.Duration
@@ -211,9 +213,9 @@ func rpcErr(code int, format string, a ...any) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf(format, a...)}
 }
 
-// dispatch routes one message from the agent. Requests run on their own goroutines, bounded
-// by the semaphore; responses and notifications are handled at once, so an answer the child
-// is waiting for never queues behind busy requests.
+// dispatch routes one message from the agent. Requests run on their own goroutines (what
+// they forward to the child is bounded by the semaphore); responses and notifications are
+// handled at once, so an answer the child is waiting for never queues behind busy requests.
 func (p *Proxy) dispatch(line []byte) {
 	m, err := jsonrpc.Parse(line)
 	if err != nil {
@@ -237,8 +239,6 @@ func (p *Proxy) dispatch(line []byte) {
 		p.calls.Add(1)
 		go func() {
 			defer p.calls.Done()
-			p.sem <- struct{}{}
-			defer func() { <-p.sem }()
 			p.request(m)
 		}()
 	default:
@@ -374,7 +374,7 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 	if err != nil {
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server is not running: %v", err))
 	}
-	res, err := s.Call(ctx, m.Method, m.Params)
+	res, err := p.callBounded(ctx, s, m.Method, m.Params)
 	var rpc *jsonrpc.Error
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -388,6 +388,17 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.learnTools(m.Params, res)
 	}
 	return jsonrpc.Response(m.ID, res)
+}
+
+// callBounded sends one request to the child once a slot of the semaphore is free.
+func (p *Proxy) callBounded(ctx context.Context, s *mcpstdio.Session, method string, params json.RawMessage) (json.RawMessage, error) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, ctx.Err())
+	}
+	defer func() { <-p.sem }()
+	return s.Call(ctx, method, params)
 }
 
 // learnTools updates the tool cache from a tools/list page the agent asked for.

@@ -307,3 +307,26 @@ func TestRequestsOfTheChildReachTheAgent(t *testing.T) {
 		t.Fatalf("the child's request did not reach the agent: %q", x.text())
 	}
 }
+
+func TestWaitEndsWithAToolErrorAndARetryReplays(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--wait", "200ms")
+	first := make(chan result, 1)
+	go func() {
+		x, err := callE(w.Session, "slow", `{"ms":1200,"tag":"wait"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- x
+	}()
+	time.Sleep(300 * time.Millisecond)
+	x := call(t, w.Session, "slow", `{"ms":1200,"tag":"wait"}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"intent_in_flight"` || !strings.Contains(x.text(), "NOT executed a second time") || !strings.Contains(x.text(), "retry") {
+		t.Fatalf("a duplicate that outwaits --wait must get a tool error: %+v", x.text())
+	}
+	f := <-first
+	if again := call(t, w.Session, "slow", `{"ms":1200,"tag":"wait"}`); !again.replayed() || again.same() != f.same() || r.effectCount() != 1 {
+		t.Fatalf("the retry must receive the recorded result: %+v", again)
+	}
+}
