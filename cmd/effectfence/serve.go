@@ -76,6 +76,11 @@ func stdinIsTerminal(in any) bool {
 func runServe(ctx context.Context, io streams, opts store.Options, workers int) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A client that closes our stdout must not kill us with SIGPIPE mid-commit: with SIGPIPE
+	// notified, writes fail with EPIPE and the server ends cleanly, counters flushed.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	logger := log.New(io.err, "effectfence serve: ", log.LstdFlags)
 	led, err := store.Open(ctx, opts)
 	if err != nil {

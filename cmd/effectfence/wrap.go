@@ -104,8 +104,10 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
 	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	defer signal.Stop(usr1)
+	if len(statsSignals) > 0 { // Notify with no signals would relay every signal
+		signal.Notify(usr1, statsSignals...)
+		defer signal.Stop(usr1)
+	}
 	statsLine := func() {
 		st, err := led.Stats(context.Background())
 		if err != nil {

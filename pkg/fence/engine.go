@@ -425,6 +425,13 @@ func (e *Engine) Release(ctx context.Context, t Ticket, reason string) error {
 	return e.end(ctx, t, EventRelease, reason)
 }
 
+// Lost reports that the holder lost track of the effect mid-call (the transport broke, the
+// tool's process died): the intent becomes unknown, fenced until an operator clears it, just
+// as if the holder itself had vanished.
+func (e *Engine) Lost(ctx context.Context, t Ticket, reason string) error {
+	return e.end(ctx, t, EventLost, reason)
+}
+
 func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 	err := e.update(ctx, func(tx Tx) error {
 		rec, err := holder(tx, t)
@@ -439,6 +446,9 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 		} else {
 			failed := *rec
 			failed.State, failed.Reason, failed.UpdatedAt, failed.Nonce = StateFailed, reason, now, ""
+			if kind == EventLost {
+				failed.State = StateUnknown
+			}
 			if err := tx.Put(&failed); err != nil {
 				return err
 			}

@@ -99,6 +99,7 @@ type Record struct {
 const (
 	EventRelease = "release"
 	EventAbort   = "abort"
+	EventLost    = "lost" // the holder lost track of the effect mid-call: now unknown
 	EventClear   = "clear"
 	EventOrphan  = "orphan"  // in flight when its process died: now unknown
 	EventExpired = "expired" // lease expired under on_lease_expiry=fence: now unknown

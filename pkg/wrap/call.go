@@ -272,7 +272,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	default:
 		defer p.flights.done(intent, f)
 		reason := "the MCP server died or the connection failed during the call: " + err.Error()
-		if aerr := eng.Abort(ctx, t, reason); aerr != nil {
+		if aerr := eng.Lost(ctx, t, reason); aerr != nil {
 			p.logf("recording the unknown outcome of intent %s: %v", intent, aerr)
 		}
 		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))

@@ -383,6 +383,15 @@ func testAbortFences(t *testing.T, newStore Factory) {
 			t.Fatalf("after abort: %v", err)
 		}
 	}
+	lost := req("wire:100")
+	tl := mustFresh(t, eng, lost)
+	if err := eng.Lost(ctx, tl, "connection to the bank dropped mid-call"); err != nil {
+		t.Fatal(err)
+	}
+	var pfl fence.PriorFailureError
+	if _, err := eng.Prepare(ctx, lost); !errors.As(err, &pfl) || pfl.State != fence.StateUnknown {
+		t.Fatalf("after lost: %v, want prior_failure with state unknown", err)
+	}
 	if _, err := eng.Clear(ctx, r.Intent, "ops@example", ""); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("clear without reason: %v", err)
 	}
