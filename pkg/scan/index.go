@@ -1,0 +1,135 @@
+package scan
+
+import (
+	"regexp"
+	"strings"
+)
+
+// The repository index: named string constants (to resolve tool names given through
+// constants and enums), function definitions (to follow handlers into helpers), and dispatch
+// branches (case "x": / if name == X:) where low-level servers run each tool.
+
+var (
+	constRe     = regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:(?:public|private|protected|static|final|const|let|var|pub|readonly|internal)\s+)*(?:[\w<>\[\]]+\s+)??([A-Za-z_]\w*)\s*(?::\s*[\w&'<> ]+?\s*)?(?:=|:)\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]\s*[,;]?[ \t]*(?://.*|#.*)?\r?$`)
+	containerRe = regexp.MustCompile(`\b(?:class|enum|const|let|var|object|module|type|struct|interface)\s+([A-Za-z_]\w*)`)
+
+	funcDefRes = map[string][]*regexp.Regexp{
+		langPython: {regexp.MustCompile(`(?m)^[ \t]*(?:async\s+)?def\s+(\w+)\s*\(`)},
+		langJS: {
+			regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\s*\*?\s*(\w+)\s*[(<]`),
+			regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:const|let|var)\s+(\w+)\s*(?::[^=\n]+)?=\s*(?:async\s+)?(?:function\b|\(|\w+\s*=>)`),
+			regexp.MustCompile(`(?m)^[ \t]+(?:(?:public|private|protected|static|async|override)\s+)*(\w+)\s*\([^;{}]*\)\s*(?::\s*[^{;=]+)?\{[ \t]*$`),
+		},
+		langGo:   {regexp.MustCompile(`(?m)^func\s+(?:\([^)]*\)\s*)?(\w+)\s*[(\[]`)},
+		langRust: {regexp.MustCompile(`(?m)^[ \t]*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?fn\s+(\w+)`)},
+		langJava: {regexp.MustCompile(`(?m)^[ \t]+(?:(?:public|private|protected|static|final|synchronized|abstract)\s+)+[\w<>\[\],.? ]+?\s+(\w+)\s*\(`)},
+		langRuby: {regexp.MustCompile(`(?m)^[ \t]*def\s+(?:self\.)?(\w+[?!]?)`)},
+	}
+
+	dispatchRe = regexp.MustCompile(`(?m)(?:\bcase\s+|\bwhen\s+|={2,3}\s*|\.equals\(\s*)(["'` + "`" + `]?)([A-Za-z_][\w\-./:]*)["'` + "`" + `]?\s*(?:[:)]|=>|then\b|\{|$)` +
+		`|^[ \t]*(["'])([\w\-./:]+)["']\s*=>`)
+)
+
+type constDef struct {
+	key, qualified, value string
+}
+
+// fileConsts collects NAME = "value" definitions of a file, with the name of the enclosing
+// class/enum/object when the definition is indented under one.
+func fileConsts(s *source) []constDef {
+	var out []constDef
+	for _, m := range constRe.FindAllSubmatchIndex(s.text, -1) {
+		key := string(s.text[m[2]:m[3]])
+		switch key {
+		case "name", "description", "method", "type", "title", "version", "id", "url", "path", "default":
+			continue
+		}
+		c := constDef{key: key, value: string(s.text[m[6]:m[7]])}
+		n := s.lineOf(m[0])
+		if w := indent(s.line(n)); w > 0 {
+			for k := n - 1; k >= 1 && k > n-400; k-- {
+				l := s.line(k)
+				if iw := indent(l); iw >= 0 && iw < w {
+					if cm := containerRe.FindStringSubmatch(l); cm != nil {
+						c.qualified = cm[1] + "." + key
+					}
+					break
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// funcDef is a function or method definition and the lines of its body.
+type funcDef struct {
+	name     string
+	file     *source
+	from, to int
+}
+
+func fileFuncs(s *source) []funcDef {
+	var out []funcDef
+	for _, re := range funcDefRes[s.lang] {
+		for _, m := range re.FindAllSubmatchIndex(s.text, -1) {
+			name := string(s.text[m[2]:m[3]])
+			switch name {
+			case "if", "for", "while", "switch", "catch", "function", "return", "constructor":
+				continue
+			}
+			var from, to int
+			switch s.lang {
+			case langPython:
+				from, to = s.pyFuncBlock(m[0])
+			case langRuby:
+				from = s.lineOf(m[0])
+				to = s.rubyBlockEnd(from)
+			default:
+				from, to = s.braceBodyAfter(m[2])
+			}
+			out = append(out, funcDef{name: name, file: s, from: from, to: to})
+		}
+	}
+	return out
+}
+
+// dispatchSite is a branch that runs one tool in a low-level server's call handler.
+type dispatchSite struct {
+	key      string // the literal or the reference's last segment
+	file     *source
+	from, to int
+}
+
+func fileDispatch(s *source) []dispatchSite {
+	var out []dispatchSite
+	for _, m := range dispatchRe.FindAllSubmatchIndex(s.text, -1) {
+		var key string
+		if m[4] >= 0 {
+			key = string(s.text[m[4]:m[5]])
+		} else {
+			key = string(s.text[m[8]:m[9]])
+		}
+		if i := strings.LastIndexAny(key, ".:"); i >= 0 && m[2] >= 0 && m[3] == m[2] {
+			key = key[i+1:] // GitTools.STATUS -> STATUS; literals keep their dots
+		}
+		n := s.lineOf(m[0])
+		l := s.line(n)
+		if commentLine(l) {
+			continue
+		}
+		to := s.indentBlockEnd(n, indent(l))
+		if s.lang != langPython && s.lang != langRuby {
+			if b := strings.IndexByte(l[min(len(l), m[1]-s.starts[n-1]):], '{'); b >= 0 {
+				if c := s.matchClose(m[1] + b); c > 0 {
+					to = max(to, s.lineOf(c))
+				}
+			}
+		}
+		if to-n > 400 {
+			to = n + 400
+		}
+		out = append(out, dispatchSite{key: key, file: s, from: n, to: to})
+	}
+	return out
+}
