@@ -164,7 +164,7 @@ func findToolCalls(s *source) []decl {
 		if name != "" && !validToolName(name) {
 			continue
 		}
-		d := decl{name: name, ref: ref, style: "call " + callee + "(", line: s.lineOf(m[0])}
+		d := decl{name: name, ref: ref, style: callee + "(...)", line: s.lineOf(m[0])}
 		// the block: the whole call, or the enclosing register call it is an argument of
 		start, end := open, s.matchClose(open)
 		d.handlers = identArgs(args)

@@ -170,7 +170,28 @@ func Scan(ctx context.Context, root string, opts Options) (*Report, error) {
 	for _, s := range rep.Skipped {
 		rep.Files.SkippedBad[s.Reason]++
 	}
+	for _, ss := range [][]Site{rep.Writes, rep.Guards, rep.Retries} {
+		sort.SliceStable(ss, func(i, j int) bool {
+			if ss[i].File != ss[j].File {
+				return ss[i].File < ss[j].File
+			}
+			return ss[i].Line < ss[j].Line
+		})
+	}
 	assemble(rep, ok)
+	for _, sl := range []*[]Site{&rep.Guards, &rep.Retries, &rep.Writes, &rep.Unresolved} {
+		if *sl == nil {
+			*sl = []Site{}
+		}
+	}
+	for _, tl := range []*[]Tool{&rep.Candidates, &rep.Others} {
+		if *tl == nil {
+			*tl = []Tool{}
+		}
+	}
+	if rep.Skipped == nil {
+		rep.Skipped = []Skipped{}
+	}
 	return rep, nil
 }
 
