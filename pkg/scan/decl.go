@@ -147,7 +147,7 @@ func (s *source) definitionAt(off int) bool {
 // "x"), add_tool(fn, name="x"), define_tool(name: "x").
 func findToolCalls(s *source) []decl {
 	var out []decl
-	for _, m := range toolCallRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(toolCallRe, "ool") {
 		callee := string(s.text[m[2]:m[3]])
 		if !calleeDeclares(callee) || s.definitionAt(m[0]) || s.inComment(m[0]) {
 			continue
@@ -282,7 +282,7 @@ func findToolObjects(s *source) []decl {
 	}
 	byObj := map[int][]hit{}
 	var order []int
-	for _, m := range objKeyRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(objKeyRe, "name", "method") {
 		if s.inComment(m[0]) {
 			continue
 		}
@@ -334,7 +334,7 @@ func objectHandlers(body []byte) []string {
 // "insert-many"; description = ...; execute() {...} }. The block is the class body.
 func findClassFields(s *source) []decl {
 	var out []decl
-	for _, m := range classFieldRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(classFieldRe, "name") {
 		ob := s.enclosingOpen(m[0], '{')
 		if ob < 0 {
 			continue
@@ -358,7 +358,7 @@ func findClassFields(s *source) []decl {
 // function's name; the block is the function body by indentation.
 func findPyDecorators(s *source) []decl {
 	var out []decl
-	for _, m := range pyDecoRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(pyDecoRe, "@") {
 		last := strings.ToLower(string(s.text[m[6]:m[7]]))
 		if last != "tool" && !strings.HasSuffix(last, "_tool") || last == "call_tool" || strings.HasPrefix(last, "list_") {
 			continue
@@ -406,7 +406,7 @@ func (s *source) pyFuncBlock(off int) (int, int) {
 // the repository pass attaches.
 func findPyCtors(s *source) []decl {
 	var out []decl
-	for _, m := range pyToolCtor.FindAllIndex(s.text, -1) {
+	for _, m := range s.findLines(pyToolCtor, "Tool") {
 		if s.inComment(m[0]) || s.definitionAt(m[0]) {
 			continue
 		}
@@ -439,7 +439,7 @@ func findPyCtors(s *source) []decl {
 // mcp.Tool{...}, handler)).
 func findGoLiterals(s *source) []decl {
 	var out []decl
-	for _, m := range goLiteralRe.FindAllIndex(s.text, -1) {
+	for _, m := range s.findLines(goLiteralRe, ".Tool") {
 		ob := m[1] - 1
 		cl := s.matchClose(ob)
 		if cl < 0 || s.inComment(m[0]) {
@@ -477,7 +477,7 @@ func findGoLiterals(s *source) []decl {
 // findRustAttrs finds rmcp #[tool(...)] methods; name = "x" overrides the method name.
 func findRustAttrs(s *source) []decl {
 	var out []decl
-	for _, m := range rustAttrRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(rustAttrRe, "#[tool") {
 		after := m[1]
 		var name, ref string
 		if s.text[m[2]] == '(' {
@@ -539,7 +539,7 @@ func (s *source) braceBodyAfter(off int) (int, int) {
 // Tool::new("x", ...) in Rust, new Tool("x", ...) in the Java SDK.
 func findCtorFirstArg(s *source, re *regexp.Regexp, style string) []decl {
 	var out []decl
-	for _, m := range re.FindAllIndex(s.text, -1) {
+	for _, m := range s.findLines(re, "Tool") {
 		if s.inComment(m[0]) {
 			continue
 		}
@@ -575,7 +575,7 @@ func findCtorFirstArg(s *source, re *regexp.Regexp, style string) []decl {
 // findJavaAnnotations finds @Tool / @McpTool methods (Spring AI, Quarkus, LangChain4j).
 func findJavaAnnotations(s *source) []decl {
 	var out []decl
-	for _, m := range javaAnnoRe.FindAllIndex(s.text, -1) {
+	for _, m := range s.findLines(javaAnnoRe, "@") {
 		if s.inComment(m[0]) {
 			continue
 		}
@@ -608,7 +608,7 @@ func findJavaAnnotations(s *source) []decl {
 // findJavaBuilders finds McpSchema.Tool.builder()...name("x") declarations.
 func findJavaBuilders(s *source) []decl {
 	var out []decl
-	for _, m := range javaBuildRe.FindAllIndex(s.text, -1) {
+	for _, m := range s.findLines(javaBuildRe, "Tool.builder") {
 		end := min(len(s.text), m[1]+600)
 		nm := javaNameRe.FindSubmatchIndex(s.text[m[1]:end])
 		if nm == nil {
@@ -637,7 +637,7 @@ func findJavaBuilders(s *source) []decl {
 // is tool_name "x" when given, else the class name in snake_case without a Tool suffix.
 func findRubyClasses(s *source) []decl {
 	var out []decl
-	for _, m := range rubyClassRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(rubyClassRe, "class") {
 		head := s.lineOf(m[0])
 		to := s.rubyBlockEnd(head)
 		cls := string(s.text[m[4]:m[5]])

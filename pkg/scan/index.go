@@ -13,22 +13,28 @@ var (
 	constRe     = regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:(?:public|private|protected|static|final|const|let|var|pub|readonly|internal)\s+)*(?:[\w<>\[\]]+\s+)??([A-Za-z_]\w*)\s*(?::\s*[\w&'<> ]+?\s*)?(?:=|:)\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]\s*[,;]?[ \t]*(?://.*|#.*)?\r?$`)
 	containerRe = regexp.MustCompile(`\b(?:class|enum|const|let|var|object|module|type|struct|interface)\s+([A-Za-z_]\w*)`)
 
-	funcDefRes = map[string][]*regexp.Regexp{
-		langPython: {regexp.MustCompile(`(?m)^[ \t]*(?:async\s+)?def\s+(\w+)\s*\(`)},
+	funcDefRes = map[string][]funcPattern{
+		langPython: {{regexp.MustCompile(`^[ \t]*(?:async\s+)?def\s+(\w+)\s*\(`), []string{"def"}}},
 		langJS: {
-			regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\s*\*?\s*(\w+)\s*[(<]`),
-			regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:const|let|var)\s+(\w+)\s*(?::[^=\n]+)?=\s*(?:async\s+)?(?:function\b|\(|\w+\s*=>)`),
-			regexp.MustCompile(`(?m)^[ \t]+(?:(?:public|private|protected|static|async|override)\s+)*(\w+)\s*\([^;{}]*\)\s*(?::\s*[^{;=]+)?\{[ \t]*$`),
+			{regexp.MustCompile(`^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\s*\*?\s*(\w+)\s*[(<]`), []string{"function"}},
+			{regexp.MustCompile(`^[ \t]*(?:export\s+)?(?:const|let|var)\s+(\w+)\s*(?::[^=\n]+)?=\s*(?:async\s+)?(?:function\b|\(|\w+\s*=>)`), []string{"const", "let", "var"}},
+			{regexp.MustCompile(`^[ \t]+(?:(?:public|private|protected|static|async|override)\s+)*(\w+)\s*\([^;{}]*\)\s*(?::\s*[^{;=]+)?\{[ \t]*$`), []string{") {", "){", "> {"}},
 		},
-		langGo:   {regexp.MustCompile(`(?m)^func\s+(?:\([^)]*\)\s*)?(\w+)\s*[(\[]`)},
-		langRust: {regexp.MustCompile(`(?m)^[ \t]*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?fn\s+(\w+)`)},
-		langJava: {regexp.MustCompile(`(?m)^[ \t]+(?:(?:public|private|protected|static|final|synchronized|abstract)\s+)+[\w<>\[\],.? ]+?\s+(\w+)\s*\(`)},
-		langRuby: {regexp.MustCompile(`(?m)^[ \t]*def\s+(?:self\.)?(\w+[?!]?)`)},
+		langGo:   {{regexp.MustCompile(`^func\s+(?:\([^)]*\)\s*)?(\w+)\s*[(\[]`), []string{"func"}}},
+		langRust: {{regexp.MustCompile(`^[ \t]*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?fn\s+(\w+)`), []string{"fn"}}},
+		langJava: {{regexp.MustCompile(`^[ \t]+(?:(?:public|private|protected|static|final|synchronized|abstract)\s+)+[\w<>\[\],.? ]+?\s+(\w+)\s*\(`), []string{"public", "private", "protected", "static"}}},
+		langRuby: {{regexp.MustCompile(`^[ \t]*def\s+(?:self\.)?(\w+[?!]?)`), []string{"def"}}},
 	}
 
 	dispatchRe = regexp.MustCompile(`(?m)(?:\bcase\s+|\bwhen\s+|={2,3}\s*|\.equals\(\s*)(["'` + "`" + `]?)([A-Za-z_][\w\-./:]*)["'` + "`" + `]?\s*(?:[:)]|=>|then\b|\{|$)` +
 		`|^[ \t]*(["'])([\w\-./:]+)["']\s*=>`)
 )
+
+// funcPattern finds function definitions on lines holding one of its triggers.
+type funcPattern struct {
+	re       *regexp.Regexp
+	triggers []string
+}
 
 type constDef struct {
 	key, qualified, value string
@@ -38,7 +44,7 @@ type constDef struct {
 // class/enum/object when the definition is indented under one.
 func fileConsts(s *source) []constDef {
 	var out []constDef
-	for _, m := range constRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(constRe, `"`, "'", "`") {
 		key := string(s.text[m[2]:m[3]])
 		switch key {
 		case "name", "description", "method", "type", "title", "version", "id", "url", "path", "default":
@@ -71,8 +77,8 @@ type funcDef struct {
 
 func fileFuncs(s *source) []funcDef {
 	var out []funcDef
-	for _, re := range funcDefRes[s.lang] {
-		for _, m := range re.FindAllSubmatchIndex(s.text, -1) {
+	for _, fp := range funcDefRes[s.lang] {
+		for _, m := range s.findLines(fp.re, fp.triggers...) {
 			name := string(s.text[m[2]:m[3]])
 			switch name {
 			case "if", "for", "while", "switch", "catch", "function", "return", "constructor":
@@ -103,7 +109,7 @@ type dispatchSite struct {
 
 func fileDispatch(s *source) []dispatchSite {
 	var out []dispatchSite
-	for _, m := range dispatchRe.FindAllSubmatchIndex(s.text, -1) {
+	for _, m := range s.findLines(dispatchRe, "case", "when", "==", "equals", "=>") {
 		var key string
 		if m[4] >= 0 {
 			key = string(s.text[m[4]:m[5]])

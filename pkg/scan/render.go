@@ -47,7 +47,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 		p.f("%d skipped as bad input: %s\n", len(rep.Skipped), reasonCounts(rep.Files.SkippedBad))
 	}
 	p.f("\n%s\n", title.Sprintf("Candidates: %d of %d tools found could repeat an effect if called twice", len(rep.Candidates), len(rep.Candidates)+len(rep.Others)))
-	p.f("%s\n", dim.Sprint("Evidence for a reviewer, not a verdict: the guard may live in a service this code calls."))
+	p.f("%s\n", dim.Sprint("Evidence for a reviewer, not a verdict. The guard may live in a service this code calls."))
 	if len(rep.Candidates) > 0 {
 		tbl := tablewriter.NewTable(w)
 		tbl.Header("Tool", "Where", "Money", "Why")

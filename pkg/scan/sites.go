@@ -34,7 +34,6 @@ var (
 	processRe = regexp.MustCompile(`\bsubprocess\.(?:run|call|Popen|check_call|check_output)\(|\bos\.system\(` +
 		`|\bexec\.Command(?:Context)?\(|\bchild_process\b|\bexecSync\(|\bexecFile(?:Sync)?\(` +
 		`|\bRuntime\.getRuntime\(\)\.exec\(|\bnew ProcessBuilder\(|\bCommand::new\(`)
-	methodCallRe = regexp.MustCompile(`((?:[A-Za-z_]\w*\.)*)([A-Za-z_]\w*)\s*\(`)
 )
 
 // weakFirstWords start method names that are too often local bookkeeping (setTimeout,
@@ -135,49 +134,10 @@ func clip(l string) string {
 // fileSites collects the write, guard and retry sites of one file, at most one of each
 // class per line.
 func fileSites(s *source) (writes, guards, retries []Site) {
-	seen := map[int]bool{}
-	add := func(re *regexp.Regexp, kind string) {
-		for _, m := range re.FindAllIndex(s.text, -1) {
-			n := s.lineOf(m[0])
-			if seen[n] {
-				continue
-			}
-			l := s.line(n)
-			if commentLine(l) {
-				continue
-			}
-			seen[n] = true
-			writes = append(writes, Site{File: s.rel, Line: n, Kind: kind, Text: clip(l)})
-		}
-	}
-	add(httpWriteRe, "http")
-	add(sqlWriteRe, "sql")
-	add(fileWriteRe, "file")
-	add(processRe, "process")
-	for _, m := range methodCallRe.FindAllSubmatchIndex(s.text, -1) {
-		recv := string(s.text[m[2]:m[3]])
-		name := string(s.text[m[4]:m[5]])
-		if recv == "" && m[0] > 0 && s.text[m[0]-1] == '.' {
-			recv = "chained.call." // a.b().create(...): the receiver is a call result
-		}
-		if !sdkWrite(recv, name) {
-			continue
-		}
-		n := s.lineOf(m[0])
-		if seen[n] {
-			continue
-		}
-		l := s.line(n)
-		if commentLine(l) || declaresFunction(l, name) {
-			continue
-		}
-		seen[n] = true
-		writes = append(writes, Site{File: s.rel, Line: n, Kind: "sdk", Text: clip(l)})
-	}
-
 	for n := 1; n <= s.lineCount(); n++ {
 		l := s.line(n)
 		low := strings.ToLower(l)
+		kind := writeKind(l, low)
 		hasGuard := false
 		for _, stem := range guardStems {
 			if strings.Contains(low, stem) {
@@ -185,11 +145,20 @@ func fileSites(s *source) (writes, guards, retries []Site) {
 				break
 			}
 		}
-		hasRetry := strings.Contains(low, "retr") || strings.Contains(low, "backoff") ||
-			strings.Contains(low, "tenacity") || strings.Contains(low, "redeliver") ||
-			strings.Contains(low, "resend") || strings.Contains(low, "reattempt") ||
-			strings.Contains(low, "resilience4j") || strings.Contains(low, "failsafe")
-		if !hasGuard && !hasRetry || commentLine(l) {
+		hasRetry := false
+		for _, stem := range retryStems {
+			if strings.Contains(low, stem) {
+				hasRetry = true
+				break
+			}
+		}
+		if kind == "" && !hasGuard && !hasRetry || commentLine(l) {
+			continue
+		}
+		if kind != "" {
+			writes = append(writes, Site{File: s.rel, Line: n, Kind: kind, Text: clip(l)})
+		}
+		if !hasGuard && !hasRetry {
 			continue
 		}
 		ws := splitWords(l)
@@ -212,6 +181,110 @@ func fileSites(s *source) (writes, guards, retries []Site) {
 	}
 	return writes, guards, retries
 }
+
+// writeKind classifies one line as a write site, or returns "". Each pattern runs only on
+// lines holding one of its literal stems.
+func writeKind(l, low string) string {
+	if (containsAny(l, "POST", "PUT", "PATCH", "DELETE", "Method", "Mapping", "Net::HTTP") || containsAny(low, ".post", ".put", ".patch", ".delete")) && httpWriteRe.MatchString(l) {
+		return "http"
+	}
+	if containsAny(low, "insert ", "update ", "delete ", "merge ", "replace ", "truncate ", "drop ", "alter ") && sqlWriteRe.MatchString(l) {
+		return "sql"
+	}
+	if containsAny(l, "fs.", "os.", "ioutil", "shutil", "File", "fs::", "write_", "open(", "writeFile", "appendFile") && fileWriteRe.MatchString(l) {
+		return "file"
+	}
+	if containsAny(low, "subprocess", "system(", "exec", "child_process", "processbuilder", "command::new") && processRe.MatchString(l) {
+		return "process"
+	}
+	if sdkCallIn(l) {
+		return "sdk"
+	}
+	return ""
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// sdkCallIn reports whether a line calls a write method on a client: it reads each call's
+// name and receiver chain backwards from its '('.
+func sdkCallIn(l string) bool {
+	for i := 0; i < len(l); i++ {
+		if l[i] != '(' {
+			continue
+		}
+		j := i
+		for j > 0 && (l[j-1] == ' ' || l[j-1] == '\t') {
+			j--
+		}
+		k := j
+		for k > 0 && isIdentByte(l[k-1]) {
+			k--
+		}
+		if k == j {
+			continue
+		}
+		name := l[k:j]
+		if !effectFirstWord(name) {
+			continue
+		}
+		// the receiver chain: a.b.c. before the name, or a call result (x().name)
+		r := k
+		for r > 0 && l[r-1] == '.' {
+			q := r - 1
+			if q > 0 && l[q-1] == ')' {
+				r = -1
+				break
+			}
+			p := q
+			for p > 0 && isIdentByte(l[p-1]) {
+				p--
+			}
+			if p == q {
+				r = -1 // a builder chain continued from the line above: .POST(...)
+				break
+			}
+			r = p
+		}
+		recv := ""
+		switch {
+		case r < 0:
+			recv = "chained.call."
+		case r < k:
+			recv = l[r:k]
+		}
+		if recv != "" && declaresFunction(l, name) {
+			continue
+		}
+		if sdkWrite(recv, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// effectFirstWord cheaply checks whether an identifier's first word could be a write verb,
+// before the full split.
+func effectFirstWord(name string) bool {
+	end := len(name)
+	for i := 1; i < len(name); i++ {
+		c := name[i]
+		if c == '_' || c >= 'A' && c <= 'Z' && name[i-1] >= 'a' && name[i-1] <= 'z' {
+			end = i
+			break
+		}
+	}
+	w := strings.ToLower(name[:end])
+	return effectWords[w] || strongSingle[w]
+}
+
+var retryStems = []string{"retr", "backoff", "tenacity", "redeliver", "resend", "reattempt", "resilience4j", "failsafe"}
 
 var guardStems = []string{"idempot", "request", "token", "dedup", "upsert", "conflict", "duplicate",
 	"ignore", "exist", "match", "nonce", "unique", "operation", "once", "conditional"}

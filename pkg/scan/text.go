@@ -1,6 +1,8 @@
 package scan
 
 import (
+	"bytes"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -31,6 +33,43 @@ func newSource(rel, lang string, text []byte) *source {
 		}
 	}
 	return &source{rel: rel, lang: lang, text: text, starts: starts}
+}
+
+// findLines runs re over each line that holds one of the trigger strings (every line when
+// none are given) and returns submatch indices as offsets into the whole text. Running a
+// regexp per candidate line is much faster than over the whole file, and every pattern the
+// scanner uses ends on the line it starts on.
+func (s *source) findLines(re *regexp.Regexp, triggers ...string) [][]int {
+	var out [][]int
+	for n := range s.starts {
+		start := s.starts[n]
+		end := len(s.text)
+		if n+1 < len(s.starts) {
+			end = s.starts[n+1] - 1
+		}
+		l := s.text[start:end]
+		if len(triggers) > 0 {
+			hit := false
+			for _, t := range triggers {
+				if bytes.Contains(l, []byte(t)) {
+					hit = true
+					break
+				}
+			}
+			if !hit {
+				continue
+			}
+		}
+		for _, m := range re.FindAllSubmatchIndex(l, -1) {
+			for i := range m {
+				if m[i] >= 0 {
+					m[i] += start
+				}
+			}
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // lineOf returns the 1-based line number holding byte offset off.

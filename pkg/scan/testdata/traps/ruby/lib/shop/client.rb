@@ -7,10 +7,5 @@ module Shop
       uri = URI("http://localhost:8080#{path}")
       Net::HTTP.start(uri.host, uri.port) { |h| h.request(Net::HTTP::Post.new(uri)).body }
     end
-
-    def self.raw(verb, path)
-      uri = URI("http://localhost:8080#{path}")
-      Net::HTTP.start(uri.host, uri.port) { |h| h.send_request(verb, uri.path).body }
-    end
   end
 end

@@ -42,7 +42,8 @@ module Shop
 
     def self.call(full:, server_context:)
       verb = full ? "POST" : "GET"
-      res = Client.raw(verb, "/inventory")
+      uri = URI("http://localhost:8080/inventory")
+      res = Net::HTTP.start(uri.host, uri.port) { |h| h.send_request(verb, uri.path).body }
       MCP::Tool::Response.new([{ type: "text", text: res }])
     end
   end
