@@ -26,7 +26,7 @@ var (
 		langRuby: {{regexp.MustCompile(`^[ \t]*def\s+(?:self\.)?(\w+[?!]?)`), []string{"def"}}},
 	}
 
-	dispatchRe = regexp.MustCompile(`(?m)(?:\bcase\s+|\bwhen\s+|={2,3}\s*|\.equals\(\s*)(["'` + "`" + `]?)([A-Za-z_][\w\-./:]*)["'` + "`" + `]?\s*(?:[:)]|=>|then\b|\{|$)` +
+	dispatchRe = regexp.MustCompile(`(?m)(?:\bcase\s+|\bwhen\s+|={2,3}\s*|\.equals\(\s*)(["'` + "`" + `]?)([A-Za-z_][\w\-./]*(?:::\w+)*)["'` + "`" + `]?\s*(?:[:)]|=>|then\b|\{|$)` +
 		`|^[ \t]*(["'])([\w\-./:]+)["']\s*=>`)
 )
 

@@ -238,6 +238,7 @@ type toolDraft struct {
 
 var (
 	callNameRe = regexp.MustCompile(`\b([A-Za-z_]\w*)\s*\(`)
+	rubyCallRe = regexp.MustCompile(`(?:\.|^|\s)([a-z_]\w*[?!]?)`)
 	readOnlyRe = regexp.MustCompile(`readOnlyHint\s*[:=]\s*[Tt]rue|ReadOnlyHint\s*:\s*true|WithReadOnlyHintAnnotation\(\s*true|read_only_hint\s*=\s*True|readOnlyHint\s*\(\s*true`)
 	effectHint = regexp.MustCompile(`destructiveHint\s*[:=]\s*[Tt]rue|DestructiveHint\s*:\s*(?:&\w+|\w+\.Ptr\(true\)|true)|WithDestructiveHintAnnotation\(\s*true|readOnlyHint\s*[:=]\s*[Ff]alse|ReadOnlyHint\s*:\s*false|WithReadOnlyHintAnnotation\(\s*false`)
 )
@@ -345,7 +346,11 @@ func assemble(rep *Report, files []fileResult) {
 	for _, dr := range drafts {
 		for _, sp := range dr.spans {
 			for n := sp.from; n <= sp.to; n++ {
-				for _, m := range callNameRe.FindAllStringSubmatch(sp.file.line(n), -1) {
+				re := callNameRe
+				if sp.file.lang == langRuby {
+					re = rubyCallRe // Ruby calls need no parentheses
+				}
+				for _, m := range re.FindAllStringSubmatch(sp.file.line(n), -1) {
 					if _, ok := funcs[m[1]]; ok {
 						dr.calls[m[1]] = true
 					}

@@ -162,7 +162,7 @@ func fileSites(s *source) (writes, guards, retries []Site) {
 			continue
 		}
 		ws := splitWords(l)
-		if hasGuard {
+		if hasGuard && !containsPhrase(ws, []string{"idempotent", "hint"}) { // an MCP annotation claims, it does not guard
 			for _, p := range guardPhrases {
 				if containsPhrase(ws, p) {
 					guards = append(guards, Site{File: s.rel, Line: n, Kind: strings.Join(p, " "), Text: clip(l)})

@@ -70,7 +70,8 @@ var effectWords = wordSet(
 	"purchase", "order", "trade", "swap", "mint", "burn", "stake", "bid", "capture", "void",
 	"finalize", "cancel", "book", "reserve", "submit", "sign", "increment", "decrement",
 	"click", "fill", "press", "drag", "upgrade", "downgrade", "transition", "link",
-	"allocate", "evict", "flush", "rotate", "spawn", "place",
+	"allocate", "evict", "flush", "rotate", "spawn", "place", "seed", "populate", "offer",
+	"drain", "dequeue", "pop",
 )
 
 // readWords are verbs that say a tool only looks. One in a tool's name, before any effect
@@ -91,7 +92,7 @@ var readWords = wordSet(
 var moneyWords = wordSet(
 	"charge", "charges", "pay", "payment", "payments", "payout", "payouts", "refund", "refunds",
 	"transfer", "transfers", "invoice", "invoices", "subscription", "subscriptions", "price",
-	"prices", "coupon", "coupons", "checkout", "billing", "bill", "wallet", "balance", "fund",
+	"prices", "coupon", "coupons", "billing", "bill", "wallet", "balance", "fund",
 	"funds", "money", "cash", "purchase", "buy", "sell", "order", "orders", "trade",
 	"swap", "withdraw", "withdrawal", "deposit", "stripe", "paypal", "credit",
 	"debit", "amount", "currency", "usd", "eur", "crypto", "btc", "eth",
