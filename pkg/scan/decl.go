@@ -492,6 +492,9 @@ func findRustAttrs(s *source) []decl {
 				after = c + 1
 			}
 		}
+		if !s.rustFnFollows(after) {
+			continue // #[tool(tool_box)] on an impl, #[tool(aggr)] on a parameter
+		}
 		fm := rustFnRe.FindSubmatchIndex(s.text[after:])
 		if fm == nil {
 			continue
@@ -505,6 +508,41 @@ func findRustAttrs(s *source) []decl {
 			from: min(from, s.lineOf(m[0])), to: to})
 	}
 	return out
+}
+
+// rustFnFollows reports whether the item after an attribute ending at off is a function:
+// only other attributes, doc comments and qualifiers may stand between them.
+func (s *source) rustFnFollows(off int) bool {
+	i := off
+	if i < len(s.text) && s.text[i] == ']' {
+		i++ // the end of the #[tool(...)] attribute itself
+	}
+	for i < len(s.text) {
+		i = skipSpace(s.text, i, len(s.text))
+		rest := s.text[i:]
+		switch {
+		case bytes.HasPrefix(rest, []byte("#[")):
+			c := s.matchClose(i + 1)
+			if c < 0 {
+				return false
+			}
+			i = c + 1
+		case bytes.HasPrefix(rest, []byte("//")):
+			for i < len(s.text) && s.text[i] != '\n' {
+				i++
+			}
+		default:
+			for _, kw := range []string{"pub(crate) ", "pub ", "async ", "const ", "unsafe ", "extern "} {
+				if bytes.HasPrefix(rest, []byte(kw)) {
+					i += len(kw)
+					goto next
+				}
+			}
+			return bytes.HasPrefix(rest, []byte("fn "))
+		}
+	next:
+	}
+	return false
 }
 
 // braceBodyAfter returns the lines of the first {...} body at or after off, skipping a

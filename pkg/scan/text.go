@@ -147,7 +147,7 @@ func (s *source) skipString(i int) int {
 			case c:
 				return j + 1
 			case '\n':
-				if c != '`' {
+				if c != '`' && s.lang != langRust && s.lang != langRuby {
 					return j // unterminated on this line: stop here rather than eat the file
 				}
 			}

@@ -54,7 +54,7 @@ func wordSet(ws ...string) map[string]bool {
 var effectWords = wordSet(
 	"create", "insert", "add", "append", "upsert", "new", "register", "enroll", "provision",
 	"update", "edit", "modify", "change", "set", "patch", "put", "replace", "rename", "move",
-	"write", "save", "store", "upload", "import", "sync", "apply", "toggle", "mark", "label",
+	"write", "save", "store", "upload", "copy", "duplicate", "clone", "import", "sync", "apply", "toggle", "mark", "label",
 	"delete", "remove", "destroy", "drop", "truncate", "purge", "clear", "erase", "unlink",
 	"send", "post", "publish", "notify", "email", "sms", "reply", "comment", "react", "dm",
 	"invite", "share", "assign", "unassign", "approve", "reject", "dismiss", "resolve", "reopen",
