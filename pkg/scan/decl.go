@@ -25,7 +25,7 @@ var (
 	// tool objects in arrays and maps: { name: "x", description, inputSchema, handler }
 	objKeyRe = regexp.MustCompile(`\b(name|method)\s*:\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]`)
 	// JS/TS class fields: name = "insert-many"
-	classFieldRe   = regexp.MustCompile(`(?m)^[ \t]*(?:(?:public|protected|private|readonly|static|override)\s+)*name\s*(?::\s*[\w.]+\s*)?=\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]`)
+	classFieldRe   = regexp.MustCompile(`(?m)^[ \t]*(?:(?:public|protected|private|readonly|static|override)\s+)*(?:name|toolName|tool_name)\s*(?::\s*[\w.]+\s*)?=\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]`)
 	objHasDescRe   = regexp.MustCompile(`\b(?:description|title)\s*[:(=]`)
 	objHasSchemaRe = regexp.MustCompile(`\b(?:inputSchema|input_schema|parameters|schema|argsSchema|argsShape|args|execute|handler|handle|run|callback|cb|annotations|fn|func|invoke|call)\s*[:(=,]`)
 
@@ -334,7 +334,7 @@ func objectHandlers(body []byte) []string {
 // "insert-many"; description = ...; execute() {...} }. The block is the class body.
 func findClassFields(s *source) []decl {
 	var out []decl
-	for _, m := range s.findLines(classFieldRe, "name") {
+	for _, m := range s.findLines(classFieldRe, "name", "Name") {
 		ob := s.enclosingOpen(m[0], '{')
 		if ob < 0 {
 			continue

@@ -71,7 +71,7 @@ var effectWords = wordSet(
 	"finalize", "cancel", "book", "reserve", "submit", "sign", "increment", "decrement",
 	"click", "fill", "press", "drag", "upgrade", "downgrade", "transition", "link",
 	"allocate", "evict", "flush", "rotate", "spawn", "place", "seed", "populate", "offer",
-	"drain", "dequeue", "pop",
+	"drain", "dequeue", "pop", "refresh", "retry", "resubmit", "resend", "action",
 )
 
 // readWords are verbs that say a tool only looks. One in a tool's name, before any effect
