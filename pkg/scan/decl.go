@@ -377,13 +377,12 @@ func findPyDecorators(s *source) []decl {
 			continue
 		}
 		fn := string(s.text[after+dm[4] : after+dm[5]])
-		from, to := s.pyFuncBlock(after + dm[0])
+		_, to := s.pyFuncBlock(after + dm[0])
 		if name == "" && ref == "" {
 			name = fn
 		}
 		out = append(out, decl{name: name, ref: ref, fn: fn, style: "decorator @" + string(s.text[m[4]:m[5]]),
 			line: s.lineOf(m[0]), from: s.lineOf(m[0]), to: to, handlers: []string{fn}})
-		_ = from
 	}
 	return out
 }

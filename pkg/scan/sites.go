@@ -138,6 +138,9 @@ func fileSites(s *source) (writes, guards, retries []Site) {
 		l := s.line(n)
 		low := strings.ToLower(l)
 		kind := writeKind(l, low)
+		if kind == "" && s.lang == langRuby && rubyWriteCall(l) {
+			kind = "sdk"
+		}
 		hasGuard := false
 		for _, stem := range guardStems {
 			if strings.Contains(low, stem) {
@@ -263,6 +266,19 @@ func sdkCallIn(l string) bool {
 			continue
 		}
 		if sdkWrite(recv, name) {
+			return true
+		}
+	}
+	return false
+}
+
+var rubyCallNoParens = regexp.MustCompile(`((?:[A-Za-z_]\w*\.)+)([a-z_]\w*[!?]?)\b`)
+
+// rubyWriteCall finds write calls written without parentheses, as Ruby allows:
+// doc.ref.delete, record.destroy!.
+func rubyWriteCall(l string) bool {
+	for _, m := range rubyCallNoParens.FindAllStringSubmatch(l, -1) {
+		if effectFirstWord(strings.TrimRight(m[2], "!?")) && sdkWrite(m[1], strings.TrimRight(m[2], "!?")) {
 			return true
 		}
 	}
