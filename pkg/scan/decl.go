@@ -11,7 +11,6 @@ import (
 type decl struct {
 	name     string // literal name, when written in place
 	ref      string // the constant or enum member naming it, when not
-	fn       string // the function or method the declaration is attached to, if any
 	style    string // how it was declared, for the report
 	line     int
 	from, to int      // line range of the tool's own block
@@ -21,7 +20,7 @@ type decl struct {
 var (
 	// a call to anything whose name ends in "tool": server.tool(, registerTool(, mcp.NewTool(,
 	// registerPaidTool(, add_tool(, define_tool(, ...
-	toolCallRe = regexp.MustCompile(`(?i)\b((?:[a-z_$][\w$]*(?:\.|::))*[a-z_$]*tool)\s*\(`)
+	toolCallRe = regexp.MustCompile(`(?i)\b((?:[a-z_$][\w$]*(?:\.|::))*[a-z_$]*tool(?:task|definition)?)\s*\(`)
 	// tool objects in arrays and maps: { name: "x", description, inputSchema, handler }
 	objKeyRe = regexp.MustCompile(`\b(name|method)\s*:\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]`)
 	// JS/TS class fields: name = "insert-many"
@@ -60,7 +59,13 @@ func calleeDeclares(callee string) bool {
 		last = callee[i+1:]
 	}
 	ws := splitWords(last)
-	if len(ws) == 0 || ws[len(ws)-1] != "tool" {
+	switch {
+	case len(ws) == 0:
+		return false
+	case ws[len(ws)-1] == "tool":
+	case len(ws) >= 2 && ws[len(ws)-2] == "tool" && (ws[len(ws)-1] == "task" || ws[len(ws)-1] == "definition"):
+		// registerToolTask("x", ...): a tool whose call runs as a task
+	default:
 		return false
 	}
 	for _, p := range callExcluded {
@@ -381,7 +386,7 @@ func findPyDecorators(s *source) []decl {
 		if name == "" && ref == "" {
 			name = fn
 		}
-		out = append(out, decl{name: name, ref: ref, fn: fn, style: "decorator @" + string(s.text[m[4]:m[5]]),
+		out = append(out, decl{name: name, ref: ref, style: "decorator @" + string(s.text[m[4]:m[5]]),
 			line: s.lineOf(m[0]), from: s.lineOf(m[0]), to: to, handlers: []string{fn}})
 	}
 	return out
@@ -503,7 +508,7 @@ func findRustAttrs(s *source) []decl {
 		if name == "" && ref == "" {
 			name = fn
 		}
-		out = append(out, decl{name: name, ref: ref, fn: fn, style: "attribute #[tool]", line: s.lineOf(m[0]),
+		out = append(out, decl{name: name, ref: ref, style: "attribute #[tool]", line: s.lineOf(m[0]),
 			from: min(from, s.lineOf(m[0])), to: to})
 	}
 	return out
@@ -637,7 +642,7 @@ func findJavaAnnotations(s *source) []decl {
 		if name == "" && ref == "" {
 			name = fn
 		}
-		out = append(out, decl{name: name, ref: ref, fn: fn, style: "annotation @Tool", line: s.lineOf(m[0]), from: s.lineOf(m[0]), to: to})
+		out = append(out, decl{name: name, ref: ref, style: "annotation @Tool", line: s.lineOf(m[0]), from: s.lineOf(m[0]), to: to})
 	}
 	return out
 }
@@ -689,7 +694,7 @@ func findRubyClasses(s *source) []decl {
 			}
 			name = strings.Join(ws, "_")
 		}
-		out = append(out, decl{name: name, fn: cls, style: "class < " + string(s.text[m[6]:m[7]]), line: head, from: head, to: to})
+		out = append(out, decl{name: name, style: "class < " + string(s.text[m[6]:m[7]]), line: head, from: head, to: to})
 	}
 	return out
 }

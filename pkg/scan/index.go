@@ -38,6 +38,7 @@ type funcPattern struct {
 
 type constDef struct {
 	key, qualified, value string
+	global                bool // visible to other files; top-level common words (name) are not
 }
 
 // fileConsts collects NAME = "value" definitions of a file, with the name of the enclosing
@@ -46,13 +47,19 @@ func fileConsts(s *source) []constDef {
 	var out []constDef
 	for _, m := range s.findLines(constRe, `"`, "'", "`") {
 		key := string(s.text[m[2]:m[3]])
+		n := s.lineOf(m[0])
+		w := indent(s.line(n))
+		c := constDef{key: key, value: string(s.text[m[6]:m[7]]), global: true}
 		switch key {
 		case "name", "description", "method", "type", "title", "version", "id", "url", "path", "default":
-			continue
+			// `const name = "echo"` at the top of a file names that file's tool; the same
+			// key inside objects is a field, not a constant
+			if w != 0 {
+				continue
+			}
+			c.global = false
 		}
-		c := constDef{key: key, value: string(s.text[m[6]:m[7]])}
-		n := s.lineOf(m[0])
-		if w := indent(s.line(n)); w > 0 {
+		if w > 0 {
 			for k := n - 1; k >= 1 && k > n-400; k-- {
 				l := s.line(k)
 				if iw := indent(l); iw >= 0 && iw < w {

@@ -229,11 +229,12 @@ func (sp span) contains(file string, line int) bool {
 }
 
 type toolDraft struct {
-	d     decl
-	src   *source
-	tool  Tool
-	spans []span
-	calls map[string]bool
+	soleInFile bool
+	d          decl
+	src        *source
+	tool       Tool
+	spans      []span
+	calls      map[string]bool
 }
 
 var (
@@ -261,8 +262,10 @@ func assemble(rep *Report, files []fileResult) {
 	dispatch := map[string][]dispatchSite{}
 	for _, f := range files {
 		for _, c := range f.consts {
-			put(c.key, c.value)
-			put(c.qualified, c.value)
+			if c.global {
+				put(c.key, c.value)
+				put(c.qualified, c.value)
+			}
 		}
 		for _, fn := range f.funcs {
 			funcs[fn.name] = append(funcs[fn.name], fn)
@@ -271,8 +274,11 @@ func assemble(rep *Report, files []fileResult) {
 			dispatch[ds.key] = append(dispatch[ds.key], ds)
 		}
 	}
-	resolve := func(ref string) (string, bool) {
+	resolve := func(ref string, f fileResult) (string, bool) {
 		ref = strings.ReplaceAll(ref, "::", ".")
+		if v, ok := fileConst(f.consts, ref); ok {
+			return v, true
+		}
 		if v, ok := consts[ref]; ok && !ambiguous[ref] {
 			return v, true
 		}
@@ -298,7 +304,7 @@ func assemble(rep *Report, files []fileResult) {
 		for _, d := range f.decls {
 			t := Tool{Name: d.name, File: f.src.rel, Line: d.line, Language: f.src.lang, Style: d.style}
 			if d.name == "" {
-				if v, ok := resolve(d.ref); ok {
+				if v, ok := resolve(d.ref, f); ok {
 					t.Name, t.NameFrom = v, d.ref
 				} else if _, isFn := funcs[d.ref]; isFn && !constantLike(d.ref) {
 					t.Name = d.ref // add_tool(fn): the function's name is the tool's
@@ -315,7 +321,7 @@ func assemble(rep *Report, files []fileResult) {
 				continue
 			}
 			seen[key] = true
-			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}}
+			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: len(f.decls) == 1}
 			dr.spans = []span{{f.src, d.from, d.to}}
 			// a dispatch branch for this tool: same file first, then anywhere
 			keys := []string{t.Name}
@@ -399,6 +405,19 @@ func assemble(rep *Report, files []fileResult) {
 	sortTools(rep.Others)
 }
 
+// fileConst resolves a plain identifier against the file's own top-level constants, when the
+// file defines it exactly once.
+func fileConst(cs []constDef, ref string) (string, bool) {
+	val, n := "", 0
+	for _, c := range cs {
+		if c.key == ref && c.qualified == "" {
+			val = c.value
+			n++
+		}
+	}
+	return val, n == 1
+}
+
 func sortTools(ts []Tool) {
 	sort.SliceStable(ts, func(i, j int) bool {
 		if ts[i].File != ts[j].File {
@@ -433,6 +452,9 @@ func classify(dr *toolDraft, rep *Report) {
 		}
 	}
 	own := string(dr.src.text[dr.src.starts[dr.d.from-1]:endOffset(dr.src, dr.d.to)])
+	if dr.soleInFile {
+		own = string(dr.src.text) // one tool per file: its annotations may sit in a config constant above
+	}
 	declaredReadOnly := readOnlyRe.MatchString(own)
 	hintedEffect := effectHint.MatchString(own)
 
@@ -453,6 +475,9 @@ func classify(dr *toolDraft, rep *Report) {
 		} else {
 			t.Reason = fmt.Sprintf("read verb %q leads the name; no money-moving write in its own code", c.read[0])
 		}
+	case len(c.effect) > 0 && declaredReadOnly && len(t.Evidence) == 0:
+		// the author's own annotation, with nothing in the code to contradict it
+		t.Reason = "effect words in the name (" + strings.Join(c.effect, ", ") + "), but annotated read-only and no write site in its own code"
 	case len(c.effect) > 0:
 		t.Candidate = true
 		t.Money = nameMoney || moneyInWrites
