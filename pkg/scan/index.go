@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"bytes"
 	"regexp"
 	"strings"
 )
@@ -26,14 +27,34 @@ var (
 		langRuby: {{regexp.MustCompile(`^[ \t]*def\s+(?:self\.)?(\w+[?!]?)`), []string{"def"}}},
 	}
 
-	dispatchRe = regexp.MustCompile(`(?m)(?:\bcase\s+|\bwhen\s+|={2,3}\s*|\.equals\(\s*)(["'` + "`" + `]?)([A-Za-z_][\w\-./]*(?:::\w+)*)["'` + "`" + `]?\s*(?:[:)]|=>|then\b|\{|$)` +
-		`|^[ \t]*(["'])([\w\-./:]+)["']\s*=>`)
+	// dispatch branches: case "x": / when "x" / case Enum.X: ; name == "x" / .equals("x") ;
+	// "x" => (match arms)
+	caseRe  = regexp.MustCompile(`\b(?:case|when)\s+(["'` + "`" + `]?)([A-Za-z_][\w\-./]*(?:::\w+)*)["'` + "`" + `]?\s*(?:[:)]|=>|then\b|\{|$)`)
+	equalRe = regexp.MustCompile(`(?:={2,3}\s*|\.equals\(\s*)(["'` + "`" + `]?)([A-Za-z_][\w\-./]*(?:::\w+)*)["'` + "`" + `]?\s*(?:[:)]|=>|then\b|\{|$)`)
+	armRe   = regexp.MustCompile(`^[ \t]*(["'])([\w\-./:]+)["']\s*=>`)
 )
 
 // funcPattern finds function definitions on lines holding one of its triggers.
 type funcPattern struct {
 	re       *regexp.Regexp
 	triggers []string
+}
+
+// want reports whether a line may hold this pattern: one of the triggers, and not a
+// control-flow statement (`if (x) {` looks like a method to a regexp).
+func (fp funcPattern) want(l []byte) bool {
+	t := bytes.TrimLeft(l, " \t")
+	for _, kw := range []string{"if ", "if(", "for ", "for(", "while", "switch", "catch", "} else", "else", "return "} {
+		if bytes.HasPrefix(t, []byte(kw)) {
+			return false
+		}
+	}
+	for _, tr := range fp.triggers {
+		if bytes.Contains(l, []byte(tr)) {
+			return true
+		}
+	}
+	return false
 }
 
 type constDef struct {
@@ -45,7 +66,7 @@ type constDef struct {
 // class/enum/object when the definition is indented under one.
 func fileConsts(s *source) []constDef {
 	var out []constDef
-	for _, m := range s.findLines(constRe, `"`, "'", "`") {
+	for _, m := range s.findLinesWhere(constRe, constCandidate) {
 		key := string(s.text[m[2]:m[3]])
 		n := s.lineOf(m[0])
 		w := indent(s.line(n))
@@ -75,6 +96,11 @@ func fileConsts(s *source) []constDef {
 	return out
 }
 
+// constCandidate cheaply rejects lines that cannot define a string constant.
+func constCandidate(l []byte) bool {
+	return len(l) < 300 && bytes.ContainsAny(l, "\"'`") && bytes.ContainsAny(l, "=:")
+}
+
 // funcDef is a function or method definition and the lines of its body.
 type funcDef struct {
 	name     string
@@ -85,7 +111,7 @@ type funcDef struct {
 func fileFuncs(s *source) []funcDef {
 	var out []funcDef
 	for _, fp := range funcDefRes[s.lang] {
-		for _, m := range s.findLines(fp.re, fp.triggers...) {
+		for _, m := range s.findLinesWhere(fp.re, fp.want) {
 			name := string(s.text[m[2]:m[3]])
 			switch name {
 			case "if", "for", "while", "switch", "catch", "function", "return", "constructor":
@@ -116,13 +142,15 @@ type dispatchSite struct {
 
 func fileDispatch(s *source) []dispatchSite {
 	var out []dispatchSite
-	for _, m := range s.findLines(dispatchRe, "case", "when", "==", "equals", "=>") {
-		var key string
-		if m[4] >= 0 {
-			key = string(s.text[m[4]:m[5]])
-		} else {
-			key = string(s.text[m[8]:m[9]])
-		}
+	var ms [][]int
+	ms = append(ms, s.findLines(caseRe, "case", "when")...)
+	ms = append(ms, s.findLines(equalRe, "==", "equals(")...)
+	ms = append(ms, s.findLinesWhere(armRe, func(l []byte) bool {
+		t := bytes.TrimLeft(l, " \t")
+		return len(t) > 0 && (t[0] == '"' || t[0] == '\'') && bytes.Contains(l, []byte("=>"))
+	})...)
+	for _, m := range ms {
+		key := string(s.text[m[4]:m[5]])
 		if i := strings.LastIndexAny(key, ".:"); i >= 0 && m[2] >= 0 && m[3] == m[2] {
 			key = key[i+1:] // GitTools.STATUS -> STATUS; literals keep their dots
 		}

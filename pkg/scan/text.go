@@ -40,6 +40,21 @@ func newSource(rel, lang string, text []byte) *source {
 // regexp per candidate line is much faster than over the whole file, and every pattern the
 // scanner uses ends on the line it starts on.
 func (s *source) findLines(re *regexp.Regexp, triggers ...string) [][]int {
+	if len(triggers) == 0 {
+		return s.findLinesWhere(re, func([]byte) bool { return true })
+	}
+	return s.findLinesWhere(re, func(l []byte) bool {
+		for _, t := range triggers {
+			if bytes.Contains(l, []byte(t)) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// findLinesWhere is findLines with a predicate choosing the lines to match.
+func (s *source) findLinesWhere(re *regexp.Regexp, want func(line []byte) bool) [][]int {
 	var out [][]int
 	for n := range s.starts {
 		start := s.starts[n]
@@ -48,17 +63,8 @@ func (s *source) findLines(re *regexp.Regexp, triggers ...string) [][]int {
 			end = s.starts[n+1] - 1
 		}
 		l := s.text[start:end]
-		if len(triggers) > 0 {
-			hit := false
-			for _, t := range triggers {
-				if bytes.Contains(l, []byte(t)) {
-					hit = true
-					break
-				}
-			}
-			if !hit {
-				continue
-			}
+		if !want(l) {
+			continue
 		}
 		for _, m := range re.FindAllSubmatchIndex(l, -1) {
 			for i := range m {
