@@ -58,9 +58,9 @@ func scanCommand(io streams) *cli.Command {
 }
 
 // colorFor decides colour from the stream a report is written to: only a terminal, and
-// never when NO_COLOR is set to anything.
+// never when NO_COLOR is set to a non-empty value (no-color.org).
 func colorFor(w any) bool {
-	if _, set := os.LookupEnv("NO_COLOR"); set {
+	if os.Getenv("NO_COLOR") != "" {
 		return false
 	}
 	f, ok := w.(*os.File)

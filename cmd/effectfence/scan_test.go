@@ -30,7 +30,7 @@ func TestScanExitCodes(t *testing.T) {
 		code int
 		err  string
 	}{
-		{"missing path", []string{filepath.Join(t.TempDir(), "nope")}, exitUsage, "not a readable directory"},
+		{"missing path", []string{filepath.Join(t.TempDir(), "nope")}, exitUsage, "must be an existing directory"},
 		{"file, not a directory", []string{file}, exitUsage, "not a directory"},
 		{"no path", nil, exitUsage, "exactly one PATH"},
 		{"two formats", []string{"--json", "--sarif", traps}, exitUsage, "one of --json and --sarif"},
@@ -85,7 +85,7 @@ func TestColorFor(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	t.Setenv("NO_COLOR", "")
+	t.Setenv("NO_COLOR", "1")
 	if colorFor(w) {
 		t.Error("colour chosen with NO_COLOR set")
 	}

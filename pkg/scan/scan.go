@@ -38,7 +38,7 @@ func (o Options) withDefaults() Options {
 }
 
 // ErrBadRoot is returned when the path to scan is missing or not a folder.
-var ErrBadRoot = errors.New("scan: path is not a readable directory")
+var ErrBadRoot = errors.New("scan: path must be an existing directory")
 
 // Report is what a scan found. It holds candidates and evidence, never a verdict: a source
 // scan cannot see the services a repository calls, so a candidate may be guarded elsewhere
