@@ -73,7 +73,25 @@ func calleeDeclares(callee string) bool {
 			return false
 		}
 	}
-	return true
+	if len(ws) == 1 || ws[0] == "tool" {
+		// a bare tool(...) or x.tool(...): only on something that looks like a server
+		recv := strings.TrimSuffix(strings.TrimSuffix(callee, last), ".")
+		if recv == "" {
+			return true
+		}
+		for _, w := range splitWords(recv) {
+			switch w {
+			case "server", "srv", "mcp", "app", "router", "registry", "toolkit", "tools", "s", "this", "self", "fastmcp":
+				return true
+			}
+		}
+		return false
+	}
+	switch ws[0] {
+	case "register", "add", "define", "create", "new", "make", "build", "declare", "expose", "provide", "server", "mcp":
+		return true
+	}
+	return false
 }
 
 // findDecls returns the tool declarations in one file.
@@ -274,8 +292,27 @@ func (s *source) goFuncBlock(off, from, to int) (int, int) {
 	return from, to
 }
 
-// inComment reports whether off sits on a comment-only line.
-func (s *source) inComment(off int) bool { return commentLine(s.line(s.lineOf(off))) }
+// inComment reports whether off sits in a comment: a comment-only line, or after a trailing
+// // or # comment on a code line.
+func (s *source) inComment(off int) bool {
+	n := s.lineOf(off)
+	if commentLine(s.line(n)) {
+		return true
+	}
+	for i := s.starts[n-1]; i < off; {
+		j := s.skipString(i)
+		if j == i {
+			i++
+			continue
+		}
+		c := s.text[i]
+		if j > off {
+			return c == '/' || c == '#' // inside a comment rather than a string
+		}
+		i = j
+	}
+	return false
+}
 
 // findToolObjects finds objects that describe a tool: a name or method key with a literal
 // value, alongside a description and a schema or handler key. Where one object has both,

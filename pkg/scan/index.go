@@ -43,19 +43,27 @@ type funcPattern struct {
 // want reports whether a line may hold this pattern: one of the triggers, and not a
 // control-flow statement (`if (x) {` looks like a method to a regexp).
 func (fp funcPattern) want(l []byte) bool {
+	hit := false
+	for _, tr := range fp.triggers {
+		if bytes.Contains(l, []byte(tr)) {
+			hit = true
+			break
+		}
+	}
+	if !hit {
+		return false
+	}
 	t := bytes.TrimLeft(l, " \t")
-	for _, kw := range []string{"if ", "if(", "for ", "for(", "while", "switch", "catch", "} else", "else", "return "} {
-		if bytes.HasPrefix(t, []byte(kw)) {
+	for _, kw := range controlWords {
+		if bytes.HasPrefix(t, kw) {
 			return false
 		}
 	}
-	for _, tr := range fp.triggers {
-		if bytes.Contains(l, []byte(tr)) {
-			return true
-		}
-	}
-	return false
+	return true
 }
+
+var controlWords = [][]byte{[]byte("if "), []byte("if("), []byte("for "), []byte("for("), []byte("while"),
+	[]byte("switch"), []byte("catch"), []byte("} else"), []byte("else"), []byte("return ")}
 
 type constDef struct {
 	key, qualified, value string

@@ -188,6 +188,9 @@ func fileSites(s *source) (writes, guards, retries []Site) {
 // writeKind classifies one line as a write site, or returns "". Each pattern runs only on
 // lines holding one of its literal stems.
 func writeKind(l, low string) string {
+	if !strings.ContainsAny(l, "(\"'`") {
+		return "" // every write pattern needs a call or a quoted verb or statement
+	}
 	if (containsAny(l, "POST", "PUT", "PATCH", "DELETE", "Method", "Mapping", "Net::HTTP") || containsAny(low, ".post", ".put", ".patch", ".delete")) && httpWriteRe.MatchString(l) {
 		return "http"
 	}

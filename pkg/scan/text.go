@@ -43,9 +43,13 @@ func (s *source) findLines(re *regexp.Regexp, triggers ...string) [][]int {
 	if len(triggers) == 0 {
 		return s.findLinesWhere(re, func([]byte) bool { return true })
 	}
+	tb := make([][]byte, len(triggers))
+	for i, t := range triggers {
+		tb[i] = []byte(t)
+	}
 	return s.findLinesWhere(re, func(l []byte) bool {
-		for _, t := range triggers {
-			if bytes.Contains(l, []byte(t)) {
+		for _, t := range tb {
+			if bytes.Contains(l, t) {
 				return true
 			}
 		}
