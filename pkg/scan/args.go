@@ -54,6 +54,16 @@ func (s *source) parseArgs(open, max int) []arg {
 				if m := identRe.Find(s.text[i:end]); m != nil {
 					a.ident = string(m)
 					i += len(m)
+					// string(ToolEcho), str(Tools.ECHO): a conversion of a constant
+					if conversions[a.ident] && i < end && s.text[i] == '(' {
+						if c := s.matchClose(i); c > 0 {
+							inner := identRe.Find(s.text[i+1 : c])
+							if inner != nil && i+1+len(inner) == c {
+								a.ident = string(inner)
+								i = c + 1
+							}
+						}
+					}
 				}
 			}
 		}
@@ -97,6 +107,8 @@ func skipSpace(t []byte, i, end int) int {
 	}
 	return i
 }
+
+var conversions = map[string]bool{"string": true, "str": true, "String": true}
 
 // nameFromArgs picks the tool name out of a call's arguments: a name=/name:/tool_name
 // keyword first, then the first positional string literal, then the first positional

@@ -11,8 +11,10 @@ import (
 // branches (case "x": / if name == X:) where low-level servers run each tool.
 
 var (
-	constRe     = regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:(?:public|private|protected|static|final|const|let|var|pub|readonly|internal)\s+)*(?:[\w<>\[\]]+\s+)??([A-Za-z_]\w*)\s*(?::\s*[\w&'<> ]+?\s*)?(?:=|:)\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]\s*[,;]?[ \t]*(?://.*|#.*)?\r?$`)
-	containerRe = regexp.MustCompile(`\b(?:class|enum|const|let|var|object|module|type|struct|interface)\s+([A-Za-z_]\w*)`)
+	constRe = regexp.MustCompile(`(?m)^[ \t]*(?:export\s+)?(?:(?:public|private|protected|static|final|const|let|var|pub|readonly|internal)\s+)*(?:[\w<>\[\]]+\s+)??([A-Za-z_]\w*)\s*(?::\s*[\w&'<> ]+?\s*)?(?:=|:)\s*(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]\s*[,;]?[ \t]*(?://.*|#.*)?\r?$`)
+	// Go typed constants: Echo ToolName = "echo" (in a const block or after const)
+	goTypedConstRe = regexp.MustCompile(`^[ \t]*(?:const\s+)?([A-Za-z_]\w*)\s+[A-Za-z_][\w.]*\s*=\s*("|` + "`" + `)([\w\-./:]{1,100})["` + "`" + `]\s*(?://.*)?\r?$`)
+	containerRe    = regexp.MustCompile(`\b(?:class|enum|const|let|var|object|module|type|struct|interface)\s+([A-Za-z_]\w*)`)
 
 	funcDefRes = map[string][]funcPattern{
 		langPython: {{regexp.MustCompile(`^[ \t]*(?:async\s+)?def\s+(\w+)\s*\(`), []string{"def"}}},
@@ -74,7 +76,11 @@ type constDef struct {
 // class/enum/object when the definition is indented under one.
 func fileConsts(s *source) []constDef {
 	var out []constDef
-	for _, m := range s.findLinesWhere(constRe, constCandidate) {
+	ms := s.findLinesWhere(constRe, constCandidate)
+	if s.lang == langGo {
+		ms = append(ms, s.findLinesWhere(goTypedConstRe, constCandidate)...)
+	}
+	for _, m := range ms {
 		key := string(s.text[m[2]:m[3]])
 		n := s.lineOf(m[0])
 		w := indent(s.line(n))

@@ -445,3 +445,29 @@ func TestSkipRules(t *testing.T) {
 		t.Errorf("skipped by rule = %d, want at least 7", rep.Files.SkippedByRule)
 	}
 }
+
+// TestNotDeclarations covers code that mentions tools without declaring one: calls in
+// trailing comments, helpers whose names end in "tool", tool lookups, and a wrapper's own
+// parameter (reported as unresolved, not guessed).
+func TestNotDeclarations(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"a.go": "package a\n\nfunc f() {\n\tcontinue // AddTool(mcp.NewTool(\"ghost\"), h)\n}\n",
+		"b.rb": "PgBin.tool(\"initdb\")\nallow_missing_tool(\"pg_ctl\")\n",
+		"c.ts": "const t = client.getTool(\"create_order\");\nallowMissingTool(\"x\");\n",
+		"d.ts": "function defineTool(name: string) {\n  server.tool(name, \"d\", {}, async () => ({}));\n}\n",
+		"e.py": "def call(name):\n    return registry.find_tool(\"delete_all\")\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := scanDir(t, root, Options{})
+	if n := len(rep.Candidates) + len(rep.Others); n != 0 {
+		t.Errorf("declared %d tools: %v %v", n, toolNames(rep.Candidates), toolNames(rep.Others))
+	}
+	if len(rep.Unresolved) != 1 || rep.Unresolved[0].File != "d.ts" {
+		t.Errorf("unresolved = %v, want the wrapper's server.tool(name, ...) in d.ts", rep.Unresolved)
+	}
+}

@@ -1,5 +1,5 @@
 // Written for effectfence's scanner tests: mcp-go AddTool(mcp.NewTool("x", ...), s.handleX)
-// with the handlers as methods elsewhere in the file.
+// with the handlers as methods elsewhere in the file; one name through a typed constant.
 package photos
 
 import (
@@ -9,9 +9,15 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
+type ToolName string
+
+const (
+	VIEW_PHOTO ToolName = "view_photo"
+)
+
 func (s *PhotoServer) register() {
 	s.server.AddTool(mcp.NewTool(
-		"view_photo",
+		string(VIEW_PHOTO),
 		mcp.WithDescription("Show a photo"),
 		mcp.WithString("path", mcp.Required()),
 	), s.handleViewPhoto)
