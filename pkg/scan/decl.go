@@ -655,8 +655,8 @@ func findCtorFirstArg(s *source, re *regexp.Regexp, style string) []decl {
 func findJavaAnnotations(s *source) []decl {
 	var out []decl
 	for _, m := range s.findLines(javaAnnoRe, "@") {
-		if s.inComment(m[0]) {
-			continue
+		if s.inComment(m[0]) || m[1] < len(s.text) && s.text[m[1]] == '.' {
+			continue // @McpTool.McpAnnotations(...) nested in the annotation is not a second tool
 		}
 		after := m[1]
 		var name, ref string
