@@ -36,7 +36,7 @@ func (s *source) parseArgs(open, max int) []arg {
 			break
 		}
 		var a arg
-		if m := kwRe.FindSubmatch(s.text[i:min(end+1, i+64)]); m != nil && s.text[i+len(m[0])-1] != ':' {
+		if m := kwRe.FindSubmatch(s.text[i:min(end+1, i+64, len(s.text))]); m != nil && s.text[i+len(m[0])-1] != ':' {
 			a.kw = string(m[1])
 			i += len(m[0]) - 1
 			i = skipSpace(s.text, i, end)
