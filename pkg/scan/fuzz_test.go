@@ -1,6 +1,12 @@
 package scan
 
-import "testing"
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // FuzzSource feeds arbitrary text, as every language, through everything that reads a
 // file: declarations, sites, constants, functions, dispatch branches. None of it may panic,
@@ -41,6 +47,38 @@ func FuzzSource(f *testing.F) {
 			}
 			for _, ds := range fileDispatch(s) {
 				check("dispatch", ds.from)
+			}
+		}
+	})
+}
+
+// FuzzScan runs a whole scan and all three reports over one arbitrary file per language,
+// covering name resolution, block attachment and classification across files.
+func FuzzScan(f *testing.F) {
+	f.Add("server.tool(\"create_x\", async () => { await db.orders.create({}) })", "GitTools.X = \"x\"\ncase X:\n")
+	f.Add("tool(A=", "#[tool(")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		dir := t.TempDir()
+		for i, ext := range []string{".ts", ".py", ".go", ".rs", ".java", ".rb"} {
+			body := a
+			if i%2 == 1 {
+				body = a + "\n" + b
+			}
+			if err := os.WriteFile(filepath.Join(dir, "f"+ext), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep, err := Scan(context.Background(), dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []func(io.Writer, *Report) error{
+			func(w io.Writer, r *Report) error { return WriteText(w, r, true) },
+			WriteJSON,
+			func(w io.Writer, r *Report) error { return WriteSARIF(w, r, "fuzz") },
+		} {
+			if err := w(io.Discard, rep); err != nil {
+				t.Fatal(err)
 			}
 		}
 	})
