@@ -67,7 +67,7 @@ func rootCommand(io streams) *cli.Command {
 		Version: versionString(),
 		Writer:  io.out, ErrWriter: io.err, Reader: io.in,
 		HideVersion:    false,
-		Commands:       []*cli.Command{versionCommand(io), serveCommand(io), ledgerCommand(io), wrapCommand(io), demoCommand(io), probeCommand(io), demoServerCommand(io)},
+		Commands:       []*cli.Command{versionCommand(io), serveCommand(io), ledgerCommand(io), wrapCommand(io), demoCommand(io), probeCommand(io), demoServerCommand(io), scanCommand(io)},
 		OnUsageError:   func(_ context.Context, _ *cli.Command, err error, _ bool) error { return usageErr("%v", err) },
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {

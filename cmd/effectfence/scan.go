@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/effectfence/effectfence/pkg/scan"
+	"github.com/mattn/go-isatty"
+	"github.com/urfave/cli/v3"
+)
+
+func scanCommand(io streams) *cli.Command {
+	return &cli.Command{
+		Name:      "scan",
+		Usage:     "find tools in an MCP server's source that could fire the same effect twice (evidence, not a verdict)",
+		ArgsUsage: "PATH",
+		Description: "Reads TS/JS, Python, Go, Rust, Java and Ruby sources under PATH, finds tool declarations,\n" +
+			"and reports candidates with the evidence for each: effect words in the name, write sites in the\n" +
+			"tool's own code, guards (idempotency keys, request ids, upserts) and retries in the repository.\n" +
+			"Exit 0 when the scan completed, whatever it found; 2 for a missing or non-directory PATH.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "write the report as JSON"},
+			&cli.BoolFlag{Name: "sarif", Usage: "write the candidates as SARIF 2.1.0 for code-scanning UIs"},
+			&cli.Int64Flag{Name: "max-file-bytes", Value: 1 << 20, Usage: "skip (and report) source files larger than this"},
+			&cli.IntFlag{Name: "max-depth", Value: 40, Usage: "skip (and report) folders nested deeper than this"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() != 1 {
+				return usageErr("scan takes exactly one PATH (got %d arguments)", cmd.Args().Len())
+			}
+			if cmd.Bool("json") && cmd.Bool("sarif") {
+				return usageErr("choose one of --json and --sarif")
+			}
+			if cmd.Int64("max-file-bytes") <= 0 || cmd.Int("max-depth") <= 0 {
+				return usageErr("--max-file-bytes and --max-depth must be positive")
+			}
+			rep, err := scan.Scan(ctx, cmd.Args().First(), scan.Options{
+				MaxFileBytes: cmd.Int64("max-file-bytes"),
+				MaxDepth:     cmd.Int("max-depth"),
+			})
+			if errors.Is(err, scan.ErrBadRoot) {
+				return usageErr("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			switch {
+			case cmd.Bool("json"):
+				return scan.WriteJSON(io.out, rep)
+			case cmd.Bool("sarif"):
+				return scan.WriteSARIF(io.out, rep, versionString())
+			default:
+				return scan.WriteText(io.out, rep, colorFor(io.out))
+			}
+		},
+	}
+}
+
+// colorFor decides colour from the stream a report is written to: only a terminal, and
+// never when NO_COLOR is set to a non-empty value (no-color.org).
+func colorFor(w any) bool {
+	if os.Getenv("NO_COLOR") != "" {
+		return false
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
+}

@@ -1,0 +1,321 @@
+package scan
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/fatih/color"
+	"github.com/olekukonko/tablewriter"
+)
+
+// listLimit caps how many sites of one kind the human report prints; --json has them all.
+const listLimit = 15
+
+// WriteJSON writes the report as indented JSON.
+func WriteJSON(w io.Writer, rep *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteText writes the human report: a table of candidates, their evidence, the guards,
+// retries and writes found in the repository, what was skipped, and what a source scan
+// cannot see. Colour is used only when useColor is set (the caller decides it from the
+// stream and NO_COLOR).
+func WriteText(w io.Writer, rep *Report, useColor bool) error {
+	title := color.New(color.Bold)
+	money := color.New(color.FgYellow, color.Bold)
+	dim := color.New(color.Faint)
+	for _, c := range []*color.Color{title, money, dim} {
+		if useColor {
+			c.EnableColor()
+		} else {
+			c.DisableColor()
+		}
+	}
+	p := &printer{w: w}
+
+	p.f("%s %s\n", title.Sprint("effectfence scan"), rep.Root)
+	p.f("%d source files read (%s); %d left out by rule (vendored, generated, build output, tests, fixtures, hidden); %d other files ignored\n",
+		rep.Files.Scanned, langCounts(rep.Files.ByLanguage), rep.Files.SkippedByRule, rep.Files.Ignored)
+	if len(rep.Skipped) > 0 {
+		p.f("%d skipped as bad input: %s\n", len(rep.Skipped), reasonCounts(rep.Files.SkippedBad))
+	}
+	p.f("\n%s\n", title.Sprintf("Candidates: %d of %d tools found could repeat an effect if called twice", len(rep.Candidates), len(rep.Candidates)+len(rep.Others)))
+	p.f("%s\n", dim.Sprint("Evidence for a reviewer, not a verdict. The guard may live in a service this code calls."))
+	if len(rep.Candidates) > 0 {
+		tbl := tablewriter.NewTable(w)
+		tbl.Header("Tool", "Where", "Money", "Why")
+		for _, t := range rep.Candidates {
+			m := ""
+			if t.Money {
+				m = "money"
+			}
+			if err := tbl.Append(t.Name, fmt.Sprintf("%s:%d", t.File, t.Line), m, t.Reason); err != nil {
+				return err
+			}
+		}
+		if p.err == nil {
+			p.err = tbl.Render()
+		}
+		p.f("\n%s\n", title.Sprint("Evidence per candidate"))
+		for _, t := range rep.Candidates {
+			name := t.Name
+			if t.Money {
+				name += " " + money.Sprint("[money]")
+			}
+			p.f("  %s  %s:%d  (%s)\n", name, t.File, t.Line, t.Style)
+			if t.NameFrom != "" {
+				p.f("    name from %s\n", t.NameFrom)
+			}
+			if len(t.Via) > 0 {
+				p.f("    followed into %s (used by this tool only)\n", strings.Join(t.Via, ", "))
+			}
+			for _, e := range t.Evidence {
+				p.f("    write  %s:%d  %-7s %s\n", e.File, e.Line, e.Kind, e.Text)
+			}
+			for _, g := range t.Guards {
+				p.f("    guard  %s:%d  %s: %s\n", g.File, g.Line, g.Kind, g.Text)
+			}
+			if len(t.Evidence) == 0 {
+				p.f("    %s\n", dim.Sprint("no write site in its own code; the name is the evidence"))
+			}
+		}
+	}
+	if len(rep.Others) > 0 {
+		p.f("\n%s\n", title.Sprintf("Not candidates (%d)", len(rep.Others)))
+		for _, t := range rep.Others {
+			p.f("  %s  %s:%d  %s\n", t.Name, t.File, t.Line, dim.Sprint(t.Reason))
+		}
+	}
+	p.sites(title, "Guards found in the repository", rep.Guards)
+	p.sites(title, "Retry sites in the repository", rep.Retries)
+	p.sites(title, "Write sites in the repository (corroboration, not attributed to any tool unless listed above)", rep.Writes)
+	if len(rep.Unresolved) > 0 {
+		p.sites(title, "Tool declarations whose name is computed at run time (not classified)", rep.Unresolved)
+	}
+	if len(rep.Skipped) > 0 {
+		p.f("\n%s\n", title.Sprintf("Skipped (%d)", len(rep.Skipped)))
+		for i, s := range rep.Skipped {
+			if i == listLimit {
+				p.f("  ... %d more (--json lists all)\n", len(rep.Skipped)-listLimit)
+				break
+			}
+			detail := ""
+			if s.Detail != "" {
+				detail = " (" + s.Detail + ")"
+			}
+			p.f("  %s  %s%s\n", s.Path, s.Reason, detail)
+		}
+	}
+	p.f("\n%s\n", title.Sprint("What a source scan cannot see"))
+	for _, c := range rep.CannotSee {
+		p.f("  - %s\n", c)
+	}
+	return p.err
+}
+
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) f(format string, a ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, a...)
+	}
+}
+
+func (p *printer) sites(title *color.Color, heading string, ss []Site) {
+	p.f("\n%s\n", title.Sprintf("%s: %d", heading, len(ss)))
+	for i, s := range ss {
+		if i == listLimit {
+			p.f("  ... %d more (--json lists all)\n", len(ss)-listLimit)
+			return
+		}
+		p.f("  %s:%d  %-12s %s\n", s.File, s.Line, s.Kind, s.Text)
+	}
+}
+
+func langCounts(m map[string]int) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func reasonCounts(m map[string]int) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%d %s", v, k))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// SARIF 2.1.0, the subset code-scanning UIs read.
+
+// SARIF rule ids, stable.
+const (
+	RuleCandidate      = "EF1001"
+	RuleMoneyCandidate = "EF1002"
+)
+
+type sarifLog struct {
+	Schema  string     `json:"$schema"`
+	Version string     `json:"version"`
+	Runs    []sarifRun `json:"runs"`
+}
+
+type sarifRun struct {
+	Tool               sarifTool                   `json:"tool"`
+	OriginalURIBaseIDs map[string]sarifArtifactLoc `json:"originalUriBaseIds,omitempty"`
+	Results            []sarifResult               `json:"results"`
+	Properties         map[string]any              `json:"properties,omitempty"`
+}
+
+type sarifTool struct {
+	Driver sarifDriver `json:"driver"`
+}
+
+type sarifDriver struct {
+	Name           string      `json:"name"`
+	InformationURI string      `json:"informationUri,omitempty"`
+	Version        string      `json:"version,omitempty"`
+	Rules          []sarifRule `json:"rules"`
+}
+
+type sarifText struct {
+	Text string `json:"text"`
+}
+
+type sarifRule struct {
+	ID                   string            `json:"id"`
+	Name                 string            `json:"name"`
+	ShortDescription     sarifText         `json:"shortDescription"`
+	FullDescription      sarifText         `json:"fullDescription"`
+	Help                 sarifText         `json:"help"`
+	DefaultConfiguration map[string]string `json:"defaultConfiguration"`
+}
+
+type sarifResult struct {
+	RuleID           string          `json:"ruleId"`
+	RuleIndex        int             `json:"ruleIndex"`
+	Level            string          `json:"level"`
+	Message          sarifText       `json:"message"`
+	Locations        []sarifLocation `json:"locations"`
+	RelatedLocations []sarifLocation `json:"relatedLocations,omitempty"`
+	Properties       map[string]any  `json:"properties,omitempty"`
+}
+
+type sarifLocation struct {
+	ID               *int          `json:"id,omitempty"`
+	PhysicalLocation sarifPhysical `json:"physicalLocation"`
+	Message          *sarifText    `json:"message,omitempty"`
+}
+
+type sarifPhysical struct {
+	ArtifactLocation sarifArtifactLoc `json:"artifactLocation"`
+	Region           *sarifRegion     `json:"region,omitempty"`
+}
+
+type sarifArtifactLoc struct {
+	URI       string `json:"uri"`
+	URIBaseID string `json:"uriBaseId,omitempty"`
+}
+
+type sarifRegion struct {
+	StartLine int `json:"startLine"`
+}
+
+// WriteSARIF writes the candidates as a SARIF 2.1.0 log: one result per candidate tool, at
+// its declaration, with its write and guard sites as related locations. version is the
+// effectfence version for the driver.
+func WriteSARIF(w io.Writer, rep *Report, version string) error {
+	rules := []sarifRule{
+		{
+			ID: RuleCandidate, Name: "EffectCandidate",
+			ShortDescription: sarifText{"Tool could repeat a side effect if called twice"},
+			FullDescription: sarifText{"The tool's name or its own code suggests a side effect (a write, a send, a state change). " +
+				"If an agent retries or two agents call it with the same arguments, the effect may happen twice unless something deduplicates it. " +
+				"This is evidence from source text, not a verdict."},
+			Help: sarifText{"Check whether the effect is deduplicated (idempotency key, request id, upsert, conditional write) here or in the service it calls; " +
+				"`effectfence probe` runs identical concurrent calls to see, and `effectfence wrap` fences them."},
+			DefaultConfiguration: map[string]string{"level": "note"},
+		},
+		{
+			ID: RuleMoneyCandidate, Name: "MoneyEffectCandidate",
+			ShortDescription: sarifText{"Tool that may move money could repeat its effect if called twice"},
+			FullDescription: sarifText{"As EF1001, and money words appear in the tool's name or in the writes of its own code. " +
+				"This is evidence from source text, not a verdict."},
+			Help:                 sarifText{"As EF1001; a repeated money movement is the costliest kind."},
+			DefaultConfiguration: map[string]string{"level": "warning"},
+		},
+	}
+	run := sarifRun{
+		Tool:    sarifTool{Driver: sarifDriver{Name: "effectfence", InformationURI: "https://github.com/effectfence/effectfence", Version: version, Rules: rules}},
+		Results: []sarifResult{},
+		Properties: map[string]any{
+			"guards": len(rep.Guards), "retries": len(rep.Retries), "writes": len(rep.Writes),
+			"filesScanned": rep.Files.Scanned, "skipped": len(rep.Skipped), "cannotSee": rep.CannotSee,
+		},
+	}
+	if abs, err := filepath.Abs(rep.Root); err == nil {
+		u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs) + "/"}
+		run.OriginalURIBaseIDs = map[string]sarifArtifactLoc{"SRCROOT": {URI: u.String()}}
+	}
+	for _, t := range rep.Candidates {
+		rule, idx, level := RuleCandidate, 0, "note"
+		if t.Money {
+			rule, idx, level = RuleMoneyCandidate, 1, "warning"
+		}
+		msg := fmt.Sprintf("Tool %q could repeat its effect if called twice: %s. %d write site(s) and %d guard site(s) in its own code. "+
+			"A source scan cannot see guards in the services it calls.", t.Name, t.Reason, len(t.Evidence), len(t.Guards))
+		res := sarifResult{
+			RuleID: rule, RuleIndex: idx, Level: level, Message: sarifText{msg},
+			Locations:  []sarifLocation{loc(t.File, t.Line, "")},
+			Properties: map[string]any{"tool": t.Name, "money": t.Money, "style": t.Style},
+		}
+		id := 1
+		for _, e := range t.Evidence {
+			l := loc(e.File, e.Line, "write ("+e.Kind+"): "+e.Text)
+			l.ID = ptr(id)
+			id++
+			res.RelatedLocations = append(res.RelatedLocations, l)
+		}
+		for _, g := range t.Guards {
+			l := loc(g.File, g.Line, "guard ("+g.Kind+"): "+g.Text)
+			l.ID = ptr(id)
+			id++
+			res.RelatedLocations = append(res.RelatedLocations, l)
+		}
+		run.Results = append(run.Results, res)
+	}
+	log := sarifLog{Schema: "https://json.schemastore.org/sarif-2.1.0.json", Version: "2.1.0", Runs: []sarifRun{run}}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(log)
+}
+
+func ptr(i int) *int { return &i }
+
+func loc(file string, line int, msg string) sarifLocation {
+	l := sarifLocation{PhysicalLocation: sarifPhysical{
+		ArtifactLocation: sarifArtifactLoc{URI: (&url.URL{Path: file}).String(), URIBaseID: "SRCROOT"},
+		Region:           &sarifRegion{StartLine: max(line, 1)},
+	}}
+	if msg != "" {
+		l.Message = &sarifText{msg}
+	}
+	return l
+}

@@ -1,0 +1,505 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Options bound a scan. The zero value means the defaults.
+type Options struct {
+	MaxFileBytes int64 // files larger are skipped and reported; default 1 MiB
+	MaxDepth     int   // folders nested deeper are skipped and reported; default 40
+	MaxFiles     int   // source files beyond this are skipped and reported; default 200,000
+	Workers      int   // files read and scanned at once; default GOMAXPROCS
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = 1 << 20
+	}
+	if o.MaxDepth <= 0 {
+		o.MaxDepth = 40
+	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = 200_000
+	}
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	return o
+}
+
+// ErrBadRoot is returned when the path to scan is missing or not a folder.
+var ErrBadRoot = errors.New("scan: path must be an existing directory")
+
+// Report is what a scan found. It holds candidates and evidence, never a verdict: a source
+// scan cannot see the services a repository calls, so a candidate may be guarded elsewhere
+// and a tool left out may still fire twice.
+type Report struct {
+	Root       string     `json:"root"`
+	Candidates []Tool     `json:"candidates"`
+	Others     []Tool     `json:"not_candidates"`
+	Guards     []Site     `json:"guards"`
+	Retries    []Site     `json:"retries"`
+	Writes     []Site     `json:"writes"`
+	Unresolved []Site     `json:"unresolved_declarations"`
+	Files      FileCounts `json:"files"`
+	Skipped    []Skipped  `json:"skipped"`
+	CannotSee  []string   `json:"cannot_see"`
+}
+
+// FileCounts says how much of the tree was read.
+type FileCounts struct {
+	Scanned       int            `json:"scanned"`
+	ByLanguage    map[string]int `json:"by_language"`
+	SkippedByRule int            `json:"skipped_by_rule"` // vendored, generated, tests, fixtures, hidden
+	Ignored       int            `json:"ignored"`         // other languages and data files
+	SkippedBad    map[string]int `json:"skipped_bad_input"`
+}
+
+// Tool is one declared tool and what the scan saw of it.
+type Tool struct {
+	Name      string   `json:"name"`
+	NameFrom  string   `json:"name_from,omitempty"` // the constant it was given through
+	File      string   `json:"file"`
+	Line      int      `json:"line"`
+	Language  string   `json:"language"`
+	Style     string   `json:"style"`
+	Candidate bool     `json:"candidate"`
+	Money     bool     `json:"money"`
+	Reason    string   `json:"reason"`
+	Block     string   `json:"block"`         // file:from-to of the tool's own code
+	Via       []string `json:"via,omitempty"` // helpers followed because only this tool uses them
+	Evidence  []Site   `json:"evidence"`      // write sites in the tool's own code
+	Guards    []Site   `json:"guards"`        // guard sites in the tool's own code
+}
+
+// cannotSee is stated in every report, because what a scan did not find is not evidence of
+// absence.
+var cannotSee = []string{
+	"effects inside services the repository calls: a remote API may deduplicate or not, and its guard is not in this tree",
+	"handlers and helpers in dependencies, generated code, or reached through more than one call or through dynamic dispatch",
+	"tool names computed at run time (see unresolved declarations)",
+	"whether a guard found here covers a given tool's effect: its key's scope, lifetime and storage",
+	"retries by the MCP client, the agent framework, a gateway or a queue in front of the server",
+	"configuration, environment and feature flags that choose code paths",
+	"whether a write-sounding tool only prepares a payload that something else signs or sends",
+	"two identical calls at the same instant; only running them shows that (effectfence probe)",
+}
+
+type fileResult struct {
+	src                     *source
+	decls                   []decl
+	writes, guards, retries []Site
+	consts                  []constDef
+	funcs                   []funcDef
+	dispatch                []dispatchSite
+	skip                    *Skipped
+}
+
+// Scan reads the source tree at root and reports tool declarations that could repeat an
+// effect when called twice, with the evidence for each. It returns ErrBadRoot (wrapped) for
+// a missing or non-directory root; unreadable, binary, huge and looping entries inside the
+// tree are skipped and listed in the report, never fatal.
+func Scan(ctx context.Context, root string, opts Options) (*Report, error) {
+	opts = opts.withDefaults()
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRoot, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrBadRoot, root)
+	}
+	w, err := walk(ctx, root, opts)
+	if err != nil {
+		return nil, err
+	}
+
+	results := make([]fileResult, len(w.files))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = scanFile(w.files[i], opts.MaxFileBytes)
+			}
+		}()
+	}
+	for i := range w.files {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	rep := &Report{
+		Root:      filepath.ToSlash(root),
+		Skipped:   w.skipped,
+		CannotSee: cannotSee,
+		Files: FileCounts{ByLanguage: map[string]int{}, SkippedBad: map[string]int{},
+			SkippedByRule: w.skippedByRule, Ignored: w.ignored},
+	}
+	var ok []fileResult
+	for _, r := range results {
+		if r.skip != nil {
+			rep.Skipped = append(rep.Skipped, *r.skip)
+			continue
+		}
+		ok = append(ok, r)
+		rep.Files.Scanned++
+		rep.Files.ByLanguage[r.src.lang]++
+		rep.Writes = append(rep.Writes, r.writes...)
+		rep.Guards = append(rep.Guards, r.guards...)
+		rep.Retries = append(rep.Retries, r.retries...)
+	}
+	for _, s := range rep.Skipped {
+		rep.Files.SkippedBad[s.Reason]++
+	}
+	for _, ss := range [][]Site{rep.Writes, rep.Guards, rep.Retries} {
+		sort.SliceStable(ss, func(i, j int) bool {
+			if ss[i].File != ss[j].File {
+				return ss[i].File < ss[j].File
+			}
+			return ss[i].Line < ss[j].Line
+		})
+	}
+	assemble(rep, ok)
+	for _, sl := range []*[]Site{&rep.Guards, &rep.Retries, &rep.Writes, &rep.Unresolved} {
+		if *sl == nil {
+			*sl = []Site{}
+		}
+	}
+	for _, tl := range []*[]Tool{&rep.Candidates, &rep.Others} {
+		if *tl == nil {
+			*tl = []Tool{}
+		}
+	}
+	if rep.Skipped == nil {
+		rep.Skipped = []Skipped{}
+	}
+	return rep, nil
+}
+
+func scanFile(f walkedFile, limit int64) (r fileResult) {
+	text, err := readSource(f, limit)
+	switch {
+	case errors.Is(err, errBinary):
+		return fileResult{skip: &Skipped{Path: f.rel, Reason: SkipBinary}}
+	case errors.Is(err, errTooLarge):
+		return fileResult{skip: &Skipped{Path: f.rel, Reason: SkipTooLarge, Detail: err.Error()}}
+	case err != nil:
+		return fileResult{skip: &Skipped{Path: f.rel, Reason: SkipUnreadable, Detail: err.Error()}}
+	}
+	if generatedMarker(text) {
+		return fileResult{skip: &Skipped{Path: f.rel, Reason: "generated"}}
+	}
+	s := newSource(f.rel, f.lang, text)
+	r.src = s
+	r.decls = findDecls(s)
+	r.writes, r.guards, r.retries = fileSites(s)
+	r.consts = fileConsts(s)
+	r.funcs = fileFuncs(s)
+	r.dispatch = fileDispatch(s)
+	return r
+}
+
+// span is a range of lines in one file that belongs to a tool.
+type span struct {
+	file     *source
+	from, to int
+}
+
+func (sp span) contains(file string, line int) bool {
+	return sp.file.rel == file && line >= sp.from && line <= sp.to
+}
+
+type toolDraft struct {
+	soleInFile bool
+	d          decl
+	src        *source
+	tool       Tool
+	spans      []span
+	calls      map[string]bool
+}
+
+var (
+	callNameRe = regexp.MustCompile(`\b([A-Za-z_]\w*)\s*\(`)
+	rubyCallRe = regexp.MustCompile(`(?:\.|^|\s)([a-z_]\w*[?!]?)`)
+	readOnlyRe = regexp.MustCompile(`readOnlyHint\s*[:=]\s*[Tt]rue|ReadOnlyHint\s*:\s*true|WithReadOnlyHintAnnotation\(\s*true|read_only_hint\s*=\s*True|readOnlyHint\s*\(\s*true`)
+	effectHint = regexp.MustCompile(`destructiveHint\s*[:=]\s*[Tt]rue|DestructiveHint\s*:\s*(?:&\w+|\w+\.Ptr\(true\)|true)|WithDestructiveHintAnnotation\(\s*true|readOnlyHint\s*[:=]\s*[Ff]alse|ReadOnlyHint\s*:\s*false|WithReadOnlyHintAnnotation\(\s*false`)
+)
+
+// assemble resolves names across the repository, attaches each tool's own code, and
+// classifies it.
+func assemble(rep *Report, files []fileResult) {
+	consts := map[string]string{}
+	ambiguous := map[string]bool{}
+	put := func(k, v string) {
+		if k == "" {
+			return
+		}
+		if old, ok := consts[k]; ok && old != v {
+			ambiguous[k] = true
+		}
+		consts[k] = v
+	}
+	funcs := map[string][]funcDef{}
+	dispatch := map[string][]dispatchSite{}
+	for _, f := range files {
+		for _, c := range f.consts {
+			if c.global {
+				put(c.key, c.value)
+				put(c.qualified, c.value)
+			}
+		}
+		for _, fn := range f.funcs {
+			funcs[fn.name] = append(funcs[fn.name], fn)
+		}
+		for _, ds := range f.dispatch {
+			dispatch[ds.key] = append(dispatch[ds.key], ds)
+		}
+	}
+	resolve := func(ref string, f fileResult) (string, bool) {
+		ref = strings.ReplaceAll(ref, "::", ".")
+		if v, ok := fileConst(f.consts, ref); ok {
+			return v, true
+		}
+		if v, ok := consts[ref]; ok && !ambiguous[ref] {
+			return v, true
+		}
+		if i := strings.LastIndexByte(ref, '.'); i >= 0 {
+			parts := strings.Split(ref, ".")
+			if len(parts) >= 2 {
+				q := parts[len(parts)-2] + "." + parts[len(parts)-1]
+				if v, ok := consts[q]; ok && !ambiguous[q] {
+					return v, true
+				}
+			}
+			last := ref[i+1:]
+			if v, ok := consts[last]; ok && !ambiguous[last] {
+				return v, true
+			}
+		}
+		return "", false
+	}
+
+	var drafts []*toolDraft
+	seen := map[string]bool{}
+	for _, f := range files {
+		for _, d := range f.decls {
+			t := Tool{Name: d.name, File: f.src.rel, Line: d.line, Language: f.src.lang, Style: d.style}
+			if d.name == "" {
+				if v, ok := resolve(d.ref, f); ok {
+					t.Name, t.NameFrom = v, d.ref
+				} else if _, isFn := funcs[d.ref]; isFn && !constantLike(d.ref) {
+					t.Name = d.ref // add_tool(fn): the function's name is the tool's
+					d.handlers = append(d.handlers, d.ref)
+				} else if constantLike(d.ref) {
+					t.Name, t.NameFrom = d.ref, d.ref+" (unresolved)"
+				} else {
+					rep.Unresolved = append(rep.Unresolved, Site{File: f.src.rel, Line: d.line, Kind: d.style, Text: clip(f.src.line(d.line))})
+					continue
+				}
+			}
+			key := t.Name + "\x00" + t.File
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: len(f.decls) == 1}
+			dr.spans = []span{{f.src, d.from, d.to}}
+			// a dispatch branch for this tool: same file first, then anywhere
+			keys := []string{t.Name}
+			if d.ref != "" {
+				r := strings.ReplaceAll(d.ref, "::", ".")
+				keys = append(keys, r[strings.LastIndexByte(r, '.')+1:])
+			}
+			var branch *dispatchSite
+			for _, k := range keys {
+				for i, ds := range dispatch[k] {
+					if ds.from >= d.from && ds.from <= d.to && ds.file == f.src {
+						continue // the declaration itself
+					}
+					if branch == nil || ds.file == f.src && branch.file != f.src {
+						branch = &dispatch[k][i]
+					}
+				}
+			}
+			if branch != nil {
+				dr.spans = append(dr.spans, span{branch.file, branch.from, branch.to})
+			}
+			drafts = append(drafts, dr)
+		}
+	}
+
+	// callees of each tool's own code that the repository defines
+	users := map[string]int{}
+	for _, dr := range drafts {
+		for _, sp := range dr.spans {
+			for n := sp.from; n <= sp.to; n++ {
+				re := callNameRe
+				if sp.file.lang == langRuby {
+					re = rubyCallRe // Ruby calls need no parentheses
+				}
+				for _, m := range re.FindAllStringSubmatch(sp.file.line(n), -1) {
+					if _, ok := funcs[m[1]]; ok {
+						dr.calls[m[1]] = true
+					}
+				}
+			}
+		}
+		for _, h := range dr.d.handlers {
+			h = h[strings.LastIndexAny(h, ".:")+1:]
+			if _, ok := funcs[h]; ok {
+				dr.calls[h] = true
+			}
+		}
+		for c := range dr.calls {
+			users[c]++
+		}
+	}
+
+	for _, dr := range drafts {
+		// follow helpers that only this tool uses, or that carry the tool's own name; a
+		// helper shared by several tools stays repository corroboration
+		var via []string
+		for c := range dr.calls {
+			same := strings.Join(splitWords(c), "_") == strings.Join(splitWords(dr.tool.Name), "_")
+			if users[c] != 1 && !same {
+				continue
+			}
+			for _, fd := range funcs[c] {
+				if fd.to-fd.from > 400 || (fd.file == dr.src && fd.from >= dr.d.from && fd.to <= dr.d.to) {
+					continue
+				}
+				dr.spans = append(dr.spans, span{fd.file, fd.from, fd.to})
+				via = append(via, c)
+				break
+			}
+		}
+		sort.Strings(via)
+		dr.tool.Via = via
+		classify(dr, rep)
+		if dr.tool.Candidate {
+			rep.Candidates = append(rep.Candidates, dr.tool)
+		} else {
+			rep.Others = append(rep.Others, dr.tool)
+		}
+	}
+	sortTools(rep.Candidates)
+	sortTools(rep.Others)
+}
+
+// fileConst resolves a plain identifier against the file's own top-level constants, when the
+// file defines it exactly once.
+func fileConst(cs []constDef, ref string) (string, bool) {
+	val, n := "", 0
+	for _, c := range cs {
+		if c.key == ref && c.qualified == "" {
+			val = c.value
+			n++
+		}
+	}
+	return val, n == 1
+}
+
+func sortTools(ts []Tool) {
+	sort.SliceStable(ts, func(i, j int) bool {
+		if ts[i].File != ts[j].File {
+			return ts[i].File < ts[j].File
+		}
+		return ts[i].Line < ts[j].Line
+	})
+}
+
+// classify decides whether a tool is a candidate, from the words of its name and the write
+// sites in its own code, and says why in words.
+func classify(dr *toolDraft, rep *Report) {
+	t := &dr.tool
+	c := classifyName(t.Name)
+	t.Block = fmt.Sprintf("%s:%d-%d", dr.src.rel, dr.d.from, dr.d.to)
+	t.Evidence = []Site{}
+	t.Guards = []Site{}
+	for _, w := range rep.Writes {
+		for _, sp := range dr.spans {
+			if sp.contains(w.File, w.Line) {
+				t.Evidence = append(t.Evidence, w)
+				break
+			}
+		}
+	}
+	for _, g := range rep.Guards {
+		for _, sp := range dr.spans {
+			if sp.contains(g.File, g.Line) {
+				t.Guards = append(t.Guards, g)
+				break
+			}
+		}
+	}
+	own := string(dr.src.text[dr.src.starts[dr.d.from-1]:endOffset(dr.src, dr.d.to)])
+	if dr.soleInFile {
+		own = string(dr.src.text) // one tool per file: its annotations may sit in a config constant above
+	}
+	declaredReadOnly := readOnlyRe.MatchString(own)
+	hintedEffect := effectHint.MatchString(own)
+
+	moneyInWrites := false
+	for _, e := range t.Evidence {
+		for _, w := range splitWords(e.Text) {
+			if moneyWords[w] {
+				moneyInWrites = true
+			}
+		}
+	}
+	nameMoney := len(c.money) > 0
+	switch {
+	case c.vetoed:
+		if (nameMoney || moneyInWrites) && len(t.Evidence) > 0 {
+			t.Candidate, t.Money = true, true
+			t.Reason = fmt.Sprintf("read verb %q in the name, but its own code writes and mentions money", c.read[0])
+		} else {
+			t.Reason = fmt.Sprintf("read verb %q leads the name; no money-moving write in its own code", c.read[0])
+		}
+	case len(c.effect) > 0 && declaredReadOnly && len(t.Evidence) == 0:
+		// the author's own annotation, with nothing in the code to contradict it
+		t.Reason = "effect words in the name (" + strings.Join(c.effect, ", ") + "), but annotated read-only and no write site in its own code"
+	case len(c.effect) > 0:
+		t.Candidate = true
+		t.Money = nameMoney || moneyInWrites
+		t.Reason = "effect words in the name: " + strings.Join(c.effect, ", ")
+		if declaredReadOnly {
+			t.Reason += " (though it is annotated read-only)"
+		}
+	case len(t.Evidence) > 0:
+		t.Candidate = true
+		t.Money = nameMoney || moneyInWrites
+		t.Reason = fmt.Sprintf("no effect or read words in the name; %d write site(s) in its own code", len(t.Evidence))
+	case hintedEffect && !declaredReadOnly:
+		t.Candidate = true
+		t.Money = nameMoney
+		t.Reason = "no effect or read words in the name; annotated as not read-only or destructive"
+	default:
+		t.Reason = "no effect or read words in the name and no write site in its own code"
+		if declaredReadOnly {
+			t.Reason = "annotated read-only; no write site in its own code"
+		}
+	}
+	if t.Candidate && len(t.Guards) > 0 {
+		t.Reason += fmt.Sprintf("; %d guard site(s) in its own code to check", len(t.Guards))
+	}
+}

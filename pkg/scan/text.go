@@ -1,0 +1,297 @@
+package scan
+
+import (
+	"bytes"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Language names used in reports.
+const (
+	langJS     = "ts/js"
+	langPython = "python"
+	langGo     = "go"
+	langRust   = "rust"
+	langJava   = "java"
+	langRuby   = "ruby"
+)
+
+// source is one file's text with a line index.
+type source struct {
+	rel    string // path relative to the scan root, slash-separated
+	lang   string
+	text   []byte
+	starts []int // offset of the first byte of each line
+}
+
+func newSource(rel, lang string, text []byte) *source {
+	starts := []int{0}
+	for i, b := range text {
+		if b == '\n' && i+1 < len(text) {
+			starts = append(starts, i+1)
+		}
+	}
+	return &source{rel: rel, lang: lang, text: text, starts: starts}
+}
+
+// findLines runs re over each line that holds one of the trigger strings (every line when
+// none are given) and returns submatch indices as offsets into the whole text. Running a
+// regexp per candidate line is much faster than over the whole file, and every pattern the
+// scanner uses ends on the line it starts on.
+func (s *source) findLines(re *regexp.Regexp, triggers ...string) [][]int {
+	if len(triggers) == 0 {
+		return s.findLinesWhere(re, func([]byte) bool { return true })
+	}
+	tb := make([][]byte, len(triggers))
+	for i, t := range triggers {
+		tb[i] = []byte(t)
+	}
+	return s.findLinesWhere(re, func(l []byte) bool {
+		for _, t := range tb {
+			if bytes.Contains(l, t) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// findLinesWhere is findLines with a predicate choosing the lines to match.
+func (s *source) findLinesWhere(re *regexp.Regexp, want func(line []byte) bool) [][]int {
+	var out [][]int
+	for n := range s.starts {
+		start := s.starts[n]
+		end := len(s.text)
+		if n+1 < len(s.starts) {
+			end = s.starts[n+1] - 1
+		}
+		l := s.text[start:end]
+		if !want(l) {
+			continue
+		}
+		for _, m := range re.FindAllSubmatchIndex(l, -1) {
+			for i := range m {
+				if m[i] >= 0 {
+					m[i] += start
+				}
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// lineOf returns the 1-based line number holding byte offset off.
+func (s *source) lineOf(off int) int {
+	return sort.Search(len(s.starts), func(i int) bool { return s.starts[i] > off })
+}
+
+// line returns the text of 1-based line n without its newline.
+func (s *source) line(n int) string {
+	if n < 1 || n > len(s.starts) {
+		return ""
+	}
+	start := s.starts[n-1]
+	end := len(s.text)
+	if n < len(s.starts) {
+		end = s.starts[n] - 1
+	}
+	if end > start && s.text[end-1] == '\r' {
+		end--
+	}
+	return string(s.text[start:end])
+}
+
+func (s *source) lineCount() int { return len(s.starts) }
+
+// hashComments reports whether '#' starts a comment in the file's language.
+func (s *source) hashComments() bool { return s.lang == langPython || s.lang == langRuby }
+
+// skipString returns the offset just past the string literal or comment starting at i, or
+// i itself if none starts there. It understands the quoting of every scanned language well
+// enough for bracket matching: '"', '\”, '`', Python triple quotes, Rust lifetimes (which
+// are not strings), and //, /* */ and # comments.
+func (s *source) skipString(i int) int {
+	t := s.text
+	n := len(t)
+	c := t[i]
+	switch {
+	case c == '/' && i+1 < n && t[i+1] == '/' && !s.hashComments():
+		for i < n && t[i] != '\n' {
+			i++
+		}
+		return i
+	case c == '/' && i+1 < n && t[i+1] == '*' && !s.hashComments():
+		for j := i + 2; j+1 < n; j++ {
+			if t[j] == '*' && t[j+1] == '/' {
+				return j + 2
+			}
+		}
+		return n
+	case c == '#' && s.hashComments():
+		// Ruby "#{" only occurs inside strings, which are skipped whole.
+		for i < n && t[i] != '\n' {
+			i++
+		}
+		return i
+	case c == '"' || c == '`' || (c == '\'' && s.lang != langRust):
+		if s.lang == langPython && i+2 < n && t[i+1] == c && t[i+2] == c {
+			for j := i + 3; j+2 < n; j++ {
+				if t[j] == '\\' {
+					j++
+					continue
+				}
+				if t[j] == c && t[j+1] == c && t[j+2] == c {
+					return j + 3
+				}
+			}
+			return n
+		}
+		for j := i + 1; j < n; j++ {
+			switch t[j] {
+			case '\\':
+				if c != '`' || s.lang != langGo {
+					j++
+				}
+			case c:
+				return j + 1
+			case '\n':
+				if c != '`' && s.lang != langRust && s.lang != langRuby {
+					return j // unterminated on this line: stop here rather than eat the file
+				}
+			}
+		}
+		return n
+	case c == '\'' && s.lang == langRust:
+		// char literal 'x' or '\n'; a lifetime 'a is left alone
+		if i+2 < n && t[i+1] != '\\' && t[i+2] == '\'' {
+			return i + 3
+		}
+		if i+1 < n && t[i+1] == '\\' {
+			for j := i + 2; j < n && j < i+12; j++ {
+				if t[j] == '\'' {
+					return j + 1
+				}
+			}
+		}
+	}
+	return i
+}
+
+// matchClose returns the offset of the bracket closing the one at open ('(', '[' or '{'),
+// skipping strings and comments, or -1 when it is not closed.
+func (s *source) matchClose(open int) int {
+	t := s.text
+	depth := 0
+	for i := open; i < len(t); {
+		if j := s.skipString(i); j != i {
+			i = j
+			continue
+		}
+		switch t[i] {
+		case '(', '[', '{':
+			depth++
+		case ')', ']', '}':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return -1
+}
+
+// enclosingOpen returns the offset of the innermost unclosed bracket of kind open that
+// contains off, scanning forward from the start of the file, or -1.
+func (s *source) enclosingOpen(off int, open byte) int {
+	t := s.text
+	var stack []int
+	for i := 0; i < off && i < len(t); {
+		if j := s.skipString(i); j != i {
+			i = j
+			continue
+		}
+		switch t[i] {
+		case '(', '[', '{':
+			stack = append(stack, i)
+		case ')', ']', '}':
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+		}
+		i++
+	}
+	for k := len(stack) - 1; k >= 0; k-- {
+		if t[stack[k]] == open {
+			return stack[k]
+		}
+	}
+	return -1
+}
+
+// indent returns the indentation width of a line (tabs count as 4).
+func indent(line string) int {
+	w := 0
+	for _, r := range line {
+		switch r {
+		case ' ':
+			w++
+		case '\t':
+			w += 4
+		default:
+			return w
+		}
+	}
+	return -1 // blank
+}
+
+// indentBlockEnd returns the last line of the block headed by line head: the following
+// lines indented deeper than base. Blank lines inside the block belong to it.
+func (s *source) indentBlockEnd(head, base int) int {
+	last := head
+	for n := head + 1; n <= s.lineCount(); n++ {
+		w := indent(s.line(n))
+		if w < 0 {
+			continue
+		}
+		if w <= base {
+			break
+		}
+		last = n
+	}
+	return last
+}
+
+// rubyBlockEnd returns the line of the `end` closing a block opened at line head, found by
+// indentation: the first later line that is `end` at the head's indentation.
+func (s *source) rubyBlockEnd(head int) int {
+	base := indent(s.line(head))
+	for n := head + 1; n <= s.lineCount(); n++ {
+		l := s.line(n)
+		w := indent(l)
+		if w < 0 {
+			continue
+		}
+		if w < base {
+			return n - 1
+		}
+		if w == base {
+			if strings.HasPrefix(trimLeft(l), "end") {
+				return n
+			}
+			return n - 1
+		}
+	}
+	return s.lineCount()
+}
+
+func trimLeft(l string) string {
+	for i, r := range l {
+		if r != ' ' && r != '\t' {
+			return l[i:]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,258 @@
+package scan
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Reasons a file or folder was skipped because of what it is (bad input), reported one by
+// one. Folders skipped by rule (vendored, generated, tests, hidden) are only counted.
+const (
+	SkipUnreadable  = "unreadable"
+	SkipBinary      = "binary"
+	SkipTooLarge    = "too_large"
+	SkipSymlinkLoop = "symlink_loop"
+	SkipTooDeep     = "too_deep"
+	SkipTooMany     = "too_many_files"
+)
+
+// Skipped is one file or folder left out of the scan, with why.
+type Skipped struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+var langByExt = map[string]string{
+	".ts": langJS, ".tsx": langJS, ".mts": langJS, ".cts": langJS,
+	".js": langJS, ".jsx": langJS, ".mjs": langJS, ".cjs": langJS,
+	".py": langPython, ".go": langGo, ".rs": langRust, ".java": langJava, ".rb": langRuby,
+}
+
+// skipDirs are folder names that hold someone else's code, build output, tests or fixtures.
+var skipDirs = wordSetExact("node_modules", "vendor", "third_party", "third-party", "external",
+	"dist", "build", "out", "target", "bin", "obj", "coverage", "__pycache__", "site-packages",
+	"venv", "env", "generated", "gen", "testdata", "fixtures", "__fixtures__", "test", "tests",
+	"__tests__", "spec", "specs", "e2e", "mocks", "__mocks__", "bower_components", "Pods",
+	"bazel-out", "elm-stuff", "jspm_packages", "deps", "_build", "tmp")
+
+func wordSetExact(ws ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, w := range ws {
+		m[w] = true
+	}
+	return m
+}
+
+// skipFile reports whether a file name marks a test, a declaration file, a bundle or
+// generated code.
+func skipFile(name string) bool {
+	low := strings.ToLower(name)
+	for _, suf := range []string{"_test.go", ".test.ts", ".test.js", ".spec.ts", ".spec.js",
+		".test.tsx", ".spec.tsx", ".test.mjs", ".spec.mjs", "_test.py", "_spec.rb", "_test.rb",
+		"test.java", "tests.java", ".d.ts", ".min.js", ".bundle.js", ".pb.go", "_pb2.py",
+		"_pb2_grpc.py", ".gen.go", "_gen.go", ".generated.ts"} {
+		if strings.HasSuffix(low, suf) {
+			return true
+		}
+	}
+	return strings.HasPrefix(low, "test_") && strings.HasSuffix(low, ".py") || low == "conftest.py"
+}
+
+// generatedMarker reports whether the head of a file says it was generated.
+func generatedMarker(head []byte) bool {
+	if len(head) > 1024 {
+		head = head[:1024]
+	}
+	return bytes.Contains(head, []byte("Code generated")) && bytes.Contains(head, []byte("DO NOT EDIT")) ||
+		bytes.Contains(head, []byte("@generated")) || bytes.Contains(head, []byte("auto-generated"))
+}
+
+// walked is what the walk found: files to scan and what it left out.
+type walked struct {
+	files         []walkedFile
+	skipped       []Skipped
+	skippedByRule int
+	ignored       int // files in languages the scanner does not read
+}
+
+type walkedFile struct {
+	abs, rel, lang string
+	size           int64
+}
+
+type walker struct {
+	root    string
+	opts    Options
+	out     walked
+	visited map[string]bool // real paths of folders entered, for symlink loops
+}
+
+func walk(ctx context.Context, root string, opts Options) (walked, error) {
+	w := &walker{root: root, opts: opts, visited: map[string]bool{}}
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return walked{}, err
+	}
+	w.visited[real] = true
+	if err := w.dir(ctx, root, "", real, 0); err != nil {
+		return walked{}, err
+	}
+	sort.Slice(w.out.files, func(i, j int) bool { return w.out.files[i].rel < w.out.files[j].rel })
+	return w.out, nil
+}
+
+func (w *walker) skip(rel, reason, detail string) {
+	w.out.skipped = append(w.out.skipped, Skipped{Path: rel, Reason: reason, Detail: detail})
+}
+
+func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if depth > w.opts.MaxDepth {
+		w.skip(rel, SkipTooDeep, "")
+		return nil
+	}
+	entries, err := os.ReadDir(abs)
+	if err != nil {
+		w.skip(relOrDot(rel), SkipUnreadable, err.Error())
+		return nil
+	}
+	for _, e := range entries {
+		name := e.Name()
+		childAbs := filepath.Join(abs, name)
+		childRel := name
+		if rel != "" {
+			childRel = rel + "/" + name
+		}
+		typ := e.Type()
+		if typ&os.ModeSymlink != 0 {
+			target, err := os.Stat(childAbs)
+			if err != nil {
+				w.skip(childRel, SkipUnreadable, "broken symlink")
+				continue
+			}
+			if target.IsDir() {
+				if w.skipDirName(name) {
+					w.out.skippedByRule++
+					continue
+				}
+				childReal, err := filepath.EvalSymlinks(childAbs)
+				if err != nil {
+					w.skip(childRel, SkipSymlinkLoop, err.Error())
+					continue
+				}
+				if childReal == real || strings.HasPrefix(real, childReal+string(filepath.Separator)) {
+					w.skip(childRel, SkipSymlinkLoop, "points back to an enclosing folder")
+					continue
+				}
+				if w.visited[childReal] {
+					w.out.skippedByRule++ // the same folder, reached already by another path
+					continue
+				}
+				w.visited[childReal] = true
+				if err := w.dir(ctx, childAbs, childRel, childReal, depth+1); err != nil {
+					return err
+				}
+				continue
+			}
+			w.file(childAbs, childRel, name, target.Size())
+			continue
+		}
+		if e.IsDir() {
+			if w.skipDirName(name) {
+				w.out.skippedByRule++
+				continue
+			}
+			childReal := filepath.Join(real, name)
+			if w.visited[childReal] {
+				w.out.skippedByRule++ // reached already through a symlink
+				continue
+			}
+			w.visited[childReal] = true
+			if err := w.dir(ctx, childAbs, childRel, childReal, depth+1); err != nil {
+				return err
+			}
+			continue
+		}
+		if !typ.IsRegular() {
+			continue // sockets, devices, pipes
+		}
+		info, err := e.Info()
+		if err != nil {
+			w.skip(childRel, SkipUnreadable, err.Error())
+			continue
+		}
+		w.file(childAbs, childRel, name, info.Size())
+	}
+	return nil
+}
+
+func (w *walker) skipDirName(name string) bool {
+	return strings.HasPrefix(name, ".") || skipDirs[name] || strings.HasSuffix(name, ".egg-info")
+}
+
+func (w *walker) file(abs, rel, name string, size int64) {
+	lang, ok := langByExt[strings.ToLower(filepath.Ext(name))]
+	if !ok {
+		w.out.ignored++
+		return
+	}
+	if strings.HasPrefix(name, ".") || skipFile(name) {
+		w.out.skippedByRule++
+		return
+	}
+	if size > w.opts.MaxFileBytes {
+		w.skip(rel, SkipTooLarge, itoa(int(size))+" bytes")
+		return
+	}
+	if len(w.out.files) >= w.opts.MaxFiles {
+		w.skip(rel, SkipTooMany, "")
+		return
+	}
+	w.out.files = append(w.out.files, walkedFile{abs: abs, rel: rel, lang: lang, size: size})
+}
+
+func relOrDot(rel string) string {
+	if rel == "" {
+		return "."
+	}
+	return rel
+}
+
+// errBinary marks a file whose content is not text.
+var errBinary = errors.New("binary content")
+
+// readSource reads one file, refusing binary content and anything that grew past the limit
+// since the walk.
+func readSource(f walkedFile, limit int64) ([]byte, error) {
+	fh, err := os.Open(f.abs)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errTooLarge
+	}
+	head := b
+	if len(head) > 8192 {
+		head = head[:8192]
+	}
+	if bytes.IndexByte(head, 0) >= 0 {
+		return nil, errBinary
+	}
+	return b, nil
+}
+
+var errTooLarge = errors.New("file grew past the size limit")
