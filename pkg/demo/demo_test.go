@@ -1,7 +1,6 @@
 package demo_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,22 +13,7 @@ import (
 
 var bin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "effectfence-demo-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err = cmdtest.Build(dir)
-	code := 1
-	if err == nil {
-		code = m.Run()
-	} else {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m, &bin)) }
 
 // TestDemo runs `effectfence demo` twice: Act 1 shows 12 distinct charges and 12 executions,
 // Act 2 12 clean answers and exactly 1 execution, both measured by the server's effects file;

@@ -243,17 +243,11 @@ func (e *Engine) prepare(ctx context.Context, c *call) (outcome, *Admission, err
 	if err != nil || out != outNeedWrite {
 		return out, adm, err
 	}
-	var gateErr error
 	err = e.update(ctx, func(tx Tx) error {
-		out, adm, gateErr = e.gate(tx, c, true, snap)
-		if gateErr != nil && out == outRefused && errors.Is(gateErr, ErrPriorFailure) {
-			return nil // the intent was just marked unknown: keep that write
-		}
-		return gateErr
+		var err error
+		out, adm, err = e.gate(tx, c, true, snap)
+		return err
 	})
-	if err == nil {
-		err = gateErr
-	}
 	return out, adm, err
 }
 
@@ -287,11 +281,22 @@ func (e *Engine) count(out outcome, err error, waited bool) {
 
 // update runs fn in a write transaction and folds this process's unflushed counters into the
 // ledger in the same transaction, so counting costs no extra write.
+//
+// A refusal (an error with a fence code) is the answer, not a failure of the transaction: the
+// transaction commits whatever fn wrote before refusing (marking an orphaned intent unknown,
+// say) and update returns the refusal. Only other errors roll fn back. This also spares a
+// group-committing store from undoing a whole batch because one attempt was refused.
 func (e *Engine) update(ctx context.Context, fn func(Tx) error) error {
 	delta := e.counts.take()
+	var refusal error
 	err := e.store.Update(ctx, func(tx Tx) error {
+		refusal = nil
 		if err := fn(tx); err != nil {
-			return err
+			var coded Coded
+			if !errors.As(err, &coded) {
+				return err
+			}
+			refusal = err
 		}
 		if delta.IsZero() {
 			return nil
@@ -300,8 +305,9 @@ func (e *Engine) update(ctx context.Context, fn func(Tx) error) error {
 	})
 	if err != nil {
 		e.counts.give(delta)
+		return err
 	}
-	return err
+	return refusal
 }
 
 // holder loads the record a ticket claims, or fails with LeaseLostError. The engine trusts only
@@ -339,12 +345,9 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	if err != nil {
 		return nil, InvalidError{"result", err.Error()}
 	}
-	var (
-		cert      *Cert
-		commitErr error
-	)
+	var cert *Cert
 	err = e.update(ctx, func(tx Tx) error {
-		cert, commitErr = nil, nil
+		cert = nil
 		rec, err := tx.Get(t.Intent)
 		if err != nil {
 			return err
@@ -370,14 +373,18 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 				return err
 			}
 			if cur != want {
-				commitErr = StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
+				// The effect ran on stale state: record the intent failed (a refusal commits
+				// what was written) and say so.
 				failed := *rec
 				failed.State, failed.UpdatedAt = StateFailed, now
 				failed.Reason = fmt.Sprintf("read set went stale while the effect ran: domain %q moved from %d to %d", r.Domain, want, cur)
 				if err := tx.Put(&failed); err != nil {
 					return err
 				}
-				return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: StateInFlight})
+				if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: StateInFlight}); err != nil {
+					return err
+				}
+				return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
 			}
 		}
 		c := &Cert{
@@ -401,9 +408,6 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 		cert = c
 		return nil
 	})
-	if err == nil {
-		err = commitErr
-	}
 	e.afterOutcome(t.Intent, err)
 	if err != nil {
 		return nil, err

@@ -16,22 +16,7 @@ import (
 // the fence.
 var bin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "effectfence-probe-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err = cmdtest.Build(dir)
-	code := 1
-	if err == nil {
-		code = m.Run()
-	} else {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(cmdtest.Main(m, &bin)) }
 
 // effects returns a fresh, empty effects file for the demo server and a witness that counts it.
 func effects(t *testing.T) (path, witness string) {

@@ -37,6 +37,22 @@ func Build(dir string) (string, error) {
 	return bin, nil
 }
 
+// Main is a TestMain body: it builds the binary into a temporary directory, stores its path in
+// *bin, runs the tests and removes the directory. It returns the exit code for os.Exit.
+func Main(m *testing.M, bin *string) int {
+	dir, err := os.MkdirTemp("", "effectfence-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
 // Result is one finished run of the binary.
 type Result struct {
 	Stdout, Stderr string
