@@ -34,8 +34,12 @@ func JSON(raw []byte) ([]byte, error) {
 	if len(raw) > MaxInput {
 		return nil, fmt.Errorf("canon: JSON input of %d bytes exceeds the %d byte limit", len(raw), MaxInput)
 	}
-	// jcs parses numbers and strings leniently in places; json.Valid is the strict gate so that
-	// what we canonicalise is exactly what any standard JSON parser would accept.
+	// The fast path accepts only what it fully checked; everything else goes through
+	// json.Valid (the strict gate, so what we canonicalise is exactly what any standard JSON
+	// parser accepts) and the library.
+	if out, ok := fastJSON(raw); ok {
+		return out, nil
+	}
 	if !json.Valid(raw) {
 		return nil, errors.New("canon: invalid JSON")
 	}

@@ -20,6 +20,7 @@ type MemoryStore struct {
 	events  []Event
 	counts  Counters
 	closed  bool
+	undo    memUndo // the write transaction's undo log, reused under mu
 }
 
 // NewMemoryStore returns an empty store using the wall clock.
@@ -42,12 +43,18 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	if m.closed {
 		return errClosed
 	}
-	tx := &memTx{m: m, now: m.now(), write: true}
-	if err := fn(tx); err != nil {
+	// Update holds the lock exclusively, so one undo log is reused (its slices keep their
+	// capacity).
+	u := &m.undo
+	*u = memUndo{recUndo: u.recUndo[:0], domUndo: u.domUndo[:0]}
+	tx := memTx{m: m, now: m.now(), write: true, memUndo: u}
+	err := fn(&tx)
+	if err != nil {
 		tx.rollback()
-		return err
 	}
-	return nil
+	u.evPrev = nil // do not keep old event slices alive
+	clear(u.recUndo)
+	return err
 }
 
 // View runs fn under the store's read lock.
@@ -75,46 +82,62 @@ type memTx struct {
 	m     *MemoryStore
 	now   time.Time
 	write bool
-	undo  []undoOp
+	*memUndo
 }
 
-// undoOp restores one value a failed transaction overwrote.
-type undoOp struct {
-	kind   byte // 'r' record, 'd' domain, 'f' floor, 'e' events, 'c' counters
-	key    string
-	had    bool
-	rec    *Record
-	seq    uint64
-	events []Event
-	counts Counters
+// memUndo is the undo log of a write transaction: what each write overwrote, restored in
+// reverse on error. Scalars are saved once, at their first write.
+type memUndo struct {
+	recUndo    []recUndo
+	domUndo    []domUndo
+	floorSaved bool
+	floorPrev  uint64
+	evSaved    bool
+	evPrev     []Event
+	cntSaved   bool
+	cntPrev    Counters
+}
+
+type recUndo struct {
+	key string
+	had bool
+	rec *Record
+}
+
+type domUndo struct {
+	key string
+	had bool
+	seq uint64
 }
 
 var errReadOnly = errors.New("fence: write in a read-only transaction")
 
 func (t *memTx) rollback() {
 	m := t.m
-	for i := len(t.undo) - 1; i >= 0; i-- {
-		u := t.undo[i]
-		switch u.kind {
-		case 'r':
-			if u.had {
-				m.records[u.key] = u.rec
-			} else {
-				delete(m.records, u.key)
-			}
-		case 'd':
-			if u.had {
-				m.domains[u.key] = u.seq
-			} else {
-				delete(m.domains, u.key)
-			}
-		case 'f':
-			m.floor = u.seq
-		case 'e':
-			m.events = u.events
-		case 'c':
-			m.counts = u.counts
+	for i := len(t.recUndo) - 1; i >= 0; i-- {
+		u := t.recUndo[i]
+		if u.had {
+			m.records[u.key] = u.rec
+		} else {
+			delete(m.records, u.key)
 		}
+	}
+	for i := len(t.domUndo) - 1; i >= 0; i-- {
+		u := t.domUndo[i]
+		if u.had {
+			m.domains[u.key] = u.seq
+		} else {
+			delete(m.domains, u.key)
+		}
+	}
+	if t.floorSaved {
+		m.floor = t.floorPrev
+	}
+	if t.evSaved {
+		m.events = t.evPrev
+	}
+	if t.cntSaved {
+		m.counts = t.cntPrev
 	}
 }
 
@@ -127,7 +150,7 @@ func (t *memTx) Put(rec *Record) error {
 		return errReadOnly
 	}
 	prev, had := t.m.records[rec.Intent]
-	t.undo = append(t.undo, undoOp{kind: 'r', key: rec.Intent, had: had, rec: prev})
+	t.recUndo = append(t.recUndo, recUndo{rec.Intent, had, prev})
 	t.m.records[rec.Intent] = rec
 	return nil
 }
@@ -140,7 +163,7 @@ func (t *memTx) Delete(intent string) error {
 	if !had {
 		return nil
 	}
-	t.undo = append(t.undo, undoOp{kind: 'r', key: intent, had: true, rec: prev})
+	t.recUndo = append(t.recUndo, recUndo{intent, true, prev})
 	delete(t.m.records, intent)
 	return nil
 }
@@ -186,7 +209,7 @@ func (t *memTx) SetDomainSeq(domain string, seq uint64) error {
 		return errReadOnly
 	}
 	prev, had := t.m.domains[domain]
-	t.undo = append(t.undo, undoOp{kind: 'd', key: domain, had: had, seq: prev})
+	t.domUndo = append(t.domUndo, domUndo{domain, had, prev})
 	t.m.domains[domain] = seq
 	return nil
 }
@@ -199,7 +222,7 @@ func (t *memTx) DeleteDomain(domain string) error {
 	if !had {
 		return nil
 	}
-	t.undo = append(t.undo, undoOp{kind: 'd', key: domain, had: true, seq: prev})
+	t.domUndo = append(t.domUndo, domUndo{domain, true, prev})
 	delete(t.m.domains, domain)
 	return nil
 }
@@ -210,7 +233,9 @@ func (t *memTx) SetDomainFloor(seq uint64) error {
 	if !t.write {
 		return errReadOnly
 	}
-	t.undo = append(t.undo, undoOp{kind: 'f', seq: t.m.floor})
+	if !t.floorSaved {
+		t.floorSaved, t.floorPrev = true, t.m.floor
+	}
 	t.m.floor = seq
 	return nil
 }
@@ -228,7 +253,7 @@ func (t *memTx) AppendEvent(ev Event) error {
 	if !t.write {
 		return errReadOnly
 	}
-	t.undo = append(t.undo, undoOp{kind: 'e', events: t.m.events})
+	t.saveEvents()
 	t.m.events = append(t.m.events, ev)
 	return nil
 }
@@ -249,8 +274,8 @@ func (t *memTx) DeleteEventsBefore(before time.Time) (int, error) {
 	if !t.write {
 		return 0, errReadOnly
 	}
+	t.saveEvents()
 	prev := t.m.events
-	t.undo = append(t.undo, undoOp{kind: 'e', events: prev})
 	kept := make([]Event, 0, len(prev))
 	for _, ev := range prev {
 		if ev.Kind == EventClear || !ev.At.Before(before) {
@@ -265,9 +290,17 @@ func (t *memTx) AddCounters(d Counters) error {
 	if !t.write {
 		return errReadOnly
 	}
-	t.undo = append(t.undo, undoOp{kind: 'c', counts: t.m.counts})
+	if !t.cntSaved {
+		t.cntSaved, t.cntPrev = true, t.m.counts
+	}
 	t.m.counts = t.m.counts.Add(d)
 	return nil
 }
 
 func (t *memTx) Counters() (Counters, error) { return t.m.counts, nil }
+
+func (t *memTx) saveEvents() {
+	if !t.evSaved {
+		t.evSaved, t.evPrev = true, t.m.events
+	}
+}
