@@ -230,7 +230,10 @@ func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
 }
 
 func (e *Engine) prepare(ctx context.Context, c *call) (outcome, *Admission, error) {
-	snap := snapshot{}
+	var snap snapshot // only attempts with a read set need one
+	if len(c.ReadSet) > 0 {
+		snap = snapshot{}
+	}
 	var (
 		out outcome
 		adm *Admission
@@ -335,8 +338,9 @@ func holds(rec *Record, t Ticket) error {
 
 // Commit records the result of an admitted effect and returns its cert. It re-validates the
 // read set: if any domain moved while the effect ran, the effect ran on stale state, the intent
-// becomes failed and a StaleReadSetError with Executed set is returned. A ticket that no longer
-// holds the intent gets LeaseLostError and changes nothing.
+// becomes failed and a StaleReadSetError with Executed set is returned. The holder retrying a
+// commit that already landed gets the recorded cert. Any other ticket that no longer holds the
+// intent gets LeaseLostError and changes nothing.
 func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, error) {
 	if len(result) == 0 {
 		result = []byte("null")
