@@ -96,11 +96,11 @@ type snapshot map[string]uint64
 // used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
 // race (moved in the instant between arrival and reservation).
 func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admission, error) {
-	now := tx.Now()
 	rec, err := tx.Get(c.Intent)
 	if err != nil {
 		return 0, nil, err
 	}
+	now := tx.Now() // after Get: a store that locks the intent reads its clock once it holds the lock
 	var (
 		reclaimed  *Record // the claim this attempt takes over, if any
 		reclaimWhy string
