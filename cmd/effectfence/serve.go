@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/urfave/cli/v3"
@@ -27,6 +28,7 @@ func serveCommand(io streams) *cli.Command {
 			&cli.FloatFlag{Name: "lease-secs", Usage: "lease of an admitted attempt, renewed by fence_heartbeat (default: $" + store.EnvLeaseSecs + ", else 60)", HideDefault: true},
 			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "how long a done outcome is replayed (default: $" + store.EnvTTLSecs + ", else 86400)", HideDefault: true},
 			&cli.IntFlag{Name: "workers", Value: serve.DefaultWorkers, Usage: "tool calls served at once (1-100)"},
+			&cli.StringFlag{Name: "on-lease-expiry", Usage: "fence: a lapsed or orphaned claim becomes unknown; reclaim: every claim is re-run safe and taken over (default: $" + store.EnvOnLeaseExpiry + ", else fence)", HideDefault: true},
 		},
 		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error { return usageErr("%v", err) },
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -50,6 +52,11 @@ func serveCommand(io streams) *cli.Command {
 						return usageErr("--%s=%v: want a positive number of seconds", f.name, v)
 					}
 					*f.dst = time.Duration(v * float64(time.Second))
+				}
+			}
+			if cmd.IsSet("on-lease-expiry") {
+				if opts.OnLeaseExpiry, err = fence.ParseExpiryPolicy(cmd.String("on-lease-expiry")); err != nil {
+					return usageErr("--on-lease-expiry: %v", err)
 				}
 			}
 			workers := cmd.Int("workers")

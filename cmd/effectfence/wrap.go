@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
@@ -37,6 +38,8 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringSliceFlag{Name: "ignore-field", Usage: "TOOL:json.path left out of the call's identity, e.g. charge:meta.timestamp (repeatable)"},
 			&cli.StringSliceFlag{Name: "key", Usage: "TOOL:path,path naming the identity fields of a tool; the full arguments must still match (repeatable)"},
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
+			&cli.StringFlag{Name: "on-lease-expiry", DefaultText: "fence", Usage: "fence: a lapsed claim becomes unknown unless its tool is --rerun-safe; reclaim: every tool is re-run safe (env " + store.EnvOnLeaseExpiry + ")"},
+			&cli.StringSliceFlag{Name: "rerun-safe", Usage: "TOOL whose calls may run twice without harm: its lapsed or orphaned claims are taken over instead of fenced (repeatable)"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
 		},
@@ -67,6 +70,11 @@ func wrapCommand(io streams) *cli.Command {
 			if cmd.IsSet("result-ttl-secs") {
 				if so.ResultTTL, err = seconds("--result-ttl-secs", cmd.Float("result-ttl-secs")); err != nil {
 					return err
+				}
+			}
+			if cmd.IsSet("on-lease-expiry") {
+				if so.OnLeaseExpiry, err = fence.ParseExpiryPolicy(cmd.String("on-lease-expiry")); err != nil {
+					return usageErr("--on-lease-expiry: %v", err)
 				}
 			}
 			led, err := store.Open(ctx, so)
@@ -143,6 +151,7 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	opt := wrap.Options{
 		Command: argv, Wait: cmd.Duration("wait"), FenceReads: cmd.Bool("fence-reads"),
 		Fence: cmd.StringSlice("fence"), Pass: cmd.StringSlice("pass"), NoInjectKey: cmd.Bool("no-inject-key"),
+		RerunSafe:     cmd.StringSlice("rerun-safe"),
 		MaxConcurrent: cmd.Int("max-concurrent"), InitTimeout: cmd.Duration("init-timeout"),
 		Ignore: map[string][]wrap.Path{}, Key: map[string][]wrap.Path{},
 	}

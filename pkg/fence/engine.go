@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -22,6 +23,7 @@ type Engine struct {
 	counts counter
 	watch  watchers
 	fps    fpCache
+	spool  spool
 }
 
 // New returns an engine over store.
@@ -94,12 +96,15 @@ type snapshot map[string]uint64
 // used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
 // race (moved in the instant between arrival and reservation).
 func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admission, error) {
-	now := tx.Now()
 	rec, err := tx.Get(c.Intent)
 	if err != nil {
 		return 0, nil, err
 	}
-	reclaim := false
+	now := tx.Now() // after Get: a store that locks the intent reads its clock once it holds the lock
+	var (
+		reclaimed  *Record // the claim this attempt takes over, if any
+		reclaimWhy string
+	)
 	if rec != nil {
 		if rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt) {
 			rec = nil // an expired outcome is forgotten: the intent is free
@@ -116,26 +121,20 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		case StateFailed, StateUnknown:
 			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason}
 		case StateInFlight:
-			live := now.Before(rec.LeaseUntil)
-			dead := rec.Owner != e.cfg.Owner && e.cfg.OwnerDead(rec.Owner)
-			switch {
-			case dead || (!live && e.cfg.OnLeaseExpiry == Fence):
-				// The holder vanished (or may have): the effect may have happened.
+			switch v, kind, why := e.judge(now, rec); v {
+			case held:
+				return outRefused, nil, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
+			case fenceIt:
+				// The effect may have happened and nobody may run it again.
 				if !write {
 					return outNeedWrite, nil, nil
-				}
-				kind, why := EventOrphan, fmt.Sprintf("holder process %s is gone; the effect may have happened", rec.Owner)
-				if !dead {
-					kind, why = EventExpired, fmt.Sprintf("lease expired at %s under on_lease_expiry=fence", rec.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 				}
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
 					return 0, nil, err
 				}
 				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why}
-			case live:
-				return outRefused, nil, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
 			default:
-				reclaim = true
+				reclaimed, reclaimWhy = rec, why
 			}
 		default:
 			return 0, nil, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
@@ -186,15 +185,64 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
 		Tool: c.Tool, Args: c.args, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
+		RerunSafe: c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
+	}
+	if reclaimed != nil {
+		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
+		if err := tx.AppendEvent(Event{At: now, Intent: c.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
+			return 0, nil, err
+		}
 	}
 	if err := tx.Put(claim); err != nil {
 		return 0, nil, err
 	}
-	t := &Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaim}
-	if reclaim {
+	t := &Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
+	if reclaimed != nil {
 		return outReclaimed, &Admission{Ticket: t}, nil
 	}
 	return outAdmitted, &Admission{Ticket: t}, nil
+}
+
+// verdict is what becomes of an in-flight claim another attempt finds.
+type verdict int
+
+const (
+	held    verdict = iota // the holder keeps it: refuse with intent_in_flight
+	fenceIt                // it becomes unknown, fenced until cleared (or healed by its holder)
+	takeIt                 // re-running is provably safe: the attempt takes it over
+)
+
+// judge applies the rules of docs/RELIABILITY.md to an in-flight claim at time now:
+//
+//   - holder dead (seen gone, a zombie, or its pid reused): a re-run-safe claim is taken
+//     over, any other becomes unknown at once;
+//   - lease running: held;
+//   - lease lapsed, holder alive and visible: unknown; a live holder is never taken over,
+//     whatever its lease says, because it may still be running the effect;
+//   - lease lapsed, holder beyond sight (another host, boot or PID namespace, or an old owner
+//     string): a re-run-safe claim is taken over, any other becomes unknown.
+//
+// kind and why are the audit event's kind and reason.
+func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string) {
+	seen := Alive
+	if rec.Owner != e.cfg.Owner {
+		seen = e.cfg.Liveness(rec.Owner)
+	}
+	lapsed := !now.Before(rec.LeaseUntil)
+	at := rec.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	switch {
+	case seen == Dead && rec.RerunSafe:
+		return takeIt, EventReclaim, fmt.Sprintf("holder process %s is gone and the call was declared safe to re-run", rec.Owner)
+	case seen == Dead:
+		return fenceIt, EventOrphan, fmt.Sprintf("holder process %s is gone; the effect may have happened", rec.Owner)
+	case !lapsed:
+		return held, "", ""
+	case seen == Alive:
+		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s while holder %s is alive but silent (stalled or stopped); it is never taken over; its own late result heals this", at, rec.Owner)
+	case rec.RerunSafe:
+		return takeIt, EventReclaim, fmt.Sprintf("lease lapsed at %s, holder %s cannot be seen from here, and the call was declared safe to re-run", at, rec.Owner)
+	}
+	return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s and holder %s cannot be seen from here (another host, boot or PID namespace); the effect may have happened; its own late result heals this", at, rec.Owner)
 }
 
 func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
@@ -313,16 +361,6 @@ func (e *Engine) update(ctx context.Context, fn func(Tx) error) error {
 	return refusal
 }
 
-// holder loads the record a ticket claims, or fails with LeaseLostError. The engine trusts only
-// its own record: a ticket's Domain, Seq or lease are never read.
-func holder(tx Tx, t Ticket) (*Record, error) {
-	rec, err := tx.Get(t.Intent)
-	if err != nil {
-		return nil, err
-	}
-	return rec, holds(rec, t)
-}
-
 // holds checks that rec is the live claim of ticket t.
 func holds(rec *Record, t Ticket) error {
 	switch {
@@ -363,8 +401,11 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 			cert = &recorded
 			return nil
 		}
-		if err := holds(rec, t); err != nil {
-			return err
+		healing := heals(rec, t)
+		if !healing {
+			if err := holds(rec, t); err != nil {
+				return e.lateResult(tx, t, err, fmt.Sprintf("late commit refused; its result: %s", res))
+			}
 		}
 		now := tx.Now()
 		for _, r := range rec.ReadSet {
@@ -385,7 +426,7 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 				if err := tx.Put(&failed); err != nil {
 					return err
 				}
-				if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: StateInFlight}); err != nil {
+				if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: rec.State}); err != nil {
 					return err
 				}
 				return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
@@ -406,8 +447,15 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 		done := *rec
 		// The nonce stays on the done record so that the holder's retried commit is recognised.
 		done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
+		done.Reason = ""
 		if err := tx.Put(&done); err != nil {
 			return err
+		}
+		if healing {
+			why := fmt.Sprintf("the claim's own late commit (cert %s) resolves the unknown outcome (%s)", c.Hash, rec.Reason)
+			if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
+				return err
+			}
 		}
 		cert = c
 		return nil
@@ -442,9 +490,14 @@ func (e *Engine) Lost(ctx context.Context, t Ticket, reason string) error {
 
 func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 	err := e.update(ctx, func(tx Tx) error {
-		rec, err := holder(tx, t)
+		rec, err := tx.Get(t.Intent)
 		if err != nil {
 			return err
+		}
+		if !heals(rec, t) {
+			if err := holds(rec, t); err != nil {
+				return e.lateResult(tx, t, err, fmt.Sprintf("late %s refused; its reason: %s", kind, reason))
+			}
 		}
 		now := tx.Now()
 		if kind == EventRelease {
@@ -461,25 +514,67 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 				return err
 			}
 		}
-		return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: rec.Agent, Reason: reason, State: StateInFlight})
+		return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: rec.Agent, Reason: reason, State: rec.State})
 	})
 	e.afterOutcome(t.Intent, err)
 	return err
+}
+
+// heals reports whether ticket t is the very claim recorded in rec that went unknown only
+// because its lease lapsed or its holder looked dead: its late settle is accepted.
+func heals(rec *Record, t Ticket) bool {
+	return rec != nil && rec.Healable() && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
+}
+
+// lateResult records in the audit trail what a settle that no longer holds the intent
+// reported (the claim was cleared, released or replaced), so nothing it said is lost, and
+// returns the refusal lost. A ticket naming no claim this ledger ever made (token 0) leaves no
+// trace.
+func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
+	if t.Token == 0 || t.Nonce == "" {
+		return lost
+	}
+	st := StateNone
+	if rec, err := tx.Get(t.Intent); err != nil {
+		return err
+	} else if rec != nil {
+		st = rec.State
+	}
+	why := fmt.Sprintf("claim %d: %s (%v)", t.Token, what, lost)
+	if err := tx.AppendEvent(Event{At: tx.Now(), Intent: t.Intent, Kind: EventLateResult, Who: e.cfg.Owner, Reason: why, State: st}); err != nil {
+		return err
+	}
+	return lost
 }
 
 // Heartbeat extends the ticket's lease by the lease TTL from now and returns the new expiry.
 func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 	var next Ticket
 	err := e.update(ctx, func(tx Tx) error {
-		rec, err := holder(tx, t)
+		rec, err := tx.Get(t.Intent)
 		if err != nil {
 			return err
 		}
+		healing := heals(rec, t)
+		if !healing {
+			if err := holds(rec, t); err != nil {
+				return err
+			}
+		}
 		r := *rec
+		r.State, r.Reason = StateInFlight, ""
 		r.LeaseUntil = tx.Now().Add(e.cfg.LeaseTTL)
 		r.UpdatedAt = tx.Now()
 		if err := tx.Put(&r); err != nil {
 			return err
+		}
+		if healing {
+			// The holder is back: its claim runs again. Nobody else could have claimed the
+			// intent meanwhile, since unknown refuses every attempt.
+			why := "the claim's own heartbeat shows its holder is back; was unknown: " + rec.Reason
+			if err := tx.AppendEvent(Event{At: tx.Now(), Intent: r.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
+				return err
+			}
 		}
 		next = Ticket{Intent: r.Intent, Token: r.Token, Nonce: r.Nonce, Domain: r.Domain, Seq: r.Seq, LeaseUntil: r.LeaseUntil, Reclaimed: t.Reclaimed}
 		return nil

@@ -108,29 +108,39 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// Recover marks every in-flight intent whose holder process is gone as unknown (fenced until
-// cleared), and, under on_lease_expiry=fence, every in-flight intent whose lease expired. Run
-// it when a process opens a ledger; prepare applies the same rule lazily to each intent.
+// Recover settles what the spool holds (see Settle) and then applies the lease rules (see
+// docs/RELIABILITY.md) to every in-flight intent: a claim whose holder is gone, or whose lease
+// lapsed, becomes unknown (fenced until cleared, healed by its holder's late result), except a
+// re-run-safe one, which is freed for the next attempt. Every change writes an audit event. It
+// returns how many claims it changed. Run it when a process opens a ledger and now and then
+// after: prepare applies the same rules lazily to each intent it meets, so Recover is what
+// bounds how long an abandoned claim shows as in_flight.
 func (e *Engine) Recover(ctx context.Context) (int, error) {
+	_, serr := e.DrainSpool(ctx)
 	n := 0
 	err := e.update(ctx, func(tx Tx) error {
 		n = 0
-		var orphans []*Record
+		var claims []*Record
 		err := tx.Scan(Filter{States: []State{StateInFlight}}, func(r *Record) bool {
-			orphans = append(orphans, r)
+			claims = append(claims, r)
 			return true
 		})
 		if err != nil {
 			return err
 		}
-		for _, r := range orphans {
-			if r.Owner != e.cfg.Owner && e.cfg.OwnerDead(r.Owner) {
-				if err := e.markUnknown(tx, r, EventOrphan, fmt.Sprintf("holder process %s is gone; the effect may have happened", r.Owner)); err != nil {
+		now := tx.Now()
+		for _, r := range claims {
+			switch v, kind, why := e.judge(now, r); v {
+			case fenceIt:
+				if err := e.markUnknown(tx, r, kind, why); err != nil {
 					return err
 				}
 				n++
-			} else if e.cfg.OnLeaseExpiry == Fence && !tx.Now().Before(r.LeaseUntil) {
-				if err := e.markUnknown(tx, r, EventExpired, "lease expired under on_lease_expiry=fence"); err != nil {
+			case takeIt:
+				if err := tx.Delete(r.Intent); err != nil {
+					return err
+				}
+				if err := tx.AppendEvent(Event{At: now, Intent: r.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: "freed for the next attempt: " + why, State: StateInFlight}); err != nil {
 					return err
 				}
 				n++
@@ -138,7 +148,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
-	return n, err
+	return n, errors.Join(serr, err)
 }
 
 // EvictDomain forgets a domain's row to bound memory. The store's floor rises to the domain's

@@ -4,6 +4,8 @@ package fence
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -11,4 +13,17 @@ import (
 func processGone(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err != nil && errors.Is(err, syscall.ESRCH)
+}
+
+// lockDir takes an exclusive advisory lock on dir's lock file until unlock is called.
+func lockDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
 }

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -32,6 +33,10 @@ type Request struct {
 	Agent string `json:"agent,omitempty"`
 	// Clock is the vector clock the agent knew when it decided.
 	Clock VectorClock `json:"vector_clock,omitempty"`
+	// RerunSafe declares that running the effect a second time is harmless (the downstream
+	// honours an idempotency key, say). It is recorded on the claim, and only such a claim is
+	// taken over when its lease lapses or its holder dies; any other becomes unknown.
+	RerunSafe bool `json:"rerun_safe,omitempty"`
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
@@ -93,7 +98,16 @@ type Record struct {
 	ExpiresAt time.Time `json:"expires_at,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	Cert      *Cert     `json:"cert,omitempty"`
+	// RerunSafe: the claim was made for an effect declared safe to run twice (the request's
+	// RerunSafe, or on_lease_expiry=reclaim), so any process judging a lapsed lease or a dead
+	// holder may take it over.
+	RerunSafe bool `json:"rerun_safe,omitempty"`
 }
+
+// Healable reports whether the record is a claim that went unknown only because its lease
+// lapsed or its holder looked dead: a late settle by that very claim (same token and nonce)
+// is accepted (see Engine.Commit).
+func (r *Record) Healable() bool { return r.State == StateUnknown && r.Nonce != "" }
 
 // Event kinds recorded in the ledger's audit trail.
 const (
@@ -102,8 +116,13 @@ const (
 	EventLost    = "lost" // the holder lost track of the effect mid-call: now unknown
 	EventClear   = "clear"
 	EventOrphan  = "orphan"  // in flight when its process died: now unknown
-	EventExpired = "expired" // lease expired under on_lease_expiry=fence: now unknown
+	EventExpired = "expired" // the lease lapsed and re-running is not known to be safe: now unknown
 	EventStale   = "stale_commit"
+	EventReclaim = "reclaim" // a lapsed or orphaned re-run-safe claim was taken over
+	EventHeal    = "heal"    // the claim that went unknown settled late: its outcome is recorded
+	// EventLateResult: a settle by a claim that no longer holds the intent (cleared, replaced)
+	// was refused; the event keeps what it reported, result included.
+	EventLateResult = "late_result"
 )
 
 // Event is one audit record: who did what to an intent, and why.
@@ -121,23 +140,37 @@ type Event struct {
 type ExpiryPolicy string
 
 const (
-	// Reclaim: the holder stalled or crashed; the next attempt claims the intent again.
-	Reclaim ExpiryPolicy = "reclaim"
-	// Fence: an expired lease makes the intent unknown, fenced until cleared: for effects where
-	// a stall beats a double.
+	// Fence (the default): a claim whose lease lapsed, or whose holder died, becomes unknown,
+	// fenced until cleared, unless its request was declared RerunSafe. A stall beats a double.
 	Fence ExpiryPolicy = "fence"
+	// Reclaim: every claim this engine makes is recorded re-run safe, so a lapsed or orphaned
+	// one is taken over by the next attempt. Only for ledgers whose effects are all idempotent.
+	Reclaim ExpiryPolicy = "reclaim"
 )
+
+// ParseExpiryPolicy accepts "fence" or "reclaim" ("" is the default, fence).
+func ParseExpiryPolicy(s string) (ExpiryPolicy, error) {
+	switch ExpiryPolicy(s) {
+	case "", Fence:
+		return Fence, nil
+	case Reclaim:
+		return Reclaim, nil
+	}
+	return "", InvalidError{"on_lease_expiry", fmt.Sprintf("%q: want fence or reclaim", s)}
+}
 
 // Config tunes an Engine. The zero value means the defaults.
 type Config struct {
 	LeaseTTL      time.Duration // default 60 s
 	ResultTTL     time.Duration // default 24 h
-	OnLeaseExpiry ExpiryPolicy  // default Reclaim
+	OnLeaseExpiry ExpiryPolicy  // default Fence
 	// Owner identifies this process in the records it claims (default: LocalOwner()).
 	Owner string
-	// OwnerDead reports whether the process named by an owner string is known to be gone
-	// (default: OwnerDead). An in-flight intent of a dead owner is unknown, never reclaimed.
-	OwnerDead func(owner string) bool
+	// Liveness judges the process named by an owner string (default: OwnerLiveness).
+	Liveness func(owner string) Liveness
+	// SpoolDir is a local directory where outcomes the ledger cannot take are kept until it
+	// can (see Engine.Settle); "" keeps none.
+	SpoolDir string
 }
 
 // Defaults of SPEC §4.
@@ -154,13 +187,13 @@ func (c Config) withDefaults() Config {
 		c.ResultTTL = DefaultResultTTL
 	}
 	if c.OnLeaseExpiry == "" {
-		c.OnLeaseExpiry = Reclaim
+		c.OnLeaseExpiry = Fence
 	}
 	if c.Owner == "" {
 		c.Owner = LocalOwner()
 	}
-	if c.OwnerDead == nil {
-		c.OwnerDead = OwnerDead
+	if c.Liveness == nil {
+		c.Liveness = OwnerLiveness
 	}
 	return c
 }

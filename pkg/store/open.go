@@ -22,6 +22,9 @@ const (
 	EnvLedger    = "EFFECTFENCE_LEDGER"
 	EnvLeaseSecs = "EFFECTFENCE_LEASE_SECS"
 	EnvTTLSecs   = "EFFECTFENCE_RESULT_TTL_SECS"
+	// EnvOnLeaseExpiry is "fence" (the default) or "reclaim": what a lapsed claim of a holder
+	// that cannot be seen becomes (see docs/RELIABILITY.md).
+	EnvOnLeaseExpiry = "EFFECTFENCE_ON_LEASE_EXPIRY"
 )
 
 // Options say which ledger to open and how the engine over it behaves. Commands fill them from
@@ -43,7 +46,8 @@ type Options struct {
 // DefaultSweepEvery is how often an open ledger sweeps expired outcomes.
 const DefaultSweepEvery = 10 * time.Minute
 
-// FromEnv reads EFFECTFENCE_LEDGER, EFFECTFENCE_LEASE_SECS and EFFECTFENCE_RESULT_TTL_SECS.
+// FromEnv reads EFFECTFENCE_LEDGER, EFFECTFENCE_LEASE_SECS, EFFECTFENCE_RESULT_TTL_SECS and
+// EFFECTFENCE_ON_LEASE_EXPIRY.
 func FromEnv(name string) (Options, error) {
 	o := Options{Ledger: os.Getenv(EnvLedger), Name: name}
 	var err error
@@ -52,6 +56,9 @@ func FromEnv(name string) (Options, error) {
 	}
 	if o.ResultTTL, err = envSeconds(EnvTTLSecs); err != nil {
 		return o, err
+	}
+	if o.OnLeaseExpiry, err = fence.ParseExpiryPolicy(strings.TrimSpace(os.Getenv(EnvOnLeaseExpiry))); err != nil {
+		return o, fmt.Errorf("%s: %w", EnvOnLeaseExpiry, err)
 	}
 	return o, nil
 }
@@ -150,7 +157,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if isPostgres(loc) {
 		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
 	}
-	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry})
+	spool, err := SpoolDir(loc)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool})
 	if _, err := eng.Recover(ctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
@@ -169,18 +181,45 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	return l, nil
 }
 
-// sweep drops expired outcomes every interval until ctx ends. A failed sweep is retried at the
-// next tick: the gates ignore expired outcomes anyway, so a late sweep costs only disk.
+// SpoolDir is where outcomes wait that the ledger at loc could not take (see fence.Settle):
+// beside a SQLite file (<file>.spool), in the state directory for PostgreSQL
+// (spool/<16 hex digits of the redacted URL's hash>), none for memory.
+func SpoolDir(loc string) (string, error) {
+	switch {
+	case loc == "memory":
+		return "", nil
+	case isPostgres(loc):
+		dir, err := StateDir()
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(dir, "spool", canon.Sum([]byte(postgres.Redact(loc)))[:16]), nil
+	}
+	return loc + ".spool", nil
+}
+
+// RecoverEvery is how often an open ledger applies the lease rules to every claim (Recover)
+// and reports outcomes waiting in its spool.
+const RecoverEvery = 10 * time.Second
+
+// sweep drops expired outcomes every interval, and runs Recover every RecoverEvery, until ctx
+// ends. A failed sweep is retried at the next tick: the gates ignore expired outcomes anyway,
+// so a late sweep costs only disk. Recover's errors are retried the same way (an outcome in the
+// spool stays there until the ledger takes it).
 func (l *Ledger) sweep(ctx context.Context, every time.Duration) {
 	defer close(l.swept)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	r := time.NewTicker(RecoverEvery)
+	defer r.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			_, _ = l.Engine.Sweep(ctx)
+		case <-r.C:
+			_, _ = l.Engine.Recover(ctx)
 		}
 	}
 }

@@ -205,14 +205,14 @@ func (fs *flights) fail(intent string, f *flight, a answer) {
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
-	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName()}
+	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName(), RerunSafe: p.rerunSafe(tool)}
 	f := p.flights.join(id.intent)
 	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, p.opt.Wait)
 	holder := err == nil && adm.Fresh()
 	if failure, failed := p.flights.leave(id.intent, f, holder); failed {
 		// The attempt this call waited for failed definitely: same answer, no second run.
 		if holder {
-			_ = p.opt.Engine.Release(context.WithoutCancel(ctx), *adm.Ticket, "coalesced onto an attempt that failed")
+			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "coalesced onto an attempt that failed"})
 		}
 		return failure
 	}
@@ -238,7 +238,6 @@ func (p *Proxy) agentName() string {
 // The call is detached from the agent's cancellation: once forwarded, it is seen through.
 func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
 	ctx = context.WithoutCancel(ctx)
-	eng := p.opt.Engine
 	stopHeartbeat := p.heartbeat(t)
 	res, err := p.callChild(ctx, params)
 	stopHeartbeat()
@@ -247,11 +246,12 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	switch {
 	case err == nil && !isError(res):
 		defer p.flights.done(intent, f)
-		if _, cerr := eng.Commit(ctx, t, res); cerr != nil {
-			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
-			if !errors.Is(cerr, fence.ErrLeaseLost) {
-				_ = eng.Abort(ctx, t, "the result could not be recorded: "+cerr.Error())
-			}
+		_, cerr := p.settle(ctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: t, Result: res})
+		var invalid fence.InvalidError
+		if errors.As(cerr, &invalid) {
+			// The ledger answered but cannot take this result (not JSON it can record): the
+			// call ran, so its intent is fenced as failed rather than left to lapse.
+			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeAbort, Ticket: t, Reason: "the result could not be recorded: " + cerr.Error()})
 		}
 		return answer{result: res}
 	case err == nil:
@@ -272,18 +272,46 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	default:
 		defer p.flights.done(intent, f)
 		reason := "the MCP server died or the connection failed during the call: " + err.Error()
-		if aerr := eng.Lost(ctx, t, reason); aerr != nil {
-			p.logf("recording the unknown outcome of intent %s: %v", intent, aerr)
-		}
+		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
 		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
 		return answer{result: toolError(fmt.Sprintf("the MCP server failed during this call (%v), so whether it took effect is unknown. It will NOT be executed again automatically. Check the real system; an operator must then run: %s", err, p.clearCommand(intent)), fence.CodePriorFailure, intent)}
 	}
 }
 
 func (p *Proxy) release(ctx context.Context, t fence.Ticket, reason string) {
-	if err := p.opt.Engine.Release(ctx, t, reason); err != nil {
-		p.logf("releasing intent %s: %v", t.Intent, err)
+	p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: t, Reason: reason})
+}
+
+// settle records an outcome through Engine.Settle: retried with the same ticket while the
+// ledger does not answer, for up to SettleWait, then left in the spool for the next drain.
+// Every error is logged; none is dropped silently.
+func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error) {
+	wait := p.opt.SettleWait
+	if wait <= 0 {
+		wait = p.opt.Engine.Config().LeaseTTL
 	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	cert, err := p.opt.Engine.Settle(sctx, o)
+	var spooled fence.SpooledError
+	switch {
+	case err == nil:
+	case errors.As(err, &spooled):
+		p.logf("intent %s: %s of tool outcome: %v", o.Ticket.Intent, o.Kind, err)
+	case errors.Is(err, fence.ErrStaleReadSet):
+	default:
+		p.logf("intent %s: recording %s: %v", o.Ticket.Intent, o.Kind, err)
+	}
+	return cert, err
+}
+
+func (p *Proxy) rerunSafe(tool string) bool {
+	for _, t := range p.opt.RerunSafe {
+		if t == tool {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {

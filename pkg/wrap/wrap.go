@@ -67,6 +67,14 @@ type Options struct {
 	Key    map[string][]Path
 	// NoInjectKey turns off filling an empty idempotency-key-like argument.
 	NoInjectKey bool
+	// RerunSafe lists tools whose calls may run a second time without harm (the downstream
+	// honours the injected idempotency key, say). Their claims are recorded re-run safe, so a
+	// claim whose lease lapsed with its holder out of sight, or whose holder died, is taken
+	// over; any other tool's becomes unknown (see docs/RELIABILITY.md).
+	RerunSafe []string
+	// SettleWait bounds how long a call's outcome is retried against a ledger that does not
+	// answer before it is left in the engine's spool (default: the lease TTL).
+	SettleWait time.Duration
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
 	// take no slot, so they never queue behind slow calls.

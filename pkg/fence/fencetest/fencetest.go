@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,8 +40,14 @@ func Run(t *testing.T, newStore Factory) {
 		{"ConcurrentDuplicatesAdmitOne", testConcurrentDuplicates},
 		{"SameInstantDomainRace", testSameInstantDomainRace},
 		{"DistinctIntentsGaplessSequence", testGaplessSequence},
-		{"LeaseExpiryReclaimAndLeaseLost", testLeaseExpiryReclaim},
-		{"LeaseExpiryFencePolicy", testLeaseExpiryFence},
+		{"LeaseExpiryRerunSafeReclaimAndLeaseLost", testLeaseExpiryReclaim},
+		{"LeaseExpiryReclaimPolicy", testLeaseExpiryReclaimPolicy},
+		{"LeaseExpiryFencesByDefault", testLeaseExpiryFence},
+		{"LiveHolderNeverTakenOver", testLiveHolderNeverTakenOver},
+		{"LateSettleHeals", testLateSettleHeals},
+		{"LateResultAfterClearRefusedAndAudited", testLateAfterClear},
+		{"RecoverBoundsInFlight", testRecoverBoundsInFlight},
+		{"SettleRetriesAndSpools", testSettleSpool},
 		{"HeartbeatKeepsLease", testHeartbeat},
 		{"AbortFencesUntilClear", testAbortFences},
 		{"ReleaseFrees", testReleaseFrees},
@@ -298,21 +305,25 @@ func testGaplessSequence(t *testing.T, newStore Factory) {
 }
 
 func testLeaseExpiryReclaim(t *testing.T, newStore Factory) {
-	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 80 * time.Millisecond})
+	// The holder cannot be seen (another host, say) and the call is declared safe to re-run:
+	// its lapsed claim is taken over.
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 80 * time.Millisecond, Liveness: cannotTell})
 	r := req("payout:7")
+	r.RerunSafe = true
 	old := mustFresh(t, eng, r)
 	if _, err := eng.Prepare(ctx, r); !errors.Is(err, fence.ErrInFlight) {
 		t.Fatalf("live lease: err = %v, want in flight", err)
 	}
 	time.Sleep(150 * time.Millisecond)
-	adm, err := eng.Prepare(ctx, r)
+	other := fence.New(eng.Store(), fence.Config{LeaseTTL: 80 * time.Millisecond, Owner: "elsewhere/1/1", Liveness: cannotTell})
+	adm, err := other.Prepare(ctx, req("payout:7")) // the judging attempt need not say re-run safe: the claim did
 	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
-		t.Fatalf("expired lease not reclaimed: %+v %v", adm, err)
+		t.Fatalf("expired re-run-safe lease not reclaimed: %+v %v", adm, err)
 	}
 	if adm.Ticket.Token <= old.Token {
 		t.Fatalf("reclaim token %d not above %d", adm.Ticket.Token, old.Token)
 	}
-	newCert := mustCommit(t, eng, *adm.Ticket, `"new holder"`)
+	newCert := mustCommit(t, other, *adm.Ticket, `"new holder"`)
 	_, err = eng.Commit(ctx, old, []byte(`"old holder"`))
 	wantCode(t, err, fence.ErrLeaseLost)
 	for _, op := range []func() error{
@@ -326,25 +337,330 @@ func testLeaseExpiryReclaim(t *testing.T, newStore Factory) {
 	if st.State != fence.StateDone || st.Cert.Hash != newCert.Hash || string(st.Cert.Result) != `"new holder"` {
 		t.Fatalf("recorded outcome is not the new holder's: %+v", st)
 	}
-	s, _ := eng.Stats(ctx)
-	if s.SinceBoot.Reclaimed != 1 || s.SinceBoot.LeaseLost != 4 {
+	if s, _ := other.Stats(ctx); s.SinceBoot.Reclaimed != 1 {
 		t.Fatalf("counters = %+v", s.SinceBoot)
+	}
+	if s, _ := eng.Stats(ctx); s.SinceBoot.LeaseLost != 4 {
+		t.Fatalf("counters = %+v", s.SinceBoot)
+	}
+	kinds := eventKinds(t, eng, r.Intent)
+	if !contains(kinds, fence.EventReclaim) || !contains(kinds, fence.EventLateResult) {
+		t.Fatalf("takeover or late result not audited: %v", kinds)
+	}
+}
+
+func testLeaseExpiryReclaimPolicy(t *testing.T, newStore Factory) {
+	// on_lease_expiry=reclaim records every claim re-run safe; a fence engine judging it
+	// honours what the claim recorded.
+	st := newStore(t)
+	rec := fence.New(st, fence.Config{LeaseTTL: 60 * time.Millisecond, OnLeaseExpiry: fence.Reclaim, Owner: "a/1/1", Liveness: cannotTell})
+	judge := fence.New(st, fence.Config{LeaseTTL: 60 * time.Millisecond, Owner: "b/1/1", Liveness: cannotTell})
+	r := req("idempotent:1")
+	mustFresh(t, rec, r)
+	if s, _ := judge.Status(ctx, r.Intent); !s.RerunSafe {
+		t.Fatalf("claim under reclaim policy not recorded re-run safe: %+v", s)
+	}
+	time.Sleep(120 * time.Millisecond)
+	adm, err := judge.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
+		t.Fatalf("reclaim-policy claim not taken over: %+v %v", adm, err)
+	}
+	if p, err := fence.ParseExpiryPolicy("sometimes"); err == nil {
+		t.Fatalf("bad policy accepted: %q", p)
 	}
 }
 
 func testLeaseExpiryFence(t *testing.T, newStore Factory) {
-	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 60 * time.Millisecond, OnLeaseExpiry: fence.Fence})
+	// The default: a lapsed claim of a holder that cannot be seen becomes unknown, never free.
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 60 * time.Millisecond, Liveness: cannotTell})
+	other := fence.New(eng.Store(), fence.Config{LeaseTTL: 60 * time.Millisecond, Owner: "elsewhere/1/1", Liveness: cannotTell})
 	r := req("kubectl:scale")
-	old := mustFresh(t, eng, r)
+	mustFresh(t, eng, r)
 	time.Sleep(120 * time.Millisecond)
-	_, err := eng.Prepare(ctx, r)
-	wantCode(t, err, fence.ErrPriorFailure)
-	st, _ := eng.Status(ctx, r.Intent)
-	if st.State != fence.StateUnknown {
-		t.Fatalf("state = %s, want unknown", st.State)
+	for i := 0; i < 2; i++ {
+		_, err := other.Prepare(ctx, r)
+		var pf fence.PriorFailureError
+		if !errors.As(err, &pf) || pf.State != fence.StateUnknown {
+			t.Fatalf("lapsed claim: %v, want prior_failure unknown", err)
+		}
 	}
-	_, err = eng.Commit(ctx, old, []byte(`1`))
+	st, _ := eng.Status(ctx, r.Intent)
+	if st.State != fence.StateUnknown || !st.Healable() {
+		t.Fatalf("state = %+v, want healable unknown", st)
+	}
+	if kinds := eventKinds(t, eng, r.Intent); len(kinds) != 1 || kinds[0] != fence.EventExpired {
+		t.Fatalf("events = %v, want one expired", kinds)
+	}
+}
+
+func testLiveHolderNeverTakenOver(t *testing.T, newStore Factory) {
+	// A holder this process sees alive keeps its claim while the lease runs and, after it,
+	// the claim becomes unknown: never taken over, even when declared re-run safe.
+	st := newStore(t)
+	alive := func(string) fence.Liveness { return fence.Alive }
+	holder := fence.New(st, fence.Config{LeaseTTL: 60 * time.Millisecond, Owner: "h/1/1", Liveness: alive})
+	judge := fence.New(st, fence.Config{LeaseTTL: 60 * time.Millisecond, Owner: "h/2/1", Liveness: alive})
+	r := req("stopped:1")
+	r.RerunSafe = true
+	tk := mustFresh(t, holder, r)
+	time.Sleep(120 * time.Millisecond)
+	_, err := judge.Prepare(ctx, r)
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || pf.State != fence.StateUnknown {
+		t.Fatalf("lapsed live holder: %v, want prior_failure unknown", err)
+	}
+	// The holder wakes up (SIGCONT) and commits: healed, and the duplicate replays.
+	c := mustCommit(t, holder, tk, `"charged once"`)
+	adm, err := judge.Prepare(ctx, r)
+	if err != nil || adm.Fresh() || adm.Cert.Hash != c.Hash {
+		t.Fatalf("after heal: %+v %v, want replay", adm, err)
+	}
+}
+
+func testLateSettleHeals(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	eng := fence.New(st, fence.Config{LeaseTTL: 50 * time.Millisecond, Liveness: cannotTell})
+	other := fence.New(st, fence.Config{LeaseTTL: 50 * time.Millisecond, Owner: "o/1/1", Liveness: cannotTell})
+	lapse := func(intent string) fence.Ticket {
+		t.Helper()
+		tk := mustFresh(t, eng, req(intent))
+		time.Sleep(100 * time.Millisecond)
+		if _, err := other.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := eng.Status(ctx, intent); s.State != fence.StateUnknown {
+			t.Fatalf("%s: state %s after lapse, want unknown", intent, s.State)
+		}
+		return tk
+	}
+	// A waiter coalescing on the intent gets the real answer once the holder commits.
+	tc := lapse("heal:commit")
+	waited := make(chan error, 1)
+	go func() {
+		// Unknown refuses at once; the waiter asks again until the heal lands.
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			adm, err := other.PrepareWait(ctx, req("heal:commit"), time.Second)
+			if err == nil && !adm.Fresh() && string(adm.Cert.Result) == `"ok"` {
+				waited <- nil
+				return
+			}
+			if err == nil {
+				waited <- fmt.Errorf("waiter admitted or wrong result: %+v", adm)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		waited <- errors.New("waiter never saw the healed outcome")
+	}()
+	c := mustCommit(t, eng, tc, `"ok"`)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	if again := mustCommit(t, eng, tc, `"ok"`); again.Hash != c.Hash {
+		t.Fatal("retried healing commit returned another cert")
+	}
+	if kinds := eventKinds(t, eng, "heal:commit"); !contains(kinds, fence.EventHeal) {
+		t.Fatalf("heal not audited: %v", kinds)
+	}
+
+	tr := lapse("heal:release")
+	if err := eng.Release(ctx, tr, "never sent"); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := eng.Status(ctx, "heal:release"); s.State != fence.StateNone {
+		t.Fatalf("late release: state %s, want free", s.State)
+	}
+	ta := lapse("heal:abort")
+	if err := eng.Abort(ctx, ta, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := eng.Status(ctx, "heal:abort"); s.State != fence.StateFailed {
+		t.Fatalf("late abort: state %s, want failed", s.State)
+	}
+	// A heartbeat of the claim itself revives it.
+	th := lapse("heal:heartbeat")
+	next, err := eng.Heartbeat(ctx, th)
+	if err != nil {
+		t.Fatalf("late heartbeat: %v", err)
+	}
+	if s, _ := eng.Status(ctx, "heal:heartbeat"); s.State != fence.StateInFlight {
+		t.Fatalf("late heartbeat: state %s, want in_flight", s.State)
+	}
+	mustCommit(t, eng, next, `"done after all"`)
+
+	// Unknown because the holder said so (Lost) or failed by Abort: not healable.
+	tl := mustFresh(t, eng, req("heal:lost"))
+	if err := eng.Lost(ctx, tl, "transport died"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = eng.Commit(ctx, tl, []byte(`1`))
 	wantCode(t, err, fence.ErrLeaseLost)
+	if s, _ := eng.Status(ctx, "heal:lost"); s.State != fence.StateUnknown {
+		t.Fatalf("lost then commit: state %s, want unknown", s.State)
+	}
+	// A forged nonce heals nothing.
+	tf := lapse("heal:forged")
+	forged := tf
+	forged.Nonce = "00"
+	_, err = eng.Commit(ctx, forged, []byte(`1`))
+	wantCode(t, err, fence.ErrLeaseLost)
+}
+
+func testLateAfterClear(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	eng := fence.New(st, fence.Config{LeaseTTL: 50 * time.Millisecond, Liveness: cannotTell})
+	r := req("late:cleared")
+	old := mustFresh(t, eng, r)
+	time.Sleep(100 * time.Millisecond)
+	if _, err := eng.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Clear(ctx, r.Intent, "ops", "checked: no charge"); err != nil {
+		t.Fatal(err)
+	}
+	cur := mustFresh(t, eng, r)
+	_, err := eng.Commit(ctx, old, []byte(`{"charge":"ch_late"}`))
+	wantCode(t, err, fence.ErrLeaseLost)
+	var late []fence.Event
+	_ = st.View(ctx, func(tx fence.Tx) error {
+		return tx.Events(r.Intent, func(ev fence.Event) bool {
+			if ev.Kind == fence.EventLateResult {
+				late = append(late, ev)
+			}
+			return true
+		})
+	})
+	if len(late) != 1 || !strings.Contains(late[0].Reason, `{"charge":"ch_late"}`) || late[0].State != fence.StateInFlight {
+		t.Fatalf("late result not kept in the audit trail: %+v", late)
+	}
+	mustCommit(t, eng, cur, `"current"`)
+	if s, _ := eng.Status(ctx, r.Intent); string(s.Cert.Result) != `"current"` {
+		t.Fatalf("late result overwrote the current claim: %s", s.Cert.Result)
+	}
+}
+
+func testRecoverBoundsInFlight(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	dead := func(o string) fence.Liveness {
+		if o == "gone/1/1" {
+			return fence.Dead
+		}
+		return fence.Alive
+	}
+	silent := fence.New(st, fence.Config{LeaseTTL: 50 * time.Millisecond, Owner: "h/1/1", Liveness: dead})
+	gone := fence.New(st, fence.Config{LeaseTTL: time.Hour, Owner: "gone/1/1", Liveness: dead})
+	ops := fence.New(st, fence.Config{Owner: "ops/1/1", Liveness: dead})
+	mustFresh(t, silent, req("abandoned:1"))
+	mustFresh(t, gone, req("orphan:plain"))
+	safe := req("orphan:safe")
+	safe.RerunSafe = true
+	mustFresh(t, gone, safe)
+	time.Sleep(100 * time.Millisecond)
+	n, err := ops.Recover(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("recover = %d, %v; want 3", n, err)
+	}
+	for intent, want := range map[string]fence.State{"abandoned:1": fence.StateUnknown, "orphan:plain": fence.StateUnknown, "orphan:safe": fence.StateNone} {
+		if s, _ := ops.Status(ctx, intent); s.State != want {
+			t.Fatalf("%s: state %s, want %s", intent, s.State, want)
+		}
+	}
+	if kinds := eventKinds(t, ops, "orphan:safe"); len(kinds) != 1 || kinds[0] != fence.EventReclaim {
+		t.Fatalf("freed re-run-safe claim: events %v", kinds)
+	}
+	if n, _ := ops.Recover(ctx); n != 0 {
+		t.Fatalf("second recover changed %d claims", n)
+	}
+}
+
+// failing wraps a store and fails every Update while down is set, as an unreachable database.
+type failing struct {
+	fence.Store
+	down atomic.Bool
+}
+
+var errDown = errors.New("ledger unreachable (test)")
+
+func (f *failing) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.Store.Update(ctx, fn)
+}
+
+func testSettleSpool(t *testing.T, newStore Factory) {
+	st := &failing{Store: newStore(t)}
+	dir := t.TempDir()
+	eng := fence.New(st, fence.Config{SpoolDir: dir})
+	r := req("settle:1")
+	tk := mustFresh(t, eng, r)
+
+	// The ledger comes back while Settle retries: the commit lands, the spool is emptied.
+	st.down.Store(true)
+	go func() { time.Sleep(300 * time.Millisecond); st.down.Store(false) }()
+	cert, err := eng.Settle(ctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: tk, Result: []byte(`"paid"`)})
+	if err != nil || string(cert.Result) != `"paid"` {
+		t.Fatalf("settle across an outage: %v %v", cert, err)
+	}
+	if files, _ := fence.SpoolFiles(dir); len(files) != 0 {
+		t.Fatalf("spool not emptied: %v", files)
+	}
+
+	// The ledger stays down past the deadline: the outcome waits in the spool, and the next
+	// engine over the ledger records it.
+	tk2 := mustFresh(t, eng, req("settle:2"))
+	st.down.Store(true)
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = eng.Settle(dctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: tk2, Result: []byte(`"paid 2"`)})
+	var sp fence.SpooledError
+	if !errors.As(err, &sp) || !errors.Is(err, errDown) {
+		t.Fatalf("settle with the ledger down: %v, want SpooledError", err)
+	}
+	if files, _ := fence.SpoolFiles(dir); len(files) != 1 {
+		t.Fatalf("spool = %v, want one outcome", files)
+	}
+	st.down.Store(false)
+	next := fence.New(st, fence.Config{SpoolDir: dir, Owner: "next/1/1", Liveness: cannotTell})
+	if _, err := next.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := next.Status(ctx, "settle:2"); s.State != fence.StateDone || string(s.Cert.Result) != `"paid 2"` {
+		t.Fatalf("spooled commit not recorded at the next start: %+v", s)
+	}
+	if files, _ := fence.SpoolFiles(dir); len(files) != 0 {
+		t.Fatalf("spool not emptied after recover: %v", files)
+	}
+	// A refusal is an answer, not a reason to retry.
+	_, err = eng.Settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: tk2})
+	wantCode(t, err, fence.ErrLeaseLost)
+}
+
+func cannotTell(string) fence.Liveness { return fence.CannotTell }
+
+func eventKinds(t *testing.T, eng *fence.Engine, intent string) []string {
+	t.Helper()
+	var kinds []string
+	err := eng.Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Events(intent, func(ev fence.Event) bool {
+			kinds = append(kinds, ev.Kind)
+			return true
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kinds
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }
 
 func testHeartbeat(t *testing.T, newStore Factory) {
@@ -623,9 +939,16 @@ func testDeadOwner(t *testing.T, newStore Factory) {
 	st := newStore(t)
 	dead := map[string]bool{}
 	var mu sync.Mutex
-	isDead := func(o string) bool { mu.Lock(); defer mu.Unlock(); return dead[o] }
-	a := fence.New(st, fence.Config{Owner: "host/100/1", OwnerDead: isDead})
-	b := fence.New(st, fence.Config{Owner: "host/200/1", OwnerDead: isDead})
+	isDead := func(o string) fence.Liveness {
+		mu.Lock()
+		defer mu.Unlock()
+		if dead[o] {
+			return fence.Dead
+		}
+		return fence.Alive
+	}
+	a := fence.New(st, fence.Config{Owner: "host/100/1", Liveness: isDead})
+	b := fence.New(st, fence.Config{Owner: "host/200/1", Liveness: isDead})
 	mustFresh(t, a, req("orphan:1"))
 	mustFresh(t, a, req("orphan:2"))
 	if _, err := b.Prepare(ctx, req("orphan:1")); !errors.Is(err, fence.ErrInFlight) {
@@ -811,7 +1134,7 @@ func testParentAndVerify(t *testing.T, newStore Factory) {
 func RunDurable(t *testing.T, reopen Reopener) {
 	open := reopen(t)
 	st1 := open()
-	e1 := fence.New(st1, fence.Config{Owner: "host/1/1", OwnerDead: func(string) bool { return false }})
+	e1 := fence.New(st1, fence.Config{Owner: "host/1/1", Liveness: func(string) fence.Liveness { return fence.Alive }})
 	r := req("durable:done")
 	r.Domain = "acct"
 	done := mustCommit(t, e1, mustFresh(t, e1, r), `{"charge":"ch_42"}`)
@@ -826,7 +1149,12 @@ func RunDurable(t *testing.T, reopen Reopener) {
 
 	st2 := open()
 	defer st2.Close()
-	e2 := fence.New(st2, fence.Config{Owner: "host/2/1", OwnerDead: func(o string) bool { return o == "host/1/1" }})
+	e2 := fence.New(st2, fence.Config{Owner: "host/2/1", Liveness: func(o string) fence.Liveness {
+		if o == "host/1/1" {
+			return fence.Dead
+		}
+		return fence.Alive
+	}})
 	adm, err := e2.Prepare(ctx, r)
 	if err != nil || adm.Fresh() || adm.Cert.Hash != done.Hash || string(adm.Cert.Result) != `{"charge":"ch_42"}` {
 		t.Fatalf("after reopen, duplicate = %+v %v; want replay of %s", adm, err, done.Hash)
@@ -845,8 +1173,13 @@ func RunDurable(t *testing.T, reopen Reopener) {
 	}
 	_, err = e2.Prepare(ctx, req("durable:aborted"))
 	wantCode(t, err, fence.ErrPriorFailure)
-	_, err = e2.Commit(ctx, inflight, []byte(`1`))
-	wantCode(t, err, fence.ErrLeaseLost)
+	// Its holder's outcome, kept in a spool across the crash, heals it at the next start.
+	if c := mustCommit(t, e2, inflight, `1`); string(c.Result) != `1` {
+		t.Fatalf("healing commit: %+v", c)
+	}
+	if _, err := e2.Commit(ctx, ab, []byte(`1`)); !errors.Is(err, fence.ErrLeaseLost) {
+		t.Fatalf("commit after abort: %v, want lease_lost (an aborted claim is not healed)", err)
+	}
 	tk := mustFresh(t, e2, fence.Request{Intent: "durable:next", Tool: "t", Domain: "acct"})
 	if tk.Seq != 2 || tk.Token <= inflight.Token {
 		t.Fatalf("sequence or token restarted: %+v", tk)

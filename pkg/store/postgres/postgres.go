@@ -118,30 +118,46 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 			return c.wrapConn(nc), nil
 		}
 	}
-	schema, create := c.Schema, c.Schema != ""
+	// The schema is named exactly (Config.Schema, quoted into search_path) or by the first
+	// element of the URL's search_path as written, which PostgreSQL resolves (see init).
+	schema, first := c.Schema, ""
 	if schema != "" {
 		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	} else if sp := pc.ConnConfig.RuntimeParams["search_path"]; sp != "" {
-		schema, create = strings.Trim(strings.TrimSpace(strings.Split(sp, ",")[0]), `"`), true
+		first = firstPathElement(sp)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
 	}
 	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6)}
-	if err := s.init(ctx, schema, create); err != nil {
+	if err := s.init(ctx, schema, first); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
 	}
 	return s, nil
 }
 
-func (s *Store) init(ctx context.Context, schema string, create bool) error {
+// init resolves the ledger's schema name as PostgreSQL does and creates or migrates it.
+// Advisory-lock keys and NOTIFY channels are derived from the resolved name, so every
+// spelling of one schema (search_path=review_case, Review_Case, "review_case") takes the same
+// locks; a quoted "Review_Case" is another schema, with its own tables and locks.
+func (s *Store) init(ctx context.Context, schema, first string) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
+	create := schema != ""
+	if schema == "" && first != "" && first != "$user" {
+		// parse_ident applies the identifier rules: unquoted names fold to lower case,
+		// quoted ones are kept as written.
+		var parts []string
+		if err := conn.QueryRow(ctx, "SELECT parse_ident($1)", first).Scan(&parts); err != nil || len(parts) != 1 {
+			return fmt.Errorf("search_path starts with %q, which is not a schema name: %v", first, err)
+		}
+		schema, create = parts[0], true
+	}
 	if schema == "" {
 		if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 			return err
@@ -153,6 +169,14 @@ func (s *Store) init(ctx context.Context, schema string, create bool) error {
 	s.schema = schema
 	if err := migrate(ctx, conn.Conn(), schema, create); err != nil {
 		return err
+	}
+	// The tables this connection reaches must be the resolved schema's.
+	var current string
+	if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&current); err != nil {
+		return err
+	}
+	if current != schema {
+		return fmt.Errorf("the ledger schema resolves to %q but search_path reaches %q first; name the schema first in search_path", schema, current)
 	}
 	if _, err := conn.Exec(ctx, foldCounters); err != nil {
 		return fmt.Errorf("folding old counter shards: %w", err)
@@ -199,7 +223,23 @@ func (s *Store) warm(ctx context.Context) {
 	}
 }
 
-// Schema returns the schema that holds the ledger.
+// firstPathElement returns the first element of a search_path setting as written: a quoted
+// identifier (commas inside quotes do not split) or an unquoted name, trimmed.
+func firstPathElement(sp string) string {
+	sp = strings.TrimSpace(sp)
+	quoted := false
+	for i, r := range sp {
+		switch {
+		case r == '"':
+			quoted = !quoted
+		case r == ',' && !quoted:
+			return strings.TrimSpace(sp[:i])
+		}
+	}
+	return sp
+}
+
+// Schema returns the schema that holds the ledger (its name as PostgreSQL resolved it).
 func (s *Store) Schema() string { return s.schema }
 
 // Close stops the listener of Watch, if one was started, and closes the pool.

@@ -279,16 +279,17 @@ func TestProcessStorm(t *testing.T) {
 		procs, stormWorkers, intents, total.Executed, len(executedBy), ledger.Ledger.Line())
 }
 
-// TestLeaseTakeover: a holder paused past its short lease (a real sleep) is taken over by
-// another process's engine on its own connections; the holder's late commit and heartbeat get
-// lease_lost, and the recorded outcome is the new holder's.
+// TestLeaseTakeover: a re-run-safe holder paused past its short lease (a real sleep) is taken
+// over by another process's engine on its own connections; the holder's late commit and
+// heartbeat get lease_lost, and the recorded outcome is the new holder's. (A claim not declared
+// re-run safe becomes unknown instead: the contract suite's LeaseExpiryFencesByDefault.)
 func TestLeaseTakeover(t *testing.T) {
 	schema := testSchema(t)
 	ctx := context.Background()
 	const lease = 300 * time.Millisecond
 	a := fence.New(openSized(t, schema, 2), fence.Config{LeaseTTL: lease, Owner: "host-a/1/1"})
 	b := fence.New(openSized(t, schema, 2), fence.Config{LeaseTTL: lease, Owner: "host-b/1/1"})
-	r := fence.Request{Intent: "payout:7", Tool: "payout", Args: []byte(`{"usd":70}`), Domain: "acct:7"}
+	r := fence.Request{Intent: "payout:7", Tool: "payout", Args: []byte(`{"usd":70}`), Domain: "acct:7", RerunSafe: true}
 	admA, err := a.Prepare(ctx, r)
 	if err != nil || !admA.Fresh() {
 		t.Fatal(admA, err)

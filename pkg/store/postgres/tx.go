@@ -100,6 +100,16 @@ func (t *tx) lock(intent string) {
 	}
 	t.locked[intent] = true
 	t.pending.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(t.s.schema, "intent", intent))
+	// The lease clock is read again once the lock is granted: a transaction that waited for
+	// the lock must not judge or grant a lease with the time it started waiting.
+	t.pending.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error {
+		var now time.Time
+		if err := r.Scan(&now); err != nil {
+			return err
+		}
+		t.now = now.UTC()
+		return nil
+	})
 }
 
 // decodeRecord decodes a row's body. A body that does not decode is reported with the way

@@ -20,6 +20,13 @@ import (
 
 // TestMain lets the test binary act as a racing process (see raceHelper).
 func TestMain(m *testing.M) {
+	if os.Getenv("EFFECTFENCE_TEST_HOLDER") != "" {
+		if err := holderHelper(); err != nil {
+			fmt.Fprintln(os.Stderr, "holder:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("EFFECTFENCE_TEST_RACER") != "" {
 		if err := raceHelper(); err != nil {
 			fmt.Fprintln(os.Stderr, "racer:", err)

@@ -53,6 +53,9 @@ type Options struct {
 	// MaxBatch bounds how many concurrent Updates share one transaction (default 64; 1 turns
 	// group commit off).
 	MaxBatch int
+	// SkipQuickCheck opens for writing without PRAGMA quick_check (see quickCheck). Only for
+	// callers that have just checked the file themselves.
+	SkipQuickCheck bool
 }
 
 // DefaultBusyTimeout is how long a transaction waits for another process's lock.
@@ -130,6 +133,11 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		s.w.SetConnMaxIdleTime(0)
 		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) }); err != nil {
 			return nil, s.fail(err)
+		}
+		if !opt.SkipQuickCheck {
+			if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.quickCheck(ctx) }); err != nil {
+				return nil, s.fail(err)
+			}
 		}
 	}
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkVersion(ctx) }); err != nil {

@@ -1,0 +1,242 @@
+package fence
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// OutcomeKind names how an admitted attempt ended.
+type OutcomeKind string
+
+const (
+	OutcomeCommit  OutcomeKind = "commit"  // it ran: Result is recorded in a cert
+	OutcomeRelease OutcomeKind = "release" // it definitely did not run: the intent is free
+	OutcomeAbort   OutcomeKind = "abort"   // it may have run: failed, fenced
+	OutcomeLost    OutcomeKind = "lost"    // the holder lost track of it: unknown, fenced
+)
+
+// Outcome is what a holder reports about its ticket, in a form that can wait in a spool.
+type Outcome struct {
+	Kind   OutcomeKind     `json:"kind"`
+	Ticket Ticket          `json:"ticket"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+	// At is when the holder learned the outcome (informational).
+	At time.Time `json:"at"`
+}
+
+// SpooledError: the ledger did not take an outcome before the context ended; it is kept in a
+// local spool file and recorded by the next Recover or DrainSpool of a process on this host
+// using the same spool (the next start of the same ledger).
+type SpooledError struct {
+	Path string
+	Err  error
+}
+
+func (e SpooledError) Error() string {
+	return fmt.Sprintf("the ledger did not take the outcome (%v); it is kept in %s and will be recorded when the ledger answers or at the next start", e.Err, e.Path)
+}
+func (e SpooledError) Unwrap() error { return e.Err }
+
+// apply reports o to the ledger once.
+func (e *Engine) apply(ctx context.Context, o Outcome) (*Cert, error) {
+	switch o.Kind {
+	case OutcomeCommit:
+		return e.Commit(ctx, o.Ticket, o.Result)
+	case OutcomeRelease:
+		return nil, e.Release(ctx, o.Ticket, o.Reason)
+	case OutcomeAbort:
+		return nil, e.Abort(ctx, o.Ticket, o.Reason)
+	case OutcomeLost:
+		return nil, e.Lost(ctx, o.Ticket, o.Reason)
+	}
+	return nil, InvalidError{"kind", fmt.Sprintf("%q: want commit, release, abort or lost", o.Kind)}
+}
+
+// Settle reports an outcome and never drops it. It tries the ledger and, while the ledger
+// fails (an error without a fence code: the database is unreachable, the disk is full), keeps
+// the outcome in the spool (Config.SpoolDir, written and fsynced before Settle waits) and
+// retries with the same ticket, backing off from 50 ms to 2 s, until the ledger answers or ctx
+// ends. Retrying is safe: a commit that landed but whose answer was lost returns the recorded
+// cert, and a claim that went unknown meanwhile is healed by its own late settle. The ledger's
+// answer, a cert or a refusal, is returned as Commit, Release, Abort or Lost return it. When ctx
+// ends first the error is a SpooledError (the outcome waits in the spool for DrainSpool) or,
+// with no spool, the ledger's last error.
+func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
+	if o.At.IsZero() {
+		o.At = time.Now()
+	}
+	var spooled string
+	wait := 50 * time.Millisecond
+	for {
+		cert, err := e.apply(ctx, o)
+		var coded Coded
+		if err == nil || errors.As(err, &coded) {
+			if spooled != "" {
+				if rerr := e.spool.remove(spooled); rerr != nil {
+					return cert, errors.Join(err, rerr)
+				}
+			}
+			return cert, err
+		}
+		if spooled == "" && e.cfg.SpoolDir != "" {
+			p, serr := e.spool.put(e.cfg.SpoolDir, o)
+			if serr != nil {
+				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too: %v", err, serr)
+			}
+			spooled = p
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if spooled != "" {
+				return nil, SpooledError{Path: spooled, Err: err}
+			}
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
+}
+
+// DrainSpool reports every outcome waiting in the spool to the ledger once, removing each the
+// ledger answers (with a cert or a refusal; a refused late result stays in the audit trail).
+// It returns how many it removed; outcomes the ledger still cannot take stay for the next call.
+func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
+	if e.cfg.SpoolDir == "" {
+		return 0, nil
+	}
+	return e.spool.drain(ctx, e.cfg.SpoolDir, func(o Outcome) error {
+		_, err := e.apply(ctx, o)
+		return err
+	})
+}
+
+// spool is the directory of outcomes not yet in the ledger: one JSON file per ticket, written
+// to a temporary name, fsynced, renamed into place and the directory fsynced, so a file either
+// holds a whole outcome or is absent. Draining takes an exclusive lock on the directory (where
+// the OS has one), so two processes of one host do not report one outcome twice.
+type spool struct {
+	mu sync.Mutex // serialises drains of this process
+}
+
+func spoolName(o Outcome) string {
+	h := sha256.Sum256([]byte(o.Ticket.Intent))
+	return hex.EncodeToString(h[:8]) + "-" + strconv.FormatUint(o.Ticket.Token, 10) + ".json"
+}
+
+func (s *spool) put(dir string, o Outcome) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, spoolName(o))
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	_, werr := f.Write(append(b, '\n'))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	if err := os.Rename(f.Name(), final); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return final, syncDir(dir)
+}
+
+func (s *spool) remove(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(names) == 0 {
+		return 0, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("spool %s: %w", dir, err)
+	}
+	defer unlock()
+	sort.Strings(names)
+	n := 0
+	var errs []error
+	for _, name := range names {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		b, err := os.ReadFile(name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // another process drained it
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var o Outcome
+		if err := json.Unmarshal(b, &o); err != nil || o.Ticket.Intent == "" {
+			// Never deleted: an operator must read it (it may be the only record of an effect).
+			errs = append(errs, fmt.Errorf("spool file %s is not an outcome (%v); move it away after reading it", name, err))
+			continue
+		}
+		err = apply(o)
+		var coded Coded
+		if err != nil && !errors.As(err, &coded) {
+			errs = append(errs, fmt.Errorf("spooled %s of intent %q: %w", o.Kind, o.Ticket.Intent, err))
+			continue
+		}
+		if err := s.remove(name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// SpoolFiles lists the outcomes waiting in a spool directory (for operators and tests).
+func SpoolFiles(dir string) ([]string, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	for i, n := range names {
+		names[i] = strings.TrimPrefix(n, dir+string(filepath.Separator))
+	}
+	return names, err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// openPath opens a store with search_path set in the URL as an operator writes it.
+func openPath(t *testing.T, searchPath string) (*Store, error) {
+	t.Helper()
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", searchPath)
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 4})
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	return s, err
+}
+
+func TestFirstPathElement(t *testing.T) {
+	for in, want := range map[string]string{
+		"a":                     "a",
+		" Review_Case , public": "Review_Case",
+		`"a,b", public`:         `"a,b"`,
+		`"Q""x"`:                `"Q""x"`,
+		`$user, public`:         `$user`,
+	} {
+		if got := firstPathElement(in); got != want {
+			t.Errorf("firstPathElement(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSchemaSpellings: search_path=review_case and search_path=Review_Case reach the same
+// tables, so they must take the same advisory locks and NOTIFY channel: one admission for an
+// intent across both. A quoted "Review_Case" is another schema.
+func TestSchemaSpellings(t *testing.T) {
+	lower := testSchema(t) // effectfence_test_<pid>_<hex>, all lower case
+	mixed := strings.ToUpper(lower[:1]) + lower[1:]
+	a, err := openPath(t, lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openPath(t, mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Schema() != lower || b.Schema() != lower {
+		t.Fatalf("resolved schemas %q and %q, want %q for both", a.Schema(), b.Schema(), lower)
+	}
+	if a.channel() != b.channel() || lockKey(a.schema, "intent", "x") != lockKey(b.schema, "intent", "x") {
+		t.Fatal("two spellings of one schema derive different channels or lock keys")
+	}
+	ea, eb := fence.New(a, fence.Config{}), fence.New(b, fence.Config{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := ea
+			if i%2 == 1 {
+				e = eb
+			}
+			adm, err := e.Prepare(context.Background(), fence.Request{Intent: "spelling:1", Tool: "pay"})
+			if err == nil && adm.Fresh() {
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+			} else if err != nil && !errors.Is(err, fence.ErrInFlight) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != 1 {
+		t.Fatalf("admitted %d times across two spellings of one schema, want 1", admitted)
+	}
+
+	quoted := `"` + mixed + `"`
+	t.Cleanup(func() {
+		_, _ = admin(t, "").Exec(context.Background(), "DROP SCHEMA IF EXISTS "+quoted+" CASCADE")
+	})
+	c, err := openPath(t, quoted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Schema() != mixed {
+		t.Fatalf("quoted spelling resolved to %q, want %q", c.Schema(), mixed)
+	}
+	if _, err := openPath(t, `"bad, name`); err == nil {
+		t.Fatal("an unterminated quoted search_path was accepted")
+	}
+}

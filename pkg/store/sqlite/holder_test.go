@@ -1,0 +1,341 @@
+//go:build linux
+
+package sqlite_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// holderHelper is a holder process: it opens the ledger, claims EFFECTFENCE_TEST_INTENT with a
+// lease of EFFECTFENCE_TEST_LEASE_MS and no heartbeat, prints "owner OWNER" and "claimed", and
+// then obeys stdin: "commit" commits (printing "committed HASH" or "refused CODE"), "judge
+// OWNER" prints what this process can tell about OWNER.
+func holderHelper() error {
+	if h := os.Getenv("EFFECTFENCE_TEST_HOSTNAME"); h != "" {
+		if err := syscall.Sethostname([]byte(h)); err != nil {
+			return err
+		}
+	}
+	ms, err := strconv.Atoi(os.Getenv("EFFECTFENCE_TEST_LEASE_MS"))
+	if err != nil {
+		return err
+	}
+	st, err := sqlite.Open(ctx, os.Getenv("EFFECTFENCE_TEST_LEDGER"), sqlite.Options{})
+	if err != nil {
+		return err
+	}
+	eng := fence.New(st, fence.Config{LeaseTTL: time.Duration(ms) * time.Millisecond})
+	defer eng.Close()
+	fmt.Printf("owner %s\n", fence.LocalOwner())
+	req := holderReq(os.Getenv("EFFECTFENCE_TEST_INTENT"))
+	req.RerunSafe = os.Getenv("EFFECTFENCE_TEST_RERUN_SAFE") != ""
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil {
+		return err
+	}
+	fmt.Println("claimed")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(in.Text(), " ")
+		switch cmd {
+		case "commit":
+			c, err := eng.Commit(ctx, *adm.Ticket, []byte(fmt.Sprintf(`{"by":%d}`, os.Getpid())))
+			if err != nil {
+				fmt.Printf("refused %s\n", fence.CodeOf(err))
+			} else {
+				fmt.Printf("committed %s\n", c.Hash)
+			}
+		case "judge":
+			fmt.Printf("judged %s\n", fence.OwnerLiveness(arg))
+		}
+	}
+	return nil
+}
+
+func holderReq(intent string) fence.Request {
+	return fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{"amount":4900}`)}
+}
+
+// holderProc is a running holder process.
+type holderProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	owner string
+}
+
+// startHolder runs the test binary as a holder, under prefix (e.g. unshare) if given.
+func startHolder(t *testing.T, ledger, intent string, lease time.Duration, rerunSafe bool, env []string, prefix ...string) *holderProc {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(append([]string{}, prefix...), self, "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_HOLDER=1", "EFFECTFENCE_TEST_LEDGER="+ledger,
+		"EFFECTFENCE_TEST_INTENT="+intent, fmt.Sprintf("EFFECTFENCE_TEST_LEASE_MS=%d", lease.Milliseconds()))
+	if rerunSafe {
+		cmd.Env = append(cmd.Env, "EFFECTFENCE_TEST_RERUN_SAFE=1")
+	}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holderProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line := h.line()
+	owner, ok := strings.CutPrefix(line, "owner ")
+	if !ok {
+		t.Fatalf("holder said %q, want its owner", line)
+	}
+	h.owner = owner
+	if l := h.line(); l != "claimed" {
+		t.Fatalf("holder said %q, want claimed", l)
+	}
+	return h
+}
+
+func (h *holderProc) line() string {
+	h.t.Helper()
+	if !h.out.Scan() {
+		h.t.Fatalf("holder ended: %v", h.out.Err())
+	}
+	return h.out.Text()
+}
+
+func (h *holderProc) say(s string) string {
+	h.t.Helper()
+	if _, err := fmt.Fprintln(h.in, s); err != nil {
+		h.t.Fatal(err)
+	}
+	return h.line()
+}
+
+// procState is field 3 of /proc/PID/stat.
+func procState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0
+	}
+	return s[i+2]
+}
+
+func waitState(t *testing.T, pid int, want byte) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for procState(pid) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never reached state %c (is %c)", pid, want, procState(pid))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func wantUnknown(t *testing.T, eng *fence.Engine, intent string) {
+	t.Helper()
+	_, err := eng.Prepare(ctx, holderReq(intent))
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || pf.State != fence.StateUnknown {
+		t.Fatalf("prepare of %s: %v; want prior_failure (unknown)", intent, err)
+	}
+}
+
+func eventKinds(t *testing.T, eng *fence.Engine, intent string) []string {
+	t.Helper()
+	var kinds []string
+	if err := eng.Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Events(intent, func(ev fence.Event) bool { kinds = append(kinds, ev.Kind); return true })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return kinds
+}
+
+// TestStoppedHolderFencedThenHealed: a holder SIGSTOPped past its lease is alive and silent.
+// Its claim becomes unknown, never taken over (although declared re-run safe); after SIGCONT
+// its own commit heals the intent and duplicates replay its result.
+func TestStoppedHolderFencedThenHealed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	const lease = 800 * time.Millisecond
+	h := startHolder(t, path, "stop:1", lease, true, nil)
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
+	if _, err := eng.Prepare(ctx, holderReq("stop:1")); !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("while the lease runs: %v", err)
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, h.cmd.Process.Pid, 'T')
+	time.Sleep(2 * lease)
+	if l := fence.OwnerLiveness(h.owner); l != fence.Alive {
+		t.Fatalf("stopped holder judged %s, want alive", l)
+	}
+	wantUnknown(t, eng, "stop:1")
+	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	got := h.say("commit")
+	hash, ok := strings.CutPrefix(got, "committed ")
+	if !ok {
+		t.Fatalf("resumed holder's commit: %s", got)
+	}
+	adm, err := eng.Prepare(ctx, holderReq("stop:1"))
+	if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
+		t.Fatalf("after the heal: %+v %v; want the holder's cert %s", adm, err, hash)
+	}
+	if kinds := strings.Join(eventKinds(t, eng, "stop:1"), ","); kinds != "expired,heal" {
+		t.Fatalf("audit trail %s, want expired,heal", kinds)
+	}
+}
+
+// TestZombieHolderIsDead: a holder killed but not yet reaped (state Z) is dead: its claim is
+// unknown at once, and a re-run-safe one is taken over, without waiting for the lease.
+func TestZombieHolderIsDead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{})
+	for _, rerunSafe := range []bool{false, true} {
+		intent := fmt.Sprintf("zombie:%v", rerunSafe)
+		h := startHolder(t, path, intent, time.Hour, rerunSafe, nil)
+		if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, h.cmd.Process.Pid, 'Z') // killed, not reaped: the test has not called Wait
+		if l := fence.OwnerLiveness(h.owner); l != fence.Dead {
+			t.Fatalf("zombie judged %s, want dead", l)
+		}
+		if !rerunSafe {
+			wantUnknown(t, eng, intent)
+			continue
+		}
+		adm, err := eng.Prepare(ctx, holderReq(intent))
+		if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
+			t.Fatalf("re-run-safe claim of a zombie: %+v %v; want reclaimed", adm, err)
+		}
+	}
+}
+
+// TestKilledHolderUnknownAtOnce: kill -9 of a holder (reaped) fences its claim at once.
+func TestKilledHolderUnknownAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	h := startHolder(t, path, "kill:1", time.Hour, false, nil)
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{})
+	wantUnknown(t, eng, "kill:1")
+}
+
+func needUnshare(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to create namespaces with unshare")
+	}
+	p, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("skipped: the unshare command is not installed")
+	}
+	return p
+}
+
+// TestUnshareUTSHolder: a holder in its own UTS namespace (another host name) but this PID
+// namespace is seen for what it is: alive while it runs (never taken over, its late commit
+// heals), dead once killed (unknown at once, never re-run after its lease).
+func TestUnshareUTSHolder(t *testing.T) {
+	unshare := needUnshare(t)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	const lease = 800 * time.Millisecond
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
+
+	h := startHolder(t, path, "uts:alive", lease, true, []string{"EFFECTFENCE_TEST_HOSTNAME=container-7"}, unshare, "-u", "--")
+	if !strings.HasPrefix(h.owner, "container-7/") {
+		t.Fatalf("holder owner %q: the UTS namespace did not take", h.owner)
+	}
+	if l := fence.OwnerLiveness(h.owner); l != fence.Alive {
+		t.Fatalf("holder with another host name judged %s, want alive", l)
+	}
+	time.Sleep(2 * lease)
+	wantUnknown(t, eng, "uts:alive") // alive and silent: fenced, not taken over
+	if got := h.say("commit"); !strings.HasPrefix(got, "committed ") {
+		t.Fatalf("late commit: %s", got)
+	}
+
+	k := startHolder(t, path, "uts:killed", lease, false, []string{"EFFECTFENCE_TEST_HOSTNAME=container-8"}, unshare, "-u", "--")
+	_ = k.cmd.Process.Kill()
+	_ = k.cmd.Wait()
+	if l := fence.OwnerLiveness(k.owner); l != fence.Dead {
+		t.Fatalf("killed holder with another host name judged %s, want dead", l)
+	}
+	wantUnknown(t, eng, "uts:killed")
+}
+
+// TestUnsharePIDHolder: a holder in another PID namespace cannot be judged from here (its pid
+// means nothing in ours): it is never called dead while it runs, its lapsed claim becomes
+// unknown, and its own late commit heals it. Inside, a process whose /proc is not its own
+// namespace's judges nobody.
+func TestUnsharePIDHolder(t *testing.T) {
+	unshare := needUnshare(t)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	const lease = 800 * time.Millisecond
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
+
+	h := startHolder(t, path, "pidns:1", lease, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
+	if l := fence.OwnerLiveness(h.owner); l != fence.CannotTell {
+		t.Fatalf("holder in another PID namespace (%s) judged %s, want cannot tell", h.owner, l)
+	}
+	if _, err := eng.Prepare(ctx, holderReq("pidns:1")); !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("while its lease runs: %v", err)
+	}
+	time.Sleep(2 * lease)
+	wantUnknown(t, eng, "pidns:1")
+	got := h.say("commit")
+	hash, ok := strings.CutPrefix(got, "committed ")
+	if !ok {
+		t.Fatalf("late commit from another PID namespace: %s", got)
+	}
+	if adm, err := eng.Prepare(ctx, holderReq("pidns:1")); err != nil || adm.Cert == nil || adm.Cert.Hash != hash {
+		t.Fatalf("after the heal: %+v %v", adm, err)
+	}
+	if got := h.say("judge " + fence.LocalOwner()); got != "judged cannot tell" {
+		t.Fatalf("inside the namespace, this process is %q, want cannot tell", got)
+	}
+
+	// Without --mount-proc the holder's /proc shows the parent namespace: unsound, so it judges
+	// nobody, not even a process it could find there.
+	u := startHolder(t, path, "pidns:2", lease, false, nil, unshare, "-p", "--fork", "--")
+	if got := u.say("judge " + fence.LocalOwner()); got != "judged cannot tell" {
+		t.Fatalf("with a foreign /proc, this process is %q, want cannot tell", got)
+	}
+}
