@@ -28,7 +28,6 @@ func serveCommand(io streams) *cli.Command {
 			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "how long a done outcome is replayed (default: $" + store.EnvTTLSecs + ", else 86400)", HideDefault: true},
 			&cli.IntFlag{Name: "workers", Value: serve.DefaultWorkers, Usage: "tool calls served at once (1-100)"},
 		},
-		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error { return usageErr("%v", err) },
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
 				return usageErr("serve takes no arguments, got %q", cmd.Args().First())
