@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/serve"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -39,16 +38,14 @@ func serveCommand(io streams) *cli.Command {
 			if cmd.IsSet("ledger") {
 				opts.Ledger = cmd.String("ledger")
 			}
-			for _, f := range []struct {
-				name string
-				dst  *time.Duration
-			}{{"lease-secs", &opts.LeaseTTL}, {"result-ttl-secs", &opts.ResultTTL}} {
-				if cmd.IsSet(f.name) {
-					v := cmd.Float(f.name)
-					if v <= 0 {
-						return usageErr("--%s=%v: want a positive number of seconds", f.name, v)
-					}
-					*f.dst = time.Duration(v * float64(time.Second))
+			if cmd.IsSet("lease-secs") {
+				if opts.LeaseTTL, err = store.LeaseSeconds("--lease-secs", cmd.Float("lease-secs")); err != nil {
+					return usageErr("%v", err)
+				}
+			}
+			if cmd.IsSet("result-ttl-secs") {
+				if opts.ResultTTL, err = store.ResultSeconds("--result-ttl-secs", cmd.Float("result-ttl-secs")); err != nil {
+					return usageErr("%v", err)
 				}
 			}
 			workers := cmd.Int("workers")
