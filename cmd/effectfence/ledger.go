@@ -16,6 +16,7 @@ import (
 	"github.com/olekukonko/tablewriter"
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -45,19 +46,23 @@ func ledgerCommand(io streams) *cli.Command {
 		},
 		Commands: []*cli.Command{
 			ledgerSub(io, "ls", "", "list intents (--state in_flight|done|failed|unknown|fenced, repeatable)", 0,
-				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}}, ledgerLs),
+				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}, wideFlag}, ledgerLs),
 			ledgerSub(io, "show", "INTENT", "show one intent: its record, cert and audit trail", 1, nil, ledgerShow),
 			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
 				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"}}, ledgerClear),
-			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, nil, ledgerVerify),
+			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag}, ledgerVerify),
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
-				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format (jsonl)"}}, ledgerExport),
+				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format: jsonl (the only one; export is always machine-readable)"}}, ledgerExport),
 			ledgerSub(io, "stats", "", "counters over every process that used the ledger, and intents by state", 0, nil, ledgerStats),
 			ledgerSub(io, "sweep", "", "drop expired outcomes now (open ledgers also do it on their own)", 0, nil, ledgerSweep),
 			ledgerSub(io, "check", "", "inspect the ledger file read-only: SQLite integrity, schema version, foreign or torn files, and what to do", 0, nil, ledgerCheck),
 		},
 	}
 }
+
+// wideFlag keeps table cells whole on a terminal. Cells are never shortened when stdout is
+// not a terminal, so a pasted or piped intent id is always the whole id.
+var wideFlag = &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells on a terminal (they are never shortened in a pipe)"}
 
 // ledgerCall is what every ledger subcommand gets: its streams, which ledger, its arguments
 // (child argv removed), and the parsed command for its own flags.
@@ -68,13 +73,19 @@ type ledgerCall struct {
 	json bool
 	cmd  *cli.Command
 	out  painter
+	// wide: table cells are shown whole (stdout is not a terminal, or --wide).
+	wide bool
 }
 
 func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli.Flag, run func(context.Context, ledgerCall) error) *cli.Command {
 	common := []cli.Flag{
 		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path, memory, or a postgres:// URL (overrides EFFECTFENCE_LEDGER)"},
 		&cli.BoolFlag{Name: "for", Usage: "use the ledger of `effectfence wrap -- <command…>`: give the child command after --"},
-		&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
+	}
+	// export always writes JSON Lines and picks its format with --format alone: one way to
+	// choose a format.
+	if name != "export" {
+		common = append(common, &cli.BoolFlag{Name: "json", Usage: "machine-readable output"})
 	}
 	au := argsUsage
 	if au != "" {
@@ -100,6 +111,11 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 	if len(args) < nargs {
 		return ledgerCall{}, usageErr("ledger %s: missing %s", cmd.Name, strings.TrimSuffix(cmd.ArgsUsage[:strings.Index(cmd.ArgsUsage, "[")], " "))
 	}
+	for _, a := range args[:nargs] {
+		if strings.TrimSpace(a) == "" {
+			return ledgerCall{}, usageErr("ledger %s: the intent is empty; give the intent id as `effectfence ledger ls` shows it", cmd.Name)
+		}
+	}
 	name := "server"
 	if cmd.Bool("for") {
 		child := args[nargs:]
@@ -122,7 +138,8 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 	} else if cmd.Bool("for") {
 		opts.Ledger = "" // the wrap ledger lives at its default location
 	}
-	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out)}, nil
+	wide := !isTerminal(io.out) || cmd.Bool("wide")
+	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide}, nil
 }
 
 // open opens the ledger for a subcommand that reads or changes it through the engine. An
@@ -140,12 +157,37 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	return store.Open(ctx, c.opts)
 }
 
+// writeJSON writes v as indented JSON, with the characters JSON allows raw that could act on
+// a terminal (C1 controls, bidi overrides) escaped: same document, safe to print.
 func (c ledgerCall) writeJSON(v any) error {
-	enc := json.NewEncoder(c.io.out)
+	enc := json.NewEncoder(jsonOut{c.io.out})
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
+
+// jsonOut passes each write of a json.Encoder (one whole value per Write) through
+// safetext.JSON.
+type jsonOut struct{ w io.Writer }
+
+func (j jsonOut) Write(p []byte) (int, error) {
+	if _, err := j.w.Write(safetext.JSON(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// cell is one table cell of text read from the ledger: escaped, and shortened to n
+// characters (never inside an escape) only on a terminal without --wide.
+func (c ledgerCall) cell(s string, n int) string {
+	if c.wide {
+		return safetext.Escape(s)
+	}
+	return safetext.Clip(s, n)
+}
+
+// esc is text read from the ledger, escaped for the terminal.
+func esc(s string) string { return safetext.Escape(s) }
 
 // painter colours text only on a terminal and never with NO_COLOR.
 type painter struct{ on bool }
@@ -186,13 +228,6 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
-}
-
 func ledgerLs(ctx context.Context, c ledgerCall) error {
 	var states []fence.State
 	for _, s := range c.cmd.StringSlice("state") {
@@ -219,7 +254,7 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 		}
 		return c.writeJSON(map[string]any{"ledger": l.Location, "records": recs})
 	}
-	fmt.Fprintf(c.io.out, "ledger %s: %d intent(s)\n", l.Location, len(recs))
+	fmt.Fprintf(c.io.out, "ledger %s: %d intent(s)\n", esc(l.Location), len(recs))
 	if len(recs) == 0 {
 		return nil
 	}
@@ -228,7 +263,7 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 	for _, r := range recs {
 		dom := ""
 		if r.Domain != "" {
-			dom = fmt.Sprintf("%s/%d", r.Domain, r.Seq)
+			dom = fmt.Sprintf("%s/%d", c.cell(r.Domain, 40), r.Seq)
 		}
 		until := r.LeaseUntil
 		if r.State == fence.StateDone {
@@ -237,7 +272,7 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 		if r.State.Fenced() {
 			until = time.Time{}
 		}
-		if err := t.Append(clip(r.Intent, 60), c.out.state(r.State), clip(r.Tool, 30), clip(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), clip(r.Reason, 60)); err != nil {
+		if err := t.Append(c.cell(r.Intent, 60), c.out.state(r.State), c.cell(r.Tool, 30), c.cell(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.cell(r.Reason, 60)); err != nil {
 			return err
 		}
 	}
@@ -254,16 +289,19 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	if err != nil {
 		return err
 	}
+	if d.Record.State == fence.StateNone && len(d.Events) == 0 {
+		return fmt.Errorf("ledger %s holds no intent %q and no audit event about it (see `effectfence ledger ls`)", l.Location, c.args[0])
+	}
 	if c.json {
 		return c.writeJSON(d)
 	}
 	r := d.Record
 	w := c.io.out
-	fmt.Fprintf(w, "intent   %s\nstate    %s\n", r.Intent, c.out.state(r.State))
+	fmt.Fprintf(w, "intent   %s\nstate    %s\n", esc(r.Intent), c.out.state(r.State))
 	if r.State != fence.StateNone {
-		fmt.Fprintf(w, "tool     %s\nargs     %s\nagent    %s\nowner    %s\ntoken    %d\n", r.Tool, r.Args, r.Agent, r.Owner, r.Token)
+		fmt.Fprintf(w, "tool     %s\nargs     %s\nagent    %s\nowner    %s\ntoken    %d\n", esc(r.Tool), esc(string(r.Args)), esc(r.Agent), esc(r.Owner), r.Token)
 		if r.Domain != "" {
-			fmt.Fprintf(w, "domain   %s seq %d\n", r.Domain, r.Seq)
+			fmt.Fprintf(w, "domain   %s seq %d\n", esc(r.Domain), r.Seq)
 		}
 		fmt.Fprintf(w, "claimed  %s\nupdated  %s\n", stamp(r.ClaimedAt), stamp(r.UpdatedAt))
 		if r.State == fence.StateInFlight {
@@ -273,12 +311,12 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			fmt.Fprintf(w, "expires  %s\n", stamp(r.ExpiresAt))
 		}
 		if r.Reason != "" {
-			fmt.Fprintf(w, "reason   %s\n", r.Reason)
+			fmt.Fprintf(w, "reason   %s\n", esc(r.Reason))
 		}
 		if r.Cert != nil {
-			fmt.Fprintf(w, "cert     %s\nresult   %s\n", r.Cert.Hash, r.Cert.Result)
+			fmt.Fprintf(w, "cert     %s\nresult   %s\n", esc(r.Cert.Hash), esc(string(r.Cert.Result)))
 			if r.Cert.Parent != "" {
-				fmt.Fprintf(w, "parent   %s\n", r.Cert.Parent)
+				fmt.Fprintf(w, "parent   %s\n", esc(r.Cert.Parent))
 			}
 		}
 		if r.State.Fenced() {
@@ -290,7 +328,7 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		t := tablewriter.NewTable(w)
 		t.Header("at", "event", "state before", "who", "reason")
 		for _, ev := range d.Events {
-			if err := t.Append(stamp(ev.At), ev.Kind, string(ev.State), ev.Who, ev.Reason); err != nil {
+			if err := t.Append(stamp(ev.At), esc(ev.Kind), esc(string(ev.State)), esc(ev.Who), esc(ev.Reason)); err != nil {
 				return err
 			}
 		}
@@ -299,11 +337,17 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	return nil
 }
 
+// shellQuote quotes s for a POSIX shell. A string with characters that could act on a
+// terminal is written in the $'…' form of bash and zsh, with those characters escaped, so the
+// command is both safe to print and right to paste.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 	}) < 0 {
 		return s
+	}
+	if safetext.Escape(s) != s {
+		return "$'" + safetext.Escape(strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(s)) + "'"
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
@@ -329,7 +373,7 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	if c.json {
 		return c.writeJSON(map[string]any{"cleared": prev.Intent, "previous_state": prev.State, "who": who, "reason": reason, "ledger": l.Location})
 	}
-	fmt.Fprintf(c.io.out, "cleared %s (was %s) by %s: %s\nthe next attempt of this intent runs the effect.\n", prev.Intent, c.out.state(prev.State), who, reason)
+	fmt.Fprintf(c.io.out, "cleared %s (was %s) by %s: %s\nthe next attempt of this intent runs the effect.\n", esc(prev.Intent), c.out.state(prev.State), esc(who), esc(reason))
 	return nil
 }
 
@@ -350,7 +394,7 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 	} else {
 		w := c.io.out
 		fmt.Fprintf(w, "ledger %s: %d record(s), %d cert(s), %d verified; %d with a parent, %d linked, %d unresolved\n",
-			l.Location, rep.Records, rep.Certs, rep.Verified, rep.Parents, rep.Linked, len(rep.Unresolved))
+			esc(l.Location), rep.Records, rep.Certs, rep.Verified, rep.Parents, rep.Linked, len(rep.Unresolved))
 		for _, list := range []struct {
 			title string
 			ps    []ledger.Problem
@@ -362,7 +406,7 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 			t := tablewriter.NewTable(w)
 			t.Header("intent", "cert", "what")
 			for _, p := range list.ps {
-				if err := t.Append(clip(p.Intent, 50), clip(p.Hash, 16), p.What); err != nil {
+				if err := t.Append(c.cell(p.Intent, 50), c.cell(p.Hash, 16), esc(p.What)); err != nil {
 					return err
 				}
 			}
@@ -389,7 +433,7 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	_, err = ledger.Export(ctx, l.Store(), c.io.out)
+	_, err = ledger.Export(ctx, l.Store(), jsonOut{c.io.out})
 	return err
 }
 
@@ -411,7 +455,7 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 		return c.writeJSON(map[string]any{"ledger": l.Location, "counters": st.Ledger, "total_attempts": st.Ledger.Total(), "prevented": st.Ledger.Prevented(), "states": states})
 	}
 	w := c.io.out
-	fmt.Fprintf(w, "ledger %s (all processes): %s\n", l.Location, st.Ledger.Line())
+	fmt.Fprintf(w, "ledger %s (all processes): %s\n", esc(l.Location), st.Ledger.Line())
 	t := tablewriter.NewTable(w)
 	t.Header("state", "intents")
 	for _, s := range ledger.States {
@@ -435,7 +479,7 @@ func ledgerSweep(ctx context.Context, c ledgerCall) error {
 	if c.json {
 		return c.writeJSON(map[string]any{"ledger": l.Location, "swept": n})
 	}
-	fmt.Fprintf(c.io.out, "ledger %s: swept %d expired outcome(s)\n", l.Location, n)
+	fmt.Fprintf(c.io.out, "ledger %s: swept %d expired outcome(s)\n", esc(l.Location), n)
 	return nil
 }
 
@@ -454,7 +498,7 @@ func ledgerCheck(ctx context.Context, c ledgerCall) error {
 		if !rep.OK {
 			verdict = c.out.paint("PROBLEMS", color.FgRed, color.Bold)
 		}
-		fmt.Fprintf(w, "ledger %s: %s\nkind: %s, %d bytes (+%d WAL)", rep.Path, verdict, rep.Kind, rep.Bytes, rep.WALBytes)
+		fmt.Fprintf(w, "ledger %s: %s\nkind: %s, %d bytes (+%d WAL)", esc(rep.Path), verdict, esc(rep.Kind), rep.Bytes, rep.WALBytes)
 		if rep.SchemaVersion > 0 {
 			fmt.Fprintf(w, ", schema version %d (this build: %d)", rep.SchemaVersion, rep.BuildSchema)
 		}
@@ -469,7 +513,7 @@ func ledgerCheck(ctx context.Context, c ledgerCall) error {
 			for _, k := range keys {
 				parts = append(parts, fmt.Sprintf("%s=%d", k, rep.States[k]))
 			}
-			fmt.Fprintf(w, "records: %s; events: %d\n", strings.Join(parts, " "), rep.Events)
+			fmt.Fprintf(w, "records: %s; events: %d\n", esc(strings.Join(parts, " ")), rep.Events)
 		}
 		if len(rep.Integrity) > 0 && (len(rep.Integrity) != 1 || rep.Integrity[0] != "ok") {
 			fmt.Fprintln(w, "integrity_check:")
@@ -478,14 +522,14 @@ func ledgerCheck(ctx context.Context, c ledgerCall) error {
 					fmt.Fprintf(w, "  … %d more\n", len(rep.Integrity)-20)
 					break
 				}
-				fmt.Fprintln(w, "  "+line)
+				fmt.Fprintln(w, "  "+esc(line))
 			}
 		}
 		for _, p := range rep.Problems {
-			fmt.Fprintln(w, "problem: "+p)
+			fmt.Fprintln(w, "problem: "+esc(p))
 		}
 		for _, a := range rep.Advice {
-			fmt.Fprintln(w, "what to do: "+a)
+			fmt.Fprintln(w, "what to do: "+esc(a))
 		}
 	}
 	if !rep.OK {

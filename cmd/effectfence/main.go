@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strings"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/serve"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/urfave/cli/v3"
@@ -22,7 +25,7 @@ const (
 	exitUsage = 2 // bad arguments, unknown command, bad path
 )
 
-// exitError carries an exit code through urfave/cli.
+// exitCoder carries an exit code through urfave/cli.
 type exitCoder struct {
 	code int
 	err  error
@@ -35,6 +38,16 @@ func usageErr(format string, a ...any) error {
 	return exitCoder{exitUsage, fmt.Errorf(format, a...)}
 }
 
+// inCommand names the command line a usage error belongs to ("effectfence wrap"), so the
+// hint can name its help.
+type inCommand struct {
+	cmd string
+	err error
+}
+
+func (e inCommand) Error() string { return e.err.Error() }
+func (e inCommand) Unwrap() error { return e.err }
+
 // streams are the writers every command reports to, injected so tests read plain text.
 type streams struct {
 	in       io.Reader
@@ -45,19 +58,116 @@ func main() {
 	os.Exit(run(context.Background(), os.Args, streams{os.Stdin, os.Stdout, os.Stderr}))
 }
 
-// run executes the command line and returns the process exit code.
+// run executes the command line and returns the process exit code. Errors are one line on
+// stderr (escaped: they can quote a ledger or a server); a usage error adds a hint naming the
+// help to read. Nothing is written to stdout on an error path, so a typo in an MCP client's
+// config never puts help text on the protocol channel.
 func run(ctx context.Context, args []string, io streams) int {
 	root := rootCommand(io)
+	usageEverywhere(root)
 	err := root.Run(ctx, args)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(io.err, "effectfence:", err)
+	fmt.Fprintln(io.err, "effectfence: "+safetext.Escape(err.Error()))
 	var ec exitCoder
-	if errors.As(err, &ec) {
-		return ec.code
+	if !errors.As(err, &ec) {
+		return exitError
 	}
-	return exitError
+	if ec.code == exitUsage && !strings.Contains(err.Error(), "--help") {
+		name := root.Name
+		var in inCommand
+		if errors.As(err, &in) {
+			name = in.cmd
+		}
+		fmt.Fprintf(io.err, "run `%s --help` for usage\n", name)
+	}
+	return ec.code
+}
+
+// usageEverywhere makes every command report its usage errors the same way: urfave/cli's
+// own handling prints the whole help to stdout and exits 1, and OnUsageError is not inherited
+// by subcommands, so it is set here on each one. A usage error returned by an action is
+// tagged with the command that raised it, for the hint.
+func usageEverywhere(cmd *cli.Command) {
+	cmd.OnUsageError = func(_ context.Context, c *cli.Command, err error, _ bool) error {
+		return exitCoder{exitUsage, inCommand{c.FullName(), errors.New(flagMessage(c, err))}}
+	}
+	if act := cmd.Action; act != nil {
+		cmd.Action = func(ctx context.Context, c *cli.Command) error {
+			err := act(ctx, c)
+			var ec exitCoder
+			var in inCommand
+			if errors.As(err, &ec) && ec.code == exitUsage && !errors.As(err, &in) {
+				return exitCoder{exitUsage, inCommand{c.FullName(), err}}
+			}
+			return err
+		}
+	}
+	for _, sub := range cmd.Commands {
+		usageEverywhere(sub)
+	}
+}
+
+var (
+	undefinedFlag = regexp.MustCompile(`^flag provided but not defined: -+(.+)$`)
+	goFlagName    = regexp.MustCompile(`(^|[ :])-([A-Za-z][A-Za-z0-9-]*)`)
+)
+
+// flagMessage turns the flag package's wording ("flag provided but not defined: -fence-read")
+// into the one a user typed ("unknown flag --fence-read"), with the nearest flag of the
+// command when there is one close enough to be a typo.
+func flagMessage(c *cli.Command, err error) string {
+	msg := err.Error()
+	if m := undefinedFlag.FindStringSubmatch(msg); m != nil {
+		msg = "unknown flag --" + m[1]
+		if near := nearestFlag(c, m[1]); near != "" {
+			msg += "; did you mean --" + near + "?"
+		}
+		return msg
+	}
+	return goFlagName.ReplaceAllString(msg, "$1--$2")
+}
+
+// nearestFlag returns the flag name of c closest to typed (edit distance at most 2, or a
+// prefix either way), or "".
+func nearestFlag(c *cli.Command, typed string) string {
+	best, bestD := "", 3
+	for _, f := range c.VisibleFlags() {
+		for _, name := range f.Names() {
+			if len(name) < 2 {
+				continue
+			}
+			d := editDistance(typed, name)
+			if strings.HasPrefix(name, typed) || strings.HasPrefix(typed, name) {
+				d = min(d, 1)
+			}
+			if d < bestD {
+				best, bestD = name, d
+			}
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func rootCommand(io streams) *cli.Command {
@@ -68,7 +178,6 @@ func rootCommand(io streams) *cli.Command {
 		Writer:  io.out, ErrWriter: io.err, Reader: io.in,
 		HideVersion:    false,
 		Commands:       []*cli.Command{versionCommand(io), serveCommand(io), ledgerCommand(io), wrapCommand(io), demoCommand(io), probeCommand(io), demoServerCommand(io), scanCommand(io)},
-		OnUsageError:   func(_ context.Context, _ *cli.Command, err error, _ bool) error { return usageErr("%v", err) },
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {

@@ -24,7 +24,11 @@ func TestRootHelpVersionAndUnknown(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(out, "effectfence ") || !strings.Contains(out, "commit") {
 		t.Fatalf("version: code %d %q", code, out)
 	}
-	code, _, errOut := runCLI(t, "", "frobnicate")
+	code, out, errOut := runCLI(t, "", "version", "extra")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, `version takes no arguments, got "extra"`) {
+		t.Fatalf("version extra: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, "", "frobnicate")
 	if code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) || !strings.Contains(errOut, "--help") {
 		t.Fatalf("unknown command: code %d %q", code, errOut)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/probe"
 )
 
@@ -74,7 +75,7 @@ called), 3 PROVEN DOUBLE-FIRE.`,
 				clearBar = func() { _ = bar.Clear() }
 			}
 			rep, err := probe.Run(ctx, opts, func(ctx context.Context) (probe.Conn, error) {
-				conn, err := probe.Spawn(ctx, argv, nil, io.err)
+				conn, err := probe.Spawn(ctx, argv, nil, safetext.NewWriter(io.err))
 				if err != nil {
 					return nil, fmt.Errorf("%q did not start as an MCP server: %s; nothing was called", strings.Join(argv, " "), oneLine(strings.TrimPrefix(err.Error(), "mcpstdio: ")))
 				}
@@ -93,7 +94,7 @@ called), 3 PROVEN DOUBLE-FIRE.`,
 				if err != nil {
 					return err
 				}
-				if _, err := io.out.Write(b); err != nil {
+				if _, err := io.out.Write(safetext.JSON(b)); err != nil {
 					return err
 				}
 			} else if err := rep.WriteText(io.out, colourFor(io.out)); err != nil {

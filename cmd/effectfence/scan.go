@@ -47,9 +47,9 @@ func scanCommand(io streams) *cli.Command {
 			}
 			switch {
 			case cmd.Bool("json"):
-				return scan.WriteJSON(io.out, rep)
+				return scan.WriteJSON(jsonOut{io.out}, rep)
 			case cmd.Bool("sarif"):
-				return scan.WriteSARIF(io.out, rep, versionString())
+				return scan.WriteSARIF(jsonOut{io.out}, rep, versionString())
 			default:
 				return scan.WriteText(io.out, rep, colorFor(io.out))
 			}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
@@ -30,7 +29,6 @@ func serveCommand(io streams) *cli.Command {
 			&cli.IntFlag{Name: "workers", Value: serve.DefaultWorkers, Usage: "tool calls served at once (1-100)"},
 			&cli.StringFlag{Name: "on-lease-expiry", Usage: "fence: a lapsed or orphaned claim becomes unknown; reclaim: every claim is re-run safe and taken over (default: $" + store.EnvOnLeaseExpiry + ", else fence)", HideDefault: true},
 		},
-		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error { return usageErr("%v", err) },
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
 				return usageErr("serve takes no arguments, got %q", cmd.Args().First())
@@ -42,16 +40,14 @@ func serveCommand(io streams) *cli.Command {
 			if cmd.IsSet("ledger") {
 				opts.Ledger = cmd.String("ledger")
 			}
-			for _, f := range []struct {
-				name string
-				dst  *time.Duration
-			}{{"lease-secs", &opts.LeaseTTL}, {"result-ttl-secs", &opts.ResultTTL}} {
-				if cmd.IsSet(f.name) {
-					v := cmd.Float(f.name)
-					if v <= 0 {
-						return usageErr("--%s=%v: want a positive number of seconds", f.name, v)
-					}
-					*f.dst = time.Duration(v * float64(time.Second))
+			if cmd.IsSet("lease-secs") {
+				if opts.LeaseTTL, err = store.LeaseSeconds("--lease-secs", cmd.Float("lease-secs")); err != nil {
+					return usageErr("%v", err)
+				}
+			}
+			if cmd.IsSet("result-ttl-secs") {
+				if opts.ResultTTL, err = store.ResultSeconds("--result-ttl-secs", cmd.Float("result-ttl-secs")); err != nil {
+					return usageErr("%v", err)
 				}
 			}
 			if cmd.IsSet("on-lease-expiry") {

@@ -64,6 +64,14 @@ func TestServeUsageErrors(t *testing.T) {
 		{"too many workers", []string{"serve", "--workers", "500"}, nil, "--workers=500"},
 		{"bad env lease", []string{"serve"}, map[string]string{"EFFECTFENCE_LEASE_SECS": "soon"}, "EFFECTFENCE_LEASE_SECS"},
 		{"lease not a number", []string{"serve", "--lease-secs", "soon"}, nil, "soon"},
+		{"NaN lease", []string{"serve", "--lease-secs", "NaN"}, nil, "--lease-secs=NaN: want a number of seconds from 1"},
+		{"infinite lease", []string{"serve", "--lease-secs", "Inf"}, nil, "--lease-secs=+Inf"},
+		{"millisecond lease", []string{"serve", "--lease-secs", "0.001"}, nil, "--lease-secs=0.001"},
+		{"lease of a year", []string{"serve", "--lease-secs", "31536000"}, nil, "30 days"},
+		{"result ttl of ten years", []string{"serve", "--result-ttl-secs", "315360000"}, nil, "366 days"},
+		{"NaN env lease", []string{"serve"}, map[string]string{"EFFECTFENCE_LEASE_SECS": "NaN"}, "EFFECTFENCE_LEASE_SECS=NaN"},
+		{"infinite env ttl", []string{"serve"}, map[string]string{"EFFECTFENCE_RESULT_TTL_SECS": "inf"}, "EFFECTFENCE_RESULT_TTL_SECS=+Inf"},
+		{"tiny env ttl", []string{"serve"}, map[string]string{"EFFECTFENCE_RESULT_TTL_SECS": "0.5"}, "EFFECTFENCE_RESULT_TTL_SECS=0.5"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

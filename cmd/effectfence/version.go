@@ -44,7 +44,10 @@ func versionCommand(io streams) *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the version and commit",
-		Action: func(context.Context, *cli.Command) error {
+		Action: func(_ context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return usageErr("version takes no arguments, got %q", cmd.Args().First())
+			}
 			_, err := fmt.Fprintln(io.out, "effectfence", versionString())
 			return err
 		},

@@ -63,13 +63,13 @@ func wrapCommand(io streams) *cli.Command {
 				so.Ledger = cmd.String("ledger")
 			}
 			if cmd.IsSet("lease-secs") {
-				if so.LeaseTTL, err = seconds("--lease-secs", cmd.Float("lease-secs")); err != nil {
-					return err
+				if so.LeaseTTL, err = store.LeaseSeconds("--lease-secs", cmd.Float("lease-secs")); err != nil {
+					return usageErr("%v", err)
 				}
 			}
 			if cmd.IsSet("result-ttl-secs") {
-				if so.ResultTTL, err = seconds("--result-ttl-secs", cmd.Float("result-ttl-secs")); err != nil {
-					return err
+				if so.ResultTTL, err = store.ResultSeconds("--result-ttl-secs", cmd.Float("result-ttl-secs")); err != nil {
+					return usageErr("%v", err)
 				}
 			}
 			if cmd.IsSet("on-lease-expiry") {
@@ -138,13 +138,6 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams
 	err := p.Serve(ctx, io.in, io.out)
 	statsLine()
 	return err
-}
-
-func seconds(flag string, v float64) (time.Duration, error) {
-	if v <= 0 {
-		return 0, usageErr("%s must be a positive number of seconds", flag)
-	}
-	return time.Duration(v * float64(time.Second)), nil
 }
 
 func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {

@@ -19,7 +19,10 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--key", "c:a", "--key", "c:b", "--", "x"}, "given twice"},
 		{[]string{"wrap", "--ignore-field", ":x", "--", "x"}, "want TOOL:json.path"},
 		{[]string{"wrap", "--wait", "0s", "--", "x"}, "--wait must be positive"},
-		{[]string{"wrap", "--lease-secs", "-1", "--ledger", "memory", "--", "x"}, "--lease-secs must be a positive"},
+		{[]string{"wrap", "--lease-secs", "-1", "--ledger", "memory", "--", "x"}, "--lease-secs=-1: want a number of seconds from 1"},
+		{[]string{"wrap", "--lease-secs", "NaN", "--ledger", "memory", "--", "x"}, "--lease-secs=NaN"},
+		{[]string{"wrap", "--result-ttl-secs", "+Inf", "--ledger", "memory", "--", "x"}, "--result-ttl-secs=+Inf"},
+		{[]string{"wrap", "--lease-secs", "0.001", "--ledger", "memory", "--", "x"}, "--lease-secs=0.001"},
 		{[]string{"wrap", "--max-concurrent", "0", "--", "x"}, "--max-concurrent must be positive"},
 	}
 	for _, c := range cases {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
+
+	"github.com/effectfence/effectfence/internal/safetext"
 )
 
 // maxAnswerRows bounds the answers table; the rest are summarised in one line.
@@ -17,9 +19,9 @@ const maxAnswerRows = 15
 // when w is a terminal and NO_COLOR is unset; the caller decides.
 func (r *Report) WriteText(w io.Writer, colour bool) error {
 	p := &printer{w: w}
-	p.f("effectfence probe: %d byte-identical concurrent call(s) to %s %s\n", r.Calls, r.Tool, clip(oneLine(string(r.Args)), 80))
+	p.f("effectfence probe: %d byte-identical concurrent call(s) to %s %s\n", r.Calls, safetext.Escape(r.Tool), safetext.Clip(oneLine(string(r.Args)), 80))
 	if r.Witness != nil {
-		p.f("witness: %s\n", clip(oneLine(r.Witness.Command), 100))
+		p.f("witness: %s\n", safetext.Clip(oneLine(r.Witness.Command), 100))
 	}
 	p.f("\n")
 
@@ -58,7 +60,9 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 			if a.IsError {
 				kind = "tool error"
 			}
-			p.err(answers.Append(a.Calls, kind, a.Preview, a.Fingerprint[:12]))
+			// The preview is the server's text, shortened by whole characters: escaping it
+			// afterwards cannot cut an escape.
+			p.err(answers.Append(a.Calls, kind, safetext.Escape(a.Preview), a.Fingerprint[:12]))
 		}
 		p.err(answers.Render())
 		if extra := len(r.Answers) - maxAnswerRows; extra > 0 {
@@ -68,7 +72,7 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 	if len(r.Failures) > 0 {
 		p.f("\nfailures:\n")
 		for _, f := range r.Failures {
-			p.f("  %d × %s: %s\n", f.Calls, f.Kind, clip(oneLine(f.Message), 120))
+			p.f("  %d × %s: %s\n", f.Calls, safetext.Escape(f.Kind), safetext.Clip(oneLine(f.Message), 120))
 		}
 	}
 
@@ -90,7 +94,7 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 	p.f("  proven:     %s\n", r.Proven)
 	p.f("  not proven: %s\n", r.NotProven)
 	for _, n := range r.Notes {
-		p.f("  note:       %s\n", n)
+		p.f("  note:       %s\n", safetext.Escape(n))
 	}
 	return p.e
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
+
+	"github.com/effectfence/effectfence/internal/safetext"
 )
 
 // listLimit caps how many sites of one kind the human report prints; --json has them all.
@@ -40,7 +42,10 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	}
 	p := &printer{w: w}
 
-	p.f("%s %s\n", title.Sprint("effectfence scan"), rep.Root)
+	// Everything below that came from the scanned tree (paths, names, source lines) is
+	// escaped: a repository under review must not drive the reviewer's terminal.
+	e := safetext.Escape
+	p.f("%s %s\n", title.Sprint("effectfence scan"), e(rep.Root))
 	p.f("%d source files read (%s); %d left out by rule (vendored, generated, build output, tests, fixtures, hidden); %d other files ignored\n",
 		rep.Files.Scanned, langCounts(rep.Files.ByLanguage), rep.Files.SkippedByRule, rep.Files.Ignored)
 	if len(rep.Skipped) > 0 {
@@ -56,7 +61,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 			if t.Money {
 				m = "money"
 			}
-			if err := tbl.Append(t.Name, fmt.Sprintf("%s:%d", t.File, t.Line), m, t.Reason); err != nil {
+			if err := tbl.Append(e(t.Name), fmt.Sprintf("%s:%d", e(t.File), t.Line), m, e(t.Reason)); err != nil {
 				return err
 			}
 		}
@@ -65,22 +70,22 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 		}
 		p.f("\n%s\n", title.Sprint("Evidence per candidate"))
 		for _, t := range rep.Candidates {
-			name := t.Name
+			name := e(t.Name)
 			if t.Money {
 				name += " " + money.Sprint("[money]")
 			}
-			p.f("  %s  %s:%d  (%s)\n", name, t.File, t.Line, t.Style)
+			p.f("  %s  %s:%d  (%s)\n", name, e(t.File), t.Line, e(t.Style))
 			if t.NameFrom != "" {
-				p.f("    name from %s\n", t.NameFrom)
+				p.f("    name from %s\n", e(t.NameFrom))
 			}
 			if len(t.Via) > 0 {
-				p.f("    followed into %s (used by this tool only)\n", strings.Join(t.Via, ", "))
+				p.f("    followed into %s (used by this tool only)\n", e(strings.Join(t.Via, ", ")))
 			}
-			for _, e := range t.Evidence {
-				p.f("    write  %s:%d  %-7s %s\n", e.File, e.Line, e.Kind, e.Text)
+			for _, w := range t.Evidence {
+				p.f("    write  %s:%d  %-7s %s\n", e(w.File), w.Line, e(w.Kind), e(w.Text))
 			}
 			for _, g := range t.Guards {
-				p.f("    guard  %s:%d  %s: %s\n", g.File, g.Line, g.Kind, g.Text)
+				p.f("    guard  %s:%d  %s: %s\n", e(g.File), g.Line, e(g.Kind), e(g.Text))
 			}
 			if len(t.Evidence) == 0 {
 				p.f("    %s\n", dim.Sprint("no write site in its own code; the name is the evidence"))
@@ -90,7 +95,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	if len(rep.Others) > 0 {
 		p.f("\n%s\n", title.Sprintf("Not candidates (%d)", len(rep.Others)))
 		for _, t := range rep.Others {
-			p.f("  %s  %s:%d  %s\n", t.Name, t.File, t.Line, dim.Sprint(t.Reason))
+			p.f("  %s  %s:%d  %s\n", e(t.Name), e(t.File), t.Line, dim.Sprint(e(t.Reason)))
 		}
 	}
 	p.sites(title, "Guards found in the repository", rep.Guards)
@@ -108,9 +113,9 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 			}
 			detail := ""
 			if s.Detail != "" {
-				detail = " (" + s.Detail + ")"
+				detail = " (" + e(s.Detail) + ")"
 			}
-			p.f("  %s  %s%s\n", s.Path, s.Reason, detail)
+			p.f("  %s  %s%s\n", e(s.Path), e(s.Reason), detail)
 		}
 	}
 	p.f("\n%s\n", title.Sprint("What a source scan cannot see"))
@@ -138,7 +143,7 @@ func (p *printer) sites(title *color.Color, heading string, ss []Site) {
 			p.f("  ... %d more (--json lists all)\n", len(ss)-listLimit)
 			return
 		}
-		p.f("  %s:%d  %-12s %s\n", s.File, s.Line, s.Kind, s.Text)
+		p.f("  %s:%d  %-12s %s\n", safetext.Escape(s.File), s.Line, safetext.Escape(s.Kind), safetext.Escape(s.Text))
 	}
 }
 

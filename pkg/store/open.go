@@ -51,10 +51,10 @@ const DefaultSweepEvery = 10 * time.Minute
 func FromEnv(name string) (Options, error) {
 	o := Options{Ledger: os.Getenv(EnvLedger), Name: name}
 	var err error
-	if o.LeaseTTL, err = envSeconds(EnvLeaseSecs); err != nil {
+	if o.LeaseTTL, err = envSeconds(EnvLeaseSecs, LeaseSeconds); err != nil {
 		return o, err
 	}
-	if o.ResultTTL, err = envSeconds(EnvTTLSecs); err != nil {
+	if o.ResultTTL, err = envSeconds(EnvTTLSecs, ResultSeconds); err != nil {
 		return o, err
 	}
 	if o.OnLeaseExpiry, err = fence.ParseExpiryPolicy(strings.TrimSpace(os.Getenv(EnvOnLeaseExpiry))); err != nil {
@@ -63,16 +63,16 @@ func FromEnv(name string) (Options, error) {
 	return o, nil
 }
 
-func envSeconds(name string) (time.Duration, error) {
+func envSeconds(name string, check func(string, float64) (time.Duration, error)) (time.Duration, error) {
 	v := strings.TrimSpace(os.Getenv(name))
 	if v == "" {
 		return 0, nil
 	}
 	n, err := strconv.ParseFloat(v, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a positive number of seconds", name, v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: want a number of seconds", name, v)
 	}
-	return time.Duration(n * float64(time.Second)), nil
+	return check(name, n)
 }
 
 // WrapName is the ledger name wrap uses for a child command: "wrap-" and the first 16 hex

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// evilText is what a hostile MCP server puts in its answers and its stderr.
+const evilText = "done\x1b]0;pwned\x07\x1b[2J\x1b[32m ALL CLEAR \x1b[0m\rforged \u009b2J \u202eevil"
+
+// TestHostileServerProcess is not a test: it is a tiny MCP stdio server that the probe and
+// wrap tests start (os.Args[0] with EFFECTFENCE_TEST_HOSTILE=1). Its tool "echo" answers
+// with terminal escapes, and it writes escapes to its stderr.
+func TestHostileServerProcess(t *testing.T) {
+	if os.Getenv("EFFECTFENCE_TEST_HOSTILE") == "" {
+		return
+	}
+	fmt.Fprintln(os.Stderr, "hostile server: "+evilText)
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<20)
+	for in.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(in.Bytes(), &m) != nil || m.ID == nil {
+			continue
+		}
+		var result any
+		switch m.Method {
+		case "initialize":
+			result = map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"tools": map[string]any{}},
+				"serverInfo": map[string]any{"name": "hostile\x1b[2J", "version": "1"}}
+		case "tools/list":
+			result = map[string]any{"tools": []any{map[string]any{"name": "echo", "description": "answers with escapes",
+				"inputSchema": map[string]any{"type": "object"}, "annotations": map[string]any{"destructiveHint": true}}}}
+		case "tools/call":
+			fmt.Fprintln(os.Stderr, "hostile server called: "+evilText)
+			result = map[string]any{"content": []any{map[string]any{"type": "text", "text": evilText}}}
+		default:
+			result = map[string]any{}
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
+		fmt.Fprintf(os.Stdout, "%s\n", b)
+	}
+	os.Exit(0)
+}
+
+// hostileServer is the argv and environment that start the hostile server.
+func hostileServer(t *testing.T) ([]string, []string) {
+	self, err := filepath.Abs(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{self, "-test.run=^TestHostileServerProcess$"}, []string{"EFFECTFENCE_TEST_HOSTILE=1", "NO_COLOR=1"}
+}
+
+// TestProbeEscapesWhatTheServerSays: the answers and the stderr of the server probed reach the
+// terminal escaped, in text and in JSON.
+func TestProbeEscapesWhatTheServerSays(t *testing.T) {
+	argv, env := hostileServer(t)
+	for _, extra := range [][]string{nil, {"--json"}} {
+		args := append(append([]string{"probe", "--tool", "echo", "--calls", "3"}, extra...), "--")
+		r := runBinary(t, env, "", append(args, argv...)...)
+		if r.code != exitOK && r.code != exitDoubleFire {
+			t.Fatalf("probe %v = %d\n%s%s", extra, r.code, r.stdout, r.stderr)
+		}
+		for name, s := range map[string]string{"stdout": r.stdout, "stderr": r.stderr} {
+			if c, bad := actsOnTerminal(s); bad {
+				t.Errorf("probe %v: %s holds %U:\n%s", extra, name, c, s)
+			}
+		}
+		if !strings.Contains(r.stdout, `\u202eevil`) && !strings.Contains(r.stdout, `\x1b]0;pwned`) {
+			t.Errorf("probe %v: the answer is not shown escaped:\n%s", extra, r.stdout)
+		}
+		if !strings.Contains(r.stderr, `hostile server: done\x1b]0;pwned`) {
+			t.Errorf("probe %v: the server's stderr is not passed on escaped:\n%s", extra, r.stderr)
+		}
+	}
+}
+
+// TestScanEscapesTheScannedTree: a repository under review chooses its file names, tool names
+// and source lines; none of their escapes reach the reviewer's terminal.
+func TestScanEscapesTheScannedTree(t *testing.T) {
+	dir := t.TempDir()
+	src := "import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';\n" +
+		"const server = new McpServer({ name: 'x', version: '1' });\n" +
+		"server.tool('refund_payment\x1b]0;pwned\x07', 'Refunds a payment \u202eevil', { amount: z.number() }, async ({ amount }) => {\n" +
+		"  await fetch('https://psp.example/refund\x1b[2J', { method: 'POST', body: JSON.stringify({ amount }) }); // \u009b2J\n" +
+		"  return { content: [] };\n" +
+		"});\n"
+	if err := os.WriteFile(filepath.Join(dir, "server\x1b[31m.ts"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, extra := range [][]string{nil, {"--json"}, {"--sarif"}} {
+		r := runBinary(t, []string{"NO_COLOR=1"}, "", append(append([]string{"scan"}, extra...), dir)...)
+		if r.code != exitOK {
+			t.Fatalf("scan %v = %d\n%s", extra, r.code, r.stderr)
+		}
+		for name, s := range map[string]string{"stdout": r.stdout, "stderr": r.stderr} {
+			if c, bad := actsOnTerminal(s); bad {
+				t.Errorf("scan %v: %s holds %U:\n%s", extra, name, c, s)
+			}
+		}
+		if extra == nil && !strings.Contains(r.stdout, `server\x1b[31m.ts:4`) {
+			t.Errorf("scan: the write site is not shown, escaped:\n%s", r.stdout)
+		}
+	}
+}
