@@ -259,6 +259,7 @@ func assemble(rep *Report, files []fileResult) {
 		consts[k] = v
 	}
 	funcs := map[string][]funcDef{}
+	byNorm := map[string][]funcDef{}
 	dispatch := map[string][]dispatchSite{}
 	for _, f := range files {
 		for _, c := range f.consts {
@@ -269,6 +270,7 @@ func assemble(rep *Report, files []fileResult) {
 		}
 		for _, fn := range f.funcs {
 			funcs[fn.name] = append(funcs[fn.name], fn)
+			byNorm[normName(fn.name)] = append(byNorm[normName(fn.name)], fn)
 		}
 		for _, ds := range f.dispatch {
 			dispatch[ds.key] = append(dispatch[ds.key], ds)
@@ -363,6 +365,13 @@ func assemble(rep *Report, files []fileResult) {
 				}
 			}
 		}
+		// a function carrying the tool's own name (handleCreateTask, todowrite for TodoWrite,
+		// create_task_handler) is its handler wherever it is defined
+		for _, k := range handlerKeys(dr.tool.Name) {
+			if fds := byNorm[k]; len(fds) > 0 && len(fds) <= 2 {
+				dr.calls[fds[0].name] = true
+			}
+		}
 		for _, h := range dr.d.handlers {
 			h = h[strings.LastIndexAny(h, ".:")+1:]
 			if _, ok := funcs[h]; ok {
@@ -378,8 +387,12 @@ func assemble(rep *Report, files []fileResult) {
 		// follow helpers that only this tool uses, or that carry the tool's own name; a
 		// helper shared by several tools stays repository corroboration
 		var via []string
+		own := map[string]bool{}
+		for _, k := range handlerKeys(dr.tool.Name) {
+			own[k] = true
+		}
 		for c := range dr.calls {
-			same := strings.Join(splitWords(c), "_") == strings.Join(splitWords(dr.tool.Name), "_")
+			same := own[normName(c)]
 			if users[c] != 1 && !same {
 				continue
 			}
@@ -502,4 +515,29 @@ func classify(dr *toolDraft, rep *Report) {
 	if t.Candidate && len(t.Guards) > 0 {
 		t.Reason += fmt.Sprintf("; %d guard site(s) in its own code to check", len(t.Guards))
 	}
+}
+
+// normName folds an identifier or tool name to lower-case letters and digits, so that
+// create_task, createTask, CreateTask, create-task and createtask compare equal.
+func normName(n string) string {
+	b := make([]byte, 0, len(n))
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			b = append(b, c)
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		}
+	}
+	return string(b)
+}
+
+// handlerKeys are the folded names a tool's own handler may carry.
+func handlerKeys(tool string) []string {
+	n := normName(tool)
+	if len(n) < 3 {
+		return nil
+	}
+	return []string{n, "handle" + n, n + "handler", n + "tool", "tool" + n, "do" + n, "run" + n, n + "impl"}
 }
