@@ -19,6 +19,13 @@ type Options struct {
 	MaxDepth     int   // folders nested deeper are skipped and reported; default 40
 	MaxFiles     int   // source files beyond this are skipped and reported; default 200,000
 	Workers      int   // files read and scanned at once; default GOMAXPROCS
+
+	// Published, when not nil, is the server's own tools/list (see ListPublished): the scan
+	// then follows each published name into the code, reports published tools it could not
+	// find and declarations the server does not publish, and sets the published annotations
+	// beside what the code suggests. RunCommand is recorded in the report.
+	Published  []PublishedTool
+	RunCommand []string
 }
 
 func (o Options) withDefaults() Options {
@@ -54,6 +61,18 @@ type Report struct {
 	Files      FileCounts `json:"files"`
 	Skipped    []Skipped  `json:"skipped"`
 	CannotSee  []string   `json:"cannot_see"`
+	// Notes say what the scan could not see in this tree: no declarations, or files that
+	// mention tool registration where nothing was resolved. Never a silent zero.
+	Notes []Note `json:"notes"`
+	// Run is set when the server was started (--run) and its tools/list read.
+	Run *RunReport `json:"run,omitempty"`
+}
+
+// Note is one thing the scan could not see or resolve.
+type Note struct {
+	Kind  string   `json:"kind"` // no_declarations, unresolved_files, published_not_in_code
+	Text  string   `json:"text"`
+	Files []string `json:"files,omitempty"`
 }
 
 // FileCounts says how much of the tree was read.
@@ -80,6 +99,12 @@ type Tool struct {
 	Via       []string `json:"via,omitempty"` // helpers followed because only this tool uses them
 	Evidence  []Site   `json:"evidence"`      // write sites in the tool's own code
 	Guards    []Site   `json:"guards"`        // guard sites in the tool's own code
+
+	// with --run: whether the server publishes it, its published annotations, and what the
+	// code alone suggested before the annotations were weighed
+	Published    *bool        `json:"published,omitempty"`
+	Annotations  *Annotations `json:"published_annotations,omitempty"`
+	CodeSuggests string       `json:"code_suggests,omitempty"`
 }
 
 // cannotSee is stated in every report, because what a scan did not find is not evidence of
@@ -103,6 +128,7 @@ type fileResult struct {
 	funcs                   []funcDef
 	dispatch                []dispatchSite
 	skip                    *Skipped
+	hinted                  bool // mentions tool registration (registerTool, @mcp, tool(, inputSchema...)
 }
 
 // Scan reads the source tree at root and reports tool declarations that could repeat an
@@ -178,7 +204,8 @@ func Scan(ctx context.Context, root string, opts Options) (*Report, error) {
 			return ss[i].Line < ss[j].Line
 		})
 	}
-	assemble(rep, ok)
+	assemble(rep, ok, opts)
+	addNotes(rep, ok)
 	for _, sl := range []*[]Site{&rep.Guards, &rep.Retries, &rep.Writes, &rep.Unresolved} {
 		if *sl == nil {
 			*sl = []Site{}
@@ -215,6 +242,7 @@ func scanFile(f walkedFile, limit int64) (r fileResult) {
 	r.consts = fileConsts(s)
 	r.funcs = fileFuncs(s)
 	r.dispatch = fileDispatch(s)
+	r.hinted = registrationHint(text)
 	return r
 }
 
@@ -235,6 +263,7 @@ type toolDraft struct {
 	tool       Tool
 	spans      []span
 	calls      map[string]bool
+	pub        *PublishedTool
 }
 
 var (
@@ -246,7 +275,7 @@ var (
 
 // assemble resolves names across the repository, attaches each tool's own code, and
 // classifies it.
-func assemble(rep *Report, files []fileResult) {
+func assemble(rep *Report, files []fileResult, opts Options) {
 	consts := map[string]string{}
 	ambiguous := map[string]bool{}
 	put := func(k, v string) {
@@ -349,6 +378,11 @@ func assemble(rep *Report, files []fileResult) {
 		}
 	}
 
+	var pubOnly []Tool
+	if opts.Published != nil {
+		drafts, pubOnly = followPublished(rep, files, drafts, opts)
+	}
+
 	// callees of each tool's own code that the repository defines
 	users := map[string]int{}
 	for _, dr := range drafts {
@@ -407,11 +441,18 @@ func assemble(rep *Report, files []fileResult) {
 		}
 		sort.Strings(via)
 		dr.tool.Via = via
-		classify(dr, rep)
+		classifyWithPublished(dr, rep)
 		if dr.tool.Candidate {
 			rep.Candidates = append(rep.Candidates, dr.tool)
 		} else {
 			rep.Others = append(rep.Others, dr.tool)
+		}
+	}
+	for _, t := range pubOnly {
+		if t.Candidate {
+			rep.Candidates = append(rep.Candidates, t)
+		} else {
+			rep.Others = append(rep.Others, t)
 		}
 	}
 	sortTools(rep.Candidates)
@@ -444,6 +485,7 @@ func sortTools(ts []Tool) {
 // sites in its own code, and says why in words.
 func classify(dr *toolDraft, rep *Report) {
 	t := &dr.tool
+	t.Candidate, t.Money = false, false
 	c := classifyName(t.Name)
 	t.Block = fmt.Sprintf("%s:%d-%d", dr.src.rel, dr.d.from, dr.d.to)
 	t.Evidence = []Site{}
@@ -470,6 +512,11 @@ func classify(dr *toolDraft, rep *Report) {
 	}
 	declaredReadOnly := readOnlyRe.MatchString(own)
 	hintedEffect := effectHint.MatchString(own)
+	if dr.pub != nil && dr.pub.Annotations != nil {
+		// the server's published annotations replace what the source text seemed to say
+		declaredReadOnly = dr.pub.Annotations.saysReadOnly()
+		hintedEffect = dr.pub.Annotations.saysEffect()
+	}
 
 	moneyInWrites := false
 	for _, e := range t.Evidence {
