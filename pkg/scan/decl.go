@@ -345,7 +345,7 @@ func findToolObjects(s *source) []decl {
 			continue
 		}
 		body := s.text[ob:cl]
-		if !objHasDescRe.Match(body) || !objHasSchemaRe.Match(body) {
+		if !objHasDescRe.Match(body) || !objHasSchemaRe.Match(body) || openAPIParamRe.Match(body) {
 			continue
 		}
 		hs := byObj[ob]

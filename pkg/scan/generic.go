@@ -25,7 +25,9 @@ var (
 	// the schema key MCP itself names: enough context on its own
 	mcpSchemaRe = regexp.MustCompile(`(?i)\binput_?schema\b`)
 	// what a tool is not: prompts and resources have names and descriptions too
-	shapeNotToolRe = regexp.MustCompile(`(?i)\b(?:resource_?template|uri_?template|mime_?type|mimeType)\b|\bin["']?\s*[:=]\s*["'](?:path|query|header|cookie)["']`)
+	shapeNotToolRe = regexp.MustCompile(`(?i)\b(?:resource_?template|uri_?template|mime_?type|mimeType)\b`)
+	// an OpenAPI parameter: { name, in: "path", description, schema }
+	openAPIParamRe = regexp.MustCompile(`\bin["']?\s*[:=]\s*["'](?:path|query|header|cookie)["']`)
 	// a file is worth the generic pass only if it talks about tools at all
 	shapeGate = []byte("ool")
 )
@@ -60,7 +62,7 @@ func findShapeDecls(s *source) []decl {
 		n := s.lineOf(m[0])
 		from, to := s.shapeBlock(m[0], n)
 		body := s.text[s.starts[from-1]:endOffset(s, to)]
-		if !shapeDescRe.Match(body) || !shapeSchemaRe.Match(body) || shapeNotToolRe.Match(body) {
+		if !shapeDescRe.Match(body) || !shapeSchemaRe.Match(body) || shapeNotToolRe.Match(body) || openAPIParamRe.Match(body) {
 			continue
 		}
 		if !mcpSchemaRe.Match(body) && !toolContext(s, from, to) || s.inBlockComment(m[0]) {

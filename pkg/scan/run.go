@@ -144,3 +144,17 @@ func annotationText(a *Annotations) string {
 	}
 	return "readOnlyHint " + boolText(a.ReadOnlyHint) + ", destructiveHint " + boolText(a.DestructiveHint)
 }
+
+// FindTools is the tool finder on its own, for callers that need the declarations rather
+// than a review report (policy init --scan): every tool the scan found, candidates and not,
+// sorted by file and line, with the notes on what it could not see. opts.Published, when
+// set, makes the server's list the ground truth as in Scan.
+func FindTools(ctx context.Context, root string, opts Options) ([]Tool, []Note, error) {
+	rep, err := Scan(ctx, root, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	all := append(append([]Tool{}, rep.Candidates...), rep.Others...)
+	sortTools(all)
+	return all, rep.Notes, nil
+}

@@ -352,7 +352,7 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 				continue
 			}
 			seen[key] = true
-			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: len(f.decls) == 1}
+			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: soleDecl(f.decls)}
 			dr.spans = []span{{f.src, d.from, d.to}}
 			// a dispatch branch for this tool: same file first, then anywhere
 			keys := []string{t.Name}
@@ -587,4 +587,19 @@ func handlerKeys(tool string) []string {
 		return nil
 	}
 	return []string{n, "handle" + n, n + "handler", n + "tool", "tool" + n, "do" + n, "run" + n, n + "impl"}
+}
+
+// soleDecl reports whether a file declares one tool: one declaration by a style's pattern
+// (the generic finder may see the same tool again through its name constant), or else one
+// found by shape.
+func soleDecl(ds []decl) bool {
+	precise, shape := 0, 0
+	for _, d := range ds {
+		if d.generic {
+			shape++
+		} else {
+			precise++
+		}
+	}
+	return precise == 1 || precise == 0 && shape == 1
 }
