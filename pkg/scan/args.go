@@ -134,7 +134,9 @@ func nameFromArgs(args []arg) (name, ref string) {
 		if a.ident != "" && !receiverLike(a.ident) {
 			return "", a.ident
 		}
-		if i >= 1 {
+		if i >= 1 || a.ident == "" {
+			// NewServerTool(tp.GetTasks(), tp.HandleGetTasks): after an expression, the next
+			// identifier is a handler, not a name
 			break
 		}
 	}

@@ -15,6 +15,7 @@ type decl struct {
 	line     int
 	from, to int      // line range of the tool's own block
 	handlers []string // identifiers passed as the tool's handler
+	generic  bool     // found by its shape (generic.go), not by a style's pattern
 }
 
 var (
@@ -43,7 +44,7 @@ var (
 	javaNewRe   = regexp.MustCompile(`\bnew\s+(?:McpSchema\.)?Tool\s*\(`)
 	javaBuildRe = regexp.MustCompile(`\bTool\.builder\(\)`)
 	javaNameRe  = regexp.MustCompile(`\.name\(\s*("[^"\n]{1,100}"|[A-Za-z_][\w.]*)\s*\)`)
-	rubyClassRe = regexp.MustCompile(`(?m)^([ \t]*)class\s+(\w+)\s*<\s*((?:\w+::)*\w*Tool)\b`)
+	rubyClassRe = regexp.MustCompile(`(?m)^([ \t]*)class\s+(\w+)\s*<\s*(?:::)?((?:\w+::)*\w*Tool)\b`)
 	rubyNameRe  = regexp.MustCompile(`(?m)^[ \t]*tool_name\s*\(?\s*["':]([\w\-./]+)["']?`)
 )
 
@@ -121,7 +122,7 @@ func findDecls(s *source) []decl {
 		out = append(out, findRubyClasses(s)...)
 		out = append(out, findToolCalls(s)...)
 	}
-	return dedupeDecls(out)
+	return mergeShape(dedupeDecls(out), findShapeDecls(s))
 }
 
 func dedupeDecls(ds []decl) []decl {
@@ -344,7 +345,7 @@ func findToolObjects(s *source) []decl {
 			continue
 		}
 		body := s.text[ob:cl]
-		if !objHasDescRe.Match(body) || !objHasSchemaRe.Match(body) {
+		if !objHasDescRe.Match(body) || !objHasSchemaRe.Match(body) || openAPIParamRe.Match(body) {
 			continue
 		}
 		hs := byObj[ob]

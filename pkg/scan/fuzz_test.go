@@ -20,6 +20,10 @@ func FuzzSource(f *testing.F) {
 		"class XTool < MCP::Tool\n  tool_name \"x\"\nend\n",
 		"@McpTool(name = \"x\", annotations = @McpTool.McpAnnotations(readOnlyHint = true))\npublic void f() {}",
 		"{ method: 'create_refund', name: 'Create Refund', description: d, execute: e }",
+		"TOOLS = [\n  { name: \"Write\", description: \"w\", inputSchema: {} }\n]\n",
+		"t.name = TOOL_X;\nt.description = \"d\";\nt.inputSchema.type = \"object\";\n",
+		"class A < ::MCP::Tool\n tool_name 'a'\n description 'b'\n input_schema(x)\nend\n",
+		"name \"", "/* name: \"x\" description inputSchema",
 		"\"\"\"unterminated", "(((((", "'\\", "#[tool(", "case X:", "x == \"", "`", "/*",
 	} {
 		f.Add(seed)
@@ -34,6 +38,8 @@ func FuzzSource(f *testing.F) {
 			}
 			for _, d := range findDecls(s) {
 				check("declaration", d.line)
+				check("declaration start", d.from)
+				check("declaration end", d.to)
 			}
 			w, g, r := fileSites(s)
 			for _, ss := range [][]Site{w, g, r} {
@@ -78,6 +84,42 @@ func FuzzScan(f *testing.F) {
 			func(w io.Writer, r *Report) error { return WriteSARIF(w, r, "fuzz") },
 		} {
 			if err := w(io.Discard, rep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzPublished follows an arbitrary published tool name into an arbitrary file, as --run
+// does, and writes all three reports.
+func FuzzPublished(f *testing.F) {
+	f.Add("create_x", "const t = { name: \"create_x\", description: \"d\", inputSchema: {} }\n")
+	f.Add("x\"y", "'x\"y'")
+	f.Add("", "/* \"a\" */")
+	f.Fuzz(func(t *testing.T, name, text string) {
+		dir := t.TempDir()
+		for _, fn := range []string{"a.ts", "a.py", "a.rb"} {
+			if err := os.WriteFile(filepath.Join(dir, fn), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ro := true
+		rep, err := Scan(context.Background(), dir, Options{Published: []PublishedTool{{Name: name, Annotations: &Annotations{ReadOnlyHint: &ro}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Run == nil || len(rep.Run.Published) != 1 {
+			t.Fatal("no run section")
+		}
+		if _, ok := findTool(rep, name); !ok {
+			t.Fatalf("published tool %q missing from the report", name)
+		}
+		for _, w := range []func() error{
+			func() error { return WriteJSON(io.Discard, rep) },
+			func() error { return WriteText(io.Discard, rep, false) },
+			func() error { return WriteSARIF(io.Discard, rep, "test") },
+		} {
+			if err := w(); err != nil {
 				t.Fatal(err)
 			}
 		}

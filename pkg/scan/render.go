@@ -51,6 +51,16 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	if len(rep.Skipped) > 0 {
 		p.f("%d skipped as bad input: %s\n", len(rep.Skipped), reasonCounts(rep.Files.SkippedBad))
 	}
+	for _, n := range rep.Notes {
+		p.f("\n%s %s\n", money.Sprint("Note:"), n.Text)
+		for i, f := range n.Files {
+			if i == listLimit {
+				p.f("  ... %d more (--json lists all)\n", len(n.Files)-listLimit)
+				break
+			}
+			p.f("  %s\n", f)
+		}
+	}
 	p.f("\n%s\n", title.Sprintf("Candidates: %d of %d tools found could repeat an effect if called twice", len(rep.Candidates), len(rep.Candidates)+len(rep.Others)))
 	p.f("%s\n", dim.Sprint("Evidence for a reviewer, not a verdict. The guard may live in a service this code calls."))
 	if len(rep.Candidates) > 0 {
@@ -96,6 +106,11 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 		p.f("\n%s\n", title.Sprintf("Not candidates (%d)", len(rep.Others)))
 		for _, t := range rep.Others {
 			p.f("  %s  %s:%d  %s\n", e(t.Name), e(t.File), t.Line, dim.Sprint(e(t.Reason)))
+		}
+	}
+	if rep.Run != nil {
+		if err := p.run(w, title, dim, rep); err != nil {
+			return err
 		}
 	}
 	p.sites(title, "Guards found in the repository", rep.Guards)
@@ -174,6 +189,7 @@ func reasonCounts(m map[string]int) string {
 const (
 	RuleCandidate      = "EF1001"
 	RuleMoneyCandidate = "EF1002"
+	RuleDisagreement   = "EF1003"
 )
 
 type sarifLog struct {
@@ -218,7 +234,7 @@ type sarifResult struct {
 	RuleIndex        int             `json:"ruleIndex"`
 	Level            string          `json:"level"`
 	Message          sarifText       `json:"message"`
-	Locations        []sarifLocation `json:"locations"`
+	Locations        []sarifLocation `json:"locations,omitempty"`
 	RelatedLocations []sarifLocation `json:"relatedLocations,omitempty"`
 	Properties       map[string]any  `json:"properties,omitempty"`
 }
@@ -266,6 +282,14 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 			Help:                 sarifText{"As EF1001; a repeated money movement is the costliest kind."},
 			DefaultConfiguration: map[string]string{"level": "warning"},
 		},
+		{
+			ID: RuleDisagreement, Name: "AnnotationDisagreesWithCode",
+			ShortDescription: sarifText{"Published readOnlyHint/destructiveHint disagree with what the code suggests"},
+			FullDescription: sarifText{"With --run: the running server publishes annotations for this tool that say the opposite of what its name and own code suggest. " +
+				"Clients and gateways decide retries and confirmations from these hints."},
+			Help:                 sarifText{"Check the tool's handler and correct either the annotation or the code."},
+			DefaultConfiguration: map[string]string{"level": "note"},
+		},
 	}
 	run := sarifRun{
 		Tool:    sarifTool{Driver: sarifDriver{Name: "effectfence", InformationURI: "https://github.com/effectfence/effectfence", Version: version, Rules: rules}},
@@ -273,7 +297,15 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 		Properties: map[string]any{
 			"guards": len(rep.Guards), "retries": len(rep.Retries), "writes": len(rep.Writes),
 			"filesScanned": rep.Files.Scanned, "skipped": len(rep.Skipped), "cannotSee": rep.CannotSee,
+			"notes": rep.Notes,
 		},
+	}
+	if rep.Run != nil {
+		run.Properties["run"] = map[string]any{
+			"command": rep.Run.Command, "published": len(rep.Run.Published),
+			"publishedNotFoundInCode": rep.Run.NotInCode, "declaredNotPublished": rep.Run.NotPublished,
+			"disagreements": rep.Run.Disagreements,
+		}
 	}
 	if abs, err := filepath.Abs(rep.Root); err == nil {
 		u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs) + "/"}
@@ -288,8 +320,13 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 			"A source scan cannot see guards in the services it calls.", t.Name, t.Reason, len(t.Evidence), len(t.Guards))
 		res := sarifResult{
 			RuleID: rule, RuleIndex: idx, Level: level, Message: sarifText{msg},
-			Locations:  []sarifLocation{loc(t.File, t.Line, "")},
 			Properties: map[string]any{"tool": t.Name, "money": t.Money, "style": t.Style},
+		}
+		if t.File != "" {
+			res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
+		}
+		if t.Annotations != nil {
+			res.Properties["publishedAnnotations"] = t.Annotations
 		}
 		id := 1
 		for _, e := range t.Evidence {
@@ -305,6 +342,23 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 			res.RelatedLocations = append(res.RelatedLocations, l)
 		}
 		run.Results = append(run.Results, res)
+	}
+	if rep.Run != nil {
+		where := map[string]Tool{}
+		for _, ts := range [][]Tool{rep.Candidates, rep.Others} {
+			for _, t := range ts {
+				where[t.Name] = t
+			}
+		}
+		for _, d := range rep.Run.Disagreements {
+			res := sarifResult{RuleID: RuleDisagreement, RuleIndex: 2, Level: "note",
+				Message:    sarifText{fmt.Sprintf("Tool %q: the server publishes %s; the code suggests %s.", d.Tool, d.Annotation, d.Code)},
+				Properties: map[string]any{"tool": d.Tool}}
+			if t := where[d.Tool]; t.File != "" {
+				res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
+			}
+			run.Results = append(run.Results, res)
+		}
 	}
 	log := sarifLog{Schema: "https://json.schemastore.org/sarif-2.1.0.json", Version: "2.1.0", Runs: []sarifRun{run}}
 	enc := json.NewEncoder(w)
@@ -323,4 +377,63 @@ func loc(file string, line int, msg string) sarifLocation {
 		l.Message = &sarifText{msg}
 	}
 	return l
+}
+
+// run prints what --run added: the server's tools with their published hints beside what
+// the code suggests, and what the two sides do not share.
+func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
+	r := rep.Run
+	p.f("\n%s\n", title.Sprintf("Published by the running server: %d tool(s) (%s)", len(r.Published), strings.Join(r.Command, " ")))
+	byName := map[string]Tool{}
+	for _, ts := range [][]Tool{rep.Candidates, rep.Others} {
+		for _, t := range ts {
+			byName[t.Name] = t
+		}
+	}
+	disagree := map[string]bool{}
+	for _, d := range r.Disagreements {
+		disagree[d.Tool] = true
+	}
+	if len(r.Published) > 0 {
+		tbl := tablewriter.NewTable(w)
+		tbl.Header("Tool", "readOnlyHint", "destructiveHint", "Code suggests", "Report")
+		for _, pt := range r.Published {
+			ro, de := "unset", "unset"
+			if pt.Annotations != nil {
+				ro, de = boolText(pt.Annotations.ReadOnlyHint), boolText(pt.Annotations.DestructiveHint)
+			}
+			t, ok := byName[pt.Name]
+			code, verdict := "not found in code", ""
+			if ok {
+				code = strings.SplitN(t.CodeSuggests, ":", 2)[0]
+				if t.File != "" {
+					code += " (" + t.File + ":" + itoa(t.Line) + ")"
+				}
+				verdict = "not a candidate"
+				if t.Candidate {
+					verdict = "candidate"
+				}
+			}
+			if disagree[pt.Name] {
+				verdict += ", disagrees"
+			}
+			if err := tbl.Append(pt.Name, ro, de, code, verdict); err != nil {
+				return err
+			}
+		}
+		if p.err == nil {
+			p.err = tbl.Render()
+		}
+	}
+	for _, d := range r.Disagreements {
+		p.f("  disagreement  %s: published %s; the code suggests %s\n", d.Tool, d.Annotation, d.Code)
+	}
+	if len(r.NotInCode) > 0 {
+		p.f("  published but not found in the code: %s\n", strings.Join(r.NotInCode, ", "))
+	}
+	if len(r.NotPublished) > 0 {
+		p.f("  declared in the code but not published by this run: %s\n", strings.Join(r.NotPublished, ", "))
+		p.f("  %s\n", dim.Sprint("(a feature switch, a client capability or an environment variable may gate them)"))
+	}
+	return p.err
 }

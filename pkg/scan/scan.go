@@ -19,6 +19,13 @@ type Options struct {
 	MaxDepth     int   // folders nested deeper are skipped and reported; default 40
 	MaxFiles     int   // source files beyond this are skipped and reported; default 200,000
 	Workers      int   // files read and scanned at once; default GOMAXPROCS
+
+	// Published, when not nil, is the server's own tools/list (see ListPublished): the scan
+	// then follows each published name into the code, reports published tools it could not
+	// find and declarations the server does not publish, and sets the published annotations
+	// beside what the code suggests. RunCommand is recorded in the report.
+	Published  []PublishedTool
+	RunCommand []string
 }
 
 func (o Options) withDefaults() Options {
@@ -54,6 +61,18 @@ type Report struct {
 	Files      FileCounts `json:"files"`
 	Skipped    []Skipped  `json:"skipped"`
 	CannotSee  []string   `json:"cannot_see"`
+	// Notes say what the scan could not see in this tree: no declarations, or files that
+	// mention tool registration where nothing was resolved. Never a silent zero.
+	Notes []Note `json:"notes"`
+	// Run is set when the server was started (--run) and its tools/list read.
+	Run *RunReport `json:"run,omitempty"`
+}
+
+// Note is one thing the scan could not see or resolve.
+type Note struct {
+	Kind  string   `json:"kind"` // no_declarations, unresolved_files, published_not_in_code
+	Text  string   `json:"text"`
+	Files []string `json:"files,omitempty"`
 }
 
 // FileCounts says how much of the tree was read.
@@ -80,6 +99,12 @@ type Tool struct {
 	Via       []string `json:"via,omitempty"` // helpers followed because only this tool uses them
 	Evidence  []Site   `json:"evidence"`      // write sites in the tool's own code
 	Guards    []Site   `json:"guards"`        // guard sites in the tool's own code
+
+	// with --run: whether the server publishes it, its published annotations, and what the
+	// code alone suggested before the annotations were weighed
+	Published    *bool        `json:"published,omitempty"`
+	Annotations  *Annotations `json:"published_annotations,omitempty"`
+	CodeSuggests string       `json:"code_suggests,omitempty"`
 }
 
 // cannotSee is stated in every report, because what a scan did not find is not evidence of
@@ -103,6 +128,7 @@ type fileResult struct {
 	funcs                   []funcDef
 	dispatch                []dispatchSite
 	skip                    *Skipped
+	hinted                  bool // mentions tool registration (registerTool, @mcp, tool(, inputSchema...)
 }
 
 // Scan reads the source tree at root and reports tool declarations that could repeat an
@@ -178,7 +204,8 @@ func Scan(ctx context.Context, root string, opts Options) (*Report, error) {
 			return ss[i].Line < ss[j].Line
 		})
 	}
-	assemble(rep, ok)
+	assemble(rep, ok, opts)
+	addNotes(rep, ok)
 	for _, sl := range []*[]Site{&rep.Guards, &rep.Retries, &rep.Writes, &rep.Unresolved} {
 		if *sl == nil {
 			*sl = []Site{}
@@ -215,6 +242,7 @@ func scanFile(f walkedFile, limit int64) (r fileResult) {
 	r.consts = fileConsts(s)
 	r.funcs = fileFuncs(s)
 	r.dispatch = fileDispatch(s)
+	r.hinted = registrationHint(text)
 	return r
 }
 
@@ -235,6 +263,7 @@ type toolDraft struct {
 	tool       Tool
 	spans      []span
 	calls      map[string]bool
+	pub        *PublishedTool
 }
 
 var (
@@ -246,7 +275,7 @@ var (
 
 // assemble resolves names across the repository, attaches each tool's own code, and
 // classifies it.
-func assemble(rep *Report, files []fileResult) {
+func assemble(rep *Report, files []fileResult, opts Options) {
 	consts := map[string]string{}
 	ambiguous := map[string]bool{}
 	put := func(k, v string) {
@@ -259,6 +288,7 @@ func assemble(rep *Report, files []fileResult) {
 		consts[k] = v
 	}
 	funcs := map[string][]funcDef{}
+	byNorm := map[string][]funcDef{}
 	dispatch := map[string][]dispatchSite{}
 	for _, f := range files {
 		for _, c := range f.consts {
@@ -269,6 +299,7 @@ func assemble(rep *Report, files []fileResult) {
 		}
 		for _, fn := range f.funcs {
 			funcs[fn.name] = append(funcs[fn.name], fn)
+			byNorm[normName(fn.name)] = append(byNorm[normName(fn.name)], fn)
 		}
 		for _, ds := range f.dispatch {
 			dispatch[ds.key] = append(dispatch[ds.key], ds)
@@ -321,7 +352,7 @@ func assemble(rep *Report, files []fileResult) {
 				continue
 			}
 			seen[key] = true
-			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: len(f.decls) == 1}
+			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: soleDecl(f.decls)}
 			dr.spans = []span{{f.src, d.from, d.to}}
 			// a dispatch branch for this tool: same file first, then anywhere
 			keys := []string{t.Name}
@@ -347,6 +378,11 @@ func assemble(rep *Report, files []fileResult) {
 		}
 	}
 
+	var pubOnly []Tool
+	if opts.Published != nil {
+		drafts, pubOnly = followPublished(rep, files, drafts, opts)
+	}
+
 	// callees of each tool's own code that the repository defines
 	users := map[string]int{}
 	for _, dr := range drafts {
@@ -361,6 +397,13 @@ func assemble(rep *Report, files []fileResult) {
 						dr.calls[m[1]] = true
 					}
 				}
+			}
+		}
+		// a function carrying the tool's own name (handleCreateTask, todowrite for TodoWrite,
+		// create_task_handler) is its handler wherever it is defined
+		for _, k := range handlerKeys(dr.tool.Name) {
+			if fds := byNorm[k]; len(fds) > 0 && len(fds) <= 2 {
+				dr.calls[fds[0].name] = true
 			}
 		}
 		for _, h := range dr.d.handlers {
@@ -378,8 +421,12 @@ func assemble(rep *Report, files []fileResult) {
 		// follow helpers that only this tool uses, or that carry the tool's own name; a
 		// helper shared by several tools stays repository corroboration
 		var via []string
+		own := map[string]bool{}
+		for _, k := range handlerKeys(dr.tool.Name) {
+			own[k] = true
+		}
 		for c := range dr.calls {
-			same := strings.Join(splitWords(c), "_") == strings.Join(splitWords(dr.tool.Name), "_")
+			same := own[normName(c)]
 			if users[c] != 1 && !same {
 				continue
 			}
@@ -394,11 +441,18 @@ func assemble(rep *Report, files []fileResult) {
 		}
 		sort.Strings(via)
 		dr.tool.Via = via
-		classify(dr, rep)
+		classifyWithPublished(dr, rep)
 		if dr.tool.Candidate {
 			rep.Candidates = append(rep.Candidates, dr.tool)
 		} else {
 			rep.Others = append(rep.Others, dr.tool)
+		}
+	}
+	for _, t := range pubOnly {
+		if t.Candidate {
+			rep.Candidates = append(rep.Candidates, t)
+		} else {
+			rep.Others = append(rep.Others, t)
 		}
 	}
 	sortTools(rep.Candidates)
@@ -431,6 +485,7 @@ func sortTools(ts []Tool) {
 // sites in its own code, and says why in words.
 func classify(dr *toolDraft, rep *Report) {
 	t := &dr.tool
+	t.Candidate, t.Money = false, false
 	c := classifyName(t.Name)
 	t.Block = fmt.Sprintf("%s:%d-%d", dr.src.rel, dr.d.from, dr.d.to)
 	t.Evidence = []Site{}
@@ -457,6 +512,11 @@ func classify(dr *toolDraft, rep *Report) {
 	}
 	declaredReadOnly := readOnlyRe.MatchString(own)
 	hintedEffect := effectHint.MatchString(own)
+	if dr.pub != nil && dr.pub.Annotations != nil {
+		// the server's published annotations replace what the source text seemed to say
+		declaredReadOnly = dr.pub.Annotations.saysReadOnly()
+		hintedEffect = dr.pub.Annotations.saysEffect()
+	}
 
 	moneyInWrites := false
 	for _, e := range t.Evidence {
@@ -502,4 +562,44 @@ func classify(dr *toolDraft, rep *Report) {
 	if t.Candidate && len(t.Guards) > 0 {
 		t.Reason += fmt.Sprintf("; %d guard site(s) in its own code to check", len(t.Guards))
 	}
+}
+
+// normName folds an identifier or tool name to lower-case letters and digits, so that
+// create_task, createTask, CreateTask, create-task and createtask compare equal.
+func normName(n string) string {
+	b := make([]byte, 0, len(n))
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			b = append(b, c)
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		}
+	}
+	return string(b)
+}
+
+// handlerKeys are the folded names a tool's own handler may carry.
+func handlerKeys(tool string) []string {
+	n := normName(tool)
+	if len(n) < 3 {
+		return nil
+	}
+	return []string{n, "handle" + n, n + "handler", n + "tool", "tool" + n, "do" + n, "run" + n, n + "impl"}
+}
+
+// soleDecl reports whether a file declares one tool: one declaration by a style's pattern
+// (the generic finder may see the same tool again through its name constant), or else one
+// found by shape.
+func soleDecl(ds []decl) bool {
+	precise, shape := 0, 0
+	for _, d := range ds {
+		if d.generic {
+			shape++
+		} else {
+			precise++
+		}
+	}
+	return precise == 1 || precise == 0 && shape == 1
 }

@@ -1,0 +1,160 @@
+package scan
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+)
+
+// The generic finder. Every MCP tool has a name, a description and an input schema, because
+// tools/list must publish all three. Whatever the SDK or house style, a declaration therefore
+// puts a name-like string (or a constant naming one) in a "name" position close to a
+// description and a schema or parameter list. This finder looks for that shape instead of
+// one pattern per style; the precise patterns in decl.go stay the fast path and win where
+// both see the same tool.
+
+var (
+	// a name position: name: "x", "name": "x", name = "x", .name = X, name("x"), :name => "x",
+	// tool_name 'x' (Ruby DSL), Name: X. The value is a literal or a constant-like reference.
+	shapeNameRe = regexp.MustCompile(`(?:^|[^\w$])["':]?(?:tool_?[Nn]ame|toolName|[Nn]ame|NAME)["']?\s*(=>|:|=|\(|\s)\s*(?:(["'` + "`" + `])([\w\-./:]{1,100})["'` + "`" + `]|([A-Z][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_]\w*)*))`)
+	// a description near it: description: / .description = / "description" / @Description /
+	// description 'x' (Ruby DSL) / desc
+	shapeDescRe = regexp.MustCompile(`(?i)\b(?:description|desc)\b\s*(?:["']\s*)?(?:=>|[:=(]|\s+["'])`)
+	// a schema or parameter list near it
+	shapeSchemaRe = regexp.MustCompile(`(?i)\b(?:input_?schema|inputschema|argsSchema|params_?schema|parameters|input_schema|schema|properties)\b`)
+	// the schema key MCP itself names: enough context on its own
+	mcpSchemaRe = regexp.MustCompile(`(?i)\binput_?schema\b`)
+	// what a tool is not: prompts and resources have names and descriptions too
+	shapeNotToolRe = regexp.MustCompile(`(?i)\b(?:resource_?template|uri_?template|mime_?type|mimeType)\b`)
+	// an OpenAPI parameter: { name, in: "path", description, schema }
+	openAPIParamRe = regexp.MustCompile(`\bin["']?\s*[:=]\s*["'](?:path|query|header|cookie)["']`)
+	// a file is worth the generic pass only if it talks about tools at all
+	shapeGate = []byte("ool")
+)
+
+// shapeWindow is how many lines after a name the description and schema may appear when the
+// name is not inside a bracketed object or call (field assignments, Ruby DSL lines).
+const shapeWindow = 30
+
+// findShapeDecls finds tool declarations by their shape in any of the six languages.
+func findShapeDecls(s *source) []decl {
+	if !bytes.Contains(s.text, shapeGate) {
+		return nil
+	}
+	var out []decl
+	seen := map[string]bool{}
+	for _, m := range s.findLinesWhere(shapeNameRe, shapeLine) {
+		if s.inComment(m[0]) {
+			continue
+		}
+		var name, ref string
+		if m[6] >= 0 {
+			name = string(s.text[m[6]:m[7]])
+			if !validToolName(name) || !nameLike(name) {
+				continue
+			}
+		} else {
+			ref = string(s.text[m[8]:m[9]])
+			if !constantLike(ref) || conversions[ref] || strings.TrimSpace(string(s.text[m[2]:m[3]])) == "" {
+				continue // Name ToolName is a Go field declaration, not a value
+			}
+		}
+		n := s.lineOf(m[0])
+		from, to := s.shapeBlock(m[0], n)
+		body := s.text[s.starts[from-1]:endOffset(s, to)]
+		if !shapeDescRe.Match(body) || !shapeSchemaRe.Match(body) || shapeNotToolRe.Match(body) || openAPIParamRe.Match(body) {
+			continue
+		}
+		if !mcpSchemaRe.Match(body) && !toolContext(s, from, to) || s.inBlockComment(m[0]) {
+			continue
+		}
+		key := name + "\x00" + ref
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, decl{name: name, ref: ref, style: "shape: name + description + schema", line: n, from: from, to: to, generic: true})
+	}
+	return out
+}
+
+// shapeLine cheaply picks lines that may hold a name position.
+func shapeLine(l []byte) bool {
+	return len(l) < 400 && (bytes.Contains(l, []byte("ame")) || bytes.Contains(l, []byte("AME")))
+}
+
+// nameLike rejects literals that are plainly not tool names: versions, paths, URLs, MIME
+// types, single characters.
+func nameLike(n string) bool {
+	if len(n) < 2 || strings.ContainsAny(n, "/:") || strings.Count(n, ".") > 1 {
+		return false
+	}
+	return n[0] < '0' || n[0] > '9'
+}
+
+// shapeBlock is the extent a name belongs to: the innermost bracketed object or call holding
+// it when that is small enough to be one tool, else a window of lines after it.
+func (s *source) shapeBlock(off, line int) (int, int) {
+	for _, open := range []byte{'{', '('} {
+		ob := s.enclosingOpen(off, open)
+		if ob < 0 {
+			continue
+		}
+		cl := s.matchClose(ob)
+		if cl < 0 {
+			continue
+		}
+		from, to := s.lineOf(ob), s.lineOf(cl)
+		if to-from <= 200 && s.lineOf(ob) >= line-40 {
+			return from, to
+		}
+	}
+	return line, min(s.lineCount(), line+shapeWindow)
+}
+
+// toolContext asks for the word "tool" in or just around the block, so a form field or a
+// config entry with a name, a description and a schema is not taken for a tool.
+func toolContext(s *source, from, to int) bool {
+	a := max(1, from-40)
+	b := min(s.lineCount(), to+5)
+	body := bytes.ToLower(s.text[s.starts[a-1]:endOffset(s, b)])
+	return bytes.Contains(body, []byte("tool"))
+}
+
+// inBlockComment reports whether off lies inside a block comment (/* */) or, in Python, a
+// triple-quoted string: sample JSON in a comment is not a declaration.
+func (s *source) inBlockComment(off int) bool {
+	for i := 0; i < len(s.text) && i <= off; {
+		j := s.skipString(i)
+		if j == i {
+			i++
+			continue
+		}
+		if j > off {
+			rest := s.text[i:]
+			return bytes.HasPrefix(rest, []byte("/*")) || s.lang == langPython && (bytes.HasPrefix(rest, []byte(`"""`)) || bytes.HasPrefix(rest, []byte("'''")))
+		}
+		i = j
+	}
+	return false
+}
+
+// mergeShape adds the generic finder's declarations that the precise patterns did not
+// already make: same name or reference, or a name inside a precise declaration's block, is
+// the same tool.
+func mergeShape(precise, shape []decl) []decl {
+	out := precise
+	for _, g := range shape {
+		dup := false
+		for _, p := range precise {
+			if g.name != "" && g.name == p.name || g.ref != "" && g.ref == p.ref || g.line >= p.from && g.line <= p.to {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, g)
+		}
+	}
+	return out
+}

@@ -1,0 +1,132 @@
+package scan
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// A tree with no declaration says so, whether or not its files hint at tools.
+func TestNotesNeverSilentZero(t *testing.T) {
+	plain := scanDir(t, writeTree(t, map[string]string{"main.go": "package main\n\nfunc main() {}\n"}), Options{})
+	if len(plain.Notes) != 1 || plain.Notes[0].Kind != "no_declarations" {
+		t.Fatalf("no tools and no hints: notes %+v", plain.Notes)
+	}
+	hinted := scanDir(t, writeTree(t, map[string]string{
+		"srv.ts": "import { make } from './x';\nconst reg = make();\nreg.registerTool(buildName(), spec, run);\n",
+	}), Options{})
+	if len(hinted.Notes) != 1 || hinted.Notes[0].Kind != "no_declarations" || len(hinted.Notes[0].Files) != 1 || hinted.Notes[0].Files[0] != "srv.ts" {
+		t.Fatalf("a hinted file with nothing resolved: notes %+v", hinted.Notes)
+	}
+	partial := scanDir(t, writeTree(t, map[string]string{
+		"a.ts": "server.registerTool('create_item', { description: 'x', inputSchema: {} }, async () => { await api.items.create(); });\n",
+		"b.py": "@mcp.tool\n",
+	}), Options{})
+	if len(partial.Notes) != 1 || partial.Notes[0].Kind != "unresolved_files" || partial.Notes[0].Files[0] != "b.py" {
+		t.Fatalf("one file resolved, one hinted and not: notes %+v", partial.Notes)
+	}
+}
+
+// Shapes that are not tools: a JSON sample in a block comment, an OpenAPI parameter, a server
+// info object, a Go struct field declaration.
+func TestShapeNotTools(t *testing.T) {
+	rep := scanDir(t, writeTree(t, map[string]string{
+		"Sample.java": "/* tools/list sample\n{\n  \"name\": \"ping_tool\",\n  \"description\": \"x\",\n  \"inputSchema\": {}\n}\n*/\npublic class Sample {}\n",
+		"spec.ts":     "// tool parameters from OpenAPI\nconst p = { name: 'petId', in: 'path', description: 'id', schema: { type: 'string' } };\n",
+		"info.py":     "# tool server\nINFO = {'name': 'my-server', 'version': '1.0'}\n",
+		"types.go":    "package x\n\n// Tool is a tool\ntype Tool struct {\n\tName ToolName\n\tDescription string\n\tInputSchema Schema\n}\n",
+	}), Options{})
+	if n := len(rep.Candidates) + len(rep.Others); n != 0 {
+		t.Fatalf("declared %d tools from non-tool shapes: %v %v", n, toolNames(rep.Candidates), toolNames(rep.Others))
+	}
+}
+
+// --run against a real npm server (scripts/install-peers): its tools/list is the ground
+// truth, each published name is followed into the code, and the published annotations sit
+// beside what the code suggests.
+func TestRunRealServer(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed; --run against a real server needs it")
+	}
+	pkg := filepath.Join("..", "..", ".peers", "node_modules", "@modelcontextprotocol", "server-everything", "dist")
+	if _, err := os.Stat(pkg); err != nil {
+		t.Skip("npm peers not installed (.peers missing); run scripts/install-peers")
+	}
+	ctx := context.Background()
+	cmd := []string{node, filepath.Join(pkg, "index.js"), "stdio"}
+	pub, err := ListPublished(ctx, RunConfig{Command: cmd, Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pub) < 5 {
+		t.Fatalf("server-everything published %d tools", len(pub))
+	}
+	rep := scanDir(t, pkg, Options{Published: pub, RunCommand: cmd})
+	if rep.Run == nil || len(rep.Run.Published) != len(pub) {
+		t.Fatal("no run section")
+	}
+	if len(rep.Run.NotInCode) != 0 {
+		t.Errorf("published tools not found in the compiled code: %v", rep.Run.NotInCode)
+	}
+	// the annotation counts as evidence: simulate-research-query is published as not
+	// read-only, which its read-sounding name hides
+	sim, ok := findTool(rep, "simulate-research-query")
+	if !ok || !sim.Candidate || sim.Published == nil || !*sim.Published || sim.Annotations == nil {
+		t.Fatalf("simulate-research-query: %+v", sim)
+	}
+	found := false
+	for _, d := range rep.Run.Disagreements {
+		if d.Tool == "simulate-research-query" && strings.Contains(d.Annotation, "readOnlyHint false") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("disagreement on simulate-research-query not reported: %+v", rep.Run.Disagreements)
+	}
+	echo, ok := findTool(rep, "echo")
+	if !ok || echo.Candidate {
+		t.Errorf("echo: %+v", echo)
+	}
+	// a declaration the server did not publish to this client is listed, not dropped
+	for _, n := range rep.Run.NotPublished {
+		if _, ok := findTool(rep, n); !ok {
+			t.Errorf("%s listed as not published but missing from the report", n)
+		}
+	}
+}
+
+// A server that cannot start is an error that says so, never an empty list.
+func TestRunBadServer(t *testing.T) {
+	_, err := ListPublished(context.Background(), RunConfig{Command: []string{"/nonexistent/server"}, Timeout: 10 * time.Second})
+	if err == nil {
+		t.Fatal("a missing server gave no error")
+	}
+	sh, lerr := exec.LookPath("sh")
+	if lerr != nil {
+		t.Skip("no sh")
+	}
+	_, err = ListPublished(context.Background(), RunConfig{Command: []string{sh, "-c", "exit 3"}, Timeout: 10 * time.Second})
+	if err == nil {
+		t.Fatal("a server that exits gave no error")
+	}
+}

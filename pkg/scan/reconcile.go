@@ -1,0 +1,242 @@
+package scan
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// registrationHints are strings that a file declaring MCP tools almost always holds. A file
+// holding one where no declaration was resolved is worth a note: the scan may be blind to
+// its style.
+var registrationHints = [][]byte{
+	[]byte("registerTool"), []byte("RegisterTool"), []byte(".tool("), []byte("@mcp"), []byte("add_tool("),
+	[]byte("AddTool("), []byte("addTool("), []byte("NewTool("), []byte("#[tool"), []byte("@Tool"),
+	[]byte("@McpTool"), []byte("MCP::Tool"), []byte("inputSchema"), []byte("input_schema"),
+	[]byte("InputSchema"), []byte("Tool.builder"), []byte("tool_name"),
+}
+
+func registrationHint(text []byte) bool {
+	for _, h := range registrationHints {
+		if bytes.Contains(text, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxNoteFiles caps the files one note lists.
+const maxNoteFiles = 50
+
+// addNotes says what the scan could not see: never a silent zero.
+func addNotes(rep *Report, files []fileResult) {
+	rep.Notes = []Note{}
+	declared := map[string]bool{}
+	for _, ts := range [][]Tool{rep.Candidates, rep.Others} {
+		for _, t := range ts {
+			declared[t.File] = true
+		}
+	}
+	for _, u := range rep.Unresolved {
+		declared[u.File] = true
+	}
+	var blind []string
+	for _, f := range files {
+		if f.hinted && !declared[f.src.rel] {
+			blind = append(blind, f.src.rel)
+		}
+	}
+	sort.Strings(blind)
+	shown := blind
+	if len(shown) > maxNoteFiles {
+		shown = shown[:maxNoteFiles]
+	}
+	total := len(rep.Candidates) + len(rep.Others)
+	switch {
+	case total == 0 && len(blind) > 0:
+		rep.Notes = append(rep.Notes, Note{Kind: "no_declarations", Files: shown,
+			Text: fmt.Sprintf("no tool declaration was resolved, although %d file(s) mention tool registration (registerTool, @mcp, tool(, inputSchema...): this tree declares its tools in a way the scan does not recognise; a zero here is not evidence of no tools (try --run)", len(blind))})
+	case total == 0:
+		rep.Notes = append(rep.Notes, Note{Kind: "no_declarations",
+			Text: fmt.Sprintf("no MCP tool declaration found in %d source file(s): this may not be an MCP server, its tools may be declared in dependencies or generated at run time, or in a way the scan does not recognise (try --run)", rep.Files.Scanned)})
+	case len(blind) > 0:
+		rep.Notes = append(rep.Notes, Note{Kind: "unresolved_files", Files: shown,
+			Text: fmt.Sprintf("%d file(s) mention tool registration but no declaration was resolved in them: tools declared there may be missing from this report", len(blind))})
+	}
+	if rep.Run != nil {
+		if len(rep.Run.Published) == 0 {
+			rep.Notes = append(rep.Notes, Note{Kind: "published_none", Text: "the server listed no tools in tools/list"})
+		}
+		if len(rep.Run.NotInCode) > 0 {
+			rep.Notes = append(rep.Notes, Note{Kind: "published_not_in_code",
+				Text: fmt.Sprintf("%d published tool(s) could not be found in the code (%s): they are classified from their names and published annotations only", len(rep.Run.NotInCode), strings.Join(firstN(rep.Run.NotInCode, 10), ", "))})
+		}
+	}
+}
+
+func firstN(ss []string, n int) []string {
+	if len(ss) > n {
+		return append(append([]string{}, ss[:n]...), fmt.Sprintf("and %d more", len(ss)-n))
+	}
+	return ss
+}
+
+// followPublished sets the server's published list against the declarations: each draft
+// learns whether it is published; each published name the finders missed is looked for as a
+// string literal in the code and, when found, becomes a declaration there; the rest are
+// tools known only from the server's list.
+func followPublished(rep *Report, files []fileResult, drafts []*toolDraft, opts Options) ([]*toolDraft, []Tool) {
+	run := &RunReport{Command: opts.RunCommand, Published: opts.Published,
+		NotInCode: []string{}, NotPublished: []string{}, Disagreements: []Disagreement{}}
+	if run.Command == nil {
+		run.Command = []string{}
+	}
+	rep.Run = run
+	pub := map[string]*PublishedTool{}
+	for i := range opts.Published {
+		p := &opts.Published[i]
+		if _, dup := pub[p.Name]; !dup {
+			pub[p.Name] = p
+		}
+	}
+	have := map[string]bool{}
+	notPub := map[string]bool{}
+	for _, dr := range drafts {
+		have[dr.tool.Name] = true
+		if p, ok := pub[dr.tool.Name]; ok {
+			dr.pub = p
+		} else {
+			notPub[dr.tool.Name] = true
+		}
+	}
+	for n := range notPub {
+		run.NotPublished = append(run.NotPublished, n)
+	}
+	sort.Strings(run.NotPublished)
+
+	var only []Tool
+	for _, p := range opts.Published {
+		if have[p.Name] {
+			continue
+		}
+		have[p.Name] = true
+		if dr := findLiteral(files, p.Name); dr != nil {
+			dr.pub = pub[p.Name]
+			drafts = append(drafts, dr)
+			continue
+		}
+		run.NotInCode = append(run.NotInCode, p.Name)
+		only = append(only, publishedOnly(pub[p.Name], run))
+	}
+	return drafts, only
+}
+
+// findLiteral looks for a published name as a quoted string in the code, preferring a place
+// with a tool's shape (a description and a schema nearby), and makes a declaration there.
+func findLiteral(files []fileResult, name string) *toolDraft {
+	if !validToolName(name) {
+		return nil
+	}
+	var first *toolDraft
+	for _, f := range files {
+		s := f.src
+		for _, q := range []string{`"`, `'`, "`"} {
+			lit := []byte(q + name + q)
+			for i := 0; ; {
+				j := bytes.Index(s.text[i:], lit)
+				if j < 0 {
+					break
+				}
+				off := i + j
+				i = off + len(lit)
+				if s.inComment(off) || s.inBlockComment(off) {
+					continue
+				}
+				line := s.lineOf(off)
+				from, to := s.shapeBlock(off, line)
+				d := decl{name: name, style: "published name found in code", line: line, from: from, to: to}
+				dr := &toolDraft{d: d, src: s, calls: map[string]bool{},
+					tool:  Tool{Name: name, File: s.rel, Line: line, Language: s.lang, Style: d.style},
+					spans: []span{{s, from, to}}}
+				body := s.text[s.starts[from-1]:endOffset(s, to)]
+				if shapeDescRe.Match(body) && shapeSchemaRe.Match(body) {
+					return dr
+				}
+				if first == nil {
+					first = dr
+				}
+			}
+		}
+	}
+	return first
+}
+
+// publishedOnly classifies a tool known only from the server's list, from its name and its
+// published annotations.
+func publishedOnly(p *PublishedTool, run *RunReport) Tool {
+	yes := true
+	t := Tool{Name: p.Name, Style: "published only: name not found in code", Published: &yes,
+		Annotations: p.Annotations, Evidence: []Site{}, Guards: []Site{}}
+	c := classifyName(p.Name)
+	switch {
+	case p.Annotations.saysEffect():
+		t.Candidate = true
+		t.Reason = "published " + annotationText(p.Annotations) + "; not found in code"
+	case c.vetoed:
+		t.Reason = fmt.Sprintf("read verb %q leads the name; not found in code", c.read[0])
+	case len(c.effect) > 0 && p.Annotations.saysReadOnly():
+		t.Reason = "effect words in the name (" + strings.Join(c.effect, ", ") + "), but published readOnlyHint: true; not found in code"
+	case len(c.effect) > 0:
+		t.Candidate = true
+		t.Reason = "effect words in the name: " + strings.Join(c.effect, ", ") + "; not found in code"
+	default:
+		t.Reason = "no effect or read words in the name; not found in code"
+	}
+	t.Money = t.Candidate && len(c.money) > 0
+	t.CodeSuggests = "not found in code"
+	return t
+}
+
+// classifyWithPublished classifies a tool from its code, then, under --run, weighs the
+// published annotations and records where they and the code disagree.
+func classifyWithPublished(dr *toolDraft, rep *Report) {
+	if dr.pub == nil {
+		classify(dr, rep)
+		if rep.Run != nil {
+			no := false
+			dr.tool.Published = &no
+		}
+		return
+	}
+	p := dr.pub
+	dr.pub = nil
+	classify(dr, rep)
+	codeCand, codeReason := dr.tool.Candidate, dr.tool.Reason
+	dr.pub = p
+	classify(dr, rep)
+	yes := true
+	t := &dr.tool
+	t.Published, t.Annotations = &yes, p.Annotations
+	t.CodeSuggests = verdictText(codeCand, codeReason)
+	a := p.Annotations
+	if a.saysEffect() && !t.Candidate {
+		t.Candidate = true
+		t.Reason = "published " + annotationText(a) + "; the code alone: " + codeReason
+	}
+	switch {
+	case a.saysReadOnly() && codeCand:
+		rep.Run.Disagreements = append(rep.Run.Disagreements, Disagreement{Tool: t.Name,
+			Annotation: annotationText(a), Code: t.CodeSuggests})
+	case a.saysEffect() && !codeCand:
+		rep.Run.Disagreements = append(rep.Run.Disagreements, Disagreement{Tool: t.Name,
+			Annotation: annotationText(a), Code: t.CodeSuggests})
+	}
+}
+
+func verdictText(cand bool, reason string) string {
+	if cand {
+		return "candidate: " + reason
+	}
+	return "not a candidate: " + reason
+}

@@ -1,0 +1,160 @@
+package scan
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// PublishedTool is one tool as a running server lists it in tools/list: the ground truth
+// for names, and its annotations as the author's own claims.
+type PublishedTool struct {
+	Name        string          `json:"name"`
+	Title       string          `json:"title,omitempty"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	Annotations *Annotations    `json:"annotations,omitempty"`
+}
+
+// Annotations are the MCP tool annotations; nil means the server did not say.
+type Annotations struct {
+	Title           string `json:"title,omitempty"`
+	ReadOnlyHint    *bool  `json:"readOnlyHint,omitempty"`
+	DestructiveHint *bool  `json:"destructiveHint,omitempty"`
+	IdempotentHint  *bool  `json:"idempotentHint,omitempty"`
+	OpenWorldHint   *bool  `json:"openWorldHint,omitempty"`
+}
+
+// saysReadOnly reports an explicit readOnlyHint: true.
+func (a *Annotations) saysReadOnly() bool {
+	return a != nil && a.ReadOnlyHint != nil && *a.ReadOnlyHint
+}
+
+// saysEffect reports an explicit readOnlyHint: false, or destructiveHint: true without
+// readOnlyHint: true. Absent hints are not evidence: the protocol's defaults are not the
+// author's claims.
+func (a *Annotations) saysEffect() bool {
+	if a == nil || a.saysReadOnly() {
+		return false
+	}
+	return a.ReadOnlyHint != nil && !*a.ReadOnlyHint || a.DestructiveHint != nil && *a.DestructiveHint
+}
+
+// RunConfig says how to start a server to ask it for its tools.
+type RunConfig struct {
+	Command []string      // argv of the stdio MCP server
+	Dir     string        // its working directory ("" for ours)
+	Env     []string      // added to this process's environment
+	Timeout time.Duration // for start, handshake and the whole listing; default 30 s
+	Stderr  io.Writer     // the server's stderr; default io.Discard
+}
+
+// maxListPages bounds a tools/list that keeps returning cursors.
+const maxListPages = 1000
+
+// ListPublished starts the server, completes the MCP handshake, reads every page of
+// tools/list and stops the server. The result is the server's own list, in its order.
+func ListPublished(ctx context.Context, rc RunConfig) ([]PublishedTool, error) {
+	if len(rc.Command) == 0 {
+		return nil, errors.New("scan: --run needs a server command after --")
+	}
+	if rc.Timeout <= 0 {
+		rc.Timeout = 30 * time.Second
+	}
+	if rc.Stderr == nil {
+		rc.Stderr = io.Discard
+	}
+	ctx, cancel := context.WithTimeout(ctx, rc.Timeout)
+	defer cancel()
+	sess, err := mcpstdio.Start(ctx, mcpstdio.Config{Command: rc.Command, Dir: rc.Dir, Env: rc.Env,
+		Stderr: rc.Stderr, InitTimeout: rc.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	var out []PublishedTool
+	cursor := ""
+	for page := 0; ; page++ {
+		if page == maxListPages {
+			return nil, fmt.Errorf("scan: tools/list returned more than %d pages", maxListPages)
+		}
+		raw, err := sess.ListTools(ctx, cursor)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("scan: the server did not list its tools within %s", rc.Timeout)
+			}
+			return nil, fmt.Errorf("scan: tools/list: %w", err)
+		}
+		var res struct {
+			Tools      []PublishedTool `json:"tools"`
+			NextCursor string          `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, fmt.Errorf("scan: tools/list result is not a tool list: %v", err)
+		}
+		for _, t := range res.Tools {
+			if t.Name == "" {
+				return nil, errors.New("scan: tools/list holds a tool without a name")
+			}
+			out = append(out, t)
+		}
+		if res.NextCursor == "" {
+			return out, nil
+		}
+		cursor = res.NextCursor
+	}
+}
+
+// RunReport is what --run adds: the server's list as ground truth, set against the code.
+type RunReport struct {
+	Command       []string        `json:"command"`
+	Published     []PublishedTool `json:"published"`
+	NotInCode     []string        `json:"published_not_found_in_code"`
+	NotPublished  []string        `json:"declared_not_published"`
+	Disagreements []Disagreement  `json:"disagreements"`
+}
+
+// Disagreement is a published annotation that says something other than the code does.
+type Disagreement struct {
+	Tool       string `json:"tool"`
+	Annotation string `json:"annotation"` // what the server publishes
+	Code       string `json:"code"`       // what the code suggests, and why
+}
+
+func boolText(b *bool) string {
+	switch {
+	case b == nil:
+		return "unset"
+	case *b:
+		return "true"
+	default:
+		return "false"
+	}
+}
+
+// annotationText is readOnlyHint/destructiveHint as published, for reports.
+func annotationText(a *Annotations) string {
+	if a == nil {
+		return "no annotations"
+	}
+	return "readOnlyHint " + boolText(a.ReadOnlyHint) + ", destructiveHint " + boolText(a.DestructiveHint)
+}
+
+// FindTools is the tool finder on its own, for callers that need the declarations rather
+// than a review report (policy init --scan): every tool the scan found, candidates and not,
+// sorted by file and line, with the notes on what it could not see. opts.Published, when
+// set, makes the server's list the ground truth as in Scan.
+func FindTools(ctx context.Context, root string, opts Options) ([]Tool, []Note, error) {
+	rep, err := Scan(ctx, root, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	all := append(append([]Tool{}, rep.Candidates...), rep.Others...)
+	sortTools(all)
+	return all, rep.Notes, nil
+}
