@@ -331,7 +331,7 @@ func TestLedgerCommands(t *testing.T) {
 	if code, out, _ := runCLI(t, "", "ledger", "sweep", "--ledger", path); code != exitOK || !strings.Contains(out, "swept 0") {
 		t.Fatalf("sweep = %d %s", code, out)
 	}
-	if code, out, _ := runCLI(t, "", "ledger", "check", "--ledger", path); code != exitOK || !strings.Contains(out, ": OK") || !strings.Contains(out, "schema version 1") {
+	if code, out, _ := runCLI(t, "", "ledger", "check", "--ledger", path); code != exitOK || !strings.Contains(out, ": OK") || !strings.Contains(out, "schema version 2") {
 		t.Fatalf("check = %d %s", code, out)
 	}
 

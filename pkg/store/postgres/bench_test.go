@@ -203,4 +203,29 @@ func BenchmarkServerFloor(b *testing.B) {
 			}
 		}
 	})
+	// commit16 is the same durable INSERT from 16 callers on 16 connections (b.N in total):
+	// the bare server's scaling, against which the ledger's 16-caller figure is compared.
+	b.Run("commit16", func(b *testing.B) {
+		schema := fmt.Sprintf("effectfence_floor16_%d", os.Getpid())
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".probe (i int)"); err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		const callers = 16
+		idle := make(chan *pgx.Conn, callers) // a caller takes a connection of its own per op
+		for range callers {
+			c, err := pgx.Connect(ctx, raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close(ctx)
+			idle <- c
+		}
+		run(b, callers, func(int) error {
+			c := <-idle
+			defer func() { idle <- c }()
+			_, err := c.Exec(ctx, "INSERT INTO "+schema+".probe VALUES (1)", pgx.QueryExecModeSimpleProtocol)
+			return err
+		})
+	})
 }

@@ -16,11 +16,14 @@ type CheckReport struct {
 	OK bool `json:"ok"`
 	// Kind is "effectfence ledger", "empty file", "foreign SQLite database", "not SQLite" or
 	// "missing".
-	Kind          string         `json:"kind"`
-	Bytes         int64          `json:"bytes"`
-	WALBytes      int64          `json:"wal_bytes"`
-	SchemaVersion int            `json:"schema_version,omitempty"`
-	BuildSchema   int            `json:"build_schema_version"`
+	Kind          string `json:"kind"`
+	Bytes         int64  `json:"bytes"`
+	WALBytes      int64  `json:"wal_bytes"`
+	SchemaVersion int    `json:"schema_version,omitempty"`
+	BuildSchema   int    `json:"build_schema_version"`
+	// RecordsLayout is how the records table is stored: "without rowid" (schema 1) or "rowid"
+	// (schema 2 on).
+	RecordsLayout string         `json:"records_layout,omitempty"`
 	Integrity     []string       `json:"integrity,omitempty"`
 	States        map[string]int `json:"states,omitempty"`
 	Events        int            `json:"events"`
@@ -138,7 +141,7 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	case v > SchemaVersion:
 		r.Problems = append(r.Problems, fmt.Sprintf("schema version %d is newer than this build's %d: a newer effectfence wrote it; upgrade effectfence", v, SchemaVersion))
 	case v < SchemaVersion && err == nil:
-		r.Advice = append(r.Advice, fmt.Sprintf("schema version %d is older than this build's %d; it is migrated the next time a process opens it for writing", v, SchemaVersion))
+		r.Advice = append(r.Advice, fmt.Sprintf("schema version %d is older than this build's %d; it is migrated in place the next time a process opens it for writing (read-only commands read it as it is)", v, SchemaVersion))
 	}
 	rows, err := db.QueryContext(ctx, "PRAGMA integrity_check")
 	if err != nil {
@@ -159,9 +162,10 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	if len(r.Integrity) != 1 || r.Integrity[0] != "ok" {
 		r.Problems = append(r.Problems, fmt.Sprintf("SQLite's integrity_check found %d problem(s)", len(r.Integrity)))
 	}
-	if v != SchemaVersion {
+	if v < oldestReadable || v > SchemaVersion {
 		return
 	}
+	r.checkLayout(ctx, db, v)
 	rows, err = db.QueryContext(ctx, "SELECT state, count(*) FROM records GROUP BY state")
 	if err != nil {
 		r.Problems = append(r.Problems, "cannot count records: "+err.Error())
@@ -183,5 +187,34 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	}
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&r.Events); err != nil {
 		r.Problems = append(r.Problems, "cannot count events: "+err.Error())
+	}
+}
+
+// checkLayout records how the records table is stored and reports a layout that its schema
+// version does not describe (a migration is one transaction, so only a file edited by hand
+// or damaged shows one).
+func (r *CheckReport) checkLayout(ctx context.Context, db *sql.DB, v int) {
+	var withoutRowid bool
+	if err := db.QueryRowContext(ctx, "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = 'records'").Scan(&withoutRowid); err != nil {
+		r.Problems = append(r.Problems, "cannot read the records table's layout: "+err.Error())
+		return
+	}
+	r.RecordsLayout = "rowid"
+	if withoutRowid {
+		r.RecordsLayout = "without rowid"
+	}
+	if want := v < 2; withoutRowid != want {
+		r.Problems = append(r.Problems, fmt.Sprintf("the records table is stored %s, which schema version %d does not use", r.RecordsLayout, v))
+		return
+	}
+	if v >= 2 {
+		var unique int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_index_list('records') AS l, pragma_index_info(l.name) AS i
+			WHERE l."unique" AND i.name = 'intent' AND (SELECT count(*) FROM pragma_index_info(l.name)) = 1`).Scan(&unique)
+		if err != nil {
+			r.Problems = append(r.Problems, "cannot read the records table's indexes: "+err.Error())
+		} else if unique == 0 {
+			r.Problems = append(r.Problems, "the records table lacks its unique index on intent: two records could claim one intent")
+		}
 	}
 }

@@ -34,6 +34,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if path := os.Getenv("EFFECTFENCE_TEST_MIGRATOR"); path != "" {
+		if err := migrateChild(path); err != nil {
+			fmt.Fprintln(os.Stderr, "migrator:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

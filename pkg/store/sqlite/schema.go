@@ -3,12 +3,19 @@ package sqlite
 // applicationID marks a SQLite file as an effectfence ledger (PRAGMA application_id): "EFNC".
 const applicationID = 0x45464e43
 
-// SchemaVersion is the schema this build writes. Opening a ledger with an older schema
-// migrates it; a newer one is refused (a newer effectfence wrote it).
-const SchemaVersion = 1
+// SchemaVersion is the schema this build writes. Opening a ledger with an older schema for
+// writing migrates it; a newer one is refused (a newer effectfence wrote it).
+const SchemaVersion = 2
 
-// migrations[i] takes a ledger from schema version i to i+1. Each runs in the transaction that
-// also records the new version in meta, so a crash mid-migration leaves the old schema intact.
+// oldestReadable is the oldest schema a read-only open reads without migrating: every schema
+// since has the same tables and columns (version 2 changed only how records are stored), so the
+// store's queries run unchanged on it.
+const oldestReadable = 1
+
+// migrations[i] takes a ledger from schema version i to i+1. They run in the transaction that
+// also records the new version in meta, so a crash mid-migration (even one that already wrote
+// part of the copy to the WAL) leaves the old schema intact: SQLite ignores WAL frames no
+// commit covers.
 var migrations = []string{
 	// 0 -> 1: the first schema.
 	`
@@ -50,5 +57,29 @@ CREATE TABLE events (
 ) STRICT;
 CREATE INDEX events_intent ON events(intent, id);
 CREATE INDEX events_at ON events(at);
+`,
+
+	// 1 -> 2: records becomes a rowid table. In version 1 it was WITHOUT ROWID, a b-tree whose
+	// cells hold whole rows: a body over ~1 KB (4 KB pages) spilled to overflow pages, and every
+	// key comparison on the way to an intent read them again. Now the intent's b-tree is the
+	// UNIQUE index (intent -> rowid, small cells) and bodies sit in the table's leaves, found by
+	// rowid and read once. Column names stay, so every query (and an older build that still has
+	// the file open) runs unchanged.
+	`
+CREATE TABLE records_v2 (
+	id         INTEGER PRIMARY KEY,
+	intent     TEXT NOT NULL UNIQUE,
+	state      TEXT NOT NULL,
+	expires_at INTEGER,
+	cert_hash  TEXT,
+	body       BLOB NOT NULL
+) STRICT;
+INSERT INTO records_v2(intent, state, expires_at, cert_hash, body)
+	SELECT intent, state, expires_at, cert_hash, body FROM records ORDER BY intent;
+DROP TABLE records;
+ALTER TABLE records_v2 RENAME TO records;
+CREATE INDEX records_state ON records(state);
+CREATE INDEX records_expires ON records(expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX records_cert_hash ON records(cert_hash) WHERE cert_hash IS NOT NULL;
 `,
 }

@@ -43,7 +43,8 @@ import (
 
 // Options tune a Store. The zero value is the default.
 type Options struct {
-	// ReadOnly opens the file for inspection: no schema migration, Update fails.
+	// ReadOnly opens the file for inspection: no schema migration, Update fails. A ledger of an
+	// older schema this build can read as it is (see oldestReadable) is read unmigrated.
 	ReadOnly bool
 	// BusyTimeout is how long a transaction waits for another process's write lock before
 	// failing (default 30 s).
@@ -412,6 +413,9 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("migrating the ledger schema from version %d: %w", v, err)
 		}
+		if testHookMigrated != nil {
+			testHookMigrated(v)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", SchemaVersion); err != nil {
 		return err
@@ -421,6 +425,10 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	return tx.Commit()
 }
+
+// testHookMigrated, when set (by tests only), runs after each migration step, before the
+// transaction commits: the crash tests kill the process there.
+var testHookMigrated func(from int)
 
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -451,8 +459,8 @@ func (s *Store) checkVersion(ctx context.Context) error {
 	switch {
 	case v > SchemaVersion:
 		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d, newer than this build's %d (upgrade effectfence)", v, SchemaVersion)}
-	case v < SchemaVersion:
-		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d; this build needs %d and a read-only open does not migrate", v, SchemaVersion)}
+	case v < oldestReadable || (v < SchemaVersion && !s.opt.ReadOnly):
+		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d, which this build (schema %d) reads only after migrating it, and a read-only open does not migrate: open it once for writing (any effectfence command that records decisions, e.g. wrap or serve) to upgrade it in place", v, SchemaVersion)}
 	}
 	return nil
 }

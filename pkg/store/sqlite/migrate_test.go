@@ -1,0 +1,316 @@
+package sqlite_test
+
+import (
+	"bufio"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// copyV1 copies testdata/ledger-v1.db, a ledger written by the build before schema 2 (done,
+// failed, in-flight and released intents, domains, a 70 KB result, counters, events), to a
+// temporary file.
+func copyV1(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "ledger-v1.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// ledgerSnap is everything a store shows through fence.Tx.
+type ledgerSnap struct {
+	Records  map[string]string
+	Events   []fence.Event
+	Counters fence.Counters
+	Domains  map[string]uint64
+	Floor    uint64
+}
+
+func snapshot(t *testing.T, st fence.Store) ledgerSnap {
+	t.Helper()
+	s := ledgerSnap{Records: map[string]string{}, Domains: map[string]uint64{}}
+	err := st.View(ctx, func(tx fence.Tx) error {
+		err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
+			b, _ := json.Marshal(r)
+			s.Records[r.Intent] = string(b)
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		if err := tx.Events("", func(ev fence.Event) bool { s.Events = append(s.Events, ev); return true }); err != nil {
+			return err
+		}
+		if s.Counters, err = tx.Counters(); err != nil {
+			return err
+		}
+		for _, d := range []string{"acct:0", "acct:1", "acct:2"} {
+			if s.Domains[d], _, err = tx.DomainSeq(d); err != nil {
+				return err
+			}
+		}
+		s.Floor, err = tx.DomainFloor()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func checkT(t *testing.T, path string) *sqlite.CheckReport {
+	t.Helper()
+	rep, err := sqlite.Check(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// A version-1 ledger is read as it is by a read-only open, migrated in place by the first open
+// for writing, and shows the same records, events, counters and domains afterwards; the engine
+// replays its done intents with their recorded certs and goes on admitting new ones.
+func TestMigrateFromV1(t *testing.T) {
+	path := copyV1(t)
+	rep := checkT(t, path)
+	if !rep.OK || rep.SchemaVersion != 1 || rep.RecordsLayout != "without rowid" || rep.States["done"] != 25 {
+		t.Fatalf("check of the v1 file: %+v", rep)
+	}
+	if !strings.Contains(strings.Join(rep.Advice, "\n"), "migrated in place the next time a process opens it for writing") {
+		t.Errorf("check does not say the file will be migrated: %q", rep.Advice)
+	}
+
+	ro := openT(t, path, sqlite.Options{ReadOnly: true})
+	before := snapshot(t, ro)
+	if len(before.Records) != 35 || len(before.Events) != 10 || before.Counters.Admitted != 40 || before.Domains["acct:0"] == 0 {
+		t.Fatalf("read-only view of the v1 file: %d records, %d events, %+v, %v", len(before.Records), len(before.Events), before.Counters, before.Domains)
+	}
+	var oldCert *fence.Record
+	if err := ro.View(ctx, func(tx fence.Tx) (err error) { oldCert, err = tx.Get("gen:009"); return err }); err != nil || oldCert == nil || oldCert.Cert == nil {
+		t.Fatalf("gen:009 in the v1 file: %+v %v", oldCert, err)
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st := openT(t, path, sqlite.Options{})
+	after := snapshot(t, st)
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("the migration changed what the ledger holds:\nbefore %+v\nafter  %+v", before, after)
+	}
+	rep = checkT(t, path)
+	if !rep.OK || rep.SchemaVersion != 2 || rep.RecordsLayout != "rowid" || rep.States["done"] != 25 || rep.Events != 10 {
+		t.Fatalf("check of the migrated file: %+v", rep)
+	}
+	byHash := ""
+	err := st.View(ctx, func(tx fence.Tx) error {
+		r, err := tx.CertByHash(oldCert.Cert.Hash)
+		if r != nil {
+			byHash = r.Intent
+		}
+		return err
+	})
+	if err != nil || byHash != "gen:009" {
+		t.Fatalf("CertByHash after the migration: %q %v", byHash, err)
+	}
+
+	eng := fence.New(st, fence.Config{})
+	// gen:009 was committed with a 70 KB result: its replay is the recorded cert.
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "gen:009", Tool: "charge_card", Args: oldCert.Args, Agent: "gen"})
+	if err != nil || adm.Fresh() || adm.Cert.Hash != oldCert.Cert.Hash {
+		t.Fatalf("replay of a v1 done intent after migration: %+v %v", adm, err)
+	}
+	adm, err = eng.Prepare(ctx, fence.Request{Intent: "after:1", Tool: "charge_card", Args: []byte(`{"n":1}`), Domain: "acct:0"})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("fresh admission after migration: %+v %v", adm, err)
+	}
+	if adm.Ticket.Token != 41 || adm.Ticket.Seq != before.Domains["acct:0"]+1 {
+		t.Errorf("the token or domain counter did not carry over: token %d seq %d (v1: token 40, acct:0 at %d)", adm.Ticket.Token, adm.Ticket.Seq, before.Domains["acct:0"])
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	eng.Close()
+
+	// Opening again finds the current schema and changes nothing.
+	st2 := openT(t, path, sqlite.Options{})
+	if n := len(snapshot(t, st2).Records); n != 36 {
+		t.Fatalf("%d records on reopening; want 36", n)
+	}
+}
+
+// growV1 adds n version-1 records with 1.1 KB bodies to a v1 file through SQL alone, so that
+// its migration writes more than SQLite's page cache holds (and spills to the WAL before its
+// commit).
+func growV1(t *testing.T, path string, n int) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+		INSERT INTO records(intent, state, expires_at, cert_hash, body)
+		SELECT printf('bulk:%06d', i), 'failed', NULL, NULL,
+			CAST(json_object('intent', printf('bulk:%06d', i), 'state', 'failed', 'fingerprint', 'fp', 'token', 0,
+				'tool', 'bulk', 'args', json_object('memo', hex(zeroblob(550))), 'reason', 'bulk') AS BLOB)
+		FROM n`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// migrateChild is a process that opens the ledger for writing (migrating it). With
+// EFFECTFENCE_TEST_MIGRATE_STOP set it stops inside the migration's transaction, after the
+// copy, says "migrating" and waits to be killed.
+func migrateChild(path string) error {
+	if os.Getenv("EFFECTFENCE_TEST_MIGRATE_STOP") != "" {
+		sqlite.SetTestHookMigrated(func(from int) {
+			if from == 1 {
+				fmt.Println("migrating")
+				time.Sleep(time.Hour)
+			}
+		})
+	}
+	fmt.Println("opening")
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		return err
+	}
+	fmt.Println("open")
+	return st.Close()
+}
+
+func startMigrator(t *testing.T, path string, stop bool) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_MIGRATOR="+path)
+	if stop {
+		cmd.Env = append(cmd.Env, "EFFECTFENCE_TEST_MIGRATE_STOP=1")
+	}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
+func kill9(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the migrating process was not killed by SIGKILL: %v", err)
+	}
+}
+
+// afterCrash checks a ledger whose migrating process was killed: `ledger check` finds it
+// healthy at version 1 or 2, it opens read-only as it is with every record, and an open for
+// writing completes the migration with every record.
+func afterCrash(t *testing.T, path string, want ledgerSnap) (version int) {
+	t.Helper()
+	rep := checkT(t, path)
+	if !rep.OK || (rep.SchemaVersion != 1 && rep.SchemaVersion != 2) {
+		t.Fatalf("check after the kill: %+v", rep)
+	}
+	ro, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only open after the kill: %v", err)
+	}
+	got := snapshot(t, ro)
+	ro.Close()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the kill the ledger holds %d records (want %d), or other differences", len(got.Records), len(want.Records))
+	}
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatalf("open for writing after the kill: %v", err)
+	}
+	got = snapshot(t, st)
+	st.Close()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the migration the ledger holds %d records (want %d), or other differences", len(got.Records), len(want.Records))
+	}
+	if rep := checkT(t, path); !rep.OK || rep.SchemaVersion != 2 || rep.RecordsLayout != "rowid" {
+		t.Fatalf("check after the completed migration: %+v", rep)
+	}
+	return rep.SchemaVersion
+}
+
+// kill -9 of a process in the middle of migrating a ledger (the copy done, partly spilled into
+// the WAL, not committed) leaves a ledger that opens as version 1 with every record, and the
+// next open for writing migrates it.
+func TestMigrationKilledMidway(t *testing.T) {
+	path := copyV1(t)
+	growV1(t, path, 6000)
+	ro := openT(t, path, sqlite.Options{ReadOnly: true})
+	want := snapshot(t, ro)
+	ro.Close()
+
+	cmd, out := startMigrator(t, path, true)
+	for out.Scan() && out.Text() != "migrating" {
+	}
+	if out.Text() != "migrating" {
+		cmd.Wait()
+		t.Fatal("the migrating process ended before it reached the migration")
+	}
+	wi, err := os.Stat(path + "-wal")
+	if err != nil || wi.Size() < 1<<20 {
+		t.Fatalf("the migration has not spilled into the WAL (%v, %v): the kill would not test recovery from a partial write", wi, err)
+	}
+	kill9(t, cmd)
+	if v := afterCrash(t, path, want); v != 1 {
+		t.Fatalf("the killed migration left version %d; want 1 (nothing committed)", v)
+	}
+}
+
+// kill -9 at arbitrary moments of the open (before, during or after the migration) always
+// leaves a ledger that opens with every record.
+func TestMigrationKilledAnywhere(t *testing.T) {
+	for round := range 3 {
+		path := copyV1(t)
+		growV1(t, path, 6000)
+		ro := openT(t, path, sqlite.Options{ReadOnly: true})
+		want := snapshot(t, ro)
+		ro.Close()
+		cmd, out := startMigrator(t, path, false)
+		if !out.Scan() || out.Text() != "opening" {
+			t.Fatal("the migrating process did not start")
+		}
+		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		rep := checkT(t, path)
+		t.Logf("round %d: killed at schema version %d", round, rep.SchemaVersion)
+		afterCrash(t, path, want)
+	}
+}
