@@ -138,4 +138,3 @@ func FuzzFingerprint(f *testing.F) {
 		}
 	})
 }
-
