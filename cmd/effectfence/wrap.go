@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -23,7 +24,9 @@ func wrapCommand(io streams) *cli.Command {
 		Description: "Runs the MCP server <command...> as a child and serves the same tools on stdin/stdout.\n" +
 			"Identical calls of a tool (same canonical arguments) run once; duplicates wait for the\n" +
 			"first or receive its recorded result. Tools annotated readOnlyHint pass through.\n" +
-			"The ledger is per child command: `effectfence ledger ... --for -- <command...>`.",
+			"The ledger is per scope (command, working directory, environment, or --scope NAME):\n" +
+			"`effectfence ledger ... --for -- <command...>` from the same shell, or --ledger with the\n" +
+			"path wrap logs at startup.",
 		StopOnNthArg:              &first,
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
@@ -37,6 +40,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringSliceFlag{Name: "ignore-field", Usage: "TOOL:json.path left out of the call's identity, e.g. charge:meta.timestamp (repeatable)"},
 			&cli.StringSliceFlag{Name: "key", Usage: "TOOL:path,path naming the identity fields of a tool; the full arguments must still match (repeatable)"},
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
+			&cli.StringFlag{Name: "scope", Usage: "name the server's scope explicitly (fleets sharing receipts across directories or environments); default: derived from the command, working directory and environment"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
 		},
@@ -52,7 +56,9 @@ func wrapCommand(io streams) *cli.Command {
 			if err != nil {
 				return err
 			}
-			so, err := store.FromEnv(store.WrapName(argv))
+			scope := store.CurrentWrapScope(argv, cmd.String("scope"))
+			opt.Scope = scope.ID
+			so, err := store.FromEnv(scope.LedgerName())
 			if err != nil {
 				return usageErr("%v", err)
 			}
@@ -76,8 +82,6 @@ func wrapCommand(io streams) *cli.Command {
 			defer led.Close()
 			opt.Engine, opt.Log = led.Engine, io.err
 			switch {
-			case so.Ledger == "":
-				opt.ClearHint = "--for -- " + wrap.ShellJoin(argv)
 			case led.Location == "memory":
 				opt.ClearHint = "--ledger memory (this wrap's ledger is in memory: restarting wrap forgets it)"
 			default:
@@ -88,6 +92,7 @@ func wrapCommand(io streams) *cli.Command {
 				return usageErr("%v", err)
 			}
 			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, wrap.ShellJoin(argv))
+			logScope(io, scope, so.Ledger == "", argv)
 			return serveWrap(ctx, p, led, io)
 		},
 	}
@@ -130,6 +135,27 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams
 	err := p.Serve(ctx, io.in, io.out)
 	statsLine()
 	return err
+}
+
+// logScope says which scope this wrap fences (names, never values) and points at a ledger
+// of the same command from before scopes, whose records this wrap does not consult.
+func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) {
+	if scope.Name != "" {
+		fmt.Fprintf(io.err, "effectfence wrap: scope %q (%s)\n", scope.Name, scope.ID[:16])
+	} else {
+		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the command, directory %s and %d environment variables (values hashed; --scope NAME to set it)\n", scope.ID[:16], scope.Dir, len(scope.Vars))
+	}
+	if !defaultLedger {
+		return
+	}
+	dir, err := store.StateDir()
+	if err != nil {
+		return
+	}
+	legacy := filepath.Join(dir, store.LegacyWrapName(argv)+".db")
+	if _, err := os.Stat(legacy); err == nil {
+		fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before scopes exists at %s; its records are not consulted (see docs/identity.md); inspect it with: effectfence ledger ls --ledger %s\n", legacy, wrap.ShellJoin([]string{legacy}))
+	}
 }
 
 func seconds(flag string, v float64) (time.Duration, error) {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
@@ -66,16 +65,6 @@ func envSeconds(name string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s=%q: want a positive number of seconds", name, v)
 	}
 	return time.Duration(n * float64(time.Second)), nil
-}
-
-// WrapName is the ledger name wrap uses for a child command: "wrap-" and the first 16 hex
-// digits of the SHA-256 of the canonical JSON array of its argv.
-func WrapName(argv []string) string {
-	b, err := canon.Marshal(argv)
-	if err != nil {
-		b = []byte(strings.Join(argv, "\x00"))
-	}
-	return "wrap-" + canon.Sum(b)[:16]
 }
 
 // StateDir is $XDG_STATE_HOME/effectfence, or ~/.local/state/effectfence.
