@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,7 +25,9 @@ func wrapCommand(io streams) *cli.Command {
 		Description: "Runs the MCP server <command...> as a child and serves the same tools on stdin/stdout.\n" +
 			"Identical calls of a tool (same canonical arguments) run once; duplicates wait for the\n" +
 			"first or receive its recorded result. Tools annotated readOnlyHint pass through.\n" +
-			"The ledger is per child command: `effectfence ledger ... --for -- <command...>`.",
+			"The ledger is per scope (command, working directory, environment, or --scope NAME):\n" +
+			"`effectfence ledger ... --for -- <command...>` from the same shell, or --ledger with the\n" +
+			"path wrap logs at startup.",
 		StopOnNthArg:              &first,
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
@@ -40,6 +43,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
 			&cli.StringFlag{Name: "on-lease-expiry", DefaultText: "fence", Usage: "fence: a lapsed claim becomes unknown unless its tool is --rerun-safe; reclaim: every tool is re-run safe (env " + store.EnvOnLeaseExpiry + ")"},
 			&cli.StringSliceFlag{Name: "rerun-safe", Usage: "TOOL whose calls may run twice without harm: its lapsed or orphaned claims are taken over instead of fenced (repeatable)"},
+			&cli.StringFlag{Name: "scope", Usage: "name the server's scope explicitly (fleets sharing receipts across directories or environments); default: derived from the command, working directory and environment"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
 		},
@@ -55,7 +59,9 @@ func wrapCommand(io streams) *cli.Command {
 			if err != nil {
 				return err
 			}
-			so, err := store.FromEnv(store.WrapName(argv))
+			scope := store.CurrentWrapScope(argv, cmd.String("scope"))
+			opt.Scope = scope.ID
+			so, err := store.FromEnv(scope.LedgerName())
 			if err != nil {
 				return usageErr("%v", err)
 			}
@@ -84,8 +90,6 @@ func wrapCommand(io streams) *cli.Command {
 			defer led.Close()
 			opt.Engine, opt.Log = led.Engine, io.err
 			switch {
-			case so.Ledger == "":
-				opt.ClearHint = "--for -- " + wrap.ShellJoin(argv)
 			case led.Location == "memory":
 				opt.ClearHint = "--ledger memory (this wrap's ledger is in memory: restarting wrap forgets it)"
 			default:
@@ -96,6 +100,7 @@ func wrapCommand(io streams) *cli.Command {
 				return usageErr("%v", err)
 			}
 			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, wrap.ShellJoin(argv))
+			logScope(io, scope, so.Ledger == "", argv)
 			return serveWrap(ctx, p, led, io)
 		},
 	}
@@ -138,6 +143,34 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams
 	err := p.Serve(ctx, io.in, io.out)
 	statsLine()
 	return err
+}
+
+// logScope says which scope this wrap fences (names, never values) and points at a ledger
+// of the same command from before scopes, whose records this wrap does not consult.
+func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) {
+	if scope.Name != "" {
+		fmt.Fprintf(io.err, "effectfence wrap: scope %q (%s)\n", scope.Name, scope.ID[:16])
+	} else {
+		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the command, directory %s and %d environment variables (values hashed; --scope NAME to set it)\n", scope.ID[:16], scope.Dir, len(scope.Vars))
+	}
+	if !defaultLedger {
+		return
+	}
+	dir, err := store.StateDir()
+	if err != nil {
+		return
+	}
+	legacy := filepath.Join(dir, store.LegacyWrapName(argv)+".db")
+	if _, err := os.Stat(legacy); err == nil {
+		fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before scopes exists at %s; its records are not consulted (see docs/identity.md); inspect it with: effectfence ledger ls --ledger %s\n", legacy, wrap.ShellJoin([]string{legacy}))
+	}
+}
+
+func seconds(flag string, v float64) (time.Duration, error) {
+	if v <= 0 {
+		return 0, usageErr("%s must be a positive number of seconds", flag)
+	}
+	return time.Duration(v * float64(time.Second)), nil
 }
 
 func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {

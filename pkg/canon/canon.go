@@ -1,10 +1,16 @@
-// Package canon turns JSON into its RFC 8785 (JCS) canonical form and derives the SHA-256
-// fingerprints that effectfence uses as identities.
+// Package canon turns JSON into its canonical form and derives the SHA-256 fingerprints that
+// effectfence uses as identities.
 //
-// Two JSON texts that mean the same value (key order, white space, number spelling, string
-// escapes) canonicalise to the same bytes, so they hash the same. Canonicalisation is done by
-// github.com/gowebpki/jcs; this package only fixes how effectfence builds the objects it hashes,
-// so that every caller (the engine, wrap, probe, an external verifier) agrees byte for byte.
+// The canonical form is RFC 8785 (JCS) with one change: a number is written from its exact
+// decimal value, never rounded to an IEEE double first. Two JSON texts that mean the same
+// value (member order, white space, number spelling such as 1, 1.0 and 1e0, string escapes)
+// canonicalise to the same bytes; two that differ in any value, however far beyond double
+// precision (9007199254740993 and 9007199254740992, 0.1 and 0.10000000000000000555),
+// canonicalise to different bytes. For every number a JSON encoder writes from a double, the
+// form is byte for byte RFC 8785. docs/identity.md states the rules.
+//
+// Input that different servers read differently is refused rather than guessed at: duplicate
+// member names, invalid UTF-8, lone surrogate escapes.
 package canon
 
 import (
@@ -14,8 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
-
-	"github.com/gowebpki/jcs"
 )
 
 // MaxInput bounds the size of one JSON text accepted for canonicalisation (64 MiB): larger
@@ -25,8 +29,8 @@ const MaxInput = 64 << 20
 // ErrEmpty is returned for an empty input: absent JSON is not the JSON value null.
 var ErrEmpty = errors.New("canon: empty JSON input")
 
-// JSON returns the RFC 8785 canonical form of one JSON text. Invalid JSON, trailing garbage and
-// inputs larger than MaxInput are errors.
+// JSON returns the canonical form of one JSON text. Invalid JSON, trailing garbage, duplicate
+// member names, invalid UTF-8, lone surrogates and inputs larger than MaxInput are errors.
 func JSON(raw []byte) ([]byte, error) {
 	if len(raw) == 0 {
 		return nil, ErrEmpty
@@ -34,16 +38,7 @@ func JSON(raw []byte) ([]byte, error) {
 	if len(raw) > MaxInput {
 		return nil, fmt.Errorf("canon: JSON input of %d bytes exceeds the %d byte limit", len(raw), MaxInput)
 	}
-	// The fast path accepts only what it fully checked; everything else goes through
-	// json.Valid (the strict gate, so what we canonicalise is exactly what any standard JSON
-	// parser accepts) and the library.
-	if out, ok := fastJSON(raw); ok {
-		return out, nil
-	}
-	if !json.Valid(raw) {
-		return nil, errors.New("canon: invalid JSON")
-	}
-	out, err := jcs.Transform(raw)
+	out, err := canonical(raw)
 	if err != nil {
 		return nil, fmt.Errorf("canon: %w", err)
 	}

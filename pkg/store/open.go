@@ -75,16 +75,6 @@ func envSeconds(name string, check func(string, float64) (time.Duration, error))
 	return check(name, n)
 }
 
-// WrapName is the ledger name wrap uses for a child command: "wrap-" and the first 16 hex
-// digits of the SHA-256 of the canonical JSON array of its argv.
-func WrapName(argv []string) string {
-	b, err := canon.Marshal(argv)
-	if err != nil {
-		b = []byte(strings.Join(argv, "\x00"))
-	}
-	return "wrap-" + canon.Sum(b)[:16]
-}
-
 // StateDir is $XDG_STATE_HOME/effectfence, or ~/.local/state/effectfence.
 func StateDir() (string, error) {
 	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
@@ -97,8 +87,58 @@ func StateDir() (string, error) {
 	return filepath.Join(home, ".local", "state", "effectfence"), nil
 }
 
+// Supported is the list of ledger forms, quoted in errors.
+const Supported = `a SQLite file path (e.g. ./ledger.db or /var/lib/effectfence/l.db), "memory", or a postgres://… (postgresql://…) URL`
+
+// CheckLedger refuses a ledger string that names no supported ledger but would otherwise be
+// taken for a SQLite file under the working directory: another URL scheme (redis://, pg://,
+// sqlite:///x, file:/x), postgres:// or memory in other letter cases, a ~ path the shell did
+// not expand, or surrounding spaces. A relative file whose name has a colon can be written
+// ./a:b.db.
+func CheckLedger(ledger string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("ledger %q: %s; the supported forms are %s", ledger, why, Supported)
+	}
+	switch {
+	case ledger == "" || ledger == "memory" || isPostgres(ledger):
+		return nil
+	case strings.TrimSpace(ledger) != ledger:
+		return bad("leading or trailing white space")
+	case strings.EqualFold(ledger, "memory"):
+		return bad(`write "memory" in lower case`)
+	case strings.HasPrefix(strings.ToLower(ledger), "postgres://"), strings.HasPrefix(strings.ToLower(ledger), "postgresql://"):
+		return bad("write the scheme postgres:// in lower case")
+	case ledger == "~" || strings.HasPrefix(ledger, "~"):
+		return bad("~ is not expanded here (the shell expands it only at the start of an unquoted word); write the full path, e.g. $HOME/...")
+	}
+	if i := strings.IndexByte(ledger, ':'); i > 0 {
+		scheme := ledger[:i]
+		drive := len(scheme) == 1 && len(ledger) > 2 && (ledger[2] == '\\' || ledger[2] == '/') // C:\x, C:/x
+		if !drive && validScheme(scheme) {
+			return bad(fmt.Sprintf("%q is not a supported scheme", scheme+":"))
+		}
+	}
+	return nil
+}
+
+// validScheme reports whether s has the shape of a URL scheme (RFC 3986).
+func validScheme(s string) bool {
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Location returns where the ledger of o lives: "memory", a postgres URL, or a file path.
 func (o Options) Location() (string, error) {
+	if err := CheckLedger(o.Ledger); err != nil {
+		return "", err
+	}
 	switch {
 	case o.Ledger == "memory":
 		return "memory", nil

@@ -170,3 +170,25 @@ func waitSwept(t *testing.T, l *store.Ledger) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Issue 12 item 10: strings that name no supported ledger are refused with the supported
+// forms, never turned into a SQLite file under the working directory.
+func TestLedgerStringsThatAreNotLedgers(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, s := range []string{"Postgres://u@h/db", "POSTGRESQL://h/db", "pg://h/db", "redis://localhost:6379", "sqlite:///x.db",
+		"file:/x.db", "file:x.db", "Memory", "MEMORY", "~/l.db", "~", "~bob/l.db", " memory", "ledger.db ", "mysql://h/db"} {
+		_, err := store.Open(ctx, store.Options{Ledger: s})
+		if err == nil || !strings.Contains(err.Error(), "supported forms") {
+			t.Errorf("ledger %q: want a refusal naming the supported forms, got %v", s, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("refused ledgers left files behind: %v", ents)
+	}
+	for _, s := range []string{"l.db", "./a:b.db", filepath.Join(dir, "x.db"), "memory"} {
+		if err := store.CheckLedger(s); err != nil {
+			t.Errorf("ledger %q refused: %v", s, err)
+		}
+	}
+}

@@ -23,11 +23,6 @@ const (
 	MetaCode     = "effectfence/code"
 )
 
-type callParams struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
 // fenced decides whether calls of a tool go through the fence.
 func (p *Proxy) fenced(name string, info toolInfo) bool {
 	switch {
@@ -39,35 +34,32 @@ func (p *Proxy) fenced(name string, info toolInfo) bool {
 	return !info.readOnly
 }
 
-// toolsCall handles tools/call: pass-through for unfenced tools, the fence for the rest.
+// toolsCall handles tools/call: pass-through for unfenced tools, the fence for the rest. The
+// params are decoded strictly (see decodeCall) and what reaches the child is exactly the
+// params received, with at most an injected idempotency key spliced into the arguments.
 func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
-	var cp callParams
-	if len(m.Params) == 0 || m.Params[0] != '{' || json.Unmarshal(m.Params, &cp) != nil || cp.Name == "" {
-		// Names no tool: nothing can run, and the child's own answer is the faithful one.
-		return p.forward(ctx, m)
-	}
-	args := []byte(strings.TrimSpace(string(cp.Arguments)))
-	if len(args) == 0 || string(args) == "null" {
-		args = []byte("{}") // no arguments and {} are the same call
-	}
-	info, err := p.toolInfo(ctx, cp.Name)
+	c, err := decodeCall(m.Params)
 	if err != nil {
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server is not running: %v", err))
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: tools/call params refused (%v); the call was NOT executed", err))
 	}
-	if !p.fenced(cp.Name, info) {
+	info, err := p.toolInfo(ctx, c.name)
+	if err != nil {
+		return jsonrpc.Response(m.ID, toolError(fmt.Sprintf("the MCP server's tool list could not be read (%v), so it is unknown whether %q is read-only or takes an idempotency key. The call was NOT sent and did not run; retry it.", err, c.name), CodeToolsUnknown, ""))
+	}
+	if !p.fenced(c.name, info) {
 		return p.forward(ctx, m)
 	}
-	id, err := identify(cp.Name, args, p.opt.Ignore[cp.Name], p.opt.Key[cp.Name])
+	id, err := identify(p.opt.Scope, c.name, c.args, p.opt.Ignore[c.name], p.opt.Key[c.name])
 	if err != nil {
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
 	params := m.Params
 	if info.keyProp != "" && !p.opt.NoInjectKey {
-		if a, ok := injectKey(args, info.keyProp, id.hash); ok {
-			params = withArguments(m.Params, a)
+		if a, ok := injectKey(c.args, info.keyProp, id.hash); ok {
+			params = c.withArguments(a)
 		}
 	}
-	a := p.fencedCall(ctx, cp.Name, id, params)
+	a := p.fencedCall(ctx, c.name, id, params)
 	if a.err != nil {
 		return jsonrpc.ErrorResponse(m.ID, a.err)
 	}
@@ -80,35 +72,39 @@ type answer struct {
 	err    *jsonrpc.Error
 }
 
+// CodeToolsUnknown marks (in _meta) a call refused because the server's tool list could not
+// be read: nothing ran, and a retry may run it.
+const CodeToolsUnknown = "tools_unknown"
+
 // toolInfo returns what is known of a tool, listing the child's tools first if the agent
-// never did. An unknown tool is fenced (the safe side) and the child answers for it.
+// never did. A tool missing from a listing is fenced (the safe side) and the child answers
+// for it. Without any listing nothing is known (is it read-only? does it take an idempotency
+// key?), so after trying to list (restarting a dead child, bounded by Options.Wait) it is an
+// error and the call is not sent.
 func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
 	if info, ok, loaded := p.tools.get(name); ok || loaded {
 		return info, nil
 	}
-	s, err := p.session(ctx)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, p.opt.Wait)
+	defer cancel()
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var s *mcpstdio.Session
+		if s, err = p.session(ctx); err == nil {
+			if err = p.tools.refresh(ctx, s); err == nil {
+				break
+			}
+		}
+		p.logf("listing tools: %v", err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	info, _, loaded := p.tools.get(name)
+	if !loaded {
 		return toolInfo{}, err
 	}
-	if err := p.tools.refresh(ctx, s); err != nil {
-		p.logf("listing tools: %v", err)
-	}
-	info, _, _ := p.tools.get(name)
 	return info, nil
-}
-
-// withArguments returns tools/call params with "arguments" replaced (other members kept).
-func withArguments(params json.RawMessage, args []byte) json.RawMessage {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(params, &m); err != nil {
-		return params
-	}
-	m["arguments"] = args
-	out, err := json.Marshal(m)
-	if err != nil {
-		return params
-	}
-	return out
 }
 
 // flight is one intent attempted in this process: the callers waiting in PrepareWait
@@ -116,6 +112,7 @@ func withArguments(params json.RawMessage, args []byte) json.RawMessage {
 // holder hands its answer to the members before releasing the intent, so they receive the
 // same failure instead of running the call again.
 type flight struct {
+	key string // intent and fingerprint: the flight's name in flights
 	// ctx is what members wait in; it is cancelled when the attempt failed definitely.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -132,22 +129,24 @@ type flights struct {
 	m  map[string]*flight
 }
 
-func (fs *flights) join(intent string) *flight {
+func (fs *flights) join(key string) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	f := fs.m[intent]
+	f := fs.m[key]
 	if f == nil {
-		f = &flight{}
+		f = &flight{key: key}
 		f.ctx, f.cancel = context.WithCancel(context.Background())
-		fs.m[intent] = f
+		fs.m[key] = f
 	}
 	f.members++
 	return f
 }
 
+// The methods below take the intent for their callers' convenience; a flight knows its own key.
+
 // leave ends a member's wait: it returns the failure the member must answer with, if any,
 // and records whether the member became the holder.
-func (fs *flights) leave(intent string, f *flight, holder bool) (answer, bool) {
+func (fs *flights) leave(_ string, f *flight, holder bool) (answer, bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f.members--
@@ -161,23 +160,23 @@ func (fs *flights) leave(intent string, f *flight, holder bool) (answer, bool) {
 	if holder {
 		f.running = true
 	}
-	fs.forgetIfUnused(intent, f)
+	fs.forgetIfUnused(f)
 	return answer{}, false
 }
 
 // done ends the holder's run without a failure to share (success or unknown outcome: the
 // members learn it from the ledger).
-func (fs *flights) done(intent string, f *flight) {
+func (fs *flights) done(_ string, f *flight) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f.running = false
-	fs.forgetIfUnused(intent, f)
+	fs.forgetIfUnused(f)
 }
 
-func (fs *flights) forgetIfUnused(intent string, f *flight) {
+func (fs *flights) forgetIfUnused(f *flight) {
 	if f.members == 0 && !f.running {
-		if fs.m[intent] == f {
-			delete(fs.m, intent)
+		if fs.m[f.key] == f {
+			delete(fs.m, f.key)
 		}
 		f.cancel()
 	}
@@ -185,10 +184,10 @@ func (fs *flights) forgetIfUnused(intent string, f *flight) {
 
 // fail publishes the holder's failure to the members and returns once none of them is still
 // waiting, so the intent can be released without a member claiming it.
-func (fs *flights) fail(intent string, f *flight, a answer) {
+func (fs *flights) fail(_ string, f *flight, a answer) {
 	fs.mu.Lock()
-	if fs.m[intent] == f {
-		delete(fs.m, intent) // later arrivals start a new attempt
+	if fs.m[f.key] == f {
+		delete(fs.m, f.key) // later arrivals start a new attempt
 	}
 	f.running, f.failed, f.answer = false, true, a
 	var idle chan struct{}
@@ -206,7 +205,10 @@ func (fs *flights) fail(intent string, f *flight, a answer) {
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
 	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName(), RerunSafe: p.rerunSafe(tool)}
-	f := p.flights.join(id.intent)
+	// Waiters join only an attempt of the very same call: under --key two calls can share an
+	// intent with different arguments, and one must never receive the other's failure (the
+	// engine refuses the second with intent_conflict).
+	f := p.flights.join(id.flightKey())
 	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, p.opt.Wait)
 	holder := err == nil && adm.Fresh()
 	if failure, failed := p.flights.leave(id.intent, f, holder); failed {

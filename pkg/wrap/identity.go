@@ -107,13 +107,17 @@ func decode(raw []byte) (any, error) {
 
 // identity is how one call is named in the ledger.
 type identity struct {
-	args   []byte // canonical arguments with ignored fields removed: fingerprinted by the engine
-	hash   string // the intent's hash: of {tool, args}, or of {tool, key fields} with --key
+	args []byte // canonical arguments with ignored fields removed: fingerprinted by the engine
+	// fp is the engine's fingerprint of the call (tool and full canonical arguments): only
+	// attempts with equal fingerprints are the same call, whatever --key says.
+	fp     string
+	hash   string // the intent's hash: of {args, scope, tool}, args being the --key fields with --key
 	intent string
 }
 
-// identify derives the identity of a call of tool with args (a JSON object, canonicalisable).
-func identify(tool string, args []byte, ignore []Path, key []Path) (identity, error) {
+// identify derives the identity of a call of tool with args (a JSON object) in scope (the
+// server's scope id, see store.WrapScope).
+func identify(scope, tool string, args []byte, ignore []Path, key []Path) (identity, error) {
 	var id identity
 	if len(ignore) > 0 {
 		v, err := decode(args)
@@ -132,9 +136,9 @@ func identify(tool string, args []byte, ignore []Path, key []Path) (identity, er
 		return id, err
 	}
 	id.args = c
-	if len(key) == 0 {
-		id.hash = canon.Sum(canon.ToolCallCanonical(tool, c))
-	} else {
+	id.fp = canon.Sum(canon.ToolCallCanonical(tool, c))
+	named := c
+	if len(key) > 0 {
 		v, err := decode(c)
 		if err != nil {
 			return id, err
@@ -143,15 +147,24 @@ func identify(tool string, args []byte, ignore []Path, key []Path) (identity, er
 		for _, p := range key {
 			fields[p.String()] = lookup(v, p)
 		}
-		kc, err := canon.Marshal(fields)
-		if err != nil {
+		if named, err = canon.Marshal(fields); err != nil {
 			return id, err
 		}
-		id.hash = canon.Sum(canon.ToolCallCanonical(tool, kc))
 	}
+	// {"args":…,"scope":…,"tool":…} in canonical member order.
+	obj := append([]byte(`{"args":`), named...)
+	obj = append(obj, `,"scope":`...)
+	obj = canon.AppendString(obj, scope)
+	obj = append(obj, `,"tool":`...)
+	obj = canon.AppendString(obj, tool)
+	obj = append(obj, '}')
+	id.hash = canon.Sum(obj)
 	id.intent = "wrap:" + tool + ":" + id.hash
 	return id, nil
 }
+
+// flightKey names the attempts of this very call in this process: intent and fingerprint.
+func (id identity) flightKey() string { return id.intent + "\x00" + id.fp }
 
 // keyLike reports whether a property name is an idempotency key by convention.
 func keyLike(name string) bool {
@@ -165,23 +178,42 @@ func keyLike(name string) bool {
 }
 
 // injectKey sets args[prop] to value when the member is absent, null or "" and returns the new
-// arguments; ok is false when args were left alone.
+// arguments; ok is false when args were left alone. Only the member's value is written: every
+// other byte of args is kept as received.
 func injectKey(args []byte, prop, value string) ([]byte, bool) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(args, &m); err != nil || m == nil {
+	d := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
 		return args, false
-	}
-	if cur, present := m[prop]; present {
-		t := string(bytes.TrimSpace(cur))
-		if t != `""` && t != "null" {
-			return args, false
-		}
 	}
 	v, _ := json.Marshal(value)
-	m[prop] = v
-	out, err := json.Marshal(m)
-	if err != nil {
-		return args, false
+	empty := true
+	for d.More() {
+		empty = false
+		tok, err := d.Token()
+		if err != nil {
+			return args, false
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return args, false
+		}
+		if tok != prop {
+			continue
+		}
+		if t := string(raw); t != `""` && t != "null" {
+			return args, false
+		}
+		end := int(d.InputOffset())
+		out := append(append(append([]byte{}, args[:end-len(raw)]...), v...), args[end:]...)
+		return out, true
 	}
-	return out, true
+	open := bytes.IndexByte(args, '{')
+	out := append([]byte{}, args[:open+1]...)
+	out = append(out, canon.AppendString(nil, prop)...)
+	out = append(out, ':')
+	out = append(out, v...)
+	if !empty {
+		out = append(out, ',')
+	}
+	return append(out, args[open+1:]...), true
 }

@@ -6,35 +6,45 @@ import (
 )
 
 func TestIdentify(t *testing.T) {
-	base, err := identify("charge", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), nil, nil)
+	base, err := identify("S", "charge", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(base.intent, "wrap:charge:") || len(base.hash) != 64 || string(base.args) != `{"amount":5,"meta":{"ts":1,"who":"a"}}` {
 		t.Fatalf("identity: %+v", base)
 	}
-	same, _ := identify("charge", []byte(`{ "meta": {"who":"a","ts":1.0}, "amount": 5 }`), nil, nil)
+	same, _ := identify("S", "charge", []byte(`{ "meta": {"who":"a","ts":1.0}, "amount": 5 }`), nil, nil)
 	if same.intent != base.intent {
 		t.Fatal("spelling changed identity")
 	}
-	other, _ := identify("refund", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), nil, nil)
+	other, _ := identify("S", "refund", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), nil, nil)
 	if other.intent == base.intent {
 		t.Fatal("the tool name must be part of identity")
 	}
 	ts := []Path{{"meta", "ts"}, {"absent", "x"}}
-	a, _ := identify("charge", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), ts, nil)
-	b, _ := identify("charge", []byte(`{"amount":5,"meta":{"ts":2,"who":"a"}}`), ts, nil)
+	a, _ := identify("S", "charge", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), ts, nil)
+	b, _ := identify("S", "charge", []byte(`{"amount":5,"meta":{"ts":2,"who":"a"}}`), ts, nil)
 	if a.intent != b.intent || string(a.args) != `{"amount":5,"meta":{"who":"a"}}` {
 		t.Fatalf("ignored field still in identity: %s / %s", a.args, b.args)
 	}
 	key := []Path{{"order"}, {"missing"}}
-	k1, _ := identify("charge", []byte(`{"order":"o1","amount":5}`), nil, key)
-	k2, _ := identify("charge", []byte(`{"order":"o1","amount":6}`), nil, key)
+	k1, _ := identify("S", "charge", []byte(`{"order":"o1","amount":5}`), nil, key)
+	k2, _ := identify("S", "charge", []byte(`{"order":"o1","amount":6}`), nil, key)
 	if k1.intent != k2.intent || string(k1.args) == string(k2.args) {
 		t.Fatalf("--key: intents must match and fingerprints differ: %+v %+v", k1, k2)
 	}
-	if _, err := identify("charge", []byte(`{"amount":1e999}`), nil, nil); err == nil {
-		t.Fatal("a number JCS cannot represent must be refused")
+	// Numbers keep their exact value: beyond 2^53 and beyond double range alike.
+	n1, _ := identify("S", "charge", []byte(`{"amount":9007199254740993}`), nil, nil)
+	n2, _ := identify("S", "charge", []byte(`{"amount":9007199254740992}`), nil, nil)
+	h1, err := identify("S", "charge", []byte(`{"amount":1e999}`), nil, nil)
+	h2, _ := identify("S", "charge", []byte(`{"amount":1e998}`), nil, nil)
+	if err != nil || n1.intent == n2.intent || h1.intent == h2.intent || n1.fp == n2.fp {
+		t.Fatalf("distinct numbers share an identity: %v", err)
+	}
+	// The scope is part of the identity; the engine's fingerprint (tool and args) is not scoped.
+	s2, _ := identify("other", "charge", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), nil, nil)
+	if s2.intent == base.intent || s2.fp != base.fp {
+		t.Fatalf("scope: %+v vs %+v", s2, base)
 	}
 }
 
@@ -48,9 +58,11 @@ func TestKeyInjection(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ args, want string }{
-		{`{"a":1}`, `{"a":1,"k":"H"}`},
-		{`{"k":""}`, `{"k":"H"}`},
-		{`{"k":null}`, `{"k":"H"}`},
+		{`{"a":1}`, `{"k":"H","a":1}`},
+		{` { "b" : 1.50 , "a":[2] } `, ` {"k":"H", "b" : 1.50 , "a":[2] } `},
+		{`{}`, `{"k":"H"}`},
+		{`{"a":1.0,"k":"" }`, `{"a":1.0,"k":"H" }`},
+		{`{"k": null,"z":1e2}`, `{"k": "H","z":1e2}`},
 		{`{"k":"mine"}`, `{"k":"mine"}`},
 	} {
 		got, _ := injectKey([]byte(c.args), "k", "H")

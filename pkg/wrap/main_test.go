@@ -83,6 +83,10 @@ type rig struct {
 	ledger  string // EFFECTFENCE_LEDGER for the wrap processes ("" = default file)
 	// childCmdOverride replaces the test server with another MCP server command.
 	childCmdOverride []string
+	// workDir is the wrap process's working directory ("" for the test's).
+	workDir string
+	// extraEnv is added to the wrap process's environment (and so the child's).
+	extraEnv []string
 	// onRequest answers requests the server sends to the agent.
 	onRequest func(context.Context, string, json.RawMessage) (json.RawMessage, error)
 }
@@ -93,8 +97,9 @@ func newRig(t *testing.T) *rig {
 }
 
 func (r *rig) env() []string {
-	return append(mcptest.Env(r.effects, r.mode), "EFFECTFENCE_LEDGER="+r.ledger, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"),
+	env := append(mcptest.Env(r.effects, r.mode), "EFFECTFENCE_LEDGER="+r.ledger, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"),
 		"MEMORY_FILE_PATH="+filepath.Join(r.dir, "memory.jsonl"))
+	return append(env, r.extraEnv...)
 }
 
 // childCmd is the MCP server command line behind wrap.
@@ -127,7 +132,7 @@ func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
 	argv = append(append(argv, "--"), r.childCmd()...)
 	w := &wrapProc{log: &logBuf{}, notes: make(chan string, 16)}
 	s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
-		Command: argv, Env: r.env(), Stderr: w.log, InitTimeout: 20 * time.Second,
+		Command: argv, Env: r.env(), Dir: r.workDir, Stderr: w.log, InitTimeout: 20 * time.Second,
 		Init:           json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`),
 		OnNotification: func(method string, _ json.RawMessage) { w.notes <- method },
 		OnRequest:      r.onRequest,

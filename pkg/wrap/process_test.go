@@ -53,7 +53,7 @@ func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
 	w := r.wrap()
 	call(t, w.Session, "charge", `{"amount":1}`)
 	w.Close()
-	want := filepath.Join(r.dir, "state", "effectfence", store.WrapName(r.childCmd())+".db")
+	want := filepath.Join(r.dir, "state", "effectfence", store.CurrentWrapScope(r.childCmd(), "", r.env()...).LedgerName()+".db")
 	if _, err := os.Stat(want); err != nil {
 		t.Fatalf("default ledger not at %s: %v", want, err)
 	}
@@ -68,6 +68,21 @@ func TestDefaultLedgerIsPerChildCommand(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "admitted=1 replayed=1 ") {
 		t.Fatalf("ledger stats --for: %v\n%s", err, out)
+	}
+	// Another account in the environment is another scope: its own default file, and the
+	// call runs there.
+	r.extraEnv = []string{"ACCOUNT=B"}
+	w3 := r.wrap()
+	if x := call(t, w3.Session, "charge", `{"amount":1}`); x.replayed() || x.IsError {
+		t.Fatalf("another account received the first account's receipt: %+v", x)
+	}
+	w3.Close()
+	other := filepath.Join(r.dir, "state", "effectfence", store.CurrentWrapScope(r.childCmd(), "", r.env()...).LedgerName()+".db")
+	if other == want {
+		t.Fatal("two scopes share one default file")
+	}
+	if _, err := os.Stat(other); err != nil || r.effectCount() != 2 {
+		t.Fatalf("second scope: file %v, %d effects", err, r.effectCount())
 	}
 }
 

@@ -50,6 +50,9 @@ type Options struct {
 	Command []string
 	// Env is added to the child's environment.
 	Env []string
+	// Scope is the id of the server's scope (store.WrapScope): part of every call's identity,
+	// so two servers or accounts sharing a ledger never share a receipt.
+	Scope string
 	// Engine is the fence over the ledger. Required.
 	Engine *fence.Engine
 	// ClearHint is how an operator names this ledger to `effectfence ledger clear`, e.g.
@@ -258,6 +261,12 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 	switch m.Method {
 	case "notifications/initialized":
 		return // sent to the child by the handshake already
+	case "tools/call":
+		// A call without an id cannot be answered, so it can be neither fenced (no duplicate
+		// could learn its outcome) nor reported; a server faithful to JSON-RPC would run it
+		// every time. It is not forwarded.
+		p.logf("a tools/call without an id (a notification) was NOT forwarded: give it an id")
+		return
 	case "notifications/cancelled":
 		// Forwarded for pass-through requests only: a fenced tool call is detached from the
 		// agent's cancellation on purpose (an agent that gives up must not abort a charge

@@ -57,6 +57,7 @@ const ToolsList = `{"tools":[` +
 	`{"name":"add_tool","description":"Adds the tool \"extra\" and sends tools/list_changed.","inputSchema":{"type":"object"}},` +
 	`{"name":"ask","description":"Asks the client for its roots (a request from server to client) and returns the answer.","inputSchema":{"type":"object"}},` +
 	`{"name":"echo","description":"Returns its text; records nothing (for benchmarks).","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}},` +
+	`{"name":"odd","description":"Records an effect; returns a result with a lone surrogate, a duplicate member and 1e400.","inputSchema":{"type":"object","properties":{"tag":{"type":"string"}}}},` +
 	`{"name":"ünïcode \u2603","description":"Non-ASCII name, escaped \u00e9 and raw é \u003c\u003e","inputSchema":{"type":"object","properties":{"x":{"type":"number","multipleOf":0.5}},"examples":[{"x":1.50}]}}` +
 	`]}`
 
@@ -103,6 +104,12 @@ func Serve() int {
 		}
 		if m.Method == "notifications/cancelled" {
 			fmt.Fprintf(os.Stderr, "mcptest: cancelled %s\n", m.Params)
+		}
+		if m.Method == "tools/call" && m.IsNotification() {
+			// JSON-RPC says a notification gets no answer, not that it does not run: a
+			// faithful server runs it.
+			_, _ = s.call(m.Params)
+			continue
 		}
 		if !m.IsRequest() {
 			continue
@@ -152,6 +159,10 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 	case "ping":
 		return json.RawMessage(`{}`), nil
 	case "tools/list":
+		if s.mode == "dielist" {
+			fmt.Fprintln(os.Stderr, "mcptest: dying on tools/list as asked")
+			os.Exit(5)
+		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(ToolsList, "]}") + extraTool), nil
 		}
@@ -265,6 +276,11 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		}
 	case "echo":
 		return text("echo "+a.Text, false), nil
+	case "odd":
+		// A result a canonicaliser refuses: a string cut inside an emoji (lone surrogate),
+		// a duplicate member, a number beyond double range, odd spacing and "<".
+		n := s.record("odd tag=" + a.Tag)
+		return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"cut \ud83d <b> n=%d"}], "structuredContent":{"big":1e400,"k":1,"k":2},"isError":false}`, n)), nil
 	case "extra":
 		return text("extra ran", false), nil
 	}

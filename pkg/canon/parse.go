@@ -1,0 +1,506 @@
+package canon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// MaxDepth bounds the nesting of arrays and objects accepted for canonicalisation.
+const MaxDepth = 10000
+
+// maxExponent bounds the decimal exponent of a number (1e1000000000 is refused, not
+// expanded): far beyond any value a tool means, small enough that no arithmetic overflows.
+const maxExponent = 1_000_000_000
+
+// canonical parses one JSON text and writes its canonical form: RFC 8785 structure (members
+// sorted by UTF-16 code units, no white space, minimal string escapes) with numbers written
+// from their exact decimal value (see formatNumber). It refuses what a careful server would
+// refuse or read differently: invalid UTF-8, lone surrogate escapes, duplicate member names
+// (after unescaping), control characters in strings, nesting beyond MaxDepth.
+func canonical(in []byte) ([]byte, error) {
+	p := parser{in: in, out: make([]byte, 0, len(in))}
+	if err := p.value(0); err != nil {
+		return nil, err
+	}
+	p.ws()
+	if p.i != len(in) {
+		return nil, p.errf("trailing data after the JSON value")
+	}
+	return p.out, nil
+}
+
+type parser struct {
+	in  []byte
+	i   int
+	out []byte
+	buf []byte // scratch for decoded strings
+}
+
+func (p *parser) errf(format string, a ...any) error {
+	return fmt.Errorf("invalid JSON at byte %d: %s", p.i, fmt.Sprintf(format, a...))
+}
+
+func (p *parser) ws() {
+	for p.i < len(p.in) {
+		switch p.in[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value(depth int) error {
+	if depth > MaxDepth {
+		return p.errf("nested deeper than %d", MaxDepth)
+	}
+	p.ws()
+	if p.i >= len(p.in) {
+		return p.errf("unexpected end of input")
+	}
+	switch c := p.in[p.i]; {
+	case c == '{':
+		return p.object(depth)
+	case c == '[':
+		return p.array(depth)
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return err
+		}
+		p.out = AppendString(p.out, s)
+		return nil
+	case c == 't':
+		return p.literal("true")
+	case c == 'f':
+		return p.literal("false")
+	case c == 'n':
+		return p.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number()
+	}
+	return p.errf("unexpected character %q", p.in[p.i])
+}
+
+func (p *parser) literal(lit string) error {
+	if !bytes.HasPrefix(p.in[p.i:], []byte(lit)) {
+		return p.errf("invalid literal")
+	}
+	p.i += len(lit)
+	p.out = append(p.out, lit...)
+	return nil
+}
+
+// str reads a string token and returns its decoded value (valid UTF-8). The returned string
+// aliases no input.
+func (p *parser) str() (string, error) {
+	p.i++ // opening quote
+	start := p.i
+	// Fast scan: no escape, no control character.
+	for j := p.i; j < len(p.in); j++ {
+		c := p.in[j]
+		if c == '"' {
+			s := p.in[start:j]
+			if !utf8.Valid(s) {
+				p.i = start
+				return "", p.errf("string is not valid UTF-8")
+			}
+			p.i = j + 1
+			return string(s), nil
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+	}
+	b := p.buf[:0]
+	for {
+		if p.i >= len(p.in) {
+			return "", p.errf("unterminated string")
+		}
+		c := p.in[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			p.buf = b
+			return string(b), nil
+		case c < 0x20:
+			return "", p.errf("control character in string")
+		case c == '\\':
+			if p.i+1 >= len(p.in) {
+				return "", p.errf("unterminated escape")
+			}
+			e := p.in[p.i+1]
+			p.i += 2
+			switch e {
+			case '"', '\\', '/':
+				b = append(b, e)
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				r, err := p.hex4()
+				if err != nil {
+					return "", err
+				}
+				if utf16.IsSurrogate(r) {
+					if r >= 0xDC00 || p.i+1 >= len(p.in) || p.in[p.i] != '\\' || p.in[p.i+1] != 'u' {
+						return "", p.errf("lone surrogate \\u%04x", r)
+					}
+					p.i += 2
+					r2, err := p.hex4()
+					if err != nil {
+						return "", err
+					}
+					if r2 < 0xDC00 || r2 > 0xDFFF {
+						return "", p.errf("lone surrogate \\u%04x", r)
+					}
+					r = utf16.DecodeRune(r, r2)
+				}
+				b = utf8.AppendRune(b, r)
+			default:
+				return "", p.errf("invalid escape \\%c", e)
+			}
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			p.i++
+		default:
+			r, n := utf8.DecodeRune(p.in[p.i:])
+			if r == utf8.RuneError && n <= 1 {
+				return "", p.errf("string is not valid UTF-8")
+			}
+			b = append(b, p.in[p.i:p.i+n]...)
+			p.i += n
+		}
+	}
+}
+
+func (p *parser) hex4() (rune, error) {
+	if p.i+4 > len(p.in) {
+		return 0, p.errf("short \\u escape")
+	}
+	v, err := strconv.ParseUint(string(p.in[p.i:p.i+4]), 16, 32)
+	if err != nil {
+		return 0, p.errf("invalid \\u escape")
+	}
+	p.i += 4
+	return rune(v), nil
+}
+
+func (p *parser) number() error {
+	start := p.i
+	j := p.i
+	for j < len(p.in) {
+		c := p.in[j]
+		if c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-' {
+			j++
+			continue
+		}
+		break
+	}
+	out, err := appendNumber(p.out, p.in[start:j])
+	if err != nil {
+		return p.errf("%v", err)
+	}
+	p.out = out
+	p.i = j
+	return nil
+}
+
+func (p *parser) array(depth int) error {
+	p.i++ // [
+	p.out = append(p.out, '[')
+	p.ws()
+	if p.i < len(p.in) && p.in[p.i] == ']' {
+		p.i++
+		p.out = append(p.out, ']')
+		return nil
+	}
+	for {
+		if err := p.value(depth + 1); err != nil {
+			return err
+		}
+		p.ws()
+		if p.i >= len(p.in) {
+			return p.errf("unterminated array")
+		}
+		switch p.in[p.i] {
+		case ',':
+			p.i++
+			p.out = append(p.out, ',')
+		case ']':
+			p.i++
+			p.out = append(p.out, ']')
+			return nil
+		default:
+			return p.errf("expected , or ] in array")
+		}
+	}
+}
+
+type member struct {
+	key        string
+	sortKey    []uint16 // nil when the key is ASCII-sortable bytewise (no rune above U+FFFF)
+	start, end int      // the member's canonical value in out
+}
+
+func (p *parser) object(depth int) error {
+	p.i++ // {
+	base := len(p.out)
+	p.ws()
+	if p.i < len(p.in) && p.in[p.i] == '}' {
+		p.i++
+		p.out = append(p.out, '{', '}')
+		return nil
+	}
+	var ms []member
+	wide := false
+	for {
+		p.ws()
+		if p.i >= len(p.in) || p.in[p.i] != '"' {
+			return p.errf("expected a member name")
+		}
+		key, err := p.str()
+		if err != nil {
+			return err
+		}
+		p.ws()
+		if p.i >= len(p.in) || p.in[p.i] != ':' {
+			return p.errf("expected : after a member name")
+		}
+		p.i++
+		start := len(p.out)
+		if err := p.value(depth + 1); err != nil {
+			return err
+		}
+		m := member{key: key, start: start, end: len(p.out)}
+		for k := 0; k < len(key); k++ {
+			if key[k] >= 0xF0 { // a rune above U+FFFF: UTF-16 order differs from byte order
+				wide = true
+				break
+			}
+		}
+		ms = append(ms, m)
+		p.ws()
+		if p.i >= len(p.in) {
+			return p.errf("unterminated object")
+		}
+		if p.in[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.in[p.i] != '}' {
+			return p.errf("expected , or } in object")
+		}
+		p.i++
+		break
+	}
+	// RFC 8785 orders members by the UTF-16 code units of their names; UTF-8 byte order
+	// agrees unless a name has a rune above U+FFFF.
+	if wide {
+		for k := range ms {
+			ms[k].sortKey = utf16.Encode([]rune(ms[k].key))
+		}
+		slices.SortFunc(ms, func(a, b member) int { return slices.Compare(a.sortKey, b.sortKey) })
+	} else {
+		slices.SortFunc(ms, func(a, b member) int {
+			switch {
+			case a.key < b.key:
+				return -1
+			case a.key > b.key:
+				return 1
+			}
+			return 0
+		})
+	}
+	for k := 1; k < len(ms); k++ {
+		if ms[k-1].key == ms[k].key {
+			return &DuplicateKeyError{Key: ms[k].key}
+		}
+	}
+	values := bytes.Clone(p.out[base:])
+	p.out = append(p.out[:base], '{')
+	for k, m := range ms {
+		if k > 0 {
+			p.out = append(p.out, ',')
+		}
+		p.out = AppendString(p.out, m.key)
+		p.out = append(p.out, ':')
+		p.out = append(p.out, values[m.start-base:m.end-base]...)
+	}
+	p.out = append(p.out, '}')
+	return nil
+}
+
+// DuplicateKeyError reports an object with two members of one name. Servers disagree on
+// which one counts (the first, the last, an error), so a fence cannot know which call it is.
+type DuplicateKeyError struct{ Key string }
+
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("duplicate member name %q in an object", e.Key)
+}
+
+// ErrDuplicateKey matches every DuplicateKeyError with errors.Is.
+var ErrDuplicateKey = errors.New("duplicate member name")
+
+// Is makes errors.Is(err, ErrDuplicateKey) true.
+func (e *DuplicateKeyError) Is(target error) bool { return target == ErrDuplicateKey }
+
+// appendNumber appends the canonical form of one JSON number token (see formatNumber).
+func appendNumber(b, tok []byte) ([]byte, error) {
+	neg, digits, exp, err := decimal(tok)
+	if err != nil {
+		return nil, err
+	}
+	return formatNumber(b, neg, digits, exp), nil
+}
+
+// decimal reads a JSON number token as sign × digits × 10^exp, with digits free of leading
+// and trailing zeros ("" for zero). It checks the JSON grammar
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func decimal(tok []byte) (neg bool, digits []byte, exp int64, err error) {
+	bad := func() (bool, []byte, int64, error) {
+		return false, nil, 0, fmt.Errorf("invalid number %q", clip(tok))
+	}
+	i := 0
+	if i < len(tok) && tok[i] == '-' {
+		neg = true
+		i++
+	}
+	intStart := i
+	switch {
+	case i < len(tok) && tok[i] == '0':
+		i++
+	case i < len(tok) && tok[i] >= '1' && tok[i] <= '9':
+		for i < len(tok) && tok[i] >= '0' && tok[i] <= '9' {
+			i++
+		}
+	default:
+		return bad()
+	}
+	intPart := tok[intStart:i]
+	var frac []byte
+	if i < len(tok) && tok[i] == '.' {
+		i++
+		d := i
+		for i < len(tok) && tok[i] >= '0' && tok[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return bad()
+		}
+		frac = tok[d:i]
+	}
+	if i < len(tok) && (tok[i] == 'e' || tok[i] == 'E') {
+		i++
+		eneg := false
+		if i < len(tok) && (tok[i] == '+' || tok[i] == '-') {
+			eneg = tok[i] == '-'
+			i++
+		}
+		d := i
+		for i < len(tok) && tok[i] >= '0' && tok[i] <= '9' {
+			if exp > maxExponent {
+				return false, nil, 0, fmt.Errorf("number %q: exponent beyond ±%d", clip(tok), maxExponent)
+			}
+			exp = exp*10 + int64(tok[i]-'0')
+			i++
+		}
+		if i == d {
+			return bad()
+		}
+		if eneg {
+			exp = -exp
+		}
+	}
+	if i != len(tok) {
+		return bad()
+	}
+	// value = (intPart frac) × 10^(exp - len(frac))
+	all := make([]byte, 0, len(intPart)+len(frac))
+	all = append(all, intPart...)
+	all = append(all, frac...)
+	exp -= int64(len(frac))
+	lead := 0
+	for lead < len(all) && all[lead] == '0' {
+		lead++
+	}
+	all = all[lead:]
+	trail := len(all)
+	for trail > 0 && all[trail-1] == '0' {
+		trail--
+	}
+	exp += int64(len(all) - trail)
+	all = all[:trail]
+	if len(all) == 0 {
+		return false, nil, 0, nil // zero, whatever its sign or exponent
+	}
+	if exp > maxExponent || exp < -maxExponent {
+		return false, nil, 0, fmt.Errorf("number %q: exponent beyond ±%d", clip(tok), maxExponent)
+	}
+	return neg, all, exp, nil
+}
+
+// formatNumber writes the value sign × digits × 10^exp in the layout of ECMAScript's
+// Number.prototype.toString (the layout RFC 8785 prescribes), applied to the value's exact
+// decimal digits instead of those of the nearest IEEE double. For every number that is the
+// shortest round-trip spelling of a double (what JSON encoders write) this is exactly the
+// RFC 8785 form; other numbers keep every digit, so distinct values never share a form.
+func formatNumber(b []byte, neg bool, digits []byte, exp int64) []byte {
+	if len(digits) == 0 {
+		return append(b, '0')
+	}
+	if neg {
+		b = append(b, '-')
+	}
+	k := int64(len(digits))
+	n := k + exp // value = 0.digits × 10^n
+	switch {
+	case k <= n && n <= 21:
+		b = append(b, digits...)
+		for z := k; z < n; z++ {
+			b = append(b, '0')
+		}
+	case 0 < n && n <= 21:
+		b = append(b, digits[:n]...)
+		b = append(b, '.')
+		b = append(b, digits[n:]...)
+	case -6 < n && n <= 0:
+		b = append(b, '0', '.')
+		for z := n; z < 0; z++ {
+			b = append(b, '0')
+		}
+		b = append(b, digits...)
+	default:
+		b = append(b, digits[0])
+		if k > 1 {
+			b = append(b, '.')
+			b = append(b, digits[1:]...)
+		}
+		b = append(b, 'e')
+		if n-1 >= 0 {
+			b = append(b, '+')
+		}
+		b = strconv.AppendInt(b, n-1, 10)
+	}
+	return b
+}
+
+func clip(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}

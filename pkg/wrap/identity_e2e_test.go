@@ -1,0 +1,150 @@
+package wrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+)
+
+// Issue 12 item 1: numbers beyond double precision are distinct calls, and each runs.
+func TestDistinctNumbersAreDistinctCalls(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	a := call(t, w.Session, "charge", `{"amount":9007199254740993}`)
+	b := call(t, w.Session, "charge", `{"amount":9007199254740992}`)
+	if a.replayed() || b.replayed() || a.IsError || b.IsError {
+		t.Fatalf("distinct amounts must both run: %+v / %+v", a, b)
+	}
+	if c := call(t, w.Session, "charge", `{"amount":9007199254740993.0}`); !c.replayed() {
+		t.Fatalf("the same value spelled otherwise is the same call: %+v", c)
+	}
+	effects := strings.Join(mcptest.Effects(r.effects), "\n")
+	if r.effectCount() != 2 || !strings.Contains(effects, "amount=9007199254740993") || !strings.Contains(effects, "amount=9007199254740992") {
+		t.Fatalf("want the two charges, got:\n%s", effects)
+	}
+}
+
+// Issue 12 item 3: params a server could read otherwise than wrap are refused with -32602
+// and reach no server.
+func TestAmbiguousToolsCallRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	for _, params := range []string{
+		`{"name":"charge","NAME":"balance","arguments":{"amount":3}}`,
+		`{"name":"charge","arguments":{"amount":500},"Arguments":{"amount":1}}`,
+		`{"name":"charge","arguments":{"amount":500},"arguments":{"amount":1}}`,
+		`{"name":"charge","arguments":{"amount":5,"note":"\ud83d"}}`,
+		`{"name":"balance","arguments":{"x":1,"x":2}}`, // refused for pass-through tools too
+	} {
+		_, err := w.Call(context.Background(), "tools/call", json.RawMessage(params))
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, "NOT executed") {
+			t.Errorf("%s: want -32602, got %v", params, err)
+		}
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("refused calls reached the server: %d effects", n)
+	}
+}
+
+// Issue 12 item 4: a tools/call without an id is not forwarded (a faithful server would run it
+// every time, and nobody could learn its outcome).
+func TestToolsCallNotificationIsNotForwarded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	for range 3 {
+		if err := w.Notify("tools/call", json.RawMessage(`{"name":"charge","arguments":{"amount":7}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call(t, w.Session, "charge", `{"amount":8}`) // messages are handled in order: the notifications were seen
+	if got := mcptest.Effects(r.effects); len(got) != 1 || !strings.Contains(got[0], "amount=8") {
+		t.Fatalf("want only the charge of 8, got %q", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(w.log.String(), "without an id") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not logged: %s", w.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The direct server runs them: the test server is the faithful kind.
+	d := r.direct()
+	_ = d.Notify("tools/call", json.RawMessage(`{"name":"charge","arguments":{"amount":9}}`))
+	if _, err := d.Call(context.Background(), "ping", nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for r.effectCount() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the direct server did not run the notification: %q", mcptest.Effects(r.effects))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Issue 12 item 6: no tool list, no blind call: a server that dies whenever its tools are
+// listed gets no call, and the agent is told nothing ran and that a retry may run it.
+func TestNoBlindCallWithoutAToolList(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.mode = "dielist"
+	w := r.wrap("--wait", "5s")
+	x := call(t, w.Session, "balance", `{}`)
+	if !x.IsError || !strings.Contains(x.text(), "NOT sent and did not run") || string(x.Meta["effectfence/code"]) != `"tools_unknown"` {
+		t.Fatalf("want a tools_unknown refusal, got %+v", x)
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("a call went through blind: %d effects", n)
+	}
+}
+
+// Issue 12 item 7: under --key, a call waiting on an attempt of the same key but other
+// arguments does not receive that attempt's failure: it gets intent_conflict.
+func TestCoalescingJoinsOnlyTheSameCall(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--key", "fail:tag")
+	var wg sync.WaitGroup
+	var first result
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first = call(t, w.Session, "fail", `{"ms":1500,"tag":"k"}`)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !inFlight(r) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first call never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := call(t, w.Session, "fail", `{"ms":1,"tag":"k"}`)
+	wg.Wait()
+	if !first.IsError || !strings.Contains(first.text(), "card declined") {
+		t.Fatalf("first: %+v", first)
+	}
+	if strings.Contains(second.text(), "card declined") || string(second.Meta["effectfence/code"]) != `"intent_conflict"` {
+		t.Fatalf("a call with other arguments received the other call's answer: %+v", second)
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("want 1 execution, got %d", n)
+	}
+}
+
+// inFlight reports whether the rig's ledger has an intent in flight.
+func inFlight(r *rig) bool {
+	out, _ := exec.Command(efBin, "ledger", "ls", "--ledger", r.ledger, "--json").Output()
+	return strings.Contains(string(out), `"in_flight"`)
+}
