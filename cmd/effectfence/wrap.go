@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
+			&cli.DurationFlag{Name: "grace", Value: wrap.DefaultGrace, Usage: "when stopping (stdin closed, SIGTERM, SIGINT), how long calls in flight may finish; then the MCP server is stopped and each fenced call still inside it is recorded as unknown. A second signal exits at once"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			argv := cmd.Args().Slice()
@@ -88,15 +90,21 @@ func wrapCommand(io streams) *cli.Command {
 				return usageErr("%v", err)
 			}
 			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, wrap.ShellJoin(argv))
-			return serveWrap(ctx, p, led, io)
+			return serveWrap(ctx, p, led, opt.Grace, io)
 		},
 	}
 }
 
 // serveWrap serves until the agent hangs up or a signal arrives, logging the since-boot
-// counters on SIGUSR1 and at exit.
-func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+// counters on SIGUSR1 and at exit. A second SIGINT or SIGTERM exits at once.
+func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time.Duration, io streams) error {
+	ctx, stop := stopOnSignals(ctx, func(sig os.Signal) {
+		fmt.Fprintf(io.err, "effectfence wrap: %v: stopping; calls in flight get up to %s to finish (send the signal again to exit at once)\n", sig, grace)
+	}, func(sig os.Signal) {
+		calls := p.InFlight()
+		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now and killing the MCP server; %d calls abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, len(calls), strings.Join(calls, "; "))
+		p.Kill()
+	})
 	defer stop()
 	// An agent that closes our stdout must not kill us with SIGPIPE while calls are still
 	// being recorded: with SIGPIPE notified, writes fail with EPIPE instead.
@@ -143,7 +151,7 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	opt := wrap.Options{
 		Command: argv, Wait: cmd.Duration("wait"), FenceReads: cmd.Bool("fence-reads"),
 		Fence: cmd.StringSlice("fence"), Pass: cmd.StringSlice("pass"), NoInjectKey: cmd.Bool("no-inject-key"),
-		MaxConcurrent: cmd.Int("max-concurrent"), InitTimeout: cmd.Duration("init-timeout"),
+		MaxConcurrent: cmd.Int("max-concurrent"), InitTimeout: cmd.Duration("init-timeout"), Grace: cmd.Duration("grace"),
 		Ignore: map[string][]wrap.Path{}, Key: map[string][]wrap.Path{},
 	}
 	if opt.Wait <= 0 {
@@ -151,6 +159,9 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	}
 	if opt.MaxConcurrent <= 0 {
 		return opt, usageErr("--max-concurrent must be positive")
+	}
+	if opt.Grace <= 0 {
+		return opt, usageErr("--grace must be positive, e.g. 2s")
 	}
 	for _, s := range cmd.StringSlice("ignore-field") {
 		tool, path, err := wrap.ParseIgnoreField(s)
