@@ -76,8 +76,14 @@ func stdinIsTerminal(in any) bool {
 }
 
 // runServe opens the ledger and serves MCP on the streams until stdin ends or a signal comes.
+// The first SIGINT or SIGTERM ends waiting prepares and lets settling calls finish; a second
+// exits at once.
 func runServe(ctx context.Context, io streams, opts store.Options, workers int) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignals(ctx, func(sig os.Signal) {
+		fmt.Fprintf(io.err, "effectfence serve: %v: stopping; waiting prepares end, settling calls finish (send the signal again to exit at once)\n", sig)
+	}, func(sig os.Signal) {
+		fmt.Fprintf(io.err, "effectfence serve: %v again: exiting now\n", sig)
+	})
 	defer stop()
 	// A client that closes our stdout must not kill us with SIGPIPE mid-commit: with SIGPIPE
 	// notified, writes fail with EPIPE and the server ends cleanly, counters flushed.

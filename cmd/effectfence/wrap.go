@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +47,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringFlag{Name: "scope", Usage: "name the server's scope explicitly (fleets sharing receipts across directories or environments); default: derived from the command, working directory and environment"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
+			&cli.DurationFlag{Name: "grace", Value: wrap.DefaultGrace, Usage: "when stopping (stdin closed, SIGTERM, SIGINT), how long calls in flight may finish; then the MCP server is stopped and each fenced call still inside it is recorded as unknown. A second signal exits at once"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			argv := cmd.Args().Slice()
@@ -101,15 +103,21 @@ func wrapCommand(io streams) *cli.Command {
 			}
 			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, wrap.ShellJoin(argv))
 			logScope(io, scope, so.Ledger == "", argv)
-			return serveWrap(ctx, p, led, io)
+			return serveWrap(ctx, p, led, opt.Grace, io)
 		},
 	}
 }
 
 // serveWrap serves until the agent hangs up or a signal arrives, logging the since-boot
-// counters on SIGUSR1 and at exit.
-func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, io streams) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+// counters on SIGUSR1 and at exit. A second SIGINT or SIGTERM exits at once.
+func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time.Duration, io streams) error {
+	ctx, stop := stopOnSignals(ctx, func(sig os.Signal) {
+		fmt.Fprintf(io.err, "effectfence wrap: %v: stopping; calls in flight get up to %s to finish (send the signal again to exit at once)\n", sig, grace)
+	}, func(sig os.Signal) {
+		calls := p.InFlight()
+		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now and killing the MCP server; %d calls abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, len(calls), strings.Join(calls, "; "))
+		p.Kill()
+	})
 	defer stop()
 	// An agent that closes our stdout must not kill us with SIGPIPE while calls are still
 	// being recorded: with SIGPIPE notified, writes fail with EPIPE instead.
@@ -178,7 +186,7 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 		Command: argv, Wait: cmd.Duration("wait"), FenceReads: cmd.Bool("fence-reads"),
 		Fence: cmd.StringSlice("fence"), Pass: cmd.StringSlice("pass"), NoInjectKey: cmd.Bool("no-inject-key"),
 		RerunSafe:     cmd.StringSlice("rerun-safe"),
-		MaxConcurrent: cmd.Int("max-concurrent"), InitTimeout: cmd.Duration("init-timeout"),
+		MaxConcurrent: cmd.Int("max-concurrent"), InitTimeout: cmd.Duration("init-timeout"), Grace: cmd.Duration("grace"),
 		Ignore: map[string][]wrap.Path{}, Key: map[string][]wrap.Path{},
 	}
 	if opt.Wait <= 0 {
@@ -186,6 +194,9 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	}
 	if opt.MaxConcurrent <= 0 {
 		return opt, usageErr("--max-concurrent must be positive")
+	}
+	if opt.Grace <= 0 {
+		return opt, usageErr("--grace must be positive, e.g. 2s")
 	}
 	for _, s := range cmd.StringSlice("ignore-field") {
 		tool, path, err := wrap.ParseIgnoreField(s)

@@ -315,7 +315,21 @@ func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessag
 // Close ends the session: it closes the child's stdin (the MCP way to ask a stdio server to
 // exit), then sends SIGTERM and finally SIGKILL to the child's process group if it lingers.
 // Calls still waiting fail with an *ExitError. Close is idempotent.
-func (s *Session) Close() error {
+func (s *Session) Close() error { return s.stop(closeGrace) }
+
+// CloseWithin is Close with a total budget: the child gets half of within to exit after its
+// stdin closes, the other half after SIGTERM, and is then killed. Calls still waiting fail at
+// once, before any of that waiting.
+func (s *Session) CloseWithin(within time.Duration) error { return s.stop(within / 2) }
+
+// Kill ends the session at once: calls still waiting fail and the child's process group gets
+// SIGKILL without waiting. For a parent that must exit now.
+func (s *Session) Kill() error { return s.stop(0) }
+
+func (s *Session) stop(grace time.Duration) error {
+	if grace <= 0 && s.closing.Load() {
+		signalGroup(s.cmd.Process, syscall.SIGKILL) // a Close in progress must not delay a Kill
+	}
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closing.Swap(true) {
@@ -323,13 +337,16 @@ func (s *Session) Close() error {
 	}
 	s.end(&ExitError{Command: strings.Join(s.cfg.Command, " "), Why: "closed", Stderr: s.tail.String()})
 	_ = s.stdin.Close()
+	if grace <= 0 {
+		signalGroup(s.cmd.Process, syscall.SIGKILL)
+	}
 	select {
 	case <-s.exited:
-	case <-time.After(closeGrace):
+	case <-time.After(grace):
 		signalGroup(s.cmd.Process, syscall.SIGTERM)
 		select {
 		case <-s.exited:
-		case <-time.After(closeGrace):
+		case <-time.After(grace):
 			signalGroup(s.cmd.Process, syscall.SIGKILL)
 			<-s.exited
 		}
@@ -506,12 +523,13 @@ type Child struct {
 	cfg   Config
 	start chan struct{} // held while starting, so one start runs at a time
 
-	mu      sync.Mutex // guards the fields below; never held while starting
-	cur     *Session
-	starts  int
-	lastErr error
-	lastAt  time.Time
-	closed  bool
+	mu       sync.Mutex // guards the fields below; never held while starting
+	cur      *Session
+	stopping *Session // the session Close or Kill ended
+	starts   int
+	lastErr  error
+	lastAt   time.Time
+	closed   bool
 }
 
 // RestartBackoff is how long Child.Session keeps returning a failed start's error before it
@@ -591,14 +609,28 @@ func (c *Child) Starts() int {
 }
 
 // Close closes the live session, if any; later Session calls fail.
-func (c *Child) Close() error {
+func (c *Child) Close() error { return c.closeWith((*Session).Close) }
+
+// CloseWithin is Close with a total budget (see Session.CloseWithin).
+func (c *Child) CloseWithin(within time.Duration) error {
+	return c.closeWith(func(s *Session) error { return s.CloseWithin(within) })
+}
+
+// Kill kills the live session's process group at once (see Session.Kill); later Session calls
+// fail.
+func (c *Child) Kill() error { return c.closeWith((*Session).Kill) }
+
+func (c *Child) closeWith(stop func(*Session) error) error {
 	c.mu.Lock()
 	c.closed = true
 	s := c.cur
-	c.cur = nil
+	if s == nil {
+		s = c.stopping // a Kill while a Close waits must still reach the process
+	}
+	c.cur, c.stopping = nil, s
 	c.mu.Unlock()
 	if s != nil {
-		return s.Close()
+		return stop(s)
 	}
 	return nil
 }

@@ -294,3 +294,54 @@ func TestRequestsFromTheChildReachOnRequest(t *testing.T) {
 		t.Fatalf("ask without a handler: %s %v", res, err)
 	}
 }
+
+// TestKillReachesAChildThatIgnoresItsStdin: a child busy with a call lingers after its stdin
+// closes; Kill, even while a Close is waiting on it, fails the call and ends the process.
+func TestKillReachesAChildThatIgnoresItsStdin(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	child := mcpstdio.NewChild(cfg)
+	s, err := child.Session(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := s.Pid()
+	called := make(chan error, 1)
+	go func() {
+		_, err := s.CallTool(context.Background(), "slow", json.RawMessage(`{"ms":600000}`))
+		called <- err
+	}()
+	closed := make(chan error, 1)
+	began := time.Now()
+	go func() { closed <- child.Close() }() // waits for the child, which waits for the call
+	<-s.Done()
+	if err := child.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Close alone sends its first signal only after 2 s; Kill must not wait for that.
+	if took := time.Since(began); took >= 2*time.Second {
+		t.Fatalf("Kill returned %s after Close began: it waited for Close's grace", took)
+	}
+	var ee *mcpstdio.ExitError
+	if err := <-called; !errors.As(err, &ee) {
+		t.Fatalf("the call in flight: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && procExists(pid) {
+		t.Fatalf("child %d still exists after Kill", pid)
+	}
+	if _, err := child.Session(context.Background()); !errors.Is(err, mcpstdio.ErrNotSent) {
+		t.Fatalf("Session after Kill: %v", err)
+	}
+}
+
+// procExists reports whether pid is a live (not zombie) process, where /proc tells.
+func procExists(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !linux
 
 package mcpstdio
 
@@ -8,7 +8,8 @@ import (
 )
 
 // sysProcAttr puts the child in its own process group, so Close can stop what it spawned
-// (npx starts node, a shell starts its command).
+// (npx starts node, a shell starts its command). This OS has no parent-death signal: a child
+// outlives a killed parent until it reads end-of-file on its stdin.
 func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 func signalGroup(p *os.Process, sig syscall.Signal) {

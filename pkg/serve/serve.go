@@ -98,14 +98,68 @@ func New(eng *fence.Engine, opts Options) (*Server, error) {
 func (s *Server) MCP() *server.MCPServer { return s.mcp }
 
 // Serve speaks MCP over stdio on in and out until in ends or ctx is cancelled. Only protocol
-// messages are written to out. mcp-go keeps one stdio session per process, so run one Serve
-// per process at a time.
+// messages are written to out. Tool calls are scheduled in lanes (lanes.go), so a settling call
+// never waits behind waiting prepares. mcp-go keeps one stdio session per process, so run one
+// Serve per process at a time.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &lineWriter{w: out}
+	pr, pw := io.Pipe()
 	std := server.NewStdioServer(s.mcp)
 	std.SetErrorLogger(s.opts.Log)
 	server.WithWorkerPoolSize(s.opts.Workers)(std)
 	server.WithQueueSize(s.opts.Queue)(std)
-	if err := std.Listen(ctx, in, out); err != nil && ctx.Err() == nil {
+	session := make(chan context.Context, 1)
+	std.SetContextFunc(func(c context.Context) context.Context { session <- c; return c })
+	listened := make(chan error, 1)
+	go func() { listened <- std.Listen(ctx, pr, w) }()
+
+	sc := &scheduler{s: s, out: w}
+	select {
+	case sc.ctx = <-session:
+	case err := <-listened:
+		pr.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	for l := range sc.slots {
+		sc.slots[l] = make(chan struct{}, s.opts.Workers)
+		sc.queued[l] = make(chan struct{}, s.opts.Queue)
+	}
+
+	lines, readDone, stop := make(chan []byte), make(chan error, 1), make(chan struct{})
+	defer close(stop)
+	go readLines(in, lines, readDone, stop)
+	var readErr error
+route:
+	for {
+		select {
+		case line := <-lines:
+			if l, ok := classify(line); ok {
+				sc.run(l, line)
+				continue
+			}
+			if _, err := pw.Write(line); err != nil {
+				readErr = err
+				break route
+			}
+		case readErr = <-readDone:
+			break route
+		case <-ctx.Done():
+			break route
+		}
+	}
+	// The client is gone: waits end (nobody is left to answer), settling calls finish (they
+	// run detached from cancellation), then mcp-go drains what it holds.
+	pw.Close()
+	err := <-listened
+	stopped := ctx.Err() != nil // the caller cancelled: not an error
+	cancel()
+	sc.wg.Wait()
+	if err == nil && readErr != nil && readErr != io.EOF {
+		err = readErr
+	}
+	if err != nil && !stopped {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,13 @@ import (
 const (
 	DefaultWait          = 30 * time.Second
 	DefaultMaxConcurrent = 64
+	// DefaultGrace is how long a stopping wrap lets calls in flight finish. MCP clients close
+	// stdin, send SIGTERM about 2 s later and SIGKILL about 2 s after that; a 2 s grace leaves
+	// the time to stop the MCP server and record what it still held before the SIGKILL.
+	DefaultGrace = 2 * time.Second
+	// childStopBudget is how long a stopping wrap gives the MCP server to exit after the grace
+	// (half after closing its stdin, half after SIGTERM) before SIGKILL.
+	childStopBudget = time.Second
 	// MaxMessage bounds one message from the agent (64 MiB).
 	MaxMessage = 64 << 20
 )
@@ -84,6 +92,11 @@ type Options struct {
 	MaxConcurrent int
 	// InitTimeout bounds the child's answer to initialize (default mcpstdio's).
 	InitTimeout time.Duration
+	// Grace bounds how long Serve, once the agent's input ends or ctx is cancelled, waits for
+	// calls in flight (default DefaultGrace). Then it stops the child: each fenced call still
+	// inside it is recorded as unknown (fenced until an operator clears it), and duplicates
+	// still waiting for another process's attempt are answered "not executed".
+	Grace time.Duration
 	// Log receives diagnostics and the child's stderr. Required.
 	Log io.Writer
 }
@@ -112,6 +125,24 @@ type Proxy struct {
 
 	cmu     sync.Mutex
 	cancels map[string]context.CancelFunc // by the agent's request id
+
+	rmu      sync.Mutex
+	running  map[int64]running // requests of the agent being served, for the shutdown log
+	nextSlot int64
+}
+
+// running is a request of the agent being served.
+type running struct {
+	method, tool, id string
+	since            time.Time
+}
+
+func (r running) String() string {
+	what := r.method
+	if r.tool != "" {
+		what += " " + r.tool
+	}
+	return fmt.Sprintf("%s (request id %s, running %s)", what, r.id, time.Since(r.since).Round(100*time.Millisecond))
 }
 
 // New checks opt and returns a Proxy.
@@ -128,7 +159,10 @@ func New(opt Options) (*Proxy, error) {
 	if opt.MaxConcurrent <= 0 {
 		opt.MaxConcurrent = DefaultMaxConcurrent
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelFunc{}}
+	if opt.Grace <= 0 {
+		opt.Grace = DefaultGrace
+	}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelFunc{}, running: map[int64]running{}}
 	p.flights.m = map[string]*flight{}
 	return p, nil
 }
@@ -146,8 +180,9 @@ func (p *Proxy) logf(format string, a ...any) {
 }
 
 // Serve reads the agent's messages from in and writes protocol to out until in ends or ctx is
-// cancelled. It then waits for forwarded tool calls to finish and be recorded (up to the lease
-// TTL, after which they are recorded as unknown) and stops the child.
+// cancelled. It then stops (see Options.Grace): it waits up to the grace for calls in flight,
+// logging what it waits for, then stops the child; each fenced call still inside the child is
+// recorded as unknown. Kill ends everything at once instead.
 func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	p.out = jsonrpc.NewWriter(out)
 	lines := make(chan []byte)
@@ -185,30 +220,108 @@ loop:
 			break loop
 		}
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+	why := "the agent closed its input"
+	switch {
+	case errors.Is(err, context.Canceled):
+		why, err = "asked to stop", nil
+	case errors.Is(err, io.EOF):
 		err = nil
+	case err != nil:
+		why = fmt.Sprintf("reading from the agent failed (%v)", err)
 	}
 	close(p.agentGone) // requests of the child to the agent can no longer be answered
-	p.drain()
+	p.drain(why)
 	return err
 }
 
-// drain waits for running calls, then closes the child (which fails what is still running).
-func (p *Proxy) drain() {
+// drain waits up to the grace for running calls, then closes the child, which fails what is
+// still inside it (recorded as unknown by run), and ends the waits of duplicates.
+func (p *Proxy) drain(why string) {
 	done := make(chan struct{})
 	go func() { p.calls.Wait(); close(done) }()
+	if calls := p.inFlight(); len(calls) > 0 {
+		p.logf("stopping (%s): waiting up to %s for %s: %s", why, p.opt.Grace, plural(len(calls), "call"), strings.Join(calls, "; "))
+	}
+	timer := time.NewTimer(p.opt.Grace)
+	defer timer.Stop()
 	select {
 	case <-done:
-	case <-time.After(p.opt.Engine.Config().LeaseTTL):
-		p.logf("calls still running after %s; stopping the MCP server, their outcome is recorded as unknown", p.opt.Engine.Config().LeaseTTL)
+	case <-timer.C:
+		calls := p.inFlight()
+		p.logf("grace of %s is over; stopping the MCP server with %s still running: %s. A fenced call still inside it is recorded as unknown and fenced until an operator clears it; a duplicate still waiting is answered that it was not executed", p.opt.Grace, plural(len(calls), "call"), strings.Join(calls, "; "))
+		p.flights.mu.Lock()
+		for _, f := range p.flights.m {
+			f.cancel() // duplicates waiting for an attempt of another process stop waiting
+		}
+		p.flights.mu.Unlock()
 	}
 	p.mu.Lock()
 	c := p.child
 	p.mu.Unlock()
 	if c != nil {
-		_ = c.Close()
+		_ = c.CloseWithin(childStopBudget)
 	}
 	<-done
+}
+
+// Kill stops the child at once (SIGKILL to its process group) and fails what is inside it,
+// without waiting for anything: for a wrap that must exit now. Calls in flight keep their
+// claims; the next process that meets one sees its holder gone and fences it as unknown.
+func (p *Proxy) Kill() {
+	p.mu.Lock()
+	c := p.child
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.Kill()
+	}
+}
+
+// InFlight describes the agent's requests being served, for a log line.
+func (p *Proxy) InFlight() []string { return p.inFlight() }
+
+func (p *Proxy) inFlight() []string {
+	p.rmu.Lock()
+	defer p.rmu.Unlock()
+	rs := make([]running, 0, len(p.running))
+	for _, r := range p.running {
+		rs = append(rs, r)
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].since.Before(rs[j].since) })
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
+}
+
+// track records a request being served until the returned function is called.
+func (p *Proxy) track(m *jsonrpc.Message) func() {
+	r := running{method: m.Method, id: string(m.ID), since: time.Now()}
+	if m.Method == "tools/call" {
+		var cp struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(m.Params, &cp) == nil {
+			r.tool = strconv.Quote(cp.Name)
+		}
+	}
+	p.rmu.Lock()
+	p.nextSlot++
+	slot := p.nextSlot
+	p.running[slot] = r
+	p.rmu.Unlock()
+	return func() {
+		p.rmu.Lock()
+		delete(p.running, slot)
+		p.rmu.Unlock()
+	}
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func (p *Proxy) reply(line []byte) {
@@ -248,8 +361,10 @@ func (p *Proxy) dispatch(line []byte) {
 		p.notify(m)
 	case m.IsRequest():
 		p.calls.Add(1)
+		untrack := p.track(m)
 		go func() {
 			defer p.calls.Done()
+			defer untrack()
 			p.request(m)
 		}()
 	default:

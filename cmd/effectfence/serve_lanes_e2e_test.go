@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// TestServeWaitersDoNotStarveTheHolder is issue 11 item 5 through the real MCP SDK client and
+// the real binary: 32 waiting fence_prepare calls (as many as the workers) and then the
+// holder's heartbeat and commit, on a 2 s lease. The commit lands and every waiter receives
+// the holder's cert; none is told "fresh".
+func TestServeWaitersDoNotStarveTheHolder(t *testing.T) {
+	peers := peersDir(t)
+	bin := buildServeBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "serve_starve.mjs"))
+	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+bin, "EF_LEDGER="+filepath.Join(t.TempDir(), "server.db"), "GORACE=atexit_sleep_ms=0")
+	var stdout, stderr bytes.Buffer
+	node.Stdout, node.Stderr = &stdout, &stderr
+	if err := node.Run(); err != nil {
+		t.Fatalf("node client: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var rep struct {
+		First, Heartbeat, Commit callOutcome
+		Waiters                  []callOutcome
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("client report: %v\n%s", err, stdout.String())
+	}
+	var first serve.PrepareResult
+	if rep.First.IsError || json.Unmarshal(rep.First.JSON, &first) != nil || first.Status != serve.StatusFresh {
+		t.Fatalf("first prepare: %s", rep.First.JSON)
+	}
+	if rep.Heartbeat.IsError || rep.Heartbeat.RPCError != nil {
+		t.Fatalf("the holder's heartbeat behind 32 waiters: %+v %s", rep.Heartbeat.RPCError, rep.Heartbeat.JSON)
+	}
+	var committed serve.CommitResult
+	if rep.Commit.IsError || rep.Commit.RPCError != nil || json.Unmarshal(rep.Commit.JSON, &committed) != nil || committed.Cert == nil {
+		t.Fatalf("the holder's commit behind 32 waiters: %+v %s", rep.Commit.RPCError, rep.Commit.JSON)
+	}
+	if len(rep.Waiters) != 32 {
+		t.Fatalf("%d waiters answered", len(rep.Waiters))
+	}
+	for i, w := range rep.Waiters {
+		var p serve.PrepareResult
+		if w.IsError || w.RPCError != nil || json.Unmarshal(w.JSON, &p) != nil || p.Status != serve.StatusAlreadyDone || p.Cert == nil || p.Cert.Hash != committed.Cert.Hash {
+			t.Fatalf("waiter %d: want the holder's cert %s, got %+v %s", i, committed.Cert.Hash, w.RPCError, w.JSON)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// stopSignals are the signals that stop serve and wrap: the first asks for an orderly stop, the
+// second for an exit at once.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+// stopOnSignals returns a context that the first stop signal cancels (first is called with it,
+// to log what the stop waits for); on the second, now is called (to log and kill what must
+// not outlive us) and the process exits at once with 128 + the signal's number. The returned
+// function stops listening.
+func stopOnSignals(ctx context.Context, first, now func(os.Signal)) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, stopSignals...)
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case sig := <-sigs:
+				n++
+				if n == 1 {
+					first(sig)
+					cancel()
+					continue
+				}
+				now(sig)
+				code := exitError
+				if s, ok := sig.(syscall.Signal); ok {
+					code = 128 + int(s)
+				}
+				os.Exit(code)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}

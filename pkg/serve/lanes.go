@@ -1,0 +1,169 @@
+package serve
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Tool calls are scheduled here, not on mcp-go's single worker pool: with one pool, 32
+// prepares waiting for a holder fill every worker, the holder's fence_commit queues behind
+// them, its lease lapses and the waiters' wait ends on a lapsed claim. Each tool call instead
+// goes to one of three lanes, each with its own Workers slots:
+//
+//   - settle: fence_commit, fence_release, fence_abort, fence_heartbeat. What a waiter waits
+//     for, so nothing that waits may hold one of its slots.
+//   - wait: fence_prepare with wait_secs > 0. Its waits end when the caller hangs up, when
+//     wait_secs runs out, or when the claim they wait on is settled or lapses (the engine
+//     looks again at least every 100 ms, or 1 s with a notifying store).
+//   - call: every other tool call (a prepare without waiting, fence_status, fence_stats):
+//     one ledger transaction each.
+//
+// A lane whose slots are all busy queues up to Queue calls on goroutines of its own; beyond
+// that the reader waits for a slot (back-pressure on the client). Other messages (initialize,
+// tools/list, ping, notifications) are left to mcp-go's stdio server, which reads them from a
+// pipe this router feeds.
+
+type lane int
+
+const (
+	laneCall lane = iota
+	laneWait
+	laneSettle
+	lanes
+)
+
+var laneNames = [lanes]string{"call", "wait", "settle"}
+
+// classify returns the lane of a tools/call message, or false for any other message.
+func classify(line []byte) (lane, bool) {
+	var m struct {
+		Method string `json:"method"`
+		Params struct {
+			Name      string `json:"name"`
+			Arguments struct {
+				WaitSecs any `json:"wait_secs"`
+			} `json:"arguments"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(line, &m) != nil || m.Method != string(mcp.MethodToolsCall) {
+		// Unparseable lines go to mcp-go too, which answers them with a parse error.
+		var probe struct {
+			Method string `json:"method"`
+		}
+		if json.Unmarshal(line, &probe) == nil && probe.Method == string(mcp.MethodToolsCall) {
+			return laneCall, true // a tools/call with odd arguments: the tool refuses it
+		}
+		return 0, false
+	}
+	switch m.Params.Name {
+	case ToolCommit, ToolRelease, ToolAbort, ToolHeartbeat:
+		return laneSettle, true
+	case ToolPrepare:
+		if w, ok := m.Params.Arguments.WaitSecs.(float64); ok && w > 0 {
+			return laneWait, true
+		}
+	}
+	return laneCall, true
+}
+
+// lineWriter serialises whole lines to the client: mcp-go's writes and the lanes' writes share
+// it, and each Write is one complete message.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type scheduler struct {
+	s      *Server
+	out    *lineWriter
+	ctx    context.Context // carries mcp-go's stdio session
+	slots  [lanes]chan struct{}
+	queued [lanes]chan struct{}
+	wg     sync.WaitGroup
+}
+
+// run serves one tool call in its lane. It returns once the call has a slot or is queued.
+func (sc *scheduler) run(l lane, line []byte) {
+	msg := append([]byte(nil), line...)
+	select {
+	case sc.queued[l] <- struct{}{}:
+	default:
+		// The lane's queue is full: wait for a slot here, so the reader slows down.
+		sc.slots[l] <- struct{}{}
+		sc.wg.Add(1)
+		go func() {
+			defer sc.wg.Done()
+			defer func() { <-sc.slots[l] }()
+			sc.handle(l, msg)
+		}()
+		return
+	}
+	sc.wg.Add(1)
+	go func() {
+		defer sc.wg.Done()
+		sc.slots[l] <- struct{}{}
+		<-sc.queued[l]
+		defer func() { <-sc.slots[l] }()
+		sc.handle(l, msg)
+	}()
+}
+
+func (sc *scheduler) handle(l lane, msg []byte) {
+	var resp mcp.JSONRPCMessage
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				sc.s.opts.Log.Printf("panic in a %s-lane tool call: %v", laneNames[l], r)
+				var id struct {
+					ID any `json:"id"`
+				}
+				_ = json.Unmarshal(msg, &id)
+				resp = mcp.NewJSONRPCError(mcp.NewRequestId(id.ID), mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r), nil)
+			}
+		}()
+		resp = sc.s.mcp.HandleMessage(sc.ctx, msg)
+	}()
+	if resp == nil {
+		return
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		sc.s.opts.Log.Printf("encoding a tool response: %v", err)
+		return
+	}
+	if _, err := sc.out.Write(append(b, '\n')); err != nil {
+		sc.s.opts.Log.Printf("writing a tool response: %v", err)
+	}
+}
+
+// readLines sends each line of in (newline included) to lines until in ends; then it sends
+// the error (io.EOF at the end) to done.
+func readLines(in io.Reader, lines chan<- []byte, done chan<- error, stop <-chan struct{}) {
+	r := bufio.NewReader(in)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			select {
+			case lines <- line:
+			case <-stop:
+				return
+			}
+		}
+		if err != nil {
+			done <- err
+			return
+		}
+	}
+}
