@@ -32,6 +32,11 @@ type Request struct {
 	Agent string `json:"agent,omitempty"`
 	// Clock is the vector clock the agent knew when it decided.
 	Clock VectorClock `json:"vector_clock,omitempty"`
+	// Redact names argument fields whose values the ledger stores as Redacted (privacy.go);
+	// the fingerprint still covers the full arguments.
+	Redact []string `json:"redact,omitempty"`
+	// KeepResult is what the ledger keeps of the result: KeepFull ("" too) or KeepHash.
+	KeepResult KeepResult `json:"keep_result,omitempty"`
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
@@ -51,6 +56,11 @@ type Ticket struct {
 type Admission struct {
 	Ticket *Ticket
 	Cert   *Cert
+	// DoneAt is when a replayed intent was done (set with Cert).
+	DoneAt time.Time
+	// ResultNotKept is set with Cert when the ledger kept only the result's digest
+	// (KeepHash): the caller must not run the effect, and has no result to give back.
+	ResultNotKept bool
 }
 
 // Fresh reports whether the caller must run the effect.
@@ -93,6 +103,10 @@ type Record struct {
 	ExpiresAt time.Time `json:"expires_at,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	Cert      *Cert     `json:"cert,omitempty"`
+	// KeepResult and Redacted are the privacy settings of the claim (privacy.go): Args holds
+	// Redacted at each path in Redacted, and a KeepHash cert holds only its result's digest.
+	KeepResult KeepResult `json:"keep_result,omitempty"`
+	Redacted   []string   `json:"redacted,omitempty"`
 }
 
 // Event kinds recorded in the ledger's audit trail.
