@@ -210,3 +210,14 @@ func redactAt(v any, path []string) bool {
 func (c *call) storedArgs() ([]byte, error) {
 	return RedactArgs(c.args, c.Redact)
 }
+
+// Fingerprint returns the fingerprint the engine records for a call of tool with args (the
+// one Record.Fingerprint holds), so a front end can check a caller's claim to have made a
+// recorded call without the ledger keeping its arguments in the clear.
+func (e *Engine) Fingerprint(tool string, args []byte) (string, error) {
+	c, err := e.validate(Request{Intent: "fingerprint", Tool: tool, Args: args})
+	if err != nil {
+		return "", err
+	}
+	return c.fp, nil
+}
