@@ -36,6 +36,8 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringSliceFlag{Name: "pass", Usage: "pass this tool through unfenced (repeatable)"},
 			&cli.StringSliceFlag{Name: "ignore-field", Usage: "TOOL:json.path left out of the call's identity, e.g. charge:meta.timestamp (repeatable)"},
 			&cli.StringSliceFlag{Name: "key", Usage: "TOOL:path,path naming the identity fields of a tool; the full arguments must still match (repeatable)"},
+			&cli.StringSliceFlag{Name: "redact", Usage: "TOOL:json.path whose value the ledger stores as [redacted]; identity still uses it, e.g. charge:card.number (* matches any member; repeatable)"},
+			&cli.StringSliceFlag{Name: "keep-result", Usage: "TOOL=hash keeps only the SHA-256 of the tool's results: duplicates are told it was done, never re-run, but get no result (repeatable)"},
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
@@ -168,6 +170,9 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 			return opt, usageErr("--key for tool %q given twice; list all its fields in one --key TOOL:a,b", tool)
 		}
 		opt.Key[tool] = paths
+	}
+	if err := privacyOptions(cmd, &opt); err != nil {
+		return opt, err
 	}
 	return opt, nil
 }

@@ -205,7 +205,7 @@ func (fs *flights) fail(intent string, f *flight, a answer) {
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
-	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName()}
+	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName()})
 	f := p.flights.join(id.intent)
 	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, p.opt.Wait)
 	holder := err == nil && adm.Fresh()
@@ -220,7 +220,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return answer{result: p.refusal(id.intent, err)}
 	}
 	if !holder {
-		return answer{result: replay(adm.Cert)}
+		return answer{result: replayOf(adm)}
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
 }

@@ -67,6 +67,11 @@ type Options struct {
 	Key    map[string][]Path
 	// NoInjectKey turns off filling an empty idempotency-key-like argument.
 	NoInjectKey bool
+	// Redact names, per tool, argument fields the ledger stores as [redacted] (identity still
+	// uses them); KeepResult says, per tool, whether the ledger keeps results or only their
+	// SHA-256 (privacy.go).
+	Redact     map[string][]string
+	KeepResult map[string]fence.KeepResult
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
 	// take no slot, so they never queue behind slow calls.
