@@ -41,6 +41,8 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringSliceFlag{Name: "pass", Usage: "pass this tool through unfenced (repeatable)"},
 			&cli.StringSliceFlag{Name: "ignore-field", Usage: "TOOL:json.path left out of the call's identity, e.g. charge:meta.timestamp (repeatable)"},
 			&cli.StringSliceFlag{Name: "key", Usage: "TOOL:path,path naming the identity fields of a tool; the full arguments must still match (repeatable)"},
+			&cli.StringSliceFlag{Name: "redact", Usage: "TOOL:json.path whose value the ledger stores as [redacted]; identity still uses it, e.g. charge:card.number (* matches any member; repeatable)"},
+			&cli.StringSliceFlag{Name: "keep-result", Usage: "TOOL=hash keeps only the SHA-256 of the tool's results: duplicates are told it was done, never re-run, but get no result (repeatable)"},
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
 			&cli.StringFlag{Name: "on-lease-expiry", DefaultText: "fence", Usage: "fence: a lapsed claim becomes unknown unless its tool is --rerun-safe; reclaim: every tool is re-run safe (env " + store.EnvOnLeaseExpiry + ")"},
 			&cli.StringSliceFlag{Name: "rerun-safe", Usage: "TOOL whose calls may run twice without harm: its lapsed or orphaned claims are taken over instead of fenced (repeatable)"},
@@ -214,6 +216,9 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 			return opt, usageErr("--key for tool %q given twice; list all its fields in one --key TOOL:a,b", tool)
 		}
 		opt.Key[tool] = paths
+	}
+	if err := privacyOptions(cmd, &opt); err != nil {
+		return opt, err
 	}
 	return opt, nil
 }

@@ -55,6 +55,9 @@ func (e *Engine) validate(req Request) (call, error) {
 	case !utf8.ValidString(req.Tool):
 		return call{}, InvalidError{"tool", "must be valid UTF-8"}
 	}
+	if err := checkPrivacy(req); err != nil {
+		return call{}, err
+	}
 	for i, r := range req.ReadSet {
 		if r.Domain == "" {
 			return call{}, InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must not be empty"}
@@ -117,7 +120,7 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		switch rec.State {
 		case StateDone:
 			cert := *rec.Cert
-			return outReplayed, &Admission{Cert: &cert}, nil
+			return outReplayed, &Admission{Cert: &cert, DoneAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
 		case StateFailed, StateUnknown:
 			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason}
 		case StateInFlight:
@@ -180,10 +183,14 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	}
 	nonce := newNonce()
 	agent := c.Agent
+	stored, err := c.storedArgs()
+	if err != nil {
+		return 0, nil, err
+	}
 	claim := &Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: c.args, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		Tool: c.Tool, Args: stored, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
 		RerunSafe: c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 	}
@@ -192,6 +199,12 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		if err := tx.AppendEvent(Event{At: now, Intent: c.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
 			return 0, nil, err
 		}
+	}
+	if c.KeepResult == KeepHash {
+		claim.KeepResult = KeepHash
+	}
+	if len(c.Redact) > 0 {
+		claim.Redacted = c.Redact
 	}
 	if err := tx.Put(claim); err != nil {
 		return 0, nil, err
@@ -434,7 +447,7 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 		}
 		c := &Cert{
 			Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-			Args: rec.Args, Result: res, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+			Args: rec.Args, Result: keptResult(rec.KeepResult, res), Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
 		}
 		if c.ReadSet == nil {
 			c.ReadSet = []ReadSetEntry{}

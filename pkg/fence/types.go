@@ -37,6 +37,11 @@ type Request struct {
 	// honours an idempotency key, say). It is recorded on the claim, and only such a claim is
 	// taken over when its lease lapses or its holder dies; any other becomes unknown.
 	RerunSafe bool `json:"rerun_safe,omitempty"`
+	// Redact names argument fields whose values the ledger stores as Redacted (privacy.go);
+	// the fingerprint still covers the full arguments.
+	Redact []string `json:"redact,omitempty"`
+	// KeepResult is what the ledger keeps of the result: KeepFull ("" too) or KeepHash.
+	KeepResult KeepResult `json:"keep_result,omitempty"`
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
@@ -56,6 +61,11 @@ type Ticket struct {
 type Admission struct {
 	Ticket *Ticket
 	Cert   *Cert
+	// DoneAt is when a replayed intent was done (set with Cert).
+	DoneAt time.Time
+	// ResultNotKept is set with Cert when the ledger kept only the result's digest
+	// (KeepHash): the caller must not run the effect, and has no result to give back.
+	ResultNotKept bool
 }
 
 // Fresh reports whether the caller must run the effect.
@@ -102,6 +112,10 @@ type Record struct {
 	// RerunSafe, or on_lease_expiry=reclaim), so any process judging a lapsed lease or a dead
 	// holder may take it over.
 	RerunSafe bool `json:"rerun_safe,omitempty"`
+	// KeepResult and Redacted are the privacy settings of the claim (privacy.go): Args holds
+	// Redacted at each path in Redacted, and a KeepHash cert holds only its result's digest.
+	KeepResult KeepResult `json:"keep_result,omitempty"`
+	Redacted   []string   `json:"redacted,omitempty"`
 }
 
 // Healable reports whether the record is a claim that went unknown only because its lease

@@ -25,8 +25,15 @@ func RefusalOf(intent string, err error) Refusal {
 		race     fence.DomainRaceError
 		lost     fence.LeaseLostError
 		invalid  fence.InvalidError
+		differs  ResultDiffersError
 	)
 	switch {
+	case errors.As(err, &differs):
+		r.Intent = differs.Cert.Intent
+		r.State = fence.StateDone
+		r.Executed = true
+		r.Cert = differs.Cert
+		r.Next = "Nothing new was recorded: this intent is already done, and its recorded result (cert.result) is not the result you sent. The first commit stands and every duplicate receives cert.result. If the effect really ran again, that is a second effect: tell a human operator."
 	case errors.As(err, &inFlight):
 		r.Intent = inFlight.Intent
 		r.Holder = ptr(inFlight.Holder)

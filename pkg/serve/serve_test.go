@@ -199,8 +199,8 @@ func TestPrepareCommitReplay(t *testing.T) {
 		t.Fatalf("replayed cert %+v, committed %+v", dup.Cert, committed.Cert)
 	}
 	var st serve.StatusResult
-	h.ok(serve.ToolStatus, map[string]any{"intent": "charge:order-1"}, &st)
-	if st.Intent.State != fence.StateDone || st.Intent.Cert.Hash != committed.Cert.Hash {
+	h.ok(serve.ToolStatus, map[string]any{"intent": "charge:order-1", "ticket": first.Ticket}, &st)
+	if st.Intent.State != fence.StateDone || st.Intent.Cert == nil || st.Intent.Cert.Hash != committed.Cert.Hash {
 		t.Fatalf("status %+v", st.Intent)
 	}
 	var stats serve.StatsResult

@@ -38,8 +38,9 @@ const (
 		`The intent is free again and the next fence_prepare of it is fresh.`
 	descHeartbeat = `Extend the lease of a running effect by the lease TTL from now; call it before ticket.lease_until while a long effect runs. ` +
 		`Returns the ticket with its new lease_until. Refused with lease_lost if the intent was taken over.`
-	descStatus = `Read the ledger without changing it: the recorded state of an intent (none, in_flight, done, failed, unknown) and/or a domain's current sequence number, the seq to put in a read_set.`
-	descStats  = `Counts of what the fence did with attempts: since this server started, and in the ledger over every process that shares it.`
+	descStatus = `Read the ledger without changing it: the recorded state of an intent (none, in_flight, done, failed, unknown) and/or a domain's current sequence number, the seq to put in a read_set. ` +
+		`Anyone naming an intent sees its state, times and hashes; its tool, args, result, agent and reason only with proof: the intent's ticket, or the same tool and args it was prepared with.`
+	descStats = `Counts of what the fence did with attempts: since this server started, and in the ledger over every process that shares it.`
 )
 
 // addTools registers the seven tools.
@@ -47,6 +48,8 @@ func (s *Server) addTools() error {
 	waitBounds := func(sc *jsonschema.Schema) {
 		w := sc.Properties["wait_secs"]
 		w.Minimum, w.Maximum = ptr(0.0), ptr(float64(MaxWait))
+		sc.Properties["keep_result"].Enum = []any{string(fence.KeepFull), string(fence.KeepHash)}
+		sc.Properties["redact"].MaxItems = ptr(fence.MaxRedactPaths)
 	}
 	write := mcp.ToolAnnotation{ReadOnlyHint: ptr(false), DestructiveHint: ptr(false), OpenWorldHint: ptr(false)}
 	read := mcp.ToolAnnotation{ReadOnlyHint: ptr(true), OpenWorldHint: ptr(false)}
@@ -130,6 +133,7 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	req := fence.Request{
 		Intent: in.Intent, Parent: in.Parent, Domain: in.Domain, Tool: in.Tool, Args: json.RawMessage(in.Args),
 		ReadSet: in.ReadSet, Agent: in.Agent, Clock: in.Clock,
+		Redact: in.Redact, KeepResult: fence.KeepResult(in.KeepResult),
 	}
 	var (
 		adm fence.Admission
@@ -148,8 +152,13 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		return PrepareResult{Status: StatusFresh, Ticket: adm.Ticket,
 			Next: fmt.Sprintf("Run the effect once now, then call %s with this ticket and its result (%s if it definitely did not happen, %s if you cannot tell). Heartbeat before lease_until if it runs long.", ToolCommit, ToolRelease, ToolAbort)}, nil
 	}
-	return PrepareResult{Status: StatusAlreadyDone, Cert: adm.Cert,
-		Next: "Do NOT run the effect: it already ran. Use cert.result as its result."}, nil
+	out := PrepareResult{Status: StatusAlreadyDone, Cert: adm.Cert, DoneAt: timePtr(adm.DoneAt),
+		Next: "Do NOT run the effect: it already ran. Use cert.result as its result."}
+	if adm.ResultNotKept {
+		out.ResultNotKept = true
+		out.Next = fmt.Sprintf("Do NOT run the effect: it was done at %s. Its result was not kept (keep_result was hash), so it cannot be given back; cert.result holds only its SHA-256.", adm.DoneAt.UTC().Format(time.RFC3339))
+	}
+	return out, nil
 }
 
 // The outcome calls run detached from the caller's cancellation: an agent that hangs up after
@@ -159,6 +168,18 @@ func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 	cert, err := s.eng.Commit(context.WithoutCancel(ctx), in.Ticket.Ticket(), []byte(in.Result))
 	if err != nil {
 		return nil, err
+	}
+	// A retried commit of the same ticket gets the recorded cert: say so if its result is not
+	// the one this call sent, rather than call it recorded.
+	same, err := cert.SameResult([]byte(in.Result))
+	if err != nil {
+		return nil, err
+	}
+	if !same {
+		return nil, ResultDiffersError{Cert: cert}
+	}
+	if _, hashOnly := cert.ResultNotKept(); hashOnly {
+		return CommitResult{Cert: cert, Next: "Done: the effect is recorded with only its result's SHA-256 (keep_result hash); duplicates of this intent are told it was done, not given the result."}, nil
 	}
 	return CommitResult{Cert: cert, Next: "Done: the result is recorded; every duplicate of this intent will receive this cert."}, nil
 }
@@ -198,7 +219,11 @@ func (s *Server) status(ctx context.Context, in StatusInput) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Intent = statusOf(rec)
+		proven, err := s.provesCall(rec, in)
+		if err != nil {
+			return nil, err
+		}
+		out.Intent = statusOf(rec, proven)
 	}
 	if in.Domain != "" {
 		seq, err := s.eng.Current(ctx, in.Domain)

@@ -55,6 +55,9 @@ type PrepareInput struct {
 	Agent    string               `json:"agent,omitempty" jsonschema:"Who decides (your agent name); its counter is ticked in the cert's vector clock."`
 	Clock    fence.VectorClock    `json:"vector_clock,omitempty" jsonschema:"The vector clock you knew when you decided (agent name to counter)."`
 	WaitSecs float64              `json:"wait_secs,omitempty" jsonschema:"If another attempt is running this intent, wait up to this many seconds (at most 60) for its outcome instead of being refused with intent_in_flight."`
+	Redact   []string             `json:"redact,omitempty" jsonschema:"Argument fields the ledger must not keep, as dotted paths (card.number; * matches every member or element: items.*.cvv). They are stored as [redacted]; the fingerprint still uses the full args."`
+	// KeepResult is "full" (default) or "hash"; the schema lists the two (serve.go).
+	KeepResult string `json:"keep_result,omitempty" jsonschema:"What the ledger keeps of the result: full (default; duplicates receive it) or hash (only its SHA-256; duplicates are told the effect was done and when, but get no result)."`
 }
 
 // TicketHandle is a ticket as an agent hands it back. Only intent, token and nonce carry
@@ -92,10 +95,14 @@ type HeartbeatInput struct {
 	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare (or the last heartbeat) gave you."`
 }
 
-// StatusInput is the input of fence_status.
+// StatusInput is the input of fence_status. Without a proof (the intent's ticket, or the same
+// tool and args) the answer carries state, times and hashes only.
 type StatusInput struct {
-	Intent string `json:"intent,omitempty" jsonschema:"An intent whose recorded state you want."`
-	Domain string `json:"domain,omitempty" jsonschema:"A domain whose current sequence number you want (to put in a read_set)."`
+	Intent string        `json:"intent,omitempty" jsonschema:"An intent whose recorded state you want."`
+	Domain string        `json:"domain,omitempty" jsonschema:"A domain whose current sequence number you want (to put in a read_set)."`
+	Ticket *TicketHandle `json:"ticket,omitempty" jsonschema:"Proof: the ticket fence_prepare gave you for this intent. With it (or with tool and args) the answer includes the tool, args, result, agent and reason."`
+	Tool   string        `json:"tool,omitempty" jsonschema:"Proof: the tool of the call you prepared (with args)."`
+	Args   ArgsValue     `json:"args,omitempty" jsonschema:"Proof: the same args you prepared the intent with (an object, or omit for null)."`
 }
 
 // StatsInput is the (empty) input of fence_stats.
@@ -109,7 +116,12 @@ type PrepareResult struct {
 	Status string        `json:"status"`
 	Ticket *fence.Ticket `json:"ticket,omitempty"`
 	Cert   *fence.Cert   `json:"cert,omitempty"`
-	Next   string        `json:"next"`
+	// DoneAt is when the effect was done (with already_done).
+	DoneAt *time.Time `json:"done_at,omitempty"`
+	// ResultNotKept is true when the intent was prepared with keep_result "hash": the ledger
+	// has only the result's SHA-256 (in cert.result), not the result.
+	ResultNotKept bool   `json:"result_not_kept,omitempty"`
+	Next          string `json:"next"`
 }
 
 // Prepare statuses.
@@ -138,21 +150,26 @@ type HeartbeatResult struct {
 }
 
 // IntentStatus is what fence_status tells about an intent. It never carries the claim's
-// nonce: the ledger's view must not be enough to forge a ticket.
+// nonce: the ledger's view must not be enough to forge a ticket. Tool, agent, reason and the
+// cert (args and result) are shown only to a caller that proved it made the call (Withheld
+// says so otherwise); state, times and hashes are shown to anyone who names the intent.
 type IntentStatus struct {
-	Intent      string      `json:"intent"`
-	State       fence.State `json:"state"`
-	Fingerprint string      `json:"fingerprint,omitempty"`
-	Token       uint64      `json:"token,omitempty"`
-	Agent       string      `json:"agent,omitempty"`
-	Domain      string      `json:"domain,omitempty"`
-	Seq         uint64      `json:"seq,omitempty"`
-	Tool        string      `json:"tool,omitempty"`
-	LeaseUntil  *time.Time  `json:"lease_until,omitempty"`
-	UpdatedAt   *time.Time  `json:"updated_at,omitempty"`
-	ExpiresAt   *time.Time  `json:"expires_at,omitempty"`
-	Reason      string      `json:"reason,omitempty"`
-	Cert        *fence.Cert `json:"cert,omitempty"`
+	Intent      string           `json:"intent"`
+	State       fence.State      `json:"state"`
+	Fingerprint string           `json:"fingerprint,omitempty"`
+	Token       uint64           `json:"token,omitempty"`
+	Agent       string           `json:"agent,omitempty"`
+	Domain      string           `json:"domain,omitempty"`
+	Seq         uint64           `json:"seq,omitempty"`
+	Tool        string           `json:"tool,omitempty"`
+	LeaseUntil  *time.Time       `json:"lease_until,omitempty"`
+	UpdatedAt   *time.Time       `json:"updated_at,omitempty"`
+	ExpiresAt   *time.Time       `json:"expires_at,omitempty"`
+	Reason      string           `json:"reason,omitempty"`
+	CertHash    string           `json:"cert_hash,omitempty"`
+	KeepResult  fence.KeepResult `json:"keep_result,omitempty"`
+	Cert        *fence.Cert      `json:"cert,omitempty"`
+	Withheld    string           `json:"withheld,omitempty"`
 }
 
 // DomainStatus is a domain's current sequence number.
@@ -187,17 +204,29 @@ type Refusal struct {
 	State      fence.State `json:"state,omitempty"`
 	Field      string      `json:"field,omitempty"`
 	// Executed is true only when the effect already ran (a commit on a stale read set).
-	Executed bool   `json:"executed"`
-	Next     string `json:"next"`
+	Executed bool `json:"executed"`
+	// Cert is the recorded cert, on result_differs.
+	Cert *fence.Cert `json:"cert,omitempty"`
+	Next string      `json:"next"`
 }
 
-func statusOf(r fence.Record) *IntentStatus {
+// statusOf describes a record; with proven false it leaves out everything but state, times
+// and hashes.
+func statusOf(r fence.Record, proven bool) *IntentStatus {
 	s := &IntentStatus{
-		Intent: r.Intent, State: r.State, Fingerprint: r.Fingerprint, Token: r.Token, Agent: r.Agent,
-		Domain: r.Domain, Seq: r.Seq, Tool: r.Tool, Reason: r.Reason, Cert: r.Cert,
+		Intent: r.Intent, State: r.State, Fingerprint: r.Fingerprint, Token: r.Token,
+		Domain: r.Domain, Seq: r.Seq, KeepResult: r.KeepResult,
+	}
+	if r.Cert != nil {
+		s.CertHash = r.Cert.Hash
 	}
 	if r.State == fence.StateNone {
 		return s
+	}
+	if proven {
+		s.Agent, s.Tool, s.Reason, s.Cert = r.Agent, r.Tool, r.Reason, r.Cert
+	} else {
+		s.Withheld = withheld
 	}
 	if r.State == fence.StateInFlight {
 		s.LeaseUntil = timePtr(r.LeaseUntil)

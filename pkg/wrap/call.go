@@ -204,7 +204,7 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
-	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName(), RerunSafe: p.rerunSafe(tool)}
+	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName(), RerunSafe: p.rerunSafe(tool)})
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).
@@ -222,7 +222,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return answer{result: p.refusal(id.intent, err)}
 	}
 	if !holder {
-		return answer{result: replay(adm.Cert)}
+		return answer{result: replayOf(adm)}
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
 }

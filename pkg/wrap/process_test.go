@@ -19,6 +19,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 	"github.com/effectfence/effectfence/pkg/store"
 )
 
@@ -93,14 +94,13 @@ func TestThreeWrapProcessesOneLedgerOneExecution(t *testing.T) {
 
 func TestThreeWrapProcessesOnePostgresLedger(t *testing.T) {
 	t.Parallel()
-	url := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
-	if url == "" {
-		t.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
-	}
 	r := newRig(t)
-	r.ledger = url
-	// The database outlives the test: a fresh tag makes this run's intent new.
-	threeProcesses(t, r, fmt.Sprintf("pg-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	// A schema of its own (dropped at the end): nothing lands in the server's public schema.
+	r.ledger = pgtest.Ledger(t, "wrap")
+	threeProcesses(t, r, "pg")
+	if left := pgtest.PublicTables(t); len(left) > 0 {
+		t.Fatalf("the test left tables in the public schema: %v", left)
+	}
 }
 
 // threeProcesses fires the same call from three wrap processes on r's ledger, four callers

@@ -86,6 +86,11 @@ type Options struct {
 	// SettleWait bounds how long a call's outcome is retried against a ledger that does not
 	// answer before it is left in the engine's spool (default: the lease TTL).
 	SettleWait time.Duration
+	// Redact names, per tool, argument fields the ledger stores as [redacted] (identity still
+	// uses them); KeepResult says, per tool, whether the ledger keeps results or only their
+	// SHA-256 (privacy.go).
+	Redact     map[string][]string
+	KeepResult map[string]fence.KeepResult
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
 	// take no slot, so they never queue behind slow calls.

@@ -1,0 +1,93 @@
+// Package pgtest gives tests outside pkg/store/postgres a PostgreSQL ledger of their own: a
+// fresh schema named in the URL's search_path, dropped when the test ends, so a test never
+// writes to the server's public schema and parallel tests (and helpers) never share tables.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvURL names the server the tests use; CI sets it.
+const EnvURL = "EFFECTFENCE_TEST_POSTGRES"
+
+// URL returns the test server's URL, or skips the test with SKIP-REQUIRED when it is unset.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv(EnvURL)
+	if u == "" {
+		tb.Skipf("SKIP-REQUIRED: %s is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", EnvURL)
+	}
+	return u
+}
+
+// Ledger returns a ledger URL whose search_path is a schema no other test uses (the store
+// creates it on first open) and registers a cleanup that drops the schema and checks it is gone.
+func Ledger(tb testing.TB, prefix string) string {
+	tb.Helper()
+	raw := URL(tb)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema := fmt.Sprintf("effectfence_%s_%d_%s", prefix, os.Getpid(), hex.EncodeToString(b[:]))
+	u, err := url.Parse(raw)
+	if err != nil {
+		tb.Fatalf("%s: %v", EnvURL, err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	tb.Cleanup(func() { Drop(tb, raw, schema) })
+	return u.String()
+}
+
+// Drop drops schema (and everything in it) on the server at raw and fails the test if it
+// cannot, or if the schema is still there afterwards.
+func Drop(tb testing.TB, raw, schema string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, raw)
+	if err != nil {
+		tb.Errorf("dropping schema %s: %v", schema, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		tb.Errorf("dropping schema %s: %v", schema, err)
+		return
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil || n != 0 {
+		tb.Errorf("schema %s still exists after the drop (%d, %v)", schema, n, err)
+	}
+}
+
+// PublicTables lists the tables in the server's public schema whose names start with
+// effectfence: none must exist after any test.
+func PublicTables(tb testing.TB) []string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, URL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'effectfence%' ORDER BY 1")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return names
+}

@@ -1,0 +1,72 @@
+package wrap_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRedactAndKeepResultHash: with --redact and --keep-result TOOL=hash, the real wrap
+// process keeps neither the redacted argument nor the result in its ledger files, and after
+// a restart a duplicate is told when the call was done and that its result was not kept; it
+// never runs again.
+func TestRedactAndKeepResultHash(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const card = "4111111111111111"
+	args := `{"amount":700,"order":"priv","note":"card ` + card + `"}`
+	flags := []string{"--redact", "charge:note", "--keep-result", "charge=hash"}
+	w := r.wrap(flags...)
+	first := call(t, w.Session, "charge", args)
+	var sc struct {
+		ChargeID string `json:"charge_id"`
+	}
+	if first.IsError || first.replayed() || json.Unmarshal(first.StructuredContent, &sc) != nil || sc.ChargeID == "" {
+		t.Fatalf("first call: %+v", first)
+	}
+	w.Close()
+
+	files, _ := filepath.Glob(r.ledger + "*")
+	if len(files) == 0 {
+		t.Fatalf("no ledger files at %s", r.ledger)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{card, sc.ChargeID} {
+			if bytes.Contains(b, []byte(secret)) {
+				t.Fatalf("ledger file %s contains %q", f, secret)
+			}
+		}
+	}
+
+	w2 := r.wrap(flags...)
+	dup := call(t, w2.Session, "charge", args)
+	if dup.IsError || !dup.replayed() || string(dup.Meta["effectfence/result_not_kept"]) != "true" ||
+		!strings.Contains(dup.text(), "NOT executed again") || !strings.Contains(dup.text(), "not kept") || strings.Contains(dup.text(), sc.ChargeID) {
+		t.Fatalf("duplicate of a hash-only call: %+v %s", dup, dup.text())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the charge ran %d times, want 1", n)
+	}
+	// A different card is a different call: it runs.
+	other := call(t, w2.Session, "charge", strings.Replace(args, card, "5500000000000004", 1))
+	if other.replayed() || r.effectCount() != 2 {
+		t.Fatalf("a different redacted value must be a new call: %+v, %d effects", other, r.effectCount())
+	}
+}
+
+func TestPrivacyFlagsRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	for _, bad := range [][]string{{"--keep-result", "charge=nothing"}, {"--keep-result", "charge"}, {"--redact", "charge"}, {"--redact", "charge:a..b"}} {
+		if _, err := r.tryWrap(bad...); err == nil {
+			t.Errorf("wrap %v started", bad)
+		}
+	}
+}
