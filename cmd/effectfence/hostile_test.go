@@ -37,8 +37,13 @@ func TestHostileServerProcess(t *testing.T) {
 			result = map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"tools": map[string]any{}},
 				"serverInfo": map[string]any{"name": "hostile\x1b[2J", "version": "1"}}
 		case "tools/list":
-			result = map[string]any{"tools": []any{map[string]any{"name": "echo", "description": "answers with escapes",
-				"inputSchema": map[string]any{"type": "object"}, "annotations": map[string]any{"destructiveHint": true}}}}
+			tools := []any{map[string]any{"name": "echo", "description": "answers with escapes",
+				"inputSchema": map[string]any{"type": "object"}, "annotations": map[string]any{"destructiveHint": true}}}
+			if os.Getenv("EFFECTFENCE_TEST_HOSTILE") == "names" { // scan --run: a published name with escapes
+				tools = append(tools, map[string]any{"name": "refund\x1b]0;pwned\x07 \u202eevil", "inputSchema": map[string]any{"type": "object"},
+					"annotations": map[string]any{"readOnlyHint": true}})
+			}
+			result = map[string]any{"tools": tools}
 		case "tools/call":
 			fmt.Fprintln(os.Stderr, "hostile server called: "+evilText)
 			result = map[string]any{"content": []any{map[string]any{"type": "text", "text": evilText}}}
@@ -97,8 +102,20 @@ func TestScanEscapesTheScannedTree(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "server\x1b[31m.ts"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, extra := range [][]string{nil, {"--json"}, {"--sarif"}} {
-		r := runBinary(t, []string{"NO_COLOR=1"}, "", append(append([]string{"scan"}, extra...), dir)...)
+	argv, _ := hostileServer(t)
+	for _, c := range []struct {
+		flags []string
+		run   bool
+	}{{nil, false}, {[]string{"--json"}, false}, {[]string{"--sarif"}, false}, {nil, true}, {[]string{"--json"}, true}, {[]string{"--sarif"}, true}} {
+		// With --run the server publishes a name with escapes and writes escapes to stderr.
+		args := append(append([]string{"scan"}, c.flags...), dir)
+		extra := c.flags
+		if c.run {
+			args = append(append(args, "--run", "--"), argv...)
+			extra = append(append([]string{}, c.flags...), "--run")
+		}
+		env := []string{"NO_COLOR=1", "EFFECTFENCE_TEST_HOSTILE=names"}
+		r := runBinary(t, env, "", args...)
 		if r.code != exitOK {
 			t.Fatalf("scan %v = %d\n%s", extra, r.code, r.stderr)
 		}
@@ -109,6 +126,9 @@ func TestScanEscapesTheScannedTree(t *testing.T) {
 		}
 		if extra == nil && !strings.Contains(r.stdout, `server\x1b[31m.ts:4`) {
 			t.Errorf("scan: the write site is not shown, escaped:\n%s", r.stdout)
+		}
+		if c.run && c.flags == nil && !strings.Contains(r.stdout, `refund\x1b]0;pwned\x07 \u202eevil`) {
+			t.Errorf("scan --run: the published name is not shown, escaped:\n%s", r.stdout)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/scan"
 	"github.com/mattn/go-isatty"
 	"github.com/urfave/cli/v3"
@@ -58,11 +59,14 @@ func scanCommand(io streams) *cli.Command {
 				MaxFileBytes: cmd.Int64("max-file-bytes"),
 				MaxDepth:     cmd.Int("max-depth"),
 			}
-			if fi, err := os.Stat(args[0]); err != nil || !fi.IsDir() {
+			// Checked before --run starts a server; the same words as scan.Scan's.
+			if fi, err := os.Stat(args[0]); err != nil {
 				return usageErr("%v: %s", scan.ErrBadRoot, args[0])
+			} else if !fi.IsDir() {
+				return usageErr("%v: %s is not a directory", scan.ErrBadRoot, args[0])
 			}
 			if server != nil {
-				pub, err := scan.ListPublished(ctx, scan.RunConfig{Command: server, Timeout: cmd.Duration("run-timeout"), Stderr: io.err})
+				pub, err := scan.ListPublished(ctx, scan.RunConfig{Command: server, Timeout: cmd.Duration("run-timeout"), Stderr: safetext.NewWriter(io.err)})
 				if err != nil {
 					return fmt.Errorf("scan --run: %w", err)
 				}

@@ -52,13 +52,13 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 		p.f("%d skipped as bad input: %s\n", len(rep.Skipped), reasonCounts(rep.Files.SkippedBad))
 	}
 	for _, n := range rep.Notes {
-		p.f("\n%s %s\n", money.Sprint("Note:"), n.Text)
+		p.f("\n%s %s\n", money.Sprint("Note:"), e(n.Text))
 		for i, f := range n.Files {
 			if i == listLimit {
 				p.f("  ... %d more (--json lists all)\n", len(n.Files)-listLimit)
 				break
 			}
-			p.f("  %s\n", f)
+			p.f("  %s\n", e(f))
 		}
 	}
 	p.f("\n%s\n", title.Sprintf("Candidates: %d of %d tools found could repeat an effect if called twice", len(rep.Candidates), len(rep.Candidates)+len(rep.Others)))
@@ -382,8 +382,10 @@ func loc(file string, line int, msg string) sarifLocation {
 // run prints what --run added: the server's tools with their published hints beside what
 // the code suggests, and what the two sides do not share.
 func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
+	// The server chose its tool names and annotations, the tree its file names: escaped.
+	e := safetext.Escape
 	r := rep.Run
-	p.f("\n%s\n", title.Sprintf("Published by the running server: %d tool(s) (%s)", len(r.Published), strings.Join(r.Command, " ")))
+	p.f("\n%s\n", title.Sprintf("Published by the running server: %d tool(s) (%s)", len(r.Published), e(strings.Join(r.Command, " "))))
 	byName := map[string]Tool{}
 	for _, ts := range [][]Tool{rep.Candidates, rep.Others} {
 		for _, t := range ts {
@@ -405,9 +407,9 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 			t, ok := byName[pt.Name]
 			code, verdict := "not found in code", ""
 			if ok {
-				code = strings.SplitN(t.CodeSuggests, ":", 2)[0]
+				code = e(strings.SplitN(t.CodeSuggests, ":", 2)[0])
 				if t.File != "" {
-					code += " (" + t.File + ":" + itoa(t.Line) + ")"
+					code += " (" + e(t.File) + ":" + itoa(t.Line) + ")"
 				}
 				verdict = "not a candidate"
 				if t.Candidate {
@@ -417,7 +419,7 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 			if disagree[pt.Name] {
 				verdict += ", disagrees"
 			}
-			if err := tbl.Append(pt.Name, ro, de, code, verdict); err != nil {
+			if err := tbl.Append(e(pt.Name), ro, de, code, verdict); err != nil {
 				return err
 			}
 		}
@@ -426,13 +428,13 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 		}
 	}
 	for _, d := range r.Disagreements {
-		p.f("  disagreement  %s: published %s; the code suggests %s\n", d.Tool, d.Annotation, d.Code)
+		p.f("  disagreement  %s: published %s; the code suggests %s\n", e(d.Tool), e(d.Annotation), e(d.Code))
 	}
 	if len(r.NotInCode) > 0 {
-		p.f("  published but not found in the code: %s\n", strings.Join(r.NotInCode, ", "))
+		p.f("  published but not found in the code: %s\n", e(strings.Join(r.NotInCode, ", ")))
 	}
 	if len(r.NotPublished) > 0 {
-		p.f("  declared in the code but not published by this run: %s\n", strings.Join(r.NotPublished, ", "))
+		p.f("  declared in the code but not published by this run: %s\n", e(strings.Join(r.NotPublished, ", ")))
 		p.f("  %s\n", dim.Sprint("(a feature switch, a client capability or an environment variable may gate them)"))
 	}
 	return p.err
