@@ -298,28 +298,30 @@ func TestBadInputFromTheAgent(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	rw := r.rawWrap()
-	cases := []struct{ in, want string }{
-		{`this is not json`, `"code":-32700`},
-		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, `batches are not supported`},
-		{`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, `has not sent initialize`},
-		{`{"jsonrpc":"2.0","id":3,"method":"ping"}`, `{"jsonrpc":"2.0","id":3,"result":{}}`},
-		{initLine, `"serverInfo":{"name":"mcptest"`},
-		{initLine, `already sent`},
-		// Malformed calls reach the child, which answers them (wrap invents no error of its own).
-		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `cannot unmarshal string into Go struct field callParams.arguments`},
-		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `unknown tool: "`},
-		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `bad tools/call params`},
+	// Each answer must contain want (and also, when set).
+	cases := []struct{ in, want, also string }{
+		{`this is not json`, `"code":-32700`, ""},
+		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, `batches are not supported`, ""},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, `has not sent initialize`, ""},
+		{`{"jsonrpc":"2.0","id":3,"method":"ping"}`, `{"jsonrpc":"2.0","id":3,"result":{}}`, ""},
+		{initLine, `"serverInfo":{"name":"mcptest"`, ""},
+		{initLine, `already sent`, ""},
+		// Malformed tools/call params are refused by wrap's strict decoding before the child
+		// sees them: -32602, not executed (the count at the end proves it).
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `{"code":-32602,"message":"effectfence wrap: tools/call params refused (\"arguments\" must be an object); the call was NOT executed"}`, ""},
+		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `{"code":-32602,"message":"effectfence wrap: tools/call params refused (\"name\" is missing); the call was NOT executed"}`, ""},
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `{"code":-32602,"message":"effectfence wrap: tools/call params refused (tools/call params must be an object); the call was NOT executed"}`, ""},
 		// Arguments the fence cannot canonicalise are refused, never run unfenced.
-		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `cannot be fenced`},
-		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
+		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `"code":-32602`, `1e999`},
+		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`, ""},
 		// The child refused it: released, not fenced, so the same call reaches the child again.
-		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
-		{`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"charge","arguments":{"amount":0}}}`, `"isError":true`},
-		{`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`, `charged 5`},
+		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`, ""},
+		{`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"charge","arguments":{"amount":0}}}`, `"isError":true`, ""},
+		{`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`, `charged 5`, ""},
 	}
 	for _, c := range cases {
-		if got := rw.roundTrip(t, c.in); !strings.Contains(got, c.want) {
-			t.Fatalf("%s\n got %s\nwant it to contain %s", c.in, got, c.want)
+		if got := rw.roundTrip(t, c.in); !strings.Contains(got, c.want) || !strings.Contains(got, c.also) {
+			t.Fatalf("%s\n got %s\nwant it to contain %s %s", c.in, got, c.want, c.also)
 		}
 	}
 	if n := r.effectCount(); n != 1 {
