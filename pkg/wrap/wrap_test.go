@@ -116,8 +116,10 @@ func TestDifferentArgumentsRunSeparately(t *testing.T) {
 func TestToolSlowerThanTheLeaseRunsOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	w := r.wrap("--lease-secs", "0.6")
-	out := storm(t, w.Session, 4, "slow", `{"ms":2000,"tag":"lease"}`)
+	// The shortest lease wrap takes (1 s); the tool runs 3.5 of them, so only heartbeats keep
+	// the claim from lapsing and the waiters from running it again.
+	w := r.wrap("--lease-secs", "1")
+	out := storm(t, w.Session, 4, "slow", `{"ms":3500,"tag":"lease"}`)
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("a call slower than the lease ran %d times (heartbeats missing?)", n)
 	}
