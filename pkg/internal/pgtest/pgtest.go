@@ -91,3 +91,47 @@ func PublicTables(tb testing.TB) []string {
 	}
 	return names
 }
+
+// Schema returns the schema a URL from Ledger names (its search_path).
+func Schema(tb testing.TB, ledgerURL string) string {
+	tb.Helper()
+	u, err := url.Parse(ledgerURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := u.Query().Get("search_path")
+	if s == "" {
+		tb.Fatalf("ledger URL names no search_path: %s", ledgerURL)
+	}
+	return s
+}
+
+// Intents lists the intents recorded in schema's effectfence_records, or nil when that schema
+// has no such table.
+func Intents(tb testing.TB, schema string) []string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, URL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	table := pgx.Identifier{schema, "effectfence_records"}.Sanitize()
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+		tb.Fatal(err)
+	}
+	if !exists {
+		return nil
+	}
+	rows, err := conn.Query(ctx, "SELECT intent FROM "+table+" ORDER BY 1")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	intents, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return intents
+}
