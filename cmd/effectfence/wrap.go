@@ -176,13 +176,6 @@ func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) 
 	}
 }
 
-func seconds(flag string, v float64) (time.Duration, error) {
-	if v <= 0 {
-		return 0, usageErr("%s must be a positive number of seconds", flag)
-	}
-	return time.Duration(v * float64(time.Second)), nil
-}
-
 func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	opt := wrap.Options{
 		Command: argv, Wait: cmd.Duration("wait"), FenceReads: cmd.Bool("fence-reads"),
