@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -299,7 +300,8 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 // serveBadInputOverStdio sends what no SDK client would send straight down the pipe and
 // checks that every message gets a clear answer and the server keeps serving.
 func serveBadInputOverStdio(t *testing.T, bin string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Generous: a 10 MB request costs seconds under -race, many more on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "serve", "--ledger", "memory")
 	stdin, err := cmd.StdinPipe()
@@ -310,7 +312,7 @@ func serveBadInputOverStdio(t *testing.T, bin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
+	var stderr lockedBuffer // read by the test while the server writes it
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -423,4 +425,23 @@ func oneFresh(t *testing.T, answers []callOutcome) {
 	if len(answers) != 16 || fresh != 1 || inFlight != 15 {
 		t.Fatalf("%d answers: fresh=%d in_flight=%d", len(answers), fresh, inFlight)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that a child process's stderr copier writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
