@@ -307,15 +307,16 @@ func testGaplessSequence(t *testing.T, newStore Factory) {
 func testLeaseExpiryReclaim(t *testing.T, newStore Factory) {
 	// The holder cannot be seen (another host, say) and the call is declared safe to re-run:
 	// its lapsed claim is taken over.
-	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 80 * time.Millisecond, Liveness: cannotTell})
+	const lease = 700 * time.Millisecond // long enough for the in-flight check under load
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: lease, Liveness: cannotTell})
 	r := req("payout:7")
 	r.RerunSafe = true
 	old := mustFresh(t, eng, r)
 	if _, err := eng.Prepare(ctx, r); !errors.Is(err, fence.ErrInFlight) {
 		t.Fatalf("live lease: err = %v, want in flight", err)
 	}
-	time.Sleep(150 * time.Millisecond)
-	other := fence.New(eng.Store(), fence.Config{LeaseTTL: 80 * time.Millisecond, Owner: "elsewhere/1/1", Liveness: cannotTell})
+	time.Sleep(lease + 100*time.Millisecond)
+	other := fence.New(eng.Store(), fence.Config{LeaseTTL: lease, Owner: "elsewhere/1/1", Liveness: cannotTell})
 	adm, err := other.Prepare(ctx, req("payout:7")) // the judging attempt need not say re-run safe: the claim did
 	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
 		t.Fatalf("expired re-run-safe lease not reclaimed: %+v %v", adm, err)
