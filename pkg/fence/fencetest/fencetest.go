@@ -539,6 +539,15 @@ func testLateAfterClear(t *testing.T, newStore Factory) {
 	if s, _ := eng.Status(ctx, r.Intent); string(s.Cert.Result) != `"current"` {
 		t.Fatalf("late result overwrote the current claim: %s", s.Cert.Result)
 	}
+	// A sweep long after drops ordinary events, never the clear or the late result.
+	time.Sleep(20 * time.Millisecond)
+	sweeper := fence.New(st, fence.Config{ResultTTL: 10 * time.Millisecond})
+	if _, err := sweeper.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kinds := eventKinds(t, sweeper, r.Intent); strings.Join(kinds, ",") != "clear,late_result" {
+		t.Fatalf("after sweep: events %v, want clear,late_result", kinds)
+	}
 }
 
 func testRecoverBoundsInFlight(t *testing.T, newStore Factory) {
