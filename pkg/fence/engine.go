@@ -119,7 +119,8 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 			cert := *rec.Cert
 			return outReplayed, &Admission{Cert: &cert}, nil
 		case StateFailed, StateUnknown:
-			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason}
+			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
+			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
 			switch v, kind, why := e.judge(now, rec); v {
 			case held:
@@ -132,7 +133,7 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
 					return 0, nil, err
 				}
-				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why}
+				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}

@@ -437,23 +437,23 @@ func testLateSettleHeals(t *testing.T, newStore Factory) {
 	// A waiter coalescing on the intent gets the real answer once the holder commits.
 	tc := lapse("heal:commit")
 	waited := make(chan error, 1)
+	var pf fence.PriorFailureError
+	if _, err := other.Prepare(ctx, req("heal:commit")); !errors.As(err, &pf) || !pf.Healable {
+		t.Fatalf("lapsed claim: %v; want a healable prior_failure", err)
+	}
 	go func() {
-		// Unknown refuses at once; the waiter asks again until the heal lands.
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			adm, err := other.PrepareWait(ctx, req("heal:commit"), time.Second)
-			if err == nil && !adm.Fresh() && string(adm.Cert.Result) == `"ok"` {
-				waited <- nil
-				return
-			}
-			if err == nil {
-				waited <- fmt.Errorf("waiter admitted or wrong result: %+v", adm)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		// The intent is unknown but healable: the waiter waits for the holder's late result.
+		adm, err := other.PrepareWait(ctx, req("heal:commit"), 30*time.Second)
+		switch {
+		case err != nil:
+			waited <- fmt.Errorf("waiter: %w", err)
+		case adm.Fresh() || string(adm.Cert.Result) != `"ok"`:
+			waited <- fmt.Errorf("waiter admitted or wrong result: %+v", adm)
+		default:
+			waited <- nil
 		}
-		waited <- errors.New("waiter never saw the healed outcome")
 	}()
+	time.Sleep(100 * time.Millisecond) // let the waiter start waiting (it also works if it comes late)
 	c := mustCommit(t, eng, tc, `"ok"`)
 	if err := <-waited; err != nil {
 		t.Fatal(err)
@@ -490,10 +490,14 @@ func testLateSettleHeals(t *testing.T, newStore Factory) {
 	}
 	mustCommit(t, eng, next, `"done after all"`)
 
-	// Unknown because the holder said so (Lost) or failed by Abort: not healable.
+	// Unknown because the holder said so (Lost) or failed by Abort: not healable, and a
+	// waiter is refused at once.
 	tl := mustFresh(t, eng, req("heal:lost"))
 	if err := eng.Lost(ctx, tl, "transport died"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := other.PrepareWait(ctx, req("heal:lost"), time.Hour); !errors.As(err, &pf) || pf.Healable {
+		t.Fatalf("waiter on a lost intent: %v; want an unhealable prior_failure at once", err)
 	}
 	_, err = eng.Commit(ctx, tl, []byte(`1`))
 	wantCode(t, err, fence.ErrLeaseLost)
