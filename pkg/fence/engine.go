@@ -122,7 +122,8 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 			cert := *rec.Cert
 			return outReplayed, &Admission{Cert: &cert, DoneAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
 		case StateFailed, StateUnknown:
-			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason}
+			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
+			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
 			switch v, kind, why := e.judge(now, rec); v {
 			case held:
@@ -135,7 +136,7 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
 					return 0, nil, err
 				}
-				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why}
+				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}
@@ -245,17 +246,17 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 	at := rec.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 	switch {
 	case seen == Dead && rec.RerunSafe:
-		return takeIt, EventReclaim, fmt.Sprintf("holder process %s is gone and the call was declared safe to re-run", rec.Owner)
+		return takeIt, EventReclaim, fmt.Sprintf("holder is gone (process %s) and the call was declared safe to re-run", rec.Owner)
 	case seen == Dead:
-		return fenceIt, EventOrphan, fmt.Sprintf("holder process %s is gone; the effect may have happened", rec.Owner)
+		return fenceIt, EventOrphan, fmt.Sprintf("holder is gone (process %s); the effect may have happened", rec.Owner)
 	case !lapsed:
 		return held, "", ""
 	case seen == Alive:
-		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s while holder %s is alive but silent (stalled or stopped); it is never taken over; its own late result heals this", at, rec.Owner)
+		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder alive but silent (stalled or stopped: process %s); a live holder is never taken over; its own late result heals this", at, rec.Owner)
 	case rec.RerunSafe:
-		return takeIt, EventReclaim, fmt.Sprintf("lease lapsed at %s, holder %s cannot be seen from here, and the call was declared safe to re-run", at, rec.Owner)
+		return takeIt, EventReclaim, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and the call was declared safe to re-run", at, rec.Owner)
 	}
-	return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s and holder %s cannot be seen from here (another host, boot or PID namespace); the effect may have happened; its own late result heals this", at, rec.Owner)
+	return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (another host, boot or PID namespace: process %s); the effect may have happened; its own late result heals this", at, rec.Owner)
 }
 
 func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {

@@ -75,6 +75,10 @@ type PriorFailureError struct {
 	Intent string
 	State  State
 	Reason string
+	// Healable: the intent is unknown only because its holder's lease lapsed (or the holder
+	// could not be seen), and that holder may still report the real outcome (see
+	// docs/RELIABILITY.md). PrepareWait keeps waiting for it.
+	Healable bool
 }
 
 func (e PriorFailureError) Error() string {

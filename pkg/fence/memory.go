@@ -278,7 +278,7 @@ func (t *memTx) DeleteEventsBefore(before time.Time) (int, error) {
 	prev := t.m.events
 	kept := make([]Event, 0, len(prev))
 	for _, ev := range prev {
-		if ev.Kind == EventClear || !ev.At.Before(before) {
+		if KeptForever(ev.Kind) || !ev.At.Before(before) {
 			kept = append(kept, ev)
 		}
 	}

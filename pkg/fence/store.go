@@ -52,7 +52,8 @@ type Tx interface {
 	// AppendEvent adds an audit event; Events lists them for one intent ("" for all).
 	AppendEvent(ev Event) error
 	Events(intent string, fn func(Event) bool) error
-	// DeleteEventsBefore drops audit events older than t except operator clears.
+	// DeleteEventsBefore drops audit events older than t except those KeptForever (operator
+	// clears and refused late results).
 	DeleteEventsBefore(t time.Time) (int, error)
 
 	// AddCounters adds a delta to the ledger-wide counters; Counters reads them.

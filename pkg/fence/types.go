@@ -139,6 +139,10 @@ const (
 	EventLateResult = "late_result"
 )
 
+// KeptForever reports whether audit events of this kind survive Sweep: operator clears, and
+// refused late results (the only record of an outcome reported after its claim was cleared).
+func KeptForever(kind string) bool { return kind == EventClear || kind == EventLateResult }
+
 // Event is one audit record: who did what to an intent, and why.
 type Event struct {
 	At     time.Time `json:"at"`

@@ -18,7 +18,9 @@ type Notifier interface {
 // PrepareWait is Prepare that coalesces: when the intent is in flight it waits, up to maxWait,
 // for the holder to finish, and then returns the holder's cert (counted as coalesced), or a
 // Ticket if the holder released the intent, or the holder's failure. Only if the holder is
-// still running when maxWait ends does it return InFlightError. Waiting notices outcomes of
+// still running when maxWait ends does it return InFlightError. An intent that went unknown
+// because its holder's lease lapsed (PriorFailureError.Healable) is waited on the same way,
+// since the holder's late result heals it; when maxWait ends it returns that refusal. Waiting notices outcomes of
 // this process at once, and those of other processes through the store's Notifier if it has
 // one, else by polling the store (2 ms growing to 100 ms).
 func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Duration) (Admission, error) {
@@ -36,7 +38,7 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 	for {
 		ch, stop := e.watch.add(c.Intent)
 		out, adm, err := e.prepare(ctx, &c)
-		if !errors.Is(err, ErrInFlight) || !time.Now().Before(deadline) {
+		if !worthWaiting(err) || !time.Now().Before(deadline) {
 			stop()
 			e.count(out, err, waited)
 			if err != nil {
@@ -71,6 +73,14 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 		stop()
 		poll = min(poll*2, ceiling)
 	}
+}
+
+// worthWaiting reports whether a refusal may turn into an answer: the intent is in flight, or
+// unknown only because its live (or unseen) holder's lease lapsed, so that holder's late
+// result may still heal it.
+func worthWaiting(err error) bool {
+	var pf PriorFailureError
+	return errors.Is(err, ErrInFlight) || (errors.As(err, &pf) && pf.Healable)
 }
 
 // watchers wakes waiters of an intent when this process records its outcome.

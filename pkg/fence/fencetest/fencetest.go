@@ -307,15 +307,16 @@ func testGaplessSequence(t *testing.T, newStore Factory) {
 func testLeaseExpiryReclaim(t *testing.T, newStore Factory) {
 	// The holder cannot be seen (another host, say) and the call is declared safe to re-run:
 	// its lapsed claim is taken over.
-	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 80 * time.Millisecond, Liveness: cannotTell})
+	const lease = 700 * time.Millisecond // long enough for the in-flight check under load
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: lease, Liveness: cannotTell})
 	r := req("payout:7")
 	r.RerunSafe = true
 	old := mustFresh(t, eng, r)
 	if _, err := eng.Prepare(ctx, r); !errors.Is(err, fence.ErrInFlight) {
 		t.Fatalf("live lease: err = %v, want in flight", err)
 	}
-	time.Sleep(150 * time.Millisecond)
-	other := fence.New(eng.Store(), fence.Config{LeaseTTL: 80 * time.Millisecond, Owner: "elsewhere/1/1", Liveness: cannotTell})
+	time.Sleep(lease + 100*time.Millisecond)
+	other := fence.New(eng.Store(), fence.Config{LeaseTTL: lease, Owner: "elsewhere/1/1", Liveness: cannotTell})
 	adm, err := other.Prepare(ctx, req("payout:7")) // the judging attempt need not say re-run safe: the claim did
 	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
 		t.Fatalf("expired re-run-safe lease not reclaimed: %+v %v", adm, err)
@@ -436,23 +437,23 @@ func testLateSettleHeals(t *testing.T, newStore Factory) {
 	// A waiter coalescing on the intent gets the real answer once the holder commits.
 	tc := lapse("heal:commit")
 	waited := make(chan error, 1)
+	var pf fence.PriorFailureError
+	if _, err := other.Prepare(ctx, req("heal:commit")); !errors.As(err, &pf) || !pf.Healable {
+		t.Fatalf("lapsed claim: %v; want a healable prior_failure", err)
+	}
 	go func() {
-		// Unknown refuses at once; the waiter asks again until the heal lands.
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			adm, err := other.PrepareWait(ctx, req("heal:commit"), time.Second)
-			if err == nil && !adm.Fresh() && string(adm.Cert.Result) == `"ok"` {
-				waited <- nil
-				return
-			}
-			if err == nil {
-				waited <- fmt.Errorf("waiter admitted or wrong result: %+v", adm)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		// The intent is unknown but healable: the waiter waits for the holder's late result.
+		adm, err := other.PrepareWait(ctx, req("heal:commit"), 30*time.Second)
+		switch {
+		case err != nil:
+			waited <- fmt.Errorf("waiter: %w", err)
+		case adm.Fresh() || string(adm.Cert.Result) != `"ok"`:
+			waited <- fmt.Errorf("waiter admitted or wrong result: %+v", adm)
+		default:
+			waited <- nil
 		}
-		waited <- errors.New("waiter never saw the healed outcome")
 	}()
+	time.Sleep(100 * time.Millisecond) // let the waiter start waiting (it also works if it comes late)
 	c := mustCommit(t, eng, tc, `"ok"`)
 	if err := <-waited; err != nil {
 		t.Fatal(err)
@@ -489,10 +490,14 @@ func testLateSettleHeals(t *testing.T, newStore Factory) {
 	}
 	mustCommit(t, eng, next, `"done after all"`)
 
-	// Unknown because the holder said so (Lost) or failed by Abort: not healable.
+	// Unknown because the holder said so (Lost) or failed by Abort: not healable, and a
+	// waiter is refused at once.
 	tl := mustFresh(t, eng, req("heal:lost"))
 	if err := eng.Lost(ctx, tl, "transport died"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := other.PrepareWait(ctx, req("heal:lost"), time.Hour); !errors.As(err, &pf) || pf.Healable {
+		t.Fatalf("waiter on a lost intent: %v; want an unhealable prior_failure at once", err)
 	}
 	_, err = eng.Commit(ctx, tl, []byte(`1`))
 	wantCode(t, err, fence.ErrLeaseLost)
@@ -537,6 +542,15 @@ func testLateAfterClear(t *testing.T, newStore Factory) {
 	mustCommit(t, eng, cur, `"current"`)
 	if s, _ := eng.Status(ctx, r.Intent); string(s.Cert.Result) != `"current"` {
 		t.Fatalf("late result overwrote the current claim: %s", s.Cert.Result)
+	}
+	// A sweep long after drops ordinary events, never the clear or the late result.
+	time.Sleep(20 * time.Millisecond)
+	sweeper := fence.New(st, fence.Config{ResultTTL: 10 * time.Millisecond})
+	if _, err := sweeper.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kinds := eventKinds(t, sweeper, r.Intent); strings.Join(kinds, ",") != "clear,late_result" {
+		t.Fatalf("after sweep: events %v, want clear,late_result", kinds)
 	}
 }
 

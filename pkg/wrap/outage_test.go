@@ -1,0 +1,167 @@
+package wrap_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// cutProxy is a TCP proxy to PostgreSQL that can cut every connection and refuse new ones for
+// a while.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	until  time.Time
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			down := time.Now().Before(p.until)
+			p.mu.Unlock()
+			if down {
+				c.Close()
+				continue
+			}
+			go p.pipe(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.cut(0) })
+	return p
+}
+
+func (p *cutProxy) pipe(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[s] = true, true
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(s, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, s); done <- struct{}{} }()
+	<-done
+	c.Close()
+	s.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, s)
+	p.mu.Unlock()
+}
+
+func (p *cutProxy) cut(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.until = time.Now().Add(d)
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// TestLedgerOutageAtCommit: wrap on PostgreSQL, the database cut for a second while a call
+// finishes. Before issue 11 the commit failed, the fallback abort failed silently, the claim
+// lapsed in flight and the next duplicate ran the call again. Now the outcome is retried (and
+// spooled) until the ledger takes it: the call runs once and duplicates replay its result.
+func TestLedgerOutageAtCommit(t *testing.T) {
+	t.Parallel()
+	base := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if base == "" {
+		t.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		target = net.JoinHostPort(target, "5432")
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema := "effectfence_test_wrap_" + hex.EncodeToString(b[:])
+	// Dropped with psql: linking a PostgreSQL driver into this test binary, which is also the
+	// test's MCP child, slows the child's start enough to break the init-timeout tests.
+	t.Cleanup(func() {
+		psql, err := exec.LookPath("psql")
+		if err != nil {
+			t.Logf("schema %s left in place: no psql to drop it", schema)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, psql, base, "-c", "DROP SCHEMA IF EXISTS "+schema+" CASCADE").CombinedOutput(); err != nil {
+			t.Logf("dropping schema %s: %v %s", schema, err, out)
+		}
+	})
+	p := startCutProxy(t, target)
+	u.Host = p.ln.Addr().String()
+	q := u.Query()
+	q.Set("search_path", schema)
+	q.Set("pool_max_conns", "4")
+	u.RawQuery = q.Encode()
+
+	r := newRig(t)
+	r.ledger = u.String()
+	w := r.wrap("--lease-secs", "1")
+	answer := make(chan result, 1)
+	go func() {
+		x, err := callE(w.Session, "slow", `{"ms":1500,"tag":"outage"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		answer <- x
+	}()
+	time.Sleep(1200 * time.Millisecond)
+	p.cut(time.Second) // the tool finishes at ~1.5 s with the database away until ~2.2 s
+	first := <-answer
+	if first.IsError || !strings.Contains(first.text(), "slow done") {
+		t.Fatalf("the call itself: %+v", first)
+	}
+	// Duplicates never run it again; once the outcome is recorded (at once, or from the spool
+	// within the next Recover) they replay it.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		x, err := callE(w.Session, "slow", `{"ms":1500,"tag":"outage"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := r.effectCount(); n != 1 {
+			t.Fatalf("the call ran %d times across a one-second ledger outage; wrap log:\n%s", n, w.log.String())
+		}
+		if x.replayed() {
+			if x.same() != first.same() {
+				t.Fatalf("replay differs from the original answer:\n%s\n%s", x.same(), first.same())
+			}
+			t.Logf("wrap log:\n%s", w.log.String())
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the outcome was never recorded: last answer %s; wrap log:\n%s", x.text(), w.log.String())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
