@@ -1,11 +1,14 @@
 package fence
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -111,8 +114,18 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		}
 		switch rec.State {
 		case StateDone:
+			if c.ReplayWindow > 0 && !now.Before(rec.UpdatedAt.Add(c.ReplayWindow)) {
+				if !write {
+					return outNeedWrite, nil, nil
+				}
+				if err := e.supersede(tx, rec, c.ReplayWindow); err != nil {
+					return 0, nil, err
+				}
+				rec = nil
+				break
+			}
 			cert := *rec.Cert
-			return outReplayed, &Admission{Cert: &cert}, nil
+			return outReplayed, &Admission{Cert: &cert, RecordedAt: rec.UpdatedAt}, nil
 		case StateFailed, StateUnknown:
 			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason}
 		case StateInFlight:
@@ -195,6 +208,20 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		return outReclaimed, &Admission{Ticket: t}, nil
 	}
 	return outAdmitted, &Admission{Ticket: t}, nil
+}
+
+// supersede moves a done record out of the way of a new action of its intent: it stays, whole,
+// under SupersededIntent until its own expiry, and the move is audited.
+func (e *Engine) supersede(tx Tx, rec *Record, window time.Duration) error {
+	now := tx.Now()
+	old := *rec
+	old.Intent = SupersededIntent(rec.Intent, rec.Cert.Hash)
+	if err := tx.Put(&old); err != nil {
+		return err
+	}
+	why := fmt.Sprintf("an identical attempt came %s after the commit, beyond the replay window of %s: a new action; the done record is kept as %s",
+		now.Sub(rec.UpdatedAt).Round(time.Millisecond), window, old.Intent)
+	return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventSuperseded, Who: e.cfg.Owner, Reason: why, State: StateDone})
 }
 
 func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
@@ -345,12 +372,14 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	if len(result) == 0 {
 		result = []byte("null")
 	}
-	res, err := canon.JSON(result)
-	if err != nil {
-		return nil, InvalidError{"result", err.Error()}
+	// The result is recorded exactly as the tool returned it (replays are byte for byte);
+	// the cert's hash covers its digest.
+	if !json.Valid(result) {
+		return nil, InvalidError{"result", "not a JSON value"}
 	}
+	res := bytes.Clone(result)
 	var cert *Cert
-	err = e.update(ctx, func(tx Tx) error {
+	err := e.update(ctx, func(tx Tx) error {
 		cert = nil
 		rec, err := tx.Get(t.Intent)
 		if err != nil {
@@ -393,12 +422,12 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 		}
 		c := &Cert{
 			Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-			Args: rec.Args, Result: res, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+			Args: rec.Args, Result: res, ResultSHA256: canon.Sum(res), Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
 		}
 		if c.ReadSet == nil {
 			c.ReadSet = []ReadSetEntry{}
 		}
-		body, err := c.canonicalBody(true) // args and result were canonicalised on the way in
+		body, err := c.canonicalBody(true) // args were canonicalised on the way in
 		if err != nil {
 			return err
 		}

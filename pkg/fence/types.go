@@ -32,6 +32,23 @@ type Request struct {
 	Agent string `json:"agent,omitempty"`
 	// Clock is the vector clock the agent knew when it decided.
 	Clock VectorClock `json:"vector_clock,omitempty"`
+	// ReplayWindow, when positive, bounds how long a done outcome answers this intent: an
+	// attempt later than ReplayWindow after the commit is a new action. The engine then
+	// supersedes the done record (it stays in the ledger, under SupersededIntent, until its
+	// result TTL, and the change is audited) and claims the intent afresh. Zero: the done
+	// outcome answers until its result TTL. For content-derived intents (wrap), where an
+	// identical call much later is more likely a deliberate repeat than a retry.
+	ReplayWindow time.Duration `json:"-"`
+}
+
+// SupersededIntent is the key under which a done record stays once a later action of its
+// intent superseded it (see Request.ReplayWindow): the intent, "~" and the first 16 hex digits
+// of its cert's hash.
+func SupersededIntent(intent, certHash string) string {
+	if len(certHash) > 16 {
+		certHash = certHash[:16]
+	}
+	return intent + "~" + certHash
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
@@ -51,6 +68,8 @@ type Ticket struct {
 type Admission struct {
 	Ticket *Ticket
 	Cert   *Cert
+	// RecordedAt is when the replayed cert was committed (set with Cert).
+	RecordedAt time.Time
 }
 
 // Fresh reports whether the caller must run the effect.
@@ -104,6 +123,9 @@ const (
 	EventOrphan  = "orphan"  // in flight when its process died: now unknown
 	EventExpired = "expired" // lease expired under on_lease_expiry=fence: now unknown
 	EventStale   = "stale_commit"
+	// EventSuperseded: an attempt after the request's replay window made a done intent a new
+	// action; the done record moved to SupersededIntent.
+	EventSuperseded = "superseded"
 )
 
 // Event is one audit record: who did what to an intent, and why.
