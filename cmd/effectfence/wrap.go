@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +41,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringSliceFlag{Name: "ignore-field", Usage: "TOOL:json.path left out of the call's identity, e.g. charge:meta.timestamp (repeatable)"},
 			&cli.StringSliceFlag{Name: "key", Usage: "TOOL:path,path naming the identity fields of a tool; the full arguments must still match (repeatable)"},
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
+			&cli.StringSliceFlag{Name: "replay-window", Usage: "how long a recorded result answers an identical call: DUR for every tool, or TOOL=DUR (repeatable); later identical calls run as new actions (default " + wrap.DefaultReplayWindow.String() + ")"},
 			&cli.StringFlag{Name: "scope", Usage: "name the server's scope explicitly (fleets sharing receipts across directories or environments); default: derived from the command, working directory and environment"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
@@ -177,6 +179,24 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	}
 	if opt.MaxConcurrent <= 0 {
 		return opt, usageErr("--max-concurrent must be positive")
+	}
+	for _, s := range cmd.StringSlice("replay-window") {
+		tool, dur, perTool := s, s, false
+		if i := strings.LastIndexByte(s, '='); i >= 0 {
+			tool, dur, perTool = s[:i], s[i+1:], true
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(dur))
+		if err != nil || d <= 0 {
+			return opt, usageErr("--replay-window %q: want a positive duration such as 10m, or TOOL=DUR", s)
+		}
+		if !perTool {
+			opt.ReplayWindow = d
+			continue
+		}
+		if opt.ReplayWindows == nil {
+			opt.ReplayWindows = map[string]time.Duration{}
+		}
+		opt.ReplayWindows[tool] = d
 	}
 	for _, s := range cmd.StringSlice("ignore-field") {
 		tool, path, err := wrap.ParseIgnoreField(s)

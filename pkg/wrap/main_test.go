@@ -181,14 +181,25 @@ func (x result) text() string {
 	_ = json.Unmarshal(x.Content, &c)
 	var parts []string
 	for _, p := range c {
-		parts = append(parts, p.Text)
+		if !strings.HasPrefix(p.Text, "effectfence: this is the recorded result") {
+			parts = append(parts, p.Text)
+		}
 	}
 	return strings.Join(parts, "\n")
 }
 
-// same is the result without _meta, canonical, for comparing answers.
+// same is the result without _meta and without wrap's replay note, canonical, for comparing
+// answers.
 func (x result) same() string {
-	b, _ := json.Marshal(map[string]any{"content": x.Content, "structuredContent": x.StructuredContent, "isError": x.IsError})
+	var items []json.RawMessage
+	_ = json.Unmarshal(x.Content, &items)
+	kept := []json.RawMessage{}
+	for _, it := range items {
+		if !strings.Contains(string(it), `"effectfence/note":true`) {
+			kept = append(kept, it)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"content": kept, "structuredContent": x.StructuredContent, "isError": x.IsError})
 	c, err := canon.JSON(b)
 	if err != nil {
 		return "invalid: " + err.Error()
@@ -197,6 +208,20 @@ func (x result) same() string {
 }
 
 func (x result) replayed() bool { return string(x.Meta["effectfence/replayed"]) == "true" }
+
+// note is the text wrap added to a replay, if any.
+func (x result) note() string {
+	var c []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(x.Content, &c)
+	for _, p := range c {
+		if strings.HasPrefix(p.Text, "effectfence: this is the recorded result") {
+			return p.Text
+		}
+	}
+	return ""
+}
 
 func call(t *testing.T, s *mcpstdio.Session, tool, args string) result {
 	t.Helper()
