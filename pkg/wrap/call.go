@@ -69,7 +69,7 @@ func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 	if edited {
 		params = c.withArguments(fwd)
 	}
-	a := p.fencedCall(ctx, c.name, id, params)
+	a := p.fencedCall(ctx, c.name, id, params, c.task)
 	if a.err != nil {
 		return jsonrpc.ErrorResponse(m.ID, a.err)
 	}
@@ -213,7 +213,7 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 }
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
-func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
+func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage, task bool) answer {
 	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName(), ReplayWindow: p.replayWindow(tool)}
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
@@ -233,6 +233,9 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	}
 	if !holder {
 		return answer{result: replay(adm.Cert, adm.RecordedAt)}
+	}
+	if task {
+		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, params)
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
 }

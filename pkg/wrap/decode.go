@@ -18,6 +18,9 @@ type call struct {
 	// so an injected key is spliced in and every other byte is forwarded as received.
 	argsStart, argsEnd int
 	params             json.RawMessage
+	// task: the call is task-augmented (params.task present, MCP 2025-11-25): the server
+	// answers with a task handle and the outcome is the task's final result.
+	task bool
 }
 
 // decodeCall reads tools/call params. Servers disagree on JSON that is ambiguous (Go's
@@ -64,6 +67,8 @@ func decodeCall(params json.RawMessage) (call, error) {
 				return c, fmt.Errorf(`"arguments" must be an object`)
 			}
 			c.args, c.argsStart, c.argsEnd = raw, end-len(raw), end
+		case "task":
+			c.task = string(raw) != "null"
 		}
 	}
 	if !seenName {

@@ -87,6 +87,8 @@ type rig struct {
 	workDir string
 	// extraEnv is added to the wrap process's environment (and so the child's).
 	extraEnv []string
+	// init replaces the agent's initialize params.
+	init json.RawMessage
 	// onRequest answers requests the server sends to the agent.
 	onRequest func(context.Context, string, json.RawMessage) (json.RawMessage, error)
 }
@@ -131,9 +133,13 @@ func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
 	argv := append([]string{efBin, "wrap"}, flags...)
 	argv = append(append(argv, "--"), r.childCmd()...)
 	w := &wrapProc{log: &logBuf{}, notes: make(chan string, 16)}
+	init := r.init
+	if init == nil {
+		init = json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	}
 	s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
 		Command: argv, Env: r.env(), Dir: r.workDir, Stderr: w.log, InitTimeout: 20 * time.Second,
-		Init:           json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`),
+		Init:           init,
 		OnNotification: func(method string, _ json.RawMessage) { w.notes <- method },
 		OnRequest:      r.onRequest,
 	})
