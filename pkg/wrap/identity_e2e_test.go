@@ -121,9 +121,9 @@ func TestCoalescingJoinsOnlyTheSameCall(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		first = call(t, w.Session, "fail", `{"ms":1500,"tag":"k"}`)
+		first = call(t, w.Session, "fail", `{"ms":8000,"tag":"k"}`)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !inFlight(r) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first call never started")

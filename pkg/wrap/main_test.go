@@ -138,7 +138,7 @@ func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
 		init = json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
 	}
 	s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
-		Command: argv, Env: r.env(), Dir: r.workDir, Stderr: w.log, InitTimeout: 20 * time.Second,
+		Command: argv, Env: r.env(), Dir: r.workDir, Stderr: w.log, InitTimeout: 60 * time.Second,
 		Init:           init,
 		OnNotification: func(method string, _ json.RawMessage) { w.notes <- method },
 		OnRequest:      r.onRequest,

@@ -305,12 +305,12 @@ func TestBadInputFromTheAgent(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":3,"method":"ping"}`, `{"jsonrpc":"2.0","id":3,"result":{}}`},
 		{initLine, `"serverInfo":{"name":"mcptest"`},
 		{initLine, `already sent`},
-		// Malformed calls reach the child, which answers them (wrap invents no error of its own).
-		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `cannot unmarshal string into Go struct field callParams.arguments`},
-		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `unknown tool: "`},
-		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `bad tools/call params`},
-		// Arguments the fence cannot canonicalise are refused, never run unfenced.
-		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `cannot be fenced`},
+		// Malformed calls are refused with -32602 and reach no server (issue 12: decoded strictly).
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `"code":-32602,"message":"effectfence wrap: tools/call params refused (\"arguments\" must be an object)`},
+		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `\"name\" is missing`},
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `params must be an object`},
+		// A number beyond double range is fenced by its exact value; the child refuses it.
+		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `cannot unmarshal number 1e999`},
 		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
 		// The child refused it: released, not fenced, so the same call reaches the child again.
 		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`},
