@@ -197,7 +197,7 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	claim := &Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: c.args, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		Tool: c.Tool, Args: c.args, ExactArgs: c.ExactArgs, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
 	}
 	if err := tx.Put(claim); err != nil {

@@ -32,6 +32,9 @@ type Request struct {
 	Agent string `json:"agent,omitempty"`
 	// Clock is the vector clock the agent knew when it decided.
 	Clock VectorClock `json:"vector_clock,omitempty"`
+	// ExactArgs, if set, is kept in the record byte for byte: the arguments exactly as the
+	// tool received them (Args is their canonical form, which merges spellings of one value).
+	ExactArgs []byte `json:"-"`
 	// ReplayWindow, when positive, bounds how long a done outcome answers this intent: an
 	// attempt later than ReplayWindow after the commit is a new action. The engine then
 	// supersedes the done record (it stays in the ledger, under SupersededIntent, until its
@@ -103,11 +106,14 @@ type Record struct {
 	Seq         uint64          `json:"seq,omitempty"`
 	Tool        string          `json:"tool"`
 	Args        json.RawMessage `json:"args"` // canonical
-	ReadSet     []ReadSetEntry  `json:"read_set,omitempty"`
-	Clock       VectorClock     `json:"vector_clock,omitempty"` // ticked at admission
-	ClaimedAt   time.Time       `json:"claimed_at"`
-	LeaseUntil  time.Time       `json:"lease_until"`
-	UpdatedAt   time.Time       `json:"updated_at"`
+	// ExactArgs are the arguments byte for byte as the tool received them, when the caller
+	// gave them (wrap does); base64 in JSON.
+	ExactArgs  []byte         `json:"exact_args,omitempty"`
+	ReadSet    []ReadSetEntry `json:"read_set,omitempty"`
+	Clock      VectorClock    `json:"vector_clock,omitempty"` // ticked at admission
+	ClaimedAt  time.Time      `json:"claimed_at"`
+	LeaseUntil time.Time      `json:"lease_until"`
+	UpdatedAt  time.Time      `json:"updated_at"`
 	// ExpiresAt is when a done outcome stops being replayed and may be swept (zero: never).
 	ExpiresAt time.Time `json:"expires_at,omitempty"`
 	Reason    string    `json:"reason,omitempty"`

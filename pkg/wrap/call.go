@@ -69,6 +69,7 @@ func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 	if edited {
 		params = c.withArguments(fwd)
 	}
+	id.exact = fwd
 	a := p.fencedCall(ctx, c.name, id, params, c.task)
 	if a.err != nil {
 		return jsonrpc.ErrorResponse(m.ID, a.err)
@@ -214,7 +215,7 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage, task bool) answer {
-	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName(), ReplayWindow: p.replayWindow(tool)}
+	req := fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), ReplayWindow: p.replayWindow(tool)}
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).

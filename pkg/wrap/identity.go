@@ -113,6 +113,7 @@ type identity struct {
 	fp     string
 	hash   string // the intent's hash: of {args, scope, tool}, args being the --key fields with --key
 	intent string
+	exact  []byte // the arguments exactly as forwarded to the server, kept in the ledger
 }
 
 // identify derives the identity of a call of tool with args (a JSON object) in scope (the
