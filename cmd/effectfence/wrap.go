@@ -67,6 +67,9 @@ func wrapCommand(io streams) *cli.Command {
 			if cmd.IsSet("ledger") {
 				so.Ledger = cmd.String("ledger")
 			}
+			if err := store.CheckLedger(so.Ledger); err != nil {
+				return usageErr("wrap: %v", err)
+			}
 			if cmd.IsSet("lease-secs") {
 				if so.LeaseTTL, err = seconds("--lease-secs", cmd.Float("lease-secs")); err != nil {
 					return err

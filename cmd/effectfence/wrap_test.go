@@ -21,6 +21,11 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--wait", "0s", "--", "x"}, "--wait must be positive"},
 		{[]string{"wrap", "--lease-secs", "-1", "--ledger", "memory", "--", "x"}, "--lease-secs must be a positive"},
 		{[]string{"wrap", "--max-concurrent", "0", "--", "x"}, "--max-concurrent must be positive"},
+		{[]string{"wrap", "--replay-window", "soon", "--", "x"}, "want a positive duration"},
+		{[]string{"wrap", "--replay-window", "charge=-1m", "--", "x"}, "want a positive duration"},
+		{[]string{"wrap", "--ledger", "redis://localhost:6379", "--", "x"}, "supported forms"},
+		{[]string{"wrap", "--ledger", "~/l.db", "--", "x"}, "not expanded"},
+		{[]string{"wrap", "--ledger", "Postgres://h/db", "--", "x"}, "lower case"},
 	}
 	for _, c := range cases {
 		var out, errw bytes.Buffer
