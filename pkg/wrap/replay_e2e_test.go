@@ -44,6 +44,10 @@ func TestOddResultRecordedAndReplayedExactly(t *testing.T) {
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("want 1 execution, got %d", n)
 	}
+	// The cert verifies from the ledger file: the exact bytes survived storage.
+	if out, err := exec.Command(efBin, "ledger", "verify", "--ledger", r.ledger).CombinedOutput(); err != nil {
+		t.Fatalf("ledger verify: %v\n%s", err, out)
+	}
 }
 
 // Issue 12 item 9: within the window a duplicate is replayed with a plain-text note; after it
@@ -91,5 +95,8 @@ func TestReplayWindowAndDeliberateRepeat(t *testing.T) {
 	out, err := exec.Command(efBin, "ledger", "ls", "--ledger", r.ledger, "--json").Output()
 	if err != nil || !strings.Contains(string(out), "~") {
 		t.Fatalf("the superseded done record is not in the ledger: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(efBin, "ledger", "verify", "--ledger", r.ledger).CombinedOutput(); err != nil {
+		t.Fatalf("ledger verify with a superseded record: %v\n%s", err, out)
 	}
 }
