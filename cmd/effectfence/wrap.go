@@ -46,6 +46,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.BoolFlag{Name: "no-inject-key", Usage: "do not fill an empty idempotency-key-like argument with the call's hash"},
 			&cli.StringFlag{Name: "on-lease-expiry", DefaultText: "fence", Usage: "fence: a lapsed claim becomes unknown unless its tool is --rerun-safe; reclaim: every tool is re-run safe (env " + store.EnvOnLeaseExpiry + ")"},
 			&cli.StringSliceFlag{Name: "rerun-safe", Usage: "TOOL whose calls may run twice without harm: its lapsed or orphaned claims are taken over instead of fenced (repeatable)"},
+			&cli.StringSliceFlag{Name: "replay-window", Usage: "how long a recorded result answers an identical call: DUR for every tool, or TOOL=DUR (repeatable); later identical calls run as new actions (default " + wrap.DefaultReplayWindow.String() + ")"},
 			&cli.StringFlag{Name: "scope", Usage: "name the server's scope explicitly (fleets sharing receipts across directories or environments); default: derived from the command, working directory and environment"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
@@ -71,6 +72,9 @@ func wrapCommand(io streams) *cli.Command {
 			}
 			if cmd.IsSet("ledger") {
 				so.Ledger = cmd.String("ledger")
+			}
+			if err := store.CheckLedger(so.Ledger); err != nil {
+				return usageErr("wrap: %v", err)
 			}
 			if cmd.IsSet("lease-secs") {
 				if so.LeaseTTL, err = store.LeaseSeconds("--lease-secs", cmd.Float("lease-secs")); err != nil {
@@ -192,6 +196,24 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	}
 	if opt.Grace <= 0 {
 		return opt, usageErr("--grace must be positive, e.g. 2s")
+	}
+	for _, s := range cmd.StringSlice("replay-window") {
+		tool, dur, perTool := s, s, false
+		if i := strings.LastIndexByte(s, '='); i >= 0 {
+			tool, dur, perTool = s[:i], s[i+1:], true
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(dur))
+		if err != nil || d <= 0 {
+			return opt, usageErr("--replay-window %q: want a positive duration such as 10m, or TOOL=DUR", s)
+		}
+		if !perTool {
+			opt.ReplayWindow = d
+			continue
+		}
+		if opt.ReplayWindows == nil {
+			opt.ReplayWindows = map[string]time.Duration{}
+		}
+		opt.ReplayWindows[tool] = d
 	}
 	for _, s := range cmd.StringSlice("ignore-field") {
 		tool, path, err := wrap.ParseIgnoreField(s)

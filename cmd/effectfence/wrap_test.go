@@ -24,6 +24,11 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--result-ttl-secs", "+Inf", "--ledger", "memory", "--", "x"}, "--result-ttl-secs=+Inf"},
 		{[]string{"wrap", "--lease-secs", "0.001", "--ledger", "memory", "--", "x"}, "--lease-secs=0.001"},
 		{[]string{"wrap", "--max-concurrent", "0", "--", "x"}, "--max-concurrent must be positive"},
+		{[]string{"wrap", "--replay-window", "soon", "--", "x"}, "want a positive duration"},
+		{[]string{"wrap", "--replay-window", "charge=-1m", "--", "x"}, "want a positive duration"},
+		{[]string{"wrap", "--ledger", "redis://localhost:6379", "--", "x"}, "supported forms"},
+		{[]string{"wrap", "--ledger", "~/l.db", "--", "x"}, "not expanded"},
+		{[]string{"wrap", "--ledger", "Postgres://h/db", "--", "x"}, "lower case"},
 	}
 	for _, c := range cases {
 		var out, errw bytes.Buffer

@@ -1,6 +1,10 @@
 package canon
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gowebpki/jcs"
+)
 
 func BenchmarkJSONSmall(b *testing.B) {
 	in := []byte(`{"amount":4900,"currency":"usd","to":{"name":"Ada","card":"tok_123"}}`)
@@ -17,6 +21,17 @@ func BenchmarkFingerprintSmall(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		if _, err := Fingerprint("charge_card", in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLibrarySmall is the RFC 8785 library on the same input, for comparison.
+func BenchmarkLibrarySmall(b *testing.B) {
+	in := []byte(`{"amount":4900,"currency":"usd","to":{"name":"Ada","card":"tok_123"}}`)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := jcs.Transform(in); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -360,11 +360,32 @@ func (e *DuplicateKeyError) Is(target error) bool { return target == ErrDuplicat
 
 // appendNumber appends the canonical form of one JSON number token (see formatNumber).
 func appendNumber(b, tok []byte) ([]byte, error) {
+	if plainInteger(tok) {
+		return append(b, tok...), nil // already in canonical form
+	}
 	neg, digits, exp, err := decimal(tok)
 	if err != nil {
 		return nil, err
 	}
 	return formatNumber(b, neg, digits, exp), nil
+}
+
+// plainInteger reports whether tok is an integer that is its own canonical form: no sign but
+// '-', no leading zero, not -0, at most 21 digits (longer ones take the exponent layout).
+func plainInteger(tok []byte) bool {
+	d := tok
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 21 || d[0] == '0' && (len(d) > 1 || len(tok) > 1) {
+		return false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // decimal reads a JSON number token as sign × digits × 10^exp, with digits free of leading

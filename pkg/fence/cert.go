@@ -8,22 +8,69 @@ import (
 	"github.com/effectfence/effectfence/pkg/canon"
 )
 
-// Cert (EffectCert) records one executed effect. Hash is the lowercase hex SHA-256 of the
-// RFC 8785 canonical JSON of the object made of every other field, all ten always present
-// (empty strings, 0, [] and {} included). Any language with a JCS library can recompute it;
-// docs/CERTS.md gives the recipe and a test vector.
+// Cert (EffectCert) records one executed effect.
+//
+// Result is the tool's result exactly as it was committed, byte for byte (a result that no
+// canonicaliser accepts, with a lone surrogate or a duplicate member, is recorded and replayed
+// as it came). ResultSHA256 is the lowercase hex SHA-256 of those bytes. Hash is the lowercase
+// hex SHA-256 of the canonical JSON (package canon) of the object made of every other field,
+// all ten always present, with result_sha256 standing in for result. In JSON, a cert carries
+// the exact bytes in result_bytes (base64) beside a readable result.
+//
+// Certs recorded before ResultSHA256 existed have none; their hash covers the canonical form
+// of result itself, and Verify checks them that way. docs/CERTS.md gives both recipes and
+// test vectors.
 type Cert struct {
-	Intent  string          `json:"intent"`
-	Parent  string          `json:"parent"`
-	Domain  string          `json:"domain"`
-	Seq     uint64          `json:"seq"`
-	Tool    string          `json:"tool"`
-	Args    json.RawMessage `json:"args"`
-	Result  json.RawMessage `json:"result"`
-	Clock   VectorClock     `json:"vector_clock"`
-	ReadSet []ReadSetEntry  `json:"read_set"`
-	Agent   string          `json:"agent"`
-	Hash    string          `json:"hash"`
+	Intent       string          `json:"intent"`
+	Parent       string          `json:"parent"`
+	Domain       string          `json:"domain"`
+	Seq          uint64          `json:"seq"`
+	Tool         string          `json:"tool"`
+	Args         json.RawMessage `json:"args"`
+	Result       json.RawMessage `json:"result"`
+	ResultSHA256 string          `json:"result_sha256,omitempty"`
+	Clock        VectorClock     `json:"vector_clock"`
+	ReadSet      []ReadSetEntry  `json:"read_set"`
+	Agent        string          `json:"agent"`
+	Hash         string          `json:"hash"`
+}
+
+// certJSON is Cert without its methods, for the JSON form.
+type certJSON Cert
+
+// MarshalJSON writes the cert with its result twice: readable in result (encoding/json may
+// respace or re-escape it) and exact in result_bytes.
+func (c Cert) MarshalJSON() ([]byte, error) {
+	w := struct {
+		certJSON
+		ResultBytes []byte `json:"result_bytes,omitempty"`
+	}{certJSON: certJSON(c)}
+	if c.ResultSHA256 != "" {
+		w.ResultBytes = c.Result
+		if !json.Valid(c.Result) {
+			w.Result = nil
+		}
+	}
+	if len(w.Result) == 0 {
+		w.Result = json.RawMessage("null")
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote; Result gets the exact bytes when present.
+func (c *Cert) UnmarshalJSON(b []byte) error {
+	var w struct {
+		certJSON
+		ResultBytes []byte `json:"result_bytes"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Cert(w.certJSON)
+	if w.ResultBytes != nil {
+		c.Result = w.ResultBytes
+	}
+	return nil
 }
 
 // ComputeHash returns the hash the cert should carry, from every field but Hash.
@@ -38,23 +85,29 @@ func (c *Cert) ComputeHash() (string, error) {
 // maxExactSeq is the largest integer RFC 8785 prints as plain digits (IEEE double precision).
 const maxExactSeq = 1 << 53
 
-// canonicalBody assembles the RFC 8785 form of the cert without its hash. The members are
-// written in JCS order (agent, args, domain, intent, parent, read_set, result, seq, tool,
-// vector_clock); args and result are canonicalised by the library; strings and integers are
-// written as JCS writes them. TestCertCanonicalMatchesLibrary and FuzzCertCanonical check it
-// byte for byte against the library's canonicalisation of the naive JSON.
+// canonicalBody assembles the canonical form of the cert without its hash. The members are
+// written in canonical order (agent, args, domain, intent, parent, read_set, result or
+// result_sha256, seq, tool, vector_clock); args (and result, for a cert without
+// result_sha256) are canonicalised by package canon; strings and integers are written as
+// RFC 8785 writes them. TestCertCanonicalMatchesLibrary and FuzzCertCanonical check it byte
+// for byte against the canonicalisation of the naive JSON.
 //
-// trusted skips re-canonicalising args and result: the engine passes true for the values it
-// canonicalised itself.
+// trusted skips re-canonicalising args (and a legacy result): the engine passes true for the
+// values it canonicalised itself.
 func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 	args, result := orNull(c.Args), orNull(c.Result)
+	if c.ResultSHA256 != "" {
+		result = canon.AppendString(nil, c.ResultSHA256)
+	}
 	if !trusted {
 		var err error
 		if args, err = canon.JSON(args); err != nil {
 			return nil, fmt.Errorf("args: %w", err)
 		}
-		if result, err = canon.JSON(result); err != nil {
-			return nil, fmt.Errorf("result: %w", err)
+		if c.ResultSHA256 == "" {
+			if result, err = canon.JSON(result); err != nil {
+				return nil, fmt.Errorf("result: %w", err)
+			}
 		}
 	}
 	if c.Seq > maxExactSeq {
@@ -85,7 +138,11 @@ func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 		b = strconv.AppendUint(b, r.Seq, 10)
 		b = append(b, '}')
 	}
-	b = append(b, `],"result":`...)
+	if c.ResultSHA256 != "" {
+		b = append(b, `],"result_sha256":`...)
+	} else {
+		b = append(b, `],"result":`...)
+	}
 	b = append(b, result...)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, c.Seq, 10)
@@ -96,8 +153,16 @@ func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// Verify recomputes the hash and reports a mismatch (a tampered or corrupted cert).
+// Verify recomputes the hash (and the result's digest) and reports a mismatch (a tampered or
+// corrupted cert).
 func (c *Cert) Verify() error {
+	if kept, ok := c.ResultNotKept(); ok && kept == c.ResultSHA256 {
+		// Only the digest was kept (KeepHash): the hash below still binds it.
+	} else if c.ResultSHA256 != "" {
+		if got := canon.Sum(c.Result); got != c.ResultSHA256 {
+			return fmt.Errorf("cert of intent %q does not verify: its result hashes to %s, recorded result_sha256 %s", c.Intent, got, c.ResultSHA256)
+		}
+	}
 	h, err := c.ComputeHash()
 	if err != nil {
 		return err

@@ -3,6 +3,10 @@ package fence_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -81,12 +85,86 @@ func TestEngineCertMatchesVector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1","status":"succeeded"}`))
+	c, err := eng.Commit(ctx, *adm.Ticket, []byte(vector2Result))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Hash != vectorHash {
-		t.Fatalf("engine cert hash %s, want %s", c.Hash, vectorHash)
+	if c.Hash != vector2Hash || c.ResultSHA256 != vector2ResultSHA256 || string(c.Result) != vector2Result {
+		t.Fatalf("engine cert %s / %s / %s, want %s / %s", c.Hash, c.ResultSHA256, c.Result, vector2Hash, vector2ResultSHA256)
+	}
+	if err := c.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	// The JSON form carries the exact bytes through any re-encoding of the readable result.
+	raw, _ := json.Marshal(map[string]any{"cert": c})
+	var back struct{ Cert fence.Cert }
+	if err := json.Unmarshal(raw, &back); err != nil || string(back.Cert.Result) != vector2Result || back.Cert.Verify() != nil {
+		t.Fatalf("round trip: %s %v", back.Cert.Result, err)
+	}
+	tampered := back.Cert
+	tampered.Result = json.RawMessage(`{"status":"succeeded","charge":"ch_1"}`) // same value, other bytes
+	if tampered.Verify() == nil {
+		t.Fatal("a result with other bytes verifies")
+	}
+}
+
+// The second vector (docs/CERTS.md): a cert with result_sha256. Every value below was
+// computed with python3's hashlib and base64, outside Go.
+const (
+	vector2Result       = `{"status":"succeeded", "charge":"ch_1"}`
+	vector2ResultSHA256 = "5b6a39937c218a73ded7f1805a39aa2b69cfb3370a7de583d30d7438c3ae5932"
+	vector2Hash         = "a152289920fd6d9dad5e6f7ee534e3695aaf82f5e5bccc0eff969ad5d35cfb17"
+)
+
+// The Python verifier printed in docs/CERTS.md accepts what the engine records, including
+// numbers beyond double precision and results no canonicaliser accepts, and rejects a
+// tampered cert.
+func TestDocumentedVerifier(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("skipping: python3 is not installed")
+	}
+	doc, err := os.ReadFile("../../docs/CERTS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```python\n")
+	script, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/CERTS.md has no python block")
+	}
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	verify := func(c *fence.Cert) string {
+		raw, _ := json.Marshal(c)
+		cmd := exec.Command(py, "-c", script)
+		cmd.Stdin = strings.NewReader(string(raw))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("python: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for i, c := range []struct{ args, result string }{
+		{`{"amount":9007199254740993,"rate":0.10000000000000000555,"huge":1e400,"tiny":-25e-9,"n":[1.0,1e21,123456789012345678901234]}`, `{"ok":true}`},
+		{`{"name":"\u00e9\ud83d\ude00\n<>","z":{"\ue000":1,"\ud83d\ude00":2}}`, `{"content":[{"type":"text","text":"cut \ud83d"}], "structuredContent":{"k":1,"k":2,"big":1e400}}`},
+	} {
+		adm, err := eng.Prepare(ctx, fence.Request{Intent: fmt.Sprint("doc-", i), Tool: "t", Args: json.RawMessage(c.args), Agent: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := eng.Commit(ctx, *adm.Ticket, []byte(c.result))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := verify(cert); got != "ok" {
+			t.Fatalf("python verifier on %s: %s", c.args, got)
+		}
+		bad := *cert
+		bad.Agent = "mallory"
+		if got := verify(&bad); got == "ok" {
+			t.Fatal("python verifier accepted a tampered cert")
+		}
 	}
 }
 
@@ -101,6 +179,10 @@ func naiveCanonical(t testing.TB, c fence.Cert) ([]byte, bool) {
 		t.Fatal(err)
 	}
 	delete(m, "hash")
+	if c.ResultSHA256 != "" {
+		delete(m, "result")
+		delete(m, "result_bytes")
+	}
 	raw, _ = json.Marshal(m)
 	out, err := canon.JSON(raw)
 	if err != nil {
@@ -128,6 +210,13 @@ func FuzzCertCanonical(f *testing.F) {
 		}
 		if got != canon.Sum(want) {
 			t.Fatalf("hand-assembled canonical form differs from the library's %s", want)
+		}
+		c.ResultSHA256 = canon.Sum(result)
+		if want, ok = naiveCanonical(t, c); !ok {
+			t.Fatal("cert with result_sha256 does not encode")
+		}
+		if got, err = c.ComputeHash(); err != nil || got != canon.Sum(want) {
+			t.Fatalf("with result_sha256: %v, body %s", err, want)
 		}
 	})
 }

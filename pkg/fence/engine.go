@@ -1,9 +1,11 @@
 package fence
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -119,8 +121,18 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		}
 		switch rec.State {
 		case StateDone:
+			if c.ReplayWindow > 0 && !now.Before(rec.UpdatedAt.Add(c.ReplayWindow)) {
+				if !write {
+					return outNeedWrite, nil, nil
+				}
+				if err := e.supersede(tx, rec, c.ReplayWindow); err != nil {
+					return 0, nil, err
+				}
+				rec = nil
+				break
+			}
 			cert := *rec.Cert
-			return outReplayed, &Admission{Cert: &cert, DoneAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
+			return outReplayed, &Admission{Cert: &cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
 			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
@@ -188,10 +200,14 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	if err != nil {
 		return 0, nil, err
 	}
+	exact := c.ExactArgs
+	if len(c.Redact) > 0 {
+		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
+	}
 	claim := &Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: stored, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		Tool: c.Tool, Args: stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
 		RerunSafe: c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 	}
@@ -257,6 +273,20 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 		return takeIt, EventReclaim, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and the call was declared safe to re-run", at, rec.Owner)
 	}
 	return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (another host, boot or PID namespace: process %s); the effect may have happened; its own late result heals this", at, rec.Owner)
+}
+
+// supersede moves a done record out of the way of a new action of its intent: it stays, whole,
+// under SupersededIntent until its own expiry, and the move is audited.
+func (e *Engine) supersede(tx Tx, rec *Record, window time.Duration) error {
+	now := tx.Now()
+	old := *rec
+	old.Intent = SupersededIntent(rec.Intent, rec.Cert.Hash)
+	if err := tx.Put(&old); err != nil {
+		return err
+	}
+	why := fmt.Sprintf("an identical attempt came %s after the commit, beyond the replay window of %s: a new action; the done record is kept as %s",
+		now.Sub(rec.UpdatedAt).Round(time.Millisecond), window, old.Intent)
+	return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventSuperseded, Who: e.cfg.Owner, Reason: why, State: StateDone})
 }
 
 func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
@@ -397,12 +427,14 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	if len(result) == 0 {
 		result = []byte("null")
 	}
-	res, err := canon.JSON(result)
-	if err != nil {
-		return nil, InvalidError{"result", err.Error()}
+	// The result is recorded exactly as the tool returned it (replays are byte for byte);
+	// the cert's hash covers its digest.
+	if !json.Valid(result) {
+		return nil, InvalidError{"result", "not a JSON value"}
 	}
+	res := bytes.Clone(result)
 	var cert *Cert
-	err = e.update(ctx, func(tx Tx) error {
+	err := e.update(ctx, func(tx Tx) error {
 		cert = nil
 		rec, err := tx.Get(t.Intent)
 		if err != nil {
@@ -446,14 +478,15 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 				return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
 			}
 		}
+		sum := canon.Sum(res)
 		c := &Cert{
 			Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-			Args: rec.Args, Result: keptResult(rec.KeepResult, res), Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+			Args: rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
 		}
 		if c.ReadSet == nil {
 			c.ReadSet = []ReadSetEntry{}
 		}
-		body, err := c.canonicalBody(true) // args and result were canonicalised on the way in
+		body, err := c.canonicalBody(true) // args were canonicalised on the way in
 		if err != nil {
 			return err
 		}

@@ -2,10 +2,13 @@ package fence_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -105,5 +108,55 @@ func TestErrorsCarryCodesAndAdvice(t *testing.T) {
 	msg := fence.PriorFailureError{Intent: "charge:o'1", State: fence.StateUnknown, Reason: "crash"}.Error()
 	if want := `effectfence ledger clear 'charge:o'\''1' --reason`; !strings.Contains(msg, want) {
 		t.Errorf("advice %q lacks %q", msg, want)
+	}
+}
+
+// A replay window makes a late identical attempt a new action; the superseded done record
+// stays in the ledger, audited, and earlier attempts within the window replay.
+func TestReplayWindowSupersedes(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := fence.NewMemoryStoreClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	eng := fence.New(st, fence.Config{})
+	req := fence.Request{Intent: "wrap:toggle:x", Tool: "toggle", Args: json.RawMessage(`{}`), ReplayWindow: 10 * time.Minute}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	first, err := eng.Commit(ctx, *adm.Ticket, []byte(`"on"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	advance(9 * time.Minute)
+	if adm, err = eng.Prepare(ctx, req); err != nil || adm.Fresh() || adm.Cert.Hash != first.Hash || adm.RecordedAt.IsZero() {
+		t.Fatalf("within the window: %+v %v", adm, err)
+	}
+	advance(2 * time.Minute)
+	if adm, err = eng.Prepare(ctx, req); err != nil || !adm.Fresh() {
+		t.Fatalf("after the window the attempt must be a new action: %+v %v", adm, err)
+	}
+	second, err := eng.Commit(ctx, *adm.Ticket, []byte(`"off"`))
+	if err != nil || second.Hash == first.Hash {
+		t.Fatal(err)
+	}
+	old, err := eng.Status(ctx, fence.SupersededIntent(req.Intent, first.Hash))
+	if err != nil || old.State != fence.StateDone || old.Cert.Hash != first.Hash {
+		t.Fatalf("superseded record: %+v %v", old, err)
+	}
+	var kinds []string
+	err = st.View(ctx, func(tx fence.Tx) error {
+		return tx.Events(req.Intent, func(ev fence.Event) bool { kinds = append(kinds, ev.Kind); return true })
+	})
+	if err != nil || !slices.Contains(kinds, fence.EventSuperseded) {
+		t.Fatalf("no audit of the supersession: %v %v", kinds, err)
+	}
+	// Without a window the same late attempt replays (serve's and the library's explicit intents).
+	advance(time.Hour)
+	plain := req
+	plain.ReplayWindow = 0
+	if adm, err = eng.Prepare(ctx, plain); err != nil || adm.Fresh() || adm.Cert.Hash != second.Hash {
+		t.Fatalf("no window: %+v %v", adm, err)
 	}
 }

@@ -91,6 +91,9 @@ func (c *Cert) SameResult(result []byte) (bool, error) {
 	if len(result) == 0 {
 		result = []byte("null")
 	}
+	if c.ResultSHA256 != "" && canon.Sum(result) == c.ResultSHA256 {
+		return true, nil // the very bytes recorded
+	}
 	r, err := canon.JSON(result)
 	if err != nil {
 		return false, InvalidError{"result", err.Error()}
@@ -105,12 +108,13 @@ func (c *Cert) SameResult(result []byte) (bool, error) {
 	return bytes.Equal(r, rec), nil
 }
 
-// keptResult is what the ledger stores of a canonical result under keep.
-func keptResult(keep KeepResult, canonical []byte) json.RawMessage {
+// keptResult is what the ledger stores of a result under keep: the exact bytes, or only their
+// digest (sum).
+func keptResult(keep KeepResult, result []byte, sum string) json.RawMessage {
 	if keep == KeepHash {
-		return notKept(canon.Sum(canonical))
+		return notKept(sum)
 	}
-	return canonical
+	return result
 }
 
 // MaxRedactPaths bounds Request.Redact.

@@ -102,7 +102,7 @@ func TestKeepHashNeverReruns(t *testing.T) {
 	}
 	for range 3 {
 		dup, err := eng.Prepare(ctx, req)
-		if err != nil || dup.Fresh() || !dup.ResultNotKept || dup.DoneAt.IsZero() || dup.Cert.Hash != cert.Hash {
+		if err != nil || dup.Fresh() || !dup.ResultNotKept || dup.RecordedAt.IsZero() || dup.Cert.Hash != cert.Hash {
 			t.Fatalf("duplicate of a hash-only intent: %+v %v", dup, err)
 		}
 	}

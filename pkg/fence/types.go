@@ -42,6 +42,26 @@ type Request struct {
 	Redact []string `json:"redact,omitempty"`
 	// KeepResult is what the ledger keeps of the result: KeepFull ("" too) or KeepHash.
 	KeepResult KeepResult `json:"keep_result,omitempty"`
+	// ExactArgs, if set, is kept in the record byte for byte: the arguments exactly as the
+	// tool received them (Args is their canonical form, which merges spellings of one value).
+	ExactArgs []byte `json:"-"`
+	// ReplayWindow, when positive, bounds how long a done outcome answers this intent: an
+	// attempt later than ReplayWindow after the commit is a new action. The engine then
+	// supersedes the done record (it stays in the ledger, under SupersededIntent, until its
+	// result TTL, and the change is audited) and claims the intent afresh. Zero: the done
+	// outcome answers until its result TTL. For content-derived intents (wrap), where an
+	// identical call much later is more likely a deliberate repeat than a retry.
+	ReplayWindow time.Duration `json:"-"`
+}
+
+// SupersededIntent is the key under which a done record stays once a later action of its
+// intent superseded it (see Request.ReplayWindow): the intent, "~" and the first 16 hex digits
+// of its cert's hash.
+func SupersededIntent(intent, certHash string) string {
+	if len(certHash) > 16 {
+		certHash = certHash[:16]
+	}
+	return intent + "~" + certHash
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
@@ -61,8 +81,8 @@ type Ticket struct {
 type Admission struct {
 	Ticket *Ticket
 	Cert   *Cert
-	// DoneAt is when a replayed intent was done (set with Cert).
-	DoneAt time.Time
+	// RecordedAt is when the replayed cert was committed (set with Cert).
+	RecordedAt time.Time
 	// ResultNotKept is set with Cert when the ledger kept only the result's digest
 	// (KeepHash): the caller must not run the effect, and has no result to give back.
 	ResultNotKept bool
@@ -99,11 +119,14 @@ type Record struct {
 	Seq         uint64          `json:"seq,omitempty"`
 	Tool        string          `json:"tool"`
 	Args        json.RawMessage `json:"args"` // canonical
-	ReadSet     []ReadSetEntry  `json:"read_set,omitempty"`
-	Clock       VectorClock     `json:"vector_clock,omitempty"` // ticked at admission
-	ClaimedAt   time.Time       `json:"claimed_at"`
-	LeaseUntil  time.Time       `json:"lease_until"`
-	UpdatedAt   time.Time       `json:"updated_at"`
+	// ExactArgs are the arguments byte for byte as the tool received them, when the caller
+	// gave them (wrap does); base64 in JSON.
+	ExactArgs  []byte         `json:"exact_args,omitempty"`
+	ReadSet    []ReadSetEntry `json:"read_set,omitempty"`
+	Clock      VectorClock    `json:"vector_clock,omitempty"` // ticked at admission
+	ClaimedAt  time.Time      `json:"claimed_at"`
+	LeaseUntil time.Time      `json:"lease_until"`
+	UpdatedAt  time.Time      `json:"updated_at"`
 	// ExpiresAt is when a done outcome stops being replayed and may be swept (zero: never).
 	ExpiresAt time.Time `json:"expires_at,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
@@ -137,6 +160,9 @@ const (
 	// EventLateResult: a settle by a claim that no longer holds the intent (cleared, replaced)
 	// was refused; the event keeps what it reported, result included.
 	EventLateResult = "late_result"
+	// EventSuperseded: an attempt after the request's replay window made a done intent a new
+	// action; the done record moved to SupersededIntent.
+	EventSuperseded = "superseded"
 )
 
 // KeptForever reports whether audit events of this kind survive Sweep: operator clears, and

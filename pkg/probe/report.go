@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,6 +99,7 @@ func Fingerprint(result json.RawMessage) (fp string, isError bool, preview strin
 	if err := json.Unmarshal(result, &tr); err != nil {
 		return "", false, "", fmt.Errorf("tool result is not a JSON object: %v", err)
 	}
+	tr.Content = withoutFenceNotes(tr.Content)
 	null := json.RawMessage("null")
 	if len(tr.Content) == 0 {
 		tr.Content = null
@@ -110,6 +112,34 @@ func Fingerprint(result json.RawMessage) (fp string, isError bool, preview strin
 		return "", false, "", err
 	}
 	return canon.Sum(c), tr.IsError, previewOf(tr), nil
+}
+
+// withoutFenceNotes drops the text item effectfence wrap appends to a replayed result (marked
+// "effectfence/note" in its _meta): it says the result was replayed, it is not a second answer
+// of the tool.
+func withoutFenceNotes(content json.RawMessage) json.RawMessage {
+	if !bytes.Contains(content, []byte(`"effectfence/note"`)) {
+		return content
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(content, &items) != nil {
+		return content
+	}
+	kept := items[:0]
+	for _, it := range items {
+		var x struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(it, &x) == nil && x.Meta["effectfence/note"] != nil {
+			continue
+		}
+		kept = append(kept, it)
+	}
+	out, err := json.Marshal(kept)
+	if err != nil {
+		return content
+	}
+	return out
 }
 
 // previewOf shows the first text block, else the structured content, in one short line.

@@ -152,11 +152,11 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		return PrepareResult{Status: StatusFresh, Ticket: adm.Ticket,
 			Next: fmt.Sprintf("Run the effect once now, then call %s with this ticket and its result (%s if it definitely did not happen, %s if you cannot tell). Heartbeat before lease_until if it runs long.", ToolCommit, ToolRelease, ToolAbort)}, nil
 	}
-	out := PrepareResult{Status: StatusAlreadyDone, Cert: adm.Cert, DoneAt: timePtr(adm.DoneAt),
+	out := PrepareResult{Status: StatusAlreadyDone, Cert: adm.Cert, DoneAt: timePtr(adm.RecordedAt),
 		Next: "Do NOT run the effect: it already ran. Use cert.result as its result."}
 	if adm.ResultNotKept {
 		out.ResultNotKept = true
-		out.Next = fmt.Sprintf("Do NOT run the effect: it was done at %s. Its result was not kept (keep_result was hash), so it cannot be given back; cert.result holds only its SHA-256.", adm.DoneAt.UTC().Format(time.RFC3339))
+		out.Next = fmt.Sprintf("Do NOT run the effect: it was done at %s. Its result was not kept (keep_result was hash), so it cannot be given back; cert.result holds only its SHA-256.", adm.RecordedAt.UTC().Format(time.RFC3339))
 	}
 	return out, nil
 }

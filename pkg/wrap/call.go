@@ -53,13 +53,24 @@ func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 	if err != nil {
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
-	params := m.Params
+	// The identity covers every argument, the repeat argument included; the server receives
+	// the arguments without it (unless its schema declares it) and with the key injected.
+	fwd, edited := c.args, false
+	if !info.repeatProp {
+		fwd, edited = removeMember(fwd, RepeatArg)
+	}
 	if info.keyProp != "" && !p.opt.NoInjectKey {
-		if a, ok := injectKey(c.args, info.keyProp, id.hash); ok {
-			params = c.withArguments(a)
+		var ok bool
+		if fwd, ok = injectKey(fwd, info.keyProp, id.hash); ok {
+			edited = true
 		}
 	}
-	a := p.fencedCall(ctx, c.name, id, params)
+	params := m.Params
+	if edited {
+		params = c.withArguments(fwd)
+	}
+	id.exact = fwd
+	a := p.fencedCall(ctx, c.name, id, params, c.task)
 	if a.err != nil {
 		return jsonrpc.ErrorResponse(m.ID, a.err)
 	}
@@ -203,8 +214,8 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 }
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
-func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage) answer {
-	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, Agent: p.agentName(), RerunSafe: p.rerunSafe(tool)})
+func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage, task bool) answer {
+	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: p.rerunSafe(tool), ReplayWindow: p.replayWindow(tool)})
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).
@@ -224,7 +235,21 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	if !holder {
 		return answer{result: replayOf(adm)}
 	}
+	if task {
+		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, params)
+	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
+}
+
+// replayWindow is how long a recorded result of tool answers identical calls.
+func (p *Proxy) replayWindow(tool string) time.Duration {
+	if w, ok := p.opt.ReplayWindows[tool]; ok {
+		return w
+	}
+	if p.opt.ReplayWindow > 0 {
+		return p.opt.ReplayWindow
+	}
+	return DefaultReplayWindow
 }
 
 func (p *Proxy) agentName() string {
@@ -370,30 +395,6 @@ func isError(res json.RawMessage) bool {
 		IsError bool `json:"isError"`
 	}
 	return json.Unmarshal(res, &r) == nil && r.IsError
-}
-
-// replay returns a recorded result, marked in _meta.
-func replay(c *fence.Cert) json.RawMessage {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(c.Result, &m); err != nil || m == nil {
-		return c.Result
-	}
-	meta := map[string]json.RawMessage{}
-	if raw, ok := m["_meta"]; ok {
-		_ = json.Unmarshal(raw, &meta)
-		if meta == nil {
-			meta = map[string]json.RawMessage{}
-		}
-	}
-	meta[MetaReplayed] = json.RawMessage("true")
-	meta[MetaIntent], _ = json.Marshal(c.Intent)
-	meta[MetaCert], _ = json.Marshal(c.Hash)
-	m["_meta"], _ = json.Marshal(meta)
-	out, err := json.Marshal(m)
-	if err != nil {
-		return c.Result
-	}
-	return out
 }
 
 // toolError builds an isError tool result carrying an effectfence message.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 )
@@ -18,6 +19,9 @@ type call struct {
 	// so an injected key is spliced in and every other byte is forwarded as received.
 	argsStart, argsEnd int
 	params             json.RawMessage
+	// task: the call is task-augmented (params.task present, MCP 2025-11-25): the server
+	// answers with a task handle and the outcome is the task's final result.
+	task bool
 }
 
 // decodeCall reads tools/call params. Servers disagree on JSON that is ambiguous (Go's
@@ -64,6 +68,8 @@ func decodeCall(params json.RawMessage) (call, error) {
 				return c, fmt.Errorf(`"arguments" must be an object`)
 			}
 			c.args, c.argsStart, c.argsEnd = raw, end-len(raw), end
+		case "task":
+			c.task = string(raw) != "null"
 		}
 	}
 	if !seenName {
@@ -99,7 +105,7 @@ func caseCollisions(raw []byte) error {
 		}
 		if top != nil && top.object && top.key {
 			if k, ok := tok.(string); ok {
-				fold := strings.ToLower(k)
+				fold := foldKey(k)
 				if prev, dup := top.seen[fold]; dup {
 					return fmt.Errorf("member names %q and %q differ only in case; servers read them differently", prev, k)
 				}
@@ -129,6 +135,21 @@ func caseCollisions(raw []byte) error {
 			top.key = true
 		}
 	}
+}
+
+// foldKey maps every rune of s to the smallest rune of its Unicode simple case-folding orbit,
+// so names that any case-insensitive matcher takes for each other fold alike ("K", "k" and
+// the Kelvin sign; "s", "S" and "ſ").
+func foldKey(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		b.WriteRune(m)
+	}
+	return b.String()
 }
 
 // withArguments returns the params with the "arguments" value replaced by args; every other

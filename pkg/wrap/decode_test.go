@@ -14,6 +14,8 @@ func TestDecodeCallRefusesAmbiguousParams(t *testing.T) {
 		{`{"name":"charge","name":"get_balance"}`, "duplicate"},
 		{`{"name":"charge","arguments":{"card":{"id":1,"id":2}}}`, "duplicate"},
 		{`{"name":"charge","arguments":{"items":[{"Sku":1,"sku":2}]}}`, "differ only in case"},
+		{`{"name":"charge","arguments":{"amount":500},"argument\u017f":{"amount":1}}`, "differ only in case"}, // ſ folds to s
+		{`{"name":"charge","arguments":{"\u212aey":1,"key":2}}`, "differ only in case"},                       // Kelvin sign folds to k
 		{`{"name":"charge","arguments":{"note":"\ud83d"}}`, "surrogate"},
 		{"{\"name\":\"charge\",\"arguments\":{\"note\":\"\xff\"}}", "UTF-8"},
 		{`{"name":"","arguments":{}}`, "non-empty string"},

@@ -113,6 +113,7 @@ type identity struct {
 	fp     string
 	hash   string // the intent's hash: of {args, scope, tool}, args being the --key fields with --key
 	intent string
+	exact  []byte // the arguments exactly as forwarded to the server, kept in the ledger
 }
 
 // identify derives the identity of a call of tool with args (a JSON object) in scope (the
@@ -216,4 +217,42 @@ func injectKey(args []byte, prop, value string) ([]byte, bool) {
 		out = append(out, ',')
 	}
 	return append(out, args[open+1:]...), true
+}
+
+// removeMember returns args without its top-level member name (every other byte kept); ok is
+// false when there is no such member.
+func removeMember(args []byte, name string) ([]byte, bool) {
+	d := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return args, false
+	}
+	type span struct{ start, end int } // from after the previous value (or '{') to the end of this one
+	var spans []span
+	hit := -1
+	for d.More() {
+		start := int(d.InputOffset())
+		tok, err := d.Token()
+		if err != nil {
+			return args, false
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return args, false
+		}
+		spans = append(spans, span{start, int(d.InputOffset())})
+		if tok == name && hit < 0 {
+			hit = len(spans) - 1
+		}
+	}
+	if hit < 0 {
+		return args, false
+	}
+	s := spans[hit]
+	out := append([]byte{}, args[:s.start]...)
+	switch {
+	case hit > 0: // cut ", name: value"
+	case len(spans) > 1: // first of several: cut "name: value," up to the next member
+		s.end = spans[1].start + bytes.IndexByte(args[spans[1].start:], ',') + 1
+	}
+	return append(out, args[s.end:]...), true
 }

@@ -19,13 +19,24 @@ func TestDistinctNumbersAreDistinctCalls(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
-	a := call(t, w.Session, "charge", `{"amount":9007199254740993}`)
+	raw, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"charge","arguments":{ "amount" : 9007199254740993 }}`))
+	var a result
+	if err != nil || json.Unmarshal(raw, &a) != nil {
+		t.Fatal(raw, err)
+	}
 	b := call(t, w.Session, "charge", `{"amount":9007199254740992}`)
 	if a.replayed() || b.replayed() || a.IsError || b.IsError {
 		t.Fatalf("distinct amounts must both run: %+v / %+v", a, b)
 	}
-	if c := call(t, w.Session, "charge", `{"amount":9007199254740993.0}`); !c.replayed() {
+	c := call(t, w.Session, "charge", `{"amount":9007199254740993.0}`)
+	if !c.replayed() {
 		t.Fatalf("the same value spelled otherwise is the same call: %+v", c)
+	}
+	// The ledger keeps the value exactly, and the arguments as the server received them.
+	rec, err := r.openLedger().Status(context.Background(), strings.Trim(string(c.Meta["effectfence/intent"]), `"`))
+	if err != nil || string(rec.Args) != `{"amount":9007199254740993}` ||
+		!strings.HasSuffix(string(rec.ExactArgs), `"amount" : 9007199254740993 }`) || !strings.HasPrefix(string(rec.ExactArgs), `{"idempotency_key":"`) {
+		t.Fatalf("ledger record: args %s exact %s %v", rec.Args, rec.ExactArgs, err)
 	}
 	effects := strings.Join(mcptest.Effects(r.effects), "\n")
 	if r.effectCount() != 2 || !strings.Contains(effects, "amount=9007199254740993") || !strings.Contains(effects, "amount=9007199254740992") {

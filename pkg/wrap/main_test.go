@@ -87,6 +87,8 @@ type rig struct {
 	workDir string
 	// extraEnv is added to the wrap process's environment (and so the child's).
 	extraEnv []string
+	// init replaces the agent's initialize params.
+	init json.RawMessage
 	// onRequest answers requests the server sends to the agent.
 	onRequest func(context.Context, string, json.RawMessage) (json.RawMessage, error)
 }
@@ -131,9 +133,13 @@ func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
 	argv := append([]string{efBin, "wrap"}, flags...)
 	argv = append(append(argv, "--"), r.childCmd()...)
 	w := &wrapProc{log: &logBuf{}, notes: make(chan string, 16)}
+	init := r.init
+	if init == nil {
+		init = json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	}
 	s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
-		Command: argv, Env: r.env(), Dir: r.workDir, Stderr: w.log, InitTimeout: 20 * time.Second,
-		Init:           json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"test-agent","version":"1"}}`),
+		Command: argv, Env: r.env(), Dir: r.workDir, Stderr: w.log, InitTimeout: 60 * time.Second,
+		Init:           init,
 		OnNotification: func(method string, _ json.RawMessage) { w.notes <- method },
 		OnRequest:      r.onRequest,
 	})
@@ -181,14 +187,25 @@ func (x result) text() string {
 	_ = json.Unmarshal(x.Content, &c)
 	var parts []string
 	for _, p := range c {
-		parts = append(parts, p.Text)
+		if !strings.HasPrefix(p.Text, "effectfence: this is the recorded result") {
+			parts = append(parts, p.Text)
+		}
 	}
 	return strings.Join(parts, "\n")
 }
 
-// same is the result without _meta, canonical, for comparing answers.
+// same is the result without _meta and without wrap's replay note, canonical, for comparing
+// answers.
 func (x result) same() string {
-	b, _ := json.Marshal(map[string]any{"content": x.Content, "structuredContent": x.StructuredContent, "isError": x.IsError})
+	var items []json.RawMessage
+	_ = json.Unmarshal(x.Content, &items)
+	kept := []json.RawMessage{}
+	for _, it := range items {
+		if !strings.Contains(string(it), `"effectfence/note":true`) {
+			kept = append(kept, it)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"content": kept, "structuredContent": x.StructuredContent, "isError": x.IsError})
 	c, err := canon.JSON(b)
 	if err != nil {
 		return "invalid: " + err.Error()
@@ -197,6 +214,20 @@ func (x result) same() string {
 }
 
 func (x result) replayed() bool { return string(x.Meta["effectfence/replayed"]) == "true" }
+
+// note is the text wrap added to a replay, if any.
+func (x result) note() string {
+	var c []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(x.Content, &c)
+	for _, p := range c {
+		if strings.HasPrefix(p.Text, "effectfence: this is the recorded result") {
+			return p.Text
+		}
+	}
+	return ""
+}
 
 func call(t *testing.T, s *mcpstdio.Session, tool, args string) result {
 	t.Helper()

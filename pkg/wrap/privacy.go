@@ -53,12 +53,12 @@ func (p *Proxy) withPrivacy(req fence.Request) fence.Request {
 // kept, a plain statement that the call was done and when.
 func replayOf(adm fence.Admission) json.RawMessage {
 	if !adm.ResultNotKept {
-		return replay(adm.Cert)
+		return replay(adm.Cert, adm.RecordedAt)
 	}
 	text := fmt.Sprintf("effectfence: an identical call was already executed at %s, so this call was NOT executed again. "+
 		"Its result was not kept (this tool's results are recorded only as a SHA-256), so it cannot be shown here. "+
 		"To run the action again deliberately, make it a different call (change its arguments).",
-		adm.DoneAt.UTC().Format(time.RFC3339))
+		adm.RecordedAt.UTC().Format(time.RFC3339))
 	out, _ := json.Marshal(map[string]any{
 		"content": []map[string]string{{"type": "text", "text": text}},
 		"isError": false,

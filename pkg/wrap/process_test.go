@@ -331,8 +331,8 @@ func TestBadInputFromTheAgent(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":"x"}}`, `{"code":-32602,"message":"effectfence wrap: tools/call params refused (\"arguments\" must be an object); the call was NOT executed"}`, ""},
 		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}`, `{"code":-32602,"message":"effectfence wrap: tools/call params refused (\"name\" is missing); the call was NOT executed"}`, ""},
 		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}`, `{"code":-32602,"message":"effectfence wrap: tools/call params refused (tools/call params must be an object); the call was NOT executed"}`, ""},
-		// Arguments the fence cannot canonicalise are refused, never run unfenced.
-		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `"code":-32602`, `1e999`},
+		// A number beyond double range is fenced by its exact value; the child refuses it.
+		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1e999}}}`, `cannot unmarshal number 1e999`, ""},
 		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`, ""},
 		// The child refused it: released, not fenced, so the same call reaches the child again.
 		{`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":"lots"}}}`, `cannot unmarshal string`, ""},

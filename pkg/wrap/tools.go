@@ -17,6 +17,9 @@ type toolInfo struct {
 	readOnly bool
 	// keyProp is the idempotency-key-like string property of the input schema, if any.
 	keyProp string
+	// repeatProp: the schema itself declares RepeatArg, so it is the tool's own argument and
+	// is forwarded.
+	repeatProp bool
 }
 
 type toolPage struct {
@@ -42,7 +45,8 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 	}
 	out := make(map[string]toolInfo, len(p.Tools))
 	for _, t := range p.Tools {
-		info := toolInfo{readOnly: t.Annotations.ReadOnlyHint}
+		_, repeat := t.InputSchema.Properties[RepeatArg]
+		info := toolInfo{readOnly: t.Annotations.ReadOnlyHint, repeatProp: repeat}
 		names := make([]string, 0, len(t.InputSchema.Properties))
 		for name := range t.InputSchema.Properties {
 			names = append(names, name)

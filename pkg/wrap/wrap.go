@@ -91,6 +91,11 @@ type Options struct {
 	// SHA-256 (privacy.go).
 	Redact     map[string][]string
 	KeepResult map[string]fence.KeepResult
+	// ReplayWindow is how long a recorded result answers an identical call (default
+	// DefaultReplayWindow); ReplayWindows sets it per tool. A later identical call is a new
+	// action. The done record and its audit stay for the ledger's result TTL either way.
+	ReplayWindow  time.Duration
+	ReplayWindows map[string]time.Duration
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
 	// take no slot, so they never queue behind slow calls.

@@ -48,7 +48,7 @@ func TestRedactedAndHashOnlyNeverReachTheFile(t *testing.T) {
 	}
 	eng = fence.New(openT(t, path, sqlite.Options{}), fence.Config{})
 	dup, err := eng.Prepare(ctx, req)
-	if err != nil || dup.Fresh() || !dup.ResultNotKept || dup.DoneAt.IsZero() {
+	if err != nil || dup.Fresh() || !dup.ResultNotKept || dup.RecordedAt.IsZero() {
 		t.Fatalf("duplicate after reopen: %+v %v", dup, err)
 	}
 }

@@ -25,7 +25,8 @@ async function call(client, name, args, opts) {
     const res = await client.callTool({ name, arguments: args }, undefined, opts);
     return {
       isError: !!res.isError,
-      text: res.content?.map((c) => c.text ?? c.type).join('\n') ?? '',
+      // wrap's replay note (marked in its _meta) is not part of the tool's answer.
+      text: res.content?.filter((c) => !c._meta?.['effectfence/note']).map((c) => c.text ?? c.type).join('\n') ?? '',
       structured: res.structuredContent ?? null,
       replayed: res._meta?.['effectfence/replayed'] === true,
     };

@@ -1,0 +1,127 @@
+package wrap
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// DefaultReplayWindow is how long a recorded result answers an identical call (see
+// docs/identity.md for why ten minutes): retries after a timeout, a dropped stream or a
+// gateway restart come within seconds to a few minutes; an identical call later than that is
+// more likely a deliberate repeat (toggle again, buy again) and runs as a new action.
+const DefaultReplayWindow = 10 * time.Minute
+
+// RepeatArg is the argument an agent adds to ask for a deliberate new action with the same
+// arguments: a call with a value not used before is a new call; a retry with the same value
+// is the same call and receives its recorded result. wrap removes it before the call reaches
+// the server (unless the tool's own schema declares it).
+const RepeatArg = "effectfence_repeat"
+
+// MetaNote marks (in its _meta) the text content item wrap appends to a replayed result.
+// Everything else in a replay is the recorded result, byte for byte.
+const MetaNote = "effectfence/note"
+
+// MetaRecordedAt is the _meta key of a replay carrying when the result was recorded.
+const MetaRecordedAt = "effectfence/recorded_at"
+
+// replayNote is the text a replay tells the model.
+func replayNote(at time.Time) string {
+	return fmt.Sprintf("effectfence: this is the recorded result of an identical call made at %s; the tool did NOT run again. "+
+		"If you meant a new action (not a retry), call again with the extra argument %q set to a value you have not used for this call, e.g. \"2\"; "+
+		"a retry with the same value gets the same recorded result.", at.UTC().Format(time.RFC3339), RepeatArg)
+}
+
+// replay returns the recorded result exactly as the tool returned it, with two additions
+// spliced in (every other byte is the recorded one): the replay marker in the result's _meta
+// (effectfence/replayed, intent, cert hash, recorded_at) and one text content item at the end
+// of content, marked with MetaNote, that tells the model what happened. A recorded result
+// that is not a JSON object is returned unchanged.
+func replay(c *fence.Cert, at time.Time) json.RawMessage {
+	res := c.Result
+	meta := fmt.Sprintf(`"%s":true,"%s":%s,"%s":%s,"%s":%s`, MetaReplayed, MetaIntent, canon.AppendString(nil, c.Intent),
+		MetaCert, canon.AppendString(nil, c.Hash), MetaRecordedAt, canon.AppendString(nil, at.UTC().Format(time.RFC3339Nano)))
+	note := fmt.Sprintf(`{"type":"text","text":%s,"_meta":{"%s":true}}`, canon.AppendString(nil, replayNote(at)), MetaNote)
+
+	d := json.NewDecoder(bytes.NewReader(res))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return res
+	}
+	open := bytes.IndexByte(res, '{') + 1
+	metaAt, contentAt := -1, -1 // where to insert, -1: no such member
+	metaEmpty, contentEmpty := false, false
+	members := 0
+	for d.More() {
+		members++
+		tok, err := d.Token()
+		if err != nil {
+			return res
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return res
+		}
+		end := int(d.InputOffset())
+		inner := bytes.TrimSpace(raw[1:max(1, len(raw)-1)])
+		switch {
+		case tok == "_meta" && metaAt < 0 && raw[0] == '{':
+			metaAt, metaEmpty = end-len(raw)+1, len(inner) == 0
+		case tok == "content" && contentAt < 0 && raw[0] == '[':
+			contentAt, contentEmpty = end-1, len(inner) == 0
+		}
+	}
+	type insert struct {
+		at   int
+		text string
+	}
+	var ins []insert
+	if metaAt >= 0 {
+		sep := ","
+		if metaEmpty {
+			sep = ""
+		}
+		ins = append(ins, insert{metaAt, meta + sep})
+	}
+	if contentAt >= 0 {
+		sep := ","
+		if contentEmpty {
+			sep = ""
+		}
+		ins = append(ins, insert{contentAt, sep + note})
+	}
+	var head string
+	if metaAt < 0 {
+		head += `"_meta":{` + meta + `}`
+	}
+	if contentAt < 0 {
+		if head != "" {
+			head += ","
+		}
+		head += `"content":[` + note + `]`
+	}
+	if head != "" {
+		if members > 0 {
+			head += ","
+		}
+		ins = append(ins, insert{open, head})
+	}
+	out := make([]byte, 0, len(res)+len(meta)+len(note)+32)
+	prev := 0
+	for len(ins) > 0 { // in ascending order of position
+		k := 0
+		for j := range ins {
+			if ins[j].at < ins[k].at {
+				k = j
+			}
+		}
+		out = append(out, res[prev:ins[k].at]...)
+		out = append(out, ins[k].text...)
+		prev = ins[k].at
+		ins = append(ins[:k], ins[k+1:]...)
+	}
+	return append(out, res[prev:]...)
+}

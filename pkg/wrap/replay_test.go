@@ -1,0 +1,78 @@
+package wrap
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// spliced matches exactly what replay adds, so a test can take it out again.
+var spliced = regexp.MustCompile(`"effectfence/replayed":true,"effectfence/intent":"(?:[^"\\]|\\.)*","effectfence/cert":"[0-9a-f]*","effectfence/recorded_at":"[^"]*",?` +
+	`|,?\{"type":"text","text":"effectfence: this is the recorded result(?:[^"\\]|\\.)*","_meta":\{"effectfence/note":true\}\}`)
+
+// Unspliced removes replay's additions; for results with _meta and content it gives back the
+// recorded bytes exactly.
+func unspliced(b []byte) string { return spliced.ReplaceAllString(string(b), "") }
+
+func TestReplayKeepsTheRecordedBytes(t *testing.T) {
+	at := time.Date(2026, 11, 30, 15, 4, 5, 0, time.UTC)
+	for _, res := range []string{
+		`{"content":[{"type":"text","text":"cut \ud83d <b>"}], "structuredContent":{"big":1e400,"k":1,"k":2},"isError":false,"_meta":{"x":1}}`,
+		`{ "_meta" : { } , "content" : [ ] }`,
+		`{"content":[{"type":"text","text":"a"}]}`,
+		`{"isError":false}`,
+		`{}`,
+	} {
+		c := &fence.Cert{Intent: `wrap:t:"x"`, Hash: "ab12", Result: json.RawMessage(res)}
+		out := replay(c, at)
+		if !json.Valid(out) {
+			t.Fatalf("replay of %s is not JSON: %s", res, out)
+		}
+		var m struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+			Meta map[string]json.RawMessage `json:"_meta"`
+		}
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Meta[MetaReplayed]) != "true" || string(m.Meta[MetaRecordedAt]) != `"2026-11-30T15:04:05Z"` || len(m.Content) == 0 {
+			t.Fatalf("replay of %s: %s", res, out)
+		}
+		note := m.Content[len(m.Content)-1].Text
+		if !strings.Contains(note, "identical call made at 2026-11-30T15:04:05Z") || !strings.Contains(note, "did NOT run again") || !strings.Contains(note, RepeatArg) {
+			t.Fatalf("note: %s", note)
+		}
+		if strings.Contains(res, `"_meta"`) && strings.Contains(res, `"content"`) {
+			if got := unspliced(out); got != res {
+				t.Fatalf("recorded bytes changed:\n%s\n%s", got, res)
+			}
+		}
+	}
+	// Not an object: unchanged.
+	if out := replay(&fence.Cert{Result: json.RawMessage(`"x"`)}, at); string(out) != `"x"` {
+		t.Fatal(string(out))
+	}
+}
+
+func TestRemoveMember(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"effectfence_repeat":"2"}`, `{}`},
+		{`{"a":1.50, "effectfence_repeat":"2" ,"b":[1]}`, `{"a":1.50 ,"b":[1]}`},
+		{`{ "effectfence_repeat" : 2 , "a" : 1 }`, `{  "a" : 1 }`},
+		{`{"a":1,"effectfence_repeat":null}`, `{"a":1}`},
+	} {
+		got, ok := removeMember([]byte(c.in), RepeatArg)
+		if !ok || string(got) != c.want || !json.Valid(got) {
+			t.Errorf("removeMember(%s) = %s, want %s", c.in, got, c.want)
+		}
+	}
+	if _, ok := removeMember([]byte(`{"a":{"effectfence_repeat":1}}`), RepeatArg); ok {
+		t.Error("only a top-level member is removed")
+	}
+}

@@ -1,0 +1,127 @@
+package wrap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// Tasks (MCP 2025-11-25). A task-augmented tools/call (params.task present) is answered by
+// the server with a CreateTaskResult, a handle; the tool's outcome is the task's final
+// result, which tasks/result returns once the task is terminal. So for a fenced task:
+//
+//   - the holder forwards the call and hands the handle to the agent at once (the agent polls
+//     tasks/get and fetches tasks/result itself; those pass through unfenced);
+//   - the intent stays in flight, heartbeated, while wrap fetches tasks/result itself;
+//   - the final result is what is recorded: a success is committed, and later duplicates
+//     receive that result (a replay of the final result, not of a handle whose task the
+//     server forgets); an isError result or a failed task releases the intent; a lost
+//     child or a cancelled task leaves the outcome unknown.
+//
+// A duplicate, task-augmented or not, that arrives while the task runs waits for the final
+// result like any coalesced duplicate and receives it as a plain tool result.
+
+type createTaskResult struct {
+	Task *struct {
+		TaskID string `json:"taskId"`
+		Status string `json:"status"`
+	} `json:"task"`
+}
+
+// runTask is run for a task-augmented call.
+func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
+	ctx = context.WithoutCancel(ctx)
+	stopHeartbeat := p.heartbeat(t)
+	s, err := p.session(ctx)
+	var res json.RawMessage
+	if err == nil {
+		res, err = p.callBounded(ctx, s, "tools/call", params)
+	}
+	var handle createTaskResult
+	if err != nil || json.Unmarshal(res, &handle) != nil || handle.Task == nil || handle.Task.TaskID == "" {
+		// No task was created (the server answered the call directly, or failed): that
+		// answer is the outcome.
+		stopHeartbeat()
+		return p.settleFinal(ctx, tool, intent, f, t, res, err)
+	}
+	p.logf("intent %s runs as task %s; its final result will be recorded", intent, handle.Task.TaskID)
+	p.calls.Add(1)
+	go func() {
+		defer p.calls.Done()
+		final, ferr := taskResult(ctx, s, handle.Task.TaskID)
+		stopHeartbeat()
+		p.settleFinal(ctx, tool, intent, f, t, final, ferr)
+	}()
+	return answer{result: res}
+}
+
+// errTaskCancelled: the task ended cancelled, so whether its effect happened is unknown.
+var errTaskCancelled = errors.New("the task was cancelled")
+
+// taskResult fetches the final result of a task from the session that created it
+// (tasks/result blocks until the task is terminal; it takes no slot of the semaphore, as it
+// mostly waits). A JSON-RPC error is the task's own failure, unless tasks/get says the task
+// was cancelled. If that session died, a restarted child knows nothing of the task: the
+// error is a transport error and the outcome unknown.
+func taskResult(ctx context.Context, s *mcpstdio.Session, taskID string) (json.RawMessage, error) {
+	q, _ := json.Marshal(map[string]string{"taskId": taskID})
+	res, err := s.Call(ctx, "tasks/result", q)
+	var rpc *jsonrpc.Error
+	if err == nil || !errors.As(err, &rpc) {
+		return res, err
+	}
+	if st, gerr := s.Call(ctx, "tasks/get", q); gerr == nil {
+		var g struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(st, &g) == nil && g.Status == "cancelled" {
+			return nil, errTaskCancelled
+		}
+	}
+	return nil, err
+}
+
+// settleFinal records the final answer of a task-augmented call, as run does for a plain one.
+func (p *Proxy) settleFinal(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, res json.RawMessage, err error) answer {
+	eng := p.opt.Engine
+	var rpc *jsonrpc.Error
+	switch {
+	case err == nil && !isError(res):
+		defer p.flights.done(intent, f)
+		if _, cerr := eng.Commit(ctx, t, res); cerr != nil {
+			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
+			if !errors.Is(cerr, fence.ErrLeaseLost) {
+				_ = eng.Abort(ctx, t, "the result could not be recorded: "+cerr.Error())
+			}
+		}
+		return answer{result: res}
+	case err == nil:
+		a := answer{result: res}
+		p.flights.fail(intent, f, a)
+		p.release(ctx, t, "the tool answered isError: a definite failure")
+		return a
+	case errors.As(err, &rpc):
+		a := answer{err: rpc}
+		p.flights.fail(intent, f, a)
+		p.release(ctx, t, "the MCP server refused the call or failed the task: "+rpc.Message)
+		return a
+	case errors.Is(err, mcpstdio.ErrNotSent):
+		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent)}
+		p.flights.fail(intent, f, a)
+		p.release(ctx, t, "the call was never sent: "+err.Error())
+		return a
+	default:
+		defer p.flights.done(intent, f)
+		reason := "the task's outcome could not be learned: " + err.Error()
+		if aerr := eng.Lost(ctx, t, reason); aerr != nil {
+			p.logf("recording the unknown outcome of intent %s: %v", intent, aerr)
+		}
+		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
+		return answer{result: toolError(fmt.Sprintf("the outcome of this task-augmented call is unknown (%v). It will NOT be executed again automatically. Check the real system; an operator must then run: %s", err, p.clearCommand(intent)), fence.CodePriorFailure, intent)}
+	}
+}

@@ -1,0 +1,79 @@
+package wrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 12 item 8: the outcome of a task-augmented call is the task's final result. Against
+// server-everything's simulate-research-query (a real task tool, about 4 s): the agent gets
+// the task handle and follows the task through wrap (tasks/get, tasks/result pass through);
+// wrap records the final result; a duplicate that arrives while the task runs waits and
+// receives the final result; a later duplicate receives it too, never a dead handle.
+func TestTaskOutcomeIsTheFinalResult(t *testing.T) {
+	t.Parallel()
+	bin := peer(t, "mcp-server-everything")
+	r := newRig(t)
+	r.childCmdOverride = []string{bin}
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	ctx := context.Background()
+	params := json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"fencing tokens"},"task":{"ttl":300000}}`)
+	res, err := w.Call(ctx, "tools/call", params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+			Status string `json:"status"`
+		} `json:"task"`
+	}
+	if json.Unmarshal(res, &created) != nil || created.Task.TaskID == "" {
+		t.Fatalf("want a CreateTaskResult, got %s", res)
+	}
+	// A duplicate while the task runs: it waits for the final result.
+	dup := make(chan result, 1)
+	go func() {
+		x, err := callE(w.Session, "simulate-research-query", `{"topic":"fencing tokens"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		dup <- x
+	}()
+	// The agent follows its task through wrap.
+	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := w.Call(ctx, "tasks/get", q)
+		if err != nil {
+			t.Fatalf("tasks/get through wrap: %v", err)
+		}
+		if strings.Contains(string(st), `"completed"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task never completed: %s", st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	final, err := w.Call(ctx, "tasks/result", q)
+	if err != nil || !strings.Contains(string(final), "Research Report: fencing tokens") {
+		t.Fatalf("tasks/result through wrap: %s %v", final, err)
+	}
+	x := <-dup
+	if x.IsError || !strings.Contains(x.text(), "Research Report: fencing tokens") {
+		t.Fatalf("the concurrent duplicate did not receive the final result: %+v", x)
+	}
+	// Later duplicates, with or without a task, receive the recorded final result.
+	later, err := w.Call(ctx, "tools/call", params)
+	if err != nil || !strings.Contains(string(later), "Research Report: fencing tokens") || !strings.Contains(string(later), `"effectfence/replayed":true`) {
+		t.Fatalf("a later duplicate: %s %v", later, err)
+	}
+	if strings.Contains(w.log.String(), "DATA RACE") {
+		t.Fatal(w.log.String())
+	}
+}
