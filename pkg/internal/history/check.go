@@ -44,11 +44,14 @@ type Final struct {
 	Exec  string      `json:"exec,omitempty"` // the execution the cert's result names (done)
 }
 
-// Violation is one broken promise found in a history.
+// Violation is one broken promise found in a history. FromMs and ToMs (since the run began)
+// span the op's calls and executions, to find the faults that led to it.
 type Violation struct {
 	Kind   string `json:"kind"`
 	Op     string `json:"op"`
 	Detail string `json:"detail"`
+	FromMs int64  `json:"from_ms"`
+	ToMs   int64  `json:"to_ms"`
 }
 
 func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.Op, v.Detail) }
@@ -65,7 +68,9 @@ func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.O
 //   - left-in-flight: no claim stays in flight once every holder is gone;
 //   - cut-not-fenced: a call told "unknown" ends unknown, or healed (done with its one
 //     execution); a call with no answer ends unknown or healed, or free with no execution.
-func Check(ops []Op, execs []Execution, final map[string]Final) []Violation {
+//
+// startUnixMs is when the run began (executions carry wall-clock times).
+func Check(ops []Op, execs []Execution, final map[string]Final, startUnixMs int64) []Violation {
 	byOp := map[string][]Execution{}
 	byExec := map[string]Execution{}
 	for _, x := range execs {
@@ -92,7 +97,21 @@ func Check(ops []Op, execs []Execution, final map[string]Final) []Violation {
 
 	var vs []Violation
 	add := func(kind, op, format string, a ...any) {
-		vs = append(vs, Violation{Kind: kind, Op: op, Detail: fmt.Sprintf(format, a...)})
+		v := Violation{Kind: kind, Op: op, Detail: fmt.Sprintf(format, a...), FromMs: -1}
+		widen := func(ms int64) {
+			if v.FromMs < 0 || ms < v.FromMs {
+				v.FromMs = ms
+			}
+			v.ToMs = max(v.ToMs, ms)
+		}
+		for _, o := range opsOf[op] {
+			widen(o.StartMs)
+			widen(o.EndMs)
+		}
+		for _, x := range byOp[op] {
+			widen(x.At - startUnixMs)
+		}
+		vs = append(vs, v)
 	}
 	for _, k := range sorted {
 		xs, f, have := byOp[k], final[k], false
@@ -121,13 +140,13 @@ func Check(ops []Op, execs []Execution, final map[string]Final) []Violation {
 			add("executed-but-free", k, "ran (%s) but the ledger holds no record: its next duplicate runs it again", describeExecs(xs))
 		case have && f.State == fence.StateInFlight:
 			add("left-in-flight", k, "still in_flight after every process stopped (%d executions)", len(xs))
-		case have && f.State == fence.StateDone:
+		case have && f.State == fence.StateDone && len(xs) <= 1: // more is executed-twice already
 			if len(xs) != 1 || xs[0].Exec != f.Exec {
 				add("cert-mismatch", k, "done with a cert naming %s, but the effects file has %s", f.Exec, describeExecs(xs))
 			}
 		}
 		for _, o := range opsOf[k] {
-			if !o.cut() {
+			if !o.cut() || len(xs) > 1 {
 				continue
 			}
 			fenced := have && (f.State == fence.StateUnknown || f.State == fence.StateFailed)

@@ -93,6 +93,10 @@ type Report struct {
 	Executions []Execution      `json:"executions"`
 	Final      map[string]Final `json:"final"`
 	Violations []Violation      `json:"violations"`
+	// StartUnixMs is when the run began; the ops' and faults' times count from it.
+	StartUnixMs int64 `json:"start_unix_ms"`
+	// Lease is the wraps' lease.
+	Lease time.Duration `json:"lease_ns"`
 }
 
 // Summary is the report in a few lines: operations by answer, faults by kind, violations.
@@ -116,8 +120,23 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "violations: %d\n", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "  %s\n", v)
+		// The faults from one lease before the op's first call to its last event.
+		var near []string
+		for _, f := range r.Faults {
+			if f.AtMs >= v.FromMs-r.Lease.Milliseconds() && f.AtMs <= v.ToMs {
+				near = append(near, fmt.Sprintf("%s %s at %.1fs", f.Kind, f.Target, float64(f.AtMs)/1000))
+			}
+		}
+		fmt.Fprintf(&b, "    op's calls and executions span %.1fs to %.1fs; faults then: %s\n", float64(v.FromMs)/1000, float64(v.ToMs)/1000, orNone(near))
 	}
 	return b.String()
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, "; ")
 }
 
 func counts(m map[string]int) string {
@@ -361,6 +380,10 @@ func (r *run) client(ctx context.Context, w *wrapSlot) {
 		o.N = len(r.ops) + 1
 		r.ops = append(r.ops, o)
 		r.mu.Unlock()
+		if o.Answer == AnswerRefused || o.Answer == AnswerNotSent || o.Answer == AnswerRPCError {
+			// Back off as an agent would, so an outage is not a flood of instant refusals.
+			time.Sleep(r.between(100*time.Millisecond, 300*time.Millisecond))
+		}
 	}
 }
 
@@ -449,7 +472,8 @@ func (r *run) stop(wg *sync.WaitGroup, mu *sync.Mutex, stopped map[int]bool, pid
 
 // finish reads the effects file and the ledger, checks the history and records it.
 func (r *run) finish(ctx context.Context) (*Report, error) {
-	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{}}
+	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{},
+		StartUnixMs: r.start.UnixMilli(), Lease: r.cfg.Lease}
 	r.mu.Lock()
 	rep.Faults = append([]Fault(nil), r.faults...)
 	r.mu.Unlock()
@@ -488,7 +512,7 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("history: reading the ledger: %w", err)
 	}
-	rep.Violations = Check(rep.Ops, rep.Executions, rep.Final)
+	rep.Violations = Check(rep.Ops, rep.Executions, rep.Final, rep.StartUnixMs)
 	b, err := json.MarshalIndent(rep, "", " ")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(r.cfg.Dir, "history.json"), b, 0o600)
