@@ -1,0 +1,92 @@
+//go:build linux
+
+// Command history runs the randomized, fault-injecting history checker of `effectfence wrap`
+// (package history) and prints what it did and every violation it found. Run it through
+// scripts/history:
+//
+//	scripts/history [-seed N] [-duration D] [-ledger sqlite|postgres|both]
+//
+// PostgreSQL runs need EFFECTFENCE_TEST_POSTGRES. Exit status: 0 no violation, 1 violations,
+// 2 the run could not be made.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/history"
+)
+
+func main() {
+	history.MaybeServeChild()
+	os.Exit(run())
+}
+
+func run() int {
+	seed := flag.Int64("seed", 1, "seed of the ops and faults")
+	duration := flag.Duration("duration", 20*time.Second, "how long clients call and the nemesis injects faults, per ledger")
+	ledger := flag.String("ledger", "sqlite", "sqlite, postgres (needs EFFECTFENCE_TEST_POSTGRES) or both")
+	bin := flag.String("bin", "", "effectfence binary (default: build ./cmd/effectfence)")
+	dir := flag.String("dir", "", "where to keep the ledgers, effects files, wrap logs and history.json (default: a new temporary directory)")
+	wraps := flag.Int("wraps", 3, "wrap processes sharing the ledger")
+	clients := flag.Int("clients", 4, "concurrent calls per wrap")
+	lease := flag.Duration("lease", 2*time.Second, "the wraps' lease")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "history: unexpected argument %q\n", flag.Arg(0))
+		return 2
+	}
+	ledgers := []string{*ledger}
+	if *ledger == "both" {
+		ledgers = []string{"sqlite", "postgres"}
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "effectfence-history-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "history:", err)
+			return 2
+		}
+		*dir = d
+	}
+	if *bin == "" {
+		*bin = filepath.Join(*dir, "effectfence")
+		build := exec.Command("go", "build", "-o", *bin, "github.com/effectfence/effectfence/cmd/effectfence")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "history: building effectfence:", err)
+			return 2
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "history:", err)
+		return 2
+	}
+	code := 0
+	for _, l := range ledgers {
+		d := filepath.Join(*dir, l)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			fmt.Fprintln(os.Stderr, "history:", err)
+			return 2
+		}
+		rep, err := history.Run(context.Background(), history.Config{
+			Seed: *seed, Duration: *duration, Ledger: l, Postgres: os.Getenv("EFFECTFENCE_TEST_POSTGRES"),
+			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr,
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		fmt.Print(rep.Summary())
+		fmt.Printf("recorded: %s\n", filepath.Join(d, "history.json"))
+		if len(rep.Violations) > 0 {
+			code = 1
+		}
+	}
+	return code
+}

@@ -1,0 +1,717 @@
+//go:build linux
+
+// Package history is a randomized, fault-injecting history checker for `effectfence wrap`.
+//
+// One Run starts several wrap processes on one ledger (a SQLite file, or a PostgreSQL schema
+// reached through a TCP proxy that can cut every connection), each in front of a real child
+// MCP server that records every execution of its one tool durably (an effects file, synced
+// before it answers, each execution with its own id). Concurrent clients call the tool with
+// frequent duplicates (the same op from several clients and wraps), while a nemesis kill -9s
+// wraps and children, SIGSTOPs wraps (holders) and children past their lease and SIGCONTs them,
+// and cuts the database. Everything is recorded: each call and its answer, each fault, each
+// execution, and the ledger's final state once every process has stopped. Check then proves
+// the promise on that history (see Check).
+//
+// Runs are seeded (the op sequence and the faults' choices derive from the seed; the
+// interleaving is the machine's) and bounded in time: the duration, then at most about a
+// minute to let calls finish and processes stop.
+package history
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/jackc/pgx/v5"
+)
+
+// Config is one run.
+type Config struct {
+	Seed     int64
+	Duration time.Duration
+	// Ledger is "sqlite" or "postgres".
+	Ledger string
+	// Postgres is the server's URL (EFFECTFENCE_TEST_POSTGRES) when Ledger is "postgres"; the
+	// run uses (and drops) a schema of its own.
+	Postgres string
+	// Bin is the effectfence binary.
+	Bin string
+	// Child is the argv of a program that calls MaybeServeChild first (it is told its effects
+	// file through EnvChild).
+	Child []string
+	// Dir holds the ledger, the effects file, each wrap's log and the recorded history.
+	Dir string
+	// Wraps is how many wrap processes share the ledger (default 3); Clients how many calls
+	// each serves at once (default 4).
+	Wraps, Clients int
+	// Lease is the wraps' lease (default 2 s); a stopped holder is kept stopped past it.
+	Lease time.Duration
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Fault is one thing the nemesis did.
+type Fault struct {
+	AtMs   int64  `json:"at_ms"`
+	Kind   string `json:"kind"`
+	Target string `json:"target"`
+}
+
+// Fault kinds.
+const (
+	FaultKillWrap  = "kill-wrap"
+	FaultKillChild = "kill-child"
+	FaultStopWrap  = "stop-wrap"
+	FaultStopChild = "stop-child"
+	FaultCutDB     = "cut-db"
+)
+
+// Report is a run's history and what Check found in it.
+type Report struct {
+	Seed       int64            `json:"seed"`
+	Ledger     string           `json:"ledger"`
+	Duration   time.Duration    `json:"duration_ns"`
+	Ops        []Op             `json:"ops"`
+	Faults     []Fault          `json:"faults"`
+	Executions []Execution      `json:"executions"`
+	Final      map[string]Final `json:"final"`
+	Violations []Violation      `json:"violations"`
+	// StartUnixMs is when the run began; the ops' and faults' times count from it.
+	StartUnixMs int64 `json:"start_unix_ms"`
+	// Lease is the wraps' lease.
+	Lease time.Duration `json:"lease_ns"`
+}
+
+// Summary is the report in a few lines: operations by answer, faults by kind, violations.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	answers := map[string]int{}
+	for _, o := range r.Ops {
+		answers[o.Answer]++
+	}
+	faults := map[string]int{}
+	for _, f := range r.Faults {
+		faults[f.Kind]++
+	}
+	states := map[string]int{}
+	for _, f := range r.Final {
+		states[string(f.State)]++
+	}
+	fmt.Fprintf(&b, "history: seed %d, ledger %s, %s\n", r.Seed, r.Ledger, r.Duration)
+	fmt.Fprintf(&b, "operations: %d calls (%s) on %d ops; %d executions; ledger at the end: %s\n", len(r.Ops), counts(answers), len(r.Final), len(r.Executions), counts(states))
+	fmt.Fprintf(&b, "faults injected: %d (%s)\n", len(r.Faults), counts(faults))
+	fmt.Fprintf(&b, "violations: %d\n", len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  %s\n", v)
+		// The faults from one lease before the op's first call to its last event.
+		var near []string
+		for _, f := range r.Faults {
+			if f.AtMs >= v.FromMs-r.Lease.Milliseconds() && f.AtMs <= v.ToMs {
+				near = append(near, fmt.Sprintf("%s %s at %.1fs", f.Kind, f.Target, float64(f.AtMs)/1000))
+			}
+		}
+		fmt.Fprintf(&b, "    op's calls and executions span %.1fs to %.1fs; faults then: %s\n", float64(v.FromMs)/1000, float64(v.ToMs)/1000, orNone(near))
+	}
+	return b.String()
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, "; ")
+}
+
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// run is the state of one Run.
+type run struct {
+	cfg    Config
+	start  time.Time
+	ledger string // what the wraps open
+	direct string // the same ledger without the proxy, for the final read
+	proxy  *cutProxy
+	effect string
+	rng    *rand.Rand
+	rngMu  sync.Mutex
+
+	mu     sync.Mutex
+	ops    []Op
+	faults []Fault
+	recent []string
+	nextOp int
+
+	wraps []*wrapSlot
+}
+
+func (r *run) ms() int64 { return time.Since(r.start).Milliseconds() }
+
+func (r *run) logf(format string, a ...any) {
+	if r.cfg.Log != nil {
+		fmt.Fprintf(r.cfg.Log, "history: "+format+"\n", a...)
+	}
+}
+
+// Run runs one history and checks it. An error means the run itself could not be made (no
+// binary, no database); violations are in the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Wraps <= 0 {
+		cfg.Wraps = 3
+	}
+	if cfg.Clients <= 0 {
+		cfg.Clients = 4
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 2 * time.Second
+	}
+	if cfg.Bin == "" || len(cfg.Child) == 0 || cfg.Dir == "" {
+		return nil, errors.New("history: Bin, Child and Dir are required")
+	}
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)), effect: filepath.Join(cfg.Dir, "effects.jsonl")}
+	switch cfg.Ledger {
+	case "sqlite":
+		r.ledger = filepath.Join(cfg.Dir, "ledger.db")
+		r.direct = r.ledger
+	case "postgres":
+		drop, err := r.postgres(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer drop()
+		defer r.proxy.Close()
+	default:
+		return nil, fmt.Errorf("history: ledger %q: want sqlite or postgres", cfg.Ledger)
+	}
+	if err := os.WriteFile(r.effect, nil, 0o600); err != nil {
+		return nil, err
+	}
+	r.logf("seed %d, ledger %s, %s, %d wraps x %d clients, lease %s; recording in %s", cfg.Seed, cfg.Ledger, cfg.Duration, cfg.Wraps, cfg.Clients, cfg.Lease, cfg.Dir)
+	r.start = time.Now()
+
+	runCtx, stopRun := context.WithTimeout(ctx, cfg.Duration)
+	defer stopRun()
+	r.wraps = make([]*wrapSlot, cfg.Wraps)
+	for i := range r.wraps {
+		r.wraps[i] = newWrapSlot(r, i)
+	}
+	for _, w := range r.wraps {
+		if err := w.start(); err != nil {
+			for _, w := range r.wraps {
+				w.stop()
+			}
+			return nil, err
+		}
+	}
+	var clients sync.WaitGroup
+	for _, w := range r.wraps {
+		for range cfg.Clients {
+			clients.Add(1)
+			go func() {
+				defer clients.Done()
+				r.client(runCtx, w)
+			}()
+		}
+	}
+	var nemesis sync.WaitGroup
+	nemesis.Add(1)
+	go func() {
+		defer nemesis.Done()
+		r.nemesis(runCtx, &nemesis)
+	}()
+	<-runCtx.Done()
+	nemesis.Wait() // every stopped process is continued, the database reachable again
+	if r.proxy != nil {
+		r.proxy.Heal()
+	}
+	r.logf("duration over after %d calls; letting calls in flight finish", len(r.snapshotOps()))
+	clients.Wait()
+	for _, w := range r.wraps {
+		w.stop()
+	}
+	return r.finish(ctx)
+}
+
+// postgres creates the run's schema and the cutting proxy; the returned function drops it.
+func (r *run) postgres(ctx context.Context) (func(), error) {
+	if r.cfg.Postgres == "" {
+		return nil, errors.New("history: ledger postgres needs a server URL (EFFECTFENCE_TEST_POSTGRES)")
+	}
+	u, err := url.Parse(r.cfg.Postgres)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	schema := fmt.Sprintf("history_%d_%d", r.cfg.Seed, os.Getpid())
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	direct := u.String()
+	host := u.Host
+	if u.Port() == "" {
+		host += ":5432"
+	}
+	p, err := newCutProxy(host)
+	if err != nil {
+		return nil, err
+	}
+	r.proxy, r.direct = p, direct
+	u.Host = p.Addr()
+	r.ledger = u.String()
+	drop := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(cctx, r.cfg.Postgres)
+		if err != nil {
+			r.logf("dropping schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(cctx)
+		if _, err := conn.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			r.logf("dropping schema %s: %v", schema, err)
+		}
+	}
+	return drop, nil
+}
+
+// nextOp picks the op of the next call: often one of the last few (a duplicate), else new.
+func (r *run) nextOpName() (string, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rngMu.Lock()
+	fresh := len(r.recent) == 0 || r.rng.Float64() < 0.3
+	pick := 0
+	if !fresh {
+		pick = r.rng.IntN(len(r.recent))
+	}
+	r.rngMu.Unlock()
+	if fresh {
+		r.nextOp++
+		op := fmt.Sprintf("op-%d", r.nextOp)
+		r.recent = append(r.recent, op)
+		if len(r.recent) > 6 {
+			r.recent = r.recent[1:]
+		}
+		return op, workMs(op)
+	}
+	op := r.recent[pick]
+	return op, workMs(op)
+}
+
+// workMs is how long the child works on an op: the same for every duplicate (it is part of the
+// call's arguments); one op in 16 works longer than the lease, so heartbeats carry it.
+func workMs(op string) int {
+	h := fnv.New32a()
+	h.Write([]byte(op))
+	v := h.Sum32()
+	if v%16 == 0 {
+		return 2500
+	}
+	return 20 + int(v%400)
+}
+
+func (r *run) intn(n int) int {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.IntN(n)
+}
+
+func (r *run) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(r.intn(int(hi-lo)/int(time.Millisecond)+1))*time.Millisecond
+}
+
+// client calls ops through one wrap until ctx ends.
+func (r *run) client(ctx context.Context, w *wrapSlot) {
+	for ctx.Err() == nil {
+		s, gen := w.session(ctx)
+		if s == nil {
+			return
+		}
+		op, ms := r.nextOpName()
+		args, _ := json.Marshal(map[string]any{"op": op, "ms": ms})
+		o := Op{Wrap: w.i, Gen: gen, Op: op, StartMs: r.ms()}
+		// The harness gives up on an answer only long after every wait and lease (then the call
+		// counts as cut).
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := s.CallTool(cctx, ToolEffect, args)
+		cancel()
+		o.EndMs = r.ms()
+		var rpc *mcpstdio.RPCError
+		switch {
+		case err == nil:
+			classify(&o, res)
+		case errors.Is(err, mcpstdio.ErrNotSent):
+			o.Answer, o.Text = AnswerNotSent, err.Error()
+		case errors.As(err, &rpc):
+			o.Answer, o.Text = AnswerRPCError, rpc.Message
+		default:
+			o.Answer, o.Text = AnswerNone, err.Error()
+		}
+		r.mu.Lock()
+		o.N = len(r.ops) + 1
+		r.ops = append(r.ops, o)
+		r.mu.Unlock()
+		if o.Answer == AnswerRefused || o.Answer == AnswerNotSent || o.Answer == AnswerRPCError {
+			// Back off as an agent would, so an outage is not a flood of instant refusals.
+			time.Sleep(r.between(100*time.Millisecond, 300*time.Millisecond))
+		}
+	}
+}
+
+func (r *run) snapshotOps() []Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Op(nil), r.ops...)
+}
+
+func (r *run) fault(kind, target string) {
+	r.mu.Lock()
+	r.faults = append(r.faults, Fault{AtMs: r.ms(), Kind: kind, Target: target})
+	r.mu.Unlock()
+}
+
+// nemesis injects a fault every 0.3 to 1.2 s until ctx ends. Processes it stops are continued
+// by goroutines counted in wg, so waiting on wg after ctx ends leaves nothing stopped.
+func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
+	kinds := []string{FaultKillWrap, FaultKillChild, FaultStopWrap, FaultStopChild}
+	if r.proxy != nil {
+		kinds = append(kinds, FaultCutDB, FaultCutDB)
+	}
+	var stoppedMu sync.Mutex
+	stopped := map[int]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.between(300*time.Millisecond, 1200*time.Millisecond)):
+		}
+		kind := kinds[r.intn(len(kinds))]
+		w := r.wraps[r.intn(len(r.wraps))]
+		wrapPid, gen := w.pid()
+		if wrapPid == 0 && kind != FaultCutDB {
+			continue // restarting
+		}
+		target := fmt.Sprintf("wrap %d.%d pid %d", w.i, gen, wrapPid)
+		switch kind {
+		case FaultKillWrap:
+			if syscall.Kill(wrapPid, syscall.SIGKILL) == nil {
+				r.fault(kind, target)
+			}
+		case FaultKillChild, FaultStopChild:
+			kids := childPids(wrapPid)
+			if len(kids) == 0 {
+				continue
+			}
+			target = fmt.Sprintf("child pid %d of %s", kids[0], target)
+			if kind == FaultKillChild {
+				if syscall.Kill(kids[0], syscall.SIGKILL) == nil {
+					r.fault(kind, target)
+				}
+				continue
+			}
+			r.stop(wg, &stoppedMu, stopped, kids[0], kind, target)
+		case FaultStopWrap:
+			r.stop(wg, &stoppedMu, stopped, wrapPid, kind, target)
+		case FaultCutDB:
+			d := r.between(500*time.Millisecond, 1500*time.Millisecond)
+			r.proxy.Cut(d)
+			r.fault(kind, fmt.Sprintf("every connection, for %s", d))
+		}
+	}
+}
+
+// stop SIGSTOPs pid past the lease and SIGCONTs it later (or when the run ends).
+func (r *run) stop(wg *sync.WaitGroup, mu *sync.Mutex, stopped map[int]bool, pid int, kind, target string) {
+	mu.Lock()
+	defer mu.Unlock()
+	if stopped[pid] || syscall.Kill(pid, syscall.SIGSTOP) != nil {
+		return
+	}
+	stopped[pid] = true
+	d := r.cfg.Lease + r.between(500*time.Millisecond, 1500*time.Millisecond)
+	r.fault(kind, fmt.Sprintf("%s for %s", target, d))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		time.Sleep(d)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		mu.Lock()
+		delete(stopped, pid)
+		mu.Unlock()
+	}()
+}
+
+// finish reads the effects file and the ledger, checks the history and records it.
+func (r *run) finish(ctx context.Context) (*Report, error) {
+	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{},
+		StartUnixMs: r.start.UnixMilli(), Lease: r.cfg.Lease}
+	r.mu.Lock()
+	rep.Faults = append([]Fault(nil), r.faults...)
+	r.mu.Unlock()
+	execs, err := readExecutions(r.effect)
+	if err != nil {
+		return nil, err
+	}
+	rep.Executions = execs
+	// Opening the ledger is what the next process would do: it fences the claims of the
+	// processes that are gone, as the engine's rules say.
+	led, err := store.Open(ctx, store.Options{Ledger: r.direct, LeaseTTL: r.cfg.Lease})
+	if err != nil {
+		return nil, fmt.Errorf("history: opening the ledger for the final read: %w", err)
+	}
+	defer led.Close()
+	err = led.Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
+			var a struct {
+				Op string `json:"op"`
+			}
+			if rec.Tool != ToolEffect || json.Unmarshal(rec.Args, &a) != nil || a.Op == "" {
+				return true
+			}
+			f := Final{State: rec.State}
+			if rec.State == fence.StateDone && rec.Cert != nil {
+				var res struct {
+					StructuredContent Answer `json:"structuredContent"`
+				}
+				_ = json.Unmarshal(rec.Cert.Result, &res)
+				f.Exec = res.StructuredContent.Exec
+			}
+			rep.Final[a.Op] = f
+			return true
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history: reading the ledger: %w", err)
+	}
+	rep.Violations = Check(rep.Ops, rep.Executions, rep.Final, rep.StartUnixMs)
+	b, err := json.MarshalIndent(rep, "", " ")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(r.cfg.Dir, "history.json"), b, 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("history: recording the history: %w", err)
+	}
+	return rep, nil
+}
+
+func readExecutions(path string) ([]Execution, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("history: the effects file: %w", err)
+	}
+	defer f.Close()
+	var out []Execution
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var x Execution
+		if err := json.Unmarshal(sc.Bytes(), &x); err != nil {
+			return nil, fmt.Errorf("history: effects file line %q: %w", sc.Text(), err)
+		}
+		out = append(out, x)
+	}
+	return out, sc.Err()
+}
+
+// wrapSlot is one wrap process, restarted after it dies until the run stops it.
+type wrapSlot struct {
+	r *run
+	i int
+
+	mu      sync.Mutex
+	cur     *mcpstdio.Session
+	gen     int
+	changed chan struct{} // closed when cur changes
+	closing bool
+	done    chan struct{} // closed when the keeper goroutine ends
+	log     *os.File
+}
+
+func newWrapSlot(r *run, i int) *wrapSlot {
+	return &wrapSlot{r: r, i: i, changed: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (w *wrapSlot) argv() []string {
+	cfg := w.r.cfg
+	argv := []string{cfg.Bin, "wrap", "--ledger", w.r.ledger, "--lease-secs", strconv.FormatFloat(cfg.Lease.Seconds(), 'f', -1, 64), "--wait", "5s", "--grace", "1s", "--"}
+	return append(argv, cfg.Child...)
+}
+
+// start starts the first process and the goroutine that restarts it.
+func (w *wrapSlot) start() error {
+	f, err := os.Create(filepath.Join(w.r.cfg.Dir, fmt.Sprintf("wrap-%d.log", w.i)))
+	if err != nil {
+		return err
+	}
+	w.log = f
+	s, err := w.spawn()
+	if err != nil {
+		return fmt.Errorf("history: starting wrap %d: %w (its log: %s)", w.i, err, f.Name())
+	}
+	w.set(s)
+	go w.keep(s)
+	return nil
+}
+
+func (w *wrapSlot) spawn() (*mcpstdio.Session, error) {
+	env := []string{EnvChild + "=" + w.r.effect, "XDG_STATE_HOME=" + filepath.Join(w.r.cfg.Dir, "state"), "GORACE=atexit_sleep_ms=0"}
+	fmt.Fprintf(w.log, "--- history: wrap %d generation %d at %d ms\n", w.i, w.gen+1, w.r.ms())
+	return mcpstdio.Start(context.Background(), mcpstdio.Config{
+		Command: w.argv(), Env: env, Stderr: w.log, InitTimeout: 30 * time.Second,
+		Init: mcpstdio.DefaultInit("history-client", "1"),
+	})
+}
+
+func (w *wrapSlot) set(s *mcpstdio.Session) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.setLocked(s)
+}
+
+func (w *wrapSlot) setLocked(s *mcpstdio.Session) {
+	w.cur = s
+	if s != nil {
+		w.gen++
+	}
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// keep restarts the wrap each time it dies, until stop.
+func (w *wrapSlot) keep(s *mcpstdio.Session) {
+	defer close(w.done)
+	for s != nil {
+		<-s.Done()
+		_ = s.Close() // reap
+		w.set(nil)
+		s = w.restart()
+	}
+}
+
+// restart starts the next process and returns it, or nil once the slot is stopping.
+func (w *wrapSlot) restart() *mcpstdio.Session {
+	time.Sleep(200 * time.Millisecond)
+	for !w.isClosing() {
+		s, err := w.spawn()
+		if err != nil {
+			fmt.Fprintf(w.log, "--- history: restart failed: %v\n", err)
+			time.Sleep(time.Second)
+			continue
+		}
+		w.mu.Lock()
+		if w.closing {
+			w.mu.Unlock()
+			_ = s.Close()
+			return nil
+		}
+		w.setLocked(s) // under the lock, so a stop either sees it or prevents it
+		w.mu.Unlock()
+		return s
+	}
+	return nil
+}
+
+func (w *wrapSlot) isClosing() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closing
+}
+
+// session returns the live process and its generation, waiting while it restarts; nil once ctx
+// ends or the slot is stopped.
+func (w *wrapSlot) session(ctx context.Context) (*mcpstdio.Session, int) {
+	for {
+		w.mu.Lock()
+		s, gen, ch, closing := w.cur, w.gen, w.changed, w.closing
+		w.mu.Unlock()
+		if closing {
+			return nil, 0
+		}
+		if s != nil && s.Err() == nil {
+			return s, gen
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, 0
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (w *wrapSlot) pid() (int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur == nil || w.cur.Err() != nil {
+		return 0, w.gen
+	}
+	return w.cur.Pid(), w.gen
+}
+
+// stop ends the slot: the wrap gets its orderly stop (stdin closed), and is not restarted.
+func (w *wrapSlot) stop() {
+	w.mu.Lock()
+	w.closing = true
+	s := w.cur
+	w.mu.Unlock()
+	if s != nil {
+		_ = s.Close()
+	}
+	if w.log != nil {
+		<-w.done
+		w.log.Close()
+	}
+}
+
+// childPids lists the live children of pid, from /proc.
+func childPids(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 2 && f[0] != "Z" && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
