@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/serve"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/urfave/cli/v3"
@@ -77,7 +78,8 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
-	logger := log.New(io.err, "effectfence serve: ", log.LstdFlags)
+	// What an agent sends can end up in a log line: each entry is escaped into one line.
+	logger := log.New(safetext.NewLogWriter(io.err), "effectfence serve: ", log.LstdFlags)
 	led, err := store.Open(ctx, opts)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
@@ -74,7 +75,9 @@ func wrapCommand(io streams) *cli.Command {
 				return err
 			}
 			defer led.Close()
-			opt.Engine, opt.Log = led.Engine, io.err
+			// The log carries the child's stderr: escaped, so the server cannot drive the
+			// terminal wrap's stderr is shown on.
+			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
 			switch {
 			case so.Ledger == "":
 				opt.ClearHint = "--for -- " + wrap.ShellJoin(argv)

@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
@@ -130,8 +131,10 @@ func set(xs []string) map[string]bool {
 	return m
 }
 
+// logf writes one line to the log. Its arguments can quote the agent or the server, so the
+// line is escaped: it stays one line and cannot drive a terminal.
 func (p *Proxy) logf(format string, a ...any) {
-	fmt.Fprintf(p.opt.Log, "effectfence wrap: "+format+"\n", a...)
+	fmt.Fprintln(p.opt.Log, "effectfence wrap: "+safetext.Escape(fmt.Sprintf(format, a...)))
 }
 
 // Serve reads the agent's messages from in and writes protocol to out until in ends or ctx is
