@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -69,6 +70,12 @@ func wrapCommand(io streams) *cli.Command {
 				if so.ResultTTL, err = store.ResultSeconds("--result-ttl-secs", cmd.Float("result-ttl-secs")); err != nil {
 					return usageErr("%v", err)
 				}
+			}
+			// A command that cannot run is refused before the ledger is opened, so a typo in
+			// an MCP config creates no ledger file. (A command that runs but is no MCP server
+			// is found at the agent's initialize, which reports why.)
+			if _, err := exec.LookPath(argv[0]); err != nil {
+				return usageErr("cannot run the MCP server command %q: %v; nothing was started and no ledger was created", argv[0], unwrapExec(err))
 			}
 			led, err := store.Open(ctx, so)
 			if err != nil {
