@@ -116,8 +116,8 @@ func TestDifferentArgumentsRunSeparately(t *testing.T) {
 func TestToolSlowerThanTheLeaseRunsOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	w := r.wrap("--lease-secs", "0.6")
-	out := storm(t, w.Session, 4, "slow", `{"ms":2000,"tag":"lease"}`)
+	w := r.wrap("--lease-secs", "1") // the shortest lease wrap accepts
+	out := storm(t, w.Session, 4, "slow", `{"ms":3500,"tag":"lease"}`)
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("a call slower than the lease ran %d times (heartbeats missing?)", n)
 	}
