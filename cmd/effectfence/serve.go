@@ -24,8 +24,8 @@ func serveCommand(io streams) *cli.Command {
 			"postgres://...). Plain `effectfence` with stdin not a terminal runs this server.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, memory, or postgres://... (default: $" + store.EnvLedger + ", else server.db in the state directory)"},
-			&cli.FloatFlag{Name: "lease-secs", Usage: "lease of an admitted attempt, renewed by fence_heartbeat (default: $" + store.EnvLeaseSecs + ", else 60)", HideDefault: true},
-			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "how long a done outcome is replayed (default: $" + store.EnvTTLSecs + ", else 86400)", HideDefault: true},
+			&cli.FloatFlag{Name: "lease-secs", Usage: "lease of an admitted attempt in seconds (1 to 30 days), renewed by fence_heartbeat (default: $" + store.EnvLeaseSecs + ", else 60)", HideDefault: true},
+			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "how long a done outcome is replayed, in seconds (1 to 366 days) (default: $" + store.EnvTTLSecs + ", else 86400)", HideDefault: true},
 			&cli.IntFlag{Name: "workers", Value: serve.DefaultWorkers, Usage: "tool calls served at once (1-100)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {

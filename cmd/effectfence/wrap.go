@@ -30,8 +30,8 @@ func wrapCommand(io streams) *cli.Command {
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, \"memory\", or postgres://... (default: " + store.EnvLedger + ", else the per-command file)"},
-			&cli.FloatFlag{Name: "lease-secs", DefaultText: "60", Usage: "lease of a running call, renewed every third (env " + store.EnvLeaseSecs + ")"},
-			&cli.FloatFlag{Name: "result-ttl-secs", DefaultText: "86400", Usage: "how long a result is replayed (env " + store.EnvTTLSecs + ")"},
+			&cli.FloatFlag{Name: "lease-secs", DefaultText: "60", Usage: "lease of a running call in seconds (1 to 30 days), renewed every third (env " + store.EnvLeaseSecs + ")"},
+			&cli.FloatFlag{Name: "result-ttl-secs", DefaultText: "86400", Usage: "how long a result is replayed, in seconds (1 to 366 days) (env " + store.EnvTTLSecs + ")"},
 			&cli.DurationFlag{Name: "wait", Value: wrap.DefaultWait, Usage: "how long a duplicate waits for the identical call in flight"},
 			&cli.BoolFlag{Name: "fence-reads", Usage: "fence tools annotated readOnlyHint too"},
 			&cli.StringSliceFlag{Name: "fence", Usage: "fence this tool even if annotated read-only (repeatable)"},
