@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/demo"
 	"github.com/effectfence/effectfence/pkg/probe"
 )
@@ -39,7 +40,7 @@ did not show what it should.`,
 			defer os.RemoveAll(dir)
 			var childErr io.Writer = io.Discard
 			if cmd.Bool("verbose") {
-				childErr = s.err
+				childErr = safetext.NewWriter(s.err)
 			}
 			_, err = demo.Run(ctx, s.out, demo.Options{
 				Self: self, Dir: dir, Colour: colourFor(s.out),

@@ -2,12 +2,17 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // evilText is what a hostile MCP server puts in its answers and its stderr.
@@ -130,5 +135,64 @@ func TestScanEscapesTheScannedTree(t *testing.T) {
 		if c.run && c.flags == nil && !strings.Contains(r.stdout, `refund\x1b]0;pwned\x07 \u202eevil`) {
 			t.Errorf("scan --run: the published name is not shown, escaped:\n%s", r.stdout)
 		}
+	}
+}
+
+// TestWrapEscapesTheServersStderr: wrap passes its child's stderr on to its own, escaped; the
+// protocol on stdout is passed through untouched (it is not a terminal's business).
+func TestWrapEscapesTheServersStderr(t *testing.T) {
+	argv, env := hostileServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, effectfence(t), append([]string{"wrap", "--ledger", "memory", "--"}, argv...)...)
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewScanner(outPipe)
+	out.Buffer(make([]byte, 1<<20), 1<<20)
+	ask := func(line string) string {
+		t.Helper()
+		if _, err := io.WriteString(in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !out.Scan() {
+			t.Fatalf("no answer to %s; stderr:\n%s", line, stderr.String())
+		}
+		return out.Text()
+	}
+	ask(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if _, err := io.WriteString(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	ask(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	res := ask(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{}}}`)
+	var m struct {
+		Result struct {
+			Content []struct{ Text string }
+		}
+	}
+	if err := json.Unmarshal([]byte(res), &m); err != nil || len(m.Result.Content) != 1 || m.Result.Content[0].Text != evilText {
+		t.Errorf("the protocol must carry the server's answer unchanged (%v): %s", err, res)
+	}
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("wrap: %v\n%s", err, stderr.String())
+	}
+	if c, bad := actsOnTerminal(stderr.String()); bad {
+		t.Errorf("wrap's stderr holds %U:\n%s", c, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `hostile server called: done\x1b]0;pwned`) {
+		t.Errorf("the server's stderr is not passed on, escaped:\n%s", stderr.String())
 	}
 }

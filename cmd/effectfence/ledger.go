@@ -29,8 +29,11 @@ Which ledger: --ledger PATH|memory|postgres://… (overrides EFFECTFENCE_LEDGER)
 of a wrap process, --for -- <the child command exactly as wrap runs it>; otherwise the
 default ledger of ` + "`effectfence serve`" + `.
 
-Exit codes: 0 ok; 1 the command failed or found problems (verify, check, clear of an intent
-the ledger does not hold); 2 usage (bad flags or arguments).`
+Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
+shorten long cells only on a terminal, and not with --wide.
+
+Exit codes: 0 ok; 1 the command failed or found problems (verify, check, show or clear of an
+intent the ledger does not hold); 2 usage (bad flags or arguments).`
 
 // ledgerCommand is `effectfence ledger`.
 func ledgerCommand(io streams) *cli.Command {

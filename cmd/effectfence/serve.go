@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -24,8 +25,8 @@ func serveCommand(io streams) *cli.Command {
 			"postgres://...). Plain `effectfence` with stdin not a terminal runs this server.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, memory, or postgres://... (default: $" + store.EnvLedger + ", else server.db in the state directory)"},
-			&cli.FloatFlag{Name: "lease-secs", Usage: "lease of an admitted attempt, renewed by fence_heartbeat (default: $" + store.EnvLeaseSecs + ", else 60)", HideDefault: true},
-			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "how long a done outcome is replayed (default: $" + store.EnvTTLSecs + ", else 86400)", HideDefault: true},
+			&cli.FloatFlag{Name: "lease-secs", Usage: "lease of an admitted attempt in seconds (1 to 30 days), renewed by fence_heartbeat (default: $" + store.EnvLeaseSecs + ", else 60)", HideDefault: true},
+			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "how long a done outcome is replayed, in seconds (1 to 366 days) (default: $" + store.EnvTTLSecs + ", else 86400)", HideDefault: true},
 			&cli.IntFlag{Name: "workers", Value: serve.DefaultWorkers, Usage: "tool calls served at once (1-100)"},
 			&cli.StringFlag{Name: "on-lease-expiry", Usage: "fence: a lapsed or orphaned claim becomes unknown; reclaim: every claim is re-run safe and taken over (default: $" + store.EnvOnLeaseExpiry + ", else fence)", HideDefault: true},
 		},
@@ -90,7 +91,8 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
-	logger := log.New(io.err, "effectfence serve: ", log.LstdFlags)
+	// What an agent sends can end up in a log line: each entry is escaped into one line.
+	logger := log.New(safetext.NewLogWriter(io.err), "effectfence serve: ", log.LstdFlags)
 	led, err := store.Open(ctx, opts)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -33,8 +35,8 @@ func wrapCommand(io streams) *cli.Command {
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, \"memory\", or postgres://... (default: " + store.EnvLedger + ", else the per-command file)"},
-			&cli.FloatFlag{Name: "lease-secs", DefaultText: "60", Usage: "lease of a running call, renewed every third (env " + store.EnvLeaseSecs + ")"},
-			&cli.FloatFlag{Name: "result-ttl-secs", DefaultText: "86400", Usage: "how long a result is replayed (env " + store.EnvTTLSecs + ")"},
+			&cli.FloatFlag{Name: "lease-secs", DefaultText: "60", Usage: "lease of a running call in seconds (1 to 30 days), renewed every third (env " + store.EnvLeaseSecs + ")"},
+			&cli.FloatFlag{Name: "result-ttl-secs", DefaultText: "86400", Usage: "how long a result is replayed, in seconds (1 to 366 days) (env " + store.EnvTTLSecs + ")"},
 			&cli.DurationFlag{Name: "wait", Value: wrap.DefaultWait, Usage: "how long a duplicate waits for the identical call in flight"},
 			&cli.BoolFlag{Name: "fence-reads", Usage: "fence tools annotated readOnlyHint too"},
 			&cli.StringSliceFlag{Name: "fence", Usage: "fence this tool even if annotated read-only (repeatable)"},
@@ -91,12 +93,20 @@ func wrapCommand(io streams) *cli.Command {
 					return usageErr("--on-lease-expiry: %v", err)
 				}
 			}
+			// A command that cannot run is refused before the ledger is opened, so a typo in
+			// an MCP config creates no ledger file. (A command that runs but is no MCP server
+			// is found at the agent's initialize, which reports why.)
+			if _, err := exec.LookPath(argv[0]); err != nil {
+				return usageErr("cannot run the MCP server command %q: %v; nothing was started and no ledger was created", argv[0], unwrapExec(err))
+			}
 			led, err := store.Open(ctx, so)
 			if err != nil {
 				return err
 			}
 			defer led.Close()
-			opt.Engine, opt.Log = led.Engine, io.err
+			// The log carries the child's stderr: escaped, so the server cannot drive the
+			// terminal wrap's stderr is shown on.
+			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
 			switch {
 			case led.Location == "memory":
 				opt.ClearHint = "--ledger memory (this wrap's ledger is in memory: restarting wrap forgets it)"

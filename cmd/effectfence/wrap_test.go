@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
@@ -46,14 +47,34 @@ func TestWrapAgentHangsUpAtOnce(t *testing.T) {
 	// No agent input at all: wrap starts nothing, prints its counters and exits cleanly. The
 	// child's own flags are never taken for wrap's, with or without "--".
 	for _, args := range [][]string{
-		{"wrap", "--ledger", "memory", "--", "/nonexistent/server", "--wait", "x"},
-		{"wrap", "--ledger", "memory", "/nonexistent/server", "-y", "--key", "x"},
+		{"wrap", "--ledger", "memory", "--", "true", "--wait", "x"},
+		{"wrap", "--ledger", "memory", "true", "-y", "--key", "x"},
 	} {
 		var out, errw bytes.Buffer
 		code := run(context.Background(), append([]string{"effectfence"}, args...), streams{strings.NewReader(""), &out, &errw})
 		if code != exitOK || out.Len() != 0 || !strings.Contains(errw.String(), "effectfence since boot: admitted=0") ||
-			!strings.Contains(errw.String(), "serving /nonexistent/server") {
+			!strings.Contains(errw.String(), "serving true") {
 			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, out.String(), errw.String())
 		}
+	}
+}
+
+// TestWrapOfAMissingCommand runs the real binary as an MCP config with a typo would: it must
+// fail (exit 2, one line and a hint), write nothing on the protocol channel, and create no
+// ledger file or directory.
+func TestWrapOfAMissingCommand(t *testing.T) {
+	state := t.TempDir()
+	env := []string{"XDG_STATE_HOME=" + state, "EFFECTFENCE_LEDGER="}
+	init := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n"
+	for _, cmd := range []string{"/nonexistent/mcp-server", "effectfence-no-such-server"} {
+		r := runBinary(t, env, init, "wrap", "--", cmd, "--flag")
+		if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "cannot run the MCP server command") ||
+			!strings.Contains(r.stderr, "no ledger was created") {
+			t.Errorf("wrap -- %s: exit %d, stdout %q, stderr %q", cmd, r.code, r.stdout, r.stderr)
+		}
+	}
+	entries, err := os.ReadDir(state)
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("the state directory holds %v (%v); want nothing created", entries, err)
 	}
 }

@@ -266,3 +266,20 @@ func incompleteTail(b []byte) int {
 	}
 	return 0
 }
+
+// LogWriter is for a log.Logger, which writes each entry with one Write: the entry is
+// escaped as Escape does, so a newline inside it cannot start a forged entry, and ends in
+// one newline.
+type LogWriter struct{ w io.Writer }
+
+// NewLogWriter returns a LogWriter over w.
+func NewLogWriter(w io.Writer) LogWriter { return LogWriter{w} }
+
+// Write writes p as one escaped line.
+func (lw LogWriter) Write(p []byte) (int, error) {
+	line := Escape(strings.TrimSuffix(string(p), "\n")) + "\n"
+	if _, err := io.WriteString(lw.w, line); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -167,3 +167,14 @@ func FuzzClip(f *testing.F) {
 		}
 	})
 }
+
+func TestLogWriterKeepsOneEntryOneLine(t *testing.T) {
+	var out bytes.Buffer
+	w := NewLogWriter(&out)
+	if _, err := w.Write([]byte("intent \"a\nFORGED ENTRY\x1b[2J\"\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "intent \"a\\nFORGED ENTRY\\x1b[2J\"\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

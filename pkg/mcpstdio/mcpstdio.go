@@ -85,6 +85,19 @@ func DefaultInit(clientName, clientVersion string) json.RawMessage {
 	return b
 }
 
+// CancelReason, as the cause of a context's cancellation (context.WithCancelCause), is what
+// Session.Call sends as the "reason" of notifications/cancelled when that context ends the
+// call: a proxy passes its client's reason on unchanged. An empty Reason sends none. Without
+// it the reason is the context's error ("context canceled").
+type CancelReason struct{ Reason string }
+
+func (c *CancelReason) Error() string {
+	if c.Reason == "" {
+		return "cancelled"
+	}
+	return "cancelled: " + c.Reason
+}
+
 // ErrNotSent marks an error of a request that never reached the child.
 var ErrNotSent = errors.New("mcpstdio: request not sent")
 
@@ -260,7 +273,15 @@ func (s *Session) Call(ctx context.Context, method string, params json.RawMessag
 		return r.result, r.err
 	case <-ctx.Done():
 		s.forget(key)
-		p, _ := json.Marshal(map[string]any{"requestId": json.RawMessage(key), "reason": ctx.Err().Error()})
+		note := map[string]any{"requestId": json.RawMessage(key), "reason": ctx.Err().Error()}
+		var why *CancelReason
+		if errors.As(context.Cause(ctx), &why) {
+			note["reason"] = why.Reason
+			if why.Reason == "" {
+				delete(note, "reason")
+			}
+		}
+		p, _ := json.Marshal(note)
 		_ = s.Notify("notifications/cancelled", p)
 		return nil, ctx.Err()
 	}

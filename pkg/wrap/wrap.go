@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
@@ -122,6 +123,9 @@ type Proxy struct {
 	child    *mcpstdio.Child
 	agent    string
 	initDone bool
+	// startErr is why the last start of the child failed (nil once one succeeds), so later
+	// requests say what failed rather than that initialize was never sent.
+	startErr string
 
 	tools   toolCache
 	flights flights
@@ -134,7 +138,7 @@ type Proxy struct {
 	agentGone chan struct{} // closed when the agent's input ends
 
 	cmu     sync.Mutex
-	cancels map[string]context.CancelFunc // by the agent's request id
+	cancels map[string]context.CancelCauseFunc // by the agent's request id
 
 	rmu      sync.Mutex
 	running  map[int64]running // requests of the agent being served, for the shutdown log
@@ -172,7 +176,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Grace <= 0 {
 		opt.Grace = DefaultGrace
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelFunc{}, running: map[int64]running{}}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}}
 	p.flights.m = map[string]*flight{}
 	return p, nil
 }
@@ -185,8 +189,10 @@ func set(xs []string) map[string]bool {
 	return m
 }
 
+// logf writes one line to the log. Its arguments can quote the agent or the server, so the
+// line is escaped: it stays one line and cannot drive a terminal.
 func (p *Proxy) logf(format string, a ...any) {
-	fmt.Fprintf(p.opt.Log, "effectfence wrap: "+format+"\n", a...)
+	fmt.Fprintln(p.opt.Log, "effectfence wrap: "+safetext.Escape(fmt.Sprintf(format, a...)))
 }
 
 // Serve reads the agent's messages from in and writes protocol to out until in ends or ctx is
@@ -353,7 +359,14 @@ func rpcErr(code int, format string, a ...any) *jsonrpc.Error {
 func (p *Proxy) dispatch(line []byte) {
 	m, err := jsonrpc.Parse(line)
 	if err != nil {
-		p.reply(jsonrpc.ErrorResponse(nil, rpcErr(jsonrpc.CodeParseError, "effectfence wrap: cannot parse the message: %v", err)))
+		// Invalid JSON is a parse error with id null. Valid JSON that is not a valid message
+		// is an invalid request, answered with its id when it had a readable one, so the
+		// agent's request does not wait for an answer that never comes.
+		code := jsonrpc.CodeInvalidRequest
+		if !json.Valid(line) {
+			code = jsonrpc.CodeParseError
+		}
+		p.reply(jsonrpc.ErrorResponse(jsonrpc.ReadableID(line), rpcErr(code, "effectfence wrap: cannot parse the message: %v", err)))
 		return
 	}
 	switch {
@@ -396,15 +409,19 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		// Forwarded for pass-through requests only: a fenced tool call is detached from the
 		// agent's cancellation on purpose (an agent that gives up must not abort a charge
 		// half way). Session.Call tells the child when its context is cancelled.
+		// The agent's reason is passed on as it was given (none when it gave none).
 		var c struct {
 			RequestID json.RawMessage `json:"requestId"`
+			Reason    json.RawMessage `json:"reason"`
 		}
 		if json.Unmarshal(m.Params, &c) == nil && c.RequestID != nil {
 			p.cmu.Lock()
 			cancel := p.cancels[string(c.RequestID)]
 			p.cmu.Unlock()
 			if cancel != nil {
-				cancel()
+				var why mcpstdio.CancelReason
+				_ = json.Unmarshal(c.Reason, &why.Reason) // a reason that is not a string is dropped
+				cancel(&why)
 			}
 		}
 		return
@@ -435,13 +452,19 @@ func (p *Proxy) session(ctx context.Context) (*mcpstdio.Session, error) {
 	c := p.child
 	p.mu.Unlock()
 	if c == nil {
+		p.mu.Lock()
+		why := p.startErr
+		p.mu.Unlock()
+		if why != "" {
+			return nil, fmt.Errorf("%w: it did not start: %s (send initialize again to retry)", mcpstdio.ErrNotSent, why)
+		}
 		return nil, fmt.Errorf("%w: the agent has not sent initialize yet", mcpstdio.ErrNotSent)
 	}
 	return c.Session(ctx)
 }
 
 func (p *Proxy) request(m *jsonrpc.Message) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	key := string(m.ID)
 	p.cmu.Lock()
 	p.cancels[key] = cancel
@@ -450,7 +473,7 @@ func (p *Proxy) request(m *jsonrpc.Message) {
 		p.cmu.Lock()
 		delete(p.cancels, key)
 		p.cmu.Unlock()
-		cancel()
+		cancel(nil)
 	}()
 	p.answer(ctx, m)
 }
@@ -495,16 +518,17 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 	p.mu.Unlock()
 	s, err := child.Session(ctx)
 	if err != nil {
+		why := strings.TrimPrefix(err.Error(), mcpstdio.ErrNotSent.Error()+": ")
 		p.mu.Lock()
 		p.child = nil // let the agent try again
+		p.startErr = why
 		p.mu.Unlock()
 		_ = child.Close()
 		p.logf("%v", err)
-		why := strings.TrimPrefix(err.Error(), mcpstdio.ErrNotSent.Error()+": ")
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server did not start: %s", why))
 	}
 	p.mu.Lock()
-	p.initDone = true
+	p.initDone, p.startErr = true, ""
 	p.mu.Unlock()
 	return jsonrpc.Response(m.ID, s.InitResult())
 }

@@ -242,6 +242,7 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		id := fmt.Sprintf("ch_%d_%d_%d", os.Getpid(), n, time.Now().UnixNano())
 		return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"charged %d as %s"}],"structuredContent":{"charge_id":%q,"amount":%d},"isError":false}`, a.Amount, id, id, a.Amount)), nil
 	case "slow":
+		fmt.Fprintf(os.Stderr, "mcptest: slow tag=%s started\n", a.Tag) // tests wait for it before cancelling
 		sleep()
 		n := s.record("slow tag=" + a.Tag)
 		return text(fmt.Sprintf("slow done n=%d pid=%d t=%d", n, os.Getpid(), time.Now().UnixNano()), false), nil

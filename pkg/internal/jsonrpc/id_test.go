@@ -1,0 +1,26 @@
+package jsonrpc
+
+import "testing"
+
+func TestReadableID(t *testing.T) {
+	cases := []struct{ line, want string }{
+		{`{"jsonrpc":"1.0","id":7,"method":"ping"}`, `7`},
+		{`{"jsonrpc":"2.0","id":"abc","method":""}`, `"abc"`},
+		{`{"jsonrpc":"2.0","id":-1.5e3,"params":"x","method":"tools/call"}`, `-1.5e3`},
+		{` {"id" : "x y"} `, `"x y"`},
+		{`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, ``},
+		{`{"jsonrpc":"2.0","id":null,"method":"ping"}`, ``},
+		{`{"jsonrpc":"2.0","id":true}`, ``},
+		{`{"jsonrpc":"2.0","method":"x"}`, ``},
+		{`{"jsonrpc":"2.0","id":7,`, ``}, // not JSON: the id cannot be trusted
+		{`[{"id":1}]`, ``},
+		{``, ``},
+		{`{"id":1,"id":2,"method":"ping"}`, ``}, // which one? neither
+		{`{"ID":1,"method":"ping"}`, ``},        // keys are case-sensitive
+	}
+	for _, c := range cases {
+		if got := string(ReadableID([]byte(c.line))); got != c.want {
+			t.Errorf("ReadableID(%s) = %q, want %q", c.line, got, c.want)
+		}
+	}
+}

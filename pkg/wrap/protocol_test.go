@@ -1,0 +1,103 @@
+package wrap_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A request wrap cannot accept is answered with its own id when the id was readable, so the
+// agent's call ends instead of waiting; invalid JSON gets id null (its id cannot be trusted).
+func TestMalformedRequestKeepsItsID(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap()
+	cases := []struct{ in, want string }{
+		{`{"jsonrpc":"1.0","id":41,"method":"ping"}`, `{"jsonrpc":"2.0","id":41,"error":{"code":-32600,`},
+		{`{"jsonrpc":"2.0","id":"call-7","method":"tools/call","params":"x"}`, `{"jsonrpc":"2.0","id":"call-7","error":{"code":-32600,`},
+		{`{"jsonrpc":"2.0","id":43,"method":""}`, `"id":43,"error":{"code":-32600,`},
+		{`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, `"id":null,"error":{"code":-32600,`},
+		{`{"jsonrpc":"2.0","id":44,"method":"ping"`, `"id":null,"error":{"code":-32700,`},
+		{`{"jsonrpc":"2.0","id":45,"method":"ping"}`, `{"jsonrpc":"2.0","id":45,"result":{}}`},
+	}
+	for _, c := range cases {
+		if got := rw.roundTrip(t, c.in); !strings.Contains(got, c.want) {
+			t.Errorf("%s\n got %s\nwant it to contain %s", c.in, got, c.want)
+		}
+	}
+}
+
+// After the child failed to start, wrap says that, not that initialize was never sent.
+func TestAfterAFailedStartWrapSaysWhatFailed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.mode = "exit"
+	rw := r.rawWrap()
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, "exit status 3") {
+		t.Fatalf("initialize: %s", got)
+	}
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`,
+	} {
+		got := rw.roundTrip(t, line)
+		if strings.Contains(got, "has not sent initialize") || !strings.Contains(got, "did not start") || !strings.Contains(got, "exit status 3") {
+			t.Errorf("%s\n got %s\nwant the start failure", line, got)
+		}
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d executions; none may have happened", n)
+	}
+}
+
+// A cancellation of a pass-through call reaches the child with the agent's reason unchanged,
+// and with no reason when the agent gave none.
+func TestCancellationReasonIsForwarded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap("--pass", "slow")
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send := func(line string) {
+		t.Helper()
+		if _, err := rw.in.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLog := func(what string, ok func(string) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !ok(rw.log.String()); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s; wrap's stderr:\n%s", what, rw.log.String())
+			}
+		}
+	}
+	cancelled := func(log string) []string {
+		var out []string
+		for l := range strings.SplitSeq(log, "\n") {
+			if strings.Contains(l, "mcptest: cancelled") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	send(`{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"slow","arguments":{"ms":20000,"tag":"a"}}}`)
+	waitLog("the call never reached the child", func(l string) bool { return strings.Contains(l, "mcptest: slow tag=a started") })
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":20,"reason":"user pressed stop ✋"}}`)
+	waitLog("the cancellation never reached the child", func(l string) bool { return len(cancelled(l)) == 1 })
+	if got := cancelled(rw.log.String())[0]; !strings.Contains(got, `"reason":"user pressed stop ✋"`) {
+		t.Errorf("the child got %s; want the agent's reason", got)
+	}
+	send(`{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"slow","arguments":{"ms":20000,"tag":"b"}}}`)
+	waitLog("the second call never reached the child", func(l string) bool { return strings.Contains(l, "mcptest: slow tag=b started") })
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":21}}`)
+	waitLog("the second cancellation never reached the child", func(l string) bool { return len(cancelled(l)) == 2 })
+	if got := cancelled(rw.log.String())[1]; strings.Contains(got, "reason") {
+		t.Errorf("the child got %s; the agent gave no reason", got)
+	}
+	// Cancelled requests get no answer (MCP); the next request is answered at once.
+	if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":22,"method":"ping"}`); got != `{"jsonrpc":"2.0","id":22,"result":{}}` {
+		t.Fatalf("ping after the cancellations: %s", got)
+	}
+}
