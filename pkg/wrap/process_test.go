@@ -83,8 +83,8 @@ func TestThreeWrapProcessesOnePostgresLedger(t *testing.T) {
 	// A schema of its own (dropped at the end): nothing lands in the server's public schema.
 	r.ledger = pgtest.Ledger(t, "wrap")
 	threeProcesses(t, r, "pg")
-	if left := pgtest.PublicTables(t); len(left) > 0 {
-		t.Fatalf("the test left tables in the public schema: %v", left)
+	if own, public := pgtest.Where(t, r.ledger); len(own) != 1 || len(public) != 0 {
+		t.Fatalf("the ledger's intents: %v in the test's own schema, %v in public; want 1 and none", own, public)
 	}
 }
 
