@@ -38,8 +38,9 @@ func (e *Engine) Store() Store { return e.store }
 // call is a validated request with its canonical arguments and fingerprint.
 type call struct {
 	Request
-	args []byte
-	fp   string
+	args   []byte
+	fp     string
+	stored []byte // what the ledger keeps of args (privacy.go)
 }
 
 func (e *Engine) validate(req Request) (call, error) {
@@ -66,7 +67,7 @@ func (e *Engine) validate(req Request) (call, error) {
 		args = []byte("null")
 	}
 	if c, fp, ok := e.fps.get(req.Tool, args); ok {
-		return call{Request: req, args: c, fp: fp}, nil
+		return withStored(call{Request: req, args: c, fp: fp})
 	}
 	c, err := canon.JSON(args)
 	if err != nil {
@@ -74,7 +75,7 @@ func (e *Engine) validate(req Request) (call, error) {
 	}
 	fp := canon.Sum(canon.ToolCallCanonical(req.Tool, c))
 	e.fps.put(req.Tool, args, c, fp)
-	return call{Request: req, args: c, fp: fp}, nil
+	return withStored(call{Request: req, args: c, fp: fp})
 }
 
 // outcome of one pass through the gates.
@@ -184,14 +185,10 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	}
 	nonce := newNonce()
 	agent := c.Agent
-	stored, err := c.storedArgs()
-	if err != nil {
-		return 0, nil, err
-	}
 	claim := &Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: stored, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		Tool: c.Tool, Args: c.stored, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
 	}
 	if c.KeepResult == KeepHash {
