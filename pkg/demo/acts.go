@@ -105,6 +105,8 @@ func play(ctx context.Context, opts Options, title, effects string, argv, env []
 		Args:    json.RawMessage(chargeArgs),
 		Calls:   Calls,
 		Witness: effectsWitness(effects),
+		// One line per execution of the demo server: it counts runs, not state.
+		WitnessKind: probe.Executions,
 	}, func(ctx context.Context) (probe.Conn, error) { return opts.Spawn(ctx, argv, env) })
 	if err != nil {
 		return nil, err

@@ -42,8 +42,9 @@ func (e *Engine) Store() Store { return e.store }
 // call is a validated request with its canonical arguments and fingerprint.
 type call struct {
 	Request
-	args []byte
-	fp   string
+	args   []byte
+	fp     string
+	stored []byte // what the ledger keeps of args (privacy.go)
 }
 
 func (e *Engine) validate(req Request) (call, error) {
@@ -70,7 +71,7 @@ func (e *Engine) validate(req Request) (call, error) {
 		args = []byte("null")
 	}
 	if c, fp, ok := e.fps.get(req.Tool, args); ok {
-		return call{Request: req, args: c, fp: fp}, nil
+		return withStored(call{Request: req, args: c, fp: fp})
 	}
 	c, err := canon.JSON(args)
 	if err != nil {
@@ -78,7 +79,7 @@ func (e *Engine) validate(req Request) (call, error) {
 	}
 	fp := canon.Sum(canon.ToolCallCanonical(req.Tool, c))
 	e.fps.put(req.Tool, args, c, fp)
-	return call{Request: req, args: c, fp: fp}, nil
+	return withStored(call{Request: req, args: c, fp: fp})
 }
 
 // outcome of one pass through the gates.
@@ -196,10 +197,6 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	}
 	nonce := newNonce()
 	agent := c.Agent
-	stored, err := c.storedArgs()
-	if err != nil {
-		return 0, nil, err
-	}
 	exact := c.ExactArgs
 	if len(c.Redact) > 0 {
 		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
@@ -207,7 +204,7 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	claim := &Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
 		RerunSafe: c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 	}

@@ -210,9 +210,15 @@ func redactAt(v any, path []string) bool {
 	return found
 }
 
-// storedArgs is what the ledger keeps of the call's arguments.
-func (c *call) storedArgs() ([]byte, error) {
-	return RedactArgs(c.args, c.Redact)
+// withStored sets what the ledger keeps of the call's arguments, before any transaction, so a
+// redaction that fails refuses the request without touching the ledger.
+func withStored(c call) (call, error) {
+	stored, err := RedactArgs(c.args, c.Redact)
+	if err != nil {
+		return call{}, err
+	}
+	c.stored = stored
+	return c, nil
 }
 
 // Fingerprint returns the fingerprint the engine records for a call of tool with args (the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -51,14 +52,17 @@ func TestProbeCountingToolIsProvenDoubleFire(t *testing.T) {
 	file, witness := effects(t)
 	server := []string{"--", bin, "demo-server", "--effects", file}
 
-	text := cmdtest.Run(t, nil, bin, append([]string{"probe", "--tool", "charge_card", "--args", `{"amount":4900}`, "--calls", "12", "--witness", witness}, server...)...)
+	text := cmdtest.Run(t, nil, bin, append([]string{"probe", "--tool", "charge_card", "--args", `{"amount":4900}`, "--calls", "12", "--witness", witness, "--witness-kind", "executions"}, server...)...)
 	if text.Code != 3 {
 		t.Fatalf("exit %d, want 3 (double-fire proven)\n%s%s", text.Code, text.Stdout, text.Stderr)
 	}
-	for _, want := range []string{"PROVEN DOUBLE-FIRE", "distinct successful answers     │ 12", "0 → 12", "counted 12 effects", "ch_demo_0012"} {
+	for _, want := range []string{"PROVEN DOUBLE-FIRE", "0 → 12", "counted 12 executions", "ch_demo_0012", "(counts executions)"} {
 		if !strings.Contains(text.Stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, text.Stdout)
 		}
+	}
+	if !regexp.MustCompile(`distinct successful answers +│ 12 `).MatchString(text.Stdout) {
+		t.Errorf("report lacks the distinct answers row:\n%s", text.Stdout)
 	}
 	if strings.Contains(text.Stdout, "\x1b[") {
 		t.Error("colour escapes written to a pipe")
@@ -67,7 +71,7 @@ func TestProbeCountingToolIsProvenDoubleFire(t *testing.T) {
 		t.Fatalf("server recorded %d executions, want 12", n)
 	}
 
-	js := cmdtest.Run(t, nil, bin, append([]string{"probe", "--json", "--tool", "charge_card", "--args", `{"amount":4900}`, "--calls", "12", "--witness", witness}, server...)...)
+	js := cmdtest.Run(t, nil, bin, append([]string{"probe", "--json", "--tool", "charge_card", "--args", `{"amount":4900}`, "--calls", "12", "--witness", witness, "--witness-kind", "executions"}, server...)...)
 	rep := probeJSON(t, js)
 	if js.Code != 3 || rep.Verdict != probe.DoubleFire || rep.Calls != 12 || rep.Succeeded != 12 || rep.Distinct != 12 ||
 		rep.Witness == nil || rep.Witness.Before != 12 || rep.Witness.After != 24 || rep.Witness.Effects != 12 {
@@ -91,7 +95,7 @@ func TestProbeDeterministicToolIsInconclusiveUntilWitnessed(t *testing.T) {
 	}
 
 	// The same answers, but now the effects are counted: 8 executions, proven.
-	r = cmdtest.Run(t, nil, bin, append(append(args, "--witness", witness), server...)...)
+	r = cmdtest.Run(t, nil, bin, append(append(args, "--witness", witness, "--witness-kind", "executions"), server...)...)
 	rep = probeJSON(t, r)
 	if r.Code != 3 || rep.Verdict != probe.DoubleFire || rep.Distinct != 1 || rep.Witness.Effects != 8 {
 		t.Fatalf("exit %d, report %+v witness %+v", r.Code, rep, rep.Witness)
@@ -104,7 +108,7 @@ func TestProbeDeterministicToolIsInconclusiveUntilWitnessed(t *testing.T) {
 func TestProbeSelfGuardingToolShowsNoRaceSurface(t *testing.T) {
 	t.Parallel()
 	file, witness := effects(t)
-	r := cmdtest.Run(t, nil, bin, "probe", "--json", "--tool", "book_seat", "--args", `{"seat":"12A"}`, "--calls", "10", "--witness", witness,
+	r := cmdtest.Run(t, nil, bin, "probe", "--json", "--tool", "book_seat", "--args", `{"seat":"12A"}`, "--calls", "10", "--witness", witness, "--witness-kind", "executions",
 		"--", bin, "demo-server", "--effects", file)
 	rep := probeJSON(t, r)
 	if r.Code != 0 || rep.Verdict != probe.OnceMeasured || rep.Succeeded != 1 || rep.ToolErrors != 9 || rep.Witness.Effects != 1 {
@@ -122,7 +126,7 @@ func TestProbeSelfGuardingToolShowsNoRaceSurface(t *testing.T) {
 func TestProbeThroughWrapRunsOnce(t *testing.T) {
 	t.Parallel()
 	file, witness := effects(t)
-	r := cmdtest.Run(t, []string{"EFFECTFENCE_LEDGER=memory"}, bin, "probe", "--json", "--tool", "charge_card", "--args", `{"amount":4900}`, "--calls", "12", "--witness", witness,
+	r := cmdtest.Run(t, []string{"EFFECTFENCE_LEDGER=memory"}, bin, "probe", "--json", "--tool", "charge_card", "--args", `{"amount":4900}`, "--calls", "12", "--witness", witness, "--witness-kind", "executions",
 		"--", bin, "wrap", "--", bin, "demo-server", "--effects", file)
 	rep := probeJSON(t, r)
 	if r.Code != 0 || rep.Verdict != probe.OnceMeasured || rep.Succeeded != 12 || rep.Distinct != 1 || rep.Witness.Effects != 1 {
@@ -187,6 +191,9 @@ func TestProbeBadInput(t *testing.T) {
 		{"server not on PATH", []string{"--tool", "charge_card"}, []string{"--", "effectfence-no-such-server"}, 2, "executable file not found"},
 		{"server is not MCP", []string{"--tool", "charge_card"}, []string{"--", notMCP}, 1, "did not start as an MCP server"},
 		{"witness prints no number", []string{"--tool", "charge_card", "--witness", "echo none"}, nil, 1, "printed no whole number"},
+		{"witness fails", []string{"--tool", "charge_card", "--witness", "echo 3; echo broken >&2; exit 2"}, nil, 1, "broken"},
+		{"bad witness kind", []string{"--tool", "charge_card", "--witness", "echo 1", "--witness-kind", "rows"}, nil, 2, "--witness-kind must be executions or state"},
+		{"bad pattern", []string{"--tool", "charge_card", "--pattern", "burst"}, nil, 2, "--pattern must be storm or retry"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -211,6 +218,19 @@ func TestProbeBadInput(t *testing.T) {
 			}
 			if n := countLines(t, file); n != 0 {
 				t.Errorf("%d executions happened; nothing should have been called", n)
+			}
+			// With --json, stdout is one JSON error object with the same exit code.
+			r = cmdtest.Run(t, nil, bin, append(append([]string{"probe", "--json"}, c.args...), srv...)...)
+			var e struct {
+				Error struct {
+					Code    string `json:"code"`
+					Message string `json:"message"`
+					Exit    int    `json:"exit"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(r.Stdout), &e); err != nil || r.Code != c.code || e.Error.Exit != c.code ||
+				!strings.Contains(e.Error.Message, c.want) || (c.code == 2) != (e.Error.Code == "usage") {
+				t.Errorf("--json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 			}
 		})
 	}

@@ -30,9 +30,16 @@ const MaxCalls = 10000
 type Options struct {
 	Tool    string          // the tool to call
 	Args    json.RawMessage // its arguments: a JSON object, sent byte for byte in every call
-	Calls   int             // how many identical calls to fire at once
+	Calls   int             // how many identical calls to make
 	Witness Witness         // optional: measures effects before and after
-	Timeout time.Duration   // how long to wait for all answers (0: one minute)
+	// WitnessKind says what the witness's number is: Executions (one per run of the tool) or
+	// State (a reading of the resulting state; the default, because it claims less).
+	WitnessKind WitnessKind
+	// Pattern is how the calls are sent: Storm (all at once, the default) or Retry (one after
+	// another, each sent once the previous one answered or RetryAfter passed).
+	Pattern    Pattern
+	RetryAfter time.Duration // Retry: how long to wait for an answer before the next call (0: 5 s)
+	Timeout    time.Duration // how long to wait for all answers (0: one minute)
 	// Answered, if set, is called (from the calling goroutines) each time a call returns.
 	Answered func()
 }
@@ -50,6 +57,15 @@ func (o Options) Validate() error {
 	}
 	if _, err := ParseArgs(string(o.Args)); err != nil {
 		return err
+	}
+	if _, err := ParseWitnessKind(string(o.WitnessKind)); err != nil {
+		return err
+	}
+	if _, err := ParsePattern(string(o.Pattern)); err != nil {
+		return err
+	}
+	if o.RetryAfter < 0 {
+		return errors.New("--retry-after must not be negative")
 	}
 	return nil
 }
@@ -160,11 +176,22 @@ func Run(ctx context.Context, opts Options, dial Dial) (*Report, error) {
 		return nil, &UnknownToolError{Tool: opts.Tool, Available: names}
 	}
 
-	answers := fire(ctx, conn, opts, timeout)
+	pattern, _ := ParsePattern(string(opts.Pattern))
+	kind, _ := ParseWitnessKind(string(opts.WitnessKind))
+	var (
+		answers []answer
+		early   int
+	)
+	if pattern == Retry {
+		answers, early = fireRetry(ctx, conn, opts, timeout)
+	} else {
+		answers = fire(ctx, conn, opts, timeout)
+	}
 	closed = true
 	closeErr := conn.Close()
 
 	rep := tally(opts, answers)
+	rep.Pattern, rep.RetriesBeforeAnswer = pattern, early
 	if closeErr != nil {
 		rep.Notes = append(rep.Notes, "the server did not shut down cleanly: "+closeErr.Error())
 	}
@@ -173,7 +200,7 @@ func Run(ctx context.Context, opts Options, dial Dial) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("witness (after the calls): %w (the %d calls were made)", err, opts.Calls)
 		}
-		rep.Witness = &WitnessReport{Command: opts.Witness.String(), Before: before, After: after, Effects: after - before}
+		rep.Witness = &WitnessReport{Command: opts.Witness.String(), Kind: kind, Before: before, After: after, Effects: after - before}
 	}
 	rep.judge()
 	return rep, nil

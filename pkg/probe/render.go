@@ -19,16 +19,28 @@ const maxAnswerRows = 15
 // when w is a terminal and NO_COLOR is unset; the caller decides.
 func (r *Report) WriteText(w io.Writer, colour bool) error {
 	p := &printer{w: w}
-	p.f("effectfence probe: %d byte-identical concurrent call(s) to %s %s\n", r.Calls, safetext.Escape(r.Tool), safetext.Clip(oneLine(string(r.Args)), 80))
+	how := "concurrent"
+	if r.Pattern == Retry {
+		how = "retried (one after another)"
+	}
+	p.f("effectfence probe: %d byte-identical %s call(s) to %s %s\n", r.Calls, how, safetext.Escape(r.Tool), safetext.Clip(oneLine(string(r.Args)), 80))
 	if r.Witness != nil {
-		p.f("witness: %s\n", safetext.Clip(oneLine(r.Witness.Command), 100))
+		kind := "reads state: never proves once"
+		if r.Witness.Kind == Executions {
+			kind = "counts executions"
+		}
+		p.f("witness: %s (%s)\n", safetext.Clip(oneLine(r.Witness.Command), 100), kind)
 	}
 	p.f("\n")
 
 	counts := tablewriter.NewTable(w)
 	counts.Header("what", "count")
+	sent := "sent (identical, at once)"
+	if r.Pattern == Retry {
+		sent = "sent (identical, one after another)"
+	}
 	rows := [][]any{
-		{"sent (identical, at once)", r.Calls},
+		{sent, r.Calls},
 		{"succeeded", r.Succeeded},
 		{"tool errors (isError)", r.ToolErrors},
 		{"protocol errors (JSON-RPC)", r.ProtocolErrors},
@@ -39,9 +51,13 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		rows = append(rows, []any{"distinct tool-error answers", r.DistinctErrors})
 	}
 	if r.Witness != nil {
+		label := "change of the state the witness reads"
+		if r.Witness.Kind == Executions {
+			label = "executions counted by the witness"
+		}
 		rows = append(rows,
 			[]any{"witness before → after", fmt.Sprintf("%d → %d", r.Witness.Before, r.Witness.After)},
-			[]any{"effects measured by the witness", r.Witness.Effects})
+			[]any{label, r.Witness.Effects})
 	}
 	for _, row := range rows {
 		p.err(counts.Append(row...))
@@ -121,8 +137,10 @@ func (p *printer) err(e error) {
 func (r *Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d calls, %d succeeded, %d distinct", r.Headline, r.Calls, r.Succeeded, r.Distinct)
-	if r.Witness != nil {
-		fmt.Fprintf(&b, ", %d effects measured", r.Witness.Effects)
+	if r.Witness != nil && r.Witness.Kind == Executions {
+		fmt.Fprintf(&b, ", %d executions counted", r.Witness.Effects)
+	} else if r.Witness != nil {
+		fmt.Fprintf(&b, ", witness state moved by %d", r.Witness.Effects)
 	}
 	return b.String()
 }

@@ -20,7 +20,8 @@ const (
 	// DoubleFire: more than one distinct successful answer, or a witness that counted more
 	// than one effect.
 	DoubleFire Verdict = "double_fire"
-	// OnceMeasured: the witness counted exactly one effect.
+	// OnceMeasured: an executions witness counted exactly one execution. A state witness
+	// never gives this verdict: collapsed state proves nothing about executions.
 	OnceMeasured Verdict = "once_measured"
 	// NoRaceSurface: exactly one call succeeded and every other one was refused by the server.
 	NoRaceSurface Verdict = "no_race_surface"
@@ -34,7 +35,7 @@ func (v Verdict) Headline() string {
 	case DoubleFire:
 		return "PROVEN DOUBLE-FIRE"
 	case OnceMeasured:
-		return "EXACTLY ONCE (measured by the witness)"
+		return "EXACTLY ONCE (1 execution counted by the witness)"
 	case NoRaceSurface:
 		return "no race surface observed"
 	}
@@ -58,9 +59,13 @@ type Failure struct {
 
 // Report is everything a probe observed and concluded. Its JSON form is the --json output.
 type Report struct {
-	Tool  string          `json:"tool"`
-	Args  json.RawMessage `json:"args"`
-	Calls int             `json:"calls"`
+	Tool    string          `json:"tool"`
+	Args    json.RawMessage `json:"args"`
+	Calls   int             `json:"calls"`
+	Pattern Pattern         `json:"pattern"` // storm or retry
+	// RetriesBeforeAnswer counts, in the retry pattern, calls sent while the previous one
+	// was still unanswered (it had timed out from the caller's side).
+	RetriesBeforeAnswer int `json:"retries_before_answer"`
 
 	Succeeded         int `json:"succeeded"`          // results with isError false
 	ToolErrors        int `json:"tool_errors"`        // results with isError true
@@ -246,36 +251,42 @@ func tally(opts Options, answers []answer) *Report {
 	return r
 }
 
-// judge sets the verdict and says exactly what was and was not proven. A witness that moved
-// is stronger evidence than the answers and decides; answers decide otherwise.
+// judge sets the verdict and says exactly what was and was not proven. An executions
+// witness that moved is stronger evidence than the answers and decides; a state witness never
+// decides (it is reported beside the answers); answers decide otherwise.
 func (r *Report) judge() {
 	n := r.Calls
+	calls := fmt.Sprintf("%d byte-identical calls", n)
+	if r.Pattern == Retry {
+		calls = fmt.Sprintf("%d byte-identical calls sent one after another (each after the previous answer or a timeout)", n)
+	}
 	w := r.Witness
+	counts := w != nil && w.Kind == Executions
 	switch {
-	case w != nil && w.Effects > 1:
+	case counts && w.Effects > 1:
 		r.Verdict = DoubleFire
-		r.Proven = fmt.Sprintf("the witness counted %d effects (%d before, %d after) from %d byte-identical calls: the effect happened %d times, not once.",
-			w.Effects, w.Before, w.After, n, w.Effects)
+		r.Proven = fmt.Sprintf("the witness counted %d executions (%d before, %d after) from %s: the tool ran %d times, not once.",
+			w.Effects, w.Before, w.After, calls, w.Effects)
 		r.NotProven = "that nothing but this probe moved the witness's number in the meantime (run it where nothing else writes)."
 		if r.Distinct > 1 {
 			r.Proven += fmt.Sprintf(" The answers agree: %d distinct successful answers.", r.Distinct)
 		}
-	case w != nil && w.Effects == 1:
+	case counts && w.Effects == 1:
 		r.Verdict = OnceMeasured
-		r.Proven = fmt.Sprintf("the witness counted exactly 1 effect (%d before, %d after) for %d byte-identical calls.", w.Before, w.After, n)
-		r.NotProven = "that it will always be once: this is one run, under this timing, with this witness."
+		r.Proven = fmt.Sprintf("the witness counted exactly 1 execution (%d before, %d after) for %s.", w.Before, w.After, calls)
+		r.NotProven = "that it will always be once: this is one run, under this timing, with this witness; and that the witness really counts every execution (--witness-kind executions says so; if it reads state, it cannot)."
 		if r.Distinct > 1 {
-			r.Notes = append(r.Notes, fmt.Sprintf("the successful answers differed (%d distinct) although one effect was measured: they carry something per call (a timestamp, a request id).", r.Distinct))
+			r.Notes = append(r.Notes, fmt.Sprintf("the successful answers differed (%d distinct) although one execution was counted: they carry something per call (a timestamp, a request id).", r.Distinct))
 		}
 	case r.Distinct > 1:
 		r.Verdict = DoubleFire
-		r.Proven = fmt.Sprintf("%d byte-identical calls got %d different successful answers: the server executed the call at least %d separate times instead of once.",
-			n, r.Distinct, r.Distinct)
-		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too. Add --witness to count the effects themselves."
+		r.Proven = fmt.Sprintf("%s got %d different successful answers: the server executed the call at least %d separate times instead of once.",
+			calls, r.Distinct, r.Distinct)
+		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too. Add a --witness that counts executions to count them."
 	case r.Succeeded == 1 && r.TransportFailures == 0 && n > 1:
 		r.Verdict = NoRaceSurface
-		r.Proven = fmt.Sprintf("exactly 1 of %d byte-identical calls succeeded; the other %d were refused by the server (%d tool errors, %d protocol errors).",
-			n, n-1, r.ToolErrors, r.ProtocolErrors)
+		r.Proven = fmt.Sprintf("exactly 1 of %s succeeded; the other %d were refused by the server (%d tool errors, %d protocol errors).",
+			calls, n-1, r.ToolErrors, r.ProtocolErrors)
 		r.NotProven = "that the server always refuses duplicates: this is one run, under this timing; nor whether a refused call had a partial effect (add --witness)."
 	case r.Succeeded == 0:
 		r.Verdict = Inconclusive
@@ -283,15 +294,21 @@ func (r *Report) judge() {
 		r.NotProven = "anything about duplicate execution: there was no successful answer to compare."
 	default:
 		r.Verdict = Inconclusive
-		r.Proven = fmt.Sprintf("%d of %d byte-identical calls succeeded, all with the same answer.", r.Succeeded, n)
-		r.NotProven = fmt.Sprintf("whether the tool ran once or %d times: a tool that runs every time and answers the same way looks exactly like one that ran once. Add --witness to count the effects.", r.Succeeded)
+		r.Proven = fmt.Sprintf("%d of %s succeeded, all with the same answer.", r.Succeeded, calls)
+		r.NotProven = fmt.Sprintf("whether the tool ran once or %d times: a tool that runs every time and answers the same way looks exactly like one that ran once. Add a --witness that counts executions (--witness-kind executions).", r.Succeeded)
 	}
-	if w != nil && w.Effects < 1 {
-		if w.Effects == 0 {
-			r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else.", w.Before))
-		} else {
-			r.Notes = append(r.Notes, fmt.Sprintf("the witness went down (%d before, %d after): something else changed it during the probe.", w.Before, w.After))
-		}
+	switch {
+	case w != nil && w.Kind == State && w.Effects == 1:
+		r.Notes = append(r.Notes, fmt.Sprintf("the witness reads state and it changed once (%d before, %d after). That does not show the tool ran once: several executions can collapse into one state (an overwrite, a read-modify-write race). Only a witness that counts executions (--witness-kind executions) can show exactly once.", w.Before, w.After))
+	case w != nil && w.Kind == State && w.Effects > 1:
+		r.Notes = append(r.Notes, fmt.Sprintf("the witness reads state and it moved by %d (%d before, %d after). If each effect adds exactly one unit to it (one row, one entity), that is %d effects: a double-fire. The verdict does not rest on it, because a state reading is not a count of executions (a file's size grows by many bytes for one write); use --witness-kind executions for a witness that counts runs.", w.Effects, w.Before, w.After, w.Effects))
+	case w != nil && w.Effects == 0:
+		r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else.", w.Before))
+	case w != nil && w.Effects < 0:
+		r.Notes = append(r.Notes, fmt.Sprintf("the witness went down (%d before, %d after): something else changed it during the probe.", w.Before, w.After))
+	}
+	if r.Pattern == Retry && r.RetriesBeforeAnswer > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) were sent again before the previous one had answered (it took longer than --retry-after), as an agent retrying after a timeout would.", r.RetriesBeforeAnswer))
 	}
 	if r.TransportFailures > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) got no answer (transport failure): whether they executed is unknown.", r.TransportFailures))

@@ -153,10 +153,15 @@ func TestJudge(t *testing.T) {
 		{"one success, rest protocol errors", append(results(ok("a")), rpc, rpc), nil, NoRaceSurface, 1, "2 protocol errors"},
 		{"one success, rest lost", append(results(ok("a")), transport, transport), nil, Inconclusive, 1, "1 of 3"},
 		{"nothing succeeded", append(results(toolErr("x")), transport), nil, Inconclusive, 0, "no call succeeded"},
-		{"equal answers, witness 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Before: 5, After: 8, Effects: 3}, DoubleFire, 1, "counted 3 effects"},
-		{"equal answers, witness 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Before: 5, After: 6, Effects: 1}, OnceMeasured, 1, "exactly 1 effect"},
-		{"different answers, witness 1", results(ok("a"), ok("b")), &WitnessReport{Before: 0, After: 1, Effects: 1}, OnceMeasured, 2, "exactly 1 effect"},
-		{"different answers, witness 0", results(ok("a"), ok("b")), &WitnessReport{Before: 4, After: 4}, DoubleFire, 2, "at least 2"},
+		{"equal answers, executions 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 8, Effects: 3}, DoubleFire, 1, "counted 3 executions"},
+		{"equal answers, executions 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 6, Effects: 1}, OnceMeasured, 1, "exactly 1 execution"},
+		{"different answers, executions 1", results(ok("a"), ok("b")), &WitnessReport{Kind: Executions, Before: 0, After: 1, Effects: 1}, OnceMeasured, 2, "exactly 1 execution"},
+		{"different answers, executions 0", results(ok("a"), ok("b")), &WitnessReport{Kind: Executions, Before: 4, After: 4}, DoubleFire, 2, "at least 2"},
+		// A state reading never decides: one change may hide many executions, and a size may
+		// grow by more than one for one effect.
+		{"equal answers, state 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: State, Before: 5, After: 6, Effects: 1}, Inconclusive, 1, "all with the same answer"},
+		{"equal answers, state 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: State, Before: 5, After: 8, Effects: 3}, Inconclusive, 1, "all with the same answer"},
+		{"different answers, state 1", results(ok("a"), ok("b")), &WitnessReport{Kind: State, Before: 0, After: 1, Effects: 1}, DoubleFire, 2, "at least 2"},
 		{"single call", results(ok("a")), nil, Inconclusive, 1, "1 of 1"},
 	}
 	for _, c := range cases {
@@ -173,6 +178,9 @@ func TestJudge(t *testing.T) {
 			if r.NotProven == "" || r.Headline == "" {
 				t.Error("a verdict without its limits")
 			}
+			if c.witness != nil && c.witness.Kind == State && (r.Verdict == OnceMeasured || strings.Contains(r.Headline, "ONCE") || len(r.Notes) == 0) {
+				t.Errorf("a state witness claimed once or went unexplained: %s %v", r.Headline, r.Notes)
+			}
 			if got := r.Succeeded + r.ToolErrors + r.ProtocolErrors + r.TransportFailures; got != len(c.answers) {
 				t.Errorf("buckets add up to %d, want %d", got, len(c.answers))
 			}
@@ -183,7 +191,7 @@ func TestJudge(t *testing.T) {
 func TestReportRendersWithoutColourAndAsJSON(t *testing.T) {
 	r := tally(Options{Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)},
 		append(results(ok("ch_1"), ok("ch_2"), toolErr("declined")), answer{err: errors.New("EOF")}))
-	r.Witness = &WitnessReport{Command: "wc -l < f", Before: 0, After: 2, Effects: 2}
+	r.Witness = &WitnessReport{Command: "wc -l < f", Kind: Executions, Before: 0, After: 2, Effects: 2}
 	r.judge()
 	var text bytes.Buffer
 	if err := r.WriteText(&text, false); err != nil {

@@ -21,10 +21,11 @@ type Witness interface {
 
 // WitnessReport is the witness's two readings and their difference.
 type WitnessReport struct {
-	Command string `json:"command"`
-	Before  int64  `json:"before"`
-	After   int64  `json:"after"`
-	Effects int64  `json:"effects"` // After - Before
+	Command string      `json:"command"`
+	Kind    WitnessKind `json:"kind"` // executions or state
+	Before  int64       `json:"before"`
+	After   int64       `json:"after"`
+	Effects int64       `json:"effects"` // After - Before
 }
 
 // CommandWitness runs a shell command (sh -c, or cmd /C on Windows) and reads the first
@@ -57,6 +58,14 @@ func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		// `grep -c` prints 0 and exits 1 when nothing matches: a clean number with nothing on
+		// stderr is the reading, whatever the exit status.
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && ctx.Err() == nil && strings.TrimSpace(stderr.String()) == "" {
+			if n, perr := ParseCount(stdout.String()); perr == nil {
+				return n, nil
+			}
+		}
 		msg := firstLine(stderr.String())
 		if msg == "" {
 			msg = firstLine(stdout.String())

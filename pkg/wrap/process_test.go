@@ -98,19 +98,8 @@ func TestThreeWrapProcessesOnePostgresLedger(t *testing.T) {
 	// A schema of its own (dropped at the end): nothing lands in the server's public schema.
 	r.ledger = pgtest.Ledger(t, "wrap")
 	threeProcesses(t, r, "pg")
-	// The call is recorded in the test's schema, and nowhere in public. (Tables in public may
-	// be another process's on a shared server: this test judges only its own records.)
-	mine := pgtest.Intents(t, pgtest.Schema(t, r.ledger))
-	if len(mine) != 1 {
-		t.Fatalf("the test's schema holds intents %v, want exactly the one call", mine)
-	}
-	for _, in := range pgtest.Intents(t, "public") {
-		if in == mine[0] {
-			t.Fatalf("this test's call %s was recorded in the public schema", in)
-		}
-	}
-	if left := pgtest.PublicTables(t); len(left) > 0 {
-		t.Logf("tables in the public schema, from another suite or process on this server: %v", left)
+	if own, public := pgtest.Where(t, r.ledger); len(own) != 1 || len(public) != 0 {
+		t.Fatalf("the ledger's intents: %v in the test's own schema, %v in public; want 1 and none", own, public)
 	}
 }
 

@@ -70,10 +70,16 @@ func Drop(tb testing.TB, raw, schema string) {
 	}
 }
 
-// PublicTables lists the tables in the server's public schema whose names start with
-// effectfence: none must exist after any test.
-func PublicTables(tb testing.TB) []string {
+// Where reports, for a ledger URL made by Ledger, the intents recorded in its own schema and
+// those of them that are (also) in the public schema's ledger tables, if any exist there.
+// Other programs may leave ledger tables in public; only these intents say this test wrote there.
+func Where(tb testing.TB, ledger string) (own, inPublic []string) {
 	tb.Helper()
+	u, err := url.Parse(ledger)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, URL(tb))
@@ -81,57 +87,20 @@ func PublicTables(tb testing.TB) []string {
 		tb.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'effectfence%' ORDER BY 1")
-	if err != nil {
-		tb.Fatal(err)
+	strs := func(q string, args ...any) []string {
+		rows, err := conn.Query(ctx, q, args...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return out
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		tb.Fatal(err)
+	own = strs("SELECT intent FROM " + pgx.Identifier{schema, "effectfence_records"}.Sanitize() + " ORDER BY 1")
+	if len(strs("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename = 'effectfence_records'")) == 1 {
+		inPublic = strs("SELECT intent FROM public.effectfence_records WHERE intent = ANY($1) ORDER BY 1", own)
 	}
-	return names
-}
-
-// Schema returns the schema a URL from Ledger names (its search_path).
-func Schema(tb testing.TB, ledgerURL string) string {
-	tb.Helper()
-	u, err := url.Parse(ledgerURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s := u.Query().Get("search_path")
-	if s == "" {
-		tb.Fatalf("ledger URL names no search_path: %s", ledgerURL)
-	}
-	return s
-}
-
-// Intents lists the intents recorded in schema's effectfence_records, or nil when that schema
-// has no such table.
-func Intents(tb testing.TB, schema string) []string {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, URL(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	table := pgx.Identifier{schema, "effectfence_records"}.Sanitize()
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
-		tb.Fatal(err)
-	}
-	if !exists {
-		return nil
-	}
-	rows, err := conn.Query(ctx, "SELECT intent FROM "+table+" ORDER BY 1")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	intents, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return intents
+	return own, inPublic
 }
