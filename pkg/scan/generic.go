@@ -158,3 +158,62 @@ func mergeShape(precise, shape []decl) []decl {
 	}
 	return out
 }
+
+var (
+	// a description literal in any of the six languages: description: "x", description = "x",
+	// .description("x"), Description: "x", description 'x' (Ruby DSL), @Description("x")
+	descLitRe = regexp.MustCompile(`(?i)\bdescription["']?\s*(?:=>|[:=(]|\s)\s*(?:[frb]|)(?:"""|'''|["'` + "`" + `])\s*([A-Za-z][^"'` + "`" + `\n]{0,200})`)
+	// a Python docstring opening a decorated function
+	docstringRe = regexp.MustCompile(`(?:"""|''')\s*([A-Za-z][^\n"']{0,200})`)
+	// descriptions that say a tool only looks, whatever verb they start with
+	readOnlyDescRe = regexp.MustCompile(`(?i)read[- ]only|does not (?:modify|change|write)|without (?:modifying|changing)|no side effects`)
+)
+
+// descFiller are words a description may begin with before its verb: "Tool to create...",
+// "This tool will send...", "Use this to delete...".
+var descFiller = wordSet("tool", "tools", "to", "this", "that", "will", "use", "a", "an", "the", "mcp",
+	"it", "helps", "allows", "you", "lets", "used", "for", "which", "can", "please", "function",
+	"method", "endpoint", "command", "simply", "quickly", "safely")
+
+// descriptionVerb returns the effect verb a tool's description begins with, or "": the
+// published description for --run, else the description literal in its own block.
+func descriptionVerb(dr *toolDraft) string {
+	desc := ""
+	if dr.pub != nil && dr.pub.Description != "" {
+		desc = dr.pub.Description
+	} else {
+		s := dr.src
+		body := s.text[s.starts[dr.d.from-1]:endOffset(s, dr.d.to)]
+		if m := descLitRe.FindSubmatch(body); m != nil {
+			desc = string(m[1])
+		} else if s.lang == langPython {
+			if m := docstringRe.FindSubmatch(body); m != nil {
+				desc = string(m[1])
+			}
+		}
+	}
+	return leadingEffectVerb(desc)
+}
+
+// leadingEffectVerb returns the description's first verb when it is an effect word (and not
+// also a read word), after filler words; "Creates" counts as create.
+func leadingEffectVerb(desc string) string {
+	if desc == "" || readOnlyDescRe.MatchString(desc) {
+		return ""
+	}
+	for _, w := range splitWords(desc) {
+		if descFiller[w] {
+			continue
+		}
+		for _, v := range []string{w, strings.TrimSuffix(w, "s"), strings.TrimSuffix(w, "es")} {
+			if readWords[v] {
+				return ""
+			}
+			if effectWords[v] {
+				return v
+			}
+		}
+		return ""
+	}
+	return ""
+}
