@@ -21,7 +21,11 @@ var (
 	// description 'x' (Ruby DSL) / desc
 	shapeDescRe = regexp.MustCompile(`(?i)\b(?:description|desc)\b\s*(?:["']\s*)?(?:=>|[:=(]|\s+["'])`)
 	// a schema or parameter list near it
-	shapeSchemaRe = regexp.MustCompile(`(?i)\b(?:input_?schema|inputschema|argsSchema|params_?schema|parameters|input_schema|schema|properties)\b`)
+	shapeSchemaRe = regexp.MustCompile(`(?i)\b(?:input_?schema|inputschema|argsSchema|params_?schema|parameters|input_schema|schema|properties|argument)\b`)
+	// a name-like literal opening a call's arguments: register("x", "what it does", schema)
+	posNameRe = regexp.MustCompile(`(?:\(|^)\s*(["'])([\w\-.]{2,100})["']\s*,`)
+	// Ruby DSL: tool "greet" do ... end
+	rubyToolBlockRe = regexp.MustCompile(`^[ \t]*tool\s+(["'])([\w\-.]{2,100})["']\s+do\b`)
 	// the schema key MCP itself names: enough context on its own
 	mcpSchemaRe = regexp.MustCompile(`(?i)\binput_?schema\b`)
 	// what a tool is not: prompts and resources have names and descriptions too
@@ -75,7 +79,71 @@ func findShapeDecls(s *source) []decl {
 		seen[key] = true
 		out = append(out, decl{name: name, ref: ref, style: "shape: name + description + schema", line: n, from: from, to: to, generic: true})
 	}
+	for _, d := range findPositionalShapes(s) {
+		if !seen[d.name+"\x00"] {
+			seen[d.name+"\x00"] = true
+			out = append(out, d)
+		}
+	}
+	if s.lang == langRuby {
+		for _, m := range s.findLines(rubyToolBlockRe, "tool") {
+			name := string(s.text[m[4]:m[5]])
+			n := s.lineOf(m[0])
+			if seen[name+"\x00"] || !nameLike(name) {
+				continue
+			}
+			to := s.rubyBlockEnd(n)
+			body := s.text[s.starts[n-1]:endOffset(s, to)]
+			if !shapeDescRe.Match(body) {
+				continue
+			}
+			seen[name+"\x00"] = true
+			out = append(out, decl{name: name, style: "shape: tool \"name\" do ... end", line: n, from: n, to: to, generic: true})
+		}
+	}
 	return out
+}
+
+// findPositionalShapes finds calls whose arguments are a tool's three parts in order: a
+// name-like literal, a description in words, and a schema (Rust registry.register("x",
+// "Manage x.", json!({...}), handler), Tool.new("x", "Does y", {...})).
+func findPositionalShapes(s *source) []decl {
+	var out []decl
+	for _, m := range s.findLinesWhere(posNameRe, func(l []byte) bool { return bytes.Contains(l, []byte(",")) && len(l) < 400 }) {
+		lit := m[2]
+		open := s.enclosingOpen(lit, '(')
+		if open < 0 || len(bytes.TrimSpace(s.text[open+1:lit])) != 0 || s.inComment(lit) {
+			continue
+		}
+		args := s.parseArgs(open, 3)
+		if len(args) < 3 || !args[0].isStr || !args[1].isStr || !strings.Contains(args[1].str, " ") {
+			continue
+		}
+		name := args[0].str
+		if !validToolName(name) || !nameLike(name) || leadingEffectVerb(args[1].str) == "" && !descLike(args[1].str) {
+			continue
+		}
+		cl := s.matchClose(open)
+		if cl < 0 {
+			continue
+		}
+		call := s.text[open:cl]
+		if !shapeSchemaRe.Match(call) || shapeNotToolRe.Match(call) {
+			continue
+		}
+		from, to := s.lineOf(open), s.lineOf(cl)
+		if !mcpSchemaRe.Match(call) && !toolContext(s, from, to) || s.inBlockComment(lit) {
+			continue
+		}
+		out = append(out, decl{name: name, style: "shape: (name, description, schema) arguments", line: s.lineOf(lit), from: from, to: to, generic: true})
+	}
+	return out
+}
+
+// descLike reports whether a string reads as a sentence describing something: words with
+// spaces, starting with a letter.
+func descLike(d string) bool {
+	return len(d) >= 8 && strings.Count(d, " ") >= 1 && (d[0] >= 'A' && d[0] <= 'Z' || d[0] >= 'a' && d[0] <= 'z')
 }
 
 // shapeLine cheaply picks lines that may hold a name position.
@@ -118,7 +186,7 @@ func toolContext(s *source, from, to int) bool {
 	a := max(1, from-40)
 	b := min(s.lineCount(), to+5)
 	body := bytes.ToLower(s.text[s.starts[a-1]:endOffset(s, b)])
-	return bytes.Contains(body, []byte("tool"))
+	return bytes.Contains(body, []byte("tool")) || strings.Contains(strings.ToLower(s.rel), "tool")
 }
 
 // inBlockComment reports whether off lies inside a block comment (/* */) or, in Python, a
