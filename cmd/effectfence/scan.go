@@ -58,10 +58,11 @@ func scanCommand(io streams) *cli.Command {
 				MaxFileBytes: cmd.Int64("max-file-bytes"),
 				MaxDepth:     cmd.Int("max-depth"),
 			}
-			if fi, err := os.Stat(args[0]); err != nil || !fi.IsDir() {
-				return usageErr("%v: %s", scan.ErrBadRoot, args[0])
-			}
 			if server != nil {
+				// a bad PATH is a usage error before any server is started
+				if fi, err := os.Stat(args[0]); err != nil || !fi.IsDir() {
+					return usageErr("%v: %s", scan.ErrBadRoot, args[0])
+				}
 				pub, err := scan.ListPublished(ctx, scan.RunConfig{Command: server, Timeout: cmd.Duration("run-timeout"), Stderr: io.err})
 				if err != nil {
 					return fmt.Errorf("scan --run: %w", err)

@@ -42,8 +42,8 @@ const shapeWindow = 30
 
 // findShapeDecls finds tool declarations by their shape in any of the six languages.
 func findShapeDecls(s *source) []decl {
-	if !bytes.Contains(s.text, shapeGate) {
-		return nil
+	if !bytes.Contains(s.text, shapeGate) || !bytes.Contains(s.text, []byte("escription")) && !bytes.Contains(s.text, []byte("desc")) {
+		return nil // every tool publishes a description; a file without the word declares none
 	}
 	var out []decl
 	seen := map[string]bool{}
@@ -64,6 +64,9 @@ func findShapeDecls(s *source) []decl {
 			}
 		}
 		n := s.lineOf(m[0])
+		if !s.shapeNear(n) {
+			continue // cheap: no description and schema within reach of this name
+		}
 		from, to := s.shapeBlock(m[0], n)
 		body := s.text[s.starts[from-1]:endOffset(s, to)]
 		if !shapeDescRe.Match(body) || !shapeSchemaRe.Match(body) || shapeNotToolRe.Match(body) || openAPIParamRe.Match(body) {
@@ -109,8 +112,13 @@ func findShapeDecls(s *source) []decl {
 // "Manage x.", json!({...}), handler), Tool.new("x", "Does y", {...})).
 func findPositionalShapes(s *source) []decl {
 	var out []decl
-	for _, m := range s.findLinesWhere(posNameRe, func(l []byte) bool { return bytes.Contains(l, []byte(",")) && len(l) < 400 }) {
+	for _, m := range s.findLinesWhere(posNameRe, func(l []byte) bool {
+		return len(l) < 400 && (bytes.Contains(l, []byte(`",`)) || bytes.Contains(l, []byte(`',`)) || bytes.Contains(l, []byte(`" ,`)))
+	}) {
 		lit := m[2]
+		if !s.shapeNear(s.lineOf(lit)) {
+			continue
+		}
 		open := s.enclosingOpen(lit, '(')
 		if open < 0 || len(bytes.TrimSpace(s.text[open+1:lit])) != 0 || s.inComment(lit) {
 			continue
@@ -285,3 +293,36 @@ func leadingEffectVerb(desc string) string {
 	}
 	return ""
 }
+
+// shapeNear is the cheap test run before any bracket matching: a description and a schema
+// marker within shapeReach lines of line n. Bracket matching scans from the start of the
+// file, so without this a large file with many name= arguments would cost quadratic time.
+// The markers are counted once per file into prefix sums.
+func (s *source) shapeNear(n int) bool {
+	if s.descSum == nil {
+		s.descSum = s.markerSums(shapeDescRe, "esc")
+		s.schemaSum = s.markerSums(shapeSchemaRe, "chema", "ropert", "aram", "rgument", "SCHEMA", "ROPERT")
+	}
+	a := max(1, n-shapeReach)
+	b := min(s.lineCount(), n+shapeReach)
+	return s.descSum[b]-s.descSum[a-1] > 0 && s.schemaSum[b]-s.schemaSum[a-1] > 0
+}
+
+// markerSums returns, for each line k, how many of lines 1..k match re (sum[0] = 0).
+func (s *source) markerSums(re *regexp.Regexp, triggers ...string) []int32 {
+	sum := make([]int32, s.lineCount()+1)
+	hit := make([]bool, s.lineCount()+1)
+	for _, m := range s.findLines(re, triggers...) {
+		hit[s.lineOf(m[0])] = true
+	}
+	for k := 1; k <= s.lineCount(); k++ {
+		sum[k] = sum[k-1]
+		if hit[k] {
+			sum[k]++
+		}
+	}
+	return sum
+}
+
+// shapeReach bounds how far from a name its description and schema may be.
+const shapeReach = 60
