@@ -42,12 +42,15 @@ const shapeWindow = 30
 
 // findShapeDecls finds tool declarations by their shape in any of the six languages.
 func findShapeDecls(s *source) []decl {
-	if !bytes.Contains(s.text, shapeGate) || !bytes.Contains(s.text, []byte("escription")) && !bytes.Contains(s.text, []byte("desc")) {
-		return nil // every tool publishes a description; a file without the word declares none
+	if !bytes.Contains(s.text, shapeGate) {
+		return nil
 	}
 	var out []decl
 	seen := map[string]bool{}
-	for _, m := range s.findLinesWhere(shapeNameRe, shapeLine) {
+	// keyed shapes need the word description (or desc) somewhere in the file; positional
+	// ones carry the description as a bare string
+	keyed := bytes.Contains(s.text, []byte("escription")) || bytes.Contains(s.text, []byte("desc"))
+	for _, m := range s.findLinesWhere(shapeNameRe, func(l []byte) bool { return keyed && shapeLine(l) }) {
 		if s.inComment(m[0]) {
 			continue
 		}
@@ -62,6 +65,9 @@ func findShapeDecls(s *source) []decl {
 			if !constantLike(ref) || conversions[ref] || strings.TrimSpace(string(s.text[m[2]:m[3]])) == "" {
 				continue // Name ToolName is a Go field declaration, not a value
 			}
+		}
+		if strings.TrimSpace(string(s.text[m[2]:m[3]])) == "" && !bytes.Contains(bytes.ToLower(s.text[m[0]:m[2]]), []byte("tool")) {
+			continue // name "x" with only a space is Ruby DSL; only tool_name "x" names a tool
 		}
 		n := s.lineOf(m[0])
 		if !s.shapeNear(n) {
@@ -116,7 +122,7 @@ func findPositionalShapes(s *source) []decl {
 		return len(l) < 400 && (bytes.Contains(l, []byte(`",`)) || bytes.Contains(l, []byte(`',`)) || bytes.Contains(l, []byte(`" ,`)))
 	}) {
 		lit := m[2]
-		if !s.shapeNear(s.lineOf(lit)) {
+		if !s.schemaNear(s.lineOf(lit)) {
 			continue
 		}
 		open := s.enclosingOpen(lit, '(')
@@ -306,6 +312,14 @@ func (s *source) shapeNear(n int) bool {
 	a := max(1, n-shapeReach)
 	b := min(s.lineCount(), n+shapeReach)
 	return s.descSum[b]-s.descSum[a-1] > 0 && s.schemaSum[b]-s.schemaSum[a-1] > 0
+}
+
+// schemaNear is shapeNear for positional shapes, whose description is the second argument.
+func (s *source) schemaNear(n int) bool {
+	s.shapeNear(n)
+	a := max(1, n-shapeReach)
+	b := min(s.lineCount(), n+shapeReach)
+	return s.schemaSum[b]-s.schemaSum[a-1] > 0
 }
 
 // markerSums returns, for each line k, how many of lines 1..k match re (sum[0] = 0).
