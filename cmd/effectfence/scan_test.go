@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,76 @@ func TestColorFor(t *testing.T) {
 	os.Unsetenv("NO_COLOR")
 	if colorFor(w) || colorFor(&bytes.Buffer{}) {
 		t.Error("colour chosen for a pipe or a buffer")
+	}
+}
+
+func TestScanRunUsage(t *testing.T) {
+	code, _, errs := runScan(t, traps, "--run")
+	if code != exitUsage || !strings.Contains(errs, "needs the server command") {
+		t.Fatalf("--run without a command: exit %d, %q", code, errs)
+	}
+	code, _, errs = runScan(t, traps, "extra")
+	if code != exitUsage || !strings.Contains(errs, "exactly one PATH") {
+		t.Fatalf("a second argument without --run: exit %d, %q", code, errs)
+	}
+	code, _, errs = runScan(t, "--run", traps, "--", "/nonexistent/mcp-server")
+	if code == exitOK || !strings.Contains(errs, "scan --run") {
+		t.Fatalf("--run with a server that cannot start: exit %d, %q", code, errs)
+	}
+}
+
+// --run against the real server-memory package (scripts/install-peers): all three formats
+// carry what the running server published.
+func TestScanRunRealServer(t *testing.T) {
+	pkg := filepath.Join("..", "..", ".peers", "node_modules", "@modelcontextprotocol", "server-memory", "dist")
+	if _, err := os.Stat(pkg); err != nil {
+		t.Skip("npm peers not installed (.peers missing); run scripts/install-peers")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	server := []string{"--", node, filepath.Join(pkg, "index.js")}
+	t.Setenv("MEMORY_FILE_PATH", filepath.Join(t.TempDir(), "memory.jsonl"))
+
+	code, out, errs := runScan(t, append([]string{"--json", "--run", pkg}, server...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep struct {
+		Run struct {
+			Published []struct {
+				Name string `json:"name"`
+			} `json:"published"`
+			NotInCode []string `json:"published_not_found_in_code"`
+		} `json:"run"`
+		Candidates []struct {
+			Name      string `json:"name"`
+			Published *bool  `json:"published"`
+		} `json:"candidates"`
+		Notes []any `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Run.Published) != 9 || len(rep.Run.NotInCode) != 0 || len(rep.Candidates) != 6 {
+		t.Fatalf("published %d, not in code %v, candidates %d", len(rep.Run.Published), rep.Run.NotInCode, len(rep.Candidates))
+	}
+	for _, c := range rep.Candidates {
+		if c.Published == nil || !*c.Published {
+			t.Errorf("%s not marked published", c.Name)
+		}
+	}
+	if rep.Notes == nil {
+		t.Error("notes missing from --json")
+	}
+
+	code, out, errs = runScan(t, append([]string{"--run", pkg}, server...)...)
+	if code != exitOK || !strings.Contains(out, "Published by the running server: 9 tool(s)") || !strings.Contains(out, "create_entities") {
+		t.Fatalf("text: exit %d, %s\n%s", code, errs, out)
+	}
+	code, out, errs = runScan(t, append([]string{"--sarif", "--run", pkg}, server...)...)
+	if code != exitOK || !strings.Contains(out, "declaredNotPublished") {
+		t.Fatalf("sarif: exit %d, %s\n%s", code, errs, out)
 	}
 }

@@ -3,23 +3,45 @@ package scan
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 )
 
-// registrationHints are strings that a file declaring MCP tools almost always holds. A file
-// holding one where no declaration was resolved is worth a note: the scan may be blind to
-// its style.
-var registrationHints = [][]byte{
-	[]byte("registerTool"), []byte("RegisterTool"), []byte(".tool("), []byte("@mcp"), []byte("add_tool("),
-	[]byte("AddTool("), []byte("addTool("), []byte("NewTool("), []byte("#[tool"), []byte("@Tool"),
-	[]byte("@McpTool"), []byte("MCP::Tool"), []byte("inputSchema"), []byte("input_schema"),
-	[]byte("InputSchema"), []byte("Tool.builder"), []byte("tool_name"),
+// registrationHints are what a file that declares MCP tools almost always holds: a register
+// call, a tool decorator or attribute, or an inputSchema key with a value. A file holding one
+// (outside comments and definitions) where no declaration was resolved is worth a note: the
+// scan may be blind to its style.
+var registrationHints = []string{
+	"registerTool(", "RegisterTool(", ".tool(", "@mcp.tool", "@server.tool", "add_tool(", "AddTool(",
+	"addTool(", "NewTool(", "#[tool(", "#[tool]", "@Tool(", "@McpTool(", "MCP::Tool", "Tool.builder()",
+	"inputSchema:", "inputSchema\":", "input_schema=", "input_schema:", "InputSchema:", "\"input_schema\":",
 }
 
-func registrationHint(text []byte) bool {
-	for _, h := range registrationHints {
-		if bytes.Contains(text, h) {
+var hintRe = regexp.MustCompile(regexp.QuoteMeta(registrationHints[0]) + func() string {
+	var b strings.Builder
+	for _, h := range registrationHints[1:] {
+		b.WriteString("|" + regexp.QuoteMeta(h))
+	}
+	return b.String()
+}())
+
+var definitionStart = []string{"func ", "def ", "fn ", "pub fn ", "function ", "export function ", "type ", "interface ", "public ", "private ", "protected ", "async def ", "static "}
+
+func registrationHint(s *source) bool {
+	for _, m := range s.findLinesWhere(hintRe, func(l []byte) bool { return bytes.Contains(l, []byte("ool")) || bytes.Contains(l, []byte("chema")) }) {
+		l := strings.TrimSpace(s.line(s.lineOf(m[0])))
+		if commentLine(l) || s.inComment(m[0]) || m[1] < len(s.text) && s.text[m[1]] == ')' {
+			continue // x.tool() reads a tool; it declares none
+		}
+		def := false
+		for _, d := range definitionStart {
+			if strings.HasPrefix(l, d) && !strings.Contains(l, "=") {
+				def = true
+				break
+			}
+		}
+		if !def && !s.inBlockComment(m[0]) {
 			return true
 		}
 	}

@@ -242,7 +242,7 @@ func scanFile(f walkedFile, limit int64) (r fileResult) {
 	r.consts = fileConsts(s)
 	r.funcs = fileFuncs(s)
 	r.dispatch = fileDispatch(s)
-	r.hinted = registrationHint(text)
+	r.hinted = registrationHint(s)
 	return r
 }
 
@@ -553,6 +553,12 @@ func classify(dr *toolDraft, rep *Report) {
 		t.Candidate = true
 		t.Money = nameMoney
 		t.Reason = "no effect or read words in the name; annotated as not read-only or destructive"
+	case !declaredReadOnly && descriptionVerb(dr) != "":
+		// a name without a verb (draft_forward, Bash): the description every tool publishes
+		// says what it does
+		t.Candidate = true
+		t.Money = nameMoney
+		t.Reason = fmt.Sprintf("no effect or read words in the name; its description begins with %q", descriptionVerb(dr))
 	default:
 		t.Reason = "no effect or read words in the name and no write site in its own code"
 		if declaredReadOnly {

@@ -23,6 +23,8 @@ type source struct {
 	lang   string
 	text   []byte
 	starts []int // offset of the first byte of each line
+
+	descSum, schemaSum []int32 // lines holding description / schema markers, as prefix sums (generic.go)
 }
 
 func newSource(rel, lang string, text []byte) *source {
