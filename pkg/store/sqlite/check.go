@@ -141,7 +141,7 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	case v > SchemaVersion:
 		r.Problems = append(r.Problems, fmt.Sprintf("schema version %d is newer than this build's %d: a newer effectfence wrote it; upgrade effectfence", v, SchemaVersion))
 	case v < SchemaVersion && err == nil:
-		r.Advice = append(r.Advice, fmt.Sprintf("schema version %d is older than this build's %d; it is migrated in place the next time a process opens it for writing (read-only commands read it as it is)", v, SchemaVersion))
+		r.Advice = append(r.Advice, fmt.Sprintf("schema version %d is older than this build's %d; it is migrated in place the next time a process opens it for writing (any command but `ledger check`)", v, SchemaVersion))
 	}
 	rows, err := db.QueryContext(ctx, "PRAGMA integrity_check")
 	if err != nil {
