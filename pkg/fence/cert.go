@@ -156,8 +156,9 @@ func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 // Verify recomputes the hash (and the result's digest) and reports a mismatch (a tampered or
 // corrupted cert).
 func (c *Cert) Verify() error {
-	if kept, ok := c.ResultNotKept(); ok && kept == c.ResultSHA256 {
-		// Only the digest was kept (KeepHash): the hash below still binds it.
+	if _, ok := c.ResultNotKept(); ok {
+		// Only a digest was kept (KeepHash): the exact bytes are gone by design, and the hash
+		// below still binds result_sha256.
 	} else if c.ResultSHA256 != "" {
 		if got := canon.Sum(c.Result); got != c.ResultSHA256 {
 			return fmt.Errorf("cert of intent %q does not verify: its result hashes to %s, recorded result_sha256 %s", c.Intent, got, c.ResultSHA256)

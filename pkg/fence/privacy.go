@@ -108,13 +108,18 @@ func (c *Cert) SameResult(result []byte) (bool, error) {
 	return bytes.Equal(r, rec), nil
 }
 
-// keptResult is what the ledger stores of a result under keep: the exact bytes, or only their
-// digest (sum).
+// keptResult is what the ledger stores of a result under keep: the exact bytes, or (KeepHash)
+// only the digest of the result's canonical JSON, so that the same result spelled another way
+// is still recognised; a result no canonicaliser accepts is digested as its exact bytes (sum).
 func keptResult(keep KeepResult, result []byte, sum string) json.RawMessage {
-	if keep == KeepHash {
-		return notKept(sum)
+	if keep != KeepHash {
+		return result
 	}
-	return result
+	digest, err := ResultSHA256(result)
+	if err != nil {
+		digest = sum
+	}
+	return notKept(digest)
 }
 
 // MaxRedactPaths bounds Request.Redact.

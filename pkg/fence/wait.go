@@ -18,9 +18,9 @@ type Notifier interface {
 // PrepareWait is Prepare that coalesces: when the intent is in flight it waits, up to maxWait,
 // for the holder to finish, and then returns the holder's cert (counted as coalesced), or a
 // Ticket if the holder released the intent, or the holder's failure. Only if the holder is
-// still running when maxWait ends does it return InFlightError. An intent that went unknown
-// because its holder's lease lapsed (PriorFailureError.Healable) is waited on the same way,
-// since the holder's late result heals it; when maxWait ends it returns that refusal. Waiting notices outcomes of
+// still running when maxWait ends does it return InFlightError. When the holder's lease lapses
+// the wait ends with the intent's unknown (PriorFailureError, Healable when the holder's own
+// late result may still heal it): a wait never outlives the lease it waits on. Waiting notices outcomes of
 // this process at once, and those of other processes through the store's Notifier if it has
 // one, else by polling the store (2 ms growing to 100 ms).
 func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Duration) (Admission, error) {
@@ -75,12 +75,14 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 	}
 }
 
-// worthWaiting reports whether a refusal may turn into an answer: the intent is in flight, or
-// unknown only because its live (or unseen) holder's lease lapsed, so that holder's late
-// result may still heal it.
+// worthWaiting reports whether a refusal may turn into an answer while the claim's lease runs:
+// only an intent in flight. A wait never outlives the lease it waits on: once the lease has
+// lapsed the intent is unknown, and even when its holder's late result may still heal it
+// (PriorFailureError.Healable) the waiter is answered at once, so a stalled holder cannot keep
+// a crowd of waiters (and the workers they occupy) for their whole wait. A retry after the
+// heal receives the recorded result.
 func worthWaiting(err error) bool {
-	var pf PriorFailureError
-	return errors.Is(err, ErrInFlight) || (errors.As(err, &pf) && pf.Healable)
+	return errors.Is(err, ErrInFlight)
 }
 
 // watchers wakes waiters of an intent when this process records its outcome.

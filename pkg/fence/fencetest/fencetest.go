@@ -434,29 +434,23 @@ func testLateSettleHeals(t *testing.T, newStore Factory) {
 		}
 		return tk
 	}
-	// A waiter coalescing on the intent gets the real answer once the holder commits.
 	tc := lapse("heal:commit")
-	waited := make(chan error, 1)
 	var pf fence.PriorFailureError
 	if _, err := other.Prepare(ctx, req("heal:commit")); !errors.As(err, &pf) || !pf.Healable {
 		t.Fatalf("lapsed claim: %v; want a healable prior_failure", err)
 	}
-	go func() {
-		// The intent is unknown but healable: the waiter waits for the holder's late result.
-		adm, err := other.PrepareWait(ctx, req("heal:commit"), 30*time.Second)
-		switch {
-		case err != nil:
-			waited <- fmt.Errorf("waiter: %w", err)
-		case adm.Fresh() || string(adm.Cert.Result) != `"ok"`:
-			waited <- fmt.Errorf("waiter admitted or wrong result: %+v", adm)
-		default:
-			waited <- nil
-		}
-	}()
-	time.Sleep(100 * time.Millisecond) // let the waiter start waiting (it also works if it comes late)
+	// A wait never outlives the lease it waits on: a waiter is answered at once with the
+	// healable unknown, and a retry after the holder's late commit receives the real result.
+	start := time.Now()
+	if _, err := other.PrepareWait(ctx, req("heal:commit"), 30*time.Second); !errors.As(err, &pf) || !pf.Healable {
+		t.Fatalf("waiter on a lapsed claim: %v; want a healable prior_failure", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the waiter waited %s on a lapsed claim", took)
+	}
 	c := mustCommit(t, eng, tc, `"ok"`)
-	if err := <-waited; err != nil {
-		t.Fatal(err)
+	if adm, err := other.PrepareWait(ctx, req("heal:commit"), 30*time.Second); err != nil || adm.Fresh() || string(adm.Cert.Result) != `"ok"` {
+		t.Fatalf("retry after the heal: %+v %v, want the holder's result", adm, err)
 	}
 	if again := mustCommit(t, eng, tc, `"ok"`); again.Hash != c.Hash {
 		t.Fatal("retried healing commit returned another cert")
