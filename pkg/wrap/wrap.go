@@ -16,7 +16,9 @@
 //     is told it was not executed again and what the operator must run.
 //
 // Everything else (tools/list, resources, prompts, completion, logging, notifications both
-// ways, the child's requests to the agent) passes through unfenced, byte for byte.
+// ways, the child's requests to the agent) passes through unfenced, byte for byte. What the
+// child writes reaches the agent in the child's order (a progress notification written
+// before a result arrives before it; see mcpstdio's package comment for requests).
 package wrap
 
 import (
