@@ -14,6 +14,23 @@
 //     written; whether the call ran is unknown.
 //   - a context error: the caller stopped waiting; the child may still run the call.
 //
+// Order: what the child writes reaches the caller in the order it wrote it, as a proxy needs
+// (a progress notification written just before a result must reach the agent before that
+// result). Notifications are delivered to Config.OnNotification one at a time, in order, on a
+// goroutine of the session; a response is handed to its Call only once every notification the
+// child wrote before it has been delivered (OnNotification returned). The reader itself never
+// waits for OnNotification, so a slow callback delays what follows it, not the reading.
+// Hence OnNotification must not wait for a Call of the same session: that Call's response
+// would queue behind the notification being delivered, forever. Start a goroutine instead.
+//
+// Requests from the child take their place in the same order: OnRequest for a request is
+// called only once the notifications written before it have been delivered. It then runs on
+// its own goroutine, because it waits for an answer (from the agent, for a proxy) that may
+// take minutes and must not hold up the notifications and responses behind it; what the child
+// writes after a request may therefore be delivered before OnRequest has passed the request
+// on. That cannot mislead anyone: the child cannot have acted on its request's answer before
+// it receives it, so nothing it writes meanwhile depends on the request having been seen.
+//
 // Session is one child process; Child restarts the process when a session has ended.
 package mcpstdio
 
@@ -67,10 +84,14 @@ type Config struct {
 	// InitTimeout bounds the wait for the initialize response. Default DefaultInitTimeout.
 	InitTimeout time.Duration
 	// OnNotification receives each notification from the child, in order, on one goroutine
-	// owned by the session. It may call the session's methods.
+	// owned by the session. A response the child wrote after a notification reaches its Call
+	// only once OnNotification has returned for it (see "Order" in the package comment), so
+	// OnNotification may call the session's methods but must not wait for a Call's response:
+	// that deadlocks. Run such work on another goroutine.
 	OnNotification func(method string, params json.RawMessage)
-	// OnRequest answers a request from the child (sampling, roots, elicitation...). It runs on
-	// its own goroutine per request. Return a *jsonrpc.Error to send that error. Nil answers
+	// OnRequest answers a request from the child (sampling, roots, elicitation...). It is
+	// called once the notifications the child wrote before the request have been delivered,
+	// on its own goroutine per request. Return a *jsonrpc.Error to send that error. Nil answers
 	// every request except ping with "method not found". Pings are answered here.
 	OnRequest func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 }
@@ -139,8 +160,12 @@ type Session struct {
 	exited  chan struct{} // cmd.Wait returned
 	exitMsg string
 
+	// notes carries, in the child's order, what must wait for the notifications before it:
+	// notifications, requests, and responses read while a notification was undelivered.
 	notes    chan note
 	notesEnd chan struct{}
+	// backlog counts the notes read and not yet delivered; only the reader adds to it.
+	backlog  atomic.Int64
 	reqCtx   context.Context
 	reqStop  context.CancelFunc
 	closing  atomic.Bool
@@ -153,9 +178,14 @@ type reply struct {
 	err    error
 }
 
+// note is one message in the delivery queue: a notification (method, params), a request of
+// the child (req), or a response to hand to a waiting Call (to, r).
 type note struct {
 	method string
 	params json.RawMessage
+	req    *jsonrpc.Message
+	to     chan reply
+	r      reply
 }
 
 // Start spawns the child and performs the initialize handshake (initialize, then
@@ -439,15 +469,25 @@ func (s *Session) read(stdout io.Reader) {
 		case m.IsResponse():
 			s.resolve(m)
 		case m.IsNotification():
-			s.notes <- note{m.Method, m.Params}
+			s.queue(note{method: m.Method, params: m.Params})
 		case m.IsRequest():
-			go s.answer(m)
+			s.queue(note{req: m})
 		default:
 			s.logf("MCP server %s wrote a message that is neither request, response nor notification; ignored: %.200q", s.name(), line)
 		}
 	}
 }
 
+// queue appends n to the delivery queue (called by the reader only).
+func (s *Session) queue(n note) {
+	s.backlog.Add(1)
+	s.notes <- n
+}
+
+// resolve hands a response to its Call: at once when everything read before it has been
+// delivered, else through the delivery queue, behind what the child wrote before it. The
+// call is taken out of pending here, so a session that ends meanwhile does not fail a call
+// whose answer was already read.
 func (s *Session) resolve(m *jsonrpc.Message) {
 	key := string(m.ID)
 	s.mu.Lock()
@@ -458,19 +498,31 @@ func (s *Session) resolve(m *jsonrpc.Message) {
 		s.logf("MCP server %s answered request id %s that is not waiting; ignored", s.name(), m.ID)
 		return
 	}
+	r := reply{result: m.Result}
 	if m.Error != nil {
-		ch <- reply{err: m.Error}
+		r = reply{err: m.Error}
+	}
+	// Only the reader adds to backlog, so zero here means nothing read before is undelivered.
+	if s.backlog.Load() == 0 {
+		ch <- r
 		return
 	}
-	ch <- reply{result: m.Result}
+	s.queue(note{to: ch, r: r})
 }
 
+// deliver works through the queue in order until the reader closes it.
 func (s *Session) deliver() {
 	defer close(s.notesEnd)
 	for n := range s.notes {
-		if s.cfg.OnNotification != nil {
+		switch {
+		case n.to != nil:
+			n.to <- n.r // buffered, and each call is resolved once: never blocks
+		case n.req != nil:
+			go s.answer(n.req)
+		case s.cfg.OnNotification != nil:
 			s.cfg.OnNotification(n.method, n.params)
 		}
+		s.backlog.Add(-1)
 	}
 }
 

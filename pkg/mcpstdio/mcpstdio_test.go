@@ -345,3 +345,123 @@ func procExists(pid int) bool {
 	i := bytes.LastIndexByte(b, ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
+
+// TestNotificationsBeforeAResponseAreDeliveredFirst: the child writes progress notifications
+// and the result in one write; Call must not return before every one of them went through
+// OnNotification (a proxy forwards them there, and must keep the child's order).
+func TestNotificationsBeforeAResponseAreDeliveredFirst(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	var mu sync.Mutex
+	seen := map[string]int{} // progress notifications delivered, by progress token
+	cfg.OnNotification = func(method string, params json.RawMessage) {
+		if method != "notifications/progress" {
+			return
+		}
+		var p struct {
+			ProgressToken string `json:"progressToken"`
+		}
+		_ = json.Unmarshal(params, &p)
+		time.Sleep(50 * time.Microsecond) // a callback slower than the reader widens the window
+		mu.Lock()
+		seen[p.ProgressToken]++
+		mu.Unlock()
+	}
+	s := start(t, cfg)
+	const calls, n = 300, 3
+	for i := range calls {
+		token := fmt.Sprintf("t%d", i)
+		params := fmt.Sprintf(`{"name":"progress","arguments":{"n":%d},"_meta":{"progressToken":%q}}`, n, token)
+		res, err := s.Call(context.Background(), "tools/call", json.RawMessage(params))
+		if err != nil || !strings.Contains(string(res), "progress done") {
+			t.Fatalf("call %d: %s %v", i, res, err)
+		}
+		mu.Lock()
+		got := seen[token]
+		mu.Unlock()
+		if got != n {
+			t.Fatalf("call %d returned after %d of its %d progress notifications were delivered", i, got, n)
+		}
+	}
+}
+
+// TestCallsFromConcurrentCallersKeepTheOrder: the same with calls in parallel, where the
+// responses of some calls are read while the notifications of others are still delivered.
+func TestCallsFromConcurrentCallersKeepTheOrder(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	var mu sync.Mutex
+	seen := map[string]int{}
+	cfg.OnNotification = func(method string, params json.RawMessage) {
+		var p struct {
+			ProgressToken string `json:"progressToken"`
+		}
+		_ = json.Unmarshal(params, &p)
+		mu.Lock()
+		seen[p.ProgressToken]++
+		mu.Unlock()
+	}
+	s := start(t, cfg)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				token := fmt.Sprintf("w%d-%d", w, i)
+				params := fmt.Sprintf(`{"name":"progress","arguments":{"n":5},"_meta":{"progressToken":%q}}`, token)
+				if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(params)); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				got := seen[token]
+				mu.Unlock()
+				if got != 5 {
+					errs <- fmt.Errorf("%s returned after %d of 5 progress notifications", token, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestOnNotificationMayStartACall: a callback that calls the session from a goroutine of its
+// own (as the package comment asks) is served, with notifications still flowing.
+func TestOnNotificationMayStartACall(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	var s *mcpstdio.Session
+	ready := make(chan struct{})
+	listed := make(chan string, 1)
+	cfg.OnNotification = func(method string, _ json.RawMessage) {
+		if method != "notifications/tools/list_changed" {
+			return
+		}
+		<-ready
+		go func() {
+			res, err := s.ListTools(context.Background(), "")
+			if err != nil {
+				listed <- err.Error()
+				return
+			}
+			listed <- string(res)
+		}()
+	}
+	s = start(t, cfg)
+	close(ready)
+	if _, err := s.CallTool(context.Background(), "add_tool", json.RawMessage(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-listed:
+		if !strings.Contains(got, `"name":"extra"`) {
+			t.Fatalf("listing from the callback: %s", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the listing started by the callback never returned")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
@@ -89,6 +90,97 @@ type toolCache struct {
 	mu     sync.RWMutex
 	tools  map[string]toolInfo
 	loaded bool
+	// listing is held through a whole refresh, so refreshes run one at a time and an older
+	// listing never overwrites a newer one.
+	listing sync.Mutex
+	changes changes
+}
+
+// changes runs the refreshes that notifications/tools/list_changed asks for. They cannot run
+// on the goroutine that delivers the child's notifications: mcpstdio hands the tools/list
+// response over only after that goroutine is done with the notifications before it, the
+// list_changed among them (see mcpstdio's package comment). So the handler only asks, and a
+// goroutine owned here lists; list_changed arriving while it lists cause one more listing.
+type changes struct {
+	mu      sync.Mutex
+	want    bool          // a list_changed arrived that no listing has started to cover
+	idle    chan struct{} // closed when the running loop ends; nil when none runs
+	stopped bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// changed asks for a refresh from the live session (session returns nil when none is up).
+func (c *toolCache) changed(session func() *mcpstdio.Session, logf func(string, ...any)) {
+	ch := &c.changes
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.stopped {
+		return
+	}
+	ch.want = true
+	if ch.idle != nil {
+		return // the running loop will list again
+	}
+	if ch.ctx == nil {
+		ch.ctx, ch.cancel = context.WithCancel(context.Background())
+	}
+	ch.idle = make(chan struct{})
+	ch.wg.Add(1)
+	go func() {
+		defer ch.wg.Done()
+		for {
+			ch.mu.Lock()
+			if !ch.want || ch.stopped {
+				close(ch.idle)
+				ch.idle = nil
+				ch.mu.Unlock()
+				return
+			}
+			ch.want = false
+			ctx := ch.ctx
+			ch.mu.Unlock()
+			if s := session(); s != nil {
+				ctx, cancel := context.WithTimeout(ctx, listChangedWait)
+				if err := c.refresh(ctx, s); err != nil {
+					logf("refreshing the tool list after list_changed: %v", err)
+				}
+				cancel()
+			}
+		}
+	}()
+}
+
+// listChangedWait bounds one refresh after list_changed.
+const listChangedWait = 30 * time.Second
+
+// settled waits, until ctx ends, for the refreshes asked for by list_changed so far: a
+// tools/call the agent sends after it saw list_changed is judged by the new listing. Until a
+// refresh ends the previous listing stays in place.
+func (c *toolCache) settled(ctx context.Context) {
+	c.changes.mu.Lock()
+	idle := c.changes.idle
+	c.changes.mu.Unlock()
+	if idle == nil {
+		return
+	}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
+}
+
+// shutdown stops the refreshes (one in progress is cancelled) and waits for their goroutine.
+func (c *toolCache) shutdown() {
+	ch := &c.changes
+	ch.mu.Lock()
+	ch.stopped = true
+	if ch.cancel != nil {
+		ch.cancel()
+	}
+	ch.mu.Unlock()
+	ch.wg.Wait()
 }
 
 func (c *toolCache) get(name string) (toolInfo, bool, bool) {
@@ -113,6 +205,8 @@ func (c *toolCache) merge(page map[string]toolInfo, first bool) {
 
 // refresh lists every page of the child's tools.
 func (c *toolCache) refresh(ctx context.Context, s *mcpstdio.Session) error {
+	c.listing.Lock()
+	defer c.listing.Unlock()
 	all := map[string]toolInfo{}
 	cursor := ""
 	for pages := 0; pages < 1000; pages++ {

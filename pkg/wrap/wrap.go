@@ -16,7 +16,9 @@
 //     is told it was not executed again and what the operator must run.
 //
 // Everything else (tools/list, resources, prompts, completion, logging, notifications both
-// ways, the child's requests to the agent) passes through unfenced, byte for byte.
+// ways, the child's requests to the agent) passes through unfenced, byte for byte. What the
+// child writes reaches the agent in the child's order (a progress notification written
+// before a result arrives before it; see mcpstdio's package comment for requests).
 package wrap
 
 import (
@@ -277,6 +279,7 @@ func (p *Proxy) drain(why string) {
 	if c != nil {
 		_ = c.CloseWithin(childStopBudget)
 	}
+	p.tools.shutdown() // no list_changed can come any more: end the refresh goroutine
 	<-done
 }
 
@@ -583,14 +586,12 @@ func (p *Proxy) learnTools(params, res json.RawMessage) {
 
 func (p *Proxy) childNotification(method string, params json.RawMessage) {
 	if method == "notifications/tools/list_changed" {
-		if s := p.live(); s != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if err := p.tools.refresh(ctx, s); err != nil {
-				p.logf("refreshing the tool list after list_changed: %v", err)
-			}
-			cancel()
-		}
+		// Listed on another goroutine (waiting here for tools/list would deadlock: see
+		// toolCache.changes). Asked before the agent sees the notification, so a tools/call
+		// it sends in reply waits for the new listing (toolInfo).
+		p.tools.changed(p.live, p.logf)
 	}
+	// Forwarded at once, in the order the child wrote it.
 	p.reply(jsonrpc.Notification(method, params))
 }
 

@@ -56,6 +56,7 @@ const ToolsList = `{"tools":[` +
 	`{"name":"balance","description":"Reads the balance (read only).","inputSchema":{"type":"object","properties":{}},"annotations":{"readOnlyHint":true}},` +
 	`{"name":"add_tool","description":"Adds the tool \"extra\" and sends tools/list_changed.","inputSchema":{"type":"object"}},` +
 	`{"name":"ask","description":"Asks the client for its roots (a request from server to client) and returns the answer.","inputSchema":{"type":"object"}},` +
+	`{"name":"progress","description":"Sends n progress notifications and its result in one write (read only).","inputSchema":{"type":"object","properties":{"n":{"type":"integer"},"tag":{"type":"string"}}},"annotations":{"readOnlyHint":true}},` +
 	`{"name":"echo","description":"Returns its text; records nothing (for benchmarks).","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}},` +
 	`{"name":"odd","description":"Records an effect; returns a result with a lone surrogate, a duplicate member and 1e400.","inputSchema":{"type":"object","properties":{"tag":{"type":"string"}}}},` +
 	`{"name":"ünïcode \u2603","description":"Non-ASCII name, escaped \u00e9 and raw é \u003c\u003e","inputSchema":{"type":"object","properties":{"x":{"type":"number","multipleOf":0.5}},"examples":[{"x":1.50}]}}` +
@@ -134,6 +135,9 @@ func (s *server) write(line []byte) {
 }
 
 func (s *server) handle(m *jsonrpc.Message) {
+	if m.Method == "tools/call" && s.progress(m) {
+		return
+	}
 	res, rerr := s.dispatch(m)
 	if rerr != nil {
 		s.write(jsonrpc.ErrorResponse(m.ID, rerr))
@@ -180,6 +184,34 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 		return json.RawMessage(`{"messages":[{"role":"user","content":{"type":"text","text":"hello"}}]}`), nil
 	}
 	return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + m.Method}
+}
+
+// progress serves the tool "progress": n notifications/progress for the request's
+// progressToken, then the result, all in one write to stdout, so a reader receives them in
+// one read and any reordering on its side shows.
+func (s *server) progress(m *jsonrpc.Message) bool {
+	var p struct {
+		Name      string `json:"name"`
+		Arguments struct {
+			N   int    `json:"n"`
+			Tag string `json:"tag"`
+		} `json:"arguments"`
+		Meta struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil || p.Name != "progress" {
+		return false
+	}
+	var buf []byte
+	for i := 1; i <= p.Arguments.N && p.Meta.ProgressToken != nil; i++ {
+		params := fmt.Sprintf(`{"progressToken":%s,"progress":%d,"total":%d}`, p.Meta.ProgressToken, i, p.Arguments.N)
+		buf = append(append(buf, jsonrpc.Notification("notifications/progress", json.RawMessage(params))...), '\n')
+	}
+	res := text(fmt.Sprintf("progress done n=%d tag=%s", p.Arguments.N, p.Arguments.Tag), false)
+	buf = append(buf, jsonrpc.Response(m.ID, res)...)
+	s.write(buf) // the writer ends the line
+	return true
 }
 
 type callParams struct {

@@ -1,0 +1,70 @@
+package wrap
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// TestListChangedRefreshesOneAtATimeAndStops: a burst of list_changed from the delivery
+// goroutine returns at once, causes listings one at a time (coalesced), settled waits for
+// them, and shutdown leaves no goroutine and starts none after.
+func TestListChangedRefreshesOneAtATimeAndStops(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
+		Command: []string{exe, "-test.run=^$"}, Env: mcptest.Env(filepath.Join(t.TempDir(), "effects"), ""),
+		Stderr: os.Stderr, InitTimeout: 30 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var c toolCache
+	var inside, most, listings atomic.Int32
+	session := func() *mcpstdio.Session {
+		listings.Add(1)
+		n := inside.Add(1)
+		defer inside.Add(-1)
+		time.Sleep(time.Millisecond) // two loops at once would overlap here
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return s
+	}
+	logf := func(f string, a ...any) { t.Errorf("unexpected log: "+f, a...) }
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.changed(session, logf) }()
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c.settled(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("the listing after list_changed never finished")
+	}
+	if _, ok, loaded := c.get("charge"); !ok || !loaded {
+		t.Fatal("the listing did not reach the cache")
+	}
+	if n := listings.Load(); n < 1 || n > 50 || most.Load() != 1 {
+		t.Fatalf("%d listings, at most %d at once", n, most.Load())
+	}
+	c.shutdown()
+	c.changed(session, logf)
+	c.changes.mu.Lock()
+	idle := c.changes.idle
+	c.changes.mu.Unlock()
+	if idle != nil {
+		t.Fatal("a listing started after shutdown")
+	}
+}
