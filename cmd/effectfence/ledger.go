@@ -26,8 +26,9 @@ const ledgerUsage = `The operator's view of a ledger: what is in flight, failed 
 reconcile and clear; verify certificates; export.
 
 Which ledger: --ledger PATH|memory|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
-of a wrap process, --for -- <the child command exactly as wrap runs it>; otherwise the
-default ledger of ` + "`effectfence serve`" + `.
+of a wrap process, --for -- <the child command exactly as wrap runs it>, run from the same
+directory and environment as wrap (its default file follows the server's scope), with
+--scope NAME if wrap was given one; otherwise the default ledger of ` + "`effectfence serve`" + `.
 
 Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
 shorten long cells only on a terminal, and not with --wide.
@@ -83,7 +84,8 @@ type ledgerCall struct {
 func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli.Flag, run func(context.Context, ledgerCall) error) *cli.Command {
 	common := []cli.Flag{
 		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path, memory, or a postgres:// URL (overrides EFFECTFENCE_LEDGER)"},
-		&cli.BoolFlag{Name: "for", Usage: "use the ledger of `effectfence wrap -- <command…>`: give the child command after --"},
+		&cli.BoolFlag{Name: "for", Usage: "use the default ledger of `effectfence wrap -- <command…>` started from this directory and environment: give the child command after --"},
+		&cli.StringFlag{Name: "scope", Usage: "with --for: the --scope NAME that wrap was given"},
 	}
 	// export always writes JSON Lines and picks its format with --format alone: one way to
 	// choose a format.
@@ -97,7 +99,7 @@ func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli
 	return &cli.Command{
 		Name:      name,
 		Usage:     usage,
-		ArgsUsage: au + "[--for -- <command…>]",
+		ArgsUsage: au + "[--for [--scope NAME] -- <command…>]",
 		Flags:     append(flags, common...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			c, err := newLedgerCall(io, cmd, nargs)
@@ -128,7 +130,11 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		if cmd.String("ledger") != "" {
 			return ledgerCall{}, usageErr("ledger %s: give --ledger or --for, not both", cmd.Name)
 		}
-		name = store.WrapName(child)
+		// The same scope, so the same file, that `effectfence wrap [--scope NAME] -- child`
+		// started from this directory and environment opens by default.
+		name = store.CurrentWrapScope(child, cmd.String("scope")).LedgerName()
+	} else if cmd.IsSet("scope") {
+		return ledgerCall{}, usageErr("ledger %s: --scope names the scope of a wrap ledger and goes with --for -- <command…>", cmd.Name)
 	} else if len(args) > nargs {
 		return ledgerCall{}, usageErr("ledger %s: unexpected argument %q (a child command goes after --for --)", cmd.Name, args[nargs])
 	}

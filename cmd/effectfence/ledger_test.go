@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
@@ -434,5 +435,86 @@ func TestLedgerCheckDamaged(t *testing.T) {
 	var rep store.CheckReport
 	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.States["done"] != 3 || rep.States["failed"] != 1 {
 		t.Fatalf("check --json of a good ledger = %d %s", code, out)
+	}
+}
+
+// TestLedgerForFindsWrapsFile runs the real binary as an operator would: a wrap with its
+// default ledger records a call, then `ledger ls --for -- <the same command>` from the same
+// directory and environment finds that record, with and without --scope; a fenced call's clear
+// hint names the file by its absolute path.
+func TestLedgerForFindsWrapsFile(t *testing.T) {
+	bin := effectfence(t)
+	dir := t.TempDir()
+	env := []string{"XDG_STATE_HOME=" + t.TempDir(), store.EnvLedger + "="}
+	child := []string{bin, "demo-server", "--latency", "0s"}
+	session := func(name string) string {
+		return `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record_event","arguments":{"name":"` + name + `"}}}` + "\n"
+	}
+	inDir := func(stdin string, args ...string) result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		code := 0
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("effectfence %s: %v", strings.Join(args, " "), err)
+		}
+		return result{code, out.String(), errb.String()}
+	}
+	for _, scope := range []string{"", "fleet-a"} {
+		var sc []string
+		if scope != "" {
+			sc = []string{"--scope", scope}
+		}
+		event := "for-test-" + scope
+		w := inDir(session(event), append(append(append([]string{"wrap", "--grace", "60s"}, sc...), "--"), child...)...)
+		if w.code != exitOK || !strings.Contains(w.stdout, `"id":1`) || !strings.Contains(w.stderr, "admitted=1") {
+			t.Fatalf("wrap %v: exit %d\nstdout %s\nstderr %s", sc, w.code, w.stdout, w.stderr)
+		}
+		r := inDir("", append(append(append([]string{"ledger", "ls", "--json"}, sc...), "--for", "--"), child...)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "record_event") || !strings.Contains(r.stdout, event) {
+			t.Fatalf("ledger ls --for %v after wrap: exit %d\nstdout %s\nstderr %s", sc, r.code, r.stdout, r.stderr)
+		}
+	}
+	// Without --scope, --for does not reach the scoped file (another scope, another file),
+	// and the derived scope's file holds no record of the scoped wrap.
+	r := inDir("", append([]string{"ledger", "ls", "--json", "--for", "--"}, child...)...)
+	if r.code != exitOK || strings.Contains(r.stdout, "for-test-fleet-a") {
+		t.Fatalf("ledger ls --for without --scope: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	// From another directory the derived scope is another: --for names a file nothing used.
+	r = runBinary(t, env, "", append([]string{"ledger", "ls", "--for", "--"}, child...)...)
+	if r.code != exitError || !strings.Contains(r.stderr, "no ledger at") {
+		t.Fatalf("ledger ls --for from another directory: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := inDir("", "ledger", "ls", "--scope", "x"); r.code != exitUsage || !strings.Contains(r.stderr, "goes with --for") {
+		t.Fatalf("ledger ls --scope without --for: exit %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+func TestClearHint(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	abs, _ := filepath.Abs("l.db")
+	for loc, want := range map[string]string{
+		"l.db":                          "--ledger " + abs,
+		"memory":                        "--ledger memory (",
+		"postgres://u:secret@h/db":      "--ledger 'postgres://u:xxxxx@h/db' (with the password",
+		"postgres://u@h/db?sslmode=off": "--ledger 'postgres://u@h/db?sslmode=off'",
+	} {
+		if got := clearHint(loc); !strings.HasPrefix(got, want) || strings.Contains(got, "secret") {
+			t.Errorf("clearHint(%q) = %q; want it to start with %q", loc, got, want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/effectfence/effectfence/internal/safetext"
@@ -64,7 +65,7 @@ func main() {
 // config never puts help text on the protocol channel.
 func run(ctx context.Context, args []string, io streams) int {
 	root := rootCommand(io)
-	usageEverywhere(root)
+	usageEverywhere(root, io, args)
 	err := root.Run(ctx, args)
 	if err == nil {
 		return exitOK
@@ -88,10 +89,16 @@ func run(ctx context.Context, args []string, io streams) int {
 // usageEverywhere makes every command report its usage errors the same way: urfave/cli's
 // own handling prints the whole help to stdout and exits 1, and OnUsageError is not inherited
 // by subcommands, so it is set here on each one. A usage error returned by an action is
-// tagged with the command that raised it, for the hint.
-func usageEverywhere(cmd *cli.Command) {
+// tagged with the command that raised it, for the hint. A command marked jsonErrors (probe)
+// whose --json was asked for also gets its JSON error object on stdout, as its action writes
+// it for its other usage errors; every other command keeps stdout empty.
+func usageEverywhere(cmd *cli.Command, io streams, args []string) {
 	cmd.OnUsageError = func(_ context.Context, c *cli.Command, err error, _ bool) error {
-		return exitCoder{exitUsage, inCommand{c.FullName(), errors.New(flagMessage(c, err))}}
+		uerr := exitCoder{exitUsage, inCommand{c.FullName(), errors.New(flagMessage(c, err))}}
+		if c.Metadata[jsonErrors] == true && jsonAsked(c, args) {
+			writeJSONError(io.out, uerr)
+		}
+		return uerr
 	}
 	if act := cmd.Action; act != nil {
 		cmd.Action = func(ctx context.Context, c *cli.Command) error {
@@ -105,8 +112,36 @@ func usageEverywhere(cmd *cli.Command) {
 		}
 	}
 	for _, sub := range cmd.Commands {
-		usageEverywhere(sub)
+		usageEverywhere(sub, io, args)
 	}
+}
+
+// jsonErrors marks (in cli.Command.Metadata) a command whose --json promises a JSON error
+// object on stdout when it cannot run.
+const jsonErrors = "effectfence/json-errors"
+
+// jsonAsked reports whether --json was given to c: parsed already, or, when flag parsing
+// stopped at an earlier bad flag, present among the command line's flags (before "--").
+func jsonAsked(c *cli.Command, args []string) bool {
+	if c.Bool("json") {
+		return true
+	}
+	asked := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		asked = true
+		if hasVal {
+			b, err := strconv.ParseBool(val)
+			asked = err == nil && b
+		}
+	}
+	return asked
 }
 
 var (

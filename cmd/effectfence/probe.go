@@ -26,6 +26,7 @@ const exitDoubleFire = 3
 func probeCommand(io streams) *cli.Command {
 	return &cli.Command{
 		Name:      "probe",
+		Metadata:  map[string]any{jsonErrors: true},
 		Usage:     "fire N byte-identical calls at an MCP server (at once, or as retries) and report what they prove",
 		ArgsUsage: "-- <server command...>",
 		Description: `Starts the server, calls only --tool with exactly --args, --calls times over one connection,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -86,5 +87,47 @@ func TestEveryCommandRefusesABadFlag(t *testing.T) {
 	check([]string{"wrap", "--fence-read", "--", "true"}, "did you mean --fence-reads?")
 	if r := runBinary(t, env, "", "ledger", "ls", "--bogus"); !strings.Contains(r.stderr, "run `effectfence ledger ls --help`") {
 		t.Errorf("hint does not name the subcommand: %q", r.stderr)
+	}
+}
+
+// TestProbeJSONBadFlag runs the real binary: probe --json with a bad flag value or an unknown
+// flag, --json before or after it, prints the JSON error object on stdout (code usage, exit 2)
+// as for its other usage errors; --json=false, and every other command given --json and a
+// bad flag, keep stdout empty.
+func TestProbeJSONBadFlag(t *testing.T) {
+	env := []string{"XDG_STATE_HOME=" + t.TempDir(), "EFFECTFENCE_LEDGER="}
+	for _, args := range [][]string{
+		{"probe", "--json", "--calls", "abc", "--tool", "x", "--", "true"},
+		{"probe", "--calls", "abc", "--json", "--tool", "x", "--", "true"},
+		{"probe", "--json=true", "--timeout", "soon", "--tool", "x", "--", "true"},
+		{"probe", "--json", "--no-such-flag", "--tool", "x", "--", "true"},
+		{"probe", "--json", "--calls", "0", "--tool", "x", "--", "true"}, // the action's own usage error
+	} {
+		r := runBinary(t, env, "", args...)
+		var doc struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+				Exit    int    `json:"exit"`
+			} `json:"error"`
+		}
+		if r.code != exitUsage || json.Unmarshal([]byte(r.stdout), &doc) != nil || doc.Error.Code != "usage" || doc.Error.Exit != exitUsage || doc.Error.Message == "" {
+			t.Errorf("effectfence %s: exit %d, stdout %q; want exit 2 and the JSON usage error", strings.Join(args, " "), r.code, r.stdout)
+		}
+		if !strings.Contains(r.stderr, "effectfence probe --help") {
+			t.Errorf("effectfence %s: stderr %q; want the line and the hint too", strings.Join(args, " "), r.stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{"probe", "--json=false", "--calls", "abc", "--tool", "x", "--", "true"},
+		{"probe", "--calls", "abc", "--tool", "x", "--", "true", "--json"},
+		{"ledger", "ls", "--json", "--wide=maybe"},
+		{"scan", "--json", "--no-such-flag"},
+		{"wrap", "--json", "--wait", "abc", "--", "true"},
+		{"serve", "--json", "--workers", "abc"},
+	} {
+		if r := runBinary(t, env, "", args...); r.code != exitUsage || r.stdout != "" {
+			t.Errorf("effectfence %s: exit %d, stdout %q; want exit 2 and nothing on stdout", strings.Join(args, " "), r.code, r.stdout)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/store/postgres"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
@@ -29,8 +30,8 @@ func wrapCommand(io streams) *cli.Command {
 			"Identical calls of a tool (same canonical arguments) run once; duplicates wait for the\n" +
 			"first or receive its recorded result. Tools annotated readOnlyHint pass through.\n" +
 			"The ledger is per scope (command, working directory, environment, or --scope NAME):\n" +
-			"`effectfence ledger ... --for -- <command...>` from the same shell, or --ledger with the\n" +
-			"path wrap logs at startup.",
+			"`effectfence ledger ... [--scope NAME] --for -- <command...>` from the same directory and\n" +
+			"environment, or --ledger with the path wrap logs at startup (fenced calls name it).",
 		StopOnNthArg:              &first,
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
@@ -107,12 +108,7 @@ func wrapCommand(io streams) *cli.Command {
 			// The log carries the child's stderr: escaped, so the server cannot drive the
 			// terminal wrap's stderr is shown on.
 			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
-			switch {
-			case led.Location == "memory":
-				opt.ClearHint = "--ledger memory (this wrap's ledger is in memory: restarting wrap forgets it)"
-			default:
-				opt.ClearHint = "--ledger " + wrap.ShellJoin([]string{led.Location})
-			}
+			opt.ClearHint = clearHint(led.Location)
 			p, err := wrap.New(opt)
 			if err != nil {
 				return usageErr("%v", err)
@@ -167,6 +163,27 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time
 	err := p.Serve(ctx, io.in, io.out)
 	statsLine()
 	return err
+}
+
+// clearHint names this wrap's ledger to `effectfence ledger clear` in a way that is true
+// wherever the operator runs it: by its absolute path (`--for` resolves the default file only
+// from wrap's own directory and environment, and a relative --ledger only from wrap's
+// directory), and a PostgreSQL URL without its password, which must not reach the agent.
+func clearHint(loc string) string {
+	switch {
+	case loc == "memory":
+		return "--ledger memory (this wrap's ledger is in memory: restarting wrap forgets it)"
+	case strings.Contains(loc, "://"):
+		red := postgres.Redact(loc)
+		if red != loc {
+			return "--ledger " + wrap.ShellJoin([]string{red}) + " (with the password of the URL wrap was given)"
+		}
+		return "--ledger " + wrap.ShellJoin([]string{loc})
+	}
+	if abs, err := filepath.Abs(loc); err == nil {
+		loc = abs
+	}
+	return "--ledger " + wrap.ShellJoin([]string{loc})
 }
 
 // logScope says which scope this wrap fences (names, never values) and points at a ledger

@@ -88,8 +88,8 @@ func CurrentWrapScope(argv []string, name string, extra ...string) Scope {
 func (s Scope) LedgerName() string { return "wrap-" + s.ID[:16] }
 
 // WrapName is the default ledger name `effectfence wrap -- argv` uses when started from this
-// process's working directory and environment, without --scope: `effectfence ledger --for`
-// resolves wrap's file with it.
+// process's working directory and environment, without --scope (`effectfence ledger --for`
+// calls CurrentWrapScope with its own --scope, as wrap does).
 func WrapName(argv []string) string { return CurrentWrapScope(argv, "").LedgerName() }
 
 // LegacyWrapName is the default ledger name of wrap before scopes (argv only).

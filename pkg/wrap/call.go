@@ -271,7 +271,14 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	stopHeartbeat := p.heartbeat(t)
 	res, err := p.callChild(ctx, params)
 	stopHeartbeat()
+	return p.finish(ctx, tool, intent, f, t, res, err, false)
+}
 
+// finish records the outcome of an admitted call, plain (run) or task-augmented (the task's
+// final answer), through settle, and returns the answer the agent receives. Every outcome goes
+// through Engine.Settle: retried while the ledger does not answer, kept in the spool past
+// SettleWait, each error logged.
+func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, res json.RawMessage, err error, task bool) answer {
 	var rpc *jsonrpc.Error
 	switch {
 	case err == nil && !isError(res):
@@ -281,6 +288,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 		if errors.As(cerr, &invalid) {
 			// The ledger answered but cannot take this result (not JSON it can record): the
 			// call ran, so its intent is fenced as failed rather than left to lapse.
+			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
 			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeAbort, Ticket: t, Reason: "the result could not be recorded: " + cerr.Error()})
 		}
 		return answer{result: res}
@@ -292,7 +300,11 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	case errors.As(err, &rpc):
 		a := answer{err: rpc}
 		p.flights.fail(intent, f, a)
-		p.release(ctx, t, "the MCP server refused the call: "+rpc.Message)
+		refused := "the MCP server refused the call: "
+		if task {
+			refused = "the MCP server refused the call or failed the task: "
+		}
+		p.release(ctx, t, refused+rpc.Message)
 		return a
 	case errors.Is(err, mcpstdio.ErrNotSent):
 		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent)}
@@ -302,9 +314,14 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	default:
 		defer p.flights.done(intent, f)
 		reason := "the MCP server died or the connection failed during the call: " + err.Error()
+		msg := fmt.Sprintf("the MCP server failed during this call (%v), so whether it took effect is unknown", err)
+		if task {
+			reason = "the task's outcome could not be learned: " + err.Error()
+			msg = fmt.Sprintf("the outcome of this task-augmented call is unknown (%v)", err)
+		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
 		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
-		return answer{result: toolError(fmt.Sprintf("the MCP server failed during this call (%v), so whether it took effect is unknown. It will NOT be executed again automatically. Check the real system; an operator must then run: %s", err, p.clearCommand(intent)), fence.CodePriorFailure, intent)}
+		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; an operator must then run: "+p.clearCommand(intent), fence.CodePriorFailure, intent)}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net"
 	"net/url"
@@ -82,12 +83,10 @@ func (p *cutProxy) cut(d time.Duration) {
 	}
 }
 
-// TestLedgerOutageAtCommit: wrap on PostgreSQL, the database cut for a second while a call
-// finishes. Before issue 11 the commit failed, the fallback abort failed silently, the claim
-// lapsed in flight and the next duplicate ran the call again. Now the outcome is retried (and
-// spooled) until the ledger takes it: the call runs once and duplicates replay its result.
-func TestLedgerOutageAtCommit(t *testing.T) {
-	t.Parallel()
+// cutLedger returns a PostgreSQL ledger URL, in a schema of its own dropped at the end, that
+// reaches the database through a cutProxy.
+func cutLedger(t *testing.T) (*cutProxy, string) {
+	t.Helper()
 	base := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
 	if base == "" {
 		t.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
@@ -124,8 +123,19 @@ func TestLedgerOutageAtCommit(t *testing.T) {
 	q.Set("pool_max_conns", "4")
 	u.RawQuery = q.Encode()
 
+	return p, u.String()
+}
+
+// TestLedgerOutageAtCommit: wrap on PostgreSQL, the database cut for a second while a call
+// finishes. Before issue 11 the commit failed, the fallback abort failed silently, the claim
+// lapsed in flight and the next duplicate ran the call again. Now the outcome is retried (and
+// spooled) until the ledger takes it: the call runs once and duplicates replay its result.
+func TestLedgerOutageAtCommit(t *testing.T) {
+	t.Parallel()
+	p, ledger := cutLedger(t)
+
 	r := newRig(t)
-	r.ledger = u.String()
+	r.ledger = ledger
 	w := r.wrap("--lease-secs", "1")
 	answer := make(chan result, 1)
 	go func() {
@@ -161,6 +171,83 @@ func TestLedgerOutageAtCommit(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the outcome was never recorded: last answer %s; wrap log:\n%s", x.text(), w.log.String())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestLedgerOutageAtTaskEnd: the final outcome of a task-augmented call (server-everything's
+// simulate-research-query) arrives while the PostgreSQL ledger is cut. It goes through the
+// same settle path as a plain call, retried until the ledger is back, so it is recorded:
+// later duplicates replay the final result. Before, the task path committed once, ignored
+// the failed fallback abort, and the outcome was lost with the claim left in flight.
+func TestLedgerOutageAtTaskEnd(t *testing.T) {
+	t.Parallel()
+	p, ledger := cutLedger(t)
+	bin := peer(t, "mcp-server-everything")
+	r := newRig(t)
+	r.ledger = ledger
+	r.childCmdOverride = []string{bin}
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	// A 1 s lease: an outcome the ledger does not take within a second is spooled (and
+	// logged), then drained once the ledger is back.
+	w := r.wrap("--lease-secs", "1")
+	ctx := context.Background()
+	params := json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"ledger outage"},"task":{"ttl":300000}}`)
+	res, err := w.Call(ctx, "tools/call", params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if json.Unmarshal(res, &created) != nil || created.Task.TaskID == "" {
+		t.Fatalf("want a CreateTaskResult, got %s", res)
+	}
+	// The database goes away while the task runs and stays away until well after it ended.
+	p.cut(time.Hour)
+	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st, err := w.Call(ctx, "tasks/get", q)
+		if err != nil {
+			t.Fatalf("tasks/get through wrap: %v", err)
+		}
+		if strings.Contains(string(st), `"completed"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task never completed: %s", st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// wrap fetches the final result itself; wait until recording it failed and it was spooled.
+	recordingFailed := func() bool {
+		l := w.log.String()
+		return strings.Contains(l, "commit of tool outcome") || strings.Contains(l, "recording commit") || strings.Contains(l, "could not be recorded")
+	}
+	for !recordingFailed() {
+		if time.Now().After(deadline) {
+			t.Fatalf("wrap never tried to record the task's outcome during the outage; log:\n%s", w.log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p.cut(0) // the database is back
+	for {
+		later, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"ledger outage"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(later), `"effectfence/replayed":true`) {
+			if !strings.Contains(string(later), "Research Report: ledger outage") {
+				t.Fatalf("the replay is not the task's final result: %s", later)
+			}
+			return
+		}
+		if time.Now().After(deadline.Add(60 * time.Second)) {
+			t.Fatalf("the task's outcome was never recorded: last answer %s; wrap log:\n%s", later, w.log.String())
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
@@ -47,7 +46,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		// No task was created (the server answered the call directly, or failed): that
 		// answer is the outcome.
 		stopHeartbeat()
-		return p.settleFinal(ctx, tool, intent, f, t, res, err)
+		return p.finish(ctx, tool, intent, f, t, res, err, true)
 	}
 	p.logf("intent %s runs as task %s; its final result will be recorded", intent, handle.Task.TaskID)
 	p.calls.Add(1)
@@ -55,7 +54,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		defer p.calls.Done()
 		final, ferr := taskResult(ctx, s, handle.Task.TaskID)
 		stopHeartbeat()
-		p.settleFinal(ctx, tool, intent, f, t, final, ferr)
+		p.finish(ctx, tool, intent, f, t, final, ferr, true)
 	}()
 	return answer{result: res}
 }
@@ -84,44 +83,4 @@ func taskResult(ctx context.Context, s *mcpstdio.Session, taskID string) (json.R
 		}
 	}
 	return nil, err
-}
-
-// settleFinal records the final answer of a task-augmented call, as run does for a plain one.
-func (p *Proxy) settleFinal(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, res json.RawMessage, err error) answer {
-	eng := p.opt.Engine
-	var rpc *jsonrpc.Error
-	switch {
-	case err == nil && !isError(res):
-		defer p.flights.done(intent, f)
-		if _, cerr := eng.Commit(ctx, t, res); cerr != nil {
-			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
-			if !errors.Is(cerr, fence.ErrLeaseLost) {
-				_ = eng.Abort(ctx, t, "the result could not be recorded: "+cerr.Error())
-			}
-		}
-		return answer{result: res}
-	case err == nil:
-		a := answer{result: res}
-		p.flights.fail(intent, f, a)
-		p.release(ctx, t, "the tool answered isError: a definite failure")
-		return a
-	case errors.As(err, &rpc):
-		a := answer{err: rpc}
-		p.flights.fail(intent, f, a)
-		p.release(ctx, t, "the MCP server refused the call or failed the task: "+rpc.Message)
-		return a
-	case errors.Is(err, mcpstdio.ErrNotSent):
-		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent)}
-		p.flights.fail(intent, f, a)
-		p.release(ctx, t, "the call was never sent: "+err.Error())
-		return a
-	default:
-		defer p.flights.done(intent, f)
-		reason := "the task's outcome could not be learned: " + err.Error()
-		if aerr := eng.Lost(ctx, t, reason); aerr != nil {
-			p.logf("recording the unknown outcome of intent %s: %v", intent, aerr)
-		}
-		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
-		return answer{result: toolError(fmt.Sprintf("the outcome of this task-augmented call is unknown (%v). It will NOT be executed again automatically. Check the real system; an operator must then run: %s", err, p.clearCommand(intent)), fence.CodePriorFailure, intent)}
-	}
 }

@@ -67,8 +67,9 @@ type Options struct {
 	// Engine is the fence over the ledger. Required.
 	Engine *fence.Engine
 	// ClearHint is how an operator names this ledger to `effectfence ledger clear`, e.g.
-	// "--for -- npx -y server" or "--ledger /path/to.db". It is put in the messages of fenced
-	// calls.
+	// "--ledger /path/to.db": it is put in the messages of fenced calls, so it must hold from
+	// wherever the operator runs it (an absolute path, not "--for", which depends on the
+	// operator's directory and environment).
 	ClearHint string
 	// Wait bounds how long a duplicate waits for the attempt in flight (default DefaultWait).
 	Wait time.Duration
