@@ -94,3 +94,38 @@ func TestListChangedIsForwardedInOrder(t *testing.T) {
 		t.Fatalf("the new tool: %s", got)
 	}
 }
+
+// TestCallsPipelinedBehindInitialize: an agent that writes initialize and its first calls
+// without waiting for initialize's answer gets every call served: requests run on their own
+// goroutines, and one read after initialize must not overtake it and be told that initialize
+// was never sent.
+func TestCallsPipelinedBehindInitialize(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap()
+	batch := initLine + "\n" +
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"amount":7}}}` + "\n"
+	if _, err := io.WriteString(rw.in, batch); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for len(got) < 3 {
+		line, err := rw.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("answers so far %v: %v; stderr: %s", got, err, rw.log.String())
+		}
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal([]byte(line), &m) == nil && m.ID != nil {
+			got[string(m.ID)] = strings.TrimSpace(line)
+		}
+	}
+	if !strings.Contains(got["1"], `"name":"charge"`) || !strings.Contains(got["2"], `charged 7`) {
+		t.Fatalf("pipelined requests were not served after initialize: %v", got)
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("want 1 execution, got %d", n)
+	}
+}

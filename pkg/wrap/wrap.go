@@ -129,6 +129,11 @@ type Proxy struct {
 	// startErr is why the last start of the child failed (nil once one succeeds), so later
 	// requests say what failed rather than that initialize was never sent.
 	startErr string
+	// initGate is closed when an initialize the reader has seen has registered its child (or
+	// failed before it could): requests read after that initialize wait for it instead of
+	// being told that initialize was never sent, since they run on their own goroutines and
+	// may otherwise overtake it.
+	initGate chan struct{}
 
 	tools   toolCache
 	flights flights
@@ -387,6 +392,13 @@ func (p *Proxy) dispatch(line []byte) {
 	case m.IsNotification():
 		p.notify(m)
 	case m.IsRequest():
+		if m.Method == "initialize" {
+			p.mu.Lock()
+			if p.initGate == nil && p.child == nil && !p.initDone {
+				p.initGate = make(chan struct{})
+			}
+			p.mu.Unlock()
+		}
 		p.calls.Add(1)
 		untrack := p.track(m)
 		go func() {
@@ -453,8 +465,18 @@ func (p *Proxy) live() *mcpstdio.Session {
 // session returns a live session, restarting a dead child.
 func (p *Proxy) session(ctx context.Context) (*mcpstdio.Session, error) {
 	p.mu.Lock()
-	c := p.child
+	c, gate := p.child, p.initGate
 	p.mu.Unlock()
+	if c == nil && gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, ctx.Err())
+		}
+		p.mu.Lock()
+		c = p.child
+		p.mu.Unlock()
+	}
 	if c == nil {
 		p.mu.Lock()
 		why := p.startErr
@@ -511,6 +533,7 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		} `json:"clientInfo"`
 	}
 	if len(m.Params) == 0 || m.Params[0] != '{' || json.Unmarshal(m.Params, &params) != nil {
+		p.openInitGate()
 		p.mu.Unlock()
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: initialize params must be an object"))
 	}
@@ -519,6 +542,7 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		OnNotification: p.childNotification, OnRequest: p.childRequest,
 	})
 	p.child, p.agent = child, params.ClientInfo.Name
+	p.openInitGate()
 	p.mu.Unlock()
 	s, err := child.Session(ctx)
 	if err != nil {
@@ -535,6 +559,14 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 	p.initDone, p.startErr = true, ""
 	p.mu.Unlock()
 	return jsonrpc.Response(m.ID, s.InitResult())
+}
+
+// openInitGate lets requests waiting for an initialize in progress go on; p.mu is held.
+func (p *Proxy) openInitGate() {
+	if p.initGate != nil {
+		close(p.initGate)
+		p.initGate = nil
+	}
 }
 
 // forward passes a request to the child and its answer back, unchanged. It returns nil (no
