@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -101,10 +102,20 @@ type snapshot map[string]uint64
 // outNeedWrite otherwise; with write true it claims. snap is filled on the read-only pass and
 // used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
 // race (moved in the instant between arrival and reservation).
-func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admission, error) {
+func (p *pass) gate(tx Tx) (outcome, Admission, error) {
+	e, c, write, snap := p.e, &p.c, p.write, p.snap
+	if pf, ok := tx.(DomainPrefetcher); ok {
+		// The domains this pass reads travel with the record's read.
+		for _, r := range c.ReadSet {
+			pf.PrefetchDomain(r.Domain)
+		}
+		if write && c.Domain != "" {
+			pf.PrefetchDomain(c.Domain)
+		}
+	}
 	rec, err := tx.Get(c.Intent)
 	if err != nil {
-		return 0, nil, err
+		return 0, Admission{}, err
 	}
 	now := tx.Now() // after Get: a store that locks the intent reads its clock once it holds the lock
 	var (
@@ -118,43 +129,46 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	}
 	if rec != nil {
 		if rec.Fingerprint != c.fp {
-			return outRefused, nil, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
+			return outRefused, Admission{}, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
 		}
 		switch rec.State {
 		case StateDone:
 			if c.ReplayWindow > 0 && !now.Before(rec.UpdatedAt.Add(c.ReplayWindow)) {
 				if !write {
-					return outNeedWrite, nil, nil
+					return outNeedWrite, Admission{}, nil
 				}
+				p.wrote = true
 				if err := e.supersede(tx, rec, c.ReplayWindow); err != nil {
-					return 0, nil, err
+					return 0, Admission{}, err
 				}
 				rec = nil
 				break
 			}
-			cert := *rec.Cert
-			return outReplayed, &Admission{Cert: &cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
+			cert := new(Cert)
+			*cert = *rec.Cert
+			return outReplayed, Admission{Cert: cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
-			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
+			return outRefused, Admission{}, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
 			switch v, kind, why := e.judge(now, rec); v {
 			case held:
-				return outRefused, nil, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
+				return outRefused, Admission{}, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
 			case fenceIt:
 				// The effect may have happened and nobody may run it again.
 				if !write {
-					return outNeedWrite, nil, nil
+					return outNeedWrite, Admission{}, nil
 				}
+				p.wrote = true
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
-					return 0, nil, err
+					return 0, Admission{}, err
 				}
-				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
+				return outRefused, Admission{}, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}
 		default:
-			return 0, nil, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
+			return 0, Admission{}, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
 		}
 	}
 
@@ -162,20 +176,22 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	for _, r := range c.ReadSet {
 		cur, _, err := tx.DomainSeq(r.Domain)
 		if err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
-		if !write {
+		if _, seen := snap[r.Domain]; !seen {
+			// As the attempt arrived: the read-only pass, or the first run of a write pass
+			// that had none (a store that retries the write pass keeps what the first saw).
 			snap[r.Domain] = cur
 		}
 		if cur != r.Seq {
 			if write && r.Domain == c.Domain && snap[r.Domain] == r.Seq {
-				return outRefused, nil, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+				return outRefused, Admission{}, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 			}
-			return outRefused, nil, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+			return outRefused, Admission{}, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 		}
 	}
 	if !write {
-		return outNeedWrite, nil, nil
+		return outNeedWrite, Admission{}, nil
 	}
 
 	// Gate 3: reserve the domain's next sequence number. Inside one transaction the
@@ -184,16 +200,17 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	if c.Domain != "" {
 		cur, _, err := tx.DomainSeq(c.Domain)
 		if err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
 		seq = cur + 1
 		if err := tx.SetDomainSeq(c.Domain, seq); err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
 	}
+	p.wrote = true
 	token, err := tx.NextToken()
 	if err != nil {
-		return 0, nil, err
+		return 0, Admission{}, err
 	}
 	nonce := newNonce()
 	agent := c.Agent
@@ -211,7 +228,7 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
 		if err := tx.AppendEvent(Event{At: now, Intent: c.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
 	}
 	if c.KeepResult == KeepHash {
@@ -221,13 +238,13 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		claim.Redacted = c.Redact
 	}
 	if err := tx.Put(claim); err != nil {
-		return 0, nil, err
+		return 0, Admission{}, err
 	}
 	t := &Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
 	if reclaimed != nil {
-		return outReclaimed, &Admission{Ticket: t}, nil
+		return outReclaimed, Admission{Ticket: t}, nil
 	}
-	return outAdmitted, &Admission{Ticket: t}, nil
+	return outAdmitted, Admission{Ticket: t}, nil
 }
 
 // verdict is what becomes of an in-flight claim another attempt finds.
@@ -306,41 +323,103 @@ func newNonce() string {
 // now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
 // Any error means: do not run the effect.
 func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
+	p := getPass(e)
+	defer putPass(p)
 	c, err := e.validate(req)
 	if err != nil {
 		return Admission{}, err
 	}
-	out, adm, err := e.prepare(ctx, &c)
+	p.c = c
+	out, adm, err := p.prepare(ctx)
 	e.count(out, err, false)
 	if err != nil {
 		return Admission{}, err
 	}
-	return *adm, nil
+	return adm, nil
 }
 
-func (e *Engine) prepare(ctx context.Context, c *call) (outcome, *Admission, error) {
-	var snap snapshot // only attempts with a read set need one
-	if len(c.ReadSet) > 0 {
-		snap = snapshot{}
+// pass is one attempt's trip through the gates. Passes are pooled, and fn is bound once when
+// a pass is made, so handing it to the store allocates nothing.
+type pass struct {
+	e     *Engine
+	c     call
+	write bool
+	wrote bool // the write pass wrote (a claim, a supersede, an unknown mark)
+	snap  snapshot
+	out   outcome
+	adm   Admission
+	fn    func(Tx) error
+}
+
+var passPool = sync.Pool{New: func() any {
+	p := &pass{}
+	p.fn = p.run
+	return p
+}}
+
+func getPass(e *Engine) *pass {
+	p := passPool.Get().(*pass)
+	p.e = e
+	return p
+}
+
+func putPass(p *pass) {
+	snap := p.snap
+	clear(snap)
+	*p = pass{fn: p.fn, snap: snap}
+	passPool.Put(p)
+}
+
+func (p *pass) run(tx Tx) error {
+	p.wrote = false
+	var err error
+	p.out, p.adm, err = p.gate(tx)
+	return err
+}
+
+// WriteFirst is implemented by a store whose write transaction answers a replay or a refusal
+// at about the cost of a read-only one (PostgreSQL: a round trip to read and one to end the
+// transaction either way). For such a store the engine skips its read-only pass and lets the
+// write transaction decide everything; a pass that writes nothing also leaves the counters
+// unwritten. Stores with a cheap local read (memory, SQLite) keep the read-only pass, which
+// answers replays without touching the writer.
+type WriteFirst interface {
+	WriteFirst() bool
+}
+
+// DomainPrefetcher may be implemented by a Tx whose reads cost a round trip: the engine names
+// the domains it is about to read, and the Tx fetches them along with its next Get. DomainSeq
+// then answers from what was fetched.
+type DomainPrefetcher interface {
+	PrefetchDomain(domain string)
+}
+
+func (e *Engine) writeFirst() bool {
+	wf, ok := e.store.(WriteFirst)
+	return ok && wf.WriteFirst()
+}
+
+func (e *Engine) prepare(ctx context.Context, c *call) (outcome, Admission, error) {
+	p := getPass(e)
+	defer putPass(p)
+	p.c = *c
+	return p.prepare(ctx)
+}
+
+func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
+	e := p.e
+	if len(p.c.ReadSet) > 0 && p.snap == nil {
+		p.snap = snapshot{} // only attempts with a read set need one
 	}
-	var (
-		out outcome
-		adm *Admission
-	)
-	err := e.store.View(ctx, func(tx Tx) error {
-		var err error
-		out, adm, err = e.gate(tx, c, false, snap)
-		return err
-	})
-	if err != nil || out != outNeedWrite {
-		return out, adm, err
+	if !e.writeFirst() {
+		p.write = false
+		if err := e.store.View(ctx, p.fn); err != nil || p.out != outNeedWrite {
+			return p.out, p.adm, err
+		}
 	}
-	err = e.update(ctx, func(tx Tx) error {
-		var err error
-		out, adm, err = e.gate(tx, c, true, snap)
-		return err
-	})
-	return out, adm, err
+	p.write = true
+	err := e.updateWith(ctx, p.fn, p)
+	return p.out, p.adm, err
 }
 
 // count puts one attempt in its bucket.
@@ -379,28 +458,62 @@ func (e *Engine) count(out outcome, err error, waited bool) {
 // say) and update returns the refusal. Only other errors roll fn back. This also spares a
 // group-committing store from undoing a whole batch because one attempt was refused.
 func (e *Engine) update(ctx context.Context, fn func(Tx) error) error {
-	delta := e.counts.take()
-	var refusal error
-	err := e.store.Update(ctx, func(tx Tx) error {
-		refusal = nil
-		if err := fn(tx); err != nil {
-			var coded Coded
-			if !errors.As(err, &coded) {
-				return err
-			}
-			refusal = err
+	return e.updateWith(ctx, fn, nil)
+}
+
+// updater carries update's state into the store's transaction; pooled, with run bound once.
+type updater struct {
+	fn      func(Tx) error
+	delta   Counters
+	refusal error
+	p       *pass // when set and the pass wrote nothing, the counters wait for a later write
+	run     func(Tx) error
+}
+
+var updaterPool = sync.Pool{New: func() any {
+	u := &updater{}
+	u.run = u.do
+	return u
+}}
+
+func (u *updater) do(tx Tx) error {
+	u.refusal = nil
+	if err := u.fn(tx); err != nil {
+		var coded Coded
+		if !errors.As(err, &coded) {
+			return err
 		}
-		if delta.IsZero() {
-			return nil
-		}
-		return tx.AddCounters(delta)
-	})
+		u.refusal = err
+	}
+	if u.delta.IsZero() || (u.p != nil && !u.p.wrote) {
+		return nil
+	}
+	return tx.AddCounters(u.delta)
+}
+
+func (e *Engine) updateWith(ctx context.Context, fn func(Tx) error, p *pass) error {
+	u := updaterPool.Get().(*updater)
+	u.fn, u.p, u.delta, u.refusal = fn, p, e.counts.take(), nil
+	err := e.store.Update(ctx, u.run)
+	delta, refusal := u.delta, u.refusal
+	if err == nil && p != nil && !p.wrote {
+		err = errUnwritten // the counters were not written: give them back
+	}
+	*u = updater{run: u.run}
+	updaterPool.Put(u)
 	if err != nil {
-		e.counts.give(delta)
+		if !delta.IsZero() {
+			e.counts.give(delta)
+		}
+		if err == errUnwritten {
+			return refusal
+		}
 		return err
 	}
 	return refusal
 }
+
+var errUnwritten = errors.New("fence: counters not written")
 
 // holds checks that rec is the live claim of ticket t.
 func holds(rec *Record, t Ticket) error {
