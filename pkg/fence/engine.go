@@ -316,7 +316,9 @@ func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
 func newNonce() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
+	var h [32]byte // on the stack: the string is the only allocation
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // Prepare passes req through the gates. It returns an Admission with a Ticket (run the effect
