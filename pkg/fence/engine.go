@@ -316,7 +316,7 @@ func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
 func newNonce() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	var h [32]byte // on the stack: the string is the only allocation
+	var h [32]byte         // on the stack: the string is the only allocation
 	hex.Encode(h[:], b[:])
 	return string(h[:])
 }
