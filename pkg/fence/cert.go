@@ -110,9 +110,6 @@ func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 			}
 		}
 	}
-	if c.Seq > maxExactSeq {
-		return nil, fmt.Errorf("seq %d exceeds 2^53", c.Seq)
-	}
 	return c.appendCanonicalBody(make([]byte, 0, c.bodySizeHint(args, result)), args, result)
 }
 
@@ -128,6 +125,9 @@ func (c *Cert) bodySizeHint(args, result []byte) int {
 // appendCanonicalBody appends the canonical body to b (args and result already canonical, or
 // trusted to be).
 func (c *Cert) appendCanonicalBody(b []byte, args, result []byte) ([]byte, error) {
+	if c.Seq > maxExactSeq {
+		return nil, fmt.Errorf("seq %d exceeds 2^53", c.Seq)
+	}
 	b = append(b, `{"agent":`...)
 	b = canon.AppendString(b, c.Agent)
 	b = append(b, `,"args":`...)

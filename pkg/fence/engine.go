@@ -218,7 +218,9 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	if len(c.Redact) > 0 {
 		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
 	}
-	claim := &Record{
+	ca := new(claimAlloc)
+	claim := &ca.rec
+	*claim = Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
 		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
@@ -240,11 +242,18 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	if err := tx.Put(claim); err != nil {
 		return 0, Admission{}, err
 	}
-	t := &Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
+	t := &ca.ticket
+	*t = Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
 	if reclaimed != nil {
 		return outReclaimed, Admission{Ticket: t}, nil
 	}
 	return outAdmitted, Admission{Ticket: t}, nil
+}
+
+// claimAlloc holds a claim and its ticket: one allocation.
+type claimAlloc struct {
+	rec    Record
+	ticket Ticket
 }
 
 // verdict is what becomes of an in-flight claim another attempt finds.
@@ -544,87 +553,127 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	if !json.Valid(result) {
 		return nil, InvalidError{"result", "not a JSON value"}
 	}
-	res := bytes.Clone(result)
-	var cert *Cert
-	err := e.update(ctx, func(tx Tx) error {
-		cert = nil
-		rec, err := tx.Get(t.Intent)
-		if err != nil {
-			return err
-		}
-		if rec != nil && rec.State == StateDone && rec.Cert != nil && rec.Token == t.Token && rec.Nonce == t.Nonce && t.Nonce != "" {
-			// A retried commit whose first attempt landed (its answer was lost): the same
-			// ticket gets the recorded cert, and nothing is written again.
-			recorded := *rec.Cert
-			cert = &recorded
-			return nil
-		}
-		healing := heals(rec, t)
-		if !healing {
-			if err := holds(rec, t); err != nil {
-				return e.lateResult(tx, t, err, fmt.Sprintf("late commit refused; its result: %s", res))
-			}
-		}
-		now := tx.Now()
-		for _, r := range rec.ReadSet {
-			want := r.Seq
-			if r.Domain == rec.Domain {
-				want = rec.Seq // our own reservation moved it by one
-			}
-			cur, _, err := tx.DomainSeq(r.Domain)
-			if err != nil {
-				return err
-			}
-			if cur != want {
-				// The effect ran on stale state: record the intent failed (a refusal commits
-				// what was written) and say so.
-				failed := *rec
-				failed.State, failed.UpdatedAt = StateFailed, now
-				failed.Reason = fmt.Sprintf("read set went stale while the effect ran: domain %q moved from %d to %d", r.Domain, want, cur)
-				if err := tx.Put(&failed); err != nil {
-					return err
-				}
-				if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: rec.State}); err != nil {
-					return err
-				}
-				return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
-			}
-		}
-		sum := canon.Sum(res)
-		c := &Cert{
-			Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-			Args: rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
-		}
-		if c.ReadSet == nil {
-			c.ReadSet = []ReadSetEntry{}
-		}
-		body, err := c.canonicalBody(true) // args were canonicalised on the way in
-		if err != nil {
-			return err
-		}
-		c.Hash = canon.Sum(body)
-		done := *rec
-		// The nonce stays on the done record so that the holder's retried commit is recognised.
-		done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
-		done.Reason = ""
-		if err := tx.Put(&done); err != nil {
-			return err
-		}
-		if healing {
-			why := fmt.Sprintf("the claim's own late commit (cert %s) resolves the unknown outcome (%s)", c.Hash, rec.Reason)
-			if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
-				return err
-			}
-		}
-		cert = c
-		return nil
-	})
+	k := committerPool.Get().(*committer)
+	k.e, k.t, k.res = e, t, bytes.Clone(result)
+	err := e.update(ctx, k.fn)
+	cert := k.cert
+	*k = committer{fn: k.fn}
+	committerPool.Put(k)
 	e.afterOutcome(t.Intent, err)
 	if err != nil {
 		return nil, err
 	}
-	out := *cert
-	return &out, nil
+	return cert, nil
+}
+
+// committer is Commit's transaction; pooled, with fn bound once.
+type committer struct {
+	e    *Engine
+	t    Ticket
+	res  []byte
+	cert *Cert // the answer: a copy the caller owns
+	fn   func(Tx) error
+}
+
+var committerPool = sync.Pool{New: func() any {
+	k := &committer{}
+	k.fn = k.run
+	return k
+}}
+
+// doneAlloc holds a done record, its cert and the caller's copy of the cert: one allocation.
+type doneAlloc struct {
+	rec    Record
+	cert   Cert
+	answer Cert
+}
+
+// bodyBufs recycles the buffers certs' canonical bodies are hashed from.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func (k *committer) run(tx Tx) error {
+	e, t, res := k.e, k.t, k.res
+	k.cert = nil
+	rec, err := tx.Get(t.Intent)
+	if err != nil {
+		return err
+	}
+	if rec != nil && rec.State == StateDone && rec.Cert != nil && rec.Token == t.Token && rec.Nonce == t.Nonce && t.Nonce != "" {
+		// A retried commit whose first attempt landed (its answer was lost): the same
+		// ticket gets the recorded cert, and nothing is written again.
+		recorded := *rec.Cert
+		k.cert = &recorded
+		return nil
+	}
+	healing := heals(rec, t)
+	if !healing {
+		if err := holds(rec, t); err != nil {
+			return e.lateResult(tx, t, err, fmt.Sprintf("late commit refused; its result: %s", res))
+		}
+	}
+	now := tx.Now()
+	for _, r := range rec.ReadSet {
+		want := r.Seq
+		if r.Domain == rec.Domain {
+			want = rec.Seq // our own reservation moved it by one
+		}
+		cur, _, err := tx.DomainSeq(r.Domain)
+		if err != nil {
+			return err
+		}
+		if cur != want {
+			// The effect ran on stale state: record the intent failed (a refusal commits
+			// what was written) and say so.
+			failed := *rec
+			failed.State, failed.UpdatedAt = StateFailed, now
+			failed.Reason = fmt.Sprintf("read set went stale while the effect ran: domain %q moved from %d to %d", r.Domain, want, cur)
+			if err := tx.Put(&failed); err != nil {
+				return err
+			}
+			if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: rec.State}); err != nil {
+				return err
+			}
+			return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
+		}
+	}
+	sum := canon.Sum(res)
+	da := &doneAlloc{rec: *rec}
+	c := &da.cert
+	*c = Cert{
+		Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
+		Args: rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+	}
+	if c.ReadSet == nil {
+		c.ReadSet = []ReadSetEntry{}
+	}
+	bp := bodyBufs.Get().(*[]byte)
+	body, err := c.appendCanonicalBody((*bp)[:0], orNull(c.Args), nil) // args were canonicalised on the way in
+	if err == nil {
+		c.Hash = canon.Sum(body)
+	}
+	if cap(body) <= 64<<10 {
+		*bp = body[:0]
+		bodyBufs.Put(bp)
+	}
+	if err != nil {
+		return err
+	}
+	done := &da.rec
+	// The nonce stays on the done record so that the holder's retried commit is recognised.
+	done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
+	done.Reason = ""
+	if err := tx.Put(done); err != nil {
+		return err
+	}
+	if healing {
+		why := fmt.Sprintf("the claim's own late commit (cert %s) resolves the unknown outcome (%s)", c.Hash, rec.Reason)
+		if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
+			return err
+		}
+	}
+	da.answer = *c
+	k.cert = &da.answer
+	return nil
 }
 
 // Abort reports that the effect's outcome is unknown (it may or may not have happened): the
