@@ -374,10 +374,11 @@ func getPass(e *Engine) *pass {
 	return p
 }
 
+// putPass returns p to the pool. Its fields are not zeroed (the next use overwrites each one
+// before reading it; zeroing a pooled struct full of pointers costs write barriers); what
+// it still references lives at most until the pool is emptied at the next collection.
 func putPass(p *pass) {
-	snap := p.snap
-	clear(snap)
-	*p = pass{fn: p.fn, snap: snap}
+	clear(p.snap)
 	passPool.Put(p)
 }
 
@@ -419,6 +420,7 @@ func (e *Engine) prepare(ctx context.Context, c *call) (outcome, Admission, erro
 
 func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
 	e := p.e
+	p.out, p.adm = 0, Admission{} // a store failing before it runs fn leaves no stale answer
 	if len(p.c.ReadSet) > 0 && p.snap == nil {
 		p.snap = snapshot{} // only attempts with a read set need one
 	}
