@@ -26,6 +26,7 @@ type Engine struct {
 	counts counter
 	watch  watchers
 	fps    fpCache
+	known  knownIntents // for WriteFirst stores: intents this engine saw recorded
 	spool  spool
 }
 
@@ -391,10 +392,12 @@ func (p *pass) run(tx Tx) error {
 
 // WriteFirst is implemented by a store whose write transaction answers a replay or a refusal
 // at about the cost of a read-only one (PostgreSQL: a round trip to read and one to end the
-// transaction either way). For such a store the engine skips its read-only pass and lets the
-// write transaction decide everything; a pass that writes nothing also leaves the counters
-// unwritten. Stores with a cheap local read (memory, SQLite) keep the read-only pass, which
-// answers replays without touching the writer.
+// transaction either way). For such a store the engine skips its read-only pass for an
+// intent it has not seen recorded (a first attempt, which must write anyway) and lets the
+// write transaction decide everything; a pass that writes nothing leaves the counters
+// unwritten. An intent it has seen (a retry, most likely a replay) still takes the read-only
+// pass, which needs neither the intent's lock nor a transaction id. Stores with a cheap local
+// read (memory, SQLite) always take the read-only pass first.
 type WriteFirst interface {
 	WriteFirst() bool
 }
@@ -424,7 +427,11 @@ func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
 	if len(p.c.ReadSet) > 0 && p.snap == nil {
 		p.snap = snapshot{} // only attempts with a read set need one
 	}
-	if !e.writeFirst() {
+	wf := e.writeFirst()
+	if !wf || e.known.has(p.c.Intent) {
+		// The read-only pass answers replays and refusals without the writer. A WriteFirst
+		// store skips it for an intent this engine has not seen recorded (a first attempt,
+		// which must write anyway) and keeps it for one it has (a retry, likely a replay).
 		p.write = false
 		if err := e.store.View(ctx, p.fn); err != nil || p.out != outNeedWrite {
 			return p.out, p.adm, err
@@ -432,7 +439,35 @@ func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
 	}
 	p.write = true
 	err := e.updateWith(ctx, p.fn, p)
+	if wf && (err == nil || CodeOf(err) != CodeStore) {
+		e.known.add(p.c.Intent) // it has a record now (or had one that refused this attempt)
+	}
 	return p.out, p.adm, err
+}
+
+// knownIntents is a bounded set of intents; it starts over when full rather than track
+// recency (a miss only costs a replay its fast path).
+type knownIntents struct {
+	mu sync.RWMutex
+	m  map[string]struct{}
+}
+
+const knownIntentsMax = 4096
+
+func (k *knownIntents) has(intent string) bool {
+	k.mu.RLock()
+	_, ok := k.m[intent]
+	k.mu.RUnlock()
+	return ok
+}
+
+func (k *knownIntents) add(intent string) {
+	k.mu.Lock()
+	if k.m == nil || len(k.m) >= knownIntentsMax {
+		k.m = make(map[string]struct{}, 64)
+	}
+	k.m[intent] = struct{}{}
+	k.mu.Unlock()
 }
 
 // count puts one attempt in its bucket.
