@@ -57,7 +57,9 @@ func Marshal(v any) ([]byte, error) {
 // Sum returns the lowercase hex SHA-256 of b.
 func Sum(b []byte) string {
 	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
+	var h [2 * sha256.Size]byte // on the stack: the string is the only allocation
+	hex.Encode(h[:], s[:])
+	return string(h[:])
 }
 
 // ToolCall returns the canonical JSON of {"tool": tool, "args": args}, the object that identifies

@@ -97,7 +97,7 @@ const maxExactSeq = 1 << 53
 func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 	args, result := orNull(c.Args), orNull(c.Result)
 	if c.ResultSHA256 != "" {
-		result = canon.AppendString(nil, c.ResultSHA256)
+		result = nil // the digest stands for the result; appended below
 	}
 	if !trusted {
 		var err error
@@ -110,10 +110,24 @@ func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 			}
 		}
 	}
+	return c.appendCanonicalBody(make([]byte, 0, c.bodySizeHint(args, result)), args, result)
+}
+
+// bodySizeHint is about the length of the canonical body (exact for plain ASCII strings).
+func (c *Cert) bodySizeHint(args, result []byte) int {
+	n := 160 + len(args) + len(result) + len(c.ResultSHA256) + len(c.Intent) + len(c.Tool) + len(c.Parent) + len(c.Domain) + len(c.Agent) + 32*len(c.ReadSet)
+	for k := range c.Clock {
+		n += len(k) + 24
+	}
+	return n
+}
+
+// appendCanonicalBody appends the canonical body to b (args and result already canonical, or
+// trusted to be).
+func (c *Cert) appendCanonicalBody(b []byte, args, result []byte) ([]byte, error) {
 	if c.Seq > maxExactSeq {
 		return nil, fmt.Errorf("seq %d exceeds 2^53", c.Seq)
 	}
-	b := make([]byte, 0, 160+len(args)+len(result)+len(c.Intent)+len(c.Tool)+len(c.Parent)+len(c.Domain)+32*len(c.ReadSet))
 	b = append(b, `{"agent":`...)
 	b = canon.AppendString(b, c.Agent)
 	b = append(b, `,"args":`...)
@@ -143,13 +157,17 @@ func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
 	} else {
 		b = append(b, `],"result":`...)
 	}
-	b = append(b, result...)
+	if c.ResultSHA256 != "" {
+		b = canon.AppendString(b, c.ResultSHA256)
+	} else {
+		b = append(b, result...)
+	}
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, c.Seq, 10)
 	b = append(b, `,"tool":`...)
 	b = canon.AppendString(b, c.Tool)
 	b = append(b, `,"vector_clock":`...)
-	b = append(b, c.Clock.Canonical()...)
+	b = c.Clock.appendCanonical(b)
 	return append(b, '}'), nil
 }
 

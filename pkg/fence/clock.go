@@ -66,7 +66,13 @@ func (v VectorClock) Normal() VectorClock {
 
 // Canonical returns the RFC 8785 canonical JSON of the clock without zero entries.
 func (v VectorClock) Canonical() []byte {
-	keys := make([]string, 0, len(v))
+	return v.appendCanonical(make([]byte, 0, 16*len(v)+2))
+}
+
+// appendCanonical appends Canonical to b.
+func (v VectorClock) appendCanonical(b []byte) []byte {
+	var small [8]string // most clocks name a few agents: their keys stay on the stack
+	keys := small[:0]
 	for k, n := range v {
 		if n != 0 {
 			keys = append(keys, k)
@@ -74,7 +80,6 @@ func (v VectorClock) Canonical() []byte {
 	}
 	// RFC 8785 orders members by UTF-16 code units; sortUTF16 does exactly that.
 	sortUTF16(keys)
-	b := make([]byte, 0, 16*len(keys)+2)
 	b = append(b, '{')
 	for i, k := range keys {
 		if i > 0 {

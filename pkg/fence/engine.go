@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -25,6 +26,7 @@ type Engine struct {
 	counts counter
 	watch  watchers
 	fps    fpCache
+	known  knownIntents // for WriteFirst stores: intents this engine saw recorded
 	spool  spool
 }
 
@@ -101,10 +103,20 @@ type snapshot map[string]uint64
 // outNeedWrite otherwise; with write true it claims. snap is filled on the read-only pass and
 // used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
 // race (moved in the instant between arrival and reservation).
-func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admission, error) {
+func (p *pass) gate(tx Tx) (outcome, Admission, error) {
+	e, c, write, snap := p.e, &p.c, p.write, p.snap
+	if pf, ok := tx.(DomainPrefetcher); ok {
+		// The domains this pass reads travel with the record's read.
+		for _, r := range c.ReadSet {
+			pf.PrefetchDomain(r.Domain)
+		}
+		if write && c.Domain != "" {
+			pf.PrefetchDomain(c.Domain)
+		}
+	}
 	rec, err := tx.Get(c.Intent)
 	if err != nil {
-		return 0, nil, err
+		return 0, Admission{}, err
 	}
 	now := tx.Now() // after Get: a store that locks the intent reads its clock once it holds the lock
 	var (
@@ -118,43 +130,46 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	}
 	if rec != nil {
 		if rec.Fingerprint != c.fp {
-			return outRefused, nil, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
+			return outRefused, Admission{}, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
 		}
 		switch rec.State {
 		case StateDone:
 			if c.ReplayWindow > 0 && !now.Before(rec.UpdatedAt.Add(c.ReplayWindow)) {
 				if !write {
-					return outNeedWrite, nil, nil
+					return outNeedWrite, Admission{}, nil
 				}
+				p.wrote = true
 				if err := e.supersede(tx, rec, c.ReplayWindow); err != nil {
-					return 0, nil, err
+					return 0, Admission{}, err
 				}
 				rec = nil
 				break
 			}
-			cert := *rec.Cert
-			return outReplayed, &Admission{Cert: &cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
+			cert := new(Cert)
+			*cert = *rec.Cert
+			return outReplayed, Admission{Cert: cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
-			return outRefused, nil, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
+			return outRefused, Admission{}, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
 			switch v, kind, why := e.judge(now, rec); v {
 			case held:
-				return outRefused, nil, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
+				return outRefused, Admission{}, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
 			case fenceIt:
 				// The effect may have happened and nobody may run it again.
 				if !write {
-					return outNeedWrite, nil, nil
+					return outNeedWrite, Admission{}, nil
 				}
+				p.wrote = true
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
-					return 0, nil, err
+					return 0, Admission{}, err
 				}
-				return outRefused, nil, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
+				return outRefused, Admission{}, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}
 		default:
-			return 0, nil, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
+			return 0, Admission{}, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
 		}
 	}
 
@@ -162,20 +177,22 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	for _, r := range c.ReadSet {
 		cur, _, err := tx.DomainSeq(r.Domain)
 		if err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
-		if !write {
+		if _, seen := snap[r.Domain]; !seen {
+			// As the attempt arrived: the read-only pass, or the first run of a write pass
+			// that had none (a store that retries the write pass keeps what the first saw).
 			snap[r.Domain] = cur
 		}
 		if cur != r.Seq {
 			if write && r.Domain == c.Domain && snap[r.Domain] == r.Seq {
-				return outRefused, nil, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+				return outRefused, Admission{}, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 			}
-			return outRefused, nil, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+			return outRefused, Admission{}, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 		}
 	}
 	if !write {
-		return outNeedWrite, nil, nil
+		return outNeedWrite, Admission{}, nil
 	}
 
 	// Gate 3: reserve the domain's next sequence number. Inside one transaction the
@@ -184,16 +201,17 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	if c.Domain != "" {
 		cur, _, err := tx.DomainSeq(c.Domain)
 		if err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
 		seq = cur + 1
 		if err := tx.SetDomainSeq(c.Domain, seq); err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
 	}
+	p.wrote = true
 	token, err := tx.NextToken()
 	if err != nil {
-		return 0, nil, err
+		return 0, Admission{}, err
 	}
 	nonce := newNonce()
 	agent := c.Agent
@@ -201,7 +219,9 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	if len(c.Redact) > 0 {
 		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
 	}
-	claim := &Record{
+	ca := new(claimAlloc)
+	claim := &ca.rec
+	*claim = Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
 		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
@@ -211,7 +231,7 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
 		if err := tx.AppendEvent(Event{At: now, Intent: c.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
-			return 0, nil, err
+			return 0, Admission{}, err
 		}
 	}
 	if c.KeepResult == KeepHash {
@@ -221,13 +241,20 @@ func (e *Engine) gate(tx Tx, c *call, write bool, snap snapshot) (outcome, *Admi
 		claim.Redacted = c.Redact
 	}
 	if err := tx.Put(claim); err != nil {
-		return 0, nil, err
+		return 0, Admission{}, err
 	}
-	t := &Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
+	t := &ca.ticket
+	*t = Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
 	if reclaimed != nil {
-		return outReclaimed, &Admission{Ticket: t}, nil
+		return outReclaimed, Admission{Ticket: t}, nil
 	}
-	return outAdmitted, &Admission{Ticket: t}, nil
+	return outAdmitted, Admission{Ticket: t}, nil
+}
+
+// claimAlloc holds a claim and its ticket: one allocation.
+type claimAlloc struct {
+	rec    Record
+	ticket Ticket
 }
 
 // verdict is what becomes of an in-flight claim another attempt finds.
@@ -299,48 +326,148 @@ func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
 func newNonce() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
+	var h [32]byte         // on the stack: the string is the only allocation
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // Prepare passes req through the gates. It returns an Admission with a Ticket (run the effect
 // now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
 // Any error means: do not run the effect.
 func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
+	p := getPass(e)
+	defer putPass(p)
 	c, err := e.validate(req)
 	if err != nil {
 		return Admission{}, err
 	}
-	out, adm, err := e.prepare(ctx, &c)
+	p.c = c
+	out, adm, err := p.prepare(ctx)
 	e.count(out, err, false)
 	if err != nil {
 		return Admission{}, err
 	}
-	return *adm, nil
+	return adm, nil
 }
 
-func (e *Engine) prepare(ctx context.Context, c *call) (outcome, *Admission, error) {
-	var snap snapshot // only attempts with a read set need one
-	if len(c.ReadSet) > 0 {
-		snap = snapshot{}
+// pass is one attempt's trip through the gates. Passes are pooled, and fn is bound once when
+// a pass is made, so handing it to the store allocates nothing.
+type pass struct {
+	e     *Engine
+	c     call
+	write bool
+	wrote bool // the write pass wrote (a claim, a supersede, an unknown mark)
+	snap  snapshot
+	out   outcome
+	adm   Admission
+	fn    func(Tx) error
+}
+
+var passPool = sync.Pool{New: func() any {
+	p := &pass{}
+	p.fn = p.run
+	return p
+}}
+
+func getPass(e *Engine) *pass {
+	p := passPool.Get().(*pass)
+	p.e = e
+	return p
+}
+
+// putPass returns p to the pool. Its fields are not zeroed (the next use overwrites each one
+// before reading it; zeroing a pooled struct full of pointers costs write barriers); what
+// it still references lives at most until the pool is emptied at the next collection.
+func putPass(p *pass) {
+	clear(p.snap)
+	passPool.Put(p)
+}
+
+func (p *pass) run(tx Tx) error {
+	p.wrote = false
+	var err error
+	p.out, p.adm, err = p.gate(tx)
+	return err
+}
+
+// WriteFirst is implemented by a store whose write transaction answers a replay or a refusal
+// at about the cost of a read-only one (PostgreSQL: a round trip to read and one to end the
+// transaction either way). For such a store the engine skips its read-only pass for an
+// intent it has not seen recorded (a first attempt, which must write anyway) and lets the
+// write transaction decide everything; a pass that writes nothing leaves the counters
+// unwritten. An intent it has seen (a retry, most likely a replay) still takes the read-only
+// pass, which needs neither the intent's lock nor a transaction id. Stores with a cheap local
+// read (memory, SQLite) always take the read-only pass first.
+type WriteFirst interface {
+	WriteFirst() bool
+}
+
+// DomainPrefetcher may be implemented by a Tx whose reads cost a round trip: the engine names
+// the domains it is about to read, and the Tx fetches them along with its next Get. DomainSeq
+// then answers from what was fetched.
+type DomainPrefetcher interface {
+	PrefetchDomain(domain string)
+}
+
+func (e *Engine) writeFirst() bool {
+	wf, ok := e.store.(WriteFirst)
+	return ok && wf.WriteFirst()
+}
+
+func (e *Engine) prepare(ctx context.Context, c *call) (outcome, Admission, error) {
+	p := getPass(e)
+	defer putPass(p)
+	p.c = *c
+	return p.prepare(ctx)
+}
+
+func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
+	e := p.e
+	p.out, p.adm = 0, Admission{} // a store failing before it runs fn leaves no stale answer
+	if len(p.c.ReadSet) > 0 && p.snap == nil {
+		p.snap = snapshot{} // only attempts with a read set need one
 	}
-	var (
-		out outcome
-		adm *Admission
-	)
-	err := e.store.View(ctx, func(tx Tx) error {
-		var err error
-		out, adm, err = e.gate(tx, c, false, snap)
-		return err
-	})
-	if err != nil || out != outNeedWrite {
-		return out, adm, err
+	wf := e.writeFirst()
+	if !wf || e.known.has(p.c.Intent) {
+		// The read-only pass answers replays and refusals without the writer. A WriteFirst
+		// store skips it for an intent this engine has not seen recorded (a first attempt,
+		// which must write anyway) and keeps it for one it has (a retry, likely a replay).
+		p.write = false
+		if err := e.store.View(ctx, p.fn); err != nil || p.out != outNeedWrite {
+			return p.out, p.adm, err
+		}
 	}
-	err = e.update(ctx, func(tx Tx) error {
-		var err error
-		out, adm, err = e.gate(tx, c, true, snap)
-		return err
-	})
-	return out, adm, err
+	p.write = true
+	err := e.updateWith(ctx, p.fn, p)
+	if wf && (err == nil || CodeOf(err) != CodeStore) {
+		e.known.add(p.c.Intent) // it has a record now (or had one that refused this attempt)
+	}
+	return p.out, p.adm, err
+}
+
+// knownIntents is a bounded set of intents; it starts over when full rather than track
+// recency (a miss only costs a replay its fast path).
+type knownIntents struct {
+	mu sync.RWMutex
+	m  map[string]struct{}
+}
+
+const knownIntentsMax = 4096
+
+func (k *knownIntents) has(intent string) bool {
+	k.mu.RLock()
+	_, ok := k.m[intent]
+	k.mu.RUnlock()
+	return ok
+}
+
+func (k *knownIntents) add(intent string) {
+	k.mu.Lock()
+	if k.m == nil || len(k.m) >= knownIntentsMax {
+		k.m = make(map[string]struct{}, 64)
+	}
+	k.m[intent] = struct{}{}
+	k.mu.Unlock()
 }
 
 // count puts one attempt in its bucket.
@@ -379,28 +506,62 @@ func (e *Engine) count(out outcome, err error, waited bool) {
 // say) and update returns the refusal. Only other errors roll fn back. This also spares a
 // group-committing store from undoing a whole batch because one attempt was refused.
 func (e *Engine) update(ctx context.Context, fn func(Tx) error) error {
-	delta := e.counts.take()
-	var refusal error
-	err := e.store.Update(ctx, func(tx Tx) error {
-		refusal = nil
-		if err := fn(tx); err != nil {
-			var coded Coded
-			if !errors.As(err, &coded) {
-				return err
-			}
-			refusal = err
+	return e.updateWith(ctx, fn, nil)
+}
+
+// updater carries update's state into the store's transaction; pooled, with run bound once.
+type updater struct {
+	fn      func(Tx) error
+	delta   Counters
+	refusal error
+	p       *pass // when set and the pass wrote nothing, the counters wait for a later write
+	run     func(Tx) error
+}
+
+var updaterPool = sync.Pool{New: func() any {
+	u := &updater{}
+	u.run = u.do
+	return u
+}}
+
+func (u *updater) do(tx Tx) error {
+	u.refusal = nil
+	if err := u.fn(tx); err != nil {
+		var coded Coded
+		if !errors.As(err, &coded) {
+			return err
 		}
-		if delta.IsZero() {
-			return nil
-		}
-		return tx.AddCounters(delta)
-	})
+		u.refusal = err
+	}
+	if u.delta.IsZero() || (u.p != nil && !u.p.wrote) {
+		return nil
+	}
+	return tx.AddCounters(u.delta)
+}
+
+func (e *Engine) updateWith(ctx context.Context, fn func(Tx) error, p *pass) error {
+	u := updaterPool.Get().(*updater)
+	u.fn, u.p, u.delta, u.refusal = fn, p, e.counts.take(), nil
+	err := e.store.Update(ctx, u.run)
+	delta, refusal := u.delta, u.refusal
+	if err == nil && p != nil && !p.wrote {
+		err = errUnwritten // the counters were not written: give them back
+	}
+	*u = updater{run: u.run}
+	updaterPool.Put(u)
 	if err != nil {
-		e.counts.give(delta)
+		if !delta.IsZero() {
+			e.counts.give(delta)
+		}
+		if err == errUnwritten {
+			return refusal
+		}
 		return err
 	}
 	return refusal
 }
+
+var errUnwritten = errors.New("fence: counters not written")
 
 // holds checks that rec is the live claim of ticket t.
 func holds(rec *Record, t Ticket) error {
@@ -429,87 +590,127 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	if !json.Valid(result) {
 		return nil, InvalidError{"result", "not a JSON value"}
 	}
-	res := bytes.Clone(result)
-	var cert *Cert
-	err := e.update(ctx, func(tx Tx) error {
-		cert = nil
-		rec, err := tx.Get(t.Intent)
-		if err != nil {
-			return err
-		}
-		if rec != nil && rec.State == StateDone && rec.Cert != nil && rec.Token == t.Token && rec.Nonce == t.Nonce && t.Nonce != "" {
-			// A retried commit whose first attempt landed (its answer was lost): the same
-			// ticket gets the recorded cert, and nothing is written again.
-			recorded := *rec.Cert
-			cert = &recorded
-			return nil
-		}
-		healing := heals(rec, t)
-		if !healing {
-			if err := holds(rec, t); err != nil {
-				return e.lateResult(tx, t, err, fmt.Sprintf("late commit refused; its result: %s", res))
-			}
-		}
-		now := tx.Now()
-		for _, r := range rec.ReadSet {
-			want := r.Seq
-			if r.Domain == rec.Domain {
-				want = rec.Seq // our own reservation moved it by one
-			}
-			cur, _, err := tx.DomainSeq(r.Domain)
-			if err != nil {
-				return err
-			}
-			if cur != want {
-				// The effect ran on stale state: record the intent failed (a refusal commits
-				// what was written) and say so.
-				failed := *rec
-				failed.State, failed.UpdatedAt = StateFailed, now
-				failed.Reason = fmt.Sprintf("read set went stale while the effect ran: domain %q moved from %d to %d", r.Domain, want, cur)
-				if err := tx.Put(&failed); err != nil {
-					return err
-				}
-				if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: rec.State}); err != nil {
-					return err
-				}
-				return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
-			}
-		}
-		sum := canon.Sum(res)
-		c := &Cert{
-			Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-			Args: rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
-		}
-		if c.ReadSet == nil {
-			c.ReadSet = []ReadSetEntry{}
-		}
-		body, err := c.canonicalBody(true) // args were canonicalised on the way in
-		if err != nil {
-			return err
-		}
-		c.Hash = canon.Sum(body)
-		done := *rec
-		// The nonce stays on the done record so that the holder's retried commit is recognised.
-		done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
-		done.Reason = ""
-		if err := tx.Put(&done); err != nil {
-			return err
-		}
-		if healing {
-			why := fmt.Sprintf("the claim's own late commit (cert %s) resolves the unknown outcome (%s)", c.Hash, rec.Reason)
-			if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
-				return err
-			}
-		}
-		cert = c
-		return nil
-	})
+	k := committerPool.Get().(*committer)
+	k.e, k.t, k.res = e, t, bytes.Clone(result)
+	err := e.update(ctx, k.fn)
+	cert := k.cert
+	*k = committer{fn: k.fn}
+	committerPool.Put(k)
 	e.afterOutcome(t.Intent, err)
 	if err != nil {
 		return nil, err
 	}
-	out := *cert
-	return &out, nil
+	return cert, nil
+}
+
+// committer is Commit's transaction; pooled, with fn bound once.
+type committer struct {
+	e    *Engine
+	t    Ticket
+	res  []byte
+	cert *Cert // the answer: a copy the caller owns
+	fn   func(Tx) error
+}
+
+var committerPool = sync.Pool{New: func() any {
+	k := &committer{}
+	k.fn = k.run
+	return k
+}}
+
+// doneAlloc holds a done record, its cert and the caller's copy of the cert: one allocation.
+type doneAlloc struct {
+	rec    Record
+	cert   Cert
+	answer Cert
+}
+
+// bodyBufs recycles the buffers certs' canonical bodies are hashed from.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func (k *committer) run(tx Tx) error {
+	e, t, res := k.e, k.t, k.res
+	k.cert = nil
+	rec, err := tx.Get(t.Intent)
+	if err != nil {
+		return err
+	}
+	if rec != nil && rec.State == StateDone && rec.Cert != nil && rec.Token == t.Token && rec.Nonce == t.Nonce && t.Nonce != "" {
+		// A retried commit whose first attempt landed (its answer was lost): the same
+		// ticket gets the recorded cert, and nothing is written again.
+		recorded := *rec.Cert
+		k.cert = &recorded
+		return nil
+	}
+	healing := heals(rec, t)
+	if !healing {
+		if err := holds(rec, t); err != nil {
+			return e.lateResult(tx, t, err, fmt.Sprintf("late commit refused; its result: %s", res))
+		}
+	}
+	now := tx.Now()
+	for _, r := range rec.ReadSet {
+		want := r.Seq
+		if r.Domain == rec.Domain {
+			want = rec.Seq // our own reservation moved it by one
+		}
+		cur, _, err := tx.DomainSeq(r.Domain)
+		if err != nil {
+			return err
+		}
+		if cur != want {
+			// The effect ran on stale state: record the intent failed (a refusal commits
+			// what was written) and say so.
+			failed := *rec
+			failed.State, failed.UpdatedAt = StateFailed, now
+			failed.Reason = fmt.Sprintf("read set went stale while the effect ran: domain %q moved from %d to %d", r.Domain, want, cur)
+			if err := tx.Put(&failed); err != nil {
+				return err
+			}
+			if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventStale, Who: e.cfg.Owner, Reason: failed.Reason, State: rec.State}); err != nil {
+				return err
+			}
+			return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
+		}
+	}
+	sum := canon.Sum(res)
+	da := &doneAlloc{rec: *rec}
+	c := &da.cert
+	*c = Cert{
+		Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
+		Args: rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+	}
+	if c.ReadSet == nil {
+		c.ReadSet = []ReadSetEntry{}
+	}
+	bp := bodyBufs.Get().(*[]byte)
+	body, err := c.appendCanonicalBody((*bp)[:0], orNull(c.Args), nil) // args were canonicalised on the way in
+	if err == nil {
+		c.Hash = canon.Sum(body)
+	}
+	if cap(body) <= 64<<10 {
+		*bp = body[:0]
+		bodyBufs.Put(bp)
+	}
+	if err != nil {
+		return err
+	}
+	done := &da.rec
+	// The nonce stays on the done record so that the holder's retried commit is recognised.
+	done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
+	done.Reason = ""
+	if err := tx.Put(done); err != nil {
+		return err
+	}
+	if healing {
+		why := fmt.Sprintf("the claim's own late commit (cert %s) resolves the unknown outcome (%s)", c.Hash, rec.Reason)
+		if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
+			return err
+		}
+	}
+	da.answer = *c
+	k.cert = &da.answer
+	return nil
 }
 
 // Abort reports that the effect's outcome is unknown (it may or may not have happened): the

@@ -21,7 +21,11 @@ type MemoryStore struct {
 	counts  Counters
 	closed  bool
 	undo    memUndo // the write transaction's undo log, reused under mu
+	wtx     memTx   // the write transaction, reused under mu (it escapes through Tx)
 }
+
+// readTxs recycles read transactions: a memTx handed out as a Tx escapes to the heap.
+var readTxs = sync.Pool{New: func() any { return new(memTx) }}
 
 // NewMemoryStore returns an empty store using the wall clock.
 func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
@@ -47,11 +51,13 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	// capacity).
 	u := &m.undo
 	*u = memUndo{recUndo: u.recUndo[:0], domUndo: u.domUndo[:0]}
-	tx := memTx{m: m, now: m.now(), write: true, memUndo: u}
-	err := fn(&tx)
+	tx := &m.wtx
+	*tx = memTx{m: m, now: m.now(), write: true, memUndo: u}
+	err := fn(tx)
 	if err != nil {
 		tx.rollback()
 	}
+	*tx = memTx{}
 	u.evPrev = nil // do not keep old event slices alive
 	clear(u.recUndo)
 	return err
@@ -67,7 +73,12 @@ func (m *MemoryStore) View(ctx context.Context, fn func(Tx) error) error {
 	if m.closed {
 		return errClosed
 	}
-	return fn(&memTx{m: m, now: m.now()})
+	tx := readTxs.Get().(*memTx)
+	*tx = memTx{m: m, now: m.now()}
+	err := fn(tx)
+	*tx = memTx{}
+	readTxs.Put(tx)
+	return err
 }
 
 // Close makes later calls fail.

@@ -44,7 +44,7 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 			if err != nil {
 				return Admission{}, err
 			}
-			return *adm, nil
+			return adm, nil
 		}
 		waited = true
 		if notifier != nil && remote == nil {

@@ -298,6 +298,12 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	return fmt.Errorf("postgres ledger: gave up after %d attempts under contention: %w", maxAttempts, err)
 }
 
+// WriteFirst (fence.WriteFirst): the engine skips its read-only pass here. An Update that only
+// reads (a replay, a refusal) costs what a View costs, a round trip to read and one to end the
+// transaction, and writes no WAL that must be flushed; an attempt that must write saves the
+// View's two round trips.
+func (s *Store) WriteFirst() bool { return true }
+
 // View runs fn in a REPEATABLE READ, READ ONLY transaction: one snapshot for all its reads.
 func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 	return s.run(ctx, false, false, fn)

@@ -109,7 +109,7 @@ func proxiedURL(b *testing.B) (raw, target string, u *url.URL) {
 func BenchmarkRoundTrips(b *testing.B) {
 	raw, target, u := proxiedURL(b)
 	ctx := context.Background()
-	b.Run("ledger", func(b *testing.B) {
+	ledger := func(b *testing.B, req func(intent string) fence.Request) {
 		p := startRoundTripProxy(b, target)
 		schema := fmt.Sprintf("effectfence_rt_%d_%d", os.Getpid(), time.Now().UnixNano())
 		lu := *u
@@ -129,7 +129,7 @@ func BenchmarkRoundTrips(b *testing.B) {
 			}
 		})
 		op := func(intent string) {
-			adm, err := led.Engine.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{"amount":4900}`)})
+			adm, err := led.Engine.Prepare(ctx, req(intent))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -147,6 +147,17 @@ func BenchmarkRoundTrips(b *testing.B) {
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(p.trips.Load()-start)/float64(b.N), "roundtrips/op")
+	}
+	b.Run("ledger", func(b *testing.B) {
+		ledger(b, func(intent string) fence.Request {
+			return fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{"amount":4900}`)}
+		})
+	})
+	// With a domain: its sequence number is read with the record and swapped with the claim.
+	b.Run("ledger-domain", func(b *testing.B) {
+		ledger(b, func(intent string) fence.Request {
+			return fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{"amount":4900}`), Domain: "acct:1"}
+		})
 	})
 	b.Run("bare", func(b *testing.B) {
 		p := startRoundTripProxy(b, target)

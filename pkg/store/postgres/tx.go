@@ -39,6 +39,8 @@ type tx struct {
 	domains map[string]domainState // domain rows as first read (the swap's expected value)
 	swapped map[string]bool        // domains this transaction compare-and-swaps
 	floor   *uint64                // the floor as first read
+
+	prefetch []string // domains to read along with the next Get (PrefetchDomain)
 }
 
 type domainState struct {
@@ -135,6 +137,7 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 	t.lock(intent)
 	var body []byte
 	found := false
+	var learn func() error
 	err := t.send(func(b *pgx.Batch) {
 		b.Queue("SELECT body FROM effectfence_records WHERE intent = $1", intent).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -150,9 +153,15 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 			// gets a larger token.
 			b.Queue(`SELECT nextval('effectfence_token')`).QueryRow(func(r pgx.Row) error { return r.Scan(&t.token) })
 		}
+		learn = t.queuePrefetch(b)
 	})
 	if err != nil {
 		return nil, err
+	}
+	if learn != nil {
+		if err := learn(); err != nil {
+			return nil, err
+		}
 	}
 	if t.write {
 		if t.state == nil {
@@ -323,33 +332,91 @@ func (t *tx) DomainSeq(domain string) (uint64, bool, error) {
 	}
 	var seq *int64
 	var floor int64
-	q := `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
-	if t.write && (t.contended || t.s.isHot(domain)) {
-		q = `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1 FOR UPDATE), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
-	}
 	err := t.send(func(b *pgx.Batch) {
-		b.Queue(q, domain).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &floor) })
+		b.Queue(t.domainQuery(domain), domain).QueryRow(func(r pgx.Row) error { return r.Scan(&seq, &floor) })
 	})
 	if err != nil {
 		return 0, false, err
 	}
-	d := domainState{found: seq != nil}
-	if d.floor, err = toUint(floor, "the domain floor"); err != nil {
+	d, err := t.learnDomain(domain, seq, floor)
+	if err != nil {
 		return 0, false, err
+	}
+	if d.found {
+		return d.seq, true, nil
+	}
+	return d.floor, false, nil
+}
+
+// domainQuery reads a domain's row and the floor; a write transaction that lost a swap on it
+// before, or on a domain hot with such losses, locks the row.
+func (t *tx) domainQuery(domain string) string {
+	if t.write && (t.contended || t.s.isHot(domain)) {
+		return `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1 FOR UPDATE), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
+	}
+	return `SELECT (SELECT seq FROM effectfence_domains WHERE domain = $1), (SELECT value FROM effectfence_meta WHERE key = 'floor')`
+}
+
+// learnDomain records a domain as this transaction first read it.
+func (t *tx) learnDomain(domain string, seq *int64, floor int64) (domainState, error) {
+	d := domainState{found: seq != nil}
+	var err error
+	if d.floor, err = toUint(floor, "the domain floor"); err != nil {
+		return d, err
 	}
 	if seq != nil {
 		if d.seq, err = toUint(*seq, "the sequence of domain "+domain); err != nil {
-			return 0, false, err
+			return d, err
 		}
 	}
 	if t.domains == nil {
 		t.domains = map[string]domainState{}
 	}
 	t.domains[domain] = d
-	if d.found {
-		return d.seq, true, nil
+	return d, nil
+}
+
+// PrefetchDomain (fence.DomainPrefetcher) queues a read of domain to travel with the next Get,
+// after that Get's lock and read, saving DomainSeq its own round trip. What it reads is the
+// transaction's first read of the domain, as if DomainSeq had been called right after Get.
+func (t *tx) PrefetchDomain(domain string) {
+	if _, ok := t.domains[domain]; ok {
+		return
 	}
-	return d.floor, false, nil
+	for _, d := range t.prefetch {
+		if d == domain {
+			return
+		}
+	}
+	t.prefetch = append(t.prefetch, domain)
+}
+
+// queuePrefetch queues the prefetched domains' reads on b; learn records what they found once
+// the batch has run.
+func (t *tx) queuePrefetch(b *pgx.Batch) (learn func() error) {
+	if len(t.prefetch) == 0 {
+		return nil
+	}
+	type got struct {
+		domain string
+		seq    *int64
+		floor  int64
+	}
+	rows := make([]got, len(t.prefetch))
+	for i, domain := range t.prefetch {
+		g := &rows[i]
+		g.domain = domain
+		b.Queue(t.domainQuery(domain), domain).QueryRow(func(r pgx.Row) error { return r.Scan(&g.seq, &g.floor) })
+	}
+	t.prefetch = t.prefetch[:0]
+	return func() error {
+		for _, g := range rows {
+			if _, err := t.learnDomain(g.domain, g.seq, g.floor); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // SetDomainSeq swaps the domain's sequence number, expecting what this transaction first read
