@@ -5,87 +5,20 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/netcut"
 )
 
-// cutProxy is a TCP proxy to PostgreSQL that can cut every connection and refuse new ones for
-// a while.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	until  time.Time
-}
-
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := time.Now().Before(p.until)
-			p.mu.Unlock()
-			if down {
-				c.Close()
-				continue
-			}
-			go p.pipe(c)
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.cut(0) })
-	return p
-}
-
-func (p *cutProxy) pipe(c net.Conn) {
-	s, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[c], p.conns[s] = true, true
-	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(s, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, s); done <- struct{}{} }()
-	<-done
-	c.Close()
-	s.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, s)
-	p.mu.Unlock()
-}
-
-func (p *cutProxy) cut(d time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.until = time.Now().Add(d)
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
 // cutLedger returns a PostgreSQL ledger URL, in a schema of its own dropped at the end, that
-// reaches the database through a cutProxy.
-func cutLedger(t *testing.T) (*cutProxy, string) {
+// reaches the database through a proxy that can cut it.
+func cutLedger(t *testing.T) (*netcut.Proxy, string) {
 	t.Helper()
 	base := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
 	if base == "" {
@@ -116,8 +49,12 @@ func cutLedger(t *testing.T) (*cutProxy, string) {
 			t.Logf("dropping schema %s: %v %s", schema, err, out)
 		}
 	})
-	p := startCutProxy(t, target)
-	u.Host = p.ln.Addr().String()
+	p, err := netcut.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	u.Host = p.Addr()
 	q := u.Query()
 	q.Set("search_path", schema)
 	q.Set("pool_max_conns", "4")
@@ -146,7 +83,7 @@ func TestLedgerOutageAtCommit(t *testing.T) {
 		answer <- x
 	}()
 	time.Sleep(1200 * time.Millisecond)
-	p.cut(time.Second) // the tool finishes at ~1.5 s with the database away until ~2.2 s
+	p.Cut(time.Second) // the tool finishes at ~1.5 s with the database away until ~2.2 s
 	first := <-answer
 	if first.IsError || !strings.Contains(first.text(), "slow done") {
 		t.Fatalf("the call itself: %+v", first)
@@ -207,7 +144,7 @@ func TestLedgerOutageAtTaskEnd(t *testing.T) {
 		t.Fatalf("want a CreateTaskResult, got %s", res)
 	}
 	// The database goes away while the task runs and stays away until well after it ended.
-	p.cut(time.Hour)
+	p.Cut(time.Hour)
 	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -234,7 +171,7 @@ func TestLedgerOutageAtTaskEnd(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	p.cut(0) // the database is back
+	p.Heal() // the database is back
 	for {
 		later, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"ledger outage"}}`))
 		if err != nil {

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/jackc/pgx/v5"
@@ -161,7 +162,7 @@ type run struct {
 	start  time.Time
 	ledger string // what the wraps open
 	direct string // the same ledger without the proxy, for the final read
-	proxy  *cutProxy
+	proxy  *netcut.Proxy
 	effect string
 	rng    *rand.Rand
 	rngMu  sync.Mutex
@@ -280,7 +281,7 @@ func (r *run) postgres(ctx context.Context) (func(), error) {
 	if u.Port() == "" {
 		host += ":5432"
 	}
-	p, err := newCutProxy(host)
+	p, err := netcut.New(host)
 	if err != nil {
 		return nil, err
 	}

@@ -3,96 +3,36 @@ package postgres
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/netcut"
 )
 
-// proxy is a TCP proxy in front of the PostgreSQL server that can cut every connection and
+// newProxy starts a proxy in front of the PostgreSQL server that can cut every connection and
 // refuse new ones for a while: the database becomes unreachable, as in a network partition or
 // a failover.
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	conns map[net.Conn]bool
-	until time.Time // refuse connections before this
-}
-
-func newProxy(t *testing.T, target string) *proxy {
+func newProxy(t *testing.T, target string) *netcut.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netcut.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.cut(0) })
+	t.Cleanup(p.Close)
 	return p
 }
 
-func (p *proxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := time.Now().Before(p.until)
-		p.mu.Unlock()
-		if down {
-			c.Close()
-			continue
-		}
-		go p.pipe(c)
-	}
-}
-
-func (p *proxy) pipe(c net.Conn) {
-	s, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[c], p.conns[s] = true, true
-	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(s, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, s); done <- struct{}{} }()
-	<-done
-	c.Close()
-	s.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, s)
-	p.mu.Unlock()
-}
-
-// cut closes every connection now and refuses new ones for d.
-func (p *proxy) cut(d time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.until = time.Now().Add(d)
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
 // openThrough opens a store on schema through the proxy.
-func openThrough(t *testing.T, p *proxy, schema string) *Store {
+func openThrough(t *testing.T, p *netcut.Proxy, schema string) *Store {
 	t.Helper()
 	u, err := url.Parse(testURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = p.ln.Addr().String()
+	u.Host = p.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := Open(ctx, Config{URL: u.String(), Schema: schema, MaxConns: 4})
@@ -134,7 +74,7 @@ func TestOutageAtCommit(t *testing.T) {
 	if err != nil || !adm.Fresh() {
 		t.Fatal(adm, err)
 	}
-	p.cut(time.Second) // the call ran; the database is gone for a second
+	p.Cut(time.Second) // the call ran; the database is gone for a second
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cert, err := eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`{"charge":"ch_1"}`)})
@@ -158,7 +98,7 @@ func TestOutageAtCommit(t *testing.T) {
 	if err != nil || !adm2.Fresh() {
 		t.Fatal(adm2, err)
 	}
-	p.cut(3 * time.Second)
+	p.Cut(3 * time.Second)
 	short, cancel2 := context.WithTimeout(ctx, time.Second)
 	defer cancel2()
 	_, err = eng.Settle(short, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm2.Ticket, Result: []byte(`{"charge":"ch_2"}`)})

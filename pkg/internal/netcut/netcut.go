@@ -1,4 +1,7 @@
-package history
+// Package netcut is a TCP proxy that tests put in front of a database to cut it: Cut drops
+// every connection through the proxy and refuses new ones for a while, as a network partition
+// or a database restart would. The history checker's nemesis and the outage tests share it.
+package netcut
 
 import (
 	"io"
@@ -7,10 +10,8 @@ import (
 	"time"
 )
 
-// cutProxy is a TCP proxy in front of the database that the nemesis can cut: Cut drops every
-// connection through it and refuses new ones for a while, as a network partition or a
-// database restart would.
-type cutProxy struct {
+// Proxy forwards every connection to its upstream until it is cut.
+type Proxy struct {
 	ln       net.Listener
 	upstream string
 
@@ -20,20 +21,22 @@ type cutProxy struct {
 	wg       sync.WaitGroup
 }
 
-func newCutProxy(upstream string) (*cutProxy, error) {
+// New starts a proxy on a free loopback port in front of upstream (host:port).
+func New(upstream string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &cutProxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
 }
 
-func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *cutProxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -55,7 +58,7 @@ func (p *cutProxy) accept() {
 	}
 }
 
-func (p *cutProxy) pipe(c net.Conn) {
+func (p *Proxy) pipe(c net.Conn) {
 	up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
 	if err != nil {
 		c.Close()
@@ -78,7 +81,7 @@ func (p *cutProxy) pipe(c net.Conn) {
 }
 
 // track registers both ends, unless a cut began meanwhile (then it closes them).
-func (p *cutProxy) track(c, up net.Conn) bool {
+func (p *Proxy) track(c, up net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if time.Now().Before(p.cutUntil) {
@@ -91,7 +94,7 @@ func (p *cutProxy) track(c, up net.Conn) bool {
 }
 
 // Cut drops every connection now and refuses new ones for d.
-func (p *cutProxy) Cut(d time.Duration) {
+func (p *Proxy) Cut(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if until := time.Now().Add(d); until.After(p.cutUntil) {
@@ -103,13 +106,14 @@ func (p *cutProxy) Cut(d time.Duration) {
 }
 
 // Heal ends a cut early.
-func (p *cutProxy) Heal() {
+func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.cutUntil = time.Time{}
 	p.mu.Unlock()
 }
 
-func (p *cutProxy) Close() {
+// Close stops the proxy and drops every connection through it.
+func (p *Proxy) Close() {
 	p.ln.Close()
 	p.mu.Lock()
 	for c := range p.conns {
