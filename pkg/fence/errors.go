@@ -77,7 +77,8 @@ type PriorFailureError struct {
 	Reason string
 	// Healable: the intent is unknown only because its holder's lease lapsed (or the holder
 	// could not be seen), and that holder may still report the real outcome (see
-	// docs/RELIABILITY.md). PrepareWait keeps waiting for it.
+	// docs/RELIABILITY.md): a retry after that heal replays it. PrepareWait does not wait for
+	// it, since a wait never outlives the lease it waits on.
 	Healable bool
 }
 

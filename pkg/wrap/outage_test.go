@@ -146,20 +146,8 @@ func TestLedgerOutageAtTaskEnd(t *testing.T) {
 	// The database goes away while the task runs and stays away until well after it ended.
 	p.Cut(time.Hour)
 	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		st, err := w.Call(ctx, "tasks/get", q)
-		if err != nil {
-			t.Fatalf("tasks/get through wrap: %v", err)
-		}
-		if strings.Contains(string(st), `"completed"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task never completed: %s", st)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	deadline := time.Now().Add(90 * time.Second) // for the task, and for wrap to try to record it
+	awaitTaskCompleted(t, w, q, time.Until(deadline))
 	// wrap fetches the final result itself; wait until recording it failed and it was spooled.
 	recordingFailed := func() bool {
 		l := w.log.String()

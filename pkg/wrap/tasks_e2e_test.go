@@ -46,20 +46,7 @@ func TestTaskOutcomeIsTheFinalResult(t *testing.T) {
 	}()
 	// The agent follows its task through wrap.
 	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st, err := w.Call(ctx, "tasks/get", q)
-		if err != nil {
-			t.Fatalf("tasks/get through wrap: %v", err)
-		}
-		if strings.Contains(string(st), `"completed"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task never completed: %s", st)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	awaitTaskCompleted(t, w, q, 60*time.Second)
 	final, err := w.Call(ctx, "tasks/result", q)
 	if err != nil || !strings.Contains(string(final), "Research Report: fencing tokens") {
 		t.Fatalf("tasks/result through wrap: %s %v", final, err)
@@ -75,5 +62,24 @@ func TestTaskOutcomeIsTheFinalResult(t *testing.T) {
 	}
 	if strings.Contains(w.log.String(), "DATA RACE") {
 		t.Fatal(w.log.String())
+	}
+}
+
+// awaitTaskCompleted polls tasks/get through wrap (q is its params) until the task is completed.
+func awaitTaskCompleted(t *testing.T, w *wrapProc, q json.RawMessage, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st, err := w.Call(context.Background(), "tasks/get", q)
+		if err != nil {
+			t.Fatalf("tasks/get through wrap: %v", err)
+		}
+		if strings.Contains(string(st), `"completed"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task never completed: %s", st)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
