@@ -218,7 +218,7 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage, task bool) answer {
-	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: p.rerunSafe(tool), ReplayWindow: p.replayWindow(tool)})
+	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: p.rerun[tool], ReplayWindow: p.replayWindow(tool)})
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).
@@ -350,15 +350,6 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 		p.logf("intent %s: recording %s: %v", o.Ticket.Intent, o.Kind, err)
 	}
 	return cert, err
-}
-
-func (p *Proxy) rerunSafe(tool string) bool {
-	for _, t := range p.opt.RerunSafe {
-		if t == tool {
-			return true
-		}
-	}
-	return false
 }
 
 func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {

@@ -121,6 +121,7 @@ type Proxy struct {
 	out   *jsonrpc.Writer
 	fence map[string]bool
 	pass  map[string]bool
+	rerun map[string]bool // Options.RerunSafe
 
 	mu       sync.Mutex
 	child    *mcpstdio.Child
@@ -184,7 +185,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Grace <= 0 {
 		opt.Grace = DefaultGrace
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}}
 	p.flights.m = map[string]*flight{}
 	return p, nil
 }
