@@ -607,3 +607,48 @@ func TestWaitingDuplicatesTakeNoSlot(t *testing.T) {
 		t.Fatalf("want 2 executions, got %d", r.effectCount())
 	}
 }
+
+// TestKill9MidCallOfARerunSafeToolRunsAgain: --rerun-safe is recorded on the claim, so once its
+// holder is killed the next wrap takes the claim over and runs the call, where any other tool's
+// claim is fenced as unknown (TestKill9MidCallFencesUntilCleared).
+func TestKill9MidCallOfARerunSafeToolRunsAgain(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	w := r.wrap("--rerun-safe", "slow")
+	const args = `{"ms":1500,"tag":"rerun"}`
+	go func() { _, _ = callE(w.Session, "slow", args) }()
+	led := r.openLedger()
+	var claim *fence.Record
+	waitFor(t, "the call to be in flight", func() bool {
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				claim = rec
+				return false
+			})
+		})
+		return claim != nil
+	})
+	if !claim.RerunSafe {
+		t.Fatalf("the claim of a --rerun-safe tool is not recorded re-run safe: %+v", claim)
+	}
+	kids := childPids(w.Pid())
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	for _, k := range kids {
+		waitFor(t, "the child to die with wrap", func() bool { return !alive(k) })
+	}
+	ran := r.effectCount()
+	w2 := r.wrap("--rerun-safe", "slow")
+	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() {
+		t.Fatalf("a re-run-safe call whose holder was killed must run again: %+v", x.text())
+	}
+	if n := r.effectCount(); n != ran+1 {
+		t.Fatalf("the child ran %d times, want %d", n, ran+1)
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateDone {
+		t.Fatalf("after the takeover: %+v %v, want done", rec, err)
+	}
+}
