@@ -38,19 +38,36 @@ func (p *Proxy) fenced(name string, info toolInfo) bool {
 // params are decoded strictly (see decodeCall) and what reaches the child is exactly the
 // params received, with at most an injected idempotency key spliced into the arguments.
 func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
+	if p.opt.Observe == nil {
+		return p.toolsCallAs(ctx, m, &CallEvent{})
+	}
+	ev := CallEvent{}
+	start := time.Now()
+	out := p.toolsCallAs(ctx, m, &ev)
+	ev.Elapsed = time.Since(start)
+	p.opt.Observe(ev)
+	return out
+}
+
+func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEvent) []byte {
 	c, err := decodeCall(m.Params)
 	if err != nil {
+		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: tools/call params refused (%v); the call was NOT executed", err))
 	}
+	ev.Tool = c.name
 	info, err := p.toolInfo(ctx, c.name)
 	if err != nil {
+		ev.Outcome, ev.Code = "refused", CodeToolsUnknown
 		return jsonrpc.Response(m.ID, toolError(fmt.Sprintf("the MCP server's tool list could not be read (%v), so it is unknown whether %q is read-only or takes an idempotency key. The call was NOT sent and did not run; retry it.", err, c.name), CodeToolsUnknown, ""))
 	}
 	if !p.fenced(c.name, info) {
+		ev.Outcome = "passed"
 		return p.forward(ctx, m)
 	}
 	id, err := identify(p.opt.Scope, c.name, c.args, p.opt.Ignore[c.name], p.opt.Key[c.name])
 	if err != nil {
+		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
 	// The identity covers every argument, the repeat argument included; the server receives
@@ -71,6 +88,7 @@ func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 	}
 	id.exact = fwd
 	a := p.fencedCall(ctx, c.name, id, params, c.task)
+	ev.Outcome, ev.Code = a.outcome, a.code
 	if a.err != nil {
 		return jsonrpc.ErrorResponse(m.ID, a.err)
 	}
@@ -81,6 +99,13 @@ func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 type answer struct {
 	result json.RawMessage
 	err    *jsonrpc.Error
+	// outcome and code classify it for Options.Observe (see CallEvent).
+	outcome, code string
+}
+
+func (a answer) as(outcome, code string) answer {
+	a.outcome, a.code = outcome, code
+	return a
 }
 
 // CodeToolsUnknown marks (in _meta) a call refused because the server's tool list could not
@@ -103,7 +128,7 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
 	defer cancel()
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		var s *mcpstdio.Session
+		var s Conn
 		if s, err = p.session(ctx); err == nil {
 			if err = p.tools.refresh(ctx, s); err == nil {
 				break
@@ -141,6 +166,17 @@ type flight struct {
 type flights struct {
 	mu sync.Mutex
 	m  map[string]*flight
+}
+
+func newFlights() *flights { return &flights{m: map[string]*flight{}} }
+
+// cancelAll ends every wait for an attempt (members stop waiting in PrepareWait).
+func (fs *flights) cancelAll() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, f := range fs.m {
+		f.cancel()
+	}
 }
 
 func (fs *flights) join(key string) *flight {
@@ -230,13 +266,13 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		if holder {
 			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "coalesced onto an attempt that failed"})
 		}
-		return failure
+		return failure.as("coalesced", failure.code)
 	}
 	if err != nil {
-		return answer{result: p.refusal(id.intent, err)}
+		return answer{result: p.refusal(id.intent, err)}.as("refused", fence.CodeOf(err))
 	}
 	if !holder {
-		return answer{result: replayOf(adm)}
+		return answer{result: replayOf(adm)}.as("replayed", "")
 	}
 	if task {
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, params)
@@ -291,14 +327,14 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
 			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeAbort, Ticket: t, Reason: "the result could not be recorded: " + cerr.Error()})
 		}
-		return answer{result: res}
+		return answer{result: res, outcome: "executed"}
 	case err == nil:
-		a := answer{result: res}
+		a := answer{result: res, outcome: "executed", code: "is_error"}
 		p.flights.fail(intent, f, a)
 		p.release(ctx, t, "the tool answered isError: a definite failure")
 		return a
 	case errors.As(err, &rpc):
-		a := answer{err: rpc}
+		a := answer{err: rpc, outcome: "executed", code: "rpc_error"}
 		p.flights.fail(intent, f, a)
 		refused := "the MCP server refused the call: "
 		if task {
@@ -307,7 +343,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		p.release(ctx, t, refused+rpc.Message)
 		return a
 	case errors.Is(err, mcpstdio.ErrNotSent):
-		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent)}
+		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent), outcome: "refused", code: "not_sent"}
 		p.flights.fail(intent, f, a)
 		p.release(ctx, t, "the call was never sent: "+err.Error())
 		return a
@@ -321,7 +357,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
 		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
-		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; an operator must then run: "+p.clearCommand(intent), fence.CodePriorFailure, intent)}
+		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; an operator must then run: "+p.clearCommand(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
-	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // Tasks (MCP 2025-11-25). A task-augmented tools/call (params.task present) is answered by
@@ -56,7 +55,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		stopHeartbeat()
 		p.finish(ctx, tool, intent, f, t, final, ferr, true)
 	}()
-	return answer{result: res}
+	return answer{result: res, outcome: "executed", code: "task"}
 }
 
 // errTaskCancelled: the task ended cancelled, so whether its effect happened is unknown.
@@ -67,7 +66,7 @@ var errTaskCancelled = errors.New("the task was cancelled")
 // mostly waits). A JSON-RPC error is the task's own failure, unless tasks/get says the task
 // was cancelled. If that session died, a restarted child knows nothing of the task: the
 // error is a transport error and the outcome unknown.
-func taskResult(ctx context.Context, s *mcpstdio.Session, taskID string) (json.RawMessage, error) {
+func taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
 	q, _ := json.Marshal(map[string]string{"taskId": taskID})
 	res, err := s.Call(ctx, "tasks/result", q)
 	var rpc *jsonrpc.Error

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // toolInfo is what wrap needs to know about one of the child's tools. The tool's definition
@@ -112,7 +111,7 @@ type changes struct {
 }
 
 // changed asks for a refresh from the live session (session returns nil when none is up).
-func (c *toolCache) changed(session func() *mcpstdio.Session, logf func(string, ...any)) {
+func (c *toolCache) changed(session func() Conn, logf func(string, ...any)) {
 	ch := &c.changes
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
@@ -204,13 +203,13 @@ func (c *toolCache) merge(page map[string]toolInfo, first bool) {
 }
 
 // refresh lists every page of the child's tools.
-func (c *toolCache) refresh(ctx context.Context, s *mcpstdio.Session) error {
+func (c *toolCache) refresh(ctx context.Context, s Conn) error {
 	c.listing.Lock()
 	defer c.listing.Unlock()
 	all := map[string]toolInfo{}
 	cursor := ""
 	for pages := 0; pages < 1000; pages++ {
-		raw, err := s.ListTools(ctx, cursor)
+		raw, err := listTools(ctx, s, cursor)
 		if err != nil {
 			return err
 		}

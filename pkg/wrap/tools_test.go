@@ -31,7 +31,7 @@ func TestListChangedRefreshesOneAtATimeAndStops(t *testing.T) {
 	defer s.Close()
 	var c toolCache
 	var inside, most, listings atomic.Int32
-	session := func() *mcpstdio.Session {
+	session := func() Conn {
 		listings.Add(1)
 		n := inside.Add(1)
 		defer inside.Add(-1)

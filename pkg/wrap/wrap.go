@@ -57,8 +57,11 @@ const (
 
 // Options configure a Proxy.
 type Options struct {
-	// Command is the child MCP server's argv. Required.
+	// Command is the child MCP server's argv: the stdio back. Required unless Backend is set.
 	Command []string
+	// Backend, when set, is the back used instead of running Command (an upstream over
+	// Streamable HTTP, say); one Backend is made per Proxy.
+	Backend Dial
 	// Env is added to the child's environment.
 	Env []string
 	// Scope is the id of the server's scope (store.WrapScope): part of every call's identity,
@@ -113,18 +116,46 @@ type Options struct {
 	Grace time.Duration
 	// Log receives diagnostics and the child's stderr. Required.
 	Log io.Writer
+	// Shared, when set, is shared by the proxies of one front (the sessions of an HTTP
+	// listener): a duplicate in one session joins an attempt running in another. Nil: this
+	// proxy's own.
+	Shared *Shared
+	// Observe, when set, is told the outcome of every tools/call (for metrics).
+	Observe func(CallEvent)
+}
+
+// Shared is what the sessions of one front share (see Options.Shared).
+type Shared struct{ flights flights }
+
+// NewShared returns an empty Shared.
+func NewShared() *Shared { return &Shared{flights: flights{m: map[string]*flight{}}} }
+
+// Abandon ends the waits of duplicates waiting in any session for an attempt of another
+// process: for a front that stops and gives up on its calls in flight.
+func (s *Shared) Abandon() { s.flights.cancelAll() }
+
+// CallEvent is one tools/call answered, for Options.Observe.
+type CallEvent struct {
+	Tool string
+	// Outcome: "passed" (not fenced, forwarded), "executed" (fenced, ran here: Code says how
+	// it ended, "" for success), "replayed" (a recorded result), "coalesced" (the answer of an
+	// attempt this call waited for), "refused" (not run: Code is the refusal's code),
+	// "unknown" (ran here, outcome unknown), "invalid" (params refused).
+	Outcome string
+	Code    string
+	Elapsed time.Duration
 }
 
 // Proxy is one wrap session between one agent and its child.
 type Proxy struct {
 	opt   Options
-	out   *jsonrpc.Writer
+	out   Sink
 	fence map[string]bool
 	pass  map[string]bool
 	rerun map[string]bool // Options.RerunSafe
 
 	mu       sync.Mutex
-	child    *mcpstdio.Child
+	child    Backend
 	agent    string
 	initDone bool
 	// startErr is why the last start of the child failed (nil once one succeeds), so later
@@ -137,7 +168,7 @@ type Proxy struct {
 	initGate chan struct{}
 
 	tools   toolCache
-	flights flights
+	flights *flights
 	sem     chan struct{}
 	calls   sync.WaitGroup
 
@@ -145,6 +176,10 @@ type Proxy struct {
 	pmu       sync.Mutex
 	pending   map[string]chan *jsonrpc.Message
 	agentGone chan struct{} // closed when the agent's input ends
+	stopOnce  sync.Once
+	// ownFlights: the flights are this proxy's alone (no Options.Shared), so a stop that
+	// gives up on the calls in flight ends every wait in them.
+	ownFlights bool
 
 	cmu     sync.Mutex
 	cancels map[string]context.CancelCauseFunc // by the agent's request id
@@ -170,7 +205,7 @@ func (r running) String() string {
 
 // New checks opt and returns a Proxy.
 func New(opt Options) (*Proxy, error) {
-	if len(opt.Command) == 0 || opt.Command[0] == "" {
+	if opt.Backend == nil && (len(opt.Command) == 0 || opt.Command[0] == "") {
 		return nil, errors.New("wrap: no MCP server command given (effectfence wrap [flags] -- <command...>)")
 	}
 	if opt.Engine == nil || opt.Log == nil {
@@ -185,8 +220,15 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Grace <= 0 {
 		opt.Grace = DefaultGrace
 	}
+	if opt.Backend == nil {
+		opt.Backend = Stdio(opt.Command, opt.Env)
+	}
 	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}}
-	p.flights.m = map[string]*flight{}
+	if opt.Shared == nil {
+		p.flights, p.ownFlights = newFlights(), true
+	} else {
+		p.flights = &opt.Shared.flights
+	}
 	return p, nil
 }
 
@@ -209,7 +251,7 @@ func (p *Proxy) logf(format string, a ...any) {
 // logging what it waits for, then stops the child; each fenced call still inside the child is
 // recorded as unknown. Kill ends everything at once instead.
 func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
-	p.out = jsonrpc.NewWriter(out)
+	p.Attach(jsonrpc.NewWriter(out))
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)
 	go func() {
@@ -237,7 +279,7 @@ loop:
 	for {
 		select {
 		case line := <-lines:
-			p.dispatch(line)
+			p.Dispatch(line)
 		case err = <-readErr:
 			break loop
 		case <-ctx.Done():
@@ -254,9 +296,36 @@ loop:
 	case err != nil:
 		why = fmt.Sprintf("reading from the agent failed (%v)", err)
 	}
-	close(p.agentGone) // requests of the child to the agent can no longer be answered
-	p.drain(why)
+	p.Stop(why)
 	return err
+}
+
+// Sink receives what the proxy sends to the agent of its session, one JSON-RPC message per
+// call: responses, the server's notifications and requests. A front frames them (a line on
+// stdout, a JSON body or an SSE event over HTTP). Write is called from many goroutines, one
+// message at a time per call; it must not block for long.
+type Sink interface {
+	Write(line []byte) error
+}
+
+// The front's side of a Proxy: Attach once, then Dispatch each message of the agent, then
+// Stop once. Serve is the stdio front built from them.
+
+// Attach sets where the proxy writes to the agent. It must be called before Dispatch.
+func (p *Proxy) Attach(out Sink) { p.out = out }
+
+// Dispatch handles one message of the agent (a request, a response or a notification): a
+// request runs on its own goroutine and its answer goes to the Sink.
+func (p *Proxy) Dispatch(line []byte) { p.dispatch(line) }
+
+// Stop ends the session (why is for the log): requests of the server to the agent can no
+// longer be answered; calls in flight get the grace, then the back is closed and what it
+// still held is recorded as unknown.
+func (p *Proxy) Stop(why string) {
+	p.stopOnce.Do(func() {
+		close(p.agentGone)
+		p.drain(why)
+	})
 }
 
 // drain waits up to the grace for running calls, then closes the child, which fails what is
@@ -274,11 +343,9 @@ func (p *Proxy) drain(why string) {
 	case <-timer.C:
 		calls := p.inFlight()
 		p.logf("grace of %s is over; stopping the MCP server with %s still running: %s. A fenced call still inside it is recorded as unknown and fenced until an operator clears it; a duplicate still waiting is answered that it was not executed", p.opt.Grace, plural(len(calls), "call"), strings.Join(calls, "; "))
-		p.flights.mu.Lock()
-		for _, f := range p.flights.m {
-			f.cancel() // duplicates waiting for an attempt of another process stop waiting
+		if p.ownFlights {
+			p.flights.cancelAll() // duplicates waiting for an attempt of another process stop waiting
 		}
-		p.flights.mu.Unlock()
 	}
 	p.mu.Lock()
 	c := p.child
@@ -453,7 +520,7 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 }
 
 // live returns the current session without starting one.
-func (p *Proxy) live() *mcpstdio.Session {
+func (p *Proxy) live() Conn {
 	p.mu.Lock()
 	c := p.child
 	p.mu.Unlock()
@@ -464,7 +531,7 @@ func (p *Proxy) live() *mcpstdio.Session {
 }
 
 // session returns a live session, restarting a dead child.
-func (p *Proxy) session(ctx context.Context) (*mcpstdio.Session, error) {
+func (p *Proxy) session(ctx context.Context) (Conn, error) {
 	p.mu.Lock()
 	c, gate := p.child, p.initGate
 	p.mu.Unlock()
@@ -538,8 +605,8 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.mu.Unlock()
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: initialize params must be an object"))
 	}
-	child := mcpstdio.NewChild(mcpstdio.Config{
-		Command: p.opt.Command, Env: p.opt.Env, Stderr: p.opt.Log, Init: m.Params, InitTimeout: p.opt.InitTimeout,
+	child := p.opt.Backend(BackendConfig{
+		Init: m.Params, InitTimeout: p.opt.InitTimeout, Log: p.opt.Log,
 		OnNotification: p.childNotification, OnRequest: p.childRequest,
 	})
 	p.child, p.agent = child, params.ClientInfo.Name
@@ -552,7 +619,7 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.child = nil // let the agent try again
 		p.startErr = why
 		p.mu.Unlock()
-		_ = child.Close()
+		_ = child.CloseWithin(childStopBudget)
 		p.logf("%v", err)
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server did not start: %s", why))
 	}
@@ -594,7 +661,7 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 }
 
 // callBounded sends one request to the child once a slot of the semaphore is free.
-func (p *Proxy) callBounded(ctx context.Context, s *mcpstdio.Session, method string, params json.RawMessage) (json.RawMessage, error) {
+func (p *Proxy) callBounded(ctx context.Context, s Conn, method string, params json.RawMessage) (json.RawMessage, error) {
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
