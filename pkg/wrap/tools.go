@@ -7,7 +7,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
 )
 
 // toolInfo is what wrap needs to know about one of the child's tools. The tool's definition
