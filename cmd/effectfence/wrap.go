@@ -34,7 +34,7 @@ func wrapCommand(io streams) *cli.Command {
 			"environment, or --ledger with the path wrap logs at startup (fenced calls name it).",
 		StopOnNthArg:              &first,
 		DisableSliceFlagSeparator: true,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, \"memory\", or postgres://... (default: " + store.EnvLedger + ", else the per-command file)"},
 			&cli.FloatFlag{Name: "lease-secs", DefaultText: "60", Usage: "lease of a running call in seconds (1 to 30 days), renewed every third (env " + store.EnvLeaseSecs + ")"},
 			&cli.FloatFlag{Name: "result-ttl-secs", DefaultText: "86400", Usage: "how long a result is replayed, in seconds (1 to 366 days) (env " + store.EnvTTLSecs + ")"},
@@ -54,7 +54,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
 			&cli.DurationFlag{Name: "grace", Value: wrap.DefaultGrace, Usage: "when stopping (stdin closed, SIGTERM, SIGINT), how long calls in flight may finish; then the MCP server is stopped and each fenced call still inside it is recorded as unknown. A second signal exits at once"},
-		},
+		}, gatewayFlags()...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			argv := cmd.Args().Slice()
 			if len(argv) > 0 && argv[0] == "--" {
@@ -109,6 +109,11 @@ func wrapCommand(io streams) *cli.Command {
 			// terminal wrap's stderr is shown on.
 			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
 			opt.ClearHint = clearHint(led.Location)
+			if cmd.String("listen") != "" {
+				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, one child per session\n", led.Location, wrap.ShellJoin(argv))
+				logScope(io, scope, so.Ledger == "", argv)
+				return runGateway(ctx, cmd, opt, scope, led, io)
+			}
 			p, err := wrap.New(opt)
 			if err != nil {
 				return usageErr("%v", err)

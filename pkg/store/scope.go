@@ -100,3 +100,23 @@ func LegacyWrapName(argv []string) string {
 	}
 	return "wrap-" + canon.Sum(b)[:16]
 }
+
+// UpstreamScope is the scope of a remote server reached at url (wrap --upstream): the URL
+// itself (hashed; it may carry an account in its path or query), or the explicit name.
+func UpstreamScope(url, name string) Scope {
+	if name != "" {
+		return WrapScope(nil, name, nil, "")
+	}
+	b, _ := canon.Marshal(map[string]string{"upstream": url})
+	return Scope{ID: canon.Sum(b)}
+}
+
+// ForPrincipal is the scope id of the calls one principal makes in scope s: two users' (or
+// keys') identical calls are two actions. The empty principal (a local client) keeps s.ID.
+func (s Scope) ForPrincipal(principal string) string {
+	if principal == "" {
+		return s.ID
+	}
+	b, _ := canon.Marshal(map[string]string{"scope": s.ID, "principal": principal})
+	return canon.Sum(b)
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	goio "io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/effectfence/effectfence/pkg/httpfront"
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// envAPIKeys names a file of listener keys, as --api-keys does.
+const envAPIKeys = "EFFECTFENCE_API_KEYS"
+
+func gatewayFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "listen", Usage: "serve Streamable HTTP on ADDR (endpoint /mcp, plus /healthz) instead of stdio; a bare :PORT binds 127.0.0.1"},
+		&cli.StringSliceFlag{Name: "allow-origin", Usage: "with --listen: an Origin browsers may call from (repeatable; loopback origins are allowed on a loopback listener; * allows any)"},
+		&cli.StringFlag{Name: "api-keys", Usage: "with --listen: a file of lines `PRINCIPAL TOKEN`; clients must send Authorization: Bearer TOKEN (env " + envAPIKeys + ")"},
+		&cli.BoolFlag{Name: "pass-auth", Usage: "with --listen: pass each client's Authorization to the MCP server (--upstream) and use a hash of it as the principal"},
+		&cli.BoolFlag{Name: "allow-unauthenticated", Usage: "with --listen on a non-loopback address: serve without --api-keys or --pass-auth"},
+		&cli.BoolFlag{Name: "share-principals", Usage: "with --listen: identical calls of different principals are one action (a fleet acting for one account); default: each principal is its own scope"},
+		&cli.IntFlag{Name: "max-sessions", Value: httpfront.DefaultMaxSessions, Usage: "with --listen: open MCP sessions at most (each runs its own MCP server child, or upstream session)"},
+		&cli.DurationFlag{Name: "session-idle", Value: httpfront.DefaultIdle, Usage: "with --listen: close a session idle this long"},
+	}
+}
+
+// listenAddr applies the default host: a bare :PORT or PORT is 127.0.0.1.
+func listenAddr(s string) (addr string, loopback bool, err error) {
+	if !strings.Contains(s, ":") {
+		s = ":" + s
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", false, fmt.Errorf("--listen %q: want HOST:PORT or :PORT", s)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ip := net.ParseIP(host)
+	loopback = strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
+	return net.JoinHostPort(host, port), loopback, nil
+}
+
+// readAPIKeys reads a keys file: one `PRINCIPAL TOKEN` per line, # comments. Token values
+// never appear in errors.
+func readAPIKeys(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--api-keys: %v", err)
+	}
+	defer f.Close()
+	keys := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("--api-keys %s:%d: want `PRINCIPAL TOKEN`", path, n)
+		}
+		if len(fields[1]) < 16 {
+			return nil, fmt.Errorf("--api-keys %s:%d: the token of %q is shorter than 16 characters", path, n, fields[0])
+		}
+		if _, dup := keys[fields[1]]; dup {
+			return nil, fmt.Errorf("--api-keys %s:%d: a token is listed twice", path, n)
+		}
+		keys[fields[1]] = fields[0]
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--api-keys %s: %v", path, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--api-keys %s: no keys", path)
+	}
+	return keys, nil
+}
+
+// gateway is what `wrap --listen` runs: the HTTP front over one proxy per session.
+type gateway struct {
+	front *httpfront.Handler
+	srv   *http.Server
+	ln    net.Listener
+}
+
+// newGateway checks the listener flags and makes the front. newSession makes the proxy of one
+// session from the principal's scope id and what must reach the upstream.
+func newGateway(cmd *cli.Command, log goio.Writer, newSession func(who httpfront.Caller) (*wrap.Proxy, error), extra map[string]http.Handler) (*gateway, error) {
+	addr, loopback, err := listenAddr(cmd.String("listen"))
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	cfg := httpfront.Config{
+		NewSession: newSession, AllowOrigins: cmd.StringSlice("allow-origin"), PassAuth: cmd.Bool("pass-auth"),
+		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), Idle: cmd.Duration("session-idle"), Log: log,
+	}
+	keysFile := cmd.String("api-keys")
+	if keysFile == "" {
+		keysFile = os.Getenv(envAPIKeys)
+	}
+	if keysFile != "" {
+		if cfg.Keys, err = readAPIKeys(keysFile); err != nil {
+			return nil, usageErr("%v", err)
+		}
+	}
+	if !loopback && len(cfg.Keys) == 0 && !cfg.PassAuth && !cmd.Bool("allow-unauthenticated") {
+		return nil, usageErr("--listen %s is not a loopback address: give --api-keys FILE or --pass-auth (or --allow-unauthenticated behind an authenticating proxy)", addr)
+	}
+	if cfg.MaxSessions <= 0 || cfg.Idle <= 0 {
+		return nil, usageErr("--max-sessions and --session-idle must be positive")
+	}
+	front, err := httpfront.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(httpfront.DefaultPath, front)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "ok %d sessions\n", front.Sessions())
+	})
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		front.Close("the listener could not open")
+		return nil, fmt.Errorf("--listen %s: %v", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	return &gateway{front: front, srv: srv, ln: ln}, nil
+}
+
+// serve serves until ctx ends, then stops: no new sessions or requests, each session's calls
+// in flight get the grace, then what a back still held is recorded as unknown.
+func (g *gateway) serve(ctx context.Context, io streams, grace time.Duration) error {
+	fmt.Fprintf(io.err, "effectfence wrap: listening on http://%s%s\n", g.ln.Addr(), httpfront.DefaultPath)
+	errc := make(chan error, 1)
+	go func() { errc <- g.srv.Serve(g.ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut := make(chan struct{})
+	go func() {
+		defer close(shut)
+		sctx, cancel := context.WithTimeout(context.Background(), grace+2*time.Second)
+		defer cancel()
+		_ = g.srv.Shutdown(sctx) // stop accepting; answered requests finish
+	}()
+	g.front.Close("the gateway is stopping")
+	<-shut
+	_ = g.srv.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// scopeFor is the scope id of one principal's calls (the principal is left out with
+// --share-principals).
+func scopeFor(s store.Scope, principal string, share bool) string {
+	if share {
+		return s.ID
+	}
+	return s.ForPrincipal(principal)
+}
+
+// runGateway serves `wrap --listen`: one proxy per MCP session, all on one ledger and one set
+// of attempts in flight, until a signal; a second signal exits at once.
+func runGateway(ctx context.Context, cmd *cli.Command, opt wrap.Options, scope store.Scope, led *store.Ledger, io streams) error {
+	shared := wrap.NewShared()
+	share := cmd.Bool("share-principals")
+	newSession := func(who httpfront.Caller) (*wrap.Proxy, error) {
+		o := opt
+		o.Scope = scopeFor(scope, who.Principal, share)
+		o.Shared = shared
+		return wrap.New(o)
+	}
+	g, err := newGateway(cmd, io.err, newSession, nil)
+	if err != nil {
+		return err
+	}
+	ctx, stop := stopOnSignals(ctx, func(sig os.Signal) {
+		fmt.Fprintf(io.err, "effectfence wrap: %v: stopping; calls in flight get up to %s to finish (send the signal again to exit at once)\n", sig, opt.Grace)
+	}, func(sig os.Signal) {
+		calls := g.front.InFlight()
+		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now; %d calls abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, len(calls), strings.Join(calls, "; "))
+		g.front.Kill()
+	})
+	defer stop()
+	err = g.serve(ctx, io, opt.Grace)
+	shared.Abandon()
+	if st, serr := led.Stats(context.Background()); serr == nil {
+		fmt.Fprintln(io.err, st.Line())
+	}
+	return err
+}

@@ -1,0 +1,539 @@
+// Package httpfront is the Streamable HTTP front of the proxy core (docs/proxy-core.md): it
+// serves MCP over HTTP on one endpoint (POST a message, GET a stream of the server's messages,
+// DELETE to end a session), one wrap.Proxy per MCP session, and frames what each proxy sends
+// to its agent as a JSON body or as server-sent events.
+//
+// It decides nothing about fencing. What it owns:
+//   - Sessions: an initialize without Mcp-Session-Id opens one (a new proxy, and so a new back:
+//     a child or an upstream session per MCP session, since servers keep per-session state);
+//     every later message names it. Unknown ids get 404 (the client starts over), a session
+//     belongs to the principal that opened it.
+//   - Who is calling: a bearer key (Keys) names the principal; or, with PassAuth, the client's
+//     Authorization goes to the upstream and a hash of it is the principal. The proxy factory
+//     puts the principal into the intents' scope.
+//   - DNS-rebinding protection: a request with an Origin header not allowed is refused (403),
+//     and on a loopback listener a Host that is not a loopback name is refused too.
+//   - Routing: a response goes to the POST that carried its request; a progress notification
+//     to the stream of the request whose progressToken it carries; other notifications and the
+//     server's requests to the newest open request stream, else to the GET stream.
+//
+// A broken response stream is not a cancellation: the proxy's request goes on and its outcome
+// is recorded; the client re-sends the call (with a new id) and receives the recorded result.
+// SSE events carry no ids: there is no replay buffer, so there is nothing to resume.
+package httpfront
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// Defaults of Config.
+const (
+	DefaultPath        = "/mcp"
+	DefaultMaxSessions = 256
+	DefaultIdle        = 30 * time.Minute
+	// keepAlive is how often an idle SSE stream gets a comment, so proxies keep it open.
+	keepAlive = 25 * time.Second
+)
+
+// Caller is who opened a session, as the front established it.
+type Caller struct {
+	// Principal is "" without listener auth, a key's name ("key:<name>"), or with PassAuth a
+	// hash of the client's Authorization ("auth:<hex>"). Never a secret.
+	Principal string
+	// Header holds what must reach the upstream for this caller: the client's Authorization
+	// under PassAuth. Never logged.
+	Header http.Header
+}
+
+// Config configures a Handler.
+type Config struct {
+	// Path is the MCP endpoint (default DefaultPath).
+	Path string
+	// NewSession makes the proxy of a new MCP session for who. Required. The handler Attaches
+	// it, Dispatches to it and Stops it.
+	NewSession func(who Caller) (*wrap.Proxy, error)
+	// Keys maps a bearer token to its principal's name. Empty: no listener auth (then bind to
+	// loopback only, which the command enforces).
+	Keys map[string]string
+	// PassAuth passes the client's Authorization to the upstream and uses its hash as the
+	// principal. With Keys too, the key is checked first and the principal is the key's.
+	PassAuth bool
+	// AllowOrigins lists the Origin values accepted besides the loopback origins ("*" accepts
+	// any; for a listener behind a proxy that checks Origin itself).
+	AllowOrigins []string
+	// Loopback says the listener is bound to a loopback address: Host must then be a loopback
+	// name too (DNS rebinding).
+	Loopback bool
+	// MaxSessions bounds the open sessions (default DefaultMaxSessions); an initialize beyond
+	// it gets 503.
+	MaxSessions int
+	// Idle closes a session without requests for this long (default DefaultIdle).
+	Idle time.Duration
+	// Log receives one line per notable event. Required.
+	Log io.Writer
+	// OnSession, when set, is told when a session opens (+1) and closes (-1): for metrics.
+	OnSession func(delta int)
+}
+
+// Handler serves the MCP endpoint.
+type Handler struct {
+	cfg Config
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	closed   bool
+	stop     chan struct{}
+	reaper   sync.WaitGroup
+	stopping sync.WaitGroup // sessions being stopped
+}
+
+// New returns a Handler; Close ends its sessions.
+func New(cfg Config) (*Handler, error) {
+	if cfg.NewSession == nil || cfg.Log == nil {
+		return nil, errors.New("httpfront: NewSession and Log are required")
+	}
+	if cfg.Path == "" {
+		cfg.Path = DefaultPath
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = DefaultIdle
+	}
+	h := &Handler{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
+	h.reaper.Add(1)
+	go h.reap()
+	return h, nil
+}
+
+func (h *Handler) logf(format string, a ...any) {
+	fmt.Fprintln(h.cfg.Log, "effectfence wrap --listen: "+safetext.Escape(fmt.Sprintf(format, a...)))
+}
+
+// Sessions is the number of open sessions.
+func (h *Handler) Sessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions)
+}
+
+// Close ends every session: each proxy gets its grace for calls in flight, then its back is
+// closed and what it still held is recorded as unknown (wrap.Proxy.Stop). It returns when all
+// are stopped.
+func (h *Handler) Close(why string) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.stopping.Wait()
+		return
+	}
+	h.closed = true
+	close(h.stop)
+	all := make([]*session, 0, len(h.sessions))
+	for id, s := range h.sessions {
+		all = append(all, s)
+		delete(h.sessions, id)
+	}
+	h.mu.Unlock()
+	h.reaper.Wait()
+	for _, s := range all {
+		h.end(s, why)
+	}
+	h.stopping.Wait()
+}
+
+// end stops a session's proxy on its own goroutine.
+func (h *Handler) end(s *session, why string) {
+	h.stopping.Add(1)
+	go func() {
+		defer h.stopping.Done()
+		s.close()
+		s.proxy.Stop(why)
+		if h.cfg.OnSession != nil {
+			h.cfg.OnSession(-1)
+		}
+	}()
+}
+
+func (h *Handler) reap() {
+	defer h.reaper.Done()
+	every := h.cfg.Idle / 4
+	if every > time.Minute {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case now := <-t.C:
+			h.mu.Lock()
+			for id, s := range h.sessions {
+				if s.idleSince(now) > h.cfg.Idle {
+					delete(h.sessions, id)
+					h.logf("session %s idle for %s: closed", short(id), h.cfg.Idle)
+					h.end(s, "the session was idle")
+				}
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// ServeHTTP serves the endpoint.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != h.cfg.Path {
+		http.NotFound(w, r)
+		return
+	}
+	if msg := h.checkOrigin(r); msg != "" {
+		httpError(w, http.StatusForbidden, msg)
+		return
+	}
+	who, ok := h.authenticate(w, r)
+	if !ok {
+		return
+	}
+	if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !versionRE.MatchString(v) {
+		httpError(w, http.StatusBadRequest, "unsupported MCP-Protocol-Version")
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.post(w, r, who)
+	case http.MethodGet:
+		h.get(w, r, who)
+	case http.MethodDelete:
+		h.delete(w, r, who)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		httpError(w, http.StatusMethodNotAllowed, "method not allowed")
+	}
+}
+
+var versionRE = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
+
+// httpError answers a refused HTTP request with a JSON-RPC error body (id null), which MCP
+// clients show, and the status.
+func httpError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence: " + msg}))
+}
+
+// checkOrigin returns why the request is refused, or "".
+func (h *Handler) checkOrigin(r *http.Request) string {
+	if h.cfg.Loopback && !loopbackHost(r.Host) {
+		return "Host is not a loopback name on a loopback listener (DNS rebinding protection)"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return "" // not a browser
+	}
+	for _, o := range h.cfg.AllowOrigins {
+		if o == "*" || strings.EqualFold(o, origin) {
+			return ""
+		}
+	}
+	if u, err := url.Parse(origin); err == nil && (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host) {
+		// A page served from this machine; on a loopback listener it is the same trust.
+		if h.cfg.Loopback {
+			return ""
+		}
+	}
+	return "Origin not allowed (DNS rebinding protection; allow it with --allow-origin)"
+}
+
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// authenticate establishes the caller, or answers 401 and returns false.
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (Caller, bool) {
+	authz := r.Header.Get("Authorization")
+	var who Caller
+	if len(h.cfg.Keys) > 0 {
+		token, ok := strings.CutPrefix(authz, "Bearer ")
+		name := ""
+		if ok {
+			for k, n := range h.cfg.Keys {
+				if subtle.ConstantTimeCompare([]byte(k), []byte(token)) == 1 {
+					name = n
+				}
+			}
+		}
+		if name == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="effectfence"`)
+			httpError(w, http.StatusUnauthorized, "a valid bearer key is required")
+			return who, false
+		}
+		who.Principal = "key:" + name
+	}
+	if h.cfg.PassAuth && authz != "" {
+		who.Header = http.Header{"Authorization": {authz}}
+		if who.Principal == "" {
+			sum := sha256.Sum256([]byte(authz))
+			who.Principal = "auth:" + hex.EncodeToString(sum[:8])
+		}
+	}
+	return who, true
+}
+
+// lookup finds the session the request names, answering the error itself when it cannot.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, who Caller) *session {
+	id := r.Header.Get("Mcp-Session-Id")
+	if id == "" {
+		httpError(w, http.StatusBadRequest, "Mcp-Session-Id is required (send initialize first)")
+		return nil
+	}
+	h.mu.Lock()
+	s := h.sessions[id]
+	h.mu.Unlock()
+	if s == nil || s.who.Principal != who.Principal {
+		// Another principal's session is as unknown to this caller as a closed one.
+		httpError(w, http.StatusNotFound, "unknown or closed session: initialize again")
+		return nil
+	}
+	return s
+}
+
+// maxBody bounds one POST body (the proxy's bound on one message).
+const maxBody = wrap.MaxMessage
+
+func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
+			return
+		}
+		httpError(w, http.StatusBadRequest, "cannot read the body")
+		return
+	}
+	m, err := jsonrpc.Parse(body)
+	if err != nil {
+		code, status := jsonrpc.CodeInvalidRequest, http.StatusBadRequest
+		if !json.Valid(body) {
+			code = jsonrpc.CodeParseError
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(jsonrpc.ErrorResponse(jsonrpc.ReadableID(body), &jsonrpc.Error{Code: code, Message: fmt.Sprintf("effectfence: cannot parse the message: %v (one JSON-RPC message per POST; batches are not supported)", err)}))
+		return
+	}
+	var s *session
+	if m.IsRequest() && m.Method == "initialize" && r.Header.Get("Mcp-Session-Id") == "" {
+		if s = h.open(w, who); s == nil {
+			return
+		}
+		w.Header().Set("Mcp-Session-Id", s.id)
+	} else if s = h.lookup(w, r, who); s == nil {
+		return
+	}
+	s.touch()
+	if !m.IsRequest() {
+		s.proxy.Dispatch(body)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	sse := acceptsSSE(r)
+	st, ok := s.register(m, sse)
+	if !ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence: a request with this id is already in progress in this session"}))
+		return
+	}
+	defer s.unregister(st)
+	s.proxy.Dispatch(body)
+	if sse {
+		s.streamTo(w, r, st, true)
+		return
+	}
+	select {
+	case line := <-st.final:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(line)
+	case <-r.Context().Done():
+		// The client hung up; the request goes on and its outcome is recorded.
+	case <-s.done:
+		httpError(w, http.StatusNotFound, "the session was closed")
+	}
+}
+
+func acceptsSSE(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(v, "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// open makes a new session for who, or answers why not and returns nil.
+func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
+		return nil
+	}
+	if len(h.sessions) >= h.cfg.MaxSessions {
+		h.mu.Unlock()
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d): try later", h.cfg.MaxSessions))
+		return nil
+	}
+	h.mu.Unlock()
+	p, err := h.cfg.NewSession(who)
+	if err != nil {
+		h.logf("cannot open a session: %v", err)
+		httpError(w, http.StatusInternalServerError, "cannot open a session")
+		return nil
+	}
+	s := newSession(newID(), who, p)
+	p.Attach(s)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		go p.Stop("the gateway is stopping")
+		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
+		return nil
+	}
+	h.sessions[s.id] = s
+	h.mu.Unlock()
+	if h.cfg.OnSession != nil {
+		h.cfg.OnSession(+1)
+	}
+	return s
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, who Caller) {
+	if !acceptsSSE(r) {
+		httpError(w, http.StatusNotAcceptable, "GET needs Accept: text/event-stream")
+		return
+	}
+	s := h.lookup(w, r, who)
+	if s == nil {
+		return
+	}
+	st, ok := s.openGet()
+	if !ok {
+		httpError(w, http.StatusConflict, "this session already has a GET stream open")
+		return
+	}
+	defer s.closeGet(st)
+	s.streamTo(w, r, st, false)
+}
+
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, who Caller) {
+	s := h.lookup(w, r, who)
+	if s == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.sessions[s.id] == s {
+		delete(h.sessions, s.id)
+		h.end(s, "the client ended the session")
+	}
+	h.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// stream is where messages for one open HTTP response go.
+type stream struct {
+	id    string        // the request's id (raw JSON); "" for the GET stream
+	token string        // the request's progressToken (raw JSON), if any
+	sse   bool          // the response is an SSE stream (else only final is used)
+	final chan []byte   // the response to the request (buffer 1)
+	mu    sync.Mutex    // guards queue
+	queue [][]byte      // notifications and requests routed here, in order
+	ready chan struct{} // a signal (buffer 1) that queue grew
+	gone  chan struct{} // closed when the HTTP response ended
+}
+
+func newStream(id, token string, sse bool) *stream {
+	return &stream{id: id, token: token, sse: sse, final: make(chan []byte, 1), ready: make(chan struct{}, 1), gone: make(chan struct{})}
+}
+
+func (st *stream) push(line []byte) {
+	st.mu.Lock()
+	st.queue = append(st.queue, line)
+	st.mu.Unlock()
+	select {
+	case st.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (st *stream) take() [][]byte {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	q := st.queue
+	st.queue = nil
+	return q
+}
+
+// Kill ends every session's back at once (wrap.Proxy.Kill), for a gateway that must exit now.
+func (h *Handler) Kill() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.sessions {
+		s.proxy.Kill()
+	}
+}
+
+// InFlight describes the requests being served in every session, for a log line.
+func (h *Handler) InFlight() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, s := range h.sessions {
+		for _, c := range s.proxy.InFlight() {
+			out = append(out, "session "+short(s.id)+": "+c)
+		}
+	}
+	return out
+}

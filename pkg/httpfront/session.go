@@ -1,0 +1,223 @@
+package httpfront
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// session is one MCP session: its proxy, and the HTTP responses open on it. It is the proxy's
+// Sink: it routes each message the proxy writes to the right response.
+type session struct {
+	id    string
+	who   Caller
+	proxy *wrap.Proxy
+	done  chan struct{} // closed when the session is closed
+
+	mu       sync.Mutex
+	requests map[string]*stream // open request streams, by the request's id
+	tokens   map[string]*stream // by progressToken
+	order    []*stream          // open SSE request streams, oldest first
+	getSt    *stream            // the GET stream, if open
+	busy     int                // requests being answered
+	last     time.Time          // last activity
+	closed   bool
+}
+
+func newSession(id string, who Caller, p *wrap.Proxy) *session {
+	return &session{id: id, who: who, proxy: p, done: make(chan struct{}), requests: map[string]*stream{}, tokens: map[string]*stream{}, last: time.Now()}
+}
+
+func (s *session) touch() {
+	s.mu.Lock()
+	s.last = time.Now()
+	s.mu.Unlock()
+}
+
+// idleSince is how long the session has had no activity and no request open (0 while busy).
+func (s *session) idleSince(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy > 0 || s.getSt != nil {
+		return 0
+	}
+	return now.Sub(s.last)
+}
+
+func (s *session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+	}
+}
+
+// register opens the stream of request m; false when a request with its id is open already.
+func (s *session) register(m *jsonrpc.Message, sse bool) (*stream, bool) {
+	var p struct {
+		Meta struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
+	}
+	_ = json.Unmarshal(m.Params, &p) // a malformed params object is the proxy's to refuse
+	st := newStream(string(m.ID), string(p.Meta.ProgressToken), sse)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.requests[st.id] != nil {
+		return nil, false
+	}
+	s.requests[st.id] = st
+	if st.token != "" && s.tokens[st.token] == nil {
+		s.tokens[st.token] = st
+	}
+	if sse {
+		s.order = append(s.order, st)
+	}
+	s.busy++
+	s.last = time.Now()
+	return st, true
+}
+
+func (s *session) unregister(st *stream) {
+	close(st.gone)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.requests[st.id] == st {
+		delete(s.requests, st.id)
+	}
+	if st.token != "" && s.tokens[st.token] == st {
+		delete(s.tokens, st.token)
+	}
+	for i, o := range s.order {
+		if o == st {
+			s.order = append(s.order[:i:i], s.order[i+1:]...)
+			break
+		}
+	}
+	s.busy--
+	s.last = time.Now()
+}
+
+func (s *session) openGet() (*stream, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.getSt != nil {
+		return nil, false
+	}
+	s.getSt = newStream("", "", true)
+	return s.getSt, true
+}
+
+func (s *session) closeGet(st *stream) {
+	close(st.gone)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.getSt == st {
+		s.getSt = nil
+	}
+	s.last = time.Now()
+}
+
+// Write is the proxy's Sink: a response goes to its request's stream; a progress
+// notification to the stream of its token; anything else to the newest open SSE request
+// stream, else the GET stream. A message with no open stream to take it is dropped (logged by
+// nobody: the client hung up; a tool call's outcome is in the ledger regardless).
+func (s *session) Write(line []byte) error {
+	m, err := jsonrpc.Parse(line)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.IsResponse() {
+		if st := s.requests[string(m.ID)]; st != nil {
+			select {
+			case st.final <- line:
+			default: // a second response to one request: the first stands
+			}
+		}
+		return nil
+	}
+	if m.Method == "notifications/progress" {
+		var p struct {
+			Token json.RawMessage `json:"progressToken"`
+		}
+		if json.Unmarshal(m.Params, &p) == nil {
+			if st := s.tokens[string(p.Token)]; st != nil && st.sse {
+				st.push(line)
+				return nil
+			}
+		}
+	}
+	if n := len(s.order); n > 0 {
+		s.order[n-1].push(line)
+		return nil
+	}
+	if s.getSt != nil {
+		s.getSt.push(line)
+	}
+	return nil
+}
+
+// streamTo writes the stream as server-sent events until the response is written (request
+// streams), the client goes away or the session closes.
+func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, request bool) {
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if fl != nil {
+		fl.Flush()
+	}
+	send := func(lines [][]byte) bool {
+		for _, l := range lines {
+			if _, err := w.Write(sseEvent(l)); err != nil {
+				return false
+			}
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-st.ready:
+			if !send(st.take()) {
+				return
+			}
+		case line := <-st.final:
+			// What was routed here before the response goes first.
+			send(append(st.take(), line))
+			return
+		case <-tick.C:
+			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		case <-r.Context().Done():
+			return
+		case <-s.done:
+			if request {
+				send(st.take())
+			}
+			return
+		}
+	}
+}
+
+func sseEvent(line []byte) []byte {
+	b := make([]byte, 0, len(line)+22)
+	b = append(b, "event: message\ndata: "...)
+	b = append(b, line...)
+	return append(b, '\n', '\n')
+}
