@@ -166,8 +166,8 @@ func (h *Handler) end(s *session, why string) {
 	h.stopping.Add(1)
 	go func() {
 		defer h.stopping.Done()
+		s.proxy.Stop(why) // answers what it can (an abandoned fenced call: unknown) first
 		s.close()
-		s.proxy.Stop(why)
 		if h.cfg.OnSession != nil {
 			h.cfg.OnSession(-1)
 		}
