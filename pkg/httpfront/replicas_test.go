@@ -165,7 +165,9 @@ func TestReplicasOnPostgres(t *testing.T) {
 	// Kill a replica mid-call.
 	victim := reps[0].client(t)
 	sid := victim.open(nil)
-	go func() { _, _ = victim.post(context.Background(), sid, nil, call(9000, "slow", `{"ms":4000,"tag":"killed"}`)) }()
+	go func() {
+		_, _ = victim.post(context.Background(), sid, nil, call(9000, "slow", `{"ms":4000,"tag":"killed"}`))
+	}()
 	for !strings.Contains(reps[0].log.String(), "slow tag=killed started") {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -179,4 +181,3 @@ func TestReplicasOnPostgres(t *testing.T) {
 		t.Fatal("the killed replica's call was started again on another replica")
 	}
 }
-
