@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/logfmt"
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -35,6 +36,7 @@ func wrapCommand(io streams) *cli.Command {
 		StopOnNthArg:              &first,
 		DisableSliceFlagSeparator: true,
 		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text, or json: one JSON object per log line on stderr (time, level, source, msg)"},
 			&cli.StringFlag{Name: "ledger", Usage: "ledger: a SQLite file path, \"memory\", or postgres://... (default: " + store.EnvLedger + ", else the per-command file)"},
 			&cli.FloatFlag{Name: "lease-secs", DefaultText: "60", Usage: "lease of a running call in seconds (1 to 30 days), renewed every third (env " + store.EnvLeaseSecs + ")"},
 			&cli.FloatFlag{Name: "result-ttl-secs", DefaultText: "86400", Usage: "how long a result is replayed, in seconds (1 to 366 days) (env " + store.EnvTTLSecs + ")"},
@@ -56,6 +58,16 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.DurationFlag{Name: "grace", Value: wrap.DefaultGrace, Usage: "when stopping (stdin closed, SIGTERM, SIGINT), how long calls in flight may finish; then the MCP server is stopped and each fenced call still inside it is recorded as unknown. A second signal exits at once"},
 		}, gatewayFlags()...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
+			io := io
+			switch cmd.String("log-format") {
+			case "text":
+			case "json":
+				lw := logfmt.New(io.err)
+				defer lw.Flush()
+				io.err = lw
+			default:
+				return usageErr("--log-format %q: want text or json", cmd.String("log-format"))
+			}
 			argv := cmd.Args().Slice()
 			if len(argv) > 0 && argv[0] == "--" {
 				argv = argv[1:]
