@@ -95,16 +95,32 @@ type gateway struct {
 	ln    net.Listener
 }
 
-// newGateway checks the listener flags and makes the front. newSession makes the proxy of one
-// session from the principal's scope id and what must reach the upstream.
-func newGateway(cmd *cli.Command, log goio.Writer, newSession func(who httpfront.Caller) (*wrap.Proxy, error), extra map[string]http.Handler) (*gateway, error) {
+// listenConfig is what the listener flags say, checked before anything is opened.
+type listenConfig struct {
+	addr  string
+	front httpfront.Config
+}
+
+// gatewayOnly are the flags that mean something only with --listen.
+var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "session-idle"}
+
+// checkListen checks the listener flags: nil without --listen (and none of its flags).
+func checkListen(cmd *cli.Command) (*listenConfig, error) {
+	if cmd.String("listen") == "" {
+		for _, f := range gatewayOnly {
+			if cmd.IsSet(f) {
+				return nil, usageErr("--%s needs --listen", f)
+			}
+		}
+		return nil, nil
+	}
 	addr, loopback, err := listenAddr(cmd.String("listen"))
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
 	cfg := httpfront.Config{
-		NewSession: newSession, AllowOrigins: cmd.StringSlice("allow-origin"), PassAuth: cmd.Bool("pass-auth"),
-		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), Idle: cmd.Duration("session-idle"), Log: log,
+		AllowOrigins: cmd.StringSlice("allow-origin"), PassAuth: cmd.Bool("pass-auth"),
+		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), Idle: cmd.Duration("session-idle"),
 	}
 	keysFile := cmd.String("api-keys")
 	if keysFile == "" {
@@ -121,6 +137,15 @@ func newGateway(cmd *cli.Command, log goio.Writer, newSession func(who httpfront
 	if cfg.MaxSessions <= 0 || cfg.Idle <= 0 {
 		return nil, usageErr("--max-sessions and --session-idle must be positive")
 	}
+	return &listenConfig{addr: addr, front: cfg}, nil
+}
+
+// newGateway makes the front and opens the listener. newSession makes the proxy of one
+// session.
+func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront.Caller) (*wrap.Proxy, error), extra map[string]http.Handler) (*gateway, error) {
+	cfg := lc.front
+	cfg.NewSession, cfg.Log = newSession, log
+	addr := lc.addr
 	front, err := httpfront.New(cfg)
 	if err != nil {
 		return nil, err
@@ -181,7 +206,7 @@ func scopeFor(s store.Scope, principal string, share bool) string {
 
 // runGateway serves `wrap --listen`: one proxy per MCP session, all on one ledger and one set
 // of attempts in flight, until a signal; a second signal exits at once.
-func runGateway(ctx context.Context, cmd *cli.Command, opt wrap.Options, scope store.Scope, led *store.Ledger, io streams) error {
+func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, opt wrap.Options, scope store.Scope, led *store.Ledger, io streams) error {
 	shared := wrap.NewShared()
 	share := cmd.Bool("share-principals")
 	newSession := func(who httpfront.Caller) (*wrap.Proxy, error) {
@@ -190,7 +215,7 @@ func runGateway(ctx context.Context, cmd *cli.Command, opt wrap.Options, scope s
 		o.Shared = shared
 		return wrap.New(o)
 	}
-	g, err := newGateway(cmd, io.err, newSession, nil)
+	g, err := newGateway(lc, io.err, newSession, nil)
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,10 @@ func wrapCommand(io streams) *cli.Command {
 			if err != nil {
 				return err
 			}
+			lc, err := checkListen(cmd)
+			if err != nil {
+				return err
+			}
 			scope := store.CurrentWrapScope(argv, cmd.String("scope"))
 			opt.Scope = scope.ID
 			so, err := store.FromEnv(scope.LedgerName())
@@ -121,10 +125,10 @@ func wrapCommand(io streams) *cli.Command {
 			// terminal wrap's stderr is shown on.
 			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
 			opt.ClearHint = clearHint(led.Location)
-			if cmd.String("listen") != "" {
+			if lc != nil {
 				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, one child per session\n", led.Location, wrap.ShellJoin(argv))
 				logScope(io, scope, so.Ledger == "", argv)
-				return runGateway(ctx, cmd, opt, scope, led, io)
+				return runGateway(ctx, cmd, lc, opt, scope, led, io)
 			}
 			p, err := wrap.New(opt)
 			if err != nil {

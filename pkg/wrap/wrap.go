@@ -177,6 +177,8 @@ type Proxy struct {
 	pending   map[string]chan *jsonrpc.Message
 	agentGone chan struct{} // closed when the agent's input ends
 	stopOnce  sync.Once
+	smu       sync.Mutex
+	stopped   bool // Stop has begun (guarded by smu)
 	// ownFlights: the flights are this proxy's alone (no Options.Shared), so a stop that
 	// gives up on the calls in flight ends every wait in them.
 	ownFlights bool
@@ -323,6 +325,9 @@ func (p *Proxy) Dispatch(line []byte) { p.dispatch(line) }
 // still held is recorded as unknown.
 func (p *Proxy) Stop(why string) {
 	p.stopOnce.Do(func() {
+		p.smu.Lock()
+		p.stopped = true // no request starts after this: drain's Wait sees them all
+		p.smu.Unlock()
 		close(p.agentGone)
 		p.drain(why)
 	})
@@ -467,7 +472,14 @@ func (p *Proxy) dispatch(line []byte) {
 			}
 			p.mu.Unlock()
 		}
-		p.calls.Add(1)
+		p.smu.Lock()
+		if p.stopped {
+			p.smu.Unlock()
+			p.reply(jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the session is stopping; the request was NOT executed")))
+			return
+		}
+		p.calls.Add(1) // before Stop's Wait: see stopped
+		p.smu.Unlock()
 		untrack := p.track(m)
 		go func() {
 			defer p.calls.Done()

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/demo"
+)
+
+func TestListenUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	os.WriteFile(short, []byte("alice tooshort\n"), 0o600)
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, []byte("# keys\nalice\n"), 0o600)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"wrap", "--listen", "0.0.0.0:0", "--", "x"}, "not a loopback address"},
+		{[]string{"wrap", "--api-keys", short, "--", "x"}, "--api-keys needs --listen"},
+		{[]string{"wrap", "--listen", ":0", "--api-keys", short, "--", "x"}, "shorter than 16"},
+		{[]string{"wrap", "--listen", ":0", "--api-keys", bad, "--", "x"}, bad + ":2: want `PRINCIPAL TOKEN`"},
+		{[]string{"wrap", "--listen", ":0", "--api-keys", filepath.Join(dir, "none"), "--", "x"}, "no such file"},
+		{[]string{"wrap", "--listen", "a:b:c", "--", "x"}, "want HOST:PORT"},
+		{[]string{"wrap", "--listen", ":0", "--max-sessions", "0", "--", "x"}, "must be positive"},
+	}
+	for _, c := range cases {
+		var out, errw bytes.Buffer
+		code := run(context.Background(), append([]string{"effectfence"}, c.args...), streams{strings.NewReader(""), &out, &errw})
+		if code != exitUsage || !strings.Contains(errw.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errw.String(), exitUsage, c.want)
+		}
+		if strings.Contains(errw.String(), "tooshort") {
+			t.Errorf("%v: a token reached stderr: %q", c.args, errw.String())
+		}
+	}
+}
+
+// SIGTERM to a gateway with a call in flight: no new sessions, the call finishes within the
+// grace and is answered, the process exits 0, the call ran once.
+func TestListenSIGTERMDrains(t *testing.T) {
+	bin := effectfence(t)
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects")
+	cmd := exec.Command(bin, "wrap", "--ledger", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0", "--grace", "10s",
+		"--", bin, "demo-server", "--latency", "1500ms", "--effects", effects)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	urls := make(chan string, 1)
+	var logb bytes.Buffer
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logb.WriteString(sc.Text() + "\n")
+			if u, ok := strings.CutPrefix(sc.Text(), "effectfence wrap: listening on "); ok {
+				urls <- u
+			}
+		}
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the gateway did not start")
+	}
+	post := func(sid, body string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if h, err := http.Get(strings.TrimSuffix(url, "/mcp") + "/healthz"); err != nil || h.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", h, err)
+	}
+	answer := make(chan string, 1)
+	go func() {
+		_, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`)
+		answer <- body
+	}()
+	time.Sleep(500 * time.Millisecond) // the call is inside the server (latency 1.5 s)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	body := <-answer
+	if !strings.Contains(body, "ch_demo_0001") {
+		t.Fatalf("the call in flight at SIGTERM was answered %q", body)
+	}
+	if err := cmd.Wait(); err != nil {
+		<-logDone
+		t.Fatalf("the gateway exited with %v:\n%s", err, logb.String())
+	}
+	if n, err := demo.CountEffects(effects); err != nil || n != 1 {
+		t.Fatalf("executions: %d %v", n, err)
+	}
+}
