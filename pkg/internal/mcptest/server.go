@@ -29,6 +29,9 @@ const (
 	EnvServe   = "MCPTEST_SERVE"
 	EnvEffects = "MCPTEST_EFFECTS"
 	EnvMode    = "MCPTEST_MODE"
+	// EnvHTTP, when set to an address, makes the server serve Streamable HTTP there instead of
+	// stdio (server_http.go).
+	EnvHTTP = "MCPTEST_HTTP"
 )
 
 // MaybeServe runs the server and exits if EnvServe is set; call it first in TestMain.
@@ -83,6 +86,9 @@ func Serve() int {
 		return 3
 	case "garbage":
 		fmt.Fprintln(os.Stdout, "this is not JSON")
+	}
+	if addr := os.Getenv(EnvHTTP); addr != "" {
+		return s.serveHTTP(addr)
 	}
 	fmt.Fprintln(os.Stderr, "mcptest: serving")
 	r := jsonrpc.NewReader(os.Stdin, 64<<20)
