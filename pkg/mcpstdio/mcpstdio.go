@@ -155,6 +155,7 @@ type Session struct {
 	nextID  atomic.Int64
 	mu      sync.Mutex
 	pending map[string]chan reply
+	inbound map[string]context.CancelCauseFunc // the child's requests being answered, by id
 	err     error // why the session ended; set once, before done closes
 	done    chan struct{}
 	exited  chan struct{} // cmd.Wait returned
@@ -209,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, errors.New("mcpstdio: initialize params must be a JSON object")
 	}
 	s := &Session{
-		cfg: cfg, pending: map[string]chan reply{}, done: make(chan struct{}), exited: make(chan struct{}),
+		cfg: cfg, pending: map[string]chan reply{}, inbound: map[string]context.CancelCauseFunc{}, done: make(chan struct{}), exited: make(chan struct{}),
 		notes: make(chan note, 1024), notesEnd: make(chan struct{}), tail: &tailWriter{w: cfg.Stderr, max: 2048},
 	}
 	s.reqCtx, s.reqStop = context.WithCancel(context.Background())
@@ -518,7 +519,27 @@ func (s *Session) deliver() {
 		case n.to != nil:
 			n.to <- n.r // buffered, and each call is resolved once: never blocks
 		case n.req != nil:
-			go s.answer(n.req)
+			// Registered here, in order, so a cancellation the child writes after its
+			// request finds it.
+			ctx, cancel := context.WithCancelCause(s.reqCtx)
+			key := string(n.req.ID)
+			s.mu.Lock()
+			s.inbound[key] = cancel
+			s.mu.Unlock()
+			go func(m *jsonrpc.Message) {
+				defer func() {
+					s.mu.Lock()
+					delete(s.inbound, key)
+					s.mu.Unlock()
+					cancel(nil)
+				}()
+				s.answer(ctx, m)
+			}(n.req)
+		case n.method == "notifications/cancelled":
+			// A server cancels only its own requests: the handler's context ends (if it still
+			// runs). The notification names the child's id, which means nothing to anyone else,
+			// so it goes no further.
+			s.cancelInbound(n.params)
 		case s.cfg.OnNotification != nil:
 			s.cfg.OnNotification(n.method, n.params)
 		}
@@ -526,7 +547,27 @@ func (s *Session) deliver() {
 	}
 }
 
-func (s *Session) answer(m *jsonrpc.Message) {
+// cancelInbound cancels the request of the child that params (of notifications/cancelled)
+// names, reporting whether it named one still being answered.
+func (s *Session) cancelInbound(params json.RawMessage) bool {
+	var c struct {
+		RequestID json.RawMessage `json:"requestId"`
+		Reason    string          `json:"reason"`
+	}
+	if json.Unmarshal(params, &c) != nil || c.RequestID == nil {
+		return false
+	}
+	s.mu.Lock()
+	cancel := s.inbound[string(c.RequestID)]
+	s.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel(&CancelReason{Reason: c.Reason})
+	return true
+}
+
+func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {
 	var (
 		res json.RawMessage
 		err error
@@ -535,9 +576,13 @@ func (s *Session) answer(m *jsonrpc.Message) {
 	case m.Method == "ping":
 		res = json.RawMessage("{}")
 	case s.cfg.OnRequest != nil:
-		res, err = s.cfg.OnRequest(s.reqCtx, m.Method, m.Params)
+		res, err = s.cfg.OnRequest(ctx, m.Method, m.Params)
 	default:
 		err = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not supported by this client: " + m.Method}
+	}
+	var why *CancelReason
+	if errors.As(context.Cause(ctx), &why) {
+		return // the child cancelled its request: MCP says no answer is sent
 	}
 	var line []byte
 	switch e := err.(type) {

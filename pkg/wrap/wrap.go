@@ -728,6 +728,15 @@ func (p *Proxy) childRequest(ctx context.Context, method string, params json.Raw
 		}
 		return m.Result, nil
 	case <-ctx.Done():
+		// The server gave up on its request (or its session ended): tell the agent, under the
+		// id the agent knows, so it stops asking its user.
+		note := map[string]any{"requestId": id}
+		var why *mcpstdio.CancelReason
+		if errors.As(context.Cause(ctx), &why) && why.Reason != "" {
+			note["reason"] = why.Reason // the server's reason, passed on as given
+		}
+		params, _ := json.Marshal(note)
+		p.reply(jsonrpc.Notification("notifications/cancelled", params))
 		return nil, ctx.Err()
 	case <-p.agentGone:
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client disconnected"}

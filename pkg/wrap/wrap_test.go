@@ -3,12 +3,14 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 func TestMirrorsToolsListAndInitializeByteForByte(t *testing.T) {
@@ -307,6 +309,33 @@ func TestRequestsOfTheChildReachTheAgent(t *testing.T) {
 	w := r.wrap() // fenced: the request arrives while the call is held
 	if x := call(t, w.Session, "ask", `{}`); x.IsError || !strings.Contains(x.text(), `file:///agent/roots/list`) {
 		t.Fatalf("the child's request did not reach the agent: %q", x.text())
+	}
+}
+
+// A request of the child that the child then cancels: the agent is told, under the id wrap
+// gave the request (never the child's own id), and its handler's context ends with the
+// child's reason.
+func TestTheChildCancelsItsRequest(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cause := make(chan error, 1)
+	r.onRequest = func(ctx context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}
+	w := r.wrap("--pass", "ask")
+	if x := call(t, w.Session, "ask", `{"ms":300}`); x.IsError || x.text() != "ask cancelled" {
+		t.Fatalf("ask: %q", x.text())
+	}
+	select {
+	case err := <-cause:
+		var why *mcpstdio.CancelReason
+		if !errors.As(err, &why) || why.Reason != "took too long" {
+			t.Fatalf("the agent's handler ended with %v, want the child's cancellation", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent was never told that the child cancelled its request")
 	}
 }
 

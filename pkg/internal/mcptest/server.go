@@ -312,6 +312,11 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			return text("client said: "+string(m.Result), false), nil
 		case <-time.After(10 * time.Second):
 			return text("client did not answer", true), nil
+		case <-cancelAfter(a.Ms):
+			// ms > 0: give up on the request and say so, as a server may.
+			s.asks.Delete(id)
+			s.write(jsonrpc.Notification("notifications/cancelled", json.RawMessage(`{"requestId":`+id+`,"reason":"took too long"}`)))
+			return text("ask cancelled", false), nil
 		}
 	case "echo":
 		return text("echo "+a.Text, false), nil
@@ -324,6 +329,14 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		return text("extra ran", false), nil
 	}
 	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool: " + p.Name}
+}
+
+// cancelAfter is a channel that fires after ms milliseconds, or never when ms <= 0.
+func cancelAfter(ms int) <-chan time.Time {
+	if ms <= 0 {
+		return nil
+	}
+	return time.After(time.Duration(ms) * time.Millisecond)
 }
 
 // Effects returns the lines of an effects file (none if it does not exist).
