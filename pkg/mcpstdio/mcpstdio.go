@@ -156,7 +156,7 @@ type Session struct {
 	mu      sync.Mutex
 	pending map[string]chan reply
 	inbound map[string]context.CancelCauseFunc // the child's requests being answered, by id
-	err     error // why the session ended; set once, before done closes
+	err     error                              // why the session ended; set once, before done closes
 	done    chan struct{}
 	exited  chan struct{} // cmd.Wait returned
 	exitMsg string
