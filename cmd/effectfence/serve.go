@@ -93,6 +93,7 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	defer signal.Stop(pipe)
 	// What an agent sends can end up in a log line: each entry is escaped into one line.
 	logger := log.New(safetext.NewLogWriter(io.err), "effectfence serve: ", log.LstdFlags)
+	opts.Log = io.err
 	led, err := store.Open(ctx, opts)
 	if err != nil {
 		return err

@@ -116,6 +116,7 @@ func wrapCommand(io streams) *cli.Command {
 			if _, err := exec.LookPath(argv[0]); err != nil {
 				return usageErr("cannot run the MCP server command %q: %v; nothing was started and no ledger was created", argv[0], unwrapExec(err))
 			}
+			so.Log = io.err
 			led, err := store.Open(ctx, so)
 			if err != nil {
 				return err

@@ -5,12 +5,14 @@ package store
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
@@ -41,6 +43,11 @@ type Options struct {
 	// SweepEvery is how often an open ledger drops expired outcomes (default: DefaultSweepEvery,
 	// or the result TTL when that is shorter).
 	SweepEvery time.Duration
+	// Log, when set, receives a line when the background sweep or recovery fails (an outcome
+	// stuck in the spool, a database that does not answer), once per distinct error.
+	Log io.Writer
+	// RecoverEvery overrides RecoverEvery (tests).
+	RecoverEvery time.Duration
 }
 
 // DefaultSweepEvery is how often an open ledger sweeps expired outcomes.
@@ -165,6 +172,7 @@ type Ledger struct {
 
 	stop  context.CancelFunc
 	swept chan struct{}
+	log   io.Writer
 }
 
 func isPostgres(loc string) bool {
@@ -216,8 +224,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		every = min(DefaultSweepEvery, eng.Config().ResultTTL)
 	}
 	sctx, stop := context.WithCancel(context.Background())
-	l := &Ledger{Engine: eng, Location: loc, stop: stop, swept: make(chan struct{})}
-	go l.sweep(sctx, every)
+	l := &Ledger{Engine: eng, Location: loc, stop: stop, swept: make(chan struct{}), log: o.Log}
+	recoverEvery := o.RecoverEvery
+	if recoverEvery <= 0 {
+		recoverEvery = RecoverEvery
+	}
+	go l.sweep(sctx, every, recoverEvery)
 	return l, nil
 }
 
@@ -246,20 +258,37 @@ const RecoverEvery = 10 * time.Second
 // ends. A failed sweep is retried at the next tick: the gates ignore expired outcomes anyway,
 // so a late sweep costs only disk. Recover's errors are retried the same way (an outcome in the
 // spool stays there until the ledger takes it).
-func (l *Ledger) sweep(ctx context.Context, every time.Duration) {
+func (l *Ledger) sweep(ctx context.Context, every, recoverEvery time.Duration) {
 	defer close(l.swept)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	r := time.NewTicker(RecoverEvery)
+	r := time.NewTicker(recoverEvery)
 	defer r.Stop()
+	last := map[string]string{} // what each task last reported, so a lasting failure is one line
+	report := func(task string, err error) {
+		msg := ""
+		if err != nil && ctx.Err() == nil {
+			msg = err.Error()
+		}
+		if l.log != nil && msg != last[task] {
+			if msg == "" {
+				fmt.Fprintf(l.log, "effectfence: ledger %s: background %s works again\n", l.Location, task)
+			} else {
+				fmt.Fprintf(l.log, "effectfence: ledger %s: background %s failed (retried every tick): %s\n", l.Location, task, safetext.Escape(msg))
+			}
+		}
+		last[task] = msg
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_, _ = l.Engine.Sweep(ctx)
+			_, err := l.Engine.Sweep(ctx)
+			report("sweep", err)
 		case <-r.C:
-			_, _ = l.Engine.Recover(ctx)
+			_, err := l.Engine.Recover(ctx)
+			report("recovery (spool drain and lease rules)", err)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/netcut"
+	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 	"github.com/effectfence/effectfence/pkg/store"
 )
 
@@ -190,5 +194,71 @@ func TestLedgerStringsThatAreNotLedgers(t *testing.T) {
 		if err := store.CheckLedger(s); err != nil {
 			t.Errorf("ledger %q refused: %v", s, err)
 		}
+	}
+}
+
+// syncBuf is a goroutine-safe log.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The background recovery of an open ledger says when it fails (the database is cut) and when
+// it works again, once each, never silently.
+func TestBackgroundRecoveryFailuresAreLogged(t *testing.T) {
+	ledger := pgtest.Ledger(t, "store_bglog")
+	u, err := url.Parse(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := u.Host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "5432")
+	}
+	cut, err := netcut.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cut.Close()
+	u.Host = cut.Addr()
+	u.User = url.UserPassword(u.User.Username(), "s3cret-pw") // trust auth ignores it
+	var log syncBuf
+	led, err := store.Open(context.Background(), store.Options{Ledger: u.String(), Log: &log, RecoverEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	cut.Cut(3 * time.Second)
+	waitFor(t, &log, "background recovery (spool drain and lease rules) failed")
+	cut.Heal()
+	waitFor(t, &log, "background recovery (spool drain and lease rules) works again")
+	if n := strings.Count(log.String(), "failed"); n != 1 {
+		t.Fatalf("a lasting failure logged %d times, want once:\n%s", n, log.String())
+	}
+	if strings.Contains(log.String(), "s3cret-pw") {
+		t.Fatalf("the log shows credentials: %s", log.String())
+	}
+}
+
+func waitFor(t *testing.T, log *syncBuf, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(log.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never logged %q; log:\n%s", want, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
