@@ -70,6 +70,10 @@ func run(ctx context.Context, args []string, io streams) int {
 	if err == nil {
 		return exitOK
 	}
+	if strings.HasPrefix(err.Error(), "No help topic for ") {
+		// `effectfence help nosuch`: a usage error like any other.
+		err = exitCoder{exitUsage, fmt.Errorf("help: no command %s; the commands are listed by `effectfence --help`", strings.TrimPrefix(err.Error(), "No help topic for "))}
+	}
 	fmt.Fprintln(io.err, "effectfence: "+safetext.Escape(err.Error()))
 	var ec exitCoder
 	if !errors.As(err, &ec) {

@@ -32,6 +32,10 @@ func TestRootHelpVersionAndUnknown(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) || !strings.Contains(errOut, "--help") {
 		t.Fatalf("unknown command: code %d %q", code, errOut)
 	}
+	code, out, errOut = runCLI(t, "", "help", "nosuch")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "help: no command 'nosuch'") {
+		t.Fatalf("help nosuch: code %d stdout %q stderr %q", code, out, errOut)
+	}
 	code, _, errOut = runCLI(t, "", "--no-such-flag")
 	if code != exitUsage || errOut == "" {
 		t.Fatalf("unknown flag: code %d %q", code, errOut)
