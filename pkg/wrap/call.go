@@ -317,6 +317,14 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, res json.RawMessage, err error, task bool) answer {
 	var rpc *jsonrpc.Error
 	switch {
+	case err == nil && inputRequired(res):
+		// The server asks for more input (SEP-2322): not an outcome. Nothing final happened;
+		// the client's continuation (the same call with inputResponses and requestState, under
+		// a new id) is the same intent and is fenced like any call.
+		a := answer{result: res, outcome: "executed", code: "input_required"}
+		p.flights.fail(intent, f, a)
+		p.release(ctx, t, "the server asked for more input (input_required): not an outcome")
+		return a
 	case err == nil && !isError(res):
 		defer p.flights.done(intent, f)
 		_, cerr := p.settle(ctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: t, Result: res})
@@ -432,6 +440,17 @@ func (p *Proxy) heartbeat(t fence.Ticket) (stop func()) {
 		stopped = true
 		timer.Stop()
 	}
+}
+
+// inputRequired says whether a result is an interim InputRequiredResult (SEP-2322).
+func inputRequired(res json.RawMessage) bool {
+	if !bytes.Contains(res, []byte("input_required")) {
+		return false
+	}
+	var r struct {
+		ResultType string `json:"resultType"`
+	}
+	return json.Unmarshal(res, &r) == nil && r.ResultType == "input_required"
 }
 
 func isError(res json.RawMessage) bool {

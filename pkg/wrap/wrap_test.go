@@ -361,3 +361,40 @@ func TestWaitEndsWithAToolErrorAndARetryReplays(t *testing.T) {
 		t.Fatalf("the retry must receive the recorded result: %+v", again)
 	}
 }
+
+// A result asking for more input (SEP-2322 input_required) is not an outcome: it is never
+// replayed; the continuation (the same call with requestState, under a new id) runs once and
+// its result is what duplicates, continuation or original, receive.
+func TestInputRequiredIsNeverAnOutcome(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	ctx := context.Background()
+	raw := func(params string) string {
+		t.Helper()
+		res, err := w.Call(ctx, "tools/call", json.RawMessage(params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res)
+	}
+	first := `{"name":"confirm","arguments":{"tag":"mrtr"}}`
+	cont := `{"name":"confirm","arguments":{"tag":"mrtr"},"inputResponses":{"ok":{"action":"accept","content":{"ok":true}}},"requestState":"state-mrtr"}`
+	for i := 0; i < 2; i++ {
+		if got := raw(first); !strings.Contains(got, `"resultType":"input_required"`) || strings.Contains(got, "effectfence/replayed") {
+			t.Fatalf("round one, try %d: %s; want the server's input_required, never a replay", i, got)
+		}
+	}
+	done := raw(cont)
+	if !strings.Contains(done, "confirmed n=1") {
+		t.Fatalf("continuation: %s", done)
+	}
+	for _, p := range []string{cont, first} {
+		if got := raw(p); !strings.Contains(got, "confirmed n=1") || !strings.Contains(got, `"effectfence/replayed":true`) {
+			t.Fatalf("after the continuation ran, %s was answered %s; want its recorded result", p, got)
+		}
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+}
