@@ -331,9 +331,7 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 			ps.unknownKey(m, where, known)
 			continue
 		}
-		if m.key != "elicit" {
-			others = append(others, m)
-		}
+		others = append(others, m)
 		switch m.key {
 		case "key":
 			tp.Key = ps.paths(m.value, what, false)
