@@ -132,8 +132,10 @@ func TestPolicyInitRealServers(t *testing.T) {
 				}
 				return string(x.Meta["effectfence/replayed"]) == "true"
 			}
-			if replayed(c.passTool, c.passArg) || replayed(c.passTool, c.passArg) {
-				t.Fatalf("%s (fence: false) was replayed", c.passTool)
+			for range 2 {
+				if replayed(c.passTool, c.passArg) {
+					t.Fatalf("%s (fence: false) was replayed", c.passTool)
+				}
 			}
 			if replayed(c.fenceTool, c.fenArg) || !replayed(c.fenceTool, c.fenArg) {
 				t.Fatalf("the duplicate of %s (fence: true) was not replayed", c.fenceTool)
