@@ -2,6 +2,8 @@ package policy
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +195,31 @@ func TestParseBad(t *testing.T) {
 				rest = rest[i+len(w):]
 			}
 		})
+	}
+}
+
+// TestLoadLedgerRelativeToFile: a relative ledger path in a file is taken from the file's
+// directory, so the policy means the same wherever wrap starts; other forms are kept.
+func TestLoadLedgerRelativeToFile(t *testing.T) {
+	dir := t.TempDir()
+	for ledger, want := range map[string]string{
+		"state/ledger.db":       filepath.Join(dir, "state", "ledger.db"),
+		"/abs/ledger.db":        "/abs/ledger.db",
+		"memory":                "memory",
+		"postgres://u@h/db?x=1": "postgres://u@h/db?x=1",
+	} {
+		path := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(path, []byte("version: 1\nledger: "+ledger+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Load(path)
+		if err != nil {
+			t.Errorf("ledger %q: %v", ledger, err)
+		} else if p.Ledger != want {
+			t.Errorf("ledger %q: got %q, want %q", ledger, p.Ledger, want)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "cannot read the policy file") {
+		t.Errorf("a missing file: %v", err)
 	}
 }
