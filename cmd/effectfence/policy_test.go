@@ -83,25 +83,32 @@ func TestPolicyInitRealServers(t *testing.T) {
 	peers := peersDir(t)
 	bin := effectfence(t)
 	for _, c := range []struct {
-		server            string
+		server, scan      string
 		passTool, passArg string
 		fenceTool, fenArg string
 	}{
-		{"mcp-server-memory", "read_graph", `{}`, "create_entities", `{"entities":[{"name":"order-7","entityType":"order","observations":["paid"]}]}`},
-		{"mcp-server-everything", "echo", `{"message":"hi"}`, "toggle-simulated-logging", `{}`},
+		{"mcp-server-memory", "server-memory", "read_graph", `{}`, "create_entities", `{"entities":[{"name":"order-7","entityType":"order","observations":["paid"]}]}`},
+		{"mcp-server-everything", "", "echo", `{"message":"hi"}`, "toggle-simulated-logging", `{}`},
 	} {
 		t.Run(c.server, func(t *testing.T) {
 			dir := t.TempDir()
 			server := filepath.Join(peers, "node_modules", ".bin", c.server)
 			env := []string{"MEMORY_FILE_PATH=" + filepath.Join(dir, "memory.jsonl"), "XDG_STATE_HOME=" + filepath.Join(dir, "state"), "EFFECTFENCE_LEDGER="}
 			file := filepath.Join(dir, "policy.yaml")
-			r := runBinary(t, env, "", "policy", "init", "-o", file, "--", server)
+			args := []string{"policy", "init", "-o", file}
+			if c.scan != "" {
+				args = append(args, "--scan", filepath.Join(peers, "node_modules", "@modelcontextprotocol", c.scan, "dist"))
+			}
+			r := runBinary(t, env, "", append(args, "--", server)...)
 			if r.code != exitOK || r.stdout != "" {
 				t.Fatalf("policy init: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 			}
 			src, _ := os.ReadFile(file)
 			if !strings.Contains(string(src), "\n  "+c.passTool+":\n    fence: false\n") || !strings.Contains(string(src), "\n  "+c.fenceTool+":\n    fence: true\n") {
 				t.Fatalf("the generated policy does not pass %s and fence %s:\n%s", c.passTool, c.fenceTool, src)
+			}
+			if c.scan != "" && (!strings.Contains(string(src), "  # scan: index.js:") || !strings.Contains(string(src), "  #   write sdk at index.js:")) {
+				t.Fatalf("--scan added no evidence:\n%s", src)
 			}
 			if r := runBinary(t, env, "", "policy", "check", file); r.code != exitOK || !strings.Contains(r.stdout, ": ok: ") {
 				t.Fatalf("policy check of the generated file: exit %d, %s %s\n%s", r.code, r.stdout, r.stderr, src)

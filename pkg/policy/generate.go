@@ -83,6 +83,10 @@ func Generate(w io.Writer, pages []json.RawMessage, src Source) error {
 	fmt.Fprintf(b, "# Each entry follows from the tool's annotations, which are the server's own hints, not\n")
 	fmt.Fprintf(b, "# guarantees: review every entry before use. Format and precedence: docs/policy.md.\n")
 	fmt.Fprintf(b, "# Check it with: effectfence policy check FILE\n")
+	if src.Scan != nil {
+		fmt.Fprintf(b, "# Lines starting \"scan:\" are what `effectfence scan %s` found in the code (paths\n", comment(src.ScanPath, 120))
+		fmt.Fprintf(b, "# relative to it): evidence for review, not a verdict.\n")
+	}
 	fmt.Fprintf(b, "version: 1\n\n")
 	fmt.Fprintf(b, "# Server-wide settings (all optional; flags given to wrap win over this file):\n")
 	fmt.Fprintf(b, "# scope: my-server       # a name shares receipts across directories and environments\n")
@@ -149,15 +153,19 @@ func writeTool(b *bufio.Writer, t publishedTool, keyProp string, st *scan.Tool) 
 			"idempotent, so it is fenced: identical calls run once.")
 	case a.DestructiveHint == nil || is(a.DestructiveHint):
 		why = append(why, "destructiveHint (true, or absent: MCP's default): a repeat may destroy or overwrite",
-			"again, so it is fenced and a claim whose holder vanished stays fenced for a person to check.")
+			"again, so it is fenced.")
 	default:
 		why = append(why, "destructiveHint: false: a repeat destroys nothing, but it still acts twice, so it is fenced.")
 	}
 	rerun := false
-	if !readOnly && is(a.IdempotentHint) {
+	switch {
+	case readOnly:
+	case is(a.IdempotentHint):
 		rerun = true
 		why = append(why, "idempotentHint: a repeat with the same arguments has no further effect, so a claim",
 			"whose holder vanished is run again (rerun_safe) instead of fenced as unknown.")
+	default:
+		why = append(why, "Not idempotent: a claim whose holder vanished stays fenced (unknown) for a person to check.")
 	}
 	if !readOnly && keyProp != "" {
 		why = append(why, fmt.Sprintf("Argument %s looks like an idempotency key: wrap fills it with the call's hash", comment(strconv.Quote(keyProp), 60)),
