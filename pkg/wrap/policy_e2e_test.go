@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -227,5 +228,51 @@ func TestPolicyRefusedAtStart(t *testing.T) {
 	r.extraEnv = []string{"EFFECTFENCE_POLICY=" + path}
 	if _, err := r.tryWrap(); err == nil || !strings.Contains(err.Error(), `unknown key "wiat"`) {
 		t.Fatalf("EFFECTFENCE_POLICY is not read: %v", err)
+	}
+}
+
+// TestPolicyRerunSafeAfterKill9: wrap is killed with a call of each of two tools inside the
+// server; the next wrap with the same policy runs the rerun_safe tool's call again and fences
+// the other's as unknown.
+func TestPolicyRerunSafeAfterKill9(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := demoRig(t, "3s")
+	path := writePolicy(t, r, `version: 1
+tools:
+  "charge_*":
+    rerun_safe: true
+`)
+	w := r.wrap("--policy", path)
+	go func() { _, _ = callE(w.Session, "charge_card", `{"amount":100}`) }()
+	go func() { _, _ = callE(w.Session, "record_event", `{"name":"paid"}`) }()
+	waitFor(t, "both calls to be in flight", func() bool {
+		n := 0
+		for _, recs := range r.records(t) {
+			for _, rec := range recs {
+				if rec.State == fence.StateInFlight {
+					n++
+				}
+			}
+		}
+		return n == 2
+	})
+	kids := childPids(w.Pid())
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	for _, k := range kids {
+		waitFor(t, "the server to die with wrap", func() bool { return !alive(k) })
+	}
+	w2 := r.wrap("--policy", path)
+	if x := call(t, w2.Session, "charge_card", `{"amount":100}`); x.IsError || x.replayed() {
+		t.Fatalf("the rerun_safe tool's call must run again: %s", x.text())
+	}
+	if x := call(t, w2.Session, "record_event", `{"name":"paid"}`); !x.IsError || !strings.Contains(x.text(), "unknown outcome") {
+		t.Fatalf("the other tool's call must stay fenced: %s", x.text())
+	}
+	if c, e := r.effectsOf("charge_card"), r.effectsOf("record_event"); c != 1 || e != 0 {
+		t.Fatalf("effects: %d charge_card, %d record_event; want 1 and 0", c, e)
 	}
 }
