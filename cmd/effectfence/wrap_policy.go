@@ -17,7 +17,7 @@ const envPolicy = "EFFECTFENCE_POLICY"
 
 // policyFlag is wrap's --policy, whichever back (a command, an upstream) wrap serves.
 func policyFlag() cli.Flag {
-	return &cli.StringFlag{Name: "policy", Sources: cli.EnvVars(envPolicy), Usage: "read per-tool and server settings from this YAML policy `FILE` (docs/policy.md); flags win over it (env " + envPolicy + ")"}
+	return &cli.StringFlag{Name: "policy", Sources: cli.EnvVars(envPolicy), Usage: "read per-tool and server settings from this YAML policy `FILE` (docs/policy.md); flags win over it"}
 }
 
 // wrapPolicy loads the policy named by --policy or EFFECTFENCE_POLICY (if any) and folds the
