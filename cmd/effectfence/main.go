@@ -216,7 +216,7 @@ func rootCommand(io streams) *cli.Command {
 		Version: versionString(),
 		Writer:  io.out, ErrWriter: io.err, Reader: io.in,
 		HideVersion:    false,
-		Commands:       []*cli.Command{versionCommand(io), serveCommand(io), ledgerCommand(io), wrapCommand(io), demoCommand(io), probeCommand(io), demoServerCommand(io), scanCommand(io)},
+		Commands:       []*cli.Command{versionCommand(io), serveCommand(io), ledgerCommand(io), wrapCommand(io), demoCommand(io), probeCommand(io), demoServerCommand(io), scanCommand(io), policyCommand(io)},
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {

@@ -52,6 +52,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringFlag{Name: "on-lease-expiry", DefaultText: "fence", Usage: "fence: a lapsed claim becomes unknown unless its tool is --rerun-safe; reclaim: every tool is re-run safe (env " + store.EnvOnLeaseExpiry + ")"},
 			&cli.StringSliceFlag{Name: "rerun-safe", Usage: "TOOL whose calls may run twice without harm: its lapsed or orphaned claims are taken over instead of fenced (repeatable)"},
 			&cli.StringSliceFlag{Name: "replay-window", Usage: "how long a recorded result answers an identical call: DUR for every tool, or TOOL=DUR (repeatable); later identical calls run as new actions (default " + wrap.DefaultReplayWindow.String() + ")"},
+			policyFlag(),
 			&cli.StringFlag{Name: "scope", Usage: "name the server's scope explicitly (fleets sharing receipts across directories or environments); default: derived from the command, working directory and environment"},
 			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
@@ -83,14 +84,19 @@ func wrapCommand(io streams) *cli.Command {
 			if err != nil {
 				return err
 			}
-			scope := store.CurrentWrapScope(argv, cmd.String("scope"))
+			res, err := wrapPolicy(cmd, opt, io)
+			if err != nil {
+				return err
+			}
+			opt = res.Options
+			scope := store.CurrentWrapScope(argv, res.Scope)
 			opt.Scope = scope.ID
 			so, err := store.FromEnv(scope.LedgerName())
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			if cmd.IsSet("ledger") {
-				so.Ledger = cmd.String("ledger")
+			if res.Ledger != "" {
+				so.Ledger = res.Ledger
 			}
 			if err := store.CheckLedger(so.Ledger); err != nil {
 				return usageErr("wrap: %v", err)

@@ -25,10 +25,11 @@ const (
 
 // fenced decides whether calls of a tool go through the fence.
 func (p *Proxy) fenced(name string, info toolInfo) bool {
+	s := p.settings(name)
 	switch {
-	case p.pass[name]:
+	case s.Pass:
 		return false
-	case p.fence[name], p.opt.FenceReads:
+	case s.Fence, p.opt.FenceReads:
 		return true
 	}
 	return !info.readOnly
@@ -65,7 +66,8 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		ev.Outcome = "passed"
 		return p.forward(ctx, m)
 	}
-	id, err := identify(p.opt.Scope, c.name, c.args, p.opt.Ignore[c.name], p.opt.Key[c.name])
+	s := p.settings(c.name)
+	id, err := identify(p.opt.Scope, c.name, c.args, s.Ignore, s.Key)
 	if err != nil {
 		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
@@ -254,12 +256,13 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage, task bool) answer {
-	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: p.rerun[tool], ReplayWindow: p.replayWindow(tool)})
+	s := p.settings(tool)
+	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: s.RerunSafe, ReplayWindow: s.ReplayWindow})
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).
 	f := p.flights.join(id.flightKey())
-	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, p.opt.Wait)
+	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, s.Wait)
 	holder := err == nil && adm.Fresh()
 	if failure, failed := p.flights.leave(id.intent, f, holder); failed {
 		// The attempt this call waited for failed definitely: same answer, no second run.
@@ -269,7 +272,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return failure.as("coalesced", failure.code)
 	}
 	if err != nil {
-		return answer{result: p.refusal(id.intent, err)}.as("refused", fence.CodeOf(err))
+		return answer{result: p.refusal(id.intent, err, s.Wait)}.as("refused", fence.CodeOf(err))
 	}
 	if !holder {
 		return answer{result: replayOf(adm)}.as("replayed", "")
@@ -278,17 +281,6 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, params)
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
-}
-
-// replayWindow is how long a recorded result of tool answers identical calls.
-func (p *Proxy) replayWindow(tool string) time.Duration {
-	if w, ok := p.opt.ReplayWindows[tool]; ok {
-		return w
-	}
-	if p.opt.ReplayWindow > 0 {
-		return p.opt.ReplayWindow
-	}
-	return DefaultReplayWindow
 }
 
 func (p *Proxy) agentName() string {
@@ -483,12 +475,12 @@ func (p *Proxy) clearCommand(intent string) string {
 }
 
 // refusal turns a fence error into the tool error the agent receives.
-func (p *Proxy) refusal(intent string, err error) json.RawMessage {
+func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMessage {
 	code := fence.CodeOf(err)
 	var msg string
 	switch {
 	case errors.Is(err, fence.ErrInFlight):
-		msg = fmt.Sprintf("an identical call is still running (waited %s for it). This call was NOT executed a second time; retry later and the retry will receive the recorded result.", p.opt.Wait)
+		msg = fmt.Sprintf("an identical call is still running (waited %s for it). This call was NOT executed a second time; retry later and the retry will receive the recorded result.", wait)
 	case errors.Is(err, fence.ErrPriorFailure):
 		var pf fence.PriorFailureError
 		why := ""

@@ -44,8 +44,8 @@ func ParseKeepResult(s string) (tool string, keep fence.KeepResult, err error) {
 
 // withPrivacy adds the tool's privacy settings to a request.
 func (p *Proxy) withPrivacy(req fence.Request) fence.Request {
-	req.Redact = p.opt.Redact[req.Tool]
-	req.KeepResult = p.opt.KeepResult[req.Tool]
+	s := p.settings(req.Tool)
+	req.Redact, req.KeepResult = s.Redact, s.KeepResult
 	return req
 }
 

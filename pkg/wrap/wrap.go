@@ -103,6 +103,14 @@ type Options struct {
 	// action. The done record and its audit stay for the ledger's result TTL either way.
 	ReplayWindow  time.Duration
 	ReplayWindows map[string]time.Duration
+	// NoElicit names tools about whose unknown outcomes no person may be asked through MCP
+	// elicitation (only an operator decides).
+	NoElicit map[string]bool
+	// PerTool, when set, gives each tool's settings in place of Fence, Pass, Key, Ignore,
+	// RerunSafe, Redact, KeepResult, ReplayWindows and NoElicit, and may shorten or lengthen
+	// Wait for the tool's calls: a policy file names tools by globs, which match only the
+	// names the server lists at run time (pkg/policy builds it with the flags folded in).
+	PerTool func(tool string) ToolSettings
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
 	// take no slot, so they never queue behind slow calls.

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+	"github.com/effectfence/effectfence/pkg/policy"
+	"github.com/effectfence/effectfence/pkg/scan"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+func policyCommand(io streams) *cli.Command {
+	return &cli.Command{
+		Name:  "policy",
+		Usage: "check or generate a wrap policy file (docs/policy.md)",
+		Commands: []*cli.Command{
+			policyCheckCommand(io),
+			policyInitCommand(io),
+		},
+	}
+}
+
+func policyCheckCommand(io streams) *cli.Command {
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "check a policy file: exit 0 with a summary, or 2 with every error as file:line:col: message",
+		ArgsUsage: "FILE",
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() != 1 {
+				return usageErr("policy check takes exactly one FILE (got %d arguments)", cmd.Args().Len())
+			}
+			p, err := policy.Load(cmd.Args().First())
+			var errs policy.Errors
+			if errors.As(err, &errs) {
+				for _, e := range errs {
+					fmt.Fprintln(io.err, safetext.Escape(e.Error()))
+				}
+				return exitCoder{exitUsage, fmt.Errorf("%s: not accepted (%s; the format is in docs/policy.md and `effectfence policy check --help`)", cmd.Args().First(), plural(len(errs), "error"))}
+			} else if err != nil {
+				return usageErr("%v", err)
+			}
+			fmt.Fprintln(io.out, safetext.Escape(p.Summary()))
+			return nil
+		},
+	}
+}
+
+func policyInitCommand(io streams) *cli.Command {
+	first := 1
+	return &cli.Command{
+		Name:      "init",
+		Usage:     "list an MCP server's tools and write a commented starting policy from their annotations",
+		ArgsUsage: "-- <server command...>",
+		Description: "Starts the MCP stdio server <server command...>, lists its tools and writes a policy:\n" +
+			"readOnlyHint → fence: false; other tools fenced, idempotentHint → rerun_safe: true;\n" +
+			"idempotency-key-like arguments noted (wrap injects the key). --scan PATH adds what\n" +
+			"`effectfence scan` finds in the server's code as comments. Review before use.",
+		StopOnNthArg:              &first,
+		DisableSliceFlagSeparator: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the policy to `FILE` (refused if it exists, unless --force) instead of stdout"},
+			&cli.BoolFlag{Name: "force", Usage: "with -o: replace an existing file"},
+			&cli.StringFlag{Name: "scan", Usage: "scan the server's source at `PATH` and add the evidence as comments"},
+			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "bound on starting the server and listing its tools"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			argv := cmd.Args().Slice()
+			if len(argv) > 0 && argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usageErr("policy init: no MCP server command given; usage: effectfence policy init [-o FILE] [--scan PATH] -- <command...>")
+			}
+			if cmd.Duration("timeout") <= 0 {
+				return usageErr("--timeout must be positive")
+			}
+			out := cmd.String("output")
+			if out != "" && !cmd.Bool("force") {
+				if _, err := os.Lstat(out); err == nil {
+					return usageErr("%s exists; pass --force to replace it", out)
+				}
+			}
+			src := policy.Source{Server: wrap.ShellJoin(argv)}
+			if path := cmd.String("scan"); path != "" {
+				rep, err := scan.Scan(ctx, path, scan.Options{})
+				if errors.Is(err, scan.ErrBadRoot) {
+					return usageErr("--scan: %v", err)
+				} else if err != nil {
+					return fmt.Errorf("--scan: %w", err)
+				}
+				src.Scan, src.ScanPath = rep, path
+			}
+			if _, err := exec.LookPath(argv[0]); err != nil {
+				return usageErr("cannot run the MCP server command %q: %v", argv[0], unwrapExec(err))
+			}
+			pages, err := listToolPages(ctx, argv, cmd.Duration("timeout"), io)
+			if err != nil {
+				return fmt.Errorf("policy init: %w", err)
+			}
+			var buf bytes.Buffer
+			if err := policy.Generate(&buf, pages, src); err != nil {
+				return fmt.Errorf("policy init: %w", err)
+			}
+			if out == "" {
+				_, err := io.out.Write(buf.Bytes())
+				return err
+			}
+			return writeFileAtomic(out, buf.Bytes())
+		},
+	}
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprint(n, " ", what, "s")
+}
+
+// listToolPages starts the server, lists every page of its tools and stops it. (An HTTP
+// upstream would list its pages the same way and hand them to policy.Generate.)
+func listToolPages(ctx context.Context, argv []string, timeout time.Duration, io streams) ([]json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := mcpstdio.Start(ctx, mcpstdio.Config{
+		Command: argv, Stderr: safetext.NewWriter(io.err), InitTimeout: timeout,
+		Init: mcpstdio.DefaultInit("effectfence-policy-init", versionString()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var pages []json.RawMessage
+	cursor := ""
+	for len(pages) < 1000 {
+		raw, err := s.ListTools(ctx, cursor)
+		if err != nil {
+			return nil, fmt.Errorf("tools/list: %w", err)
+		}
+		pages = append(pages, raw)
+		_, next, err := wrap.KeyProperties(raw)
+		if err != nil {
+			return nil, err
+		}
+		if next == "" {
+			return pages, nil
+		}
+		cursor = next
+	}
+	return nil, errors.New("tools/list returned more than 1000 pages")
+}
+
+// writeFileAtomic writes b to path through a temporary file in the same directory.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".policy-*.yaml")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+func TestPolicyCheck(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte("version: 1\ntools:\n  charge:\n    key: [order_id]\n  \"list_*\":\n    fence: false\n"), 0o600)
+	os.WriteFile(bad, []byte("version: 1\ntools:\n  charge:\n    key: order_id\n    wait: soon\nfence_read: true\n"), 0o600)
+
+	code, out, errw := runCLI(t, "", "policy", "check", good)
+	if code != exitOK || out != good+": ok: 1 tool by name, 1 glob\n" || errw != "" {
+		t.Fatalf("good: exit %d, stdout %q, stderr %q", code, out, errw)
+	}
+	code, out, errw = runCLI(t, "", "policy", "check", bad)
+	lines := strings.Split(strings.TrimSpace(errw), "\n")
+	if code != exitUsage || out != "" || len(lines) != 4 ||
+		!strings.HasPrefix(lines[0], bad+":4:10: key must be a list") ||
+		!strings.HasPrefix(lines[1], bad+`:5:11: wait: "soon" is not a duration`) ||
+		!strings.HasPrefix(lines[2], bad+`:6:1: unknown key "fence_read"`) ||
+		!strings.Contains(lines[3], "not accepted (3 errors") {
+		t.Fatalf("bad: exit %d, stdout %q, stderr:\n%s", code, out, errw)
+	}
+	for _, args := range [][]string{{"policy", "check"}, {"policy", "check", good, bad}, {"policy", "check", filepath.Join(dir, "missing.yaml")}} {
+		if code, out, errw := runCLI(t, "", args...); code != exitUsage || out != "" || errw == "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errw)
+		}
+	}
+}
+
+// TestPolicyExamplesPassCheck runs `policy check` on the example files the docs show.
+func TestPolicyExamplesPassCheck(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/policy/*.yaml")
+	if len(files) < 2 {
+		t.Fatalf("examples: %v", files)
+	}
+	for _, f := range files {
+		if code, out, errw := runCLI(t, "", "policy", "check", f); code != exitOK || !strings.Contains(out, ": ok: ") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", f, code, out, errw)
+		}
+	}
+}
+
+func TestPolicyInitUsage(t *testing.T) {
+	existing := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(existing, []byte("keep me"), 0o600)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"policy", "init"}, "no MCP server command given"},
+		{[]string{"policy", "init", "--"}, "no MCP server command given"},
+		{[]string{"policy", "init", "-o", existing, "--", "x"}, "exists; pass --force"},
+		{[]string{"policy", "init", "--scan", "/nonexistent/src", "--", "x"}, "--scan"},
+		{[]string{"policy", "init", "--", "/nonexistent/mcp-server"}, "cannot run the MCP server command"},
+	} {
+		code, out, errw := runCLI(t, "", c.args...)
+		if code != exitUsage || out != "" || !strings.Contains(errw, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", c.args, code, out, errw, c.want)
+		}
+	}
+	if b, _ := os.ReadFile(existing); string(b) != "keep me" {
+		t.Fatalf("an existing file was replaced: %q", b)
+	}
+}
+
+// TestPolicyInitRealServers: `policy init` against the real npm server-everything and
+// server-memory writes a file that `policy check` accepts and that wrap runs with: a
+// read-only tool passes through, a fenced tool's duplicate is replayed.
+func TestPolicyInitRealServers(t *testing.T) {
+	peers := peersDir(t)
+	bin := effectfence(t)
+	for _, c := range []struct {
+		server, scan      string
+		passTool, passArg string
+		fenceTool, fenArg string
+	}{
+		{"mcp-server-memory", "server-memory", "read_graph", `{}`, "create_entities", `{"entities":[{"name":"order-7","entityType":"order","observations":["paid"]}]}`},
+		{"mcp-server-everything", "", "echo", `{"message":"hi"}`, "toggle-simulated-logging", `{}`},
+	} {
+		t.Run(c.server, func(t *testing.T) {
+			dir := t.TempDir()
+			server := filepath.Join(peers, "node_modules", ".bin", c.server)
+			env := []string{"MEMORY_FILE_PATH=" + filepath.Join(dir, "memory.jsonl"), "XDG_STATE_HOME=" + filepath.Join(dir, "state"), "EFFECTFENCE_LEDGER="}
+			file := filepath.Join(dir, "policy.yaml")
+			args := []string{"policy", "init", "-o", file}
+			if c.scan != "" {
+				args = append(args, "--scan", filepath.Join(peers, "node_modules", "@modelcontextprotocol", c.scan, "dist"))
+			}
+			r := runBinary(t, env, "", append(args, "--", server)...)
+			if r.code != exitOK || r.stdout != "" {
+				t.Fatalf("policy init: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+			}
+			src, _ := os.ReadFile(file)
+			if !strings.Contains(string(src), "\n  "+c.passTool+":\n    fence: false\n") || !strings.Contains(string(src), "\n  "+c.fenceTool+":\n    fence: true\n") {
+				t.Fatalf("the generated policy does not pass %s and fence %s:\n%s", c.passTool, c.fenceTool, src)
+			}
+			if c.scan != "" && (!strings.Contains(string(src), "  # scan: index.js:") || !strings.Contains(string(src), "  #   write sdk at index.js:")) {
+				t.Fatalf("--scan added no evidence:\n%s", src)
+			}
+			if r := runBinary(t, env, "", "policy", "check", file); r.code != exitOK || !strings.Contains(r.stdout, ": ok: ") {
+				t.Fatalf("policy check of the generated file: exit %d, %s %s\n%s", r.code, r.stdout, r.stderr, src)
+			}
+			log := &lockedBuilder{}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			s, err := mcpstdio.Start(ctx, mcpstdio.Config{
+				Command: []string{bin, "wrap", "--policy", file, "--ledger", filepath.Join(dir, "ledger.db"), "--", server},
+				Env:     append(env, "GORACE=atexit_sleep_ms=0"), Stderr: log, InitTimeout: time.Minute,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			replayed := func(tool, args string) bool {
+				t.Helper()
+				raw, err := s.CallTool(ctx, tool, json.RawMessage(args))
+				if err != nil {
+					t.Fatalf("%s: %v", tool, err)
+				}
+				var x struct {
+					IsError bool                       `json:"isError"`
+					Meta    map[string]json.RawMessage `json:"_meta"`
+				}
+				if err := json.Unmarshal(raw, &x); err != nil || x.IsError {
+					t.Fatalf("%s: %s %v", tool, raw, err)
+				}
+				return string(x.Meta["effectfence/replayed"]) == "true"
+			}
+			for range 2 {
+				if replayed(c.passTool, c.passArg) {
+					t.Fatalf("%s (fence: false) was replayed", c.passTool)
+				}
+			}
+			if replayed(c.fenceTool, c.fenArg) || !replayed(c.fenceTool, c.fenArg) {
+				t.Fatalf("the duplicate of %s (fence: true) was not replayed", c.fenceTool)
+			}
+			if !strings.Contains(log.String(), "effectfence wrap: policy "+file+": ok") {
+				t.Fatalf("wrap's log does not name the policy:\n%s", log.String())
+			}
+		})
+	}
+}
+
+// lockedBuilder is a goroutine-safe buffer for a process's stderr.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/policy"
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// envPolicy names the policy file when --policy is not given.
+const envPolicy = "EFFECTFENCE_POLICY"
+
+// policyFlag is wrap's --policy, whichever back (a command, an upstream) wrap serves.
+func policyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "policy", Sources: cli.EnvVars(envPolicy), Usage: "read per-tool and server settings from this YAML policy `FILE` (docs/policy.md); flags win over it"}
+}
+
+// wrapPolicy loads the policy named by --policy or EFFECTFENCE_POLICY (if any) and folds the
+// flags over it. The ledger given by --ledger or EFFECTFENCE_LEDGER wins over the file's.
+func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved, error) {
+	f := policy.Flags{Options: opt, Wait: cmd.IsSet("wait"), FenceReads: cmd.IsSet("fence-reads"), Scope: cmd.String("scope")}
+	if cmd.IsSet("ledger") {
+		f.Ledger = cmd.String("ledger")
+	} else {
+		f.Ledger = os.Getenv(store.EnvLedger)
+	}
+	var pol *policy.Policy
+	if path := cmd.String("policy"); path != "" {
+		var err error
+		if pol, err = policy.Load(path); err != nil {
+			return policy.Resolved{}, usageErr("%v", err)
+		}
+		fmt.Fprintf(io.err, "effectfence wrap: policy %s (flags win over it)\n", safetext.Escape(pol.Summary()))
+	}
+	return policy.Resolve(pol, f), nil
+}

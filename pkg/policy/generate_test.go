@@ -1,0 +1,95 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/scan"
+)
+
+// TestGenerateFromAnnotations: the generated file parses, validates under the schema, and
+// each tool's entry follows from its annotations.
+func TestGenerateFromAnnotations(t *testing.T) {
+	page2 := `{"tools":[` +
+		`{"name":"refund","annotations":{"idempotentHint":true,"destructiveHint":false}},` +
+		`{"name":"true","description":"a tool named like a YAML boolean"},` +
+		`{"name":"charge_*x","description":"glob characters"},` +
+		`{"name":"charge","description":"listed twice: the first listing counts","annotations":{"readOnlyHint":true}}]}`
+	var buf bytes.Buffer
+	err := Generate(&buf, []json.RawMessage{json.RawMessage(mcptest.ToolsList), json.RawMessage(page2)}, Source{Server: "mcptest --flag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	p, err := Parse("generated.yaml", buf.Bytes())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := validate(t, compileSchema(t), buf.Bytes()); err != nil {
+		t.Fatalf("schema: %v\n%s", err, out)
+	}
+	want := map[string]struct{ fence, rerun bool }{
+		"charge": {true, false}, "balance": {false, false}, "progress": {false, false}, "slow": {true, false},
+		"refund": {true, true}, "true": {true, false},
+	}
+	for tool, w := range want {
+		e := p.Entry(tool)
+		if e == nil || e.Pattern != tool || e.Fence == nil || *e.Fence != w.fence || (e.RerunSafe != nil && *e.RerunSafe) != w.rerun {
+			t.Errorf("%s: entry %+v, want fence %v rerun_safe %v", tool, e, w.fence, w.rerun)
+		}
+	}
+	for _, s := range []string{
+		"#   mcptest --flag",
+		`Argument "idempotency_key" looks like an idempotency key`,
+		"destructiveHint (true, or absent: MCP's default)",
+		"readOnlyHint: the server says this tool only reads",
+		"idempotentHint: a repeat with the same arguments has no further effect",
+		"No annotations: MCP's defaults say it may write",
+		`#   "ünïcode ☃"`,
+		`#   "charge_*x"`,
+		"\n  \"true\":\n",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the generated policy lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+// TestGenerateWithScanEvidence: scan findings become comments, however hostile their text,
+// and the file still parses.
+func TestGenerateWithScanEvidence(t *testing.T) {
+	rep := &scan.Report{
+		Candidates: []scan.Tool{
+			{Name: "charge", File: "src/charge.ts", Line: 12, Reason: "money words; a POST in its own code", Evidence: []scan.Site{
+				{File: "src/charge.ts", Line: 20, Kind: "http", Text: "await api.post('/charges', body)\nversion: 2\r\x1b[31m"},
+			}, Guards: []scan.Site{{File: "src/charge.ts", Line: 18, Kind: "idempotency key"}}},
+			{Name: "unlisted_delete", File: "src/x.py", Line: 3, Candidate: true, Reason: "deletes rows"},
+		},
+		Others: []scan.Tool{{Name: "balance", File: "src/b.ts", Line: 4, Reason: "reads", Evidence: []scan.Site{{File: "src/b.ts", Line: 9, Kind: "sql", Text: "UPDATE hits SET n = n + 1"}}}},
+	}
+	var buf bytes.Buffer
+	if err := Generate(&buf, []json.RawMessage{json.RawMessage(mcptest.ToolsList)}, Source{Server: "s", Scan: rep, ScanPath: "./src"}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if _, err := Parse("generated.yaml", buf.Bytes()); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, s := range []string{
+		"# scan: src/charge.ts:12: money words; a POST in its own code",
+		"#   write http at src/charge.ts:20: await api.post('/charges', body) version: 2  [31m",
+		"#   guard idempotency key at src/charge.ts:18",
+		"# scan: it is annotated read-only, yet its code has write sites; consider fence: true.",
+		"#   unlisted_delete (src/x.py:3): deletes rows",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the generated policy lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.ContainsAny(out, "\r\x1b") {
+		t.Errorf("control characters reached the file:\n%q", out)
+	}
+}

@@ -1,0 +1,589 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// The keys the parser accepts at each level (the schema test holds docs/policy.schema.json to
+// exactly these).
+var (
+	serverKeys   = []string{"version", "scope", "ledger", "fence_reads", "defaults", "tools", "on_unknown"}
+	toolKeys     = []string{"fence", "key", "ignore", "replay_window", "rerun_safe", "redact", "result", "wait", "elicit"}
+	defaultsKeys = []string{"ignore", "replay_window", "rerun_safe", "redact", "result", "wait", "elicit"}
+	hookKeys     = []string{"command", "url", "retries", "timeout"}
+)
+
+// Bounds of the durations and numbers a policy sets. The replay window is bounded like the
+// result TTL it cannot outlive, the wait like a lease (a duplicate waiting longer than the
+// longest lease waits for nothing); a hook is retried a few times within minutes, never long
+// enough to look like the agent's problem.
+const (
+	minReplayWindow = store.MinSeconds * time.Second
+	maxReplayWindow = store.MaxResultSeconds * time.Second
+	minWait         = time.Millisecond
+	maxWait         = store.MaxLeaseSeconds * time.Second
+	minHookTimeout  = time.Second
+	maxHookTimeout  = 10 * time.Minute
+	maxHookRetries  = 10
+)
+
+// Load reads and checks the policy file at path. A relative ledger path in the file is taken
+// from the file's directory, so the file means the same wherever wrap is started.
+func Load(path string) (*Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
+	}
+	p, err := Parse(path, b)
+	if err != nil {
+		return nil, err
+	}
+	if p.Ledger != "" && p.Ledger != "memory" && !strings.Contains(p.Ledger, "://") && !filepath.IsAbs(p.Ledger) {
+		p.Ledger = filepath.Join(filepath.Dir(path), p.Ledger)
+	}
+	return p, nil
+}
+
+// Parse checks a policy file's text; name is used in messages. The error, if any, is Errors.
+func Parse(name string, src []byte) (*Policy, error) {
+	ps := &parse{file: name}
+	pol := &Policy{File: name}
+	f, err := parser.ParseBytes(src, 0, parser.AllowDuplicateMapKey())
+	if err != nil {
+		var ye interface {
+			GetToken() *token.Token
+			GetMessage() string
+		}
+		if errors.As(err, &ye) && ye.GetToken() != nil {
+			pos := ye.GetToken().Position
+			return nil, Errors{{File: name, Line: pos.Line, Column: pos.Column, Msg: "YAML: " + ye.GetMessage()}}
+		}
+		return nil, Errors{{File: name, Msg: "YAML: " + err.Error()}}
+	}
+	var docs []*ast.DocumentNode
+	for _, d := range f.Docs {
+		if d.Body != nil && d.Body.Type() != ast.CommentType {
+			docs = append(docs, d)
+		}
+	}
+	switch {
+	case len(docs) == 0:
+		return nil, Errors{{File: name, Msg: fmt.Sprintf("the file is empty; a policy starts with `version: %d`", Version)}}
+	case len(docs) > 1:
+		ps.errorf(docs[1].Body, "a policy file holds one YAML document; this is a second one")
+	}
+	ps.server(docs[0].Body, pol)
+	if len(ps.errs) > 0 {
+		slices.SortStableFunc(ps.errs, func(a, b Error) int {
+			if a.Line != b.Line {
+				return a.Line - b.Line
+			}
+			return a.Column - b.Column
+		})
+		return nil, ps.errs
+	}
+	return pol, nil
+}
+
+// parse collects the errors of one file.
+type parse struct {
+	file string
+	errs Errors
+}
+
+func (ps *parse) errorf(n ast.Node, format string, a ...any) {
+	// A block mapping's token is its first ':'; point at its first key instead.
+	switch m := n.(type) {
+	case *ast.MappingNode:
+		if len(m.Values) > 0 && !m.IsFlowStyle {
+			n = m.Values[0].Key
+		}
+	case *ast.MappingValueNode:
+		n = m.Key
+	}
+	pos := n.GetToken().Position
+	ps.errs = append(ps.errs, Error{File: ps.file, Line: pos.Line, Column: pos.Column, Msg: fmt.Sprintf(format, a...)})
+}
+
+// member is one key: value of a mapping.
+type member struct {
+	key   string
+	keyN  ast.Node
+	value ast.Node
+}
+
+// mapping returns the members of a mapping node, refusing other nodes, non-scalar keys and
+// duplicate keys (what names the mapping in messages).
+func (ps *parse) mapping(n ast.Node, what string) ([]member, bool) {
+	var pairs []*ast.MappingValueNode
+	switch m := n.(type) {
+	case *ast.MappingNode:
+		pairs = m.Values
+	case *ast.MappingValueNode:
+		pairs = []*ast.MappingValueNode{m}
+	default:
+		ps.notPlain(n, what+" must be a mapping of keys to values")
+		return nil, false
+	}
+	var out []member
+	seen := map[string]ast.Node{}
+	for _, mv := range pairs {
+		key, ok := ps.keyName(mv.Key)
+		if !ok {
+			continue
+		}
+		if first, dup := seen[key]; dup {
+			pos := first.GetToken().Position
+			ps.errorf(mv.Key, "%q is given twice in %s (first at line %d, column %d)", key, what, pos.Line, pos.Column)
+			continue
+		}
+		seen[key] = mv.Key
+		out = append(out, member{key: key, keyN: mv.Key, value: mv.Value})
+	}
+	return out, true
+}
+
+func (ps *parse) keyName(n ast.Node) (string, bool) {
+	switch k := n.(type) {
+	case *ast.StringNode:
+		return k.Value, true
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode:
+		return k.GetToken().Value, true
+	case *ast.MergeKeyNode:
+		ps.errorf(n, "merge keys (<<) are not supported in a policy file; put shared settings under defaults")
+		return "", false
+	}
+	ps.errorf(n, "a key must be a plain name")
+	return "", false
+}
+
+// notPlain reports a node that is not of the expected kind, naming anchors, aliases and tags
+// specially since they are YAML features a policy does not use.
+func (ps *parse) notPlain(n ast.Node, msg string) {
+	switch n.(type) {
+	case *ast.AnchorNode, *ast.AliasNode:
+		ps.errorf(n, "anchors and aliases are not supported in a policy file; put shared settings under defaults")
+	case *ast.TagNode:
+		ps.errorf(n, "YAML tags are not supported in a policy file")
+	default:
+		ps.errorf(n, "%s, not %s", msg, kind(n))
+	}
+}
+
+// kind names a node's type for messages.
+func kind(n ast.Node) string {
+	switch n.(type) {
+	case *ast.NullNode:
+		return "an empty value"
+	case *ast.StringNode, *ast.LiteralNode:
+		return "a string"
+	case *ast.IntegerNode, *ast.FloatNode, *ast.InfinityNode, *ast.NanNode:
+		return "a number"
+	case *ast.BoolNode:
+		return "true/false"
+	case *ast.SequenceNode:
+		return "a list"
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	}
+	return "that"
+}
+
+func (ps *parse) unknownKey(m member, where string, known []string) {
+	ps.errorf(m.keyN, "unknown key %q in %s; known keys: %s", m.key, where, strings.Join(known, ", "))
+}
+
+func (ps *parse) server(n ast.Node, pol *Policy) {
+	members, ok := ps.mapping(n, "the policy")
+	if !ok {
+		return
+	}
+	sawVersion := false
+	for _, m := range members {
+		switch m.key {
+		case "version":
+			sawVersion = true
+			if v, ok := m.value.(*ast.IntegerNode); !ok || v.GetToken().Value != strconv.Itoa(Version) {
+				ps.errorf(m.value, "version must be %d (the only policy format this effectfence reads)", Version)
+			}
+		case "scope":
+			if s, ok := ps.str(m.value, "scope"); ok {
+				if strings.TrimSpace(s) != s || s == "" || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+					ps.errorf(m.value, "scope %q: want a non-empty name without control characters or surrounding space", s)
+				}
+				pol.Scope = s
+			}
+		case "ledger":
+			if s, ok := ps.str(m.value, "ledger"); ok {
+				ps.ledger(m.value, s)
+				pol.Ledger = s
+			}
+		case "fence_reads":
+			pol.FenceReads = ps.boolean(m.value, "fence_reads")
+		case "defaults":
+			ps.tool(m.value, "defaults", defaultsKeys, &pol.Defaults)
+		case "tools":
+			ps.tools(m.value, pol)
+		case "on_unknown":
+			pol.OnUnknown = ps.hook(m.value)
+		default:
+			ps.unknownKey(m, "the policy", serverKeys)
+		}
+	}
+	if !sawVersion {
+		ps.errorf(n, "the policy does not say `version: %d` (first line)", Version)
+	}
+}
+
+func (ps *parse) ledger(n ast.Node, s string) {
+	if s == "" {
+		ps.errorf(n, "ledger is empty; leave it out for the default ledger")
+		return
+	}
+	if err := store.CheckLedger(s); err != nil {
+		ps.errorf(n, "%v", err)
+		return
+	}
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			ps.errorf(n, "the ledger URL holds a password, which would be committed with this file; give it in PGPASSWORD or ~/.pgpass instead")
+		}
+	}
+}
+
+func (ps *parse) tools(n ast.Node, pol *Policy) {
+	members, ok := ps.mapping(n, "tools")
+	if !ok {
+		return
+	}
+	for _, m := range members {
+		e := Entry{Pattern: m.key}
+		pos := m.keyN.GetToken().Position
+		e.Line, e.Column = pos.Line, pos.Column
+		if err := checkPattern(m.key); err != nil {
+			ps.errorf(m.keyN, "tool %q: %v", m.key, err)
+			continue
+		}
+		ps.tool(m.value, fmt.Sprintf("tool %q", m.key), toolKeys, &e.ToolPolicy)
+		pol.Tools = append(pol.Tools, e)
+	}
+	ps.overlaps(pol.Tools)
+}
+
+// overlaps refuses two globs of equal specificity that can match the same name: which one
+// applies would otherwise depend on file order.
+func (ps *parse) overlaps(es []Entry) {
+	for i, a := range es {
+		for _, b := range es[:i] {
+			if a.Glob() && b.Glob() && specificity(a.Pattern) == specificity(b.Pattern) && intersect(a.Pattern, b.Pattern) {
+				ps.errs = append(ps.errs, Error{File: ps.file, Line: a.Line, Column: a.Column, Msg: fmt.Sprintf(
+					"globs %q and %q (line %d) can match the same tool and are equally specific (%d literal characters); name the tool exactly or make one glob more specific",
+					a.Pattern, b.Pattern, b.Line, specificity(a.Pattern))})
+			}
+		}
+	}
+}
+
+func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) {
+	members, ok := ps.mapping(n, where)
+	if !ok {
+		return
+	}
+	var passN ast.Node
+	var others []member
+	for _, m := range members {
+		what := m.key
+		switch m.key {
+		case "fence":
+			if !slices.Contains(known, m.key) {
+				ps.errorf(m.keyN, "\"fence\" cannot be in defaults: tools are fenced unless annotated readOnlyHint; say fence_reads: true to fence those too, or fence per tool")
+				continue
+			}
+			tp.Fence = ps.boolean(m.value, what)
+			if tp.Fence != nil && !*tp.Fence {
+				passN = m.keyN
+			}
+			continue
+		case "key", "ignore", "replay_window", "rerun_safe", "redact", "result", "wait", "elicit":
+			if !slices.Contains(known, m.key) {
+				ps.errorf(m.keyN, "%q cannot be in %s: it names fields of one tool, so it belongs to that tool's entry", m.key, where)
+				continue
+			}
+		default:
+			ps.unknownKey(m, where, known)
+			continue
+		}
+		others = append(others, m)
+		switch m.key {
+		case "key":
+			tp.Key = ps.paths(m.value, what, false)
+		case "ignore":
+			tp.Ignore = ps.paths(m.value, what, true)
+			if tp.Ignore == nil && !ps.isNull(m.value) {
+				tp.Ignore = []wrap.Path{}
+			}
+		case "replay_window":
+			tp.ReplayWindow = ps.duration(m.value, what, minReplayWindow, maxReplayWindow)
+		case "rerun_safe":
+			tp.RerunSafe = ps.boolean(m.value, what)
+		case "redact":
+			tp.Redact = ps.redact(m.value)
+		case "result":
+			tp.Result = ps.result(m.value)
+		case "wait":
+			tp.Wait = ps.duration(m.value, what, minWait, maxWait)
+		case "elicit":
+			tp.Elicit = ps.boolean(m.value, what)
+		}
+	}
+	if passN != nil && len(others) > 0 {
+		ps.errorf(others[0].keyN, "%s says fence: false (calls pass through unfenced), so %q has no effect; remove one of them", where, others[0].key)
+	}
+}
+
+func (ps *parse) isNull(n ast.Node) bool { _, ok := n.(*ast.NullNode); return ok }
+
+func (ps *parse) str(n ast.Node, what string) (string, bool) {
+	if s, ok := n.(*ast.StringNode); ok {
+		return s.Value, true
+	}
+	ps.notPlain(n, what+" must be a string")
+	return "", false
+}
+
+func (ps *parse) boolean(n ast.Node, what string) *bool {
+	if b, ok := n.(*ast.BoolNode); ok {
+		v := b.Value
+		return &v
+	}
+	ps.notPlain(n, what+" must be true or false")
+	return nil
+}
+
+// list returns the string items of a sequence.
+func (ps *parse) list(n ast.Node, what, example string) ([]string, []ast.Node, bool) {
+	seq, ok := n.(*ast.SequenceNode)
+	if !ok {
+		ps.notPlain(n, fmt.Sprintf("%s must be a list such as %s", what, example))
+		return nil, nil, false
+	}
+	var out []string
+	var nodes []ast.Node
+	good := true
+	for _, it := range seq.Values {
+		s, ok := it.(*ast.StringNode)
+		if !ok {
+			ps.notPlain(it, what+" items must be strings")
+			good = false
+			continue
+		}
+		out = append(out, s.Value)
+		nodes = append(nodes, it)
+	}
+	return out, nodes, good
+}
+
+// paths reads a list of field paths in wrap's --key/--ignore-field syntax.
+func (ps *parse) paths(n ast.Node, what string, emptyOK bool) []wrap.Path {
+	items, nodes, ok := ps.list(n, what, "[order_id, customer.id]")
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 && !emptyOK {
+		ps.errorf(n, "%s is an empty list; leave it out instead", what)
+		return nil
+	}
+	var out []wrap.Path
+	for i, s := range items {
+		p, err := wrap.ParsePath(s)
+		if err != nil {
+			ps.errorf(nodes[i], "%s: %v", what, err)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (ps *parse) redact(n ast.Node) []string {
+	items, nodes, ok := ps.list(n, "redact", "[card.number, card.cvc]")
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		ps.errorf(n, "redact is an empty list; leave it out instead")
+		return nil
+	}
+	for i, s := range items {
+		if err := fence.CheckRedactPath(s); err != nil {
+			ps.errorf(nodes[i], "redact: %v", err)
+		}
+	}
+	return items
+}
+
+func (ps *parse) result(n ast.Node) fence.KeepResult {
+	s, ok := n.(*ast.StringNode)
+	switch {
+	case !ok:
+		ps.notPlain(n, "result must be keep or hash")
+	case s.Value == "keep":
+		return fence.KeepFull
+	case s.Value == "hash":
+		return fence.KeepHash
+	default:
+		ps.errorf(n, "result is %q; want keep (results are replayed to duplicates) or hash (only their SHA-256 is kept)", s.Value)
+	}
+	return ""
+}
+
+func (ps *parse) duration(n ast.Node, what string, min, max time.Duration) time.Duration {
+	s, ok := n.(*ast.StringNode)
+	if !ok {
+		ps.notPlain(n, what+" must be a duration such as 30s, 10m, 24h or 7d")
+		return 0
+	}
+	d, err := ParseDuration(s.Value)
+	if err != nil {
+		ps.errorf(n, "%s: %v", what, err)
+		return 0
+	}
+	if d < min || d > max {
+		ps.errorf(n, "%s is %s; want from %s to %s", what, s.Value, FormatDuration(min), FormatDuration(max))
+		return 0
+	}
+	return d
+}
+
+// ParseDuration reads a Go duration ("90s", "1h30m") with an optional leading whole number of
+// days ("7d", "1d12h").
+func ParseDuration(s string) (time.Duration, error) {
+	bad := fmt.Errorf("%q is not a duration; want e.g. 30s, 10m, 24h or 7d", s)
+	var days time.Duration
+	rest := s
+	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		n, err := strconv.ParseUint(s[:i], 10, 16)
+		if err != nil || n > 10000 {
+			return 0, bad
+		}
+		days, rest = time.Duration(n)*24*time.Hour, s[i+1:]
+		if rest == "" {
+			return days, nil
+		}
+	}
+	if strings.HasPrefix(rest, "-") || strings.HasPrefix(rest, "+") {
+		return 0, bad
+	}
+	d, err := time.ParseDuration(rest)
+	if err != nil {
+		return 0, bad
+	}
+	return days + d, nil
+}
+
+// FormatDuration writes d the way ParseDuration reads it, with days when whole.
+func FormatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	return d.String()
+}
+
+func (ps *parse) hook(n ast.Node) *Hook {
+	members, ok := ps.mapping(n, "on_unknown")
+	if !ok {
+		return nil
+	}
+	h := &Hook{Retries: DefaultRetries, Timeout: DefaultTimeout}
+	var cmdN, urlN ast.Node
+	for _, m := range members {
+		switch m.key {
+		case "command":
+			cmdN = m.keyN
+			argv, nodes, ok := ps.list(m.value, "command", `["notify-oncall", "--team", "payments"]`)
+			if !ok {
+				continue
+			}
+			if len(argv) == 0 || argv[0] == "" {
+				ps.errorf(m.value, "command must name a program to run, e.g. [\"notify-oncall\", \"--team\", \"payments\"]")
+				continue
+			}
+			for i, a := range argv {
+				if strings.IndexByte(a, 0) >= 0 {
+					ps.errorf(nodes[i], "command arguments cannot hold a NUL byte")
+				}
+			}
+			h.Command = argv
+		case "url":
+			urlN = m.keyN
+			if s, ok := ps.str(m.value, "url"); ok {
+				if err := checkHookURL(s); err != nil {
+					ps.errorf(m.value, "url: %v", err)
+				}
+				h.URL = s
+			}
+		case "retries":
+			_, isInt := m.value.(*ast.IntegerNode)
+			n, err := strconv.Atoi(m.value.GetToken().Value)
+			if !isInt || err != nil || n < 0 || n > maxHookRetries {
+				ps.errorf(m.value, "retries must be a whole number from 0 to %d", maxHookRetries)
+				continue
+			}
+			h.Retries = n
+		case "timeout":
+			if d := ps.duration(m.value, "timeout", minHookTimeout, maxHookTimeout); d > 0 {
+				h.Timeout = d
+			}
+		default:
+			ps.unknownKey(m, "on_unknown", hookKeys)
+		}
+	}
+	switch {
+	case cmdN != nil && urlN != nil:
+		ps.errorf(urlN, "on_unknown takes command or url, not both")
+	case cmdN == nil && urlN == nil:
+		ps.errorf(n, "on_unknown needs command: [program, args...] or url: https://...")
+	}
+	return h
+}
+
+// checkHookURL accepts https URLs, and http only to this machine (a local relay or a test).
+func checkHookURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL", s)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q has no host; want https://host/path", s)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			return nil
+		}
+		return fmt.Errorf("%q: plain http only to this machine (localhost); the event names tools and redacted arguments, so use https", s)
+	}
+	return fmt.Errorf("%q: want an https:// URL", s)
+}

@@ -1,0 +1,225 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+const good = `version: 1
+scope: payments-prod
+ledger: postgres://effectfence@db.internal/ledger
+fence_reads: false
+defaults:
+  replay_window: 1d
+  wait: 45s
+  redact: [card.number]
+  elicit: true
+tools:
+  charge_card:
+    key: [order_id]
+    ignore: [meta.timestamp, meta.trace_id]
+    replay_window: 7d
+    redact: [card.cvc]
+    result: hash
+    wait: 2m
+    elicit: false
+  "charge_*":
+    rerun_safe: true
+  "list_*":
+    fence: false
+  get_balance:
+    fence: true
+    ignore: []
+on_unknown:
+  command: ["notify-oncall", "--team", "payments"]
+  retries: 2
+  timeout: 1m30s
+`
+
+func TestParseGood(t *testing.T) {
+	p, err := Parse("good.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Scope != "payments-prod" || p.Ledger != "postgres://effectfence@db.internal/ledger" || p.FenceReads == nil || *p.FenceReads {
+		t.Fatalf("server settings: %+v", p)
+	}
+	if p.Defaults.ReplayWindow != 24*time.Hour || p.Defaults.Wait != 45*time.Second {
+		t.Fatalf("defaults: %+v", p.Defaults)
+	}
+	if h := p.OnUnknown; h == nil || strings.Join(h.Command, " ") != "notify-oncall --team payments" || h.Retries != 2 || h.Timeout != 90*time.Second {
+		t.Fatalf("on_unknown: %+v", h)
+	}
+	c := p.For("charge_card")
+	if len(c.Key) != 1 || c.Key[0].String() != "order_id" || len(c.Ignore) != 2 || c.Ignore[1].String() != "meta.trace_id" ||
+		c.ReplayWindow != 7*24*time.Hour || c.Result != fence.KeepHash || c.Wait != 2*time.Minute || *c.Elicit ||
+		strings.Join(c.Redact, ",") != "card.number,card.cvc" || c.RerunSafe != nil {
+		t.Fatalf("charge_card (exact entry beats the glob, defaults fill in, redact adds up): %+v", c)
+	}
+	r := p.For("charge_refund")
+	if r.RerunSafe == nil || !*r.RerunSafe || r.ReplayWindow != 24*time.Hour || r.Wait != 45*time.Second || strings.Join(r.Redact, ",") != "card.number" {
+		t.Fatalf("charge_refund (glob, then defaults): %+v", r)
+	}
+	if l := p.For("list_things"); l.Fence == nil || *l.Fence {
+		t.Fatalf("list_things: %+v", l)
+	}
+	if g := p.For("get_balance"); g.Fence == nil || !*g.Fence || g.Ignore == nil || len(g.Ignore) != 0 {
+		t.Fatalf("get_balance: fence true and an explicit empty ignore: %+v", g)
+	}
+	if o := p.For("other"); o.Fence != nil || o.ReplayWindow != 24*time.Hour {
+		t.Fatalf("a tool no entry names gets the defaults: %+v", o)
+	}
+	if s := p.Summary(); s != `good.yaml: ok: 2 tools by name, 2 globs, scope "payments-prod", ledger set, on_unknown hook` {
+		t.Fatalf("summary %q", s)
+	}
+}
+
+func TestGlobSpecificity(t *testing.T) {
+	p, err := Parse("g.yaml", []byte("version: 1\ntools:\n  \"*\": {wait: 1s}\n  \"charge_*\": {wait: 2s}\n  \"charge_card_*\": {wait: 3s}\n  \"charge_?ard\": {wait: 4s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tool, want := range map[string]time.Duration{"x": time.Second, "charge_x": 2 * time.Second, "charge_card_eu": 3 * time.Second, "charge_card": 4 * time.Second, "charge_": 2 * time.Second} {
+		if got := p.For(tool).Wait; got != want {
+			t.Errorf("%s: wait %v, want %v", tool, got, want)
+		}
+	}
+}
+
+func TestIntersect(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want bool
+	}{
+		{"a_*", "*_b", true}, {"a*", "b*", false}, {"*x", "*y", false}, {"a?c", "ab*", true},
+		{"a?c", "abd", false}, {"*", "", true}, {"a*b*c", "*bc", true}, {"abc", "abc", true}, {"ab", "abc", false},
+		{"charge_*", "*_card", true}, {"x*y", "x*z", false},
+	}
+	for _, c := range cases {
+		if got := intersect(c.a, c.b); got != c.want {
+			t.Errorf("intersect(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+		if got := intersect(c.b, c.a); got != c.want {
+			t.Errorf("intersect(%q, %q) = %v, want %v", c.b, c.a, got, c.want)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for s, want := range map[string]time.Duration{"30s": 30 * time.Second, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "1h30m": 90 * time.Minute} {
+		if d, err := ParseDuration(s); err != nil || d != want {
+			t.Errorf("%s: %v %v", s, d, err)
+		}
+	}
+	for _, s := range []string{"", "d", "1.5d", "-1d", "1d-1h", "30", "soon", "1dd", "99999d", "+1h"} {
+		if d, err := ParseDuration(s); err == nil {
+			t.Errorf("%q parsed as %v", s, d)
+		}
+	}
+}
+
+// TestParseBad: every kind of bad file, each error at its exact line and column.
+func TestParseBad(t *testing.T) {
+	cases := []struct {
+		name, src string
+		want      []string // file:line:col: message fragments, in order
+	}{
+		{"empty", "", []string{"bad.yaml: the file is empty"}},
+		{"comment only", "# nothing\n", []string{"bad.yaml: the file is empty"}},
+		{"no version", "scope: x\n", []string{"bad.yaml:1:1: the policy does not say `version: 1`"}},
+		{"version 2", "version: 2\n", []string{"bad.yaml:1:10: version must be 1"}},
+		{"not a mapping", "- a\n", []string{"bad.yaml:1:1: the policy must be a mapping of keys to values, not a list"}},
+		{"syntax", "version: 1\ntools: [a\n", []string{"bad.yaml:2:"}},
+		{"unknown top key", "version: 1\nfence_read: true\n", []string{`bad.yaml:2:1: unknown key "fence_read" in the policy; known keys: version, scope`}},
+		{"unknown tool key", "version: 1\ntools:\n  charge:\n    keys: [a]\n", []string{`bad.yaml:4:5: unknown key "keys" in tool "charge"`}},
+		{"unknown hook key", "version: 1\non_unknown:\n  command: [x]\n  retry: 1\n", []string{`bad.yaml:4:3: unknown key "retry" in on_unknown`}},
+		{"key in defaults", "version: 1\ndefaults:\n  key: [a]\n", []string{`bad.yaml:3:3: "key" cannot be in defaults`}},
+		{"fence in defaults", "version: 1\ndefaults:\n  fence: true\n", []string{`bad.yaml:3:3: "fence" cannot be in defaults`}},
+		{"bad bool", "version: 1\ntools:\n  c:\n    fence: yes\n", []string{"bad.yaml:4:12: fence must be true or false, not a string"}},
+		{"quoted bool", "version: 1\nfence_reads: \"true\"\n", []string{"bad.yaml:2:14: fence_reads must be true or false, not a string"}},
+		{"bad type scope", "version: 1\nscope: 12\n", []string{"bad.yaml:2:8: scope must be a string, not a number"}},
+		{"tool not mapping", "version: 1\ntools:\n  charge: true\n", []string{`bad.yaml:3:11: tool "charge" must be a mapping of keys to values, not true/false`}},
+		{"tool null", "version: 1\ntools:\n  charge:\n", []string{`bad.yaml:3:`, `tool "charge" must be a mapping of keys to values, not an empty value`}},
+		{"bad duration", "version: 1\ntools:\n  c:\n    replay_window: 10 minutes\n", []string{`bad.yaml:4:20: replay_window: "10 minutes" is not a duration`}},
+		{"number duration", "version: 1\ndefaults:\n  wait: 30\n", []string{"bad.yaml:3:9: wait must be a duration such as 30s"}},
+		{"duration too short", "version: 1\ndefaults:\n  replay_window: 500ms\n", []string{"bad.yaml:3:18: replay_window is 500ms; want from 1s to 366d"}},
+		{"duration too long", "version: 1\ntools:\n  c:\n    wait: 31d\n", []string{"bad.yaml:4:11: wait is 31d; want from 1ms to 30d"}},
+		{"negative duration", "version: 1\ntools:\n  c:\n    wait: -1s\n", []string{`bad.yaml:4:11: wait: "-1s" is not a duration`}},
+		{"bad path", "version: 1\ntools:\n  c:\n    key: [order_id, a..b]\n", []string{`bad.yaml:4:21: key: path "a..b" has an empty segment`}},
+		{"empty key", "version: 1\ntools:\n  c:\n    key: []\n", []string{"bad.yaml:4:10: key is an empty list"}},
+		{"key not list", "version: 1\ntools:\n  c:\n    key: order_id\n", []string{"bad.yaml:4:10: key must be a list such as [order_id, customer.id], not a string"}},
+		{"bad redact", "version: 1\ntools:\n  c:\n    redact: [card., x]\n", []string{"bad.yaml:4:14: redact: "}},
+		{"bad result", "version: 1\ntools:\n  c:\n    result: full\n", []string{`bad.yaml:4:13: result is "full"; want keep`}},
+		{"bad glob", "version: 1\ntools:\n  \"charge_[ab]\":\n    wait: 1s\n", []string{`bad.yaml:3:3: tool "charge_[ab]": bad glob`}},
+		{"double star", "version: 1\ntools:\n  \"a**\": {wait: 1s}\n", []string{`bad.yaml:3:3: tool "a**": bad glob: ** means`}},
+		{"space in name", "version: 1\ntools:\n  \"a b\": {wait: 1s}\n", []string{`bad.yaml:3:3: tool "a b": a tool name or glob cannot hold white space`}},
+		{"duplicate tool", "version: 1\ntools:\n  charge:\n    wait: 1s\n  charge:\n    wait: 2s\n", []string{`bad.yaml:5:3: "charge" is given twice in tools (first at line 3, column 3)`}},
+		{"duplicate setting", "version: 1\ntools:\n  c:\n    wait: 1s\n    wait: 2s\n", []string{`bad.yaml:5:5: "wait" is given twice in tool "c" (first at line 4, column 5)`}},
+		{"ambiguous globs", "version: 1\ntools:\n  \"a_*\": {wait: 1s}\n  \"*_b\": {wait: 2s}\n", []string{`bad.yaml:4:3: globs "*_b" and "a_*" (line 3) can match the same tool and are equally specific`}},
+		{"pass with settings", "version: 1\ntools:\n  c:\n    fence: false\n    key: [a]\n", []string{`bad.yaml:5:5: tool "c" says fence: false (calls pass through unfenced), so "key" has no effect`}},
+		{"hook both", "version: 1\non_unknown:\n  command: [x]\n  url: https://h/p\n", []string{"bad.yaml:4:3: on_unknown takes command or url, not both"}},
+		{"hook neither", "version: 1\non_unknown:\n  retries: 1\n", []string{"bad.yaml:3:3: on_unknown needs command"}},
+		{"hook http", "version: 1\non_unknown:\n  url: http://pager.example.com/x\n", []string{"bad.yaml:3:8: url: \"http://pager.example.com/x\": plain http only to this machine"}},
+		{"hook retries", "version: 1\non_unknown:\n  command: [x]\n  retries: 11\n", []string{"bad.yaml:4:12: retries must be a whole number from 0 to 10"}},
+		{"hook empty command", "version: 1\non_unknown:\n  command: []\n", []string{"bad.yaml:3:12: command must name a program"}},
+		{"hook timeout", "version: 1\non_unknown:\n  command: [x]\n  timeout: 1h\n", []string{"bad.yaml:4:12: timeout is 1h; want from 1s to 10m0s"}},
+		{"ledger password", "version: 1\nledger: postgres://u:secret@h/db\n", []string{"bad.yaml:2:9: the ledger URL holds a password"}},
+		{"ledger scheme", "version: 1\nledger: redis://h\n", []string{`bad.yaml:2:9: ledger "redis://h"`}},
+		{"anchor", "version: 1\ndefaults: &d\n  wait: 1s\ntools:\n  c: *d\n", []string{"anchors and aliases are not supported"}},
+		{"two documents", "version: 1\n---\nversion: 1\n", []string{"bad.yaml:3:", "one YAML document"}},
+		{"several errors", "version: 1\ntools:\n  c:\n    wait: x\n    result: y\nbogus: 1\n", []string{"bad.yaml:4:11: wait:", "bad.yaml:5:13: result is", `bad.yaml:6:1: unknown key "bogus"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(c.src))
+			if err == nil {
+				t.Fatalf("accepted: %+v", p)
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("error is %T, want Errors", err)
+			}
+			got := err.Error()
+			rest := got
+			for _, w := range c.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("errors:\n%s\nwant (in order) %q", got, w)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
+
+// TestLoadLedgerRelativeToFile: a relative ledger path in a file is taken from the file's
+// directory, so the policy means the same wherever wrap starts; other forms are kept.
+func TestLoadLedgerRelativeToFile(t *testing.T) {
+	dir := t.TempDir()
+	for ledger, want := range map[string]string{
+		"state/ledger.db":       filepath.Join(dir, "state", "ledger.db"),
+		"/abs/ledger.db":        "/abs/ledger.db",
+		"memory":                "memory",
+		"postgres://u@h/db?x=1": "postgres://u@h/db?x=1",
+	} {
+		path := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(path, []byte("version: 1\nledger: "+ledger+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Load(path)
+		if err != nil {
+			t.Errorf("ledger %q: %v", ledger, err)
+		} else if p.Ledger != want {
+			t.Errorf("ledger %q: got %q, want %q", ledger, p.Ledger, want)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "cannot read the policy file") {
+		t.Errorf("a missing file: %v", err)
+	}
+}

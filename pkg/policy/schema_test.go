@@ -1,0 +1,170 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/goccy/go-yaml"
+	validator "github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+const schemaPath = "../../docs/policy.schema.json"
+
+func readSchema(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(schemaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func propertyNames(t *testing.T, obj any, where string) []string {
+	t.Helper()
+	m, ok := obj.(map[string]any)
+	if !ok {
+		t.Fatalf("%s: not an object", where)
+	}
+	props, ok := m["properties"].(map[string]any)
+	if !ok {
+		t.Fatalf("%s: no properties", where)
+	}
+	var out []string
+	for k := range props {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sorted(xs []string) []string {
+	out := slices.Clone(xs)
+	slices.Sort(out)
+	return out
+}
+
+// TestSchemaKeysMatchParser: every key the parser accepts is in the schema and vice versa, at
+// every level, so the two cannot drift.
+func TestSchemaKeysMatchParser(t *testing.T) {
+	s := readSchema(t)
+	defs := s["$defs"].(map[string]any)
+	top := s["properties"].(map[string]any)
+	for _, c := range []struct {
+		where  string
+		schema []string
+		parser []string
+	}{
+		{"top level", propertyNames(t, s, "top"), serverKeys},
+		{"$defs/tool", propertyNames(t, defs["tool"], "tool"), toolKeys},
+		{"$defs/defaults", propertyNames(t, defs["defaults"], "defaults"), defaultsKeys},
+		{"on_unknown", propertyNames(t, top["on_unknown"], "on_unknown"), hookKeys},
+	} {
+		if !slices.Equal(c.schema, sorted(c.parser)) {
+			t.Errorf("%s: schema has %v, parser accepts %v", c.where, c.schema, sorted(c.parser))
+		}
+	}
+}
+
+// TestDocsNameEveryKey: docs/policy.md describes each key the parser accepts.
+func TestDocsNameEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keys := range [][]string{serverKeys, toolKeys, hookKeys} {
+		for _, k := range keys {
+			if !bytes.Contains(b, []byte("`"+k+"`")) {
+				t.Errorf("docs/policy.md does not describe `%s`", k)
+			}
+		}
+	}
+}
+
+func compileSchema(t *testing.T) *validator.Schema {
+	t.Helper()
+	c := validator.NewCompiler()
+	s, err := c.Compile(schemaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func validate(t *testing.T, s *validator.Schema, src []byte) error {
+	t.Helper()
+	j, err := yaml.YAMLToJSON(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := validator.UnmarshalJSON(bytes.NewReader(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Validate(inst)
+}
+
+// TestExamplesPassCheckAndSchema: the example files are accepted by the parser and valid
+// under the schema an editor uses.
+func TestExamplesPassCheckAndSchema(t *testing.T) {
+	s := compileSchema(t)
+	files, err := filepath.Glob("../../examples/policy/*.yaml")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	srcs := map[string][]byte{"good": []byte(good), "precedence": []byte(precedence)}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs[f] = b
+	}
+	for name, src := range srcs {
+		if _, err := Parse(name, src); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if err := validate(t, s, src); err != nil {
+			t.Errorf("%s: schema: %v", name, err)
+		}
+	}
+}
+
+// TestSchemaRefusesWhatTheParserRefuses: files the parser refuses for their shape are also
+// invalid under the schema (an editor flags them before check does).
+func TestSchemaRefusesWhatTheParserRefuses(t *testing.T) {
+	s := compileSchema(t)
+	for _, src := range []string{
+		"scope: x\n",
+		"version: 2\n",
+		"version: 1\nfence_read: true\n",
+		"version: 1\ntools:\n  c:\n    keys: [a]\n",
+		"version: 1\ndefaults:\n  key: [a]\n",
+		"version: 1\ntools:\n  c:\n    fence: \"yes\"\n",
+		"version: 1\ntools:\n  c:\n    replay_window: 10 minutes\n",
+		"version: 1\ntools:\n  c:\n    wait: 30\n",
+		"version: 1\ntools:\n  c:\n    key: [a..b]\n",
+		"version: 1\ntools:\n  c:\n    key: []\n",
+		"version: 1\ntools:\n  c:\n    result: full\n",
+		"version: 1\ntools:\n  \"c[ab]\":\n    wait: 1s\n",
+		"version: 1\ntools:\n  c:\n    fence: false\n    key: [a]\n",
+		"version: 1\non_unknown:\n  command: [x]\n  url: https://h/p\n",
+		"version: 1\non_unknown:\n  url: http://pager.example.com/x\n",
+		"version: 1\non_unknown:\n  command: [x]\n  retries: 11\n",
+	} {
+		if _, err := Parse("x.yaml", []byte(src)); err == nil {
+			t.Errorf("the parser accepts %q", src)
+		}
+		if err := validate(t, s, []byte(src)); err == nil {
+			t.Errorf("the schema accepts %q", strings.TrimSpace(src))
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package wrap
+
+import (
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// ToolSettings are the settings of one tool's calls, as Options.PerTool returns them.
+type ToolSettings struct {
+	// Fence and Pass force the tool in or out of the fence (Pass wins); with neither, its
+	// readOnlyHint and Options.FenceReads decide.
+	Fence, Pass bool
+	// Key names the identity fields; Ignore leaves fields out of the identity.
+	Key, Ignore []Path
+	// RerunSafe records the tool's claims re-run safe (see Options.RerunSafe).
+	RerunSafe bool
+	// Redact and KeepResult are what the ledger stores (see Options.Redact).
+	Redact     []string
+	KeepResult fence.KeepResult
+	// ReplayWindow is how long a recorded result answers an identical call; 0 means
+	// Options.ReplayWindow.
+	ReplayWindow time.Duration
+	// Wait bounds how long a duplicate waits for the attempt in flight; 0 means Options.Wait.
+	Wait time.Duration
+	// NoElicit forbids asking a person (MCP elicitation) about an unknown outcome of the tool.
+	NoElicit bool
+}
+
+// settings returns the settings of tool's calls: Options.PerTool's when set, else those of
+// the per-tool options; ReplayWindow and Wait are always filled in.
+func (p *Proxy) settings(tool string) ToolSettings {
+	var s ToolSettings
+	if p.opt.PerTool != nil {
+		s = p.opt.PerTool(tool)
+	} else {
+		s = ToolSettings{
+			Fence: p.fence[tool], Pass: p.pass[tool], Key: p.opt.Key[tool], Ignore: p.opt.Ignore[tool],
+			RerunSafe: p.rerun[tool], Redact: p.opt.Redact[tool], KeepResult: p.opt.KeepResult[tool],
+			ReplayWindow: p.opt.ReplayWindows[tool], NoElicit: p.opt.NoElicit[tool],
+		}
+	}
+	if s.ReplayWindow <= 0 {
+		s.ReplayWindow = p.opt.ReplayWindow
+	}
+	if s.ReplayWindow <= 0 {
+		s.ReplayWindow = DefaultReplayWindow
+	}
+	if s.Wait <= 0 {
+		s.Wait = p.opt.Wait
+	}
+	return s
+}
