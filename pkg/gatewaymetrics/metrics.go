@@ -74,7 +74,7 @@ type Metrics struct {
 	tools    map[string]string      // tool name -> its label value
 	sessions prometheus.Gauge
 	opened   prometheus.Counter
-	http     *prometheus.CounterVec
+	requests *prometheus.CounterVec
 	engine   *engineCollector
 	outcome  map[string]bool
 	code     map[string]bool
@@ -108,14 +108,20 @@ func New(tools ...string) *Metrics {
 			Namespace: Namespace, Name: "sessions_opened_total",
 			Help: "MCP sessions opened on the HTTP front.",
 		}),
-		http: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "http_requests_total",
 			Help: "HTTP requests answered, by method (GET, POST, DELETE, HEAD, OPTIONS, PUT, PATCH or other) and status class (1xx to 5xx, or other).",
 		}, []string{"method", "class"}),
 		engine: &engineCollector{},
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.sessions, m.opened, m.http, m.engine,
+	m.reg.MustRegister(m.calls, m.latency, m.sessions, m.opened, m.requests, m.engine,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every outcome has its series from the start, at zero, so that an alert on the first
+	// unknown outcome sees an increase (a series born at 1 shows none).
+	for _, o := range Outcomes {
+		m.calls.WithLabelValues(o, NoCode)
+		m.latency.WithLabelValues(o)
+	}
 	if len(tools) > 0 {
 		m.tools = map[string]string{}
 		for _, t := range tools {
@@ -184,7 +190,7 @@ func (m *Metrics) HTTP(method string, status int) {
 	if status >= 100 && status <= 599 {
 		class = strconv.Itoa(status/100) + "xx"
 	}
-	m.http.WithLabelValues(method, class).Inc()
+	m.requests.WithLabelValues(method, class).Inc()
 }
 
 // Handler serves the metrics in the Prometheus text format (or OpenMetrics when the scraper

@@ -241,8 +241,16 @@ func TestProxyEventsMoveTheCounters(t *testing.T) {
 			t.Errorf("%s = %v, want %d", key, calls[key], k)
 		}
 	}
-	if len(calls) != len(want) {
-		t.Errorf("tool_calls_total has %d series, want %d: %v", len(calls), len(want), calls)
+	counted := 0
+	for k, v := range calls {
+		if v != 0 {
+			counted++
+		} else if !strings.Contains(k, `code="none"`) {
+			t.Errorf("%s exists at zero: only code none is made in advance", k)
+		}
+	}
+	if counted != len(want) {
+		t.Errorf("tool_calls_total has %d counted series, want %d: %v", counted, len(want), calls)
 	}
 	var histTotal float64
 	for outcome := range map[string]bool{"executed": true, "replayed": true, "passed": true, "invalid": true, "coalesced": true, "unknown": true, "refused": true} {
@@ -404,6 +412,17 @@ func TestSessionsAndHTTP(t *testing.T) {
 	}
 	if len(series(got, "effectfence_tool_calls_by_tool_total")) != 0 {
 		t.Errorf("per-tool series exist though no tool was named")
+	}
+	// Before any call, every outcome has its series at zero (an alert on the first unknown
+	// outcome needs the series to exist before it).
+	for _, o := range gatewaymetrics.Outcomes {
+		k := fmt.Sprintf(`effectfence_tool_calls_total{code="none",outcome=%q}`, o)
+		if v, ok := got[k]; !ok || v != 0 {
+			t.Errorf("%s: %v, %v; want present at 0", k, v, ok)
+		}
+		if v, ok := got[fmt.Sprintf(`effectfence_tool_call_duration_seconds_count{outcome=%q}`, o)]; !ok || v != 0 {
+			t.Errorf("latency of %s not present at 0", o)
+		}
 	}
 	if len(series(got, "effectfence_fence_attempts_total")) != 0 {
 		t.Errorf("engine counters exported before WatchEngine")
