@@ -11,6 +11,10 @@
 // series of their own in effectfence_tool_calls_by_tool_total, every other tool counting as
 // "other". The number of series is therefore bounded by the configuration, whatever the
 // traffic.
+//
+// The package is named for what it measures rather than after its dependency, as the store
+// packages are, since a package named prometheus would shadow client_golang's in every file
+// that uses both.
 package gatewaymetrics
 
 import (
