@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/pkg/gatewaymetrics"
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -32,6 +33,7 @@ func gatewayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "share-principals", Usage: "with --listen: identical calls of different principals are one action (a fleet acting for one account); default: each principal is its own scope"},
 		&cli.IntFlag{Name: "max-sessions", Value: httpfront.DefaultMaxSessions, Usage: "with --listen: open MCP sessions at most (each runs its own MCP server child, or upstream session)"},
 		&cli.DurationFlag{Name: "session-idle", Value: httpfront.DefaultIdle, Usage: "with --listen: close a session idle this long"},
+		&cli.StringSliceFlag{Name: "metrics-tool", Usage: "with --listen: give this tool its own series in /metrics (repeatable; other tools are counted together)"},
 	}
 }
 
@@ -102,7 +104,7 @@ type listenConfig struct {
 }
 
 // gatewayOnly are the flags that mean something only with --listen.
-var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "session-idle"}
+var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "session-idle", "metrics-tool"}
 
 // checkListen checks the listener flags: nil without --listen (and none of its flags).
 func checkListen(cmd *cli.Command) (*listenConfig, error) {
@@ -146,6 +148,17 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 	cfg := lc.front
 	cfg.NewSession, cfg.Log = newSession, log
 	addr := lc.addr
+	var metrics *gatewaymetrics.Metrics
+	if m, ok := extra["/metrics"].(*metricsHandler); ok {
+		metrics = m.m
+		cfg.OnSession = func(delta int) {
+			if delta > 0 {
+				metrics.SessionOpened()
+			} else {
+				metrics.SessionClosed()
+			}
+		}
+	}
 	front, err := httpfront.New(cfg)
 	if err != nil {
 		return nil, err
@@ -164,7 +177,11 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 		front.Close("the listener could not open")
 		return nil, fmt.Errorf("--listen %s: %v", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	var h http.Handler = mux
+	if metrics != nil {
+		h = countHTTP(mux, metrics)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	return &gateway{front: front, srv: srv, ln: ln}, nil
 }
 
@@ -209,13 +226,16 @@ func scopeFor(s store.Scope, principal string, share bool) string {
 func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, opt wrap.Options, scope store.Scope, led *store.Ledger, io streams) error {
 	shared := wrap.NewShared()
 	share := cmd.Bool("share-principals")
+	metrics := gatewaymetrics.New(cmd.StringSlice("metrics-tool")...)
+	metrics.WatchEngine(led.Engine)
+	opt.Observe = metrics.Observe
 	newSession := func(who httpfront.Caller) (*wrap.Proxy, error) {
 		o := opt
 		o.Scope = scopeFor(scope, who.Principal, share)
 		o.Shared = shared
 		return wrap.New(o)
 	}
-	g, err := newGateway(lc, io.err, newSession, nil)
+	g, err := newGateway(lc, io.err, newSession, map[string]http.Handler{"/metrics": &metricsHandler{metrics}})
 	if err != nil {
 		return err
 	}
@@ -233,4 +253,45 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, opt wra
 		fmt.Fprintln(io.err, st.Line())
 	}
 	return err
+}
+
+// metricsHandler serves /metrics and lets newGateway find the metrics to feed.
+type metricsHandler struct{ m *gatewaymetrics.Metrics }
+
+func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.m.Handler().ServeHTTP(w, r)
+}
+
+// countHTTP counts every HTTP request by method and status class.
+func countHTTP(next http.Handler, m *gatewaymetrics.Metrics) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		m.HTTP(r.Method, sw.status)
+	})
+}
+
+// statusWriter remembers the status a handler wrote; it keeps Flush for SSE.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }

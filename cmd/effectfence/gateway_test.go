@@ -102,6 +102,17 @@ func TestListenSIGTERMDrains(t *testing.T) {
 	if h, err := http.Get(strings.TrimSuffix(url, "/mcp") + "/healthz"); err != nil || h.StatusCode != http.StatusOK {
 		t.Fatalf("healthz: %v %v", h, err)
 	}
+	mresp, err := http.Get(strings.TrimSuffix(url, "/mcp") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{"effectfence_sessions_open 1", `effectfence_http_requests_total{class="2xx",method="POST"}`, `effectfence_tool_calls_total{code="none",outcome="unknown"} 0`} {
+		if !strings.Contains(string(mb), want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, mb)
+		}
+	}
 	answer := make(chan string, 1)
 	go func() {
 		_, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`)
