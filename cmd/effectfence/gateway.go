@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/gatewaymetrics"
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -90,6 +91,29 @@ func readAPIKeys(path string) (map[string]string, error) {
 	return keys, nil
 }
 
+// parseInlineKeys reads keys given in the environment: PRINCIPAL:TOKEN pairs separated by
+// commas or white space. Token values never appear in errors.
+func parseInlineKeys(s string) (map[string]string, error) {
+	keys := map[string]string{}
+	for i, pair := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {
+		name, token, ok := strings.Cut(pair, ":")
+		switch {
+		case !ok || name == "" || token == "":
+			return nil, fmt.Errorf("%s: entry %d: want PRINCIPAL:TOKEN", envAPIKeys, i+1)
+		case len(token) < 16:
+			return nil, fmt.Errorf("%s: the token of %q is shorter than 16 characters", envAPIKeys, name)
+		}
+		if _, dup := keys[token]; dup {
+			return nil, fmt.Errorf("%s: a token is listed twice", envAPIKeys)
+		}
+		keys[token] = name
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s: no keys", envAPIKeys)
+	}
+	return keys, nil
+}
+
 // gateway is what `wrap --listen` runs: the HTTP front over one proxy per session.
 type gateway struct {
 	front *httpfront.Handler
@@ -101,6 +125,8 @@ type gateway struct {
 type listenConfig struct {
 	addr  string
 	front httpfront.Config
+	// health, when set, is /healthz's check of the ledger.
+	health func(context.Context) error
 }
 
 // gatewayOnly are the flags that mean something only with --listen.
@@ -124,13 +150,18 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 		AllowOrigins: cmd.StringSlice("allow-origin"), PassAuth: cmd.Bool("pass-auth"),
 		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), Idle: cmd.Duration("session-idle"),
 	}
-	keysFile := cmd.String("api-keys")
-	if keysFile == "" {
-		keysFile = os.Getenv(envAPIKeys)
-	}
-	if keysFile != "" {
+	switch keysFile, env := cmd.String("api-keys"), os.Getenv(envAPIKeys); {
+	case keysFile != "":
 		if cfg.Keys, err = readAPIKeys(keysFile); err != nil {
 			return nil, usageErr("%v", err)
+		}
+	case strings.Contains(env, ":"):
+		if cfg.Keys, err = parseInlineKeys(env); err != nil {
+			return nil, usageErr("%v", err)
+		}
+	case env != "":
+		if cfg.Keys, err = readAPIKeys(env); err != nil {
+			return nil, usageErr("%s: %v", envAPIKeys, err)
 		}
 	}
 	if !loopback && len(cfg.Keys) == 0 && !cfg.PassAuth && !cmd.Bool("allow-unauthenticated") {
@@ -167,6 +198,15 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 	mux.Handle(httpfront.DefaultPath, front)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
+		if lc.health != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := lc.health(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "ledger not answering: %s\n", safetext.Escape(err.Error()))
+				return
+			}
+		}
 		fmt.Fprintf(w, "ok %d sessions\n", front.Sessions())
 	})
 	for path, h := range extra {
@@ -235,6 +275,7 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, opt wra
 		o.Shared = shared
 		return wrap.New(o)
 	}
+	lc.health = func(ctx context.Context) error { _, err := led.Stats(ctx); return err }
 	g, err := newGateway(lc, io.err, newSession, map[string]http.Handler{"/metrics": &metricsHandler{metrics}})
 	if err != nil {
 		return err

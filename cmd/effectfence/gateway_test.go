@@ -34,7 +34,14 @@ func TestListenUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--listen", ":0", "--api-keys", filepath.Join(dir, "none"), "--", "x"}, "no such file"},
 		{[]string{"wrap", "--listen", "a:b:c", "--", "x"}, "want HOST:PORT"},
 		{[]string{"wrap", "--listen", ":0", "--max-sessions", "0", "--", "x"}, "must be positive"},
+		{[]string{"wrap", "--metrics-tool", "charge", "--", "x"}, "--metrics-tool needs --listen"},
 	}
+	t.Setenv("EFFECTFENCE_API_KEYS", "alice:tooshort")
+	var out0, err0 bytes.Buffer
+	if code := run(context.Background(), []string{"effectfence", "wrap", "--listen", ":0", "--", "x"}, streams{strings.NewReader(""), &out0, &err0}); code != exitUsage || !strings.Contains(err0.String(), "shorter than 16") || strings.Contains(err0.String(), "tooshort") {
+		t.Errorf("inline keys: exit %d, stderr %q", code, err0.String())
+	}
+	t.Setenv("EFFECTFENCE_API_KEYS", "")
 	for _, c := range cases {
 		var out, errw bytes.Buffer
 		code := run(context.Background(), append([]string{"effectfence"}, c.args...), streams{strings.NewReader(""), &out, &errw})
@@ -132,5 +139,28 @@ func TestListenSIGTERMDrains(t *testing.T) {
 	}
 	if n, err := demo.CountEffects(effects); err != nil || n != 1 {
 		t.Fatalf("executions: %d %v", n, err)
+	}
+}
+
+func TestAPIKeysForms(t *testing.T) {
+	keys, err := parseInlineKeys("alice:0123456789abcdef, bob:fedcba9876543210")
+	if err != nil || keys["0123456789abcdef"] != "alice" || keys["fedcba9876543210"] != "bob" || len(keys) != 2 {
+		t.Fatalf("inline keys: %v %v", keys, err)
+	}
+	for _, bad := range []string{"alice", ":0123456789abcdef", "a:0123456789abcdef,b:0123456789abcdef", " , "} {
+		if _, err := parseInlineKeys(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(path, []byte("# principal token\n\nalice 0123456789abcdef\n  bob   fedcba9876543210  \n"), 0o600)
+	keys, err = readAPIKeys(path)
+	if err != nil || keys["0123456789abcdef"] != "alice" || keys["fedcba9876543210"] != "bob" {
+		t.Fatalf("keys file: %v %v", keys, err)
+	}
+	for addr, want := range map[string]string{"8080": "127.0.0.1:8080", ":8080": "127.0.0.1:8080", "0.0.0.0:8080": "0.0.0.0:8080", "[::1]:9": "[::1]:9"} {
+		if got, _, err := listenAddr(addr); err != nil || got != want {
+			t.Errorf("--listen %s: %s %v, want %s", addr, got, err, want)
+		}
 	}
 }
