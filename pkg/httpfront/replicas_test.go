@@ -26,7 +26,7 @@ var (
 )
 
 // binary builds the effectfence binary once for the tests that run real gateway processes.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "httpfront-bin-")
