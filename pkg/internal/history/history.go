@@ -66,6 +66,10 @@ type Config struct {
 	Lease time.Duration
 	// Log receives progress lines.
 	Log io.Writer
+	// Front is how the clients reach the wraps: "stdio" (default: each wrap is a stdio
+	// process the harness starts and talks to) or "http" (each is `wrap --listen` on a port of
+	// its own, kept across restarts, and the clients are Streamable HTTP clients).
+	Front string
 }
 
 // Fault is one thing the nemesis did.
@@ -176,6 +180,16 @@ type run struct {
 	wraps []*wrapSlot
 }
 
+// proc is one running wrap as the clients see it: a stdio session (*mcpstdio.Session) or a
+// gateway process and an HTTP client of it (httpProc).
+type proc interface {
+	CallTool(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, error)
+	Done() <-chan struct{}
+	Err() error
+	Pid() int
+	Close() error
+}
+
 func (r *run) ms() int64 { return time.Since(r.start).Milliseconds() }
 
 func (r *run) logf(format string, a ...any) {
@@ -200,6 +214,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, errors.New("history: Bin, Child and Dir are required")
 	}
 	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)), effect: filepath.Join(cfg.Dir, "effects.jsonl")}
+	switch cfg.Front {
+	case "":
+		cfg.Front = "stdio"
+		r.cfg.Front = "stdio"
+	case "stdio", "http":
+	default:
+		return nil, fmt.Errorf("history: front %q: want stdio or http", cfg.Front)
+	}
 	switch cfg.Ledger {
 	case "sqlite":
 		r.ledger = filepath.Join(cfg.Dir, "ledger.db")
@@ -217,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := os.WriteFile(r.effect, nil, 0o600); err != nil {
 		return nil, err
 	}
-	r.logf("seed %d, ledger %s, %s, %d wraps x %d clients, lease %s; recording in %s", cfg.Seed, cfg.Ledger, cfg.Duration, cfg.Wraps, cfg.Clients, cfg.Lease, cfg.Dir)
+	r.logf("seed %d, ledger %s, front %s, %s, %d wraps x %d clients, lease %s; recording in %s", cfg.Seed, cfg.Ledger, cfg.Front, cfg.Duration, cfg.Wraps, cfg.Clients, cfg.Lease, cfg.Dir)
 	r.start = time.Now()
 
 	runCtx, stopRun := context.WithTimeout(ctx, cfg.Duration)
@@ -548,7 +570,8 @@ type wrapSlot struct {
 	i int
 
 	mu      sync.Mutex
-	cur     *mcpstdio.Session
+	cur     proc
+	port    int // the HTTP front's port, kept across restarts
 	gen     int
 	changed chan struct{} // closed when cur changes
 	closing bool
@@ -582,22 +605,25 @@ func (w *wrapSlot) start() error {
 	return nil
 }
 
-func (w *wrapSlot) spawn() (*mcpstdio.Session, error) {
+func (w *wrapSlot) spawn() (proc, error) {
 	env := []string{EnvChild + "=" + w.r.effect, "XDG_STATE_HOME=" + filepath.Join(w.r.cfg.Dir, "state"), "GORACE=atexit_sleep_ms=0"}
 	fmt.Fprintf(w.log, "--- history: wrap %d generation %d at %d ms\n", w.i, w.gen+1, w.r.ms())
+	if w.r.cfg.Front == "http" {
+		return w.spawnHTTP(env)
+	}
 	return mcpstdio.Start(context.Background(), mcpstdio.Config{
 		Command: w.argv(), Env: env, Stderr: w.log, InitTimeout: 30 * time.Second,
 		Init: mcpstdio.DefaultInit("history-client", "1"),
 	})
 }
 
-func (w *wrapSlot) set(s *mcpstdio.Session) {
+func (w *wrapSlot) set(s proc) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.setLocked(s)
 }
 
-func (w *wrapSlot) setLocked(s *mcpstdio.Session) {
+func (w *wrapSlot) setLocked(s proc) {
 	w.cur = s
 	if s != nil {
 		w.gen++
@@ -607,7 +633,7 @@ func (w *wrapSlot) setLocked(s *mcpstdio.Session) {
 }
 
 // keep restarts the wrap each time it dies, until stop.
-func (w *wrapSlot) keep(s *mcpstdio.Session) {
+func (w *wrapSlot) keep(s proc) {
 	defer close(w.done)
 	for s != nil {
 		<-s.Done()
@@ -618,7 +644,7 @@ func (w *wrapSlot) keep(s *mcpstdio.Session) {
 }
 
 // restart starts the next process and returns it, or nil once the slot is stopping.
-func (w *wrapSlot) restart() *mcpstdio.Session {
+func (w *wrapSlot) restart() proc {
 	time.Sleep(200 * time.Millisecond)
 	for !w.isClosing() {
 		s, err := w.spawn()
@@ -648,7 +674,7 @@ func (w *wrapSlot) isClosing() bool {
 
 // session returns the live process and its generation, waiting while it restarts; nil once ctx
 // ends or the slot is stopped.
-func (w *wrapSlot) session(ctx context.Context) (*mcpstdio.Session, int) {
+func (w *wrapSlot) session(ctx context.Context) (proc, int) {
 	for {
 		w.mu.Lock()
 		s, gen, ch, closing := w.cur, w.gen, w.changed, w.closing

@@ -46,8 +46,9 @@ func buildAndRun(m *testing.M) int {
 // TestHistory runs a short seed of the history checker on each ledger (scripts/history runs
 // long ones) and fails on any violation, printing operations, faults and violations.
 func TestHistory(t *testing.T) {
-	for _, ledger := range []string{"sqlite", "postgres"} {
-		t.Run(ledger, func(t *testing.T) {
+	for _, c := range []struct{ ledger, front string }{{"sqlite", "stdio"}, {"postgres", "stdio"}, {"postgres", "http"}} {
+		ledger := c.ledger
+		t.Run(ledger+"/"+c.front, func(t *testing.T) {
 			t.Parallel()
 			pg := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
 			if ledger == "postgres" && pg == "" {
@@ -55,7 +56,7 @@ func TestHistory(t *testing.T) {
 			}
 			rep, err := history.Run(context.Background(), history.Config{
 				Seed: 11, Duration: 20 * time.Second, Ledger: ledger, Postgres: pg,
-				Bin: bin, Child: []string{child}, Dir: t.TempDir(), Log: testLog{t},
+				Bin: bin, Child: []string{child}, Dir: t.TempDir(), Log: testLog{t}, Front: c.front,
 			})
 			if err != nil {
 				t.Fatal(err)

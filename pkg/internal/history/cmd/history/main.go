@@ -36,6 +36,7 @@ func run() int {
 	wraps := flag.Int("wraps", 3, "wrap processes sharing the ledger")
 	clients := flag.Int("clients", 4, "concurrent calls per wrap")
 	lease := flag.Duration("lease", 2*time.Second, "the wraps' lease")
+	front := flag.String("front", "stdio", "how clients reach the wraps: stdio, http (each wrap is `wrap --listen`) or both")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "history: unexpected argument %q\n", flag.Arg(0))
@@ -67,16 +68,31 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "history:", err)
 		return 2
 	}
-	code := 0
+	fronts := []string{*front}
+	if *front == "both" {
+		fronts = []string{"stdio", "http"}
+	}
+	type runOf struct{ ledger, front string }
+	var runs []runOf
 	for _, l := range ledgers {
+		for _, f := range fronts {
+			runs = append(runs, runOf{l, f})
+		}
+	}
+	code := 0
+	for _, ro := range runs {
+		l := ro.ledger
 		d := filepath.Join(*dir, l)
+		if len(fronts) > 1 || ro.front != "stdio" {
+			d = filepath.Join(*dir, l+"-"+ro.front)
+		}
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			fmt.Fprintln(os.Stderr, "history:", err)
 			return 2
 		}
 		rep, err := history.Run(context.Background(), history.Config{
 			Seed: *seed, Duration: *duration, Ledger: l, Postgres: os.Getenv("EFFECTFENCE_TEST_POSTGRES"),
-			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr,
+			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr, Front: ro.front,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
