@@ -8,6 +8,7 @@ import (
 	goio "io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ const envAPIKeys = "EFFECTFENCE_API_KEYS"
 
 func gatewayFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "upstream", Usage: "fence the remote MCP server at this Streamable HTTP URL instead of running a command (no -- <command>)"},
+		&cli.StringSliceFlag{Name: "upstream-header", Usage: "with --upstream: a header `NAME: VALUE` sent with every request (repeatable; values never logged; prefer env " + envUpstreamHeaders + " for secrets)"},
 		&cli.StringFlag{Name: "listen", Usage: "serve Streamable HTTP on ADDR (endpoint /mcp, plus /healthz) instead of stdio; a bare :PORT binds 127.0.0.1"},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "with --listen: an Origin browsers may call from (repeatable; loopback origins are allowed on a loopback listener; * allows any)"},
 		&cli.StringFlag{Name: "api-keys", Usage: "with --listen: a file of lines `PRINCIPAL TOKEN`; clients must send Authorization: Bearer TOKEN (env " + envAPIKeys + ")"},
@@ -263,7 +266,7 @@ func scopeFor(s store.Scope, principal string, share bool) string {
 
 // runGateway serves `wrap --listen`: one proxy per MCP session, all on one ledger and one set
 // of attempts in flight, until a signal; a second signal exits at once.
-func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, opt wrap.Options, scope store.Scope, led *store.Ledger, io streams) error {
+func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *upstreamConfig, opt wrap.Options, scope store.Scope, led *store.Ledger, io streams) error {
 	shared := wrap.NewShared()
 	share := cmd.Bool("share-principals")
 	metrics := gatewaymetrics.New(cmd.StringSlice("metrics-tool")...)
@@ -273,6 +276,9 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, opt wra
 		o := opt
 		o.Scope = scopeFor(scope, who.Principal, share)
 		o.Shared = shared
+		if up != nil {
+			o.Backend = wrap.Upstream(up.url, mergeHeader(up.header, who.Header))
+		}
 		return wrap.New(o)
 	}
 	lc.health = func(ctx context.Context) error { _, err := led.Stats(ctx); return err }
@@ -335,4 +341,64 @@ func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// envUpstreamHeaders holds headers for the upstream, one `Name: value` per line: for tokens,
+// which should not be in a process's arguments.
+const envUpstreamHeaders = "EFFECTFENCE_UPSTREAM_HEADERS"
+
+// upstreamConfig is what --upstream and its headers say.
+type upstreamConfig struct {
+	url    string
+	shown  string // the URL without userinfo or query, for logs
+	header http.Header
+}
+
+// checkUpstream checks --upstream and its headers: nil without --upstream.
+func checkUpstream(cmd *cli.Command, argv []string) (*upstreamConfig, error) {
+	raw := cmd.String("upstream")
+	if raw == "" {
+		if cmd.IsSet("upstream-header") {
+			return nil, usageErr("--upstream-header needs --upstream")
+		}
+		return nil, nil
+	}
+	if len(argv) > 0 {
+		return nil, usageErr("wrap: give either --upstream URL or -- <command...>, not both")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErr("--upstream: want an http:// or https:// URL of the server's MCP endpoint")
+	}
+	shown := *u
+	shown.User, shown.RawQuery, shown.Fragment = nil, "", ""
+	up := &upstreamConfig{url: raw, shown: shown.String(), header: http.Header{}}
+	lines := cmd.StringSlice("upstream-header")
+	if env := os.Getenv(envUpstreamHeaders); env != "" {
+		lines = append(strings.Split(env, "\n"), lines...)
+	}
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(l, ":")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return nil, usageErr("upstream header %d: want `NAME: VALUE`", i+1)
+		}
+		up.header.Set(name, strings.TrimSpace(value))
+	}
+	return up, nil
+}
+
+// mergeHeader is base with extra's values set over it.
+func mergeHeader(base, extra http.Header) http.Header {
+	out := base.Clone()
+	if out == nil {
+		out = http.Header{}
+	}
+	for k, vs := range extra {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
 }

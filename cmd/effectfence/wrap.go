@@ -73,8 +73,12 @@ func wrapCommand(io streams) *cli.Command {
 			if len(argv) > 0 && argv[0] == "--" {
 				argv = argv[1:]
 			}
-			if len(argv) == 0 {
-				return usageErr("wrap: no MCP server command given; usage: effectfence wrap [flags] -- <command...>")
+			up, err := checkUpstream(cmd, argv)
+			if err != nil {
+				return err
+			}
+			if len(argv) == 0 && up == nil {
+				return usageErr("wrap: no MCP server command given; usage: effectfence wrap [flags] -- <command...>, or --upstream URL")
 			}
 			opt, err := wrapOptions(cmd, argv)
 			if err != nil {
@@ -89,7 +93,13 @@ func wrapCommand(io streams) *cli.Command {
 				return err
 			}
 			opt = res.Options
-			scope := store.CurrentWrapScope(argv, res.Scope)
+			var scope store.Scope
+			if up != nil {
+				scope = store.UpstreamScope(up.url, res.Scope)
+				opt.Backend = wrap.Upstream(up.url, up.header)
+			} else {
+				scope = store.CurrentWrapScope(argv, res.Scope)
+			}
 			opt.Scope = scope.ID
 			so, err := store.FromEnv(scope.LedgerName())
 			if err != nil {
@@ -119,7 +129,9 @@ func wrapCommand(io streams) *cli.Command {
 			// A command that cannot run is refused before the ledger is opened, so a typo in
 			// an MCP config creates no ledger file. (A command that runs but is no MCP server
 			// is found at the agent's initialize, which reports why.)
-			if _, err := exec.LookPath(argv[0]); err != nil {
+			if up != nil {
+				// nothing to look up: the upstream is reached at the agent's initialize
+			} else if _, err := exec.LookPath(argv[0]); err != nil {
 				return usageErr("cannot run the MCP server command %q: %v; nothing was started and no ledger was created", argv[0], unwrapExec(err))
 			}
 			so.Log = io.err
@@ -132,17 +144,25 @@ func wrapCommand(io streams) *cli.Command {
 			// terminal wrap's stderr is shown on.
 			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
 			opt.ClearHint = clearHint(led.Location)
+			what := wrap.ShellJoin(argv)
+			if up != nil {
+				what = "the upstream " + up.shown
+			}
 			if lc != nil {
-				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, one child per session\n", led.Location, wrap.ShellJoin(argv))
-				logScope(io, scope, so.Ledger == "", argv)
-				return runGateway(ctx, cmd, lc, opt, scope, led, io)
+				per := "one child per session"
+				if up != nil {
+					per = "one upstream session per session"
+				}
+				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, %s\n", led.Location, what, per)
+				logScopeOf(io, scope, up, so.Ledger == "", argv)
+				return runGateway(ctx, cmd, lc, up, opt, scope, led, io)
 			}
 			p, err := wrap.New(opt)
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, wrap.ShellJoin(argv))
-			logScope(io, scope, so.Ledger == "", argv)
+			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, what)
+			logScopeOf(io, scope, up, so.Ledger == "", argv)
 			return serveWrap(ctx, p, led, opt.Grace, io)
 		},
 	}
@@ -212,6 +232,19 @@ func clearHint(loc string) string {
 		loc = abs
 	}
 	return "--ledger " + wrap.ShellJoin([]string{loc})
+}
+
+// logScopeOf is logScope, or for an upstream the line that says its scope is the URL.
+func logScopeOf(io streams, scope store.Scope, up *upstreamConfig, defaultLedger bool, argv []string) {
+	if up == nil {
+		logScope(io, scope, defaultLedger, argv)
+		return
+	}
+	if scope.Name != "" {
+		fmt.Fprintf(io.err, "effectfence wrap: scope %q (%s)\n", scope.Name, scope.ID[:16])
+		return
+	}
+	fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL (hashed; --scope NAME to set it)\n", scope.ID[:16])
 }
 
 // logScope says which scope this wrap fences (names, never values) and points at a ledger

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/httpback"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
@@ -97,3 +99,35 @@ func listTools(ctx context.Context, c Conn, cursor string) (json.RawMessage, err
 	}
 	return c.Call(ctx, "tools/list", params)
 }
+
+// Upstream is the back that reaches a remote MCP server over Streamable HTTP at url (one
+// upstream session per agent session); header is sent with every request (a client's
+// Authorization passed through, say).
+func Upstream(url string, header http.Header) Dial {
+	return func(c BackendConfig) Backend {
+		return httpBack{httpback.NewUpstream(httpback.Config{
+			URL: url, Header: header, Init: c.Init, InitTimeout: c.InitTimeout, Log: c.Log,
+			OnNotification: c.OnNotification, OnRequest: c.OnRequest,
+		})}
+	}
+}
+
+type httpBack struct{ u *httpback.Upstream }
+
+func (b httpBack) Session(ctx context.Context) (Conn, error) {
+	s, err := b.u.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b httpBack) Current() Conn {
+	if s := b.u.Current(); s != nil {
+		return s
+	}
+	return nil
+}
+
+func (b httpBack) CloseWithin(within time.Duration) error { return b.u.CloseWithin(within) }
+func (b httpBack) Kill() error                            { return b.u.Kill() }
