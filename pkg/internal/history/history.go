@@ -92,6 +92,7 @@ const (
 type Report struct {
 	Seed       int64            `json:"seed"`
 	Ledger     string           `json:"ledger"`
+	Front      string           `json:"front"`
 	Duration   time.Duration    `json:"duration_ns"`
 	Ops        []Op             `json:"ops"`
 	Faults     []Fault          `json:"faults"`
@@ -119,7 +120,7 @@ func (r *Report) Summary() string {
 	for _, f := range r.Final {
 		states[string(f.State)]++
 	}
-	fmt.Fprintf(&b, "history: seed %d, ledger %s, %s\n", r.Seed, r.Ledger, r.Duration)
+	fmt.Fprintf(&b, "history: seed %d, ledger %s, front %s, %s\n", r.Seed, r.Ledger, r.Front, r.Duration)
 	fmt.Fprintf(&b, "operations: %d calls (%s) on %d ops; %d executions; ledger at the end: %s\n", len(r.Ops), counts(answers), len(r.Final), len(r.Executions), counts(states))
 	fmt.Fprintf(&b, "faults injected: %d (%s)\n", len(r.Faults), counts(faults))
 	fmt.Fprintf(&b, "violations: %d\n", len(r.Violations))
@@ -495,7 +496,7 @@ func (r *run) stop(wg *sync.WaitGroup, mu *sync.Mutex, stopped map[int]bool, pid
 
 // finish reads the effects file and the ledger, checks the history and records it.
 func (r *run) finish(ctx context.Context) (*Report, error) {
-	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{},
+	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Front: r.cfg.Front, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{},
 		StartUnixMs: r.start.UnixMilli(), Lease: r.cfg.Lease}
 	r.mu.Lock()
 	rep.Faults = append([]Fault(nil), r.faults...)
