@@ -41,14 +41,24 @@ type target struct {
 // prefix on stderr.
 func startProc(b *testing.B, env []string, prefix string, argv ...string) (string, func()) {
 	b.Helper()
+	u, stop, err := startProcE(env, prefix, argv...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return u, stop
+}
+
+// startProcE starts argv with env and returns the URL it logs after prefix on stderr, and a
+// function that kills it.
+func startProcE(env []string, prefix string, argv ...string) (string, func(), error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		b.Fatal(err)
+		return "", nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
+		return "", nil, err
 	}
 	urls := make(chan string, 1)
 	go func() {
@@ -68,11 +78,10 @@ func startProc(b *testing.B, env []string, prefix string, argv ...string) (strin
 	}
 	select {
 	case u := <-urls:
-		return u, stop
+		return u, stop, nil
 	case <-time.After(60 * time.Second):
 		stop()
-		b.Fatalf("%v did not start", argv)
-		return "", nil
+		return "", nil, fmt.Errorf("%v did not start", argv)
 	}
 }
 
