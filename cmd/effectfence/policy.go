@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/httpback"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 	"github.com/effectfence/effectfence/pkg/policy"
 	"github.com/effectfence/effectfence/pkg/scan"
@@ -73,14 +74,19 @@ func policyInitCommand(io streams) *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "with -o: replace an existing file"},
 			&cli.StringFlag{Name: "scan", Usage: "scan the server's source at `PATH` and add the evidence as comments"},
 			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "bound on starting the server and listing its tools"},
+			&cli.StringFlag{Name: "upstream", Usage: "list the tools of the remote MCP server at this Streamable HTTP URL instead of running a command (headers from " + envUpstreamHeaders + ")"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			argv := cmd.Args().Slice()
 			if len(argv) > 0 && argv[0] == "--" {
 				argv = argv[1:]
 			}
-			if len(argv) == 0 {
-				return usageErr("policy init: no MCP server command given; usage: effectfence policy init [-o FILE] [--scan PATH] -- <command...>")
+			up, err := checkUpstream(cmd, argv)
+			if err != nil {
+				return err
+			}
+			if len(argv) == 0 && up == nil {
+				return usageErr("policy init: no MCP server command given; usage: effectfence policy init [-o FILE] [--scan PATH] -- <command...>, or --upstream URL")
 			}
 			if cmd.Duration("timeout") <= 0 {
 				return usageErr("--timeout must be positive")
@@ -92,6 +98,9 @@ func policyInitCommand(io streams) *cli.Command {
 				}
 			}
 			src := policy.Source{Server: wrap.ShellJoin(argv)}
+			if up != nil {
+				src.Server = up.shown
+			}
 			if path := cmd.String("scan"); path != "" {
 				rep, err := scan.Scan(ctx, path, scan.Options{})
 				if errors.Is(err, scan.ErrBadRoot) {
@@ -101,10 +110,15 @@ func policyInitCommand(io streams) *cli.Command {
 				}
 				src.Scan, src.ScanPath = rep, path
 			}
-			if _, err := exec.LookPath(argv[0]); err != nil {
-				return usageErr("cannot run the MCP server command %q: %v", argv[0], unwrapExec(err))
+			var pages []json.RawMessage
+			if up != nil {
+				pages, err = listUpstreamPages(ctx, up, cmd.Duration("timeout"), io)
+			} else {
+				if _, err := exec.LookPath(argv[0]); err != nil {
+					return usageErr("cannot run the MCP server command %q: %v", argv[0], unwrapExec(err))
+				}
+				pages, err = listToolPages(ctx, argv, cmd.Duration("timeout"), io)
 			}
-			pages, err := listToolPages(ctx, argv, cmd.Duration("timeout"), io)
 			if err != nil {
 				return fmt.Errorf("policy init: %w", err)
 			}
@@ -141,10 +155,37 @@ func listToolPages(ctx context.Context, argv []string, timeout time.Duration, io
 		return nil, err
 	}
 	defer s.Close()
+	return listPages(ctx, s)
+}
+
+// listUpstreamPages lists every page of the tools of a remote server.
+func listUpstreamPages(ctx context.Context, up *upstreamConfig, timeout time.Duration, io streams) ([]json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := httpback.NewUpstream(httpback.Config{
+		URL: up.url, Header: up.header, InitTimeout: timeout, Log: safetext.NewWriter(io.err),
+		Init: mcpstdio.DefaultInit("effectfence-policy-init", versionString()),
+	})
+	defer u.Close()
+	s, err := u.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return listPages(ctx, s)
+}
+
+// listPages lists every page of a server's tools.
+func listPages(ctx context.Context, s interface {
+	Call(context.Context, string, json.RawMessage) (json.RawMessage, error)
+}) ([]json.RawMessage, error) {
 	var pages []json.RawMessage
 	cursor := ""
 	for len(pages) < 1000 {
-		raw, err := s.ListTools(ctx, cursor)
+		var params json.RawMessage
+		if cursor != "" {
+			params, _ = json.Marshal(map[string]string{"cursor": cursor})
+		}
+		raw, err := s.Call(ctx, "tools/list", params)
 		if err != nil {
 			return nil, fmt.Errorf("tools/list: %w", err)
 		}

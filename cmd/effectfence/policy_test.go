@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -170,4 +173,68 @@ func (l *lockedBuilder) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// policy init --upstream and wrap --policy --upstream against the real server-everything in its
+// Streamable HTTP mode.
+func TestPolicyInitAndWrapUpstream(t *testing.T) {
+	peers := peersDir(t)
+	bin := effectfence(t)
+	server := filepath.Join(peers, "node_modules", ".bin", "mcp-server-everything")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv := exec.Command(server, "streamableHttp")
+	srv.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
+	srvLog := &lockedBuilder{}
+	srv.Stderr = srvLog
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(srvLog.String(), "listening on port"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("server-everything did not start: %s", srvLog.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
+	dir := t.TempDir()
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(dir, "state"), "EFFECTFENCE_LEDGER="}
+	file := filepath.Join(dir, "policy.yaml")
+	if r := runBinary(t, env, "", "policy", "init", "-o", file, "--upstream", url); r.code != exitOK {
+		t.Fatalf("policy init --upstream: exit %d, %s", r.code, r.stderr)
+	}
+	src, _ := os.ReadFile(file)
+	if !strings.Contains(string(src), "\n  echo:\n    fence: false\n") || !strings.Contains(string(src), "\n  toggle-simulated-logging:\n    fence: true\n") || !strings.Contains(string(src), fmt.Sprintf("127.0.0.1:%d/mcp", port)) {
+		t.Fatalf("the generated policy:\n%s", src)
+	}
+	if r := runBinary(t, env, "", "policy", "check", file); r.code != exitOK {
+		t.Fatalf("policy check: %s %s", r.stdout, r.stderr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := &lockedBuilder{}
+	s, err := mcpstdio.Start(ctx, mcpstdio.Config{
+		Command: []string{bin, "wrap", "--policy", file, "--ledger", filepath.Join(dir, "ledger.db"), "--upstream", url},
+		Env:     append(append(os.Environ(), env...), "GORACE=atexit_sleep_ms=0"), Stderr: log, InitTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var metas []string
+	for range 2 {
+		raw, err := s.CallTool(ctx, "toggle-simulated-logging", json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		metas = append(metas, string(raw))
+	}
+	if strings.Contains(metas[0], `"effectfence/replayed":true`) || !strings.Contains(metas[1], `"effectfence/replayed":true`) {
+		t.Fatalf("through --upstream the duplicate was not replayed: %v", metas)
+	}
 }
