@@ -30,13 +30,6 @@ import (
 // The tool is "echo": fenced (it has no readOnlyHint) and free (it records nothing), so the
 // figures are the fence's and the transport's, not the tool's.
 
-// target is one HTTP endpoint to call: the server itself or a gateway in front of it.
-type target struct {
-	url  string
-	sid  string
-	stop func()
-}
-
 // startProc runs argv with env until the benchmark ends and returns the URL it logs after
 // prefix on stderr.
 func startProc(b *testing.B, env []string, prefix string, argv ...string) (string, func()) {
