@@ -45,7 +45,7 @@ func TestRealSDKClientThroughGateway(t *testing.T) {
 		"--ledger", filepath.Join(t.TempDir(), "ledger.db"), "--grace", "500ms",
 		"--fence", "echo", "--fence", "get-structured-content", "--", everything)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "gateway_client.mjs"))
 	node.Env = append(os.Environ(), "PEERS="+peers, "DIRECT_URL="+direct.url, "GATEWAY_URL="+gateway.url)

@@ -17,7 +17,7 @@ const { StreamableHTTPClientTransport } = await import(`${sdk}/client/streamable
 const types = await import(`${sdk}/types.js`);
 
 // No step may hang the script: each waits at most this long, then records a timeout.
-const STEP_MS = 30000;
+const STEP_MS = 20000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 function within(p, what, ms = STEP_MS) {
   let timer;
