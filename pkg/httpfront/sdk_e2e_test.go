@@ -150,6 +150,11 @@ func TestRealSDKClientThroughGateway(t *testing.T) {
 		if d.RootsAskedAtStart != 1 || g.RootsAskedAtStart != 1 || !strings.Contains(d.Roots.Text, "file:///tmp/effectfence-gateway-e2e") || g.Roots != d.Roots {
 			t.Fatalf("roots differ:\n direct asked %d %+v\ngateway asked %d %+v", d.RootsAskedAtStart, d.Roots, g.RootsAskedAtStart, g.Roots)
 		}
+		// notifications/roots/list_changed: the server asks again (through the gateway on the
+		// GET stream, as no request is open) and lists both roots.
+		if d.RootsAsked != 2 || g.RootsAsked != 2 || !strings.Contains(d.RootsChanged.Text, "file:///tmp/effectfence-gateway-e2e-2") || g.RootsChanged != d.RootsChanged {
+			t.Fatalf("changed roots differ:\n direct asked %d %+v\ngateway asked %d %+v", d.RootsAsked, d.RootsChanged, g.RootsAsked, g.RootsChanged)
+		}
 	})
 	t.Run("cancellation", func(t *testing.T) {
 		for name, c := range map[string]sdkCancel{"direct": d.Cancel, "gateway": g.Cancel} {
@@ -242,6 +247,8 @@ type sdkRun struct {
 	ToolsList         string `json:"toolsList"`
 	RootsAskedAtStart int    `json:"rootsAskedAtStart"`
 	Roots             sdkCallCmp
+	RootsChanged      sdkCallCmp
+	RootsAsked        int    `json:"rootsAsked"`
 	SetLevel          string `json:"setLevel"`
 	Resources         struct {
 		List, Templates, URI, Read, Error string

@@ -35,6 +35,7 @@ async function waitUntil(cond, ms = 10000) {
 const errText = (e) => String(e?.message ?? e);
 
 const ROOT = { uri: 'file:///tmp/effectfence-gateway-e2e', name: 'e2e root' };
+const ROOT2 = { uri: 'file:///tmp/effectfence-gateway-e2e-2', name: 'second root' };
 const ELICITED = { name: 'Ada Lovelace', check: true, integer: 7 };
 
 // One client session against url, with every client capability the server can exercise, and
@@ -64,7 +65,7 @@ async function connect(url) {
   client.setNotificationHandler(types.ResourceUpdatedNotificationSchema, (n) => { seen.updated.push(n.params.uri); });
   client.setRequestHandler(types.ListRootsRequestSchema, async () => {
     seen.rootsAsked++;
-    return { roots: [ROOT] };
+    return { roots: seen.moreRoots ? [ROOT, ROOT2] : [ROOT] };
   });
   client.setRequestHandler(types.CreateMessageRequestSchema, async (req) => {
     const asked = req.params.messages.map((m) => m.content?.text ?? '').join(' ');
@@ -121,6 +122,14 @@ async function run(url) {
   r.toolsList = await step(async () => JSON.stringify(await within(c.listTools(), 'tools/list')));
   r.rootsAskedAtStart = await waitUntil(() => seen.rootsAsked > 0) ? seen.rootsAsked : 0;
   r.roots = await call(c, 'get-roots-list', {});
+  // The roots change: on the client's notification the server asks again, while no request of
+  // the client's is open (so through the gateway the request travels on the GET stream).
+  seen.moreRoots = true;
+  r.rootsChanged = await step(async () => {
+    await within(c.sendRootsListChanged(), 'notifications/roots/list_changed');
+    if (!await waitUntil(() => seen.rootsAsked > 1)) return { error: 'the server did not ask for the roots again' };
+    return await call(c, 'get-roots-list', {});
+  });
 
   // Logging: the level is accepted; the subscribe handler logs at info.
   r.setLevel = await step(async () => { await within(c.setLoggingLevel('info'), 'logging/setLevel'); return 'ok'; });
