@@ -177,6 +177,7 @@ func TestRealSDKClientThroughGateway(t *testing.T) {
 		}
 		// Not comparable: the server refuses a plain call of a task-required tool, while the
 		// gateway makes it a duplicate of the running task, which waits for its final result.
+		t.Logf("the same task-augmented call once the task is done: direct %q, gateway %q", d.Tasks.Again, g.Tasks.Again)
 		if dup := g.Tasks.Duplicate; dup == nil || dup.Error != "" || !dup.Replayed || dup.Text != g.Tasks.Final.Text {
 			t.Fatalf("a duplicate of the running task through the gateway: %+v", dup)
 		}
@@ -238,6 +239,7 @@ type sdkTasks struct {
 	Statuses  []string    `json:"statuses"`
 	Final     sdkCallCmp  `json:"final"`
 	Duplicate *sdkCallCmp `json:"duplicate"`
+	Again     []string    `json:"again"`
 	Error     string      `json:"error"`
 }
 

@@ -224,7 +224,15 @@ async function run(url) {
       }
     })();
     await within(consume, 'the task stream', 60000);
-    return { taskId, statuses, final, duplicate: dup ? await dup : null };
+    // Observed, not judged: the same task-augmented call again, once the task is done.
+    const again = [];
+    await within((async () => {
+      for await (const m of c.experimental.tasks.callToolStream(
+        { name: 'simulate-research-query', arguments: { topic: 'fencing tokens' } }, undefined, { task: { ttl: 300000 } })) {
+        again.push(m.type === 'error' ? `error: ${errText(m.error)}` : m.type);
+      }
+    })(), 'the later task-augmented duplicate', 60000).catch((e) => again.push(errText(e)));
+    return { taskId, statuses, final, duplicate: dup ? await dup : null, again };
   });
 
   // A broken stream: the response stream of a fenced call that waits for the client (it asks
