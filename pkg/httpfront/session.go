@@ -93,14 +93,26 @@ func (s *session) unregister(st *stream) {
 	if st.token != "" && s.tokens[st.token] == st {
 		delete(s.tokens, st.token)
 	}
+	s.unroute(st)
+	s.busy--
+	s.last = time.Now()
+}
+
+// retire stops routing messages to the request stream st, which is about to end.
+func (s *session) retire(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unroute(st)
+}
+
+// unroute removes st from the streams that take other messages; s.mu is held.
+func (s *session) unroute(st *stream) {
 	for i, o := range s.order {
 		if o == st {
 			s.order = append(s.order[:i:i], s.order[i+1:]...)
-			break
+			return
 		}
 	}
-	s.busy--
-	s.last = time.Now()
 }
 
 func (s *session) openGet() (*stream, bool) {
@@ -194,7 +206,13 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 				return
 			}
 		case line := <-st.final:
-			// What was routed here before the response goes first.
+			// What was routed here before the response goes first. Retire the stream before
+			// that last take: the stream stays the newest open one until post unregisters it,
+			// and a message the proxy writes after the response (a notification, a request of
+			// the server's) would be queued where nobody reads any more, and lost. Retired, the
+			// stream gets nothing more: such a message goes to another open stream or the GET
+			// stream.
+			s.retire(st)
 			send(append(st.take(), line))
 			return
 		case <-tick.C:
