@@ -178,6 +178,9 @@ func TestRealSDKClientThroughGateway(t *testing.T) {
 		// Not comparable: the server refuses a plain call of a task-required tool, while the
 		// gateway makes it a duplicate of the running task, which waits for its final result.
 		t.Logf("the same task-augmented call once the task is done: direct %q, gateway %q", d.Tasks.Again, g.Tasks.Again)
+		if again := strings.Join(g.Tasks.Again, " | "); !strings.Contains(again, "taskCreated") || !strings.Contains(again, "result: "+report) || strings.Contains(again, "error") {
+			t.Fatalf("the later task-augmented duplicate through the gateway: want a task followed to the recorded result, got %q", again)
+		}
 		if dup := g.Tasks.Duplicate; dup == nil || dup.Error != "" || !dup.Replayed || dup.Text != g.Tasks.Final.Text {
 			t.Fatalf("a duplicate of the running task through the gateway: %+v", dup)
 		}

@@ -91,6 +91,10 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	id.exact = fwd
 	a := p.fencedCall(ctx, c.name, id, params, c.task)
 	ev.Outcome, ev.Code = a.outcome, a.code
+	if c.task && a.err == nil && a.outcome != "executed" {
+		// Answered here without running: the agent asked for a task, it gets a terminal one.
+		return jsonrpc.Response(m.ID, p.asTask(m.Params, a.result))
+	}
 	if a.err != nil {
 		return jsonrpc.ErrorResponse(m.ID, a.err)
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
@@ -82,4 +86,124 @@ func taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, er
 		}
 	}
 	return nil, err
+}
+
+// Tasks effectfence answers itself. A task-augmented call expects a task handle (a
+// CreateTaskResult), but a duplicate answered without running (a replay, the shared answer of
+// an attempt it waited for, a refusal) has a plain tool result. It is handed out as a task
+// that is already terminal: completed, or failed for an isError result. tasks/get and
+// tasks/result of its id are answered here (the server never heard of it); tasks/cancel is
+// refused as for any terminal task. A proxy keeps the last maxLocalTasks of them, each for its
+// ttl (the one the agent asked for, at most a day).
+
+const (
+	localTaskPrefix = "effectfence-task-"
+	maxLocalTasks   = 1024
+	maxLocalTaskTTL = 24 * time.Hour
+	relatedTaskMeta = "io.modelcontextprotocol/related-task"
+)
+
+type localTask struct {
+	id      string
+	status  string
+	created time.Time
+	ttl     time.Duration
+	result  json.RawMessage
+}
+
+type localTasks struct {
+	mu    sync.Mutex
+	next  int64
+	order []string
+	m     map[string]*localTask
+}
+
+// asTask wraps an answer of effectfence's own to a task-augmented call into a terminal task.
+func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage) json.RawMessage {
+	var q struct {
+		Task struct {
+			TTL *float64 `json:"ttl"`
+		} `json:"task"`
+	}
+	_ = json.Unmarshal(params, &q)
+	ttl := 10 * time.Minute
+	if q.Task.TTL != nil && *q.Task.TTL > 0 {
+		ttl = min(time.Duration(*q.Task.TTL)*time.Millisecond, maxLocalTaskTTL)
+	}
+	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttl, result: res}
+	if isError(res) {
+		t.status = "failed"
+	}
+	lt := &p.local
+	lt.mu.Lock()
+	if lt.m == nil {
+		lt.m = map[string]*localTask{}
+	}
+	lt.next++
+	t.id = localTaskPrefix + strconv.FormatInt(lt.next, 10) + "-" + strconv.FormatInt(t.created.UnixNano(), 36)
+	lt.m[t.id] = t
+	lt.order = append(lt.order, t.id)
+	for len(lt.order) > maxLocalTasks {
+		delete(lt.m, lt.order[0])
+		lt.order = lt.order[1:]
+	}
+	lt.mu.Unlock()
+	out, _ := json.Marshal(map[string]any{"task": t.view()})
+	return out
+}
+
+func (t *localTask) view() map[string]any {
+	at := t.created.Format(time.RFC3339Nano)
+	return map[string]any{"taskId": t.id, "status": t.status, "createdAt": at, "lastUpdatedAt": at, "ttl": t.ttl.Milliseconds()}
+}
+
+// localTask answers tasks/get, tasks/result and tasks/cancel of a task effectfence made; nil
+// when the request is about another task (it goes to the server).
+func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
+	var q struct {
+		TaskID string `json:"taskId"`
+	}
+	if json.Unmarshal(m.Params, &q) != nil || !strings.HasPrefix(q.TaskID, localTaskPrefix) {
+		return nil
+	}
+	lt := &p.local
+	lt.mu.Lock()
+	t := lt.m[q.TaskID]
+	if t != nil && time.Since(t.created) > t.ttl {
+		delete(lt.m, q.TaskID)
+		t = nil
+	}
+	lt.mu.Unlock()
+	if t == nil {
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q not found (it expired)", q.TaskID))
+	}
+	switch m.Method {
+	case "tasks/get":
+		out, _ := json.Marshal(t.view())
+		return jsonrpc.Response(m.ID, out)
+	case "tasks/result":
+		return jsonrpc.Response(m.ID, withRelatedTask(t.result, t.id))
+	case "tasks/cancel":
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q is already %s and cannot be cancelled", t.id, t.status))
+	}
+	return nil
+}
+
+// withRelatedTask adds the related-task mark to a result's _meta.
+func withRelatedTask(res json.RawMessage, id string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(res, &obj) != nil {
+		return res
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := obj["_meta"]; ok {
+		_ = json.Unmarshal(raw, &meta)
+	}
+	meta[relatedTaskMeta], _ = json.Marshal(map[string]string{"taskId": id})
+	obj["_meta"], _ = json.Marshal(meta)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return res
+	}
+	return out
 }

@@ -55,10 +55,32 @@ func TestTaskOutcomeIsTheFinalResult(t *testing.T) {
 	if x.IsError || !strings.Contains(x.text(), "Research Report: fencing tokens") {
 		t.Fatalf("the concurrent duplicate did not receive the final result: %+v", x)
 	}
-	// Later duplicates, with or without a task, receive the recorded final result.
+	// Later duplicates receive the recorded final result: a plain call as its result, a
+	// task-augmented one as a task that is already completed, whose result is that result.
+	if later := call(t, w.Session, "simulate-research-query", `{"topic":"fencing tokens"}`); !later.replayed() || !strings.Contains(later.text(), "Research Report: fencing tokens") {
+		t.Fatalf("a later plain duplicate: %+v", later)
+	}
 	later, err := w.Call(ctx, "tools/call", params)
-	if err != nil || !strings.Contains(string(later), "Research Report: fencing tokens") || !strings.Contains(string(later), `"effectfence/replayed":true`) {
-		t.Fatalf("a later duplicate: %s %v", later, err)
+	var handle struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+			Status string `json:"status"`
+			TTL    int64  `json:"ttl"`
+		} `json:"task"`
+	}
+	if err != nil || json.Unmarshal(later, &handle) != nil || handle.Task.Status != "completed" || handle.Task.TaskID == "" || handle.Task.TTL != 300000 {
+		t.Fatalf("a later task-augmented duplicate: want a completed task, got %s %v", later, err)
+	}
+	lq, _ := json.Marshal(map[string]string{"taskId": handle.Task.TaskID})
+	if st, err := w.Call(ctx, "tasks/get", lq); err != nil || !strings.Contains(string(st), `"status":"completed"`) {
+		t.Fatalf("tasks/get of the completed duplicate: %s %v", st, err)
+	}
+	res2, err := w.Call(ctx, "tasks/result", lq)
+	if err != nil || !strings.Contains(string(res2), "Research Report: fencing tokens") || !strings.Contains(string(res2), `"effectfence/replayed":true`) || !strings.Contains(string(res2), handle.Task.TaskID) {
+		t.Fatalf("tasks/result of the completed duplicate: %s %v", res2, err)
+	}
+	if _, err := w.Call(ctx, "tasks/cancel", lq); err == nil {
+		t.Fatal("a completed task was cancelled")
 	}
 	if strings.Contains(w.log.String(), "DATA RACE") {
 		t.Fatal(w.log.String())

@@ -176,6 +176,7 @@ type Proxy struct {
 	initGate chan struct{}
 
 	tools   toolCache
+	local   localTasks // tasks effectfence answers itself (tasks.go)
 	flights *flights
 	sem     chan struct{}
 	calls   sync.WaitGroup
@@ -600,6 +601,12 @@ func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) {
 		p.reply(jsonrpc.Response(m.ID, json.RawMessage("{}")))
 	case "tools/call":
 		p.reply(p.toolsCall(ctx, m))
+	case "tasks/get", "tasks/result", "tasks/cancel":
+		if out := p.localTask(m); out != nil {
+			p.reply(out)
+			return
+		}
+		p.reply(p.forward(ctx, m))
 	default:
 		p.reply(p.forward(ctx, m))
 	}

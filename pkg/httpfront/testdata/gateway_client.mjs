@@ -224,12 +224,14 @@ async function run(url) {
       }
     })();
     await within(consume, 'the task stream', 60000);
-    // Observed, not judged: the same task-augmented call again, once the task is done.
+    // The same task-augmented call again, once the task is done: through the gateway a task
+    // that is already completed, whose result is the recorded one.
     const again = [];
     await within((async () => {
       for await (const m of c.experimental.tasks.callToolStream(
         { name: 'simulate-research-query', arguments: { topic: 'fencing tokens' } }, undefined, { task: { ttl: 300000 } })) {
-        again.push(m.type === 'error' ? `error: ${errText(m.error)}` : m.type);
+        again.push(m.type === 'error' ? `error: ${errText(m.error)}`
+          : m.type === 'result' ? `result: ${(m.result.content?.[0]?.text ?? '').slice(0, 40)}` : m.type);
       }
     })(), 'the later task-augmented duplicate', 60000).catch((e) => again.push(errText(e)));
     return { taskId, statuses, final, duplicate: dup ? await dup : null, again };
