@@ -1,44 +1,54 @@
-// Package httpback talks to a remote MCP server over Streamable HTTP, as the back of the proxy
-// core (docs/proxy-core.md) and as a client for tests: it performs the initialize handshake
-// with the params the caller forwards, POSTs each request and reads its answer (a JSON body or
-// an SSE stream of notifications, server requests and finally the response), answers the
-// server's requests, listens on the GET stream when the server offers one, and ends the
-// session with DELETE.
+// Package httpback talks to a remote MCP server over the Streamable HTTP transport (protocol
+// revisions 2025-03-26, 2025-06-18 and 2025-11-25). It mirrors pkg/mcpstdio: an Upstream
+// connects (initialize) on first use and again after the server lost the session, and a
+// Session sends concurrent requests, returns each result as the exact bytes the server wrote,
+// delivers the server's notifications and requests to callbacks, and ends with DELETE.
 //
-// Results are the exact bytes the server sent (json.RawMessage).
+// Every JSON-RPC message is POSTed to the one endpoint with Accept: application/json,
+// text/event-stream; the answer is JSON or an SSE stream that carries notifications and
+// requests and finally the response. Mcp-Session-Id from the initialize response and
+// MCP-Protocol-Version (the negotiated version) go on every later request. A GET stream for
+// the server's own messages is opened when the server offers one (405: it does not).
 //
-// What a caller can rely on when a call fails (docs/gateway-backend.md):
-//   - errors.Is(err, mcpstdio.ErrNotSent): the request definitely did not reach the server's
-//     MCP handling: the connection could not be made or failed before any byte of the request
-//     was written, or the server answered 404 to the session id (it no longer knows the
-//     session, so it ran nothing; the next Session starts a new one).
-//   - *jsonrpc.Error: the server answered with a JSON-RPC error, or refused the request with
-//     an HTTP 4xx other than 404 and 408 (nothing ran).
-//   - anything else (5xx, 408, a reset or timeout after the request was written, an SSE
-//     stream cut before the response, an unreadable answer): it may have run.
+// What a caller can rely on when a call fails (the proxy core's contract, docs/proxy-core.md):
+//   - errors.Is(err, mcpstdio.ErrNotSent): the request definitely did not reach the server:
+//     no connection to it could be made (no byte of the request was written), the session had
+//     already ended, or the server answered 404 to the session id (it no longer knows the
+//     session and, by the transport's rules, refused the request unread; the Upstream
+//     re-initializes on the next Session). A 400 also retires the session, but its error is
+//     "may have run". A retired session refuses new requests; calls already under way on it
+//     go on to their answers.
+//   - *jsonrpc.Error (errors.As): the server answered HTTP 200 with a JSON-RPC error.
+//   - a context error: the caller stopped waiting; notifications/cancelled was sent; the
+//     request may have run.
+//   - anything else (*StatusError for 4xx other than 404 and for 5xx, a reset, a stream cut
+//     before the response, ErrTooLarge): the request may have run.
 //
-// Nothing is retried: a request is written at most once (Go's transport re-sends a request
-// only when it wrote nothing of it on a reused connection, which the server never saw).
+// No request is ever sent twice: the HTTP client may not replay a POST (GetBody is unset and
+// redirects are not followed), and nothing here retries. The one exception is resuming a cut
+// SSE stream with GET and Last-Event-ID, once, which re-sends nothing.
 //
-// Order: notifications the server put on a call's stream before the response are delivered
-// (Config.OnNotification returned) before Call returns, one at a time on one goroutine per
-// session, together with those of the GET stream; a request of the server is handed to
-// Config.OnRequest, on its own goroutine, once what came before it was delivered.
+// Order: as in mcpstdio, the notifications and requests the server put on a stream before a
+// response are delivered (OnNotification returned; OnRequest started) before the Call that
+// waits for that response returns. All streams of a session feed one delivery queue, so
+// OnNotification runs on one goroutine, in order per stream, and must not wait for a Call.
 package httpback
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,78 +58,133 @@ import (
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
-// Defaults and bounds.
+// MaxMessage bounds one message from the server (64 MiB, like mcpstdio.MaxLine).
+const MaxMessage = mcpstdio.MaxLine
+
+// maxMessage is MaxMessage; a variable so tests can lower it.
+var maxMessage = MaxMessage
+
+// Header names of the transport.
 const (
-	DefaultInitTimeout = 30 * time.Second
-	// MaxMessage bounds one message from the server (64 MiB, as mcpstdio.MaxLine).
-	MaxMessage = 64 << 20
-	// RestartBackoff is how long Session keeps returning a failed connect's error before it
-	// tries again.
-	RestartBackoff = time.Second
-	// closeBudget bounds the DELETE that ends a session.
-	closeBudget = 2 * time.Second
+	HeaderSessionID       = "Mcp-Session-Id"
+	HeaderProtocolVersion = "Mcp-Protocol-Version"
+	headerLastEventID     = "Last-Event-Id"
 )
+
+// Defaults.
+const (
+	DefaultInitTimeout = mcpstdio.DefaultInitTimeout
+	// RestartBackoff is how long Upstream.Session returns a failed connect's error before it
+	// tries again.
+	RestartBackoff = mcpstdio.RestartBackoff
+	closeGrace     = 2 * time.Second
+	getRetry       = time.Second
+)
+
+// ErrSessionLost says the server answered 404 to the session id: it no longer knows the
+// session (it restarted, or ended it). Errors with it also wrap mcpstdio.ErrNotSent.
+var ErrSessionLost = errors.New("httpback: the MCP server no longer knows the session (HTTP 404)")
+
+// StatusError is an HTTP answer other than the transport's 200 or 202. The request may have
+// run. RPC is the JSON-RPC error the body carried, if any: informative only, deliberately not
+// returned through errors.As, since a 5xx with an error object does not say the call did not
+// run.
+type StatusError struct {
+	Method string
+	Status int
+	RPC    *jsonrpc.Error
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("httpback: MCP server answered %s with HTTP %d", e.Method, e.Status)
+	if e.RPC != nil {
+		s += " (" + safetext.Clip(safetext.Escape(e.RPC.Error()), 300) + ")"
+	}
+	return s
+}
 
 // Config says where the server is and how to handle what it sends.
 type Config struct {
-	// URL is the server's MCP endpoint. Required.
+	// URL is the MCP endpoint (http or https). Required.
 	URL string
-	// Header is sent with every request (e.g. a client's Authorization passed through). Its
-	// values are never logged.
+	// Header is sent on every request (e.g. a client's Authorization passed through). Its
+	// values are never logged. The transport's own headers override it.
 	Header http.Header
-	// Init is the initialize params, sent as given; empty means mcpstdio.DefaultInit.
+	// Init is the params object of initialize, sent as given. Empty: mcpstdio.DefaultInit.
 	Init json.RawMessage
-	// InitTimeout bounds the handshake (default DefaultInitTimeout).
+	// InitTimeout bounds the initialize exchange. Default DefaultInitTimeout.
 	InitTimeout time.Duration
-	// OnNotification receives each notification, in order, on one goroutine of the session;
-	// it must not wait for a Call of the same session (see the package comment).
+	// OnNotification receives each notification, in order, on one goroutine of the session
+	// (same contract as mcpstdio.Config.OnNotification).
 	OnNotification func(method string, params json.RawMessage)
-	// OnRequest answers a request of the server (sampling, elicitation, roots); nil answers
-	// every request but ping with "method not found". Its context ends when the server cancels
-	// the request or the session ends.
+	// OnRequest answers a request of the server (sampling, elicitation, roots), on its own
+	// goroutine; the answer is POSTed back. Return a *jsonrpc.Error to send that error. Nil
+	// answers everything but ping with "method not found".
 	OnRequest func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
-	// Log receives diagnostics (lines starting "httpback:"). Nil discards them.
+	// Log receives diagnostics (lines starting "httpback:"). Default os.Stderr.
 	Log io.Writer
-	// Client makes the requests (default: one with a 10 s dial timeout and no overall timeout,
-	// since a call may take minutes).
+	// Client is the HTTP client. Default: timeouts for dialing and TLS, none on a call. Its
+	// redirect policy is replaced: a POST is never re-sent to another location.
 	Client *http.Client
 }
 
-func defaultClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	t.MaxIdleConnsPerHost = 64
-	return &http.Client{Transport: t}
+// DefaultClient returns the client used when Config.Client is nil: bounded dialing and TLS
+// handshakes, no overall timeout (a tool call may take minutes), HTTP/1.1 or HTTP/2 over TLS.
+func DefaultClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
 }
 
-// Upstream is a restartable connection to one server: Session connects (initialize) on first
-// use and again after the session was lost.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Upstream is a remote server that (re)connects on demand, like mcpstdio.Child.
 type Upstream struct {
-	cfg   Config
-	start chan struct{} // held while connecting
+	cfg    Config
+	client *http.Client
+	start  chan struct{}
 
-	mu      sync.Mutex
-	cur     *Session
-	closed  bool
-	lastErr error
-	lastAt  time.Time
+	mu       sync.Mutex
+	cur      *Session
+	stopping *Session
+	draining map[*Session]bool // retired sessions whose calls are still in flight
+	starts   int
+	lastErr  error
+	lastAt   time.Time
+	closed   bool
 }
 
-// NewUpstream returns an Upstream for cfg; nothing is sent until Session.
+// NewUpstream returns an Upstream that connects on first use. A bad Config is reported by
+// the first Session.
 func NewUpstream(cfg Config) *Upstream {
-	if cfg.Client == nil {
-		cfg.Client = defaultClient()
+	if cfg.Log == nil {
+		cfg.Log = os.Stderr
 	}
 	if cfg.InitTimeout <= 0 {
 		cfg.InitTimeout = DefaultInitTimeout
 	}
 	if len(cfg.Init) == 0 {
-		cfg.Init = mcpstdio.DefaultInit("effectfence", "1")
+		cfg.Init = mcpstdio.DefaultInit("effectfence", "dev")
 	}
-	return &Upstream{cfg: cfg, start: make(chan struct{}, 1)}
+	c := cfg.Client
+	if c == nil {
+		c = DefaultClient()
+	}
+	cc := *c
+	cc.CheckRedirect = noRedirect
+	return &Upstream{cfg: cfg, client: &cc, start: make(chan struct{}, 1)}
 }
 
-// Session returns the live session, connecting first if none is.
+// Session returns the live session, connecting (initialize) when there is none. A connect
+// that failed less than RestartBackoff ago returns its error again. Its errors wrap
+// mcpstdio.ErrNotSent: the caller's request has not gone anywhere.
 func (u *Upstream) Session(ctx context.Context) (*Session, error) {
 	if s := u.Current(); s != nil {
 		return s, nil
@@ -133,40 +198,44 @@ func (u *Upstream) Session(ctx context.Context) (*Session, error) {
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
-		return nil, fmt.Errorf("%w: httpback: closed", mcpstdio.ErrNotSent)
+		return nil, fmt.Errorf("%w: httpback: upstream closed", mcpstdio.ErrNotSent)
 	}
 	if u.cur != nil && u.cur.Err() == nil {
 		s := u.cur
 		u.mu.Unlock()
 		return s, nil
 	}
+	old := u.cur
+	u.cur = nil
 	if u.lastErr != nil && time.Since(u.lastAt) < RestartBackoff {
 		err := u.lastErr
 		u.mu.Unlock()
 		return nil, err
 	}
-	old := u.cur
-	u.cur = nil
+	u.starts++
 	u.mu.Unlock()
 	if old != nil {
-		old.end(errors.New("replaced"), false)
+		u.drain(old)
 	}
-	s, err := connect(ctx, u.cfg)
+	s, err := connect(ctx, u.cfg, u.client)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if err != nil {
-		u.lastErr, u.lastAt = fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err), time.Now()
+		if !errors.Is(err, mcpstdio.ErrNotSent) {
+			err = fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
+		}
+		u.lastErr, u.lastAt = err, time.Now()
 		return nil, u.lastErr
 	}
 	if u.closed {
-		go s.end(errors.New("httpback: closed"), true)
-		return nil, fmt.Errorf("%w: httpback: closed", mcpstdio.ErrNotSent)
+		go s.Close()
+		return nil, fmt.Errorf("%w: httpback: upstream closed", mcpstdio.ErrNotSent)
 	}
-	u.cur, u.lastErr = s, nil
+	u.lastErr, u.cur = nil, s
 	return s, nil
 }
 
-// Current returns the live session, or nil; it never connects.
+// Current returns the live session or nil; it never connects.
 func (u *Upstream) Current() *Session {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -176,446 +245,564 @@ func (u *Upstream) Current() *Session {
 	return nil
 }
 
-// Close ends the session (DELETE) and fails what waits in it; later Session calls fail.
-func (u *Upstream) Close() error { return u.CloseWithin(closeBudget) }
-
-// CloseWithin is Close with a budget for the DELETE.
-func (u *Upstream) CloseWithin(within time.Duration) error {
-	s := u.shut()
-	if s != nil {
-		s.endWithin(errors.New("httpback: closed"), within)
-	}
-	return nil
-}
-
-// Kill ends the session at once, without telling the server; later Session calls fail.
-func (u *Upstream) Kill() error {
-	if s := u.shut(); s != nil {
-		s.end(errors.New("httpback: killed"), false)
-	}
-	return nil
-}
-
-func (u *Upstream) shut() *Session {
+// Starts is how many times the Upstream tried to initialize a session.
+func (u *Upstream) Starts() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	return u.starts
+}
+
+// Close ends the live session (DELETE, at most 2 s); later Session calls fail.
+func (u *Upstream) Close() error { return u.closeWith(func(s *Session) error { return s.Close() }) }
+
+// CloseWithin is Close with a budget for the DELETE.
+func (u *Upstream) CloseWithin(d time.Duration) error {
+	return u.closeWith(func(s *Session) error { return s.CloseWithin(d) })
+}
+
+// Kill ends the live session at once, without DELETE.
+func (u *Upstream) Kill() error { return u.closeWith(func(s *Session) error { return s.Kill() }) }
+
+// drain stops a session the server lost once the calls still in flight on it have returned
+// (without DELETE: the server no longer knows it). Its calls are not cut short: a call the
+// server is running still gets its answer.
+func (u *Upstream) drain(old *Session) {
+	u.mu.Lock()
+	if u.draining == nil {
+		u.draining = map[*Session]bool{}
+	}
+	u.draining[old] = true
+	u.mu.Unlock()
+	go func() {
+		select {
+		case <-old.drained:
+		case <-old.bg.Done():
+		}
+		_ = old.stop(0, false)
+		u.mu.Lock()
+		delete(u.draining, old)
+		u.mu.Unlock()
+	}()
+}
+
+func (u *Upstream) closeWith(stop func(*Session) error) error {
+	u.mu.Lock()
 	u.closed = true
 	s := u.cur
-	u.cur = nil
-	return s
+	if s == nil {
+		s = u.stopping
+	}
+	u.cur, u.stopping = nil, s
+	var old []*Session
+	for d := range u.draining {
+		old = append(old, d)
+	}
+	u.mu.Unlock()
+	for _, d := range old {
+		_ = d.stop(0, false)
+	}
+	if s != nil {
+		return stop(s)
+	}
+	return nil
 }
 
-// Session is one MCP session with the server, after its handshake. Safe for concurrent use.
+// Session is one initialized MCP session with the server. Safe for concurrent use.
 type Session struct {
-	cfg    Config
-	url    string
-	sid    string // Mcp-Session-Id; "" for a server without sessions
-	proto  string // the negotiated protocol version
-	init   json.RawMessage
-	nextID atomic.Int64
+	cfg     Config
+	client  *http.Client
+	url     string
+	logURL  string
+	init    json.RawMessage
+	sid     string
+	version string
 
-	ctx    context.Context // ends with the session: stops the GET stream and the handlers
-	cancel context.CancelFunc
-
-	notes    chan note // delivery queue, in the server's order
-	notesEnd chan struct{}
-
-	mu      sync.Mutex
-	err     error
-	done    chan struct{}
-	inbound map[string]context.CancelCauseFunc // the server's requests being answered
+	nextID   atomic.Int64
+	mu       sync.Mutex
+	err      error
+	done     chan struct{}
+	inflight int             // Calls under way
+	drained  chan struct{}   // closed once the session ended and no Call is under way
+	bg       context.Context // ends with the session: GET stream, OnRequest, in-flight calls
+	bgStop   context.CancelFunc
+	notes    chan note
+	wg       sync.WaitGroup // deliver and the GET stream
+	closeM   sync.Mutex
+	closed   bool
+	inbound  map[string]context.CancelCauseFunc // the server's requests being answered (guarded by mu)
 }
 
+// note is one item of the delivery queue.
 type note struct {
-	method  string
-	params  json.RawMessage
-	req     *jsonrpc.Message
-	barrier chan struct{}
+	method string
+	params json.RawMessage
+	req    *jsonrpc.Message
+	to     chan struct{} // a response: closed when everything before it was delivered
 }
 
-// InitResult is the server's initialize result, as sent.
+func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("httpback: the upstream URL must be an absolute http or https URL, got %q", safetext.Clip(safetext.Escape(redact(cfg.URL)), 200))
+	}
+	if !json.Valid(cfg.Init) || bytes.TrimSpace(cfg.Init)[0] != '{' {
+		return nil, errors.New("httpback: initialize params must be a JSON object")
+	}
+	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: redact(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024)}
+	s.bg, s.bgStop = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.deliver()
+	ictx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
+	defer cancel()
+	res, hdr, err := s.roundTrip(ictx, "initialize", cfg.Init, false)
+	if err == nil && (len(res) == 0 || res[0] != '{') {
+		err = fmt.Errorf("initialize result is not a JSON object: %.200s", safetext.Escape(string(res)))
+	}
+	if err == nil {
+		var r struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		_ = json.Unmarshal(res, &r)
+		if !headerSafe(r.ProtocolVersion) {
+			err = fmt.Errorf("initialize result has no usable protocolVersion: %.200s", safetext.Escape(string(res)))
+		}
+		sid := hdr.Get(HeaderSessionID)
+		if sid != "" && !headerSafe(sid) {
+			err = errors.New("the server's Mcp-Session-Id has characters outside visible ASCII")
+		}
+		if err == nil {
+			s.mu.Lock()
+			s.sid, s.version = sid, r.ProtocolVersion
+			s.mu.Unlock()
+		}
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("did not answer initialize within %s", cfg.InitTimeout)
+		}
+		s.stop(0, false)
+		return nil, fmt.Errorf("httpback: handshake with MCP server %s failed: %w", s.logURL, err)
+	}
+	s.init = res
+	if err := s.notify(ictx, "notifications/initialized", nil); err != nil {
+		s.stop(0, false)
+		return nil, fmt.Errorf("httpback: handshake with MCP server %s failed: %w", s.logURL, err)
+	}
+	s.wg.Add(1)
+	go s.listen()
+	return s, nil
+}
+
+// headerSafe reports whether v is non-empty visible ASCII, as a header value must be.
+func headerSafe(v string) bool {
+	if v == "" || len(v) > 1024 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// redact drops userinfo and the query from a URL for logs.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
+
+// InitResult is the server's initialize result, as it wrote it.
 func (s *Session) InitResult() json.RawMessage { return s.init }
 
-// ID is the session's Mcp-Session-Id ("" when the server keeps none).
-func (s *Session) ID() string { return s.sid }
+// ID is the Mcp-Session-Id the server assigned ("" when it assigned none). It is a
+// credential of sorts: do not log it.
+func (s *Session) ID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sid
+}
 
-// Done is closed when the session has ended.
+// ProtocolVersion is the negotiated protocol version.
+func (s *Session) ProtocolVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// Done is closed when the session ended; Err then says why.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
-// Err is why the session ended, or nil while it is live.
+// Err is nil while the session is live, and then why it ended.
 func (s *Session) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
 }
 
+// end ends the session and cuts short everything still running on it.
+func (s *Session) end(err error) {
+	s.retire(err)
+	s.bgStop()
+}
+
+// retire ends the session for new requests; calls under way go on.
+func (s *Session) retire(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+		close(s.done)
+		if s.inflight == 0 {
+			close(s.drained)
+		}
+	}
+}
+
 func (s *Session) logf(format string, a ...any) {
-	if s.cfg.Log != nil {
-		fmt.Fprintln(s.cfg.Log, "httpback: "+safetext.Escape(fmt.Sprintf(format, a...)))
-	}
+	fmt.Fprintf(s.cfg.Log, "httpback: "+format+"\n", a...)
 }
 
-func connect(ctx context.Context, cfg Config) (*Session, error) {
-	sctx, cancel := context.WithCancel(context.Background())
-	s := &Session{cfg: cfg, url: cfg.URL, ctx: sctx, cancel: cancel, notes: make(chan note, 256), notesEnd: make(chan struct{}), done: make(chan struct{}), inbound: map[string]context.CancelCauseFunc{}}
-	go s.deliver()
-	ictx, icancel := context.WithTimeout(ctx, cfg.InitTimeout)
-	defer icancel()
-	res, hdr, err := s.roundTrip(ictx, "initialize", cfg.Init, true)
-	if err != nil {
-		s.end(err, false)
-		return nil, fmt.Errorf("initialize: %w", err)
-	}
-	s.init = res
-	s.sid = hdr.Get("Mcp-Session-Id")
-	var ir struct {
-		ProtocolVersion string `json:"protocolVersion"`
-	}
-	_ = json.Unmarshal(res, &ir)
-	s.proto = ir.ProtocolVersion
-	if err := s.Notify("notifications/initialized", nil); err != nil {
-		s.end(err, true)
-		return nil, fmt.Errorf("notifications/initialized: %w", err)
-	}
-	go s.listen()
-	return s, nil
-}
-
-// end ends the session once: calls waiting fail, handlers' contexts end; with tell, the
-// server is told (DELETE) within closeBudget.
-func (s *Session) end(err error, tell bool) {
-	if tell {
-		s.endWithin(err, closeBudget)
-		return
+// Call sends a request and waits for its response; see the package comment for the errors.
+func (s *Session) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	if params != nil && !json.Valid(params) {
+		return nil, fmt.Errorf("%w: params of %s are not valid JSON", mcpstdio.ErrNotSent, method)
 	}
 	s.mu.Lock()
 	if s.err != nil {
+		err := s.err
 		s.mu.Unlock()
-		return
-	}
-	s.err = err
-	close(s.done)
-	s.mu.Unlock()
-	s.cancel()
-}
-
-func (s *Session) endWithin(err error, within time.Duration) {
-	s.mu.Lock()
-	already := s.err != nil
-	s.mu.Unlock()
-	if !already && s.sid != "" && within > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), within)
-		req, rerr := http.NewRequestWithContext(ctx, http.MethodDelete, s.url, nil)
-		if rerr == nil {
-			s.headers(req)
-			if resp, derr := s.cfg.Client.Do(req); derr == nil {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-				resp.Body.Close()
-			}
-		}
-		cancel()
-	}
-	s.end(err, false)
-}
-
-func (s *Session) headers(req *http.Request) {
-	for k, vs := range s.cfg.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	if s.sid != "" {
-		req.Header.Set("Mcp-Session-Id", s.sid)
-	}
-	if s.proto != "" {
-		req.Header.Set("MCP-Protocol-Version", s.proto)
-	}
-}
-
-// Call sends one request and returns the server's exact result bytes (see the package
-// comment for the errors). When ctx ends first, the server is sent notifications/cancelled
-// for the request and ctx's error is returned: the request may still run.
-func (s *Session) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
-	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
 	}
-	res, _, err := s.roundTrip(ctx, method, params, false)
+	s.inflight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inflight--
+		if s.inflight == 0 && s.err != nil {
+			close(s.drained)
+		}
+		s.mu.Unlock()
+	}()
+	res, _, err := s.roundTrip(ctx, method, params, true)
 	return res, err
 }
 
-// roundTrip POSTs one request and reads its answer.
-func (s *Session) roundTrip(ctx context.Context, method string, params json.RawMessage, initialize bool) (json.RawMessage, http.Header, error) {
+// roundTrip POSTs one request and reads its answer. cancelOnCtx sends
+// notifications/cancelled when ctx ends the call after the request was sent.
+func (s *Session) roundTrip(ctx context.Context, method string, params json.RawMessage, cancelOnCtx bool) (json.RawMessage, http.Header, error) {
 	id := json.RawMessage(strconv.FormatInt(s.nextID.Add(1), 10))
 	body := jsonrpc.Request(id, method, params)
-	// The request is tied to the session too: a killed session abandons it.
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
-	stop := context.AfterFunc(s.ctx, rcancel)
-	defer stop()
-	var wrote atomic.Bool
-	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, trace), http.MethodPost, s.url, bytes.NewReader(body))
+	stopBG := context.AfterFunc(s.bg, rcancel)
+	defer stopBG()
+
+	resp, sent, err := s.post(rctx, body)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
+		if !sent {
+			if s.Err() != nil {
+				return nil, nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, s.Err())
+			}
+			return nil, nil, fmt.Errorf("%w: %s to MCP server %s: %w", mcpstdio.ErrNotSent, method, s.logURL, err)
+		}
+		return nil, nil, s.failed(ctx, id, method, cancelOnCtx, err)
 	}
+	defer resp.Body.Close()
+	if err := s.status(resp, method, id); err != nil {
+		return nil, resp.Header, err
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	var m *jsonrpc.Message
+	switch {
+	case resp.StatusCode == http.StatusAccepted:
+		err = fmt.Errorf("httpback: MCP server answered the request %s with 202 Accepted and no response", method)
+	case mt == "application/json":
+		m, err = s.readJSON(resp.Body, id)
+	case mt == "text/event-stream":
+		m, err = s.readStream(rctx, resp.Body, id, method)
+	default:
+		err = fmt.Errorf("httpback: MCP server answered %s with Content-Type %q", method, safetext.Clip(safetext.Escape(resp.Header.Get("Content-Type")), 100))
+	}
+	if err != nil {
+		return nil, resp.Header, s.failed(ctx, id, method, cancelOnCtx, err)
+	}
+	if m.Error != nil {
+		return nil, resp.Header, m.Error
+	}
+	return m.Result, resp.Header, nil
+}
+
+// failed turns an error after the request was sent into the caller's error.
+func (s *Session) failed(ctx context.Context, id json.RawMessage, method string, cancelOnCtx bool, err error) error {
+	if ctx.Err() != nil {
+		if cancelOnCtx {
+			s.cancelled(ctx, id)
+		}
+		return ctx.Err()
+	}
+	if s.Err() != nil {
+		return fmt.Errorf("httpback: %s: the session ended while waiting (the request may have run): %w", method, s.Err())
+	}
+	if errors.Is(err, ErrTooLarge) {
+		return err
+	}
+	var se *StatusError
+	if errors.As(err, &se) {
+		return err
+	}
+	return fmt.Errorf("httpback: %s to MCP server %s (the request may have run): %w", method, s.logURL, err)
+}
+
+func (s *Session) cancelled(ctx context.Context, id json.RawMessage) {
+	note := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
+	var why *mcpstdio.CancelReason
+	if errors.As(context.Cause(ctx), &why) {
+		note["reason"] = why.Reason
+		if why.Reason == "" {
+			delete(note, "reason")
+		}
+	}
+	p, _ := json.Marshal(note)
+	nctx, cancel := context.WithTimeout(s.bg, 10*time.Second)
+	defer cancel()
+	if err := s.notify(nctx, "notifications/cancelled", p); err != nil && s.Err() == nil {
+		s.logf("cannot send notifications/cancelled to MCP server %s: %v", s.logURL, err)
+	}
+}
+
+// post sends one JSON-RPC message. sent is false only when no connection to the server was
+// obtained, so no byte of the request can have reached it.
+func (s *Session) post(ctx context.Context, body []byte) (*http.Response, bool, error) {
+	var gotConn atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, false, err
+	}
+	req.GetBody = nil // never let the transport replay the body
 	s.headers(req)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := s.cfg.Client.Do(req)
+	resp, err := s.do(req)
 	if err != nil {
-		if !wrote.Load() {
-			return nil, nil, fmt.Errorf("%w: %s %s: %w", mcpstdio.ErrNotSent, method, s.url, err)
-		}
-		return nil, nil, s.abandoned(ctx, id, fmt.Errorf("%s: the request was sent and the connection failed: %w", method, err))
+		return nil, gotConn.Load(), err
 	}
-	defer resp.Body.Close()
-	if err := s.status(resp, initialize); err != nil {
-		return nil, resp.Header, err
-	}
-	ct := resp.Header.Get("Content-Type")
-	switch {
-	case strings.HasPrefix(ct, "text/event-stream"):
-		res, err := s.readStream(ctx, resp.Body, id)
-		if err != nil {
-			return nil, resp.Header, s.abandoned(ctx, id, fmt.Errorf("%s: %w", method, err))
-		}
-		return res, resp.Header, nil
-	case strings.HasPrefix(ct, "application/json"):
-		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxMessage+1))
-		if err != nil {
-			return nil, resp.Header, s.abandoned(ctx, id, fmt.Errorf("%s: reading the answer: %w", method, err))
-		}
-		if len(b) > MaxMessage {
-			return nil, resp.Header, fmt.Errorf("%s: the answer is longer than %d bytes", method, MaxMessage)
-		}
-		res, err := answerOf(b, id)
-		return res, resp.Header, err
-	}
-	return nil, resp.Header, fmt.Errorf("%s: the server answered HTTP %d with Content-Type %q, neither JSON nor an event stream", method, resp.StatusCode, ct)
+	return resp, true, nil
 }
 
-// abandoned returns err, after telling the server the request is cancelled when ctx ended.
-func (s *Session) abandoned(ctx context.Context, id json.RawMessage, err error) error {
-	if ctx.Err() == nil {
-		return err
+// do sends req; its error names the URL without userinfo and query, which may hold secrets.
+func (s *Session) do(req *http.Request) (*http.Response, error) {
+	resp, err := s.client.Do(req)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = s.logURL
 	}
-	why := ""
-	var cr *mcpstdio.CancelReason
-	if errors.As(context.Cause(ctx), &cr) {
-		why = cr.Reason
-	}
-	p := map[string]any{"requestId": id}
-	if why != "" {
-		p["reason"] = why
-	}
-	params, _ := json.Marshal(p)
-	if nerr := s.Notify("notifications/cancelled", params); nerr != nil {
-		s.logf("telling the server about a cancelled request: %v", nerr)
-	}
-	return ctx.Err()
+	return resp, err
 }
 
-// status turns an HTTP status that is not 200 into the error it means.
-func (s *Session) status(resp *http.Response, initialize bool) error {
-	code := resp.StatusCode
-	if code == http.StatusOK {
+func (s *Session) headers(req *http.Request) {
+	for k, v := range s.cfg.Header {
+		req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), v...)
+	}
+	req.Header.Del("Idempotency-Key")
+	req.Header.Del("X-Idempotency-Key")
+	s.mu.Lock()
+	sid, version := s.sid, s.version
+	s.mu.Unlock()
+	if sid != "" {
+		req.Header.Set(HeaderSessionID, sid)
+	}
+	if version != "" {
+		req.Header.Set(HeaderProtocolVersion, version)
+	}
+}
+
+// status checks the HTTP status of an answer to a POST.
+func (s *Session) status(resp *http.Response, method string, id json.RawMessage) error {
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusAccepted:
 		return nil
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	switch {
-	case code == http.StatusNotFound && s.sid != "" && !initialize:
-		s.end(fmt.Errorf("the server no longer knows session %s (HTTP 404)", short(s.sid)), false)
-		return fmt.Errorf("%w: the server no longer knows the session (HTTP 404); a new one is started for the next request", mcpstdio.ErrNotSent)
-	case code >= 400 && code < 500 && code != http.StatusRequestTimeout:
-		var m struct {
-			Error *jsonrpc.Error `json:"error"`
+	case http.StatusNotFound:
+		if s.ID() != "" {
+			s.retire(ErrSessionLost)
+			return fmt.Errorf("%w: %s: %w", mcpstdio.ErrNotSent, method, ErrSessionLost)
 		}
-		if json.Unmarshal(b, &m) == nil && m.Error != nil {
-			return m.Error
-		}
-		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("the server refused the request: HTTP %d %s", code, oneLine(b))}
 	}
-	return fmt.Errorf("the server answered HTTP %d (%s): the request may have run", code, oneLine(b))
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		// Authentication is decided before any MCP handling: the request did not run. A
+		// definite refusal, so a wrong or expired token does not leave calls unknown.
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("the MCP server refused %s: HTTP %d %s (check the upstream's credentials)", method, resp.StatusCode, http.StatusText(resp.StatusCode))}
+	}
+	se := &StatusError{Method: method, Status: resp.StatusCode}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body struct {
+		Error *jsonrpc.Error `json:"error"`
+	}
+	if json.Unmarshal(b, &body) == nil && body.Error != nil { // often without an id: informative only
+		se.RPC = body.Error
+	}
+	if resp.StatusCode == http.StatusBadRequest && s.ID() != "" {
+		// Servers built on the TypeScript SDK's examples answer 400 to a session id they do not
+		// know (after a restart). The request may have run for all we can tell, but the
+		// session is not to be trusted: the next Session initializes a new one.
+		s.retire(fmt.Errorf("httpback: MCP server answered HTTP 400 to a request of the session: %w", se))
+	}
+	return se
 }
 
-func short(sid string) string {
-	if len(sid) > 8 {
-		return sid[:8] + "…"
+func (s *Session) readJSON(r io.Reader, id json.RawMessage) (*jsonrpc.Message, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(maxMessage)+1))
+	if err != nil {
+		return nil, err
 	}
-	return sid
-}
-
-func oneLine(b []byte) string {
-	s := strings.Join(strings.Fields(string(b)), " ")
-	if len(s) > 200 {
-		s = s[:200] + "…"
+	if len(b) > maxMessage {
+		return nil, fmt.Errorf("%w: the response is longer than %d bytes", ErrTooLarge, maxMessage)
 	}
-	return safetext.Escape(s)
-}
-
-// answerOf reads a JSON body: the response to id.
-func answerOf(b []byte, id json.RawMessage) (json.RawMessage, error) {
 	m, err := jsonrpc.Parse(b)
 	if err != nil {
-		return nil, fmt.Errorf("the answer is not a JSON-RPC message: %v", err)
+		return nil, fmt.Errorf("the response is not a JSON-RPC message: %v", err)
 	}
 	if !m.IsResponse() || string(m.ID) != string(id) {
-		return nil, fmt.Errorf("the answer is not the response to request %s", id)
+		return nil, fmt.Errorf("the JSON answer is not the response to request id %s", id)
 	}
-	if m.Error != nil {
-		return nil, m.Error
-	}
-	return m.Result, nil
+	return m, nil
 }
 
-// readStream reads an SSE stream until the response to id; what comes before it is delivered
-// in order first.
-func (s *Session) readStream(ctx context.Context, r io.Reader, id json.RawMessage) (json.RawMessage, error) {
-	var res json.RawMessage
-	var rerr error
-	found := false
-	err := readEvents(r, func(data []byte) bool {
-		m, err := jsonrpc.Parse(data)
+// readStream reads a call's SSE stream until the response to id, queueing what comes before
+// it, and returns the response once that has been delivered. A stream cut before the
+// response is resumed once with GET and Last-Event-ID when the server gave event ids.
+func (s *Session) readStream(ctx context.Context, body io.ReadCloser, id json.RawMessage, method string) (*jsonrpc.Message, error) {
+	lastID, resumed := "", false
+	for {
+		m, err := s.pump(ctx, body, id, &lastID)
+		if err == nil {
+			return m, nil
+		}
+		if errors.Is(err, ErrTooLarge) || ctx.Err() != nil || lastID == "" || resumed {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the server ended the event stream before the response")
+			}
+			return nil, err
+		}
+		resumed = true
+		s.logf("event stream of %s from MCP server %s ended before the response (%v); resuming once", method, s.logURL, err)
+		resp, gerr := s.get(ctx, lastID)
+		if gerr != nil {
+			return nil, fmt.Errorf("the event stream was cut before the response (%v) and resuming it failed: %w", err, gerr)
+		}
+		body.Close()
+		body = resp.Body
+		defer body.Close()
+	}
+}
+
+// pump reads events until the response to id (nil id: forever). Each event id is stored in
+// *lastID.
+func (s *Session) pump(ctx context.Context, body io.Reader, id json.RawMessage, lastID *string) (*jsonrpc.Message, error) {
+	r := newSSEReader(body, maxMessage)
+	for {
+		ev, err := r.next()
 		if err != nil {
-			s.logf("the server sent an event that is not a JSON-RPC message (%v); ignored", err)
-			return true
+			return nil, err
 		}
-		if m.IsResponse() && string(m.ID) == string(id) {
-			found = true
-			res = m.Result
-			if m.Error != nil {
-				rerr = m.Error
-			}
-			return false
+		if ev.hasID {
+			*lastID = ev.id
 		}
-		s.incoming(m)
-		return true
-	})
-	if found {
-		s.barrier()
-		if rerr != nil {
-			return nil, rerr
+		if len(bytes.TrimSpace(ev.data)) == 0 {
+			continue // a priming event
 		}
-		return res, nil
-	}
-	if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	return nil, fmt.Errorf("the event stream ended before the response: %w", err)
-}
-
-// readEvents calls fn with the data of each event of an SSE stream until fn returns false or
-// the stream ends.
-func readEvents(r io.Reader, fn func(data []byte) bool) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), MaxMessage+64)
-	var data []byte
-	has := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if has {
-				if !fn(data) {
-					return nil
-				}
-			}
-			data, has = data[:0], false
+		m, perr := jsonrpc.Parse(ev.data)
+		if perr != nil {
+			s.logf("MCP server %s sent an event that is not a JSON-RPC message (%v); ignored: %.200q", s.logURL, perr, ev.data)
 			continue
 		}
-		if line[0] == ':' {
-			continue // a comment (keep-alive)
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		if string(field) == "data" {
-			if has {
-				data = append(data, '\n')
+		switch {
+		case m.IsResponse():
+			if id != nil && string(m.ID) == string(id) {
+				ch := make(chan struct{})
+				if !s.queue(ctx, note{to: ch}) {
+					return nil, errors.New("the session ended")
+				}
+				select {
+				case <-ch:
+					return m, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-s.bg.Done():
+					return nil, errors.New("the session ended")
+				}
 			}
-			data = append(data, value...)
-			has = true
+			s.logf("MCP server %s sent a response to request id %.50s that is not waiting on this stream; ignored", s.logURL, safetext.Escape(string(m.ID)))
+		case m.IsNotification():
+			if !s.queue(ctx, note{method: m.Method, params: m.Params}) {
+				return nil, errors.New("the session ended")
+			}
+		case m.IsRequest():
+			if !s.queue(ctx, note{req: m}) {
+				return nil, errors.New("the session ended")
+			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return fmt.Errorf("an event is longer than %d bytes", MaxMessage)
-		}
-		return err
-	}
-	if has {
-		fn(data)
-	}
-	return nil
-}
-
-// incoming queues a notification or a request of the server, in order.
-func (s *Session) incoming(m *jsonrpc.Message) {
-	switch {
-	case m.IsNotification():
-		s.queue(note{method: m.Method, params: m.Params})
-	case m.IsRequest():
-		s.queue(note{req: m})
-	case m.IsResponse():
-		s.logf("the server sent a response to request %s that is not waiting on this stream; ignored", m.ID)
 	}
 }
 
-func (s *Session) queue(n note) {
+func (s *Session) queue(ctx context.Context, n note) bool {
 	select {
 	case s.notes <- n:
-	case <-s.done:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.bg.Done():
+		return false
 	}
 }
 
-// barrier waits until everything queued before it was delivered.
-func (s *Session) barrier() {
-	ch := make(chan struct{})
-	select {
-	case s.notes <- note{barrier: ch}:
-	case <-s.done:
-		return
-	}
-	select {
-	case <-ch:
-	case <-s.done:
-	}
-}
-
-// deliver hands notifications and requests over in order until the session ends.
 func (s *Session) deliver() {
-	defer close(s.notesEnd)
+	defer s.wg.Done()
 	for {
-		var n note
 		select {
-		case n = <-s.notes:
-		case <-s.done:
+		case n := <-s.notes:
+			switch {
+			case n.to != nil:
+				close(n.to)
+			case n.req != nil:
+				// Registered here, in order, so a cancellation the server sends after its
+				// request finds it.
+				ctx, cancel := context.WithCancelCause(s.bg)
+				key := string(n.req.ID)
+				s.mu.Lock()
+				if s.inbound == nil {
+					s.inbound = map[string]context.CancelCauseFunc{}
+				}
+				s.inbound[key] = cancel
+				s.mu.Unlock()
+				go func(m *jsonrpc.Message) {
+					defer func() {
+						s.mu.Lock()
+						delete(s.inbound, key)
+						s.mu.Unlock()
+						cancel(nil)
+					}()
+					s.answer(ctx, m)
+				}(n.req)
+			case n.method == "notifications/cancelled":
+				// A server cancels only its own requests: the handler's context ends. The id is
+				// the server's own and means nothing to anyone else, so it goes no further.
+				s.cancelInbound(n.params)
+			case s.cfg.OnNotification != nil:
+				s.cfg.OnNotification(n.method, n.params)
+			}
+		case <-s.bg.Done():
 			return
 		}
-		switch {
-		case n.barrier != nil:
-			close(n.barrier)
-		case n.req != nil:
-			ctx, cancel := context.WithCancelCause(s.ctx)
-			key := string(n.req.ID)
-			s.mu.Lock()
-			s.inbound[key] = cancel
-			s.mu.Unlock()
-			go func(m *jsonrpc.Message) {
-				defer func() {
-					s.mu.Lock()
-					delete(s.inbound, key)
-					s.mu.Unlock()
-					cancel(nil)
-				}()
-				s.answer(ctx, m)
-			}(n.req)
-		case n.method == "notifications/cancelled":
-			s.cancelInbound(n.params)
-		case s.cfg.OnNotification != nil:
-			s.cfg.OnNotification(n.method, n.params)
-		}
 	}
 }
 
+// cancelInbound cancels the server's request that params (of notifications/cancelled) names.
 func (s *Session) cancelInbound(params json.RawMessage) {
 	var c struct {
 		RequestID json.RawMessage `json:"requestId"`
@@ -632,7 +819,6 @@ func (s *Session) cancelInbound(params json.RawMessage) {
 	}
 }
 
-// answer answers a request of the server by POSTing the response.
 func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {
 	var (
 		res json.RawMessage
@@ -646,99 +832,154 @@ func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {
 	default:
 		err = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not supported by this client: " + m.Method}
 	}
-	var cr *mcpstdio.CancelReason
-	if errors.As(context.Cause(ctx), &cr) || s.Err() != nil {
-		return // cancelled by the server, or the session is over: no answer
+	var why *mcpstdio.CancelReason
+	if errors.As(context.Cause(ctx), &why) {
+		return // the server cancelled its request: no answer is sent
 	}
-	var line []byte
+	var msg []byte
 	switch e := err.(type) {
 	case nil:
 		if len(res) == 0 || !json.Valid(res) {
 			res = json.RawMessage("{}")
 		}
-		line = jsonrpc.Response(m.ID, res)
+		msg = jsonrpc.Response(m.ID, res)
 	case *jsonrpc.Error:
-		line = jsonrpc.ErrorResponse(m.ID, e)
+		msg = jsonrpc.ErrorResponse(m.ID, e)
 	default:
-		line = jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: e.Error()})
+		msg = jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: e.Error()})
 	}
-	if perr := s.post(line); perr != nil {
-		s.logf("answering the server's %s: %v", m.Method, perr)
+	ctx, cancel := context.WithTimeout(s.bg, 30*time.Second)
+	defer cancel()
+	if err := s.send(ctx, "response to "+m.Method, msg); err != nil && s.Err() == nil {
+		s.logf("cannot answer the %s request of MCP server %s: %v", safetext.Escape(m.Method), s.logURL, err)
 	}
 }
 
 // Notify sends a notification.
 func (s *Session) Notify(method string, params json.RawMessage) error {
-	return s.post(jsonrpc.Notification(method, params))
+	if params != nil && !json.Valid(params) {
+		return fmt.Errorf("%w: params of %s are not valid JSON", mcpstdio.ErrNotSent, method)
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
+	}
+	ctx, cancel := context.WithTimeout(s.bg, 30*time.Second)
+	defer cancel()
+	return s.notify(ctx, method, params)
 }
 
-// post sends a message that gets no JSON-RPC answer (a notification, a response): 202.
-func (s *Session) post(body []byte) error {
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+func (s *Session) notify(ctx context.Context, method string, params json.RawMessage) error {
+	return s.send(ctx, method, jsonrpc.Notification(method, params))
+}
+
+// send POSTs a notification or a response, which the server acknowledges with 202.
+func (s *Session) send(ctx context.Context, what string, msg []byte) error {
+	resp, sent, err := s.post(ctx, msg)
+	if err != nil {
+		if !sent {
+			return fmt.Errorf("%w: %s to MCP server %s: %w", mcpstdio.ErrNotSent, what, s.logURL, err)
+		}
+		return fmt.Errorf("httpback: %s to MCP server %s: %w", what, s.logURL, err)
+	}
+	defer resp.Body.Close()
+	if err := s.status(resp, what, nil); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return nil
+}
+
+// get opens a GET event stream (lastID: resume after that event).
+func (s *Session) get(ctx context.Context, lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.headers(req)
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set(headerLastEventID, lastID)
+	}
+	resp, err := s.do(req)
+	if err != nil {
+		return nil, err
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || mt != "text/event-stream" {
+		resp.Body.Close()
+		return nil, &StatusError{Method: "GET", Status: resp.StatusCode}
+	}
+	return resp, nil
+}
+
+// listen keeps the GET stream for the server's own messages open while the session lives.
+func (s *Session) listen() {
+	defer s.wg.Done()
+	lastID := ""
+	for s.bg.Err() == nil {
+		resp, err := s.get(s.bg, lastID)
+		var se *StatusError
+		if errors.As(err, &se) {
+			// A 404 here may only mean that no GET stream is offered; a POST finds out whether
+			// the session is gone.
+			if se.Status != http.StatusTooManyRequests && se.Status < 500 {
+				return // 405: not offered; 409: one is open already; 200 not SSE, other 4xx: not for us
+			}
+		}
+		if err == nil {
+			_, err = s.pump(s.bg, resp.Body, nil, &lastID)
+			resp.Body.Close()
+			if errors.Is(err, ErrTooLarge) {
+				// Reopening would replay the same event: give the stream up.
+				s.logf("GET event stream of MCP server %s: %v; not reading it any more", s.logURL, err)
+				return
+			}
+		}
+		select {
+		case <-s.bg.Done():
+			return
+		case <-time.After(getRetry):
+		}
+	}
+}
+
+// Close ends the session with DELETE (at most 2 s). Calls in flight fail ("may have run").
+func (s *Session) Close() error { return s.stop(closeGrace, true) }
+
+// CloseWithin is Close with a budget for the DELETE.
+func (s *Session) CloseWithin(d time.Duration) error { return s.stop(d, true) }
+
+// Kill ends the session at once, without DELETE.
+func (s *Session) Kill() error { return s.stop(0, false) }
+
+func (s *Session) stop(within time.Duration, del bool) error {
+	s.closeM.Lock()
+	if s.closed {
+		s.closeM.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closeM.Unlock()
+	s.end(errors.New("httpback: session closed"))
+	s.wg.Wait()
+	if !del || s.ID() == "" || within <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, s.url, nil)
 	if err != nil {
 		return err
 	}
 	s.headers(req)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := s.cfg.Client.Do(req)
+	resp, err := s.do(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("httpback: DELETE of the session at MCP server %s: %w", s.logURL, err)
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("the server answered HTTP %d", resp.StatusCode)
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode < 300, resp.StatusCode == http.StatusMethodNotAllowed, resp.StatusCode == http.StatusNotFound:
+		return nil
 	}
-	return nil
-}
-
-// listen keeps the GET stream open while the session lives, for the server's own messages. A
-// server that offers none (405) is not asked again.
-func (s *Session) listen() {
-	backoff := 100 * time.Millisecond
-	for s.ctx.Err() == nil {
-		req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, s.url, nil)
-		if err != nil {
-			return
-		}
-		s.headers(req)
-		req.Header.Set("Accept", "text/event-stream")
-		resp, err := s.cfg.Client.Do(req)
-		if err == nil {
-			switch {
-			case resp.StatusCode == http.StatusMethodNotAllowed:
-				resp.Body.Close()
-				return
-			case resp.StatusCode == http.StatusNotFound && s.sid != "":
-				resp.Body.Close()
-				s.end(fmt.Errorf("the server no longer knows session %s (HTTP 404 on GET)", short(s.sid)), false)
-				return
-			case resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
-				backoff = 100 * time.Millisecond
-				_ = readEvents(resp.Body, func(data []byte) bool {
-					if m, perr := jsonrpc.Parse(data); perr == nil {
-						s.incoming(m)
-					}
-					return s.ctx.Err() == nil
-				})
-				resp.Body.Close()
-			default:
-				resp.Body.Close()
-				if resp.StatusCode >= 400 && resp.StatusCode < 500 {
-					return // not offered (409: one already open elsewhere; 4xx: refused)
-				}
-			}
-		}
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		if backoff < 5*time.Second {
-			backoff *= 2
-		}
-	}
+	return fmt.Errorf("httpback: DELETE of the session at MCP server %s: HTTP %d", s.logURL, resp.StatusCode)
 }
