@@ -113,6 +113,14 @@ type Options struct {
 	Grace time.Duration
 	// Log receives diagnostics and the child's stderr. Required.
 	Log io.Writer
+	// NoElicit lists tools for which an unknown outcome is never put to the person through
+	// elicitation (only an operator decides); ElicitWait bounds the wait for an answer
+	// (default DefaultElicitWait). See elicit.go.
+	NoElicit   map[string]bool
+	ElicitWait time.Duration
+	// OnUnknown, if set, is told of every intent that becomes unknown in this process
+	// (hook.go).
+	OnUnknown *Hook
 }
 
 // Proxy is one wrap session between one agent and its child.
@@ -138,6 +146,8 @@ type Proxy struct {
 
 	tools   toolCache
 	flights flights
+	elicit  elicitState // elicit.go
+	hooks   *hookRunner // hook.go; nil without Options.OnUnknown
 	sem     chan struct{}
 	calls   sync.WaitGroup
 
@@ -187,6 +197,12 @@ func New(opt Options) (*Proxy, error) {
 	}
 	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}}
 	p.flights.m = map[string]*flight{}
+	if err := opt.OnUnknown.Check(); err != nil {
+		return nil, fmt.Errorf("wrap: %w", err)
+	}
+	if opt.OnUnknown != nil {
+		p.hooks = newHookRunner(p, *opt.OnUnknown)
+	}
 	return p, nil
 }
 
@@ -288,6 +304,9 @@ func (p *Proxy) drain(why string) {
 	}
 	p.tools.shutdown() // no list_changed can come any more: end the refresh goroutine
 	<-done
+	if p.hooks != nil {
+		p.hooks.close(p.opt.Grace) // events still queued get the grace, then are dropped
+	}
 }
 
 // Kill stops the child at once (SIGKILL to its process group) and fails what is inside it,
@@ -538,6 +557,7 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.mu.Unlock()
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: initialize params must be an object"))
 	}
+	p.noteClient(m.Params)
 	child := mcpstdio.NewChild(mcpstdio.Config{
 		Command: p.opt.Command, Env: p.opt.Env, Stderr: p.opt.Log, Init: m.Params, InitTimeout: p.opt.InitTimeout,
 		OnNotification: p.childNotification, OnRequest: p.childRequest,
