@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -106,6 +107,8 @@ type hookRunner struct {
 	done   chan struct{}
 	client *http.Client
 
+	pending atomic.Int64 // events queued or being delivered
+
 	mu   sync.Mutex
 	seen map[string]bool // intents reported by this process (bounded)
 }
@@ -142,9 +145,11 @@ func (p *Proxy) reportUnknown(intent, tool, reason string) {
 	r.seen[intent] = true
 	r.mu.Unlock()
 	ev := HookEvent{Event: "unknown", Intent: intent, Tool: tool, Reason: reason, ResolveCommand: p.clearCommand(intent), At: time.Now().UTC()}
+	r.pending.Add(1)
 	select {
 	case r.q <- ev:
 	default:
+		r.pending.Add(-1)
 		p.logf("on_unknown hook: queue full (%d events); the event of intent %s is dropped", hookQueue, intent)
 	}
 }
@@ -155,21 +160,22 @@ func (r *hookRunner) loop() {
 		select {
 		case ev := <-r.q:
 			r.deliver(ev)
+			r.pending.Add(-1)
 		case <-r.ctx.Done():
 			return
 		}
 	}
 }
 
-// close lets the queued events go out for up to wait, then stops the worker, ending a
-// delivery in progress.
+// close lets the queued events (and the one being delivered) go out for up to wait, then
+// stops the worker, ending a delivery in progress.
 func (r *hookRunner) close(wait time.Duration) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 wait:
-	for len(r.q) > 0 {
+	for r.pending.Load() > 0 {
 		select {
 		case <-deadline.C:
 			break wait
@@ -178,7 +184,7 @@ wait:
 	}
 	r.cancel()
 	<-r.done
-	if n := len(r.q); n > 0 {
+	if n := r.pending.Load(); n > 0 {
 		r.p.logf("on_unknown hook: stopping with %d event(s) not delivered", n)
 	}
 }
@@ -248,6 +254,9 @@ func (r *hookRunner) once(body []byte) error {
 	cmd.Stderr = &limited{w: &stderr, n: 2048}
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
+		if r.ctx.Err() != nil {
+			return fmt.Errorf("%s: stopped: wrap is exiting", r.h.Command[0])
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: no answer within %s", r.h.Command[0], r.h.Timeout)
 		}
