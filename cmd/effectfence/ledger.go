@@ -330,7 +330,8 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			}
 		}
 		if r.State.Fenced() {
-			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then\n  effectfence ledger resolve %s --happened|--did-not-happen --reason \"what you found\"\n", shellQuote(r.Intent))
+			q := shellQuote(r.Intent)
+			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  effectfence ledger resolve %s --happened --reason \"what you found\"        # it took effect: duplicates get a recorded result\n  effectfence ledger resolve %s --did-not-happen --reason \"what you found\"  # it did not: the next attempt runs\n", q, q)
 		}
 	}
 	if len(d.Events) > 0 {

@@ -15,8 +15,10 @@ import (
 
 // resolveSub is `effectfence ledger resolve`.
 func resolveSub(io streams) *cli.Command {
-	return ledgerSub(io, "resolve", "INTENT --happened [--result JSON] [--ref TEXT] | --did-not-happen | --leave-fenced --reason TEXT",
-		"settle an intent of unknown outcome after checking the real system: it happened (duplicates get a recorded result), it did not (the next attempt runs), or leave it fenced", 1,
+	// The answers are flags, shown in the usage line: the arguments are only the intent, so a
+	// missing one is reported as "missing INTENT".
+	return ledgerSub(io, "resolve", "INTENT",
+		"settle an intent of unknown outcome after checking the real system, with --reason TEXT and one of: --happened [--result JSON] [--ref TEXT] (duplicates get a recorded result), --did-not-happen (the next attempt runs), --leave-fenced (only your note is recorded)", 1,
 		[]cli.Flag{
 			&cli.BoolFlag{Name: "happened", Usage: "the effect took place: record the intent done, so duplicates are answered instead of run"},
 			&cli.BoolFlag{Name: "did-not-happen", Usage: "the effect did not take place: free the intent, the next attempt runs it"},
