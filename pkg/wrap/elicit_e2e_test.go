@@ -55,7 +55,7 @@ func TestElicitationWithRealSDKClient(t *testing.T) {
 		Error    string `json:"error"`
 	}
 	type scenario struct {
-		First, Retry, Again res
+		First, Retry, Twin, Again res
 		Asked               []struct {
 			Message         string          `json:"message"`
 			RequestedSchema json.RawMessage `json:"requestedSchema"`
@@ -105,7 +105,7 @@ func TestElicitationWithRealSDKClient(t *testing.T) {
 		"did_not_happen": {fence.StateDone, "lost,resolve_did_not_happen", 1, 1, false},
 		"leave_fenced":   {fence.StateUnknown, "lost,resolve_leave_fenced", 1, 0, true},
 		"decline":        {fence.StateUnknown, "lost", 1, 0, true},
-		"cancel":         {fence.StateUnknown, "lost", 2, 0, true}, // dismissed: asked again on the next retry
+		"cancel":         {fence.StateUnknown, "lost", 2, 0, true}, // dismissed: asked again by the next retry
 	} {
 		sc, ok := rep.Scenarios[name]
 		if !ok {
@@ -139,7 +139,18 @@ func TestElicitationWithRealSDKClient(t *testing.T) {
 		if n := effects(name); n != want.runs {
 			t.Fatalf("%s: the tool ran %d times after the kill, want %d", name, n, want.runs)
 		}
-		for i, a := range []res{sc.Retry, sc.Again} {
+		// Of the two concurrent retries, one asked and the other waited for its answer.
+		retry, twin := sc.Retry, sc.Twin
+		if retry.Replayed && !twin.Replayed {
+			retry, twin = twin, retry
+		}
+		if name == "did_not_happen" && (!twin.Replayed || twin.Cert != st.Cert.Hash) {
+			t.Fatalf("did_not_happen: the concurrent duplicate must receive the one run's result: %+v", twin)
+		}
+		for i, a := range []res{retry, sc.Again, twin} {
+			if i == 2 && name == "did_not_happen" {
+				continue // checked above
+			}
 			switch {
 			case want.refuse:
 				if !a.IsError || a.Code != fence.CodePriorFailure || !strings.Contains(a.Text, "effectfence ledger resolve") || !strings.Contains(a.Text, "effectfence ledger clear") {
