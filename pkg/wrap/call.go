@@ -426,7 +426,8 @@ func toolError(msg, code, intent string) json.RawMessage {
 	return out
 }
 
-// clearCommand is the exact operator command that unfences intent.
+// clearCommand gives the exact operator commands that settle intent: resolve --happened if it
+// took effect, clear if it did not (the clear command last, whole, so it can be pasted).
 func (p *Proxy) clearCommand(intent string) string {
 	return fmt.Sprintf("effectfence ledger resolve %[1]s --happened --reason 'checked: <what you verified>' %[2]s if it took effect; if it did not: effectfence ledger clear %[1]s --reason 'checked: <what you verified>' %[2]s", shellQuote(intent), p.opt.ClearHint)
 }
