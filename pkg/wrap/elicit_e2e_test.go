@@ -56,7 +56,7 @@ func TestElicitationWithRealSDKClient(t *testing.T) {
 	}
 	type scenario struct {
 		First, Retry, Twin, Again res
-		Asked               []struct {
+		Asked                     []struct {
 			Message         string          `json:"message"`
 			RequestedSchema json.RawMessage `json:"requestedSchema"`
 		}
