@@ -23,7 +23,7 @@ import (
 )
 
 const ledgerUsage = `The operator's view of a ledger: what is in flight, failed or of unknown outcome;
-reconcile and clear; verify certificates; export.
+reconcile (resolve) and clear; verify certificates; export.
 
 Which ledger: --ledger PATH|memory|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
 of a wrap process, --for -- <the child command exactly as wrap runs it>, run from the same
@@ -33,8 +33,8 @@ directory and environment as wrap (its default file follows the server's scope),
 Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
 shorten long cells only on a terminal, and not with --wide.
 
-Exit codes: 0 ok; 1 the command failed or found problems (verify, check, show or clear of an
-intent the ledger does not hold); 2 usage (bad flags or arguments).`
+Exit codes: 0 ok; 1 the command failed or found problems (verify, check, show, clear or resolve
+of an intent the ledger does not hold, resolve of an intent that is not fenced); 2 usage (bad flags or arguments).`
 
 // ledgerCommand is `effectfence ledger`.
 func ledgerCommand(io streams) *cli.Command {
@@ -54,6 +54,7 @@ func ledgerCommand(io streams) *cli.Command {
 			ledgerSub(io, "show", "INTENT", "show one intent: its record, cert and audit trail", 1, nil, ledgerShow),
 			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
 				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"}}, ledgerClear),
+			resolveSub(io),
 			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag}, ledgerVerify),
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
 				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format: jsonl (the only one; export is always machine-readable)"}}, ledgerExport),
@@ -329,7 +330,8 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			}
 		}
 		if r.State.Fenced() {
-			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then\n  effectfence ledger clear %s --reason \"what you found\"\n", shellQuote(r.Intent))
+			q := shellQuote(r.Intent)
+			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  effectfence ledger resolve %s --happened --reason \"what you found\"        # it took effect: duplicates get a recorded result\n  effectfence ledger resolve %s --did-not-happen --reason \"what you found\"  # it did not: the next attempt runs\n", q, q)
 		}
 	}
 	if len(d.Events) > 0 {

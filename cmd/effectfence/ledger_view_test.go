@@ -105,7 +105,7 @@ func TestLedgerViewsEscapeHostileText(t *testing.T) {
 	// The text shows the escapes visibly, and the JSON still means exactly what was stored.
 	r := runBinary(t, env, "", "ledger", "show", evilIntent, "--ledger", path)
 	for _, want := range []string{`charge:\x1b]0;pwned\x07\x1b[2J`, `refund\u202egnp.exe`, `bot\rOPERATOR`, `timeout\u009b2J`,
-		`ledger clear $'charge:\x1b]0;pwned\x07\x1b[2J\x1b[H\x1b[32mall clear\x1b[0m'`} {
+		`ledger resolve $'charge:\x1b]0;pwned\x07\x1b[2J\x1b[H\x1b[32mall clear\x1b[0m'`} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}

@@ -673,6 +673,29 @@ func (k *committer) run(tx Tx) error {
 			return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
 		}
 	}
+	da, err := e.doneRecord(rec, res, now)
+	if err != nil {
+		return err
+	}
+	done, c := &da.rec, &da.cert
+	if err := tx.Put(done); err != nil {
+		return err
+	}
+	if healing {
+		why := fmt.Sprintf("the claim's own late commit (cert %s) resolves the unknown outcome (%s)", c.Hash, rec.Reason)
+		if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
+			return err
+		}
+	}
+	da.answer = *c
+	k.cert = &da.answer
+	return nil
+}
+
+// doneRecord builds the done record of rec with result res and its cert, under the claim's
+// privacy settings (a KeepHash claim keeps only the result's digest). The nonce stays on the
+// record, so that the holder's retried commit is recognised (Resolve removes it).
+func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*doneAlloc, error) {
 	sum := canon.Sum(res)
 	da := &doneAlloc{rec: *rec}
 	c := &da.cert
@@ -693,24 +716,12 @@ func (k *committer) run(tx Tx) error {
 		bodyBufs.Put(bp)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	done := &da.rec
-	// The nonce stays on the done record so that the holder's retried commit is recognised.
 	done.State, done.Cert, done.UpdatedAt, done.ExpiresAt = StateDone, c, now, now.Add(e.cfg.ResultTTL)
 	done.Reason = ""
-	if err := tx.Put(done); err != nil {
-		return err
-	}
-	if healing {
-		why := fmt.Sprintf("the claim's own late commit (cert %s) resolves the unknown outcome (%s)", c.Hash, rec.Reason)
-		if err := tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventHeal, Who: rec.Agent, Reason: why, State: StateUnknown}); err != nil {
-			return err
-		}
-	}
-	da.answer = *c
-	k.cert = &da.answer
-	return nil
+	return da, nil
 }
 
 // Abort reports that the effect's outcome is unknown (it may or may not have happened): the

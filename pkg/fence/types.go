@@ -165,9 +165,21 @@ const (
 	EventSuperseded = "superseded"
 )
 
-// KeptForever reports whether audit events of this kind survive Sweep: operator clears, and
-// refused late results (the only record of an outcome reported after its claim was cleared).
-func KeptForever(kind string) bool { return kind == EventClear || kind == EventLateResult }
+// KeptForever reports whether audit events of this kind survive Sweep: operator clears and
+// resolves, and refused late results (the only record of an outcome reported after its claim
+// was cleared).
+func KeptForever(kind string) bool {
+	switch kind {
+	case EventClear, EventLateResult, EventResolveHappened, EventResolveDidNotHappen, EventResolveLeaveFenced:
+		return true
+	}
+	return false
+}
+
+// KeptForeverKinds lists the event kinds KeptForever keeps, for stores that sweep in a query.
+func KeptForeverKinds() []string {
+	return []string{EventClear, EventLateResult, EventResolveHappened, EventResolveDidNotHappen, EventResolveLeaveFenced}
+}
 
 // Event is one audit record: who did what to an intent, and why.
 type Event struct {

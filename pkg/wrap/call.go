@@ -276,6 +276,9 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return failure.as("coalesced", failure.code)
 	}
 	if err != nil {
+		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
+			return a
+		}
 		return answer{result: p.refusal(id.intent, err, s.Wait)}.as("refused", fence.CodeOf(err))
 	}
 	if !holder {
@@ -360,6 +363,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 			msg = fmt.Sprintf("the outcome of this task-augmented call is unknown (%v)", err)
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
+		p.reportUnknown(intent, tool, reason)
 		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
 		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; an operator must then run: "+p.clearCommand(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
 	}
@@ -473,9 +477,10 @@ func toolError(msg, code, intent string) json.RawMessage {
 	return out
 }
 
-// clearCommand is the exact operator command that unfences intent.
+// clearCommand gives the exact operator commands that settle intent: resolve --happened if it
+// took effect, clear if it did not (the clear command last, whole, so it can be pasted).
 func (p *Proxy) clearCommand(intent string) string {
-	return fmt.Sprintf("effectfence ledger clear %s --reason 'checked: <what you verified>' %s", shellQuote(intent), p.opt.ClearHint)
+	return fmt.Sprintf("effectfence ledger resolve %[1]s --happened --reason 'checked: <what you verified>' %[2]s if it took effect; if it did not: effectfence ledger clear %[1]s --reason 'checked: <what you verified>' %[2]s", shellQuote(intent), p.opt.ClearHint)
 }
 
 // refusal turns a fence error into the tool error the agent receives.

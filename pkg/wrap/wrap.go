@@ -130,6 +130,12 @@ type Options struct {
 	Shared *Shared
 	// Observe, when set, is told the outcome of every tools/call (for metrics).
 	Observe func(CallEvent)
+	// ElicitWait bounds the wait for a person's answer about an unknown outcome (default
+	// DefaultElicitWait; Options.NoElicit forbids asking). See elicit.go.
+	ElicitWait time.Duration
+	// OnUnknown, if set, is told of every intent that becomes unknown in this process
+	// (hook.go).
+	OnUnknown *Hook
 }
 
 // Shared is what the sessions of one front share (see Options.Shared).
@@ -178,6 +184,8 @@ type Proxy struct {
 	tools   toolCache
 	local   localTasks // tasks effectfence answers itself (tasks.go)
 	flights *flights
+	elicit  elicitState // elicit.go
+	hooks   *hookRunner // hook.go; nil without Options.OnUnknown
 	sem     chan struct{}
 	calls   sync.WaitGroup
 
@@ -239,6 +247,12 @@ func New(opt Options) (*Proxy, error) {
 		p.flights, p.ownFlights = newFlights(), true
 	} else {
 		p.flights = &opt.Shared.flights
+	}
+	if err := opt.OnUnknown.Check(); err != nil {
+		return nil, fmt.Errorf("wrap: %w", err)
+	}
+	if opt.OnUnknown != nil {
+		p.hooks = newHookRunner(p, *opt.OnUnknown)
 	}
 	return p, nil
 }
@@ -369,6 +383,9 @@ func (p *Proxy) drain(why string) {
 	}
 	p.tools.shutdown() // no list_changed can come any more: end the refresh goroutine
 	<-done
+	if p.hooks != nil {
+		p.hooks.close(p.opt.Grace) // events still queued get the grace, then are dropped
+	}
 }
 
 // Kill stops the child at once (SIGKILL to its process group) and fails what is inside it,
@@ -632,6 +649,7 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.mu.Unlock()
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: initialize params must be an object"))
 	}
+	p.noteClient(m.Params)
 	child := p.opt.Backend(BackendConfig{
 		Init: m.Params, InitTimeout: p.opt.InitTimeout, Log: p.opt.Log,
 		OnNotification: p.childNotification, OnRequest: p.childRequest,

@@ -64,6 +64,12 @@ func Run(t *testing.T, newStore Factory) {
 		{"InvalidRequests", testInvalid},
 		{"ParentAndCertVerify", testParentAndVerify},
 		{"FailedUpdateWritesNothing", testRollback},
+		{"ResolveHappened", testResolveHappened},
+		{"ResolveHappenedPrivacy", testResolveHappenedPrivacy},
+		{"ResolveDidNotHappen", testResolveDidNotHappen},
+		{"ResolveLeaveFenced", testResolveLeaveFenced},
+		{"ResolveRefusals", testResolveRefusals},
+		{"ResolveOrphan", testResolveOrphan},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore) })

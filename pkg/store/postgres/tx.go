@@ -596,7 +596,7 @@ func (t *tx) DeleteEventsBefore(before time.Time) (int, error) {
 	}
 	var n int64
 	err := t.send(func(b *pgx.Batch) {
-		b.Queue(`DELETE FROM effectfence_events WHERE at < $1 AND kind <> $2 AND kind <> $3`, before, fence.EventClear, fence.EventLateResult).Exec(func(ct pgconn.CommandTag) error {
+		b.Queue(`DELETE FROM effectfence_events WHERE at < $1 AND kind <> ALL($2::text[])`, before, fence.KeptForeverKinds()).Exec(func(ct pgconn.CommandTag) error {
 			n = ct.RowsAffected()
 			return nil
 		})

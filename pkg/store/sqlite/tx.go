@@ -30,7 +30,7 @@ const (
 	qAppendEvent  = "INSERT INTO events(at, intent, kind, who, reason, state) VALUES (?, ?, ?, ?, ?, ?)"
 	qEvents       = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE id > ? ORDER BY id LIMIT ?"
 	qEventsOf     = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
-	qDeleteEvents = "DELETE FROM events WHERE at < ? AND kind NOT IN (?, ?)" // see fence.KeptForever
+	qDeleteEvents = "DELETE FROM events WHERE at < ? AND kind NOT IN (?, ?, ?, ?, ?)" // see fence.KeptForeverKinds
 	qAddCounter   = "INSERT INTO meta(key, value) VALUES ('counter.' || ?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value"
 	qCounters     = "SELECT substr(key, 9), value FROM meta WHERE key LIKE 'counter.%'"
 )
@@ -342,7 +342,11 @@ func (t *txn) DeleteEventsBefore(before time.Time) (int, error) {
 	if !t.write {
 		return 0, errReadOnly
 	}
-	res, err := t.execResult(qDeleteEvents, before.UnixNano(), fence.EventClear, fence.EventLateResult)
+	args := []any{before.UnixNano()}
+	for _, k := range fence.KeptForeverKinds() {
+		args = append(args, k)
+	}
+	res, err := t.execResult(qDeleteEvents, args...)
 	if err != nil {
 		return 0, t.s.wrap(err)
 	}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+)
+
+// resolveSub is `effectfence ledger resolve`.
+func resolveSub(io streams) *cli.Command {
+	// The answers are flags, shown in the usage line: the arguments are only the intent, so a
+	// missing one is reported as "missing INTENT".
+	return ledgerSub(io, "resolve", "INTENT",
+		"settle an intent of unknown outcome after checking the real system, with --reason TEXT and one of: --happened [--result JSON] [--ref TEXT] (duplicates get a recorded result), --did-not-happen (the next attempt runs), --leave-fenced (only your note is recorded)", 1,
+		[]cli.Flag{
+			&cli.BoolFlag{Name: "happened", Usage: "the effect took place: record the intent done, so duplicates are answered instead of run"},
+			&cli.BoolFlag{Name: "did-not-happen", Usage: "the effect did not take place: free the intent, the next attempt runs it"},
+			&cli.BoolFlag{Name: "leave-fenced", Usage: "not known yet: keep it fenced; only your note is recorded"},
+			&cli.StringFlag{Name: "result", Usage: "with --happened: the JSON duplicates are answered with (default: a tool result saying a person confirmed it)"},
+			&cli.StringFlag{Name: "ref", Usage: "with --happened: a reference such as a charge id, put in the default result and the audit trail"},
+			&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"},
+		}, ledgerResolve)
+}
+
+func ledgerResolve(ctx context.Context, c ledgerCall) error {
+	var how fence.Resolution
+	n := 0
+	for _, v := range []struct {
+		flag string
+		how  fence.Resolution
+	}{{"happened", fence.Happened}, {"did-not-happen", fence.DidNotHappen}, {"leave-fenced", fence.LeaveFenced}} {
+		if c.cmd.Bool(v.flag) {
+			how, n = v.how, n+1
+		}
+	}
+	if n != 1 {
+		return usageErr("ledger resolve: give exactly one of --happened, --did-not-happen and --leave-fenced")
+	}
+	reason := strings.TrimSpace(c.cmd.String("reason"))
+	if reason == "" {
+		return usageErr("ledger resolve: --reason is required: say what you checked in the real system (it is recorded with who you are)")
+	}
+	result, ref := c.cmd.String("result"), c.cmd.String("ref")
+	if how != fence.Happened && (c.cmd.IsSet("result") || c.cmd.IsSet("ref")) {
+		return usageErr("ledger resolve: --result and --ref go with --happened only")
+	}
+	if c.cmd.IsSet("result") && !json.Valid([]byte(result)) {
+		return usageErr("ledger resolve: --result is not JSON; give the result duplicates should receive, e.g. '{\"content\":[{\"type\":\"text\",\"text\":\"charged: ch_123\"}]}'")
+	}
+	l, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	who := ledger.Operator()
+	req := fence.ResolveRequest{Intent: c.args[0], How: how, Ref: ref, Who: who, Via: "cli", Reason: reason}
+	if result != "" {
+		req.Result = json.RawMessage(result)
+	}
+	res, err := l.Resolve(ctx, req)
+	switch {
+	case errors.Is(err, fence.ErrNotFound):
+		return fmt.Errorf("ledger %s holds no intent %q; nothing resolved (see `effectfence ledger ls --state fenced`)", l.Location, c.args[0])
+	case errors.Is(err, fence.ErrNotFenced):
+		return fmt.Errorf("ledger %s: %v", l.Location, err)
+	case err != nil:
+		return err
+	}
+	if c.json {
+		out := map[string]any{"resolved": res.Prev.Intent, "as": how, "previous_state": res.Prev.State, "who": res.Event.Who, "reason": res.Event.Reason, "ledger": l.Location}
+		if res.Cert != nil {
+			out["cert"] = res.Cert
+		}
+		return c.writeJSON(out)
+	}
+	fmt.Fprintf(c.io.out, "resolved %s (was %s) as %s by %s: %s\n", esc(res.Prev.Intent), c.out.state(res.Prev.State), how, esc(res.Event.Who), esc(reason))
+	switch how {
+	case fence.Happened:
+		fmt.Fprintf(c.io.out, "recorded done (cert %s): duplicates are answered with the recorded result and do not run.\n", res.Cert.Hash)
+	case fence.DidNotHappen:
+		fmt.Fprintln(c.io.out, "the next attempt of this intent runs the effect.")
+	default:
+		fmt.Fprintln(c.io.out, "it stays fenced: duplicates are refused until it is resolved or cleared.")
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Resolution is what a person found out about an intent whose outcome is unknown.
+type Resolution string
+
+const (
+	// Happened: the effect took place. The intent is recorded done with a cert, like a
+	// commit, and duplicates are answered with its result instead of running.
+	Happened Resolution = "happened"
+	// DidNotHappen: the effect did not take place. The intent is freed (like Clear) and the
+	// next attempt runs it.
+	DidNotHappen Resolution = "did_not_happen"
+	// LeaveFenced: nothing is known yet. The intent stays fenced; only the answer is audited.
+	LeaveFenced Resolution = "leave_fenced"
+)
+
+// ParseResolution accepts happened, did_not_happen (or did-not-happen) and leave_fenced (or
+// leave-fenced).
+func ParseResolution(s string) (Resolution, error) {
+	switch r := Resolution(strings.ReplaceAll(s, "-", "_")); r {
+	case Happened, DidNotHappen, LeaveFenced:
+		return r, nil
+	}
+	return "", InvalidError{"resolution", fmt.Sprintf("%q: want happened, did_not_happen or leave_fenced", s)}
+}
+
+// Audit event kinds of Resolve, kept forever (see KeptForever) like operator clears.
+const (
+	EventResolveHappened     = "resolve_happened"
+	EventResolveDidNotHappen = "resolve_did_not_happen"
+	EventResolveLeaveFenced  = "resolve_leave_fenced"
+)
+
+func (r Resolution) event() string {
+	switch r {
+	case Happened:
+		return EventResolveHappened
+	case DidNotHappen:
+		return EventResolveDidNotHappen
+	}
+	return EventResolveLeaveFenced
+}
+
+// ResolveRequest is one answer to an intent whose outcome is unknown.
+type ResolveRequest struct {
+	Intent string
+	How    Resolution
+	// Result (Happened only) is the JSON value duplicates are answered with. Empty: a tool
+	// result saying a person confirmed the effect (ConfirmedResult, with Ref).
+	Result json.RawMessage
+	// Ref (Happened only) is a reference the person gave (a charge id, a ticket): it is put in
+	// the default result and in the audit event.
+	Ref string
+	// Who answered and Via which channel: "cli", or "elicitation:<client name> <version>".
+	// The audit event's Who is WhoVia(Who, Via).
+	Who, Via string
+	// Reason says what was checked. Required.
+	Reason string
+}
+
+// Resolved is what Resolve did.
+type Resolved struct {
+	// Prev is the intent's record before the answer.
+	Prev Record
+	// Cert is the recorded cert (Happened only).
+	Cert *Cert
+	// Event is the audit event appended.
+	Event Event
+}
+
+// CodeNotFenced: a resolve named an intent whose outcome is not unknown (done, in flight).
+const CodeNotFenced = "not_fenced"
+
+// ErrNotFenced is matched by NotFencedError.
+var ErrNotFenced error = sentinel(CodeNotFenced)
+
+// NotFencedError: Resolve was asked about an intent whose outcome is not unknown; nothing was
+// changed.
+type NotFencedError struct {
+	Intent string
+	State  State
+	Why    string
+}
+
+func (e NotFencedError) Error() string {
+	return fmt.Sprintf("%s: intent %q is %s, not of unknown outcome: %s; nothing was changed", CodeNotFenced, e.Intent, e.State, e.Why)
+}
+func (e NotFencedError) Code() string         { return CodeNotFenced }
+func (e NotFencedError) Is(target error) bool { return target == ErrNotFenced }
+
+// WhoVia is the audit trail's "who" of an answer given by who through via.
+func WhoVia(who, via string) string {
+	switch {
+	case via == "":
+		return who
+	case who == "":
+		return "via " + via
+	}
+	return who + " via " + via
+}
+
+// MetaResolved is the _meta member of ConfirmedResult.
+const MetaResolved = "effectfence/resolved"
+
+// ConfirmedResult is the tool result (MCP CallToolResult) recorded for an intent resolved as
+// happened without a result of its own: a text saying a person confirmed the effect, with
+// their reference, and the same facts in _meta.
+func ConfirmedResult(ref, who string, at time.Time) json.RawMessage {
+	text := fmt.Sprintf("effectfence: this call was not run again. A person (%s) confirmed on %s that an earlier identical call took effect.",
+		who, at.UTC().Format(time.RFC3339))
+	meta := map[string]string{"by": who, "at": at.UTC().Format(time.RFC3339Nano)}
+	if ref != "" {
+		text += " Reference: " + ref
+		meta["reference"] = ref
+	}
+	out, _ := json.Marshal(map[string]any{
+		"content": []map[string]string{{"type": "text", "text": text}},
+		"_meta":   map[string]any{MetaResolved: meta},
+	})
+	return out
+}
+
+// Resolve records a person's answer about an intent whose outcome is unknown (state failed or
+// unknown, or an in-flight claim that the lease rules now make unknown): Happened records it
+// done with a cert (duplicates replay the result), DidNotHappen frees it (the next attempt
+// runs), LeaveFenced changes nothing. Every answer appends an audit event kept forever. An
+// intent that is done, held in flight or absent is refused (NotFencedError, ErrNotFound) and
+// nothing changes. A late settle by the claim that went unknown is refused afterwards and kept
+// in the audit trail (late_result), as after Clear.
+func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error) {
+	how, err := ParseResolution(string(r.How))
+	if err != nil {
+		return Resolved{}, err
+	}
+	if strings.TrimSpace(r.Reason) == "" {
+		return Resolved{}, InvalidError{"reason", "say what was checked in the real system"}
+	}
+	if how != Happened && (len(r.Result) > 0 || r.Ref != "") {
+		return Resolved{}, InvalidError{"result", "a result or reference goes with happened only"}
+	}
+	if len(r.Result) > 0 && !json.Valid(r.Result) {
+		return Resolved{}, InvalidError{"result", "not a JSON value"}
+	}
+	who := WhoVia(r.Who, r.Via)
+	var out Resolved
+	err = e.update(ctx, func(tx Tx) error {
+		out = Resolved{}
+		rec, err := tx.Get(r.Intent)
+		if err != nil {
+			return err
+		}
+		now := tx.Now()
+		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt)) {
+			return fmt.Errorf("%w: %q", ErrNotFound, r.Intent)
+		}
+		switch rec.State {
+		case StateFailed, StateUnknown:
+		case StateInFlight:
+			v, kind, why := e.judge(now, rec)
+			if v != fenceIt {
+				hint := "its holder is running it; wait for its outcome"
+				if v == takeIt {
+					hint = "it was declared safe to re-run and its holder is gone: the next attempt runs it"
+				}
+				return NotFencedError{Intent: r.Intent, State: StateInFlight, Why: hint}
+			}
+			if err := e.markUnknown(tx, rec, kind, why); err != nil {
+				return err
+			}
+			if rec, err = tx.Get(r.Intent); err != nil {
+				return err
+			}
+		case StateDone:
+			return NotFencedError{Intent: r.Intent, State: StateDone, Why: "its result is recorded and replayed to duplicates"}
+		default:
+			return fmt.Errorf("fence: intent %q has unknown state %q in the ledger", r.Intent, rec.State)
+		}
+		out.Prev = *rec
+		reason := r.Reason
+		switch how {
+		case Happened:
+			res := r.Result
+			if len(res) == 0 {
+				res = ConfirmedResult(r.Ref, who, now)
+			} else {
+				res = append(json.RawMessage(nil), res...)
+			}
+			if r.Ref != "" {
+				reason += " (reference: " + r.Ref + ")"
+			}
+			da, err := e.doneRecord(rec, res, now)
+			if err != nil {
+				return err
+			}
+			// Not the claim's any more: its own late settle is refused and audited.
+			da.rec.Nonce = ""
+			if err := tx.Put(&da.rec); err != nil {
+				return err
+			}
+			da.answer = da.cert
+			out.Cert = &da.answer
+			reason += "; recorded done with cert " + da.cert.Hash
+		case DidNotHappen:
+			if err := tx.Delete(r.Intent); err != nil {
+				return err
+			}
+		}
+		out.Event = Event{At: now, Intent: r.Intent, Kind: how.event(), Who: who, Reason: reason, State: rec.State}
+		return tx.AppendEvent(out.Event)
+	})
+	if err != nil {
+		return Resolved{}, err
+	}
+	e.watch.wake(r.Intent)
+	return out, nil
+}

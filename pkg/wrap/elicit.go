@@ -1,0 +1,316 @@
+package wrap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// Reconciling an unknown outcome in the conversation (docs/RELIABILITY.md, "Resolving an
+// unknown outcome"): when a fenced call meets an intent of unknown outcome and the agent
+// declared the elicitation capability, wrap asks the person through elicitation/create what
+// happened, records the answer with Engine.Resolve, and then answers the call from the
+// ledger: a replay (it happened), a run through the normal fenced path (it did not), or
+// today's refusal (leave it fenced, decline, cancel, no answer).
+
+// DefaultElicitWait bounds how long wrap waits for the person's answer to an elicitation.
+const DefaultElicitWait = 10 * time.Minute
+
+// Keys of the elicitation form.
+const (
+	ElicitOutcome   = "outcome"
+	ElicitReference = "reference"
+)
+
+// maxReference bounds the reference a person may give (it becomes part of a replayed result).
+const maxReference = 500
+
+// elicitState is what wrap knows about the agent's client and the questions it is asking.
+type elicitState struct {
+	mu      sync.Mutex
+	name    string // clientInfo
+	version string
+	can     bool                 // the client declared form-mode elicitation
+	asks    map[string]*question // by intent: one question per intent at a time
+	// settled holds intents the person chose to leave fenced, or declined to answer about:
+	// they are not asked again by this process (an agent retrying must not nag them).
+	settled map[string]bool
+}
+
+// question is one elicitation in progress; the duplicates that meet the same intent wait for
+// its answer instead of asking again.
+type question struct {
+	done   chan struct{}
+	answer fence.Resolution // "" when there is no usable answer
+}
+
+// noteClient records the client's name, version and elicitation capability from initialize
+// params.
+func (p *Proxy) noteClient(params json.RawMessage) {
+	var v struct {
+		ClientInfo struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+		} `json:"clientInfo"`
+		Capabilities struct {
+			Elicitation json.RawMessage `json:"elicitation"`
+		} `json:"capabilities"`
+	}
+	_ = json.Unmarshal(params, &v) // initialize has checked that params are an object
+	can := false
+	var modes map[string]json.RawMessage
+	if json.Unmarshal(v.Capabilities.Elicitation, &modes) == nil && modes != nil {
+		// An empty object means form mode (MCP 2025-06-18); later revisions name the modes.
+		_, form := modes["form"]
+		can = len(modes) == 0 || form
+	}
+	e := &p.elicit
+	e.mu.Lock()
+	e.name, e.version, e.can = v.ClientInfo.Name, v.ClientInfo.Version, can
+	e.mu.Unlock()
+}
+
+// via names the channel of an answer in the audit trail: elicitation:<name> <version>.
+func (p *Proxy) via() string {
+	e := &p.elicit
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strings.TrimSpace(fmt.Sprintf("elicitation:%s %s", e.name, e.version))
+}
+
+type noElicitKey struct{}
+
+// priorFailure is the hook of fencedCall for a refusal. For an intent of unknown outcome it
+// reports the intent to the on_unknown hook (once per process), and, when the client can be
+// asked and the tool allows it, asks the person; it returns the call's answer and true when
+// the answer settled the call, false for today's refusal.
+func (p *Proxy) priorFailure(ctx context.Context, tool string, id identity, params json.RawMessage, task bool, err error) (answer, bool) {
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) {
+		return answer{}, false
+	}
+	p.reportUnknown(id.intent, tool, pf.Reason)
+	p.elicit.mu.Lock()
+	can := p.elicit.can
+	p.elicit.mu.Unlock()
+	if !can || p.settings(tool).NoElicit || ctx.Value(noElicitKey{}) != nil {
+		return answer{}, false
+	}
+	switch p.askOnce(ctx, tool, id.intent, pf) {
+	case fence.Happened, fence.DidNotHappen:
+		// Answer from the ledger through the normal fenced path: a replay of what was just
+		// recorded, or one run (duplicates coalesce onto it). Never a second question.
+		return p.fencedCall(context.WithValue(ctx, noElicitKey{}, true), tool, id, params, task), true
+	}
+	return answer{}, false
+}
+
+// askOnce asks about intent, or waits for the question already being asked about it.
+func (p *Proxy) askOnce(ctx context.Context, tool, intent string, pf fence.PriorFailureError) fence.Resolution {
+	e := &p.elicit
+	e.mu.Lock()
+	if e.settled[intent] {
+		e.mu.Unlock()
+		return ""
+	}
+	q := e.asks[intent]
+	if q != nil {
+		e.mu.Unlock()
+		select {
+		case <-q.done:
+			return q.answer
+		case <-ctx.Done():
+			return ""
+		}
+	}
+	q = &question{done: make(chan struct{})}
+	if e.asks == nil {
+		e.asks = map[string]*question{}
+	}
+	e.asks[intent] = q
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.asks, intent)
+		e.mu.Unlock()
+		close(q.done)
+	}()
+	q.answer = p.ask(ctx, tool, intent, pf)
+	return q.answer
+}
+
+// ask sends the elicitation, records the person's answer and returns it ("" when there is
+// none: declined, cancelled, failed, timed out, or not recorded).
+func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFailureError) fence.Resolution {
+	rec, err := p.opt.Engine.Status(ctx, intent)
+	if err != nil {
+		p.logf("intent %s: cannot read its record to ask about it: %v", intent, err)
+		return ""
+	}
+	params, _ := json.Marshal(map[string]any{
+		"message":         p.elicitMessage(tool, intent, rec, pf),
+		"requestedSchema": elicitSchema,
+	})
+	wait := p.opt.ElicitWait
+	if wait <= 0 {
+		wait = DefaultElicitWait
+	}
+	ectx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	res, err := p.childRequest(ectx, "elicitation/create", params)
+	if err != nil {
+		p.logf("intent %s: asking the person through elicitation failed (%v); the call is refused as before", intent, err)
+		return ""
+	}
+	var r struct {
+		Action  string          `json:"action"`
+		Content json.RawMessage `json:"content"`
+	}
+	var c struct {
+		Outcome   string `json:"outcome"`
+		Reference string `json:"reference"`
+	}
+	if json.Unmarshal(res, &r) != nil || (r.Action == "accept" && json.Unmarshal(r.Content, &c) != nil) {
+		p.logf("intent %s: the elicitation answer is not one wrap understands: %.200s", intent, res)
+		return ""
+	}
+	if r.Action != "accept" {
+		p.logf("intent %s: the person did not answer the elicitation (%s); the call is refused as before", intent, r.Action)
+		if r.Action == "decline" {
+			p.noAskAgain(intent)
+		}
+		return ""
+	}
+	how, err := fence.ParseResolution(c.Outcome)
+	if err != nil {
+		p.logf("intent %s: elicitation answer: %v", intent, err)
+		return ""
+	}
+	ref := strings.TrimSpace(c.Reference)
+	if len(ref) > maxReference || !utf8.ValidString(ref) {
+		p.logf("intent %s: the reference given is not valid UTF-8 or longer than %d bytes; the answer is not recorded", intent, maxReference)
+		return ""
+	}
+	reason := "answered by the person in the conversation"
+	req := fence.ResolveRequest{Intent: intent, How: how, Who: "person in the conversation", Via: p.via(), Reason: reason}
+	if how == fence.Happened {
+		req.Ref = ref
+	}
+	_, err = p.opt.Engine.Resolve(context.WithoutCancel(ctx), req)
+	switch {
+	case err == nil:
+		p.logf("intent %s: resolved %s by %s", intent, how, fence.WhoVia(req.Who, req.Via))
+		if how == fence.LeaveFenced {
+			p.noAskAgain(intent)
+		}
+		return how
+	case errors.Is(err, fence.ErrNotFenced), errors.Is(err, fence.ErrNotFound):
+		// Settled meanwhile (healed, cleared, resolved elsewhere): the ledger answers the call.
+		p.logf("intent %s: the answer %s was not recorded: %v", intent, how, err)
+		if how == fence.LeaveFenced {
+			return ""
+		}
+		return how
+	default:
+		p.logf("intent %s: recording the answer %s failed: %v; the call is refused as before", intent, how, err)
+		return ""
+	}
+}
+
+// noAskAgain keeps this process from asking about intent again.
+func (p *Proxy) noAskAgain(intent string) {
+	e := &p.elicit
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.settled == nil || len(e.settled) >= maxSeen {
+		e.settled = map[string]bool{}
+	}
+	e.settled[intent] = true
+}
+
+// elicitSchema is the form: the three answers and an optional reference.
+var elicitSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		ElicitOutcome: map[string]any{
+			"type":        "string",
+			"title":       "Did it happen?",
+			"description": "Check the real system first (the payment dashboard, the inbox, the repository).",
+			"enum":        []string{string(fence.Happened), string(fence.DidNotHappen), string(fence.LeaveFenced)},
+			"enumNames":   []string{"It happened: record it as done, do not run it again", "It did not happen: run it now, once", "Leave it fenced: decide later"},
+		},
+		ElicitReference: map[string]any{
+			"type":        "string",
+			"title":       "Reference (optional)",
+			"description": "If it happened: a reference such as a charge or message id; it becomes the call's answer.",
+			"maxLength":   maxReference,
+		},
+	},
+	"required": []string{ElicitOutcome},
+}
+
+// elicitMessage says what may have happened: the tool, its arguments as the ledger keeps them
+// (redacted fields hidden), when, and why the outcome is unknown.
+func (p *Proxy) elicitMessage(tool, intent string, rec fence.Record, pf fence.PriorFailureError) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "An earlier call of the tool %q may or may not have taken effect, so effectfence has not run it again.\n\n", tool)
+	if s := argsSummary(rec.Args); s != "" {
+		fmt.Fprintf(&b, "Arguments: %s\n", s)
+	}
+	if !rec.ClaimedAt.IsZero() {
+		fmt.Fprintf(&b, "When: %s\n", rec.ClaimedAt.UTC().Format("2006-01-02 15:04:05 MST"))
+	}
+	why := pf.Reason
+	if rec.Reason != "" {
+		why = rec.Reason
+	}
+	// The server's stderr tail (mcpstdio adds it to the reason for the operator) is not for
+	// the conversation: it can quote anything the server logged.
+	if i := strings.Index(why, "; its stderr ended with"); i >= 0 {
+		why = why[:i]
+	}
+	fmt.Fprintf(&b, "Why unknown: %s\n\n", clip(why, 400))
+	fmt.Fprintf(&b, "Please check the real system, then answer. \"It happened\" records it as done and answers this call without running it; \"It did not happen\" runs it now, once; \"Leave it fenced\" runs nothing (an operator can settle it later).\nIntent: %s", intent)
+	return b.String()
+}
+
+// argsSummary renders the top-level arguments as "name: value, …", each value short, the whole
+// bounded.
+func argsSummary(args json.RawMessage) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(args, &m) != nil {
+		return clip(string(args), 600)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := string(m[k])
+		var s string
+		if json.Unmarshal(m[k], &s) == nil {
+			v = s // a string shown without quotes ([redacted] too)
+		}
+		parts = append(parts, k+": "+clip(v, 80))
+	}
+	return clip(strings.Join(parts, ", "), 600)
+}
+
+// clip shortens s to at most n runes, marking the cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n]) + "…"
+}
