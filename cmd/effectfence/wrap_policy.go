@@ -37,5 +37,12 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		}
 		fmt.Fprintf(io.err, "effectfence wrap: policy %s (flags win over it)\n", safetext.Escape(pol.Summary()))
 	}
-	return policy.Resolve(pol, f), nil
+	res := policy.Resolve(pol, f)
+	if h := res.OnUnknown; h != nil {
+		res.Options.OnUnknown = &wrap.Hook{Command: h.Command, URL: h.URL, Retries: h.Retries, Timeout: h.Timeout}
+		if err := res.Options.OnUnknown.Check(); err != nil {
+			return policy.Resolved{}, usageErr("policy on_unknown: %v", err)
+		}
+	}
+	return res, nil
 }

@@ -3,6 +3,7 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 // Issue 15: every per-tool setting of a policy file changes what wrap does, end to end: the
@@ -274,5 +276,36 @@ tools:
 	}
 	if c, e := r.effectsOf("charge_card"), r.effectsOf("record_event"); c != 1 || e != 0 {
 		t.Fatalf("effects: %d charge_card, %d record_event; want 1 and 0", c, e)
+	}
+}
+
+// The policy's on_unknown hook runs through the real binary: a call made unknown (the server
+// dies inside it) is reported once, to a command, with the resolve command; a tool the policy
+// forbids to elicit about is still reported.
+func TestPolicyOnUnknownHook(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events.jsonl")
+	path := writePolicy(t, r, fmt.Sprintf(`version: 1
+on_unknown:
+  command: [sh, -c, 'cat >> "$0"; echo >> "$0"', %q]
+  retries: 1
+  timeout: 5s
+tools:
+  die:
+    elicit: false
+`, events))
+	w := r.wrap("--policy", path)
+	if x := call(t, w.Session, "die", `{"tag":"hooked"}`); !x.IsError {
+		t.Fatalf("a call inside a dying server: %s", x.text())
+	}
+	waitFor(t, "the hook to write the event", func() bool {
+		b, _ := os.ReadFile(events)
+		return strings.Contains(string(b), "effectfence ledger resolve")
+	})
+	b, _ := os.ReadFile(events)
+	var ev wrap.HookEvent
+	if err := json.Unmarshal([]byte(strings.TrimSpace(string(b))), &ev); err != nil || ev.Tool != "die" || ev.Event != "unknown" {
+		t.Fatalf("hook event: %s %v", b, err)
 	}
 }
