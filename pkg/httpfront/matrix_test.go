@@ -186,6 +186,18 @@ func TestMatrix(t *testing.T) {
 				t.Fatalf("%d executions, want 1", n)
 			}
 		}},
+		{"_meta passes through untouched", func(t *testing.T, h *harness) {
+			const meta = `{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","progressToken":"tp-1"}`
+			got := h.call(t, `{"name":"meta","arguments":{"tag":"tp"},"_meta":`+meta+`}`)
+			var r struct {
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			}
+			if json.Unmarshal([]byte(got), &r) != nil || len(r.Content) == 0 || r.Content[0].Text != "meta "+meta {
+				t.Fatalf("the server saw %s, want _meta %s byte for byte", got, meta)
+			}
+		}},
 		{"input_required is not an outcome", func(t *testing.T, h *harness) {
 			if got := h.call(t, `{"name":"confirm","arguments":{"tag":"m"}}`); !strings.Contains(got, "input_required") {
 				t.Fatalf("round one: %s", got)

@@ -61,6 +61,7 @@ const ToolsList = `{"tools":[` +
 	`{"name":"ask","description":"Asks the client for its roots (a request from server to client) and returns the answer.","inputSchema":{"type":"object"}},` +
 	`{"name":"progress","description":"Sends n progress notifications and its result in one write (read only).","inputSchema":{"type":"object","properties":{"n":{"type":"integer"},"tag":{"type":"string"}}},"annotations":{"readOnlyHint":true}},` +
 	`{"name":"echo","description":"Returns its text; records nothing (for benchmarks).","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}},` +
+	`{"name":"meta","description":"Returns the _meta of its request as text; records one effect.","inputSchema":{"type":"object","properties":{"tag":{"type":"string"}}}},` +
 	`{"name":"confirm","description":"Multi round-trip (SEP-2322): without requestState asks for input (input_required); with it records one effect.","inputSchema":{"type":"object","properties":{"tag":{"type":"string"}}}},` +
 	`{"name":"odd","description":"Records an effect; returns a result with a lone surrogate, a duplicate member and 1e400.","inputSchema":{"type":"object","properties":{"tag":{"type":"string"}}}},` +
 	`{"name":"ünïcode \u2603","description":"Non-ASCII name, escaped \u00e9 and raw é \u003c\u003e","inputSchema":{"type":"object","properties":{"x":{"type":"number","multipleOf":0.5}},"examples":[{"x":1.50}]}}` +
@@ -222,8 +223,9 @@ func (s *server) progress(m *jsonrpc.Message) bool {
 }
 
 type callParams struct {
-	Name         string `json:"name"`
-	RequestState string `json:"requestState"`
+	Name         string          `json:"name"`
+	RequestState string          `json:"requestState"`
+	Meta         json.RawMessage `json:"_meta"`
 	Arguments    struct {
 		Amount         int    `json:"amount"`
 		Order          string `json:"order"`
@@ -322,6 +324,9 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		}
 	case "echo":
 		return text("echo "+a.Text, false), nil
+	case "meta":
+		s.record("meta tag=" + a.Tag)
+		return text("meta "+string(p.Meta), false), nil
 	case "confirm":
 		if p.RequestState == "" {
 			return json.RawMessage(`{"resultType":"input_required","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"state-` + a.Tag + `"}`), nil
