@@ -18,6 +18,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
@@ -28,22 +29,7 @@ func TestMain(m *testing.M) {
 }
 
 // logBuf is a goroutine-safe log.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf = syncbuf.Buffer
 
 // gw is a gateway under test: the front over real child processes (this test binary as the
 // mcptest server) and a real SQLite ledger.

@@ -15,6 +15,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/internal/pgtest"
+	"github.com/effectfence/effectfence/pkg/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/store"
 )
 
@@ -197,24 +198,6 @@ func TestLedgerStringsThatAreNotLedgers(t *testing.T) {
 	}
 }
 
-// syncBuf is a goroutine-safe log.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The background recovery of an open ledger says when it fails (the database is cut) and when
 // it works again, once each, never silently.
 func TestBackgroundRecoveryFailuresAreLogged(t *testing.T) {
@@ -234,7 +217,7 @@ func TestBackgroundRecoveryFailuresAreLogged(t *testing.T) {
 	defer cut.Close()
 	u.Host = cut.Addr()
 	u.User = url.UserPassword(u.User.Username(), "s3cret-pw") // trust auth ignores it
-	var log syncBuf
+	var log syncbuf.Buffer
 	led, err := store.Open(context.Background(), store.Options{Ledger: u.String(), Log: &log, RecoverEvery: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +235,7 @@ func TestBackgroundRecoveryFailuresAreLogged(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, log *syncBuf, want string) {
+func waitFor(t *testing.T, log *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(log.String(), want) {
