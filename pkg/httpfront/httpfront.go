@@ -389,6 +389,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 	}
 	select {
 	case line := <-st.final:
+		if line == nil { // cancelled by the agent: no response is sent
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(line)
 	case <-r.Context().Done():

@@ -453,3 +453,34 @@ func TestStopRecordsUnknown(t *testing.T) {
 		t.Fatal("the call ran again after the stop")
 	}
 }
+
+// A request the agent cancels gets no response (MCP), and its HTTP response ends rather than
+// staying open for the rest of the session.
+func TestCancelledRequestEndsItsStream(t *testing.T) {
+	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) { o.Pass = []string{"slow"} })
+	sid := g.open(nil)
+	done := make(chan reply, 1)
+	go func() {
+		r, err := g.post(context.Background(), sid, nil, call(60, "slow", `{"ms":30000,"tag":"cancel"}`))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	for !strings.Contains(g.log.String(), "slow tag=cancel started") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":60,"reason":"user gave up"}}`); r.status != http.StatusAccepted {
+		t.Fatalf("cancel: status %d", r.status)
+	}
+	select {
+	case r := <-done:
+		for _, m := range r.msgs {
+			if string(m["id"]) == "60" {
+				t.Fatalf("a cancelled request was answered: %v", r.raw)
+			}
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cancelled request's stream stayed open")
+	}
+}

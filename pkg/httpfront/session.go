@@ -176,6 +176,18 @@ func (s *session) Write(line []byte) error {
 	return nil
 }
 
+// NoResponse ends the wait of a request that gets no response (the agent cancelled it).
+func (s *session) NoResponse(id json.RawMessage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.requests[string(id)]; st != nil {
+		select {
+		case st.final <- nil:
+		default:
+		}
+	}
+}
+
 // streamTo writes the stream as server-sent events until the response is written (request
 // streams), the client goes away or the session closes.
 func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, request bool) {
@@ -213,7 +225,11 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			// stream gets nothing more: such a message goes to another open stream or the GET
 			// stream.
 			s.retire(st)
-			send(append(st.take(), line))
+			rest := st.take()
+			if line != nil { // nil: the request was cancelled and gets no response
+				rest = append(rest, line)
+			}
+			send(rest)
 			return
 		case <-tick.C:
 			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {

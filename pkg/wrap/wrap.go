@@ -607,26 +607,34 @@ func (p *Proxy) request(m *jsonrpc.Message) {
 		p.cmu.Unlock()
 		cancel(nil)
 	}()
-	p.answer(ctx, m)
+	if out := p.answer(ctx, m); out != nil {
+		p.reply(out)
+	} else if e, ok := p.out.(Ender); ok {
+		e.NoResponse(m.ID) // cancelled by the agent: no response, but the front may end its wait
+	}
 }
 
-func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) {
+// Ender is implemented by a Sink whose front waits for each request's response (an HTTP POST
+// stream): NoResponse says that the request with id ends without one (the agent cancelled
+// it, so MCP says none is sent).
+type Ender interface {
+	NoResponse(id json.RawMessage)
+}
+
+func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) []byte {
 	switch m.Method {
 	case "initialize":
-		p.reply(p.initialize(ctx, m))
+		return p.initialize(ctx, m)
 	case "ping":
-		p.reply(jsonrpc.Response(m.ID, json.RawMessage("{}")))
+		return jsonrpc.Response(m.ID, json.RawMessage("{}"))
 	case "tools/call":
-		p.reply(p.toolsCall(ctx, m))
+		return p.toolsCall(ctx, m)
 	case "tasks/get", "tasks/result", "tasks/cancel":
 		if out := p.localTask(m); out != nil {
-			p.reply(out)
-			return
+			return out
 		}
-		p.reply(p.forward(ctx, m))
-	default:
-		p.reply(p.forward(ctx, m))
 	}
+	return p.forward(ctx, m)
 }
 
 func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
