@@ -2,6 +2,7 @@ package httpfront_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // The gateway's benchmarks: what `wrap --listen` adds over calling the server directly, in the
@@ -245,6 +248,33 @@ func BenchmarkGateway(b *testing.B) {
 		u, stop := start(b, newLedger(b))
 		defer stop()
 		latencies(b, u, func(i int) string { return echo(i, fmt.Sprintf("fresh-%d", i)) })
+	})
+	b.Run("fresh/ledger-only", func(b *testing.B) {
+		// The ledger's own cost of a fresh call in the same run: admission and commit of a
+		// wrap-shaped call on a SQLite file (the same durability), no transport.
+		led, err := store.Open(context.Background(), store.Options{Ledger: newLedger(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer led.Close()
+		d := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			args := []byte(fmt.Sprintf(`{"text":"fresh-%d"}`, i))
+			t0 := time.Now()
+			adm, err := led.Prepare(context.Background(), fence.Request{Intent: fmt.Sprintf("wrap:echo:%064d", i), Tool: "echo", Args: args, ExactArgs: args, Agent: "bench"})
+			if err != nil || !adm.Fresh() {
+				b.Fatal(err)
+			}
+			if _, err := led.Commit(context.Background(), *adm.Ticket, []byte(fmt.Sprintf(`{"content":[{"type":"text","text":"echo fresh-%d"}],"isError":false}`, i))); err != nil {
+				b.Fatal(err)
+			}
+			d = append(d, time.Since(t0))
+		}
+		b.StopTimer()
+		slices.Sort(d)
+		b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-µs")
 	})
 	b.Run("64callers/direct", func(b *testing.B) {
 		u, stop := direct(b)

@@ -295,7 +295,7 @@ func (r *run) postgres(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	schema := fmt.Sprintf("history_%d_%d", r.cfg.Seed, os.Getpid())
+	schema := fmt.Sprintf("history_%d_%d_%s", r.cfg.Seed, os.Getpid(), r.cfg.Front) // runs of one process at once (each front) must not share it
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
