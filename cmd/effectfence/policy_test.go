@@ -9,10 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
@@ -116,7 +116,7 @@ func TestPolicyInitRealServers(t *testing.T) {
 			if r := runBinary(t, env, "", "policy", "check", file); r.code != exitOK || !strings.Contains(r.stdout, ": ok: ") {
 				t.Fatalf("policy check of the generated file: exit %d, %s %s\n%s", r.code, r.stdout, r.stderr, src)
 			}
-			log := &lockedBuilder{}
+			log := &syncbuf.Buffer{}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			s, err := mcpstdio.Start(ctx, mcpstdio.Config{
@@ -157,24 +157,6 @@ func TestPolicyInitRealServers(t *testing.T) {
 	}
 }
 
-// lockedBuilder is a goroutine-safe buffer for a process's stderr.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // policy init --upstream and wrap --policy --upstream against the real server-everything in its
 // Streamable HTTP mode.
 func TestPolicyInitAndWrapUpstream(t *testing.T) {
@@ -189,7 +171,7 @@ func TestPolicyInitAndWrapUpstream(t *testing.T) {
 	ln.Close()
 	srv := exec.Command(server, "streamableHttp")
 	srv.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
-	srvLog := &lockedBuilder{}
+	srvLog := &syncbuf.Buffer{}
 	srv.Stderr = srvLog
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -217,7 +199,7 @@ func TestPolicyInitAndWrapUpstream(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	log := &lockedBuilder{}
+	log := &syncbuf.Buffer{}
 	s, err := mcpstdio.Start(ctx, mcpstdio.Config{
 		Command: []string{bin, "wrap", "--policy", file, "--ledger", filepath.Join(dir, "ledger.db"), "--upstream", url},
 		Env:     append(append(os.Environ(), env...), "GORACE=atexit_sleep_ms=0"), Stderr: log, InitTimeout: time.Minute,

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
-	"github.com/effectfence/effectfence/pkg/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
