@@ -579,7 +579,9 @@ func TestWaitingDuplicatesTakeNoSlot(t *testing.T) {
 		}
 	}
 	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"slot"}}}`)
-	time.Sleep(100 * time.Millisecond)
+	// The slow call holds the one slot once it is inside the server (on a loaded machine its
+	// admission can take longer than any fixed sleep).
+	waitFor(t, "the slow call to start", func() bool { return strings.Contains(rw.log.String(), "slow tag=slot started") })
 	for id := 2; id <= 6; id++ { // duplicates: they wait, holding no slot
 		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{"ms":800,"tag":"slot"}}}`, id))
 	}
