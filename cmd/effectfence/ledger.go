@@ -145,9 +145,9 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 	}
 	if l := cmd.String("ledger"); l != "" {
 		opts.Ledger = l
-	} else if cmd.Bool("for") {
-		opts.Ledger = "" // the wrap ledger lives at its default location
 	}
+	// With --for and no --ledger: EFFECTFENCE_LEDGER when set (wrap opens that too), else the
+	// scope's default file.
 	wide := !isTerminal(io.out) || cmd.Bool("wide")
 	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide}, nil
 }

@@ -396,6 +396,13 @@ func TestLedgerFor(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "gateway timeout") {
 		t.Fatalf("show --for = %d %s %s", code, out, errOut)
 	}
+	// wrap opens EFFECTFENCE_LEDGER when it is set: so does --for.
+	shared := filepath.Join(t.TempDir(), "shared.db")
+	t.Setenv(store.EnvLedger, shared)
+	code, _, errOut = runCLI(t, "", append([]string{"ledger", "ls", "--for", "--"}, child...)...)
+	if code != exitError || !strings.Contains(errOut, "no ledger at "+shared) {
+		t.Fatalf("ls --for with %s set = %d %s", store.EnvLedger, code, errOut)
+	}
 }
 
 func TestLedgerCheckDamaged(t *testing.T) {
