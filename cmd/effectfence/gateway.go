@@ -122,6 +122,10 @@ type gateway struct {
 	front *httpfront.Handler
 	srv   *http.Server
 	ln    net.Listener
+	// abandon, run once the grace of a stop is over, ends the waits of duplicates waiting for
+	// another process's attempt (their sessions share the attempts in flight, so no single
+	// session's stop may end them).
+	abandon func()
 }
 
 // listenConfig is what the listener flags say, checked before anything is opened.
@@ -239,6 +243,10 @@ func (g *gateway) serve(ctx context.Context, io streams, grace time.Duration) er
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	if g.abandon != nil {
+		t := time.AfterFunc(grace, g.abandon)
+		defer t.Stop()
+	}
 	shut := make(chan struct{})
 	go func() {
 		defer close(shut)
@@ -294,8 +302,8 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 		g.front.Kill()
 	})
 	defer stop()
+	g.abandon = shared.Abandon
 	err = g.serve(ctx, io, opt.Grace)
-	shared.Abandon()
 	if st, serr := led.Stats(context.Background()); serr == nil {
 		fmt.Fprintln(io.err, st.Line())
 	}

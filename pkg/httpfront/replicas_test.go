@@ -181,3 +181,45 @@ func TestReplicasOnPostgres(t *testing.T) {
 		t.Fatal("the killed replica's call was started again on another replica")
 	}
 }
+
+// A gateway that stops while a duplicate in it waits for another process's attempt gives that
+// duplicate its grace, then tells it it was not executed, rather than holding the stop for as
+// long as --wait (the attempts in flight are shared by its sessions, so the front must end
+// those waits itself).
+func TestStoppingGatewayEndsWaitsOnAnotherProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two gateways")
+	}
+	dir := t.TempDir()
+	ledger, effects := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "effects")
+	a, b := startReplica(t, ledger, effects), startReplica(t, ledger, effects)
+	const slow = `{"ms":8000,"tag":"wait"}`
+	ga := a.client(t)
+	sa := ga.open(nil)
+	go func() { _, _ = ga.post(context.Background(), sa, nil, call(1, "slow", slow)) }()
+	for !strings.Contains(a.log.String(), "slow tag=wait started") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	gb := b.client(t)
+	sb := gb.open(nil)
+	answer := make(chan string, 1)
+	go func() {
+		r, err := gb.post(context.Background(), sb, nil, call(2, "slow", slow))
+		if err != nil || len(r.raw) == 0 {
+			answer <- fmt.Sprintf("no answer: %v", err)
+			return
+		}
+		answer <- r.raw[len(r.raw)-1]
+	}()
+	time.Sleep(500 * time.Millisecond) // the duplicate is waiting in b (--wait is 30 s by default)
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	got := <-answer
+	if !strings.Contains(got, "NOT executed") || strings.Contains(got, "slow done") {
+		t.Fatalf("the waiting duplicate of a stopping gateway was answered %s; want the not-executed refusal before the other attempt ends", got)
+	}
+	if strings.Contains(b.log.String(), "slow tag=wait started") {
+		t.Fatal("the duplicate ran in the stopping gateway")
+	}
+}
