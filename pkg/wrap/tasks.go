@@ -128,7 +128,10 @@ func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage) json.RawMess
 	_ = json.Unmarshal(params, &q)
 	ttl := 10 * time.Minute
 	if q.Task.TTL != nil && *q.Task.TTL > 0 {
-		ttl = min(time.Duration(*q.Task.TTL)*time.Millisecond, maxLocalTaskTTL)
+		ttl = maxLocalTaskTTL // compared as a float: a huge ttl must not overflow a Duration
+		if ms := *q.Task.TTL; ms < float64(maxLocalTaskTTL.Milliseconds()) {
+			ttl = time.Duration(ms * float64(time.Millisecond))
+		}
 	}
 	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttl, result: res}
 	if isError(res) {
