@@ -181,20 +181,16 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 }
 
 // newGateway makes the front and opens the listener. newSession makes the proxy of one
-// session.
-func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront.Caller) (*wrap.Proxy, error), extra map[string]http.Handler) (*gateway, error) {
+// session; metrics are fed the sessions and HTTP requests and served at /metrics.
+func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront.Caller) (*wrap.Proxy, error), metrics *gatewaymetrics.Metrics) (*gateway, error) {
 	cfg := lc.front
 	cfg.NewSession, cfg.Log = newSession, log
 	addr := lc.addr
-	var metrics *gatewaymetrics.Metrics
-	if m, ok := extra["/metrics"].(*metricsHandler); ok {
-		metrics = m.m
-		cfg.OnSession = func(delta int) {
-			if delta > 0 {
-				metrics.SessionOpened()
-			} else {
-				metrics.SessionClosed()
-			}
+	cfg.OnSession = func(delta int) {
+		if delta > 0 {
+			metrics.SessionOpened()
+		} else {
+			metrics.SessionClosed()
 		}
 	}
 	front, err := httpfront.New(cfg)
@@ -216,19 +212,13 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 		}
 		fmt.Fprintf(w, "ok %d sessions\n", front.Sessions())
 	})
-	for path, h := range extra {
-		mux.Handle(path, h)
-	}
+	mux.Handle("/metrics", metrics.Handler())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		front.Close("the listener could not open")
 		return nil, fmt.Errorf("--listen %s: %v", addr, err)
 	}
-	var h http.Handler = mux
-	if metrics != nil {
-		h = countHTTP(mux, metrics)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: countHTTP(mux, metrics), ReadHeaderTimeout: 10 * time.Second}
 	return &gateway{front: front, srv: srv, ln: ln}, nil
 }
 
@@ -290,7 +280,7 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 		return wrap.New(o)
 	}
 	lc.health = func(ctx context.Context) error { _, err := led.Stats(ctx); return err }
-	g, err := newGateway(lc, io.err, newSession, map[string]http.Handler{"/metrics": &metricsHandler{metrics}})
+	g, err := newGateway(lc, io.err, newSession, metrics)
 	if err != nil {
 		return err
 	}
@@ -308,13 +298,6 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 		fmt.Fprintln(io.err, st.Line())
 	}
 	return err
-}
-
-// metricsHandler serves /metrics and lets newGateway find the metrics to feed.
-type metricsHandler struct{ m *gatewaymetrics.Metrics }
-
-func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.m.Handler().ServeHTTP(w, r)
 }
 
 // countHTTP counts every HTTP request by method and status class.
