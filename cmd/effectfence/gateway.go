@@ -345,6 +345,29 @@ type upstreamConfig struct {
 	header http.Header
 }
 
+// childArgs is the command after --, without the --.
+func childArgs(cmd *cli.Command) []string {
+	argv := cmd.Args().Slice()
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	return argv
+}
+
+// serverArgs is how a command names the MCP server: a command after -- or --upstream URL,
+// exactly one of them (what is the command's name in errors, usage its usage line).
+func serverArgs(cmd *cli.Command, what, usage string) ([]string, *upstreamConfig, error) {
+	argv := childArgs(cmd)
+	up, err := checkUpstream(cmd, argv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(argv) == 0 && up == nil {
+		return nil, nil, usageErr("%s: no MCP server command given; usage: %s", what, usage)
+	}
+	return argv, up, nil
+}
+
 // checkUpstream checks --upstream and its headers: nil without --upstream.
 func checkUpstream(cmd *cli.Command, argv []string) (*upstreamConfig, error) {
 	raw := cmd.String("upstream")

@@ -77,16 +77,9 @@ func policyInitCommand(io streams) *cli.Command {
 			&cli.StringFlag{Name: "upstream", Usage: "list the tools of the remote MCP server at this Streamable HTTP URL instead of running a command (headers from " + envUpstreamHeaders + ")"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
-			argv := cmd.Args().Slice()
-			if len(argv) > 0 && argv[0] == "--" {
-				argv = argv[1:]
-			}
-			up, err := checkUpstream(cmd, argv)
+			argv, up, err := serverArgs(cmd, "policy init", "effectfence policy init [-o FILE] [--scan PATH] -- <command...>, or --upstream URL")
 			if err != nil {
 				return err
-			}
-			if len(argv) == 0 && up == nil {
-				return usageErr("policy init: no MCP server command given; usage: effectfence policy init [-o FILE] [--scan PATH] -- <command...>, or --upstream URL")
 			}
 			if cmd.Duration("timeout") <= 0 {
 				return usageErr("--timeout must be positive")

@@ -158,10 +158,7 @@ func writeJSONError(w io.Writer, err error) {
 // serverCommand returns the command after `--` and checks that its program exists, so a typo
 // is one clear line before anything is started.
 func serverCommand(cmd *cli.Command) ([]string, error) {
-	argv := cmd.Args().Slice()
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	}
+	argv := childArgs(cmd)
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, usageErr("no server command: put it after --, e.g. effectfence %s --tool T -- npx -y @modelcontextprotocol/server-everything", cmd.Name)
 	}

@@ -69,16 +69,9 @@ func wrapCommand(io streams) *cli.Command {
 			default:
 				return usageErr("--log-format %q: want text or json", cmd.String("log-format"))
 			}
-			argv := cmd.Args().Slice()
-			if len(argv) > 0 && argv[0] == "--" {
-				argv = argv[1:]
-			}
-			up, err := checkUpstream(cmd, argv)
+			argv, up, err := serverArgs(cmd, "wrap", "effectfence wrap [flags] -- <command...>, or --upstream URL")
 			if err != nil {
 				return err
-			}
-			if len(argv) == 0 && up == nil {
-				return usageErr("wrap: no MCP server command given; usage: effectfence wrap [flags] -- <command...>, or --upstream URL")
 			}
 			opt, err := wrapOptions(cmd, argv)
 			if err != nil {
