@@ -25,14 +25,14 @@ type Engine struct {
 	cfg    Config
 	counts counter
 	watch  watchers
-	fps    fpCache
+	fps    *fpCache
 	known  knownIntents // for WriteFirst stores: intents this engine saw recorded
 	spool  spool
 }
 
 // New returns an engine over store.
 func New(store Store, cfg Config) *Engine {
-	return &Engine{store: store, cfg: cfg.withDefaults()}
+	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache()}
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -49,39 +49,47 @@ type call struct {
 	stored []byte // what the ledger keeps of args (privacy.go)
 }
 
-func (e *Engine) validate(req Request) (call, error) {
+// validate checks req and fills c with it, its canonical arguments and its fingerprint. c is
+// written in place (a call is a few hundred bytes: copying it was a visible share of a
+// replay).
+func (e *Engine) validate(req *Request, c *call) error {
 	switch {
 	case req.Intent == "":
-		return call{}, InvalidError{"intent", "must not be empty: name the logical action, e.g. charge:order-123"}
+		return InvalidError{"intent", "must not be empty: name the logical action, e.g. charge:order-123"}
 	case len(req.Intent) > MaxIntentLen:
-		return call{}, InvalidError{"intent", fmt.Sprintf("is %d bytes; at most %d", len(req.Intent), MaxIntentLen)}
+		return InvalidError{"intent", fmt.Sprintf("is %d bytes; at most %d", len(req.Intent), MaxIntentLen)}
 	case !utf8.ValidString(req.Intent):
-		return call{}, InvalidError{"intent", "must be valid UTF-8"}
-	case !utf8.ValidString(req.Tool):
-		return call{}, InvalidError{"tool", "must be valid UTF-8"}
+		return InvalidError{"intent", "must be valid UTF-8"}
 	}
 	if err := checkPrivacy(req); err != nil {
-		return call{}, err
+		return err
 	}
 	for i, r := range req.ReadSet {
 		if r.Domain == "" {
-			return call{}, InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must not be empty"}
+			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must not be empty"}
 		}
 	}
 	args := req.Args
 	if len(args) == 0 {
 		args = []byte("null")
 	}
-	if c, fp, ok := e.fps.get(req.Tool, args); ok {
-		return withStored(call{Request: req, args: c, fp: fp})
+	c.Request = *req
+	if canonical, fp, ok := e.fps.get(req.Tool, args); ok {
+		// The cache holds only tools that passed the check below.
+		c.args, c.fp = canonical, fp
+		return c.setStored()
 	}
-	c, err := canon.JSON(args)
+	if !utf8.ValidString(req.Tool) {
+		return InvalidError{"tool", "must be valid UTF-8"}
+	}
+	canonical, err := canon.JSON(args)
 	if err != nil {
-		return call{}, InvalidError{"args", err.Error()}
+		return InvalidError{"args", err.Error()}
 	}
-	fp := canon.Sum(canon.ToolCallCanonical(req.Tool, c))
-	e.fps.put(req.Tool, args, c, fp)
-	return withStored(call{Request: req, args: c, fp: fp})
+	fp := canon.Sum(canon.ToolCallCanonical(req.Tool, canonical))
+	e.fps.put(req.Tool, args, canonical, fp)
+	c.args, c.fp = canonical, fp
+	return c.setStored()
 }
 
 // outcome of one pass through the gates.
@@ -337,11 +345,9 @@ func newNonce() string {
 func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
 	p := getPass(e)
 	defer putPass(p)
-	c, err := e.validate(req)
-	if err != nil {
+	if err := e.validate(&req, &p.c); err != nil {
 		return Admission{}, err
 	}
-	p.c = c
 	out, adm, err := p.prepare(ctx)
 	e.count(out, err, false)
 	if err != nil {
@@ -472,30 +478,30 @@ func (k *knownIntents) add(intent string) {
 
 // count puts one attempt in its bucket.
 func (e *Engine) count(out outcome, err error, waited bool) {
-	var d Counters
+	var b bucket
 	switch {
 	case err == nil && out == outAdmitted:
-		d.Admitted = 1
+		b = bAdmitted
 	case err == nil && out == outReclaimed:
-		d.Reclaimed = 1
+		b = bReclaimed
 	case err == nil && out == outReplayed && waited:
-		d.Coalesced = 1
+		b = bCoalesced
 	case err == nil && out == outReplayed:
-		d.Replayed = 1
+		b = bReplayed
 	case errors.Is(err, ErrStaleReadSet):
-		d.Stale = 1
+		b = bStale
 	case errors.Is(err, ErrDomainRace):
-		d.Race = 1
+		b = bRace
 	case errors.Is(err, ErrInFlight):
-		d.InFlight = 1
+		b = bInFlight
 	case errors.Is(err, ErrPriorFailure):
-		d.PriorFailure = 1
+		b = bPriorFailure
 	case errors.Is(err, ErrConflict):
-		d.Conflict = 1
+		b = bConflict
 	default:
 		return // store errors and invalid requests are not attempts the fence decided
 	}
-	e.counts.add(d)
+	e.counts.add(b)
 }
 
 // update runs fn in a write transaction and folds this process's unflushed counters into the
@@ -836,7 +842,7 @@ func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 		return nil
 	})
 	if errors.Is(err, ErrLeaseLost) {
-		e.counts.add(Counters{LeaseLost: 1})
+		e.counts.add(bLeaseLost)
 	}
 	return next, err
 }
@@ -844,7 +850,7 @@ func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 // afterOutcome counts a lost lease and wakes waiters of the intent.
 func (e *Engine) afterOutcome(intent string, err error) {
 	if errors.Is(err, ErrLeaseLost) {
-		e.counts.add(Counters{LeaseLost: 1})
+		e.counts.add(bLeaseLost)
 		return
 	}
 	if err == nil || errors.Is(err, ErrStaleReadSet) {

@@ -3,16 +3,20 @@ package fence
 import (
 	"bytes"
 	"hash/maphash"
-	"sync"
+	"math/bits"
+	"sync/atomic"
 )
 
 // fpCache remembers the canonical arguments and fingerprint of recent calls by their exact
 // bytes, so that a retry sent byte for byte again (the common case) skips canonicalisation.
 // A hit is confirmed by comparing the full tool and argument bytes, never by hash alone.
+//
+// It is direct-mapped: a call's hash picks one slot, and a newer call with the same slot
+// replaces the older one (a miss only costs canonicalisation). Slots are atomic pointers to
+// immutable entries, so a lookup takes no lock.
 type fpCache struct {
-	mu   sync.RWMutex
-	seed maphash.Seed
-	m    map[uint64]*fpEntry
+	seed  maphash.Seed
+	slots [fpCacheSlots]atomic.Pointer[fpEntry]
 }
 
 type fpEntry struct {
@@ -23,29 +27,22 @@ type fpEntry struct {
 }
 
 const (
-	fpCacheEntries  = 4096
+	fpCacheSlots    = 4096 // a power of two
 	fpCacheMaxBytes = 4096 // larger arguments are not cached
 )
 
-func (f *fpCache) key(tool string, raw []byte) uint64 {
-	var h maphash.Hash
-	h.SetSeed(f.seed)
-	h.WriteString(tool)
-	h.WriteByte(0)
-	h.Write(raw)
-	return h.Sum64()
+func newFPCache() *fpCache { return &fpCache{seed: maphash.MakeSeed()} }
+
+func (f *fpCache) slot(tool string, raw []byte) *atomic.Pointer[fpEntry] {
+	h := maphash.Bytes(f.seed, raw) ^ bits.RotateLeft64(maphash.String(f.seed, tool), 17)
+	return &f.slots[h&(fpCacheSlots-1)]
 }
 
 func (f *fpCache) get(tool string, raw []byte) ([]byte, string, bool) {
 	if len(raw) > fpCacheMaxBytes {
 		return nil, "", false
 	}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.m == nil {
-		return nil, "", false
-	}
-	e := f.m[f.key(tool, raw)]
+	e := f.slot(tool, raw).Load()
 	if e == nil || e.tool != tool || !bytes.Equal(e.raw, raw) {
 		return nil, "", false
 	}
@@ -56,13 +53,5 @@ func (f *fpCache) put(tool string, raw, canonical []byte, fp string) {
 	if len(raw) > fpCacheMaxBytes {
 		return
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m == nil || len(f.m) >= fpCacheEntries {
-		if f.m == nil {
-			f.seed = maphash.MakeSeed()
-		}
-		f.m = make(map[uint64]*fpEntry, 64) // start over rather than track recency
-	}
-	f.m[f.key(tool, raw)] = &fpEntry{tool: tool, raw: bytes.Clone(raw), canonical: canonical, fp: fp}
+	f.slot(tool, raw).Store(&fpEntry{tool: tool, raw: bytes.Clone(raw), canonical: canonical, fp: fp})
 }

@@ -183,9 +183,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		ledger, err = tx.Counters()
 		return err
 	})
-	e.counts.mu.Lock()
-	ledger = ledger.Add(e.counts.pending)
-	e.counts.mu.Unlock()
+	ledger = ledger.Add(e.counts.unflushed())
 	return Stats{SinceBoot: boot, Ledger: ledger}, err
 }
 

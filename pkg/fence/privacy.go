@@ -141,7 +141,7 @@ func CheckRedactPath(p string) error {
 }
 
 // checkPrivacy validates the privacy settings of a request.
-func checkPrivacy(req Request) error {
+func checkPrivacy(req *Request) error {
 	if len(req.Redact) > MaxRedactPaths {
 		return InvalidError{"redact", fmt.Sprintf("names %d paths; at most %d", len(req.Redact), MaxRedactPaths)}
 	}
@@ -215,23 +215,27 @@ func redactAt(v any, path []string) bool {
 	return found
 }
 
-// withStored sets what the ledger keeps of the call's arguments, before any transaction, so a
+// setStored sets what the ledger keeps of the call's arguments, before any transaction, so a
 // redaction that fails refuses the request without touching the ledger.
-func withStored(c call) (call, error) {
+func (c *call) setStored() error {
+	if len(c.Redact) == 0 {
+		c.stored = c.args
+		return nil
+	}
 	stored, err := RedactArgs(c.args, c.Redact)
 	if err != nil {
-		return call{}, err
+		return err
 	}
 	c.stored = stored
-	return c, nil
+	return nil
 }
 
 // Fingerprint returns the fingerprint the engine records for a call of tool with args (the
 // one Record.Fingerprint holds), so a front end can check a caller's claim to have made a
 // recorded call without the ledger keeping its arguments in the clear.
 func (e *Engine) Fingerprint(tool string, args []byte) (string, error) {
-	c, err := e.validate(Request{Intent: "fingerprint", Tool: tool, Args: args})
-	if err != nil {
+	var c call
+	if err := e.validate(&Request{Intent: "fingerprint", Tool: tool, Args: args}, &c); err != nil {
 		return "", err
 	}
 	return c.fp, nil

@@ -2,7 +2,7 @@ package fence
 
 import (
 	"fmt"
-	"sync"
+	"sync/atomic"
 )
 
 // Counters count attempts by what the fence did with them. Every Prepare or PrepareWait call
@@ -77,37 +77,94 @@ type Stats struct {
 // Line is "effectfence since boot: " followed by SinceBoot.Line().
 func (s Stats) Line() string { return "effectfence since boot: " + s.SinceBoot.Line() }
 
-// counter keeps since-boot totals and the part not yet written to the ledger.
-type counter struct {
-	mu      sync.Mutex
-	boot    Counters
-	pending Counters
+// bucket names one field of Counters.
+type bucket int
+
+const (
+	bAdmitted bucket = iota
+	bReclaimed
+	bReplayed
+	bCoalesced
+	bStale
+	bRace
+	bInFlight
+	bPriorFailure
+	bConflict
+	bLeaseLost
+	nBuckets
+)
+
+// field returns the address of c's field for b.
+func (c *Counters) field(b bucket) *uint64 {
+	switch b {
+	case bAdmitted:
+		return &c.Admitted
+	case bReclaimed:
+		return &c.Reclaimed
+	case bReplayed:
+		return &c.Replayed
+	case bCoalesced:
+		return &c.Coalesced
+	case bStale:
+		return &c.Stale
+	case bRace:
+		return &c.Race
+	case bInFlight:
+		return &c.InFlight
+	case bPriorFailure:
+		return &c.PriorFailure
+	case bConflict:
+		return &c.Conflict
+	}
+	return &c.LeaseLost
 }
 
-func (k *counter) add(d Counters) {
-	k.mu.Lock()
-	k.boot = k.boot.Add(d)
-	k.pending = k.pending.Add(d)
-	k.mu.Unlock()
+// counter keeps since-boot totals and the part not yet written to the ledger. Every attempt
+// counts, so it takes no lock: two atomic increments per attempt. take and give move the
+// pending part field by field; each count lands exactly once, in the delta taken or in what
+// stays pending.
+type counter struct {
+	boot    [nBuckets]atomic.Uint64
+	pending [nBuckets]atomic.Uint64
+}
+
+func (k *counter) add(b bucket) {
+	k.boot[b].Add(1)
+	k.pending[b].Add(1)
 }
 
 func (k *counter) snapshot() Counters {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.boot
+	var c Counters
+	for b := range nBuckets {
+		*c.field(b) = k.boot[b].Load()
+	}
+	return c
+}
+
+// unflushed returns the pending part without taking it.
+func (k *counter) unflushed() Counters {
+	var c Counters
+	for b := range nBuckets {
+		*c.field(b) = k.pending[b].Load()
+	}
+	return c
 }
 
 // take removes and returns the unflushed delta; give puts it back after a failed write.
 func (k *counter) take() Counters {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	d := k.pending
-	k.pending = Counters{}
-	return d
+	var c Counters
+	for b := range nBuckets {
+		if k.pending[b].Load() != 0 {
+			*c.field(b) = k.pending[b].Swap(0)
+		}
+	}
+	return c
 }
 
 func (k *counter) give(d Counters) {
-	k.mu.Lock()
-	k.pending = k.pending.Add(d)
-	k.mu.Unlock()
+	for b := range nBuckets {
+		if v := *d.field(b); v != 0 {
+			k.pending[b].Add(v)
+		}
+	}
 }

@@ -24,8 +24,8 @@ type Notifier interface {
 // this process at once, and those of other processes through the store's Notifier if it has
 // one, else by polling the store (2 ms growing to 100 ms).
 func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Duration) (Admission, error) {
-	c, err := e.validate(req)
-	if err != nil {
+	var c call
+	if err := e.validate(&req, &c); err != nil {
 		return Admission{}, err
 	}
 	deadline := time.Now().Add(maxWait)
