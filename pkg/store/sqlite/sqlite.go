@@ -615,6 +615,14 @@ func call(fn func(fence.Tx) error, t fence.Tx) (err error) {
 	return fn(t)
 }
 
+// WriteFirst (fence.WriteFirst): the engine skips its read-only pass for an intent it has not
+// seen recorded and lets the write transaction decide. A first attempt must write anyway, so
+// the read transaction it saves was pure cost; an Update that ends up writing nothing (a
+// replay or a refusal for an intent another process recorded) holds the write lock for its
+// reads but appends nothing to the WAL, so its COMMIT does not fsync. A retry of an intent
+// this engine has seen still takes the read-only pass on a reader connection.
+func (s *Store) WriteFirst() bool { return true }
+
 // View runs fn on a read snapshot.
 func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 	if err := ctx.Err(); err != nil {
