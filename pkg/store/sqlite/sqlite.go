@@ -26,6 +26,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -69,11 +70,13 @@ type Store struct {
 	w    *sql.DB // one connection: every write goes through the leader of the write queue
 	r    *sql.DB // readers
 
+	wconn *sql.Conn // w's connection, held for the store's life (see raw.go)
+
 	mu       sync.RWMutex // guards closed against Update/View entering
 	closed   bool
 	inflight sync.WaitGroup
 	rstmts   map[string]*sql.Stmt
-	wstmts   map[string]*sql.Stmt
+	wstmts   map[string]driver.Stmt // prepared on wconn, used only inside its Raw callbacks
 
 	qmu     sync.Mutex // guards queue and leading
 	queue   []*update  // Updates waiting for a transaction
@@ -152,15 +155,68 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, s.fail(err)
 	}
 	if s.w != nil {
-		err = retryBusy(ctx, opt.BusyTimeout, func() (err error) {
-			s.wstmts, err = prepareAll(ctx, s.w)
-			return err
-		})
-		if err != nil {
+		if s.wconn, err = s.w.Conn(ctx); err != nil {
+			return nil, s.fail(err)
+		}
+		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.prepareWriter(ctx) }); err != nil {
 			return nil, s.fail(err)
 		}
 	}
 	return s, nil
+}
+
+// writerQueries are prepared on the writer's connection: the fixed queries and the
+// transaction control that tryBatch runs.
+var writerQueries = append([]string{qBegin, qCommit, qRollback}, preparedQueries...)
+
+// prepareWriter prepares writerQueries on the writer's driver connection.
+func (s *Store) prepareWriter(ctx context.Context) error {
+	return s.wconn.Raw(func(dc any) error {
+		pc, ok := dc.(driver.ConnPrepareContext)
+		if !ok {
+			return fmt.Errorf("sqlite ledger: the driver's connection (%T) cannot prepare statements", dc)
+		}
+		m := make(map[string]driver.Stmt, len(writerQueries))
+		for _, q := range writerQueries {
+			st, err := pc.PrepareContext(ctx, q)
+			if err == nil {
+				_, ok1 := st.(driver.StmtExecContext)
+				_, ok2 := st.(driver.StmtQueryContext)
+				if !ok1 || !ok2 {
+					st.Close()
+					err = fmt.Errorf("sqlite ledger: the driver's statements (%T) lack ExecContext or QueryContext", st)
+				}
+			}
+			if err != nil {
+				for _, st := range m {
+					st.Close()
+				}
+				return err
+			}
+			m[q] = st
+		}
+		s.wstmts = m
+		return nil
+	})
+}
+
+// closeWriter closes the writer's statements, its connection and its pool.
+func (s *Store) closeWriter() error {
+	var errs []error
+	if s.wconn != nil {
+		errs = append(errs, s.wconn.Raw(func(any) error {
+			var errs []error
+			for _, st := range s.wstmts {
+				errs = append(errs, st.Close())
+			}
+			return errors.Join(errs...)
+		}))
+		errs = append(errs, s.wconn.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Path is the absolute path of the ledger file.
@@ -185,14 +241,10 @@ func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
 }
 
 func (s *Store) fail(err error) error {
-	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
-		for _, st := range m {
-			st.Close()
-		}
+	for _, st := range s.rstmts {
+		st.Close()
 	}
-	if s.w != nil {
-		s.w.Close()
-	}
+	s.closeWriter()
 	if s.r != nil {
 		s.r.Close()
 	}
@@ -555,17 +607,25 @@ func (s *Store) runBatch(batch []*update) {
 // error is the transaction's (begin, savepoint or commit), shared by every function that
 // succeeded.
 func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
-	// The transaction is the store's, not any caller's: one caller's cancellation must not
-	// abort the others' writes.
-	ctx := context.Background()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return false, s.wrap(err)
+	err = s.wconn.Raw(func(dc any) error {
+		var err error
+		failed, err = s.tryBatchOn(&rawRunner{c: dc.(driver.Conn), stmts: s.wstmts}, batch, errs, savepoints)
+		return err
+	})
+	return failed, s.wrap(err)
+}
+
+// tryBatchOn is tryBatch on the writer's driver connection. The transaction is the store's,
+// not any caller's: one caller's cancellation must not abort the others' writes, so no
+// statement watches a context.
+func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoints bool) (failed bool, err error) {
+	if _, err := r.exec(qBegin); err != nil {
+		return false, err
 	}
-	committed := false
+	done := false
 	defer func() {
-		if !committed {
-			tx.Rollback()
+		if !done {
+			r.exec(qRollback)
 		}
 	}()
 	ok := 0
@@ -574,10 +634,10 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 			errs[i] = err
 			continue
 		}
-		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
+		t := &txn{s: s, r: r, now: s.opt.Now(), write: true}
 		if savepoints {
-			if _, err := t.execResult(qSavepoint); err != nil {
-				return false, s.wrap(err)
+			if _, err := r.exec(qSavepoint); err != nil {
+				return false, err
 			}
 		}
 		errs[i] = call(u.fn, t)
@@ -587,21 +647,28 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 		if errs[i] == nil {
 			ok++
 		} else if savepoints {
-			if _, err := t.execResult(qRollbackTo); err != nil {
-				return false, s.wrap(err)
+			if _, err := r.exec(qRollbackTo); err != nil {
+				return false, err
 			}
 		}
 		if savepoints {
-			if _, err := t.execResult(qRelease); err != nil {
-				return false, s.wrap(err)
+			if _, err := r.exec(qRelease); err != nil {
+				return false, err
 			}
 		}
 	}
 	if ok == 0 {
 		return false, nil
 	}
-	committed = true
-	return false, s.wrap(tx.Commit())
+	done = true
+	if _, err := r.exec(qCommit); err != nil {
+		// A COMMIT that failed may leave the transaction open (SQLITE_BUSY); end it, as
+		// database/sql would, so the connection is clean for the next batch. When SQLite has
+		// already rolled it back, this ROLLBACK fails harmlessly.
+		r.exec(qRollback)
+		return false, err
+	}
+	return false, nil
 }
 
 // call runs fn and turns a panic into an error for its caller alone, so that one bad function
@@ -641,7 +708,7 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 		return s.wrap(err)
 	}
 	defer tx.Rollback()
-	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), stmts: s.rstmts})
+	return fn(&txn{s: s, r: &sqlRunner{tx: tx, ctx: ctx, stmts: s.rstmts}, now: s.opt.Now()})
 }
 
 // Close waits for running calls and closes the file. Later calls fail
@@ -656,14 +723,10 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.inflight.Wait()
 	var errs []error
-	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
-		for _, st := range m {
-			errs = append(errs, st.Close())
-		}
+	for _, st := range s.rstmts {
+		errs = append(errs, st.Close())
 	}
-	if s.w != nil {
-		errs = append(errs, s.w.Close())
-	}
+	errs = append(errs, s.closeWriter())
 	errs = append(errs, s.r.Close())
 	return errors.Join(errs...)
 }

@@ -44,14 +44,34 @@ const (
 
 var preparedQueries = []string{qSavepoint, qRollbackTo, qRelease, qGet, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
 
+// Transaction control of the writer's connection, prepared once with the other statements.
+const (
+	qBegin    = "BEGIN IMMEDIATE"
+	qCommit   = "COMMIT"
+	qRollback = "ROLLBACK"
+)
+
 // txn is a fence.Tx over one SQLite transaction.
 type txn struct {
 	s     *Store
-	tx    *sql.Tx
-	ctx   context.Context
+	r     runner
 	now   time.Time
 	write bool
-	stmts map[string]*sql.Stmt
+}
+
+// runner runs a txn's statements: sqlRunner on a database/sql transaction (View's readers),
+// rawRunner on the writer's driver connection (Update).
+type runner interface {
+	exec(q string, args ...any) (rowsAffected int64, err error)
+	query(q string, args ...any) (rowIter, error)
+}
+
+// rowIter is the part of *sql.Rows a txn uses.
+type rowIter interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
 }
 
 var errReadOnly = errors.New("sqlite ledger: write in a read-only transaction")
@@ -62,32 +82,66 @@ func (t *txn) exec(q string, args ...any) error {
 	if !t.write {
 		return errReadOnly
 	}
-	_, err := t.execResult(q, args...)
+	_, err := t.r.exec(q, args...)
 	return t.s.wrap(err)
 }
 
-// Statements prepared once per connection (see prepareAll) are used through the transaction;
-// the driver would otherwise parse every query again, which is most of a replay's cost.
-
-func (t *txn) execResult(q string, args ...any) (sql.Result, error) {
-	if st := t.stmts[q]; st != nil {
-		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
+// queryRow scans the first row of q into dest; sql.ErrNoRows when there is none.
+func (t *txn) queryRow(q string, args []any, dest ...any) error {
+	rows, err := t.r.query(q, args...)
+	if err != nil {
+		return err
 	}
-	return t.tx.ExecContext(t.ctx, q, args...)
+	if !rows.Next() {
+		err := rows.Err()
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	err = rows.Scan(dest...)
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
-func (t *txn) queryRow(q string, args ...any) *sql.Row {
-	if st := t.stmts[q]; st != nil {
-		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
-	}
-	return t.tx.QueryRowContext(t.ctx, q, args...)
+// sqlRunner runs statements in a database/sql transaction. Statements prepared once per
+// connection (see prepareAll) are used through the transaction; the driver would otherwise
+// parse every query again, which is most of a replay's cost.
+type sqlRunner struct {
+	tx    *sql.Tx
+	ctx   context.Context
+	stmts map[string]*sql.Stmt
 }
 
-func (t *txn) query(q string, args ...any) (*sql.Rows, error) {
-	if st := t.stmts[q]; st != nil {
-		return t.tx.StmtContext(t.ctx, st).QueryContext(t.ctx, args...)
+func (r *sqlRunner) exec(q string, args ...any) (int64, error) {
+	var res sql.Result
+	var err error
+	if st := r.stmts[q]; st != nil {
+		res, err = r.tx.StmtContext(r.ctx, st).ExecContext(r.ctx, args...)
+	} else {
+		res, err = r.tx.ExecContext(r.ctx, q, args...)
 	}
-	return t.tx.QueryContext(t.ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (r *sqlRunner) query(q string, args ...any) (rowIter, error) {
+	var rows *sql.Rows
+	var err error
+	if st := r.stmts[q]; st != nil {
+		rows, err = r.tx.StmtContext(r.ctx, st).QueryContext(r.ctx, args...)
+	} else {
+		rows, err = r.tx.QueryContext(r.ctx, q, args...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
 }
 
 // decode reads a record body, reporting a damaged one as a FileError.
@@ -104,7 +158,7 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 
 func (t *txn) Get(intent string) (*fence.Record, error) {
 	var body []byte
-	err := t.queryRow(qGet, intent).Scan(&body)
+	err := t.queryRow(qGet, []any{intent}, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -169,7 +223,7 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		if page <= 0 {
 			return nil
 		}
-		rows, err := t.tx.QueryContext(t.ctx, q, append(args, after, page)...)
+		rows, err := t.r.query(q, append(args, after, page)...)
 		if err != nil {
 			return t.s.wrap(err)
 		}
@@ -209,7 +263,7 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 func (t *txn) CertByHash(hash string) (*fence.Record, error) {
 	var intent string
 	var body []byte
-	err := t.queryRow(qCertByHash, hash, string(fence.StateDone)).Scan(&intent, &body)
+	err := t.queryRow(qCertByHash, []any{hash, string(fence.StateDone)}, &intent, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -229,7 +283,7 @@ func toDB(n uint64) (int64, error) {
 
 func (t *txn) metaInt(key string) (uint64, error) {
 	var v int64
-	err := t.queryRow(qMeta, key).Scan(&v)
+	err := t.queryRow(qMeta, []any{key}, &v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &FileError{Path: t.s.path, Problem: fmt.Sprintf("lacks its %q row", key)}
 	}
@@ -241,7 +295,7 @@ func (t *txn) metaInt(key string) (uint64, error) {
 
 func (t *txn) DomainSeq(domain string) (uint64, bool, error) {
 	var v int64
-	err := t.queryRow(qDomainSeq, domain).Scan(&v)
+	err := t.queryRow(qDomainSeq, []any{domain}, &v)
 	if errors.Is(err, sql.ErrNoRows) {
 		floor, err := t.DomainFloor()
 		return floor, false, err
@@ -282,7 +336,7 @@ func (t *txn) NextToken() (uint64, error) {
 		return 0, errReadOnly
 	}
 	var v int64
-	err := t.queryRow(qNextToken).Scan(&v)
+	err := t.queryRow(qNextToken, nil, &v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &FileError{Path: t.s.path, Problem: `lacks its "token" row`}
 	}
@@ -306,7 +360,7 @@ func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
 	}
 	var last int64
 	for {
-		rows, err := t.query(q, append(args, last, scanPage)...)
+		rows, err := t.r.query(q, append(args, last, scanPage)...)
 		if err != nil {
 			return t.s.wrap(err)
 		}
@@ -346,12 +400,11 @@ func (t *txn) DeleteEventsBefore(before time.Time) (int, error) {
 	for _, k := range fence.KeptForeverKinds() {
 		args = append(args, k)
 	}
-	res, err := t.execResult(qDeleteEvents, args...)
+	n, err := t.r.exec(qDeleteEvents, args...)
 	if err != nil {
 		return 0, t.s.wrap(err)
 	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return int(n), nil
 }
 
 // counterFields maps the ledger's counter names (the JSON names of fence.Counters) to fields.
@@ -386,7 +439,7 @@ func (t *txn) AddCounters(d fence.Counters) error {
 func (t *txn) Counters() (fence.Counters, error) {
 	var c fence.Counters
 	fields := counterFields(&c)
-	rows, err := t.query(qCounters)
+	rows, err := t.r.query(qCounters)
 	if err != nil {
 		return c, t.s.wrap(err)
 	}
