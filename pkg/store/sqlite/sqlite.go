@@ -222,9 +222,9 @@ func (s *Store) closeWriter() error {
 // Path is the absolute path of the ledger file.
 func (s *Store) Path() string { return s.path }
 
-// prepareAll prepares the fixed queries on db before any transaction holds its connections
-// (preparing later on the writer's single connection would wait for itself). Transactions
-// use them through Tx.StmtContext, which reuses the statement on the same connection.
+// prepareAll prepares the fixed queries on the readers' pool before any transaction holds its
+// connections. View's transactions use them through Tx.StmtContext, which reuses the
+// statement on the same connection. (The writer prepares its own: prepareWriter.)
 func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
 	m := make(map[string]*sql.Stmt, len(preparedQueries))
 	for _, q := range preparedQueries {
@@ -275,7 +275,8 @@ func retryBusy(ctx context.Context, limit time.Duration, fn func() error) error 
 }
 
 // dsn builds the modernc.org/sqlite data source name. The writer's _txlock=immediate makes
-// BeginTx issue BEGIN IMMEDIATE (TestUpdateBeginsImmediate checks it). Only the writer sets
+// BeginTx issue BEGIN IMMEDIATE for the migration; Update's transactions issue it themselves
+// (qBegin; TestUpdateBeginsImmediate checks what reaches SQLite). Only the writer sets
 // the journal mode, because that pragma converts the file: it must not run before
 // checkIdentity has confirmed, on a reader, that the file is ours.
 func dsn(path string, opt Options, writer bool) string {
