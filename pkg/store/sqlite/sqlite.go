@@ -70,7 +70,7 @@ type Store struct {
 	w    *sql.DB // one connection: every write goes through the leader of the write queue
 	r    *sql.DB // readers
 
-	wconn *sql.Conn // w's connection, held for the store's life (see raw.go)
+	wconn *sql.Conn // w's only connection, held from Open to Close (see raw.go): after Open nothing may use w itself, it would wait for this connection forever
 
 	mu       sync.RWMutex // guards closed against Update/View entering
 	closed   bool
