@@ -18,6 +18,7 @@ import (
 // rawRunner runs statements on the writer's driver connection. It is used only inside a
 // (*sql.Conn).Raw callback of the connection its statements were prepared on.
 type rawRunner struct {
+	ctx   context.Context // the writer's: context.Background(); a reader's: View's
 	c     driver.Conn
 	stmts map[string]driver.Stmt
 }
@@ -27,7 +28,7 @@ func (r *rawRunner) stmt(q string) (st driver.Stmt, temp bool, err error) {
 	if st := r.stmts[q]; st != nil {
 		return st, false, nil
 	}
-	st, err = r.c.(driver.ConnPrepareContext).PrepareContext(context.Background(), q)
+	st, err = r.c.(driver.ConnPrepareContext).PrepareContext(r.ctx, q)
 	return st, true, err
 }
 
@@ -43,7 +44,7 @@ func (r *rawRunner) exec(q string, args ...any) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	res, err := st.(driver.StmtExecContext).ExecContext(context.Background(), nv)
+	res, err := st.(driver.StmtExecContext).ExecContext(r.ctx, nv)
 	if err != nil {
 		return 0, err
 	}
@@ -58,7 +59,7 @@ func (r *rawRunner) query(q string, args ...any) (rowIter, error) {
 	nv, err := namedValues(args)
 	if err == nil {
 		var rows driver.Rows
-		rows, err = st.(driver.StmtQueryContext).QueryContext(context.Background(), nv)
+		rows, err = st.(driver.StmtQueryContext).QueryContext(r.ctx, nv)
 		if err == nil {
 			it := &rawRows{rows: rows, vals: make([]driver.Value, len(rows.Columns()))}
 			if temp {

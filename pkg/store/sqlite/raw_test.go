@@ -4,9 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 type kind string
@@ -50,7 +54,7 @@ func TestRawRunnerScan(t *testing.T) {
 	}
 	defer conn.Close()
 	err = conn.Raw(func(dc any) error {
-		r := &rawRunner{c: dc.(driver.Conn)}
+		r := &rawRunner{ctx: ctx, c: dc.(driver.Conn)}
 		if _, err := r.exec("CREATE TABLE t(i INTEGER, s TEXT, b BLOB, n TEXT)"); err != nil {
 			return err
 		}
@@ -114,5 +118,79 @@ func TestRawRunnerScan(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Each reader connection's statements are closed by Close, those of a connection that a
+// panicking View left behind at once; Views go on working after such a panic.
+func TestReaderStatementsClosed(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold several Views open at once, so that the pool opens more than one reader.
+	var wg sync.WaitGroup
+	hold, in := make(chan struct{}), make(chan struct{})
+	for range maxReaders {
+		wg.Go(func() {
+			err := s.View(ctx, func(tx fence.Tx) error {
+				in <- struct{}{}
+				<-hold
+				_, err := tx.Get("x")
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for range maxReaders {
+		<-in // every View holds its own reader connection now
+	}
+	close(hold)
+	wg.Wait()
+	s.rmu.Lock()
+	readers := len(s.rstmts)
+	s.rmu.Unlock()
+	if readers != maxReaders {
+		t.Fatalf("%d reader connections with statements, want %d", readers, maxReaders)
+	}
+	func() {
+		defer func() { recover() }()
+		s.View(ctx, func(fence.Tx) error { panic("boom") })
+	}()
+	s.rmu.Lock()
+	after := len(s.rstmts)
+	s.rmu.Unlock()
+	if after != readers-1 {
+		t.Errorf("after a panicking View %d readers have statements, want %d", after, readers-1)
+	}
+	if err := s.View(ctx, func(tx fence.Tx) error { _, err := tx.Get("x"); return err }); err != nil {
+		t.Fatalf("View after a panicking one: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.rstmts) != 0 {
+		t.Errorf("Close left the statements of %d readers open", len(s.rstmts))
+	}
+}
+
+// A View whose context is done while it runs fails with the context's error.
+func TestViewContextDone(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	err = s.View(ctx, func(tx fence.Tx) error {
+		cancel()
+		_, err := tx.Get("x")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("View with a cancelled context: %v", err)
 	}
 }

@@ -75,8 +75,9 @@ type Store struct {
 	mu       sync.RWMutex // guards closed against Update/View entering
 	closed   bool
 	inflight sync.WaitGroup
-	rstmts   map[string]*sql.Stmt
-	wstmts   map[string]driver.Stmt // prepared on wconn, used only inside its Raw callbacks
+	rmu      sync.Mutex                     // guards rstmts
+	rstmts   map[any]map[string]driver.Stmt // each reader connection's statements (see readerRunner)
+	wstmts   map[string]driver.Stmt         // prepared on wconn, used only inside its Raw callbacks
 
 	qmu     sync.Mutex // guards queue and leading
 	queue   []*update  // Updates waiting for a transaction
@@ -122,8 +123,8 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
-	s.r.SetMaxOpenConns(4)
-	s.r.SetMaxIdleConns(4)
+	s.r.SetMaxOpenConns(maxReaders)
+	s.r.SetMaxIdleConns(maxReaders) // idle readers are never closed: their statements stay valid
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkIdentity(ctx) }); err != nil {
 		return nil, s.fail(err)
 	}
@@ -147,9 +148,17 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkVersion(ctx) }); err != nil {
 		return nil, s.fail(err)
 	}
-	err = retryBusy(ctx, opt.BusyTimeout, func() (err error) {
-		s.rstmts, err = prepareAll(ctx, s.r)
-		return err
+	s.rstmts = map[any]map[string]driver.Stmt{}
+	err = retryBusy(ctx, opt.BusyTimeout, func() error {
+		c, err := s.r.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return c.Raw(func(dc any) error {
+			_, err := s.readerRunner(ctx, dc)
+			return err
+		})
 	})
 	if err != nil {
 		return nil, s.fail(err)
@@ -171,32 +180,9 @@ var writerQueries = append([]string{qBegin, qCommit, qRollback}, preparedQueries
 
 // prepareWriter prepares writerQueries on the writer's driver connection.
 func (s *Store) prepareWriter(ctx context.Context) error {
-	return s.wconn.Raw(func(dc any) error {
-		pc, ok := dc.(driver.ConnPrepareContext)
-		if !ok {
-			return fmt.Errorf("sqlite ledger: the driver's connection (%T) cannot prepare statements", dc)
-		}
-		m := make(map[string]driver.Stmt, len(writerQueries))
-		for _, q := range writerQueries {
-			st, err := pc.PrepareContext(ctx, q)
-			if err == nil {
-				_, ok1 := st.(driver.StmtExecContext)
-				_, ok2 := st.(driver.StmtQueryContext)
-				if !ok1 || !ok2 {
-					st.Close()
-					err = fmt.Errorf("sqlite ledger: the driver's statements (%T) lack ExecContext or QueryContext", st)
-				}
-			}
-			if err != nil {
-				for _, st := range m {
-					st.Close()
-				}
-				return err
-			}
-			m[q] = st
-		}
-		s.wstmts = m
-		return nil
+	return s.wconn.Raw(func(dc any) (err error) {
+		s.wstmts, err = prepareOn(ctx, dc, writerQueries)
+		return err
 	})
 }
 
@@ -222,13 +208,26 @@ func (s *Store) closeWriter() error {
 // Path is the absolute path of the ledger file.
 func (s *Store) Path() string { return s.path }
 
-// prepareAll prepares the fixed queries on the readers' pool before any transaction holds its
-// connections. View's transactions use them through Tx.StmtContext, which reuses the
-// statement on the same connection. (The writer prepares its own: prepareWriter.)
-func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
-	m := make(map[string]*sql.Stmt, len(preparedQueries))
-	for _, q := range preparedQueries {
-		st, err := db.PrepareContext(ctx, q)
+// readerQueries are prepared on each reader connection.
+var readerQueries = append([]string{qBeginRead, qRollback}, preparedQueries...)
+
+// prepareOn prepares queries on a driver connection.
+func prepareOn(ctx context.Context, dc any, queries []string) (map[string]driver.Stmt, error) {
+	pc, ok := dc.(driver.ConnPrepareContext)
+	if !ok {
+		return nil, fmt.Errorf("sqlite ledger: the driver's connection (%T) cannot prepare statements", dc)
+	}
+	m := make(map[string]driver.Stmt, len(queries))
+	for _, q := range queries {
+		st, err := pc.PrepareContext(ctx, q)
+		if err == nil {
+			_, ok1 := st.(driver.StmtExecContext)
+			_, ok2 := st.(driver.StmtQueryContext)
+			if !ok1 || !ok2 {
+				st.Close()
+				err = fmt.Errorf("sqlite ledger: the driver's statements (%T) lack ExecContext or QueryContext", st)
+			}
+		}
 		if err != nil {
 			for _, st := range m {
 				st.Close()
@@ -240,14 +239,73 @@ func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
 	return m, nil
 }
 
+// readerRunner returns a runner on the reader connection dc (inside its Raw callback), with
+// the statements prepared on it, preparing them on its first use.
+func (s *Store) readerRunner(ctx context.Context, dc any) (*rawRunner, error) {
+	s.rmu.Lock()
+	stmts := s.rstmts[dc]
+	s.rmu.Unlock()
+	if stmts == nil {
+		var err error
+		if stmts, err = prepareOn(ctx, dc, readerQueries); err != nil {
+			return nil, err
+		}
+		s.rmu.Lock()
+		s.rstmts[dc] = stmts
+		s.rmu.Unlock()
+	}
+	return &rawRunner{ctx: ctx, c: dc.(driver.Conn), stmts: stmts}, nil
+}
+
+// dropReader closes the statements of reader connection dc and forgets them.
+func (s *Store) dropReader(dc any) error {
+	s.rmu.Lock()
+	stmts := s.rstmts[dc]
+	delete(s.rstmts, dc)
+	s.rmu.Unlock()
+	var errs []error
+	for _, st := range stmts {
+		errs = append(errs, st.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// maxReaders is the size of the readers' pool.
+const maxReaders = 4
+
+// closeReaders closes the statements of every reader connection, then the readers' pool. No
+// View runs any more, so the connections sit idle in the pool: taking as many connections as
+// the pool holds reaches each of them.
+func (s *Store) closeReaders() error {
+	if s.r == nil {
+		return nil
+	}
+	var errs []error
+	var conns []*sql.Conn
+	for len(conns) < maxReaders {
+		s.rmu.Lock()
+		left := len(s.rstmts)
+		s.rmu.Unlock()
+		if left == 0 {
+			break
+		}
+		c, err := s.r.Conn(context.Background())
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		conns = append(conns, c)
+		errs = append(errs, c.Raw(func(dc any) error { return s.dropReader(dc) }))
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	return errors.Join(append(errs, s.r.Close())...)
+}
+
 func (s *Store) fail(err error) error {
-	for _, st := range s.rstmts {
-		st.Close()
-	}
 	s.closeWriter()
-	if s.r != nil {
-		s.r.Close()
-	}
+	s.closeReaders()
 	return s.wrap(err)
 }
 
@@ -610,7 +668,7 @@ func (s *Store) runBatch(batch []*update) {
 func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
 	err = s.wconn.Raw(func(dc any) error {
 		var err error
-		failed, err = s.tryBatchOn(&rawRunner{c: dc.(driver.Conn), stmts: s.wstmts}, batch, errs, savepoints)
+		failed, err = s.tryBatchOn(&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}, batch, errs, savepoints)
 		return err
 	})
 	return failed, s.wrap(err)
@@ -704,12 +762,38 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 	s.inflight.Add(1)
 	s.mu.RUnlock()
 	defer s.inflight.Done()
-	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	c, err := s.r.Conn(ctx)
 	if err != nil {
 		return s.wrap(err)
 	}
-	defer tx.Rollback()
-	return fn(&txn{s: s, r: &sqlRunner{tx: tx, ctx: ctx, stmts: s.rstmts}, now: s.opt.Now()})
+	defer c.Close()
+	var ferr error
+	err = c.Raw(func(dc any) error {
+		r, err := s.readerRunner(ctx, dc)
+		if err != nil {
+			return err
+		}
+		if _, err := r.exec(qBeginRead); err != nil {
+			return err
+		}
+		ended := false
+		defer func() {
+			// ROLLBACK ends the read transaction whatever fn did; it does not watch ctx, which
+			// may be done by now. A panic in fn makes database/sql discard the connection:
+			// its statements go with it.
+			(&rawRunner{ctx: context.Background(), c: r.c, stmts: r.stmts}).exec(qRollback)
+			if !ended {
+				s.dropReader(dc)
+			}
+		}()
+		ferr = fn(&txn{s: s, r: r, now: s.opt.Now()})
+		ended = true
+		return nil
+	})
+	if err != nil {
+		return s.wrap(err)
+	}
+	return ferr
 }
 
 // Close waits for running calls and closes the file. Later calls fail
@@ -723,11 +807,5 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
-	var errs []error
-	for _, st := range s.rstmts {
-		errs = append(errs, st.Close())
-	}
-	errs = append(errs, s.closeWriter())
-	errs = append(errs, s.r.Close())
-	return errors.Join(errs...)
+	return errors.Join(s.closeWriter(), s.closeReaders())
 }

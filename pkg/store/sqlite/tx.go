@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
-// The fixed queries, prepared once on each connection (see Store.prepareAll).
+// The fixed queries, prepared once on each connection (see prepareOn).
 const (
 	qGet = "SELECT body FROM records WHERE intent = ?"
 	qPut = `INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
@@ -49,6 +48,8 @@ const (
 	qBegin    = "BEGIN IMMEDIATE"
 	qCommit   = "COMMIT"
 	qRollback = "ROLLBACK"
+	// qBeginRead begins a View's transaction: deferred, its snapshot is taken at its first read.
+	qBeginRead = "BEGIN"
 )
 
 // txn is a fence.Tx over one SQLite transaction.
@@ -59,8 +60,8 @@ type txn struct {
 	write bool
 }
 
-// runner runs a txn's statements: sqlRunner on a database/sql transaction (View's readers),
-// rawRunner on the writer's driver connection (Update).
+// runner runs a txn's statements (rawRunner: on a reader's or the writer's driver
+// connection).
 type runner interface {
 	exec(q string, args ...any) (rowsAffected int64, err error)
 	query(q string, args ...any) (rowIter, error)
@@ -105,43 +106,6 @@ func (t *txn) queryRow(q string, args []any, dest ...any) error {
 		err = cerr
 	}
 	return err
-}
-
-// sqlRunner runs statements in a database/sql transaction. Statements prepared once per
-// connection (see prepareAll) are used through the transaction; the driver would otherwise
-// parse every query again, which is most of a replay's cost.
-type sqlRunner struct {
-	tx    *sql.Tx
-	ctx   context.Context
-	stmts map[string]*sql.Stmt
-}
-
-func (r *sqlRunner) exec(q string, args ...any) (int64, error) {
-	var res sql.Result
-	var err error
-	if st := r.stmts[q]; st != nil {
-		res, err = r.tx.StmtContext(r.ctx, st).ExecContext(r.ctx, args...)
-	} else {
-		res, err = r.tx.ExecContext(r.ctx, q, args...)
-	}
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (r *sqlRunner) query(q string, args ...any) (rowIter, error) {
-	var rows *sql.Rows
-	var err error
-	if st := r.stmts[q]; st != nil {
-		rows, err = r.tx.StmtContext(r.ctx, st).QueryContext(r.ctx, args...)
-	} else {
-		rows, err = r.tx.QueryContext(r.ctx, q, args...)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return rows, nil
 }
 
 // decode reads a record body, reporting a damaged one as a FileError.
