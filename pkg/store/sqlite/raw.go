@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// The writer runs its transactions on the driver connection itself ((*sql.Conn).Raw), with
-// statements the driver prepared once, BEGIN IMMEDIATE, COMMIT and ROLLBACK included. Through
+// Transactions run on the driver connection itself ((*sql.Conn).Raw), with statements the
+// driver prepared once per connection, BEGIN, COMMIT and ROLLBACK included. Through
 // database/sql every transaction would start a goroutine that watches its context, and the
-// driver, seeing that context, one more per statement; the writer's transactions belong to the
-// store, not to a caller (see tryBatch), so they have no context to watch. Rows are scanned
-// without reflection.
+// driver, seeing that context, one more per statement. The writer's transactions belong to
+// the store, not to a caller (see tryBatch), so they watch no context at all; a View's
+// statements watch its caller's context, as before. Rows are scanned without reflection.
 
-// rawRunner runs statements on the writer's driver connection. It is used only inside a
+// rawRunner runs statements on a driver connection. It is used only inside a
 // (*sql.Conn).Raw callback of the connection its statements were prepared on.
 type rawRunner struct {
 	ctx   context.Context // the writer's: context.Background(); a reader's: View's
