@@ -83,7 +83,7 @@ func reportFloor(b *testing.B, dir string, before time.Duration, elapsed time.Du
 	b.ReportMetric(float64(elapsed)/float64(b.N)/float64(floor), "fsyncs/op")
 }
 
-func benchEngine(b *testing.B) (*fence.Engine, string) {
+func benchEngine(b *testing.B) (*fence.Engine, *sqlite.Store, string) {
 	dir := b.TempDir()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "ledger.db"), sqlite.Options{})
 	if err != nil {
@@ -91,7 +91,7 @@ func benchEngine(b *testing.B) (*fence.Engine, string) {
 	}
 	eng := fence.New(st, fence.Config{})
 	b.Cleanup(func() { eng.Close() })
-	return eng, dir
+	return eng, st, dir
 }
 
 // bodySizes are the sizes of a done record's body the benchmarks run at: the smallest record
@@ -106,6 +106,7 @@ var bodySizes = []struct {
 // bencher admits and commits distinct intents whose done records are about a given size.
 type bencher struct {
 	eng  *fence.Engine
+	st   *sqlite.Store
 	dir  string
 	args []byte // the call's arguments, padded so that the record reaches its size
 	body int    // the size of a done record's body (reported as body-bytes)
@@ -115,8 +116,8 @@ type bencher struct {
 // the arguments twice, in the record and in its cert) is about size bytes; the size reached is
 // reported as body-bytes.
 func newBencher(b *testing.B, size int) *bencher {
-	eng, dir := benchEngine(b)
-	z := &bencher{eng: eng, dir: dir, args: padArgs(0)}
+	eng, st, dir := benchEngine(b)
+	z := &bencher{eng: eng, st: st, dir: dir, args: padArgs(0)}
 	z.admitCommit(b, "bench:calibrate")
 	base := z.bodyBytes(b)
 	z.args = padArgs(max(0, (size-base)/2))
@@ -257,4 +258,25 @@ func BenchmarkReplay(b *testing.B) {
 			reportIO(b, z, r0, w0)
 		})
 	}
+}
+
+// BenchmarkReplayUnseen is a duplicate of a committed intent that this engine has not seen
+// recorded (another process, or this one before a restart, recorded it): a WriteFirst store
+// answers it from the write transaction, which writes nothing and so fsyncs nothing.
+func BenchmarkReplayUnseen(b *testing.B) {
+	z := newBencher(b, 0)
+	for i := 0; i < b.N; i++ {
+		z.admitCommit(b, fmt.Sprintf("bench:%d", i))
+	}
+	other := fence.New(z.st, fence.Config{})
+	r0, w0 := ioCounts()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		adm, err := other.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("bench:%d", i), Tool: "charge_card", Args: z.args, Agent: "bench"})
+		if err != nil || adm.Fresh() {
+			b.Fatalf("replay: %+v %v", adm, err)
+		}
+	}
+	b.StopTimer()
+	reportIO(b, z, r0, w0)
 }

@@ -26,6 +26,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -69,11 +70,14 @@ type Store struct {
 	w    *sql.DB // one connection: every write goes through the leader of the write queue
 	r    *sql.DB // readers
 
+	wconn *sql.Conn // w's only connection, held from Open to Close (see raw.go): after Open nothing may use w itself, it would wait for this connection forever
+
 	mu       sync.RWMutex // guards closed against Update/View entering
 	closed   bool
 	inflight sync.WaitGroup
-	rstmts   map[string]*sql.Stmt
-	wstmts   map[string]*sql.Stmt
+	rmu      sync.Mutex                     // guards rstmts
+	rstmts   map[any]map[string]driver.Stmt // each reader connection's statements (see readerRunner)
+	wstmts   map[string]driver.Stmt         // prepared on wconn, used only inside its Raw callbacks
 
 	qmu     sync.Mutex // guards queue and leading
 	queue   []*update  // Updates waiting for a transaction
@@ -119,8 +123,8 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
-	s.r.SetMaxOpenConns(4)
-	s.r.SetMaxIdleConns(4)
+	s.r.SetMaxOpenConns(maxReaders)
+	s.r.SetMaxIdleConns(maxReaders) // idle readers are never closed: their statements stay valid
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkIdentity(ctx) }); err != nil {
 		return nil, s.fail(err)
 	}
@@ -144,35 +148,86 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkVersion(ctx) }); err != nil {
 		return nil, s.fail(err)
 	}
-	err = retryBusy(ctx, opt.BusyTimeout, func() (err error) {
-		s.rstmts, err = prepareAll(ctx, s.r)
-		return err
+	s.rstmts = map[any]map[string]driver.Stmt{}
+	err = retryBusy(ctx, opt.BusyTimeout, func() error {
+		c, err := s.r.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return c.Raw(func(dc any) error {
+			_, err := s.readerRunner(ctx, dc)
+			return err
+		})
 	})
 	if err != nil {
 		return nil, s.fail(err)
 	}
 	if s.w != nil {
-		err = retryBusy(ctx, opt.BusyTimeout, func() (err error) {
-			s.wstmts, err = prepareAll(ctx, s.w)
-			return err
-		})
-		if err != nil {
+		if s.wconn, err = s.w.Conn(ctx); err != nil {
+			return nil, s.fail(err)
+		}
+		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.prepareWriter(ctx) }); err != nil {
 			return nil, s.fail(err)
 		}
 	}
 	return s, nil
 }
 
+// writerQueries are prepared on the writer's connection: the fixed queries and the
+// transaction control that tryBatch runs.
+var writerQueries = append([]string{qBegin, qCommit, qRollback}, preparedQueries...)
+
+// prepareWriter prepares writerQueries on the writer's driver connection.
+func (s *Store) prepareWriter(ctx context.Context) error {
+	return s.wconn.Raw(func(dc any) (err error) {
+		s.wstmts, err = prepareOn(ctx, dc, writerQueries)
+		return err
+	})
+}
+
+// closeWriter closes the writer's statements, its connection and its pool.
+func (s *Store) closeWriter() error {
+	var errs []error
+	if s.wconn != nil {
+		errs = append(errs, s.wconn.Raw(func(any) error {
+			var errs []error
+			for _, st := range s.wstmts {
+				errs = append(errs, st.Close())
+			}
+			return errors.Join(errs...)
+		}))
+		errs = append(errs, s.wconn.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	return errors.Join(errs...)
+}
+
 // Path is the absolute path of the ledger file.
 func (s *Store) Path() string { return s.path }
 
-// prepareAll prepares the fixed queries on db before any transaction holds its connections
-// (preparing later on the writer's single connection would wait for itself). Transactions
-// use them through Tx.StmtContext, which reuses the statement on the same connection.
-func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
-	m := make(map[string]*sql.Stmt, len(preparedQueries))
-	for _, q := range preparedQueries {
-		st, err := db.PrepareContext(ctx, q)
+// readerQueries are prepared on each reader connection.
+var readerQueries = append([]string{qBeginRead, qRollback}, preparedQueries...)
+
+// prepareOn prepares queries on a driver connection.
+func prepareOn(ctx context.Context, dc any, queries []string) (map[string]driver.Stmt, error) {
+	pc, ok := dc.(driver.ConnPrepareContext)
+	if !ok {
+		return nil, fmt.Errorf("sqlite ledger: the driver's connection (%T) cannot prepare statements", dc)
+	}
+	m := make(map[string]driver.Stmt, len(queries))
+	for _, q := range queries {
+		st, err := pc.PrepareContext(ctx, q)
+		if err == nil {
+			_, ok1 := st.(driver.StmtExecContext)
+			_, ok2 := st.(driver.StmtQueryContext)
+			if !ok1 || !ok2 {
+				st.Close()
+				err = fmt.Errorf("sqlite ledger: the driver's statements (%T) lack ExecContext or QueryContext", st)
+			}
+		}
 		if err != nil {
 			for _, st := range m {
 				st.Close()
@@ -184,18 +239,73 @@ func prepareAll(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
 	return m, nil
 }
 
-func (s *Store) fail(err error) error {
-	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
-		for _, st := range m {
-			st.Close()
+// readerRunner returns a runner on the reader connection dc (inside its Raw callback), with
+// the statements prepared on it, preparing them on its first use.
+func (s *Store) readerRunner(ctx context.Context, dc any) (*rawRunner, error) {
+	s.rmu.Lock()
+	stmts := s.rstmts[dc]
+	s.rmu.Unlock()
+	if stmts == nil {
+		var err error
+		if stmts, err = prepareOn(ctx, dc, readerQueries); err != nil {
+			return nil, err
 		}
+		s.rmu.Lock()
+		s.rstmts[dc] = stmts
+		s.rmu.Unlock()
 	}
-	if s.w != nil {
-		s.w.Close()
+	return &rawRunner{ctx: ctx, c: dc.(driver.Conn), stmts: stmts}, nil
+}
+
+// dropReader closes the statements of reader connection dc and forgets them.
+func (s *Store) dropReader(dc any) error {
+	s.rmu.Lock()
+	stmts := s.rstmts[dc]
+	delete(s.rstmts, dc)
+	s.rmu.Unlock()
+	var errs []error
+	for _, st := range stmts {
+		errs = append(errs, st.Close())
 	}
-	if s.r != nil {
-		s.r.Close()
+	return errors.Join(errs...)
+}
+
+// maxReaders is the size of the readers' pool.
+const maxReaders = 4
+
+// closeReaders closes the statements of every reader connection, then the readers' pool. No
+// View runs any more, so the connections sit idle in the pool: taking as many connections as
+// the pool holds reaches each of them.
+func (s *Store) closeReaders() error {
+	if s.r == nil {
+		return nil
 	}
+	var errs []error
+	var conns []*sql.Conn
+	for len(conns) < maxReaders {
+		s.rmu.Lock()
+		left := len(s.rstmts)
+		s.rmu.Unlock()
+		if left == 0 {
+			break
+		}
+		c, err := s.r.Conn(context.Background())
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		conns = append(conns, c)
+		errs = append(errs, c.Raw(func(dc any) error { return s.dropReader(dc) }))
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	return errors.Join(append(errs, s.r.Close())...)
+}
+
+func (s *Store) fail(err error) error {
+	s.closeWriter()
+	s.closeReaders()
 	return s.wrap(err)
 }
 
@@ -223,7 +333,8 @@ func retryBusy(ctx context.Context, limit time.Duration, fn func() error) error 
 }
 
 // dsn builds the modernc.org/sqlite data source name. The writer's _txlock=immediate makes
-// BeginTx issue BEGIN IMMEDIATE (TestUpdateBeginsImmediate checks it). Only the writer sets
+// BeginTx issue BEGIN IMMEDIATE for the migration; Update's transactions issue it themselves
+// (qBegin; TestUpdateBeginsImmediate checks what reaches SQLite). Only the writer sets
 // the journal mode, because that pragma converts the file: it must not run before
 // checkIdentity has confirmed, on a reader, that the file is ours.
 func dsn(path string, opt Options, writer bool) string {
@@ -555,17 +666,25 @@ func (s *Store) runBatch(batch []*update) {
 // error is the transaction's (begin, savepoint or commit), shared by every function that
 // succeeded.
 func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
-	// The transaction is the store's, not any caller's: one caller's cancellation must not
-	// abort the others' writes.
-	ctx := context.Background()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return false, s.wrap(err)
+	err = s.wconn.Raw(func(dc any) error {
+		var err error
+		failed, err = s.tryBatchOn(&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}, batch, errs, savepoints)
+		return err
+	})
+	return failed, s.wrap(err)
+}
+
+// tryBatchOn is tryBatch on the writer's driver connection. The transaction is the store's,
+// not any caller's: one caller's cancellation must not abort the others' writes, so no
+// statement watches a context.
+func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoints bool) (failed bool, err error) {
+	if _, err := r.exec(qBegin); err != nil {
+		return false, err
 	}
-	committed := false
+	done := false
 	defer func() {
-		if !committed {
-			tx.Rollback()
+		if !done {
+			r.exec(qRollback)
 		}
 	}()
 	ok := 0
@@ -574,10 +693,10 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 			errs[i] = err
 			continue
 		}
-		t := &txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), write: true, stmts: s.wstmts}
+		t := &txn{s: s, r: r, now: s.opt.Now(), write: true}
 		if savepoints {
-			if _, err := t.execResult(qSavepoint); err != nil {
-				return false, s.wrap(err)
+			if _, err := r.exec(qSavepoint); err != nil {
+				return false, err
 			}
 		}
 		errs[i] = call(u.fn, t)
@@ -587,21 +706,28 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 		if errs[i] == nil {
 			ok++
 		} else if savepoints {
-			if _, err := t.execResult(qRollbackTo); err != nil {
-				return false, s.wrap(err)
+			if _, err := r.exec(qRollbackTo); err != nil {
+				return false, err
 			}
 		}
 		if savepoints {
-			if _, err := t.execResult(qRelease); err != nil {
-				return false, s.wrap(err)
+			if _, err := r.exec(qRelease); err != nil {
+				return false, err
 			}
 		}
 	}
 	if ok == 0 {
 		return false, nil
 	}
-	committed = true
-	return false, s.wrap(tx.Commit())
+	done = true
+	if _, err := r.exec(qCommit); err != nil {
+		// A COMMIT that failed may leave the transaction open (SQLITE_BUSY); end it, as
+		// database/sql would, so the connection is clean for the next batch. When SQLite has
+		// already rolled it back, this ROLLBACK fails harmlessly.
+		r.exec(qRollback)
+		return false, err
+	}
+	return false, nil
 }
 
 // call runs fn and turns a panic into an error for its caller alone, so that one bad function
@@ -614,6 +740,14 @@ func call(fn func(fence.Tx) error, t fence.Tx) (err error) {
 	}()
 	return fn(t)
 }
+
+// WriteFirst (fence.WriteFirst): the engine skips its read-only pass for an intent it has not
+// seen recorded and lets the write transaction decide. A first attempt must write anyway, so
+// the read transaction it saves was pure cost; an Update that ends up writing nothing (a
+// replay or a refusal for an intent another process recorded) holds the write lock for its
+// reads but appends nothing to the WAL, so its COMMIT does not fsync. A retry of an intent
+// this engine has seen still takes the read-only pass on a reader connection.
+func (s *Store) WriteFirst() bool { return true }
 
 // View runs fn on a read snapshot.
 func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
@@ -628,12 +762,38 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 	s.inflight.Add(1)
 	s.mu.RUnlock()
 	defer s.inflight.Done()
-	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	c, err := s.r.Conn(ctx)
 	if err != nil {
 		return s.wrap(err)
 	}
-	defer tx.Rollback()
-	return fn(&txn{s: s, tx: tx, ctx: ctx, now: s.opt.Now(), stmts: s.rstmts})
+	defer c.Close()
+	var ferr error
+	err = c.Raw(func(dc any) error {
+		r, err := s.readerRunner(ctx, dc)
+		if err != nil {
+			return err
+		}
+		if _, err := r.exec(qBeginRead); err != nil {
+			return err
+		}
+		ended := false
+		defer func() {
+			// ROLLBACK ends the read transaction whatever fn did; it does not watch ctx, which
+			// may be done by now. A panic in fn makes database/sql discard the connection:
+			// its statements go with it.
+			(&rawRunner{ctx: context.Background(), c: r.c, stmts: r.stmts}).exec(qRollback)
+			if !ended {
+				s.dropReader(dc)
+			}
+		}()
+		ferr = fn(&txn{s: s, r: r, now: s.opt.Now()})
+		ended = true
+		return nil
+	})
+	if err != nil {
+		return s.wrap(err)
+	}
+	return ferr
 }
 
 // Close waits for running calls and closes the file. Later calls fail
@@ -647,15 +807,5 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
-	var errs []error
-	for _, m := range []map[string]*sql.Stmt{s.rstmts, s.wstmts} {
-		for _, st := range m {
-			errs = append(errs, st.Close())
-		}
-	}
-	if s.w != nil {
-		errs = append(errs, s.w.Close())
-	}
-	errs = append(errs, s.r.Close())
-	return errors.Join(errs...)
+	return errors.Join(s.closeWriter(), s.closeReaders())
 }

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
-// The fixed queries, prepared once on each connection (see Store.prepareAll).
+// The fixed queries, prepared once on each connection (see prepareOn).
 const (
 	qGet = "SELECT body FROM records WHERE intent = ?"
 	qPut = `INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
@@ -44,14 +43,36 @@ const (
 
 var preparedQueries = []string{qSavepoint, qRollbackTo, qRelease, qGet, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
 
+// Transaction control of the writer's connection, prepared once with the other statements.
+const (
+	qBegin    = "BEGIN IMMEDIATE"
+	qCommit   = "COMMIT"
+	qRollback = "ROLLBACK"
+	// qBeginRead begins a View's transaction: deferred, its snapshot is taken at its first read.
+	qBeginRead = "BEGIN"
+)
+
 // txn is a fence.Tx over one SQLite transaction.
 type txn struct {
 	s     *Store
-	tx    *sql.Tx
-	ctx   context.Context
+	r     runner
 	now   time.Time
 	write bool
-	stmts map[string]*sql.Stmt
+}
+
+// runner runs a txn's statements (rawRunner: on a reader's or the writer's driver
+// connection).
+type runner interface {
+	exec(q string, args ...any) (rowsAffected int64, err error)
+	query(q string, args ...any) (rowIter, error)
+}
+
+// rowIter is the part of *sql.Rows a txn uses.
+type rowIter interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
 }
 
 var errReadOnly = errors.New("sqlite ledger: write in a read-only transaction")
@@ -62,32 +83,29 @@ func (t *txn) exec(q string, args ...any) error {
 	if !t.write {
 		return errReadOnly
 	}
-	_, err := t.execResult(q, args...)
+	_, err := t.r.exec(q, args...)
 	return t.s.wrap(err)
 }
 
-// Statements prepared once per connection (see prepareAll) are used through the transaction;
-// the driver would otherwise parse every query again, which is most of a replay's cost.
-
-func (t *txn) execResult(q string, args ...any) (sql.Result, error) {
-	if st := t.stmts[q]; st != nil {
-		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
+// queryRow scans the first row of q into dest; sql.ErrNoRows when there is none.
+func (t *txn) queryRow(q string, args []any, dest ...any) error {
+	rows, err := t.r.query(q, args...)
+	if err != nil {
+		return err
 	}
-	return t.tx.ExecContext(t.ctx, q, args...)
-}
-
-func (t *txn) queryRow(q string, args ...any) *sql.Row {
-	if st := t.stmts[q]; st != nil {
-		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
+	if !rows.Next() {
+		err := rows.Err()
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		return sql.ErrNoRows
 	}
-	return t.tx.QueryRowContext(t.ctx, q, args...)
-}
-
-func (t *txn) query(q string, args ...any) (*sql.Rows, error) {
-	if st := t.stmts[q]; st != nil {
-		return t.tx.StmtContext(t.ctx, st).QueryContext(t.ctx, args...)
+	err = rows.Scan(dest...)
+	if cerr := rows.Close(); err == nil {
+		err = cerr
 	}
-	return t.tx.QueryContext(t.ctx, q, args...)
+	return err
 }
 
 // decode reads a record body, reporting a damaged one as a FileError.
@@ -104,7 +122,7 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 
 func (t *txn) Get(intent string) (*fence.Record, error) {
 	var body []byte
-	err := t.queryRow(qGet, intent).Scan(&body)
+	err := t.queryRow(qGet, []any{intent}, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -169,7 +187,7 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		if page <= 0 {
 			return nil
 		}
-		rows, err := t.tx.QueryContext(t.ctx, q, append(args, after, page)...)
+		rows, err := t.r.query(q, append(args, after, page)...)
 		if err != nil {
 			return t.s.wrap(err)
 		}
@@ -209,7 +227,7 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 func (t *txn) CertByHash(hash string) (*fence.Record, error) {
 	var intent string
 	var body []byte
-	err := t.queryRow(qCertByHash, hash, string(fence.StateDone)).Scan(&intent, &body)
+	err := t.queryRow(qCertByHash, []any{hash, string(fence.StateDone)}, &intent, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -229,7 +247,7 @@ func toDB(n uint64) (int64, error) {
 
 func (t *txn) metaInt(key string) (uint64, error) {
 	var v int64
-	err := t.queryRow(qMeta, key).Scan(&v)
+	err := t.queryRow(qMeta, []any{key}, &v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &FileError{Path: t.s.path, Problem: fmt.Sprintf("lacks its %q row", key)}
 	}
@@ -241,7 +259,7 @@ func (t *txn) metaInt(key string) (uint64, error) {
 
 func (t *txn) DomainSeq(domain string) (uint64, bool, error) {
 	var v int64
-	err := t.queryRow(qDomainSeq, domain).Scan(&v)
+	err := t.queryRow(qDomainSeq, []any{domain}, &v)
 	if errors.Is(err, sql.ErrNoRows) {
 		floor, err := t.DomainFloor()
 		return floor, false, err
@@ -282,7 +300,7 @@ func (t *txn) NextToken() (uint64, error) {
 		return 0, errReadOnly
 	}
 	var v int64
-	err := t.queryRow(qNextToken).Scan(&v)
+	err := t.queryRow(qNextToken, nil, &v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &FileError{Path: t.s.path, Problem: `lacks its "token" row`}
 	}
@@ -306,7 +324,7 @@ func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
 	}
 	var last int64
 	for {
-		rows, err := t.query(q, append(args, last, scanPage)...)
+		rows, err := t.r.query(q, append(args, last, scanPage)...)
 		if err != nil {
 			return t.s.wrap(err)
 		}
@@ -346,12 +364,11 @@ func (t *txn) DeleteEventsBefore(before time.Time) (int, error) {
 	for _, k := range fence.KeptForeverKinds() {
 		args = append(args, k)
 	}
-	res, err := t.execResult(qDeleteEvents, args...)
+	n, err := t.r.exec(qDeleteEvents, args...)
 	if err != nil {
 		return 0, t.s.wrap(err)
 	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return int(n), nil
 }
 
 // counterFields maps the ledger's counter names (the JSON names of fence.Counters) to fields.
@@ -386,7 +403,7 @@ func (t *txn) AddCounters(d fence.Counters) error {
 func (t *txn) Counters() (fence.Counters, error) {
 	var c fence.Counters
 	fields := counterFields(&c)
-	rows, err := t.query(qCounters)
+	rows, err := t.r.query(qCounters)
 	if err != nil {
 		return c, t.s.wrap(err)
 	}
