@@ -14,6 +14,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 	"github.com/effectfence/effectfence/pkg/store"
 )
 
@@ -109,4 +110,55 @@ func ledgerFor(b *testing.B) string {
 		return l
 	}
 	return filepath.Join(b.TempDir(), "l.db")
+}
+
+// BenchmarkChildRTT measures the child's round trip (mcpstdio.Session.Call of echo) after a
+// gap of about 1 ms spent in different ways, to tell apart what makes the child slower when
+// it sits between two fsyncing ledger transactions (issue 16): none (calls back to back),
+// sleep (this process idle), spin (this process busy on the CPU), fsync (a write and fsync of
+// a small file, as a ledger commit does).
+//
+//	go test -run '^$' -bench ChildRTT -benchtime 2000x ./pkg/wrap
+func BenchmarkChildRTT(b *testing.B) {
+	exe, _ := os.Executable()
+	dir := b.TempDir()
+	f, err := os.Create(filepath.Join(dir, "sync"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	gaps := map[string]func(){
+		"none":  func() {},
+		"sleep": func() { time.Sleep(time.Millisecond) },
+		"spin": func() {
+			for t := time.Now(); time.Since(t) < time.Millisecond; {
+			}
+		},
+		"fsync": func() {
+			_, _ = f.WriteAt(make([]byte, 4096), 0)
+			_ = f.Sync()
+		},
+	}
+	for _, gap := range []string{"none", "sleep", "spin", "fsync"} {
+		b.Run(gap, func(b *testing.B) {
+			s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{Command: []string{exe, "-test.run=^$"}, Env: mcptest.Env(filepath.Join(dir, "eff"), ""), Stderr: io.Discard})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var d []time.Duration
+			for i := 0; i < b.N; i++ {
+				gaps[gap]()
+				args := json.RawMessage(fmt.Sprintf(`{"text":"r%d"}`, i))
+				t0 := time.Now()
+				if _, err := s.CallTool(context.Background(), "echo", args); err != nil {
+					b.Fatal(err)
+				}
+				d = append(d, time.Since(t0))
+			}
+			slices.Sort(d)
+			b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-µs")
+		})
+	}
 }

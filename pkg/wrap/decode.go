@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 )
@@ -38,28 +38,24 @@ func decodeCall(params json.RawMessage) (call, error) {
 	if _, err := canon.JSON(params); err != nil { // duplicates at any depth, UTF-8, surrogates
 		return c, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "canon: "))
 	}
+	// From here params is known to be one valid JSON object, so the scans below need not
+	// check what they skip.
 	if err := caseCollisions(params); err != nil {
 		return c, err
 	}
-	d := json.NewDecoder(bytes.NewReader(params))
-	if _, err := d.Token(); err != nil { // {
-		return c, err
-	}
 	seenName := false
-	for d.More() {
-		tok, err := d.Token()
-		if err != nil {
-			return c, err
-		}
-		key, _ := tok.(string)
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return c, err
-		}
-		end := int(d.InputOffset())
+	for i := skipSpace(params, 1); params[i] == '"'; {
+		keyEnd := endOfString(params, i)
+		key := unquote(params[i:keyEnd])
+		vs := skipSpace(params, skipSpace(params, keyEnd)+1) // past the colon
+		ve := endOfValue(params, vs)
+		raw := params[vs:ve]
 		switch key {
 		case "name":
-			if err := json.Unmarshal(raw, &c.name); err != nil || c.name == "" {
+			if raw[0] != '"' {
+				return c, fmt.Errorf(`"name" must be a non-empty string`)
+			}
+			if c.name = unquote(raw); c.name == "" {
 				return c, fmt.Errorf(`"name" must be a non-empty string`)
 			}
 			seenName = true
@@ -67,9 +63,12 @@ func decodeCall(params json.RawMessage) (call, error) {
 			if raw[0] != '{' && string(raw) != "null" {
 				return c, fmt.Errorf(`"arguments" must be an object`)
 			}
-			c.args, c.argsStart, c.argsEnd = raw, end-len(raw), end
+			c.args, c.argsStart, c.argsEnd = raw, vs, ve
 		case "task":
 			c.task = string(raw) != "null"
+		}
+		if i = skipSpace(params, ve); params[i] == ',' {
+			i = skipSpace(params, i+1)
 		}
 	}
 	if !seenName {
@@ -81,71 +80,189 @@ func decodeCall(params json.RawMessage) (call, error) {
 	return c, nil
 }
 
-// caseCollisions refuses an object with two member names equal but for case at any depth:
-// a case-insensitive reader (Go's encoding/json) would take one for the other.
-func caseCollisions(raw []byte) error {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	type frame struct {
-		object bool
-		key    bool // the next token in this object is a member name
-		seen   map[string]string
+// The scanners below walk JSON that is already known to be valid (canon.JSON accepted it):
+// they find where things end and never report errors.
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
-	var stack []*frame
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.object && top.key {
-			if k, ok := tok.(string); ok {
-				fold := foldKey(k)
-				if prev, dup := top.seen[fold]; dup {
-					return fmt.Errorf("member names %q and %q differ only in case; servers read them differently", prev, k)
-				}
-				top.seen[fold] = k
-				top.key = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			if top != nil && top.object {
-				top.key = true
-			}
-			stack = append(stack, &frame{object: true, key: true, seen: map[string]string{}})
-			continue
-		case json.Delim('['):
-			if top != nil && top.object {
-				top.key = true
-			}
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		if top != nil && top.object {
-			top.key = true
+	return i
+}
+
+// endOfString returns the index just past the string that starts (with its quote) at i.
+func endOfString(b []byte, i int) int {
+	for i++; ; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
 		}
 	}
 }
 
+// endOfValue returns the index just past the value that starts at i.
+func endOfValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return endOfString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = endOfString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) { // number, true, false, null
+		i++
+	}
+	return i
+}
+
+// unquote returns the string a valid JSON string literal (quotes included) stands for.
+func unquote(lit []byte) string {
+	if bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1 : len(lit)-1])
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s) // valid, so it cannot fail
+	return s
+}
+
+// caseCollisions refuses an object with two member names equal but for case at any depth:
+// a case-insensitive reader (Go's encoding/json) would take one for the other. raw must be
+// valid JSON.
+func caseCollisions(raw []byte) error {
+	_, err := collisionsIn(raw, skipSpace(raw, 0))
+	return err
+}
+
+// collisionsIn checks the value at i and everything inside it, and returns where it ends.
+func collisionsIn(b []byte, i int) (int, error) {
+	switch b[i] {
+	case '[':
+		i = skipSpace(b, i+1)
+		for b[i] != ']' {
+			end, err := collisionsIn(b, i)
+			if err != nil {
+				return 0, err
+			}
+			if i = skipSpace(b, end); b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+		}
+		return i + 1, nil
+	case '{':
+		var names [][]byte // the member names met, as literals; an object has few members
+		var seen map[string][]byte
+		i = skipSpace(b, i+1)
+		for b[i] != '}' {
+			keyEnd := endOfString(b, i)
+			name := b[i:keyEnd]
+			if seen == nil && len(names) == 16 {
+				seen = make(map[string][]byte, 32)
+				for _, n := range names {
+					seen[foldKey(unquote(n))] = n
+				}
+			}
+			var prev []byte
+			if seen != nil {
+				fold := foldKey(unquote(name))
+				prev = seen[fold]
+				seen[fold] = name
+			} else {
+				for _, n := range names {
+					if sameFold(n, name) {
+						prev = n
+						break
+					}
+				}
+				names = append(names, name)
+			}
+			if prev != nil {
+				return 0, fmt.Errorf("member names %q and %q differ only in case; servers read them differently", unquote(prev), unquote(name))
+			}
+			end, err := collisionsIn(b, skipSpace(b, skipSpace(b, keyEnd)+1))
+			if err != nil {
+				return 0, err
+			}
+			if i = skipSpace(b, end); b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+		}
+		return i + 1, nil
+	}
+	return endOfValue(b, i), nil
+}
+
+// sameFold says whether two member names (string literals) fold alike (foldKey).
+func sameFold(a, b []byte) bool {
+	if plainASCII(a) && plainASCII(b) {
+		if len(a) != len(b) {
+			return false
+		}
+		for k := range a {
+			x, y := a[k], b[k]
+			if 'a' <= x && x <= 'z' {
+				x -= 'a' - 'A'
+			}
+			if 'a' <= y && y <= 'z' {
+				y -= 'a' - 'A'
+			}
+			if x != y {
+				return false
+			}
+		}
+		return true
+	}
+	return foldKey(unquote(a)) == foldKey(unquote(b))
+}
+
+// plainASCII says whether a string literal is ASCII without escapes (its bytes are its runes).
+func plainASCII(lit []byte) bool {
+	for _, c := range lit {
+		if c >= utf8.RuneSelf || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
 // foldKey maps every rune of s to the smallest rune of its Unicode simple case-folding orbit,
 // so names that any case-insensitive matcher takes for each other fold alike ("K", "k" and
-// the Kelvin sign; "s", "S" and "ſ").
+// the Kelvin sign; "s", "S" and "ſ"). For ASCII that is the upper case letter.
 func foldKey(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf || 'a' <= s[i] && s[i] <= 'z' {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return s // nothing to fold
+	}
 	var b strings.Builder
+	b.Grow(len(s))
 	for _, r := range s {
 		m := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			m = min(m, f)
+		if r < utf8.RuneSelf {
+			if 'a' <= r && r <= 'z' {
+				m = r - 'a' + 'A'
+			}
+		} else {
+			for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+				m = min(m, f)
+			}
 		}
 		b.WriteRune(m)
 	}

@@ -47,31 +47,32 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 		MetaCert, canon.AppendString(nil, c.Hash), MetaRecordedAt, canon.AppendString(nil, at.UTC().Format(time.RFC3339Nano)))
 	note := fmt.Sprintf(`{"type":"text","text":%s,"_meta":{"%s":true}}`, canon.AppendString(nil, replayNote(at)), MetaNote)
 
-	d := json.NewDecoder(bytes.NewReader(res))
-	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+	if !json.Valid(res) {
 		return res
 	}
-	open := bytes.IndexByte(res, '{') + 1
+	open := skipSpace(res, 0) + 1
+	if res[open-1] != '{' {
+		return res
+	}
 	metaAt, contentAt := -1, -1 // where to insert, -1: no such member
 	metaEmpty, contentEmpty := false, false
 	members := 0
-	for d.More() {
+	for i := skipSpace(res, open); res[i] == '"'; {
 		members++
-		tok, err := d.Token()
-		if err != nil {
-			return res
-		}
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return res
-		}
-		end := int(d.InputOffset())
+		keyEnd := endOfString(res, i)
+		key := unquote(res[i:keyEnd])
+		vs := skipSpace(res, skipSpace(res, keyEnd)+1) // past the colon
+		ve := endOfValue(res, vs)
+		raw := res[vs:ve]
 		inner := bytes.TrimSpace(raw[1:max(1, len(raw)-1)])
 		switch {
-		case tok == "_meta" && metaAt < 0 && raw[0] == '{':
-			metaAt, metaEmpty = end-len(raw)+1, len(inner) == 0
-		case tok == "content" && contentAt < 0 && raw[0] == '[':
-			contentAt, contentEmpty = end-1, len(inner) == 0
+		case key == "_meta" && metaAt < 0 && raw[0] == '{':
+			metaAt, metaEmpty = vs+1, len(inner) == 0
+		case key == "content" && contentAt < 0 && raw[0] == '[':
+			contentAt, contentEmpty = ve-1, len(inner) == 0
+		}
+		if i = skipSpace(res, ve); res[i] == ',' {
+			i = skipSpace(res, i+1)
 		}
 	}
 	type insert struct {
