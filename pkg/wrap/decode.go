@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // call is a tools/call request decoded strictly: exactly as every server reads it, or refused.
@@ -44,18 +45,18 @@ func decodeCall(params json.RawMessage) (call, error) {
 		return c, err
 	}
 	seenName := false
-	for i := skipSpace(params, 1); params[i] == '"'; {
-		keyEnd := endOfString(params, i)
-		key := unquote(params[i:keyEnd])
-		vs := skipSpace(params, skipSpace(params, keyEnd)+1) // past the colon
-		ve := endOfValue(params, vs)
+	for i := jsonrpc.SkipSpace(params, 1); params[i] == '"'; {
+		keyEnd := jsonrpc.EndOfString(params, i)
+		key := jsonrpc.Unquote(params[i:keyEnd])
+		vs := jsonrpc.SkipSpace(params, jsonrpc.SkipSpace(params, keyEnd)+1) // past the colon
+		ve := jsonrpc.EndOfValue(params, vs)
 		raw := params[vs:ve]
 		switch key {
 		case "name":
 			if raw[0] != '"' {
 				return c, fmt.Errorf(`"name" must be a non-empty string`)
 			}
-			if c.name = unquote(raw); c.name == "" {
+			if c.name = jsonrpc.Unquote(raw); c.name == "" {
 				return c, fmt.Errorf(`"name" must be a non-empty string`)
 			}
 			seenName = true
@@ -67,8 +68,8 @@ func decodeCall(params json.RawMessage) (call, error) {
 		case "task":
 			c.task = string(raw) != "null"
 		}
-		if i = skipSpace(params, ve); params[i] == ',' {
-			i = skipSpace(params, i+1)
+		if i = jsonrpc.SkipSpace(params, ve); params[i] == ',' {
+			i = jsonrpc.SkipSpace(params, i+1)
 		}
 	}
 	if !seenName {
@@ -80,69 +81,11 @@ func decodeCall(params json.RawMessage) (call, error) {
 	return c, nil
 }
 
-// The scanners below walk JSON that is already known to be valid (canon.JSON accepted it):
-// they find where things end and never report errors.
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// endOfString returns the index just past the string that starts (with its quote) at i.
-func endOfString(b []byte, i int) int {
-	for i++; ; i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-}
-
-// endOfValue returns the index just past the value that starts at i.
-func endOfValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return endOfString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; ; i++ {
-			switch b[i] {
-			case '"':
-				i = endOfString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-	}
-	for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) { // number, true, false, null
-		i++
-	}
-	return i
-}
-
-// unquote returns the string a valid JSON string literal (quotes included) stands for.
-func unquote(lit []byte) string {
-	if bytes.IndexByte(lit, '\\') < 0 {
-		return string(lit[1 : len(lit)-1])
-	}
-	var s string
-	_ = json.Unmarshal(lit, &s) // valid, so it cannot fail
-	return s
-}
-
 // caseCollisions refuses an object with two member names equal but for case at any depth:
 // a case-insensitive reader (Go's encoding/json) would take one for the other. raw must be
 // valid JSON.
 func caseCollisions(raw []byte) error {
-	_, err := collisionsIn(raw, skipSpace(raw, 0))
+	_, err := collisionsIn(raw, jsonrpc.SkipSpace(raw, 0))
 	return err
 }
 
@@ -150,33 +93,33 @@ func caseCollisions(raw []byte) error {
 func collisionsIn(b []byte, i int) (int, error) {
 	switch b[i] {
 	case '[':
-		i = skipSpace(b, i+1)
+		i = jsonrpc.SkipSpace(b, i+1)
 		for b[i] != ']' {
 			end, err := collisionsIn(b, i)
 			if err != nil {
 				return 0, err
 			}
-			if i = skipSpace(b, end); b[i] == ',' {
-				i = skipSpace(b, i+1)
+			if i = jsonrpc.SkipSpace(b, end); b[i] == ',' {
+				i = jsonrpc.SkipSpace(b, i+1)
 			}
 		}
 		return i + 1, nil
 	case '{':
 		var names [][]byte // the member names met, as literals; an object has few members
 		var seen map[string][]byte
-		i = skipSpace(b, i+1)
+		i = jsonrpc.SkipSpace(b, i+1)
 		for b[i] != '}' {
-			keyEnd := endOfString(b, i)
+			keyEnd := jsonrpc.EndOfString(b, i)
 			name := b[i:keyEnd]
 			if seen == nil && len(names) == 16 {
 				seen = make(map[string][]byte, 32)
 				for _, n := range names {
-					seen[foldKey(unquote(n))] = n
+					seen[foldKey(jsonrpc.Unquote(n))] = n
 				}
 			}
 			var prev []byte
 			if seen != nil {
-				fold := foldKey(unquote(name))
+				fold := foldKey(jsonrpc.Unquote(name))
 				prev = seen[fold]
 				seen[fold] = name
 			} else {
@@ -189,19 +132,19 @@ func collisionsIn(b []byte, i int) (int, error) {
 				names = append(names, name)
 			}
 			if prev != nil {
-				return 0, fmt.Errorf("member names %q and %q differ only in case; servers read them differently", unquote(prev), unquote(name))
+				return 0, fmt.Errorf("member names %q and %q differ only in case; servers read them differently", jsonrpc.Unquote(prev), jsonrpc.Unquote(name))
 			}
-			end, err := collisionsIn(b, skipSpace(b, skipSpace(b, keyEnd)+1))
+			end, err := collisionsIn(b, jsonrpc.SkipSpace(b, jsonrpc.SkipSpace(b, keyEnd)+1))
 			if err != nil {
 				return 0, err
 			}
-			if i = skipSpace(b, end); b[i] == ',' {
-				i = skipSpace(b, i+1)
+			if i = jsonrpc.SkipSpace(b, end); b[i] == ',' {
+				i = jsonrpc.SkipSpace(b, i+1)
 			}
 		}
 		return i + 1, nil
 	}
-	return endOfValue(b, i), nil
+	return jsonrpc.EndOfValue(b, i), nil
 }
 
 // sameFold says whether two member names (string literals) fold alike (foldKey).
@@ -224,7 +167,7 @@ func sameFold(a, b []byte) bool {
 		}
 		return true
 	}
-	return foldKey(unquote(a)) == foldKey(unquote(b))
+	return foldKey(jsonrpc.Unquote(a)) == foldKey(jsonrpc.Unquote(b))
 }
 
 // plainASCII says whether a string literal is ASCII without escapes (its bytes are its runes).

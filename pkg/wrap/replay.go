@@ -8,6 +8,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // DefaultReplayWindow is how long a recorded result answers an identical call (see
@@ -50,19 +51,19 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	if !json.Valid(res) {
 		return res
 	}
-	open := skipSpace(res, 0) + 1
+	open := jsonrpc.SkipSpace(res, 0) + 1
 	if res[open-1] != '{' {
 		return res
 	}
 	metaAt, contentAt := -1, -1 // where to insert, -1: no such member
 	metaEmpty, contentEmpty := false, false
 	members := 0
-	for i := skipSpace(res, open); res[i] == '"'; {
+	for i := jsonrpc.SkipSpace(res, open); res[i] == '"'; {
 		members++
-		keyEnd := endOfString(res, i)
-		key := unquote(res[i:keyEnd])
-		vs := skipSpace(res, skipSpace(res, keyEnd)+1) // past the colon
-		ve := endOfValue(res, vs)
+		keyEnd := jsonrpc.EndOfString(res, i)
+		key := jsonrpc.Unquote(res[i:keyEnd])
+		vs := jsonrpc.SkipSpace(res, jsonrpc.SkipSpace(res, keyEnd)+1) // past the colon
+		ve := jsonrpc.EndOfValue(res, vs)
 		raw := res[vs:ve]
 		inner := bytes.TrimSpace(raw[1:max(1, len(raw)-1)])
 		switch {
@@ -71,8 +72,8 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 		case key == "content" && contentAt < 0 && raw[0] == '[':
 			contentAt, contentEmpty = ve-1, len(inner) == 0
 		}
-		if i = skipSpace(res, ve); res[i] == ',' {
-			i = skipSpace(res, i+1)
+		if i = jsonrpc.SkipSpace(res, ve); res[i] == ',' {
+			i = jsonrpc.SkipSpace(res, i+1)
 		}
 	}
 	type insert struct {
