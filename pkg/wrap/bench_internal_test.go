@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
@@ -68,6 +70,7 @@ func BenchmarkFencedCallInProcessChild(b *testing.B) {
 	p.initialize(context.Background(), im)
 	defer p.Kill()
 	var d []time.Duration
+	lat0 := schedLatencies()
 	for i := 0; i < b.N; i++ {
 		m, _ := jsonrpc.Parse([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"f%d"}}}`, i+1, i)))
 		t0 := time.Now()
@@ -77,6 +80,7 @@ func BenchmarkFencedCallInProcessChild(b *testing.B) {
 			b.Fatalf("not the child's answer: %s", out)
 		}
 	}
+	reportSchedLatencies(b, lat0)
 	slices.Sort(d)
 	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-µs")
 }
@@ -161,4 +165,40 @@ func BenchmarkChildRTT(b *testing.B) {
 			b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-µs")
 		})
 	}
+}
+
+// schedLatencies reads the runtime's histogram of how long goroutines waited, runnable, for a
+// thread to run them.
+func schedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64Histogram()
+}
+
+// reportSchedLatencies reports how many goroutines became runnable per op since h0, and the
+// p50 and p99 of their wait for a thread (bucket upper bounds).
+func reportSchedLatencies(b *testing.B, h0 *metrics.Float64Histogram) {
+	h := schedLatencies()
+	var n uint64
+	counts := make([]uint64, len(h.Counts))
+	for i := range h.Counts {
+		counts[i] = h.Counts[i] - h0.Counts[i]
+		n += counts[i]
+	}
+	if n == 0 {
+		return
+	}
+	at := func(p float64) float64 {
+		var c uint64
+		for i, k := range counts {
+			if c += k; float64(c) >= p*float64(n) {
+				return h.Buckets[i+1] * 1e6
+			}
+		}
+		return math.Inf(1)
+	}
+	b.ReportMetric(float64(n)/float64(b.N), "sched/op")
+	b.ReportMetric(at(0.5), "sched-p50-µs")
+	b.ReportMetric(at(0.9), "sched-p90-µs")
+	b.ReportMetric(at(0.99), "sched-p99-µs")
 }
