@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -37,6 +39,21 @@ func replayNote(at time.Time) string {
 		"a retry with the same value gets the same recorded result.", at.UTC().Format(time.RFC3339), RepeatArg)
 }
 
+// replayItemParts is the content item of replayItem, encoded once, cut where the time goes
+// (a time in RFC 3339 needs no escaping in JSON).
+var replayItemParts = sync.OnceValue(func() [2]string {
+	const zero = "0001-01-01T00:00:00Z"
+	item := fmt.Sprintf(`{"type":"text","text":%s,"_meta":{"%s":true}}`, canon.AppendString(nil, replayNote(time.Time{})), MetaNote)
+	i := strings.Index(item, zero)
+	return [2]string{item[:i], item[i+len(zero):]}
+})
+
+// replayItem is the content item a replay appends: replayNote(at) as text, marked MetaNote.
+func replayItem(at time.Time) string {
+	p := replayItemParts()
+	return p[0] + at.UTC().Format(time.RFC3339) + p[1]
+}
+
 // replay returns the recorded result exactly as the tool returned it, with two additions
 // spliced in (every other byte is the recorded one): the replay marker in the result's _meta
 // (effectfence/replayed, intent, cert hash, recorded_at) and one text content item at the end
@@ -46,7 +63,7 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	res := c.Result
 	meta := fmt.Sprintf(`"%s":true,"%s":%s,"%s":%s,"%s":%s`, MetaReplayed, MetaIntent, canon.AppendString(nil, c.Intent),
 		MetaCert, canon.AppendString(nil, c.Hash), MetaRecordedAt, canon.AppendString(nil, at.UTC().Format(time.RFC3339Nano)))
-	note := fmt.Sprintf(`{"type":"text","text":%s,"_meta":{"%s":true}}`, canon.AppendString(nil, replayNote(at)), MetaNote)
+	note := replayItem(at)
 
 	if !json.Valid(res) {
 		return res
