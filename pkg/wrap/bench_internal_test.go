@@ -86,6 +86,7 @@ func BenchmarkFencedCallInProcessChild(b *testing.B) {
 }
 
 func BenchmarkFencedCallInProcessNop(b *testing.B) {
+	b.ReportAllocs()
 	led, err := store.Open(context.Background(), store.Options{Ledger: ledgerFor(b)})
 	if err != nil {
 		b.Fatal(err)
@@ -201,4 +202,34 @@ func reportSchedLatencies(b *testing.B, h0 *metrics.Float64Histogram) {
 	b.ReportMetric(at(0.5), "sched-p50-µs")
 	b.ReportMetric(at(0.9), "sched-p90-µs")
 	b.ReportMetric(at(0.99), "sched-p99-µs")
+}
+
+// BenchmarkReplayInProcessNop measures the duplicate path through the proxy core: every call
+// repeats the first one and is answered from the ledger.
+//
+//	go test -run '^$' -bench ReplayInProcess -benchmem ./pkg/wrap
+func BenchmarkReplayInProcessNop(b *testing.B) {
+	led, err := store.Open(context.Background(), store.Options{Ledger: ledgerFor(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer led.Close()
+	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: led.Engine, Log: io.Discard, Scope: "s"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Attach(discard{})
+	p.child = nopBack{}
+	p.initDone = true
+	line := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"the same call every time"}}}`)
+	m, _ := jsonrpc.Parse(line)
+	p.toolsCall(context.Background(), m)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m, _ := jsonrpc.Parse(line)
+		if out := p.toolsCall(context.Background(), m); i == 0 && !strings.Contains(string(out), MetaReplayed) {
+			b.Fatalf("not a replay: %s", out)
+		}
+	}
 }
