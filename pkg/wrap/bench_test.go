@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +25,11 @@ import (
 //   go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/
 //   BENCH_LEDGER=memory go test -run '^$' -bench . -benchtime 2000x ./pkg/wrap/   # the proxy alone
 //   BENCH_WRAP_FLAGS="--pass echo" ...                                          # no fence at all
+//   BENCH_EF_BIN=/tmp/ef-old ...             # another effectfence binary (alternate old and new builds)
+//
+// Each benchmark also reports wrap-cpu-µs/call: the CPU time of the wrap process (its threads'
+// /proc schedstat, Linux only) over the timed wrapped calls, divided by their number. Threads
+// that ended during the run are missed (the Go runtime rarely ends one).
 
 func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
 	r := &rig{dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")} // "" is the default ledger file
@@ -36,8 +43,35 @@ func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
 		return s
 	}
 	direct = start(r.childCmd())
-	wrapped = start(append(append([]string{efBin, "wrap"}, strings.Fields(os.Getenv("BENCH_WRAP_FLAGS"))...), append([]string{"--"}, r.childCmd()...)...))
+	bin := efBin
+	if b := os.Getenv("BENCH_EF_BIN"); b != "" {
+		bin = b
+	}
+	wrapped = start(append(append([]string{bin, "wrap"}, strings.Fields(os.Getenv("BENCH_WRAP_FLAGS"))...), append([]string{"--"}, r.childCmd()...)...))
 	return direct, wrapped
+}
+
+// cpuOf returns the CPU time process pid has used so far (the sum over its threads of
+// /proc/<pid>/task/*/schedstat, in nanoseconds), or 0 where that cannot be read (not Linux).
+func cpuOf(pid int) time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
+}
+
+// wrapCPU reports the wrap process's CPU time per wrapped call since cpu0.
+func wrapCPU(b *testing.B, wrapped *mcpstdio.Session, cpu0 time.Duration, calls int) {
+	if cpu0 == 0 || calls == 0 {
+		return
+	}
+	b.ReportMetric(float64((cpuOf(wrapped.Pid())-cpu0).Microseconds())/float64(calls), "wrap-cpu-µs/call")
 }
 
 var benchSeq atomic.Int64
@@ -63,6 +97,7 @@ func BenchmarkLatency(b *testing.B) {
 		echo(b, wrapped)
 	}
 	var dl, wl []time.Duration
+	cpu0 := cpuOf(wrapped.Pid())
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -72,6 +107,7 @@ func BenchmarkLatency(b *testing.B) {
 		dl, wl = append(dl, t1.Sub(t0)), append(wl, time.Since(t1))
 	}
 	b.StopTimer()
+	wrapCPU(b, wrapped, cpu0, b.N)
 	d50, w50 := pct(dl, 0.5), pct(wl, 0.5)
 	b.ReportMetric(d50, "direct-p50-µs")
 	b.ReportMetric(pct(dl, 0.99), "direct-p99-µs")
@@ -104,8 +140,10 @@ func BenchmarkThroughput16(b *testing.B) {
 	run(wrapped)
 	b.ResetTimer()
 	d := run(direct)
+	cpu0 := cpuOf(wrapped.Pid())
 	w := run(wrapped)
 	b.StopTimer()
+	wrapCPU(b, wrapped, cpu0, b.N)
 	b.ReportMetric(d, "direct-calls/s")
 	b.ReportMetric(w, "wrap-calls/s")
 	b.ReportMetric(100*w/d, "wrap-%-of-direct")
@@ -120,6 +158,7 @@ func BenchmarkReplayLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	var dl, wl []time.Duration
+	cpu0 := cpuOf(wrapped.Pid())
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -133,6 +172,7 @@ func BenchmarkReplayLatency(b *testing.B) {
 		dl, wl = append(dl, t1.Sub(t0)), append(wl, time.Since(t1))
 	}
 	b.StopTimer()
+	wrapCPU(b, wrapped, cpu0, b.N)
 	b.ReportMetric(pct(dl, 0.5), "direct-p50-µs")
 	b.ReportMetric(pct(wl, 0.5), "replay-p50-µs")
 	b.ReportMetric(pct(wl, 0.99), "replay-p99-µs")

@@ -124,9 +124,7 @@ const CodeToolsUnknown = "tools_unknown"
 // key?), so after trying to list (restarting a dead child, bounded by Options.Wait) it is an
 // error and the call is not sent.
 func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
-	wctx, wcancel := context.WithTimeout(ctx, p.opt.Wait)
-	p.tools.settled(wctx) // a refresh after list_changed is under way: judge by its listing
-	wcancel()
+	p.tools.settledWithin(ctx, p.opt.Wait) // a refresh after list_changed is under way: judge by its listing
 	if info, ok, loaded := p.tools.get(name); ok || loaded {
 		return info, nil
 	}

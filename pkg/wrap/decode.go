@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // call is a tools/call request decoded strictly: exactly as every server reads it, or refused.
@@ -38,28 +39,24 @@ func decodeCall(params json.RawMessage) (call, error) {
 	if _, err := canon.JSON(params); err != nil { // duplicates at any depth, UTF-8, surrogates
 		return c, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "canon: "))
 	}
+	// From here params is known to be one valid JSON object, so the scans below need not
+	// check what they skip.
 	if err := caseCollisions(params); err != nil {
 		return c, err
 	}
-	d := json.NewDecoder(bytes.NewReader(params))
-	if _, err := d.Token(); err != nil { // {
-		return c, err
-	}
 	seenName := false
-	for d.More() {
-		tok, err := d.Token()
-		if err != nil {
-			return c, err
-		}
-		key, _ := tok.(string)
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return c, err
-		}
-		end := int(d.InputOffset())
+	for i := jsonrpc.SkipSpace(params, 1); params[i] == '"'; {
+		keyEnd := jsonrpc.EndOfString(params, i)
+		key := jsonrpc.Unquote(params[i:keyEnd])
+		vs := jsonrpc.SkipSpace(params, jsonrpc.SkipSpace(params, keyEnd)+1) // past the colon
+		ve := jsonrpc.EndOfValue(params, vs)
+		raw := params[vs:ve]
 		switch key {
 		case "name":
-			if err := json.Unmarshal(raw, &c.name); err != nil || c.name == "" {
+			if raw[0] != '"' {
+				return c, fmt.Errorf(`"name" must be a non-empty string`)
+			}
+			if c.name = jsonrpc.Unquote(raw); c.name == "" {
 				return c, fmt.Errorf(`"name" must be a non-empty string`)
 			}
 			seenName = true
@@ -67,9 +64,12 @@ func decodeCall(params json.RawMessage) (call, error) {
 			if raw[0] != '{' && string(raw) != "null" {
 				return c, fmt.Errorf(`"arguments" must be an object`)
 			}
-			c.args, c.argsStart, c.argsEnd = raw, end-len(raw), end
+			c.args, c.argsStart, c.argsEnd = raw, vs, ve
 		case "task":
 			c.task = string(raw) != "null"
+		}
+		if i = jsonrpc.SkipSpace(params, ve); params[i] == ',' {
+			i = jsonrpc.SkipSpace(params, i+1)
 		}
 	}
 	if !seenName {
@@ -82,70 +82,130 @@ func decodeCall(params json.RawMessage) (call, error) {
 }
 
 // caseCollisions refuses an object with two member names equal but for case at any depth:
-// a case-insensitive reader (Go's encoding/json) would take one for the other.
+// a case-insensitive reader (Go's encoding/json) would take one for the other. raw must be
+// valid JSON.
 func caseCollisions(raw []byte) error {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	type frame struct {
-		object bool
-		key    bool // the next token in this object is a member name
-		seen   map[string]string
-	}
-	var stack []*frame
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			return nil
+	_, err := collisionsIn(raw, jsonrpc.SkipSpace(raw, 0))
+	return err
+}
+
+// collisionsIn checks the value at i and everything inside it, and returns where it ends.
+func collisionsIn(b []byte, i int) (int, error) {
+	switch b[i] {
+	case '[':
+		i = jsonrpc.SkipSpace(b, i+1)
+		for b[i] != ']' {
+			end, err := collisionsIn(b, i)
+			if err != nil {
+				return 0, err
+			}
+			if i = jsonrpc.SkipSpace(b, end); b[i] == ',' {
+				i = jsonrpc.SkipSpace(b, i+1)
+			}
 		}
-		if err != nil {
-			return err
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.object && top.key {
-			if k, ok := tok.(string); ok {
-				fold := foldKey(k)
-				if prev, dup := top.seen[fold]; dup {
-					return fmt.Errorf("member names %q and %q differ only in case; servers read them differently", prev, k)
+		return i + 1, nil
+	case '{':
+		var names [][]byte // the member names met, as literals; an object has few members
+		var seen map[string][]byte
+		i = jsonrpc.SkipSpace(b, i+1)
+		for b[i] != '}' {
+			keyEnd := jsonrpc.EndOfString(b, i)
+			name := b[i:keyEnd]
+			if seen == nil && len(names) == 16 {
+				seen = make(map[string][]byte, 32)
+				for _, n := range names {
+					seen[foldKey(jsonrpc.Unquote(n))] = n
 				}
-				top.seen[fold] = k
-				top.key = false
-				continue
+			}
+			var prev []byte
+			if seen != nil {
+				fold := foldKey(jsonrpc.Unquote(name))
+				prev = seen[fold]
+				seen[fold] = name
+			} else {
+				for _, n := range names {
+					if sameFold(n, name) {
+						prev = n
+						break
+					}
+				}
+				names = append(names, name)
+			}
+			if prev != nil {
+				return 0, fmt.Errorf("member names %q and %q differ only in case; servers read them differently", jsonrpc.Unquote(prev), jsonrpc.Unquote(name))
+			}
+			end, err := collisionsIn(b, jsonrpc.SkipSpace(b, jsonrpc.SkipSpace(b, keyEnd)+1))
+			if err != nil {
+				return 0, err
+			}
+			if i = jsonrpc.SkipSpace(b, end); b[i] == ',' {
+				i = jsonrpc.SkipSpace(b, i+1)
 			}
 		}
-		switch tok {
-		case json.Delim('{'):
-			if top != nil && top.object {
-				top.key = true
-			}
-			stack = append(stack, &frame{object: true, key: true, seen: map[string]string{}})
-			continue
-		case json.Delim('['):
-			if top != nil && top.object {
-				top.key = true
-			}
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			continue
+		return i + 1, nil
+	}
+	return jsonrpc.EndOfValue(b, i), nil
+}
+
+// sameFold says whether two member names (string literals) fold alike (foldKey).
+func sameFold(a, b []byte) bool {
+	if plainASCII(a) && plainASCII(b) {
+		if len(a) != len(b) {
+			return false
 		}
-		if top != nil && top.object {
-			top.key = true
+		for k := range a {
+			x, y := a[k], b[k]
+			if 'a' <= x && x <= 'z' {
+				x -= 'a' - 'A'
+			}
+			if 'a' <= y && y <= 'z' {
+				y -= 'a' - 'A'
+			}
+			if x != y {
+				return false
+			}
+		}
+		return true
+	}
+	return foldKey(jsonrpc.Unquote(a)) == foldKey(jsonrpc.Unquote(b))
+}
+
+// plainASCII says whether a string literal is ASCII without escapes (its bytes are its runes).
+func plainASCII(lit []byte) bool {
+	for _, c := range lit {
+		if c >= utf8.RuneSelf || c == '\\' {
+			return false
 		}
 	}
+	return true
 }
 
 // foldKey maps every rune of s to the smallest rune of its Unicode simple case-folding orbit,
 // so names that any case-insensitive matcher takes for each other fold alike ("K", "k" and
-// the Kelvin sign; "s", "S" and "ſ").
+// the Kelvin sign; "s", "S" and "ſ"). For ASCII that is the upper case letter.
 func foldKey(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf || 'a' <= s[i] && s[i] <= 'z' {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return s // nothing to fold
+	}
 	var b strings.Builder
+	b.Grow(len(s))
 	for _, r := range s {
 		m := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			m = min(m, f)
+		if r < utf8.RuneSelf {
+			if 'a' <= r && r <= 'z' {
+				m = r - 'a' + 'A'
+			}
+		} else {
+			for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+				m = min(m, f)
+			}
 		}
 		b.WriteRune(m)
 	}

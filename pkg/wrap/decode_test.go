@@ -2,8 +2,10 @@ package wrap
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 func TestDecodeCallRefusesAmbiguousParams(t *testing.T) {
@@ -72,5 +74,77 @@ func TestFlightsSeparateCallsOfOneIntent(t *testing.T) {
 	fs.fail(a.intent, fa, answer{result: json.RawMessage(`"declined"`)})
 	if got, failed := fs.leave(b.intent, fb, false); failed {
 		t.Fatalf("b received a's failure %s", got.result)
+	}
+}
+
+// foldKey's ASCII shortcuts agree with the definition (the smallest rune of the orbit).
+func TestFoldKeyIsTheSmallestOfTheOrbit(t *testing.T) {
+	for r := rune(0); r < 0x10000; r++ {
+		if r >= 0xD800 && r < 0xE000 {
+			continue
+		}
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		if got := foldKey(string(r)); got != string(m) {
+			t.Fatalf("foldKey(%q) = %q, want %q", r, got, m)
+		}
+	}
+	if !sameFold([]byte(`"Sku"`), []byte(`"sKU"`)) || sameFold([]byte(`"sku"`), []byte(`"skus"`)) || !sameFold([]byte(`"\u212aey"`), []byte(`"key"`)) || !sameFold([]byte("\"\u212aey\""), []byte(`"KEY"`)) {
+		t.Fatal("sameFold is wrong")
+	}
+}
+
+// Objects of more than 16 members switch to a map: collisions are still found, in order.
+func TestCaseCollisionsInLargeObjects(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"name":"x","arguments":{`)
+	for i := range 40 {
+		fmt.Fprintf(&b, `"k%d":[{"a":1,"b":{"c":"}\"]"}}],`, i)
+	}
+	b.WriteString(`"K7":1}}`)
+	_, err := decodeCall(json.RawMessage(b.String()))
+	if err == nil || !strings.Contains(err.Error(), `"k7" and "K7"`) {
+		t.Fatalf("got %v", err)
+	}
+	ok := strings.Replace(b.String(), `"K7"`, `"K70"`, 1)
+	if c, err := decodeCall(json.RawMessage(ok)); err != nil || c.name != "x" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// The scanner reads members the way encoding/json does: escaped names, spaces everywhere,
+// nested strings holding brackets, and values of every kind before the ones it needs.
+func TestDecodeCallReadsLikeEncodingJSON(t *testing.T) {
+	for _, params := range []string{
+		`{ "na\u006de" : "ch\"arge" , "arguments" :  { "a" : "]}" , "b" : [ 1 , { } ] }  }`,
+		"{\"_meta\":{\"x\":[true,false,null,-1.5e3]},\r\n\t\"task\":{\"ttl\":1},\"name\":\"t\\u00e9\",\"arguments\":null}",
+		`{"x":"\\","arguments":{"\\\"":1},"name":"n"}`,
+		`{"task":null,"name":"n"}`,
+	} {
+		c, err := decodeCall(json.RawMessage(params))
+		if err != nil {
+			t.Fatalf("decodeCall(%s): %v", params, err)
+		}
+		var want struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+			Task      json.RawMessage `json:"task"`
+		}
+		if err := json.Unmarshal([]byte(params), &want); err != nil {
+			t.Fatal(err)
+		}
+		args := want.Arguments
+		if len(args) == 0 || string(args) == "null" {
+			args = json.RawMessage("{}")
+		}
+		task := want.Task != nil && string(want.Task) != "null"
+		if c.name != want.Name || string(c.args) != string(args) || c.task != task {
+			t.Errorf("decodeCall(%s) = %q %s %v, want %q %s %v", params, c.name, c.args, c.task, want.Name, args, task)
+		}
+		if c.argsEnd > 0 && string(c.params[c.argsStart:c.argsEnd]) != string(want.Arguments) {
+			t.Errorf("decodeCall(%s): arguments at [%d:%d] are %s", params, c.argsStart, c.argsEnd, c.params[c.argsStart:c.argsEnd])
+		}
 	}
 }

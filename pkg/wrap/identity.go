@@ -222,6 +222,9 @@ func injectKey(args []byte, prop, value string) ([]byte, bool) {
 // removeMember returns args without its top-level member name (every other byte kept); ok is
 // false when there is no such member.
 func removeMember(args []byte, name string) ([]byte, bool) {
+	if !bytes.Contains(args, []byte(name)) && bytes.IndexByte(args, '\\') < 0 {
+		return args, false // the name is not there, not even escaped
+	}
 	d := json.NewDecoder(bytes.NewReader(args))
 	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
 		return args, false

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // DefaultReplayWindow is how long a recorded result answers an identical call (see
@@ -36,6 +39,21 @@ func replayNote(at time.Time) string {
 		"a retry with the same value gets the same recorded result.", at.UTC().Format(time.RFC3339), RepeatArg)
 }
 
+// replayItemParts is the content item of replayItem, encoded once, cut where the time goes
+// (a time in RFC 3339 needs no escaping in JSON).
+var replayItemParts = sync.OnceValue(func() [2]string {
+	const zero = "0001-01-01T00:00:00Z"
+	item := fmt.Sprintf(`{"type":"text","text":%s,"_meta":{"%s":true}}`, canon.AppendString(nil, replayNote(time.Time{})), MetaNote)
+	i := strings.Index(item, zero)
+	return [2]string{item[:i], item[i+len(zero):]}
+})
+
+// replayItem is the content item a replay appends: replayNote(at) as text, marked MetaNote.
+func replayItem(at time.Time) string {
+	p := replayItemParts()
+	return p[0] + at.UTC().Format(time.RFC3339) + p[1]
+}
+
 // replay returns the recorded result exactly as the tool returned it, with two additions
 // spliced in (every other byte is the recorded one): the replay marker in the result's _meta
 // (effectfence/replayed, intent, cert hash, recorded_at) and one text content item at the end
@@ -45,33 +63,34 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	res := c.Result
 	meta := fmt.Sprintf(`"%s":true,"%s":%s,"%s":%s,"%s":%s`, MetaReplayed, MetaIntent, canon.AppendString(nil, c.Intent),
 		MetaCert, canon.AppendString(nil, c.Hash), MetaRecordedAt, canon.AppendString(nil, at.UTC().Format(time.RFC3339Nano)))
-	note := fmt.Sprintf(`{"type":"text","text":%s,"_meta":{"%s":true}}`, canon.AppendString(nil, replayNote(at)), MetaNote)
+	note := replayItem(at)
 
-	d := json.NewDecoder(bytes.NewReader(res))
-	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+	if !json.Valid(res) {
 		return res
 	}
-	open := bytes.IndexByte(res, '{') + 1
+	open := jsonrpc.SkipSpace(res, 0) + 1
+	if res[open-1] != '{' {
+		return res
+	}
 	metaAt, contentAt := -1, -1 // where to insert, -1: no such member
 	metaEmpty, contentEmpty := false, false
 	members := 0
-	for d.More() {
+	for i := jsonrpc.SkipSpace(res, open); res[i] == '"'; {
 		members++
-		tok, err := d.Token()
-		if err != nil {
-			return res
-		}
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return res
-		}
-		end := int(d.InputOffset())
+		keyEnd := jsonrpc.EndOfString(res, i)
+		key := jsonrpc.Unquote(res[i:keyEnd])
+		vs := jsonrpc.SkipSpace(res, jsonrpc.SkipSpace(res, keyEnd)+1) // past the colon
+		ve := jsonrpc.EndOfValue(res, vs)
+		raw := res[vs:ve]
 		inner := bytes.TrimSpace(raw[1:max(1, len(raw)-1)])
 		switch {
-		case tok == "_meta" && metaAt < 0 && raw[0] == '{':
-			metaAt, metaEmpty = end-len(raw)+1, len(inner) == 0
-		case tok == "content" && contentAt < 0 && raw[0] == '[':
-			contentAt, contentEmpty = end-1, len(inner) == 0
+		case key == "_meta" && metaAt < 0 && raw[0] == '{':
+			metaAt, metaEmpty = vs+1, len(inner) == 0
+		case key == "content" && contentAt < 0 && raw[0] == '[':
+			contentAt, contentEmpty = ve-1, len(inner) == 0
+		}
+		if i = jsonrpc.SkipSpace(res, ve); res[i] == ',' {
+			i = jsonrpc.SkipSpace(res, i+1)
 		}
 	}
 	type insert struct {

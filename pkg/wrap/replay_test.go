@@ -2,6 +2,7 @@ package wrap
 
 import (
 	"encoding/json"
+	"github.com/effectfence/effectfence/pkg/canon"
 	"regexp"
 	"strings"
 	"testing"
@@ -74,5 +75,14 @@ func TestRemoveMember(t *testing.T) {
 	}
 	if _, ok := removeMember([]byte(`{"a":{"effectfence_repeat":1}}`), RepeatArg); ok {
 		t.Error("only a top-level member is removed")
+	}
+}
+
+func TestReplayItemIsTheNoteEncoded(t *testing.T) {
+	for _, at := range []time.Time{time.Date(2026, 11, 30, 15, 4, 5, 123, time.UTC), time.Date(1999, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))} {
+		want := `{"type":"text","text":` + string(canon.AppendString(nil, replayNote(at))) + `,"_meta":{"` + MetaNote + `":true}}`
+		if got := replayItem(at); got != want {
+			t.Fatalf("replayItem(%s):\n%s\nwant\n%s", at, got, want)
+		}
 	}
 }

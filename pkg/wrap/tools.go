@@ -157,11 +157,22 @@ const listChangedWait = 30 * time.Second
 // tools/call the agent sends after it saw list_changed is judged by the new listing. Until a
 // refresh ends the previous listing stays in place.
 func (c *toolCache) settled(ctx context.Context) {
+	c.settledWithin(ctx, 0)
+}
+
+// settledWithin is settled bounded by wait as well (0: no bound), which costs a timer only
+// when a refresh is under way.
+func (c *toolCache) settledWithin(ctx context.Context, wait time.Duration) {
 	c.changes.mu.Lock()
 	idle := c.changes.idle
 	c.changes.mu.Unlock()
 	if idle == nil {
 		return
+	}
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
 	}
 	select {
 	case <-idle:

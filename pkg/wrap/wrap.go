@@ -188,6 +188,8 @@ type Proxy struct {
 	hooks   *hookRunner // hook.go; nil without Options.OnUnknown
 	sem     chan struct{}
 	calls   sync.WaitGroup
+	// idle hands a request to a worker goroutine waiting for one (see serveRequest).
+	idle chan func()
 
 	nextID    atomic.Int64
 	pmu       sync.Mutex
@@ -210,14 +212,20 @@ type Proxy struct {
 
 // running is a request of the agent being served.
 type running struct {
-	method, tool, id string
-	since            time.Time
+	method, id string
+	since      time.Time
+	// params of a tools/call, whose tool is named in String: decoded only for the log
+	// line, not on every call.
+	params json.RawMessage
 }
 
 func (r running) String() string {
 	what := r.method
-	if r.tool != "" {
-		what += " " + r.tool
+	var cp struct {
+		Name string `json:"name"`
+	}
+	if r.params != nil && json.Unmarshal(r.params, &cp) == nil {
+		what += " " + strconv.Quote(cp.Name)
 	}
 	return fmt.Sprintf("%s (request id %s, running %s)", what, r.id, time.Since(r.since).Round(100*time.Millisecond))
 }
@@ -242,7 +250,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Backend == nil {
 		opt.Backend = Stdio(opt.Command, opt.Env)
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}, idle: make(chan func())}
 	if opt.Shared == nil {
 		p.flights, p.ownFlights = newFlights(), true
 	} else {
@@ -277,8 +285,10 @@ func (p *Proxy) logf(format string, a ...any) {
 // recorded as unknown. Kill ends everything at once instead.
 func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	p.Attach(jsonrpc.NewWriter(out))
-	lines := make(chan []byte)
 	readErr := make(chan error, 1)
+	// The reader dispatches each message itself, in the order read: handing lines to another
+	// goroutine cost a goroutine switch per message and bought nothing (Dispatch never waits
+	// for a request; it runs each on its own goroutine).
 	go func() {
 		r := jsonrpc.NewReader(in, MaxMessage)
 		for {
@@ -287,30 +297,21 @@ func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 				p.reply(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", MaxMessage)}))
 				continue
 			}
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
 			if err != nil {
 				readErr <- err
 				return
 			}
-			select {
-			case lines <- line:
-			case <-ctx.Done():
-				readErr <- ctx.Err()
-				return
-			}
+			p.Dispatch(line)
 		}
 	}()
 	var err error
-loop:
-	for {
-		select {
-		case line := <-lines:
-			p.Dispatch(line)
-		case err = <-readErr:
-			break loop
-		case <-ctx.Done():
-			err = ctx.Err()
-			break loop
-		}
+	select {
+	case err = <-readErr:
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
 	why := "the agent closed its input"
 	switch {
@@ -422,12 +423,7 @@ func (p *Proxy) inFlight() []string {
 func (p *Proxy) track(m *jsonrpc.Message) func() {
 	r := running{method: m.Method, id: string(m.ID), since: time.Now()}
 	if m.Method == "tools/call" {
-		var cp struct {
-			Name string `json:"name"`
-		}
-		if json.Unmarshal(m.Params, &cp) == nil {
-			r.tool = strconv.Quote(cp.Name)
-		}
+		r.params = m.Params
 	}
 	p.rmu.Lock()
 	p.nextSlot++
@@ -507,13 +503,46 @@ func (p *Proxy) dispatch(line []byte) {
 		p.calls.Add(1) // before Stop's Wait: see stopped
 		p.smu.Unlock()
 		untrack := p.track(m)
-		go func() {
+		p.serveRequest(func() {
 			defer p.calls.Done()
 			defer untrack()
 			p.request(m)
-		}()
+		})
 	default:
 		p.reply(jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidRequest, "effectfence wrap: not a request, response or notification")))
+	}
+}
+
+// workerIdle is how long a worker goroutine waits for another request before it ends.
+const workerIdle = 10 * time.Second
+
+// serveRequest runs f, one request of the agent, on a goroutine of its own: a worker that is
+// idle, or a new one when none is (never queued behind another request). A worker keeps the
+// stack that decoding, the fence and the ledger grew on earlier requests, where a fresh
+// goroutine per request grew one again every time (runtime.copystack was about a tenth of
+// wrap's CPU per call). Workers end after workerIdle without work, or when the agent is gone.
+func (p *Proxy) serveRequest(f func()) {
+	select {
+	case p.idle <- f:
+	default:
+		go p.worker(f)
+	}
+}
+
+func (p *Proxy) worker(f func()) {
+	timer := time.NewTimer(workerIdle)
+	defer timer.Stop()
+	for {
+		f()
+		f = nil // let what the request held be collected while this worker waits
+		timer.Reset(workerIdle)
+		select {
+		case f = <-p.idle:
+		case <-timer.C:
+			return
+		case <-p.agentGone:
+			return
+		}
 	}
 }
 

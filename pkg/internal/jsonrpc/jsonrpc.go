@@ -82,9 +82,12 @@ func Parse(line []byte) (*Message, error) {
 	if line[0] != '{' {
 		return nil, errors.New("not a JSON object")
 	}
-	var w wire
-	if err := json.Unmarshal(line, &w); err != nil {
-		return nil, fmt.Errorf("invalid JSON: %v", err)
+	w, ok := readWire(line)
+	if !ok {
+		w = wire{}
+		if err := json.Unmarshal(line, &w); err != nil {
+			return nil, fmt.Errorf("invalid JSON: %v", err)
+		}
 	}
 	if w.JSONRPC != "2.0" {
 		return nil, fmt.Errorf(`"jsonrpc" must be "2.0", got %q`, w.JSONRPC)
@@ -118,6 +121,73 @@ func Parse(line []byte) (*Message, error) {
 		return nil, errors.New("neither a request, a notification nor a response")
 	}
 	return m, nil
+}
+
+// readWire reads line as json.Unmarshal into a wire would, in one pass and with one copy of
+// the line, for the messages every session carries: valid JSON whose member names that
+// matter are plain ASCII and whose "jsonrpc" and "method" are plain ASCII strings (or null).
+// For anything else it says !ok and Parse lets encoding/json read the line (and word its
+// error). Like encoding/json it matches member names without regard to case, lets the last
+// of duplicate members win, keeps raw values (null included) byte for byte, and ignores
+// members it does not know.
+func readWire(line []byte) (w wire, ok bool) {
+	if !json.Valid(line) {
+		return w, false
+	}
+	line = bytes.Clone(line) // the Message must not share the caller's buffer
+	for i := SkipSpace(line, 1); line[i] == '"'; {
+		keyEnd := EndOfString(line, i)
+		key := line[i+1 : keyEnd-1]
+		vs := SkipSpace(line, SkipSpace(line, keyEnd)+1) // past the colon
+		ve := EndOfValue(line, vs)
+		raw := json.RawMessage(line[vs:ve])
+		if !plainASCII(key) {
+			return w, false
+		}
+		switch {
+		case bytes.EqualFold(key, []byte("jsonrpc")):
+			switch {
+			case raw[0] == 'n': // null leaves a string as it was
+			case raw[0] == '"' && plainASCII(raw):
+				w.JSONRPC = string(raw[1 : len(raw)-1])
+			default:
+				return w, false
+			}
+		case bytes.EqualFold(key, []byte("method")):
+			switch {
+			case raw[0] == 'n':
+				w.Method = nil
+			case raw[0] == '"' && plainASCII(raw):
+				m := string(raw[1 : len(raw)-1])
+				w.Method = &m
+			default:
+				return w, false
+			}
+		case bytes.EqualFold(key, []byte("id")):
+			w.ID = raw
+		case bytes.EqualFold(key, []byte("params")):
+			w.Params = raw
+		case bytes.EqualFold(key, []byte("result")):
+			w.Result = raw
+		case bytes.EqualFold(key, []byte("error")):
+			w.Error = raw
+		}
+		if i = SkipSpace(line, ve); line[i] == ',' {
+			i = SkipSpace(line, i+1)
+		}
+	}
+	return w, true
+}
+
+// plainASCII says whether b is ASCII without backslashes: a member name or string literal
+// whose bytes are the characters it stands for.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // ErrTooLong is returned by Reader.ReadLine for a line longer than its limit; the line has
@@ -172,8 +242,9 @@ func (r *Reader) ReadLine() ([]byte, error) {
 
 // Writer writes whole lines; it is safe for concurrent use and never interleaves two lines.
 type Writer struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte // the line being written, reused (guarded by mu)
 }
 
 // NewWriter returns a Writer over w.
@@ -181,12 +252,13 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
 // Write writes msg followed by a newline as one write.
 func (w *Writer) Write(msg []byte) error {
-	buf := make([]byte, 0, len(msg)+1)
-	buf = append(buf, msg...)
-	buf = append(buf, '\n')
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, err := w.w.Write(buf)
+	w.buf = append(append(w.buf[:0], msg...), '\n')
+	_, err := w.w.Write(w.buf)
+	if cap(w.buf) > 64<<10 {
+		w.buf = nil // do not keep a huge message's buffer
+	}
 	return err
 }
 
@@ -205,7 +277,8 @@ func oneLine(raw json.RawMessage) json.RawMessage {
 
 // Request builds a request line (without the newline). params may be nil.
 func Request(id json.RawMessage, method string, params json.RawMessage) []byte {
-	b := append([]byte(`{"jsonrpc":"2.0","id":`), oneLine(id)...)
+	b := append(make([]byte, 0, 48+len(id)+len(method)+len(params)), `{"jsonrpc":"2.0","id":`...)
+	b = append(b, oneLine(id)...)
 	b = append(b, `,"method":`...)
 	b = appendJSONString(b, method)
 	if params != nil {
@@ -217,7 +290,8 @@ func Request(id json.RawMessage, method string, params json.RawMessage) []byte {
 
 // Notification builds a notification line. params may be nil.
 func Notification(method string, params json.RawMessage) []byte {
-	b := append([]byte(`{"jsonrpc":"2.0","method":`), appendJSONString(nil, method)...)
+	b := append(make([]byte, 0, 48+len(method)+len(params)), `{"jsonrpc":"2.0","method":`...)
+	b = appendJSONString(b, method)
 	if params != nil {
 		b = append(b, `,"params":`...)
 		b = append(b, oneLine(params)...)
@@ -230,7 +304,8 @@ func Response(id, result json.RawMessage) []byte {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
-	b := append([]byte(`{"jsonrpc":"2.0","id":`), oneLine(id)...)
+	b := append(make([]byte, 0, 40+len(id)+len(result)), `{"jsonrpc":"2.0","id":`...)
+	b = append(b, oneLine(id)...)
 	b = append(b, `,"result":`...)
 	b = append(b, oneLine(result)...)
 	return append(b, '}')
@@ -255,6 +330,18 @@ func ErrorResponse(id json.RawMessage, e *Error) []byte {
 
 // appendJSONString appends s as a JSON string (encoding/json's escaping, without HTML escapes).
 func appendJSONString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain { // nothing to escape
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

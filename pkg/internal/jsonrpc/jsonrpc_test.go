@@ -1,8 +1,11 @@
 package jsonrpc
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -90,6 +93,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
+		sameAsEncodingJSON(t, line)
 		m, err := Parse(line)
 		if err != nil {
 			return
@@ -113,4 +117,54 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip changed the message:\n%s\n%s", line, again)
 		}
 	})
+}
+
+// sameAsEncodingJSON fails when readWire accepts a line and reads it otherwise than
+// json.Unmarshal into a wire does.
+func sameAsEncodingJSON(t *testing.T, line []byte) {
+	t.Helper()
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return
+	}
+	got, ok := readWire(line)
+	if !ok {
+		return
+	}
+	var want wire
+	if err := json.Unmarshal(line, &want); err != nil {
+		t.Fatalf("readWire accepted %s, which encoding/json refuses: %v", line, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("readWire(%s) = %+v, encoding/json reads %+v", line, got, want)
+	}
+}
+
+func TestReadWireReadsLikeEncodingJSON(t *testing.T) {
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":"}\""}}}`,
+		` { "JSONRPC" : "2.0" , "Id" : "a" , "METHOD" : "m" , "Params" : [ 1 ] , "x" : { "id" : 2 } } `,
+		`{"jsonrpc":"2.0","id":null,"result":null,"error":null}`,
+		`{"jsonrpc":"2.0","id":1,"id":2,"method":"a","method":null}`,
+		`{"jsonrpc":"2.0","jsonrpc":null,"id":-1.5e3,"result":{"a":[true,false,null]}}`,
+		`{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"nope"}}`,
+		`{}`,
+	} {
+		if _, ok := readWire([]byte(strings.TrimSpace(line))); !ok {
+			t.Errorf("readWire refused %s", line)
+		}
+		sameAsEncodingJSON(t, []byte(line))
+	}
+	// Left to encoding/json: escapes, non-ASCII names, strings of the wrong type, invalid JSON.
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"a\u0062"}`,
+		`{"jsonrpc":"2.0","id":1,"paramſ":{}}`,
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}",
+		`{"jsonrpc":2,"id":1,"method":"a"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a"`,
+	} {
+		if _, ok := readWire([]byte(line)); ok {
+			t.Errorf("readWire accepted %s", line)
+		}
+	}
 }

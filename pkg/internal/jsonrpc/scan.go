@@ -1,0 +1,67 @@
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
+
+// The scanners below walk JSON that is already known to be valid (json.Valid or a stricter
+// check accepted it): they find where things end and never report errors. On anything else
+// they may panic.
+
+// SkipSpace returns the index of the first byte at or after i that is not JSON white space.
+func SkipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// EndOfString returns the index just past the string that starts (with its quote) at i.
+func EndOfString(b []byte, i int) int {
+	for i++; ; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+}
+
+// EndOfValue returns the index just past the value that starts at i.
+func EndOfValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return EndOfString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = EndOfString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) { // number, true, false, null
+		i++
+	}
+	return i
+}
+
+// Unquote returns the string a valid JSON string literal (quotes included) stands for.
+func Unquote(lit []byte) string {
+	if bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1 : len(lit)-1])
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s) // valid, so it cannot fail
+	return s
+}
