@@ -413,8 +413,10 @@ func (p *pass) run(tx Tx) error {
 // intent it has not seen recorded (a first attempt, which must write anyway) and lets the
 // write transaction decide everything; a pass that writes nothing leaves the counters
 // unwritten. An intent it has seen (a retry, most likely a replay) still takes the read-only
-// pass, which needs neither the intent's lock nor a transaction id. Stores with a cheap local
-// read (memory, SQLite) always take the read-only pass first.
+// pass, which needs neither the intent's lock nor a transaction id. SQLite is one too: its
+// read transaction costs about as much as a write transaction that writes nothing (which
+// appends nothing to the WAL and syncs nothing). The memory store, whose read costs a map
+// lookup, always takes the read-only pass first.
 type WriteFirst interface {
 	WriteFirst() bool
 }
