@@ -1,12 +1,14 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -170,8 +172,8 @@ func BenchmarkLedgerReplay(b *testing.B) {
 }
 
 // BenchmarkServerFloor measures the server on this machine without the fence: one round trip
-// (SELECT 1) and one durable commit (an INSERT in its own transaction), the two costs an
-// admission is made of.
+// (SELECT 1), one durable commit (an INSERT in its own transaction), and the durable work of a
+// fresh call (fresh, fresh16: two commits).
 func BenchmarkServerFloor(b *testing.B) {
 	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
 	if raw == "" {
@@ -227,5 +229,57 @@ func BenchmarkServerFloor(b *testing.B) {
 			_, err := c.Exec(ctx, "INSERT INTO "+schema+".probe VALUES (1)", pgx.QueryExecModeSimpleProtocol)
 			return err
 		})
+	})
+	// fresh and fresh16 are the durable work of one fresh fenced call without the fence, at 1
+	// and 16 callers: a claim-sized row inserted and committed, then that row updated with an
+	// outcome-sized body and committed. Two round trips and two WAL flushes, the floor of the
+	// ledger's admission + commit (BenchmarkLedgerAdmitCommit), which must commit the claim
+	// before the call runs and the outcome before it is answered.
+	b.Run("fresh", func(b *testing.B) { benchFreshFloor(b, raw, 1) })
+	b.Run("fresh16", func(b *testing.B) { benchFreshFloor(b, raw, 16) })
+}
+
+// Record bodies as large as the ledger's for the benchmark's call: an in-flight claim and a
+// done outcome (JSON of fence.Record).
+const floorClaimBytes, floorOutcomeBytes = 480, 860
+
+func benchFreshFloor(b *testing.B, raw string, callers int) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	schema := fmt.Sprintf("effectfence_fresh%d_%d", callers, os.Getpid())
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".probe (intent text PRIMARY KEY, body bytea NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+	idle := make(chan *pgx.Conn, callers) // a caller takes a connection of its own per op
+	for range callers {
+		c, err := pgx.Connect(ctx, raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close(ctx)
+		idle <- c
+	}
+	claim := bytes.Repeat([]byte("c"), floorClaimBytes)
+	outcome := bytes.Repeat([]byte("o"), floorOutcomeBytes)
+	insert := "INSERT INTO " + schema + ".probe (intent, body) VALUES ($1, $2)"
+	update := "UPDATE " + schema + ".probe SET body = $2 WHERE intent = $1"
+	prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
+	run(b, callers, func(i int) error {
+		c := <-idle
+		defer func() { idle <- c }()
+		intent := prefix + strconv.Itoa(i)
+		if _, err := c.Exec(ctx, insert, intent, claim); err != nil {
+			return err
+		}
+		ct, err := c.Exec(ctx, update, intent, outcome)
+		if err == nil && ct.RowsAffected() != 1 {
+			err = fmt.Errorf("the outcome updated %d rows", ct.RowsAffected())
+		}
+		return err
 	})
 }
