@@ -24,8 +24,9 @@
 //     is simply skipped). An admission costs 2 round trips and its commit 2.
 //   - Few statements per round trip: the first intent lock also reads the clock and the
 //     transaction id, a Get reads the record and the next token in one statement, and a
-//     write that ends an in-flight claim notifies its waiters in the same statement. The
-//     server and pgx pay per statement, so a fresh call runs 11 instead of 18.
+//     record write carries the notification of waiters of a claim it ends and the counters
+//     added right after it. The server and pgx pay per statement: a fresh call (admission
+//     and commit) runs 10.
 //
 // Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
 // returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a

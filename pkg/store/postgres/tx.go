@@ -35,6 +35,9 @@ type tx struct {
 	err       error // the first failure: the server has aborted the transaction
 	token     int64 // a fencing token fetched ahead by Get (0: none)
 
+	record *pgx.QueuedQuery // the last record write queued, and its statement with the
+	fold   string           // counters folded in (see AddCounters)
+
 	locked  map[string]bool        // intents whose advisory lock this transaction holds
 	state   map[string]fence.State // intents' states as Get found them (StateNone: no record)
 	domains map[string]domainState // domain rows as first read (the swap's expected value)
@@ -230,11 +233,43 @@ func (t *tx) ends(intent string, next fence.State) bool {
 	return (!known || prev == fence.StateInFlight) && next != fence.StateInFlight
 }
 
-// notifying wraps a write whose first parameter is the intent so that the statement also
-// notifies the intent's waiters; channel is the parameter that carries the channel name. A
-// data-modifying WITH runs to completion whatever the outer query reads.
-func notifying(write, channel string) string {
-	return "WITH w AS (" + write + ")\nSELECT pg_notify(" + channel + ", $1) FROM effectfence_waiters WHERE intent = $1 LIMIT 1"
+// recordSQL is the statement of a record write (its first parameter is the intent), with
+// tail as the outer query (notify, or nothing) and counters (an upsert of the counters row)
+// folded in. A data-modifying WITH runs to completion whatever the outer query reads.
+func recordSQL(write, tail, counters string) string {
+	if tail == "" && counters == "" {
+		return write
+	}
+	s := "WITH w AS (" + write + ")"
+	if counters != "" {
+		s += ", n AS (" + counters + ")"
+	}
+	if tail == "" {
+		tail = "SELECT 1"
+	}
+	return s + "\n" + tail
+}
+
+// notifyTail notifies the waiters of the intent ($1) on the channel its parameter names.
+func notifyTail(channel string) string {
+	return "SELECT pg_notify(" + channel + ", $1) FROM effectfence_waiters WHERE intent = $1 LIMIT 1"
+}
+
+// countersUpsert adds to a counters row; its parameters (shard, then the ten counters in
+// fence.Counters order) are numbered from base+1.
+func countersUpsert(base int) string {
+	p := make([]string, 11)
+	for i := range p {
+		p[i] = fmt.Sprintf("$%d", base+i+1)
+	}
+	return `INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
+VALUES (` + p[0] + `, clock_timestamp(), ` + strings.Join(p[1:], ", ") + `)
+ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
+	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
+	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
+	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
+	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
+	lease_lost = c.lease_lost + excluded.lease_lost`
 }
 
 const (
@@ -243,10 +278,23 @@ ON CONFLICT (intent) DO UPDATE SET state = excluded.state, expires_at = excluded
 	deleteRecord = `DELETE FROM effectfence_records WHERE intent = $1`
 )
 
+// The statements of record writes: plain, notifying the intent's waiters, and either with the
+// counters folded in (see AddCounters).
 var (
-	putRecordNotify    = notifying(putRecord, "$6")
-	deleteRecordNotify = notifying(deleteRecord, "$2")
+	addCounters                = countersUpsert(0)
+	putRecordCounters          = recordSQL(putRecord, "", countersUpsert(5))
+	putRecordNotify            = recordSQL(putRecord, notifyTail("$6"), "")
+	putRecordNotifyCounters    = recordSQL(putRecord, notifyTail("$6"), countersUpsert(6))
+	deleteRecordCounters       = recordSQL(deleteRecord, "", countersUpsert(1))
+	deleteRecordNotify         = recordSQL(deleteRecord, notifyTail("$2"), "")
+	deleteRecordNotifyCounters = recordSQL(deleteRecord, notifyTail("$2"), countersUpsert(2))
 )
+
+// queueRecord queues a record write; fold is its statement with the counters folded in, used
+// if AddCounters comes next.
+func (t *tx) queueRecord(sql, fold string, args ...any) {
+	t.record, t.fold = t.queue(sql, args...), fold
+}
 
 func (t *tx) Put(rec *fence.Record) error {
 	if !t.write {
@@ -265,9 +313,9 @@ func (t *tx) Put(rec *fence.Record) error {
 	}
 	t.lock(rec.Intent)
 	if t.ends(rec.Intent, rec.State) {
-		t.queue(putRecordNotify, rec.Intent, string(rec.State), expires, certHash, body, t.s.channel())
+		t.queueRecord(putRecordNotify, putRecordNotifyCounters, rec.Intent, string(rec.State), expires, certHash, body, t.s.channel())
 	} else {
-		t.queue(putRecord, rec.Intent, string(rec.State), expires, certHash, body)
+		t.queueRecord(putRecord, putRecordCounters, rec.Intent, string(rec.State), expires, certHash, body)
 	}
 	return t.err
 }
@@ -278,9 +326,9 @@ func (t *tx) Delete(intent string) error {
 	}
 	t.lock(intent)
 	if t.ends(intent, fence.StateNone) {
-		t.queue(deleteRecordNotify, intent, t.s.channel())
+		t.queueRecord(deleteRecordNotify, deleteRecordNotifyCounters, intent, t.s.channel())
 	} else {
-		t.queue(deleteRecord, intent)
+		t.queueRecord(deleteRecord, deleteRecordCounters, intent)
 	}
 	return t.err
 }
@@ -682,14 +730,15 @@ func (t *tx) AddCounters(d fence.Counters) error {
 		}
 		args = append(args, n)
 	}
-	t.queue(`INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
-VALUES ($1, clock_timestamp(), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
-	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
-	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
-	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
-	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
-	lease_lost = c.lease_lost + excluded.lease_lost`, args...)
+	// Right after a record write (the engine adds its counters last), the upsert is folded
+	// into that write's statement: one statement less for the server and pgx to run.
+	if q := t.pending.QueuedQueries; t.record != nil && len(q) > 0 && q[len(q)-1] == t.record {
+		t.record.SQL = t.fold
+		t.record.Arguments = append(t.record.Arguments, args...)
+		t.record = nil
+		return t.err
+	}
+	t.queue(addCounters, args...)
 	return t.err
 }
 
