@@ -244,24 +244,34 @@ func BenchmarkServerFloor(b *testing.B) {
 const floorClaimBytes, floorOutcomeBytes = 480, 860
 
 func benchFreshFloor(b *testing.B, raw string, callers int) {
+	run(b, callers, freshFloor(b, raw, callers))
+}
+
+// freshFloor prepares the bare durable work of a fresh call for callers concurrent callers and
+// returns one op of it.
+func freshFloor(b *testing.B, raw string, callers int) func(i int) error {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, raw)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	schema := fmt.Sprintf("effectfence_fresh%d_%d", callers, os.Getpid())
+	schema := fmt.Sprintf("effectfence_fresh%d_%d_%d", callers, os.Getpid(), benchRun.Add(1))
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".probe (intent text PRIMARY KEY, body bytea NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+	b.Cleanup(func() {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			b.Error(err)
+		}
+		conn.Close(ctx)
+	})
 	idle := make(chan *pgx.Conn, callers) // a caller takes a connection of its own per op
 	for range callers {
 		c, err := pgx.Connect(ctx, raw)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close(ctx)
+		b.Cleanup(func() { c.Close(ctx) })
 		idle <- c
 	}
 	claim := bytes.Repeat([]byte("c"), floorClaimBytes)
@@ -269,7 +279,7 @@ func benchFreshFloor(b *testing.B, raw string, callers int) {
 	insert := "INSERT INTO " + schema + ".probe (intent, body) VALUES ($1, $2)"
 	update := "UPDATE " + schema + ".probe SET body = $2 WHERE intent = $1"
 	prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
-	run(b, callers, func(i int) error {
+	return func(i int) error {
 		c := <-idle
 		defer func() { idle <- c }()
 		intent := prefix + strconv.Itoa(i)
@@ -281,5 +291,47 @@ func benchFreshFloor(b *testing.B, raw string, callers int) {
 			err = fmt.Errorf("the outcome updated %d rows", ct.RowsAffected())
 		}
 		return err
-	})
+	}
+}
+
+// BenchmarkLedgerOverFloor measures the ledger's fresh call against its floor in one run: every
+// op is a fresh call through the PostgreSQL ledger (admission + commit) and, right after it on
+// the same caller, the same durable work done bare (ServerFloor/fresh), so both meet the same
+// load on a shared machine. It reports each one's mean latency (ledger-µs, floor-µs) and their
+// ratio (x-floor: ledger time over floor time, summed over all ops), at 1 and 16 callers;
+// ns/op, ops/s and the percentiles are of the pair.
+func BenchmarkLedgerOverFloor(b *testing.B) {
+	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if raw == "" {
+		b.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set")
+	}
+	for _, callers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			e := openPostgresLedger(b).Engine
+			floor := freshFloor(b, raw, callers)
+			ctx := context.Background()
+			prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
+			var ledgerNs, floorNs atomic.Int64
+			run(b, callers, func(i int) error {
+				t0 := time.Now()
+				adm, err := e.Prepare(ctx, fence.Request{Intent: prefix + strconv.Itoa(i), Tool: "charge_card", Args: []byte(`{"amount":4900}`)})
+				if err != nil {
+					return err
+				}
+				if _, err := e.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`)); err != nil {
+					return err
+				}
+				t1 := time.Now()
+				if err := floor(i); err != nil {
+					return err
+				}
+				ledgerNs.Add(int64(t1.Sub(t0)))
+				floorNs.Add(int64(time.Since(t1)))
+				return nil
+			})
+			b.ReportMetric(float64(ledgerNs.Load())/float64(b.N)/1e3, "ledger-µs")
+			b.ReportMetric(float64(floorNs.Load())/float64(b.N)/1e3, "floor-µs")
+			b.ReportMetric(float64(ledgerNs.Load())/float64(floorNs.Load()), "x-floor")
+		})
+	}
 }
