@@ -1,12 +1,14 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -170,8 +172,8 @@ func BenchmarkLedgerReplay(b *testing.B) {
 }
 
 // BenchmarkServerFloor measures the server on this machine without the fence: one round trip
-// (SELECT 1) and one durable commit (an INSERT in its own transaction), the two costs an
-// admission is made of.
+// (SELECT 1), one durable commit (an INSERT in its own transaction), and the durable work of a
+// fresh call (fresh, fresh16: two commits).
 func BenchmarkServerFloor(b *testing.B) {
 	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
 	if raw == "" {
@@ -228,4 +230,108 @@ func BenchmarkServerFloor(b *testing.B) {
 			return err
 		})
 	})
+	// fresh and fresh16 are the durable work of one fresh fenced call without the fence, at 1
+	// and 16 callers: a claim-sized row inserted and committed, then that row updated with an
+	// outcome-sized body and committed. Two round trips and two WAL flushes, the floor of the
+	// ledger's admission + commit (BenchmarkLedgerAdmitCommit), which must commit the claim
+	// before the call runs and the outcome before it is answered.
+	b.Run("fresh", func(b *testing.B) { benchFreshFloor(b, raw, 1) })
+	b.Run("fresh16", func(b *testing.B) { benchFreshFloor(b, raw, 16) })
+}
+
+// Record bodies as large as the ledger's for the benchmark's call: an in-flight claim and a
+// done outcome (JSON of fence.Record).
+const floorClaimBytes, floorOutcomeBytes = 480, 860
+
+func benchFreshFloor(b *testing.B, raw string, callers int) {
+	run(b, callers, freshFloor(b, raw, callers))
+}
+
+// freshFloor prepares the bare durable work of a fresh call for callers concurrent callers and
+// returns one op of it.
+func freshFloor(b *testing.B, raw string, callers int) func(i int) error {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	schema := fmt.Sprintf("effectfence_fresh%d_%d_%d", callers, os.Getpid(), benchRun.Add(1))
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".probe (intent text PRIMARY KEY, body bytea NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			b.Error(err)
+		}
+		conn.Close(ctx)
+	})
+	idle := make(chan *pgx.Conn, callers) // a caller takes a connection of its own per op
+	for range callers {
+		c, err := pgx.Connect(ctx, raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close(ctx) })
+		idle <- c
+	}
+	claim := bytes.Repeat([]byte("c"), floorClaimBytes)
+	outcome := bytes.Repeat([]byte("o"), floorOutcomeBytes)
+	insert := "INSERT INTO " + schema + ".probe (intent, body) VALUES ($1, $2)"
+	update := "UPDATE " + schema + ".probe SET body = $2 WHERE intent = $1"
+	prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
+	return func(i int) error {
+		c := <-idle
+		defer func() { idle <- c }()
+		intent := prefix + strconv.Itoa(i)
+		if _, err := c.Exec(ctx, insert, intent, claim); err != nil {
+			return err
+		}
+		ct, err := c.Exec(ctx, update, intent, outcome)
+		if err == nil && ct.RowsAffected() != 1 {
+			err = fmt.Errorf("the outcome updated %d rows", ct.RowsAffected())
+		}
+		return err
+	}
+}
+
+// BenchmarkLedgerOverFloor measures the ledger's fresh call against its floor in one run: every
+// op is a fresh call through the PostgreSQL ledger (admission + commit) and, right after it on
+// the same caller, the same durable work done bare (ServerFloor/fresh), so both meet the same
+// load on a shared machine. It reports each one's mean latency (ledger-µs, floor-µs) and their
+// ratio (x-floor: ledger time over floor time, summed over all ops), at 1 and 16 callers;
+// ns/op, ops/s and the percentiles are of the pair.
+func BenchmarkLedgerOverFloor(b *testing.B) {
+	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
+	if raw == "" {
+		b.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set")
+	}
+	for _, callers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			e := openPostgresLedger(b).Engine
+			floor := freshFloor(b, raw, callers)
+			ctx := context.Background()
+			prefix := fmt.Sprintf("bench:%d:", benchRun.Add(1))
+			var ledgerNs, floorNs atomic.Int64
+			run(b, callers, func(i int) error {
+				t0 := time.Now()
+				adm, err := e.Prepare(ctx, fence.Request{Intent: prefix + strconv.Itoa(i), Tool: "charge_card", Args: []byte(`{"amount":4900}`)})
+				if err != nil {
+					return err
+				}
+				if _, err := e.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`)); err != nil {
+					return err
+				}
+				t1 := time.Now()
+				if err := floor(i); err != nil {
+					return err
+				}
+				ledgerNs.Add(int64(t1.Sub(t0)))
+				floorNs.Add(int64(time.Since(t1)))
+				return nil
+			})
+			b.ReportMetric(float64(ledgerNs.Load())/float64(b.N)/1e3, "ledger-µs")
+			b.ReportMetric(float64(floorNs.Load())/float64(b.N)/1e3, "floor-µs")
+			b.ReportMetric(float64(ledgerNs.Load())/float64(floorNs.Load()), "x-floor")
+		})
+	}
 }

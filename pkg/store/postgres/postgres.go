@@ -21,8 +21,12 @@
 //     transaction begins, so leases mean the same on every host.
 //   - BEGIN travels with the first read; writes are queued and travel with the next read or
 //     with COMMIT; an Update's Get also fetches the next fencing token (a token no one uses
-//     is simply skipped). An admission without a domain costs 6 round trips and its
-//     commit 2.
+//     is simply skipped). An admission costs 2 round trips and its commit 2.
+//   - Few statements per round trip: the first intent lock also reads the clock and the
+//     transaction id, a Get reads the record and the next token in one statement, and a
+//     record write carries the notification of waiters of a claim it ends and the counters
+//     added right after it. The server and pgx pay per statement: a fresh call (admission
+//     and commit) runs 10.
 //
 // Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
 // returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a
@@ -357,8 +361,11 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fenc
 	// BEGIN and the clock travel with the transaction's first read (or with Now, if it is
 	// asked first), saving a round trip.
 	if write {
+		// The clock and the transaction id are read by the statement that follows BEGIN:
+		// the first intent lock when the transaction starts with one (see tx.lock), else
+		// start.
 		t.pending.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-		t.pending.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now, &t.xid) })
+		t.unstarted = true
 	} else {
 		t.pending.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 		t.pending.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })

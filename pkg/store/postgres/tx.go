@@ -29,10 +29,14 @@ type tx struct {
 	now       time.Time
 	xid       int64
 
-	pending pgx.Batch
-	begun   bool  // BEGIN has been executed
-	err     error // the first failure: the server has aborted the transaction
-	token   int64 // a fencing token fetched ahead by Get (0: none)
+	pending   pgx.Batch
+	unstarted bool  // a write transaction whose clock and id are not queued yet (see start)
+	begun     bool  // BEGIN has been executed
+	err       error // the first failure: the server has aborted the transaction
+	token     int64 // a fencing token fetched ahead by Get (0: none)
+
+	record *pgx.QueuedQuery // the last record write queued, and its statement with the
+	fold   string           // counters folded in (see AddCounters)
 
 	locked  map[string]bool        // intents whose advisory lock this transaction holds
 	state   map[string]fence.State // intents' states as Get found them (StateNone: no record)
@@ -51,11 +55,28 @@ type domainState struct {
 
 var errReadOnly = errors.New("postgres ledger: write in a read-only transaction")
 
+// start queues, right after BEGIN, the read of the clock and of the transaction id (known
+// before COMMIT is sent, so a lost acknowledgement can be resolved), unless that is queued
+// already.
+func (t *tx) start() {
+	if t.unstarted {
+		t.unstarted = false
+		t.pending.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now, &t.xid) })
+	}
+}
+
+// queue queues a statement after the transaction's start.
+func (t *tx) queue(sql string, args ...any) *pgx.QueuedQuery {
+	t.start()
+	return t.pending.Queue(sql, args...)
+}
+
 // send flushes the queued writes and then q, in one round trip.
 func (t *tx) send(q func(b *pgx.Batch)) error {
 	if t.err != nil {
 		return t.err
 	}
+	t.start()
 	b := &t.pending
 	if q != nil {
 		q(b)
@@ -101,17 +122,31 @@ func (t *tx) lock(intent string) {
 		t.locked = map[string]bool{}
 	}
 	t.locked[intent] = true
-	t.pending.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(t.s.schema, "intent", intent))
-	// The lease clock is read again once the lock is granted: a transaction that waited for
-	// the lock must not judge or grant a lease with the time it started waiting.
-	t.pending.Queue("SELECT clock_timestamp()").QueryRow(func(r pgx.Row) error {
-		var now time.Time
-		if err := r.Scan(&now); err != nil {
-			return err
-		}
-		t.now = now.UTC()
-		return nil
+	key := lockKey(t.s.schema, "intent", intent)
+	// The lease clock is read again once the lock is granted (the function in FROM runs
+	// before the select list): a transaction that waited for the lock must not judge or
+	// grant a lease with the time it started waiting. The first lock of a transaction also
+	// reads its id, in place of start.
+	if t.unstarted {
+		t.unstarted = false
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1)", key).QueryRow(func(r pgx.Row) error {
+			return t.scanNow(r, &t.xid)
+		})
+		return
+	}
+	t.queue("SELECT clock_timestamp() FROM pg_advisory_xact_lock($1)", key).QueryRow(func(r pgx.Row) error {
+		return t.scanNow(r)
 	})
+}
+
+// scanNow scans the clock (and more) read once an intent's lock was granted.
+func (t *tx) scanNow(r pgx.Row, more ...any) error {
+	var now time.Time
+	if err := r.Scan(append([]any{&now}, more...)...); err != nil {
+		return err
+	}
+	t.now = now.UTC()
+	return nil
 }
 
 // decodeRecord decodes a row's body. A body that does not decode is reported with the way
@@ -139,19 +174,29 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 	found := false
 	var learn func() error
 	err := t.send(func(b *pgx.Batch) {
-		b.Queue("SELECT body FROM effectfence_records WHERE intent = $1", intent).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				found = true
-				if err := rows.Scan(&body); err != nil {
+		if t.write && t.token == 0 {
+			// The next fencing token travels with the read, after the intent's lock, so a
+			// later claim of this intent always gets a larger token.
+			b.Queue(`SELECT (SELECT body FROM effectfence_records WHERE intent = $1), nextval('effectfence_token')`, intent).QueryRow(func(r pgx.Row) error {
+				var got *[]byte
+				if err := r.Scan(&got, &t.token); err != nil {
 					return err
 				}
-			}
-			return rows.Err()
-		})
-		if t.write && t.token == 0 {
-			// Fetched after the intent's lock, so a later claim of this intent always
-			// gets a larger token.
-			b.Queue(`SELECT nextval('effectfence_token')`).QueryRow(func(r pgx.Row) error { return r.Scan(&t.token) })
+				if got != nil {
+					found, body = true, *got
+				}
+				return nil
+			})
+		} else {
+			b.Queue("SELECT body FROM effectfence_records WHERE intent = $1", intent).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					found = true
+					if err := rows.Scan(&body); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
 		}
 		learn = t.queuePrefetch(b)
 	})
@@ -179,14 +224,76 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 	return rec, err
 }
 
-// ended queues a notification for the waiters of an intent whose in-flight claim this
-// transaction ends (see Store.Watch). It is delivered at commit, only if someone waits: a
-// NOTIFY serialises commits server-wide, so ledgers nobody waits on never pay for it.
-func (t *tx) ended(intent string, next fence.State) {
-	if prev, known := t.state[intent]; (known && prev != fence.StateInFlight) || next == fence.StateInFlight {
-		return
+// ends says whether a write leaving intent in state next ends an in-flight claim, whose
+// waiters (see Store.Watch) must then be notified. The write's statement does it (see
+// notifying): the notification is delivered at commit, only if someone waits, since a NOTIFY
+// serialises commits server-wide and ledgers nobody waits on should never pay for it.
+func (t *tx) ends(intent string, next fence.State) bool {
+	prev, known := t.state[intent]
+	return (!known || prev == fence.StateInFlight) && next != fence.StateInFlight
+}
+
+// recordSQL is the statement of a record write (its first parameter is the intent), with
+// tail as the outer query (notify, or nothing) and counters (an upsert of the counters row)
+// folded in. A data-modifying WITH runs to completion whatever the outer query reads.
+func recordSQL(write, tail, counters string) string {
+	if tail == "" && counters == "" {
+		return write
 	}
-	t.pending.Queue(`SELECT pg_notify($1, $2) FROM effectfence_waiters WHERE intent = $2 LIMIT 1`, t.s.channel(), intent)
+	s := "WITH w AS (" + write + ")"
+	if counters != "" {
+		s += ", n AS (" + counters + ")"
+	}
+	if tail == "" {
+		tail = "SELECT 1"
+	}
+	return s + "\n" + tail
+}
+
+// notifyTail notifies the waiters of the intent ($1) on the channel its parameter names.
+func notifyTail(channel string) string {
+	return "SELECT pg_notify(" + channel + ", $1) FROM effectfence_waiters WHERE intent = $1 LIMIT 1"
+}
+
+// countersUpsert adds to a counters row; its parameters (shard, then the ten counters in
+// fence.Counters order) are numbered from base+1.
+func countersUpsert(base int) string {
+	p := make([]string, 11)
+	for i := range p {
+		p[i] = fmt.Sprintf("$%d", base+i+1)
+	}
+	return `INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
+VALUES (` + p[0] + `, clock_timestamp(), ` + strings.Join(p[1:], ", ") + `)
+ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
+	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
+	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
+	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
+	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
+	lease_lost = c.lease_lost + excluded.lease_lost`
+}
+
+const (
+	putRecord = `INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at, cert_hash = excluded.cert_hash, body = excluded.body`
+	deleteRecord = `DELETE FROM effectfence_records WHERE intent = $1`
+)
+
+// The statements of record writes: plain, notifying the intent's waiters, and either with the
+// counters folded in (see AddCounters).
+var (
+	addCounters                = countersUpsert(0)
+	putRecordCounters          = recordSQL(putRecord, "", countersUpsert(5))
+	putRecordNotify            = recordSQL(putRecord, notifyTail("$6"), "")
+	putRecordNotifyCounters    = recordSQL(putRecord, notifyTail("$6"), countersUpsert(6))
+	deleteRecordCounters       = recordSQL(deleteRecord, "", countersUpsert(1))
+	deleteRecordNotify         = recordSQL(deleteRecord, notifyTail("$2"), "")
+	deleteRecordNotifyCounters = recordSQL(deleteRecord, notifyTail("$2"), countersUpsert(2))
+)
+
+// queueRecord queues a record write; fold is its statement with the counters folded in, used
+// if AddCounters comes next.
+func (t *tx) queueRecord(sql, fold string, args ...any) {
+	t.record, t.fold = t.queue(sql, args...), fold
 }
 
 func (t *tx) Put(rec *fence.Record) error {
@@ -205,10 +312,11 @@ func (t *tx) Put(rec *fence.Record) error {
 		certHash = rec.Cert.Hash
 	}
 	t.lock(rec.Intent)
-	t.pending.Queue(`INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at, cert_hash = excluded.cert_hash, body = excluded.body`,
-		rec.Intent, string(rec.State), expires, certHash, body)
-	t.ended(rec.Intent, rec.State)
+	if t.ends(rec.Intent, rec.State) {
+		t.queueRecord(putRecordNotify, putRecordNotifyCounters, rec.Intent, string(rec.State), expires, certHash, body, t.s.channel())
+	} else {
+		t.queueRecord(putRecord, putRecordCounters, rec.Intent, string(rec.State), expires, certHash, body)
+	}
 	return t.err
 }
 
@@ -217,8 +325,11 @@ func (t *tx) Delete(intent string) error {
 		return errReadOnly
 	}
 	t.lock(intent)
-	t.pending.Queue("DELETE FROM effectfence_records WHERE intent = $1", intent)
-	t.ended(intent, fence.StateNone)
+	if t.ends(intent, fence.StateNone) {
+		t.queueRecord(deleteRecordNotify, deleteRecordNotifyCounters, intent, t.s.channel())
+	} else {
+		t.queueRecord(deleteRecord, deleteRecordCounters, intent)
+	}
 	return t.err
 }
 
@@ -433,14 +544,14 @@ func (t *tx) SetDomainSeq(domain string, seq uint64) error {
 	d, read := t.domains[domain]
 	switch {
 	case !read:
-		t.pending.Queue(`INSERT INTO effectfence_domains (domain, seq) VALUES ($1, $2) ON CONFLICT (domain) DO UPDATE SET seq = excluded.seq`, domain, v)
+		t.queue(`INSERT INTO effectfence_domains (domain, seq) VALUES ($1, $2) ON CONFLICT (domain) DO UPDATE SET seq = excluded.seq`, domain, v)
 	case d.found:
-		t.pending.Queue(`WITH w AS (UPDATE effectfence_domains SET seq = $2 WHERE domain = $1 AND seq = $3 RETURNING 1)
+		t.queue(`WITH w AS (UPDATE effectfence_domains SET seq = $2 WHERE domain = $1 AND seq = $3 RETURNING 1)
 SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, v, int64(d.seq))
 	default:
 		// An absent domain read as the floor: insert only if it is still absent and the floor
 		// has not moved.
-		t.pending.Queue(`WITH w AS (INSERT INTO effectfence_domains (domain, seq)
+		t.queue(`WITH w AS (INSERT INTO effectfence_domains (domain, seq)
 	SELECT $1, $2 WHERE (SELECT value FROM effectfence_meta WHERE key = 'floor') = $3
 	ON CONFLICT (domain) DO NOTHING RETURNING 1)
 SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, v, int64(d.floor))
@@ -466,10 +577,10 @@ func (t *tx) DeleteDomain(domain string) error {
 	d, read := t.domains[domain]
 	switch {
 	case read && d.found:
-		t.pending.Queue(`WITH w AS (DELETE FROM effectfence_domains WHERE domain = $1 AND seq = $2 RETURNING 1)
+		t.queue(`WITH w AS (DELETE FROM effectfence_domains WHERE domain = $1 AND seq = $2 RETURNING 1)
 SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, int64(d.seq))
 	case !read:
-		t.pending.Queue(`DELETE FROM effectfence_domains WHERE domain = $1`, domain)
+		t.queue(`DELETE FROM effectfence_domains WHERE domain = $1`, domain)
 	}
 	if t.domains == nil {
 		t.domains = map[string]domainState{}
@@ -511,9 +622,9 @@ func (t *tx) SetDomainFloor(seq uint64) error {
 		return err
 	}
 	if t.floor == nil {
-		t.pending.Queue(`UPDATE effectfence_meta SET value = $1 WHERE key = 'floor'`, v)
+		t.queue(`UPDATE effectfence_meta SET value = $1 WHERE key = 'floor'`, v)
 	} else {
-		t.pending.Queue(`WITH w AS (UPDATE effectfence_meta SET value = $1 WHERE key = 'floor' AND value = $2 RETURNING 1)
+		t.queue(`WITH w AS (UPDATE effectfence_meta SET value = $1 WHERE key = 'floor' AND value = $2 RETURNING 1)
 SELECT effectfence_must((SELECT count(*) FROM w), 'the domain floor')`, v, int64(*t.floor))
 	}
 	t.floor = &seq
@@ -553,7 +664,7 @@ func (t *tx) AppendEvent(ev fence.Event) error {
 	if err != nil {
 		return fmt.Errorf("postgres ledger: encoding an event of %q: %w", ev.Intent, err)
 	}
-	t.pending.Queue(`INSERT INTO effectfence_events (at, intent, kind, body) VALUES ($1, $2, $3, $4)`, ev.At, ev.Intent, ev.Kind, body)
+	t.queue(`INSERT INTO effectfence_events (at, intent, kind, body) VALUES ($1, $2, $3, $4)`, ev.At, ev.Intent, ev.Kind, body)
 	return t.err
 }
 
@@ -619,14 +730,15 @@ func (t *tx) AddCounters(d fence.Counters) error {
 		}
 		args = append(args, n)
 	}
-	t.pending.Queue(`INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
-VALUES ($1, clock_timestamp(), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
-	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
-	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
-	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
-	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
-	lease_lost = c.lease_lost + excluded.lease_lost`, args...)
+	// Right after a record write (the engine adds its counters last), the upsert is folded
+	// into that write's statement: one statement less for the server and pgx to run.
+	if q := t.pending.QueuedQueries; t.record != nil && len(q) > 0 && q[len(q)-1] == t.record {
+		t.record.SQL = t.fold
+		t.record.Arguments = append(t.record.Arguments, args...)
+		t.record = nil
+		return t.err
+	}
+	t.queue(addCounters, args...)
 	return t.err
 }
 
