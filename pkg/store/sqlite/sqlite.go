@@ -79,6 +79,8 @@ type Store struct {
 	rstmts   map[any]map[string]driver.Stmt // each reader connection's statements (see readerRunner)
 	wstmts   map[string]driver.Stmt         // prepared on wconn, used only inside its Raw callbacks
 
+	decoded *decodedCache // records decoded by Get, by their exact bytes (decoded.go)
+
 	qmu     sync.Mutex // guards queue and leading
 	queue   []*update  // Updates waiting for a transaction
 	leading bool       // an Update is running a batch and will hand on or drain the queue
@@ -119,7 +121,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := prepareFile(abs, opt.ReadOnly); err != nil {
 		return nil, err
 	}
-	s := &Store{path: abs, opt: opt}
+	s := &Store{path: abs, opt: opt, decoded: newDecodedCache()}
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}

@@ -129,7 +129,14 @@ func (t *txn) Get(intent string) (*fence.Record, error) {
 	if err != nil {
 		return nil, t.s.wrap(err)
 	}
-	return t.decode(intent, body)
+	if rec := t.s.decoded.get(intent, body); rec != nil {
+		return rec, nil
+	}
+	rec, err := t.decode(intent, body)
+	if err == nil {
+		t.s.decoded.put(intent, body, rec)
+	}
+	return rec, err
 }
 
 func nanos(at time.Time) any {
@@ -234,7 +241,14 @@ func (t *txn) CertByHash(hash string) (*fence.Record, error) {
 	if err != nil {
 		return nil, t.s.wrap(err)
 	}
-	return t.decode(intent, body)
+	if rec := t.s.decoded.get(intent, body); rec != nil {
+		return rec, nil
+	}
+	rec, err := t.decode(intent, body)
+	if err == nil {
+		t.s.decoded.put(intent, body, rec)
+	}
+	return rec, err
 }
 
 // seqs are uint64 in the engine and INTEGER (int64) in SQLite; no ledger reaches 2^63.
