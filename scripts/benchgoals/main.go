@@ -237,6 +237,18 @@ func goals(rs results) []row {
 		}
 		rows = append(rows, row{goal, fig + ")", "≤ 1.5x", ratio, met, load})
 	}
+	for _, callers := range []string{"1", "16"} {
+		// The same ratio with the ledger's call and bare pgx's alternating on each caller, so
+		// both see the same load: the figure to trust on a busy machine.
+		goal := "PostgreSQL over bare pgx, alternated, " + callers + " caller(s)"
+		v, load, ok := rs.get("pkg/store/postgres:BenchmarkLedgerOverFloor/callers="+callers, "x-floor")
+		if !ok {
+			missing(goal, "set EFFECTFENCE_TEST_POSTGRES")
+			continue
+		}
+		ratio, met := bound(v, 1.5, true)
+		rows = append(rows, row{goal, fmt.Sprintf("%.2fx", v), "≤ 1.5x", ratio, met, load})
+	}
 	p1, _, ok1 := pg("1")
 	p16, load, ok16 := pg("16")
 	b1, okb1 := bare("fresh")
