@@ -120,6 +120,18 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 	return &rec, nil
 }
 
+// decodeCached is decode through the store's cache of decoded records (decoded.go).
+func (t *txn) decodeCached(intent string, body []byte) (*fence.Record, error) {
+	if rec := t.s.decoded.get(intent, body); rec != nil {
+		return rec, nil
+	}
+	rec, err := t.decode(intent, body)
+	if err == nil {
+		t.s.decoded.put(intent, body, rec)
+	}
+	return rec, err
+}
+
 func (t *txn) Get(intent string) (*fence.Record, error) {
 	var body []byte
 	err := t.queryRow(qGet, []any{intent}, &body)
@@ -129,14 +141,7 @@ func (t *txn) Get(intent string) (*fence.Record, error) {
 	if err != nil {
 		return nil, t.s.wrap(err)
 	}
-	if rec := t.s.decoded.get(intent, body); rec != nil {
-		return rec, nil
-	}
-	rec, err := t.decode(intent, body)
-	if err == nil {
-		t.s.decoded.put(intent, body, rec)
-	}
-	return rec, err
+	return t.decodeCached(intent, body)
 }
 
 func nanos(at time.Time) any {
@@ -241,14 +246,7 @@ func (t *txn) CertByHash(hash string) (*fence.Record, error) {
 	if err != nil {
 		return nil, t.s.wrap(err)
 	}
-	if rec := t.s.decoded.get(intent, body); rec != nil {
-		return rec, nil
-	}
-	rec, err := t.decode(intent, body)
-	if err == nil {
-		t.s.decoded.put(intent, body, rec)
-	}
-	return rec, err
+	return t.decodeCached(intent, body)
 }
 
 // seqs are uint64 in the engine and INTEGER (int64) in SQLite; no ledger reaches 2^63.
