@@ -85,13 +85,14 @@ func BenchmarkFencedCallInProcessChild(b *testing.B) {
 	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-µs")
 }
 
-func BenchmarkFencedCallInProcessNop(b *testing.B) {
-	b.ReportAllocs()
+// nopProxy is a proxy core over the benchmark's ledger with a back that answers at once,
+// initialised and attached to a sink that drops what it is sent.
+func nopProxy(b *testing.B) *Proxy {
 	led, err := store.Open(context.Background(), store.Options{Ledger: ledgerFor(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer led.Close()
+	b.Cleanup(func() { led.Close() })
 	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: led.Engine, Log: io.Discard, Scope: "s"})
 	if err != nil {
 		b.Fatal(err)
@@ -99,6 +100,12 @@ func BenchmarkFencedCallInProcessNop(b *testing.B) {
 	p.Attach(discard{})
 	p.child = nopBack{}
 	p.initDone = true
+	return p
+}
+
+func BenchmarkFencedCallInProcessNop(b *testing.B) {
+	b.ReportAllocs()
+	p := nopProxy(b)
 	var d []time.Duration
 	for i := 0; i < b.N; i++ {
 		m, _ := jsonrpc.Parse([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"f%d"}}}`, i, i)))
@@ -209,18 +216,7 @@ func reportSchedLatencies(b *testing.B, h0 *metrics.Float64Histogram) {
 //
 //	go test -run '^$' -bench ReplayInProcess -benchmem ./pkg/wrap
 func BenchmarkReplayInProcessNop(b *testing.B) {
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledgerFor(b)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer led.Close()
-	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: led.Engine, Log: io.Discard, Scope: "s"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.Attach(discard{})
-	p.child = nopBack{}
-	p.initDone = true
+	p := nopProxy(b)
 	line := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"the same call every time"}}}`)
 	m, _ := jsonrpc.Parse(line)
 	p.toolsCall(context.Background(), m)
