@@ -27,9 +27,9 @@ import (
 //
 //	go test -run '^$' -bench FencedCallInProcess -benchtime 1000x ./pkg/wrap
 //
-// On this project's 2-core VM (2026-11-30, load ~1): SQLite 0.93 ms with the nop back, 1.32 ms
-// with the child; memory 0.012 ms and 0.17 ms. The child's round trip costs about 0.25 ms
-// more between two fsyncing transactions than between memory ones (issue 16).
+// On this project's 2-core VM (2026-11-30, evening, load 1-4): SQLite 0.87 ms with the nop
+// back, 1.19 ms with the child. The child's round trip costs about 100 µs more after any idle
+// gap, an fsync or a sleep alike (BenchmarkChildRTT): thread wake-up on this VM (issue 16).
 
 // nopConn is a back that lists one tool, echo, and answers every call at once.
 type nopConn struct{}
