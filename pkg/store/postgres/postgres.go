@@ -192,18 +192,22 @@ func (s *Store) init(ctx context.Context, schema, first string) error {
 // foldCounters moves the totals of counter shards unused for an hour (processes gone, or idle:
 // an idle one just starts a new shard) into one "folded" shard, so summing stays cheap however
 // many processes came and went. One statement: nothing is counted twice or lost.
+// countersAdd ends an INSERT into effectfence_counters (aliased c) by adding to the shard's
+// row when it exists: Flush, the writes that carry counters and the hourly fold share it.
+const countersAdd = `ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
+	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
+	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
+	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
+	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
+	lease_lost = c.lease_lost + excluded.lease_lost`
+
 const foldCounters = `WITH gone AS (
 	DELETE FROM effectfence_counters WHERE shard <> 'folded' AND updated_at < now() - interval '1 hour' RETURNING *
 )
 INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
 SELECT 'folded', now(), sum(admitted), sum(reclaimed), sum(replayed), sum(coalesced), sum(stale), sum(race), sum(in_flight), sum(prior_failure), sum(conflict), sum(lease_lost)
 FROM gone HAVING count(*) > 0
-ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
-	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
-	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
-	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
-	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
-	lease_lost = c.lease_lost + excluded.lease_lost`
+` + countersAdd
 
 // warm opens the pool's minimum connections now, so that the first burst of calls does not
 // wait for connection set-up.

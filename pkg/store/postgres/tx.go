@@ -264,12 +264,7 @@ func countersUpsert(base int) string {
 	}
 	return `INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
 VALUES (` + p[0] + `, clock_timestamp(), ` + strings.Join(p[1:], ", ") + `)
-ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.updated_at,
-	admitted = c.admitted + excluded.admitted, reclaimed = c.reclaimed + excluded.reclaimed,
-	replayed = c.replayed + excluded.replayed, coalesced = c.coalesced + excluded.coalesced,
-	stale = c.stale + excluded.stale, race = c.race + excluded.race, in_flight = c.in_flight + excluded.in_flight,
-	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
-	lease_lost = c.lease_lost + excluded.lease_lost`
+` + countersAdd
 }
 
 const (
