@@ -133,19 +133,15 @@ func (k *counter) add(b bucket) {
 	k.pending[b].Add(1)
 }
 
-func (k *counter) snapshot() Counters {
-	var c Counters
-	for b := range nBuckets {
-		*c.field(b) = k.boot[b].Load()
-	}
-	return c
-}
+func (k *counter) snapshot() Counters { return loadAll(&k.boot) }
 
 // unflushed returns the pending part without taking it.
-func (k *counter) unflushed() Counters {
+func (k *counter) unflushed() Counters { return loadAll(&k.pending) }
+
+func loadAll(a *[nBuckets]atomic.Uint64) Counters {
 	var c Counters
 	for b := range nBuckets {
-		*c.field(b) = k.pending[b].Load()
+		*c.field(b) = a[b].Load()
 	}
 	return c
 }
