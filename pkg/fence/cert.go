@@ -54,7 +54,9 @@ func (c Cert) MarshalJSON() ([]byte, error) {
 	if len(w.Result) == 0 {
 		w.Result = json.RawMessage("null")
 	}
-	return json.Marshal(w)
+	// Without HTML escaping, args and result are written as they are (see EncodeRecord). A
+	// caller that marshals the cert with json.Marshal escapes them again; stores do not.
+	return marshalRaw(w)
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote; Result gets the exact bytes when present.
@@ -186,10 +188,40 @@ func (c *Cert) Verify() error {
 	if err != nil {
 		return err
 	}
-	if h != c.Hash {
+	if h != c.Hash && !c.hashedOverStoredArgs() {
 		return fmt.Errorf("cert of intent %q does not verify: recorded hash %s, content hashes to %s", c.Intent, c.Hash, h)
 	}
 	return nil
+}
+
+// storedArgsHash is the hash of the cert's body with its args exactly as stored, for certs
+// whose args a store re-escaped before EncodeRecord (\u003c for <): the engine hashed those
+// escaped args as they came back from the store. It binds the same content (changing any of
+// it changes this hash too); it is "" for args canonical JSON could have written.
+func (c *Cert) storedArgsHash() string {
+	if !escapedByOldStores(c.Args) {
+		return ""
+	}
+	result := orNull(c.Result)
+	if c.ResultSHA256 != "" {
+		result = nil
+	} else {
+		var err error
+		if result, err = canon.JSON(result); err != nil {
+			return ""
+		}
+	}
+	b, err := c.appendCanonicalBody(nil, orNull(c.Args), result)
+	if err != nil {
+		return ""
+	}
+	return canon.Sum(b)
+}
+
+// hashedOverStoredArgs reports whether the cert's hash is storedArgsHash.
+func (c *Cert) hashedOverStoredArgs() bool {
+	h := c.storedArgsHash()
+	return h != "" && h == c.Hash
 }
 
 func orNull(b json.RawMessage) json.RawMessage {

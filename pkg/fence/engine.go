@@ -717,10 +717,17 @@ func (k *committer) run(tx Tx) error {
 func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*doneAlloc, error) {
 	sum := canon.Sum(res)
 	da := &doneAlloc{rec: *rec}
+	if escapedByOldStores(rec.Args) {
+		// A claim recorded by an earlier build, whose store re-escaped its args: the cert is
+		// hashed over, and the done record keeps, their canonical form.
+		if args, err := canon.JSON(rec.Args); err == nil {
+			da.rec.Args = args
+		}
+	}
 	c := &da.cert
 	*c = Cert{
 		Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-		Args: rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+		Args: da.rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
 	}
 	if c.ReadSet == nil {
 		c.ReadSet = []ReadSetEntry{}

@@ -132,6 +132,15 @@ type spool struct {
 	mu sync.Mutex // serialises drains of this process
 }
 
+// spooled is an Outcome as a spool file holds it: the result readable in result (which
+// encoding/json respaces) and exact in result_bytes, which is what gets recorded, so that a
+// spooled commit replays the tool's bytes like any other. A file without result_bytes (an
+// earlier build's) is recorded from result.
+type spooled struct {
+	Outcome
+	ResultBytes []byte `json:"result_bytes,omitempty"`
+}
+
 func spoolName(o Outcome) string {
 	h := sha256.Sum256([]byte(o.Ticket.Intent))
 	return hex.EncodeToString(h[:8]) + "-" + strconv.FormatUint(o.Ticket.Token, 10) + ".json"
@@ -141,7 +150,7 @@ func (s *spool) put(dir string, o Outcome) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(o)
+	b, err := marshalRaw(spooled{Outcome: o, ResultBytes: o.Result})
 	if err != nil {
 		return "", err
 	}
@@ -199,8 +208,13 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 			errs = append(errs, err)
 			continue
 		}
-		var o Outcome
-		if err := json.Unmarshal(b, &o); err != nil || o.Ticket.Intent == "" {
+		var sp spooled
+		err = json.Unmarshal(b, &sp)
+		o := sp.Outcome
+		if sp.ResultBytes != nil {
+			o.Result = sp.ResultBytes
+		}
+		if err != nil || o.Ticket.Intent == "" {
 			// Never deleted: an operator must read it (it may be the only record of an effect).
 			errs = append(errs, fmt.Errorf("spool file %s is not an outcome (%v); move it away after reading it", name, err))
 			continue

@@ -50,6 +50,30 @@ func TestOddResultRecordedAndReplayedExactly(t *testing.T) {
 	}
 }
 
+// Arguments holding what encoding/json escapes inside raw JSON (<, >, &, U+2028) are kept as
+// given by the SQLite ledger: the cert wrap recorded verifies from the file with the real CLI,
+// and a duplicate replays it.
+func TestArgsWithHTMLCharactersVerify(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	ctx := context.Background()
+	args := json.RawMessage("{\"tag\":\"<b>fish & chips</b>\u2028\"}")
+	if _, err := w.CallTool(ctx, "odd", args); err != nil {
+		t.Fatal(err)
+	}
+	again, err := w.CallTool(ctx, "odd", args)
+	if err != nil || !strings.Contains(string(again), `"effectfence/replayed":true`) {
+		t.Fatalf("not a replay: %s %v", again, err)
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("want 1 execution, got %d", n)
+	}
+	if out, err := exec.Command(efBin, "ledger", "verify", "--ledger", r.ledger).CombinedOutput(); err != nil {
+		t.Fatalf("ledger verify: %v\n%s", err, out)
+	}
+}
+
 // Issue 12 item 9: within the window a duplicate is replayed with a plain-text note; after it
 // an identical call is a new action; a new value of the repeat argument is a new action, and
 // a retry with the same value is replayed.

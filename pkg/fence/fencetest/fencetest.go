@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore Factory) {
 		fn   func(*testing.T, Factory)
 	}{
 		{"FreshCommitReplay", testFreshCommitReplay},
+		{"RawJSONKeptByteForByte", testRawJSON},
 		{"ConcurrentDuplicatesAdmitOne", testConcurrentDuplicates},
 		{"SameInstantDomainRace", testSameInstantDomainRace},
 		{"DistinctIntentsGaplessSequence", testGaplessSequence},
@@ -152,6 +153,53 @@ func testFreshCommitReplay(t *testing.T, newStore Factory) {
 	if cur, _ := eng.Current(ctx, "order:1"); cur != 1 {
 		t.Fatalf("current = %d, want 1", cur)
 	}
+}
+
+// rawArgs and rawResult hold what encoding/json rewrites inside raw values: <, > and & (as
+// \u003c...) and U+2028/U+2029; the result also has spaces that compacting would drop.
+const (
+	rawArgs   = "{\"note\":\"a<b>&c\u2028d\u2029e\"}"
+	rawResult = "{ \"html\": \"<p>fish & chips</p>\", \"sep\": \"\u2028\" }"
+)
+
+// testRawJSON: a store gives back the raw JSON it was given (canonical args, a cert's args and
+// result) byte for byte, so a cert committed on it verifies and hashes as on any other store,
+// and a replay returns the tool's exact bytes.
+func testRawJSON(t *testing.T, newStore Factory) {
+	r := fence.Request{Intent: "raw:1", Tool: "post_note", Args: []byte(rawArgs), Agent: "agent-a"}
+	eng := fence.New(newStore(t), fence.Config{})
+	cert := mustCommit(t, eng, mustFresh(t, eng, r), rawResult)
+	ref := fence.New(fence.NewMemoryStore(), fence.Config{})
+	want := mustCommit(t, ref, mustFresh(t, ref, r), rawResult)
+	if string(want.Args) != rawArgs {
+		t.Fatalf("reference cert args = %s, want the canonical %s", want.Args, rawArgs)
+	}
+	check := func(what string, c *fence.Cert) {
+		t.Helper()
+		if err := c.Verify(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if h, err := c.ComputeHash(); err != nil || h != c.Hash {
+			t.Fatalf("%s: hash %s, its canonical body hashes to %s (%v)", what, c.Hash, h, err)
+		}
+		if c.Hash != want.Hash || string(c.Args) != rawArgs || string(c.Result) != rawResult {
+			t.Fatalf("%s: hash %s args %s result %s; want %s %s %s", what, c.Hash, c.Args, c.Result, want.Hash, rawArgs, rawResult)
+		}
+	}
+	check("committed cert", cert)
+	adm, err := eng.Prepare(ctx, r)
+	if err != nil || adm.Fresh() {
+		t.Fatalf("replay: %+v %v", adm, err)
+	}
+	check("replayed cert", adm.Cert)
+	rec, err := eng.Status(ctx, r.Intent)
+	if err != nil || rec.Cert == nil {
+		t.Fatalf("status: %+v %v", rec, err)
+	}
+	if string(rec.Args) != rawArgs {
+		t.Fatalf("recorded args = %s, want %s", rec.Args, rawArgs)
+	}
+	check("recorded cert", rec.Cert)
 }
 
 func testConcurrentDuplicates(t *testing.T, newStore Factory) {
@@ -627,7 +675,7 @@ func testSettleSpool(t *testing.T, newStore Factory) {
 	st.down.Store(true)
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err = eng.Settle(dctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: tk2, Result: []byte(`"paid 2"`)})
+	_, err = eng.Settle(dctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: tk2, Result: []byte(rawResult)})
 	var sp fence.SpooledError
 	if !errors.As(err, &sp) || !errors.Is(err, errDown) {
 		t.Fatalf("settle with the ledger down: %v, want SpooledError", err)
@@ -640,8 +688,9 @@ func testSettleSpool(t *testing.T, newStore Factory) {
 	if _, err := next.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := next.Status(ctx, "settle:2"); s.State != fence.StateDone || string(s.Cert.Result) != `"paid 2"` {
-		t.Fatalf("spooled commit not recorded at the next start: %+v", s)
+	// Recorded as the tool returned it, byte for byte (the spool file is JSON too).
+	if s, _ := next.Status(ctx, "settle:2"); s.State != fence.StateDone || string(s.Cert.Result) != rawResult {
+		t.Fatalf("spooled commit not recorded as it was returned at the next start: %+v", s)
 	}
 	if files, _ := fence.SpoolFiles(dir); len(files) != 0 {
 		t.Fatalf("spool not emptied after recover: %v", files)

@@ -295,7 +295,7 @@ func (t *tx) Put(rec *fence.Record) error {
 	if !t.write {
 		return errReadOnly
 	}
-	body, err := json.Marshal(rec)
+	body, err := fence.EncodeRecord(rec)
 	if err != nil {
 		return fmt.Errorf("postgres ledger: encoding the record of %q: %w", rec.Intent, err)
 	}

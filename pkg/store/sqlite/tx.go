@@ -155,7 +155,7 @@ func (t *txn) Put(rec *fence.Record) error {
 	if !t.write {
 		return errReadOnly
 	}
-	body, err := json.Marshal(rec)
+	body, err := fence.EncodeRecord(rec)
 	if err != nil {
 		return fmt.Errorf("sqlite ledger: encoding the record of %q: %w", rec.Intent, err)
 	}
