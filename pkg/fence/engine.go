@@ -27,12 +27,14 @@ type Engine struct {
 	watch  watchers
 	fps    *fpCache
 	known  knownIntents // for WriteFirst stores: intents this engine saw recorded
+	wf     bool         // the store is a WriteFirst store (asked once, in New)
 	spool  spool
 }
 
 // New returns an engine over store.
 func New(store Store, cfg Config) *Engine {
-	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache()}
+	wf, ok := store.(WriteFirst)
+	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), wf: ok && wf.WriteFirst()}
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -134,7 +136,9 @@ type snapshot map[string]uint64
 // race (moved in the instant between arrival and reservation).
 func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	e, c, write, snap := p.e, &p.c, p.write, p.snap
-	if pf, ok := tx.(DomainPrefetcher); ok {
+	if len(c.ReadSet) == 0 && (!write || c.Domain == "") {
+		// Nothing to prefetch.
+	} else if pf, ok := tx.(DomainPrefetcher); ok {
 		// The domains this pass reads travel with the record's read.
 		for _, r := range c.ReadSet {
 			pf.PrefetchDomain(r.Domain)
@@ -406,7 +410,9 @@ func getPass(e *Engine) *pass {
 // before reading it; zeroing a pooled struct full of pointers costs write barriers); what
 // it still references lives at most until the pool is emptied at the next collection.
 func putPass(p *pass) {
-	clear(p.snap)
+	if len(p.snap) > 0 {
+		clear(p.snap)
+	}
 	passPool.Put(p)
 }
 
@@ -426,7 +432,7 @@ func (p *pass) run(tx Tx) error {
 // pass, which needs neither the intent's lock nor a transaction id. SQLite is one too: its
 // read transaction costs about as much as a write transaction that writes nothing (which
 // appends nothing to the WAL and syncs nothing). The memory store, whose read costs a map
-// lookup, always takes the read-only pass first.
+// lookup, always takes the read-only pass first. New asks once: the answer must not change.
 type WriteFirst interface {
 	WriteFirst() bool
 }
@@ -436,11 +442,6 @@ type WriteFirst interface {
 // then answers from what was fetched.
 type DomainPrefetcher interface {
 	PrefetchDomain(domain string)
-}
-
-func (e *Engine) writeFirst() bool {
-	wf, ok := e.store.(WriteFirst)
-	return ok && wf.WriteFirst()
 }
 
 func (e *Engine) prepare(ctx context.Context, c *call) (outcome, Admission, error) {
@@ -456,7 +457,7 @@ func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
 	if len(p.c.ReadSet) > 0 && p.snap == nil {
 		p.snap = snapshot{} // only attempts with a read set need one
 	}
-	wf := e.writeFirst()
+	wf := e.wf
 	if !wf || e.known.has(p.c.Intent) {
 		// The read-only pass answers replays and refusals without the writer. A WriteFirst
 		// store skips it for an intent this engine has not seen recorded (a first attempt,
