@@ -1,6 +1,7 @@
 package canon
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -32,6 +33,18 @@ func BenchmarkLibrarySmall(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		if _, err := jcs.Transform(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJSONText: arguments carrying a paragraph of text, as a tool call's often do.
+func BenchmarkJSONText(b *testing.B) {
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
+	in := []byte(`{"body":"` + text + `","to":"ada@example.com"}`)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := JSON(in); err != nil {
 			b.Fatal(err)
 		}
 	}
