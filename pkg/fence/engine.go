@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -617,7 +616,7 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	}
 	// The result is recorded exactly as the tool returned it (replays are byte for byte);
 	// the cert's hash covers its digest.
-	if !json.Valid(result) {
+	if !canon.Valid(result) {
 		return nil, InvalidError{"result", "not a JSON value"}
 	}
 	k := committerPool.Get().(*committer)
