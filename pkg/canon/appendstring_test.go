@@ -35,7 +35,8 @@ func appendStringByRune(b []byte, s string) []byte {
 }
 
 func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "\b\f\n\r\t\x00\x1f\x7f", "é€😀", "\xff", "a\xe2\x82", "\xed\xa0\x80", "mixed é \"x\" \n end"} {
+	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "\b\f\n\r\t\x00\x1f\x7f", "é€😀", "\xff", "a\xe2\x82", "\xed\xa0\x80", "mixed é \"x\" \n end",
+		"eight by\"tes then more", "0123456789abcdef\\", "sixteen plain ch\x1f", "12345678é12345678", "abcdefgh\x7f\x20!~[]^_`{|}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

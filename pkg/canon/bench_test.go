@@ -1,6 +1,8 @@
 package canon
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -33,6 +35,38 @@ func BenchmarkLibrarySmall(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := jcs.Transform(in); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJSONText: arguments carrying a paragraph of text, as a tool call's often do.
+func BenchmarkJSONText(b *testing.B) {
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
+	in := []byte(`{"body":"` + text + `","to":"ada@example.com"}`)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := JSON(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// validBenchInput is a tool result of about 2 KB: an array of small records.
+var validBenchInput = []byte(`{"items":[` + strings.TrimSuffix(strings.Repeat(`{"id":12345,"name":"Widget \"deluxe\"","price":19.99,"tags":["a","b"],"ok":true,"note":null},`, 20), ",") + `]}`)
+
+func BenchmarkValid(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if !Valid(validBenchInput) {
+			b.Fatal("invalid")
+		}
+	}
+}
+
+// BenchmarkValidEncodingJSON is encoding/json.Valid on the same input, for comparison.
+func BenchmarkValidEncodingJSON(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if !json.Valid(validBenchInput) {
+			b.Fatal("invalid")
 		}
 	}
 }

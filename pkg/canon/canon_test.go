@@ -2,7 +2,10 @@ package canon
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -137,4 +140,16 @@ func FuzzFingerprint(f *testing.F) {
 			t.Fatalf("fingerprint changed with spelling: %q vs %q", args, re)
 		}
 	})
+}
+
+// TestSumHex checks Sum's hex digits against encoding/hex over enough digests that every
+// byte value occurs.
+func TestSumHex(t *testing.T) {
+	for i := range 1000 {
+		in := []byte(strconv.Itoa(i))
+		s := sha256.Sum256(in)
+		if got, want := Sum(in), hex.EncodeToString(s[:]); got != want {
+			t.Fatalf("Sum(%q) = %s, want %s", in, got, want)
+		}
+	}
 }

@@ -47,7 +47,7 @@ func (c Cert) MarshalJSON() ([]byte, error) {
 	}{certJSON: certJSON(c)}
 	if c.ResultSHA256 != "" {
 		w.ResultBytes = c.Result
-		if !json.Valid(c.Result) {
+		if !canon.Valid(c.Result) {
 			w.Result = nil
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"sort"
+	"slices"
 	"strconv"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -121,6 +121,8 @@ func (v VectorClock) clone(extra int) VectorClock {
 	return out
 }
 
+// sortUTF16 sorts keys in place. It uses the generic sorts, which (unlike sort.Slice) do not
+// make keys escape: appendCanonical's small array of keys stays on the stack.
 func sortUTF16(keys []string) {
 	if len(keys) < 2 {
 		return
@@ -130,24 +132,18 @@ func sortUTF16(keys []string) {
 	for _, k := range keys {
 		for i := 0; i < len(k); i++ {
 			if k[i] >= 0xF0 {
-				sort.Slice(keys, func(i, j int) bool { return lessUTF16(keys[i], keys[j]) })
+				slices.SortFunc(keys, compareUTF16)
 				return
 			}
 		}
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 }
 
-// lessUTF16 compares strings by their UTF-16 code units, as RFC 8785 §3.2.3 requires. For
+// compareUTF16 compares strings by their UTF-16 code units, as RFC 8785 §3.2.3 requires. For
 // strings without characters above U+FFFF this is the same as comparing code points.
-func lessUTF16(a, b string) bool {
-	ua, ub := utf16Units(a), utf16Units(b)
-	for i := 0; i < len(ua) && i < len(ub); i++ {
-		if ua[i] != ub[i] {
-			return ua[i] < ub[i]
-		}
-	}
-	return len(ua) < len(ub)
+func compareUTF16(a, b string) int {
+	return slices.Compare(utf16Units(a), utf16Units(b))
 }
 
 func utf16Units(s string) []uint16 {

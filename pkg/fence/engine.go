@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -27,12 +26,14 @@ type Engine struct {
 	watch  watchers
 	fps    *fpCache
 	known  knownIntents // for WriteFirst stores: intents this engine saw recorded
+	wf     bool         // the store is a WriteFirst store (asked once, in New)
 	spool  spool
 }
 
 // New returns an engine over store.
 func New(store Store, cfg Config) *Engine {
-	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache()}
+	wf, ok := store.(WriteFirst)
+	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), wf: ok && wf.WriteFirst()}
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -93,9 +94,19 @@ func (e *Engine) validate(req *Request, c *call) error {
 }
 
 // validUTF8 is utf8.ValidString with a fast path for the ASCII ids most intents are (the
-// library's setup costs more than the loop on short strings).
+// library's setup costs more than the loop on short strings): eight bytes at a time, then
+// byte by byte; the first byte with its high bit set hands the rest to the library.
 func validUTF8(s string) bool {
-	for i := 0; i < len(s); i++ {
+	i := 0
+	for ; len(s)-i >= 8; i += 8 {
+		b := s[i : i+8]
+		w := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		if w&0x8080808080808080 != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return utf8.ValidString(s[i:])
 		}
@@ -117,14 +128,17 @@ const (
 // snapshot holds the read-set domains' sequence numbers as the attempt arrived.
 type snapshot map[string]uint64
 
-// gate runs the three gates of SPEC §3 on one transaction. With write false it decides
+// gate runs the three gates of SPEC §3 on one transaction; an admission or a replay leaves
+// its answer in p.adm. With write false it decides
 // whatever it can without writing (replays, refusals, stale read sets) and returns
 // outNeedWrite otherwise; with write true it claims. snap is filled on the read-only pass and
 // used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
 // race (moved in the instant between arrival and reservation).
-func (p *pass) gate(tx Tx) (outcome, Admission, error) {
+func (p *pass) gate(tx Tx) (outcome, error) {
 	e, c, write, snap := p.e, &p.c, p.write, p.snap
-	if pf, ok := tx.(DomainPrefetcher); ok {
+	if len(c.ReadSet) == 0 && (!write || c.Domain == "") {
+		// Nothing to prefetch.
+	} else if pf, ok := tx.(DomainPrefetcher); ok {
 		// The domains this pass reads travel with the record's read.
 		for _, r := range c.ReadSet {
 			pf.PrefetchDomain(r.Domain)
@@ -135,7 +149,7 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	}
 	rec, err := tx.Get(c.Intent)
 	if err != nil {
-		return 0, Admission{}, err
+		return 0, err
 	}
 	now := tx.Now() // after Get: a store that locks the intent reads its clock once it holds the lock
 	var (
@@ -149,46 +163,47 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	}
 	if rec != nil {
 		if rec.Fingerprint != c.fp {
-			return outRefused, Admission{}, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
+			return outRefused, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
 		}
 		switch rec.State {
 		case StateDone:
 			if c.ReplayWindow > 0 && !now.Before(rec.UpdatedAt.Add(c.ReplayWindow)) {
 				if !write {
-					return outNeedWrite, Admission{}, nil
+					return outNeedWrite, nil
 				}
 				p.wrote = true
 				if err := e.supersede(tx, rec, c.ReplayWindow); err != nil {
-					return 0, Admission{}, err
+					return 0, err
 				}
 				rec = nil
 				break
 			}
 			cert := new(Cert)
 			*cert = *rec.Cert
-			return outReplayed, Admission{Cert: cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}, nil
+			p.adm = Admission{Cert: cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}
+			return outReplayed, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
-			return outRefused, Admission{}, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
+			return outRefused, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
 			switch v, kind, why := e.judge(now, rec); v {
 			case held:
-				return outRefused, Admission{}, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
+				return outRefused, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
 			case fenceIt:
 				// The effect may have happened and nobody may run it again.
 				if !write {
-					return outNeedWrite, Admission{}, nil
+					return outNeedWrite, nil
 				}
 				p.wrote = true
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
-					return 0, Admission{}, err
+					return 0, err
 				}
-				return outRefused, Admission{}, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
+				return outRefused, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}
 		default:
-			return 0, Admission{}, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
+			return 0, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
 		}
 	}
 
@@ -196,7 +211,7 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	for _, r := range c.ReadSet {
 		cur, _, err := tx.DomainSeq(r.Domain)
 		if err != nil {
-			return 0, Admission{}, err
+			return 0, err
 		}
 		if _, seen := snap[r.Domain]; !seen {
 			// As the attempt arrived: the read-only pass, or the first run of a write pass
@@ -205,13 +220,13 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 		}
 		if cur != r.Seq {
 			if write && r.Domain == c.Domain && snap[r.Domain] == r.Seq {
-				return outRefused, Admission{}, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+				return outRefused, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 			}
-			return outRefused, Admission{}, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+			return outRefused, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 		}
 	}
 	if !write {
-		return outNeedWrite, Admission{}, nil
+		return outNeedWrite, nil
 	}
 
 	// Gate 3: reserve the domain's next sequence number. Inside one transaction the
@@ -220,17 +235,17 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	if c.Domain != "" {
 		cur, _, err := tx.DomainSeq(c.Domain)
 		if err != nil {
-			return 0, Admission{}, err
+			return 0, err
 		}
 		seq = cur + 1
 		if err := tx.SetDomainSeq(c.Domain, seq); err != nil {
-			return 0, Admission{}, err
+			return 0, err
 		}
 	}
 	p.wrote = true
 	token, err := tx.NextToken()
 	if err != nil {
-		return 0, Admission{}, err
+		return 0, err
 	}
 	nonce := newNonce()
 	agent := c.Agent
@@ -250,7 +265,7 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
 		if err := tx.AppendEvent(Event{At: now, Intent: c.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
-			return 0, Admission{}, err
+			return 0, err
 		}
 	}
 	if c.KeepResult == KeepHash {
@@ -260,14 +275,15 @@ func (p *pass) gate(tx Tx) (outcome, Admission, error) {
 		claim.Redacted = c.Redact
 	}
 	if err := tx.Put(claim); err != nil {
-		return 0, Admission{}, err
+		return 0, err
 	}
 	t := &ca.ticket
 	*t = Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
+	p.adm = Admission{Ticket: t}
 	if reclaimed != nil {
-		return outReclaimed, Admission{Ticket: t}, nil
+		return outReclaimed, nil
 	}
-	return outAdmitted, Admission{Ticket: t}, nil
+	return outAdmitted, nil
 }
 
 // claimAlloc holds a claim and its ticket: one allocation.
@@ -359,12 +375,12 @@ func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
 	if err := e.validate(&req, &p.c); err != nil {
 		return Admission{}, err
 	}
-	out, adm, err := p.prepare(ctx)
-	e.count(out, err, false)
+	err := p.prepare(ctx)
+	e.count(p.out, err, false)
 	if err != nil {
 		return Admission{}, err
 	}
-	return adm, nil
+	return p.adm, nil
 }
 
 // pass is one attempt's trip through the gates. Passes are pooled, and fn is bound once when
@@ -396,14 +412,16 @@ func getPass(e *Engine) *pass {
 // before reading it; zeroing a pooled struct full of pointers costs write barriers); what
 // it still references lives at most until the pool is emptied at the next collection.
 func putPass(p *pass) {
-	clear(p.snap)
+	if len(p.snap) > 0 {
+		clear(p.snap)
+	}
 	passPool.Put(p)
 }
 
 func (p *pass) run(tx Tx) error {
 	p.wrote = false
 	var err error
-	p.out, p.adm, err = p.gate(tx)
+	p.out, err = p.gate(tx)
 	return err
 }
 
@@ -416,7 +434,7 @@ func (p *pass) run(tx Tx) error {
 // pass, which needs neither the intent's lock nor a transaction id. SQLite is one too: its
 // read transaction costs about as much as a write transaction that writes nothing (which
 // appends nothing to the WAL and syncs nothing). The memory store, whose read costs a map
-// lookup, always takes the read-only pass first.
+// lookup, always takes the read-only pass first. New asks once: the answer must not change.
 type WriteFirst interface {
 	WriteFirst() bool
 }
@@ -428,32 +446,30 @@ type DomainPrefetcher interface {
 	PrefetchDomain(domain string)
 }
 
-func (e *Engine) writeFirst() bool {
-	wf, ok := e.store.(WriteFirst)
-	return ok && wf.WriteFirst()
-}
-
 func (e *Engine) prepare(ctx context.Context, c *call) (outcome, Admission, error) {
 	p := getPass(e)
 	defer putPass(p)
 	p.c = *c
-	return p.prepare(ctx)
+	err := p.prepare(ctx)
+	return p.out, p.adm, err
 }
 
-func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
+// prepare passes p.c through the gates; the outcome and the answer are left in p.out and
+// p.adm.
+func (p *pass) prepare(ctx context.Context) error {
 	e := p.e
 	p.out, p.adm = 0, Admission{} // a store failing before it runs fn leaves no stale answer
 	if len(p.c.ReadSet) > 0 && p.snap == nil {
 		p.snap = snapshot{} // only attempts with a read set need one
 	}
-	wf := e.writeFirst()
+	wf := e.wf
 	if !wf || e.known.has(p.c.Intent) {
 		// The read-only pass answers replays and refusals without the writer. A WriteFirst
 		// store skips it for an intent this engine has not seen recorded (a first attempt,
 		// which must write anyway) and keeps it for one it has (a retry, likely a replay).
 		p.write = false
 		if err := e.store.View(ctx, p.fn); err != nil || p.out != outNeedWrite {
-			return p.out, p.adm, err
+			return err
 		}
 	}
 	p.write = true
@@ -461,7 +477,7 @@ func (p *pass) prepare(ctx context.Context) (outcome, Admission, error) {
 	if wf && (err == nil || CodeOf(err) != CodeStore) {
 		e.known.add(p.c.Intent) // it has a record now (or had one that refused this attempt)
 	}
-	return p.out, p.adm, err
+	return err
 }
 
 // knownIntents is a bounded set of intents; it starts over when full rather than track
@@ -606,7 +622,7 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	}
 	// The result is recorded exactly as the tool returned it (replays are byte for byte);
 	// the cert's hash covers its digest.
-	if !json.Valid(result) {
+	if !canon.Valid(result) {
 		return nil, InvalidError{"result", "not a JSON value"}
 	}
 	k := committerPool.Get().(*committer)

@@ -24,9 +24,6 @@ type MemoryStore struct {
 	wtx     memTx   // the write transaction, reused under mu (it escapes through Tx)
 }
 
-// readTxs recycles read transactions: a memTx handed out as a Tx escapes to the heap.
-var readTxs = sync.Pool{New: func() any { return new(memTx) }}
-
 // NewMemoryStore returns an empty store using the wall clock.
 func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
 
@@ -52,7 +49,7 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	u := &m.undo
 	*u = memUndo{recUndo: u.recUndo[:0], domUndo: u.domUndo[:0]}
 	tx := &m.wtx
-	*tx = memTx{m: m, now: m.now(), write: true, memUndo: u}
+	*tx = memTx{memView: (*memView)(m), at: m.now(), memUndo: u}
 	err := fn(tx)
 	if err != nil {
 		tx.rollback()
@@ -63,7 +60,8 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	return err
 }
 
-// View runs fn under the store's read lock.
+// View runs fn under the store's read lock. The read transaction is the store itself, seen
+// as a memView: it needs no state of its own, so a View allocates nothing.
 func (m *MemoryStore) View(ctx context.Context, fn func(Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -73,12 +71,7 @@ func (m *MemoryStore) View(ctx context.Context, fn func(Tx) error) error {
 	if m.closed {
 		return errClosed
 	}
-	tx := readTxs.Get().(*memTx)
-	*tx = memTx{m: m, now: m.now()}
-	err := fn(tx)
-	*tx = memTx{}
-	readTxs.Put(tx)
-	return err
+	return fn((*memView)(m))
 }
 
 // Close makes later calls fail.
@@ -89,10 +82,15 @@ func (m *MemoryStore) Close() error {
 	return nil
 }
 
+// memView is a read transaction: the store itself, whose methods read it and refuse to write.
+// Its clock is read when asked.
+type memView MemoryStore
+
+// memTx is the write transaction: memView's reads, the writes with their undo log, and one
+// clock reading for the whole transaction.
 type memTx struct {
-	m     *MemoryStore
-	now   time.Time
-	write bool
+	*memView
+	at time.Time
 	*memUndo
 }
 
@@ -124,64 +122,42 @@ type domUndo struct {
 var errReadOnly = errors.New("fence: write in a read-only transaction")
 
 func (t *memTx) rollback() {
-	m := t.m
 	for i := len(t.recUndo) - 1; i >= 0; i-- {
 		u := t.recUndo[i]
 		if u.had {
-			m.records[u.key] = u.rec
+			t.records[u.key] = u.rec
 		} else {
-			delete(m.records, u.key)
+			delete(t.records, u.key)
 		}
 	}
 	for i := len(t.domUndo) - 1; i >= 0; i-- {
 		u := t.domUndo[i]
 		if u.had {
-			m.domains[u.key] = u.seq
+			t.domains[u.key] = u.seq
 		} else {
-			delete(m.domains, u.key)
+			delete(t.domains, u.key)
 		}
 	}
 	if t.floorSaved {
-		m.floor = t.floorPrev
+		t.floor = t.floorPrev
 	}
 	if t.evSaved {
-		m.events = t.evPrev
+		t.events = t.evPrev
 	}
 	if t.cntSaved {
-		m.counts = t.cntPrev
+		t.counts = t.cntPrev
 	}
 }
 
-func (t *memTx) Now() time.Time { return t.now }
+// The reads, shared by both kinds of transaction.
 
-func (t *memTx) Get(intent string) (*Record, error) { return t.m.records[intent], nil }
+func (v *memView) Now() time.Time { return v.now() }
 
-func (t *memTx) Put(rec *Record) error {
-	if !t.write {
-		return errReadOnly
-	}
-	prev, had := t.m.records[rec.Intent]
-	t.recUndo = append(t.recUndo, recUndo{rec.Intent, had, prev})
-	t.m.records[rec.Intent] = rec
-	return nil
-}
+func (v *memView) Get(intent string) (*Record, error) { return v.records[intent], nil }
 
-func (t *memTx) Delete(intent string) error {
-	if !t.write {
-		return errReadOnly
-	}
-	prev, had := t.m.records[intent]
-	if !had {
-		return nil
-	}
-	t.recUndo = append(t.recUndo, recUndo{intent, true, prev})
-	delete(t.m.records, intent)
-	return nil
-}
-
-func (t *memTx) Scan(f Filter, fn func(*Record) bool) error {
-	keys := make([]string, 0, len(t.m.records))
-	for k, rec := range t.m.records {
+func (v *memView) Scan(f Filter, fn func(*Record) bool) error {
+	keys := make([]string, 0, len(v.records))
+	for k, rec := range v.records {
 		if f.Match(rec) {
 			keys = append(keys, k)
 		}
@@ -191,15 +167,15 @@ func (t *memTx) Scan(f Filter, fn func(*Record) bool) error {
 		if f.Limit > 0 && i >= f.Limit {
 			break
 		}
-		if !fn(t.m.records[k]) {
+		if !fn(v.records[k]) {
 			break
 		}
 	}
 	return nil
 }
 
-func (t *memTx) CertByHash(hash string) (*Record, error) {
-	for _, rec := range t.m.records {
+func (v *memView) CertByHash(hash string) (*Record, error) {
+	for _, rec := range v.records {
 		if rec.Cert != nil && rec.Cert.Hash == hash {
 			return rec, nil
 		}
@@ -207,70 +183,18 @@ func (t *memTx) CertByHash(hash string) (*Record, error) {
 	return nil, nil
 }
 
-func (t *memTx) DomainSeq(domain string) (uint64, bool, error) {
-	seq, ok := t.m.domains[domain]
+func (v *memView) DomainSeq(domain string) (uint64, bool, error) {
+	seq, ok := v.domains[domain]
 	if !ok {
-		return t.m.floor, false, nil
+		return v.floor, false, nil
 	}
 	return seq, true, nil
 }
 
-func (t *memTx) SetDomainSeq(domain string, seq uint64) error {
-	if !t.write {
-		return errReadOnly
-	}
-	prev, had := t.m.domains[domain]
-	t.domUndo = append(t.domUndo, domUndo{domain, had, prev})
-	t.m.domains[domain] = seq
-	return nil
-}
+func (v *memView) DomainFloor() (uint64, error) { return v.floor, nil }
 
-func (t *memTx) DeleteDomain(domain string) error {
-	if !t.write {
-		return errReadOnly
-	}
-	prev, had := t.m.domains[domain]
-	if !had {
-		return nil
-	}
-	t.domUndo = append(t.domUndo, domUndo{domain, true, prev})
-	delete(t.m.domains, domain)
-	return nil
-}
-
-func (t *memTx) DomainFloor() (uint64, error) { return t.m.floor, nil }
-
-func (t *memTx) SetDomainFloor(seq uint64) error {
-	if !t.write {
-		return errReadOnly
-	}
-	if !t.floorSaved {
-		t.floorSaved, t.floorPrev = true, t.m.floor
-	}
-	t.m.floor = seq
-	return nil
-}
-
-func (t *memTx) NextToken() (uint64, error) {
-	if !t.write {
-		return 0, errReadOnly
-	}
-	// Never undone: a token handed out in a rolled-back transaction is simply skipped.
-	t.m.token++
-	return t.m.token, nil
-}
-
-func (t *memTx) AppendEvent(ev Event) error {
-	if !t.write {
-		return errReadOnly
-	}
-	t.saveEvents()
-	t.m.events = append(t.m.events, ev)
-	return nil
-}
-
-func (t *memTx) Events(intent string, fn func(Event) bool) error {
-	for _, ev := range t.m.events {
+func (v *memView) Events(intent string, fn func(Event) bool) error {
+	for _, ev := range v.events {
 		if intent != "" && ev.Intent != intent {
 			continue
 		}
@@ -281,37 +205,101 @@ func (t *memTx) Events(intent string, fn func(Event) bool) error {
 	return nil
 }
 
-func (t *memTx) DeleteEventsBefore(before time.Time) (int, error) {
-	if !t.write {
-		return 0, errReadOnly
+func (v *memView) Counters() (Counters, error) { return v.counts, nil }
+
+// A read transaction refuses every write.
+
+func (v *memView) Put(*Record) error                         { return errReadOnly }
+func (v *memView) Delete(string) error                       { return errReadOnly }
+func (v *memView) SetDomainSeq(string, uint64) error         { return errReadOnly }
+func (v *memView) DeleteDomain(string) error                 { return errReadOnly }
+func (v *memView) SetDomainFloor(uint64) error               { return errReadOnly }
+func (v *memView) NextToken() (uint64, error)                { return 0, errReadOnly }
+func (v *memView) AppendEvent(Event) error                   { return errReadOnly }
+func (v *memView) DeleteEventsBefore(time.Time) (int, error) { return 0, errReadOnly }
+func (v *memView) AddCounters(Counters) error                { return errReadOnly }
+
+// The write transaction's clock and writes.
+
+func (t *memTx) Now() time.Time { return t.at }
+
+func (t *memTx) Put(rec *Record) error {
+	prev, had := t.records[rec.Intent]
+	t.recUndo = append(t.recUndo, recUndo{rec.Intent, had, prev})
+	t.records[rec.Intent] = rec
+	return nil
+}
+
+func (t *memTx) Delete(intent string) error {
+	prev, had := t.records[intent]
+	if !had {
+		return nil
 	}
+	t.recUndo = append(t.recUndo, recUndo{intent, true, prev})
+	delete(t.records, intent)
+	return nil
+}
+
+func (t *memTx) SetDomainSeq(domain string, seq uint64) error {
+	prev, had := t.domains[domain]
+	t.domUndo = append(t.domUndo, domUndo{domain, had, prev})
+	t.domains[domain] = seq
+	return nil
+}
+
+func (t *memTx) DeleteDomain(domain string) error {
+	prev, had := t.domains[domain]
+	if !had {
+		return nil
+	}
+	t.domUndo = append(t.domUndo, domUndo{domain, true, prev})
+	delete(t.domains, domain)
+	return nil
+}
+
+func (t *memTx) SetDomainFloor(seq uint64) error {
+	if !t.floorSaved {
+		t.floorSaved, t.floorPrev = true, t.floor
+	}
+	t.floor = seq
+	return nil
+}
+
+func (t *memTx) NextToken() (uint64, error) {
+	// Never undone: a token handed out in a rolled-back transaction is simply skipped.
+	t.token++
+	return t.token, nil
+}
+
+func (t *memTx) AppendEvent(ev Event) error {
 	t.saveEvents()
-	prev := t.m.events
+	t.events = append(t.events, ev)
+	return nil
+}
+
+func (t *memTx) DeleteEventsBefore(before time.Time) (int, error) {
+	t.saveEvents()
+	prev := t.events
 	kept := make([]Event, 0, len(prev))
 	for _, ev := range prev {
 		if KeptForever(ev.Kind) || !ev.At.Before(before) {
 			kept = append(kept, ev)
 		}
 	}
-	t.m.events = kept
+	t.events = kept
 	return len(prev) - len(kept), nil
 }
 
 func (t *memTx) AddCounters(d Counters) error {
-	if !t.write {
-		return errReadOnly
-	}
 	if !t.cntSaved {
-		t.cntSaved, t.cntPrev = true, t.m.counts
+		t.cntSaved, t.cntPrev = true, t.counts
 	}
-	t.m.counts = t.m.counts.Add(d)
+	t.counts = t.counts.Add(d)
 	return nil
 }
 
-func (t *memTx) Counters() (Counters, error) { return t.m.counts, nil }
-
 func (t *memTx) saveEvents() {
 	if !t.evSaved {
-		t.evSaved, t.evPrev = true, t.m.events
+		t.evSaved, t.evPrev = true, t.events
 	}
 }

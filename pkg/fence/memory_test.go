@@ -1,7 +1,9 @@
 package fence_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/fence/fencetest"
@@ -13,4 +15,50 @@ func TestMemoryStoreContract(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		return st
 	})
+}
+
+// TestMemoryStoreViewRefusesWrites: every write in a read transaction fails and changes
+// nothing.
+func TestMemoryStoreViewRefusesWrites(t *testing.T) {
+	ctx := context.Background()
+	st := fence.NewMemoryStore()
+	defer st.Close()
+	writes := map[string]func(fence.Tx) error{
+		"Put":            func(tx fence.Tx) error { return tx.Put(&fence.Record{Intent: "x", State: fence.StateDone}) },
+		"Delete":         func(tx fence.Tx) error { return tx.Delete("x") },
+		"SetDomainSeq":   func(tx fence.Tx) error { return tx.SetDomainSeq("d", 7) },
+		"DeleteDomain":   func(tx fence.Tx) error { return tx.DeleteDomain("d") },
+		"SetDomainFloor": func(tx fence.Tx) error { return tx.SetDomainFloor(9) },
+		"NextToken":      func(tx fence.Tx) error { _, err := tx.NextToken(); return err },
+		"AppendEvent":    func(tx fence.Tx) error { return tx.AppendEvent(fence.Event{Intent: "x", Kind: fence.EventClear}) },
+		"DeleteEventsBefore": func(tx fence.Tx) error {
+			_, err := tx.DeleteEventsBefore(time.Now())
+			return err
+		},
+		"AddCounters": func(tx fence.Tx) error { return tx.AddCounters(fence.Counters{Admitted: 1}) },
+	}
+	for name, write := range writes {
+		if err := st.View(ctx, write); err == nil {
+			t.Errorf("%s in a read transaction succeeded", name)
+		}
+	}
+	err := st.View(ctx, func(tx fence.Tx) error {
+		rec, _ := tx.Get("x")
+		seq, found, _ := tx.DomainSeq("d")
+		floor, _ := tx.DomainFloor()
+		counts, _ := tx.Counters()
+		events := 0
+		_ = tx.Events("", func(fence.Event) bool { events++; return true })
+		if rec != nil || found || seq != 0 || floor != 0 || !counts.IsZero() || events != 0 {
+			t.Errorf("refused writes left rec=%v domain=%d/%v floor=%d counters=%+v events=%d", rec, seq, found, floor, counts, events)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token uint64
+	if err := st.Update(ctx, func(tx fence.Tx) error { token, err = tx.NextToken(); return err }); err != nil || token != 1 {
+		t.Fatalf("first token after refused NextToken = %d, %v; want 1", token, err)
+	}
 }

@@ -140,8 +140,16 @@ func CheckRedactPath(p string) error {
 	return nil
 }
 
-// checkPrivacy validates the privacy settings of a request.
+// checkPrivacy validates the privacy settings of a request. The defaults (nothing redacted,
+// the full result kept) take the inlined test.
 func checkPrivacy(req *Request) error {
+	if len(req.Redact) == 0 && req.KeepResult == "" {
+		return nil
+	}
+	return checkPrivacySettings(req)
+}
+
+func checkPrivacySettings(req *Request) error {
 	if len(req.Redact) > MaxRedactPaths {
 		return InvalidError{"redact", fmt.Sprintf("names %d paths; at most %d", len(req.Redact), MaxRedactPaths)}
 	}
@@ -222,6 +230,10 @@ func (c *call) setStored() error {
 		c.stored = c.args
 		return nil
 	}
+	return c.setRedacted()
+}
+
+func (c *call) setRedacted() error {
 	stored, err := RedactArgs(c.args, c.Redact)
 	if err != nil {
 		return err
