@@ -2,21 +2,51 @@ package wrap
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 )
 
-// Promise: a replay is the result the tool returned, byte for byte (docs/identity.md:146,
-// docs/DECISIONS-wrap.md:125). tasks/result of a task effectfence made goes through
-// withRelatedTask, which re-marshals the result through map[string]json.RawMessage: that
-// HTML-escapes <, >, & inside strings, compacts spacing and reorders keys.
+// A replay is the result the tool returned, byte for byte (docs/identity.md,
+// docs/DECISIONS-wrap.md). tasks/result of a task effectfence made adds the related-task mark
+// to the recorded result: only the mark may be added, nothing else may change (it used to be
+// re-marshalled, which re-escaped <, > and &, dropped spacing and reordered members).
 func TestWithRelatedTaskKeepsResultBytes(t *testing.T) {
-	res := json.RawMessage(`{"content":[{"type":"text","text":"a<b && c>d"}], "isError":false}`)
-	out := withRelatedTask(res, localTaskPrefix+"x")
-	if !strings.Contains(string(out), `"text":"a<b && c>d"`) {
-		t.Fatalf("tool text re-encoded: %s", out)
-	}
-	if !strings.Contains(string(out), `"}], "isError":false`) {
-		t.Fatalf("result spacing/order changed: %s", out)
+	id := localTaskPrefix + "x"
+	mark := `"` + relatedTaskMeta + `":{"taskId":"` + id + `"}`
+	for _, tc := range []struct{ name, in, want string }{
+		{"no _meta", `{"content":[{"type":"text","text":"a<b && c>d"}], "isError":false}`,
+			`{"content":[{"type":"text","text":"a<b && c>d"}], "isError":false,"_meta":{` + mark + `}}`},
+		{"a _meta with members", "{ \"_meta\": {\"k\": \"<v>\"} ,\n \"content\": [] }\n",
+			"{ \"_meta\": {\"k\": \"<v>\"," + mark + "} ,\n \"content\": [] }\n"},
+		{"an empty _meta", `{"_meta":{ },"content":[]}`, `{"_meta":{ ` + mark + `},"content":[]}`},
+		{"a _meta that is not an object", `{"_meta":null,"content":[]}`, `{"_meta":{` + mark + `},"content":[]}`},
+		{"an empty result", ` {} `, ` {"_meta":{` + mark + `}} `},
+		{"the server's own mark", `{"_meta":{"` + relatedTaskMeta + `":{"taskId":"theirs"}}}`,
+			`{"_meta":{"` + relatedTaskMeta + `":{"taskId":"theirs"},` + mark + `}}`},
+		{"duplicate _meta members: the last is the one parsers keep", `{"_meta":{},"_meta":{"a":1}}`,
+			`{"_meta":{},"_meta":{"a":1,` + mark + `}}`},
+		{"not an object", `[1,2]`, `[1,2]`},
+		{"not JSON", `{"a":`, `{"a":`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := string(withRelatedTask(json.RawMessage(tc.in), id))
+			if got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			if tc.in == tc.want {
+				return
+			}
+			var parsed struct {
+				Meta map[string]json.RawMessage `json:"_meta"`
+			}
+			var m struct {
+				TaskID string `json:"taskId"`
+			}
+			if err := json.Unmarshal([]byte(got), &parsed); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(parsed.Meta[relatedTaskMeta], &m); err != nil || m.TaskID != id {
+				t.Fatalf("parsed %s (%v): the mark is not the one a parser keeps", parsed.Meta[relatedTaskMeta], err)
+			}
+		})
 	}
 }
