@@ -75,14 +75,19 @@ func classify(line []byte) (lane, bool) {
 // lineWriter serialises whole lines to the client: mcp-go's writes and the lanes' writes share
 // it, and each Write is one complete message.
 type lineWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	w   io.Writer
+	ids *ids // puts back the ids the router replaced
 }
 
 func (l *lineWriter) Write(p []byte) (int, error) {
+	out := l.ids.unwrap(p)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	if _, err := l.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 type scheduler struct {

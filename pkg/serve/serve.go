@@ -104,7 +104,7 @@ func (s *Server) MCP() *server.MCPServer { return s.mcp }
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := &lineWriter{w: out}
+	w := &lineWriter{w: out, ids: newIDs()}
 	pr, pw := io.Pipe()
 	std := server.NewStdioServer(s.mcp)
 	std.SetErrorLogger(s.opts.Log)
@@ -135,6 +135,7 @@ route:
 	for {
 		select {
 		case line := <-lines:
+			line = w.ids.wrap(line)
 			if l, ok := classify(line); ok {
 				sc.run(l, line)
 				continue

@@ -1,0 +1,115 @@
+package serve
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// ids keeps request ids that mcp-go would not give back as sent. mcp-go reads an id into a Go
+// value, so a number beyond 2^53 came back rounded (9007199254740993 answered as
+// 9007199254740992, 1e22-sized ids in exponent form) and the client could not match the
+// response to its request. Such an id is replaced by a string of ours before mcp-go or a lane
+// sees the message, and the exact bytes the client sent are put back in the response.
+type ids struct {
+	prefix []byte // `"effectfence-id-<random>-`
+	mu     sync.Mutex
+	next   uint64
+	held   map[string]json.RawMessage // surrogate (quoted) -> the client's id
+	n      atomic.Int64               // len(held), read without the lock on every response
+}
+
+// maxHeld bounds the ids awaiting a response (a client's response message with such an id
+// gets none): beyond it ids pass unchanged, as before.
+const maxHeld = 4096
+
+func newIDs() *ids {
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	return &ids{prefix: []byte(`"effectfence-id-` + hex.EncodeToString(r[:]) + `-`), held: map[string]json.RawMessage{}}
+}
+
+// wrap returns line with an id that would not survive mcp-go replaced by a surrogate.
+func (x *ids) wrap(line []byte) []byte {
+	start, end, ok := topLevelID(line)
+	if !ok || survives(line[start:end]) {
+		return line
+	}
+	x.mu.Lock()
+	if len(x.held) >= maxHeld {
+		x.mu.Unlock()
+		return line
+	}
+	x.next++
+	sur := string(x.prefix) + strconv.FormatUint(x.next, 10) + `"`
+	x.held[sur] = append(json.RawMessage(nil), line[start:end]...)
+	x.n.Store(int64(len(x.held)))
+	x.mu.Unlock()
+	out := make([]byte, 0, len(line)+len(sur))
+	out = append(append(append(out, line[:start]...), sur...), line[end:]...)
+	return out
+}
+
+// unwrap puts the client's id back into a response that carries a surrogate.
+func (x *ids) unwrap(msg []byte) []byte {
+	if x.n.Load() == 0 {
+		return msg
+	}
+	i := bytes.Index(msg, x.prefix)
+	if i < 0 {
+		return msg
+	}
+	j := bytes.IndexByte(msg[i+len(x.prefix):], '"')
+	if j < 0 {
+		return msg
+	}
+	sur := string(msg[i : i+len(x.prefix)+j+1])
+	x.mu.Lock()
+	orig, ok := x.held[sur]
+	delete(x.held, sur)
+	x.n.Store(int64(len(x.held)))
+	x.mu.Unlock()
+	if !ok {
+		return msg
+	}
+	out := make([]byte, 0, len(msg)+len(orig))
+	return append(append(append(out, msg[:i]...), orig...), msg[i+len(sur):]...)
+}
+
+// topLevelID finds the value of a JSON object's single top-level "id" member.
+func topLevelID(line []byte) (start, end int, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0, 0, false
+	}
+	found := 0
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return 0, 0, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return 0, 0, false
+		}
+		if key == "id" {
+			end = int(dec.InputOffset())
+			start, found = end-len(v), found+1
+		}
+	}
+	return start, end, found == 1
+}
+
+// survives reports whether mcp-go gives an id back as it came: a string, or an integer a
+// float64 holds exactly, written plainly. Other values (null, objects) are mcp-go's to refuse.
+func survives(id []byte) bool {
+	if len(id) == 0 || (id[0] != '-' && (id[0] < '0' || id[0] > '9')) {
+		return true
+	}
+	n, err := strconv.ParseInt(string(id), 10, 64)
+	return err == nil && n >= -(1<<53) && n <= 1<<53 && strconv.FormatInt(n, 10) == string(id)
+}
