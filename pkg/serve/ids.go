@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // ids keeps request ids that mcp-go would not give back as sent. mcp-go reads an id into a Go
@@ -82,26 +84,12 @@ func (x *ids) unwrap(msg []byte) []byte {
 
 // topLevelID finds the value of a JSON object's single top-level "id" member.
 func topLevelID(line []byte) (start, end int, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	i := jsonrpc.SkipSpace(line, 0)
+	if i == len(line) || line[i] != '{' || !json.Valid(line) {
 		return 0, 0, false
 	}
-	found := 0
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return 0, 0, false
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return 0, 0, false
-		}
-		if key == "id" {
-			end = int(dec.InputOffset())
-			start, found = end-len(v), found+1
-		}
-	}
-	return start, end, found == 1
+	start, end, n, _ := jsonrpc.Member(line, "id")
+	return start, end, n == 1
 }
 
 // survives reports whether mcp-go gives an id back as it came: a string, or an integer a

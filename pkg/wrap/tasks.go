@@ -1,15 +1,16 @@
 package wrap
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -199,77 +200,26 @@ func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
 // reorder members. Written last, the mark is the one a last-wins parser keeps if the server
 // had set one. A result that is not a JSON object is returned as it is.
 func withRelatedTask(res json.RawMessage, id string) json.RawMessage {
-	mark, err := json.Marshal(map[string]string{"taskId": id})
-	if err != nil {
+	open := jsonrpc.SkipSpace(res, 0)
+	if open == len(res) || res[open] != '{' || !json.Valid(res) {
 		return res
 	}
-	member := append([]byte(`"`+relatedTaskMeta+`":`), mark...)
-	lo, hi, ok := objectBounds(res)
-	if !ok {
-		return res
+	member := `"` + relatedTaskMeta + `":{"taskId":` + string(canon.AppendString(nil, id)) + `}`
+	vs, ve, n, closing := jsonrpc.Member(res, "_meta")
+	switch {
+	case n > 0 && res[vs] == '{':
+		return insertMember(res, vs, ve-1, member)
+	case n > 0: // a _meta that is not an object becomes one holding the mark
+		return slices.Concat(res[:vs], []byte("{"+member+"}"), res[ve:])
 	}
-	// The last top-level _meta member, as JSON parsers keep the last of duplicates.
-	dec := json.NewDecoder(bytes.NewReader(res))
-	if _, err := dec.Token(); err != nil {
-		return res
-	}
-	metaStart, metaEnd := -1, -1
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return res
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return res
-		}
-		if key == "_meta" {
-			metaEnd = int(dec.InputOffset())
-			metaStart = metaEnd - len(raw)
-		}
-	}
-	if metaStart >= 0 {
-		if mlo, mhi, ok := objectBounds(res[metaStart:metaEnd]); ok {
-			return splice(res, metaStart+mlo, metaStart+mhi, member)
-		}
-		// A _meta that is not an object becomes one holding the mark.
-		return concat(res[:metaStart], []byte("{"), member, []byte("}"), res[metaEnd:])
-	}
-	return splice(res, lo, hi, concat([]byte(`"_meta":{`), member, []byte("}")))
+	return insertMember(res, open, closing, `"_meta":{`+member+`}`)
 }
 
-// objectBounds gives the offsets of a JSON object's opening and closing braces, skipping
-// white space around it.
-func objectBounds(b []byte) (lo, hi int, ok bool) {
-	lo, hi = 0, len(b)-1
-	for lo < len(b) && isSpace(b[lo]) {
-		lo++
+// insertMember inserts member as the last member of the object whose braces are at lo and hi.
+func insertMember(b []byte, lo, hi int, member string) []byte {
+	sep := ","
+	if jsonrpc.SkipSpace(b, lo+1) == hi {
+		sep = ""
 	}
-	for hi > lo && isSpace(b[hi]) {
-		hi--
-	}
-	return lo, hi, lo < hi && b[lo] == '{' && b[hi] == '}'
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-// splice inserts member as the last member of the object whose braces are at lo and hi.
-func splice(b []byte, lo, hi int, member []byte) []byte {
-	sep := []byte(",")
-	if len(bytes.TrimSpace(b[lo+1:hi])) == 0 {
-		sep = nil
-	}
-	return concat(b[:hi], sep, member, b[hi:])
-}
-
-func concat(parts ...[]byte) []byte {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	out := make([]byte, 0, n)
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
+	return slices.Concat(b[:hi], []byte(sep+member), b[hi:])
 }

@@ -15,28 +15,11 @@ func ReadableID(line []byte) json.RawMessage {
 	if len(line) == 0 || line[0] != '{' || !json.Valid(line) {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if _, err := dec.Token(); err != nil { // {
+	vs, ve, ids, _ := Member(line, "id")
+	if ids != 1 {
 		return nil
 	}
-	var id json.RawMessage
-	ids := 0
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil
-		}
-		if key, _ := tok.(string); key == "id" {
-			id, ids = v, ids+1
-		}
-	}
-	if ids != 1 || len(id) == 0 {
-		return nil
-	}
+	id := line[vs:ve]
 	switch id[0] {
 	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		return oneLine(id)

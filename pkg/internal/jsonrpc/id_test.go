@@ -15,8 +15,10 @@ func TestReadableID(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":7,`, ``}, // not JSON: the id cannot be trusted
 		{`[{"id":1}]`, ``},
 		{``, ``},
-		{`{"id":1,"id":2,"method":"ping"}`, ``}, // which one? neither
-		{`{"ID":1,"method":"ping"}`, ``},        // keys are case-sensitive
+		{`{"id":1,"id":2,"method":"ping"}`, ``},            // which one? neither
+		{`{"ID":1,"method":"ping"}`, ``},                   // keys are case-sensitive
+		{`{"params":{"id":9,"x":[{"id":8}]},"id":3}`, `3`}, // only top-level members count
+		{`{"\u0069d":4}`, `4`},                             // a key is what it stands for
 	}
 	for _, c := range cases {
 		if got := string(ReadableID([]byte(c.line))); got != c.want {

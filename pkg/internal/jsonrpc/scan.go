@@ -65,3 +65,24 @@ func Unquote(lit []byte) string {
 	_ = json.Unmarshal(lit, &s) // valid, so it cannot fail
 	return s
 }
+
+// Member finds the top-level members named name of the object b, which must be valid JSON
+// starting (after white space) with '{': the span b[start:end] of the last one's value (the
+// one JSON parsers keep), how many there are, and the index of the object's closing brace.
+// start and end are -1 when there is none.
+func Member(b []byte, name string) (start, end, count, closing int) {
+	start, end = -1, -1
+	i := SkipSpace(b, SkipSpace(b, 0)+1)
+	for b[i] == '"' {
+		keyEnd := EndOfString(b, i)
+		vs := SkipSpace(b, SkipSpace(b, keyEnd)+1) // past the colon
+		ve := EndOfValue(b, vs)
+		if Unquote(b[i:keyEnd]) == name {
+			start, end, count = vs, ve, count+1
+		}
+		if i = SkipSpace(b, ve); b[i] == ',' {
+			i = SkipSpace(b, i+1)
+		}
+	}
+	return start, end, count, i
+}
