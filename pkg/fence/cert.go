@@ -94,23 +94,21 @@ const maxExactSeq = 1 << 53
 // RFC 8785 writes them. TestCertCanonicalMatchesLibrary and FuzzCertCanonical check it byte
 // for byte against the canonicalisation of the naive JSON.
 //
-// trusted skips re-canonicalising args (and a legacy result): the engine passes true for the
-// values it canonicalised itself.
-func (c *Cert) canonicalBody(trusted bool) ([]byte, error) {
+// argsAsStored keeps args exactly as the cert holds them instead of canonicalising them:
+// the body an earlier build hashed for args a store had re-escaped (storedArgsHash). The
+// engine builds new certs' bodies with appendCanonicalBody, from args it canonicalised itself.
+func (c *Cert) canonicalBody(argsAsStored bool) ([]byte, error) {
 	args, result := orNull(c.Args), orNull(c.Result)
-	if c.ResultSHA256 != "" {
-		result = nil // the digest stands for the result; appended below
-	}
-	if !trusted {
-		var err error
+	var err error
+	if !argsAsStored {
 		if args, err = canon.JSON(args); err != nil {
 			return nil, fmt.Errorf("args: %w", err)
 		}
-		if c.ResultSHA256 == "" {
-			if result, err = canon.JSON(result); err != nil {
-				return nil, fmt.Errorf("result: %w", err)
-			}
-		}
+	}
+	if c.ResultSHA256 != "" {
+		result = nil // the digest stands for the result; appended below
+	} else if result, err = canon.JSON(result); err != nil {
+		return nil, fmt.Errorf("result: %w", err)
 	}
 	return c.appendCanonicalBody(make([]byte, 0, c.bodySizeHint(args, result)), args, result)
 }
@@ -202,16 +200,7 @@ func (c *Cert) storedArgsHash() string {
 	if !escapedByOldStores(c.Args) {
 		return ""
 	}
-	result := orNull(c.Result)
-	if c.ResultSHA256 != "" {
-		result = nil
-	} else {
-		var err error
-		if result, err = canon.JSON(result); err != nil {
-			return ""
-		}
-	}
-	b, err := c.appendCanonicalBody(nil, orNull(c.Args), result)
+	b, err := c.canonicalBody(true)
 	if err != nil {
 		return ""
 	}

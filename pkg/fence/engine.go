@@ -129,22 +129,21 @@ const (
 type snapshot map[string]uint64
 
 // gate runs the three gates of SPEC §3 on one transaction; an admission or a replay leaves
-// its answer in p.adm. With write false it decides
-// whatever it can without writing (replays, refusals, stale read sets) and returns
-// outNeedWrite otherwise; with write true it claims. snap is filled on the read-only pass and
+// its answer in p.adm. With write false it decides whatever it can without writing (replays,
+// refusals, stale read sets) and returns outNeedWrite otherwise; with write true it claims. snap is filled on the read-only pass and
 // used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
 // race (moved in the instant between arrival and reservation).
 func (p *pass) gate(tx Tx) (outcome, error) {
 	e, c, write, snap := p.e, &p.c, p.write, p.snap
-	if len(c.ReadSet) == 0 && (!write || c.Domain == "") {
-		// Nothing to prefetch.
-	} else if pf, ok := tx.(DomainPrefetcher); ok {
-		// The domains this pass reads travel with the record's read.
-		for _, r := range c.ReadSet {
-			pf.PrefetchDomain(r.Domain)
-		}
-		if write && c.Domain != "" {
-			pf.PrefetchDomain(c.Domain)
+	if len(c.ReadSet) > 0 || (write && c.Domain != "") {
+		if pf, ok := tx.(DomainPrefetcher); ok {
+			// The domains this pass reads travel with the record's read.
+			for _, r := range c.ReadSet {
+				pf.PrefetchDomain(r.Domain)
+			}
+			if write && c.Domain != "" {
+				pf.PrefetchDomain(c.Domain)
+			}
 		}
 	}
 	rec, err := tx.Get(c.Intent)

@@ -11,8 +11,7 @@ import (
 // they are. json.Marshal rewrites <, >, & and U+2028/U+2029 inside raw values as \u escapes,
 // so a store that used it gave back other bytes than it was given, and a cert committed from
 // such a claim was hashed over args that were no longer canonical: it did not verify, and its
-// hash differed from the same call's on the memory store. DecodeRecord (encoding/json) reads
-// both forms.
+// hash differed from the same call's on the memory store. json.Unmarshal reads both forms.
 func EncodeRecord(rec *Record) ([]byte, error) { return marshalRaw(rec) }
 
 // marshalRaw is json.Marshal without HTML escaping. Its encoders and their buffers are pooled
