@@ -25,6 +25,7 @@ type Engine struct {
 	counts counter
 	watch  watchers
 	fps    *fpCache
+	ticks  *firstTicks
 	known  knownIntents // for WriteFirst stores: intents this engine saw recorded
 	wf     bool         // the store is a WriteFirst store (asked once, in New)
 	spool  spool
@@ -33,7 +34,7 @@ type Engine struct {
 // New returns an engine over store.
 func New(store Store, cfg Config) *Engine {
 	wf, ok := store.(WriteFirst)
-	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), wf: ok && wf.WriteFirst()}
+	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst()}
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -257,7 +258,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	*claim = Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: e.ticks.tick(c.Clock, agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
 		RerunSafe: c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 	}
