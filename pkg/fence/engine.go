@@ -731,7 +731,10 @@ func (k *committer) run(tx Tx) error {
 // privacy settings (a KeepHash claim keeps only the result's digest). The nonce stays on the
 // record, so that the holder's retried commit is recognised (Resolve removes it).
 func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*doneAlloc, error) {
-	sum := canon.Sum(res)
+	// The result's digest and the cert's hash share one string: one allocation for both.
+	var digests [2 * canon.SumLen]byte
+	sum := (*[canon.SumLen]byte)(digests[:canon.SumLen])
+	canon.SumTo(sum, res)
 	da := &doneAlloc{rec: *rec}
 	if escapedByOldStores(rec.Args) {
 		// A claim recorded by an earlier build, whose store re-escaped its args: the cert is
@@ -743,15 +746,17 @@ func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*doneAlloc,
 	c := &da.cert
 	*c = Cert{
 		Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-		Args: da.rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+		Args: da.rec.Args, Result: keptResult(rec.KeepResult, res, sum), Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
 	}
 	if c.ReadSet == nil {
 		c.ReadSet = []ReadSetEntry{}
 	}
 	bp := bodyBufs.Get().(*[]byte)
-	body, err := c.appendCanonicalBody((*bp)[:0], orNull(c.Args), nil) // args were canonicalised on the way in
+	body, err := c.appendCanonicalBody((*bp)[:0], orNull(c.Args), nil, sum) // args were canonicalised on the way in
 	if err == nil {
-		c.Hash = canon.Sum(body)
+		canon.SumTo((*[canon.SumLen]byte)(digests[canon.SumLen:]), body)
+		both := string(digests[:])
+		c.ResultSHA256, c.Hash = both[:canon.SumLen], both[canon.SumLen:]
 	}
 	if cap(body) <= 64<<10 {
 		*bp = body[:0]
