@@ -151,13 +151,19 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	if err != nil {
 		return 0, err
 	}
-	now := tx.Now() // after Get: a store that locks the intent reads its clock once it holds the lock
+	// The clock is read after Get (a store that locks the intent reads its clock once it
+	// holds the lock), and only if a decision needs it: a first attempt's read-only pass
+	// does not.
+	clock := passClock{tx: tx}
+	if pc, ok := tx.(processClocked); ok {
+		clock.process = pc.processClock()
+	}
 	var (
 		reclaimed  *Record // the claim this attempt takes over, if any
 		reclaimWhy string
 	)
 	if rec != nil {
-		if rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt) {
+		if rec.State == StateDone && !rec.ExpiresAt.IsZero() && clock.reached(rec.ExpiresAt) {
 			rec = nil // an expired outcome is forgotten: the intent is free
 		}
 	}
@@ -167,7 +173,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 		}
 		switch rec.State {
 		case StateDone:
-			if c.ReplayWindow > 0 && !now.Before(rec.UpdatedAt.Add(c.ReplayWindow)) {
+			if c.ReplayWindow > 0 && clock.reached(rec.UpdatedAt.Add(c.ReplayWindow)) {
 				if !write {
 					return outNeedWrite, nil
 				}
@@ -186,7 +192,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
 			return outRefused, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
-			switch v, kind, why := e.judge(now, rec); v {
+			switch v, kind, why := e.judge(clock.now(), rec); v {
 			case held:
 				return outRefused, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
 			case fenceIt:
@@ -243,6 +249,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 		}
 	}
 	p.wrote = true
+	now := clock.now()
 	token, err := tx.NextToken()
 	if err != nil {
 		return 0, err
@@ -284,6 +291,41 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 		return outReclaimed, nil
 	}
 	return outAdmitted, nil
+}
+
+// passClock reads a transaction's clock at most once, when a decision first needs it.
+type passClock struct {
+	tx      Tx
+	at      time.Time
+	read    bool
+	process bool // tx's clock is time.Now (see processClocked)
+}
+
+func (k *passClock) now() time.Time {
+	if !k.read {
+		k.at, k.read = k.tx.Now(), true
+	}
+	return k.at
+}
+
+// reached reports whether instant t has come.
+func (k *passClock) reached(t time.Time) bool {
+	if k.process && !k.read {
+		// time.Until reads only the monotonic clock when t carries a reading of it, and
+		// compares exactly as t.Before(time.Now()) would; otherwise it reads the wall clock.
+		return time.Until(t) <= 0
+	}
+	return !k.now().Before(t)
+}
+
+// processClocked is implemented by a read transaction whose clock is this process's own
+// time.Now (the memory store's View, which reads it when asked). The engine then tells
+// whether a recorded instant has come with time.Until: an instant this process recorded
+// carries a monotonic reading, and time.Now would have been compared by it alone, so only
+// the monotonic clock need be read (time.Now reads both clocks: on a VM, a quarter of a
+// replay).
+type processClocked interface {
+	processClock() bool
 }
 
 // claimAlloc holds a claim and its ticket: one allocation.
