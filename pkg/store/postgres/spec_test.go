@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -649,5 +651,78 @@ func TestSpeculativeCommitReadCommitted(t *testing.T) {
 	var level string
 	if err := s.pool.QueryRow(ctx, "SHOW default_transaction_isolation").Scan(&level); err != nil || level != "read committed" {
 		t.Fatalf("default_transaction_isolation %q %v", level, err)
+	}
+}
+
+// BenchmarkSpeculationPaired compares, op by op under the same load, a fresh call (admission
+// + commit) whose commit is one statement, the same call with commits as transactions (a
+// second store on the same schema, speculation off), and the bare durable work of a fresh call
+// (a claim-sized row inserted, then updated with an outcome-sized body: two autocommit
+// statements). Op i runs kind i%3, so on a shared machine all three meet the same load; it
+// reports each kind's mean latency (spec-µs, txn-µs, floor-µs) and the ratios to the floor.
+//
+//	go test -run '^$' -bench SpeculationPaired -benchtime 3000x ./pkg/store/postgres/
+func BenchmarkSpeculationPaired(b *testing.B) {
+	for _, callers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			schema := testSchema(b)
+			ctx := context.Background()
+			spec, txn := openSchema(b, schema), openSchema(b, schema)
+			txn.noSpeculation = true
+			engines := []*fence.Engine{fence.New(spec, fence.Config{}), fence.New(txn, fence.Config{})}
+			conn := admin(b, schema)
+			if _, err := conn.Exec(ctx, "CREATE TABLE probe (intent text PRIMARY KEY, body bytea NOT NULL)"); err != nil {
+				b.Fatal(err)
+			}
+			idle := make(chan *pgx.Conn, callers)
+			for range callers {
+				idle <- admin(b, schema)
+			}
+			claim, outcome := bytes.Repeat([]byte("c"), 480), bytes.Repeat([]byte("o"), 860)
+			var ns [3]atomic.Int64
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range callers {
+				wg.Go(func() {
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= b.N {
+							return
+						}
+						intent := "paired:" + strconv.Itoa(i)
+						kind := i % 3
+						t0 := time.Now()
+						var err error
+						if kind < 2 {
+							e := engines[kind]
+							var adm fence.Admission
+							if adm, err = e.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{"amount":4900}`)}); err == nil {
+								_, err = e.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`))
+							}
+						} else {
+							c := <-idle
+							if _, err = c.Exec(ctx, "INSERT INTO probe (intent, body) VALUES ($1, $2)", intent, claim); err == nil {
+								_, err = c.Exec(ctx, "UPDATE probe SET body = $2 WHERE intent = $1", intent, outcome)
+							}
+							idle <- c
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						ns[kind].Add(int64(time.Since(t0)))
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			per := func(kind int) float64 { return float64(ns[kind].Load()) / float64((b.N+2-kind)/3) }
+			b.ReportMetric(per(0)/1e3, "spec-µs")
+			b.ReportMetric(per(1)/1e3, "txn-µs")
+			b.ReportMetric(per(2)/1e3, "floor-µs")
+			b.ReportMetric(per(0)/per(2), "spec-x-floor")
+			b.ReportMetric(per(1)/per(2), "txn-x-floor")
+		})
 	}
 }
