@@ -24,16 +24,16 @@
 //     is simply skipped). An admission costs 2 round trips and its commit 2, or 1 (below).
 //   - A commit of a claim this store wrote is first tried as one autocommit batch, one round
 //     trip (spec.go): the store remembers the claims it wrote, fn runs against the
-//     remembered one, and its writes are sent behind the intent's lock and a guard that the
-//     record is still exactly that claim and that the clock fn used (the claim's database
-//     time plus the local monotonic time elapsed since) is not ahead of the database's clock
-//     nor more than 100 ms behind it. If a guard fails, nothing of it is recorded and fn runs
-//     again in a transaction.
+//     remembered one, and its writes are sent behind the intent's lock, guarded: they are
+//     made only if the record is still exactly that claim and the clock fn used (the claim's
+//     database time plus the local monotonic time elapsed since) is not ahead of the
+//     database's clock nor more than 100 ms behind it. Otherwise nothing is written and fn
+//     runs again in a transaction.
 //   - Few statements per round trip: the first intent lock also reads the clock and the
 //     transaction id, a Get reads the record and the next token in one statement, and a
 //     record write carries the notification of waiters of a claim it ends and the counters
 //     added right after it. The server and pgx pay per statement: a fresh call (admission
-//     and commit) runs 8, or 10 when its commit is a transaction.
+//     and commit) runs 7, or 10 when its commit is a transaction.
 //
 // Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
 // returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a

@@ -8,15 +8,15 @@ package postgres
 // claim that this very store wrote a moment ago. So the store remembers the claims it wrote
 // (claimCache), and Update first runs fn speculatively against the remembered claim. If fn
 // reads nothing else and writes the intent's done record, its writes travel in one
-// autocommit batch, one round trip, whose statements take the intent's lock, require the
-// record to still be exactly that claim (and the clock fn used to be the server's, within
-// specSlack), and only then write; a failed guard aborts the batch's implicit transaction
-// and Update runs fn again in a transaction, as it always did.
+// autocommit batch, one round trip, whose statements take the intent's lock and write only
+// if the record is still exactly that claim (and the clock fn used is the server's, within
+// specSlack); if they wrote nothing, Update runs fn again in a transaction, as it always did.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,13 +36,35 @@ const specSlack = 100 * time.Millisecond
 var errSpeculation = errors.New("postgres ledger: the commit needs a transaction")
 
 // The batch of a speculative commit runs as one implicit transaction (one Sync): the intent's
-// lock, then the guard (a statement of its own, so that its snapshot is taken once the lock
-// is held), then fn's writes. effectfence_must raises SQLSTATE 40001, which aborts the lot.
+// lock, then, in a statement of its own (so that its snapshot is taken once the lock is
+// held), the done record written over the claim only if the row still holds exactly the
+// claim's body and fn's clock is within specSlack behind clock_timestamp(); the counters and
+// the waiters' notification only if the record was written. The statement answers how many
+// records it wrote: 0 is a miss, and the transaction commits nothing.
 var (
-	specLock  = `SELECT pg_advisory_xact_lock($1)`
-	specGuard = fmt.Sprintf(`SELECT effectfence_must((SELECT count(*) FROM effectfence_records WHERE intent = $1::text AND body = $2::bytea), 'the claim of ' || $1::text),
-	effectfence_must((SELECT count(*) FROM (SELECT clock_timestamp() AS c) k WHERE $3::timestamptz <= k.c AND k.c <= $3::timestamptz + interval '%d milliseconds'), 'the clock of a one-statement commit')`, specSlack.Milliseconds())
+	specLock        = `SELECT pg_advisory_xact_lock($1)`
+	specPut         = specPutSQL(false)
+	specPutCounters = specPutSQL(true)
 )
+
+// specPutSQL is the guarded write of a done record over a claim: $1 intent, $2-$5 as in
+// putRecord, $6 the claim's body, $7 fn's clock, $8 the waiters' channel, then the counters
+// row as in countersUpsert.
+func specPutSQL(counters bool) string {
+	s := fmt.Sprintf(`WITH w AS (UPDATE effectfence_records SET state = $2, expires_at = $3, cert_hash = $4, body = $5
+	WHERE intent = $1 AND body = $6 AND $7::timestamptz <= clock_timestamp() AND clock_timestamp() <= $7::timestamptz + interval '%d milliseconds' RETURNING 1)`, specSlack.Milliseconds())
+	if counters {
+		p := make([]string, 10)
+		for i := range p {
+			p[i] = fmt.Sprintf("$%d", 10+i)
+		}
+		s += `, n AS (INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
+	SELECT $9, clock_timestamp(), ` + strings.Join(p, ", ") + ` FROM w
+` + countersAdd + `)`
+	}
+	return s + `
+SELECT (SELECT count(*) FROM w), (SELECT pg_notify($8, $1) FROM effectfence_waiters, w WHERE intent = $1 LIMIT 1)`
+}
 
 // abandon ends a speculative run: fn needs what only a transaction can give it.
 func (t *tx) abandon() error {
@@ -52,8 +74,8 @@ func (t *tx) abandon() error {
 	return t.err
 }
 
-// specGet answers a speculative Get from the claim cache, queueing the intent's lock and the
-// guard that the record is still that claim. Any other read ends the speculation.
+// specGet answers a speculative Get from the claim cache, queueing the intent's lock. Any
+// other read ends the speculation.
 func (t *tx) specGet(intent string) (*fence.Record, error) {
 	if t.err != nil {
 		return nil, t.err
@@ -70,7 +92,6 @@ func (t *tx) specGet(intent string) (*fence.Record, error) {
 		t.now = c.now.Add(time.Since(c.at)).Truncate(time.Microsecond)
 		t.locked = map[string]bool{intent: true}
 		t.pending.Queue(specLock, lockKey(t.s.schema, "intent", intent))
-		t.pending.Queue(specGuard, intent, c.body, t.now)
 	}
 	rec, err := t.decodeRecord(intent, t.specClaim)
 	if err != nil {
@@ -216,11 +237,12 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 	closed := conn.IsClosed()
 	pc.Release()
 	switch {
-	case err == nil:
+	case err == nil && t.specHit > 0:
 		s.at("speculated", t.pid)
 		return true, nil
-	case !closed || pgconn.SafeToRetry(err):
-		// The server answered (its implicit transaction rolled back), or nothing was sent.
+	case err == nil || !closed || pgconn.SafeToRetry(err):
+		// The guard found the record changed (nothing was written), or the server answered
+		// with an error (its implicit transaction rolled back), or nothing was sent.
 		s.at("speculation missed", t.pid)
 		return false, nil
 	}

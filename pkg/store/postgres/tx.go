@@ -56,6 +56,7 @@ type tx struct {
 	specIntent string     // the intent whose cached claim Get answered
 	specClaim  []byte     // that claim's body, which the guard requires the row to hold
 	specDone   []byte     // the done record's body the batch writes
+	specHit    int64      // records the batch wrote: 0 if the guard found the claim changed
 	shards     []shardArg // counter shard arguments to name once the connection is known
 	// landed: the body a lost speculative commit wrote; a transaction that finds it
 	// recorded knows the commit landed and adds no counters again.
@@ -358,6 +359,12 @@ func (t *tx) Put(rec *fence.Record) error {
 		certHash = rec.Cert.Hash
 	}
 	t.lock(rec.Intent)
+	if t.spec {
+		// A claim ends: its waiters are notified, as below.
+		t.queueRecord(specPut, specPutCounters, rec.Intent, string(rec.State), expires, certHash, body, t.specClaim, t.now, t.s.channel())
+		t.record.QueryRow(func(r pgx.Row) error { return r.Scan(&t.specHit, nil) })
+		return t.err
+	}
 	if t.ends(rec.Intent, rec.State) {
 		t.queueRecord(putRecordNotify, putRecordNotifyCounters, rec.Intent, string(rec.State), expires, certHash, body, t.s.channel())
 	} else {
