@@ -17,22 +17,32 @@
 //     lost swap locks the domain rows it reads (FOR UPDATE), so a hot domain costs one retry,
 //     not a storm of them.
 //   - Fencing tokens come from a SEQUENCE; counters are one row per (store, connection),
-//     summed on read; Tx.Now is the database's clock_timestamp() read once when the
-//     transaction begins, so leases mean the same on every host.
+//     summed on read; Tx.Now is the database's clock_timestamp() read under the intent's
+//     lock (a one-statement commit: below), so leases mean the same on every host.
 //   - BEGIN travels with the first read; writes are queued and travel with the next read or
 //     with COMMIT; an Update's Get also fetches the next fencing token (a token no one uses
-//     is simply skipped). An admission costs 2 round trips and its commit 2.
+//     is simply skipped). An admission costs 2 round trips and its commit 2, or 1 (below).
+//   - A commit of a claim this store wrote is first tried as one autocommit batch, one round
+//     trip (spec.go): the store remembers the claims it wrote, fn runs against the
+//     remembered one, and its writes are sent behind the intent's lock, guarded: they are
+//     made only if the record is still exactly that claim and the clock fn used (the claim's
+//     database time plus the local monotonic time elapsed since) is not ahead of the
+//     database's clock nor more than 100 ms behind it. Otherwise nothing is written and fn
+//     runs again in a transaction.
 //   - Few statements per round trip: the first intent lock also reads the clock and the
 //     transaction id, a Get reads the record and the next token in one statement, and a
 //     record write carries the notification of waiters of a claim it ends and the counters
 //     added right after it. The server and pgx pay per statement: a fresh call (admission
-//     and commit) runs 10.
+//     and commit) runs 7, or 10 when its commit is a transaction.
 //
 // Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
 // returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a
 // new connection whether the transaction committed (txid_status) and answers accordingly; only
-// when the server cannot be reached either does it return a CommitUnknownError. The pool
-// replaces dead connections, so the next call reconnects.
+// when the server cannot be reached either does it return a CommitUnknownError. A
+// one-statement commit whose answer is lost is settled by running fn in a transaction: the
+// record tells whether the statement landed, and if it did not, the transaction's write makes
+// its guard fail wherever it still is. The pool replaces dead connections, so the next call
+// reconnects.
 package postgres
 
 import (
@@ -86,6 +96,11 @@ type Store struct {
 	// them lock the row from the first attempt, so callers queue instead of failing.
 	hot sync.Map
 
+	// claims remembers the claims this store wrote, for one-statement commits (spec.go);
+	// noSpeculation (tests only) turns those off.
+	claims        claimCache
+	noSpeculation bool
+
 	closeOnce  sync.Once
 	listenOnce sync.Once
 	listener   *listener // started by the first Watch
@@ -112,6 +127,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if !strings.Contains(c.URL, "pool_min_conns") {
 		pc.MinConns = min(8, pc.MaxConns)
 	}
+	// A one-statement commit (spec.go) runs in an implicit transaction, at the session's
+	// default level: its guard must read the record as committed once the intent's lock is
+	// held, which only READ COMMITTED does (a REPEATABLE READ snapshot predates the lock).
+	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	if c.wrapConn != nil {
 		dial := pc.ConnConfig.DialFunc
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -271,6 +290,9 @@ type CommitUnknownError struct {
 }
 
 func (e CommitUnknownError) Error() string {
+	if e.Xid == 0 {
+		return fmt.Sprintf("postgres ledger: the connection was lost after a one-statement commit was sent, and the transaction that would have settled it failed too; the decision may or may not be recorded: check the intent's status once the database is reachable (%v)", e.Err)
+	}
 	return fmt.Sprintf("postgres ledger: the connection was lost after COMMIT of transaction %d was sent and the server could not be asked whether it committed; the decision may or may not be recorded: check the intent's status once the database is reachable (%v)", e.Xid, e.Err)
 }
 
@@ -291,11 +313,24 @@ func (e ConnLostError) Unwrap() error { return e.Err }
 
 // Update runs fn in one READ COMMITTED transaction under the locks described in the package
 // comment, and commits. fn runs again (in a new transaction) when a compare-and-swap lost, on
-// a deadlock, or on a serialization failure, up to 64 times.
+// a deadlock, or on a serialization failure, up to 64 times. A commit of a claim this store
+// wrote is first tried as one statement (see spec.go); fn then runs again in a transaction if
+// the claim changed meanwhile.
 func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if !s.noSpeculation && s.claims.n.Load() > 0 {
+		if done, err := s.speculate(ctx, fn); done {
+			return err
+		}
+	}
+	return s.transact(ctx, fn, nil)
+}
+
+// transact is Update's transaction path. landed, when set, is the body of a one-statement
+// commit whose answer was lost (see speculate).
+func (s *Store) transact(ctx context.Context, fn func(fence.Tx) error, landed []byte) error {
 	var err error
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		err = s.run(ctx, attempt > 0, true, fn)
+		err = s.run(ctx, attempt > 0, true, landed, fn)
 		if !retryable(err) {
 			return err
 		}
@@ -314,7 +349,7 @@ func (s *Store) WriteFirst() bool { return true }
 
 // View runs fn in a REPEATABLE READ, READ ONLY transaction: one snapshot for all its reads.
 func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
-	return s.run(ctx, false, false, fn)
+	return s.run(ctx, false, false, nil, fn)
 }
 
 func retryable(err error) bool {
@@ -343,9 +378,9 @@ func backoff(ctx context.Context, attempt int) error {
 // run is one transaction. A connection found dead by the transaction's first round trip is
 // replaced, up to three times (after a server restart every idle connection is dead):
 // nothing had been executed on it.
-func (s *Store) run(ctx context.Context, contended, write bool, fn func(fence.Tx) error) error {
+func (s *Store) run(ctx context.Context, contended, write bool, landed []byte, fn func(fence.Tx) error) error {
 	for try := 0; ; try++ {
-		err := s.runOnce(ctx, contended, write, fn)
+		err := s.runOnce(ctx, contended, write, landed, fn)
 		var lost ConnLostError
 		if try < 3 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
 			continue
@@ -354,14 +389,14 @@ func (s *Store) run(ctx context.Context, contended, write bool, fn func(fence.Tx
 	}
 }
 
-func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fence.Tx) error) (err error) {
+func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byte, fn func(fence.Tx) error) (err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres ledger: no connection: %w", err)
 	}
 	defer pc.Release()
 	conn := pc.Conn()
-	t := &tx{s: s, ctx: ctx, conn: conn, write: write, contended: contended, pid: conn.PgConn().PID()}
+	t := &tx{s: s, ctx: ctx, conn: conn, write: write, contended: contended, pid: conn.PgConn().PID(), landed: landed}
 	// BEGIN and the clock travel with the transaction's first read (or with Now, if it is
 	// asked first), saving a round trip.
 	if write {
@@ -422,13 +457,17 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, fn func(fenc
 	err = conn.SendBatch(ctx, &t.pending).Close()
 	if err == nil {
 		s.at("committed", t.pid)
+		t.learn()
 		return nil
 	}
 	if !conn.IsClosed() {
 		s.rollback(conn)
 		return err
 	}
-	return s.resolve(ctx, t.xid, err)
+	if err = s.resolve(ctx, t.xid, err); err == nil {
+		t.learn()
+	}
+	return err
 }
 
 // fail closes out a transaction that failed before COMMIT was sent.

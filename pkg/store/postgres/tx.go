@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,6 +46,28 @@ type tx struct {
 	floor   *uint64                // the floor as first read
 
 	prefetch []string // domains to read along with the next Get (PrefetchDomain)
+
+	nowAt   time.Time    // the local instant now was received (monotonic), the base of a claim's clock
+	written []claimWrite // record writes in order, for the store's claim cache once committed
+
+	// A speculative commit (see spec.go): fn runs against the claim this store wrote, and
+	// its writes go in one autocommit batch guarded by that claim.
+	spec       bool
+	specIntent string     // the intent whose cached claim Get answered
+	specClaim  []byte     // that claim's body, which the guard requires the row to hold
+	specDone   []byte     // the done record's body the batch writes
+	specHit    int64      // records the batch wrote: 0 if the guard found the claim changed
+	shards     []shardArg // counter shard arguments to name once the connection is known
+	// landed: the body a lost speculative commit wrote; a transaction that finds it
+	// recorded knows the commit landed and adds no counters again.
+	landed       []byte
+	dropCounters bool
+}
+
+// claimWrite is a record write of a transaction: the body of an in-flight record, or nil.
+type claimWrite struct {
+	intent string
+	body   []byte
 }
 
 type domainState struct {
@@ -61,7 +84,7 @@ var errReadOnly = errors.New("postgres ledger: write in a read-only transaction"
 func (t *tx) start() {
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return r.Scan(&t.now, &t.xid) })
+		t.pending.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
 	}
 }
 
@@ -71,8 +94,12 @@ func (t *tx) queue(sql string, args ...any) *pgx.QueuedQuery {
 	return t.pending.Queue(sql, args...)
 }
 
-// send flushes the queued writes and then q, in one round trip.
+// send flushes the queued writes and then q, in one round trip. A speculative transaction
+// never sends: anything it would have to ask the server ends the speculation.
 func (t *tx) send(q func(b *pgx.Batch)) error {
+	if t.spec {
+		return t.abandon()
+	}
 	if t.err != nil {
 		return t.err
 	}
@@ -106,6 +133,12 @@ func (t *tx) send(q func(b *pgx.Batch)) error {
 // costs the round trip that begins the transaction; a failure there is returned by the next
 // call (and by Update).
 func (t *tx) Now() time.Time {
+	if t.spec {
+		if t.specIntent == "" {
+			_ = t.abandon() // no claim to reckon the clock from
+		}
+		return t.now
+	}
 	if !t.begun && t.err == nil {
 		_ = t.send(nil)
 	}
@@ -116,6 +149,10 @@ func (t *tx) Now() time.Time {
 // that follows, it is granted before that read's snapshot is taken.
 func (t *tx) lock(intent string) {
 	if !t.write || t.locked[intent] {
+		return
+	}
+	if t.spec {
+		_ = t.abandon() // only the cached claim's intent, locked by its Get
 		return
 	}
 	if t.locked == nil {
@@ -145,7 +182,7 @@ func (t *tx) scanNow(r pgx.Row, more ...any) error {
 	if err := r.Scan(append([]any{&now}, more...)...); err != nil {
 		return err
 	}
-	t.now = now.UTC()
+	t.now, t.nowAt = now.UTC(), time.Now()
 	return nil
 }
 
@@ -169,6 +206,9 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // Get reads the intent's record; in an Update it first takes the intent's lock, so the record
 // cannot change until this transaction ends.
 func (t *tx) Get(intent string) (*fence.Record, error) {
+	if t.spec {
+		return t.specGet(intent)
+	}
 	t.lock(intent)
 	var body []byte
 	found := false
@@ -216,6 +256,10 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 	}
 	if !found {
 		return nil, nil
+	}
+	if t.landed != nil && bytes.Equal(body, t.landed) {
+		t.dropCounters = true // a lost speculative commit landed, its counters with it
+		t.s.at("landed", t.pid)
 	}
 	rec, err := t.decodeRecord(intent, body)
 	if err == nil && t.write {
@@ -295,9 +339,17 @@ func (t *tx) Put(rec *fence.Record) error {
 	if !t.write {
 		return errReadOnly
 	}
+	if t.spec && (rec.Intent != t.specIntent || rec.State != fence.StateDone || t.specDone != nil) {
+		return t.abandon() // a speculative transaction only commits the claim it read
+	}
 	body, err := fence.EncodeRecord(rec)
 	if err != nil {
 		return fmt.Errorf("postgres ledger: encoding the record of %q: %w", rec.Intent, err)
+	}
+	if t.spec {
+		t.specDone = body
+	} else {
+		t.wrote(rec.Intent, rec.State, body)
 	}
 	var expires, certHash any
 	if !rec.ExpiresAt.IsZero() {
@@ -307,6 +359,12 @@ func (t *tx) Put(rec *fence.Record) error {
 		certHash = rec.Cert.Hash
 	}
 	t.lock(rec.Intent)
+	if t.spec {
+		// A claim ends: its waiters are notified, as below.
+		t.queueRecord(specPut, specPutCounters, rec.Intent, string(rec.State), expires, certHash, body, t.specClaim, t.now, t.s.channel())
+		t.record.QueryRow(func(r pgx.Row) error { return r.Scan(&t.specHit, nil) })
+		return t.err
+	}
 	if t.ends(rec.Intent, rec.State) {
 		t.queueRecord(putRecordNotify, putRecordNotifyCounters, rec.Intent, string(rec.State), expires, certHash, body, t.s.channel())
 	} else {
@@ -319,6 +377,10 @@ func (t *tx) Delete(intent string) error {
 	if !t.write {
 		return errReadOnly
 	}
+	if t.spec {
+		return t.abandon()
+	}
+	t.wrote(intent, fence.StateNone, nil)
 	t.lock(intent)
 	if t.ends(intent, fence.StateNone) {
 		t.queueRecord(deleteRecordNotify, deleteRecordNotifyCounters, intent, t.s.channel())
@@ -532,6 +594,9 @@ func (t *tx) SetDomainSeq(domain string, seq uint64) error {
 	if !t.write {
 		return errReadOnly
 	}
+	if t.spec {
+		return t.abandon()
+	}
 	v, err := toInt(seq, "sequence number")
 	if err != nil {
 		return err
@@ -568,6 +633,9 @@ SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domai
 func (t *tx) DeleteDomain(domain string) error {
 	if !t.write {
 		return errReadOnly
+	}
+	if t.spec {
+		return t.abandon()
 	}
 	d, read := t.domains[domain]
 	switch {
@@ -611,6 +679,9 @@ func (t *tx) DomainFloor() (uint64, error) {
 func (t *tx) SetDomainFloor(seq uint64) error {
 	if !t.write {
 		return errReadOnly
+	}
+	if t.spec {
+		return t.abandon()
 	}
 	v, err := toInt(seq, "floor")
 	if err != nil {
@@ -716,6 +787,9 @@ func (t *tx) AddCounters(d fence.Counters) error {
 	if !t.write {
 		return errReadOnly
 	}
+	if t.dropCounters {
+		return nil
+	}
 	vals := []uint64{d.Admitted, d.Reclaimed, d.Replayed, d.Coalesced, d.Stale, d.Race, d.InFlight, d.PriorFailure, d.Conflict, d.LeaseLost}
 	args := []any{fmt.Sprintf("%s/%d", t.s.instance, t.pid)}
 	for _, v := range vals {
@@ -729,11 +803,12 @@ func (t *tx) AddCounters(d fence.Counters) error {
 	// into that write's statement: one statement less for the server and pgx to run.
 	if q := t.pending.QueuedQueries; t.record != nil && len(q) > 0 && q[len(q)-1] == t.record {
 		t.record.SQL = t.fold
+		t.shard(t.record, len(t.record.Arguments))
 		t.record.Arguments = append(t.record.Arguments, args...)
 		t.record = nil
 		return t.err
 	}
-	t.queue(addCounters, args...)
+	t.shard(t.queue(addCounters, args...), 0)
 	return t.err
 }
 
