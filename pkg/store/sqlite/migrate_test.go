@@ -117,7 +117,7 @@ func TestMigrateFromV1(t *testing.T) {
 		t.Fatalf("the migration changed what the ledger holds:\nbefore %+v\nafter  %+v", before, after)
 	}
 	rep = checkT(t, path)
-	if !rep.OK || rep.SchemaVersion != 2 || rep.RecordsLayout != "rowid" || rep.States["done"] != 25 || rep.Events != 10 {
+	if !rep.OK || rep.SchemaVersion != sqlite.SchemaVersion || rep.RecordsLayout != "rowid" || rep.States["done"] != 25 || rep.Events != 10 {
 		t.Fatalf("check of the migrated file: %+v", rep)
 	}
 	byHash := ""
@@ -234,12 +234,12 @@ func kill9(t *testing.T, cmd *exec.Cmd) {
 }
 
 // afterCrash checks a ledger whose migrating process was killed: `ledger check` finds it
-// healthy at version 1 or 2, it opens read-only as it is with every record, and an open for
-// writing completes the migration with every record.
+// healthy at version 1 or the current one, it opens read-only as it is with every record, and
+// an open for writing completes the migration with every record.
 func afterCrash(t *testing.T, path string, want ledgerSnap) (version int) {
 	t.Helper()
 	rep := checkT(t, path)
-	if !rep.OK || (rep.SchemaVersion != 1 && rep.SchemaVersion != 2) {
+	if !rep.OK || (rep.SchemaVersion != 1 && rep.SchemaVersion != sqlite.SchemaVersion) {
 		t.Fatalf("check after the kill: %+v", rep)
 	}
 	ro, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
@@ -260,7 +260,7 @@ func afterCrash(t *testing.T, path string, want ledgerSnap) (version int) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the migration the ledger holds %d records (want %d), or other differences", len(got.Records), len(want.Records))
 	}
-	if rep := checkT(t, path); !rep.OK || rep.SchemaVersion != 2 || rep.RecordsLayout != "rowid" {
+	if rep := checkT(t, path); !rep.OK || rep.SchemaVersion != sqlite.SchemaVersion || rep.RecordsLayout != "rowid" {
 		t.Fatalf("check after the completed migration: %+v", rep)
 	}
 	return rep.SchemaVersion
