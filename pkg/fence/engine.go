@@ -69,6 +69,22 @@ func (e *Engine) validate(req *Request, c *call) error {
 		if r.Domain == "" {
 			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must not be empty"}
 		}
+		if !validUTF8(r.Domain) {
+			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must be valid UTF-8"}
+		}
+	}
+	// Text a store writes as JSON or into a text column must be UTF-8: JSON would record
+	// each invalid byte as U+FFFD (two domains or agents that differ only there would read
+	// back alike) and PostgreSQL refuses it with a ledger error.
+	for _, f := range [...]struct{ name, s string }{{"agent", req.Agent}, {"domain", req.Domain}, {"parent", req.Parent}} {
+		if !validUTF8(f.s) {
+			return InvalidError{f.name, "must be valid UTF-8"}
+		}
+	}
+	for k := range req.Clock {
+		if !validUTF8(k) {
+			return InvalidError{"vector_clock", "agent names must be valid UTF-8"}
+		}
 	}
 	args := req.Args
 	if len(args) == 0 {

@@ -14,8 +14,9 @@ import (
 
 // ids keeps request ids that mcp-go would not give back as sent. mcp-go reads an id into a Go
 // value, so a number beyond 2^53 came back rounded (9007199254740993 answered as
-// 9007199254740992, 1e22-sized ids in exponent form) and the client could not match the
-// response to its request. Such an id is replaced by a string of ours before mcp-go or a lane
+// 9007199254740992, 1e22-sized ids in exponent form), a string with a lone surrogate came
+// back with U+FFFD in its place ("x\udbff" and "x\udbfe" answered alike), and the client
+// could not match the response to its request. Such an id is replaced by a string of ours before mcp-go or a lane
 // sees the message, and the exact bytes the client sent are put back in the response.
 type ids struct {
 	prefix []byte // `"effectfence-id-<random>-`
@@ -92,9 +93,20 @@ func topLevelID(line []byte) (start, end int, ok bool) {
 	return start, end, n == 1
 }
 
-// survives reports whether mcp-go gives an id back as it came: a string, or an integer a
-// float64 holds exactly, written plainly. Other values (null, objects) are mcp-go's to refuse.
+// survives reports whether mcp-go gives an id back as it came: a string of printable ASCII
+// that needs no escape (mcp-go decodes a string and encodes it again: a lone surrogate came
+// back as U+FFFD, so two ids became one, and <, >, &, U+2028 and any escape were respelled),
+// or an integer a float64 holds exactly, written plainly. Other values (null, objects) are
+// mcp-go's to refuse.
 func survives(id []byte) bool {
+	if len(id) > 0 && id[0] == '"' {
+		for _, c := range id[1 : len(id)-1] {
+			if c < 0x20 || c > 0x7e || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return false
+			}
+		}
+		return true
+	}
 	if len(id) == 0 || (id[0] != '-' && (id[0] < '0' || id[0] > '9')) {
 		return true
 	}

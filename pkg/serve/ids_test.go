@@ -1,10 +1,13 @@
 package serve_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
@@ -40,6 +43,17 @@ func TestRequestIDsComeBackExactly(t *testing.T) {
 		{"1e2", "ping", `{}`},
 		{"42", "ping", `{}`},
 		{`"a-string-id"`, "ping", `{}`},
+		// Strings mcp-go decodes and writes again: a lone surrogate became U+FFFD (so two
+		// ids became one), HTML characters, U+2028 and escapes were respelled.
+		{`"x\udbff"`, "ping", `{}`},
+		{`"x\udbfe"`, "tools/call", `{"name":"fence_stats","arguments":{}}`},
+		{`"a<b>&"`, "tools/call", `{"name":"fence_stats","arguments":{}}`},
+		{`"\u0041\/"`, "ping", `{}`},
+		{`"l` + "\u2028" + `"`, "ping", `{}`},
+		{`"é"`, "ping", `{}`},
+		{"-0", "ping", `{}`},
+		{"1.0", "tools/call", `{"name":"fence_stats","arguments":{}}`},
+		{"1e400", "ping", `{}`},
 	} {
 		line := `{"jsonrpc":"2.0","id":` + tc.id + `,"method":"` + tc.method + `","params":` + tc.params + `}`
 		select {
@@ -49,6 +63,29 @@ func TestRequestIDsComeBackExactly(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no response with id %s to %s (an answer with a changed id cannot be matched)", tc.id, tc.method)
+		}
+	}
+}
+
+// A tool handler that panics is answered with an internal error under the id the client
+// sent, byte for byte (the recovery once read the id into an interface value).
+func TestPanicReplyKeepsTheID(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdioWith(t, eng, serve.Options{}, func(s *serve.Server) {
+		s.MCP().AddTool(mcp.NewTool("boom"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			panic("boom")
+		})
+	})
+	for _, id := range []string{"12345678901234567890123", "-9007199254740993", "1.5", "1e400", "-0", `"x\udbff"`, `"a<b>&"`, "7"} {
+		line := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"boom","arguments":{}}}`
+		select {
+		case resp := <-c.sendLine(id, line):
+			if !strings.Contains(string(resp), `"error"`) || !strings.Contains(string(resp), "internal panic: boom") {
+				t.Errorf("id %s: %s", id, resp)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no response with id %s to a panicking call (an answer with a changed id cannot be matched)", id)
 		}
 	}
 }

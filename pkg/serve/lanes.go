@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // Tool calls are scheduled here, not on mcp-go's single worker pool: with one pool, 32
@@ -126,31 +128,35 @@ func (sc *scheduler) run(l lane, line []byte) {
 }
 
 func (sc *scheduler) handle(l lane, msg []byte) {
-	var resp mcp.JSONRPCMessage
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				sc.s.opts.Log.Printf("panic in a %s-lane tool call: %v", laneNames[l], r)
-				var id struct {
-					ID any `json:"id"`
-				}
-				_ = json.Unmarshal(msg, &id)
-				resp = mcp.NewJSONRPCError(mcp.NewRequestId(id.ID), mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r), nil)
-			}
-		}()
-		resp = sc.s.mcp.HandleMessage(sc.ctx, msg)
-	}()
-	if resp == nil {
-		return
-	}
-	b, err := json.Marshal(resp)
-	if err != nil {
-		sc.s.opts.Log.Printf("encoding a tool response: %v", err)
+	b := sc.answer(l, msg)
+	if b == nil {
 		return
 	}
 	if _, err := sc.out.Write(append(b, '\n')); err != nil {
 		sc.s.opts.Log.Printf("writing a tool response: %v", err)
 	}
+}
+
+// answer is mcp-go's response to msg, encoded, or nil for none. A handler that panics is
+// answered with an internal error under msg's id as the client wrote it (or the surrogate
+// the router put in its place): never decoded into a Go value, which would round a number.
+func (sc *scheduler) answer(l lane, msg []byte) (b []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.s.opts.Log.Printf("panic in a %s-lane tool call: %v", laneNames[l], r)
+			b = jsonrpc.ErrorResponse(jsonrpc.ReadableID(msg), &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("internal panic: %v", r)})
+		}
+	}()
+	resp := sc.s.mcp.HandleMessage(sc.ctx, msg)
+	if resp == nil {
+		return nil
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		sc.s.opts.Log.Printf("encoding a tool response: %v", err)
+		return nil
+	}
+	return b
 }
 
 // readLines sends each line of in (newline included) to lines until in ends; then it sends

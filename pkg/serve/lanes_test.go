@@ -25,9 +25,18 @@ type stdioClient struct {
 
 func startStdio(t *testing.T, eng *fence.Engine, opts serve.Options) *stdioClient {
 	t.Helper()
+	return startStdioWith(t, eng, opts, nil)
+}
+
+// startStdioWith is startStdio with a chance to change the server before it serves.
+func startStdioWith(t *testing.T, eng *fence.Engine, opts serve.Options, setup func(*serve.Server)) *stdioClient {
+	t.Helper()
 	srv, err := serve.New(eng, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(srv)
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()

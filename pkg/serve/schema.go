@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/google/jsonschema-go/jsonschema"
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -90,6 +92,38 @@ func checkArgs(compiled *validator.Schema, raw []byte) error {
 		msgs[i] = l.at + ": " + l.why
 	}
 	return fence.InvalidError{Field: "arguments", Why: "do not match the tool's input schema: " + strings.Join(msgs, "; ")}
+}
+
+// checkText refuses arguments a JSON decoder would change or read two ways, naming the
+// member: invalid UTF-8 and lone surrogate escapes (decoded, both become U+FFFD, so
+// "pay:\ud800" and "pay:\xff" were one intent and the second got the first one's receipt)
+// and a member given twice (decoders keep the last). raw is a JSON object checkArgs
+// accepted. result is exempt: a tool's result is recorded as it came, whatever it holds.
+func checkText(raw []byte) error {
+	seen := map[string]bool{}
+	i := jsonrpc.SkipSpace(raw, jsonrpc.SkipSpace(raw, 0)+1)
+	for i < len(raw) && raw[i] == '"' {
+		keyEnd := jsonrpc.EndOfString(raw, i)
+		vs := jsonrpc.SkipSpace(raw, jsonrpc.SkipSpace(raw, keyEnd)+1) // past the colon
+		ve := jsonrpc.EndOfValue(raw, vs)
+		if _, err := canon.JSON(raw[i:keyEnd]); err != nil {
+			return fence.InvalidError{Field: "arguments", Why: "a member name " + strings.TrimPrefix(err.Error(), "canon: ")}
+		}
+		key := jsonrpc.Unquote(raw[i:keyEnd])
+		if seen[key] {
+			return fence.InvalidError{Field: key, Why: "is given twice"}
+		}
+		seen[key] = true
+		if key != "result" {
+			if _, err := canon.JSON(raw[vs:ve]); err != nil {
+				return fence.InvalidError{Field: key, Why: strings.TrimPrefix(err.Error(), "canon: ") + " (text must be valid UTF-8 without lone surrogates, each member given once)"}
+			}
+		}
+		if i = jsonrpc.SkipSpace(raw, ve); i < len(raw) && raw[i] == ',' {
+			i = jsonrpc.SkipSpace(raw, i+1)
+		}
+	}
+	return nil
 }
 
 // leaf is one violation: where in the arguments, and what is wrong.

@@ -100,6 +100,9 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 		if err := checkArgs(compiled, args); err != nil {
 			return refuse("", err), nil
 		}
+		if err := checkText(args); err != nil {
+			return refuse("", err), nil
+		}
 		var in In
 		if err := json.Unmarshal(args, &in); err != nil {
 			return refuse("", fence.InvalidError{Field: "arguments", Why: err.Error()}), nil

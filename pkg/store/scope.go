@@ -1,9 +1,12 @@
 package store
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 )
@@ -51,8 +54,7 @@ type Scope struct {
 // are only hashed, never stored.
 func WrapScope(argv []string, name string, env []string, dir string) Scope {
 	if name != "" {
-		b, _ := canon.Marshal(map[string]string{"name": name})
-		return Scope{ID: canon.Sum(b), Name: name}
+		return Scope{ID: describe(map[string]any{"name": text(name)}), Name: name}
 	}
 	vars := map[string]string{}
 	for _, kv := range env {
@@ -67,11 +69,42 @@ func WrapScope(argv []string, name string, env []string, dir string) Scope {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	b, err := canon.Marshal(map[string]any{"argv": argv, "dir": dir, "env": vars})
-	if err != nil { // a value that is not valid UTF-8: hash the raw bytes instead
-		b = []byte(strings.Join(argv, "\x00") + "\x01" + dir + "\x01" + strings.Join(env, "\x00"))
+	var args []any // nil argv stays null, as before
+	for _, a := range argv {
+		args = append(args, text(a))
 	}
-	return Scope{ID: canon.Sum(b), Dir: dir, Vars: names}
+	values := make(map[string]any, len(vars))
+	for k, v := range vars {
+		if !utf8.ValidString(k) {
+			// A name from the environment never holds NUL, so this spelling is no other name.
+			k = "\x00" + base64.StdEncoding.EncodeToString([]byte(k))
+		}
+		values[k] = text(v)
+	}
+	return Scope{ID: describe(map[string]any{"argv": args, "dir": text(dir), "env": values}), Dir: dir, Vars: names}
+}
+
+// text is s as the description of a scope holds it: s itself when it is valid UTF-8, else an
+// object holding its bytes. json.Marshal writes each invalid byte as U+FFFD, so two servers,
+// accounts or principals that differed only there (a Latin-1 path, a binary environment value)
+// were one scope and shared receipts. No string equals an object, so valid text keeps the
+// description, and the id, it always had.
+func text(s string) any {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return map[string]string{"bytes_base64": base64.StdEncoding.EncodeToString([]byte(s))}
+}
+
+// describe is the hex SHA-256 of the canonical JSON of v, whose strings are valid UTF-8
+// (text). canon refuses only a description beyond canon.MaxInput; encoding/json's form (keys
+// sorted, every string valid) is as exact for it.
+func describe(v any) string {
+	b, err := canon.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(v)
+	}
+	return canon.Sum(b)
 }
 
 // CurrentWrapScope is WrapScope for this process: its environment plus extra (as the child
@@ -107,8 +140,7 @@ func UpstreamScope(url, name string) Scope {
 	if name != "" {
 		return WrapScope(nil, name, nil, "")
 	}
-	b, _ := canon.Marshal(map[string]string{"upstream": url})
-	return Scope{ID: canon.Sum(b)}
+	return Scope{ID: describe(map[string]any{"upstream": text(url)})}
 }
 
 // ForPrincipal is the scope id of the calls one principal makes in scope s: two users' (or
@@ -117,6 +149,5 @@ func (s Scope) ForPrincipal(principal string) string {
 	if principal == "" {
 		return s.ID
 	}
-	b, _ := canon.Marshal(map[string]string{"scope": s.ID, "principal": principal})
-	return canon.Sum(b)
+	return describe(map[string]any{"scope": s.ID, "principal": text(principal)})
 }

@@ -47,3 +47,39 @@ func TestWrapScope(t *testing.T) {
 		}
 	}
 }
+
+// Text that is not UTF-8 (a Latin-1 path, a binary environment value, a key file's principal
+// name) keeps its bytes in the scope: json.Marshal would write each invalid byte as U+FFFD,
+// so two servers, accounts or principals that differ only there shared receipts. Valid text
+// keeps the ids it always had.
+func TestScopeKeepsBytesThatAreNotUTF8(t *testing.T) {
+	env := []string{"PATH=/bin"}
+	pairs := map[string][2]string{
+		"argv":           {store.WrapScope([]string{"srv", "/data/caf\xe9"}, "", env, "/").ID, store.WrapScope([]string{"srv", "/data/caf\xe8"}, "", env, "/").ID},
+		"env value":      {store.WrapScope([]string{"srv"}, "", []string{"ACCOUNT=\xff"}, "/").ID, store.WrapScope([]string{"srv"}, "", []string{"ACCOUNT=\xfe"}, "/").ID},
+		"env name":       {store.WrapScope([]string{"srv"}, "", []string{"A\xff=1"}, "/").ID, store.WrapScope([]string{"srv"}, "", []string{"A\xfe=1"}, "/").ID},
+		"directory":      {store.WrapScope([]string{"srv"}, "", env, "/d\xff").ID, store.WrapScope([]string{"srv"}, "", env, "/d\xfe").ID},
+		"--scope name":   {store.WrapScope(nil, "n\xff", nil, "").ID, store.WrapScope(nil, "n\xfe", nil, "").ID},
+		"upstream URL":   {store.UpstreamScope("http://h/\xff", "").ID, store.UpstreamScope("http://h/\xfe", "").ID},
+		"principal":      {store.WrapScope(nil, "x", nil, "").ForPrincipal("key:\xff"), store.WrapScope(nil, "x", nil, "").ForPrincipal("key:\xfe")},
+		"U+FFFD itself":  {store.WrapScope(nil, "n\xff", nil, "").ID, store.WrapScope(nil, "n\uFFFD", nil, "").ID},
+		"invalid vs raw": {store.WrapScope([]string{"srv", "\xff"}, "", env, "/").ID, store.WrapScope([]string{"srv", "\uFFFD"}, "", env, "/").ID},
+	}
+	for what, p := range pairs {
+		if p[0] == p[1] {
+			t.Errorf("%s: two different byte strings share scope %s", what, p[0][:16])
+		}
+	}
+	// Valid text keeps the ids earlier releases gave it (and so its ledger file and intents).
+	for got, want := range map[string]string{
+		store.WrapScope(nil, "billing", nil, "").ID:                                                        "3bc06e237a5ea972b4fb1223a37b844f18c74d399d4a4f2c698a4215acb71c34",
+		store.WrapScope([]string{"npx", "-y", "srv é"}, "", []string{"PATH=/bin", "ACCOUNT=é"}, "/srv").ID: "25118b4747cd2318e923afe7e64a23598fe5ca5109b4e56c84b73951c5eefb03",
+		store.UpstreamScope("https://h/mcp?a=é", "").ID:                                                    "4c418ac9992714d247fe7b36830c04502182020f22f158f06847162b36bee8e0",
+		store.WrapScope(nil, "", []string{"A=1"}, "/").ID:                                                  "e6b9fb0fcdc27fcdc425dfcab9bc6c9586da7c99784b380fa490daca1fcb0231",
+		store.WrapScope(nil, "billing", nil, "").ForPrincipal("key:alice"):                                 "91124ae4ad4edefe012ca85e14a96d4e0ccf7546b7cce512b7b52a1d10688116",
+	} {
+		if got != want {
+			t.Errorf("a scope of valid text changed: %s, was %s", got, want)
+		}
+	}
+}

@@ -178,6 +178,43 @@ func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
 	}
 }
 
+// A JSON-RPC error the server answers a fenced call with reaches the caller byte for byte,
+// and so do the duplicates that waited for that attempt: they share its failure exactly.
+func TestRPCErrorReachesCallerAndWaitersExactly(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	const n = 6
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for range n {
+		go func() {
+			<-start
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := w.CallTool(ctx, "fail", json.RawMessage(`{"ms":400,"tag":"rpc","rpc":true}`))
+			errs <- err
+		}()
+	}
+	close(start)
+	for range n {
+		var rpc *mcpstdio.RPCError
+		if err := <-errs; !errors.As(err, &rpc) || string(rpc.Raw) != mcptest.RPCRefusal {
+			t.Fatalf("want the server's error object byte for byte:\n got %v (raw %s)\nwant %s", err, rawOf(rpc), mcptest.RPCRefusal)
+		}
+	}
+	if c := r.effectCount(); c != 1 {
+		t.Fatalf("the refused call ran %d times, want 1", c)
+	}
+}
+
+func rawOf(e *mcpstdio.RPCError) string {
+	if e == nil {
+		return ""
+	}
+	return string(e.Raw)
+}
+
 func TestUnknownToolGetsTheChildsError(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)

@@ -1153,6 +1153,12 @@ func testInvalid(t *testing.T, newStore Factory) {
 		{Intent: "bad-args", Tool: "t", Args: []byte(`{"a":`)},
 		{Intent: "bad-utf8\xff", Tool: "t"},
 		{Intent: "bad-read-set", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: ""}}},
+		// Text the store would record as U+FFFD (or PostgreSQL refuse as a ledger error).
+		{Intent: "bad-agent", Tool: "t", Agent: "a\xff"},
+		{Intent: "bad-domain", Tool: "t", Domain: "d\xfe"},
+		{Intent: "bad-parent", Tool: "t", Parent: "p\xfd"},
+		{Intent: "bad-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: "d\xff"}}},
+		{Intent: "bad-clock", Tool: "t", Clock: fence.VectorClock{"k\xff": 1}},
 	}
 	for _, r := range cases {
 		_, err := eng.Prepare(ctx, r)

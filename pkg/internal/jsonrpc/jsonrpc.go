@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 )
@@ -30,9 +31,17 @@ type Error struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Raw is the object exactly as its sender wrote it (set by Parse); ErrorResponse writes
+	// it instead of the fields, so an error passed on reaches its recipient byte for byte:
+	// decoding Message into a Go string and writing it again would turn a lone surrogate
+	// into U+FFFD, escape U+2028, and drop members JSON-RPC does not define.
+	Raw json.RawMessage `json:"-"`
 }
 
 func (e *Error) Error() string {
+	if e.Code == 0 && e.Message == "" && len(e.Raw) > 0 {
+		return fmt.Sprintf("JSON-RPC error %s", e.Raw)
+	}
 	if len(e.Data) > 0 {
 		return fmt.Sprintf("JSON-RPC error %d: %s (data: %s)", e.Code, e.Message, e.Data)
 	}
@@ -111,16 +120,40 @@ func Parse(line []byte) (*Message, error) {
 		return m, nil
 	}
 	if len(w.Error) > 0 && string(w.Error) != "null" {
-		var e Error
-		if err := json.Unmarshal(w.Error, &e); err != nil {
-			return nil, fmt.Errorf(`invalid "error" member: %v`, err)
+		e, err := readError(w.Error)
+		if err != nil {
+			return nil, err
 		}
-		m.Error = &e
+		m.Error = e
 	}
 	if m.ID == nil || (m.Result == nil && m.Error == nil) {
 		return nil, errors.New("neither a request, a notification nor a response")
 	}
 	return m, nil
+}
+
+// readError reads an error object. Any object is an error answer: a server that wrote one
+// has answered, and ignoring the line would leave its caller waiting for an answer that
+// already came. code and message are read when they have JSON-RPC's types (a code spelled
+// -32000.0 is read as -32000) and left zero otherwise; Raw keeps the object as written.
+func readError(raw json.RawMessage) (*Error, error) {
+	var f struct {
+		Code    json.RawMessage `json:"code"`
+		Message json.RawMessage `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf(`invalid "error" member: %v`, err)
+	}
+	e := &Error{Data: f.Data, Raw: raw}
+	if string(e.Data) == "null" {
+		e.Data = nil
+	}
+	_ = json.Unmarshal(f.Message, &e.Message) // not a string: left empty
+	if n, err := strconv.ParseFloat(string(f.Code), 64); err == nil && n == math.Trunc(n) && math.Abs(n) <= math.MaxInt32 {
+		e.Code = int(n)
+	}
+	return e, nil
 }
 
 // readWire reads line as json.Unmarshal into a wire would, in one pass and with one copy of
@@ -311,12 +344,18 @@ func Response(id, result json.RawMessage) []byte {
 	return append(b, '}')
 }
 
-// ErrorResponse builds an error response line.
+// ErrorResponse builds an error response line: e.Raw exactly as given when it is set, else
+// the object made of e's fields.
 func ErrorResponse(id json.RawMessage, e *Error) []byte {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
 	b := append([]byte(`{"jsonrpc":"2.0","id":`), oneLine(id)...)
+	if len(e.Raw) > 0 {
+		b = append(b, `,"error":`...)
+		b = append(b, oneLine(e.Raw)...)
+		return append(b, '}')
+	}
 	b = append(b, `,"error":{"code":`...)
 	b = strconv.AppendInt(b, int64(e.Code), 10)
 	b = append(b, `,"message":`...)

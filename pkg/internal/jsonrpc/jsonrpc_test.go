@@ -27,6 +27,8 @@ func TestParse(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,"method":"x","params":5}`, "", `"params" must be`},
 		{`{"jsonrpc":"2.0","id":1}`, "", "neither"},
 		{`{"jsonrpc":"2.0","id":1,"error":"x"}`, "", `invalid "error"`},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32000.0,"message":"x"}}`, "response", ""},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":"E1","message":5}}`, "response", ""},
 		{`{"jsonrpc":"2.0","id":1,"method":"x"`, "", "invalid JSON"},
 	}
 	for _, c := range cases {
@@ -166,5 +168,39 @@ func TestReadWireReadsLikeEncodingJSON(t *testing.T) {
 		if _, ok := readWire([]byte(line)); ok {
 			t.Errorf("readWire accepted %s", line)
 		}
+	}
+}
+
+// A server's error object reaches the agent as the server wrote it: escapes, a line separator,
+// a lone surrogate, spacing, member order and members JSON-RPC does not define survive, and so
+// do numbers beyond double precision in data. An error made here is written as before.
+func TestErrorObjectSurvives(t *testing.T) {
+	for _, e := range []string{
+		`{"code":-32000, "message":"declined <b>&amp;` + "\u2028\u202e" + ` \u00e9 \ud83d","data":{"big":1e400,"k":1,"k":2},"x-extra":true}`,
+		`{"message":"order first","code":-32602}`,
+		`{"code":-32603,"message":"\u0041\/"}`,
+	} {
+		in := `{"jsonrpc":"2.0","id":12345678901234567890123,"error":` + e + `}`
+		m, err := Parse([]byte(in))
+		if err != nil || m.Error == nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got := string(ErrorResponse(m.ID, m.Error)); got != in {
+			t.Errorf("error object re-encoded:\n got %s\nwant %s", got, in)
+		}
+	}
+	for raw, want := range map[string]string{
+		`{"code":-32000.0,"message":"x"}`:        "JSON-RPC error -32000: x",
+		`{"code":"E1","message":5}`:              `JSON-RPC error {"code":"E1","message":5}`,
+		`{"code":1e3,"message":"m","data":null}`: "JSON-RPC error 1000: m",
+	} {
+		m, err := Parse([]byte(`{"jsonrpc":"2.0","id":1,"error":` + raw + `}`))
+		if err != nil || m.Error.Error() != want {
+			t.Errorf("%s: %v %v; want %q", raw, m, err, want)
+		}
+	}
+	mine := &Error{Code: CodeInvalidParams, Message: "bad <x>", Data: json.RawMessage(`{"a": 1}`)}
+	if got, want := string(ErrorResponse(json.RawMessage(`"i"`), mine)), `{"jsonrpc":"2.0","id":"i","error":{"code":-32602,"message":"bad <x>","data":{"a": 1}}}`; got != want {
+		t.Errorf("an error made here: got %s want %s", got, want)
 	}
 }

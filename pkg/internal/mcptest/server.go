@@ -67,6 +67,13 @@ const ToolsList = `{"tools":[` +
 	`{"name":"ünïcode \u2603","description":"Non-ASCII name, escaped \u00e9 and raw é \u003c\u003e","inputSchema":{"type":"object","properties":{"x":{"type":"number","multipleOf":0.5}},"examples":[{"x":1.50}]}}` +
 	`]}`
 
+// RPCRefusal is the JSON-RPC error object "fail" answers with when its arguments say
+// "rpc":true, byte for byte: spacing, member order, escapes, a line separator, a lone
+// surrogate, a code spelled as a decimal, members JSON-RPC does not define and data with
+// numbers no double holds, so a proxy that decodes and re-encodes the error, or ignores an
+// answer whose code is not spelled as an integer, is caught.
+const RPCRefusal = `{"message":"declined <b>&amp;` + "\u2028" + ` \u00e9 \ud83d \/", "code":-32000.0,"data":{"big":1e400,"k":1,"k":2,"id":12345678901234567890123},"x-extra":true}`
+
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
 type server struct {
@@ -233,6 +240,7 @@ type callParams struct {
 		Tag            string `json:"tag"`
 		Text           string `json:"text"`
 		IdempotencyKey string `json:"idempotency_key"`
+		RPC            bool   `json:"rpc"`
 	} `json:"arguments"`
 }
 
@@ -291,6 +299,9 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 	case "fail":
 		sleep()
 		n := s.record("fail tag=" + a.Tag)
+		if a.RPC {
+			return nil, &jsonrpc.Error{Code: -32000, Message: "declined", Raw: json.RawMessage(RPCRefusal)}
+		}
 		return text(fmt.Sprintf("card declined (attempt %d)", n), true), nil
 	case "die":
 		sleep()
