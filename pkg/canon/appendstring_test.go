@@ -36,7 +36,9 @@ func appendStringByRune(b []byte, s string) []byte {
 
 func FuzzAppendString(f *testing.F) {
 	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "\b\f\n\r\t\x00\x1f\x7f", "é€😀", "\xff", "a\xe2\x82", "\xed\xa0\x80", "mixed é \"x\" \n end",
-		"eight by\"tes then more", "0123456789abcdef\\", "sixteen plain ch\x1f", "12345678é12345678", "abcdefgh\x7f\x20!~[]^_`{|}"} {
+		"eight by\"tes then more", "0123456789abcdef\\", "sixteen plain ch\x1f", "12345678é12345678", "abcdefgh\x7f\x20!~[]^_`{|}",
+		// Each length below, at and past eight, with the one byte to escape last.
+		"\"", "ab\\", "seven\n", "1234567\"", "12345678\x01", "nine char\"", "1234567\xff", "123456789abcdef\xc3\xa9"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -15,6 +15,7 @@ package canon
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,15 +56,23 @@ func Marshal(v any) ([]byte, error) {
 
 // Sum returns the lowercase hex SHA-256 of b.
 func Sum(b []byte) string {
+	var h [SumLen]byte // on the stack: the string is the only allocation
+	SumTo(&h, b)
+	return string(h[:])
+}
+
+// SumLen is the length of Sum's answer.
+const SumLen = 2 * sha256.Size
+
+// SumTo writes Sum(b) to h, for a caller that makes one string of several digests.
+func SumTo(h *[SumLen]byte, b []byte) {
 	s := sha256.Sum256(b)
-	var h [2 * sha256.Size]byte // on the stack: the string is the only allocation
 	for i, v := range s {
 		// One table load per byte, at indices the compiler proves in bounds: about a third of
 		// hex.Encode's instructions.
 		p := hexPairs[v]
 		h[2*i], h[2*i+1] = p[0], p[1]
 	}
-	return string(h[:])
 }
 
 // hexPairs holds the two lowercase hex digits of every byte.
@@ -113,6 +122,11 @@ func Fingerprint(tool string, args []byte) (string, error) {
 // control characters are escaped, with the short forms where JSON has them. Invalid UTF-8
 // becomes U+FFFD, as encoding/json does.
 func AppendString(b []byte, s string) []byte {
+	if plain(s) { // most strings (ids, names, digests): copied at once
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	const hexd = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0 // s[start:i] is a run of bytes that stand for themselves, copied at once
@@ -160,6 +174,27 @@ func AppendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// plain reports whether every byte of s stands for itself in a string, eight at a time: the
+// last eight overlap bytes already tested, and a string shorter than eight is padded with a
+// byte that stands for itself.
+func plain(s string) bool {
+	i := 0
+	for ; len(s)-i >= 8; i += 8 {
+		if !plain8(load64(s[i:])) {
+			return false
+		}
+	}
+	switch {
+	case i == len(s):
+		return true
+	case len(s) >= 8:
+		return plain8(load64(s[len(s)-8:]))
+	}
+	w := [8]byte{'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a'}
+	copy(w[:], s)
+	return plain8(binary.LittleEndian.Uint64(w[:]))
 }
 
 // load64 returns the first eight bytes of w (at least eight long) as a little-endian word.

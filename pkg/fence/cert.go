@@ -110,7 +110,7 @@ func (c *Cert) canonicalBody(argsAsStored bool) ([]byte, error) {
 	} else if result, err = canon.JSON(result); err != nil {
 		return nil, fmt.Errorf("result: %w", err)
 	}
-	return c.appendCanonicalBody(make([]byte, 0, c.bodySizeHint(args, result)), args, result)
+	return c.appendCanonicalBody(make([]byte, 0, c.bodySizeHint(args, result)), args, result, nil)
 }
 
 // bodySizeHint is about the length of the canonical body (exact for plain ASCII strings).
@@ -123,8 +123,9 @@ func (c *Cert) bodySizeHint(args, result []byte) int {
 }
 
 // appendCanonicalBody appends the canonical body to b (args and result already canonical, or
-// trusted to be).
-func (c *Cert) appendCanonicalBody(b []byte, args, result []byte) ([]byte, error) {
+// trusted to be). A digest, when given, is the result's (Sum's hex digits) and stands in for
+// c.ResultSHA256, which the engine sets only once the hash is known too.
+func (c *Cert) appendCanonicalBody(b []byte, args, result []byte, digest *[canon.SumLen]byte) ([]byte, error) {
 	if c.Seq > maxExactSeq {
 		return nil, fmt.Errorf("seq %d exceeds 2^53", c.Seq)
 	}
@@ -152,14 +153,16 @@ func (c *Cert) appendCanonicalBody(b []byte, args, result []byte) ([]byte, error
 		b = strconv.AppendUint(b, r.Seq, 10)
 		b = append(b, '}')
 	}
-	if c.ResultSHA256 != "" {
+	switch {
+	case digest != nil:
+		b = append(b, `],"result_sha256":"`...)
+		b = append(b, digest[:]...) // hex digits stand for themselves
+		b = append(b, '"')
+	case c.ResultSHA256 != "":
 		b = append(b, `],"result_sha256":`...)
-	} else {
-		b = append(b, `],"result":`...)
-	}
-	if c.ResultSHA256 != "" {
 		b = canon.AppendString(b, c.ResultSHA256)
-	} else {
+	default:
+		b = append(b, `],"result":`...)
 		b = append(b, result...)
 	}
 	b = append(b, `,"seq":`...)

@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"hash/maphash"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 )
@@ -13,6 +15,8 @@ import (
 // VectorClock holds one counter per agent. The zero value (nil) is the empty clock. Entries
 // that are zero carry no information: {} and {"x":0} are equal and have the same Digest.
 // Methods never modify their receiver.
+// A clock taken from a record or a cert may be shared with other records and certs (the
+// engine reuses the clock of an agent's first tick): read it, never modify it in place.
 type VectorClock map[string]uint64
 
 // Tick returns a copy of v with agent's counter incremented.
@@ -157,4 +161,39 @@ func utf16Units(s string) []uint16 {
 		out = append(out, uint16(r))
 	}
 	return out
+}
+
+// firstTicks holds {agent: 1}, the clock of a claim whose request brought no clock (or only
+// zero counters), for recent agents: one clock per slot, picked by the agent's hash, shared
+// by every record and cert that carries it. Sharing is safe because nothing modifies a
+// VectorClock in place (its methods return copies); it spares most claims a map of their own,
+// two of the few objects a fresh admission allocates, and the collector the work of keeping it.
+type firstTicks struct {
+	seed  maphash.Seed
+	slots [firstTickSlots]atomic.Pointer[firstTick]
+}
+
+type firstTick struct {
+	agent string
+	clock VectorClock
+}
+
+const firstTickSlots = 64 // a power of two
+
+func newFirstTicks() *firstTicks { return &firstTicks{seed: maphash.MakeSeed()} }
+
+// tick returns v.Tick(agent), from the cache when v holds no counter.
+func (f *firstTicks) tick(v VectorClock, agent string) VectorClock {
+	for _, n := range v {
+		if n != 0 {
+			return v.Tick(agent)
+		}
+	}
+	slot := &f.slots[maphash.String(f.seed, agent)&(firstTickSlots-1)]
+	if e := slot.Load(); e != nil && e.agent == agent {
+		return e.clock
+	}
+	clock := VectorClock(nil).Tick(agent)
+	slot.Store(&firstTick{agent: agent, clock: clock})
+	return clock
 }

@@ -1,7 +1,10 @@
 package fence_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -96,4 +99,41 @@ func mustJSON(v any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// A claim's clock is its request's clock ticked for its agent, whether the engine builds it
+// or reuses one it built for an earlier claim of the same agent (200 agents share 64 slots).
+func TestClaimClocks(t *testing.T) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	for round := range 2 {
+		for i := range 200 {
+			agent := "agent-" + strconv.Itoa(i)
+			cases := []struct {
+				in, want fence.VectorClock
+			}{
+				{nil, fence.VectorClock{agent: 1}},
+				{fence.VectorClock{"other": 0}, fence.VectorClock{agent: 1}},
+				{fence.VectorClock{"other": 2}, fence.VectorClock{agent: 1, "other": 2}},
+				{fence.VectorClock{agent: 4}, fence.VectorClock{agent: 5}},
+			}
+			for j, c := range cases {
+				intent := fmt.Sprintf("i-%d-%d-%d", round, i, j)
+				adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "t", Agent: agent, Clock: c.in})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cert, err := eng.Commit(ctx, *adm.Ticket, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !cert.Clock.Equal(c.want) || len(cert.Clock) != len(c.want) {
+					t.Fatalf("%s with clock %v: cert clock %v, want %v", agent, c.in, cert.Clock, c.want)
+				}
+				if err := cert.Verify(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 }

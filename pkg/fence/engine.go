@@ -25,6 +25,7 @@ type Engine struct {
 	counts counter
 	watch  watchers
 	fps    *fpCache
+	ticks  *firstTicks
 	known  knownIntents // for WriteFirst stores: intents this engine saw recorded
 	wf     bool         // the store is a WriteFirst store (asked once, in New)
 	spool  spool
@@ -33,7 +34,7 @@ type Engine struct {
 // New returns an engine over store.
 func New(store Store, cfg Config) *Engine {
 	wf, ok := store.(WriteFirst)
-	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), wf: ok && wf.WriteFirst()}
+	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst()}
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -166,13 +167,19 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	if err != nil {
 		return 0, err
 	}
-	now := tx.Now() // after Get: a store that locks the intent reads its clock once it holds the lock
+	// The clock is read after Get (a store that locks the intent reads its clock once it
+	// holds the lock), and only if a decision needs it: a first attempt's read-only pass
+	// does not.
+	clock := passClock{tx: tx}
+	if pc, ok := tx.(processClocked); ok {
+		clock.process = pc.processClock()
+	}
 	var (
 		reclaimed  *Record // the claim this attempt takes over, if any
 		reclaimWhy string
 	)
 	if rec != nil {
-		if rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt) {
+		if rec.State == StateDone && !rec.ExpiresAt.IsZero() && clock.reached(rec.ExpiresAt) {
 			rec = nil // an expired outcome is forgotten: the intent is free
 		}
 	}
@@ -182,7 +189,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 		}
 		switch rec.State {
 		case StateDone:
-			if c.ReplayWindow > 0 && !now.Before(rec.UpdatedAt.Add(c.ReplayWindow)) {
+			if c.ReplayWindow > 0 && clock.reached(rec.UpdatedAt.Add(c.ReplayWindow)) {
 				if !write {
 					return outNeedWrite, nil
 				}
@@ -201,7 +208,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
 			return outRefused, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
-			switch v, kind, why := e.judge(now, rec); v {
+			switch v, kind, why := e.judge(clock.now(), rec); v {
 			case held:
 				return outRefused, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
 			case fenceIt:
@@ -258,6 +265,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 		}
 	}
 	p.wrote = true
+	now := clock.now()
 	token, err := tx.NextToken()
 	if err != nil {
 		return 0, err
@@ -273,7 +281,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	*claim = Record{
 		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: c.Clock.Tick(agent),
+		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: e.ticks.tick(c.Clock, agent),
 		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
 		RerunSafe: c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 	}
@@ -299,6 +307,41 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 		return outReclaimed, nil
 	}
 	return outAdmitted, nil
+}
+
+// passClock reads a transaction's clock at most once, when a decision first needs it.
+type passClock struct {
+	tx      Tx
+	at      time.Time
+	read    bool
+	process bool // tx's clock is time.Now (see processClocked)
+}
+
+func (k *passClock) now() time.Time {
+	if !k.read {
+		k.at, k.read = k.tx.Now(), true
+	}
+	return k.at
+}
+
+// reached reports whether instant t has come.
+func (k *passClock) reached(t time.Time) bool {
+	if k.process && !k.read {
+		// time.Until reads only the monotonic clock when t carries a reading of it, and
+		// compares exactly as t.Before(time.Now()) would; otherwise it reads the wall clock.
+		return time.Until(t) <= 0
+	}
+	return !k.now().Before(t)
+}
+
+// processClocked is implemented by a read transaction whose clock is this process's own
+// time.Now (the memory store's View, which reads it when asked). The engine then tells
+// whether a recorded instant has come with time.Until: an instant this process recorded
+// carries a monotonic reading, and time.Now would have been compared by it alone, so only
+// the monotonic clock need be read (time.Now reads both clocks: on a VM, a quarter of a
+// replay).
+type processClocked interface {
+	processClock() bool
 }
 
 // claimAlloc holds a claim and its ticket: one allocation.
@@ -668,11 +711,13 @@ var committerPool = sync.Pool{New: func() any {
 	return k
 }}
 
-// doneAlloc holds a done record, its cert and the caller's copy of the cert: one allocation.
+// doneAlloc holds a done record and its cert: one allocation. The caller's copy of the cert
+// is another: the record is kept for the result TTL and the answer is usually dropped at
+// once, so sharing an allocation kept the answer alive with the record (a fifth of what a
+// fresh call left on the heap).
 type doneAlloc struct {
-	rec    Record
-	cert   Cert
-	answer Cert
+	rec  Record
+	cert Cert
 }
 
 // bodyBufs recycles the buffers certs' canonical bodies are hashed from.
@@ -737,8 +782,9 @@ func (k *committer) run(tx Tx) error {
 			return err
 		}
 	}
-	da.answer = *c
-	k.cert = &da.answer
+	answer := new(Cert)
+	*answer = *c
+	k.cert = answer
 	return nil
 }
 
@@ -746,7 +792,10 @@ func (k *committer) run(tx Tx) error {
 // privacy settings (a KeepHash claim keeps only the result's digest). The nonce stays on the
 // record, so that the holder's retried commit is recognised (Resolve removes it).
 func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*doneAlloc, error) {
-	sum := canon.Sum(res)
+	// The result's digest and the cert's hash share one string: one allocation for both.
+	var digests [2 * canon.SumLen]byte
+	sum := (*[canon.SumLen]byte)(digests[:canon.SumLen])
+	canon.SumTo(sum, res)
 	da := &doneAlloc{rec: *rec}
 	if escapedByOldStores(rec.Args) {
 		// A claim recorded by an earlier build, whose store re-escaped its args: the cert is
@@ -758,15 +807,17 @@ func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*doneAlloc,
 	c := &da.cert
 	*c = Cert{
 		Intent: rec.Intent, Parent: rec.Parent, Domain: rec.Domain, Seq: rec.Seq, Tool: rec.Tool,
-		Args: da.rec.Args, Result: keptResult(rec.KeepResult, res, sum), ResultSHA256: sum, Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
+		Args: da.rec.Args, Result: keptResult(rec.KeepResult, res, sum), Clock: rec.Clock, ReadSet: rec.ReadSet, Agent: rec.Agent,
 	}
 	if c.ReadSet == nil {
 		c.ReadSet = []ReadSetEntry{}
 	}
 	bp := bodyBufs.Get().(*[]byte)
-	body, err := c.appendCanonicalBody((*bp)[:0], orNull(c.Args), nil) // args were canonicalised on the way in
+	body, err := c.appendCanonicalBody((*bp)[:0], orNull(c.Args), nil, sum) // args were canonicalised on the way in
 	if err == nil {
-		c.Hash = canon.Sum(body)
+		canon.SumTo((*[canon.SumLen]byte)(digests[canon.SumLen:]), body)
+		both := string(digests[:])
+		c.ResultSHA256, c.Hash = both[:canon.SumLen], both[canon.SumLen:]
 	}
 	if cap(body) <= 64<<10 {
 		*bp = body[:0]

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -158,5 +159,64 @@ func TestReplayWindowSupersedes(t *testing.T) {
 	plain.ReplayWindow = 0
 	if adm, err = eng.Prepare(ctx, plain); err != nil || adm.Fresh() || adm.Cert.Hash != second.Hash {
 		t.Fatalf("no window: %+v %v", adm, err)
+	}
+}
+
+// On a memory store with the wall clock the read-only pass tells expiry by time.Until: a
+// recorded instant with a monotonic reading (the engine's own) and one without (decoded from
+// JSON, say) are both judged as time.Now would judge them, for the result TTL and for the
+// replay window alike.
+func TestWallClockExpiryAndReplayWindow(t *testing.T) {
+	ctx := context.Background()
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	req := fence.Request{Intent: "i", Tool: "t", Args: json.RawMessage(`{}`)}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
+	}
+	var done fence.Record
+	if err := st.View(ctx, func(tx fence.Tx) error {
+		rec, err := tx.Get("i")
+		if rec != nil {
+			done = *rec
+		}
+		return err
+	}); err != nil || done.State != fence.StateDone {
+		t.Fatal(done.State, err)
+	}
+	hour := time.Hour
+	cases := []struct {
+		name      string
+		expiresAt time.Time
+		updatedAt time.Time
+		window    time.Duration
+		fresh     bool
+	}{
+		{"recorded, unexpired", time.Now().Add(hour), time.Now(), 0, false},
+		{"recorded, expired", time.Now().Add(-hour), time.Now().Add(-2 * hour), 0, true},
+		{"decoded, unexpired", time.Now().Add(hour).Round(0), time.Now().Round(0), 0, false},
+		{"decoded, expired", time.Now().Add(-hour).Round(0), time.Now().Add(-2 * hour).Round(0), 0, true},
+		{"recorded, within the window", time.Now().Add(hour), time.Now().Add(-time.Minute), hour, false},
+		{"recorded, beyond the window", time.Now().Add(hour), time.Now().Add(-2 * hour), hour, true},
+		{"decoded, within the window", time.Now().Add(hour).Round(0), time.Now().Add(-time.Minute).Round(0), hour, false},
+		{"decoded, beyond the window", time.Now().Add(hour).Round(0), time.Now().Add(-2 * hour).Round(0), hour, true},
+	}
+	for i, c := range cases {
+		rec := done
+		rec.Intent = "i" + strconv.Itoa(i)
+		rec.ExpiresAt, rec.UpdatedAt = c.expiresAt, c.updatedAt
+		if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(&rec) }); err != nil {
+			t.Fatal(err)
+		}
+		r := req
+		r.Intent, r.ReplayWindow = rec.Intent, c.window
+		adm, err := eng.Prepare(ctx, r)
+		if err != nil || adm.Fresh() != c.fresh {
+			t.Errorf("%s: fresh %v, want %v (%v)", c.name, adm.Fresh(), c.fresh, err)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 type MemoryStore struct {
 	mu      sync.RWMutex
 	now     func() time.Time
+	wall    bool // now is time.Now
 	records map[string]*Record
 	domains map[string]uint64
 	floor   uint64
@@ -25,7 +26,11 @@ type MemoryStore struct {
 }
 
 // NewMemoryStore returns an empty store using the wall clock.
-func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
+func NewMemoryStore() *MemoryStore {
+	m := NewMemoryStoreClock(time.Now)
+	m.wall = true
+	return m
+}
 
 // NewMemoryStoreClock returns an empty store using now as its clock (for tests of leases).
 func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
@@ -153,6 +158,8 @@ func (t *memTx) rollback() {
 
 func (v *memView) Now() time.Time { return v.now() }
 
+func (v *memView) processClock() bool { return v.wall }
+
 func (v *memView) Get(intent string) (*Record, error) { return v.records[intent], nil }
 
 func (v *memView) Scan(f Filter, fn func(*Record) bool) error {
@@ -222,6 +229,9 @@ func (v *memView) AddCounters(Counters) error                { return errReadOnl
 // The write transaction's clock and writes.
 
 func (t *memTx) Now() time.Time { return t.at }
+
+// processClock: the write transaction's clock is the one reading taken as it began.
+func (t *memTx) processClock() bool { return false }
 
 func (t *memTx) Put(rec *Record) error {
 	prev, had := t.records[rec.Intent]

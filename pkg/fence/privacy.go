@@ -111,13 +111,13 @@ func (c *Cert) SameResult(result []byte) (bool, error) {
 // keptResult is what the ledger stores of a result under keep: the exact bytes, or (KeepHash)
 // only the digest of the result's canonical JSON, so that the same result spelled another way
 // is still recognised; a result no canonicaliser accepts is digested as its exact bytes (sum).
-func keptResult(keep KeepResult, result []byte, sum string) json.RawMessage {
+func keptResult(keep KeepResult, result []byte, sum *[canon.SumLen]byte) json.RawMessage {
 	if keep != KeepHash {
 		return result
 	}
 	digest, err := ResultSHA256(result)
 	if err != nil {
-		digest = sum
+		digest = string(sum[:])
 	}
 	return notKept(digest)
 }

@@ -39,7 +39,7 @@ func TestVerifyCertHashedOverEscapedArgs(t *testing.T) {
 	res := json.RawMessage(`"ok"`)
 	c := Cert{Intent: "i", Tool: "t", Args: json.RawMessage(escapedArgs), Result: res, ResultSHA256: canon.Sum(res),
 		Clock: VectorClock{"a": 1}, ReadSet: []ReadSetEntry{}, Agent: "a"}
-	body, err := c.appendCanonicalBody(nil, c.Args, nil)
+	body, err := c.appendCanonicalBody(nil, c.Args, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

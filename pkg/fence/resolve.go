@@ -207,8 +207,8 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 			if err := tx.Put(&da.rec); err != nil {
 				return err
 			}
-			da.answer = da.cert
-			out.Cert = &da.answer
+			answer := da.cert
+			out.Cert = &answer
 			reason += "; recorded done with cert " + da.cert.Hash
 		case DidNotHappen:
 			if err := tx.Delete(r.Intent); err != nil {

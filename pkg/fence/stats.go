@@ -45,7 +45,9 @@ func (c Counters) Add(d Counters) Counters {
 }
 
 // IsZero reports whether nothing was counted.
-func (c Counters) IsZero() bool { return c == Counters{} }
+func (c Counters) IsZero() bool {
+	return c.Admitted|c.Reclaimed|c.Replayed|c.Coalesced|c.Stale|c.Race|c.InFlight|c.PriorFailure|c.Conflict|c.LeaseLost == 0
+}
 
 // Line is the one-line form, e.g.
 // "admitted=1 replayed=995 refused(stale=0 race=4 in-flight=0 failed=0 conflict=0) total=1000 prevented=999";
@@ -119,24 +121,28 @@ func (c *Counters) field(b bucket) *uint64 {
 	return &c.LeaseLost
 }
 
-// counter keeps since-boot totals and the part not yet written to the ledger. Every attempt
-// counts, so it takes no lock: two atomic increments per attempt. take and give move the
-// pending part field by field; each count lands exactly once, in the delta taken or in what
-// stays pending.
+// counter keeps since-boot totals and how much of them was taken for the ledger; the rest
+// is pending. Every attempt counts, so it takes no lock: one atomic increment per attempt
+// (a locked instruction is a visible share of a replay). take and give move the pending part
+// field by field; each count lands exactly once, in the delta taken or in what stays pending.
 type counter struct {
-	boot    [nBuckets]atomic.Uint64
-	pending [nBuckets]atomic.Uint64
+	boot  [nBuckets]atomic.Uint64
+	taken [nBuckets]atomic.Uint64 // never above boot
 }
 
-func (k *counter) add(b bucket) {
-	k.boot[b].Add(1)
-	k.pending[b].Add(1)
-}
+func (k *counter) add(b bucket) { k.boot[b].Add(1) }
 
 func (k *counter) snapshot() Counters { return loadAll(&k.boot) }
 
 // unflushed returns the pending part without taking it.
-func (k *counter) unflushed() Counters { return loadAll(&k.pending) }
+func (k *counter) unflushed() Counters {
+	var c Counters
+	for b := range nBuckets {
+		t := k.taken[b].Load() // before boot: what boot says then is at least this
+		*c.field(b) = k.boot[b].Load() - t
+	}
+	return c
+}
 
 func loadAll(a *[nBuckets]atomic.Uint64) Counters {
 	var c Counters
@@ -150,8 +156,16 @@ func loadAll(a *[nBuckets]atomic.Uint64) Counters {
 func (k *counter) take() Counters {
 	var c Counters
 	for b := range nBuckets {
-		if k.pending[b].Load() != 0 {
-			*c.field(b) = k.pending[b].Swap(0)
+		for {
+			t := k.taken[b].Load()
+			n := k.boot[b].Load()
+			if n == t {
+				break
+			}
+			if k.taken[b].CompareAndSwap(t, n) {
+				*c.field(b) = n - t
+				break
+			}
 		}
 	}
 	return c
@@ -160,7 +174,7 @@ func (k *counter) take() Counters {
 func (k *counter) give(d Counters) {
 	for b := range nBuckets {
 		if v := *d.field(b); v != 0 {
-			k.pending[b].Add(v)
+			k.taken[b].Add(-v)
 		}
 	}
 }

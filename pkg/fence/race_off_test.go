@@ -1,0 +1,5 @@
+//go:build !race
+
+package fence_test
+
+const raceEnabled = false
