@@ -184,7 +184,7 @@ func scanQuery(f fence.Filter) (string, []any) {
 			open = open && st != fence.StateDone
 		}
 		if open {
-			// The partial index records_open (schema 3) holds exactly the records that are
+			// The partial index records_open (recordIndexes) holds exactly the records that are
 			// not done; SQLite uses it only for a query that carries its WHERE term itself.
 			where = append(where, "state <> 'done'")
 		}
@@ -249,7 +249,7 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 	}
 }
 
-// CertByHash scans the records table: since schema 3 no index maps cert hashes (it cost a page
+// CertByHash scans the records table: no index maps cert hashes (recordIndexes: it cost a page
 // on every commit for a lookup no hot path makes; `ledger verify` resolves parents from its own
 // scan).
 func (t *txn) CertByHash(hash string) (*fence.Record, error) {
