@@ -19,6 +19,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
 	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
 // TestLedgerHelperProcess is not a test: it is the body of the fence processes the crash tests
@@ -332,7 +333,7 @@ func TestLedgerCommands(t *testing.T) {
 	if code, out, _ := runCLI(t, "", "ledger", "sweep", "--ledger", path); code != exitOK || !strings.Contains(out, "swept 0") {
 		t.Fatalf("sweep = %d %s", code, out)
 	}
-	if code, out, _ := runCLI(t, "", "ledger", "check", "--ledger", path); code != exitOK || !strings.Contains(out, ": OK") || !strings.Contains(out, "schema version 2") {
+	if code, out, _ := runCLI(t, "", "ledger", "check", "--ledger", path); code != exitOK || !strings.Contains(out, ": OK") || !strings.Contains(out, fmt.Sprintf("schema version %d", sqlite.SchemaVersion)) {
 		t.Fatalf("check = %d %s", code, out)
 	}
 

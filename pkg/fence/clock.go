@@ -168,6 +168,8 @@ func utf16Units(s string) []uint16 {
 // by every record and cert that carries it. Sharing is safe because nothing modifies a
 // VectorClock in place (its methods return copies); it spares most claims a map of their own,
 // two of the few objects a fresh admission allocates, and the collector the work of keeping it.
+// A caller may still write into a cert's clock against the rule: a cached clock is reused only
+// while it still reads {agent: 1}, so the mistake never reaches the certs of later claims.
 type firstTicks struct {
 	seed  maphash.Seed
 	slots [firstTickSlots]atomic.Pointer[firstTick]
@@ -190,7 +192,7 @@ func (f *firstTicks) tick(v VectorClock, agent string) VectorClock {
 		}
 	}
 	slot := &f.slots[maphash.String(f.seed, agent)&(firstTickSlots-1)]
-	if e := slot.Load(); e != nil && e.agent == agent {
+	if e := slot.Load(); e != nil && e.agent == agent && len(e.clock) == 1 && e.clock[agent] == 1 {
 		return e.clock
 	}
 	clock := VectorClock(nil).Tick(agent)

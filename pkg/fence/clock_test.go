@@ -137,3 +137,33 @@ func TestClaimClocks(t *testing.T) {
 		}
 	}
 }
+
+// A caller that changes the clock of a cert it got (building its next request's clock in
+// place, say) changes its own copy's map, and so the records that share it; it must not change
+// the clock the engine gives the next claims of that agent: those certs would name counters
+// no request brought, hashed in for good.
+func TestChangedCertClockDoesNotReachLaterClaims(t *testing.T) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	commit := func(intent string) *fence.Cert {
+		t.Helper()
+		adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "t", Agent: "billing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`"ok"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert
+	}
+	first := commit("first")
+	first.Clock["billing"] = 7 // the caller's mistake
+	first.Clock["planner"] = 3
+	for _, intent := range []string{"second", "third"} {
+		cert := commit(intent)
+		if want := (fence.VectorClock{"billing": 1}); !cert.Clock.Equal(want) || len(cert.Clock) != 1 {
+			t.Fatalf("%s: cert clock %v, want %v", intent, cert.Clock, want)
+		}
+	}
+}

@@ -112,6 +112,10 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 	err := st.View(ctx, func(tx fence.Tx) error {
 		rep = VerifyReport{Problems: []Problem{}, Unresolved: []Problem{}}
 		var certs []fence.Record
+		// byHash resolves parent links from this scan rather than a lookup per parent
+		// (CertByHash), which a store may answer only by scanning again: the first done record,
+		// in intent order, whose cert has the hash.
+		byHash := map[string]string{}
 		err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
 			rep.Records++
 			if p := checkRecord(r); p != "" {
@@ -119,6 +123,9 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 			}
 			if r.Cert != nil {
 				certs = append(certs, *r)
+				if _, seen := byHash[r.Cert.Hash]; !seen && r.State == fence.StateDone {
+					byHash[r.Cert.Hash] = r.Intent
+				}
 			}
 			return true
 		})
@@ -152,14 +159,11 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: "the cert names itself as its parent"})
 				continue
 			}
-			p, err := tx.CertByHash(c.Parent)
-			if err != nil {
-				return err
-			}
+			parent, found := byHash[c.Parent]
 			switch {
-			case p == nil:
+			case !found:
 				rep.Unresolved = append(rep.Unresolved, Problem{Intent: r.Intent, Hash: c.Hash, What: fmt.Sprintf("parent %s is not in the ledger (swept after its result TTL, or never recorded here)", c.Parent)})
-			case p.Intent == r.Intent:
+			case parent == r.Intent:
 				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: "the parent is a cert of the same intent"})
 			default:
 				rep.Linked++

@@ -98,6 +98,9 @@ func Parse(line []byte) (*Message, error) {
 			return nil, fmt.Errorf("invalid JSON: %v", err)
 		}
 	}
+	if err := checkEnvelope(line); err != nil {
+		return nil, err
+	}
 	if w.JSONRPC != "2.0" {
 		return nil, fmt.Errorf(`"jsonrpc" must be "2.0", got %q`, w.JSONRPC)
 	}
@@ -154,6 +157,44 @@ func readError(raw json.RawMessage) (*Error, error) {
 		e.Code = int(n)
 	}
 	return e, nil
+}
+
+// envelope is JSON-RPC's member names, as the specification spells them.
+var envelope = [...]string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// checkEnvelope refuses a message that parsers read differently, so the fence cannot read one
+// message while the server runs another: a member whose name is one of JSON-RPC's but for
+// case ("Method": encoding/json, and so Go servers, read it as "method"; JavaScript and Python
+// servers ignore it), and a member of JSON-RPC's given twice (most parsers keep the last, some
+// the first, some refuse). Names are compared after their escapes are decoded, with Unicode
+// case folding as encoding/json does ("ſ" folds to "s"). line is a valid JSON object.
+func checkEnvelope(line []byte) error {
+	var seen [len(envelope)]bool
+	i := SkipSpace(line, SkipSpace(line, 0)+1)
+	for line[i] == '"' {
+		keyEnd := EndOfString(line, i)
+		key := line[i+1 : keyEnd-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			key = []byte(Unquote(line[i:keyEnd]))
+		}
+		for n, name := range envelope {
+			if !bytes.EqualFold(key, []byte(name)) {
+				continue
+			}
+			if string(key) != name {
+				return fmt.Errorf("member %q is JSON-RPC's %q but for case; servers disagree on whether it is that member", key, name)
+			}
+			if seen[n] {
+				return fmt.Errorf("member %q is given twice; servers disagree on which one counts", name)
+			}
+			seen[n] = true
+		}
+		vs := SkipSpace(line, SkipSpace(line, keyEnd)+1) // past the colon
+		if i = SkipSpace(line, EndOfValue(line, vs)); line[i] == ',' {
+			i = SkipSpace(line, i+1)
+		}
+	}
+	return nil
 }
 
 // readWire reads line as json.Unmarshal into a wire would, in one pass and with one copy of

@@ -30,6 +30,19 @@ func TestParse(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32000.0,"message":"x"}}`, "response", ""},
 		{`{"jsonrpc":"2.0","id":1,"error":{"code":"E1","message":5}}`, "response", ""},
 		{`{"jsonrpc":"2.0","id":1,"method":"x"`, "", "invalid JSON"},
+		// Read two ways by servers (member names are case-sensitive; encoding/json folds
+		// them; parsers keep the first or the last duplicate, or refuse): refused.
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"ping"}`, "", `member "Method" is JSON-RPC's "method" but for case`},
+		{`{"jsonrpc":"2.0","ID":1,"method":"ping"}`, "", `member "ID" is JSON-RPC's "id"`},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","paramſ":{}}`, "", `member "paramſ" is JSON-RPC's "params"`},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","\u0050arams":{}}`, "", `member "Params"`},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","method":"y"}`, "", `member "method" is given twice`},
+		{`{"jsonrpc":"2.0","id":1,"m\u0065thod":"x","method":"y"}`, "", `member "method" is given twice`},
+		{`{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"x"}`, "", `member "jsonrpc" is given twice`},
+		{`{"jsonrpc":"2.0","id":7,"result":{},"Result":{}}`, "", `but for case`},
+		{`{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"},"error":null}`, "", `member "error" is given twice`},
+		// Names JSON-RPC does not define, and nested members, are not its business.
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"Method":1,"method":2},"methods":3,"_meta":{}}`, "request", ""},
 	}
 	for _, c := range cases {
 		m, err := Parse([]byte(c.line))

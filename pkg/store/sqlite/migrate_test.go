@@ -42,11 +42,14 @@ type ledgerSnap struct {
 	Counters fence.Counters
 	Domains  map[string]uint64
 	Floor    uint64
+	// ByState lists the intents a Scan by state (and by expiry, under "expiring") finds: the
+	// queries that each schema serves from other indexes.
+	ByState map[string][]string
 }
 
 func snapshot(t *testing.T, st fence.Store) ledgerSnap {
 	t.Helper()
-	s := ledgerSnap{Records: map[string]string{}, Domains: map[string]uint64{}}
+	s := ledgerSnap{Records: map[string]string{}, Domains: map[string]uint64{}, ByState: map[string][]string{}}
 	err := st.View(ctx, func(tx fence.Tx) error {
 		err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
 			b, _ := json.Marshal(r)
@@ -55,6 +58,22 @@ func snapshot(t *testing.T, st fence.Store) ledgerSnap {
 		})
 		if err != nil {
 			return err
+		}
+		for _, f := range []fence.Filter{
+			{States: []fence.State{fence.StateInFlight}},
+			{States: []fence.State{fence.StateFailed, fence.StateUnknown}},
+			{States: []fence.State{fence.StateDone}},
+			{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now().Add(100 * 365 * 24 * time.Hour)},
+		} {
+			key := fmt.Sprint(f.States)
+			if !f.ExpiresBefore.IsZero() {
+				key = "expiring"
+			}
+			s.ByState[key] = []string{}
+			err := tx.Scan(f, func(r *fence.Record) bool { s.ByState[key] = append(s.ByState[key], r.Intent); return true })
+			if err != nil {
+				return err
+			}
 		}
 		if err := tx.Events("", func(ev fence.Event) bool { s.Events = append(s.Events, ev); return true }); err != nil {
 			return err
@@ -100,8 +119,9 @@ func TestMigrateFromV1(t *testing.T) {
 
 	ro := openT(t, path, sqlite.Options{ReadOnly: true})
 	before := snapshot(t, ro)
-	if len(before.Records) != 35 || len(before.Events) != 10 || before.Counters.Admitted != 40 || before.Domains["acct:0"] == 0 {
-		t.Fatalf("read-only view of the v1 file: %d records, %d events, %+v, %v", len(before.Records), len(before.Events), before.Counters, before.Domains)
+	if len(before.Records) != 35 || len(before.Events) != 10 || before.Counters.Admitted != 40 || before.Domains["acct:0"] == 0 ||
+		len(before.ByState["[in_flight]"]) == 0 || len(before.ByState["[failed unknown]"]) == 0 || len(before.ByState["expiring"]) != 25 {
+		t.Fatalf("read-only view of the v1 file: %d records, %d events, %+v, %v, %v", len(before.Records), len(before.Events), before.Counters, before.Domains, before.ByState)
 	}
 	var oldCert *fence.Record
 	if err := ro.View(ctx, func(tx fence.Tx) (err error) { oldCert, err = tx.Get("gen:009"); return err }); err != nil || oldCert == nil || oldCert.Cert == nil {
@@ -117,7 +137,7 @@ func TestMigrateFromV1(t *testing.T) {
 		t.Fatalf("the migration changed what the ledger holds:\nbefore %+v\nafter  %+v", before, after)
 	}
 	rep = checkT(t, path)
-	if !rep.OK || rep.SchemaVersion != 2 || rep.RecordsLayout != "rowid" || rep.States["done"] != 25 || rep.Events != 10 {
+	if !rep.OK || rep.SchemaVersion != sqlite.SchemaVersion || rep.RecordsLayout != "rowid" || rep.States["done"] != 25 || rep.Events != 10 {
 		t.Fatalf("check of the migrated file: %+v", rep)
 	}
 	byHash := ""
@@ -234,12 +254,12 @@ func kill9(t *testing.T, cmd *exec.Cmd) {
 }
 
 // afterCrash checks a ledger whose migrating process was killed: `ledger check` finds it
-// healthy at version 1 or 2, it opens read-only as it is with every record, and an open for
-// writing completes the migration with every record.
+// healthy at version 1 or the current one, it opens read-only as it is with every record, and
+// an open for writing completes the migration with every record.
 func afterCrash(t *testing.T, path string, want ledgerSnap) (version int) {
 	t.Helper()
 	rep := checkT(t, path)
-	if !rep.OK || (rep.SchemaVersion != 1 && rep.SchemaVersion != 2) {
+	if !rep.OK || (rep.SchemaVersion != 1 && rep.SchemaVersion != sqlite.SchemaVersion) {
 		t.Fatalf("check after the kill: %+v", rep)
 	}
 	ro, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
@@ -260,7 +280,7 @@ func afterCrash(t *testing.T, path string, want ledgerSnap) (version int) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the migration the ledger holds %d records (want %d), or other differences", len(got.Records), len(want.Records))
 	}
-	if rep := checkT(t, path); !rep.OK || rep.SchemaVersion != 2 || rep.RecordsLayout != "rowid" {
+	if rep := checkT(t, path); !rep.OK || rep.SchemaVersion != sqlite.SchemaVersion || rep.RecordsLayout != "rowid" {
 		t.Fatalf("check after the completed migration: %+v", rep)
 	}
 	return rep.SchemaVersion

@@ -83,3 +83,30 @@ CREATE INDEX records_expires ON records(expires_at) WHERE expires_at IS NOT NULL
 CREATE INDEX records_cert_hash ON records(cert_hash) WHERE cert_hash IS NOT NULL;
 `,
 }
+
+// recordIndexes sets the records table's secondary indexes; every open for writing runs it, in
+// the transaction that migrates, after the migrations. It changes no table, column or record,
+// so it is not a schema version: a build that still writes schema 2's indexes opens, reads
+// and writes a ledger that has these (and does not put its own back), and this build opens
+// one that has those and replaces them. A version would have made the previous build refuse
+// the file, and its advice (move the file aside) would have lost every receipt. When the
+// indexes are already these, it writes nothing.
+//
+// Each index a transaction changes is one more WAL page before its fsync. A commit at 1.1 KB
+// wrote about 8.5 pages (meta, the record's leaf and, as the table grows, its parent, a new
+// page and page 1, plus one leaf each of records_state, records_expires and
+// records_cert_hash); a claim about 4.
+//   - records_cert_hash put an entry at a random leaf on every commit and served only `ledger
+//     verify`, which resolves parents from the scan it makes anyway. CertByHash still
+//     answers, by a scan of the table.
+//   - records_state indexed every record, so a commit moved one entry from the in_flight run
+//     to the done run. Its users look only for states that are not done (Recover, `ledger ls
+//     --state`), so records_open indexes only those: a few entries on one hot page, which a
+//     record leaves when it is done. Scan adds the index's own term to queries for them.
+//
+// A commit now writes about 7.2 pages at 1.6 KB, 5.2 at 0.8 KB (TestFreshDecisionWritesFewPages).
+const recordIndexes = `
+DROP INDEX IF EXISTS records_state;
+DROP INDEX IF EXISTS records_cert_hash;
+CREATE INDEX IF NOT EXISTS records_open ON records(state) WHERE state <> 'done';
+`

@@ -519,22 +519,27 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if v >= SchemaVersion {
-		return nil
+	if v > SchemaVersion {
+		return nil // refused by the caller's version check
 	}
-	for ; v < SchemaVersion; v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("migrating the ledger schema from version %d: %w", v, err)
+	if v < SchemaVersion {
+		for ; v < SchemaVersion; v++ {
+			if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("migrating the ledger schema from version %d: %w", v, err)
+			}
+			if testHookMigrated != nil {
+				testHookMigrated(v)
+			}
 		}
-		if testHookMigrated != nil {
-			testHookMigrated(v)
+		if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", SchemaVersion); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d", applicationID)); err != nil {
+			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", SchemaVersion); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d", applicationID)); err != nil {
-		return err
+	if _, err := tx.ExecContext(ctx, recordIndexes); err != nil {
+		return fmt.Errorf("setting the records table's indexes: %w", err)
 	}
 	return tx.Commit()
 }

@@ -171,17 +171,22 @@ func (t *txn) Delete(intent string) error {
 	return t.exec(qDelete, intent)
 }
 
-// scanPage is how many records Scan reads before calling fn on them: rows are closed before
-// fn runs, so fn may use the transaction, and memory stays bounded for any ledger size.
-const scanPage = 256
-
-func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
+// scanQuery is Scan's query for f; its last two parameters, left for the caller, are the
+// intent to resume after and the page size.
+func scanQuery(f fence.Filter) (string, []any) {
 	var where []string
 	var args []any
 	if len(f.States) > 0 {
 		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		open := true
 		for _, st := range f.States {
 			args = append(args, string(st))
+			open = open && st != fence.StateDone
+		}
+		if open {
+			// The partial index records_open (recordIndexes) holds exactly the records that are
+			// not done; SQLite uses it only for a query that carries its WHERE term itself.
+			where = append(where, "state <> 'done'")
 		}
 	}
 	if !f.ExpiresBefore.IsZero() {
@@ -189,7 +194,15 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		args = append(args, f.ExpiresBefore.UnixNano())
 	}
 	where = append(where, "intent > ?")
-	q := "SELECT intent, body FROM records WHERE " + strings.Join(where, " AND ") + " ORDER BY intent LIMIT ?"
+	return "SELECT intent, body FROM records WHERE " + strings.Join(where, " AND ") + " ORDER BY intent LIMIT ?", args
+}
+
+// scanPage is how many records Scan reads before calling fn on them: rows are closed before
+// fn runs, so fn may use the transaction, and memory stays bounded for any ledger size.
+const scanPage = 256
+
+func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
+	q, args := scanQuery(f)
 	after, seen := f.After, 0
 	for {
 		page := scanPage
@@ -236,6 +249,9 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 	}
 }
 
+// CertByHash scans the records table: no index maps cert hashes (recordIndexes: it cost a page
+// on every commit for a lookup no hot path makes; `ledger verify` resolves parents from its own
+// scan).
 func (t *txn) CertByHash(hash string) (*fence.Record, error) {
 	var intent string
 	var body []byte

@@ -1,0 +1,264 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// The queries of Recover, `ledger ls --state` and Sweep each use an index (recordIndexes), not a
+// scan of every record: records_open for states that are not done, records_expires for
+// expired outcomes.
+func TestScanQueriesUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, c := range []struct {
+		f     fence.Filter
+		index string
+	}{
+		{fence.Filter{States: []fence.State{fence.StateInFlight}}, "records_open"},
+		{fence.Filter{States: []fence.State{fence.StateFailed, fence.StateUnknown}}, "records_open"},
+		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now()}, "records_expires"},
+	} {
+		q, args := scanQuery(c.f)
+		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, append(args, "", 10)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if !strings.Contains(strings.Join(plan, "; "), "INDEX "+c.index) {
+			t.Errorf("%+v: plan %q does not use %s", c.f, plan, c.index)
+		}
+	}
+}
+
+// walPages lists the b-tree of each page in the WAL's frames, in order, with "|commit" after
+// the last page of each transaction ("new" for a page the table grew by since owner was read).
+func walPages(t *testing.T, path string, owner map[uint32]string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 32 {
+		return nil
+	}
+	size := int(binary.BigEndian.Uint32(b[8:]))
+	var out []string
+	for off := 32; off+24+size <= len(b); off += 24 + size {
+		name, ok := owner[binary.BigEndian.Uint32(b[off:])]
+		if !ok {
+			name = "new"
+		}
+		out = append(out, name)
+		if binary.BigEndian.Uint32(b[off+4:]) != 0 {
+			out = append(out, "|commit")
+		}
+	}
+	return out
+}
+
+// A fresh admission and its commit write the pages of the tables they change and of the few
+// indexes they must keep: no index leaf per record state or per cert hash (recordIndexes). Each
+// page is a WAL frame written before an fsync: this is what the schema saves per decision.
+func TestFreshDecisionWritesFewPages(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{})
+	defer eng.Close()
+	args := []byte(fmt.Sprintf(`{"memo":%q}`, strings.Repeat("x", 500)))
+	decide := func(intent string) {
+		adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: args, Agent: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 500 {
+		decide(fmt.Sprintf("warm:%04d", i))
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	owner := map[uint32]string{}
+	rows, err := db.QueryContext(ctx, "SELECT name, pageno FROM dbstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		var page uint32
+		if err := rows.Scan(&name, &page); err != nil {
+			t.Fatal(err)
+		}
+		owner[page] = name
+	}
+	rows.Close()
+	if len(owner) == 0 {
+		t.Fatal("dbstat lists no pages")
+	}
+
+	for i := range 20 {
+		decide(fmt.Sprintf("x:%04d", i))
+	}
+	pages := walPages(t, path, owner)
+	if n := slices.Index(pages, "|commit"); n < 0 {
+		t.Fatal("no transaction in the WAL")
+	}
+	allowed := []string{"meta", "records", "sqlite_autoindex_records_1", "records_open", "records_expires", "sqlite_schema", "new", "|commit"}
+	for _, p := range pages {
+		if !slices.Contains(allowed, p) {
+			t.Fatalf("a decision wrote a page of %s; WAL frames: %v", p, pages)
+		}
+	}
+	var txns, frames int
+	for _, p := range pages {
+		if p == "|commit" {
+			txns++
+		} else {
+			frames++
+		}
+	}
+	t.Logf("%d transactions, %.1f pages each", txns, float64(frames)/float64(txns))
+}
+
+// recordsIndexes lists the names of the records table's indexes, sorted.
+func recordsIndexes(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query("SELECT name FROM pragma_index_list('records') ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	return names
+}
+
+// The index layout is not a schema version: a ledger that has the previous build's indexes
+// (records_state, records_cert_hash) gets this build's at its next open for writing, with
+// every record and the schema version unchanged, so the previous build, which checks only the
+// version, still opens it after this build has.
+func TestOpenSetsTheIndexLayoutWithoutANewVersion(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{})
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "a", Tool: "t", Args: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Prepare(ctx, fence.Request{Intent: "b", Tool: "t", Args: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	eng.Close()
+
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	want := []string{"records_expires", "records_open", "sqlite_autoindex_records_1"}
+	if got := recordsIndexes(t, db); !slices.Equal(got, want) {
+		t.Fatalf("a new ledger's records indexes: %v, want %v", got, want)
+	}
+	// What the previous build's migration to schema 2 left.
+	_, err = db.ExecContext(ctx, `DROP INDEX records_open;
+		CREATE INDEX records_state ON records(state);
+		CREATE INDEX records_cert_hash ON records(cert_hash) WHERE cert_hash IS NOT NULL;`)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	st, err = Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	err = st.View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(r *fence.Record) bool {
+			states = append(states, r.Intent)
+			return true
+		})
+	})
+	if err != nil || !slices.Equal(states, []string{"b"}) {
+		t.Fatalf("in-flight intents after the reopen: %v %v", states, err)
+	}
+	st.Close()
+	if got := recordsIndexes(t, db); !slices.Equal(got, want) {
+		t.Fatalf("after reopening, the records indexes are %v, want %v", got, want)
+	}
+	var v int
+	if err := db.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'schema_version'").Scan(&v); err != nil || v != 2 {
+		t.Fatalf("schema_version %d (%v): the previous build refuses anything but 2", v, err)
+	}
+	// Opening a ledger whose indexes are already these commits nothing: the WAL's frame count
+	// (the wal-index header's mxFrame) stays. db keeps the WAL from being checkpointed away.
+	frames := func() uint32 {
+		shm, err := os.ReadFile(path + "-shm")
+		if err != nil || len(shm) < 20 {
+			t.Fatalf("reading the wal-index: %v", err)
+		}
+		return binary.NativeEndian.Uint32(shm[16:20])
+	}
+	before := frames()
+	st, err = Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if after := frames(); after != before {
+		t.Errorf("an open that changes nothing committed %d WAL frames", after-before)
+	}
+}
