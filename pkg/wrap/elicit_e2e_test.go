@@ -105,7 +105,10 @@ func TestElicitationWithRealSDKClient(t *testing.T) {
 		"did_not_happen": {fence.StateDone, "lost,resolve_did_not_happen", 1, 1, false},
 		"leave_fenced":   {fence.StateUnknown, "lost,resolve_leave_fenced", 1, 0, true},
 		"decline":        {fence.StateUnknown, "lost", 1, 0, true},
-		"cancel":         {fence.StateUnknown, "lost", 2, 0, true}, // dismissed: asked again by the next retry
+		// Dismissed: asked again by the next call. The twin shares the retry's question when
+		// it arrives while that question is open; on a loaded machine it can arrive after the
+		// dismissal and ask again itself (3).
+		"cancel": {fence.StateUnknown, "lost", 2, 0, true},
 	} {
 		sc, ok := rep.Scenarios[name]
 		if !ok {
@@ -115,7 +118,7 @@ func TestElicitationWithRealSDKClient(t *testing.T) {
 			t.Fatalf("%s: the killed call must be answered unknown: %+v", name, sc.First)
 		}
 		intent := sc.First.Intent
-		if len(sc.Asked) != want.asked {
+		if n := len(sc.Asked); n != want.asked && !(name == "cancel" && n == 3) {
 			t.Fatalf("%s: asked %d times, want %d: %+v", name, len(sc.Asked), want.asked, sc.Asked)
 		}
 		msg := sc.Asked[0].Message
