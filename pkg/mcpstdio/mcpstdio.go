@@ -463,12 +463,19 @@ func (s *Session) read(stdout io.Reader) {
 		}
 		m, perr := jsonrpc.Parse(line)
 		if perr != nil {
+			if s.resolveInvalid(line, perr) {
+				continue
+			}
 			s.logf("MCP server %s wrote a line that is not a JSON-RPC message (%v); ignored: %.200q", s.name(), perr, line)
 			continue
 		}
 		switch {
 		case m.IsResponse():
-			s.resolve(m)
+			r := reply{result: m.Result}
+			if m.Error != nil {
+				r = reply{err: m.Error}
+			}
+			s.resolve(m.ID, r)
 		case m.IsNotification():
 			s.queue(note{method: m.Method, params: m.Params})
 		case m.IsRequest():
@@ -485,23 +492,45 @@ func (s *Session) queue(n note) {
 	s.notes <- n
 }
 
+// resolveInvalid answers a waiting Call whose answer is a line that is not a valid JSON-RPC
+// response (an "error" that is not an object, a result beside an error, …) but names the
+// call's id and no method: the server did answer, so the call must not wait for an answer
+// that already came (until the session ends). The Call fails with an error that is neither
+// a *jsonrpc.Error nor ErrNotSent: the server may have run it (see wrap's Conn). It reports
+// whether line answered a waiting call.
+func (s *Session) resolveInvalid(line []byte, perr error) bool {
+	id := jsonrpc.ReadableID(line)
+	if id == nil {
+		return false
+	}
+	if _, _, methods, _ := jsonrpc.Member(line, "method"); methods != 0 {
+		return false // a request or notification of the child's, whose id is its own
+	}
+	s.mu.Lock()
+	_, waiting := s.pending[string(id)]
+	s.mu.Unlock()
+	if !waiting {
+		return false
+	}
+	err := fmt.Errorf("MCP server %s answered request %s with a line that is not a valid JSON-RPC response (%v): %.200q", s.name(), id, perr, line)
+	s.logf("%v", err)
+	s.resolve(id, reply{err: err})
+	return true
+}
+
 // resolve hands a response to its Call: at once when everything read before it has been
 // delivered, else through the delivery queue, behind what the child wrote before it. The
 // call is taken out of pending here, so a session that ends meanwhile does not fail a call
 // whose answer was already read.
-func (s *Session) resolve(m *jsonrpc.Message) {
-	key := string(m.ID)
+func (s *Session) resolve(id json.RawMessage, r reply) {
+	key := string(id)
 	s.mu.Lock()
 	ch, ok := s.pending[key]
 	delete(s.pending, key)
 	s.mu.Unlock()
 	if !ok {
-		s.logf("MCP server %s answered request id %s that is not waiting; ignored", s.name(), m.ID)
+		s.logf("MCP server %s answered request id %s that is not waiting; ignored", s.name(), id)
 		return
-	}
-	r := reply{result: m.Result}
-	if m.Error != nil {
-		r = reply{err: m.Error}
 	}
 	// Only the reader adds to backlog, so zero here means nothing read before is undelivered.
 	if s.backlog.Load() == 0 {

@@ -241,6 +241,7 @@ type callParams struct {
 		Text           string `json:"text"`
 		IdempotencyKey string `json:"idempotency_key"`
 		RPC            bool   `json:"rpc"`
+		Malformed      bool   `json:"malformed"`
 	} `json:"arguments"`
 }
 
@@ -301,6 +302,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		n := s.record("fail tag=" + a.Tag)
 		if a.RPC {
 			return nil, &jsonrpc.Error{Code: -32000, Message: "declined", Raw: json.RawMessage(RPCRefusal)}
+		}
+		if a.Malformed {
+			// An answer that is not a JSON-RPC response: "error" must be an object.
+			return nil, &jsonrpc.Error{Raw: json.RawMessage(`"the server broke"`)}
 		}
 		return text(fmt.Sprintf("card declined (attempt %d)", n), true), nil
 	case "die":
