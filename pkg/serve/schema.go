@@ -101,26 +101,19 @@ func checkArgs(compiled *validator.Schema, raw []byte) error {
 // accepted. result is exempt: a tool's result is recorded as it came, whatever it holds.
 func checkText(raw []byte) error {
 	seen := map[string]bool{}
-	i := jsonrpc.SkipSpace(raw, jsonrpc.SkipSpace(raw, 0)+1)
-	for i < len(raw) && raw[i] == '"' {
-		keyEnd := jsonrpc.EndOfString(raw, i)
-		vs := jsonrpc.SkipSpace(raw, jsonrpc.SkipSpace(raw, keyEnd)+1) // past the colon
-		ve := jsonrpc.EndOfValue(raw, vs)
-		if _, err := canon.JSON(raw[i:keyEnd]); err != nil {
+	for m := range jsonrpc.Members(raw) {
+		if _, err := canon.JSON(raw[m.Key:m.KeyEnd]); err != nil {
 			return fence.InvalidError{Field: "arguments", Why: "a member name " + strings.TrimPrefix(err.Error(), "canon: ")}
 		}
-		key := jsonrpc.Unquote(raw[i:keyEnd])
+		key := jsonrpc.Unquote(raw[m.Key:m.KeyEnd])
 		if seen[key] {
 			return fence.InvalidError{Field: key, Why: "is given twice"}
 		}
 		seen[key] = true
 		if key != "result" {
-			if _, err := canon.JSON(raw[vs:ve]); err != nil {
+			if _, err := canon.JSON(raw[m.Start:m.End]); err != nil {
 				return fence.InvalidError{Field: key, Why: strings.TrimPrefix(err.Error(), "canon: ") + " (text must be valid UTF-8 without lone surrogates, each member given once)"}
 			}
-		}
-		if i = jsonrpc.SkipSpace(raw, ve); i < len(raw) && raw[i] == ',' {
-			i = jsonrpc.SkipSpace(raw, i+1)
 		}
 	}
 	return nil

@@ -45,13 +45,9 @@ func decodeCall(params json.RawMessage) (call, error) {
 		return c, err
 	}
 	seenName := false
-	for i := jsonrpc.SkipSpace(params, 1); params[i] == '"'; {
-		keyEnd := jsonrpc.EndOfString(params, i)
-		key := jsonrpc.Unquote(params[i:keyEnd])
-		vs := jsonrpc.SkipSpace(params, jsonrpc.SkipSpace(params, keyEnd)+1) // past the colon
-		ve := jsonrpc.EndOfValue(params, vs)
-		raw := params[vs:ve]
-		switch key {
+	for m := range jsonrpc.Members(params) {
+		raw := params[m.Start:m.End]
+		switch jsonrpc.Unquote(params[m.Key:m.KeyEnd]) {
 		case "name":
 			if raw[0] != '"' {
 				return c, fmt.Errorf(`"name" must be a non-empty string`)
@@ -64,12 +60,9 @@ func decodeCall(params json.RawMessage) (call, error) {
 			if raw[0] != '{' && string(raw) != "null" {
 				return c, fmt.Errorf(`"arguments" must be an object`)
 			}
-			c.args, c.argsStart, c.argsEnd = raw, vs, ve
+			c.args, c.argsStart, c.argsEnd = raw, m.Start, m.End
 		case "task":
 			c.task = string(raw) != "null"
-		}
-		if i = jsonrpc.SkipSpace(params, ve); params[i] == ',' {
-			i = jsonrpc.SkipSpace(params, i+1)
 		}
 	}
 	if !seenName {

@@ -75,22 +75,16 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	metaAt, contentAt := -1, -1 // where to insert, -1: no such member
 	metaEmpty, contentEmpty := false, false
 	members := 0
-	for i := jsonrpc.SkipSpace(res, open); res[i] == '"'; {
+	for m := range jsonrpc.Members(res) {
 		members++
-		keyEnd := jsonrpc.EndOfString(res, i)
-		key := jsonrpc.Unquote(res[i:keyEnd])
-		vs := jsonrpc.SkipSpace(res, jsonrpc.SkipSpace(res, keyEnd)+1) // past the colon
-		ve := jsonrpc.EndOfValue(res, vs)
-		raw := res[vs:ve]
+		key := jsonrpc.Unquote(res[m.Key:m.KeyEnd])
+		raw := res[m.Start:m.End]
 		inner := bytes.TrimSpace(raw[1:max(1, len(raw)-1)])
 		switch {
 		case key == "_meta" && metaAt < 0 && raw[0] == '{':
-			metaAt, metaEmpty = vs+1, len(inner) == 0
+			metaAt, metaEmpty = m.Start+1, len(inner) == 0
 		case key == "content" && contentAt < 0 && raw[0] == '[':
-			contentAt, contentEmpty = ve-1, len(inner) == 0
-		}
-		if i = jsonrpc.SkipSpace(res, ve); res[i] == ',' {
-			i = jsonrpc.SkipSpace(res, i+1)
+			contentAt, contentEmpty = m.End-1, len(inner) == 0
 		}
 	}
 	type insert struct {

@@ -170,12 +170,10 @@ var envelope = [...]string{"jsonrpc", "id", "method", "params", "result", "error
 // case folding as encoding/json does ("ſ" folds to "s"). line is a valid JSON object.
 func checkEnvelope(line []byte) error {
 	var seen [len(envelope)]bool
-	i := SkipSpace(line, SkipSpace(line, 0)+1)
-	for line[i] == '"' {
-		keyEnd := EndOfString(line, i)
-		key := line[i+1 : keyEnd-1]
+	for m := range Members(line) {
+		key := line[m.Key+1 : m.KeyEnd-1]
 		if bytes.IndexByte(key, '\\') >= 0 {
-			key = []byte(Unquote(line[i:keyEnd]))
+			key = []byte(Unquote(line[m.Key:m.KeyEnd]))
 		}
 		for n, name := range envelope {
 			if !bytes.EqualFold(key, []byte(name)) {
@@ -188,10 +186,6 @@ func checkEnvelope(line []byte) error {
 				return fmt.Errorf("member %q is given twice; servers disagree on which one counts", name)
 			}
 			seen[n] = true
-		}
-		vs := SkipSpace(line, SkipSpace(line, keyEnd)+1) // past the colon
-		if i = SkipSpace(line, EndOfValue(line, vs)); line[i] == ',' {
-			i = SkipSpace(line, i+1)
 		}
 	}
 	return nil

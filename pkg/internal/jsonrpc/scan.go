@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+	"iter"
 	"strings"
 )
 
@@ -66,23 +67,45 @@ func Unquote(lit []byte) string {
 	return s
 }
 
+// Span is one member of an object: its name's literal b[Key:KeyEnd] (quotes included) and its
+// value b[Start:End].
+type Span struct{ Key, KeyEnd, Start, End int }
+
+// Members yields the top-level members of the object b, in order; b must be valid JSON
+// starting (after white space) with '{'.
+func Members(b []byte) iter.Seq[Span] {
+	return func(yield func(Span) bool) { walkMembers(b, yield) }
+}
+
+// walkMembers yields the members of the object b until yield says stop, and returns the index
+// of the object's closing brace (or of the member it stopped at).
+func walkMembers(b []byte, yield func(Span) bool) int {
+	i := SkipSpace(b, SkipSpace(b, 0)+1)
+	for b[i] == '"' {
+		keyEnd := EndOfString(b, i)
+		vs := SkipSpace(b, SkipSpace(b, keyEnd)+1) // past the colon
+		ve := EndOfValue(b, vs)
+		if !yield(Span{i, keyEnd, vs, ve}) {
+			return i
+		}
+		if i = SkipSpace(b, ve); b[i] == ',' {
+			i = SkipSpace(b, i+1)
+		}
+	}
+	return i
+}
+
 // Member finds the top-level members named name of the object b, which must be valid JSON
 // starting (after white space) with '{': the span b[start:end] of the last one's value (the
 // one JSON parsers keep), how many there are, and the index of the object's closing brace.
 // start and end are -1 when there is none.
 func Member(b []byte, name string) (start, end, count, closing int) {
 	start, end = -1, -1
-	i := SkipSpace(b, SkipSpace(b, 0)+1)
-	for b[i] == '"' {
-		keyEnd := EndOfString(b, i)
-		vs := SkipSpace(b, SkipSpace(b, keyEnd)+1) // past the colon
-		ve := EndOfValue(b, vs)
-		if Unquote(b[i:keyEnd]) == name {
-			start, end, count = vs, ve, count+1
+	closing = walkMembers(b, func(m Span) bool {
+		if Unquote(b[m.Key:m.KeyEnd]) == name {
+			start, end, count = m.Start, m.End, count+1
 		}
-		if i = SkipSpace(b, ve); b[i] == ',' {
-			i = SkipSpace(b, i+1)
-		}
-	}
-	return start, end, count, i
+		return true
+	})
+	return start, end, count, closing
 }
