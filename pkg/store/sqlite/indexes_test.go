@@ -20,12 +20,8 @@ import (
 // expired outcomes.
 func TestScanQueriesUseIndexes(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	path, eng := newLedger(t)
+	eng.Close()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
@@ -89,27 +85,38 @@ func walPages(t *testing.T, path string, owner map[uint32]string) []string {
 // A fresh admission and its commit write the pages of the tables they change and of the few
 // indexes they must keep: no index leaf per record state or per cert hash (recordIndexes). Each
 // page is a WAL frame written before an fsync: this is what the schema saves per decision.
-func TestFreshDecisionWritesFewPages(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := Open(ctx, path, Options{})
+// newLedger opens a new ledger file and an engine over it, closed when the test ends.
+func newLedger(t *testing.T) (path string, eng *fence.Engine) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "ledger.db")
+	st, err := Open(context.Background(), path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := fence.New(st, fence.Config{})
-	defer eng.Close()
-	args := []byte(fmt.Sprintf(`{"memo":%q}`, strings.Repeat("x", 500)))
-	decide := func(intent string) {
-		adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: args, Agent: "t"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
-			t.Fatal(err)
-		}
+	eng = fence.New(st, fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	return path, eng
+}
+
+// decide admits intent and commits it.
+func decide(t *testing.T, eng *fence.Engine, intent string, args []byte) {
+	t.Helper()
+	ctx := context.Background()
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: args, Agent: "t"})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFreshDecisionWritesFewPages(t *testing.T) {
+	ctx := context.Background()
+	path, eng := newLedger(t)
+	args := []byte(fmt.Sprintf(`{"memo":%q}`, strings.Repeat("x", 500)))
 	for i := range 500 {
-		decide(fmt.Sprintf("warm:%04d", i))
+		decide(t, eng, fmt.Sprintf("warm:%04d", i), args)
 	}
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
@@ -138,7 +145,7 @@ func TestFreshDecisionWritesFewPages(t *testing.T) {
 	}
 
 	for i := range 20 {
-		decide(fmt.Sprintf("x:%04d", i))
+		decide(t, eng, fmt.Sprintf("x:%04d", i), args)
 	}
 	pages := walPages(t, path, owner)
 	if n := slices.Index(pages, "|commit"); n < 0 {
@@ -186,20 +193,9 @@ func recordsIndexes(t *testing.T, db *sql.DB) []string {
 // version, still opens it after this build has.
 func TestOpenSetsTheIndexLayoutWithoutANewVersion(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := fence.New(st, fence.Config{})
-	adm, err := eng.Prepare(ctx, fence.Request{Intent: "a", Tool: "t", Args: []byte(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, eng := newLedger(t)
+	decide(t, eng, "a", []byte(`{}`))
 	if _, err := eng.Prepare(ctx, fence.Request{Intent: "b", Tool: "t", Args: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
 		t.Fatal(err)
 	}
 	eng.Close()
@@ -221,7 +217,7 @@ func TestOpenSetsTheIndexLayoutWithoutANewVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err = Open(ctx, path, Options{})
+	st, err := Open(ctx, path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
