@@ -54,6 +54,19 @@ func (k *killer) hook(stage string, pid uint32) {
 
 // effect is the external witness: a table the "side effect" inserts into, outside the fence's
 // transactions.
+// replaysOnce checks the promise of every test here: a duplicate of r is answered with cert,
+// the recorded outcome, and the effect (counted by witness) ran once.
+func replaysOnce(t *testing.T, e *fence.Engine, r fence.Request, cert *fence.Cert, count func(string) int) {
+	t.Helper()
+	adm, err := e.Prepare(context.Background(), r)
+	if err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
+		t.Fatalf("duplicate: %+v %v", adm, err)
+	}
+	if n := count(r.Intent); n != 1 {
+		t.Fatalf("effect ran %d times", n)
+	}
+}
+
 func witness(t *testing.T, conn *pgx.Conn) func(intent string) int {
 	t.Helper()
 	if _, err := conn.Exec(context.Background(), "CREATE TABLE witness (intent text NOT NULL, who text NOT NULL)"); err != nil {
@@ -190,13 +203,7 @@ func TestTerminateBackendDuringCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm, err := e.Prepare(ctx, r)
-	if err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
-		t.Fatalf("after commit: %+v %v", adm, err)
-	}
-	if n := count(r.Intent); n != 1 {
-		t.Fatalf("effect ran %d times", n)
-	}
+	replaysOnce(t, e, r, cert, count)
 }
 
 // cutConn, once armed, severs the network connection at the next write that executes
@@ -300,13 +307,7 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 	if cut.Load() != 2 || resolved.Load() != 2 {
 		t.Fatalf("cut %d connections and resolved %d commits by txid_status, want 2 and 2", cut.Load(), resolved.Load())
 	}
-	adm, err := e.Prepare(ctx, r)
-	if err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
-		t.Fatalf("duplicate: %+v %v", adm, err)
-	}
-	if n := count(r.Intent); n != 1 {
-		t.Fatalf("effect ran %d times", n)
-	}
+	replaysOnce(t, e, r, cert, count)
 }
 
 // downConn is a cutConn after whose cut every connection fails while down is set: the

@@ -389,13 +389,7 @@ func TestSpeculativeCommitAcknowledgementLost(t *testing.T) {
 	if cut.Load() != 1 || st.count("speculation lost") != 1 || st.count("landed") != 1 {
 		t.Fatalf("cut %d connections; stages %v", cut.Load(), st.n)
 	}
-	adm, err := e.Prepare(ctx, r)
-	if err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
-		t.Fatalf("duplicate: %+v %v", adm, err)
-	}
-	if n := count(r.Intent); n != 1 {
-		t.Fatalf("effect ran %d times", n)
-	}
+	replaysOnce(t, e, r, cert, count)
 	if n := admitted(t, e); n != 1 {
 		t.Fatalf("admitted %d, want 1", n)
 	}
@@ -426,13 +420,7 @@ func TestSpeculativeCommitBackendTerminated(t *testing.T) {
 	if k.killed.Load() != 1 || st.count("speculated") != 0 || st.count("speculation lost")+st.count("speculation missed") != 1 || st.count("landed") != 0 {
 		t.Fatalf("killed %d; stages %v", k.killed.Load(), st.n)
 	}
-	adm, err := e.Prepare(ctx, r)
-	if err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
-		t.Fatalf("duplicate: %+v %v", adm, err)
-	}
-	if n := count(r.Intent); n != 1 {
-		t.Fatalf("effect ran %d times", n)
-	}
+	replaysOnce(t, e, r, cert, count)
 	if n := admitted(t, e); n != 1 {
 		t.Fatalf("admitted %d, want 1", n)
 	}
