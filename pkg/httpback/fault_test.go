@@ -684,3 +684,45 @@ func TestAuthRefusalIsDefinite(t *testing.T) {
 		}
 	}
 }
+
+// An event naming the call's id, without a method, that is not a valid response (here an
+// "error" that is not an object) is the server's answer: the call ends at once as may have
+// run, even though the stream stays open and carries event ids (no resume either). Before,
+// the event was logged and skipped and the call waited for the stream to end.
+func TestInvalidAnswerEndsTheCall(t *testing.T) {
+	f, srv := newFake(t)
+	release := make(chan struct{})
+	defer close(release)
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		writeEvent(w, "e1", []byte(`{"jsonrpc":"2.0","id":5,"error":"x"}`)) // another id: skipped
+		writeEvent(w, "e2", []byte(`{"jsonrpc":"2.0","id":`+string(m.ID)+`,"method":"x","error":"x"}`))
+		writeEvent(w, "e3", []byte(`{"jsonrpc":"2.0","id":`+string(m.ID)+`,"error":"x"}`))
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	s := session(t, upstream(t, srv.URL, Config{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
+	if ctx.Err() != nil {
+		t.Fatal("the call still waited after the server answered it with an invalid response")
+	}
+	mayHaveRun(t, err)
+	if !strings.Contains(err.Error(), "not a valid JSON-RPC response") || !strings.Contains(err.Error(), `\"error\":\"x\"`) {
+		t.Fatalf("error does not name the invalid answer: %v", err)
+	}
+	f.mu.Lock()
+	resumes := 0
+	for _, h := range f.gets {
+		if h.Get("Last-Event-Id") != "" {
+			resumes++
+		}
+	}
+	f.mu.Unlock()
+	if resumes != 0 || f.count("tools/call") != 1 {
+		t.Fatalf("resumes %d (want none), POSTs %d", resumes, f.count("tools/call"))
+	}
+}

@@ -683,7 +683,7 @@ func (s *Session) readStream(ctx context.Context, body io.ReadCloser, id json.Ra
 		if err == nil {
 			return m, nil
 		}
-		if errors.Is(err, ErrTooLarge) || ctx.Err() != nil || lastID == "" || resumed {
+		if errors.Is(err, ErrTooLarge) || errors.Is(err, errInvalidAnswer) || ctx.Err() != nil || lastID == "" || resumed {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the server ended the event stream before the response")
 			}
@@ -700,6 +700,10 @@ func (s *Session) readStream(ctx context.Context, body io.ReadCloser, id json.Ra
 		defer body.Close()
 	}
 }
+
+// errInvalidAnswer ends a call whose stream carried an event naming its id, without a method,
+// that is not a valid response: the answer came, so neither waiting on nor resuming helps.
+var errInvalidAnswer = errors.New("the server answered with an event that is not a valid JSON-RPC response")
 
 // pump reads events until the response to id (nil id: forever). Each event id is stored in
 // *lastID.
@@ -718,6 +722,11 @@ func (s *Session) pump(ctx context.Context, body io.Reader, id json.RawMessage, 
 		}
 		m, perr := jsonrpc.Parse(ev.data)
 		if perr != nil {
+			if id != nil && string(jsonrpc.AnswerID(ev.data)) == string(id) {
+				// The server answered this call, with something that is not a response:
+				// waiting on would wait for an answer that already came.
+				return nil, fmt.Errorf("%w (%v): %.200q", errInvalidAnswer, perr, ev.data)
+			}
 			s.logf("MCP server %s sent an event that is not a JSON-RPC message (%v); ignored: %.200q", s.logURL, perr, ev.data)
 			continue
 		}

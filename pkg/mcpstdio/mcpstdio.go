@@ -499,12 +499,9 @@ func (s *Session) queue(n note) {
 // a *jsonrpc.Error nor ErrNotSent: the server may have run it (see wrap's Conn). It reports
 // whether line answered a waiting call.
 func (s *Session) resolveInvalid(line []byte, perr error) bool {
-	id := jsonrpc.ReadableID(line)
+	id := jsonrpc.AnswerID(line)
 	if id == nil {
 		return false
-	}
-	if _, _, methods, _ := jsonrpc.Member(line, "method"); methods != 0 {
-		return false // a request or notification of the child's, whose id is its own
 	}
 	s.mu.Lock()
 	_, waiting := s.pending[string(id)]

@@ -26,3 +26,18 @@ func ReadableID(line []byte) json.RawMessage {
 	}
 	return nil
 }
+
+// AnswerID returns the id a message that Parse refused answers: ReadableID of a line with no
+// "method" member, so neither a request nor a notification (whose id, if any, is the
+// sender's own). A transport waiting for that id has had its answer, only not a valid one;
+// nil when the line names no id this way.
+func AnswerID(line []byte) json.RawMessage {
+	id := ReadableID(line)
+	if id == nil {
+		return nil
+	}
+	if _, _, methods, _ := Member(line, "method"); methods != 0 {
+		return nil
+	}
+	return id
+}
