@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// previousBuild is the last commit whose SQLite ledger had the schema-2 indexes records_state
+// and records_cert_hash; the builds after it replace them with records_open at every open for
+// writing, without a new schema version, so that this build can be rolled back to it
+// (docs/DECISIONS-sqlite.md).
+const previousBuild = "bb118321d86a3e5c31acd0bac1c22b9cf016d095"
+
+// TestPreviousBuildKeepsReceipts takes a SQLite ledger back and forth between the previous
+// build (compiled from git history) and this one, both as real `effectfence serve` processes:
+// every receipt either one recorded is replayed by the other, byte for byte, each writes new
+// decisions into a file the other last opened, and both verify the result. A rollback that
+// refused the file, or lost or changed a receipt, would re-run calls.
+func TestPreviousBuildKeepsReceipts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the previous release from git history")
+	}
+	prev := buildPreviousBuild(t)
+	cur := buildServeBinary(t)
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+
+	certs := map[string]json.RawMessage{} // intent -> the cert its first commit returned
+	// step runs one serve process of bin: every intent already decided must replay its cert
+	// unchanged, and fresh is admitted and committed.
+	step := func(name, bin, fresh string) {
+		t.Helper()
+		s := startRawServe(t, bin, ledger)
+		defer s.stop()
+		for intent, want := range certs {
+			r := s.call("fence_prepare", map[string]any{"intent": intent, "tool": "charge", "args": map[string]any{"n": intent}})
+			var p struct {
+				Status string          `json:"status"`
+				Cert   json.RawMessage `json:"cert"`
+			}
+			if err := json.Unmarshal(r, &p); err != nil || p.Status != "already_done" {
+				t.Fatalf("%s: %s was decided before; the ledger answered %s", name, intent, r)
+			}
+			if !bytes.Equal(compactJSON(t, p.Cert), compactJSON(t, want)) {
+				t.Fatalf("%s: %s's receipt changed:\n got %s\nwant %s", name, intent, p.Cert, want)
+			}
+		}
+		r := s.call("fence_prepare", map[string]any{"intent": fresh, "tool": "charge", "args": map[string]any{"n": fresh}})
+		var p struct {
+			Status string          `json:"status"`
+			Ticket json.RawMessage `json:"ticket"`
+		}
+		if err := json.Unmarshal(r, &p); err != nil || p.Status != "fresh" {
+			t.Fatalf("%s: %s is new; the ledger answered %s", name, fresh, r)
+		}
+		c := s.call("fence_commit", map[string]any{"ticket": p.Ticket, "result": map[string]any{"charged": fresh, "by": name}})
+		var done struct {
+			Cert json.RawMessage `json:"cert"`
+		}
+		if err := json.Unmarshal(c, &done); err != nil || len(done.Cert) == 0 {
+			t.Fatalf("%s: commit of %s answered %s", name, fresh, c)
+		}
+		certs[fresh] = done.Cert
+	}
+	step("previous build, new file", prev, "pay:1")
+	if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_state") {
+		t.Fatalf("the previous build's ledger has indexes %v; want its records_state (is %s the build before the change?)", got, previousBuild[:7])
+	}
+	step("this build after the previous", cur, "pay:2")
+	if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_open") || slices.Contains(got, "records_state") {
+		t.Fatalf("after this build opened it, the ledger has indexes %v; want records_open and no records_state", got)
+	}
+	step("previous build after this one (a rollback)", prev, "pay:3")
+	step("this build again", cur, "pay:4")
+	for _, bin := range []string{prev, cur} {
+		out, err := exec.Command(bin, "ledger", "verify", "--ledger", ledger).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s ledger verify: %v\n%s", filepath.Base(filepath.Dir(bin)), err, out)
+		}
+	}
+}
+
+// buildPreviousBuild compiles effectfence at previousBuild from this clone's git history (git
+// archive: the checkout is not touched), or skips when git or that commit is not here.
+func buildPreviousBuild(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed: the previous build comes from git history")
+	}
+	if err := exec.Command("git", "cat-file", "-e", previousBuild+"^{commit}").Run(); err != nil {
+		t.Skipf("commit %s is not in this clone's history (a shallow clone?): %v", previousBuild[:7], err)
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse: %v", err)
+	}
+	archive := exec.Command("git", "archive", "--format=tar", previousBuild)
+	archive.Dir = strings.TrimSpace(string(top)) // from a subdirectory, git archives only that
+	untar := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untar.Stdin = pipe
+	var errs bytes.Buffer
+	archive.Stderr, untar.Stderr = &errs, &errs
+	if err := untar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.Run(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", previousBuild[:7], err, errs.String())
+	}
+	if err := untar.Wait(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, errs.String())
+	}
+	bin := filepath.Join(t.TempDir(), "previous", "effectfence")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/effectfence")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build of %s: %v\n%s", previousBuild[:7], err, out)
+	}
+	return bin
+}
+
+// ledgerIndexes lists the indexes on the records table of the SQLite file at path.
+func ledgerIndexes(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'records' AND sql IS NOT NULL ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func compactJSON(t *testing.T, raw json.RawMessage) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		t.Fatalf("not JSON: %s", raw)
+	}
+	return b.Bytes()
+}
+
+// rawServe is an `effectfence serve` process driven one request at a time over its stdio.
+type rawServe struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	in     interface{ Write([]byte) (int, error) }
+	out    *bufio.Reader
+	stderr *bytes.Buffer
+	next   int
+}
+
+func startRawServe(t *testing.T, bin, ledger string) *rawServe {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--ledger", ledger)
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rawServe{t: t, cmd: cmd, in: in, out: bufio.NewReaderSize(outPipe, 1<<20), stderr: &bytes.Buffer{}}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.request("initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"previous-build-test","version":"0"}}`)
+	s.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return s
+}
+
+func (s *rawServe) send(line string) {
+	s.t.Helper()
+	if _, err := s.in.Write([]byte(line + "\n")); err != nil {
+		s.t.Fatalf("write to serve: %v (stderr: %s)", err, s.stderr.String())
+	}
+}
+
+// request sends one request and returns its result; a JSON-RPC error fails the test.
+func (s *rawServe) request(method, params string) json.RawMessage {
+	s.t.Helper()
+	s.next++
+	s.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, s.next, method, params))
+	deadline := time.AfterFunc(60*time.Second, func() { s.cmd.Process.Kill() })
+	defer deadline.Stop()
+	for {
+		line, err := s.out.ReadBytes('\n')
+		if err != nil {
+			s.t.Fatalf("%s: read from serve: %v (stderr: %s)", method, err, s.stderr.String())
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(line, &m); err != nil {
+			s.t.Fatalf("serve wrote a line that is not JSON: %q", line)
+		}
+		if m.Method != "" || string(m.ID) != fmt.Sprint(s.next) {
+			continue // a notification or a request of the server's
+		}
+		if m.Error != nil {
+			s.t.Fatalf("%s: %s", method, m.Error)
+		}
+		return m.Result
+	}
+}
+
+// call calls a tool and returns its structuredContent; a tool error fails the test.
+func (s *rawServe) call(tool string, args any) json.RawMessage {
+	s.t.Helper()
+	a, err := json.Marshal(args)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	res := s.request("tools/call", fmt.Sprintf(`{"name":%q,"arguments":%s}`, tool, a))
+	var r struct {
+		IsError           bool            `json:"isError"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(res, &r); err != nil || r.IsError {
+		s.t.Fatalf("%s %s: %s", tool, a, res)
+	}
+	return r.StructuredContent
+}
+
+func (s *rawServe) stop() {
+	s.t.Helper()
+	if c, ok := s.in.(interface{ Close() error }); ok {
+		c.Close()
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.t.Fatalf("serve exited with %v (stderr: %s)", err, strings.TrimSpace(s.stderr.String()))
+		}
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		s.t.Fatalf("serve did not exit after its stdin closed (stderr: %s)", s.stderr.String())
+	}
+}
