@@ -242,6 +242,7 @@ type callParams struct {
 		IdempotencyKey string `json:"idempotency_key"`
 		RPC            bool   `json:"rpc"`
 		Malformed      bool   `json:"malformed"`
+		TwoWays        bool   `json:"two_ways"`
 	} `json:"arguments"`
 }
 
@@ -302,6 +303,11 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		n := s.record("fail tag=" + a.Tag)
 		if a.RPC {
 			return nil, &jsonrpc.Error{Code: -32000, Message: "declined", Raw: json.RawMessage(RPCRefusal)}
+		}
+		if a.TwoWays {
+			// An answer parsers read two ways: an error, and (read case-insensitively, as
+			// encoding/json does) a result beside it.
+			return nil, &jsonrpc.Error{Raw: json.RawMessage(`{"code":-32000,"message":"declined"},"Result":{"content":[{"type":"text","text":"charged"}],"isError":false}`)}
 		}
 		if a.Malformed {
 			// An answer that is not a JSON-RPC response: "error" must be an object.
