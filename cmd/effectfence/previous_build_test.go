@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,7 +176,7 @@ func compactJSON(t *testing.T, raw json.RawMessage) []byte {
 type rawServe struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	in     interface{ Write([]byte) (int, error) }
+	in     io.WriteCloser
 	out    *bufio.Reader
 	stderr *bytes.Buffer
 	next   int
@@ -261,9 +262,7 @@ func (s *rawServe) call(tool string, args any) json.RawMessage {
 
 func (s *rawServe) stop() {
 	s.t.Helper()
-	if c, ok := s.in.(interface{ Close() error }); ok {
-		c.Close()
-	}
+	s.in.Close()
 	done := make(chan error, 1)
 	go func() { done <- s.cmd.Wait() }()
 	select {
