@@ -23,6 +23,7 @@ type ids struct {
 	mu     sync.Mutex
 	next   uint64
 	held   map[string]json.RawMessage // surrogate (quoted) -> the client's id
+	back   map[string]string          // the client's id -> its surrogate, for cancellations
 	n      atomic.Int64               // len(held), read without the lock on every response
 }
 
@@ -33,13 +34,18 @@ const maxHeld = 4096
 func newIDs() *ids {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
-	return &ids{prefix: []byte(`"effectfence-id-` + hex.EncodeToString(r[:]) + `-`), held: map[string]json.RawMessage{}}
+	return &ids{prefix: []byte(`"effectfence-id-` + hex.EncodeToString(r[:]) + `-`), held: map[string]json.RawMessage{}, back: map[string]string{}}
 }
 
-// wrap returns line with an id that would not survive mcp-go replaced by a surrogate.
+// wrap returns line with an id that would not survive mcp-go replaced by a surrogate, and a
+// notifications/cancelled naming such an id with the surrogate in its place (mcp-go cancels a
+// request by the id it saw).
 func (x *ids) wrap(line []byte) []byte {
 	start, end, ok := topLevelID(line)
-	if !ok || survives(line[start:end]) {
+	if !ok {
+		return x.cancelled(line)
+	}
+	if survives(line[start:end]) {
 		return line
 	}
 	x.mu.Lock()
@@ -50,6 +56,7 @@ func (x *ids) wrap(line []byte) []byte {
 	x.next++
 	sur := string(x.prefix) + strconv.FormatUint(x.next, 10) + `"`
 	x.held[sur] = append(json.RawMessage(nil), line[start:end]...)
+	x.back[string(line[start:end])] = sur
 	x.n.Store(int64(len(x.held)))
 	x.mu.Unlock()
 	out := make([]byte, 0, len(line)+len(sur))
@@ -74,6 +81,9 @@ func (x *ids) unwrap(msg []byte) []byte {
 	x.mu.Lock()
 	orig, ok := x.held[sur]
 	delete(x.held, sur)
+	if x.back[string(orig)] == sur {
+		delete(x.back, string(orig))
+	}
 	x.n.Store(int64(len(x.held)))
 	x.mu.Unlock()
 	if !ok {
@@ -81,6 +91,34 @@ func (x *ids) unwrap(msg []byte) []byte {
 	}
 	out := make([]byte, 0, len(msg)+len(orig))
 	return append(append(append(out, msg[:i]...), orig...), msg[i+len(sur):]...)
+}
+
+// cancelled returns a notifications/cancelled whose requestId is a client's id held under a
+// surrogate with the surrogate in its place; any other line as it is.
+func (x *ids) cancelled(line []byte) []byte {
+	if x.n.Load() == 0 || !bytes.Contains(line, []byte("notifications/cancelled")) || !json.Valid(line) {
+		return line
+	}
+	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || jsonrpc.Unquote(line[ms:me]) != "notifications/cancelled" {
+		return line
+	}
+	ps, pe, n, _ := jsonrpc.Member(line, "params")
+	if n != 1 || line[ps] != '{' {
+		return line
+	}
+	rs, re, n, _ := jsonrpc.Member(line[ps:pe], "requestId")
+	if n != 1 {
+		return line
+	}
+	rs, re = ps+rs, ps+re
+	x.mu.Lock()
+	sur, ok := x.back[string(line[rs:re])]
+	x.mu.Unlock()
+	if !ok {
+		return line
+	}
+	out := make([]byte, 0, len(line)+len(sur))
+	return append(append(append(out, line[:rs]...), sur...), line[re:]...)
 }
 
 // topLevelID finds the value of a JSON object's single top-level "id" member.

@@ -1,0 +1,55 @@
+package serve_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// A client's notifications/cancelled ends a fence_prepare waiting on an intent in flight,
+// whatever its id: ids mcp-go would respell travel under a surrogate of ours, and the
+// cancellation must name the surrogate too (it named the client's id, which mcp-go never saw,
+// so the wait ran to its end).
+func TestCancelReachesEveryID(t *testing.T) {
+	for _, id := range []string{"77", "9007199254740993", `"x\udbff"`, `"a<b>"`} {
+		t.Run(id, func(t *testing.T) {
+			eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+			t.Cleanup(func() { eng.Close() })
+			c := startStdio(t, eng, serve.Options{})
+			args := map[string]any{"intent": "charge:order-9", "tool": "charge_card", "args": map[string]any{"amount": 4900}}
+			var first serve.PrepareResult
+			if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": args}), "first prepare", 30*time.Second), &first) || first.Status != serve.StatusFresh {
+				t.Fatalf("first prepare: %+v", first)
+			}
+			args["wait_secs"] = 60
+			wargs, err := json.Marshal(args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := c.sendLine(id, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"fence_prepare","arguments":`+string(wargs)+`}}`)
+			cancel := []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + id + `,"reason":"the user gave up"}}` + "\n")
+			// A cancellation that arrives before the request is registered is dropped, so
+			// repeat it until the answer comes; each is harmless once the request is gone.
+			deadline := time.After(20 * time.Second)
+			for {
+				if _, err := c.in.Write(cancel); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case raw := <-answer:
+					if !strings.Contains(string(raw), "intent_in_flight") {
+						t.Fatalf("the cancelled wait answered %s", raw)
+					}
+					return
+				case <-time.After(200 * time.Millisecond):
+				case <-deadline:
+					t.Fatalf("a prepare waiting up to 60 s with id %s was cancelled, but still no answer after 20 s", id)
+				}
+			}
+		})
+	}
+}
