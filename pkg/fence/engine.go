@@ -452,33 +452,27 @@ func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
 	return p.adm, nil
 }
 
-// prepareMem is Prepare on the memory store for a request without a read set. Its read-only
-// pass runs on a pass on this goroutine's stack, called by the store directly rather than
-// through View's func: no pool, and no write barriers for copying the request into a heap
-// object (while a collection marks, that copy cost a fifth of a replay). A decision that
-// needs the write transaction moves the pass to a pooled one, as Prepare's other path would
-// have it. Without a read set the read-only pass records no snapshot, so nothing else
-// needs carrying over.
+// prepareMem is Prepare on the memory store for a request without a read set (which would
+// need a snapshot). Its pass lives on this goroutine's stack: the store is called as
+// *MemoryStore, whose View and Update do not keep their funcs, so nothing here escapes. No
+// pool, and no write barriers for copying the request into a heap object (while a
+// collection marks, that copy cost a fifth of a replay).
 func (e *Engine) prepareMem(ctx context.Context, req *Request) (Admission, error) {
 	var p pass
 	p.e = e
 	if err := e.validate(req, &p.c); err != nil {
 		return Admission{}, err
 	}
-	err := e.mem.viewPass(ctx, &p)
-	out, adm := p.out, p.adm
-	if err == nil && out == outNeedWrite {
-		q := getPass(e)
-		q.c, q.write = p.c, true
-		err = e.updateWith(ctx, q.fn, q)
-		out, adm = q.out, q.adm
-		putPass(q)
+	err := e.mem.View(ctx, p.run)
+	if err == nil && p.out == outNeedWrite {
+		p.write = true
+		err = e.updateMem(ctx, p.run, &p)
 	}
-	e.count(out, err, false)
+	e.count(p.out, err, false)
 	if err != nil {
 		return Admission{}, err
 	}
-	return adm, nil
+	return p.adm, nil
 }
 
 // pass is one attempt's trip through the gates. Passes are pooled, and fn is bound once when
@@ -658,18 +652,25 @@ var updaterPool = sync.Pool{New: func() any {
 }}
 
 func (u *updater) do(tx Tx) error {
-	u.refusal = nil
-	if err := u.fn(tx); err != nil {
+	var err error
+	u.refusal, err = counted(tx, u.fn, u.delta, u.p)
+	return err
+}
+
+// counted runs fn in tx and adds delta to the ledger's counters; a refusal from fn is
+// returned apart, as the answer, and does not undo the transaction.
+func counted(tx Tx, fn func(Tx) error, delta Counters, p *pass) (refusal, err error) {
+	if err := fn(tx); err != nil {
 		var coded Coded
 		if !errors.As(err, &coded) {
-			return err
+			return nil, err
 		}
-		u.refusal = err
+		refusal = err
 	}
-	if u.delta.IsZero() || (u.p != nil && !u.p.wrote) {
-		return nil
+	if delta.IsZero() || (p != nil && !p.wrote) {
+		return refusal, nil
 	}
-	return tx.AddCounters(u.delta)
+	return refusal, tx.AddCounters(delta)
 }
 
 func (e *Engine) updateWith(ctx context.Context, fn func(Tx) error, p *pass) error {
@@ -677,11 +678,30 @@ func (e *Engine) updateWith(ctx context.Context, fn func(Tx) error, p *pass) err
 	u.fn, u.p, u.delta, u.refusal = fn, p, e.counts.take(), nil
 	err := e.store.Update(ctx, u.run)
 	delta, refusal := u.delta, u.refusal
+	*u = updater{run: u.run}
+	updaterPool.Put(u)
+	return e.updated(err, delta, refusal, p)
+}
+
+// updateMem is updateWith on the memory store, with its updater on the stack (see
+// prepareMem).
+func (e *Engine) updateMem(ctx context.Context, fn func(Tx) error, p *pass) error {
+	delta := e.counts.take()
+	var refusal error
+	err := e.mem.Update(ctx, func(tx Tx) error {
+		var err error
+		refusal, err = counted(tx, fn, delta, p)
+		return err
+	})
+	return e.updated(err, delta, refusal, p)
+}
+
+// updated ends updateWith: err is the store's, delta the counters it was to write and
+// refusal the pass's own answer.
+func (e *Engine) updated(err error, delta Counters, refusal error, p *pass) error {
 	if err == nil && p != nil && !p.wrote {
 		err = errUnwritten // the counters were not written: give them back
 	}
-	*u = updater{run: u.run}
-	updaterPool.Put(u)
 	if err != nil {
 		if !delta.IsZero() {
 			e.counts.give(delta)
@@ -723,12 +743,23 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	if !canon.Valid(result) {
 		return nil, InvalidError{"result", "not a JSON value"}
 	}
-	k := committerPool.Get().(*committer)
-	k.e, k.t, k.res = e, t, bytes.Clone(result)
-	err := e.update(ctx, k.fn)
-	cert := k.cert
-	*k = committer{fn: k.fn}
-	committerPool.Put(k)
+	var (
+		cert *Cert
+		err  error
+	)
+	if e.mem != nil {
+		// On the stack, as in prepareMem.
+		k := committer{e: e, t: t, res: bytes.Clone(result)}
+		err = e.updateMem(ctx, k.run, nil)
+		cert = k.cert
+	} else {
+		k := committerPool.Get().(*committer)
+		k.e, k.t, k.res = e, t, bytes.Clone(result)
+		err = e.update(ctx, k.fn)
+		cert = k.cert
+		*k = committer{fn: k.fn}
+		committerPool.Put(k)
+	}
 	e.afterOutcome(t.Intent, err)
 	if err != nil {
 		return nil, err

@@ -79,21 +79,6 @@ func (m *MemoryStore) View(ctx context.Context, fn func(Tx) error) error {
 	return fn((*memView)(m))
 }
 
-// viewPass is View running the engine's read-only pass p (prepareMem): the same read
-// transaction, with p called directly, so that p need not live on the heap.
-func (m *MemoryStore) viewPass(ctx context.Context, p *pass) error {
-	p.out, p.adm, p.write = 0, Admission{}, false
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if m.closed {
-		return errClosed
-	}
-	return p.run((*memView)(m))
-}
-
 // Close makes later calls fail.
 func (m *MemoryStore) Close() error {
 	m.mu.Lock()

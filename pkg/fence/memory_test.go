@@ -17,6 +17,19 @@ func TestMemoryStoreContract(t *testing.T) {
 	})
 }
 
+// TestMemoryStoreContractOpaque runs the contract with the memory store hidden behind
+// another type, so that the engine takes the path every other store takes (it runs its
+// passes on the stack only for a *MemoryStore it recognises).
+func TestMemoryStoreContractOpaque(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T) fence.Store {
+		st := fence.NewMemoryStore()
+		t.Cleanup(func() { st.Close() })
+		return opaqueStore{st}
+	})
+}
+
+type opaqueStore struct{ fence.Store }
+
 // TestMemoryStoreViewRefusesWrites: every write in a read transaction fails and changes
 // nothing.
 func TestMemoryStoreViewRefusesWrites(t *testing.T) {
