@@ -119,24 +119,48 @@ func (e *Engine) validate(req *Request, c *call) error {
 }
 
 // validUTF8 is utf8.ValidString with a fast path for the ASCII ids most intents are (the
-// library's setup costs more than the loop on short strings): eight bytes at a time, then
-// byte by byte; the first byte with its high bit set hands the rest to the library.
+// library's setup costs more than the loop on short strings): eight bytes at a time, the
+// tail as one more word ending at the last byte (it overlaps bytes already found ASCII), and
+// a string of four to seven bytes as two overlapping four-byte words. A high bit anywhere
+// hands the string, from the first word that may hold it, to the library.
 func validUTF8(s string) bool {
-	i := 0
-	for ; len(s)-i >= 8; i += 8 {
-		b := s[i : i+8]
-		w := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-		if w&0x8080808080808080 != 0 {
-			break
+	const hi8, hi4 = 0x8080808080808080, 0x80808080
+	n := len(s)
+	switch {
+	case n >= 8:
+		i := 0
+		for ; n-i >= 8; i += 8 {
+			if le64(s[i:i+8])&hi8 != 0 {
+				return utf8.ValidString(s[i:])
+			}
 		}
+		if i < n && le64(s[n-8:])&hi8 != 0 {
+			return utf8.ValidString(s[i:]) // every byte before i is ASCII
+		}
+		return true
+	case n >= 4:
+		if (le32(s[:4])|le32(s[n-4:]))&hi4 != 0 {
+			return utf8.ValidString(s)
+		}
+		return true
 	}
-	for ; i < len(s); i++ {
+	for i := 0; i < n; i++ {
 		if s[i] >= utf8.RuneSelf {
 			return utf8.ValidString(s[i:])
 		}
 	}
 	return true
+}
+
+func le64(b string) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
+func le32(b string) uint32 {
+	_ = b[3]
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
 // outcome of one pass through the gates.
