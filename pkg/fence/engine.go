@@ -308,33 +308,39 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	if len(c.Redact) > 0 {
 		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
 	}
-	ca := new(claimAlloc)
-	claim := &ca.rec
-	*claim = Record{
-		Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
-		Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-		Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: e.ticks.tick(c.Clock, agent),
-		ClaimedAt: now, LeaseUntil: now.Add(e.cfg.LeaseTTL), UpdatedAt: now,
-		RerunSafe: c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
-	}
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
 		if err := tx.AppendEvent(Event{At: now, Intent: c.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
 			return 0, err
 		}
 	}
+	var keep KeepResult
 	if c.KeepResult == KeepHash {
-		claim.KeepResult = KeepHash
+		keep = KeepHash
 	}
+	var redacted []string
 	if len(c.Redact) > 0 {
-		claim.Redacted = c.Redact
+		redacted = c.Redact
 	}
-	if err := tx.Put(claim); err != nil {
+	clk, lease := e.ticks.tick(c.Clock, agent), now.Add(e.cfg.LeaseTTL)
+	// The claim and its ticket are written as the object is made, with no call in between,
+	// which the compiler does with the cheaper barrier of a fresh object (assigning a whole
+	// Record to it later moved it with the runtime's bulk barrier while a collection marked).
+	ca := &claimAlloc{
+		rec: Record{
+			Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
+			Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
+			Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: clk,
+			ClaimedAt: now, LeaseUntil: lease, UpdatedAt: now,
+			RerunSafe:  c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
+			KeepResult: keep, Redacted: redacted,
+		},
+		ticket: Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: lease, Reclaimed: reclaimed != nil},
+	}
+	if err := tx.Put(&ca.rec); err != nil {
 		return 0, err
 	}
-	t := &ca.ticket
-	*t = Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: claim.LeaseUntil, Reclaimed: reclaimed != nil}
-	p.adm = Admission{Ticket: t}
+	p.adm = Admission{Ticket: &ca.ticket}
 	if reclaimed != nil {
 		return outReclaimed, nil
 	}
