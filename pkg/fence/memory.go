@@ -97,6 +97,17 @@ type memTx struct {
 	*memView
 	at time.Time
 	*memUndo
+	last lastGet
+}
+
+// lastGet is the write transaction's latest read or write of a record: Put of the same intent
+// (a claim after its Get, a commit after its Get) takes what it overwrites from here instead
+// of looking the intent up again.
+type lastGet struct {
+	intent string
+	rec    *Record
+	had    bool
+	ok     bool // the fields above are set
 }
 
 // memUndo is the undo log of a write transaction: what each write overwrote, restored in
@@ -233,14 +244,30 @@ func (t *memTx) Now() time.Time { return t.at }
 // processClock: the write transaction's clock is the one reading taken as it began.
 func (t *memTx) processClock() bool { return false }
 
+func (t *memTx) Get(intent string) (*Record, error) {
+	rec, had := t.records[intent]
+	t.last = lastGet{intent, rec, had, true}
+	return rec, nil
+}
+
 func (t *memTx) Put(rec *Record) error {
-	prev, had := t.records[rec.Intent]
+	var (
+		prev *Record
+		had  bool
+	)
+	if t.last.ok && t.last.intent == rec.Intent {
+		prev, had = t.last.rec, t.last.had
+	} else {
+		prev, had = t.records[rec.Intent]
+	}
 	t.recUndo = append(t.recUndo, recUndo{rec.Intent, had, prev})
 	t.records[rec.Intent] = rec
+	t.last = lastGet{rec.Intent, rec, true, true}
 	return nil
 }
 
 func (t *memTx) Delete(intent string) error {
+	t.last = lastGet{}
 	prev, had := t.records[intent]
 	if !had {
 		return nil
