@@ -2,8 +2,14 @@ package fence
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"strconv"
 	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/effectfence/effectfence/pkg/canon"
 )
 
 // EncodeRecord is the JSON a store keeps for rec: encoding/json's, except that the raw JSON
@@ -12,7 +18,274 @@ import (
 // so a store that used it gave back other bytes than it was given, and a cert committed from
 // such a claim was hashed over args that were no longer canonical: it did not verify, and its
 // hash differed from the same call's on the memory store. json.Unmarshal reads both forms.
-func EncodeRecord(rec *Record) ([]byte, error) { return marshalRaw(rec) }
+//
+// The bytes are those of encoding/json (an Encoder with SetEscapeHTML(false), without the
+// newline), written by appendRecord without reflection; a record it cannot write exactly
+// (raw JSON that is invalid or not compact, a time encoding/json refuses) goes through
+// encoding/json itself. FuzzEncodeRecord checks the two against each other.
+func EncodeRecord(rec *Record) ([]byte, error) {
+	if b, ok := appendRecord(make([]byte, 0, recordSizeHint(rec)), rec); ok {
+		return b, nil
+	}
+	return marshalRaw(rec)
+}
+
+// recordSizeHint is about the size of rec's encoding, so that appendRecord allocates once.
+func recordSizeHint(rec *Record) int {
+	n := 512 + len(rec.Args) + len(rec.ExactArgs)*4/3 + len(rec.Reason) + len(rec.Owner)
+	if c := rec.Cert; c != nil {
+		n += 512 + len(c.Args) + len(c.Result)*7/3
+	}
+	return n
+}
+
+// appendRecord appends the JSON of rec, field by field in the order, with the omissions and
+// the spelling of encoding/json. ok is false when it met a value it does not write exactly as
+// encoding/json does; b is then garbage.
+func appendRecord(b []byte, r *Record) (_ []byte, ok bool) {
+	b = append(b, `{"intent":`...)
+	b = appendJSONString(b, r.Intent)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, string(r.State))
+	b = append(b, `,"fingerprint":`...)
+	b = appendJSONString(b, r.Fingerprint)
+	b = append(b, `,"token":`...)
+	b = strconv.AppendUint(b, r.Token, 10)
+	b = appendOptString(b, `,"nonce":`, r.Nonce)
+	b = appendOptString(b, `,"owner":`, r.Owner)
+	b = appendOptString(b, `,"agent":`, r.Agent)
+	b = appendOptString(b, `,"parent":`, r.Parent)
+	b = appendOptString(b, `,"domain":`, r.Domain)
+	if r.Seq != 0 {
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, r.Seq, 10)
+	}
+	b = append(b, `,"tool":`...)
+	b = appendJSONString(b, r.Tool)
+	b = append(b, `,"args":`...)
+	if b, ok = appendRawJSON(b, r.Args); !ok {
+		return b, false
+	}
+	if len(r.ExactArgs) > 0 {
+		b = append(b, `,"exact_args":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.ExactArgs)
+		b = append(b, '"')
+	}
+	if len(r.ReadSet) > 0 {
+		b = append(b, `,"read_set":`...)
+		b = appendReadSet(b, r.ReadSet)
+	}
+	if len(r.Clock) > 0 {
+		b = append(b, `,"vector_clock":`...)
+		b = r.Clock.appendCanonical(b) // VectorClock.MarshalJSON
+	}
+	// time.Time is a struct, which omitempty never omits: expires_at is always written.
+	for _, f := range [...]struct {
+		key string
+		t   *time.Time
+	}{{`,"claimed_at":`, &r.ClaimedAt}, {`,"lease_until":`, &r.LeaseUntil}, {`,"updated_at":`, &r.UpdatedAt}, {`,"expires_at":`, &r.ExpiresAt}} {
+		b = append(b, f.key...)
+		if b, ok = appendTime(b, *f.t); !ok {
+			return b, false
+		}
+	}
+	b = appendOptString(b, `,"reason":`, r.Reason)
+	if r.Cert != nil {
+		b = append(b, `,"cert":`...)
+		if b, ok = appendCert(b, r.Cert); !ok {
+			return b, false
+		}
+	}
+	if r.RerunSafe {
+		b = append(b, `,"rerun_safe":true`...)
+	}
+	b = appendOptString(b, `,"keep_result":`, string(r.KeepResult))
+	if len(r.Redacted) > 0 {
+		b = append(b, `,"redacted":[`...)
+		for i, p := range r.Redacted {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, p)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), true
+}
+
+// appendCert appends what Cert.MarshalJSON writes (which encoding/json then compacts, leaving
+// it as it is).
+func appendCert(b []byte, c *Cert) (_ []byte, ok bool) {
+	result, exact := c.Result, []byte(nil)
+	if c.ResultSHA256 != "" {
+		exact = c.Result
+		if !canon.Valid(c.Result) {
+			result = nil
+		}
+	}
+	if len(result) == 0 {
+		result = json.RawMessage("null")
+	}
+	b = append(b, `{"intent":`...)
+	b = appendJSONString(b, c.Intent)
+	b = append(b, `,"parent":`...)
+	b = appendJSONString(b, c.Parent)
+	b = append(b, `,"domain":`...)
+	b = appendJSONString(b, c.Domain)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, c.Seq, 10)
+	b = append(b, `,"tool":`...)
+	b = appendJSONString(b, c.Tool)
+	b = append(b, `,"args":`...)
+	if b, ok = appendRawJSON(b, c.Args); !ok {
+		return b, false
+	}
+	b = append(b, `,"result":`...)
+	if b, ok = appendRawJSON(b, result); !ok {
+		return b, false
+	}
+	b = appendOptString(b, `,"result_sha256":`, c.ResultSHA256)
+	b = append(b, `,"vector_clock":`...)
+	b = c.Clock.appendCanonical(b) // VectorClock.MarshalJSON, which writes {} for nil too
+	b = append(b, `,"read_set":`...)
+	if c.ReadSet == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendReadSet(b, c.ReadSet)
+	}
+	b = append(b, `,"agent":`...)
+	b = appendJSONString(b, c.Agent)
+	b = append(b, `,"hash":`...)
+	b = appendJSONString(b, c.Hash)
+	if len(exact) > 0 {
+		b = append(b, `,"result_bytes":"`...)
+		b = base64.StdEncoding.AppendEncode(b, exact)
+		b = append(b, '"')
+	}
+	return append(b, '}'), true
+}
+
+func appendOptString(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return appendJSONString(append(b, key...), s)
+}
+
+func appendReadSet(b []byte, rs []ReadSetEntry) []byte {
+	b = append(b, '[')
+	for i, e := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"domain":`...)
+		b = appendJSONString(b, e.Domain)
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, e.Seq, 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendTime writes t as time.Time.MarshalJSON does: RFC 3339 with nanoseconds. ok is false
+// for the times MarshalJSON refuses (a year outside 0-9999, a zone offset of 24 hours or more).
+func appendTime(b []byte, t time.Time) ([]byte, bool) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return b, false
+	}
+	if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
+		return b, false
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), true
+}
+
+// appendRawJSON writes a raw JSON value as encoding/json does (nil is null; anything else is
+// compacted, and refused if invalid). ok is false unless raw is valid and already compact,
+// the only case it writes: raw as it is.
+func appendRawJSON(b []byte, raw json.RawMessage) ([]byte, bool) {
+	if raw == nil {
+		return append(b, "null"...), true
+	}
+	if !canon.Valid(raw) || !spaceless(raw) {
+		return b, false
+	}
+	return append(b, raw...), true
+}
+
+// spaceless reports whether the valid JSON text b has no white space outside its strings, that
+// is, whether it is its own compact form.
+func spaceless(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			return false
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return true
+}
+
+const lowerHex = "0123456789abcdef"
+
+// appendJSONString writes s as encoding/json writes a string without HTML escaping: quotes,
+// backslashes and control characters escaped (\b, \f, \n, \r, \t or \u00XX), each byte of
+// invalid UTF-8 as \ufffd, U+2028 and U+2029 as \u2028 and \u2029, all else as it is.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', lowerHex[c>>4], lowerHex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', lowerHex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
 
 // marshalRaw is json.Marshal without HTML escaping. Its encoders and their buffers are pooled
 // (a store encodes a record per write; json.Marshal pools its own state the same way).
