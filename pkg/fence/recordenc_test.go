@@ -124,3 +124,46 @@ func FuzzEncodeRecord(f *testing.F) {
 		checkEncoding(t, rec)
 	})
 }
+
+// The record EncodeRecordDecoded gives is the one json.Unmarshal gives back from its bytes,
+// and shares no memory with the original.
+func TestEncodeRecordDecoded(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	twins := 0
+	const n = 20000
+	for i := range n {
+		rec := new(Record)
+		fillRandom(t, r, reflect.ValueOf(rec), 0)
+		if i%2 == 0 {
+			rec.Cert = nil
+		}
+		if i%3 == 0 { // as the engine's clock gives them
+			now := time.Now()
+			rec.ClaimedAt, rec.LeaseUntil, rec.UpdatedAt = now, now.Add(time.Minute), now
+		}
+		b, twin, err := EncodeRecordDecoded(rec)
+		want, werr := EncodeRecord(rec)
+		if !bytes.Equal(b, want) || (err != nil) != (werr != nil) {
+			t.Fatalf("EncodeRecordDecoded = %s, %v; EncodeRecord %s, %v", b, err, want, werr)
+		}
+		if twin == nil {
+			continue
+		}
+		twins++
+		var back Record
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("decoding %s: %v", b, err)
+		}
+		if !reflect.DeepEqual(twin, &back) {
+			t.Fatalf("twin differs from the decoded record:\n twin %#v\n back %#v\n json %s", twin, &back, b)
+		}
+		if len(rec.Args) > 0 && &rec.Args[0] == &twin.Args[0] || len(rec.ExactArgs) > 0 && &rec.ExactArgs[0] == &twin.ExactArgs[0] ||
+			len(rec.ReadSet) > 0 && &rec.ReadSet[0] == &twin.ReadSet[0] || len(rec.Redacted) > 0 && &rec.Redacted[0] == &twin.Redacted[0] {
+			t.Fatalf("twin shares memory with the record: %#v", twin)
+		}
+	}
+	if twins < n/100 {
+		t.Fatalf("only %d twins of %d records", twins, n)
+	}
+	t.Logf("%d twins of %d records", twins, n)
+}

@@ -322,3 +322,91 @@ func (e *rawEncoder) release() {
 // writes (\u003c for <, say): args recorded by a store before EncodeRecord. RFC 8785 writes
 // \u only for control characters, so a false positive costs one canonicalisation.
 func escapedByOldStores(raw []byte) bool { return bytes.Contains(raw, []byte(`\u`)) }
+
+// EncodeRecordDecoded is EncodeRecord that also returns, when it can tell without decoding,
+// the record that decoding the bytes with encoding/json gives back (nil otherwise): a copy of
+// rec sharing no memory with it, with the values JSON cannot tell apart spelled as decoding
+// spells them (empty slices and clocks nil, null args, times without a monotonic reading,
+// an offset of zero in UTC). A store that writes a claim and reads it back moments later (the
+// commit of a fresh call) answers from that record instead of decoding what it just encoded.
+// It gives one only for a record without a cert, all of whose strings are valid UTF-8 and
+// whose times are in UTC or the local zone; TestEncodeRecordDecoded checks it against
+// json.Unmarshal.
+func EncodeRecordDecoded(rec *Record) ([]byte, *Record, error) {
+	b, ok := appendRecord(make([]byte, 0, recordSizeHint(rec)), rec)
+	if !ok {
+		b, err := marshalRaw(rec)
+		return b, nil, err
+	}
+	return b, decodedTwin(rec), nil
+}
+
+// decodedTwin is the record json.Unmarshal gives for appendRecord's encoding of r, or nil
+// when telling it would take more than copying.
+func decodedTwin(r *Record) *Record {
+	if r.Cert != nil {
+		return nil
+	}
+	for _, s := range [...]string{r.Intent, string(r.State), r.Fingerprint, r.Nonce, r.Owner, r.Agent, r.Parent, r.Domain, r.Tool, r.Reason, string(r.KeepResult)} {
+		if !utf8.ValidString(s) {
+			return nil
+		}
+	}
+	d := *r
+	var ok bool
+	for _, t := range [...]*time.Time{&d.ClaimedAt, &d.LeaseUntil, &d.UpdatedAt, &d.ExpiresAt} {
+		if *t, ok = decodedTime(*t); !ok {
+			return nil
+		}
+	}
+	if d.Args == nil {
+		d.Args = json.RawMessage("null")
+	} else {
+		d.Args = bytes.Clone(r.Args)
+	}
+	d.ExactArgs = nil
+	if len(r.ExactArgs) > 0 {
+		d.ExactArgs = bytes.Clone(r.ExactArgs)
+	}
+	d.ReadSet = nil
+	if len(r.ReadSet) > 0 {
+		for _, e := range r.ReadSet {
+			if !utf8.ValidString(e.Domain) {
+				return nil
+			}
+		}
+		d.ReadSet = append([]ReadSetEntry(nil), r.ReadSet...)
+	}
+	for k := range r.Clock {
+		if !utf8.ValidString(k) {
+			return nil
+		}
+	}
+	d.Clock = r.Clock.Normal() // what VectorClock.UnmarshalJSON keeps of the canonical form
+	d.Redacted = nil
+	if len(r.Redacted) > 0 {
+		for _, p := range r.Redacted {
+			if !utf8.ValidString(p) {
+				return nil
+			}
+		}
+		d.Redacted = append([]string(nil), r.Redacted...)
+	}
+	return &d
+}
+
+// decodedTime is t as time.Time.UnmarshalJSON gives it back from its RFC 3339 form: without a
+// monotonic reading, in UTC when its offset is zero ("Z"), in the local zone when t is in it
+// (its offset is the local zone's at that instant). ok is false for other zones, whose
+// offsets parsing may attribute to the local zone or to a nameless one.
+func decodedTime(t time.Time) (time.Time, bool) {
+	t = t.Round(0)
+	_, off := t.Zone()
+	switch {
+	case off == 0:
+		return t.UTC(), true
+	case t.Location() == time.Local && off%60 == 0:
+		return t, true
+	}
+	return t, false
+}

@@ -108,8 +108,14 @@ func (t *txn) queryRow(q string, args []any, dest ...any) error {
 	return err
 }
 
+// testHookDecoded, when set (by tests only), is told of every record body decode decodes.
+var testHookDecoded func(intent string)
+
 // decode reads a record body, reporting a damaged one as a FileError.
 func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
+	if testHookDecoded != nil {
+		testHookDecoded(intent)
+	}
 	var rec fence.Record
 	if err := json.Unmarshal(body, &rec); err != nil {
 		return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds an unreadable record for intent %q (%v)", intent, err)}
@@ -155,7 +161,7 @@ func (t *txn) Put(rec *fence.Record) error {
 	if !t.write {
 		return errReadOnly
 	}
-	body, err := fence.EncodeRecord(rec)
+	body, decoded, err := fence.EncodeRecordDecoded(rec)
 	if err != nil {
 		return fmt.Errorf("sqlite ledger: encoding the record of %q: %w", rec.Intent, err)
 	}
@@ -163,8 +169,16 @@ func (t *txn) Put(rec *fence.Record) error {
 	if rec.Cert != nil {
 		hash = rec.Cert.Hash
 	}
-	return t.exec(qPut,
-		rec.Intent, string(rec.State), nanos(rec.ExpiresAt), hash, body)
+	if err := t.exec(qPut, rec.Intent, string(rec.State), nanos(rec.ExpiresAt), hash, body); err != nil {
+		return err
+	}
+	if decoded != nil {
+		// The commit of a fresh call reads this claim back: it finds these bytes and is
+		// answered without decoding them. Should this transaction roll back, the file holds
+		// other bytes and the entry simply misses (decodedCache answers only for equal bytes).
+		t.s.decoded.putOwned(rec.Intent, body, decoded)
+	}
+	return nil
 }
 
 func (t *txn) Delete(intent string) error {
