@@ -234,6 +234,15 @@ func spaceless(b []byte) bool {
 
 const lowerHex = "0123456789abcdef"
 
+// plainASCII marks the bytes a JSON string holds as they are and that need no UTF-8 decoding:
+// ASCII but quotes, backslashes and control characters.
+var plainASCII = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendJSONString writes s as encoding/json writes a string without HTML escaping: quotes,
 // backslashes and control characters escaped (\b, \f, \n, \r, \t or \u00XX), each byte of
 // invalid UTF-8 as \ufffd, U+2028 and U+2029 as \u2028 and \u2029, all else as it is.
@@ -241,12 +250,11 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
+		if plainASCII[s[i]] {
+			i++
+			continue
+		}
+		if c := s[i]; c < utf8.RuneSelf {
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
