@@ -414,13 +414,20 @@ func (t *txn) DeleteEventsBefore(before time.Time) (int, error) {
 	return int(n), nil
 }
 
-// counterFields maps the ledger's counter names (the JSON names of fence.Counters) to fields.
-func counterFields(c *fence.Counters) map[string]*uint64 {
-	return map[string]*uint64{
-		"admitted": &c.Admitted, "reclaimed": &c.Reclaimed, "replayed": &c.Replayed,
-		"coalesced": &c.Coalesced, "refused_stale_read_set": &c.Stale, "refused_domain_race": &c.Race,
-		"refused_in_flight": &c.InFlight, "refused_prior_failure": &c.PriorFailure,
-		"refused_conflict": &c.Conflict, "lease_lost": &c.LeaseLost,
+// counterField is one of the ledger's counters: its name (the JSON name in fence.Counters)
+// and its field.
+type counterField struct {
+	name string
+	p    *uint64
+}
+
+// counterFields lists c's counters (an array, not a map: AddCounters runs in every decision).
+func counterFields(c *fence.Counters) [10]counterField {
+	return [10]counterField{
+		{"admitted", &c.Admitted}, {"reclaimed", &c.Reclaimed}, {"replayed", &c.Replayed},
+		{"coalesced", &c.Coalesced}, {"refused_stale_read_set", &c.Stale}, {"refused_domain_race", &c.Race},
+		{"refused_in_flight", &c.InFlight}, {"refused_prior_failure", &c.PriorFailure},
+		{"refused_conflict", &c.Conflict}, {"lease_lost", &c.LeaseLost},
 	}
 }
 
@@ -428,15 +435,15 @@ func (t *txn) AddCounters(d fence.Counters) error {
 	if !t.write {
 		return errReadOnly
 	}
-	for name, p := range counterFields(&d) {
-		if *p == 0 {
+	for _, f := range counterFields(&d) {
+		if *f.p == 0 {
 			continue
 		}
-		v, err := toDB(*p)
+		v, err := toDB(*f.p)
 		if err != nil {
 			return err
 		}
-		if err := t.exec(qAddCounter, name, v); err != nil {
+		if err := t.exec(qAddCounter, f.name, v); err != nil {
 			return err
 		}
 	}
@@ -457,8 +464,10 @@ func (t *txn) Counters() (fence.Counters, error) {
 		if err := rows.Scan(&name, &v); err != nil {
 			return c, t.s.wrap(err)
 		}
-		if p, ok := fields[name]; ok {
-			*p = uint64(v)
+		for _, f := range fields {
+			if f.name == name {
+				*f.p = uint64(v)
+			}
 		}
 	}
 	return c, t.s.wrap(rows.Err())
