@@ -21,7 +21,7 @@ var (
 		now := time.Now()
 		return []time.Time{{}, now, now.UTC(), now.Round(0), now.In(time.FixedZone("", 5*3600+30*60)),
 			now.In(time.FixedZone("odd", -(3*3600 + 17))), now.In(time.FixedZone("far", 25*3600)),
-			now.In(time.FixedZone("edge", 24*3600-1)), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+			now.In(time.FixedZone("edge", 24*3600-1)), now.In(time.FixedZone("minus", -24*3600)), now.In(time.FixedZone("huge", 100*3600+60)), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
 			time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
 			time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(0, 1).UTC(), time.Unix(1700000000, 120000000)}
 	}()

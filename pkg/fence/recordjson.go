@@ -92,7 +92,7 @@ func appendRecord(b []byte, r *Record) (_ []byte, ok bool) {
 	b = appendOptString(b, `,"reason":`, r.Reason)
 	if r.Cert != nil {
 		b = append(b, `,"cert":`...)
-		if b, ok = appendCert(b, r.Cert); !ok {
+		if b, ok = appendCert(b, r.Cert, r.Args); !ok {
 			return b, false
 		}
 	}
@@ -114,17 +114,18 @@ func appendRecord(b []byte, r *Record) (_ []byte, ok bool) {
 }
 
 // appendCert appends what Cert.MarshalJSON writes (which encoding/json then compacts, leaving
-// it as it is).
-func appendCert(b []byte, c *Cert) (_ []byte, ok bool) {
-	result, exact := c.Result, []byte(nil)
+// it as it is). written is raw JSON appendRecord has just written: cert args that are the
+// very same bytes (the engine shares the slice) are not checked again.
+func appendCert(b []byte, c *Cert, written json.RawMessage) (_ []byte, ok bool) {
+	result, exact, valid := c.Result, []byte(nil), false
 	if c.ResultSHA256 != "" {
 		exact = c.Result
-		if !canon.Valid(c.Result) {
+		if valid = canon.Valid(c.Result); !valid {
 			result = nil
 		}
 	}
 	if len(result) == 0 {
-		result = json.RawMessage("null")
+		result, valid = json.RawMessage("null"), true
 	}
 	b = append(b, `{"intent":`...)
 	b = appendJSONString(b, c.Intent)
@@ -137,11 +138,15 @@ func appendCert(b []byte, c *Cert) (_ []byte, ok bool) {
 	b = append(b, `,"tool":`...)
 	b = appendJSONString(b, c.Tool)
 	b = append(b, `,"args":`...)
-	if b, ok = appendRawJSON(b, c.Args); !ok {
+	if sameBytes(c.Args, written) {
+		b = append(b, c.Args...)
+	} else if b, ok = appendRawJSON(b, c.Args); !ok {
 		return b, false
 	}
 	b = append(b, `,"result":`...)
-	if b, ok = appendRawJSON(b, result); !ok {
+	if valid && spaceless(result) {
+		b = append(b, result...)
+	} else if b, ok = appendRawJSON(b, result); !ok {
 		return b, false
 	}
 	b = appendOptString(b, `,"result_sha256":`, c.ResultSHA256)
@@ -188,16 +193,21 @@ func appendReadSet(b []byte, rs []ReadSetEntry) []byte {
 }
 
 // appendTime writes t as time.Time.MarshalJSON does: RFC 3339 with nanoseconds. ok is false
-// for the times MarshalJSON refuses (a year outside 0-9999, a zone offset of 24 hours or more).
+// for the times MarshalJSON refuses, told from the text as it tells them: a year that is not
+// four digits (outside 0-9999), a zone offset of 24 hours or more.
 func appendTime(b []byte, t time.Time) ([]byte, bool) {
-	if y := t.Year(); y < 0 || y > 9999 {
-		return b, false
-	}
-	if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
-		return b, false
-	}
 	b = append(b, '"')
+	n := len(b)
 	b = t.AppendFormat(b, time.RFC3339Nano)
+	if len(b)-n < len("2006-01-02T15:04:05Z") || b[n+4] != '-' {
+		return b, false
+	}
+	if b[len(b)-1] != 'Z' {
+		zone := b[len(b)-len("Z07:00"):]
+		if c := zone[0]; c != '+' && c != '-' || (zone[1]-'0')*10+(zone[2]-'0') >= 24 {
+			return b, false
+		}
+	}
 	return append(b, '"'), true
 }
 
@@ -214,9 +224,17 @@ func appendRawJSON(b []byte, raw json.RawMessage) ([]byte, bool) {
 	return append(b, raw...), true
 }
 
+// sameBytes reports whether a and b are one and the same non-empty slice.
+func sameBytes(a, b []byte) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
+}
+
 // spaceless reports whether the valid JSON text b has no white space outside its strings, that
 // is, whether it is its own compact form.
 func spaceless(b []byte) bool {
+	if bytes.IndexByte(b, ' ') < 0 && bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\t') < 0 && bytes.IndexByte(b, '\r') < 0 {
+		return true // vectorised searches: most raw values hold no white space at all
+	}
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
