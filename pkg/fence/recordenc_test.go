@@ -167,3 +167,23 @@ func TestEncodeRecordDecoded(t *testing.T) {
 	}
 	t.Logf("%d twins of %d records", twins, n)
 }
+
+// appendJSONString writes every string as encoding/json does without HTML escaping, whatever
+// bytes it holds.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range encStrings {
+		f.Add(s)
+	}
+	f.Add("01234567\"89abcdef\\ghijklm\x1fnopqrstu\x80vwxyz\u2028")
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, in := range []string{s, "plain " + s + " plain"} {
+			want, err := marshalRaw(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendJSONString(nil, in); !bytes.Equal(got, want) {
+				t.Fatalf("appendJSONString(%q) = %s, encoding/json %s", in, got, want)
+			}
+		}
+	})
+}
