@@ -337,3 +337,38 @@ func FuzzOpenLedgerFile(f *testing.F) {
 		_ = useLedger(path)
 	})
 }
+
+// A ledger that lost its token row refuses to hand out a token (a FileError), and hands out
+// the next one after the row is back.
+func TestMissingTokenRow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedLedger(t, path, 1)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var token int64
+	if err := db.QueryRow("SELECT value FROM meta WHERE key = 'token'").Scan(&token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM meta WHERE key = 'token'"); err != nil {
+		t.Fatal(err)
+	}
+	st := openT(t, path, sqlite.Options{})
+	next := func() (uint64, error) {
+		var n uint64
+		err := st.Update(ctx, func(tx fence.Tx) (err error) { n, err = tx.NextToken(); return err })
+		return n, err
+	}
+	var fe *sqlite.FileError
+	if _, err := next(); !errors.As(err, &fe) || !strings.Contains(err.Error(), `"token"`) {
+		t.Fatalf("NextToken without its row = %v", err)
+	}
+	if _, err := db.Exec("INSERT INTO meta(key, value) VALUES ('token', ?)", token); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := next(); err != nil || n != uint64(token)+1 {
+		t.Fatalf("NextToken = %d, %v; want %d", n, err, token+1)
+	}
+}

@@ -48,8 +48,16 @@ func (c *decodedCache) get(intent string, body []byte) *fence.Record {
 }
 
 func (c *decodedCache) put(intent string, body []byte, rec *fence.Record) {
+	if len(body) <= decodedMaxBody {
+		c.putOwned(intent, bytes.Clone(body), rec)
+	}
+}
+
+// putOwned is put for a body that nobody will change: the cache keeps it as it is. rec must
+// be exactly what decoding body gives (fence.EncodeRecordDecoded's record is).
+func (c *decodedCache) putOwned(intent string, body []byte, rec *fence.Record) {
 	if len(body) > decodedMaxBody {
 		return
 	}
-	c.slot(intent).Store(&decodedEntry{intent: intent, body: bytes.Clone(body), rec: rec})
+	c.slot(intent).Store(&decodedEntry{intent: intent, body: body, rec: rec})
 }

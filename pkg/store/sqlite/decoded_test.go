@@ -51,3 +51,40 @@ func TestDecodedCacheFollowsTheFile(t *testing.T) {
 		t.Fatalf("after another store rewrote the record, Get answered %q from its cache", r.Reason)
 	}
 }
+
+// The commit of a fresh call reads back the claim this store has just written: it is answered
+// from the record the claim was encoded from, without decoding its bytes.
+func TestCommitDoesNotDecodeItsOwnClaim(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(s, fence.Config{})
+	defer eng.Close()
+	var decoded []string
+	SetTestHookDecoded(func(intent string) { decoded = append(decoded, intent) })
+	defer SetTestHookDecoded(nil)
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "pay:1", Tool: "charge", Args: []byte(`{"amount": 5, "memo":"a b"}`), Agent: "a",
+		ReadSet: []fence.ReadSetEntry{}, Domain: "card"})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(decoded) != 0 {
+		t.Fatalf("the store decoded %q while admitting and committing a fresh call", decoded)
+	}
+	if err := cert.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	var rec *fence.Record
+	if err := s.View(ctx, func(tx fence.Tx) (err error) { rec, err = tx.Get("pay:1"); return err }); err != nil || rec == nil || rec.State != fence.StateDone {
+		t.Fatalf("done record %+v, %v", rec, err)
+	}
+	if rec.Cert.Hash != cert.Hash {
+		t.Fatalf("recorded cert %s, answered %s", rec.Cert.Hash, cert.Hash)
+	}
+}
