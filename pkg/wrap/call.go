@@ -67,7 +67,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		return p.forward(ctx, m)
 	}
 	s := p.settings(c.name)
-	id, err := identify(p.opt.Scope, c.name, c.args, s.Ignore, s.Key)
+	id, err := identifyCanon(p.opt.Scope, c.name, c.args, c.canonArgs, s.Ignore, s.Key)
 	if err != nil {
 		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))

@@ -119,8 +119,15 @@ type identity struct {
 // identify derives the identity of a call of tool with args (a JSON object) in scope (the
 // server's scope id, see store.WrapScope).
 func identify(scope, tool string, args []byte, ignore []Path, key []Path) (identity, error) {
+	return identifyCanon(scope, tool, args, nil, ignore, key)
+}
+
+// identifyCanon is identify given, when canonArgs is not nil, the canonical form of args
+// (decodeCall has it), which it then need not compute again.
+func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, key []Path) (identity, error) {
 	var id identity
 	if len(ignore) > 0 {
+		canonArgs = nil
 		v, err := decode(args)
 		if err != nil {
 			return id, err
@@ -132,9 +139,12 @@ func identify(scope, tool string, args []byte, ignore []Path, key []Path) (ident
 			return id, err
 		}
 	}
-	c, err := canon.JSON(args)
-	if err != nil {
-		return id, err
+	c := canonArgs
+	if c == nil {
+		var err error
+		if c, err = canon.JSON(args); err != nil {
+			return id, err
+		}
 	}
 	id.args = c
 	id.fp = canon.Sum(canon.ToolCallCanonical(tool, c))
