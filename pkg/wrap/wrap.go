@@ -306,7 +306,7 @@ func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 				readErr <- err
 				return
 			}
-			if run := p.route(line); run != nil {
+			if run := p.route(line, true); run != nil {
 				p.serveRequest(read) // the next message is read on another goroutine
 				run()
 				return
@@ -350,7 +350,7 @@ func (p *Proxy) Attach(out Sink) { p.out = out }
 // Dispatch handles one message of the agent (a request, a response or a notification): a
 // request runs on its own goroutine and its answer goes to the Sink.
 func (p *Proxy) Dispatch(line []byte) {
-	if run := p.route(line); run != nil {
+	if run := p.route(line, false); run != nil {
 		p.serveRequest(run)
 	}
 }
@@ -471,9 +471,14 @@ func rpcErr(code int, format string, a ...any) *jsonrpc.Error {
 // route handles one message from the agent: responses and notifications at once, so an
 // answer the child is waiting for never queues behind busy requests. For a request it
 // returns the function that serves it, which the caller runs on a goroutine of its own
-// (what requests forward to the child is bounded by the semaphore); else nil.
-func (p *Proxy) route(line []byte) (run func()) {
-	m, err := jsonrpc.Parse(line)
+// (what requests forward to the child is bounded by the semaphore); else nil. owned: the
+// line is the caller's to give (the message may share its bytes).
+func (p *Proxy) route(line []byte, owned bool) (run func()) {
+	parse := jsonrpc.Parse
+	if owned {
+		parse = jsonrpc.ParseOwned
+	}
+	m, err := parse(line)
 	if err != nil {
 		// Invalid JSON is a parse error with id null. Valid JSON that is not a valid message
 		// is an invalid request, answered with its id when it had a readable one, so the
