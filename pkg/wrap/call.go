@@ -301,9 +301,9 @@ func (p *Proxy) agentName() string {
 // The call is detached from the agent's cancellation: once forwarded, it is seen through.
 func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
 	ctx = context.WithoutCancel(ctx)
-	stopHeartbeat := p.heartbeat(t)
+	hb := p.heartbeat(t)
 	res, err := p.callChild(ctx, params)
-	stopHeartbeat()
+	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, false)
 }
 
@@ -404,40 +404,49 @@ func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.Raw
 
 // heartbeat renews the lease every third of its TTL until the returned stop is called; stop
 // waits for a renewal in progress. It uses a timer rather than a goroutine per call.
-func (p *Proxy) heartbeat(t fence.Ticket) (stop func()) {
-	every := p.opt.Engine.Config().LeaseTTL / 3
-	var (
-		mu      sync.Mutex
-		stopped bool
-		timer   *time.Timer
-	)
-	beat := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		next, err := p.opt.Engine.Heartbeat(context.Background(), t)
-		switch {
-		case err == nil:
-			t = next
-		case errors.Is(err, fence.ErrLeaseLost):
-			p.logf("heartbeat of intent %s: %v", t.Intent, err)
-			return // nothing left to renew
-		default:
-			p.logf("heartbeat of intent %s: %v", t.Intent, err)
-		}
-		timer.Reset(every)
+func (p *Proxy) heartbeat(t fence.Ticket) (stop *beats) {
+	b := &beats{p: p, t: t, every: p.opt.Engine.Config().LeaseTTL / 3}
+	b.mu.Lock()
+	b.timer = time.AfterFunc(b.every, b.beat)
+	b.mu.Unlock()
+	return b
+}
+
+// beats is the heartbeat of one call's lease, one allocation with its state.
+type beats struct {
+	p       *Proxy
+	every   time.Duration
+	mu      sync.Mutex
+	t       fence.Ticket // guarded by mu, as are the fields below
+	stopped bool
+	timer   *time.Timer
+}
+
+func (b *beats) beat() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
 	}
-	mu.Lock()
-	timer = time.AfterFunc(every, beat)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		timer.Stop()
+	next, err := b.p.opt.Engine.Heartbeat(context.Background(), b.t)
+	switch {
+	case err == nil:
+		b.t = next
+	case errors.Is(err, fence.ErrLeaseLost):
+		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
+		return // nothing left to renew
+	default:
+		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
 	}
+	b.timer.Reset(b.every)
+}
+
+// stop ends the heartbeat, waiting for a renewal in progress.
+func (b *beats) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = true
+	b.timer.Stop()
 }
 
 // inputRequired says whether a result is an interim InputRequiredResult (SEP-2322).
