@@ -155,7 +155,7 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
 // holder hands its answer to the members before releasing the intent, so they receive the
 // same failure instead of running the call again.
 type flight struct {
-	key string // intent and fingerprint: the flight's name in flights
+	key flightKey // the flight's name in flights
 	// ctx is what members wait in; it is cancelled when the attempt failed definitely.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -169,10 +169,10 @@ type flight struct {
 // flights is the set of intents attempted in this process; one lock guards it all.
 type flights struct {
 	mu sync.Mutex
-	m  map[string]*flight
+	m  map[flightKey]*flight
 }
 
-func newFlights() *flights { return &flights{m: map[string]*flight{}} }
+func newFlights() *flights { return &flights{m: map[flightKey]*flight{}} }
 
 // cancelAll ends every wait for an attempt (members stop waiting in PrepareWait).
 func (fs *flights) cancelAll() {
@@ -183,7 +183,7 @@ func (fs *flights) cancelAll() {
 	}
 }
 
-func (fs *flights) join(key string) *flight {
+func (fs *flights) join(key flightKey) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f := fs.m[key]

@@ -106,7 +106,8 @@ func collisionsIn(b []byte, i int) (int, error) {
 		}
 		return i + 1, nil
 	case '{':
-		var names [][]byte // the member names met, as literals; an object has few members
+		var namesAt [16][]byte
+		names := namesAt[:0] // the member names met, as literals; an object has few members
 		var seen map[string][]byte
 		i = jsonrpc.SkipSpace(b, i+1)
 		for b[i] != '}' {

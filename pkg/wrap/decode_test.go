@@ -64,7 +64,7 @@ func TestFlightsSeparateCallsOfOneIntent(t *testing.T) {
 		t.Fatal("the test needs one intent")
 	}
 	var fs flights
-	fs.m = map[string]*flight{}
+	fs.m = map[flightKey]*flight{}
 	fa := fs.join(a.flightKey())
 	fs.leave(a.intent, fa, true) // a holds and runs
 	fb := fs.join(b.flightKey())

@@ -163,7 +163,8 @@ func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, ke
 		}
 	}
 	// {"args":…,"scope":…,"tool":…} in canonical member order.
-	obj := append([]byte(`{"args":`), named...)
+	var buf [256]byte // on the stack unless the arguments are long
+	obj := append(append(buf[:0], `{"args":`...), named...)
 	obj = append(obj, `,"scope":`...)
 	obj = canon.AppendString(obj, scope)
 	obj = append(obj, `,"tool":`...)
@@ -175,7 +176,9 @@ func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, ke
 }
 
 // flightKey names the attempts of this very call in this process: intent and fingerprint.
-func (id identity) flightKey() string { return id.intent + "\x00" + id.fp }
+type flightKey struct{ intent, fp string }
+
+func (id identity) flightKey() flightKey { return flightKey{id.intent, id.fp} }
 
 // keyLike reports whether a property name is an idempotency key by convention.
 func keyLike(name string) bool {

@@ -142,7 +142,7 @@ type Options struct {
 type Shared struct{ flights flights }
 
 // NewShared returns an empty Shared.
-func NewShared() *Shared { return &Shared{flights: flights{m: map[string]*flight{}}} }
+func NewShared() *Shared { return &Shared{flights: flights{m: map[flightKey]*flight{}}} }
 
 // Abandon ends the waits of duplicates waiting in any session for an attempt of another
 // process: for a front that stops and gives up on its calls in flight.
