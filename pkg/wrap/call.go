@@ -379,7 +379,10 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 	if wait <= 0 {
 		wait = p.opt.Engine.Config().LeaseTTL
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	if ctx.Done() != nil { // run's context is detached already
+		ctx = context.WithoutCancel(ctx)
+	}
+	sctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	cert, err := p.opt.Engine.Settle(sctx, o)
 	var spooled fence.SpooledError
