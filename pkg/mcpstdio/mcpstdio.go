@@ -461,7 +461,7 @@ func (s *Session) read(stdout io.Reader) {
 			close(s.notes)
 			return
 		}
-		m, perr := jsonrpc.Parse(line)
+		m, perr := jsonrpc.ParseOwned(line) // the line is ours: ReadLine returns a new one each time
 		if perr != nil {
 			if s.resolveInvalid(line, perr) {
 				continue

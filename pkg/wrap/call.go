@@ -67,7 +67,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		return p.forward(ctx, m)
 	}
 	s := p.settings(c.name)
-	id, err := identify(p.opt.Scope, c.name, c.args, s.Ignore, s.Key)
+	id, err := identifyCanon(p.opt.Scope, c.name, c.args, c.canonArgs, s.Ignore, s.Key)
 	if err != nil {
 		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
@@ -155,7 +155,7 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
 // holder hands its answer to the members before releasing the intent, so they receive the
 // same failure instead of running the call again.
 type flight struct {
-	key string // intent and fingerprint: the flight's name in flights
+	key flightKey // the flight's name in flights
 	// ctx is what members wait in; it is cancelled when the attempt failed definitely.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -169,10 +169,10 @@ type flight struct {
 // flights is the set of intents attempted in this process; one lock guards it all.
 type flights struct {
 	mu sync.Mutex
-	m  map[string]*flight
+	m  map[flightKey]*flight
 }
 
-func newFlights() *flights { return &flights{m: map[string]*flight{}} }
+func newFlights() *flights { return &flights{m: map[flightKey]*flight{}} }
 
 // cancelAll ends every wait for an attempt (members stop waiting in PrepareWait).
 func (fs *flights) cancelAll() {
@@ -183,7 +183,7 @@ func (fs *flights) cancelAll() {
 	}
 }
 
-func (fs *flights) join(key string) *flight {
+func (fs *flights) join(key flightKey) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f := fs.m[key]
@@ -301,9 +301,9 @@ func (p *Proxy) agentName() string {
 // The call is detached from the agent's cancellation: once forwarded, it is seen through.
 func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
 	ctx = context.WithoutCancel(ctx)
-	stopHeartbeat := p.heartbeat(t)
+	hb := p.heartbeat(t)
 	res, err := p.callChild(ctx, params)
-	stopHeartbeat()
+	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, false)
 }
 
@@ -379,7 +379,10 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 	if wait <= 0 {
 		wait = p.opt.Engine.Config().LeaseTTL
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	if ctx.Done() != nil { // run's context is detached already
+		ctx = context.WithoutCancel(ctx)
+	}
+	sctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	cert, err := p.opt.Engine.Settle(sctx, o)
 	var spooled fence.SpooledError
@@ -404,40 +407,49 @@ func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.Raw
 
 // heartbeat renews the lease every third of its TTL until the returned stop is called; stop
 // waits for a renewal in progress. It uses a timer rather than a goroutine per call.
-func (p *Proxy) heartbeat(t fence.Ticket) (stop func()) {
-	every := p.opt.Engine.Config().LeaseTTL / 3
-	var (
-		mu      sync.Mutex
-		stopped bool
-		timer   *time.Timer
-	)
-	beat := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		next, err := p.opt.Engine.Heartbeat(context.Background(), t)
-		switch {
-		case err == nil:
-			t = next
-		case errors.Is(err, fence.ErrLeaseLost):
-			p.logf("heartbeat of intent %s: %v", t.Intent, err)
-			return // nothing left to renew
-		default:
-			p.logf("heartbeat of intent %s: %v", t.Intent, err)
-		}
-		timer.Reset(every)
+func (p *Proxy) heartbeat(t fence.Ticket) (stop *beats) {
+	b := &beats{p: p, t: t, every: p.opt.Engine.Config().LeaseTTL / 3}
+	b.mu.Lock()
+	b.timer = time.AfterFunc(b.every, b.beat)
+	b.mu.Unlock()
+	return b
+}
+
+// beats is the heartbeat of one call's lease, one allocation with its state.
+type beats struct {
+	p       *Proxy
+	every   time.Duration
+	mu      sync.Mutex
+	t       fence.Ticket // guarded by mu, as are the fields below
+	stopped bool
+	timer   *time.Timer
+}
+
+func (b *beats) beat() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
 	}
-	mu.Lock()
-	timer = time.AfterFunc(every, beat)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		timer.Stop()
+	next, err := b.p.opt.Engine.Heartbeat(context.Background(), b.t)
+	switch {
+	case err == nil:
+		b.t = next
+	case errors.Is(err, fence.ErrLeaseLost):
+		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
+		return // nothing left to renew
+	default:
+		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
 	}
+	b.timer.Reset(b.every)
+}
+
+// stop ends the heartbeat, waiting for a renewal in progress.
+func (b *beats) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = true
+	b.timer.Stop()
 }
 
 // inputRequired says whether a result is an interim InputRequiredResult (SEP-2322).

@@ -19,7 +19,11 @@ type call struct {
 	// argsStart and argsEnd delimit the "arguments" value in the params (both 0 when absent),
 	// so an injected key is spliced in and every other byte is forwarded as received.
 	argsStart, argsEnd int
-	params             json.RawMessage
+	// canonArgs is args in canonical form (RFC 8785), cut from the canonical params that
+	// decodeCall checks the params with: the canonical form of a member is the member's part
+	// of the whole's.
+	canonArgs []byte
+	params    json.RawMessage
 	// task: the call is task-augmented (params.task present, MCP 2025-11-25): the server
 	// answers with a task handle and the outcome is the task's final result.
 	task bool
@@ -36,7 +40,8 @@ func decodeCall(params json.RawMessage) (call, error) {
 	if len(params) == 0 || params[0] != '{' {
 		return c, fmt.Errorf("tools/call params must be an object")
 	}
-	if _, err := canon.JSON(params); err != nil { // duplicates at any depth, UTF-8, surrogates
+	cp, err := canon.JSON(params) // duplicates at any depth, UTF-8, surrogates
+	if err != nil {
 		return c, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "canon: "))
 	}
 	// From here params is known to be one valid JSON object, so the scans below need not
@@ -47,8 +52,8 @@ func decodeCall(params json.RawMessage) (call, error) {
 	seenName := false
 	for m := range jsonrpc.Members(params) {
 		raw := params[m.Start:m.End]
-		switch jsonrpc.Unquote(params[m.Key:m.KeyEnd]) {
-		case "name":
+		switch key := params[m.Key:m.KeyEnd]; {
+		case jsonrpc.KeyIs(key, "name"):
 			if raw[0] != '"' {
 				return c, fmt.Errorf(`"name" must be a non-empty string`)
 			}
@@ -56,12 +61,12 @@ func decodeCall(params json.RawMessage) (call, error) {
 				return c, fmt.Errorf(`"name" must be a non-empty string`)
 			}
 			seenName = true
-		case "arguments":
+		case jsonrpc.KeyIs(key, "arguments"):
 			if raw[0] != '{' && string(raw) != "null" {
 				return c, fmt.Errorf(`"arguments" must be an object`)
 			}
 			c.args, c.argsStart, c.argsEnd = raw, m.Start, m.End
-		case "task":
+		case jsonrpc.KeyIs(key, "task"):
 			c.task = string(raw) != "null"
 		}
 	}
@@ -70,6 +75,9 @@ func decodeCall(params json.RawMessage) (call, error) {
 	}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = []byte("{}") // no arguments and {} are the same call
+		c.canonArgs = c.args
+	} else if start, end, _, _ := jsonrpc.Member(cp, "arguments"); start >= 0 {
+		c.canonArgs = cp[start:end:end]
 	}
 	return c, nil
 }
@@ -98,7 +106,8 @@ func collisionsIn(b []byte, i int) (int, error) {
 		}
 		return i + 1, nil
 	case '{':
-		var names [][]byte // the member names met, as literals; an object has few members
+		var namesAt [16][]byte
+		names := namesAt[:0] // the member names met, as literals; an object has few members
 		var seen map[string][]byte
 		i = jsonrpc.SkipSpace(b, i+1)
 		for b[i] != '}' {

@@ -64,7 +64,7 @@ func TestFlightsSeparateCallsOfOneIntent(t *testing.T) {
 		t.Fatal("the test needs one intent")
 	}
 	var fs flights
-	fs.m = map[string]*flight{}
+	fs.m = map[flightKey]*flight{}
 	fa := fs.join(a.flightKey())
 	fs.leave(a.intent, fa, true) // a holds and runs
 	fb := fs.join(b.flightKey())
@@ -145,6 +145,36 @@ func TestDecodeCallReadsLikeEncodingJSON(t *testing.T) {
 		}
 		if c.argsEnd > 0 && string(c.params[c.argsStart:c.argsEnd]) != string(want.Arguments) {
 			t.Errorf("decodeCall(%s): arguments at [%d:%d] are %s", params, c.argsStart, c.argsEnd, c.params[c.argsStart:c.argsEnd])
+		}
+	}
+}
+
+// decodeCall hands identify the canonical arguments it cut from the canonical params; the
+// identity must be the one identify computes from the arguments alone.
+func TestDecodeCallCanonicalArgumentsAreTheArgumentsCanonicalForm(t *testing.T) {
+	for _, params := range []string{
+		`{"name":"t","arguments":{"b":[1.0,2e0,{"z":"\u0041","a":null}],"a":"\u00e9"}}`,
+		`{ "arguments" : { "x" : 1 } , "name" : "t", "_meta": {"progressToken": 3} }`,
+		`{"name":"t","argum\u0065nts":{"k":"v"}}`,
+		`{"name":"t"}`,
+		`{"name":"t","arguments":null}`,
+		`{"name":"t","arguments":{}}`,
+		`{"name":"t","arguments":{"n":9007199254740993,"s":"\ud83d\ude00","e":"\u2028"}}`,
+	} {
+		c, err := decodeCall(json.RawMessage(params))
+		if err != nil {
+			t.Fatalf("%s: %v", params, err)
+		}
+		want, err := identify("S", c.name, c.args, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := identifyCanon("S", c.name, c.args, c.canonArgs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.canonArgs == nil || string(got.args) != string(want.args) || got.intent != want.intent || got.fp != want.fp {
+			t.Errorf("%s: canonical arguments %s, want %s", params, got.args, want.args)
 		}
 	}
 }

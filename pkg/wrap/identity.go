@@ -119,8 +119,15 @@ type identity struct {
 // identify derives the identity of a call of tool with args (a JSON object) in scope (the
 // server's scope id, see store.WrapScope).
 func identify(scope, tool string, args []byte, ignore []Path, key []Path) (identity, error) {
+	return identifyCanon(scope, tool, args, nil, ignore, key)
+}
+
+// identifyCanon is identify given, when canonArgs is not nil, the canonical form of args
+// (decodeCall has it), which it then need not compute again.
+func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, key []Path) (identity, error) {
 	var id identity
 	if len(ignore) > 0 {
+		canonArgs = nil
 		v, err := decode(args)
 		if err != nil {
 			return id, err
@@ -132,9 +139,12 @@ func identify(scope, tool string, args []byte, ignore []Path, key []Path) (ident
 			return id, err
 		}
 	}
-	c, err := canon.JSON(args)
-	if err != nil {
-		return id, err
+	c := canonArgs
+	if c == nil {
+		var err error
+		if c, err = canon.JSON(args); err != nil {
+			return id, err
+		}
 	}
 	id.args = c
 	id.fp = canon.Sum(canon.ToolCallCanonical(tool, c))
@@ -153,7 +163,8 @@ func identify(scope, tool string, args []byte, ignore []Path, key []Path) (ident
 		}
 	}
 	// {"args":…,"scope":…,"tool":…} in canonical member order.
-	obj := append([]byte(`{"args":`), named...)
+	var buf [256]byte // on the stack unless the arguments are long
+	obj := append(append(buf[:0], `{"args":`...), named...)
 	obj = append(obj, `,"scope":`...)
 	obj = canon.AppendString(obj, scope)
 	obj = append(obj, `,"tool":`...)
@@ -165,7 +176,9 @@ func identify(scope, tool string, args []byte, ignore []Path, key []Path) (ident
 }
 
 // flightKey names the attempts of this very call in this process: intent and fingerprint.
-func (id identity) flightKey() string { return id.intent + "\x00" + id.fp }
+type flightKey struct{ intent, fp string }
+
+func (id identity) flightKey() flightKey { return flightKey{id.intent, id.fp} }
 
 // keyLike reports whether a property name is an idempotency key by convention.
 func keyLike(name string) bool {

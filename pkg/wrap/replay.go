@@ -49,9 +49,25 @@ var replayItemParts = sync.OnceValue(func() [2]string {
 })
 
 // replayItem is the content item a replay appends: replayNote(at) as text, marked MetaNote.
-func replayItem(at time.Time) string {
+func replayItem(at time.Time) string { return string(appendReplayItem(nil, at)) }
+
+// appendReplayItem appends replayItem(at) to b.
+func appendReplayItem(b []byte, at time.Time) []byte {
 	p := replayItemParts()
-	return p[0] + at.UTC().Format(time.RFC3339) + p[1]
+	b = append(b, p[0]...)
+	b = at.UTC().AppendFormat(b, time.RFC3339)
+	return append(b, p[1]...)
+}
+
+// appendReplayMeta appends the members replay adds to a result's _meta (without braces).
+func appendReplayMeta(b []byte, c *fence.Cert, at time.Time) []byte {
+	b = append(b, `"`+MetaReplayed+`":true,"`+MetaIntent+`":`...)
+	b = canon.AppendString(b, c.Intent)
+	b = append(b, `,"`+MetaCert+`":`...)
+	b = canon.AppendString(b, c.Hash)
+	b = append(b, `,"`+MetaRecordedAt+`":"`...)
+	b = at.UTC().AppendFormat(b, time.RFC3339Nano) // needs no escaping
+	return append(b, '"')
 }
 
 // replay returns the recorded result exactly as the tool returned it, with two additions
@@ -61,10 +77,6 @@ func replayItem(at time.Time) string {
 // that is not a JSON object is returned unchanged.
 func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	res := c.Result
-	meta := fmt.Sprintf(`"%s":true,"%s":%s,"%s":%s,"%s":%s`, MetaReplayed, MetaIntent, canon.AppendString(nil, c.Intent),
-		MetaCert, canon.AppendString(nil, c.Hash), MetaRecordedAt, canon.AppendString(nil, at.UTC().Format(time.RFC3339Nano)))
-	note := replayItem(at)
-
 	if !json.Valid(res) {
 		return res
 	}
@@ -77,64 +89,51 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	members := 0
 	for m := range jsonrpc.Members(res) {
 		members++
-		key := jsonrpc.Unquote(res[m.Key:m.KeyEnd])
+		key := res[m.Key:m.KeyEnd]
 		raw := res[m.Start:m.End]
 		inner := bytes.TrimSpace(raw[1:max(1, len(raw)-1)])
 		switch {
-		case key == "_meta" && metaAt < 0 && raw[0] == '{':
+		case metaAt < 0 && raw[0] == '{' && jsonrpc.KeyIs(key, "_meta"):
 			metaAt, metaEmpty = m.Start+1, len(inner) == 0
-		case key == "content" && contentAt < 0 && raw[0] == '[':
+		case contentAt < 0 && raw[0] == '[' && jsonrpc.KeyIs(key, "content"):
 			contentAt, contentEmpty = m.End-1, len(inner) == 0
 		}
 	}
-	type insert struct {
-		at   int
-		text string
-	}
-	var ins []insert
-	if metaAt >= 0 {
-		sep := ","
-		if metaEmpty {
-			sep = ""
-		}
-		ins = append(ins, insert{metaAt, meta + sep})
-	}
-	if contentAt >= 0 {
-		sep := ","
-		if contentEmpty {
-			sep = ""
-		}
-		ins = append(ins, insert{contentAt, sep + note})
-	}
-	var head string
+	out := make([]byte, 0, len(res)+len(c.Intent)+len(c.Hash)+len(replayItemParts()[0])+len(replayItemParts()[1])+192)
+	out = append(out, res[:open]...)
+	// Members that are missing go first, right after the opening brace.
 	if metaAt < 0 {
-		head += `"_meta":{` + meta + `}`
+		out = appendReplayMeta(append(out, `"_meta":{`...), c, at)
+		out = append(out, '}')
 	}
 	if contentAt < 0 {
-		if head != "" {
-			head += ","
+		if metaAt < 0 {
+			out = append(out, ',')
 		}
-		head += `"content":[` + note + `]`
+		out = appendReplayItem(append(out, `"content":[`...), at)
+		out = append(out, ']')
 	}
-	if head != "" {
-		if members > 0 {
-			head += ","
-		}
-		ins = append(ins, insert{open, head})
+	if (metaAt < 0 || contentAt < 0) && members > 0 {
+		out = append(out, ',')
 	}
-	out := make([]byte, 0, len(res)+len(meta)+len(note)+32)
-	prev := 0
-	for len(ins) > 0 { // in ascending order of position
-		k := 0
-		for j := range ins {
-			if ins[j].at < ins[k].at {
-				k = j
+	// Then the additions inside the members that exist, in the order they come.
+	prev := open
+	for range 2 {
+		switch {
+		case metaAt >= 0 && (contentAt < 0 || metaAt < contentAt):
+			out = appendReplayMeta(append(out, res[prev:metaAt]...), c, at)
+			if !metaEmpty {
+				out = append(out, ',')
 			}
+			prev, metaAt = metaAt, -1
+		case contentAt >= 0:
+			out = append(out, res[prev:contentAt]...)
+			if !contentEmpty {
+				out = append(out, ',')
+			}
+			out = appendReplayItem(out, at)
+			prev, contentAt = contentAt, -1
 		}
-		out = append(out, res[prev:ins[k].at]...)
-		out = append(out, ins[k].text...)
-		prev = ins[k].at
-		ins = append(ins[:k], ins[k+1:]...)
 	}
 	return append(out, res[prev:]...)
 }

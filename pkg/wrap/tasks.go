@@ -40,7 +40,7 @@ type createTaskResult struct {
 // runTask is run for a task-augmented call.
 func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
 	ctx = context.WithoutCancel(ctx)
-	stopHeartbeat := p.heartbeat(t)
+	stopHeartbeat := p.heartbeat(t).stop
 	s, err := p.session(ctx)
 	var res json.RawMessage
 	if err == nil {

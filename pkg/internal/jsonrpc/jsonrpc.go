@@ -76,11 +76,21 @@ type wire struct {
 	Params  json.RawMessage `json:"params"`
 	Result  json.RawMessage `json:"result"`
 	Error   json.RawMessage `json:"error"`
+	// method and hasMethod are Method as readWire reads it, without a pointer to allocate.
+	method    string
+	hasMethod bool
 }
 
 // Parse decodes one line. It refuses anything that is not a single JSON-RPC 2.0 object with a
 // valid shape (batches, wrong version, an id that is not a string, number or null).
-func Parse(line []byte) (*Message, error) {
+func Parse(line []byte) (*Message, error) { return parse(line, false) }
+
+// ParseOwned is Parse for a line the caller hands over (as Reader.ReadLine returns it): the
+// Message's raw values share its bytes instead of a copy, so the line must not be changed
+// afterwards.
+func ParseOwned(line []byte) (*Message, error) { return parse(line, true) }
+
+func parse(line []byte, owned bool) (*Message, error) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return nil, errors.New("empty line")
@@ -91,11 +101,14 @@ func Parse(line []byte) (*Message, error) {
 	if line[0] != '{' {
 		return nil, errors.New("not a JSON object")
 	}
-	w, ok := readWire(line)
+	w, ok := readWire(line, owned)
 	if !ok {
 		w = wire{}
 		if err := json.Unmarshal(line, &w); err != nil {
 			return nil, fmt.Errorf("invalid JSON: %v", err)
+		}
+		if w.Method != nil {
+			w.method, w.hasMethod = *w.Method, true
 		}
 	}
 	if err := checkEnvelope(line); err != nil {
@@ -112,11 +125,11 @@ func Parse(line []byte) (*Message, error) {
 			return nil, errors.New(`"id" must be a string, a number or null`)
 		}
 	}
-	if w.Method != nil {
-		if *w.Method == "" {
+	if w.hasMethod {
+		if w.method == "" {
 			return nil, errors.New(`"method" must not be empty`)
 		}
-		m.Method = *w.Method
+		m.Method = w.method
 		if len(m.Params) > 0 && m.Params[0] != '{' && m.Params[0] != '[' && string(m.Params) != "null" {
 			return nil, errors.New(`"params" must be an object or an array`)
 		}
@@ -198,11 +211,13 @@ func checkEnvelope(line []byte) error {
 // error). Like encoding/json it matches member names without regard to case, lets the last
 // of duplicate members win, keeps raw values (null included) byte for byte, and ignores
 // members it does not know.
-func readWire(line []byte) (w wire, ok bool) {
+func readWire(line []byte, owned bool) (w wire, ok bool) {
 	if !json.Valid(line) {
 		return w, false
 	}
-	line = bytes.Clone(line) // the Message must not share the caller's buffer
+	if !owned {
+		line = bytes.Clone(line) // the Message must not share the caller's buffer
+	}
 	for i := SkipSpace(line, 1); line[i] == '"'; {
 		keyEnd := EndOfString(line, i)
 		key := line[i+1 : keyEnd-1]
@@ -224,10 +239,9 @@ func readWire(line []byte) (w wire, ok bool) {
 		case bytes.EqualFold(key, []byte("method")):
 			switch {
 			case raw[0] == 'n':
-				w.Method = nil
+				w.method, w.hasMethod = "", false
 			case raw[0] == '"' && plainASCII(raw):
-				m := string(raw[1 : len(raw)-1])
-				w.Method = &m
+				w.method, w.hasMethod = method(raw[1:len(raw)-1]), true
 			default:
 				return w, false
 			}
@@ -245,6 +259,25 @@ func readWire(line []byte) (w wire, ok bool) {
 		}
 	}
 	return w, true
+}
+
+// method returns the string b spells, without a copy for the methods every session carries.
+func method(b []byte) string {
+	switch string(b) { // compared without a copy
+	case "tools/call":
+		return "tools/call"
+	case "notifications/progress":
+		return "notifications/progress"
+	case "notifications/message":
+		return "notifications/message"
+	case "notifications/cancelled":
+		return "notifications/cancelled"
+	case "ping":
+		return "ping"
+	case "tools/list":
+		return "tools/list"
+	}
+	return string(b)
 }
 
 // plainASCII says whether b is ASCII without backslashes: a member name or string literal

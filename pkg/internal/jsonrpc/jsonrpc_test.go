@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -142,13 +143,16 @@ func sameAsEncodingJSON(t *testing.T, line []byte) {
 	if len(line) == 0 || line[0] != '{' {
 		return
 	}
-	got, ok := readWire(line)
+	got, ok := readWire(line, false)
 	if !ok {
 		return
 	}
 	var want wire
 	if err := json.Unmarshal(line, &want); err != nil {
 		t.Fatalf("readWire accepted %s, which encoding/json refuses: %v", line, err)
+	}
+	if want.Method != nil { // readWire keeps it without the pointer
+		want.method, want.hasMethod, want.Method = *want.Method, true, nil
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("readWire(%s) = %+v, encoding/json reads %+v", line, got, want)
@@ -165,7 +169,7 @@ func TestReadWireReadsLikeEncodingJSON(t *testing.T) {
 		`{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"nope"}}`,
 		`{}`,
 	} {
-		if _, ok := readWire([]byte(strings.TrimSpace(line))); !ok {
+		if _, ok := readWire([]byte(strings.TrimSpace(line)), false); !ok {
 			t.Errorf("readWire refused %s", line)
 		}
 		sameAsEncodingJSON(t, []byte(line))
@@ -178,7 +182,7 @@ func TestReadWireReadsLikeEncodingJSON(t *testing.T) {
 		`{"jsonrpc":2,"id":1,"method":"a"}`,
 		`{"jsonrpc":"2.0","id":1,"method":"a"`,
 	} {
-		if _, ok := readWire([]byte(line)); ok {
+		if _, ok := readWire([]byte(line), false); ok {
 			t.Errorf("readWire accepted %s", line)
 		}
 	}
@@ -215,5 +219,23 @@ func TestErrorObjectSurvives(t *testing.T) {
 	mine := &Error{Code: CodeInvalidParams, Message: "bad <x>", Data: json.RawMessage(`{"a": 1}`)}
 	if got, want := string(ErrorResponse(json.RawMessage(`"i"`), mine)), `{"jsonrpc":"2.0","id":"i","error":{"code":-32602,"message":"bad <x>","data":{"a": 1}}}`; got != want {
 		t.Errorf("an error made here: got %s want %s", got, want)
+	}
+}
+
+func TestParseOwnedReadsLikeParse(t *testing.T) {
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`,
+		` {"jsonrpc":"2.0","id":"a","result":{"content":[]}} `,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}`,
+		`{"jsonrpc":"2.0","method":"x/\u0079","id":2}`,
+		`{"jsonrpc":"2.0","method":null,"id":2,"result":{}}`,
+		`{"jsonrpc":"2.0","method":""}`,
+	} {
+		a, aerr := Parse([]byte(line))
+		b, berr := ParseOwned([]byte(line))
+		if !reflect.DeepEqual(a, b) || fmt.Sprint(aerr) != fmt.Sprint(berr) {
+			t.Errorf("%s: Parse %+v, %v; ParseOwned %+v, %v", line, a, aerr, b, berr)
+		}
 	}
 }

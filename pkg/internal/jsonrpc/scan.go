@@ -67,6 +67,15 @@ func Unquote(lit []byte) string {
 	return s
 }
 
+// KeyIs says whether the valid JSON string literal lit (quotes included) stands for name,
+// without allocating when lit holds no escape.
+func KeyIs(lit []byte, name string) bool {
+	if bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1:len(lit)-1]) == name
+	}
+	return Unquote(lit) == name
+}
+
 // Span is one member of an object: its name's literal b[Key:KeyEnd] (quotes included) and its
 // value b[Start:End].
 type Span struct{ Key, KeyEnd, Start, End int }
@@ -102,7 +111,7 @@ func walkMembers(b []byte, yield func(Span) bool) int {
 func Member(b []byte, name string) (start, end, count, closing int) {
 	start, end = -1, -1
 	closing = walkMembers(b, func(m Span) bool {
-		if Unquote(b[m.Key:m.KeyEnd]) == name {
+		if KeyIs(b[m.Key:m.KeyEnd], name) {
 			start, end, count = m.Start, m.End, count+1
 		}
 		return true
