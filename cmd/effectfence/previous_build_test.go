@@ -116,16 +116,16 @@ func buildPreviousBuild(t *testing.T) string {
 		t.Fatal(err)
 	}
 	untar.Stdin = pipe
-	var errs bytes.Buffer
-	archive.Stderr, untar.Stderr = &errs, &errs
+	var archiveErr, untarErr bytes.Buffer // two processes: one buffer each
+	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
 	if err := untar.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", previousBuild[:7], err, errs.String())
+		t.Fatalf("git archive %s: %v\n%s", previousBuild[:7], err, archiveErr.String())
 	}
 	if err := untar.Wait(); err != nil {
-		t.Fatalf("tar: %v\n%s", err, errs.String())
+		t.Fatalf("tar: %v\n%s", err, untarErr.String())
 	}
 	bin := filepath.Join(t.TempDir(), "previous", "effectfence")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/effectfence")
