@@ -178,7 +178,7 @@ type rawServe struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *bytes.Buffer
+	stderr *lockedBuffer // written by the process's stderr copier while a failing test reads it
 	next   int
 }
 
@@ -194,7 +194,7 @@ func startRawServe(t *testing.T, bin, ledger string) *rawServe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &rawServe{t: t, cmd: cmd, in: in, out: bufio.NewReaderSize(outPipe, 1<<20), stderr: &bytes.Buffer{}}
+	s := &rawServe{t: t, cmd: cmd, in: in, out: bufio.NewReaderSize(outPipe, 1<<20), stderr: &lockedBuffer{}}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

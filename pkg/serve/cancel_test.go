@@ -56,3 +56,37 @@ func TestCancelReachesEveryID(t *testing.T) {
 		})
 	}
 }
+
+// A line that mentions notifications/cancelled but is no such notification does not bring the
+// server down while an id is held under a surrogate: the check for a cancellation to rewrite
+// read a "method" that is a one-digit number as a string literal (and sliced past its end),
+// and walked a JSON array as if it were an object (and indexed past its end). The lines are
+// mcp-go's to refuse, and the server goes on answering.
+func TestCancelCheckSurvivesANonStringMethod(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdio(t, eng, serve.Options{})
+	args := map[string]any{"intent": "charge:order-9", "tool": "charge_card", "args": map[string]any{"amount": 4900}}
+	var first serve.PrepareResult
+	if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": args}), "first prepare", 30*time.Second), &first) || first.Status != serve.StatusFresh {
+		t.Fatalf("first prepare: %+v", first)
+	}
+	// A prepare that waits, under an id mcp-go would respell: it is held under a surrogate.
+	args["wait_secs"] = 3
+	wargs, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := c.sendLine(`"a<b>"`, `{"jsonrpc":"2.0","id":"a<b>","method":"tools/call","params":{"name":"fence_prepare","arguments":`+string(wargs)+`}}`)
+	time.Sleep(200 * time.Millisecond) // let the wait begin
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","method":5,"params":{"requestId":"a<b>"},"note":"notifications/cancelled"}`,
+		`["notifications/cancelled"]`, // not an object at all: it was walked as one, past its end
+	} {
+		if _, err := c.in.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv(t, waiting, "the waiting prepare", 30*time.Second)
+	recv(t, c.send(2, "tools/call", map[string]any{"name": serve.ToolStatus, "arguments": map[string]any{"intent": "charge:order-9"}}), "status after the odd line", 10*time.Second)
+}

@@ -99,7 +99,11 @@ func (x *ids) cancelled(line []byte) []byte {
 	if x.n.Load() == 0 || !bytes.Contains(line, []byte("notifications/cancelled")) || !json.Valid(line) {
 		return line
 	}
-	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || jsonrpc.Unquote(line[ms:me]) != "notifications/cancelled" {
+	if i := jsonrpc.SkipSpace(line, 0); line[i] != '{' {
+		return line // valid JSON, but not an object (Member walks only objects)
+	}
+	// The method may be any JSON value here: only a string literal may be unquoted.
+	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || line[ms] != '"' || !jsonrpc.KeyIs(line[ms:me], "notifications/cancelled") {
 		return line
 	}
 	ps, pe, n, _ := jsonrpc.Member(line, "params")

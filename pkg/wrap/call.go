@@ -60,6 +60,9 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	info, err := p.toolInfo(ctx, c.name)
 	if err != nil {
 		ev.Outcome, ev.Code = "refused", CodeToolsUnknown
+		if ctx.Err() != nil {
+			return nil // cancelled by the agent before it was sent: MCP says no response is sent
+		}
 		return jsonrpc.Response(m.ID, toolError(fmt.Sprintf("the MCP server's tool list could not be read (%v), so it is unknown whether %q is read-only or takes an idempotency key. The call was NOT sent and did not run; retry it.", err, c.name), CodeToolsUnknown, ""))
 	}
 	if !p.fenced(c.name, info) {

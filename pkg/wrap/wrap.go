@@ -520,10 +520,17 @@ func (p *Proxy) route(line []byte, owned bool) (run func()) {
 		p.calls.Add(1) // before Stop's Wait: see stopped
 		p.smu.Unlock()
 		untrack := p.track(m)
+		// The request's cancellation is known before the next message is handled: a
+		// notifications/cancelled that follows it must find it, however soon it comes.
+		ctx, cancel := context.WithCancelCause(context.Background())
+		key := string(m.ID)
+		p.cmu.Lock()
+		p.cancels[key] = cancel
+		p.cmu.Unlock()
 		return func() {
 			defer p.calls.Done()
 			defer untrack()
-			p.request(m)
+			p.request(ctx, cancel, key, m)
 		}
 	default:
 		p.reply(jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidRequest, "effectfence wrap: not a request, response or notification")))
@@ -642,12 +649,9 @@ func (p *Proxy) session(ctx context.Context) (Conn, error) {
 	return c.Session(ctx)
 }
 
-func (p *Proxy) request(m *jsonrpc.Message) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	key := string(m.ID)
-	p.cmu.Lock()
-	p.cancels[key] = cancel
-	p.cmu.Unlock()
+// request serves m in ctx, which route registered under key in cancels (for the agent's
+// notifications/cancelled) and this removes once m is served.
+func (p *Proxy) request(ctx context.Context, cancel context.CancelCauseFunc, key string, m *jsonrpc.Message) {
 	defer func() {
 		p.cmu.Lock()
 		delete(p.cancels, key)

@@ -1,0 +1,70 @@
+package wrap_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// chanSink hands each line the proxy writes to the agent to a channel.
+type chanSink chan []byte
+
+func (s chanSink) Write(line []byte) error {
+	s <- append([]byte(nil), line...)
+	return nil
+}
+
+// A notifications/cancelled dispatched right after the request it names cancels that
+// request, however soon: the request's cancellation is known before the next message is
+// handled, not only once the goroutine serving the request has started. A lost cancellation
+// let a pass-through call run to its end and be answered, where MCP sends no response.
+func TestCancellationRightAfterItsRequest(t *testing.T) {
+	r := newRig(t)
+	led := r.openLedger()
+	log := &logBuf{}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log, Pass: []string{"slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chanSink, 64)
+	p.Attach(out)
+	defer p.Stop("test over")
+	next := func(what string) map[string]json.RawMessage {
+		t.Helper()
+		select {
+		case line := <-out:
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(line, &m); err != nil {
+				t.Fatalf("%s: %s", what, line)
+			}
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer; log:\n%s", what, log.String())
+			return nil
+		}
+	}
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
+	if m := next("initialize"); m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	for i := range 5 {
+		id := `"c` + string(rune('0'+i)) + `"`
+		p.Dispatch([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500,"tag":"t"}}}`))
+		p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + id + `}}`))
+	}
+	time.Sleep(2500 * time.Millisecond) // past the end of any call the cancellation missed
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":"ping","method":"ping"}`))
+	for {
+		m := next("ping")
+		if string(m["id"]) == `"ping"` {
+			break
+		}
+		if id := string(m["id"]); strings.HasPrefix(id, `"c`) {
+			t.Errorf("request %s was answered after its cancellation (the cancellation was lost): %s", id, m["result"])
+		}
+	}
+}
