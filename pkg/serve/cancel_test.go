@@ -17,20 +17,7 @@ import (
 func TestCancelReachesEveryID(t *testing.T) {
 	for _, id := range []string{"77", "9007199254740993", `"x\udbff"`, `"a<b>"`} {
 		t.Run(id, func(t *testing.T) {
-			eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-			t.Cleanup(func() { eng.Close() })
-			c := startStdio(t, eng, serve.Options{})
-			args := map[string]any{"intent": "charge:order-9", "tool": "charge_card", "args": map[string]any{"amount": 4900}}
-			var first serve.PrepareResult
-			if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": args}), "first prepare", 30*time.Second), &first) || first.Status != serve.StatusFresh {
-				t.Fatalf("first prepare: %+v", first)
-			}
-			args["wait_secs"] = 60
-			wargs, err := json.Marshal(args)
-			if err != nil {
-				t.Fatal(err)
-			}
-			answer := c.sendLine(id, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"fence_prepare","arguments":`+string(wargs)+`}}`)
+			c, answer := waitBehindHolder(t, id, 60)
 			cancel := []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + id + `,"reason":"the user gave up"}}` + "\n")
 			// A cancellation that arrives before the request is registered is dropped, so
 			// repeat it until the answer comes; each is harmless once the request is gone.
@@ -63,21 +50,8 @@ func TestCancelReachesEveryID(t *testing.T) {
 // and walked a JSON array as if it were an object (and indexed past its end). The lines are
 // mcp-go's to refuse, and the server goes on answering.
 func TestCancelCheckSurvivesANonStringMethod(t *testing.T) {
-	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	t.Cleanup(func() { eng.Close() })
-	c := startStdio(t, eng, serve.Options{})
-	args := map[string]any{"intent": "charge:order-9", "tool": "charge_card", "args": map[string]any{"amount": 4900}}
-	var first serve.PrepareResult
-	if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": args}), "first prepare", 30*time.Second), &first) || first.Status != serve.StatusFresh {
-		t.Fatalf("first prepare: %+v", first)
-	}
 	// A prepare that waits, under an id mcp-go would respell: it is held under a surrogate.
-	args["wait_secs"] = 3
-	wargs, err := json.Marshal(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiting := c.sendLine(`"a<b>"`, `{"jsonrpc":"2.0","id":"a<b>","method":"tools/call","params":{"name":"fence_prepare","arguments":`+string(wargs)+`}}`)
+	c, waiting := waitBehindHolder(t, `"a<b>"`, 3)
 	time.Sleep(200 * time.Millisecond) // let the wait begin
 	for _, line := range []string{
 		`{"jsonrpc":"2.0","method":5,"params":{"requestId":"a<b>"},"note":"notifications/cancelled"}`,
@@ -89,4 +63,25 @@ func TestCancelCheckSurvivesANonStringMethod(t *testing.T) {
 	}
 	recv(t, waiting, "the waiting prepare", 30*time.Second)
 	recv(t, c.send(2, "tools/call", map[string]any{"name": serve.ToolStatus, "arguments": map[string]any{"intent": "charge:order-9"}}), "status after the odd line", 10*time.Second)
+}
+
+// waitBehindHolder starts a server, admits an intent (the holder, never ended) and sends a
+// fence_prepare of the same intent with wait_secs under the raw JSON-RPC id rawID; it returns
+// the client and the channel the waiting prepare's answer arrives on.
+func waitBehindHolder(t *testing.T, rawID string, waitSecs int) (*stdioClient, <-chan json.RawMessage) {
+	t.Helper()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdio(t, eng, serve.Options{})
+	args := map[string]any{"intent": "charge:order-9", "tool": "charge_card", "args": map[string]any{"amount": 4900}}
+	var first serve.PrepareResult
+	if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": args}), "first prepare", 30*time.Second), &first) || first.Status != serve.StatusFresh {
+		t.Fatalf("first prepare: %+v", first)
+	}
+	args["wait_secs"] = waitSecs
+	wargs, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, c.sendLine(rawID, `{"jsonrpc":"2.0","id":`+rawID+`,"method":"tools/call","params":{"name":"fence_prepare","arguments":`+string(wargs)+`}}`)
 }
