@@ -41,8 +41,11 @@ func newIDs() *ids {
 // notifications/cancelled naming such an id with the surrogate in its place (mcp-go cancels a
 // request by the id it saw).
 func (x *ids) wrap(line []byte) []byte {
-	start, end, ok := topLevelID(line)
-	if !ok {
+	if !isObject(line) {
+		return line // mcp-go's to refuse
+	}
+	start, end, n, _ := jsonrpc.Member(line, "id")
+	if n != 1 {
 		return x.cancelled(line)
 	}
 	if survives(line[start:end]) {
@@ -94,13 +97,11 @@ func (x *ids) unwrap(msg []byte) []byte {
 }
 
 // cancelled returns a notifications/cancelled whose requestId is a client's id held under a
-// surrogate with the surrogate in its place; any other line as it is.
+// surrogate with the surrogate in its place; any other line as it is. line is a valid JSON
+// object.
 func (x *ids) cancelled(line []byte) []byte {
-	if x.n.Load() == 0 || !bytes.Contains(line, []byte("notifications/cancelled")) || !json.Valid(line) {
+	if x.n.Load() == 0 || !bytes.Contains(line, []byte("notifications/cancelled")) {
 		return line
-	}
-	if i := jsonrpc.SkipSpace(line, 0); line[i] != '{' {
-		return line // valid JSON, but not an object (Member walks only objects)
 	}
 	// The method may be any JSON value here: only a string literal may be unquoted.
 	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || line[ms] != '"' || !jsonrpc.KeyIs(line[ms:me], "notifications/cancelled") {
@@ -125,14 +126,10 @@ func (x *ids) cancelled(line []byte) []byte {
 	return append(append(append(out, line[:rs]...), sur...), line[re:]...)
 }
 
-// topLevelID finds the value of a JSON object's single top-level "id" member.
-func topLevelID(line []byte) (start, end int, ok bool) {
+// isObject reports whether line is one valid JSON object (what jsonrpc.Member walks).
+func isObject(line []byte) bool {
 	i := jsonrpc.SkipSpace(line, 0)
-	if i == len(line) || line[i] != '{' || !json.Valid(line) {
-		return 0, 0, false
-	}
-	start, end, n, _ := jsonrpc.Member(line, "id")
-	return start, end, n == 1
+	return i < len(line) && line[i] == '{' && json.Valid(line)
 }
 
 // survives reports whether mcp-go gives an id back as it came: a string of printable ASCII
