@@ -408,9 +408,10 @@ func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.Raw
 	return p.callBounded(ctx, s, "tools/call", params)
 }
 
-// heartbeat renews the lease every third of its TTL until the returned stop is called; stop
-// waits for a renewal in progress. It uses a timer rather than a goroutine per call.
-func (p *Proxy) heartbeat(t fence.Ticket) (stop *beats) {
+// heartbeat renews the lease every third of its TTL until the returned beats' stop is
+// called; stop waits for a renewal in progress. It uses a timer rather than a goroutine per
+// call.
+func (p *Proxy) heartbeat(t fence.Ticket) *beats {
 	b := &beats{p: p, t: t, every: p.opt.Engine.Config().LeaseTTL / 3}
 	b.mu.Lock()
 	b.timer = time.AfterFunc(b.every, b.beat)
