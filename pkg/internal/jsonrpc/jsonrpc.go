@@ -342,24 +342,75 @@ func (r *Reader) ReadLine() ([]byte, error) {
 }
 
 // Writer writes whole lines; it is safe for concurrent use and never interleaves two lines.
+//
+// Lines that arrive while another goroutine is writing are gathered and written together, in
+// the order they arrived, by the goroutine that holds the write when its own write returns: n
+// lines sent at once (the answers of one group commit, say) cost about two write calls, not n,
+// and the reader wakes once for them. A Write returns when the write that carried its line has
+// returned, with that write's error, so a caller still learns that its line was not delivered.
+// The goroutine holding the write keeps writing while lines keep arriving; each of its rounds
+// carries every line gathered during the one before.
 type Writer struct {
-	mu  sync.Mutex
-	w   io.Writer
-	buf []byte // the line being written, reused (guarded by mu)
+	mu    sync.Mutex
+	w     io.Writer
+	busy  bool     // a goroutine is writing (guarded by mu)
+	next  []byte   // lines gathered for the next write (guarded by mu)
+	wait  *written // what the writers of next wait for; nil when next is empty
+	spare []byte   // a buffer of an earlier write, reused (guarded by mu)
 }
+
+// written is the outcome of one write, shared by the Writes whose lines it carried.
+type written struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// maxSpare is the largest buffer a Writer keeps for reuse: a huge message's is dropped.
+const maxSpare = 64 << 10
 
 // NewWriter returns a Writer over w.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
-// Write writes msg followed by a newline as one write.
+// Write writes msg followed by a newline, in one write call with any lines gathered beside it.
 func (w *Writer) Write(msg []byte) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(append(w.buf[:0], msg...), '\n')
-	_, err := w.w.Write(w.buf)
-	if cap(w.buf) > 64<<10 {
-		w.buf = nil // do not keep a huge message's buffer
+	if w.busy {
+		w.next = append(append(w.next, msg...), '\n')
+		if w.wait == nil {
+			w.wait = &written{done: make(chan struct{})}
+		}
+		ours := w.wait
+		w.mu.Unlock()
+		<-ours.done
+		return ours.err
 	}
+	w.busy = true
+	buf := append(append(w.spare[:0], msg...), '\n')
+	w.spare = nil
+	w.mu.Unlock()
+
+	_, err := w.w.Write(buf)
+
+	w.mu.Lock()
+	for len(w.next) > 0 {
+		// Swap buffers: the lines gathered meanwhile go out; this round's buffer gathers the
+		// next ones.
+		buf, w.next = w.next, buf[:0]
+		theirs := w.wait
+		w.wait = nil
+		w.mu.Unlock()
+		_, theirs.err = w.w.Write(buf)
+		close(theirs.done)
+		w.mu.Lock()
+	}
+	if cap(w.next) > maxSpare {
+		w.next = nil
+	}
+	if cap(buf) <= maxSpare {
+		w.spare = buf[:0]
+	}
+	w.busy = false
+	w.mu.Unlock()
 	return err
 }
 
