@@ -1,7 +1,10 @@
 package serve_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -84,4 +87,21 @@ func waitBehindHolder(t *testing.T, rawID string, waitSecs int) (*stdioClient, <
 		t.Fatal(err)
 	}
 	return c, c.sendLine(rawID, `{"jsonrpc":"2.0","id":`+rawID+`,"method":"tools/call","params":{"name":"fence_prepare","arguments":`+string(wargs)+`}}`)
+}
+
+// A request the client cancelled (a wait_secs wait that ends with it) is not a ledger failure:
+// its refusal must not tell the agent the ledger failed, and must not let it run the effect.
+func TestCancelledRequestIsNotALedgerFailure(t *testing.T) {
+	for _, err := range []error{context.Canceled, fmt.Errorf("waiting for pay:1: %w", context.Canceled)} {
+		r := serve.RefusalOf("pay:1", err)
+		if strings.Contains(r.Next, "ledger failed") || !strings.Contains(r.Next, "cancelled") || !strings.Contains(r.Next, "Do not run the effect") {
+			t.Fatalf("%v: next %q", err, r.Next)
+		}
+		if r.Intent != "pay:1" {
+			t.Fatalf("%v: intent %q", err, r.Intent)
+		}
+	}
+	if r := serve.RefusalOf("pay:1", errors.New("disk I/O error")); !strings.Contains(r.Next, "ledger failed") {
+		t.Fatalf("a store error: next %q", r.Next)
+	}
 }

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -69,6 +70,10 @@ func RefusalOf(intent string, err error) Refusal {
 	case errors.As(err, &invalid):
 		r.Field = invalid.Field
 		r.Next = "Nothing ran and nothing was recorded. Fix the arguments as the message says and call again."
+	case errors.Is(err, context.Canceled):
+		// The caller cancelled (a wait_secs wait, or the session ended): the ledger did not
+		// fail, but the request may have reached it before the cancellation did.
+		r.Next = fmt.Sprintf("This request was cancelled before it was answered (by you or your client); the ledger did not fail. Do not run the effect on this answer: call %s for the intent to see what is recorded, or call %s again.", ToolStatus, ToolPrepare)
 	default:
 		r.Next = "The ledger failed; the call may not be recorded. Retry the same call; if it keeps failing, tell the operator (effectfence ledger check)."
 	}
