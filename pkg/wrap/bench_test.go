@@ -28,8 +28,9 @@ import (
 //   BENCH_EF_BIN=/tmp/ef-old ...             # another effectfence binary (alternate old and new builds)
 //
 // Each benchmark also reports wrap-cpu-µs/call: the CPU time of the wrap process (its threads'
-// /proc schedstat, Linux only) over the timed wrapped calls, divided by their number. Threads
-// that ended during the run are missed (the Go runtime rarely ends one).
+// /proc schedstat, Linux only) over the timed wrapped calls, divided by their number, and
+// wrap-switches/call, its threads' context switches the same way. Threads that ended during the
+// run are missed (the Go runtime rarely ends one).
 
 func benchRig(b *testing.B) (direct, wrapped *mcpstdio.Session) {
 	r := &rig{dir: b.TempDir(), ledger: os.Getenv("BENCH_LEDGER")} // "" is the default ledger file
@@ -66,12 +67,48 @@ func cpuOf(pid int) time.Duration {
 	return sum
 }
 
-// wrapCPU reports the wrap process's CPU time per wrapped call since cpu0.
-func wrapCPU(b *testing.B, wrapped *mcpstdio.Session, cpu0 time.Duration, calls int) {
-	if cpu0 == 0 || calls == 0 {
+// switchesOf returns how many times process pid's threads have left the CPU so far, voluntarily
+// (to sleep or wait) or not (the sum over /proc/<pid>/task/*/status), or 0 where that cannot be
+// read. On a VM where a context switch is dear (this project's 2-core VM spends about a third
+// of wrap's CPU switching threads), it counts what the Go scheduler and the system calls cost
+// beyond the instructions.
+func switchesOf(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				sum += n
+			}
+		}
+	}
+	return sum
+}
+
+// usage is what the wrap process has used so far: CPU time and context switches.
+type usage struct {
+	cpu      time.Duration
+	switches int64
+}
+
+func usageOf(pid int) usage { return usage{cpuOf(pid), switchesOf(pid)} }
+
+// wrapCPU reports the wrap process's CPU time and context switches per wrapped call since u0.
+func wrapCPU(b *testing.B, wrapped *mcpstdio.Session, u0 usage, calls int) {
+	if u0.cpu == 0 || calls == 0 {
 		return
 	}
-	b.ReportMetric(float64((cpuOf(wrapped.Pid())-cpu0).Microseconds())/float64(calls), "wrap-cpu-µs/call")
+	u := usageOf(wrapped.Pid())
+	b.ReportMetric(float64((u.cpu-u0.cpu).Microseconds())/float64(calls), "wrap-cpu-µs/call")
+	if u0.switches > 0 {
+		b.ReportMetric(float64(u.switches-u0.switches)/float64(calls), "wrap-switches/call")
+	}
 }
 
 var benchSeq atomic.Int64
@@ -97,7 +134,7 @@ func BenchmarkLatency(b *testing.B) {
 		echo(b, wrapped)
 	}
 	var dl, wl []time.Duration
-	cpu0 := cpuOf(wrapped.Pid())
+	u0 := usageOf(wrapped.Pid())
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -107,7 +144,7 @@ func BenchmarkLatency(b *testing.B) {
 		dl, wl = append(dl, t1.Sub(t0)), append(wl, time.Since(t1))
 	}
 	b.StopTimer()
-	wrapCPU(b, wrapped, cpu0, b.N)
+	wrapCPU(b, wrapped, u0, b.N)
 	d50, w50 := pct(dl, 0.5), pct(wl, 0.5)
 	b.ReportMetric(d50, "direct-p50-µs")
 	b.ReportMetric(pct(dl, 0.99), "direct-p99-µs")
@@ -140,10 +177,10 @@ func BenchmarkThroughput16(b *testing.B) {
 	run(wrapped)
 	b.ResetTimer()
 	d := run(direct)
-	cpu0 := cpuOf(wrapped.Pid())
+	u0 := usageOf(wrapped.Pid())
 	w := run(wrapped)
 	b.StopTimer()
-	wrapCPU(b, wrapped, cpu0, b.N)
+	wrapCPU(b, wrapped, u0, b.N)
 	b.ReportMetric(d, "direct-calls/s")
 	b.ReportMetric(w, "wrap-calls/s")
 	b.ReportMetric(100*w/d, "wrap-%-of-direct")
@@ -158,7 +195,7 @@ func BenchmarkReplayLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	var dl, wl []time.Duration
-	cpu0 := cpuOf(wrapped.Pid())
+	u0 := usageOf(wrapped.Pid())
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -172,7 +209,7 @@ func BenchmarkReplayLatency(b *testing.B) {
 		dl, wl = append(dl, t1.Sub(t0)), append(wl, time.Since(t1))
 	}
 	b.StopTimer()
-	wrapCPU(b, wrapped, cpu0, b.N)
+	wrapCPU(b, wrapped, u0, b.N)
 	b.ReportMetric(pct(dl, 0.5), "direct-p50-µs")
 	b.ReportMetric(pct(wl, 0.5), "replay-p50-µs")
 	b.ReportMetric(pct(wl, 0.99), "replay-p99-µs")
