@@ -63,19 +63,23 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	if tx.memView == nil { // a MemoryStore not made by a constructor
 		tx.memView, tx.memUndo = (*memView)(m), u
 	}
-	if tx.last.ok { // a transaction that panicked left it
-		tx.last = lastGet{}
-	}
+	// What the previous transaction read or wrote last is forgotten (it may have been rolled
+	// back); its record stays referenced until this transaction's first Get or Put.
+	tx.last.ok = false
 	tx.at = m.now()
 	err := fn(tx)
 	if err != nil {
 		tx.rollback()
 	}
-	tx.last = lastGet{}
 	if u.evPrev != nil {
 		u.evPrev = nil // do not keep old event slices alive
 	}
-	clear(u.recUndo)
+	// The records the undo log held are let go field by field: clear, and a loop the compiler
+	// turns into one, went through the collector's bulk barrier while it marked (a
+	// transaction logs one or two).
+	for i := range u.recUndo {
+		u.recUndo[i].key, u.recUndo[i].rec = "", nil
+	}
 	return err
 }
 
