@@ -173,3 +173,35 @@ func TestMemoryStoreRollbackUndoesOnlyItsOwnWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryStoreRollbackAfterRolledBackPut: a transaction that writes an intent without
+// reading it first, after one that wrote it and was rolled back, restores what is recorded,
+// not what the rolled-back transaction wrote (Put must not take what it overwrites from an
+// earlier transaction's write).
+func TestMemoryStoreRollbackAfterRolledBackPut(t *testing.T) {
+	ctx := context.Background()
+	st := fence.NewMemoryStore()
+	defer st.Close()
+	x0 := &fence.Record{Intent: "x", State: fence.StateDone}
+	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(x0) }); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("fail")
+	for _, state := range []fence.State{fence.StateFailed, fence.StateUnknown} {
+		err := st.Update(ctx, func(tx fence.Tx) error {
+			if err := tx.Put(&fence.Record{Intent: "x", State: state}); err != nil {
+				return err
+			}
+			return failed
+		})
+		if err != failed {
+			t.Fatalf("Update = %v; want the transaction's own error", err)
+		}
+	}
+	_ = st.View(ctx, func(tx fence.Tx) error {
+		if got, _ := tx.Get("x"); got != x0 {
+			t.Errorf("after two rolled-back writes x = %+v; want %+v", got, x0)
+		}
+		return nil
+	})
+}
