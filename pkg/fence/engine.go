@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -457,10 +456,28 @@ func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
 func newNonce() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	var h [32]byte         // on the stack: the string is the only allocation
-	hex.Encode(h[:], b[:])
+	h := nonceHex(&b)      // on the stack: the string is the only allocation
 	return string(h[:])
 }
+
+// nonceHex is hex.Encode of b's 16 bytes: one table load per byte, at indices the compiler
+// proves in bounds (a third of hex.Encode's instructions, which were a third of making a
+// nonce), as canon.SumTo writes digests.
+func nonceHex(b *[16]byte) (h [32]byte) {
+	for i, v := range b {
+		*(*[2]byte)(h[2*i : 2*i+2]) = hexPairs[v]
+	}
+	return h
+}
+
+// hexPairs holds the two lowercase hex digits of every byte.
+var hexPairs = func() (t [256][2]byte) {
+	const digits = "0123456789abcdef"
+	for i := range t {
+		t[i] = [2]byte{digits[i>>4], digits[i&0xF]}
+	}
+	return t
+}()
 
 // Prepare passes req through the gates. It returns an Admission with a Ticket (run the effect
 // now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
