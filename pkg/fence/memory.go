@@ -55,7 +55,7 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	// log's slices keep their capacity). Their fields are reset one by one, and only those a
 	// transaction changes: the transaction's links to the store and its log are set once, in
 	// NewMemoryStoreClock. Assigning whole structs copied every pointer in them through the
-	// collector's write barrier while it marked (most of a fresh call's barrier work).
+	// collector's write barrier while it marked (a sixth of a fresh call's barrier work).
 	u := &m.undo
 	u.recUndo, u.domUndo = u.recUndo[:0], u.domUndo[:0]
 	u.floorSaved, u.evSaved, u.cntSaved = false, false, false
