@@ -35,6 +35,17 @@ type Cert struct {
 	Hash         string          `json:"hash"`
 }
 
+// copy returns a new Cert equal to c (the caller's own copy of a cert just recorded). It is
+// written as a literal, field by field, as the object is made; see doneRecord for why.
+// TestDoneRecordCopiesEveryField checks that every field is copied.
+func (c *Cert) copy() *Cert {
+	return &Cert{
+		Intent: c.Intent, Parent: c.Parent, Domain: c.Domain, Seq: c.Seq, Tool: c.Tool, Args: c.Args,
+		Result: c.Result, ResultSHA256: c.ResultSHA256, Clock: c.Clock, ReadSet: c.ReadSet,
+		Agent: c.Agent, Hash: c.Hash,
+	}
+}
+
 // certJSON is Cert without its methods, for the JSON form.
 type certJSON Cert
 

@@ -121,3 +121,87 @@ func TestMemoryStoreRollbackAfterGetAndPut(t *testing.T) {
 		return nil
 	})
 }
+
+// TestMemoryStoreRollbackUndoesOnlyItsOwnWrites: the write transaction and its undo log are
+// reused; a failed transaction restores the floor, the events and the counters it changed to
+// what the previous, committed transaction left, not to what that one found.
+func TestMemoryStoreRollbackUndoesOnlyItsOwnWrites(t *testing.T) {
+	ctx := context.Background()
+	st := fence.NewMemoryStore()
+	defer st.Close()
+	first := fence.Event{Intent: "x", Kind: fence.EventClear}
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		if err := tx.SetDomainFloor(5); err != nil {
+			return err
+		}
+		if err := tx.AddCounters(fence.Counters{Admitted: 1}); err != nil {
+			return err
+		}
+		if err := tx.SetDomainSeq("d", 3); err != nil {
+			return err
+		}
+		return tx.AppendEvent(first)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("fail")
+	for name, write := range map[string]func(fence.Tx) error{
+		"SetDomainFloor": func(tx fence.Tx) error { return tx.SetDomainFloor(9) },
+		"AddCounters":    func(tx fence.Tx) error { return tx.AddCounters(fence.Counters{Admitted: 1}) },
+		"SetDomainSeq":   func(tx fence.Tx) error { return tx.SetDomainSeq("d", 4) },
+		"AppendEvent":    func(tx fence.Tx) error { return tx.AppendEvent(fence.Event{Intent: "y", Kind: fence.EventClear}) },
+	} {
+		if err := st.Update(ctx, func(tx fence.Tx) error {
+			if err := write(tx); err != nil {
+				return err
+			}
+			return failed
+		}); err != failed {
+			t.Fatalf("%s: Update = %v; want the transaction's own error", name, err)
+		}
+		_ = st.View(ctx, func(tx fence.Tx) error {
+			floor, _ := tx.DomainFloor()
+			counts, _ := tx.Counters()
+			seq, _, _ := tx.DomainSeq("d")
+			var events []fence.Event
+			_ = tx.Events("", func(ev fence.Event) bool { events = append(events, ev); return true })
+			if floor != 5 || counts.Admitted != 1 || seq != 3 || len(events) != 1 || events[0] != first {
+				t.Errorf("after a failed %s: floor %d, admitted %d, seq %d, events %+v; want 5, 1, 3 and the first event", name, floor, counts.Admitted, seq, events)
+			}
+			return nil
+		})
+	}
+}
+
+// TestMemoryStoreRollbackAfterRolledBackPut: a transaction that writes an intent without
+// reading it first, after one that wrote it and was rolled back, restores what is recorded,
+// not what the rolled-back transaction wrote (Put must not take what it overwrites from an
+// earlier transaction's write).
+func TestMemoryStoreRollbackAfterRolledBackPut(t *testing.T) {
+	ctx := context.Background()
+	st := fence.NewMemoryStore()
+	defer st.Close()
+	x0 := &fence.Record{Intent: "x", State: fence.StateDone}
+	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(x0) }); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("fail")
+	for _, state := range []fence.State{fence.StateFailed, fence.StateUnknown} {
+		err := st.Update(ctx, func(tx fence.Tx) error {
+			if err := tx.Put(&fence.Record{Intent: "x", State: state}); err != nil {
+				return err
+			}
+			return failed
+		})
+		if err != failed {
+			t.Fatalf("Update = %v; want the transaction's own error", err)
+		}
+	}
+	_ = st.View(ctx, func(tx fence.Tx) error {
+		if got, _ := tx.Get("x"); got != x0 {
+			t.Errorf("after two rolled-back writes x = %+v; want %+v", got, x0)
+		}
+		return nil
+	})
+}
