@@ -1,8 +1,12 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -10,81 +14,170 @@ import (
 
 // A record changed behind the cache's back (here by another store on the same file, as
 // another process would) is decoded again: the cache answers only for the very bytes it
-// decoded.
+// decoded. Large records (over decodedMaxBody, kept in the cache's big table) behave the same.
 func TestDecodedCacheFollowsTheFile(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	a, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(ctx, path, Options{SkipQuickCheck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	put := func(s *Store, reason string) {
-		t.Helper()
-		err := s.Update(ctx, func(tx fence.Tx) error {
-			return tx.Put(&fence.Record{Intent: "i", State: fence.StateFailed, Fingerprint: "fp", Tool: "t", Reason: reason})
+	for _, size := range []int{0, 40 << 10} {
+		t.Run(fmt.Sprintf("pad=%d", size), func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "ledger.db")
+			a, err := Open(ctx, path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := Open(ctx, path, Options{SkipQuickCheck: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			pad := strings.Repeat("x", size)
+			put := func(s *Store, reason string) {
+				t.Helper()
+				err := s.Update(ctx, func(tx fence.Tx) error {
+					return tx.Put(&fence.Record{Intent: "i", State: fence.StateFailed, Fingerprint: "fp", Tool: "t", Reason: reason + pad})
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			get := func(s *Store) *fence.Record {
+				t.Helper()
+				var rec *fence.Record
+				if err := s.View(ctx, func(tx fence.Tx) (err error) { rec, err = tx.Get("i"); return err }); err != nil {
+					t.Fatal(err)
+				}
+				return rec
+			}
+			put(a, "first")
+			r1, r2 := get(a), get(a)
+			if r1.Reason != "first"+pad || r1 != r2 {
+				t.Fatalf("a repeated read of unchanged bytes should share one decoded record: %p %p %.10q", r1, r2, r1.Reason)
+			}
+			put(b, "second")
+			if r := get(a); r.Reason != "second"+pad {
+				t.Fatalf("after another store rewrote the record, Get answered %.10q from its cache", r.Reason)
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	get := func(s *Store) *fence.Record {
-		t.Helper()
-		var rec *fence.Record
-		if err := s.View(ctx, func(tx fence.Tx) (err error) { rec, err = tx.Get("i"); return err }); err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
-	put(a, "first")
-	r1, r2 := get(a), get(a)
-	if r1.Reason != "first" || r1 != r2 {
-		t.Fatalf("a repeated read of unchanged bytes should share one decoded record: %p %p %q", r1, r2, r1.Reason)
-	}
-	put(b, "second")
-	if r := get(a); r.Reason != "second" {
-		t.Fatalf("after another store rewrote the record, Get answered %q from its cache", r.Reason)
 	}
 }
 
-// The commit of a fresh call reads back the claim this store has just written: it is answered
-// from the record the claim was encoded from, without decoding its bytes.
-func TestCommitDoesNotDecodeItsOwnClaim(t *testing.T) {
+// A large record written in a transaction that rolls back leaves its decoded twin in the
+// cache (Put stores it before the commit), and the cache must not answer with it: a later
+// read finds the bytes that are still in the file.
+func TestDecodedCacheAfterRollback(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := fence.New(s, fence.Config{})
-	defer eng.Close()
-	var decoded []string
-	SetTestHookDecoded(func(intent string) { decoded = append(decoded, intent) })
-	defer SetTestHookDecoded(nil)
-	adm, err := eng.Prepare(ctx, fence.Request{Intent: "pay:1", Tool: "charge", Args: []byte(`{"amount": 5, "memo":"a b"}`), Agent: "a",
-		ReadSet: []fence.ReadSetEntry{}, Domain: "card"})
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
+	defer s.Close()
+	pad := strings.Repeat("y", 48<<10)
+	rec := func(reason string) *fence.Record {
+		return &fence.Record{Intent: "i", State: fence.StateInFlight, Fingerprint: "fp", Tool: "t", Args: []byte(`{"memo":"` + pad + `"}`), Reason: reason}
 	}
-	cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`))
-	if err != nil {
+	if err := s.Update(ctx, func(tx fence.Tx) error { return tx.Put(rec("kept")) }); err != nil {
 		t.Fatal(err)
 	}
-	if len(decoded) != 0 {
-		t.Fatalf("the store decoded %q while admitting and committing a fresh call", decoded)
+	errUndo := errors.New("undo")
+	err = s.Update(ctx, func(tx fence.Tx) error {
+		if err := tx.Put(rec("undone")); err != nil {
+			return err
+		}
+		got, err := tx.Get("i")
+		if err != nil || got.Reason != "undone" {
+			t.Errorf("inside the transaction, Get answered %+v, %v; want its own write", got, err)
+		}
+		return errUndo
+	})
+	if !errors.Is(err, errUndo) {
+		t.Fatalf("Update: %v", err)
 	}
-	if err := cert.Verify(); err != nil {
-		t.Fatal(err)
+	for _, update := range []bool{false, true} {
+		var got *fence.Record
+		fn := func(tx fence.Tx) (err error) { got, err = tx.Get("i"); return err }
+		if update {
+			err = s.Update(ctx, fn)
+		} else {
+			err = s.View(ctx, fn)
+		}
+		if err != nil || got == nil || got.Reason != "kept" || string(got.Args) != string(rec("").Args) {
+			t.Fatalf("after the rollback (update=%v), Get answered %.40q, %v; want the record that was kept", update, got.Reason, err)
+		}
 	}
-	var rec *fence.Record
-	if err := s.View(ctx, func(tx fence.Tx) (err error) { rec, err = tx.Get("pay:1"); return err }); err != nil || rec == nil || rec.State != fence.StateDone {
-		t.Fatalf("done record %+v, %v", rec, err)
+}
+
+// The big table never holds more than decodedBigBudget, whatever is put in it: old entries go,
+// the newest stays, and its bookkeeping matches what its slots hold.
+func TestDecodedCacheBigBudget(t *testing.T) {
+	c := newDecodedCache()
+	rec := &fence.Record{}
+	sizes := []int{decodedMaxBody + 1, 64 << 10, 300 << 10, decodedBigMax}
+	for i := range 400 {
+		intent := fmt.Sprintf("intent:%d", i)
+		body := bytes.Repeat([]byte{byte(i)}, sizes[i%len(sizes)])
+		c.put(intent, body, rec)
+		if c.get(intent, body) != rec {
+			t.Fatalf("put %d (%d bytes): the newest entry is not cached", i, len(body))
+		}
+		sum := 0
+		for j := range c.big {
+			sum += c.big[j].Load().cost()
+		}
+		if sum != c.bigBytes || sum > decodedBigBudget {
+			t.Fatalf("put %d: the big table holds %d bytes, counts %d, budget %d", i, sum, c.bigBytes, decodedBigBudget)
+		}
 	}
-	if rec.Cert.Hash != cert.Hash {
-		t.Fatalf("recorded cert %s, answered %s", rec.Cert.Hash, cert.Hash)
+	huge := make([]byte, decodedBigMax+1)
+	c.put("huge", huge, rec)
+	if c.get("huge", huge) != nil {
+		t.Fatal("a body over decodedBigMax was cached")
+	}
+	small := []byte(`{"intent":"s"}`)
+	c.put("s", small, rec)
+	if c.get("s", small) != rec {
+		t.Fatal("a small body was not cached")
+	}
+}
+
+// The commit of a fresh call reads back the claim this store has just written: it is answered
+// from the record the claim was encoded from, without decoding its bytes, at any size the
+// cache keeps (a 64 KB call's claim is over decodedMaxBody).
+func TestCommitDoesNotDecodeItsOwnClaim(t *testing.T) {
+	for _, size := range []int{0, 4 << 10, 32 << 10} {
+		t.Run(fmt.Sprintf("pad=%d", size), func(t *testing.T) {
+			ctx := context.Background()
+			s, err := Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng := fence.New(s, fence.Config{})
+			defer eng.Close()
+			var decoded []string
+			SetTestHookDecoded(func(intent string) { decoded = append(decoded, intent) })
+			defer SetTestHookDecoded(nil)
+			args := fmt.Sprintf(`{"amount": 5, "memo":"a b%s"}`, strings.Repeat("z", size))
+			adm, err := eng.Prepare(ctx, fence.Request{Intent: "pay:1", Tool: "charge", Args: []byte(args), Agent: "a",
+				ReadSet: []fence.ReadSetEntry{}, Domain: "card"})
+			if err != nil || !adm.Fresh() {
+				t.Fatalf("prepare: %+v %v", adm, err)
+			}
+			cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(decoded) != 0 {
+				t.Fatalf("the store decoded %q while admitting and committing a fresh call", decoded)
+			}
+			if err := cert.Verify(); err != nil {
+				t.Fatal(err)
+			}
+			var rec *fence.Record
+			if err := s.View(ctx, func(tx fence.Tx) (err error) { rec, err = tx.Get("pay:1"); return err }); err != nil || rec == nil || rec.State != fence.StateDone {
+				t.Fatalf("done record %+v, %v", rec, err)
+			}
+			if rec.Cert.Hash != cert.Hash {
+				t.Fatalf("recorded cert %s, answered %s", rec.Cert.Hash, cert.Hash)
+			}
+		})
 	}
 }
