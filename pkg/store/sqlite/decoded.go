@@ -20,7 +20,9 @@ import (
 // commit together) go to big, a smaller table that holds at most decodedBigBudget bytes: an
 // entry costs twice its body (the body, and the decoded record, whose strings and raw values
 // are pieces of the body, never longer), and a put that would go over the budget first evicts
-// other big entries. Lookups take no lock; puts to big take bigMu.
+// other big entries. Lookups take no lock; puts to big take bigMu. For a record in big, Get
+// asks SQLite whether the file still holds the cached bytes (qGetUnchanged) rather than
+// reading them out.
 //
 // Records handed out are shared by every hit. fence.Tx allows it: the engine never changes a
 // record it got (it copies one to write a new version), as with the memory store, which hands
@@ -62,47 +64,57 @@ const (
 
 func newDecodedCache() *decodedCache { return &decodedCache{seed: maphash.MakeSeed()} }
 
-func (c *decodedCache) slot(intent string, size int) *atomic.Pointer[decodedEntry] {
-	h := maphash.String(c.seed, intent)
+func (c *decodedCache) hash(intent string) uint64 { return maphash.String(c.seed, intent) }
+
+func (c *decodedCache) slot(h uint64, size int) *atomic.Pointer[decodedEntry] {
 	if size > decodedMaxBody {
 		return &c.big[h&(decodedBigSlots-1)]
 	}
 	return &c.slots[h&(decodedSlots-1)]
 }
 
-func (c *decodedCache) get(intent string, body []byte) *fence.Record {
+// bigEntry is the entry of big for intent (h is its hash), or nil.
+func (c *decodedCache) bigEntry(h uint64, intent string) *decodedEntry {
+	e := c.big[h&(decodedBigSlots-1)].Load()
+	if e == nil || e.intent != intent {
+		return nil
+	}
+	return e
+}
+
+func (c *decodedCache) get(h uint64, intent string, body []byte) *fence.Record {
 	if len(body) > decodedBigMax {
 		return nil
 	}
-	e := c.slot(intent, len(body)).Load()
+	e := c.slot(h, len(body)).Load()
 	if e == nil || e.intent != intent || !bytes.Equal(e.body, body) {
 		return nil
 	}
 	return e.rec
 }
 
-func (c *decodedCache) put(intent string, body []byte, rec *fence.Record) {
+func (c *decodedCache) put(h uint64, intent string, body []byte, rec *fence.Record) {
 	if len(body) <= decodedBigMax {
-		c.putOwned(intent, bytes.Clone(body), rec)
+		c.putOwned(h, intent, bytes.Clone(body), rec)
 	}
 }
 
 // putOwned is put for a body that nobody will change: the cache keeps it as it is. rec must
 // be exactly what decoding body gives (fence.EncodeRecordDecoded's record is).
-func (c *decodedCache) putOwned(intent string, body []byte, rec *fence.Record) {
+func (c *decodedCache) putOwned(h uint64, intent string, body []byte, rec *fence.Record) {
 	switch {
 	case len(body) > decodedBigMax:
 	case len(body) > decodedMaxBody:
-		c.putBig(&decodedEntry{intent: intent, body: body, rec: rec})
+		c.putBig(h, &decodedEntry{intent: intent, body: body, rec: rec})
 	default:
-		c.slot(intent, len(body)).Store(&decodedEntry{intent: intent, body: body, rec: rec})
+		c.slot(h, len(body)).Store(&decodedEntry{intent: intent, body: body, rec: rec})
 	}
 }
 
 // putBig stores e in big, then evicts other entries, taking the slots in turn from where the
 // last eviction stopped, until big's entries cost no more than decodedBigBudget.
-func (c *decodedCache) putBig(e *decodedEntry) {
-	s := c.slot(e.intent, len(e.body))
+func (c *decodedCache) putBig(h uint64, e *decodedEntry) {
+	s := c.slot(h, len(e.body))
 	c.bigMu.Lock()
 	defer c.bigMu.Unlock()
 	c.bigBytes += e.cost() - s.Swap(e).cost()
@@ -112,5 +124,14 @@ func (c *decodedCache) putBig(e *decodedEntry) {
 		if v != s {
 			c.bigBytes -= v.Swap(nil).cost()
 		}
+	}
+}
+
+// dropBig removes e from big if it is still there.
+func (c *decodedCache) dropBig(h uint64, e *decodedEntry) {
+	c.bigMu.Lock()
+	defer c.bigMu.Unlock()
+	if c.big[h&(decodedBigSlots-1)].CompareAndSwap(e, nil) {
+		c.bigBytes -= e.cost()
 	}
 }
