@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/big"
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -202,5 +203,27 @@ func onlyRoundedNumbersDiffer(g, w any) bool {
 		return !ok1 || !ok2 || rg.Cmp(rw) != 0
 	default:
 		return g == w
+	}
+}
+
+// TestLongStringsMatchLibrary puts each byte that ends, escapes or breaks a string, and some
+// that do not, at every position of strings around the eight bytes the parser's fast scan
+// skips at a time: the canonical form must be the RFC 8785 library's, and what the library
+// refuses (a control character, a bad escape) must be refused.
+func TestLongStringsMatchLibrary(t *testing.T) {
+	specials := []string{`"`, `\`, `\"`, `\\`, `\n`, `\/`, `\u00e9`, `\u001f`, `\u00`, "\x00", "\x1f", "\n", " ", "\x7f", "é", "😀", "<", "\u2028"}
+	for n := range 26 {
+		for pos := 0; pos <= n; pos++ {
+			for _, sp := range specials {
+				s := strings.Repeat("a", pos) + sp + strings.Repeat("b", n-pos)
+				for _, in := range []string{`"` + s + `"`, `["` + s + `",1]`, `{"` + s + `":"` + s + `","a":0}`} {
+					got, err := JSON([]byte(in))
+					want, lerr := jcs.Transform([]byte(in))
+					if (err == nil) != (lerr == nil) || !bytes.Equal(got, want) {
+						t.Fatalf("JSON(%q) = %q, %v; the library gives %q, %v", in, got, err, want, lerr)
+					}
+				}
+			}
+		}
 	}
 }

@@ -1,5 +1,7 @@
 package canon
 
+import "encoding/binary"
+
 // Valid reports whether b is exactly one JSON text, with the answer of encoding/json's Valid
 // on every input: the same grammar, strings that may hold any byte but a control character
 // (invalid UTF-8 included), and the same limit of 10,000 nested arrays and objects. It only
@@ -116,9 +118,14 @@ var inString = func() (t [256]bool) {
 	return t
 }()
 
-// stringEnd returns the index after the string starting at b[i] == '"', or -1.
+// stringEnd returns the index after the string starting at b[i] == '"', or -1. It skips eight
+// bytes at a time while they all stand for themselves (a large tool call's arguments are
+// mostly long strings).
 func stringEnd(b []byte, i int) int {
 	for i++; i < len(b); i++ {
+		for len(b)-i >= 8 && inString8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		for i < len(b) && inString[b[i]] {
 			i++
 		}
@@ -148,6 +155,18 @@ func stringEnd(b []byte, i int) int {
 		}
 	}
 	return -1
+}
+
+// inString8 reports whether all eight bytes of x are inString: none is a quote, a backslash or
+// below 0x20. Each term has a byte's high bit set where the byte is (among others, but only if
+// some byte is) what it looks for; bytes of 0x80 and over are inString.
+func inString8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := x^(ones*'"'), x^(ones*'\\')
+	control := (x - ones*0x20) &^ x
+	quote = (quote - ones) &^ quote
+	backslash = (backslash - ones) &^ backslash
+	return (control|quote|backslash)&highs == 0
 }
 
 func isHex(c byte) bool {

@@ -43,3 +43,22 @@ func TestValidNesting(t *testing.T) {
 		t.Error("the deepest nesting encoding/json accepts was refused")
 	}
 }
+
+// TestValidLongStrings puts each byte that ends or breaks a string, and some that do not, at
+// every position of strings around the eight bytes stringEnd skips at a time, and compares
+// with encoding/json.
+func TestValidLongStrings(t *testing.T) {
+	specials := []string{`"`, `\`, `\"`, `\\`, `\n`, `\u00e9`, `\u00`, "\x00", "\x1f", "\n", " ", "\x7f", "\x80", "\xff", "é", "😀", "!", "#", "[", "]", "\\x"}
+	for n := range 26 {
+		for pos := 0; pos <= n; pos++ {
+			for _, sp := range specials {
+				s := strings.Repeat("a", pos) + sp + strings.Repeat("b", n-pos)
+				for _, b := range []string{`"` + s + `"`, `["` + s + `",1]`, `{"` + s + `":"` + s + `"}`} {
+					if got, want := Valid([]byte(b)), json.Valid([]byte(b)); got != want {
+						t.Fatalf("Valid(%q) = %v, encoding/json says %v", b, got, want)
+					}
+				}
+			}
+		}
+	}
+}

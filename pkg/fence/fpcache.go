@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 )
 
@@ -15,9 +16,19 @@ import (
 // It is direct-mapped: a call's hash picks one slot, and a newer call with the same slot
 // replaces the older one (a miss only costs canonicalisation). Slots are atomic pointers to
 // immutable entries, so a lookup takes no lock.
+//
+// Arguments over fpCacheMaxBytes (up to fpBigMaxBytes) go to big, a smaller table whose entries
+// (raw and canonical bytes) hold at most fpBigBudget bytes together: a put that would go over
+// it first evicts other big entries. Canonicalising and hashing 32 KB of arguments costs a
+// replay of a large call more than the rest of it.
 type fpCache struct {
 	seed  maphash.Seed
 	slots [fpCacheSlots]atomic.Pointer[fpEntry]
+	big   [fpBigSlots]atomic.Pointer[fpEntry]
+
+	bigMu    sync.Mutex
+	bigBytes int // the cost of big's entries (guarded by bigMu, as are all stores to big)
+	bigNext  int // the slot the next eviction looks at first (guarded by bigMu)
 }
 
 type fpEntry struct {
@@ -30,12 +41,26 @@ type fpEntry struct {
 const (
 	fpCacheBits     = 12
 	fpCacheSlots    = 1 << fpCacheBits
-	fpCacheMaxBytes = 4096 // larger arguments are not cached
+	fpCacheMaxBytes = 4096 // larger arguments go to big
+
+	fpBigBits     = 6
+	fpBigSlots    = 1 << fpBigBits
+	fpBigBudget   = 8 << 20
+	fpBigMaxBytes = 1 << 20 // larger arguments are not cached, nor an entry over a quarter of the budget
 )
+
+// cost is what an entry of big counts against fpBigBudget.
+func (e *fpEntry) cost() int {
+	if e == nil {
+		return 0
+	}
+	return len(e.raw) + len(e.canonical)
+}
 
 func newFPCache() *fpCache { return &fpCache{seed: maphash.MakeSeed()} }
 
-func (f *fpCache) slot(tool string, raw []byte) *atomic.Pointer[fpEntry] {
+// hash picks the slots of a call: its top bits index slots or big.
+func (f *fpCache) hash(tool string, raw []byte) uint64 {
 	// The arguments are hashed whole; the tool, a short name, only by its length and its
 	// first and last eight bytes (a second maphash call cost a tenth of a replay). Two tools
 	// that differ only in between share a slot for the same arguments: a miss, never a
@@ -49,12 +74,19 @@ func (f *fpCache) slot(tool string, raw []byte) *atomic.Pointer[fpEntry] {
 		first = binary.LittleEndian.Uint64(w[:])
 	}
 	t := (first ^ bits.RotateLeft64(last, 29) ^ uint64(len(tool))<<56) * 0x9e3779b97f4a7c15
-	h := maphash.Bytes(f.seed, raw) ^ t
+	return maphash.Bytes(f.seed, raw) ^ t
+}
+
+func (f *fpCache) slot(tool string, raw []byte) *atomic.Pointer[fpEntry] {
+	h := f.hash(tool, raw)
+	if len(raw) > fpCacheMaxBytes {
+		return &f.big[h>>(64-fpBigBits)]
+	}
 	return &f.slots[h>>(64-fpCacheBits)]
 }
 
 func (f *fpCache) get(tool string, raw []byte) ([]byte, string, bool) {
-	if len(raw) > fpCacheMaxBytes {
+	if len(raw) > fpBigMaxBytes {
 		return nil, "", false
 	}
 	e := f.slot(tool, raw).Load()
@@ -65,8 +97,22 @@ func (f *fpCache) get(tool string, raw []byte) ([]byte, string, bool) {
 }
 
 func (f *fpCache) put(tool string, raw, canonical []byte, fp string) {
-	if len(raw) > fpCacheMaxBytes {
+	if len(raw) > fpBigMaxBytes || len(raw)+len(canonical) > fpBigBudget/4 {
+		return // (canonical numbers can be a few times longer than the raw ones)
+	}
+	s, e := f.slot(tool, raw), &fpEntry{tool: tool, raw: bytes.Clone(raw), canonical: canonical, fp: fp}
+	if len(raw) <= fpCacheMaxBytes {
+		s.Store(e)
 		return
 	}
-	f.slot(tool, raw).Store(&fpEntry{tool: tool, raw: bytes.Clone(raw), canonical: canonical, fp: fp})
+	f.bigMu.Lock()
+	defer f.bigMu.Unlock()
+	f.bigBytes += e.cost() - s.Swap(e).cost()
+	for i := 0; f.bigBytes > fpBigBudget && i < fpBigSlots; i++ {
+		v := &f.big[f.bigNext]
+		f.bigNext = (f.bigNext + 1) % fpBigSlots
+		if v != s {
+			f.bigBytes -= v.Swap(nil).cost()
+		}
+	}
 }

@@ -1,6 +1,10 @@
 package fence
 
-import "testing"
+import (
+	"bytes"
+	"fmt"
+	"testing"
+)
 
 // Tools that the slot's cheap tool hash cannot tell apart (same length, same first and last
 // eight bytes) share a slot for the same arguments: each lookup is then a miss or its own
@@ -22,5 +26,47 @@ func TestFPCacheNeverAnswersForAnotherTool(t *testing.T) {
 				t.Fatalf("round %d: %q missed just after its put (%q, %v)", round, tool, fp, ok)
 			}
 		}
+	}
+}
+
+// Arguments over fpCacheMaxBytes are cached too, in a table that never holds more than
+// fpBigBudget bytes: old entries go, the newest stays, and its bookkeeping matches what its
+// slots hold. Arguments over fpBigMaxBytes are not cached; small ones still are.
+func TestFPCacheBigArgs(t *testing.T) {
+	f := newFPCache()
+	sizes := []int{fpCacheMaxBytes + 1, 32 << 10, 300 << 10, fpBigMaxBytes}
+	for i := range 400 {
+		raw := bytes.Repeat([]byte{'a' + byte(i%26)}, sizes[i%len(sizes)])
+		raw[0] = byte(i >> 8)
+		fp := fmt.Sprint("fp", i)
+		f.put("tool", raw, raw[:len(raw)/2], fp)
+		if _, got, ok := f.get("tool", raw); !ok || got != fp {
+			t.Fatalf("put %d (%d bytes): the newest entry is not cached (%q, %v)", i, len(raw), got, ok)
+		}
+		if _, _, ok := f.get("other", raw); ok {
+			t.Fatalf("put %d: another tool hit the entry", i)
+		}
+		sum := 0
+		for j := range f.big {
+			sum += f.big[j].Load().cost()
+		}
+		if sum != f.bigBytes || sum > fpBigBudget {
+			t.Fatalf("put %d: the big table holds %d bytes, counts %d, budget %d", i, sum, f.bigBytes, fpBigBudget)
+		}
+	}
+	huge := make([]byte, fpBigMaxBytes+1)
+	f.put("tool", huge, huge, "huge")
+	if _, _, ok := f.get("tool", huge); ok {
+		t.Fatal("arguments over fpBigMaxBytes were cached")
+	}
+	expanded := make([]byte, 64<<10)
+	f.put("tool", expanded, make([]byte, fpBigBudget/4), "expanded")
+	if _, _, ok := f.get("tool", expanded); ok {
+		t.Fatal("an entry over a quarter of the budget was cached")
+	}
+	small := []byte(`{"a":1}`)
+	f.put("tool", small, small, "small")
+	if _, fp, ok := f.get("tool", small); !ok || fp != "small" {
+		t.Fatal("small arguments were not cached")
 	}
 }

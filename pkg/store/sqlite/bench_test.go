@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"database/sql"
 	"fmt"
 	"os"
@@ -44,6 +45,55 @@ func writeSync(b *testing.B, f *os.File, i int) {
 	}
 	if err := f.Sync(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkFsyncFloorFrames is the I/O floor of a transaction that appends n WAL frames: n
+// pages of 4 KB, each written as SQLite writes a frame (its 24-byte header, then the page),
+// then one fsync, overwriting a file whose blocks exist (as a WAL restarted after a
+// checkpoint is). "floors" is its time in units of BenchmarkFsyncFloor's, measured alongside.
+// A claim at body=64KB appends 13 frames and its commit 22 (the 32 KB claim's overflow chain
+// is freed and the 64 KB record's written); at 1.1 KB, 4 and 4.
+func BenchmarkFsyncFloorFrames(b *testing.B) {
+	for _, n := range []int{1, 4, 13, 22} {
+		b.Run(fmt.Sprintf("frames=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			f, err := os.Create(filepath.Join(dir, "wal"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			const frame, region = 24 + 4096, 1024
+			page := make([]byte, frame)
+			if _, err := f.WriteAt(make([]byte, frame*region), 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			floor := floorBefore(b, dir)
+			next := 0
+			for i := 0; b.Loop(); i++ {
+				for range n {
+					page[0] = byte(i)
+					off := int64(next%region) * frame
+					if _, err := f.WriteAt(page[:24], off); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := f.WriteAt(page[24:], off+24); err != nil {
+						b.Fatal(err)
+					}
+					next++
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			avg := (floor + fsyncFloor(b, dir)) / 2
+			b.ReportMetric(float64(avg.Nanoseconds()), "floor-ns")
+			b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(avg), "floors")
+		})
 	}
 }
 
@@ -110,17 +160,34 @@ type bencher struct {
 	dir  string
 	args []byte // the call's arguments, padded so that the record reaches its size
 	body int    // the size of a done record's body (reported as body-bytes)
+
+	// idAt, when not 0, is where the digits of a call id sit in args: each call numbers its
+	// own copy of the arguments, so no two calls send the same bytes (newDistinctBencher).
+	idAt int
 }
 
 // newBencher opens a ledger and pads the arguments so that a done record's body (which holds
 // the arguments twice, in the record and in its cert) is about size bytes; the size reached is
-// reported as body-bytes.
+// reported as body-bytes. Every call sends the same arguments, as retries and repeated calls
+// do: the engine's cache of canonical arguments answers for them.
 func newBencher(b *testing.B, size int) *bencher {
+	return newBencherArgs(b, size, padArgs)
+}
+
+// newDistinctBencher is newBencher for calls whose arguments all differ (in a call id), as
+// fresh calls' do: each is canonicalised and hashed.
+func newDistinctBencher(b *testing.B, size int) *bencher {
+	z := newBencherArgs(b, size, padArgsID)
+	z.idAt = bytes.Index(z.args, []byte(`"id":"`)) + len(`"id":"`)
+	return z
+}
+
+func newBencherArgs(b *testing.B, size int, pad func(int) []byte) *bencher {
 	eng, st, dir := benchEngine(b)
-	z := &bencher{eng: eng, st: st, dir: dir, args: padArgs(0)}
+	z := &bencher{eng: eng, st: st, dir: dir, args: pad(0)}
 	z.admitCommit(b, "bench:calibrate")
 	base := z.bodyBytes(b)
-	z.args = padArgs(max(0, (size-base)/2))
+	z.args = pad(max(0, (size-base)/2))
 	z.admitCommit(b, "bench:calibrated")
 	z.body = z.bodyBytes(b)
 	return z
@@ -128,6 +195,10 @@ func newBencher(b *testing.B, size int) *bencher {
 
 func padArgs(n int) []byte {
 	return []byte(fmt.Sprintf(`{"amount":4900,"currency":"eur","memo":%q}`, strings.Repeat("x", n)))
+}
+
+func padArgsID(n int) []byte {
+	return []byte(fmt.Sprintf(`{"amount":4900,"currency":"eur","id":"000000000","memo":%q}`, strings.Repeat("x", n)))
 }
 
 // bodyBytes is the size of the largest record body in the ledger, read on a connection of its
@@ -146,7 +217,13 @@ func (z *bencher) bodyBytes(b *testing.B) int {
 }
 
 func (z *bencher) admitCommit(b *testing.B, intent string) {
-	adm, err := z.eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: z.args, Agent: "bench"})
+	args := z.args
+	if z.idAt > 0 {
+		args = bytes.Clone(args)
+		id := strconv.AppendUint(nil, idCounter.Add(1), 10)
+		copy(args[z.idAt+9-len(id):z.idAt+9], id)
+	}
+	adm, err := z.eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: args, Agent: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -195,6 +272,28 @@ func BenchmarkAdmitCommit(b *testing.B) {
 	for _, bs := range bodySizes {
 		b.Run("body="+bs.name, func(b *testing.B) {
 			z := newBencher(b, bs.bytes)
+			floor := floorBefore(b, z.dir)
+			r0, w0 := ioCounts()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				z.admitCommit(b, fmt.Sprintf("bench:%d", i))
+			}
+			b.StopTimer()
+			reportIO(b, z, r0, w0)
+			reportFloor(b, z.dir, floor, b.Elapsed())
+		})
+	}
+}
+
+// idCounter numbers the calls of newDistinctBencher's benchers.
+var idCounter atomic.Uint64
+
+// BenchmarkAdmitCommitDistinctArgs is BenchmarkAdmitCommit with arguments that differ from
+// call to call (in a call id), as fresh calls' do: no cache of canonical arguments helps.
+func BenchmarkAdmitCommitDistinctArgs(b *testing.B) {
+	for _, bs := range bodySizes {
+		b.Run("body="+bs.name, func(b *testing.B) {
+			z := newDistinctBencher(b, bs.bytes)
 			floor := floorBefore(b, z.dir)
 			r0, w0 := ioCounts()
 			b.ResetTimer()

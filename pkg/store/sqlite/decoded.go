@@ -3,6 +3,7 @@ package sqlite
 import (
 	"bytes"
 	"hash/maphash"
+	"sync"
 	"sync/atomic"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -14,12 +15,26 @@ import (
 // to equal the remembered one byte for byte, so the cache can never answer with anything but
 // what decoding those bytes gives; a record changed by any process simply misses.
 //
+// Bodies up to decodedMaxBody go to slots, one per intent hash. Larger ones (a tool call with
+// tens of kilobytes of arguments, whose decoding costs more than the rest of its admission and
+// commit together) go to big, a smaller table that holds at most decodedBigBudget bytes: an
+// entry counts twice its body (the body, and the decoded record, whose strings and raw values
+// are pieces of the body, unescaped, and whose other fields are few), and a put that would go
+// over the budget first evicts other big entries. Lookups take no lock; puts to big take bigMu. For a record in big, Get
+// asks SQLite whether the file still holds the cached bytes (qGetUnchanged) rather than
+// reading them out.
+//
 // Records handed out are shared by every hit. fence.Tx allows it: the engine never changes a
 // record it got (it copies one to write a new version), as with the memory store, which hands
 // out the records it holds.
 type decodedCache struct {
 	seed  maphash.Seed
 	slots [decodedSlots]atomic.Pointer[decodedEntry]
+	big   [decodedBigSlots]atomic.Pointer[decodedEntry]
+
+	bigMu    sync.Mutex
+	bigBytes int // the cost of big's entries (guarded by bigMu, as are all stores to big)
+	bigNext  int // the slot the next eviction looks at first (guarded by bigMu)
 }
 
 type decodedEntry struct {
@@ -28,36 +43,95 @@ type decodedEntry struct {
 	rec    *fence.Record
 }
 
+// cost is what an entry of big counts against decodedBigBudget.
+func (e *decodedEntry) cost() int {
+	if e == nil {
+		return 0
+	}
+	return 2 * len(e.body)
+}
+
 const (
 	decodedSlots   = 2048 // a power of two
 	decodedMaxBody = 16 << 10
+
+	// big holds the records of the calls in flight at 64 KB (16 callers' claims and done
+	// records cost about 3 MB) and the hot duplicates of large calls, in at most 8 MB.
+	decodedBigSlots  = 64 // a power of two
+	decodedBigBudget = 8 << 20
+	decodedBigMax    = 1 << 20 // larger bodies are not cached (one would take a quarter of big)
 )
 
 func newDecodedCache() *decodedCache { return &decodedCache{seed: maphash.MakeSeed()} }
 
-func (c *decodedCache) slot(intent string) *atomic.Pointer[decodedEntry] {
-	return &c.slots[maphash.String(c.seed, intent)&(decodedSlots-1)]
+func (c *decodedCache) hash(intent string) uint64 { return maphash.String(c.seed, intent) }
+
+func (c *decodedCache) slot(h uint64, size int) *atomic.Pointer[decodedEntry] {
+	if size > decodedMaxBody {
+		return &c.big[h&(decodedBigSlots-1)]
+	}
+	return &c.slots[h&(decodedSlots-1)]
 }
 
-func (c *decodedCache) get(intent string, body []byte) *fence.Record {
-	e := c.slot(intent).Load()
+// bigEntry is the entry of big for intent (h is its hash), or nil.
+func (c *decodedCache) bigEntry(h uint64, intent string) *decodedEntry {
+	e := c.big[h&(decodedBigSlots-1)].Load()
+	if e == nil || e.intent != intent {
+		return nil
+	}
+	return e
+}
+
+func (c *decodedCache) get(h uint64, intent string, body []byte) *fence.Record {
+	if len(body) > decodedBigMax {
+		return nil
+	}
+	e := c.slot(h, len(body)).Load()
 	if e == nil || e.intent != intent || !bytes.Equal(e.body, body) {
 		return nil
 	}
 	return e.rec
 }
 
-func (c *decodedCache) put(intent string, body []byte, rec *fence.Record) {
-	if len(body) <= decodedMaxBody {
-		c.putOwned(intent, bytes.Clone(body), rec)
+func (c *decodedCache) put(h uint64, intent string, body []byte, rec *fence.Record) {
+	if len(body) <= decodedBigMax {
+		c.putOwned(h, intent, bytes.Clone(body), rec)
 	}
 }
 
 // putOwned is put for a body that nobody will change: the cache keeps it as it is. rec must
 // be exactly what decoding body gives (fence.EncodeRecordDecoded's record is).
-func (c *decodedCache) putOwned(intent string, body []byte, rec *fence.Record) {
-	if len(body) > decodedMaxBody {
-		return
+func (c *decodedCache) putOwned(h uint64, intent string, body []byte, rec *fence.Record) {
+	switch {
+	case len(body) > decodedBigMax:
+	case len(body) > decodedMaxBody:
+		c.putBig(h, &decodedEntry{intent: intent, body: body, rec: rec})
+	default:
+		c.slot(h, len(body)).Store(&decodedEntry{intent: intent, body: body, rec: rec})
 	}
-	c.slot(intent).Store(&decodedEntry{intent: intent, body: body, rec: rec})
+}
+
+// putBig stores e in big, then evicts other entries, taking the slots in turn from where the
+// last eviction stopped, until big's entries cost no more than decodedBigBudget.
+func (c *decodedCache) putBig(h uint64, e *decodedEntry) {
+	s := c.slot(h, len(e.body))
+	c.bigMu.Lock()
+	defer c.bigMu.Unlock()
+	c.bigBytes += e.cost() - s.Swap(e).cost()
+	for i := 0; c.bigBytes > decodedBigBudget && i < decodedBigSlots; i++ {
+		v := &c.big[c.bigNext]
+		c.bigNext = (c.bigNext + 1) % decodedBigSlots
+		if v != s {
+			c.bigBytes -= v.Swap(nil).cost()
+		}
+	}
+}
+
+// dropBig removes e from big if it is still there.
+func (c *decodedCache) dropBig(h uint64, e *decodedEntry) {
+	c.bigMu.Lock()
+	defer c.bigMu.Unlock()
+	if c.big[h&(decodedBigSlots-1)].CompareAndSwap(e, nil) {
+		c.bigBytes -= e.cost()
+	}
 }

@@ -137,7 +137,7 @@ func (r *rawRows) Close() error {
 	return err
 }
 
-// Scan copies the current row into dest (*string, *[]byte, *int64 or *int). The driver hands
+// Scan copies the current row into dest (*string, *[]byte, *int64, *int or *any). The driver hands
 // out a fresh slice for every blob, so a *[]byte keeps it without copying.
 func (r *rawRows) Scan(dest ...any) error {
 	if len(dest) != len(r.vals) {
@@ -163,6 +163,8 @@ func (r *rawRows) Scan(dest ...any) error {
 			case nil:
 				*d, ok = nil, true
 			}
+		case *any:
+			*d, ok = v, true
 		case *int64:
 			if v, isInt := v.(int64); isInt {
 				*d, ok = v, true

@@ -15,7 +15,12 @@ import (
 // The fixed queries, prepared once on each connection (see prepareOn).
 const (
 	qGet = "SELECT body FROM records WHERE intent = ?"
-	qPut = `INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
+	// qGetUnchanged is qGet for a record whose large body the store has decoded before (?2):
+	// 1 when the file holds those very bytes, the body otherwise. SQLite compares them where
+	// they are; a hit copies no body out of SQLite and allocates none (body is a BLOB column,
+	// never the integer 1).
+	qGetUnchanged = "SELECT CASE WHEN body = ?2 THEN 1 ELSE body END FROM records WHERE intent = ?1"
+	qPut          = `INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT(intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at,
 		cert_hash = excluded.cert_hash, body = excluded.body`
 	qDelete       = "DELETE FROM records WHERE intent = ?"
@@ -41,7 +46,7 @@ const (
 	qRelease    = "RELEASE u"
 )
 
-var preparedQueries = []string{qSavepoint, qRollbackTo, qRelease, qGet, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
+var preparedQueries = []string{qSavepoint, qRollbackTo, qRelease, qGet, qGetUnchanged, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
 
 // Transaction control of the writer's connection, prepared once with the other statements.
 const (
@@ -126,19 +131,24 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 	return &rec, nil
 }
 
-// decodeCached is decode through the store's cache of decoded records (decoded.go).
-func (t *txn) decodeCached(intent string, body []byte) (*fence.Record, error) {
-	if rec := t.s.decoded.get(intent, body); rec != nil {
+// decodeCached is decode through the store's cache of decoded records (decoded.go); h is
+// intent's hash in it.
+func (t *txn) decodeCached(h uint64, intent string, body []byte) (*fence.Record, error) {
+	if rec := t.s.decoded.get(h, intent, body); rec != nil {
 		return rec, nil
 	}
 	rec, err := t.decode(intent, body)
 	if err == nil {
-		t.s.decoded.put(intent, body, rec)
+		t.s.decoded.put(h, intent, body, rec)
 	}
 	return rec, err
 }
 
 func (t *txn) Get(intent string) (*fence.Record, error) {
+	h := t.s.decoded.hash(intent)
+	if e := t.s.decoded.bigEntry(h, intent); e != nil {
+		return t.getUnchanged(h, e)
+	}
 	var body []byte
 	err := t.queryRow(qGet, []any{intent}, &body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -147,7 +157,35 @@ func (t *txn) Get(intent string) (*fence.Record, error) {
 	if err != nil {
 		return nil, t.s.wrap(err)
 	}
-	return t.decodeCached(intent, body)
+	return t.decodeCached(h, intent, body)
+}
+
+// getUnchanged is Get for an intent whose large record the cache holds as e: e's record when
+// the file holds e's bytes, else the record the file holds.
+func (t *txn) getUnchanged(h uint64, e *decodedEntry) (*fence.Record, error) {
+	var v any
+	err := t.queryRow(qGetUnchanged, []any{e.intent, e.body}, &v)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, t.s.wrap(err)
+	}
+	if v, ok := v.(int64); ok && v == 1 {
+		return e.rec, nil
+	}
+	// The record changed (or went): e will not answer again and would only cost every later
+	// Get a comparison.
+	t.s.decoded.dropBig(h, e)
+	switch v := v.(type) {
+	case nil:
+		if err != nil {
+			return nil, nil // no record
+		}
+		return t.decodeCached(h, e.intent, nil) // an empty blob
+	case []byte:
+		return t.decodeCached(h, e.intent, v)
+	case string:
+		return t.decodeCached(h, e.intent, []byte(v))
+	}
+	return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds a record for intent %q that is not a blob (%T)", e.intent, v)}
 }
 
 func nanos(at time.Time) any {
@@ -176,7 +214,7 @@ func (t *txn) Put(rec *fence.Record) error {
 		// The commit of a fresh call reads this claim back: it finds these bytes and is
 		// answered without decoding them. Should this transaction roll back, the file holds
 		// other bytes and the entry simply misses (decodedCache answers only for equal bytes).
-		t.s.decoded.putOwned(rec.Intent, body, decoded)
+		t.s.decoded.putOwned(t.s.decoded.hash(rec.Intent), rec.Intent, body, decoded)
 	}
 	return nil
 }
@@ -276,7 +314,7 @@ func (t *txn) CertByHash(hash string) (*fence.Record, error) {
 	if err != nil {
 		return nil, t.s.wrap(err)
 	}
-	return t.decodeCached(intent, body)
+	return t.decodeCached(t.s.decoded.hash(intent), intent, body)
 }
 
 // seqs are uint64 in the engine and INTEGER (int64) in SQLite; no ledger reaches 2^63.
