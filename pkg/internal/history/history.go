@@ -70,6 +70,10 @@ type Config struct {
 	// process the harness starts and talks to) or "http" (each is `wrap --listen` on a port of
 	// its own, kept across restarts, and the clients are Streamable HTTP clients).
 	Front string
+	// Pad, when over 0, adds a string of Pad bytes to every call's arguments (the same for
+	// every duplicate), so that records take the ledger's large-record paths (arguments over
+	// 4 KB and records over 16 KB are cached in tables of their own).
+	Pad int
 }
 
 // Fault is one thing the nemesis did.
@@ -381,7 +385,11 @@ func (r *run) client(ctx context.Context, w *wrapSlot) {
 			return
 		}
 		op, ms := r.nextOpName()
-		args, _ := json.Marshal(map[string]any{"op": op, "ms": ms})
+		a := map[string]any{"op": op, "ms": ms}
+		if r.cfg.Pad > 0 {
+			a["pad"] = strings.Repeat("p", r.cfg.Pad)
+		}
+		args, _ := json.Marshal(a)
 		o := Op{Wrap: w.i, Gen: gen, Op: op, StartMs: r.ms()}
 		// The harness gives up on an answer only long after every wait and lease (then the call
 		// counts as cut).

@@ -37,6 +37,7 @@ func run() int {
 	clients := flag.Int("clients", 4, "concurrent calls per wrap")
 	lease := flag.Duration("lease", 2*time.Second, "the wraps' lease")
 	front := flag.String("front", "stdio", "how clients reach the wraps: stdio, http (each wrap is `wrap --listen`) or both")
+	pad := flag.Int("pad", 0, "bytes of padding in every call's arguments (e.g. 12000: large records)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "history: unexpected argument %q\n", flag.Arg(0))
@@ -92,7 +93,7 @@ func run() int {
 		}
 		rep, err := history.Run(context.Background(), history.Config{
 			Seed: *seed, Duration: *duration, Ledger: l, Postgres: os.Getenv("EFFECTFENCE_TEST_POSTGRES"),
-			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr, Front: ro.front,
+			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr, Front: ro.front, Pad: *pad,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
