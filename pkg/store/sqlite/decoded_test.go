@@ -3,6 +3,7 @@ package sqlite
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -273,5 +274,74 @@ func TestDecodedCacheLargeRecordShrinksOrGoes(t *testing.T) {
 	}
 	if a.decoded.bigEntry(h, "i") != nil || a.decoded.bigBytes != 0 {
 		t.Fatal("the deleted large record stayed in the big table")
+	}
+}
+
+// A large cached record whose body another process replaced by something that is not a blob
+// (a damaged or tampered file) is not answered from the cache: Get reports what decoding the
+// file's value gives, as it does for a record it never cached. The integer 1 is the value
+// qGetUnchanged once answered for "the bytes are unchanged".
+func TestDecodedCacheLargeRecordReplacedByNonBlob(t *testing.T) {
+	for _, value := range []string{"1", "1.0", "'1'", "x'31'", "2"} {
+		t.Run(value, func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "ledger.db")
+			s, err := Open(ctx, path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rec := &fence.Record{Intent: "i", State: fence.StateFailed, Fingerprint: "fp", Tool: "t", Reason: strings.Repeat("r", 40<<10)}
+			if err := s.Update(ctx, func(tx fence.Tx) error { return tx.Put(rec) }); err != nil {
+				t.Fatal(err)
+			}
+			get := func() (*fence.Record, error) {
+				var got *fence.Record
+				err := s.View(ctx, func(tx fence.Tx) (err error) { got, err = tx.Get("i"); return err })
+				return got, err
+			}
+			if got, err := get(); err != nil || got == nil || got.Reason != rec.Reason {
+				t.Fatalf("Get before the change: %v", err)
+			}
+			db, err := sql.Open("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			// The records table is STRICT: only a file whose schema was edited by hand holds
+			// such a body. Edit it so (as a damaged or tampered file may be).
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var ver int
+			if err := conn.QueryRowContext(ctx, "PRAGMA schema_version").Scan(&ver); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{
+				"PRAGMA writable_schema = ON",
+				"UPDATE sqlite_schema SET sql = replace(sql, ') STRICT', ')') WHERE name = 'records'",
+				fmt.Sprintf("PRAGMA schema_version = %d", ver+1),
+				"PRAGMA writable_schema = OFF",
+			} {
+				if _, err := conn.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			conn.Close()
+			db.Close()
+			db, err = sql.Open("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Exec("UPDATE records SET body = " + value + " WHERE intent = 'i'"); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := get(); err == nil {
+				t.Fatalf("the file holds %s as the record's body, and Get answered %v (reason %.10q), no error", value, got != nil, got.Reason)
+			}
+		})
 	}
 }

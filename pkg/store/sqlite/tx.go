@@ -16,10 +16,11 @@ import (
 const (
 	qGet = "SELECT body FROM records WHERE intent = ?"
 	// qGetUnchanged is qGet for a record whose large body the store has decoded before (?2):
-	// 1 when the file holds those very bytes, the body otherwise. SQLite compares them where
-	// they are; a hit copies no body out of SQLite and allocates none (body is a BLOB column,
-	// never the integer 1).
-	qGetUnchanged = "SELECT CASE WHEN body = ?2 THEN 1 ELSE body END FROM records WHERE intent = ?1"
+	// 1 when the file holds those very bytes, the body when it holds another blob, 0 when it
+	// holds no blob (only a file whose STRICT schema was edited can: the integer 1 must not
+	// pass for a hit). SQLite compares the bytes where they are; a hit copies no body out of
+	// SQLite and allocates none.
+	qGetUnchanged = "SELECT CASE WHEN body = ?2 THEN 1 WHEN typeof(body) = 'blob' THEN body ELSE 0 END FROM records WHERE intent = ?1"
 	qPut          = `INSERT INTO records(intent, state, expires_at, cert_hash, body) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT(intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at,
 		cert_hash = excluded.cert_hash, body = excluded.body`
@@ -147,7 +148,9 @@ func (t *txn) decodeCached(h uint64, intent string, body []byte) (*fence.Record,
 func (t *txn) Get(intent string) (*fence.Record, error) {
 	h := t.s.decoded.hash(intent)
 	if e := t.s.decoded.bigEntry(h, intent); e != nil {
-		return t.getUnchanged(h, e)
+		if rec, ok, err := t.getUnchanged(h, e); ok {
+			return rec, err
+		}
 	}
 	var body []byte
 	err := t.queryRow(qGet, []any{intent}, &body)
@@ -161,31 +164,29 @@ func (t *txn) Get(intent string) (*fence.Record, error) {
 }
 
 // getUnchanged is Get for an intent whose large record the cache holds as e: e's record when
-// the file holds e's bytes, else the record the file holds.
-func (t *txn) getUnchanged(h uint64, e *decodedEntry) (*fence.Record, error) {
+// the file holds e's bytes, else the record the file holds. ok is false when the file holds
+// something other than a blob: Get then reads it as it reads any record.
+func (t *txn) getUnchanged(h uint64, e *decodedEntry) (rec *fence.Record, ok bool, err error) {
 	var v any
-	err := t.queryRow(qGetUnchanged, []any{e.intent, e.body}, &v)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, t.s.wrap(err)
+	err = t.queryRow(qGetUnchanged, []any{e.intent, e.body}, &v)
+	if errors.Is(err, sql.ErrNoRows) {
+		t.s.decoded.dropBig(h, e) // the record went
+		return nil, true, nil
 	}
-	if v, ok := v.(int64); ok && v == 1 {
-		return e.rec, nil
+	if err != nil {
+		return nil, true, t.s.wrap(err)
 	}
-	// The record changed (or went): e will not answer again and would only cost every later
-	// Get a comparison.
+	if v, isInt := v.(int64); isInt && v == 1 {
+		return e.rec, true, nil
+	}
+	// The record changed: e will not answer again and would only cost every later Get a
+	// comparison.
 	t.s.decoded.dropBig(h, e)
-	switch v := v.(type) {
-	case nil:
-		if err != nil {
-			return nil, nil // no record
-		}
-		return t.decodeCached(h, e.intent, nil) // an empty blob
-	case []byte:
-		return t.decodeCached(h, e.intent, v)
-	case string:
-		return t.decodeCached(h, e.intent, []byte(v))
+	if body, isBlob := v.([]byte); isBlob {
+		rec, err := t.decodeCached(h, e.intent, body)
+		return rec, true, err
 	}
-	return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds a record for intent %q that is not a blob (%T)", e.intent, v)}
+	return nil, false, nil
 }
 
 func nanos(at time.Time) any {
