@@ -268,10 +268,14 @@ func reportIO(b *testing.B, z *bencher, r0, w0 int64) {
 // BenchmarkAdmitCommit is one goroutine admitting and committing distinct intents: the
 // latency of a fresh, durable decision plus its durable outcome (two fsynced transactions), at
 // each body size.
-func BenchmarkAdmitCommit(b *testing.B) {
+func BenchmarkAdmitCommit(b *testing.B) { benchAdmitCommit(b, newBencher) }
+
+// benchAdmitCommit runs one goroutine's admissions and commits at each body size, on the
+// benchers newZ makes.
+func benchAdmitCommit(b *testing.B, newZ func(*testing.B, int) *bencher) {
 	for _, bs := range bodySizes {
 		b.Run("body="+bs.name, func(b *testing.B) {
-			z := newBencher(b, bs.bytes)
+			z := newZ(b, bs.bytes)
 			floor := floorBefore(b, z.dir)
 			r0, w0 := ioCounts()
 			b.ResetTimer()
@@ -290,22 +294,7 @@ var idCounter atomic.Uint64
 
 // BenchmarkAdmitCommitDistinctArgs is BenchmarkAdmitCommit with arguments that differ from
 // call to call (in a call id), as fresh calls' do: no cache of canonical arguments helps.
-func BenchmarkAdmitCommitDistinctArgs(b *testing.B) {
-	for _, bs := range bodySizes {
-		b.Run("body="+bs.name, func(b *testing.B) {
-			z := newDistinctBencher(b, bs.bytes)
-			floor := floorBefore(b, z.dir)
-			r0, w0 := ioCounts()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				z.admitCommit(b, fmt.Sprintf("bench:%d", i))
-			}
-			b.StopTimer()
-			reportIO(b, z, r0, w0)
-			reportFloor(b, z.dir, floor, b.Elapsed())
-		})
-	}
-}
+func BenchmarkAdmitCommitDistinctArgs(b *testing.B) { benchAdmitCommit(b, newDistinctBencher) }
 
 // BenchmarkAdmitCommitParallel16 is 16 goroutines admitting and committing distinct intents
 // (b.N in total); group commit shares each fsync among the transactions that arrive while

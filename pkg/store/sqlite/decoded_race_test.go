@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,17 +19,7 @@ import (
 // other bytes, whatever the interleaving of puts, evictions, rollbacks and other writers.
 func TestDecodedCacheAgreesWithTheFileUnderConcurrentWriters(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	a, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(ctx, path, Options{SkipQuickCheck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoStores(t)
 	intents := []string{"i0", "i1", "i2"}
 	sizes := []int{10, 20 << 10, 24 << 10}
 	errUndo := errors.New("undo")

@@ -21,17 +21,7 @@ func TestDecodedCacheFollowsTheFile(t *testing.T) {
 	for _, size := range []int{0, 40 << 10} {
 		t.Run(fmt.Sprintf("pad=%d", size), func(t *testing.T) {
 			ctx := context.Background()
-			path := filepath.Join(t.TempDir(), "ledger.db")
-			a, err := Open(ctx, path, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			b, err := Open(ctx, path, Options{SkipQuickCheck: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
+			a, b := twoStores(t)
 			pad := strings.Repeat("x", size)
 			put := func(s *Store, reason string) {
 				t.Helper()
@@ -221,17 +211,7 @@ func TestGetOfCachedLargeRecordCopiesNoBody(t *testing.T) {
 // from the file, and its entry leaves the cache's big table.
 func TestDecodedCacheLargeRecordShrinksOrGoes(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	a, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(ctx, path, Options{SkipQuickCheck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoStores(t)
 	put := func(s *Store, reason string) {
 		t.Helper()
 		err := s.Update(ctx, func(tx fence.Tx) error {
@@ -344,4 +324,22 @@ func TestDecodedCacheLargeRecordReplacedByNonBlob(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoStores opens two stores on one new ledger file, as two processes would; the test closes
+// them.
+func twoStores(t *testing.T) (a, b *Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	a, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err = Open(context.Background(), path, Options{SkipQuickCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a, b
 }
