@@ -105,13 +105,19 @@ func (p *Proxy) priorFailure(ctx context.Context, tool string, id identity, para
 		return answer{}, false
 	}
 	switch p.askOnce(ctx, tool, id.intent, pf) {
-	case fence.Happened, fence.DidNotHappen:
+	case fence.Happened, fence.DidNotHappen, settledMeanwhile:
 		// Answer from the ledger through the normal fenced path: a replay of what was just
 		// recorded, or one run (duplicates coalesce onto it). Never a second question.
 		return p.fencedCall(context.WithValue(ctx, noElicitKey{}, true), tool, id, params, task), true
 	}
 	return answer{}, false
 }
+
+// settledMeanwhile is ask's answer when the intent is no longer fenced by the time it would
+// ask: another call's question was answered (a duplicate refused just before that answer was
+// recorded reaches askOnce after the question closed), or an operator resolved or cleared it.
+// Nobody is asked; the call goes back through the fenced path, as after an answer.
+const settledMeanwhile fence.Resolution = "settled_meanwhile"
 
 // askOnce asks about intent, or waits for the question already being asked about it.
 func (p *Proxy) askOnce(ctx context.Context, tool, intent string, pf fence.PriorFailureError) fence.Resolution {
@@ -154,6 +160,9 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 	if err != nil {
 		p.logf("intent %s: cannot read its record to ask about it: %v", intent, err)
 		return ""
+	}
+	if rec.State != fence.StateUnknown && rec.State != fence.StateFailed {
+		return settledMeanwhile
 	}
 	params, _ := json.Marshal(map[string]any{
 		"message":         p.elicitMessage(tool, intent, rec, pf),

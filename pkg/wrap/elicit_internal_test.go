@@ -1,0 +1,80 @@
+package wrap
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+)
+
+// askSink is an agent that can be asked: it counts the elicitation requests it is sent and
+// answers each with cancel, through the proxy's table of pending requests (as Dispatch would).
+type askSink struct {
+	p     *Proxy
+	asked atomic.Int32
+}
+
+func (s *askSink) Write(line []byte) error {
+	m, err := jsonrpc.Parse(line)
+	if err != nil || m.Method != "elicitation/create" {
+		return nil
+	}
+	s.asked.Add(1)
+	s.p.pmu.Lock()
+	ch := s.p.pending[string(m.ID)]
+	s.p.pmu.Unlock()
+	if ch != nil {
+		ch <- &jsonrpc.Message{ID: m.ID, Result: []byte(`{"action":"cancel"}`)}
+	}
+	return nil
+}
+
+// A call refused as prior_failure can reach askOnce after the intent was settled: a duplicate
+// refused just before another call's question was answered arrives once that question has
+// closed. It must not ask the person again; the call goes back through the fenced path. (A
+// loaded machine showed it in TestElicitationWithRealSDKClient: "asked 2 times, want 1".)
+func TestNoQuestionAboutAnIntentSettledMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	defer eng.Close()
+	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: eng, Log: io.Discard, Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &askSink{p: p}
+	p.Attach(sink)
+	p.child, p.initDone = nopBack{}, true
+	p.elicit.can = true
+
+	req := fence.Request{Intent: "pay:1", Tool: "pay", Args: []byte(`{"amount":1}`)}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Abort(ctx, *adm.Ticket, "the server died mid-call"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = eng.Prepare(ctx, req)
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) {
+		t.Fatalf("prepare of the fenced intent: %v, want prior_failure", err)
+	}
+
+	// While the intent is fenced, the person is asked (here they dismiss the question).
+	if got := p.askOnce(ctx, "pay", req.Intent, pf); got != "" || sink.asked.Load() != 1 {
+		t.Fatalf("fenced intent: answer %q after %d questions, want none after 1", got, sink.asked.Load())
+	}
+
+	// Settled meanwhile (as by another call's answered question): the same stale refusal asks
+	// nobody and sends the call back to the ledger.
+	if _, err := eng.Resolve(ctx, fence.ResolveRequest{Intent: req.Intent, How: fence.DidNotHappen, Who: "operator", Reason: "checked"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.askOnce(ctx, "pay", req.Intent, pf); got != settledMeanwhile || sink.asked.Load() != 1 {
+		t.Fatalf("settled intent: answer %q after %d questions, want %q after 1", got, sink.asked.Load(), settledMeanwhile)
+	}
+}
