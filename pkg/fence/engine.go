@@ -99,7 +99,8 @@ func (e *Engine) validate(req *Request, c *call) error {
 		args = []byte("null")
 	}
 	c.Request = *req
-	if canonical, fp, ok := e.fps.get(req.Tool, args); ok {
+	slot, canonical, fp, ok := e.fps.get(req.Tool, args)
+	if ok {
 		// The cache holds only tools that passed the check below.
 		c.args, c.fp = canonical, fp
 		return c.setStored()
@@ -111,8 +112,8 @@ func (e *Engine) validate(req *Request, c *call) error {
 	if err != nil {
 		return InvalidError{"args", err.Error()}
 	}
-	fp := canon.Sum(canon.ToolCallCanonical(req.Tool, canonical))
-	e.fps.put(req.Tool, args, canonical, fp)
+	fp = canon.Sum(canon.ToolCallCanonical(req.Tool, canonical))
+	e.fps.put(slot, req.Tool, args, canonical, fp)
 	c.args, c.fp = canonical, fp
 	return c.setStored()
 }

@@ -85,22 +85,27 @@ func (f *fpCache) slot(tool string, raw []byte) *atomic.Pointer[fpEntry] {
 	return &f.slots[h>>(64-fpCacheBits)]
 }
 
-func (f *fpCache) get(tool string, raw []byte) ([]byte, string, bool) {
+// get returns the canonical arguments and fingerprint cached for the call, and the slot the
+// call maps to, for put after a miss (the arguments are hashed once per call); the slot is nil
+// for arguments too large to cache.
+func (f *fpCache) get(tool string, raw []byte) (slot *atomic.Pointer[fpEntry], canonical []byte, fp string, ok bool) {
 	if len(raw) > fpBigMaxBytes {
-		return nil, "", false
+		return nil, nil, "", false
 	}
-	e := f.slot(tool, raw).Load()
+	slot = f.slot(tool, raw)
+	e := slot.Load()
 	if e == nil || e.tool != tool || !bytes.Equal(e.raw, raw) {
-		return nil, "", false
+		return slot, nil, "", false
 	}
-	return e.canonical, e.fp, true
+	return slot, e.canonical, e.fp, true
 }
 
-func (f *fpCache) put(tool string, raw, canonical []byte, fp string) {
-	if len(raw) > fpBigMaxBytes || len(raw)+len(canonical) > fpBigBudget/4 {
+// put caches the call's canonical arguments and fingerprint in s, the slot get returned for it.
+func (f *fpCache) put(s *atomic.Pointer[fpEntry], tool string, raw, canonical []byte, fp string) {
+	if s == nil || len(raw) > fpBigMaxBytes || len(raw)+len(canonical) > fpBigBudget/4 {
 		return // (canonical numbers can be a few times longer than the raw ones)
 	}
-	s, e := f.slot(tool, raw), &fpEntry{tool: tool, raw: bytes.Clone(raw), canonical: canonical, fp: fp}
+	e := &fpEntry{tool: tool, raw: bytes.Clone(raw), canonical: canonical, fp: fp}
 	if len(raw) <= fpCacheMaxBytes {
 		s.Store(e)
 		return

@@ -15,14 +15,14 @@ func TestFPCacheNeverAnswersForAnotherTool(t *testing.T) {
 	tools := []string{"prefix__X__suffix", "prefix__Y__suffix", "short", "shorT", ""}
 	for round := range 3 {
 		for i, tool := range tools {
-			if canonical, fp, ok := f.get(tool, raw); ok && (fp != tool || string(canonical) != tool) {
+			if _, canonical, fp, ok := f.get(tool, raw); ok && (fp != tool || string(canonical) != tool) {
 				t.Fatalf("round %d: %q got the entry of %q", round, tool, fp)
 			}
 			if round > 0 && i%2 != round%2 {
 				continue
 			}
-			f.put(tool, raw, []byte(tool), tool)
-			if _, fp, ok := f.get(tool, raw); !ok || fp != tool {
+			f.put(f.slot(tool, raw), tool, raw, []byte(tool), tool)
+			if _, _, fp, ok := f.get(tool, raw); !ok || fp != tool {
 				t.Fatalf("round %d: %q missed just after its put (%q, %v)", round, tool, fp, ok)
 			}
 		}
@@ -39,11 +39,11 @@ func TestFPCacheBigArgs(t *testing.T) {
 		raw := bytes.Repeat([]byte{'a' + byte(i%26)}, sizes[i%len(sizes)])
 		raw[0] = byte(i >> 8)
 		fp := fmt.Sprint("fp", i)
-		f.put("tool", raw, raw[:len(raw)/2], fp)
-		if _, got, ok := f.get("tool", raw); !ok || got != fp {
+		f.put(f.slot("tool", raw), "tool", raw, raw[:len(raw)/2], fp)
+		if _, _, got, ok := f.get("tool", raw); !ok || got != fp {
 			t.Fatalf("put %d (%d bytes): the newest entry is not cached (%q, %v)", i, len(raw), got, ok)
 		}
-		if _, _, ok := f.get("other", raw); ok {
+		if _, _, _, ok := f.get("other", raw); ok {
 			t.Fatalf("put %d: another tool hit the entry", i)
 		}
 		sum := 0
@@ -55,18 +55,18 @@ func TestFPCacheBigArgs(t *testing.T) {
 		}
 	}
 	huge := make([]byte, fpBigMaxBytes+1)
-	f.put("tool", huge, huge, "huge")
-	if _, _, ok := f.get("tool", huge); ok {
+	f.put(f.slot("tool", huge), "tool", huge, huge, "huge")
+	if _, _, _, ok := f.get("tool", huge); ok {
 		t.Fatal("arguments over fpBigMaxBytes were cached")
 	}
 	expanded := make([]byte, 64<<10)
-	f.put("tool", expanded, make([]byte, fpBigBudget/4), "expanded")
-	if _, _, ok := f.get("tool", expanded); ok {
+	f.put(f.slot("tool", expanded), "tool", expanded, make([]byte, fpBigBudget/4), "expanded")
+	if _, _, _, ok := f.get("tool", expanded); ok {
 		t.Fatal("an entry over a quarter of the budget was cached")
 	}
 	small := []byte(`{"a":1}`)
-	f.put("tool", small, small, "small")
-	if _, fp, ok := f.get("tool", small); !ok || fp != "small" {
+	f.put(f.slot("tool", small), "tool", small, small, "small")
+	if _, _, fp, ok := f.get("tool", small); !ok || fp != "small" {
 		t.Fatal("small arguments were not cached")
 	}
 }
