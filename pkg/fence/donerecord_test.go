@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // fillEveryField sets every field of the struct v points to to a value of its own, distinct
@@ -77,5 +78,23 @@ func TestDoneRecordCopiesEveryField(t *testing.T) {
 	fillEveryField(t, &c)
 	if cp := c.copy(); !reflect.DeepEqual(*cp, c) || cp == &c {
 		t.Errorf("Cert.copy = %+v; want a new %+v", *cp, c)
+	}
+}
+
+// TestRecordObjectsStaySmall: the objects every fresh call leaves for the collector (the claim
+// with its ticket, the done record, the cert with its digests) stay within the 512 bytes up to
+// which the collector marks objects span by span, in allocation order; a larger one is marked
+// alone, in the order the memory store's map finds it (see doneRecord). A field added to
+// Record, Ticket or Cert that crosses the line fails here rather than only in a benchmark.
+func TestRecordObjectsStaySmall(t *testing.T) {
+	const small = 512
+	for name, size := range map[string]uintptr{
+		"claimAlloc (claim and ticket)":    unsafe.Sizeof(claimAlloc{}),
+		"Record (done record)":             unsafe.Sizeof(Record{}),
+		"certAlloc (cert and its digests)": unsafe.Sizeof(certAlloc{}),
+	} {
+		if size > small {
+			t.Errorf("%s is %d bytes; more than %d", name, size, small)
+		}
 	}
 }
