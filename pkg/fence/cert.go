@@ -181,7 +181,7 @@ func (c *Cert) appendCanonicalBody(b []byte, args, result []byte, digest *[canon
 	b = append(b, `,"tool":`...)
 	b = canon.AppendString(b, c.Tool)
 	b = append(b, `,"vector_clock":`...)
-	b = c.Clock.appendCanonical(b)
+	b = c.Clock.appendCanonicalOf(b, c.Agent)
 	return append(b, '}'), nil
 }
 

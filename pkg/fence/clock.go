@@ -96,6 +96,28 @@ func (v VectorClock) appendCanonical(b []byte) []byte {
 	return append(b, '}')
 }
 
+// appendCanonicalOf is appendCanonical for the clock of a record or cert decided by agent,
+// which most often holds agent alone (a claim's own first tick): such a clock is written from
+// one lookup, without ranging over the map and sorting its keys (setting up the iterator was
+// most of the cost of writing a one-agent clock, about 3 % of a fresh admission and commit).
+func (v VectorClock) appendCanonicalOf(b []byte, agent string) []byte {
+	if len(v) != 1 {
+		return v.appendCanonical(b)
+	}
+	n, ok := v[agent]
+	switch {
+	case !ok:
+		return v.appendCanonical(b)
+	case n == 0:
+		return append(b, '{', '}')
+	}
+	b = append(b, '{')
+	b = canon.AppendString(b, agent)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, n, 10)
+	return append(b, '}')
+}
+
 // Digest is the hex SHA-256 of Canonical: stable across processes and languages.
 func (v VectorClock) Digest() string {
 	s := sha256.Sum256(v.Canonical())

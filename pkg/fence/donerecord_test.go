@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // fillEveryField sets every field of the struct v points to to a value of its own, distinct
@@ -57,25 +58,43 @@ func TestDoneRecordCopiesEveryField(t *testing.T) {
 	claim.KeepResult = KeepFull
 	claim.Seq = 7 // a cert's seq is at most 2^53
 	now := time.Date(2026, 2, 3, 4, 5, 6, 7, time.UTC)
-	da, err := e.doneRecord(&claim, []byte(`{"ok":true}`), now)
+	done, err := e.doneRecord(&claim, []byte(`{"ok":true}`), now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := claim
-	want.State, want.UpdatedAt, want.ExpiresAt, want.Reason, want.Cert = StateDone, now, now.Add(e.cfg.ResultTTL), "", &da.cert
-	if !reflect.DeepEqual(da.rec, want) {
-		t.Errorf("done record\n%+v\nwant the claim as done\n%+v", da.rec, want)
+	want.State, want.UpdatedAt, want.ExpiresAt, want.Reason, want.Cert = StateDone, now, now.Add(e.cfg.ResultTTL), "", done.Cert
+	if !reflect.DeepEqual(*done, want) {
+		t.Errorf("done record\n%+v\nwant the claim as done\n%+v", *done, want)
 	}
-	if da.rec.Cert != &da.cert {
-		t.Error("the done record does not point to its own cert")
+	if done.Cert == nil || done.Cert == claim.Cert {
+		t.Error("the done record has no cert of its own")
 	}
-	if h, err := da.cert.ComputeHash(); err != nil || h != da.cert.Hash {
-		t.Errorf("cert hash %q; recomputed %q, %v", da.cert.Hash, h, err)
+	if h, err := done.Cert.ComputeHash(); err != nil || h != done.Cert.Hash {
+		t.Errorf("cert hash %q; recomputed %q, %v", done.Cert.Hash, h, err)
 	}
 
 	var c Cert
 	fillEveryField(t, &c)
 	if cp := c.copy(); !reflect.DeepEqual(*cp, c) || cp == &c {
 		t.Errorf("Cert.copy = %+v; want a new %+v", *cp, c)
+	}
+}
+
+// TestRecordObjectsStaySmall: the objects every fresh call leaves for the collector (the claim
+// with its ticket, the done record, the cert with its digests) stay within the 512 bytes up to
+// which the collector marks objects span by span, in allocation order; a larger one is marked
+// alone, in the order the memory store's map finds it (see doneRecord). A field added to
+// Record, Ticket or Cert that crosses the line fails here rather than only in a benchmark.
+func TestRecordObjectsStaySmall(t *testing.T) {
+	const small = 512
+	for name, size := range map[string]uintptr{
+		"claimAlloc (claim and ticket)":    unsafe.Sizeof(claimAlloc{}),
+		"Record (done record)":             unsafe.Sizeof(Record{}),
+		"certAlloc (cert and its digests)": unsafe.Sizeof(certAlloc{}),
+	} {
+		if size > small {
+			t.Errorf("%s is %d bytes; more than %d", name, size, small)
+		}
 	}
 }

@@ -77,7 +77,7 @@ func appendRecord(b []byte, r *Record) (_ []byte, ok bool) {
 	}
 	if len(r.Clock) > 0 {
 		b = append(b, `,"vector_clock":`...)
-		b = r.Clock.appendCanonical(b) // VectorClock.MarshalJSON
+		b = r.Clock.appendCanonicalOf(b, r.Agent) // VectorClock.MarshalJSON
 	}
 	// time.Time is a struct, which omitempty never omits: expires_at is always written.
 	for _, f := range [...]struct {
@@ -151,7 +151,7 @@ func appendCert(b []byte, c *Cert, written json.RawMessage) (_ []byte, ok bool) 
 	}
 	b = appendOptString(b, `,"result_sha256":`, c.ResultSHA256)
 	b = append(b, `,"vector_clock":`...)
-	b = c.Clock.appendCanonical(b) // VectorClock.MarshalJSON, which writes {} for nil too
+	b = c.Clock.appendCanonicalOf(b, c.Agent) // VectorClock.MarshalJSON, which writes {} for nil too
 	b = append(b, `,"read_set":`...)
 	if c.ReadSet == nil {
 		b = append(b, "null"...)

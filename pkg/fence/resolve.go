@@ -198,18 +198,18 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 			if r.Ref != "" {
 				reason += " (reference: " + r.Ref + ")"
 			}
-			da, err := e.doneRecord(rec, res, now)
+			done, err := e.doneRecord(rec, res, now)
 			if err != nil {
 				return err
 			}
 			// Not the claim's any more: its own late settle is refused and audited.
-			da.rec.Nonce = ""
-			if err := tx.Put(&da.rec); err != nil {
+			done.Nonce = ""
+			if err := tx.Put(done); err != nil {
 				return err
 			}
-			answer := da.cert
+			answer := *done.Cert
 			out.Cert = &answer
-			reason += "; recorded done with cert " + da.cert.Hash
+			reason += "; recorded done with cert " + done.Cert.Hash
 		case DidNotHappen:
 			if err := tx.Delete(r.Intent); err != nil {
 				return err
