@@ -56,6 +56,7 @@ import (
 	"math/big"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -86,6 +87,7 @@ type Config struct {
 type Store struct {
 	pool     *pgxpool.Pool
 	schema   string
+	chanName string // the NOTIFY channel of schema (see channel)
 	instance string // names this store's counter shards
 
 	// hook, when set (tests only), is called at named points of a transaction with the
@@ -189,7 +191,7 @@ func (s *Store) init(ctx context.Context, schema, first string) error {
 			return errors.New("no schema is selected: set search_path in the URL")
 		}
 	}
-	s.schema = schema
+	s.schema, s.chanName = schema, channelOf(schema)
 	if err := migrate(ctx, conn.Conn(), schema, create); err != nil {
 		return err
 	}
@@ -542,6 +544,11 @@ func (s *Store) isHot(domain string) bool {
 		return false
 	}
 	return true
+}
+
+// shard names the counters row of this store's connection to backend pid.
+func (s *Store) shard(pid uint32) string {
+	return s.instance + "/" + strconv.FormatUint(uint64(pid), 10)
 }
 
 func (s *Store) at(stage string, pid uint32) {

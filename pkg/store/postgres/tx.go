@@ -53,21 +53,24 @@ type tx struct {
 	// A speculative commit (see spec.go): fn runs against the claim this store wrote, and
 	// its writes go in one autocommit batch guarded by that claim.
 	spec       bool
-	specIntent string     // the intent whose cached claim Get answered
-	specClaim  []byte     // that claim's body, which the guard requires the row to hold
-	specDone   []byte     // the done record's body the batch writes
-	specHit    int64      // records the batch wrote: 0 if the guard found the claim changed
-	shards     []shardArg // counter shard arguments to name once the connection is known
+	specIntent string        // the intent whose cached claim Get answered
+	specClaim  []byte        // that claim's body, which the guard requires the row to hold
+	specRec    *fence.Record // the record decoding specClaim gives, when the cache kept it
+	specDone   []byte        // the done record's body the batch writes
+	specHit    int64         // records the batch wrote: 0 if the guard found the claim changed
+	shards     []shardArg    // counter shard arguments to name once the connection is known
 	// landed: the body a lost speculative commit wrote; a transaction that finds it
 	// recorded knows the commit landed and adds no counters again.
 	landed       []byte
 	dropCounters bool
 }
 
-// claimWrite is a record write of a transaction: the body of an in-flight record, or nil.
+// claimWrite is a record write of a transaction: the body of an in-flight record, or nil,
+// and the record decoding it gives, when known.
 type claimWrite struct {
 	intent string
 	body   []byte
+	rec    *fence.Record
 }
 
 type domainState struct {
@@ -342,14 +345,23 @@ func (t *tx) Put(rec *fence.Record) error {
 	if t.spec && (rec.Intent != t.specIntent || rec.State != fence.StateDone || t.specDone != nil) {
 		return t.abandon() // a speculative transaction only commits the claim it read
 	}
-	body, err := fence.EncodeRecord(rec)
+	var body []byte
+	var decoded *fence.Record
+	var err error
+	if rec.State == fence.StateInFlight && !t.spec {
+		// A claim: its commit will read it back from the claim cache (spec.go), which keeps
+		// the record decoding these bytes gives, when EncodeRecordDecoded can tell it.
+		body, decoded, err = fence.EncodeRecordDecoded(rec)
+	} else {
+		body, err = fence.EncodeRecord(rec)
+	}
 	if err != nil {
 		return fmt.Errorf("postgres ledger: encoding the record of %q: %w", rec.Intent, err)
 	}
 	if t.spec {
 		t.specDone = body
 	} else {
-		t.wrote(rec.Intent, rec.State, body)
+		t.wrote(rec.Intent, rec.State, body, decoded)
 	}
 	var expires, certHash any
 	if !rec.ExpiresAt.IsZero() {
@@ -380,7 +392,7 @@ func (t *tx) Delete(intent string) error {
 	if t.spec {
 		return t.abandon()
 	}
-	t.wrote(intent, fence.StateNone, nil)
+	t.wrote(intent, fence.StateNone, nil, nil)
 	t.lock(intent)
 	if t.ends(intent, fence.StateNone) {
 		t.queueRecord(deleteRecordNotify, deleteRecordNotifyCounters, intent, t.s.channel())
@@ -791,7 +803,7 @@ func (t *tx) AddCounters(d fence.Counters) error {
 		return nil
 	}
 	vals := []uint64{d.Admitted, d.Reclaimed, d.Replayed, d.Coalesced, d.Stale, d.Race, d.InFlight, d.PriorFailure, d.Conflict, d.LeaseLost}
-	args := []any{fmt.Sprintf("%s/%d", t.s.instance, t.pid)}
+	args := []any{t.s.shard(t.pid)}
 	for _, v := range vals {
 		n, err := toInt(v, "counter")
 		if err != nil {
