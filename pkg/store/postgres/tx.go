@@ -57,7 +57,7 @@ type tx struct {
 	specClaim  []byte        // that claim's body, which the guard requires the row to hold
 	specRec    *fence.Record // the record decoding specClaim gives, when the cache kept it
 	specDone   []byte        // the done record's body the batch writes
-	specHit    int64         // records the batch wrote: 0 if the guard found the claim changed
+	specHit    int           // records the batch wrote: 0 if the guard found the claim changed
 	shards     []shardArg    // counter shard arguments to name once the connection is known
 	// landed: the body a lost speculative commit wrote; a transaction that finds it
 	// recorded knows the commit landed and adds no counters again.
@@ -374,7 +374,12 @@ func (t *tx) Put(rec *fence.Record) error {
 	if t.spec {
 		// A claim ends: its waiters are notified, as below.
 		t.queueRecord(specPut, specPutCounters, rec.Intent, string(rec.State), expires, certHash, body, t.specClaim, t.now, t.s.channel())
-		t.record.QueryRow(func(r pgx.Row) error { return r.Scan(&t.specHit, nil) })
+		t.record.Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				t.specHit++
+			}
+			return rows.Err()
+		})
 		return t.err
 	}
 	if t.ends(rec.Intent, rec.State) {
