@@ -265,8 +265,12 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 		t.s.at("landed", t.pid)
 	}
 	rec, err := t.decodeRecord(intent, body)
-	if err == nil && t.write {
-		t.state[intent] = rec.State
+	if t.write {
+		if err == nil {
+			t.state[intent] = rec.State
+		} else {
+			delete(t.state, intent) // a row, of no known state
+		}
 	}
 	return rec, err
 }
@@ -315,7 +319,12 @@ VALUES (` + p[0] + `, clock_timestamp(), ` + strings.Join(p[1:], ", ") + `)
 }
 
 const (
-	putRecord = `INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body) VALUES ($1, $2, $3, $4, $5)
+	// insertRecord writes the record of an intent this transaction found without one (see
+	// absent); putRecord any other. An INSERT … ON CONFLICT costs the server a speculative
+	// insertion (a check of the primary key first, and one more WAL record to confirm it):
+	// 18 µs against 13 for the plain INSERT (EXPLAIN ANALYZE, median of 400 each).
+	insertRecord = `INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body) VALUES ($1, $2, $3, $4, $5)`
+	putRecord    = insertRecord + `
 ON CONFLICT (intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at, cert_hash = excluded.cert_hash, body = excluded.body`
 	deleteRecord = `DELETE FROM effectfence_records WHERE intent = $1`
 )
@@ -324,6 +333,7 @@ ON CONFLICT (intent) DO UPDATE SET state = excluded.state, expires_at = excluded
 // counters folded in (see AddCounters).
 var (
 	addCounters                = countersUpsert(0)
+	insertRecordCounters       = recordSQL(insertRecord, "", countersUpsert(5))
 	putRecordCounters          = recordSQL(putRecord, "", countersUpsert(5))
 	putRecordNotify            = recordSQL(putRecord, notifyTail("$6"), "")
 	putRecordNotifyCounters    = recordSQL(putRecord, notifyTail("$6"), countersUpsert(6))
@@ -345,6 +355,7 @@ func (t *tx) Put(rec *fence.Record) error {
 	if t.spec && (rec.Intent != t.specIntent || rec.State != fence.StateDone || t.specDone != nil) {
 		return t.abandon() // a speculative transaction only commits the claim it read
 	}
+	insert := !t.spec && t.absent(rec.Intent)
 	var body []byte
 	var decoded *fence.Record
 	var err error
@@ -382,12 +393,32 @@ func (t *tx) Put(rec *fence.Record) error {
 		})
 		return t.err
 	}
-	if t.ends(rec.Intent, rec.State) {
+	switch {
+	case t.ends(rec.Intent, rec.State):
 		t.queueRecord(putRecordNotify, putRecordNotifyCounters, rec.Intent, string(rec.State), expires, certHash, body, t.s.channel())
-	} else {
+	case insert:
+		// Nobody else can have written it meanwhile: every writer takes the intent's lock,
+		// which this transaction holds since its Get. Should a row have appeared all the same
+		// (written outside effectfence), the INSERT fails and nothing is written.
+		t.queueRecord(insertRecord, insertRecordCounters, rec.Intent, string(rec.State), expires, certHash, body)
+	default:
 		t.queueRecord(putRecord, putRecordCounters, rec.Intent, string(rec.State), expires, certHash, body)
 	}
 	return t.err
+}
+
+// absent says whether this transaction knows that intent has no record: its Get, under the
+// intent's lock, found none, and it has not written the intent since.
+func (t *tx) absent(intent string) bool {
+	if st, ok := t.state[intent]; !ok || st != fence.StateNone {
+		return false
+	}
+	for _, w := range t.written {
+		if w.intent == intent {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *tx) Delete(intent string) error {
