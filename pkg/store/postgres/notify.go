@@ -26,9 +26,13 @@ type Notifier interface {
 
 var _ Notifier = (*Store)(nil)
 
-// channel is the LISTEN/NOTIFY channel of this ledger's schema.
-func (s *Store) channel() string {
-	h := sha256.Sum256([]byte(s.schema))
+// channel is the LISTEN/NOTIFY channel of this ledger's schema (named once the schema is
+// resolved: every write that ends a claim names it).
+func (s *Store) channel() string { return s.chanName }
+
+// channelOf is the LISTEN/NOTIFY channel of a ledger in schema.
+func channelOf(schema string) string {
+	h := sha256.Sum256([]byte(schema))
 	return "effectfence_" + hex.EncodeToString(h[:8])
 }
 

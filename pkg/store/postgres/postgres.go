@@ -56,6 +56,7 @@ import (
 	"math/big"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -86,6 +87,7 @@ type Config struct {
 type Store struct {
 	pool     *pgxpool.Pool
 	schema   string
+	chanName string // the NOTIFY channel of schema (see channel)
 	instance string // names this store's counter shards
 
 	// hook, when set (tests only), is called at named points of a transaction with the
@@ -189,7 +191,7 @@ func (s *Store) init(ctx context.Context, schema, first string) error {
 			return errors.New("no schema is selected: set search_path in the URL")
 		}
 	}
-	s.schema = schema
+	s.schema, s.chanName = schema, channelOf(schema)
 	if err := migrate(ctx, conn.Conn(), schema, create); err != nil {
 		return err
 	}
@@ -353,6 +355,9 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 }
 
 func retryable(err error) bool {
+	if err == nil {
+		return false // without reaching errors.As, whose target escapes: an allocation per call
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		return pe.Code == "40001" || pe.Code == "40P01"
@@ -544,6 +549,11 @@ func (s *Store) isHot(domain string) bool {
 	return true
 }
 
+// shard names the counters row of this store's connection to backend pid.
+func (s *Store) shard(pid uint32) string {
+	return s.instance + "/" + strconv.FormatUint(uint64(pid), 10)
+}
+
 func (s *Store) at(stage string, pid uint32) {
 	if s.hook != nil {
 		s.hook(stage, pid)
@@ -553,13 +563,10 @@ func (s *Store) at(stage string, pid uint32) {
 // lockKey is the advisory lock key of (schema, kind, name): the first 8 bytes of a SHA-256. A
 // collision only makes two unrelated intents take turns.
 func lockKey(schema, kind, name string) int64 {
-	h := sha256.New()
-	h.Write([]byte(schema))
-	h.Write([]byte{0})
-	h.Write([]byte(kind))
-	h.Write([]byte{0})
-	h.Write([]byte(name))
-	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8]))
+	var buf [256]byte // the hashed bytes, on the stack when they fit
+	b := append(append(append(append(append(buf[:0], schema...), 0), kind...), 0), name...)
+	sum := sha256.Sum256(b)
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 func randomHex(n int) string {
