@@ -45,7 +45,7 @@ func claimCacheAgrees(t *testing.T, s *Store, when string) int {
 func TestRememberedClaimStaysWhatItsBytesSay(t *testing.T) {
 	schema := testSchema(t)
 	ctx := context.Background()
-	const lease = 400 * time.Millisecond
+	const lease = time.Second // long enough for the calls before each sleep on a loaded machine
 	sa, sb := openSchema(t, schema), openSchema(t, schema)
 	a := fence.New(sa, fence.Config{LeaseTTL: lease, Owner: "host-a/1/1"})
 	b := fence.New(sb, fence.Config{LeaseTTL: lease, Owner: "host-b/1/1"})
