@@ -433,10 +433,32 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 
 // supersede moves a done record out of the way of a new action of its intent: it stays, whole,
 // under SupersededIntent until its own expiry, and the move is audited.
+//
+// That name is also an intent any caller may use, and an earlier move may have taken it (two
+// executions of one intent can have the same cert), so the move reads it first (on PostgreSQL
+// the read takes its lock) and goes to the next free name of supersededNames if it holds a
+// record: it never overwrites one. Each name is longer than the intent it is derived from, so
+// two transactions that lock an intent and then such a name never wait on each other in a
+// cycle.
 func (e *Engine) supersede(tx Tx, rec *Record, window time.Duration) error {
 	now := tx.Now()
 	old := *rec
-	old.Intent = SupersededIntent(rec.Intent, rec.Cert.Hash)
+	old.Intent = ""
+	base := SupersededIntent(rec.Intent, rec.Cert.Hash)
+	for i := 1; i <= maxSupersededNames && old.Intent == ""; i++ {
+		name := supersededName(base, i)
+		there, err := tx.Get(name)
+		if err != nil {
+			return err
+		}
+		if there == nil {
+			old.Intent = name
+		}
+	}
+	if old.Intent == "" {
+		return fmt.Errorf("fence: intent %q is done and its replay window has passed, but its record cannot be moved aside: %s and the %d names after it hold other records; clear one of them (effectfence ledger clear) or use another intent",
+			rec.Intent, base, maxSupersededNames-1)
+	}
 	if err := tx.Put(&old); err != nil {
 		return err
 	}

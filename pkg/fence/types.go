@@ -3,6 +3,7 @@ package fence
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -62,6 +63,32 @@ func SupersededIntent(intent, certHash string) string {
 		certHash = certHash[:16]
 	}
 	return intent + "~" + certHash
+}
+
+// maxSupersededNames bounds the names a superseded record may move to: SupersededIntent, then
+// the same followed by "~2", "~3" … when a record already holds it (another intent of that
+// name, or an earlier execution of the intent with the same cert).
+const maxSupersededNames = 16
+
+// supersededName is the i-th name (from 1) a record superseded under base may move to.
+func supersededName(base string, i int) string {
+	if i == 1 {
+		return base
+	}
+	return base + "~" + strconv.Itoa(i)
+}
+
+// IsSupersededName reports whether key is a name under which a done record of intent, whose
+// cert has certHash, may have been kept once superseded: SupersededIntent(intent, certHash) or
+// one of the numbered names after it.
+func IsSupersededName(key, intent, certHash string) bool {
+	base := SupersededIntent(intent, certHash)
+	for i := 1; i <= maxSupersededNames; i++ {
+		if key == supersededName(base, i) {
+			return true
+		}
+	}
+	return false
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:

@@ -198,7 +198,7 @@ func checkRecord(r *fence.Record) string {
 func certAgrees(r *fence.Record) string {
 	c := r.Cert
 	var diff []string
-	if c.Intent != r.Intent && r.Intent != fence.SupersededIntent(c.Intent, c.Hash) {
+	if c.Intent != r.Intent && !fence.IsSupersededName(r.Intent, c.Intent, c.Hash) {
 		diff = append(diff, fmt.Sprintf("intent %q", c.Intent))
 	}
 	if c.Tool != r.Tool {

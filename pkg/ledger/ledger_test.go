@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
@@ -159,5 +160,33 @@ func TestExportAndList(t *testing.T) {
 	}
 	if op := ledger.Operator(); !strings.Contains(op, "@") {
 		t.Fatalf("operator %q", op)
+	}
+}
+
+// TestVerifySupersededRecords: done records moved aside by a later action of their intent
+// (fence.Request.ReplayWindow) keep certs naming the intent, under SupersededIntent or, when
+// that name was held, a numbered name after it; verify accepts both, and still reports a record
+// whose cert names an intent it was not superseded from.
+func TestVerifySupersededRecords(t *testing.T) {
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	r := fence.Request{Intent: "order:1", Tool: "t", Args: []byte(`1`)}
+	c := committed(t, eng, r)
+	committed(t, eng, fence.Request{Intent: fence.SupersededIntent(r.Intent, c.Hash), Tool: "other", Args: []byte(`2`)})
+	r.ReplayWindow = time.Nanosecond
+	time.Sleep(5 * time.Millisecond)
+	committed(t, eng, r) // supersedes the first: its name is held, so it goes to "~2"
+	moved := fence.SupersededIntent(r.Intent, c.Hash) + "~2"
+	if rec, err := eng.Status(ctx, moved); err != nil || rec.Cert == nil || rec.Cert.Hash != c.Hash {
+		t.Fatalf("%s = %+v, %v", moved, rec, err)
+	}
+	rep, err := ledger.Verify(ctx, st)
+	if err != nil || !rep.OK() || rep.Certs != 3 || rep.Verified != 3 {
+		t.Fatalf("ledger with superseded records: %+v %v", rep, err)
+	}
+	edit(t, st, moved, func(rec *fence.Record) { rec.Intent = "order:1~elsewhere" })
+	rep, err = ledger.Verify(ctx, st)
+	if err != nil || rep.OK() || !strings.Contains(rep.Problems[0].What, `intent "order:1"`) {
+		t.Fatalf("a record under a name it was not superseded to: %+v %v", rep, err)
 	}
 }

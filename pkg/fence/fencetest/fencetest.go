@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"StaleCommitFails", testStaleCommit},
 		{"StaleReadSetAtPrepare", testStaleAtPrepare},
 		{"Conflict", testConflict},
+		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"SweepDropsExpired", testSweep},
 		{"EvictDomainKeepsFloor", testEvictDomain},
 		{"QueriesCreateNoState", testQueriesNoState},
@@ -885,6 +886,60 @@ func testConflict(t *testing.T, newStore Factory) {
 	otherTool.Tool = "refund"
 	_, err = eng.Prepare(ctx, otherTool)
 	wantCode(t, err, fence.ErrConflict)
+}
+
+// testSupersedeNeverOverwrites: a done record superseded after its replay window moves to
+// fence.SupersededIntent, a name any caller may also use as an intent. The move must never
+// overwrite what is there: another action's claim in flight keeps its lease and records its
+// outcome, and the moved record goes to the next free name. Two executions with the same
+// cert (no domain, the same result) move to distinct names too.
+func testSupersedeNeverOverwrites(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("order:9")
+	first := mustCommit(t, eng, mustFresh(t, eng, r), `{"charge":"first"}`)
+	base := fence.SupersededIntent(r.Intent, first.Hash)
+
+	// Another action happens to use that name, and is in flight.
+	other := req(base)
+	other.Tool = "refund"
+	otherTk := mustFresh(t, eng, other)
+
+	// order:9 again, past its replay window: its done record must move aside, not onto the
+	// refund's claim.
+	time.Sleep(20 * time.Millisecond)
+	again := r
+	again.ReplayWindow = time.Millisecond
+	secondTk := mustFresh(t, eng, again)
+	mustCommit(t, eng, otherTk, `{"refund":"done"}`)
+	if rec, err := eng.Status(ctx, base); err != nil || rec.State != fence.StateDone || rec.Tool != "refund" {
+		t.Fatalf("%s holds %+v (%v); want the refund's own done record", base, rec, err)
+	}
+	moved := base + "~2"
+	rec, err := eng.Status(ctx, moved)
+	if err != nil || rec.State != fence.StateDone || rec.Cert == nil || rec.Cert.Hash != first.Hash || !fence.IsSupersededName(moved, r.Intent, first.Hash) {
+		t.Fatalf("%s holds %+v (%v); want order:9's first done record", moved, rec, err)
+	}
+
+	// The second execution records the same cert (same tool, args, result and clock): when it
+	// is superseded in turn, both names it could take are held, so it moves to the third.
+	second := mustCommit(t, eng, secondTk, `{"charge":"first"}`)
+	if second.Hash != first.Hash {
+		t.Fatalf("second cert %s, want the same as the first (%s) for this test", second.Hash, first.Hash)
+	}
+	time.Sleep(20 * time.Millisecond)
+	mustFresh(t, eng, again)
+	for i, name := range []string{base, moved, base + "~3"} {
+		rec, err := eng.Status(ctx, name)
+		want := []string{"refund", "charge_card", "charge_card"}[i]
+		if err != nil || rec.State != fence.StateDone || rec.Tool != want {
+			t.Fatalf("%s holds %+v (%v); want a done %s record", name, rec, err, want)
+		}
+	}
+	if a, _ := eng.Status(ctx, moved); a.Token == 0 {
+		t.Fatalf("%s lost its token: %+v", moved, a)
+	} else if b, _ := eng.Status(ctx, base+"~3"); a.Token == b.Token {
+		t.Fatalf("%s and %s hold the same execution (token %d): one overwrote the other", moved, base+"~3", a.Token)
+	}
 }
 
 func testSweep(t *testing.T, newStore Factory) {
