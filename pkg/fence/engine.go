@@ -30,13 +30,20 @@ type Engine struct {
 	wf     bool         // the store is a WriteFirst store (asked once, in New)
 	spool  spool
 	mem    *MemoryStore // store, when it is the memory store (Prepare's stack pass)
+	// memWall: store is a memory store on the wall clock, so a read-only pass's clock is this
+	// process's own time.Now, read when asked. The gates then tell whether a recorded instant
+	// has come with time.Until: an instant this process recorded carries a monotonic reading,
+	// and time.Now would have been compared by it alone, so only the monotonic clock need be
+	// read (time.Now reads both clocks: on a VM, a quarter of a replay). Known from the
+	// engine, not asked of the transaction (an interface assertion on every pass).
+	memWall bool
 }
 
 // New returns an engine over store.
 func New(store Store, cfg Config) *Engine {
 	wf, ok := store.(WriteFirst)
 	mem, _ := store.(*MemoryStore)
-	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem}
+	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem, memWall: mem != nil && mem.wall}
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -209,10 +216,7 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	// The clock is read after Get (a store that locks the intent reads its clock once it
 	// holds the lock), and only if a decision needs it: a first attempt's read-only pass
 	// does not.
-	clock := passClock{tx: tx}
-	if pc, ok := tx.(processClocked); ok {
-		clock.process = pc.processClock()
-	}
+	clock := passClock{tx: tx, process: !write && e.memWall}
 	var (
 		reclaimed  *Record // the claim this attempt takes over, if any
 		reclaimWhy string
@@ -359,7 +363,7 @@ type passClock struct {
 	tx      Tx
 	at      time.Time
 	read    bool
-	process bool // tx's clock is time.Now (see processClocked)
+	process bool // tx's clock is time.Now, read when asked (see Engine.memWall)
 }
 
 func (k *passClock) now() time.Time {
@@ -377,16 +381,6 @@ func (k *passClock) reached(t time.Time) bool {
 		return time.Until(t) <= 0
 	}
 	return !k.now().Before(t)
-}
-
-// processClocked is implemented by a read transaction whose clock is this process's own
-// time.Now (the memory store's View, which reads it when asked). The engine then tells
-// whether a recorded instant has come with time.Until: an instant this process recorded
-// carries a monotonic reading, and time.Now would have been compared by it alone, so only
-// the monotonic clock need be read (time.Now reads both clocks: on a VM, a quarter of a
-// replay).
-type processClocked interface {
-	processClock() bool
 }
 
 // claimAlloc holds a claim and its ticket: one allocation.
