@@ -225,13 +225,17 @@ func redactAt(v any, path []string) bool {
 
 // set sets the call's canonical arguments, their fingerprint and what the ledger keeps of
 // them (redacted at the paths in redact), before any transaction, so a redaction that fails
-// refuses the request without touching the ledger.
+// refuses the request without touching the ledger. Without redaction it is inlined.
 func (c *call) set(canonical []byte, fp string, redact []string) error {
 	c.args, c.fp, c.stored = canonical, fp, canonical
 	if len(redact) == 0 {
 		return nil
 	}
-	stored, err := RedactArgs(canonical, redact)
+	return c.redact(redact)
+}
+
+func (c *call) redact(redact []string) error {
+	stored, err := RedactArgs(c.args, redact)
 	if err != nil {
 		return err
 	}
