@@ -508,10 +508,11 @@ func (e *Engine) preparePooled(ctx context.Context, req *Request) (Admission, er
 }
 
 // prepareMem is Prepare on the memory store for a request without a read set (which would
-// need a snapshot); any other goes to preparePooled. Its pass lives on this goroutine's stack, and its gates read the caller's
-// request where it is: the store is called as *MemoryStore, whose View and Update do not keep
-// their funcs, so nothing here escapes. No pool, and no copy of the request (into a heap
-// object while a collection marks, that copy cost a fifth of a replay).
+// need a snapshot); any other request goes to preparePooled. Its pass lives on this
+// goroutine's stack, and its gates read the caller's request where it is: the store is called
+// as *MemoryStore, whose View and Update do not keep their funcs, so nothing here escapes. No
+// pool, and no copy of the request (into a heap object while a collection marks, that copy
+// cost a fifth of a replay).
 func (e *Engine) prepareMem(ctx context.Context, req *Request) (Admission, error) {
 	if e.mem == nil || len(req.ReadSet) > 0 {
 		return e.preparePooled(ctx, req)
