@@ -30,13 +30,20 @@ type Engine struct {
 	wf     bool         // the store is a WriteFirst store (asked once, in New)
 	spool  spool
 	mem    *MemoryStore // store, when it is the memory store (Prepare's stack pass)
+	// memWall: store is a memory store on the wall clock, so a read-only pass's clock is this
+	// process's own time.Now, read when asked. The gates then tell whether a recorded instant
+	// has come with time.Until: an instant this process recorded carries a monotonic reading,
+	// and time.Now would have been compared by it alone, so only the monotonic clock need be
+	// read (time.Now reads both clocks: on a VM, a quarter of a replay). Known from the
+	// engine, not asked of the transaction (an interface assertion on every pass).
+	memWall bool
 }
 
 // New returns an engine over store.
 func New(store Store, cfg Config) *Engine {
 	wf, ok := store.(WriteFirst)
 	mem, _ := store.(*MemoryStore)
-	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem}
+	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem, memWall: mem != nil && mem.wall}
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -45,17 +52,19 @@ func (e *Engine) Config() Config { return e.cfg }
 // Store returns the engine's store.
 func (e *Engine) Store() Store { return e.store }
 
-// call is a validated request with its canonical arguments and fingerprint.
+// call is what validate derives from a request: its canonical arguments and fingerprint. The
+// request itself travels beside it as a pointer, never inside a struct with other pointers:
+// the compiler's escape analysis does not tell one field from another, so a pointer to the
+// caller's request stored in a pass whose other fields reach the heap would move every
+// request to the heap; and copying it (232 bytes), with room for it zeroed in a pass on the
+// stack, was a tenth of a replay's own work.
 type call struct {
-	Request
 	args   []byte
 	fp     string
 	stored []byte // what the ledger keeps of args (privacy.go)
 }
 
-// validate checks req and fills c with it, its canonical arguments and its fingerprint. c is
-// written in place (a call is a few hundred bytes: copying it was a visible share of a
-// replay).
+// validate checks req and fills c with its canonical arguments and its fingerprint.
 func (e *Engine) validate(req *Request, c *call) error {
 	switch {
 	case req.Intent == "":
@@ -99,12 +108,10 @@ func (e *Engine) validate(req *Request, c *call) error {
 	if len(args) == 0 {
 		args = []byte("null")
 	}
-	c.Request = *req
 	slot, canonical, fp, ok := e.fps.get(req.Tool, args)
 	if ok {
 		// The cache holds only tools that passed the check below.
-		c.args, c.fp = canonical, fp
-		return c.setStored()
+		return c.set(canonical, fp, req.Redact)
 	}
 	if !validUTF8(req.Tool) {
 		return InvalidError{"tool", "must be valid UTF-8"}
@@ -115,16 +122,21 @@ func (e *Engine) validate(req *Request, c *call) error {
 	}
 	fp = canon.Sum(canon.ToolCallCanonical(req.Tool, canonical))
 	e.fps.put(slot, req.Tool, args, canonical, fp)
-	c.args, c.fp = canonical, fp
-	return c.setStored()
+	return c.set(canonical, fp, req.Redact)
 }
 
 // validUTF8 is utf8.ValidString with a fast path for the ASCII ids most intents are (the
-// library's setup costs more than the loop on short strings): eight bytes at a time, the
-// tail as one more word ending at the last byte (it overlaps bytes already found ASCII), and
-// a string of four to seven bytes as two overlapping four-byte words. A high bit anywhere
-// hands the string, from the first word that may hold it, to the library.
+// library's setup costs more than the loop on short strings). It is small enough to be
+// inlined, so the empty fields most requests have (parent, domain) cost no call.
 func validUTF8(s string) bool {
+	return len(s) == 0 || validText(s)
+}
+
+// validText is validUTF8 of a non-empty string: eight bytes at a time, the tail as one more
+// word ending at the last byte (it overlaps bytes already found ASCII), and a string of four
+// to seven bytes as two overlapping four-byte words. A high bit anywhere hands the string,
+// from the first word that may hold it, to the library.
+func validText(s string) bool {
 	const hi8, hi4 = 0x8080808080808080, 0x80808080
 	n := len(s)
 	switch {
@@ -178,35 +190,33 @@ const (
 // snapshot holds the read-set domains' sequence numbers as the attempt arrived.
 type snapshot map[string]uint64
 
-// gate runs the three gates of SPEC §3 on one transaction; an admission or a replay leaves
-// its answer in p.adm. With write false it decides whatever it can without writing (replays,
-// refusals, stale read sets) and returns outNeedWrite otherwise; with write true it claims. snap is filled on the read-only pass and
-// used on the write pass to tell a stale read (moved before the attempt arrived) from a domain
-// race (moved in the instant between arrival and reservation).
-func (p *pass) gate(tx Tx) (outcome, error) {
+// gate runs the three gates of SPEC §3 for req, whose call is p.c, on one transaction; an
+// admission or a replay leaves its answer in p.adm. With write false it decides whatever it can
+// without writing (replays, refusals, stale read sets) and returns outNeedWrite otherwise; with
+// write true it claims. snap is filled on the read-only pass and used on the write pass to tell
+// a stale read (moved before the attempt arrived) from a domain race (moved in the instant
+// between arrival and reservation).
+func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	e, c, write, snap := p.e, &p.c, p.write, p.snap
-	if len(c.ReadSet) > 0 || (write && c.Domain != "") {
+	if len(req.ReadSet) > 0 || (write && req.Domain != "") {
 		if pf, ok := tx.(DomainPrefetcher); ok {
 			// The domains this pass reads travel with the record's read.
-			for _, r := range c.ReadSet {
+			for _, r := range req.ReadSet {
 				pf.PrefetchDomain(r.Domain)
 			}
-			if write && c.Domain != "" {
-				pf.PrefetchDomain(c.Domain)
+			if write && req.Domain != "" {
+				pf.PrefetchDomain(req.Domain)
 			}
 		}
 	}
-	rec, err := tx.Get(c.Intent)
+	rec, err := tx.Get(req.Intent)
 	if err != nil {
 		return 0, err
 	}
 	// The clock is read after Get (a store that locks the intent reads its clock once it
 	// holds the lock), and only if a decision needs it: a first attempt's read-only pass
 	// does not.
-	clock := passClock{tx: tx}
-	if pc, ok := tx.(processClocked); ok {
-		clock.process = pc.processClock()
-	}
+	clock := passClock{tx: tx, process: !write && e.memWall}
 	var (
 		reclaimed  *Record // the claim this attempt takes over, if any
 		reclaimWhy string
@@ -218,16 +228,16 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	}
 	if rec != nil {
 		if rec.Fingerprint != c.fp {
-			return outRefused, IntentConflictError{Intent: c.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
+			return outRefused, IntentConflictError{Intent: req.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
 		}
 		switch rec.State {
 		case StateDone:
-			if c.ReplayWindow > 0 && clock.reached(rec.UpdatedAt.Add(c.ReplayWindow)) {
+			if req.ReplayWindow > 0 && clock.reached(rec.UpdatedAt.Add(req.ReplayWindow)) {
 				if !write {
 					return outNeedWrite, nil
 				}
 				p.wrote = true
-				if err := e.supersede(tx, rec, c.ReplayWindow); err != nil {
+				if err := e.supersede(tx, rec, req.ReplayWindow); err != nil {
 					return 0, err
 				}
 				rec = nil
@@ -239,11 +249,11 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 			return outReplayed, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
-			return outRefused, PriorFailureError{Intent: c.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
+			return outRefused, PriorFailureError{Intent: req.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
 			switch v, kind, why := e.judge(clock.now(), rec); v {
 			case held:
-				return outRefused, InFlightError{Intent: c.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
+				return outRefused, InFlightError{Intent: req.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil}
 			case fenceIt:
 				// The effect may have happened and nobody may run it again.
 				if !write {
@@ -253,17 +263,17 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
 					return 0, err
 				}
-				return outRefused, PriorFailureError{Intent: c.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
+				return outRefused, PriorFailureError{Intent: req.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}
 		default:
-			return 0, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", c.Intent, rec.State)
+			return 0, fmt.Errorf("fence: intent %q has unknown state %q in the ledger", req.Intent, rec.State)
 		}
 	}
 
 	// Gate 2: the read set.
-	for _, r := range c.ReadSet {
+	for _, r := range req.ReadSet {
 		cur, _, err := tx.DomainSeq(r.Domain)
 		if err != nil {
 			return 0, err
@@ -274,10 +284,10 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 			snap[r.Domain] = cur
 		}
 		if cur != r.Seq {
-			if write && r.Domain == c.Domain && snap[r.Domain] == r.Seq {
-				return outRefused, DomainRaceError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+			if write && r.Domain == req.Domain && snap[r.Domain] == r.Seq {
+				return outRefused, DomainRaceError{Intent: req.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 			}
-			return outRefused, StaleReadSetError{Intent: c.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
+			return outRefused, StaleReadSetError{Intent: req.Intent, Domain: r.Domain, Expected: r.Seq, Actual: cur}
 		}
 	}
 	if !write {
@@ -287,13 +297,13 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 	// Gate 3: reserve the domain's next sequence number. Inside one transaction the
 	// compare-and-swap cannot be lost, so a caller contending only for a number never retries.
 	var seq uint64
-	if c.Domain != "" {
-		cur, _, err := tx.DomainSeq(c.Domain)
+	if req.Domain != "" {
+		cur, _, err := tx.DomainSeq(req.Domain)
 		if err != nil {
 			return 0, err
 		}
 		seq = cur + 1
-		if err := tx.SetDomainSeq(c.Domain, seq); err != nil {
+		if err := tx.SetDomainSeq(req.Domain, seq); err != nil {
 			return 0, err
 		}
 	}
@@ -304,39 +314,39 @@ func (p *pass) gate(tx Tx) (outcome, error) {
 		return 0, err
 	}
 	nonce := newNonce()
-	agent := c.Agent
-	exact := c.ExactArgs
-	if len(c.Redact) > 0 {
+	agent := req.Agent
+	exact := req.ExactArgs
+	if len(req.Redact) > 0 {
 		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
 	}
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
-		if err := tx.AppendEvent(Event{At: now, Intent: c.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
+		if err := tx.AppendEvent(Event{At: now, Intent: req.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
 			return 0, err
 		}
 	}
 	var keep KeepResult
-	if c.KeepResult == KeepHash {
+	if req.KeepResult == KeepHash {
 		keep = KeepHash
 	}
 	var redacted []string
-	if len(c.Redact) > 0 {
-		redacted = c.Redact
+	if len(req.Redact) > 0 {
+		redacted = req.Redact
 	}
-	clk, lease := e.ticks.tick(c.Clock, agent), now.Add(e.cfg.LeaseTTL)
+	clk, lease := e.ticks.tick(req.Clock, agent), now.Add(e.cfg.LeaseTTL)
 	// The claim and its ticket are written as the object is made, with no call in between,
 	// which the compiler does with the cheaper barrier of a fresh object (assigning a whole
 	// Record to it later moved it with the runtime's bulk barrier while a collection marked).
 	ca := &claimAlloc{
 		rec: Record{
-			Intent: c.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
-			Owner: e.cfg.Owner, Agent: agent, Parent: c.Parent, Domain: c.Domain, Seq: seq,
-			Tool: c.Tool, Args: c.stored, ExactArgs: exact, ReadSet: c.ReadSet, Clock: clk,
+			Intent: req.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
+			Owner: e.cfg.Owner, Agent: agent, Parent: req.Parent, Domain: req.Domain, Seq: seq,
+			Tool: req.Tool, Args: c.stored, ExactArgs: exact, ReadSet: req.ReadSet, Clock: clk,
 			ClaimedAt: now, LeaseUntil: lease, UpdatedAt: now,
-			RerunSafe:  c.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
+			RerunSafe:  req.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 			KeepResult: keep, Redacted: redacted,
 		},
-		ticket: Ticket{Intent: c.Intent, Token: token, Nonce: nonce, Domain: c.Domain, Seq: seq, LeaseUntil: lease, Reclaimed: reclaimed != nil},
+		ticket: Ticket{Intent: req.Intent, Token: token, Nonce: nonce, Domain: req.Domain, Seq: seq, LeaseUntil: lease, Reclaimed: reclaimed != nil},
 	}
 	if err := tx.Put(&ca.rec); err != nil {
 		return 0, err
@@ -353,7 +363,7 @@ type passClock struct {
 	tx      Tx
 	at      time.Time
 	read    bool
-	process bool // tx's clock is time.Now (see processClocked)
+	process bool // tx's clock is time.Now, read when asked (see Engine.memWall)
 }
 
 func (k *passClock) now() time.Time {
@@ -371,16 +381,6 @@ func (k *passClock) reached(t time.Time) bool {
 		return time.Until(t) <= 0
 	}
 	return !k.now().Before(t)
-}
-
-// processClocked is implemented by a read transaction whose clock is this process's own
-// time.Now (the memory store's View, which reads it when asked). The engine then tells
-// whether a recorded instant has come with time.Until: an instant this process recorded
-// carries a monotonic reading, and time.Now would have been compared by it alone, so only
-// the monotonic clock need be read (time.Now reads both clocks: on a VM, a quarter of a
-// replay).
-type processClocked interface {
-	processClock() bool
 }
 
 // claimAlloc holds a claim and its ticket: one allocation.
@@ -507,12 +507,18 @@ var hexPairs = func() (t [256][2]byte) {
 // now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
 // Any error means: do not run the effect.
 func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
-	if e.mem != nil && len(req.ReadSet) == 0 {
-		return e.prepareMem(ctx, &req)
-	}
+	// Small enough to be inlined into the caller: a frame of its own, which copied the answer
+	// twice on its way back, was a thirtieth of a replay.
+	return e.prepareMem(ctx, &req)
+}
+
+// preparePooled is Prepare with a pass from the pool: on a store other than the memory store,
+// or with a read set.
+func (e *Engine) preparePooled(ctx context.Context, req *Request) (Admission, error) {
 	p := getPass(e)
 	defer putPass(p)
-	if err := e.validate(&req, &p.c); err != nil {
+	p.req = *req
+	if err := e.validate(&p.req, &p.c); err != nil {
 		return Admission{}, err
 	}
 	err := p.prepare(ctx)
@@ -524,30 +530,38 @@ func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
 }
 
 // prepareMem is Prepare on the memory store for a request without a read set (which would
-// need a snapshot). Its pass lives on this goroutine's stack: the store is called as
-// *MemoryStore, whose View and Update do not keep their funcs, so nothing here escapes. No
-// pool, and no write barriers for copying the request into a heap object (while a
-// collection marks, that copy cost a fifth of a replay).
+// need a snapshot); any other request goes to preparePooled. Its pass lives on this
+// goroutine's stack, and its gates read the caller's request where it is: the store is called
+// as *MemoryStore, whose View and Update do not keep their funcs, so nothing here escapes. No
+// pool, and no copy of the request (into a heap object while a collection marks, that copy
+// cost a fifth of a replay).
 func (e *Engine) prepareMem(ctx context.Context, req *Request) (Admission, error) {
+	if e.mem == nil || len(req.ReadSet) > 0 {
+		return e.preparePooled(ctx, req)
+	}
 	var p pass
 	p.e = e
 	if err := e.validate(req, &p.c); err != nil {
 		return Admission{}, err
 	}
-	err := e.mem.View(ctx, p.run)
+	run := func(tx Tx) error { return p.run(tx, req) }
+	err := e.mem.View(ctx, run)
 	if err == nil && p.out == outNeedWrite {
 		p.write = true
-		err = e.updateMem(ctx, p.run, &p)
+		err = e.updateMem(ctx, run, &p)
 	}
-	e.count(p.out, err, false)
+	if err == nil && p.out == outReplayed {
+		e.counts.add(bReplayed) // what count does for a replay, without its call and tests
+	} else {
+		e.count(p.out, err, false)
+	}
 	if err != nil {
 		return Admission{}, err
 	}
 	return p.adm, nil
 }
 
-// pass is one attempt's trip through the gates. Passes are pooled, and fn is bound once when
-// a pass is made, so handing it to the store allocates nothing.
+// pass is one attempt's trip through the gates.
 type pass struct {
 	e     *Engine
 	c     call
@@ -556,17 +570,24 @@ type pass struct {
 	snap  snapshot
 	out   outcome
 	adm   Admission
-	fn    func(Tx) error
+}
+
+// pooledPass is a pass from the pool with its own copy of the request. fn is bound once when a
+// pass is made, so handing it to the store allocates nothing.
+type pooledPass struct {
+	pass
+	req Request
+	fn  func(Tx) error
 }
 
 var passPool = sync.Pool{New: func() any {
-	p := &pass{}
-	p.fn = p.run
+	p := &pooledPass{}
+	p.fn = p.runOwn
 	return p
 }}
 
-func getPass(e *Engine) *pass {
-	p := passPool.Get().(*pass)
+func getPass(e *Engine) *pooledPass {
+	p := passPool.Get().(*pooledPass)
 	p.e = e
 	return p
 }
@@ -574,19 +595,21 @@ func getPass(e *Engine) *pass {
 // putPass returns p to the pool. Its fields are not zeroed (the next use overwrites each one
 // before reading it; zeroing a pooled struct full of pointers costs write barriers); what
 // it still references lives at most until the pool is emptied at the next collection.
-func putPass(p *pass) {
+func putPass(p *pooledPass) {
 	if len(p.snap) > 0 {
 		clear(p.snap)
 	}
 	passPool.Put(p)
 }
 
-func (p *pass) run(tx Tx) error {
+func (p *pass) run(tx Tx, req *Request) error {
 	p.wrote = false
 	var err error
-	p.out, err = p.gate(tx)
+	p.out, err = p.gate(tx, req)
 	return err
 }
+
+func (p *pooledPass) runOwn(tx Tx) error { return p.run(tx, &p.req) }
 
 // WriteFirst is implemented by a store whose write transaction answers a replay or a refusal
 // at about the cost of a read-only one (PostgreSQL: a round trip to read and one to end the
@@ -609,24 +632,24 @@ type DomainPrefetcher interface {
 	PrefetchDomain(domain string)
 }
 
-func (e *Engine) prepare(ctx context.Context, c *call) (outcome, Admission, error) {
+func (e *Engine) prepare(ctx context.Context, req *Request, c *call) (outcome, Admission, error) {
 	p := getPass(e)
 	defer putPass(p)
-	p.c = *c
+	p.req, p.c = *req, *c
 	err := p.prepare(ctx)
 	return p.out, p.adm, err
 }
 
-// prepare passes p.c through the gates; the outcome and the answer are left in p.out and
+// prepare passes p.req through the gates; the outcome and the answer are left in p.out and
 // p.adm.
-func (p *pass) prepare(ctx context.Context) error {
+func (p *pooledPass) prepare(ctx context.Context) error {
 	e := p.e
 	p.out, p.adm = 0, Admission{} // a store failing before it runs fn leaves no stale answer
-	if len(p.c.ReadSet) > 0 && p.snap == nil {
+	if len(p.req.ReadSet) > 0 && p.snap == nil {
 		p.snap = snapshot{} // only attempts with a read set need one
 	}
 	wf := e.wf
-	if !wf || e.known.has(p.c.Intent) {
+	if !wf || e.known.has(p.req.Intent) {
 		// The read-only pass answers replays and refusals without the writer. A WriteFirst
 		// store skips it for an intent this engine has not seen recorded (a first attempt,
 		// which must write anyway) and keeps it for one it has (a retry, likely a replay).
@@ -636,9 +659,9 @@ func (p *pass) prepare(ctx context.Context) error {
 		}
 	}
 	p.write = true
-	err := e.updateWith(ctx, p.fn, p)
+	err := e.updateWith(ctx, p.fn, &p.pass)
 	if wf && (err == nil || CodeOf(err) != CodeStore) {
-		e.known.add(p.c.Intent) // it has a record now (or had one that refused this attempt)
+		e.known.add(p.req.Intent) // it has a record now (or had one that refused this attempt)
 	}
 	return err
 }

@@ -2,7 +2,6 @@ package fence
 
 import (
 	"bytes"
-	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"sync"
@@ -62,24 +61,27 @@ func newFPCache() *fpCache { return &fpCache{seed: maphash.MakeSeed()} }
 // hash picks the slots of a call: its top bits index slots or big.
 func (f *fpCache) hash(tool string, raw []byte) uint64 {
 	// The arguments are hashed whole; the tool, a short name, only by its length and its
-	// first and last eight bytes (a second maphash call cost a tenth of a replay). Two tools
-	// that differ only in between share a slot for the same arguments: a miss, never a
-	// wrong hit.
+	// first and last eight bytes, read as words (a second maphash call cost a tenth of a
+	// replay). Two tools that differ only in between share a slot for the same arguments: a
+	// miss, never a wrong hit.
 	var first, last uint64
-	if len(tool) >= 8 {
-		first, last = binary.LittleEndian.Uint64([]byte(tool[:8])), binary.LittleEndian.Uint64([]byte(tool[len(tool)-8:]))
-	} else {
-		var w [8]byte
-		copy(w[:], tool)
-		first = binary.LittleEndian.Uint64(w[:])
+	switch n := len(tool); {
+	case n >= 8:
+		first, last = le64(tool), le64(tool[n-8:])
+	case n >= 4:
+		first = uint64(le32(tool)) | uint64(le32(tool[n-4:]))<<32
+	default:
+		for i := 0; i < n; i++ {
+			first |= uint64(tool[i]) << (8 * i)
+		}
 	}
 	t := (first ^ bits.RotateLeft64(last, 29) ^ uint64(len(tool))<<56) * 0x9e3779b97f4a7c15
 	return maphash.Bytes(f.seed, raw) ^ t
 }
 
-func (f *fpCache) slot(tool string, raw []byte) *atomic.Pointer[fpEntry] {
-	h := f.hash(tool, raw)
-	if len(raw) > fpCacheMaxBytes {
+// slotOf is the slot of a call of hash h with n bytes of arguments.
+func (f *fpCache) slotOf(h uint64, n int) *atomic.Pointer[fpEntry] {
+	if n > fpCacheMaxBytes {
 		return &f.big[h>>(64-fpBigBits)]
 	}
 	return &f.slots[h>>(64-fpCacheBits)]
@@ -92,7 +94,7 @@ func (f *fpCache) get(tool string, raw []byte) (slot *atomic.Pointer[fpEntry], c
 	if len(raw) > fpBigMaxBytes {
 		return nil, nil, "", false
 	}
-	slot = f.slot(tool, raw)
+	slot = f.slotOf(f.hash(tool, raw), len(raw))
 	e := slot.Load()
 	if e == nil || e.tool != tool || !bytes.Equal(e.raw, raw) {
 		return slot, nil, "", false

@@ -3,6 +3,7 @@ package fence
 import (
 	"bytes"
 	"fmt"
+	"sync/atomic"
 	"testing"
 )
 
@@ -69,4 +70,9 @@ func TestFPCacheBigArgs(t *testing.T) {
 	if _, _, fp, ok := f.get("tool", small); !ok || fp != "small" {
 		t.Fatal("small arguments were not cached")
 	}
+}
+
+// slot is the slot get would return for the call.
+func (f *fpCache) slot(tool string, raw []byte) *atomic.Pointer[fpEntry] {
+	return f.slotOf(f.hash(tool, raw), len(raw))
 }

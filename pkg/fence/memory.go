@@ -13,7 +13,7 @@ import (
 type MemoryStore struct {
 	mu      sync.RWMutex
 	now     func() time.Time
-	wall    bool // now is time.Now
+	wall    bool // now is time.Now (the engine then reads the clock itself: Engine.memWall)
 	records map[string]*Record
 	domains map[string]uint64
 	floor   uint64
@@ -187,8 +187,6 @@ func (t *memTx) rollback() {
 
 func (v *memView) Now() time.Time { return v.now() }
 
-func (v *memView) processClock() bool { return v.wall }
-
 func (v *memView) Get(intent string) (*Record, error) { return v.records[intent], nil }
 
 func (v *memView) Scan(f Filter, fn func(*Record) bool) error {
@@ -258,9 +256,6 @@ func (v *memView) AddCounters(Counters) error                { return errReadOnl
 // The write transaction's clock and writes.
 
 func (t *memTx) Now() time.Time { return t.at }
-
-// processClock: the write transaction's clock is the one reading taken as it began.
-func (t *memTx) processClock() bool { return false }
 
 func (t *memTx) Get(intent string) (*Record, error) {
 	rec, had := t.records[intent]

@@ -223,18 +223,19 @@ func redactAt(v any, path []string) bool {
 	return found
 }
 
-// setStored sets what the ledger keeps of the call's arguments, before any transaction, so a
-// redaction that fails refuses the request without touching the ledger.
-func (c *call) setStored() error {
-	if len(c.Redact) == 0 {
-		c.stored = c.args
+// set sets the call's canonical arguments, their fingerprint and what the ledger keeps of
+// them (redacted at the paths in redact), before any transaction, so a redaction that fails
+// refuses the request without touching the ledger. Without redaction it is inlined.
+func (c *call) set(canonical []byte, fp string, redact []string) error {
+	c.args, c.fp, c.stored = canonical, fp, canonical
+	if len(redact) == 0 {
 		return nil
 	}
-	return c.setRedacted()
+	return c.redact(redact)
 }
 
-func (c *call) setRedacted() error {
-	stored, err := RedactArgs(c.args, c.Redact)
+func (c *call) redact(redact []string) error {
+	stored, err := RedactArgs(c.args, redact)
 	if err != nil {
 		return err
 	}

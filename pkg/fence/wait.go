@@ -36,8 +36,8 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 	stopRemote := func() {}
 	defer func() { stopRemote() }()
 	for {
-		ch, stop := e.watch.add(c.Intent)
-		out, adm, err := e.prepare(ctx, &c)
+		ch, stop := e.watch.add(req.Intent)
+		out, adm, err := e.prepare(ctx, &req, &c)
 		if !worthWaiting(err) || !time.Now().Before(deadline) {
 			stop()
 			e.count(out, err, waited)
@@ -48,7 +48,7 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 		}
 		waited = true
 		if notifier != nil && remote == nil {
-			if rch, rstop, werr := notifier.Watch(ctx, c.Intent); werr == nil {
+			if rch, rstop, werr := notifier.Watch(ctx, req.Intent); werr == nil {
 				// With a notification on the way, polling is only a safety net.
 				remote, stopRemote, poll, ceiling = rch, rstop, time.Second, time.Second
 				stop()
