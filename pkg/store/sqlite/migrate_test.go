@@ -131,7 +131,11 @@ func TestMigrateFromV1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st := openT(t, path, sqlite.Options{})
+	// The v1 file was written on 2026-11-30 at 15:04 UTC with the default result TTL of 24 h:
+	// its done outcomes expire on 2026-12-01 at 15:04 and would no longer be replayed after
+	// that. The migrated store runs on a clock of the file's own day, moving as time does.
+	v1Day, start := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC), time.Now()
+	st := openT(t, path, sqlite.Options{Now: func() time.Time { return v1Day.Add(time.Since(start)) }})
 	after := snapshot(t, st)
 	if !reflect.DeepEqual(before, after) {
 		t.Fatalf("the migration changed what the ledger holds:\nbefore %+v\nafter  %+v", before, after)
