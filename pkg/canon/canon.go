@@ -75,6 +75,10 @@ func SumTo(h *[SumLen]byte, b []byte) {
 	}
 }
 
+// HexPair returns the two lowercase hex digits of b: one table load (SumTo's, and the
+// engine's nonces).
+func HexPair(b byte) [2]byte { return hexPairs[b] }
+
 // hexPairs holds the two lowercase hex digits of every byte.
 var hexPairs = func() (t [256][2]byte) {
 	const digits = "0123456789abcdef"
