@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"hash/maphash"
 	"math/bits"
-	"sync"
 	"sync/atomic"
+
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 )
 
 // fpCache remembers the canonical arguments and fingerprint of recent calls by their exact
@@ -23,11 +24,7 @@ import (
 type fpCache struct {
 	seed  maphash.Seed
 	slots [fpCacheSlots]atomic.Pointer[fpEntry]
-	big   [fpBigSlots]atomic.Pointer[fpEntry]
-
-	bigMu    sync.Mutex
-	bigBytes int // the cost of big's entries (guarded by bigMu, as are all stores to big)
-	bigNext  int // the slot the next eviction looks at first (guarded by bigMu)
+	big   *budget.Table[fpEntry]
 }
 
 type fpEntry struct {
@@ -42,8 +39,6 @@ const (
 	fpCacheSlots    = 1 << fpCacheBits
 	fpCacheMaxBytes = 4096 // larger arguments go to big
 
-	fpBigBits     = 6
-	fpBigSlots    = 1 << fpBigBits
 	fpBigBudget   = 8 << 20
 	fpBigMaxBytes = 1 << 20 // larger arguments are not cached, nor an entry over a quarter of the budget
 )
@@ -56,7 +51,9 @@ func (e *fpEntry) cost() int {
 	return len(e.raw) + len(e.canonical)
 }
 
-func newFPCache() *fpCache { return &fpCache{seed: maphash.MakeSeed()} }
+func newFPCache() *fpCache {
+	return &fpCache{seed: maphash.MakeSeed(), big: budget.New((*fpEntry).cost)}
+}
 
 // hash picks the slots of a call: its top bits index slots or big.
 func (f *fpCache) hash(tool string, raw []byte) uint64 {
@@ -82,7 +79,7 @@ func (f *fpCache) hash(tool string, raw []byte) uint64 {
 // slotOf is the slot of a call of hash h with n bytes of arguments.
 func (f *fpCache) slotOf(h uint64, n int) *atomic.Pointer[fpEntry] {
 	if n > fpCacheMaxBytes {
-		return &f.big[h>>(64-fpBigBits)]
+		return f.big.Slot(h >> (64 - budget.Bits))
 	}
 	return &f.slots[h>>(64-fpCacheBits)]
 }
@@ -112,14 +109,5 @@ func (f *fpCache) put(s *atomic.Pointer[fpEntry], tool string, raw, canonical []
 		s.Store(e)
 		return
 	}
-	f.bigMu.Lock()
-	defer f.bigMu.Unlock()
-	f.bigBytes += e.cost() - s.Swap(e).cost()
-	for i := 0; f.bigBytes > fpBigBudget && i < fpBigSlots; i++ {
-		v := &f.big[f.bigNext]
-		f.bigNext = (f.bigNext + 1) % fpBigSlots
-		if v != s {
-			f.bigBytes -= v.Swap(nil).cost()
-		}
-	}
+	f.big.Put(s, e, fpBigBudget)
 }

@@ -48,11 +48,9 @@ func TestFPCacheBigArgs(t *testing.T) {
 			t.Fatalf("put %d: another tool hit the entry", i)
 		}
 		sum := 0
-		for j := range f.big {
-			sum += f.big[j].Load().cost()
-		}
-		if sum != f.bigBytes || sum > fpBigBudget {
-			t.Fatalf("put %d: the big table holds %d bytes, counts %d, budget %d", i, sum, f.bigBytes, fpBigBudget)
+		f.big.Each(func(e *fpEntry) { sum += e.cost() })
+		if sum != f.big.Bytes() || sum > fpBigBudget {
+			t.Fatalf("put %d: the big table holds %d bytes, counts %d, budget %d", i, sum, f.big.Bytes(), fpBigBudget)
 		}
 	}
 	huge := make([]byte, fpBigMaxBytes+1)

@@ -3,10 +3,10 @@ package sqlite
 import (
 	"bytes"
 	"hash/maphash"
-	"sync"
 	"sync/atomic"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 )
 
 // decodedCache remembers the last record decoded for each of a few thousand intents, keyed by
@@ -20,7 +20,7 @@ import (
 // commit together) go to big, a smaller table that holds at most decodedBigBudget bytes: an
 // entry counts twice its body (the body, and the decoded record, whose strings and raw values
 // are pieces of the body, unescaped, and whose other fields are few), and a put that would go
-// over the budget first evicts other big entries. Lookups take no lock; puts to big take bigMu. For a record in big, Get
+// over the budget first evicts other big entries (budget.Table). Lookups take no lock. For a record in big, Get
 // asks SQLite whether the file still holds the cached bytes (qGetUnchanged) rather than
 // reading them out.
 //
@@ -30,11 +30,7 @@ import (
 type decodedCache struct {
 	seed  maphash.Seed
 	slots [decodedSlots]atomic.Pointer[decodedEntry]
-	big   [decodedBigSlots]atomic.Pointer[decodedEntry]
-
-	bigMu    sync.Mutex
-	bigBytes int // the cost of big's entries (guarded by bigMu, as are all stores to big)
-	bigNext  int // the slot the next eviction looks at first (guarded by bigMu)
+	big   *budget.Table[decodedEntry]
 }
 
 type decodedEntry struct {
@@ -57,25 +53,26 @@ const (
 
 	// big holds the records of the calls in flight at 64 KB (16 callers' claims and done
 	// records cost about 3 MB) and the hot duplicates of large calls, in at most 8 MB.
-	decodedBigSlots  = 64 // a power of two
 	decodedBigBudget = 8 << 20
 	decodedBigMax    = 1 << 20 // larger bodies are not cached (one would take a quarter of big)
 )
 
-func newDecodedCache() *decodedCache { return &decodedCache{seed: maphash.MakeSeed()} }
+func newDecodedCache() *decodedCache {
+	return &decodedCache{seed: maphash.MakeSeed(), big: budget.New((*decodedEntry).cost)}
+}
 
 func (c *decodedCache) hash(intent string) uint64 { return maphash.String(c.seed, intent) }
 
 func (c *decodedCache) slot(h uint64, size int) *atomic.Pointer[decodedEntry] {
 	if size > decodedMaxBody {
-		return &c.big[h&(decodedBigSlots-1)]
+		return c.big.Slot(h)
 	}
 	return &c.slots[h&(decodedSlots-1)]
 }
 
 // bigEntry is the entry of big for intent (h is its hash), or nil.
 func (c *decodedCache) bigEntry(h uint64, intent string) *decodedEntry {
-	e := c.big[h&(decodedBigSlots-1)].Load()
+	e := c.big.Slot(h).Load()
 	if e == nil || e.intent != intent {
 		return nil
 	}
@@ -105,33 +102,11 @@ func (c *decodedCache) putOwned(h uint64, intent string, body []byte, rec *fence
 	switch {
 	case len(body) > decodedBigMax:
 	case len(body) > decodedMaxBody:
-		c.putBig(h, &decodedEntry{intent: intent, body: body, rec: rec})
+		c.big.Put(c.big.Slot(h), &decodedEntry{intent: intent, body: body, rec: rec}, decodedBigBudget)
 	default:
 		c.slot(h, len(body)).Store(&decodedEntry{intent: intent, body: body, rec: rec})
 	}
 }
 
-// putBig stores e in big, then evicts other entries, taking the slots in turn from where the
-// last eviction stopped, until big's entries cost no more than decodedBigBudget.
-func (c *decodedCache) putBig(h uint64, e *decodedEntry) {
-	s := c.slot(h, len(e.body))
-	c.bigMu.Lock()
-	defer c.bigMu.Unlock()
-	c.bigBytes += e.cost() - s.Swap(e).cost()
-	for i := 0; c.bigBytes > decodedBigBudget && i < decodedBigSlots; i++ {
-		v := &c.big[c.bigNext]
-		c.bigNext = (c.bigNext + 1) % decodedBigSlots
-		if v != s {
-			c.bigBytes -= v.Swap(nil).cost()
-		}
-	}
-}
-
 // dropBig removes e from big if it is still there.
-func (c *decodedCache) dropBig(h uint64, e *decodedEntry) {
-	c.bigMu.Lock()
-	defer c.bigMu.Unlock()
-	if c.big[h&(decodedBigSlots-1)].CompareAndSwap(e, nil) {
-		c.bigBytes -= e.cost()
-	}
-}
+func (c *decodedCache) dropBig(h uint64, e *decodedEntry) { c.big.Drop(c.big.Slot(h), e) }

@@ -113,11 +113,9 @@ func TestDecodedCacheBigBudget(t *testing.T) {
 			t.Fatalf("put %d (%d bytes): the newest entry is not cached", i, len(body))
 		}
 		sum := 0
-		for j := range c.big {
-			sum += c.big[j].Load().cost()
-		}
-		if sum != c.bigBytes || sum > decodedBigBudget {
-			t.Fatalf("put %d: the big table holds %d bytes, counts %d, budget %d", i, sum, c.bigBytes, decodedBigBudget)
+		c.big.Each(func(e *decodedEntry) { sum += e.cost() })
+		if sum != c.big.Bytes() || sum > decodedBigBudget {
+			t.Fatalf("put %d: the big table holds %d bytes, counts %d, budget %d", i, sum, c.big.Bytes(), decodedBigBudget)
 		}
 	}
 	huge := make([]byte, decodedBigMax+1)
@@ -242,8 +240,8 @@ func TestDecodedCacheLargeRecordShrinksOrGoes(t *testing.T) {
 	if r := get(a); r == nil || r.Reason != "small" {
 		t.Fatalf("after another store shrank the record, Get answered %.10q", r.Reason)
 	}
-	if a.decoded.bigEntry(h, "i") != nil || a.decoded.bigBytes != 0 {
-		t.Fatalf("the replaced large record stayed in the big table (%d bytes counted)", a.decoded.bigBytes)
+	if a.decoded.bigEntry(h, "i") != nil || a.decoded.big.Bytes() != 0 {
+		t.Fatalf("the replaced large record stayed in the big table (%d bytes counted)", a.decoded.big.Bytes())
 	}
 	put(a, large)
 	if err := b.Update(ctx, func(tx fence.Tx) error { return tx.Delete("i") }); err != nil {
@@ -252,7 +250,7 @@ func TestDecodedCacheLargeRecordShrinksOrGoes(t *testing.T) {
 	if r := get(a); r != nil {
 		t.Fatalf("after another store deleted the record, Get answered %.10q", r.Reason)
 	}
-	if a.decoded.bigEntry(h, "i") != nil || a.decoded.bigBytes != 0 {
+	if a.decoded.bigEntry(h, "i") != nil || a.decoded.big.Bytes() != 0 {
 		t.Fatal("the deleted large record stayed in the big table")
 	}
 }
