@@ -209,14 +209,6 @@ func load64(w string) uint64 {
 }
 
 // plain8 reports whether all eight bytes of x stand for themselves in a string: none is
-// '"', '\\', a control character or the start of a multi-byte sequence. It tests them at
-// once with the word tricks for "some byte is zero" ((x-0x01…)&^x&0x80…) and "some byte is
-// below n" ((x-n…)&^x&0x80…, exact for n <= 0x80).
-func plain8(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	quote, backslash := x^(ones*'"'), x^(ones*'\\')
-	control := (x - ones*0x20) &^ x
-	quote = (quote - ones) &^ quote
-	backslash = (backslash - ones) &^ backslash
-	return (x|control|quote|backslash)&highs == 0
-}
+// '"', '\\', a control character (inString8) or the start of a multi-byte sequence (a byte
+// of 0x80 or over).
+func plain8(x uint64) bool { return x&0x8080808080808080 == 0 && inString8(x) }

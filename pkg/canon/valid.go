@@ -158,8 +158,10 @@ func stringEnd(b []byte, i int) int {
 }
 
 // inString8 reports whether all eight bytes of x are inString: none is a quote, a backslash or
-// below 0x20. Each term has a byte's high bit set where the byte is (among others, but only if
-// some byte is) what it looks for; bytes of 0x80 and over are inString.
+// below 0x20 (bytes of 0x80 and over are). It tests them at once with the word tricks for
+// "some byte is zero" ((x-0x01…)&^x&0x80…) and "some byte is below n" ((x-n…)&^x&0x80…, exact
+// for n <= 0x80): each term has a byte's high bit set where the byte is (among others, but
+// only if some byte is) what it looks for.
 func inString8(x uint64) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	quote, backslash := x^(ones*'"'), x^(ones*'\\')
