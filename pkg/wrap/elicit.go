@@ -161,7 +161,7 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 		p.logf("intent %s: cannot read its record to ask about it: %v", intent, err)
 		return ""
 	}
-	if rec.State != fence.StateUnknown && rec.State != fence.StateFailed {
+	if !rec.State.Fenced() {
 		return settledMeanwhile
 	}
 	params, _ := json.Marshal(map[string]any{
