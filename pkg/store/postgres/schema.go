@@ -94,18 +94,19 @@ var schemaVersion = len(migrations)
 
 // recordIndexes sets the secondary indexes of the schema's effectfence_records, in the
 // transaction that migrates, after the migrations, when the catalog shows another set
-// (indexesCurrent); it writes nothing when they are already these. It changes no table, column or row, so it is not a schema
-// version: the version check refuses a schema newer than the build, and a build that still
-// creates version 1's indexes (state, cert) runs unchanged against a ledger that has these
-// (its queries are the same; see DECISIONS-postgres.md), while this build replaces them when
-// it opens a ledger that has those. Version 1 created them; a new ledger gets them there and
-// loses them here, in the same transaction.
+// (indexesCurrent); it writes nothing when they are already these. It changes no table,
+// column or row, so it is not a schema version: the version check refuses a schema newer
+// than the build, and a build that still creates version 1's indexes (state, cert) runs
+// unchanged against a ledger that has these (its queries are the same; see
+// DECISIONS-postgres.md), while this build replaces them when it opens a ledger that has
+// those. Version 1 creates them; a new ledger gets them there and loses them here, in the
+// same transaction.
 //
 // A commit changes the record's state, expires_at and cert_hash, so its new row version is
 // not a HOT update and goes into every index whose key or predicate it satisfies. Version 1's
-// four were the primary key, (state, intent) for every record, the expiry (done records) and
-// cert_hash (done records); the last two of those put an entry at a random leaf, which after
-// each checkpoint also logs that whole page. Now:
+// four were the primary key, (state, intent) for every record, the expiry (done records,
+// time-ordered) and cert_hash (done records); the state and cert entries landed at a random
+// leaf, which after each checkpoint also logs that whole page. Now:
 //   - effectfence_records_cert is gone: no command looks certs up by hash (ledger verify
 //     resolves parents from its own scan), and CertByHash answers by a scan of the table, as
 //     the SQLite ledger's does.
