@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // previousBuild is the last commit whose SQLite ledger had the schema-2 indexes records_state
@@ -31,10 +35,76 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the previous release from git history")
 	}
-	prev := buildPreviousBuild(t)
+	prev := buildPreviousBuild(t, previousBuild)
 	cur := buildServeBinary(t)
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	backAndForth(t, prev, cur, ledger, func() {
+		if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_state") {
+			t.Fatalf("the previous build's ledger has indexes %v; want its records_state (is %s the build before the change?)", got, previousBuild[:7])
+		}
+	}, func() {
+		if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_open") || slices.Contains(got, "records_state") {
+			t.Fatalf("after this build opened it, the ledger has indexes %v; want records_open and no records_state", got)
+		}
+	})
+}
 
+// previousPostgresBuild is the last commit whose PostgreSQL ledger kept schema version 1's
+// record indexes (effectfence_records_state, effectfence_records_cert); the builds after it
+// replace them with effectfence_records_open at every open, without a new schema version, so
+// that the previous build still opens the ledger (docs/DECISIONS-postgres.md).
+const previousPostgresBuild = "0b1a19ab3839d177d1ea3aafae8f3ca66fc60c1b"
+
+// TestPreviousBuildKeepsReceiptsPostgres is TestPreviousBuildKeepsReceipts for a PostgreSQL
+// ledger: the previous build creates it, this build replaces its record indexes, and each
+// build replays the other's receipts and writes new ones.
+func TestPreviousBuildKeepsReceiptsPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the previous release from git history")
+	}
+	ledger := pgLedger(t)
+	prev := buildPreviousBuild(t, previousPostgresBuild)
+	cur := buildServeBinary(t)
+	indexes := func() []string {
+		t.Helper()
+		ctx := context.Background()
+		u, err := url.Parse(ledger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgx.Connect(ctx, ledger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'effectfence_records' ORDER BY 1", u.Query().Get("search_path"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	backAndForth(t, prev, cur, ledger, func() {
+		if got := indexes(); !slices.Contains(got, "effectfence_records_state") {
+			t.Fatalf("the previous build's ledger has indexes %v; want its effectfence_records_state (is %s the build before the change?)", got, previousPostgresBuild[:7])
+		}
+	}, func() {
+		if got := indexes(); !slices.Contains(got, "effectfence_records_open") || slices.Contains(got, "effectfence_records_state") || slices.Contains(got, "effectfence_records_cert") {
+			t.Fatalf("after this build opened it, the ledger has indexes %v; want effectfence_records_open and neither effectfence_records_state nor _cert", got)
+		}
+	})
+}
+
+// backAndForth takes the ledger at location back and forth between the previous build and
+// this one, both as real `effectfence serve` processes: every receipt either one recorded is
+// replayed by the other, byte for byte, each writes new decisions into a ledger the other last
+// opened, and both verify the result. afterPrev checks the ledger the previous build created,
+// afterCur the ledger once this build opened it.
+func backAndForth(t *testing.T, prev, cur, ledger string, afterPrev, afterCur func()) {
+	t.Helper()
 	certs := map[string]json.RawMessage{} // intent -> the cert its first commit returned
 	// step runs one serve process of bin: every intent already decided must replay its cert
 	// unchanged, and fresh is admitted and committed.
@@ -72,14 +142,10 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 		}
 		certs[fresh] = done.Cert
 	}
-	step("previous build, new file", prev, "pay:1")
-	if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_state") {
-		t.Fatalf("the previous build's ledger has indexes %v; want its records_state (is %s the build before the change?)", got, previousBuild[:7])
-	}
+	step("previous build, new ledger", prev, "pay:1")
+	afterPrev()
 	step("this build after the previous", cur, "pay:2")
-	if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_open") || slices.Contains(got, "records_state") {
-		t.Fatalf("after this build opened it, the ledger has indexes %v; want records_open and no records_state", got)
-	}
+	afterCur()
 	step("previous build after this one (a rollback)", prev, "pay:3")
 	step("this build again", cur, "pay:4")
 	for _, bin := range []string{prev, cur} {
@@ -90,15 +156,15 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 	}
 }
 
-// buildPreviousBuild compiles effectfence at previousBuild from this clone's git history (git
-// archive: the checkout is not touched), or skips when git or that commit is not here.
-func buildPreviousBuild(t *testing.T) string {
+// buildPreviousBuild compiles effectfence at commit from this clone's git history
+// (git archive: the checkout is not touched), or skips when git or that commit is not here.
+func buildPreviousBuild(t *testing.T, commit string) string {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not installed: the previous build comes from git history")
 	}
-	if err := exec.Command("git", "cat-file", "-e", previousBuild+"^{commit}").Run(); err != nil {
-		t.Skipf("commit %s is not in this clone's history (a shallow clone?): %v", previousBuild[:7], err)
+	if err := exec.Command("git", "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
+		t.Skipf("commit %s is not in this clone's history (a shallow clone?): %v", commit[:7], err)
 	}
 	src := filepath.Join(t.TempDir(), "src")
 	if err := os.Mkdir(src, 0o755); err != nil {
@@ -108,7 +174,7 @@ func buildPreviousBuild(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("git rev-parse: %v", err)
 	}
-	archive := exec.Command("git", "archive", "--format=tar", previousBuild)
+	archive := exec.Command("git", "archive", "--format=tar", commit)
 	archive.Dir = strings.TrimSpace(string(top)) // from a subdirectory, git archives only that
 	untar := exec.Command("tar", "-x", "-C", src)
 	pipe, err := archive.StdoutPipe()
@@ -122,7 +188,7 @@ func buildPreviousBuild(t *testing.T) string {
 		t.Fatal(err)
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", previousBuild[:7], err, archiveErr.String())
+		t.Fatalf("git archive %s: %v\n%s", commit[:7], err, archiveErr.String())
 	}
 	if err := untar.Wait(); err != nil {
 		t.Fatalf("tar: %v\n%s", err, untarErr.String())
@@ -131,7 +197,7 @@ func buildPreviousBuild(t *testing.T) string {
 	build := exec.Command("go", "build", "-o", bin, "./cmd/effectfence")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build of %s: %v\n%s", previousBuild[:7], err, out)
+		t.Fatalf("go build of %s: %v\n%s", commit[:7], err, out)
 	}
 	return bin
 }

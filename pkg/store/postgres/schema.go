@@ -92,6 +92,45 @@ $$;
 // schemaVersion is the version this build writes.
 var schemaVersion = len(migrations)
 
+// recordIndexes sets the secondary indexes of the schema's effectfence_records, in the
+// transaction that migrates, after the migrations, when the catalog shows another set
+// (indexesCurrent); it writes nothing when they are already these. It changes no table,
+// column or row, so it is not a schema version: the version check refuses a schema newer
+// than the build, and a build that still creates version 1's indexes (state, cert) runs
+// unchanged against a ledger that has these (its queries are the same; see
+// DECISIONS-postgres.md), while this build replaces them when it opens a ledger that has
+// those. Version 1 creates them; a new ledger gets them there and loses them here, in the
+// same transaction.
+//
+// A commit changes the record's state, expires_at and cert_hash, so its new row version is
+// not a HOT update and goes into every index whose key or predicate it satisfies. Version 1's
+// four were the primary key, (state, intent) for every record, the expiry (done records,
+// time-ordered) and cert_hash (done records); the state and cert entries landed at a random
+// leaf, which after each checkpoint also logs that whole page. Now:
+//   - effectfence_records_cert is gone: no command looks certs up by hash (ledger verify
+//     resolves parents from its own scan), and CertByHash answers by a scan of the table, as
+//     the SQLite ledger's does.
+//   - effectfence_records_open indexes only the records that are not done, the only states
+//     anything looks for by state (Recover: in_flight; ledger ls --state: in_flight by default,
+//     failed, unknown); a commit's done row gets no entry. Scan adds the index's own predicate
+//     to such queries, so a generic plan can use it (a custom plan proves it from the states).
+//
+// Measured on 100k records (PostgreSQL 15, 2 cores): the commit's UPDATE 46 µs -> 17 µs of
+// server time, WAL per commit ~6.9 KB -> 1.2 KB right after a checkpoint (no full-page image
+// of a random index leaf).
+func recordIndexes(schema string) string {
+	q := pgx.Identifier{schema}.Sanitize() + "."
+	return `DROP INDEX IF EXISTS ` + q + `effectfence_records_state;
+DROP INDEX IF EXISTS ` + q + `effectfence_records_cert;
+CREATE INDEX IF NOT EXISTS effectfence_records_open ON ` + q + `effectfence_records (state, intent) WHERE state <> 'done';`
+}
+
+// indexesCurrent asks whether the schema ($1) has exactly recordIndexes' secondary indexes of
+// effectfence_records, by name.
+const indexesCurrent = `SELECT count(*) FILTER (WHERE indexname = 'effectfence_records_open') = 1
+	AND count(*) FILTER (WHERE indexname IN ('effectfence_records_state', 'effectfence_records_cert')) = 0
+	FROM pg_indexes WHERE schemaname = $1 AND tablename = 'effectfence_records'`
+
 // migrate creates or upgrades the schema. It holds a transaction-scoped advisory lock keyed by
 // the schema name, so processes starting at once take turns and each finds the work done.
 func migrate(ctx context.Context, conn *pgx.Conn, schema string, create bool) error {
@@ -132,6 +171,15 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create bool) er
 	if have < schemaVersion {
 		if _, err := tx.Exec(ctx, "UPDATE effectfence_version SET version = $1", schemaVersion); err != nil {
 			return err
+		}
+	}
+	var current bool
+	if err := tx.QueryRow(ctx, indexesCurrent, schema).Scan(&current); err != nil {
+		return err
+	}
+	if !current {
+		if _, err := tx.Exec(ctx, recordIndexes(schema)); err != nil {
+			return fmt.Errorf("setting the ledger's record indexes: %w", err)
 		}
 	}
 	return tx.Commit(ctx)

@@ -442,25 +442,7 @@ func (t *tx) Delete(intent string) error {
 // read again before fn sees it (and skipped if it no longer matches), so what fn decides on
 // cannot change under it.
 func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
-	q := "SELECT intent, body FROM effectfence_records WHERE intent > $1"
-	args := []any{f.After}
-	if len(f.States) > 0 {
-		states := make([]string, len(f.States))
-		for i, s := range f.States {
-			states[i] = string(s)
-		}
-		args = append(args, states)
-		q += fmt.Sprintf(" AND state = ANY($%d)", len(args))
-	}
-	if !f.ExpiresBefore.IsZero() {
-		args = append(args, f.ExpiresBefore)
-		q += fmt.Sprintf(" AND expires_at IS NOT NULL AND expires_at <= $%d", len(args))
-	}
-	q += " ORDER BY intent"
-	if f.Limit > 0 {
-		args = append(args, f.Limit)
-		q += fmt.Sprintf(" LIMIT $%d", len(args))
-	}
+	q, args := scanQuery(f)
 	type row struct {
 		intent string
 		body   []byte
@@ -500,6 +482,40 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 	return nil
 }
 
+// scanQuery is Scan's query of the records f matches, in intent order. A search for states
+// that are all not done says so in the index's own terms (state <> 'done'), so that the plan
+// PostgreSQL caches for the statement, made without knowing the states, can use
+// effectfence_records_open (see recordIndexes).
+func scanQuery(f fence.Filter) (string, []any) {
+	q := "SELECT intent, body FROM effectfence_records WHERE intent > $1"
+	args := []any{f.After}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		open := true
+		for i, s := range f.States {
+			states[i] = string(s)
+			open = open && s != fence.StateDone
+		}
+		args = append(args, states)
+		q += fmt.Sprintf(" AND state = ANY($%d)", len(args))
+		if open {
+			q += " AND state <> 'done'"
+		}
+	}
+	if !f.ExpiresBefore.IsZero() {
+		args = append(args, f.ExpiresBefore)
+		q += fmt.Sprintf(" AND expires_at IS NOT NULL AND expires_at <= $%d", len(args))
+	}
+	q += " ORDER BY intent"
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	return q, args
+}
+
+// CertByHash scans the records table: no index maps cert hashes (see recordIndexes: one cost
+// every commit an index insertion at a random leaf, for a lookup no command makes).
 func (t *tx) CertByHash(hash string) (*fence.Record, error) {
 	var intent string
 	var body []byte
