@@ -73,7 +73,7 @@ func TestFreshAdmissionAndCommitAllocations(t *testing.T) {
 		}
 	})
 	// The claim with its ticket, its nonce, the copy of the result, the done record, its cert
-	// with the bytes of its two digests, and the caller's copy of the cert; the records map's
+	// with the bytes of its two digests, and the caller's copy of the cert; the records table's
 	// growth adds a fraction.
 	if n > 6 {
 		t.Errorf("a fresh admission and commit allocate %v objects; want at most 6", n)

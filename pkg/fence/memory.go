@@ -3,7 +3,8 @@ package fence
 import (
 	"context"
 	"errors"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,7 +15,7 @@ type MemoryStore struct {
 	mu      sync.RWMutex
 	now     func() time.Time
 	wall    bool // now is time.Now (the engine then reads the clock itself: Engine.memWall)
-	records map[string]*Record
+	records recTable
 	domains map[string]uint64
 	floor   uint64
 	token   uint64
@@ -34,7 +35,7 @@ func NewMemoryStore() *MemoryStore {
 
 // NewMemoryStoreClock returns an empty store using now as its clock (for tests of leases).
 func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
-	m := &MemoryStore{now: now, records: map[string]*Record{}, domains: map[string]uint64{}}
+	m := &MemoryStore{now: now, domains: map[string]uint64{}}
 	m.wtx = memTx{memView: (*memView)(m), memUndo: &m.undo}
 	return m
 }
@@ -125,7 +126,8 @@ type lastGet struct {
 	intent string
 	rec    *Record
 	had    bool
-	ok     bool // the fields above are set
+	at     probe // where the lookup ended in the records table
+	ok     bool  // the fields above are set
 }
 
 // memUndo is the undo log of a write transaction: what each write overwrote, restored in
@@ -159,9 +161,9 @@ func (t *memTx) rollback() {
 	for i := len(t.recUndo) - 1; i >= 0; i-- {
 		u := t.recUndo[i]
 		if u.had {
-			t.records[u.key] = u.rec
+			t.records.put(u.rec)
 		} else {
-			delete(t.records, u.key)
+			t.records.remove(u.key)
 		}
 	}
 	for i := len(t.domUndo) - 1; i >= 0; i-- {
@@ -187,21 +189,22 @@ func (t *memTx) rollback() {
 
 func (v *memView) Now() time.Time { return v.now() }
 
-func (v *memView) Get(intent string) (*Record, error) { return v.records[intent], nil }
+func (v *memView) Get(intent string) (*Record, error) { return v.records.get(intent), nil }
 
 func (v *memView) Scan(f Filter, fn func(*Record) bool) error {
-	keys := make([]string, 0, len(v.records))
-	for k, rec := range v.records {
+	recs := make([]*Record, 0, v.records.live)
+	v.records.each(func(rec *Record) bool {
 		if f.Match(rec) {
-			keys = append(keys, k)
+			recs = append(recs, rec)
 		}
-	}
-	sort.Strings(keys)
-	for i, k := range keys {
+		return true
+	})
+	slices.SortFunc(recs, func(a, b *Record) int { return strings.Compare(a.Intent, b.Intent) })
+	for i, rec := range recs {
 		if f.Limit > 0 && i >= f.Limit {
 			break
 		}
-		if !fn(v.records[k]) {
+		if !fn(rec) {
 			break
 		}
 	}
@@ -209,12 +212,15 @@ func (v *memView) Scan(f Filter, fn func(*Record) bool) error {
 }
 
 func (v *memView) CertByHash(hash string) (*Record, error) {
-	for _, rec := range v.records {
+	var found *Record
+	v.records.each(func(rec *Record) bool {
 		if rec.Cert != nil && rec.Cert.Hash == hash {
-			return rec, nil
+			found = rec
+			return false
 		}
-	}
-	return nil, nil
+		return true
+	})
+	return found, nil
 }
 
 func (v *memView) DomainSeq(domain string) (uint64, bool, error) {
@@ -258,35 +264,33 @@ func (v *memView) AddCounters(Counters) error                { return errReadOnl
 func (t *memTx) Now() time.Time { return t.at }
 
 func (t *memTx) Get(intent string) (*Record, error) {
-	rec, had := t.records[intent]
-	t.last = lastGet{intent, rec, had, true}
+	rec, at := t.records.find(intent)
+	t.last = lastGet{intent, rec, rec != nil, at, true}
 	return rec, nil
 }
 
 func (t *memTx) Put(rec *Record) error {
 	var (
 		prev *Record
-		had  bool
+		at   probe
 	)
 	if t.last.ok && t.last.intent == rec.Intent {
-		prev, had = t.last.rec, t.last.had
+		prev, at = t.last.rec, t.last.at
 	} else {
-		prev, had = t.records[rec.Intent]
+		prev, at = t.records.find(rec.Intent)
 	}
+	had := prev != nil
 	t.recUndo = append(t.recUndo, recUndo{rec.Intent, had, prev})
-	t.records[rec.Intent] = rec
-	t.last = lastGet{rec.Intent, rec, true, true}
+	at = t.records.set(rec, had, at)
+	t.last = lastGet{rec.Intent, rec, true, at, true}
 	return nil
 }
 
 func (t *memTx) Delete(intent string) error {
 	t.last = lastGet{}
-	prev, had := t.records[intent]
-	if !had {
-		return nil
+	if prev := t.records.remove(intent); prev != nil {
+		t.recUndo = append(t.recUndo, recUndo{intent, true, prev})
 	}
-	t.recUndo = append(t.recUndo, recUndo{intent, true, prev})
-	delete(t.records, intent)
 	return nil
 }
 

@@ -1,0 +1,200 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// checkTable compares the records table with the plain map it must equal, and checks the
+// table's own counts: live and used match its slots, and it is never over three quarters full.
+func checkTable(t *testing.T, step int, tab *recTable, want map[string]*Record, absent []string) {
+	t.Helper()
+	live, used := 0, 0
+	for _, s := range tab.slots {
+		if s.rec != nil {
+			live++
+		}
+		if s.rec != nil || s.hash == tombstone {
+			used++
+		}
+	}
+	if live != tab.live || used != tab.used || live != len(want) {
+		t.Fatalf("step %d: %d live slots (counted %d), %d used (counted %d); the map holds %d", step, live, tab.live, used, tab.used, len(want))
+	}
+	if len(tab.slots) > 0 && used*4 > len(tab.slots)*3 {
+		t.Fatalf("step %d: %d of %d slots used", step, used, len(tab.slots))
+	}
+	for k, rec := range want {
+		if got := tab.get(k); got != rec {
+			t.Fatalf("step %d: get(%q) = %p, want %p", step, k, got, rec)
+		}
+	}
+	for _, k := range absent {
+		if _, ok := want[k]; !ok && tab.get(k) != nil {
+			t.Fatalf("step %d: get(%q) found a record the map does not hold", step, k)
+		}
+	}
+	seen := 0
+	tab.each(func(rec *Record) bool {
+		if want[rec.Intent] != rec {
+			t.Fatalf("step %d: each gave %q, which the map does not hold", step, rec.Intent)
+		}
+		seen++
+		return true
+	})
+	if seen != len(want) {
+		t.Fatalf("step %d: each gave %d records, the map holds %d", step, seen, len(want))
+	}
+}
+
+// TestRecTableMatchesAMap: random inserts, overwrites and deletes of keys from a small set (so
+// that the table grows, fills with tombstones, reuses them and rehashes), checked after every
+// step against a plain map.
+func TestRecTableMatchesAMap(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 16))
+		var tab recTable
+		want := map[string]*Record{}
+		keys := make([]string, 40+rng.IntN(400))
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+		}
+		for step := 0; step < 6000; step++ {
+			k := keys[rng.IntN(len(keys))]
+			switch op := rng.IntN(10); {
+			case op < 5: // insert or overwrite, the store's way: a find, then a set at its probe
+				rec := &Record{Intent: k}
+				prev, p := tab.find(k)
+				if prev != want[k] {
+					t.Fatalf("seed %d step %d: find(%q) = %p, want %p", seed, step, k, prev, want[k])
+				}
+				tab.set(rec, prev != nil, p)
+				want[k] = rec
+			case op < 6: // the undo's way
+				rec := &Record{Intent: k}
+				tab.put(rec)
+				want[k] = rec
+			default:
+				if got := tab.remove(k); got != want[k] {
+					t.Fatalf("seed %d step %d: remove(%q) = %p, want %p", seed, step, k, got, want[k])
+				}
+				delete(want, k)
+			}
+			if step%7 == 0 || step > 5900 {
+				checkTable(t, step, &tab, want, keys)
+			}
+		}
+		for k := range want { // empty it: every slot becomes free again
+			tab.remove(k)
+			delete(want, k)
+		}
+		checkTable(t, -1, &tab, want, keys)
+	}
+}
+
+// TestMemoryStoreMatchesAMap drives the store through transactions of random Gets, Puts and
+// Deletes, a third of which fail and must leave no trace, and checks Get, ordered Scan and
+// CertByHash against a plain map after each.
+func TestMemoryStoreMatchesAMap(t *testing.T) {
+	ctx := context.Background()
+	errPlanned := errors.New("planned failure")
+	for seed := uint64(1); seed <= 4; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 41))
+		st := NewMemoryStore()
+		want := map[string]*Record{}
+		keys := make([]string, 20+rng.IntN(300))
+		for i := range keys {
+			keys[i] = "intent:" + strconv.Itoa(i)
+		}
+		n := 0
+		for round := 0; round < 800; round++ {
+			next := maps.Clone(want)
+			fail := rng.IntN(3) == 0
+			err := st.Update(ctx, func(tx Tx) error {
+				for range 1 + rng.IntN(12) {
+					k := keys[rng.IntN(len(keys))]
+					switch op := rng.IntN(8); {
+					case op < 2:
+						got, err := tx.Get(k)
+						if err != nil || got != next[k] {
+							t.Fatalf("seed %d round %d: Get(%q) = %p, %v; want %p", seed, round, k, got, err, next[k])
+						}
+					case op < 3: // a Put right after the Get of its intent (the engine's way)
+						if _, err := tx.Get(k); err != nil {
+							return err
+						}
+						fallthrough
+					case op < 6:
+						n++
+						rec := &Record{Intent: k, Cert: &Cert{Hash: "h" + strconv.Itoa(n)}}
+						if err := tx.Put(rec); err != nil {
+							return err
+						}
+						next[k] = rec
+					default:
+						if err := tx.Delete(k); err != nil {
+							return err
+						}
+						delete(next, k)
+					}
+				}
+				if fail {
+					return errPlanned
+				}
+				return nil
+			})
+			if fail != (err != nil) {
+				t.Fatalf("seed %d round %d: Update = %v", seed, round, err)
+			}
+			if !fail {
+				want = next
+			}
+			checkTable(t, round, &st.records, want, keys)
+			err = st.View(ctx, func(tx Tx) error {
+				var got []string
+				if err := tx.Scan(Filter{}, func(r *Record) bool { got = append(got, r.Intent); return true }); err != nil {
+					return err
+				}
+				wantKeys := make([]string, 0, len(want))
+				for k := range want {
+					wantKeys = append(wantKeys, k)
+				}
+				slices.Sort(wantKeys)
+				if !slices.Equal(got, wantKeys) {
+					t.Fatalf("seed %d round %d: Scan gave %q, want %q", seed, round, got, wantKeys)
+				}
+				for _, k := range wantKeys[:min(3, len(wantKeys))] {
+					if rec, err := tx.CertByHash(want[k].Cert.Hash); err != nil || rec != want[k] {
+						t.Fatalf("seed %d round %d: CertByHash of %q's cert = %p, %v", seed, round, k, rec, err)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestZeroMemoryStoreRecords: a MemoryStore not made by a constructor reads as empty and takes
+// records (its table makes its seed at the first insertion).
+func TestZeroMemoryStoreRecords(t *testing.T) {
+	var tab recTable
+	if tab.get("x") != nil || tab.remove("x") != nil {
+		t.Fatal("an empty table holds x")
+	}
+	rec, p := tab.find("x")
+	if rec != nil {
+		t.Fatal("an empty table found x")
+	}
+	tab.set(&Record{Intent: "x"}, false, p)
+	if got := tab.get("x"); got == nil || got.Intent != "x" {
+		t.Fatalf("get(x) = %v after set", got)
+	}
+}
