@@ -84,6 +84,8 @@ type Store struct {
 	qmu     sync.Mutex // guards queue and leading
 	queue   []*update  // Updates waiting for a transaction
 	leading bool       // an Update is running a batch and will hand on or drain the queue
+
+	turns *writerQueue // the writers of all processes take turns through it (queue.go); nil when read-only
 }
 
 // update is one queued Update. res receives exactly one answer: its result, or lead (the
@@ -131,6 +133,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, s.fail(err)
 	}
 	if !opt.ReadOnly {
+		s.turns = openWriterQueue(abs)
 		if s.w, err = sql.Open("sqlite", dsn(abs, opt, true)); err != nil {
 			return nil, s.fail(err)
 		}
@@ -204,6 +207,7 @@ func (s *Store) closeWriter() error {
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
 	}
+	s.turns.close()
 	return errors.Join(errs...)
 }
 
@@ -654,11 +658,13 @@ func (s *Store) lead() {
 // committed, which fence.Store allows ("a store may run fn more than once").
 func (s *Store) runBatch(batch []*update) {
 	errs := make([]error, len(batch))
+	t := s.turns.enter(s.opt.BusyTimeout)
 	failed, err := s.tryBatch(batch, errs, false)
 	if failed {
 		clear(errs)
 		_, err = s.tryBatch(batch, errs, true)
 	}
+	s.turns.leave(t)
 	for i, u := range batch {
 		if errs[i] == nil {
 			errs[i] = err

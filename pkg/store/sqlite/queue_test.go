@@ -1,0 +1,363 @@
+//go:build linux
+
+package sqlite_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// queueHelper is a process writing the ledger at EFFECTFENCE_TEST_LEDGER (see TestMain);
+// "procbench" is BenchmarkProcesses's.
+// "hold": one Update that prints "holding" and then waits, inside its transaction, until
+// stdin ends. "turns": waits for the file EFFECTFENCE_TEST_GO, runs EFFECTFENCE_TEST_N
+// Updates back to back, each taking a fencing token, and prints the tokens it got.
+func queueHelper(mode string) error {
+	if mode == "procbench" {
+		return procBenchHelper()
+	}
+	st, err := sqlite.Open(ctx, os.Getenv("EFFECTFENCE_TEST_LEDGER"), sqlite.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	switch mode {
+	case "hold":
+		return st.Update(ctx, func(tx fence.Tx) error {
+			if _, err := tx.NextToken(); err != nil {
+				return err
+			}
+			fmt.Println("holding")
+			_, err := bufio.NewReader(os.Stdin).ReadString('\n')
+			return err
+		})
+	case "turns":
+		n, err := strconv.Atoi(os.Getenv("EFFECTFENCE_TEST_N"))
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		for {
+			if _, err := os.Stat(os.Getenv("EFFECTFENCE_TEST_GO")); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		toks := make([]string, 0, n)
+		for range n {
+			err := st.Update(ctx, func(tx fence.Tx) error {
+				tok, err := tx.NextToken()
+				toks = append(toks, strconv.FormatUint(tok, 10))
+				return err
+			})
+			if err != nil {
+				return err
+			}
+		}
+		fmt.Println(strings.Join(toks, " "))
+		return nil
+	}
+	return fmt.Errorf("unknown mode %q", mode)
+}
+
+func queueProc(t testing.TB, ledger, mode string, env ...string) (*exec.Cmd, *bufio.Scanner, func()) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "EFFECTFENCE_TEST_QUEUE="+mode, "EFFECTFENCE_TEST_LEDGER="+ledger), env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, bufio.NewScanner(out), func() { in.Close() }
+}
+
+// tryQueue reports whether the queue's lock is free, taking and releasing it through a
+// descriptor of the test's own.
+func tryQueue(t *testing.T, ledger string) bool {
+	t.Helper()
+	f, err := os.OpenFile(ledger+"-lock", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// A write transaction holds the queue from before BEGIN to after COMMIT, and only then.
+func TestWriterQueueHeldForTheTransaction(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if fi, err := os.Stat(ledger + "-lock"); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("lock file: %v, %v", fi, err)
+	}
+	for i := range 3 {
+		var during bool
+		if err := st.Update(ctx, func(tx fence.Tx) error {
+			during = tryQueue(t, ledger)
+			_, err := tx.NextToken()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if during {
+			t.Fatalf("update %d: the queue was free during the transaction", i)
+		}
+		if !tryQueue(t, ledger) {
+			t.Fatalf("update %d: the queue is still held after the transaction", i)
+		}
+	}
+	// A read-only open takes no part in the queue and leaves the file alone.
+	ro, err := sqlite.Open(ctx, ledger, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro.Close()
+}
+
+// A queue held past the busy timeout by something that is not writing (here the test, on a
+// descriptor of its own) delays a writer by that timeout and no more: SQLite's lock decides.
+// The flock it left waiting serves the next transaction, or, if the queue comes free while
+// no transaction waits, lets it go at once.
+func TestWriterQueueHeldByNobodyWriting(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f, err := os.OpenFile(ledger+"-lock", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hold := func() {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := func() {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+			t.Error(err)
+		}
+	}
+	update := func(what string) (queueFree bool) {
+		t.Helper()
+		if err := st.Update(ctx, func(tx fence.Tx) error {
+			queueFree = tryQueue(t, ledger)
+			_, err := tx.NextToken()
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return queueFree
+	}
+
+	hold()
+	update("with the queue held elsewhere")
+	// The next transaction waits on the flock left waiting, and gets the queue through it
+	// when the test lets go.
+	released := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() { release(); close(released) })
+	if update("after the queue comes free") {
+		t.Fatal("the transaction after the queue came free does not hold it")
+	}
+	<-released
+	if !tryQueue(t, ledger) {
+		t.Fatal("the queue is still held after the transaction")
+	}
+
+	// Left waiting with no transaction to serve, the flock lets the queue go as soon as it
+	// gets it; the next transaction queues as usual.
+	hold()
+	update("with the queue held elsewhere, again")
+	release()
+	// Free, and staying free: the test's own tries may take the queue before the waiting
+	// flock does, so one free try does not show that the flock let it go.
+	deadline := time.Now().Add(10 * time.Second)
+	for free := 0; free < 50; {
+		if tryQueue(t, ledger) {
+			free++
+		} else {
+			free = 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a flock left waiting kept the queue")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if update("after the waiting flock let go") {
+		t.Fatal("after a flock was left waiting once, a transaction no longer holds the queue")
+	}
+}
+
+// A process killed (-9) in the middle of a transaction releases the queue with its
+// descriptors: the writer waiting behind it goes on.
+func TestWriterQueueReleasedByAKilledProcess(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cmd, out, _ := queueProc(t, ledger, "hold")
+	if !out.Scan() || out.Text() != "holding" {
+		t.Fatalf("holder: %q %v", out.Text(), out.Err())
+	}
+	if tryQueue(t, ledger) {
+		t.Fatal("the holder's transaction does not hold the queue")
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err })
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("an update ran while another process was inside its transaction: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the update still waits after the holder was killed")
+	}
+}
+
+// Two processes writing back to back take turns. Without the queue, SQLite's busy handler
+// let one of them run most of its transactions while the other slept (runs of hundreds).
+func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
+	const n = 300
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	gofile := filepath.Join(dir, "go")
+	var outs []*bufio.Scanner
+	for range 2 {
+		_, out, _ := queueProc(t, ledger, "turns", "EFFECTFENCE_TEST_N="+strconv.Itoa(n), "EFFECTFENCE_TEST_GO="+gofile)
+		if !out.Scan() || out.Text() != "ready" {
+			t.Fatalf("writer: %q %v", out.Text(), out.Err())
+		}
+		outs = append(outs, out)
+	}
+	if err := os.WriteFile(gofile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type tok struct {
+		v    uint64
+		proc int
+	}
+	var all []tok
+	for p, out := range outs {
+		if !out.Scan() {
+			t.Fatalf("writer %d: %v", p, out.Err())
+		}
+		for _, f := range strings.Fields(out.Text()) {
+			v, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, tok{v, p})
+		}
+	}
+	if len(all) != 2*n {
+		t.Fatalf("%d tokens, want %d", len(all), 2*n)
+	}
+	slices.SortFunc(all, func(a, b tok) int { return int(a.v) - int(b.v) })
+	longest, run := 0, 0
+	for i := range all {
+		if i > 0 && all[i].proc == all[i-1].proc {
+			run++
+		} else {
+			run = 1
+		}
+		longest = max(longest, run)
+	}
+	// Turns are not strict (the kernel wakes a waiter; the holder may take the lock again
+	// before it runs), but a run of a third of one process's transactions means one starved.
+	t.Logf("longest run of one process: %d of %d transactions each", longest, n)
+	if longest > n/3 {
+		t.Fatalf("one process ran %d transactions in a row while the other waited", longest)
+	}
+}
+
+// A ledger reached through a symbolic link queues on the lock file beside the file itself,
+// as SQLite puts its -wal beside it: two processes using different paths to one ledger take
+// turns all the same.
+func TestWriterQueueFollowsLinks(t *testing.T) {
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	link := filepath.Join(t.TempDir(), "via-link.db")
+	if err := os.Symlink(ledger, link); err != nil {
+		t.Fatal(err)
+	}
+	st, err = sqlite.Open(ctx, link, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var free bool
+	if err := st.Update(ctx, func(tx fence.Tx) error {
+		free = tryQueue(t, ledger)
+		_, err := tx.NextToken()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if free {
+		t.Fatal("a transaction through a link does not hold the ledger's queue")
+	}
+	if _, err := os.Lstat(link + "-lock"); err == nil {
+		t.Fatal("a lock file was made beside the link")
+	}
+}
