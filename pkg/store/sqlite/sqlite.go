@@ -48,7 +48,8 @@ type Options struct {
 	// older schema this build can read as it is (see oldestReadable) is read unmigrated.
 	ReadOnly bool
 	// BusyTimeout is how long a transaction waits for another process's write lock before
-	// failing (default 30 s).
+	// failing (default 30 s): for its turn in the writers' queue, then for SQLite's lock, so
+	// up to twice this when another process stops inside its transaction (queue.go).
 	BusyTimeout time.Duration
 	// Now is the store's clock (default time.Now); tests of expiry set it.
 	Now func() time.Time
