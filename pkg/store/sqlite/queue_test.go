@@ -309,20 +309,38 @@ func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
 		t.Fatalf("%d tokens, want %d", len(all), 2*n)
 	}
 	slices.SortFunc(all, func(a, b tok) int { return int(a.v) - int(b.v) })
-	longest, run := 0, 0
-	for i := range all {
-		if i > 0 && all[i].proc == all[i-1].proc {
+	// Count the hand-overs from one process to the other while both were writing: from the
+	// first transaction of the process that started second to the last of the one that
+	// finished first. Before and after that window one process runs alone (one may start
+	// a little later; at the end the one behind finishes its own), which says nothing about
+	// turns. Inside it, how long one process runs in a row depends on how soon the kernel
+	// schedules the woken waiter (the holder may take the queue again first: runs of 100 and
+	// more were seen, and a tail of 200 when one fell behind), so the test does not bound the
+	// longest run; it checks that the turns do alternate. SQLite alone gave no hand-over at
+	// all (0 in 10 runs: one process ran all its transactions while the other slept), the
+	// queue 64-418 (20 runs, with and without -race, load 3.7-5.4).
+	from, to := 0, len(all)-1
+	for from < len(all) && all[from].proc == all[0].proc {
+		from++
+	}
+	for to >= 0 && all[to].proc == all[len(all)-1].proc {
+		to--
+	}
+	handovers, longest, run := 0, 0, 0
+	for i := from; i <= to; i++ {
+		if i > from && all[i].proc == all[i-1].proc {
 			run++
 		} else {
 			run = 1
+			if i > from {
+				handovers++
+			}
 		}
 		longest = max(longest, run)
 	}
-	// Turns are not strict (the kernel wakes a waiter; the holder may take the lock again
-	// before it runs), but a run of a third of one process's transactions means one starved.
-	t.Logf("longest run of one process: %d of %d transactions each", longest, n)
-	if longest > n/3 {
-		t.Fatalf("one process ran %d transactions in a row while the other waited", longest)
+	t.Logf("transactions %d-%d of %d ran while both processes wrote: %d hand-overs, longest run %d", from, to, len(all), handovers, longest)
+	if handovers < 10 {
+		t.Fatalf("the processes took turns %d times while both were writing (transactions %d-%d of %d), want at least 10", handovers, from, to, len(all))
 	}
 }
 
