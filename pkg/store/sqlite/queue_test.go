@@ -4,6 +4,7 @@ package sqlite_test
 
 import (
 	"bufio"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -149,6 +150,94 @@ func TestWriterQueueHeldForTheTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro.Close()
+}
+
+// A transaction leaves the queue whatever its outcome: a function that fails or panics, a
+// batch that one function makes run again with savepoints, a BEGIN that SQLite refuses. The
+// process that holds the queue can always take it again (flock on the same descriptor), so
+// only another descriptor sees one that was not let go.
+func TestWriterQueueLeftWhateverTheOutcome(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	left := func(what string) {
+		t.Helper()
+		if !tryQueue(t, ledger) {
+			t.Fatalf("%s: the queue is still held after the transaction", what)
+		}
+	}
+	failing := errors.New("refused")
+	if err := st.Update(ctx, func(tx fence.Tx) error { tx.NextToken(); return failing }); !errors.Is(err, failing) {
+		t.Fatalf("failing function: %v", err)
+	}
+	left("a failing function")
+	if err := st.Update(ctx, func(tx fence.Tx) error { tx.NextToken(); panic("boom") }); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("panicking function: %v", err)
+	}
+	left("a panicking function")
+
+	// Functions that arrive while a transaction runs share the next one; one of them fails,
+	// so that batch runs again with savepoints.
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- st.Update(ctx, func(tx fence.Tx) error { close(inside); <-release; return nil })
+	}()
+	<-inside
+	errs := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			errs <- st.Update(ctx, func(tx fence.Tx) error {
+				if _, err := tx.NextToken(); err != nil {
+					return err
+				}
+				if i == 2 {
+					return failing
+				}
+				return nil
+			})
+		}()
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if err := <-errs; err != nil && !errors.Is(err, failing) {
+			t.Fatal(err)
+		}
+	}
+	left("a batch with a failing function")
+
+	// Another client holds SQLite's write lock without queueing (an older build): BEGIN
+	// IMMEDIATE fails after the busy timeout.
+	db, err := sql.Open("sqlite", ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err }); err == nil {
+		t.Fatal("an update ran while another client held the write lock")
+	}
+	left("a BEGIN that failed")
+	if _, err := c.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	left("a transaction after all that")
 }
 
 // A queue held past the busy timeout by something that is not writing (here the test, on a
