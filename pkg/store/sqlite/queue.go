@@ -31,8 +31,10 @@ type writerQueue struct {
 	// wf is the descriptor waiters block on, kept from turn to turn; nil until a turn first
 	// finds the queue taken.
 	wf *os.File
-	// pending is a waiter that an earlier turn stopped waiting for, still blocked in flock:
-	// the next turn waits on it instead of starting another. Nil when there is none.
+	// pending is a waiter that an earlier turn stopped waiting for after a whole limit. While
+	// it is still blocked in flock the queue is stuck (its holder stopped inside its turn)
+	// and turns do not wait for it; once it has taken the lock and let it go, turns queue
+	// again. Nil when there is none.
 	pending *queueWaiter
 	timer   *time.Timer
 }
@@ -67,34 +69,35 @@ type turn struct {
 // enter, leave and close, so they never overlap. Without contention enter is one
 // non-blocking flock. Otherwise a waiter goroutine blocks in flock on a second descriptor, so
 // that enter can stop waiting when limit passes: the turn then holds nothing (SQLite's busy
-// handler takes over) and the waiter, if it gets the lock before a later turn claims it
-// again, lets it go at once.
+// handler takes over) and the waiter, when it gets the lock, lets it go at once. Until then
+// the queue is stuck and later turns go straight to SQLite's lock: a holder stopped inside
+// its turn costs this process one limit, not one per transaction for as long as it stays
+// stopped.
 func (q *writerQueue) enter(limit time.Duration) turn {
 	if q == nil || q.f == nil {
 		return turn{}
 	}
-	w := q.pending
-	q.pending = nil
-	if w != nil && !w.reclaim() {
-		// It got the lock after its turn had left and let it go, closing its descriptor.
-		q.wf, w = nil, nil
-	}
-	if w == nil {
-		held, err := flockTry(q.f)
-		if held {
-			return turn{f: q.f}
-		}
-		if err != nil { // no flock here, or an error: SQLite's lock alone decides
+	if q.pending != nil {
+		if !q.pending.hasFinished() {
 			return turn{}
 		}
-		if q.wf == nil {
-			if q.wf = openQueueFile(q.path); q.wf == nil {
-				return turn{}
-			}
-		}
-		w = &queueWaiter{f: q.wf, done: make(chan struct{})}
-		go w.wait()
+		// It got the lock, let it go and closed its descriptor.
+		q.pending, q.wf = nil, nil
 	}
+	held, err := flockTry(q.f)
+	if held {
+		return turn{f: q.f}
+	}
+	if err != nil { // no flock here, or an error: SQLite's lock alone decides
+		return turn{}
+	}
+	if q.wf == nil {
+		if q.wf = openQueueFile(q.path); q.wf == nil {
+			return turn{}
+		}
+	}
+	w := &queueWaiter{f: q.wf, done: make(chan struct{})}
+	go w.wait()
 	if q.timer == nil {
 		q.timer = time.NewTimer(limit)
 	} else {
@@ -153,15 +156,12 @@ func (w *queueWaiter) giveUp() bool {
 	}
 }
 
-// reclaim makes an abandoned waiter a turn's again; false if it has already finished.
-func (w *queueWaiter) reclaim() bool {
+// hasFinished reports whether an abandoned waiter has returned from flock, let the lock go
+// and closed its descriptor.
+func (w *queueWaiter) hasFinished() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.finished {
-		return false
-	}
-	w.abandoned = false
-	return true
+	return w.finished
 }
 
 // leave ends a turn: the lock goes to the next process in the queue.

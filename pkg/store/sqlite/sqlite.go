@@ -49,7 +49,8 @@ type Options struct {
 	ReadOnly bool
 	// BusyTimeout is how long a transaction waits for another process's write lock before
 	// failing (default 30 s): for its turn in the writers' queue, then for SQLite's lock, so
-	// up to twice this when another process stops inside its transaction (queue.go).
+	// up to twice this when another process stops inside its transaction; the next
+	// transactions do not wait for a queue that stayed held that long (queue.go).
 	BusyTimeout time.Duration
 	// Now is the store's clock (default time.Now); tests of expiry set it.
 	Now func() time.Time
