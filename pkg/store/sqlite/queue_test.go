@@ -397,7 +397,7 @@ func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
 	// more were seen, and a tail of 200 when one fell behind), so the test does not bound the
 	// longest run; it checks that the turns do alternate. SQLite alone gave no hand-over at
 	// all (0 in 10 runs: one process ran all its transactions while the other slept), the
-	// queue 64-418 (20 runs, with and without -race, load 3.7-5.4).
+	// queue 64-419 (50 runs, with and without -race, load 3.7-7.5).
 	from, to := 0, len(all)-1
 	for from < len(all) && all[from].proc == all[0].proc {
 		from++
