@@ -51,14 +51,26 @@ func openWriterQueue(path string) *writerQueue {
 	return q
 }
 
-// openQueueFile opens (creating it 0600 if needed) the queue's lock file, or returns nil.
+// openQueueFile opens (creating it 0600 if needed) the queue's lock file, or returns nil. It
+// opens only an empty regular file, the queue's own: not a link, and not another ledger that
+// happens to be named <ledger>-lock, since closing a descriptor of a file drops every POSIX
+// lock this process holds on it, SQLite's included.
 func openQueueFile(path string) *os.File {
+	if fi, err := os.Lstat(path); err == nil && !ownQueueFile(fi) {
+		return nil
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil
 	}
+	if fi, err := f.Stat(); err != nil || !ownQueueFile(fi) { // replaced meanwhile
+		f.Close()
+		return nil
+	}
 	return f
 }
+
+func ownQueueFile(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Size() == 0 }
 
 // turn is one writer's place in the queue: enter returns it, leave ends it.
 type turn struct {

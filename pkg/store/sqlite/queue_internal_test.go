@@ -75,3 +75,46 @@ func TestWriterQueueStuckIsWaitedForOnce(t *testing.T) {
 		t.Fatalf("the queue is held after the turn left: %v", err)
 	}
 }
+
+// The queue opens only a lock file of its own: an empty regular file. Another ledger named
+// like it (<ledger>-lock is a fine name for a ledger) is left alone, because closing any
+// descriptor of a file drops the POSIX locks SQLite holds on it in this process; and a link
+// there is not followed.
+func TestWriterQueueOpensOnlyItsOwnFile(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other.db")
+	if err := os.WriteFile(other, []byte("SQLite format 3\x00"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, plant := range map[string]func(lock string) error{
+		"a non-empty file": func(lock string) error { return os.WriteFile(lock, []byte("SQLite format 3\x00"), 0o600) },
+		"a link":           func(lock string) error { return os.Symlink(other, lock) },
+		"a dangling link":  func(lock string) error { return os.Symlink(filepath.Join(dir, "nowhere"), lock) },
+		"a directory":      func(lock string) error { return os.Mkdir(lock, 0o700) },
+	} {
+		path := filepath.Join(dir, name+".db")
+		if err := plant(path + "-lock"); err != nil {
+			t.Fatal(err)
+		}
+		q := openWriterQueue(path)
+		if q.f != nil {
+			t.Errorf("%s at %s-lock: the queue opened it", name, path)
+		}
+		if tr := q.enter(time.Second); tr.f != nil {
+			t.Errorf("%s at %s-lock: a turn holds it", name, path)
+		}
+		q.close()
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "nowhere")); err == nil {
+		t.Error("the queue created the file a dangling link leads to")
+	}
+	// Its own file, empty, is opened again by the next store.
+	path := filepath.Join(dir, "ledger.db")
+	for range 2 {
+		q := openWriterQueue(path)
+		if q.f == nil {
+			t.Fatal("the queue did not open its own lock file")
+		}
+		q.close()
+	}
+}
