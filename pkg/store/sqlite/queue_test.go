@@ -345,9 +345,9 @@ func TestWriterQueueReleasedByAKilledProcess(t *testing.T) {
 }
 
 // Two processes writing back to back take turns. Without the queue, SQLite's busy handler
-// let one of them run most of its transactions while the other slept (runs of hundreds).
+// let one of them run all its transactions while the other slept.
 func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
-	const n = 300
+	const n = 500
 	dir := t.TempDir()
 	ledger := filepath.Join(dir, "ledger.db")
 	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
@@ -396,8 +396,10 @@ func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
 	// schedules the woken waiter (the holder may take the queue again first: runs of 100 and
 	// more were seen, and a tail of 200 when one fell behind), so the test does not bound the
 	// longest run; it checks that the turns do alternate. SQLite alone gave no hand-over at
-	// all (0 in 10 runs: one process ran all its transactions while the other slept), the
-	// queue 64-419 (50 runs, with and without -race, load 3.7-7.5).
+	// all (0 in 16 runs: one process ran all its transactions while the other slept); the
+	// queue gave 56-622 with 500 transactions each (40 runs, load 1.2-1.9, where an idle CPU
+	// wakes the waiter late and the holder wins more releases) and, with 300 each, 14-308 at
+	// load 1.7 and 64-419 at load 3.7-7.5 (-race or not).
 	from, to := 0, len(all)-1
 	for from < len(all) && all[from].proc == all[0].proc {
 		from++
@@ -418,8 +420,8 @@ func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
 		longest = max(longest, run)
 	}
 	t.Logf("transactions %d-%d of %d ran while both processes wrote: %d hand-overs, longest run %d", from, to, len(all), handovers, longest)
-	if handovers < 10 {
-		t.Fatalf("the processes took turns %d times while both were writing (transactions %d-%d of %d), want at least 10", handovers, from, to, len(all))
+	if handovers < 5 {
+		t.Fatalf("the processes took turns %d times while both were writing (transactions %d-%d of %d), want at least 5", handovers, from, to, len(all))
 	}
 }
 
