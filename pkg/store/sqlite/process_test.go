@@ -27,6 +27,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if mode := os.Getenv("EFFECTFENCE_TEST_QUEUE"); mode != "" {
+		if err := queueHelper(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "queue helper:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("EFFECTFENCE_TEST_RACER") != "" {
 		if err := raceHelper(); err != nil {
 			fmt.Fprintln(os.Stderr, "racer:", err)

@@ -48,7 +48,9 @@ type Options struct {
 	// older schema this build can read as it is (see oldestReadable) is read unmigrated.
 	ReadOnly bool
 	// BusyTimeout is how long a transaction waits for another process's write lock before
-	// failing (default 30 s).
+	// failing (default 30 s): for its turn in the writers' queue, then for SQLite's lock, so
+	// up to twice this when another process stops inside its transaction; the next
+	// transactions do not wait for a queue that stayed held that long (queue.go).
 	BusyTimeout time.Duration
 	// Now is the store's clock (default time.Now); tests of expiry set it.
 	Now func() time.Time
@@ -84,6 +86,8 @@ type Store struct {
 	qmu     sync.Mutex // guards queue and leading
 	queue   []*update  // Updates waiting for a transaction
 	leading bool       // an Update is running a batch and will hand on or drain the queue
+
+	turns *writerQueue // the writers of all processes take turns through it (queue.go); nil when read-only
 }
 
 // update is one queued Update. res receives exactly one answer: its result, or lead (the
@@ -131,6 +135,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, s.fail(err)
 	}
 	if !opt.ReadOnly {
+		s.turns = openWriterQueue(abs)
 		if s.w, err = sql.Open("sqlite", dsn(abs, opt, true)); err != nil {
 			return nil, s.fail(err)
 		}
@@ -204,6 +209,7 @@ func (s *Store) closeWriter() error {
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
 	}
+	s.turns.close()
 	return errors.Join(errs...)
 }
 
@@ -654,11 +660,13 @@ func (s *Store) lead() {
 // committed, which fence.Store allows ("a store may run fn more than once").
 func (s *Store) runBatch(batch []*update) {
 	errs := make([]error, len(batch))
+	t := s.turns.enter(s.opt.BusyTimeout)
 	failed, err := s.tryBatch(batch, errs, false)
 	if failed {
 		clear(errs)
 		_, err = s.tryBatch(batch, errs, true)
 	}
+	s.turns.leave(t)
 	for i, u := range batch {
 		if errs[i] == nil {
 			errs[i] = err
