@@ -117,6 +117,20 @@ func tryQueue(t *testing.T, ledger string) bool {
 	return true
 }
 
+// queueFreeDuring runs an Update (taking a fencing token) and reports whether the queue of
+// ledger was free while it ran.
+func queueFreeDuring(t *testing.T, st *sqlite.Store, ledger, what string) (free bool) {
+	t.Helper()
+	if err := st.Update(ctx, func(tx fence.Tx) error {
+		free = tryQueue(t, ledger)
+		_, err := tx.NextToken()
+		return err
+	}); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return free
+}
+
 // A write transaction holds the queue from before BEGIN to after COMMIT, and only then.
 func TestWriterQueueHeldForTheTransaction(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
@@ -129,15 +143,7 @@ func TestWriterQueueHeldForTheTransaction(t *testing.T) {
 		t.Fatalf("lock file: %v, %v", fi, err)
 	}
 	for i := range 3 {
-		var during bool
-		if err := st.Update(ctx, func(tx fence.Tx) error {
-			during = tryQueue(t, ledger)
-			_, err := tx.NextToken()
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if during {
+		if queueFreeDuring(t, st, ledger, "update") {
 			t.Fatalf("update %d: the queue was free during the transaction", i)
 		}
 		if !tryQueue(t, ledger) {
@@ -259,14 +265,7 @@ func TestWriterQueueHeldByNobodyWriting(t *testing.T) {
 	defer f.Close()
 	update := func(what string) (queueFree bool) {
 		t.Helper()
-		if err := st.Update(ctx, func(tx fence.Tx) error {
-			queueFree = tryQueue(t, ledger)
-			_, err := tx.NextToken()
-			return err
-		}); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return queueFree
+		return queueFreeDuring(t, st, ledger, what)
 	}
 
 	for round := range 2 {
@@ -445,15 +444,7 @@ func TestWriterQueueFollowsLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var free bool
-	if err := st.Update(ctx, func(tx fence.Tx) error {
-		free = tryQueue(t, ledger)
-		_, err := tx.NextToken()
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if free {
+	if queueFreeDuring(t, st, ledger, "update through the link") {
 		t.Fatal("a transaction through a link does not hold the ledger's queue")
 	}
 	if _, err := os.Lstat(link + "-lock"); err == nil {
