@@ -10,7 +10,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
-func openT(t *testing.T, path string, opt sqlite.Options) *sqlite.Store {
+func openT(t testing.TB, path string, opt sqlite.Options) *sqlite.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), path, opt)
 	if err != nil {

@@ -83,11 +83,7 @@ func BenchmarkProcesses(b *testing.B) {
 func benchProcesses(b *testing.B, procs int, think time.Duration) {
 	dir := b.TempDir()
 	ledger := filepath.Join(dir, "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	st.Close()
+	openT(b, ledger, sqlite.Options{}).Close()
 	gofile := filepath.Join(dir, "go")
 	var outs []*bufio.Scanner
 	for range procs {

@@ -134,11 +134,7 @@ func queueFreeDuring(t *testing.T, st *sqlite.Store, ledger, what string) (free 
 // A write transaction holds the queue from before BEGIN to after COMMIT, and only then.
 func TestWriterQueueHeldForTheTransaction(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openT(t, ledger, sqlite.Options{})
 	if fi, err := os.Stat(ledger + "-lock"); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("lock file: %v, %v", fi, err)
 	}
@@ -164,11 +160,7 @@ func TestWriterQueueHeldForTheTransaction(t *testing.T) {
 // only another descriptor sees one that was not let go.
 func TestWriterQueueLeftWhateverTheOutcome(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openT(t, ledger, sqlite.Options{BusyTimeout: 200 * time.Millisecond})
 	left := func(what string) {
 		t.Helper()
 		if !tryQueue(t, ledger) {
@@ -253,11 +245,7 @@ func TestWriterQueueLeftWhateverTheOutcome(t *testing.T) {
 // takes it and lets it go at once, and transactions hold the queue again.
 func TestWriterQueueHeldByNobodyWriting(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openT(t, ledger, sqlite.Options{BusyTimeout: time.Second})
 	f, err := os.OpenFile(ledger+"-lock", os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -309,11 +297,7 @@ func TestWriterQueueHeldByNobodyWriting(t *testing.T) {
 // descriptors: the writer waiting behind it goes on.
 func TestWriterQueueReleasedByAKilledProcess(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openT(t, ledger, sqlite.Options{})
 	cmd, out, _ := queueProc(t, ledger, "hold")
 	if !out.Scan() || out.Text() != "holding" {
 		t.Fatalf("holder: %q %v", out.Text(), out.Err())
@@ -349,11 +333,7 @@ func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
 	const n = 500
 	dir := t.TempDir()
 	ledger := filepath.Join(dir, "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	openT(t, ledger, sqlite.Options{}).Close()
 	gofile := filepath.Join(dir, "go")
 	var outs []*bufio.Scanner
 	for range 2 {
@@ -430,20 +410,12 @@ func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
 func TestWriterQueueFollowsLinks(t *testing.T) {
 	dir := t.TempDir()
 	ledger := filepath.Join(dir, "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	openT(t, ledger, sqlite.Options{}).Close()
 	link := filepath.Join(t.TempDir(), "via-link.db")
 	if err := os.Symlink(ledger, link); err != nil {
 		t.Fatal(err)
 	}
-	st, err = sqlite.Open(ctx, link, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openT(t, link, sqlite.Options{})
 	if queueFreeDuring(t, st, ledger, "update through the link") {
 		t.Fatal("a transaction through a link does not hold the ledger's queue")
 	}
