@@ -327,6 +327,53 @@ func TestWriterQueueReleasedByAKilledProcess(t *testing.T) {
 	}
 }
 
+// A process stopped (SIGSTOP) inside its transaction holds both the queue and SQLite's lock.
+// The writers behind it fail with SQLite's busy error after their timeouts instead of
+// hanging, and once it is continued and ends its transaction, they write and queue again.
+func TestWriterQueueHolderStoppedThenContinued(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st := openT(t, ledger, sqlite.Options{BusyTimeout: 200 * time.Millisecond})
+	cmd, out, release := queueProc(t, ledger, "hold")
+	if !out.Scan() || out.Text() != "holding" {
+		t.Fatalf("holder: %q %v", out.Text(), out.Err())
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		done := make(chan error, 1)
+		go func() {
+			done <- st.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err })
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "locked") {
+				t.Fatalf("update %d while the holder is stopped: %v, want SQLite's busy error", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("update %d still waits for a stopped holder", i)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	release() // the holder's transaction ends (its function fails at the end of its input)
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("the holder's transaction was meant to fail and roll back")
+	}
+	// The waiter left behind lets the queue go once it gets it; then turns queue again.
+	deadline := time.Now().Add(10 * time.Second)
+	for queueFreeDuring(t, st, ledger, "update after the holder ended") {
+		if time.Now().After(deadline) {
+			t.Fatal("after the stopped holder went on and ended, transactions no longer hold the queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !tryQueue(t, ledger) {
+		t.Fatal("the queue stays held after the transaction: the waiter left behind kept it")
+	}
+}
+
 // Two processes writing back to back take turns. Without the queue, SQLite's busy handler
 // let one of them run all its transactions while the other slept.
 func TestWriterQueueTakesTurnsAcrossProcesses(t *testing.T) {
