@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,12 +240,67 @@ func (c cutConn) Write(b []byte) (int, error) {
 		return c.Conn.Write(b)
 	}
 	c.severed.Store(true)
+	w := watchBackend(c.Conn)
 	n, err := c.Conn.Write(b)
-	// Give the server a moment to read what was sent before the connection goes.
-	time.Sleep(50 * time.Millisecond)
+	w.served() // the server has run what was sent (COMMIT included) before the connection goes
 	c.cut.Add(1)
 	c.Conn.Close()
 	return n, err
+}
+
+// backendWatch finds the server process behind a connection (pg_stat_activity's client_port
+// is the connection's local port) from a connection of its own, and the server's clock
+// before a write on it.
+type backendWatch struct {
+	admin *pgx.Conn
+	port  int
+	t0    time.Time
+}
+
+// watchBackend starts watching c's backend; call it before the write to be watched. On a
+// connection that is not TCP (a Unix socket has no port to find it by) it watches nothing.
+func watchBackend(c net.Conn) backendWatch {
+	tcp, ok := c.LocalAddr().(*net.TCPAddr)
+	if !ok {
+		return backendWatch{}
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, os.Getenv(EnvTestURL))
+	if err != nil {
+		panic(fmt.Sprintf("test: watching a backend: %v", err))
+	}
+	w := backendWatch{admin: admin, port: tcp.Port}
+	if err := admin.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&w.t0); err != nil {
+		panic(fmt.Sprintf("test: watching a backend: %v", err))
+	}
+	return w
+}
+
+// served waits until the watched backend has answered what was written after watchBackend:
+// it is idle (no statement running, no transaction open), and became so after the write.
+// Under load the server may take its time to read a batch; a fixed pause before the cut let
+// a COMMIT arrive after it, abort, and fail the test. Without a backend to watch it pauses
+// 50 ms, as before.
+func (w backendWatch) served() {
+	if w.admin == nil {
+		time.Sleep(50 * time.Millisecond)
+		return
+	}
+	ctx := context.Background()
+	defer w.admin.Close(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var idle bool
+		err := w.admin.QueryRow(ctx, `SELECT state = 'idle' AND state_change > $2 FROM pg_stat_activity WHERE client_port = $1`, w.port, w.t0).Scan(&idle)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			panic(fmt.Sprintf("test: watching a backend: %v", err))
+		}
+		if idle {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	panic(fmt.Sprintf("test: the backend on port %d did not answer the batch in 30 s", w.port))
 }
 
 // executes reports whether b holds a whole number of frontend messages one of which is
