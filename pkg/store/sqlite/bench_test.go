@@ -216,14 +216,20 @@ func (z *bencher) bodyBytes(b *testing.B) int {
 	return n
 }
 
-func (z *bencher) admitCommit(b *testing.B, intent string) {
-	args := z.args
-	if z.idAt > 0 {
-		args = bytes.Clone(args)
-		id := strconv.AppendUint(nil, idCounter.Add(1), 10)
-		copy(args[z.idAt+9-len(id):z.idAt+9], id)
+// distinctArgs returns the arguments for the next call: z.args, numbered with a call id of
+// their own for a bencher of newDistinctBencher.
+func (z *bencher) distinctArgs() []byte {
+	if z.idAt == 0 {
+		return z.args
 	}
-	adm, err := z.eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: args, Agent: "bench"})
+	args := bytes.Clone(z.args)
+	id := strconv.AppendUint(nil, idCounter.Add(1), 10)
+	copy(args[z.idAt+9-len(id):z.idAt+9], id)
+	return args
+}
+
+func (z *bencher) admitCommit(b *testing.B, intent string) {
+	adm, err := z.eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: z.distinctArgs(), Agent: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
