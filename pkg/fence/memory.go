@@ -42,7 +42,8 @@ func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
 
 var errClosed = errors.New("fence: store is closed")
 
-// Update runs fn under the store's lock; an error from fn undoes every write it made.
+// Update runs fn under the store's lock; an error from fn, a panic in it or the end of its
+// goroutine undoes every write it made.
 func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -68,10 +69,27 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	// back); its record stays referenced until this transaction's first Get or Put.
 	tx.last.ok = false
 	tx.at = m.now()
+	// A fn that panics (the engine calls the configured Liveness inside transactions) or ends
+	// its goroutine returns no error, but its writes must not stay either: its caller may
+	// recover and go on with this store, as the SQLite and PostgreSQL stores roll back then.
+	returned := false
+	defer func() {
+		if !returned {
+			tx.rollback()
+			u.release()
+		}
+	}()
 	err := fn(tx)
+	returned = true
 	if err != nil {
 		tx.rollback()
 	}
+	u.release()
+	return err
+}
+
+// release lets go of what the undo log holds once its transaction is over.
+func (u *memUndo) release() {
 	if u.evPrev != nil {
 		u.evPrev = nil // do not keep old event slices alive
 	}
@@ -81,7 +99,6 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	for i := range u.recUndo {
 		u.recUndo[i].key, u.recUndo[i].rec = "", nil
 	}
-	return err
 }
 
 // View runs fn under the store's read lock. The read transaction is the store itself, seen

@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -204,4 +205,85 @@ func TestMemoryStoreRollbackAfterRolledBackPut(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMemoryStoreRollbackOnPanicAndGoexit: a transaction function that panics (the engine
+// calls the configured Liveness inside transactions) or ends its goroutine (t.FailNow) leaves
+// no write behind, as one that returns an error does: the records table, the domains, the
+// floor, the events and the counters are as the last committed transaction left them, and the
+// store takes the next transaction.
+func TestMemoryStoreRollbackOnPanicAndGoexit(t *testing.T) {
+	ctx := context.Background()
+	for _, how := range []string{"panic", "Goexit"} {
+		t.Run(how, func(t *testing.T) {
+			st := fence.NewMemoryStore()
+			defer st.Close()
+			x0 := &fence.Record{Intent: "x", State: fence.StateDone}
+			err := st.Update(ctx, func(tx fence.Tx) error {
+				for _, w := range []error{tx.Put(x0), tx.Put(&fence.Record{Intent: "y"}), tx.SetDomainSeq("d", 3),
+					tx.SetDomainFloor(2), tx.AppendEvent(fence.Event{Intent: "x", Kind: fence.EventClear}),
+					tx.AddCounters(fence.Counters{Admitted: 1})} {
+					if w != nil {
+						return w
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var y0 *fence.Record
+			_ = st.View(ctx, func(tx fence.Tx) error { y0, _ = tx.Get("y"); return nil })
+			done := make(chan any)
+			go func() {
+				defer func() { done <- recover() }()
+				_ = st.Update(ctx, func(tx fence.Tx) error {
+					if _, err := tx.Get("x"); err != nil {
+						return err
+					}
+					_ = tx.Put(&fence.Record{Intent: "x", State: fence.StateInFlight})
+					_ = tx.Delete("y")
+					for i := range 20 { // enough to grow the table
+						_ = tx.Put(&fence.Record{Intent: "new" + string(rune('a'+i))})
+					}
+					_ = tx.SetDomainSeq("d", 4)
+					_ = tx.SetDomainSeq("e", 1)
+					_ = tx.SetDomainFloor(9)
+					_ = tx.AppendEvent(fence.Event{Intent: "y", Kind: fence.EventClear})
+					_ = tx.AddCounters(fence.Counters{Admitted: 5})
+					if how == "panic" {
+						panic("liveness checker failed")
+					}
+					runtime.Goexit()
+					return nil
+				})
+			}()
+			if r := <-done; (r != nil) != (how == "panic") {
+				t.Fatalf("recovered %v", r)
+			}
+			err = st.View(ctx, func(tx fence.Tx) error {
+				var intents []string
+				_ = tx.Scan(fence.Filter{}, func(r *fence.Record) bool { intents = append(intents, r.Intent); return true })
+				x, _ := tx.Get("x")
+				y, _ := tx.Get("y")
+				d, _, _ := tx.DomainSeq("d")
+				_, eFound, _ := tx.DomainSeq("e")
+				floor, _ := tx.DomainFloor()
+				counts, _ := tx.Counters()
+				events := 0
+				_ = tx.Events("", func(fence.Event) bool { events++; return true })
+				if x != x0 || y != y0 || len(intents) != 2 || d != 3 || eFound || floor != 2 || counts.Admitted != 1 || events != 1 {
+					t.Errorf("after a %s inside Update: x kept %v, y kept %v, records %q, seq of d %d, e recorded %v, floor %d, admitted %d, %d events; want what the first transaction wrote",
+						how, x == x0, y == y0, intents, d, eFound, floor, counts.Admitted, events)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(&fence.Record{Intent: "z"}) }); err != nil {
+				t.Fatalf("the next transaction: %v", err)
+			}
+		})
+	}
 }
