@@ -198,3 +198,55 @@ func TestZeroMemoryStoreRecords(t *testing.T) {
 		t.Fatalf("get(x) = %v after set", got)
 	}
 }
+
+// TestRecTableFullHashCollision: two intents whose 64-bit hashes are equal are told apart by
+// the intents themselves. The table cannot be made to hash two intents alike, so a record of
+// intent "b" is stored under the hash of "a" (where an insertion of "a" would go) before "a"
+// is looked up, inserted, removed and looked up again, in a table past its first size (where
+// get probes) and in one of the first size (where get compares intents).
+func TestRecTableFullHashCollision(t *testing.T) {
+	for _, fillers := range []int{0, 10} {
+		var tab recTable
+		want := map[string]*Record{}
+		for i := range fillers {
+			rec := &Record{Intent: "filler" + strconv.Itoa(i)}
+			tab.put(rec)
+			want[rec.Intent] = rec
+		}
+		_, p := tab.find("a")
+		if p.slot < 0 { // an empty table: give it its slots and seed first
+			tmp := &Record{Intent: "tmp"}
+			tab.put(tmp)
+			tab.remove("tmp")
+			_, p = tab.find("a")
+		}
+		b := &Record{Intent: "b"}
+		tab.set(b, false, p) // b, stored with a's hash
+		if got, _ := tab.find("a"); got != nil {
+			t.Fatalf("%d fillers: find(a) = %q, which only shares a's hash", fillers, got.Intent)
+		}
+		if got := tab.get("a"); got != nil {
+			t.Fatalf("%d fillers: get(a) = %q, which only shares a's hash", fillers, got.Intent)
+		}
+		a := &Record{Intent: "a"}
+		got, p := tab.find("a")
+		tab.set(a, got != nil, p)
+		if got, _ := tab.find("a"); got != a {
+			t.Fatalf("%d fillers: find(a) = %v after inserting a", fillers, got)
+		}
+		if got := tab.get("a"); got != a {
+			t.Fatalf("%d fillers: get(a) = %v after inserting a", fillers, got)
+		}
+		if got := tab.remove("a"); got != a {
+			t.Fatalf("%d fillers: remove(a) = %v", fillers, got)
+		}
+		if got := tab.get("a"); got != nil {
+			t.Fatalf("%d fillers: get(a) = %q after removing a", fillers, got.Intent)
+		}
+		seenB := false
+		tab.each(func(r *Record) bool { seenB = seenB || r == b; return true })
+		if !seenB || tab.live != len(want)+1 {
+			t.Fatalf("%d fillers: b kept %v, %d live; want b and %d", fillers, seenB, tab.live, len(want)+1)
+		}
+	}
+}
