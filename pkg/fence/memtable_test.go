@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -247,6 +248,165 @@ func TestRecTableFullHashCollision(t *testing.T) {
 		tab.each(func(r *Record) bool { seenB = seenB || r == b; return true })
 		if !seenB || tab.live != len(want)+1 {
 			t.Fatalf("%d fillers: b kept %v, %d live; want b and %d", fillers, seenB, tab.live, len(want)+1)
+		}
+	}
+}
+
+// TestMemoryStoreWritesDuringScanMatchAMap drives the store through transactions whose Scan
+// callbacks write: they delete records the scan has yet to reach, the one it is on, and others,
+// and insert enough to grow the table while the scan runs. A quarter of the transactions fail
+// with an error and an eighth panic; either must leave no trace. Readers run Views all along.
+// Checked: a scan yields records in intent order, each the record its intent held when the
+// scan began or holds now (never nil, never one its filter refuses), and after every
+// transaction the table equals a plain map.
+func TestMemoryStoreWritesDuringScanMatchAMap(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		writesDuringScan(t, seed)
+	}
+}
+
+// writesDuringScan is one seed's run of TestMemoryStoreWritesDuringScanMatchAMap.
+func writesDuringScan(t *testing.T, seed uint64) {
+	ctx := context.Background()
+	errPlanned := errors.New("planned failure")
+	states := []State{StateInFlight, StateDone, StateFailed, StateUnknown}
+	rng := rand.New(rand.NewPCG(seed, 77))
+	st := NewMemoryStore()
+	want := map[string]*Record{}
+	keys := make([]string, 30+rng.IntN(200))
+	for i := range keys {
+		keys[i] = "intent:" + strconv.Itoa(i)
+	}
+	newRec := func(k string) *Record { return &Record{Intent: k, State: states[rng.IntN(len(states))]} }
+
+	stop := make(chan struct{})
+	readers := make(chan error, 2)
+	stopped := false
+	defer func() { // a failed check ends the test: stop the readers too
+		if !stopped {
+			close(stop)
+		}
+	}()
+	for r := range 2 {
+		go func() {
+			var err error
+			for n := 0; err == nil; n++ {
+				select {
+				case <-stop:
+					readers <- nil
+					return
+				default:
+				}
+				err = st.View(ctx, func(tx Tx) error {
+					prev := ""
+					var bad error
+					_ = tx.Scan(Filter{}, func(rec *Record) bool {
+						if rec == nil || rec.Intent <= prev {
+							bad = errors.New("a View's scan gave nil or went out of order")
+							return false
+						}
+						if got, _ := tx.Get(rec.Intent); got != rec {
+							bad = errors.New("a View's Get disagreed with its Scan")
+							return false
+						}
+						prev = rec.Intent
+						return n%3 != r
+					})
+					return bad
+				})
+			}
+			readers <- err
+		}()
+	}
+
+	for round := 0; round < 400; round++ {
+		next := maps.Clone(want)
+		fail := rng.IntN(8)
+		var scanErr error
+		func() {
+			defer func() {
+				if r := recover(); r != nil && r != errPlanned {
+					panic(r)
+				}
+			}()
+			err := st.Update(ctx, func(tx Tx) error {
+				for range 1 + rng.IntN(6) {
+					k := keys[rng.IntN(len(keys))]
+					switch op := rng.IntN(6); {
+					case op < 2:
+						rec := newRec(k)
+						if err := tx.Put(rec); err != nil {
+							return err
+						}
+						next[k] = rec
+					case op < 3:
+						if err := tx.Delete(k); err != nil {
+							return err
+						}
+						delete(next, k)
+					default: // a scan that writes
+						f := Filter{Limit: rng.IntN(3) * 10}
+						if rng.IntN(2) == 0 {
+							f.States = states[:1+rng.IntN(2)]
+						}
+						if rng.IntN(3) == 0 {
+							f.After = keys[rng.IntN(len(keys))]
+						}
+						snap := maps.Clone(next)
+						prev := ""
+						err := tx.Scan(f, func(rec *Record) bool {
+							if rec == nil || rec.Intent <= prev || !f.Match(rec) || (rec != snap[rec.Intent] && rec != next[rec.Intent]) {
+								scanErr = fmt.Errorf("round %d: scan gave %+v after %q, filter %+v", round, rec, prev, f)
+								return false
+							}
+							prev = rec.Intent
+							for range rng.IntN(4) {
+								w := keys[rng.IntN(len(keys))]
+								switch rng.IntN(4) {
+								case 0: // the record the scan is on
+									w = rec.Intent
+									fallthrough
+								case 1:
+									_ = tx.Delete(w)
+									delete(next, w)
+								default:
+									nr := newRec(w)
+									_ = tx.Put(nr)
+									next[w] = nr
+								}
+							}
+							return rng.IntN(10) != 0
+						})
+						if err != nil {
+							return err
+						}
+					}
+				}
+				switch fail {
+				case 0, 1:
+					return errPlanned
+				case 2:
+					panic(errPlanned)
+				}
+				return nil
+			})
+			if (fail <= 1) != (err != nil) {
+				t.Fatalf("seed %d round %d: Update = %v", seed, round, err)
+			}
+		}()
+		if scanErr != nil {
+			t.Fatalf("seed %d: %v", seed, scanErr)
+		}
+		if fail > 2 {
+			want = next
+		}
+		checkTable(t, round, &st.records, want, keys)
+	}
+	close(stop)
+	stopped = true
+	for range 2 {
+		if err := <-readers; err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
 		}
 	}
 }
