@@ -228,12 +228,14 @@ func (v *memView) Scan(f Filter, fn func(*Record) bool) error {
 	return nil
 }
 
+// CertByHash returns a done record only (the Tx contract; both SQL stores' queries ask for
+// state done), and of several (a superseded copy keeps its cert) the first in intent order, as
+// PostgreSQL answers, not whichever the table's slot order, new with each store, gives first.
 func (v *memView) CertByHash(hash string) (*Record, error) {
 	var found *Record
 	v.records.each(func(rec *Record) bool {
-		if rec.Cert != nil && rec.Cert.Hash == hash {
+		if rec.State == StateDone && rec.Cert != nil && rec.Cert.Hash == hash && (found == nil || rec.Intent < found.Intent) {
 			found = rec
-			return false
 		}
 		return true
 	})

@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -284,6 +285,51 @@ func TestMemoryStoreRollbackOnPanicAndGoexit(t *testing.T) {
 			if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(&fence.Record{Intent: "z"}) }); err != nil {
 				t.Fatalf("the next transaction: %v", err)
 			}
+		})
+	}
+}
+
+// TestMemoryStoreCertByHashDoneFirstByIntent: CertByHash returns a done record only (as the
+// Tx contract and the SQL stores' queries say), and of several done records with the hash the
+// first by intent (as PostgreSQL's query orders), whatever order the records table holds them
+// in.
+func TestMemoryStoreCertByHashDoneFirstByIntent(t *testing.T) {
+	ctx := context.Background()
+	st := fence.NewMemoryStore()
+	defer st.Close()
+	var first *fence.Record
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		for i := 99; i >= 0; i-- {
+			rec := &fence.Record{Intent: fmt.Sprintf("done-%02d", i), State: fence.StateDone, Cert: &fence.Cert{Hash: "shared"}}
+			if i == 0 {
+				first = rec
+			}
+			if err := tx.Put(rec); err != nil {
+				return err
+			}
+		}
+		for _, s := range []fence.State{fence.StateInFlight, fence.StateFailed, fence.StateUnknown} {
+			for _, hash := range []string{"shared", "notdone"} {
+				// "a-" sorts before "done-"
+				if err := tx.Put(&fence.Record{Intent: "a-" + hash + "-" + string(s), State: s, Cert: &fence.Cert{Hash: hash}}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []func(context.Context, func(fence.Tx) error) error{st.View, st.Update} {
+		_ = run(ctx, func(tx fence.Tx) error {
+			if got, err := tx.CertByHash("shared"); err != nil || got != first {
+				t.Errorf("CertByHash(shared) = %+v, %v; want done-00", got, err)
+			}
+			if got, err := tx.CertByHash("notdone"); err != nil || got != nil {
+				t.Errorf("CertByHash(notdone) = %+v, %v; want none (no done record has it)", got, err)
+			}
+			return nil
 		})
 	}
 }

@@ -132,7 +132,7 @@ func TestMemoryStoreMatchesAMap(t *testing.T) {
 						fallthrough
 					case op < 6:
 						n++
-						rec := &Record{Intent: k, Cert: &Cert{Hash: "h" + strconv.Itoa(n)}}
+						rec := &Record{Intent: k, State: StateDone, Cert: &Cert{Hash: "h" + strconv.Itoa(n)}}
 						if err := tx.Put(rec); err != nil {
 							return err
 						}
