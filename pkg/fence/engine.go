@@ -220,6 +220,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	var (
 		reclaimed  *Record // the claim this attempt takes over, if any
 		reclaimWhy string
+		superseded *Record // the done record past its replay window that this attempt moves aside
 	)
 	if rec != nil {
 		if rec.State == StateDone && !rec.ExpiresAt.IsZero() && clock.reached(rec.ExpiresAt) {
@@ -236,11 +237,10 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 				if !write {
 					return outNeedWrite, nil
 				}
-				p.wrote = true
-				if err := e.supersede(tx, rec, req.ReplayWindow); err != nil {
-					return 0, err
-				}
-				rec = nil
+				// Moved aside only once this attempt is admitted (below): one that the read
+				// set or the domain refuses leaves the done record where it is, and writes
+				// nothing.
+				superseded, rec = rec, nil
 				break
 			}
 			cert := new(Cert)
@@ -308,6 +308,11 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		}
 	}
 	p.wrote = true
+	if superseded != nil {
+		if err := e.supersede(tx, superseded, req.ReplayWindow); err != nil {
+			return 0, err
+		}
+	}
 	now := clock.now()
 	token, err := tx.NextToken()
 	if err != nil {

@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"StaleReadSetAtPrepare", testStaleAtPrepare},
 		{"Conflict", testConflict},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
+		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SweepDropsExpired", testSweep},
 		{"EvictDomainKeepsFloor", testEvictDomain},
 		{"QueriesCreateNoState", testQueriesNoState},
@@ -940,6 +941,50 @@ func testSupersedeNeverOverwrites(t *testing.T, newStore Factory) {
 	} else if b, _ := eng.Status(ctx, base+"~3"); a.Token == b.Token {
 		t.Fatalf("%s and %s hold the same execution (token %d): one overwrote the other", moved, base+"~3", a.Token)
 	}
+}
+
+// testRefusedLateAttemptMovesNothing: an identical attempt past the replay window is a new
+// action, but one that its read set refuses is not admitted, so the done record stays where
+// it is and nothing is written. (The engine moved the record aside before judging the read
+// set: every refused retry left another copy, and once the names ran out the intent was
+// stuck.)
+func testRefusedLateAttemptMovesNothing(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("order:late")
+	r.ReadSet = []fence.ReadSetEntry{{Domain: "stock", Seq: 0}}
+	first := mustCommit(t, eng, mustFresh(t, eng, r), `{"charge":"first"}`)
+	mover := req("restock")
+	mover.Domain = "stock"
+	mustCommit(t, eng, mustFresh(t, eng, mover), `{"restocked":1}`) // stock moves to 1
+	before := eventKinds(t, eng, r.Intent)
+
+	time.Sleep(20 * time.Millisecond)
+	again := r
+	again.ReplayWindow = time.Millisecond
+	base := fence.SupersededIntent(r.Intent, first.Hash)
+	for range 3 {
+		_, err := eng.Prepare(ctx, again)
+		wantCode(t, err, fence.ErrStaleReadSet)
+		if rec, err := eng.Status(ctx, r.Intent); err != nil || rec.State != fence.StateDone || rec.Cert == nil || rec.Cert.Hash != first.Hash {
+			t.Fatalf("%s = %+v, %v; want its done record, in place", r.Intent, rec, err)
+		}
+		for _, name := range []string{base, base + "~2"} {
+			if rec, err := eng.Status(ctx, name); err != nil || rec.State != fence.StateNone {
+				t.Fatalf("a refused attempt moved the done record to %s: %+v, %v", name, rec, err)
+			}
+		}
+	}
+	if after := eventKinds(t, eng, r.Intent); len(after) != len(before) {
+		t.Fatalf("refused attempts wrote events %v (before: %v)", after, before)
+	}
+
+	// With a read set that holds, the late attempt is admitted and the record moves aside.
+	again.ReadSet = []fence.ReadSetEntry{{Domain: "stock", Seq: 1}}
+	tk := mustFresh(t, eng, again)
+	if rec, err := eng.Status(ctx, base); err != nil || rec.State != fence.StateDone || rec.Cert == nil || rec.Cert.Hash != first.Hash {
+		t.Fatalf("%s = %+v, %v; want the first done record, moved aside", base, rec, err)
+	}
+	mustCommit(t, eng, tk, `{"charge":"second"}`)
 }
 
 func testSweep(t *testing.T, newStore Factory) {
