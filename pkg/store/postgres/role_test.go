@@ -1,0 +1,96 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// testRole creates a role without login that may use schema's tables (read and write rows,
+// and the CREATE privileges Open's IF NOT EXISTS statements ask for even when there is
+// nothing to create: on the database and the schema) but owns none of them, as an
+// application role beside the ledger's owner; it is dropped when the test ends. Stores act as it through the URL's role
+// setting (the test URL's user is a superuser).
+func testRole(t *testing.T, schema string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn := admin(t, "")
+	role := fmt.Sprintf("effectfence_test_role_%d_%s", os.Getpid(), randomHex(4))
+	r, s := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+r+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), testURL(t))
+		if err != nil {
+			t.Errorf("dropping role %s: %v", role, err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP OWNED BY "+r+"; DROP ROLE "+r); err != nil {
+			t.Errorf("dropping role %s: %v", role, err)
+		}
+	})
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+r+
+		"; GRANT USAGE, CREATE ON SCHEMA "+s+" TO "+r+
+		"; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "+s+" TO "+r+
+		"; GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "+s+" TO "+r); err != nil {
+		t.Fatal(err)
+	}
+	return role
+}
+
+// TestNonOwnerOpensVersion1Ledger: a role that may write the ledger's rows but does not own
+// its tables opened a ledger of the previous build (version 1's record indexes) with that
+// build; this build opens it too, and works on it, leaving the indexes to be replaced by an
+// open as the owner. Replacing them needs ownership of the table, and the index set is not
+// what the ledger's correctness depends on: the queries are the same on either set.
+func TestNonOwnerOpensVersion1Ledger(t *testing.T) {
+	ctx := context.Background()
+	schema := testSchema(t)
+	openSchema(t, schema).Close()
+	conn := admin(t, schema)
+	if _, err := conn.Exec(ctx, version1Indexes); err != nil {
+		t.Fatal(err)
+	}
+	role := testRole(t, schema)
+	s, err := Open(ctx, Config{URL: scanURL(t, "role="+role), Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatalf("open as %s, which does not own the tables: %v", role, err)
+	}
+	defer s.Close()
+	var who string
+	if err := s.pool.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != role {
+		t.Fatalf("the store acts as %q (%v), want %s", who, err, role)
+	}
+	e := fence.New(s, fence.Config{LeaseTTL: time.Hour, ResultTTL: time.Hour})
+	adm, err := e.Prepare(ctx, fence.Request{Intent: "charge:1", Tool: "charge", Args: []byte(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.Recover(ctx); err != nil || n != 0 {
+		t.Fatalf("recover: %d %v", n, err)
+	}
+	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_cert", "effectfence_records_expiry", "effectfence_records_state"}) {
+		t.Fatalf("record indexes after an open by a role that does not own them: %v", got)
+	}
+	// The owner's next open replaces them.
+	openSchema(t, schema).Close()
+	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
+		t.Fatalf("record indexes after the owner opened the ledger: %v", got)
+	}
+}
