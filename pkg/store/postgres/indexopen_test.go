@@ -94,3 +94,103 @@ func TestNonOwnerOpensVersion1Ledger(t *testing.T) {
 		t.Fatalf("record indexes after the owner opened the ledger: %v", got)
 	}
 }
+
+// TestIndexReplaceBesideWriters: an open that replaces version 1's record indexes while other
+// processes' transactions are under way waits for them and fails none of them, also in the
+// one wait cycle it can join: a writer (w1) that holds the records table and waits for an
+// intent's lock, held by a transaction (w2) whose next read of the table queues behind the
+// open's DROP INDEX, which waits for w1. PostgreSQL finds the cycle after deadlock_timeout
+// and lets w2's read go ahead of the open (the open's wait is only a queue position), so
+// nobody is cancelled as a deadlock victim.
+func TestIndexReplaceBesideWriters(t *testing.T) {
+	ctx := context.Background()
+	schema := testSchema(t)
+	openSchema(t, schema).Close()
+	w1, w2, obs := admin(t, schema), admin(t, schema), admin(t, schema)
+	if _, err := obs.Exec(ctx, version1Indexes+`;
+INSERT INTO effectfence_records (intent, state, body) VALUES ('a', 'done', '\x7b7d'), ('b', 'done', '\x7b7d')`); err != nil {
+		t.Fatal(err)
+	}
+	keyB := lockKey(schema, "intent", "b")
+	waiting := func(pid uint32, what string) bool {
+		var n int
+		if err := obs.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted AND locktype = $2", pid, what).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	until := func(what string, cond func() bool) {
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+		}
+	}
+	if _, err := w2.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w2.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", keyB); err != nil {
+		t.Fatal(err)
+	}
+	w1Done := make(chan error, 1)
+	go func() {
+		_, err := w1.Exec(ctx, "BEGIN")
+		if err == nil {
+			_, err = w1.Exec(ctx, "UPDATE effectfence_records SET body = body WHERE intent = 'a'")
+		}
+		if err == nil {
+			_, err = w1.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", keyB)
+		}
+		if err == nil {
+			_, err = w1.Exec(ctx, "COMMIT")
+		}
+		w1Done <- err
+	}()
+	until("w1 to wait for intent b's lock", func() bool { return waiting(w1.PgConn().PID(), "advisory") })
+	opened := make(chan error, 1)
+	go func() {
+		s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 1})
+		if err == nil {
+			s.Close()
+		}
+		opened <- err
+	}()
+	until("the open to wait for the records table", func() bool {
+		var pid uint32
+		return obs.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE NOT granted AND locktype = 'relation'
+			AND relation = 'effectfence_records'::regclass AND mode = 'AccessExclusiveLock'`).Scan(&pid) == nil
+	})
+	w2Done := make(chan error, 1)
+	go func() {
+		_, err := w2.Exec(ctx, "SELECT body FROM effectfence_records WHERE intent = 'b'")
+		if err == nil {
+			_, err = w2.Exec(ctx, "COMMIT")
+		}
+		w2Done <- err
+	}()
+	queued := false
+	for w2Err := error(nil); ; time.Sleep(5 * time.Millisecond) {
+		select {
+		case w2Err = <-w2Done:
+			if w2Err != nil {
+				t.Fatalf("w2: %v", w2Err)
+			}
+		default:
+			queued = queued || waiting(w2.PgConn().PID(), "relation")
+			continue
+		}
+		break
+	}
+	if !queued {
+		t.Fatal("w2's read never queued behind the open: the cycle was not reached")
+	}
+	if err := <-w1Done; err != nil {
+		t.Fatalf("w1: %v", err)
+	}
+	if err := <-opened; err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if got := recordIndexNames(t, obs, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
+		t.Fatalf("record indexes after the open: %v", got)
+	}
+}
