@@ -194,3 +194,68 @@ INSERT INTO effectfence_records (intent, state, body) VALUES ('a', 'done', '\x7b
 		t.Fatalf("record indexes after the open: %v", got)
 	}
 }
+
+// TestConcurrentOpensReplaceIndexesOnce: stores opening a ledger with version 1's record
+// indexes at once, while another store's engine commits, all open, the indexes are replaced
+// once, and no commit fails. The migration lock and the IF (NOT) EXISTS of recordIndexes
+// each keep the openers from tripping over each other; without both, all but one fail
+// ("relation effectfence_records_open already exists").
+func TestConcurrentOpensReplaceIndexesOnce(t *testing.T) {
+	ctx := context.Background()
+	schema := testSchema(t)
+	writer := openSized(t, schema, 4)
+	conn := admin(t, schema)
+	if _, err := conn.Exec(ctx, version1Indexes); err != nil {
+		t.Fatal(err)
+	}
+	e := fence.New(writer, fence.Config{LeaseTTL: time.Hour, ResultTTL: time.Hour})
+	stop := make(chan struct{})
+	commits := make(chan error, 2)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				if i == 0 {
+					commits <- fmt.Errorf("no commit ran")
+				}
+				commits <- nil
+				return
+			default:
+			}
+			adm, err := e.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("w:%d", i), Tool: "t", Args: []byte(`{}`)})
+			if err == nil && !adm.Fresh() {
+				err = fmt.Errorf("not fresh: %+v", adm)
+			}
+			if err == nil {
+				_, err = e.Commit(ctx, *adm.Ticket, []byte(`1`))
+			}
+			if err != nil {
+				commits <- err
+				return
+			}
+		}
+	}()
+	const openers = 4
+	errs := make(chan error, openers)
+	for range openers {
+		go func() {
+			s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 1})
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range openers {
+		if err := <-errs; err != nil {
+			t.Errorf("open: %v", err)
+		}
+	}
+	close(stop)
+	if err := <-commits; err != nil {
+		t.Fatalf("commits beside the opens: %v", err)
+	}
+	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
+		t.Fatalf("record indexes after the opens: %v", got)
+	}
+}
