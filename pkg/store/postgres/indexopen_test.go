@@ -65,11 +65,26 @@ func TestNonOwnerOpensVersion1Ledger(t *testing.T) {
 		t.Fatal(err)
 	}
 	role := testRole(t, schema)
-	s, err := Open(ctx, Config{URL: scanURL(t, "role="+role), Schema: schema, MaxConns: 2})
+	// A transaction of another process reads the records table throughout: the open does not
+	// wait for it (PostgreSQL checks ownership before it locks the table for DROP INDEX), so
+	// it does not queue the other processes' transactions behind its own on every open.
+	reader := admin(t, schema)
+	if _, err := reader.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM effectfence_records"); err != nil {
+		t.Fatal(err)
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second) // a bound for a hang, not a speed
+	s, err := Open(openCtx, Config{URL: scanURL(t, "role="+role), Schema: schema, MaxConns: 2})
+	cancel()
 	if err != nil {
 		t.Fatalf("open as %s, which does not own the tables: %v", role, err)
 	}
 	defer s.Close()
+	if _, err := reader.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
 	var who string
 	if err := s.pool.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != role {
 		t.Fatalf("the store acts as %q (%v), want %s", who, err, role)
