@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // migrations are applied in order; migrations[i] brings the schema from version i to i+1.
@@ -178,9 +180,30 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create bool) er
 		return err
 	}
 	if !current {
-		if _, err := tx.Exec(ctx, recordIndexes(schema)); err != nil {
+		if err := setRecordIndexes(ctx, tx, schema); err != nil {
 			return fmt.Errorf("setting the ledger's record indexes: %w", err)
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// setRecordIndexes runs recordIndexes in a savepoint of the migration transaction. Dropping and
+// creating an index takes ownership of the table: a role that writes the ledger's rows
+// without owning its tables (an application role beside the owner) opened a ledger with
+// version 1's indexes before this change, and still does. For it the indexes stay as they
+// are, which the queries are correct on (the previous build runs on them), until an open as
+// the owner replaces them.
+func setRecordIndexes(ctx context.Context, tx pgx.Tx, schema string) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := sp.Exec(ctx, recordIndexes(schema)); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" { // insufficient_privilege
+			return err
+		}
+		return sp.Rollback(ctx)
+	}
+	return sp.Commit(ctx)
 }
