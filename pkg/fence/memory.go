@@ -62,13 +62,16 @@ func (m *MemoryStore) Update(ctx context.Context, fn func(Tx) error) error {
 	u.recUndo, u.domUndo = u.recUndo[:0], u.domUndo[:0]
 	u.floorSaved, u.evSaved, u.cntSaved = false, false, false
 	tx := &m.wtx
-	if tx.memView == nil { // a MemoryStore not made by a constructor
+	if tx.memView == nil { // a MemoryStore not made by a constructor: the wall clock, no records
 		tx.memView, tx.memUndo = (*memView)(m), u
+		if m.domains == nil {
+			m.domains = map[string]uint64{}
+		}
 	}
 	// What the previous transaction read or wrote last is forgotten (it may have been rolled
 	// back); its record stays referenced until this transaction's first Get or Put.
 	tx.last.ok = false
-	tx.at = m.now()
+	tx.at = (*memView)(m).Now()
 	// A fn that panics (the engine calls the configured Liveness inside transactions) or ends
 	// its goroutine returns no error, but its writes must not stay either: its caller may
 	// recover and go on with this store, as the SQLite and PostgreSQL stores roll back then.
@@ -204,7 +207,12 @@ func (t *memTx) rollback() {
 
 // The reads, shared by both kinds of transaction.
 
-func (v *memView) Now() time.Time { return v.now() }
+func (v *memView) Now() time.Time {
+	if v.now == nil { // a MemoryStore not made by a constructor
+		return time.Now()
+	}
+	return v.now()
+}
 
 func (v *memView) Get(intent string) (*Record, error) { return v.records.get(intent), nil }
 

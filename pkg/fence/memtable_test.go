@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -197,6 +198,39 @@ func TestZeroMemoryStoreRecords(t *testing.T) {
 	tab.set(&Record{Intent: "x"}, false, p)
 	if got := tab.get("x"); got == nil || got.Intent != "x" {
 		t.Fatalf("get(x) = %v after set", got)
+	}
+}
+
+// TestZeroMemoryStoreDecides: a MemoryStore not made by a constructor is an empty store on the
+// wall clock, as NewMemoryStore's: an engine on it admits, commits, replays and reserves domain
+// numbers (its Update and View panicked on the missing clock and domain map).
+func TestZeroMemoryStoreDecides(t *testing.T) {
+	ctx := context.Background()
+	for _, first := range []string{"view", "update"} {
+		st := &MemoryStore{}
+		e := New(st, Config{})
+		r := Request{Intent: "zero:1", Tool: "charge", Args: json.RawMessage(`{"usd":1}`), Domain: "acct:1"}
+		if first == "view" {
+			if rec, err := e.Status(ctx, r.Intent); err != nil || rec.State != StateNone {
+				t.Fatalf("status on an empty store: %+v %v", rec, err)
+			}
+		}
+		adm, err := e.Prepare(ctx, r)
+		if err != nil || !adm.Fresh() || adm.Ticket.Seq != 1 {
+			t.Fatalf("%s first: prepare = %+v, %v", first, adm, err)
+		}
+		cert, err := e.Commit(ctx, *adm.Ticket, json.RawMessage(`"ok"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := e.Prepare(ctx, r)
+		if err != nil || again.Fresh() || again.Cert.Hash != cert.Hash {
+			t.Fatalf("%s first: duplicate = %+v, %v", first, again, err)
+		}
+		if seq, err := e.Current(ctx, "acct:1"); err != nil || seq != 1 {
+			t.Fatalf("%s first: acct:1 at %d, %v", first, seq, err)
+		}
+		e.Close()
 	}
 }
 
