@@ -274,3 +274,51 @@ func TestConcurrentOpensReplaceIndexesOnce(t *testing.T) {
 		t.Fatalf("record indexes after the opens: %v", got)
 	}
 }
+
+// TestIndexReplaceGivesUpBehindALongTransaction: an open that would replace version 1's
+// record indexes while another process's transaction holds the records table (a long export,
+// say) waits for it at most indexLockWait, then leaves the indexes as they are and opens:
+// waiting on, it would queue every other process's reads and writes of the table behind its
+// DROP INDEX for as long as that transaction lasts. Once the table is free, the next open
+// replaces them.
+func TestIndexReplaceGivesUpBehindALongTransaction(t *testing.T) {
+	ctx := context.Background()
+	schema := testSchema(t)
+	openSchema(t, schema).Close()
+	conn := admin(t, schema)
+	if _, err := conn.Exec(ctx, version1Indexes); err != nil {
+		t.Fatal(err)
+	}
+	reader := admin(t, schema)
+	if _, err := reader.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM effectfence_records"); err != nil {
+		t.Fatal(err)
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second) // a bound for a hang, not a speed
+	s, err := Open(openCtx, Config{URL: testURL(t), Schema: schema, MaxConns: 2})
+	cancel()
+	if err != nil {
+		t.Fatalf("open beside a transaction holding the records table: %v", err)
+	}
+	e := fence.New(s, fence.Config{})
+	adm, err := e.Prepare(ctx, fence.Request{Intent: "charge:1", Tool: "charge", Args: []byte(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_cert", "effectfence_records_expiry", "effectfence_records_state"}) {
+		t.Fatalf("record indexes after an open that could not have the table: %v", got)
+	}
+	if _, err := reader.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	openSchema(t, schema).Close()
+	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
+		t.Fatalf("record indexes after an open with the table free: %v", got)
+	}
+}

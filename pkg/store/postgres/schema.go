@@ -193,17 +193,28 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create bool) er
 // version 1's indexes before this change, and still does. For it the indexes stay as they
 // are, which the queries are correct on (the previous build runs on them), until an open as
 // the owner replaces them.
+//
+// The change waits at most indexLockWait for the records table: DROP INDEX needs it to itself,
+// and while it waits for a transaction that holds it (a long `ledger export`, say) every other
+// process's reads and writes of the table queue behind it. If it cannot have the table by
+// then, the indexes also stay as they are for a later open, and the open goes on.
 func setRecordIndexes(ctx context.Context, tx pgx.Tx, schema string) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := sp.Exec(ctx, recordIndexes(schema)); err != nil {
+	if _, err := sp.Exec(ctx, "SET LOCAL lock_timeout = "+indexLockWait+";\n"+recordIndexes(schema)); err != nil {
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "42501" { // insufficient_privilege
+		if !errors.As(err, &pe) || (pe.Code != "42501" && pe.Code != "55P03") { // insufficient_privilege, lock_not_available
 			return err
 		}
 		return sp.Rollback(ctx)
 	}
 	return sp.Commit(ctx)
 }
+
+// indexLockWait bounds how long an open waits for the records table to replace its indexes
+// (setRecordIndexes): long enough for PostgreSQL's deadlock check (deadlock_timeout, 1 s by
+// default) to reorder a queue the open has joined, short enough that the others' stall is
+// seconds, once per open, until one finds the table free.
+const indexLockWait = "'3s'"
