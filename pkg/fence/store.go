@@ -64,7 +64,8 @@ type Tx interface {
 // Filter selects records in Scan. Zero fields select everything.
 type Filter struct {
 	States []State
-	// ExpiresBefore selects done records whose ExpiresAt is set and not after this time.
+	// ExpiresBefore selects records whose ExpiresAt is set and not after this time, whatever
+	// their state (only done records carry one today; Sweep also asks for StateDone).
 	ExpiresBefore time.Time
 	// After resumes a scan after this intent (exclusive).
 	After string
