@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"InvalidRequests", testInvalid},
 		{"ParentAndCertVerify", testParentAndVerify},
 		{"FailedUpdateWritesNothing", testRollback},
+		{"PanickedUpdateWritesNothing", testPanicRollback},
 		{"ResolveHappened", testResolveHappened},
 		{"ResolveHappenedPrivacy", testResolveHappenedPrivacy},
 		{"ResolveDidNotHappen", testResolveDidNotHappen},
@@ -1359,6 +1360,70 @@ func RunDurable(t *testing.T, reopen Reopener) {
 	s, _ := e2.Stats(ctx)
 	if s.Ledger.Admitted < 3 {
 		t.Fatalf("ledger counters lost on reopen: %+v", s.Ledger)
+	}
+}
+
+// testPanicRollback: a transaction function that panics (the engine calls the configured
+// Liveness inside transactions; a caller may recover and go on) leaves none of its writes,
+// whether the store turns the panic into an error or lets it through, and the store goes on
+// deciding. (The memory store kept them: half a transaction.)
+func testPanicRollback(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	var err error
+	panicked := func() (p any) {
+		defer func() { p = recover() }()
+		err = st.Update(ctx, func(tx fence.Tx) error {
+			now := tx.Now()
+			if err := tx.Put(&fence.Record{Intent: "panicked", State: fence.StateInFlight, Tool: "t", Args: []byte("null"), ClaimedAt: now, LeaseUntil: now, UpdatedAt: now}); err != nil {
+				return err
+			}
+			if err := tx.SetDomainSeq("panicked", 9); err != nil {
+				return err
+			}
+			if err := tx.AppendEvent(fence.Event{At: now, Intent: "panicked", Kind: fence.EventClear}); err != nil {
+				return err
+			}
+			if err := tx.AddCounters(fence.Counters{Admitted: 1}); err != nil {
+				return err
+			}
+			panic("liveness check exploded")
+		})
+		return nil
+	}()
+	if panicked == nil && err == nil {
+		t.Fatal("Update of a panicking function returned nil")
+	}
+	err = st.View(ctx, func(tx fence.Tx) error {
+		rec, err := tx.Get("panicked")
+		if err != nil {
+			return err
+		}
+		_, found, err := tx.DomainSeq("panicked")
+		if err != nil {
+			return err
+		}
+		c, err := tx.Counters()
+		if err != nil {
+			return err
+		}
+		events := 0
+		if err := tx.Events("panicked", func(fence.Event) bool { events++; return true }); err != nil {
+			return err
+		}
+		if rec != nil || found || !c.IsZero() || events != 0 {
+			t.Errorf("a panicked update left writes: rec=%v domain=%v counters=%+v events=%d", rec, found, c, events)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{})
+	r := req("after-panic")
+	c := mustCommit(t, eng, mustFresh(t, eng, r), `{"ok":true}`)
+	adm, err := eng.Prepare(ctx, r)
+	if err != nil || adm.Fresh() || adm.Cert.Hash != c.Hash {
+		t.Fatalf("after the panic the store does not decide: %+v %v", adm, err)
 	}
 }
 
