@@ -33,7 +33,8 @@ type Tx interface {
 	Delete(intent string) error
 	// Scan calls fn for every record matching f, in intent order, until fn returns false.
 	Scan(f Filter, fn func(*Record) bool) error
-	// CertByHash returns the done record whose cert has this hash, or nil.
+	// CertByHash returns the done record whose cert has this hash, or nil; of several (a
+	// superseded copy keeps its cert), the first in intent order.
 	CertByHash(hash string) (*Record, error)
 
 	// DomainSeq returns the current sequence number of a domain and whether the domain has a

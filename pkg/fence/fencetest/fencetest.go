@@ -1294,6 +1294,36 @@ func testParentAndVerify(t *testing.T, newStore Factory) {
 	if found == nil || found.Intent != "p" {
 		t.Fatalf("CertByHash(parent) = %+v", found)
 	}
+	// Several records with that cert (a superseded copy keeps its cert): the first done one in
+	// intent order, whatever else carries it.
+	rec, err := eng.Status(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = eng.Store().Update(ctx, func(tx fence.Tx) error {
+		for _, c := range []struct {
+			intent string
+			state  fence.State
+		}{{"p~copy", fence.StateDone}, {"0-failed", fence.StateFailed}, {"a-copy", fence.StateDone}} {
+			r := rec
+			r.Intent, r.State = c.intent, c.state
+			if err := tx.Put(&r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = eng.Store().View(ctx, func(tx fence.Tx) error {
+		var err error
+		found, err = tx.CertByHash(parent.Hash)
+		return err
+	})
+	if found == nil || found.Intent != "a-copy" || found.State != fence.StateDone {
+		t.Fatalf("CertByHash(parent) with copies = %+v, want a-copy's done record", found)
+	}
 	tampered := *c
 	tampered.Result = []byte(`"c2"`)
 	if tampered.Verify() == nil {

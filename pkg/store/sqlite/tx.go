@@ -25,7 +25,7 @@ const (
 		ON CONFLICT(intent) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at,
 		cert_hash = excluded.cert_hash, body = excluded.body`
 	qDelete       = "DELETE FROM records WHERE intent = ?"
-	qCertByHash   = "SELECT intent, body FROM records WHERE cert_hash = ? AND state = ? LIMIT 1"
+	qCertByHash   = "SELECT intent, body FROM records WHERE cert_hash = ? AND state = ? ORDER BY intent LIMIT 1"
 	qMeta         = "SELECT value FROM meta WHERE key = ?"
 	qDomainSeq    = "SELECT seq FROM domains WHERE domain = ?"
 	qSetDomainSeq = "INSERT INTO domains(domain, seq) VALUES (?, ?) ON CONFLICT(domain) DO UPDATE SET seq = excluded.seq"
