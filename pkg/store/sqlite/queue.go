@@ -59,7 +59,11 @@ func openQueueFile(path string) *os.File {
 	if fi, err := os.Lstat(path); err == nil && !ownQueueFile(fi) {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if testHookQueueOpen != nil {
+		testHookQueueOpen(path)
+	}
+	// noFollow: a link put there after the look is not followed either.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
 	if err != nil {
 		return nil
 	}
@@ -69,6 +73,10 @@ func openQueueFile(path string) *os.File {
 	}
 	return f
 }
+
+// testHookQueueOpen, when set (by tests only), runs in openQueueFile between its look at the
+// path and its open: a test plants another file there meanwhile.
+var testHookQueueOpen func(path string)
 
 func ownQueueFile(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Size() == 0 }
 
