@@ -146,12 +146,24 @@ func TestWriterQueueHeldForTheTransaction(t *testing.T) {
 			t.Fatalf("update %d: the queue is still held after the transaction", i)
 		}
 	}
-	// A read-only open takes no part in the queue and leaves the file alone.
+	// A read-only open takes no part in the queue and leaves the file alone: it does not
+	// create it (a reader may have no right to write the directory).
+	if err := os.Remove(ledger + "-lock"); err != nil {
+		t.Fatal(err)
+	}
 	ro, err := sqlite.Open(ctx, ledger, sqlite.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro.Close()
+	if err := ro.View(ctx, func(tx fence.Tx) error { _, err := tx.Get("nothing"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(ledger + "-lock"); err == nil {
+		t.Fatal("a read-only open created the queue's lock file")
+	}
 }
 
 // A transaction leaves the queue whatever its outcome: a function that fails or panics, a
