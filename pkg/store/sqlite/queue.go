@@ -85,8 +85,9 @@ type turn struct {
 	f *os.File // the descriptor that holds the lock, or nil when the turn holds nothing
 }
 
-// enter takes the queue's lock, waiting at most limit for it. Only the store's leader calls
-// enter, leave and close, so they never overlap. Without contention enter is one
+// enter takes the queue's lock, waiting at most limit for it. Only Open (for its migration,
+// before the store is returned) and then the store's leader call enter, leave and close, so
+// they never overlap. Without contention enter is one
 // non-blocking flock. Otherwise a waiter goroutine blocks in flock on a second descriptor, so
 // that enter can stop waiting when limit passes: the turn then holds nothing (SQLite's busy
 // handler takes over) and the waiter, when it gets the lock, lets it go at once. Until then

@@ -143,7 +143,13 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		s.w.SetMaxIdleConns(1)
 		s.w.SetConnMaxLifetime(0)
 		s.w.SetConnMaxIdleTime(0)
-		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) }); err != nil {
+		// The migration is a write transaction (on every open): it takes its turn like an
+		// Update, or a process starting while others write would starve in SQLite's busy
+		// handler.
+		t := s.turns.enter(opt.BusyTimeout)
+		err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) })
+		s.turns.leave(t)
+		if err != nil {
 			return nil, s.fail(err)
 		}
 		if !opt.SkipQuickCheck {
