@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -291,7 +290,7 @@ func runAsNobody(t *testing.T, name string) {
 	cmd := exec.Command(exe, "-test.run=^"+name+"$", "-test.v")
 	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_AS_CHILD=1", "EFFECTFENCE_TEST_DIR="+base, "HOME="+base)
 	cmd.Dir = base
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	asNobody(cmd)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+name)) {
 		t.Fatalf("as nobody: %v\n%s", err, out)
