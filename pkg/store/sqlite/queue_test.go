@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -503,5 +504,101 @@ func TestWriterQueueFollowsLinks(t *testing.T) {
 	}
 	if _, err := os.Lstat(link + "-lock"); err == nil {
 		t.Fatal("a lock file was made beside the link")
+	}
+}
+
+// lockFDs counts this process's descriptors of the queue's lock file.
+func lockFDs(t *testing.T, ledger string) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range es {
+		if to, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && to == ledger+"-lock" {
+			n++
+		}
+	}
+	return n
+}
+
+// A closed store leaves no descriptor of the lock file behind: the one a turn waited on
+// goes with the store when its waiter got the lock in time, and with the waiter when the
+// turn gave up on it (the holder stopped), as soon as it gets the lock and lets it go.
+func TestWriterQueueClosedStoreLeavesNoDescriptor(t *testing.T) {
+	// No collection: an *os.File dropped without Close is closed by its finalizer, which
+	// would hide a descriptor left open until the next GC.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	openT(t, ledger, sqlite.Options{}).Close()
+	h, err := os.OpenFile(ledger+"-lock", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	hold := func(on bool) {
+		t.Helper()
+		how := syscall.LOCK_UN
+		if on {
+			how = syscall.LOCK_EX
+		}
+		if err := syscall.Flock(int(h.Fd()), how); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update := func(st *sqlite.Store) chan error {
+		done := make(chan error, 1)
+		go func() { done <- st.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err }) }()
+		return done
+	}
+	waitFDs := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for lockFDs(t, ledger) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d descriptors of the lock file, want %d", what, lockFDs(t, ledger), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	// The waiter gets the lock in time.
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold(true)
+	done := update(st)
+	waitFDs(3, "a turn waiting") // the test's, the store's, the waiter's
+	hold(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := lockFDs(t, ledger); n != 1 {
+		t.Fatalf("after a turn that waited and the store's close: %d descriptors of the lock file, want the test's alone", n)
+	}
+
+	// The turn gives up on the waiter; the store closes while it still waits.
+	if st, err = sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	hold(true)
+	if err := <-update(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := lockFDs(t, ledger); n != 2 {
+		t.Fatalf("a waiter given up on, its store closed: %d descriptors of the lock file, want 2 (the test's and the waiter's)", n)
+	}
+	hold(false)
+	waitFDs(1, "the waiter of a closed store, after the queue came free")
+	if !tryQueue(t, ledger) {
+		t.Fatal("the waiter of a closed store keeps the queue")
 	}
 }
