@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -600,5 +601,71 @@ func TestWriterQueueClosedStoreLeavesNoDescriptor(t *testing.T) {
 	waitFDs(1, "the waiter of a closed store, after the queue came free")
 	if !tryQueue(t, ledger) {
 		t.Fatal("the waiter of a closed store keeps the queue")
+	}
+}
+
+// Two stores of one ledger in one process queue like two processes: flock belongs to an open
+// file description, not to the process (POSIX record locks would let the second store's turn
+// through at once, and closing any descriptor of the file would drop the first one's). A
+// store writing from inside the other's transaction, which can never get SQLite's lock
+// there, fails with SQLite's busy error after its timeouts instead of waiting for ever.
+func TestWriterQueueTwoStoresInOneProcess(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	a := openT(t, ledger, sqlite.Options{BusyTimeout: 200 * time.Millisecond})
+	b := openT(t, ledger, sqlite.Options{})
+	if n := lockFDs(t, ledger); n != 2 {
+		t.Fatalf("%d descriptors of the lock file for two stores, want 2", n)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // a failure below must not leave the first store's Close waiting
+	first := make(chan error, 1)
+	go func() {
+		first <- a.Update(ctx, func(tx fence.Tx) error { close(inside); <-release; _, err := tx.NextToken(); return err })
+	}()
+	<-inside
+	second := make(chan error, 1)
+	go func() { second <- b.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err }) }()
+	// The second store's turn waits in flock on a descriptor of its own.
+	deadline := time.Now().Add(20 * time.Second)
+	for lockFDs(t, ledger) != 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second store does not wait for its turn in the queue while the first one writes")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	unblock()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+
+	nested := make(chan error, 1)
+	go func() {
+		nested <- b.Update(ctx, func(tx fence.Tx) error {
+			if _, err := tx.NextToken(); err != nil {
+				return err
+			}
+			return a.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err })
+		})
+	}()
+	select {
+	case err := <-nested:
+		if err == nil || !strings.Contains(err.Error(), "locked") {
+			t.Fatalf("a write from inside the other store's transaction: %v, want SQLite's busy error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write from inside the other store's transaction waits for ever")
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	// The first store's waiter left behind lets the queue go; then its turns queue again.
+	for queueFreeDuring(t, a, ledger, "the first store afterwards") {
+		if time.Now().After(deadline) {
+			t.Fatal("after the nested write, the first store's transactions no longer hold the queue")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
