@@ -515,9 +515,13 @@ func lockFDs(t *testing.T, ledger string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lock, err := filepath.EvalSymlinks(ledger + "-lock") // the kernel names the file itself
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := 0
 	for _, e := range es {
-		if to, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && to == ledger+"-lock" {
+		if to, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && to == lock {
 			n++
 		}
 	}
