@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -181,6 +180,34 @@ func TestFileModes(t *testing.T) {
 	}
 }
 
+// A ledger path may be a link to a file that does not exist yet (a dotfiles setup pointing
+// at a synced folder): the file is created 0600 there all the same, not with SQLite's
+// default mode (0644 under the usual umask, readable by every user).
+func TestFileModesThroughADanglingLink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere", "ledger.db")
+	if err := os.Mkdir(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "ledger.db")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	st := openT(t, link, sqlite.Options{})
+	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(&fence.Record{Intent: "x", State: fence.StateInFlight}) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{target, target + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != 0o600 {
+			t.Errorf("%s has mode %v; want %v", p, fi.Mode(), os.FileMode(0o600))
+		}
+	}
+}
+
 // Permission cases must run as a user the kernel checks permissions for: as root the test
 // re-runs itself as nobody (uid 65534) in a child process.
 func TestUnwritableLocations(t *testing.T) {
@@ -263,7 +290,7 @@ func runAsNobody(t *testing.T, name string) {
 	cmd := exec.Command(exe, "-test.run=^"+name+"$", "-test.v")
 	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_AS_CHILD=1", "EFFECTFENCE_TEST_DIR="+base, "HOME="+base)
 	cmd.Dir = base
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	asNobody(cmd)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+name)) {
 		t.Fatalf("as nobody: %v\n%s", err, out)

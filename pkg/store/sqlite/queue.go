@@ -59,7 +59,11 @@ func openQueueFile(path string) *os.File {
 	if fi, err := os.Lstat(path); err == nil && !ownQueueFile(fi) {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if testHookQueueOpen != nil {
+		testHookQueueOpen(path)
+	}
+	// noFollow: a link put there after the look is not followed either.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
 	if err != nil {
 		return nil
 	}
@@ -70,6 +74,10 @@ func openQueueFile(path string) *os.File {
 	return f
 }
 
+// testHookQueueOpen, when set (by tests only), runs in openQueueFile between its look at the
+// path and its open: a test plants another file there meanwhile.
+var testHookQueueOpen func(path string)
+
 func ownQueueFile(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Size() == 0 }
 
 // turn is one writer's place in the queue: enter returns it, leave ends it.
@@ -77,8 +85,9 @@ type turn struct {
 	f *os.File // the descriptor that holds the lock, or nil when the turn holds nothing
 }
 
-// enter takes the queue's lock, waiting at most limit for it. Only the store's leader calls
-// enter, leave and close, so they never overlap. Without contention enter is one
+// enter takes the queue's lock, waiting at most limit for it. Only Open (for its migration,
+// before the store is returned) and then the store's leader call enter, leave and close, so
+// they never overlap. Without contention enter is one
 // non-blocking flock. Otherwise a waiter goroutine blocks in flock on a second descriptor, so
 // that enter can stop waiting when limit passes: the turn then holds nothing (SQLite's busy
 // handler takes over) and the waiter, when it gets the lock, lets it go at once. Until then

@@ -118,3 +118,31 @@ func TestWriterQueueOpensOnlyItsOwnFile(t *testing.T) {
 		q.close()
 	}
 }
+
+// A link put at <ledger>-lock after the queue looked at the path and before it opened it is
+// not followed either: the queue would create the file a dangling link names, and would
+// take an empty file elsewhere for its own.
+func TestWriterQueueOpensNoLinkPlantedMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nowhere := filepath.Join(dir, "nowhere")
+	defer func() { testHookQueueOpen = nil }()
+	for name, target := range map[string]string{"a dangling link": nowhere, "a link to an empty file": empty} {
+		testHookQueueOpen = func(path string) {
+			if err := os.Symlink(target, path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path := filepath.Join(dir, name+".db-lock")
+		if f := openQueueFile(path); f != nil {
+			f.Close()
+			t.Errorf("%s put at %s meanwhile: the queue opened it", name, path)
+		}
+	}
+	if _, err := os.Lstat(nowhere); err == nil {
+		t.Error("the queue created the file a dangling link put there meanwhile leads to")
+	}
+}

@@ -9,6 +9,8 @@ import (
 
 // Without flock(2) the queue is not used: SQLite's busy handler alone makes writers wait.
 
+const noFollow = 0
+
 var errNoFlock = errors.New("flock is not available on this platform")
 
 func flockTry(*os.File) (bool, error) { return false, errNoFlock }

@@ -8,6 +8,9 @@ import (
 	"syscall"
 )
 
+// noFollow makes opening the queue's lock file fail on a link.
+const noFollow = syscall.O_NOFOLLOW
+
 // flockTry takes the exclusive lock on f if it is free. It reports held=false with a nil
 // error when another descriptor holds it, and an error when flock cannot be used here.
 func flockTry(f *os.File) (held bool, err error) {

@@ -143,7 +143,13 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		s.w.SetMaxIdleConns(1)
 		s.w.SetConnMaxLifetime(0)
 		s.w.SetConnMaxIdleTime(0)
-		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) }); err != nil {
+		// The migration is a write transaction (on every open): it takes its turn like an
+		// Update, or a process starting while others write would starve in SQLite's busy
+		// handler.
+		t := s.turns.enter(opt.BusyTimeout)
+		err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) })
+		s.turns.leave(t)
+		if err != nil {
 			return nil, s.fail(err)
 		}
 		if !opt.SkipQuickCheck {
@@ -398,7 +404,16 @@ func prepareFile(path string, readOnly bool) error {
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
-		return nil // another process created it first
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			return nil // another process created it first
+		}
+		// A link to a file that does not exist yet (O_EXCL refuses any link): create that
+		// file through it, 0600 too, or SQLite would create it with its default mode.
+		if f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+			if real, err := filepath.EvalSymlinks(path); err == nil {
+				dir = filepath.Dir(real)
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("cannot create the ledger file %s: %w; choose another location with --ledger or EFFECTFENCE_LEDGER", path, err)
