@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -208,11 +209,98 @@ func TestFileModesThroughADanglingLink(t *testing.T) {
 	}
 }
 
+// TestCheckInAnUnwritableDirectory: `ledger check` reads a healthy ledger that sits in a
+// directory its user cannot write (a copy on read-only media, another user's ledger): at rest
+// it has no shared-memory file, which SQLite would need to create there, so Check reads it as
+// an immutable file, and reports it healthy. With a write-ahead log beside it (a process did
+// not close it), reading it there is not possible, and Check says so, advising a copy and not
+// (as it did for both) to move a healthy ledger aside.
+func TestCheckInAnUnwritableDirectory(t *testing.T) {
+	if os.Getenv("EFFECTFENCE_TEST_AS_CHILD") == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root, to run the check as a user the directory's permissions apply to")
+		}
+		runAsNobody(t, "TestCheckInAnUnwritableDirectory", func(base string) []string {
+			rest, logged := filepath.Join(base, "rest"), filepath.Join(base, "logged")
+			for _, d := range []string{rest, logged} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			closed := openT(t, filepath.Join(rest, "ledger.db"), sqlite.Options{})
+			writeOne(t, closed, "rest:1")
+			if err := closed.Close(); err != nil {
+				t.Fatal(err)
+			}
+			os.Remove(filepath.Join(rest, "ledger.db-lock"))
+			open := openT(t, filepath.Join(base, "open.db"), sqlite.Options{})
+			writeOne(t, open, "logged:1")
+			for _, suffix := range []string{"", "-wal"} { // a copy taken while it was open
+				b, err := os.ReadFile(filepath.Join(base, "open.db") + suffix)
+				if err != nil || (suffix == "-wal" && len(b) == 0) {
+					t.Fatalf("open.db%s: %d bytes, %v", suffix, len(b), err)
+				}
+				if err := os.WriteFile(filepath.Join(logged, "ledger.db")+suffix, b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			paths := []string{base, rest, logged}
+			for _, d := range []string{rest, logged} {
+				files, _ := filepath.Glob(filepath.Join(d, "*"))
+				if len(files) == 0 || slices.ContainsFunc(files, func(f string) bool { return strings.HasSuffix(f, "-shm") }) {
+					t.Fatalf("%s holds %v: want a ledger without its -shm", d, files)
+				}
+				paths = append(paths, files...)
+			}
+			for _, d := range []string{rest, logged} {
+				if err := os.Chmod(d, 0o500); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return paths
+		})
+		return
+	}
+	base := os.Getenv("EFFECTFENCE_TEST_DIR")
+	rest := filepath.Join(base, "rest", "ledger.db")
+	r, err := sqlite.Check(ctx, rest)
+	if err != nil || !r.OK || r.Kind != "effectfence ledger" || r.States["done"] != 1 || len(r.Problems) > 0 {
+		t.Fatalf("check of a ledger at rest in an unwritable directory: %+v, %v", r, err)
+	}
+	if _, err := os.Stat(rest + "-shm"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the check left %s-shm: %v", rest, err)
+	}
+	logged := filepath.Join(base, "logged", "ledger.db")
+	r, err = sqlite.Check(ctx, logged)
+	if err != nil || r.OK || len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "not writable") || !strings.Contains(r.Problems[0], "no damage") {
+		t.Fatalf("check of a ledger with a log in an unwritable directory: %+v, %v", r, err)
+	}
+	if advice := strings.Join(r.Advice, "\n"); !strings.Contains(advice, "copy") || strings.Contains(advice, "move it aside") {
+		t.Fatalf("advice for a ledger that cannot be read here: %q", advice)
+	}
+}
+
+// writeOne records one fresh call, done, in st.
+func writeOne(t *testing.T, st *sqlite.Store, intent string) {
+	t.Helper()
+	e := fence.New(st, fence.Config{})
+	adm, err := e.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge", Args: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Permission cases must run as a user the kernel checks permissions for: as root the test
 // re-runs itself as nobody (uid 65534) in a child process.
 func TestUnwritableLocations(t *testing.T) {
 	if os.Getenv("EFFECTFENCE_TEST_AS_CHILD") == "" && os.Geteuid() == 0 {
-		runAsNobody(t, "TestUnwritableLocations")
+		runAsNobody(t, "TestUnwritableLocations", func(base string) []string {
+			setupUnwritable(t, base)
+			return []string{base, filepath.Join(base, "locked"), filepath.Join(base, "ro.db")}
+		})
 		return
 	}
 	base := os.Getenv("EFFECTFENCE_TEST_DIR")
@@ -261,15 +349,25 @@ func setupUnwritable(t *testing.T, base string) {
 	}
 }
 
-func runAsNobody(t *testing.T, name string) {
+// runAsNobody runs test name again in a child process as the user nobody, with
+// EFFECTFENCE_TEST_DIR naming a directory that setup filled (as root) and whose paths it
+// returns are handed to nobody.
+func runAsNobody(t *testing.T, name string, setup func(base string) []string) {
 	base, err := os.MkdirTemp("", "effectfence-perm-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	setupUnwritable(t, base)
+	t.Cleanup(func() {
+		filepath.WalkDir(base, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o700) // fixtures may be directories nobody could write
+			}
+			return nil
+		})
+		os.RemoveAll(base)
+	})
 	// Hand the fixtures to nobody, keeping the modes that make them unwritable.
-	for _, p := range []string{base, filepath.Join(base, "locked"), filepath.Join(base, "ro.db")} {
+	for _, p := range setup(base) {
 		if err := os.Chown(p, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // CheckReport is what Check found out about a ledger file, and what to do about it.
@@ -99,7 +103,25 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
+	defer func() { db.Close() }()
+	// A reader of a WAL ledger needs its shared-memory file (-shm) beside it, which SQLite
+	// creates on first use; a ledger at rest has none, so in a directory this user cannot
+	// write SQLite refuses to read it. With no write-ahead log to apply either, the file alone
+	// is the whole ledger and no process has it open: it is read as an immutable file. With a
+	// log, it cannot be read correctly here, which says nothing against the ledger.
+	var probe int64
+	if err := db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&probe); noSharedMemory(err, path) {
+		if r.WALBytes > 0 {
+			r.Kind = "effectfence ledger"
+			r.Problems = append(r.Problems, fmt.Sprintf("cannot be read in this directory: it is not writable by this user, and the ledger has a write-ahead log (%s-wal, %d bytes) that SQLite applies only beside a shared-memory file it must create there; this is no damage to the ledger", path, r.WALBytes))
+			r.Advice = append(r.Advice, fmt.Sprintf("check a copy: copy %[1]s and %[1]s-wal together into a directory you can write, then run `effectfence ledger check --ledger` on the copy; or run the check as a user who can write %[2]s", path, filepath.Dir(path)))
+			return r, nil
+		}
+		db.Close()
+		if db, err = sql.Open("sqlite", "file:"+path+"?mode=ro&immutable=1"); err != nil {
+			return nil, err
+		}
+	}
 	r.inspect(ctx, db)
 	if len(r.Problems) > 0 {
 		if r.Kind == "effectfence ledger" {
@@ -217,4 +239,16 @@ func (r *CheckReport) checkLayout(ctx context.Context, db *sql.DB, v int) {
 			r.Problems = append(r.Problems, "the records table lacks its unique index on intent: two records could claim one intent")
 		}
 	}
+}
+
+// noSharedMemory reports whether err is SQLite refusing to read the WAL database at path
+// because it cannot create the shared-memory file in its directory: SQLITE_READONLY_DIRECTORY
+// when there is no log, SQLITE_CANTOPEN when there is one, with no -shm beside it either way.
+func noSharedMemory(err error, path string) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) || (se.Code() != sqlite3.SQLITE_READONLY_DIRECTORY && se.Code()&0xff != sqlite3.SQLITE_CANTOPEN) {
+		return false
+	}
+	_, serr := os.Lstat(path + "-shm")
+	return errors.Is(serr, os.ErrNotExist)
 }
