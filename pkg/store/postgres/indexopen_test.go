@@ -68,13 +68,7 @@ func TestNonOwnerOpensVersion1Ledger(t *testing.T) {
 	// A transaction of another process reads the records table throughout: the open does not
 	// wait for it (PostgreSQL checks ownership before it locks the table for DROP INDEX), so
 	// it does not queue the other processes' transactions behind its own on every open.
-	reader := admin(t, schema)
-	if _, err := reader.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reader.Exec(ctx, "SELECT count(*) FROM effectfence_records"); err != nil {
-		t.Fatal(err)
-	}
+	reader := holdRecordsTable(t, schema)
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second) // a bound for a hang, not a speed
 	s, err := Open(openCtx, Config{URL: scanURL(t, "role="+role), Schema: schema, MaxConns: 2})
 	cancel()
@@ -90,24 +84,14 @@ func TestNonOwnerOpensVersion1Ledger(t *testing.T) {
 		t.Fatalf("the store acts as %q (%v), want %s", who, err, role)
 	}
 	e := fence.New(s, fence.Config{LeaseTTL: time.Hour, ResultTTL: time.Hour})
-	adm, err := e.Prepare(ctx, fence.Request{Intent: "charge:1", Tool: "charge", Args: []byte(`{}`)})
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
-		t.Fatal(err)
-	}
+	decideOnce(t, e, "charge:1")
 	if n, err := e.Recover(ctx); err != nil || n != 0 {
 		t.Fatalf("recover: %d %v", n, err)
 	}
-	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_cert", "effectfence_records_expiry", "effectfence_records_state"}) {
-		t.Fatalf("record indexes after an open by a role that does not own them: %v", got)
-	}
+	wantRecordIndexes(t, conn, schema, version1IndexSet, "record indexes after an open by a role that does not own them")
 	// The owner's next open replaces them.
 	openSchema(t, schema).Close()
-	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
-		t.Fatalf("record indexes after the owner opened the ledger: %v", got)
-	}
+	wantRecordIndexes(t, conn, schema, currentIndexSet, "record indexes after the owner opened the ledger")
 }
 
 // TestIndexReplaceBesideWriters: an open that replaces version 1's record indexes while other
@@ -205,9 +189,7 @@ INSERT INTO effectfence_records (intent, state, body) VALUES ('a', 'done', '\x7b
 	if err := <-opened; err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	if got := recordIndexNames(t, obs, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
-		t.Fatalf("record indexes after the open: %v", got)
-	}
+	wantRecordIndexes(t, obs, schema, currentIndexSet, "record indexes after the open")
 }
 
 // TestConcurrentOpensReplaceIndexesOnce: stores opening a ledger with version 1's record
@@ -270,9 +252,7 @@ func TestConcurrentOpensReplaceIndexesOnce(t *testing.T) {
 	if err := <-commits; err != nil {
 		t.Fatalf("commits beside the opens: %v", err)
 	}
-	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
-		t.Fatalf("record indexes after the opens: %v", got)
-	}
+	wantRecordIndexes(t, conn, schema, currentIndexSet, "record indexes after the opens")
 }
 
 // TestIndexReplaceGivesUpBehindALongTransaction: an open that would replace version 1's
@@ -289,13 +269,7 @@ func TestIndexReplaceGivesUpBehindALongTransaction(t *testing.T) {
 	if _, err := conn.Exec(ctx, version1Indexes); err != nil {
 		t.Fatal(err)
 	}
-	reader := admin(t, schema)
-	if _, err := reader.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reader.Exec(ctx, "SELECT count(*) FROM effectfence_records"); err != nil {
-		t.Fatal(err)
-	}
+	reader := holdRecordsTable(t, schema)
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second) // a bound for a hang, not a speed
 	s, err := Open(openCtx, Config{URL: testURL(t), Schema: schema, MaxConns: 2})
 	cancel()
@@ -303,22 +277,51 @@ func TestIndexReplaceGivesUpBehindALongTransaction(t *testing.T) {
 		t.Fatalf("open beside a transaction holding the records table: %v", err)
 	}
 	e := fence.New(s, fence.Config{})
-	adm, err := e.Prepare(ctx, fence.Request{Intent: "charge:1", Tool: "charge", Args: []byte(`{}`)})
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
-		t.Fatal(err)
-	}
+	decideOnce(t, e, "charge:1")
 	s.Close()
-	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_cert", "effectfence_records_expiry", "effectfence_records_state"}) {
-		t.Fatalf("record indexes after an open that could not have the table: %v", got)
-	}
+	wantRecordIndexes(t, conn, schema, version1IndexSet, "record indexes after an open that could not have the table")
 	if _, err := reader.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
 	openSchema(t, schema).Close()
-	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, []string{"effectfence_records_expiry", "effectfence_records_open"}) {
-		t.Fatalf("record indexes after an open with the table free: %v", got)
+	wantRecordIndexes(t, conn, schema, currentIndexSet, "record indexes after an open with the table free")
+}
+
+// The record index sets: version 1's, and this build's (recordIndexes).
+var (
+	version1IndexSet = []string{"effectfence_records_cert", "effectfence_records_expiry", "effectfence_records_state"}
+	currentIndexSet  = []string{"effectfence_records_expiry", "effectfence_records_open"}
+)
+
+// wantRecordIndexes fails the test unless schema's records table has exactly the indexes want
+// (besides its primary key).
+func wantRecordIndexes(t *testing.T, conn *pgx.Conn, schema string, want []string, when string) {
+	t.Helper()
+	if got := recordIndexNames(t, conn, schema); !slices.Equal(got, want) {
+		t.Fatalf("%s: %v, want %v", when, got, want)
+	}
+}
+
+// holdRecordsTable starts a transaction of another process that has read the records table
+// and holds it until the caller commits it on the returned connection.
+func holdRecordsTable(t *testing.T, schema string) *pgx.Conn {
+	t.Helper()
+	reader := admin(t, schema)
+	if _, err := reader.Exec(context.Background(), "BEGIN; SELECT count(*) FROM effectfence_records"); err != nil {
+		t.Fatal(err)
+	}
+	return reader
+}
+
+// decideOnce admits intent as a fresh call and commits it.
+func decideOnce(t *testing.T, e *fence.Engine, intent string) {
+	t.Helper()
+	ctx := context.Background()
+	adm, err := e.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge", Args: []byte(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare %s: %+v %v", intent, adm, err)
+	}
+	if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
 	}
 }
