@@ -58,12 +58,7 @@ func testRole(t *testing.T, schema string) string {
 // what the ledger's correctness depends on: the queries are the same on either set.
 func TestNonOwnerOpensVersion1Ledger(t *testing.T) {
 	ctx := context.Background()
-	schema := testSchema(t)
-	openSchema(t, schema).Close()
-	conn := admin(t, schema)
-	if _, err := conn.Exec(ctx, version1Indexes); err != nil {
-		t.Fatal(err)
-	}
+	schema, conn := version1Ledger(t)
 	role := testRole(t, schema)
 	// A transaction of another process reads the records table throughout: the open does not
 	// wait for it (PostgreSQL checks ownership before it locks the table for DROP INDEX), so
@@ -263,12 +258,7 @@ func TestConcurrentOpensReplaceIndexesOnce(t *testing.T) {
 // replaces them.
 func TestIndexReplaceGivesUpBehindALongTransaction(t *testing.T) {
 	ctx := context.Background()
-	schema := testSchema(t)
-	openSchema(t, schema).Close()
-	conn := admin(t, schema)
-	if _, err := conn.Exec(ctx, version1Indexes); err != nil {
-		t.Fatal(err)
-	}
+	schema, conn := version1Ledger(t)
 	reader := holdRecordsTable(t, schema)
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second) // a bound for a hang, not a speed
 	s, err := Open(openCtx, Config{URL: testURL(t), Schema: schema, MaxConns: 2})
@@ -324,4 +314,17 @@ func decideOnce(t *testing.T, e *fence.Engine, intent string) {
 	if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// version1Ledger returns a fresh ledger schema whose records table has version 1's indexes,
+// and a connection of the test's own to it.
+func version1Ledger(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	schema := testSchema(t)
+	openSchema(t, schema).Close()
+	conn := admin(t, schema)
+	if _, err := conn.Exec(context.Background(), version1Indexes); err != nil {
+		t.Fatal(err)
+	}
+	return schema, conn
 }
