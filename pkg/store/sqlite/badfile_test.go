@@ -497,3 +497,53 @@ func TestMissingTokenRow(t *testing.T) {
 		t.Fatalf("NextToken = %d, %v; want %d", n, err, token+1)
 	}
 }
+
+// TestQueueLockFileIsNoLedger: a ledger's writers' queue lock file (<ledger>-lock, empty) is
+// refused as a ledger path, directly or through a link, before anything is created beside it:
+// in a process that also had the ledger open, closing that store's descriptor of the lock file
+// would drop every SQLite lock the process held on it, and another process could then
+// checkpoint and delete a -wal still in use. A file named -lock that is not a ledger's queue
+// (no ledger beside it, or a ledger itself, made before the other) opens as usual.
+func TestQueueLockFileIsNoLedger(t *testing.T) {
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "x.db")
+	openT(t, ledger, sqlite.Options{})
+	lock := ledger + "-lock"
+	if fi, err := os.Stat(lock); err != nil || fi.Size() != 0 {
+		t.Fatalf("the queue's lock file: %v, %v", fi, err)
+	}
+	alias := filepath.Join(dir, "alias.db")
+	if err := os.Symlink(lock, alias); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{lock, alias} {
+		for _, ro := range []bool{false, true} {
+			st, err := sqlite.Open(ctx, p, sqlite.Options{ReadOnly: ro})
+			if err == nil {
+				st.Close()
+				t.Fatalf("open %s (read-only %v) as a ledger: no error", p, ro)
+			}
+			if !strings.Contains(err.Error(), "queue lock file") || !strings.Contains(err.Error(), ledger) || !strings.Contains(err.Error(), "--ledger") {
+				t.Fatalf("open %s (read-only %v): %v", p, ro, err)
+			}
+		}
+	}
+	if fi, err := os.Stat(lock); err != nil || fi.Size() != 0 {
+		t.Fatalf("the lock file after the refusals: %v, %v", fi, err)
+	}
+	for _, suffix := range []string{"-wal", "-shm", "-journal", "-lock"} {
+		if _, err := os.Lstat(lock + suffix); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a refused open left %s%s: %v", lock, suffix, err)
+		}
+	}
+
+	// No ledger beside it: a ledger of its own.
+	writeOne(t, openT(t, filepath.Join(dir, "y-lock"), sqlite.Options{}), "y:1")
+	// A ledger named z.db-lock made before z.db: z.db's queue leaves it alone, and it reopens.
+	zl := filepath.Join(dir, "z.db-lock")
+	first := openT(t, zl, sqlite.Options{})
+	writeOne(t, first, "z-lock:1")
+	first.Close()
+	openT(t, filepath.Join(dir, "z.db"), sqlite.Options{})
+	writeOne(t, openT(t, zl, sqlite.Options{}), "z-lock:2")
+}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -79,6 +80,27 @@ func openQueueFile(path string) *os.File {
 var testHookQueueOpen func(path string)
 
 func ownQueueFile(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Size() == 0 }
+
+// queueFileOf returns the ledger whose queue lock file path (after links) is, or "": path
+// ends in -lock, is an empty regular file, and a file is there without the suffix. Opened as
+// a ledger, SQLite's POSIX locks on it would be dropped whenever that ledger's store in the
+// same process closed its descriptor of the lock file.
+func queueFileOf(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	ledger, ok := strings.CutSuffix(path, "-lock")
+	if !ok {
+		return ""
+	}
+	if fi, err := os.Stat(path); err != nil || !ownQueueFile(fi) {
+		return ""
+	}
+	if fi, err := os.Stat(ledger); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return ledger
+}
 
 // turn is one writer's place in the queue: enter returns it, leave ends it.
 type turn struct {

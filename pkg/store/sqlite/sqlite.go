@@ -122,6 +122,9 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger %s: %w", path, err)
 	}
+	if of := queueFileOf(abs); of != "" {
+		return nil, fmt.Errorf("ledger %s is the writers' queue lock file of the ledger %s, not a ledger: using it as one would undo that ledger's locks in a process holding both; choose another path with --ledger or EFFECTFENCE_LEDGER", path, of)
+	}
 	if err := prepareFile(abs, opt.ReadOnly); err != nil {
 		return nil, err
 	}
