@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -260,7 +259,11 @@ tools:
 		return n == 2
 	})
 	kids := childPids(w.Pid())
-	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+	proc, err := os.FindProcess(w.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Kill(); err != nil { // SIGKILL where there are signals
 		t.Fatal(err)
 	}
 	<-w.Done()
