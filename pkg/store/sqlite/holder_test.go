@@ -82,36 +82,14 @@ type holderProc struct {
 // startHolder runs the test binary as a holder, under prefix (e.g. unshare) if given.
 func startHolder(t *testing.T, ledger, intent string, lease time.Duration, rerunSafe bool, env []string, prefix ...string) *holderProc {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv := append(append([]string{}, prefix...), self, "-test.run=^$")
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_HOLDER=1", "EFFECTFENCE_TEST_LEDGER="+ledger,
-		"EFFECTFENCE_TEST_INTENT="+intent, fmt.Sprintf("EFFECTFENCE_TEST_LEASE_MS=%d", lease.Milliseconds()))
+	all := []string{"EFFECTFENCE_TEST_HOLDER=1", "EFFECTFENCE_TEST_LEDGER=" + ledger,
+		"EFFECTFENCE_TEST_INTENT=" + intent, fmt.Sprintf("EFFECTFENCE_TEST_LEASE_MS=%d", lease.Milliseconds())}
 	if rerunSafe {
-		cmd.Env = append(cmd.Env, "EFFECTFENCE_TEST_RERUN_SAFE=1")
+		all = append(all, "EFFECTFENCE_TEST_RERUN_SAFE=1")
 	}
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &holderProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd, in, out := startSelf(t, append(all, env...), prefix...)
+	h := &holderProc{t: t, cmd: cmd, in: in, out: out}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT) }) // runs before startSelf's kill
 	line := h.line()
 	owner, ok := strings.CutPrefix(line, "owner ")
 	if !ok {

@@ -225,25 +225,12 @@ func migrateChild(path string) error {
 
 func startMigrator(t *testing.T, path string, stop bool) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_MIGRATOR="+path)
+	env := []string{"EFFECTFENCE_TEST_MIGRATOR=" + path}
 	if stop {
-		cmd.Env = append(cmd.Env, "EFFECTFENCE_TEST_MIGRATE_STOP=1")
+		env = append(env, "EFFECTFENCE_TEST_MIGRATE_STOP=1")
 	}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd, bufio.NewScanner(out)
+	cmd, _, out := startSelf(t, env)
+	return cmd, out
 }
 
 func kill9(t *testing.T, cmd *exec.Cmd) {

@@ -78,26 +78,8 @@ func queueHelper(mode string) error {
 
 func queueProc(t testing.TB, ledger, mode string, env ...string) (*exec.Cmd, *bufio.Scanner, func()) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), "EFFECTFENCE_TEST_QUEUE="+mode, "EFFECTFENCE_TEST_LEDGER="+ledger), env...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd, bufio.NewScanner(out), func() { in.Close() }
+	cmd, in, out := startSelf(t, append([]string{"EFFECTFENCE_TEST_QUEUE=" + mode, "EFFECTFENCE_TEST_LEDGER=" + ledger}, env...))
+	return cmd, out, func() { in.Close() }
 }
 
 // tryQueue reports whether the queue's lock is free, taking and releasing it through a
