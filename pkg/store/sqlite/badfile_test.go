@@ -547,3 +547,21 @@ func TestQueueLockFileIsNoLedger(t *testing.T) {
 	openT(t, filepath.Join(dir, "z.db"), sqlite.Options{})
 	writeOne(t, openT(t, zl, sqlite.Options{}), "z-lock:2")
 }
+
+// TestCheckPathsWithURIMarks: Check reads the file its path names when the path holds what a
+// SQLite URI gives a meaning to ('?', '#', '%'), as Open does (it passed the path into its URI
+// unescaped, and read another file or none).
+func TestCheckPathsWithURIMarks(t *testing.T) {
+	for _, name := range []string{"led#ger.db", "led?mode=rwc.db", "led%3Fger.db"} {
+		path := filepath.Join(t.TempDir(), name)
+		st := openT(t, path, sqlite.Options{})
+		writeOne(t, st, "uri:1")
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := sqlite.Check(ctx, path)
+		if err != nil || !r.OK || r.Kind != "effectfence ledger" || r.States["done"] != 1 {
+			t.Fatalf("check of %s: %+v, %v", name, r, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -99,7 +100,8 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, its header counts %d pages of %d bytes (%d bytes)", r.Bytes, pages, pageSize, pages*pageSize))
 	}
 
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	readOnly := Options{ReadOnly: true, BusyTimeout: 5 * time.Second}
+	db, err := sql.Open("sqlite", dsn(path, readOnly, false))
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +120,7 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 			return r, nil
 		}
 		db.Close()
-		if db, err = sql.Open("sqlite", "file:"+path+"?mode=ro&immutable=1"); err != nil {
+		if db, err = sql.Open("sqlite", dsn(path, readOnly, false)+"&immutable=1"); err != nil {
 			return nil, err
 		}
 	}
