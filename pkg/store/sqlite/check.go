@@ -19,8 +19,9 @@ type CheckReport struct {
 	Path string `json:"path"`
 	// OK is true when the file is a healthy effectfence ledger this build can use.
 	OK bool `json:"ok"`
-	// Kind is "effectfence ledger", "empty file", "foreign SQLite database", "not SQLite" or
-	// "missing".
+	// Kind is "effectfence ledger", "empty file", "foreign SQLite database", "not SQLite",
+	// "missing", or "SQLite database" for one that could not be read and whose header does not
+	// name it a ledger (its first pages may still be only in its write-ahead log).
 	Kind          string `json:"kind"`
 	Bytes         int64  `json:"bytes"`
 	WALBytes      int64  `json:"wal_bytes"`
@@ -114,7 +115,11 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	var probe int64
 	if err := db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&probe); noSharedMemory(err, path) {
 		if r.WALBytes > 0 {
-			r.Kind = "effectfence ledger"
+			// Not read: the kind is what the file's header says (its application_id).
+			r.Kind = "SQLite database"
+			if binary.BigEndian.Uint32(head[68:72]) == applicationID {
+				r.Kind = "effectfence ledger"
+			}
 			r.Problems = append(r.Problems, fmt.Sprintf("cannot be read in this directory: it is not writable by this user, and the ledger has a write-ahead log (%s-wal, %d bytes) that SQLite applies only beside a shared-memory file it must create there; this is no damage to the ledger", path, r.WALBytes))
 			r.Advice = append(r.Advice, fmt.Sprintf("check a copy: copy %[1]s and %[1]s-wal together into a directory you can write, then run `effectfence ledger check --ledger` on the copy; or run the check as a user who can write %[2]s", path, filepath.Dir(path)))
 			return r, nil
