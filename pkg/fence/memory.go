@@ -144,10 +144,9 @@ type memTx struct {
 // of looking the intent up again.
 type lastGet struct {
 	intent string
-	rec    *Record
-	had    bool
-	at     probe // where the lookup ended in the records table
-	ok     bool  // the fields above are set
+	rec    *Record // nil: the intent had no record
+	at     probe   // where the lookup ended in the records table
+	ok     bool    // the fields above are set
 }
 
 // memUndo is the undo log of a write transaction: what each write overwrote, restored in
@@ -165,8 +164,7 @@ type memUndo struct {
 
 type recUndo struct {
 	key string
-	had bool
-	rec *Record
+	rec *Record // what the write replaced; nil: the intent had no record
 }
 
 type domUndo struct {
@@ -180,7 +178,7 @@ var errReadOnly = errors.New("fence: write in a read-only transaction")
 func (t *memTx) rollback() {
 	for i := len(t.recUndo) - 1; i >= 0; i-- {
 		u := t.recUndo[i]
-		if u.had {
+		if u.rec != nil {
 			t.records.put(u.rec)
 		} else {
 			t.records.remove(u.key)
@@ -292,7 +290,7 @@ func (t *memTx) Now() time.Time { return t.at }
 
 func (t *memTx) Get(intent string) (*Record, error) {
 	rec, at := t.records.find(intent)
-	t.last = lastGet{intent, rec, rec != nil, at, true}
+	t.last = lastGet{intent, rec, at, true}
 	return rec, nil
 }
 
@@ -306,17 +304,16 @@ func (t *memTx) Put(rec *Record) error {
 	} else {
 		prev, at = t.records.find(rec.Intent)
 	}
-	had := prev != nil
-	t.recUndo = append(t.recUndo, recUndo{rec.Intent, had, prev})
-	at = t.records.set(rec, had, at)
-	t.last = lastGet{rec.Intent, rec, true, at, true}
+	t.recUndo = append(t.recUndo, recUndo{rec.Intent, prev})
+	at = t.records.set(rec, prev != nil, at)
+	t.last = lastGet{rec.Intent, rec, at, true}
 	return nil
 }
 
 func (t *memTx) Delete(intent string) error {
 	t.last = lastGet{}
 	if prev := t.records.remove(intent); prev != nil {
-		t.recUndo = append(t.recUndo, recUndo{intent, true, prev})
+		t.recUndo = append(t.recUndo, recUndo{intent, prev})
 	}
 	return nil
 }

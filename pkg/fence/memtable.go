@@ -118,9 +118,8 @@ func (t *recTable) set(rec *Record, had bool, p probe) probe {
 
 // put stores rec (the undo of a transaction: no probe of its own to reuse).
 func (t *recTable) put(rec *Record) {
-	_, p := t.find(rec.Intent)
-	had := p.slot >= 0 && t.slots[p.slot].rec != nil
-	t.set(rec, had, p)
+	prev, p := t.find(rec.Intent)
+	t.set(rec, prev != nil, p)
 }
 
 // remove deletes the record of intent and returns it, or nil if there was none.
