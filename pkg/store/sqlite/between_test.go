@@ -22,8 +22,8 @@ import (
 // the tool's answer wakes the call's), waits=cold also writes 8 MB of other memory, as the
 // proxy's own work and the processes beside it evict the ledger's from the caches; waits=none
 // is BenchmarkAdmitCommit in the same run. It reports the medians of the admission and the
-// commit (prepare-p50-µs, commit-p50-µs) and of a bare write of one page and its fsync after
-// the same wait (fsync-p50-µs).
+// commit (prepare-p50-µs, commit-p50-µs) and of the fsync floor's durable write after the
+// same wait (fsync-p50-µs).
 //
 // On the 2-core VM of the seventh session of 2026-12-01 the admission and commit medians were
 // 167-178 / 159-171 µs back to back, 167-180 / 161-174 with the child, 196-206 / 183-195 with
@@ -123,8 +123,8 @@ func childRoundTrip(b *testing.B) func() {
 	}
 }
 
-// fsyncAfter returns a function that measures 300 overwrites of one 4 KB page in dir, each
-// after wait() and fsynced, and returns their median in µs.
+// fsyncAfter returns a function that measures 300 of BenchmarkFsyncFloor's durable writes
+// (writeSync) in dir, each after wait(), and returns their median in µs.
 func fsyncAfter(b *testing.B, dir string, wait func()) func() float64 {
 	return func() float64 {
 		f, err := os.Create(filepath.Join(dir, "fsync-after"))
@@ -132,26 +132,14 @@ func fsyncAfter(b *testing.B, dir string, wait func()) func() float64 {
 			b.Fatal(err)
 		}
 		defer f.Close()
-		page := make([]byte, 4096)
 		for i := range 64 { // allocate the blocks first: the floor is an overwrite, no metadata
-			if _, err := f.WriteAt(page, int64(i)*4096); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
+			writeSync(b, f, i)
 		}
 		d := make([]time.Duration, 300)
 		for i := range d {
 			wait()
 			t0 := time.Now()
-			page[0] = byte(i)
-			if _, err := f.WriteAt(page, int64(i%64)*4096); err != nil {
-				b.Fatal(err)
-			}
-			if err := f.Sync(); err != nil {
-				b.Fatal(err)
-			}
+			writeSync(b, f, i)
 			d[i] = time.Since(t0)
 		}
 		return p50µs(d)
