@@ -44,10 +44,7 @@ type writerQueue struct {
 // the path leads to, so that processes reaching one ledger through different links queue
 // together (SQLite names its -wal and -shm files the same way).
 func openWriterQueue(path string) *writerQueue {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
-	}
-	q := &writerQueue{path: path + "-lock"}
+	q := &writerQueue{path: realPath(path) + "-lock"}
 	q.f = openQueueFile(q.path)
 	return q
 }
@@ -86,9 +83,7 @@ func ownQueueFile(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Size
 // a ledger, SQLite's POSIX locks on it would be dropped whenever that ledger's store in the
 // same process closed its descriptor of the lock file.
 func queueFileOf(path string) string {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
-	}
+	path = realPath(path)
 	ledger, ok := strings.CutSuffix(path, "-lock")
 	if !ok {
 		return ""
@@ -100,6 +95,15 @@ func queueFileOf(path string) string {
 		return ""
 	}
 	return ledger
+}
+
+// realPath is the file path leads to after its links, or path itself when that cannot be
+// told (it does not exist yet).
+func realPath(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
 }
 
 // turn is one writer's place in the queue: enter returns it, leave ends it.

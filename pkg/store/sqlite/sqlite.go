@@ -413,9 +413,7 @@ func prepareFile(path string, readOnly bool) error {
 		// A link to a file that does not exist yet (O_EXCL refuses any link): create that
 		// file through it, 0600 too, or SQLite would create it with its default mode.
 		if f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
-			if real, err := filepath.EvalSymlinks(path); err == nil {
-				dir = filepath.Dir(real)
-			}
+			dir = filepath.Dir(realPath(path))
 		}
 	}
 	if err != nil {
