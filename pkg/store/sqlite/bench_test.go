@@ -24,17 +24,24 @@ import (
 // BenchmarkFsyncFloor writes 128 bytes and fsyncs them: the cost of one durable write on this
 // disk, the floor under every transaction.
 func BenchmarkFsyncFloor(b *testing.B) {
-	f, err := os.Create(filepath.Join(b.TempDir(), "floor"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	f := floorFile(b, b.TempDir(), "floor")
 	defer f.Close()
-	for i := range 64 { // allocate the blocks first: the floor is an overwrite, no metadata
-		writeSync(b, f, i)
-	}
 	for i := 0; b.Loop(); i++ {
 		writeSync(b, f, i)
 	}
+}
+
+// floorFile creates the file of the fsync floor's writes (writeSync) in dir, its blocks
+// allocated: the floor is an overwrite, no metadata.
+func floorFile(b *testing.B, dir, name string) *os.File {
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 64 {
+		writeSync(b, f, i)
+	}
+	return f
 }
 
 func writeSync(b *testing.B, f *os.File, i int) {
@@ -100,14 +107,8 @@ func BenchmarkFsyncFloorFrames(b *testing.B) {
 // fsyncFloor measures the fsync floor in dir: the mean of 100 overwrites of 128 bytes, each
 // fsynced.
 func fsyncFloor(b *testing.B, dir string) time.Duration {
-	f, err := os.Create(filepath.Join(dir, "floor"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	f := floorFile(b, dir, "floor")
 	defer f.Close()
-	for i := range 64 { // allocate the blocks first: the floor is an overwrite, no metadata
-		writeSync(b, f, i)
-	}
 	const n = 100
 	start := time.Now()
 	for i := range n {

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -127,14 +125,8 @@ func childRoundTrip(b *testing.B) func() {
 // (writeSync) in dir, each after wait(), and returns their median in µs.
 func fsyncAfter(b *testing.B, dir string, wait func()) func() float64 {
 	return func() float64 {
-		f, err := os.Create(filepath.Join(dir, "fsync-after"))
-		if err != nil {
-			b.Fatal(err)
-		}
+		f := floorFile(b, dir, "fsync-after")
 		defer f.Close()
-		for i := range 64 { // allocate the blocks first: the floor is an overwrite, no metadata
-			writeSync(b, f, i)
-		}
 		d := make([]time.Duration, 300)
 		for i := range d {
 			wait()
