@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os/exec"
@@ -94,29 +93,13 @@ func childRoundTrip(b *testing.B) func() {
 	if err != nil {
 		b.Skip("no cat to run as the other process:", err)
 	}
-	cmd := exec.Command(path)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		in.Close()
-		cmd.Wait()
-	})
-	r := bufio.NewReader(out)
+	_, in, out := startProc(b, []string{path})
 	return func() {
 		if _, err := io.WriteString(in, "call\n"); err != nil {
 			b.Fatal(err)
 		}
-		if line, err := r.ReadString('\n'); err != nil || line != "call\n" {
-			b.Fatalf("the child answered %q, %v", line, err)
+		if !out.Scan() || out.Text() != "call" {
+			b.Fatalf("the child answered %q, %v", out.Text(), out.Err())
 		}
 	}
 }
