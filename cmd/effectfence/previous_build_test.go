@@ -30,7 +30,9 @@ const previousBuild = "bb118321d86a3e5c31acd0bac1c22b9cf016d095"
 // build (compiled from git history) and this one, both as real `effectfence serve` processes:
 // every receipt either one recorded is replayed by the other, byte for byte, each writes new
 // decisions into a file the other last opened, and both verify the result. A rollback that
-// refused the file, or lost or changed a receipt, would re-run calls.
+// refused the file, or lost or changed a receipt, would re-run calls. The builds also store a
+// done record's result differently (the previous one always beside its result_bytes, this
+// one without a result_bytes that repeats result); checkStoredResult sees that each did.
 func TestPreviousBuildKeepsReceipts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the previous release from git history")
@@ -38,15 +40,40 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 	prev := buildPreviousBuild(t, previousBuild)
 	cur := buildServeBinary(t)
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	body := func(intent string) []byte {
+		t.Helper()
+		db, err := sql.Open("sqlite", "file:"+ledger+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var b []byte
+		if err := db.QueryRow("SELECT body FROM records WHERE intent = ?", intent).Scan(&b); err != nil {
+			t.Fatalf("reading %s's record: %v", intent, err)
+		}
+		return b
+	}
 	backAndForth(t, prev, cur, ledger, func() {
 		if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_state") {
 			t.Fatalf("the previous build's ledger has indexes %v; want its records_state (is %s the build before the change?)", got, previousBuild[:7])
 		}
+		checkStoredResult(t, "the previous build", body("pay:1"), true)
 	}, func() {
 		if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_open") || slices.Contains(got, "records_state") {
 			t.Fatalf("after this build opened it, the ledger has indexes %v; want records_open and no records_state", got)
 		}
+		checkStoredResult(t, "this build", body("pay:2"), false)
 	})
+}
+
+// checkStoredResult checks how a done record holds its result: with result_bytes beside it
+// (the previous builds), or, since the stored form leaves out a result_bytes that repeats
+// result (fence.EncodeRecord), with result alone. Either build must replay the other's.
+func checkStoredResult(t *testing.T, who string, body []byte, withBytes bool) {
+	t.Helper()
+	if !bytes.Contains(body, []byte(`"result_sha256":`)) || bytes.Contains(body, []byte(`"result_bytes":`)) != withBytes {
+		t.Fatalf("%s stored a done record with result_bytes %v, want %v:\n%s", who, !withBytes, withBytes, body)
+	}
 }
 
 // previousPostgresBuild is the last commit whose PostgreSQL ledger kept schema version 1's
@@ -87,14 +114,30 @@ func TestPreviousBuildKeepsReceiptsPostgres(t *testing.T) {
 		}
 		return names
 	}
+	body := func(intent string) []byte {
+		t.Helper()
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, ledger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var b []byte
+		if err := conn.QueryRow(ctx, "SELECT body FROM effectfence_records WHERE intent = $1", intent).Scan(&b); err != nil {
+			t.Fatalf("reading %s's record: %v", intent, err)
+		}
+		return b
+	}
 	backAndForth(t, prev, cur, ledger, func() {
 		if got := indexes(); !slices.Contains(got, "effectfence_records_state") {
 			t.Fatalf("the previous build's ledger has indexes %v; want its effectfence_records_state (is %s the build before the change?)", got, previousPostgresBuild[:7])
 		}
+		checkStoredResult(t, "the previous build", body("pay:1"), true)
 	}, func() {
 		if got := indexes(); !slices.Contains(got, "effectfence_records_open") || slices.Contains(got, "effectfence_records_state") || slices.Contains(got, "effectfence_records_cert") {
 			t.Fatalf("after this build opened it, the ledger has indexes %v; want effectfence_records_open and neither effectfence_records_state nor _cert", got)
 		}
+		checkStoredResult(t, "this build", body("pay:2"), false)
 	})
 }
 

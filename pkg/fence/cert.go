@@ -70,7 +70,9 @@ func (c Cert) MarshalJSON() ([]byte, error) {
 	return marshalRaw(w)
 }
 
-// UnmarshalJSON reads what MarshalJSON wrote; Result gets the exact bytes when present.
+// UnmarshalJSON reads what MarshalJSON wrote, and a store's form of it (EncodeRecord), which
+// leaves out result_bytes when result holds the exact bytes: Result gets result_bytes when
+// present, and result as it is otherwise.
 func (c *Cert) UnmarshalJSON(b []byte) error {
 	var w struct {
 		certJSON
