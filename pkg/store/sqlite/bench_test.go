@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"bytes"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,7 +166,13 @@ type bencher struct {
 	// idAt, when not 0, is where the digits of a call id sit in args: each call numbers its
 	// own copy of the arguments, so no two calls send the same bytes (newDistinctBencher).
 	idAt int
+
+	// result is what every call commits (smallResult unless newResultBencher set another).
+	result []byte
 }
+
+// smallResult is the result the benchers commit unless told otherwise: a card charged.
+var smallResult = []byte(`{"charge":"ch_1","status":"succeeded"}`)
 
 // newBencher opens a ledger and pads the arguments so that a done record's body (which holds
 // the arguments twice, in the record and in its cert) is about size bytes; the size reached is
@@ -234,7 +241,11 @@ func (z *bencher) admitCommit(b *testing.B, intent string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := z.eng.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1","status":"succeeded"}`)); err != nil {
+	result := z.result
+	if result == nil {
+		result = smallResult
+	}
+	if _, err := z.eng.Commit(ctx, *adm.Ticket, result); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -296,6 +307,53 @@ func benchAdmitCommit(b *testing.B, newZ func(*testing.B, int) *bencher) {
 	}
 }
 
+// resultSizes are the sizes of the results BenchmarkAdmitCommitResult commits: a page's worth
+// and a large tool result (a file read, a web page, a query's rows).
+var resultSizes = []struct {
+	name  string
+	bytes int
+}{{"4KB", 4096}, {"64KB", 65536}}
+
+// newResultBencher is newBencher for calls with small arguments whose results are size bytes:
+// an MCP tool result, a text content block of JSON-escaped text, as tools return files and
+// pages. The arguments are the benchmarks' smallest; body-bytes reports what a done record
+// of such a call takes in the ledger.
+func newResultBencher(b *testing.B, size int) *bencher {
+	eng, st, dir := benchEngine(b)
+	z := &bencher{eng: eng, st: st, dir: dir, args: padArgs(0)}
+	const line = "a line of the file, with \"quotes\", a tab\tand its newline\n"
+	for n := size / (len(line) + 4); len(z.result) < size; n++ { // each line is 4 bytes longer escaped
+		doc, err := json.Marshal(map[string]any{"content": []any{map[string]any{"type": "text", "text": strings.Repeat(line, n)}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		z.result = doc
+	}
+	z.admitCommit(b, "bench:calibrated")
+	z.body = z.bodyBytes(b)
+	return z
+}
+
+// BenchmarkAdmitCommitResult is BenchmarkAdmitCommit for calls whose size is in their result
+// (result=64KB: a 64 KB tool result), as large calls usually are: a claim holds the small
+// arguments, and the commit writes the result.
+func BenchmarkAdmitCommitResult(b *testing.B) {
+	for _, rs := range resultSizes {
+		b.Run("result="+rs.name, func(b *testing.B) {
+			z := newResultBencher(b, rs.bytes)
+			floor := floorBefore(b, z.dir)
+			r0, w0 := ioCounts()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				z.admitCommit(b, fmt.Sprintf("bench:%d", i))
+			}
+			b.StopTimer()
+			reportIO(b, z, r0, w0)
+			reportFloor(b, z.dir, floor, b.Elapsed())
+		})
+	}
+}
+
 // idCounter numbers the calls of newDistinctBencher's benchers.
 var idCounter atomic.Uint64
 
@@ -308,30 +366,40 @@ func BenchmarkAdmitCommitDistinctArgs(b *testing.B) { benchAdmitCommit(b, newDis
 // another commits. Compare ns/op with BenchmarkAdmitCommit for the throughput ratio.
 func BenchmarkAdmitCommitParallel16(b *testing.B) {
 	for _, bs := range bodySizes {
-		b.Run("body="+bs.name, func(b *testing.B) {
-			z := newBencher(b, bs.bytes)
-			var next atomic.Int64
-			floor := floorBefore(b, z.dir)
-			r0, w0 := ioCounts()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for range 16 {
-				wg.Go(func() {
-					for {
-						i := next.Add(1)
-						if i > int64(b.N) {
-							return
-						}
-						z.admitCommit(b, fmt.Sprintf("bench:%d", i))
-					}
-				})
+		b.Run("body="+bs.name, func(b *testing.B) { benchParallel16(b, newBencher(b, bs.bytes)) })
+	}
+}
+
+// BenchmarkAdmitCommitResultParallel16 is BenchmarkAdmitCommitParallel16 for the calls of
+// BenchmarkAdmitCommitResult, whose size is in their result.
+func BenchmarkAdmitCommitResultParallel16(b *testing.B) {
+	for _, rs := range resultSizes {
+		b.Run("result="+rs.name, func(b *testing.B) { benchParallel16(b, newResultBencher(b, rs.bytes)) })
+	}
+}
+
+// benchParallel16 runs z's admissions and commits b.N times on 16 goroutines.
+func benchParallel16(b *testing.B, z *bencher) {
+	var next atomic.Int64
+	floor := floorBefore(b, z.dir)
+	r0, w0 := ioCounts()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				z.admitCommit(b, fmt.Sprintf("bench:%d", i))
 			}
-			wg.Wait()
-			b.StopTimer()
-			reportIO(b, z, r0, w0)
-			reportFloor(b, z.dir, floor, b.Elapsed())
 		})
 	}
+	wg.Wait()
+	b.StopTimer()
+	reportIO(b, z, r0, w0)
+	reportFloor(b, z.dir, floor, b.Elapsed())
 }
 
 // BenchmarkReplay is a duplicate of a committed intent answered from the durable store: a read
