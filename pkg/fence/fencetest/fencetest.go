@@ -1187,7 +1187,11 @@ func testIntentByteOrder(t *testing.T, newStore Factory) {
 				return err
 			}
 			if rec == nil || rec.Intent != done[0] {
-				problems = append(problems, fmt.Sprintf("CertByHash (write %v) gave %v, want the record of %q, the first in byte order of %q", write, rec, done[0], done))
+				got := "none"
+				if rec != nil {
+					got = fmt.Sprintf("the record of %q", rec.Intent)
+				}
+				problems = append(problems, fmt.Sprintf("CertByHash (write %v) gave %s, want the record of %q, the first in byte order of %q", write, got, done[0], done))
 			}
 			return nil
 		})
