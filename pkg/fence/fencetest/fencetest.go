@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -60,6 +61,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"SweepDropsExpired", testSweep},
 		{"EvictDomainKeepsFloor", testEvictDomain},
 		{"QueriesCreateNoState", testQueriesNoState},
+		{"IntentOrderIsByteOrder", testIntentByteOrder},
 		{"ForgedTicketsChangeNothing", testForgedTickets},
 		{"DeadOwnerIsUnknown", testDeadOwner},
 		{"CoalescingWaiters", testCoalescing},
@@ -1071,6 +1073,135 @@ func testQueriesNoState(t *testing.T, newStore Factory) {
 		}
 		return nil
 	})
+}
+
+// orderIntents differ in byte order from a linguistic order (upper case before lower, '_'
+// between them, precomposed and combining accents, spaces and hyphens that a linguistic
+// collation weighs little, a character beyond the Basic Multilingual Plane).
+var orderIntents = []string{"B", "a", "_x", "Z", "é", "e\u0301", "ä", "a b", "a-b", "A", "ab", "aB", "Ä", "~", "0", "\U0001D49C", "\uFFFD", "b"}
+
+// testIntentByteOrder: Scan gives records in the byte order of their intents, as Go compares
+// strings and as Filter.After and Match do, whatever the store's own text order (a
+// PostgreSQL database's collation); paging with After and Limit visits each record once, in
+// that order; and CertByHash's "first in intent order" is the first in byte order.
+func testIntentByteOrder(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	want := slices.Clone(orderIntents)
+	sort.Strings(want)
+	var open, done []string
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		now := tx.Now()
+		for i, intent := range orderIntents {
+			rec := &fence.Record{Intent: intent, State: fence.StateInFlight, Tool: "t", Args: []byte("null"), ClaimedAt: now, LeaseUntil: now.Add(time.Hour), UpdatedAt: now}
+			if i%2 == 1 {
+				// Done records share one cert hash: a superseded copy keeps its cert, so
+				// several done records can have the same one.
+				rec.State = fence.StateDone
+				rec.Cert = &fence.Cert{Intent: intent, Tool: "t", Args: []byte("null"), Result: []byte("null"), Hash: "shared-hash"}
+			}
+			if err := tx.Put(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, intent := range want {
+		if i := slices.Index(orderIntents, intent); i%2 == 1 {
+			done = append(done, intent)
+		} else {
+			open = append(open, intent)
+		}
+	}
+	// scan and page return the store's error, not fail on it: a store may end a run of fn
+	// with an error of its own and run fn again (PostgreSQL's speculative commit).
+	scan := func(tx fence.Tx, f fence.Filter) ([]string, error) {
+		var got []string
+		err := tx.Scan(f, func(r *fence.Record) bool { got = append(got, r.Intent); return true })
+		return got, err
+	}
+	// page scans from the start, limit records at a time, each page after the last intent the
+	// one before gave.
+	page := func(tx fence.Tx, f fence.Filter, limit int) ([]string, error) {
+		var got []string
+		f.Limit = limit
+		for pages := 0; pages <= len(orderIntents); pages++ {
+			p, err := scan(tx, f)
+			if err != nil {
+				return nil, err
+			}
+			got = append(got, p...)
+			if len(p) < limit {
+				return got, nil
+			}
+			f.After = p[len(p)-1]
+		}
+		return got, fmt.Errorf("paging by %d does not end: %q", limit, got)
+	}
+	for _, write := range []bool{false, true} {
+		run := st.View
+		if write {
+			run = st.Update
+		}
+		var problems []string
+		check := func(what string, want []string, got []string, err error) error {
+			if err == nil && !slices.Equal(got, want) {
+				problems = append(problems, fmt.Sprintf("%s (write %v):\n got  %q\n want %q (byte order)", what, write, got, want))
+			}
+			return err
+		}
+		err := run(ctx, func(tx fence.Tx) error {
+			problems = problems[:0]
+			got, err := scan(tx, fence.Filter{})
+			if err := check("Scan", want, got, err); err != nil {
+				return err
+			}
+			for _, limit := range []int{1, 2, 3} {
+				for _, c := range []struct {
+					what   string
+					states []fence.State
+					want   []string
+				}{{"all", nil, want}, {"open", []fence.State{fence.StateInFlight}, open}, {"done", []fence.State{fence.StateDone}, done}} {
+					got, err := page(tx, fence.Filter{States: c.states}, limit)
+					if err := check(fmt.Sprintf("%s records, pages of %d", c.what, limit), c.want, got, err); err != nil {
+						return err
+					}
+				}
+			}
+			for _, after := range []string{"B", "a", "_", "e", "Z", "é"} {
+				var rest []string
+				for _, intent := range want {
+					if intent > after {
+						rest = append(rest, intent)
+					}
+				}
+				got, err := scan(tx, fence.Filter{After: after})
+				if err := check(fmt.Sprintf("after %q", after), rest, got, err); err != nil {
+					return err
+				}
+			}
+			rec, err := tx.CertByHash("shared-hash")
+			if err != nil {
+				return err
+			}
+			if rec == nil || rec.Intent != done[0] {
+				got := "none"
+				if rec != nil {
+					got = fmt.Sprintf("the record of %q", rec.Intent)
+				}
+				problems = append(problems, fmt.Sprintf("CertByHash (write %v) gave %s, want the record of %q, the first in byte order of %q", write, got, done[0], done))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Error(p)
+		}
+	}
 }
 
 func testForgedTickets(t *testing.T, newStore Factory) {
