@@ -217,6 +217,13 @@ type cutConn struct {
 	armed   *atomic.Bool
 	cut     *atomic.Int64
 	severed *atomic.Bool
+	watch   *backendWatch
+}
+
+// newCutConn wraps c; the test's armed write on it is its last. w (one per test, from
+// newBackendWatch) sees the server answer that write before the connection goes.
+func newCutConn(c net.Conn, armed *atomic.Bool, cut *atomic.Int64, w *backendWatch) cutConn {
+	return cutConn{Conn: c, armed: armed, cut: cut, severed: new(atomic.Bool), watch: w}
 }
 
 var errSevered = errors.New("test: connection severed")
@@ -240,58 +247,76 @@ func (c cutConn) Write(b []byte) (int, error) {
 		return c.Conn.Write(b)
 	}
 	c.severed.Store(true)
-	w := watchBackend(c.Conn)
+	since := c.watch.mark(c.Conn)
 	n, err := c.Conn.Write(b)
-	w.served() // the server has run what was sent (COMMIT included) before the connection goes
+	c.watch.served(since) // the server has run what was sent (COMMIT included) before the connection goes
 	c.cut.Add(1)
 	c.Conn.Close()
 	return n, err
 }
 
 // backendWatch finds the server process behind a connection (pg_stat_activity's client_port
-// is the connection's local port) from a connection of its own, and the server's clock
-// before a write on it.
+// is the connection's local port) from a connection of its own, opened with the test's store
+// (newBackendWatch): opening it at the cut, between the store's reading of the clock and its
+// statement, delayed a one-statement commit past its clock's slack (specSlack) on a loaded
+// machine, and the statement, finding its clock stale, wrote nothing.
 type backendWatch struct {
+	mu    sync.Mutex
 	admin *pgx.Conn
-	port  int
-	t0    time.Time
 }
 
-// watchBackend starts watching c's backend; call it before the write to be watched. On a
-// connection that is not TCP (a Unix socket has no port to find it by) it watches nothing.
-func watchBackend(c net.Conn) backendWatch {
-	tcp, ok := c.LocalAddr().(*net.TCPAddr)
-	if !ok {
-		return backendWatch{}
-	}
+// newBackendWatch opens the watching connection; the test's end closes it.
+func newBackendWatch(t *testing.T) *backendWatch {
+	t.Helper()
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, os.Getenv(EnvTestURL))
 	if err != nil {
-		panic(fmt.Sprintf("test: watching a backend: %v", err))
+		t.Fatalf("watching backends: %v", err)
 	}
-	w := backendWatch{admin: admin, port: tcp.Port}
-	if err := admin.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&w.t0); err != nil {
-		panic(fmt.Sprintf("test: watching a backend: %v", err))
-	}
-	return w
+	t.Cleanup(func() { admin.Close(ctx) })
+	return &backendWatch{admin: admin}
 }
 
-// served waits until the watched backend has answered what was written after watchBackend:
-// it is idle (no statement running, no transaction open), and became so after the write.
-// Under load the server may take its time to read a batch; a fixed pause before the cut let
-// a COMMIT arrive after it, abort, and fail the test. Without a backend to watch it pauses
-// 50 ms, as before.
-func (w backendWatch) served() {
-	if w.admin == nil {
+// watchMark is a connection about to be watched: its backend's client port, and the server's
+// clock before the write.
+type watchMark struct {
+	port int
+	t0   time.Time
+}
+
+// mark starts watching c's backend; call it before the write to be watched. On a connection
+// that is not TCP (a Unix socket has no port to find it by) it watches nothing.
+func (w *backendWatch) mark(c net.Conn) watchMark {
+	tcp, ok := c.LocalAddr().(*net.TCPAddr)
+	if !ok {
+		return watchMark{}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := watchMark{port: tcp.Port}
+	if err := w.admin.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&m.t0); err != nil {
+		panic(fmt.Sprintf("test: watching a backend: %v", err))
+	}
+	return m
+}
+
+// served waits until the watched backend has answered what was written after mark: it is
+// idle (no statement running, no transaction open), and became so after the write. Under
+// load the server may take its time to read a batch; a fixed pause before the cut let a
+// COMMIT arrive after it, abort, and fail the test. Without a backend to watch it pauses 50
+// ms, as before.
+func (w *backendWatch) served(m watchMark) {
+	if m.port == 0 {
 		time.Sleep(50 * time.Millisecond)
 		return
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	ctx := context.Background()
-	defer w.admin.Close(ctx)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		var idle bool
-		err := w.admin.QueryRow(ctx, `SELECT state = 'idle' AND state_change > $2 FROM pg_stat_activity WHERE client_port = $1`, w.port, w.t0).Scan(&idle)
+		err := w.admin.QueryRow(ctx, `SELECT state = 'idle' AND state_change > $2 FROM pg_stat_activity WHERE client_port = $1`, m.port, m.t0).Scan(&idle)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			panic(fmt.Sprintf("test: watching a backend: %v", err))
 		}
@@ -300,7 +325,7 @@ func (w backendWatch) served() {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	panic(fmt.Sprintf("test: the backend on port %d did not answer the batch in 30 s", w.port))
+	panic(fmt.Sprintf("test: the backend on port %d did not answer the batch in 30 s", m.port))
 }
 
 // executes reports whether b holds a whole number of frontend messages one of which is
@@ -328,8 +353,9 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 	var armed, want atomic.Bool
 	var cut atomic.Int64
 	ctx := context.Background()
+	watch := newBackendWatch(t)
 	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, wrapConn: func(c net.Conn) net.Conn {
-		return cutConn{Conn: c, armed: &armed, cut: &cut, severed: new(atomic.Bool)}
+		return newCutConn(c, &armed, &cut, watch)
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -401,8 +427,9 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	var armed, want, down atomic.Bool
 	var cut atomic.Int64
 	ctx := context.Background()
+	watch := newBackendWatch(t)
 	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 4, wrapConn: func(c net.Conn) net.Conn {
-		return downConn{cutConn: cutConn{Conn: c, armed: &armed, cut: &cut, severed: new(atomic.Bool)}, down: &down}
+		return downConn{cutConn: newCutConn(c, &armed, &cut, watch), down: &down}
 	}})
 	if err != nil {
 		t.Fatal(err)

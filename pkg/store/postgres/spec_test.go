@@ -344,8 +344,9 @@ func TestSpeculativeCommitAcknowledgementLost(t *testing.T) {
 	var armed atomic.Bool
 	var cut atomic.Int64
 	ctx := context.Background()
+	watch := newBackendWatch(t)
 	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, wrapConn: func(c net.Conn) net.Conn {
-		return cutConn{Conn: c, armed: &armed, cut: &cut, severed: new(atomic.Bool)}
+		return newCutConn(c, &armed, &cut, watch)
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -435,8 +436,9 @@ func TestSpeculativeCommitOutcomeUnknown(t *testing.T) {
 	var armed, down atomic.Bool
 	var cut atomic.Int64
 	ctx := context.Background()
+	watch := newBackendWatch(t)
 	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 4, wrapConn: func(c net.Conn) net.Conn {
-		return downConn{cutConn: cutConn{Conn: c, armed: &armed, cut: &cut, severed: new(atomic.Bool)}, down: &down}
+		return downConn{cutConn: newCutConn(c, &armed, &cut, watch), down: &down}
 	}})
 	if err != nil {
 		t.Fatal(err)
