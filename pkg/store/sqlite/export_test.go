@@ -15,3 +15,7 @@ func (s *Store) Queued() int {
 	defer s.qmu.Unlock()
 	return len(s.queue)
 }
+
+// SetTestHookBeforeCommit sets a function that runs on the leader's goroutine before each
+// batch's COMMIT, outside the transaction functions (nil removes it).
+func SetTestHookBeforeCommit(f func()) { testHookBeforeCommit = f }

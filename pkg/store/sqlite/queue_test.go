@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -736,6 +737,99 @@ func TestWriterQueueLeftAfterGoexit(t *testing.T) {
 	}
 	if n := fileFDs(t, ledger); n != fds {
 		t.Errorf("after three transaction functions called runtime.Goexit: %d descriptors of the ledger, %d before: the discarded writer connections stay open", n, fds)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A panic on the leader's goroutine outside the transaction functions (here from a test hook
+// before COMMIT, as the driver might panic) is not an error of one Update: it goes on up the
+// leader's goroutine, with its own value. On its way it ends the batch as a Goexit does: the
+// transaction is rolled back, the queue is left, the batch's other callers get an error that
+// carries the panic, and the next Update commits.
+func TestUpdatePanicOutsideTheFunctions(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	holder := goUpdate(st, func(tx fence.Tx) error {
+		close(inside)
+		<-release
+		return tx.SetDomainSeq("holder", 1)
+	})
+	<-inside
+	const boom = "the driver exploded"
+	var commits atomic.Int32
+	sqlite.SetTestHookBeforeCommit(func() {
+		if commits.Add(1) == 2 { // the holder's batch first, then the one queued behind it
+			panic(boom)
+		}
+	})
+	defer sqlite.SetTestHookBeforeCommit(nil)
+	leaderPanic := make(chan any, 1)
+	go func() {
+		defer func() { leaderPanic <- recover() }()
+		if err := st.Update(ctx, writeSeq("leader")); err != nil {
+			t.Errorf("the leader's Update returned %v, want its panic", err)
+		}
+	}()
+	waitQueued(t, st, 1)
+	other := goUpdate(st, writeSeq("other"))
+	waitQueued(t, st, 2)
+	close(release)
+	if err := <-holder.res; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-leaderPanic:
+		if p != boom {
+			t.Errorf("the leader's goroutine: recovered %v, want the panic %q", p, boom)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's Update did not come back")
+	}
+	select {
+	case err := <-other.res:
+		if err == nil || !strings.Contains(err.Error(), boom) {
+			t.Errorf("the other caller of the batch: %v, want an error that carries the panic", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other caller of the batch never got an answer")
+	}
+	if !tryQueue(t, ledger) {
+		t.Error("the queue is still held after the leader panicked")
+	}
+	later := goUpdate(st, writeSeq("later"))
+	select {
+	case err := <-later.res:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an Update after the panic did not return: the lead was not handed on")
+	}
+	err = st.View(ctx, func(tx fence.Tx) error {
+		for d, want := range map[string]bool{"holder": true, "leader": false, "other": false, "later": true} {
+			if _, found, err := tx.DomainSeq(d); err != nil {
+				return err
+			} else if found != want {
+				t.Errorf("domain %s: written %v, want %v", d, found, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)

@@ -855,6 +855,9 @@ func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoin
 	if ok == 0 {
 		return false, nil
 	}
+	if testHookBeforeCommit != nil {
+		testHookBeforeCommit()
+	}
 	done = true
 	if _, err := r.exec(qCommit); err != nil {
 		// A COMMIT that failed may leave the transaction open (SQLITE_BUSY); end it, as
@@ -865,6 +868,10 @@ func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoin
 	}
 	return false, nil
 }
+
+// testHookBeforeCommit, when set (by tests only), runs on the leader's goroutine before each
+// batch's COMMIT, outside the functions: a test panics there, as a driver might.
+var testHookBeforeCommit func()
 
 // call runs fn and turns a panic into an error for its caller alone, so that one bad function
 // cannot take the leader (and every other caller's transaction) down with it.
