@@ -760,8 +760,9 @@ func leaderExit(p any) error {
 //
 // When the callback does not return (runtime.Goexit in a function, a panic), database/sql
 // closes the connection (Raw's contract). The statements prepared on it are closed first:
-// with any left, sqlite3_close_v2 would keep the connection open as a zombie. The next batch
-// takes a new connection.
+// with any left, sqlite3_close_v2 would keep the connection open as a zombie, with its
+// descriptors and whatever transaction tryBatchOn's ROLLBACK could not end; really closed,
+// SQLite rolls such a transaction back. The next batch takes a new connection.
 func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
 	if s.wlost {
 		if err := s.reconnectWriter(); err != nil {
