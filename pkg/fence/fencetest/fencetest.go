@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -70,6 +71,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ParentAndCertVerify", testParentAndVerify},
 		{"FailedUpdateWritesNothing", testRollback},
 		{"PanickedUpdateWritesNothing", testPanicRollback},
+		{"GoexitUpdateWritesNothingStoreGoesOn", testGoexitUpdate},
 		{"ResolveHappened", testResolveHappened},
 		{"ResolveHappenedPrivacy", testResolveHappenedPrivacy},
 		{"ResolveDidNotHappen", testResolveDidNotHappen},
@@ -1586,6 +1588,92 @@ func testPanicRollback(t *testing.T, newStore Factory) {
 	if err != nil || adm.Fresh() || adm.Cert.Hash != c.Hash {
 		t.Fatalf("after the panic the store does not decide: %+v %v", adm, err)
 	}
+}
+
+// An Update whose function ends its goroutine (runtime.Goexit, which t.FailNow calls inside a
+// test's transaction) never returns, writes nothing, and leaves nothing behind: no lock (of
+// the store, or of the rows it wrote), no connection inside a transaction, no leader that will
+// never hand on. A View, an Update of the same intent and Close each return within a few
+// seconds. (A store that fails here may also hang in the Close of its cleanup; -v shows this
+// test's failure as it happens.)
+func testGoexitUpdate(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	put := func(tx fence.Tx, seq uint64) error {
+		if _, err := tx.Get("exited"); err != nil { // a read first, as the engine does: a store may lock the intent for it
+			return err
+		}
+		now := tx.Now()
+		if err := tx.Put(&fence.Record{Intent: "exited", State: fence.StateInFlight, Tool: "t", Args: []byte("null"), ClaimedAt: now, LeaseUntil: now, UpdatedAt: now}); err != nil {
+			return err
+		}
+		return tx.SetDomainSeq("exited", seq)
+	}
+	returned := make(chan error, 1)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		returned <- st.Update(ctx, func(tx fence.Tx) error {
+			if err := put(tx, 9); err != nil {
+				return err
+			}
+			runtime.Goexit()
+			return nil
+		})
+	}()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the goroutine whose transaction function called runtime.Goexit did not end")
+	}
+	select {
+	case err := <-returned:
+		t.Fatalf("Update returned (%v) on a goroutine that its function ended", err)
+	default:
+	}
+	// within runs call with a deadline, so that a store left locked fails the test.
+	within := func(what string, call func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s after an Update whose function called runtime.Goexit: %v", what, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s after an Update whose function called runtime.Goexit did not return within 5 s: the store kept a lock, a connection or a leader", what)
+		}
+	}
+	written := func(tx fence.Tx) (rec *fence.Record, seq uint64, found bool, err error) {
+		if rec, err = tx.Get("exited"); err != nil {
+			return
+		}
+		seq, found, err = tx.DomainSeq("exited")
+		return
+	}
+	within("a View", func() error {
+		return st.View(ctx, func(tx fence.Tx) error {
+			rec, _, found, err := written(tx)
+			if err == nil && (rec != nil || found) {
+				t.Errorf("an Update whose function called runtime.Goexit left writes: rec=%v domain=%v", rec, found)
+			}
+			return err
+		})
+	})
+	within("an Update of the same intent", func() error {
+		return st.Update(ctx, func(tx fence.Tx) error { return put(tx, 1) })
+	})
+	within("a View", func() error {
+		return st.View(ctx, func(tx fence.Tx) error {
+			rec, seq, found, err := written(tx)
+			if err == nil && (rec == nil || !found || seq != 1) {
+				t.Errorf("the Update after it returned nil but its writes are not there: rec=%v domain=%v seq=%d", rec, found, seq)
+			}
+			return err
+		})
+	})
+	// Close waits for nothing left behind either (a connection never given back, say).
+	within("Close", st.Close)
 }
 
 func testRollback(t *testing.T, newStore Factory) {

@@ -7,3 +7,15 @@ func SetTestHookMigrated(f func(from int)) { testHookMigrated = f }
 // SetTestHookDecoded sets a function told of every record body the store decodes (nil
 // removes it).
 func SetTestHookDecoded(f func(intent string)) { testHookDecoded = f }
+
+// Queued is how many Updates wait in the store's queue for a transaction (the leader's batch
+// taken out of it): tests wait for callers to line up behind a transaction they hold.
+func (s *Store) Queued() int {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	return len(s.queue)
+}
+
+// SetTestHookBeforeCommit sets a function that runs on the leader's goroutine before each
+// batch's COMMIT, outside the transaction functions (nil removes it).
+func SetTestHookBeforeCommit(f func()) { testHookBeforeCommit = f }

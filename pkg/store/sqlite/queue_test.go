@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,17 +28,33 @@ import (
 // "procbench" is BenchmarkProcesses's.
 // "hold": one Update that prints "holding" and then waits, inside its transaction, until
 // stdin ends. "turns": waits for the file EFFECTFENCE_TEST_GO, runs EFFECTFENCE_TEST_N
-// Updates back to back, each taking a fencing token, and prints the tokens it got.
+// Updates back to back, each taking a fencing token, and prints the tokens it got. "write":
+// one Update taking a token, then prints "wrote". EFFECTFENCE_TEST_BUSY, when set, is the
+// store's busy timeout (a Go duration).
 func queueHelper(mode string) error {
 	if mode == "procbench" {
 		return procBenchHelper()
 	}
-	st, err := sqlite.Open(ctx, os.Getenv("EFFECTFENCE_TEST_LEDGER"), sqlite.Options{})
+	var opt sqlite.Options
+	if b := os.Getenv("EFFECTFENCE_TEST_BUSY"); b != "" {
+		d, err := time.ParseDuration(b)
+		if err != nil {
+			return err
+		}
+		opt.BusyTimeout = d
+	}
+	st, err := sqlite.Open(ctx, os.Getenv("EFFECTFENCE_TEST_LEDGER"), opt)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	switch mode {
+	case "write":
+		if err := st.Update(ctx, func(tx fence.Tx) error { _, err := tx.NextToken(); return err }); err != nil {
+			return err
+		}
+		fmt.Println("wrote")
+		return nil
 	case "hold":
 		return st.Update(ctx, func(tx fence.Tx) error {
 			if _, err := tx.NextToken(); err != nil {
@@ -493,11 +510,17 @@ func TestWriterQueueFollowsLinks(t *testing.T) {
 // lockFDs counts this process's descriptors of the queue's lock file.
 func lockFDs(t *testing.T, ledger string) int {
 	t.Helper()
+	return fileFDs(t, ledger+"-lock")
+}
+
+// fileFDs counts this process's descriptors of the file path.
+func fileFDs(t *testing.T, path string) int {
+	t.Helper()
 	es, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := filepath.EvalSymlinks(ledger + "-lock") // the kernel names the file itself
+	lock, err := filepath.EvalSymlinks(path) // the kernel names the file itself
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,5 +676,162 @@ func TestWriterQueueTwoStoresInOneProcess(t *testing.T) {
 			t.Fatal("after the nested write, the first store's transactions no longer hold the queue")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A transaction function that ends its goroutine (runtime.Goexit, which t.FailNow calls) ends
+// the leader's transaction on its way out: the queue is left, so another process writes at
+// once instead of waiting its whole busy timeout (here 20 s) for its turn, and this store
+// goes on writing, on a new connection (database/sql discards the one whose Raw callback did
+// not return) that replaces the old one without leaving it open (as an SQLite zombie, kept by
+// its statements: a descriptor of the ledger and of its WAL for each Goexit). The store is
+// closed only when the test passes: Close would wait for an Update left waiting.
+func TestWriterQueueLeftAfterGoexit(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Update(ctx, writeSeq("before")); err != nil {
+		t.Fatal(err)
+	}
+	fds := fileFDs(t, ledger)
+	ex := goUpdate(st, exitAfterWrite("exited"))
+	select {
+	case <-ex.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the goroutine whose transaction function called runtime.Goexit did not end")
+	}
+	if !tryQueue(t, ledger) {
+		t.Error("the queue is still held after a transaction function called runtime.Goexit")
+	}
+	start := time.Now()
+	_, out, _ := queueProc(t, ledger, "write", "EFFECTFENCE_TEST_BUSY=20s")
+	wrote := make(chan string, 1)
+	go func() {
+		out.Scan()
+		wrote <- out.Text()
+	}()
+	select {
+	case line := <-wrote:
+		if line != "wrote" {
+			t.Fatalf("the other process: %q, want \"wrote\"", line)
+		}
+		t.Logf("the other process opened the ledger and wrote in %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("another process could not write within 5 s (its busy timeout is 20 s) after a transaction function here called runtime.Goexit: the writers' queue was not left")
+	}
+	for i := range 3 {
+		if i > 0 {
+			<-goUpdate(st, exitAfterWrite("exited")).ended
+		}
+		later := goUpdate(st, writeSeq("later"))
+		select {
+		case err := <-later.res:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an Update after the Goexit did not return")
+		}
+	}
+	if n := fileFDs(t, ledger); n != fds {
+		t.Errorf("after three transaction functions called runtime.Goexit: %d descriptors of the ledger, %d before: the discarded writer connections stay open", n, fds)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A panic on the leader's goroutine outside the transaction functions (here from a test hook
+// before COMMIT, as the driver might panic) is not an error of one Update: it goes on up the
+// leader's goroutine, with its own value. On its way it ends the batch as a Goexit does: the
+// transaction is rolled back, the queue is left, the batch's other callers get an error that
+// carries the panic, and the next Update commits.
+func TestUpdatePanicOutsideTheFunctions(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	holder := goUpdate(st, func(tx fence.Tx) error {
+		close(inside)
+		<-release
+		return tx.SetDomainSeq("holder", 1)
+	})
+	<-inside
+	const boom = "the driver exploded"
+	var commits atomic.Int32
+	sqlite.SetTestHookBeforeCommit(func() {
+		if commits.Add(1) == 2 { // the holder's batch first, then the one queued behind it
+			panic(boom)
+		}
+	})
+	defer sqlite.SetTestHookBeforeCommit(nil)
+	leaderPanic := make(chan any, 1)
+	go func() {
+		defer func() { leaderPanic <- recover() }()
+		if err := st.Update(ctx, writeSeq("leader")); err != nil {
+			t.Errorf("the leader's Update returned %v, want its panic", err)
+		}
+	}()
+	waitQueued(t, st, 1)
+	other := goUpdate(st, writeSeq("other"))
+	waitQueued(t, st, 2)
+	close(release)
+	if err := <-holder.res; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-leaderPanic:
+		if p != boom {
+			t.Errorf("the leader's goroutine: recovered %v, want the panic %q", p, boom)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's Update did not come back")
+	}
+	select {
+	case err := <-other.res:
+		if err == nil || !strings.Contains(err.Error(), boom) {
+			t.Errorf("the other caller of the batch: %v, want an error that carries the panic", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other caller of the batch never got an answer")
+	}
+	if !tryQueue(t, ledger) {
+		t.Error("the queue is still held after the leader panicked")
+	}
+	later := goUpdate(st, writeSeq("later"))
+	select {
+	case err := <-later.res:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an Update after the panic did not return: the lead was not handed on")
+	}
+	err = st.View(ctx, func(tx fence.Tx) error {
+		for d, want := range map[string]bool{"holder": true, "leader": false, "other": false, "later": true} {
+			if _, found, err := tx.DomainSeq(d); err != nil {
+				return err
+			} else if found != want {
+				t.Errorf("domain %s: written %v, want %v", d, found, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

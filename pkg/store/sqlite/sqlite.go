@@ -16,7 +16,10 @@
 // and every caller learns its result only after the shared COMMIT is durable. A batch runs
 // without savepoints; if one of its functions fails, the transaction is rolled back and the
 // batch runs again with each function in its own SAVEPOINT, so that only the failing ones are
-// undone. A function may thus run twice, which the fence.Store contract allows.
+// undone. A function may thus run twice, which the fence.Store contract allows. A function
+// that panics fails its own Update alone; one that ends its goroutine (runtime.Goexit, as
+// t.FailNow does) ends the goroutine running the batch, which may be another caller's, and the
+// batch's transaction: its other callers get an error, and the store goes on (see runBatch).
 //
 // Limits. The file must be on a local filesystem (SQLite's locks and WAL shared memory do not
 // work over NFS). A file this build cannot read (not SQLite, not an effectfence ledger, a newer
@@ -73,6 +76,7 @@ type Store struct {
 	r    *sql.DB // readers
 
 	wconn *sql.Conn // w's only connection, held from Open to Close (see raw.go): after Open nothing may use w itself, it would wait for this connection forever
+	wlost bool      // database/sql discarded wconn (a batch's leader left its Raw callback by Goexit or panic); the next batch takes a new one
 
 	mu       sync.RWMutex // guards closed against Update/View entering
 	closed   bool
@@ -205,7 +209,7 @@ func (s *Store) prepareWriter(ctx context.Context) error {
 // closeWriter closes the writer's statements, its connection and its pool.
 func (s *Store) closeWriter() error {
 	var errs []error
-	if s.wconn != nil {
+	if s.wconn != nil && !s.wlost {
 		errs = append(errs, s.wconn.Raw(func(any) error {
 			var errs []error
 			for _, st := range s.wstmts {
@@ -647,15 +651,23 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 // lead to the first Update still waiting (or ends it when none is). A lone Update thus runs
 // its own transaction with no hand-off to another goroutine; Updates that arrive while a
 // transaction commits wait and go together in the next one.
+//
+// The lead is handed on (or ended) in a deferred call, so that it goes on even when the
+// leader's goroutine does not come back from runBatch: a function of the batch may end it
+// (runtime.Goexit, which t.FailNow calls) or something outside the functions may panic (see
+// runBatch). Otherwise every later Update of the store would wait for ever for a leader.
 func (s *Store) lead() {
 	s.qmu.Lock()
 	n := min(len(s.queue), s.opt.MaxBatch)
 	batch := s.queue[:n:n]
 	s.queue = s.queue[n:]
 	s.qmu.Unlock()
-
+	defer s.handOn()
 	s.runBatch(batch)
+}
 
+// handOn ends a leader's turn: the lead goes to the first Update still waiting, or ends.
+func (s *Store) handOn() {
 	s.qmu.Lock()
 	if len(s.queue) == 0 {
 		s.queue = nil
@@ -674,15 +686,55 @@ func (s *Store) lead() {
 // batch again with each function in its own savepoint, so that only the failing ones are
 // undone. A function may therefore run twice; every caller gets the result of the run that
 // committed, which fence.Store allows ("a store may run fn more than once").
+//
+// The leader may not come back from a batch. A function may end the goroutine (runtime.Goexit:
+// call cannot recover it), and its caller is not always the leader: the leader runs every
+// function of its batch, so another caller's goroutine ends. Something outside the functions
+// may panic too (the driver, the writers' queue). Then the deferred call below does what the
+// leader would have: by the time it runs, the transaction has been rolled back (tryBatchOn's
+// and tryBatch's deferred calls, deeper, run first); it answers every caller of the batch,
+// with an error that says why (the result of the transaction if it had already ended), and
+// leaves the writers' queue, which other processes would otherwise wait for until their busy
+// timeout; lead's deferred call hands the lead on. A panic is then raised again on the
+// leader's goroutine, as without the store in between: it is a bug (or an exhausted
+// runtime), which must not be turned into an error of one Update and forgotten, and the
+// program has been left able to go on if the caller recovers it. Re-raised from the deferred
+// call, it unwinds from where it began, whose frames the crash report still shows.
 func (s *Store) runBatch(batch []*update) {
 	errs := make([]error, len(batch))
-	t := s.turns.enter(s.opt.BusyTimeout)
+	var t turn
+	var err error
+	ended, answered := false, false
+	defer func() {
+		if answered {
+			return
+		}
+		p := recover()
+		if !ended {
+			err = leaderExit(p)
+			clear(errs)
+		}
+		s.answer(batch, errs, err)
+		s.turns.leave(t) // again, if leaving panicked: unlocking twice is harmless
+		if p != nil {
+			panic(p)
+		}
+	}()
+	t = s.turns.enter(s.opt.BusyTimeout)
 	failed, err := s.tryBatch(batch, errs, false)
 	if failed {
 		clear(errs)
 		_, err = s.tryBatch(batch, errs, true)
 	}
+	ended = true
 	s.turns.leave(t)
+	answered = true
+	s.answer(batch, errs, err)
+}
+
+// answer gives every caller of a batch its result: its function's error, else the
+// transaction's.
+func (s *Store) answer(batch []*update, errs []error, err error) {
 	for i, u := range batch {
 		if errs[i] == nil {
 			errs[i] = err
@@ -691,18 +743,72 @@ func (s *Store) runBatch(batch []*update) {
 	}
 }
 
+// leaderExit is the error of the callers of a batch whose leader did not come back from it:
+// p is what it panicked with, nil when a function ended its goroutine.
+func leaderExit(p any) error {
+	if p == nil {
+		return errors.New("sqlite ledger: a transaction function of this Update's batch exited the goroutine (runtime.Goexit); the transaction was rolled back, nothing was written")
+	}
+	return fmt.Errorf("sqlite ledger: the writer panicked outside the transaction functions (%v); the transaction was rolled back, unless the panic came from its COMMIT, whose outcome is then unknown", p)
+}
+
 // tryBatch runs the batch in one transaction. Without savepoints it stops at the first
 // failing function, rolls back and reports failed; with savepoints it rolls back each failing
 // function alone and commits the rest. errs receives each function's own error; the returned
 // error is the transaction's (begin, savepoint or commit), shared by every function that
 // succeeded.
+//
+// When the callback does not return (runtime.Goexit in a function, a panic), database/sql
+// closes the connection (Raw's contract). The statements prepared on it are closed first:
+// with any left, sqlite3_close_v2 would keep the connection open as a zombie, with its
+// descriptors and whatever transaction tryBatchOn's ROLLBACK could not end; really closed,
+// SQLite rolls such a transaction back. The next batch takes a new connection.
 func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
+	if s.wlost {
+		if err := s.reconnectWriter(); err != nil {
+			return false, s.wrap(err)
+		}
+	}
 	err = s.wconn.Raw(func(dc any) error {
+		returned := false
+		defer func() {
+			if !returned {
+				s.dropWriterStmts()
+			}
+		}()
 		var err error
 		failed, err = s.tryBatchOn(&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}, batch, errs, savepoints)
+		returned = true
 		return err
 	})
 	return failed, s.wrap(err)
+}
+
+// dropWriterStmts closes the writer's statements (inside its Raw callback), before
+// database/sql discards the connection, and marks it lost.
+func (s *Store) dropWriterStmts() {
+	s.wlost = true
+	stmts := s.wstmts
+	s.wstmts = nil
+	for _, st := range stmts {
+		st.Close()
+	}
+}
+
+// reconnectWriter replaces a writer connection that database/sql discarded.
+func (s *Store) reconnectWriter() error {
+	ctx := context.Background()
+	c, err := s.w.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	s.wconn = c
+	if err := s.prepareWriter(ctx); err != nil {
+		c.Close() // back to the pool; the next batch tries again
+		return err
+	}
+	s.wlost = false
+	return nil
 }
 
 // tryBatchOn is tryBatch on the writer's driver connection. The transaction is the store's,
@@ -750,6 +856,9 @@ func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoin
 	if ok == 0 {
 		return false, nil
 	}
+	if testHookBeforeCommit != nil {
+		testHookBeforeCommit()
+	}
 	done = true
 	if _, err := r.exec(qCommit); err != nil {
 		// A COMMIT that failed may leave the transaction open (SQLITE_BUSY); end it, as
@@ -760,6 +869,10 @@ func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoin
 	}
 	return false, nil
 }
+
+// testHookBeforeCommit, when set (by tests only), runs on the leader's goroutine before each
+// batch's COMMIT, outside the functions: a test panics there, as a driver might.
+var testHookBeforeCommit func()
 
 // call runs fn and turns a panic into an error for its caller alone, so that one bad function
 // cannot take the leader (and every other caller's transaction) down with it.
