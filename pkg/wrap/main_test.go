@@ -16,6 +16,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // The tests run real processes: the effectfence binary (built once, with -race under -race) as the wrap
@@ -270,4 +271,26 @@ func storm(t *testing.T, s *mcpstdio.Session, n int, tool, args string) []result
 	close(start)
 	wg.Wait()
 	return out
+}
+
+// openLedger opens the rig's ledger file from the test process, as an operator would.
+func (r *rig) openLedger() *store.Ledger {
+	r.t.Helper()
+	l, err := store.Open(context.Background(), store.Options{Ledger: r.ledger})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

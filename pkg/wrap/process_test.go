@@ -1,7 +1,6 @@
 package wrap_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,21 +18,9 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
-	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 	"github.com/effectfence/effectfence/pkg/store"
 )
-
-// openLedger opens the rig's ledger file from the test process, as an operator would.
-func (r *rig) openLedger() *store.Ledger {
-	r.t.Helper()
-	l, err := store.Open(context.Background(), store.Options{Ledger: r.ledger})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { l.Close() })
-	return l
-}
 
 func TestRestartReplaysWhatRan(t *testing.T) {
 	t.Parallel()
@@ -141,65 +129,6 @@ func threeProcesses(t *testing.T, r *rig, tag string) {
 	}
 }
 
-func TestKill9MidCallFencesUntilCleared(t *testing.T) {
-	t.Parallel()
-	needProc(t)
-	r := newRig(t)
-	w := r.wrap()
-	go func() { _, _ = callE(w.Session, "slow", `{"ms":1500,"tag":"k9"}`) }()
-	led := r.openLedger()
-	intent := ""
-	for deadline := time.Now().Add(10 * time.Second); intent == ""; {
-		if time.Now().After(deadline) {
-			t.Fatal("the call never became in flight")
-		}
-		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
-				intent = rec.Intent
-				return false
-			})
-		})
-		time.Sleep(10 * time.Millisecond)
-	}
-	kids := childPids(w.Pid())
-	if len(kids) != 1 {
-		t.Fatalf("wrap has %d children, want its MCP server: %v", len(kids), kids)
-	}
-	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-w.Done()
-	// The child dies with wrap (Pdeathsig), so the call it had may or may not have had its
-	// effect: normally not (it was killed mid-sleep); under heavy load it may have finished
-	// before wrap settled it. Either way the outcome is unknown to the ledger.
-	waitFor(t, "the child to die with wrap", func() bool { return !alive(kids[0]) })
-	ran := r.effectCount()
-	if ran > 1 {
-		t.Fatalf("the child ran the call %d times before wrap died", ran)
-	}
-	w2 := r.wrap()
-	x := call(t, w2.Session, "slow", `{"ms":1500,"tag":"k9"}`)
-	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") ||
-		!strings.Contains(x.text(), "effectfence ledger clear "+intent) || !strings.Contains(x.text(), "--ledger "+r.ledger) {
-		t.Fatalf("after kill -9 the call must be fenced as unknown with the operator's command: %+v", x.text())
-	}
-	if n := r.effectCount(); n != ran {
-		t.Fatalf("the child ran %d times, want %d: the fenced retry must not run", n, ran)
-	}
-	rec, err := led.Status(context.Background(), intent)
-	if err != nil || rec.State != fence.StateUnknown {
-		t.Fatalf("intent state %s, %v; want unknown", rec.State, err)
-	}
-	// The operator runs the exact command the message gave.
-	r.runClearCommand(x.text())
-	if x := call(t, w2.Session, "slow", `{"ms":10,"tag":"k9"}`); x.IsError {
-		t.Fatalf("different args must run: %+v", x)
-	}
-	if x := call(t, w2.Session, "slow", `{"ms":1500,"tag":"k9"}`); x.IsError || x.replayed() || r.effectCount() != ran+2 {
-		t.Fatalf("after clear the call must run: %+v, %d effects, want %d", x, r.effectCount(), ran+2)
-	}
-}
-
 // runClearCommand runs the `effectfence ledger clear ...` command quoted in a fenced call's
 // message, through a shell, as an operator would paste it.
 func (r *rig) runClearCommand(msg string) {
@@ -246,62 +175,6 @@ func TestChildDeathMidCallIsUnknownAndChildRestarts(t *testing.T) {
 		t.Fatalf("after clear the call must run: %+v, %d effects", x.text(), r.effectCount())
 	}
 }
-
-// rawWrap runs wrap with raw pipes, for input no MCP client would send.
-type rawWrap struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Reader
-	stdout io.Closer
-	log    *logBuf
-}
-
-func (r *rig) rawWrap(flags ...string) *rawWrap {
-	r.t.Helper()
-	argv := append(append([]string{"wrap"}, flags...), "--")
-	argv = append(argv, r.childCmd()...)
-	cmd := exec.Command(efBin, argv...)
-	cmd.Env = append(os.Environ(), r.env()...)
-	rw := &rawWrap{cmd: cmd, log: &logBuf{}}
-	cmd.Stderr = rw.log
-	var err error
-	if rw.in, err = cmd.StdinPipe(); err != nil {
-		r.t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	rw.out, rw.stdout = bufio.NewReader(stdout), stdout
-	if err := cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() {
-		rw.in.Close()
-		if cmd.ProcessState == nil {
-			_ = cmd.Wait()
-		}
-		if strings.Contains(rw.log.String(), "DATA RACE") {
-			r.t.Errorf("race in the wrap process:\n%s", rw.log.String())
-		}
-	})
-	return rw
-}
-
-// roundTrip writes one line and reads one line back.
-func (rw *rawWrap) roundTrip(t *testing.T, line string) string {
-	t.Helper()
-	if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := rw.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("no answer to %s: %v; stderr: %s", line, err, rw.log.String())
-	}
-	return strings.TrimSpace(resp)
-}
-
-const initLine = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 
 func TestBadInputFromTheAgent(t *testing.T) {
 	t.Parallel()
@@ -366,27 +239,6 @@ func TestChildThatExitsAtStartOrNeverAnswers(t *testing.T) {
 	}
 }
 
-func TestStatsLineOnSIGUSR1AndExit(t *testing.T) {
-	t.Parallel()
-	r := newRig(t)
-	w := r.wrap()
-	storm(t, w.Session, 3, "slow", `{"ms":200,"tag":"stats"}`)
-	if err := syscall.Kill(w.Pid(), syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(w.log.String(), "effectfence since boot:"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no stats line after SIGUSR1: %s", w.log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	w.Close()
-	lines := regexp.MustCompile(`effectfence since boot: admitted=1 .*total=3 prevented=2\n`).FindAllString(w.log.String(), -1)
-	if len(lines) != 2 {
-		t.Fatalf("want the counter line on SIGUSR1 and at exit:\n%s", w.log.String())
-	}
-}
-
 func TestRealMemoryServer(t *testing.T) {
 	t.Parallel()
 	bin, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-memory")
@@ -434,6 +286,9 @@ func TestAgentHangingUpOrSIGTERMDoesNotAbortTheCall(t *testing.T) {
 	t.Parallel()
 	for _, how := range []string{"hang-up", "SIGTERM"} {
 		t.Run(how, func(t *testing.T) {
+			if how == "SIGTERM" && runtime.GOOS == "windows" {
+				t.Skip("Windows has no SIGTERM to send: os.Process.Signal can only kill there")
+			}
 			r := newRig(t)
 			rw := r.rawWrap()
 			if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
@@ -607,50 +462,5 @@ func TestWaitingDuplicatesTakeNoSlot(t *testing.T) {
 	}
 	if r.effectCount() != 2 {
 		t.Fatalf("want 2 executions, got %d", r.effectCount())
-	}
-}
-
-// TestKill9MidCallOfARerunSafeToolRunsAgain: --rerun-safe is recorded on the claim, so once its
-// holder is killed the next wrap takes the claim over and runs the call, where any other tool's
-// claim is fenced as unknown (TestKill9MidCallFencesUntilCleared).
-func TestKill9MidCallOfARerunSafeToolRunsAgain(t *testing.T) {
-	t.Parallel()
-	needProc(t)
-	r := newRig(t)
-	w := r.wrap("--rerun-safe", "slow")
-	const args = `{"ms":1500,"tag":"rerun"}`
-	go func() { _, _ = callE(w.Session, "slow", args) }()
-	led := r.openLedger()
-	var claim *fence.Record
-	waitFor(t, "the call to be in flight", func() bool {
-		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
-				claim = rec
-				return false
-			})
-		})
-		return claim != nil
-	})
-	if !claim.RerunSafe {
-		t.Fatalf("the claim of a --rerun-safe tool is not recorded re-run safe: %+v", claim)
-	}
-	kids := childPids(w.Pid())
-	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-w.Done()
-	for _, k := range kids {
-		waitFor(t, "the child to die with wrap", func() bool { return !alive(k) })
-	}
-	ran := r.effectCount()
-	w2 := r.wrap("--rerun-safe", "slow")
-	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() {
-		t.Fatalf("a re-run-safe call whose holder was killed must run again: %+v", x.text())
-	}
-	if n := r.effectCount(); n != ran+1 {
-		t.Fatalf("the child ran %d times, want %d", n, ran+1)
-	}
-	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateDone {
-		t.Fatalf("after the takeover: %+v %v, want done", rec, err)
 	}
 }

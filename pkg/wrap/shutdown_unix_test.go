@@ -1,14 +1,12 @@
+//go:build unix
+
 package wrap_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,17 +53,6 @@ func records(t *testing.T, st fence.Store, states ...fence.State) []fence.Record
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // exitWithin waits for the wrap to exit and returns its exit code; it fails the test if the
 // wrap is still running after d.
 func exitWithin(t *testing.T, rw *rawWrap, d time.Duration) int {
@@ -91,51 +78,6 @@ func asExit(err error, ee **exec.ExitError) bool {
 	e, ok := err.(*exec.ExitError)
 	*ee = e
 	return ok
-}
-
-// childPids lists the live children of pid, from /proc.
-func childPids(pid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := procParent(n); ok && ppid == pid {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// procParent returns the parent of a live (not zombie) process.
-func procParent(pid int) (int, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 || f[0] == "Z" {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return ppid, err == nil
-}
-
-func alive(pid int) bool {
-	_, ok := procParent(pid)
-	return ok
-}
-
-func needProc(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("needs /proc to see processes: " + err.Error())
-	}
 }
 
 // TestStopWithAHungCall: stdin closed, then SIGTERM, with a call stuck in the child. Wrap says

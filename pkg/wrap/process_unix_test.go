@@ -1,0 +1,142 @@
+//go:build unix
+
+package wrap_test
+
+// The process tests that send wrap Unix signals (kill -9, SIGUSR1); the others are in
+// process_test.go.
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+func TestKill9MidCallFencesUntilCleared(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	w := r.wrap()
+	go func() { _, _ = callE(w.Session, "slow", `{"ms":1500,"tag":"k9"}`) }()
+	led := r.openLedger()
+	intent := ""
+	for deadline := time.Now().Add(10 * time.Second); intent == ""; {
+		if time.Now().After(deadline) {
+			t.Fatal("the call never became in flight")
+		}
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				intent = rec.Intent
+				return false
+			})
+		})
+		time.Sleep(10 * time.Millisecond)
+	}
+	kids := childPids(w.Pid())
+	if len(kids) != 1 {
+		t.Fatalf("wrap has %d children, want its MCP server: %v", len(kids), kids)
+	}
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	// The child dies with wrap (Pdeathsig), so the call it had may or may not have had its
+	// effect: normally not (it was killed mid-sleep); under heavy load it may have finished
+	// before wrap settled it. Either way the outcome is unknown to the ledger.
+	waitFor(t, "the child to die with wrap", func() bool { return !alive(kids[0]) })
+	ran := r.effectCount()
+	if ran > 1 {
+		t.Fatalf("the child ran the call %d times before wrap died", ran)
+	}
+	w2 := r.wrap()
+	x := call(t, w2.Session, "slow", `{"ms":1500,"tag":"k9"}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") ||
+		!strings.Contains(x.text(), "effectfence ledger clear "+intent) || !strings.Contains(x.text(), "--ledger "+r.ledger) {
+		t.Fatalf("after kill -9 the call must be fenced as unknown with the operator's command: %+v", x.text())
+	}
+	if n := r.effectCount(); n != ran {
+		t.Fatalf("the child ran %d times, want %d: the fenced retry must not run", n, ran)
+	}
+	rec, err := led.Status(context.Background(), intent)
+	if err != nil || rec.State != fence.StateUnknown {
+		t.Fatalf("intent state %s, %v; want unknown", rec.State, err)
+	}
+	// The operator runs the exact command the message gave.
+	r.runClearCommand(x.text())
+	if x := call(t, w2.Session, "slow", `{"ms":10,"tag":"k9"}`); x.IsError {
+		t.Fatalf("different args must run: %+v", x)
+	}
+	if x := call(t, w2.Session, "slow", `{"ms":1500,"tag":"k9"}`); x.IsError || x.replayed() || r.effectCount() != ran+2 {
+		t.Fatalf("after clear the call must run: %+v, %d effects, want %d", x, r.effectCount(), ran+2)
+	}
+}
+
+func TestStatsLineOnSIGUSR1AndExit(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	storm(t, w.Session, 3, "slow", `{"ms":200,"tag":"stats"}`)
+	if err := syscall.Kill(w.Pid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(w.log.String(), "effectfence since boot:"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no stats line after SIGUSR1: %s", w.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.Close()
+	lines := regexp.MustCompile(`effectfence since boot: admitted=1 .*total=3 prevented=2\n`).FindAllString(w.log.String(), -1)
+	if len(lines) != 2 {
+		t.Fatalf("want the counter line on SIGUSR1 and at exit:\n%s", w.log.String())
+	}
+}
+
+// TestKill9MidCallOfARerunSafeToolRunsAgain: --rerun-safe is recorded on the claim, so once its
+// holder is killed the next wrap takes the claim over and runs the call, where any other tool's
+// claim is fenced as unknown (TestKill9MidCallFencesUntilCleared).
+func TestKill9MidCallOfARerunSafeToolRunsAgain(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	w := r.wrap("--rerun-safe", "slow")
+	const args = `{"ms":1500,"tag":"rerun"}`
+	go func() { _, _ = callE(w.Session, "slow", args) }()
+	led := r.openLedger()
+	var claim *fence.Record
+	waitFor(t, "the call to be in flight", func() bool {
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				claim = rec
+				return false
+			})
+		})
+		return claim != nil
+	})
+	if !claim.RerunSafe {
+		t.Fatalf("the claim of a --rerun-safe tool is not recorded re-run safe: %+v", claim)
+	}
+	kids := childPids(w.Pid())
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	for _, k := range kids {
+		waitFor(t, "the child to die with wrap", func() bool { return !alive(k) })
+	}
+	ran := r.effectCount()
+	w2 := r.wrap("--rerun-safe", "slow")
+	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() {
+		t.Fatalf("a re-run-safe call whose holder was killed must run again: %+v", x.text())
+	}
+	if n := r.effectCount(); n != ran+1 {
+		t.Fatalf("the child ran %d times, want %d", n, ran+1)
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateDone {
+		t.Fatalf("after the takeover: %+v %v, want done", rec, err)
+	}
+}
