@@ -292,19 +292,21 @@ func BenchmarkAdmitCommit(b *testing.B) { benchAdmitCommit(b, newBencher) }
 // benchers newZ makes.
 func benchAdmitCommit(b *testing.B, newZ func(*testing.B, int) *bencher) {
 	for _, bs := range bodySizes {
-		b.Run("body="+bs.name, func(b *testing.B) {
-			z := newZ(b, bs.bytes)
-			floor := floorBefore(b, z.dir)
-			r0, w0 := ioCounts()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				z.admitCommit(b, fmt.Sprintf("bench:%d", i))
-			}
-			b.StopTimer()
-			reportIO(b, z, r0, w0)
-			reportFloor(b, z.dir, floor, b.Elapsed())
-		})
+		b.Run("body="+bs.name, func(b *testing.B) { benchSerial(b, newZ(b, bs.bytes)) })
 	}
+}
+
+// benchSerial runs z's admissions and commits b.N times on one goroutine.
+func benchSerial(b *testing.B, z *bencher) {
+	floor := floorBefore(b, z.dir)
+	r0, w0 := ioCounts()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		z.admitCommit(b, fmt.Sprintf("bench:%d", i))
+	}
+	b.StopTimer()
+	reportIO(b, z, r0, w0)
+	reportFloor(b, z.dir, floor, b.Elapsed())
 }
 
 // resultSizes are the sizes of the results BenchmarkAdmitCommitResult commits: a page's worth
@@ -339,18 +341,7 @@ func newResultBencher(b *testing.B, size int) *bencher {
 // arguments, and the commit writes the result.
 func BenchmarkAdmitCommitResult(b *testing.B) {
 	for _, rs := range resultSizes {
-		b.Run("result="+rs.name, func(b *testing.B) {
-			z := newResultBencher(b, rs.bytes)
-			floor := floorBefore(b, z.dir)
-			r0, w0 := ioCounts()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				z.admitCommit(b, fmt.Sprintf("bench:%d", i))
-			}
-			b.StopTimer()
-			reportIO(b, z, r0, w0)
-			reportFloor(b, z.dir, floor, b.Elapsed())
-		})
+		b.Run("result="+rs.name, func(b *testing.B) { benchSerial(b, newResultBencher(b, rs.bytes)) })
 	}
 }
 
