@@ -28,6 +28,20 @@ func goUpdate(st *sqlite.Store, fn func(fence.Tx) error) *goCall {
 }
 
 // writeSeq sets the sequence of the domain name: a write the test can look for afterwards.
+// succeeds waits up to 10 s for the call to return, and fails the test if it returned an
+// error or, saying late, if it has not returned by then.
+func (c *goCall) succeeds(t *testing.T, late string) {
+	t.Helper()
+	select {
+	case err := <-c.res:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(late)
+	}
+}
+
 func writeSeq(name string) func(fence.Tx) error {
 	return func(tx fence.Tx) error { return tx.SetDomainSeq(name, 1) }
 }
@@ -107,14 +121,7 @@ func TestUpdateGoexitInABatch(t *testing.T) {
 			queued += len(others)
 			waitQueued(t, st, queued)
 			close(release)
-			select {
-			case err := <-holder.res:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the holder's Update did not return")
-			}
+			holder.succeeds(t, "the holder's Update did not return")
 
 			ended := func(c *goCall, who string) {
 				t.Helper()

@@ -726,14 +726,7 @@ func TestWriterQueueLeftAfterGoexit(t *testing.T) {
 			<-goUpdate(st, exitAfterWrite("exited")).ended
 		}
 		later := goUpdate(st, writeSeq("later"))
-		select {
-		case err := <-later.res:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("an Update after the Goexit did not return")
-		}
+		later.succeeds(t, "an Update after the Goexit did not return")
 	}
 	if n := fileFDs(t, ledger); n != fds {
 		t.Errorf("after three transaction functions called runtime.Goexit: %d descriptors of the ledger, %d before: the discarded writer connections stay open", n, fds)
@@ -810,14 +803,7 @@ func TestUpdatePanicOutsideTheFunctions(t *testing.T) {
 		t.Error("the queue is still held after the leader panicked")
 	}
 	later := goUpdate(st, writeSeq("later"))
-	select {
-	case err := <-later.res:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("an Update after the panic did not return: the lead was not handed on")
-	}
+	later.succeeds(t, "an Update after the panic did not return: the lead was not handed on")
 	err = st.View(ctx, func(tx fence.Tx) error {
 		for d, want := range map[string]bool{"holder": true, "leader": false, "other": false, "later": true} {
 			if _, found, err := tx.DomainSeq(d); err != nil {
