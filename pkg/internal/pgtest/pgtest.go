@@ -52,21 +52,42 @@ func Ledger(tb testing.TB, prefix string) string {
 // cannot, or if the schema is still there afterwards.
 func Drop(tb testing.TB, raw, schema string) {
 	tb.Helper()
+	withConn(tb, raw, "dropping schema "+schema, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			return err
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil || n != 0 {
+			return fmt.Errorf("schema %s still exists after the drop (%d, %v)", schema, n, err)
+		}
+		return nil
+	})
+}
+
+// DropDatabase drops the database name on the server at raw, with whatever is connected to
+// it, and fails the test if it cannot.
+func DropDatabase(tb testing.TB, raw, name string) {
+	tb.Helper()
+	withConn(tb, raw, "dropping database "+name, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		return err
+	})
+}
+
+// withConn runs fn on a connection of its own to the server at raw, within 30 s, and fails
+// the test (saying what it was doing) if it cannot connect or fn fails.
+func withConn(tb testing.TB, raw, what string, fn func(context.Context, *pgx.Conn) error) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, raw)
 	if err != nil {
-		tb.Errorf("dropping schema %s: %v", schema, err)
+		tb.Errorf("%s: %v", what, err)
 		return
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		tb.Errorf("dropping schema %s: %v", schema, err)
-		return
-	}
-	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil || n != 0 {
-		tb.Errorf("schema %s still exists after the drop (%d, %v)", schema, n, err)
+	if err := fn(ctx, conn); err != nil {
+		tb.Errorf("%s: %v", what, err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/fence/fencetest"
+	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 )
 
 // linguisticDB creates a database whose default collation is ICU's en-US, a linguistic
@@ -40,19 +41,7 @@ func linguisticDB(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, raw)
-		if err != nil {
-			tb.Errorf("dropping database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
-			tb.Errorf("dropping database %s: %v", name, err)
-		}
-	})
+	tb.Cleanup(func() { pgtest.DropDatabase(tb, raw, name) })
 	u, err := url.Parse(raw)
 	if err != nil {
 		tb.Fatal(err)
