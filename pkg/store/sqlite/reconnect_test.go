@@ -1,0 +1,93 @@
+//go:build unix
+
+package sqlite_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// A store opens new connections to its file long after Open: the writer after a transaction
+// function ended the leader's goroutine (database/sql discarded its connection), a reader
+// whenever more Views run at once than the pool has connections yet. When the ledger was
+// removed meanwhile, such a connection must fail, not create a new empty ledger in its place:
+// SQLite would create it with its default mode (0644 under the usual umask), readable by
+// every user, and the next process opening the path would take it for a new ledger and record
+// its decisions there, world-readable. The calls fail with an error; Close still works.
+func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Update(ctx, writeSeq("before")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{ledger, ledger + "-wal", ledger + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	absent := func(after string) {
+		t.Helper()
+		if fi, err := os.Stat(ledger); err == nil {
+			t.Errorf("after %s, a file (mode %v, %d bytes) is at the removed ledger's path", after, fi.Mode().Perm(), fi.Size())
+			os.Remove(ledger)
+		}
+	}
+
+	// The writer: the leader's goroutine ends inside its transaction, the next batch takes a
+	// new connection.
+	select {
+	case <-goUpdate(st, exitAfterWrite("exited")).ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the goroutine whose transaction function called runtime.Goexit did not end")
+	}
+	later := goUpdate(st, writeSeq("later"))
+	select {
+	case err := <-later.res:
+		if err == nil {
+			t.Error("an Update on a new writer connection to the removed ledger returned nil")
+		}
+		t.Logf("the Update after the ledger was removed: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("an Update after the Goexit did not return")
+	}
+	absent("an Update on a new writer connection")
+
+	// The readers: one View holds the pool's connection, a second needs a new one.
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- st.View(ctx, func(fence.Tx) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	err = st.View(ctx, func(tx fence.Tx) error {
+		_, _, err := tx.DomainSeq("before")
+		return err
+	})
+	close(release)
+	if err == nil {
+		t.Error("a View on a new reader connection to the removed ledger returned nil")
+	}
+	t.Logf("the View on a new reader connection: %v", err)
+	if err := <-first; err != nil {
+		t.Errorf("the View on the reader connection opened before the removal: %v", err)
+	}
+	absent("a View on a new reader connection")
+
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	absent("Close")
+}
