@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux
 
 package sqlite_test
 
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -108,5 +109,90 @@ func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
 
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// When the writer cannot take a new connection (here the ledger was moved away after a
+// transaction function ended the leader's goroutine, and database/sql discarded the old
+// connection), every caller of the next batch gets the error, the writers' queue is left, and
+// the next Update tries again: with the ledger back, it commits, and Close returns.
+func TestWriterCannotReconnect(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Update(ctx, writeSeq("before")); err != nil {
+		t.Fatal(err)
+	}
+	// The Updates queued behind a transaction whose function ends its goroutine run together
+	// in the next batch, which needs a new connection.
+	inside, release := make(chan struct{}), make(chan struct{})
+	exiter := goUpdate(st, func(tx fence.Tx) error {
+		close(inside)
+		<-release
+		if err := tx.SetDomainSeq("exited", 1); err != nil {
+			return err
+		}
+		runtime.Goexit()
+		return nil
+	})
+	<-inside
+	var calls []*goCall
+	for i, d := range []string{"a", "b", "c"} {
+		calls = append(calls, goUpdate(st, writeSeq(d)))
+		waitQueued(t, st, i+1)
+	}
+	away := ledger + ".away"
+	if err := os.Rename(ledger, away); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case <-exiter.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the goroutine whose transaction function called runtime.Goexit did not end")
+	}
+	for i, c := range calls {
+		select {
+		case err := <-c.res:
+			if err == nil {
+				t.Errorf("Update %d of the batch returned nil with the ledger moved away", i)
+			} else if i == 0 {
+				t.Logf("the batch that could not take a writer connection: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Update %d of the batch never got an answer when the writer could not take a new connection", i)
+		}
+	}
+	if !tryQueue(t, ledger) {
+		t.Error("the writers' queue is still held after the writer could not take a new connection")
+	}
+	if err := os.Rename(away, ledger); err != nil {
+		t.Fatal(err)
+	}
+	goUpdate(st, writeSeq("after")).succeeds(t, "an Update after the ledger was back did not return")
+	err = st.View(ctx, func(tx fence.Tx) error {
+		for d, want := range map[string]bool{"before": true, "exited": false, "a": false, "b": false, "c": false, "after": true} {
+			if _, found, err := tx.DomainSeq(d); err != nil {
+				return err
+			} else if found != want {
+				t.Errorf("domain %s: written %v, want %v", d, found, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- st.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
 	}
 }
