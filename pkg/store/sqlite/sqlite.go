@@ -357,12 +357,19 @@ func retryBusy(ctx context.Context, limit time.Duration, fn func() error) error 
 // BeginTx issue BEGIN IMMEDIATE for the migration; Update's transactions issue it themselves
 // (qBegin; TestUpdateBeginsImmediate checks what reaches SQLite). Only the writer sets
 // the journal mode, because that pragma converts the file: it must not run before
-// checkIdentity has confirmed, on a reader, that the file is ours.
+// checkIdentity has confirmed, on a reader, that the file is ours. No connection creates the
+// file (mode=rw): prepareFile has, 0600, before the first one opens, and connections open
+// long after Open too (the writer's after a leader's goroutine ended inside its transaction, a
+// reader's when more Views run at once): a ledger removed meanwhile must not come back as a
+// new empty file with SQLite's default mode, which the next process would take for a new
+// ledger.
 func dsn(path string, opt Options, writer bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opt.BusyTimeout.Milliseconds()))
 	if opt.ReadOnly {
 		q.Add("mode", "ro")
+	} else {
+		q.Add("mode", "rw")
 	}
 	if writer {
 		q.Add("_pragma", "journal_mode(WAL)")
