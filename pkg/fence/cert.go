@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -50,7 +51,8 @@ func (c *Cert) copy() *Cert {
 type certJSON Cert
 
 // MarshalJSON writes the cert with its result twice: readable in result (encoding/json may
-// respace or re-escape it) and exact in result_bytes.
+// respace or re-escape it) and exact in result_bytes. A result that is not JSON, or is nested
+// too deeply to be read back inside a cert (see readable), is null in result.
 func (c Cert) MarshalJSON() ([]byte, error) {
 	w := struct {
 		certJSON
@@ -58,7 +60,7 @@ func (c Cert) MarshalJSON() ([]byte, error) {
 	}{certJSON: certJSON(c)}
 	if c.ResultSHA256 != "" {
 		w.ResultBytes = c.Result
-		if !canon.Valid(c.Result) {
+		if !readable(c.Result) {
 			w.Result = nil
 		}
 	}
@@ -234,4 +236,45 @@ func orNull(b json.RawMessage) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return b
+}
+
+// readableRoom is the nesting a cert's JSON may sit under (a store's record, a ledger export's
+// line, a response of the wire protocol) while its readable result still decodes.
+const readableRoom = 64
+
+// readable reports whether the exact result b may also be written as the cert's readable
+// result: it is JSON (canon.Valid), nested no deeper than canon.MaxDepth-readableRoom. A
+// result nested near encoding/json's limit of 10,000 levels is valid alone, but a cert that
+// held it as result, and so the record or the line holding the cert, went over the limit and
+// no longer decoded: the store gave back nothing, the export could not be read, and
+// Cert.MarshalJSON failed outright at 10,000. result_bytes carries such a result instead.
+func readable(b []byte) bool {
+	return canon.Valid(b) && nestedWithin(b, canon.MaxDepth-readableRoom)
+}
+
+// nestedWithin reports whether the valid JSON text b nests arrays and objects no deeper than
+// limit. A value nested n deep takes at least 2n bytes, and at least n brackets or braces,
+// so the bytes are looked at one by one only for a long result with many of them.
+func nestedWithin(b []byte, limit int) bool {
+	if len(b) <= 2*limit || bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) <= limit {
+		return true
+	}
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '[', '{':
+			if depth++; depth > limit {
+				return false
+			}
+		case ']', '}':
+			depth--
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return true
 }

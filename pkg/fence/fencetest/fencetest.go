@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore Factory) {
 	}{
 		{"FreshCommitReplay", testFreshCommitReplay},
 		{"RawJSONKeptByteForByte", testRawJSON},
+		{"HostileResultsKeptByteForByte", testHostileResults},
 		{"ConcurrentDuplicatesAdmitOne", testConcurrentDuplicates},
 		{"SameInstantDomainRace", testSameInstantDomainRace},
 		{"DistinctIntentsGaplessSequence", testGaplessSequence},
