@@ -38,6 +38,7 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 		t.Skip("builds the previous release from git history")
 	}
 	prev := buildPreviousBuild(t, previousBuild)
+	t.Run("HostileResults", func(t *testing.T) { previousBuildReadsHostileResults(t, prev) })
 	cur := buildServeBinary(t)
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
 	body := func(intent string) []byte {

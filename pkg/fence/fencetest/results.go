@@ -13,14 +13,17 @@ import (
 	"github.com/effectfence/effectfence/pkg/ledger"
 )
 
-// hostileResults are results a store must give back byte for byte, whatever form it keeps
+// HostileResult is a result a tool may return, and what it is.
+type HostileResult struct {
+	Name   string
+	Result []byte
+}
+
+// HostileResults are results a store must give back byte for byte, whatever form it keeps
 // them in: the ones encoding/json rewrites (escapes, spaces, numbers it cannot hold), the
 // ones no canonicaliser accepts (lone surrogates, duplicate members, invalid UTF-8), and the
 // ones at the edges of size and nesting. A nil result is recorded as null.
-func hostileResults() []struct {
-	name   string
-	result []byte
-} {
+func HostileResults() []HostileResult {
 	deep := func(n int, open, inner, close string) []byte {
 		return []byte(strings.Repeat(open, n) + inner + strings.Repeat(close, n))
 	}
@@ -32,10 +35,7 @@ func hostileResults() []struct {
 		}
 		return append(b, `"}`...)
 	}
-	return []struct {
-		name   string
-		result []byte
-	}{
+	return []HostileResult{
 		{"compact", []byte(`{"a":1,"b":[true,false,null],"c":"x"}`)},
 		{"spaced", []byte(`{ "a" : 1 , "b" : [ true ] }`)},
 		{"tabs and newlines", []byte("{\t\"a\":\r\n1}")},
@@ -87,26 +87,26 @@ func testHostileResults(t *testing.T, newStore Factory) {
 	st := newStore(t)
 	eng := fence.New(st, fence.Config{})
 	ref := fence.New(fence.NewMemoryStore(), fence.Config{})
-	cases := hostileResults()
+	cases := HostileResults()
 	want := map[string][]byte{} // by intent
 	hashes := map[string]string{}
 	reqs := make([]fence.Request, len(cases))
 	for i, tc := range cases {
 		r := fence.Request{Intent: fmt.Sprintf("hostile:%02d", i), Tool: "t", Args: []byte(`{"case":` + fmt.Sprint(i) + `}`), Agent: "agent-a"}
 		reqs[i] = r
-		exact := tc.result
+		exact := tc.Result
 		if len(exact) == 0 {
 			exact = []byte("null")
 		}
 		want[r.Intent] = exact
-		rc := mustCommit(t, ref, mustFresh(t, ref, r), string(tc.result))
+		rc := mustCommit(t, ref, mustFresh(t, ref, r), string(tc.Result))
 		hashes[r.Intent] = rc.Hash
-		c, err := eng.Commit(ctx, mustFresh(t, eng, r), tc.result)
+		c, err := eng.Commit(ctx, mustFresh(t, eng, r), tc.Result)
 		if err != nil {
-			t.Errorf("%s: commit: %v", tc.name, err)
+			t.Errorf("%s: commit: %v", tc.Name, err)
 			continue
 		}
-		checkExact(t, tc.name+": committed cert", c, exact, rc.Hash)
+		checkExact(t, tc.Name+": committed cert", c, exact, rc.Hash)
 	}
 	// Another engine on the same store has nothing of the first's in memory.
 	eng2 := fence.New(st, fence.Config{})
@@ -114,19 +114,19 @@ func testHostileResults(t *testing.T, newStore Factory) {
 		r := reqs[i]
 		adm, err := eng2.Prepare(ctx, r)
 		if err != nil || adm.Fresh() {
-			t.Errorf("%s: replay: %+v %v", tc.name, adm, err)
+			t.Errorf("%s: replay: %+v %v", tc.Name, adm, err)
 			continue
 		}
-		checkExact(t, tc.name+": replayed cert", adm.Cert, want[r.Intent], hashes[r.Intent])
-		if len(tc.result) <= 64<<10 { // the public form of a megabyte costs a second under -race
-			checkPublic(t, tc.name+": replayed cert", adm.Cert, want[r.Intent])
+		checkExact(t, tc.Name+": replayed cert", adm.Cert, want[r.Intent], hashes[r.Intent])
+		if len(tc.Result) <= 64<<10 { // the public form of a megabyte costs a second under -race
+			checkPublic(t, tc.Name+": replayed cert", adm.Cert, want[r.Intent])
 		}
 		rec, err := eng2.Status(ctx, r.Intent)
 		if err != nil || rec.Cert == nil {
-			t.Errorf("%s: status: %+v %v", tc.name, rec, err)
+			t.Errorf("%s: status: %+v %v", tc.Name, rec, err)
 			continue
 		}
-		checkExact(t, tc.name+": recorded cert", rec.Cert, want[r.Intent], hashes[r.Intent])
+		checkExact(t, tc.Name+": recorded cert", rec.Cert, want[r.Intent], hashes[r.Intent])
 	}
 	var out bytes.Buffer
 	if _, err := ledger.Export(ctx, st, &out); err != nil {
