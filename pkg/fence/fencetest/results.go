@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -81,7 +82,8 @@ func HostileResults() []HostileResult {
 
 // testHostileResults: every result, committed on the store, comes back byte for byte in the
 // commit's cert, in a replay by another engine (which reads the record from the store), in
-// the record's cert and in the ledger's export; every such cert verifies, hashes as the
+// the record's cert, in the ledger's export and once the record is moved aside (superseded,
+// written again as it was read); every such cert verifies, hashes as the
 // memory store's does, and its public JSON carries the exact bytes in result_bytes.
 func testHostileResults(t *testing.T, newStore Factory) {
 	st := newStore(t)
@@ -159,6 +161,24 @@ func testHostileResults(t *testing.T, newStore Factory) {
 	}
 	if seen != len(cases) {
 		t.Fatalf("export holds %d of the %d records", seen, len(cases))
+	}
+	// Past its replay window, each call is a new action: the engine moves the done record
+	// aside, writing again the record it read (and decoded) from the store.
+	time.Sleep(5 * time.Millisecond)
+	for i, tc := range cases {
+		if len(tc.Result) > 64<<10 {
+			continue // as the 100 KB result, at a second's cost under -race
+		}
+		r := reqs[i]
+		r.ReplayWindow = time.Millisecond
+		mustFresh(t, eng2, r)
+		moved := fence.SupersededIntent(r.Intent, hashes[r.Intent])
+		rec, err := eng.Status(ctx, moved)
+		if err != nil || rec.Cert == nil {
+			t.Errorf("%s: %s holds %+v (%v); want the done record moved aside", tc.Name, moved, rec, err)
+			continue
+		}
+		checkExact(t, tc.Name+": moved cert", rec.Cert, want[r.Intent], hashes[r.Intent])
 	}
 }
 
