@@ -238,18 +238,20 @@ func orNull(b json.RawMessage) json.RawMessage {
 	return b
 }
 
-// readableRoom is the nesting a cert's JSON may sit under (a store's record, a ledger export's
-// line, a response of the wire protocol) while its readable result still decodes.
-const readableRoom = 64
+// MaxNesting bounds how deeply a call's arguments, and a cert's readable result, nest arrays
+// and objects: 64 levels under encoding/json's limit of 10,000 (canon.MaxDepth), room for what
+// holds a cert (a store's record, a ledger export's line, a response of the wire protocol).
+// JSON nested near that limit is valid alone, but a record holding it went over the limit and
+// no longer decoded: the store gave back nothing for the intent ("holds an unreadable
+// record"), though its effect had run. Prepare refuses arguments nested deeper; a result
+// nested deeper is recorded exactly, in result_bytes, with a null readable result.
+const MaxNesting = canon.MaxDepth - 64
 
 // readable reports whether the exact result b may also be written as the cert's readable
-// result: it is JSON (canon.Valid), nested no deeper than canon.MaxDepth-readableRoom. A
-// result nested near encoding/json's limit of 10,000 levels is valid alone, but a cert that
-// held it as result, and so the record or the line holding the cert, went over the limit and
-// no longer decoded: the store gave back nothing, the export could not be read, and
-// Cert.MarshalJSON failed outright at 10,000. result_bytes carries such a result instead.
+// result: it is JSON (canon.Valid), nested no deeper than MaxNesting (Cert.MarshalJSON failed
+// outright on a result nested 10,000 levels).
 func readable(b []byte) bool {
-	return canon.Valid(b) && nestedWithin(b, canon.MaxDepth-readableRoom)
+	return canon.Valid(b) && nestedWithin(b, MaxNesting)
 }
 
 // nestedWithin reports whether the valid JSON text b nests arrays and objects no deeper than

@@ -41,7 +41,7 @@ func TestNestedWithin(t *testing.T) {
 			t.Errorf("nestedWithin(%.60s, %d) = %v, want %v", tc.json, tc.limit, got, tc.want)
 		}
 	}
-	limit := canon.MaxDepth - readableRoom
+	limit := MaxNesting
 	for _, n := range []int{limit - 1, limit, limit + 1, canon.MaxDepth} {
 		if got, want := readable([]byte(deep(n, `[`, ``, `]`))), n <= limit; got != want {
 			t.Errorf("readable(nested %d) = %v, want %v", n, got, want)

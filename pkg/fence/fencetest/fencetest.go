@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"FreshCommitReplay", testFreshCommitReplay},
 		{"RawJSONKeptByteForByte", testRawJSON},
 		{"HostileResultsKeptByteForByte", testHostileResults},
+		{"DeepArgsRefusedOrKept", testDeepArgs},
 		{"ConcurrentDuplicatesAdmitOne", testConcurrentDuplicates},
 		{"SameInstantDomainRace", testSameInstantDomainRace},
 		{"DistinctIntentsGaplessSequence", testGaplessSequence},

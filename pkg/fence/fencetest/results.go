@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -225,4 +226,35 @@ func checkPublic(t *testing.T, what string, c *fence.Cert, exact []byte) {
 // resultBytes is the result_bytes member that carries exact.
 func resultBytes(exact []byte) []byte {
 	return []byte(`"result_bytes":"` + base64.StdEncoding.EncodeToString(exact) + `"`)
+}
+
+// testDeepArgs: arguments nested fence.MaxNesting levels are admitted, and their done record
+// replays from the store; one level more is refused before anything runs. (Arguments nested
+// 9,999 levels were admitted, and the done record holding them, in its cert two levels down,
+// no longer decoded: the intent's effect had run, and the store could not say so.)
+func testDeepArgs(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	eng := fence.New(st, fence.Config{})
+	deep := func(n int) []byte {
+		return []byte(`{"a":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + "}")
+	}
+	r := fence.Request{Intent: "deep:args", Tool: "t", Args: deep(fence.MaxNesting), Agent: "agent-a"}
+	c := mustCommit(t, eng, mustFresh(t, eng, r), `1`)
+	adm, err := fence.New(st, fence.Config{}).Prepare(ctx, r)
+	if err != nil || adm.Fresh() || adm.Cert.Hash != c.Hash || !bytes.Equal(adm.Cert.Args, r.Args) {
+		t.Fatalf("replay of args nested %d levels: %v", fence.MaxNesting, err)
+	}
+	for _, n := range []int{fence.MaxNesting + 1, 9999, 10000} {
+		r := fence.Request{Intent: fmt.Sprintf("deep:args:%d", n), Tool: "t", Args: deep(n), Agent: "agent-a"}
+		adm, err := eng.Prepare(ctx, r)
+		if errors.Is(err, fence.ErrInvalid) {
+			continue
+		}
+		if err != nil || adm.Ticket == nil {
+			t.Fatalf("args nested %d levels: %+v %v; want invalid_request", n, adm, err)
+		}
+		_, cerr := eng.Commit(ctx, *adm.Ticket, []byte(`1`))
+		_, rerr := fence.New(st, fence.Config{}).Prepare(ctx, r)
+		t.Errorf("args nested %d levels were admitted, want invalid_request; then commit: %v; replay: %.300v", n, cerr, rerr)
+	}
 }
