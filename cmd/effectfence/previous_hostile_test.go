@@ -7,29 +7,27 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/fence/fencetest"
-	"github.com/effectfence/effectfence/pkg/store/sqlite"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // previousBuildReadsHostileResults: the previous build (prev, compiled from git history by
-// TestPreviousBuildKeepsReceipts), given a SQLite ledger this build wrote, reads every hostile
-// result (fencetest.HostileResults) as this build committed it. Its `ledger export` carries
-// each exact result in result_bytes under the hash this build recorded, and its `ledger
-// verify` finds every cert sound. This build stores a done record without a result_bytes that
+// TestPreviousBuildKeepsReceipts or its PostgreSQL twin), given a ledger this build wrote,
+// reads every hostile result (fencetest.HostileResults) as this build committed it. Its
+// `ledger export` carries each exact result in result_bytes under the hash this build
+// recorded, and its `ledger verify` finds every cert sound. This build stores a done record without a result_bytes that
 // repeats result, which the previous build reads through its own decoding of the record.
-func previousBuildReadsHostileResults(t *testing.T, prev string) {
+func previousBuildReadsHostileResults(t *testing.T, prev, ledger string) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	l, err := store.Open(ctx, store.Options{Ledger: ledger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := fence.New(st, fence.Config{})
+	eng := l.Engine
 	type want struct {
 		name  string
 		exact []byte
@@ -54,15 +52,12 @@ func previousBuildReadsHostileResults(t *testing.T, prev string) {
 		}
 		wants[r.Intent] = want{tc.Name, c.Result, c.Hash}
 	}
-	if err := eng.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
+	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	var stderr bytes.Buffer
-	cmd := exec.Command(prev, "ledger", "export", "--ledger", path)
+	cmd := exec.Command(prev, "ledger", "export", "--ledger", ledger)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -102,7 +97,7 @@ func previousBuildReadsHostileResults(t *testing.T, prev string) {
 	if seen != len(wants) {
 		t.Fatalf("the previous build exported %d records, want %d", seen, len(wants))
 	}
-	if out, err := exec.Command(prev, "ledger", "verify", "--ledger", path).CombinedOutput(); err != nil {
+	if out, err := exec.Command(prev, "ledger", "verify", "--ledger", ledger).CombinedOutput(); err != nil {
 		t.Fatalf("previous build's ledger verify: %v\n%s", err, out)
 	}
 }
