@@ -38,6 +38,9 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 		t.Skip("builds the previous release from git history")
 	}
 	prev := buildPreviousBuild(t, previousBuild)
+	t.Run("HostileResults", func(t *testing.T) {
+		previousBuildReadsHostileResults(t, prev, filepath.Join(t.TempDir(), "hostile.db"))
+	})
 	cur := buildServeBinary(t)
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
 	body := func(intent string) []byte {
@@ -91,6 +94,7 @@ func TestPreviousBuildKeepsReceiptsPostgres(t *testing.T) {
 	}
 	ledger := pgLedger(t)
 	prev := buildPreviousBuild(t, previousPostgresBuild)
+	t.Run("HostileResults", func(t *testing.T) { previousBuildReadsHostileResults(t, prev, pgLedger(t)) })
 	cur := buildServeBinary(t)
 	indexes := func() []string {
 		t.Helper()

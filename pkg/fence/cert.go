@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -50,7 +51,8 @@ func (c *Cert) copy() *Cert {
 type certJSON Cert
 
 // MarshalJSON writes the cert with its result twice: readable in result (encoding/json may
-// respace or re-escape it) and exact in result_bytes.
+// respace or re-escape it) and exact in result_bytes. A result that is not JSON, or is nested
+// too deeply to be read back inside a cert (see readable), is null in result.
 func (c Cert) MarshalJSON() ([]byte, error) {
 	w := struct {
 		certJSON
@@ -58,7 +60,7 @@ func (c Cert) MarshalJSON() ([]byte, error) {
 	}{certJSON: certJSON(c)}
 	if c.ResultSHA256 != "" {
 		w.ResultBytes = c.Result
-		if !canon.Valid(c.Result) {
+		if !readable(c.Result) {
 			w.Result = nil
 		}
 	}
@@ -234,4 +236,47 @@ func orNull(b json.RawMessage) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return b
+}
+
+// MaxNesting bounds how deeply a call's arguments, and a cert's readable result, nest arrays
+// and objects: 64 levels under encoding/json's limit of 10,000 (canon.MaxDepth), room for what
+// holds a cert (a store's record, a ledger export's line, a response of the wire protocol).
+// JSON nested near that limit is valid alone, but a record holding it went over the limit and
+// no longer decoded: the store gave back nothing for the intent ("holds an unreadable
+// record"), though its effect had run. Prepare refuses arguments nested deeper; a result
+// nested deeper is recorded exactly, in result_bytes, with a null readable result.
+const MaxNesting = canon.MaxDepth - 64
+
+// readable reports whether the exact result b may also be written as the cert's readable
+// result: it is JSON (canon.Valid), nested no deeper than MaxNesting (Cert.MarshalJSON failed
+// outright on a result nested 10,000 levels).
+func readable(b []byte) bool {
+	return canon.Valid(b) && nestedWithin(b, MaxNesting)
+}
+
+// nestedWithin reports whether the valid JSON text b nests arrays and objects no deeper than
+// limit. A value nested n deep takes at least 2n bytes, and at least n brackets or braces,
+// so the bytes are looked at one by one only for a long result with many of them.
+func nestedWithin(b []byte, limit int) bool {
+	if len(b) <= 2*limit || bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) <= limit {
+		return true
+	}
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '[', '{':
+			if depth++; depth > limit {
+				return false
+			}
+		case ']', '}':
+			depth--
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return true
 }

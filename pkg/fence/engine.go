@@ -120,6 +120,9 @@ func (e *Engine) validate(req *Request, c *call) error {
 	if err != nil {
 		return InvalidError{"args", err.Error()}
 	}
+	if !nestedWithin(canonical, MaxNesting) {
+		return InvalidError{"args", fmt.Sprintf("nested deeper than %d levels", MaxNesting)}
+	}
 	fp = canon.Sum(canon.ToolCallCanonical(req.Tool, canonical))
 	e.fps.put(slot, req.Tool, args, canonical, fp)
 	return c.set(canonical, fp, req.Redact)

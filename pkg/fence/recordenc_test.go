@@ -7,10 +7,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/effectfence/effectfence/pkg/canon"
 )
 
 // Values the record encoder must write exactly as encoding/json does.
@@ -98,10 +97,10 @@ func checkEncoding(t testing.TB, rec *Record) bool {
 }
 
 // storedForm is encoding/json's form of rec (want) as EncodeRecord writes it: without the
-// cert's result_bytes when its result is already there byte for byte (valid, compact JSON).
+// cert's result_bytes when its result is already there byte for byte (readable, compact JSON).
 func storedForm(want []byte, rec *Record) []byte {
 	c := rec.Cert
-	if c == nil || c.ResultSHA256 == "" || len(c.Result) == 0 || !canon.Valid(c.Result) || !spaceless(c.Result) {
+	if c == nil || c.ResultSHA256 == "" || len(c.Result) == 0 || !readable(c.Result) || !spaceless(c.Result) {
 		return want
 	}
 	member := `,"result_bytes":"` + base64.StdEncoding.EncodeToString(c.Result) + `"}`
@@ -129,6 +128,16 @@ func TestEncodeRecordMatchesEncodingJSON(t *testing.T) {
 		Cert: &Cert{Intent: "i", Args: json.RawMessage(`{"q":"a b"}`), Result: json.RawMessage(`{"r":"<&>"}`), ResultSHA256: "x", Clock: VectorClock{"a": 1}, ReadSet: []ReadSetEntry{}}}
 	if !checkEncoding(t, rec) {
 		t.Fatal("an ordinary done record took the slow path")
+	}
+	// A result nested deeper than MaxNesting: null beside its result_bytes, on either path.
+	deep := *rec.Cert
+	deep.Result = json.RawMessage(strings.Repeat("[", MaxNesting+1) + strings.Repeat("]", MaxNesting+1))
+	rec.Cert = &deep
+	if !checkEncoding(t, rec) {
+		t.Fatal("a done record with a deep result took the slow path")
+	}
+	if b, _ := EncodeRecord(rec); !bytes.Contains(b, []byte(`"result":null,`)) || !bytes.Contains(b, []byte(`"result_bytes":"`)) {
+		t.Fatalf("a deep result is stored as %.300s...", b)
 	}
 }
 

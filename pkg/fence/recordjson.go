@@ -129,7 +129,7 @@ func appendCert(b []byte, c *Cert, written json.RawMessage) (_ []byte, ok bool) 
 	result, exact, valid := c.Result, []byte(nil), false
 	if c.ResultSHA256 != "" {
 		exact = c.Result
-		if valid = canon.Valid(c.Result); !valid {
+		if valid = readable(c.Result); !valid {
 			result = nil
 		}
 	}

@@ -135,7 +135,8 @@ type spool struct {
 // spooled is an Outcome as a spool file holds it: the result readable in result (which
 // encoding/json respaces) and exact in result_bytes, which is what gets recorded, so that a
 // spooled commit replays the tool's bytes like any other. A file without result_bytes (an
-// earlier build's) is recorded from result.
+// earlier build's) is recorded from result. A result that is not readable (see readable) has
+// no result member: nested 10,000 levels, it made the file too deep to decode.
 type spooled struct {
 	Outcome
 	ResultBytes []byte `json:"result_bytes,omitempty"`
@@ -150,7 +151,11 @@ func (s *spool) put(dir string, o Outcome) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	b, err := marshalRaw(spooled{Outcome: o, ResultBytes: o.Result})
+	sp := spooled{Outcome: o, ResultBytes: o.Result}
+	if !readable(o.Result) {
+		sp.Outcome.Result = nil // not JSON, or too deep to read back in the file: result_bytes alone
+	}
+	b, err := marshalRaw(sp)
 	if err != nil {
 		return "", err
 	}

@@ -40,6 +40,8 @@ func Run(t *testing.T, newStore Factory) {
 	}{
 		{"FreshCommitReplay", testFreshCommitReplay},
 		{"RawJSONKeptByteForByte", testRawJSON},
+		{"HostileResultsKeptByteForByte", testHostileResults},
+		{"DeepArgsRefusedOrKept", testDeepArgs},
 		{"ConcurrentDuplicatesAdmitOne", testConcurrentDuplicates},
 		{"SameInstantDomainRace", testSameInstantDomainRace},
 		{"DistinctIntentsGaplessSequence", testGaplessSequence},

@@ -1,0 +1,45 @@
+package fence
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestSpoolKeepsExactResults: an outcome kept in the spool is drained with its result byte
+// for byte, however it is spelled or nested. (A result nested 10,000 levels, valid alone,
+// made its spool file, where it sits one level down, too deep for encoding/json: the drain
+// reported the file as not an outcome, and the effect's outcome stayed unrecorded.)
+func TestSpoolKeepsExactResults(t *testing.T) {
+	deep := func(n int) []byte { return []byte(strings.Repeat("[", n) + strings.Repeat("]", n)) }
+	results := [][]byte{
+		[]byte(`{ "a" : "<b>&\u2028" }`),
+		[]byte("\"\xff\\ud800\"\n"),
+		[]byte(`{"a":1,"a":2}`),
+		deep(9998), deep(9999), deep(10000),
+		[]byte(strings.Repeat("[ ", 10000) + strings.Repeat(" ]", 10000)),
+	}
+	var s spool
+	dir := t.TempDir()
+	for i, res := range results {
+		o := Outcome{Kind: OutcomeCommit, Ticket: Ticket{Intent: fmt.Sprintf("spool:%d", i), Token: uint64(i + 1)}, Result: res}
+		if _, err := s.put(dir, o); err != nil {
+			t.Fatalf("result %d (%.40s): spool: %v", i, res, err)
+		}
+	}
+	got := map[string][]byte{}
+	n, err := s.drain(context.Background(), dir, func(o Outcome) error {
+		got[o.Ticket.Intent] = o.Result
+		return nil
+	})
+	if err != nil || n != len(results) {
+		t.Fatalf("drained %d of %d: %.300v", n, len(results), err)
+	}
+	for i, res := range results {
+		if g := got[fmt.Sprintf("spool:%d", i)]; !bytes.Equal(g, res) {
+			t.Errorf("result %d drained as %.60q, want %.60q", i, g, res)
+		}
+	}
+}
