@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 )
@@ -248,10 +249,14 @@ func orNull(b json.RawMessage) json.RawMessage {
 const MaxNesting = canon.MaxDepth - 64
 
 // readable reports whether the exact result b may also be written as the cert's readable
-// result: it is JSON (canon.Valid), nested no deeper than MaxNesting (Cert.MarshalJSON failed
-// outright on a result nested 10,000 levels).
+// result: it is JSON (canon.Valid), valid UTF-8, and nested no deeper than MaxNesting
+// (Cert.MarshalJSON failed outright on a result nested 10,000 levels). canon.Valid, like
+// encoding/json, lets any byte stand in a string: a result holding invalid UTF-8 written as it
+// is made the whole cert (and the record and export line around it) invalid UTF-8, which
+// stricter decoders refuse (Python's json.loads, docs/CERTS.md's recipe); result_bytes alone
+// carries such a result.
 func readable(b []byte) bool {
-	return canon.Valid(b) && nestedWithin(b, MaxNesting)
+	return canon.Valid(b) && utf8.Valid(b) && nestedWithin(b, MaxNesting)
 }
 
 // nestedWithin reports whether the valid JSON text b nests arrays and objects no deeper than

@@ -3,6 +3,7 @@ package fence
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 )
@@ -46,5 +47,31 @@ func TestNestedWithin(t *testing.T) {
 		if got, want := readable([]byte(deep(n, `[`, ``, `]`))), n <= limit; got != want {
 			t.Errorf("readable(nested %d) = %v, want %v", n, got, want)
 		}
+	}
+}
+
+// A result holding invalid UTF-8 is valid JSON to canon.Valid (as to encoding/json), but a
+// cert written with it as its readable result is not UTF-8: the public JSON has it in
+// result_bytes alone, with a null result, and stays valid UTF-8.
+func TestInvalidUTF8ResultIsNotReadable(t *testing.T) {
+	res := []byte("{\"s\":\"caf\xe9\"}")
+	if !canon.Valid(res) || readable(res) {
+		t.Fatalf("canon.Valid %v, readable %v; want true, false", canon.Valid(res), readable(res))
+	}
+	c := Cert{Intent: "i", Result: res, ResultSHA256: canon.Sum(res)}
+	b, err := c.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.Valid(b) || !strings.Contains(string(b), `"result":null`) {
+		t.Fatalf("public cert JSON %q: want valid UTF-8 with a null result", b)
+	}
+	var back Cert
+	if err := back.UnmarshalJSON(b); err != nil || string(back.Result) != string(res) {
+		t.Fatalf("read back %q, %v; want the exact bytes %q", back.Result, err, res)
+	}
+	rec, err := EncodeRecord(&Record{Intent: "i", State: StateDone, Cert: &c})
+	if err != nil || !utf8.Valid(rec) {
+		t.Fatalf("stored record %q, %v: want valid UTF-8", rec, err)
 	}
 }
