@@ -57,14 +57,7 @@ func answered(t *testing.T, c *goCall, who string) error {
 // too), the leader's goroutine ends without its Update returning, the writers' queue is left,
 // and the store goes on with no descriptor left behind.
 func TestUpdateGoexitInTheSavepointRun(t *testing.T) {
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Update(ctx, writeSeq("before")); err != nil {
-		t.Fatal(err)
-	}
+	ledger, st := openWritten(t)
 	fds := ledgerFDs(t, ledger)
 	release, holder := holdTx(st)
 	defer release()
@@ -107,19 +100,7 @@ func TestUpdateGoexitInTheSavepointRun(t *testing.T) {
 		t.Error("the writers' queue is still held after the leader's goroutine ended")
 	}
 	goUpdate(st, writeSeq("later")).succeeds(t, "an Update after the Goexit did not return")
-	err = st.View(ctx, func(tx fence.Tx) error {
-		for d, want := range map[string]bool{"before": true, "holder": true, "failing": false, "exited": false, "writer": false, "cancelled": false, "later": true} {
-			if _, found, err := tx.DomainSeq(d); err != nil {
-				return err
-			} else if found != want {
-				t.Errorf("domain %s: written %v, want %v", d, found, want)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkWritten(t, st, map[string]bool{"before": true, "holder": true, "failing": false, "exited": false, "writer": false, "cancelled": false, "later": true})
 	if n := ledgerFDs(t, ledger); n != fds {
 		t.Errorf("descriptors of the ledger, WAL, shared memory and queue: %v, %v before", n, fds)
 	}

@@ -42,6 +42,39 @@ func (c *goCall) succeeds(t *testing.T, late string) {
 	}
 }
 
+// openWritten opens a new ledger (busy timeout 5 s) and writes the domain "before" in it.
+func openWritten(t *testing.T) (string, *sqlite.Store) {
+	t.Helper()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Update(ctx, writeSeq("before")); err != nil {
+		t.Fatal(err)
+	}
+	return ledger, st
+}
+
+// checkWritten fails the test unless exactly the domains want marks true were written (by
+// writeSeq) in st.
+func checkWritten(t *testing.T, st *sqlite.Store, want map[string]bool) {
+	t.Helper()
+	err := st.View(ctx, func(tx fence.Tx) error {
+		for d, w := range want {
+			if _, found, err := tx.DomainSeq(d); err != nil {
+				return err
+			} else if found != w {
+				t.Errorf("domain %s: written %v, want %v", d, found, w)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func writeSeq(name string) func(fence.Tx) error {
 	return func(tx fence.Tx) error { return tx.SetDomainSeq(name, 1) }
 }

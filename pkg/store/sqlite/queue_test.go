@@ -804,19 +804,7 @@ func TestUpdatePanicOutsideTheFunctions(t *testing.T) {
 	}
 	later := goUpdate(st, writeSeq("later"))
 	later.succeeds(t, "an Update after the panic did not return: the lead was not handed on")
-	err = st.View(ctx, func(tx fence.Tx) error {
-		for d, want := range map[string]bool{"holder": true, "leader": false, "other": false, "later": true} {
-			if _, found, err := tx.DomainSeq(d); err != nil {
-				return err
-			} else if found != want {
-				t.Errorf("domain %s: written %v, want %v", d, found, want)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkWritten(t, st, map[string]bool{"holder": true, "leader": false, "other": false, "later": true})
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
 // A store opens new connections to its file long after Open: the writer after a transaction
@@ -23,14 +22,7 @@ import (
 // its decisions there, world-readable. The calls fail with an error; once the ledger is back,
 // the next Update takes a connection again and commits; Close still works.
 func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Update(ctx, writeSeq("before")); err != nil {
-		t.Fatal(err)
-	}
+	ledger, st := openWritten(t)
 	// A copy, to put back at the end.
 	saved := t.TempDir()
 	for _, f := range []string{ledger, ledger + "-wal"} {
@@ -85,7 +77,7 @@ func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
 		})
 	}()
 	<-inside
-	err = st.View(ctx, func(tx fence.Tx) error {
+	err := st.View(ctx, func(tx fence.Tx) error {
 		_, _, err := tx.DomainSeq("before")
 		return err
 	})
@@ -117,14 +109,7 @@ func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
 // connection), every caller of the next batch gets the error, the writers' queue is left, and
 // the next Update tries again: with the ledger back, it commits, and Close returns.
 func TestWriterCannotReconnect(t *testing.T) {
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := sqlite.Open(ctx, ledger, sqlite.Options{BusyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Update(ctx, writeSeq("before")); err != nil {
-		t.Fatal(err)
-	}
+	ledger, st := openWritten(t)
 	// The Updates queued behind a transaction whose function ends its goroutine run together
 	// in the next batch, which needs a new connection.
 	inside, release := make(chan struct{}), make(chan struct{})
@@ -172,19 +157,7 @@ func TestWriterCannotReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	goUpdate(st, writeSeq("after")).succeeds(t, "an Update after the ledger was back did not return")
-	err = st.View(ctx, func(tx fence.Tx) error {
-		for d, want := range map[string]bool{"before": true, "exited": false, "a": false, "b": false, "c": false, "after": true} {
-			if _, found, err := tx.DomainSeq(d); err != nil {
-				return err
-			} else if found != want {
-				t.Errorf("domain %s: written %v, want %v", d, found, want)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkWritten(t, st, map[string]bool{"before": true, "exited": false, "a": false, "b": false, "c": false, "after": true})
 	closed := make(chan error, 1)
 	go func() { closed <- st.Close() }()
 	select {
