@@ -21,8 +21,9 @@ import (
 //
 // The bytes are those of encoding/json (an Encoder with SetEscapeHTML(false), without the
 // newline), written by appendRecord without reflection, with one member left out: a cert's
-// result_bytes (the exact result, base64) when its result already holds those very bytes,
-// valid and compact, as tools' results almost always are. Decoding gives the same record
+// result_bytes (the exact result, base64) when its result already holds those very bytes:
+// readable (JSON, valid UTF-8, not nested too deep) and compact, as tools' results almost
+// always are. Decoding gives the same record
 // either way (Cert.UnmarshalJSON takes result when there is no result_bytes, and builds
 // that predate this form read it the same way), and the result is stored once instead of
 // 2.33 times. A record appendRecord cannot write exactly (raw JSON that is invalid or not
