@@ -81,11 +81,7 @@ func TestUpdateGoexitInTheSavepointRun(t *testing.T) {
 	cancel()
 	release()
 	holder.succeeds(t, "the holder's Update did not return")
-	select {
-	case <-failing.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the leader's goroutine did not end")
-	}
+	failing.ends(t, "the leader's goroutine did not end")
 	select {
 	case err := <-failing.res:
 		t.Fatalf("the leader's Update returned (%v) on a goroutine that runtime.Goexit ended", err)
@@ -124,11 +120,7 @@ func TestUpdateGoexitMaxBatch1(t *testing.T) {
 	waitQueued(t, st, 2)
 	release()
 	holder.succeeds(t, "the holder's Update did not return")
-	select {
-	case <-exiter.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the exiting goroutine did not end")
-	}
+	exiter.ends(t, "the exiting goroutine did not end")
 	writer.succeeds(t, "the Update queued behind a batch of one that exited did not return")
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
@@ -162,14 +154,7 @@ func TestCloseWhileTheLeaderExits(t *testing.T) {
 				t.Errorf("Update %d: %v", i, err)
 			}
 		}
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Close did not return")
-		}
+		returnsNil(t, closed, "Close did not return")
 		if err := st.Update(ctx, writeSeq("late")); !errors.Is(err, sqlite.ErrClosed) {
 			t.Fatalf("Update after Close: %v", err)
 		}

@@ -32,8 +32,26 @@ func goUpdate(st *sqlite.Store, fn func(fence.Tx) error) *goCall {
 // error or, saying late, if it has not returned by then.
 func (c *goCall) succeeds(t *testing.T, late string) {
 	t.Helper()
+	returnsNil(t, c.res, late)
+}
+
+// ends waits up to 10 s for the call's goroutine to end, and fails the test, saying late, if
+// it has not by then.
+func (c *goCall) ends(t *testing.T, late string) {
+	t.Helper()
 	select {
-	case err := <-c.res:
+	case <-c.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal(late)
+	}
+}
+
+// returnsNil waits up to 10 s for an error on ch, and fails the test if it is not nil or,
+// saying late, if none came by then.
+func returnsNil(t *testing.T, ch <-chan error, late string) {
+	t.Helper()
+	select {
+	case err := <-ch:
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,11 +176,7 @@ func TestUpdateGoexitInABatch(t *testing.T) {
 
 			ended := func(c *goCall, who string) {
 				t.Helper()
-				select {
-				case <-c.ended:
-				case <-time.After(10 * time.Second):
-					t.Fatalf("%s: the goroutine did not end", who)
-				}
+				c.ends(t, who+": the goroutine did not end")
 				select {
 				case err := <-c.res:
 					t.Fatalf("%s: Update returned (%v) on a goroutine that runtime.Goexit ended", who, err)

@@ -697,11 +697,7 @@ func TestWriterQueueLeftAfterGoexit(t *testing.T) {
 	}
 	fds := fileFDs(t, ledger)
 	ex := goUpdate(st, exitAfterWrite("exited"))
-	select {
-	case <-ex.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the goroutine whose transaction function called runtime.Goexit did not end")
-	}
+	ex.ends(t, "the goroutine whose transaction function called runtime.Goexit did not end")
 	if !tryQueue(t, ledger) {
 		t.Error("the queue is still held after a transaction function called runtime.Goexit")
 	}

@@ -49,11 +49,7 @@ func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
 
 	// The writer: the leader's goroutine ends inside its transaction, the next batch takes a
 	// new connection.
-	select {
-	case <-goUpdate(st, exitAfterWrite("exited")).ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the goroutine whose transaction function called runtime.Goexit did not end")
-	}
+	goUpdate(st, exitAfterWrite("exited")).ends(t, "the goroutine whose transaction function called runtime.Goexit did not end")
 	later := goUpdate(st, writeSeq("later"))
 	select {
 	case err := <-later.res:
@@ -133,11 +129,7 @@ func TestWriterCannotReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	select {
-	case <-exiter.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the goroutine whose transaction function called runtime.Goexit did not end")
-	}
+	exiter.ends(t, "the goroutine whose transaction function called runtime.Goexit did not end")
 	for i, c := range calls {
 		select {
 		case err := <-c.res:
@@ -160,12 +152,5 @@ func TestWriterCannotReconnect(t *testing.T) {
 	checkWritten(t, st, map[string]bool{"before": true, "exited": false, "a": false, "b": false, "c": false, "after": true})
 	closed := make(chan error, 1)
 	go func() { closed <- st.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not return")
-	}
+	returnsNil(t, closed, "Close did not return")
 }
