@@ -243,7 +243,7 @@ func TestCorruptRecord(t *testing.T) {
 	}
 	e := fence.New(s, fence.Config{})
 	_, err := e.Prepare(ctx, fence.Request{Intent: "bad", Tool: "t"})
-	if err == nil || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), "DELETE FROM") {
+	if err == nil || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), "was not run") || !strings.Contains(err.Error(), "DELETE FROM") {
 		t.Fatalf("corrupt record: %v", err)
 	}
 	if fence.CodeOf(err) != fence.CodeStore {

@@ -199,7 +199,7 @@ func (t *tx) decodeRecord(intent string, body []byte) (*fence.Record, error) {
 		err = fmt.Errorf("it holds a record of %q", rec.Intent)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres ledger: the record of intent %q is corrupt (%v); nothing was run. Check in the real system whether its effect happened, then remove the row: DELETE FROM %s.effectfence_records WHERE intent = %s",
+		return nil, fmt.Errorf("postgres ledger: the record of intent %q is corrupt (%v); the call that read it was not run. Its effect may have happened already, and the next attempt runs once the row is gone: check in the real system, then remove the row: DELETE FROM %s.effectfence_records WHERE intent = %s",
 			intent, err, pgx.Identifier{t.s.schema}.Sanitize(), quoteLiteral(intent))
 	}
 	return rec, nil
