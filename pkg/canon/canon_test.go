@@ -83,6 +83,9 @@ func FuzzJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, err := JSON(in)
+		if all, aerr := canonicalWith(in, 0); len(in) > 0 && len(in) <= MaxInput && ((aerr == nil) != (err == nil) || !bytes.Equal(all, out)) {
+			t.Fatalf("every object deferred: %q (%v), else %q (%v)", all, aerr, out, err)
+		}
 		if err != nil {
 			return
 		}
