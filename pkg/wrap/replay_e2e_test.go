@@ -124,3 +124,29 @@ func TestReplayWindowAndDeliberateRepeat(t *testing.T) {
 		t.Fatalf("ledger verify with a superseded record: %v\n%s", err, out)
 	}
 }
+
+// Arguments nested thousands deep, every object's members out of order, around a 256 KB string
+// (what took seconds of copying per call before canon put members in order with one copy):
+// the call runs once, the same value written in another order and spacing is replayed, and
+// the ledger, which holds the arguments nested inside the record, verifies.
+func TestDeepOutOfOrderArgumentsRunOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	const depth = 3000
+	leaf := `"` + strings.Repeat("x", 256<<10) + `"`
+	first := `{"deep":` + strings.Repeat(`{"b":`, depth) + leaf + strings.Repeat(`,"a":1}`, depth) + `,"amount":7}`
+	again := `{ "amount": 7, "deep": ` + strings.Repeat(`{"a": 1, "b": `, depth) + leaf + strings.Repeat(` }`, depth) + "}"
+	if x := call(t, w.Session, "charge", first); x.IsError || x.replayed() {
+		t.Fatalf("the first call: %s", x.text())
+	}
+	if x := call(t, w.Session, "charge", again); !x.replayed() {
+		t.Fatalf("the same arguments in another order were not replayed: %s", x.text())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("want 1 execution, got %d", n)
+	}
+	if out, err := exec.Command(efBin, "ledger", "verify", "--ledger", r.ledger).CombinedOutput(); err != nil {
+		t.Fatalf("ledger verify: %v\n%s", err, out)
+	}
+}
