@@ -215,14 +215,21 @@ func (v *memView) Now() time.Time {
 func (v *memView) Get(intent string) (*Record, error) { return v.records.get(intent), nil }
 
 func (v *memView) Scan(f Filter, fn func(*Record) bool) error {
+	if err := f.CheckByExpiry(); err != nil {
+		return err
+	}
 	recs := make([]*Record, 0, v.records.live)
 	v.records.each(func(rec *Record) bool {
-		if f.Match(rec) {
+		if f.Match(rec) && (!f.ByExpiry || !rec.ExpiresAt.IsZero()) {
 			recs = append(recs, rec)
 		}
 		return true
 	})
-	slices.SortFunc(recs, func(a, b *Record) int { return strings.Compare(a.Intent, b.Intent) })
+	if f.ByExpiry {
+		slices.SortFunc(recs, func(a, b *Record) int { return a.ExpiresAt.Compare(b.ExpiresAt) })
+	} else {
+		slices.SortFunc(recs, func(a, b *Record) int { return strings.Compare(a.Intent, b.Intent) })
+	}
 	for i, rec := range recs {
 		if f.Limit > 0 && i >= f.Limit {
 			break

@@ -80,7 +80,7 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 		err := e.update(ctx, func(tx Tx) error {
 			n = 0
 			var doomed []string
-			err := tx.Scan(Filter{States: []State{StateDone}, ExpiresBefore: tx.Now(), Limit: batch}, func(r *Record) bool {
+			err := tx.Scan(Filter{States: []State{StateDone}, ExpiresBefore: tx.Now(), Limit: batch, ByExpiry: true}, func(r *Record) bool {
 				doomed = append(doomed, r.Intent)
 				return true
 			})

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -70,7 +71,28 @@ type Filter struct {
 	ExpiresBefore time.Time
 	// After resumes a scan after this intent (exclusive).
 	After string
+	// Limit, when positive, stops the scan after that many records: the first in intent order,
+	// or with ByExpiry the first in expiry order.
 	Limit int
+	// ByExpiry orders the scan by ExpiresAt, the oldest first (records with the same instant in
+	// any order), instead of by intent, and selects only records that have one. It needs a
+	// Limit and no After. Sweep uses it: the SQL
+	// stores answer it from their expiry index, so each batch of a large expired backlog costs
+	// its own size, where the first records in intent order had to be sorted out of every
+	// expired record, batch after batch (40,000 expired records took 20 s to sweep).
+	ByExpiry bool
+}
+
+// errByExpiry is what a store answers to a ByExpiry scan without a Limit or with After.
+var errByExpiry = errors.New("fence: a ByExpiry scan needs a Limit and no After")
+
+// CheckByExpiry returns an error if f asks for ByExpiry without a Limit or with After; stores
+// call it before such a scan.
+func (f Filter) CheckByExpiry() error {
+	if f.ByExpiry && (f.Limit <= 0 || f.After != "") {
+		return errByExpiry
+	}
+	return nil
 }
 
 // Match reports whether rec is selected by f (stores may use it or an equivalent query).

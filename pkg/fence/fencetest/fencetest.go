@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SweepDropsExpired", testSweep},
+		{"ScanByExpiryOldestFirst", testScanByExpiry},
 		{"EvictDomainKeepsFloor", testEvictDomain},
 		{"QueriesCreateNoState", testQueriesNoState},
 		{"IntentOrderIsByteOrder", testIntentByteOrder},
@@ -1025,6 +1026,74 @@ func testSweep(t *testing.T, newStore Factory) {
 	c := mustCommit(t, eng, tk, `"old again"`)
 	if c.Hash == old.Hash {
 		t.Fatal("new execution produced the expired cert")
+	}
+}
+
+// testScanByExpiry: a ByExpiry scan gives the records that carry an expiry, the oldest first,
+// at most Limit of them, after the other terms of the filter; one without a Limit or with
+// After is refused. Sweep's batches are such scans.
+func testScanByExpiry(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	// Minutes from now to each record's expiry, in an order unrelated to the intents'; "open"
+	// is in flight and has none.
+	expiry := map[string]int{"m": -10, "a": -30, "z": -50, "q": -20, "b": -40, "d": 60, "open": 0}
+	var now time.Time
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		now = tx.Now()
+		for intent, min := range expiry {
+			rec := &fence.Record{Intent: intent, State: fence.StateInFlight, Tool: "t", Args: []byte("null"), ClaimedAt: now, LeaseUntil: now.Add(time.Hour), UpdatedAt: now}
+			if intent != "open" {
+				rec.State, rec.ExpiresAt = fence.StateDone, now.Add(time.Duration(min)*time.Minute)
+				rec.Cert = &fence.Cert{Intent: intent, Tool: "t", Args: []byte("null"), Result: []byte("null"), Hash: "h-" + intent}
+			}
+			if err := tx.Put(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := []fence.State{fence.StateDone}
+	for _, write := range []bool{false, true} {
+		run := st.View
+		if write {
+			run = st.Update
+		}
+		var problems []string
+		err := run(ctx, func(tx fence.Tx) error {
+			problems = problems[:0]
+			for _, c := range []struct {
+				f    fence.Filter
+				want []string
+			}{
+				{fence.Filter{ByExpiry: true, Limit: 3, States: done, ExpiresBefore: now}, []string{"z", "b", "a"}},
+				{fence.Filter{ByExpiry: true, Limit: 10, ExpiresBefore: now}, []string{"z", "b", "a", "q", "m"}},
+				{fence.Filter{ByExpiry: true, Limit: 10}, []string{"z", "b", "a", "q", "m", "d"}},
+				{fence.Filter{ByExpiry: true, Limit: 1, States: []fence.State{fence.StateInFlight}}, nil},
+			} {
+				var got []string
+				if err := tx.Scan(c.f, func(r *fence.Record) bool { got = append(got, r.Intent); return true }); err != nil {
+					return err // the store's own (a speculative commit may run fn again)
+				}
+				if !slices.Equal(got, c.want) {
+					problems = append(problems, fmt.Sprintf("%+v (write %v): got %q, want %q", c.f, write, got, c.want))
+				}
+			}
+			for _, f := range []fence.Filter{{ByExpiry: true}, {ByExpiry: true, Limit: 2, After: "a"}} {
+				if err := tx.Scan(f, func(*fence.Record) bool { return true }); err == nil {
+					problems = append(problems, fmt.Sprintf("%+v (write %v) was not refused", f, write))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Error(p)
+		}
 	}
 }
 

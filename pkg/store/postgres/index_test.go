@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,10 @@ func TestScanUsesOpenIndex(t *testing.T) {
 					a[j] = quoteLiteral(a[j])
 				}
 				lits[i] = "ARRAY[" + strings.Join(a, ", ") + "]"
+			case time.Time:
+				lits[i] = quoteLiteral(a.Format(time.RFC3339Nano)) + "::timestamptz"
+			case int:
+				lits[i] = strconv.Itoa(a)
 			default:
 				t.Fatalf("argument %T", a)
 			}
@@ -222,5 +227,15 @@ func TestScanUsesOpenIndex(t *testing.T) {
 	}
 	if p := plan(fence.Filter{States: []fence.State{fence.StateDone, fence.StateInFlight}}); strings.Contains(p, "effectfence_records_open") {
 		t.Errorf("scan including done records uses effectfence_records_open:\n%s", p)
+	}
+	// Sweep's batch (ByExpiry) reads the expiry index in its order: no sort of every expired
+	// record before the first of the batch can come.
+	for _, f := range []fence.Filter{
+		{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now().Add(time.Hour), Limit: 1000, ByExpiry: true},
+		{Limit: 10, ByExpiry: true},
+	} {
+		if p := plan(f); !strings.Contains(p, "effectfence_records_expiry") || strings.Contains(p, "Sort") {
+			t.Errorf("scan %+v does not read effectfence_records_expiry in order:\n%s", f, p)
+		}
 	}
 }

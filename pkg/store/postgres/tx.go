@@ -447,6 +447,9 @@ func (t *tx) Delete(intent string) error {
 // Match, the memory and SQLite stores), never the database's collation, which may be
 // linguistic (en_US: 'a' < 'B', '_x' < 'Z'): see scanQuery.
 func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
+	if err := f.CheckByExpiry(); err != nil {
+		return err
+	}
 	q, args := scanQuery(f)
 	type row struct {
 		intent string
@@ -504,8 +507,8 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 // spills to disk on a big ledger: 143 ms and a 30 MB temporary file for 100k records, where
 // the primary key's index scan took 20 ms (PostgreSQL 15, C.UTF-8); a Scan of them took about
 // half a second, most of it decoding, before and after the sort moved to Go (single runs,
-// noisy). A query with a Limit pays the sort on the rows it selects (Sweep's expired
-// records: a top-N sort of what the expiry index finds, as by the column's collation);
+// noisy). A query with a Limit pays the sort on the rows it selects (a top-N sort; Sweep's
+// expired records come instead by ByExpiry, in the expiry index's order, which needs none);
 // paging the whole table by After and Limit, which nothing does, would scan the table once
 // per page.
 func scanQuery(f fence.Filter) (string, []any) {
@@ -532,11 +535,19 @@ func scanQuery(f fence.Filter) (string, []any) {
 		args = append(args, f.ExpiresBefore)
 		where = append(where, fmt.Sprintf("expires_at IS NOT NULL AND expires_at <= $%d", len(args)))
 	}
+	if f.ByExpiry && f.ExpiresBefore.IsZero() {
+		where = append(where, "expires_at IS NOT NULL") // the expiry index holds only these
+	}
 	q := "SELECT intent, body FROM effectfence_records"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	if f.Limit > 0 {
+	switch {
+	case f.ByExpiry:
+		// The expiry index's own order: the index scan stops after Limit entries.
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(` ORDER BY expires_at LIMIT $%d`, len(args))
+	case f.Limit > 0:
 		args = append(args, f.Limit)
 		q += fmt.Sprintf(` ORDER BY intent COLLATE "C" LIMIT $%d`, len(args))
 	}

@@ -34,9 +34,17 @@ func TestScanQueriesUseIndexes(t *testing.T) {
 		{fence.Filter{States: []fence.State{fence.StateInFlight}}, "records_open"},
 		{fence.Filter{States: []fence.State{fence.StateFailed, fence.StateUnknown}}, "records_open"},
 		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now()}, "records_expires"},
+		// Sweep's batch: read in the index's order, with no sort of every expired record.
+		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now(), Limit: 1000, ByExpiry: true}, "records_expires"},
+		{fence.Filter{Limit: 10, ByExpiry: true}, "records_expires"},
 	} {
 		q, args := scanQuery(c.f)
-		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, append(args, "", 10)...)
+		if c.f.ByExpiry {
+			args = append(args, 10)
+		} else {
+			args = append(args, "", 10)
+		}
+		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,6 +60,9 @@ func TestScanQueriesUseIndexes(t *testing.T) {
 		rows.Close()
 		if !strings.Contains(strings.Join(plan, "; "), "INDEX "+c.index) {
 			t.Errorf("%+v: plan %q does not use %s", c.f, plan, c.index)
+		}
+		if c.f.ByExpiry && strings.Contains(strings.Join(plan, "; "), "TEMP B-TREE") {
+			t.Errorf("%+v: plan %q sorts", c.f, plan)
 		}
 	}
 }

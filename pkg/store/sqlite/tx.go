@@ -225,7 +225,8 @@ func (t *txn) Delete(intent string) error {
 }
 
 // scanQuery is Scan's query for f; its last two parameters, left for the caller, are the
-// intent to resume after and the page size.
+// intent to resume after and the page size (for f.ByExpiry, only the number of records: its
+// order comes from records_expires, and the scan reads them in one page).
 func scanQuery(f fence.Filter) (string, []any) {
 	var where []string
 	var args []any
@@ -246,6 +247,12 @@ func scanQuery(f fence.Filter) (string, []any) {
 		where = append(where, "expires_at IS NOT NULL AND expires_at <= ?")
 		args = append(args, f.ExpiresBefore.UnixNano())
 	}
+	if f.ByExpiry {
+		if f.ExpiresBefore.IsZero() {
+			where = append(where, "expires_at IS NOT NULL") // records_expires holds only these
+		}
+		return "SELECT intent, body FROM records WHERE " + strings.Join(where, " AND ") + " ORDER BY expires_at LIMIT ?", args
+	}
 	where = append(where, "intent > ?")
 	return "SELECT intent, body FROM records WHERE " + strings.Join(where, " AND ") + " ORDER BY intent LIMIT ?", args
 }
@@ -255,17 +262,27 @@ func scanQuery(f fence.Filter) (string, []any) {
 const scanPage = 256
 
 func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
+	if err := f.CheckByExpiry(); err != nil {
+		return err
+	}
 	q, args := scanQuery(f)
 	after, seen := f.After, 0
 	for {
 		page := scanPage
+		if f.ByExpiry {
+			page = f.Limit // one page: at most Limit records held at once
+		}
 		if f.Limit > 0 && f.Limit-seen < page {
 			page = f.Limit - seen
 		}
 		if page <= 0 {
 			return nil
 		}
-		rows, err := t.r.query(q, append(args, after, page)...)
+		params := append(args, after, page)
+		if f.ByExpiry {
+			params = append(args, page)
+		}
+		rows, err := t.r.query(q, params...)
 		if err != nil {
 			return t.s.wrap(err)
 		}
