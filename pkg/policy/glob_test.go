@@ -2,6 +2,8 @@ package policy
 
 import (
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,3 +58,30 @@ func TestMatchLongName(t *testing.T) {
 	}
 }
 
+// TestPerToolKeepsNoAgentNames: the settings of tools named by the agent are not kept for
+// names of any length: 64 calls of distinct 1 MB names kept 64 MB until the wrap process
+// ended. Their settings are still those of the entry they match.
+func TestPerToolKeepsNoAgentNames(t *testing.T) {
+	r := Resolve(mustParse(t, precedence), Flags{})
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for i := range 64 {
+		name := "refund_" + strings.Repeat(string(rune('a'+i%26)), 1<<20) + strconv.Itoa(i)
+		if s := r.Options.PerTool(name); !s.RerunSafe {
+			t.Fatalf("a refund_* tool: %+v, want rerun-safe", s)
+		}
+	}
+	after := heap()
+	runtime.KeepAlive(r)
+	if after > before && after-before > 8<<20 {
+		t.Fatalf("64 tool names of 1 MB left %d bytes in use", after-before)
+	}
+	if s := r.Options.PerTool("refund_x"); !s.RerunSafe {
+		t.Fatalf("refund_x: %+v", s)
+	}
+}
