@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // Path is a dotted path into a tool's arguments object ("customer.id"). Segments address
@@ -199,36 +200,31 @@ var keySeparators = strings.NewReplacer("_", "", "-", "")
 // injectKey sets args[prop] to value when the member is absent, null or "" and returns the new
 // arguments; ok is false when args were left alone. Only the member's value is written: every
 // other byte of args is kept as received.
+//
+// It and removeMember find members with jsonrpc's scanners once canon.Valid has accepted the
+// whole: a json.Decoder read token by token took about 100 ns and 17 bytes of allocation per
+// byte of arguments, seconds for a request of tens of megabytes.
 func injectKey(args []byte, prop, value string) ([]byte, bool) {
-	d := json.NewDecoder(bytes.NewReader(args))
-	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+	open, ok := validObject(args)
+	if !ok {
 		return args, false
 	}
 	v, _ := json.Marshal(value)
 	empty := true
-	for d.More() {
+	for m := range jsonrpc.Members(args) {
 		empty = false
-		tok, err := d.Token()
-		if err != nil {
-			return args, false
-		}
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return args, false
-		}
-		if tok != prop {
+		if !jsonrpc.KeyIs(args[m.Key:m.KeyEnd], prop) {
 			continue
 		}
-		if t := string(raw); t != `""` && t != "null" {
+		if t := string(args[m.Start:m.End]); t != `""` && t != "null" {
 			return args, false
 		}
-		end := int(d.InputOffset())
-		out := append(append(append([]byte{}, args[:end-len(raw)]...), v...), args[end:]...)
-		return out, true
+		out := make([]byte, 0, len(args)-(m.End-m.Start)+len(v))
+		return append(append(append(out, args[:m.Start]...), v...), args[m.End:]...), true
 	}
-	open := bytes.IndexByte(args, '{')
-	out := append([]byte{}, args[:open+1]...)
-	out = append(out, canon.AppendString(nil, prop)...)
+	out := make([]byte, 0, len(args)+len(prop)+len(v)+8)
+	out = append(out, args[:open+1]...)
+	out = canon.AppendString(out, prop)
 	out = append(out, ':')
 	out = append(out, v...)
 	if !empty {
@@ -237,43 +233,38 @@ func injectKey(args []byte, prop, value string) ([]byte, bool) {
 	return append(out, args[open+1:]...), true
 }
 
+// validObject says whether args is one valid JSON object, and where its '{' is.
+func validObject(args []byte) (int, bool) {
+	open := jsonrpc.SkipSpace(args, 0)
+	if open == len(args) || args[open] != '{' || !canon.Valid(args) {
+		return 0, false
+	}
+	return open, true
+}
+
 // removeMember returns args without its top-level member name (every other byte kept); ok is
 // false when there is no such member.
 func removeMember(args []byte, name string) ([]byte, bool) {
 	if !bytes.Contains(args, []byte(name)) && bytes.IndexByte(args, '\\') < 0 {
 		return args, false // the name is not there, not even escaped
 	}
-	d := json.NewDecoder(bytes.NewReader(args))
-	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+	if _, ok := validObject(args); !ok {
 		return args, false
 	}
-	type span struct{ start, end int } // from after the previous value (or '{') to the end of this one
-	var spans []span
-	hit := -1
-	for d.More() {
-		start := int(d.InputOffset())
-		tok, err := d.Token()
-		if err != nil {
-			return args, false
+	k, prevEnd := 0, 0
+	for m := range jsonrpc.Members(args) {
+		if !jsonrpc.KeyIs(args[m.Key:m.KeyEnd], name) {
+			k, prevEnd = k+1, m.End
+			continue
 		}
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return args, false
+		start, end := m.Key, m.End
+		if k > 0 {
+			start = jsonrpc.SkipSpace(args, prevEnd) // cut ", name: value"
+		} else if j := jsonrpc.SkipSpace(args, m.End); args[j] == ',' {
+			end = j + 1 // first of several: cut "name: value," up to the next member
 		}
-		spans = append(spans, span{start, int(d.InputOffset())})
-		if tok == name && hit < 0 {
-			hit = len(spans) - 1
-		}
+		out := make([]byte, 0, len(args)-(end-start))
+		return append(append(out, args[:start]...), args[end:]...), true
 	}
-	if hit < 0 {
-		return args, false
-	}
-	s := spans[hit]
-	out := append([]byte{}, args[:s.start]...)
-	switch {
-	case hit > 0: // cut ", name: value"
-	case len(spans) > 1: // first of several: cut "name: value," up to the next member
-		s.end = spans[1].start + bytes.IndexByte(args[spans[1].start:], ',') + 1
-	}
-	return append(out, args[s.end:]...), true
+	return args, false
 }

@@ -1,0 +1,170 @@
+package wrap
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// decoderInjectKey and decoderRemoveMember are injectKey and removeMember as they were, with a
+// json.Decoder read token by token: the reference the scanners' versions must agree with.
+func decoderInjectKey(args []byte, prop, value string) ([]byte, bool) {
+	d := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return args, false
+	}
+	v, _ := json.Marshal(value)
+	empty := true
+	for d.More() {
+		empty = false
+		tok, err := d.Token()
+		if err != nil {
+			return args, false
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return args, false
+		}
+		if tok != prop {
+			continue
+		}
+		if t := string(raw); t != `""` && t != "null" {
+			return args, false
+		}
+		end := int(d.InputOffset())
+		return append(append(append([]byte{}, args[:end-len(raw)]...), v...), args[end:]...), true
+	}
+	open := bytes.IndexByte(args, '{')
+	out := append([]byte{}, args[:open+1]...)
+	out = append(out, `"`+prop+`":`...)
+	out = append(out, v...)
+	if !empty {
+		out = append(out, ',')
+	}
+	return append(out, args[open+1:]...), true
+}
+
+func decoderRemoveMember(args []byte, name string) ([]byte, bool) {
+	d := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return args, false
+	}
+	type span struct{ start, end int }
+	var spans []span
+	hit := -1
+	for d.More() {
+		start := int(d.InputOffset())
+		tok, err := d.Token()
+		if err != nil {
+			return args, false
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return args, false
+		}
+		spans = append(spans, span{start, int(d.InputOffset())})
+		if tok == name && hit < 0 {
+			hit = len(spans) - 1
+		}
+	}
+	if hit < 0 {
+		return args, false
+	}
+	s := spans[hit]
+	out := append([]byte{}, args[:s.start]...)
+	switch {
+	case hit > 0:
+	case len(spans) > 1:
+		s.end = spans[1].start + bytes.IndexByte(args[spans[1].start:], ',') + 1
+	}
+	return append(out, args[s.end:]...), true
+}
+
+// randomArgs writes an arguments object: members in random order with white space anywhere,
+// names escaped or not, one of them maybe the name looked for, values of every kind.
+func randomArgs(r *rand.Rand, name string) []byte {
+	ws := func() string { return []string{"", "", " ", "\n\t", "  "}[r.IntN(5)] }
+	var b strings.Builder
+	b.WriteString(ws() + "{" + ws())
+	n := r.IntN(5)
+	at := r.IntN(n + 2) // the member named name, if at < n
+	for i := range n {
+		if i > 0 {
+			b.WriteString(ws() + "," + ws())
+		}
+		key := []string{`a`, `b\"`, `\u006b`, `é`, `x` + fmt.Sprint(i)}[r.IntN(5)]
+		if i == at {
+			key = name
+			if r.IntN(3) == 0 {
+				key = `\u` + fmt.Sprintf("%04x", name[0]) + name[1:]
+			}
+		}
+		b.WriteString(`"` + key + `"` + ws() + ":" + ws())
+		b.WriteString([]string{`null`, `""`, `"v"`, `1.50`, `[1,{"k":null}]`, `{"effectfence_repeat":1}`, `true`}[r.IntN(7)])
+	}
+	b.WriteString(ws() + "}" + ws())
+	return []byte(b.String())
+}
+
+// TestMembersEditedAsByTheDecoder: injectKey and removeMember give the bytes the json.Decoder
+// versions gave, on random arguments.
+func TestMembersEditedAsByTheDecoder(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 2026))
+	for range 20000 {
+		args := randomArgs(r, "k")
+		got, gotOK := injectKey(args, "k", "H")
+		want, wantOK := decoderInjectKey(args, "k", "H")
+		if gotOK != wantOK || string(got) != string(want) {
+			t.Fatalf("injectKey(%s) = %s %v, the decoder's %s %v", args, got, gotOK, want, wantOK)
+		}
+		args = randomArgs(r, RepeatArg)
+		got, gotOK = removeMember(args, RepeatArg)
+		want, wantOK = decoderRemoveMember(args, RepeatArg)
+		if gotOK != wantOK || string(got) != string(want) {
+			t.Fatalf("removeMember(%s) = %s %v, the decoder's %s %v", args, got, gotOK, want, wantOK)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{"a":}`, `{"a":1`, `{"a":1}x`, `"k"`} {
+		if out, ok := injectKey([]byte(bad), "k", "H"); ok || string(out) != bad {
+			t.Errorf("injectKey(%q) = %q %v", bad, out, ok)
+		}
+		if out, ok := removeMember([]byte(bad+`\`), RepeatArg); ok || string(out) != bad+`\` {
+			t.Errorf("removeMember(%q) = %q %v", bad, out, ok)
+		}
+	}
+}
+
+// TestMembersEditedInOnePass: editing the arguments of a large call costs one copy of them,
+// whatever their number of members (the json.Decoder versions allocated 17 bytes per byte).
+// Bytes allocated are counted, not time.
+func TestMembersEditedInOnePass(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{`)
+	for i := range 1 << 16 {
+		fmt.Fprintf(&b, `"k%06d":[1,"\n"],`, i)
+	}
+	b.WriteString(`"effectfence_repeat":"1","request_id":null}`)
+	args := []byte(b.String())
+	for _, c := range []struct {
+		what string
+		edit func() ([]byte, bool)
+	}{
+		{"removeMember", func() ([]byte, bool) { return removeMember(args, RepeatArg) }},
+		{"injectKey", func() ([]byte, bool) { return injectKey(args, "request_id", "H") }},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, ok := c.edit()
+		runtime.ReadMemStats(&after)
+		if !ok || !json.Valid(out) {
+			t.Fatalf("%s: %v", c.what, ok)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(len(args))+64<<10 {
+			t.Errorf("%s allocated %d bytes for arguments of %d bytes", c.what, alloc, len(args))
+		}
+	}
+}
