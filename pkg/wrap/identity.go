@@ -80,16 +80,21 @@ func remove(v any, p Path) {
 	}
 }
 
-// lookup returns the value at p, or nil (JSON null) when absent.
-func lookup(v any, p Path) any {
+// lookupCanonical returns the value at p in the canonical JSON c (valid, so the scanners may
+// read it, and without duplicate names), or null when absent, as lookup does in its decoded
+// form.
+func lookupCanonical(c []byte, p Path) json.RawMessage {
 	for _, seg := range p {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
+		if len(c) == 0 || c[0] != '{' {
+			return json.RawMessage("null")
 		}
-		v = m[seg]
+		start, end, _, _ := jsonrpc.Member(c, seg)
+		if start < 0 {
+			return json.RawMessage("null")
+		}
+		c = c[start:end]
 	}
-	return v
+	return c
 }
 
 // decode parses JSON keeping numbers as json.Number, so re-encoding changes no value.
@@ -151,14 +156,14 @@ func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, ke
 	id.fp = canon.Sum(canon.ToolCallCanonical(tool, c))
 	named := c
 	if len(key) > 0 {
-		v, err := decode(c)
-		if err != nil {
-			return id, err
-		}
-		fields := map[string]any{}
+		// Only the values at the key paths are read, from the canonical bytes: decoding the
+		// whole arguments to read a field took about 230 ns and 40 bytes of allocation per
+		// byte of them.
+		fields := make(map[string]json.RawMessage, len(key))
 		for _, p := range key {
-			fields[p.String()] = lookup(v, p)
+			fields[p.String()] = lookupCanonical(c, p)
 		}
+		var err error
 		if named, err = canon.Marshal(fields); err != nil {
 			return id, err
 		}

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/canon"
 )
 
 // decoderInjectKey and decoderRemoveMember are injectKey and removeMember as they were, with a
@@ -166,5 +168,86 @@ func TestMembersEditedInOnePass(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(len(args))+64<<10 {
 			t.Errorf("%s allocated %d bytes for arguments of %d bytes", c.what, alloc, len(args))
 		}
+	}
+}
+
+// decodedLookup is how identify read a --key field before: from the decoded arguments.
+func decodedLookup(v any, p Path) any {
+	for _, seg := range p {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[seg]
+	}
+	return v
+}
+
+// TestKeyFieldsReadAsDecoded: the --key fields read from the canonical bytes name the call
+// as the fields read from the decoded arguments did, present, absent, under a non-object, with
+// escaped names and numbers of every spelling.
+func TestKeyFieldsReadAsDecoded(t *testing.T) {
+	args := []string{
+		`{"order":{"id":"A-1","n":1.50e1},"x":[1,{"id":2}],"\u006bey":"é<&>","z":null,"s":"str"}`,
+		`{}`, `{"order":7}`, `{"order":{"id":{"deep":[1,2,{"a":"b"}]}}}`,
+	}
+	paths := [][]Path{{{"order", "id"}}, {{"order"}, {"key"}}, {{"x", "id"}}, {{"z"}, {"missing", "id"}}, {{"s", "id"}}, {{"order", "n"}}}
+	for _, a := range args {
+		for _, key := range paths {
+			got, err := identify("scope", "tool", []byte(a), nil, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := canon.JSON([]byte(a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := decode(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fields := map[string]any{}
+			for _, p := range key {
+				fields[p.String()] = decodedLookup(v, p)
+			}
+			named, err := canon.Marshal(fields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj := append(append([]byte(`{"args":`), named...), `,"scope":"scope","tool":"tool"}`...)
+			if want := canon.Sum(obj); got.hash != want {
+				t.Errorf("%s with --key %v: hash of %s, want of %s", a, key, got.hash, named)
+			}
+		}
+	}
+}
+
+// TestKeyFieldsReadWithoutDecoding: --key costs what the fields' values cost, not a decoding
+// of all the arguments (which took 40 bytes of allocation per byte of them). Bytes allocated
+// are counted, not time.
+func TestKeyFieldsReadWithoutDecoding(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{`)
+	for i := range 1 << 16 {
+		fmt.Fprintf(&b, `"k%06d":[1,"x"],`, i)
+	}
+	b.WriteString(`"order":{"id":"A-1"}}`)
+	args := []byte(b.String())
+	c, err := canon.JSON(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := func(key []Path) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if _, err := identifyCanon("scope", "tool", args, c, nil, key); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	without, with := alloc(nil), alloc([]Path{{"order", "id"}, {"k000001"}})
+	if with > without+64<<10 {
+		t.Fatalf("--key on arguments of %d bytes allocated %d bytes more than without", len(args), with-without)
 	}
 }
