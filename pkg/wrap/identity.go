@@ -65,19 +65,42 @@ func cutLast(s string) (string, string, bool) {
 	return s[:i], s[i+1:], true
 }
 
-// remove deletes the member at p from v (a decoded JSON value), if present.
-func remove(v any, p Path) {
+// withoutMember returns the canonical JSON c without the member at p, or c itself when there
+// is none, as deleting it from the decoded value and canonicalising again would: a member cut
+// from a canonical object leaves it canonical. c is left as it is.
+func withoutMember(c []byte, p Path) []byte {
+	lo, hi := 0, len(c) // c[lo:hi] is the value the rest of the path is in
 	for i, seg := range p {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return
+		v := c[lo:hi]
+		if len(v) == 0 || v[0] != '{' {
+			return c
 		}
-		if i == len(p)-1 {
-			delete(m, seg)
-			return
+		var hit jsonrpc.Span
+		found := false
+		for m := range jsonrpc.Members(v) {
+			if jsonrpc.KeyIs(v[m.Key:m.KeyEnd], seg) {
+				hit, found = m, true
+				break
+			}
 		}
-		v = m[seg]
+		if !found {
+			return c
+		}
+		if i < len(p)-1 {
+			lo, hi = lo+hit.Start, lo+hit.End
+			continue
+		}
+		start, end := lo+hit.Key, lo+hit.End
+		switch { // no white space in canonical JSON: a comma or a brace on each side
+		case c[start-1] == ',':
+			start--
+		case c[end] == ',':
+			end++
+		}
+		out := make([]byte, 0, len(c)-(end-start))
+		return append(append(out, c[:start]...), c[end:]...)
 	}
+	return c
 }
 
 // lookupCanonical returns the value at p in the canonical JSON c (valid, so the scanners may
@@ -95,20 +118,6 @@ func lookupCanonical(c []byte, p Path) json.RawMessage {
 		c = c[start:end]
 	}
 	return c
-}
-
-// decode parses JSON keeping numbers as json.Number, so re-encoding changes no value.
-func decode(raw []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	if d.More() {
-		return nil, fmt.Errorf("trailing data after the JSON value")
-	}
-	return v, nil
 }
 
 // identity is how one call is named in the ledger.
@@ -132,25 +141,18 @@ func identify(scope, tool string, args []byte, ignore []Path, key []Path) (ident
 // (decodeCall has it), which it then need not compute again.
 func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, key []Path) (identity, error) {
 	var id identity
-	if len(ignore) > 0 {
-		canonArgs = nil
-		v, err := decode(args)
-		if err != nil {
-			return id, err
-		}
-		for _, p := range ignore {
-			remove(v, p)
-		}
-		if args, err = canon.Marshal(v); err != nil {
-			return id, err
-		}
-	}
 	c := canonArgs
 	if c == nil {
 		var err error
 		if c, err = canon.JSON(args); err != nil {
 			return id, err
 		}
+	}
+	// Ignored fields are cut from the canonical bytes: decoding the arguments, deleting them
+	// and encoding and canonicalising the rest took about 260 ns and 68 bytes of allocation
+	// per byte of arguments.
+	for _, p := range ignore {
+		c = withoutMember(c, p)
 	}
 	id.args = c
 	id.fp = canon.Sum(canon.ToolCallCanonical(tool, c))
