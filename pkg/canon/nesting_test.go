@@ -166,3 +166,39 @@ func BenchmarkJSONDeepOutOfOrder(b *testing.B) {
 		}
 	}
 }
+
+// TestManyMembersAllocateLittle: the members of a large object are kept in one slice grown by
+// doubling, shared by every object of the text, not a slice per object grown by append (by a
+// quarter once large, five times the members' size in all, in fresh pages: 2,000,000 members
+// cost 560 MB and over a second of copying and page faults). Bytes allocated are counted.
+func TestManyMembersAllocateLittle(t *testing.T) {
+	for _, order := range []string{"in order", "reversed"} {
+		var b strings.Builder
+		b.WriteString(`{`)
+		const n = 1 << 18
+		for i := range n {
+			k := i
+			if order == "reversed" {
+				k = n - i
+			}
+			fmt.Fprintf(&b, `"k%07d":{"a":1},`, k)
+		}
+		b.WriteString(`"z":1}`)
+		in := []byte(b.String())
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, err := JSON(in)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The output (twice for an object put in order), a string and a span per name, and
+		// the members' slice: 56 bytes a member, four times over at worst (doubled once just
+		// past a power of two, as here, plus the halves before). Before: 104.7 MB in order,
+		// 113.9 MB reversed; now 65.8 and 75.0 MB.
+		limit := 2*uint64(len(out)) + n*(16+16) + 4*n*56 + 1<<20
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > limit {
+			t.Errorf("%s: %d bytes allocated for an object of %d members (%d bytes); want at most %d", order, alloc, n, len(in), limit)
+		}
+	}
+}

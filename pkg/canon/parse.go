@@ -55,8 +55,15 @@ type parser struct {
 	buf      []byte // scratch for decoded strings
 	scratch  []byte // scratch for an object reordered in place
 	deferred []deferredObject
-	inPlace  int // see reorderInPlace
-	moved    int // bytes of output copied again to put members in order (tests read it)
+	// members holds the members of the objects being parsed, the innermost's last: an object
+	// pushes each member once its value (and the objects inside it, which pop theirs) has been
+	// read. One slice for the whole text, grown by doubling: a slice per object grown by
+	// append (by a quarter once large) allocated five times the members of a large object, in
+	// fresh pages each time (2,000,000 members, 34 MB: 648 MB allocated and 3.2-3.5 s in a new
+	// process, now 286 MB and 1.6-1.8 s).
+	members []member
+	inPlace int // see reorderInPlace
+	moved   int // bytes of output copied again to put members in order (tests read it)
 }
 
 func (p *parser) errf(format string, a ...any) error {
@@ -317,7 +324,7 @@ func (p *parser) object(depth int) error {
 	}
 	open := len(p.out) - 1
 	inner := len(p.deferred)
-	var ms []member
+	base := len(p.members) // this object's members are p.members[base:]
 	wide := false
 	for {
 		p.ws()
@@ -333,7 +340,7 @@ func (p *parser) object(depth int) error {
 			return p.errf("expected : after a member name")
 		}
 		p.i++
-		if len(ms) > 0 {
+		if len(p.members) > base {
 			p.out = append(p.out, ',')
 		}
 		m := member{key: key, span: span{start: int32(len(p.out)), lo: int32(len(p.deferred))}}
@@ -349,7 +356,7 @@ func (p *parser) object(depth int) error {
 				break
 			}
 		}
-		ms = append(ms, m)
+		p.push(m)
 		p.ws()
 		if p.i >= len(p.in) {
 			return p.errf("unterminated object")
@@ -365,6 +372,8 @@ func (p *parser) object(depth int) error {
 		break
 	}
 	p.out = append(p.out, '}')
+	ms := p.members[base:]
+	p.members = p.members[:base] // ms stays valid: nothing is pushed before it is done with
 	// RFC 8785 orders members by the UTF-16 code units of their names; UTF-8 byte order
 	// agrees unless a name has a rune above U+FFFF.
 	cmp := func(a, b member) int { return strings.Compare(a.key, b.key) }
@@ -410,6 +419,16 @@ func (p *parser) object(depth int) error {
 	}
 	p.out = append(p.out, '}')
 	return nil
+}
+
+// push appends m to p.members, doubling its capacity when full.
+func (p *parser) push(m member) {
+	if len(p.members) == cap(p.members) {
+		grown := make([]member, len(p.members), max(16, 2*cap(p.members)))
+		copy(grown, p.members)
+		p.members = grown
+	}
+	p.members = append(p.members, m)
 }
 
 // reorder writes out[start:end] to dst with the deferred objects inside it, deferred[lo:hi],

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // A tool pattern is a tool name, or a glob when it holds '*' (any run of characters, none
@@ -28,9 +29,41 @@ func checkPattern(p string) error {
 // specificity is a glob's number of literal characters ('?' counts: it fixes a position).
 func specificity(p string) int { return len([]rune(p)) - strings.Count(p, "*") }
 
-// match reports whether name matches the pattern.
+// match reports whether name matches the pattern. The name is the agent's (a tools/call's
+// "name", up to a message's size), so it is read as literal characters (a '*' in it is a
+// star, not a wildcard) and matched in one pass over it with no recursion and no allocation:
+// after a mismatch, the last '*' of the pattern swallows one more character of the name and
+// the pattern resumes after it. That costs at most len(p) steps per character of the name.
+// intersect, which match used to be, recursed once per character (an 8 MB name overflowed
+// the stack, a fatal error) and kept a map entry per step.
 func match(p, name string) bool {
-	return intersect(p, name) // a name is a pattern without wildcards
+	pi, ni := 0, 0
+	star, mark := -1, 0 // the pattern after its last '*' met, and where in name that '*' ends
+	for ni < len(name) {
+		if pi < len(p) {
+			pr, pw := utf8.DecodeRuneInString(p[pi:])
+			nr, nw := utf8.DecodeRuneInString(name[ni:])
+			switch {
+			case pr == '*':
+				pi += pw
+				star, mark = pi, ni
+				continue
+			case pr == '?' || pr == nr:
+				pi, ni = pi+pw, ni+nw
+				continue
+			}
+		}
+		if star < 0 {
+			return false
+		}
+		_, nw := utf8.DecodeRuneInString(name[mark:])
+		mark += nw
+		pi, ni = star, mark
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
 }
 
 // intersect reports whether some name matches both patterns. It walks both at once: a '*' may

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
@@ -132,7 +133,11 @@ func Resolve(p *Policy, f Flags) Resolved {
 	}
 	flags := f.Options
 	fenceSet, passSet, rerunSet := set(flags.Fence), set(flags.Pass), set(flags.RerunSafe)
-	var cache sync.Map // tool -> wrap.ToolSettings: a tool's settings never change in a run
+	// cache maps tool -> wrap.ToolSettings: a tool's settings never change in a run. The names
+	// are the agent's, any it likes, so only short ones are kept and only up to maxCached of
+	// them; others are worked out again each time (a few comparisons per policy entry).
+	var cache sync.Map
+	var cached atomic.Int64
 	opt.PerTool = func(tool string) wrap.ToolSettings {
 		if s, ok := cache.Load(tool); ok {
 			return s.(wrap.ToolSettings)
@@ -174,11 +179,20 @@ func Resolve(p *Policy, f Flags) Resolved {
 		if flags.NoElicit[tool] {
 			s.NoElicit = true
 		}
-		cache.Store(tool, s)
+		if len(tool) <= maxCachedName && cached.Add(1) <= maxCached {
+			cache.Store(tool, s)
+		}
 		return s
 	}
 	return r
 }
+
+// maxCached and maxCachedName bound Resolve's cache of tool settings: an agent that called
+// tools of a million distinct names, or of names megabytes long, kept them all in memory.
+const (
+	maxCached     = 4096
+	maxCachedName = 256
+)
 
 func set(xs []string) map[string]bool {
 	m := make(map[string]bool, len(xs))

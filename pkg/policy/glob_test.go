@@ -1,0 +1,87 @@
+package policy
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestMatchAgreesWithIntersect: for names without wildcards, match says what intersect (the
+// matcher it replaced, still used for two patterns) says, over random patterns and names with
+// multi-byte and invalid UTF-8 characters.
+func TestMatchAgreesWithIntersect(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 2026))
+	pick := func(alphabet []string, n int) string {
+		var b strings.Builder
+		for range n {
+			b.WriteString(alphabet[r.IntN(len(alphabet))])
+		}
+		return b.String()
+	}
+	pat := []string{"a", "b", "é", "*", "?", "?"}
+	nam := []string{"a", "b", "é", "\xff", "ab"}
+	for range 20000 {
+		p := pick(pat, r.IntN(7))
+		if checkPattern(p) != nil {
+			continue
+		}
+		name := pick(nam, r.IntN(9))
+		if got, want := match(p, name), intersect(p, name); got != want {
+			t.Fatalf("match(%q, %q) = %v, intersect says %v", p, name, got, want)
+		}
+	}
+}
+
+// TestMatchLongName: a tool name is the agent's, as long as a message. Matching it against a
+// glob takes no memory and no recursion (the recursive matcher allocated about 220 bytes per
+// character of the name, 1 MB took a second, and an 8 MB name overflowed the stack and killed
+// the process). A '*' or '?' in a name is the character, not a wildcard.
+func TestMatchLongName(t *testing.T) {
+	long := "db_" + strings.Repeat("a", 1<<20)
+	for _, c := range []struct {
+		p, name string
+		want    bool
+	}{
+		{"*", long, true}, {"db_*", long, true}, {"db_*b", long, false}, {"*a?a*", long, true},
+		{"d*a*a*a*b", long, false}, {"?x_*", long, false}, {"?b_*", long, true},
+		{"db_*y", "db_*", false}, {"db_?", "db_*", true}, {"db_x", "db_?", false},
+	} {
+		var got bool
+		if allocs := testing.AllocsPerRun(1, func() { got = match(c.p, c.name) }); allocs != 0 {
+			t.Errorf("match(%q, name of %d bytes) made %v allocations, want none", c.p, len(c.name), allocs)
+		}
+		if got != c.want {
+			t.Errorf("match(%q, %.20q) = %v, want %v", c.p, c.name, got, c.want)
+		}
+	}
+}
+
+// TestPerToolKeepsNoAgentNames: the settings of tools named by the agent are not kept for
+// names of any length: 64 calls of distinct 1 MB names kept 64 MB until the wrap process
+// ended. Their settings are still those of the entry they match.
+func TestPerToolKeepsNoAgentNames(t *testing.T) {
+	r := Resolve(mustParse(t, precedence), Flags{})
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for i := range 64 {
+		name := "refund_" + strings.Repeat(string(rune('a'+i%26)), 1<<20) + strconv.Itoa(i)
+		if s := r.Options.PerTool(name); !s.RerunSafe {
+			t.Fatalf("a refund_* tool: %+v, want rerun-safe", s)
+		}
+	}
+	after := heap()
+	runtime.KeepAlive(r)
+	if after > before && after-before > 8<<20 {
+		t.Fatalf("64 tool names of 1 MB left %d bytes in use", after-before)
+	}
+	if s := r.Options.PerTool("refund_x"); !s.RerunSafe {
+		t.Fatalf("refund_x: %+v", s)
+	}
+}
