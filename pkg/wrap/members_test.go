@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,75 +16,83 @@ import (
 // decoderInjectKey and decoderRemoveMember are injectKey and removeMember as they were, with a
 // json.Decoder read token by token: the reference the scanners' versions must agree with.
 func decoderInjectKey(args []byte, prop, value string) ([]byte, bool) {
-	d := json.NewDecoder(bytes.NewReader(args))
-	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+	ms, err := decoderMembers(args)
+	if ms == nil && err != nil {
 		return args, false
 	}
 	v, _ := json.Marshal(value)
-	empty := true
-	for d.More() {
-		empty = false
-		tok, err := d.Token()
-		if err != nil {
-			return args, false
-		}
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return args, false
-		}
-		if tok != prop {
+	for _, m := range ms {
+		if m.name != prop {
 			continue
 		}
-		if t := string(raw); t != `""` && t != "null" {
+		if t := string(m.raw); t != `""` && t != "null" {
 			return args, false
 		}
-		end := int(d.InputOffset())
-		return append(append(append([]byte{}, args[:end-len(raw)]...), v...), args[end:]...), true
+		return append(append(append([]byte{}, args[:m.end-len(m.raw)]...), v...), args[m.end:]...), true
+	}
+	if err != nil {
+		return args, false
 	}
 	open := bytes.IndexByte(args, '{')
 	out := append([]byte{}, args[:open+1]...)
 	out = append(out, `"`+prop+`":`...)
 	out = append(out, v...)
-	if !empty {
+	if len(ms) > 0 {
 		out = append(out, ',')
 	}
 	return append(out, args[open+1:]...), true
 }
 
 func decoderRemoveMember(args []byte, name string) ([]byte, bool) {
-	d := json.NewDecoder(bytes.NewReader(args))
-	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+	ms, err := decoderMembers(args)
+	if err != nil {
 		return args, false
 	}
-	type span struct{ start, end int }
-	var spans []span
-	hit := -1
-	for d.More() {
-		start := int(d.InputOffset())
-		tok, err := d.Token()
-		if err != nil {
-			return args, false
-		}
-		var raw json.RawMessage
-		if err := d.Decode(&raw); err != nil {
-			return args, false
-		}
-		spans = append(spans, span{start, int(d.InputOffset())})
-		if tok == name && hit < 0 {
-			hit = len(spans) - 1
-		}
-	}
+	hit := slices.IndexFunc(ms, func(m decoderMember) bool { return m.name == name })
 	if hit < 0 {
 		return args, false
 	}
-	s := spans[hit]
+	s := ms[hit]
 	out := append([]byte{}, args[:s.start]...)
 	switch {
 	case hit > 0:
-	case len(spans) > 1:
-		s.end = spans[1].start + bytes.IndexByte(args[spans[1].start:], ',') + 1
+	case len(ms) > 1:
+		s.end = ms[1].start + bytes.IndexByte(args[ms[1].start:], ',') + 1
 	}
 	return append(out, args[s.end:]...), true
+}
+
+// decoderMember is a top-level member as the json.Decoder versions read it: its name, where
+// reading it began (after the previous value, or the '{'), its value and where that ends.
+type decoderMember struct {
+	name       string
+	start, end int
+	raw        json.RawMessage
+}
+
+// decoderMembers reads the members of the object args with a json.Decoder, token by token, up
+// to the first that does not read; err says why it stopped early (ms is nil when args is not
+// an object).
+func decoderMembers(args []byte) (ms []decoderMember, err error) {
+	d := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("not an object")
+	}
+	ms = []decoderMember{}
+	for d.More() {
+		m := decoderMember{start: int(d.InputOffset())}
+		tok, err := d.Token()
+		if err != nil {
+			return ms, err
+		}
+		if err := d.Decode(&m.raw); err != nil {
+			return ms, err
+		}
+		m.name, _ = tok.(string)
+		m.end = int(d.InputOffset())
+		ms = append(ms, m)
+	}
+	return ms, nil
 }
 
 // randomArgs writes an arguments object: members in random order with white space anywhere,
@@ -226,27 +235,8 @@ func TestKeyFieldsReadAsDecoded(t *testing.T) {
 // of all the arguments (which took 40 bytes of allocation per byte of them). Bytes allocated
 // are counted, not time.
 func TestKeyFieldsReadWithoutDecoding(t *testing.T) {
-	var b strings.Builder
-	b.WriteString(`{`)
-	for i := range 1 << 16 {
-		fmt.Fprintf(&b, `"k%06d":[1,"x"],`, i)
-	}
-	b.WriteString(`"order":{"id":"A-1"}}`)
-	args := []byte(b.String())
-	c, err := canon.JSON(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc := func(key []Path) uint64 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		if _, err := identifyCanon("scope", "tool", args, c, nil, key); err != nil {
-			t.Fatal(err)
-		}
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
-	}
-	without, with := alloc(nil), alloc([]Path{{"order", "id"}, {"k000001"}})
+	args, c := wideArgs(t, `{"id":"A-1"}`)
+	without, with := identifyAlloc(t, args, c, nil, nil), identifyAlloc(t, args, c, nil, []Path{{"order", "id"}, {"k000001"}})
 	if with > without+64<<10 {
 		t.Fatalf("--key on arguments of %d bytes allocated %d bytes more than without", len(args), with-without)
 	}
@@ -321,28 +311,38 @@ func TestIgnoredFieldsCutAsDecoded(t *testing.T) {
 // field, not a decoding and encoding of all of them (68 bytes of allocation per byte of
 // arguments). Bytes allocated are counted, not time.
 func TestIgnoredFieldsCutWithoutDecoding(t *testing.T) {
+	args, c := wideArgs(t, `{"id":"A-1","ts":1}`)
+	without, with := identifyAlloc(t, args, c, nil, nil), identifyAlloc(t, args, c, []Path{{"order", "ts"}, {"k000001"}}, nil)
+	if with > without+2*uint64(len(c))+64<<10 {
+		t.Fatalf("--ignore-field of two fields in arguments of %d bytes allocated %d bytes more than without", len(args), with-without)
+	}
+}
+
+// wideArgs is an arguments object of 65,536 members and then "order" with the value order,
+// and its canonical form.
+func wideArgs(t *testing.T, order string) (args, c []byte) {
 	var b strings.Builder
 	b.WriteString(`{`)
 	for i := range 1 << 16 {
 		fmt.Fprintf(&b, `"k%06d":[1,"x"],`, i)
 	}
-	b.WriteString(`"order":{"id":"A-1","ts":1}}`)
-	args := []byte(b.String())
+	b.WriteString(`"order":` + order + `}`)
+	args = []byte(b.String())
 	c, err := canon.JSON(args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc := func(ignore []Path) uint64 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		if _, err := identifyCanon("scope", "tool", args, c, ignore, nil); err != nil {
-			t.Fatal(err)
-		}
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
+	return args, c
+}
+
+// identifyAlloc is how many bytes identifyCanon allocates to name a call of args (canonical
+// form c) with the given --ignore-field and --key paths.
+func identifyAlloc(t *testing.T, args, c []byte, ignore, key []Path) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := identifyCanon("scope", "tool", args, c, ignore, key); err != nil {
+		t.Fatal(err)
 	}
-	without, with := alloc(nil), alloc([]Path{{"order", "ts"}, {"k000001"}})
-	if with > without+2*uint64(len(c))+64<<10 {
-		t.Fatalf("--ignore-field of two fields in arguments of %d bytes allocated %d bytes more than without", len(args), with-without)
-	}
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
