@@ -281,15 +281,14 @@ func (p *parser) array(depth int) error {
 
 // member is one member of an object being parsed: its name and where it was written.
 type member struct {
-	key     string
-	sortKey []uint16 // nil when the key is ASCII-sortable bytewise (no rune above U+FFFF)
+	key string
 	span
 }
 
 // span is where a member's canonical `"name":value` was written, out[start:end], with the
-// deferred objects inside its value, deferred[lo:hi]. int32 keeps members as small as they
-// were before spans held the deferred objects: JSON takes at most MaxInput (64 MiB) bytes, and
-// the canonical form is at most about 5 times longer (1e20 becomes 21 digits).
+// deferred objects inside its value, deferred[lo:hi]. int32 keeps a member at 32 bytes: JSON
+// takes at most MaxInput (64 MiB) bytes, and the canonical form is at most about 5 times
+// longer (1e20 becomes 21 digits).
 type span struct {
 	start, end int32
 	lo, hi     int32
@@ -378,10 +377,7 @@ func (p *parser) object(depth int) error {
 	// agrees unless a name has a rune above U+FFFF.
 	cmp := func(a, b member) int { return strings.Compare(a.key, b.key) }
 	if wide {
-		for k := range ms {
-			ms[k].sortKey = utf16.Encode([]rune(ms[k].key))
-		}
-		cmp = func(a, b member) int { return slices.Compare(a.sortKey, b.sortKey) }
+		cmp = func(a, b member) int { return compareUTF16(a.key, b.key) }
 	}
 	if slices.IsSortedFunc(ms, cmp) {
 		// Written in order already (one member, or names in order): check for duplicates.
@@ -421,10 +417,52 @@ func (p *parser) object(depth int) error {
 	return nil
 }
 
+// compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units, as RFC 8785 orders
+// member names, without encoding them: runes compare as themselves, except that a rune above
+// U+FFFF (two code units, the first a surrogate from U+D800) sorts below the runes from
+// U+E000 to U+FFFF. Valid UTF-8 holds no surrogates, so the first code units decide unless
+// both runes are above U+FFFF, and then the runes' own order is their code units'.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return cmpUnits(firstUnit(ra), firstUnit(rb), ra, rb)
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmpInt(len(a), len(b))
+}
+
+// firstUnit is the first UTF-16 code unit of r.
+func firstUnit(r rune) rune {
+	if r > 0xFFFF {
+		return 0xD800 + (r-0x10000)>>10
+	}
+	return r
+}
+
+func cmpUnits(ua, ub, ra, rb rune) int {
+	if ua != ub {
+		return cmpInt(int(ua), int(ub))
+	}
+	return cmpInt(int(ra), int(rb))
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // push appends m to p.members, doubling its capacity when full.
 func (p *parser) push(m member) {
 	if len(p.members) == cap(p.members) {
-		grown := make([]member, len(p.members), max(16, 2*cap(p.members)))
+		grown := make([]member, len(p.members), max(8, 2*cap(p.members)))
 		copy(grown, p.members)
 		p.members = grown
 	}
