@@ -94,6 +94,7 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	// What an agent sends can end up in a log line: each entry is escaped into one line.
 	logger := log.New(safetext.NewLogWriter(io.err), "effectfence serve: ", log.LstdFlags)
 	opts.Log = io.err
+	opts.SweepInBackground = true // the first call does not wait for a backlog of expired outcomes
 	led, err := store.Open(ctx, opts)
 	if err != nil {
 		return err

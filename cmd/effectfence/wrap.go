@@ -128,6 +128,7 @@ func wrapCommand(io streams) *cli.Command {
 				return usageErr("cannot run the MCP server command %q: %v; nothing was started and no ledger was created", argv[0], unwrapExec(err))
 			}
 			so.Log = io.err
+			so.SweepInBackground = true // the agent's first call does not wait for a backlog of expired outcomes
 			led, err := store.Open(ctx, so)
 			if err != nil {
 				return err

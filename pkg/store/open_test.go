@@ -245,3 +245,75 @@ func waitFor(t *testing.T, log *syncbuf.Buffer, want string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A ledger opened with SweepInBackground (wrap, serve) is answered at once, before its backlog
+// of expired outcomes is dropped, and its own goroutine then drops them; opened without it
+// (the ledger commands), it returns with them gone.
+func TestSweepInBackground(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	const expired = 3
+	expire := func() {
+		l, err := store.Open(ctx, store.Options{Ledger: path, ResultTTL: 50 * time.Millisecond, SweepEvery: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range expired {
+			adm, err := l.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("old:%d", i), Tool: "send", Args: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Commit(ctx, *adm.Ticket, []byte(`"sent"`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // past the 50 ms they are kept
+	}
+	done := func(l *store.Ledger) int {
+		n := 0
+		err := l.Store().View(ctx, func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateDone}}, func(*fence.Record) bool { n++; return true })
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	expire()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer store.SetTestHookFirstSweep(func() { close(entered); <-release })()
+	l, err := store.Open(ctx, store.Options{Ledger: path, ResultTTL: 50 * time.Millisecond, SweepEvery: time.Hour, SweepInBackground: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	defer let() // before Close, which waits for the goroutine the hook holds
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no sweep began in the background within 30 s of Open")
+	}
+	if n := done(l); n != expired {
+		t.Fatalf("Open with SweepInBackground returned with %d of %d expired outcomes left: it swept before answering", n, expired)
+	}
+	let()
+	waitSwept(t, l) // the background goroutine's first sweep, not the hourly one
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	expire()
+	l, err = store.Open(ctx, store.Options{Ledger: path, ResultTTL: 50 * time.Millisecond, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if n := done(l); n != 0 {
+		t.Fatalf("Open without SweepInBackground returned with %d expired outcomes left", n)
+	}
+}
