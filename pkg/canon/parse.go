@@ -2,6 +2,7 @@ package canon
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -375,24 +376,21 @@ func (p *parser) object(depth int) error {
 	p.members = p.members[:base] // ms stays valid: nothing is pushed before it is done with
 	// RFC 8785 orders members by the UTF-16 code units of their names; UTF-8 byte order
 	// agrees unless a name has a rune above U+FFFF.
-	cmp := func(a, b member) int { return strings.Compare(a.key, b.key) }
+	order := func(a, b member) int { return strings.Compare(a.key, b.key) }
 	if wide {
-		cmp = func(a, b member) int { return compareUTF16(a.key, b.key) }
+		order = func(a, b member) int { return compareUTF16(a.key, b.key) }
 	}
-	if slices.IsSortedFunc(ms, cmp) {
-		// Written in order already (one member, or names in order): check for duplicates.
-		for k := 1; k < len(ms); k++ {
-			if ms[k-1].key == ms[k].key {
-				return &DuplicateKeyError{Key: ms[k].key}
-			}
-		}
-		return nil
+	inOrder := slices.IsSortedFunc(ms, order) // one member, or names written in order
+	if !inOrder {
+		slices.SortStableFunc(ms, order)
 	}
-	slices.SortStableFunc(ms, cmp)
 	for k := 1; k < len(ms); k++ {
 		if ms[k-1].key == ms[k].key {
 			return &DuplicateKeyError{Key: ms[k].key}
 		}
+	}
+	if inOrder {
+		return nil // written as it must be
 	}
 	if len(p.out)-open > p.inPlace {
 		spans := make([]span, len(ms))
@@ -427,11 +425,14 @@ func compareUTF16(a, b string) int {
 		ra, na := utf8.DecodeRuneInString(a)
 		rb, nb := utf8.DecodeRuneInString(b)
 		if ra != rb {
-			return cmpUnits(firstUnit(ra), firstUnit(rb), ra, rb)
+			if ua, ub := firstUnit(ra), firstUnit(rb); ua != ub {
+				return cmp.Compare(ua, ub)
+			}
+			return cmp.Compare(ra, rb)
 		}
 		a, b = a[na:], b[nb:]
 	}
-	return cmpInt(len(a), len(b))
+	return cmp.Compare(len(a), len(b))
 }
 
 // firstUnit is the first UTF-16 code unit of r.
@@ -440,23 +441,6 @@ func firstUnit(r rune) rune {
 		return 0xD800 + (r-0x10000)>>10
 	}
 	return r
-}
-
-func cmpUnits(ua, ub, ra, rb rune) int {
-	if ua != ub {
-		return cmpInt(int(ua), int(ub))
-	}
-	return cmpInt(int(ra), int(rb))
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // push appends m to p.members, doubling its capacity when full.
