@@ -278,11 +278,11 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		if page <= 0 {
 			return nil
 		}
-		params := append(args, after, page)
-		if f.ByExpiry {
-			params = append(args, page)
+		params := args
+		if !f.ByExpiry {
+			params = append(params, after)
 		}
-		rows, err := t.r.query(q, params...)
+		rows, err := t.r.query(q, append(params, page)...)
 		if err != nil {
 			return t.s.wrap(err)
 		}
