@@ -369,6 +369,8 @@ func serveBadInputOverStdio(t *testing.T, bin string) {
 		{"wrong argument type", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":["a"],"tool":"t"}}}`, 0, "got array, want string"},
 		{"empty intent", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"","tool":"t"}}}`, 0, "must not be empty"},
 		{"10 MB arguments", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"fence_prepare","arguments":` + huge + `}}`, 0, "at most 1048576 are accepted"},
+		// Past the bound on one message the line is not read whole: refused unread (id null).
+		{"a 65 MiB line", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"big","tool":"upload","args":{"blob":"` + strings.Repeat("x", 65<<20) + `"}}}}`, -32600, "message longer than 67108864 bytes refused"},
 	}
 	for _, c := range cases {
 		r := exchange(c.line)

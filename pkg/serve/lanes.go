@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -160,20 +159,28 @@ func (sc *scheduler) answer(l lane, msg []byte) (b []byte) {
 }
 
 // readLines sends each line of in (newline included) to lines until in ends; then it sends
-// the error (io.EOF at the end) to done.
-func readLines(in io.Reader, lines chan<- []byte, done chan<- error, stop <-chan struct{}) {
-	r := bufio.NewReader(in)
+// the error (io.EOF at the end) to done. A line longer than max bytes is not kept: reading
+// it costs at most max bytes of memory, the client gets an error response (its id unread,
+// so null) on out, and reading goes on after it.
+func readLines(in io.Reader, max int, out io.Writer, lines chan<- []byte, done chan<- error, stop <-chan struct{}) {
+	r := jsonrpc.NewReader(in, max)
 	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			select {
-			case lines <- line:
-			case <-stop:
+		line, err := r.ReadLine()
+		if err == jsonrpc.ErrTooLong {
+			msg := jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", max)})
+			if _, err := out.Write(append(msg, '\n')); err != nil {
+				done <- err
 				return
 			}
+			continue
 		}
 		if err != nil {
 			done <- err
+			return
+		}
+		select {
+		case lines <- append(line, '\n'):
+		case <-stop:
 			return
 		}
 	}

@@ -37,7 +37,14 @@ const (
 	DefaultMaxArgBytes = 1 << 20
 	// MaxWait bounds wait_secs of fence_prepare.
 	MaxWait = 60
+	// MaxMessage bounds one message from the client (64 MiB, as wrap's), or MaxArgBytes and
+	// 64 KiB for the rest of the message when that is more: a longer line is refused with a
+	// JSON-RPC error and skipped, never held whole in memory.
+	MaxMessage = 64 << 20
 )
+
+// maxMessage is MaxMessage; a variable so tests can lower it.
+var maxMessage = MaxMessage
 
 // Options tune a Server. The zero value means the defaults.
 type Options struct {
@@ -129,7 +136,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 
 	lines, readDone, stop := make(chan []byte), make(chan error, 1), make(chan struct{})
 	defer close(stop)
-	go readLines(in, lines, readDone, stop)
+	go readLines(in, max(maxMessage, s.opts.MaxArgBytes+64<<10), w, lines, readDone, stop)
 	var readErr error
 route:
 	for {
