@@ -496,6 +496,11 @@ type stream struct {
 	queue [][]byte      // notifications and requests routed here, in order
 	ready chan struct{} // a signal (buffer 1) that queue grew
 	gone  chan struct{} // closed when the HTTP response ended
+
+	// The session's list of SSE request streams that take other messages (guarded by the
+	// session's mu): routed says st is on it, between older and newer.
+	older, newer *stream
+	routed       bool
 }
 
 func newStream(id, token string, sse bool) *stream {

@@ -21,7 +21,7 @@ type session struct {
 	mu       sync.Mutex
 	requests map[string]*stream // open request streams, by the request's id
 	tokens   map[string]*stream // by progressToken
-	order    []*stream          // open SSE request streams, oldest first
+	newest   *stream            // the newest open SSE request stream; .older links the rest
 	getSt    *stream            // the GET stream, if open
 	busy     int                // requests being answered
 	last     time.Time          // last activity
@@ -76,7 +76,7 @@ func (s *session) register(m *jsonrpc.Message, sse bool) (*stream, bool) {
 		s.tokens[st.token] = st
 	}
 	if sse {
-		s.order = append(s.order, st)
+		s.route(st)
 	}
 	s.busy++
 	s.last = time.Now()
@@ -105,14 +105,32 @@ func (s *session) retire(st *stream) {
 	s.unroute(st)
 }
 
-// unroute removes st from the streams that take other messages; s.mu is held.
-func (s *session) unroute(st *stream) {
-	for i, o := range s.order {
-		if o == st {
-			s.order = append(s.order[:i:i], s.order[i+1:]...)
-			return
-		}
+// route makes st the newest of the streams that take other messages; s.mu is held.
+func (s *session) route(st *stream) {
+	st.older, st.routed = s.newest, true
+	if s.newest != nil {
+		s.newest.newer = st
 	}
+	s.newest = st
+}
+
+// unroute removes st from the streams that take other messages, in constant time however
+// many requests the session has open (a copy of the list per ending stream made a client's
+// thousands of concurrent requests cost their square); s.mu is held. Removing it twice, or a
+// stream never routed, does nothing.
+func (s *session) unroute(st *stream) {
+	if !st.routed {
+		return
+	}
+	if st.newer != nil {
+		st.newer.older = st.older
+	} else {
+		s.newest = st.older
+	}
+	if st.older != nil {
+		st.older.newer = st.newer
+	}
+	st.older, st.newer, st.routed = nil, nil, false
 }
 
 func (s *session) openGet() (*stream, bool) {
@@ -166,8 +184,8 @@ func (s *session) Write(line []byte) error {
 			}
 		}
 	}
-	if n := len(s.order); n > 0 {
-		s.order[n-1].push(line)
+	if s.newest != nil {
+		s.newest.push(line)
 		return nil
 	}
 	if s.getSt != nil {

@@ -1,8 +1,12 @@
 package httpfront
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,5 +46,78 @@ func TestMessageAfterAResponseIsNotLost(t *testing.T) {
 	s.unregister(st)
 	if got := get.take(); len(got) != 1 || string(got[0]) != note {
 		t.Fatalf("the notification written after the response was lost: the GET stream got %q", got)
+	}
+}
+
+// Messages with no request of their own go to the newest open SSE request stream, whichever
+// streams ended before, and ending one of thousands of open streams costs the same as ending
+// one of a few: a client holding many requests open on one session must not make each
+// ending copy the rest.
+func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
+	s := newSession("test", Caller{}, nil)
+	get, _ := s.openGet()
+	const n = 2000
+	streams := make([]*stream, n)
+	for i := range streams {
+		m, err := jsonrpc.Parse([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ok := s.register(m, i%7 != 3) // some plain-JSON requests, which take nothing else
+		if !ok {
+			t.Fatal("cannot register")
+		}
+		streams[i] = st
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	order := rnd.Perm(n)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, i := range order {
+		s.retire(streams[i]) // as streamTo does on the response, then unregister again
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.Mallocs - before.Mallocs; got > 50 {
+		t.Fatalf("retiring %d open streams made %d allocations", n, got)
+	}
+	if err := s.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/message"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := get.take(); len(got) != 1 {
+		t.Fatalf("with every request stream retired, the GET stream got %q", got)
+	}
+
+	// Again with routing checked after each ending, against the reference.
+	s = newSession("test", Caller{}, nil)
+	get, _ = s.openGet()
+	for i := range streams {
+		m, _ := jsonrpc.Parse([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, i)))
+		streams[i], _ = s.register(m, i%7 != 3)
+	}
+	// The reference: the open SSE streams, oldest first.
+	var open []*stream
+	for _, st := range streams {
+		if st.sse {
+			open = append(open, st)
+		}
+	}
+	for k, i := range rnd.Perm(n) {
+		st := streams[i]
+		if k%2 == 0 {
+			s.retire(st)
+		}
+		s.unregister(st) // a second removal of a retired stream changes nothing
+		open = slices.DeleteFunc(open, func(o *stream) bool { return o == st })
+		note := []byte(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/message","params":{"n":%d}}`, k))
+		if err := s.Write(note); err != nil {
+			t.Fatal(err)
+		}
+		want := get
+		if len(open) > 0 {
+			want = open[len(open)-1]
+		}
+		if got := want.take(); len(got) != 1 || string(got[0]) != string(note) {
+			t.Fatalf("after %d endings the note went elsewhere than the newest open stream (got %q there)", k+1, got)
+		}
 	}
 }
