@@ -2,11 +2,15 @@ package fence
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // What the ledger keeps of a call is, by default, everything: the canonical arguments and the
@@ -163,84 +167,210 @@ func checkPrivacySettings(req *Request) error {
 }
 
 // RedactArgs returns the canonical JSON of args with the value at every path replaced by
-// Redacted; paths that name nothing are skipped. args must be canonical JSON.
+// Redacted; paths that name nothing are skipped, and args is returned as it is when nothing
+// changes. args must be canonical JSON (what canon.JSON returns); JSON that is not valid is an
+// error.
+//
+// It reads args once, whatever the number of paths, matching them all at each member and
+// element, and copies the spans between the values it replaces: the members of a canonical
+// object are already in order, and a value replaced by a string leaves them so (the names do
+// not change), so the copy is the canonical JSON of the redacted value. Where paths overlap
+// ("a" and "a.b") the outermost value is replaced, as replacing one path after another would
+// leave it. Decoding the arguments, walking them once per path and encoding them again took
+// about 23 bytes of allocation per byte of arguments, and about 0.4 s for 64 paths over 1 MiB.
 func RedactArgs(args []byte, paths []string) ([]byte, error) {
 	if len(paths) == 0 {
 		return args, nil
 	}
-	d := json.NewDecoder(bytes.NewReader(args))
-	d.UseNumber() // re-encoding must not change any number
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, InvalidError{"args", err.Error()}
+	if !canon.Valid(args) {
+		return nil, InvalidError{"args", "not valid JSON"}
 	}
-	changed := false
-	for _, p := range paths {
-		if redactAt(v, strings.Split(p, ".")) {
-			changed = true
-		}
-	}
-	if !changed {
-		return args, nil
-	}
-	out, err := canon.Marshal(v)
-	if err != nil {
-		return nil, InvalidError{"args", err.Error()}
-	}
-	return out, nil
+	return redactCanonical(args, paths), nil
 }
 
-// redactAt replaces the values at path inside v and reports whether any was found.
-func redactAt(v any, path []string) bool {
-	seg, rest := path[0], path[1:]
-	found := false
-	visit := func(get func() any, set func()) {
-		if len(rest) == 0 {
-			set()
-			found = true
-			return
-		}
-		if redactAt(get(), rest) {
-			found = true
+// redactCanonical is RedactArgs for args known to be valid (the engine's come from canon.JSON).
+func redactCanonical(args []byte, paths []string) []byte {
+	for len(paths) > 0 { // at most 64 paths per pass (a bit each); Request.Redact has no more
+		n := min(len(paths), 64)
+		args = redactPass(args, paths[:n])
+		paths = paths[n:]
+	}
+	return args
+}
+
+// redactedJSON is Redacted as canonical JSON.
+const redactedJSON = `"` + Redacted + `"`
+
+// redactLevel says which paths go on from the members or elements of a value nested d levels
+// deep (a set of paths is a bit mask of their indices): those whose segment d is "*", those
+// whose segment d is a given name, and those that end at segment d.
+type redactLevel struct {
+	star, named, ends uint64
+	names             []redactName // the names of segments d, each once, by length and then bytes
+}
+
+// redactName is a segment d that names a member: lit is the name as canonical JSON writes it
+// (without quotes), so it is compared with a member's name as written, without unescaping.
+type redactName struct {
+	d     int
+	lit   string
+	paths uint64
+}
+
+// lookup returns the paths whose segment here names the member written lit.
+func (l *redactLevel) lookup(lit []byte) uint64 {
+	lo, hi := 0, len(l.names)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if x := l.names[m].lit; len(x) < len(lit) || len(x) == len(lit) && x < string(lit) {
+			lo = m + 1
+		} else {
+			hi = m
 		}
 	}
-	switch x := v.(type) {
-	case map[string]any:
-		for k, child := range x {
-			if seg != "*" && k != seg {
-				continue
+	if lo < len(l.names) && l.names[lo].lit == string(lit) {
+		return l.names[lo].paths
+	}
+	return 0
+}
+
+// redactLevels returns the levels of at most 64 paths.
+func redactLevels(paths []string) []redactLevel {
+	depth, segs := 0, 0
+	for _, p := range paths {
+		n := strings.Count(p, ".") + 1
+		depth, segs = max(depth, n), segs+n
+	}
+	levels := make([]redactLevel, depth)
+	names := make([]redactName, 0, segs)
+	for i, p := range paths {
+		bit := uint64(1) << i
+		for d := 0; ; d++ {
+			seg, rest, more := strings.Cut(p, ".")
+			switch lit, ok := canonicalName(seg); {
+			case seg == "*":
+				levels[d].star |= bit
+			case ok:
+				names = append(names, redactName{d, lit, bit})
+				levels[d].named |= bit
+			} // a name no canonical JSON holds (invalid UTF-8) matches nothing
+			if !more {
+				levels[d].ends |= bit
+				break
 			}
-			visit(func() any { return child }, func() { x[k] = Redacted })
-		}
-	case []any:
-		if seg != "*" {
-			return false
-		}
-		for i := range x {
-			visit(func() any { return x[i] }, func() { x[i] = Redacted })
+			p = rest
 		}
 	}
-	return found
+	slices.SortFunc(names, func(a, b redactName) int {
+		return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(len(a.lit), len(b.lit)), strings.Compare(a.lit, b.lit))
+	})
+	// Merge the paths of equal names in place; each level's names are then one run.
+	n := 0
+	for _, x := range names {
+		if n > 0 && names[n-1].d == x.d && names[n-1].lit == x.lit {
+			names[n-1].paths |= x.paths
+			continue
+		}
+		names[n] = x
+		n++
+	}
+	for j := 0; j < n; {
+		start, d := j, names[j].d
+		for j < n && names[j].d == d {
+			j++
+		}
+		levels[d].names = names[start:j:j]
+	}
+	return levels
+}
+
+// canonicalName returns the member name s as canonical JSON writes it, without quotes, or
+// false if s is not valid UTF-8 (no decoded name is).
+func canonicalName(s string) (string, bool) {
+	if !utf8.ValidString(s) {
+		return "", false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			q := canon.AppendString(nil, s)
+			return string(q[1 : len(q)-1]), true
+		}
+	}
+	return s, true
+}
+
+// redactPass is RedactArgs for at most 64 paths over valid JSON b. It keeps a stack of the
+// arrays and objects it is inside where some path may still match, each with those paths, and
+// skips every other value whole, so the stack is no deeper than the longest path, and no
+// deeper than b nests.
+func redactPass(b []byte, paths []string) []byte {
+	levels := redactLevels(paths)
+	type open struct {
+		paths uint64 // the paths that lead here, each with a segment left for a member
+		array bool
+	}
+	var small [16]open
+	stack := small[:0]
+	var out []byte
+	copied := 0 // b[:copied] is in out
+	i := jsonrpc.SkipSpace(b, 0)
+	if b[i] != '{' && b[i] != '[' {
+		return b
+	}
+	stack = append(stack, open{1<<len(paths) - 1, b[i] == '['}) // all ones for 64
+	i++
+	for len(stack) > 0 {
+		i = jsonrpc.SkipSpace(b, i)
+		switch b[i] {
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+			i++
+			continue
+		case ',':
+			i = jsonrpc.SkipSpace(b, i+1)
+		}
+		top, l := stack[len(stack)-1], &levels[len(stack)-1]
+		next := top.paths & l.star
+		if !top.array { // a member: its name, a colon, its value
+			end := jsonrpc.EndOfString(b, i)
+			if top.paths&l.named != 0 {
+				next |= top.paths & l.lookup(b[i+1:end-1])
+			}
+			i = jsonrpc.SkipSpace(b, jsonrpc.SkipSpace(b, end)+1)
+		}
+		switch {
+		case next == 0:
+			i = jsonrpc.EndOfValue(b, i)
+		case next&l.ends != 0:
+			end := jsonrpc.EndOfValue(b, i)
+			if string(b[i:end]) != redactedJSON {
+				if out == nil {
+					out = make([]byte, 0, len(b)+len(redactedJSON))
+				}
+				out = append(append(out, b[copied:i]...), redactedJSON...)
+				copied = end
+			}
+			i = end
+		case b[i] == '{' || b[i] == '[':
+			stack = append(stack, open{next, b[i] == '['})
+			i++
+		default:
+			i = jsonrpc.EndOfValue(b, i)
+		}
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[copied:]...)
 }
 
 // set sets the call's canonical arguments, their fingerprint and what the ledger keeps of
-// them (redacted at the paths in redact), before any transaction, so a redaction that fails
-// refuses the request without touching the ledger. Without redaction it is inlined.
-func (c *call) set(canonical []byte, fp string, redact []string) error {
+// them (redacted at the paths in redact). Without redaction it is inlined.
+func (c *call) set(canonical []byte, fp string, redact []string) {
 	c.args, c.fp, c.stored = canonical, fp, canonical
-	if len(redact) == 0 {
-		return nil
+	if len(redact) > 0 {
+		c.stored = redactCanonical(canonical, redact)
 	}
-	return c.redact(redact)
-}
-
-func (c *call) redact(redact []string) error {
-	stored, err := RedactArgs(c.args, redact)
-	if err != nil {
-		return err
-	}
-	c.stored = stored
-	return nil
 }
 
 // Fingerprint returns the fingerprint the engine records for a call of tool with args (the
