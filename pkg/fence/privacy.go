@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -201,20 +202,74 @@ func redactCanonical(args []byte, paths []string) []byte {
 // redactedJSON is Redacted as canonical JSON.
 const redactedJSON = `"` + Redacted + `"`
 
-// redactLevel says which paths go on from the members or elements of a value nested d levels
-// deep (a set of paths is a bit mask of their indices): those whose segment d is "*", those
-// whose segment d is a given name, and those that end at segment d.
+// redactPaths matches at most 64 paths (a set of them is a bit mask of their indices) a level
+// at a time. A level is made when the walk first goes that deep with some path still matching,
+// so paths longer than the arguments nest cost no more than the arguments.
+type redactPaths struct {
+	rest   [64]string // the segments of each path not yet in a level
+	left   uint64     // the paths with segments left
+	levels []redactLevel
+	names  []redactName // the levels' names, level after level
+}
+
+// redactLevel says which paths go on from a member or element of a value nested d levels
+// deep: those whose segment d is "*", those whose segment d is its name, and which of these
+// end there.
 type redactLevel struct {
 	star, named, ends uint64
 	names             []redactName // the names of segments d, each once, by length and then bytes
 }
 
-// redactName is a segment d that names a member: lit is the name as canonical JSON writes it
+// redactName is a segment that names a member: lit is the name as canonical JSON writes it
 // (without quotes), so it is compared with a member's name as written, without unescaping.
 type redactName struct {
-	d     int
 	lit   string
 	paths uint64
+}
+
+// level returns level d, making the levels up to it.
+func (m *redactPaths) level(d int) *redactLevel {
+	for len(m.levels) <= d {
+		m.addLevel()
+	}
+	return &m.levels[d]
+}
+
+func (m *redactPaths) addLevel() {
+	var l redactLevel
+	start := len(m.names)
+	m.names = slices.Grow(m.names, bits.OnesCount64(m.left))
+	for i := range m.rest {
+		bit := uint64(1) << i
+		if m.left&bit == 0 {
+			continue
+		}
+		seg, rest, more := strings.Cut(m.rest[i], ".")
+		m.rest[i] = rest
+		switch lit, ok := canonicalName(seg); {
+		case seg == "*":
+			l.star |= bit
+		case ok:
+			l.named |= bit
+			names := m.names[start:]
+			if j, found := slices.BinarySearchFunc(names, lit, compareName); found {
+				names[j].paths |= bit
+			} else {
+				m.names = append(m.names[:start], slices.Insert(names, j, redactName{lit, bit})...)
+			}
+		} // a name no canonical JSON holds (invalid UTF-8) matches nothing
+		if !more {
+			l.ends |= bit
+			m.left &^= bit
+		}
+	}
+	l.names = m.names[start:len(m.names):len(m.names)]
+	m.levels = append(m.levels, l)
+}
+
+// compareName orders names by length, then bytes (lookup's order).
+func compareName(n redactName, lit string) int {
+	return cmp.Or(cmp.Compare(len(n.lit), len(lit)), strings.Compare(n.lit, lit))
 }
 
 // lookup returns the paths whose segment here names the member written lit.
@@ -232,56 +287,6 @@ func (l *redactLevel) lookup(lit []byte) uint64 {
 		return l.names[lo].paths
 	}
 	return 0
-}
-
-// redactLevels returns the levels of at most 64 paths.
-func redactLevels(paths []string) []redactLevel {
-	depth, segs := 0, 0
-	for _, p := range paths {
-		n := strings.Count(p, ".") + 1
-		depth, segs = max(depth, n), segs+n
-	}
-	levels := make([]redactLevel, depth)
-	names := make([]redactName, 0, segs)
-	for i, p := range paths {
-		bit := uint64(1) << i
-		for d := 0; ; d++ {
-			seg, rest, more := strings.Cut(p, ".")
-			switch lit, ok := canonicalName(seg); {
-			case seg == "*":
-				levels[d].star |= bit
-			case ok:
-				names = append(names, redactName{d, lit, bit})
-				levels[d].named |= bit
-			} // a name no canonical JSON holds (invalid UTF-8) matches nothing
-			if !more {
-				levels[d].ends |= bit
-				break
-			}
-			p = rest
-		}
-	}
-	slices.SortFunc(names, func(a, b redactName) int {
-		return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(len(a.lit), len(b.lit)), strings.Compare(a.lit, b.lit))
-	})
-	// Merge the paths of equal names in place; each level's names are then one run.
-	n := 0
-	for _, x := range names {
-		if n > 0 && names[n-1].d == x.d && names[n-1].lit == x.lit {
-			names[n-1].paths |= x.paths
-			continue
-		}
-		names[n] = x
-		n++
-	}
-	for j := 0; j < n; {
-		start, d := j, names[j].d
-		for j < n && names[j].d == d {
-			j++
-		}
-		levels[d].names = names[start:j:j]
-	}
-	return levels
 }
 
 // canonicalName returns the member name s as canonical JSON writes it, without quotes, or
@@ -304,7 +309,6 @@ func canonicalName(s string) (string, bool) {
 // skips every other value whole, so the stack is no deeper than the longest path, and no
 // deeper than b nests.
 func redactPass(b []byte, paths []string) []byte {
-	levels := redactLevels(paths)
 	type open struct {
 		paths uint64 // the paths that lead here, each with a segment left for a member
 		array bool
@@ -317,7 +321,11 @@ func redactPass(b []byte, paths []string) []byte {
 	if b[i] != '{' && b[i] != '[' {
 		return b
 	}
-	stack = append(stack, open{1<<len(paths) - 1, b[i] == '['}) // all ones for 64
+	m := redactPaths{left: 1<<len(paths) - 1} // all ones for 64
+	copy(m.rest[:], paths)
+	var levels [8]redactLevel
+	m.levels = levels[:0]
+	stack = append(stack, open{m.left, b[i] == '['})
 	i++
 	for len(stack) > 0 {
 		i = jsonrpc.SkipSpace(b, i)
@@ -329,7 +337,7 @@ func redactPass(b []byte, paths []string) []byte {
 		case ',':
 			i = jsonrpc.SkipSpace(b, i+1)
 		}
-		top, l := stack[len(stack)-1], &levels[len(stack)-1]
+		top, l := stack[len(stack)-1], m.level(len(stack)-1)
 		next := top.paths & l.star
 		if !top.array { // a member: its name, a colon, its value
 			end := jsonrpc.EndOfString(b, i)
