@@ -209,7 +209,7 @@ type redactPaths struct {
 	rest   [64]string // the segments of each path not yet in a level
 	left   uint64     // the paths with segments left
 	levels []redactLevel
-	names  []redactName // the levels' names, level after level
+	names  []redactName // the names of each level's segments, each once, by length and then bytes
 }
 
 // redactLevel says which paths go on from a member or element of a value nested d levels
@@ -217,7 +217,7 @@ type redactPaths struct {
 // end there.
 type redactLevel struct {
 	star, named, ends uint64
-	names             []redactName // the names of segments d, each once, by length and then bytes
+	names             [2]int // its names are redactPaths.names[names[0]:names[1]]
 }
 
 // redactName is a segment that names a member: lit is the name as canonical JSON writes it
@@ -238,7 +238,11 @@ func (m *redactPaths) level(d int) *redactLevel {
 func (m *redactPaths) addLevel() {
 	var l redactLevel
 	start := len(m.names)
-	m.names = slices.Grow(m.names, bits.OnesCount64(m.left))
+	n := bits.OnesCount64(m.left) // at most one name each
+	if m.names == nil {
+		n = max(n, 8) // room for most paths without growing
+	}
+	m.names = slices.Grow(m.names, n)
 	for i := range m.rest {
 		bit := uint64(1) << i
 		if m.left&bit == 0 {
@@ -251,11 +255,10 @@ func (m *redactPaths) addLevel() {
 			l.star |= bit
 		case ok:
 			l.named |= bit
-			names := m.names[start:]
-			if j, found := slices.BinarySearchFunc(names, lit, compareName); found {
-				names[j].paths |= bit
+			if j, found := slices.BinarySearchFunc(m.names[start:], lit, compareName); found {
+				m.names[start+j].paths |= bit
 			} else {
-				m.names = append(m.names[:start], slices.Insert(names, j, redactName{lit, bit})...)
+				m.names = slices.Insert(m.names, start+j, redactName{lit, bit})
 			}
 		} // a name no canonical JSON holds (invalid UTF-8) matches nothing
 		if !more {
@@ -263,7 +266,7 @@ func (m *redactPaths) addLevel() {
 			m.left &^= bit
 		}
 	}
-	l.names = m.names[start:len(m.names):len(m.names)]
+	l.names = [2]int{start, len(m.names)}
 	m.levels = append(m.levels, l)
 }
 
@@ -272,19 +275,20 @@ func compareName(n redactName, lit string) int {
 	return cmp.Or(cmp.Compare(len(n.lit), len(lit)), strings.Compare(n.lit, lit))
 }
 
-// lookup returns the paths whose segment here names the member written lit.
-func (l *redactLevel) lookup(lit []byte) uint64 {
-	lo, hi := 0, len(l.names)
+// lookup returns the paths whose segment at level l names the member written lit.
+func (m *redactPaths) lookup(l *redactLevel, lit []byte) uint64 {
+	names := m.names[l.names[0]:l.names[1]]
+	lo, hi := 0, len(names)
 	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if x := l.names[m].lit; len(x) < len(lit) || len(x) == len(lit) && x < string(lit) {
-			lo = m + 1
+		h := int(uint(lo+hi) >> 1)
+		if x := names[h].lit; len(x) < len(lit) || len(x) == len(lit) && x < string(lit) {
+			lo = h + 1
 		} else {
-			hi = m
+			hi = h
 		}
 	}
-	if lo < len(l.names) && l.names[lo].lit == string(lit) {
-		return l.names[lo].paths
+	if lo < len(names) && names[lo].lit == string(lit) {
+		return names[lo].paths
 	}
 	return 0
 }
@@ -323,8 +327,7 @@ func redactPass(b []byte, paths []string) []byte {
 	}
 	m := redactPaths{left: 1<<len(paths) - 1} // all ones for 64
 	copy(m.rest[:], paths)
-	var levels [8]redactLevel
-	m.levels = levels[:0]
+	m.levels = make([]redactLevel, 0, 8) // room for most paths without growing
 	stack = append(stack, open{m.left, b[i] == '['})
 	i++
 	for len(stack) > 0 {
@@ -342,7 +345,7 @@ func redactPass(b []byte, paths []string) []byte {
 		if !top.array { // a member: its name, a colon, its value
 			end := jsonrpc.EndOfString(b, i)
 			if top.paths&l.named != 0 {
-				next |= top.paths & l.lookup(b[i+1:end-1])
+				next |= top.paths & m.lookup(l, b[i+1:end-1])
 			}
 			i = jsonrpc.SkipSpace(b, jsonrpc.SkipSpace(b, end)+1)
 		}
@@ -352,8 +355,8 @@ func redactPass(b []byte, paths []string) []byte {
 		case next&l.ends != 0:
 			end := jsonrpc.EndOfValue(b, i)
 			if string(b[i:end]) != redactedJSON {
-				if out == nil {
-					out = make([]byte, 0, len(b)+len(redactedJSON))
+				if out == nil { // room for values a little shorter than Redacted, without growing
+					out = make([]byte, 0, len(b)+len(b)/16+len(redactedJSON))
 				}
 				out = append(append(out, b[copied:i]...), redactedJSON...)
 				copied = end
