@@ -320,3 +320,37 @@ func TestRedactArgsAllocations(t *testing.T) {
 	}
 	t.Logf("%d bytes of arguments, %d paths: %v allocations and %d bytes per call", len(args), len(paths), allocs, perRun)
 }
+
+// TestRedactArgsCases: what redaction makes of overlapping paths, stars, escaped names and
+// values already redacted, spelled out.
+func TestRedactArgsCases(t *testing.T) {
+	for _, c := range []struct {
+		args  string
+		paths []string
+		want  string
+	}{
+		{`{"a":{"b":1,"c":2},"d":3}`, []string{"a.b", "a"}, `{"a":"[redacted]","d":3}`},
+		{`{"a":{"b":1,"c":2},"d":3}`, []string{"a", "a.b"}, `{"a":"[redacted]","d":3}`},
+		{`{"a":{"b":1,"c":2},"d":{"b":[]}}`, []string{"*.b"}, `{"a":{"b":"[redacted]","c":2},"d":{"b":"[redacted]"}}`},
+		{`{"a":{"b":1,"c":2},"d":{"b":[]}}`, []string{"*.b", "d"}, `{"a":{"b":"[redacted]","c":2},"d":"[redacted]"}`},
+		{`[{"a":1},{"b":2},3,[{"a":4}]]`, []string{"*.a"}, `[{"a":"[redacted]"},{"b":2},3,[{"a":4}]]`},
+		{`[{"a":1},{"b":2},3,[{"a":4}]]`, []string{"*.*.a"}, `[{"a":1},{"b":2},3,[{"a":"[redacted]"}]]`},
+		{`[1,[2]]`, []string{"*"}, `["[redacted]","[redacted]"]`},
+		{`[1,[2]]`, []string{"0"}, `[1,[2]]`}, // an array's elements have no names
+		{`{"":1,"a\"b":2,"é":3,"\u0001":4}`, []string{"", `a"b`, "é", "\x01"}, `{"":"[redacted]","\u0001":"[redacted]","a\"b":"[redacted]","é":"[redacted]"}`},
+		{`{"\\":{},"a":{}}`, []string{`\`, "a.x"}, `{"\\":"[redacted]","a":{}}`},
+		{`{"a":"[redacted]"}`, []string{"a"}, `{"a":"[redacted]"}`},
+		{`{"a.b":1,"a":{"b":2}}`, []string{"a.b"}, `{"a":{"b":"[redacted]"},"a.b":1}`},
+		{`"a"`, []string{"a"}, `"a"`},
+		{`{}`, []string{"*"}, `{}`},
+	} {
+		args, err := canon.JSON([]byte(c.args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fence.RedactArgs(args, c.paths)
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s %q: got %s (%v), want %s", args, c.paths, got, err, c.want)
+		}
+	}
+}
