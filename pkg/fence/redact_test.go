@@ -354,3 +354,25 @@ func TestRedactArgsCases(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRedactArgs compares RedactArgs with the decoding implementation on any canonical
+// arguments and paths (joined by commas).
+func FuzzRedactArgs(f *testing.F) {
+	f.Add(`{"a":{"b":1,"c":[{"d":2}]},"e":"x"}`, "a.b,*.c.*.d,e")
+	f.Add(`[{"\u0001":1},{"q\"":[]}]`, "*.\x01,*.q\",*")
+	f.Fuzz(func(t *testing.T, raw, joined string) {
+		args, err := canon.JSON([]byte(raw))
+		if err != nil {
+			return
+		}
+		paths := strings.Split(joined, ",")
+		want, err := redactArgsDecoded(args, paths)
+		if err != nil {
+			return // nested beyond encoding/json's limit
+		}
+		got, err := fence.RedactArgs(args, paths)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s %q: got %s (%v), want %s", args, paths, got, err, want)
+		}
+	})
+}
