@@ -111,7 +111,8 @@ func (e *Engine) validate(req *Request, c *call) error {
 	slot, canonical, fp, ok := e.fps.get(req.Tool, args)
 	if ok {
 		// The cache holds only tools that passed the check below.
-		return c.set(canonical, fp, req.Redact)
+		c.set(canonical, fp, req.Redact)
+		return nil
 	}
 	if !validUTF8(req.Tool) {
 		return InvalidError{"tool", "must be valid UTF-8"}
@@ -125,7 +126,8 @@ func (e *Engine) validate(req *Request, c *call) error {
 	}
 	fp = canon.Sum(canon.ToolCallCanonical(req.Tool, canonical))
 	e.fps.put(slot, req.Tool, args, canonical, fp)
-	return c.set(canonical, fp, req.Redact)
+	c.set(canonical, fp, req.Redact)
+	return nil
 }
 
 // validUTF8 is utf8.ValidString with a fast path for the ASCII ids most intents are (the
