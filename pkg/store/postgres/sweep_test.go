@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -159,5 +162,43 @@ func TestSweepDecidesOnTheLatestRecord(t *testing.T) {
 	}
 	if _, ok := s.claims.get(cached); ok {
 		t.Errorf("the claim cache still holds %s, swept", cached)
+	}
+}
+
+// TestSweepStatementsUseIndexes: the sweep's candidates come from the expiry index in its
+// order (no sort of every expired record), and its deletion finds each candidate by the
+// primary key (no scan of the table), in the generic plans PostgreSQL caches for them.
+func TestSweepStatementsUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	schema := testSchema(t)
+	openSchema(t, schema).Close()
+	conn := admin(t, schema)
+	if _, err := conn.Exec(ctx, `INSERT INTO effectfence_records (intent, state, expires_at, body)
+	SELECT 'r:' || i, 'done', now() - i * interval '1 second', '\x7b7d' FROM generate_series(1, 20000) i;
+	ANALYZE effectfence_records; SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, sql, args, want string
+	}{
+		{"candidates", sweepCandidates, "now(), 1000", "Index Scan using effectfence_records_expiry"},
+		{"deletion", sweepDelete, "ARRAY['r:1', 'r:2'], ARRAY[1, 2]::bigint[], now()", "Index Scan using effectfence_records_pkey"},
+	} {
+		if _, err := conn.Exec(ctx, "PREPARE "+c.name+" AS "+c.sql); err != nil {
+			t.Fatal(err)
+		}
+		// EXPLAIN without ANALYZE: the deletion is planned, not run.
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+c.name+"("+c.args+")")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := strings.Join(lines, "\n")
+		if !strings.Contains(p, c.want) || strings.Contains(p, "Sort") || strings.Contains(p, "Seq Scan") {
+			t.Errorf("the sweep's %s: want %s, no sort, no sequential scan:\n%s", c.name, c.want, p)
+		}
 	}
 }
