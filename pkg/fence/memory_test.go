@@ -333,3 +333,47 @@ func TestMemoryStoreCertByHashDoneFirstByIntent(t *testing.T) {
 		})
 	}
 }
+
+// A ByExpiry scan (a sweep's batch) holds only its Limit oldest records while it reads the
+// table: it gathered and sorted every record with an expiry instead, batch after batch, so a
+// sweep of a backlog cost the backlog's square. Bytes, not time: the same on a loaded machine.
+func TestMemoryScanByExpiryAllocatesOnlyItsBatch(t *testing.T) {
+	ctx := context.Background()
+	st := fence.NewMemoryStore()
+	const expired = 20000
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		now := tx.Now()
+		for i := range expired {
+			intent := fmt.Sprintf("old:%05d", i)
+			rec := &fence.Record{Intent: intent, State: fence.StateDone, Tool: "t", Args: []byte("null"),
+				ExpiresAt: now.Add(-time.Minute - time.Duration((i*7919)%expired)*time.Millisecond)}
+			if err := tx.Put(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.View(ctx, func(tx fence.Tx) error {
+		n := 0
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := tx.Scan(fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: tx.Now(), Limit: 10, ByExpiry: true}, func(*fence.Record) bool {
+			n++
+			return true
+		})
+		runtime.ReadMemStats(&after)
+		if n != 10 {
+			t.Errorf("the scan gave %d records; want 10", n)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<10 {
+			t.Errorf("a ByExpiry scan of 10 among %d expired records allocated %d bytes; want at most 4 KB", expired, alloc)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

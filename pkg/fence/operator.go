@@ -71,29 +71,25 @@ func (e *Engine) Clear(ctx context.Context, intent, who, reason string) (Record,
 
 // Sweep drops done outcomes older than the result TTL, and audit events older than the result
 // TTL except operator clears. It returns how many records it dropped. Fenced intents (failed,
-// unknown) are never swept: only Clear ends them.
+// unknown) are never swept: only Clear ends them. It drops them in batches, the oldest first,
+// each batch a transaction of its own; a store whose Tx is an ExpiredSweeper drops a batch
+// itself, without reading its records.
 func (e *Engine) Sweep(ctx context.Context) (int, error) {
 	const batch = 1000
 	total := 0
 	for {
-		n := 0
+		n, more := 0, false
 		err := e.update(ctx, func(tx Tx) error {
-			n = 0
-			var doomed []string
-			err := tx.Scan(Filter{States: []State{StateDone}, ExpiresBefore: tx.Now(), Limit: batch, ByExpiry: true}, func(r *Record) bool {
-				doomed = append(doomed, r.Intent)
-				return true
-			})
+			var err error
+			if sw, ok := tx.(ExpiredSweeper); ok {
+				n, more, err = sw.SweepExpired(tx.Now(), batch)
+			} else {
+				n, more, err = sweepExpired(tx, batch)
+			}
 			if err != nil {
 				return err
 			}
-			for _, id := range doomed {
-				if err := tx.Delete(id); err != nil {
-					return err
-				}
-			}
-			n = len(doomed)
-			if n < batch {
+			if !more || n == 0 {
 				_, err = tx.DeleteEventsBefore(tx.Now().Add(-e.cfg.ResultTTL))
 			}
 			return err
@@ -102,10 +98,29 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 			return total, err
 		}
 		total += n
-		if n < batch {
+		if !more || n == 0 {
 			return total, nil
 		}
 	}
+}
+
+// sweepExpired is SweepExpired for a Tx that does not implement it: a scan of the batch's
+// records, in expiry order, and a Delete of each.
+func sweepExpired(tx Tx, limit int) (int, bool, error) {
+	var doomed []string
+	err := tx.Scan(Filter{States: []State{StateDone}, ExpiresBefore: tx.Now(), Limit: limit, ByExpiry: true}, func(r *Record) bool {
+		doomed = append(doomed, r.Intent)
+		return true
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, id := range doomed {
+		if err := tx.Delete(id); err != nil {
+			return 0, false, err
+		}
+	}
+	return len(doomed), len(doomed) == limit, nil
 }
 
 // Recover settles what the spool holds (see Settle) and then applies the lease rules (see

@@ -63,6 +63,22 @@ type Tx interface {
 	Counters() (Counters, error)
 }
 
+// ExpiredSweeper may be implemented by a Tx that can drop expired outcomes without reading
+// them: Sweep then asks it for each batch, instead of scanning the batch's records (decoding
+// each, and on PostgreSQL reading each again under its lock, a round trip per record) and
+// deleting them one by one.
+type ExpiredSweeper interface {
+	// SweepExpired deletes up to limit done records whose ExpiresAt is set and not after
+	// before, the oldest first, and returns how many it deleted. A record is deleted only if
+	// it is still such a record when it goes: one that another transaction has changed
+	// meanwhile (re-claimed, committed again with a later expiry) stays. The deletion does
+	// everything Delete of each record would. A store whose transactions run concurrently may
+	// leave a record that another transaction is deciding on at that moment, for a later
+	// sweep; more reports that expired records may remain beyond the ones this call looked at
+	// (it found limit of them).
+	SweepExpired(before time.Time, limit int) (n int, more bool, err error)
+}
+
 // Filter selects records in Scan. Zero fields select everything.
 type Filter struct {
 	States []State
@@ -76,7 +92,7 @@ type Filter struct {
 	Limit int
 	// ByExpiry orders the scan by ExpiresAt, the oldest first (records with the same instant in
 	// any order), instead of by intent, and selects only records that have one. It needs a
-	// Limit and no After. Sweep uses it: the SQL
+	// Limit and no After. Sweep uses it for a Tx that is not an ExpiredSweeper: the SQL
 	// stores answer it from their expiry index, so each batch of a large expired backlog costs
 	// its own size, where the first records in intent order had to be sorted out of every
 	// expired record, batch after batch (40,000 expired records took 20 s to sweep).

@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SweepDropsExpired", testSweep},
+		{"SweepDropsOnlyExpiredOutcomes", testSweepBacklog},
 		{"ScanByExpiryOldestFirst", testScanByExpiry},
 		{"EvictDomainKeepsFloor", testEvictDomain},
 		{"QueriesCreateNoState", testQueriesNoState},
@@ -1027,6 +1028,132 @@ func testSweep(t *testing.T, newStore Factory) {
 	if c.Hash == old.Hash {
 		t.Fatal("new execution produced the expired cert")
 	}
+}
+
+// testSweepBacklog: Sweep drops every done record whose expiry has passed, over several
+// batches, and counts them; it keeps young outcomes, outcomes without an expiry, and every
+// record that is not done even if it carries a past expiry; it drops old audit events except
+// those kept forever. It runs on the store as it is and with its Tx's optional interfaces
+// hidden, so both the store's own sweep (fence.ExpiredSweeper) and the engine's scan and
+// delete are checked on every store.
+func testSweepBacklog(t *testing.T, newStore Factory) {
+	for _, c := range []struct {
+		name string
+		wrap func(fence.Store) fence.Store
+	}{
+		{"own", func(s fence.Store) fence.Store { return s }},
+		{"generic", func(s fence.Store) fence.Store { return plainStore{s} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// 2,000 fill two batches exactly (the third finds none); 345 more end in a batch
+			// that is not full.
+			for _, expired := range []int{2000, 345} {
+				sweepBacklog(t, c.wrap(newStore(t)), expired)
+			}
+		})
+	}
+}
+
+func sweepBacklog(t *testing.T, st fence.Store, expired int) {
+	t.Helper()
+	const ttl = time.Hour
+	eng := fence.New(st, fence.Config{ResultTTL: ttl})
+	keep := map[string]fence.State{}
+	var now time.Time
+	put := func(intent string, state fence.State, expiry time.Duration) *fence.Record {
+		rec := &fence.Record{Intent: intent, State: state, Tool: "t", Args: []byte("null"), Token: 1,
+			ClaimedAt: now, LeaseUntil: now.Add(time.Minute), UpdatedAt: now}
+		if expiry != 0 {
+			rec.ExpiresAt = now.Add(expiry)
+		}
+		if state == fence.StateDone {
+			rec.Cert = &fence.Cert{Intent: intent, Tool: "t", Args: []byte("null"), Result: []byte(`"r"`), Hash: "h-" + intent}
+		}
+		return rec
+	}
+	for i := 0; i < expired; i += 1000 {
+		err := st.Update(ctx, func(tx fence.Tx) error {
+			now = tx.Now()
+			for j := i; j < min(i+1000, expired); j++ {
+				// Expiry order unrelated to intent order; some share an instant.
+				if err := tx.Put(put(fmt.Sprintf("old:%05d", j), fence.StateDone, -time.Minute-time.Duration((j*37)%1009)*time.Millisecond)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := st.Update(ctx, func(tx fence.Tx) error {
+		now = tx.Now()
+		for _, r := range []*fence.Record{
+			put("young", fence.StateDone, time.Hour),
+			put("forever", fence.StateDone, 0),
+			put("failed", fence.StateFailed, -time.Hour),
+			put("unknown", fence.StateUnknown, -time.Hour),
+			put("in-flight", fence.StateInFlight, -time.Hour),
+		} {
+			keep[r.Intent] = r.State
+			if err := tx.Put(r); err != nil {
+				return err
+			}
+		}
+		for _, ev := range []fence.Event{
+			{At: now.Add(-2 * ttl), Intent: "old:00000", Kind: fence.EventReclaim, Reason: "old"},
+			{At: now.Add(-2 * ttl), Intent: "failed", Kind: fence.EventClear, Reason: "old, kept"},
+			{At: now, Intent: "young", Kind: fence.EventReclaim, Reason: "young"},
+		} {
+			if err := tx.AppendEvent(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := eng.Sweep(ctx)
+	if err != nil || n != expired {
+		t.Fatalf("sweep = %d, %v; want %d", n, err, expired)
+	}
+	if n, err := eng.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("second sweep = %d, %v; want 0", n, err)
+	}
+	left := map[string]fence.State{}
+	var events []string
+	err = st.View(ctx, func(tx fence.Tx) error {
+		clear(left)
+		events = events[:0]
+		if err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool { left[r.Intent] = r.State; return true }); err != nil {
+			return err
+		}
+		return tx.Events("", func(ev fence.Event) bool { events = append(events, ev.Reason); return true })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(left) != fmt.Sprint(keep) {
+		t.Fatalf("after sweeping %d expired outcomes: %v; want %v", expired, left, keep)
+	}
+	if fmt.Sprint(events) != "[old, kept young]" {
+		t.Fatalf("events after the sweep: %q; want the clear and the young event", events)
+	}
+}
+
+// plainStore hides the optional interfaces of a store's transactions (fence.ExpiredSweeper),
+// so that the engine takes its generic path on it.
+type plainStore struct{ fence.Store }
+
+type plainTx struct{ fence.Tx }
+
+func (s plainStore) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	return s.Store.Update(ctx, func(tx fence.Tx) error { return fn(plainTx{tx}) })
+}
+
+func (s plainStore) View(ctx context.Context, fn func(fence.Tx) error) error {
+	return s.Store.View(ctx, func(tx fence.Tx) error { return fn(plainTx{tx}) })
 }
 
 // testScanByExpiry: a ByExpiry scan gives the records that carry an expiry, the oldest first,

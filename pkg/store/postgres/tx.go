@@ -439,6 +439,93 @@ func (t *tx) Delete(intent string) error {
 	return t.err
 }
 
+// sweepCandidates is the first statement of SweepExpired: the intents of the oldest expired
+// done records, read from the expiry index in its order (no body is read).
+const sweepCandidates = `SELECT intent FROM effectfence_records
+	WHERE state = 'done' AND expires_at IS NOT NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2`
+
+// sweepDelete is its second: it takes each candidate's intent lock ($1 the intents, $2 their
+// lock keys) if nobody holds it, and deletes those records that are still done and expired
+// ($3). A record changed since this statement's snapshot (by a transaction that held the
+// lock and committed) is checked again in its latest version, where the WHERE terms on the
+// record must hold again: a re-claimed record, or one whose expiry moved, stays.
+const sweepDelete = `WITH locked AS MATERIALIZED (
+	SELECT c.intent FROM unnest($1::text[], $2::bigint[]) AS c(intent, key) WHERE pg_try_advisory_xact_lock(c.key))
+DELETE FROM effectfence_records r USING locked
+	WHERE r.intent = locked.intent AND r.state = 'done' AND r.expires_at IS NOT NULL AND r.expires_at <= $3
+	RETURNING r.intent`
+
+// SweepExpired (fence.ExpiredSweeper) deletes up to limit expired done records in two round
+// trips, whatever their number, and reads none of their bodies. Scan and Delete took a round
+// trip per record: each record was locked and read again, body and all, before its delete
+// was queued.
+//
+// Every writer of a record holds the intent's lock from its read to its commit (see lock), so
+// the records are deleted under their locks too; but a candidate whose lock another
+// transaction holds is skipped (pg_try_advisory_xact_lock) rather than waited for: that
+// transaction is deciding on the record from what it read, and may write it again. Waiting
+// would gain nothing (the record, still expired, is left for the next sweep, and the gates
+// ignore it meanwhile), and taking a batch of locks in one statement while others hold one
+// and want another could deadlock. Once the lock is granted, the DELETE's own terms decide
+// on the record's latest committed version (see sweepDelete).
+//
+// What Delete does for each record, this does too: the claim cache forgets the intents
+// (wrote). A swept record was done, so no claim ends and no waiter is notified, as with
+// Delete after a Get that found it done.
+func (t *tx) SweepExpired(before time.Time, limit int) (int, bool, error) {
+	if !t.write {
+		return 0, false, errReadOnly
+	}
+	if t.spec {
+		return 0, false, t.abandon()
+	}
+	var intents []string
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(sweepCandidates, before, limit).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var intent string
+				if err := rows.Scan(&intent); err != nil {
+					return err
+				}
+				intents = append(intents, intent)
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil || len(intents) == 0 {
+		return 0, false, err
+	}
+	t.s.at("sweep candidates", t.pid)
+	keys := make([]int64, len(intents))
+	for i, intent := range intents {
+		keys[i] = lockKey(t.s.schema, "intent", intent)
+	}
+	var gone []string
+	err = t.send(func(b *pgx.Batch) {
+		b.Queue(sweepDelete, intents, keys, before).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var intent string
+				if err := rows.Scan(&intent); err != nil {
+					return err
+				}
+				gone = append(gone, intent)
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if t.locked == nil {
+		t.locked = map[string]bool{}
+	}
+	for _, intent := range gone {
+		t.locked[intent] = true
+		t.wrote(intent, fence.StateNone, nil, nil)
+	}
+	return len(gone), len(intents) == limit, nil
+}
+
 // Scan queries the matching records in intent order. In an Update each record is locked and
 // read again before fn sees it (and skipped if it no longer matches), so what fn decides on
 // cannot change under it.

@@ -224,6 +224,28 @@ func (t *txn) Delete(intent string) error {
 	return t.exec(qDelete, intent)
 }
 
+// qSweepExpired deletes the oldest expired done records, up to a number, in one statement:
+// the subquery reads their intents from records_expires in its order (see SweepExpired).
+const qSweepExpired = `DELETE FROM records WHERE intent IN (SELECT intent FROM records
+	WHERE state = 'done' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?)`
+
+// SweepExpired (fence.ExpiredSweeper) deletes up to limit expired done records in one
+// statement, reading none of them. Scan and Delete decoded every record of the batch to
+// learn its intent, then ran a statement per record. Update holds the only write
+// transaction, so no other transaction can change the records between the subquery and the
+// deletion; Delete does nothing else, and the cache of decoded records answers only for the
+// bytes it holds, so its entries of swept records merely miss.
+func (t *txn) SweepExpired(before time.Time, limit int) (int, bool, error) {
+	if !t.write {
+		return 0, false, errReadOnly
+	}
+	n, err := t.r.exec(qSweepExpired, before.UnixNano(), limit)
+	if err != nil {
+		return 0, false, t.s.wrap(err)
+	}
+	return int(n), int(n) == limit, nil
+}
+
 // scanQuery is Scan's query for f; its last two parameters, left for the caller, are the
 // intent to resume after and the page size (for f.ByExpiry, only the number of records: its
 // order comes from records_expires, and the scan reads them in one page).
