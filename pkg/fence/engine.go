@@ -248,9 +248,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 				superseded, rec = rec, nil
 				break
 			}
-			cert := new(Cert)
-			*cert = *rec.Cert
-			p.adm = Admission{Cert: cert, RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}
+			p.adm = Admission{Cert: rec.Cert.copy(), RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}
 			return outReplayed, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
