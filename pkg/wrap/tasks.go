@@ -39,12 +39,13 @@ type createTaskResult struct {
 
 // runTask is run for a task-augmented call.
 func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
+	agent := ctx // ends the call while it is not sent yet (see sendChild)
 	ctx = context.WithoutCancel(ctx)
 	stopHeartbeat := p.heartbeat(t).stop
 	s, err := p.session(ctx)
 	var res json.RawMessage
 	if err == nil {
-		res, err = p.callBounded(ctx, s, "tools/call", params)
+		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
 	var handle createTaskResult
 	if err != nil || json.Unmarshal(res, &handle) != nil || handle.Task == nil || handle.Task.TaskID == "" {

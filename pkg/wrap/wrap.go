@@ -766,12 +766,20 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 
 // callBounded sends one request to the child once a slot of the semaphore is free.
 func (p *Proxy) callBounded(ctx context.Context, s Conn, method string, params json.RawMessage) (json.RawMessage, error) {
+	return p.callBoundedUntil(ctx, ctx, s, method, params)
+}
+
+// callBoundedUntil is callBounded waiting for the slot in wait and for the answer in ctx.
+func (p *Proxy) callBoundedUntil(wait, ctx context.Context, s Conn, method string, params json.RawMessage) (json.RawMessage, error) {
 	select {
 	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, ctx.Err())
+	case <-wait.Done():
+		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, wait.Err())
 	}
 	defer func() { <-p.sem }()
+	if err := wait.Err(); err != nil { // both were ready: a cancelled call is not sent
+		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
+	}
 	return s.Call(ctx, method, params)
 }
 
