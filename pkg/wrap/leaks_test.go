@@ -70,3 +70,85 @@ func TestCancelledCallWaitingForASlotIsNotKept(t *testing.T) {
 		t.Errorf("a cancelled call reached the server; log:\n%s", log.String())
 	}
 }
+
+// Every per-call structure of the proxy is empty again once its calls have ended, whichever
+// way they ended: a result, a replay, coalesced duplicates, isError, a JSON-RPC error,
+// input_required, the child dying (unknown) and the refusal after it, a pass-through call,
+// a fenced call the agent cancelled mid-call (it is seen through), a request of the server
+// answered by the agent, an answer to an id wrap never sent, and a request with an id
+// reused while the first is served.
+func TestPerCallStateIsEmptyAfterEveryWayACallEnds(t *testing.T) {
+	r := newRig(t)
+	led := r.openLedger()
+	log := &logBuf{}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chanSink, 1024)
+	p.Attach(out)
+	defer p.Stop("test over")
+	answers := make(chan map[string]json.RawMessage, 1024)
+	go func() {
+		for line := range out {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(line, &m) != nil {
+				continue
+			}
+			if string(m["method"]) == `"roots/list"` { // the server asks the agent
+				p.Dispatch([]byte(`{"jsonrpc":"2.0","id":` + string(m["id"]) + `,"result":{"roots":[]}}`))
+				continue
+			}
+			if m["id"] != nil && m["method"] == nil {
+				answers <- m
+			}
+		}
+	}()
+	want := 0
+	send := func(id, method, params string) {
+		p.Dispatch([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `","params":` + params + `}`))
+		want++
+	}
+	callOf := func(id, tool, args string) { send(id, "tools/call", `{"name":"`+tool+`","arguments":`+args+`}`) }
+	wait := func() {
+		t.Helper()
+		for ; want > 0; want-- {
+			select {
+			case <-answers:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%d answers missing; log:\n%s", want, log.String())
+			}
+		}
+	}
+	send("1", "initialize", initNoElicit)
+	wait()
+	callOf(`"ok"`, "charge", `{"amount":1}`)
+	wait()
+	callOf(`"replay"`, "charge", `{"amount":1}`)
+	for i := range 4 {
+		callOf(fmt.Sprintf(`"dup%d"`, i), "slow", `{"ms":300,"tag":"dup"}`)
+	}
+	callOf(`"iserror"`, "fail", `{"tag":"e"}`)
+	callOf(`"rpc"`, "fail", `{"tag":"r","rpc":true}`)
+	callOf(`"input"`, "confirm", `{"tag":"i"}`)
+	callOf(`"pass"`, "balance", `{}`)
+	callOf(`"ask"`, "ask", `{}`)
+	callOf(`"cancelled"`, "slow", `{"ms":300,"tag":"c"}`)
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"cancelled"}}`))
+	want-- // a cancelled request gets no response; a fenced one is seen through all the same
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":"effectfence-999","result":{}}`)) // never sent
+	callOf(`"same"`, "slow", `{"ms":200,"tag":"s1"}`)
+	callOf(`"same"`, "slow", `{"ms":100,"tag":"s2"}`)
+	wait()
+	callOf(`"die"`, "die", `{"tag":"d"}`)
+	wait()
+	callOf(`"refused"`, "die", `{"tag":"d"}`) // prior_failure, on a restarted child
+	wait()
+	waitFor(t, "the cancelled call to be seen through", func() bool { return strings.Contains(log.String(), "slow tag=c") || len(p.InFlight()) == 0 })
+	waitFor(t, "every call to end", func() bool { return len(p.InFlight()) == 0 })
+	for what, n := range p.StateSizes() {
+		if n != 0 {
+			t.Errorf("%s: %d entries left after every call ended", what, n)
+		}
+	}
+}

@@ -1,0 +1,23 @@
+package wrap
+
+// StateSizes is the number of entries in each per-call structure of the proxy: all zero once
+// every call has ended, however it ended.
+func (p *Proxy) StateSizes() map[string]int {
+	out := map[string]int{}
+	p.flights.mu.Lock()
+	out["flights"] = len(p.flights.m)
+	p.flights.mu.Unlock()
+	p.cmu.Lock()
+	out["cancels"] = len(p.cancels)
+	p.cmu.Unlock()
+	p.rmu.Lock()
+	out["running"] = len(p.running)
+	p.rmu.Unlock()
+	p.pmu.Lock()
+	out["pending"] = len(p.pending)
+	p.pmu.Unlock()
+	p.elicit.mu.Lock()
+	out["asks"] = len(p.elicit.asks)
+	p.elicit.mu.Unlock()
+	return out
+}
