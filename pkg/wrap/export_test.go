@@ -21,3 +21,21 @@ func (p *Proxy) StateSizes() map[string]int {
 	p.elicit.mu.Unlock()
 	return out
 }
+
+// LocalTasks is the number of tasks the proxy answers itself and the bytes of their results.
+func (p *Proxy) LocalTasks() (n, bytes int) {
+	p.local.mu.Lock()
+	defer p.local.mu.Unlock()
+	for _, t := range p.local.m {
+		bytes += len(t.result)
+	}
+	return len(p.local.m), bytes
+}
+
+// SetMaxLocalTaskBytes lowers the bound on the results of local tasks for a test; it returns
+// a func that puts it back.
+func SetMaxLocalTaskBytes(n int) func() {
+	old := maxLocalTaskBytes
+	maxLocalTaskBytes = n
+	return func() { maxLocalTaskBytes = old }
+}

@@ -135,7 +135,7 @@ func TestPerCallStateIsEmptyAfterEveryWayACallEnds(t *testing.T) {
 	callOf(`"ask"`, "ask", `{}`)
 	callOf(`"cancelled"`, "slow", `{"ms":300,"tag":"c"}`)
 	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"cancelled"}}`))
-	want-- // a cancelled request gets no response; a fenced one is seen through all the same
+	want--                                                                     // a cancelled request gets no response; a fenced one is seen through all the same
 	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":"effectfence-999","result":{}}`)) // never sent
 	callOf(`"same"`, "slow", `{"ms":200,"tag":"s1"}`)
 	callOf(`"same"`, "slow", `{"ms":100,"tag":"s2"}`)
@@ -150,5 +150,69 @@ func TestPerCallStateIsEmptyAfterEveryWayACallEnds(t *testing.T) {
 		if n != 0 {
 			t.Errorf("%s: %d entries left after every call ended", what, n)
 		}
+	}
+}
+
+// The tasks wrap answers itself (a task-augmented duplicate answered with a replay) are
+// bounded by the bytes of their results, not only by their number, and an expired one is
+// dropped when the next is made, not only when it is asked for. Before, 1,024 of them were
+// kept whatever their size (a replay of a 64 MiB result each), each for as long as it was
+// among the last 1,024, expired or not.
+func TestLocalTasksAreBoundedInBytesAndExpire(t *testing.T) {
+	const bound = 1 << 20
+	r := newRig(t)
+	led := r.openLedger()
+	log := &logBuf{}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chanSink, 1024)
+	p.Attach(out)
+	defer p.Stop("test over")
+	next := 0
+	send := func(method, params string) map[string]json.RawMessage {
+		t.Helper()
+		next++
+		p.Dispatch([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}`, next, method, params)))
+		for {
+			select {
+			case line := <-out:
+				var m map[string]json.RawMessage
+				if json.Unmarshal(line, &m) == nil && string(m["id"]) == fmt.Sprint(next) {
+					if m["result"] == nil {
+						t.Fatalf("%s: %s", method, line)
+					}
+					return m
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: no answer; log:\n%s", method, log.String())
+			}
+		}
+	}
+	send("initialize", initNoElicit)
+	text := strings.Repeat("x", 256<<10)
+	call := `{"name":"echo","arguments":{"text":"` + text + `"}`
+	send("tools/call", call+`}`) // runs and is recorded
+	task := func(ttl int) {
+		t.Helper()
+		if m := send("tools/call", call+fmt.Sprintf(`,"task":{"ttl":%d}}`, ttl)); !strings.Contains(string(m["result"]), "effectfence-task-") {
+			t.Fatalf("a task-augmented duplicate was not answered with a local task: %.300s", m["result"])
+		}
+	}
+	for range 5 {
+		task(1)
+	}
+	time.Sleep(10 * time.Millisecond) // past their ttl of 1 ms
+	task(60000)
+	if n, _ := p.LocalTasks(); n != 1 {
+		t.Errorf("%d local tasks kept, want 1: the expired ones dropped", n)
+	}
+	defer wrap.SetMaxLocalTaskBytes(bound)()
+	for range 40 {
+		task(60000)
+	}
+	if n, b := p.LocalTasks(); b > bound+300<<10 {
+		t.Errorf("%d local tasks hold %d bytes of results, want at most the bound (%d) and the newest", n, b, bound)
 	}
 }
