@@ -447,6 +447,13 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
 		return nil
 	}
+	if len(h.sessions) >= h.cfg.MaxSessions {
+		// Checked again here: concurrent initializes all passed the check above.
+		h.mu.Unlock()
+		go p.Stop("too many sessions")
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d): try later", h.cfg.MaxSessions))
+		return nil
+	}
 	h.sessions[s.id] = s
 	h.mu.Unlock()
 	if h.cfg.OnSession != nil {
