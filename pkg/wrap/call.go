@@ -407,9 +407,9 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 }
 
 // sendChild sends a tools/call to the child once a slot of the semaphore is free, waiting for
-// the slot in wait (the agent's context), and then waits for the answer in ctx (detached from
-// the agent). A call the agent cancels while it waits for a slot fails with ErrNotSent: it
-// never reached the server, so nothing of it is kept. A (re)start of the child is waited for
+// a slot in wait (the agent's context) when none is, and then waits for the answer in ctx
+// (detached from the agent). A call the agent cancels while it waits for a slot fails with
+// ErrNotSent: it never reached the server, so nothing of it is kept. A (re)start of the child is waited for
 // in ctx (it is bounded by the init timeout): a start cut short by one agent's cancellation
 // would fail every call for RestartBackoff.
 func (p *Proxy) sendChild(wait, ctx context.Context, params json.RawMessage) (json.RawMessage, error) {

@@ -89,8 +89,16 @@ func TestPerCallStateIsEmptyAfterEveryWayACallEnds(t *testing.T) {
 	p.Attach(out)
 	defer p.Stop("test over")
 	answers := make(chan map[string]json.RawMessage, 1024)
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		for line := range out {
+		for {
+			var line []byte
+			select {
+			case line = <-out:
+			case <-stop:
+				return
+			}
 			var m map[string]json.RawMessage
 			if json.Unmarshal(line, &m) != nil {
 				continue

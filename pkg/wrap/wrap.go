@@ -769,17 +769,21 @@ func (p *Proxy) callBounded(ctx context.Context, s Conn, method string, params j
 	return p.callBoundedUntil(ctx, ctx, s, method, params)
 }
 
-// callBoundedUntil is callBounded waiting for the slot in wait and for the answer in ctx.
+// callBoundedUntil is callBounded for a call detached from the agent once it has its slot: a
+// free slot is taken whatever wait says (a fenced call the agent cancels as it arrives is
+// still seen through), but while all are taken the call waits for one in wait and is not sent
+// when wait ends. It then waits for the answer in ctx.
 func (p *Proxy) callBoundedUntil(wait, ctx context.Context, s Conn, method string, params json.RawMessage) (json.RawMessage, error) {
 	select {
 	case p.sem <- struct{}{}:
-	case <-wait.Done():
-		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, wait.Err())
+	default:
+		select {
+		case p.sem <- struct{}{}:
+		case <-wait.Done():
+			return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, wait.Err())
+		}
 	}
 	defer func() { <-p.sem }()
-	if err := wait.Err(); err != nil { // both were ready: a cancelled call is not sent
-		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
-	}
 	return s.Call(ctx, method, params)
 }
 
