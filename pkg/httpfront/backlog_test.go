@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/httpfront"
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 // A client that keeps its GET stream open without reading it cannot make the gateway queue
@@ -54,5 +55,72 @@ func TestStalledStreamBacklogIsBounded(t *testing.T) {
 	case <-done:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stalled GET stream was not ended")
+	}
+}
+
+// Every entry a session keeps for an open stream is gone once the stream ends, whichever way
+// it ends: a JSON response, an SSE response after progress, the client hanging up mid-stream,
+// the agent's cancellation, a request refused for reusing an open id, a GET stream closed by
+// its client.
+func TestStreamEntriesGoWhenStreamsEnd(t *testing.T) {
+	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) { o.Pass = []string{"slow"} })
+	sid := g.open(nil)
+	g.mustPost(sid, hdr{"Accept": "application/json"}, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"progress","arguments":{"n":2},"_meta":{"progressToken":"json"}}}`)
+	g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"progress","arguments":{"n":2},"_meta":{"progressToken":"sse"}}}`)
+
+	// The client hangs up mid-stream: the call goes on, its stream is over.
+	ctx, hangUp := context.WithCancel(context.Background())
+	hungUp := make(chan struct{})
+	go func() {
+		defer close(hungUp)
+		_, _ = g.post(ctx, sid, nil, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow","arguments":{"ms":400,"tag":"hangup"},"_meta":{"progressToken":"h"}}}`)
+	}()
+	waitLog(t, g, "slow tag=hangup started")
+	// The same id again while it is open: refused.
+	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":4,"method":"ping"}`); r.status != http.StatusBadRequest {
+		t.Fatalf("a request reusing an open id: status %d, want 400", r.status)
+	}
+	hangUp()
+	<-hungUp
+
+	// The agent cancels a request: it ends without a response.
+	cancelled := make(chan struct{})
+	go func() {
+		defer close(cancelled)
+		_, _ = g.post(context.Background(), sid, nil, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":30000,"tag":"cancel"},"_meta":{"progressToken":"c"}}}`)
+	}()
+	waitLog(t, g, "slow tag=cancel started")
+	g.mustPost(sid, nil, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	<-cancelled
+
+	// A GET stream its client closes.
+	gctx, closeGet := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(gctx, http.MethodGet, g.url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeGet()
+	resp.Body.Close()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for g.front.OpenStreams() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stream entries left after every stream ended", g.front.OpenStreams())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitLog(t *testing.T, g *gw, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(g.log.String(), what) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %q in the log", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

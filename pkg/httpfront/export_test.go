@@ -34,3 +34,23 @@ func (h *Handler) Backlog() int {
 	}
 	return n
 }
+
+// OpenStreams is the number of entries, over every session, that name an open stream: request
+// streams by id and by progress token, streams taking other messages, GET streams.
+func (h *Handler) OpenStreams() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, s := range h.sessions {
+		s.mu.Lock()
+		n += len(s.requests) + len(s.tokens)
+		for st := s.newest; st != nil; st = st.older {
+			n++
+		}
+		if s.getSt != nil {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
