@@ -726,3 +726,45 @@ func TestInvalidAnswerEndsTheCall(t *testing.T) {
 		t.Fatalf("resumes %d (want none), POSTs %d", resumes, f.count("tools/call"))
 	}
 }
+
+// A server cannot make the session keep without bound requests the client is slow to answer
+// (or never answers): beyond mcpstdio.MaxInbound waiting at once, each is refused with an
+// error at once. Before, each one kept a goroutine and an entry (and, in wrap, another
+// waiting for the agent) for as long as the client did not answer.
+func TestServerRequestsWaitingAreBounded(t *testing.T) {
+	const n = mcpstdio.MaxInbound + 76
+	f, srv := newFake(t)
+	f.responses = make(chan *jsonrpc.Message, n)
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range n {
+			writeEvent(w, "", jsonrpc.Request(json.RawMessage(fmt.Sprintf(`"q%d"`, i)), "roots/list", json.RawMessage(`{}`)))
+		}
+		writeEvent(w, "", jsonrpc.Response(m.ID, json.RawMessage(`{"done":true}`)))
+	}
+	release := make(chan struct{})
+	defer close(release) // before the Cleanup's Kill: the handlers end
+	s := session(t, upstream(t, srv.URL, Config{OnRequest: func(ctx context.Context, method string, p json.RawMessage) (json.RawMessage, error) {
+		select { // a client that does not answer
+		case <-release:
+		case <-ctx.Done():
+		}
+		return json.RawMessage(`{"roots":[]}`), nil
+	}}))
+	// The response is handed over once everything before it was delivered: each request
+	// was taken or refused by then.
+	if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"ask"}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	waiting := len(s.inbound)
+	s.mu.Unlock()
+	if waiting != mcpstdio.MaxInbound || len(f.responses) != n-mcpstdio.MaxInbound {
+		t.Fatalf("%d of the server's %d requests waiting and %d answered, want %d and %d", waiting, n, len(f.responses), mcpstdio.MaxInbound, n-mcpstdio.MaxInbound)
+	}
+	for range n - mcpstdio.MaxInbound {
+		if a := <-f.responses; a.Error == nil {
+			t.Fatalf("a request beyond the bound was answered %s, want an error", a.Result)
+		}
+	}
+}

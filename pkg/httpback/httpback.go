@@ -330,6 +330,9 @@ type Session struct {
 	closeM   sync.Mutex
 	closed   bool
 	inbound  map[string]context.CancelCauseFunc // the server's requests being answered (guarded by mu)
+	// answering counts the server's requests being answered (guarded by mu); at most
+	// mcpstdio.MaxInbound, beyond which a request is refused at once.
+	answering int
 }
 
 // note is one item of the delivery queue.
@@ -787,11 +790,21 @@ func (s *Session) deliver() {
 				if s.inbound == nil {
 					s.inbound = map[string]context.CancelCauseFunc{}
 				}
-				s.inbound[key] = cancel
+				full := s.answering >= mcpstdio.MaxInbound
+				if !full {
+					s.answering++
+					s.inbound[key] = cancel
+				}
 				s.mu.Unlock()
+				if full {
+					cancel(nil)
+					s.refuse(n.req) // here: a server that is slow to take it slows only itself
+					break
+				}
 				go func(m *jsonrpc.Message) {
 					defer func() {
 						s.mu.Lock()
+						s.answering--
 						delete(s.inbound, key)
 						s.mu.Unlock()
 						cancel(nil)
@@ -825,6 +838,17 @@ func (s *Session) cancelInbound(params json.RawMessage) {
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel(&mcpstdio.CancelReason{Reason: c.Reason})
+	}
+}
+
+// refuse answers a request of the server with an error at once: mcpstdio.MaxInbound of its
+// requests are waiting for their answers already.
+func (s *Session) refuse(m *jsonrpc.Message) {
+	msg := jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("effectfence: %d requests of this server are waiting for the client already; this one is refused", mcpstdio.MaxInbound)})
+	ctx, cancel := context.WithTimeout(s.bg, 30*time.Second)
+	defer cancel()
+	if err := s.send(ctx, "refusal of "+m.Method, msg); err != nil && s.Err() == nil {
+		s.logf("cannot refuse the %s request of MCP server %s: %v", safetext.Escape(m.Method), s.logURL, err)
 	}
 }
 

@@ -336,6 +336,13 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, who Caller) *se
 // maxBody bounds one POST body (the proxy's bound on one message).
 const maxBody = wrap.MaxMessage
 
+// maxBacklog bounds the bytes queued for one open stream that its client has not read yet (a
+// client that keeps a stream open without reading it, or a connection that died silently).
+// A message is always queued on an empty stream, so any message the proxy takes fits. A
+// stream whose backlog would pass the bound is ended and its backlog dropped, as when the
+// client hangs up: what it held is lost, as MCP says a broken stream's messages are.
+var maxBacklog = wrap.MaxMessage
+
 func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
@@ -440,6 +447,13 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
 		return nil
 	}
+	if len(h.sessions) >= h.cfg.MaxSessions {
+		// Checked again here: concurrent initializes all passed the check above.
+		h.mu.Unlock()
+		go p.Stop("too many sessions")
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d): try later", h.cfg.MaxSessions))
+		return nil
+	}
 	h.sessions[s.id] = s
 	h.mu.Unlock()
 	if h.cfg.OnSession != nil {
@@ -492,10 +506,15 @@ type stream struct {
 	token string        // the request's progressToken (raw JSON), if any
 	sse   bool          // the response is an SSE stream (else only final is used)
 	final chan []byte   // the response to the request (buffer 1)
-	mu    sync.Mutex    // guards queue
+	mu    sync.Mutex    // guards queue, size and over
 	queue [][]byte      // notifications and requests routed here, in order
+	size  int           // the bytes in queue
 	ready chan struct{} // a signal (buffer 1) that queue grew
 	gone  chan struct{} // closed when the HTTP response ended
+	// stalled is closed when the backlog passed maxBacklog: the stream ends, taking nothing
+	// more (over is set).
+	stalled chan struct{}
+	over    bool
 
 	// The session's list of SSE request streams that take other messages (guarded by the
 	// session's mu): routed says st is on it, between older and newer.
@@ -504,24 +523,39 @@ type stream struct {
 }
 
 func newStream(id, token string, sse bool) *stream {
-	return &stream{id: id, token: token, sse: sse, final: make(chan []byte, 1), ready: make(chan struct{}, 1), gone: make(chan struct{})}
+	return &stream{id: id, token: token, sse: sse, final: make(chan []byte, 1), ready: make(chan struct{}, 1), gone: make(chan struct{}), stalled: make(chan struct{})}
 }
 
-func (st *stream) push(line []byte) {
+// push queues line for the client. It returns false, dropping line, when the stream has
+// stalled: its backlog would pass maxBacklog (the backlog is then dropped and the stream
+// ends), or did before.
+func (st *stream) push(line []byte) bool {
 	st.mu.Lock()
+	if st.over {
+		st.mu.Unlock()
+		return false
+	}
+	if st.size > 0 && st.size+len(line) > maxBacklog {
+		st.over, st.queue, st.size = true, nil, 0
+		close(st.stalled)
+		st.mu.Unlock()
+		return false
+	}
 	st.queue = append(st.queue, line)
+	st.size += len(line)
 	st.mu.Unlock()
 	select {
 	case st.ready <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 func (st *stream) take() [][]byte {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	q := st.queue
-	st.queue = nil
+	st.queue, st.size = nil, 0
 	return q
 }
 

@@ -156,7 +156,8 @@ func (s *session) closeGet(st *stream) {
 // Write is the proxy's Sink: a response goes to its request's stream; a progress
 // notification to the stream of its token; anything else to the newest open SSE request
 // stream, else the GET stream. A message with no open stream to take it is dropped (logged by
-// nobody: the client hung up; a tool call's outcome is in the ledger regardless).
+// nobody: the client hung up; a tool call's outcome is in the ledger regardless), as is one
+// that would pass the bound on a stream's backlog (see maxBacklog; that stream ends).
 func (s *session) Write(line []byte) error {
 	m, err := jsonrpc.Parse(line)
 	if err != nil {
@@ -179,17 +180,21 @@ func (s *session) Write(line []byte) error {
 		}
 		if json.Unmarshal(m.Params, &p) == nil {
 			if st := s.tokens[string(p.Token)]; st != nil && st.sse {
-				st.push(line)
+				if !st.push(line) {
+					s.unroute(st) // stalled: it ends (streamTo)
+				}
 				return nil
 			}
 		}
 	}
-	if s.newest != nil {
-		s.newest.push(line)
+	if st := s.newest; st != nil {
+		if !st.push(line) {
+			s.unroute(st)
+		}
 		return nil
 	}
-	if s.getSt != nil {
-		s.getSt.push(line)
+	if st := s.getSt; st != nil && !st.push(line) {
+		s.getSt = nil // a new GET stream may be opened
 	}
 	return nil
 }
@@ -258,6 +263,8 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			}
 		case <-r.Context().Done():
 			return
+		case <-st.stalled:
+			return // the client read too little for too long: what was queued is dropped
 		case <-s.done:
 			if request {
 				send(st.take())

@@ -59,6 +59,11 @@ const DefaultProtocolVersion = "2025-06-18"
 // MaxLine bounds one message from the child (64 MiB); longer lines are skipped and logged.
 const MaxLine = 64 << 20
 
+// MaxInbound bounds the child's requests waiting for their answer (from Config.OnRequest) at
+// once; beyond it a request is refused at once with a JSON-RPC error, so a child cannot make
+// the session keep without bound requests the client is slow to answer.
+const MaxInbound = 1024
+
 // Defaults for Config.
 const (
 	DefaultInitTimeout = 30 * time.Second
@@ -156,10 +161,13 @@ type Session struct {
 	mu      sync.Mutex
 	pending map[string]chan reply
 	inbound map[string]context.CancelCauseFunc // the child's requests being answered, by id
-	err     error                              // why the session ended; set once, before done closes
-	done    chan struct{}
-	exited  chan struct{} // cmd.Wait returned
-	exitMsg string
+	// answering counts the child's requests being answered (an id the child reuses while its
+	// first request is answered has one entry in inbound but counts twice); at most MaxInbound.
+	answering int
+	err       error // why the session ended; set once, before done closes
+	done      chan struct{}
+	exited    chan struct{} // cmd.Wait returned
+	exitMsg   string
 
 	// notes carries, in the child's order, what must wait for the notifications before it:
 	// notifications, requests, and responses read while a notification was undelivered.
@@ -550,11 +558,21 @@ func (s *Session) deliver() {
 			ctx, cancel := context.WithCancelCause(s.reqCtx)
 			key := string(n.req.ID)
 			s.mu.Lock()
-			s.inbound[key] = cancel
+			full := s.answering >= MaxInbound
+			if !full {
+				s.answering++
+				s.inbound[key] = cancel
+			}
 			s.mu.Unlock()
+			if full {
+				cancel(nil)
+				s.refuse(n.req) // here: a child that does not read its stdin slows only itself
+				break
+			}
 			go func(m *jsonrpc.Message) {
 				defer func() {
 					s.mu.Lock()
+					s.answering--
 					delete(s.inbound, key)
 					s.mu.Unlock()
 					cancel(nil)
@@ -591,6 +609,15 @@ func (s *Session) cancelInbound(params json.RawMessage) bool {
 	}
 	cancel(&CancelReason{Reason: c.Reason})
 	return true
+}
+
+// refuse answers a request of the child with an error at once: MaxInbound of its requests
+// are waiting for their answers already.
+func (s *Session) refuse(m *jsonrpc.Message) {
+	line := jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("effectfence: %d requests of this server are waiting for the client already; this one is refused", MaxInbound)})
+	if err := s.out.Write(line); err != nil && s.Err() == nil {
+		s.logf("cannot refuse a %s request of MCP server %s: %v", m.Method, s.name(), err)
+	}
 }
 
 func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {

@@ -465,3 +465,32 @@ func TestOnNotificationMayStartACall(t *testing.T) {
 		t.Fatal("the listing started by the callback never returned")
 	}
 }
+
+// A child cannot make the session keep without bound requests the client is slow to answer
+// (or never answers): beyond MaxInbound waiting at once, each is refused with an error at
+// once. Before, each one kept a goroutine and an entry (and, in wrap, another waiting for the
+// agent) for as long as the client did not answer.
+func TestChildRequestsWaitingAreBounded(t *testing.T) {
+	cfg, _, errs := config(t, "flood")
+	release := make(chan struct{})
+	cfg.OnRequest = func(ctx context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+		select { // a client that does not answer
+		case <-release:
+		case <-ctx.Done():
+		}
+		return json.RawMessage(`{"roots":[]}`), nil
+	}
+	s := start(t, cfg)
+	defer close(release) // before the Cleanup's Close: the handlers end
+	want := fmt.Sprintf("mcptest: flood refused %d\n", mcptest.FloodRequests-mcpstdio.MaxInbound)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the child's %d requests were not refused beyond %d waiting (%d waiting); stderr:\n%.2000s", mcptest.FloodRequests, mcpstdio.MaxInbound, s.Inbound(), errs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := s.Inbound(); n != mcpstdio.MaxInbound {
+		t.Fatalf("%d of the child's requests waiting, want %d", n, mcpstdio.MaxInbound)
+	}
+}

@@ -27,8 +27,8 @@ type ids struct {
 	n      atomic.Int64               // len(held), read without the lock on every response
 }
 
-// maxHeld bounds the ids awaiting a response (a client's response message with such an id
-// gets none): beyond it ids pass unchanged, as before.
+// maxHeld bounds the ids awaiting a response (only a request's id is held, see answered,
+// but a response may still not come): beyond it ids pass unchanged, as before.
 const maxHeld = 4096
 
 func newIDs() *ids {
@@ -48,7 +48,7 @@ func (x *ids) wrap(line []byte) []byte {
 	if n != 1 {
 		return x.cancelled(line)
 	}
-	if survives(line[start:end]) {
+	if survives(line[start:end]) || !answered(line) {
 		return line
 	}
 	x.mu.Lock()
@@ -124,6 +124,20 @@ func (x *ids) cancelled(line []byte) []byte {
 	}
 	out := make([]byte, 0, len(line)+len(sur))
 	return append(append(append(out, line[:rs]...), sur...), line[re:]...)
+}
+
+// answered reports whether mcp-go answers line, an object with one id, under its id: a
+// request, with one method that is a string and no result. A client's response gets no
+// answer, nor does a result beside a method; a method that is not a string is answered with
+// id null. A surrogate for their id would be held until the bound on held ids, which they
+// would use up (ids beyond it pass unchanged).
+func answered(line []byte) bool {
+	ms, _, n, _ := jsonrpc.Member(line, "method")
+	if n != 1 || line[ms] != '"' {
+		return false
+	}
+	_, _, n, _ = jsonrpc.Member(line, "result")
+	return n == 0
 }
 
 // isObject reports whether line is one valid JSON object (what jsonrpc.Member walks).

@@ -3,6 +3,7 @@ package serve_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,35 @@ func TestPanicReplyKeepsTheID(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no response with id %s to a panicking call (an answer with a changed id cannot be matched)", id)
+		}
+	}
+}
+
+// An id is held under a surrogate only while a response will carry it back: a message that
+// gets none (a client's response, whatever its id; a message mcp-go answers with id null,
+// such as a "method" that is not a string) must not hold one. Held ids are bounded, so
+// before, a few thousand such messages used the bound up and every later unusual id was
+// answered rounded or respelled again, for the rest of the process.
+func TestIDsNotHeldForMessagesWithoutAResponse(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdio(t, eng, serve.Options{})
+	var b strings.Builder
+	for i := 0; i < 2500; i++ {
+		b.WriteString(`{"jsonrpc":"2.0","id":` + fmt.Sprint(i) + `.5,"result":{}}` + "\n")
+		b.WriteString(`{"jsonrpc":"2.0","id":` + fmt.Sprint(i) + `.25,"method":5}` + "\n")
+	}
+	if _, err := c.in.Write([]byte(b.String())); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"9007199254740993", `"x\udbff"`} {
+		select {
+		case resp := <-c.sendLine(id, `{"jsonrpc":"2.0","id":`+id+`,"method":"ping"}`):
+			if strings.Contains(string(resp), `"error"`) {
+				t.Errorf("id %s: %s", id, resp)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no response with id %s after 5,000 messages that get no response with their id: the ids they held used the bound up", id)
 		}
 	}
 }

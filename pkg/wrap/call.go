@@ -94,6 +94,9 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	id.exact = fwd
 	a := p.fencedCall(ctx, c.name, id, params, c.task)
 	ev.Outcome, ev.Code = a.outcome, a.code
+	if a.code == "not_sent" && ctx.Err() != nil {
+		return nil // cancelled by the agent before it was sent: MCP says no response is sent
+	}
 	if c.task && a.err == nil && a.outcome != "executed" {
 		// Answered here without running: the agent asked for a task, it gets a terminal one.
 		return jsonrpc.Response(m.ID, p.asTask(m.Params, a.result))
@@ -301,11 +304,14 @@ func (p *Proxy) agentName() string {
 }
 
 // run forwards an admitted call to the child, heartbeating its lease, and records the outcome.
-// The call is detached from the agent's cancellation: once forwarded, it is seen through.
+// The call is detached from the agent's cancellation once it is forwarded: it is seen
+// through. Until then (waiting for a slot) the agent's cancellation ends it unsent (see
+// sendChild).
 func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
+	agent := ctx
 	ctx = context.WithoutCancel(ctx)
 	hb := p.heartbeat(t)
-	res, err := p.callChild(ctx, params)
+	res, err := p.sendChild(agent, ctx, params)
 	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, false)
 }
@@ -400,12 +406,18 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 	return cert, err
 }
 
-func (p *Proxy) callChild(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {
+// sendChild sends a tools/call to the child once a slot of the semaphore is free, waiting for
+// a slot in wait (the agent's context) when none is, and then waits for the answer in ctx
+// (detached from the agent). A call the agent cancels while it waits for a slot fails with
+// ErrNotSent: it never reached the server, so nothing of it is kept. A (re)start of the child is waited for
+// in ctx (it is bounded by the init timeout): a start cut short by one agent's cancellation
+// would fail every call for RestartBackoff.
+func (p *Proxy) sendChild(wait, ctx context.Context, params json.RawMessage) (json.RawMessage, error) {
 	s, err := p.session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return p.callBounded(ctx, s, "tools/call", params)
+	return p.callBoundedUntil(wait, ctx, s, "tools/call", params)
 }
 
 // heartbeat renews the lease every third of its TTL until the returned beats' stop is

@@ -39,12 +39,13 @@ type createTaskResult struct {
 
 // runTask is run for a task-augmented call.
 func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
+	agent := ctx // ends the call while it is not sent yet (see sendChild)
 	ctx = context.WithoutCancel(ctx)
 	stopHeartbeat := p.heartbeat(t).stop
 	s, err := p.session(ctx)
 	var res json.RawMessage
 	if err == nil {
-		res, err = p.callBounded(ctx, s, "tools/call", params)
+		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
 	var handle createTaskResult
 	if err != nil || json.Unmarshal(res, &handle) != nil || handle.Task == nil || handle.Task.TaskID == "" {
@@ -96,7 +97,8 @@ func taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, er
 // that is already terminal: completed, or failed for an isError result. tasks/get and
 // tasks/result of its id are answered here (the server never heard of it); tasks/cancel is
 // refused as for any terminal task. A proxy keeps the last maxLocalTasks of them, each for its
-// ttl (the one the agent asked for, at most a day).
+// ttl (the one the agent asked for, at most a day), their results together at most
+// maxLocalTaskBytes (beyond, the oldest go; the newest always stays).
 
 const (
 	localTaskPrefix = "effectfence-task-"
@@ -104,6 +106,9 @@ const (
 	maxLocalTaskTTL = 24 * time.Hour
 	relatedTaskMeta = "io.modelcontextprotocol/related-task"
 )
+
+// maxLocalTaskBytes bounds the bytes of the results local tasks hold (see asTask).
+var maxLocalTaskBytes = 64 << 20
 
 type localTask struct {
 	id      string
@@ -116,8 +121,9 @@ type localTask struct {
 type localTasks struct {
 	mu    sync.Mutex
 	next  int64
-	order []string
+	order []string // ids by creation, oldest first (some maybe gone from m already)
 	m     map[string]*localTask
+	bytes int // the bytes of the results in m
 }
 
 // asTask wraps an answer of effectfence's own to a task-augmented call into a terminal task.
@@ -147,14 +153,30 @@ func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage) json.RawMess
 	lt.next++
 	t.id = localTaskPrefix + strconv.FormatInt(lt.next, 10) + "-" + strconv.FormatInt(t.created.UnixNano(), 36)
 	lt.m[t.id] = t
+	lt.bytes += len(t.result)
 	lt.order = append(lt.order, t.id)
-	for len(lt.order) > maxLocalTasks {
-		delete(lt.m, lt.order[0])
+	// The oldest go while there are too many, their results hold too much or they expired
+	// (a ttl is at most a day, so one expired behind a live older one goes when that does);
+	// the newest, just handed out, stays.
+	for len(lt.order) > 1 {
+		old := lt.m[lt.order[0]]
+		if old != nil && len(lt.m) <= maxLocalTasks && lt.bytes <= maxLocalTaskBytes && t.created.Sub(old.created) <= old.ttl {
+			break
+		}
+		if old != nil {
+			lt.drop(old)
+		}
 		lt.order = lt.order[1:]
 	}
 	lt.mu.Unlock()
 	out, _ := json.Marshal(map[string]any{"task": t.view()})
 	return out
+}
+
+// drop removes t from m; lt.mu is held.
+func (lt *localTasks) drop(t *localTask) {
+	delete(lt.m, t.id)
+	lt.bytes -= len(t.result)
 }
 
 func (t *localTask) view() map[string]any {
@@ -175,7 +197,7 @@ func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
 	lt.mu.Lock()
 	t := lt.m[q.TaskID]
 	if t != nil && time.Since(t.created) > t.ttl {
-		delete(lt.m, q.TaskID)
+		lt.drop(t)
 		t = nil
 	}
 	lt.mu.Unlock()

@@ -766,10 +766,22 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
 
 // callBounded sends one request to the child once a slot of the semaphore is free.
 func (p *Proxy) callBounded(ctx context.Context, s Conn, method string, params json.RawMessage) (json.RawMessage, error) {
+	return p.callBoundedUntil(ctx, ctx, s, method, params)
+}
+
+// callBoundedUntil is callBounded for a call detached from the agent once it has its slot: a
+// free slot is taken whatever wait says (a fenced call the agent cancels as it arrives is
+// still seen through), but while all are taken the call waits for one in wait and is not sent
+// when wait ends. It then waits for the answer in ctx.
+func (p *Proxy) callBoundedUntil(wait, ctx context.Context, s Conn, method string, params json.RawMessage) (json.RawMessage, error) {
 	select {
 	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, ctx.Err())
+	default:
+		select {
+		case p.sem <- struct{}{}:
+		case <-wait.Done():
+			return nil, fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, wait.Err())
+		}
 	}
 	defer func() { <-p.sem }()
 	return s.Call(ctx, method, params)

@@ -7,7 +7,10 @@
 // the proxy reports.
 //
 // MCPTEST_MODE changes how the server misbehaves: "garbage" writes non-JSON lines to stdout
-// around every answer; "exit" exits with status 3 at start; "mute" never answers initialize.
+// around every answer; "exit" exits with status 3 at start; "mute" never answers initialize;
+// "flood" sends FloodRequests roots/list requests to the client once initialized, never
+// waiting for their answers, and logs "mcptest: flood refused N" on stderr for each error
+// answer (N counting them).
 package mcptest
 
 import (
@@ -23,6 +26,9 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
+
+// FloodRequests is how many requests the "flood" mode sends.
+const FloodRequests = 1500
 
 // Environment variables the server reads.
 const (
@@ -102,6 +108,7 @@ func Serve() int {
 	fmt.Fprintln(os.Stderr, "mcptest: serving")
 	r := jsonrpc.NewReader(os.Stdin, 64<<20)
 	var wg sync.WaitGroup
+	var refused atomic.Int64 // "flood": error answers received
 	for {
 		line, err := r.ReadLine()
 		if err != nil {
@@ -116,7 +123,17 @@ func Serve() int {
 			if ch, ok := s.asks.LoadAndDelete(string(m.ID)); ok {
 				ch.(chan *jsonrpc.Message) <- m
 			}
+			if s.mode == "flood" && m.Error != nil {
+				fmt.Fprintf(os.Stderr, "mcptest: flood refused %d\n", refused.Add(1))
+			}
 			continue
+		}
+		if s.mode == "flood" && m.Method == "notifications/initialized" {
+			go func() {
+				for i := range FloodRequests {
+					s.write(jsonrpc.Request(json.RawMessage(fmt.Sprintf(`"flood-%d"`, i)), "roots/list", json.RawMessage(`{}`)))
+				}
+			}()
 		}
 		if m.Method == "notifications/cancelled" {
 			fmt.Fprintf(os.Stderr, "mcptest: cancelled %s\n", m.Params)

@@ -1,0 +1,126 @@
+package httpfront_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/httpfront"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// A client that keeps its GET stream open without reading it cannot make the gateway queue
+// without bound what the server sends (here a real child's 12 MB of notifications, routed to
+// the GET stream because their request's own response is plain JSON): once the stream's
+// backlog passes the bound it is ended and its backlog dropped, as if the client had hung up.
+// Before, every message was queued on the stalled stream for as long as it stayed open.
+func TestStalledStreamBacklogIsBounded(t *testing.T) {
+	const bound = 256 << 10
+	defer httpfront.SetMaxBacklog(bound)()
+	g := newGW(t, nil)
+	sid := g.open(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: status %d", resp.StatusCode)
+	}
+	// Not read from here on. Each notification carries the 1,000-byte token.
+	token := `"` + strings.Repeat("t", 1000) + `"`
+	const n = 12000
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"progress","arguments":{"n":%d},"_meta":{"progressToken":%s}}}`, n, token)
+	r := g.mustPost(sid, hdr{"Accept": "application/json"}, body)
+	if r.status != http.StatusOK || !strings.Contains(resultText(t, r.last(t)), "progress done") {
+		t.Fatalf("progress call: status %d %.200v", r.status, r.raw)
+	}
+	// Every notification was routed before the response was handed over (mcpstdio's order).
+	if got := g.front.Backlog(); got > bound {
+		t.Fatalf("%d bytes queued for a client that reads nothing (%d notifications of 1 KB sent), want at most the bound", got, n)
+	}
+	// The stalled stream was ended: reading it now reaches its end.
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stalled GET stream was not ended")
+	}
+}
+
+// Every entry a session keeps for an open stream is gone once the stream ends, whichever way
+// it ends: a JSON response, an SSE response after progress, the client hanging up mid-stream,
+// the agent's cancellation, a request refused for reusing an open id, a GET stream closed by
+// its client.
+func TestStreamEntriesGoWhenStreamsEnd(t *testing.T) {
+	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) { o.Pass = []string{"slow"} })
+	sid := g.open(nil)
+	g.mustPost(sid, hdr{"Accept": "application/json"}, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"progress","arguments":{"n":2},"_meta":{"progressToken":"json"}}}`)
+	g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"progress","arguments":{"n":2},"_meta":{"progressToken":"sse"}}}`)
+
+	// The client hangs up mid-stream: the call goes on, its stream is over.
+	ctx, hangUp := context.WithCancel(context.Background())
+	hungUp := make(chan struct{})
+	go func() {
+		defer close(hungUp)
+		_, _ = g.post(ctx, sid, nil, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow","arguments":{"ms":400,"tag":"hangup"},"_meta":{"progressToken":"h"}}}`)
+	}()
+	waitLog(t, g, "slow tag=hangup started")
+	// The same id again while it is open: refused.
+	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":4,"method":"ping"}`); r.status != http.StatusBadRequest {
+		t.Fatalf("a request reusing an open id: status %d, want 400", r.status)
+	}
+	hangUp()
+	<-hungUp
+
+	// The agent cancels a request: it ends without a response.
+	cancelled := make(chan struct{})
+	go func() {
+		defer close(cancelled)
+		_, _ = g.post(context.Background(), sid, nil, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":30000,"tag":"cancel"},"_meta":{"progressToken":"c"}}}`)
+	}()
+	waitLog(t, g, "slow tag=cancel started")
+	g.mustPost(sid, nil, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	<-cancelled
+
+	// A GET stream its client closes.
+	gctx, closeGet := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(gctx, http.MethodGet, g.url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeGet()
+	resp.Body.Close()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for g.front.OpenStreams() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stream entries left after every stream ended", g.front.OpenStreams())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitLog(t *testing.T, g *gw, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(g.log.String(), what) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %q in the log", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

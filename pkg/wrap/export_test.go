@@ -1,0 +1,41 @@
+package wrap
+
+// StateSizes is the number of entries in each per-call structure of the proxy: all zero once
+// every call has ended, however it ended.
+func (p *Proxy) StateSizes() map[string]int {
+	out := map[string]int{}
+	p.flights.mu.Lock()
+	out["flights"] = len(p.flights.m)
+	p.flights.mu.Unlock()
+	p.cmu.Lock()
+	out["cancels"] = len(p.cancels)
+	p.cmu.Unlock()
+	p.rmu.Lock()
+	out["running"] = len(p.running)
+	p.rmu.Unlock()
+	p.pmu.Lock()
+	out["pending"] = len(p.pending)
+	p.pmu.Unlock()
+	p.elicit.mu.Lock()
+	out["asks"] = len(p.elicit.asks)
+	p.elicit.mu.Unlock()
+	return out
+}
+
+// LocalTasks is the number of tasks the proxy answers itself and the bytes of their results.
+func (p *Proxy) LocalTasks() (n, bytes int) {
+	p.local.mu.Lock()
+	defer p.local.mu.Unlock()
+	for _, t := range p.local.m {
+		bytes += len(t.result)
+	}
+	return len(p.local.m), bytes
+}
+
+// SetMaxLocalTaskBytes lowers the bound on the results of local tasks for a test; it returns
+// a func that puts it back.
+func SetMaxLocalTaskBytes(n int) func() {
+	old := maxLocalTaskBytes
+	maxLocalTaskBytes = n
+	return func() { maxLocalTaskBytes = old }
+}
