@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -14,12 +15,15 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
 // stopOnSignals returns a context that the first stop signal cancels (first is called with it,
 // to log what the stop waits for); on the second, now is called (to log and kill what must
 // not outlive us) and the process exits at once with 128 + the signal's number. The returned
-// function stops listening.
+// function stops listening; once the second signal has arrived it never returns, so the exit
+// code is the signal's even when now's kill lets the command finish first (it returned 0 then).
 func stopOnSignals(ctx context.Context, first, now func(os.Signal)) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, stopSignals...)
 	done := make(chan struct{})
+	var exiting sync.Mutex // held from the second signal to the exit; taken by stop
+	stopped := false       // stop ran (guarded by exiting)
 	go func() {
 		n := 0
 		for {
@@ -30,6 +34,11 @@ func stopOnSignals(ctx context.Context, first, now func(os.Signal)) (context.Con
 					first(sig)
 					cancel()
 					continue
+				}
+				exiting.Lock()
+				if stopped { // the command ended before this signal: its exit stands
+					exiting.Unlock()
+					return
 				}
 				now(sig)
 				code := exitError
@@ -43,6 +52,9 @@ func stopOnSignals(ctx context.Context, first, now func(os.Signal)) (context.Con
 		}
 	}()
 	return ctx, func() {
+		exiting.Lock()
+		stopped = true
+		exiting.Unlock()
 		signal.Stop(sigs)
 		close(done)
 		cancel()
