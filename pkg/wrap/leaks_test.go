@@ -17,16 +17,7 @@ import (
 // goroutine, its entries among the requests in flight and their cancellations, its claim,
 // heartbeated) until a slot freed, and was then sent although the agent had cancelled it.
 func TestCancelledCallWaitingForASlotIsNotKept(t *testing.T) {
-	r := newRig(t)
-	led := r.openLedger()
-	log := &logBuf{}
-	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log, MaxConcurrent: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chanSink, 1024)
-	p.Attach(out)
-	defer p.Stop("test over")
+	p, out, log := attachedProxy(t, 1)
 	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
 	select {
 	case line := <-out:
@@ -78,16 +69,7 @@ func TestCancelledCallWaitingForASlotIsNotKept(t *testing.T) {
 // answered by the agent, an answer to an id wrap never sent, and a request with an id
 // reused while the first is served.
 func TestPerCallStateIsEmptyAfterEveryWayACallEnds(t *testing.T) {
-	r := newRig(t)
-	led := r.openLedger()
-	log := &logBuf{}
-	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chanSink, 1024)
-	p.Attach(out)
-	defer p.Stop("test over")
+	p, out, log := attachedProxy(t, 0)
 	answers := make(chan map[string]json.RawMessage, 1024)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -168,16 +150,7 @@ func TestPerCallStateIsEmptyAfterEveryWayACallEnds(t *testing.T) {
 // among the last 1,024, expired or not.
 func TestLocalTasksAreBoundedInBytesAndExpire(t *testing.T) {
 	const bound = 1 << 20
-	r := newRig(t)
-	led := r.openLedger()
-	log := &logBuf{}
-	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chanSink, 1024)
-	p.Attach(out)
-	defer p.Stop("test over")
+	p, out, log := attachedProxy(t, 0)
 	next := 0
 	send := func(method, params string) map[string]json.RawMessage {
 		t.Helper()
@@ -223,4 +196,21 @@ func TestLocalTasksAreBoundedInBytesAndExpire(t *testing.T) {
 	if n, b := p.LocalTasks(); b > bound+300<<10 {
 		t.Errorf("%d local tasks hold %d bytes of results, want at most the bound (%d) and the newest", n, b, bound)
 	}
+}
+
+// attachedProxy starts a proxy over the test server, with a SQLite ledger and the given
+// --max-concurrent (0: the default), attached to a sink the test reads; it stops with the test.
+func attachedProxy(t *testing.T, maxConcurrent int) (*wrap.Proxy, chanSink, *logBuf) {
+	t.Helper()
+	r := newRig(t)
+	led := r.openLedger()
+	log := &logBuf{}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log, MaxConcurrent: maxConcurrent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chanSink, 1024)
+	p.Attach(out)
+	t.Cleanup(func() { p.Stop("test over") })
+	return p, out, log
 }

@@ -481,16 +481,7 @@ func (t *tx) SweepExpired(before time.Time, limit int) (int, bool, error) {
 	}
 	var intents []string
 	err := t.send(func(b *pgx.Batch) {
-		b.Queue(sweepCandidates, before, limit).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var intent string
-				if err := rows.Scan(&intent); err != nil {
-					return err
-				}
-				intents = append(intents, intent)
-			}
-			return rows.Err()
-		})
+		b.Queue(sweepCandidates, before, limit).Query(appendIntents(&intents))
 	})
 	if err != nil || len(intents) == 0 {
 		return 0, false, err
@@ -502,16 +493,7 @@ func (t *tx) SweepExpired(before time.Time, limit int) (int, bool, error) {
 	}
 	var gone []string
 	err = t.send(func(b *pgx.Batch) {
-		b.Queue(sweepDelete, intents, keys, before).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var intent string
-				if err := rows.Scan(&intent); err != nil {
-					return err
-				}
-				gone = append(gone, intent)
-			}
-			return rows.Err()
-		})
+		b.Queue(sweepDelete, intents, keys, before).Query(appendIntents(&gone))
 	})
 	if err != nil {
 		return 0, false, err
@@ -524,6 +506,20 @@ func (t *tx) SweepExpired(before time.Time, limit int) (int, bool, error) {
 		t.wrote(intent, fence.StateNone, nil, nil)
 	}
 	return len(gone), len(intents) == limit, nil
+}
+
+// appendIntents reads rows of one text column (intents) onto *dst.
+func appendIntents(dst *[]string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var intent string
+			if err := rows.Scan(&intent); err != nil {
+				return err
+			}
+			*dst = append(*dst, intent)
+		}
+		return rows.Err()
+	}
 }
 
 // Scan queries the matching records in intent order. In an Update each record is locked and
