@@ -464,3 +464,32 @@ func TestWaitingDuplicatesTakeNoSlot(t *testing.T) {
 		t.Fatalf("want 2 executions, got %d", r.effectCount())
 	}
 }
+
+// TestCancellationOfAReusedID: an agent may send a request under the id of one still being
+// served. Once the first is answered, the agent's cancellation of that id still reaches the
+// second (the child is told, and the second gets no answer). Before, the first request's
+// cleanup removed the second's cancellation, and the cancellation was lost.
+func TestCancellationOfAReusedID(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap("--pass", "slow")
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send := func(line string) {
+		if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":300,"tag":"first"}}}`)
+	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":3000,"tag":"second"}}}`)
+	if got, _ := rw.out.ReadString('\n'); !strings.Contains(got, `"id":5`) || !strings.Contains(got, "slow done") {
+		t.Fatalf("want the first request's answer, got %s", got)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"agent gave up"}}`)
+	waitFor(t, "the child to be told of the cancellation", func() bool { return strings.Contains(rw.log.String(), "mcptest: cancelled") })
+	time.Sleep(3200 * time.Millisecond) // the child finishes the cancelled call (it ignores cancellation)
+	if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":7,"method":"ping"}`); got != `{"jsonrpc":"2.0","id":7,"result":{}}` {
+		t.Fatalf("the cancelled second request was answered: %s", got)
+	}
+}

@@ -203,7 +203,8 @@ type Proxy struct {
 	ownFlights bool
 
 	cmu     sync.Mutex
-	cancels map[string]context.CancelCauseFunc // by the agent's request id
+	cancels map[string]cancelEntry // by the agent's request id
+	nextReq uint64                 // numbers the entries of cancels (guarded by cmu)
 
 	rmu      sync.Mutex
 	running  map[int64]running // requests of the agent being served, for the shutdown log
@@ -250,7 +251,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Backend == nil {
 		opt.Backend = Stdio(opt.Command, opt.Env)
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]context.CancelCauseFunc{}, running: map[int64]running{}, idle: make(chan func())}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]cancelEntry{}, running: map[int64]running{}, idle: make(chan func())}
 	if opt.Shared == nil {
 		p.flights, p.ownFlights = newFlights(), true
 	} else {
@@ -525,12 +526,14 @@ func (p *Proxy) route(line []byte, owned bool) (run func()) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		key := string(m.ID)
 		p.cmu.Lock()
-		p.cancels[key] = cancel
+		p.nextReq++
+		entry := cancelEntry{cancel, p.nextReq}
+		p.cancels[key] = entry
 		p.cmu.Unlock()
 		return func() {
 			defer p.calls.Done()
 			defer untrack()
-			p.request(ctx, cancel, key, m)
+			p.request(ctx, entry, key, m)
 		}
 	default:
 		p.reply(jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidRequest, "effectfence wrap: not a request, response or notification")))
@@ -592,7 +595,7 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		}
 		if json.Unmarshal(m.Params, &c) == nil && c.RequestID != nil {
 			p.cmu.Lock()
-			cancel := p.cancels[string(c.RequestID)]
+			cancel := p.cancels[string(c.RequestID)].cancel
 			p.cmu.Unlock()
 			if cancel != nil {
 				var why mcpstdio.CancelReason
@@ -649,14 +652,25 @@ func (p *Proxy) session(ctx context.Context) (Conn, error) {
 	return c.Session(ctx)
 }
 
+// cancelEntry is a request's cancellation, numbered so that a request removes its own entry
+// only: an agent may send a request under the id of one still being served (ids are its to
+// choose), and the second's entry must outlive the first.
+type cancelEntry struct {
+	cancel context.CancelCauseFunc
+	n      uint64
+}
+
 // request serves m in ctx, which route registered under key in cancels (for the agent's
-// notifications/cancelled) and this removes once m is served.
-func (p *Proxy) request(ctx context.Context, cancel context.CancelCauseFunc, key string, m *jsonrpc.Message) {
+// notifications/cancelled) and this removes once m is served, unless a later request under
+// the same id has taken the entry.
+func (p *Proxy) request(ctx context.Context, own cancelEntry, key string, m *jsonrpc.Message) {
 	defer func() {
 		p.cmu.Lock()
-		delete(p.cancels, key)
+		if p.cancels[key].n == own.n {
+			delete(p.cancels, key)
+		}
 		p.cmu.Unlock()
-		cancel(nil)
+		own.cancel(nil)
 	}()
 	if out := p.answer(ctx, m); out != nil {
 		p.reply(out)
