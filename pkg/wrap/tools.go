@@ -85,9 +85,10 @@ func stringTyped(raw json.RawMessage) bool {
 // toolCache is wrap's view of the child's tools, refreshed from every tools/list the agent
 // makes and on notifications/tools/list_changed.
 type toolCache struct {
-	mu     sync.RWMutex
-	tools  map[string]toolInfo
-	loaded bool
+	mu         sync.RWMutex
+	tools      map[string]toolInfo
+	loaded     bool
+	overflowed bool // merge has left tools out (logged once)
 	// listing is held through a whole refresh, so refreshes run one at a time and an older
 	// listing never overwrites a newer one.
 	listing sync.Mutex
@@ -199,17 +200,33 @@ func (c *toolCache) get(name string) (toolInfo, bool, bool) {
 	return t, ok, c.loaded
 }
 
-// merge records one page; the first page (no cursor) replaces what was known.
-func (c *toolCache) merge(page map[string]toolInfo, first bool) {
+// maxTools bounds the tools the cache knows: a server whose listing never ends (a cursor on
+// every page) must not grow it for as long as the agent pages. A tool beyond it is treated as
+// one missing from the listing: fenced (the safe side), with nothing known of its schema.
+const maxTools = 65536
+
+// merge records one page; the first page (no cursor) replaces what was known. It reports
+// whether it left tools out (maxTools) for the first time.
+func (c *toolCache) merge(page map[string]toolInfo, first bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if first || c.tools == nil {
 		c.tools = map[string]toolInfo{}
 	}
+	left := false
 	for k, v := range page {
+		if _, known := c.tools[k]; !known && len(c.tools) >= maxTools {
+			left = true
+			continue
+		}
 		c.tools[k] = v
 	}
 	c.loaded = true
+	if left && !c.overflowed {
+		c.overflowed = true
+		return true
+	}
+	return false
 }
 
 // refresh lists every page of the child's tools.
@@ -228,9 +245,11 @@ func (c *toolCache) refresh(ctx context.Context, s Conn) error {
 			return err
 		}
 		for k, v := range page {
-			all[k] = v
+			if _, known := all[k]; known || len(all) < maxTools {
+				all[k] = v
+			}
 		}
-		if next == "" {
+		if next == "" || len(all) >= maxTools {
 			break
 		}
 		cursor = next

@@ -98,3 +98,35 @@ func TestParseToolsAllocationIsLinear(t *testing.T) {
 		t.Fatalf("a listing of %d bytes allocated %d bytes", len(in), alloc)
 	}
 }
+
+// TestToolCacheIsBounded: the pages the agent fetches from a server whose listing never ends
+// fill the cache up to maxTools names and no further; names it already knows are still
+// updated, the first page of a new listing starts it afresh, and the overflow is reported once.
+func TestToolCacheIsBounded(t *testing.T) {
+	var c toolCache
+	page := func(from, n int) map[string]toolInfo {
+		p := make(map[string]toolInfo, n)
+		for i := from; i < from+n; i++ {
+			p[fmt.Sprintf("tool-%d", i)] = toolInfo{}
+		}
+		return p
+	}
+	const per = 10000
+	reported := 0
+	for i := 0; i < 2*maxTools/per; i++ {
+		if c.merge(page(i*per, per), i == 0) {
+			reported++
+		}
+	}
+	if len(c.tools) != maxTools || reported != 1 {
+		t.Fatalf("after %d names in pages: %d kept, overflow reported %d times; want %d kept, reported once", 2*maxTools, len(c.tools), reported, maxTools)
+	}
+	c.merge(map[string]toolInfo{"tool-1": {readOnly: true}}, false)
+	if info, ok, _ := c.get("tool-1"); !ok || !info.readOnly {
+		t.Fatal("a known tool was not updated once the cache was full")
+	}
+	c.merge(page(0, 3), true)
+	if len(c.tools) != 3 {
+		t.Fatalf("a new listing's first page kept %d names, want 3", len(c.tools))
+	}
+}

@@ -812,7 +812,9 @@ func (p *Proxy) learnTools(params, res json.RawMessage) {
 		Cursor string `json:"cursor"`
 	}
 	_ = json.Unmarshal(params, &q)
-	p.tools.merge(page, q.Cursor == "")
+	if p.tools.merge(page, q.Cursor == "") {
+		p.logf("the server lists more than %d tools; the ones beyond are fenced as unlisted tools are", maxTools)
+	}
 }
 
 func (p *Proxy) childNotification(method string, params json.RawMessage) {
