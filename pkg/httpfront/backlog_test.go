@@ -124,3 +124,42 @@ func waitLog(t *testing.T, g *gw, what string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A client that keeps its GET stream open and stops reading fills the socket's buffers; the
+// write that then blocks is bounded in time, so the stream ends (its goroutine and entries
+// go) instead of waiting on TCP for as long as the connection lives. The backlog here stays
+// under its bound: the deadline alone ends it. Before, the stream stayed open.
+func TestStalledStreamWriteIsBounded(t *testing.T) {
+	defer httpfront.SetWriteTimeout(time.Second)()
+	g := newGW(t, nil)
+	sid := g.open(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: status %d", resp.StatusCode)
+	}
+	open := g.front.OpenStreams()
+	// Not read from here on: 32 MB of notifications, more than loopback's socket buffers hold.
+	token := `"` + strings.Repeat("t", 1000) + `"`
+	const n = 32000
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"progress","arguments":{"n":%d},"_meta":{"progressToken":%s}}}`, n, token)
+	r := g.mustPost(sid, hdr{"Accept": "application/json"}, body)
+	if r.status != http.StatusOK || !strings.Contains(resultText(t, r.last(t)), "progress done") {
+		t.Fatalf("progress call: status %d %.200v", r.status, r.raw)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for g.front.OpenStreams() >= open {
+		if time.Now().After(deadline) {
+			t.Fatalf("the GET stream its client stopped reading is still open (%d entries, %d bytes queued)", g.front.OpenStreams(), g.front.Backlog())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

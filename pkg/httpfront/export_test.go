@@ -1,11 +1,21 @@
 package httpfront
 
+import "time"
+
 // SetMaxBacklog lowers the bound on one stream's backlog for a test; it returns a func that
 // puts it back.
 func SetMaxBacklog(n int) func() {
 	old := maxBacklog
 	maxBacklog = n
 	return func() { maxBacklog = old }
+}
+
+// SetWriteTimeout lowers the bound on one write of a stream for a test; it returns a func
+// that puts it back.
+func SetWriteTimeout(d time.Duration) func() {
+	old := writeTimeout
+	writeTimeout = d
+	return func() { writeTimeout = old }
 }
 
 // Backlog is the number of bytes queued, over every session, for open streams whose client

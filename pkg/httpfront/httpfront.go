@@ -343,6 +343,12 @@ const maxBody = wrap.MaxMessage
 // client hangs up: what it held is lost, as MCP says a broken stream's messages are.
 var maxBacklog = wrap.MaxMessage
 
+// writeTimeout bounds one write of a stream to its client: a client that keeps a stream open
+// but stops reading fills the socket's buffers, and the write that then blocks would hold the
+// stream (its goroutine and connection) until TCP gave up. Past it the stream ends, as when
+// its backlog passes maxBacklog. A variable so tests can lower it.
+var writeTimeout = time.Minute
+
 func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {

@@ -221,7 +221,10 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 	if fl != nil {
 		fl.Flush()
 	}
+	rc := http.NewResponseController(w)
+	deadline := func() { _ = rc.SetWriteDeadline(time.Now().Add(writeTimeout)) } // unsupported: no bound
 	send := func(lines [][]byte) bool {
+		deadline()
 		for _, l := range lines {
 			if _, err := w.Write(sseEvent(l)); err != nil {
 				return false
@@ -255,6 +258,7 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			send(rest)
 			return
 		case <-tick.C:
+			deadline()
 			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
 				return
 			}
