@@ -1,5 +1,7 @@
 package wrap
 
+import "time"
+
 // StateSizes is the number of entries in each per-call structure of the proxy: all zero once
 // every call has ended, however it ended.
 func (p *Proxy) StateSizes() map[string]int {
@@ -38,4 +40,12 @@ func SetMaxLocalTaskBytes(n int) func() {
 	old := maxLocalTaskBytes
 	maxLocalTaskBytes = n
 	return func() { maxLocalTaskBytes = old }
+}
+
+// SetTaskGrace sets how long past a task's ttl wrap waits for its final result, for a test;
+// it returns a func that puts it back.
+func SetTaskGrace(d time.Duration) func() {
+	old := taskGrace
+	taskGrace = d
+	return func() { taskGrace = old }
 }

@@ -214,3 +214,40 @@ func attachedProxy(t *testing.T, maxConcurrent int) (*wrap.Proxy, chanSink, *log
 	t.Cleanup(func() { p.Stop("test over") })
 	return p, out, log
 }
+
+// TestTaskWaitEndsWithItsTTL: a fenced task whose final result never comes (the server's
+// tasks/result never answers) is waited for as long as the server keeps the result (its ttl)
+// and a grace, then its outcome is unknown: the flight, heartbeat and goroutine go, and a
+// duplicate is told the call may have run and is not run again. Before, all of it stayed for
+// the session's life and duplicates waited on it.
+func TestTaskWaitEndsWithItsTTL(t *testing.T) {
+	defer wrap.SetTaskGrace(200 * time.Millisecond)()
+	p, out, log := attachedProxy(t, 0)
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}}`))
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case line := <-out:
+			return string(line)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no answer to %s; log:\n%s", what, log.String())
+			return ""
+		}
+	}
+	if got := next("initialize"); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	call := `"method":"tools/call","params":{"name":"slow","arguments":{"tag":"stuck"},"task":{"ttl":300}}}`
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":2,` + call))
+	if got := next("the task-augmented call"); !strings.Contains(got, `"taskId":"stuck-`) {
+		t.Fatalf("want the server's task handle, got %s", got)
+	}
+	waitFor(t, "the task's wait to end", func() bool { return p.StateSizes()["flights"] == 0 })
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"tag":"stuck"}}}`))
+	if got := next("the duplicate"); !strings.Contains(got, `"isError":true`) || !strings.Contains(got, "unknown") {
+		t.Fatalf("want the duplicate refused as of unknown outcome, got %s", got)
+	}
+	if n := strings.Count(log.String(), "slow task tag=stuck started"); n != 1 {
+		t.Fatalf("the task ran %d times", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,9 +33,31 @@ import (
 
 type createTaskResult struct {
 	Task *struct {
-		TaskID string `json:"taskId"`
-		Status string `json:"status"`
+		TaskID string          `json:"taskId"`
+		Status string          `json:"status"`
+		TTL    json.RawMessage `json:"ttl"` // milliseconds the server keeps the result; null: no limit
 	} `json:"task"`
+}
+
+// How long wrap waits for a task's final result. The server keeps the result for the task's
+// ttl from its creation, so none can be fetched later: wrap waits that long and taskGrace
+// more. A task without a ttl (null, or none wrap can read) is waited for taskWaitMax. After
+// that the outcome is unknown, as if the server had died mid-call: the intent is fenced until
+// an operator checks (a task whose tasks/result never returns otherwise held its flight,
+// heartbeat and goroutine for as long as the session lived).
+var (
+	taskGrace   = time.Minute
+	taskWaitMax = 7 * 24 * time.Hour
+)
+
+// taskWait is how long to wait for the final result of a task whose ttl (as the server
+// wrote it) is ttl.
+func taskWait(ttl json.RawMessage) time.Duration {
+	var ms float64
+	if json.Unmarshal(ttl, &ms) != nil || !(ms > 0) || ms >= float64(taskWaitMax/time.Millisecond) {
+		return taskWaitMax
+	}
+	return min(time.Duration(ms)*time.Millisecond+taskGrace, taskWaitMax)
 }
 
 // runTask is run for a task-augmented call.
@@ -58,7 +81,12 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	p.calls.Add(1)
 	go func() {
 		defer p.calls.Done()
-		final, ferr := taskResult(ctx, s, handle.Task.TaskID)
+		wait, cancel := context.WithTimeoutCause(ctx, taskWait(handle.Task.TTL), errTaskWaitOver)
+		final, ferr := taskResult(wait, s, handle.Task.TaskID)
+		cancel()
+		if ferr != nil && context.Cause(wait) == errTaskWaitOver {
+			ferr = fmt.Errorf("%w (task %s, ttl %s)", errTaskWaitOver, handle.Task.TaskID, handle.Task.TTL)
+		}
 		stopHeartbeat()
 		p.finish(ctx, tool, intent, f, t, final, ferr, true)
 	}()
@@ -67,6 +95,9 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 
 // errTaskCancelled: the task ended cancelled, so whether its effect happened is unknown.
 var errTaskCancelled = errors.New("the task was cancelled")
+
+// errTaskWaitOver: the task's final result did not come within its ttl (see taskWait).
+var errTaskWaitOver = errors.New("the task's final result did not come within the time the server keeps it")
 
 // taskResult fetches the final result of a task from the session that created it
 // (tasks/result blocks until the task is terminal; it takes no slot of the semaphore, as it

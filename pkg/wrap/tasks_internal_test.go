@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -26,6 +27,20 @@ func TestLocalTaskTTL(t *testing.T) {
 		m, _ := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId":"` + h.Task.TaskID + `"}}`))
 		if out := string(p.localTask(m)); !strings.Contains(out, `"done"`) {
 			t.Fatalf("ttl %s: tasks/result of a fresh task: %s", ttl, out)
+		}
+	}
+}
+
+// A task's ttl as the server wrote it bounds the wait for its final result: the ttl and a
+// grace, at most taskWaitMax; a ttl that is null, absent, not a number, not positive or
+// beyond any Duration waits taskWaitMax.
+func TestTaskWait(t *testing.T) {
+	for ttl, want := range map[string]time.Duration{
+		"300000": 5*time.Minute + taskGrace, "0.5": taskGrace, "null": taskWaitMax, "": taskWaitMax,
+		`"x"`: taskWaitMax, "-5": taskWaitMax, "0": taskWaitMax, "1e30": taskWaitMax, "6.048e8": taskWaitMax,
+	} {
+		if got := taskWait(json.RawMessage(ttl)); got != want {
+			t.Errorf("ttl %q: wait %s, want %s", ttl, got, want)
 		}
 	}
 }

@@ -90,11 +90,12 @@ type server struct {
 	extra   atomic.Bool
 	seq     atomic.Int64
 	mu      sync.Mutex
+	eof     chan struct{} // closed when stdin ends
 }
 
 // Serve runs the server on stdin/stdout until stdin ends and returns the exit status.
 func Serve() int {
-	s := &server{out: jsonrpc.NewWriter(os.Stdout), effects: os.Getenv(EnvEffects), mode: os.Getenv(EnvMode)}
+	s := &server{out: jsonrpc.NewWriter(os.Stdout), effects: os.Getenv(EnvEffects), mode: os.Getenv(EnvMode), eof: make(chan struct{})}
 	switch s.mode {
 	case "exit":
 		fmt.Fprintln(os.Stderr, "mcptest: exiting at start as asked")
@@ -153,6 +154,7 @@ func Serve() int {
 			s.handle(m)
 		}()
 	}
+	close(s.eof)
 	if s.mode != "mute" { // a mute server's initialize never returns
 		wg.Wait()
 	}
@@ -205,6 +207,13 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 		return json.RawMessage(ToolsList), nil
 	case "tools/call":
 		return s.call(m.Params)
+	case "tasks/result":
+		// The only tasks are slow's stuck ones: their result never comes.
+		fmt.Fprintf(os.Stderr, "mcptest: tasks/result %s waits until stdin ends\n", m.Params)
+		<-s.eof
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the server is stopping"}
+	case "tasks/get":
+		return json.RawMessage(`{"taskId":"stuck","status":"working","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
 	case "resources/list":
 		return json.RawMessage(`{"resources":[{"uri":"mem://effects","name":"effects","mimeType":"text/plain"}]}`), nil
 	case "resources/read":
@@ -247,7 +256,10 @@ func (s *server) progress(m *jsonrpc.Message) bool {
 }
 
 type callParams struct {
-	Name         string          `json:"name"`
+	Name string `json:"name"`
+	Task *struct {
+		TTL json.RawMessage `json:"ttl"`
+	} `json:"task"`
 	RequestState string          `json:"requestState"`
 	Meta         json.RawMessage `json:"_meta"`
 	Arguments    struct {
@@ -311,6 +323,17 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		id := fmt.Sprintf("ch_%d_%d_%d", os.Getpid(), n, time.Now().UnixNano())
 		return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"charged %d as %s"}],"structuredContent":{"charge_id":%q,"amount":%d},"isError":false}`, a.Amount, id, id, a.Amount)), nil
 	case "slow":
+		if p.Task != nil {
+			// A task that never ends: the handle, with the ttl asked for, and a tasks/result
+			// that never answers (stuckTask).
+			n := s.record("slow task tag=" + a.Tag)
+			fmt.Fprintf(os.Stderr, "mcptest: slow task tag=%s started\n", a.Tag)
+			ttl := "null"
+			if len(p.Task.TTL) > 0 {
+				ttl = string(p.Task.TTL)
+			}
+			return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"stuck-%d-%d","status":"working","ttl":%s,"createdAt":"2026-01-01T00:00:00Z"}}`, os.Getpid(), n, ttl)), nil
+		}
 		fmt.Fprintf(os.Stderr, "mcptest: slow tag=%s started\n", a.Tag) // tests wait for it before cancelling
 		sleep()
 		n := s.record("slow tag=" + a.Tag)
