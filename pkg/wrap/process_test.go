@@ -482,13 +482,13 @@ func TestCancellationOfAReusedID(t *testing.T) {
 		}
 	}
 	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":300,"tag":"first"}}}`)
-	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":3000,"tag":"second"}}}`)
+	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":6000,"tag":"second"}}}`)
 	if got, _ := rw.out.ReadString('\n'); !strings.Contains(got, `"id":5`) || !strings.Contains(got, "slow done") {
 		t.Fatalf("want the first request's answer, got %s", got)
 	}
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"agent gave up"}}`)
 	waitFor(t, "the child to be told of the cancellation", func() bool { return strings.Contains(rw.log.String(), "mcptest: cancelled") })
-	time.Sleep(3200 * time.Millisecond) // the child finishes the cancelled call (it ignores cancellation)
+	time.Sleep(6200 * time.Millisecond) // the child finishes the cancelled call (it ignores cancellation)
 	if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":7,"method":"ping"}`); got != `{"jsonrpc":"2.0","id":7,"result":{}}` {
 		t.Fatalf("the cancelled second request was answered: %s", got)
 	}
