@@ -23,27 +23,10 @@ func TestStalledStreamBacklogIsBounded(t *testing.T) {
 	defer httpfront.SetMaxBacklog(bound)()
 	g := newGW(t, nil)
 	sid := g.open(nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET: status %d", resp.StatusCode)
-	}
-	// Not read from here on. Each notification carries the 1,000-byte token.
-	token := `"` + strings.Repeat("t", 1000) + `"`
+	resp := openGET(t, g, sid)
+	// Not read from here on.
 	const n = 12000
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"progress","arguments":{"n":%d},"_meta":{"progressToken":%s}}}`, n, token)
-	r := g.mustPost(sid, hdr{"Accept": "application/json"}, body)
-	if r.status != http.StatusOK || !strings.Contains(resultText(t, r.last(t)), "progress done") {
-		t.Fatalf("progress call: status %d %.200v", r.status, r.raw)
-	}
+	progressFlood(t, g, sid, n)
 	// Every notification was routed before the response was handed over (mcpstdio's order).
 	if got := g.front.Backlog(); got > bound {
 		t.Fatalf("%d bytes queued for a client that reads nothing (%d notifications of 1 KB sent), want at most the bound", got, n)
@@ -133,8 +116,24 @@ func TestStalledStreamWriteIsBounded(t *testing.T) {
 	defer httpfront.SetWriteTimeout(time.Second)()
 	g := newGW(t, nil)
 	sid := g.open(nil)
+	openGET(t, g, sid)
+	open := g.front.OpenStreams()
+	// Not read from here on: 32 MB, more than loopback's socket buffers hold.
+	progressFlood(t, g, sid, 32000)
+	deadline := time.Now().Add(30 * time.Second)
+	for g.front.OpenStreams() >= open {
+		if time.Now().After(deadline) {
+			t.Fatalf("the GET stream its client stopped reading is still open (%d entries, %d bytes queued)", g.front.OpenStreams(), g.front.Backlog())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// openGET opens the session's GET stream; it is closed with the test.
+func openGET(t *testing.T, g *gw, sid string) *http.Response {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Mcp-Session-Id", sid)
@@ -142,24 +141,21 @@ func TestStalledStreamWriteIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	t.Cleanup(func() { resp.Body.Close() })
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET: status %d", resp.StatusCode)
 	}
-	open := g.front.OpenStreams()
-	// Not read from here on: 32 MB of notifications, more than loopback's socket buffers hold.
+	return resp
+}
+
+// progressFlood makes the server send n progress notifications of about 1 KB each (their
+// token), routed to the GET stream because the call's own response is plain JSON.
+func progressFlood(t *testing.T, g *gw, sid string, n int) {
+	t.Helper()
 	token := `"` + strings.Repeat("t", 1000) + `"`
-	const n = 32000
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"progress","arguments":{"n":%d},"_meta":{"progressToken":%s}}}`, n, token)
 	r := g.mustPost(sid, hdr{"Accept": "application/json"}, body)
 	if r.status != http.StatusOK || !strings.Contains(resultText(t, r.last(t)), "progress done") {
 		t.Fatalf("progress call: status %d %.200v", r.status, r.raw)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for g.front.OpenStreams() >= open {
-		if time.Now().After(deadline) {
-			t.Fatalf("the GET stream its client stopped reading is still open (%d entries, %d bytes queued)", g.front.OpenStreams(), g.front.Backlog())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -324,15 +324,8 @@ func TestAgentHangingUpOrSIGTERMDoesNotAbortTheCall(t *testing.T) {
 func TestCancellationReachesPassThroughRequestsOnly(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	rw := r.rawWrap("--pass", "slow")
-	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
-		t.Fatalf("initialize: %s", got)
-	}
-	send := func(line string) {
-		if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw := r.initializedRawWrap("--pass", "slow")
+	send := func(line string) { t.Helper(); rw.send(t, line) }
 	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1000,"tag":"pass"}}}`)
 	send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"charge","arguments":{"amount":3}}}`)
 	time.Sleep(100 * time.Millisecond)
@@ -472,15 +465,8 @@ func TestWaitingDuplicatesTakeNoSlot(t *testing.T) {
 func TestCancellationOfAReusedID(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	rw := r.rawWrap("--pass", "slow")
-	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
-		t.Fatalf("initialize: %s", got)
-	}
-	send := func(line string) {
-		if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw := r.initializedRawWrap("--pass", "slow")
+	send := func(line string) { t.Helper(); rw.send(t, line) }
 	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":300,"tag":"first"}}}`)
 	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":6000,"tag":"second"}}}`)
 	if got, _ := rw.out.ReadString('\n'); !strings.Contains(got, `"id":5`) || !strings.Contains(got, "slow done") {

@@ -55,16 +55,8 @@ func TestAfterAFailedStartWrapSaysWhatFailed(t *testing.T) {
 func TestCancellationReasonIsForwarded(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	rw := r.rawWrap("--pass", "slow")
-	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
-		t.Fatalf("initialize: %s", got)
-	}
-	send := func(line string) {
-		t.Helper()
-		if _, err := rw.in.Write([]byte(line + "\n")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw := r.initializedRawWrap("--pass", "slow")
+	send := func(line string) { t.Helper(); rw.send(t, line) }
 	waitLog := func(what string, ok func(string) bool) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); !ok(rw.log.String()); time.Sleep(20 * time.Millisecond) {

@@ -64,3 +64,21 @@ func (rw *rawWrap) roundTrip(t *testing.T, line string) string {
 }
 
 const initLine = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+// initializedRawWrap is rawWrap after a successful initialize.
+func (r *rig) initializedRawWrap(flags ...string) *rawWrap {
+	r.t.Helper()
+	rw := r.rawWrap(flags...)
+	if got := rw.roundTrip(r.t, initLine); !strings.Contains(got, `"result"`) {
+		r.t.Fatalf("initialize: %s", got)
+	}
+	return rw
+}
+
+// send writes one line and reads nothing.
+func (rw *rawWrap) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(rw.in, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
