@@ -53,11 +53,22 @@ var (
 // taskWait is how long to wait for the final result of a task whose ttl (as the server
 // wrote it) is ttl.
 func taskWait(ttl json.RawMessage) time.Duration {
-	var ms float64
-	if json.Unmarshal(ttl, &ms) != nil || !(ms > 0) || ms >= float64(taskWaitMax/time.Millisecond) {
-		return taskWaitMax
+	var ms *float64
+	_ = json.Unmarshal(ttl, &ms) // not a number: no ttl
+	return min(ttlMillis(ms, taskWaitMax, taskWaitMax)+taskGrace, taskWaitMax)
+}
+
+// ttlMillis is a task's ttl given in milliseconds (ms), in whole milliseconds: absent when
+// there is none or it is not positive, at most max (compared as a float, so a huge ttl does
+// not overflow a Duration).
+func ttlMillis(ms *float64, absent, max time.Duration) time.Duration {
+	switch {
+	case ms == nil || !(*ms > 0):
+		return absent
+	case *ms >= float64(max.Milliseconds()):
+		return max
 	}
-	return min(time.Duration(ms)*time.Millisecond+taskGrace, taskWaitMax)
+	return time.Duration(*ms) * time.Millisecond
 }
 
 // runTask is run for a task-augmented call.
@@ -85,7 +96,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		final, ferr := taskResult(wait, s, handle.Task.TaskID)
 		cancel()
 		if ferr != nil && context.Cause(wait) == errTaskWaitOver {
-			ferr = fmt.Errorf("%w (task %s, ttl %s)", errTaskWaitOver, handle.Task.TaskID, handle.Task.TTL)
+			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(handle.Task.TTL))
 		}
 		stopHeartbeat()
 		p.finish(ctx, tool, intent, f, t, final, ferr, true)
@@ -165,14 +176,7 @@ func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage) json.RawMess
 		} `json:"task"`
 	}
 	_ = json.Unmarshal(params, &q)
-	ttl := 10 * time.Minute
-	if q.Task.TTL != nil && *q.Task.TTL > 0 {
-		ttl = maxLocalTaskTTL // compared as a float: a huge ttl must not overflow a Duration
-		if ms := *q.Task.TTL; ms < float64(maxLocalTaskTTL.Milliseconds()) {
-			ttl = time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttl, result: res}
+	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttlMillis(q.Task.TTL, 10*time.Minute, maxLocalTaskTTL), result: res}
 	if isError(res) {
 		t.status = "failed"
 	}
