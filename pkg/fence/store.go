@@ -92,10 +92,11 @@ type Filter struct {
 	Limit int
 	// ByExpiry orders the scan by ExpiresAt, the oldest first (records with the same instant in
 	// any order), instead of by intent, and selects only records that have one. It needs a
-	// Limit and no After. Sweep uses it for a Tx that is not an ExpiredSweeper: the SQL
-	// stores answer it from their expiry index, so each batch of a large expired backlog costs
-	// its own size, where the first records in intent order had to be sorted out of every
-	// expired record, batch after batch (40,000 expired records took 20 s to sweep).
+	// Limit and no After. Sweep uses it for a Tx that is not an ExpiredSweeper (the memory
+	// store's; both SQL stores sweep with SweepExpired), so each batch of a large expired
+	// backlog costs its own size, where the first records in intent order had to be sorted out
+	// of every expired record, batch after batch (40,000 expired records took 20 s to sweep).
+	// The SQL stores answer it from their expiry index too.
 	ByExpiry bool
 }
 

@@ -52,8 +52,9 @@ type Options struct {
 	// returns, instead of before. Wrap and serve set it: a ledger left unswept for days (or
 	// given a shorter result TTL) holds a backlog that takes about 55 ms per 1,000 records to
 	// drop on a 2-core VM's SQLite file (about a minute for a million; BenchmarkSweepBacklog in
-	// pkg/store/postgres), and the agent's first call would wait for all of it. The gates ignore expired outcomes whether or not they were
-	// swept. The ledger commands leave it unset, so what they list has no expired outcome.
+	// pkg/store/postgres), and the agent's first call would wait for all of it. The gates
+	// ignore expired outcomes whether or not they were swept. The ledger commands leave it
+	// unset, so what they list has no expired outcome.
 	SweepInBackground bool
 }
 

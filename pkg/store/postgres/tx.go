@@ -590,8 +590,8 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 // spills to disk on a big ledger: 143 ms and a 30 MB temporary file for 100k records, where
 // the primary key's index scan took 20 ms (PostgreSQL 15, C.UTF-8); a Scan of them took about
 // half a second, most of it decoding, before and after the sort moved to Go (single runs,
-// noisy). A query with a Limit pays the sort on the rows it selects (a top-N sort; Sweep's
-// expired records come instead by ByExpiry, in the expiry index's order, which needs none);
+// noisy). A query with a Limit pays the sort on the rows it selects (a top-N sort; a ByExpiry
+// scan reads the expiry index in its order, which needs none, as SweepExpired does);
 // paging the whole table by After and Limit, which nothing does, would scan the table once
 // per page.
 func scanQuery(f fence.Filter) (string, []any) {
