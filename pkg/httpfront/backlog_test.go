@@ -23,7 +23,7 @@ func TestStalledStreamBacklogIsBounded(t *testing.T) {
 	defer httpfront.SetMaxBacklog(bound)()
 	g := newGW(t, nil)
 	sid := g.open(nil)
-	resp := openGET(t, g, sid)
+	resp, _ := openGET(t, g, sid)
 	// Not read from here on.
 	const n = 12000
 	progressFlood(t, g, sid, n)
@@ -77,16 +77,8 @@ func TestStreamEntriesGoWhenStreamsEnd(t *testing.T) {
 	<-cancelled
 
 	// A GET stream its client closes.
-	gctx, closeGet := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(gctx, http.MethodGet, g.url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, closeGet := openGET(t, g, sid)
 	closeGet()
-	resp.Body.Close()
 
 	deadline := time.Now().Add(20 * time.Second)
 	for g.front.OpenStreams() != 0 {
@@ -129,23 +121,25 @@ func TestStalledStreamWriteIsBounded(t *testing.T) {
 	}
 }
 
-// openGET opens the session's GET stream; it is closed with the test.
-func openGET(t *testing.T, g *gw, sid string) *http.Response {
+// openGET opens the session's GET stream and returns it with a func that closes it as its
+// client would (the test's end closes it too).
+func openGET(t *testing.T, g *gw, sid string) (*http.Response, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Mcp-Session-Id", sid)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { resp.Body.Close() })
+	closeIt := func() { cancel(); resp.Body.Close() }
+	t.Cleanup(closeIt)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET: status %d", resp.StatusCode)
 	}
-	return resp
+	return resp, closeIt
 }
 
 // progressFlood makes the server send n progress notifications of about 1 KB each (their
