@@ -756,9 +756,7 @@ func TestServerRequestsWaitingAreBounded(t *testing.T) {
 	if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"ask"}`)); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	waiting := len(s.inbound)
-	s.mu.Unlock()
+	waiting := s.inbound.Len()
 	if waiting != mcpstdio.MaxInbound || len(f.responses) != n-mcpstdio.MaxInbound {
 		t.Fatalf("%d of the server's %d requests waiting and %d answered, want %d and %d", waiting, n, len(f.responses), mcpstdio.MaxInbound, n-mcpstdio.MaxInbound)
 	}
@@ -766,5 +764,53 @@ func TestServerRequestsWaitingAreBounded(t *testing.T) {
 		if a := <-f.responses; a.Error == nil {
 			t.Fatalf("a request beyond the bound was answered %s, want an error", a.Result)
 		}
+	}
+}
+
+// TestCancellationOfAReusedID: a server may send a request under the id of one still being
+// answered (legally once it has the first one's answer, when our cleanup may not have run
+// yet). The first one's end must leave the second cancellable: before, its cleanup removed
+// the second's entry, and the server's cancellation of that id reached nothing.
+func TestCancellationOfAReusedID(t *testing.T) {
+	f, srv := newFake(t)
+	f.responses = make(chan *jsonrpc.Message, 2)
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		writeEvent(w, "", jsonrpc.Request(json.RawMessage(`"same"`), "roots/list", json.RawMessage(`{"n":1}`)))
+		writeEvent(w, "", jsonrpc.Request(json.RawMessage(`"same"`), "roots/list", json.RawMessage(`{"n":2}`)))
+		<-f.responses // the first one's answer
+		time.Sleep(100 * time.Millisecond)
+		writeEvent(w, "", jsonrpc.Notification("notifications/cancelled", json.RawMessage(`{"requestId":"same","reason":"reused id"}`)))
+		writeEvent(w, "", jsonrpc.Response(m.ID, json.RawMessage(`{"done":true}`)))
+	}
+	second := make(chan struct{})
+	cause := make(chan error, 1)
+	s := session(t, upstream(t, srv.URL, Config{OnRequest: func(ctx context.Context, method string, p json.RawMessage) (json.RawMessage, error) {
+		if string(p) == `{"n":1}` {
+			<-second // the first is answered once the second is being answered
+			return json.RawMessage(`{"roots":[]}`), nil
+		}
+		close(second)
+		select {
+		case <-ctx.Done():
+			cause <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			cause <- nil
+		}
+		return json.RawMessage(`{"roots":[]}`), nil
+	}}))
+	if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"ask"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var why *mcpstdio.CancelReason
+	if err := <-cause; !errors.As(err, &why) || why.Reason != "reused id" {
+		t.Fatalf("the second request under a reused id ended with %v, want the server's cancellation", err)
+	}
+	deadline := time.Now().Add(5 * time.Second) // the second handler's end may still run
+	for s.inbound.Len() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.inbound.Len(); n != 0 {
+		t.Fatalf("%d requests still registered after both were answered", n)
 	}
 }

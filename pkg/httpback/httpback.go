@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/internal/inbound"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
@@ -329,10 +330,7 @@ type Session struct {
 	wg       sync.WaitGroup // deliver and the GET stream
 	closeM   sync.Mutex
 	closed   bool
-	inbound  map[string]context.CancelCauseFunc // the server's requests being answered (guarded by mu)
-	// answering counts the server's requests being answered (guarded by mu); at most
-	// mcpstdio.MaxInbound, beyond which a request is refused at once.
-	answering int
+	inbound  inbound.Table // the server's requests being answered, at most mcpstdio.MaxInbound
 }
 
 // note is one item of the delivery queue.
@@ -785,28 +783,15 @@ func (s *Session) deliver() {
 				// Registered here, in order, so a cancellation the server sends after its
 				// request finds it.
 				ctx, cancel := context.WithCancelCause(s.bg)
-				key := string(n.req.ID)
-				s.mu.Lock()
-				if s.inbound == nil {
-					s.inbound = map[string]context.CancelCauseFunc{}
-				}
-				full := s.answering >= mcpstdio.MaxInbound
-				if !full {
-					s.answering++
-					s.inbound[key] = cancel
-				}
-				s.mu.Unlock()
-				if full {
+				end, ok := s.inbound.Begin(n.req.ID, cancel)
+				if !ok {
 					cancel(nil)
 					s.refuse(n.req) // here: a server that is slow to take it slows only itself
 					break
 				}
 				go func(m *jsonrpc.Message) {
 					defer func() {
-						s.mu.Lock()
-						s.answering--
-						delete(s.inbound, key)
-						s.mu.Unlock()
+						end()
 						cancel(nil)
 					}()
 					s.answer(ctx, m)
@@ -826,19 +811,7 @@ func (s *Session) deliver() {
 
 // cancelInbound cancels the server's request that params (of notifications/cancelled) names.
 func (s *Session) cancelInbound(params json.RawMessage) {
-	var c struct {
-		RequestID json.RawMessage `json:"requestId"`
-		Reason    string          `json:"reason"`
-	}
-	if json.Unmarshal(params, &c) != nil || c.RequestID == nil {
-		return
-	}
-	s.mu.Lock()
-	cancel := s.inbound[string(c.RequestID)]
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel(&mcpstdio.CancelReason{Reason: c.Reason})
-	}
+	s.inbound.Cancel(params, func(reason string) error { return &mcpstdio.CancelReason{Reason: reason} })
 }
 
 // refuse answers a request of the server with an error at once: mcpstdio.MaxInbound of its

@@ -50,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/internal/inbound"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
@@ -62,7 +63,7 @@ const MaxLine = 64 << 20
 // MaxInbound bounds the child's requests waiting for their answer (from Config.OnRequest) at
 // once; beyond it a request is refused at once with a JSON-RPC error, so a child cannot make
 // the session keep without bound requests the client is slow to answer.
-const MaxInbound = 1024
+const MaxInbound = inbound.Max
 
 // Defaults for Config.
 const (
@@ -160,14 +161,11 @@ type Session struct {
 	nextID  atomic.Int64
 	mu      sync.Mutex
 	pending map[string]chan reply
-	inbound map[string]context.CancelCauseFunc // the child's requests being answered, by id
-	// answering counts the child's requests being answered (an id the child reuses while its
-	// first request is answered has one entry in inbound but counts twice); at most MaxInbound.
-	answering int
-	err       error // why the session ended; set once, before done closes
-	done      chan struct{}
-	exited    chan struct{} // cmd.Wait returned
-	exitMsg   string
+	inbound inbound.Table // the child's requests being answered, at most MaxInbound
+	err     error         // why the session ended; set once, before done closes
+	done    chan struct{}
+	exited  chan struct{} // cmd.Wait returned
+	exitMsg string
 
 	// notes carries, in the child's order, what must wait for the notifications before it:
 	// notifications, requests, and responses read while a notification was undelivered.
@@ -218,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, errors.New("mcpstdio: initialize params must be a JSON object")
 	}
 	s := &Session{
-		cfg: cfg, pending: map[string]chan reply{}, inbound: map[string]context.CancelCauseFunc{}, done: make(chan struct{}), exited: make(chan struct{}),
+		cfg: cfg, pending: map[string]chan reply{}, done: make(chan struct{}), exited: make(chan struct{}),
 		notes: make(chan note, 1024), notesEnd: make(chan struct{}), tail: &tailWriter{w: cfg.Stderr, max: 2048},
 	}
 	s.reqCtx, s.reqStop = context.WithCancel(context.Background())
@@ -556,25 +554,15 @@ func (s *Session) deliver() {
 			// Registered here, in order, so a cancellation the child writes after its
 			// request finds it.
 			ctx, cancel := context.WithCancelCause(s.reqCtx)
-			key := string(n.req.ID)
-			s.mu.Lock()
-			full := s.answering >= MaxInbound
-			if !full {
-				s.answering++
-				s.inbound[key] = cancel
-			}
-			s.mu.Unlock()
-			if full {
+			end, ok := s.inbound.Begin(n.req.ID, cancel)
+			if !ok {
 				cancel(nil)
 				s.refuse(n.req) // here: a child that does not read its stdin slows only itself
 				break
 			}
 			go func(m *jsonrpc.Message) {
 				defer func() {
-					s.mu.Lock()
-					s.answering--
-					delete(s.inbound, key)
-					s.mu.Unlock()
+					end()
 					cancel(nil)
 				}()
 				s.answer(ctx, m)
@@ -594,21 +582,7 @@ func (s *Session) deliver() {
 // cancelInbound cancels the request of the child that params (of notifications/cancelled)
 // names, reporting whether it named one still being answered.
 func (s *Session) cancelInbound(params json.RawMessage) bool {
-	var c struct {
-		RequestID json.RawMessage `json:"requestId"`
-		Reason    string          `json:"reason"`
-	}
-	if json.Unmarshal(params, &c) != nil || c.RequestID == nil {
-		return false
-	}
-	s.mu.Lock()
-	cancel := s.inbound[string(c.RequestID)]
-	s.mu.Unlock()
-	if cancel == nil {
-		return false
-	}
-	cancel(&CancelReason{Reason: c.Reason})
-	return true
+	return s.inbound.Cancel(params, func(reason string) error { return &CancelReason{Reason: reason} })
 }
 
 // refuse answers a request of the child with an error at once: MaxInbound of its requests

@@ -494,3 +494,39 @@ func TestChildRequestsWaitingAreBounded(t *testing.T) {
 		t.Fatalf("%d of the child's requests waiting, want %d", n, mcpstdio.MaxInbound)
 	}
 }
+
+// TestCancellationOfAReusedID: a child may send a request under the id of one still being
+// answered (legally once it has the first one's answer, when our cleanup may not have run
+// yet). The first one's end must leave the second cancellable: before, its cleanup removed
+// the second's entry, and the child's cancellation of that id reached nothing.
+func TestCancellationOfAReusedID(t *testing.T) {
+	cfg, _, errs := config(t, "reuse")
+	second := make(chan struct{})
+	cause := make(chan error, 1)
+	cfg.OnRequest = func(ctx context.Context, method string, p json.RawMessage) (json.RawMessage, error) {
+		if string(p) == `{"n":1}` {
+			<-second // the first is answered once the second is being answered
+			return json.RawMessage(`{"roots":[]}`), nil
+		}
+		close(second)
+		select {
+		case <-ctx.Done():
+			cause <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			cause <- nil
+		}
+		return json.RawMessage(`{"roots":[]}`), nil
+	}
+	s := start(t, cfg)
+	var why *mcpstdio.CancelReason
+	if err := <-cause; !errors.As(err, &why) || why.Reason != "reused id" {
+		t.Fatalf("the second request under a reused id ended with %v, want the child's cancellation; stderr:\n%.2000s", err, errs.String())
+	}
+	deadline := time.Now().Add(5 * time.Second) // the second handler's end may still run
+	for s.Inbound() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.Inbound(); n != 0 {
+		t.Fatalf("%d requests still registered after both were answered", n)
+	}
+}

@@ -10,7 +10,9 @@
 // around every answer; "exit" exits with status 3 at start; "mute" never answers initialize;
 // "flood" sends FloodRequests roots/list requests to the client once initialized, never
 // waiting for their answers, and logs "mcptest: flood refused N" on stderr for each error
-// answer (N counting them).
+// answer (N counting them); "reuse" sends two roots/list requests under one id once
+// initialized ({"n":1} then {"n":2}, the second before the first is answered) and, 100 ms
+// after the first answer comes back, cancels that id with the reason "reused id".
 package mcptest
 
 import (
@@ -110,6 +112,7 @@ func Serve() int {
 	r := jsonrpc.NewReader(os.Stdin, 64<<20)
 	var wg sync.WaitGroup
 	var refused atomic.Int64 // "flood": error answers received
+	var reused atomic.Int64  // "reuse": answers received
 	for {
 		line, err := r.ReadLine()
 		if err != nil {
@@ -127,6 +130,11 @@ func Serve() int {
 			if s.mode == "flood" && m.Error != nil {
 				fmt.Fprintf(os.Stderr, "mcptest: flood refused %d\n", refused.Add(1))
 			}
+			if s.mode == "reuse" && string(m.ID) == `"same"` && reused.Add(1) == 1 {
+				time.AfterFunc(100*time.Millisecond, func() {
+					s.write(jsonrpc.Notification("notifications/cancelled", json.RawMessage(`{"requestId":"same","reason":"reused id"}`)))
+				})
+			}
 			continue
 		}
 		if s.mode == "flood" && m.Method == "notifications/initialized" {
@@ -135,6 +143,10 @@ func Serve() int {
 					s.write(jsonrpc.Request(json.RawMessage(fmt.Sprintf(`"flood-%d"`, i)), "roots/list", json.RawMessage(`{}`)))
 				}
 			}()
+		}
+		if s.mode == "reuse" && m.Method == "notifications/initialized" {
+			s.write(jsonrpc.Request(json.RawMessage(`"same"`), "roots/list", json.RawMessage(`{"n":1}`)))
+			s.write(jsonrpc.Request(json.RawMessage(`"same"`), "roots/list", json.RawMessage(`{"n":2}`)))
 		}
 		if m.Method == "notifications/cancelled" {
 			fmt.Fprintf(os.Stderr, "mcptest: cancelled %s\n", m.Params)

@@ -1,0 +1,59 @@
+package inbound
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// Each request under a reused id counts towards Max, and the id stays cancellable until the
+// last request registered under it ends, whichever order they end in.
+func TestReusedIDsCountAndStayCancellable(t *testing.T) {
+	var tab Table
+	var ends []func()
+	ctxs := make([]context.Context, 3)
+	for i := range 3 {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		ctxs[i] = ctx
+		end, ok := tab.Begin(json.RawMessage(`7`), cancel)
+		if !ok {
+			t.Fatal("refused below Max")
+		}
+		ends = append(ends, end)
+	}
+	if tab.n != 3 || tab.Len() != 1 {
+		t.Fatalf("%d counted under %d ids, want 3 under 1", tab.n, tab.Len())
+	}
+	ends[0]()
+	ends[1]()
+	why := errors.New("gone")
+	if !tab.Cancel(json.RawMessage(`{"requestId":7}`), func(string) error { return why }) {
+		t.Fatal("the id's last request was not found once the earlier ones ended")
+	}
+	if context.Cause(ctxs[2]) != why || ctxs[0].Err() != nil {
+		t.Fatalf("cancelled the wrong request: %v, %v", context.Cause(ctxs[2]), ctxs[0].Err())
+	}
+	ends[2]()
+	if tab.n != 0 || tab.Len() != 0 || tab.Cancel(json.RawMessage(`{"requestId":7}`), func(string) error { return why }) {
+		t.Fatalf("%d counted under %d ids after every request ended", tab.n, tab.Len())
+	}
+}
+
+func TestBeginRefusesBeyondMax(t *testing.T) {
+	var tab Table
+	for i := range Max {
+		if _, ok := tab.Begin(json.RawMessage(fmt.Sprint(i)), func(error) {}); !ok {
+			t.Fatalf("refused the %dth request", i+1)
+		}
+	}
+	if _, ok := tab.Begin(json.RawMessage(`"one more"`), func(error) {}); ok {
+		t.Fatal("took a request beyond Max")
+	}
+	for _, bad := range []string{`{}`, `not json`, `{"requestId":null}`, `{"requestId":"absent"}`} {
+		if tab.Cancel(json.RawMessage(bad), func(string) error { return nil }) {
+			t.Fatalf("%s named a request", bad)
+		}
+	}
+}
