@@ -72,12 +72,14 @@ func (e *Engine) apply(ctx context.Context, o Outcome) (*Cert, error) {
 // cert, and a claim that went unknown meanwhile is healed by its own late settle. The ledger's
 // answer, a cert or a refusal, is returned as Commit, Release, Abort or Lost return it. When ctx
 // ends first the error is a SpooledError (the outcome waits in the spool for DrainSpool) or,
-// with no spool, the ledger's last error.
+// with no spool (or one that could not take it, tried again every round), the ledger's last
+// error.
 func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	if o.At.IsZero() {
 		o.At = time.Now()
 	}
 	var spooled string
+	var spoolErr error // why the outcome is not in the spool yet, if keeping it there failed
 	wait := 50 * time.Millisecond
 	for {
 		cert, err := e.apply(ctx, o)
@@ -91,11 +93,12 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 			return cert, err
 		}
 		if spooled == "" && e.cfg.SpoolDir != "" {
-			p, serr := e.spool.put(e.cfg.SpoolDir, o)
-			if serr != nil {
-				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too: %v", err, serr)
+			// A spool that cannot take the outcome (a full disk, most likely the ledger's
+			// own trouble too) is no reason to stop trying the ledger: both are tried again
+			// next round, and whichever has room first keeps the outcome.
+			if spooled, spoolErr = e.spool.put(e.cfg.SpoolDir, o); spoolErr != nil {
+				spooled = ""
 			}
-			spooled = p
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -103,6 +106,9 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 			t.Stop()
 			if spooled != "" {
 				return nil, SpooledError{Path: spooled, Err: err}
+			}
+			if spoolErr != nil {
+				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too: %v", err, spoolErr)
 			}
 			return nil, err
 		case <-t.C:
