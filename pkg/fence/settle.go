@@ -72,8 +72,9 @@ func (e *Engine) apply(ctx context.Context, o Outcome) (*Cert, error) {
 // cert, and a claim that went unknown meanwhile is healed by its own late settle. The ledger's
 // answer, a cert or a refusal, is returned as Commit, Release, Abort or Lost return it. When ctx
 // ends first the error is a SpooledError (the outcome waits in the spool for DrainSpool) or,
-// with no spool (or one that could not take it, tried again every round), the ledger's last
-// error.
+// with no spool, the ledger's last error. A spool that could not take the outcome (tried
+// again every round) leaves it held in memory (up to maxHeld bytes of results in all), and
+// DrainSpool (every Recover) tries the ledger and the spool again while the process runs.
 func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	if o.At.IsZero() {
 		o.At = time.Now()
@@ -108,6 +109,9 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 				return nil, SpooledError{Path: spooled, Err: err}
 			}
 			if spoolErr != nil {
+				if e.spool.hold(o) {
+					return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too (%v): it is held in this process's memory, and every Recover tries the ledger and the spool again while the process runs", err, spoolErr)
+				}
 				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too: %v", err, spoolErr)
 			}
 			return nil, err
@@ -124,10 +128,37 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 	if e.cfg.SpoolDir == "" {
 		return 0, nil
 	}
-	return e.spool.drain(ctx, e.cfg.SpoolDir, func(o Outcome) error {
+	n, herr := e.settleHeld(ctx)
+	m, err := e.spool.drain(ctx, e.cfg.SpoolDir, func(o Outcome) error {
 		_, err := e.apply(ctx, o)
 		return err
 	})
+	return n + m, errors.Join(herr, err)
+}
+
+// settleHeld reports to the ledger once each outcome held in memory (see Settle), returning
+// how many it took. One the ledger still cannot take goes into the spool if that has room
+// now (the drain that follows reports it), or is held again.
+func (e *Engine) settleHeld(ctx context.Context) (int, error) {
+	n := 0
+	var errs []error
+	for _, o := range e.spool.takeHeld() {
+		_, err := e.apply(ctx, o)
+		var coded Coded
+		if err == nil || errors.As(err, &coded) {
+			n++
+			continue
+		}
+		if _, serr := e.spool.put(e.cfg.SpoolDir, o); serr == nil {
+			continue
+		}
+		if !e.spool.hold(o) { // outcomes held meanwhile took its room
+			errs = append(errs, fmt.Errorf("%s of intent %q, held in memory: %w; no longer held (%d bytes of outcomes are): its claim stays in flight", o.Kind, o.Ticket.Intent, err, maxHeld))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%s of intent %q, held in memory: %w", o.Kind, o.Ticket.Intent, err))
+	}
+	return n, errors.Join(errs...)
 }
 
 // spool is the directory of outcomes not yet in the ledger: one JSON file per ticket, written
@@ -136,6 +167,46 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 // the OS has one), so two processes of one host do not report one outcome twice.
 type spool struct {
 	mu sync.Mutex // serialises drains of this process
+
+	hmu       sync.Mutex
+	held      map[string]Outcome // by spoolName: outcomes neither the ledger nor the spool took
+	heldBytes int                // their results' bytes, at most maxHeld
+}
+
+// maxHeld bounds the results of the outcomes held in memory, in bytes. An outcome beyond it
+// is not held: its claim stays in flight, and is judged as any other once this process ends.
+const maxHeld = 64 << 20
+
+// hold keeps o in memory for the next drain, reporting whether there was room.
+func (s *spool) hold(o Outcome) bool {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	name := spoolName(o)
+	if old, ok := s.held[name]; ok {
+		s.heldBytes -= len(old.Result)
+		delete(s.held, name)
+	}
+	if s.heldBytes+len(o.Result) > maxHeld {
+		return false
+	}
+	if s.held == nil {
+		s.held = map[string]Outcome{}
+	}
+	s.held[name] = o
+	s.heldBytes += len(o.Result)
+	return true
+}
+
+// takeHeld returns the outcomes held in memory and forgets them.
+func (s *spool) takeHeld() []Outcome {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	out := make([]Outcome, 0, len(s.held))
+	for _, o := range s.held {
+		out = append(out, o)
+	}
+	s.held, s.heldBytes = nil, 0
+	return out
 }
 
 // spooled is an Outcome as a spool file holds it: the result readable in result (which
