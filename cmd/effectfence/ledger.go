@@ -20,6 +20,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
 	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
 const ledgerUsage = `The operator's view of a ledger: what is in flight, failed or of unknown outcome;
@@ -161,6 +162,9 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	}
 	if loc != "memory" && !strings.Contains(loc, "://") {
 		if _, err := os.Stat(loc); errors.Is(err, os.ErrNotExist) {
+			if problem, advice := sqlite.OrphanLog(loc); problem != "" {
+				return nil, fmt.Errorf("ledger %s %s; %s", loc, problem, advice)
+			}
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 		}
 	}

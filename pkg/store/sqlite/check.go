@@ -38,7 +38,7 @@ type CheckReport struct {
 }
 
 const (
-	adviceAside = "to start over, stop every effectfence process that uses it and move it aside (mv %[1]s %[1]s.bad); a new ledger is created on the next start, but it will not replay effects recorded only in the old one"
+	adviceAside = "to start over, stop every effectfence process that uses it and move it aside with its write-ahead log and index if they are there (mv %[1]s %[1]s.bad; mv %[1]s-wal %[1]s.bad-wal; mv %[1]s-shm %[1]s.bad-shm); a new ledger is created on the next start, but it will not replay effects recorded only in the old one"
 	adviceCopy  = "keep a copy before anything else (cp %[1]s %[1]s.copy); the sqlite3 shell can often salvage rows: sqlite3 %[1]s .recover | sqlite3 %[1]s.recovered, then run `effectfence ledger check --ledger %[1]s.recovered`"
 )
 
@@ -51,6 +51,14 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	fi, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		r.Kind = "missing"
+		if problem, advice := OrphanLog(path); problem != "" {
+			r.Problems = append(r.Problems, "the file "+problem)
+			r.Advice = append(r.Advice, advice)
+			if wi, err := os.Stat(path + "-wal"); err == nil {
+				r.WALBytes = wi.Size()
+			}
+			return r, nil
+		}
 		r.Problems = append(r.Problems, "the file does not exist")
 		r.Advice = append(r.Advice, "nothing to check: a ledger is created on first use; check --ledger, EFFECTFENCE_LEDGER or --for if you expected one here")
 		return r, nil
@@ -67,6 +75,11 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	}
 	if r.Bytes == 0 {
 		r.Kind = "empty file"
+		if problem, advice := OrphanLog(path); problem != "" {
+			r.Problems = append(r.Problems, "the file "+problem)
+			r.Advice = append(r.Advice, advice)
+			return r, nil
+		}
 		r.OK = true
 		r.Advice = append(r.Advice, "an empty file becomes a ledger on first use")
 		return r, nil

@@ -388,6 +388,11 @@ const sqliteMagic = "SQLite format 3\x00"
 // and refuses files that are not SQLite databases before the driver touches them.
 func prepareFile(path string, readOnly bool) error {
 	fi, err := os.Stat(path)
+	if err == nil && fi.Size() == 0 || errors.Is(err, os.ErrNotExist) {
+		if err := checkOrphanLog(path); err != nil {
+			return err
+		}
+	}
 	switch {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
@@ -446,6 +451,35 @@ func prepareFile(path string, readOnly bool) error {
 	return nil
 }
 
+// checkOrphanLog refuses a ledger path with no ledger at it (no file, or an empty one) whose
+// write-ahead log is not empty: the file was moved or deleted while a process had it open
+// (that process still writes the log, and only the log holds its latest records). SQLite,
+// opening an empty database beside a log, deletes the log: a new ledger here would destroy
+// those records and leave the other process writing a log nobody reads, so each side would
+// fence calls the other cannot see. A log is never there without its ledger otherwise: a new
+// ledger's first page is written before its log exists.
+func checkOrphanLog(path string) error {
+	if problem, advice := OrphanLog(path); problem != "" {
+		return &FileError{Path: path, Problem: problem + "; opening a new ledger here would delete them, so nothing was done", Advice: advice}
+	}
+	return nil
+}
+
+// OrphanLog describes the non-empty write-ahead log beside path, which has no ledger (see
+// checkOrphanLog), and the way out; "" when there is none. It changes nothing.
+func OrphanLog(path string) (problem, advice string) {
+	for _, base := range []string{path, realPath(path)} {
+		log := base + "-wal"
+		fi, err := os.Stat(log)
+		if err != nil || fi.Size() == 0 {
+			continue
+		}
+		return fmt.Sprintf("is missing (or empty) but its write-ahead log %s holds %d bytes: the ledger file was moved or deleted while a process had it open, and that log holds its latest records", log, fi.Size()),
+			fmt.Sprintf("stop every effectfence process that used this ledger; then put the moved file back at %s (its log is applied on the next open), or, to start a new ledger here, move the log and its index beside the moved file under its new name (mv %s NEW-wal; mv %s-shm NEW-shm, where NEW is the moved file), so that it keeps its latest records", path, log, base)
+	}
+	return "", ""
+}
+
 // checkHeader refuses a non-empty file that does not start with the SQLite header. An empty
 // file is a ledger another process is about to initialise (or one that never was).
 func checkHeader(path string, size int64) error {
@@ -472,9 +506,13 @@ func checkHeader(path string, size int64) error {
 type FileError struct {
 	Path    string
 	Problem string
+	Advice  string // the way out, when it is not the usual one (check it, move it aside)
 }
 
 func (e *FileError) Error() string {
+	if e.Advice != "" {
+		return fmt.Sprintf("ledger %s %s; %s", e.Path, e.Problem, e.Advice)
+	}
 	return fmt.Sprintf("ledger %s %s; run `effectfence ledger check --ledger %s` for details; nothing was changed (move the file aside to start a new ledger)", e.Path, e.Problem, e.Path)
 }
 
