@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
@@ -783,22 +784,8 @@ func TestCancellationOfAReusedID(t *testing.T) {
 		writeEvent(w, "", jsonrpc.Notification("notifications/cancelled", json.RawMessage(`{"requestId":"same","reason":"reused id"}`)))
 		writeEvent(w, "", jsonrpc.Response(m.ID, json.RawMessage(`{"done":true}`)))
 	}
-	second := make(chan struct{})
-	cause := make(chan error, 1)
-	s := session(t, upstream(t, srv.URL, Config{OnRequest: func(ctx context.Context, method string, p json.RawMessage) (json.RawMessage, error) {
-		if string(p) == `{"n":1}` {
-			<-second // the first is answered once the second is being answered
-			return json.RawMessage(`{"roots":[]}`), nil
-		}
-		close(second)
-		select {
-		case <-ctx.Done():
-			cause <- context.Cause(ctx)
-		case <-time.After(10 * time.Second):
-			cause <- nil
-		}
-		return json.RawMessage(`{"roots":[]}`), nil
-	}}))
+	answer, cause := mcptest.ReuseAnswers()
+	s := session(t, upstream(t, srv.URL, Config{OnRequest: answer}))
 	if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"ask"}`)); err != nil {
 		t.Fatal(err)
 	}

@@ -501,22 +501,8 @@ func TestChildRequestsWaitingAreBounded(t *testing.T) {
 // the second's entry, and the child's cancellation of that id reached nothing.
 func TestCancellationOfAReusedID(t *testing.T) {
 	cfg, _, errs := config(t, "reuse")
-	second := make(chan struct{})
-	cause := make(chan error, 1)
-	cfg.OnRequest = func(ctx context.Context, method string, p json.RawMessage) (json.RawMessage, error) {
-		if string(p) == `{"n":1}` {
-			<-second // the first is answered once the second is being answered
-			return json.RawMessage(`{"roots":[]}`), nil
-		}
-		close(second)
-		select {
-		case <-ctx.Done():
-			cause <- context.Cause(ctx)
-		case <-time.After(10 * time.Second):
-			cause <- nil
-		}
-		return json.RawMessage(`{"roots":[]}`), nil
-	}
+	var cause <-chan error
+	cfg.OnRequest, cause = mcptest.ReuseAnswers()
 	s := start(t, cfg)
 	var why *mcpstdio.CancelReason
 	if err := <-cause; !errors.As(err, &why) || why.Reason != "reused id" {

@@ -17,6 +17,7 @@ package mcptest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -439,4 +440,26 @@ func Effects(path string) []string {
 		out = append(out, sc.Text())
 	}
 	return out
+}
+
+// ReuseAnswers is a client's handler of the "reuse" mode's two requests under one id: the
+// first ({"n":1}) is answered once the second is being answered; the second waits up to 10 s
+// for its context to end, and cause receives what ended it (nil when nothing did).
+func ReuseAnswers() (answer func(ctx context.Context, method string, p json.RawMessage) (json.RawMessage, error), cause <-chan error) {
+	second := make(chan struct{})
+	ended := make(chan error, 1)
+	return func(ctx context.Context, method string, p json.RawMessage) (json.RawMessage, error) {
+		if string(p) == `{"n":1}` {
+			<-second
+			return json.RawMessage(`{"roots":[]}`), nil
+		}
+		close(second)
+		select {
+		case <-ctx.Done():
+			ended <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			ended <- nil
+		}
+		return json.RawMessage(`{"roots":[]}`), nil
+	}, ended
 }

@@ -19,22 +19,8 @@ import (
 // RELIABILITY.md promises Settle keeps trying while the ledger does not answer, a full disk
 // included.
 func TestSettleOutlastsAFullDisk(t *testing.T) {
-	dir := diskfull.Mount(t, 8<<20)
-	path := filepath.Join(dir, "ledger.db")
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng := fence.New(st, fence.Config{SpoolDir: path + ".spool"})
-	req := fence.Request{Intent: "charge:full-disk", Tool: "charge", Args: []byte(`{"amount":4900}`)}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("claim: %+v, %v", adm, err)
-	}
-	// A result larger than anything the log has room for already: its frames need new blocks.
-	result := []byte(`{"receipt":"` + strings.Repeat("r", 512<<10) + `"}`)
-	filler := diskfull.Fill(t, dir)
+	d := claimThenFill(t, "charge:full-disk")
+	eng, req, adm, result, filler := d.eng, d.req, d.adm, d.result, d.filler
 
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -73,24 +59,11 @@ func TestSettleOutlastsAFullDisk(t *testing.T) {
 // Recover once the disk has room records it: the duplicate replays it instead of finding
 // the claim in flight (and, once this process ends, unknown).
 func TestHeldOutcomeRecordedByRecover(t *testing.T) {
-	dir := diskfull.Mount(t, 8<<20)
-	path := filepath.Join(dir, "ledger.db")
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng := fence.New(st, fence.Config{SpoolDir: path + ".spool"})
-	req := fence.Request{Intent: "charge:held", Tool: "charge", Args: []byte(`{"amount":4900}`)}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("claim: %+v, %v", adm, err)
-	}
-	result := []byte(`{"receipt":"` + strings.Repeat("r", 512<<10) + `"}`)
-	filler := diskfull.Fill(t, dir)
+	d := claimThenFill(t, "charge:held")
+	eng, req, adm, result, filler, path := d.eng, d.req, d.adm, d.result, d.filler, d.path
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: result})
+	_, err := eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: result})
 	if err == nil || !strings.Contains(err.Error(), "held in this process's memory") {
 		t.Fatalf("Settle on a full disk: %v; want the outcome held in memory", err)
 	}
@@ -113,4 +86,33 @@ func TestHeldOutcomeRecordedByRecover(t *testing.T) {
 	if files, err := fence.SpoolFiles(path + ".spool"); err != nil || len(files) != 0 {
 		t.Fatalf("spool after: %v, %v; want it empty", files, err)
 	}
+}
+
+// fullDisk is a SQLite ledger on a disk of its own, with a claim made and then the disk
+// filled.
+type fullDisk struct {
+	eng    *fence.Engine
+	path   string // the ledger
+	req    fence.Request
+	adm    fence.Admission
+	result []byte // a result larger than anything the log has room for: its frames need new blocks
+	filler string // remove it to make room
+}
+
+func claimThenFill(t *testing.T, intent string) fullDisk {
+	t.Helper()
+	dir := diskfull.Mount(t, 8<<20)
+	d := fullDisk{path: filepath.Join(dir, "ledger.db"), req: fence.Request{Intent: intent, Tool: "charge", Args: []byte(`{"amount":4900}`)}}
+	st, err := sqlite.Open(ctx, d.path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	d.eng = fence.New(st, fence.Config{SpoolDir: d.path + ".spool"})
+	if d.adm, err = d.eng.Prepare(ctx, d.req); err != nil || !d.adm.Fresh() {
+		t.Fatalf("claim: %+v, %v", d.adm, err)
+	}
+	d.result = []byte(`{"receipt":"` + strings.Repeat("r", 512<<10) + `"}`)
+	d.filler = diskfull.Fill(t, dir)
+	return d
 }

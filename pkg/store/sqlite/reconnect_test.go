@@ -34,11 +34,6 @@ func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{ledger, ledger + "-wal", ledger + "-shm"} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Fatal(err)
-		}
-	}
 	absent := func(after string) {
 		t.Helper()
 		if fi, err := os.Stat(ledger); err == nil {
@@ -48,8 +43,14 @@ func TestRemovedLedgerIsNotCreatedAgain(t *testing.T) {
 	}
 
 	// The writer: the leader's goroutine ends inside its transaction, the next batch takes a
-	// new connection.
+	// new connection. (Were the ledger gone first, that batch would be refused before its
+	// function ran: the store writes nothing while its path does not name its file.)
 	goUpdate(st, exitAfterWrite("exited")).ends(t, "the goroutine whose transaction function called runtime.Goexit did not end")
+	for _, f := range []string{ledger, ledger + "-wal", ledger + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
 	later := goUpdate(st, writeSeq("later"))
 	select {
 	case err := <-later.res:

@@ -38,6 +38,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -92,6 +93,12 @@ type Store struct {
 	leading bool       // an Update is running a batch and will hand on or drain the queue
 
 	turns *writerQueue // the writers of all processes take turns through it (queue.go); nil when read-only
+
+	// file is the ledger file as Open found it at the path; gone, while set, is why the path
+	// names it no longer, and every write is refused with it (see checkFile). The leader
+	// alone uses both after Open.
+	file os.FileInfo
+	gone error
 }
 
 // update is one queued Update. res receives exactly one answer: its result, or lead (the
@@ -188,6 +195,10 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 			return nil, s.fail(err)
 		}
 		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.prepareWriter(ctx) }); err != nil {
+			return nil, s.fail(err)
+		}
+		// The file the path names now, which SQLite has open: see checkFile.
+		if s.file, err = os.Stat(abs); err != nil {
 			return nil, s.fail(err)
 		}
 	}
@@ -814,6 +825,9 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 			return false, s.wrap(err)
 		}
 	}
+	if err := s.checkFile(); err != nil {
+		return false, err
+	}
 	err = s.wconn.Raw(func(dc any) error {
 		returned := false
 		defer func() {
@@ -827,6 +841,45 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 		return err
 	})
 	return failed, s.wrap(err)
+}
+
+// checkFile refuses every write while the ledger's path does not name the file this store
+// has open: it was moved, replaced or deleted while in use. Another process opening the path
+// would not see what this one records (and would find no ledger there: see checkOrphanLog),
+// and a deleted file's records end with this process. The first time, it copies the ledger
+// as this process sees it, write-ahead log included, to a new file beside the path (VACUUM
+// INTO), so that every receipt it holds survives whatever became of the file, and the error
+// names the copy. Once the file is back at the path, writes go on. A stat that fails
+// otherwise (permissions, I/O) tells nothing: writes go on.
+func (s *Store) checkFile() error {
+	if s.file == nil {
+		return nil
+	}
+	fi, err := os.Stat(s.path)
+	if err == nil && os.SameFile(fi, s.file) || err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+		s.gone = nil
+		return nil
+	}
+	if s.gone != nil {
+		return s.gone
+	}
+	what := "names another file now"
+	if err != nil {
+		what = "names no file now"
+	}
+	copyTo := fmt.Sprintf("%s.rescued-%d-%s", s.path, os.Getpid(), time.Now().UTC().Format("20060102T150405Z"))
+	cerr := s.wconn.Raw(func(dc any) error {
+		r := &rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}
+		_, err := r.exec("VACUUM INTO ?", copyTo)
+		return err
+	})
+	saved := fmt.Sprintf("every receipt this process holds was copied to %s", copyTo)
+	if cerr != nil {
+		saved = fmt.Sprintf("copying what this process holds to %s failed too (%v)", copyTo, cerr)
+	}
+	s.gone = &FileError{Path: s.path, Problem: "is not the file this process opened: it was moved, replaced or deleted while in use (the path " + what + "), so other processes would not see what this one records",
+		Advice: "this process records nothing more until the file is back at the path; " + saved + ". Put the ledger back at the path, or stop this process and use the copy as the ledger (mv COPY " + s.path + "), moving aside whatever is at the path first with its -wal and -shm files"}
+	return s.gone
 }
 
 // dropWriterStmts closes the writer's statements (inside its Raw callback), before
@@ -853,6 +906,10 @@ func (s *Store) reconnectWriter() error {
 		return err
 	}
 	s.wlost = false
+	// The new connection opened whatever file the path names now: checkFile compares with it.
+	if fi, err := os.Stat(s.path); err == nil {
+		s.file = fi
+	}
 	return nil
 }
 

@@ -84,3 +84,82 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoreRefusesWritesOnceItsFileIsGone: a process whose ledger file is moved or deleted
+// under it (the path names another file, or none) records nothing more there: what it wrote
+// would be seen by no other process, and a deleted file's records end with the process. Its
+// first write after copies everything it holds to a file beside the path, which the error
+// names, and from which the receipts replay.
+func TestStoreRefusesWritesOnceItsFileIsGone(t *testing.T) {
+	for _, how := range []string{"moved", "deleted", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "ledger.db")
+			st := openT(t, path, sqlite.Options{})
+			eng := fence.New(st, fence.Config{})
+			done := holderReq("gone:done")
+			adm, err := eng.Prepare(ctx, done)
+			if err != nil || !adm.Fresh() {
+				t.Fatal(adm, err)
+			}
+			cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":1}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch how {
+			case "moved":
+				err = os.Rename(path, path+".aside")
+			case "deleted":
+				err = os.Remove(path)
+			case "replaced":
+				err = errors.Join(os.Rename(path, path+".aside"), os.WriteFile(path, nil, 0o600))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = eng.Prepare(ctx, holderReq("gone:new"))
+			var fe *sqlite.FileError
+			if !errors.As(err, &fe) || !strings.Contains(err.Error(), "moved, replaced or deleted while in use") || fence.CodeOf(err) != fence.CodeStore {
+				t.Fatalf("a claim once the file was %s: %v; want it refused as a store error", how, err)
+			}
+			copies, _ := filepath.Glob(path + ".rescued-*")
+			if len(copies) != 1 || !strings.Contains(err.Error(), copies[0]) {
+				t.Fatalf("copies %v; the error: %v", copies, err)
+			}
+			if _, again := eng.Prepare(ctx, holderReq("gone:other")); again == nil || again.Error() != err.Error() {
+				t.Fatalf("the next write: %v; want the same refusal", again)
+			}
+			rescued := fence.New(openT(t, copies[0], sqlite.Options{}), fence.Config{})
+			if adm, err := rescued.Prepare(ctx, done); err != nil || adm.Fresh() || adm.Cert.Hash != cert.Hash {
+				t.Fatalf("the copy: fresh %v, %v; want the receipt %s", adm.Fresh(), err, cert.Hash)
+			}
+			if rec, err := rescued.Status(ctx, "gone:new"); err != nil || rec.State != fence.StateNone {
+				t.Fatalf("the refused claim in the copy: %v, %v", rec.State, err)
+			}
+		})
+	}
+}
+
+// TestStoreWritesAgainOnceItsFileIsBack: the refusal lasts while the path does not name the
+// store's file; put back, the store writes again (and the copy was made once).
+func TestStoreWritesAgainOnceItsFileIsBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{})
+	if err := os.Rename(path, path+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := eng.Prepare(ctx, holderReq("back:1")); err == nil {
+			t.Fatal("a claim while the file was away was taken")
+		}
+	}
+	if err := os.Rename(path+".aside", path); err != nil {
+		t.Fatal(err)
+	}
+	if adm, err := eng.Prepare(ctx, holderReq("back:1")); err != nil || !adm.Fresh() {
+		t.Fatalf("a claim once the file was back: %v", err)
+	}
+	if copies, _ := filepath.Glob(path + ".rescued-*"); len(copies) != 1 {
+		t.Fatalf("copies %v, want one", copies)
+	}
+}
