@@ -354,7 +354,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 			RerunSafe:  req.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 			KeepResult: keep, Redacted: redacted,
 		},
-		ticket: Ticket{Intent: req.Intent, Token: token, Nonce: nonce, Domain: req.Domain, Seq: seq, LeaseUntil: lease, Reclaimed: reclaimed != nil},
+		ticket: Ticket{Intent: req.Intent, Token: token, Nonce: nonce, Domain: req.Domain, Seq: seq, LeaseUntil: lease, Reclaimed: reclaimed != nil, KeepHash: keep == KeepHash},
 	}
 	if err := tx.Put(&ca.rec); err != nil {
 		return 0, err
@@ -903,7 +903,7 @@ func (k *committer) run(tx Tx) error {
 	healing := heals(rec, t)
 	if !healing {
 		if err := holds(rec, t); err != nil {
-			return e.lateResult(tx, t, err, fmt.Sprintf("late commit refused; its result: %s", res))
+			return e.lateResult(tx, t, err, lateCommitWhat(rec, t, res))
 		}
 	}
 	now := tx.Now()
@@ -1073,6 +1073,20 @@ func heals(rec *Record, t Ticket) bool {
 	return rec != nil && rec.Healable() && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
 }
 
+// lateCommitWhat is what the audit trail keeps of a refused late commit: its result, or only
+// the result's digest when the claim kept only that (its ticket says so, or the record is still
+// that claim's), so that a hash-only result does not reach the ledger this way either.
+func lateCommitWhat(rec *Record, t Ticket, res []byte) string {
+	if t.KeepHash || (rec != nil && rec.Token == t.Token && rec.KeepResult == KeepHash) {
+		sum, err := ResultSHA256(res)
+		if err != nil {
+			sum = canon.Sum(res)
+		}
+		return "late commit refused; its result was not kept (keep_result hash), its SHA-256: " + sum
+	}
+	return fmt.Sprintf("late commit refused; its result: %s", res)
+}
+
 // lateResult records in the audit trail what a settle that no longer holds the intent
 // reported (the claim was cleared, released or replaced), so nothing it said is lost, and
 // returns the refusal lost. A ticket naming no claim this ledger ever made (token 0) leaves no
@@ -1123,7 +1137,7 @@ func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 				return err
 			}
 		}
-		next = Ticket{Intent: r.Intent, Token: r.Token, Nonce: r.Nonce, Domain: r.Domain, Seq: r.Seq, LeaseUntil: r.LeaseUntil, Reclaimed: t.Reclaimed}
+		next = Ticket{Intent: r.Intent, Token: r.Token, Nonce: r.Nonce, Domain: r.Domain, Seq: r.Seq, LeaseUntil: r.LeaseUntil, Reclaimed: t.Reclaimed, KeepHash: r.KeepResult == KeepHash}
 		return nil
 	})
 	if errors.Is(err, ErrLeaseLost) {

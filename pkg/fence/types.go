@@ -101,6 +101,10 @@ type Ticket struct {
 	Seq        uint64    `json:"seq,omitempty"`
 	LeaseUntil time.Time `json:"lease_until"`
 	Reclaimed  bool      `json:"reclaimed,omitempty"`
+	// KeepHash marks the ticket of a claim that keeps only its result's digest (KeepHash):
+	// should its commit come after the claim was cleared or replaced, the audit trail keeps
+	// only the digest of what it reported (lateCommitWhat).
+	KeepHash bool `json:"keep_hash,omitempty"`
 }
 
 // Admission is the answer to Prepare: exactly one of Ticket (run the effect now) and Cert (do

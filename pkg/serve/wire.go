@@ -62,7 +62,9 @@ type PrepareInput struct {
 
 // TicketHandle is a ticket as an agent hands it back. Only intent, token and nonce carry
 // authority; the engine checks them against its own record. The other fields of the ticket
-// fence_prepare gave out are accepted so the ticket can be passed back unchanged, and ignored.
+// fence_prepare gave out are accepted so the ticket can be passed back unchanged, and ignored,
+// but for keep_hash: a commit that comes after its claim was cleared keeps only the digest of
+// its result in the audit trail (a mark that can only make the ledger keep less).
 type TicketHandle struct {
 	Intent     string    `json:"intent"`
 	Token      uint64    `json:"token"`
@@ -71,11 +73,13 @@ type TicketHandle struct {
 	Seq        uint64    `json:"seq,omitempty"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	Reclaimed  bool      `json:"reclaimed,omitempty"`
+	KeepHash   bool      `json:"keep_hash,omitempty"`
 }
 
-// Ticket returns the engine's ticket with the fields that carry authority.
+// Ticket returns the engine's ticket with the fields that carry authority, and its keep_hash
+// mark.
 func (h TicketHandle) Ticket() fence.Ticket {
-	return fence.Ticket{Intent: h.Intent, Token: h.Token, Nonce: h.Nonce}
+	return fence.Ticket{Intent: h.Intent, Token: h.Token, Nonce: h.Nonce, KeepHash: h.KeepHash}
 }
 
 // CommitInput is the input of fence_commit.

@@ -39,6 +39,7 @@ type CheckReport struct {
 
 const (
 	adviceAside = "to start over, stop every effectfence process that uses it and move it aside with its write-ahead log and index if they are there (mv %[1]s %[1]s.bad; mv %[1]s-wal %[1]s.bad-wal; mv %[1]s-shm %[1]s.bad-shm); a new ledger is created on the next start, but it will not replay effects recorded only in the old one"
+	adviceNewer = "use %[1]s with the effectfence that wrote it or a later one (one that reads schema version %[2]d); do not move it aside or start a new ledger in its place: a new ledger would not replay the effects recorded in this one, and they could run again"
 	adviceCopy  = "keep a copy before anything else (cp %[1]s %[1]s.copy); the sqlite3 shell can often salvage rows: sqlite3 %[1]s .recover | sqlite3 %[1]s.recovered, then run `effectfence ledger check --ledger %[1]s.recovered`"
 )
 
@@ -143,7 +144,15 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		}
 	}
 	r.inspect(ctx, db)
-	if len(r.Problems) > 0 {
+	switch {
+	case r.SchemaVersion > SchemaVersion:
+		// A newer build's ledger is not damaged: moving it aside would lose every receipt it
+		// holds, and the effects they record could run again.
+		if len(r.Problems) > 1 {
+			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
+		}
+		r.Advice = append(r.Advice, fmt.Sprintf(adviceNewer, path, r.SchemaVersion))
+	case len(r.Problems) > 0:
 		if r.Kind == "effectfence ledger" {
 			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
 		}

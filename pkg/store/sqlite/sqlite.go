@@ -658,7 +658,9 @@ func (s *Store) checkVersion(ctx context.Context) error {
 	}
 	switch {
 	case v > SchemaVersion:
-		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d, newer than this build's %d (upgrade effectfence)", v, SchemaVersion)}
+		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d, newer than this build's %d (upgrade effectfence)", v, SchemaVersion),
+			// Not damaged: moving it aside would lose every receipt it holds.
+			Advice: fmt.Sprintf("run `effectfence ledger check --ledger %s` for details; nothing was changed (do not move it aside: a new ledger would not replay what it recorded)", s.path)}
 	case v < oldestReadable || (v < SchemaVersion && !s.opt.ReadOnly):
 		return &FileError{Path: s.path, Problem: fmt.Sprintf("has schema version %d, which this build (schema %d) reads only after migrating it, and a read-only open does not migrate: open it once for writing (any effectfence command that records decisions, e.g. wrap or serve) to upgrade it in place", v, SchemaVersion)}
 	}
