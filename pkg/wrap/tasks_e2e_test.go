@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 // Issue 12 item 8: the outcome of a task-augmented call is the task's final result. Against
@@ -103,5 +105,54 @@ func awaitTaskCompleted(t *testing.T, w *wrapProc, q json.RawMessage, within tim
 			t.Fatalf("task never completed: %s", st)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A task the agent cancels may have done its work before it stopped: its outcome is unknown,
+// never "did not run". Against server-everything's simulate-research-query: the agent cancels
+// the task through wrap (tasks/cancel passes through); the server's tasks/result then fails
+// with a JSON-RPC error and tasks/get says cancelled, so wrap fences the intent. A duplicate
+// is refused as not executed again, with the operator's clear command; the intent is unknown
+// in the ledger. (Releasing it, as for a task that failed, would let the retry run again.)
+func TestCancelledTaskIsUnknown(t *testing.T) {
+	t.Parallel()
+	bin := peer(t, "mcp-server-everything")
+	r := newRig(t)
+	r.childCmdOverride = []string{bin}
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	ctx := context.Background()
+	res, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"cancelled task"},"task":{"ttl":300000}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if json.Unmarshal(res, &created) != nil || created.Task.TaskID == "" {
+		t.Fatalf("want a CreateTaskResult, got %s", res)
+	}
+	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
+	if st, err := w.Call(ctx, "tasks/cancel", q); err != nil || !strings.Contains(string(st), `"cancelled"`) {
+		t.Fatalf("tasks/cancel through wrap: %s %v", st, err)
+	}
+	// A duplicate waits for the task's outcome (or finds it recorded) and is refused.
+	x := call(t, w.Session, "simulate-research-query", `{"topic":"cancelled task"}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") || !strings.Contains(x.text(), "ledger clear") {
+		t.Fatalf("a duplicate of a cancelled task: %s %s; wrap log:\n%s", x.text(), x.Meta["effectfence/code"], w.log.String())
+	}
+	var states []fence.State
+	err = r.openLedger().Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
+			if rec.Tool == "simulate-research-query" {
+				states = append(states, rec.State)
+			}
+			return true
+		})
+	})
+	if err != nil || len(states) != 1 || states[0] != fence.StateUnknown {
+		t.Fatalf("the cancelled task's intent in the ledger: %v %v, want one unknown", states, err)
 	}
 }
