@@ -143,6 +143,22 @@ func TestCancelledTaskIsUnknown(t *testing.T) {
 	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") || !strings.Contains(x.text(), "ledger clear") {
 		t.Fatalf("a duplicate of a cancelled task: %s %s; wrap log:\n%s", x.text(), x.Meta["effectfence/code"], w.log.String())
 	}
+	// A task-augmented duplicate is refused too, as a task effectfence made that has already
+	// failed; its result is the refusal.
+	again, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"cancelled task"},"task":{"ttl":60000}}`))
+	var handle struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+			Status string `json:"status"`
+		} `json:"task"`
+	}
+	if err != nil || json.Unmarshal(again, &handle) != nil || handle.Task.Status != "failed" || !strings.HasPrefix(handle.Task.TaskID, "effectfence-task-") {
+		t.Fatalf("a task-augmented duplicate of a cancelled task: want a failed task of effectfence's own, got %s %v", again, err)
+	}
+	hq, _ := json.Marshal(map[string]string{"taskId": handle.Task.TaskID})
+	if res, err := w.Call(ctx, "tasks/result", hq); err != nil || !strings.Contains(string(res), "NOT executed again") || !strings.Contains(string(res), `"isError":true`) {
+		t.Fatalf("tasks/result of the refused duplicate: %s %v", res, err)
+	}
 	var states []fence.State
 	err = r.openLedger().Store().View(ctx, func(tx fence.Tx) error {
 		return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
