@@ -179,3 +179,30 @@ func TestGatewayPrincipalsAndSharedPrincipals(t *testing.T) {
 		})
 	}
 }
+
+// docs/gateway.md, --pass-auth: each client's own Authorization goes to the upstream (over a
+// configured --upstream-header of the same name) and a hash of it is the principal, so two
+// clients' identical calls are two actions and one client's duplicate is replayed. The
+// upstream is a second real gateway that demands bearer keys and passes charge_card through
+// unfenced, so its demo server's effects count what the first gateway sent; it answers 401 to
+// any other token. No token reaches the first gateway's log.
+func TestGatewayPassAuth(t *testing.T) {
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects")
+	up := startGateway(t, "--ledger", "memory", "--listen", "127.0.0.1:0", "--api-keys", keysFile(t), "--pass", "charge_card",
+		"--", effectfence(t), "demo-server", "--latency", "1ms", "--effects", effects)
+	g := startGateway(t, "--ledger", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0", "--pass-auth",
+		"--upstream-header", "Authorization: Bearer nobody-token-0123456789", "--upstream", up.url)
+	if first := g.charge(t, aliceToken); strings.Contains(first, "effectfence/replayed") || effectsOf(t, effects) != 1 {
+		t.Fatalf("alice's call: %s, %d executions", first, effectsOf(t, effects))
+	}
+	if bob := g.charge(t, bobToken); strings.Contains(bob, "effectfence/replayed") || effectsOf(t, effects) != 2 {
+		t.Fatalf("bob's identical call is another principal's action: %s, %d executions", bob, effectsOf(t, effects))
+	}
+	if again := g.charge(t, aliceToken); !strings.Contains(again, "effectfence/replayed") || effectsOf(t, effects) != 2 {
+		t.Fatalf("alice's duplicate: %s, %d executions", again, effectsOf(t, effects))
+	}
+	if l := g.logText(); strings.Contains(l, aliceToken) || strings.Contains(l, bobToken) || strings.Contains(l, "nobody-token") {
+		t.Fatalf("a token reached the log:\n%s", l)
+	}
+}
