@@ -416,6 +416,15 @@ func (p *Proxy) Kill() {
 // InFlight describes the agent's requests being served, for a log line.
 func (p *Proxy) InFlight() []string { return p.inFlight() }
 
+// Serving is how many of the agent's requests are being served, a fenced call whose agent
+// went away included. A front must not close a session as idle while it serves any: that
+// would stop the server in the middle of the call and leave its outcome unknown.
+func (p *Proxy) Serving() int {
+	p.rmu.Lock()
+	defer p.rmu.Unlock()
+	return len(p.running)
+}
+
 func (p *Proxy) inFlight() []string {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
