@@ -172,3 +172,28 @@ func TestCancelledTaskIsUnknown(t *testing.T) {
 		t.Fatalf("the cancelled task's intent in the ledger: %v %v, want one unknown", states, err)
 	}
 }
+
+// A task still running when wrap stops has an unknown outcome, like any fenced call still
+// inside the server (docs/wrap.md, stopping): the next wrap refuses its retry and does not run
+// it again. mcptest's task never ends; when its stdin closes it answers the pending
+// tasks/result with a JSON-RPC error, which says nothing of the task itself (it never failed:
+// the server is stopping and can no longer be asked for its status).
+func TestTaskInFlightAtStopIsUnknown(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap("--grace", "200ms")
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"stop"},"task":{"ttl":600000}}`))
+	if err != nil || !strings.Contains(string(res), `"taskId":"stuck-`) {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+	w.Close()
+	w2 := r.wrap()
+	x := call(t, w2.Session, "slow", `{"tag":"stop"}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") {
+		t.Fatalf("the retry of a task cut short by a stop: %s; first wrap's log:\n%s", x.text(), w.log.String())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
+	}
+}
