@@ -197,3 +197,47 @@ func TestTaskInFlightAtStopIsUnknown(t *testing.T) {
 		t.Fatalf("the call ran %d times, want 1", n)
 	}
 }
+
+// A JSON-RPC error from tasks/result is the task's own failure only when tasks/get says the
+// task failed. A server that no longer knows a task it still runs (the TypeScript SDK's
+// in-memory store drops a task once its ttl lapses, finished or not) answers both with "Task
+// not found": that says nothing of the effect, so the intent is unknown and a retry does not
+// run the call a second time.
+func TestTaskTheServerForgetsIsUnknown(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"forgot","forget":true},"task":{"ttl":1000}}`))
+	if err != nil || !strings.Contains(string(res), `"taskId":"forgotten-`) {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+	x := call(t, w.Session, "slow", `{"tag":"forgot","forget":true}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") {
+		t.Fatalf("the retry of a task the server forgot: %s; wrap log:\n%s", x.text(), w.log.String())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
+	}
+}
+
+// A task that failed (tasks/result answers a JSON-RPC error and tasks/get says "failed") is a
+// definite failure: the intent is released and a retry runs.
+func TestFailedTaskIsReleased(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"failed","rpc":true},"task":{"ttl":1000}}`))
+	if err != nil || !strings.Contains(string(res), `"taskId":"failed-`) {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+	// The retry runs once the failure is settled (a duplicate that arrives first shares it).
+	waitFor(t, "the retry to run", func() bool {
+		_, err := callE(w.Session, "slow", `{"tag":"failed","rpc":true}`)
+		return err == nil
+	})
+	if n := r.effectCount(); n != 2 {
+		t.Fatalf("%d executions, want the task and the retry; wrap log:\n%s", n, w.log.String())
+	}
+}
