@@ -3,6 +3,8 @@ package httpfront_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +52,41 @@ func TestIdleLimitSparesACallInFlight(t *testing.T) {
 	}
 	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":22,"method":"ping"}`); r.status != http.StatusNotFound {
 		t.Fatalf("a request on the closed session: status %d, want 404", r.status)
+	}
+}
+
+// A session is not idle while wrap awaits the final result of one of its tasks either: the
+// task-augmented call was answered with its handle at once, but its outcome is the task's
+// final result, which wrap fetches and records itself. Against server-everything's
+// simulate-research-query (a task of a few seconds) with an idle limit far shorter, the agent
+// sending nothing meanwhile: a duplicate from another session receives the final result, not
+// an unknown outcome left by a server stopped mid-task.
+func TestIdleLimitSparesATaskAwaited(t *testing.T) {
+	bin, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-everything")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("skipping: mcp-server-everything is not installed; run scripts/install-peers")
+	}
+	g := newGW(t, func(c *httpfront.Config, o *wrap.Options) {
+		c.Idle = 400 * time.Millisecond
+		o.Command = []string{bin}
+	})
+	const init = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"httpfront-test","version":"1"}}}`
+	open := func() string {
+		r := g.mustPost("", nil, init)
+		sid := r.header.Get("Mcp-Session-Id")
+		if r.status != http.StatusOK || sid == "" {
+			t.Fatalf("initialize: status %d, body %v", r.status, r.raw)
+		}
+		g.mustPost(sid, nil, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		return sid
+	}
+	r := g.mustPost(open(), nil, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"simulate-research-query","arguments":{"topic":"idle"},"task":{"ttl":300000}}}`)
+	if len(r.raw) == 0 || !strings.Contains(r.raw[len(r.raw)-1], `"taskId"`) {
+		t.Fatalf("want a task handle, got %v", r.raw)
+	}
+	time.Sleep(time.Second) // the first session has been idle past its limit
+	d := g.mustPost(open(), nil, call(3, "simulate-research-query", `{"topic":"idle"}`))
+	if text := resultText(t, d.last(t)); !strings.Contains(text, "Research Report: idle") {
+		t.Fatalf("the duplicate was answered %q, want the task's final result", text)
 	}
 }

@@ -90,8 +90,10 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	}
 	p.logf("intent %s runs as task %s; its final result will be recorded", intent, handle.Task.TaskID)
 	p.calls.Add(1)
+	p.tasks.Add(1)
 	go func() {
 		defer p.calls.Done()
+		defer p.tasks.Add(-1)
 		wait, cancel := context.WithTimeoutCause(ctx, taskWait(handle.Task.TTL), errTaskWaitOver)
 		final, ferr := taskResult(wait, s, handle.Task.TaskID)
 		cancel()
