@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/demo"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // gatewayProc is a running `effectfence wrap --listen` (the real binary) and its log.
@@ -204,5 +208,59 @@ func TestGatewayPassAuth(t *testing.T) {
 	}
 	if l := g.logText(); strings.Contains(l, aliceToken) || strings.Contains(l, bobToken) || strings.Contains(l, "nobody-token") {
 		t.Fatalf("a token reached the log:\n%s", l)
+	}
+}
+
+// docs/gateway.md: an upstream that wants a token gets it from EFFECTFENCE_UPSTREAM_HEADERS
+// (one `Name: value` per line) or --upstream-header; values are never logged. The upstream is
+// a real gateway that demands bearer keys and passes charge_card through, so its demo
+// server's effects count what reached it; a stdio wrap without the header is refused by it
+// (401) and nothing runs.
+func TestUpstreamHeadersFromEnvAndFlag(t *testing.T) {
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects")
+	up := startGateway(t, "--ledger", "memory", "--listen", "127.0.0.1:0", "--api-keys", keysFile(t), "--pass", "charge_card",
+		"--", effectfence(t), "demo-server", "--latency", "1ms", "--effects", effects)
+	for i, c := range []struct {
+		name  string
+		env   string
+		flags []string
+		ok    bool
+	}{
+		{"no header", "", nil, false},
+		{"the variable", "X-Request-Source: test\nAuthorization: Bearer " + aliceToken + "\n", nil, true},
+		{"the flag", "", []string{"--upstream-header", "Authorization: Bearer " + bobToken}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := effectsOf(t, effects)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			log := &syncbuf.Buffer{}
+			argv := append([]string{effectfence(t), "wrap", "--ledger", "memory", "--upstream", up.url}, c.flags...)
+			s, err := mcpstdio.Start(ctx, mcpstdio.Config{
+				Command: argv, Env: append(os.Environ(), "GORACE=atexit_sleep_ms=0", envUpstreamHeaders+"="+c.env), Stderr: log, InitTimeout: time.Minute,
+			})
+			if !c.ok {
+				if err == nil {
+					s.Close()
+				}
+				if err == nil || !strings.Contains(err.Error(), "401") || effectsOf(t, effects) != before {
+					t.Fatalf("without the header: %v, %d executions; want the upstream's 401 and none", err, effectsOf(t, effects)-before)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v\n%s", err, log.String())
+			}
+			defer s.Close()
+			res, err := s.CallTool(ctx, "charge_card", json.RawMessage(fmt.Sprintf(`{"amount":%d}`, 100+i)))
+			if err != nil || strings.Contains(string(res), `"isError":true`) || effectsOf(t, effects) != before+1 {
+				t.Fatalf("charge_card: %s %v, %d executions; wrap log:\n%s", res, err, effectsOf(t, effects)-before, log.String())
+			}
+			s.Close()
+			if l := log.String(); strings.Contains(l, aliceToken) || strings.Contains(l, bobToken) {
+				t.Fatalf("a token reached wrap's log:\n%s", l)
+			}
+		})
 	}
 }
