@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -61,12 +62,16 @@ func TestWrapAgentHangsUpAtOnce(t *testing.T) {
 
 // TestWrapOfAMissingCommand runs the real binary as an MCP config with a typo would: it must
 // fail (exit 2, one line and a hint), write nothing on the protocol channel, and create no
-// ledger file or directory.
+// ledger file or directory. So must a command that exists but is not executable.
 func TestWrapOfAMissingCommand(t *testing.T) {
 	state := t.TempDir()
 	env := []string{"XDG_STATE_HOME=" + state, "EFFECTFENCE_LEDGER="}
 	init := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n"
-	for _, cmd := range []string{"/nonexistent/mcp-server", "effectfence-no-such-server"} {
+	notExec := filepath.Join(t.TempDir(), "mcp-server.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"/nonexistent/mcp-server", "effectfence-no-such-server", notExec} {
 		r := runBinary(t, env, init, "wrap", "--", cmd, "--flag")
 		if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "cannot run the MCP server command") ||
 			!strings.Contains(r.stderr, "no ledger was created") {

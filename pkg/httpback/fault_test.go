@@ -801,3 +801,39 @@ func TestCancellationOfAReusedID(t *testing.T) {
 		t.Fatalf("%d requests still registered after both were answered", n)
 	}
 }
+
+// A redirect to a tools/call is never followed: following a 301, 302 or 303 turns the POST
+// into a GET of another URL, and a 307 or 308 asks for the body again. Each is returned as is,
+// a *StatusError, so the call may have run; the redirect's target is never asked. A 408 is
+// "may have run" too, and so is a 202 Accepted with no response to a request.
+func TestRedirectsAndOtherStatusesMayHaveRun(t *testing.T) {
+	var elsewhere atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}`))
+	}))
+	t.Cleanup(target.Close)
+	f, srv := newFake(t)
+	u := upstream(t, srv.URL, Config{})
+	for _, code := range []int{301, 302, 303, 307, 308, 408, 202} {
+		f.mu.Lock()
+		f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			if code/100 == 3 {
+				w.Header().Set("Location", target.URL+"/mcp")
+			}
+			w.WriteHeader(code)
+		}
+		f.mu.Unlock()
+		s := session(t, u)
+		_, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pay"}`))
+		mayHaveRun(t, err)
+		var se *StatusError
+		if code != 202 && (!errors.As(err, &se) || se.Status != code) {
+			t.Fatalf("HTTP %d: %v; want a *StatusError", code, err)
+		}
+		if n := elsewhere.Load(); n != 0 {
+			t.Fatalf("HTTP %d: the redirect was followed (%d requests to its target)", code, n)
+		}
+	}
+}

@@ -39,10 +39,13 @@ func (s *session) touch() {
 }
 
 // idleSince is how long the session has had no activity and no request open (0 while busy).
+// A request the proxy still serves keeps it busy too, though its stream is gone: a fenced
+// call goes on after the agent's stream broke, and closing the session would stop its server
+// mid-call.
 func (s *session) idleSince(now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.busy > 0 || s.getSt != nil {
+	if s.busy > 0 || s.getSt != nil || (s.proxy != nil && s.proxy.Serving() > 0) {
 		return 0
 	}
 	return now.Sub(s.last)

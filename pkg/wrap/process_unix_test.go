@@ -101,9 +101,24 @@ func TestStatsLineOnSIGUSR1AndExit(t *testing.T) {
 // claim is fenced as unknown (TestKill9MidCallFencesUntilCleared).
 func TestKill9MidCallOfARerunSafeToolRunsAgain(t *testing.T) {
 	t.Parallel()
+	kill9ThenTakeOver(t, []string{"--rerun-safe", "slow"}, []string{"--rerun-safe", "slow"}, true)
+}
+
+// TestKill9MidCallWithReclaimRunsAgain: --on-lease-expiry reclaim treats every tool as re-run
+// safe: the claims that wrap makes are recorded re-run safe (no --rerun-safe named), so the
+// next wrap, started with the default policy, takes the killed holder's claim over.
+func TestKill9MidCallWithReclaimRunsAgain(t *testing.T) {
+	t.Parallel()
+	kill9ThenTakeOver(t, []string{"--on-lease-expiry", "reclaim"}, nil, true)
+}
+
+// kill9ThenTakeOver kills a wrap (started with first) while its call of slow is in the child,
+// then makes the same call through a wrap started with second, which must take the claim over
+// and run the call. rerunSafe is whether the claim must be recorded re-run safe.
+func kill9ThenTakeOver(t *testing.T, first, second []string, rerunSafe bool) {
 	needProc(t)
 	r := newRig(t)
-	w := r.wrap("--rerun-safe", "slow")
+	w := r.wrap(first...)
 	const args = `{"ms":1500,"tag":"rerun"}`
 	go func() { _, _ = callE(w.Session, "slow", args) }()
 	led := r.openLedger()
@@ -117,8 +132,8 @@ func TestKill9MidCallOfARerunSafeToolRunsAgain(t *testing.T) {
 		})
 		return claim != nil
 	})
-	if !claim.RerunSafe {
-		t.Fatalf("the claim of a --rerun-safe tool is not recorded re-run safe: %+v", claim)
+	if claim.RerunSafe != rerunSafe {
+		t.Fatalf("the claim is recorded re-run safe %v, want %v: %+v", claim.RerunSafe, rerunSafe, claim)
 	}
 	kids := childPids(w.Pid())
 	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
@@ -129,7 +144,7 @@ func TestKill9MidCallOfARerunSafeToolRunsAgain(t *testing.T) {
 		waitFor(t, "the child to die with wrap", func() bool { return !alive(k) })
 	}
 	ran := r.effectCount()
-	w2 := r.wrap("--rerun-safe", "slow")
+	w2 := r.wrap(second...)
 	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() {
 		t.Fatalf("a re-run-safe call whose holder was killed must run again: %+v", x.text())
 	}

@@ -24,9 +24,9 @@ import (
 //     tasks/get and fetches tasks/result itself; those pass through unfenced);
 //   - the intent stays in flight, heartbeated, while wrap fetches tasks/result itself;
 //   - the final result is what is recorded: a success is committed, and later duplicates
-//     receive that result (a replay of the final result, not of a handle whose task the
 //     server forgets); an isError result or a failed task releases the intent; a lost
-//     child or a cancelled task leaves the outcome unknown.
+//     child, a cancelled task or one the server does not say failed leaves the outcome
+//     unknown.
 //
 // A duplicate, task-augmented or not, that arrives while the task runs waits for the final
 // result like any coalesced duplicate and receives it as a plain tool result.
@@ -90,8 +90,10 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	}
 	p.logf("intent %s runs as task %s; its final result will be recorded", intent, handle.Task.TaskID)
 	p.calls.Add(1)
+	p.tasks.Add(1)
 	go func() {
 		defer p.calls.Done()
+		defer p.tasks.Add(-1)
 		wait, cancel := context.WithTimeoutCause(ctx, taskWait(handle.Task.TTL), errTaskWaitOver)
 		final, ferr := taskResult(wait, s, handle.Task.TaskID)
 		cancel()
@@ -107,14 +109,20 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 // errTaskCancelled: the task ended cancelled, so whether its effect happened is unknown.
 var errTaskCancelled = errors.New("the task was cancelled")
 
+// errTaskUnconfirmed: tasks/result answered an error but the server did not say the task
+// failed, so whether its effect happened is unknown.
+var errTaskUnconfirmed = errors.New("the task's final result was refused and the server did not say the task failed")
+
 // errTaskWaitOver: the task's final result did not come within its ttl (see taskWait).
 var errTaskWaitOver = errors.New("the task's final result did not come within the time the server keeps it")
 
 // taskResult fetches the final result of a task from the session that created it
 // (tasks/result blocks until the task is terminal; it takes no slot of the semaphore, as it
-// mostly waits). A JSON-RPC error is the task's own failure, unless tasks/get says the task
-// was cancelled. If that session died, a restarted child knows nothing of the task: the
-// error is a transport error and the outcome unknown.
+// mostly waits). A JSON-RPC error is the task's own failure only when tasks/get then says the
+// task failed. Otherwise it says nothing of the effect, and the outcome is unknown: the task
+// was cancelled, or the server no longer knows it (an SDK server drops a task whose ttl
+// lapsed, finished or not), or cannot be asked. If that session died, a restarted child
+// knows nothing of the task: the error is a transport error and the outcome unknown.
 func taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
 	q, _ := json.Marshal(map[string]string{"taskId": taskID})
 	res, err := s.Call(ctx, "tasks/result", q)
@@ -122,15 +130,21 @@ func taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, er
 	if err == nil || !errors.As(err, &rpc) {
 		return res, err
 	}
-	if st, gerr := s.Call(ctx, "tasks/get", q); gerr == nil {
-		var g struct {
-			Status string `json:"status"`
-		}
-		if json.Unmarshal(st, &g) == nil && g.Status == "cancelled" {
-			return nil, errTaskCancelled
-		}
+	st, gerr := s.Call(ctx, "tasks/get", q)
+	var g struct {
+		Status string `json:"status"`
 	}
-	return nil, err
+	switch {
+	case gerr != nil:
+		return nil, fmt.Errorf("%w: tasks/result answered %q and tasks/get failed: %v", errTaskUnconfirmed, rpc.Message, gerr)
+	case json.Unmarshal(st, &g) != nil:
+		return nil, fmt.Errorf("%w: tasks/result answered %q and tasks/get's answer cannot be read", errTaskUnconfirmed, rpc.Message)
+	case g.Status == "failed":
+		return nil, err
+	case g.Status == "cancelled":
+		return nil, errTaskCancelled
+	}
+	return nil, fmt.Errorf("%w: tasks/result answered %q while tasks/get says %q", errTaskUnconfirmed, rpc.Message, g.Status)
 }
 
 // Tasks effectfence answers itself. A task-augmented call expects a task handle (a

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 // Issue 12 item 8: the outcome of a task-augmented call is the task's final result. Against
@@ -103,5 +105,139 @@ func awaitTaskCompleted(t *testing.T, w *wrapProc, q json.RawMessage, within tim
 			t.Fatalf("task never completed: %s", st)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A task the agent cancels may have done its work before it stopped: its outcome is unknown,
+// never "did not run". Against server-everything's simulate-research-query: the agent cancels
+// the task through wrap (tasks/cancel passes through); the server's tasks/result then fails
+// with a JSON-RPC error and tasks/get says cancelled, so wrap fences the intent. A duplicate
+// is refused as not executed again, with the operator's clear command; the intent is unknown
+// in the ledger. (Releasing it, as for a task that failed, would let the retry run again.)
+func TestCancelledTaskIsUnknown(t *testing.T) {
+	t.Parallel()
+	bin := peer(t, "mcp-server-everything")
+	r := newRig(t)
+	r.childCmdOverride = []string{bin}
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	ctx := context.Background()
+	res, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"cancelled task"},"task":{"ttl":300000}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if json.Unmarshal(res, &created) != nil || created.Task.TaskID == "" {
+		t.Fatalf("want a CreateTaskResult, got %s", res)
+	}
+	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
+	if st, err := w.Call(ctx, "tasks/cancel", q); err != nil || !strings.Contains(string(st), `"cancelled"`) {
+		t.Fatalf("tasks/cancel through wrap: %s %v", st, err)
+	}
+	// A duplicate waits for the task's outcome (or finds it recorded) and is refused.
+	x := call(t, w.Session, "simulate-research-query", `{"topic":"cancelled task"}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") || !strings.Contains(x.text(), "ledger clear") {
+		t.Fatalf("a duplicate of a cancelled task: %s %s; wrap log:\n%s", x.text(), x.Meta["effectfence/code"], w.log.String())
+	}
+	// A task-augmented duplicate is refused too, as a task effectfence made that has already
+	// failed; its result is the refusal.
+	again, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"cancelled task"},"task":{"ttl":60000}}`))
+	var handle struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+			Status string `json:"status"`
+		} `json:"task"`
+	}
+	if err != nil || json.Unmarshal(again, &handle) != nil || handle.Task.Status != "failed" || !strings.HasPrefix(handle.Task.TaskID, "effectfence-task-") {
+		t.Fatalf("a task-augmented duplicate of a cancelled task: want a failed task of effectfence's own, got %s %v", again, err)
+	}
+	hq, _ := json.Marshal(map[string]string{"taskId": handle.Task.TaskID})
+	if res, err := w.Call(ctx, "tasks/result", hq); err != nil || !strings.Contains(string(res), "NOT executed again") || !strings.Contains(string(res), `"isError":true`) {
+		t.Fatalf("tasks/result of the refused duplicate: %s %v", res, err)
+	}
+	var states []fence.State
+	err = r.openLedger().Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
+			if rec.Tool == "simulate-research-query" {
+				states = append(states, rec.State)
+			}
+			return true
+		})
+	})
+	if err != nil || len(states) != 1 || states[0] != fence.StateUnknown {
+		t.Fatalf("the cancelled task's intent in the ledger: %v %v, want one unknown", states, err)
+	}
+}
+
+// A task still running when wrap stops has an unknown outcome, like any fenced call still
+// inside the server (docs/wrap.md, stopping): the next wrap refuses its retry and does not run
+// it again. mcptest's task never ends; when its stdin closes it answers the pending
+// tasks/result with a JSON-RPC error, which says nothing of the task itself (it never failed:
+// the server is stopping and can no longer be asked for its status).
+func TestTaskInFlightAtStopIsUnknown(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap("--grace", "200ms")
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"stop"},"task":{"ttl":600000}}`))
+	if err != nil || !strings.Contains(string(res), `"taskId":"stuck-`) {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+	w.Close()
+	w2 := r.wrap()
+	x := call(t, w2.Session, "slow", `{"tag":"stop"}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") {
+		t.Fatalf("the retry of a task cut short by a stop: %s; first wrap's log:\n%s", x.text(), w.log.String())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
+	}
+}
+
+// A JSON-RPC error from tasks/result is the task's own failure only when tasks/get says the
+// task failed. A server that no longer knows a task it still runs (the TypeScript SDK's
+// in-memory store drops a task once its ttl lapses, finished or not) answers both with "Task
+// not found": that says nothing of the effect, so the intent is unknown and a retry does not
+// run the call a second time.
+func TestTaskTheServerForgetsIsUnknown(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"forgot","forget":true},"task":{"ttl":1000}}`))
+	if err != nil || !strings.Contains(string(res), `"taskId":"forgotten-`) {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+	x := call(t, w.Session, "slow", `{"tag":"forgot","forget":true}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") {
+		t.Fatalf("the retry of a task the server forgot: %s; wrap log:\n%s", x.text(), w.log.String())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
+	}
+}
+
+// A task that failed (tasks/result answers a JSON-RPC error and tasks/get says "failed") is a
+// definite failure: the intent is released and a retry runs.
+func TestFailedTaskIsReleased(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"failed","rpc":true},"task":{"ttl":1000}}`))
+	if err != nil || !strings.Contains(string(res), `"taskId":"failed-`) {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+	// The retry runs once the failure is settled (a duplicate that arrives first shares it).
+	waitFor(t, "the retry to run", func() bool {
+		_, err := callE(w.Session, "slow", `{"tag":"failed","rpc":true}`)
+		return err == nil
+	})
+	if n := r.effectCount(); n != 2 {
+		t.Fatalf("%d executions, want the task and the retry; wrap log:\n%s", n, w.log.String())
 	}
 }

@@ -209,6 +209,9 @@ type Proxy struct {
 	rmu      sync.Mutex
 	running  map[int64]running // requests of the agent being served, for the shutdown log
 	nextSlot int64
+
+	// tasks counts the tasks whose final result wrap awaits (see runTask).
+	tasks atomic.Int64
 }
 
 // running is a request of the agent being served.
@@ -415,6 +418,16 @@ func (p *Proxy) Kill() {
 
 // InFlight describes the agent's requests being served, for a log line.
 func (p *Proxy) InFlight() []string { return p.inFlight() }
+
+// Serving is how many of the agent's requests are being served, a fenced call whose agent
+// went away included, plus the tasks whose final result wrap awaits. A front must not close
+// a session as idle while it serves any: that would stop the server in the middle of the call
+// (or task) and leave its outcome unknown.
+func (p *Proxy) Serving() int {
+	p.rmu.Lock()
+	defer p.rmu.Unlock()
+	return len(p.running) + int(p.tasks.Load())
+}
 
 func (p *Proxy) inFlight() []string {
 	p.rmu.Lock()

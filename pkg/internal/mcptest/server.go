@@ -220,13 +220,26 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 		return json.RawMessage(ToolsList), nil
 	case "tools/call":
 		return s.call(m.Params)
-	case "tasks/result":
-		// The only tasks are slow's stuck ones: their result never comes.
+	case "tasks/result", "tasks/get":
+		if strings.Contains(string(m.Params), `"forgotten-`) {
+			// A task the server no longer knows while it still runs (an SDK server drops a task
+			// whose ttl lapsed before it ended): both answer with an error.
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Task not found"}
+		}
+		if strings.Contains(string(m.Params), `"failed-`) {
+			// A task that failed: its result is the JSON-RPC error its request met.
+			if m.Method == "tasks/get" {
+				return json.RawMessage(`{"taskId":"failed","status":"failed","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
+			}
+			return nil, &jsonrpc.Error{Code: -32000, Message: "declined"}
+		}
+		if m.Method == "tasks/get" {
+			return json.RawMessage(`{"taskId":"stuck","status":"working","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
+		}
+		// The only other tasks are slow's stuck ones: their result never comes.
 		fmt.Fprintf(os.Stderr, "mcptest: tasks/result %s waits until stdin ends\n", m.Params)
 		<-s.eof
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the server is stopping"}
-	case "tasks/get":
-		return json.RawMessage(`{"taskId":"stuck","status":"working","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
 	case "resources/list":
 		return json.RawMessage(`{"resources":[{"uri":"mem://effects","name":"effects","mimeType":"text/plain"}]}`), nil
 	case "resources/read":
@@ -283,6 +296,7 @@ type callParams struct {
 		Text           string `json:"text"`
 		IdempotencyKey string `json:"idempotency_key"`
 		RPC            bool   `json:"rpc"`
+		Forget         bool   `json:"forget"`
 		Malformed      bool   `json:"malformed"`
 		TwoWays        bool   `json:"two_ways"`
 	} `json:"arguments"`
@@ -345,7 +359,14 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			if len(p.Task.TTL) > 0 {
 				ttl = string(p.Task.TTL)
 			}
-			return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"stuck-%d-%d","status":"working","ttl":%s,"createdAt":"2026-01-01T00:00:00Z"}}`, os.Getpid(), n, ttl)), nil
+			prefix := "stuck"
+			switch {
+			case a.Forget:
+				prefix = "forgotten" // tasks/result and tasks/get answer "Task not found"
+			case a.RPC:
+				prefix = "failed" // tasks/result answers a JSON-RPC error, tasks/get "failed"
+			}
+			return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"%s-%d-%d","status":"working","ttl":%s,"createdAt":"2026-01-01T00:00:00Z"}}`, prefix, os.Getpid(), n, ttl)), nil
 		}
 		fmt.Fprintf(os.Stderr, "mcptest: slow tag=%s started\n", a.Tag) // tests wait for it before cancelling
 		sleep()
