@@ -24,6 +24,7 @@ import (
 //     tasks/get and fetches tasks/result itself; those pass through unfenced);
 //   - the intent stays in flight, heartbeated, while wrap fetches tasks/result itself;
 //   - the final result is what is recorded: a success is committed, and later duplicates
+//     receive that result (a replay of the final result, not of a handle whose task the
 //     server forgets); an isError result or a failed task releases the intent; a lost
 //     child, a cancelled task or one the server does not say failed leaves the outcome
 //     unknown.
