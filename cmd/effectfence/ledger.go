@@ -54,7 +54,8 @@ func ledgerCommand(io streams) *cli.Command {
 				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}, wideFlag}, ledgerLs),
 			ledgerSub(io, "show", "INTENT", "show one intent: its record, cert and audit trail", 1, nil, ledgerShow),
 			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
-				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"}}, ledgerClear),
+				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"},
+					&cli.BoolFlag{Name: "force", Usage: "clear an in-flight claim even while its holder holds it (its lease runs and it is not known to be gone): the next attempt may run the effect while the holder still runs it"}}, ledgerClear),
 			resolveSub(io),
 			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag}, ledgerVerify),
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
@@ -378,9 +379,16 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	}
 	defer l.Close()
 	who := ledger.Operator()
-	prev, err := l.Clear(ctx, c.args[0], who, reason)
+	clear := l.ClearUnlessHeld
+	if c.cmd.Bool("force") {
+		clear = l.Clear
+	}
+	prev, err := clear(ctx, c.args[0], who, reason)
 	if errors.Is(err, fence.ErrNotFound) {
 		return fmt.Errorf("ledger %s holds no intent %q; nothing cleared (see `effectfence ledger ls`)", l.Location, c.args[0])
+	}
+	if errors.Is(err, fence.ErrNotFenced) {
+		return fmt.Errorf("ledger %s: %v (--force clears it anyway, if you know the effect is not running)", l.Location, err)
 	}
 	if err != nil {
 		return err

@@ -220,3 +220,37 @@ func TestWallClockExpiryAndReplayWindow(t *testing.T) {
 		}
 	}
 }
+
+// ClearUnlessHeld refuses a claim its holder holds (lease running, holder alive), changing
+// nothing, and clears it once the lease lapsed, as it clears every other state; Clear clears
+// a held claim too.
+func TestClearUnlessHeld(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	st := fence.NewMemoryStoreClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	eng := fence.New(st, fence.Config{LeaseTTL: time.Minute})
+	claim := func(intent string) {
+		t.Helper()
+		if adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge", Args: json.RawMessage(`{}`)}); err != nil || !adm.Fresh() {
+			t.Fatal(adm, err)
+		}
+	}
+	claim("held")
+	if _, err := eng.ClearUnlessHeld(ctx, "held", "op", "checked"); !errors.Is(err, fence.ErrNotFenced) || fence.CodeOf(err) != fence.CodeNotFenced {
+		t.Fatalf("clear of a held claim: %v; want not_fenced", err)
+	}
+	if rec, err := eng.Status(ctx, "held"); err != nil || rec.State != fence.StateInFlight {
+		t.Fatalf("after the refusal: %v, %v", rec.State, err)
+	}
+	if prev, err := eng.Clear(ctx, "held", "op", "forced"); err != nil || prev.State != fence.StateInFlight {
+		t.Fatalf("Clear of a held claim: %v, %v", prev.State, err)
+	}
+	claim("lapsed")
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	if prev, err := eng.ClearUnlessHeld(ctx, "lapsed", "op", "checked"); err != nil || prev.State != fence.StateInFlight {
+		t.Fatalf("clear of a claim whose lease lapsed: %v, %v", prev.State, err)
+	}
+}

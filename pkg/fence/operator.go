@@ -43,8 +43,22 @@ func (e *Engine) Current(ctx context.Context, domain string) (uint64, error) {
 
 // Clear is the operator's reconciliation: it drops the intent's record whatever its state, and
 // records who did it and why. After a clear the next attempt runs. A holder still running finds
-// its ticket lost (LeaseLostError) and cannot overwrite anything.
+// its ticket lost (LeaseLostError) and cannot overwrite anything, but the effect it is running
+// is not stopped: see ClearUnlessHeld.
 func (e *Engine) Clear(ctx context.Context, intent, who, reason string) (Record, error) {
+	return e.clear(ctx, intent, who, reason, false)
+}
+
+// ClearUnlessHeld is Clear, except that it refuses (NotFencedError, nothing changed) an
+// in-flight claim its holder still holds: its lease runs, and its holder is not known to be
+// gone. Clearing that claim would let the next attempt run the effect while the holder may
+// still be running it. A claim whose holder is gone or whose lease lapsed is cleared, as is
+// every other state. The check and the clear are one transaction.
+func (e *Engine) ClearUnlessHeld(ctx context.Context, intent, who, reason string) (Record, error) {
+	return e.clear(ctx, intent, who, reason, true)
+}
+
+func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHeld bool) (Record, error) {
 	if reason == "" {
 		return Record{}, InvalidError{"reason", "say why the intent is cleared (what you checked in the real system)"}
 	}
@@ -56,6 +70,11 @@ func (e *Engine) Clear(ctx context.Context, intent, who, reason string) (Record,
 		}
 		if rec == nil {
 			return fmt.Errorf("%w: %q", ErrNotFound, intent)
+		}
+		if unlessHeld && rec.State == StateInFlight {
+			if v, _, _ := e.judge(tx.Now(), rec); v == held {
+				return NotFencedError{Intent: intent, State: StateInFlight, Why: fmt.Sprintf("claim %d is held by process %s until %s, and its holder is running it; wait for its outcome", rec.Token, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))}
+			}
 		}
 		prev = *rec
 		if err := tx.Delete(intent); err != nil {
