@@ -452,6 +452,9 @@ func (s *Session) read(stdout io.Reader) {
 	for {
 		line, err := r.ReadLine()
 		if err == jsonrpc.ErrTooLong {
+			if id := r.SkippedID(); id != nil && s.resolveTooLong(id) {
+				continue
+			}
 			s.logf("MCP server %s wrote a line longer than %d bytes; skipped", s.name(), MaxLine)
 			continue
 		}
@@ -516,6 +519,23 @@ func (s *Session) resolveInvalid(line []byte, perr error) bool {
 		return false
 	}
 	err := fmt.Errorf("MCP server %s answered request %s with a line that is not a valid JSON-RPC response (%v): %.200q", s.name(), id, perr, line)
+	s.logf("%v", err)
+	s.resolve(id, reply{err: err})
+	return true
+}
+
+// resolveTooLong answers a waiting Call whose answer was a line longer than MaxLine, skipped
+// unread: the server did answer (it may have run the call), so the call must not wait for
+// ever. The Call fails with an error that is neither a *jsonrpc.Error nor ErrNotSent, as in
+// resolveInvalid. It reports whether id named a waiting call.
+func (s *Session) resolveTooLong(id json.RawMessage) bool {
+	s.mu.Lock()
+	_, waiting := s.pending[string(id)]
+	s.mu.Unlock()
+	if !waiting {
+		return false
+	}
+	err := fmt.Errorf("MCP server %s answered request %s with a line longer than %d bytes, which was skipped unread", s.name(), id, MaxLine)
 	s.logf("%v", err)
 	s.resolve(id, reply{err: err})
 	return true

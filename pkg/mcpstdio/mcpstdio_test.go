@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
@@ -514,5 +515,28 @@ func TestCancellationOfAReusedID(t *testing.T) {
 	}
 	if n := s.Inbound(); n != 0 {
 		t.Fatalf("%d requests still registered after both were answered", n)
+	}
+}
+
+// TestAnswerTooLongFailsTheCall: a server answers a call with a line longer than MaxLine (the
+// id after the result, as the TypeScript SDK writes it). The line is skipped unread, and the
+// call fails at once with an error that says so, neither a JSON-RPC error nor ErrNotSent (the
+// server may have run it); the session serves on. Before, the call waited until the session
+// ended.
+func TestAnswerTooLongFailsTheCall(t *testing.T) {
+	cfg, effects, _ := config(t, "")
+	s := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"huge","arguments":{}}`))
+	var rpc *jsonrpc.Error
+	if err == nil || errors.As(err, &rpc) || errors.Is(err, mcpstdio.ErrNotSent) || !strings.Contains(err.Error(), "skipped unread") {
+		t.Fatalf("a call answered with a line of %d bytes: %v", mcptest.HugeAnswer, err)
+	}
+	if n := len(mcptest.Effects(effects)); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+	if _, err := s.Call(ctx, "ping", json.RawMessage(`{}`)); err != nil {
+		t.Fatalf("the session after the long answer: %v", err)
 	}
 }

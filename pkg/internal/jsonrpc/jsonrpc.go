@@ -297,9 +297,15 @@ var ErrTooLong = errors.New("line too long")
 
 // Reader reads newline-delimited messages.
 type Reader struct {
-	r   *bufio.Reader
-	max int
+	r       *bufio.Reader
+	max     int
+	skipped json.RawMessage // see SkippedID
 }
+
+// SkippedID is the id that the line the last ReadLine skipped (ErrTooLong) answers, read as it
+// went by without holding it (see AnswerID), or nil: a call waiting for it had its answer,
+// only one too long to read.
+func (r *Reader) SkippedID() json.RawMessage { return r.skipped }
 
 // NewReader returns a Reader over r that refuses lines longer than max bytes.
 func NewReader(r io.Reader, max int) *Reader {
@@ -313,14 +319,19 @@ func (r *Reader) ReadLine() ([]byte, error) {
 	for {
 		var line []byte
 		tooLong := false
+		var scan *idScan
 		for {
 			frag, err := r.r.ReadSlice('\n')
-			if !tooLong {
-				if len(line)+len(frag) > r.max+2 {
-					tooLong, line = true, nil
-				} else {
-					line = append(line, frag...)
-				}
+			switch {
+			case tooLong:
+				scan.feed(frag)
+			case len(line)+len(frag) > r.max+2:
+				scan = &idScan{}
+				scan.feed(line)
+				scan.feed(frag)
+				tooLong, line = true, nil
+			default:
+				line = append(line, frag...)
 			}
 			if err == bufio.ErrBufferFull {
 				continue
@@ -331,6 +342,7 @@ func (r *Reader) ReadLine() ([]byte, error) {
 			break
 		}
 		if tooLong {
+			r.skipped = scan.result()
 			return nil, ErrTooLong
 		}
 		line = bytes.TrimRight(line, "\r\n")

@@ -182,7 +182,7 @@ func (s *server) write(line []byte) {
 }
 
 func (s *server) handle(m *jsonrpc.Message) {
-	if m.Method == "tools/call" && s.progress(m) {
+	if m.Method == "tools/call" && (s.progress(m) || s.huge(m)) {
 		return
 	}
 	res, rerr := s.dispatch(m)
@@ -256,6 +256,30 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 // progress serves the tool "progress": n notifications/progress for the request's
 // progressToken, then the result, all in one write to stdout, so a reader receives them in
 // one read and any reordering on its side shows.
+// HugeAnswer is the size of the text of the "huge" tool's result: a line longer than the
+// 64 MiB a client reads.
+const HugeAnswer = 64<<20 + 1
+
+// huge answers the "huge" tool (an effect, recorded) with a result line longer than a
+// client reads, its id last, as the TypeScript SDK writes a response: {"result":…,"jsonrpc",
+// "id"}.
+func (s *server) huge(m *jsonrpc.Message) bool {
+	var p struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil || p.Name != "huge" {
+		return false
+	}
+	s.record("huge")
+	line := make([]byte, 0, HugeAnswer+128)
+	line = append(line, `{"result":{"content":[{"type":"text","text":"`...)
+	line = append(line, strings.Repeat("y", HugeAnswer)...)
+	line = append(line, `"}]},"jsonrpc":"2.0","id":`...)
+	line = append(append(line, m.ID...), '}')
+	s.write(line)
+	return true
+}
+
 func (s *server) progress(m *jsonrpc.Message) bool {
 	var p struct {
 		Name      string `json:"name"`
