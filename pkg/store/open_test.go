@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 	"github.com/effectfence/effectfence/pkg/store"
 )

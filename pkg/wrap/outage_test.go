@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectfence/effectfence/pkg/internal/netcut"
+	"github.com/effectfence/effectfence/internal/netcut"
 )
 
 // cutLedger returns a PostgreSQL ledger URL, in a schema of its own dropped at the end, that

@@ -36,8 +36,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/jackc/pgx/v5"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/internal/netcut"
 )
 
 // newProxy starts a proxy in front of the PostgreSQL server that can cut every connection and
