@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,36 +31,9 @@ func TestHealthzFollowsTheLedger(t *testing.T) {
 	}
 	t.Cleanup(p.Close)
 	u.Host = p.Addr()
-	bin := effectfence(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "wrap", "--ledger", u.String(), "--listen", "127.0.0.1:0",
-		"--", bin, "demo-server", "--effects", filepath.Join(dir, "effects"))
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if mcp, ok := strings.CutPrefix(sc.Text(), "effectfence wrap: listening on "); ok {
-				urls <- mcp
-			}
-		}
-	}()
-	var health string
-	select {
-	case mcp := <-urls:
-		health = strings.TrimSuffix(mcp, "/mcp") + "/healthz"
-	case <-time.After(60 * time.Second):
-		t.Fatal("the gateway did not start")
-	}
+	g := startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
+		"--", effectfence(t), "demo-server", "--effects", filepath.Join(t.TempDir(), "effects"))
+	health := strings.TrimSuffix(g.url, "/mcp") + "/healthz"
 	get := func() (int, string) {
 		t.Helper()
 		resp, err := http.Get(health)

@@ -3,6 +3,7 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -180,22 +181,10 @@ func TestCancelledTaskIsUnknown(t *testing.T) {
 // the server is stopping and can no longer be asked for its status).
 func TestTaskInFlightAtStopIsUnknown(t *testing.T) {
 	t.Parallel()
-	r := newRig(t)
-	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
-	w := r.wrap("--grace", "200ms")
-	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"stop"},"task":{"ttl":600000}}`))
-	if err != nil || !strings.Contains(string(res), `"taskId":"stuck-`) {
-		t.Fatalf("want the server's task handle, got %s %v", res, err)
-	}
+	r, w := taskWrap(t, "--grace", "200ms")
+	startSlowTask(t, w, `{"tag":"stop"}`, 600000, "stuck-")
 	w.Close()
-	w2 := r.wrap()
-	x := call(t, w2.Session, "slow", `{"tag":"stop"}`)
-	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") {
-		t.Fatalf("the retry of a task cut short by a stop: %s; first wrap's log:\n%s", x.text(), w.log.String())
-	}
-	if n := r.effectCount(); n != 1 {
-		t.Fatalf("the call ran %d times, want 1", n)
-	}
+	retryIsFenced(t, r, r.wrap(), `{"tag":"stop"}`, "a task cut short by a stop", w)
 }
 
 // A JSON-RPC error from tasks/result is the task's own failure only when tasks/get says the
@@ -205,33 +194,17 @@ func TestTaskInFlightAtStopIsUnknown(t *testing.T) {
 // run the call a second time.
 func TestTaskTheServerForgetsIsUnknown(t *testing.T) {
 	t.Parallel()
-	r := newRig(t)
-	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
-	w := r.wrap()
-	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"forgot","forget":true},"task":{"ttl":1000}}`))
-	if err != nil || !strings.Contains(string(res), `"taskId":"forgotten-`) {
-		t.Fatalf("want the server's task handle, got %s %v", res, err)
-	}
-	x := call(t, w.Session, "slow", `{"tag":"forgot","forget":true}`)
-	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") {
-		t.Fatalf("the retry of a task the server forgot: %s; wrap log:\n%s", x.text(), w.log.String())
-	}
-	if n := r.effectCount(); n != 1 {
-		t.Fatalf("the call ran %d times, want 1", n)
-	}
+	r, w := taskWrap(t)
+	startSlowTask(t, w, `{"tag":"forgot","forget":true}`, 1000, "forgotten-")
+	retryIsFenced(t, r, w, `{"tag":"forgot","forget":true}`, "a task the server forgot", w)
 }
 
 // A task that failed (tasks/result answers a JSON-RPC error and tasks/get says "failed") is a
 // definite failure: the intent is released and a retry runs.
 func TestFailedTaskIsReleased(t *testing.T) {
 	t.Parallel()
-	r := newRig(t)
-	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
-	w := r.wrap()
-	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"failed","rpc":true},"task":{"ttl":1000}}`))
-	if err != nil || !strings.Contains(string(res), `"taskId":"failed-`) {
-		t.Fatalf("want the server's task handle, got %s %v", res, err)
-	}
+	r, w := taskWrap(t)
+	startSlowTask(t, w, `{"tag":"failed","rpc":true}`, 1000, "failed-")
 	// The retry runs once the failure is settled (a duplicate that arrives first shares it).
 	waitFor(t, "the retry to run", func() bool {
 		_, err := callE(w.Session, "slow", `{"tag":"failed","rpc":true}`)
@@ -239,5 +212,36 @@ func TestFailedTaskIsReleased(t *testing.T) {
 	})
 	if n := r.effectCount(); n != 2 {
 		t.Fatalf("%d executions, want the task and the retry; wrap log:\n%s", n, w.log.String())
+	}
+}
+
+// taskWrap starts wrap (with flags) in front of mcptest for an agent that offers tasks.
+func taskWrap(t *testing.T, flags ...string) (*rig, *wrapProc) {
+	t.Helper()
+	r := newRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	return r, r.wrap(flags...)
+}
+
+// startSlowTask runs mcptest's slow tool with args as a task of the given ttl and checks that
+// the server's handle came back, its id starting with prefix.
+func startSlowTask(t *testing.T, w *wrapProc, args string, ttl int, prefix string) {
+	t.Helper()
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(fmt.Sprintf(`{"name":"slow","arguments":%s,"task":{"ttl":%d}}`, args, ttl)))
+	if err != nil || !strings.Contains(string(res), `"taskId":"`+prefix) {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+}
+
+// retryIsFenced checks that a retry of the slow call with args, through w, is refused as not
+// executed again, and that the call ran once; first's log is shown if not.
+func retryIsFenced(t *testing.T, r *rig, w *wrapProc, args, what string, first *wrapProc) {
+	t.Helper()
+	x := call(t, w.Session, "slow", args)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` || !strings.Contains(x.text(), "NOT executed again") {
+		t.Fatalf("the retry of %s: %s; wrap log:\n%s", what, x.text(), first.log.String())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
 	}
 }
