@@ -381,13 +381,15 @@ func backoff(ctx context.Context, attempt int) error {
 }
 
 // run is one transaction. A connection found dead by the transaction's first round trip is
-// replaced, up to three times (after a server restart every idle connection is dead):
-// nothing had been executed on it.
+// replaced: nothing had been executed on it. After a server restart every idle connection in
+// the pool is dead, as many as the pool holds; the pool discards each dead one it hands out,
+// so the store tries once more than the pool's size before it gives up (three tries, as
+// before, left the first calls after a restart failing with a store_error).
 func (s *Store) run(ctx context.Context, contended, write bool, landed []byte, fn func(fence.Tx) error) error {
-	for try := 0; ; try++ {
+	for try := 1; ; try++ {
 		err := s.runOnce(ctx, contended, write, landed, fn)
 		var lost ConnLostError
-		if try < 3 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
+		if errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil && try <= int(s.pool.Stat().MaxConns()) {
 			continue
 		}
 		return err
