@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -113,5 +115,34 @@ func TestEveryIdleConnectionDead(t *testing.T) {
 	dup, err := e.Prepare(ctx, r)
 	if err != nil || dup.Fresh() || dup.Cert.Hash != cert.Hash {
 		t.Fatalf("duplicate: %+v %v", dup, err)
+	}
+}
+
+// TestBadLedgerURLsGetClearErrors: a URL the ledger cannot use is refused at Open with a
+// message that names what is wrong (and never the password); before, an empty search_path
+// gave "can't scan into dest[0] (col: current_schema): cannot scan NULL into *string".
+func TestBadLedgerURLsGetClearErrors(t *testing.T) {
+	schema := testSchema(t)
+	for _, c := range []struct {
+		params map[string]string
+		want   string
+	}{
+		{map[string]string{"pool_max_conns": "abc", "password": "secret"}, "pool_max_conns"},
+		{map[string]string{"pool_max_conns": "0"}, "pool_max_conns too small"},
+		{map[string]string{"search_path": ""}, "no schema is selected: set search_path in the URL"},
+		{map[string]string{"search_path": "a.b"}, `search_path starts with "a.b", which is not a schema name (a qualified name has 2 parts)`},
+	} {
+		u := schemaURL(t, schema, c.params)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := Open(ctx, Config{URL: u})
+		cancel()
+		if err == nil {
+			s.Close()
+			t.Errorf("%v: opened", c.params)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%v: %v; want it to say %q, without the password", c.params, err, c.want)
+		}
 	}
 }

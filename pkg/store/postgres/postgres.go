@@ -178,13 +178,17 @@ func (s *Store) init(ctx context.Context, schema, first string) error {
 		// parse_ident applies the identifier rules: unquoted names fold to lower case,
 		// quoted ones are kept as written.
 		var parts []string
-		if err := conn.QueryRow(ctx, "SELECT parse_ident($1)", first).Scan(&parts); err != nil || len(parts) != 1 {
+		if err := conn.QueryRow(ctx, "SELECT parse_ident($1)", first).Scan(&parts); err != nil {
 			return fmt.Errorf("search_path starts with %q, which is not a schema name: %v", first, err)
+		} else if len(parts) != 1 {
+			return fmt.Errorf("search_path starts with %q, which is not a schema name (a qualified name has %d parts)", first, len(parts))
 		}
 		schema, create = parts[0], true
 	}
 	if schema == "" {
-		if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		// NULL when no schema on the search path exists (search_path empty, or $user with no
+		// schema of that name): then the error below, not a failed scan.
+		if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&schema); err != nil {
 			return err
 		}
 		if schema == "" {
