@@ -24,6 +24,11 @@ func TestScanBinaryExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	silent := filepath.Join(dir, "silent.sh")
+	if err := os.WriteFile(silent, []byte("#!/bin/sh\nexec sleep 300\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
 	r := runBinary(t, nil, "", "scan", empty)
 	if r.code != exitOK || !strings.Contains(r.stdout, "no MCP tool declaration found") {
 		t.Errorf("empty directory: exit %d, stdout %q, stderr %q; want 0 and a note that nothing was found", r.code, r.stdout, r.stderr)
@@ -49,6 +54,9 @@ func TestScanBinaryExitCodes(t *testing.T) {
 		{"--run without a command", []string{"scan", empty, "--run"}, exitUsage, "needs the server command"},
 		{"--run: no such server", []string{"scan", "--run", empty, "--", filepath.Join(dir, "no-such-server")}, exitError, "cannot start"},
 		{"--run: not an MCP server", []string{"scan", "--json", "--run", "--run-timeout", "20s", empty, "--", notMCP}, exitError, "scan --run"},
+		// A server that never answers is given up after --run-timeout (runBinary's own bound
+		// is two minutes; the server would sleep five).
+		{"--run: a server that never answers", []string{"scan", "--run", "--run-timeout", "2s", empty, "--", silent}, exitError, "scan --run"},
 	} {
 		r := runBinary(t, nil, "", c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.err) || r.stdout != "" {
