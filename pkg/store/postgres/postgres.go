@@ -178,13 +178,17 @@ func (s *Store) init(ctx context.Context, schema, first string) error {
 		// parse_ident applies the identifier rules: unquoted names fold to lower case,
 		// quoted ones are kept as written.
 		var parts []string
-		if err := conn.QueryRow(ctx, "SELECT parse_ident($1)", first).Scan(&parts); err != nil || len(parts) != 1 {
+		if err := conn.QueryRow(ctx, "SELECT parse_ident($1)", first).Scan(&parts); err != nil {
 			return fmt.Errorf("search_path starts with %q, which is not a schema name: %v", first, err)
+		} else if len(parts) != 1 {
+			return fmt.Errorf("search_path starts with %q, which is not a schema name (a qualified name has %d parts)", first, len(parts))
 		}
 		schema, create = parts[0], true
 	}
 	if schema == "" {
-		if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		// NULL when no schema on the search path exists (search_path empty, or $user with no
+		// schema of that name): then the error below, not a failed scan.
+		if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&schema); err != nil {
 			return err
 		}
 		if schema == "" {
@@ -381,13 +385,15 @@ func backoff(ctx context.Context, attempt int) error {
 }
 
 // run is one transaction. A connection found dead by the transaction's first round trip is
-// replaced, up to three times (after a server restart every idle connection is dead):
-// nothing had been executed on it.
+// replaced: nothing had been executed on it. After a server restart every idle connection in
+// the pool is dead, as many as the pool holds; the pool discards each dead one it hands out,
+// so the store tries once more than the pool's size before it gives up (three tries, as
+// before, left the first calls after a restart failing with a store_error).
 func (s *Store) run(ctx context.Context, contended, write bool, landed []byte, fn func(fence.Tx) error) error {
-	for try := 0; ; try++ {
+	for try := 1; ; try++ {
 		err := s.runOnce(ctx, contended, write, landed, fn)
 		var lost ConnLostError
-		if try < 3 && errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil {
+		if errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil && try <= int(s.pool.Stat().MaxConns()) {
 			continue
 		}
 		return err

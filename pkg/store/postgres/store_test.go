@@ -54,6 +54,9 @@ func TestMigrateIdempotentAndConcurrent(t *testing.T) {
 	if err == nil {
 		t.Fatal("opening a newer schema succeeded")
 	}
+	if !strings.Contains(err.Error(), "newer than this build") || !strings.Contains(err.Error(), "upgrade effectfence") {
+		t.Errorf("opening a newer schema: %v; want it to say the schema is newer and to upgrade", err)
+	}
 	t.Logf("newer schema: %v", err)
 }
 
