@@ -377,6 +377,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 			return
 		}
 		w.Header().Set("Mcp-Session-Id", s.id)
+		// A session whose server failed to start holds nothing but the reason, which its
+		// answer carried: it is closed, or each retried initialize (a new session) would hold
+		// a place under MaxSessions until it was idle, refusing every client meanwhile.
+		defer h.closeIfStartFailed(s)
 	} else if s = h.lookup(w, r, who); s == nil {
 		return
 	}
@@ -413,6 +417,20 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 	case <-s.done:
 		httpError(w, http.StatusNotFound, "the session was closed")
 	}
+}
+
+// closeIfStartFailed ends s if its server failed to start, once the initialize was answered.
+func (h *Handler) closeIfStartFailed(s *session) {
+	if !s.proxy.StartFailed() {
+		return
+	}
+	h.mu.Lock()
+	if h.sessions[s.id] == s {
+		delete(h.sessions, s.id)
+		h.logf("session %s: the MCP server did not start: closed", short(s.id))
+		h.end(s, "the MCP server did not start")
+	}
+	h.mu.Unlock()
 }
 
 func acceptsSSE(r *http.Request) bool {

@@ -198,6 +198,18 @@ func TestMatrix(t *testing.T) {
 				t.Fatalf("the server saw %s, want _meta %s byte for byte", got, meta)
 			}
 		}},
+		{"_meta is not part of the identity", func(t *testing.T, h *harness) {
+			// docs/identity.md: progress tokens and trace context change per attempt; a retry
+			// that carries new ones is the same call and receives the first one's result.
+			first := h.call(t, `{"name":"meta","arguments":{"tag":"id"},"_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","progressToken":1}}`)
+			retry := h.call(t, `{"name":"meta","arguments":{"tag":"id"},"_meta":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","progressToken":2}}`)
+			if !strings.Contains(retry, `"effectfence/replayed":true`) || same(retry) != same(first) {
+				t.Fatalf("a retry with other _meta was answered %s, want the replay of %s", retry, first)
+			}
+			if n := h.executions("meta tag=id"); n != 1 {
+				t.Fatalf("%d executions, want 1", n)
+			}
+		}},
 		{"input_required is not an outcome", func(t *testing.T, h *harness) {
 			if got := h.call(t, `{"name":"confirm","arguments":{"tag":"m"}}`); !strings.Contains(got, "input_required") {
 				t.Fatalf("round one: %s", got)

@@ -172,6 +172,9 @@ func TestParseBad(t *testing.T) {
 		{"ledger password", "version: 1\nledger: postgres://u:secret@h/db\n", []string{"bad.yaml:2:9: the ledger URL holds a password"}},
 		{"ledger scheme", "version: 1\nledger: redis://h\n", []string{`bad.yaml:2:9: ledger "redis://h"`}},
 		{"anchor", "version: 1\ndefaults: &d\n  wait: 1s\ntools:\n  c: *d\n", []string{"anchors and aliases are not supported"}},
+		{"merge key", "version: 1\ntools:\n  c:\n    <<: {wait: 1s}\n", []string{"bad.yaml:4:5: merge keys (<<) are not supported"}},
+		{"tag on a value", "version: 1\ntools:\n  c:\n    wait: !!str 1s\n", []string{"bad.yaml:4:11: YAML tags are not supported"}},
+		{"tag on scope", "version: 1\nscope: !custom x\n", []string{"bad.yaml:2:8: YAML tags are not supported"}},
 		{"two documents", "version: 1\n---\nversion: 1\n", []string{"bad.yaml:3:", "one YAML document"}},
 		{"several errors", "version: 1\ntools:\n  c:\n    wait: x\n    result: y\nbogus: 1\n", []string{"bad.yaml:4:11: wait:", "bad.yaml:5:13: result is", `bad.yaml:6:1: unknown key "bogus"`}},
 	}

@@ -56,6 +56,14 @@ func TestAmbiguousToolsCallRefused(t *testing.T) {
 		`{"name":"charge","arguments":{"amount":500},"arguments":{"amount":1}}`,
 		`{"name":"charge","arguments":{"amount":5,"note":"\ud83d"}}`,
 		`{"name":"balance","arguments":{"x":1,"x":2}}`, // refused for pass-through tools too
+		// docs/identity.md's other refusals: invalid UTF-8, a number with an exponent beyond
+		// ±10^9, a name that is not a non-empty string, arguments that are not an object.
+		"{\"name\":\"charge\",\"arguments\":{\"amount\":5,\"note\":\"caf\xe9\"}}",
+		`{"name":"charge","arguments":{"amount":1e1000000001}}`,
+		`{"name":"charge","arguments":{"amount":5e-1000000001}}`,
+		`{"name":"","arguments":{"amount":5}}`,
+		`{"arguments":{"amount":5}}`,
+		`{"name":"charge","arguments":[5]}`,
 	} {
 		_, err := w.Call(context.Background(), "tools/call", json.RawMessage(params))
 		var rpc *jsonrpc.Error

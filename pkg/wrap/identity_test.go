@@ -75,3 +75,21 @@ func TestKeyInjection(t *testing.T) {
 		t.Fatalf("parseTools: %+v %v", info, err)
 	}
 }
+
+// docs/identity.md: wrap removes effectfence_repeat from the arguments before the server sees
+// them "unless the tool's own input schema declares a property of that name": then it is the
+// tool's own argument, and removing it would lose what the agent sent.
+func TestRepeatArgumentDeclaredBySchema(t *testing.T) {
+	info, _, err := parseTools([]byte(`{"tools":[` +
+		`{"name":"own","inputSchema":{"type":"object","properties":{"effectfence_repeat":{"type":"integer"},"n":{}}}},` +
+		`{"name":"plain","inputSchema":{"type":"object","properties":{"n":{}}}},` +
+		`{"name":"bare","inputSchema":{}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"own": true, "plain": false, "bare": false} {
+		if got := info[name].repeatProp; got != want {
+			t.Errorf("%s: repeatProp %v, want %v", name, got, want)
+		}
+	}
+}

@@ -429,6 +429,14 @@ func (p *Proxy) Serving() int {
 	return len(p.running) + int(p.tasks.Load())
 }
 
+// StartFailed reports whether the server failed to start at the agent's last initialize and
+// none has succeeded since: the session holds no server, only the reason.
+func (p *Proxy) StartFailed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.initDone && p.child == nil && p.startErr != ""
+}
+
 func (p *Proxy) inFlight() []string {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
