@@ -2,7 +2,6 @@ package httpfront_test
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -23,16 +22,7 @@ func TestDeleteRecordsUnknown(t *testing.T) {
 	for !strings.Contains(g.log.String(), "slow tag=del started") {
 		time.Sleep(20 * time.Millisecond)
 	}
-	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
-	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("DELETE: status %d", resp.StatusCode)
-	}
+	g.deleteSession(t, sid)
 	select {
 	case <-done:
 	case <-time.After(time.Minute):

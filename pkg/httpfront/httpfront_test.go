@@ -159,6 +159,21 @@ func (g *gw) post(ctx context.Context, sid string, h hdr, body string) (reply, e
 	return out, err
 }
 
+// deleteSession ends the session sid with a DELETE, which must answer 200.
+func (g *gw) deleteSession(t *testing.T, sid string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE: status %d", resp.StatusCode)
+	}
+}
+
 func (g *gw) mustPost(sid string, h hdr, body string) reply {
 	g.t.Helper()
 	r, err := g.post(context.Background(), sid, h, body)
@@ -217,16 +232,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":4,"method":"tools/list"`); r.status != http.StatusBadRequest || !strings.Contains(r.raw[0], "-32700") {
 		t.Fatalf("malformed JSON: status %d %v, want 400 with a parse error", r.status, r.raw)
 	}
-	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
-	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("DELETE: status %d", resp.StatusCode)
-	}
+	g.deleteSession(t, sid)
 	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`); r.status != http.StatusNotFound {
 		t.Fatalf("deleted session: status %d, want 404", r.status)
 	}
