@@ -43,6 +43,18 @@ const (
 	adviceCopy  = "keep a copy before anything else (cp %[1]s %[1]s.copy); the sqlite3 shell can often salvage rows: sqlite3 %[1]s .recover | sqlite3 %[1]s.recovered, then run `effectfence ledger check --ledger %[1]s.recovered`"
 )
 
+// orphanLog reports in r a non-empty write-ahead log beside a ledger that is missing or empty
+// (see OrphanLog), and whether there was one.
+func (r *CheckReport) orphanLog() bool {
+	problem, advice := OrphanLog(r.Path)
+	if problem == "" {
+		return false
+	}
+	r.Problems = append(r.Problems, "the file "+problem)
+	r.Advice = append(r.Advice, advice)
+	return true
+}
+
 // Check inspects the file at path without changing it: whether it is SQLite at all, whether it
 // is an effectfence ledger and of which schema, whether it is truncated, and SQLite's own
 // integrity_check. It fails only when it cannot look at all; everything it finds is in the
@@ -50,14 +62,12 @@ const (
 func Check(ctx context.Context, path string) (*CheckReport, error) {
 	r := &CheckReport{Path: path, BuildSchema: SchemaVersion}
 	fi, err := os.Stat(path)
+	if wi, err := os.Stat(path + "-wal"); err == nil {
+		r.WALBytes = wi.Size()
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		r.Kind = "missing"
-		if problem, advice := OrphanLog(path); problem != "" {
-			r.Problems = append(r.Problems, "the file "+problem)
-			r.Advice = append(r.Advice, advice)
-			if wi, err := os.Stat(path + "-wal"); err == nil {
-				r.WALBytes = wi.Size()
-			}
+		if r.orphanLog() {
 			return r, nil
 		}
 		r.Problems = append(r.Problems, "the file does not exist")
@@ -71,14 +81,9 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		return nil, fmt.Errorf("%s is a directory, not a ledger file", path)
 	}
 	r.Bytes = fi.Size()
-	if wi, err := os.Stat(path + "-wal"); err == nil {
-		r.WALBytes = wi.Size()
-	}
 	if r.Bytes == 0 {
 		r.Kind = "empty file"
-		if problem, advice := OrphanLog(path); problem != "" {
-			r.Problems = append(r.Problems, "the file "+problem)
-			r.Advice = append(r.Advice, advice)
+		if r.orphanLog() {
 			return r, nil
 		}
 		r.OK = true

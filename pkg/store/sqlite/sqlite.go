@@ -479,7 +479,11 @@ func checkOrphanLog(path string) error {
 // OrphanLog describes the non-empty write-ahead log beside path, which has no ledger (see
 // checkOrphanLog), and the way out; "" when there is none. It changes nothing.
 func OrphanLog(path string) (problem, advice string) {
-	for _, base := range []string{path, realPath(path)} {
+	bases := []string{path}
+	if real := realPath(path); real != path {
+		bases = append(bases, real) // SQLite names the log after the file a link leads to
+	}
+	for _, base := range bases {
 		log := base + "-wal"
 		fi, err := os.Stat(log)
 		if err != nil || fi.Size() == 0 {
@@ -875,12 +879,12 @@ func (s *Store) checkFile() error {
 		_, err := r.exec("VACUUM INTO ?", copyTo)
 		return err
 	})
-	saved := fmt.Sprintf("every receipt this process holds was copied to %s", copyTo)
+	advice := fmt.Sprintf("every receipt this process holds was copied to %s. Put the ledger back at the path, or stop this process and use the copy as the ledger (mv %s %s), moving aside whatever is at the path first with its -wal and -shm files", copyTo, copyTo, s.path)
 	if cerr != nil {
-		saved = fmt.Sprintf("copying what this process holds to %s failed too (%v)", copyTo, cerr)
+		advice = fmt.Sprintf("copying what this process holds to %s failed too (%v). Put the ledger back at the path", copyTo, cerr)
 	}
 	s.gone = &FileError{Path: s.path, Problem: "is not the file this process opened: it was moved, replaced or deleted while in use (the path " + what + "), so other processes would not see what this one records",
-		Advice: "this process records nothing more until the file is back at the path; " + saved + ". Put the ledger back at the path, or stop this process and use the copy as the ledger (mv COPY " + s.path + "), moving aside whatever is at the path first with its -wal and -shm files"}
+		Advice: "this process records nothing more until the file is back at the path; " + advice}
 	return s.gone
 }
 
