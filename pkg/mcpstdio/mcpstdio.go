@@ -509,33 +509,30 @@ func (s *Session) queue(n note) {
 // whether line answered a waiting call.
 func (s *Session) resolveInvalid(line []byte, perr error) bool {
 	id := jsonrpc.AnswerID(line)
-	if id == nil {
-		return false
-	}
-	s.mu.Lock()
-	_, waiting := s.pending[string(id)]
-	s.mu.Unlock()
-	if !waiting {
-		return false
-	}
-	err := fmt.Errorf("MCP server %s answered request %s with a line that is not a valid JSON-RPC response (%v): %.200q", s.name(), id, perr, line)
-	s.logf("%v", err)
-	s.resolve(id, reply{err: err})
-	return true
+	return id != nil && s.failWaiting(id, func() error {
+		return fmt.Errorf("MCP server %s answered request %s with a line that is not a valid JSON-RPC response (%v): %.200q", s.name(), id, perr, line)
+	})
 }
 
 // resolveTooLong answers a waiting Call whose answer was a line longer than MaxLine, skipped
 // unread: the server did answer (it may have run the call), so the call must not wait for
-// ever. The Call fails with an error that is neither a *jsonrpc.Error nor ErrNotSent, as in
-// resolveInvalid. It reports whether id named a waiting call.
+// ever. The Call fails as in resolveInvalid. It reports whether id named a waiting call.
 func (s *Session) resolveTooLong(id json.RawMessage) bool {
+	return s.failWaiting(id, func() error {
+		return fmt.Errorf("MCP server %s answered request %s with a line longer than %d bytes, which was skipped unread", s.name(), id, MaxLine)
+	})
+}
+
+// failWaiting fails the Call waiting for id, if one is, with the error why makes (logged),
+// reporting whether one was.
+func (s *Session) failWaiting(id json.RawMessage, why func() error) bool {
 	s.mu.Lock()
 	_, waiting := s.pending[string(id)]
 	s.mu.Unlock()
 	if !waiting {
 		return false
 	}
-	err := fmt.Errorf("MCP server %s answered request %s with a line longer than %d bytes, which was skipped unread", s.name(), id, MaxLine)
+	err := why()
 	s.logf("%v", err)
 	s.resolve(id, reply{err: err})
 	return true
