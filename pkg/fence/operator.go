@@ -73,7 +73,7 @@ func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHe
 		}
 		if unlessHeld && rec.State == StateInFlight {
 			if v, _, _ := e.judge(tx.Now(), rec); v == held {
-				return NotFencedError{Intent: intent, State: StateInFlight, Why: fmt.Sprintf("claim %d is held by process %s until %s, and its holder is running it; wait for its outcome", rec.Token, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))}
+				return NotFencedError{Intent: intent, State: StateInFlight, Why: fmt.Sprintf("claim %d is held by process %s until %s, and its holder may still be running it; wait for its outcome", rec.Token, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))}
 			}
 		}
 		prev = *rec
