@@ -59,8 +59,8 @@ func TestScanFiltersMatch(t *testing.T) {
 	recs := scanRecords(base)
 	modes := map[string]string{
 		"server":  "",
-		"generic": "plan_cache_mode=force_generic_plan&enable_seqscan=off",
-		"custom":  "plan_cache_mode=force_custom_plan&enable_seqscan=off",
+		"generic": "plan_cache_mode=force_generic_plan&enable_seqscan=off&jit=off",
+		"custom":  "plan_cache_mode=force_custom_plan&enable_seqscan=off&jit=off",
 	}
 	stores := map[string]*Store{}
 	for name, params := range modes {
