@@ -305,23 +305,52 @@ func TestMigrationKilledMidway(t *testing.T) {
 }
 
 // kill -9 at arbitrary moments of the open (before, during or after the migration) always
-// leaves a ledger that opens with every record.
+// leaves a ledger that opens with every record. The moments are spread over the time an
+// uninterrupted open of the same ledger takes, measured first: a fixed window put every kill
+// after the migration on a fast build and every kill before its commit under -race.
 func TestMigrationKilledAnywhere(t *testing.T) {
-	for round := range 3 {
-		path := copyV1(t)
-		growV1(t, path, 6000)
-		ro := openT(t, path, sqlite.Options{ReadOnly: true})
-		want := snapshot(t, ro)
-		ro.Close()
+	template := copyV1(t)
+	growV1(t, template, 2000)
+	raw, err := os.ReadFile(template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := openT(t, template, sqlite.Options{ReadOnly: true})
+	want := snapshot(t, ro)
+	ro.Close()
+	fresh := func() string {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		if err := os.WriteFile(path, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cmd, out := startMigrator(t, fresh(), false)
+	if !out.Scan() || out.Text() != "opening" {
+		t.Fatal("the migrating process did not start")
+	}
+	began := time.Now()
+	if !out.Scan() || out.Text() != "open" {
+		t.Fatal("the uninterrupted migration did not finish")
+	}
+	took := time.Since(began)
+	cmd.Wait()
+	versions := map[int]int{}
+	for round := range 4 {
+		path := fresh()
 		cmd, out := startMigrator(t, path, false)
 		if !out.Scan() || out.Text() != "opening" {
 			t.Fatal("the migrating process did not start")
 		}
-		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+		// Round r kills at a random moment of the r-th third of the measured open (the
+		// fourth: after it).
+		time.Sleep(took * time.Duration(round*100+rand.IntN(100)) / 300)
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		rep := checkT(t, path)
+		versions[rep.SchemaVersion]++
 		t.Logf("round %d: killed at schema version %d", round, rep.SchemaVersion)
 		afterCrash(t, path, want)
 	}
+	t.Logf("an uninterrupted open took %v; kills by the schema version they left: %v", took, versions)
 }
