@@ -41,7 +41,7 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 	t.Run("HostileResults", func(t *testing.T) {
 		previousBuildReadsHostileResults(t, prev, filepath.Join(t.TempDir(), "hostile.db"))
 	})
-	cur := buildServeBinary(t)
+	cur := effectfence(t)
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
 	body := func(intent string) []byte {
 		t.Helper()
@@ -95,7 +95,7 @@ func TestPreviousBuildKeepsReceiptsPostgres(t *testing.T) {
 	ledger := pgLedger(t)
 	prev := buildPreviousBuild(t, previousPostgresBuild)
 	t.Run("HostileResults", func(t *testing.T) { previousBuildReadsHostileResults(t, prev, pgLedger(t)) })
-	cur := buildServeBinary(t)
+	cur := effectfence(t)
 	indexes := func() []string {
 		t.Helper()
 		ctx := context.Background()
@@ -241,7 +241,7 @@ func buildPreviousBuild(t *testing.T, commit string) string {
 		t.Fatalf("tar: %v\n%s", err, untarErr.String())
 	}
 	bin := filepath.Join(t.TempDir(), "previous", "effectfence")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/effectfence")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/effectfence") // -trimpath: the build cache serves the next run
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build of %s: %v\n%s", commit[:7], err, out)

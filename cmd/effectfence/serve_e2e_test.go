@@ -19,18 +19,6 @@ import (
 	"github.com/effectfence/effectfence/pkg/serve"
 )
 
-// buildServeBinary builds this command (with the race detector) into a temporary directory.
-func buildServeBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "effectfence")
-	cmd := exec.Command("go", "build", "-race", "-o", bin, ".")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build: %v", err)
-	}
-	return bin
-}
-
 // peersDir returns the repository's .peers directory, or skips when the npm peers are missing.
 func peersDir(t *testing.T) string {
 	t.Helper()
@@ -107,7 +95,7 @@ type clientReport struct {
 // TestServeBinary runs the built `effectfence serve` (race detector on) as a child process:
 // through the real MCP client from npm, and with raw bad input down its stdin.
 func TestServeBinary(t *testing.T) {
-	bin := buildServeBinary(t)
+	bin := effectfence(t)
 	t.Run("mcp client", func(t *testing.T) { t.Parallel(); serveWithMCPClient(t, bin) })
 	t.Run("bad input over stdio", func(t *testing.T) { t.Parallel(); serveBadInputOverStdio(t, bin) })
 }

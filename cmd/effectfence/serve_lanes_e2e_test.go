@@ -19,7 +19,7 @@ import (
 // the holder's cert; none is told "fresh".
 func TestServeWaitersDoNotStarveTheHolder(t *testing.T) {
 	peers := peersDir(t)
-	bin := buildServeBinary(t)
+	bin := effectfence(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "serve_starve.mjs"))
