@@ -41,6 +41,7 @@ import (
 
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
@@ -369,6 +370,14 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = w.Write(jsonrpc.ErrorResponse(jsonrpc.ReadableID(body), &jsonrpc.Error{Code: code, Message: fmt.Sprintf("effectfence: cannot parse the message: %v (one JSON-RPC message per POST; batches are not supported)", err)}))
+		return
+	}
+	if why := mcpheader.Check(r.Header, m); why != "" {
+		// An edge before the gateway may have routed or authorised the request by its
+		// headers: the body must not run another method or tool than they name.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: mcpheader.CodeMismatch, Message: "effectfence: " + why}))
 		return
 	}
 	var s *session
