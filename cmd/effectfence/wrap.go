@@ -133,7 +133,13 @@ func wrapCommand(io streams) *cli.Command {
 			if err != nil {
 				return err
 			}
-			defer led.Close()
+			defer func() {
+				// Close records this process's counters: a ledger deleted or moved while in
+				// use refuses that write and names the copy it made of every receipt.
+				if err := led.Close(); err != nil {
+					fmt.Fprintf(io.err, "effectfence wrap: closing the ledger: %v\n", err)
+				}
+			}()
 			// The log carries the child's stderr: escaped, so the server cannot drive the
 			// terminal wrap's stderr is shown on.
 			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
