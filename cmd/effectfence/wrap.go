@@ -88,7 +88,7 @@ func wrapCommand(io streams) *cli.Command {
 			opt = res.Options
 			var scope store.Scope
 			if up != nil {
-				scope = store.UpstreamScope(up.url, res.Scope)
+				scope = store.UpstreamScope(up.url, res.Scope, up.header)
 				opt.Backend = wrap.Upstream(up.url, up.header)
 			} else {
 				scope = store.CurrentWrapScope(argv, res.Scope)
@@ -236,6 +236,10 @@ func logScopeOf(io streams, scope store.Scope, up *upstreamConfig, defaultLedger
 	}
 	if scope.Name != "" {
 		fmt.Fprintf(io.err, "effectfence wrap: scope %q (%s)\n", scope.Name, scope.ID[:16])
+		return
+	}
+	if len(scope.Vars) > 0 {
+		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL and the headers %s sent to it (values hashed; --scope NAME to set it)\n", scope.ID[:16], strings.Join(scope.Vars, ", "))
 		return
 	}
 	fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL (hashed; --scope NAME to set it)\n", scope.ID[:16])
