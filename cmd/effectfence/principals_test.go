@@ -26,6 +26,7 @@ import (
 // gatewayProc is a running `effectfence wrap --listen` (the real binary) and its log.
 type gatewayProc struct {
 	url string
+	cmd *exec.Cmd
 	mu  sync.Mutex
 	log bytes.Buffer
 }
@@ -50,7 +51,7 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gatewayProc{}
+	g := &gatewayProc{cmd: cmd}
 	urls := make(chan string, 1)
 	done := make(chan struct{})
 	go func() {
