@@ -31,7 +31,17 @@ func TestHealthzFollowsTheLedger(t *testing.T) {
 	}
 	t.Cleanup(p.Close)
 	u.Host = p.Addr()
-	g := startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
+	// The ledger's password (ignored by the test server's trust auth) must appear in no body
+	// of this unauthenticated endpoint and no log line (docs/gateway.md, Security).
+	const secret = "hunter2-ledger-secret"
+	u.User = url.UserPassword(u.User.Username(), secret)
+	var g *gatewayProc
+	t.Cleanup(func() {
+		if strings.Contains(g.logText(), secret) {
+			t.Errorf("the ledger's password reached the gateway's log:\n%s", g.logText())
+		}
+	})
+	g = startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
 		"--", effectfence(t), "demo-server", "--effects", filepath.Join(t.TempDir(), "effects"))
 	health := strings.TrimSuffix(g.url, "/mcp") + "/healthz"
 	get := func() (int, string) {
@@ -42,6 +52,9 @@ func TestHealthzFollowsTheLedger(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		if strings.Contains(string(b), secret) {
+			t.Fatalf("/healthz shows the ledger's password: %s", b)
+		}
 		return resp.StatusCode, string(b)
 	}
 	if code, body := get(); code != http.StatusOK || !strings.HasPrefix(body, "ok ") {
