@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 // Hostile or malformed messages on a session are refused before anything runs, and the
@@ -53,5 +55,26 @@ func TestHostileMessagesRunNothing(t *testing.T) {
 	}
 	if n := len(mcptest.Effects(g.effects)); n != 1 {
 		t.Fatalf("%d executions, want 1", n)
+	}
+}
+
+// docs/gateway.md, --allow-origin: `*` allows any Origin (a listener behind a proxy that
+// checks it); without it, a foreign Origin is refused even on a listener that is not on
+// loopback, while a loopback Origin is allowed only on a loopback listener.
+func TestOriginStarAndNonLoopbackListener(t *testing.T) {
+	t.Parallel()
+	star := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.AllowOrigins = []string{"*"} })
+	if r := star.mustPost("", hdr{"Origin": "https://anything.example"}, initBody); r.status != http.StatusOK {
+		t.Fatalf("--allow-origin '*': a foreign Origin got %d, want 200", r.status)
+	}
+	wide := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.Loopback = false })
+	for origin, want := range map[string]int{"https://evil.example": http.StatusForbidden, "http://localhost:3000": http.StatusForbidden, "": http.StatusOK} {
+		h := hdr{}
+		if origin != "" {
+			h["Origin"] = origin
+		}
+		if r := wide.mustPost("", h, initBody); r.status != want {
+			t.Errorf("non-loopback listener, Origin %q: status %d, want %d", origin, r.status, want)
+		}
 	}
 }
