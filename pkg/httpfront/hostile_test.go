@@ -78,3 +78,39 @@ func TestOriginStarAndNonLoopbackListener(t *testing.T) {
 		}
 	}
 }
+
+// docs/gateway.md, Endpoints: the statuses of /mcp besides a served message.
+func TestEndpointStatuses(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, nil)
+	sid := g.open(nil)
+	do := func(method string, h hdr) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, g.url, nil)
+		req.Header.Set("Mcp-Session-Id", sid)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if r := do(http.MethodGet, hdr{"Accept": "application/json"}); r.StatusCode != http.StatusNotAcceptable {
+		t.Errorf("GET without text/event-stream: status %d, want 406", r.StatusCode)
+	}
+	openGET(t, g, sid)
+	if r := do(http.MethodGet, hdr{"Accept": "text/event-stream"}); r.StatusCode != http.StatusConflict {
+		t.Errorf("a second GET stream: status %d, want 409", r.StatusCode)
+	}
+	for _, m := range []string{http.MethodPut, http.MethodPatch, http.MethodHead, http.MethodOptions} {
+		if r := do(m, nil); r.StatusCode != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "GET, POST, DELETE" {
+			t.Errorf("%s: status %d, Allow %q; want 405 with GET, POST, DELETE", m, r.StatusCode, r.Header.Get("Allow"))
+		}
+	}
+	if r := g.mustPost(sid, hdr{"MCP-Protocol-Version": "2025-06-18"}, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); r.status != http.StatusOK {
+		t.Errorf("a version's form: status %d, want 200", r.status)
+	}
+}
