@@ -291,7 +291,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (Caller, 
 	authz := r.Header.Get("Authorization")
 	var who Caller
 	if len(h.cfg.Keys) > 0 {
-		token, ok := strings.CutPrefix(authz, "Bearer ")
+		token, ok := bearer(authz)
 		name := ""
 		if ok {
 			for k, n := range h.cfg.Keys {
@@ -315,6 +315,15 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (Caller, 
 		}
 	}
 	return who, true
+}
+
+// bearer returns the token of an Authorization header of the Bearer scheme, whose name is
+// case-insensitive (RFC 9110, 11.1): "bearer TOKEN" is as good as "Bearer TOKEN".
+func bearer(authz string) (string, bool) {
+	if len(authz) < 7 || !strings.EqualFold(authz[:7], "Bearer ") {
+		return "", false
+	}
+	return authz[7:], true
 }
 
 // lookup finds the session the request names, answering the error itself when it cannot.
