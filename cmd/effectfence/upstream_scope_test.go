@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/effectfence/effectfence/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // docs/gateway.md: without --scope, an upstream's scope is derived from its URL and from the
@@ -57,5 +59,35 @@ func TestUpstreamAccountsNeverShareAReceipt(t *testing.T) {
 	}
 	if a := charge(aliceToken); !strings.Contains(a, "effectfence/replayed") || effectsOf(t, effects) != 2 {
 		t.Fatalf("alice's duplicate from a new process: %s, %d executions; want her receipt", a, effectsOf(t, effects))
+	}
+}
+
+// A wrap whose upstream scope now counts its headers points at the default ledger its
+// configuration had before (the URL's own), where a call it left unknown is still fenced.
+func TestUpstreamScopePointsAtTheLedgerBeforeHeaders(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	t.Setenv("EFFECTFENCE_LEDGER", "")
+	t.Setenv(envUpstreamHeaders, "Authorization: Bearer "+aliceToken)
+	const u = "http://127.0.0.1:1/mcp"
+	old := filepath.Join(state, "effectfence", store.UpstreamScope(u, "", nil).LedgerName()+".db")
+	wrapLog := func() string {
+		var out, errw bytes.Buffer
+		if code := run(context.Background(), []string{"effectfence", "wrap", "--upstream", u}, streams{strings.NewReader(""), &out, &errw}); code != 0 {
+			t.Fatalf("wrap: exit %d: %s", code, errw.String())
+		}
+		if strings.Contains(errw.String(), aliceToken) {
+			t.Fatalf("a token reached the log: %s", errw.String())
+		}
+		return errw.String()
+	}
+	if l := wrapLog(); strings.Contains(l, "from before its headers") {
+		t.Fatalf("no earlier ledger, yet: %s", l)
+	}
+	if err := os.WriteFile(old, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if l := wrapLog(); !strings.Contains(l, "a ledger of this upstream from before its headers were part of the scope exists at "+old) {
+		t.Fatalf("the earlier ledger %s is not named: %s", old, l)
 	}
 }

@@ -240,6 +240,14 @@ func logScopeOf(io streams, scope store.Scope, up *upstreamConfig, defaultLedger
 	}
 	if len(scope.Vars) > 0 {
 		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL and the headers %s sent to it (values hashed; --scope NAME to set it)\n", scope.ID[:16], strings.Join(scope.Vars, ", "))
+		// Before the headers counted, this configuration's default ledger was the URL's own:
+		// a call it left unknown is fenced there, not here.
+		if dir, err := store.StateDir(); err == nil && defaultLedger {
+			old := filepath.Join(dir, store.UpstreamScope(up.url, "", nil).LedgerName()+".db")
+			if _, err := os.Stat(old); err == nil {
+				fmt.Fprintf(io.err, "effectfence wrap: a ledger of this upstream from before its headers were part of the scope exists at %s; its records are not consulted (see docs/gateway.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", old, wrap.ShellJoin([]string{old}))
+			}
+		}
 		return
 	}
 	fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL (hashed; --scope NAME to set it)\n", scope.ID[:16])
