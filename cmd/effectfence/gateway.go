@@ -117,6 +117,12 @@ func parseInlineKeys(s string) (map[string]string, error) {
 	return keys, nil
 }
 
+// isFile says path names an existing regular file.
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // gateway is what `wrap --listen` runs: the HTTP front over one proxy per session.
 type gateway struct {
 	front *httpfront.Handler
@@ -162,7 +168,7 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 		if cfg.Keys, err = readAPIKeys(keysFile); err != nil {
 			return nil, usageErr("%v", err)
 		}
-	case strings.Contains(env, ":"):
+	case strings.Contains(env, ":") && !isFile(env): // a file's path may hold ':' (C:\keys)
 		if cfg.Keys, err = parseInlineKeys(env); err != nil {
 			return nil, usageErr("%v", err)
 		}

@@ -41,6 +41,14 @@ func TestListenUsageErrors(t *testing.T) {
 	if code := run(context.Background(), []string{"effectfence", "wrap", "--listen", ":0", "--", "x"}, streams{strings.NewReader(""), &out0, &err0}); code != exitUsage || !strings.Contains(err0.String(), "shorter than 16") || strings.Contains(err0.String(), "tooshort") {
 		t.Errorf("inline keys: exit %d, stderr %q", code, err0.String())
 	}
+	// A path holding ':' (C:\keys on Windows) names a file when one is there, not pairs.
+	colon := filepath.Join(dir, "keys:prod")
+	os.WriteFile(colon, []byte("alice tooshort\n"), 0o600)
+	t.Setenv("EFFECTFENCE_API_KEYS", colon)
+	var out1, err1 bytes.Buffer
+	if code := run(context.Background(), []string{"effectfence", "wrap", "--listen", ":0", "--", "x"}, streams{strings.NewReader(""), &out1, &err1}); code != exitUsage || !strings.Contains(err1.String(), colon+":1: the token of \"alice\" is shorter than 16") {
+		t.Errorf("a keys file whose path holds ':': exit %d, stderr %q; want it read as the file", code, err1.String())
+	}
 	t.Setenv("EFFECTFENCE_API_KEYS", "")
 	for _, c := range cases {
 		var out, errw bytes.Buffer

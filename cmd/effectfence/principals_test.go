@@ -26,6 +26,7 @@ import (
 // gatewayProc is a running `effectfence wrap --listen` (the real binary) and its log.
 type gatewayProc struct {
 	url string
+	cmd *exec.Cmd
 	mu  sync.Mutex
 	log bytes.Buffer
 }
@@ -50,7 +51,7 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gatewayProc{}
+	g := &gatewayProc{cmd: cmd}
 	urls := make(chan string, 1)
 	done := make(chan struct{})
 	go func() {
@@ -163,6 +164,20 @@ func TestGatewayPrincipalsAndSharedPrincipals(t *testing.T) {
 			effects := filepath.Join(dir, "effects")
 			args := append([]string{"--ledger", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0", "--scope", "shop", "--api-keys", keysFile(t)}, c.flags...)
 			g := startGateway(t, append(args, "--", effectfence(t), "demo-server", "--latency", "1ms", "--effects", effects)...)
+			// /healthz and /metrics are not behind the keys (scrapers rarely carry them); /mcp is.
+			for _, path := range []string{"/healthz", "/metrics"} {
+				resp, err := http.Get(strings.TrimSuffix(g.url, "/mcp") + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s without a key: status %d, want 200", path, resp.StatusCode)
+				}
+			}
+			if resp, _ := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"ping"}`); resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("/mcp without a key: status %d, want 401", resp.StatusCode)
+			}
 			first := g.charge(t, aliceToken)
 			if strings.Contains(first, "effectfence/replayed") {
 				t.Fatalf("alice's first call was a replay: %s", first)

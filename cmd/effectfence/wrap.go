@@ -88,7 +88,7 @@ func wrapCommand(io streams) *cli.Command {
 			opt = res.Options
 			var scope store.Scope
 			if up != nil {
-				scope = store.UpstreamScope(up.url, res.Scope)
+				scope = store.UpstreamScope(up.url, res.Scope, up.header)
 				opt.Backend = wrap.Upstream(up.url, up.header)
 			} else {
 				scope = store.CurrentWrapScope(argv, res.Scope)
@@ -242,6 +242,18 @@ func logScopeOf(io streams, scope store.Scope, up *upstreamConfig, defaultLedger
 	}
 	if scope.Name != "" {
 		fmt.Fprintf(io.err, "effectfence wrap: scope %q (%s)\n", scope.Name, scope.ID[:16])
+		return
+	}
+	if len(scope.Vars) > 0 {
+		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL and the headers %s sent to it (values hashed; --scope NAME to set it)\n", scope.ID[:16], strings.Join(scope.Vars, ", "))
+		// Before the headers counted, this configuration's default ledger was the URL's own:
+		// a call it left unknown is fenced there, not here.
+		if dir, err := store.StateDir(); err == nil && defaultLedger {
+			old := filepath.Join(dir, store.UpstreamScope(up.url, "", nil).LedgerName()+".db")
+			if _, err := os.Stat(old); err == nil {
+				fmt.Fprintf(io.err, "effectfence wrap: a ledger of this upstream from before its headers were part of the scope exists at %s; its records are not consulted (see docs/gateway.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", old, wrap.ShellJoin([]string{old}))
+			}
+		}
 		return
 	}
 	fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL (hashed; --scope NAME to set it)\n", scope.ID[:16])

@@ -2,8 +2,9 @@
 // operators whose log pipeline wants structure (`--log-format json`).
 //
 // Each line becomes {"time": RFC 3339 with nanoseconds, "level": "info"|"warn", "source":
-// "effectfence"|"server", "msg": the line}. Lines effectfence writes start with "effectfence";
-// anything else is what the MCP server wrote to its stderr ("server"). Lines that say a call
+// "effectfence"|"server", "msg": the line}. Lines effectfence writes start with "effectfence"
+// (or, from the packages that reach the server, "mcpstdio: " and "httpback: "); anything else
+// is what the MCP server wrote to its stderr ("server"). Lines that say a call
 // was fenced, failed or is unknown are "warn". The message is JSON-escaped, so no line of the
 // server's can forge another record.
 package logfmt
@@ -78,7 +79,7 @@ func (lw *Writer) Flush() error {
 
 func (lw *Writer) emit(line string) error {
 	r := record{Time: lw.now().UTC().Format(time.RFC3339Nano), Level: "info", Source: "server", Msg: line}
-	if strings.HasPrefix(line, "effectfence") {
+	if ours(line) {
 		r.Source = "effectfence"
 		if warn(line) {
 			r.Level = "warn"
@@ -90,6 +91,17 @@ func (lw *Writer) emit(line string) error {
 	}
 	_, err = lw.w.Write(append(b, '\n'))
 	return err
+}
+
+// ours says a line is effectfence's own: its commands' lines, and the diagnostics of the
+// packages that reach the server (mcpstdio, httpback), which share the server's stderr stream.
+func ours(line string) bool {
+	for _, p := range []string{"effectfence", "mcpstdio: ", "httpback: "} {
+		if strings.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func warn(line string) bool {

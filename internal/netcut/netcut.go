@@ -1,6 +1,8 @@
 // Package netcut is a TCP proxy that tests put in front of a database to cut it: Cut drops
 // every connection through the proxy and refuses new ones for a while, as a network partition
-// or a database restart would. The history checker's nemesis and the outage tests share it.
+// or a database restart would; Freeze holds every byte without closing anything, as a
+// stopped database or a black-holed network would. The history checker's nemesis and the
+// outage tests share it.
 package netcut
 
 import (
@@ -18,6 +20,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
 	cutUntil time.Time
+	frozen   bool
+	thaw     *sync.Cond // on mu: frozen ended
 	wg       sync.WaitGroup
 }
 
@@ -28,6 +32,7 @@ func New(upstream string) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	p.thaw = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -59,6 +64,7 @@ func (p *Proxy) accept() {
 }
 
 func (p *Proxy) pipe(c net.Conn) {
+	p.waitThaw()
 	up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
 	if err != nil {
 		c.Close()
@@ -68,8 +74,8 @@ func (p *Proxy) pipe(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	go func() { _ = p.copy(up, c); done <- struct{}{} }()
+	go func() { _ = p.copy(c, up); done <- struct{}{} }()
 	<-done
 	c.Close()
 	up.Close()
@@ -77,6 +83,39 @@ func (p *Proxy) pipe(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// copy is io.Copy that holds what it read while the proxy is frozen.
+func (p *Proxy) copy(dst io.Writer, src io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.waitThaw()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (p *Proxy) waitThaw() {
+	p.mu.Lock()
+	for p.frozen {
+		p.thaw.Wait()
+	}
+	p.mu.Unlock()
+}
+
+// Freeze holds every byte through the proxy, on open connections and new ones (accepted, but
+// not forwarded), closing nothing, until Heal.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	p.frozen = true
 	p.mu.Unlock()
 }
 
@@ -105,10 +144,12 @@ func (p *Proxy) Cut(d time.Duration) {
 	}
 }
 
-// Heal ends a cut early.
+// Heal ends a cut early, and a freeze.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.cutUntil = time.Time{}
+	p.frozen = false
+	p.thaw.Broadcast()
 	p.mu.Unlock()
 }
 
@@ -116,6 +157,8 @@ func (p *Proxy) Heal() {
 func (p *Proxy) Close() {
 	p.ln.Close()
 	p.mu.Lock()
+	p.frozen = false // what waits to forward goes on, into closed connections
+	p.thaw.Broadcast()
 	for c := range p.conns {
 		c.Close()
 	}

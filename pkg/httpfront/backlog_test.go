@@ -42,7 +42,8 @@ func TestStalledStreamBacklogIsBounded(t *testing.T) {
 }
 
 // Every entry a session keeps for an open stream is gone once the stream ends, whichever way
-// it ends: a JSON response, an SSE response after progress, the client hanging up mid-stream,
+// it ends: a JSON response, an SSE response after progress, the client hanging up mid-stream
+// (its id stays taken until the proxy has answered the call, see TestReusedIDOfAHungUpRequest),
 // the agent's cancellation, a request refused for reusing an open id, a GET stream closed by
 // its client.
 func TestStreamEntriesGoWhenStreamsEnd(t *testing.T) {

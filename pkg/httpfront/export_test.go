@@ -46,7 +46,8 @@ func (h *Handler) Backlog() int {
 }
 
 // OpenStreams is the number of entries, over every session, that name an open stream: request
-// streams by id and by progress token, streams taking other messages, GET streams.
+// streams by id (with the ids of requests still served after their client hung up) and by
+// progress token, streams taking other messages, GET streams.
 func (h *Handler) OpenStreams() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -19,6 +19,8 @@
 //
 // A broken response stream is not a cancellation: the proxy's request goes on and its outcome
 // is recorded; the client re-sends the call (with a new id) and receives the recorded result.
+// Until the proxy answers it, the request keeps its id in the session: the same body POSTed
+// again under that id waits for that answer, and another request under it is refused.
 // SSE events carry no ids: there is no replay buffer, so there is nothing to resume.
 package httpfront
 
@@ -290,7 +292,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (Caller, 
 	authz := r.Header.Get("Authorization")
 	var who Caller
 	if len(h.cfg.Keys) > 0 {
-		token, ok := strings.CutPrefix(authz, "Bearer ")
+		token, ok := bearer(authz)
 		name := ""
 		if ok {
 			for k, n := range h.cfg.Keys {
@@ -314,6 +316,15 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (Caller, 
 		}
 	}
 	return who, true
+}
+
+// bearer returns the token of an Authorization header of the Bearer scheme, whose name is
+// case-insensitive (RFC 9110, 11.1): "bearer TOKEN" is as good as "Bearer TOKEN".
+func bearer(authz string) (string, bool) {
+	if len(authz) < 7 || !strings.EqualFold(authz[:7], "Bearer ") {
+		return "", false
+	}
+	return authz[7:], true
 }
 
 // lookup finds the session the request names, answering the error itself when it cannot.
@@ -400,7 +411,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 		return
 	}
 	sse := acceptsSSE(r)
-	st, ok := s.register(m, sse)
+	st, adopted, ok := s.register(m, body, sse)
 	if !ok {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
@@ -408,7 +419,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
 		return
 	}
 	defer s.unregister(st)
-	s.proxy.Dispatch(body)
+	if !adopted { // an adopted request is being served already: it waits for that answer
+		s.proxy.Dispatch(body)
+	}
 	if sse {
 		s.streamTo(w, r, st, true)
 		return
@@ -548,6 +561,13 @@ type stream struct {
 	// more (over is set).
 	stalled chan struct{}
 	over    bool
+
+	// Guarded by the session's mu: body is the request's POST body; answered says the proxy
+	// gave its response (or said there is none); orphan says the HTTP response ended before
+	// that, so the entry only keeps the id taken (session.register).
+	body     []byte
+	answered bool
+	orphan   bool
 
 	// The session's list of SSE request streams that take other messages (guarded by the
 	// session's mu): routed says st is on it, between older and newer.

@@ -336,6 +336,10 @@ func TestKeysAndPrincipals(t *testing.T) {
 	}
 	ah, bh := hdr{"Authorization": "Bearer " + alice}, hdr{"Authorization": "Bearer " + bob}
 	as, bs := g.open(ah), g.open(bh)
+	// The scheme's name is case-insensitive: the same key, the same principal and session.
+	if r := g.mustPost(as, hdr{"Authorization": "bearer " + alice}, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); r.status != http.StatusOK {
+		t.Fatalf("alice's key under the scheme name %q: status %d, want 200", "bearer", r.status)
+	}
 	if r := g.mustPost(as, bh, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); r.status != http.StatusNotFound {
 		t.Fatalf("bob using alice's session: status %d, want 404", r.status)
 	}

@@ -52,7 +52,7 @@ func newHarness(t *testing.T, front, back string) *harness {
 	if back == "stdio" {
 		tail = []string{"--", exe, "-test.run=^$"}
 	}
-	init := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"matrix","version":"1"}}`)
+	init := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"matrix","version":"1"}}`)
 	switch front {
 	case "stdio":
 		s, err := mcpstdio.Start(context.Background(), mcpstdio.Config{
@@ -184,6 +184,29 @@ func TestMatrix(t *testing.T) {
 			}
 			if n := h.executions("die tag=d"); n != 1 {
 				t.Fatalf("%d executions, want 1", n)
+			}
+		}},
+		{"a task's outcome is its final result, not its handle", func(t *testing.T, h *harness) {
+			// The server forgets a task while it runs: unknown, and the retry is refused.
+			if got := h.call(t, `{"name":"slow","arguments":{"tag":"forgot","forget":true},"task":{"ttl":1000}}`); !strings.Contains(got, `"taskId":"forgotten-`) {
+				t.Fatalf("want the server's task handle, got %s", got)
+			}
+			if again := h.call(t, `{"name":"slow","arguments":{"tag":"forgot","forget":true}}`); !strings.Contains(again, "prior_failure") || !strings.Contains(again, "NOT executed again") {
+				t.Fatalf("the retry of a task the server forgot was answered %s, want prior_failure", again)
+			}
+			if n := h.executions("slow task tag=forgot"); n != 1 {
+				t.Fatalf("%d executions, want 1", n)
+			}
+			// A task that failed (its tasks/result a JSON-RPC error) is released: a retry runs.
+			if got := h.call(t, `{"name":"slow","arguments":{"tag":"failed","rpc":true},"task":{"ttl":1000}}`); !strings.Contains(got, `"taskId":"failed-`) {
+				t.Fatalf("want the server's task handle, got %s", got)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for h.executions("slow task tag=failed") < 2 {
+				if time.Now().After(deadline) {
+					t.Fatal("no retry ran after a failed task")
+				}
+				h.call(t, `{"name":"slow","arguments":{"tag":"failed","rpc":true},"task":{"ttl":1000}}`)
 			}
 		}},
 		{"_meta passes through untouched", func(t *testing.T, h *harness) {

@@ -1,6 +1,7 @@
 package httpfront
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -60,19 +61,29 @@ func (s *session) close() {
 	}
 }
 
-// register opens the stream of request m; false when a request with its id is open already.
-func (s *session) register(m *jsonrpc.Message, sse bool) (*stream, bool) {
+// register opens the stream of request m, whose POST body is body. It returns false when a
+// request with its id is still being served. That includes a request whose client hung up:
+// the proxy serves it on, and its id stays taken until the proxy has answered it, since a
+// new request under that id would be handed the first one's answer (and its own dropped).
+// The same body re-sent under that id (a client retrying its POST) takes over the wait
+// instead (adopted): it receives the answer of the request it repeats, and must not be
+// dispatched again.
+func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *stream, adopted, ok bool) {
 	var p struct {
 		Meta struct {
 			ProgressToken json.RawMessage `json:"progressToken"`
 		} `json:"_meta"`
 	}
 	_ = json.Unmarshal(m.Params, &p) // a malformed params object is the proxy's to refuse
-	st := newStream(string(m.ID), string(p.Meta.ProgressToken), sse)
+	st = newStream(string(m.ID), string(p.Meta.ProgressToken), sse)
+	st.body = body
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.requests[st.id] != nil {
-		return nil, false
+	if old := s.requests[st.id]; old != nil {
+		if !old.orphan || !bytes.Equal(old.body, body) {
+			return nil, false, false
+		}
+		adopted = true
 	}
 	s.requests[st.id] = st
 	if st.token != "" && s.tokens[st.token] == nil {
@@ -83,15 +94,21 @@ func (s *session) register(m *jsonrpc.Message, sse bool) (*stream, bool) {
 	}
 	s.busy++
 	s.last = time.Now()
-	return st, true
+	return st, adopted, true
 }
 
+// unregister ends the stream of a request. A request not answered yet (its client hung up)
+// keeps its id, as an orphan, until the proxy answers it (Write, NoResponse).
 func (s *session) unregister(st *stream) {
 	close(st.gone)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.requests[st.id] == st {
-		delete(s.requests, st.id)
+		if st.answered {
+			delete(s.requests, st.id)
+		} else {
+			st.orphan = true
+		}
 	}
 	if st.token != "" && s.tokens[st.token] == st {
 		delete(s.tokens, st.token)
@@ -99,6 +116,21 @@ func (s *session) unregister(st *stream) {
 	s.unroute(st)
 	s.busy--
 	s.last = time.Now()
+}
+
+// answer hands the proxy's response to request id (nil: it gets none) to its stream, and
+// frees the id of an orphan; s.mu is held.
+func (s *session) answer(id string, line []byte) {
+	st := s.requests[id]
+	if st == nil || st.answered {
+		return // a second response to one request: the first stands
+	}
+	st.answered = true
+	if st.orphan {
+		delete(s.requests, id) // nobody waits: the outcome is the proxy's (and the ledger's)
+		return
+	}
+	st.final <- line // buffer 1, and answered is set once
 }
 
 // retire stops routing messages to the request stream st, which is about to end.
@@ -169,12 +201,7 @@ func (s *session) Write(line []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.IsResponse() {
-		if st := s.requests[string(m.ID)]; st != nil {
-			select {
-			case st.final <- line:
-			default: // a second response to one request: the first stands
-			}
-		}
+		s.answer(string(m.ID), line)
 		return nil
 	}
 	if m.Method == "notifications/progress" {
@@ -206,12 +233,7 @@ func (s *session) Write(line []byte) error {
 func (s *session) NoResponse(id json.RawMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.requests[string(id)]; st != nil {
-		select {
-		case st.final <- nil:
-		default:
-		}
-	}
+	s.answer(string(id), nil)
 }
 
 // streamTo writes the stream as server-sent events until the response is written (request

@@ -26,7 +26,7 @@ func TestMessageAfterAResponseIsNotLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, ok := s.register(m, true)
+	st, _, ok := s.register(m, nil, true)
 	if !ok {
 		t.Fatal("cannot register the request")
 	}
@@ -63,7 +63,7 @@ func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, ok := s.register(m, i%7 != 3) // some plain-JSON requests, which take nothing else
+		st, _, ok := s.register(m, nil, i%7 != 3) // some plain-JSON requests, which take nothing else
 		if !ok {
 			t.Fatal("cannot register")
 		}
@@ -92,7 +92,7 @@ func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
 	get, _ = s.openGet()
 	for i := range streams {
 		m, _ := jsonrpc.Parse([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, i)))
-		streams[i], _ = s.register(m, i%7 != 3)
+		streams[i], _, _ = s.register(m, nil, i%7 != 3)
 	}
 	// The reference: the open SSE streams, oldest first.
 	var open []*stream

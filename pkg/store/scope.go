@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/base64"
 	"encoding/json"
+	"net/textproto"
 	"os"
 	"slices"
 	"strings"
@@ -134,13 +135,39 @@ func LegacyWrapName(argv []string) string {
 	return "wrap-" + canon.Sum(b)[:16]
 }
 
-// UpstreamScope is the scope of a remote server reached at url (wrap --upstream): the URL
-// itself (hashed; it may carry an account in its path or query), or the explicit name.
-func UpstreamScope(url, name string) Scope {
+// UpstreamScope is the scope of a remote server reached at url (wrap --upstream) with header
+// sent on every request: the URL itself (it may carry an account in its path or query) and
+// the headers (the account is in a token as a stdio server's is in its environment: two
+// tokens for one URL are two accounts, which must never share a receipt), hashed, values
+// never stored; or the explicit name. Without headers the id is the URL's alone, as before
+// headers counted. Vars holds the headers' names (canonical form).
+func UpstreamScope(url, name string, header map[string][]string) Scope {
 	if name != "" {
 		return WrapScope(nil, name, nil, "")
 	}
-	return Scope{ID: describe(map[string]any{"upstream": text(url)})}
+	d := map[string]any{"upstream": text(url)}
+	if len(header) == 0 {
+		return Scope{ID: describe(d)}
+	}
+	keys := make([]string, 0, len(header))
+	for k := range header {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // spellings of one name merge in one order
+	values := map[string][]any{}
+	var names []string
+	for _, k := range keys {
+		c := textproto.CanonicalMIMEHeaderKey(k)
+		if _, seen := values[c]; !seen {
+			names = append(names, c)
+		}
+		for _, v := range header[k] {
+			values[c] = append(values[c], text(v))
+		}
+	}
+	slices.Sort(names)
+	d["headers"] = values
+	return Scope{ID: describe(d), Vars: names}
 }
 
 // ForPrincipal is the scope id of the calls one principal makes in scope s: two users' (or

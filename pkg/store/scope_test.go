@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/store"
@@ -60,7 +62,7 @@ func TestScopeKeepsBytesThatAreNotUTF8(t *testing.T) {
 		"env name":       {store.WrapScope([]string{"srv"}, "", []string{"A\xff=1"}, "/").ID, store.WrapScope([]string{"srv"}, "", []string{"A\xfe=1"}, "/").ID},
 		"directory":      {store.WrapScope([]string{"srv"}, "", env, "/d\xff").ID, store.WrapScope([]string{"srv"}, "", env, "/d\xfe").ID},
 		"--scope name":   {store.WrapScope(nil, "n\xff", nil, "").ID, store.WrapScope(nil, "n\xfe", nil, "").ID},
-		"upstream URL":   {store.UpstreamScope("http://h/\xff", "").ID, store.UpstreamScope("http://h/\xfe", "").ID},
+		"upstream URL":   {store.UpstreamScope("http://h/\xff", "", nil).ID, store.UpstreamScope("http://h/\xfe", "", nil).ID},
 		"principal":      {store.WrapScope(nil, "x", nil, "").ForPrincipal("key:\xff"), store.WrapScope(nil, "x", nil, "").ForPrincipal("key:\xfe")},
 		"U+FFFD itself":  {store.WrapScope(nil, "n\xff", nil, "").ID, store.WrapScope(nil, "n\uFFFD", nil, "").ID},
 		"invalid vs raw": {store.WrapScope([]string{"srv", "\xff"}, "", env, "/").ID, store.WrapScope([]string{"srv", "\uFFFD"}, "", env, "/").ID},
@@ -74,12 +76,42 @@ func TestScopeKeepsBytesThatAreNotUTF8(t *testing.T) {
 	for got, want := range map[string]string{
 		store.WrapScope(nil, "billing", nil, "").ID:                                                        "3bc06e237a5ea972b4fb1223a37b844f18c74d399d4a4f2c698a4215acb71c34",
 		store.WrapScope([]string{"npx", "-y", "srv é"}, "", []string{"PATH=/bin", "ACCOUNT=é"}, "/srv").ID: "25118b4747cd2318e923afe7e64a23598fe5ca5109b4e56c84b73951c5eefb03",
-		store.UpstreamScope("https://h/mcp?a=é", "").ID:                                                    "4c418ac9992714d247fe7b36830c04502182020f22f158f06847162b36bee8e0",
+		store.UpstreamScope("https://h/mcp?a=é", "", nil).ID:                                               "4c418ac9992714d247fe7b36830c04502182020f22f158f06847162b36bee8e0",
 		store.WrapScope(nil, "", []string{"A=1"}, "/").ID:                                                  "e6b9fb0fcdc27fcdc425dfcab9bc6c9586da7c99784b380fa490daca1fcb0231",
 		store.WrapScope(nil, "billing", nil, "").ForPrincipal("key:alice"):                                 "91124ae4ad4edefe012ca85e14a96d4e0ccf7546b7cce512b7b52a1d10688116",
 	} {
 		if got != want {
 			t.Errorf("a scope of valid text changed: %s, was %s", got, want)
 		}
+	}
+}
+
+// An upstream's account is in the token wrap sends it: two tokens for one URL are two scopes
+// (and so never share a receipt), however a header's name is spelt; no headers keep the id of
+// the URL alone; the values are never kept in the Scope.
+func TestUpstreamScopeHashesItsHeaders(t *testing.T) {
+	const u = "https://mcp.example.com/mcp"
+	alice := store.UpstreamScope(u, "", map[string][]string{"Authorization": {"Bearer alice-secret"}})
+	bob := store.UpstreamScope(u, "", map[string][]string{"Authorization": {"Bearer bob-secret"}})
+	if alice.ID == bob.ID {
+		t.Fatal("two tokens for one upstream share a scope")
+	}
+	if bare := store.UpstreamScope(u, "", nil); bare.ID == alice.ID || bare.ID != store.UpstreamScope(u, "", map[string][]string{}).ID {
+		t.Fatal("no headers: not the URL's own scope")
+	}
+	if low := store.UpstreamScope(u, "", map[string][]string{"authorization": {"Bearer alice-secret"}}); low.ID != alice.ID {
+		t.Fatal("a header name's spelling changed the scope")
+	}
+	if two := store.UpstreamScope(u, "", map[string][]string{"Authorization": {"Bearer alice-secret"}, "X-Tenant": {"7"}}); two.ID == alice.ID {
+		t.Fatal("another header's value left the scope unchanged")
+	}
+	if inv := store.UpstreamScope(u, "", map[string][]string{"X-Account": {"\xff"}}); inv.ID == store.UpstreamScope(u, "", map[string][]string{"X-Account": {"\xfe"}}).ID {
+		t.Fatal("header values that differ only in invalid bytes share a scope")
+	}
+	if named := store.UpstreamScope(u, "pay", map[string][]string{"Authorization": {"Bearer alice-secret"}}); named.ID != store.WrapScope(nil, "pay", nil, "").ID {
+		t.Fatal("--scope NAME is not the name alone")
+	}
+	if strings.Contains(fmt.Sprintf("%+v", alice), "alice-secret") || len(alice.Vars) != 1 || alice.Vars[0] != "Authorization" {
+		t.Fatalf("the scope keeps %+v, want the header names only", alice)
 	}
 }
