@@ -35,16 +35,18 @@ func TestDocumentedVerifierOnExportedCerts(t *testing.T) {
 		t.Fatal("docs/CERTS.md has no python block")
 	}
 	deep := strings.Repeat(`[{"k":`, (fence.MaxNesting-2)/2) + `-0` + strings.Repeat(`}]`, (fence.MaxNesting-2)/2)
-	calls := []struct{ args, result string }{
-		{`{"amount":9007199254740993,"rate":0.10000000000000000555,"neg":-0,"huge":1e400,"n":[1.0,1e21,123456789012345678901234,4.9e3,-25e-9]}`, `{"ok":true,"big":-1E400}`},
-		{`{"name":"\u00e9e\u0301\ud83d\ude00\n<>&\u2028\u2029\u0001\u007f\/","z":{"\ue000":1,"\ud83d\ude00":2,"a":{}}}`, `{"content":[{"type":"text","text":"cut \ud83d"}], "structuredContent":{"k":1,"k":2}}`},
-		{`{"d":` + deep + `}`, `[` + deep + `]`},
+	calls := []struct{ args, result, more string }{
+		{`{"amount":9007199254740993,"rate":0.10000000000000000555,"neg":-0,"huge":1e400,"n":[1.0,1e21,123456789012345678901234,4.9e3,-25e-9]}`, `{"ok":true,"big":-1E400}`, ""},
+		{`{"name":"\u00e9e\u0301\ud83d\ude00\n<>&\u2028\u2029\u0001\u007f\/","z":{"\ue000":1,"\ud83d\ude00":2,"a":{}}}`, `{"content":[{"type":"text","text":"cut \ud83d"}], "structuredContent":{"k":1,"k":2}}`, ""},
+		{`{"d":` + deep + `}`, `[` + deep + `]`, ""},
+		// What privacy.md's settings put in a cert: "[redacted]" args, a result kept as its digest.
+		{`{"card":{"number":"4242424242424242","cvc":"123"},"amount":5}`, `{"key":"sk_live_x"}`, `,"redact":["card.number","card.cvc"],"keep_result":"hash"`},
 	}
 
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := startServe(t, "--ledger", path)
 	for i, c := range calls {
-		p := s.prepare(fmt.Sprintf(`{"intent":"doc-%d","tool":"t","agent":"a","domain":"d","args":%s}`, i, c.args))
+		p := s.prepare(fmt.Sprintf(`{"intent":"doc-%d","tool":"t","agent":"a","domain":"d","args":%s%s}`, i, c.args, c.more))
 		if p.Status != serve.StatusFresh {
 			t.Fatalf("prepare %d: %+v", i, p)
 		}
