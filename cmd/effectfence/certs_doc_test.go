@@ -93,4 +93,8 @@ func TestDocumentedVerifierOnExportedCerts(t *testing.T) {
 	if certs != len(calls) {
 		t.Fatalf("export holds %d certs, want %d:\n%.1000s", certs, len(calls), r.stdout)
 	}
+	// effectfence's own verifier agrees, redacted records included.
+	if r := runBinary(t, []string{store.EnvLedger + "=" + path, "NO_COLOR=1"}, "", "ledger", "verify"); r.code != exitOK {
+		t.Fatalf("ledger verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }
