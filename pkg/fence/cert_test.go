@@ -148,6 +148,8 @@ func TestDocumentedVerifier(t *testing.T) {
 	for i, c := range []struct{ args, result string }{
 		{`{"amount":9007199254740993,"rate":0.10000000000000000555,"huge":1e400,"tiny":-25e-9,"n":[1.0,1e21,123456789012345678901234]}`, `{"ok":true}`},
 		{`{"name":"\u00e9\ud83d\ude00\n<>","z":{"\ue000":1,"\ud83d\ude00":2}}`, `{"content":[{"type":"text","text":"cut \ud83d"}], "structuredContent":{"k":1,"k":2,"big":1e400}}`},
+		// As deep as prepare accepts: beyond what Python's json module parses.
+		{`{"d":` + strings.Repeat(`[{"k":`, (fence.MaxNesting-2)/2) + `1e400` + strings.Repeat(`}]`, (fence.MaxNesting-2)/2) + `}`, `{"ok":true}`},
 	} {
 		adm, err := eng.Prepare(ctx, fence.Request{Intent: fmt.Sprint("doc-", i), Tool: "t", Args: json.RawMessage(c.args), Agent: "a"})
 		if err != nil {

@@ -19,7 +19,8 @@ import (
 // engine reuses the clock of an agent's first tick): read it, never modify it in place.
 type VectorClock map[string]uint64
 
-// Tick returns a copy of v with agent's counter incremented.
+// Tick returns a copy of v with agent's counter incremented. A counter at math.MaxUint64
+// wraps to zero; Engine.Prepare refuses a request whose agent's counter is there.
 func (v VectorClock) Tick(agent string) VectorClock {
 	out := v.clone(1)
 	out[agent]++

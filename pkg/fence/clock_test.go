@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -135,6 +136,32 @@ func TestClaimClocks(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Admission ticks the deciding agent's counter, so a request whose counter for that agent is
+// at its maximum is refused: the tick wrapped it to zero, and the cert's clock ({} once the
+// zero entry is dropped) came before every clock the agent had seen. Another agent's counter
+// at the maximum is only carried.
+func TestClockAtItsMaximumIsRefused(t *testing.T) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	const top = ^uint64(0)
+	_, err := eng.Prepare(ctx, fence.Request{Intent: "top", Tool: "t", Agent: "a", Clock: fence.VectorClock{"a": top, "b": 3}})
+	var inv fence.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "vector_clock" {
+		t.Fatalf("a clock whose agent's counter cannot be ticked: %v; want invalid_request on vector_clock", err)
+	}
+	if rec, err := eng.Status(ctx, "top"); err != nil || rec.State != fence.StateNone {
+		t.Fatalf("the refused request left %+v, %v", rec, err)
+	}
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "top", Tool: "t", Agent: "b", Clock: fence.VectorClock{"a": top, "b": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := eng.Commit(ctx, *adm.Ticket, nil)
+	if err != nil || !cert.Clock.Equal(fence.VectorClock{"a": top, "b": 4}) {
+		t.Fatalf("another agent's counter at the maximum: cert clock %v, %v", cert.Clock, err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -98,9 +99,14 @@ func (e *Engine) validate(req *Request, c *call) error {
 		return InvalidError{"parent", "must be valid UTF-8"}
 	}
 	if len(req.Clock) > 0 { // ranging over an empty map still sets up an iterator
-		for k := range req.Clock {
+		for k, n := range req.Clock {
 			if !validUTF8(k) {
 				return InvalidError{"vector_clock", "agent names must be valid UTF-8"}
+			}
+			// Admission ticks the deciding agent's counter: at its maximum it would wrap to
+			// zero, and the cert's clock would go back before everything the agent knew.
+			if n == math.MaxUint64 && k == req.Agent {
+				return InvalidError{"vector_clock", fmt.Sprintf("the counter of agent %q is at its maximum and cannot be ticked", k)}
 			}
 		}
 	}

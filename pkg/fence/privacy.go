@@ -90,27 +90,26 @@ func (c *Cert) ResultNotKept() (sha256 string, ok bool) {
 	return x.SHA256, ok && len(x.SHA256) == 64
 }
 
-// SameResult reports whether result is the result the cert records (compared canonically, or
-// by digest when only the digest was kept).
-func (c *Cert) SameResult(result []byte) (bool, error) {
+// SameResult reports whether result is the result the cert records: the very bytes, or the
+// same value compared canonically (by digest when only the digest was kept). A result with no
+// canonical form (a lone surrogate, a member written twice, not JSON) is the recorded one only
+// as the very bytes; so is a recorded result with none.
+func (c *Cert) SameResult(result []byte) bool {
 	if len(result) == 0 {
 		result = []byte("null")
 	}
 	if c.ResultSHA256 != "" && canon.Sum(result) == c.ResultSHA256 {
-		return true, nil // the very bytes recorded
+		return true // the very bytes recorded
 	}
 	r, err := canon.JSON(result)
 	if err != nil {
-		return false, InvalidError{"result", err.Error()}
+		return false
 	}
 	if sum, ok := c.ResultNotKept(); ok {
-		return canon.Sum(r) == sum, nil
+		return canon.Sum(r) == sum
 	}
 	rec, err := canon.JSON(orNull(c.Result))
-	if err != nil {
-		return false, err
-	}
-	return bytes.Equal(r, rec), nil
+	return err == nil && bytes.Equal(r, rec)
 }
 
 // keptResult is what the ledger stores of a result under keep: the exact bytes, or (KeepHash)

@@ -94,10 +94,10 @@ func TestKeepHashNeverReruns(t *testing.T) {
 	if all, _ := json.Marshal(rec); strings.Contains(string(all), "supersecret") {
 		t.Fatalf("the record keeps the result: %s", all)
 	}
-	if same, err := cert.SameResult([]byte(`{"id":7,"key":"sk_live_supersecret"}`)); err != nil || !same {
-		t.Fatalf("the same result (respelled) does not match its digest: %v %v", same, err)
+	if !cert.SameResult([]byte(`{"id":7,"key":"sk_live_supersecret"}`)) {
+		t.Fatal("the same result (respelled) does not match its digest")
 	}
-	if same, _ := cert.SameResult([]byte(`{"id":8}`)); same {
+	if cert.SameResult([]byte(`{"id":8}`)) {
 		t.Fatal("a different result matches the digest")
 	}
 	for range 3 {

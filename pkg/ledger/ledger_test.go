@@ -92,6 +92,26 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 	}
 }
 
+// A record with redacted fields verifies: its args hold "[redacted]" where the fingerprint saw
+// the values, so its fingerprint cannot be recomputed and is not a problem; its cert still
+// binds the args it keeps, so an edit of them is.
+func TestVerifyRedactedRecords(t *testing.T) {
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	committed(t, eng, fence.Request{Intent: "r", Tool: "pay", Args: []byte(`{"card":{"number":"4242"},"amount":5}`), Redact: []string{"card.number"}})
+	if _, err := eng.Prepare(ctx, fence.Request{Intent: "held", Tool: "pay", Args: []byte(`{"card":{"number":"4343"}}`), Redact: []string{"card.number"}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ledger.Verify(ctx, st)
+	if err != nil || !rep.OK() || rep.Verified != 1 {
+		t.Fatalf("a ledger with redacted records: %+v %v", rep, err)
+	}
+	edit(t, st, "r", func(r *fence.Record) { r.Args = []byte(`{"amount":6,"card":{"number":"[redacted]"}}`) })
+	if rep, err := ledger.Verify(ctx, st); err != nil || rep.OK() || !strings.Contains(rep.Problems[0].What, "args") {
+		t.Fatalf("edited args of a redacted record: %+v %v", rep, err)
+	}
+}
+
 func TestVerifyParentLinks(t *testing.T) {
 	st := fence.NewMemoryStore()
 	eng := fence.New(st, fence.Config{})

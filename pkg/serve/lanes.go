@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -147,6 +148,14 @@ func (sc *scheduler) answer(l lane, msg []byte) (b []byte) {
 		}
 	}()
 	resp := sc.s.mcp.HandleMessage(sc.ctx, msg)
+	if e, ok := resp.(mcp.JSONRPCError); ok && e.Error.Code == mcp.INVALID_REQUEST {
+		// mcp-go decodes arguments into Go values before any handler runs, and refuses a
+		// number beyond float64 (1e400), which the fence keeps exactly: without this a
+		// holder could never commit a result holding one. The arguments go round mcp-go.
+		if stripped, args, ok := withoutArguments(msg); ok {
+			resp = sc.s.mcp.HandleMessage(context.WithValue(sc.ctx, rawArgumentsKey{}, args), stripped)
+		}
+	}
 	if resp == nil {
 		return nil
 	}
@@ -184,4 +193,41 @@ func readLines(in io.Reader, max int, out io.Writer, lines chan<- []byte, done c
 			return
 		}
 	}
+}
+
+// rawArgumentsKey marks a context carrying a tools/call's arguments that mcp-go was not shown
+// (withoutArguments).
+type rawArgumentsKey struct{}
+
+// withoutArguments returns msg, a tools/call, with params.arguments replaced by {}, and the
+// arguments it held, when they are what mcp-go cannot decode into Go values (a number beyond
+// float64's range). It declines a message it cannot read, one whose arguments decode, and one
+// with another member that encoding/json would also take for arguments ("Arguments"): what
+// mcp-go then answers stands.
+func withoutArguments(msg []byte) ([]byte, json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	var params map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil || json.Unmarshal(m["params"], &params) != nil {
+		return nil, nil, false
+	}
+	args, ok := params["arguments"]
+	if !ok || json.Unmarshal(args, new(any)) == nil {
+		return nil, nil, false
+	}
+	for k := range params {
+		if k != "arguments" && strings.EqualFold(k, "arguments") {
+			return nil, nil, false
+		}
+	}
+	params["arguments"] = json.RawMessage("{}")
+	p, err := json.Marshal(params)
+	if err != nil {
+		return nil, nil, false
+	}
+	m["params"] = p
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, nil, false
+	}
+	return out, args, true
 }

@@ -91,6 +91,9 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 	tool.InputSchema.Type = "" // the raw schema is the whole schema
 	s.mcp.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := []byte(req.Params.RawArguments)
+		if raw, ok := ctx.Value(rawArgumentsKey{}).(json.RawMessage); ok {
+			args = raw
+		}
 		if len(args) == 0 || string(args) == "null" {
 			args = []byte("{}")
 		}
@@ -174,11 +177,7 @@ func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 	}
 	// A retried commit of the same ticket gets the recorded cert: say so if its result is not
 	// the one this call sent, rather than call it recorded.
-	same, err := cert.SameResult([]byte(in.Result))
-	if err != nil {
-		return nil, err
-	}
-	if !same {
+	if !cert.SameResult([]byte(in.Result)) {
 		return nil, ResultDiffersError{Cert: cert}
 	}
 	if _, hashOnly := cert.ResultNotKept(); hashOnly {

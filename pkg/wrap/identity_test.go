@@ -41,6 +41,15 @@ func TestIdentify(t *testing.T) {
 	if err != nil || n1.intent == n2.intent || h1.intent == h2.intent || n1.fp == n2.fp {
 		t.Fatalf("distinct numbers share an identity: %v", err)
 	}
+	// Strings are compared by code point after unescaping, never normalised: "\u00e9" is "é",
+	// but "é" decomposed (e and a combining acute, what NFD gives) is another value and another
+	// call (docs/identity.md).
+	esc, _ := identify("S", "charge", []byte(`{"name":"Jos\u00e9"}`), nil, nil)
+	nfc, _ := identify("S", "charge", []byte("{\"name\":\"Jos\u00e9\"}"), nil, nil)
+	nfd, _ := identify("S", "charge", []byte("{\"name\":\"Jose\u0301\"}"), nil, nil)
+	if esc.intent != nfc.intent || nfc.intent == nfd.intent || nfc.fp == nfd.fp {
+		t.Fatalf("unicode: escaped %s, NFC %s, NFD %s", esc.intent, nfc.intent, nfd.intent)
+	}
 	// The scope is part of the identity; the engine's fingerprint (tool and args) is not scoped.
 	s2, _ := identify("other", "charge", []byte(`{"amount":5,"meta":{"ts":1,"who":"a"}}`), nil, nil)
 	if s2.intent == base.intent || s2.fp != base.fp {

@@ -70,3 +70,49 @@ func TestScopeSeparatesFilesystemServersByDirectory(t *testing.T) {
 		w.Close()
 	}
 }
+
+// docs/identity.md: `--scope NAME` replaces the derived scope, so a fleet whose wrap processes
+// run in different directories and environments shares receipts; without it they are two
+// servers. Two real wrap processes in two directories (and with two environments: each rig's
+// server writes its own effects file) on one ledger, a SQLite file and a PostgreSQL schema.
+func TestScopeNameSharesReceiptsAcrossDirectories(t *testing.T) {
+	t.Parallel()
+	ledgers := map[string]func(*testing.T) string{
+		"sqlite":   func(t *testing.T) string { return filepath.Join(t.TempDir(), "shared.db") },
+		"postgres": func(t *testing.T) string { _, u := cutLedger(t); return u },
+	}
+	for name, ledger := range ledgers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			shared := ledger(t)
+			run := func(args string, flags ...string) (result, *rig) {
+				t.Helper()
+				r := newRig(t)
+				r.ledger = shared
+				r.workDir = t.TempDir()
+				w := r.wrap(flags...)
+				defer w.Close()
+				return call(t, w.Session, "charge", args), r
+			}
+			// Without a name: two scopes, each call runs on its own server.
+			for i := range 2 {
+				if x, r := run(`{"amount":41}`); x.IsError || x.replayed() || r.effectCount() != 1 {
+					t.Fatalf("derived scope, wrap %d: %q (replayed %v), %d effects; want the call run", i, x.text(), x.replayed(), r.effectCount())
+				}
+			}
+			// With one name: one scope; the second directory's duplicate is replayed, not run.
+			first, r1 := run(`{"amount":42}`, "--scope", "fleet-1")
+			if first.IsError || first.replayed() || r1.effectCount() != 1 {
+				t.Fatalf("--scope, first wrap: %q (replayed %v), %d effects", first.text(), first.replayed(), r1.effectCount())
+			}
+			second, r2 := run(`{"amount":42}`, "--scope", "fleet-1")
+			if !second.replayed() || r2.effectCount() != 0 || second.text() != first.text() {
+				t.Fatalf("--scope, second wrap in another directory: %q (replayed %v), %d effects; want the first one's result replayed", second.text(), second.replayed(), r2.effectCount())
+			}
+			// Another name is another server.
+			if x, r := run(`{"amount":42}`, "--scope", "fleet-2"); x.replayed() || r.effectCount() != 1 {
+				t.Fatalf("--scope fleet-2: %q (replayed %v), %d effects; want the call run", x.text(), x.replayed(), r.effectCount())
+			}
+		})
+	}
+}

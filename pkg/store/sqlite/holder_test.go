@@ -22,8 +22,9 @@ import (
 
 // holderHelper is a holder process: it opens the ledger, claims EFFECTFENCE_TEST_INTENT with a
 // lease of EFFECTFENCE_TEST_LEASE_MS and no heartbeat, prints "owner OWNER" and "claimed", and
-// then obeys stdin: "commit" commits (printing "committed HASH" or "refused CODE"), "judge
-// OWNER" prints what this process can tell about OWNER.
+// then obeys stdin: "commit" commits (printing "committed HASH" or "refused CODE"),
+// "heartbeat" renews ("renewed"), "release" and "abort" end the claim ("ended"), "judge OWNER"
+// prints what this process can tell about OWNER.
 func holderHelper() error {
 	if h := os.Getenv("EFFECTFENCE_TEST_HOSTNAME"); h != "" {
 		if err := syscall.Sethostname([]byte(h)); err != nil {
@@ -58,6 +59,22 @@ func holderHelper() error {
 				fmt.Printf("refused %s\n", fence.CodeOf(err))
 			} else {
 				fmt.Printf("committed %s\n", c.Hash)
+			}
+		case "heartbeat":
+			if _, err := eng.Heartbeat(ctx, *adm.Ticket); err != nil {
+				fmt.Printf("refused %s\n", fence.CodeOf(err))
+			} else {
+				fmt.Println("renewed")
+			}
+		case "release", "abort":
+			end := eng.Release
+			if cmd == "abort" {
+				end = eng.Abort
+			}
+			if err := end(ctx, *adm.Ticket, "holder says "+cmd); err != nil {
+				fmt.Printf("refused %s\n", fence.CodeOf(err))
+			} else {
+				fmt.Println("ended")
 			}
 		case "judge":
 			fmt.Printf("judged %s\n", fence.OwnerLiveness(arg))
@@ -315,5 +332,66 @@ func TestUnsharePIDHolder(t *testing.T) {
 	u := startHolder(t, path, "pidns:2", lease, false, nil, unshare, "-p", "--fork", "--")
 	if got := u.say("judge " + fence.LocalOwner()); got != "judged cannot tell" {
 		t.Fatalf("with a foreign /proc, this process is %q, want cannot tell", got)
+	}
+}
+
+// TestStoppedHolderOutOfSightReclaimed: a holder in another PID namespace (so out of sight,
+// like a holder on another host) whose claim is re-run safe is SIGSTOPped past its lease. The
+// next attempt, from this process, takes the claim over. After SIGCONT the old holder can
+// record nothing over it, while it runs the effect or after it committed: heartbeat, abort,
+// release and commit are each refused with lease_lost, duplicates replay the new holder's
+// cert, and the old holder's late commit is kept in the audit trail.
+func TestStoppedHolderOutOfSightReclaimed(t *testing.T) {
+	unshare := needUnshare(t)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	const lease = 800 * time.Millisecond
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
+
+	h := startHolder(t, path, "stopped:reclaimed", lease, true, nil, unshare, "-p", "--fork", "--mount-proc", "--")
+	if l := fence.OwnerLiveness(h.owner); l != fence.CannotTell {
+		t.Fatalf("holder in another PID namespace (%s) judged %s, want cannot tell", h.owner, l)
+	}
+	// The holder is unshare's child; stop that process, not unshare.
+	up := h.cmd.Process.Pid
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", up, up))
+	holder, err2 := strconv.Atoi(strings.TrimSpace(string(kids)))
+	if err != nil || err2 != nil {
+		t.Fatalf("the holder under unshare (pid %d): children %q: %v %v", up, kids, err, err2)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(holder, syscall.SIGCONT) }) // before unshare is killed
+	if err := syscall.Kill(holder, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, holder, 'T')
+	time.Sleep(2 * lease)
+
+	adm, err := eng.Prepare(ctx, holderReq("stopped:reclaimed"))
+	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
+		t.Fatalf("the lapsed re-run-safe claim of a holder out of sight: %+v %v; want reclaimed", adm, err)
+	}
+	if err := syscall.Kill(holder, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Woken while the new holder runs the effect, and after it recorded its result.
+	for _, cmd := range []string{"heartbeat", "commit"} {
+		if got := h.say(cmd); got != "refused "+fence.CodeLeaseLost {
+			t.Fatalf("the resumed holder's %s while the claim is taken over: %s; want refused %s", cmd, got, fence.CodeLeaseLost)
+		}
+	}
+	cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"by":"reclaimer"}`))
+	if err != nil {
+		t.Fatalf("the new holder's commit: %v", err)
+	}
+	for _, cmd := range []string{"heartbeat", "abort", "release", "commit"} {
+		if got := h.say(cmd); got != "refused "+fence.CodeLeaseLost {
+			t.Fatalf("the resumed holder's %s after the new holder's commit: %s; want refused %s", cmd, got, fence.CodeLeaseLost)
+		}
+	}
+	dup, err := eng.Prepare(ctx, holderReq("stopped:reclaimed"))
+	if err != nil || dup.Fresh() || dup.Cert.Hash != cert.Hash || string(dup.Cert.Result) != `{"by":"reclaimer"}` {
+		t.Fatalf("a duplicate after the old holder woke: %+v %v; want the reclaimer's cert", dup, err)
+	}
+	if kinds := strings.Join(eventKinds(t, eng, "stopped:reclaimed"), ","); !strings.HasPrefix(kinds, "reclaim,") || !strings.Contains(kinds, fence.EventLateResult) {
+		t.Fatalf("audit trail %s, want the reclaim and the old holder's late result", kinds)
 	}
 }

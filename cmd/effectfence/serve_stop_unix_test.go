@@ -1,0 +1,54 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// A serve process holding a claim is stopped (SIGSTOP) while another agent, through another
+// serve process, waits for the claim's outcome (wait_secs 30). The wait ends once the lease
+// lapses, with the intent unknown and healable, not after 30 s: a stalled holder cannot hold
+// its waiters (RELIABILITY.md, "When a late result heals"). After SIGCONT the holder's commit
+// heals the intent and the waiter's retry receives its result.
+func TestServeWaiterOnAStoppedHolderEndsWithTheLease(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	const prep = `{"intent":"charge:o-3","tool":"charge_card","args":{"amount":4900}}`
+	a := startServe(t, "--ledger", ledger, "--lease-secs", "2")
+	b := startServe(t, "--ledger", ledger, "--lease-secs", "2")
+	p := a.prepare(prep)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+
+	start := time.Now()
+	r := b.refused(serve.ToolPrepare, `{"intent":"charge:o-3","tool":"charge_card","args":{"amount":4900},"wait_secs":30}`)
+	took := time.Since(start)
+	if r.Code != fence.CodePriorFailure || r.State != fence.StateUnknown {
+		t.Fatalf("a waiter on a stopped holder: %+v; want prior_failure, unknown", r)
+	}
+	if since := time.Since(p.Ticket.LeaseUntil); took > 10*time.Second || since < 0 {
+		t.Fatalf("the waiter was answered after waiting %s, %s after the lease lapsed; want soon after it lapsed", took, since)
+	}
+
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	raw, isErr := a.call(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_3"}}`)
+	var c serve.CommitResult
+	if isErr || json.Unmarshal(raw, &c) != nil || c.Cert == nil {
+		t.Fatalf("the resumed holder's commit: %s", raw)
+	}
+	if d := b.prepare(`{"intent":"charge:o-3","tool":"charge_card","args":{"amount":4900},"wait_secs":30}`); d.Status != serve.StatusAlreadyDone || d.Cert == nil || d.Cert.Hash != c.Cert.Hash {
+		t.Fatalf("the waiter's retry after the heal: %+v", d)
+	}
+}

@@ -1,0 +1,103 @@
+package fence
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestOwnerLivenessRules holds the table of docs/RELIABILITY.md ("Who holds a claim") against
+// real processes: a running child, the same child stopped, a zombie and a reaped one, and
+// owner strings that differ from a live one only where the table says they must (start time,
+// boot id, PID namespace, host name, the older three-part form).
+func TestOwnerLivenessRules(t *testing.T) {
+	t.Parallel()
+	me := whereAmI()
+	if !me.sound {
+		t.Skip("skipped: this process's /proc is not its own PID namespace's")
+	}
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skipf("skipped: no sleep command: %v", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	pid := child.Process.Pid
+	start, state := procStat(pid)
+	if start == 0 || state == 0 {
+		t.Fatalf("cannot read /proc/%d/stat", pid)
+	}
+	owner := func(host string, pid int, start uint64, boot, ns string) string {
+		return fmt.Sprintf("%s/%d/%d/%s/%s", host, pid, start, boot, ns)
+	}
+	live := owner("elsewhere", pid, start, me.boot, me.pidns)
+	otherBoot := strings.Repeat("0", 8) + me.boot[8:]
+	if otherBoot == me.boot {
+		otherBoot = strings.Repeat("1", 8) + me.boot[8:]
+	}
+	for _, c := range []struct {
+		what  string
+		owner string
+		want  Liveness
+	}{
+		{"this process", me.owner, Alive},
+		{"a running process, recorded under another host name", live, Alive},
+		{"a running process with another start time (its pid reused)", owner("h", pid, start+1, me.boot, me.pidns), Dead},
+		{"another boot", owner("h", pid, start+1, otherBoot, me.pidns), CannotTell},
+		{"another PID namespace", owner("h", pid, start+1, me.boot, "4026531000"), CannotTell},
+		{"the older form host/pid/start", fmt.Sprintf("h/%d/%d", pid, start+1), CannotTell},
+		{"no start time", owner("h", pid, 0, me.boot, me.pidns), CannotTell},
+		{"not an owner", "garbage", CannotTell},
+	} {
+		if got := OwnerLiveness(c.owner); got != c.want {
+			t.Errorf("%s (%s): %s, want %s", c.what, c.owner, got, c.want)
+		}
+	}
+
+	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitProcState(t, pid, 'T')
+	if got := OwnerLiveness(live); got != Alive {
+		t.Errorf("a stopped process: %s, want alive", got)
+	}
+	_ = child.Process.Signal(syscall.SIGCONT)
+
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitProcState(t, pid, 'Z') // killed, not reaped
+	if got := OwnerLiveness(live); got != Dead {
+		t.Errorf("a zombie: %s, want dead", got)
+	}
+	_ = child.Wait()
+	if got := OwnerLiveness(live); got != Dead {
+		t.Errorf("a killed and reaped process: %s, want dead", got)
+	}
+	// Gone, but recorded in a form or a place this process cannot judge: never called dead.
+	for _, o := range []string{
+		fmt.Sprintf("h/%d/%d", pid, start),
+		owner("h", pid, start, otherBoot, me.pidns),
+		owner("h", pid, start, me.boot, "4026531000"),
+	} {
+		if got := OwnerLiveness(o); got != CannotTell {
+			t.Errorf("a gone process recorded as %s: %s, want cannot tell", o, got)
+		}
+	}
+}
+
+func waitProcState(t *testing.T, pid int, want byte) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, s := procStat(pid); s == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never reached state %c", pid, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
