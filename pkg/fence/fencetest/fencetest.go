@@ -738,11 +738,13 @@ func contains(xs []string, x string) bool {
 }
 
 func testHeartbeat(t *testing.T, newStore Factory) {
-	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 120 * time.Millisecond})
+	// Each heartbeat comes 200 ms after the one before, 300 ms before the lease would lapse: a
+	// margin a loaded machine (a fsync, a descheduled test) keeps; 120 ms and 50 ms did not.
+	eng := fence.New(newStore(t), fence.Config{LeaseTTL: 500 * time.Millisecond})
 	r := req("slow:1")
 	tk := mustFresh(t, eng, r)
 	for i := 0; i < 4; i++ {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 		next, err := eng.Heartbeat(ctx, tk)
 		if err != nil {
 			t.Fatalf("heartbeat %d: %v", i, err)
@@ -752,7 +754,7 @@ func testHeartbeat(t *testing.T, newStore Factory) {
 		}
 		tk = next
 	}
-	// 200 ms after the claim, longer than one lease: still held.
+	// 800 ms after the claim, longer than one lease: still held.
 	if _, err := eng.Prepare(ctx, r); !errors.Is(err, fence.ErrInFlight) {
 		t.Fatalf("heartbeated lease was taken over: %v", err)
 	}
