@@ -106,7 +106,7 @@ func TestFileStaysBoundedUnderSteadyStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	const rounds, perRound, workers = 6, 80, 16
+	const rounds, perRound, workers = 9, 80, 16
 	pad := strings.Repeat("p", 8000)
 	var sizes, wals []int64
 	written := 0
@@ -143,10 +143,14 @@ func TestFileStaysBoundedUnderSteadyStream(t *testing.T) {
 			t.Errorf("after round %d the WAL is %d bytes; checkpoints should keep it near 4 MiB", i, n)
 		}
 	}
+	// A round whose records the checkpoint moves into the file before the sweep has freed the
+	// round before's pages adds a round's worth once (seen at 1.56 times the plateau on a
+	// loaded machine). A file that kept every record would hold 7 to 9 rounds' worth in the
+	// last three rounds against the plateau's 3: over twice it.
 	plateau := sizes[2]
-	for i, n := range sizes[3:] {
-		if n > plateau+plateau/2 {
-			t.Errorf("after round %d the ledger is %d bytes; it plateaued at %d after round 2 (grows without bound?)", i+3, n, plateau)
+	for i, n := range sizes[6:] {
+		if n > 2*plateau {
+			t.Errorf("after round %d the ledger is %d bytes; it plateaued at %d after round 2 (grows without bound?)", i+6, n, plateau)
 		}
 	}
 	if int64(written) < 3*sizes[len(sizes)-1] {
