@@ -102,10 +102,10 @@ func openSession(t *testing.T, u string) string {
 	return sid
 }
 
-// trickleCall sends, on a new TCP connection, the headers of a POST of a charge_card call and
-// then its body one byte every 100 ms (the whole body would take over 10 s), and returns how
-// long the gateway took to answer and the answer's status; the test fails if the gateway had
-// not answered and closed the connection within limit.
+// trickleCall sends, on a new TCP connection to rawURL, the headers of a POST of a charge_card
+// call and then its body one byte every 100 ms (the whole body would take over 10 s), and
+// returns how long until the gateway had answered and closed the connection, and the answer's
+// status; the test fails if that took longer than limit.
 func trickleCall(t *testing.T, rawURL, sid, customer string, limit time.Duration) (time.Duration, int) {
 	t.Helper()
 	u, err := url.Parse(rawURL)
@@ -142,13 +142,12 @@ func trickleCall(t *testing.T, rawURL, sid, customer string, limit time.Duration
 	if err != nil {
 		t.Fatalf("no answer to a body trickling in for %s: %v", time.Since(start).Round(time.Millisecond), err)
 	}
-	took := time.Since(start)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after the answer to a trickling body (%d), the connection was not closed: %v", resp.StatusCode, err)
+		t.Fatalf("after the answer to a trickling body (%d), the connection was not closed within %s: %v", resp.StatusCode, limit, err)
 	}
-	return took, resp.StatusCode
+	return time.Since(start), resp.StatusCode
 }
 
 // docs/gateway.md, --body-timeout: a client that sends a POST's headers and then its body one
@@ -180,6 +179,18 @@ func TestSlowBodyIsCutAndRunsNothing(t *testing.T) {
 	}
 	if n, _ := demo.CountEffects(g.effects); n != 1 {
 		t.Fatalf("%d executions of the call sent whole, want 1", n)
+	}
+}
+
+// The bound holds for the gateway's other endpoints too: /healthz answers a POST at once
+// without reading its body, which the server then drains; a body trickling in is cut there.
+func TestSlowBodyToHealthzIsCut(t *testing.T) {
+	t.Parallel()
+	const bound = 300 * time.Millisecond
+	g := startBoundsGW(t, bound, time.Minute, time.Millisecond)
+	took, status := trickleCall(t, "http://"+g.host+"/healthz", "", "cus_h", 4*time.Second)
+	if status != http.StatusOK || took < bound {
+		t.Fatalf("/healthz with a trickling body: %d, closed after %s; want 200 and the connection cut after %s", status, took, bound)
 	}
 }
 

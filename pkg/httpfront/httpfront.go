@@ -400,7 +400,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		}
 		return
 	}
-	_ = rc.SetReadDeadline(time.Time{}) // the body is in: the answer may take as long as the call
+	// The body is in: the answer may take as long as the call. (The server lifts the deadline
+	// too when it starts watching for the client hanging up, at the body's end.)
+	_ = rc.SetReadDeadline(time.Time{})
 	m, err := jsonrpc.Parse(body)
 	if err != nil {
 		code, status := jsonrpc.CodeInvalidRequest, http.StatusBadRequest
