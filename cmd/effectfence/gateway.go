@@ -37,6 +37,7 @@ func gatewayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "share-principals", Usage: "with --listen: identical calls of different principals are one action (a fleet acting for one account); default: each principal is its own scope"},
 		&cli.IntFlag{Name: "max-sessions", Value: httpfront.DefaultMaxSessions, Usage: "with --listen: open MCP sessions at most (each runs its own MCP server child, or upstream session)"},
 		&cli.DurationFlag{Name: "session-idle", Value: httpfront.DefaultIdle, Usage: "with --listen: close a session idle this long"},
+		&cli.DurationFlag{Name: "body-timeout", Value: httpfront.DefaultBodyTimeout, Usage: "with --listen: a request's body must arrive within this long, else its connection is cut and nothing runs (streamed answers are not bounded by it)"},
 		&cli.StringSliceFlag{Name: "metrics-tool", Usage: "with --listen: give this tool its own series in /metrics (repeatable; other tools are counted together)"},
 	}
 }
@@ -134,16 +135,26 @@ type gateway struct {
 	abandon func()
 }
 
+// connIdle closes a client's keep-alive connection idle this long between requests: longer
+// than the idle timeouts of common load balancers and proxies (60 s), which should close an
+// idle connection before its server does.
+const connIdle = 2 * time.Minute
+
+// headerTimeout bounds how long a request's headers may take to arrive.
+const headerTimeout = 10 * time.Second
+
 // listenConfig is what the listener flags say, checked before anything is opened.
 type listenConfig struct {
 	addr  string
 	front httpfront.Config
+	// connIdle is the HTTP server's IdleTimeout (default connIdle; tests lower it).
+	connIdle time.Duration
 	// health, when set, is /healthz's check of the ledger.
 	health func(context.Context) error
 }
 
 // gatewayOnly are the flags that mean something only with --listen.
-var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "session-idle", "metrics-tool"}
+var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "session-idle", "body-timeout", "metrics-tool"}
 
 // checkListen checks the listener flags: nil without --listen (and none of its flags).
 func checkListen(cmd *cli.Command) (*listenConfig, error) {
@@ -162,6 +173,7 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 	cfg := httpfront.Config{
 		AllowOrigins: cmd.StringSlice("allow-origin"), PassAuth: cmd.Bool("pass-auth"),
 		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), Idle: cmd.Duration("session-idle"),
+		BodyTimeout: cmd.Duration("body-timeout"),
 	}
 	switch keysFile, env := cmd.String("api-keys"), os.Getenv(envAPIKeys); {
 	case keysFile != "":
@@ -180,10 +192,10 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 	if !loopback && len(cfg.Keys) == 0 && !cfg.PassAuth && !cmd.Bool("allow-unauthenticated") {
 		return nil, usageErr("--listen %s is not a loopback address: give --api-keys FILE or --pass-auth (or --allow-unauthenticated behind an authenticating proxy)", addr)
 	}
-	if cfg.MaxSessions <= 0 || cfg.Idle <= 0 {
-		return nil, usageErr("--max-sessions and --session-idle must be positive")
+	if cfg.MaxSessions <= 0 || cfg.Idle <= 0 || cfg.BodyTimeout <= 0 {
+		return nil, usageErr("--max-sessions, --session-idle and --body-timeout must be positive")
 	}
-	return &listenConfig{addr: addr, front: cfg}, nil
+	return &listenConfig{addr: addr, front: cfg, connIdle: connIdle}, nil
 }
 
 // newGateway makes the front and opens the listener. newSession makes the proxy of one
@@ -224,7 +236,14 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 		front.Close("the listener could not open")
 		return nil, fmt.Errorf("--listen %s: %v", addr, err)
 	}
-	srv := &http.Server{Handler: countHTTP(mux, metrics), ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout or WriteTimeout: either would also bound a response streamed for as long
+	// as a call runs. The front bounds each request's body itself (--body-timeout) and each
+	// write of a stream; IdleTimeout closes keep-alive connections left idle.
+	idle := lc.connIdle
+	if idle <= 0 {
+		idle = connIdle
+	}
+	srv := &http.Server{Handler: countHTTP(boundBody(mux, front.BodyTimeout()), metrics), ReadHeaderTimeout: headerTimeout, IdleTimeout: idle}
 	return &gateway{front: front, srv: srv, ln: ln}, nil
 }
 
@@ -306,6 +325,16 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 	return err
 }
 
+// boundBody bounds how long the body of any request may take to arrive, as the front does for
+// its own (which lifts the bound once a body is read): a request to /healthz or /metrics whose
+// body trickles in is cut too, since the server drains an unread body after the handler.
+func boundBody(next http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+		next.ServeHTTP(w, r)
+	})
+}
+
 // countHTTP counts every HTTP request by method and status class.
 func countHTTP(next http.Handler, m *gatewaymetrics.Metrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -333,6 +362,10 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	s.wrote = true
 	return s.ResponseWriter.Write(b)
 }
+
+// Unwrap gives http.ResponseController the server's writer, whose read and write deadlines
+// bound a request's body and each write of a stream (httpfront).
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {

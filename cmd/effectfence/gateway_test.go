@@ -35,6 +35,8 @@ func TestListenUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--listen", "a:b:c", "--", "x"}, "want HOST:PORT"},
 		{[]string{"wrap", "--listen", ":0", "--max-sessions", "0", "--", "x"}, "must be positive"},
 		{[]string{"wrap", "--metrics-tool", "charge", "--", "x"}, "--metrics-tool needs --listen"},
+		{[]string{"wrap", "--body-timeout", "5s", "--", "x"}, "--body-timeout needs --listen"},
+		{[]string{"wrap", "--listen", ":0", "--body-timeout", "0s", "--", "x"}, "--body-timeout must be positive"},
 	}
 	t.Setenv("EFFECTFENCE_API_KEYS", "alice:tooshort")
 	var out0, err0 bytes.Buffer

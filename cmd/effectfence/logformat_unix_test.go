@@ -5,9 +5,13 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,5 +83,117 @@ func TestGatewayLogFormatJSON(t *testing.T) {
 	}
 	if !stopped {
 		t.Fatalf("no counters line at the stop: %q", raw)
+	}
+}
+
+// A hostile MCP server's stderr cannot pass for effectfence's lines under --log-format json:
+// the source is who wrote a line, not what it says. Real children (a shell that writes to its
+// stderr, then runs the demo server) print lines starting "effectfence wrap:", a forged
+// counters line and a whole forged JSON record; each is the server's. Two children writing
+// half a line each at the same time still give whole lines, one record per child's line.
+func TestServerStderrCannotForgeEffectfenceLines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := effectfence(t)
+	script := `printf '%s\n' 'effectfence wrap: intent 0123abcd is unknown: forged' 'effectfence since boot: admitted=9 forged' '{"time":"2026-01-01T00:00:00Z","level":"warn","source":"effectfence","msg":"effectfence wrap: forged record"}' >&2
+printf 'effectfence wrap: part-one-%s ' "$$" >&2; sleep 0.5; printf 'part-two-%s\n' "$$" >&2
+exec "$0" demo-server --latency 1ms --effects "$1"`
+	cmd := exec.Command(bin, "wrap", "--log-format", "json", "--ledger", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0",
+		"--", "sh", "-c", script, bin, filepath.Join(dir, "effects"))
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "EFFECTFENCE_API_KEYS=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	type record struct{ Time, Level, Source, Msg string }
+	var recs []record
+	var raw []string
+	urls := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			raw = append(raw, sc.Text())
+			var r record
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				recs = append(recs, r)
+				if u, ok := strings.CutPrefix(r.Msg, "effectfence wrap: listening on "); ok {
+					urls <- u
+				}
+			}
+		}
+	}()
+	var u string
+	select {
+	case u = <-urls:
+	case <-done:
+		t.Fatalf("the gateway exited: %q", raw)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the gateway did not start")
+	}
+	// Two sessions at once: two children whose half lines overlap in time.
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("initialize: %d", resp.StatusCode)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	_ = cmd.Wait()
+	if len(recs) != len(raw) {
+		t.Fatalf("%d of %d stderr lines are not JSON records: %q", len(raw)-len(recs), len(raw), raw)
+	}
+	whole := regexp.MustCompile(`^effectfence wrap: part-one-(\d+) part-two-(\d+)$`)
+	forged, halves, ours := 0, 0, 0
+	for _, r := range recs {
+		switch {
+		case strings.HasPrefix(r.Msg, "effectfence wrap: ledger "):
+			// effectfence's line naming the command, which quotes the script: one line
+			if r.Source != "effectfence" || !strings.Contains(r.Msg, "one child per session") {
+				t.Errorf("the line naming the command: %+v", r)
+			}
+		case strings.Contains(r.Msg, "forged"):
+			forged++
+			if r.Source != "server" || r.Level != "info" {
+				t.Errorf("a line of the server's labelled %s/%s: %q", r.Source, r.Level, r.Msg)
+			}
+		case strings.Contains(r.Msg, "part-"):
+			halves++
+			m := whole.FindStringSubmatch(r.Msg)
+			if m == nil || m[1] != m[2] || r.Source != "server" {
+				t.Errorf("a child's line mixed with another's or mislabelled (%s): %q", r.Source, r.Msg)
+			}
+		case strings.HasPrefix(r.Msg, "effectfence wrap: listening on "), strings.Contains(r.Msg, "since boot: admitted=0"):
+			ours++
+			if r.Source != "effectfence" {
+				t.Errorf("effectfence's own line labelled %s: %q", r.Source, r.Msg)
+			}
+		}
+	}
+	if forged != 6 || halves != 2 || ours != 2 {
+		t.Fatalf("%d forged lines (want 3 from each child), %d half-line pairs (want 2), %d of effectfence's own (want 2): %q", forged, halves, ours, raw)
 	}
 }

@@ -60,12 +60,17 @@ func wrapCommand(io streams) *cli.Command {
 		}, gatewayFlags()...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			io := io
+			// serverErr is where the MCP servers' stderr goes: with json, a writer that
+			// labels every line the server's, whatever it says.
+			serverErr := io.err
 			switch cmd.String("log-format") {
 			case "text":
 			case "json":
 				lw := logfmt.New(io.err)
 				defer lw.Flush()
-				io.err = lw
+				sw := lw.Server()
+				defer sw.Flush()
+				io.err, serverErr = lw, sw
 			default:
 				return usageErr("--log-format %q: want text or json", cmd.String("log-format"))
 			}
@@ -141,10 +146,11 @@ func wrapCommand(io streams) *cli.Command {
 				}
 			}()
 			// The log carries the child's stderr: escaped, so the server cannot drive the
-			// terminal wrap's stderr is shown on.
-			opt.Engine, opt.Log = led.Engine, safetext.NewWriter(io.err)
+			// terminal wrap's stderr is shown on, and on its own writer, so a line of the
+			// server's is never labelled effectfence's (--log-format json).
+			opt.Engine, opt.Log, opt.ServerStderr = led.Engine, safetext.NewWriter(io.err), safetext.NewWriter(serverErr)
 			opt.ClearHint = clearHint(led.Location)
-			what := wrap.ShellJoin(argv)
+			what := safetext.Escape(wrap.ShellJoin(argv)) // one line, even for a command holding newlines
 			if up != nil {
 				what = "the upstream " + up.shown
 			}

@@ -2,11 +2,12 @@
 // operators whose log pipeline wants structure (`--log-format json`).
 //
 // Each line becomes {"time": RFC 3339 with nanoseconds, "level": "info"|"warn", "source":
-// "effectfence"|"server", "msg": the line}. Lines effectfence writes start with "effectfence"
-// (or, from the packages that reach the server, "mcpstdio: " and "httpback: "); anything else
-// is what the MCP server wrote to its stderr ("server"). Lines that say a call
-// was fenced, failed or is unknown are "warn". The message is JSON-escaped, so no line of the
-// server's can forge another record.
+// "effectfence"|"server", "msg": the line}. The source is the writer's, never the line's: New
+// returns effectfence's own writer, and its Server writer is the one the MCP servers' stderr
+// goes to, so a server's line is "server" whatever it says (one starting "effectfence wrap:"
+// included). Lines of effectfence's that say a call was fenced, failed or is unknown are
+// "warn"; a server's are "info". The message is JSON-escaped, so no line of the server's can
+// forge another record.
 package logfmt
 
 import (
@@ -23,14 +24,27 @@ const MaxLine = 64 << 10
 
 // Writer writes each complete line written to it as one JSON object to the underlying writer.
 type Writer struct {
+	out    *output
+	source string
+	buf    []byte // guarded by out.mu
+}
+
+// output is the underlying writer, shared by the writers of every source.
+type output struct {
 	mu  sync.Mutex
 	w   io.Writer
-	buf []byte
 	now func() time.Time
 }
 
-// New returns a JSON-lines Writer over w.
-func New(w io.Writer) *Writer { return &Writer{w: w, now: time.Now} }
+// New returns a JSON-lines Writer over w for effectfence's own lines.
+func New(w io.Writer) *Writer {
+	return &Writer{out: &output{w: w, now: time.Now}, source: "effectfence"}
+}
+
+// Server returns a Writer over the same output whose every line is labelled the server's:
+// for what MCP servers write to their stderr. It has its own partial line; writers of
+// whole lines (mcpstdio writes each child's stderr so) never mix.
+func (lw *Writer) Server() *Writer { return &Writer{out: lw.out, source: "server"} }
 
 type record struct {
 	Time   string `json:"time"`
@@ -41,8 +55,8 @@ type record struct {
 
 // Write buffers p and writes every complete line in it.
 func (lw *Writer) Write(p []byte) (int, error) {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
+	lw.out.mu.Lock()
+	defer lw.out.mu.Unlock()
 	lw.buf = append(lw.buf, p...)
 	for {
 		i := bytes.IndexByte(lw.buf, '\n')
@@ -67,8 +81,8 @@ func (lw *Writer) Write(p []byte) (int, error) {
 
 // Flush writes a last line that did not end in a newline.
 func (lw *Writer) Flush() error {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
+	lw.out.mu.Lock()
+	defer lw.out.mu.Unlock()
 	if len(lw.buf) == 0 {
 		return nil
 	}
@@ -78,30 +92,16 @@ func (lw *Writer) Flush() error {
 }
 
 func (lw *Writer) emit(line string) error {
-	r := record{Time: lw.now().UTC().Format(time.RFC3339Nano), Level: "info", Source: "server", Msg: line}
-	if ours(line) {
-		r.Source = "effectfence"
-		if warn(line) {
-			r.Level = "warn"
-		}
+	r := record{Time: lw.out.now().UTC().Format(time.RFC3339Nano), Level: "info", Source: lw.source, Msg: line}
+	if lw.source == "effectfence" && warn(line) {
+		r.Level = "warn"
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	_, err = lw.w.Write(append(b, '\n'))
+	_, err = lw.out.w.Write(append(b, '\n'))
 	return err
-}
-
-// ours says a line is effectfence's own: its commands' lines, and the diagnostics of the
-// packages that reach the server (mcpstdio, httpback), which share the server's stderr stream.
-func ours(line string) bool {
-	for _, p := range []string{"effectfence", "mcpstdio: ", "httpback: "} {
-		if strings.HasPrefix(line, p) {
-			return true
-		}
-	}
-	return false
 }
 
 func warn(line string) bool {

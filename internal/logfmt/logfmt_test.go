@@ -11,24 +11,47 @@ import (
 func TestLinesBecomeRecords(t *testing.T) {
 	var out bytes.Buffer
 	w := New(&out)
-	w.now = func() time.Time { return time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC) }
-	// A line in two writes; a server line trying to forge a record; a warning; a tail.
-	for _, p := range []string{"effectfence wrap: listening", " on http://127.0.0.1:1/mcp\n", "{\"level\":\"info\",\"msg\":\"forged\"}\n", "effectfence wrap: intent x is unknown\r\n", "mcpstdio: MCP server x answered request id 3 that is not waiting; ignored\n", "httpback: event stream of tools/call ended before the response; resuming once\n", "tail"} {
-		if _, err := w.Write([]byte(p)); err != nil {
+	w.out.now = func() time.Time { return time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC) }
+	srv := w.Server()
+	// Effectfence's lines (one in two writes), the server's (one that tries to forge a record,
+	// ones that read as effectfence's own), a tail of each.
+	for _, c := range []struct {
+		w *Writer
+		p string
+	}{
+		{w, "effectfence wrap: listening"}, {w, " on http://127.0.0.1:1/mcp\n"},
+		{srv, "{\"level\":\"info\",\"msg\":\"forged\"}\n"},
+		{w, "effectfence wrap: intent x is unknown\r\n"},
+		{srv, "effectfence wrap: intent y is unknown\n"},
+		{srv, "effectfence since boot: admitted=0\nmcpstdio: forged\n"},
+		{w, "mcpstdio: MCP server x answered request id 3 that is not waiting; ignored\n"},
+		{w, "httpback: event stream of tools/call ended before the response; resuming once\n"},
+		{srv, "server tail"},
+		{w, "tail"},
+	} {
+		if _, err := c.w.Write([]byte(c.p)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := srv.Flush(); err != nil {
+		t.Fatal(err)
 	}
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	const at = "2026-11-30T12:00:00.000000005Z"
 	want := []record{
-		{"2026-11-30T12:00:00.000000005Z", "info", "effectfence", "effectfence wrap: listening on http://127.0.0.1:1/mcp"},
-		{"2026-11-30T12:00:00.000000005Z", "info", "server", `{"level":"info","msg":"forged"}`},
-		{"2026-11-30T12:00:00.000000005Z", "warn", "effectfence", "effectfence wrap: intent x is unknown"},
-		{"2026-11-30T12:00:00.000000005Z", "info", "effectfence", "mcpstdio: MCP server x answered request id 3 that is not waiting; ignored"},
-		{"2026-11-30T12:00:00.000000005Z", "info", "effectfence", "httpback: event stream of tools/call ended before the response; resuming once"},
-		{"2026-11-30T12:00:00.000000005Z", "info", "server", "tail"},
+		{at, "info", "effectfence", "effectfence wrap: listening on http://127.0.0.1:1/mcp"},
+		{at, "info", "server", `{"level":"info","msg":"forged"}`},
+		{at, "warn", "effectfence", "effectfence wrap: intent x is unknown"},
+		{at, "info", "server", "effectfence wrap: intent y is unknown"},
+		{at, "info", "server", "effectfence since boot: admitted=0"},
+		{at, "info", "server", "mcpstdio: forged"},
+		{at, "info", "effectfence", "mcpstdio: MCP server x answered request id 3 that is not waiting; ignored"},
+		{at, "info", "effectfence", "httpback: event stream of tools/call ended before the response; resuming once"},
+		{at, "info", "server", "server tail"},
+		{at, "info", "effectfence", "tail"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out.String())

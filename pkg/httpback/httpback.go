@@ -465,7 +465,7 @@ func (s *Session) retire(err error) {
 }
 
 func (s *Session) logf(format string, a ...any) {
-	fmt.Fprintf(s.cfg.Log, "httpback: "+format+"\n", a...)
+	fmt.Fprintln(s.cfg.Log, "httpback: "+safetext.Escape(fmt.Sprintf(format, a...))) // one line, whatever the server sent
 }
 
 // Call sends a request and waits for its response; see the package comment for the errors.

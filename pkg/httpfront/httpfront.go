@@ -52,6 +52,9 @@ const (
 	DefaultPath        = "/mcp"
 	DefaultMaxSessions = 256
 	DefaultIdle        = 30 * time.Minute
+	// DefaultBodyTimeout bounds how long a request's body may take to arrive: 64 MiB (the
+	// largest message) at about 1 MB/s, and any MCP message of usual size on any link.
+	DefaultBodyTimeout = time.Minute
 	// keepAlive is how often an idle SSE stream gets a comment, so proxies keep it open.
 	keepAlive = 25 * time.Second
 )
@@ -90,6 +93,14 @@ type Config struct {
 	MaxSessions int
 	// Idle closes a session without requests for this long (default DefaultIdle).
 	Idle time.Duration
+	// BodyTimeout bounds the time from a request's handling to the end of its body (default
+	// DefaultBodyTimeout): a client that sends its body too slowly (or a body a refused
+	// request never reads, which the server still drains) has its connection cut, and a POST
+	// whose body did not arrive in time gets 408 and runs nothing. The bound ends once the
+	// body is read: a response streamed for as long as a call runs is not cut by it. It needs
+	// a ResponseWriter that supports http.ResponseController's SetReadDeadline (one that
+	// wraps the server's must have Unwrap); without one there is no bound.
+	BodyTimeout time.Duration
 	// Log receives one line per notable event. Required.
 	Log io.Writer
 	// OnSession, when set, is told when a session opens (+1) and closes (-1): for metrics.
@@ -122,6 +133,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Idle <= 0 {
 		cfg.Idle = DefaultIdle
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
 	h := &Handler{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
 	h.reaper.Add(1)
 	go h.reap()
@@ -131,6 +145,9 @@ func New(cfg Config) (*Handler, error) {
 func (h *Handler) logf(format string, a ...any) {
 	fmt.Fprintln(h.cfg.Log, "effectfence wrap --listen: "+safetext.Escape(fmt.Sprintf(format, a...)))
 }
+
+// BodyTimeout is Config.BodyTimeout, its default applied.
+func (h *Handler) BodyTimeout() time.Duration { return h.cfg.BodyTimeout }
 
 // Sessions is the number of open sessions.
 func (h *Handler) Sessions() int {
@@ -212,6 +229,12 @@ func short(id string) string {
 
 // ServeHTTP serves the endpoint.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The server bounds the headers only (ReadHeaderTimeout); the body is bounded here, and the
+	// bound lifted once it is read (post, get), since a read deadline left in place would also
+	// end a long response: the server's background read that watches for the client hanging
+	// up would hit it and cancel the request.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.cfg.BodyTimeout)) // unsupported: no bound
 	if r.URL.Path != h.cfg.Path {
 		http.NotFound(w, r)
 		return
@@ -230,9 +253,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodPost:
-		h.post(w, r, who)
+		h.post(w, r, who, rc)
 	case http.MethodGet:
-		h.get(w, r, who)
+		h.get(w, r, who, rc)
 	case http.MethodDelete:
 		h.delete(w, r, who)
 	default:
@@ -361,17 +384,25 @@ var maxBacklog = wrap.MaxMessage
 // its backlog passes maxBacklog. A variable so tests can lower it.
 var writeTimeout = time.Minute
 
-func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller) {
+func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		var ne net.Error
+		switch {
+		case errors.As(err, &tooBig):
 			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
-			return
+		case errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			httpError(w, http.StatusRequestTimeout, fmt.Sprintf("the body did not arrive within %s", h.cfg.BodyTimeout))
+		default:
+			httpError(w, http.StatusBadRequest, "cannot read the body")
 		}
-		httpError(w, http.StatusBadRequest, "cannot read the body")
 		return
 	}
+	// The body is in: the answer may take as long as the call. (The server lifts the deadline
+	// too when it starts watching for the client hanging up, at the body's end.)
+	_ = rc.SetReadDeadline(time.Time{})
 	m, err := jsonrpc.Parse(body)
 	if err != nil {
 		code, status := jsonrpc.CodeInvalidRequest, http.StatusBadRequest
@@ -514,7 +545,7 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (h *Handler) get(w http.ResponseWriter, r *http.Request, who Caller) {
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController) {
 	if !acceptsSSE(r) {
 		httpError(w, http.StatusNotAcceptable, "GET needs Accept: text/event-stream")
 		return
@@ -529,6 +560,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, who Caller) {
 		return
 	}
 	defer s.closeGet(st)
+	_ = rc.SetReadDeadline(time.Time{}) // the stream lasts as long as the session
 	s.streamTo(w, r, st, false)
 }
 

@@ -50,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/internal/inbound"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -80,9 +81,14 @@ type Config struct {
 	Env []string
 	// Dir is the child's working directory ("" for ours).
 	Dir string
-	// Stderr receives the child's stderr, and this package's diagnostics (lines starting
-	// "mcpstdio:"). Default os.Stderr.
+	// Stderr receives the child's stderr, in whole lines (a line not ended when the child
+	// exits is ended; one longer than 64 KiB is cut into lines), so that the lines of children
+	// sharing a writer never mix. Default os.Stderr.
 	Stderr io.Writer
+	// Log receives this package's diagnostics, one line each starting "mcpstdio: ", with
+	// whatever the child sent escaped (internal/safetext), so a line is never the child's.
+	// Default Stderr.
+	Log io.Writer
 	// Init is the params object of the initialize request, sent as given (a proxy forwards its
 	// own client's params, since a child's tools can depend on the client's capabilities).
 	// Empty means DefaultInit().
@@ -205,6 +211,9 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	}
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
+	}
+	if cfg.Log == nil {
+		cfg.Log = cfg.Stderr
 	}
 	if cfg.InitTimeout <= 0 {
 		cfg.InitTimeout = DefaultInitTimeout
@@ -433,6 +442,7 @@ func (s *Session) end(err error) {
 
 func (s *Session) wait() {
 	err := s.cmd.Wait()
+	s.tail.flush() // the copy of its stderr is over
 	if err != nil {
 		s.exitMsg = "exited: " + err.Error()
 	} else {
@@ -444,7 +454,7 @@ func (s *Session) wait() {
 }
 
 func (s *Session) logf(format string, a ...any) {
-	fmt.Fprintf(s.cfg.Stderr, "mcpstdio: "+format+"\n", a...)
+	fmt.Fprintln(s.cfg.Log, "mcpstdio: "+safetext.Escape(fmt.Sprintf(format, a...)))
 }
 
 func (s *Session) read(stdout io.Reader) {
@@ -645,25 +655,47 @@ func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {
 	}
 }
 
-// tailWriter copies to w and keeps the last max bytes.
+// maxStderrLine bounds a line of the child's stderr held back until its end.
+const maxStderrLine = 64 << 10
+
+// tailWriter copies the child's stderr to w in whole lines, one write for each run of whole
+// lines (a writer shared by several children so never gets half a line of one followed by
+// another's), and keeps the last max bytes.
 type tailWriter struct {
-	w   io.Writer
-	max int
-	mu  sync.Mutex
-	buf []byte
+	w    io.Writer
+	max  int
+	mu   sync.Mutex
+	buf  []byte
+	line []byte // what followed the last newline
 }
 
 func (t *tailWriter) Write(p []byte) (int, error) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > t.max {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
 	}
-	t.mu.Unlock()
-	if _, err := t.w.Write(p); err != nil {
-		return len(p), nil // our stderr is gone: keep draining the child so it never blocks
+	t.line = append(t.line, p...)
+	if i := bytes.LastIndexByte(t.line, '\n'); i >= 0 {
+		_, _ = t.w.Write(t.line[:i+1]) // an error: our stderr is gone; keep draining the child so it never blocks
+		t.line = t.line[:copy(t.line, t.line[i+1:])]
+	}
+	for len(t.line) >= maxStderrLine {
+		_, _ = t.w.Write(append(t.line[:maxStderrLine:maxStderrLine], '\n'))
+		t.line = t.line[:copy(t.line, t.line[maxStderrLine:])]
 	}
 	return len(p), nil
+}
+
+// flush writes a last line that did not end in a newline, ending it.
+func (t *tailWriter) flush() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.line) > 0 {
+		_, _ = t.w.Write(append(t.line, '\n'))
+		t.line = t.line[:0]
+	}
 }
 
 func (t *tailWriter) String() string {

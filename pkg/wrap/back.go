@@ -48,8 +48,10 @@ type BackendConfig struct {
 	// depend on the client's capabilities).
 	Init        json.RawMessage
 	InitTimeout time.Duration
-	// Log receives diagnostics (and a child's stderr).
+	// Log receives diagnostics, and a child's stderr when Stderr is nil.
 	Log io.Writer
+	// Stderr, when set, receives a child's stderr.
+	Stderr io.Writer
 	// OnNotification and OnRequest receive what the server sends, with mcpstdio's ordering
 	// contract: a response reaches its Call only after the notifications written before it
 	// were delivered.
@@ -64,8 +66,12 @@ type Dial func(BackendConfig) Backend
 // Options.Command and Options.Env.
 func Stdio(command, env []string) Dial {
 	return func(c BackendConfig) Backend {
+		stderr := c.Stderr
+		if stderr == nil {
+			stderr = c.Log
+		}
 		return stdioBack{mcpstdio.NewChild(mcpstdio.Config{
-			Command: command, Env: env, Stderr: c.Log, Init: c.Init, InitTimeout: c.InitTimeout,
+			Command: command, Env: env, Stderr: stderr, Log: c.Log, Init: c.Init, InitTimeout: c.InitTimeout,
 			OnNotification: c.OnNotification, OnRequest: c.OnRequest,
 		})}
 	}

@@ -122,8 +122,11 @@ type Options struct {
 	// inside it is recorded as unknown (fenced until an operator clears it), and duplicates
 	// still waiting for another process's attempt are answered "not executed".
 	Grace time.Duration
-	// Log receives diagnostics and the child's stderr. Required.
+	// Log receives diagnostics and, without ServerStderr, the child's stderr. Required.
 	Log io.Writer
+	// ServerStderr, when set, receives the child's stderr instead of Log, so a log can tell
+	// the server's lines from effectfence's by who wrote them (--log-format json).
+	ServerStderr io.Writer
 	// Shared, when set, is shared by the proxies of one front (the sessions of an HTTP
 	// listener): a duplicate in one session joins an attempt running in another. Nil: this
 	// proxy's own.
@@ -745,7 +748,7 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 	}
 	p.noteClient(m.Params)
 	child := p.opt.Backend(BackendConfig{
-		Init: m.Params, InitTimeout: p.opt.InitTimeout, Log: p.opt.Log,
+		Init: m.Params, InitTimeout: p.opt.InitTimeout, Log: p.opt.Log, Stderr: p.opt.ServerStderr,
 		OnNotification: p.childNotification, OnRequest: p.childRequest,
 	})
 	p.child, p.agent = child, params.ClientInfo.Name
