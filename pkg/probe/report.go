@@ -48,6 +48,10 @@ type Answer struct {
 	Calls       int    `json:"calls"`
 	IsError     bool   `json:"is_error"`
 	Preview     string `json:"preview"`
+	// NotKept marks effectfence wrap's notice to a duplicate of a call whose result it kept
+	// only as a hash (--keep-result TOOL=hash): not an answer of the tool, so it is not counted
+	// among the distinct answers.
+	NotKept bool `json:"result_not_kept,omitempty"`
 }
 
 // Failure is one distinct call failure (no tool result) and how many calls hit it.
@@ -71,8 +75,12 @@ type Report struct {
 	ToolErrors        int `json:"tool_errors"`        // results with isError true
 	ProtocolErrors    int `json:"protocol_errors"`    // JSON-RPC error responses
 	TransportFailures int `json:"transport_failures"` // no answer: connection lost, timeout
-	Distinct          int `json:"distinct"`           // distinct successful answers
+	Distinct          int `json:"distinct"`           // distinct successful answers of the tool
 	DistinctErrors    int `json:"distinct_errors"`    // distinct tool-error answers
+	// ResultNotKept counts the successful answers that were effectfence wrap's notice that an
+	// identical call had already run and its result was kept only as a hash: the duplicate was
+	// not executed, and the notice is not a second answer of the tool.
+	ResultNotKept int `json:"result_not_kept"`
 
 	Answers  []Answer       `json:"answers"`
 	Failures []Failure      `json:"failures"`
@@ -117,6 +125,18 @@ func Fingerprint(result json.RawMessage) (fp string, isError bool, preview strin
 		return "", false, "", err
 	}
 	return canon.Sum(c), tr.IsError, previewOf(tr), nil
+}
+
+// resultNotKept reports whether a result is effectfence wrap's answer to a duplicate of a call
+// whose result was kept only as a hash ("effectfence/result_not_kept" in its _meta): the call
+// was not executed again, and the text (which says when the first one ran) is not the tool's.
+func resultNotKept(result json.RawMessage) bool {
+	var x struct {
+		Meta struct {
+			NotKept bool `json:"effectfence/result_not_kept"`
+		} `json:"_meta"`
+	}
+	return json.Unmarshal(result, &x) == nil && x.Meta.NotKept
 }
 
 // withoutFenceNotes drops the text item effectfence wrap appends to a replayed result (marked
@@ -213,20 +233,26 @@ func tally(opts Options, answers []answer) *Report {
 			fail("protocol", err.Error())
 			continue
 		}
-		if isErr {
+		notKept := !isErr && resultNotKept(a.result)
+		switch {
+		case isErr:
 			r.ToolErrors++
-		} else {
+		case notKept:
+			r.Succeeded++
+			r.ResultNotKept++
+		default:
 			r.Succeeded++
 		}
 		if x, ok := byFP[fp]; ok {
 			x.Calls++
 			continue
 		}
-		byFP[fp] = &Answer{Fingerprint: fp, Calls: 1, IsError: isErr, Preview: preview}
+		byFP[fp] = &Answer{Fingerprint: fp, Calls: 1, IsError: isErr, Preview: preview, NotKept: notKept}
 		order = append(order, fp)
-		if isErr {
+		switch {
+		case isErr:
 			r.DistinctErrors++
-		} else {
+		case !notKept:
 			r.Distinct++
 		}
 	}
@@ -295,6 +321,10 @@ func (r *Report) judge() {
 	default:
 		r.Verdict = Inconclusive
 		r.Proven = fmt.Sprintf("%d of %s succeeded, all with the same answer.", r.Succeeded, calls)
+		if r.ResultNotKept > 0 {
+			r.Proven = fmt.Sprintf("%d of %s succeeded: %d with the same answer of the tool, %d with effectfence wrap's notice that an identical call had already run (its result kept only as a hash).",
+				r.Succeeded, calls, r.Succeeded-r.ResultNotKept, r.ResultNotKept)
+		}
 		r.NotProven = fmt.Sprintf("whether the tool ran once or %d times: a tool that runs every time and answers the same way looks exactly like one that ran once. Add a --witness that counts executions (--witness-kind executions).", r.Succeeded)
 	}
 	switch {
@@ -306,6 +336,9 @@ func (r *Report) judge() {
 		r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else.", w.Before))
 	case w != nil && w.Effects < 0:
 		r.Notes = append(r.Notes, fmt.Sprintf("the witness went down (%d before, %d after): something else changed it during the probe.", w.Before, w.After))
+	}
+	if r.ResultNotKept > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d successful answer(s) were effectfence wrap's notice that an identical call had already run and its result was kept only as a hash (--keep-result TOOL=hash): wrap says it did not run those calls again, and the notice is not counted as a distinct answer of the tool.", r.ResultNotKept))
 	}
 	if r.Pattern == Retry && r.RetriesBeforeAnswer > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) were sent again before the previous one had answered (it took longer than --retry-after), as an agent retrying after a timeout would.", r.RetriesBeforeAnswer))
