@@ -85,6 +85,9 @@ type Report struct {
 	Answers  []Answer       `json:"answers"`
 	Failures []Failure      `json:"failures"`
 	Witness  *WitnessReport `json:"witness,omitempty"`
+	// WitnessError says why the witness's reading after the calls failed (the calls were
+	// made; Witness is then nil and the verdict rests on the answers).
+	WitnessError string `json:"witness_error,omitempty"`
 
 	Verdict   Verdict  `json:"verdict"`
 	Headline  string   `json:"headline"`
