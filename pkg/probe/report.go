@@ -311,7 +311,7 @@ func (r *Report) judge() {
 		r.Verdict = DoubleFire
 		r.Proven = fmt.Sprintf("%s got %d different successful answers: the server executed the call at least %d separate times instead of once.",
 			calls, r.Distinct, r.Distinct)
-		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too. Add a --witness that counts executions to count them."
+		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too, and so does a server that notices the duplicate and answers it differently (\"already charged\"). Add a --witness that counts executions to count them."
 	case r.Succeeded == 1 && r.TransportFailures == 0 && n > 1:
 		r.Verdict = NoRaceSurface
 		r.Proven = fmt.Sprintf("exactly 1 of %s succeeded; the other %d were refused by the server (%d tool errors, %d protocol errors).",
