@@ -81,6 +81,9 @@ type Report struct {
 	// identical call had already run and its result was kept only as a hash: the duplicate was
 	// not executed, and the notice is not a second answer of the tool.
 	ResultNotKept int `json:"result_not_kept"`
+	// Replayed counts the answers effectfence wrap marked as replayed ("effectfence/replayed"
+	// in _meta): recorded results given to duplicates, not new runs of the tool.
+	Replayed int `json:"replayed"`
 
 	Answers  []Answer       `json:"answers"`
 	Failures []Failure      `json:"failures"`
@@ -130,16 +133,21 @@ func Fingerprint(result json.RawMessage) (fp string, isError bool, preview strin
 	return canon.Sum(c), tr.IsError, previewOf(tr), nil
 }
 
-// resultNotKept reports whether a result is effectfence wrap's answer to a duplicate of a call
-// whose result was kept only as a hash ("effectfence/result_not_kept" in its _meta): the call
-// was not executed again, and the text (which says when the first one ran) is not the tool's.
-func resultNotKept(result json.RawMessage) bool {
+// fenceMarks reads what effectfence wrap says in a result's _meta: replayed (a recorded result
+// given to a duplicate, not a new run) and result_not_kept (its notice to a duplicate of a call
+// whose result was kept only as a hash: the text, which says when the first one ran, is not
+// the tool's).
+func fenceMarks(result json.RawMessage) (replayed, notKept bool) {
 	var x struct {
 		Meta struct {
-			NotKept bool `json:"effectfence/result_not_kept"`
+			Replayed bool `json:"effectfence/replayed"`
+			NotKept  bool `json:"effectfence/result_not_kept"`
 		} `json:"_meta"`
 	}
-	return json.Unmarshal(result, &x) == nil && x.Meta.NotKept
+	if json.Unmarshal(result, &x) != nil {
+		return false, false
+	}
+	return x.Meta.Replayed, x.Meta.NotKept
 }
 
 // withoutFenceNotes drops the text item effectfence wrap appends to a replayed result (marked
@@ -236,7 +244,11 @@ func tally(opts Options, answers []answer) *Report {
 			fail("protocol", err.Error())
 			continue
 		}
-		notKept := !isErr && resultNotKept(a.result)
+		replayed, notKept := fenceMarks(a.result)
+		notKept = notKept && !isErr
+		if replayed {
+			r.Replayed++
+		}
 		switch {
 		case isErr:
 			r.ToolErrors++
@@ -312,6 +324,12 @@ func (r *Report) judge() {
 		r.Proven = fmt.Sprintf("%s got %d different successful answers: the server executed the call at least %d separate times instead of once.",
 			calls, r.Distinct, r.Distinct)
 		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too, and so does a server that notices the duplicate and answers it differently (\"already charged\"). Add a --witness that counts executions to count them."
+	case counts && w.Effects == 0 && r.Succeeded > 0:
+		// An executions witness that saw no run while calls succeeded: the answers came from a
+		// record (a second probe through wrap's durable ledger), or the witness misses the effect.
+		r.Verdict = Inconclusive
+		r.Proven = fmt.Sprintf("the witness counted no execution (%d before and after) while %d of %s succeeded.", w.Before, r.Succeeded, calls)
+		r.NotProven = "how the tool behaves when it runs: nothing ran here to race. Either every answer came from a recorded result (a ledger, a cache), or the witness does not see this tool's effect; probe with other arguments, or a fresh ledger, to see it run."
 	case r.Succeeded == 1 && r.TransportFailures == 0 && n > 1:
 		r.Verdict = NoRaceSurface
 		r.Proven = fmt.Sprintf("exactly 1 of %s succeeded; the other %d were refused by the server (%d tool errors, %d protocol errors).",
@@ -336,9 +354,12 @@ func (r *Report) judge() {
 	case w != nil && w.Kind == State && w.Effects > 1:
 		r.Notes = append(r.Notes, fmt.Sprintf("the witness reads state and it moved by %d (%d before, %d after). If each effect adds exactly one unit to it (one row, one entity), that is %d effects: a double-fire. The verdict does not rest on it, because a state reading is not a count of executions (a file's size grows by many bytes for one write); use --witness-kind executions for a witness that counts runs.", w.Effects, w.Before, w.After, w.Effects))
 	case w != nil && w.Effects == 0:
-		r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else.", w.Before))
+		r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else, or the answers were recorded results (a replay) and nothing ran.", w.Before))
 	case w != nil && w.Effects < 0:
 		r.Notes = append(r.Notes, fmt.Sprintf("the witness went down (%d before, %d after): something else changed it during the probe.", w.Before, w.After))
+	}
+	if r.Replayed > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d answer(s) were marked replayed by effectfence wrap (effectfence/replayed in _meta): results recorded earlier, given to duplicates, not new runs of the tool.", r.Replayed))
 	}
 	if r.ResultNotKept > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d successful answer(s) were effectfence wrap's notice that an identical call had already run and its result was kept only as a hash (--keep-result TOOL=hash): wrap says it did not run those calls again, and the notice is not counted as a distinct answer of the tool.", r.ResultNotKept))

@@ -156,6 +156,7 @@ func TestJudge(t *testing.T) {
 		{"equal answers, executions 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 8, Effects: 3}, DoubleFire, 1, "counted 3 executions"},
 		{"equal answers, executions 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 6, Effects: 1}, OnceMeasured, 1, "exactly 1 execution"},
 		{"different answers, executions 1", results(ok("a"), ok("b")), &WitnessReport{Kind: Executions, Before: 0, After: 1, Effects: 1}, OnceMeasured, 2, "exactly 1 execution"},
+		{"equal answers, executions 0", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 4, After: 4}, Inconclusive, 1, "counted no execution"},
 		{"different answers, executions 0", results(ok("a"), ok("b")), &WitnessReport{Kind: Executions, Before: 4, After: 4}, DoubleFire, 2, "at least 2"},
 		// A state reading never decides: one change may hide many executions, and a size may
 		// grow by more than one for one effect.
