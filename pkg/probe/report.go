@@ -339,6 +339,9 @@ func (r *Report) judge() {
 		r.Verdict = Inconclusive
 		r.Proven = fmt.Sprintf("no call succeeded: %d tool errors, %d protocol errors, %d transport failures.", r.ToolErrors, r.ProtocolErrors, r.TransportFailures)
 		r.NotProven = "anything about duplicate execution: there was no successful answer to compare."
+		if r.DistinctErrors > 1 {
+			r.Notes = append(r.Notes, fmt.Sprintf("the tool errors differed (%d distinct): the server handled the call more than once, though it reported a failure each time; whether a failed attempt had an effect is not known (add --witness).", r.DistinctErrors))
+		}
 	default:
 		r.Verdict = Inconclusive
 		r.Proven = fmt.Sprintf("%d of %s succeeded, all with the same answer.", r.Succeeded, calls)

@@ -189,6 +189,22 @@ func TestJudge(t *testing.T) {
 	}
 }
 
+// TestJudgeDifferentToolErrors: no call succeeded, so nothing is proven about a double-fire,
+// but tool errors that differ ("attempt 1", "attempt 2") show the server handled the call more
+// than once, and the report says so.
+func TestJudgeDifferentToolErrors(t *testing.T) {
+	r := tally(Options{Tool: "t", Args: json.RawMessage(`{}`)}, results(toolErr("declined (attempt 1)"), toolErr("declined (attempt 2)")))
+	r.judge()
+	if r.Verdict != Inconclusive || r.DistinctErrors != 2 || !strings.Contains(strings.Join(r.Notes, " "), "the tool errors differed (2 distinct)") {
+		t.Fatalf("verdict %s, distinct errors %d, notes %q", r.Verdict, r.DistinctErrors, r.Notes)
+	}
+	r = tally(Options{Tool: "t", Args: json.RawMessage(`{}`)}, results(toolErr("declined"), toolErr("declined")))
+	r.judge()
+	if len(r.Notes) != 0 {
+		t.Fatalf("equal errors noted: %q", r.Notes)
+	}
+}
+
 func TestReportRendersWithoutColourAndAsJSON(t *testing.T) {
 	r := tally(Options{Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)},
 		append(results(ok("ch_1"), ok("ch_2"), toolErr("declined")), answer{err: errors.New("EOF")}))
