@@ -10,14 +10,18 @@ import (
 	"testing"
 )
 
-// TestReadmeWrapConfigsRun takes the MCP client configs the README shows (every ```json block
-// whose server command is effectfence, and the policy form: its YAML file, given by --policy
-// and by EFFECTFENCE_POLICY), keeps wrap's part of each and puts the real binary's demo server
+// TestReadmeWrapConfigsRun takes the MCP client configs the README and docs/probe-and-demo.md
+// show (every ```json block whose server command is effectfence, and the README's policy form:
+// its YAML file, given by --policy and by EFFECTFENCE_POLICY), keeps wrap's part of each and puts the real binary's demo server
 // behind it: each must start, and 4 identical charges through it must run once. The flag form
 // once failed at start ("--replay-window create_charge=7d": the flag took no days).
 func TestReadmeWrapConfigsRun(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipes, err := os.ReadFile("../../docs/probe-and-demo.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,32 +31,37 @@ func TestReadmeWrapConfigsRun(t *testing.T) {
 		env  []string
 	}
 	var forms []form
-	for i, m := range regexp.MustCompile("(?s)```json\n(.*?)```").FindAllSubmatch(readme, -1) {
-		var cfg struct {
-			MCPServers map[string]struct {
-				Command string   `json:"command"`
-				Args    []string `json:"args"`
-			} `json:"mcpServers"`
-		}
-		if err := json.Unmarshal(m[1], &cfg); err != nil {
-			t.Fatalf("README json block %d does not parse: %v\n%s", i+1, err, m[1])
-		}
-		for name, s := range cfg.MCPServers {
-			if s.Command != "effectfence" {
-				continue
+	for _, doc := range []struct {
+		name string
+		text []byte
+	}{{"README", readme}, {"probe-and-demo", recipes}} {
+		for i, m := range regexp.MustCompile("(?s)```json\n(.*?)```").FindAllSubmatch(doc.text, -1) {
+			var cfg struct {
+				MCPServers map[string]struct {
+					Command string   `json:"command"`
+					Args    []string `json:"args"`
+				} `json:"mcpServers"`
 			}
-			end := len(s.Args)
-			for j, a := range s.Args {
-				if a == "--" {
-					end = j
-					break
+			if err := json.Unmarshal(m[1], &cfg); err != nil {
+				t.Fatalf("%s json block %d does not parse: %v\n%s", doc.name, i+1, err, m[1])
+			}
+			for name, s := range cfg.MCPServers {
+				if filepath.Base(s.Command) != "effectfence" {
+					continue
 				}
+				end := len(s.Args)
+				for j, a := range s.Args {
+					if a == "--" {
+						end = j
+						break
+					}
+				}
+				forms = append(forms, form{name: fmt.Sprintf("%s block %d %s", doc.name, i+1, name), wrap: s.Args[:end]})
 			}
-			forms = append(forms, form{name: fmt.Sprintf("block %d %s", i+1, name), wrap: s.Args[:end]})
 		}
 	}
-	if len(forms) < 2 {
-		t.Fatalf("found %d MCP configs in the README, want the plain and the flag form at least", len(forms))
+	if len(forms) < 5 {
+		t.Fatalf("found %d MCP configs in the README and docs/probe-and-demo.md, want at least 5", len(forms))
 	}
 	_, rest, ok := strings.Cut(string(readme), "and the policy form")
 	yaml := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(rest)
