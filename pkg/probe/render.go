@@ -47,6 +47,9 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		{"no answer (transport failure)", r.TransportFailures},
 		{"distinct successful answers", r.Distinct},
 	}
+	if r.NotSent > 0 {
+		rows = append(rows, []any{"not sent (--timeout passed first)", r.NotSent})
+	}
 	if r.ResultNotKept > 0 {
 		rows = append(rows, []any{"wrap: already run, result not kept", r.ResultNotKept})
 	}

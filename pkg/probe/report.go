@@ -75,6 +75,7 @@ type Report struct {
 	ToolErrors        int `json:"tool_errors"`        // results with isError true
 	ProtocolErrors    int `json:"protocol_errors"`    // JSON-RPC error responses
 	TransportFailures int `json:"transport_failures"` // no answer: connection lost, timeout
+	NotSent           int `json:"not_sent"`           // retry pattern: never sent, --timeout passed first
 	Distinct          int `json:"distinct"`           // distinct successful answers of the tool
 	DistinctErrors    int `json:"distinct_errors"`    // distinct tool-error answers
 	// ResultNotKept counts the successful answers that were effectfence wrap's notice that an
@@ -227,6 +228,10 @@ func tally(opts Options, answers []answer) *Report {
 		failOrder = append(failOrder, k)
 	}
 	for _, a := range answers {
+		if errors.Is(a.err, errNotSent) {
+			r.NotSent++
+			continue
+		}
 		if a.err != nil {
 			var rpc *mcpstdio.RPCError
 			if errors.As(a.err, &rpc) {
@@ -296,7 +301,7 @@ func tally(opts Options, answers []answer) *Report {
 // witness that moved is stronger evidence than the answers and decides; a state witness never
 // decides (it is reported beside the answers); answers decide otherwise.
 func (r *Report) judge() {
-	n := r.Calls
+	n := r.Calls - r.NotSent
 	calls := fmt.Sprintf("%d byte-identical calls", n)
 	if r.Pattern == Retry {
 		calls = fmt.Sprintf("%d byte-identical calls sent one after another (each after the previous answer or a timeout)", n)
@@ -372,6 +377,9 @@ func (r *Report) judge() {
 	}
 	if r.TransportFailures > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) got no answer (transport failure): whether they executed is unknown.", r.TransportFailures))
+	}
+	if r.NotSent > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of the %d call(s) were not sent: --timeout passed before their turn.", r.NotSent, r.Calls))
 	}
 	r.Headline = r.Verdict.Headline()
 }

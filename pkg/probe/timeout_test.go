@@ -64,3 +64,38 @@ func TestProbeRetryBeforeAnswer(t *testing.T) {
 		t.Fatalf("exit %d, report %+v witness %+v\nstderr:\n%s", r.Code, rep, rep.Witness, r.Stderr)
 	}
 }
+
+// neverAnswers is an MCP server (sh) that reads every tools/call, appends a line per call to
+// $EFFECTS, and never answers one.
+const neverAnswers = `#!/bin/sh
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
+  case "$line" in
+    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"mute","version":"1"}}}\n' "$id";;
+    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}]}}\n' "$id";;
+    *'"tools/call"'*) echo call >> "$EFFECTS";;
+  esac
+done
+`
+
+// TestProbeRetryStopsAtTheTimeout: in the retry pattern, calls whose turn comes after --timeout
+// are not sent (they used to go out all at once, a storm nobody asked for), and the report
+// counts them apart from the calls that were sent and got no answer.
+func TestProbeRetryStopsAtTheTimeout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv, log := filepath.Join(dir, "mute.sh"), filepath.Join(dir, "calls.log")
+	if err := os.WriteFile(srv, []byte(neverAnswers), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := cmdtest.Run(t, []string{"EFFECTS=" + log}, bin, "probe", "--json", "--pattern", "retry", "--retry-after", "300ms", "--timeout", "1s",
+		"--tool", "t", "--calls", "8", "--", srv)
+	rep := probeJSON(t, r)
+	if r.Code != 1 || rep.NotSent < 2 || rep.TransportFailures+rep.NotSent != 8 ||
+		!strings.Contains(strings.Join(rep.Notes, " "), "were not sent: --timeout passed before their turn") {
+		t.Fatalf("exit %d, report %+v\nstderr:\n%s", r.Code, rep, r.Stderr)
+	}
+	if n := countLines(t, log); n != 8-rep.NotSent {
+		t.Fatalf("the server received %d calls; the report says %d were sent", n, 8-rep.NotSent)
+	}
+}
