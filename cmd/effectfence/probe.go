@@ -131,7 +131,9 @@ func runProbe(ctx context.Context, cmd *cli.Command, io streams) (reported bool,
 	case rep.Verdict == probe.DoubleFire:
 		return true, exitCoder{exitDoubleFire, errors.New(rep.Summary())}
 	case rep.Succeeded+rep.ToolErrors+rep.ProtocolErrors == 0:
-		return true, fmt.Errorf("none of the %d calls was answered", rep.Calls)
+		return true, fmt.Errorf("none of the %d calls was answered", rep.Calls-rep.NotSent)
+	case rep.WitnessError != "":
+		return true, fmt.Errorf("%s; the %d calls were made and the report rests on their answers alone", rep.WitnessError, rep.Calls-rep.NotSent)
 	}
 	return true, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/effectfence/effectfence/internal/logfmt"
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/policy"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -308,9 +309,9 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 		if i := strings.LastIndexByte(s, '='); i >= 0 {
 			tool, dur, perTool = s[:i], s[i+1:], true
 		}
-		d, err := time.ParseDuration(strings.TrimSpace(dur))
-		if err != nil || d <= 0 {
-			return opt, usageErr("--replay-window %q: want a positive duration such as 10m, or TOOL=DUR", s)
+		d, err := policy.ParseReplayWindow(strings.TrimSpace(dur))
+		if err != nil {
+			return opt, usageErr("--replay-window %q: want a positive duration from 1s to 366d such as 10m or 7d, or TOOL=DUR", s)
 		}
 		if !perTool {
 			opt.ReplayWindow = d

@@ -28,6 +28,8 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--max-concurrent", "0", "--", "x"}, "--max-concurrent must be positive"},
 		{[]string{"wrap", "--replay-window", "soon", "--", "x"}, "want a positive duration"},
 		{[]string{"wrap", "--replay-window", "charge=-1m", "--", "x"}, "want a positive duration"},
+		{[]string{"wrap", "--replay-window", "500ms", "--", "x"}, "from 1s to 366d"},
+		{[]string{"wrap", "--replay-window", "charge=367d", "--", "x"}, "from 1s to 366d"},
 		{[]string{"wrap", "--ledger", "redis://localhost:6379", "--", "x"}, "supported forms"},
 		{[]string{"wrap", "--ledger", "~/l.db", "--", "x"}, "not expanded"},
 		{[]string{"wrap", "--ledger", "Postgres://h/db", "--", "x"}, "lower case"},

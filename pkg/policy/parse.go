@@ -473,6 +473,19 @@ func (ps *parse) duration(n ast.Node, what string, min, max time.Duration) time.
 	return d
 }
 
+// ParseReplayWindow reads a replay window as the policy file's replay_window does (ParseDuration,
+// from 1s to 366d), so wrap's --replay-window flag takes the same values as the file.
+func ParseReplayWindow(s string) (time.Duration, error) {
+	d, err := ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if d < minReplayWindow || d > maxReplayWindow {
+		return 0, fmt.Errorf("%q is out of range; want from %s to %s", s, FormatDuration(minReplayWindow), FormatDuration(maxReplayWindow))
+	}
+	return d, nil
+}
+
 // ParseDuration reads a Go duration ("90s", "1h30m") with an optional leading whole number of
 // days ("7d", "1d12h").
 func ParseDuration(s string) (time.Duration, error) {

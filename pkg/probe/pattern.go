@@ -54,6 +54,9 @@ func ParseWitnessKind(s string) (WitnessKind, error) {
 	return "", fmt.Errorf("--witness-kind must be executions or state, got %q", s)
 }
 
+// errNotSent marks a call of the retry pattern that was never sent: the timeout passed first.
+var errNotSent = errors.New("not sent: --timeout passed before its turn")
+
 // DefaultRetryAfter is how long the retry pattern waits for an answer before calling again.
 const DefaultRetryAfter = 5 * time.Second
 
@@ -71,6 +74,13 @@ func fireRetry(ctx context.Context, conn Conn, opts Options, timeout time.Durati
 	done := make(chan struct{}, opts.Calls)
 	early := 0
 	for i := range out {
+		if ctx.Err() != nil {
+			// The timeout passed before this call's turn: it is not sent. Sending the rest
+			// at once would turn the tail of a retry run into an unasked-for storm.
+			out[i] = answer{err: errNotSent}
+			done <- struct{}{}
+			continue
+		}
 		answered := make(chan struct{})
 		go func() {
 			defer func() { done <- struct{}{} }()

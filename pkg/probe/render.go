@@ -47,6 +47,12 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		{"no answer (transport failure)", r.TransportFailures},
 		{"distinct successful answers", r.Distinct},
 	}
+	if r.NotSent > 0 {
+		rows = append(rows, []any{"not sent (--timeout passed first)", r.NotSent})
+	}
+	if r.ResultNotKept > 0 {
+		rows = append(rows, []any{"wrap: already run, result not kept", r.ResultNotKept})
+	}
 	if r.DistinctErrors > 0 {
 		rows = append(rows, []any{"distinct tool-error answers", r.DistinctErrors})
 	}
@@ -73,8 +79,11 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 				break
 			}
 			kind := "ok"
-			if a.IsError {
+			switch {
+			case a.IsError:
 				kind = "tool error"
+			case a.NotKept:
+				kind = "wrap notice"
 			}
 			// The preview is the server's text, shortened by whole characters: escaping it
 			// afterwards cannot cut an escape.

@@ -48,6 +48,10 @@ type Answer struct {
 	Calls       int    `json:"calls"`
 	IsError     bool   `json:"is_error"`
 	Preview     string `json:"preview"`
+	// NotKept marks effectfence wrap's notice to a duplicate of a call whose result it kept
+	// only as a hash (--keep-result TOOL=hash): not an answer of the tool, so it is not counted
+	// among the distinct answers.
+	NotKept bool `json:"result_not_kept,omitempty"`
 }
 
 // Failure is one distinct call failure (no tool result) and how many calls hit it.
@@ -71,12 +75,23 @@ type Report struct {
 	ToolErrors        int `json:"tool_errors"`        // results with isError true
 	ProtocolErrors    int `json:"protocol_errors"`    // JSON-RPC error responses
 	TransportFailures int `json:"transport_failures"` // no answer: connection lost, timeout
-	Distinct          int `json:"distinct"`           // distinct successful answers
+	NotSent           int `json:"not_sent"`           // retry pattern: never sent, --timeout passed first
+	Distinct          int `json:"distinct"`           // distinct successful answers of the tool
 	DistinctErrors    int `json:"distinct_errors"`    // distinct tool-error answers
+	// ResultNotKept counts the successful answers that were effectfence wrap's notice that an
+	// identical call had already run and its result was kept only as a hash: the duplicate was
+	// not executed, and the notice is not a second answer of the tool.
+	ResultNotKept int `json:"result_not_kept"`
+	// Replayed counts the answers effectfence wrap marked as replayed ("effectfence/replayed"
+	// in _meta): recorded results given to duplicates, not new runs of the tool.
+	Replayed int `json:"replayed"`
 
 	Answers  []Answer       `json:"answers"`
 	Failures []Failure      `json:"failures"`
 	Witness  *WitnessReport `json:"witness,omitempty"`
+	// WitnessError says why the witness's reading after the calls failed (the calls were
+	// made; Witness is then nil and the verdict rests on the answers).
+	WitnessError string `json:"witness_error,omitempty"`
 
 	Verdict   Verdict  `json:"verdict"`
 	Headline  string   `json:"headline"`
@@ -117,6 +132,23 @@ func Fingerprint(result json.RawMessage) (fp string, isError bool, preview strin
 		return "", false, "", err
 	}
 	return canon.Sum(c), tr.IsError, previewOf(tr), nil
+}
+
+// fenceMarks reads what effectfence wrap says in a result's _meta: replayed (a recorded result
+// given to a duplicate, not a new run) and result_not_kept (its notice to a duplicate of a call
+// whose result was kept only as a hash: the text, which says when the first one ran, is not
+// the tool's).
+func fenceMarks(result json.RawMessage) (replayed, notKept bool) {
+	var x struct {
+		Meta struct {
+			Replayed bool `json:"effectfence/replayed"`
+			NotKept  bool `json:"effectfence/result_not_kept"`
+		} `json:"_meta"`
+	}
+	if json.Unmarshal(result, &x) != nil {
+		return false, false
+	}
+	return x.Meta.Replayed, x.Meta.NotKept
 }
 
 // withoutFenceNotes drops the text item effectfence wrap appends to a replayed result (marked
@@ -196,6 +228,10 @@ func tally(opts Options, answers []answer) *Report {
 		failOrder = append(failOrder, k)
 	}
 	for _, a := range answers {
+		if errors.Is(a.err, errNotSent) {
+			r.NotSent++
+			continue
+		}
 		if a.err != nil {
 			var rpc *mcpstdio.RPCError
 			if errors.As(a.err, &rpc) {
@@ -213,20 +249,30 @@ func tally(opts Options, answers []answer) *Report {
 			fail("protocol", err.Error())
 			continue
 		}
-		if isErr {
+		replayed, notKept := fenceMarks(a.result)
+		notKept = notKept && !isErr
+		if replayed {
+			r.Replayed++
+		}
+		switch {
+		case isErr:
 			r.ToolErrors++
-		} else {
+		case notKept:
+			r.Succeeded++
+			r.ResultNotKept++
+		default:
 			r.Succeeded++
 		}
 		if x, ok := byFP[fp]; ok {
 			x.Calls++
 			continue
 		}
-		byFP[fp] = &Answer{Fingerprint: fp, Calls: 1, IsError: isErr, Preview: preview}
+		byFP[fp] = &Answer{Fingerprint: fp, Calls: 1, IsError: isErr, Preview: preview, NotKept: notKept}
 		order = append(order, fp)
-		if isErr {
+		switch {
+		case isErr:
 			r.DistinctErrors++
-		} else {
+		case !notKept:
 			r.Distinct++
 		}
 	}
@@ -255,7 +301,7 @@ func tally(opts Options, answers []answer) *Report {
 // witness that moved is stronger evidence than the answers and decides; a state witness never
 // decides (it is reported beside the answers); answers decide otherwise.
 func (r *Report) judge() {
-	n := r.Calls
+	n := r.Calls - r.NotSent
 	calls := fmt.Sprintf("%d byte-identical calls", n)
 	if r.Pattern == Retry {
 		calls = fmt.Sprintf("%d byte-identical calls sent one after another (each after the previous answer or a timeout)", n)
@@ -282,7 +328,13 @@ func (r *Report) judge() {
 		r.Verdict = DoubleFire
 		r.Proven = fmt.Sprintf("%s got %d different successful answers: the server executed the call at least %d separate times instead of once.",
 			calls, r.Distinct, r.Distinct)
-		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too. Add a --witness that counts executions to count them."
+		r.NotProven = "that every execution had an outside effect: an answer that carries a timestamp or a per-call id differs too, and so does a server that notices the duplicate and answers it differently (\"already charged\"). Add a --witness that counts executions to count them."
+	case counts && w.Effects == 0 && r.Succeeded > 0:
+		// An executions witness that saw no run while calls succeeded: the answers came from a
+		// record (a second probe through wrap's durable ledger), or the witness misses the effect.
+		r.Verdict = Inconclusive
+		r.Proven = fmt.Sprintf("the witness counted no execution (%d before and after) while %d of %s succeeded.", w.Before, r.Succeeded, calls)
+		r.NotProven = "how the tool behaves when it runs: nothing ran here to race. Either every answer came from a recorded result (a ledger, a cache), or the witness does not see this tool's effect; probe with other arguments, or a fresh ledger, to see it run."
 	case r.Succeeded == 1 && r.TransportFailures == 0 && n > 1:
 		r.Verdict = NoRaceSurface
 		r.Proven = fmt.Sprintf("exactly 1 of %s succeeded; the other %d were refused by the server (%d tool errors, %d protocol errors).",
@@ -292,9 +344,16 @@ func (r *Report) judge() {
 		r.Verdict = Inconclusive
 		r.Proven = fmt.Sprintf("no call succeeded: %d tool errors, %d protocol errors, %d transport failures.", r.ToolErrors, r.ProtocolErrors, r.TransportFailures)
 		r.NotProven = "anything about duplicate execution: there was no successful answer to compare."
+		if r.DistinctErrors > 1 {
+			r.Notes = append(r.Notes, fmt.Sprintf("the tool errors differed (%d distinct): the server handled the call more than once, though it reported a failure each time; whether a failed attempt had an effect is not known (add --witness).", r.DistinctErrors))
+		}
 	default:
 		r.Verdict = Inconclusive
 		r.Proven = fmt.Sprintf("%d of %s succeeded, all with the same answer.", r.Succeeded, calls)
+		if r.ResultNotKept > 0 {
+			r.Proven = fmt.Sprintf("%d of %s succeeded: %d with the same answer of the tool, %d with effectfence wrap's notice that an identical call had already run (its result kept only as a hash).",
+				r.Succeeded, calls, r.Succeeded-r.ResultNotKept, r.ResultNotKept)
+		}
 		r.NotProven = fmt.Sprintf("whether the tool ran once or %d times: a tool that runs every time and answers the same way looks exactly like one that ran once. Add a --witness that counts executions (--witness-kind executions).", r.Succeeded)
 	}
 	switch {
@@ -303,15 +362,24 @@ func (r *Report) judge() {
 	case w != nil && w.Kind == State && w.Effects > 1:
 		r.Notes = append(r.Notes, fmt.Sprintf("the witness reads state and it moved by %d (%d before, %d after). If each effect adds exactly one unit to it (one row, one entity), that is %d effects: a double-fire. The verdict does not rest on it, because a state reading is not a count of executions (a file's size grows by many bytes for one write); use --witness-kind executions for a witness that counts runs.", w.Effects, w.Before, w.After, w.Effects))
 	case w != nil && w.Effects == 0:
-		r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else.", w.Before))
+		r.Notes = append(r.Notes, fmt.Sprintf("the witness did not move (%d before and after): either the tool has no effect it can see, or it measures something else, or the answers were recorded results (a replay) and nothing ran.", w.Before))
 	case w != nil && w.Effects < 0:
 		r.Notes = append(r.Notes, fmt.Sprintf("the witness went down (%d before, %d after): something else changed it during the probe.", w.Before, w.After))
+	}
+	if r.Replayed > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d answer(s) were marked replayed by effectfence wrap (effectfence/replayed in _meta): results recorded earlier, given to duplicates, not new runs of the tool.", r.Replayed))
+	}
+	if r.ResultNotKept > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d successful answer(s) were effectfence wrap's notice that an identical call had already run and its result was kept only as a hash (--keep-result TOOL=hash): wrap says it did not run those calls again, and the notice is not counted as a distinct answer of the tool.", r.ResultNotKept))
 	}
 	if r.Pattern == Retry && r.RetriesBeforeAnswer > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) were sent again before the previous one had answered (it took longer than --retry-after), as an agent retrying after a timeout would.", r.RetriesBeforeAnswer))
 	}
 	if r.TransportFailures > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) got no answer (transport failure): whether they executed is unknown.", r.TransportFailures))
+	}
+	if r.NotSent > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of the %d call(s) were not sent: --timeout passed before their turn.", r.NotSent, r.Calls))
 	}
 	r.Headline = r.Verdict.Headline()
 }

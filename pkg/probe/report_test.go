@@ -156,6 +156,7 @@ func TestJudge(t *testing.T) {
 		{"equal answers, executions 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 8, Effects: 3}, DoubleFire, 1, "counted 3 executions"},
 		{"equal answers, executions 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 6, Effects: 1}, OnceMeasured, 1, "exactly 1 execution"},
 		{"different answers, executions 1", results(ok("a"), ok("b")), &WitnessReport{Kind: Executions, Before: 0, After: 1, Effects: 1}, OnceMeasured, 2, "exactly 1 execution"},
+		{"equal answers, executions 0", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 4, After: 4}, Inconclusive, 1, "counted no execution"},
 		{"different answers, executions 0", results(ok("a"), ok("b")), &WitnessReport{Kind: Executions, Before: 4, After: 4}, DoubleFire, 2, "at least 2"},
 		// A state reading never decides: one change may hide many executions, and a size may
 		// grow by more than one for one effect.
@@ -185,6 +186,22 @@ func TestJudge(t *testing.T) {
 				t.Errorf("buckets add up to %d, want %d", got, len(c.answers))
 			}
 		})
+	}
+}
+
+// TestJudgeDifferentToolErrors: no call succeeded, so nothing is proven about a double-fire,
+// but tool errors that differ ("attempt 1", "attempt 2") show the server handled the call more
+// than once, and the report says so.
+func TestJudgeDifferentToolErrors(t *testing.T) {
+	r := tally(Options{Tool: "t", Args: json.RawMessage(`{}`)}, results(toolErr("declined (attempt 1)"), toolErr("declined (attempt 2)")))
+	r.judge()
+	if r.Verdict != Inconclusive || r.DistinctErrors != 2 || !strings.Contains(strings.Join(r.Notes, " "), "the tool errors differed (2 distinct)") {
+		t.Fatalf("verdict %s, distinct errors %d, notes %q", r.Verdict, r.DistinctErrors, r.Notes)
+	}
+	r = tally(Options{Tool: "t", Args: json.RawMessage(`{}`)}, results(toolErr("declined"), toolErr("declined")))
+	r.judge()
+	if len(r.Notes) != 0 {
+		t.Fatalf("equal errors noted: %q", r.Notes)
 	}
 }
 

@@ -57,7 +57,14 @@ func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Killing the shell at the timeout leaves what it started ("kubectl get pods | wc -l")
+	// holding the output pipes; without a WaitDelay, Run would wait for them however long
+	// they take, and the timeout would bound nothing.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("%q did not finish within %s", w.Command, timeout)
+		}
 		// `grep -c` prints 0 and exits 1 when nothing matches: a clean number with nothing on
 		// stderr is the reading, whatever the exit status.
 		var exit *exec.ExitError

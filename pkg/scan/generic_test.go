@@ -1,7 +1,9 @@
 package scan
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,6 +104,36 @@ func TestRunRealServer(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("disagreement on simulate-research-query not reported: %+v", rep.Run.Disagreements)
+	}
+	// docs/scan.md: SARIF carries each disagreement as a result of rule EF1003.
+	var sarif bytes.Buffer
+	if err := WriteSARIF(&sarif, rep, "test"); err != nil {
+		t.Fatal(err)
+	}
+	var log struct {
+		Runs []struct {
+			Results []struct {
+				RuleID  string `json:"ruleId"`
+				Message struct {
+					Text string `json:"text"`
+				} `json:"message"`
+			} `json:"results"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(sarif.Bytes(), &log); err != nil || len(log.Runs) != 1 {
+		t.Fatalf("SARIF does not parse: %v", err)
+	}
+	ef1003 := 0
+	for _, r := range log.Runs[0].Results {
+		if r.RuleID == RuleDisagreement {
+			ef1003++
+			if !strings.Contains(r.Message.Text, "simulate-research-query") && len(rep.Run.Disagreements) == 1 {
+				t.Errorf("EF1003 result about another tool: %s", r.Message.Text)
+			}
+		}
+	}
+	if ef1003 != len(rep.Run.Disagreements) {
+		t.Errorf("SARIF has %d EF1003 results for %d disagreements", ef1003, len(rep.Run.Disagreements))
 	}
 	echo, ok := findTool(rep, "echo")
 	if !ok || echo.Candidate {

@@ -195,7 +195,7 @@ func TestOnUnknownHookHTTPRetries(t *testing.T) {
 		t.Fatalf("%d attempts, want 3", n)
 	}
 	log := x.log.String()
-	if strings.Contains(log, "s3cret") || !strings.Contains(log, "attempt 2 failed") || !strings.Contains(log, "503") {
+	if strings.Contains(log, "pw-s3cret") || strings.Contains(log, "tok-s3cret") || !strings.Contains(log, "attempt 2 failed") || !strings.Contains(log, "503") {
 		t.Fatalf("log must show the retries without the URL's secrets:\n%s", log)
 	}
 }

@@ -1,8 +1,11 @@
 package wrap
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,4 +70,97 @@ func replayOf(adm fence.Admission) json.RawMessage {
 		},
 	})
 	return out
+}
+
+// redactedTexts returns the argument values a call redacts (its tool's Redact paths), as a
+// server could echo them in an error message or on its stderr: every string (as it is and
+// JSON-escaped) and every number or boolean at or inside a redacted path, longest first. wrap
+// removes them from the server's words it records as a reason, so a redacted value does not
+// reach the ledger that way either.
+func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
+	paths := p.settings(tool).Redact
+	if len(paths) == 0 {
+		return nil
+	}
+	var call struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(params, &call) != nil {
+		return nil
+	}
+	var args any
+	dec := json.NewDecoder(bytes.NewReader(call.Arguments))
+	dec.UseNumber()
+	if dec.Decode(&args) != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var texts []string
+	addText := func(s string) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			texts = append(texts, s)
+		}
+	}
+	var leaves func(v any)
+	leaves = func(v any) {
+		switch v := v.(type) {
+		case string:
+			addText(v)
+			var b bytes.Buffer
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
+			if enc.Encode(v) == nil {
+				addText(strings.TrimSuffix(strings.TrimSuffix(b.String(), "\n"), `"`)[1:])
+			}
+		case json.Number:
+			addText(v.String())
+		case bool:
+			addText(strconv.FormatBool(v))
+		case map[string]any:
+			for _, e := range v {
+				leaves(e)
+			}
+		case []any:
+			for _, e := range v {
+				leaves(e)
+			}
+		}
+	}
+	var walk func(v any, segs []string)
+	walk = func(v any, segs []string) {
+		if len(segs) == 0 {
+			leaves(v)
+			return
+		}
+		switch v := v.(type) {
+		case map[string]any:
+			if segs[0] == "*" {
+				for _, e := range v {
+					walk(e, segs[1:])
+				}
+			} else if e, ok := v[segs[0]]; ok {
+				walk(e, segs[1:])
+			}
+		case []any:
+			if segs[0] == "*" {
+				for _, e := range v {
+					walk(e, segs[1:])
+				}
+			}
+		}
+	}
+	for _, path := range paths {
+		walk(args, strings.Split(path, "."))
+	}
+	sort.Slice(texts, func(i, j int) bool { return len(texts[i]) > len(texts[j]) })
+	return texts
+}
+
+// scrub replaces every occurrence of texts (longest first) in s with fence.Redacted.
+func scrub(s string, texts []string) string {
+	for _, t := range texts {
+		s = strings.ReplaceAll(s, t, fence.Redacted)
+	}
+	return s
 }

@@ -2,11 +2,14 @@ package wrap_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 // TestRedactAndKeepResultHash: with --redact and --keep-result TOOL=hash, the real wrap
@@ -68,5 +71,41 @@ func TestPrivacyFlagsRefused(t *testing.T) {
 		if _, err := r.tryWrap(bad...); err == nil {
 			t.Errorf("wrap %v started", bad)
 		}
+	}
+}
+
+// TestRedactedValueNotInReasons: a server that dies writes the request it died on to its
+// stderr, and wrap records the end of that stderr as the unknown intent's reason. With the
+// field redacted, the value must not reach the ledger that way either (docs/privacy.md:
+// "redaction keeps the value off the disk"); the reason keeps the rest of what the server said.
+func TestRedactedValueNotInReasons(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const secret = "s3cret-4111111111111111"
+	w := r.wrap("--redact", "die:tag")
+	res := call(t, w.Session, "die", `{"tag":"`+secret+`"}`)
+	if !res.IsError {
+		t.Fatalf("die must leave an unknown outcome: %+v", res)
+	}
+	w.Close()
+
+	files, _ := filepath.Glob(r.ledger + "*")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Fatalf("ledger file %s contains the redacted value", f)
+		}
+	}
+	var intent string
+	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	rec, err := r.openLedger().Status(context.Background(), intent)
+	if err != nil || rec.State != fence.StateUnknown {
+		t.Fatalf("record of %q: %+v, %v", intent, rec, err)
+	}
+	if reason := rec.Reason; !strings.Contains(reason, "dying on tools/call") || !strings.Contains(reason, `"tag":"[redacted]"`) {
+		t.Fatalf("the reason should keep what the server said, without the value: %q", reason)
 	}
 }

@@ -415,6 +415,8 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 	case "die":
 		sleep()
 		s.record("die tag=" + a.Tag)
+		// As a crashing server often does, it writes the request it died on to its stderr.
+		fmt.Fprintf(os.Stderr, "mcptest: dying on tools/call %s\n", params)
 		os.Exit(7)
 	case "balance":
 		n := s.record("balance")
