@@ -313,7 +313,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	hb := p.heartbeat(t)
 	res, err := p.sendChild(agent, ctx, params)
 	hb.stop()
-	return p.finish(ctx, tool, intent, f, t, res, err, false, p.redactedTexts(tool, params))
+	return p.finish(ctx, tool, intent, f, t, res, err, false, params)
 }
 
 // finish records the outcome of an admitted call, plain (run) or task-augmented (the task's
@@ -321,9 +321,10 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 // through Engine.Settle: retried while the ledger does not answer, kept in the spool past
 // SettleWait, each error logged.
 //
-// redacted are the call's redacted argument values (redactedTexts): they are taken out of the
-// server's words (an error message, the end of its stderr) before those become a recorded reason.
-func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, res json.RawMessage, err error, task bool, redacted []string) answer {
+// params are the call's: its redacted argument values (redactedTexts) are taken out of the
+// server's words (an error message, the end of its stderr) before those become a recorded
+// reason. They are found only then, so a call that succeeds does not decode its arguments again.
+func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, res json.RawMessage, err error, task bool, params json.RawMessage) answer {
 	var rpc *jsonrpc.Error
 	switch {
 	case err == nil && inputRequired(res):
@@ -357,19 +358,19 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		if task {
 			refused = "the MCP server refused the call or failed the task: "
 		}
-		p.release(ctx, t, refused+scrub(rpc.Message, redacted))
+		p.release(ctx, t, refused+scrub(rpc.Message, p.redactedTexts(tool, params)))
 		return a
 	case errors.Is(err, mcpstdio.ErrNotSent):
 		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent), outcome: "refused", code: "not_sent"}
 		p.flights.fail(intent, f, a)
-		p.release(ctx, t, "the call was never sent: "+scrub(err.Error(), redacted))
+		p.release(ctx, t, "the call was never sent: "+scrub(err.Error(), p.redactedTexts(tool, params)))
 		return a
 	default:
 		defer p.flights.done(intent, f)
-		reason := "the MCP server died or the connection failed during the call: " + scrub(err.Error(), redacted)
+		reason := "the MCP server died or the connection failed during the call: " + scrub(err.Error(), p.redactedTexts(tool, params))
 		msg := fmt.Sprintf("the MCP server failed during this call (%v), so whether it took effect is unknown", err)
 		if task {
-			reason = "the task's outcome could not be learned: " + scrub(err.Error(), redacted)
+			reason = "the task's outcome could not be learned: " + scrub(err.Error(), p.redactedTexts(tool, params))
 			msg = fmt.Sprintf("the outcome of this task-augmented call is unknown (%v)", err)
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})

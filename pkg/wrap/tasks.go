@@ -87,7 +87,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		// No task was created (the server answered the call directly, or failed): that
 		// answer is the outcome.
 		stopHeartbeat()
-		return p.finish(ctx, tool, intent, f, t, res, err, true, p.redactedTexts(tool, params))
+		return p.finish(ctx, tool, intent, f, t, res, err, true, params)
 	}
 	p.logf("intent %s runs as task %s; its final result will be recorded", intent, handle.Task.TaskID)
 	p.calls.Add(1)
@@ -102,7 +102,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(handle.Task.TTL))
 		}
 		stopHeartbeat()
-		p.finish(ctx, tool, intent, f, t, final, ferr, true, p.redactedTexts(tool, params))
+		p.finish(ctx, tool, intent, f, t, final, ferr, true, params)
 	}()
 	return answer{result: res, outcome: "executed", code: "task"}
 }
