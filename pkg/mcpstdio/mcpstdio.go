@@ -300,6 +300,11 @@ func (s *Session) Call(ctx context.Context, method string, params json.RawMessag
 	if params != nil && !json.Valid(params) {
 		return nil, fmt.Errorf("%w: params of %s are not valid JSON", ErrNotSent, method)
 	}
+	if err := ctx.Err(); err != nil {
+		// Ended before it was sent: sending it would start a call only to cancel it, which a
+		// server may have run by the time the cancellation arrives.
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotSent, method, context.Cause(ctx))
+	}
 	key := strconv.FormatInt(s.nextID.Add(1), 10)
 	ch := make(chan reply, 1)
 	s.mu.Lock()

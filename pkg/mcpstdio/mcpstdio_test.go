@@ -540,3 +540,23 @@ func TestAnswerTooLongFailsTheCall(t *testing.T) {
 		t.Fatalf("the session after the long answer: %v", err)
 	}
 }
+
+// A call whose context has ended before it is sent is not sent: the server runs nothing, and
+// the error says so (a sent request that is cancelled at once may have run).
+func TestCallWithAnEndedContextIsNotSent(t *testing.T) {
+	cfg, effects, _ := config(t, "")
+	s := start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.CallTool(ctx, "charge", json.RawMessage(`{"amount":5}`))
+	if !errors.Is(err, mcpstdio.ErrNotSent) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call on an ended context: %v; want not sent, and why", err)
+	}
+	// The session goes on: a later call runs, and it is the only effect.
+	if _, err := s.CallTool(context.Background(), "charge", json.RawMessage(`{"amount":6}`)); err != nil {
+		t.Fatal(err)
+	}
+	if fx := mcptest.Effects(effects); len(fx) != 1 || !strings.Contains(fx[0], "amount=6") {
+		t.Fatalf("effects %v; want only the second call's", fx)
+	}
+}
