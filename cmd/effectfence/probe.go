@@ -88,6 +88,9 @@ func runProbe(ctx context.Context, cmd *cli.Command, io streams) (reported bool,
 	}
 	if w := cmd.String("witness"); w != "" {
 		opts.Witness = probe.CommandWitness{Command: w}
+	} else if cmd.IsSet("witness-kind") {
+		// Said without a witness, the kind would be silently ignored: the user meant one.
+		return false, usageErr("--witness-kind describes a --witness command's number: give --witness too")
 	}
 	argv, err := serverCommand(cmd)
 	if err != nil {

@@ -197,6 +197,7 @@ func TestProbeBadInput(t *testing.T) {
 		{"witness fails", []string{"--tool", "charge_card", "--witness", "echo 3; echo broken >&2; exit 2"}, nil, 1, "broken"},
 		{"bad witness kind", []string{"--tool", "charge_card", "--witness", "echo 1", "--witness-kind", "rows"}, nil, 2, "--witness-kind must be executions or state"},
 		{"bad pattern", []string{"--tool", "charge_card", "--pattern", "burst"}, nil, 2, "--pattern must be storm or retry"},
+		{"witness kind without a witness", []string{"--tool", "charge_card", "--witness-kind", "executions"}, nil, 2, "give --witness too"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
