@@ -61,6 +61,7 @@ func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
 	// holding the output pipes; without a WaitDelay, Run would wait for them however long
 	// they take, and the timeout would bound nothing.
 	cmd.WaitDelay = time.Second
+	ownGroup(cmd)
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("%q did not finish within %s", w.Command, timeout)
