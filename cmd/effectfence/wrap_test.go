@@ -22,6 +22,7 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--ignore-field", ":x", "--", "x"}, "want TOOL:json.path"},
 		{[]string{"wrap", "--wait", "0s", "--", "x"}, "--wait must be positive"},
 		{[]string{"wrap", "--lease-secs", "-1", "--ledger", "memory", "--", "x"}, "--lease-secs=-1: want a number of seconds from 1"},
+		{[]string{"wrap", "--lease-secs", "2592001", "--ledger", "memory", "--", "x"}, "--lease-secs=2592001: want a number of seconds from 1"},
 		{[]string{"wrap", "--lease-secs", "NaN", "--ledger", "memory", "--", "x"}, "--lease-secs=NaN"},
 		{[]string{"wrap", "--result-ttl-secs", "+Inf", "--ledger", "memory", "--", "x"}, "--result-ttl-secs=+Inf"},
 		{[]string{"wrap", "--lease-secs", "0.001", "--ledger", "memory", "--", "x"}, "--lease-secs=0.001"},

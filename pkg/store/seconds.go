@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -29,7 +30,8 @@ func ResultSeconds(what string, v float64) (time.Duration, error) {
 
 func seconds(what string, v float64, max float64, maxText string) (time.Duration, error) {
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < MinSeconds || v > max {
-		return 0, fmt.Errorf("%s=%v: want a number of seconds from %d to %.0f (%s)", what, v, MinSeconds, max, maxText)
+		// 'g' with the shortest precision writes 2592001 as 2.592001e+06; 'f' as given.
+		return 0, fmt.Errorf("%s=%s: want a number of seconds from %d to %.0f (%s)", what, strconv.FormatFloat(v, 'f', -1, 64), MinSeconds, max, maxText)
 	}
 	return time.Duration(v * float64(time.Second)), nil
 }
