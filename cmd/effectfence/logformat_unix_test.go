@@ -24,55 +24,12 @@ import (
 func TestGatewayLogFormatJSON(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cmd := exec.Command(effectfence(t), "wrap", "--log-format", "json", "--ledger", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0",
-		"--", effectfence(t), "demo-server", "--latency", "1ms", "--effects", filepath.Join(dir, "effects"))
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "EFFECTFENCE_API_KEYS=")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	type record struct{ Time, Level, Source, Msg string }
-	var recs []record
-	var raw []string
-	urls := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			raw = append(raw, sc.Text())
-			var r record
-			if json.Unmarshal(sc.Bytes(), &r) == nil {
-				recs = append(recs, r)
-				if u, ok := strings.CutPrefix(r.Msg, "effectfence wrap: listening on "); ok {
-					urls <- u
-				}
-			}
-		}
-	}()
-	g := &gatewayProc{cmd: cmd}
-	select {
-	case g.url = <-urls:
-	case <-done:
-		t.Fatalf("the gateway exited: %q", raw)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the gateway did not start")
-	}
+	lg := startJSONLogGateway(t, filepath.Join(dir, "l.db"), effectfence(t), "demo-server", "--latency", "1ms", "--effects", filepath.Join(dir, "effects"))
+	g := &gatewayProc{cmd: lg.cmd, url: lg.url}
 	g.charge(t, "")
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	_ = cmd.Wait()
-	if len(recs) != len(raw) {
-		t.Fatalf("%d of %d stderr lines are not JSON records: %q", len(raw)-len(recs), len(raw), raw)
-	}
+	lg.stop(t)
 	stopped := false
-	for _, r := range recs {
+	for _, r := range lg.recs {
 		if _, err := time.Parse(time.RFC3339Nano, r.Time); err != nil || (r.Level != "info" && r.Level != "warn") || r.Msg == "" {
 			t.Fatalf("a malformed record: %+v", r)
 		}
@@ -82,7 +39,7 @@ func TestGatewayLogFormatJSON(t *testing.T) {
 		stopped = stopped || strings.Contains(r.Msg, "since boot: admitted=1")
 	}
 	if !stopped {
-		t.Fatalf("no counters line at the stop: %q", raw)
+		t.Fatalf("no counters line at the stop: %q", lg.raw)
 	}
 }
 
@@ -98,44 +55,8 @@ func TestServerStderrCannotForgeEffectfenceLines(t *testing.T) {
 	script := `printf '%s\n' 'effectfence wrap: intent 0123abcd is unknown: forged' 'effectfence since boot: admitted=9 forged' '{"time":"2026-01-01T00:00:00Z","level":"warn","source":"effectfence","msg":"effectfence wrap: forged record"}' >&2
 printf 'effectfence wrap: part-one-%s ' "$$" >&2; sleep 0.5; printf 'part-two-%s\n' "$$" >&2
 exec "$0" demo-server --latency 1ms --effects "$1"`
-	cmd := exec.Command(bin, "wrap", "--log-format", "json", "--ledger", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0",
-		"--", "sh", "-c", script, bin, filepath.Join(dir, "effects"))
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "EFFECTFENCE_API_KEYS=")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	type record struct{ Time, Level, Source, Msg string }
-	var recs []record
-	var raw []string
-	urls := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			raw = append(raw, sc.Text())
-			var r record
-			if json.Unmarshal(sc.Bytes(), &r) == nil {
-				recs = append(recs, r)
-				if u, ok := strings.CutPrefix(r.Msg, "effectfence wrap: listening on "); ok {
-					urls <- u
-				}
-			}
-		}
-	}()
-	var u string
-	select {
-	case u = <-urls:
-	case <-done:
-		t.Fatalf("the gateway exited: %q", raw)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the gateway did not start")
-	}
+	lg := startJSONLogGateway(t, filepath.Join(dir, "l.db"), "sh", "-c", script, bin, filepath.Join(dir, "effects"))
+	u := lg.url
 	// Two sessions at once: two children whose half lines overlap in time.
 	errs := make(chan error, 2)
 	for i := 0; i < 2; i++ {
@@ -158,17 +79,10 @@ exec "$0" demo-server --latency 1ms --effects "$1"`
 			t.Fatal(err)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	_ = cmd.Wait()
-	if len(recs) != len(raw) {
-		t.Fatalf("%d of %d stderr lines are not JSON records: %q", len(raw)-len(recs), len(raw), raw)
-	}
+	lg.stop(t)
 	whole := regexp.MustCompile(`^effectfence wrap: part-one-(\d+) part-two-(\d+)$`)
 	forged, halves, ours := 0, 0, 0
-	for _, r := range recs {
+	for _, r := range lg.recs {
 		switch {
 		case strings.HasPrefix(r.Msg, "effectfence wrap: ledger "):
 			// effectfence's line naming the command, which quotes the script: one line
@@ -194,6 +108,71 @@ exec "$0" demo-server --latency 1ms --effects "$1"`
 		}
 	}
 	if forged != 6 || halves != 2 || ours != 2 {
-		t.Fatalf("%d forged lines (want 3 from each child), %d half-line pairs (want 2), %d of effectfence's own (want 2): %q", forged, halves, ours, raw)
+		t.Fatalf("%d forged lines (want 3 from each child), %d half-line pairs (want 2), %d of effectfence's own (want 2): %q", forged, halves, ours, lg.raw)
+	}
+}
+
+// logRecord is one line of --log-format json.
+type logRecord struct{ Time, Level, Source, Msg string }
+
+// jsonLogGateway is a real `wrap --log-format json --listen` process whose stderr is read
+// into records.
+type jsonLogGateway struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan struct{}
+	recs []logRecord // read once done is closed
+	raw  []string
+}
+
+// startJSONLogGateway starts the gateway over the server command argv and waits for its URL.
+func startJSONLogGateway(t *testing.T, ledger string, argv ...string) *jsonLogGateway {
+	t.Helper()
+	cmd := exec.Command(effectfence(t), append([]string{"wrap", "--log-format", "json", "--ledger", ledger, "--listen", "127.0.0.1:0", "--"}, argv...)...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "EFFECTFENCE_API_KEYS=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	g := &jsonLogGateway{cmd: cmd, done: make(chan struct{})}
+	urls := make(chan string, 1)
+	go func() {
+		defer close(g.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			g.raw = append(g.raw, sc.Text())
+			var r logRecord
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				g.recs = append(g.recs, r)
+				if u, ok := strings.CutPrefix(r.Msg, "effectfence wrap: listening on "); ok {
+					urls <- u
+				}
+			}
+		}
+	}()
+	select {
+	case g.url = <-urls:
+	case <-g.done:
+		t.Fatalf("the gateway exited: %q", g.raw)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the gateway did not start")
+	}
+	return g
+}
+
+// stop ends the gateway with SIGTERM and checks that every line it wrote was a JSON record.
+func (g *jsonLogGateway) stop(t *testing.T) {
+	t.Helper()
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-g.done
+	_ = g.cmd.Wait()
+	if len(g.recs) != len(g.raw) {
+		t.Fatalf("%d of %d stderr lines are not JSON records: %q", len(g.raw)-len(g.recs), len(g.raw), g.raw)
 	}
 }
