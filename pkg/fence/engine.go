@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -17,6 +18,12 @@ import (
 
 // MaxIntentLen bounds the length of an intent id in bytes.
 const MaxIntentLen = 1024
+
+// MaxDomainLen bounds the length of a domain name in bytes (the request's domain and each
+// read-set entry's). A domain is a key of the ledger as an intent is; PostgreSQL refuses an
+// index key of more than 2704 bytes, so without a bound a long domain that the memory and
+// SQLite stores accept would be a ledger error there.
+const MaxDomainLen = 1024
 
 // Engine is the fence. It is safe for concurrent use; several Engines (in one process or many)
 // may share one Store, and the Store's transactions make them agree.
@@ -74,6 +81,9 @@ func (e *Engine) validate(req *Request, c *call) error {
 		return InvalidError{"intent", fmt.Sprintf("is %d bytes; at most %d", len(req.Intent), MaxIntentLen)}
 	case !validUTF8(req.Intent):
 		return InvalidError{"intent", "must be valid UTF-8"}
+	case strings.IndexByte(req.Intent, 0) >= 0:
+		// PostgreSQL text cannot hold a NUL: every store refuses it alike.
+		return InvalidError{"intent", "must not contain a NUL byte"}
 	}
 	if err := checkPrivacy(req); err != nil {
 		return err
@@ -82,20 +92,23 @@ func (e *Engine) validate(req *Request, c *call) error {
 		if r.Domain == "" {
 			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must not be empty"}
 		}
-		if !validUTF8(r.Domain) {
-			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must be valid UTF-8"}
+		if why := badDomain(r.Domain); why != "" {
+			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), why}
 		}
 	}
 	// Text a store writes as JSON or into a text column must be UTF-8: JSON would record
 	// each invalid byte as U+FFFD (two domains or agents that differ only there would read
 	// back alike) and PostgreSQL refuses it with a ledger error.
 	// Field by field, not a loop over an array of them (which was built on every call).
-	switch {
-	case !validUTF8(req.Agent):
+	if !validUTF8(req.Agent) {
 		return InvalidError{"agent", "must be valid UTF-8"}
-	case !validUTF8(req.Domain):
-		return InvalidError{"domain", "must be valid UTF-8"}
-	case !validUTF8(req.Parent):
+	}
+	if req.Domain != "" {
+		if why := badDomain(req.Domain); why != "" {
+			return InvalidError{"domain", why}
+		}
+	}
+	if !validUTF8(req.Parent) {
 		return InvalidError{"parent", "must be valid UTF-8"}
 	}
 	if len(req.Clock) > 0 { // ranging over an empty map still sets up an iterator
@@ -134,6 +147,20 @@ func (e *Engine) validate(req *Request, c *call) error {
 	e.fps.put(slot, req.Tool, args, canonical, fp)
 	c.set(canonical, fp, req.Redact)
 	return nil
+}
+
+// badDomain says what is wrong with a non-empty domain name, or "": it must be at most
+// MaxDomainLen bytes of valid UTF-8 without a NUL (PostgreSQL text cannot hold one).
+func badDomain(d string) string {
+	switch {
+	case len(d) > MaxDomainLen:
+		return fmt.Sprintf("is %d bytes; at most %d", len(d), MaxDomainLen)
+	case !validUTF8(d):
+		return "must be valid UTF-8"
+	case strings.IndexByte(d, 0) >= 0:
+		return "must not contain a NUL byte"
+	}
+	return ""
 }
 
 // validUTF8 is utf8.ValidString with a fast path for the ASCII ids most intents are (the

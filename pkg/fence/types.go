@@ -16,12 +16,14 @@ type ReadSetEntry struct {
 
 // Request is one attempt to run a side effect.
 type Request struct {
-	// Intent is the stable id of the logical action ("charge:order-123"). Required.
+	// Intent is the stable id of the logical action ("charge:order-123"). Required: at most
+	// MaxIntentLen bytes of UTF-8 without a NUL byte.
 	Intent string `json:"intent"`
 	// Parent is the hash of the cert this action causally follows, if any.
 	Parent string `json:"parent,omitempty"`
 	// Domain is the contention scope whose next sequence number the effect takes; empty for
-	// an effect that contends with nothing but its own duplicates.
+	// an effect that contends with nothing but its own duplicates. At most MaxDomainLen bytes
+	// of UTF-8 without a NUL byte, as is every read-set domain.
 	Domain string `json:"domain,omitempty"`
 	// Tool and Args identify the call; their canonical fingerprint must match on every attempt
 	// of the intent. Args is any JSON value (empty means null).

@@ -82,6 +82,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ResolveLeaveFenced", testResolveLeaveFenced},
 		{"ResolveRefusals", testResolveRefusals},
 		{"ResolveOrphan", testResolveOrphan},
+		{"HostileNamesKeptOrRefusedAlike", testHostileNames},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore) })
@@ -1596,6 +1597,13 @@ func testInvalid(t *testing.T, newStore Factory) {
 		{Intent: "bad-parent", Tool: "t", Parent: "p\xfd"},
 		{Intent: "bad-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: "d\xff"}}},
 		{Intent: "bad-clock", Tool: "t", Clock: fence.VectorClock{"k\xff": 1}},
+		// A NUL (PostgreSQL text cannot hold one) or a domain longer than PostgreSQL's index
+		// key limit would be a ledger error there and a record elsewhere: refused everywhere.
+		{Intent: "nul\x00intent", Tool: "t"},
+		{Intent: "nul-domain", Tool: "t", Domain: "d\x00"},
+		{Intent: "nul-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: "\x00"}}},
+		{Intent: "long-domain", Tool: "t", Domain: strings.Repeat("d", fence.MaxDomainLen+1)},
+		{Intent: "long-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: strings.Repeat("d", fence.MaxDomainLen+1)}}},
 	}
 	for _, r := range cases {
 		_, err := eng.Prepare(ctx, r)
