@@ -65,6 +65,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"SweepDropsOnlyExpiredOutcomes", testSweepBacklog},
 		{"ScanByExpiryOldestFirst", testScanByExpiry},
 		{"EvictDomainKeepsFloor", testEvictDomain},
+		{"EvictDomainFloorNeverFalls", testEvictDomainFloorNeverFalls},
+		{"EvictDomainRacingClaims", testEvictDomainRacingClaims},
 		{"QueriesCreateNoState", testQueriesNoState},
 		{"IntentOrderIsByteOrder", testIntentByteOrder},
 		{"ForgedTicketsChangeNothing", testForgedTickets},
@@ -1687,6 +1689,14 @@ func RunDurable(t *testing.T, reopen Reopener) {
 	if err := e1.Abort(ctx, ab, "timeout"); err != nil {
 		t.Fatal(err)
 	}
+	// An evicted domain: its floor must outlive the process.
+	var evicted uint64
+	for i := 0; i < 3; i++ {
+		evicted = mustCommit(t, e1, mustFresh(t, e1, fence.Request{Intent: fmt.Sprintf("durable:evicted:%d", i), Tool: "t", Domain: "evicted"}), `1`).Seq
+	}
+	if err := e1.EvictDomain(ctx, "evicted"); err != nil {
+		t.Fatal(err)
+	}
 	if err := e1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -1723,6 +1733,12 @@ func RunDurable(t *testing.T, reopen Reopener) {
 	}
 	if _, err := e2.Commit(ctx, ab, []byte(`1`)); !errors.Is(err, fence.ErrLeaseLost) {
 		t.Fatalf("commit after abort: %v, want lease_lost (an aborted claim is not healed)", err)
+	}
+	if cur, err := e2.Current(ctx, "evicted"); err != nil || cur < evicted {
+		t.Fatalf("after reopen, evicted domain reads %d, %v; its certs carry up to %d", cur, err, evicted)
+	}
+	if tk := mustFresh(t, e2, fence.Request{Intent: "durable:evicted:next", Tool: "t", Domain: "evicted"}); tk.Seq <= evicted {
+		t.Fatalf("after reopen, evicted domain handed out %d again (its certs carry up to %d)", tk.Seq, evicted)
 	}
 	tk := mustFresh(t, e2, fence.Request{Intent: "durable:next", Tool: "t", Domain: "acct"})
 	if tk.Seq != 2 || tk.Token <= inflight.Token {

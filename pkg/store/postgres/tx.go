@@ -805,6 +805,12 @@ SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domai
 	SELECT $1, $2 WHERE (SELECT value FROM effectfence_meta WHERE key = 'floor') = $3
 	ON CONFLICT (domain) DO NOTHING RETURNING 1)
 SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, v, int64(d.floor))
+		// The insert read the floor as its statement began. If the domain's row was being
+		// evicted then, the insert waited for the eviction and, the row gone, inserted: at a
+		// number the evicted row had already handed out, since the eviction raised the floor
+		// after that read. A statement after the insert sees the raised floor; the floor
+		// never falls, so an unmoved floor means no eviction overtook the insert.
+		t.queue(`SELECT effectfence_must((SELECT count(*) FROM effectfence_meta WHERE key = 'floor' AND value = $1), 'the domain floor')`, int64(d.floor))
 	}
 	if t.domains == nil {
 		t.domains = map[string]domainState{}
