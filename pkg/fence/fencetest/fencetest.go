@@ -1676,8 +1676,10 @@ func testParentAndVerify(t *testing.T, newStore Factory) {
 
 // RunDurable checks what a durable store adds: a new process (a new engine over a reopened
 // store, with a different owner) replays what ran, fences what was in flight when its owner
-// died, and keeps counters, tokens and sequences.
+// died, and keeps counters, tokens, sequences and the domain floor; and that queries leave it
+// as it was.
 func RunDurable(t *testing.T, reopen Reopener) {
+	t.Run("QueriesLeaveTheLedgerAsItWas", func(t *testing.T) { runDurableQueries(t, reopen) })
 	open := reopen(t)
 	st1 := open()
 	e1 := fence.New(st1, fence.Config{Owner: "host/1/1", Liveness: func(string) fence.Liveness { return fence.Alive }})
