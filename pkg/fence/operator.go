@@ -186,8 +186,14 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 }
 
 // EvictDomain forgets a domain's row to bound memory. The store's floor rises to the domain's
-// sequence number, and every domain without a row reads as the floor, so no sequence number a
-// cert carries can be handed out again for that domain.
+// sequence number (it never falls), and every domain without a row reads as the floor, so no
+// sequence number a cert carries can be handed out again for that domain.
+//
+// Evict only domains no decision is pending on. The evicted domain reads as the floor, which
+// is above its last number when another domain was evicted higher: a read set that names it
+// with that number is then stale. A new attempt is refused before it runs (re-read and decide
+// again), but a claim already in flight whose read set names the domain fails at commit, and
+// its intent is fenced until an operator clears it.
 func (e *Engine) EvictDomain(ctx context.Context, domain string) error {
 	return e.update(ctx, func(tx Tx) error {
 		seq, found, err := tx.DomainSeq(domain)
