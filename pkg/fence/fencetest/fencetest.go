@@ -1254,6 +1254,23 @@ func testEvictDomain(t *testing.T, newStore Factory) {
 func testQueriesNoState(t *testing.T, newStore Factory) {
 	st := newStore(t)
 	eng := fence.New(st, fence.Config{})
+	// A claim whose lease lapsed while its holder lives: Status reports it, it does not judge
+	// it (only an attempt, Recover or the holder changes it).
+	alive := func(string) fence.Liveness { return fence.Alive }
+	short := fence.New(st, fence.Config{Owner: "host/9/9", Liveness: alive, LeaseTTL: 30 * time.Millisecond})
+	mustFresh(t, short, req("q:lapsed"))
+	time.Sleep(60 * time.Millisecond)
+	for i := 0; i < 2; i++ {
+		if s, err := short.Status(ctx, "q:lapsed"); err != nil || s.State != fence.StateInFlight {
+			t.Fatalf("status of a lapsed claim = %s, %v; want in_flight, unchanged", s.State, err)
+		}
+	}
+	if kinds := eventKinds(t, short, "q:lapsed"); len(kinds) != 0 {
+		t.Fatalf("status wrote events: %v", kinds)
+	}
+	if _, err := short.Clear(ctx, "q:lapsed", "test", "set up for the checks below"); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 5; i++ {
 		if s, err := eng.Status(ctx, fmt.Sprintf("ghost:%d", i)); err != nil || s.State != fence.StateNone {
 			t.Fatalf("status: %+v %v", s, err)
