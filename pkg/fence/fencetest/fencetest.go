@@ -68,6 +68,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"EvictDomainFloorNeverFalls", testEvictDomainFloorNeverFalls},
 		{"EvictDomainRacingClaims", testEvictDomainRacingClaims},
 		{"QueriesCreateNoState", testQueriesNoState},
+		{"GatesInOrder", testGatesInOrder},
 		{"IntentOrderIsByteOrder", testIntentByteOrder},
 		{"ForgedTicketsChangeNothing", testForgedTickets},
 		{"DeadOwnerIsUnknown", testDeadOwner},
