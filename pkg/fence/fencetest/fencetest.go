@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"EvictDomainRacingClaims", testEvictDomainRacingClaims},
 		{"QueriesCreateNoState", testQueriesNoState},
 		{"GatesInOrder", testGatesInOrder},
+		{"LongestDurations", testLongestDurations},
 		{"IntentOrderIsByteOrder", testIntentByteOrder},
 		{"ForgedTicketsChangeNothing", testForgedTickets},
 		{"DeadOwnerIsUnknown", testDeadOwner},
