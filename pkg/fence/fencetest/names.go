@@ -55,6 +55,27 @@ func testHostileNames(t *testing.T, newStore Factory) {
 			{"domain", fmt.Sprintf("domain-role:%d", i), name, "a"},
 			{"agent", fmt.Sprintf("agent-role:%d", i), fmt.Sprintf("e%d", i), name},
 		}
+		// As the reason of an abort and the who and why of a clear: kept exactly.
+		intent := fmt.Sprintf("reason-role:%d", i)
+		if err := eng.Abort(ctx, mustFresh(t, eng, req(intent)), name); err != nil {
+			t.Errorf("name %d: abort with it as the reason: %v", i, err)
+		} else if s, err := eng.Status(ctx, intent); err != nil || s.State != fence.StateFailed || s.Reason != name {
+			t.Errorf("name %d: after abort, status = %s %.20q, %v", i, s.State, s.Reason, err)
+		}
+		if _, err := eng.Clear(ctx, intent, name, name); err != nil {
+			t.Errorf("name %d: clear with it as who and why: %v", i, err)
+		}
+		var cleared []fence.Event
+		if err := st.View(ctx, func(tx fence.Tx) error {
+			return tx.Events(intent, func(ev fence.Event) bool {
+				if ev.Kind == fence.EventClear {
+					cleared = append(cleared, ev)
+				}
+				return true
+			})
+		}); err != nil || len(cleared) != 1 || cleared[0].Who != name || cleared[0].Reason != name {
+			t.Errorf("name %d: clear event = %+v, %v", i, cleared, err)
+		}
 		for _, ro := range roles {
 			what := fmt.Sprintf("name %d as %s (%d bytes, %.12q)", i, ro.role, len(name), name)
 			r := fence.Request{Intent: ro.intent, Tool: "t", Args: []byte(`{"n":1}`), Domain: ro.domain, Agent: ro.agent,
