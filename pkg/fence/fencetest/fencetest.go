@@ -1699,6 +1699,7 @@ func testParentAndVerify(t *testing.T, newStore Factory) {
 // as it was.
 func RunDurable(t *testing.T, reopen Reopener) {
 	t.Run("QueriesLeaveTheLedgerAsItWas", func(t *testing.T) { runDurableQueries(t, reopen) })
+	t.Run("ReadSetCheckedAtCommitAcrossRestart", func(t *testing.T) { runDurableStaleAcrossRestart(t, reopen) })
 	open := reopen(t)
 	st1 := open()
 	e1 := fence.New(st1, fence.Config{Owner: "host/1/1", Liveness: func(string) fence.Liveness { return fence.Alive }})

@@ -1,6 +1,7 @@
 package fencetest
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -101,5 +102,46 @@ func runDurableQueries(t *testing.T, reopen Reopener) {
 	defer st3.Close()
 	if after := ledgerDump(t, st3, domains); after != before {
 		t.Fatalf("queries changed the ledger:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// runDurableStaleAcrossRestart: a claim made on a read set, whose process died before it
+// committed, while another process moved a domain it read: the holder's commit, arriving
+// after the restart, is checked against the read set again and the intent becomes failed
+// (the effect ran on stale state), not done.
+func runDurableStaleAcrossRestart(t *testing.T, reopen Reopener) {
+	open := reopen(t)
+	st1 := open()
+	e1 := fence.New(st1, fence.Config{Owner: "host/1/1", Liveness: func(string) fence.Liveness { return fence.Alive }})
+	r := fence.Request{Intent: "restart:decide", Tool: "t", Domain: "restart:target",
+		ReadSet: []fence.ReadSetEntry{{Domain: "restart:watched", Seq: 0}, {Domain: "restart:target", Seq: 0}}}
+	tk := mustFresh(t, e1, r)
+	if err := e1.Close(); err != nil { // the process stops with the effect running
+		t.Fatal(err)
+	}
+
+	st2 := open()
+	defer st2.Close()
+	dead := func(o string) fence.Liveness {
+		if o == "host/1/1" {
+			return fence.Dead
+		}
+		return fence.Alive
+	}
+	e2 := fence.New(st2, fence.Config{Owner: "host/2/1", Liveness: dead})
+	mustCommit(t, e2, mustFresh(t, e2, fence.Request{Intent: "restart:mover", Tool: "t", Domain: "restart:watched"}), `1`)
+	if _, err := e2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e2.Commit(ctx, tk, []byte(`"ran"`))
+	var stale fence.StaleReadSetError
+	if !errors.As(err, &stale) || !stale.Executed || stale.Domain != "restart:watched" {
+		t.Fatalf("late commit on a moved read set = %v; want stale_read_set with Executed", err)
+	}
+	if s, err := e2.Status(ctx, r.Intent); err != nil || s.State != fence.StateFailed {
+		t.Fatalf("status = %s, %v; want failed", s.State, err)
+	}
+	if _, err := e2.Prepare(ctx, r); !errors.Is(err, fence.ErrPriorFailure) {
+		t.Fatalf("a retry after the stale commit: %v; want prior_failure", err)
 	}
 }
