@@ -87,6 +87,13 @@ func testHostileNames(t *testing.T, newStore Factory) {
 				if n := records(); n != before {
 					t.Errorf("%s: refused as invalid, yet the ledger went from %d records to %d", what, before, n)
 				}
+				// A query about a name the ledger cannot hold answers, as for any other.
+				if s, err := eng.Status(ctx, ro.intent); err != nil || s.State != fence.StateNone {
+					t.Errorf("%s: refused as invalid; status = %s, %v; want none", what, s.State, err)
+				}
+				if _, err := eng.Current(ctx, ro.domain); err != nil {
+					t.Errorf("%s: refused as invalid; current: %v", what, err)
+				}
 				continue
 			}
 			if err != nil || !adm.Fresh() {

@@ -210,6 +210,11 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // Get reads the intent's record; in an Update it first takes the intent's lock, so the record
 // cannot change until this transaction ends.
 func (t *tx) Get(intent string) (*fence.Record, error) {
+	if strings.IndexByte(intent, 0) >= 0 {
+		// Text cannot hold a NUL, so no record has this intent (the engine refuses such
+		// intents; a query may still ask), and asking would be an encoding error.
+		return nil, nil
+	}
 	if t.spec {
 		return t.specGet(intent)
 	}
@@ -682,6 +687,11 @@ func toInt(v uint64, what string) (int64, error) {
 // transaction set: the write is a compare-and-swap against that first read, so a transaction
 // never decides on two different values of one domain.
 func (t *tx) DomainSeq(domain string) (uint64, bool, error) {
+	if strings.IndexByte(domain, 0) >= 0 {
+		// No row can have this name (see Get): it reads as the floor.
+		f, err := t.DomainFloor()
+		return f, false, err
+	}
 	if d, ok := t.domains[domain]; ok {
 		if d.found {
 			return d.seq, true, nil
