@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -356,9 +357,12 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	}
 	nonce := newNonce()
 	agent := req.Agent
-	exact := req.ExactArgs
-	if len(req.Redact) > 0 {
-		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
+	// The claim keeps its own copies of the caller's slices: a caller may reuse its buffers
+	// for its next request, and the memory store keeps the record as given (a read set
+	// refilled in place made the commit's re-check find "moved" domains that had not).
+	var exact []byte // none with redaction: the exact bytes would carry what it keeps out
+	if len(req.Redact) == 0 {
+		exact = bytes.Clone(req.ExactArgs)
 	}
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
@@ -372,7 +376,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	}
 	var redacted []string
 	if len(req.Redact) > 0 {
-		redacted = req.Redact
+		redacted = slices.Clone(req.Redact)
 	}
 	clk, lease := e.ticks.tick(req.Clock, agent), now.Add(e.cfg.LeaseTTL)
 	// The claim and its ticket are written as the object is made, with no call in between,
@@ -382,7 +386,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		rec: Record{
 			Intent: req.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 			Owner: e.cfg.Owner, Agent: agent, Parent: req.Parent, Domain: req.Domain, Seq: seq,
-			Tool: req.Tool, Args: c.stored, ExactArgs: exact, ReadSet: req.ReadSet, Clock: clk,
+			Tool: req.Tool, Args: c.stored, ExactArgs: exact, ReadSet: slices.Clone(req.ReadSet), Clock: clk,
 			ClaimedAt: now, LeaseUntil: lease, UpdatedAt: now,
 			RerunSafe:  req.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 			KeepResult: keep, Redacted: redacted,
@@ -537,7 +541,8 @@ func nonceHex(b *[16]byte) (h [32]byte) {
 
 // Prepare passes req through the gates. It returns an Admission with a Ticket (run the effect
 // now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
-// Any error means: do not run the effect.
+// Any error means: do not run the effect. The claim keeps copies of req's slices: the caller
+// may reuse them once Prepare returns.
 func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
 	// Small enough to be inlined into the caller: a frame of its own, which copied the answer
 	// twice on its way back, was a thirtieth of a replay.
@@ -859,7 +864,9 @@ func holds(rec *Record, t Ticket) error {
 // read set: if any domain moved while the effect ran, the effect ran on stale state, the intent
 // becomes failed and a StaleReadSetError with Executed set is returned. The holder retrying a
 // commit that already landed gets the recorded cert. Any other ticket that no longer holds the
-// intent gets LeaseLostError and changes nothing.
+// intent gets LeaseLostError and changes nothing. Commit keeps its own copy of result; the
+// returned cert's Args, Result, ReadSet and Clock are shared with the ledger's record, as a
+// replayed cert's are (see Admission).
 func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, error) {
 	if len(result) == 0 {
 		result = []byte("null")

@@ -1,9 +1,12 @@
 package fence
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -23,10 +26,31 @@ func (e *Engine) Status(ctx context.Context, intent string) (Record, error) {
 			out = Record{Intent: intent, State: StateNone}
 			return nil
 		}
-		out = *rec
+		out = rec.deepCopy()
 		return nil
 	})
 	return out, err
+}
+
+// deepCopy returns a copy of r that shares nothing a caller could change in place with the
+// record a store keeps (the memory store keeps the record itself, SQLite a decoded copy for
+// later reads).
+func (r *Record) deepCopy() Record {
+	out := *r
+	out.Args = bytes.Clone(r.Args)
+	out.ExactArgs = bytes.Clone(r.ExactArgs)
+	out.ReadSet = slices.Clone(r.ReadSet)
+	out.Clock = maps.Clone(r.Clock)
+	out.Redacted = slices.Clone(r.Redacted)
+	if r.Cert != nil {
+		c := *r.Cert
+		c.Args = bytes.Clone(c.Args)
+		c.Result = bytes.Clone(c.Result)
+		c.ReadSet = slices.Clone(c.ReadSet)
+		c.Clock = maps.Clone(c.Clock)
+		out.Cert = &c
+	}
+	return out
 }
 
 // Current returns a domain's current sequence number (the floor for a domain never used),

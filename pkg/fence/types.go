@@ -110,7 +110,9 @@ type Ticket struct {
 }
 
 // Admission is the answer to Prepare: exactly one of Ticket (run the effect now) and Cert (do
-// not run it; the recorded result is in the cert) is set.
+// not run it; the recorded result is in the cert) is set. The Cert is the caller's, but its
+// Args, Result, ReadSet and Clock are shared with the ledger's record (a replay allocates
+// only the cert): read them, never modify them in place.
 type Admission struct {
 	Ticket *Ticket
 	Cert   *Cert

@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"QueriesCreateNoState", testQueriesNoState},
 		{"GatesInOrder", testGatesInOrder},
 		{"LongestDurations", testLongestDurations},
+		{"CallerSlicesNotKept", testCallerSlicesNotKept},
 		{"IntentOrderIsByteOrder", testIntentByteOrder},
 		{"ForgedTicketsChangeNothing", testForgedTickets},
 		{"DeadOwnerIsUnknown", testDeadOwner},
