@@ -94,7 +94,11 @@ func IsSupersededName(key, intent, certHash string) bool {
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
-// the engine checks them against its own record and uses nothing else a caller hands back.
+// the engine checks them against its own record and decides nothing from the other fields.
+// One of them it reads: for a late commit of a claim no longer recorded (cleared, replaced),
+// KeepHash alone says whether the audit trail keeps the reported result or only its digest,
+// so a ticket whose KeepHash was cleared has such a result kept in full. Heartbeat carries
+// Reclaimed over into the ticket it returns.
 type Ticket struct {
 	Intent     string    `json:"intent"`
 	Token      uint64    `json:"token"`
