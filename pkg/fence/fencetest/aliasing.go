@@ -62,4 +62,13 @@ func testCallerSlicesNotKept(t *testing.T, newStore Factory) {
 	if err != nil || again.Fresh() || again.Cert.Hash != c.Hash || again.Cert.Verify() != nil {
 		t.Fatalf("replay after the caller changed its copies: %+v, %v", again, err)
 	}
+
+	// Redaction paths: the record names the paths the claim was made with.
+	paths := []string{"card"}
+	tk2 := mustFresh(t, eng, fence.Request{Intent: "alias:2", Tool: "t", Args: []byte(`{"card":"4242","n":1}`), Redact: paths})
+	paths[0] = "n"
+	mustCommit(t, eng, tk2, `1`)
+	if s, err := eng.Status(ctx, "alias:2"); err != nil || len(s.Redacted) != 1 || s.Redacted[0] != "card" {
+		t.Fatalf("redacted paths %v, %v; want [card]", s.Redacted, err)
+	}
 }
