@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"strconv"
 	"testing"
 
@@ -192,5 +194,33 @@ func TestChangedCertClockDoesNotReachLaterClaims(t *testing.T) {
 		if want := (fence.VectorClock{"billing": 1}); !cert.Clock.Equal(want) || len(cert.Clock) != 1 {
 			t.Fatalf("%s: cert clock %v, want %v", intent, cert.Clock, want)
 		}
+	}
+}
+
+// "Methods never modify their receiver": every method, on clocks with a zero entry, a counter
+// at its maximum and hostile agent names, leaves both clocks as they were (their zero entries
+// too).
+func TestVectorClockMethodsLeaveTheirClocks(t *testing.T) {
+	x := fence.VectorClock{"a": 1, "zero": 0, "\x00": 3, "'; --": 2}
+	y := fence.VectorClock{"a": 4, "b": math.MaxUint64, "\u2028": 1}
+	wantX, wantY := maps.Clone(x), maps.Clone(y)
+	_ = x.Tick("a")
+	_ = x.Tick("new")
+	_ = x.Merge(y)
+	_ = y.Merge(x)
+	_ = x.LE(y)
+	_ = x.Equal(y)
+	_ = x.Concurrent(y)
+	_ = x.Normal()
+	_ = x.Canonical()
+	_ = x.Digest()
+	if _, err := json.Marshal(x); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(x, wantX) || !maps.Equal(y, wantY) {
+		t.Fatalf("clocks changed: %v (was %v), %v (was %v)", x, wantX, y, wantY)
+	}
+	if m := x.Merge(y); m["b"] != math.MaxUint64 || m["a"] != 4 || m["\x00"] != 3 || !x.LE(m) || !y.LE(m) {
+		t.Fatalf("merge = %v", m)
 	}
 }

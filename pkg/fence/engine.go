@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -17,6 +19,12 @@ import (
 
 // MaxIntentLen bounds the length of an intent id in bytes.
 const MaxIntentLen = 1024
+
+// MaxDomainLen bounds the length of a domain name in bytes (the request's domain and each
+// read-set entry's). A domain is a key of the ledger as an intent is; PostgreSQL refuses an
+// index key of more than 2704 bytes, so without a bound a long domain that the memory and
+// SQLite stores accept would be a ledger error there.
+const MaxDomainLen = 1024
 
 // Engine is the fence. It is safe for concurrent use; several Engines (in one process or many)
 // may share one Store, and the Store's transactions make them agree.
@@ -74,6 +82,9 @@ func (e *Engine) validate(req *Request, c *call) error {
 		return InvalidError{"intent", fmt.Sprintf("is %d bytes; at most %d", len(req.Intent), MaxIntentLen)}
 	case !validUTF8(req.Intent):
 		return InvalidError{"intent", "must be valid UTF-8"}
+	case strings.IndexByte(req.Intent, 0) >= 0:
+		// PostgreSQL text cannot hold a NUL: every store refuses it alike.
+		return InvalidError{"intent", "must not contain a NUL byte"}
 	}
 	if err := checkPrivacy(req); err != nil {
 		return err
@@ -82,20 +93,23 @@ func (e *Engine) validate(req *Request, c *call) error {
 		if r.Domain == "" {
 			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must not be empty"}
 		}
-		if !validUTF8(r.Domain) {
-			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), "must be valid UTF-8"}
+		if why := badDomain(r.Domain); why != "" {
+			return InvalidError{fmt.Sprintf("read_set[%d].domain", i), why}
 		}
 	}
 	// Text a store writes as JSON or into a text column must be UTF-8: JSON would record
 	// each invalid byte as U+FFFD (two domains or agents that differ only there would read
 	// back alike) and PostgreSQL refuses it with a ledger error.
 	// Field by field, not a loop over an array of them (which was built on every call).
-	switch {
-	case !validUTF8(req.Agent):
+	if !validUTF8(req.Agent) {
 		return InvalidError{"agent", "must be valid UTF-8"}
-	case !validUTF8(req.Domain):
-		return InvalidError{"domain", "must be valid UTF-8"}
-	case !validUTF8(req.Parent):
+	}
+	if req.Domain != "" {
+		if why := badDomain(req.Domain); why != "" {
+			return InvalidError{"domain", why}
+		}
+	}
+	if !validUTF8(req.Parent) {
 		return InvalidError{"parent", "must be valid UTF-8"}
 	}
 	if len(req.Clock) > 0 { // ranging over an empty map still sets up an iterator
@@ -134,6 +148,20 @@ func (e *Engine) validate(req *Request, c *call) error {
 	e.fps.put(slot, req.Tool, args, canonical, fp)
 	c.set(canonical, fp, req.Redact)
 	return nil
+}
+
+// badDomain says what is wrong with a non-empty domain name, or "": it must be at most
+// MaxDomainLen bytes of valid UTF-8 without a NUL (PostgreSQL text cannot hold one).
+func badDomain(d string) string {
+	switch {
+	case len(d) > MaxDomainLen:
+		return fmt.Sprintf("is %d bytes; at most %d", len(d), MaxDomainLen)
+	case !validUTF8(d):
+		return "must be valid UTF-8"
+	case strings.IndexByte(d, 0) >= 0:
+		return "must not contain a NUL byte"
+	}
+	return ""
 }
 
 // validUTF8 is utf8.ValidString with a fast path for the ASCII ids most intents are (the
@@ -329,9 +357,12 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	}
 	nonce := newNonce()
 	agent := req.Agent
-	exact := req.ExactArgs
-	if len(req.Redact) > 0 {
-		exact = nil // the exact bytes would carry what redaction keeps out of the ledger
+	// The claim keeps its own copies of the caller's slices: a caller may reuse its buffers
+	// for its next request, and the memory store keeps the record as given (a read set
+	// refilled in place made the commit's re-check find "moved" domains that had not).
+	var exact []byte // none with redaction: the exact bytes would carry what it keeps out
+	if len(req.Redact) == 0 {
+		exact = bytes.Clone(req.ExactArgs)
 	}
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
@@ -345,7 +376,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	}
 	var redacted []string
 	if len(req.Redact) > 0 {
-		redacted = req.Redact
+		redacted = slices.Clone(req.Redact)
 	}
 	clk, lease := e.ticks.tick(req.Clock, agent), now.Add(e.cfg.LeaseTTL)
 	// The claim and its ticket are written as the object is made, with no call in between,
@@ -355,7 +386,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		rec: Record{
 			Intent: req.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
 			Owner: e.cfg.Owner, Agent: agent, Parent: req.Parent, Domain: req.Domain, Seq: seq,
-			Tool: req.Tool, Args: c.stored, ExactArgs: exact, ReadSet: req.ReadSet, Clock: clk,
+			Tool: req.Tool, Args: c.stored, ExactArgs: exact, ReadSet: slices.Clone(req.ReadSet), Clock: clk,
 			ClaimedAt: now, LeaseUntil: lease, UpdatedAt: now,
 			RerunSafe:  req.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 			KeepResult: keep, Redacted: redacted,
@@ -510,7 +541,8 @@ func nonceHex(b *[16]byte) (h [32]byte) {
 
 // Prepare passes req through the gates. It returns an Admission with a Ticket (run the effect
 // now, then Commit, Abort or Release) or with a Cert (do not run it; use the recorded result).
-// Any error means: do not run the effect.
+// Any error means: do not run the effect. The claim keeps copies of req's slices: the caller
+// may reuse them once Prepare returns.
 func (e *Engine) Prepare(ctx context.Context, req Request) (Admission, error) {
 	// Small enough to be inlined into the caller: a frame of its own, which copied the answer
 	// twice on its way back, was a thirtieth of a replay.
@@ -832,7 +864,9 @@ func holds(rec *Record, t Ticket) error {
 // read set: if any domain moved while the effect ran, the effect ran on stale state, the intent
 // becomes failed and a StaleReadSetError with Executed set is returned. The holder retrying a
 // commit that already landed gets the recorded cert. Any other ticket that no longer holds the
-// intent gets LeaseLostError and changes nothing.
+// intent gets LeaseLostError and changes nothing. Commit keeps its own copy of result; the
+// returned cert's Args, Result, ReadSet and Clock are shared with the ledger's record, as a
+// replayed cert's are (see Admission).
 func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, error) {
 	if len(result) == 0 {
 		result = []byte("null")

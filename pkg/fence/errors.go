@@ -126,7 +126,10 @@ func (e StaleReadSetError) Code() string         { return CodeStale }
 func (e StaleReadSetError) Is(target error) bool { return target == ErrStaleReadSet }
 
 // DomainRaceError: the target domain was current when the attempt arrived but another
-// attempt took its next sequence number in the same instant. Nothing ran.
+// attempt took its next sequence number in the same instant. Nothing ran. Where the store
+// cannot tell the instant of arrival from the instant of decision (SQLite, whose writers
+// queue, decides a first attempt in one pass), such a loser is a StaleReadSetError instead:
+// handle both alike (re-read and decide again).
 type DomainRaceError struct {
 	Intent   string
 	Domain   string

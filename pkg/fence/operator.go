@@ -1,9 +1,12 @@
 package fence
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -23,10 +26,31 @@ func (e *Engine) Status(ctx context.Context, intent string) (Record, error) {
 			out = Record{Intent: intent, State: StateNone}
 			return nil
 		}
-		out = *rec
+		out = rec.deepCopy()
 		return nil
 	})
 	return out, err
+}
+
+// deepCopy returns a copy of r that shares nothing a caller could change in place with the
+// record a store keeps (the memory store keeps the record itself, SQLite a decoded copy for
+// later reads).
+func (r *Record) deepCopy() Record {
+	out := *r
+	out.Args = bytes.Clone(r.Args)
+	out.ExactArgs = bytes.Clone(r.ExactArgs)
+	out.ReadSet = slices.Clone(r.ReadSet)
+	out.Clock = maps.Clone(r.Clock)
+	out.Redacted = slices.Clone(r.Redacted)
+	if r.Cert != nil {
+		c := *r.Cert
+		c.Args = bytes.Clone(c.Args)
+		c.Result = bytes.Clone(c.Result)
+		c.ReadSet = slices.Clone(c.ReadSet)
+		c.Clock = maps.Clone(c.Clock)
+		out.Cert = &c
+	}
+	return out
 }
 
 // Current returns a domain's current sequence number (the floor for a domain never used),
@@ -186,8 +210,14 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 }
 
 // EvictDomain forgets a domain's row to bound memory. The store's floor rises to the domain's
-// sequence number, and every domain without a row reads as the floor, so no sequence number a
-// cert carries can be handed out again for that domain.
+// sequence number (it never falls), and every domain without a row reads as the floor, so no
+// sequence number a cert carries can be handed out again for that domain.
+//
+// Evict only domains no decision is pending on. The evicted domain reads as the floor, which
+// is above its last number when another domain was evicted higher: a read set that names it
+// with that number is then stale. A new attempt is refused before it runs (re-read and decide
+// again), but a claim already in flight whose read set names the domain fails at commit, and
+// its intent is fenced until an operator clears it.
 func (e *Engine) EvictDomain(ctx context.Context, domain string) error {
 	return e.update(ctx, func(tx Tx) error {
 		seq, found, err := tx.DomainSeq(domain)

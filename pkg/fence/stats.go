@@ -32,7 +32,10 @@ func (c Counters) Refused() uint64 {
 	return c.Stale + c.Race + c.InFlight + c.PriorFailure + c.Conflict
 }
 
-// Prevented is the number of attempts that did not execute the effect.
+// Prevented is the number of attempts that did not execute the effect because the fence
+// answered them: every attempt but the admitted and reclaimed ones. It is counted as the
+// fence answers, so an admitted attempt whose holder then releases it (the effect definitely
+// did not happen) still counts as admitted, not as prevented.
 func (c Counters) Prevented() uint64 { return c.Total() - c.Admitted - c.Reclaimed }
 
 // Add returns c + d.

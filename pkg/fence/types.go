@@ -16,12 +16,14 @@ type ReadSetEntry struct {
 
 // Request is one attempt to run a side effect.
 type Request struct {
-	// Intent is the stable id of the logical action ("charge:order-123"). Required.
+	// Intent is the stable id of the logical action ("charge:order-123"). Required: at most
+	// MaxIntentLen bytes of UTF-8 without a NUL byte.
 	Intent string `json:"intent"`
 	// Parent is the hash of the cert this action causally follows, if any.
 	Parent string `json:"parent,omitempty"`
 	// Domain is the contention scope whose next sequence number the effect takes; empty for
-	// an effect that contends with nothing but its own duplicates.
+	// an effect that contends with nothing but its own duplicates. At most MaxDomainLen bytes
+	// of UTF-8 without a NUL byte, as is every read-set domain.
 	Domain string `json:"domain,omitempty"`
 	// Tool and Args identify the call; their canonical fingerprint must match on every attempt
 	// of the intent. Args is any JSON value (empty means null).
@@ -92,7 +94,11 @@ func IsSupersededName(key, intent, certHash string) bool {
 }
 
 // Ticket is the handle of an admitted attempt. Only Intent, Token and Nonce carry authority:
-// the engine checks them against its own record and uses nothing else a caller hands back.
+// the engine checks them against its own record and decides nothing from the other fields.
+// One of them it reads: for a late commit of a claim no longer recorded (cleared, replaced),
+// KeepHash alone says whether the audit trail keeps the reported result or only its digest,
+// so a ticket whose KeepHash was cleared has such a result kept in full. Heartbeat carries
+// Reclaimed over into the ticket it returns.
 type Ticket struct {
 	Intent     string    `json:"intent"`
 	Token      uint64    `json:"token"`
@@ -108,7 +114,9 @@ type Ticket struct {
 }
 
 // Admission is the answer to Prepare: exactly one of Ticket (run the effect now) and Cert (do
-// not run it; the recorded result is in the cert) is set.
+// not run it; the recorded result is in the cert) is set. The Cert is the caller's, but its
+// Args, Result, ReadSet and Clock are shared with the ledger's record (a replay allocates
+// only the cert): read them, never modify them in place.
 type Admission struct {
 	Ticket *Ticket
 	Cert   *Cert

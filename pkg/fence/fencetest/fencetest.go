@@ -65,7 +65,12 @@ func Run(t *testing.T, newStore Factory) {
 		{"SweepDropsOnlyExpiredOutcomes", testSweepBacklog},
 		{"ScanByExpiryOldestFirst", testScanByExpiry},
 		{"EvictDomainKeepsFloor", testEvictDomain},
+		{"EvictDomainFloorNeverFalls", testEvictDomainFloorNeverFalls},
+		{"EvictDomainRacingClaims", testEvictDomainRacingClaims},
 		{"QueriesCreateNoState", testQueriesNoState},
+		{"GatesInOrder", testGatesInOrder},
+		{"LongestDurations", testLongestDurations},
+		{"CallerSlicesNotKept", testCallerSlicesNotKept},
 		{"IntentOrderIsByteOrder", testIntentByteOrder},
 		{"ForgedTicketsChangeNothing", testForgedTickets},
 		{"DeadOwnerIsUnknown", testDeadOwner},
@@ -82,6 +87,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ResolveLeaveFenced", testResolveLeaveFenced},
 		{"ResolveRefusals", testResolveRefusals},
 		{"ResolveOrphan", testResolveOrphan},
+		{"HostileNamesKeptOrRefusedAlike", testHostileNames},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore) })
@@ -1251,6 +1257,23 @@ func testEvictDomain(t *testing.T, newStore Factory) {
 func testQueriesNoState(t *testing.T, newStore Factory) {
 	st := newStore(t)
 	eng := fence.New(st, fence.Config{})
+	// A claim whose lease lapsed while its holder lives: Status reports it, it does not judge
+	// it (only an attempt, Recover or the holder changes it).
+	alive := func(string) fence.Liveness { return fence.Alive }
+	short := fence.New(st, fence.Config{Owner: "host/9/9", Liveness: alive, LeaseTTL: 30 * time.Millisecond})
+	mustFresh(t, short, req("q:lapsed"))
+	time.Sleep(60 * time.Millisecond)
+	for i := 0; i < 2; i++ {
+		if s, err := short.Status(ctx, "q:lapsed"); err != nil || s.State != fence.StateInFlight {
+			t.Fatalf("status of a lapsed claim = %s, %v; want in_flight, unchanged", s.State, err)
+		}
+	}
+	if kinds := eventKinds(t, short, "q:lapsed"); len(kinds) != 0 {
+		t.Fatalf("status wrote events: %v", kinds)
+	}
+	if _, err := short.Clear(ctx, "q:lapsed", "test", "set up for the checks below"); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 5; i++ {
 		if s, err := eng.Status(ctx, fmt.Sprintf("ghost:%d", i)); err != nil || s.State != fence.StateNone {
 			t.Fatalf("status: %+v %v", s, err)
@@ -1596,6 +1619,13 @@ func testInvalid(t *testing.T, newStore Factory) {
 		{Intent: "bad-parent", Tool: "t", Parent: "p\xfd"},
 		{Intent: "bad-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: "d\xff"}}},
 		{Intent: "bad-clock", Tool: "t", Clock: fence.VectorClock{"k\xff": 1}},
+		// A NUL (PostgreSQL text cannot hold one) or a domain longer than PostgreSQL's index
+		// key limit would be a ledger error there and a record elsewhere: refused everywhere.
+		{Intent: "nul\x00intent", Tool: "t"},
+		{Intent: "nul-domain", Tool: "t", Domain: "d\x00"},
+		{Intent: "nul-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: "\x00"}}},
+		{Intent: "long-domain", Tool: "t", Domain: strings.Repeat("d", fence.MaxDomainLen+1)},
+		{Intent: "long-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: strings.Repeat("d", fence.MaxDomainLen+1)}}},
 	}
 	for _, r := range cases {
 		_, err := eng.Prepare(ctx, r)
@@ -1666,8 +1696,11 @@ func testParentAndVerify(t *testing.T, newStore Factory) {
 
 // RunDurable checks what a durable store adds: a new process (a new engine over a reopened
 // store, with a different owner) replays what ran, fences what was in flight when its owner
-// died, and keeps counters, tokens and sequences.
+// died, and keeps counters, tokens, sequences and the domain floor; and that queries leave it
+// as it was.
 func RunDurable(t *testing.T, reopen Reopener) {
+	t.Run("QueriesLeaveTheLedgerAsItWas", func(t *testing.T) { runDurableQueries(t, reopen) })
+	t.Run("ReadSetCheckedAtCommitAcrossRestart", func(t *testing.T) { runDurableStaleAcrossRestart(t, reopen) })
 	open := reopen(t)
 	st1 := open()
 	e1 := fence.New(st1, fence.Config{Owner: "host/1/1", Liveness: func(string) fence.Liveness { return fence.Alive }})
@@ -1677,6 +1710,14 @@ func RunDurable(t *testing.T, reopen Reopener) {
 	inflight := mustFresh(t, e1, req("durable:inflight"))
 	ab := mustFresh(t, e1, req("durable:aborted"))
 	if err := e1.Abort(ctx, ab, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	// An evicted domain: its floor must outlive the process.
+	var evicted uint64
+	for i := 0; i < 3; i++ {
+		evicted = mustCommit(t, e1, mustFresh(t, e1, fence.Request{Intent: fmt.Sprintf("durable:evicted:%d", i), Tool: "t", Domain: "evicted"}), `1`).Seq
+	}
+	if err := e1.EvictDomain(ctx, "evicted"); err != nil {
 		t.Fatal(err)
 	}
 	if err := e1.Close(); err != nil {
@@ -1715,6 +1756,12 @@ func RunDurable(t *testing.T, reopen Reopener) {
 	}
 	if _, err := e2.Commit(ctx, ab, []byte(`1`)); !errors.Is(err, fence.ErrLeaseLost) {
 		t.Fatalf("commit after abort: %v, want lease_lost (an aborted claim is not healed)", err)
+	}
+	if cur, err := e2.Current(ctx, "evicted"); err != nil || cur < evicted {
+		t.Fatalf("after reopen, evicted domain reads %d, %v; its certs carry up to %d", cur, err, evicted)
+	}
+	if tk := mustFresh(t, e2, fence.Request{Intent: "durable:evicted:next", Tool: "t", Domain: "evicted"}); tk.Seq <= evicted {
+		t.Fatalf("after reopen, evicted domain handed out %d again (its certs carry up to %d)", tk.Seq, evicted)
 	}
 	tk := mustFresh(t, e2, fence.Request{Intent: "durable:next", Tool: "t", Domain: "acct"})
 	if tk.Seq != 2 || tk.Token <= inflight.Token {

@@ -210,6 +210,11 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // Get reads the intent's record; in an Update it first takes the intent's lock, so the record
 // cannot change until this transaction ends.
 func (t *tx) Get(intent string) (*fence.Record, error) {
+	if strings.IndexByte(intent, 0) >= 0 {
+		// Text cannot hold a NUL, so no record has this intent (the engine refuses such
+		// intents; a query may still ask), and asking would be an encoding error.
+		return nil, nil
+	}
 	if t.spec {
 		return t.specGet(intent)
 	}
@@ -682,6 +687,11 @@ func toInt(v uint64, what string) (int64, error) {
 // transaction set: the write is a compare-and-swap against that first read, so a transaction
 // never decides on two different values of one domain.
 func (t *tx) DomainSeq(domain string) (uint64, bool, error) {
+	if strings.IndexByte(domain, 0) >= 0 {
+		// No row can have this name (see Get): it reads as the floor.
+		f, err := t.DomainFloor()
+		return f, false, err
+	}
 	if d, ok := t.domains[domain]; ok {
 		if d.found {
 			return d.seq, true, nil
@@ -805,6 +815,12 @@ SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domai
 	SELECT $1, $2 WHERE (SELECT value FROM effectfence_meta WHERE key = 'floor') = $3
 	ON CONFLICT (domain) DO NOTHING RETURNING 1)
 SELECT effectfence_must((SELECT count(*) FROM w), 'domain ' || $1::text)`, domain, v, int64(d.floor))
+		// The insert read the floor as its statement began. If the domain's row was being
+		// evicted then, the insert waited for the eviction and, the row gone, inserted: at a
+		// number the evicted row had already handed out, since the eviction raised the floor
+		// after that read. A statement after the insert sees the raised floor; the floor
+		// never falls, so an unmoved floor means no eviction overtook the insert.
+		t.queue(`SELECT effectfence_must((SELECT count(*) FROM effectfence_meta WHERE key = 'floor' AND value = $1), 'the domain floor')`, int64(d.floor))
 	}
 	if t.domains == nil {
 		t.domains = map[string]domainState{}

@@ -234,4 +234,17 @@ func TestProcessesRaceOneIntent(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds x %d processes: %d replays, %d told in flight, 1 execution per round", rounds, procs, replays, inFlight)
+
+	// The ledger's counters are every process's, each attempt in exactly one bucket: the
+	// processes flushed them as they wrote and as they closed.
+	st := openT(t, ledger, sqlite.Options{})
+	s, err := fence.New(st, fence.Config{}).Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fence.Counters{Admitted: rounds, Replayed: uint64(replays), InFlight: uint64(inFlight)}
+	if s.Ledger != want || s.Ledger.Total() != procs*rounds || s.Ledger.Prevented() != (procs-1)*rounds || !s.SinceBoot.IsZero() {
+		t.Fatalf("ledger stats after %d processes: %+v (total %d, prevented %d), since boot %+v; want %+v, total %d, prevented %d",
+			procs, s.Ledger, s.Ledger.Total(), s.Ledger.Prevented(), s.SinceBoot, want, procs*rounds, (procs-1)*rounds)
+	}
 }

@@ -193,6 +193,25 @@ func nanos(at time.Time) any {
 	if at.IsZero() {
 		return nil
 	}
+	return unixNano(at)
+}
+
+// Instants the ledger's integer columns can hold: nanoseconds since 1970 in an int64.
+var (
+	latestNano   = time.Unix(0, math.MaxInt64)
+	earliestNano = time.Unix(0, math.MinInt64)
+)
+
+// unixNano is at.UnixNano() held to the int64 range: beyond it (after 2262, as an expiry 300
+// years ahead is: Config.ResultTTL may be that long) UnixNano wraps, and a done outcome read as
+// long expired was swept at once, so that its duplicate ran again.
+func unixNano(at time.Time) int64 {
+	switch {
+	case at.After(latestNano):
+		return math.MaxInt64
+	case at.Before(earliestNano):
+		return math.MinInt64
+	}
 	return at.UnixNano()
 }
 
@@ -239,7 +258,7 @@ func (t *txn) SweepExpired(before time.Time, limit int) (int, bool, error) {
 	if !t.write {
 		return 0, false, errReadOnly
 	}
-	n, err := t.r.exec(qSweepExpired, before.UnixNano(), limit)
+	n, err := t.r.exec(qSweepExpired, unixNano(before), limit)
 	if err != nil {
 		return 0, false, t.s.wrap(err)
 	}
@@ -267,7 +286,7 @@ func scanQuery(f fence.Filter) (string, []any) {
 	}
 	if !f.ExpiresBefore.IsZero() {
 		where = append(where, "expires_at IS NOT NULL AND expires_at <= ?")
-		args = append(args, f.ExpiresBefore.UnixNano())
+		args = append(args, unixNano(f.ExpiresBefore))
 	}
 	if f.ByExpiry {
 		if f.ExpiresBefore.IsZero() {
@@ -481,7 +500,7 @@ func (t *txn) DeleteEventsBefore(before time.Time) (int, error) {
 	if !t.write {
 		return 0, errReadOnly
 	}
-	args := []any{before.UnixNano()}
+	args := []any{unixNano(before)}
 	for _, k := range fence.KeptForeverKinds() {
 		args = append(args, k)
 	}
