@@ -11,34 +11,18 @@ import (
 	"github.com/effectfence/effectfence/pkg/probe"
 )
 
-// diesAfterTwo is an MCP server (sh) that answers its first two tools/call requests with
-// different texts, appending one line per call to $EFFECTS, and exits on the third: a server
-// that dies mid-run.
-const diesAfterTwo = `#!/bin/sh
-n=0
-while IFS= read -r line; do
-  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
-  case "$line" in
-    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"dies","version":"1"}}}\n' "$id";;
-    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}]}}\n' "$id";;
-    *'"tools/call"'*)
-      n=$((n+1)); echo run >> "$EFFECTS"
-      [ "$n" -gt 2 ] && exit 0
-      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"run %s"}]}}\n' "$id" "$n";;
-  esac
-done
-`
-
 // TestProbeServerDiesMidRun: two calls answered differently, then the server died. The two
 // answers prove a double-fire (exit 3) and the unanswered calls are transport failures whose
 // execution the report calls unknown, not refusals and not answers.
 func TestProbeServerDiesMidRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv, log := filepath.Join(dir, "dies.sh"), filepath.Join(dir, "effects.log")
-	if err := os.WriteFile(srv, []byte(diesAfterTwo), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	log := filepath.Join(dir, "effects.log")
+	// Answers its first two calls with different texts, a line per call in $EFFECTS, and
+	// exits on the third: a server that dies mid-run.
+	srv := shServer(t, dir, "dies.sh", `      echo run >> "$EFFECTS"
+      [ "$n" -gt 2 ] && exit 0
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"run %s"}]}}\n' "$id" "$n"`)
 	r := cmdtest.Run(t, []string{"EFFECTS=" + log}, bin, "probe", "--json", "--tool", "t", "--calls", "5",
 		"--witness", fmt.Sprintf("cat %q 2>/dev/null | wc -l", log), "--witness-kind", "executions", "--", srv)
 	rep := probeJSON(t, r)

@@ -1,7 +1,6 @@
 package probe_test
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,32 +10,14 @@ import (
 	"github.com/effectfence/effectfence/pkg/probe"
 )
 
-// hangsAfterOne is an MCP server (sh) that answers its first tools/call and never answers
-// another.
-const hangsAfterOne = `#!/bin/sh
-n=0
-while IFS= read -r line; do
-  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
-  case "$line" in
-    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"hangs","version":"1"}}}\n' "$id";;
-    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}]}}\n' "$id";;
-    *'"tools/call"'*)
-      n=$((n+1))
-      [ "$n" -gt 1 ] && exec sleep 600
-      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"done"}]}}\n' "$id";;
-  esac
-done
-`
-
 // TestProbeCallsThatTimeOut: calls unanswered within --timeout are transport failures that
 // "may still have run", never refusals, so one success does not read as "no race surface";
 // and the probe ends soon after the timeout although the server never answers.
 func TestProbeCallsThatTimeOut(t *testing.T) {
 	t.Parallel()
-	srv := filepath.Join(t.TempDir(), "hangs.sh")
-	if err := os.WriteFile(srv, []byte(hangsAfterOne), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	// Answers its first call and never another.
+	srv := shServer(t, t.TempDir(), "hangs.sh", `      [ "$n" -gt 1 ] && exec sleep 600
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"done"}]}}\n' "$id"`)
 	start := time.Now()
 	r := cmdtest.Run(t, nil, bin, "probe", "--json", "--timeout", "1s", "--tool", "t", "--calls", "3", "--", srv)
 	took := time.Since(start)
@@ -65,29 +46,15 @@ func TestProbeRetryBeforeAnswer(t *testing.T) {
 	}
 }
 
-// neverAnswers is an MCP server (sh) that reads every tools/call, appends a line per call to
-// $EFFECTS, and never answers one.
-const neverAnswers = `#!/bin/sh
-while IFS= read -r line; do
-  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
-  case "$line" in
-    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"mute","version":"1"}}}\n' "$id";;
-    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}]}}\n' "$id";;
-    *'"tools/call"'*) echo call >> "$EFFECTS";;
-  esac
-done
-`
-
 // TestProbeRetryStopsAtTheTimeout: in the retry pattern, calls whose turn comes after --timeout
 // are not sent (they used to go out all at once, a storm nobody asked for), and the report
 // counts them apart from the calls that were sent and got no answer.
 func TestProbeRetryStopsAtTheTimeout(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv, log := filepath.Join(dir, "mute.sh"), filepath.Join(dir, "calls.log")
-	if err := os.WriteFile(srv, []byte(neverAnswers), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	log := filepath.Join(dir, "calls.log")
+	// Appends a line per call to $EFFECTS and never answers one.
+	srv := shServer(t, dir, "mute.sh", `      echo call >> "$EFFECTS"`)
 	r := cmdtest.Run(t, []string{"EFFECTS=" + log}, bin, "probe", "--json", "--pattern", "retry", "--retry-after", "300ms", "--timeout", "1s",
 		"--tool", "t", "--calls", "8", "--", srv)
 	rep := probeJSON(t, r)
