@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/doctest"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -25,15 +25,7 @@ func TestDocumentedVerifierOnExportedCerts(t *testing.T) {
 	if err != nil {
 		t.Skip("skipping: python3 is not installed")
 	}
-	doc, err := os.ReadFile("../../docs/CERTS.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "```python\n")
-	script, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("docs/CERTS.md has no python block")
-	}
+	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
 	deep := strings.Repeat(`[{"k":`, (fence.MaxNesting-2)/2) + `-0` + strings.Repeat(`}]`, (fence.MaxNesting-2)/2)
 	calls := []struct{ args, result, more string }{
 		{`{"amount":9007199254740993,"rate":0.10000000000000000555,"neg":-0,"huge":1e400,"n":[1.0,1e21,123456789012345678901234,4.9e3,-25e-9]}`, `{"ok":true,"big":-1E400}`, ""},

@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/doctest"
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
@@ -34,15 +34,7 @@ var exactCases = []struct{ args, result string }{
 func TestLedgerExportKeepsBytesAndCerts(t *testing.T) {
 	t.Setenv("NO_COLOR", "1")
 	py, _ := exec.LookPath("python3")
-	doc, err := os.ReadFile("../../docs/CERTS.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, _ := strings.Cut(string(doc), "```python\n")
-	script, _, ok := strings.Cut(rest, "```")
-	if !ok {
-		t.Fatal("docs/CERTS.md has no python block")
-	}
+	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			loc := filepath.Join(t.TempDir(), "ledger.db")

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/doctest"
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -124,15 +124,7 @@ func TestDocumentedVerifier(t *testing.T) {
 	if err != nil {
 		t.Skip("skipping: python3 is not installed")
 	}
-	doc, err := os.ReadFile("../../docs/CERTS.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "```python\n")
-	script, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("docs/CERTS.md has no python block")
-	}
+	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
 	verify := func(c *fence.Cert) string {
