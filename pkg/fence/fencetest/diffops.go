@@ -49,7 +49,7 @@ func (d *diffRun) next() diffOp {
 		return d.opSweep()
 	case n < 91:
 		return d.opRecover()
-	case n < 93:
+	case n < 94:
 		return d.opKill()
 	case n < 97:
 		return d.opEvents()
@@ -805,7 +805,7 @@ func (d *diffRun) opRecover() diffOp {
 
 func (d *diffRun) opKill() diffOp {
 	p, to := d.pick(3), fence.Dead
-	if d.chance(0.5) {
+	if d.chance(0.6) {
 		to = fence.CannotTell
 	}
 	return diffOp{
