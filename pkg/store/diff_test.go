@@ -20,23 +20,29 @@ import (
 
 var (
 	diffMemory = fencetest.DiffStore{Name: "memory", New: func(*testing.T) fence.Store { return fence.NewMemoryStore() }}
-	diffSQLite = fencetest.DiffStore{Name: "sqlite", New: func(t *testing.T) fence.Store {
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
-		if err != nil {
-			t.Fatal(err)
+	diffSQLite = fencetest.DiffStore{Name: "sqlite", Durable: func(t *testing.T) func() fence.Store {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		return func() fence.Store {
+			st, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
 		}
-		t.Cleanup(func() { st.Close() })
-		return st
 	}}
-	diffPostgres = fencetest.DiffStore{Name: "postgres", New: func(t *testing.T) fence.Store {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.Ledger(t, "diff"), MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
+	diffPostgres = fencetest.DiffStore{Name: "postgres", Durable: func(t *testing.T) func() fence.Store {
+		url := pgtest.Ledger(t, "diff")
+		return func() fence.Store {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st, err := postgres.Open(ctx, postgres.Config{URL: url, MaxConns: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
 		}
-		t.Cleanup(func() { st.Close() })
-		return st
 	}}
 )
 

@@ -18,11 +18,14 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
-// DiffStore is one store Differential runs against: a name for its messages and a factory of
-// fresh, empty stores.
+// DiffStore is one store Differential runs against: a name for its messages and either a
+// factory of fresh, empty stores or, for a durable store, Durable, which opens one ledger
+// again and again (a step may then restart every process: the store is closed and opened
+// again, and its records are read back from the database).
 type DiffStore struct {
-	Name string
-	New  Factory
+	Name    string
+	New     Factory
+	Durable Reopener
 }
 
 // Environment of Differential.
@@ -161,6 +164,8 @@ type diffWorld struct {
 	engs    [3]*fence.Engine
 	tickets []fence.Ticket // by ticket id, as the model numbers them
 	lastTok uint64
+	open    func() fence.Store // reopens a durable store; nil for the memory store
+	cfgs    [3]fence.Config
 }
 
 // diffModel is the reference: what every store should hold.
@@ -172,7 +177,8 @@ type diffModel struct {
 	short   [3]bool           // the process's leases lapse at once (LeaseTTL 1 ns)
 	brief   [3]bool           // the process's outcomes expire at once (ResultTTL 1 ns)
 	tickets []mTicket
-	counts  [3]fence.Counters
+	counts  [3]fence.Counters // since each process started
+	before  fence.Counters    // the ledger's counts from processes before the last restart
 	events  []mEvent
 	certs   []string // hashes of recorded certs, for parents
 	issued  map[string]map[uint64]bool
@@ -245,7 +251,13 @@ func newDiffRun(t *testing.T, seed uint64, stores []DiffStore, verbose bool) *di
 		d.m.brief[i] = d.chance(0.15)
 	}
 	for _, s := range stores {
-		w := &diffWorld{name: s.Name, st: s.New(t)}
+		w := &diffWorld{name: s.Name}
+		if s.Durable != nil {
+			w.open = s.Durable(t)
+			w.st = w.open()
+		} else {
+			w.st = s.New(t)
+		}
 		for i := range w.engs {
 			cfg := fence.Config{LeaseTTL: time.Hour, ResultTTL: time.Hour, Owner: owners[i], Liveness: live}
 			if d.m.short[i] {
@@ -257,6 +269,7 @@ func newDiffRun(t *testing.T, seed uint64, stores []DiffStore, verbose bool) *di
 			if i == 2 {
 				cfg.OnLeaseExpiry = fence.Reclaim
 			}
+			w.cfgs[i] = cfg
 			w.engs[i] = fence.New(w.st, cfg)
 		}
 		d.worlds = append(d.worlds, w)

@@ -46,6 +46,9 @@ func (d *diffRun) next() diffOp {
 	case n < 88:
 		return d.opEvict()
 	case n < 89:
+		if d.chance(0.5) {
+			return d.opRestart()
+		}
 		return d.opSweep()
 	case n < 91:
 		return d.opRecover()
@@ -803,6 +806,38 @@ func (d *diffRun) opRecover() diffOp {
 	}
 }
 
+// opRestart stops every process (each flushes its counters) and starts them again; a durable
+// store is closed and opened again, so what follows reads its records back from the database.
+func (d *diffRun) opRestart() diffOp {
+	return diffOp{
+		what: "restart",
+		run: func(w *diffWorld) answer {
+			for _, e := range w.engs {
+				if err := e.Flush(bg); err != nil {
+					return errAnswer(err)
+				}
+			}
+			if w.open != nil {
+				if err := w.st.Close(); err != nil {
+					return errAnswer(err)
+				}
+				w.st = w.open()
+			}
+			for i := range w.engs {
+				w.engs[i] = fence.New(w.st, w.cfgs[i])
+			}
+			return answer{}
+		},
+		expect: func(a answer) {
+			d.want(a, "", "", "")
+			for i, c := range d.m.counts {
+				d.m.before = d.m.before.Add(c)
+				d.m.counts[i] = fence.Counters{}
+			}
+		},
+	}
+}
+
 func (d *diffRun) opKill() diffOp {
 	p, to := d.pick(3), fence.Dead
 	if d.chance(0.6) {
@@ -882,7 +917,7 @@ func (d *diffRun) opStats() diffOp {
 		},
 		expect: func(a answer) {
 			var parts []string
-			var total fence.Counters
+			total := d.m.before
 			for _, c := range d.m.counts {
 				parts = append(parts, fmt.Sprintf("%+v", c))
 				total = total.Add(c)
