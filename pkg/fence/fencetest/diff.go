@@ -141,20 +141,32 @@ var (
 		`{"a":1}`, `{"a":1.0}`, `{ "a" : 1 }`, `{"a":2}`, `{"card":{"number":"4242","cvc":"1"},"amount":5}`,
 		`[1,"x\u0000y"]`, `null`, ``, `"\u2028"`, `{"b":[true,{"c":null}]}`, `100000000000000000000001`,
 	}
+	bigArgs    = []byte(`{"blob":"` + strings.Repeat("0123456789abcdef<>&\u2028", 2000) + `","a":1}`)
 	badArgs    = []string{`{"a":1,"a":2}`, `{"a":`, `"\ud800"`, `[1e400]`}
 	diffRedact = [][]string{nil, nil, nil, nil, {"card.number"}, {"*"}, {"a"}, {"b.*.c"}}
 	diffKeep   = []fence.KeepResult{"", "", "", fence.KeepFull, fence.KeepHash}
 )
 
-// diffResults are the results commits report: a few hostile ones, and two that are not JSON.
-func diffResults() [][]byte {
-	var out [][]byte
+// diffResults are the results commits report: a few hostile ones and two that are not JSON
+// (small), and the deep and large hostile ones (big), drawn rarely.
+func diffResults() (small, big [][]byte) {
 	for _, h := range HostileResults() {
-		if len(h.Result) <= 4096 {
-			out = append(out, h.Result)
+		switch {
+		case len(h.Result) <= 4096:
+			small = append(small, h.Result)
+		case len(h.Result) <= 100<<10:
+			big = append(big, h.Result)
 		}
 	}
-	return append(out, []byte(`{`), []byte(`{"a":1} x`))
+	return append(small, []byte(`{`), []byte(`{"a":1} x`)), big
+}
+
+// result picks a result to commit or resolve with.
+func (d *diffRun) result() []byte {
+	if d.chance(0.03) {
+		return d.big[d.pick(len(d.big))]
+	}
+	return d.results[d.pick(len(d.results))]
 }
 
 // diffWorld is one store with its engines and the tickets they were handed.
@@ -217,6 +229,7 @@ type diffRun struct {
 	m       *diffModel
 	verbose bool
 	results [][]byte
+	big     [][]byte
 	probe   *fence.Engine
 	mu      sync.Mutex // guards m.seen against engines asking Liveness
 	tally   map[string]int
@@ -226,11 +239,12 @@ var owners = [3]string{"diff-p0", "diff-p1", "diff-p2"}
 
 func newDiffRun(t *testing.T, seed uint64, stores []DiffStore, verbose bool) *diffRun {
 	d := &diffRun{
-		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), verbose: verbose, results: diffResults(),
+		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), verbose: verbose,
 		probe: fence.New(fence.NewMemoryStore(), fence.Config{}),
 		m: &diffModel{recs: map[string]*mRec{}, domains: map[string]uint64{}, issued: map[string]map[uint64]bool{},
 			current: map[string]uint64{}},
 	}
+	d.results, d.big = diffResults()
 	live := func(owner string) fence.Liveness {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -314,6 +328,9 @@ func (d *diffRun) request() fence.Request {
 	}
 	if d.chance(0.02) {
 		r.Args = []byte(badArgs[d.pick(len(badArgs))])
+	}
+	if d.chance(0.02) {
+		r.Args = bigArgs // a record larger than the stores' caches of small ones
 	}
 	if len(r.Args) == 0 {
 		r.Args = nil

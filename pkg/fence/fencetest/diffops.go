@@ -358,7 +358,7 @@ func (d *diffRun) lateResult(ei int, intent string) {
 func (d *diffRun) opCommit() diffOp {
 	id, forged := d.ticket()
 	ei := d.pick(3)
-	res := d.results[d.pick(len(d.results))]
+	res := d.result()
 	intent := d.m.tickets[id].intent
 	return diffOp{
 		what: fmt.Sprintf("p%d commit ticket %d (forged %v) of %q result %q", ei, id, forged, intent, trunc(res)),
@@ -646,7 +646,7 @@ func (d *diffRun) opResolve() diffOp {
 	r := fence.ResolveRequest{Intent: d.recordedIntent(), How: diffHow[d.pick(len(diffHow))], Reason: diffReasons[d.pick(len(diffReasons))], Who: diffWho[d.pick(len(diffWho))], Via: "cli"}
 	if r.How == fence.Happened || d.chance(0.1) {
 		// Always a result of its own: the default one names the instant of the answer.
-		r.Result = d.results[d.pick(len(d.results))]
+		r.Result = d.result()
 		if len(r.Result) == 0 {
 			r.Result = []byte(`{"ok":true}`)
 		}
@@ -949,6 +949,41 @@ func (d *diffRun) final() {
 				return err
 			}
 			fmt.Fprintf(&b, "floor=%d\n", floor)
+			// Filtered scans: the fenced records, every record two at a time, the expired
+			// outcomes oldest first, and the record of each cert hash.
+			if err := tx.Scan(fence.Filter{States: []fence.State{fence.StateFailed, fence.StateUnknown}}, func(r *fence.Record) bool {
+				fmt.Fprintf(&b, "fenced: %q\n", r.Intent)
+				return true
+			}); err != nil {
+				return err
+			}
+			for after, more := "", true; more; {
+				more = false
+				if err := tx.Scan(fence.Filter{After: after, Limit: 2}, func(r *fence.Record) bool {
+					fmt.Fprintf(&b, "page after %q: %q\n", after, r.Intent)
+					after, more = r.Intent, true
+					return true
+				}); err != nil {
+					return err
+				}
+			}
+			if err := tx.Scan(fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: tx.Now(), ByExpiry: true, Limit: 1000}, func(r *fence.Record) bool {
+				fmt.Fprintf(&b, "expired: %q\n", r.Intent)
+				return true
+			}); err != nil {
+				return err
+			}
+			for _, h := range d.m.certs {
+				r, err := tx.CertByHash(h)
+				if err != nil {
+					return err
+				}
+				if r != nil {
+					fmt.Fprintf(&b, "cert %s: %q\n", h[:12], r.Intent)
+				} else {
+					fmt.Fprintf(&b, "cert %s: none\n", h[:12])
+				}
+			}
 			for _, dom := range diffDomains {
 				s, found, err := tx.DomainSeq(dom)
 				if err != nil {
