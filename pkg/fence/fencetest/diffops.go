@@ -363,10 +363,17 @@ func (d *diffRun) opCommit() diffOp {
 	ei := d.pick(3)
 	res := d.result()
 	intent := d.m.tickets[id].intent
+	settle := d.chance(0.2) // through Settle, which answers as Commit when the ledger does
 	return diffOp{
-		what: fmt.Sprintf("p%d commit ticket %d (forged %v) of %q result %q", ei, id, forged, intent, trunc(res)),
+		what: fmt.Sprintf("p%d commit ticket %d (forged %v, settle %v) of %q result %q", ei, id, forged, settle, intent, trunc(res)),
 		run: func(w *diffWorld) answer {
-			c, err := w.engs[ei].Commit(bg, d.worldTicket(w, id, forged), res)
+			var c *fence.Cert
+			var err error
+			if settle {
+				c, err = w.engs[ei].Settle(bg, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: d.worldTicket(w, id, forged), Result: res})
+			} else {
+				c, err = w.engs[ei].Commit(bg, d.worldTicket(w, id, forged), res)
+			}
 			a := errAnswer(err)
 			a.Cert = certCopy(c)
 			a.Status = d.statusText(w, ei, intent)
@@ -458,15 +465,18 @@ func (d *diffRun) opEnd(kind string) diffOp {
 	ei := d.pick(3)
 	reason := diffReasons[d.pick(len(diffReasons))]
 	intent := d.m.tickets[id].intent
+	settle := d.chance(0.2)
 	return diffOp{
-		what: fmt.Sprintf("p%d %s ticket %d (forged %v) of %q reason %q", ei, kind, id, forged, intent, reason),
+		what: fmt.Sprintf("p%d %s ticket %d (forged %v, settle %v) of %q reason %q", ei, kind, id, forged, settle, intent, reason),
 		run: func(w *diffWorld) answer {
 			e, t := w.engs[ei], d.worldTicket(w, id, forged)
 			var err error
-			switch kind {
-			case "abort":
+			switch {
+			case settle:
+				_, err = e.Settle(bg, fence.Outcome{Kind: fence.OutcomeKind(kind), Ticket: t, Reason: reason})
+			case kind == "abort":
 				err = e.Abort(bg, t, reason)
-			case "release":
+			case kind == "release":
 				err = e.Release(bg, t, reason)
 			default:
 				err = e.Lost(bg, t, reason)
