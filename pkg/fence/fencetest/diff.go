@@ -432,6 +432,7 @@ type answer struct {
 	Status string
 	N      int
 	Seq    uint64
+	Rest   []string // the other attempts of a burst
 }
 
 var (
@@ -568,6 +569,9 @@ func (d *diffRun) step(i int, op diffOp) bool {
 	verb := strings.Fields(op.what)[0]
 	if len(verb) == 2 && verb[0] == 'p' { // "p1 commit …": the operation
 		verb = strings.Fields(op.what)[1]
+	}
+	if strings.HasSuffix(op.what, " at once") {
+		verb = "burst"
 	}
 	kind, _, _ := strings.Cut(answers[0].Kind, " ")
 	d.tally[verb+":"+answers[0].Code+kind]++

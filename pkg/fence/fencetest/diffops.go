@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -23,8 +24,10 @@ var (
 func (d *diffRun) next() diffOp {
 	haveTickets := len(d.m.tickets) > 0
 	switch n := d.pick(100); {
-	case n < 36 || !haveTickets && n < 66:
+	case n < 33 || !haveTickets && n < 66:
 		return d.opPrepare()
+	case n < 36:
+		return d.opBurst()
 	case n < 51:
 		return d.opCommit()
 	case n < 54:
@@ -145,32 +148,123 @@ func (d *diffRun) opPrepare() diffOp {
 		what: fmt.Sprintf("p%d prepare %s", ei, reqText(req)),
 		run: func(w *diffWorld) answer {
 			adm, err := w.engs[ei].Prepare(bg, req)
-			a := errAnswer(err)
-			switch {
-			case err != nil:
-			case adm.Ticket != nil:
-				a.Kind = "fresh"
-				if adm.Ticket.Reclaimed {
-					a.Kind = "reclaimed"
-				}
-				a.Ticket = ticketText(*adm.Ticket)
-				if adm.Ticket.Token <= w.lastTok {
-					a.Ticket += fmt.Sprintf(" TOKEN DID NOT GROW (%d after %d)", adm.Ticket.Token, w.lastTok)
-				}
-				w.lastTok = adm.Ticket.Token
-				w.tickets = append(w.tickets, *adm.Ticket)
-			case adm.Cert != nil:
-				a.Kind, a.Cert, a.NoKept = "replayed", certCopy(adm.Cert), adm.ResultNotKept
-				if err := adm.Cert.Verify(); err != nil {
-					a.Kind += " CERT DOES NOT VERIFY: " + err.Error()
-				}
-			default:
-				a.Kind = "EMPTY ADMISSION"
-			}
+			a := admAnswer(w, adm, err)
 			a.Status = d.statusText(w, ei, req.Intent)
 			return a
 		},
 		expect: func(a answer) { d.expectPrepare(req, ei, a) },
+	}
+}
+
+// admAnswer is the answer to one Prepare; a ticket joins the world's tickets.
+func admAnswer(w *diffWorld, adm fence.Admission, err error) answer {
+	a := errAnswer(err)
+	switch {
+	case err != nil:
+	case adm.Ticket != nil:
+		a.Kind = "fresh"
+		if adm.Ticket.Reclaimed {
+			a.Kind = "reclaimed"
+		}
+		a.Ticket = ticketText(*adm.Ticket)
+		if adm.Ticket.Token <= w.lastTok {
+			a.Ticket += fmt.Sprintf(" TOKEN DID NOT GROW (%d after %d)", adm.Ticket.Token, w.lastTok)
+		}
+		w.lastTok = adm.Ticket.Token
+		w.tickets = append(w.tickets, *adm.Ticket)
+	case adm.Cert != nil:
+		a.Kind, a.Cert, a.NoKept = "replayed", certCopy(adm.Cert), adm.ResultNotKept
+		if err := adm.Cert.Verify(); err != nil {
+			a.Kind += " CERT DOES NOT VERIFY: " + err.Error()
+		}
+	default:
+		a.Kind = "EMPTY ADMISSION"
+	}
+	return a
+}
+
+// burstSize is how many identical attempts opBurst makes at once.
+const burstSize = 4
+
+// opBurst makes burstSize identical attempts at once, through one process (so that the
+// record's owner is the same whichever attempt wins): at most one is admitted, and the others
+// are answered as one attempt after it would be (in flight behind the winner, or as the first
+// was: replayed, refused alike).
+func (d *diffRun) opBurst() diffOp {
+	req, ei := d.request(), d.pick(3)
+	if d.m.short[ei] {
+		// Its claim would lapse at once, and which loser finds it lapsed first is a race.
+		return d.opPrepare()
+	}
+	return diffOp{
+		what: fmt.Sprintf("p%d prepare %s, %d at once", ei, reqText(req), burstSize),
+		run: func(w *diffWorld) answer {
+			type attempt struct {
+				adm fence.Admission
+				err error
+			}
+			out := make([]attempt, burstSize)
+			var wg sync.WaitGroup
+			for i := range out {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out[i].adm, out[i].err = w.engs[ei].Prepare(bg, req)
+				}()
+			}
+			wg.Wait()
+			// The admitted attempt, if any, answers first; the others follow in text order.
+			slices.SortStableFunc(out, func(x, y attempt) int {
+				switch {
+				case x.adm.Ticket != nil && y.adm.Ticket == nil:
+					return -1
+				case x.adm.Ticket == nil && y.adm.Ticket != nil:
+					return 1
+				}
+				return 0
+			})
+			a := admAnswer(w, out[0].adm, out[0].err)
+			for _, at := range out[1:] {
+				a.Rest = append(a.Rest, answerText(admAnswer(w, at.adm, at.err)))
+			}
+			sort.Strings(a.Rest)
+			a.Status = d.statusText(w, ei, req.Intent)
+			return a
+		},
+		expect: func(a answer) { d.expectBurst(req, ei, a) },
+	}
+}
+
+// answerText is a's fields that must agree, as text.
+func answerText(a answer) string {
+	hash := ""
+	if a.Cert != nil {
+		hash = a.Cert.Hash
+	}
+	return fmt.Sprintf("code=%q err=%q kind=%q cert=%s notkept=%v ticket=%q", a.Code, a.Err, a.Kind, hash, a.NoKept, a.Ticket)
+}
+
+func (d *diffRun) expectBurst(req fence.Request, ei int, a answer) {
+	d.expectPrepare(req, ei, a) // the first answer is a single attempt's
+	first := a
+	first.Rest, first.Status = nil, ""
+	want := answerText(first)
+	c := &d.m.counts[ei]
+	bucket := map[string]*uint64{fence.CodeConflict: &c.Conflict, fence.CodePriorFailure: &c.PriorFailure, fence.CodeStale: &c.Stale, fence.CodeInFlight: &c.InFlight}[a.Code]
+	switch {
+	case a.Code == "" && (a.Kind == "fresh" || a.Kind == "reclaimed"):
+		want = answerText(errAnswer(fence.InFlightError{Intent: req.Intent, Holder: req.Agent}))
+		bucket = &c.InFlight
+	case a.Code == "" && a.Kind == "replayed":
+		bucket = &c.Replayed
+	}
+	for _, r := range a.Rest {
+		if r != want {
+			d.failf("model: an attempt beside the first answered %s, want %s", r, want)
+		}
+		if bucket != nil {
+			*bucket++
+		}
 	}
 }
 
