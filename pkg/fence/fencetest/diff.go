@@ -41,9 +41,11 @@ const (
 	EnvDiffBase = "EFFECTFENCE_DIFF_BASE"
 )
 
-// Differential drives random sequences of operations (prepare, commit, abort, release, lost,
-// heartbeat, forged settles, clear, resolve, evict, sweep, recover, status, current, the death
-// of a process) through one engine per store, the same sequence for every store, and fails at
+// Differential drives random sequences of operations (prepare, bursts of identical prepares
+// at once, commit, abort, release and lost, directly or through Settle, heartbeat, forged
+// settles, clear, resolve, evict, sweep, recover, status, current, a restart of every process,
+// the death of a process) through engines over each store, the same sequence for every store,
+// and fails at
 // the first step where two stores answer differently or where an answer breaks the reference
 // model (a second fresh admission of a held, done or fenced intent, a replay that is not the
 // committed cert, a domain number handed out twice or falling, a cert that does not verify).
@@ -57,7 +59,9 @@ const (
 // whichever clock a store reads, and the answers still do not depend on timing. Only what
 // legitimately differs between stores is normalised: fencing tokens, which PostgreSQL takes
 // from a sequence and may skip (docs/DECISIONS-postgres.md, "Fencing tokens"); nonces;
-// instants; and the instants, durations and token numbers inside audit reasons.
+// instants; and the instants, durations and token numbers inside audit reasons. A read set
+// or a cert's read set that is empty is the same as none (the stores' JSON writes both as
+// one).
 //
 // Each sequence is a subtest named seed=N: rerun one with -run 'Name/seed=N$', or with
 // EFFECTFENCE_DIFF_SEED=N to log its steps. EFFECTFENCE_DIFF_RUNS, _OPS and _BASE make a run
