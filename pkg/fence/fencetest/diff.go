@@ -138,8 +138,8 @@ var (
 	badIntents  = []string{"", "a\x00b", "\xff", strings.Repeat("L", fence.MaxIntentLen+1)}
 	diffDomains = []string{"d0", "d1", "d2", `q"uote\`, "\uFFFD"}
 	badDomains  = []string{"a\x00", "\xfe", strings.Repeat("D", fence.MaxDomainLen+1)}
-	diffAgents  = []string{"", "a", "b", "é"}
-	diffTools   = []string{"t", "u"}
+	diffAgents  = []string{"", "a", "b", "é", "n\x00ul", "\u202e"}
+	diffTools   = []string{"t", "u", "t\x00", "'; --"}
 	// The first three are one value (one fingerprint) spelled three ways.
 	diffArgs = []string{
 		`{"a":1}`, `{"a":1.0}`, `{ "a" : 1 }`, `{"a":2}`, `{"card":{"number":"4242","cvc":"1"},"amount":5}`,
@@ -376,6 +376,9 @@ func (d *diffRun) request() fence.Request {
 		if d.chance(0.05) {
 			r.Clock["z"] = math.MaxUint64
 		}
+		if d.chance(0.03) {
+			r.Clock["\x00"] = 1
+		}
 		if d.chance(0.02) {
 			r.Clock[r.Agent] = math.MaxUint64 // invalid when it is the agent's own
 		}
@@ -385,6 +388,8 @@ func (d *diffRun) request() fence.Request {
 		r.Parent = d.m.certs[d.pick(len(d.m.certs))]
 	case d.chance(0.05):
 		r.Parent = "\u2028parent\"'"
+	case d.chance(0.02):
+		r.Parent = "p\x00"
 	}
 	r.RerunSafe = d.chance(0.3)
 	r.Redact = diffRedact[d.pick(len(diffRedact))]
