@@ -208,8 +208,6 @@ func (t *tx) decodeRecord(intent string, body []byte) (*fence.Record, error) {
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// Get reads the intent's record; in an Update it first takes the intent's lock, so the record
-// cannot change until this transaction ends.
 // unholdable reports whether a text column cannot hold s: it has a NUL or is not valid UTF-8.
 // No row has such a name (the engine refuses it in every request), and asking for one would
 // be an encoding error (SQLSTATE 22021): a query of it answers as for a name never used, as
@@ -218,6 +216,8 @@ func unholdable(s string) bool {
 	return strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s)
 }
 
+// Get reads the intent's record; in an Update it first takes the intent's lock, so the record
+// cannot change until this transaction ends.
 func (t *tx) Get(intent string) (*fence.Record, error) {
 	if unholdable(intent) {
 		return nil, nil
