@@ -164,6 +164,22 @@ func badDomain(d string) string {
 	return ""
 }
 
+// ledgerText is free text a caller gives the ledger (a reason, who did it, a late result
+// quoted in an audit reason) as every store keeps it: each byte that is not part of valid
+// UTF-8 becomes U+FFFD, one for each byte, as the SQLite and PostgreSQL stores' JSON encoding
+// writes it. Done here, so that the memory store (which keeps strings as given) answers alike.
+func ledgerText(s string) string {
+	if validUTF8(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for _, r := range s { // an invalid byte ranges as one utf8.RuneError
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // validUTF8 is utf8.ValidString with a fast path for the ASCII ids most intents are (the
 // library's setup costs more than the loop on short strings). It is small enough to be
 // inlined, so the empty fields most requests have (parent, domain) cost no call.
@@ -1076,6 +1092,7 @@ func (e *Engine) Lost(ctx context.Context, t Ticket, reason string) error {
 }
 
 func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
+	reason = ledgerText(reason)
 	err := e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(t.Intent)
 		if err != nil {
@@ -1141,7 +1158,7 @@ func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
 	} else if rec != nil {
 		st = rec.State
 	}
-	why := fmt.Sprintf("claim %d: %s (%v)", t.Token, what, lost)
+	why := ledgerText(fmt.Sprintf("claim %d: %s (%v)", t.Token, what, lost)) // what may quote a result
 	if err := tx.AppendEvent(Event{At: tx.Now(), Intent: t.Intent, Kind: EventLateResult, Who: e.cfg.Owner, Reason: why, State: st}); err != nil {
 		return err
 	}

@@ -86,6 +86,7 @@ func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHe
 	if reason == "" {
 		return Record{}, InvalidError{"reason", "say why the intent is cleared (what you checked in the real system)"}
 	}
+	who, reason = ledgerText(who), ledgerText(reason)
 	var prev Record
 	err := e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(intent)

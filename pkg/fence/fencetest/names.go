@@ -10,7 +10,8 @@ import (
 )
 
 // hostileNames are intents, domains and agent names a caller may pass: control bytes, a NUL,
-// quotes and SQL, line separators, and names at and beyond the length bounds.
+// quotes and SQL, line separators, bytes that are not UTF-8, and names at and beyond the
+// length bounds.
 func hostileNames() []string {
 	long := func(n int) string {
 		// Incompressible text, so a store cannot shrink it below an index's row limit.
@@ -26,14 +27,27 @@ func hostileNames() []string {
 	}
 	return []string{
 		"a\x00b", "\x00", "'; DROP TABLE effectfence_records; --", `q"uote\`, "\u2028line\u2029", "tab\tnl\n",
-		"\uFFFD", "\U0001F600", "%_", long(fence.MaxIntentLen), long(4000),
+		"\uFFFD", "\U0001F600", "%_", "\xff", "a\xc0\xafb\xed\xa0\x80", long(fence.MaxIntentLen), long(4000),
 	}
+}
+
+// asText is s as the ledger keeps free text: each byte that is not valid UTF-8 reads back as
+// U+FFFD.
+func asText(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // testHostileNames: a name is either refused as invalid by every store (InvalidError,
 // nothing written) or kept exactly by every store: admitted, committed and replayed under
 // the same name, its domain sequence taken and read back, its agent in the cert. A store must
-// never answer with a ledger error for a name the engine accepted.
+// never answer with a ledger error for a name the engine accepted, nor for a query or an
+// operator's command naming one it refused (no such record: as for any name never used).
+// As free text (a reason, who cleared) every name is kept as the ledger keeps text: exactly,
+// except that each byte that is not valid UTF-8 reads back as U+FFFD, on every store.
 func testHostileNames(t *testing.T, newStore Factory) {
 	t.Parallel()
 	st := newStore(t)
@@ -55,11 +69,11 @@ func testHostileNames(t *testing.T, newStore Factory) {
 			{"domain", fmt.Sprintf("domain-role:%d", i), name, "a"},
 			{"agent", fmt.Sprintf("agent-role:%d", i), fmt.Sprintf("e%d", i), name},
 		}
-		// As the reason of an abort and the who and why of a clear: kept exactly.
-		intent := fmt.Sprintf("reason-role:%d", i)
+		// As the reason of an abort and the who and why of a clear: kept as text.
+		intent, text := fmt.Sprintf("reason-role:%d", i), asText(name)
 		if err := eng.Abort(ctx, mustFresh(t, eng, req(intent)), name); err != nil {
 			t.Errorf("name %d: abort with it as the reason: %v", i, err)
-		} else if s, err := eng.Status(ctx, intent); err != nil || s.State != fence.StateFailed || s.Reason != name {
+		} else if s, err := eng.Status(ctx, intent); err != nil || s.State != fence.StateFailed || s.Reason != text {
 			t.Errorf("name %d: after abort, status = %s %.20q, %v", i, s.State, s.Reason, err)
 		}
 		if _, err := eng.Clear(ctx, intent, name, name); err != nil {
@@ -73,7 +87,7 @@ func testHostileNames(t *testing.T, newStore Factory) {
 				}
 				return true
 			})
-		}); err != nil || len(cleared) != 1 || cleared[0].Who != name || cleared[0].Reason != name {
+		}); err != nil || len(cleared) != 1 || cleared[0].Who != text || cleared[0].Reason != text {
 			t.Errorf("name %d: clear event = %+v, %v", i, cleared, err)
 		}
 		for _, ro := range roles {
@@ -93,6 +107,20 @@ func testHostileNames(t *testing.T, newStore Factory) {
 				}
 				if _, err := eng.Current(ctx, ro.domain); err != nil {
 					t.Errorf("%s: refused as invalid; current: %v", what, err)
+				}
+				if err := eng.EvictDomain(ctx, ro.domain); err != nil {
+					t.Errorf("%s: refused as invalid; evict: %v", what, err)
+				}
+				if _, err := eng.Clear(ctx, ro.intent, "ops", "why"); !errors.Is(err, fence.ErrNotFound) {
+					t.Errorf("%s: refused as invalid; clear: %v; want ErrNotFound", what, err)
+				}
+				if _, err := eng.Resolve(ctx, fence.ResolveRequest{Intent: ro.intent, How: fence.LeaveFenced, Reason: "why"}); !errors.Is(err, fence.ErrNotFound) {
+					t.Errorf("%s: refused as invalid; resolve: %v; want ErrNotFound", what, err)
+				}
+				if err := st.View(ctx, func(tx fence.Tx) error {
+					return tx.Events(ro.intent, func(fence.Event) bool { return true })
+				}); err != nil {
+					t.Errorf("%s: refused as invalid; its events: %v", what, err)
 				}
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -207,12 +208,18 @@ func (t *tx) decodeRecord(intent string, body []byte) (*fence.Record, error) {
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
+// unholdable reports whether a text column cannot hold s: it has a NUL or is not valid UTF-8.
+// No row has such a name (the engine refuses it in every request), and asking for one would
+// be an encoding error (SQLSTATE 22021): a query of it answers as for a name never used, as
+// the other stores do.
+func unholdable(s string) bool {
+	return strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s)
+}
+
 // Get reads the intent's record; in an Update it first takes the intent's lock, so the record
 // cannot change until this transaction ends.
 func (t *tx) Get(intent string) (*fence.Record, error) {
-	if strings.IndexByte(intent, 0) >= 0 {
-		// Text cannot hold a NUL, so no record has this intent (the engine refuses such
-		// intents; a query may still ask), and asking would be an encoding error.
+	if unholdable(intent) {
 		return nil, nil
 	}
 	if t.spec {
@@ -687,8 +694,8 @@ func toInt(v uint64, what string) (int64, error) {
 // transaction set: the write is a compare-and-swap against that first read, so a transaction
 // never decides on two different values of one domain.
 func (t *tx) DomainSeq(domain string) (uint64, bool, error) {
-	if strings.IndexByte(domain, 0) >= 0 {
-		// No row can have this name (see Get): it reads as the floor.
+	if unholdable(domain) {
+		// No row can have this name (see unholdable): it reads as the floor.
 		f, err := t.DomainFloor()
 		return f, false, err
 	}
@@ -941,6 +948,9 @@ func (t *tx) AppendEvent(ev fence.Event) error {
 }
 
 func (t *tx) Events(intent string, fn func(fence.Event) bool) error {
+	if unholdable(intent) {
+		return nil // no event names it (see unholdable)
+	}
 	q, args := `SELECT body FROM effectfence_events ORDER BY id`, []any{}
 	if intent != "" {
 		q, args = `SELECT body FROM effectfence_events WHERE intent = $1 ORDER BY id`, []any{intent}
