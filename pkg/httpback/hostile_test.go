@@ -1,0 +1,54 @@
+package httpback
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+)
+
+// Tests of a hostile or broken upstream, each over real HTTP to a server in the test process.
+
+// An answer carrying both a result and an error is a success to one reader and a failure to
+// another. It is not the server's error (a failure would free the intent, and a retry run the
+// call again although the result says it happened): the call may have run. Before, the error
+// won, as a *jsonrpc.Error.
+func TestResultBesideErrorMayHaveRun(t *testing.T) {
+	f, srv := newFake(t)
+	s := session(t, upstream(t, srv.URL, Config{}))
+	for _, mode := range []string{"json", "sse"} {
+		f.mu.Lock()
+		f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			both := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"charged"}]},"error":{"code":-32000,"message":"declined"}}`, m.ID)
+			if mode == "json" {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write([]byte(both))
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			writeEvent(w, "e1", []byte(both))
+			<-r.Context().Done() // the stream stays open: the call must not wait on it
+		}
+		f.mu.Unlock()
+		before := f.count("tools/call")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
+		waited := ctx.Err()
+		cancel()
+		if waited != nil {
+			t.Fatalf("%s: the call waited on after the server answered it", mode)
+		}
+		mayHaveRun(t, err)
+		if !strings.Contains(err.Error(), `both "result" and "error"`) {
+			t.Fatalf("%s: %v; want it to name the answer's fault", mode, err)
+		}
+		if n := f.count("tools/call") - before; n != 1 {
+			t.Fatalf("%s: %d POSTs of the call, want 1", mode, n)
+		}
+	}
+}
