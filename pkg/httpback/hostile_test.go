@@ -3,6 +3,7 @@ package httpback
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -49,6 +50,48 @@ func TestResultBesideErrorMayHaveRun(t *testing.T) {
 		}
 		if n := f.count("tools/call") - before; n != 1 {
 			t.Fatalf("%s: %d POSTs of the call, want 1", mode, n)
+		}
+	}
+}
+
+// An HTTP error answer decides the outcome by its status; its body only informs. A server
+// that sends the status and then stalls in the body does not hold the call: the read of the
+// body is cut off after errorBodyWait and the call fails as its status says. Before, the call
+// waited for the body for as long as the server kept the connection open (in wrap, whose
+// calls are detached from the agent's cancellation, for ever).
+func TestStalledErrorBodyDoesNotHoldTheCall(t *testing.T) {
+	old := errorBodyWait
+	errorBodyWait = 200 * time.Millisecond
+	t.Cleanup(func() { errorBodyWait = old })
+	f, srv := newFake(t)
+	release := make(chan struct{})
+	defer close(release)
+	u := upstream(t, srv.URL, Config{})
+	for _, code := range []int{500, 502, 400, 429} {
+		f.mu.Lock()
+		f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32000,"message":"half`))
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		f.mu.Unlock()
+		s := session(t, u) // a 400 retired the last one
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
+		waited := ctx.Err()
+		cancel()
+		if waited != nil {
+			t.Fatalf("HTTP %d with a stalled body held the call for 30 s", code)
+		}
+		mayHaveRun(t, err)
+		var se *StatusError
+		if !errors.As(err, &se) || se.Status != code {
+			t.Fatalf("HTTP %d: %v; want a *StatusError with that status", code, err)
 		}
 	}
 }

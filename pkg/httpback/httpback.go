@@ -82,6 +82,9 @@ const (
 	getRetry       = time.Second
 )
 
+// errorBodyWait bounds the read of the body of an HTTP error answer (a variable for tests).
+var errorBodyWait = 5 * time.Second
+
 // ErrSessionLost says the server answered 404 to the session id: it no longer knows the
 // session (it restarted, or ended it). Errors with it also wrap mcpstdio.ErrNotSent.
 var ErrSessionLost = errors.New("httpback: the MCP server no longer knows the session (HTTP 404)")
@@ -514,7 +517,7 @@ func (s *Session) roundTrip(ctx context.Context, method string, params json.RawM
 		return nil, nil, s.failed(ctx, id, method, cancelOnCtx, err)
 	}
 	defer resp.Body.Close()
-	if err := s.status(resp, method, id); err != nil {
+	if err := s.status(resp, method, rcancel); err != nil {
 		return nil, resp.Header, err
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -623,8 +626,9 @@ func (s *Session) headers(req *http.Request) {
 	}
 }
 
-// status checks the HTTP status of an answer to a POST.
-func (s *Session) status(resp *http.Response, method string, id json.RawMessage) error {
+// status checks the HTTP status of an answer to a POST. stop cancels the request, ending a
+// read of its body.
+func (s *Session) status(resp *http.Response, method string, stop context.CancelFunc) error {
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusAccepted:
 		return nil
@@ -640,7 +644,11 @@ func (s *Session) status(resp *http.Response, method string, id json.RawMessage)
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("the MCP server refused %s: HTTP %d %s (check the upstream's credentials)", method, resp.StatusCode, http.StatusText(resp.StatusCode))}
 	}
 	se := &StatusError{Method: method, Status: resp.StatusCode}
+	// The status decides the outcome; the body only informs. A server that stalls while
+	// writing it must not hold the call, so its read is cut off after errorBodyWait.
+	cut := time.AfterFunc(errorBodyWait, stop)
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	cut.Stop()
 	var body struct {
 		Error *jsonrpc.Error `json:"error"`
 	}
@@ -880,6 +888,8 @@ func (s *Session) notify(ctx context.Context, method string, params json.RawMess
 
 // send POSTs a notification or a response, which the server acknowledges with 202.
 func (s *Session) send(ctx context.Context, what string, msg []byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	resp, sent, err := s.post(ctx, msg)
 	if err != nil {
 		if !sent {
@@ -888,7 +898,7 @@ func (s *Session) send(ctx context.Context, what string, msg []byte) error {
 		return fmt.Errorf("httpback: %s to MCP server %s: %w", what, s.logURL, err)
 	}
 	defer resp.Body.Close()
-	if err := s.status(resp, what, nil); err != nil {
+	if err := s.status(resp, what, cancel); err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
