@@ -95,3 +95,56 @@ func TestStalledErrorBodyDoesNotHoldTheCall(t *testing.T) {
 		}
 	}
 }
+
+// Event streams are read as the event-stream format says: a line ends with LF, CRLF or a lone
+// CR; one byte order mark at the start of a stream is ignored; the data lines of one event are
+// joined with LF; event, id and retry fields and comments do not disturb the answer. Before,
+// a lone CR did not end a line (the stream's answer was never found: the call ended unknown
+// when the stream did) and a byte order mark made the first line's field unknown (an answer
+// on it was dropped, the call unknown).
+func TestEventStreamFormat(t *testing.T) {
+	f, srv := newFake(t)
+	s := session(t, upstream(t, srv.URL, Config{}))
+	for _, form := range []string{
+		"\ufeffdata: %s\n\n",
+		"\ufeffevent: message\r\nid: 1\r\nretry: 10\r\ndata: %s\r\n\r\n",
+		": hi\revent: message\rid: 2\rdata: %s\r\r",
+		"\ufeff: mixed\r\n\ndata: %s\r\r\n",
+		"data: %s\r|\n\r|\n", // a CR at the end of one write, its LF in the next
+	} {
+		f.mu.Lock()
+		f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, part := range strings.Split(fmt.Sprintf(form, jsonrpc.Response(m.ID, json.RawMessage(`{"ok":true}`))), "|") {
+				fmt.Fprint(w, part)
+				w.(http.Flusher).Flush()
+			}
+		}
+		f.mu.Unlock()
+		res, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"x"}`))
+		if err != nil || string(res) != `{"ok":true}` {
+			t.Fatalf("%q: %s %v", form, res, err)
+		}
+	}
+	// One event's data lines, split by each kind of line end, are one message.
+	f.mu.Lock()
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\rdata: \"id\":%s,\r\ndata:\"result\":\ndata: {\"n\":0}}\n\n", m.ID)
+	}
+	f.mu.Unlock()
+	if res, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"x"}`)); err != nil || string(res) != `{"n":0}` {
+		t.Fatalf("data lines of one event: %s %v", res, err)
+	}
+	// A byte order mark only at the start: a second one is part of its line (an unknown
+	// field, ignored), so the answer after it is the one that counts.
+	f.mu.Lock()
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "\ufeff: hi\n\n\ufeffdata: %s\n\ndata: %s\n\n", jsonrpc.Response(m.ID, json.RawMessage(`{"n":1}`)), jsonrpc.Response(m.ID, json.RawMessage(`{"n":2}`)))
+	}
+	f.mu.Unlock()
+	if res, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"x"}`)); err != nil || string(res) != `{"n":2}` {
+		t.Fatalf("a second byte order mark: %s %v; want the event after it", res, err)
+	}
+}
