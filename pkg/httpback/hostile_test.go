@@ -1,12 +1,15 @@
 package httpback
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,6 +96,101 @@ func TestStalledErrorBodyDoesNotHoldTheCall(t *testing.T) {
 		if !errors.As(err, &se) || se.Status != code {
 			t.Fatalf("HTTP %d: %v; want a *StatusError with that status", code, err)
 		}
+	}
+}
+
+// A message longer than the limit ends the call with ErrTooLarge, may have run, and reading
+// stops there: the server cannot make the client buffer more than the limit (the bytes it got
+// to write are bounded), the connection is closed (the server's next write fails), and the
+// session goes on. An endless data line (at the real MaxMessage, 64 MiB), endless data lines
+// of one event, an endless JSON body, and a gzip bomb (Go's transport asks for gzip and
+// decodes it) each; the last three at a limit of 1 MiB, which the race detector reads faster.
+func TestOversizedAnswerStopsReading(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes hundreds of MiB")
+	}
+	chunk := bytes.Repeat([]byte("a"), 1<<20)
+	var bomb bytes.Buffer // 32 MiB of "a" inside a result, about 100 KiB compressed
+	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestSpeed)
+	zw.Write([]byte(`{"jsonrpc":"2.0","id":2,"result":{"t":"`))
+	for range 32 {
+		zw.Write(chunk)
+	}
+	zw.Close()
+	const cap = 4 * MaxMessage // the server gives up here: a client that reads on gets EOF
+	old := maxMessage
+	t.Cleanup(func() { maxMessage = old })
+	var written atomic.Int64
+	done := make(chan struct{}, 1)
+	endless := func(w http.ResponseWriter, first, each []byte) {
+		defer func() { done <- struct{}{} }()
+		w.Write(first)
+		for written.Load() < cap {
+			n, err := w.Write(each)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}
+	line := append(append([]byte("data: "), chunk...), '\n')
+	modes := []struct {
+		name  string
+		limit int
+		call  func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message)
+	}{
+		{"endless data line", MaxMessage, func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			endless(w, []byte("data: "), chunk)
+		}},
+		{"endless data lines", 1 << 20, func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			endless(w, nil, line)
+		}},
+		{"endless JSON", 1 << 20, func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "application/json")
+			endless(w, []byte(`{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"t":"`), chunk)
+		}},
+		{"gzip bomb", 1 << 20, func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", "gzip")
+			defer func() { done <- struct{}{} }()
+			w.Write(bomb.Bytes())
+		}},
+	}
+	f, srv := newFake(t)
+	s := session(t, upstream(t, srv.URL, Config{}))
+	for _, mode := range modes {
+		written.Store(0)
+		maxMessage = mode.limit
+		f.mu.Lock()
+		f.call = mode.call
+		f.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"big"}`))
+		cancel()
+		mayHaveRun(t, err)
+		if !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("%s: %v (server wrote %d MiB); want ErrTooLarge", mode.name, err, written.Load()>>20)
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: the server is still writing a minute after the call failed: the connection was not closed", mode.name)
+		}
+		// What the server got to write: the limit, the reader's buffer and the sockets'.
+		if n := written.Load(); n > int64(mode.limit)+32<<20 {
+			t.Fatalf("%s: the server wrote %d MiB before the client stopped reading; the limit is %d MiB", mode.name, n>>20, mode.limit>>20)
+		}
+	}
+	f.mu.Lock()
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(jsonrpc.Response(m.ID, json.RawMessage(`{}`)))
+	}
+	f.mu.Unlock()
+	if _, err := s.Call(context.Background(), "ping", nil); err != nil {
+		t.Fatalf("the session after the oversized answers: %v", err)
 	}
 }
 
