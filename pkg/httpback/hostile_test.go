@@ -7,7 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -244,5 +248,74 @@ func TestEventStreamFormat(t *testing.T) {
 	f.mu.Unlock()
 	if res, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"x"}`)); err != nil || string(res) != `{"n":2}` {
 		t.Fatalf("a second byte order mark: %s %v; want the event after it", res, err)
+	}
+}
+
+// An Upstream that was closed or killed leaves no connection open and no goroutine behind:
+// not after a call, not after a call cut short by Kill while its stream was open (a server
+// that sends only keep-alive comments). Before, the idle keep-alive connections of its own
+// transport stayed open, with two goroutines each, until IdleConnTimeout (90 s); a gateway
+// makes an Upstream per agent session, so they piled up with the sessions.
+func TestClosedUpstreamLeavesNoConnections(t *testing.T) {
+	f := &fake{t: t, sid: "s1", posts: map[string]int{}, headers: map[string]http.Header{}}
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		if strings.Contains(string(m.Params), "pings") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for r.Context().Err() == nil {
+				if _, err := w.Write([]byte(": ping\n")); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				time.Sleep(10 * time.Millisecond)
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(jsonrpc.Response(m.ID, json.RawMessage(`{}`)))
+	}
+	srv := httptest.NewUnstartedServer(f)
+	var open atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	before := runtime.NumGoroutine()
+	for _, way := range []string{"close", "kill", "kill mid-call"} {
+		u := NewUpstream(Config{URL: srv.URL, Log: io.Discard})
+		s := session(t, u)
+		if _, err := s.Call(context.Background(), "ping", nil); err != nil {
+			t.Fatal(err)
+		}
+		switch way {
+		case "close":
+			u.Close()
+		case "kill":
+			u.Kill()
+		case "kill mid-call":
+			errc := make(chan error, 1)
+			go func() {
+				_, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pings"}`))
+				errc <- err
+			}()
+			for f.count("tools/call") == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			u.Kill()
+			mayHaveRun(t, <-errc)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for (open.Load() != 0 || runtime.NumGoroutine() > before) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, g := open.Load(), runtime.NumGoroutine(); n != 0 || g > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("10 s after three Upstreams ended: %d connections open, %d goroutines (%d before)\n%s", n, g, before, buf[:runtime.Stack(buf, true)])
 	}
 }

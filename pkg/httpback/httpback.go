@@ -127,7 +127,8 @@ type Config struct {
 	OnRequest func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 	// Log receives diagnostics (lines starting "httpback:"). Default os.Stderr.
 	Log io.Writer
-	// Client is the HTTP client. Default: timeouts for dialing and TLS, none on a call. Its
+	// Client is the HTTP client. Default: timeouts for dialing and TLS, none on a call, and a
+	// transport of the Upstream's own, whose idle connections Close and Kill close. Its
 	// redirect policy is replaced: a POST is never re-sent to another location.
 	Client *http.Client
 }
@@ -153,6 +154,7 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 type Upstream struct {
 	cfg    Config
 	client *http.Client
+	own    bool // client is DefaultClient's, made for this Upstream alone
 	start  chan struct{}
 
 	mu       sync.Mutex
@@ -183,7 +185,7 @@ func NewUpstream(cfg Config) *Upstream {
 	}
 	cc := *c
 	cc.CheckRedirect = noRedirect
-	return &Upstream{cfg: cfg, client: &cc, start: make(chan struct{}, 1)}
+	return &Upstream{cfg: cfg, client: &cc, own: cfg.Client == nil, start: make(chan struct{}, 1)}
 }
 
 // Session returns the live session, connecting (initialize) when there is none. A connect
@@ -305,10 +307,17 @@ func (u *Upstream) closeWith(stop func(*Session) error) error {
 	for _, d := range old {
 		_ = d.stop(0, false)
 	}
+	var err error
 	if s != nil {
-		return stop(s)
+		err = stop(s)
 	}
-	return nil
+	if u.own {
+		// Nothing will use the connections kept alive for this Upstream: close them now
+		// rather than when they have idled for IdleConnTimeout (a gateway makes an Upstream
+		// per agent session).
+		u.client.CloseIdleConnections()
+	}
+	return err
 }
 
 // Session is one initialized MCP session with the server. Safe for concurrent use.
