@@ -319,3 +319,95 @@ func TestClosedUpstreamLeavesNoConnections(t *testing.T) {
 		t.Fatalf("10 s after three Upstreams ended: %d connections open, %d goroutines (%d before)\n%s", n, g, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// Answers that are not the response to the call, each on HTTP 200: the call ends at once as may
+// have run (the server got the request), the request is POSTed once, and the session goes
+// on. A second response to the same id after the first is ignored: the first counts.
+func TestBrokenAnswersMayHaveRun(t *testing.T) {
+	f, srv := newFake(t)
+	release := make(chan struct{})
+	defer close(release)
+	resumed := make(chan struct{}, 1)
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Last-Event-Id") != "" {
+			resumed <- struct{}{}
+			w.WriteHeader(http.StatusNotFound) // the session ended meanwhile
+			return
+		}
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}
+	u := upstream(t, srv.URL, Config{})
+	jsonBody := func(body string) func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		return func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, body, m.ID)
+		}
+	}
+	stream := func(body string) func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		return func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, body, m.ID)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		call func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message)
+	}{
+		{"another id", jsonBody(`{"jsonrpc":"2.0","id":999,"result":{}}%.0s`)},
+		{"the id as a string", jsonBody(`{"jsonrpc":"2.0","id":"%s","result":{}}`)},
+		{"a batch", jsonBody(`[{"jsonrpc":"2.0","id":%s,"result":{}}]`)},
+		{"two messages", jsonBody(`{"jsonrpc":"2.0","id":%[1]s,"result":{}}{"jsonrpc":"2.0","id":%[1]s,"result":{}}`)},
+		{"a request under the id", jsonBody(`{"jsonrpc":"2.0","id":%s,"method":"x"}`)},
+		{"a byte order mark", jsonBody("\ufeff" + `{"jsonrpc":"2.0","id":%s,"result":{}}`)},
+		{"a batch event", stream("data: [{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}]\n\n")},
+		{"notifications only", stream("data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n%.0s")},
+		{"text/html", func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "text/html")
+			w.Write(jsonrpc.Response(m.ID, json.RawMessage(`{}`)))
+		}},
+		{"no Content-Type", func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header()["Content-Type"] = nil
+			w.Write(jsonrpc.Response(m.ID, json.RawMessage(`{}`)))
+		}},
+		{"a body cut mid-JSON", func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "1000")
+			w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[`))
+			w.(http.Flusher).Flush()
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		}},
+		{"a stream cut, its resumption answered 404", func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			writeEvent(w, "e1", []byte(""))
+		}},
+	} {
+		f.mu.Lock()
+		f.call = c.call
+		f.mu.Unlock()
+		s := session(t, u)
+		before := f.count("tools/call")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
+		waited := ctx.Err()
+		cancel()
+		if waited != nil {
+			t.Fatalf("%s: the call waited 30 s", c.name)
+		}
+		mayHaveRun(t, err)
+		if n := f.count("tools/call") - before; n != 1 {
+			t.Fatalf("%s: %d POSTs, want 1", c.name, n)
+		}
+	}
+	select {
+	case <-resumed:
+	default:
+		t.Fatal("the cut stream was not resumed")
+	}
+	f.mu.Lock()
+	f.call = stream("data: {\"jsonrpc\":\"2.0\",\"id\":%[1]s,\"result\":{\"n\":1}}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":%[1]s,\"result\":{\"n\":2}}\n\n")
+	f.mu.Unlock()
+	if res, err := session(t, u).Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pay"}`)); err != nil || string(res) != `{"n":1}` {
+		t.Fatalf("two answers to one id: %s %v; want the first", res, err)
+	}
+}
