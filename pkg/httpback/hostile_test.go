@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // Tests of a hostile or broken upstream, each over real HTTP to a server in the test process.
@@ -409,5 +410,43 @@ func TestBrokenAnswersMayHaveRun(t *testing.T) {
 	f.mu.Unlock()
 	if res, err := session(t, u).Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pay"}`)); err != nil || string(res) != `{"n":1}` {
 		t.Fatalf("two answers to one id: %s %v; want the first", res, err)
+	}
+}
+
+// A server that starts answering initialize and then only trickles keep-alive comments (a
+// slow-loris) cannot hold the connect: it fails after InitTimeout as not sent, and the
+// stream's connection is closed.
+func TestTricklingInitializeIsBounded(t *testing.T) {
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		defer func() { done <- struct{}{} }()
+		w.Header().Set("Content-Type", "text/event-stream")
+		for r.Context().Err() == nil {
+			if _, err := w.Write([]byte(":\n")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	u := upstream(t, srv.URL, Config{InitTimeout: 300 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := u.Session(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("the connect waited 30 s on a server that trickles")
+	}
+	if !errors.Is(err, mcpstdio.ErrNotSent) || !strings.Contains(err.Error(), "did not answer initialize within 300ms") {
+		t.Fatalf("%v; want not sent: did not answer initialize within 300ms", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still writes its stream 10 s after the connect gave up")
 	}
 }
