@@ -190,8 +190,11 @@ func TestHostileUpstreamOutcomes(t *testing.T) {
 	}
 
 	res, err := call("pay_lost")
-	if err != nil || !strings.Contains(res, "the call was not sent and did not run") {
-		t.Fatalf("pay_lost, the session ended by the upstream: %s %v; want not sent\n%s", res, err, log.String())
+	if err != nil || !strings.Contains(res, "the call was not sent and did not run") || !strings.Contains(res, "no longer knows the session") {
+		t.Fatalf("pay_lost, the session ended by the upstream: %s %v; want not sent, for that reason\n%s", res, err, log.String())
+	}
+	if strings.Contains(res, "not running") {
+		t.Fatalf("pay_lost: %s; the upstream is running, it ended the session", res)
 	}
 	if res, err = call("pay_lost"); err != nil || !strings.Contains(res, "pay_lost done 2") {
 		t.Fatalf("pay_lost's retry: %s %v; want it run on a new session", res, err)
