@@ -64,13 +64,13 @@ func TestResultBesideErrorMayHaveRun(t *testing.T) {
 
 // An HTTP error answer decides the outcome by its status; its body only informs. A server
 // that sends the status and then stalls in the body does not hold the call: the read of the
-// body is cut off after errorBodyWait and the call fails as its status says. Before, the call
+// body is cut off after tailWait and the call fails as its status says. Before, the call
 // waited for the body for as long as the server kept the connection open (in wrap, whose
 // calls are detached from the agent's cancellation, for ever).
 func TestStalledErrorBodyDoesNotHoldTheCall(t *testing.T) {
-	old := errorBodyWait
-	errorBodyWait = 200 * time.Millisecond
-	t.Cleanup(func() { errorBodyWait = old })
+	old := tailWait
+	tailWait = 200 * time.Millisecond
+	t.Cleanup(func() { tailWait = old })
 	f, srv := newFake(t)
 	release := make(chan struct{})
 	defer close(release)
@@ -448,5 +448,57 @@ func TestTricklingInitializeIsBounded(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server still writes its stream 10 s after the connect gave up")
+	}
+}
+
+// A JSON answer counts once its JSON value is complete. A server that writes the response and
+// then neither ends the body nor closes the connection does not hold the call: the rest of the
+// body is cut off after tailWait and the response is the answer (whitespace after it too).
+// What follows the value, if not whitespace, makes the answer invalid: may have run. Before,
+// the call waited for the body's end for as long as the server held it (in wrap, for ever).
+func TestJSONAnswerWhoseBodyDoesNotEnd(t *testing.T) {
+	old := tailWait
+	tailWait = 200 * time.Millisecond
+	t.Cleanup(func() { tailWait = old })
+	f, srv := newFake(t)
+	release := make(chan struct{})
+	defer close(release)
+	s := session(t, upstream(t, srv.URL, Config{}))
+	for _, after := range []string{"", "\n  \r\n", `{"jsonrpc":"2.0","id":1,"result":{}}`} {
+		f.mu.Lock()
+		f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(jsonrpc.Response(m.ID, json.RawMessage(`{"ok":true}`)))
+			w.Write([]byte(after))
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		f.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
+		waited := ctx.Err()
+		cancel()
+		if waited != nil {
+			t.Fatalf("after %q: the call waited 30 s for a body that does not end", after)
+		}
+		if strings.TrimSpace(after) != "" {
+			mayHaveRun(t, err)
+			continue
+		}
+		if err != nil || string(res) != `{"ok":true}` {
+			t.Fatalf("after %q: %s %v; want the response", after, res, err)
+		}
+	}
+	// An empty body says so.
+	f.mu.Lock()
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	f.mu.Unlock()
+	if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pay"}`)); err == nil || !strings.Contains(err.Error(), "the response body is empty") {
+		t.Fatalf("an empty body: %v", err)
 	}
 }

@@ -82,8 +82,9 @@ const (
 	getRetry       = time.Second
 )
 
-// errorBodyWait bounds the read of the body of an HTTP error answer (a variable for tests).
-var errorBodyWait = 5 * time.Second
+// tailWait bounds how long a body may go on after what decides the call: the body of an HTTP
+// error answer, the rest of a JSON answer's body after its JSON value (a variable for tests).
+var tailWait = 5 * time.Second
 
 // ErrSessionLost says the server answered 404 to the session id: it no longer knows the
 // session (it restarted, or ended it). Errors with it also wrap mcpstdio.ErrNotSent.
@@ -535,7 +536,7 @@ func (s *Session) roundTrip(ctx context.Context, method string, params json.RawM
 	case resp.StatusCode == http.StatusAccepted:
 		err = fmt.Errorf("httpback: MCP server answered the request %s with 202 Accepted and no response", method)
 	case mt == "application/json":
-		m, err = s.readJSON(resp.Body, id)
+		m, err = s.readJSON(resp.Body, id, rcancel)
 	case mt == "text/event-stream":
 		m, err = s.readStream(rctx, resp.Body, id, method)
 	default:
@@ -654,8 +655,8 @@ func (s *Session) status(resp *http.Response, method string, stop context.Cancel
 	}
 	se := &StatusError{Method: method, Status: resp.StatusCode}
 	// The status decides the outcome; the body only informs. A server that stalls while
-	// writing it must not hold the call, so its read is cut off after errorBodyWait.
-	cut := time.AfterFunc(errorBodyWait, stop)
+	// writing it must not hold the call, so its read is cut off after tailWait.
+	cut := time.AfterFunc(tailWait, stop)
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	cut.Stop()
 	var body struct {
@@ -673,13 +674,40 @@ func (s *Session) status(resp *http.Response, method string, stop context.Cancel
 	return se
 }
 
-func (s *Session) readJSON(r io.Reader, id json.RawMessage) (*jsonrpc.Message, error) {
-	b, err := io.ReadAll(io.LimitReader(r, int64(maxMessage)+1))
-	if err != nil {
+// readJSON reads the JSON answer to id. The answer counts once its one JSON value is
+// complete: a body that then goes on without ending is cut off (stop) after tailWait, and
+// the value is the answer; anything but whitespace after it makes the body invalid.
+func (s *Session) readJSON(r io.Reader, id json.RawMessage, stop context.CancelFunc) (*jsonrpc.Message, error) {
+	lr := &io.LimitedReader{R: r, N: int64(maxMessage) + 1}
+	tooLarge := fmt.Errorf("%w: the response is longer than %d bytes", ErrTooLarge, maxMessage)
+	dec := json.NewDecoder(lr)
+	var b json.RawMessage
+	if err := dec.Decode(&b); err != nil {
+		if lr.N == 0 {
+			return nil, tooLarge
+		}
+		if err == io.EOF {
+			return nil, errors.New("the response body is empty")
+		}
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return nil, fmt.Errorf("the response is not a JSON-RPC message: %v", err)
+		}
 		return nil, err
 	}
-	if len(b) > maxMessage {
-		return nil, fmt.Errorf("%w: the response is longer than %d bytes", ErrTooLarge, maxMessage)
+	var cut atomic.Bool
+	t := time.AfterFunc(tailWait, func() { cut.Store(true); stop() })
+	tail, err := io.ReadAll(io.MultiReader(dec.Buffered(), lr))
+	t.Stop()
+	switch {
+	case lr.N == 0:
+		return nil, tooLarge
+	case len(bytes.TrimSpace(tail)) > 0:
+		return nil, fmt.Errorf("the response is not a JSON-RPC message: more follows its JSON value: %.100q", tail)
+	case err != nil && cut.Load():
+		s.logf("MCP server %s did not end the body of its JSON response within %s after the response; the response counts", s.logURL, tailWait)
+	case err != nil:
+		return nil, err
 	}
 	m, err := jsonrpc.Parse(b)
 	if err != nil {
