@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +29,8 @@ type hostile struct {
 	inits   int
 	posts   map[string]int
 	release chan struct{}
+	// pingsEnded hears from pay_pings's handler when it ends.
+	pingsEnded chan struct{}
 }
 
 func (h *hostile) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +92,7 @@ func (h *hostile) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case m.Method == "tools/list":
 		var tools []string
-		for _, name := range []string{"pay_both", "pay_big", "pay_stall", "pay_lost", "pay_rpcerr"} {
+		for _, name := range []string{"pay_both", "pay_big", "pay_stall", "pay_lost", "pay_rpcerr", "pay_pings"} {
 			tools = append(tools, fmt.Sprintf(`{"name":%q,"inputSchema":{"type":"object"}}`, name))
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -114,6 +117,20 @@ func (h *hostile) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-h.release:
 		case <-r.Context().Done():
+		}
+	case p.Name == "pay_pings": // keep-alive comments for ever: a call that never ends
+		w.Header().Set("Content-Type", "text/event-stream")
+		defer func() { h.pingsEnded <- struct{}{} }()
+		for {
+			if _, err := w.Write([]byte(": ping\n")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 	case p.Name == "pay_rpcerr": // a definite failure
 		w.Header().Set("Content-Type", "application/json")
@@ -230,6 +247,71 @@ func TestHostileUpstreamOutcomes(t *testing.T) {
 	}
 	if states[fence.StateUnknown]+states[fence.StateFailed] != 3 || states[fence.StateDone] != 1 || states[fence.StateInFlight] != 0 {
 		t.Fatalf("ledger states %v; want 3 unknown (both, big, stall), 1 done (lost's retry), none in flight", states)
+	}
+}
+
+// An upstream that keeps a fenced call's stream alive with keep-alive comments for ever has
+// not answered: the call waits, as for any slow tool (wrap sets no deadline on a call). When
+// the agent stops wrap (stdin closed), wrap gives the call --grace, then ends the upstream
+// session: the call is recorded unknown (fenced), wrap exits by itself, and the stream's
+// connection is closed.
+func TestHostileUpstreamPingsUntilWrapStops(t *testing.T) {
+	t.Parallel()
+	h := &hostile{posts: map[string]int{}, release: make(chan struct{}), pingsEnded: make(chan struct{}, 1)}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(h.release) })
+	ledger := filepath.Join(t.TempDir(), "l.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := &syncbuf.Buffer{}
+	s, err := mcpstdio.Start(ctx, mcpstdio.Config{
+		Command: []string{effectfence(t), "wrap", "--ledger", ledger, "--grace", "1s", "--upstream", srv.URL + "/mcp"},
+		Env:     append(os.Environ(), "GORACE=atexit_sleep_ms=0"), Stderr: log, InitTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	defer s.Close()
+	go s.CallTool(ctx, "pay_pings", json.RawMessage(`{"amount":1}`))
+	for {
+		h.mu.Lock()
+		n := h.posts["pay_pings"]
+		h.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the call never reached the upstream\n%s", log.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Stdin closed; SIGTERM comes only after a minute. wrap ends the upstream session after
+	// its --grace by itself: the stream's connection closes long before the signal.
+	closed := make(chan error, 1)
+	go func() { closed <- s.CloseWithin(2 * time.Minute) }()
+	select {
+	case <-h.pingsEnded:
+	case <-time.After(45 * time.Second):
+		t.Fatalf("the upstream still streams to wrap 45 s after its stdin closed (--grace 1s)\n%s", log.String())
+	}
+	if err := <-closed; err != nil {
+		var ee *mcpstdio.ExitError
+		if !errors.As(err, &ee) || !strings.Contains(ee.Why, "exited with status 0") {
+			t.Fatalf("wrap did not exit by itself after stdin closed: %v\n%s", err, log.String())
+		}
+	}
+	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	states := map[fence.State]int{}
+	err = led.Store().View(context.Background(), func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(r *fence.Record) bool { states[r.State]++; return true })
+	})
+	if err != nil || states[fence.StateUnknown]+states[fence.StateFailed] != 1 || len(states) != 1 {
+		t.Fatalf("ledger states %v (%v); want the one call unknown\n%s", states, err, log.String())
 	}
 }
 
