@@ -82,6 +82,10 @@ const (
 	getRetry       = time.Second
 )
 
+// tailWait bounds how long a body may go on after what decides the call: the body of an HTTP
+// error answer, the rest of a JSON answer's body after its JSON value (a variable for tests).
+var tailWait = 5 * time.Second
+
 // ErrSessionLost says the server answered 404 to the session id: it no longer knows the
 // session (it restarted, or ended it). Errors with it also wrap mcpstdio.ErrNotSent.
 var ErrSessionLost = errors.New("httpback: the MCP server no longer knows the session (HTTP 404)")
@@ -124,7 +128,8 @@ type Config struct {
 	OnRequest func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 	// Log receives diagnostics (lines starting "httpback:"). Default os.Stderr.
 	Log io.Writer
-	// Client is the HTTP client. Default: timeouts for dialing and TLS, none on a call. Its
+	// Client is the HTTP client. Default: timeouts for dialing and TLS, none on a call, and a
+	// transport of the Upstream's own, whose idle connections Close and Kill close. Its
 	// redirect policy is replaced: a POST is never re-sent to another location.
 	Client *http.Client
 }
@@ -150,6 +155,7 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 type Upstream struct {
 	cfg    Config
 	client *http.Client
+	own    bool // client is DefaultClient's, made for this Upstream alone
 	start  chan struct{}
 
 	mu       sync.Mutex
@@ -180,7 +186,7 @@ func NewUpstream(cfg Config) *Upstream {
 	}
 	cc := *c
 	cc.CheckRedirect = noRedirect
-	return &Upstream{cfg: cfg, client: &cc, start: make(chan struct{}, 1)}
+	return &Upstream{cfg: cfg, client: &cc, own: cfg.Client == nil, start: make(chan struct{}, 1)}
 }
 
 // Session returns the live session, connecting (initialize) when there is none. A connect
@@ -302,10 +308,17 @@ func (u *Upstream) closeWith(stop func(*Session) error) error {
 	for _, d := range old {
 		_ = d.stop(0, false)
 	}
+	var err error
 	if s != nil {
-		return stop(s)
+		err = stop(s)
 	}
-	return nil
+	if u.own {
+		// Nothing will use the connections kept alive for this Upstream: close them now
+		// rather than when they have idled for IdleConnTimeout (a gateway makes an Upstream
+		// per agent session).
+		u.client.CloseIdleConnections()
+	}
+	return err
 }
 
 // Session is one initialized MCP session with the server. Safe for concurrent use.
@@ -514,7 +527,7 @@ func (s *Session) roundTrip(ctx context.Context, method string, params json.RawM
 		return nil, nil, s.failed(ctx, id, method, cancelOnCtx, err)
 	}
 	defer resp.Body.Close()
-	if err := s.status(resp, method, id); err != nil {
+	if err := s.status(resp, method, rcancel); err != nil {
 		return nil, resp.Header, err
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -523,7 +536,7 @@ func (s *Session) roundTrip(ctx context.Context, method string, params json.RawM
 	case resp.StatusCode == http.StatusAccepted:
 		err = fmt.Errorf("httpback: MCP server answered the request %s with 202 Accepted and no response", method)
 	case mt == "application/json":
-		m, err = s.readJSON(resp.Body, id)
+		m, err = s.readJSON(resp.Body, id, rcancel)
 	case mt == "text/event-stream":
 		m, err = s.readStream(rctx, resp.Body, id, method)
 	default:
@@ -623,8 +636,9 @@ func (s *Session) headers(req *http.Request) {
 	}
 }
 
-// status checks the HTTP status of an answer to a POST.
-func (s *Session) status(resp *http.Response, method string, id json.RawMessage) error {
+// status checks the HTTP status of an answer to a POST. stop cancels the request, ending a
+// read of its body.
+func (s *Session) status(resp *http.Response, method string, stop context.CancelFunc) error {
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusAccepted:
 		return nil
@@ -640,7 +654,11 @@ func (s *Session) status(resp *http.Response, method string, id json.RawMessage)
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("the MCP server refused %s: HTTP %d %s (check the upstream's credentials)", method, resp.StatusCode, http.StatusText(resp.StatusCode))}
 	}
 	se := &StatusError{Method: method, Status: resp.StatusCode}
+	// The status decides the outcome; the body only informs. A server that stalls while
+	// writing it must not hold the call, so its read is cut off after tailWait.
+	cut := time.AfterFunc(tailWait, stop)
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	cut.Stop()
 	var body struct {
 		Error *jsonrpc.Error `json:"error"`
 	}
@@ -656,13 +674,40 @@ func (s *Session) status(resp *http.Response, method string, id json.RawMessage)
 	return se
 }
 
-func (s *Session) readJSON(r io.Reader, id json.RawMessage) (*jsonrpc.Message, error) {
-	b, err := io.ReadAll(io.LimitReader(r, int64(maxMessage)+1))
-	if err != nil {
+// readJSON reads the JSON answer to id. The answer counts once its one JSON value is
+// complete: a body that then goes on without ending is cut off (stop) after tailWait, and
+// the value is the answer; anything but whitespace after it makes the body invalid.
+func (s *Session) readJSON(r io.Reader, id json.RawMessage, stop context.CancelFunc) (*jsonrpc.Message, error) {
+	lr := &io.LimitedReader{R: r, N: int64(maxMessage) + 1}
+	tooLarge := fmt.Errorf("%w: the response is longer than %d bytes", ErrTooLarge, maxMessage)
+	dec := json.NewDecoder(lr)
+	var b json.RawMessage
+	if err := dec.Decode(&b); err != nil {
+		if lr.N == 0 {
+			return nil, tooLarge
+		}
+		if err == io.EOF {
+			return nil, errors.New("the response body is empty")
+		}
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return nil, fmt.Errorf("the response is not a JSON-RPC message: %v", err)
+		}
 		return nil, err
 	}
-	if len(b) > maxMessage {
-		return nil, fmt.Errorf("%w: the response is longer than %d bytes", ErrTooLarge, maxMessage)
+	var cut atomic.Bool
+	t := time.AfterFunc(tailWait, func() { cut.Store(true); stop() })
+	tail, err := io.ReadAll(io.MultiReader(dec.Buffered(), lr))
+	t.Stop()
+	switch {
+	case lr.N == 0:
+		return nil, tooLarge
+	case len(bytes.TrimSpace(tail)) > 0:
+		return nil, fmt.Errorf("the response is not a JSON-RPC message: more follows its JSON value: %.100q", tail)
+	case err != nil && cut.Load():
+		s.logf("MCP server %s did not end the body of its JSON response within %s after the response; the response counts", s.logURL, tailWait)
+	case err != nil:
+		return nil, err
 	}
 	m, err := jsonrpc.Parse(b)
 	if err != nil {
@@ -880,6 +925,8 @@ func (s *Session) notify(ctx context.Context, method string, params json.RawMess
 
 // send POSTs a notification or a response, which the server acknowledges with 202.
 func (s *Session) send(ctx context.Context, what string, msg []byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	resp, sent, err := s.post(ctx, msg)
 	if err != nil {
 		if !sent {
@@ -888,7 +935,7 @@ func (s *Session) send(ctx context.Context, what string, msg []byte) error {
 		return fmt.Errorf("httpback: %s to MCP server %s: %w", what, s.logURL, err)
 	}
 	defer resp.Body.Close()
-	if err := s.status(resp, what, nil); err != nil {
+	if err := s.status(resp, what, cancel); err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

@@ -20,34 +20,58 @@ type sseEvent struct {
 
 // sseReader reads text/event-stream events with every line and every event bounded by max.
 type sseReader struct {
-	r   *bufio.Reader
-	max int
+	r       *bufio.Reader
+	max     int
+	started bool // a line was read: a byte order mark is no longer the stream's
+	afterCR bool // the last line ended with CR: an LF right after it belongs to it
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
 	return &sseReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
 }
 
-// line returns the next line without its terminator (LF or CRLF).
+// line returns the next line without its terminator: LF, CRLF or CR, as the format allows.
 func (s *sseReader) line() ([]byte, error) {
+	if s.afterCR {
+		s.afterCR = false
+		if b, err := s.r.Peek(1); err == nil && b[0] == '\n' {
+			_, _ = s.r.Discard(1)
+		}
+	}
 	var buf []byte
 	for {
-		frag, err := s.r.ReadSlice('\n')
-		if len(buf)+len(frag) > s.max+2 {
+		if s.r.Buffered() == 0 {
+			if _, err := s.r.Peek(1); err != nil {
+				if err == io.EOF && len(buf) > 0 {
+					return nil, io.ErrUnexpectedEOF // a line cut off: the event is incomplete
+				}
+				return nil, err
+			}
+		}
+		chunk, _ := s.r.Peek(s.r.Buffered())
+		end := bytes.IndexByte(chunk, '\n')
+		if end < 0 {
+			end = len(chunk)
+		}
+		if cr := bytes.IndexByte(chunk[:end], '\r'); cr >= 0 {
+			end = cr
+		}
+		if len(buf)+end > s.max {
 			return nil, fmt.Errorf("%w: an event-stream line is longer than %d bytes", ErrTooLarge, s.max)
 		}
-		buf = append(buf, frag...)
-		if err == bufio.ErrBufferFull {
+		buf = append(buf, chunk[:end]...)
+		if end == len(chunk) {
+			_, _ = s.r.Discard(end)
 			continue
 		}
-		if err != nil {
-			if err == io.EOF && len(buf) > 0 {
-				return nil, io.ErrUnexpectedEOF // a line cut off: the event is incomplete
-			}
-			return nil, err
+		s.afterCR = chunk[end] == '\r'
+		_, _ = s.r.Discard(end + 1)
+		if !s.started {
+			// The format ignores one byte order mark at the start of the stream.
+			s.started = true
+			buf = bytes.TrimPrefix(buf, []byte("\ufeff"))
 		}
-		buf = buf[:len(buf)-1]
-		return bytes.TrimSuffix(buf, []byte{'\r'}), nil
+		return buf, nil
 	}
 }
 

@@ -361,7 +361,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		p.release(ctx, t, refused+scrub(rpc.Message, p.redactedTexts(tool, params)))
 		return a
 	case errors.Is(err, mcpstdio.ErrNotSent):
-		a := answer{result: toolError(fmt.Sprintf("the MCP server is not running, so the call was not sent and did not run (%v); a retry may run it", err), "", intent), outcome: "refused", code: "not_sent"}
+		a := answer{result: toolError(fmt.Sprintf("the call was not sent and did not run: it did not reach the MCP server (%v); a retry may run it", err), "", intent), outcome: "refused", code: "not_sent"}
 		p.flights.fail(intent, f, a)
 		p.release(ctx, t, "the call was never sent: "+scrub(err.Error(), p.redactedTexts(tool, params)))
 		return a

@@ -10,14 +10,17 @@ import (
 
 // A server that answers a fenced call with a line that is not a JSON-RPC response has
 // answered: the call is unknown at once, since the tool may have run, instead of waiting for an
-// answer that already came until wrap stops. Two such answers: an "error" that is a string,
-// and an error beside a "Result" (members in another case: encoding/json would read a result
-// and an error, our parser neither, so it is refused as read two ways).
+// answer that already came until wrap stops. Three such answers: an "error" that is a string,
+// an error beside a "Result" (members in another case: encoding/json would read a result
+// and an error, our parser neither, so it is refused as read two ways), and an error beside a
+// "result" (JSON-RPC forbids both; before, the error won and the call was freed, so a retry
+// ran it again although the result said it had happened).
 func TestMalformedAnswerIsUnknownAtOnce(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, args string }{
 		{"error not an object", `{"malformed":true,"tag":"m"}`},
 		{"read two ways", `{"two_ways":true,"tag":"w"}`},
+		{"result beside error", `{"both":true,"tag":"b"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

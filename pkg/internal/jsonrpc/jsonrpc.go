@@ -145,6 +145,11 @@ func parse(line []byte, owned bool) (*Message, error) {
 	if m.ID == nil || (m.Result == nil && m.Error == nil) {
 		return nil, errors.New("neither a request, a notification nor a response")
 	}
+	if m.Error != nil && string(m.Result) != "null" && m.Result != nil {
+		// JSON-RPC forbids both; readers differ on which one counts, so one may see a
+		// success where another sees a failure.
+		return nil, errors.New(`a response carries both "result" and "error": readers disagree on which one counts`)
+	}
 	return m, nil
 }
 

@@ -42,6 +42,12 @@ func TestParse(t *testing.T) {
 		{`{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"x"}`, "", `member "jsonrpc" is given twice`},
 		{`{"jsonrpc":"2.0","id":7,"result":{},"Result":{}}`, "", `but for case`},
 		{`{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"},"error":null}`, "", `member "error" is given twice`},
+		// Both a result and an error: a success to one reader, a failure to another.
+		{`{"jsonrpc":"2.0","id":7,"result":{"content":[]},"error":{"code":1,"message":"x"}}`, "", `both "result" and "error"`},
+		{`{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"},"result":false}`, "", `both "result" and "error"`},
+		// A null beside the other is taken as the other (what careless encoders write).
+		{`{"jsonrpc":"2.0","id":7,"result":null,"error":{"code":1,"message":"x"}}`, "response", ""},
+		{`{"jsonrpc":"2.0","id":7,"result":{},"error":null}`, "response", ""},
 		// Names JSON-RPC does not define, and nested members, are not its business.
 		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"Method":1,"method":2},"methods":3,"_meta":{}}`, "request", ""},
 	}
