@@ -280,6 +280,11 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return failure.as("coalesced", failure.code)
 	}
 	if err != nil {
+		if p.drainedFor(ctx, id.intent, err) {
+			// An outcome waiting in the spool (or held in memory) was just recorded: this
+			// intent's may have been among them, so the ledger answers again, once.
+			return p.fencedCall(context.WithValue(ctx, drainedKey{}, true), tool, id, params, task)
+		}
 		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
 			return a
 		}
@@ -292,6 +297,28 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, params)
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
+}
+
+// drainedKey marks a call that already drained the spool for its refusal (see drainedFor).
+type drainedKey struct{}
+
+// drainedFor is called when a call is refused. An intent of unknown outcome (prior_failure)
+// may be unknown only because its outcome still waits in the spool, or in this process's
+// memory: the ledger failed when it came and the next Recover (every 10 s) has not recorded
+// it yet. Asking the person, firing the on_unknown hook or telling the agent to have it
+// resolved would then be wrong, and a person answering "did not happen" would run the effect
+// a second time. So the spool is drained first; drainedFor reports whether that recorded
+// anything, in which case the call asks the ledger again (once).
+func (p *Proxy) drainedFor(ctx context.Context, intent string, err error) bool {
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || ctx.Value(drainedKey{}) != nil {
+		return false
+	}
+	n, derr := p.opt.Engine.DrainSpool(context.WithoutCancel(ctx))
+	if derr != nil {
+		p.logf("intent %s is fenced as unknown; recording the outcomes waiting in the spool first: %v", intent, derr)
+	}
+	return n > 0
 }
 
 func (p *Proxy) agentName() string {
