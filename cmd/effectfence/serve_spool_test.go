@@ -19,14 +19,24 @@ import (
 // kept in the ledger's spool, and the refusal says where (spooled). The process is killed,
 // the ledger put back: the next serve process records it, so a duplicate receives the
 // agent's result (commit) or runs (release), and the agent's retried commit gets the cert.
+// With the holder alive and a 1 s lease ("commit-holder-alive"), a duplicate in another serve
+// process right after the ledger is back, before any Recover, finds the claim lapsed: it
+// records the spool first and receives the result (before: prior_failure, "tell a human
+// operator to clear it", while the outcome sat in the spool).
 func TestServeOutcomeDuringALedgerFailureIsSpooled(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"commit", "release"} {
+	for _, kind := range []string{"commit", "release", "commit-holder-alive"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ledger := filepath.Join(t.TempDir(), "ledger.db")
 			const prep = `{"intent":"charge:o-9","tool":"charge_card","args":{"amount":4900}}`
-			a := startServe(t, "--ledger", ledger)
+			alive := kind == "commit-holder-alive"
+			a := startServe(t, "--ledger", ledger, "--lease-secs", "1")
+			var b *serveProc
+			if alive { // started now: it has run its Recover at open, the next is 10 s away
+				b = startServe(t, "--ledger", ledger, "--lease-secs", "1")
+				b.call(serve.ToolStats, `{}`)
+			}
 			p := a.prepare(prep)
 			if p.Status != serve.StatusFresh {
 				t.Fatalf("first prepare: %+v", p)
@@ -45,12 +55,15 @@ func TestServeOutcomeDuringALedgerFailureIsSpooled(t *testing.T) {
 			if _, err := os.Stat(r.Spooled); err != nil {
 				t.Fatalf("the spool file the refusal names: %v", err)
 			}
-			a.kill9()
+			if !alive {
+				a.kill9()
+			}
 			if err := os.Rename(ledger+".away", ledger); err != nil {
 				t.Fatal(err)
 			}
-
-			b := startServe(t, "--ledger", ledger)
+			if !alive {
+				b = startServe(t, "--ledger", ledger)
+			}
 			if kind == "release" {
 				if d := b.prepare(prep); d.Status != serve.StatusFresh {
 					t.Fatalf("a duplicate after the spooled release: %+v; want it free to run", d)

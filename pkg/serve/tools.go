@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -145,11 +146,23 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		adm fence.Admission
 		err error
 	)
-	if in.WaitSecs > 0 {
-		// Waiting may end with the caller; the admission itself is one transaction either way.
-		adm, err = s.eng.PrepareWait(ctx, req, time.Duration(in.WaitSecs*float64(time.Second)))
-	} else {
-		adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
+	for drained := false; ; drained = true {
+		if in.WaitSecs > 0 {
+			// Waiting may end with the caller; the admission itself is one transaction either way.
+			adm, err = s.eng.PrepareWait(ctx, req, time.Duration(in.WaitSecs*float64(time.Second)))
+		} else {
+			adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
+		}
+		// An intent of unknown outcome may be unknown only because its outcome waits in the
+		// spool for the next Recover (the ledger failed when it was reported): record what
+		// the spool holds and ask again, once, before telling the agent to call an operator.
+		var pf fence.PriorFailureError
+		if drained || !errors.As(err, &pf) {
+			break
+		}
+		if n, _ := s.eng.DrainSpool(context.WithoutCancel(ctx)); n == 0 {
+			break
+		}
 	}
 	if err != nil {
 		return nil, err
