@@ -26,16 +26,34 @@ import (
 // second time, though wrap held the first one's outcome. Now a refused duplicate records
 // what the spool holds first and is replayed. The same when the holder is killed (kill -9)
 // with its outcome in the spool and a duplicate meets its claim in another running wrap, and
-// in a wrap started afterwards.
+// in a wrap started afterwards. Two more ways that outcome was lost: a tool declared re-run
+// safe (--rerun-safe) was taken over from its dead holder and ran again, though its outcome
+// waited in the spool; and a ledger under a directory whose name reads as a glob pattern
+// ("w[1]") had a spool no drain ever found (filepath.Glob), so the intent stayed unknown.
 func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 	t.Parallel()
-	for _, killed := range []bool{false, true} {
-		name := "holder-alive"
-		if killed {
-			name = "holder-killed"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		killed bool
+		flags  []string
+		dir    string
+	}{
+		{name: "holder-alive"},
+		{name: "holder-killed", killed: true},
+		{name: "rerun-safe-holder-killed", killed: true, flags: []string{"--rerun-safe", "slow"}},
+		{name: "glob-like-dir-holder-killed", killed: true, dir: "w[1]"},
+	} {
+		killed := tc.killed
+		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
+			if tc.dir != "" {
+				dir := filepath.Join(r.dir, tc.dir)
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				r.ledger = filepath.Join(dir, "ledger.db")
+			}
+			flags := append([]string{"--lease-secs", "1"}, tc.flags...)
 			var asked atomic.Int32
 			r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{}}},"clientInfo":{"name":"test-agent","version":"1"}}`)
 			r.onRequest = func(_ context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
@@ -45,8 +63,8 @@ func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 				}
 				return json.RawMessage(`{}`), nil
 			}
-			a := r.wrap("--lease-secs", "1")
-			b := r.wrap("--lease-secs", "1") // another agent's wrap on the same ledger
+			a := r.wrap(flags...)
+			b := r.wrap(flags...) // another agent's wrap on the same ledger
 
 			args := `{"ms":1500,"tag":"spooled"}`
 			type answer struct {
@@ -97,11 +115,16 @@ func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 			if files, _ := fence.SpoolFiles(spool); len(files) != 0 {
 				t.Errorf("spool still holds %v after the outcome was recorded", files)
 			}
-			c := r.wrap("--lease-secs", "1") // the next start
+			c := r.wrap(flags...) // the next start
 			if x := call(t, c.Session, "slow", args); !x.replayed() || x.same() != first.x.same() || r.effectCount() != 1 {
 				t.Fatalf("a wrap started afterwards: replayed %v, %s; %d executions", x.replayed(), x.text(), r.effectCount())
 			}
-			if rescued, _ := filepath.Glob(r.ledger + ".rescued-*"); len(rescued) == 0 {
+			rescued := false
+			des, _ := os.ReadDir(filepath.Dir(r.ledger))
+			for _, de := range des {
+				rescued = rescued || strings.HasPrefix(de.Name(), filepath.Base(r.ledger)+".rescued-")
+			}
+			if !rescued {
 				t.Errorf("the moved ledger was not noticed (no rescued copy beside %s)", r.ledger)
 			}
 		})
