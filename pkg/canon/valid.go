@@ -7,7 +7,14 @@ import "encoding/binary"
 // (invalid UTF-8 included), and the same limit of 10,000 nested arrays and objects. It only
 // scans, a few instructions a byte where encoding/json's state machine spends tens.
 // FuzzValid checks it against encoding/json.
-func Valid(b []byte) bool {
+func Valid(b []byte) bool { return valid(b, maxNesting) }
+
+// ValidAnyDepth is Valid without the limit on nesting: for reading the envelope of a message
+// nested deeper than encoding/json reads, to answer it under its own id.
+func ValidAnyDepth(b []byte) bool { return valid(b, -1) }
+
+// valid is Valid with at most limit nested arrays and objects (no limit when negative).
+func valid(b []byte, limit int) bool {
 	var small [64]byte
 	open := small[:0] // '{' or '[' for each container not yet closed
 	i := skipSpace(b, 0)
@@ -18,7 +25,7 @@ func Valid(b []byte) bool {
 		}
 		switch c := b[i]; {
 		case c == '{' || c == '[':
-			if len(open) == maxNesting {
+			if len(open) == limit {
 				return false
 			}
 			open = append(open, c)

@@ -220,8 +220,47 @@ type spooled struct {
 }
 
 func spoolName(o Outcome) string {
-	h := sha256.Sum256([]byte(o.Ticket.Intent))
-	return hex.EncodeToString(h[:8]) + "-" + strconv.FormatUint(o.Ticket.Token, 10) + ".json"
+	return spoolPrefix(o.Ticket.Intent) + strconv.FormatUint(o.Ticket.Token, 10) + ".json"
+}
+
+func spoolPrefix(intent string) string {
+	h := sha256.Sum256([]byte(intent))
+	return hex.EncodeToString(h[:8]) + "-"
+}
+
+// spooledFor reports whether the spool holds a file of intent (of any ticket). A re-run-safe
+// claim whose holder is gone is taken over; but when its outcome waits in the spool (the
+// ledger failed when it came, and the holder died before the drain), re-running it would run
+// an effect that is known to have run: judge fences it instead, and the drain heals it. A
+// spool that cannot be read tells nothing: false.
+func (e *Engine) spooledFor(intent string) bool {
+	if e.cfg.SpoolDir == "" {
+		return false
+	}
+	names, err := spoolEntries(e.cfg.SpoolDir, spoolPrefix(intent))
+	return err == nil && len(names) > 0
+}
+
+// spoolEntries lists the outcome files of a spool directory whose names start with prefix, as
+// paths, sorted: read from the directory, not matched with filepath.Glob, whose pattern
+// would read the directory's own name as one (a ledger under "w[1]/" had a spool no drain
+// ever found). A missing directory holds none.
+func spoolEntries(dir, prefix string) ([]string, error) {
+	des, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, de := range des {
+		if n := de.Name(); strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".json") && !de.IsDir() {
+			names = append(names, filepath.Join(dir, n))
+		}
+	}
+	sort.Strings(names)
+	return names, nil
 }
 
 func (s *spool) put(dir string, o Outcome) (string, error) {
@@ -265,7 +304,7 @@ func (s *spool) remove(path string) error {
 func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	names, err := spoolEntries(dir, "")
 	if err != nil || len(names) == 0 {
 		return 0, err
 	}
@@ -274,7 +313,6 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 		return 0, fmt.Errorf("spool %s: %w", dir, err)
 	}
 	defer unlock()
-	sort.Strings(names)
 	n := 0
 	var errs []error
 	for _, name := range names {
@@ -318,7 +356,7 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 
 // SpoolFiles lists the outcomes waiting in a spool directory (for operators and tests).
 func SpoolFiles(dir string) ([]string, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	names, err := spoolEntries(dir, "")
 	for i, n := range names {
 		names[i] = strings.TrimPrefix(n, dir+string(filepath.Separator))
 	}

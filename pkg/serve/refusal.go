@@ -27,6 +27,7 @@ func RefusalOf(intent string, err error) Refusal {
 		lost     fence.LeaseLostError
 		invalid  fence.InvalidError
 		differs  ResultDiffersError
+		spooled  fence.SpooledError
 	)
 	switch {
 	case errors.As(err, &differs):
@@ -74,6 +75,9 @@ func RefusalOf(intent string, err error) Refusal {
 		// The caller cancelled (a wait_secs wait, or the session ended): the ledger did not
 		// fail, but the request may have reached it before the cancellation did.
 		r.Next = fmt.Sprintf("This request was cancelled before it was answered (by you or your client); the ledger did not fail. Do not run the effect on this answer: call %s for the intent to see what is recorded, or call %s again.", ToolStatus, ToolPrepare)
+	case errors.As(err, &spooled):
+		r.Spooled = spooled.Path
+		r.Next = fmt.Sprintf("The ledger failed, but this outcome is kept in the fence's local spool (spooled) and will be recorded when the ledger answers again (within 10 s, or when a fence process next opens the ledger); nothing is lost if you stop now. Do NOT run the effect again. To see it recorded, call %s later (or this tool again with the same ticket and arguments).", ToolStatus)
 	default:
 		r.Next = "The ledger failed; the call may not be recorded. Retry the same call; if it keeps failing, tell the operator (effectfence ledger check)."
 	}

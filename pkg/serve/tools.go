@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -145,11 +146,23 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		adm fence.Admission
 		err error
 	)
-	if in.WaitSecs > 0 {
-		// Waiting may end with the caller; the admission itself is one transaction either way.
-		adm, err = s.eng.PrepareWait(ctx, req, time.Duration(in.WaitSecs*float64(time.Second)))
-	} else {
-		adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
+	for drained := false; ; drained = true {
+		if in.WaitSecs > 0 {
+			// Waiting may end with the caller; the admission itself is one transaction either way.
+			adm, err = s.eng.PrepareWait(ctx, req, time.Duration(in.WaitSecs*float64(time.Second)))
+		} else {
+			adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
+		}
+		// An intent of unknown outcome may be unknown only because its outcome waits in the
+		// spool for the next Recover (the ledger failed when it was reported): record what
+		// the spool holds and ask again, once, before telling the agent to call an operator.
+		var pf fence.PriorFailureError
+		if drained || !errors.As(err, &pf) {
+			break
+		}
+		if n, _ := s.eng.DrainSpool(context.WithoutCancel(ctx)); n == 0 {
+			break
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -168,10 +181,24 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 }
 
 // The outcome calls run detached from the caller's cancellation: an agent that hangs up after
-// running an effect must not leave its outcome half-recorded.
+// running an effect must not leave its outcome half-recorded. They go through Engine.Settle:
+// an outcome the ledger does not take is retried for up to settleWait and then kept in the
+// ledger's spool (recorded by the next Recover: every 10 s while serve runs, and when any
+// process next opens the ledger), so it survives the agent giving up and this process
+// ending. The agent is told it is kept (Refusal.Spooled).
+
+// settleWait bounds how long a settling tool retries an outcome the ledger does not take
+// before answering that it waits in the spool.
+const settleWait = 2 * time.Second
+
+func (s *Server) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleWait)
+	defer cancel()
+	return s.eng.Settle(sctx, o)
+}
 
 func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
-	cert, err := s.eng.Commit(context.WithoutCancel(ctx), in.Ticket.Ticket(), []byte(in.Result))
+	cert, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: in.Ticket.Ticket(), Result: []byte(in.Result)})
 	if err != nil {
 		return nil, err
 	}
@@ -188,13 +215,13 @@ func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 
 func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) {
 	if abort {
-		if err := s.eng.Abort(context.WithoutCancel(ctx), in.Ticket.Ticket(), in.Reason); err != nil {
+		if _, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeAbort, Ticket: in.Ticket.Ticket(), Reason: in.Reason}); err != nil {
 			return nil, err
 		}
 		return EndResult{Intent: in.Ticket.Intent, State: fence.StateFailed,
 			Next: "The intent is fenced: do not retry it. A human operator must check the real system and clear it."}, nil
 	}
-	if err := s.eng.Release(context.WithoutCancel(ctx), in.Ticket.Ticket(), in.Reason); err != nil {
+	if _, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: in.Ticket.Ticket(), Reason: in.Reason}); err != nil {
 		return nil, err
 	}
 	return EndResult{Intent: in.Ticket.Intent, State: fence.StateNone,

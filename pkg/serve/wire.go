@@ -211,7 +211,10 @@ type Refusal struct {
 	Executed bool `json:"executed"`
 	// Cert is the recorded cert, on result_differs.
 	Cert *fence.Cert `json:"cert,omitempty"`
-	Next string      `json:"next"`
+	// Spooled, on a store_error of fence_commit, fence_release or fence_abort, is the spool
+	// file that keeps the outcome until the ledger takes it.
+	Spooled string `json:"spooled,omitempty"`
+	Next    string `json:"next"`
 }
 
 // statusOf describes a record; with proven false it leaves out everything but state, times

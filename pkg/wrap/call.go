@@ -280,6 +280,11 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return failure.as("coalesced", failure.code)
 	}
 	if err != nil {
+		if p.drainedFor(ctx, id.intent, err) {
+			// An outcome waiting in the spool (or held in memory) was just recorded: this
+			// intent's may have been among them, so the ledger answers again, once.
+			return p.fencedCall(context.WithValue(ctx, drainedKey{}, true), tool, id, params, task)
+		}
 		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
 			return a
 		}
@@ -292,6 +297,28 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, params)
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
+}
+
+// drainedKey marks a call that already drained the spool for its refusal (see drainedFor).
+type drainedKey struct{}
+
+// drainedFor is called when a call is refused. An intent of unknown outcome (prior_failure)
+// may be unknown only because its outcome still waits in the spool, or in this process's
+// memory: the ledger failed when it came and the next Recover (every 10 s) has not recorded
+// it yet. Asking the person, firing the on_unknown hook or telling the agent to have it
+// resolved would then be wrong, and a person answering "did not happen" would run the effect
+// a second time. So the spool is drained first; drainedFor reports whether that recorded
+// anything, in which case the call asks the ledger again (once).
+func (p *Proxy) drainedFor(ctx context.Context, intent string, err error) bool {
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || ctx.Value(drainedKey{}) != nil {
+		return false
+	}
+	n, derr := p.opt.Engine.DrainSpool(context.WithoutCancel(ctx))
+	if derr != nil {
+		p.logf("intent %s is fenced as unknown; recording the outcomes waiting in the spool first: %v", intent, derr)
+	}
+	return n > 0
 }
 
 func (p *Proxy) agentName() string {
@@ -345,6 +372,13 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 			p.logf("tool %s ran but its result could not be recorded for intent %s: %v", tool, intent, cerr)
 			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeAbort, Ticket: t, Reason: "the result could not be recorded: " + cerr.Error()})
 		}
+		if undurable(cerr) {
+			// The session stopped while the outcome was in neither the ledger nor the spool:
+			// the result is not durable, so it is not the answer (SPEC §4). The claim ends
+			// with this process and is fenced as unknown by the next one.
+			msg := fmt.Sprintf("the tool ran, but its outcome could not be recorded (%v) before this wrap stopped, so its intent will be fenced as unknown. It will NOT be executed again automatically. Check the real system; an operator must then run: %s", cerr, p.clearCommand(intent))
+			return answer{result: toolError(msg, fence.CodePriorFailure, intent), outcome: "unknown"}
+		}
 		return answer{result: res, outcome: "executed"}
 	case err == nil:
 		a := answer{result: res, outcome: "executed", code: "is_error"}
@@ -387,6 +421,12 @@ func (p *Proxy) release(ctx context.Context, t fence.Ticket, reason string) {
 // settle records an outcome through Engine.Settle: retried with the same ticket while the
 // ledger does not answer, for up to SettleWait, then left in the spool for the next drain.
 // Every error is logged; none is dropped silently.
+//
+// An outcome that neither the ledger nor the spool took within SettleWait (a full disk holds
+// both, say) is held in the engine's memory only: a crash would lose it, and a duplicate
+// would then be told the outcome is unknown. The call's answer waits for it (SPEC §4: an
+// outcome is durable before the fence answers): settle keeps trying, SettleWait at a time,
+// until the ledger or the spool takes it, or the session stops (the agent is gone then).
 func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error) {
 	wait := p.opt.SettleWait
 	if wait <= 0 {
@@ -395,19 +435,58 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 	if ctx.Done() != nil { // run's context is detached already
 		ctx = context.WithoutCancel(ctx)
 	}
-	sctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	cert, err := p.opt.Engine.Settle(sctx, o)
-	var spooled fence.SpooledError
-	switch {
-	case err == nil:
-	case errors.As(err, &spooled):
-		p.logf("intent %s: %s of tool outcome: %v", o.Ticket.Intent, o.Kind, err)
-	case errors.Is(err, fence.ErrStaleReadSet):
-	default:
-		p.logf("intent %s: recording %s: %v", o.Ticket.Intent, o.Kind, err)
+	for round := 0; ; round++ {
+		sctx, cancel := context.WithTimeout(ctx, wait)
+		if round > 0 { // a stop ends the wait at once: the agent cannot be answered any more
+			go func() {
+				select {
+				case <-p.agentGone:
+					cancel()
+				case <-sctx.Done():
+				}
+			}()
+		}
+		cert, err := p.opt.Engine.Settle(sctx, o)
+		cancel()
+		var spooled fence.SpooledError
+		switch {
+		case err == nil:
+		case errors.As(err, &spooled):
+			p.logf("intent %s: %s of tool outcome: %v", o.Ticket.Intent, o.Kind, err)
+		case errors.Is(err, fence.ErrStaleReadSet):
+		case round == 0:
+			p.logf("intent %s: recording %s: %v", o.Ticket.Intent, o.Kind, err)
+		}
+		if !undurable(err) {
+			if round > 0 {
+				p.logf("intent %s: the %s is kept now (%s); answering the call", o.Ticket.Intent, o.Kind, keptWhere(err))
+			}
+			return cert, err
+		}
+		select {
+		case <-p.agentGone:
+			p.logf("intent %s: stopping with the %s in neither the ledger nor its spool: it ends with this process, and the intent's claim is then judged as any whose holder is gone (unknown unless re-run safe)", o.Ticket.Intent, o.Kind)
+			return cert, err
+		default:
+		}
+		if round == 0 {
+			p.logf("intent %s: the %s is in neither the ledger nor its spool; the call's answer waits until one of them takes it", o.Ticket.Intent, o.Kind)
+		}
 	}
-	return cert, err
+}
+
+// undurable reports whether Settle's err leaves the outcome in neither the ledger (which
+// answers with a cert or a coded refusal) nor the spool (SpooledError).
+func undurable(err error) bool {
+	var spooled fence.SpooledError
+	return err != nil && fence.CodeOf(err) == fence.CodeStore && !errors.As(err, &spooled)
+}
+
+func keptWhere(err error) string {
+	if err != nil && fence.CodeOf(err) == fence.CodeStore {
+		return "in the spool"
+	}
+	return "in the ledger"
 }
 
 // sendChild sends a tools/call to the child once a slot of the semaphore is free, waiting for

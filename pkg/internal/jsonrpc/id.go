@@ -3,6 +3,8 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/effectfence/effectfence/pkg/canon"
 )
 
 // ReadableID returns the id of a message that Parse refused, when the line is one JSON object
@@ -12,7 +14,9 @@ import (
 // id, two ids, an id of another type.
 func ReadableID(line []byte) json.RawMessage {
 	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' || !json.Valid(line) {
+	// Any depth: a message nested deeper than encoding/json reads (10,000 levels) is refused,
+	// but its id is still readable, and the sender waits for the answer under it.
+	if len(line) == 0 || line[0] != '{' || !canon.ValidAnyDepth(line) {
 		return nil
 	}
 	vs, ve, ids, _ := Member(line, "id")

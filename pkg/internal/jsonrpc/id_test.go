@@ -1,6 +1,9 @@
 package jsonrpc
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestReadableID(t *testing.T) {
 	cases := []struct{ line, want string }{
@@ -19,10 +22,13 @@ func TestReadableID(t *testing.T) {
 		{`{"ID":1,"method":"ping"}`, ``},                   // keys are case-sensitive
 		{`{"params":{"id":9,"x":[{"id":8}]},"id":3}`, `3`}, // only top-level members count
 		{`{"\u0069d":4}`, `4`},                             // a key is what it stands for
+		// Deeper than encoding/json reads, still one JSON text: its id is readable.
+		{`{"id":5,"params":` + strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000) + `}`, `5`},
+		{`{"id":6,"params":` + strings.Repeat("[", 100_000) + strings.Repeat("]", 99_999) + `}`, ``},
 	}
 	for _, c := range cases {
 		if got := string(ReadableID([]byte(c.line))); got != c.want {
-			t.Errorf("ReadableID(%s) = %q, want %q", c.line, got, c.want)
+			t.Errorf("ReadableID(%.200s) = %q, want %q", c.line, got, c.want)
 		}
 	}
 }

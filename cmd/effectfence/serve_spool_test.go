@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// TestServeOutcomeDuringALedgerFailureIsSpooled: the agent ran its effect and reports it while
+// serve's SQLite ledger cannot take it (the file moved aside under the running process). Before,
+// fence_commit answered store_error at once and kept nothing: an agent that then gave up, or
+// whose serve process was killed, lost the outcome it had handed to the fence, and the intent
+// stayed fenced as unknown for an operator. Now serve settles it as wrap does: retried, then
+// kept in the ledger's spool, and the refusal says where (spooled). The process is killed,
+// the ledger put back: the next serve process records it, so a duplicate receives the
+// agent's result (commit) or runs (release), and the agent's retried commit gets the cert.
+// With the holder alive and a 1 s lease ("commit-holder-alive"), a duplicate in another serve
+// process right after the ledger is back, before any Recover, finds the claim lapsed: it
+// records the spool first and receives the result (before: prior_failure, "tell a human
+// operator to clear it", while the outcome sat in the spool).
+func TestServeOutcomeDuringALedgerFailureIsSpooled(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"commit", "release", "commit-holder-alive"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ledger := filepath.Join(t.TempDir(), "ledger.db")
+			const prep = `{"intent":"charge:o-9","tool":"charge_card","args":{"amount":4900}}`
+			alive := kind == "commit-holder-alive"
+			a := startServe(t, "--ledger", ledger, "--lease-secs", "1")
+			var b *serveProc
+			if alive { // started now: it has run its Recover at open, the next is 10 s away
+				b = startServe(t, "--ledger", ledger, "--lease-secs", "1")
+				b.call(serve.ToolStats, `{}`)
+			}
+			p := a.prepare(prep)
+			if p.Status != serve.StatusFresh {
+				t.Fatalf("first prepare: %+v", p)
+			}
+			if err := os.Rename(ledger, ledger+".away"); err != nil {
+				t.Fatal(err)
+			}
+			tool, args := serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_9"}}`
+			if kind == "release" {
+				tool, args = serve.ToolRelease, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"reason":"card declined before charging"}`
+			}
+			r := a.refused(tool, args)
+			if r.Code != fence.CodeStore || r.Spooled == "" {
+				t.Fatalf("%s while the ledger is away: %+v; want store_error with the spool file named", tool, r)
+			}
+			if _, err := os.Stat(r.Spooled); err != nil {
+				t.Fatalf("the spool file the refusal names: %v", err)
+			}
+			if !alive {
+				a.kill9()
+			}
+			if err := os.Rename(ledger+".away", ledger); err != nil {
+				t.Fatal(err)
+			}
+			if !alive {
+				b = startServe(t, "--ledger", ledger)
+			}
+			if kind == "release" {
+				if d := b.prepare(prep); d.Status != serve.StatusFresh {
+					t.Fatalf("a duplicate after the spooled release: %+v; want it free to run", d)
+				}
+				return
+			}
+			d := b.prepare(prep)
+			if d.Status != serve.StatusAlreadyDone || d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_9")) {
+				t.Fatalf("a duplicate after the spooled commit: %+v; want the agent's result", d)
+			}
+			raw, isErr := b.call(serve.ToolCommit, args)
+			var c serve.CommitResult
+			if isErr || json.Unmarshal(raw, &c) != nil || c.Cert == nil || c.Cert.Hash != d.Cert.Hash {
+				t.Fatalf("the agent's retried commit: %s; want the recorded cert %s", raw, d.Cert.Hash)
+			}
+			if files, _ := fence.SpoolFiles(ledger + ".spool"); len(files) != 0 {
+				t.Errorf("the spool still holds %v", files)
+			}
+		})
+	}
+}
