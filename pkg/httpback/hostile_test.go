@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -501,4 +502,56 @@ func TestJSONAnswerWhoseBodyDoesNotEnd(t *testing.T) {
 	if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pay"}`)); err == nil || !strings.Contains(err.Error(), "the response body is empty") {
 		t.Fatalf("an empty body: %v", err)
 	}
+}
+
+// TestIgnoredMessagesDoNotFloodTheLog: a server that answers a call with thousands of events
+// nobody waits for, then the answer, costs the log a bounded number of lines (each one was a
+// line before, at the speed of the network).
+func TestIgnoredMessagesDoNotFloodTheLog(t *testing.T) {
+	f, srv := newFake(t)
+	const junk = 2500
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range junk {
+			if i%2 == 0 {
+				fmt.Fprintf(w, "data: not json %d\n\n", i)
+			} else {
+				fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%d,\"result\":{}}\n\n", 100000+i)
+			}
+		}
+		writeEvent(w, "", jsonrpc.Response(m.ID, json.RawMessage(`{"content":[]}`)))
+	}
+	var log syncBuffer
+	u := upstream(t, srv.URL, Config{Log: &log})
+	s := session(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`)); err != nil {
+		t.Fatalf("the answer after the junk: %v", err)
+	}
+	lines := strings.Count(log.String(), "\n")
+	if lines > ignoredLogged+junk/ignoredEvery+2 {
+		t.Fatalf("%d log lines for %d ignored events; want at most %d", lines, junk, ignoredLogged+junk/ignoredEvery+2)
+	}
+	if !strings.Contains(log.String(), "2000 messages of MCP server") {
+		t.Fatalf("the log does not count the ignored messages:\n%s", log.String())
+	}
+}
+
+// syncBuffer is a log the session's goroutines may write while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -344,6 +344,7 @@ type Session struct {
 	closeM   sync.Mutex
 	closed   bool
 	inbound  inbound.Table // the server's requests being answered, at most mcpstdio.MaxInbound
+	ignored  atomic.Int64  // messages of the server ignored so far (ignoredf)
 }
 
 // note is one item of the delivery queue.
@@ -479,6 +480,22 @@ func (s *Session) retire(err error) {
 
 func (s *Session) logf(format string, a ...any) {
 	fmt.Fprintln(s.cfg.Log, "httpback: "+safetext.Escape(fmt.Sprintf(format, a...))) // one line, whatever the server sent
+}
+
+// ignoredLogged and ignoredEvery bound the log lines of ignored messages: a session logs its
+// first ignoredLogged, then one in every ignoredEvery with the count.
+const ignoredLogged, ignoredEvery = 20, 1000
+
+// ignoredf logs a message of the server that was ignored (not JSON-RPC, a response nobody
+// waits for). A server that streams nothing else would otherwise write a log line per event,
+// at the speed of the network, for as long as the call waits.
+func (s *Session) ignoredf(format string, a ...any) {
+	switch n := s.ignored.Add(1); {
+	case n <= ignoredLogged:
+		s.logf(format, a...)
+	case n%ignoredEvery == 0:
+		s.logf("%d messages of MCP server %s ignored in this session so far (only the first %d and every %dth are logged); this one: "+format, append([]any{n, s.logURL, ignoredLogged, ignoredEvery}, a...)...)
+	}
 }
 
 // Call sends a request and waits for its response; see the package comment for the errors.
@@ -773,7 +790,7 @@ func (s *Session) pump(ctx context.Context, body io.Reader, id json.RawMessage, 
 				// waiting on would wait for an answer that already came.
 				return nil, fmt.Errorf("%w (%v): %.200q", errInvalidAnswer, perr, ev.data)
 			}
-			s.logf("MCP server %s sent an event that is not a JSON-RPC message (%v); ignored: %.200q", s.logURL, perr, ev.data)
+			s.ignoredf("MCP server %s sent an event that is not a JSON-RPC message (%v); ignored: %.200q", s.logURL, perr, ev.data)
 			continue
 		}
 		switch {
@@ -792,7 +809,7 @@ func (s *Session) pump(ctx context.Context, body io.Reader, id json.RawMessage, 
 					return nil, errors.New("the session ended")
 				}
 			}
-			s.logf("MCP server %s sent a response to request id %.50s that is not waiting on this stream; ignored", s.logURL, safetext.Escape(string(m.ID)))
+			s.ignoredf("MCP server %s sent a response to request id %.50s that is not waiting on this stream; ignored", s.logURL, safetext.Escape(string(m.ID)))
 		case m.IsNotification():
 			if !s.queue(ctx, note{method: m.Method, params: m.Params}) {
 				return nil, errors.New("the session ended")
