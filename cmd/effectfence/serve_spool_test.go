@@ -52,6 +52,9 @@ func TestServeOutcomeDuringALedgerFailureIsSpooled(t *testing.T) {
 			if r.Code != fence.CodeStore || r.Spooled == "" {
 				t.Fatalf("%s while the ledger is away: %+v; want store_error with the spool file named", tool, r)
 			}
+			if r.Executed != (kind != "release") {
+				t.Fatalf("%s while the ledger is away: executed %v; want true only for a commit (the agent ran the effect)", tool, r.Executed)
+			}
 			if _, err := os.Stat(r.Spooled); err != nil {
 				t.Fatalf("the spool file the refusal names: %v", err)
 			}
