@@ -46,13 +46,7 @@ func TestResultBesideErrorMayHaveRun(t *testing.T) {
 		}
 		f.mu.Unlock()
 		before := f.count("tools/call")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
-		waited := ctx.Err()
-		cancel()
-		if waited != nil {
-			t.Fatalf("%s: the call waited on after the server answered it", mode)
-		}
+		_, err := callWithin(t, s, "%s: the call waited on after the server answered it", mode)
 		mayHaveRun(t, err)
 		if !strings.Contains(err.Error(), `both "result" and "error"`) {
 			t.Fatalf("%s: %v; want it to name the answer's fault", mode, err)
@@ -90,13 +84,7 @@ func TestStalledErrorBodyDoesNotHoldTheCall(t *testing.T) {
 		}
 		f.mu.Unlock()
 		s := session(t, u) // a 400 retired the last one
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
-		waited := ctx.Err()
-		cancel()
-		if waited != nil {
-			t.Fatalf("HTTP %d with a stalled body held the call for 30 s", code)
-		}
+		_, err := callWithin(t, s, "HTTP %d with a stalled body held the call for 30 s", code)
 		mayHaveRun(t, err)
 		var se *StatusError
 		if !errors.As(err, &se) || se.Status != code {
@@ -389,13 +377,7 @@ func TestBrokenAnswersMayHaveRun(t *testing.T) {
 		f.mu.Unlock()
 		s := session(t, u)
 		before := f.count("tools/call")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
-		waited := ctx.Err()
-		cancel()
-		if waited != nil {
-			t.Fatalf("%s: the call waited 30 s", c.name)
-		}
+		_, err := callWithin(t, s, "%s: the call waited 30 s", c.name)
 		mayHaveRun(t, err)
 		if n := f.count("tools/call") - before; n != 1 {
 			t.Fatalf("%s: %d POSTs, want 1", c.name, n)
@@ -478,13 +460,7 @@ func TestJSONAnswerWhoseBodyDoesNotEnd(t *testing.T) {
 			}
 		}
 		f.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		res, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
-		waited := ctx.Err()
-		cancel()
-		if waited != nil {
-			t.Fatalf("after %q: the call waited 30 s for a body that does not end", after)
-		}
+		res, err := callWithin(t, s, "after %q: the call waited 30 s for a body that does not end", after)
 		if strings.TrimSpace(after) != "" {
 			mayHaveRun(t, err)
 			continue
@@ -554,4 +530,18 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// callWithin calls the tool pay through s and fails the test with the message format and
+// args give if the call is still waiting after 30 s: every server here has answered, stalled
+// or cut the call long before.
+func callWithin(t *testing.T, s *Session, format string, args ...any) (json.RawMessage, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"pay"}`))
+	if ctx.Err() != nil {
+		t.Fatalf(format, args...)
+	}
+	return res, err
 }
