@@ -136,6 +136,22 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 	return n + m, errors.Join(herr, err)
 }
 
+// DrainedFor is for a call that Prepare refused with err. An intent of unknown outcome
+// (PriorFailureError) may be unknown only because its outcome still waits in this ledger's
+// spool or in this engine's memory: the ledger failed when the outcome came, and no Recover
+// has recorded it yet. Telling anyone then that the outcome is unknown would be wrong (a
+// person told to decide, answering "did not happen", would run the effect a second time).
+// So when an outcome of that intent waits, DrainedFor records what waits (DrainSpool) and
+// reports whether anything was recorded: if so, the caller asks Prepare again, once.
+func (e *Engine) DrainedFor(ctx context.Context, err error) (bool, error) {
+	var pf PriorFailureError
+	if !errors.As(err, &pf) || !(e.spooledFor(pf.Intent) || e.spool.holds(pf.Intent)) {
+		return false, nil
+	}
+	n, derr := e.DrainSpool(context.WithoutCancel(ctx))
+	return n > 0, derr
+}
+
 // settleHeld reports to the ledger once each outcome held in memory (see Settle), returning
 // how many it took. One the ledger still cannot take goes into the spool if that has room
 // now (the drain that follows reports it), or is held again.
@@ -195,6 +211,19 @@ func (s *spool) hold(o Outcome) bool {
 	s.held[name] = o
 	s.heldBytes += len(o.Result)
 	return true
+}
+
+// holds reports whether an outcome of intent is held in memory.
+func (s *spool) holds(intent string) bool {
+	prefix := spoolPrefix(intent)
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	for name := range s.held {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // takeHeld returns the outcomes held in memory and forgets them.

@@ -3,6 +3,7 @@ package fence
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -41,5 +42,38 @@ func TestSpoolKeepsExactResults(t *testing.T) {
 		if g := got[fmt.Sprintf("spool:%d", i)]; !bytes.Equal(g, res) {
 			t.Errorf("result %d drained as %.60q, want %.60q", i, g, res)
 		}
+	}
+}
+
+// DrainedFor drains only for an unknown intent whose outcome waits here (in the spool
+// directory or held in memory): a refusal of any other kind, or of an intent with nothing
+// waiting, leaves the spool alone.
+func TestDrainedForOnlyWhatWaits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	e := New(NewMemoryStore(), Config{SpoolDir: dir})
+	other := Outcome{Kind: OutcomeRelease, Ticket: Ticket{Intent: "b", Token: 7}, Reason: "r"}
+	if _, err := e.spool.put(dir, other); err != nil {
+		t.Fatal(err)
+	}
+	unknown := func(intent string) error { return PriorFailureError{Intent: intent, State: StateUnknown} }
+	for _, err := range []error{unknown("a"), InFlightError{Intent: "b"}, errors.New("b")} {
+		if drained, derr := e.DrainedFor(ctx, err); drained || derr != nil {
+			t.Fatalf("DrainedFor(%v) = %v, %v; want no drain", err, drained, derr)
+		}
+	}
+	if files, _ := SpoolFiles(dir); len(files) != 1 {
+		t.Fatalf("the spool holds %v; want the outcome of b still there", files)
+	}
+	if !e.spool.hold(Outcome{Kind: OutcomeRelease, Ticket: Ticket{Intent: "a", Token: 3}, Reason: "r"}) {
+		t.Fatal("no room to hold")
+	}
+	// a's outcome held in memory: it and the spool's are reported to the ledger (each as a
+	// coded refusal, since the memory store never issued those tickets), which counts.
+	if drained, derr := e.DrainedFor(ctx, unknown("a")); !drained || derr != nil {
+		t.Fatalf("DrainedFor with a's outcome held = %v, %v; want a drain", drained, derr)
+	}
+	if e.spool.holds("a") {
+		t.Fatal("a's outcome is still held after the drain")
 	}
 }

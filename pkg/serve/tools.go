@@ -154,13 +154,12 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 			adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
 		}
 		// An intent of unknown outcome may be unknown only because its outcome waits in the
-		// spool for the next Recover (the ledger failed when it was reported): record what
-		// the spool holds and ask again, once, before telling the agent to call an operator.
-		var pf fence.PriorFailureError
-		if drained || !errors.As(err, &pf) {
+		// spool for the next Recover: Engine.DrainedFor records it, and the agent is asked
+		// to call an operator only if the ledger, asked again once, still says unknown.
+		if drained {
 			break
 		}
-		if n, _ := s.eng.DrainSpool(context.WithoutCancel(ctx)); n == 0 {
+		if again, _ := s.eng.DrainedFor(ctx, err); !again {
 			break
 		}
 	}

@@ -302,23 +302,18 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 // drainedKey marks a call that already drained the spool for its refusal (see drainedFor).
 type drainedKey struct{}
 
-// drainedFor is called when a call is refused. An intent of unknown outcome (prior_failure)
-// may be unknown only because its outcome still waits in the spool, or in this process's
-// memory: the ledger failed when it came and the next Recover (every 10 s) has not recorded
-// it yet. Asking the person, firing the on_unknown hook or telling the agent to have it
-// resolved would then be wrong, and a person answering "did not happen" would run the effect
-// a second time. So the spool is drained first; drainedFor reports whether that recorded
-// anything, in which case the call asks the ledger again (once).
+// drainedFor reports whether a refused call should ask the ledger again: it was refused as
+// of unknown outcome while its outcome waited in the spool or in memory, which was just
+// recorded (Engine.DrainedFor). Once per call (drainedKey).
 func (p *Proxy) drainedFor(ctx context.Context, intent string, err error) bool {
-	var pf fence.PriorFailureError
-	if !errors.As(err, &pf) || ctx.Value(drainedKey{}) != nil {
+	if ctx.Value(drainedKey{}) != nil {
 		return false
 	}
-	n, derr := p.opt.Engine.DrainSpool(context.WithoutCancel(ctx))
+	drained, derr := p.opt.Engine.DrainedFor(ctx, err)
 	if derr != nil {
 		p.logf("intent %s is fenced as unknown; recording the outcomes waiting in the spool first: %v", intent, derr)
 	}
-	return n > 0
+	return drained
 }
 
 func (p *Proxy) agentName() string {
