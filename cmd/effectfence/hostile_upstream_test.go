@@ -233,18 +233,7 @@ func TestHostileUpstreamOutcomes(t *testing.T) {
 	}
 
 	s.Close()
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	states := map[fence.State]int{}
-	err = led.Store().View(context.Background(), func(tx fence.Tx) error {
-		return tx.Scan(fence.Filter{}, func(r *fence.Record) bool { states[r.State]++; return true })
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	states := ledgerStates(t, ledger)
 	if states[fence.StateUnknown]+states[fence.StateFailed] != 3 || states[fence.StateDone] != 1 || states[fence.StateInFlight] != 0 {
 		t.Fatalf("ledger states %v; want 3 unknown (both, big, stall), 1 done (lost's retry), none in flight", states)
 	}
@@ -301,17 +290,8 @@ func TestHostileUpstreamPingsUntilWrapStops(t *testing.T) {
 			t.Fatalf("wrap did not exit by itself after stdin closed: %v\n%s", err, log.String())
 		}
 	}
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	states := map[fence.State]int{}
-	err = led.Store().View(context.Background(), func(tx fence.Tx) error {
-		return tx.Scan(fence.Filter{}, func(r *fence.Record) bool { states[r.State]++; return true })
-	})
-	if err != nil || states[fence.StateUnknown]+states[fence.StateFailed] != 1 || len(states) != 1 {
-		t.Fatalf("ledger states %v (%v); want the one call unknown\n%s", states, err, log.String())
+	if states := ledgerStates(t, ledger); states[fence.StateUnknown]+states[fence.StateFailed] != 1 || len(states) != 1 {
+		t.Fatalf("ledger states %v; want the one call unknown\n%s", states, log.String())
 	}
 }
 
@@ -329,4 +309,23 @@ func vmHWM(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// ledgerStates opens the SQLite ledger at path (its wraps stopped) and counts its records by
+// state.
+func ledgerStates(t *testing.T, path string) map[fence.State]int {
+	t.Helper()
+	led, err := store.Open(context.Background(), store.Options{Ledger: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	states := map[fence.State]int{}
+	err = led.Store().View(context.Background(), func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(r *fence.Record) bool { states[r.State]++; return true })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return states
 }
