@@ -169,14 +169,15 @@ func (sc *scheduler) answer(l lane, msg []byte) (b []byte) {
 
 // readLines sends each line of in (newline included) to lines until in ends; then it sends
 // the error (io.EOF at the end) to done. A line longer than max bytes is not kept: reading
-// it costs at most max bytes of memory, the client gets an error response (its id unread,
-// so null) on out, and reading goes on after it.
+// it costs at most max bytes of memory, the client gets an error response on out (under the
+// request's id, read as the line went by, or null when it has none that can be read), and
+// reading goes on after it.
 func readLines(in io.Reader, max int, out io.Writer, lines chan<- []byte, done chan<- error, stop <-chan struct{}) {
 	r := jsonrpc.NewReader(in, max)
 	for {
 		line, err := r.ReadLine()
 		if err == jsonrpc.ErrTooLong {
-			msg := jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", max)})
+			msg := jsonrpc.ErrorResponse(r.SkippedRequestID(), &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", max)})
 			if _, err := out.Write(append(msg, '\n')); err != nil {
 				done <- err
 				return

@@ -303,7 +303,10 @@ func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		for {
 			line, err := r.ReadLine()
 			if err == jsonrpc.ErrTooLong {
-				p.reply(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", MaxMessage)}))
+				// Answered under the request's id (read as the line went by), so the agent's
+				// call ends now rather than at its own timeout. The request never reached the
+				// fence: nothing ran.
+				p.reply(jsonrpc.ErrorResponse(r.SkippedRequestID(), &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", MaxMessage)}))
 				continue
 			}
 			if err == nil && ctx.Err() != nil {

@@ -305,12 +305,19 @@ type Reader struct {
 	r       *bufio.Reader
 	max     int
 	skipped json.RawMessage // see SkippedID
+	request json.RawMessage // see SkippedRequestID
 }
 
 // SkippedID is the id that the line the last ReadLine skipped (ErrTooLong) answers, read as it
 // went by without holding it (see AnswerID), or nil: a call waiting for it had its answer,
 // only one too long to read.
 func (r *Reader) SkippedID() json.RawMessage { return r.skipped }
+
+// SkippedRequestID is the id of the request that the line the last ReadLine skipped
+// (ErrTooLong) was, read as it went by (a top-level object with a method member and one id, a
+// string or a number), or nil: the id its refusal answers, so that the caller waiting for it
+// learns that it was refused rather than waiting for ever.
+func (r *Reader) SkippedRequestID() json.RawMessage { return r.request }
 
 // NewReader returns a Reader over r that refuses lines longer than max bytes.
 func NewReader(r io.Reader, max int) *Reader {
@@ -347,7 +354,7 @@ func (r *Reader) ReadLine() ([]byte, error) {
 			break
 		}
 		if tooLong {
-			r.skipped = scan.result()
+			r.skipped, r.request = scan.result(), scan.requestID()
 			return nil, ErrTooLong
 		}
 		line = bytes.TrimRight(line, "\r\n")

@@ -163,8 +163,27 @@ func (s *idScan) endValue() {
 
 // result is the id the line answers, or nil.
 func (s *idScan) result() json.RawMessage {
-	if s.bad || s.method || s.ids != 1 || len(s.id) == 0 || !strings.ContainsRune(`"-0123456789`, rune(s.id[0])) {
+	if s.method {
+		return nil
+	}
+	return s.readableID()
+}
+
+// requestID is the id of the request the line is (a top-level object with a method member and
+// one id, a string or a number that is valid JSON), or nil: what a refusal of the line answers.
+func (s *idScan) requestID() json.RawMessage {
+	if !s.method {
+		return nil
+	}
+	return s.readableID()
+}
+
+func (s *idScan) readableID() json.RawMessage {
+	if s.bad || s.ids != 1 || len(s.id) == 0 || !strings.ContainsRune(`"-0123456789`, rune(s.id[0])) {
 		return nil // a string or a number, as ReadableID
+	}
+	if !json.Valid(s.id) {
+		return nil // "\x" or 1abc: no id a peer could match
 	}
 	return json.RawMessage(append([]byte(nil), s.id...))
 }

@@ -89,3 +89,30 @@ func TestReaderTellsTheSkippedLinesID(t *testing.T) {
 		t.Fatalf("the next line: %s, %v", line, err)
 	}
 }
+
+// A skipped request's id is read as it goes by (what its refusal answers); a response's is
+// not a request's, and an id that is not valid JSON, or that cannot be read for sure, is none.
+func TestReaderTellsTheSkippedRequestsID(t *testing.T) {
+	pad := strings.Repeat("z", 70<<10)
+	cases := []struct{ line, request, answer string }{
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{"a":"` + pad + `"}}}`, `7`, ``},
+		{`{"method":"tools/call","params":{"a":"` + pad + `","id":1},"id":"r\"1"}`, `"r\"1"`, ``},
+		{`{"jsonrpc":"2.0","id":8,"result":{"text":"` + pad + `"}}`, ``, `8`},
+		{`{"method":"m","params":"` + pad + `"}`, ``, ``},                                   // a notification
+		{`{"method":"m","id":"\x","params":"` + pad + `"}`, ``, ``},                         // not JSON
+		{`{"method":"m","id":1e,"params":"` + pad + `"}`, ``, ``},                           // not JSON
+		{`{"method":"m","id":null,"params":"` + pad + `"}`, ``, ``},                         // no readable id
+		{`{"method":"m","id":1,"id":2,"params":"` + pad + `"}`, ``, ``},                     // two
+		{`{"m\u0065thod":"m","id":1,"params":"` + pad + `"}`, ``, ``},                       // an escaped name
+		{`{"method":"m","id":` + strings.Repeat("1", 2000) + `,"p":"` + pad + `"}`, ``, ``}, // too long
+	}
+	for _, c := range cases {
+		r := NewReader(strings.NewReader(c.line+"\n"+`{"jsonrpc":"2.0","id":9,"method":"ping"}`+"\n"), 64<<10)
+		if _, err := r.ReadLine(); !errors.Is(err, ErrTooLong) || string(r.SkippedRequestID()) != c.request || string(r.SkippedID()) != c.answer {
+			t.Fatalf("%.60s…: %v, request id %q (want %q), answer id %q (want %q)", c.line, err, r.SkippedRequestID(), c.request, r.SkippedID(), c.answer)
+		}
+		if line, err := r.ReadLine(); err != nil || !strings.Contains(string(line), `"id":9`) {
+			t.Fatalf("the next line: %s, %v", line, err)
+		}
+	}
+}
