@@ -199,6 +199,7 @@ type note struct {
 	req    *jsonrpc.Message
 	to     chan reply
 	r      reply
+	long   json.RawMessage // the id of a request of the child's that was too long to read
 }
 
 // Start spawns the child and performs the initialize handshake (initialize, then
@@ -470,6 +471,13 @@ func (s *Session) read(stdout io.Reader) {
 			if id := r.SkippedID(); id != nil && s.resolveTooLong(id) {
 				continue
 			}
+			if id := r.SkippedRequestID(); id != nil {
+				// A request (sampling, elicitation, roots) nobody can read: refused under
+				// its id, so the server is not left waiting for an answer.
+				s.logf("MCP server %s sent request %s in a line longer than %d bytes; refused unread", s.name(), id, MaxLine)
+				s.queue(note{long: id})
+				continue
+			}
 			s.logf("MCP server %s wrote a line longer than %d bytes; skipped", s.name(), MaxLine)
 			continue
 		}
@@ -582,6 +590,8 @@ func (s *Session) deliver() {
 		switch {
 		case n.to != nil:
 			n.to <- n.r // buffered, and each call is resolved once: never blocks
+		case n.long != nil:
+			s.refuseLong(n.long)
 		case n.req != nil:
 			// Registered here, in order, so a cancellation the child writes after its
 			// request finds it.
@@ -623,6 +633,15 @@ func (s *Session) refuse(m *jsonrpc.Message) {
 	line := jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("effectfence: %d requests of this server are waiting for the client already; this one is refused", MaxInbound)})
 	if err := s.out.Write(line); err != nil && s.Err() == nil {
 		s.logf("cannot refuse a %s request of MCP server %s: %v", m.Method, s.name(), err)
+	}
+}
+
+// refuseLong answers a request of the child that was longer than MaxLine (skipped unread)
+// with an invalid-request error under its id.
+func (s *Session) refuseLong(id json.RawMessage) {
+	line := jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("effectfence: a request longer than %d bytes is refused unread", MaxLine)})
+	if err := s.out.Write(line); err != nil && s.Err() == nil {
+		s.logf("cannot refuse request %s of MCP server %s: %v", id, s.name(), err)
 	}
 }
 

@@ -560,3 +560,21 @@ func TestCallWithAnEndedContextIsNotSent(t *testing.T) {
 		t.Fatalf("effects %v; want only the second call's", fx)
 	}
 }
+
+// TestRequestTooLongIsRefused: a server's request to the client (here roots/list) in a line
+// longer than MaxLine is skipped unread and refused under its id, so the server's tool is not
+// left waiting for an answer (mcptest's ask gives up after 10 s, and says so).
+func TestRequestTooLongIsRefused(t *testing.T) {
+	cfg, _, _ := config(t, "")
+	s := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := s.CallTool(ctx, "ask", json.RawMessage(fmt.Sprintf(`{"pad":%d}`, mcpstdio.MaxLine)))
+	if err != nil || !strings.Contains(string(res), "client error") || !strings.Contains(string(res), "refused unread") {
+		t.Fatalf("a request of the server's longer than MaxLine: %.300s, %v", res, err)
+	}
+	// This client answers no roots/list: what matters is that the next request is answered.
+	if res, err := s.CallTool(ctx, "ask", json.RawMessage(`{}`)); err != nil || !strings.Contains(string(res), "not supported by this client: roots/list") {
+		t.Fatalf("the next request: %.300s, %v", res, err)
+	}
+}

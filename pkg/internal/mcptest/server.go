@@ -324,6 +324,7 @@ type callParams struct {
 		Malformed      bool   `json:"malformed"`
 		TwoWays        bool   `json:"two_ways"`
 		Both           bool   `json:"both"`
+		Pad            int    `json:"pad"`
 	} `json:"arguments"`
 }
 
@@ -434,7 +435,11 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		id := fmt.Sprintf(`"ask-%d"`, s.seq.Add(1))
 		ch := make(chan *jsonrpc.Message, 1)
 		s.asks.Store(id, ch)
-		s.write(jsonrpc.Request(json.RawMessage(id), "roots/list", json.RawMessage(`{}`)))
+		params := json.RawMessage(`{}`)
+		if a.Pad > 0 { // a request padded past what a client reads
+			params = json.RawMessage(`{"_meta":{"pad":"` + strings.Repeat("p", a.Pad) + `"}}`)
+		}
+		s.write(jsonrpc.Request(json.RawMessage(id), "roots/list", params))
 		select {
 		case m := <-ch:
 			if m.Error != nil {
