@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 // TestHeadersMustAgreeWithTheBody: a POST whose Mcp-Method or Mcp-Name (SEP-2243) names
@@ -60,4 +62,86 @@ func TestHeadersMustAgreeWithTheBody(t *testing.T) {
 	if r := g.mustPost("", hdr{"Mcp-Method": "ping"}, initBody); r.status != http.StatusBadRequest || r.header.Get("Mcp-Session-Id") != "" {
 		t.Fatalf("initialize with a disagreeing Mcp-Method: status %d, session %q", r.status, r.header.Get("Mcp-Session-Id"))
 	}
+}
+
+// TestParamHeadersMustAgreeWithTheArguments: a tools/call whose Mcp-Param-* headers (SEP-2243,
+// mirrored from arguments the tool's inputSchema marks with x-mcp-header) disagree with its
+// arguments is refused with 400 and -32020 before anything runs, judged by the real server's
+// own tool listing (which the proxy reads itself when the client never listed the tools); a
+// client speaking 2026-07-28 that leaves out the header of an argument it gives is refused;
+// agreeing headers (base64 and numbers written otherwise included), and none at all from an
+// older client, are served, once.
+func TestParamHeadersMustAgreeWithTheArguments(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
+		o.Env = append(append([]string(nil), o.Env...), mcptest.EnvMode+"=headers")
+	})
+	sid := g.open(nil)
+	transfer := func(id, account, region string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"transfer","arguments":{"account":"` + account + `","to":{"region":"` + region + `"},"amount":5,"urgent":true}}}`
+	}
+	agree := hdr{"Mcp-Method": "tools/call", "Mcp-Name": "transfer", "Mcp-Param-Account": "alice", "Mcp-Param-Region": "eu", "Mcp-Param-Amount": "5.0", "Mcp-Param-Urgent": "true"}
+	with := func(k, v string) hdr {
+		h := hdr{}
+		for a, b := range agree {
+			h[a] = b
+		}
+		if v == "" {
+			delete(h, k)
+		} else {
+			h[k] = v
+		}
+		return h
+	}
+	for _, c := range []struct {
+		name string
+		h    hdr
+		want string
+	}{
+		// First, before any tools/list: the proxy lists the server's tools to judge.
+		{"another account", with("Mcp-Param-Account", "bob"), "Mcp-Param-Account does not match account"},
+		{"another nested region", with("Mcp-Param-Region", "=?base64?dXM=?="), "Mcp-Param-Region does not match to.region"},
+		{"another amount", with("Mcp-Param-Amount", "50"), "Mcp-Param-Amount does not match amount"},
+		{"a 2026-07-28 client without a header", with("MCP-Protocol-Version", "2026-07-28").without("Mcp-Param-Urgent"), "Mcp-Param-Urgent is missing"},
+	} {
+		r := g.mustPost(sid, c.h, transfer("10", "alice", "eu"))
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("%s: status %d, want 400 (%v)", c.name, r.status, r.raw)
+		}
+		var e struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(r.last(t)["error"], &e); err != nil || e.Code != -32020 || !strings.Contains(e.Message, c.want) || string(r.last(t)["id"]) != "10" {
+			t.Fatalf("%s: %v, want -32020 under id 10 saying %q", c.name, r.raw, c.want)
+		}
+	}
+	if fx := mcptest.Effects(g.effects); len(fx) != 0 {
+		t.Fatalf("a refused request ran: %v", fx)
+	}
+	// Agreeing headers run the call; the same call from an older client without headers is
+	// its duplicate and is replayed.
+	for i, h := range []hdr{agree, with("Mcp-Param-Region", "=?base64?ZXU=?="), nil} {
+		r := g.mustPost(sid, h, transfer(string(rune('1'+i))+"1", "alice", "eu"))
+		if r.status != http.StatusOK || r.last(t)["result"] == nil {
+			t.Fatalf("call %d: status %d, %v", i, r.status, r.raw)
+		}
+	}
+	if fx := mcptest.Effects(g.effects); len(fx) != 1 || !strings.Contains(fx[0], "account=alice region=eu amount=5") {
+		t.Fatalf("effects %v, want the one transfer", fx)
+	}
+	// A header the tool does not declare is not the gateway's to check.
+	if r := g.mustPost(sid, hdr{"Mcp-Param-Other": "x"}, transfer("20", "carol", "us")); r.status != http.StatusOK || r.last(t)["result"] == nil {
+		t.Fatalf("an undeclared header: status %d, %v", r.status, r.raw)
+	}
+}
+
+func (h hdr) without(k string) hdr {
+	out := hdr{}
+	for a, b := range h {
+		if a != k {
+			out[a] = b
+		}
+	}
+	return out
 }

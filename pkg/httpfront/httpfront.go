@@ -436,6 +436,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		return
 	}
 	s.touch()
+	if !h.paramsAgree(w, r, s, m) {
+		return
+	}
 	if !m.IsRequest() {
 		s.proxy.Dispatch(body)
 		w.WriteHeader(http.StatusAccepted)
@@ -470,6 +473,39 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 	case <-s.done:
 		httpError(w, http.StatusNotFound, "the session was closed")
 	}
+}
+
+// paramsAgree checks the Mcp-Param-* headers of a tools/call (SEP-2243) against its arguments,
+// by the tool's inputSchema as the server listed it, and refuses the request (HTTP 400,
+// -32020; nothing runs) when they disagree, or when a client speaking 2026-07-28 or later left
+// out the header of an argument it gives. It reports whether the request may go on. Other
+// requests, and tools/calls of older clients that carry no such header, pass unlooked-at.
+func (h *Handler) paramsAgree(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) bool {
+	if m.Method != "tools/call" {
+		return true
+	}
+	required := mcpheader.Requires(r.Header.Get("MCP-Protocol-Version"))
+	if !required && !mcpheader.HasParamHeaders(r.Header) {
+		return true
+	}
+	refuse := func(why string) bool {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: mcpheader.CodeMismatch, Message: "effectfence: " + why}))
+		return false
+	}
+	name, ok := mcpheader.Target(m.Method, m.Params)
+	if !ok {
+		return true // no tool named: the proxy refuses it as it is
+	}
+	params, err := s.proxy.ParamHeaders(r.Context(), name)
+	if err != nil {
+		return refuse(fmt.Sprintf("the Mcp-Param-* headers cannot be checked: the server's tool list could not be read (%v); nothing ran", err))
+	}
+	if why := mcpheader.CheckParams(r.Header, params, m, required); why != "" {
+		return refuse(why)
+	}
+	return true
 }
 
 // closeIfStartFailed ends s if its server failed to start, once the initialize was answered.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
@@ -154,6 +155,18 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
 		return toolInfo{}, err
 	}
 	return info, nil
+}
+
+// ParamHeaders returns the arguments of the server's tool name that HTTP clients mirror into
+// Mcp-Param-* headers (SEP-2243), as its inputSchema declares them, listing the server's tools
+// first if nobody has (see toolInfo). A tool missing from the listing declares none. An error
+// means nothing is known of the server's tools.
+func (p *Proxy) ParamHeaders(ctx context.Context, name string) ([]mcpheader.Param, error) {
+	info, err := p.toolInfo(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return info.params, nil
 }
 
 // flight is one intent attempted in this process: the callers waiting in PrepareWait

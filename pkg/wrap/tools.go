@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 )
 
 // toolInfo is what wrap needs to know about one of the child's tools. The tool's definition
@@ -19,16 +21,15 @@ type toolInfo struct {
 	// repeatProp: the schema itself declares RepeatArg, so it is the tool's own argument and
 	// is forwarded.
 	repeatProp bool
+	// params are the arguments the schema asks HTTP clients to mirror into Mcp-Param-*
+	// headers (SEP-2243), which an HTTP front checks against the body.
+	params []mcpheader.Param
 }
 
 type toolPage struct {
 	Tools []struct {
-		Name        string `json:"name"`
-		InputSchema struct {
-			Properties map[string]struct {
-				Type json.RawMessage `json:"type"`
-			} `json:"properties"`
-		} `json:"inputSchema"`
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"inputSchema"`
 		Annotations struct {
 			ReadOnlyHint bool `json:"readOnlyHint"`
 		} `json:"annotations"`
@@ -44,15 +45,21 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 	}
 	out := make(map[string]toolInfo, len(p.Tools))
 	for _, t := range p.Tools {
-		_, repeat := t.InputSchema.Properties[RepeatArg]
-		info := toolInfo{readOnly: t.Annotations.ReadOnlyHint, repeatProp: repeat}
-		names := make([]string, 0, len(t.InputSchema.Properties))
-		for name := range t.InputSchema.Properties {
+		var schema struct {
+			Properties map[string]struct {
+				Type json.RawMessage `json:"type"`
+			} `json:"properties"`
+		}
+		_ = json.Unmarshal(t.InputSchema, &schema) // a schema of another shape has no properties
+		_, repeat := schema.Properties[RepeatArg]
+		info := toolInfo{readOnly: t.Annotations.ReadOnlyHint, repeatProp: repeat, params: mcpheader.Params(t.InputSchema)}
+		names := make([]string, 0, len(schema.Properties))
+		for name := range schema.Properties {
 			names = append(names, name)
 		}
 		sort.Strings(names) // deterministic when a schema has two key-like properties
 		for _, name := range names {
-			if keyLike(name) && stringTyped(t.InputSchema.Properties[name].Type) {
+			if keyLike(name) && stringTyped(schema.Properties[name].Type) {
 				info.keyProp = name
 				break
 			}

@@ -83,6 +83,10 @@ const ToolsList = `{"tools":[` +
 // answer whose code is not spelled as an integer, is caught.
 const RPCRefusal = `{"message":"declined <b>&amp;` + "\u2028" + ` \u00e9 \ud83d \/", "code":-32000.0,"data":{"big":1e400,"k":1,"k":2,"id":12345678901234567890123},"x-extra":true}`
 
+// HeaderTool is the tool the "headers" mode lists besides ToolsList: its inputSchema asks HTTP
+// clients to mirror arguments into Mcp-Param-* headers (SEP-2243), one of them nested.
+const HeaderTool = `{"name":"transfer","description":"Moves money; records an effect.","inputSchema":{"type":"object","properties":{"account":{"type":"string","x-mcp-header":"Account"},"to":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}},"amount":{"type":"integer","x-mcp-header":"Amount"},"urgent":{"type":"boolean","x-mcp-header":"Urgent"}},"required":["account","amount"]}}`
+
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
 type server struct {
@@ -214,10 +218,14 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			fmt.Fprintln(os.Stderr, "mcptest: dying on tools/list as asked")
 			os.Exit(5)
 		}
-		if s.extra.Load() {
-			return json.RawMessage(strings.TrimSuffix(ToolsList, "]}") + extraTool), nil
+		list := ToolsList
+		if s.mode == "headers" {
+			list = strings.TrimSuffix(list, "]}") + "," + HeaderTool + "]}"
 		}
-		return json.RawMessage(ToolsList), nil
+		if s.extra.Load() {
+			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
+		}
+		return json.RawMessage(list), nil
 	case "tools/call":
 		return s.call(m.Params)
 	case "tasks/result", "tasks/get":
@@ -368,6 +376,19 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 	a := p.Arguments
 	sleep := func() { time.Sleep(time.Duration(a.Ms) * time.Millisecond) }
 	switch p.Name {
+	case "transfer":
+		var q struct {
+			Arguments struct {
+				Account string `json:"account"`
+				To      struct {
+					Region string `json:"region"`
+				} `json:"to"`
+			} `json:"arguments"`
+		}
+		_ = json.Unmarshal(params, &q)
+		t := q.Arguments
+		s.record(fmt.Sprintf("transfer account=%s region=%s amount=%d", t.Account, t.To.Region, a.Amount))
+		return text(fmt.Sprintf("moved %d from %s", a.Amount, t.Account), false), nil
 	case "charge":
 		if a.Amount <= 0 {
 			return text("amount must be a positive integer", true), nil
