@@ -1,5 +1,10 @@
 package sqlite
 
+import (
+	"context"
+	"database/sql/driver"
+)
+
 // SetTestHookMigrated sets a function that runs after each migration step, before its
 // transaction commits (nil removes it). Only tests use it: the crash tests stop there.
 func SetTestHookMigrated(f func(from int)) { testHookMigrated = f }
@@ -19,3 +24,12 @@ func (s *Store) Queued() int {
 // SetTestHookBeforeCommit sets a function that runs on the leader's goroutine before each
 // batch's COMMIT, outside the transaction functions (nil removes it).
 func SetTestHookBeforeCommit(f func()) { testHookBeforeCommit = f }
+
+// LeaveWriterInTransaction begins a transaction on the writer's connection and leaves it
+// open, as a batch whose ROLLBACK failed would (call it with no Update running).
+func (s *Store) LeaveWriterInTransaction() error {
+	return s.wconn.Raw(func(dc any) error {
+		_, err := (&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}).exec(qBegin)
+		return err
+	})
+}

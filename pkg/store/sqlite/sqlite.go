@@ -37,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -924,7 +925,16 @@ func (s *Store) reconnectWriter() error {
 // statement watches a context.
 func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoints bool) (failed bool, err error) {
 	if _, err := r.exec(qBegin); err != nil {
-		return false, err
+		if !strings.Contains(err.Error(), "within a transaction") {
+			return false, err
+		}
+		// A transaction an earlier batch could not end (its ROLLBACK failed) is still open on
+		// the writer. Every caller of that batch was told it failed: end it, and begin again,
+		// rather than failing every later batch.
+		r.exec(qRollback)
+		if _, err := r.exec(qBegin); err != nil {
+			return false, err
+		}
 	}
 	done := false
 	defer func() {
@@ -1020,29 +1030,41 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 	}
 	defer c.Close()
 	var ferr error
-	err = c.Raw(func(dc any) error {
+	discarded := false // the function discarded the connection itself; ferr says how it went
+	err = c.Raw(func(dc any) (rerr error) {
 		r, err := s.readerRunner(ctx, dc)
 		if err != nil {
 			return err
 		}
 		if _, err := r.exec(qBeginRead); err != nil {
-			return err
+			// The driver answers with the context's error when the context ended while the
+			// statement ran, even if BEGIN took effect. The connection may then hold an open
+			// transaction: every later View on it would fail ("cannot start a transaction
+			// within a transaction") and its snapshot would keep the write-ahead log from
+			// being checkpointed. It is discarded (ErrBadConn), and the caller gets err.
+			s.dropReader(dc)
+			ferr, discarded = s.wrap(err), true
+			return driver.ErrBadConn
 		}
 		ended := false
 		defer func() {
 			// ROLLBACK ends the read transaction whatever fn did; it does not watch ctx, which
 			// may be done by now. A panic in fn makes database/sql discard the connection:
-			// its statements go with it.
-			(&rawRunner{ctx: context.Background(), c: r.c, stmts: r.stmts}).exec(qRollback)
-			if !ended {
+			// its statements go with it. A ROLLBACK that fails may leave the transaction
+			// open: the connection is discarded.
+			_, rbErr := (&rawRunner{ctx: context.Background(), c: r.c, stmts: r.stmts}).exec(qRollback)
+			if !ended || rbErr != nil {
 				s.dropReader(dc)
+			}
+			if ended && rbErr != nil {
+				rerr, discarded = driver.ErrBadConn, true
 			}
 		}()
 		ferr = fn(&txn{s: s, r: r, now: s.opt.Now()})
 		ended = true
 		return nil
 	})
-	if err != nil {
+	if err != nil && !discarded {
 		return s.wrap(err)
 	}
 	return ferr
