@@ -854,7 +854,9 @@ func (e *Engine) updated(err error, delta Counters, refusal error, p *pass) erro
 		err = errUnwritten // the counters were not written: give them back
 	}
 	if err != nil {
-		if !delta.IsZero() {
+		// A store that answers for the counters of a commit whose answer was lost
+		// (CountersKept) adds them itself if the commit did not land.
+		if !delta.IsZero() && (err == errUnwritten || !countersKept(err)) {
 			e.counts.give(delta)
 		}
 		if err == errUnwritten {
@@ -1104,6 +1106,9 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 		}
 		if !heals(rec, t) {
 			if err := holds(rec, t); err != nil {
+				if landed, lerr := reported(tx, t, kind, reason); lerr != nil || landed {
+					return lerr
+				}
 				return e.lateResult(tx, t, err, fmt.Sprintf("late %s refused; its reason: %s", kind, reason))
 			}
 		}
@@ -1122,10 +1127,28 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 				return err
 			}
 		}
-		return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: rec.Agent, Reason: reason, State: rec.State})
+		return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: rec.Agent, Reason: reason, State: rec.State, Token: t.Token})
 	})
 	e.afterOutcome(t.Intent, err)
 	return err
+}
+
+// reported says whether the audit trail shows that the holder of ticket t already reported
+// this very outcome (kind and reason) and the ledger recorded it: a retry of a release, abort
+// or lost whose first attempt landed but whose answer was lost (the connection died after
+// the commit, the store could not tell). The retry is then answered as the first would have
+// been, and writes nothing: refusing it as a late result would tell the holder that nothing
+// was recorded, and count a lease lost that was not.
+func reported(tx Tx, t Ticket, kind, reason string) (bool, error) {
+	if t.Token == 0 || t.Nonce == "" {
+		return false, nil
+	}
+	found := false
+	err := tx.Events(t.Intent, func(ev Event) bool {
+		found = ev.Kind == kind && ev.Token == t.Token && ev.Reason == reason
+		return !found
+	})
+	return found, err
 }
 
 // heals reports whether ticket t is the very claim recorded in rec that went unknown only
