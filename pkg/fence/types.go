@@ -229,6 +229,9 @@ type Event struct {
 	Reason string    `json:"reason,omitempty"`
 	// State is the intent's state before the event.
 	State State `json:"state,omitempty"`
+	// Token is the claim whose holder reported the event's outcome (release, abort, lost),
+	// so that the holder's retry of a report that landed, its answer lost, is recognised.
+	Token uint64 `json:"token,omitempty"`
 }
 
 // ExpiryPolicy says what an expired lease means.
