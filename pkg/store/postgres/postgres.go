@@ -42,7 +42,8 @@
 // one-statement commit whose answer is lost is settled by running fn in a transaction: the
 // record tells whether the statement landed, and if it did not, the transaction's write makes
 // its guard fail wherever it still is. The pool replaces dead connections, so the next call
-// reconnects.
+// reconnects. The counters a commit of unknown outcome carried are the store's to settle
+// (doubt.go): it adds them once it learns the commit did not land, so they count once.
 package postgres
 
 import (
