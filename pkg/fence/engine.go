@@ -962,6 +962,12 @@ func (k *committer) run(tx Tx) error {
 		k.cert = &recorded
 		return nil
 	}
+	if rec != nil && rec.State == StateFailed && rec.Token == t.Token && rec.Nonce == t.Nonce && t.Nonce != "" {
+		// A retried commit whose first attempt found the read set moved and recorded the
+		// intent failed (only that keeps the claim's nonce on a failed record), its answer
+		// lost: the same refusal, and nothing is written again.
+		return staleAgain(tx, rec)
+	}
 	healing := heals(rec, t)
 	if !healing {
 		if err := holds(rec, t); err != nil {
@@ -1009,6 +1015,26 @@ func (k *committer) run(tx Tx) error {
 	}
 	k.cert = c.copy()
 	return nil
+}
+
+// staleAgain is the refusal a commit of rec's claim got when it found the read set moved,
+// read again from the domains as they are now: a domain only moves forward (an evicted one
+// comes back above every number it had), so the one that had moved still has.
+func staleAgain(tx Tx, rec *Record) error {
+	for _, r := range rec.ReadSet {
+		want := r.Seq
+		if r.Domain == rec.Domain {
+			want = rec.Seq
+		}
+		cur, _, err := tx.DomainSeq(r.Domain)
+		if err != nil {
+			return err
+		}
+		if cur != want {
+			return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
+		}
+	}
+	return StaleReadSetError{Intent: rec.Intent, Executed: true}
 }
 
 // doneRecord builds the done record of rec with result res and its cert, under the claim's

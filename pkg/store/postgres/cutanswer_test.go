@@ -26,6 +26,8 @@ type cutRig struct {
 	st    *Store
 	spool string
 	n     int // cases run, for distinct intents
+	// other is another process's engine, on a store that reaches the database directly.
+	other *fence.Engine
 }
 
 func newCutRig(t *testing.T) *cutRig {
@@ -50,7 +52,41 @@ func newCutRig(t *testing.T) *cutRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &cutRig{t: t, p: p, st: st, spool: t.TempDir()}
+	other := fence.New(openSchema(t, st.Schema()), fence.Config{})
+	return &cutRig{t: t, p: p, st: st, spool: t.TempDir(), other: other}
+}
+
+// duringDoubt runs settle (a holder's Settle) and, once the answer is lost, sends a
+// duplicate of r from another process that reaches the database directly: whether the
+// holder's report landed or not, the duplicate is refused or replayed, never admitted. What
+// it was answered is added to want.
+func (g *cutRig) duringDoubt(name string, lostBefore int64, r fence.Request, want *fence.Counters, settle func()) {
+	g.t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); settle() }()
+	for g.p.Lost() == lostBefore {
+		select {
+		case <-done:
+			return // nothing was lost (k beyond the call's round trips)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	adm, err := g.other.Prepare(context.Background(), r)
+	switch {
+	case err == nil && !adm.Fresh():
+		want.Replayed++
+	case errors.Is(err, fence.ErrInFlight):
+		want.InFlight++
+	case errors.Is(err, fence.ErrPriorFailure):
+		want.PriorFailure++
+	default:
+		<-done
+		g.failf(name, "a duplicate while the holder's report was in doubt: %+v %v", adm, err)
+	}
+	<-done
+	if err := g.other.Flush(context.Background()); err != nil {
+		g.failf(name, "flushing the other's counters: %v", err)
+	}
 }
 
 // counters reads the ledger's counters.
@@ -82,8 +118,9 @@ func (g *cutRig) events(intent string) map[string]int {
 }
 
 // cutOps are the calls whose round trips are cut: a claim (Prepare of a fresh intent), its
-// commit as one statement and as a transaction, release, abort, lost and a heartbeat.
-var cutOps = []string{"claim", "commit", "commit-tx", "release", "abort", "lost", "heartbeat"}
+// commit as one statement and as a transaction, a commit that finds its read set moved,
+// release, abort, lost and a heartbeat.
+var cutOps = []string{"claim", "commit", "commit-tx", "commit-stale", "release", "abort", "lost", "heartbeat"}
 
 // failf is for t.Fatalf inside a case: the case's name leads.
 func (g *cutRig) failf(name, format string, args ...any) {
@@ -128,12 +165,28 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 	want := fence.Counters{} // what the ledger must have counted, once each
 
 	var tk *fence.Ticket
+	if op == "commit-stale" {
+		// The call read a domain that another process moves while it runs: its commit
+		// records the intent failed and answers stale_read_set (the effect ran).
+		r.ReadSet = []fence.ReadSetEntry{{Domain: fmt.Sprintf("cutd:%d", g.n), Seq: 0}}
+	}
 	if op != "claim" {
 		adm, err := e.Prepare(ctx, r)
 		if err != nil || !adm.Fresh() {
 			g.failf(name, "the claim before the cut: %+v %v", adm, err)
 		}
 		tk = adm.Ticket
+		want.Admitted++
+	}
+	if op == "commit-stale" {
+		mover := fence.Request{Intent: r.Intent + ":mover", Tool: "move", Domain: r.ReadSet[0].Domain}
+		madm, err := g.other.Prepare(ctx, mover)
+		if err != nil || !madm.Fresh() {
+			g.failf(name, "moving the domain: %+v %v", madm, err)
+		}
+		if _, err := g.other.Commit(ctx, *madm.Ticket, nil); err != nil {
+			g.failf(name, "moving the domain: %v", err)
+		}
 		want.Admitted++
 	}
 	g.st.noSpeculation = op == "commit-tx"
@@ -158,11 +211,28 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 			tk = adm.Ticket
 			want.Admitted++
 		}
+	case "commit-stale":
+		g.duringDoubt(name, lostBefore, r, &want, func() {
+			_, opErr = settle(e, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *tk, Result: result})
+		})
 	case "commit", "commit-tx":
-		cert, opErr = settle(e, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *tk, Result: result})
+		g.duringDoubt(name, lostBefore, r, &want, func() {
+			cert, opErr = settle(e, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *tk, Result: result})
+		})
 		landed = opErr == nil
 	case "release", "abort", "lost":
-		_, opErr = settle(e, fence.Outcome{Kind: fence.OutcomeKind(op), Ticket: *tk, Reason: "cut " + op})
+		during := g.duringDoubt
+		if op == "release" {
+			during = nil // the intent may be free already, and a duplicate admitted rightly
+		}
+		run := func() {
+			_, opErr = settle(e, fence.Outcome{Kind: fence.OutcomeKind(op), Ticket: *tk, Reason: "cut " + op})
+		}
+		if during != nil {
+			during(name, lostBefore, r, &want, run)
+		} else {
+			run()
+		}
 		landed = opErr == nil
 	case "heartbeat":
 		var next fence.Ticket
@@ -229,6 +299,11 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		if !landed {
 			g.failf(name, "the commit of an effect that ran was not recorded: %v", opErr)
 		}
+	case "commit-stale":
+		var stale fence.StaleReadSetError
+		if !errors.As(opErr, &stale) || !stale.Executed || stale.Domain != r.ReadSet[0].Domain || stale.Expected != 0 || stale.Actual != 1 {
+			g.failf(name, "the commit of an effect that ran on a moved domain answered %v, want stale_read_set (executed, %s moved from 0 to 1)", opErr, r.ReadSet[0].Domain)
+		}
 	case "heartbeat":
 		if opErr != nil {
 			g.failf(name, "heartbeat by the holder: %v", opErr)
@@ -264,9 +339,10 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		if st.State != fence.StateNone || ev[fence.EventRelease] != 1 {
 			g.failf(name, "after release: %s, events %v", st.State, ev)
 		}
-	case op == "abort" || op == "lost":
-		wantState := map[string]fence.State{"abort": fence.StateFailed, "lost": fence.StateUnknown}[op]
-		if st.State != wantState || st.Token != tk.Token || ev[op] != 1 {
+	case op == "abort" || op == "lost" || op == "commit-stale":
+		wantState := map[string]fence.State{"abort": fence.StateFailed, "lost": fence.StateUnknown, "commit-stale": fence.StateFailed}[op]
+		kind := map[string]string{"abort": fence.EventAbort, "lost": fence.EventLost, "commit-stale": fence.EventStale}[op]
+		if st.State != wantState || st.Token != tk.Token || ev[kind] != 1 {
 			g.failf(name, "after %s: %s token %d, events %v", op, st.State, st.Token, ev)
 		}
 		_, err := e.Prepare(ctx, r)
