@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,8 +19,9 @@ import (
 // TestGatewayCommitAnswerLost: the real binary (wrap --listen, demo server) on a PostgreSQL
 // ledger reached through a proxy that loses the answer of the commit of one call (the server
 // ran it) and keeps the database away for 400 ms. The call's effect ran once and its answer
-// is the tool's; a duplicate is replayed; and `ledger stats` counts each admission once (the
-// commit's counters were counted twice when its answer was lost, pkg/store/postgres/doubt.go).
+// is the tool's; a duplicate is replayed; and `ledger stats` and /metrics count each
+// admission once (the commit's counters were counted twice when its answer was lost:
+// pkg/store/postgres/doubt.go).
 func TestGatewayCommitAnswerLost(t *testing.T) {
 	direct := pgLedger(t)
 	u, err := url.Parse(direct)
@@ -83,6 +85,18 @@ func TestGatewayCommitAnswerLost(t *testing.T) {
 	}
 	if c := stats.Counters; c.Admitted != 4 || c.LeaseLost != 0 {
 		t.Fatalf("ledger stats counts %+v for 4 admissions and a replay; log:\n%s", c, g.logText())
+	}
+	// The gateway's /metrics shows the ledger's counts (and its own unflushed ones) alike.
+	mresp, err := http.Get(strings.TrimSuffix(g.url, "/mcp") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{`effectfence_ledger_attempts_total{result="admitted"} 4`, `effectfence_ledger_attempts_total{result="lease_lost"} 0`} {
+		if !strings.Contains(string(mb), want+"\n") {
+			t.Fatalf("/metrics lacks %q:\n%s", want, mb)
+		}
 	}
 	t.Logf("a fresh call: %d round trips; stats %+v", n, stats.Counters)
 }
