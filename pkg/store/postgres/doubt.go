@@ -37,7 +37,14 @@ type doubts struct {
 	mu   sync.Mutex // held by the one settling: a doubt's counters are added once
 	list []doubt
 	n    atomic.Int64
+	// next is when (UnixNano) settling may be tried again after a try that left doubts
+	// open: each try costs a round trip per doubt, which every Update would otherwise pay
+	// while one stays open.
+	next atomic.Int64
 }
+
+// doubtRetry is how long a try at settling that left doubts open holds the next one off.
+const doubtRetry = time.Second
 
 // keep makes err, when it is a CommitUnknownError of an Update that carried counters, a
 // doubt this store settles: d describes a one-statement commit (its body set), else the
@@ -56,13 +63,18 @@ func (s *Store) keep(err error, d doubt) error {
 	s.doubts.mu.Lock()
 	s.doubts.list = append(s.doubts.list, d)
 	s.doubts.n.Store(int64(len(s.doubts.list)))
+	s.doubts.next.Store(0) // the next Update tries at once
 	s.doubts.mu.Unlock()
 	cu.kept = true
 	return cu
 }
 
-// settleDoubts settles what can be settled of the doubts, unless another call is at it.
-func (s *Store) settleDoubts(ctx context.Context) {
+// settleDoubts settles what can be settled of the doubts, unless another call is at it or,
+// unless now, a try left doubts open less than doubtRetry ago.
+func (s *Store) settleDoubts(ctx context.Context, now bool) {
+	if !now && time.Now().UnixNano() < s.doubts.next.Load() {
+		return
+	}
 	if !s.doubts.mu.TryLock() {
 		return
 	}
@@ -77,6 +89,9 @@ func (s *Store) settleDoubts(ctx context.Context) {
 	}
 	s.doubts.list = open
 	s.doubts.n.Store(int64(len(open)))
+	if len(open) > 0 {
+		s.doubts.next.Store(time.Now().Add(doubtRetry).UnixNano())
+	}
 }
 
 // settle asks the server about d, and adds its counters if its commit did not land. It says

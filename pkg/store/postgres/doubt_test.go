@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -89,4 +91,53 @@ func countersOf(t *testing.T, st *Store) fence.Counters {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestLostCommitThatDidNotLandCountsOnce: a one-statement commit is held in a frozen proxy
+// and dropped with the connection (the server never runs it), and the transaction that would
+// settle it fails too (the database is away): the store keeps the counters it carried. The
+// holder's retry records the commit; the next settling finds the statement can no longer
+// land and adds the counters, once.
+func TestLostCommitThatDidNotLandCountsOnce(t *testing.T) {
+	g := newCutRig(t)
+	var added, landed atomic.Int64
+	g.st.hook = func(stage string, _ uint32) {
+		switch stage {
+		case "doubt added":
+			added.Add(1)
+		case "doubt landed":
+			landed.Add(1)
+		}
+	}
+	ctx := context.Background()
+	e := fence.New(g.st, fence.Config{LeaseTTL: time.Minute, SpoolDir: g.spool})
+	before := g.counters()
+	r := fence.Request{Intent: "never-landed", Tool: "charge", Args: []byte(`{"usd":1}`)}
+	adm, err := e.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	g.p.Freeze()
+	settled := make(chan error, 1)
+	go func() {
+		_, err := settle(e, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ok"`)})
+		settled <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the statement waits in the proxy
+	g.p.Cut(time.Hour)                 // dropped with every connection; the database is away
+	time.Sleep(200 * time.Millisecond)
+	g.p.Heal()
+	if err := <-settled; err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	if st, err := e.Status(ctx, r.Intent); err != nil || st.State != fence.StateDone {
+		t.Fatalf("after settle: %+v %v", st, err)
+	}
+	time.Sleep(doubtRetry) // a try that found the claim still there holds the next one off
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.counters().Admitted - before.Admitted; got != 1 || added.Load() != 1 || landed.Load() != 0 {
+		t.Fatalf("admitted %d (settled: %d added, %d landed); want 1, by the store's settling", got, added.Load(), landed.Load())
+	}
 }

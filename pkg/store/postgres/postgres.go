@@ -283,7 +283,7 @@ func (s *Store) Schema() string { return s.schema }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		if s.doubts.n.Load() > 0 {
-			s.settleDoubts(context.Background())
+			s.settleDoubts(context.Background(), true)
 		}
 		s.listenOnce.Do(func() {}) // no listener starts after Close
 		if s.listener != nil {
@@ -338,7 +338,7 @@ func (e ConnLostError) Unwrap() error { return e.Err }
 // the claim changed meanwhile.
 func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	if s.doubts.n.Load() > 0 {
-		s.settleDoubts(ctx)
+		s.settleDoubts(ctx, false)
 	}
 	if !s.noSpeculation && s.claims.n.Load() > 0 {
 		if done, err := s.speculate(ctx, fn); done {
