@@ -250,7 +250,12 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 	}
 	trips := g.p.RoundTrips() - start
 	if k > 0 && g.p.Lost() == lostBefore {
-		g.failf(name, "no answer was lost: the call took %d round trips", trips)
+		if int64(k) <= trips {
+			g.failf(name, "no answer was lost: the call took %d round trips", trips)
+		}
+		// The call took fewer round trips than when it was counted (a one-statement commit
+		// that missed, under load, is a transaction after it): nothing to lose.
+		g.t.Logf("%s: the call took only %d round trips; nothing was lost", name, trips)
 	}
 	if k > 0 && down > 0 {
 		time.Sleep(down) // the database is back
@@ -395,7 +400,7 @@ func TestLostAnswerAtEveryRoundTrip(t *testing.T) {
 			t.Fatalf("%s took %d round trips", op, n)
 		}
 		for k := 1; k <= int(n); k++ {
-			for _, down := range []time.Duration{0, 400 * time.Millisecond} {
+			for _, down := range []time.Duration{0, 250 * time.Millisecond} {
 				g.cutCase(op, k, down)
 			}
 		}
