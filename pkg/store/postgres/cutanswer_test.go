@@ -28,6 +28,21 @@ type cutRig struct {
 	n     int // cases run, for distinct intents
 	// other is another process's engine, on a store that reaches the database directly.
 	other *fence.Engine
+	// moveDuring, when set, is a domain other moves while a report is in doubt.
+	moveDuring string
+}
+
+// move takes the next number of domain through other (an admission and its commit).
+func (g *cutRig) move(name, intent, domain string) {
+	g.t.Helper()
+	ctx := context.Background()
+	adm, err := g.other.Prepare(ctx, fence.Request{Intent: intent, Tool: "move", Domain: domain})
+	if err != nil || !adm.Fresh() {
+		g.failf(name, "moving domain %s: %+v %v", domain, adm, err)
+	}
+	if _, err := g.other.Commit(ctx, *adm.Ticket, nil); err != nil {
+		g.failf(name, "moving domain %s: %v", domain, err)
+	}
 }
 
 func newCutRig(t *testing.T) *cutRig {
@@ -83,6 +98,11 @@ func (g *cutRig) duringDoubt(name string, lostBefore int64, r fence.Request, wan
 		<-done
 		g.failf(name, "a duplicate while the holder's report was in doubt: %+v %v", adm, err)
 	}
+	if g.moveDuring != "" {
+		// Another process moves a domain the call read, while its commit is in doubt.
+		g.move(name, r.Intent+":mover", g.moveDuring)
+		want.Admitted++
+	}
 	<-done
 	if err := g.other.Flush(context.Background()); err != nil {
 		g.failf(name, "flushing the other's counters: %v", err)
@@ -118,9 +138,9 @@ func (g *cutRig) events(intent string) map[string]int {
 }
 
 // cutOps are the calls whose round trips are cut: a claim (Prepare of a fresh intent), its
-// commit as one statement and as a transaction, a commit that finds its read set moved,
-// release, abort, lost and a heartbeat.
-var cutOps = []string{"claim", "commit", "commit-tx", "commit-stale", "release", "abort", "lost", "heartbeat"}
+// commit as one statement and as a transaction, a commit that finds its read set moved, one
+// whose read set moves while it is in doubt, release, abort, lost and a heartbeat.
+var cutOps = []string{"claim", "commit", "commit-tx", "commit-stale", "commit-moved", "release", "abort", "lost", "heartbeat"}
 
 // failf is for t.Fatalf inside a case: the case's name leads.
 func (g *cutRig) failf(name, format string, args ...any) {
@@ -165,10 +185,16 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 	want := fence.Counters{} // what the ledger must have counted, once each
 
 	var tk *fence.Ticket
-	if op == "commit-stale" {
-		// The call read a domain that another process moves while it runs: its commit
-		// records the intent failed and answers stale_read_set (the effect ran).
+	if op == "commit-stale" || op == "commit-moved" {
+		// The call read a domain that another process moves while it runs (commit-stale:
+		// before its commit, which records the intent failed and answers stale_read_set,
+		// the effect having run) or while its commit is in doubt (commit-moved: a commit
+		// that landed first stays done, and its retry is answered with its cert).
 		r.ReadSet = []fence.ReadSetEntry{{Domain: fmt.Sprintf("cutd:%d", g.n), Seq: 0}}
+	}
+	if op == "commit-moved" && k > 0 {
+		g.moveDuring = r.ReadSet[0].Domain
+		defer func() { g.moveDuring = "" }()
 	}
 	if op != "claim" {
 		adm, err := e.Prepare(ctx, r)
@@ -179,14 +205,7 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		want.Admitted++
 	}
 	if op == "commit-stale" {
-		mover := fence.Request{Intent: r.Intent + ":mover", Tool: "move", Domain: r.ReadSet[0].Domain}
-		madm, err := g.other.Prepare(ctx, mover)
-		if err != nil || !madm.Fresh() {
-			g.failf(name, "moving the domain: %+v %v", madm, err)
-		}
-		if _, err := g.other.Commit(ctx, *madm.Ticket, nil); err != nil {
-			g.failf(name, "moving the domain: %v", err)
-		}
+		g.move(name, r.Intent+":mover", r.ReadSet[0].Domain)
 		want.Admitted++
 	}
 	g.st.noSpeculation = op == "commit-tx"
@@ -215,11 +234,19 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		g.duringDoubt(name, lostBefore, r, &want, func() {
 			_, opErr = settle(e, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *tk, Result: result})
 		})
-	case "commit", "commit-tx":
+	case "commit", "commit-tx", "commit-moved":
 		g.duringDoubt(name, lostBefore, r, &want, func() {
 			cert, opErr = settle(e, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *tk, Result: result})
 		})
 		landed = opErr == nil
+		if op == "commit-moved" && errors.Is(opErr, fence.ErrStaleReadSet) {
+			// The domain moved before the commit landed (the lost round trip was not the
+			// one that commits): the commit must say so, and the record must be failed.
+			if st, err := e.Status(ctx, r.Intent); err != nil || st.State != fence.StateFailed || g.events(r.Intent)[fence.EventStale] != 1 {
+				g.failf(name, "the commit answered %v; the record %+v %v", opErr, st, err)
+			}
+			op = "commit-stale"
+		}
 	case "release", "abort", "lost":
 		during := g.duringDoubt
 		if op == "release" {
@@ -300,7 +327,7 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 			}
 			landed = true
 		}
-	case "commit", "commit-tx":
+	case "commit", "commit-tx", "commit-moved":
 		if !landed {
 			g.failf(name, "the commit of an effect that ran was not recorded: %v", opErr)
 		}
