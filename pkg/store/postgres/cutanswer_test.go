@@ -433,3 +433,53 @@ func TestLostAnswerAtEveryRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestLostAnswerSpooled: the answer of a holder's report is lost (the server ran it) and the
+// database stays away longer than the holder waits: Settle keeps the report in the spool.
+// The next drain records it once: the retry recognises the report that landed, and the
+// spool is emptied, with no late result, no lease lost and each admission counted once.
+func TestLostAnswerSpooled(t *testing.T) {
+	g := newCutRig(t)
+	ctx := context.Background()
+	for _, kind := range []fence.OutcomeKind{fence.OutcomeCommit, fence.OutcomeAbort} {
+		e := fence.New(g.st, fence.Config{LeaseTTL: time.Minute, SpoolDir: g.spool})
+		before := g.counters()
+		r := fence.Request{Intent: "spooled:" + string(kind), Tool: "charge", Args: []byte(`{"usd":2}`)}
+		adm, err := e.Prepare(ctx, r)
+		if err != nil || !adm.Fresh() {
+			t.Fatal(adm, err)
+		}
+		// The report's last round trip: its commit (one statement, or abort's transaction).
+		k := 1
+		if kind == fence.OutcomeAbort {
+			k = 2
+		}
+		g.p.LoseAnswer(k, 1500*time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err = e.Settle(short, fence.Outcome{Kind: kind, Ticket: *adm.Ticket, Result: []byte(`"ok"`), Reason: "spooled"})
+		cancel()
+		var sp fence.SpooledError
+		if !errors.As(err, &sp) || g.p.Lost() == 0 {
+			t.Fatalf("%s: settle while the database is away: %v (%d answers lost); want it spooled", kind, err, g.p.Lost())
+		}
+		time.Sleep(1500 * time.Millisecond) // the database is back
+		if n, err := e.DrainSpool(ctx); err != nil || n != 1 {
+			t.Fatalf("%s: drain: %d %v", kind, n, err)
+		}
+		if files, _ := fence.SpoolFiles(g.spool); len(files) != 0 {
+			t.Fatalf("%s: spool not emptied: %v", kind, files)
+		}
+		st, err := e.Status(ctx, r.Intent)
+		wantState := map[fence.OutcomeKind]fence.State{fence.OutcomeCommit: fence.StateDone, fence.OutcomeAbort: fence.StateFailed}[kind]
+		ev := g.events(r.Intent)
+		if err != nil || st.State != wantState || st.Token != adm.Ticket.Token || ev[fence.EventLateResult] != 0 {
+			t.Fatalf("%s: after the drain: %+v %v, events %v", kind, st, err, ev)
+		}
+		if err := e.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c := g.counters(); c.Admitted-before.Admitted != 1 || c.LeaseLost != before.LeaseLost {
+			t.Fatalf("%s: counted %+v, before %+v: want one admission, no lease lost", kind, c, before)
+		}
+	}
+}
