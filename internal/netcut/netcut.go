@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,14 @@ type Proxy struct {
 	frozen   bool
 	thaw     *sync.Cond // on mu: frozen ended
 	wg       sync.WaitGroup
+
+	// A NewPostgres proxy's (pgwire.go): round trips counted, and the one whose answer is
+	// to be lost (0: none) with how long the database is then away.
+	pg       bool
+	trips    atomic.Int64
+	lost     atomic.Int64
+	loseAt   int64
+	loseDown time.Duration
 }
 
 // New starts a proxy on a free loopback port in front of upstream (host:port).
@@ -73,9 +82,19 @@ func (p *Proxy) pipe(c net.Conn) {
 	if !p.track(c, up) {
 		return
 	}
+	p.mu.Lock()
+	pg := p.pg
+	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	go func() { _ = p.copy(up, c); done <- struct{}{} }()
-	go func() { _ = p.copy(c, up); done <- struct{}{} }()
+	go func() {
+		if pg {
+			_ = p.pgAnswers(c, up, c, up)
+		} else {
+			_ = p.copy(c, up)
+		}
+		done <- struct{}{}
+	}()
 	<-done
 	c.Close()
 	up.Close()

@@ -854,7 +854,9 @@ func (e *Engine) updated(err error, delta Counters, refusal error, p *pass) erro
 		err = errUnwritten // the counters were not written: give them back
 	}
 	if err != nil {
-		if !delta.IsZero() {
+		// A store that answers for the counters of a commit whose answer was lost
+		// (CountersKept) adds them itself if the commit did not land.
+		if !delta.IsZero() && (err == errUnwritten || !countersKept(err)) {
 			e.counts.give(delta)
 		}
 		if err == errUnwritten {
@@ -888,6 +890,12 @@ func holds(rec *Record, t Ticket) error {
 // returned cert's Args, Result, ReadSet and Clock are shared with the ledger's record, as a
 // replayed cert's are (see Admission).
 func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, error) {
+	return e.commit(ctx, t, result, false)
+}
+
+// commit is Commit; retry says a report of this outcome may have landed already, its answer
+// lost (see Engine.apply).
+func (e *Engine) commit(ctx context.Context, t Ticket, result []byte, retry bool) (*Cert, error) {
 	if len(result) == 0 {
 		result = []byte("null")
 	}
@@ -902,12 +910,12 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 	)
 	if e.mem != nil {
 		// On the stack, as in prepareMem.
-		k := committer{e: e, t: t, res: bytes.Clone(result)}
+		k := committer{e: e, t: t, res: bytes.Clone(result), retry: retry}
 		err = e.updateMem(ctx, k.run, nil)
 		cert = k.cert
 	} else {
 		k := committerPool.Get().(*committer)
-		k.e, k.t, k.res = e, t, bytes.Clone(result)
+		k.e, k.t, k.res, k.retry = e, t, bytes.Clone(result), retry
 		err = e.update(ctx, k.fn)
 		cert = k.cert
 		*k = committer{fn: k.fn}
@@ -922,11 +930,14 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 
 // committer is Commit's transaction; pooled, with fn bound once.
 type committer struct {
-	e    *Engine
-	t    Ticket
-	res  []byte
-	cert *Cert // the answer: a copy the caller owns
-	fn   func(Tx) error
+	e   *Engine
+	t   Ticket
+	res []byte
+	// retry: an earlier attempt of this commit failed with the ledger's error, and may have
+	// landed all the same (see Engine.apply).
+	retry bool
+	cert  *Cert // the answer: a copy the caller owns
+	fn    func(Tx) error
 }
 
 var committerPool = sync.Pool{New: func() any {
@@ -959,6 +970,13 @@ func (k *committer) run(tx Tx) error {
 		recorded := *rec.Cert
 		k.cert = &recorded
 		return nil
+	}
+	if k.retry && rec != nil && rec.State == StateFailed && rec.Token == t.Token && rec.Nonce == t.Nonce && t.Nonce != "" {
+		// A retried commit whose earlier attempt found the read set moved and recorded the
+		// intent failed (only that keeps the claim's nonce on a failed record), its answer
+		// lost: the same refusal, and nothing is written again. (A commit that is no retry
+		// is refused lease_lost here, as a second commit of one ticket always was.)
+		return staleAgain(tx, rec)
 	}
 	healing := heals(rec, t)
 	if !healing {
@@ -1007,6 +1025,26 @@ func (k *committer) run(tx Tx) error {
 	}
 	k.cert = c.copy()
 	return nil
+}
+
+// staleAgain is the refusal a commit of rec's claim got when it found the read set moved,
+// read again from the domains as they are now: a domain only moves forward (an evicted one
+// comes back above every number it had), so the one that had moved still has.
+func staleAgain(tx Tx, rec *Record) error {
+	for _, r := range rec.ReadSet {
+		want := r.Seq
+		if r.Domain == rec.Domain {
+			want = rec.Seq
+		}
+		cur, _, err := tx.DomainSeq(r.Domain)
+		if err != nil {
+			return err
+		}
+		if cur != want {
+			return StaleReadSetError{Intent: rec.Intent, Domain: r.Domain, Expected: want, Actual: cur, Executed: true}
+		}
+	}
+	return StaleReadSetError{Intent: rec.Intent, Executed: true}
 }
 
 // doneRecord builds the done record of rec with result res and its cert, under the claim's
@@ -1078,24 +1116,26 @@ func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*Record, er
 // Abort reports that the effect's outcome is unknown (it may or may not have happened): the
 // intent becomes failed and is fenced until an operator clears it.
 func (e *Engine) Abort(ctx context.Context, t Ticket, reason string) error {
-	return e.end(ctx, t, EventAbort, reason)
+	return e.end(ctx, t, EventAbort, reason, false)
 }
 
 // Release reports that the effect definitely did not happen: the intent is free again and the
 // next attempt runs. The domain sequence number it reserved stays used (a gap), because a
 // number others may have read must never come back.
 func (e *Engine) Release(ctx context.Context, t Ticket, reason string) error {
-	return e.end(ctx, t, EventRelease, reason)
+	return e.end(ctx, t, EventRelease, reason, false)
 }
 
 // Lost reports that the holder lost track of the effect mid-call (the transport broke, the
 // tool's process died): the intent becomes unknown, fenced until an operator clears it, just
 // as if the holder itself had vanished.
 func (e *Engine) Lost(ctx context.Context, t Ticket, reason string) error {
-	return e.end(ctx, t, EventLost, reason)
+	return e.end(ctx, t, EventLost, reason, false)
 }
 
-func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
+// end records a release, abort or lost of ticket t; retry says a report of this outcome may
+// have landed already, its answer lost (see Engine.apply).
+func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string, retry bool) error {
 	reason = ledgerText(reason)
 	err := e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(t.Intent)
@@ -1104,6 +1144,11 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 		}
 		if !heals(rec, t) {
 			if err := holds(rec, t); err != nil {
+				if retry {
+					if landed, lerr := reported(tx, rec, t, kind, reason); lerr != nil || landed {
+						return lerr
+					}
+				}
 				return e.lateResult(tx, t, err, fmt.Sprintf("late %s refused; its reason: %s", kind, reason))
 			}
 		}
@@ -1122,10 +1167,37 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string) error {
 				return err
 			}
 		}
-		return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: rec.Agent, Reason: reason, State: rec.State})
+		return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: kind, Who: rec.Agent, Reason: reason, State: rec.State, Token: t.Token})
 	})
 	e.afterOutcome(t.Intent, err)
 	return err
+}
+
+// reported says whether the ledger shows that the holder of ticket t already reported this
+// very outcome (kind and reason), rec being the intent's record now: for a retry of a
+// release, abort or lost whose earlier attempt landed but whose answer was lost (the
+// connection died after the commit, and the store could not tell). The retry is then
+// answered as the first would have been, and writes nothing: refusing it as a late result
+// would tell the holder that nothing was recorded, and count a lease lost that was not.
+//
+// An abort or lost leaves the claim's record with its token, its state and the reason, the
+// nonce cleared; a release leaves no record, so the audit trail's release event, which
+// carries the claim's token, tells (on a store that keeps events' tokens: the memory and
+// PostgreSQL stores; the SQLite store's events table has no column for it).
+func reported(tx Tx, rec *Record, t Ticket, kind, reason string) (bool, error) {
+	if t.Token == 0 || t.Nonce == "" {
+		return false, nil
+	}
+	if rec != nil && rec.Token == t.Token && rec.Nonce == "" && rec.Reason == reason &&
+		((kind == EventAbort && rec.State == StateFailed) || (kind == EventLost && rec.State == StateUnknown)) {
+		return true, nil
+	}
+	found := false
+	err := tx.Events(t.Intent, func(ev Event) bool {
+		found = ev.Kind == kind && ev.Token == t.Token && ev.Reason == reason
+		return !found
+	})
+	return found, err
 }
 
 // heals reports whether ticket t is the very claim recorded in rec that went unknown only

@@ -49,17 +49,22 @@ func (e SpooledError) Error() string {
 }
 func (e SpooledError) Unwrap() error { return e.Err }
 
-// apply reports o to the ledger once.
-func (e *Engine) apply(ctx context.Context, o Outcome) (*Cert, error) {
+// apply reports o to the ledger once. retry says an earlier report of o failed with the
+// ledger's error (Settle tries again, or o waited in the spool or in memory), so it may have
+// landed all the same, its answer lost: a report that finds o already recorded is then
+// answered as that one would have been (a commit's cert, or its stale_read_set; nil for a
+// release, abort or lost) and writes nothing. Otherwise a second report of one ticket is
+// refused lease_lost, as always.
+func (e *Engine) apply(ctx context.Context, o Outcome, retry bool) (*Cert, error) {
 	switch o.Kind {
 	case OutcomeCommit:
-		return e.Commit(ctx, o.Ticket, o.Result)
+		return e.commit(ctx, o.Ticket, o.Result, retry)
 	case OutcomeRelease:
-		return nil, e.Release(ctx, o.Ticket, o.Reason)
+		return nil, e.end(ctx, o.Ticket, EventRelease, o.Reason, retry)
 	case OutcomeAbort:
-		return nil, e.Abort(ctx, o.Ticket, o.Reason)
+		return nil, e.end(ctx, o.Ticket, EventAbort, o.Reason, retry)
 	case OutcomeLost:
-		return nil, e.Lost(ctx, o.Ticket, o.Reason)
+		return nil, e.end(ctx, o.Ticket, EventLost, o.Reason, retry)
 	}
 	return nil, InvalidError{"kind", fmt.Sprintf("%q: want commit, release, abort or lost", o.Kind)}
 }
@@ -82,8 +87,8 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	var spooled string
 	var spoolErr error // why the outcome is not in the spool yet, if keeping it there failed
 	wait := 50 * time.Millisecond
-	for {
-		cert, err := e.apply(ctx, o)
+	for retry := false; ; retry = true {
+		cert, err := e.apply(ctx, o, retry)
 		var coded Coded
 		if err == nil || errors.As(err, &coded) {
 			if spooled != "" {
@@ -130,7 +135,7 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 	}
 	n, herr := e.settleHeld(ctx)
 	m, err := e.spool.drain(ctx, e.cfg.SpoolDir, func(o Outcome) error {
-		_, err := e.apply(ctx, o)
+		_, err := e.apply(ctx, o, true)
 		return err
 	})
 	return n + m, errors.Join(herr, err)
@@ -159,7 +164,7 @@ func (e *Engine) settleHeld(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, o := range e.spool.takeHeld() {
-		_, err := e.apply(ctx, o)
+		_, err := e.apply(ctx, o, true)
 		var coded Coded
 		if err == nil || errors.As(err, &coded) {
 			n++

@@ -63,6 +63,23 @@ type Tx interface {
 	Counters() (Counters, error)
 }
 
+// CountersKept is implemented by a store's error after which the store itself answers for
+// the counters the failed Update added (Tx.AddCounters): its commit may have landed, with
+// them, though the answer was lost on the way back. The store learns later whether it did
+// and adds them then only if it did not. The engine must not put such counters back among
+// its pending ones, as it does after any other failure: sent again with a later write, they
+// would be counted twice whenever the first commit had landed.
+type CountersKept interface {
+	CountersKept() bool
+}
+
+// countersKept says whether err says the store answers for the counters of the Update that
+// failed with it.
+func countersKept(err error) bool {
+	var k CountersKept
+	return errors.As(err, &k) && k.CountersKept()
+}
+
 // ExpiredSweeper may be implemented by a Tx that can drop expired outcomes without reading
 // them: Sweep then asks it for each batch, instead of scanning the batch's records (decoding
 // each, and on PostgreSQL reading each again under its lock, a round trip per record) and

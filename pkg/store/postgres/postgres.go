@@ -42,7 +42,8 @@
 // one-statement commit whose answer is lost is settled by running fn in a transaction: the
 // record tells whether the statement landed, and if it did not, the transaction's write makes
 // its guard fail wherever it still is. The pool replaces dead connections, so the next call
-// reconnects.
+// reconnects. The counters a commit of unknown outcome carried are the store's to settle
+// (doubt.go): it adds them once it learns the commit did not land, so they count once.
 package postgres
 
 import (
@@ -102,6 +103,9 @@ type Store struct {
 	// noSpeculation (tests only) turns those off.
 	claims        claimCache
 	noSpeculation bool
+
+	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
+	doubts doubts
 
 	closeOnce  sync.Once
 	listenOnce sync.Once
@@ -278,6 +282,9 @@ func (s *Store) Schema() string { return s.schema }
 // Close stops the listener of Watch, if one was started, and closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.doubts.n.Load() > 0 {
+			s.settleDoubts(context.Background(), true)
+		}
 		s.listenOnce.Do(func() {}) // no listener starts after Close
 		if s.listener != nil {
 			s.listener.close()
@@ -293,7 +300,14 @@ func (s *Store) Close() error {
 type CommitUnknownError struct {
 	Xid int64
 	Err error
+
+	delta fence.Counters // the counters the transaction carried
+	kept  bool           // the store settles them (doubt.go)
 }
+
+// CountersKept (fence.CountersKept): the store adds the counters the commit carried if it
+// learns the commit did not land.
+func (e CommitUnknownError) CountersKept() bool { return e.kept }
 
 func (e CommitUnknownError) Error() string {
 	if e.Xid == 0 {
@@ -323,12 +337,15 @@ func (e ConnLostError) Unwrap() error { return e.Err }
 // wrote is first tried as one statement (see spec.go); fn then runs again in a transaction if
 // the claim changed meanwhile.
 func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if s.doubts.n.Load() > 0 {
+		s.settleDoubts(ctx, false)
+	}
 	if !s.noSpeculation && s.claims.n.Load() > 0 {
 		if done, err := s.speculate(ctx, fn); done {
 			return err
 		}
 	}
-	return s.transact(ctx, fn, nil)
+	return s.keep(s.transact(ctx, fn, nil), doubt{})
 }
 
 // transact is Update's transaction path. landed, when set, is the body of a one-statement
@@ -475,7 +492,12 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 		s.rollback(conn)
 		return err
 	}
-	if err = s.resolve(ctx, t.xid, err); err == nil {
+	err = s.resolve(ctx, t.xid, err)
+	if cu, ok := err.(CommitUnknownError); ok {
+		cu.delta = t.delta
+		return cu
+	}
+	if err == nil {
 		t.learn()
 	}
 	return err

@@ -270,7 +270,13 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 	}
 	s.at("speculation lost", t.pid)
 	if terr := s.transact(ctx, fn, t.specDone); terr != nil {
-		return true, CommitUnknownError{Err: errors.Join(err, terr)}
+		// The statement may land yet, with the counters it carries, and so may the
+		// transaction if its own answer was lost: the store settles them (doubt.go).
+		d := doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta}
+		if cu, ok := terr.(CommitUnknownError); ok {
+			d.xid = cu.Xid
+		}
+		return true, s.keep(CommitUnknownError{Err: errors.Join(err, terr)}, d)
 	}
 	return true, nil
 }

@@ -65,6 +65,8 @@ type tx struct {
 	// recorded knows the commit landed and adds no counters again.
 	landed       []byte
 	dropCounters bool
+	// delta is what AddCounters added: a commit whose answer is lost may carry it (doubt.go).
+	delta fence.Counters
 }
 
 // claimWrite is a record write of a transaction: the body of an in-flight record, or nil,
@@ -1006,15 +1008,11 @@ func (t *tx) AddCounters(d fence.Counters) error {
 	if t.dropCounters {
 		return nil
 	}
-	vals := []uint64{d.Admitted, d.Reclaimed, d.Replayed, d.Coalesced, d.Stale, d.Race, d.InFlight, d.PriorFailure, d.Conflict, d.LeaseLost}
-	args := []any{t.s.shard(t.pid)}
-	for _, v := range vals {
-		n, err := toInt(v, "counter")
-		if err != nil {
-			return err
-		}
-		args = append(args, n)
+	args, err := counterArgs(t.s.shard(t.pid), d)
+	if err != nil {
+		return err
 	}
+	t.delta = t.delta.Add(d)
 	// Right after a record write (the engine adds its counters last), the upsert is folded
 	// into that write's statement: one statement less for the server and pgx to run.
 	if q := t.pending.QueuedQueries; t.record != nil && len(q) > 0 && q[len(q)-1] == t.record {
@@ -1026,6 +1024,20 @@ func (t *tx) AddCounters(d fence.Counters) error {
 	}
 	t.shard(t.queue(addCounters, args...), 0)
 	return t.err
+}
+
+// counterArgs are the arguments of countersUpsert adding d to shard.
+func counterArgs(shard string, d fence.Counters) ([]any, error) {
+	vals := []uint64{d.Admitted, d.Reclaimed, d.Replayed, d.Coalesced, d.Stale, d.Race, d.InFlight, d.PriorFailure, d.Conflict, d.LeaseLost}
+	args := []any{shard}
+	for _, v := range vals {
+		n, err := toInt(v, "counter")
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, n)
+	}
+	return args, nil
 }
 
 func (t *tx) Counters() (fence.Counters, error) {

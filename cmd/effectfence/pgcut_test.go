@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/internal/netcut"
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestGatewayCommitAnswerLost: the real binary (wrap --listen, demo server) on a PostgreSQL
+// ledger reached through a proxy that loses the answer of the commit of one call (the server
+// ran it) and keeps the database away for 400 ms. The call's effect ran once and its answer
+// is the tool's; a duplicate is replayed; and `ledger stats` and /metrics count each
+// admission once (the commit's counters were counted twice when its answer was lost:
+// pkg/store/postgres/doubt.go).
+func TestGatewayCommitAnswerLost(t *testing.T) {
+	direct := pgLedger(t)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		target = net.JoinHostPort(target, "5432")
+	}
+	p, err := netcut.NewPostgres(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	u.Host = p.Addr()
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	effects := filepath.Join(t.TempDir(), "effects")
+	g := startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
+		"--", effectfence(t), "demo-server", "--effects", effects)
+	resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %s; log:\n%s", resp.StatusCode, body, g.logText())
+	}
+	g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	charge := func(amount int) string {
+		t.Helper()
+		resp, body := g.post(t, "", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d,"customer":"cus_1"}}}`, amount, amount))
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"result"`) || strings.Contains(body, `"isError":true`) {
+			t.Fatalf("charge_card %d: %d %s; log:\n%s", amount, resp.StatusCode, body, g.logText())
+		}
+		return body
+	}
+	// A fresh call's round trips, the last its commit's.
+	trips := func(amount int) int64 {
+		before := p.RoundTrips()
+		charge(amount)
+		return p.RoundTrips() - before
+	}
+	n := trips(100)
+	if m := trips(200); m != n || n < 2 {
+		t.Fatalf("fresh calls took %d and %d round trips", n, m)
+	}
+	p.LoseAnswer(int(n), 400*time.Millisecond)
+	first := charge(300)
+	if p.Lost() != 1 {
+		t.Fatalf("no answer was lost (%d round trips)", n)
+	}
+	again := charge(300)
+	if !strings.Contains(again, "ch_") || effectsOf(t, effects) != 3 {
+		t.Fatalf("after the lost answer: %d effects for 3 actions; the duplicate answered %s (the first %s)", effectsOf(t, effects), again, first)
+	}
+	charge(400) // its commit carries whatever counts wait in the gateway
+	code, out, errOut := runCLI(t, "", "ledger", "stats", "--ledger", direct, "--json")
+	var stats struct{ Counters fence.Counters }
+	if code != exitOK || json.Unmarshal([]byte(out), &stats) != nil {
+		t.Fatalf("ledger stats = %d %s %s", code, out, errOut)
+	}
+	if c := stats.Counters; c.Admitted != 4 || c.LeaseLost != 0 {
+		t.Fatalf("ledger stats counts %+v for 4 admissions and a replay; log:\n%s", c, g.logText())
+	}
+	// The gateway's /metrics shows the ledger's counts (and its own unflushed ones) alike.
+	mresp, err := http.Get(strings.TrimSuffix(g.url, "/mcp") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{`effectfence_ledger_attempts_total{result="admitted"} 4`, `effectfence_ledger_attempts_total{result="lease_lost"} 0`} {
+		if !strings.Contains(string(mb), want+"\n") {
+			t.Fatalf("/metrics lacks %q:\n%s", want, mb)
+		}
+	}
+	t.Logf("a fresh call: %d round trips; stats %+v", n, stats.Counters)
+}

@@ -1,0 +1,126 @@
+package postgres
+
+// Counters of a commit whose answer was lost.
+//
+// The engine sends its pending counters with a write (Tx.AddCounters), and puts them back
+// among its pending ones when the write fails, to send them again with the next. A commit
+// whose answer is lost and that the store cannot settle (CommitUnknownError) may have landed,
+// counters and all: sent again, they would be counted twice. So the store keeps them itself
+// (the error says so: fence.CountersKept) as a doubt, and settles the doubt once the database
+// answers, at the start of a later Update: if the commit landed, its counters did; if it
+// surely did not, the store adds them then; while that cannot be told yet, it waits.
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// doubt is a commit whose answer was lost, and the counters it carried.
+type doubt struct {
+	// xid is the transaction whose COMMIT was sent (0: none was).
+	xid int64
+	// A one-statement commit (spec.go): the intent, the done record's body it writes and the
+	// claim's body it requires. It landed if the record is that body; it may still land
+	// while the record is the claim (the statement may be waiting for the intent's lock).
+	intent      string
+	body, claim []byte
+	delta       fence.Counters
+}
+
+// doubts are the commits this store has not settled yet.
+type doubts struct {
+	mu   sync.Mutex // held by the one settling: a doubt's counters are added once
+	list []doubt
+	n    atomic.Int64
+	// next is when (UnixNano) settling may be tried again after a try that left doubts
+	// open: each try costs a round trip per doubt, which every Update would otherwise pay
+	// while one stays open.
+	next atomic.Int64
+}
+
+// doubtRetry is how long a try at settling that left doubts open holds the next one off.
+const doubtRetry = time.Second
+
+// keep makes err, when it is a CommitUnknownError of an Update that carried counters, a
+// doubt this store settles: d describes a one-statement commit (its body set), else the
+// doubt is err's transaction. The error returned then says the store keeps the counters.
+func (s *Store) keep(err error, d doubt) error {
+	cu, ok := err.(CommitUnknownError)
+	if !ok {
+		return err
+	}
+	if d.body == nil {
+		d.xid, d.delta = cu.Xid, cu.delta
+	}
+	if d.delta.IsZero() || (d.xid == 0 && d.body == nil) {
+		return err
+	}
+	s.doubts.mu.Lock()
+	s.doubts.list = append(s.doubts.list, d)
+	s.doubts.n.Store(int64(len(s.doubts.list)))
+	s.doubts.next.Store(0) // the next Update tries at once
+	s.doubts.mu.Unlock()
+	cu.kept = true
+	return cu
+}
+
+// settleDoubts settles what can be settled of the doubts, unless another call is at it or,
+// unless now, a try left doubts open less than doubtRetry ago.
+func (s *Store) settleDoubts(ctx context.Context, now bool) {
+	if !now && time.Now().UnixNano() < s.doubts.next.Load() {
+		return
+	}
+	if !s.doubts.mu.TryLock() {
+		return
+	}
+	defer s.doubts.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var open []doubt
+	for _, d := range s.doubts.list {
+		if !s.settle(ctx, d) {
+			open = append(open, d)
+		}
+	}
+	s.doubts.list = open
+	s.doubts.n.Store(int64(len(open)))
+	if len(open) > 0 {
+		s.doubts.next.Store(time.Now().Add(doubtRetry).UnixNano())
+	}
+}
+
+// settle asks the server about d, and adds its counters if its commit did not land. It says
+// whether d is settled.
+func (s *Store) settle(ctx context.Context, d doubt) bool {
+	var status *string
+	var body []byte
+	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2)`, d.xid, d.intent).Scan(&status, &body)
+	if err != nil {
+		return false
+	}
+	spec := d.body != nil
+	switch {
+	case d.xid != 0 && status == nil:
+		// Too old for the server to tell: the counters may be in; never count them twice.
+		return true
+	case d.xid != 0 && *status == "committed", spec && bytes.Equal(body, d.body):
+		s.at("doubt landed", 0)
+		return true
+	case d.xid != 0 && *status != "aborted", spec && bytes.Equal(body, d.claim):
+		return false // the transaction or the statement may still commit
+	}
+	args, err := counterArgs(s.instance+"/settled", d.delta)
+	if err != nil {
+		return true // counters beyond a bigint: nothing can add them
+	}
+	if _, err := s.pool.Exec(ctx, addCounters, args...); err != nil {
+		return false
+	}
+	s.at("doubt added", 0)
+	return true
+}

@@ -1,0 +1,143 @@
+package postgres
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestDoubtSettles: a commit whose answer was lost and that the store could not settle is a
+// doubt (doubt.go); once the server answers, the store adds its counters if and only if the
+// commit did not land, and waits while it may still land.
+func TestDoubtSettles(t *testing.T) {
+	st := newTestStore(t)
+	ctx := context.Background()
+	conn := admin(t, st.Schema())
+	xid := func(commit bool) int64 {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var x int64
+		if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	claim, done := []byte(`{"claim"}`), []byte(`{"done"}`)
+	if _, err := conn.Exec(ctx, "INSERT INTO effectfence_records (intent, state, body) VALUES ('held', 'in_flight', $1), ('landed', 'done', $2), ('other', 'done', '{}')", claim, done); err != nil {
+		t.Fatal(err)
+	}
+	other := admin(t, st.Schema()) // holds a transaction open
+	pending, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pending.Rollback(ctx)
+	var inProgress int64
+	if err := pending.QueryRow(ctx, "SELECT txid_current()").Scan(&inProgress); err != nil {
+		t.Fatal(err)
+	}
+	one := fence.Counters{Admitted: 1}
+	cases := []struct {
+		name           string
+		d              doubt
+		added, settled bool
+	}{
+		{"transaction committed", doubt{xid: xid(true), delta: one}, false, true},
+		{"transaction aborted", doubt{xid: xid(false), delta: one}, true, true},
+		{"transaction in progress", doubt{xid: inProgress, delta: one}, false, false},
+		{"statement landed", doubt{intent: "landed", body: done, claim: claim, delta: one}, false, true},
+		{"statement may still land", doubt{intent: "held", body: done, claim: claim, delta: one}, false, false},
+		{"statement fenced by another write", doubt{intent: "other", body: done, claim: claim, delta: one}, true, true},
+		{"statement fenced, its transaction committed", doubt{xid: xid(true), intent: "other", body: done, claim: claim, delta: one}, false, true},
+		{"statement fenced, its transaction aborted", doubt{xid: xid(false), intent: "other", body: done, claim: claim, delta: one}, true, true},
+		{"statement may still land, its transaction aborted", doubt{xid: xid(false), intent: "held", body: done, claim: claim, delta: one}, false, false},
+	}
+	for _, c := range cases {
+		before := countersOf(t, st)
+		settled := st.settle(ctx, c.d)
+		added := countersOf(t, st).Admitted - before.Admitted
+		want := uint64(0)
+		if c.added {
+			want = 1
+		}
+		if settled != c.settled || added != want {
+			t.Errorf("%s: settled %v, added %d; want settled %v, added %d", c.name, settled, added, c.settled, want)
+		}
+	}
+}
+
+func countersOf(t *testing.T, st *Store) fence.Counters {
+	t.Helper()
+	var c fence.Counters
+	if err := st.View(context.Background(), func(tx fence.Tx) error {
+		var err error
+		c, err = tx.Counters()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestLostCommitThatDidNotLandCountsOnce: a one-statement commit is held in a frozen proxy
+// and dropped with the connection (the server never runs it), and the transaction that would
+// settle it fails too (the database is away): the store keeps the counters it carried. The
+// holder's retry records the commit; the next settling finds the statement can no longer
+// land and adds the counters, once.
+func TestLostCommitThatDidNotLandCountsOnce(t *testing.T) {
+	g := newCutRig(t)
+	var added, landed atomic.Int64
+	g.st.hook = func(stage string, _ uint32) {
+		switch stage {
+		case "doubt added":
+			added.Add(1)
+		case "doubt landed":
+			landed.Add(1)
+		}
+	}
+	ctx := context.Background()
+	e := fence.New(g.st, fence.Config{LeaseTTL: time.Minute, SpoolDir: g.spool})
+	before := g.counters()
+	r := fence.Request{Intent: "never-landed", Tool: "charge", Args: []byte(`{"usd":1}`)}
+	adm, err := e.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	g.p.Freeze()
+	settled := make(chan error, 1)
+	go func() {
+		_, err := settle(e, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ok"`)})
+		settled <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the statement waits in the proxy
+	g.p.Cut(time.Hour)                 // dropped with every connection; the database is away
+	time.Sleep(200 * time.Millisecond)
+	g.p.Heal()
+	if err := <-settled; err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	if st, err := e.Status(ctx, r.Intent); err != nil || st.State != fence.StateDone {
+		t.Fatalf("after settle: %+v %v", st, err)
+	}
+	time.Sleep(doubtRetry) // a try that found the claim still there holds the next one off
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.counters().Admitted - before.Admitted; got != 1 || added.Load() != 1 || landed.Load() != 0 {
+		t.Fatalf("admitted %d (settled: %d added, %d landed); want 1, by the store's settling", got, added.Load(), landed.Load())
+	}
+}
