@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 )
 
 // AnswerBudget bounds the bytes of large messages from servers that the process holds at once,
@@ -21,66 +23,9 @@ const FreeAnswer = 1 << 20
 // answers is the process's budget; budgetWait how long a message waits for room in it before
 // it is given up as too large (variables so tests can lower them).
 var (
-	answers    = newBudget(AnswerBudget)
+	answers    = budget.NewPool(AnswerBudget)
 	budgetWait = time.Minute
 )
-
-// budget is a pool of bytes: acquire waits for room, release gives it back.
-type budget struct {
-	mu    sync.Mutex
-	total int64
-	free  int64
-	least int64         // the least free there has been
-	more  chan struct{} // closed and replaced whenever bytes are given back
-}
-
-func newBudget(total int64) *budget {
-	return &budget{total: total, free: total, least: total, more: make(chan struct{})}
-}
-
-// acquire takes n bytes (at most the whole budget), waiting up to wait for them. It reports
-// whether it took them.
-func (b *budget) acquire(ctx context.Context, n int64, wait time.Duration) bool {
-	n = min(n, b.total)
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	for {
-		b.mu.Lock()
-		if b.free >= n {
-			b.free -= n
-			b.least = min(b.least, b.free)
-			b.mu.Unlock()
-			return true
-		}
-		more := b.more
-		b.mu.Unlock()
-		select {
-		case <-more:
-		case <-deadline.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// used is what is taken now, and the most that was taken at once.
-func (b *budget) used() (now, most int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total - b.free, b.total - b.least
-}
-
-func (b *budget) release(n int64) {
-	if n <= 0 {
-		return
-	}
-	b.mu.Lock()
-	b.free += n
-	close(b.more)
-	b.more = make(chan struct{})
-	b.mu.Unlock()
-}
 
 // holdKey marks a context whose caller keeps the budget of the answers it receives.
 type holdKey struct{}
@@ -102,7 +47,7 @@ func HoldAnswers(ctx context.Context) (_ context.Context, done func()) {
 		n := h.bytes
 		h.bytes, h.ended = 0, true
 		h.mu.Unlock()
-		answers.release(n)
+		answers.Release(n)
 	}
 }
 
@@ -127,11 +72,11 @@ func newMeter(ctx context.Context, r io.Reader, contentLength int64) *meter {
 
 func (m *meter) Read(p []byte) (int, error) {
 	if m.held == 0 && m.read+int64(len(p)) > FreeAnswer {
-		if !answers.acquire(m.ctx, m.size, budgetWait) {
+		if !answers.Acquire(m.ctx, m.size, budgetWait) {
 			if err := m.ctx.Err(); err != nil {
 				return 0, err
 			}
-			return 0, fmt.Errorf("%w: the message grew past %d bytes while the large messages held by this process filled its budget of %d MiB for %s", ErrTooLarge, FreeAnswer, answers.total>>20, budgetWait)
+			return 0, fmt.Errorf("%w: the message grew past %d bytes while the large messages held by this process filled its budget of %d MiB for %s", ErrTooLarge, FreeAnswer, answers.Total()>>20, budgetWait)
 		}
 		m.held = m.size
 	}
@@ -142,7 +87,7 @@ func (m *meter) Read(p []byte) (int, error) {
 
 // next starts the next message of a stream: the last one's share of the budget is given back.
 func (m *meter) next() {
-	answers.release(m.held)
+	answers.Release(m.held)
 	m.read, m.held = 0, 0
 }
 
@@ -150,7 +95,7 @@ func (m *meter) next() {
 // what it holds, kept by the caller's hold (HoldAnswers) or given back now.
 func (m *meter) done() {
 	keep := min(m.held, m.read)
-	answers.release(m.held - keep)
+	answers.Release(m.held - keep)
 	m.held = 0
 	if h, ok := m.ctx.Value(holdKey{}).(*hold); ok && keep > 0 {
 		h.mu.Lock()
@@ -160,5 +105,5 @@ func (m *meter) done() {
 			return
 		}
 	}
-	answers.release(keep)
+	answers.Release(keep)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
@@ -21,7 +22,7 @@ import (
 // may have run (unknown to the core), never "not sent". Every byte goes back afterwards.
 func TestAnswersShareTheBudget(t *testing.T) {
 	oldBudget, oldMax, oldWait := answers, maxMessage, budgetWait
-	answers, maxMessage = newBudget(4<<20), 2<<20
+	answers, maxMessage = budget.NewPool(4<<20), 2<<20
 	t.Cleanup(func() { answers, maxMessage, budgetWait = oldBudget, oldMax, oldWait })
 
 	text := bytes.Repeat([]byte("x"), 3<<19)
@@ -65,7 +66,7 @@ func TestAnswersShareTheBudget(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if now, most := answers.used(); now != 0 || most > 4<<20 || most < 2<<20 {
+	if now, most := answers.Used(); now != 0 || most > 4<<20 || most < 2<<20 {
 		t.Fatalf("after six answers: %d bytes of the budget taken, at most %d; want 0, and between one reservation and the budget", now, most)
 	}
 
@@ -73,11 +74,11 @@ func TestAnswersShareTheBudget(t *testing.T) {
 	if err := call(ctx, "big"); err != nil {
 		t.Fatal(err)
 	}
-	if now, _ := answers.used(); now < int64(len(text)) || now > 2<<20 {
+	if now, _ := answers.Used(); now < int64(len(text)) || now > 2<<20 {
 		t.Fatalf("a held answer of %d bytes keeps %d bytes of the budget", len(text), now)
 	}
 	done()
-	if now, _ := answers.used(); now != 0 {
+	if now, _ := answers.Used(); now != 0 {
 		t.Fatalf("%d bytes of the budget still taken after the hold was done", now)
 	}
 
@@ -88,7 +89,7 @@ func TestAnswersShareTheBudget(t *testing.T) {
 	}
 	stalled.Wait()
 	deadline := time.Now().Add(10 * time.Second)
-	for now, _ := answers.used(); now < 4<<20; now, _ = answers.used() {
+	for now, _ := answers.Used(); now < 4<<20; now, _ = answers.Used() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the two stalled answers hold %d bytes of the budget, want all of it", now)
 		}
@@ -107,7 +108,7 @@ func TestAnswersShareTheBudget(t *testing.T) {
 			t.Fatalf("a stalled answer, once it went on: %v", err)
 		}
 	}
-	if now, most := answers.used(); now != 0 || most > 4<<20 {
+	if now, most := answers.Used(); now != 0 || most > 4<<20 {
 		t.Fatalf("at the end: %d bytes of the budget taken, at most %d", now, most)
 	}
 }
