@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,5 +113,40 @@ func TestAnswersShareTheBudget(t *testing.T) {
 	}
 	if now, most := answers.Used(); now != 0 || most > 4<<20 {
 		t.Fatalf("at the end: %d bytes of the budget taken, at most %d", now, most)
+	}
+}
+
+// A stream's messages each count on their own: a GET stream that carries 3 MiB of small
+// notifications, and stays open, holds none of the budget once they are delivered (before
+// each message gave its share back, the stream would keep a reservation for as long as it
+// stayed open, after its first MiB).
+func TestStreamGivesTheBudgetBackPerMessage(t *testing.T) {
+	oldBudget, oldMax := answers, maxMessage
+	answers, maxMessage = budget.NewPool(4<<20), 2<<20
+	t.Cleanup(func() { answers, maxMessage = oldBudget, oldMax })
+	const notes = 3000
+	f, srv := newFake(t)
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		pad := strings.Repeat("p", 1<<10)
+		for i := range notes {
+			fmt.Fprintf(w, "data: %s\n\n", jsonrpc.Notification("notifications/message", json.RawMessage(fmt.Sprintf(`{"level":"info","data":"%d %s"}`, i, pad))))
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}
+	var got atomic.Int64
+	u := upstream(t, srv.URL, Config{OnNotification: func(string, json.RawMessage) { got.Add(1) }})
+	session(t, u)
+	deadline := time.Now().Add(30 * time.Second)
+	for got.Load() < notes {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d notifications delivered", got.Load(), notes)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the reader is back waiting for the next event
+	if now, _ := answers.Used(); now != 0 {
+		t.Fatalf("an open stream whose %d notifications were delivered holds %d bytes of the budget", notes, now)
 	}
 }
