@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	goio "io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"net/url"
@@ -37,6 +38,7 @@ func gatewayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "share-principals", Usage: "with --listen: identical calls of different principals are one action (a fleet acting for one account); default: each principal is its own scope"},
 		&cli.IntFlag{Name: "max-sessions", Value: httpfront.DefaultMaxSessions, Usage: "with --listen: open MCP sessions at most (each runs its own MCP server child, or upstream session)"},
 		&cli.DurationFlag{Name: "session-idle", Value: httpfront.DefaultIdle, Usage: "with --listen: close a session idle this long"},
+		&cli.IntFlag{Name: "max-conns", Usage: "with --listen: client connections open at most (default: half the open-file limit, leaving the rest to the ledger, the spool and the servers); past it the connection idle longest is closed, or a new one waits"},
 		&cli.DurationFlag{Name: "body-timeout", Value: httpfront.DefaultBodyTimeout, Usage: "with --listen: a request's body must arrive within this long, else its connection is cut and nothing runs (streamed answers are not bounded by it)"},
 		&cli.StringSliceFlag{Name: "metrics-tool", Usage: "with --listen: give this tool its own series in /metrics (repeatable; other tools are counted together)"},
 	}
@@ -151,10 +153,22 @@ type listenConfig struct {
 	connIdle time.Duration
 	// health, when set, is /healthz's check of the ledger.
 	health func(context.Context) error
+	// maxConns bounds the client connections open at once (--max-conns; 0: the default).
+	maxConns int
+}
+
+// defaultMaxConns is --max-conns when not given: half the process's open-file limit (the
+// other half is for the ledger, the spool, each session's server and its connections), and
+// 10,000 where there is no such limit.
+func defaultMaxConns() int {
+	if n := openFileLimit(); n > 0 {
+		return max(n/2, 1)
+	}
+	return 10000
 }
 
 // gatewayOnly are the flags that mean something only with --listen.
-var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "session-idle", "body-timeout", "metrics-tool"}
+var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "max-conns", "session-idle", "body-timeout", "metrics-tool"}
 
 // checkListen checks the listener flags: nil without --listen (and none of its flags).
 func checkListen(cmd *cli.Command) (*listenConfig, error) {
@@ -192,10 +206,14 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 	if !loopback && len(cfg.Keys) == 0 && !cfg.PassAuth && !cmd.Bool("allow-unauthenticated") {
 		return nil, usageErr("--listen %s is not a loopback address: give --api-keys FILE or --pass-auth (or --allow-unauthenticated behind an authenticating proxy)", addr)
 	}
-	if cfg.MaxSessions <= 0 || cfg.Idle <= 0 || cfg.BodyTimeout <= 0 {
-		return nil, usageErr("--max-sessions, --session-idle and --body-timeout must be positive")
+	maxConns := cmd.Int("max-conns")
+	if !cmd.IsSet("max-conns") {
+		maxConns = defaultMaxConns()
 	}
-	return &listenConfig{addr: addr, front: cfg, connIdle: connIdle}, nil
+	if cfg.MaxSessions <= 0 || cfg.Idle <= 0 || cfg.BodyTimeout <= 0 || maxConns <= 0 {
+		return nil, usageErr("--max-sessions, --max-conns, --session-idle and --body-timeout must be positive")
+	}
+	return &listenConfig{addr: addr, front: cfg, connIdle: connIdle, maxConns: maxConns}, nil
 }
 
 // newGateway makes the front and opens the listener. newSession makes the proxy of one
@@ -243,8 +261,19 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 	if idle <= 0 {
 		idle = connIdle
 	}
-	srv := &http.Server{Handler: countHTTP(boundBody(mux, front.BodyTimeout()), metrics), ReadHeaderTimeout: headerTimeout, IdleTimeout: idle}
-	return &gateway{front: front, srv: srv, ln: ln}, nil
+	maxConns := lc.maxConns
+	if maxConns <= 0 {
+		maxConns = defaultMaxConns()
+	}
+	limit := newConnLimit(ln, maxConns)
+	srv := &http.Server{
+		Handler: countHTTP(boundBody(mux, front.BodyTimeout()), metrics), ReadHeaderTimeout: headerTimeout, IdleTimeout: idle,
+		ConnState: limit.connState,
+		// The server's own complaints (a failed accept, a recovered panic) are effectfence's
+		// log lines, in the chosen format; before, they went to stderr as Go's log writes them.
+		ErrorLog: stdlog.New(log, "effectfence wrap: ", 0),
+	}
+	return &gateway{front: front, srv: srv, ln: limit}, nil
 }
 
 // serve serves until ctx ends, then stops: no new sessions or requests, each session's calls

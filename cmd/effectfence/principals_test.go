@@ -41,8 +41,15 @@ func (g *gatewayProc) logText() string {
 // test ends and returns it once it listens.
 func startGateway(t *testing.T, args ...string) *gatewayProc {
 	t.Helper()
-	bin := effectfence(t)
-	cmd := exec.Command(bin, append([]string{"wrap"}, args...)...)
+	return startGatewayUnder(t, nil, args...)
+}
+
+// startGatewayUnder is startGateway with the binary run by the command under (prlimit and its
+// options, say), which must exec it.
+func startGatewayUnder(t *testing.T, under []string, args ...string) *gatewayProc {
+	t.Helper()
+	argv := append(append(append([]string(nil), under...), effectfence(t), "wrap"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "EFFECTFENCE_API_KEYS=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -61,8 +68,9 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 			g.mu.Lock()
 			g.log.WriteString(sc.Text() + "\n")
 			g.mu.Unlock()
-			if u, ok := strings.CutPrefix(sc.Text(), "effectfence wrap: listening on "); ok {
-				urls <- u
+			// A text line, or the msg of a JSON one (--log-format json).
+			if _, u, ok := strings.Cut(sc.Text(), "effectfence wrap: listening on "); ok {
+				urls <- strings.TrimSuffix(u, `"}`)
 			}
 		}
 	}()

@@ -548,14 +548,18 @@ func (s *Session) roundTrip(ctx context.Context, method string, params json.RawM
 		return nil, resp.Header, err
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	// The answer's bytes count against the process's budget (budget.go); what the answer
+	// holds is kept until the caller is done with it, anything else given back on return.
+	meter := newMeter(rctx, resp.Body, resp.ContentLength)
+	defer meter.next()
 	var m *jsonrpc.Message
 	switch {
 	case resp.StatusCode == http.StatusAccepted:
 		err = fmt.Errorf("httpback: MCP server answered the request %s with 202 Accepted and no response", method)
 	case mt == "application/json":
-		m, err = s.readJSON(resp.Body, id, rcancel)
+		m, err = s.readJSON(meter, id, rcancel)
 	case mt == "text/event-stream":
-		m, err = s.readStream(rctx, resp.Body, id, method)
+		m, err = s.readStream(rctx, meter, resp.Body, id, method)
 	default:
 		err = fmt.Errorf("httpback: MCP server answered %s with Content-Type %q", method, safetext.Clip(safetext.Escape(resp.Header.Get("Content-Type")), 100))
 	}
@@ -565,6 +569,7 @@ func (s *Session) roundTrip(ctx context.Context, method string, params json.RawM
 	if m.Error != nil {
 		return nil, resp.Header, m.Error
 	}
+	meter.done()
 	return m.Result, resp.Header, nil
 }
 
@@ -739,10 +744,10 @@ func (s *Session) readJSON(r io.Reader, id json.RawMessage, stop context.CancelF
 // readStream reads a call's SSE stream until the response to id, queueing what comes before
 // it, and returns the response once that has been delivered. A stream cut before the
 // response is resumed once with GET and Last-Event-ID when the server gave event ids.
-func (s *Session) readStream(ctx context.Context, body io.ReadCloser, id json.RawMessage, method string) (*jsonrpc.Message, error) {
+func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadCloser, id json.RawMessage, method string) (*jsonrpc.Message, error) {
 	lastID, resumed := "", false
 	for {
-		m, err := s.pump(ctx, body, id, &lastID)
+		m, err := s.pump(ctx, meter, id, &lastID)
 		if err == nil {
 			return m, nil
 		}
@@ -761,6 +766,8 @@ func (s *Session) readStream(ctx context.Context, body io.ReadCloser, id json.Ra
 		body.Close()
 		body = resp.Body
 		defer body.Close()
+		meter.r, meter.size = body, int64(maxMessage)
+		meter.next()
 	}
 }
 
@@ -770,9 +777,11 @@ var errInvalidAnswer = errors.New("the server answered with an event that is not
 
 // pump reads events until the response to id (nil id: forever). Each event id is stored in
 // *lastID.
-func (s *Session) pump(ctx context.Context, body io.Reader, id json.RawMessage, lastID *string) (*jsonrpc.Message, error) {
-	r := newSSEReader(body, maxMessage)
+func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string) (*jsonrpc.Message, error) {
+	r := newSSEReader(meter, maxMessage)
 	for {
+		// The event before, if any, was not the answer: its share of the budget goes back.
+		meter.next()
 		ev, err := r.next()
 		if err != nil {
 			return nil, err
@@ -997,7 +1006,9 @@ func (s *Session) listen() {
 			}
 		}
 		if err == nil {
-			_, err = s.pump(s.bg, resp.Body, nil, &lastID)
+			meter := newMeter(s.bg, resp.Body, 0)
+			_, err = s.pump(s.bg, meter, nil, &lastID)
+			meter.next()
 			resp.Body.Close()
 			if errors.Is(err, ErrTooLarge) {
 				// Reopening would replay the same event: give the stream up.

@@ -1,6 +1,17 @@
 package httpfront
 
-import "time"
+import (
+	"context"
+	"time"
+)
+
+// HoldRequestBudget takes the whole budget of large requests, as requests being read would;
+// it returns a func that gives it back.
+func HoldRequestBudget() func() {
+	n := requests.Total()
+	requests.Acquire(context.Background(), n, 0)
+	return func() { requests.Release(n) }
+}
 
 // SetMaxBacklog lowers the bound on one stream's backlog for a test; it returns a func that
 // puts it back.

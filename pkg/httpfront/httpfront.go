@@ -25,6 +25,7 @@
 package httpfront
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -42,6 +43,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -384,12 +386,58 @@ var maxBacklog = wrap.MaxMessage
 // its backlog passes maxBacklog. A variable so tests can lower it.
 var writeTimeout = time.Minute
 
+// RequestBudget bounds the bytes of large requests the front holds at once, across every
+// session: a body that grows past 1 MiB first reserves its Content-Length (64 MiB when it has
+// none) and keeps it until the request's answer is sent or its client hangs up. Recording a
+// call whose arguments are 60 MiB took about 1.7 GB and a minute; eight at once, unbounded,
+// could exhaust a host's memory. A body that finds no room within --body-timeout is refused
+// with 503, unread: nothing ran.
+const RequestBudget = 128 << 20
+
+// freeRequest is how long a body may be without reserving any of the budget.
+const freeRequest = 1 << 20
+
+// requests is the process's RequestBudget (a variable so tests can lower it).
+var requests = budget.NewPool(RequestBudget)
+
+// errBusy ends the read of a body that found no room in the budget.
+var errBusy = errors.New("no room for another large message")
+
+// bodyMeter reads a body, reserving size bytes of the budget once it grows past freeRequest.
+type bodyMeter struct {
+	ctx              context.Context
+	r                io.Reader
+	wait             time.Duration
+	size, read, held int64
+}
+
+func (m *bodyMeter) Read(p []byte) (int, error) {
+	if m.held == 0 && m.read+int64(len(p)) > freeRequest {
+		if !requests.Acquire(m.ctx, m.size, m.wait) {
+			return 0, errBusy
+		}
+		m.held = m.size
+	}
+	n, err := m.r.Read(p)
+	m.read += int64(n)
+	return n, err
+}
+
 func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	meter := &bodyMeter{ctx: r.Context(), r: http.MaxBytesReader(w, r.Body, maxBody), wait: h.cfg.BodyTimeout, size: maxBody}
+	if r.ContentLength > 0 && r.ContentLength < maxBody {
+		meter.size = r.ContentLength
+	}
+	defer func() { requests.Release(meter.held) }()
+	body, err := io.ReadAll(meter)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		var ne net.Error
 		switch {
+		case errors.Is(err, errBusy):
+			w.Header().Set("Connection", "close") // the rest of the body is not read
+			w.Header().Set("Retry-After", "1")
+			httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds as many large messages as it may (%d MiB) and none ended within %s: this message was NOT read and nothing ran; send it again", requests.Total()>>20, h.cfg.BodyTimeout))
 		case errors.As(err, &tooBig):
 			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
 		case errors.As(err, &ne) && ne.Timeout():

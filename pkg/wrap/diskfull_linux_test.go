@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectfence/effectfence/pkg/internal/diskfull"
+	"github.com/effectfence/effectfence/internal/diskfull"
 )
 
 // TestFullDiskLosesNothing: wrap's SQLite ledger on a disk that fills (a real tmpfs). A call

@@ -1,6 +1,7 @@
-// Package budget is the table of large entries that the engine's fingerprint cache and the
-// SQLite ledger's decoded-record cache keep beside their small ones: direct-mapped slots,
-// read without a lock, whose entries together cost at most a byte budget.
+// Package budget bounds the memory large things take. Table is the table of large entries
+// that the engine's fingerprint cache and the SQLite ledger's decoded-record cache keep beside
+// their small ones: direct-mapped slots, read without a lock, whose entries together cost at
+// most a byte budget. Pool is the bytes the large messages of a process share.
 package budget
 
 import (

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/diskfull"
 	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/internal/diskfull"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 

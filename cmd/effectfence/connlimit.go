@@ -1,0 +1,98 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"sync"
+)
+
+// connLimit is a listener that holds at most max connections open at once, so that clients
+// cannot take the file descriptors the ledger, the spool and the servers' pipes and
+// connections need: once max are open, Accept first closes the connection that has been
+// idle longest between requests (a keep-alive connection, which its client reopens when it
+// needs one), and with none idle waits for one to close. Connections not yet accepted wait in
+// the kernel's queue and hold no descriptor of the process.
+type connLimit struct {
+	net.Listener
+	slots  chan struct{} // one per open connection
+	closed chan struct{}
+	close  sync.Once
+
+	mu   sync.Mutex
+	idle []*limitedConn // idle between requests, longest idle first
+}
+
+func newConnLimit(ln net.Listener, max int) *connLimit {
+	return &connLimit{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{})}
+}
+
+// Close closes the listener and ends an Accept waiting for a slot.
+func (l *connLimit) Close() error {
+	l.close.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		if c := l.oldestIdle(); c != nil {
+			_ = c.Close()
+		}
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.closed:
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, l: l}, nil
+}
+
+// oldestIdle takes the connection idle longest out of the idle list.
+func (l *connLimit) oldestIdle() *limitedConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.idle) == 0 {
+		return nil
+	}
+	c := l.idle[0]
+	l.idle = l.idle[1:]
+	return c
+}
+
+// connState is the http.Server's ConnState: it keeps the list of idle connections.
+func (l *connLimit) connState(c net.Conn, s http.ConnState) {
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, x := range l.idle {
+		if x == lc {
+			l.idle = append(l.idle[:i], l.idle[i+1:]...)
+			break
+		}
+	}
+	if s == http.StateIdle {
+		l.idle = append(l.idle, lc)
+	}
+}
+
+// limitedConn gives its slot back when it is closed, once.
+type limitedConn struct {
+	net.Conn
+	l    *connLimit
+	once sync.Once
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.l.slots })
+	return err
+}
