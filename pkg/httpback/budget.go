@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/budget"
@@ -27,29 +26,10 @@ var (
 	budgetWait = time.Minute
 )
 
-// holdKey marks a context whose caller keeps the budget of the answers it receives.
-type holdKey struct{}
-
-// hold is the budget the answers of one caller keep until it is done with them.
-type hold struct {
-	mu    sync.Mutex
-	bytes int64
-	ended bool // done was called: what comes later is given back at once
-}
-
 // HoldAnswers returns a context under which a Call's answer keeps its share of AnswerBudget
-// after the Call returns, until done is called: for a caller that goes on holding the result
-// (recording it, answering with it), so the memory it takes stays within the budget.
-func HoldAnswers(ctx context.Context) (_ context.Context, done func()) {
-	h := &hold{}
-	return context.WithValue(ctx, holdKey{}, h), func() {
-		h.mu.Lock()
-		n := h.bytes
-		h.bytes, h.ended = 0, true
-		h.mu.Unlock()
-		answers.Release(n)
-	}
-}
+// after the Call returns, until done is called (budget.Hold: the proxy core holds its back
+// ends' answers that way, without knowing which back end it has).
+func HoldAnswers(ctx context.Context) (_ context.Context, done func()) { return budget.Hold(ctx) }
 
 // meter reads one message at a time from r: once a message grows past FreeAnswer it reserves
 // size bytes of the budget (its Content-Length, else MaxMessage), and fails with ErrTooLarge
@@ -97,13 +77,7 @@ func (m *meter) done() {
 	keep := min(m.held, m.read)
 	answers.Release(m.held - keep)
 	m.held = 0
-	if h, ok := m.ctx.Value(holdKey{}).(*hold); ok && keep > 0 {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if !h.ended {
-			h.bytes += keep
-			return
-		}
+	if !answers.Keep(m.ctx, keep) {
+		answers.Release(keep)
 	}
-	answers.Release(keep)
 }

@@ -68,3 +68,52 @@ func (p *Pool) Used() (now, most int64) {
 	defer p.mu.Unlock()
 	return p.total - p.free, p.total - p.least
 }
+
+// holdKey marks a context whose caller keeps what the messages it receives took of their
+// pools until it is done with them (Hold).
+type holdKey struct{}
+
+// hold is what the messages of one caller keep until it is done with them.
+type hold struct {
+	mu    sync.Mutex
+	kept  []held
+	ended bool // done was called: what comes later is given back at once
+}
+
+type held struct {
+	p *Pool
+	n int64
+}
+
+// Hold returns a context under which a message's share of its pool (Keep) is kept after the
+// call that read it returns, until done is called: for a caller that goes on holding the
+// message (recording it, answering with it), so the memory it takes stays within the pool.
+// A transport-agnostic caller (the proxy core) holds whatever its back end's messages take.
+func Hold(ctx context.Context) (_ context.Context, done func()) {
+	h := &hold{}
+	return context.WithValue(ctx, holdKey{}, h), func() {
+		h.mu.Lock()
+		kept := h.kept
+		h.kept, h.ended = nil, true
+		h.mu.Unlock()
+		for _, k := range kept {
+			k.p.Release(k.n)
+		}
+	}
+}
+
+// Keep hands n bytes taken from p to the hold of ctx (see Hold), reporting whether there was
+// one still open; if not, the caller gives them back itself.
+func (p *Pool) Keep(ctx context.Context, n int64) bool {
+	h, ok := ctx.Value(holdKey{}).(*hold)
+	if !ok || n <= 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return false
+	}
+	h.kept = append(h.kept, held{p, n})
+	return true
+}
