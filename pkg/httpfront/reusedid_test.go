@@ -30,7 +30,8 @@ func TestReusedIDOfAHungUpRequest(t *testing.T) {
 				}
 			})
 			sid := g.open(nil)
-			first := call(7, "slow", `{"ms":800,"tag":"reused"}`)
+			// Long enough that the steps below, on a loaded machine, happen while it runs.
+			first := call(7, "slow", `{"ms":2500,"tag":"reused"}`)
 			ctx, hangUp := context.WithCancel(context.Background())
 			hungUp := make(chan struct{})
 			go func() {
@@ -44,7 +45,7 @@ func TestReusedIDOfAHungUpRequest(t *testing.T) {
 			// Another call under the same id while the first still runs, slower than what
 			// is left of the first: before, it was handed the first call's answer, and its
 			// own was dropped.
-			r := g.mustPost(sid, nil, call(7, "slow", `{"ms":1500,"tag":"other"}`))
+			r := g.mustPost(sid, nil, call(7, "slow", `{"ms":4000,"tag":"other"}`))
 			if r.status != http.StatusBadRequest || !strings.Contains(r.raw[0], "already in progress") {
 				t.Fatalf("another call under the id of one still served: status %d %v, want 400 (already in progress)", r.status, r.raw)
 			}
