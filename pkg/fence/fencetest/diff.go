@@ -182,6 +182,10 @@ type diffWorld struct {
 	lastTok uint64
 	open    func() fence.Store // reopens a durable store; nil for the memory store
 	cfgs    [3]fence.Config
+	spool   string         // the spool directory of this world's host (every process's)
+	timing  fence.Counters // what the timing-dependent steps counted (left out of the ledger's counters)
+	// raceSeen is where opRace left its domains (they are this world's own).
+	raceSeen map[string]uint64
 }
 
 // diffModel is the reference: what every store should hold.
@@ -199,6 +203,8 @@ type diffModel struct {
 	certs   []string // hashes of recorded certs, for parents
 	issued  map[string]map[uint64]bool
 	current map[string]uint64 // the highest Current each domain answered
+	extra   fence.Counters    // what the engines of one step (opWait, opSpool) counted; in the ledger, no process's
+	serial  int               // numbers the intents and domains of the timing-dependent steps
 }
 
 type mRec struct {
@@ -217,6 +223,7 @@ type mRec struct {
 	reason    string
 	lapsed    bool // the lease has lapsed (given by a process whose leases last 1 ns)
 	expired   bool // a done outcome that has expired (recorded by a process whose TTL is 1 ns)
+	spooled   bool // an outcome of the claim waits in the host's spool (opSpool)
 }
 
 // live reports whether the record answers as recorded: not an expired outcome.
@@ -237,6 +244,7 @@ type diffRun struct {
 	probe   *fence.Engine
 	mu      sync.Mutex // guards m.seen against engines asking Liveness
 	tally   map[string]int
+	quiet   bool // the model predicts an answer nobody sees (a drain's): want checks nothing
 }
 
 var owners = [3]string{"diff-p0", "diff-p1", "diff-p2"}
@@ -269,7 +277,7 @@ func newDiffRun(t *testing.T, seed uint64, stores []DiffStore, verbose bool) *di
 		d.m.brief[i] = d.chance(0.15)
 	}
 	for _, s := range stores {
-		w := &diffWorld{name: s.Name}
+		w := &diffWorld{name: s.Name, spool: t.TempDir(), raceSeen: map[string]uint64{}}
 		if s.Durable != nil {
 			w.open = s.Durable(t)
 			w.st = w.open()
@@ -441,7 +449,9 @@ type answer struct {
 	Status string
 	N      int
 	Seq    uint64
-	Rest   []string // the other attempts of a burst
+	Rest   []string // the other attempts of a burst, or the waiters of opWait
+	Sub    []answer // the later calls of a step of several (opWait, opSpool)
+	Extra  string   // what else a step of several reports (its engines' counters)
 }
 
 var (
@@ -575,9 +585,9 @@ func (d *diffRun) step(i int, op diffOp) bool {
 		return false
 	}
 	d.tally["steps"]++
-	verb := strings.Fields(op.what)[0]
+	verb := strings.TrimSuffix(strings.Fields(op.what)[0], ":")
 	if len(verb) == 2 && verb[0] == 'p' { // "p1 commit …": the operation
-		verb = strings.Fields(op.what)[1]
+		verb = strings.TrimSuffix(strings.Fields(op.what)[1], ":")
 	}
 	if strings.HasSuffix(op.what, " at once") {
 		verb = "burst"
