@@ -177,12 +177,13 @@ func (d *diffRun) aside(fn func()) fence.Counters {
 	return delta
 }
 
-// eligible lists the processes whose leases and outcomes last (an hour): their claims are
-// held and their certs replayed for the whole step. alive also asks that they are seen alive.
+// eligible lists the processes whose leases and outcomes last (an hour) and that are not
+// seen dead: their claims are held and their certs replayed for the whole step. alive also
+// asks that they are seen alive.
 func (d *diffRun) eligible(alive bool) []int {
 	var ps []int
-	for i := range d.m.seen {
-		if !d.m.short[i] && !d.m.brief[i] && (!alive || d.m.seen[i] == fence.Alive) {
+	for i, seen := range d.m.seen {
+		if !d.m.short[i] && !d.m.brief[i] && seen != fence.Dead && (!alive || seen == fence.Alive) {
 			ps = append(ps, i)
 		}
 	}
