@@ -568,8 +568,13 @@ func (d *diffRun) step(i int, op diffOp) bool {
 		d.t.Logf("step %d: %s", i, op.what)
 	}
 	answers := make([]answer, len(d.worlds))
+	failed := d.t.Failed()
 	for k, w := range d.worlds {
 		answers[k] = op.run(w)
+	}
+	if !failed && d.t.Failed() { // a step that checks its own rules (opRace, opLease) said why
+		d.t.Errorf("step %d: %s: broke the rules (above)", i, op.what)
+		return false
 	}
 	for k := 1; k < len(answers); k++ {
 		if !reflect.DeepEqual(answers[0], answers[k]) {

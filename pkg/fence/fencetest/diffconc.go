@@ -780,13 +780,12 @@ func (d *diffRun) opRace() diffOp {
 				return errAnswer(err)
 			}
 			w.timing = w.timing.Add(c)
-			return answer{Rest: bad}
-		},
-		expect: func(a answer) {
-			if len(a.Rest) > 0 {
-				d.failf("race: %s", strings.Join(a.Rest, "; "))
+			for _, b := range bad {
+				d.failf("race on %s: %s", w.name, b)
 			}
+			return answer{}
 		},
+		expect: func(answer) {},
 	}
 }
 
@@ -820,14 +819,12 @@ func (d *diffRun) opLease() diffOp {
 	return diffOp{
 		what: fmt.Sprintf("p%d lease: holds %q on a lease of %v for %v, heartbeat every %v, then %s; rerun safe %v", h, req.Intent, lease, hold, beat, kind, req.RerunSafe),
 		run: func(w *diffWorld) answer {
-			bad := d.runLease(w, h, req, lease, beat, hold, kind)
-			return answer{Rest: bad}
-		},
-		expect: func(a answer) {
-			if len(a.Rest) > 0 {
-				d.failf("lease: %s", strings.Join(a.Rest, "; "))
+			for _, b := range d.runLease(w, h, req, lease, beat, hold, kind) {
+				d.failf("lease on %s: %s", w.name, b)
 			}
+			return answer{}
 		},
+		expect: func(answer) {},
 	}
 }
 
