@@ -393,6 +393,7 @@ func (d *diffRun) expectWait(req fence.Request, h int, waiters []int, kind, reas
 			want = append(want, answerText(w))
 		}
 	}
+	d.tally["wait-waiters:after-"+kind] += len(waiters)
 	sort.Strings(want)
 	if !slices.Equal(a.Rest, want) {
 		d.failf("model: the waiters answered\n%s\nwant\n%s", strings.Join(a.Rest, "\n"), strings.Join(want, "\n"))
@@ -579,6 +580,7 @@ func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode 
 			d.failf("model: DrainedFor answered %s, want %s", a.Sub[2].Extra, want)
 			return
 		}
+		d.tally[fmt.Sprintf("spool-duplicate:%s%s-drained-%v", a.Sub[1].Code, a.Sub[1].Kind, drained)]++
 		if drained {
 			if len(a.Sub) != 5 {
 				d.failf("model: want the attempt after the drain; got %v", a.Sub)
@@ -755,7 +757,7 @@ func (d *diffRun) opRace() diffOp {
 						badf("racer %d: %s refused: %s", i, r.kind, show(a))
 					}
 				case stale:
-					d.tally["race:commit stale"]++
+					d.tally["race:commit-stale"]++
 					if a.Code != fence.CodeStale || !strings.Contains(a.Err, "executed=true") {
 						badf("racer %d: a domain of its read set %v moved (now %v), and its commit answered %s", i, reqs[i].ReadSet, final, show(a))
 					}
@@ -900,6 +902,35 @@ func (d *diffRun) runLease(w *diffWorld, h int, req fence.Request, lease, beat, 
 			}
 		}()
 	}
+	// A waiter (PrepareWait) of another process asks again and again until the holder
+	// settles: it is answered when the lease lapses (unknown, healable), or by the outcome.
+	type waited struct {
+		adm fence.Admission
+		err error
+	}
+	var waits []waited
+	waiting := make(chan struct{})
+	wp := (h + 2) % 3
+	go func() {
+		defer close(waiting)
+		for {
+			adm, err := s.engs[wp].PrepareWait(bg, req, waitLimit)
+			mu.Lock()
+			waits = append(waits, waited{adm, err})
+			mu.Unlock()
+			if err == nil {
+				return // the outcome: a replay, or an admission after the release
+			}
+			select {
+			case <-stop:
+				if !errors.Is(err, fence.ErrPriorFailure) || !strings.Contains(err.Error(), "holder alive but silent") {
+					return // the settled outcome's refusal
+				}
+			default:
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	time.Sleep(hold)
 	close(stop)
 	wg.Wait()
@@ -909,6 +940,31 @@ func (d *diffRun) runLease(w *diffWorld, h int, req fence.Request, lease, beat, 
 	}
 	if kind == "commit" && (a.Cert == nil || a.Cert.Verify() != nil || a.Cert.Intent != req.Intent || string(a.Cert.Result) != `{"leased":true}`) {
 		badf("the holder's cert: %+v", a.Cert)
+	}
+	select {
+	case <-waiting:
+	case <-time.After(waitLimit + 5*time.Second):
+		badf("the waiter was never answered")
+		return bad
+	}
+	for i, wt := range waits {
+		var pf fence.PriorFailureError
+		last := i == len(waits)-1
+		switch {
+		case errors.As(wt.err, &pf) && pf.State == fence.StateUnknown && pf.Healable && strings.Contains(pf.Reason, "holder alive but silent"):
+			d.tally["lease-waiter:unknown"]++
+		case last && kind == "commit" && wt.err == nil && wt.adm.Cert != nil && a.Cert != nil && reflect.DeepEqual(certCopy(wt.adm.Cert), a.Cert):
+			d.tally["lease-waiter:coalesced"]++
+		case last && kind == "release" && wt.err == nil && wt.adm.Ticket != nil:
+			d.tally["lease-waiter:admitted-after-release"]++
+			if err := s.engs[wp].Release(bg, *wt.adm.Ticket, "the waiter's turn ends"); err != nil {
+				badf("the waiter's release: %v", err)
+			}
+		case last && (kind == "abort" || kind == "lost") && errors.As(wt.err, &pf) && !pf.Healable:
+			d.tally["lease-waiter:refused-as-settled"]++
+		default:
+			badf("p%d's waiter (answer %d of %d) while the holder is alive: %s %v", wp, i+1, len(waits), admText(wt.adm), wt.err)
+		}
 	}
 	after, err := s.engs[(h+1)%3].Prepare(bg, req)
 	var pf fence.PriorFailureError
@@ -933,7 +989,7 @@ func (d *diffRun) runLease(w *diffWorld, h int, req fence.Request, lease, beat, 
 	}
 	w.timing = w.timing.Add(c)
 	for k, n := range seen {
-		d.tally["lease duplicate:"+k] += n
+		d.tally["lease-duplicate:"+k] += n
 	}
 	return bad
 }
