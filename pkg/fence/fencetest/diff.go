@@ -63,6 +63,27 @@ const (
 // or a cert's read set that is empty is the same as none (the stores' JSON writes both as
 // one).
 //
+// A few steps make several calls at once, each on engines of its own (one per process, with
+// the process's owner and settings and the host's spool directory) over the store behind a
+// switch that can fail its transactions (an unreachable ledger; or the first write lands and
+// its answer is lost). opWait: identical PrepareWait attempts of every process wait on a held
+// claim until its holder commits (each is replayed the cert, counted coalesced), aborts or
+// loses it (each is refused as the ledger says), or releases it (exactly one is admitted; it
+// commits and the others replay its cert). opSpool: the holder settles while the ledger
+// fails, so the outcome waits in the spool; the holder may die; the ledger comes back; a
+// duplicate of another process asks (and, refused as unknown, has DrainedFor record what
+// waits and asks again), and a Recover drains the rest: the duplicate is never admitted while
+// the outcome waits. Both stay deterministic (the holder settles once every waiter has been
+// told the intent is in flight) and are checked against the model like any step. Two are not
+// deterministic and check rules instead, on intents and domains of their own (the prefix
+// timing:, left out of the comparisons, their records cleared): opRace, different intents
+// racing for two domains (numbers handed out once each, in a row, never falling; an admitted
+// claim that read its own domain got the number after the one it read; a commit refused as
+// stale exactly when a domain it read moved since); and opLease, a holder on a lease of 40 or
+// 80 ms heartbeating (or not) while duplicates and a waiter of every process ask (in flight,
+// or unknown as a live holder's lapsed lease, never admitted, never another cert; each
+// heartbeat's lease ends later and is the one recorded).
+//
 // Each sequence is a subtest named seed=N: rerun one with -run 'Name/seed=N$', or with
 // EFFECTFENCE_DIFF_SEED=N to log its steps. EFFECTFENCE_DIFF_RUNS, _OPS and _BASE make a run
 // longer.
