@@ -85,17 +85,17 @@ func (s *faultStore) View(ctx context.Context, fn func(fence.Tx) error) error {
 	return err
 }
 
-// WriteFirst and Watch pass on what the real store does.
+// WriteFirst passes on what the real store does.
 func (s *faultStore) WriteFirst() bool {
 	wf, ok := s.Store.(fence.WriteFirst)
 	return ok && wf.WriteFirst()
 }
 
-func (s *faultStore) Watch(ctx context.Context, intent string) (<-chan struct{}, func(), error) {
-	if n, ok := s.Store.(fence.Notifier); ok {
-		return n.Watch(ctx, intent)
-	}
-	return nil, nil, errors.New("fencetest: the store cannot tell waiters")
+// notifyingFaultStore is a faultStore over a store that tells waiters (PostgreSQL).
+type notifyingFaultStore struct{ *faultStore }
+
+func (s notifyingFaultStore) Watch(ctx context.Context, intent string) (<-chan struct{}, func(), error) {
+	return s.Store.(fence.Notifier).Watch(ctx, intent)
 }
 
 // stepEngines are the engines of one step over the world's store behind a faultStore, one
@@ -109,6 +109,10 @@ type stepEngines struct {
 func (d *diffRun) stepEngines(w *diffWorld, lease time.Duration) *stepEngines {
 	s := &stepEngines{st: &faultStore{Store: w.st}}
 	s.dead.Store(-1)
+	var st fence.Store = s.st
+	if _, ok := w.st.(fence.Notifier); ok {
+		st = notifyingFaultStore{s.st}
+	}
 	for i := range s.engs {
 		cfg := w.cfgs[i]
 		cfg.SpoolDir = w.spool
@@ -121,7 +125,7 @@ func (d *diffRun) stepEngines(w *diffWorld, lease time.Duration) *stepEngines {
 			}
 			return d.liveness(owner)
 		}
-		s.engs[i] = fence.New(s.st, cfg)
+		s.engs[i] = fence.New(st, cfg)
 	}
 	return s
 }
