@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -106,7 +108,7 @@ type stepEngines struct {
 	dead atomic.Int32
 }
 
-func (d *diffRun) stepEngines(w *diffWorld, lease time.Duration) *stepEngines {
+func (d *diffRun) stepEngines(w *diffWorld, lease time.Duration, spool string) *stepEngines {
 	s := &stepEngines{st: &faultStore{Store: w.st}}
 	s.dead.Store(-1)
 	var st fence.Store = s.st
@@ -115,7 +117,7 @@ func (d *diffRun) stepEngines(w *diffWorld, lease time.Duration) *stepEngines {
 	}
 	for i := range s.engs {
 		cfg := w.cfgs[i]
-		cfg.SpoolDir = w.spool
+		cfg.SpoolDir = spool
 		if lease > 0 { // opLease: a lease of real milliseconds, and outcomes that last
 			cfg.LeaseTTL, cfg.ResultTTL = lease, time.Hour
 		}
@@ -226,7 +228,7 @@ func (d *diffRun) opWait() diffOp {
 	return diffOp{
 		what: fmt.Sprintf("p%d wait: prepare %s; waiters in %v; holder %s (settle %v) result %q reason %q", h, reqText(req), waiters, kind, settle, trunc(res), reason),
 		run: func(w *diffWorld) answer {
-			s := d.stepEngines(w, 0)
+			s := d.stepEngines(w, 0, w.spool)
 			adm, err := s.engs[h].Prepare(bg, req)
 			a := admAnswer(w, adm, err)
 			if adm.Ticket != nil {
@@ -430,16 +432,27 @@ func (d *diffRun) opSpool() diffOp {
 	if d.chance(0.3) {
 		mode = failAfterFirst
 	}
-	kill, dup := d.chance(0.3), d.chance(0.75)
+	// held: the spool cannot take the outcome either (its directory's path runs through a
+	// file), so the holder's engine holds it in memory: only that engine's DrainedFor and
+	// Recover record it, and it ends with the step's engines if neither does.
+	kill, dup, held := d.chance(0.3), d.chance(0.75), d.chance(0.25)
 	res, reason := jsonResult(d.result()), diffReasons[d.pick(len(diffReasons))]
 	return diffOp{
-		what: fmt.Sprintf("p%d spool: prepare %s; holder %s (ledger failing, mode %d) result %q reason %q; holder dead %v; duplicate %v in p%d; recover in p%d", h, reqText(req), kind, mode, trunc(res), reason, kill, dup, p, q),
+		what: fmt.Sprintf("p%d spool: prepare %s; holder %s (ledger failing, mode %d, spool failing %v) result %q reason %q; holder dead %v; duplicate %v in p%d; recover in p%d", h, reqText(req), kind, mode, held, trunc(res), reason, kill, dup, p, q),
 		run: func(w *diffWorld) answer {
-			s := d.stepEngines(w, 0)
+			spool, blocker := w.spool, ""
+			if held {
+				blocker = filepath.Join(w.spool, fmt.Sprintf("blocked-%d", d.m.serial))
+				if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+					return errAnswer(err)
+				}
+				spool = filepath.Join(blocker, "spool")
+			}
+			s := d.stepEngines(w, 0, spool)
 			adm, err := s.engs[h].Prepare(bg, req)
 			a := admAnswer(w, adm, err)
 			if adm.Ticket != nil {
-				a.Sub = d.runSpool(w, s, h, p, q, *adm.Ticket, req, kind, mode, kill, dup, res, reason)
+				a.Sub = d.runSpool(w, s, h, p, q, *adm.Ticket, req, kind, mode, kill, dup, blocker, res, reason)
 			}
 			a.Status = d.statusText(w, h, req.Intent)
 			c, err := s.done()
@@ -450,7 +463,8 @@ func (d *diffRun) opSpool() diffOp {
 			return a
 		},
 		expect: func(a answer) {
-			counted := d.aside(func() { d.expectSpool(req, h, p, q, kind, mode, kill, dup, res, reason, a) })
+			d.m.serial++ // names the blocking file
+			counted := d.aside(func() { d.expectSpool(req, h, p, q, kind, mode, kill, dup, held, res, reason, a) })
 			if want := fmt.Sprintf("%+v", counted); a.Extra != want {
 				d.failf("model: the step's engines counted %s, want %s", a.Extra, want)
 			}
@@ -477,7 +491,7 @@ func spoolCount(w *diffWorld) string {
 	return fmt.Sprintf("spool files=%d err=%v", len(files), err)
 }
 
-func (d *diffRun) runSpool(w *diffWorld, s *stepEngines, h, p, q int, t fence.Ticket, req fence.Request, kind string, mode int32, kill, dup bool, res []byte, reason string) []answer {
+func (d *diffRun) runSpool(w *diffWorld, s *stepEngines, h, p, q int, t fence.Ticket, req fence.Request, kind string, mode int32, kill, dup bool, blocker string, res []byte, reason string) []answer {
 	if mode == failAfterFirst {
 		// The landed transaction carries no counts of its own (the engine counts them again).
 		if err := s.engs[h].Flush(bg); err != nil {
@@ -490,14 +504,22 @@ func (d *diffRun) runSpool(w *diffWorld, s *stepEngines, h, p, q int, t fence.Ti
 	cancel()
 	sa := errAnswer(err)
 	var se fence.SpooledError
-	if errors.As(err, &se) {
+	switch {
+	case errors.As(err, &se):
 		sa = answer{Code: "spooled"}
+	case err != nil && strings.Contains(err.Error(), "it is held in this process's memory"):
+		sa = answer{Code: "held"}
 	}
 	sa.Extra = spoolCount(w)
 	if kill {
 		s.dead.Store(int32(h))
 	}
 	s.st.mode.Store(0)
+	if blocker != "" { // the spool works again
+		if err := os.Remove(blocker); err != nil {
+			return []answer{errAnswer(err)}
+		}
+	}
 	sa.Cert = rawCert(w, req.Intent) // what the landed transaction recorded, if it did
 	subs := []answer{sa}
 	if dup {
@@ -530,7 +552,7 @@ func (d *diffRun) spoolOutcome(o *mSpool, ei int, quiet bool, c *fence.Cert) {
 	}
 }
 
-func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode int32, kill, dup bool, res []byte, reason string, a answer) {
+func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode int32, kill, dup, held bool, res []byte, reason string, a answer) {
 	m := d.m
 	holder := a
 	holder.Sub, holder.Status, holder.Extra = nil, "", ""
@@ -552,19 +574,22 @@ func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode 
 	}
 	last := a.Sub[len(a.Sub)-1]
 	o := &mSpool{intent: req.Intent, kind: kind, reason: reason, id: id, res: res}
-	if s := a.Sub[0]; s.Code != "spooled" || s.Extra != "spool files=1 err=<nil>" {
+	if s := a.Sub[0]; !held && (s.Code != "spooled" || s.Extra != "spool files=1 err=<nil>") {
 		d.failf("model: the outcome waits in the spool (one file); got %s", show(s))
+		return
+	} else if held && (s.Code != "held" || s.Extra != "spool files=0 err=<nil>") {
+		d.failf("model: the outcome is held in the holder's memory (no spool file); got %s", show(s))
 		return
 	}
 	if mode == failAfterFirst {
 		d.spoolOutcome(o, h, false, a.Sub[0].Cert) // landed; its answer was lost
 	}
 	pending := true
-	if rec := m.recs[req.Intent]; rec != nil && rec.ticket == id && rec.state == fence.StateInFlight {
+	if rec := m.recs[req.Intent]; !held && rec != nil && rec.ticket == id && rec.state == fence.StateInFlight {
 		rec.spooled = true
 	}
 	drain := func(ei int, c *fence.Cert) {
-		if pending {
+		if pending && (!held || ei == h) { // only the holder's engine has what it holds
 			pending = false
 			if rec := m.recs[req.Intent]; rec != nil {
 				rec.spooled = false
@@ -579,7 +604,7 @@ func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode 
 	}
 	if dup {
 		d.expectPrepare(req, p, a.Sub[1])
-		drained := a.Sub[1].Code == fence.CodePriorFailure && pending
+		drained := a.Sub[1].Code == fence.CodePriorFailure && pending && (!held || p == h)
 		if want := fmt.Sprintf("drained=%v err=<nil>", drained); a.Sub[2].Extra != want {
 			d.failf("model: DrainedFor answered %s, want %s", a.Sub[2].Extra, want)
 			return
@@ -595,6 +620,9 @@ func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode 
 		}
 	}
 	drain(q, last.Cert)
+	if pending { // held by the holder's engine, which ends with the step: the claim is judged as any
+		d.tally["spool-held-outcome-ended-with-its-engine"]++
+	}
 	rec := last
 	rec.Cert, rec.N, rec.Extra = nil, 0, ""
 	d.want(rec, "", "", "")
@@ -642,7 +670,7 @@ func (d *diffRun) opRace() diffOp {
 	return diffOp{
 		what: fmt.Sprintf("race %d: %+v, all at once", serial, racers),
 		run: func(w *diffWorld) answer {
-			s := d.stepEngines(w, 0)
+			s := d.stepEngines(w, 0, w.spool)
 			var bad []string
 			badf := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
 			cur := map[string]uint64{}
@@ -835,7 +863,7 @@ func (d *diffRun) opLease() diffOp {
 }
 
 func (d *diffRun) runLease(w *diffWorld, h int, req fence.Request, lease, beat, hold time.Duration, kind string) []string {
-	s := d.stepEngines(w, lease)
+	s := d.stepEngines(w, lease, w.spool)
 	var mu sync.Mutex
 	var bad []string
 	badf := func(format string, args ...any) {
