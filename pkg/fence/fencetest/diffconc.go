@@ -436,9 +436,14 @@ func (d *diffRun) opSpool() diffOp {
 	// file), so the holder's engine holds it in memory: only that engine's DrainedFor and
 	// Recover record it, and it ends with the step's engines if neither does.
 	kill, dup, held := d.chance(0.3), d.chance(0.75), d.chance(0.25)
+	if held && d.chance(0.5) {
+		p = h // the engine that holds the outcome asks
+	}
+	// lapse: the holder's claim has a lease of 1 ns, so that a duplicate finds it unknown.
+	lapse := d.chance(0.4)
 	res, reason := jsonResult(d.result()), diffReasons[d.pick(len(diffReasons))]
 	return diffOp{
-		what: fmt.Sprintf("p%d spool: prepare %s; holder %s (ledger failing, mode %d, spool failing %v) result %q reason %q; holder dead %v; duplicate %v in p%d; recover in p%d", h, reqText(req), kind, mode, held, trunc(res), reason, kill, dup, p, q),
+		what: fmt.Sprintf("p%d spool: prepare %s; holder %s (ledger failing, mode %d, spool failing %v, lease lapsed %v) result %q reason %q; holder dead %v; duplicate %v in p%d; recover in p%d", h, reqText(req), kind, mode, held, lapse, trunc(res), reason, kill, dup, p, q),
 		run: func(w *diffWorld) answer {
 			spool, blocker := w.spool, ""
 			if held {
@@ -449,6 +454,11 @@ func (d *diffRun) opSpool() diffOp {
 				spool = filepath.Join(blocker, "spool")
 			}
 			s := d.stepEngines(w, 0, spool)
+			if lapse {
+				cfg := s.engs[h].Config()
+				cfg.LeaseTTL = time.Nanosecond
+				s.engs[h] = fence.New(s.engs[h].Store(), cfg)
+			}
 			adm, err := s.engs[h].Prepare(bg, req)
 			a := admAnswer(w, adm, err)
 			if adm.Ticket != nil {
@@ -464,7 +474,7 @@ func (d *diffRun) opSpool() diffOp {
 		},
 		expect: func(a answer) {
 			d.m.serial++ // names the blocking file
-			counted := d.aside(func() { d.expectSpool(req, h, p, q, kind, mode, kill, dup, held, res, reason, a) })
+			counted := d.aside(func() { d.expectSpool(req, h, p, q, kind, mode, kill, dup, held, lapse, res, reason, a) })
 			if want := fmt.Sprintf("%+v", counted); a.Extra != want {
 				d.failf("model: the step's engines counted %s, want %s", a.Extra, want)
 			}
@@ -552,7 +562,7 @@ func (d *diffRun) spoolOutcome(o *mSpool, ei int, quiet bool, c *fence.Cert) {
 	}
 }
 
-func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode int32, kill, dup, held bool, res []byte, reason string, a answer) {
+func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode int32, kill, dup, held, lapse bool, res []byte, reason string, a answer) {
 	m := d.m
 	holder := a
 	holder.Sub, holder.Status, holder.Extra = nil, "", ""
@@ -563,6 +573,9 @@ func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode 
 			d.failf("model: no claim, so nothing to settle; got %v", a.Sub)
 		}
 		return
+	}
+	if lapse {
+		m.recs[req.Intent].lapsed = true
 	}
 	want := 2
 	if dup {
