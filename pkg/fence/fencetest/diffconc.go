@@ -522,7 +522,7 @@ func (d *diffRun) runSpool(w *diffWorld, s *stepEngines, h, p, q int, t fence.Ti
 		}
 	}
 	s.st.mode.Store(mode)
-	ctx, cancel := context.WithTimeout(bg, 60*time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 40*time.Millisecond) // ends before Settle's first retry
 	_, err := s.engs[h].Settle(ctx, fence.Outcome{Kind: fence.OutcomeKind(kind), Ticket: t, Result: res, Reason: reason})
 	cancel()
 	sa := errAnswer(err)
@@ -877,7 +877,7 @@ func (d *diffRun) opLease() diffOp {
 	h := hs[d.pick(len(hs))]
 	lease := []time.Duration{40 * time.Millisecond, 80 * time.Millisecond}[d.pick(2)]
 	beat := []time.Duration{0, lease / 3, lease / 2, lease / 2, 2 * lease}[d.pick(5)]
-	hold := lease * time.Duration(2+d.pick(2))
+	hold := 2 * lease
 	kind := [...]string{"commit", "commit", "commit", "commit", "release", "abort", "lost"}[d.pick(7)]
 	req := fence.Request{Intent: fmt.Sprintf("%slease:%d", timingPrefix, d.m.serial), Tool: "t", Args: []byte(`{"a":1}`), Agent: "a", RerunSafe: d.chance(0.5)}
 	if d.chance(0.5) {

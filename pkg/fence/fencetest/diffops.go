@@ -22,7 +22,7 @@ var (
 
 // next picks the step to run.
 func (d *diffRun) next() diffOp {
-	if d.chance(0.06) { // the steps of several calls at once
+	if d.chance(0.04) { // the steps of several calls at once
 		switch n := d.pick(20); {
 		case n < 7:
 			return d.opWait()
