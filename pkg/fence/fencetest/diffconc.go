@@ -448,7 +448,10 @@ func (d *diffRun) opSpool() diffOp {
 	// held: the spool cannot take the outcome either (its directory's path runs through a
 	// file), so the holder's engine holds it in memory: only that engine's DrainedFor and
 	// Recover record it, and it ends with the step's engines if neither does.
-	kill, dup, held := d.chance(0.3), d.chance(0.75), d.chance(0.25)
+	kill, dup, held := d.chance(0.4), d.chance(0.75), d.chance(0.25)
+	if kill && d.chance(0.5) {
+		req.RerunSafe = true // a dead holder's re-run-safe claim is taken over, unless its outcome waits
+	}
 	if held && d.chance(0.5) {
 		p = h // the engine that holds the outcome asks
 	}
@@ -856,8 +859,8 @@ func (d *diffRun) opRace() diffOp {
 	}
 }
 
-// opLease: a holder on a lease of real milliseconds (40 or 80) heartbeats (every third or half
-// of its lease, every two leases, or never) while duplicates of every process keep asking, and
+// opLease: a holder on a lease of real milliseconds (40 or 80) heartbeats (every quarter,
+// third or half of its lease, or never) while duplicates of every process keep asking, and
 // then settles. What a duplicate is told depends on timing, so the step takes any of the
 // answers the rules allow: in flight, or unknown as a live holder's lapsed lease (healable),
 // and once the commit is recorded its cert. Never an admission (the holder is alive), never
@@ -876,7 +879,7 @@ func (d *diffRun) opLease() diffOp {
 	d.m.serial++
 	h := hs[d.pick(len(hs))]
 	lease := []time.Duration{40 * time.Millisecond, 80 * time.Millisecond}[d.pick(2)]
-	beat := []time.Duration{0, lease / 3, lease / 2, lease / 2, 2 * lease}[d.pick(5)]
+	beat := []time.Duration{0, lease / 4, lease / 3, lease / 2, lease / 2}[d.pick(5)]
 	hold := 2 * lease
 	kind := [...]string{"commit", "commit", "commit", "commit", "release", "abort", "lost"}[d.pick(7)]
 	req := fence.Request{Intent: fmt.Sprintf("%slease:%d", timingPrefix, d.m.serial), Tool: "t", Args: []byte(`{"a":1}`), Agent: "a", RerunSafe: d.chance(0.5)}
