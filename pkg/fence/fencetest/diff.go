@@ -70,7 +70,9 @@ const (
 // claim until its holder commits (each is replayed the cert, counted coalesced), aborts or
 // loses it (each is refused as the ledger says), or releases it (exactly one is admitted; it
 // commits and the others replay its cert). opSpool: the holder settles while the ledger
-// fails, so the outcome waits in the spool; the holder may die; the ledger comes back; a
+// fails, so the outcome waits in the spool (or, the spool failing too, in the holder's
+// engine's memory, which only that engine drains); the holder may die or its lease lapse;
+// the ledger comes back; a
 // duplicate of another process asks (and, refused as unknown, has DrainedFor record what
 // waits and asks again), and a Recover drains the rest: the duplicate is never admitted while
 // the outcome waits. Both stay deterministic (the holder settles once every waiter has been
