@@ -68,7 +68,9 @@ func (s *faultStore) Update(ctx context.Context, fn func(fence.Tx) error) error 
 		return errInjected
 	case failAfterFirst:
 		s.mode.Store(failBefore)
-		if err := s.Store.Update(ctx, fn); err != nil {
+		// It lands whatever the caller's deadline (Settle's may be shorter than a busy
+		// store's transaction): only its answer is lost.
+		if err := s.Store.Update(context.WithoutCancel(ctx), fn); err != nil {
 			return err
 		}
 		return errInjected
