@@ -73,7 +73,12 @@ func (c Counters) Line() string {
 }
 
 // Stats is the engine's view: this process since it started, and the ledger's totals over
-// every process that shares it (counts of other processes arrive as they flush).
+// every process that shares it (counts of other processes arrive as they flush). A process's
+// counts ride in its next write transaction; when the store answers that transaction with an
+// error although it landed (its answer was lost: the connection cut at COMMIT), the engine
+// cannot tell, keeps the counts and writes them again, so the ledger's totals may exceed the
+// processes' counts by what that transaction carried (fencetest.Differential's spool step
+// flushes first for that reason).
 type Stats struct {
 	SinceBoot Counters `json:"since_boot"`
 	Ledger    Counters `json:"ledger"`

@@ -63,6 +63,29 @@ const (
 // or a cert's read set that is empty is the same as none (the stores' JSON writes both as
 // one).
 //
+// A few steps make several calls at once, each on engines of its own (one per process, with
+// the process's owner and settings and the host's spool directory) over the store behind a
+// switch that can fail its transactions (an unreachable ledger; or the first write lands and
+// its answer is lost). opWait: identical PrepareWait attempts of every process wait on a held
+// claim until its holder commits (each is replayed the cert, counted coalesced), aborts or
+// loses it (each is refused as the ledger says), or releases it (exactly one is admitted; it
+// commits and the others replay its cert). opSpool: the holder settles while the ledger
+// fails, so the outcome waits in the spool (or, the spool failing too, in the holder's
+// engine's memory, which only that engine drains); the holder may die or its lease lapse;
+// the ledger comes back; a
+// duplicate of another process asks (and, refused as unknown, has DrainedFor record what
+// waits and asks again), and a Recover drains the rest: the duplicate is never admitted while
+// the outcome waits. Both stay deterministic (the holder settles once every waiter has been
+// told the intent is in flight) and are checked against the model like any step. Two are not
+// deterministic and check rules instead, on intents and domains of their own (the prefix
+// timing:, left out of the comparisons, their records cleared): opRace, different intents
+// racing for two domains (numbers handed out once each, in a row, never falling; an admitted
+// claim that read its own domain got the number after the one it read; a commit refused as
+// stale exactly when a domain it read moved since); and opLease, a holder on a lease of 40 or
+// 80 ms heartbeating (or not) while duplicates and a waiter of every process ask (in flight,
+// or unknown as a live holder's lapsed lease, never admitted, never another cert; each
+// heartbeat's lease ends later and is the one recorded).
+//
 // Each sequence is a subtest named seed=N: rerun one with -run 'Name/seed=N$', or with
 // EFFECTFENCE_DIFF_SEED=N to log its steps. EFFECTFENCE_DIFF_RUNS, _OPS and _BASE make a run
 // longer.
@@ -182,6 +205,10 @@ type diffWorld struct {
 	lastTok uint64
 	open    func() fence.Store // reopens a durable store; nil for the memory store
 	cfgs    [3]fence.Config
+	spool   string         // the spool directory of this world's host (every process's)
+	timing  fence.Counters // what the timing-dependent steps counted (left out of the ledger's counters)
+	// raceSeen is where opRace left its domains (they are this world's own).
+	raceSeen map[string]uint64
 }
 
 // diffModel is the reference: what every store should hold.
@@ -199,6 +226,8 @@ type diffModel struct {
 	certs   []string // hashes of recorded certs, for parents
 	issued  map[string]map[uint64]bool
 	current map[string]uint64 // the highest Current each domain answered
+	extra   fence.Counters    // what the engines of one step (opWait, opSpool) counted; in the ledger, no process's
+	serial  int               // numbers the intents and domains of the timing-dependent steps
 }
 
 type mRec struct {
@@ -217,6 +246,7 @@ type mRec struct {
 	reason    string
 	lapsed    bool // the lease has lapsed (given by a process whose leases last 1 ns)
 	expired   bool // a done outcome that has expired (recorded by a process whose TTL is 1 ns)
+	spooled   bool // an outcome of the claim waits in the host's spool (opSpool)
 }
 
 // live reports whether the record answers as recorded: not an expired outcome.
@@ -237,6 +267,7 @@ type diffRun struct {
 	probe   *fence.Engine
 	mu      sync.Mutex // guards m.seen against engines asking Liveness
 	tally   map[string]int
+	quiet   bool // the model predicts an answer nobody sees (a drain's): want checks nothing
 }
 
 var owners = [3]string{"diff-p0", "diff-p1", "diff-p2"}
@@ -269,7 +300,7 @@ func newDiffRun(t *testing.T, seed uint64, stores []DiffStore, verbose bool) *di
 		d.m.brief[i] = d.chance(0.15)
 	}
 	for _, s := range stores {
-		w := &diffWorld{name: s.Name}
+		w := &diffWorld{name: s.Name, spool: t.TempDir(), raceSeen: map[string]uint64{}}
 		if s.Durable != nil {
 			w.open = s.Durable(t)
 			w.st = w.open()
@@ -441,7 +472,9 @@ type answer struct {
 	Status string
 	N      int
 	Seq    uint64
-	Rest   []string // the other attempts of a burst
+	Rest   []string // the other attempts of a burst, or the waiters of opWait
+	Sub    []answer // the later calls of a step of several (opWait, opSpool)
+	Extra  string   // what else a step of several reports (its engines' counters)
 }
 
 var (
@@ -558,8 +591,13 @@ func (d *diffRun) step(i int, op diffOp) bool {
 		d.t.Logf("step %d: %s", i, op.what)
 	}
 	answers := make([]answer, len(d.worlds))
+	failed := d.t.Failed()
 	for k, w := range d.worlds {
 		answers[k] = op.run(w)
+	}
+	if !failed && d.t.Failed() { // a step that checks its own rules (opRace, opLease) said why
+		d.t.Errorf("step %d: %s: broke the rules (above)", i, op.what)
+		return false
 	}
 	for k := 1; k < len(answers); k++ {
 		if !reflect.DeepEqual(answers[0], answers[k]) {
@@ -575,9 +613,9 @@ func (d *diffRun) step(i int, op diffOp) bool {
 		return false
 	}
 	d.tally["steps"]++
-	verb := strings.Fields(op.what)[0]
+	verb := strings.TrimSuffix(strings.Fields(op.what)[0], ":")
 	if len(verb) == 2 && verb[0] == 'p' { // "p1 commit …": the operation
-		verb = strings.Fields(op.what)[1]
+		verb = strings.TrimSuffix(strings.Fields(op.what)[1], ":")
 	}
 	if strings.HasSuffix(op.what, " at once") {
 		verb = "burst"
