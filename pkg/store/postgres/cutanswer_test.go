@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -52,21 +51,7 @@ func newCutRig(t *testing.T) *cutRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	u, err := url.Parse(testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.Addr()
-	q := u.Query()
-	q.Set("sslmode", "disable")
-	u.RawQuery = q.Encode()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := Open(ctx, Config{URL: u.String(), Schema: testSchema(t), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openThrough(t, p, testSchema(t))
 	other := fence.New(openSchema(t, st.Schema()), fence.Config{})
 	return &cutRig{t: t, p: p, st: st, spool: t.TempDir(), other: other}
 }

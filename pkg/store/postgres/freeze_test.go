@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -27,17 +26,8 @@ func TestFrozenCommitPastTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	u, err := url.Parse(testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.Addr()
 	ctx := context.Background()
-	held, err := Open(ctx, Config{URL: u.String(), Schema: schema, MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { held.Close() })
+	held := openThrough(t, p, schema)
 	direct := openSchema(t, schema)
 	// The holder is out of the other's sight (another host, as far as it can tell).
 	holder := fence.New(held, fence.Config{LeaseTTL: lease, Owner: "host-h:1:boot"})

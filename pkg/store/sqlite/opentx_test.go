@@ -23,11 +23,7 @@ import (
 // the write-ahead log from being checkpointed.
 func TestCancelledViewsLeaveNoTransactionOpen(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openEmpty(t)
 	// The contexts end at random moments over about two Views' time, so that some end while
 	// BEGIN runs, however fast this build is (-race is several times slower).
 	start := time.Now()
@@ -83,11 +79,7 @@ func TestCancelledViewsLeaveNoTransactionOpen(t *testing.T) {
 // Update failed with "cannot start a transaction within a transaction".
 func TestWriterHealsATransactionLeftOpen(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openEmpty(t)
 	if err := st.LeaveWriterInTransaction(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,4 +91,15 @@ func TestWriterHealsATransactionLeftOpen(t *testing.T) {
 	if _, err := e.Commit(context.Background(), *adm.Ticket, []byte(`{"ok":1}`)); err != nil {
 		t.Fatalf("its commit: %v", err)
 	}
+}
+
+// openEmpty opens a new ledger in a temporary directory, closed when the test ends.
+func openEmpty(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
