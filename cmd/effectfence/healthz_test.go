@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -17,20 +16,7 @@ import (
 // naming the ledger while it does not (its PostgreSQL connections cut by a real TCP proxy),
 // and 200 again once it is back (docs/gateway.md). Only the 200 was tested before.
 func TestHealthzFollowsTheLedger(t *testing.T) {
-	u, err := url.Parse(pgLedger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	if _, _, err := net.SplitHostPort(target); err != nil {
-		target = net.JoinHostPort(target, "5432")
-	}
-	p, err := netcut.New(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	u.Host = p.Addr()
+	p, u, _ := pgThrough(t, netcut.New)
 	// The ledger's password (ignored by the test server's trust auth) must appear in no body
 	// of this unauthenticated endpoint and no log line (docs/gateway.md, Security).
 	const secret = "hunter2-ledger-secret"

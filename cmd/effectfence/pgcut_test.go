@@ -23,21 +23,7 @@ import (
 // admission once (the commit's counters were counted twice when its answer was lost:
 // pkg/store/postgres/doubt.go).
 func TestGatewayCommitAnswerLost(t *testing.T) {
-	direct := pgLedger(t)
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	if _, _, err := net.SplitHostPort(target); err != nil {
-		target = net.JoinHostPort(target, "5432")
-	}
-	p, err := netcut.NewPostgres(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	u.Host = p.Addr()
+	p, u, direct := pgThrough(t, netcut.NewPostgres)
 	q := u.Query()
 	q.Set("sslmode", "disable")
 	u.RawQuery = q.Encode()
@@ -99,4 +85,27 @@ func TestGatewayCommitAnswerLost(t *testing.T) {
 		}
 	}
 	t.Logf("a fresh call: %d round trips; stats %+v", n, stats.Counters)
+}
+
+// pgThrough returns a proxy that mk makes in front of the test's PostgreSQL server, closed
+// when the test ends, the URL of a new ledger (pgLedger) through it, and the same ledger's URL
+// without it.
+func pgThrough(t *testing.T, mk func(target string) (*netcut.Proxy, error)) (_ *netcut.Proxy, through *url.URL, direct string) {
+	t.Helper()
+	direct = pgLedger(t)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		target = net.JoinHostPort(target, "5432")
+	}
+	p, err := mk(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	u.Host = p.Addr()
+	return p, u, direct
 }
