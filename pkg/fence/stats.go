@@ -74,11 +74,13 @@ func (c Counters) Line() string {
 
 // Stats is the engine's view: this process since it started, and the ledger's totals over
 // every process that shares it (counts of other processes arrive as they flush). A process's
-// counts ride in its next write transaction; when the store answers that transaction with an
-// error although it landed (its answer was lost: the connection cut at COMMIT), the engine
-// cannot tell, keeps the counts and writes them again, so the ledger's totals may exceed the
-// processes' counts by what that transaction carried (fencetest.Differential's spool step
-// flushes first for that reason).
+// counts ride in its next write transaction. When the store answers that transaction with an
+// error although it landed (its answer was lost: the connection cut at COMMIT), a store that
+// says so (CountersKept: the PostgreSQL store) keeps the counts and adds them only once it
+// learns the transaction did not land; after any other error the engine keeps them and writes
+// them again, so with a store that lost an answer without saying so the ledger's totals may
+// exceed the processes' counts by what that transaction carried (fencetest.Differential's
+// spool step, whose failing store says nothing, flushes first for that reason).
 type Stats struct {
 	SinceBoot Counters `json:"since_boot"`
 	Ledger    Counters `json:"ledger"`
