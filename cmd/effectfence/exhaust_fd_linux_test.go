@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,9 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // fdLimit is the open-file limit the flood tests run the gateway under.
@@ -169,28 +165,4 @@ func postWith(t *testing.T, c *http.Client, url, sid, body string) (*http.Respon
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
-}
-
-// waitInFlight waits until the gateway's ledger holds one call in flight.
-func waitInFlight(t *testing.T, ledger string, g *gatewayProc) {
-	t.Helper()
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n := 0
-		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { n++; return true })
-		})
-		if err == nil && n == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the call was not admitted: %v\n%s", err, g.logText())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

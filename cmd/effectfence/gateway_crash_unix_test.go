@@ -46,25 +46,7 @@ func TestGatewayKilledMidCallThenRestarted(t *testing.T) {
 		}
 	}()
 	// Kill it once the call is admitted (claimed in the ledger), so inside the server.
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		inFlight := 0
-		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { inFlight++; return true })
-		})
-		if err == nil && inFlight == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the call was not admitted: %v\n%s", err, g1.logText())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitInFlight(t, ledger, g1)
 	killed := time.Now()
 	if err := g1.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -81,5 +63,29 @@ func TestGatewayKilledMidCallThenRestarted(t *testing.T) {
 	time.Sleep(time.Until(killed.Add(latency + 300*time.Millisecond)))
 	if n := effectsOf(t, effects); n > 1 {
 		t.Fatalf("%d executions of one call across a crash, want at most 1", n)
+	}
+}
+
+// waitInFlight waits until the gateway's ledger holds one call in flight.
+func waitInFlight(t *testing.T, ledger string, g *gatewayProc) {
+	t.Helper()
+	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := 0
+		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { n++; return true })
+		})
+		if err == nil && n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call was not admitted: %v\n%s", err, g.logText())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
