@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
@@ -144,4 +145,27 @@ func (h hdr) without(k string) hdr {
 		}
 	}
 	return out
+}
+
+// TestParamHeadersUncheckableAreRefused: when the server's tool list cannot be read (mcptest's
+// "dielist" mode exits on tools/list), a tools/call carrying Mcp-Param-* headers is refused
+// with -32020 rather than served unchecked, and nothing runs.
+func TestParamHeadersUncheckableAreRefused(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
+		o.Env = append(append([]string(nil), o.Env...), mcptest.EnvMode+"=dielist")
+		o.Wait = 3 * time.Second
+	})
+	sid := g.open(nil)
+	r := g.mustPost(sid, hdr{"Mcp-Param-Account": "alice"}, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`)
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if r.status != http.StatusBadRequest || json.Unmarshal(r.last(t)["error"], &e) != nil || e.Code != -32020 || !strings.Contains(e.Message, "cannot be checked") {
+		t.Fatalf("a call with Mcp-Param-* headers and no tool list: status %d %v, want 400 -32020", r.status, r.raw)
+	}
+	if fx := mcptest.Effects(g.effects); len(fx) != 0 {
+		t.Fatalf("it ran: %v", fx)
+	}
 }
