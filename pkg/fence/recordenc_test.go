@@ -173,13 +173,17 @@ func TestEncodeRecordDecoded(t *testing.T) {
 			now := time.Now()
 			rec.ClaimedAt, rec.LeaseUntil, rec.UpdatedAt = now, now.Add(time.Minute), now
 		}
-		b, twin, err := EncodeRecordDecoded(rec)
 		want, werr := EncodeRecord(rec)
+		b, twin, err := EncodeRecordDecoded(rec, len(want)) // a twin when it can tell one
 		if !bytes.Equal(b, want) || (err != nil) != (werr != nil) {
 			t.Fatalf("EncodeRecordDecoded = %s, %v; EncodeRecord %s, %v", b, err, want, werr)
 		}
 		if twin == nil {
 			continue
+		}
+		// Over maxTwin: the same bytes, and no twin.
+		if b2, twin2, err := EncodeRecordDecoded(rec, len(b)-1); err != nil || !bytes.Equal(b2, b) || twin2 != nil {
+			t.Fatalf("EncodeRecordDecoded with maxTwin %d under the %d bytes = %s, %v, twin %v", len(b)-1, len(b), b2, err, twin2)
 		}
 		twins++
 		var back Record

@@ -372,13 +372,18 @@ func escapedByOldStores(raw []byte) bool { return bytes.Contains(raw, []byte(`\u
 // an offset of zero in UTC). A store that writes a claim and reads it back moments later (the
 // commit of a fresh call) answers from that record instead of decoding what it just encoded.
 // It gives one only for a record without a cert, all of whose strings are valid UTF-8 and
-// whose times are in UTC or the local zone; TestEncodeRecordDecoded checks it against
-// json.Unmarshal.
-func EncodeRecordDecoded(rec *Record) ([]byte, *Record, error) {
+// whose times are in UTC or the local zone, and only when its encoding is at most maxTwin
+// bytes: the stores keep no larger one, and the twin copies the record's arguments (two
+// copies of a 16 MiB argument were made and thrown away). TestEncodeRecordDecoded checks it
+// against json.Unmarshal.
+func EncodeRecordDecoded(rec *Record, maxTwin int) ([]byte, *Record, error) {
 	b, ok := appendRecord(make([]byte, 0, recordSizeHint(rec)), rec)
 	if !ok {
 		b, err := marshalRaw(rec)
 		return b, nil, err
+	}
+	if len(b) > maxTwin {
+		return b, nil, nil
 	}
 	return b, decodedTwin(rec), nil
 }

@@ -377,7 +377,7 @@ func (t *tx) Put(rec *fence.Record) error {
 	if rec.State == fence.StateInFlight && !t.spec {
 		// A claim: its commit will read it back from the claim cache (spec.go), which keeps
 		// the record decoding these bytes gives, when EncodeRecordDecoded can tell it.
-		body, decoded, err = fence.EncodeRecordDecoded(rec)
+		body, decoded, err = fence.EncodeRecordDecoded(rec, claimMaxBytes)
 	} else {
 		body, err = fence.EncodeRecord(rec)
 	}

@@ -219,7 +219,7 @@ func (t *txn) Put(rec *fence.Record) error {
 	if !t.write {
 		return errReadOnly
 	}
-	body, decoded, err := fence.EncodeRecordDecoded(rec)
+	body, decoded, err := fence.EncodeRecordDecoded(rec, decodedBigMax)
 	if err != nil {
 		return fmt.Errorf("sqlite ledger: encoding the record of %q: %w", rec.Intent, err)
 	}
