@@ -69,11 +69,24 @@ func jsonLines(t *testing.T, log string) {
 // by default), closing the one idle longest to take a new one: the call in flight keeps its
 // outcome, a new agent opens a session at once and its duplicate of the call is answered
 // with that outcome (one execution), and every log line is JSON.
+//
+// With a PostgreSQL ledger the pool's connections to the server need files too, and the call's
+// outcome is written on one of them while the flood holds the rest.
 func TestConnectionFloodLeavesTheFenceItsFiles(t *testing.T) {
 	t.Parallel()
 	under := underFDLimit(t)
-	dir := t.TempDir()
-	effects, ledger := filepath.Join(dir, "effects"), filepath.Join(dir, "l.db")
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		floodWithCallInFlight(t, under, filepath.Join(t.TempDir(), "l.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		floodWithCallInFlight(t, under, pgLedger(t))
+	})
+}
+
+func floodWithCallInFlight(t *testing.T, under []string, ledger string) {
+	effects := filepath.Join(t.TempDir(), "effects")
 	g := startGatewayUnder(t, under, "--log-format", "json", "--ledger", ledger, "--listen", "127.0.0.1:0",
 		"--", effectfence(t), "demo-server", "--latency", "2s", "--effects", effects)
 	const charge = `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900,"customer":"cus_flood"}}}`
