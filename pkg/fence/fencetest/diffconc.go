@@ -225,7 +225,8 @@ func (d *diffRun) waitReq() fence.Request {
 // waiter must receive the one outcome: the committed cert (counted coalesced), or the
 // failure; after a release exactly one waiter is admitted afresh (it commits, and the others
 // then replay its cert; its record is then cleared, since which process won is not the same
-// on every store).
+// on every store). Quitters, waiting beside them for a few milliseconds only, are each told
+// the intent is in flight, and counted so, before the holder settles.
 func (d *diffRun) opWait() diffOp {
 	hs, ws := d.eligible(true), d.eligible(false)
 	if len(hs) == 0 {
@@ -240,14 +241,28 @@ func (d *diffRun) opWait() diffOp {
 	res, res2 := jsonResult(d.result()), jsonResult(d.result())
 	settle := d.chance(0.3)
 	reason := diffReasons[d.pick(len(diffReasons))]
+	// Quitters wait too, and stop waiting while the claim is still held: their wait (a few
+	// milliseconds) runs out. (A waiter whose caller cancels is left out: whether the cancel
+	// lands in PrepareWait's wait, answered "in flight" and counted, or in one of its
+	// transactions, answered with the context's error and not counted, is a race that a
+	// store watching ctx may lose either way, so the stores' counters could not agree.)
+	var quitters []quitter
+	if d.chance(0.5) {
+		quitters = make([]quitter, 1+d.pick(2))
+		for i := range quitters {
+			quitters[i] = quitter{p: ws[d.pick(len(ws))], wait: time.Duration(2+d.pick(30)) * time.Millisecond}
+		}
+	}
 	return diffOp{
-		what: fmt.Sprintf("p%d wait: prepare %s; waiters in %v; holder %s (settle %v) result %q reason %q", h, reqText(req), waiters, kind, settle, trunc(res), reason),
+		what: fmt.Sprintf("p%d wait: prepare %s; waiters in %v; quitters %v; holder %s (settle %v) result %q reason %q", h, reqText(req), waiters, quitters, kind, settle, trunc(res), reason),
 		run: func(w *diffWorld) answer {
 			s := d.stepEngines(w, 0, w.spool)
 			adm, err := s.engs[h].Prepare(bg, req)
 			a := admAnswer(w, adm, err)
 			if adm.Ticket != nil {
-				a.Rest, a.Sub = d.runWait(w, s, h, *adm.Ticket, req, waiters, kind, settle, res, res2, reason)
+				quit := runQuitters(w, s, req, len(waiters), quitters)
+				a.Rest, a.Sub = d.runWait(w, s, h, *adm.Ticket, req, waiters, len(quitters), kind, settle, res, res2, reason)
+				a.Rest = append(a.Rest, quit...)
 			}
 			a.Status = d.statusText(w, h, req.Intent)
 			c, err := s.done()
@@ -258,7 +273,7 @@ func (d *diffRun) opWait() diffOp {
 			return a
 		},
 		expect: func(a answer) {
-			counted := d.aside(func() { d.expectWait(req, h, waiters, kind, reason, res, res2, a) })
+			counted := d.aside(func() { d.expectWait(req, h, waiters, quitters, kind, reason, res, res2, a) })
 			if want := fmt.Sprintf("%+v", counted); a.Extra != want {
 				d.failf("model: the step's engines counted %s, want %s", a.Extra, want)
 			}
@@ -290,7 +305,34 @@ func settleWith(e *fence.Engine, t fence.Ticket, kind string, settle bool, res [
 // waitLimit bounds every wait of the concurrent steps: a waiter never answered fails the step.
 const waitLimit = 30 * time.Second
 
-func (d *diffRun) runWait(w *diffWorld, s *stepEngines, h int, t fence.Ticket, req fence.Request, waiters []int, kind string, settle bool, res, res2 []byte, reason string) ([]string, []answer) {
+// quitter is a waiter of opWait, in process p, whose wait runs out before the holder settles.
+type quitter struct {
+	p    int
+	wait time.Duration
+}
+
+func (q quitter) String() string { return fmt.Sprintf("p%d for %v", q.p, q.wait) }
+
+// runQuitters runs the quitters of an opWait step while the holder's claim is held, and
+// returns their answers in their order, each marked "quit: ". Their waiter keys follow the n
+// waiters'.
+func runQuitters(w *diffWorld, s *stepEngines, req fence.Request, n int, quitters []quitter) []string {
+	out := make([]string, len(quitters))
+	var wg sync.WaitGroup
+	for i, q := range quitters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.WithValue(bg, waiterKey{}, n+i)
+			adm, err := s.engs[q.p].PrepareWait(ctx, req, q.wait)
+			out[i] = "quit: " + answerText(admAnswer(w, adm, err))
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (d *diffRun) runWait(w *diffWorld, s *stepEngines, h int, t fence.Ticket, req fence.Request, waiters []int, quitters int, kind string, settle bool, res, res2 []byte, reason string) ([]string, []answer) {
 	type got struct {
 		k   int
 		adm fence.Admission
@@ -306,7 +348,7 @@ func (d *diffRun) runWait(w *diffWorld, s *stepEngines, h int, t fence.Ticket, r
 	}
 	var subs []answer
 	// The holder settles once every waiter has been told the intent is in flight.
-	for deadline := time.Now().Add(waitLimit); !s.st.askedAll(len(waiters)); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(waitLimit); !s.st.askedAll(len(waiters) + quitters); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			subs = append(subs, answer{Code: "WAITERS NEVER ASKED THE LEDGER"})
 			break
@@ -349,7 +391,7 @@ func jsonResult(r []byte) []byte {
 	return r
 }
 
-func (d *diffRun) expectWait(req fence.Request, h int, waiters []int, kind, reason string, res, res2 []byte, a answer) {
+func (d *diffRun) expectWait(req fence.Request, h int, waiters []int, quitters []quitter, kind, reason string, res, res2 []byte, a answer) {
 	m := d.m
 	holder := a
 	holder.Rest, holder.Sub, holder.Status, holder.Extra = nil, nil, "", ""
@@ -361,6 +403,23 @@ func (d *diffRun) expectWait(req fence.Request, h int, waiters []int, kind, reas
 		}
 		return
 	}
+	// The quitters stopped waiting while the claim was held: each is told it is in flight,
+	// and counted so; nothing else changes.
+	if len(a.Rest) < len(quitters) {
+		d.failf("model: %d answers for %d waiters and %d quitters", len(a.Rest), len(waiters), len(quitters))
+		return
+	}
+	quit := a.Rest[len(a.Rest)-len(quitters):]
+	inFlight := "quit: " + answerText(errAnswer(fence.InFlightError{Intent: req.Intent, Holder: m.recs[req.Intent].agent}))
+	for i, q := range quitters {
+		m.counts[q.p].InFlight++
+		if quit[i] != inFlight {
+			d.failf("model: quitter %v answered %s; want %s", q, quit[i], inFlight)
+			return
+		}
+		d.tally["wait-quitters:in-flight"]++
+	}
+	a.Rest = a.Rest[:len(a.Rest)-len(quitters)]
 	if len(a.Sub) == 0 {
 		d.failf("model: the holder's %s is missing", kind)
 		return
