@@ -197,7 +197,7 @@ func (t *tx) scanNow(r pgx.Row, more ...any) error {
 // out: the effect's fate must be checked in the real system before the row is removed.
 func (t *tx) decodeRecord(intent string, body []byte) (*fence.Record, error) {
 	rec := &fence.Record{}
-	err := json.Unmarshal(body, rec)
+	err := fence.DecodeRecord(body, rec) // rec keeps pieces of body, which is its own
 	if err == nil && rec.Intent != intent {
 		err = fmt.Errorf("it holds a record of %q", rec.Intent)
 	}

@@ -18,8 +18,9 @@ import (
 // Bodies up to decodedMaxBody go to slots, one per intent hash. Larger ones (a tool call with
 // tens of kilobytes of arguments, whose decoding costs more than the rest of its admission and
 // commit together) go to big, a smaller table that holds at most decodedBigBudget bytes: an
-// entry counts twice its body (the body, and the decoded record, whose strings and raw values
-// are pieces of the body, unescaped, and whose other fields are few), and a put that would go
+// entry counts twice its body (the body, and the decoded record: its raw values are pieces of
+// the body itself (fence.DecodeRecord), but its strings and exact arguments are copies, and a
+// record's exact arguments are up to its args again), and a put that would go
 // over the budget first evicts other big entries (budget.Table). Lookups take no lock. For a record in big, Get
 // asks SQLite whether the file still holds the cached bytes (qGetUnchanged) rather than
 // reading them out.

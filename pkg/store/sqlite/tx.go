@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -123,7 +122,7 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 		testHookDecoded(intent)
 	}
 	var rec fence.Record
-	if err := json.Unmarshal(body, &rec); err != nil {
+	if err := fence.DecodeRecord(body, &rec); err != nil { // rec keeps pieces of body, which is its own
 		return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds an unreadable record for intent %q (%v)", intent, err)}
 	}
 	if rec.Intent != intent {
@@ -140,7 +139,9 @@ func (t *txn) decodeCached(h uint64, intent string, body []byte) (*fence.Record,
 	}
 	rec, err := t.decode(intent, body)
 	if err == nil {
-		t.s.decoded.put(h, intent, body, rec)
+		// body is the driver's fresh slice, which nothing changes, and rec holds pieces of
+		// it already: the cache keeps it as it is.
+		t.s.decoded.putOwned(h, intent, body, rec)
 	}
 	return rec, err
 }
