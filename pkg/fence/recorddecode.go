@@ -16,7 +16,7 @@ import (
 // TestDecodeRecordWireHasEveryField that the wire types below name every field of Record and
 // Cert, with their tags.
 func DecodeRecord(body []byte, rec *Record) error {
-	var w recordWire
+	var w record
 	if err := json.Unmarshal(body, &w); err != nil {
 		return err
 	}
@@ -49,9 +49,9 @@ func (r *rawPiece) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// recordWire is Record as DecodeRecord reads it: the same fields and tags, raw values as
-// rawPiece.
-type recordWire struct {
+// record is Record as DecodeRecord reads it: the same fields and tags, raw values as
+// rawPiece. (Its name is what encoding/json's errors show: "Go struct field record.tool".)
+type record struct {
 	Intent      string         `json:"intent"`
 	State       State          `json:"state"`
 	Fingerprint string         `json:"fingerprint"`
@@ -72,15 +72,15 @@ type recordWire struct {
 	UpdatedAt   time.Time      `json:"updated_at"`
 	ExpiresAt   time.Time      `json:"expires_at,omitempty"`
 	Reason      string         `json:"reason,omitempty"`
-	Cert        *certWire      `json:"cert,omitempty"`
+	Cert        *storedCert    `json:"cert,omitempty"`
 	RerunSafe   bool           `json:"rerun_safe,omitempty"`
 	KeepResult  KeepResult     `json:"keep_result,omitempty"`
 	Redacted    []string       `json:"redacted,omitempty"`
 }
 
-// certWire is Cert as Cert.UnmarshalJSON reads it (result_bytes beside its fields), raw
+// storedCert is Cert as Cert.UnmarshalJSON reads it (result_bytes beside its fields), raw
 // values as rawPiece.
-type certWire struct {
+type storedCert struct {
 	Intent       string         `json:"intent"`
 	Parent       string         `json:"parent"`
 	Domain       string         `json:"domain"`

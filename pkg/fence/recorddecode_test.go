@@ -122,7 +122,7 @@ func TestDecodeRecordWireHasEveryField(t *testing.T) {
 	for _, c := range []struct {
 		model, wire reflect.Type
 		extra       []string
-	}{{reflect.TypeFor[Record](), reflect.TypeFor[recordWire](), nil}, {reflect.TypeFor[Cert](), reflect.TypeFor[certWire](), []string{"ResultBytes"}}} {
+	}{{reflect.TypeFor[Record](), reflect.TypeFor[record](), nil}, {reflect.TypeFor[Cert](), reflect.TypeFor[storedCert](), []string{"ResultBytes"}}} {
 		if c.wire.NumField() != c.model.NumField()+len(c.extra) {
 			t.Fatalf("%s has %d fields, %s %d (+%v)", c.wire, c.wire.NumField(), c.model, c.model.NumField(), c.extra)
 		}
@@ -130,7 +130,7 @@ func TestDecodeRecordWireHasEveryField(t *testing.T) {
 			m, w := c.model.Field(i), c.wire.Field(i)
 			same := w.Type == m.Type ||
 				m.Type == reflect.TypeFor[json.RawMessage]() && w.Type == reflect.TypeFor[rawPiece]() ||
-				m.Type == reflect.TypeFor[*Cert]() && w.Type == reflect.TypeFor[*certWire]()
+				m.Type == reflect.TypeFor[*Cert]() && w.Type == reflect.TypeFor[*storedCert]()
 			if m.Name != w.Name || m.Tag != w.Tag || !same {
 				t.Errorf("%s field %d: %s %s %q; %s has %s %s %q", c.model, i, m.Name, m.Type, m.Tag, c.wire, w.Name, w.Type, w.Tag)
 			}
