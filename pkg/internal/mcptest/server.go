@@ -493,6 +493,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"cut \ud83d <b> n=%d"}], "structuredContent":{"big":1e400,"k":1,"k":2},"isError":false}`, n)), nil
 	case "extra":
 		return text("extra ran", false), nil
+	case "unlisted":
+		// A tool the server runs but never lists (hidden, or listed only to some clients).
+		n := s.record("unlisted tag=" + a.Tag)
+		return text(fmt.Sprintf("unlisted ran n=%d", n), false), nil
 	}
 	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool: " + p.Name}
 }
