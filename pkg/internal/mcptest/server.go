@@ -333,6 +333,7 @@ type callParams struct {
 		TwoWays        bool   `json:"two_ways"`
 		Both           bool   `json:"both"`
 		Pad            int    `json:"pad"`
+		Echo           bool   `json:"echo"`
 	} `json:"arguments"`
 }
 
@@ -424,6 +425,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		n := s.record("fail tag=" + a.Tag)
 		if a.RPC {
 			return nil, &jsonrpc.Error{Code: -32000, Message: "declined", Raw: json.RawMessage(RPCRefusal)}
+		}
+		if a.Echo {
+			// As servers often do, the refusal repeats what it was given.
+			return nil, &jsonrpc.Error{Code: -32000, Message: "declined: card " + a.Tag + " refused"}
 		}
 		if a.TwoWays {
 			// An answer parsers read two ways: an error, and (read case-insensitively, as
