@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -116,5 +117,15 @@ func TestServeIsDurableByDefault(t *testing.T) {
 	}
 	if st.Mode().Perm() != 0o600 || !strings.Contains(errs.String(), "ledger "+want) {
 		t.Fatalf("ledger %s mode %v, stderr %q", want, st.Mode(), errs.String())
+	}
+	// docs/privacy.md: "created 0600 in a 0700 directory, so only your user can read it".
+	if runtime.GOOS != "windows" {
+		dir, err := os.Stat(filepath.Dir(want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dir.Mode().Perm() != 0o700 {
+			t.Fatalf("the ledger's directory %s has mode %v; want 0700", filepath.Dir(want), dir.Mode().Perm())
+		}
 	}
 }

@@ -320,7 +320,9 @@ func TestRefusalsCarryCodeFactsAndNext(t *testing.T) {
 		// Only intent, token and nonce are needed: they are what the ledger checks.
 		var hb serve.HeartbeatResult
 		h.ok(serve.ToolHeartbeat, map[string]any{"ticket": map[string]any{"intent": held.Ticket.Intent, "token": held.Ticket.Token, "nonce": held.Ticket.Nonce}}, &hb)
-		if hb.Ticket.Token != held.Ticket.Token || hb.Ticket.LeaseUntil.Before(held.Ticket.LeaseUntil) {
+		// docs/serve.md: "{ticket} with a later lease_until" (strictly: the same lease is
+		// not extended).
+		if hb.Ticket.Token != held.Ticket.Token || !hb.Ticket.LeaseUntil.After(held.Ticket.LeaseUntil) {
 			t.Fatalf("heartbeat %+v after %+v", hb.Ticket, held.Ticket)
 		}
 	})

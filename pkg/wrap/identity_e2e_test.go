@@ -169,3 +169,25 @@ func inFlight(r *rig) bool {
 	out, _ := exec.Command(efBin, "ledger", "ls", "--ledger", r.ledger, "--json").Output()
 	return strings.Contains(string(out), `"in_flight"`)
 }
+
+// TestRepeatArgumentOfTheToolsOwnIsForwarded is docs/identity.md's "wrap removes
+// [effectfence_repeat] from the arguments before the server sees them, unless the tool's own
+// input schema declares a property of that name", through the real wrap process: a tool that
+// declares it receives it as the agent sent it, and it is still part of the call's identity
+// (the same value is a replay, a new value a new call).
+func TestRepeatArgumentOfTheToolsOwnIsForwarded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.mode = "repeatprop"
+	w := r.wrap()
+	first := call(t, w.Session, "own_repeat", `{"n":1,"effectfence_repeat":"a"}`)
+	again := call(t, w.Session, "own_repeat", `{"effectfence_repeat":"a","n":1}`)
+	other := call(t, w.Session, "own_repeat", `{"n":1,"effectfence_repeat":"b"}`)
+	if first.IsError || first.replayed() || !again.replayed() || other.IsError || other.replayed() {
+		t.Fatalf("own_repeat a, a again, b: %q, %q (replayed %v), %q (replayed %v); want run, replay, run", first.text(), again.text(), again.replayed(), other.text(), other.replayed())
+	}
+	effects := mcptest.Effects(r.effects)
+	if len(effects) != 2 || !strings.HasPrefix(effects[0], `own_repeat {"n":1,"effectfence_repeat":"a"} `) || !strings.HasPrefix(effects[1], `own_repeat {"n":1,"effectfence_repeat":"b"} `) {
+		t.Fatalf("the server received %q; want both calls with their effectfence_repeat, as sent", effects)
+	}
+}

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // TestRedactAndKeepResultHash: with --redact and --keep-result TOOL=hash, the real wrap
@@ -107,5 +109,46 @@ func TestRedactedValueNotInReasons(t *testing.T) {
 	}
 	if reason := rec.Reason; !strings.Contains(reason, "dying on tools/call") || !strings.Contains(reason, `"tag":"[redacted]"`) {
 		t.Fatalf("the reason should keep what the server said, without the value: %q", reason)
+	}
+}
+
+// TestRedactedValueNotInARefusalsReason: the server refuses the call with a JSON-RPC error
+// that repeats a redacted argument, and wrap records that message as the release's reason
+// (docs/privacy.md: "a JSON-RPC error message ... every redacted value as the call gave it
+// ... is replaced by [redacted] in those words before they are recorded"). The agent still
+// gets the server's own words; the ledger keeps the rest of them, without the value.
+func TestRedactedValueNotInARefusalsReason(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const secret = "4111111111111111"
+	w := r.wrap("--redact", "fail:tag")
+	_, err := callE(w.Session, "fail", `{"tag":"`+secret+`","echo":true}`)
+	var rpc *mcpstdio.RPCError
+	if !errors.As(err, &rpc) || !strings.Contains(rpc.Message, secret) {
+		t.Fatalf("the server's refusal through wrap: %v; want its JSON-RPC error, as it wrote it", err)
+	}
+	w.Close()
+
+	files, _ := filepath.Glob(r.ledger + "*")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Fatalf("ledger file %s contains the redacted value", f)
+		}
+	}
+	var reasons []string
+	err = r.openLedger().Store().View(context.Background(), func(tx fence.Tx) error {
+		return tx.Events("", func(e fence.Event) bool {
+			if e.Kind == fence.EventRelease {
+				reasons = append(reasons, e.Reason)
+			}
+			return true
+		})
+	})
+	if err != nil || len(reasons) != 1 || !strings.Contains(reasons[0], "declined: card [redacted] refused") {
+		t.Fatalf("the release's recorded reason: %q, %v; want the server's words without the value", reasons, err)
 	}
 }

@@ -435,3 +435,20 @@ func TestInputRequiredIsNeverAnOutcome(t *testing.T) {
 		t.Fatalf("%d executions, want 1", n)
 	}
 }
+
+// TestUnlistedToolIsFenced is docs/wrap.md's "a tool missing from [the listing] is fenced": the
+// server runs a tool it never lists, so wrap knows nothing of it (is it read-only?). Calls of
+// it take the safe side: an identical second call is a replay, and the server ran it once.
+func TestUnlistedToolIsFenced(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	if res, err := w.ListTools(context.Background(), ""); err != nil || strings.Contains(string(res), `"name":"unlisted"`) {
+		t.Fatalf("the server's listing: %s, %v; want it without the tool", res, err)
+	}
+	first := call(t, w.Session, "unlisted", `{"tag":"u"}`)
+	again := call(t, w.Session, "unlisted", `{"tag":"u"}`)
+	if first.IsError || first.replayed() || !again.replayed() || r.effectCount() != 1 {
+		t.Fatalf("an unlisted tool called twice: %q then %q (replayed %v), %d executions; want one execution and a replay", first.text(), again.text(), again.replayed(), r.effectCount())
+	}
+}

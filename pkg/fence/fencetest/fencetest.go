@@ -1108,11 +1108,14 @@ func sweepBacklog(t *testing.T, st fence.Store, expired int) {
 				return err
 			}
 		}
-		for _, ev := range []fence.Event{
-			{At: now.Add(-2 * ttl), Intent: "old:00000", Kind: fence.EventReclaim, Reason: "old"},
-			{At: now.Add(-2 * ttl), Intent: "failed", Kind: fence.EventClear, Reason: "old, kept"},
-			{At: now, Intent: "young", Kind: fence.EventReclaim, Reason: "young"},
-		} {
+		// docs/privacy.md: audit events go with the records, "except operator clears and
+		// resolves and late_result events, which are kept for good".
+		evs := []fence.Event{{At: now.Add(-2 * ttl), Intent: "old:00000", Kind: fence.EventReclaim, Reason: "old"}}
+		for _, kind := range fence.KeptForeverKinds() {
+			evs = append(evs, fence.Event{At: now.Add(-2 * ttl), Intent: "failed", Kind: kind, Reason: "old, kept " + kind})
+		}
+		evs = append(evs, fence.Event{At: now, Intent: "young", Kind: fence.EventReclaim, Reason: "young"})
+		for _, ev := range evs {
 			if err := tx.AppendEvent(ev); err != nil {
 				return err
 			}
@@ -1145,8 +1148,12 @@ func sweepBacklog(t *testing.T, st fence.Store, expired int) {
 	if fmt.Sprint(left) != fmt.Sprint(keep) {
 		t.Fatalf("after sweeping %d expired outcomes: %v; want %v", expired, left, keep)
 	}
-	if fmt.Sprint(events) != "[old, kept young]" {
-		t.Fatalf("events after the sweep: %q; want the clear and the young event", events)
+	want := []string{}
+	for _, kind := range []string{fence.EventClear, fence.EventLateResult, fence.EventResolveHappened, fence.EventResolveDidNotHappen, fence.EventResolveLeaveFenced} {
+		want = append(want, "old, kept "+kind)
+	}
+	if want = append(want, "young"); fmt.Sprint(events) != fmt.Sprint(want) {
+		t.Fatalf("events after the sweep: %q; want the operator's clears and resolves, the late result and the young event", events)
 	}
 }
 

@@ -12,7 +12,8 @@
 // waiting for their answers, and logs "mcptest: flood refused N" on stderr for each error
 // answer (N counting them); "reuse" sends two roots/list requests under one id once
 // initialized ({"n":1} then {"n":2}, the second before the first is answered) and, 100 ms
-// after the first answer comes back, cancels that id with the reason "reused id".
+// after the first answer comes back, cancels that id with the reason "reused id";
+// "headers" and "repeatprop" list one more tool (HeaderTool, RepeatTool).
 package mcptest
 
 import (
@@ -86,6 +87,10 @@ const RPCRefusal = `{"message":"declined <b>&amp;` + "\u2028" + ` \u00e9 \ud83d 
 // HeaderTool is the tool the "headers" mode lists besides ToolsList: its inputSchema asks HTTP
 // clients to mirror arguments into Mcp-Param-* headers (SEP-2243), one of them nested.
 const HeaderTool = `{"name":"transfer","description":"Moves money; records an effect.","inputSchema":{"type":"object","properties":{"account":{"type":"string","x-mcp-header":"Account"},"to":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}},"amount":{"type":"integer","x-mcp-header":"Amount"},"urgent":{"type":"boolean","x-mcp-header":"Urgent"}},"required":["account","amount"]}}`
+
+// RepeatTool is the tool the "repeatprop" mode lists besides ToolsList: its input schema
+// declares effectfence_repeat as an argument of its own.
+const RepeatTool = `{"name":"own_repeat","description":"Takes effectfence_repeat as its own argument; records the arguments it received.","inputSchema":{"type":"object","properties":{"effectfence_repeat":{"type":"string"},"n":{"type":"integer"}}}}`
 
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
@@ -219,8 +224,11 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			os.Exit(5)
 		}
 		list := ToolsList
-		if s.mode == "headers" {
+		switch s.mode {
+		case "headers":
 			list = strings.TrimSuffix(list, "]}") + "," + HeaderTool + "]}"
+		case "repeatprop":
+			list = strings.TrimSuffix(list, "]}") + "," + RepeatTool + "]}"
 		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
@@ -333,6 +341,7 @@ type callParams struct {
 		TwoWays        bool   `json:"two_ways"`
 		Both           bool   `json:"both"`
 		Pad            int    `json:"pad"`
+		Echo           bool   `json:"echo"`
 	} `json:"arguments"`
 }
 
@@ -425,6 +434,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		if a.RPC {
 			return nil, &jsonrpc.Error{Code: -32000, Message: "declined", Raw: json.RawMessage(RPCRefusal)}
 		}
+		if a.Echo {
+			// As servers often do, the refusal repeats what it was given.
+			return nil, &jsonrpc.Error{Code: -32000, Message: "declined: card " + a.Tag + " refused"}
+		}
 		if a.TwoWays {
 			// An answer parsers read two ways: an error, and (read case-insensitively, as
 			// encoding/json does) a result beside it.
@@ -493,6 +506,17 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"cut \ud83d <b> n=%d"}], "structuredContent":{"big":1e400,"k":1,"k":2},"isError":false}`, n)), nil
 	case "extra":
 		return text("extra ran", false), nil
+	case "own_repeat":
+		var q struct {
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		_ = json.Unmarshal(params, &q)
+		n := s.record("own_repeat " + string(q.Arguments))
+		return text(fmt.Sprintf("own_repeat ran n=%d", n), false), nil
+	case "unlisted":
+		// A tool the server runs but never lists (hidden, or listed only to some clients).
+		n := s.record("unlisted tag=" + a.Tag)
+		return text(fmt.Sprintf("unlisted ran n=%d", n), false), nil
 	}
 	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool: " + p.Name}
 }
