@@ -83,5 +83,13 @@ func RefusalOf(intent string, err error) Refusal {
 	default:
 		r.Next = "The ledger failed; the call may not be recorded. Retry the same call; if it keeps failing, tell the operator (effectfence ledger check)."
 	}
+	var ran ranEffect
+	if errors.As(err, &ran) {
+		// A commit: the effect ran, as the agent reports, whether or not it was recorded.
+		r.Executed = true
+		if errors.As(err, &invalid) {
+			r.Next = fmt.Sprintf("Nothing was recorded: the effect you ran is not in the ledger. Fix the arguments as the message says and call %s again with the same ticket; do not run the effect again.", ToolCommit)
+		}
+	}
 	return r
 }

@@ -302,6 +302,10 @@ func TestRefusalsCarryCodeFactsAndNext(t *testing.T) {
 				if r.Code != fence.CodeLeaseLost {
 					t.Fatalf("%s: %+v", tool, r)
 				}
+				// Nothing is recorded, but a commit reports an effect that ran: it says so.
+				if r.Executed != (tool == serve.ToolCommit) {
+					t.Fatalf("%s refused with executed %v; want true only for a commit", tool, r.Executed)
+				}
 			}
 			var st serve.StatusResult
 			h.ok(serve.ToolStatus, map[string]any{"intent": "scale:web"}, &st)
@@ -394,6 +398,11 @@ func TestBadInput(t *testing.T) {
 			r := h.refused(c.tool, c.args)
 			if r.Code != fence.CodeInvalid || r.Field != c.field || !strings.Contains(r.Message, c.says) {
 				t.Fatalf("got code=%s field=%q message=%q; want %s, %q, containing %q", r.Code, r.Field, r.Message, fence.CodeInvalid, c.field, c.says)
+			}
+			// A refused commit's effect ran all the same: never "nothing ran".
+			commit := c.tool == serve.ToolCommit
+			if r.Executed != commit || commit && (strings.Contains(r.Next, "Nothing ran") || !strings.Contains(r.Next, "Nothing was recorded")) {
+				t.Fatalf("%s refused with executed %v, next %q", c.tool, r.Executed, r.Next)
 			}
 		})
 	}

@@ -90,6 +90,12 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 	ann.Title = name
 	tool := mcp.NewTool(name, mcp.WithDescription(desc), mcp.WithRawInputSchema(raw), mcp.WithToolAnnotation(ann))
 	tool.InputSchema.Type = "" // the raw schema is the whole schema
+	fail := func(intent string, err error) *mcp.CallToolResult {
+		if name == ToolCommit {
+			err = ranEffect{err} // whatever refuses it, the effect it reports ran
+		}
+		return refuse(intent, err)
+	}
 	s.mcp.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := []byte(req.Params.RawArguments)
 		if raw, ok := ctx.Value(rawArgumentsKey{}).(json.RawMessage); ok {
@@ -99,21 +105,21 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 			args = []byte("{}")
 		}
 		if len(args) > s.opts.MaxArgBytes {
-			return refuse("", fence.InvalidError{Field: "arguments", Why: fmt.Sprintf("are %d bytes; at most %d are accepted (the ledger keeps the args and result of every action)", len(args), s.opts.MaxArgBytes)}), nil
+			return fail("", fence.InvalidError{Field: "arguments", Why: fmt.Sprintf("are %d bytes; at most %d are accepted (the ledger keeps the args and result of every action)", len(args), s.opts.MaxArgBytes)}), nil
 		}
 		if err := checkArgs(compiled, args); err != nil {
-			return refuse("", err), nil
+			return fail("", err), nil
 		}
 		if err := checkText(args); err != nil {
-			return refuse("", err), nil
+			return fail("", err), nil
 		}
 		var in In
 		if err := json.Unmarshal(args, &in); err != nil {
-			return refuse("", fence.InvalidError{Field: "arguments", Why: err.Error()}), nil
+			return fail("", fence.InvalidError{Field: "arguments", Why: err.Error()}), nil
 		}
 		out, err := run(ctx, in)
 		if err != nil {
-			return refuse(intentOf(in), err), nil
+			return fail(intentOf(in), err), nil
 		}
 		return callResult(out, false), nil
 	})
@@ -221,6 +227,13 @@ func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 type spooledCommit struct{ fence.SpooledError }
 
 func (e spooledCommit) Unwrap() error { return e.SpooledError }
+
+// ranEffect is a refusal of a commit (addTool wraps every one): the agent reports an effect
+// it ran, so the refusal says executed, whatever it refuses (nothing recorded is not nothing
+// run).
+type ranEffect struct{ error }
+
+func (e ranEffect) Unwrap() error { return e.error }
 
 func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) {
 	if abort {

@@ -207,7 +207,8 @@ type Refusal struct {
 	LeaseUntil *time.Time  `json:"lease_until,omitempty"`
 	State      fence.State `json:"state,omitempty"`
 	Field      string      `json:"field,omitempty"`
-	// Executed is true only when the effect already ran (a commit on a stale read set).
+	// Executed is true when the effect already ran: every refusal of a commit (the agent ran
+	// the effect it reports, recorded or not), and a prepare never.
 	Executed bool `json:"executed"`
 	// Cert is the recorded cert, on result_differs.
 	Cert *fence.Cert `json:"cert,omitempty"`
