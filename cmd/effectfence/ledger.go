@@ -155,7 +155,8 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 }
 
 // open opens the ledger for a subcommand that reads or changes it through the engine. An
-// operator's look must not create a ledger: a missing file is an error.
+// operator's look must not create a ledger: a missing file, or a PostgreSQL schema that
+// holds no ledger, is an error.
 func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	loc, err := c.opts.Location()
 	if err != nil {
@@ -169,7 +170,9 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 		}
 	}
-	return store.Open(ctx, c.opts)
+	opts := c.opts
+	opts.Existing = true
+	return store.Open(ctx, opts)
 }
 
 // writeJSON writes v as indented JSON, with the characters JSON allows raw that could act on
