@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -338,7 +339,7 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			}
 		}
 		if r.State.Fenced() {
-			q := shellQuote(r.Intent)
+			q := shellQuote(r.Intent) + c.selection(l.Location)
 			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  effectfence ledger resolve %s --happened --reason \"what you found\"        # it took effect: duplicates get a recorded result\n  effectfence ledger resolve %s --did-not-happen --reason \"what you found\"  # it did not: the next attempt runs\n", q, q)
 		}
 	}
@@ -354,6 +355,22 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		return t.Render()
 	}
 	return nil
+}
+
+// selection is what a command that show suggests needs to reach the ledger at loc (as
+// Ledger.Location shows it): nothing when the ledger came from the environment or is the
+// default (the same shell reaches it again), else --ledger with its absolute path, or with
+// its URL as shown (a password replaced: put it back).
+func (c ledgerCall) selection(loc string) string {
+	if !c.cmd.IsSet("ledger") && !c.cmd.Bool("for") {
+		return ""
+	}
+	if !strings.Contains(loc, "://") {
+		if abs, err := filepath.Abs(loc); err == nil {
+			loc = abs
+		}
+	}
+	return " --ledger " + shellQuote(loc)
 }
 
 // shellQuote quotes s for a POSIX shell. A string with characters that could act on a
