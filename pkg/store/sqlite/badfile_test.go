@@ -86,6 +86,15 @@ func TestBadFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
+	// Another application's file before it made its tables: marked as its own, nothing else.
+	foreignEmpty := filepath.Join(dir, "foreign-empty.gpkg")
+	if db, err = sql.Open("sqlite", foreignEmpty); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA application_id = 0x47504B47"); err != nil { // "GPKG"
+		t.Fatal(err)
+	}
+	db.Close()
 
 	cases := []struct {
 		name  string
@@ -111,6 +120,13 @@ func TestBadFiles(t *testing.T) {
 			}
 			return os.WriteFile(p, b, 0o600)
 		}, "another application", true},
+		{"foreign SQLite database without tables", func(p string) error {
+			b, err := os.ReadFile(foreignEmpty)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(p, b, 0o600)
+		}, "another application (application_id 0x47504b47)", true},
 		{"a directory", func(p string) error { return os.Mkdir(p, 0o700) }, "is a directory", false},
 	}
 	for _, tc := range cases {
