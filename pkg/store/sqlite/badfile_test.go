@@ -197,6 +197,31 @@ func TestFileModes(t *testing.T) {
 	}
 }
 
+// DECISIONS-sqlite: "A missing directory is created 0700. An existing directory's mode is
+// left alone": a ledger put in a directory its owner shares (0755, 0750) does not take the
+// directory from the others.
+func TestExistingDirectoryModeLeftAlone(t *testing.T) {
+	for _, mode := range []os.FileMode{0o755, 0o750, 0o711} {
+		dir := filepath.Join(t.TempDir(), "shared")
+		if err := os.Mkdir(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		st := openT(t, filepath.Join(dir, "ledger.db"), sqlite.Options{})
+		if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(&fence.Record{Intent: "x", State: fence.StateInFlight}) }); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("the ledger's existing directory had mode %v; after the open %v (%v)", mode, fi.Mode().Perm(), err)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "ledger.db")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the ledger in it: %v (%v); want 0600", fi.Mode().Perm(), err)
+		}
+	}
+}
+
 // A ledger path may be a link to a file that does not exist yet (a dotfiles setup pointing
 // at a synced folder): the file is created 0600 there all the same, not with SQLite's
 // default mode (0644 under the usual umask, readable by every user).
