@@ -55,6 +55,14 @@ func TestLedgerCommandsCreateNoPostgresLedger(t *testing.T) {
 
 	// No such schema.
 	look(t)
+	// check reads SQLite files only (DECISIONS-postgres): it says so, exit 1, without the
+	// URL's password, and creates nothing either.
+	pw := *u
+	pw.User = url.UserPassword(u.User.Username(), "pw-s3cret")
+	if r := runBinary(t, env, "", "ledger", "check", "--ledger", pw.String()); r.code != exitError || r.stdout != "" ||
+		!strings.Contains(r.stderr, "check inspects SQLite files") || strings.Contains(r.stderr, "pw-s3cret") {
+		t.Errorf("ledger check of a PostgreSQL ledger: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
 	if there, n := tables(); there || n != 0 {
 		t.Fatalf("the ledger commands created schema %s (%v) with %d effectfence tables", schema, there, n)
 	}
