@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -155,7 +156,8 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 }
 
 // open opens the ledger for a subcommand that reads or changes it through the engine. An
-// operator's look must not create a ledger: a missing file is an error.
+// operator's look must not create a ledger: a missing file, or a PostgreSQL schema that
+// holds no ledger, is an error.
 func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	loc, err := c.opts.Location()
 	if err != nil {
@@ -169,7 +171,9 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 		}
 	}
-	return store.Open(ctx, c.opts)
+	opts := c.opts
+	opts.Existing = true
+	return store.Open(ctx, opts)
 }
 
 // writeJSON writes v as indented JSON, with the characters JSON allows raw that could act on
@@ -335,7 +339,7 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			}
 		}
 		if r.State.Fenced() {
-			q := shellQuote(r.Intent)
+			q := shellQuote(r.Intent) + c.selection(l.Location)
 			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  effectfence ledger resolve %s --happened --reason \"what you found\"        # it took effect: duplicates get a recorded result\n  effectfence ledger resolve %s --did-not-happen --reason \"what you found\"  # it did not: the next attempt runs\n", q, q)
 		}
 	}
@@ -351,6 +355,22 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		return t.Render()
 	}
 	return nil
+}
+
+// selection is what a command that show suggests needs to reach the ledger at loc (as
+// Ledger.Location shows it): nothing when the ledger came from the environment or is the
+// default (the same shell reaches it again), else --ledger with its absolute path, or with
+// its URL as shown (a password replaced: put it back).
+func (c ledgerCall) selection(loc string) string {
+	if !c.cmd.IsSet("ledger") && !c.cmd.Bool("for") {
+		return ""
+	}
+	if !strings.Contains(loc, "://") {
+		if abs, err := filepath.Abs(loc); err == nil {
+			loc = abs
+		}
+	}
+	return " --ledger " + shellQuote(loc)
 }
 
 // shellQuote quotes s for a POSIX shell. A string with characters that could act on a

@@ -333,8 +333,27 @@ func TestLedgerCommands(t *testing.T) {
 	if code, out, _ := runCLI(t, "", "ledger", "sweep", "--ledger", path); code != exitOK || !strings.Contains(out, "swept 0") {
 		t.Fatalf("sweep = %d %s", code, out)
 	}
+	// docs/ledger.md: every subcommand but export takes --json (ls, show, verify, stats, check
+	// and resolve are read as JSON elsewhere; sweep and clear here).
+	var swept struct {
+		Ledger string
+		Swept  *int
+	}
+	if code, out, _ := runCLI(t, "", "ledger", "sweep", "--ledger", path, "--json"); code != exitOK || json.Unmarshal([]byte(out), &swept) != nil || swept.Swept == nil || *swept.Swept != 0 || swept.Ledger != path {
+		t.Fatalf("sweep --json = %d %s", code, out)
+	}
 	if code, out, _ := runCLI(t, "", "ledger", "check", "--ledger", path); code != exitOK || !strings.Contains(out, ": OK") || !strings.Contains(out, fmt.Sprintf("schema version %d", sqlite.SchemaVersion)) {
 		t.Fatalf("check = %d %s", code, out)
+	}
+
+	var cleared struct {
+		Cleared, Who, Reason, Ledger string
+		PreviousState                fence.State `json:"previous_state"`
+	}
+	if code, out, _ := runCLI(t, "", "ledger", "clear", "refund:9", "--reason", "no refund at the bank", "--ledger", path, "--json"); code != exitOK ||
+		json.Unmarshal([]byte(out), &cleared) != nil || cleared.Cleared != "refund:9" || cleared.PreviousState != fence.StateFailed ||
+		cleared.Who != ledger.Operator() || cleared.Reason != "no refund at the bank" || cleared.Ledger != path {
+		t.Fatalf("clear --json = %d %s", code, out)
 	}
 
 	// Tamper with a cert's result behind the engine's back: verify must fail with exit 1.

@@ -56,6 +56,11 @@ type Options struct {
 	// ignore expired outcomes whether or not they were swept. The ledger commands leave it
 	// unset, so what they list has no expired outcome.
 	SweepInBackground bool
+	// Existing opens only a PostgreSQL ledger that is there already: no schema or table is
+	// created, and a schema without a ledger is an error (postgres.ErrNoLedger). The ledger
+	// commands set it, and check that a SQLite file exists before they open it: an operator's
+	// look never creates a ledger.
+	Existing bool
 }
 
 // DefaultSweepEvery is how often an open ledger sweeps expired outcomes.
@@ -188,12 +193,12 @@ func isPostgres(loc string) bool {
 }
 
 // openStore opens the store behind loc.
-func openStore(ctx context.Context, loc string) (fence.Store, error) {
+func openStore(ctx context.Context, loc string, existing bool) (fence.Store, error) {
 	switch {
 	case loc == "memory":
 		return fence.NewMemoryStore(), nil
 	case isPostgres(loc):
-		return postgres.Open(ctx, postgres.Config{URL: loc})
+		return postgres.Open(ctx, postgres.Config{URL: loc, Existing: existing})
 	default:
 		return sqlite.Open(ctx, loc, sqlite.Options{})
 	}
@@ -206,7 +211,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(ctx, loc)
+	st, err := openStore(ctx, loc, o.Existing)
 	if err != nil {
 		return nil, err
 	}

@@ -87,6 +87,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ResolveLeaveFenced", testResolveLeaveFenced},
 		{"ResolveRefusals", testResolveRefusals},
 		{"ResolveOrphan", testResolveOrphan},
+		{"ResolveHappenedExpiresFromTheAnswer", testResolveHappenedExpiresFromTheAnswer},
 		{"HostileNamesKeptOrRefusedAlike", testHostileNames},
 	}
 	for _, tc := range tests {

@@ -216,3 +216,33 @@ func testResolveOrphan(t *testing.T, newStore Factory) {
 	}
 	mustFresh(t, b, r)
 }
+
+// docs/RELIABILITY.md: the cert of a "happened" answer has its expiry and replay window
+// counted from the answer. An intent that went unknown longer ago than the result TTL (a
+// person checks the next morning) and is then answered "happened" replays to duplicates for a
+// whole result TTL (and replay window) after the answer; counted from the claim, its outcome
+// would be expired at once and the next duplicate would run the effect a second time.
+func testResolveHappenedExpiresFromTheAnswer(t *testing.T, newStore Factory) {
+	const ttl = 1500 * time.Millisecond // the margin between the answer and the duplicate
+	eng := fence.New(newStore(t), fence.Config{ResultTTL: ttl})
+	r := req("resolve:next-morning")
+	lostIntent(t, eng, r)
+	time.Sleep(ttl + 500*time.Millisecond) // unknown for longer than a result TTL
+	before := time.Now()
+	res, err := eng.Resolve(ctx, fence.ResolveRequest{Intent: r.Intent, How: fence.Happened, Ref: "ch_9", Who: "ops", Via: "cli", Reason: "found ch_9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	windowed := r
+	windowed.ReplayWindow = ttl
+	for _, dup := range []fence.Request{r, windowed} {
+		adm, err := eng.Prepare(ctx, dup)
+		if err != nil || adm.Fresh() || adm.Cert.Hash != res.Cert.Hash {
+			t.Fatalf("a duplicate right after the answer (replay window %v): %+v, %v; want the answer's cert replayed", dup.ReplayWindow, adm, err)
+		}
+	}
+	s, err := eng.Status(ctx, r.Intent)
+	if err != nil || s.State != fence.StateDone || s.ExpiresAt.Before(before.Add(ttl-100*time.Millisecond)) {
+		t.Fatalf("after the answer: %+v %v; want done, expiring a result TTL after the answer (%v)", s, err, before)
+	}
+}

@@ -79,6 +79,11 @@ type Config struct {
 	Schema string
 	// MaxConns bounds the pool (0: the URL's pool_max_conns, else 16).
 	MaxConns int32
+	// Existing opens only a ledger that is there already: Open creates no schema and no
+	// table, and a schema that holds no ledger is refused with ErrNoLedger. The ledger
+	// commands set it: an operator's look never creates a ledger, and a mistyped search_path
+	// must not read as an empty ledger (nothing fenced) while it creates one.
+	Existing bool
 
 	// wrapConn, when set (tests only), wraps every new network connection.
 	wrapConn func(net.Conn) net.Conn
@@ -160,7 +165,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
 	}
 	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6)}
-	if err := s.init(ctx, schema, first); err != nil {
+	if err := s.init(ctx, schema, first, c.Existing); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
 	}
@@ -171,7 +176,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 // Advisory-lock keys and NOTIFY channels are derived from the resolved name, so every
 // spelling of one schema (search_path=review_case, Review_Case, "review_case") takes the same
 // locks; a quoted "Review_Case" is another schema, with its own tables and locks.
-func (s *Store) init(ctx context.Context, schema, first string) error {
+func (s *Store) init(ctx context.Context, schema, first string, existing bool) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -200,7 +205,7 @@ func (s *Store) init(ctx context.Context, schema, first string) error {
 		}
 	}
 	s.schema, s.chanName = schema, channelOf(schema)
-	if err := migrate(ctx, conn.Conn(), schema, create); err != nil {
+	if err := migrate(ctx, conn.Conn(), schema, create, existing); err != nil {
 		return err
 	}
 	// The tables this connection reaches must be the resolved schema's.

@@ -133,9 +133,14 @@ const indexesCurrent = `SELECT count(*) FILTER (WHERE indexname = 'effectfence_r
 	AND count(*) FILTER (WHERE indexname IN ('effectfence_records_state', 'effectfence_records_cert')) = 0
 	FROM pg_indexes WHERE schemaname = $1 AND tablename = 'effectfence_records'`
 
+// ErrNoLedger is Open's error, with Config.Existing, for a schema that holds no ledger.
+var ErrNoLedger = errors.New("no ledger")
+
 // migrate creates or upgrades the schema. It holds a transaction-scoped advisory lock keyed by
 // the schema name, so processes starting at once take turns and each finds the work done.
-func migrate(ctx context.Context, conn *pgx.Conn, schema string, create bool) error {
+// With existing, a schema without the ledger's version table is refused (ErrNoLedger) before
+// anything is created.
+func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existing bool) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
@@ -143,6 +148,15 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create bool) er
 	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema, "migrate", "")); err != nil {
 		return err
+	}
+	if existing {
+		var found bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass(format('%I.effectfence_version', $1::text)) IS NOT NULL", schema).Scan(&found); err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w in schema %q: nothing has used it yet (check the search_path of the URL)", ErrNoLedger, schema)
+		}
 	}
 	if create {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {

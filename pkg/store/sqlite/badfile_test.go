@@ -86,6 +86,15 @@ func TestBadFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
+	// Another application's file before it made its tables: marked as its own, nothing else.
+	foreignEmpty := filepath.Join(dir, "foreign-empty.gpkg")
+	if db, err = sql.Open("sqlite", foreignEmpty); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA application_id = 0x47504B47"); err != nil { // "GPKG"
+		t.Fatal(err)
+	}
+	db.Close()
 
 	cases := []struct {
 		name  string
@@ -111,6 +120,13 @@ func TestBadFiles(t *testing.T) {
 			}
 			return os.WriteFile(p, b, 0o600)
 		}, "another application", true},
+		{"foreign SQLite database without tables", func(p string) error {
+			b, err := os.ReadFile(foreignEmpty)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(p, b, 0o600)
+		}, "another application (application_id 0x47504b47)", true},
 		{"a directory", func(p string) error { return os.Mkdir(p, 0o700) }, "is a directory", false},
 	}
 	for _, tc := range cases {
@@ -177,6 +193,31 @@ func TestFileModes(t *testing.T) {
 		}
 		if fi.Mode() != want {
 			t.Errorf("%s has mode %v; want %v", p, fi.Mode(), want)
+		}
+	}
+}
+
+// DECISIONS-sqlite: "A missing directory is created 0700. An existing directory's mode is
+// left alone": a ledger put in a directory its owner shares (0755, 0750) does not take the
+// directory from the others.
+func TestExistingDirectoryModeLeftAlone(t *testing.T) {
+	for _, mode := range []os.FileMode{0o755, 0o750, 0o711} {
+		dir := filepath.Join(t.TempDir(), "shared")
+		if err := os.Mkdir(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		st := openT(t, filepath.Join(dir, "ledger.db"), sqlite.Options{})
+		if err := st.Update(ctx, func(tx fence.Tx) error { return tx.Put(&fence.Record{Intent: "x", State: fence.StateInFlight}) }); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("the ledger's existing directory had mode %v; after the open %v (%v)", mode, fi.Mode().Perm(), err)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "ledger.db")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the ledger in it: %v (%v); want 0600", fi.Mode().Perm(), err)
 		}
 	}
 }
