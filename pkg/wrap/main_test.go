@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,6 +87,8 @@ type rig struct {
 	childCmdOverride []string
 	// workDir is the wrap process's working directory ("" for the test's).
 	workDir string
+	// prefix runs the wrap process under a command (unshare ... --), when set.
+	prefix []string
 	// extraEnv is added to the wrap process's environment (and so the child's).
 	extraEnv []string
 	// init replaces the agent's initialize params.
@@ -131,7 +134,7 @@ func (r *rig) wrap(flags ...string) *wrapProc {
 }
 
 func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
-	argv := append([]string{efBin, "wrap"}, flags...)
+	argv := append(append(slices.Clone(r.prefix), efBin, "wrap"), flags...)
 	argv = append(append(argv, "--"), r.childCmd()...)
 	w := &wrapProc{log: &logBuf{}, notes: make(chan string, 16)}
 	init := r.init

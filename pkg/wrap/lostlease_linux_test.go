@@ -1,0 +1,107 @@
+package wrap_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestLostLeaseStillAnswersTheCall holds docs/DECISIONS-wrap.md's "a lost lease is logged and
+// the result is still returned to the caller" with the one adversary that takes a live
+// holder's claim: a wrap in a PID namespace of its own (a container), which the wrap beside it
+// cannot judge, stopped (SIGSTOP) past its lease while its re-run-safe call runs. The other
+// wrap takes the claim over and runs the call again, as re-run safe allows. The stopped wrap,
+// resumed, reads its child's answer, finds its claim gone when it records it, logs that, and
+// still gives its agent the result: the effect ran, and saying otherwise would invite a third
+// run.
+func TestLostLeaseStillAnswersTheCall(t *testing.T) {
+	needProc(t)
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to create a PID namespace with unshare")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("skipped: the unshare command is not installed")
+	}
+	r := newRig(t)
+	r.prefix = []string{unshare, "--pid", "--fork", "--mount-proc", "--"}
+	w := r.wrap("--rerun-safe", "slow", "--lease-secs", "1")
+	r.prefix = nil
+	const args = `{"ms":1500,"tag":"lost-lease"}`
+	type got struct {
+		x   result
+		err error
+	}
+	first := make(chan got, 1)
+	go func() {
+		x, err := callE(w.Session, "slow", args)
+		first <- got{x, err}
+	}()
+	led := r.openLedger()
+	var claim *fence.Record
+	waitFor(t, "the call to be in flight", func() bool {
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				claim = rec
+				return false
+			})
+		})
+		return claim != nil
+	})
+	if l := fence.OwnerLiveness(claim.Owner); l != fence.CannotTell {
+		t.Fatalf("the holder in its PID namespace (%s) is judged %s here, want cannot tell", claim.Owner, l)
+	}
+	kids := childPids(w.Pid()) // unshare --fork: its one child is the wrap
+	if len(kids) != 1 {
+		t.Fatalf("unshare (pid %d) has children %v, want the wrap alone", w.Pid(), kids)
+	}
+	holder := kids[0]
+	if err := syscall.Kill(holder, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(holder, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+
+	w2 := r.wrap("--rerun-safe", "slow", "--lease-secs", "1")
+	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() {
+		t.Fatalf("the call beside a stopped holder out of sight, once its lease lapsed: %s (replayed %v); want it taken over and run", x.text(), x.replayed())
+	}
+	taken, err := led.Status(context.Background(), claim.Intent)
+	if err != nil || taken.State != fence.StateDone || taken.Token == claim.Token {
+		t.Fatalf("after the takeover: %+v %v; want done by another claim than %d", taken, err, claim.Token)
+	}
+
+	resume()
+	var g got
+	select {
+	case g = <-first:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the resumed holder never answered its agent\nwrap log:\n%s", w.log.String())
+	}
+	if g.err != nil || g.x.IsError || !strings.Contains(g.x.text(), "slow done") {
+		t.Fatalf("the resumed holder answered %q (error %v, isError %v); want the child's result\nwrap log:\n%s", g.x.text(), g.err, g.x.IsError, w.log.String())
+	}
+	// Its stderr reaches w.log through a pipe, maybe after the answer.
+	waitFor(t, "the resumed holder to log its lost lease", func() bool {
+		return strings.Contains(w.log.String(), claim.Intent+": recording commit: lease_lost")
+	})
+	if n := r.effectCount(); n != 2 {
+		t.Fatalf("the child ran %d times, want 2 (the holder's and the takeover's)", n)
+	}
+	after, err := led.Status(context.Background(), claim.Intent)
+	if err != nil || after.Token != taken.Token || after.State != fence.StateDone {
+		t.Fatalf("the lost holder's commit changed the record: %+v %v; want the takeover's, token %d", after, err, taken.Token)
+	}
+}
