@@ -44,16 +44,7 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 		first <- got{x, err}
 	}()
 	led := r.openLedger()
-	var claim *fence.Record
-	waitFor(t, "the call to be in flight", func() bool {
-		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
-				claim = rec
-				return false
-			})
-		})
-		return claim != nil
-	})
+	claim := waitForClaim(t, led)
 	if l := fence.OwnerLiveness(claim.Owner); l != fence.CannotTell {
 		t.Fatalf("the holder in its PID namespace (%s) is judged %s here, want cannot tell", claim.Owner, l)
 	}

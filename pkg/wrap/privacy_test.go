@@ -91,16 +91,7 @@ func TestRedactedValueNotInReasons(t *testing.T) {
 	}
 	w.Close()
 
-	files, _ := filepath.Glob(r.ledger + "*")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(b, []byte(secret)) {
-			t.Fatalf("ledger file %s contains the redacted value", f)
-		}
-	}
+	ledgerFilesLack(t, r, secret)
 	var intent string
 	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
 	rec, err := r.openLedger().Status(context.Background(), intent)
@@ -129,16 +120,7 @@ func TestRedactedValueNotInARefusalsReason(t *testing.T) {
 	}
 	w.Close()
 
-	files, _ := filepath.Glob(r.ledger + "*")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(b, []byte(secret)) {
-			t.Fatalf("ledger file %s contains the redacted value", f)
-		}
-	}
+	ledgerFilesLack(t, r, secret)
 	var reasons []string
 	err = r.openLedger().Store().View(context.Background(), func(tx fence.Tx) error {
 		return tx.Events("", func(e fence.Event) bool {
@@ -150,5 +132,21 @@ func TestRedactedValueNotInARefusalsReason(t *testing.T) {
 	})
 	if err != nil || len(reasons) != 1 || !strings.Contains(reasons[0], "declined: card [redacted] refused") {
 		t.Fatalf("the release's recorded reason: %q, %v; want the server's words without the value", reasons, err)
+	}
+}
+
+// ledgerFilesLack fails the test if any of the rig's ledger files (the database, its WAL and
+// the rest beside it) holds secret.
+func ledgerFilesLack(t *testing.T, r *rig, secret string) {
+	t.Helper()
+	files, _ := filepath.Glob(r.ledger + "*")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Fatalf("ledger file %s contains the redacted value", f)
+		}
 	}
 }

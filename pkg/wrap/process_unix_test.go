@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 func TestKill9MidCallFencesUntilCleared(t *testing.T) {
@@ -122,16 +123,7 @@ func kill9ThenTakeOver(t *testing.T, first, second []string, rerunSafe bool) {
 	const args = `{"ms":1500,"tag":"rerun"}`
 	go func() { _, _ = callE(w.Session, "slow", args) }()
 	led := r.openLedger()
-	var claim *fence.Record
-	waitFor(t, "the call to be in flight", func() bool {
-		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
-				claim = rec
-				return false
-			})
-		})
-		return claim != nil
-	})
+	claim := waitForClaim(t, led)
 	if claim.RerunSafe != rerunSafe {
 		t.Fatalf("the claim is recorded re-run safe %v, want %v: %+v", claim.RerunSafe, rerunSafe, claim)
 	}
@@ -154,4 +146,20 @@ func kill9ThenTakeOver(t *testing.T, first, second []string, rerunSafe bool) {
 	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateDone {
 		t.Fatalf("after the takeover: %+v %v, want done", rec, err)
 	}
+}
+
+// waitForClaim waits until led holds a claim in flight, and returns it.
+func waitForClaim(t *testing.T, led *store.Ledger) *fence.Record {
+	t.Helper()
+	var claim *fence.Record
+	waitFor(t, "the call to be in flight", func() bool {
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				claim = rec
+				return false
+			})
+		})
+		return claim != nil
+	})
+	return claim
 }
