@@ -182,3 +182,31 @@ func TestLargeCallAndItsLargeAnswerDoNotWaitForEachOther(t *testing.T) {
 		t.Fatalf("the request budget held at most %d bytes; want the call's %d while it ran", most, len(text))
 	}
 }
+
+// TestAgentAnswerSkippedReachesTheServer: an answer of the agent's to the server's request
+// that finds no room in the request budget within the wait is skipped unread, and the server's
+// request gets an error saying so at once, instead of waiting for an answer that was dropped.
+// (Not parallel: it replaces the process's request budget.)
+func TestAgentAnswerSkippedReachesTheServer(t *testing.T) {
+	pool, restore := wrap.SetRequestBudget(4<<20, 300*time.Millisecond)
+	defer restore()
+	r := newRig(t)
+	a, p := r.agentPipes()
+	pool.Acquire(context.Background(), pool.Total(), 0)
+	defer pool.Release(pool.Total())
+	a.send(toolCall(2, "ask", `{}`))
+	var asked json.RawMessage
+	select {
+	case asked = <-a.asked:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the server's question never reached the agent; log:\n%s", a.log.String())
+	}
+	go a.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"roots":[{"uri":"file:///%s"}]}}`, asked, strings.Repeat("r", 2<<20)))
+	got := a.answer("2", 8*time.Second) // the server's ask gives up after 10 s
+	if !strings.Contains(got, "client error") || !strings.Contains(got, "skipped unread") {
+		t.Fatalf("the call whose question's answer was skipped: %.300s", got)
+	}
+	if sizes := p.StateSizes(); sizes["pending"] != 0 {
+		t.Fatalf("per-call state left: %v", sizes)
+	}
+}
