@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/inbound"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -60,6 +61,27 @@ const DefaultProtocolVersion = "2025-06-18"
 
 // MaxLine bounds one message from the child (64 MiB); longer lines are skipped and logged.
 const MaxLine = 64 << 20
+
+// AnswerBudget bounds the bytes of large messages from children that the process holds at
+// once, across every session: a line that grows past FreeLine first reserves MaxLine, cut to
+// its length once it has ended, and keeps it until it is delivered (a response: until its Call
+// returns, or, under budget.Hold, until the caller is done with the result; a notification:
+// until OnNotification returns; a request: until it is answered). While there is no room the
+// child's output is not read further (back-pressure on its pipe); a line that finds none
+// within a minute is skipped unread, as a line longer than MaxLine is: a Call it answers fails
+// as one whose server may have run it, never as not sent. Eight 60 MiB answers at once took
+// a wrap to 1.4 GiB without it (docs/DECISIONS-wrap.md).
+const AnswerBudget = 128 << 20
+
+// FreeLine is how long a line from a child may be without reserving any of AnswerBudget.
+const FreeLine = 1 << 20
+
+// answers is the process's AnswerBudget, budgetWait how long a line waits for room in it
+// (variables so tests can lower them).
+var (
+	answers    = budget.NewPool(AnswerBudget)
+	budgetWait = time.Minute
+)
 
 // MaxInbound bounds the child's requests waiting for their answer (from Config.OnRequest) at
 // once; beyond it a request is refused at once with a JSON-RPC error, so a child cannot make
@@ -157,12 +179,16 @@ func (e *ExitError) Error() string {
 
 // Session is one running child that completed the handshake. It is safe for concurrent use.
 type Session struct {
-	cfg   Config
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *jsonrpc.Writer
-	tail  *tailWriter
-	init  json.RawMessage
+	cfg Config
+	// answers and roomWait are AnswerBudget and how long a line waits for room in it, as they
+	// were when the session started.
+	answers  *budget.Pool
+	roomWait time.Duration
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	out      *jsonrpc.Writer
+	tail     *tailWriter
+	init     json.RawMessage
 
 	nextID  atomic.Int64
 	mu      sync.Mutex
@@ -189,6 +215,7 @@ type Session struct {
 type reply struct {
 	result json.RawMessage
 	err    error
+	held   int64 // the room of AnswerBudget the response's line holds
 }
 
 // note is one message in the delivery queue: a notification (method, params), a request of
@@ -199,7 +226,9 @@ type note struct {
 	req    *jsonrpc.Message
 	to     chan reply
 	r      reply
-	long   json.RawMessage // the id of a request of the child's that was too long to read
+	long   json.RawMessage // the id of a request of the child's that was skipped unread
+	why    string          // why it was skipped
+	held   int64           // the room of AnswerBudget the line of a notification or request holds
 }
 
 // Start spawns the child and performs the initialize handshake (initialize, then
@@ -226,7 +255,7 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, errors.New("mcpstdio: initialize params must be a JSON object")
 	}
 	s := &Session{
-		cfg: cfg, pending: map[string]chan reply{}, done: make(chan struct{}), exited: make(chan struct{}),
+		cfg: cfg, answers: answers, roomWait: budgetWait, pending: map[string]chan reply{}, done: make(chan struct{}), exited: make(chan struct{}),
 		notes: make(chan note, 1024), notesEnd: make(chan struct{}), tail: &tailWriter{w: cfg.Stderr, max: 2048},
 	}
 	s.reqCtx, s.reqStop = context.WithCancel(context.Background())
@@ -322,9 +351,18 @@ func (s *Session) Call(ctx context.Context, method string, params json.RawMessag
 	}
 	select {
 	case r := <-ch:
+		// The response's room is the caller's to keep (budget.Hold) until it is done with the
+		// result, else it goes back now.
+		if !s.answers.Keep(ctx, r.held) {
+			s.answers.Release(r.held)
+		}
 		return r.result, r.err
 	case <-ctx.Done():
-		s.forget(key)
+		if !s.forget(key) {
+			// Its response was read as the call gave up: it is on its way to ch (resolve
+			// sends it, at once or in order through the delivery queue), holding room.
+			go func() { s.answers.Release((<-ch).held) }()
+		}
 		note := map[string]any{"requestId": json.RawMessage(key), "reason": ctx.Err().Error()}
 		var why *CancelReason
 		if errors.As(context.Cause(ctx), &why) {
@@ -339,10 +377,14 @@ func (s *Session) Call(ctx context.Context, method string, params json.RawMessag
 	}
 }
 
-func (s *Session) forget(key string) {
+// forget takes the call key out of pending, reporting whether it was still there (no response
+// had been taken for it, nor the session ended).
+func (s *Session) forget(key string) bool {
 	s.mu.Lock()
+	_, ok := s.pending[key]
 	delete(s.pending, key)
 	s.mu.Unlock()
+	return ok
 }
 
 // Notify sends a notification. params may be nil.
@@ -465,22 +507,28 @@ func (s *Session) logf(format string, a ...any) {
 
 func (s *Session) read(stdout io.Reader) {
 	r := jsonrpc.NewReader(stdout, MaxLine)
+	r.Meter(s.reqCtx, s.answers, FreeLine, s.roomWait)
 	for {
 		line, err := r.ReadLine()
-		if err == jsonrpc.ErrTooLong {
-			if id := r.SkippedID(); id != nil && s.resolveTooLong(id) {
+		if err == jsonrpc.ErrTooLong || err == jsonrpc.ErrNoRoom {
+			why := fmt.Sprintf("a line longer than %d bytes", MaxLine)
+			if err == jsonrpc.ErrNoRoom {
+				why = fmt.Sprintf("a line that found no room for %s in the %d MiB the large messages of this process may take (see mcpstdio.AnswerBudget)", s.roomWait, s.answers.Total()>>20)
+			}
+			if id := r.SkippedID(); id != nil && s.resolveSkipped(id, why) {
 				continue
 			}
 			if id := r.SkippedRequestID(); id != nil {
 				// A request (sampling, elicitation, roots) nobody can read: refused under
 				// its id, so the server is not left waiting for an answer.
-				s.logf("MCP server %s sent request %s in a line longer than %d bytes; refused unread", s.name(), id, MaxLine)
-				s.queue(note{long: id})
+				s.logf("MCP server %s sent request %s in %s; refused unread", s.name(), id, why)
+				s.queue(note{long: id, why: why})
 				continue
 			}
-			s.logf("MCP server %s wrote a line longer than %d bytes; skipped", s.name(), MaxLine)
+			s.logf("MCP server %s wrote %s; skipped", s.name(), why)
 			continue
 		}
+		held := r.Held()
 		if err != nil {
 			why := "closed its stdout"
 			// Prefer the exit status when the process is gone too.
@@ -495,6 +543,7 @@ func (s *Session) read(stdout io.Reader) {
 		}
 		m, perr := jsonrpc.ParseOwned(line) // the line is ours: ReadLine returns a new one each time
 		if perr != nil {
+			s.answers.Release(held)
 			if s.resolveInvalid(line, perr) {
 				continue
 			}
@@ -503,16 +552,17 @@ func (s *Session) read(stdout io.Reader) {
 		}
 		switch {
 		case m.IsResponse():
-			r := reply{result: m.Result}
+			r := reply{result: m.Result, held: held}
 			if m.Error != nil {
-				r = reply{err: m.Error}
+				r = reply{err: m.Error, held: held}
 			}
 			s.resolve(m.ID, r)
 		case m.IsNotification():
-			s.queue(note{method: m.Method, params: m.Params})
+			s.queue(note{method: m.Method, params: m.Params, held: held})
 		case m.IsRequest():
-			s.queue(note{req: m})
+			s.queue(note{req: m, held: held})
 		default:
+			s.answers.Release(held)
 			s.logf("MCP server %s wrote a message that is neither request, response nor notification; ignored: %.200q", s.name(), line)
 		}
 	}
@@ -537,12 +587,13 @@ func (s *Session) resolveInvalid(line []byte, perr error) bool {
 	})
 }
 
-// resolveTooLong answers a waiting Call whose answer was a line longer than MaxLine, skipped
-// unread: the server did answer (it may have run the call), so the call must not wait for
-// ever. The Call fails as in resolveInvalid. It reports whether id named a waiting call.
-func (s *Session) resolveTooLong(id json.RawMessage) bool {
+// resolveSkipped answers a waiting Call whose answer was a line skipped unread (why says
+// which: longer than MaxLine, or no room in AnswerBudget): the server did answer (it may have
+// run the call), so the call must not wait for ever. The Call fails as in resolveInvalid. It
+// reports whether id named a waiting call.
+func (s *Session) resolveSkipped(id json.RawMessage, why string) bool {
 	return s.failWaiting(id, func() error {
-		return fmt.Errorf("MCP server %s answered request %s with a line longer than %d bytes, which was skipped unread", s.name(), id, MaxLine)
+		return fmt.Errorf("MCP server %s answered request %s with %s, which was skipped unread", s.name(), id, why)
 	})
 }
 
@@ -572,6 +623,7 @@ func (s *Session) resolve(id json.RawMessage, r reply) {
 	delete(s.pending, key)
 	s.mu.Unlock()
 	if !ok {
+		s.answers.Release(r.held)
 		s.logf("MCP server %s answered request id %s that is not waiting; ignored", s.name(), id)
 		return
 	}
@@ -591,7 +643,7 @@ func (s *Session) deliver() {
 		case n.to != nil:
 			n.to <- n.r // buffered, and each call is resolved once: never blocks
 		case n.long != nil:
-			s.refuseLong(n.long)
+			s.refuseLong(n.long, n.why)
 		case n.req != nil:
 			// Registered here, in order, so a cancellation the child writes after its
 			// request finds it.
@@ -602,13 +654,15 @@ func (s *Session) deliver() {
 				s.refuse(n.req) // here: a child that does not read its stdin slows only itself
 				break
 			}
-			go func(m *jsonrpc.Message) {
+			go func(m *jsonrpc.Message, held int64) {
 				defer func() {
 					end()
 					cancel(nil)
+					s.answers.Release(held)
 				}()
 				s.answer(ctx, m)
-			}(n.req)
+			}(n.req, n.held)
+			n.held = 0 // the request's goroutine gives it back
 		case n.method == "notifications/cancelled":
 			// A server cancels only its own requests: the handler's context ends (if it still
 			// runs). The notification names the child's id, which means nothing to anyone else,
@@ -617,6 +671,7 @@ func (s *Session) deliver() {
 		case s.cfg.OnNotification != nil:
 			s.cfg.OnNotification(n.method, n.params)
 		}
+		s.answers.Release(n.held)
 		s.backlog.Add(-1)
 	}
 }
@@ -636,16 +691,20 @@ func (s *Session) refuse(m *jsonrpc.Message) {
 	}
 }
 
-// refuseLong answers a request of the child that was longer than MaxLine (skipped unread)
-// with an invalid-request error under its id.
-func (s *Session) refuseLong(id json.RawMessage) {
-	line := jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("effectfence: a request longer than %d bytes is refused unread", MaxLine)})
+// refuseLong answers a request of the child that was skipped unread (why: longer than
+// MaxLine, or no room in AnswerBudget) with an error under its id.
+func (s *Session) refuseLong(id json.RawMessage, why string) {
+	line := jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence: a request in " + why + " is refused unread"})
 	if err := s.out.Write(line); err != nil && s.Err() == nil {
 		s.logf("cannot refuse request %s of MCP server %s: %v", id, s.name(), err)
 	}
 }
 
 func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {
+	// What the answer holds of a budget (the client's answer read by a proxy, say) is kept
+	// until it is written.
+	ctx, done := budget.Hold(ctx)
+	defer done()
 	var (
 		res json.RawMessage
 		err error

@@ -7,9 +7,11 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
@@ -93,17 +95,19 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 }
 
 type scheduler struct {
-	s      *Server
-	out    *lineWriter
-	ctx    context.Context // carries mcp-go's stdio session
-	slots  [lanes]chan struct{}
-	queued [lanes]chan struct{}
-	wg     sync.WaitGroup
+	s        *Server
+	requests *budget.Pool // RequestBudget, as it was when Serve began
+	out      *lineWriter
+	ctx      context.Context // carries mcp-go's stdio session
+	slots    [lanes]chan struct{}
+	queued   [lanes]chan struct{}
+	wg       sync.WaitGroup
 }
 
-// run serves one tool call in its lane. It returns once the call has a slot or is queued.
-func (sc *scheduler) run(l lane, line []byte) {
-	msg := append([]byte(nil), line...)
+// run serves one tool call in its lane; msg is the router's to give. It returns once the call
+// has a slot or is queued. The room msg holds of the request budget (held) is given back once
+// the call is answered.
+func (sc *scheduler) run(l lane, msg []byte, held int64) {
 	select {
 	case sc.queued[l] <- struct{}{}:
 	default:
@@ -113,6 +117,7 @@ func (sc *scheduler) run(l lane, line []byte) {
 		go func() {
 			defer sc.wg.Done()
 			defer func() { <-sc.slots[l] }()
+			defer sc.requests.Release(held)
 			sc.handle(l, msg)
 		}()
 		return
@@ -120,6 +125,7 @@ func (sc *scheduler) run(l lane, line []byte) {
 	sc.wg.Add(1)
 	go func() {
 		defer sc.wg.Done()
+		defer sc.requests.Release(held)
 		sc.slots[l] <- struct{}{}
 		<-sc.queued[l]
 		defer func() { <-sc.slots[l] }()
@@ -167,17 +173,30 @@ func (sc *scheduler) answer(l lane, msg []byte) (b []byte) {
 	return b
 }
 
+// line is one line of the client's (newline included) and the room it holds of the request
+// budget, which whoever handles it gives back.
+type line struct {
+	b    []byte
+	held int64
+}
+
 // readLines sends each line of in (newline included) to lines until in ends; then it sends
 // the error (io.EOF at the end) to done. A line longer than max bytes is not kept: reading
 // it costs at most max bytes of memory, the client gets an error response on out (under the
 // request's id, read as the line went by, or null when it has none that can be read), and
-// reading goes on after it.
-func readLines(in io.Reader, max int, out io.Writer, lines chan<- []byte, done chan<- error, stop <-chan struct{}) {
+// reading goes on after it. A line longer than FreeMessage takes room in pool (RequestBudget)
+// first, waiting up to wait or until ctx ends; one that finds none is likewise refused unread.
+func readLines(ctx context.Context, in io.Reader, max int, pool *budget.Pool, wait time.Duration, out io.Writer, lines chan<- line, done chan<- error, stop <-chan struct{}) {
 	r := jsonrpc.NewReader(in, max)
+	r.Meter(ctx, pool, FreeMessage, wait)
 	for {
-		line, err := r.ReadLine()
-		if err == jsonrpc.ErrTooLong {
-			msg := jsonrpc.ErrorResponse(r.SkippedRequestID(), &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", max)})
+		b, err := r.ReadLine()
+		if err == jsonrpc.ErrTooLong || err == jsonrpc.ErrNoRoom {
+			e := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", max)}
+			if err == jsonrpc.ErrNoRoom {
+				e = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("effectfence serve: the large messages this server holds filled its memory budget (%d MiB) and none ended within %s, so this message was skipped unread: nothing ran; send it again", pool.Total()>>20, wait)}
+			}
+			msg := jsonrpc.ErrorResponse(r.SkippedRequestID(), e)
 			if _, err := out.Write(append(msg, '\n')); err != nil {
 				done <- err
 				return
@@ -189,8 +208,9 @@ func readLines(in io.Reader, max int, out io.Writer, lines chan<- []byte, done c
 			return
 		}
 		select {
-		case lines <- append(line, '\n'):
+		case lines <- line{append(b, '\n'), r.Held()}:
 		case <-stop:
+			pool.Release(r.Held())
 			return
 		}
 	}

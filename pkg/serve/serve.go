@@ -19,8 +19,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -43,8 +45,26 @@ const (
 	MaxMessage = 64 << 20
 )
 
-// maxMessage is MaxMessage; a variable so tests can lower it.
-var maxMessage = MaxMessage
+// RequestBudget bounds the bytes of large messages from the client that Serve holds at once:
+// a line that grows past FreeMessage first reserves the most a line may have, cut to its
+// length once it has ended, and keeps it until it is handled (a tool call: until it is
+// answered; any other message: until mcp-go has taken it). While there is no room the
+// client's input is not read further (back-pressure on the pipe); a line that finds none
+// within a minute is skipped unread and answered with a JSON-RPC error: nothing ran. Eight
+// 60 MiB calls at once took serve to 1.2 GiB and two minutes without it, though each was
+// refused (docs/DECISIONS-serve.md).
+const RequestBudget = 128 << 20
+
+// FreeMessage is how long a message may be without reserving any of RequestBudget.
+const FreeMessage = 1 << 20
+
+// maxMessage is MaxMessage; requests the process's RequestBudget, requestWait how long a line
+// waits for room in it (variables so tests can lower them).
+var (
+	maxMessage  = MaxMessage
+	requests    = budget.NewPool(RequestBudget)
+	requestWait = time.Minute
+)
 
 // Options tune a Server. The zero value means the defaults.
 type Options struct {
@@ -122,7 +142,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	listened := make(chan error, 1)
 	go func() { listened <- std.Listen(ctx, pr, w) }()
 
-	sc := &scheduler{s: s, out: w}
+	sc := &scheduler{s: s, out: w, requests: requests}
 	select {
 	case sc.ctx = <-session:
 	case err := <-listened:
@@ -134,20 +154,22 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		sc.queued[l] = make(chan struct{}, s.opts.Queue)
 	}
 
-	lines, readDone, stop := make(chan []byte), make(chan error, 1), make(chan struct{})
+	lines, readDone, stop := make(chan line), make(chan error, 1), make(chan struct{})
 	defer close(stop)
-	go readLines(in, max(maxMessage, s.opts.MaxArgBytes+64<<10), w, lines, readDone, stop)
+	go readLines(ctx, in, max(maxMessage, s.opts.MaxArgBytes+64<<10), sc.requests, requestWait, w, lines, readDone, stop)
 	var readErr error
 route:
 	for {
 		select {
-		case line := <-lines:
-			line = w.ids.wrap(line)
-			if l, ok := classify(line); ok {
-				sc.run(l, line)
+		case ln := <-lines:
+			b := w.ids.wrap(ln.b)
+			if l, ok := classify(b); ok {
+				sc.run(l, b, ln.held)
 				continue
 			}
-			if _, err := pw.Write(line); err != nil {
+			_, err := pw.Write(b)
+			sc.requests.Release(ln.held) // mcp-go has read it
+			if err != nil {
 				readErr = err
 				break route
 			}

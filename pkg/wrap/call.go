@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
@@ -41,10 +40,6 @@ func (p *Proxy) fenced(name string, info toolInfo) bool {
 // params are decoded strictly (see decodeCall) and what reaches the child is exactly the
 // params received, with at most an injected idempotency key spliced into the arguments.
 func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
-	// A large result read from an HTTP upstream keeps its share of the process's answer
-	// budget while the call records it and builds the agent's answer from it.
-	ctx, done := budget.Hold(ctx)
-	defer done()
 	if p.opt.Observe == nil {
 		return p.toolsCallAs(ctx, m, &CallEvent{})
 	}

@@ -28,7 +28,7 @@ func (s *askSink) Write(line []byte) error {
 	ch := s.p.pending[string(m.ID)]
 	s.p.pmu.Unlock()
 	if ch != nil {
-		ch <- &jsonrpc.Message{ID: m.ID, Result: []byte(`{"action":"cancel"}`)}
+		ch <- agentAnswer{m: &jsonrpc.Message{ID: m.ID, Result: []byte(`{"action":"cancel"}`)}}
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package wrap
 
-import "time"
+import (
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/budget"
+)
 
 // StateSizes is the number of entries in each per-call structure of the proxy: all zero once
 // every call has ended, however it ended.
@@ -48,4 +52,13 @@ func SetTaskGrace(d time.Duration) func() {
 	old := taskGrace
 	taskGrace = d
 	return func() { taskGrace = old }
+}
+
+// SetRequestBudget replaces the process's RequestBudget by a pool of total bytes and the wait
+// for room in it by wait, for the proxies made after it in a test; it returns the pool and a
+// func that puts both back.
+func SetRequestBudget(total int64, wait time.Duration) (*budget.Pool, func()) {
+	oldPool, oldWait := requests, requestWait
+	requests, requestWait = budget.NewPool(total), wait
+	return requests, func() { requests, requestWait = oldPool, oldWait }
 }

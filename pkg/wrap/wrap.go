@@ -36,6 +36,7 @@ import (
 
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
@@ -53,6 +54,24 @@ const (
 	childStopBudget = time.Second
 	// MaxMessage bounds one message from the agent (64 MiB).
 	MaxMessage = 64 << 20
+	// RequestBudget bounds the bytes of large messages from the agent that Serve (the stdio
+	// front) holds at once: a line that grows past FreeMessage first reserves MaxMessage,
+	// cut to its length once it has ended, and keeps it until it is served (a request: until
+	// its answer is written; an answer to the server's request: until it is passed on; any
+	// other message: until it is handled). While there is no room the agent's input is not
+	// read further (back-pressure on the pipe); a line that finds none within a minute is
+	// skipped unread and, a request, answered that it was NOT executed. Eight 60 MiB calls at
+	// once took wrap to several GiB without it (docs/DECISIONS-wrap.md).
+	RequestBudget = 128 << 20
+	// FreeMessage is how long a message may be without reserving any of a budget.
+	FreeMessage = 1 << 20
+)
+
+// requests is the process's RequestBudget, requestWait how long a line waits for room in it
+// (variables so tests can lower them).
+var (
+	requests    = budget.NewPool(RequestBudget)
+	requestWait = time.Minute
 )
 
 // Options configure a Proxy.
@@ -196,7 +215,7 @@ type Proxy struct {
 
 	nextID    atomic.Int64
 	pmu       sync.Mutex
-	pending   map[string]chan *jsonrpc.Message
+	pending   map[string]chan agentAnswer
 	agentGone chan struct{} // closed when the agent's input ends
 	stopOnce  sync.Once
 	smu       sync.Mutex
@@ -215,6 +234,11 @@ type Proxy struct {
 
 	// tasks counts the tasks whose final result wrap awaits (see runTask).
 	tasks atomic.Int64
+
+	// requests and requestWait are RequestBudget and how long a line waits for room in it, as
+	// they were when the proxy was made.
+	requests    *budget.Pool
+	requestWait time.Duration
 }
 
 // running is a request of the agent being served.
@@ -257,7 +281,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Backend == nil {
 		opt.Backend = Stdio(opt.Command, opt.Env)
 	}
-	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan *jsonrpc.Message{}, agentGone: make(chan struct{}), cancels: map[string]cancelEntry{}, running: map[int64]running{}, idle: make(chan func())}
+	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan agentAnswer{}, agentGone: make(chan struct{}), cancels: map[string]cancelEntry{}, running: map[int64]running{}, idle: make(chan func()), requests: requests, requestWait: requestWait}
 	if opt.Shared == nil {
 		p.flights, p.ownFlights = newFlights(), true
 	} else {
@@ -298,25 +322,24 @@ func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	// new goroutine): the request starts at once, and waking the next reader (a thread wake-up,
 	// expensive on a virtual machine) happens beside it rather than before it.
 	r := jsonrpc.NewReader(in, MaxMessage)
+	r.Meter(ctx, p.requests, FreeMessage, p.requestWait)
 	var read func()
 	read = func() {
 		for {
 			line, err := r.ReadLine()
-			if err == jsonrpc.ErrTooLong {
-				// Answered under the request's id (read as the line went by), so the agent's
-				// call ends now rather than at its own timeout. The request never reached the
-				// fence: nothing ran.
-				p.reply(jsonrpc.ErrorResponse(r.SkippedRequestID(), &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("message longer than %d bytes refused", MaxMessage)}))
+			if err == jsonrpc.ErrTooLong || err == jsonrpc.ErrNoRoom {
+				p.skipped(r, err)
 				continue
 			}
 			if err == nil && ctx.Err() != nil {
+				p.requests.Release(r.Held())
 				err = ctx.Err()
 			}
 			if err != nil {
 				readErr <- err
 				return
 			}
-			if run := p.route(line, true); run != nil {
+			if run := p.route(line, true, r.Held()); run != nil {
 				p.serveRequest(read) // the next message is read on another goroutine
 				run()
 				return
@@ -343,6 +366,50 @@ func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	return err
 }
 
+// skipped answers for a line of the agent's that the reader skipped unread (err is
+// jsonrpc.ErrTooLong or jsonrpc.ErrNoRoom). A request is answered under its id (read as the
+// line went by), so the agent's call ends now rather than at its own timeout: it never reached
+// the fence, nothing ran. An answer to a request of the server's is given to that request as
+// an error, so the server is not left waiting for it.
+func (p *Proxy) skipped(r *jsonrpc.Reader, err error) {
+	why := fmt.Sprintf("message longer than %d bytes refused", MaxMessage)
+	if err == jsonrpc.ErrNoRoom {
+		why = fmt.Sprintf("effectfence wrap: the large messages this process holds filled its memory budget (%d MiB) and none ended within %s, so this message was skipped unread: it was NOT executed; send it again", p.requests.Total()>>20, p.requestWait)
+	}
+	if id := r.SkippedRequestID(); id != nil || r.SkippedID() == nil {
+		code := jsonrpc.CodeInvalidRequest
+		if err == jsonrpc.ErrNoRoom {
+			code = jsonrpc.CodeInternalError
+		}
+		p.reply(jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: code, Message: why}))
+		return
+	}
+	p.logf("the agent's answer to request %s was skipped unread (%s); the MCP server is told", r.SkippedID(), why)
+	p.answered(&jsonrpc.Message{ID: r.SkippedID(), Error: rpcErr(jsonrpc.CodeInternalError, "effectfence: the client's answer was skipped unread: %s", why)}, 0)
+}
+
+// agentAnswer is the agent's answer to a request of the server's (childRequest), with the
+// room its line holds of the request budget.
+type agentAnswer struct {
+	m    *jsonrpc.Message
+	held int64
+}
+
+// answered hands the agent's answer m to the request of the server's waiting for it, with the
+// room of the request budget it holds (given back here when none waits).
+func (p *Proxy) answered(m *jsonrpc.Message, held int64) {
+	p.pmu.Lock()
+	ch := p.pending[string(m.ID)]
+	delete(p.pending, string(m.ID))
+	p.pmu.Unlock()
+	if ch == nil {
+		p.requests.Release(held)
+		p.logf("the agent answered request id %s that is not waiting; ignored", m.ID)
+		return
+	}
+	ch <- agentAnswer{m, held}
+}
+
 // Sink receives what the proxy sends to the agent of its session, one JSON-RPC message per
 // call: responses, the server's notifications and requests. A front frames them (a line on
 // stdout, a JSON body or an SSE event over HTTP). Write is called from many goroutines, one
@@ -360,7 +427,7 @@ func (p *Proxy) Attach(out Sink) { p.out = out }
 // Dispatch handles one message of the agent (a request, a response or a notification): a
 // request runs on its own goroutine and its answer goes to the Sink.
 func (p *Proxy) Dispatch(line []byte) {
-	if run := p.route(line, false); run != nil {
+	if run := p.route(line, false, 0); run != nil {
 		p.serveRequest(run)
 	}
 }
@@ -500,13 +567,22 @@ func rpcErr(code int, format string, a ...any) *jsonrpc.Error {
 // answer the child is waiting for never queues behind busy requests. For a request it
 // returns the function that serves it, which the caller runs on a goroutine of its own
 // (what requests forward to the child is bounded by the semaphore); else nil. owned: the
-// line is the caller's to give (the message may share its bytes).
-func (p *Proxy) route(line []byte, owned bool) (run func()) {
+// line is the caller's to give (the message may share its bytes). held is the room of the
+// request budget the line holds (Serve's reader): route gives it back once the message is
+// handled (a request's once run has served it; an answer's once the server's request is done
+// with it).
+func (p *Proxy) route(line []byte, owned bool, held int64) (run func()) {
 	parse := jsonrpc.Parse
 	if owned {
 		parse = jsonrpc.ParseOwned
 	}
 	m, err := parse(line)
+	kept := false // held is handed on
+	defer func() {
+		if !kept {
+			p.requests.Release(held)
+		}
+	}()
 	if err != nil {
 		// Invalid JSON is a parse error with id null. Valid JSON that is not a valid message
 		// is an invalid request, answered with its id when it had a readable one, so the
@@ -520,15 +596,8 @@ func (p *Proxy) route(line []byte, owned bool) (run func()) {
 	}
 	switch {
 	case m.IsResponse():
-		p.pmu.Lock()
-		ch := p.pending[string(m.ID)]
-		delete(p.pending, string(m.ID))
-		p.pmu.Unlock()
-		if ch == nil {
-			p.logf("the agent answered request id %s that is not waiting; ignored", m.ID)
-			return nil
-		}
-		ch <- m
+		kept = true
+		p.answered(m, held)
 	case m.IsNotification():
 		p.notify(m)
 	case m.IsRequest():
@@ -557,9 +626,11 @@ func (p *Proxy) route(line []byte, owned bool) (run func()) {
 		entry := cancelEntry{cancel, p.nextReq}
 		p.cancels[key] = entry
 		p.cmu.Unlock()
+		kept = true
 		return func() {
 			defer p.calls.Done()
 			defer untrack()
+			defer p.requests.Release(held)
 			p.request(ctx, entry, key, m)
 		}
 	default:
@@ -699,6 +770,11 @@ func (p *Proxy) request(ctx context.Context, own cancelEntry, key string, m *jso
 		p.cmu.Unlock()
 		own.cancel(nil)
 	}()
+	// A large answer read from the server keeps its share of the process's answer budget
+	// (mcpstdio's, httpback's) while the call records it and until the agent's answer built
+	// from it is written.
+	ctx, done := budget.Hold(ctx)
+	defer done()
 	if out := p.answer(ctx, m); out != nil {
 		p.reply(out)
 	} else if e, ok := p.out.(Ender); ok {
@@ -858,18 +934,32 @@ func (p *Proxy) childNotification(method string, params json.RawMessage) {
 // childRequest forwards a request of the child (sampling, roots, elicitation) to the agent.
 func (p *Proxy) childRequest(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	id := json.RawMessage(strconv.Quote("effectfence-" + strconv.FormatInt(p.nextID.Add(1), 10)))
-	ch := make(chan *jsonrpc.Message, 1)
+	ch := make(chan agentAnswer, 1)
 	p.pmu.Lock()
 	p.pending[string(id)] = ch
 	p.pmu.Unlock()
+	got := false
 	defer func() {
 		p.pmu.Lock()
+		_, waiting := p.pending[string(id)]
 		delete(p.pending, string(id))
 		p.pmu.Unlock()
+		if !waiting && !got {
+			// The agent's answer was taken for this request as it gave up: it is in ch (or
+			// about to be, answered sends it just after taking it), holding its room.
+			p.requests.Release((<-ch).held)
+		}
 	}()
 	p.reply(jsonrpc.Request(id, method, params))
 	select {
-	case m := <-ch:
+	case a := <-ch:
+		got = true
+		// The answer's room is kept until whoever asked (the server's session: mcpstdio
+		// holds what it answers with until it is written) is done with it.
+		if !p.requests.Keep(ctx, a.held) {
+			defer p.requests.Release(a.held)
+		}
+		m := a.m
 		if m.Error != nil {
 			return nil, m.Error
 		}

@@ -8,6 +8,7 @@ package jsonrpc
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,9 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 )
 
 // Standard JSON-RPC error codes.
@@ -300,21 +304,55 @@ func plainASCII(b []byte) bool {
 // been skipped and the next ReadLine continues after it.
 var ErrTooLong = errors.New("line too long")
 
+// ErrNoRoom is returned by Reader.ReadLine for a line that grew past the free size of a
+// metered Reader (Meter) while its pool had no room for it within the wait: the line has been
+// skipped unread, holding nothing, and the next ReadLine continues after it (SkippedID and
+// SkippedRequestID say what it was).
+var ErrNoRoom = errors.New("no room in the memory budget for the line")
+
 // Reader reads newline-delimited messages.
 type Reader struct {
 	r       *bufio.Reader
 	max     int
 	skipped json.RawMessage // see SkippedID
 	request json.RawMessage // see SkippedRequestID
+
+	meter *meter // see Meter; nil: lines take no budget
+	held  int64  // what the line ReadLine last returned holds of the meter's pool
 }
 
-// SkippedID is the id that the line the last ReadLine skipped (ErrTooLong) answers, read as it
+// meter is what a metered Reader takes room from (see Meter).
+type meter struct {
+	ctx  context.Context
+	pool *budget.Pool
+	free int
+	wait time.Duration
+}
+
+// Meter makes r take room in pool for each line longer than free bytes before it reads past
+// them: the most a line may have (r's limit, at most the whole pool, so that a line larger
+// than the pool still passes when nothing else is held), waiting for it up to wait or until
+// ctx ends. Once the line has ended the room is cut to the line's length, which the line keeps
+// (Held) until the caller gives it back (pool.Release). A line that finds no room within the
+// wait is skipped unread (ErrNoRoom); when ctx ends ReadLine returns ctx's error. A reader
+// that holds its room never waits again before the line ends, so readers that share a pool
+// cannot each hold part of it waiting for the rest.
+func (r *Reader) Meter(ctx context.Context, pool *budget.Pool, free int, wait time.Duration) {
+	r.meter = &meter{ctx: ctx, pool: pool, free: free, wait: wait}
+}
+
+// Held is the room the line ReadLine last returned holds of the pool of Meter (0 for a line
+// of at most the free size): the caller gives it back with the pool's Release once it no
+// longer holds the line, or hands it on (budget.Pool.Keep).
+func (r *Reader) Held() int64 { return r.held }
+
+// SkippedID is the id that the line the last ReadLine skipped (ErrTooLong, ErrNoRoom) answers, read as it
 // went by without holding it (see AnswerID), or nil: a call waiting for it had its answer,
 // only one too long to read.
 func (r *Reader) SkippedID() json.RawMessage { return r.skipped }
 
 // SkippedRequestID is the id of the request that the line the last ReadLine skipped
-// (ErrTooLong) was, read as it went by (a top-level object with a method member and one id, a
+// (ErrTooLong, ErrNoRoom) was, read as it went by (a top-level object with a method member and one id, a
 // string or a number), or nil: the id its refusal answers, so that the caller waiting for it
 // learns that it was refused rather than waiting for ever.
 func (r *Reader) SkippedRequestID() json.RawMessage { return r.request }
@@ -328,39 +366,72 @@ func NewReader(r io.Reader, max int) *Reader {
 // caller. At the end of input it returns io.EOF (a last line without a newline is returned
 // first).
 func (r *Reader) ReadLine() ([]byte, error) {
+	r.held = 0
 	for {
 		var line []byte
-		tooLong := false
+		var skip error // ErrTooLong or ErrNoRoom: the rest of the line is skipped unread
 		var scan *idScan
+		var held int64
 		for {
 			frag, err := r.r.ReadSlice('\n')
+			if skip == nil && held == 0 && r.meter != nil && len(line)+len(frag) > r.meter.free {
+				m := r.meter
+				if !m.pool.Acquire(m.ctx, int64(r.max)+2, m.wait) {
+					if err := m.ctx.Err(); err != nil {
+						return nil, err
+					}
+					skip = ErrNoRoom
+					scan = &idScan{}
+					scan.feed(line)
+					line = nil
+				} else {
+					held = min(int64(r.max)+2, m.pool.Total())
+				}
+			}
 			switch {
-			case tooLong:
+			case skip != nil:
 				scan.feed(frag)
 			case len(line)+len(frag) > r.max+2:
+				skip = ErrTooLong
 				scan = &idScan{}
 				scan.feed(line)
 				scan.feed(frag)
-				tooLong, line = true, nil
+				line = nil
 			default:
 				line = append(line, frag...)
+			}
+			if skip != nil && held > 0 {
+				r.meter.pool.Release(held) // nothing of the line is kept
+				held = 0
 			}
 			if err == bufio.ErrBufferFull {
 				continue
 			}
-			if err != nil && (err != io.EOF || (len(line) == 0 && !tooLong)) {
+			if err != nil && (err != io.EOF || (len(line) == 0 && skip == nil)) {
+				if held > 0 {
+					r.meter.pool.Release(held)
+				}
 				return nil, err
 			}
 			break
 		}
-		if tooLong {
+		if skip != nil {
 			r.skipped, r.request = scan.result(), scan.requestID()
-			return nil, ErrTooLong
+			return nil, skip
 		}
 		line = bytes.TrimRight(line, "\r\n")
+		if held > 0 {
+			keep := min(held, int64(len(line)))
+			r.meter.pool.Release(held - keep)
+			held = keep
+		}
 		if len(bytes.TrimSpace(line)) == 0 {
+			if held > 0 {
+				r.meter.pool.Release(held)
+			}
 			continue
 		}
+		r.held = held
 		return line, nil
 	}
 }

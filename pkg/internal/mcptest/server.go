@@ -278,18 +278,26 @@ const HugeAnswer = 64<<20 + 1
 
 // huge answers the "huge" tool (an effect, recorded) with a result line longer than a
 // client reads, its id last, as the TypeScript SDK writes a response: {"result":…,"jsonrpc",
-// "id"}.
+// "id"}. The argument "size", when positive, is the length of the text instead (a large
+// answer a client does read).
 func (s *server) huge(m *jsonrpc.Message) bool {
 	var p struct {
-		Name string `json:"name"`
+		Name      string `json:"name"`
+		Arguments struct {
+			Size int `json:"size"`
+		} `json:"arguments"`
 	}
 	if json.Unmarshal(m.Params, &p) != nil || p.Name != "huge" {
 		return false
 	}
-	s.record("huge")
-	line := make([]byte, 0, HugeAnswer+128)
+	size := HugeAnswer
+	if p.Arguments.Size > 0 {
+		size = p.Arguments.Size
+	}
+	s.record(fmt.Sprintf("huge size=%d", size))
+	line := make([]byte, 0, size+128)
 	line = append(line, `{"result":{"content":[{"type":"text","text":"`...)
-	line = append(line, strings.Repeat("y", HugeAnswer)...)
+	line = append(line, strings.Repeat("y", size)...)
 	line = append(line, `"}]},"jsonrpc":"2.0","id":`...)
 	line = append(append(line, m.ID...), '}')
 	s.write(line)
