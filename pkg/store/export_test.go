@@ -6,3 +6,6 @@ func SetTestHookFirstSweep(f func()) (restore func()) {
 	testHookFirstSweep = f
 	return func() { testHookFirstSweep = old }
 }
+
+// WithoutDigits is withoutDigits, for tests.
+var WithoutDigits = withoutDigits

@@ -283,20 +283,24 @@ func (l *Ledger) sweep(ctx context.Context, every, recoverEvery time.Duration, n
 	defer t.Stop()
 	r := time.NewTicker(recoverEvery)
 	defer r.Stop()
-	last := map[string]string{} // what each task last reported, so a lasting failure is one line
+	// last is what each task last reported, its digits left out, so that a lasting failure is
+	// one line: the driver's error names the local port of each new connection it tried, and
+	// reading each as news logged the same cut database every tick. Another cause (other
+	// words) is logged when it comes.
+	last := map[string]string{}
 	report := func(task string, err error) {
 		msg := ""
 		if err != nil && ctx.Err() == nil {
 			msg = err.Error()
 		}
-		if l.log != nil && msg != last[task] {
+		if l.log != nil && withoutDigits(msg) != last[task] {
 			if msg == "" {
 				fmt.Fprintf(l.log, "effectfence: ledger %s: background %s works again\n", l.Location, task)
 			} else {
 				fmt.Fprintf(l.log, "effectfence: ledger %s: background %s failed (retried every tick): %s\n", l.Location, task, safetext.Escape(msg))
 			}
 		}
-		last[task] = msg
+		last[task] = withoutDigits(msg)
 	}
 	if now { // the sweep Open left to this goroutine (SweepInBackground)
 		if testHookFirstSweep != nil {
@@ -344,4 +348,23 @@ func Check(ctx context.Context, o Options) (*CheckReport, error) {
 		return nil, fmt.Errorf("ledger %s: check inspects SQLite files; use PostgreSQL's own tools for a database ledger", postgres.Redact(loc))
 	}
 	return sqlite.Check(ctx, loc)
+}
+
+// withoutDigits is s with every run of digits written as one '#': two errors that differ only
+// in numbers (ports, addresses, process ids) read the same.
+func withoutDigits(s string) string {
+	var b strings.Builder
+	digits := false
+	for _, r := range s {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('#')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -242,6 +242,21 @@ func TestBackgroundRecoveryFailuresAreLogged(t *testing.T) {
 	}
 }
 
+// The background recovery's log reads a lasting failure as one, though the driver's error
+// names another local port on every try (CI saw one cut logged three times: "read tcp
+// 127.0.0.1:42138->…", "…:42214->…", "…:42238->…"), and still logs another cause.
+func TestLastingFailureIsOneLine(t *testing.T) {
+	a := "postgres ledger: no connection: failed to connect to `user=postgres database=test`: 127.0.0.1:41535 (127.0.0.1): failed to receive message: read tcp 127.0.0.1:42138->127.0.0.1:41535: read: connection reset by peer"
+	b := strings.NewReplacer("42138", "42214").Replace(a)
+	if store.WithoutDigits(a) != store.WithoutDigits(b) {
+		t.Fatalf("two tries of one cut read as two failures:\n%s\n%s", store.WithoutDigits(a), store.WithoutDigits(b))
+	}
+	other := "postgres ledger: no connection: dial tcp 127.0.0.1:41535: connect: connection refused"
+	if store.WithoutDigits(a) == store.WithoutDigits(other) || store.WithoutDigits("") != "" {
+		t.Fatal("another cause reads as the same failure")
+	}
+}
+
 func waitFor(t *testing.T, log *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
