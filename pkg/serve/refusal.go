@@ -76,9 +76,7 @@ func RefusalOf(intent string, err error) Refusal {
 		// fail, but the request may have reached it before the cancellation did.
 		r.Next = fmt.Sprintf("This request was cancelled before it was answered (by you or your client); the ledger did not fail. Do not run the effect on this answer: call %s for the intent to see what is recorded, or call %s again.", ToolStatus, ToolPrepare)
 	case errors.As(err, &spooled):
-		r.Spooled = spooled.Path
-		var commit spooledCommit
-		r.Executed = errors.As(err, &commit) // the agent ran the effect it reported
+		r.Spooled = spooled.Path // a commit's says executed, as every refusal of a commit (ranEffect)
 		r.Next = fmt.Sprintf("The ledger failed, but this outcome is kept in the fence's local spool (spooled) and will be recorded when the ledger answers again (within 10 s, or when a fence process next opens the ledger); nothing is lost if you stop now. Do NOT run the effect again. To see it recorded, call %s later (or this tool again with the same ticket and arguments).", ToolStatus)
 	default:
 		r.Next = "The ledger failed; the call may not be recorded. Retry the same call; if it keeps failing, tell the operator (effectfence ledger check)."

@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -204,10 +203,6 @@ func (s *Server) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, erro
 
 func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 	cert, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: in.Ticket.Ticket(), Result: []byte(in.Result)})
-	var spooled fence.SpooledError
-	if errors.As(err, &spooled) {
-		return nil, spooledCommit{spooled}
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -221,12 +216,6 @@ func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 	}
 	return CommitResult{Cert: cert, Next: "Done: the result is recorded; every duplicate of this intent will receive this cert."}, nil
 }
-
-// spooledCommit is a commit the ledger did not take and the spool keeps: the effect ran, and
-// its outcome will be recorded as done (the refusal says executed).
-type spooledCommit struct{ fence.SpooledError }
-
-func (e spooledCommit) Unwrap() error { return e.SpooledError }
 
 // ranEffect is a refusal of a commit (addTool wraps every one): the agent reports an effect
 // it ran, so the refusal says executed, whatever it refuses (nothing recorded is not nothing
