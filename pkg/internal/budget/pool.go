@@ -105,8 +105,11 @@ func Hold(ctx context.Context) (_ context.Context, done func()) {
 // Keep hands n bytes taken from p to the hold of ctx (see Hold), reporting whether there was
 // one still open; if not, the caller gives them back itself.
 func (p *Pool) Keep(ctx context.Context, n int64) bool {
+	if n <= 0 {
+		return false // most messages are small and take nothing: no walk up ctx's chain
+	}
 	h, ok := ctx.Value(holdKey{}).(*hold)
-	if !ok || n <= 0 {
+	if !ok {
 		return false
 	}
 	h.mu.Lock()
