@@ -1,7 +1,9 @@
 package fence
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -17,7 +19,11 @@ import (
 // the pid is counted in (/proc/self/ns/pid). A pid means a process only within one PID
 // namespace of one boot of one kernel, so a checker judges an owner only when boot and pidns
 // are its own and its /proc shows its own namespace; pid plus start time then tell a live
-// process from a dead one whose pid was reused. The host name is informational: a container
+// process from a dead one whose pid was reused. Linux shows a start time shifted by the
+// boottime offset of the reader's time namespace (unshare --time, CRIU's restored containers),
+// so two processes of one PID namespace in two time namespaces read different start times for
+// one process: the start recorded and the start compared are both counted in the initial
+// time namespace's ticks (bootOffset). The host name is informational: a container
 // with its own UTS name but the host's PID namespace is judged soundly, and two hosts with one
 // name are told apart by their boot ids. Owner strings of older versions (host/pid/start) do
 // not say which namespace their pid is counted in and are judged CannotTell.
@@ -52,8 +58,12 @@ type local struct {
 	boot  string
 	pidns string
 	// sound: /proc shows this process's own PID namespace (/proc/self is our pid), so a pid
-	// read there means what the owner strings of this namespace mean.
+	// read there means what the owner strings of this namespace mean, and this process knows
+	// its time namespace's boottime offset in whole ticks (bootOffset).
 	sound bool
+	// offset is that boottime offset, in clock ticks: what /proc/PID/stat adds to every start
+	// time this process reads.
+	offset int64
 }
 
 var (
@@ -76,11 +86,74 @@ func whereAmI() local {
 			here.pidns = strings.TrimSuffix(strings.TrimPrefix(ns, "pid:["), "]")
 		}
 		self, err := os.Readlink("/proc/self")
-		here.sound = err == nil && self == strconv.Itoa(pid) && here.boot != "" && here.pidns != ""
+		off, known := bootOffset()
+		here.offset = off
+		here.sound = err == nil && self == strconv.Itoa(pid) && here.boot != "" && here.pidns != "" && known
 		start, _ := procStat(pid)
+		if n := int64(start) - off; known && start != 0 && n > 0 {
+			start = uint64(n)
+		} else {
+			start = 0 // a start this process cannot state in the initial namespace's ticks: judged by nobody
+		}
 		here.owner = fmt.Sprintf("%s/%d/%d/%s/%s", host, pid, start, here.boot, here.pidns)
 	})
 	return here
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's start times: 100 on every Linux
+// architecture Go builds for.
+const clockTicks = 100
+
+// bootOffset returns the boottime offset of this process's time namespace in clock ticks: what
+// the kernel adds to every start time this process reads in /proc/PID/stat. known is false when
+// it cannot be stated in whole ticks: the offsets file is unreadable or malformed, the offset
+// has a fraction of a tick (start times read here are then rounded apart from the initial
+// namespace's by up to one tick), or this process's time namespace is not the one the file
+// describes (the file shows the namespace its children get). A kernel without time
+// namespaces has no offsets file: offset 0.
+func bootOffset() (ticks int64, known bool) {
+	b, err := os.ReadFile("/proc/self/timens_offsets")
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, true
+	}
+	if err != nil {
+		return 0, false
+	}
+	if now, err1 := os.Readlink("/proc/self/ns/time"); err1 != nil {
+		return 0, false
+	} else if kids, err2 := os.Readlink("/proc/self/ns/time_for_children"); err2 != nil || kids != now {
+		return 0, false
+	}
+	return parseBootOffset(string(b))
+}
+
+// parseBootOffset reads the boottime line of a timens_offsets file ("boottime <seconds>
+// <nanoseconds>"; kernels before names were shown print the clock id, 7) as clock ticks.
+func parseBootOffset(text string) (ticks int64, known bool) {
+	const tick = int64(1e9 / clockTicks)
+	found := false
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 3 {
+			return 0, false
+		}
+		if f[0] != "boottime" && f[0] != "7" {
+			continue
+		}
+		sec, err1 := strconv.ParseInt(f[1], 10, 64)
+		nsec, err2 := strconv.ParseInt(f[2], 10, 64)
+		// The kernel keeps offsets within KTIME_SEC_MAX (about 9.2e9 s); 2^40 s bounds the ticks
+		// far inside int64.
+		if err1 != nil || err2 != nil || found || nsec < 0 || nsec >= 1e9 || nsec%tick != 0 ||
+			sec > 1<<40 || sec < -(1<<40) {
+			return 0, false
+		}
+		ticks, found = sec*clockTicks+nsec/tick, true
+	}
+	return ticks, found
 }
 
 // LocalOwner returns the owner string of this process.
@@ -105,6 +178,13 @@ func OwnerLiveness(owner string) Liveness {
 		return CannotTell
 	}
 	now, state := procStat(pid)
+	if now != 0 {
+		n := int64(now) - me.offset // in the initial time namespace's ticks, as start is
+		if n <= 0 {
+			return CannotTell
+		}
+		now = uint64(n)
+	}
 	switch {
 	case state == 0 && processGone(pid):
 		return Dead

@@ -101,3 +101,33 @@ func waitProcState(t *testing.T, pid int, want byte) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestParseBootOffset: the boottime line of /proc/self/timens_offsets in clock ticks, known only
+// when it is whole ticks and the file is what the kernel writes.
+func TestParseBootOffset(t *testing.T) {
+	for _, c := range []struct {
+		text  string
+		ticks int64
+		known bool
+	}{
+		{"monotonic           0         0\nboottime            0         0\n", 0, true},
+		{"monotonic           5         0\nboottime        86400         0\n", 8640000, true},
+		{"monotonic 0 0\nboottime -100 0\n", -10000, true},
+		{"boottime 1 10000000\n", 101, true},
+		{"1 0 0\n7 86400 0\n", 8640000, true}, // clock ids, not names
+		{"boottime 1 5000000\n", 0, false},    // half a tick
+		{"boottime 1 1000000000\n", 0, false},
+		{"boottime 1 -1\n", 0, false},
+		{"boottime x 0\n", 0, false},
+		{"boottime 1\n", 0, false},
+		{"boottime 1 0\nboottime 2 0\n", 0, false},
+		{"monotonic 0 0\n", 0, false}, // no boottime line
+		{"", 0, false},
+		{"boottime 92233720368547758 0\n", 0, false}, // overflows in ticks
+	} {
+		ticks, known := parseBootOffset(c.text)
+		if ticks != c.ticks || known != c.known {
+			t.Errorf("parseBootOffset(%q) = %d, %v; want %d, %v", c.text, ticks, known, c.ticks, c.known)
+		}
+	}
+}
