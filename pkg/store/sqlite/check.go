@@ -81,6 +81,14 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		return nil, fmt.Errorf("%s is a directory, not a ledger file", path)
 	}
 	r.Bytes = fi.Size()
+	var mounted *FileError
+	if errors.As(checkMountedAlone(path), &mounted) {
+		// Opening it would put a log and an index beside the mount point.
+		r.Kind = "file mounted alone"
+		r.Problems = append(r.Problems, "it "+mounted.Problem)
+		r.Advice = append(r.Advice, mounted.Advice)
+		return r, nil
+	}
 	if r.Bytes == 0 {
 		r.Kind = "empty file"
 		if r.orphanLog() {

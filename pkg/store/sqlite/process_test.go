@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,16 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "holder:", err)
 			os.Exit(1)
 		}
+		os.Exit(0)
+	}
+	if path := os.Getenv("EFFECTFENCE_TEST_CHECK"); path != "" {
+		// sqlite.Check in a process of its own (a mount namespace, say): prints the report.
+		r, err := sqlite.Check(context.Background(), path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "check:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("kind %s\nproblems %q\nadvice %q\n", r.Kind, r.Problems, r.Advice)
 		os.Exit(0)
 	}
 	if mode := os.Getenv("EFFECTFENCE_TEST_QUEUE"); mode != "" {

@@ -409,6 +409,9 @@ func prepareFile(path string, readOnly bool) error {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
 	case err == nil:
+		if err := checkMountedAlone(path); err != nil {
+			return err
+		}
 		if err := checkHeader(path, fi.Size()); err != nil {
 			return err
 		}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package sqlite
+
+// checkMountedAlone is a Linux check (see mount_linux.go): elsewhere nothing is refused.
+func checkMountedAlone(string) error { return nil }
