@@ -217,6 +217,10 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	}
 	if isPostgres(loc) {
 		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
+	} else if loc != "memory" && o.Log != nil {
+		if why := sqlite.Volatile(loc); why != "" {
+			fmt.Fprintf(o.Log, "effectfence: warning: ledger %s %s\n", safetext.Escape(loc), why)
+		}
 	}
 	spool, err := SpoolDir(loc)
 	if err != nil {

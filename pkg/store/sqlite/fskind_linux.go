@@ -1,0 +1,34 @@
+package sqlite
+
+import (
+	"path/filepath"
+	"syscall"
+)
+
+// Magic numbers of statfs(2)'s f_type for the filesystems whose files do not outlive what
+// holds them.
+const (
+	overlayMagic = 0x794c7630
+	tmpfsMagic   = 0x01021994
+	ramfsMagic   = 0x858458f6
+)
+
+// Volatile says why a ledger at path would not keep its receipts as long as its user expects,
+// or "" when its filesystem is one that keeps them (or cannot be read): an overlay filesystem
+// is, almost always, a container's writable layer, removed with the container (a `docker run
+// --rm` per session starts every session with an empty ledger, so a retry after a restart runs
+// again); tmpfs and ramfs are memory, emptied by a reboot. It is a warning, not a refusal:
+// such a ledger still fences everything while it lasts.
+func Volatile(path string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(realPath(path)), &st); err != nil {
+		return ""
+	}
+	switch uint32(st.Type) {
+	case overlayMagic:
+		return "is on an overlay filesystem (a container's own writable layer?): it goes when the container is removed, and every receipt with it, so a call retried after that runs again; keep the ledger on a volume or a mounted directory, or use --ledger postgres://..."
+	case tmpfsMagic, ramfsMagic:
+		return "is in memory (tmpfs): it is emptied at the next reboot, and every receipt with it, so a call retried after that runs again; keep the ledger on a disk (the default, under $XDG_STATE_HOME or ~/.local/state)"
+	}
+	return ""
+}

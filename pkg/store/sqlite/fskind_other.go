@@ -1,0 +1,7 @@
+//go:build !linux
+
+package sqlite
+
+// Volatile is a Linux check (see fskind_linux.go): elsewhere every filesystem is taken to keep
+// the ledger.
+func Volatile(string) string { return "" }
