@@ -9,8 +9,17 @@ import (
 )
 
 // stopSignals are the signals that stop serve and wrap: the first asks for an orderly stop, the
-// second for an exit at once.
-var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+// second for an exit at once. SIGHUP (the agent's terminal closed: the kernel tells its
+// session's foreground group, MCP servers included) would otherwise kill the process mid-call,
+// with forwarded calls unrecorded; it is left alone when the process was started with it
+// ignored (nohup), since asking for it would undo that.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
+}
 
 // stopOnSignals returns a context that the first stop signal cancels (first is called with it,
 // to log what the stop waits for); on the second, now is called (to log and kill what must
@@ -20,7 +29,7 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
 func stopOnSignals(ctx context.Context, first, now func(os.Signal)) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, stopSignals...)
+	signal.Notify(sigs, stopSignals()...)
 	done := make(chan struct{})
 	var exiting sync.Mutex // held from the second signal to the exit; taken by stop
 	stopped := false       // stop ran (guarded by exiting)

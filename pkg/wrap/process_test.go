@@ -284,10 +284,11 @@ func TestRealMemoryServer(t *testing.T) {
 
 func TestAgentHangingUpOrSIGTERMDoesNotAbortTheCall(t *testing.T) {
 	t.Parallel()
-	for _, how := range []string{"hang-up", "SIGTERM"} {
+	// SIGHUP: the agent's terminal closed (its session's foreground group is told so).
+	for _, how := range []string{"hang-up", "SIGTERM", "SIGHUP"} {
 		t.Run(how, func(t *testing.T) {
-			if how == "SIGTERM" && runtime.GOOS == "windows" {
-				t.Skip("Windows has no SIGTERM to send: os.Process.Signal can only kill there")
+			if how != "hang-up" && runtime.GOOS == "windows" {
+				t.Skip("Windows has no such signal to send: os.Process.Signal can only kill there")
 			}
 			r := newRig(t)
 			rw := r.rawWrap()
@@ -299,8 +300,8 @@ func TestAgentHangingUpOrSIGTERMDoesNotAbortTheCall(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(200 * time.Millisecond) // the call is in the child
-			if how == "SIGTERM" {
-				if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if sig, ok := map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGHUP": syscall.SIGHUP}[how]; ok {
+				if err := rw.cmd.Process.Signal(sig); err != nil {
 					t.Fatal(err)
 				}
 			} else {
