@@ -95,9 +95,13 @@ func envSeconds(name string, check func(string, float64) (time.Duration, error))
 	return check(name, n)
 }
 
-// StateDir is $XDG_STATE_HOME/effectfence, or ~/.local/state/effectfence.
+// StateDir is $XDG_STATE_HOME/effectfence, or ~/.local/state/effectfence. A relative
+// XDG_STATE_HOME is ignored, as the XDG base directory specification says: taken as it was, it
+// named a directory under each working directory (a literal "~/state" from an MCP config's
+// env, which no shell expands, made a "~" directory there), so serve's ledger, and every
+// default ledger's spool, depended on where the process was started.
 func StateDir() (string, error) {
-	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
 		return filepath.Join(x, "effectfence"), nil
 	}
 	home, err := os.UserHomeDir()
@@ -220,6 +224,16 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	} else if loc != "memory" && o.Log != nil {
 		if why := sqlite.Volatile(loc); why != "" {
 			fmt.Fprintf(o.Log, "effectfence: warning: ledger %s %s\n", safetext.Escape(loc), why)
+		}
+		if x := os.Getenv("XDG_STATE_HOME"); x != "" && !filepath.IsAbs(x) && o.Ledger == "" {
+			// Before StateDir ignored it, the default ledger was under the working directory.
+			was, err := filepath.Abs(filepath.Join(x, "effectfence", filepath.Base(loc)))
+			if _, serr := os.Stat(was); err == nil && serr == nil {
+				fmt.Fprintf(o.Log, "effectfence: warning: XDG_STATE_HOME=%s is not an absolute path, so it is ignored (the XDG base directory specification says so) and the default ledger is %s; an earlier effectfence used %s, whose records are not consulted: check it for calls left unknown with: effectfence ledger ls --ledger %s\n",
+					safetext.Escape(x), safetext.Escape(loc), safetext.Escape(was), safetext.Escape(was))
+			} else {
+				fmt.Fprintf(o.Log, "effectfence: note: XDG_STATE_HOME=%s is not an absolute path, so it is ignored (the XDG base directory specification says so); the default ledger is %s\n", safetext.Escape(x), safetext.Escape(loc))
+			}
 		}
 	}
 	spool, err := SpoolDir(loc)
