@@ -36,6 +36,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -393,12 +394,23 @@ func dsn(path string, opt Options, writer bool) string {
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
+// maxPathBytes is the longest ledger path SQLite opens: its unix VFS's 512 bytes (MAX_PATHNAME)
+// (Windows has a VFS and a limit of its own)
+// less the "-journal" it appends to name a rollback journal.
+const maxPathBytes = 512 - len("-journal")
+
 // sqliteMagic opens every SQLite 3 database file.
 const sqliteMagic = "SQLite format 3\x00"
 
 // prepareFile creates the directory and an empty 0600 file when the ledger does not exist yet,
 // and refuses files that are not SQLite databases before the driver touches them.
 func prepareFile(path string, readOnly bool) error {
+	// SQLite opens no path longer than this (its 512-byte limit less the "-journal" it may
+	// add): a longer one failed as "cannot be opened … readable and writable" and left an
+	// empty file behind. SQLite resolves links first, so the resolved path counts.
+	if full := filepath.Join(realPath(filepath.Dir(path)), filepath.Base(path)); runtime.GOOS != "windows" && len(full) > maxPathBytes {
+		return fmt.Errorf("ledger %s: its full path (%s) is %d bytes, and SQLite opens at most %d; choose a shorter path with --ledger or EFFECTFENCE_LEDGER (nothing was created)", path, full, len(full), maxPathBytes)
+	}
 	fi, err := os.Stat(path)
 	if err == nil && fi.Size() == 0 || errors.Is(err, os.ErrNotExist) {
 		if err := checkOrphanLog(path); err != nil {
