@@ -142,6 +142,16 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// default level: its guard must read the record as committed once the intent's lock is
 	// held, which only READ COMMITTED does (a REPEATABLE READ snapshot predates the lock).
 	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	// A COMMIT must be durable before the fence answers (SPEC §4). synchronous_commit is the
+	// session's to choose, and a role, a database or the URL may default it to off (a common
+	// tuning for applications that can lose their last commits): COMMIT then returns before
+	// the WAL is flushed, and a server crash loses the last receipts, so duplicates run again.
+	// Each connection turns it back on when it is off, and keeps any stronger setting
+	// (remote_apply, remote_write, local).
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'")
+		return err
+	}
 	if c.wrapConn != nil {
 		dial := pc.ConnConfig.DialFunc
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
