@@ -1,0 +1,105 @@
+package wrap_test
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// docNumber reads the number a doc states for a default: the first group of pattern's first
+// match in path (docs relative to the repository root). A reworded sentence fails the test.
+func docNumber(t *testing.T, path, pattern string) float64 {
+	t.Helper()
+	b, err := os.ReadFile("../../" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(pattern).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatalf("%s no longer states this default (no match of %q)", path, pattern)
+	}
+	n, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatalf("%s: %q is not a number: %v", path, m[1], err)
+	}
+	return n
+}
+
+// TestDefaultsInForce runs the real binary with no flags (and none of the variables that
+// change its defaults) and reads what a user would: the ledger file. The claim of a call in
+// flight holds a lease of docs/wrap.md's --lease-secs default, the done record is kept for
+// its --result-ttl-secs default, and a duplicate is replayed for docs/identity.md's replay
+// window and run again after it (the done record's time is moved back in the real file
+// between two runs of wrap, as if that much time had passed).
+func TestDefaultsInForce(t *testing.T) {
+	t.Parallel()
+	lease := time.Duration(docNumber(t, "docs/wrap.md", "`--lease-secs`\\s+\\(([0-9]+);") * float64(time.Second))
+	ttl := time.Duration(docNumber(t, "docs/wrap.md", "`--result-ttl-secs` \\(([0-9]+);") * float64(time.Second))
+	window := time.Duration(docNumber(t, "docs/identity.md", "replay window per tool, ([0-9]+) minutes by\\s+default") * float64(time.Minute))
+
+	r := newRig(t)
+	r.extraEnv = []string{"EFFECTFENCE_LEASE_SECS=", "EFFECTFENCE_RESULT_TTL_SECS=", "EFFECTFENCE_ON_LEASE_EXPIRY="}
+	w := r.wrap()
+	const args = `{"ms":1500,"tag":"defaults"}`
+	answered := make(chan result, 1)
+	go func() {
+		x, err := callE(w.Session, "slow", args)
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- x
+	}()
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	if got := claim.LeaseUntil.Sub(claim.ClaimedAt); got != lease {
+		t.Errorf("a claim made with no --lease-secs holds a lease of %v (claimed %v, lease until %v); docs/wrap.md says %v",
+			got, claim.ClaimedAt, claim.LeaseUntil, lease)
+	}
+	if x := <-answered; x.IsError || x.replayed() {
+		t.Fatalf("the first call: error %v, replayed %v: %q", x.IsError, x.replayed(), x.text())
+	}
+	ctx := context.Background()
+	rec, err := led.Status(ctx, claim.Intent)
+	if err != nil || rec.State != fence.StateDone {
+		t.Fatalf("after the call: %+v, %v; want done", rec, err)
+	}
+	if got := rec.ExpiresAt.Sub(rec.UpdatedAt); got != ttl {
+		t.Errorf("a result recorded with no --result-ttl-secs is kept %v (done %v, expires %v); docs/wrap.md says %v",
+			got, rec.UpdatedAt, rec.ExpiresAt, ttl)
+	}
+	w.Close()
+	<-w.Done()
+
+	// doneAgo moves the done record's time back to ago before now, as if that much time had
+	// passed since the call, and runs the call again in a new wrap.
+	doneAgo := func(ago time.Duration) result {
+		t.Helper()
+		err := led.Store().Update(ctx, func(tx fence.Tx) error {
+			rec, err := tx.Get(claim.Intent)
+			if err != nil {
+				return err
+			}
+			rec.UpdatedAt = tx.Now().Add(-ago)
+			return tx.Put(rec)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := r.wrap()
+		defer func() { w.Close(); <-w.Done() }()
+		return call(t, w.Session, "slow", args)
+	}
+	if x := doneAgo(window - time.Minute); !x.replayed() || r.effectCount() != 1 {
+		t.Fatalf("a duplicate %v after the call, with no --replay-window, was not replayed (%d runs; docs/identity.md's window is %v): replayed=%v %q",
+			window-time.Minute, r.effectCount(), window, x.replayed(), x.text())
+	}
+	if x := doneAgo(window + time.Minute); x.IsError || x.replayed() || r.effectCount() != 2 {
+		t.Fatalf("a duplicate %v after the call, with no --replay-window, was not run again (%d runs; docs/identity.md's window is %v): replayed=%v %q",
+			window+time.Minute, r.effectCount(), window, x.replayed(), x.text())
+	}
+}
