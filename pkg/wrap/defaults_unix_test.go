@@ -1,3 +1,5 @@
+//go:build unix
+
 package wrap_test
 
 import (
