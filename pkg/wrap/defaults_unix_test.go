@@ -4,9 +4,12 @@ package wrap_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +106,37 @@ func TestDefaultsInForce(t *testing.T) {
 	if x := doneAgo(window + time.Minute); x.IsError || x.replayed() || r.effectCount() != 2 {
 		t.Fatalf("a duplicate %v after the call, with no --replay-window, was not run again (%d runs; docs/identity.md's window is %v): replayed=%v %q",
 			window+time.Minute, r.effectCount(), window, x.replayed(), x.text())
+	}
+}
+
+// TestHookRetriesAsThePolicySays runs the real binary with a policy whose on_unknown command
+// fails every time (it appends a line to a file, then exits 1): without `retries` it is run
+// once and then docs/policy.md's default number of times again; with `retries: 0`, which the
+// table allows ("0 to 10"), it is run once.
+func TestHookRetriesAsThePolicySays(t *testing.T) {
+	t.Parallel()
+	def := int(docNumber(t, "docs/policy.md", "\\| `retries` \\| 0 to 10: how often a failed delivery is tried again \\| ([0-9]+) \\|"))
+	for _, c := range []struct {
+		name, retries string
+		want          int
+	}{
+		{"no retries key", "", 1 + def},
+		{"retries: 0", "  retries: 0\n", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			runs := filepath.Join(r.dir, "hook-runs")
+			path := writePolicy(t, r, fmt.Sprintf("version: 1\non_unknown:\n  command: [sh, -c, 'echo run >> \"$0\"; exit 1', %q]\n%stools:\n  die:\n    elicit: false\n", runs, c.retries))
+			w := r.wrap("--policy", path)
+			if x := call(t, w.Session, "die", `{"tag":"hook-retries"}`); !x.IsError {
+				t.Fatalf("a call inside a dying server: %s", x.text())
+			}
+			waitFor(t, "the hook to give up", func() bool { return strings.Contains(w.log.String(), "failed after") })
+			b, _ := os.ReadFile(runs)
+			if n := strings.Count(string(b), "run\n"); n != c.want {
+				t.Fatalf("policy on_unknown with %s: the failing command ran %d times, want %d\n%s", c.name, n, c.want, w.log.String())
+			}
+		})
 	}
 }
