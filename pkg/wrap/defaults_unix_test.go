@@ -7,33 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
-
-// docNumber reads the number a doc states for a default: the first group of pattern's first
-// match in path (docs relative to the repository root). A reworded sentence fails the test.
-func docNumber(t *testing.T, path, pattern string) float64 {
-	t.Helper()
-	b, err := os.ReadFile("../../" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(pattern).FindStringSubmatch(string(b))
-	if m == nil {
-		t.Fatalf("%s no longer states this default (no match of %q)", path, pattern)
-	}
-	n, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		t.Fatalf("%s: %q is not a number: %v", path, m[1], err)
-	}
-	return n
-}
 
 // TestDefaultsInForce runs the real binary with no flags (and none of the variables that
 // change its defaults) and reads what a user would: the ledger file. The claim of a call in
