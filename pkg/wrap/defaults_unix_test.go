@@ -119,3 +119,42 @@ func TestHookRetriesAsThePolicySays(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitAndGraceInForce runs the real binary with no flags and a call stuck in its child: a
+// duplicate is answered only after docs/wrap.md's --wait default (a lower bound; the answer
+// names the wait it sat through), and on stdin's end wrap gives the stuck call docs/wrap.md's
+// --grace default before it stops the child (it says so, and takes at least that long).
+func TestWaitAndGraceInForce(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	wait := time.Duration(docNumber(t, "docs/wrap.md", "\\(`--wait`,\\s+default ([0-9]+) s\\)") * float64(time.Second))
+	grace := time.Duration(docNumber(t, "docs/wrap.md", "`--grace` \\(default ([0-9]+)s\\)") * float64(time.Second))
+	r := newRig(t)
+	r.extraEnv = []string{"EFFECTFENCE_LEASE_SECS=", "EFFECTFENCE_RESULT_TTL_SECS=", "EFFECTFENCE_ON_LEASE_EXPIRY="}
+	rw, child := startHung(t, r)
+
+	began := time.Now()
+	rw.send(t, strings.Replace(hungCall, `"id":1`, `"id":2`, 1))
+	_, resp := rw.readUntil(t, "2")
+	took := time.Since(began)
+	if took < wait || !strings.Contains(resp, fmt.Sprintf("still running (waited %s for it)", wait)) || !strings.Contains(resp, "NOT executed a second time") {
+		t.Errorf("with no --wait, a duplicate of a stuck call was answered after %v: %s; docs/wrap.md's wait is %v", took.Round(time.Millisecond), resp, wait)
+	}
+
+	began = time.Now()
+	rw.in.Close()
+	code := exitWithin(t, rw, 2*time.Minute)
+	took = time.Since(began)
+	log := rw.log.String()
+	for _, want := range []string{fmt.Sprintf(`waiting up to %s for 1 call: tools/call "slow"`, grace), fmt.Sprintf("grace of %s is over", grace)} {
+		if !strings.Contains(log, want) {
+			t.Errorf("with no --grace the log lacks %q (docs/wrap.md's grace is %v):\n%s", want, grace, log)
+		}
+	}
+	if took < grace || code != 0 {
+		t.Errorf("with no --grace wrap exited %d, %v after stdin closed; docs/wrap.md's grace is %v", code, took.Round(time.Millisecond), grace)
+	}
+	if alive(child) {
+		t.Errorf("the MCP server (pid %d) outlived wrap", child)
+	}
+}
