@@ -124,6 +124,7 @@ func TestHookRetriesAsThePolicySays(t *testing.T) {
 // duplicate is answered only after docs/wrap.md's --wait default (a lower bound; the answer
 // names the wait it sat through), and on stdin's end wrap gives the stuck call docs/wrap.md's
 // --grace default before it stops the child (it says so, and takes at least that long).
+// Meanwhile its lease is renewed, no sooner than a third of the default lease.
 func TestWaitAndGraceInForce(t *testing.T) {
 	t.Parallel()
 	needProc(t)
@@ -132,6 +133,26 @@ func TestWaitAndGraceInForce(t *testing.T) {
 	r := newRig(t)
 	r.extraEnv = []string{"EFFECTFENCE_LEASE_SECS=", "EFFECTFENCE_RESULT_TTL_SECS=", "EFFECTFENCE_ON_LEASE_EXPIRY="}
 	rw, child := startHung(t, r)
+	led := r.openLedger()
+	claims := records(t, led.Store(), fence.StateInFlight)
+	if len(claims) != 1 {
+		t.Fatalf("claims in flight: %+v", claims)
+	}
+	claim := claims[0]
+	// The lease is renewed every third of it (docs/wrap.md): the first renewal, watched from
+	// the claim on, comes no sooner than a third of the default lease after the claim (a lower
+	// bound; that it comes before the lease lapses, TestToolSlowerThanTheLeaseRunsOnce holds).
+	firstRenewal := make(chan fence.Record, 1)
+	go func() {
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			now, err := led.Status(context.Background(), claim.Intent) // not records: no t.Fatal off the test's goroutine
+			if err == nil && now.State == fence.StateInFlight && now.LeaseUntil.After(claim.LeaseUntil) {
+				firstRenewal <- now
+				return
+			}
+		}
+		close(firstRenewal)
+	}()
 
 	began := time.Now()
 	rw.send(t, strings.Replace(hungCall, `"id":1`, `"id":2`, 1))
@@ -139,6 +160,16 @@ func TestWaitAndGraceInForce(t *testing.T) {
 	took := time.Since(began)
 	if took < wait || !strings.Contains(resp, fmt.Sprintf("still running (waited %s for it)", wait)) || !strings.Contains(resp, "NOT executed a second time") {
 		t.Errorf("with no --wait, a duplicate of a stuck call was answered after %v: %s; docs/wrap.md's wait is %v", took.Round(time.Millisecond), resp, wait)
+	}
+
+	lease := time.Duration(docNumber(t, "docs/wrap.md", "`--lease-secs`\\s+\\(([0-9]+);") * float64(time.Second))
+	renewed, ok := <-firstRenewal
+	if !ok {
+		t.Fatalf("the stuck call's lease was never renewed: %+v", claim)
+	}
+	if step := renewed.LeaseUntil.Sub(claim.LeaseUntil); step < lease/3 {
+		t.Errorf("the first renewal moved the lease by %v (claimed %v, until %v, renewed until %v): a heartbeat sooner than a third of docs/wrap.md's %v lease",
+			step, claim.ClaimedAt, claim.LeaseUntil, renewed.LeaseUntil, lease)
 	}
 
 	began = time.Now()
