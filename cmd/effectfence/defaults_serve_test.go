@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -122,4 +124,38 @@ func docSeconds(t *testing.T, path, pattern string) time.Duration {
 		t.Fatalf("%s: %q, %v", path, v, err)
 	}
 	return d
+}
+
+// TestServeSettleRetriesAsDocumented runs the real serve with its SQLite ledger moved aside
+// under it: a fence_commit retries the outcome for docs/serve.md's "up to 2 s" before it
+// answers store_error with the spool file, so the answer comes no sooner (a lower bound), and
+// it tells the agent when the outcome will be recorded as docs/serve.md does.
+func TestServeSettleRetriesAsDocumented(t *testing.T) {
+	t.Parallel()
+	retry := docSeconds(t, "../../docs/serve.md", `retry\s+an outcome the ledger does not take \([^)]*\)\s+for up to ([0-9]+ s), then keep it`)
+	if again := docSeconds(t, "../../docs/RELIABILITY.md", "`fence_abort` settle this way for up to ([0-9]+ s) and"); again != retry {
+		t.Fatalf("docs/serve.md says %v, docs/RELIABILITY.md %v", retry, again)
+	}
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	s := startServe(t, "--ledger", ledger)
+	p := s.prepare(`{"intent":"charge:settle","tool":"charge_card","args":{"amount":4900}}`)
+	if p.Status != serve.StatusFresh {
+		t.Fatalf("prepare: %+v", p)
+	}
+	if err := os.Rename(ledger, ledger+".away"); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	r := s.refused(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_1"}}`)
+	took := time.Since(began)
+	if r.Code != fence.CodeStore || r.Spooled == "" || took < retry {
+		t.Fatalf("fence_commit while the ledger is away answered after %v: code %s, spooled %q; docs/serve.md says it retries for %v, then spools", took.Round(time.Millisecond), r.Code, r.Spooled, retry)
+	}
+	// The agent is told when the spooled outcome will be recorded: by the background recovery,
+	// as often as docs/serve.md says (pkg/store TestSweepAndRecoverEveryAsDocumented holds the
+	// interval itself).
+	within := docSeconds(t, "../../docs/serve.md", `\(within ([0-9]+ s), or when any fence process next opens the ledger\)`)
+	if want := fmt.Sprintf("(within %d s, ", int(within.Seconds())); !strings.Contains(r.Next, want) {
+		t.Errorf("the spooled refusal's next does not say %q (docs/serve.md): %s", want, r.Next)
+	}
 }
