@@ -1,0 +1,72 @@
+package wrap
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// TestLimitsAsDocumented: the bounds docs/wrap.md and docs/RELIABILITY.md state in words for
+// tasks, the server's requests to the agent and the on_unknown hook are the unexported values
+// wrap uses (the tests of tasks and hooks take them by name, so a changed value would pass
+// there).
+func TestLimitsAsDocumented(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile("../../" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(strings.Fields(string(b)), " ") // one space where the doc wraps a line
+	}
+	wrapMD, reliab := read("docs/wrap.md"), read("docs/RELIABILITY.md")
+	stated := func(doc, name, pattern string) string {
+		t.Helper()
+		m := regexp.MustCompile(pattern).FindStringSubmatch(doc)
+		if m == nil {
+			t.Fatalf("%s: the doc no longer states it (no match of %q)", name, pattern)
+		}
+		return m[1]
+	}
+	words := map[string]time.Duration{"a minute": time.Minute, "a day": 24 * time.Hour, "a week": 7 * 24 * time.Hour}
+	count := func(s string) int {
+		n, err := strconv.Atoi(strings.ReplaceAll(s, ",", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name    string
+		code    time.Duration
+		doc     string
+		pattern string
+	}{
+		{"taskGrace", taskGrace, wrapMD, `as long as the server keeps it \(the task's ttl\) and (a minute) more`},
+		{"taskWaitMax", taskWaitMax, wrapMD, `or (a week) for a task without a ttl`},
+		{"maxLocalTaskTTL", maxLocalTaskTTL, wrapMD, `for the ttl asked \(at most (a day)\)`},
+	} {
+		if v := stated(c.doc, c.name, c.pattern); words[v] != c.code {
+			t.Errorf("%s is %v; the doc says %q", c.name, c.code, v)
+		}
+	}
+	if v := stated(wrapMD, "maxLocalTasks", `wrap keeps the last ([0-9,]+) such tasks`); count(v) != maxLocalTasks {
+		t.Errorf("maxLocalTasks is %d; docs/wrap.md says %s", maxLocalTasks, v)
+	}
+	if v := stated(wrapMD, "maxLocalTaskBytes", `their results together at most ([0-9]+) MiB`); count(v)<<20 != maxLocalTaskBytes {
+		t.Errorf("maxLocalTaskBytes is %d; docs/wrap.md says %s MiB", maxLocalTaskBytes, v)
+	}
+	if v := stated(wrapMD, "mcpstdio.MaxInbound", `At most ([0-9,]+) wait for the agent at once`); count(v) != mcpstdio.MaxInbound {
+		t.Errorf("mcpstdio.MaxInbound is %d; docs/wrap.md says %s", mcpstdio.MaxInbound, v)
+	}
+	if v := stated(reliab, "hookQueue", `events wait in a queue of ([0-9]+) for one worker`); count(v) != hookQueue {
+		t.Errorf("hookQueue is %d; docs/RELIABILITY.md says %s", hookQueue, v)
+	}
+	if v := stated(reliab, "maxHookBackoff", `backoff from [0-9]+ ms doubling to ([0-9]+) s\)`); time.Duration(count(v))*time.Second != maxHookBackoff {
+		t.Errorf("maxHookBackoff is %v; docs/RELIABILITY.md says %s s", maxHookBackoff, v)
+	}
+}
