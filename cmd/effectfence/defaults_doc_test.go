@@ -83,13 +83,13 @@ func normDefault(v string, secs bool) string {
 	return time.Duration(n * float64(unit)).String()
 }
 
-// TestHelpStatesTheDocumentedDefaults runs the real binary: every default a doc states for a
-// flag is the default its --help states. For the flags whose default is their value (--wait,
-// --grace, --max-concurrent, --init-timeout, --body-timeout, --workers, probe's and scan's)
-// the help line prints the value in force, so a constant changed in the code fails here; for
-// --lease-secs, --result-ttl-secs and --on-lease-expiry the help text is written apart from
-// the value in force, which the end-to-end tests hold (TestDefaultsInForce in pkg/wrap,
-// TestServeDefaultsInForce).
+// TestHelpStatesTheDocumentedDefaults runs the real binary: every default README.md or a doc
+// states for a flag is the default its --help states. For the flags whose default is their
+// value (--wait, --grace, --max-concurrent, --init-timeout, --body-timeout, probe's and
+// scan's) the help line prints the value in force, so a constant changed in the code fails
+// here; for --lease-secs, --result-ttl-secs and --on-lease-expiry the help text is written
+// apart from the value in force, which the end-to-end tests hold (TestDefaultsInForce in
+// pkg/wrap, TestServeDefaultsInForce).
 func TestHelpStatesTheDocumentedDefaults(t *testing.T) {
 	t.Parallel()
 	const (
@@ -103,6 +103,7 @@ func TestHelpStatesTheDocumentedDefaults(t *testing.T) {
 		serveMD   = "../../docs/serve.md"
 		probeMD   = "../../docs/probe-and-demo.md"
 		scanMD    = "../../docs/scan.md"
+		readme    = "../../README.md"
 		secs, raw = true, false
 	)
 	type stated struct{ path, pattern string }
@@ -124,12 +125,16 @@ func TestHelpStatesTheDocumentedDefaults(t *testing.T) {
 		{"wrap", "lease-secs", secs, []stated{
 			{wrapMD, "`--lease-secs`\\s+\\(([0-9]+);"},
 			{gateway, "\\(`--lease-secs`, default\\s+([0-9]+ s)\\)"},
+			{readme, "`EFFECTFENCE_LEASE_SECS` \\(([0-9]+)\\)"},
 		}},
 		{"wrap", "result-ttl-secs", secs, []stated{
 			{wrapMD, "`--result-ttl-secs` \\(([0-9]+);"},
 			{privacy, "\\(default ([0-9]+) = 24 h\\)"},
 			{privacy, "\\(default [0-9]+ = ([0-9]+ h)\\)"},
 			{ledgerMD, "`EFFECTFENCE_RESULT_TTL_SECS`, default ([0-9]+ h)\\)"},
+			{identity, "the whole result TTL \\(`EFFECTFENCE_RESULT_TTL_SECS`, ([0-9]+ h)\\)"},
+			{readme, "`EFFECTFENCE_RESULT_TTL_SECS`\\s+\\(([0-9]+)\\) tune leases"},
+			{readme, "`EFFECTFENCE_RESULT_TTL_SECS`\\s+\\(([0-9]+ h)\\) and then swept"},
 		}},
 		{"wrap", "max-concurrent", raw, []stated{{wrapMD, "`--max-concurrent` \\(([0-9]+) requests"}}},
 		{"wrap", "init-timeout", raw, []stated{{wrapMD, "`--init-timeout` \\(([0-9a-z]+)\\)"}}},
