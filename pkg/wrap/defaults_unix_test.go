@@ -19,16 +19,34 @@ import (
 // flight holds a lease of docs/wrap.md's --lease-secs default, the done record is kept for
 // its --result-ttl-secs default, and a duplicate is replayed for docs/identity.md's replay
 // window and run again after it (the done record's time is moved back in the real file
-// between two runs of wrap, as if that much time had passed).
+// between two runs of wrap, as if that much time had passed). The same holds with a policy
+// file that names the tool but leaves these settings out (docs/policy.md: the built-in
+// defaults apply).
 func TestDefaultsInForce(t *testing.T) {
 	t.Parallel()
 	lease := time.Duration(docNumber(t, "docs/wrap.md", "`--lease-secs`\\s+\\(([0-9]+);") * float64(time.Second))
 	ttl := time.Duration(docNumber(t, "docs/wrap.md", "`--result-ttl-secs` \\(([0-9]+);") * float64(time.Second))
 	window := time.Duration(docNumber(t, "docs/identity.md", "replay window per tool, ([0-9]+) minutes by\\s+default") * float64(time.Minute))
+	for _, policy := range []string{"", "version: 1\ndefaults:\n  redact: [note]\ntools:\n  slow:\n    redact: [tag]\n"} {
+		name := "no policy"
+		if policy != "" {
+			name = "a policy naming the tool"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			r.extraEnv = []string{"EFFECTFENCE_LEASE_SECS=", "EFFECTFENCE_RESULT_TTL_SECS=", "EFFECTFENCE_ON_LEASE_EXPIRY="}
+			var flags []string
+			if policy != "" {
+				flags = []string{"--policy", writePolicy(t, r, policy)}
+			}
+			defaultsInForce(t, r, flags, lease, ttl, window)
+		})
+	}
+}
 
-	r := newRig(t)
-	r.extraEnv = []string{"EFFECTFENCE_LEASE_SECS=", "EFFECTFENCE_RESULT_TTL_SECS=", "EFFECTFENCE_ON_LEASE_EXPIRY="}
-	w := r.wrap()
+func defaultsInForce(t *testing.T, r *rig, flags []string, lease, ttl, window time.Duration) {
+	w := r.wrap(flags...)
 	const args = `{"ms":1500,"tag":"defaults"}`
 	answered := make(chan result, 1)
 	go func() {
@@ -74,7 +92,7 @@ func TestDefaultsInForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := r.wrap()
+		w := r.wrap(flags...)
 		defer func() { w.Close(); <-w.Done() }()
 		return call(t, w.Session, "slow", args)
 	}
