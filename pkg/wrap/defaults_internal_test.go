@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
@@ -68,5 +69,30 @@ func TestLimitsAsDocumented(t *testing.T) {
 	}
 	if v := stated(reliab, "maxHookBackoff", `backoff from [0-9]+ ms doubling to ([0-9]+) s\)`); time.Duration(count(v))*time.Second != maxHookBackoff {
 		t.Errorf("maxHookBackoff is %v; docs/RELIABILITY.md says %s s", maxHookBackoff, v)
+	}
+}
+
+// TestHeartbeatEveryThirdOfTheLease: a fenced call's heartbeat renews its lease as often as
+// docs/wrap.md says ("renews its lease every third of it"), for the default lease and
+// another. TestWaitAndGraceInForce holds it from outside: a real wrap's first renewal comes
+// no sooner.
+func TestHeartbeatEveryThirdOfTheLease(t *testing.T) {
+	b, err := os.ReadFile("../../docs/wrap.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`wrap renews its lease every (third|half|quarter) of it`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("docs/wrap.md no longer says how often wrap renews a lease")
+	}
+	parts := map[string]time.Duration{"half": 2, "third": 3, "quarter": 4}[string(m[1])]
+	for _, lease := range []time.Duration{0, 9 * time.Second} {
+		p := &Proxy{opt: Options{Engine: fence.New(fence.NewMemoryStore(), fence.Config{LeaseTTL: lease})}}
+		beats := p.heartbeat(fence.Ticket{})
+		beats.stop()
+		ttl := p.opt.Engine.Config().LeaseTTL
+		if beats.every != ttl/parts {
+			t.Errorf("with a lease of %v the heartbeat comes every %v; docs/wrap.md says every %s of it", ttl, beats.every, m[1])
+		}
 	}
 }
