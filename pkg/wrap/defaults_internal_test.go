@@ -50,6 +50,7 @@ func TestLimitsAsDocumented(t *testing.T) {
 		{"taskGrace", taskGrace, wrapMD, `as long as the server keeps it \(the task's ttl\) and (a minute) more`},
 		{"taskWaitMax", taskWaitMax, wrapMD, `or (a week) for a task without a ttl`},
 		{"maxLocalTaskTTL", maxLocalTaskTTL, wrapMD, `for the ttl asked \(at most (a day)\)`},
+		{"requestWait", requestWait, wrapMD, `A line from the agent that finds no room within (a minute) is skipped unread`},
 	} {
 		if v := stated(c.doc, c.name, c.pattern); words[v] != c.code {
 			t.Errorf("%s is %v; the doc says %q", c.name, c.code, v)
