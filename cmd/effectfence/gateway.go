@@ -145,6 +145,12 @@ const connIdle = 2 * time.Minute
 // headerTimeout bounds how long a request's headers may take to arrive.
 const headerTimeout = 10 * time.Second
 
+// healthTimeout bounds /healthz's query of the ledger.
+const healthTimeout = 2 * time.Second
+
+// maxConnsWithoutLimit is --max-conns when not given and the process has no open-file limit.
+const maxConnsWithoutLimit = 10000
+
 // listenConfig is what the listener flags say, checked before anything is opened.
 type listenConfig struct {
 	addr  string
@@ -164,7 +170,7 @@ func defaultMaxConns() int {
 	if n := openFileLimit(); n > 0 {
 		return max(n/2, 1)
 	}
-	return 10000
+	return maxConnsWithoutLimit
 }
 
 // gatewayOnly are the flags that mean something only with --listen.
@@ -238,7 +244,7 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		if lc.health != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 			defer cancel()
 			if err := lc.health(ctx); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)

@@ -39,7 +39,11 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 	}
 	res := policy.Resolve(pol, f)
 	if h := res.OnUnknown; h != nil {
-		res.Options.OnUnknown = &wrap.Hook{Command: h.Command, URL: h.URL, Retries: h.Retries, Timeout: h.Timeout}
+		retries := h.Retries
+		if retries == 0 { // the file's `retries: 0`: wrap.Hook's 0 would be its default
+			retries = wrap.NoHookRetries
+		}
+		res.Options.OnUnknown = &wrap.Hook{Command: h.Command, URL: h.URL, Retries: retries, Timeout: h.Timeout}
 		if err := res.Options.OnUnknown.Check(); err != nil {
 			return policy.Resolved{}, usageErr("policy on_unknown: %v", err)
 		}

@@ -86,7 +86,7 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	}
 	var spooled string
 	var spoolErr error // why the outcome is not in the spool yet, if keeping it there failed
-	wait := 50 * time.Millisecond
+	wait := settleFirstWait
 	for retry := false; ; retry = true {
 		cert, err := e.apply(ctx, o, retry)
 		var coded Coded
@@ -122,9 +122,15 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 			return nil, err
 		case <-t.C:
 		}
-		wait = min(wait*2, 2*time.Second)
+		wait = min(wait*2, settleMaxWait)
 	}
 }
+
+// Settle waits settleFirstWait before its first retry, doubling up to settleMaxWait.
+const (
+	settleFirstWait = 50 * time.Millisecond
+	settleMaxWait   = 2 * time.Second
+)
 
 // DrainSpool reports every outcome waiting in the spool to the ledger once, removing each the
 // ledger answers (with a cert or a refusal; a refused late result stays in the audit trail).

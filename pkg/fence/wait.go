@@ -15,6 +15,10 @@ type Notifier interface {
 	Watch(ctx context.Context, intent string) (<-chan struct{}, func(), error)
 }
 
+// notifiedPoll is how often a wait that a Notifier will wake still reads the store, as a
+// safety net.
+const notifiedPoll = time.Second
+
 // PrepareWait is Prepare that coalesces: when the intent is in flight it waits, up to maxWait,
 // for the holder to finish, and then returns the holder's cert (counted as coalesced), or a
 // Ticket if the holder released the intent, or the holder's failure. Only if the holder is
@@ -50,7 +54,7 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 		if notifier != nil && remote == nil {
 			if rch, rstop, werr := notifier.Watch(ctx, req.Intent); werr == nil {
 				// With a notification on the way, polling is only a safety net.
-				remote, stopRemote, poll, ceiling = rch, rstop, time.Second, time.Second
+				remote, stopRemote, poll, ceiling = rch, rstop, notifiedPoll, notifiedPoll
 				stop()
 				continue // ask again now that a change cannot slip between the look and the watch
 			}

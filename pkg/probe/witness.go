@@ -33,8 +33,11 @@ type WitnessReport struct {
 // `psql -tAc 'select count(*) from charges'` all work.
 type CommandWitness struct {
 	Command string
-	Timeout time.Duration // 0: 30 seconds
+	Timeout time.Duration // 0: DefaultWitnessTimeout
 }
+
+// DefaultWitnessTimeout bounds one run of a witness command.
+const DefaultWitnessTimeout = 30 * time.Second
 
 func (w CommandWitness) String() string { return w.Command }
 
@@ -45,7 +48,7 @@ func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
 	}
 	timeout := w.Timeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = DefaultWitnessTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

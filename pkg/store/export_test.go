@@ -1,5 +1,11 @@
 package store
 
+import "time"
+
+// Intervals are how often l's background goroutine sweeps expired outcomes and recovers
+// claims.
+func (l *Ledger) Intervals() (sweep, recover time.Duration) { return l.every, l.recoverEvery }
+
 // SetTestHookFirstSweep sets testHookFirstSweep until the returned function restores it.
 func SetTestHookFirstSweep(f func()) (restore func()) {
 	old := testHookFirstSweep

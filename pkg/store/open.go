@@ -190,6 +190,8 @@ type Ledger struct {
 	stop  context.CancelFunc
 	swept chan struct{}
 	log   io.Writer
+	// every and recoverEvery are how often the background goroutine sweeps and recovers.
+	every, recoverEvery time.Duration
 }
 
 func isPostgres(loc string) bool {
@@ -257,12 +259,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		every = min(DefaultSweepEvery, eng.Config().ResultTTL)
 	}
 	sctx, stop := context.WithCancel(context.Background())
-	l := &Ledger{Engine: eng, Location: loc, stop: stop, swept: make(chan struct{}), log: o.Log}
 	recoverEvery := o.RecoverEvery
 	if recoverEvery <= 0 {
 		recoverEvery = RecoverEvery
 	}
-	go l.sweep(sctx, every, recoverEvery, o.SweepInBackground)
+	l := &Ledger{Engine: eng, Location: loc, stop: stop, swept: make(chan struct{}), log: o.Log, every: every, recoverEvery: recoverEvery}
+	go l.sweep(sctx, o.SweepInBackground)
 	return l, nil
 }
 
@@ -291,15 +293,15 @@ func SpoolDir(loc string) (string, error) {
 // and reports outcomes waiting in its spool.
 const RecoverEvery = 10 * time.Second
 
-// sweep drops expired outcomes every interval, and runs Recover every RecoverEvery, until ctx
+// sweep drops expired outcomes every l.every, and runs Recover every l.recoverEvery, until ctx
 // ends. A failed sweep is retried at the next tick: the gates ignore expired outcomes anyway,
 // so a late sweep costs only disk. Recover's errors are retried the same way (an outcome in the
 // spool stays there until the ledger takes it).
-func (l *Ledger) sweep(ctx context.Context, every, recoverEvery time.Duration, now bool) {
+func (l *Ledger) sweep(ctx context.Context, now bool) {
 	defer close(l.swept)
-	t := time.NewTicker(every)
+	t := time.NewTicker(l.every)
 	defer t.Stop()
-	r := time.NewTicker(recoverEvery)
+	r := time.NewTicker(l.recoverEvery)
 	defer r.Stop()
 	// last is what each task last reported, its digits left out, so that a lasting failure is
 	// one line: the driver's error names the local port of each new connection it tried, and

@@ -26,8 +26,8 @@ type Hook struct {
 	Command []string
 	URL     string
 	// Retries is how many times a failed delivery (non-zero exit, no answer, a status other
-	// than 2xx) is tried again, with a backoff doubling from HookBackoff; default
-	// DefaultHookRetries, at most MaxHookRetries.
+	// than 2xx) is tried again, with a backoff doubling from HookBackoff; 0 means
+	// DefaultHookRetries, NoHookRetries none; at most MaxHookRetries.
 	Retries int
 	// Timeout bounds one delivery (default DefaultHookTimeout).
 	Timeout time.Duration
@@ -36,6 +36,9 @@ type Hook struct {
 // Defaults and bounds of Hook.
 const (
 	DefaultHookRetries = 3
+	// NoHookRetries in Hook.Retries tries a delivery once (0 is the default, 3 tries more):
+	// a policy's `retries: 0`.
+	NoHookRetries      = -1
 	MaxHookRetries     = 10
 	DefaultHookTimeout = 10 * time.Second
 	HookBackoff        = 250 * time.Millisecond
@@ -67,8 +70,8 @@ func (h *Hook) Check() error {
 		return errors.New("on_unknown: give a command or a url, exactly one")
 	case len(h.Command) > 0 && h.Command[0] == "":
 		return errors.New("on_unknown: the command is empty")
-	case h.Retries < 0 || h.Retries > MaxHookRetries:
-		return fmt.Errorf("on_unknown: retries is %d; want 0 to %d", h.Retries, MaxHookRetries)
+	case h.Retries < NoHookRetries || h.Retries > MaxHookRetries:
+		return fmt.Errorf("on_unknown: retries is %d; want 0 to %d, or NoHookRetries", h.Retries, MaxHookRetries)
 	case h.Timeout < 0:
 		return fmt.Errorf("on_unknown: timeout %s is negative", h.Timeout)
 	}
@@ -116,8 +119,11 @@ type hookRunner struct {
 const maxSeen = 4096
 
 func newHookRunner(p *Proxy, h Hook) *hookRunner {
-	if h.Retries == 0 {
+	switch {
+	case h.Retries == 0:
 		h.Retries = DefaultHookRetries
+	case h.Retries < 0:
+		h.Retries = 0
 	}
 	if h.Timeout <= 0 {
 		h.Timeout = DefaultHookTimeout

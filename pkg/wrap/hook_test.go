@@ -227,7 +227,7 @@ func TestHookCheckAndRedactURL(t *testing.T) {
 		{Command: []string{""}},
 		{URL: "ftp://a/b"},
 		{URL: "http://user:pw@/x"},
-		{Command: []string{"x"}, Retries: -1},
+		{Command: []string{"x"}, Retries: wrap.NoHookRetries - 1},
 		{Command: []string{"x"}, Retries: wrap.MaxHookRetries + 1},
 		{Command: []string{"x"}, Timeout: -1},
 	} {
