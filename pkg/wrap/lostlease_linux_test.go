@@ -12,6 +12,21 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
+// needUnshare skips unless this process can create what (a namespace) with unshare: /proc,
+// root and the command.
+func needUnshare(t *testing.T, what string) string {
+	t.Helper()
+	needProc(t)
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to create " + what + " with unshare")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("skipped: the unshare command is not installed")
+	}
+	return unshare
+}
+
 // TestLostLeaseStillAnswersTheCall holds docs/DECISIONS-wrap.md's "a lost lease is logged and
 // the result is still returned to the caller" with the one adversary that takes a live
 // holder's claim: a wrap in a PID namespace of its own (a container), which the wrap beside it
@@ -21,14 +36,7 @@ import (
 // still gives its agent the result: the effect ran, and saying otherwise would invite a third
 // run.
 func TestLostLeaseStillAnswersTheCall(t *testing.T) {
-	needProc(t)
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to create a PID namespace with unshare")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("skipped: the unshare command is not installed")
-	}
+	unshare := needUnshare(t, "a PID namespace")
 	r := newRig(t)
 	r.prefix = []string{unshare, "--pid", "--fork", "--mount-proc", "--"}
 	w := r.wrap("--rerun-safe", "slow", "--lease-secs", "1")

@@ -3,7 +3,6 @@ package wrap_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +20,7 @@ import (
 // dead makes the call unknown, and its agent is told the effect may have happened while it
 // runs).
 func TestHolderInATimeNamespaceIsAlive(t *testing.T) {
-	needProc(t)
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to create a time namespace with unshare")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("skipped: the unshare command is not installed")
-	}
+	unshare := needUnshare(t, "a time namespace")
 	if _, err := os.Stat("/proc/self/timens_offsets"); err != nil {
 		t.Skip("skipped: this kernel has no time namespaces")
 	}

@@ -44,12 +44,16 @@ func TestLedgerFileMountedAloneIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The holder runs in a mount namespace of its own where point is real, mounted alone.
-	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
-		`mount --bind "$EFFECTFENCE_TEST_FROM" "$EFFECTFENCE_TEST_TO" && exec "$0" -test.run='^$'`, exe)
-	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_HOLDER=1", "EFFECTFENCE_TEST_LEDGER="+point,
-		"EFFECTFENCE_TEST_INTENT=mounted:1", fmt.Sprintf("EFFECTFENCE_TEST_LEASE_MS=%d", time.Hour.Milliseconds()),
-		"EFFECTFENCE_TEST_FROM="+real, "EFFECTFENCE_TEST_TO="+point)
+	// inMountNS runs this test binary, with env, in a mount namespace of its own where point
+	// is real, mounted alone.
+	inMountNS := func(env ...string) *exec.Cmd {
+		cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount --bind "$EFFECTFENCE_TEST_FROM" "$EFFECTFENCE_TEST_TO" && exec "$0" -test.run='^$'`, exe)
+		cmd.Env = append(append(os.Environ(), "EFFECTFENCE_TEST_FROM="+real, "EFFECTFENCE_TEST_TO="+point), env...)
+		return cmd
+	}
+	cmd := inMountNS("EFFECTFENCE_TEST_HOLDER=1", "EFFECTFENCE_TEST_LEDGER="+point,
+		"EFFECTFENCE_TEST_INTENT=mounted:1", fmt.Sprintf("EFFECTFENCE_TEST_LEASE_MS=%d", time.Hour.Milliseconds()))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	in, err := cmd.StdinPipe()
@@ -91,10 +95,7 @@ func TestLedgerFileMountedAloneIsRefused(t *testing.T) {
 	}
 
 	// ledger check, in such a namespace, reports it and creates nothing either.
-	chk := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
-		`mount --bind "$EFFECTFENCE_TEST_FROM" "$EFFECTFENCE_TEST_TO" && exec "$0" -test.run='^$'`, exe)
-	chk.Env = append(os.Environ(), "EFFECTFENCE_TEST_CHECK="+point, "EFFECTFENCE_TEST_FROM="+real, "EFFECTFENCE_TEST_TO="+point)
-	got, err := chk.CombinedOutput()
+	got, err := inMountNS("EFFECTFENCE_TEST_CHECK=" + point).CombinedOutput()
 	if err != nil || !strings.Contains(string(got), "file mounted alone") || !strings.Contains(string(got), "mount the directory") {
 		t.Fatalf("ledger check of a file mounted alone: %v\n%s", err, got)
 	}
