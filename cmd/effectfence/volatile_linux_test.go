@@ -40,23 +40,27 @@ func TestVolatileLedgerIsWarned(t *testing.T) {
 			if c.want == "" && (syscall.Statfs(dir, &st) != nil || st.Type == 0x01021994 || st.Type == 0x794c7630) {
 				t.Skip("skipped: this test's own temporary directory is on tmpfs or overlay")
 			}
-			cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c", mounts, "sh", bin, "serve", "--ledger", c.ledger)
-			cmd.Env = append(os.Environ(), "D="+dir, "NO_COLOR=1")
-			cmd.Stdin = strings.NewReader("") // serve ends at the end of its input
-			var out, errb strings.Builder
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("serve --ledger %s: %v\n%s", c.ledger, err, errb.String())
-			}
-			warned := strings.Contains(errb.String(), "effectfence: warning: ledger "+c.ledger+" ")
-			switch {
-			case c.want == "" && warned:
-				t.Fatalf("a ledger on this disk was warned about:\n%s", errb.String())
-			case c.want != "" && (!warned || !strings.Contains(errb.String(), c.want) || !strings.Contains(errb.String(), "runs again")):
-				t.Fatalf("serve on a %s ledger said nothing of it; want %q on stderr:\n%s", c.name, c.want, errb.String())
-			}
-			if out.Len() != 0 {
-				t.Fatalf("stdout carried %q", out.String())
+			// serve, and wrap (whose server starts only at the agent's initialize), both end
+			// at the end of their input.
+			for _, argv := range [][]string{{"serve", "--ledger", c.ledger}, {"wrap", "--ledger", c.ledger, "--", "true"}} {
+				cmd := exec.Command(unshare, append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", mounts, "sh", bin}, argv...)...)
+				cmd.Env = append(os.Environ(), "D="+dir, "NO_COLOR=1")
+				cmd.Stdin = strings.NewReader("")
+				var out, errb strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				if err := cmd.Run(); err != nil {
+					t.Fatalf("%s: %v\n%s", argv, err, errb.String())
+				}
+				warned := strings.Contains(errb.String(), "effectfence: warning: ledger "+c.ledger+" ")
+				switch {
+				case c.want == "" && warned:
+					t.Fatalf("%s: a ledger on this disk was warned about:\n%s", argv[0], errb.String())
+				case c.want != "" && (!warned || !strings.Contains(errb.String(), c.want) || !strings.Contains(errb.String(), "runs again")):
+					t.Fatalf("%s on a %s ledger said nothing of it; want %q on stderr:\n%s", argv[0], c.name, c.want, errb.String())
+				}
+				if out.Len() != 0 {
+					t.Fatalf("%s: stdout carried %q", argv[0], out.String())
+				}
 			}
 		})
 	}

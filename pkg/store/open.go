@@ -101,7 +101,7 @@ func envSeconds(name string, check func(string, float64) (time.Duration, error))
 // env, which no shell expands, made a "~" directory there), so serve's ledger, and every
 // default ledger's spool, depended on where the process was started.
 func StateDir() (string, error) {
-	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && ignoredStateHome() == "" {
 		return filepath.Join(x, "effectfence"), nil
 	}
 	home, err := os.UserHomeDir()
@@ -109,6 +109,14 @@ func StateDir() (string, error) {
 		return "", fmt.Errorf("cannot find the default ledger directory: %w (set XDG_STATE_HOME or %s)", err, EnvLedger)
 	}
 	return filepath.Join(home, ".local", "state", "effectfence"), nil
+}
+
+// ignoredStateHome is XDG_STATE_HOME when StateDir ignores it (set, not absolute), else "".
+func ignoredStateHome() string {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && !filepath.IsAbs(x) {
+		return x
+	}
+	return ""
 }
 
 // Supported is the list of ledger forms, quoted in errors.
@@ -227,7 +235,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		if why := sqlite.Volatile(loc); why != "" {
 			fmt.Fprintf(o.Log, "effectfence: warning: ledger %s %s\n", safetext.Escape(loc), why)
 		}
-		if x := os.Getenv("XDG_STATE_HOME"); x != "" && !filepath.IsAbs(x) && o.Ledger == "" {
+		if x := ignoredStateHome(); x != "" && o.Ledger == "" {
 			// Before StateDir ignored it, the default ledger was under the working directory.
 			was, err := filepath.Abs(filepath.Join(x, "effectfence", filepath.Base(loc)))
 			if _, serr := os.Stat(was); err == nil && serr == nil {
