@@ -874,25 +874,19 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 // names the copy. Once the file is back at the path, writes go on. A stat that fails
 // otherwise (permissions, I/O) tells nothing: writes go on.
 func (s *Store) checkFile() error {
-	if s.file == nil {
-		return nil
-	}
-	fi, err := os.Stat(s.path)
-	if err == nil && os.SameFile(fi, s.file) || err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+	what, gone := s.fileGone()
+	if !gone {
 		s.gone = nil
 		return nil
 	}
 	if s.gone != nil {
 		return s.gone
 	}
-	what := "names another file now"
-	if err != nil {
-		what = "names no file now"
-	}
 	copyTo := fmt.Sprintf("%s.rescued-%d-%s", s.path, os.Getpid(), time.Now().UTC().Format("20060102T150405Z"))
 	cerr := s.wconn.Raw(func(dc any) error {
 		r := &rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}
 		_, err := r.exec("VACUUM INTO ?", copyTo)
+		r.checkpointPassive()
 		return err
 	})
 	advice := fmt.Sprintf("every receipt this process holds was copied to %s. Put the ledger back at the path, or stop this process and use the copy as the ledger (mv %s %s), moving aside whatever is at the path first with its -wal and -shm files", copyTo, copyTo, s.path)
@@ -902,6 +896,50 @@ func (s *Store) checkFile() error {
 	s.gone = &FileError{Path: s.path, Problem: "is not the file this process opened: it was moved, replaced or deleted while in use (the path " + what + "), so other processes would not see what this one records",
 		Advice: "this process records nothing more until the file is back at the path; " + advice}
 	return s.gone
+}
+
+// fileGone says whether the ledger's path no longer names the file this store has open, and
+// what it names instead. A stat that fails otherwise (permissions, I/O) tells nothing: not
+// gone.
+func (s *Store) fileGone() (what string, gone bool) {
+	if s.file == nil {
+		return "", false
+	}
+	fi, err := os.Stat(s.path)
+	switch {
+	case err == nil && os.SameFile(fi, s.file):
+		return "", false
+	case err == nil:
+		return "names another file now", true
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return "names no file now", true
+	}
+	return "", false
+}
+
+// checkpointPassive copies the write-ahead log's records into the ledger file, wherever the
+// file is now. SQLite does not when it closes a file that moved (it leaves the log beside the
+// old name), so a moved file would lack them for good, and a process opening it under its new
+// name would answer their duplicates as new calls. PASSIVE leaves the log as it is, so the
+// old path still refuses a new ledger beside it (checkOrphanLog). Best effort: checkFile's
+// copy is the receipts' safety.
+func (r *rawRunner) checkpointPassive() {
+	_, _ = r.exec("PRAGMA wal_checkpoint(PASSIVE)")
+}
+
+// settleMoved, at Close, copies the log's records into a ledger file that moved while this
+// store had it open (see checkpointPassive), whether or not a write noticed it.
+func (s *Store) settleMoved() {
+	if s.wconn == nil || s.wlost {
+		return
+	}
+	if _, gone := s.fileGone(); !gone {
+		return
+	}
+	_ = s.wconn.Raw(func(dc any) error {
+		(&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}).checkpointPassive()
+		return nil
+	})
 }
 
 // dropWriterStmts closes the writer's statements (inside its Raw callback), before
@@ -1096,5 +1134,6 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
+	s.settleMoved()
 	return errors.Join(s.closeWriter(), s.closeReaders())
 }
