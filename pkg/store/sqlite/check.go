@@ -20,8 +20,10 @@ type CheckReport struct {
 	// OK is true when the file is a healthy effectfence ledger this build can use.
 	OK bool `json:"ok"`
 	// Kind is "effectfence ledger", "empty file", "foreign SQLite database", "not SQLite",
-	// "missing", or "SQLite database" for one that could not be read and whose header does not
-	// name it a ledger (its first pages may still be only in its write-ahead log).
+	// "missing", "file mounted alone", "file with several names" (hard links), "file open
+	// under another name" (moved or linked while a process had it open), or "SQLite database"
+	// for one that could not be read and whose header does not name it a ledger (its first
+	// pages may still be only in its write-ahead log).
 	Kind          string `json:"kind"`
 	Bytes         int64  `json:"bytes"`
 	WALBytes      int64  `json:"wal_bytes"`
@@ -88,6 +90,19 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		r.Problems = append(r.Problems, "it "+mounted.Problem)
 		r.Advice = append(r.Advice, mounted.Advice)
 		return r, nil
+	}
+	// Opening it under this name would read a log other than the one its decisions are in.
+	for _, c := range []struct {
+		kind  string
+		check func() error
+	}{{"file with several names", func() error { return checkOneName(path, fi) }}, {"file open under another name", func() error { return checkOtherName(path) }}} {
+		var fe *FileError
+		if errors.As(c.check(), &fe) {
+			r.Kind = c.kind
+			r.Problems = append(r.Problems, "it "+fe.Problem)
+			r.Advice = append(r.Advice, fe.Advice)
+			return r, nil
+		}
 	}
 	if r.Bytes == 0 {
 		r.Kind = "empty file"

@@ -1,6 +1,8 @@
 package sqlite_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,114 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
+
+// TestLedgerWithTwoNamesIsRefused: a ledger file given a second name with a hard link (ln, or
+// a backup made with cp -al) while a process uses it. SQLite keeps the write-ahead log beside
+// the name it opens, so a process opening the second name read none of the first's log: it
+// answered the holder's committed call as new (it would run again), while the holder lived
+// and after it was killed. Now every name is refused while the file has two, and so is ledger
+// check's report; with the second name removed, the receipt replays.
+func TestLedgerWithTwoNamesIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "ledger.db")
+	h := startHolder(t, path, "names:1", fence.DefaultLeaseTTL, false, nil)
+	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
+	if !ok {
+		t.Fatal("the holder did not commit")
+	}
+	other := filepath.Join(dir, "backup", "ledger.db")
+	if err := os.MkdirAll(filepath.Dir(other), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(path, other); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(when, name string) {
+		t.Helper()
+		st, err := sqlite.Open(ctx, name, sqlite.Options{})
+		if err == nil {
+			eng := fence.New(st, fence.Config{})
+			adm, err := eng.Prepare(ctx, holderReq("names:1"))
+			st.Close()
+			t.Fatalf("%s, %s opened; the holder's committed call: fresh=%v (%v), want it refused at open", when, name, err == nil && adm.Fresh(), err)
+		}
+		var fe *sqlite.FileError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "has 2 names (hard links to one file)") || !strings.Contains(err.Error(), "-samefile "+name) {
+			t.Fatalf("%s, opening %s: %v; want it refused for its two names", when, name, err)
+		}
+	}
+	refused("while the holder lives", other)
+	refused("while the holder lives", path)
+	rep, err := sqlite.Check(ctx, other)
+	if err != nil || rep.OK || rep.Kind != "file with several names" || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "2 names") {
+		t.Fatalf("ledger check of the second name: %+v, %v", rep, err)
+	}
+	if err := h.cmd.Process.Kill(); err != nil { // kill -9: the receipt stays in path-wal
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	if fi, err := os.Stat(path + "-wal"); err != nil || fi.Size() == 0 {
+		t.Fatalf("the killed holder's log: %v, %v", fi, err)
+	}
+	refused("after the holder was killed", other)
+
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{})
+	adm, err := eng.Prepare(ctx, holderReq("names:1"))
+	if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
+		t.Fatalf("with one name again: fresh %v, %v; want the holder's receipt %s", adm.Fresh(), err, hash)
+	}
+}
+
+// TestLedgerMovedWhileOpenIsRefusedUnderItsNewName: the ledger file is moved (mv) while a
+// process has it open and its latest receipt is still only in the log beside the old name.
+// A process opening the file under its new name read no such log: it answered the committed
+// call as new. Now it is refused while the holder has the file open, naming the holder and
+// the name it uses, and so is ledger check's report. Once the holder has closed the ledger
+// (which checkpoints its log into the file), the new name opens and the receipt replays.
+func TestLedgerMovedWhileOpenIsRefusedUnderItsNewName(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	h := startHolder(t, path, "moved:1", fence.DefaultLeaseTTL, false, nil)
+	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
+	if !ok {
+		t.Fatal("the holder did not commit")
+	}
+	moved := filepath.Join(dir, "moved.db")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, moved, sqlite.Options{})
+	if err == nil {
+		eng := fence.New(st, fence.Config{})
+		adm, err := eng.Prepare(ctx, holderReq("moved:1"))
+		st.Close()
+		t.Fatalf("the moved file opened under its new name while the holder had it open; the holder's committed call: fresh=%v (%v), want the open refused", err == nil && adm.Fresh(), err)
+	}
+	var fe *sqlite.FileError
+	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "is open in another process under another name") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("opening the moved file: %v; want it refused, saying %q", err, want)
+	}
+	rep, err := sqlite.Check(ctx, moved)
+	if err != nil || rep.OK || rep.Kind != "file open under another name" || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], want) {
+		t.Fatalf("ledger check of the moved file: %+v, %v", rep, err)
+	}
+
+	if err := h.in.Close(); err != nil { // the holder ends, closing its store
+		t.Fatal(err)
+	}
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	eng := fence.New(openT(t, moved, sqlite.Options{}), fence.Config{})
+	adm, err := eng.Prepare(ctx, holderReq("moved:1"))
+	if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
+		t.Fatalf("once the holder closed the ledger: fresh %v, %v; want the holder's receipt %s", adm.Fresh(), err, hash)
+	}
+}
 
 // TestStoreClosedAfterItsFileMovedLeavesTheReceiptsInIt: SQLite does not copy the
 // write-ahead log into a file that moved when it closes it; the log stays beside the old name,

@@ -150,6 +150,12 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkIdentity(ctx) }); err != nil {
 		return nil, s.fail(err)
 	}
+	// Again, now that this process holds the locks that show which name it uses: of two
+	// processes opening the file under two names at once, the later sees the earlier, before
+	// either writes anything.
+	if err := checkOtherName(abs); err != nil {
+		return nil, s.fail(err)
+	}
 	if !opt.ReadOnly {
 		s.turns = openWriterQueue(abs)
 		if s.w, err = sql.Open("sqlite", dsn(abs, opt, true)); err != nil {
@@ -422,6 +428,12 @@ func prepareFile(path string, readOnly bool) error {
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
 	case err == nil:
 		if err := checkMountedAlone(path); err != nil {
+			return err
+		}
+		if err := checkOneName(path, fi); err != nil {
+			return err
+		}
+		if err := checkOtherName(path); err != nil {
 			return err
 		}
 		if err := checkHeader(path, fi.Size()); err != nil {

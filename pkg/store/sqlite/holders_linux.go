@@ -1,0 +1,167 @@
+package sqlite
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// checkOtherName refuses a ledger file that another process has open under another name: the
+// file moved (mv) or given a second name (a hard link) while that process kept it open. That
+// process writes its decisions to the write-ahead log beside the name it opened, which a
+// process opening this name never reads: a duplicate here would find no receipt and run again.
+//
+// SQLite's POSIX locks (/proc/locks) show which processes have the file open: every
+// connection to a ledger holds a shared lock on it for as long as it is open, and one on the
+// index of the log it uses (NAME-shm). A process that locks this file but not the index beside
+// this name, and has a log or index open beside another name of this file (or beside a name
+// no file has any more, the file having moved from it), uses that name. Only such evidence
+// refuses, and only when it stays for otherNameWait: a process opening or closing the ledger
+// under this name (or creating it, before it is a WAL database) holds the file's lock for a
+// while without the index's, but has no other name open. Processes whose pid this one cannot
+// see (another PID namespace shows as pid 0) or whose descriptors it may not read are not
+// refused, nor is anything when /proc/locks cannot be read.
+func checkOtherName(path string) error {
+	pid, name := otherNameHolder(path, otherNameWait)
+	if pid == 0 {
+		return nil
+	}
+	return &FileError{Path: path,
+		Problem: fmt.Sprintf("is open in another process under another name (process %d uses it as %s): the file was moved or given a second name while that process had it open, and it records its decisions in the write-ahead log beside that name, which a process using this name never reads", pid, name),
+		Advice:  "stop that process (closing the ledger, it copies what its log holds into the file, wherever the file is now), then start again under this name; nothing was changed"}
+}
+
+// otherNameWait is how long the evidence that a process uses another name must stay before
+// it refuses.
+const otherNameWait = 200 * time.Millisecond
+
+// otherNameHolder returns a process that uses the file at path under another name, and that
+// name (see checkOtherName), if it still does after wait; 0 and "" when there is none, or
+// when this cannot be seen.
+func otherNameHolder(path string, wait time.Duration) (int, string) {
+	real := realPath(path)
+	var db, shm syscall.Stat_t
+	if syscall.Stat(real, &db) != nil {
+		return 0, ""
+	}
+	if syscall.Stat(real+"-shm", &shm) != nil {
+		shm = syscall.Stat_t{} // no index beside this name: nobody uses it
+	}
+	look := func() map[int]string {
+		found := map[int]string{}
+		for pid := range lockersWithout(db, shm) {
+			if name := sqliteNameOf(pid, real); name != "" {
+				found[pid] = name
+			}
+		}
+		return found
+	}
+	found := look()
+	for deadline := time.Now().Add(wait); len(found) > 0 && time.Now().Before(deadline); {
+		time.Sleep(wait / 10)
+		still := look()
+		for pid := range found {
+			if _, ok := still[pid]; !ok {
+				delete(found, pid)
+			}
+		}
+	}
+	for pid, name := range found {
+		return pid, name
+	}
+	return 0, ""
+}
+
+// lockersWithout returns the processes other than this one, by pid, that hold a POSIX lock on
+// the file db and none on the file shm (shm's zero value: no such file).
+func lockersWithout(db, shm syscall.Stat_t) map[int]bool {
+	f, err := os.Open("/proc/locks")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	dbKey, shmKey := lockKey(db), ""
+	if shm.Ino != 0 {
+		shmKey = lockKey(shm)
+	}
+	onDB, onShm := map[int]bool{}, map[int]bool{}
+	self := os.Getpid()
+	in := bufio.NewScanner(f)
+	for in.Scan() {
+		// "1: POSIX  ADVISORY  READ 23506 fe:00:9979385 1073741826 1073742335"; a waiter's
+		// line has "->" after the number.
+		fields := strings.Fields(in.Text())
+		if len(fields) > 1 && fields[1] == "->" {
+			fields = append(fields[:1], fields[2:]...)
+		}
+		if len(fields) < 6 || fields[1] != "POSIX" {
+			continue
+		}
+		pid, err := strconv.Atoi(fields[4])
+		if err != nil || pid <= 0 || pid == self {
+			continue
+		}
+		switch fields[5] {
+		case dbKey:
+			onDB[pid] = true
+		case shmKey:
+			onShm[pid] = true
+		}
+	}
+	if in.Err() != nil {
+		return nil
+	}
+	for pid := range onDB {
+		if onShm[pid] {
+			delete(onDB, pid)
+		}
+	}
+	return onDB
+}
+
+// lockKey is how /proc/locks names the file st describes: major and minor device numbers in
+// hex, then the inode.
+func lockKey(st syscall.Stat_t) string {
+	dev := uint64(st.Dev) // its type differs between architectures
+	return fmt.Sprintf("%02x:%02x:%d", unix.Major(dev), unix.Minor(dev), st.Ino)
+}
+
+// sqliteNameOf names the ledger file real (a resolved path) as process pid opened it: the name
+// beside which it has a write-ahead log or its index open (NAME-wal, NAME-shm), if that name
+// is not real and either names the same file (a second name) or names none (the file moved
+// from it); "" otherwise, or when this process may not read its descriptors.
+func sqliteNameOf(pid int, real string) string {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	ours, err := os.Stat(real)
+	if err != nil {
+		return ""
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil {
+			continue
+		}
+		for _, suffix := range []string{"-wal", "-shm"} {
+			name, ok := strings.CutSuffix(target, suffix)
+			if !ok || name == real {
+				continue
+			}
+			if fi, err := os.Stat(name); errors.Is(err, os.ErrNotExist) || err == nil && os.SameFile(fi, ours) {
+				return name
+			}
+		}
+	}
+	return ""
+}
