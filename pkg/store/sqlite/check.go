@@ -186,6 +186,12 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		}
 		r.Advice = append(r.Advice, fmt.Sprintf(adviceAside, path))
 	}
+	var fe *FileError
+	if r.Kind == "effectfence ledger" && r.SchemaVersion >= oldestReadable && r.SchemaVersion <= SchemaVersion && errors.As(checkOldNames(ctx, db, path, realPath(path)), &fe) {
+		// Not damage, and moving the file aside would not help: its log is elsewhere.
+		r.Problems = append(r.Problems, "the file "+fe.Problem)
+		r.Advice = append(r.Advice, fe.Advice)
+	}
 	r.OK = len(r.Problems) == 0
 	return r, nil
 }

@@ -153,3 +153,57 @@ func TestStoreClosedAfterItsFileMovedLeavesTheReceiptsInIt(t *testing.T) {
 		t.Fatalf("the old path beside the log: %v; want it still refused", err)
 	}
 }
+
+// TestLedgerMovedAfterItsHolderWasKilledIsRefused: a holder commits, is killed with -9 (its
+// receipt is only in the log beside the file's name), and then the file alone is moved.
+// Opened under its new name, the file lacked the receipt and answered its duplicate as new.
+// The file remembers the names it was used under, so the new name is refused while a log
+// that may hold its decisions is left beside an old one, and ledger check says so; moved
+// beside the new name as the advice says, the log applies and the receipt replays.
+func TestLedgerMovedAfterItsHolderWasKilledIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	h := startHolder(t, path, "killed:1", fence.DefaultLeaseTTL, false, nil)
+	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
+	if !ok {
+		t.Fatal("the holder did not commit")
+	}
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	moved := filepath.Join(dir, "data", "ledger.db")
+	if err := os.MkdirAll(filepath.Dir(moved), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, moved, sqlite.Options{})
+	if err == nil {
+		eng := fence.New(st, fence.Config{})
+		adm, err := eng.Prepare(ctx, holderReq("killed:1"))
+		st.Close()
+		t.Fatalf("the moved file opened; the killed holder's committed call: fresh=%v (%v), want the open refused", err == nil && adm.Fresh(), err)
+	}
+	want := fmt.Sprintf("was used under the name %s, and the write-ahead log left beside that name (%s-wal,", path, path)
+	advice := fmt.Sprintf("mv %s-wal %s-wal", path, moved)
+	var fe *sqlite.FileError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), advice) {
+		t.Fatalf("opening the moved file: %v; want it refused, saying %q and %q", err, want, advice)
+	}
+	rep, err := sqlite.Check(ctx, moved)
+	if err != nil || rep.OK || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], want) || !strings.Contains(strings.Join(rep.Advice, " "), advice) {
+		t.Fatalf("ledger check of the moved file: %+v, %v", rep, err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Rename(path+suffix, moved+suffix); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng := fence.New(openT(t, moved, sqlite.Options{}), fence.Config{})
+	adm, err := eng.Prepare(ctx, holderReq("killed:1"))
+	if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
+		t.Fatalf("with the log beside it: fresh %v, %v; want the holder's receipt %s", err == nil && adm.Fresh(), err, hash)
+	}
+}

@@ -101,6 +101,8 @@ type Store struct {
 	// alone uses both after Open.
 	file os.FileInfo
 	gone error
+	// real is the path SQLite opened (links resolved): its log is real-wal.
+	real string
 }
 
 // update is one queued Update. res receives exactly one answer: its result, or lead (the
@@ -182,6 +184,19 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkVersion(ctx) }); err != nil {
 		return nil, s.fail(err)
+	}
+	s.real = realPath(abs)
+	db := s.r
+	if s.w != nil {
+		db = s.w
+	}
+	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return checkOldNames(ctx, db, abs, s.real) }); err != nil {
+		return nil, s.fail(err)
+	}
+	if s.w != nil {
+		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.noteName(ctx, s.real) }); err != nil {
+			return nil, s.fail(err)
+		}
 	}
 	s.rstmts = map[any]map[string]driver.Stmt{}
 	err = retryBusy(ctx, opt.BusyTimeout, func() error {
@@ -898,7 +913,9 @@ func (s *Store) checkFile() error {
 	cerr := s.wconn.Raw(func(dc any) error {
 		r := &rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}
 		_, err := r.exec("VACUUM INTO ?", copyTo)
-		r.checkpointPassive()
+		if r.checkpointPassive() {
+			markSettled(s.real)
+		}
 		return err
 	})
 	advice := fmt.Sprintf("every receipt this process holds was copied to %s. Put the ledger back at the path, or stop this process and use the copy as the ledger (mv %s %s), moving aside whatever is at the path first with its -wal and -shm files", copyTo, copyTo, s.path)
@@ -935,8 +952,14 @@ func (s *Store) fileGone() (what string, gone bool) {
 // name would answer their duplicates as new calls. PASSIVE leaves the log as it is, so the
 // old path still refuses a new ledger beside it (checkOrphanLog). Best effort: checkFile's
 // copy is the receipts' safety.
-func (r *rawRunner) checkpointPassive() {
-	_, _ = r.exec("PRAGMA wal_checkpoint(PASSIVE)")
+func (r *rawRunner) checkpointPassive() (complete bool) {
+	rows, err := r.query("PRAGMA wal_checkpoint(PASSIVE)")
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	var busy, log, done int64
+	return rows.Next() && rows.Scan(&busy, &log, &done) == nil && busy == 0 && log >= 0 && done == log
 }
 
 // settleMoved, at Close, copies the log's records into a ledger file that moved while this
@@ -949,7 +972,9 @@ func (s *Store) settleMoved() {
 		return
 	}
 	_ = s.wconn.Raw(func(dc any) error {
-		(&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}).checkpointPassive()
+		if (&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}).checkpointPassive() {
+			markSettled(s.real)
+		}
 		return nil
 	})
 }

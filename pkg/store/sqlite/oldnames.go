@@ -1,0 +1,132 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// A ledger file remembers the names it was opened under for writing (meta rows "name:PATH",
+// the resolved path, valued with the time it was first used), so that a process opening it
+// under another name can look for a write-ahead log of it beside an old one. SQLite keeps
+// the log beside the name it opened, and does not copy it into a file that moved when it
+// closes it: a file moved after the process using it was killed (or after its machine went
+// down) lacks every decision committed since the last checkpoint, which are in the log beside
+// the old name. A process opening the moved file would answer their duplicates as new calls.
+// checkOldNames refuses that, unless the log was settled: copied into the file completely by
+// a process that found the file moved (settledMark).
+
+// nameKey is the prefix of the meta rows that record the names a ledger file was opened under.
+const nameKey = "name:"
+
+// maxNames is how many names a ledger remembers; the oldest are forgotten.
+const maxNames = 4
+
+// noteName records name, if the ledger does not know it yet, and copies the record into the
+// file at once (a PASSIVE checkpoint): the file itself must say where its log was, whatever
+// happens to this process and its log.
+func (s *Store) noteName(ctx context.Context, name string) error {
+	var n int
+	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM meta WHERE key = ?", nameKey+name).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", nameKey+name, time.Now().Unix()); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM meta WHERE key IN (SELECT key FROM meta WHERE key LIKE 'name:%' ORDER BY value DESC, key LIMIT -1 OFFSET ?)", maxNames); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	_, _ = s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+	return nil
+}
+
+// oldNames reads the names the ledger remembers other than name.
+func oldNames(ctx context.Context, db *sql.DB, name string) ([]string, error) {
+	rows, err := db.QueryContext(ctx, "SELECT substr(key, ?) FROM meta WHERE key LIKE 'name:%' ORDER BY key", len(nameKey)+1)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		if n != name {
+			names = append(names, n)
+		}
+	}
+	return names, rows.Err()
+}
+
+// checkOldNames refuses a ledger file (at name, resolved) that was used under another name
+// beside which a write-ahead log is left that may hold decisions the file lacks: the log is
+// not empty, nothing else is at that name now (or this very file is: a second name), and no
+// process marked the log settled into the file as it is now.
+func checkOldNames(ctx context.Context, db *sql.DB, path, name string) error {
+	names, err := oldNames(ctx, db, name)
+	if err != nil {
+		return err
+	}
+	ours, err := os.Stat(name)
+	if err != nil {
+		return nil // checkFile's business
+	}
+	for _, old := range names {
+		log, err := os.Stat(old + "-wal")
+		if err != nil || log.Size() == 0 {
+			continue
+		}
+		if fi, err := os.Stat(old); err == nil && !os.SameFile(fi, ours) || err != nil && !errors.Is(err, os.ErrNotExist) {
+			continue // another ledger is at that name now, and the log is its own
+		}
+		if settled(old+"-wal", log) {
+			continue
+		}
+		return &FileError{Path: path,
+			Problem: fmt.Sprintf("was used under the name %s, and the write-ahead log left beside that name (%s-wal, %d bytes) may hold decisions this file lacks: the file was moved (or given this name) after a process using the old name stopped without copying its log in (killed, or its machine went down)", old, old, log.Size()),
+			Advice:  fmt.Sprintf("stop every effectfence process that uses either name; then put the file back at %s (its log applies on the next open), or move the log and its index beside this name (mv %s-wal %s-wal; mv %s-shm %s-shm), which keeps every decision; nothing was changed", old, old, name, old, name)}
+	}
+	return nil
+}
+
+// settledMark names the file that says a write-ahead log was copied into its ledger file
+// completely after the file moved away from the log's name: its content is the log's size and
+// modification time then. A log that changed since is not settled.
+func settledMark(log string) string { return log + ".settled" }
+
+// settled says whether the log at path, as fi describes it, is the one a process marked
+// settled.
+func settled(path string, fi os.FileInfo) bool {
+	b, err := os.ReadFile(settledMark(path))
+	return err == nil && strings.TrimSpace(string(b)) == logStamp(fi)
+}
+
+func logStamp(fi os.FileInfo) string {
+	return fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+}
+
+// markSettled records that the log beside name was copied completely into the ledger file,
+// which has moved from name (see settledMark). Best effort: without the mark, a process
+// opening the moved file refuses until the log is moved beside it.
+func markSettled(name string) {
+	log := name + "-wal"
+	fi, err := os.Stat(log)
+	if err != nil {
+		return
+	}
+	_ = os.WriteFile(settledMark(log), []byte(logStamp(fi)+"\n"), 0o600)
+}
