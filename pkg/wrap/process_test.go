@@ -395,6 +395,8 @@ func TestRealSDKClientThroughWrap(t *testing.T) {
 		Echo, Structured               []res
 		LongRun                        res
 		Progress                       int
+		ProgressOnWire                 int `json:"progressOnWire"`
+		ProgressBeforeResult           int `json:"progressBeforeResult"`
 	}
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("report %s: %v", out, err)
@@ -419,8 +421,10 @@ func TestRealSDKClientThroughWrap(t *testing.T) {
 		t.Fatalf("structured content through the SDK's output validation: %s", out)
 	}
 	// The server writes its last progress notification right before the result; wrap keeps
-	// the order, so the SDK client, which drops progress after the result, counts both.
-	if rep.LongRun.Error != "" || rep.LongRun.IsError || rep.Progress != 2 {
+	// the order. Judged on the wire: the SDK client drops a progress notification that comes
+	// in one read with the result (it handles the notification a microtask later, after the
+	// result has retired the call), which a loaded machine made happen once in a while.
+	if rep.LongRun.Error != "" || rep.LongRun.IsError || rep.ProgressOnWire != 2 || rep.ProgressBeforeResult != 2 || rep.Progress < 1 {
 		t.Fatalf("every progress notification of a fenced call must reach the caller before its result: %s", out)
 	}
 }

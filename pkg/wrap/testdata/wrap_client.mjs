@@ -17,6 +17,15 @@ async function connect(command, args) {
   const transport = new StdioClientTransport({ command, args, env: { ...process.env }, stderr: 'inherit' });
   const client = new Client({ name: 'effectfence-wrap-e2e', version: '1.0.0' });
   await client.connect(transport);
+  // What arrives on the wire, in order, before the SDK handles it: the SDK hands a progress
+  // notification to its handler a microtask later but a result at once, so when the last
+  // progress and the result come in one read it drops that progress as late. The order on the
+  // wire is what wrap controls.
+  const handle = transport.onmessage;
+  transport.onmessage = (message, extra) => {
+    client.wire?.push(message);
+    handle?.(message, extra);
+  };
   return client;
 }
 
@@ -46,10 +55,15 @@ report.structured = [
   await call(wrapped, 'get-structured-content', { location: 'New York' }),
 ];
 let progress = 0;
+wrapped.wire = [];
 report.longRun = await call(wrapped, 'trigger-long-running-operation', { duration: 1, steps: 2 }, {
   onprogress: () => { progress++; },
 });
-report.progress = progress;
+report.progress = progress; // what the SDK's onprogress saw (see connect)
+const answered = wrapped.wire.findIndex((m) => m.id !== undefined && ('result' in m || 'error' in m));
+report.progressOnWire = wrapped.wire.filter((m) => m.method === 'notifications/progress').length;
+report.progressBeforeResult = wrapped.wire.slice(0, answered < 0 ? 0 : answered).filter((m) => m.method === 'notifications/progress').length;
+wrapped.wire = undefined;
 report.resources = JSON.stringify(await direct.listResources()) === JSON.stringify(await wrapped.listResources());
 report.prompts = JSON.stringify(await direct.listPrompts()) === JSON.stringify(await wrapped.listPrompts());
 await direct.close();
