@@ -21,11 +21,7 @@ import (
 func TestLedgerMovedWhileInUse(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.db")
-	h := startHolder(t, path, "moved:1", fence.DefaultLeaseTTL, false, nil)
-	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
-	if !ok {
-		t.Fatal("the holder did not commit")
-	}
+	h, hash := committedHolder(t, path, "moved:1")
 	moved := path + ".moved"
 	if err := os.Rename(path, moved); err != nil {
 		t.Fatal(err)

@@ -21,11 +21,7 @@ import (
 func TestLedgerWithTwoNamesIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state", "ledger.db")
-	h := startHolder(t, path, "names:1", fence.DefaultLeaseTTL, false, nil)
-	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
-	if !ok {
-		t.Fatal("the holder did not commit")
-	}
+	h, hash := committedHolder(t, path, "names:1")
 	other := filepath.Join(dir, "backup", "ledger.db")
 	if err := os.MkdirAll(filepath.Dir(other), 0o700); err != nil {
 		t.Fatal(err)
@@ -35,17 +31,7 @@ func TestLedgerWithTwoNamesIsRefused(t *testing.T) {
 	}
 	refused := func(when, name string) {
 		t.Helper()
-		st, err := sqlite.Open(ctx, name, sqlite.Options{})
-		if err == nil {
-			eng := fence.New(st, fence.Config{})
-			adm, err := eng.Prepare(ctx, holderReq("names:1"))
-			st.Close()
-			t.Fatalf("%s, %s opened; the holder's committed call: fresh=%v (%v), want it refused at open", when, name, err == nil && adm.Fresh(), err)
-		}
-		var fe *sqlite.FileError
-		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "has 2 names (hard links to one file)") || !strings.Contains(err.Error(), "-samefile "+name) {
-			t.Fatalf("%s, opening %s: %v; want it refused for its two names", when, name, err)
-		}
+		refusedOpen(t, when, name, "names:1", "has 2 names (hard links to one file)", "-samefile "+name)
 	}
 	refused("while the holder lives", other)
 	refused("while the holder lives", path)
@@ -81,27 +67,13 @@ func TestLedgerWithTwoNamesIsRefused(t *testing.T) {
 func TestLedgerMovedWhileOpenIsRefusedUnderItsNewName(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.db")
-	h := startHolder(t, path, "moved:1", fence.DefaultLeaseTTL, false, nil)
-	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
-	if !ok {
-		t.Fatal("the holder did not commit")
-	}
+	h, hash := committedHolder(t, path, "moved:1")
 	moved := filepath.Join(dir, "moved.db")
 	if err := os.Rename(path, moved); err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlite.Open(ctx, moved, sqlite.Options{})
-	if err == nil {
-		eng := fence.New(st, fence.Config{})
-		adm, err := eng.Prepare(ctx, holderReq("moved:1"))
-		st.Close()
-		t.Fatalf("the moved file opened under its new name while the holder had it open; the holder's committed call: fresh=%v (%v), want the open refused", err == nil && adm.Fresh(), err)
-	}
-	var fe *sqlite.FileError
 	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
-	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "is open in another process under another name") || !strings.Contains(err.Error(), want) {
-		t.Fatalf("opening the moved file: %v; want it refused, saying %q", err, want)
-	}
+	refusedOpen(t, "while the holder has it open", moved, "moved:1", "is open in another process under another name", want)
 	rep, err := sqlite.Check(ctx, moved)
 	if err != nil || rep.OK || rep.Kind != "file open under another name" || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], want) {
 		t.Fatalf("ledger check of the moved file: %+v, %v", rep, err)
@@ -163,11 +135,7 @@ func TestStoreClosedAfterItsFileMovedLeavesTheReceiptsInIt(t *testing.T) {
 func TestLedgerMovedAfterItsHolderWasKilledIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.db")
-	h := startHolder(t, path, "killed:1", fence.DefaultLeaseTTL, false, nil)
-	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
-	if !ok {
-		t.Fatal("the holder did not commit")
-	}
+	h, hash := committedHolder(t, path, "killed:1")
 	if err := h.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -179,19 +147,9 @@ func TestLedgerMovedAfterItsHolderWasKilledIsRefused(t *testing.T) {
 	if err := os.Rename(path, moved); err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlite.Open(ctx, moved, sqlite.Options{})
-	if err == nil {
-		eng := fence.New(st, fence.Config{})
-		adm, err := eng.Prepare(ctx, holderReq("killed:1"))
-		st.Close()
-		t.Fatalf("the moved file opened; the killed holder's committed call: fresh=%v (%v), want the open refused", err == nil && adm.Fresh(), err)
-	}
 	want := fmt.Sprintf("was used under the name %s, and the write-ahead log left beside that name (%s-wal,", path, path)
 	advice := fmt.Sprintf("mv %s-wal %s-wal", path, moved)
-	var fe *sqlite.FileError
-	if !errors.As(err, &fe) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), advice) {
-		t.Fatalf("opening the moved file: %v; want it refused, saying %q and %q", err, want, advice)
-	}
+	refusedOpen(t, "after the holder was killed", moved, "killed:1", want, advice)
 	rep, err := sqlite.Check(ctx, moved)
 	if err != nil || rep.OK || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], want) || !strings.Contains(strings.Join(rep.Advice, " "), advice) {
 		t.Fatalf("ledger check of the moved file: %+v, %v", rep, err)
@@ -205,5 +163,39 @@ func TestLedgerMovedAfterItsHolderWasKilledIsRefused(t *testing.T) {
 	adm, err := eng.Prepare(ctx, holderReq("killed:1"))
 	if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
 		t.Fatalf("with the log beside it: fresh %v, %v; want the holder's receipt %s", err == nil && adm.Fresh(), err, hash)
+	}
+}
+
+// committedHolder starts a holder of intent on the ledger at path and has it commit; it
+// returns the holder and the hash of its cert.
+func committedHolder(t *testing.T, path, intent string) (*holderProc, string) {
+	t.Helper()
+	h := startHolder(t, path, intent, fence.DefaultLeaseTTL, false, nil)
+	hash, ok := strings.CutPrefix(h.say("commit"), "committed ")
+	if !ok {
+		t.Fatal("the holder did not commit")
+	}
+	return h, hash
+}
+
+// refusedOpen fails the test unless opening the ledger at name is refused with a FileError
+// whose text holds every one of want. Had it opened, the failure says what a duplicate of the
+// holder's committed intent got there.
+func refusedOpen(t *testing.T, when, name, intent string, want ...string) {
+	t.Helper()
+	st, err := sqlite.Open(ctx, name, sqlite.Options{})
+	if err == nil {
+		adm, err := fence.New(st, fence.Config{}).Prepare(ctx, holderReq(intent))
+		st.Close()
+		t.Fatalf("%s, %s opened; the holder's committed call there: fresh=%v (%v), want the open refused", when, name, err == nil && adm.Fresh(), err)
+	}
+	var fe *sqlite.FileError
+	if !errors.As(err, &fe) {
+		t.Fatalf("%s, opening %s: %v; want a FileError", when, name, err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Fatalf("%s, opening %s: %v; want it refused, saying %q", when, name, err, w)
+		}
 	}
 }
