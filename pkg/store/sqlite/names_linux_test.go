@@ -126,8 +126,9 @@ func TestStoreClosedAfterItsFileMovedLeavesTheReceiptsInIt(t *testing.T) {
 	}
 }
 
-// TestLedgerMovedAfterItsHolderWasKilledIsRefused: a holder commits, is killed with -9 (its
-// receipt is only in the log beside the file's name), and then the file alone is moved.
+// TestLedgerMovedAfterItsHolderWasKilledIsRefused: a holder of a ledger used before commits,
+// is killed with -9 (its receipt is only in the log beside the file's name), and then the
+// file alone is moved.
 // Opened under its new name, the file lacked the receipt and answered its duplicate as new.
 // The file remembers the names it was used under, so the new name is refused while a log
 // that may hold its decisions is left beside an old one, and ledger check says so; moved
@@ -135,6 +136,8 @@ func TestStoreClosedAfterItsFileMovedLeavesTheReceiptsInIt(t *testing.T) {
 func TestLedgerMovedAfterItsHolderWasKilledIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.db")
+	// A ledger used before under this name: a clean close checkpointed its name into the file.
+	openT(t, path, sqlite.Options{}).Close()
 	h, hash := committedHolder(t, path, "killed:1")
 	if err := h.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 )
 
 // A ledger file remembers the names it was opened under for writing (meta rows "name:PATH",
-// the resolved path, valued with the time it was first used), so that a process opening it
+// the resolved path, valued with the time it was first used; see noteName), so that a process opening it
 // under another name can look for a write-ahead log of it beside an old one. SQLite keeps
 // the log beside the name it opened, and does not copy it into a file that moved when it
 // closes it: a file moved after the process using it was killed (or after its machine went
@@ -26,9 +26,13 @@ const nameKey = "name:"
 // maxNames is how many names a ledger remembers; the oldest are forgotten.
 const maxNames = 4
 
-// noteName records name, if the ledger does not know it yet, and copies the record into the
-// file at once (a PASSIVE checkpoint): the file itself must say where its log was, whatever
-// happens to this process and its log.
+// noteName records name, if the ledger does not know it yet. The record reaches the file
+// itself at the next checkpoint (SQLite's automatic one, every 1000 pages, or any process's
+// clean close). Not at once: a checkpoint here lets the log be reused from its start, so a
+// disk that filled after the open no longer refuses the first decisions (the disk-full tests
+// rely on it). A process killed before that checkpoint leaves a new name only in its log: the
+// file remembers the names it had before (and a new ledger's file holds nothing yet, its
+// very tables being in the log).
 func (s *Store) noteName(ctx context.Context, name string) error {
 	var n int
 	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM meta WHERE key = ?", nameKey+name).Scan(&n); err != nil || n > 0 {
@@ -45,11 +49,7 @@ func (s *Store) noteName(ctx context.Context, name string) error {
 	if _, err := tx.ExecContext(ctx, "DELETE FROM meta WHERE key IN (SELECT key FROM meta WHERE key LIKE 'name:%' ORDER BY value DESC, key LIMIT -1 OFFSET ?)", maxNames); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	_, _ = s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
-	return nil
+	return tx.Commit()
 }
 
 // oldNames reads the names the ledger remembers other than name.
