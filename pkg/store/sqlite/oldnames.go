@@ -26,30 +26,36 @@ const nameKey = "name:"
 // maxNames is how many names a ledger remembers; the oldest are forgotten.
 const maxNames = 4
 
-// noteName records name, if the ledger does not know it yet. The record reaches the file
-// itself at the next checkpoint (SQLite's automatic one, every 1000 pages, or any process's
-// clean close). Not at once: a checkpoint here lets the log be reused from its start, so a
-// disk that filled after the open no longer refuses the first decisions (the disk-full tests
-// rely on it). A process killed before that checkpoint leaves a new name only in its log: the
-// file remembers the names it had before (and a new ledger's file holds nothing yet, its
-// very tables being in the log).
-func (s *Store) noteName(ctx context.Context, name string) error {
+// noteName records the name the ledger is opened under (s.real), once the file has passed
+// its checks, if the ledger does not know it yet; the write takes its turn like the
+// migration's. The record reaches the file itself at the next checkpoint (SQLite's automatic
+// one, every 1000 pages, or any process's clean close). Not at once: a checkpoint here lets
+// the log be reused from its start, so a disk that filled after the open no longer refuses the
+// first decisions (the disk-full tests rely on it). A process killed before that checkpoint
+// leaves a new name only in its log: the file remembers the names it had before (and a new
+// ledger's file holds nothing yet, its very tables being in the log).
+func (s *Store) noteName(ctx context.Context) error {
+	key := nameKey + s.real
 	var n int
-	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM meta WHERE key = ?", nameKey+name).Scan(&n); err != nil || n > 0 {
+	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM meta WHERE key = ?", key).Scan(&n); err != nil || n > 0 {
 		return err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", nameKey+name, time.Now().Unix()); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM meta WHERE key IN (SELECT key FROM meta WHERE key LIKE 'name:%' ORDER BY value DESC, key LIMIT -1 OFFSET ?)", maxNames); err != nil {
-		return err
-	}
-	return tx.Commit()
+	t := s.turns.enter(s.opt.BusyTimeout)
+	defer s.turns.leave(t)
+	return retryBusy(ctx, s.opt.BusyTimeout, func() error {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", key, time.Now().Unix()); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM meta WHERE key IN (SELECT key FROM meta WHERE key LIKE 'name:%' ORDER BY value DESC, key LIMIT -1 OFFSET ?)", maxNames); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
 }
 
 // oldNames reads the names the ledger remembers other than name.
@@ -75,8 +81,12 @@ func oldNames(ctx context.Context, db *sql.DB, name string) ([]string, error) {
 // checkOldNames refuses a ledger file (at name, resolved) that was used under another name
 // beside which a write-ahead log is left that may hold decisions the file lacks: the log is
 // not empty, nothing else is at that name now (or this very file is: a second name), and no
-// process marked the log settled into the file as it is now.
+// process marked the log settled into the file as it is now. It runs before anything is
+// written under this name.
 func checkOldNames(ctx context.Context, db *sql.DB, path, name string) error {
+	if v, err := schemaVersion(ctx, db); err != nil || v == 0 {
+		return err // a new ledger: no names yet
+	}
 	names, err := oldNames(ctx, db, name)
 	if err != nil {
 		return err

@@ -158,6 +158,10 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := checkOtherName(abs); err != nil {
 		return nil, s.fail(err)
 	}
+	s.real = realPath(abs)
+	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return checkOldNames(ctx, s.r, abs, s.real) }); err != nil {
+		return nil, s.fail(err)
+	}
 	if !opt.ReadOnly {
 		s.turns = openWriterQueue(abs)
 		if s.w, err = sql.Open("sqlite", dsn(abs, opt, true)); err != nil {
@@ -181,22 +185,12 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 				return nil, s.fail(err)
 			}
 		}
+		if err := s.noteName(ctx); err != nil {
+			return nil, s.fail(err)
+		}
 	}
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkVersion(ctx) }); err != nil {
 		return nil, s.fail(err)
-	}
-	s.real = realPath(abs)
-	db := s.r
-	if s.w != nil {
-		db = s.w
-	}
-	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return checkOldNames(ctx, db, abs, s.real) }); err != nil {
-		return nil, s.fail(err)
-	}
-	if s.w != nil {
-		if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.noteName(ctx, s.real) }); err != nil {
-			return nil, s.fail(err)
-		}
 	}
 	s.rstmts = map[any]map[string]driver.Stmt{}
 	err = retryBusy(ctx, opt.BusyTimeout, func() error {
