@@ -58,6 +58,40 @@ func TestLedgerWithTwoNamesIsRefused(t *testing.T) {
 	}
 }
 
+// TestSymbolicLinksNameTheLedgerItself: a symbolic link to the ledger file, or to its
+// directory, is no second name (RELIABILITY.md): SQLite resolves it and keeps the log beside
+// the file, so a process opening the link is not refused and replays the holder's receipt,
+// while the holder lives and after it was killed.
+func TestSymbolicLinksNameTheLedgerItself(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "ledger.db")
+	h, hash := committedHolder(t, path, "linked:1")
+	fileLink, dirLink := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "link")
+	if err := errors.Join(os.Symlink(path, fileLink), os.Symlink(filepath.Dir(path), dirLink)); err != nil {
+		t.Fatal(err)
+	}
+	replays := func(when string) {
+		t.Helper()
+		for _, name := range []string{fileLink, filepath.Join(dirLink, "ledger.db")} {
+			st, err := sqlite.Open(ctx, name, sqlite.Options{})
+			if err != nil {
+				t.Fatalf("%s, opening %s: %v", when, name, err)
+			}
+			adm, err := fence.New(st, fence.Config{}).Prepare(ctx, holderReq("linked:1"))
+			st.Close()
+			if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
+				t.Fatalf("%s, through %s: fresh %v, %v; want the holder's receipt %s", when, name, err == nil && adm.Fresh(), err, hash)
+			}
+		}
+	}
+	replays("while the holder lives")
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	replays("after the holder was killed")
+}
+
 // TestLedgerMovedWhileOpenIsRefusedUnderItsNewName: the ledger file is moved (mv) while a
 // process has it open and its latest receipt is still only in the log beside the old name.
 // A process opening the file under its new name read no such log: it answered the committed
