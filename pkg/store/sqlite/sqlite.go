@@ -185,12 +185,15 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 				return nil, s.fail(err)
 			}
 		}
-		if err := s.noteName(ctx); err != nil {
-			return nil, s.fail(err)
-		}
 	}
 	if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.checkVersion(ctx) }); err != nil {
 		return nil, s.fail(err)
+	}
+	// A ledger that passed every check (a newer schema's, refused just above, is not written).
+	if s.w != nil {
+		if err := s.noteName(ctx); err != nil {
+			return nil, s.fail(err)
+		}
 	}
 	s.rstmts = map[any]map[string]driver.Stmt{}
 	err = retryBusy(ctx, opt.BusyTimeout, func() error {
