@@ -25,6 +25,7 @@ type serveProc struct {
 	out    *bufio.Reader
 	stderr *lockedBuffer
 	id     int
+	early  map[int]servedAnswer // answers ping read past (see ping)
 }
 
 // startServe starts the real binary's serve with args, after the MCP handshake. It is killed
