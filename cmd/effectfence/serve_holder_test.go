@@ -201,3 +201,9 @@ func TestServeReclaimedClaimRefusesTheOldTicket(t *testing.T) {
 		t.Fatalf("a duplicate: %+v; want the new holder's cert", d)
 	}
 }
+
+// servedAnswer is one tools/call answer read from serve: its structuredContent and isError.
+type servedAnswer struct {
+	raw   json.RawMessage
+	isErr bool
+}

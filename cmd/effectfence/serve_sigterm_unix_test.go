@@ -89,11 +89,6 @@ func (s *serveProc) rest() map[int]servedAnswer {
 	}
 }
 
-type servedAnswer struct {
-	raw   json.RawMessage
-	isErr bool
-}
-
 // exit waits for the process and returns its exit status (-1 if a signal ended it).
 func (s *serveProc) exit(within time.Duration) int {
 	s.t.Helper()
