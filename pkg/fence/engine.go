@@ -409,6 +409,11 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		},
 		ticket: Ticket{Intent: req.Intent, Token: token, Nonce: nonce, Domain: req.Domain, Seq: seq, LeaseUntil: lease, Reclaimed: reclaimed != nil, KeepHash: keep == KeepHash},
 	}
+	if token == PendingToken {
+		if lt, ok := tx.(LateToken); ok {
+			lt.BindToken(&ca.rec.Token, &ca.ticket.Token)
+		}
+	}
 	if err := tx.Put(&ca.rec); err != nil {
 		return 0, err
 	}
@@ -681,6 +686,20 @@ func (p *pooledPass) runOwn(tx Tx) error { return p.run(tx, &p.req) }
 type WriteFirst interface {
 	WriteFirst() bool
 }
+
+// LateToken may be implemented by a Tx that learns a fresh claim's fencing token only as the
+// claim is written (PostgreSQL's one-statement claim: the token is drawn by the statement that
+// writes the record). Its NextToken then answers PendingToken, and the engine, before it Puts
+// the claim, names with BindToken every place it keeps that token; the Tx writes the real token
+// there once the claim is recorded, before Update returns. A Tx given no BindToken, or a
+// record whose token is not PendingToken, writes nothing with the placeholder.
+type LateToken interface {
+	BindToken(dst ...*uint64)
+}
+
+// PendingToken is the placeholder NextToken of a LateToken Tx answers. No store hands it out
+// as a real token (PostgreSQL's sequence would need 2^63-1 claims to reach it).
+const PendingToken uint64 = 1<<63 - 1
 
 // DomainPrefetcher may be implemented by a Tx whose reads cost a round trip: the engine names
 // the domains it is about to read, and the Tx fetches them along with its next Get. DomainSeq

@@ -29,7 +29,11 @@ type doubt struct {
 	// while the record is the claim (the statement may be waiting for the intent's lock).
 	intent      string
 	body, claim []byte
-	delta       fence.Counters
+	// A one-statement claim (spec.go): its body around the token, and the server time
+	// after which it can no longer land.
+	cut   [2][]byte
+	until time.Time
+	delta fence.Counters
 }
 
 // doubts are the commits this store has not settled yet.
@@ -54,10 +58,10 @@ func (s *Store) keep(err error, d doubt) error {
 	if !ok {
 		return err
 	}
-	if d.body == nil {
+	if d.body == nil && d.cut[0] == nil {
 		d.xid, d.delta = cu.Xid, cu.delta
 	}
-	if d.delta.IsZero() || (d.xid == 0 && d.body == nil) {
+	if d.delta.IsZero() || (d.xid == 0 && d.body == nil && d.cut[0] == nil) {
 		return err
 	}
 	s.doubts.mu.Lock()
@@ -99,11 +103,23 @@ func (s *Store) settleDoubts(ctx context.Context, now bool) {
 func (s *Store) settle(ctx context.Context, d doubt) bool {
 	var status *string
 	var body []byte
-	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2)`, d.xid, d.intent).Scan(&status, &body)
+	var clock time.Time
+	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp()`, d.xid, d.intent).Scan(&status, &body, &clock)
 	if err != nil {
 		return false
 	}
 	spec := d.body != nil
+	if d.cut[0] != nil {
+		// A claim: recorded if the record is that claim (its lease outlasts any wait here);
+		// it may still be while the server's clock is not past until.
+		if _, ok := cutToken(body, d.cut); ok {
+			s.at("doubt landed", 0)
+			return true
+		}
+		if !clock.After(d.until) {
+			return false
+		}
+	}
 	switch {
 	case d.xid != 0 && status == nil:
 		// Too old for the server to tell: the counters may be in; never count them twice.

@@ -60,6 +60,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -108,6 +109,10 @@ type Store struct {
 	// noSpeculation (tests only) turns those off.
 	claims        claimCache
 	noSpeculation bool
+	// clock is the server's clock as last read, and the local instant it arrived: the base of
+	// a speculative claim's clock. noFreshSpeculation (tests only) turns those claims off.
+	clock              atomic.Pointer[clockReading]
+	noFreshSpeculation bool
 
 	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
 	doubts doubts
@@ -318,6 +323,7 @@ type CommitUnknownError struct {
 
 	delta fence.Counters // the counters the transaction carried
 	kept  bool           // the store settles them (doubt.go)
+	claim bool           // a one-statement claim's (spec.go), not a commit's
 }
 
 // CountersKept (fence.CountersKept): the store adds the counters the commit carried if it
@@ -325,6 +331,9 @@ type CommitUnknownError struct {
 func (e CommitUnknownError) CountersKept() bool { return e.kept }
 
 func (e CommitUnknownError) Error() string {
+	if e.claim {
+		return fmt.Sprintf("postgres ledger: the connection was lost after a one-statement claim was sent, and the server could not be asked whether it was recorded; the call was not admitted and must not run; if the claim was recorded, the intent stays in flight until its lease lapses: check the intent's status once the database is reachable (%v)", e.Err)
+	}
 	if e.Xid == 0 {
 		return fmt.Sprintf("postgres ledger: the connection was lost after a one-statement commit was sent, and the transaction that would have settled it failed too; the decision may or may not be recorded: check the intent's status once the database is reachable (%v)", e.Err)
 	}
@@ -355,7 +364,7 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	if s.doubts.n.Load() > 0 {
 		s.settleDoubts(ctx, false)
 	}
-	if !s.noSpeculation && s.claims.n.Load() > 0 {
+	if !s.noSpeculation && (s.claims.n.Load() > 0 || (!s.noFreshSpeculation && s.clock.Load() != nil)) {
 		if done, err := s.speculate(ctx, fn); done {
 			return err
 		}

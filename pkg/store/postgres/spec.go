@@ -13,9 +13,11 @@ package postgres
 // specSlack); if they wrote nothing, Update runs fn again in a transaction, as it always did.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,10 +89,13 @@ func (t *tx) specGet(intent string) (*fence.Record, error) {
 	if len(t.prefetch) > 0 || (t.specIntent != "" && intent != t.specIntent) {
 		return nil, t.abandon()
 	}
+	if t.specFresh {
+		return nil, nil // told absent already
+	}
 	if t.specIntent == "" {
 		c, ok := t.s.claims.get(intent)
 		if !ok {
-			return nil, t.abandon()
+			return t.specAbsent(intent)
 		}
 		t.specIntent, t.specClaim, t.specRec = intent, c.body, c.rec
 		t.now = c.now.Add(time.Since(c.at)).Truncate(time.Microsecond)
@@ -239,10 +244,13 @@ func (c *claimCache) forget(intent string) {
 // transaction fails too is the outcome unknown.
 func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bool, err error) {
 	t := &tx{s: s, ctx: ctx, write: true, spec: true}
-	if err := fn(t); err != nil || t.err != nil || t.specDone == nil {
+	if err := fn(t); err != nil || t.err != nil || (t.specDone == nil && t.specCut[0] == nil) {
 		return false, nil
 	}
-	intent := t.specIntent
+	intent, fresh := t.specIntent, t.specFresh
+	if fresh {
+		return s.speculateClaim(ctx, t, fn)
+	}
 	s.claims.forget(intent) // whatever happens next, the record will not be that claim
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -279,4 +287,232 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 		return true, s.keep(CommitUnknownError{Err: errors.Join(err, terr)}, d)
 	}
 	return true, nil
+}
+
+// One-statement claims.
+//
+// A fresh call's claim needs the server only to check that the intent has no record, draw the
+// next fencing token and stamp the claim with the server's clock, all under the intent's
+// lock. So when fn asks for an intent this store has no claim of, Update first runs it
+// speculatively: Get answers that there is no record, Now the server's clock as last read
+// plus the local monotonic time elapsed since, and NextToken fence.PendingToken, which the
+// engine binds (fence.LateToken). If fn then writes exactly that intent's claim, the claim
+// travels in one autocommit batch: the intent's lock, then one statement that draws the token
+// and writes the claim, its body spliced around the token's digits, only if the intent still
+// has no record and fn's clock is within specSlack behind clock_timestamp(). If it wrote
+// nothing, fn runs again in a transaction, as it always did.
+
+// clockReading is the server's clock as read once an intent's lock was granted, and the local
+// instant the reading arrived.
+type clockReading struct {
+	now time.Time
+	at  time.Time
+}
+
+var (
+	specClaim         = specClaimSQL(false)
+	specClaimCounters = specClaimSQL(true)
+)
+
+// specClaimSQL is the guarded write of a fresh claim: $1-$4 as in insertRecord, $5 and $6 the
+// body before and after the token's digits, $7 fn's clock, then the counters row as in
+// countersUpsert. It answers the token it drew (NULL when it wrote nothing) and the server's
+// clock. t is evaluated once (it is materialized), and its nextval only when its conditions
+// hold.
+func specClaimSQL(counters bool) string {
+	s := fmt.Sprintf(`WITH t AS MATERIALIZED (SELECT nextval('effectfence_token') AS v
+	WHERE NOT EXISTS (SELECT 1 FROM effectfence_records WHERE intent = $1)
+	AND $7::timestamptz <= clock_timestamp() AND clock_timestamp() <= $7::timestamptz + interval '%d milliseconds'),
+w AS (INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body)
+	SELECT $1::text, $2::text, $3::timestamptz, $4::text, $5::bytea || convert_to(v::text, 'UTF8') || $6::bytea FROM t RETURNING 1)`, specSlack.Milliseconds())
+	if counters {
+		p := make([]string, 10)
+		for i := range p {
+			p[i] = fmt.Sprintf("$%d", 9+i)
+		}
+		s += `, n AS (INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
+	SELECT $8, clock_timestamp(), ` + strings.Join(p, ", ") + ` FROM w
+` + countersAdd + `)`
+	}
+	return s + `
+SELECT (SELECT v FROM t), clock_timestamp()`
+}
+
+// specAbsent begins a speculative claim of intent: fn is told it has no record, and its clock
+// is reckoned from the server's last reading.
+func (t *tx) specAbsent(intent string) (*fence.Record, error) {
+	c := t.s.clock.Load()
+	if c == nil || t.s.noFreshSpeculation {
+		return nil, t.abandon()
+	}
+	t.specRead = time.Now()
+	t.specIntent, t.specFresh = intent, true
+	t.now = c.now.Add(t.specRead.Sub(c.at)).Truncate(time.Microsecond)
+	t.locked = map[string]bool{intent: true}
+	t.pending.Queue(specLock, lockKey(t.s.schema, "intent", intent))
+	t.state = map[string]fence.State{intent: fence.StateNone}
+	return nil, nil
+}
+
+// BindToken (fence.LateToken) names where the engine keeps a speculative claim's token.
+func (t *tx) BindToken(dst ...*uint64) {
+	if t.spec && t.specFresh && t.specTokens {
+		t.tokenDst = dst
+	}
+}
+
+// tokenMark is how a record's body spells a token of fence.PendingToken.
+var tokenMark = []byte(`,"token":` + strconv.FormatUint(fence.PendingToken, 10))
+
+// putFresh queues the speculative claim's guarded write. Anything but the one claim of the
+// intent, with the pending token bound, ends the speculation.
+func (t *tx) putFresh(rec *fence.Record) error {
+	if t.err != nil {
+		return t.err
+	}
+	if rec.Intent != t.specIntent || rec.State != fence.StateInFlight || rec.Token != fence.PendingToken || len(t.tokenDst) == 0 || t.specCut[0] != nil {
+		return t.abandon()
+	}
+	body, decoded, err := fence.EncodeRecordDecoded(rec, claimMaxBytes)
+	if err != nil {
+		return t.abandon() // a transaction reports it
+	}
+	// The first such bytes are the record's own token: it follows the intent, the state and
+	// the fingerprint, strings in which every quote is escaped.
+	i := bytes.Index(body, tokenMark)
+	if i < 0 {
+		return t.abandon()
+	}
+	cut := i + len(`,"token":`)
+	t.specCut = [2][]byte{body[:cut], body[i+len(tokenMark):]}
+	t.specNew = decoded
+	var expires, certHash any
+	if !rec.ExpiresAt.IsZero() {
+		expires = rec.ExpiresAt
+	}
+	if rec.Cert != nil {
+		certHash = rec.Cert.Hash
+	}
+	t.queueRecord(specClaim, specClaimCounters, rec.Intent, string(rec.State), expires, certHash, t.specCut[0], t.specCut[1], t.now)
+	t.record.QueryRow(func(r pgx.Row) error { return r.Scan(&t.specToken, &t.specClock) })
+	return t.err
+}
+
+// claimed completes a speculative claim recorded with token: the engine's ticket and record
+// get it, and the claim cache the claim as recorded.
+func (t *tx) claimed(token int64) {
+	v := uint64(token)
+	for _, d := range t.tokenDst {
+		*d = v
+	}
+	body := make([]byte, 0, len(t.specCut[0])+20+len(t.specCut[1]))
+	body = append(body, t.specCut[0]...)
+	body = strconv.AppendInt(body, token, 10)
+	body = append(body, t.specCut[1]...)
+	rec := t.specNew
+	if rec != nil {
+		rec.Token = v
+	}
+	t.s.claims.put(t.specIntent, claim{body: body, rec: rec, now: t.now, at: t.specRead})
+}
+
+// cutToken says whether body is a claim spliced from cut, and with which token.
+func cutToken(body []byte, cut [2][]byte) (int64, bool) {
+	if len(body) < len(cut[0])+len(cut[1])+1 || !bytes.HasPrefix(body, cut[0]) || !bytes.HasSuffix(body, cut[1]) {
+		return 0, false
+	}
+	digits := body[len(cut[0]) : len(body)-len(cut[1])]
+	v, err := strconv.ParseInt(string(digits), 10, 64)
+	if err != nil || v <= 0 || strconv.FormatInt(v, 10) != string(digits) {
+		return 0, false
+	}
+	return v, true
+}
+
+// settleClaim learns whether a speculative claim whose answer was lost is recorded. Its
+// statement writes only while the server's clock is at most specSlack past now; so once the
+// clock is past that, read under the intent's lock, a claim not recorded never will be (a
+// statement still on its way waits for the lock, then finds the clock past).
+func (s *Store) settleClaim(ctx context.Context, intent string, cut [2][]byte, now time.Time) (token int64, landed bool, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer pc.Release()
+	tx, err := pc.Begin(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, specLock, lockKey(s.schema, "intent", intent)); err != nil {
+		return 0, false, err
+	}
+	deadline := now.Add(specSlack)
+	for {
+		var body []byte
+		var clock time.Time
+		if err := tx.QueryRow(ctx, `SELECT (SELECT body FROM effectfence_records WHERE intent = $1), clock_timestamp()`, intent).Scan(&body, &clock); err != nil {
+			return 0, false, err
+		}
+		if v, ok := cutToken(body, cut); ok {
+			return v, true, nil
+		}
+		if clock.After(deadline) {
+			return 0, false, nil
+		}
+		select {
+		case <-time.After(deadline.Sub(clock) + time.Millisecond):
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		}
+	}
+}
+
+// speculateClaim sends the batch of a speculative claim t, as speculate does a commit's.
+func (s *Store) speculateClaim(ctx context.Context, t *tx, fn func(fence.Tx) error) (done bool, err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, nil // the transaction path reports it
+	}
+	conn := pc.Conn()
+	t.conn, t.pid = conn, conn.PgConn().PID()
+	shard := s.shard(t.pid)
+	for _, a := range t.shards {
+		a.q.Arguments[a.i] = shard
+	}
+	s.at("speculate claim", t.pid)
+	err = conn.SendBatch(ctx, &t.pending).Close()
+	closed := conn.IsClosed()
+	pc.Release()
+	if err == nil && !t.specClock.IsZero() {
+		s.clock.Store(&clockReading{t.specClock.UTC(), time.Now()})
+	}
+	switch {
+	case err == nil && t.specToken != nil:
+		t.claimed(*t.specToken)
+		s.at("speculated claim", t.pid)
+		return true, nil
+	case err == nil || !closed || pgconn.SafeToRetry(err):
+		// The intent has a record, or the clock was off, or the server answered with an
+		// error, or nothing was sent: nothing was written.
+		s.at("claim speculation missed", t.pid)
+		return false, nil
+	}
+	s.at("claim speculation lost", t.pid)
+	token, landed, serr := s.settleClaim(ctx, t.specIntent, t.specCut, t.now)
+	switch {
+	case serr == nil && landed:
+		t.claimed(token)
+		s.at("claim speculation landed", 0)
+		return true, nil
+	case serr == nil:
+		s.at("claim speculation never landed", 0)
+		return false, nil // not recorded, and never will be: the transaction path
+	}
+	// The claim may be recorded, with the counters it carried: the store settles them
+	// (doubt.go). The engine runs nothing without the ticket it did not get.
+	d := doubt{intent: t.specIntent, cut: t.specCut, until: t.now.Add(specSlack), delta: t.delta}
+	return true, s.keep(CommitUnknownError{Err: errors.Join(err, serr), claim: true}, d)
 }

@@ -60,6 +60,16 @@ type tx struct {
 	specRec    *fence.Record // the record decoding specClaim gives, when the cache kept it
 	specDone   []byte        // the done record's body the batch writes
 	specHit    int           // records the batch wrote: 0 if the guard found the claim changed
+	// A speculative claim (spec.go): fn found no cached claim of the intent and was told it
+	// has no record; the batch writes the claim only if that is so under the intent's lock.
+	specFresh  bool
+	specTokens bool          // NextToken answered fence.PendingToken
+	tokenDst   []*uint64     // where the engine keeps the claim's token (fence.LateToken)
+	specCut    [2][]byte     // the claim's body before and after its token
+	specRead   time.Time     // the local instant t.now was reckoned at
+	specToken  *int64        // the token the batch drew: nil if it wrote nothing
+	specClock  time.Time     // the server's clock when the batch ran
+	specNew    *fence.Record // the record decoding the claim's body gives, token aside
 	shards     []shardArg    // counter shard arguments to name once the connection is known
 	// landed: the body a lost speculative commit wrote; a transaction that finds it
 	// recorded knows the commit landed and adds no counters again.
@@ -190,6 +200,7 @@ func (t *tx) scanNow(r pgx.Row, more ...any) error {
 		return err
 	}
 	t.now, t.nowAt = now.UTC(), time.Now()
+	t.s.clock.Store(&clockReading{t.now, t.nowAt})
 	return nil
 }
 
@@ -366,6 +377,9 @@ func (t *tx) queueRecord(sql, fold string, args ...any) {
 func (t *tx) Put(rec *fence.Record) error {
 	if !t.write {
 		return errReadOnly
+	}
+	if t.spec && t.specFresh {
+		return t.putFresh(rec)
 	}
 	if t.spec && (rec.Intent != t.specIntent || rec.State != fence.StateDone || t.specDone != nil) {
 		return t.abandon() // a speculative transaction only commits the claim it read
@@ -922,6 +936,10 @@ func (t *tx) NextToken() (uint64, error) {
 	if !t.write {
 		return 0, errReadOnly
 	}
+	if t.spec && t.specFresh && !t.specTokens {
+		t.specTokens = true
+		return fence.PendingToken, nil // the claim's statement draws the token (fence.LateToken)
+	}
 	if t.token > 0 {
 		v := t.token
 		t.token = -1 // used: never hand it out twice
@@ -940,6 +958,9 @@ func (t *tx) NextToken() (uint64, error) {
 func (t *tx) AppendEvent(ev fence.Event) error {
 	if !t.write {
 		return errReadOnly
+	}
+	if t.spec {
+		return t.abandon() // a speculative batch writes one guarded record, nothing unguarded
 	}
 	body, err := json.Marshal(ev)
 	if err != nil {
