@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -235,4 +236,67 @@ func refusedOpen(t *testing.T, when, name, intent string, want ...string) {
 			t.Fatalf("%s, opening %s: %v; want it refused, saying %q", when, name, err, w)
 		}
 	}
+}
+
+// TestLedgerInABindMountedDirectoryIsOneName: the ledger's directory reachable at two paths
+// (mount --bind, as a container's volume is on the host) is one ledger under either: the log
+// beside each name is the same file. Both names used for writing once, a process opening the
+// ledger under either, while a holder uses the other and after it was killed -9, was refused
+// ("the write-ahead log left beside that name may hold decisions this file lacks": its own
+// log), even under the holder's own name. It replays the holder's receipt under both. The test
+// runs itself again in a mount namespace of its own, where the bind mount is made.
+func TestLedgerInABindMountedDirectoryIsOneName(t *testing.T) {
+	a, b := os.Getenv("EFFECTFENCE_TEST_BIND_A"), os.Getenv("EFFECTFENCE_TEST_BIND_B")
+	if a == "" {
+		unshare := needUnshare(t)
+		dir := t.TempDir()
+		a, b = filepath.Join(dir, "host"), filepath.Join(dir, "data")
+		if err := errors.Join(os.Mkdir(a, 0o700), os.Mkdir(b, 0o700)); err != nil {
+			t.Fatal(err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount --bind "$EFFECTFENCE_TEST_BIND_A" "$EFFECTFENCE_TEST_BIND_B" && exec "$0" -test.run='^TestLedgerInABindMountedDirectoryIsOneName$' -test.v`, exe)
+		cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_BIND_A="+a, "EFFECTFENCE_TEST_BIND_B="+b)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestLedgerInABindMountedDirectoryIsOneName") {
+			t.Fatalf("in a mount namespace with %s bound at %s: %v\n%s", a, b, err, out)
+		}
+		return
+	}
+	path, other := filepath.Join(a, "ledger.db"), filepath.Join(b, "ledger.db")
+	for _, name := range []string{path, other} { // both names used for writing, and in the file
+		st, err := sqlite.Open(ctx, name, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+	}
+	h, hash := committedHolder(t, path, "bound:1")
+	replays := func(when string) {
+		t.Helper()
+		for _, name := range []string{other, path} {
+			st, err := sqlite.Open(ctx, name, sqlite.Options{})
+			if err != nil {
+				t.Fatalf("%s, opening %s: %v", when, name, err)
+			}
+			adm, err := fence.New(st, fence.Config{}).Prepare(ctx, holderReq("bound:1"))
+			st.Close()
+			if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
+				t.Fatalf("%s, under %s: fresh %v, %v; want the holder's receipt %s", when, name, err == nil && adm.Fresh(), err, hash)
+			}
+		}
+	}
+	replays("while the holder lives")
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	if fi, err := os.Stat(path + "-wal"); err != nil || fi.Size() == 0 {
+		t.Fatalf("the killed holder's log: %v, %v", fi, err)
+	}
+	replays("after the holder was killed")
 }
