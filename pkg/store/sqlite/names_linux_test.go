@@ -300,3 +300,51 @@ func TestLedgerInABindMountedDirectoryIsOneName(t *testing.T) {
 	}
 	replays("after the holder was killed")
 }
+
+// TestLedgerMovedWhileOpenOnBtrfsIsRefused: TestLedgerMovedWhileOpenIsRefusedUnderItsNewName
+// on btrfs (Fedora's and openSUSE's default file system), where stat reports a file's device
+// as its subvolume's and /proc/locks as the file system's: the holder's locks were never found,
+// and its committed call was answered as new under the new name. The test runs itself again
+// in a mount namespace of its own, where a btrfs image is mounted; it needs mkfs.btrfs.
+func TestLedgerMovedWhileOpenOnBtrfsIsRefused(t *testing.T) {
+	dir := os.Getenv("EFFECTFENCE_TEST_BTRFS")
+	if dir == "" {
+		unshare := needUnshare(t)
+		mkfs, err := exec.LookPath("mkfs.btrfs")
+		if err != nil {
+			t.Skip("skipped: mkfs.btrfs (btrfs-progs) is not installed")
+		}
+		tmp := t.TempDir()
+		img, dir := filepath.Join(tmp, "btrfs.img"), filepath.Join(tmp, "mnt")
+		if err := errors.Join(os.Mkdir(dir, 0o700), os.WriteFile(img, nil, 0o600), os.Truncate(img, 128<<20)); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(mkfs, "-q", img).CombinedOutput(); err != nil {
+			t.Fatalf("mkfs.btrfs: %v\n%s", err, out)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount -o loop "$1" "$EFFECTFENCE_TEST_BTRFS" || exit 7; exec "$0" -test.run='^TestLedgerMovedWhileOpenOnBtrfsIsRefused$' -test.v`, exe, img)
+		cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_BTRFS="+dir)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 7 {
+			t.Skipf("skipped: cannot mount a btrfs image here: %s", out)
+		}
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestLedgerMovedWhileOpenOnBtrfsIsRefused") {
+			t.Fatalf("on btrfs: %v\n%s", err, out)
+		}
+		return
+	}
+	path := filepath.Join(dir, "ledger.db")
+	h, _ := committedHolder(t, path, "btrfs:1")
+	moved := filepath.Join(dir, "moved.db")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
+	refusedOpen(t, "while the holder has it open", moved, "btrfs:1", "is open in another process under another name", want)
+}
