@@ -149,8 +149,8 @@ func addLock(locks map[int]map[string]bool, pid int, dev string) {
 // sqliteNameOf names the ledger file real (a resolved path) as process pid opened it: the name
 // beside which it has a write-ahead log or its index open (NAME-wal, NAME-shm), if that name
 // is not real and either names the same file (a second name) or names none (the file moved
-// from it), provided it has the file real names open itself; "" otherwise, or when this
-// process may not read its descriptors.
+// from it; a log or index removed since counts too), provided it has the file real names open
+// itself; "" otherwise, or when this process may not read its descriptors.
 func sqliteNameOf(pid int, real string) string {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	fds, err := os.ReadDir(dir)
@@ -163,12 +163,20 @@ func sqliteNameOf(pid int, real string) string {
 	}
 	other, open := "", false
 	for _, fd := range fds {
-		if fi, err := os.Stat(filepath.Join(dir, fd.Name())); err == nil && os.SameFile(fi, ours) {
+		fi, statErr := os.Stat(filepath.Join(dir, fd.Name()))
+		if statErr == nil && os.SameFile(fi, ours) {
 			open = true
 		}
 		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
 		if err != nil || other != "" {
 			continue
+		}
+		// A log or index removed while open (rm OLD-wal OLD-shm after the move) still holds
+		// the process's decisions; the kernel names it "PATH (deleted)".
+		if statErr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+				target = strings.TrimSuffix(target, " (deleted)")
+			}
 		}
 		for _, suffix := range []string{"-wal", "-shm"} {
 			name, ok := strings.CutSuffix(target, suffix)

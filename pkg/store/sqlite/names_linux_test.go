@@ -348,3 +348,19 @@ func TestLedgerMovedWhileOpenOnBtrfsIsRefused(t *testing.T) {
 	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
 	refusedOpen(t, "while the holder has it open", moved, "btrfs:1", "is open in another process under another name", want)
 }
+
+// TestLedgerMovedWhileOpenWithItsLogRemovedIsRefused: the file moved while a holder has it
+// open, and the log and index left beside the old name removed (rm, taking them for debris).
+// The holder still writes that log, which the kernel names "OLD-wal (deleted)": it was not
+// taken for a name, and the holder's committed call was answered as new under the new name.
+func TestLedgerMovedWhileOpenWithItsLogRemovedIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	h, _ := committedHolder(t, path, "removed:1")
+	moved := filepath.Join(dir, "moved.db")
+	if err := errors.Join(os.Rename(path, moved), os.Remove(path+"-wal"), os.Remove(path+"-shm")); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
+	refusedOpen(t, "while the holder has it open", moved, "removed:1", "is open in another process under another name", want)
+}
