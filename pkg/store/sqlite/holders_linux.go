@@ -163,12 +163,15 @@ func sqliteNameOf(pid int, real string) string {
 	}
 	other, open := "", false
 	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil || !strings.HasPrefix(target, "/") {
+			continue // gone, or no file (a socket, a pipe)
+		}
 		fi, statErr := os.Stat(filepath.Join(dir, fd.Name()))
 		if statErr == nil && os.SameFile(fi, ours) {
 			open = true
 		}
-		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
-		if err != nil || other != "" {
+		if other != "" {
 			continue
 		}
 		// A log or index removed while open (rm OLD-wal OLD-shm after the move) still holds
