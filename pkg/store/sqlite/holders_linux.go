@@ -24,9 +24,10 @@ import (
 // no file has any more, the file having moved from it), uses that name. Only such evidence
 // refuses, and only when it stays for otherNameWait: a process opening or closing the ledger
 // under this name (or creating it, before it is a WAL database) holds the file's lock for a
-// while without the index's, but has no other name open. Processes whose pid this one cannot
-// see (another PID namespace shows as pid 0) or whose descriptors it may not read are not
-// refused, nor is anything when /proc/locks cannot be read.
+// while without the index's, but has no other name open. Processes this one cannot see
+// (/proc/locks leaves out the locks of processes outside its PID namespace: from inside a
+// container, a process on the host or in another container) or whose descriptors it may not
+// read are not refused, nor is anything when /proc/locks cannot be read.
 func checkOtherName(path string) error {
 	pid, name := otherNameHolder(path, otherNameWait)
 	if pid == 0 {
