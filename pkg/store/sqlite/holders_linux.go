@@ -10,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // checkOtherName refuses a ledger file that another process has open under another name: the
@@ -26,9 +24,10 @@ import (
 // no file has any more, the file having moved from it), uses that name. Only such evidence
 // refuses, and only when it stays for otherNameWait: a process opening or closing the ledger
 // under this name (or creating it, before it is a WAL database) holds the file's lock for a
-// while without the index's, but has no other name open. Processes whose pid this one cannot
-// see (another PID namespace shows as pid 0) or whose descriptors it may not read are not
-// refused, nor is anything when /proc/locks cannot be read.
+// while without the index's, but has no other name open. Processes this one cannot see
+// (/proc/locks leaves out the locks of processes outside its PID namespace: from inside a
+// container, a process on the host or in another container) or whose descriptors it may not
+// read are not refused, nor is anything when /proc/locks cannot be read.
 func checkOtherName(path string) error {
 	pid, name := otherNameHolder(path, otherNameWait)
 	if pid == 0 {
@@ -81,18 +80,19 @@ func otherNameHolder(path string, wait time.Duration) (int, string) {
 }
 
 // lockersWithout returns the processes other than this one, by pid, that hold a POSIX lock on
-// the file db and none on the file shm (shm's zero value: no such file).
+// the file db and none on the file shm (shm's zero value: no such file), as far as /proc/locks
+// tells. A lock there names its file by inode and by its file system's device, which need not
+// be the device stat reports (btrfs reports a subvolume's, /proc/locks the file system's):
+// a lock on db is one on its inode on any device, and one on shm is one on shm's inode on the
+// same device as that (the two files are in one directory). sqliteNameOf then makes sure the
+// process has db itself open.
 func lockersWithout(db, shm syscall.Stat_t) map[int]bool {
 	f, err := os.Open("/proc/locks")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	dbKey, shmKey := lockKey(db), ""
-	if shm.Ino != 0 {
-		shmKey = lockKey(shm)
-	}
-	onDB, onShm := map[int]bool{}, map[int]bool{}
+	onDB, onShm := map[int]map[string]bool{}, map[int]map[string]bool{}
 	self := os.Getpid()
 	in := bufio.NewScanner(f)
 	for in.Scan() {
@@ -109,35 +109,49 @@ func lockersWithout(db, shm syscall.Stat_t) map[int]bool {
 		if err != nil || pid <= 0 || pid == self {
 			continue
 		}
-		switch fields[5] {
-		case dbKey:
-			onDB[pid] = true
-		case shmKey:
-			onShm[pid] = true
+		i := strings.LastIndexByte(fields[5], ':')
+		if i < 0 {
+			continue
+		}
+		dev := fields[5][:i]
+		ino, err := strconv.ParseUint(fields[5][i+1:], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case ino == uint64(db.Ino):
+			addLock(onDB, pid, dev)
+		case shm.Ino != 0 && ino == uint64(shm.Ino):
+			addLock(onShm, pid, dev)
 		}
 	}
 	if in.Err() != nil {
 		return nil
 	}
-	for pid := range onDB {
-		if onShm[pid] {
-			delete(onDB, pid)
+	found := map[int]bool{}
+	for pid, devs := range onDB {
+		for dev := range devs {
+			if !onShm[pid][dev] {
+				found[pid] = true
+			}
 		}
 	}
-	return onDB
+	return found
 }
 
-// lockKey is how /proc/locks names the file st describes: major and minor device numbers in
-// hex, then the inode.
-func lockKey(st syscall.Stat_t) string {
-	dev := uint64(st.Dev) // its type differs between architectures
-	return fmt.Sprintf("%02x:%02x:%d", unix.Major(dev), unix.Minor(dev), st.Ino)
+// addLock records that pid locks a file on the device dev.
+func addLock(locks map[int]map[string]bool, pid int, dev string) {
+	if locks[pid] == nil {
+		locks[pid] = map[string]bool{}
+	}
+	locks[pid][dev] = true
 }
 
 // sqliteNameOf names the ledger file real (a resolved path) as process pid opened it: the name
 // beside which it has a write-ahead log or its index open (NAME-wal, NAME-shm), if that name
 // is not real and either names the same file (a second name) or names none (the file moved
-// from it); "" otherwise, or when this process may not read its descriptors.
+// from it; a log or index removed since counts too), provided it has the file real names open
+// itself; "" otherwise, or when this process may not read its descriptors.
 func sqliteNameOf(pid int, real string) string {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	fds, err := os.ReadDir(dir)
@@ -148,10 +162,25 @@ func sqliteNameOf(pid int, real string) string {
 	if err != nil {
 		return ""
 	}
+	other, open := "", false
 	for _, fd := range fds {
 		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
-		if err != nil {
+		if err != nil || !strings.HasPrefix(target, "/") {
+			continue // gone, or no file (a socket, a pipe)
+		}
+		fi, statErr := os.Stat(filepath.Join(dir, fd.Name()))
+		if statErr == nil && os.SameFile(fi, ours) {
+			open = true
+		}
+		if other != "" {
 			continue
+		}
+		// A log or index removed while open (rm OLD-wal OLD-shm after the move) still holds
+		// the process's decisions; the kernel names it "PATH (deleted)".
+		if statErr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+				target = strings.TrimSuffix(target, " (deleted)")
+			}
 		}
 		for _, suffix := range []string{"-wal", "-shm"} {
 			name, ok := strings.CutSuffix(target, suffix)
@@ -159,9 +188,13 @@ func sqliteNameOf(pid int, real string) string {
 				continue
 			}
 			if fi, err := os.Stat(name); errors.Is(err, os.ErrNotExist) || err == nil && os.SameFile(fi, ours) {
-				return name
+				other = name
+				break
 			}
 		}
 	}
-	return ""
+	if !open {
+		return ""
+	}
+	return other
 }

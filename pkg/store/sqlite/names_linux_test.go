@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -235,4 +236,131 @@ func refusedOpen(t *testing.T, when, name, intent string, want ...string) {
 			t.Fatalf("%s, opening %s: %v; want it refused, saying %q", when, name, err, w)
 		}
 	}
+}
+
+// TestLedgerInABindMountedDirectoryIsOneName: the ledger's directory reachable at two paths
+// (mount --bind, as a container's volume is on the host) is one ledger under either: the log
+// beside each name is the same file. Both names used for writing once, a process opening the
+// ledger under either, while a holder uses the other and after it was killed -9, was refused
+// ("the write-ahead log left beside that name may hold decisions this file lacks": its own
+// log), even under the holder's own name. It replays the holder's receipt under both. The test
+// runs itself again in a mount namespace of its own, where the bind mount is made.
+func TestLedgerInABindMountedDirectoryIsOneName(t *testing.T) {
+	a, b := os.Getenv("EFFECTFENCE_TEST_BIND_A"), os.Getenv("EFFECTFENCE_TEST_BIND_B")
+	if a == "" {
+		unshare := needUnshare(t)
+		dir := t.TempDir()
+		a, b = filepath.Join(dir, "host"), filepath.Join(dir, "data")
+		if err := errors.Join(os.Mkdir(a, 0o700), os.Mkdir(b, 0o700)); err != nil {
+			t.Fatal(err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount --bind "$EFFECTFENCE_TEST_BIND_A" "$EFFECTFENCE_TEST_BIND_B" && exec "$0" -test.run='^TestLedgerInABindMountedDirectoryIsOneName$' -test.v`, exe)
+		cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_BIND_A="+a, "EFFECTFENCE_TEST_BIND_B="+b)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestLedgerInABindMountedDirectoryIsOneName") {
+			t.Fatalf("in a mount namespace with %s bound at %s: %v\n%s", a, b, err, out)
+		}
+		return
+	}
+	path, other := filepath.Join(a, "ledger.db"), filepath.Join(b, "ledger.db")
+	for _, name := range []string{path, other} { // both names used for writing, and in the file
+		st, err := sqlite.Open(ctx, name, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+	}
+	h, hash := committedHolder(t, path, "bound:1")
+	replays := func(when string) {
+		t.Helper()
+		for _, name := range []string{other, path} {
+			st, err := sqlite.Open(ctx, name, sqlite.Options{})
+			if err != nil {
+				t.Fatalf("%s, opening %s: %v", when, name, err)
+			}
+			adm, err := fence.New(st, fence.Config{}).Prepare(ctx, holderReq("bound:1"))
+			st.Close()
+			if err != nil || adm.Fresh() || adm.Cert.Hash != hash {
+				t.Fatalf("%s, under %s: fresh %v, %v; want the holder's receipt %s", when, name, err == nil && adm.Fresh(), err, hash)
+			}
+		}
+	}
+	replays("while the holder lives")
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	if fi, err := os.Stat(path + "-wal"); err != nil || fi.Size() == 0 {
+		t.Fatalf("the killed holder's log: %v, %v", fi, err)
+	}
+	replays("after the holder was killed")
+}
+
+// TestLedgerMovedWhileOpenOnBtrfsIsRefused: TestLedgerMovedWhileOpenIsRefusedUnderItsNewName
+// on btrfs (Fedora's and openSUSE's default file system), where stat reports a file's device
+// as its subvolume's and /proc/locks as the file system's: the holder's locks were never found,
+// and its committed call was answered as new under the new name. The test runs itself again
+// in a mount namespace of its own, where a btrfs image is mounted; it needs mkfs.btrfs.
+func TestLedgerMovedWhileOpenOnBtrfsIsRefused(t *testing.T) {
+	dir := os.Getenv("EFFECTFENCE_TEST_BTRFS")
+	if dir == "" {
+		unshare := needUnshare(t)
+		mkfs, err := exec.LookPath("mkfs.btrfs")
+		if err != nil {
+			t.Skip("skipped: mkfs.btrfs (btrfs-progs) is not installed")
+		}
+		tmp := t.TempDir()
+		img, dir := filepath.Join(tmp, "btrfs.img"), filepath.Join(tmp, "mnt")
+		if err := errors.Join(os.Mkdir(dir, 0o700), os.WriteFile(img, nil, 0o600), os.Truncate(img, 128<<20)); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(mkfs, "-q", img).CombinedOutput(); err != nil {
+			t.Fatalf("mkfs.btrfs: %v\n%s", err, out)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount -o loop "$1" "$EFFECTFENCE_TEST_BTRFS" || exit 7; exec "$0" -test.run='^TestLedgerMovedWhileOpenOnBtrfsIsRefused$' -test.v`, exe, img)
+		cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_BTRFS="+dir)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 7 {
+			t.Skipf("skipped: cannot mount a btrfs image here: %s", out)
+		}
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestLedgerMovedWhileOpenOnBtrfsIsRefused") {
+			t.Fatalf("on btrfs: %v\n%s", err, out)
+		}
+		return
+	}
+	path := filepath.Join(dir, "ledger.db")
+	h, _ := committedHolder(t, path, "btrfs:1")
+	moved := filepath.Join(dir, "moved.db")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
+	refusedOpen(t, "while the holder has it open", moved, "btrfs:1", "is open in another process under another name", want)
+}
+
+// TestLedgerMovedWhileOpenWithItsLogRemovedIsRefused: the file moved while a holder has it
+// open, and the log and index left beside the old name removed (rm, taking them for debris).
+// The holder still writes that log, which the kernel names "OLD-wal (deleted)": it was not
+// taken for a name, and the holder's committed call was answered as new under the new name.
+func TestLedgerMovedWhileOpenWithItsLogRemovedIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	h, _ := committedHolder(t, path, "removed:1")
+	moved := filepath.Join(dir, "moved.db")
+	if err := errors.Join(os.Rename(path, moved), os.Remove(path+"-wal"), os.Remove(path+"-shm")); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
+	refusedOpen(t, "while the holder has it open", moved, "removed:1", "is open in another process under another name", want)
 }

@@ -80,8 +80,10 @@ func oldNames(ctx context.Context, db *sql.DB, name string) ([]string, error) {
 
 // checkOldNames refuses a ledger file (at name, resolved) that was used under another name
 // beside which a write-ahead log is left that may hold decisions the file lacks: the log is
-// not empty, nothing else is at that name now (or this very file is: a second name), and no
-// process marked the log settled into the file as it is now. It runs before anything is
+// not empty, it is not the log beside this name (the file's directory reached by another
+// path, a bind mount: mount --bind, docker -v), nothing else is at that name now (or this
+// very file is: a second name), and no process marked the log settled into the file as it is
+// now. It runs before anything is
 // written under this name.
 func checkOldNames(ctx context.Context, db *sql.DB, path, name string) error {
 	if v, err := schemaVersion(ctx, db); err != nil || v == 0 {
@@ -95,10 +97,14 @@ func checkOldNames(ctx context.Context, db *sql.DB, path, name string) error {
 	if err != nil {
 		return nil // checkFile's business
 	}
+	ourLog, _ := os.Stat(name + "-wal")
 	for _, old := range names {
 		log, err := os.Stat(old + "-wal")
 		if err != nil || log.Size() == 0 {
 			continue
+		}
+		if ourLog != nil && os.SameFile(log, ourLog) {
+			continue // the very log SQLite uses under this name: its directory reached another way (a bind mount)
 		}
 		if fi, err := os.Stat(old); err == nil && !os.SameFile(fi, ours) || err != nil && !errors.Is(err, os.ErrNotExist) {
 			continue // another ledger is at that name now, and the log is its own
