@@ -122,10 +122,10 @@ func (g *cutRig) events(intent string) map[string]int {
 	return kinds
 }
 
-// cutOps are the calls whose round trips are cut: a claim (Prepare of a fresh intent), its
-// commit as one statement and as a transaction, a commit that finds its read set moved, one
+// cutOps are the calls whose round trips are cut: a claim (Prepare of a fresh intent) as a
+// transaction and (the store having read the server's clock by then) as one statement, its commit as one statement and as a transaction, a commit that finds its read set moved, one
 // whose read set moves while it is in doubt, release, abort, lost and a heartbeat.
-var cutOps = []string{"claim", "commit", "commit-tx", "commit-stale", "commit-moved", "release", "abort", "lost", "heartbeat"}
+var cutOps = []string{"claim-tx", "claim", "commit", "commit-tx", "commit-stale", "commit-moved", "release", "abort", "lost", "heartbeat"}
 
 // failf is for t.Fatalf inside a case: the case's name leads.
 func (g *cutRig) failf(name, format string, args ...any) {
@@ -181,7 +181,8 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		g.moveDuring = r.ReadSet[0].Domain
 		defer func() { g.moveDuring = "" }()
 	}
-	if op != "claim" {
+	claim := op == "claim" || op == "claim-tx"
+	if !claim {
 		adm, err := e.Prepare(ctx, r)
 		if err != nil || !adm.Fresh() {
 			g.failf(name, "the claim before the cut: %+v %v", adm, err)
@@ -194,7 +195,8 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		want.Admitted++
 	}
 	g.st.noSpeculation = op == "commit-tx"
-	defer func() { g.st.noSpeculation = false }()
+	g.st.noFreshSpeculation = op == "claim-tx"
+	defer func() { g.st.noSpeculation, g.st.noFreshSpeculation = false, false }()
 	start, lostBefore := g.p.RoundTrips(), g.p.Lost()
 	if k > 0 {
 		g.p.LoseAnswer(k, down)
@@ -205,7 +207,7 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		landed bool // the call's outcome is recorded (checked below against the ledger)
 	)
 	switch op {
-	case "claim":
+	case "claim", "claim-tx":
 		adm, err := e.Prepare(ctx, r)
 		opErr = err
 		if err == nil {
@@ -280,7 +282,7 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		g.failf(name, "status: %v", err)
 	}
 	switch op {
-	case "claim":
+	case "claim", "claim-tx":
 		if opErr != nil {
 			// Not admitted: nothing runs. If the claim landed all the same, the intent is in
 			// flight under a claim nobody holds, and a retry is refused, never admitted again.
@@ -346,7 +348,7 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		g.failf(name, "the audit trail has %d late results: %v", ev[fence.EventLateResult], ev)
 	}
 	switch {
-	case op == "claim" && tk == nil:
+	case claim && tk == nil:
 		// The claim that landed unanswered stays in flight until its lease ends.
 		if st.State != fence.StateInFlight {
 			g.failf(name, "after a claim that landed unanswered: %s", st.State)
