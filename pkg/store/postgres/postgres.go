@@ -21,7 +21,8 @@
 //     lock (a one-statement commit: below), so leases mean the same on every host.
 //   - BEGIN travels with the first read; writes are queued and travel with the next read or
 //     with COMMIT; an Update's Get also fetches the next fencing token (a token no one uses
-//     is simply skipped). An admission costs 2 round trips and its commit 2, or 1 (below).
+//     is simply skipped). An admission costs 2 round trips and its commit 2, or each 1
+//     (below).
 //   - A commit of a claim this store wrote is first tried as one autocommit batch, one round
 //     trip (spec.go): the store remembers the claims it wrote, fn runs against the
 //     remembered one, and its writes are sent behind the intent's lock, guarded: they are
@@ -29,11 +30,18 @@
 //     database time plus the local monotonic time elapsed since) is not ahead of the
 //     database's clock nor more than 100 ms behind it. Otherwise nothing is written and fn
 //     runs again in a transaction.
+//   - A fresh claim is likewise first tried as one autocommit batch (spec.go) once the store
+//     has read the server's clock: fn is told the intent has no record, its clock is the
+//     last reading moved on, and its token is fence.PendingToken; the statement after the
+//     intent's lock draws the token and writes the claim (its body spliced around the
+//     token's digits) only if the intent still has no record and the clock is within 100 ms
+//     behind the database's. The engine learns the token through fence.LateToken.
 //   - Few statements per round trip: the first intent lock also reads the clock and the
 //     transaction id, a Get reads the record and the next token in one statement, and a
 //     record write carries the notification of waiters of a claim it ends and the counters
 //     added right after it. The server and pgx pay per statement: a fresh call (admission
-//     and commit) runs 7, or 10 when its commit is a transaction.
+//     and commit) runs 4 when both are one statement, 7 when the claim is a transaction, 10
+//     when the commit is too.
 //
 // Connection loss: an Update whose connection dies before COMMIT was sent did not commit and
 // returns an error saying so. If it dies after COMMIT was sent, the store asks the server on a
@@ -41,7 +49,8 @@
 // when the server cannot be reached either does it return a CommitUnknownError. A
 // one-statement commit whose answer is lost is settled by running fn in a transaction: the
 // record tells whether the statement landed, and if it did not, the transaction's write makes
-// its guard fail wherever it still is. The pool replaces dead connections, so the next call
+// its guard fail wherever it still is. A one-statement claim whose answer is lost is settled
+// under the intent's lock once the database's clock is past the claim's guard. The pool replaces dead connections, so the next call
 // reconnects. The counters a commit of unknown outcome carried are the store's to settle
 // (doubt.go): it adds them once it learns the commit did not land, so they count once.
 package postgres
