@@ -23,7 +23,7 @@ import (
 // outcome is recorded, and the call re-sent under a new id is given it as a replay. Without
 // the bound the stream stays open for as long as the client keeps the connection.
 func TestStalledCallStreamEndsAndKeepsTheOutcome(t *testing.T) {
-	defer httpfront.SetWriteTimeout(time.Second)()
+	t.Cleanup(httpfront.SetWriteTimeout(time.Second)) // after the gateway's cleanup: no stream reads it then
 	g := newGW(t, nil)
 	sid := g.open(nil)
 	const size = 16 << 20 // more than loopback's socket buffers hold
