@@ -93,6 +93,51 @@ func TestStalledErrorBodyDoesNotHoldTheCall(t *testing.T) {
 	}
 }
 
+// The body of an HTTP error answer is read for at most 64 KiB, whatever its length: a server
+// that sends the status and then a body without end (here up to 64 MiB, then it stalls) does
+// not hold the call, nor make the client buffer it, although tailWait is far off. The call
+// fails as its status says, may have run, and the connection is closed (the server's next
+// write fails, long before it has written what it meant to).
+func TestEndlessErrorBodyIsReadForAtMost64KiB(t *testing.T) {
+	old := tailWait
+	tailWait = time.Hour // only the bound on bytes ends the read
+	t.Cleanup(func() { tailWait = old })
+	const meant = 64 << 20
+	chunk := bytes.Repeat([]byte("e"), 64<<10)
+	var written atomic.Int64
+	ended := make(chan struct{}, 1)
+	f, srv := newFake(t)
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		defer func() { ended <- struct{}{} }()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32000,"message":"`))
+		for written.Load() < meant {
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+		<-r.Context().Done()
+	}
+	s := session(t, upstream(t, srv.URL, Config{}))
+	_, err := callWithin(t, s, "HTTP 500 with an endless body held the call for 30 s")
+	mayHaveRun(t, err)
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusInternalServerError {
+		t.Fatalf("%v; want a *StatusError with status 500", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the server still writes its error body 30 s after the call failed (%d MiB written): the connection was not closed", written.Load()>>20)
+	}
+	if n := written.Load(); n >= meant {
+		t.Fatalf("the server wrote all %d MiB of its error body; want the client to stop reading after 64 KiB", n>>20)
+	}
+}
+
 // A message longer than the limit ends the call with ErrTooLarge, may have run, and reading
 // stops there: the server cannot make the client buffer more than the limit (the bytes it got
 // to write are bounded), the connection is closed (the server's next write fails), and the

@@ -1,0 +1,26 @@
+package httpfront
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStreamBoundsAsDocumented: the tests lower writeTimeout and maxBacklog; the bounds on a
+// stream its client stops reading are the ones docs/gateway.md promises.
+func TestStreamBoundsAsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/gateway.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(b)), " "), "once 64 MiB wait for it (the gateway never queues more for one stream) or once one write to it has waited a minute") {
+		t.Fatal("docs/gateway.md no longer states the bounds on a stream its client stops reading")
+	}
+	if writeTimeout != time.Minute {
+		t.Errorf("writeTimeout is %v; docs/gateway.md says a minute", writeTimeout)
+	}
+	if maxBacklog != 64<<20 {
+		t.Errorf("maxBacklog is %d; docs/gateway.md says 64 MiB", maxBacklog)
+	}
+}
