@@ -114,33 +114,43 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		return r, nil
 	}
 	head := make([]byte, 100)
-	f, err := os.Open(path)
+	n := 0
+	// A Store of this process has the file open: it checked the header, and a descriptor of
+	// ours, closed, would drop its locks (here.go).
+	mine, err := aside(fi, func() error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		n, _ = f.Read(head)
+		return f.Close()
+	})
 	if err != nil {
 		return nil, err
 	}
-	n, _ := f.Read(head)
-	f.Close()
-	if n < len(sqliteMagic) || string(head[:len(sqliteMagic)]) != sqliteMagic {
-		r.Kind = "not SQLite"
-		r.Problems = append(r.Problems, "the file is not a SQLite database: it is not an effectfence ledger (or its first bytes were overwritten)")
-		r.Advice = append(r.Advice, "point --ledger or EFFECTFENCE_LEDGER at the right file", fmt.Sprintf(adviceAside, path))
-		return r, nil
-	}
-	if n < 100 {
-		r.Kind = "effectfence ledger"
-		r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, shorter than the SQLite header", r.Bytes))
-		r.Advice = append(r.Advice, fmt.Sprintf(adviceAside, path))
-		return r, nil
-	}
-	// The header's page count is valid when the change counter matches version-valid-for.
-	// With no WAL content pending, the file must hold every page it counts.
-	pageSize := int64(binary.BigEndian.Uint16(head[16:18]))
-	if pageSize == 1 {
-		pageSize = 65536
-	}
-	pages := int64(binary.BigEndian.Uint32(head[28:32]))
-	if binary.BigEndian.Uint32(head[24:28]) == binary.BigEndian.Uint32(head[92:96]) && r.WALBytes == 0 && r.Bytes < pages*pageSize {
-		r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, its header counts %d pages of %d bytes (%d bytes)", r.Bytes, pages, pageSize, pages*pageSize))
+	if !mine {
+		if n < len(sqliteMagic) || string(head[:len(sqliteMagic)]) != sqliteMagic {
+			r.Kind = "not SQLite"
+			r.Problems = append(r.Problems, "the file is not a SQLite database: it is not an effectfence ledger (or its first bytes were overwritten)")
+			r.Advice = append(r.Advice, "point --ledger or EFFECTFENCE_LEDGER at the right file", fmt.Sprintf(adviceAside, path))
+			return r, nil
+		}
+		if n < 100 {
+			r.Kind = "effectfence ledger"
+			r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, shorter than the SQLite header", r.Bytes))
+			r.Advice = append(r.Advice, fmt.Sprintf(adviceAside, path))
+			return r, nil
+		}
+		// The header's page count is valid when the change counter matches version-valid-for.
+		// With no WAL content pending, the file must hold every page it counts.
+		pageSize := int64(binary.BigEndian.Uint16(head[16:18]))
+		if pageSize == 1 {
+			pageSize = 65536
+		}
+		pages := int64(binary.BigEndian.Uint32(head[28:32]))
+		if binary.BigEndian.Uint32(head[24:28]) == binary.BigEndian.Uint32(head[92:96]) && r.WALBytes == 0 && r.Bytes < pages*pageSize {
+			r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, its header counts %d pages of %d bytes (%d bytes)", r.Bytes, pages, pageSize, pages*pageSize))
+		}
 	}
 
 	readOnly := Options{ReadOnly: true, BusyTimeout: 5 * time.Second}

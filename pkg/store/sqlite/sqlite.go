@@ -73,10 +73,11 @@ const DefaultBusyTimeout = 30 * time.Second
 
 // Store is a ledger in a SQLite file. It is safe for concurrent use.
 type Store struct {
-	path string
-	opt  Options
-	w    *sql.DB // one connection: every write goes through the leader of the write queue
-	r    *sql.DB // readers
+	path    string
+	opt     Options
+	release func()  // the file's registration as open in this process (here.go)
+	w       *sql.DB // one connection: every write goes through the leader of the write queue
+	r       *sql.DB // readers
 
 	wconn *sql.Conn // w's only connection, held from Open to Close (see raw.go): after Open nothing may use w itself, it would wait for this connection forever
 	wlost bool      // database/sql discarded wconn (a batch's leader left its Raw callback by Goexit or panic); the next batch takes a new one
@@ -143,7 +144,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := prepareFile(abs, opt.ReadOnly); err != nil {
 		return nil, err
 	}
-	s := &Store{path: abs, opt: opt, decoded: newDecodedCache()}
+	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs)}
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
@@ -358,6 +359,7 @@ func (s *Store) closeReaders() error {
 func (s *Store) fail(err error) error {
 	s.closeWriter()
 	s.closeReaders()
+	s.release()
 	return s.wrap(err)
 }
 
@@ -448,19 +450,25 @@ func prepareFile(path string, readOnly bool) error {
 		if err := checkOtherName(path); err != nil {
 			return err
 		}
-		if err := checkHeader(path, fi.Size()); err != nil {
-			return err
-		}
-		if !readOnly {
-			// SQLite silently opens an unwritable file read-only and fails only at the first
-			// write; the fence must not start answering and then fail to record a decision.
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				return fmt.Errorf("ledger %s is not writable by this user (%w); the fence must record every decision: fix its permissions or choose another file with --ledger or EFFECTFENCE_LEDGER (`effectfence ledger check` can still read it)", path, err)
+		// A Store of this process that has the file open checked both when it opened it;
+		// descriptors of our own, closed, would drop that Store's locks (here.go).
+		_, err := aside(fi, func() error {
+			if err := checkHeader(path, fi.Size()); err != nil {
+				return err
 			}
-			f.Close()
-		}
-		return nil
+			if !readOnly {
+				// SQLite silently opens an unwritable file read-only and fails only at the
+				// first write; the fence must not start answering and then fail to record
+				// a decision.
+				f, err := os.OpenFile(path, os.O_RDWR, 0)
+				if err != nil {
+					return fmt.Errorf("ledger %s is not writable by this user (%w); the fence must record every decision: fix its permissions or choose another file with --ledger or EFFECTFENCE_LEDGER (`effectfence ledger check` can still read it)", path, err)
+				}
+				f.Close()
+			}
+			return nil
+		})
+		return err
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("ledger %s: %w", path, err)
 	case readOnly:
@@ -1169,5 +1177,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.inflight.Wait()
 	s.settleMoved()
-	return errors.Join(s.closeWriter(), s.closeReaders())
+	err := errors.Join(s.closeWriter(), s.closeReaders())
+	s.release()
+	return err
 }
