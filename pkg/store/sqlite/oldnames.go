@@ -85,6 +85,12 @@ func oldNames(ctx context.Context, db *sql.DB, name string) ([]string, error) {
 // very file is: a second name), and no process marked the log settled into the file as it is
 // now. It runs before anything is
 // written under this name.
+//
+// Its advice (put the file back, or bring the log beside this name) applies the log to this
+// file, which is right only if the log is this file's: if another ledger file was kept at the
+// old name after this one left (moved there, its holder killed, then removed), the log may be
+// that ledger's. Nothing cheap tells (see checkOwnLog), so the advice says to make sure first.
+// A log beside an old name where another file is now is taken for that file's and skipped.
 func checkOldNames(ctx context.Context, db *sql.DB, path, name string) error {
 	if v, err := schemaVersion(ctx, db); err != nil || v == 0 {
 		return err // a new ledger: no names yet
@@ -114,7 +120,7 @@ func checkOldNames(ctx context.Context, db *sql.DB, path, name string) error {
 		}
 		return &FileError{Path: path,
 			Problem: fmt.Sprintf("was used under the name %s, and the write-ahead log left beside that name (%s-wal, %d bytes) may hold decisions this file lacks: the file was moved (or given this name) after a process using the old name stopped without copying its log in (killed, or its machine went down)", old, old, log.Size()),
-			Advice:  fmt.Sprintf("stop every effectfence process that uses either name; then put the file back at %s (its log applies on the next open), or move the log and its index beside this name (mv %s-wal %s-wal; mv %s-shm %s-shm), which keeps every decision; nothing was changed", old, old, name, old, name)}
+			Advice:  fmt.Sprintf("stop every effectfence process that uses either name; if this file was the last ledger kept at %s (no other ledger file was put there or started there after it left), put the file back at %s (its log applies on the next open), or move the log and its index beside this name (mv %s-wal %s-wal; mv %s-shm %s-shm), which keeps every decision; if another ledger was kept there since, the log may be that ledger's, and either way would apply it to this file: put that ledger back at %s instead, and open this one only once %s-wal is gone; nothing was changed", old, old, old, name, old, name, old, old)}
 	}
 	return nil
 }
