@@ -95,7 +95,7 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	for _, c := range []struct {
 		kind  string
 		check func() error
-	}{{"file with several names", func() error { return checkOneName(path, fi) }}, {"file open under another name", func() error { return checkOtherName(path) }}} {
+	}{{"file with several names", func() error { return checkOneName(path, fi) }}, {"file open under another name", func() error { return checkOtherName(path) }}, {"log of another file", func() error { return checkOwnLog(path) }}} {
 		var fe *FileError
 		if errors.As(c.check(), &fe) {
 			r.Kind = c.kind

@@ -87,13 +87,39 @@ func otherNameHolder(path string, wait time.Duration) (int, string) {
 // same device as that (the two files are in one directory). sqliteNameOf then makes sure the
 // process has db itself open.
 func lockersWithout(db, shm syscall.Stat_t) map[int]bool {
-	f, err := os.Open("/proc/locks")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	onDB, onShm := map[int]map[string]bool{}, map[int]map[string]bool{}
 	self := os.Getpid()
+	if !eachPOSIXLock(func(pid int, dev string, ino uint64) {
+		switch {
+		case pid == self:
+		case ino == uint64(db.Ino):
+			addLock(onDB, pid, dev)
+		case shm.Ino != 0 && ino == uint64(shm.Ino):
+			addLock(onShm, pid, dev)
+		}
+	}) {
+		return nil
+	}
+	found := map[int]bool{}
+	for pid, devs := range onDB {
+		for dev := range devs {
+			if !onShm[pid][dev] {
+				found[pid] = true
+			}
+		}
+	}
+	return found
+}
+
+// eachPOSIXLock calls fn with every POSIX lock in /proc/locks: the process holding it (or
+// waiting for it), its file's device as /proc/locks names it and its inode. It reports whether
+// /proc/locks could be read to the end.
+func eachPOSIXLock(fn func(pid int, dev string, ino uint64)) bool {
+	f, err := os.Open("/proc/locks")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
 	in := bufio.NewScanner(f)
 	for in.Scan() {
 		// "1: POSIX  ADVISORY  READ 23506 fe:00:9979385 1073741826 1073742335"; a waiter's
@@ -106,37 +132,96 @@ func lockersWithout(db, shm syscall.Stat_t) map[int]bool {
 			continue
 		}
 		pid, err := strconv.Atoi(fields[4])
-		if err != nil || pid <= 0 || pid == self {
+		if err != nil || pid <= 0 {
 			continue
 		}
 		i := strings.LastIndexByte(fields[5], ':')
 		if i < 0 {
 			continue
 		}
-		dev := fields[5][:i]
 		ino, err := strconv.ParseUint(fields[5][i+1:], 10, 64)
 		if err != nil {
 			continue
 		}
-		switch {
-		case ino == uint64(db.Ino):
-			addLock(onDB, pid, dev)
-		case shm.Ino != 0 && ino == uint64(shm.Ino):
-			addLock(onShm, pid, dev)
+		fn(pid, fields[5][:i], ino)
+	}
+	return in.Err() == nil
+}
+
+// foreignLogUser returns a process that uses the write-ahead log beside the ledger name real
+// (resolved) for a file other than the one now at real (0: none), as /proc/locks and the
+// processes' descriptors show. SQLite holds a lock on a log's index (real-shm) for as long as
+// it has the log open, and opens the ledger file before the index (and closes it after), so a
+// process that locks the index but has not the file at real open has another file open under
+// this name: the file at real was moved here, or put here in place of that one, while the
+// process kept it. This process counts too (another store of it). A lock on the index's inode
+// counts only when the process has the index open (an inode number of another file system's
+// file is not it); processes whose descriptors this one may not read, or that it cannot see
+// (another PID namespace), count as none.
+func foreignLogUser(real string) int {
+	shm, err := os.Stat(real + "-shm")
+	if err != nil {
+		return 0
+	}
+	st, ok := shm.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0
+	}
+	ours, err := os.Stat(real)
+	if err != nil {
+		return 0
+	}
+	pids := map[int]bool{}
+	eachPOSIXLock(func(pid int, _ string, ino uint64) {
+		if ino == uint64(st.Ino) {
+			pids[pid] = true
+		}
+	})
+	for pid := range pids {
+		if hasShm, hasFile, ok := holds(pid, shm, ours); ok && hasShm && !hasFile {
+			return pid
 		}
 	}
-	if in.Err() != nil {
+	return 0
+}
+
+// holds says whether process pid has the files shm and db open (by stat of its descriptors,
+// which opens nothing); ok is false when its descriptors cannot be read.
+func holds(pid int, shm, db os.FileInfo) (hasShm, hasDB, ok bool) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false, false, false
+	}
+	for _, fd := range fds {
+		fi, err := os.Stat(filepath.Join(dir, fd.Name()))
+		if err != nil {
+			continue
+		}
+		hasShm = hasShm || os.SameFile(fi, shm)
+		hasDB = hasDB || os.SameFile(fi, db)
+	}
+	return hasShm, hasDB, true
+}
+
+// fileNow is the ledger file this process opened (file, as stat described it then) as it is
+// now, wherever it is: stat of one of this process's descriptors of it, which opens nothing
+// (closing a descriptor of the file would drop the process's locks on it); nil when there is
+// none.
+func fileNow(file os.FileInfo) os.FileInfo {
+	if file == nil {
 		return nil
 	}
-	found := map[int]bool{}
-	for pid, devs := range onDB {
-		for dev := range devs {
-			if !onShm[pid][dev] {
-				found[pid] = true
-			}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	for _, fd := range fds {
+		if fi, err := os.Stat(filepath.Join("/proc/self/fd", fd.Name())); err == nil && os.SameFile(fi, file) {
+			return fi
 		}
 	}
-	return found
+	return nil
 }
 
 // addLock records that pid locks a file on the device dev.

@@ -450,6 +450,9 @@ func prepareFile(path string, readOnly bool) error {
 		if err := checkOtherName(path); err != nil {
 			return err
 		}
+		if err := checkOwnLog(path); err != nil {
+			return err
+		}
 		// A Store of this process that has the file open checked both when it opened it;
 		// descriptors of our own, closed, would drop that Store's locks (here.go).
 		_, err := aside(fi, func() error {
@@ -536,6 +539,12 @@ func OrphanLog(path string) (problem, advice string) {
 		fi, err := os.Stat(log)
 		if err != nil || fi.Size() == 0 {
 			continue
+		}
+		if ok, _ := settled(log, fi); ok {
+			// Its records are in the moved file already, which may have recorded more since:
+			// moved beside it, the log would undo that (see checkOwnLog).
+			return fmt.Sprintf("is missing (or empty) but an old write-ahead log is beside it (%s, %d bytes): the ledger file was moved away while a process had it open, and that process copied this log into the moved file (%s says so)", log, fi.Size(), settledMark(log)),
+				fmt.Sprintf("stop every effectfence process that used this ledger; the moved file holds every record of this log: use it where it is, or put it back at %s; do not move this log beside it (it would undo what the moved file recorded since); to start a new ledger here, or if the file put back is refused, remove the old log with its index and mark (rm %s %s-shm %s)", path, log, base, settledMark(log))
 		}
 		return fmt.Sprintf("is missing (or empty) but its write-ahead log %s holds %d bytes: the ledger file was moved or deleted while a process had it open, and that log holds its latest records", log, fi.Size()),
 			fmt.Sprintf("stop every effectfence process that used this ledger; then put the moved file back at %s (its log is applied on the next open), or, to start a new ledger here, move the log and its index beside the moved file under its new name (mv %s NEW-wal; mv %s-shm NEW-shm, where NEW is the moved file), so that it keeps its latest records", path, log, base)
@@ -919,7 +928,7 @@ func (s *Store) checkFile() error {
 		r := &rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}
 		_, err := r.exec("VACUUM INTO ?", copyTo)
 		if r.checkpointPassive() {
-			markSettled(s.real)
+			markSettled(s.real, s.file)
 		}
 		return err
 	})
@@ -978,7 +987,7 @@ func (s *Store) settleMoved() {
 	}
 	_ = s.wconn.Raw(func(dc any) error {
 		if (&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}).checkpointPassive() {
-			markSettled(s.real)
+			markSettled(s.real, s.file)
 		}
 		return nil
 	})
