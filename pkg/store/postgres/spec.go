@@ -252,20 +252,10 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 		return s.speculateClaim(ctx, t, fn)
 	}
 	s.claims.forget(intent) // whatever happens next, the record will not be that claim
-	pc, err := s.pool.Acquire(ctx)
-	if err != nil {
+	sent, closed, err := s.sendSpec(ctx, t, "speculate")
+	if !sent {
 		return false, nil // the transaction path reports it
 	}
-	conn := pc.Conn()
-	t.conn, t.pid = conn, conn.PgConn().PID()
-	shard := s.shard(t.pid)
-	for _, a := range t.shards {
-		a.q.Arguments[a.i] = shard
-	}
-	s.at("speculate", t.pid)
-	err = conn.SendBatch(ctx, &t.pending).Close()
-	closed := conn.IsClosed()
-	pc.Release()
 	switch {
 	case err == nil && t.specHit > 0:
 		s.at("speculated", t.pid)
@@ -472,20 +462,10 @@ func (s *Store) settleClaim(ctx context.Context, intent string, cut [2][]byte, n
 
 // speculateClaim sends the batch of a speculative claim t, as speculate does a commit's.
 func (s *Store) speculateClaim(ctx context.Context, t *tx, fn func(fence.Tx) error) (done bool, err error) {
-	pc, err := s.pool.Acquire(ctx)
-	if err != nil {
+	sent, closed, err := s.sendSpec(ctx, t, "speculate claim")
+	if !sent {
 		return false, nil // the transaction path reports it
 	}
-	conn := pc.Conn()
-	t.conn, t.pid = conn, conn.PgConn().PID()
-	shard := s.shard(t.pid)
-	for _, a := range t.shards {
-		a.q.Arguments[a.i] = shard
-	}
-	s.at("speculate claim", t.pid)
-	err = conn.SendBatch(ctx, &t.pending).Close()
-	closed := conn.IsClosed()
-	pc.Release()
 	if err == nil && !t.specClock.IsZero() {
 		s.clock.Store(&clockReading{t.specClock.UTC(), time.Now()})
 	}
@@ -515,4 +495,25 @@ func (s *Store) speculateClaim(ctx context.Context, t *tx, fn func(fence.Tx) err
 	// (doubt.go). The engine runs nothing without the ticket it did not get.
 	d := doubt{intent: t.specIntent, cut: t.specCut, until: t.now.Add(specSlack), delta: t.delta}
 	return true, s.keep(CommitUnknownError{Err: errors.Join(err, serr), claim: true}, d)
+}
+
+// sendSpec sends a speculative batch on a connection of the pool, naming the counters' shard
+// once the connection is known. sent is false when no connection could be had (nothing was
+// sent); closed says whether the connection died with the batch.
+func (s *Store) sendSpec(ctx context.Context, t *tx, stage string) (sent, closed bool, err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, false, nil
+	}
+	conn := pc.Conn()
+	t.conn, t.pid = conn, conn.PgConn().PID()
+	shard := s.shard(t.pid)
+	for _, a := range t.shards {
+		a.q.Arguments[a.i] = shard
+	}
+	s.at(stage, t.pid)
+	err = conn.SendBatch(ctx, &t.pending).Close()
+	closed = conn.IsClosed()
+	pc.Release()
+	return true, closed, err
 }
