@@ -50,8 +50,8 @@
 // one-statement commit whose answer is lost is settled by running fn in a transaction: the
 // record tells whether the statement landed, and if it did not, the transaction's write makes
 // its guard fail wherever it still is. A one-statement claim whose answer is lost is settled
-// under the intent's lock once the database's clock is past the claim's guard. The pool replaces dead connections, so the next call
-// reconnects. The counters a commit of unknown outcome carried are the store's to settle
+// under the intent's lock once the database's clock is past the claim's guard. The pool
+// replaces dead connections, so the next call reconnects. The counters a commit of unknown outcome carried are the store's to settle
 // (doubt.go): it adds them once it learns the commit did not land, so they count once.
 package postgres
 

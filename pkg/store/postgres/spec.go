@@ -29,10 +29,28 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
-// specSlack bounds how far the clock a speculative commit uses (the server's clock at the
-// claim plus the local monotonic time elapsed since) may lag the server's clock once the
-// commit holds the intent's lock. It is never ahead of it.
+// specSlack bounds how far the clock a speculative commit or claim uses (a reading of the
+// server's clock plus the local monotonic time elapsed since: the claim's, or the store's
+// last) may lag the server's clock once the statement holds the intent's lock. It is never
+// ahead of it.
 const specSlack = 100 * time.Millisecond
+
+// specClockGuard is a speculative statement's check of fn's clock, its parameter $7, against
+// the server's (see specSlack).
+var specClockGuard = fmt.Sprintf("$7::timestamptz <= clock_timestamp() AND clock_timestamp() <= $7::timestamptz + interval '%d milliseconds'", specSlack.Milliseconds())
+
+// countersOnWrite is a WITH clause that adds to a counters row, as countersUpsert does, once
+// per row of w: its parameters (shard, then the ten counters in fence.Counters order) are
+// numbered from base+1.
+func countersOnWrite(base int) string {
+	p := make([]string, 10)
+	for i := range p {
+		p[i] = fmt.Sprintf("$%d", base+2+i)
+	}
+	return fmt.Sprintf(`, n AS (INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
+	SELECT $%d, clock_timestamp(), %s FROM w
+%s)`, base+1, strings.Join(p, ", "), countersAdd)
+}
 
 // errSpeculation ends a speculative run; it never leaves the store.
 var errSpeculation = errors.New("postgres ledger: the commit needs a transaction")
@@ -53,16 +71,10 @@ var (
 // putRecord, $6 the claim's body, $7 fn's clock, $8 the waiters' channel, then the counters
 // row as in countersUpsert.
 func specPutSQL(counters bool) string {
-	s := fmt.Sprintf(`WITH w AS (UPDATE effectfence_records SET state = $2, expires_at = $3, cert_hash = $4, body = $5
-	WHERE intent = $1 AND body = $6 AND $7::timestamptz <= clock_timestamp() AND clock_timestamp() <= $7::timestamptz + interval '%d milliseconds' RETURNING 1)`, specSlack.Milliseconds())
+	s := `WITH w AS (UPDATE effectfence_records SET state = $2, expires_at = $3, cert_hash = $4, body = $5
+	WHERE intent = $1 AND body = $6 AND ` + specClockGuard + ` RETURNING 1)`
 	if counters {
-		p := make([]string, 10)
-		for i := range p {
-			p[i] = fmt.Sprintf("$%d", 10+i)
-		}
-		s += `, n AS (INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
-	SELECT $9, clock_timestamp(), ` + strings.Join(p, ", ") + ` FROM w
-` + countersAdd + `)`
+		s += countersOnWrite(8)
 	}
 	// One row per record written, and the waiters' notification evaluated only for such a
 	// row (an uncorrelated subquery runs when first needed). Counting the rows with count(*)
@@ -310,19 +322,12 @@ var (
 // clock. t is evaluated once (it is materialized), and its nextval only when its conditions
 // hold.
 func specClaimSQL(counters bool) string {
-	s := fmt.Sprintf(`WITH t AS MATERIALIZED (SELECT nextval('effectfence_token') AS v
-	WHERE NOT EXISTS (SELECT 1 FROM effectfence_records WHERE intent = $1)
-	AND $7::timestamptz <= clock_timestamp() AND clock_timestamp() <= $7::timestamptz + interval '%d milliseconds'),
+	s := `WITH t AS MATERIALIZED (SELECT nextval('effectfence_token') AS v
+	WHERE NOT EXISTS (SELECT 1 FROM effectfence_records WHERE intent = $1) AND ` + specClockGuard + `),
 w AS (INSERT INTO effectfence_records (intent, state, expires_at, cert_hash, body)
-	SELECT $1::text, $2::text, $3::timestamptz, $4::text, $5::bytea || convert_to(v::text, 'UTF8') || $6::bytea FROM t RETURNING 1)`, specSlack.Milliseconds())
+	SELECT $1::text, $2::text, $3::timestamptz, $4::text, $5::bytea || convert_to(v::text, 'UTF8') || $6::bytea FROM t RETURNING 1)`
 	if counters {
-		p := make([]string, 10)
-		for i := range p {
-			p[i] = fmt.Sprintf("$%d", 9+i)
-		}
-		s += `, n AS (INSERT INTO effectfence_counters AS c (shard, updated_at, admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost)
-	SELECT $8, clock_timestamp(), ` + strings.Join(p, ", ") + ` FROM w
-` + countersAdd + `)`
+		s += countersOnWrite(7)
 	}
 	return s + `
 SELECT (SELECT v FROM t), clock_timestamp()`
@@ -335,9 +340,9 @@ func (t *tx) specAbsent(intent string) (*fence.Record, error) {
 	if c == nil || t.s.noFreshSpeculation {
 		return nil, t.abandon()
 	}
-	t.specRead = time.Now()
+	t.nowAt = time.Now()
 	t.specIntent, t.specFresh = intent, true
-	t.now = c.now.Add(t.specRead.Sub(c.at)).Truncate(time.Microsecond)
+	t.now = c.now.Add(t.nowAt.Sub(c.at)).Truncate(time.Microsecond)
 	t.locked = map[string]bool{intent: true}
 	t.pending.Queue(specLock, lockKey(t.s.schema, "intent", intent))
 	t.state = map[string]fence.State{intent: fence.StateNone}
@@ -403,7 +408,7 @@ func (t *tx) claimed(token int64) {
 	if rec != nil {
 		rec.Token = v
 	}
-	t.s.claims.put(t.specIntent, claim{body: body, rec: rec, now: t.now, at: t.specRead})
+	t.s.claims.put(t.specIntent, claim{body: body, rec: rec, now: t.now, at: t.nowAt})
 }
 
 // cutToken says whether body is a claim spliced from cut, and with which token.

@@ -49,7 +49,7 @@ type tx struct {
 
 	prefetch []string // domains to read along with the next Get (PrefetchDomain)
 
-	nowAt   time.Time    // the local instant now was received (monotonic), the base of a claim's clock
+	nowAt   time.Time    // the local instant now was received (monotonic), or reckoned at (a speculative claim): the base of a claim's clock
 	written []claimWrite // record writes in order, for the store's claim cache once committed
 
 	// A speculative commit (see spec.go): fn runs against the claim this store wrote, and
@@ -66,7 +66,6 @@ type tx struct {
 	specTokens bool          // NextToken answered fence.PendingToken
 	tokenDst   []*uint64     // where the engine keeps the claim's token (fence.LateToken)
 	specCut    [2][]byte     // the claim's body before and after its token
-	specRead   time.Time     // the local instant t.now was reckoned at
 	specToken  *int64        // the token the batch drew: nil if it wrote nothing
 	specClock  time.Time     // the server's clock when the batch ran
 	specNew    *fence.Record // the record decoding the claim's body gives, token aside
