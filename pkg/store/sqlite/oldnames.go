@@ -135,7 +135,7 @@ func checkOldNames(ctx context.Context, db *sql.DB, path, name string) error {
 // is refused (checkOrphanLog), instead of starting a new ledger beside the moved one. But its
 // records are all in the moved file, and that file may have changed since (it was used under
 // its new name): SQLite opening a file under the old name applies the log beside it, whatever
-// file it is, over that file's pages, undoing what was written since. Before 2026-12-04 the
+// file it is, over that file's pages, undoing what was written since. Before 2026-12-03 the
 // file moved back (mv NEW OLD, as the refusal of the old name advises) answered every call
 // recorded under the new name as new (TestLedgerMovedBackBesideItsSettledLogIsRefused), and
 // quick_check saw nothing. checkOwnLog refuses that.
