@@ -356,24 +356,30 @@ func TestMemoryScanByExpiryAllocatesOnlyItsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = st.View(ctx, func(tx fence.Tx) error {
-		n := 0
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		err := tx.Scan(fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: tx.Now(), Limit: 10, ByExpiry: true}, func(*fence.Record) bool {
-			n++
-			return true
+	// TotalAlloc counts every goroutine of the process, so the least of a few scans is the
+	// scan's own (CI once saw 5688 bytes, other goroutines' allocations included).
+	least := uint64(1 << 62)
+	for range 5 {
+		err = st.View(ctx, func(tx fence.Tx) error {
+			n := 0
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			err := tx.Scan(fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: tx.Now(), Limit: 10, ByExpiry: true}, func(*fence.Record) bool {
+				n++
+				return true
+			})
+			runtime.ReadMemStats(&after)
+			if n != 10 {
+				t.Errorf("the scan gave %d records; want 10", n)
+			}
+			least = min(least, after.TotalAlloc-before.TotalAlloc)
+			return err
 		})
-		runtime.ReadMemStats(&after)
-		if n != 10 {
-			t.Errorf("the scan gave %d records; want 10", n)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<10 {
-			t.Errorf("a ByExpiry scan of 10 among %d expired records allocated %d bytes; want at most 4 KB", expired, alloc)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
+	}
+	if least > 4<<10 {
+		t.Errorf("a ByExpiry scan of 10 among %d expired records allocated %d bytes (the least of 5 scans); want at most 4 KB", expired, least)
 	}
 }
