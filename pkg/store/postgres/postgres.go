@@ -191,9 +191,22 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6)}
 	if err := s.init(ctx, schema, first, c.Existing); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
+		return nil, fmt.Errorf("postgres ledger %s: %w%s", Redact(c.URL), err, poolerHint(err))
 	}
 	return s, nil
+}
+
+// poolerHint explains the errors pgx's cached prepared statements meet behind a pooler in
+// transaction mode that does not keep them (PgBouncer before 1.21, or without
+// max_prepared_statements): a statement prepared on one server connection is missing on, or
+// already prepared differently on, the next one the pooler hands over.
+func poolerHint(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P05" || pe.Code == "26000") {
+		return ". Behind a pooler in transaction mode, add default_query_exec_mode=exec (or simple_protocol) to the URL, " +
+			"or let the pooler keep prepared statements (PgBouncer 1.21 or later, max_prepared_statements)"
+	}
+	return ""
 }
 
 // init resolves the ledger's schema name as PostgreSQL does and creates or migrates it.
@@ -212,7 +225,7 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 		// quoted ones are kept as written.
 		var parts []string
 		if err := conn.QueryRow(ctx, "SELECT parse_ident($1)", first).Scan(&parts); err != nil {
-			return fmt.Errorf("search_path starts with %q, which is not a schema name: %v", first, err)
+			return fmt.Errorf("search_path starts with %q, which is not a schema name: %w", first, err)
 		} else if len(parts) != 1 {
 			return fmt.Errorf("search_path starts with %q, which is not a schema name (a qualified name has %d parts)", first, len(parts))
 		}
@@ -232,13 +245,18 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	if err := migrate(ctx, conn.Conn(), schema, create, existing); err != nil {
 		return err
 	}
-	// The tables this connection reaches must be the resolved schema's.
-	var current string
-	if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&current); err != nil {
+	// A one-statement write (spec.go) runs at the session's default isolation, which must be
+	// READ COMMITTED (see Open). A pooler in transaction mode drops the setting the store sent
+	// (and PgBouncer refuses to connect unless told to ignore it); a server whose default is
+	// stricter is then refused here, not found out by failing writes.
+	var iso string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&iso); err != nil {
 		return err
 	}
-	if current != schema {
-		return fmt.Errorf("the ledger schema resolves to %q but search_path reaches %q first; name the schema first in search_path", schema, current)
+	if iso != "read committed" {
+		return fmt.Errorf("the server session's default_transaction_isolation is %q, where the store sets read committed, which its one-statement writes need. "+
+			"A pooler in transaction mode drops the setting a client sends (PgBouncer with default_transaction_isolation in ignore_startup_parameters): "+
+			"set it for the role instead (ALTER ROLE … SET default_transaction_isolation = 'read committed'), or connect directly or through a pooler in session mode", iso)
 	}
 	if _, err := conn.Exec(ctx, foldCounters); err != nil {
 		return fmt.Errorf("folding old counter shards: %w", err)

@@ -163,6 +163,12 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 			return fmt.Errorf("creating schema %q: %w", schema, err)
 		}
 	}
+	// The tables are created and used by unqualified names: the session's search_path must
+	// reach the ledger's schema first, or they would be another schema's (public's, for a
+	// pooler that dropped the search_path the store sent). Checked before anything is created.
+	if err := reachesSchema(ctx, tx, schema); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS effectfence_version (version integer NOT NULL)"); err != nil {
 		return err
 	}
@@ -199,6 +205,27 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// reachesSchema returns an error unless the session's current schema (the first schema of its
+// search_path that exists) is schema.
+func reachesSchema(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) error {
+	var current string
+	if err := q.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&current); err != nil {
+		return err
+	}
+	if current == schema {
+		return nil
+	}
+	var sp string
+	if err := q.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&sp); err != nil {
+		return err
+	}
+	return fmt.Errorf("the ledger schema resolves to %q but the server session's search_path (%s) reaches %q first: name the schema first in search_path. "+
+		"A pooler in transaction mode drops the search_path a client sends (PgBouncer with search_path in ignore_startup_parameters): "+
+		"set it for the role instead (ALTER ROLE … SET search_path = …), or connect directly or through a pooler in session mode", schema, sp, current)
 }
 
 // setRecordIndexes runs recordIndexes in a savepoint of the migration transaction. Dropping and

@@ -62,7 +62,7 @@ var errSpeculation = errors.New("postgres ledger: the commit needs a transaction
 // the waiters' notification only if the record was written. The statement answers one row
 // per record it wrote: none is a miss, and the transaction commits nothing.
 var (
-	specLock        = `SELECT pg_advisory_xact_lock($1)`
+	specLock        = `SELECT pg_advisory_xact_lock($1) WHERE ` + durable
 	specPut         = specPutSQL(false)
 	specPutCounters = specPutSQL(true)
 )

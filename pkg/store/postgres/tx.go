@@ -94,13 +94,25 @@ type domainState struct {
 
 var errReadOnly = errors.New("postgres ledger: write in a read-only transaction")
 
+// durable is true, and turns synchronous_commit on for the rest of the transaction where the
+// session has it off. The first statement of every write transaction carries it (start and
+// lock), and so does a one-statement write's lock (specLock): a COMMIT that records a claim
+// or an outcome waits for the WAL flush whatever the session's setting. The pool's
+// AfterConnect sets it for the session too, but behind a pooler in transaction mode
+// (PgBouncer's pool_mode = transaction) a session is any of the pooler's server connections,
+// most of which never ran AfterConnect: a role or database default of off reached them, and
+// their COMMITs returned before the flush (TestTransactionPoolerKeepsReceiptsDurable). A
+// stronger setting (local, remote_write, remote_apply) is kept. CASE runs set_config only
+// when it is needed.
+const durable = `CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) IS NOT NULL ELSE true END`
+
 // start queues, right after BEGIN, the read of the clock and of the transaction id (known
 // before COMMIT is sent, so a lost acknowledgement can be resolved), unless that is queued
 // already.
 func (t *tx) start() {
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current()").QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
 	}
 }
 
@@ -182,7 +194,7 @@ func (t *tx) lock(intent string) {
 	// reads its id, in place of start.
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1)", key).QueryRow(func(r pgx.Row) error {
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable, key).QueryRow(func(r pgx.Row) error {
 			return t.scanNow(r, &t.xid)
 		})
 		return
