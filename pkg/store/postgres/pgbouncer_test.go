@@ -208,8 +208,8 @@ func poolerRole(t *testing.T, searchPath bool) (role, schema string) {
 	setup := []string{
 		"ALTER ROLE " + r + " SET synchronous_commit = off",
 		"CREATE SCHEMA " + s + " AUTHORIZATION " + r,
-		// Open runs CREATE SCHEMA IF NOT EXISTS for a schema it is told, which PostgreSQL
-		// refuses without this privilege even when the schema exists.
+		// So that a refused Open (TestTransactionPoolerWithoutTheSchemaIsRefused) could
+		// create the schema it is told: the refusal, not a missing privilege, must stop it.
 		"GRANT CREATE ON DATABASE " + pgx.Identifier{server.Database}.Sanitize() + " TO " + r,
 	}
 	if searchPath {

@@ -159,8 +159,18 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 		}
 	}
 	if create {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
-			return fmt.Errorf("creating schema %q: %w", schema, err)
+		// Only a schema that is missing is created: PostgreSQL checks CREATE on the database
+		// before IF NOT EXISTS looks, so a role that owns an existing schema (and may not
+		// create schemas, as docs/postgres.md allows) was refused "permission denied for
+		// database" (TestOpenInAnExistingSchemaNeedsNoDatabaseCreate).
+		var found bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&found); err != nil {
+			return err
+		}
+		if !found {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+				return fmt.Errorf("creating schema %q: %w", schema, err)
+			}
 		}
 	}
 	// The tables are created and used by unqualified names: the session's search_path must
