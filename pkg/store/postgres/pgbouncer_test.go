@@ -625,3 +625,95 @@ func TestTransactionPoolerWithoutTheSchemaIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestTransactionPoolerStricterIsolationIsRefused: PgBouncer drops the
+// default_transaction_isolation the store sends, so a role (or database) whose default is
+// stricter than READ COMMITTED reaches the store's sessions, where a one-statement write's
+// guard would read a snapshot taken before it held the intent's lock. Open refuses it, with
+// what to set, before using the ledger; with the role set to read committed it opens.
+func TestTransactionPoolerStricterIsolationIsRefused(t *testing.T) {
+	role, schema := poolerRole(t, true)
+	port := startPgBouncer(t, role)
+	conn := admin(t, "")
+	ctx := context.Background()
+	r := pgx.Identifier{role}.Sanitize()
+	if _, err := conn.Exec(ctx, "ALTER ROLE "+r+" SET default_transaction_isolation = 'repeatable read'"); err != nil {
+		t.Fatal(err)
+	}
+	u := poolerURL(t, role, port, map[string]string{"default_query_exec_mode": "exec", "pool_max_conns": "2"})
+	s, err := Open(ctx, Config{URL: u})
+	if err == nil {
+		s.Close()
+		t.Fatalf("Open through the pooler with the role's default isolation repeatable read succeeded; the store's one-statement writes need read committed")
+	}
+	if msg := err.Error(); !strings.Contains(msg, `default_transaction_isolation is "repeatable read"`) || !strings.Contains(msg, "ALTER ROLE") {
+		t.Fatalf("Open refused without saying what to set: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER ROLE "+r+" SET default_transaction_isolation = 'read committed'"); err != nil {
+		t.Fatal(err)
+	}
+	reconnectPooler(t, port) // server connections that kept the old default go
+	s = openPooled(t, u)
+	if s.Schema() != schema {
+		t.Fatalf("the ledger is in %q, want %q", s.Schema(), schema)
+	}
+}
+
+// TestTransactionPoolerWaitersAreWoken: docs/postgres.md says LISTEN/NOTIFY does not reach
+// waiters through a pooler in transaction mode and that they fall back to polling. A
+// coalescing wait (PrepareWait) in one store on an intent another store holds ends with the
+// holder's recorded result once it commits, through PgBouncer, and no second admission is
+// made. The bound is for a hang (a wait that is never woken), not a speed.
+func TestTransactionPoolerWaitersAreWoken(t *testing.T) {
+	role, schema := poolerRole(t, true)
+	port := startPgBouncer(t, role)
+	u := poolerURL(t, role, port, map[string]string{"default_query_exec_mode": "exec", "pool_max_conns": "4"})
+	conn := admin(t, schema)
+	holder, waiter := fence.New(openPooled(t, u), fence.Config{}), fence.New(openPooled(t, u), fence.Config{})
+	ctx := context.Background()
+	req := fence.Request{Intent: "pooled-wait", Tool: "charge", Args: []byte(`{"amount":7}`)}
+	adm, err := holder.Prepare(ctx, req)
+	if err != nil || adm.Ticket == nil {
+		t.Fatalf("the holder's claim: %v (%+v)", err, adm)
+	}
+	type answer struct {
+		adm fence.Admission
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		a, err := waiter.PrepareWait(ctx, req, time.Minute)
+		done <- answer{a, err}
+	}()
+	// The waiter must be waiting (it met the claim in flight and registered for a wake-up)
+	// before the holder commits: otherwise it would replay without ever having waited.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM effectfence_waiters WHERE intent = $1", req.Intent).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never registered as waiting on the holder's claim")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	result := []byte(`{"charge":"ch_pooled"}`)
+	if _, err := holder.Commit(ctx, *adm.Ticket, result); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-done:
+		if a.err != nil {
+			t.Fatalf("the waiter's answer: %v", a.err)
+		}
+		if a.adm.Ticket != nil || a.adm.Cert == nil || string(a.adm.Cert.Result) != string(result) {
+			t.Fatalf("the waiter got %+v, want the holder's recorded result %s", a.adm, result)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter was not woken within 30 s of the holder's commit through the pooler")
+	}
+}
