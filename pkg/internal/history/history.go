@@ -52,6 +52,14 @@ type Config struct {
 	// Postgres is the server's URL (EFFECTFENCE_TEST_POSTGRES) when Ledger is "postgres"; the
 	// run uses (and drops) a schema of its own.
 	Postgres string
+	// Pooler, when set, is the URL the wraps reach the ledger by instead (through the cutting
+	// proxy): a pooler in front of the same server, such as PgBouncer in transaction mode,
+	// which drops the search_path a client sends. Its role must then reach Schema by its own
+	// default (ALTER ROLE … SET search_path); the harness still reads and drops the schema
+	// through Postgres.
+	Pooler string
+	// Schema names the run's PostgreSQL schema (default history_<seed>_<pid>_<front>).
+	Schema string
 	// Bin is the effectfence binary.
 	Bin string
 	// Child is the argv of a program that calls MaybeServeChild first (it is told its effects
@@ -300,10 +308,21 @@ func (r *run) postgres(ctx context.Context) (func(), error) {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	schema := fmt.Sprintf("history_%d_%d_%s", r.cfg.Seed, os.Getpid(), r.cfg.Front) // runs of one process at once (each front) must not share it
+	if r.cfg.Schema != "" {
+		schema = r.cfg.Schema
+	}
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	direct := u.String()
+	if r.cfg.Pooler != "" {
+		if u, err = url.Parse(r.cfg.Pooler); err != nil {
+			return nil, fmt.Errorf("history: pooler: %w", err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema) // dropped by a pooler in transaction mode; the store checks what it reaches
+		u.RawQuery = q.Encode()
+	}
 	host := u.Host
 	if u.Port() == "" {
 		host += ":5432"

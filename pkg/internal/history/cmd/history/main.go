@@ -38,6 +38,8 @@ func run() int {
 	lease := flag.Duration("lease", 2*time.Second, "the wraps' lease")
 	front := flag.String("front", "stdio", "how clients reach the wraps: stdio, http (each wrap is `wrap --listen`) or both")
 	pad := flag.Int("pad", 0, "bytes of padding in every call's arguments (e.g. 12000: large records)")
+	pooler := flag.String("pooler", "", "PostgreSQL: a pooler's URL the wraps use instead of the server's (its role must reach -schema by its own search_path)")
+	schema := flag.String("schema", "", "PostgreSQL: the run's schema (default history_<seed>_<pid>_<front>); it is dropped at the end")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "history: unexpected argument %q\n", flag.Arg(0))
@@ -94,6 +96,7 @@ func run() int {
 		rep, err := history.Run(context.Background(), history.Config{
 			Seed: *seed, Duration: *duration, Ledger: l, Postgres: os.Getenv("EFFECTFENCE_TEST_POSTGRES"),
 			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr, Front: ro.front, Pad: *pad,
+			Pooler: *pooler, Schema: *schema,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
