@@ -684,6 +684,9 @@ type stream struct {
 	body     []byte
 	answered bool
 	orphan   bool
+	// also are earlier POSTs of this same request under its id, still connected when this
+	// one was registered (session.register): they are answered with it.
+	also []*stream
 
 	// The session's list of SSE request streams that take other messages (guarded by the
 	// session's mu): routed says st is on it, between older and newer.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -69,6 +70,79 @@ func TestReusedIDOfAHungUpRequest(t *testing.T) {
 			}
 			if strings.Contains(g.log.String(), "slow tag=other started") {
 				t.Fatal("the refused call ran")
+			}
+		})
+	}
+}
+
+// TestResentWhileTheFirstPostIsConnected: a client's retry of its POST can reach the gateway
+// before the gateway has noticed the first POST's connection end (a cut the client saw may
+// arrive late at the gateway, or never, when it was silent). docs/gateway.md: "the same
+// message POSTed again byte for byte waits for the one answer". Here the first POST stays
+// connected: the re-sent one joins its wait, both receive the answer of the one execution,
+// and another request under the id is refused meanwhile. Before, the re-send was refused
+// (400, "already in progress") until the gateway saw the first client go.
+func TestResentWhileTheFirstPostIsConnected(t *testing.T) {
+	t.Parallel()
+	for _, pass := range []bool{false, true} {
+		name := "fenced"
+		if pass {
+			name = "passed"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
+				if pass {
+					o.Pass = []string{"slow"}
+				}
+			})
+			sid := g.open(nil)
+			first := call(9, "slow", `{"ms":2500,"tag":"twice"}`)
+			type posted struct {
+				r   reply
+				err error
+			}
+			firstDone := make(chan posted, 1)
+			go func() {
+				r, err := g.post(context.Background(), sid, nil, first)
+				firstDone <- posted{r, err}
+			}()
+			waitLog(t, g, "slow tag=twice started")
+
+			r := g.mustPost(sid, nil, call(9, "slow", `{"ms":10,"tag":"other"}`))
+			if r.status != http.StatusBadRequest || !strings.Contains(r.raw[0], "already in progress") {
+				t.Fatalf("another call under the id of one still served: status %d %v, want 400 (already in progress)", r.status, r.raw)
+			}
+			again := g.mustPost(sid, nil, first)
+			if again.status != http.StatusOK {
+				t.Fatalf("the same call re-sent under its id while its first POST is connected: status %d %v", again.status, again.raw)
+			}
+			want := resultText(t, again.last(t))
+			if !strings.HasPrefix(want, "slow done n=1 ") {
+				t.Fatalf("the re-sent call was answered %q, want the first execution's result", want)
+			}
+			var f posted
+			select {
+			case f = <-firstDone:
+			case <-time.After(time.Minute):
+				t.Fatal("the first POST got no answer within a minute of the re-sent one's")
+			}
+			if f.err != nil || f.r.status != http.StatusOK {
+				t.Fatalf("the first POST: status %d, %v", f.r.status, f.err)
+			}
+			if got := resultText(t, f.r.last(t)); got != want {
+				t.Fatalf("the first POST was answered %q, the re-sent one %q: want the one answer for both", got, want)
+			}
+			if n := strings.Count(g.log.String(), "slow tag=twice started"); n != 1 {
+				t.Fatalf("the call started %d times, want 1", n)
+			}
+			if strings.Contains(g.log.String(), "slow tag=other started") {
+				t.Fatal("the refused call ran")
+			}
+			// Once answered, the id is free again.
+			r = g.mustPost(sid, nil, call(9, "echo", `{"text":"mine"}`))
+			if text := resultText(t, r.last(t)); text != "echo mine" {
+				t.Fatalf("a call under the freed id was answered %q, want its own answer", text)
 			}
 		})
 	}

@@ -61,13 +61,16 @@ func (s *session) close() {
 	}
 }
 
-// register opens the stream of request m, whose POST body is body. It returns false when a
-// request with its id is still being served. That includes a request whose client hung up:
-// the proxy serves it on, and its id stays taken until the proxy has answered it, since a
-// new request under that id would be handed the first one's answer (and its own dropped).
-// The same body re-sent under that id (a client retrying its POST) takes over the wait
+// register opens the stream of request m, whose POST body is body. It returns false when
+// another request with its id is still being served. That includes a request whose client
+// hung up: the proxy serves it on, and its id stays taken until the proxy has answered it,
+// since a new request under that id would be handed the first one's answer (and its own
+// dropped). The same body re-sent under that id (a client retrying its POST) joins the wait
 // instead (adopted): it receives the answer of the request it repeats, and must not be
-// dispatched again.
+// dispatched again. That holds whether or not the gateway has noticed the first POST's client
+// hang up (a cut the client saw may reach the gateway late, or, silent, never): the earlier
+// POST, if still connected, receives the answer too (also), and the re-sent one takes over
+// the request's progress notifications.
 func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *stream, adopted, ok bool) {
 	var p struct {
 		Meta struct {
@@ -79,14 +82,19 @@ func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *strea
 	st.body = body
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.requests[st.id]; old != nil {
-		if !old.orphan || !bytes.Equal(old.body, body) {
+	old := s.requests[st.id]
+	if old != nil {
+		if !bytes.Equal(old.body, body) {
 			return nil, false, false
 		}
 		adopted = true
+		st.also = append(st.also, old.also...)
+		if !old.orphan {
+			st.also = append(st.also, old)
+		}
 	}
 	s.requests[st.id] = st
-	if st.token != "" && s.tokens[st.token] == nil {
+	if st.token != "" && (s.tokens[st.token] == nil || (old != nil && s.tokens[st.token] == old)) {
 		s.tokens[st.token] = st
 	}
 	if sse {
@@ -126,6 +134,12 @@ func (s *session) answer(id string, line []byte) {
 		return // a second response to one request: the first stands
 	}
 	st.answered = true
+	for _, p := range st.also { // earlier POSTs of the same request (see register)
+		if !p.answered {
+			p.answered = true
+			p.final <- line // buffer 1, empty while unanswered
+		}
+	}
 	if st.orphan {
 		delete(s.requests, id) // nobody waits: the outcome is the proxy's (and the ledger's)
 		return
