@@ -17,62 +17,49 @@ import (
 // its POST) takes over the wait and receives the answer of the one execution, fenced or
 // passed through.
 func TestReusedIDOfAHungUpRequest(t *testing.T) {
-	t.Parallel()
-	for _, pass := range []bool{false, true} {
-		name := "fenced"
-		if pass {
-			name = "passed"
+	fencedAndPassed(t, func(t *testing.T, g *gw) {
+		sid := g.open(nil)
+		// Long enough that the steps below, on a loaded machine, happen while it runs.
+		first := call(7, "slow", `{"ms":2500,"tag":"reused"}`)
+		ctx, hangUp := context.WithCancel(context.Background())
+		hungUp := make(chan struct{})
+		go func() {
+			defer close(hungUp)
+			_, _ = g.post(ctx, sid, nil, first)
+		}()
+		waitLog(t, g, "slow tag=reused started")
+		hangUp()
+		<-hungUp
+
+		// Another call under the same id while the first still runs, slower than what
+		// is left of the first: before, it was handed the first call's answer, and its
+		// own was dropped.
+		r := g.mustPost(sid, nil, call(7, "slow", `{"ms":4000,"tag":"other"}`))
+		if r.status != http.StatusBadRequest || !strings.Contains(r.raw[0], "already in progress") {
+			t.Fatalf("another call under the id of one still served: status %d %v, want 400 (already in progress)", r.status, r.raw)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
-				if pass {
-					o.Pass = []string{"slow"}
-				}
-			})
-			sid := g.open(nil)
-			// Long enough that the steps below, on a loaded machine, happen while it runs.
-			first := call(7, "slow", `{"ms":2500,"tag":"reused"}`)
-			ctx, hangUp := context.WithCancel(context.Background())
-			hungUp := make(chan struct{})
-			go func() {
-				defer close(hungUp)
-				_, _ = g.post(ctx, sid, nil, first)
-			}()
-			waitLog(t, g, "slow tag=reused started")
-			hangUp()
-			<-hungUp
 
-			// Another call under the same id while the first still runs, slower than what
-			// is left of the first: before, it was handed the first call's answer, and its
-			// own was dropped.
-			r := g.mustPost(sid, nil, call(7, "slow", `{"ms":4000,"tag":"other"}`))
-			if r.status != http.StatusBadRequest || !strings.Contains(r.raw[0], "already in progress") {
-				t.Fatalf("another call under the id of one still served: status %d %v, want 400 (already in progress)", r.status, r.raw)
-			}
+		// The same call re-sent under the same id: the first execution's answer.
+		r = g.mustPost(sid, nil, first)
+		if r.status != http.StatusOK {
+			t.Fatalf("the same call re-sent under its id: status %d %v", r.status, r.raw)
+		}
+		if text := resultText(t, r.last(t)); !strings.HasPrefix(text, "slow done n=1 ") {
+			t.Fatalf("the re-sent call was answered %q, want the first execution's result", text)
+		}
 
-			// The same call re-sent under the same id: the first execution's answer.
-			r = g.mustPost(sid, nil, first)
-			if r.status != http.StatusOK {
-				t.Fatalf("the same call re-sent under its id: status %d %v", r.status, r.raw)
-			}
-			if text := resultText(t, r.last(t)); !strings.HasPrefix(text, "slow done n=1 ") {
-				t.Fatalf("the re-sent call was answered %q, want the first execution's result", text)
-			}
-
-			// Once answered, the id is free again.
-			r = g.mustPost(sid, nil, call(7, "echo", `{"text":"mine"}`))
-			if text := resultText(t, r.last(t)); text != "echo mine" {
-				t.Fatalf("a call under the freed id was answered %q, want its own answer", text)
-			}
-			if n := strings.Count(g.log.String(), "slow tag=reused started"); n != 1 {
-				t.Fatalf("the call started %d times, want 1", n)
-			}
-			if strings.Contains(g.log.String(), "slow tag=other started") {
-				t.Fatal("the refused call ran")
-			}
-		})
-	}
+		// Once answered, the id is free again.
+		r = g.mustPost(sid, nil, call(7, "echo", `{"text":"mine"}`))
+		if text := resultText(t, r.last(t)); text != "echo mine" {
+			t.Fatalf("a call under the freed id was answered %q, want its own answer", text)
+		}
+		if n := strings.Count(g.log.String(), "slow tag=reused started"); n != 1 {
+			t.Fatalf("the call started %d times, want 1", n)
+		}
+		if strings.Contains(g.log.String(), "slow tag=other started") {
+			t.Fatal("the refused call ran")
+		}
+	})
 }
 
 // TestResentWhileTheFirstPostIsConnected: a client's retry of its POST can reach the gateway
@@ -83,6 +70,61 @@ func TestReusedIDOfAHungUpRequest(t *testing.T) {
 // and another request under the id is refused meanwhile. Before, the re-send was refused
 // (400, "already in progress") until the gateway saw the first client go.
 func TestResentWhileTheFirstPostIsConnected(t *testing.T) {
+	fencedAndPassed(t, func(t *testing.T, g *gw) {
+		sid := g.open(nil)
+		first := call(9, "slow", `{"ms":2500,"tag":"twice"}`)
+		type posted struct {
+			r   reply
+			err error
+		}
+		firstDone := make(chan posted, 1)
+		go func() {
+			r, err := g.post(context.Background(), sid, nil, first)
+			firstDone <- posted{r, err}
+		}()
+		waitLog(t, g, "slow tag=twice started")
+
+		r := g.mustPost(sid, nil, call(9, "slow", `{"ms":10,"tag":"other"}`))
+		if r.status != http.StatusBadRequest || !strings.Contains(r.raw[0], "already in progress") {
+			t.Fatalf("another call under the id of one still served: status %d %v, want 400 (already in progress)", r.status, r.raw)
+		}
+		again := g.mustPost(sid, nil, first)
+		if again.status != http.StatusOK {
+			t.Fatalf("the same call re-sent under its id while its first POST is connected: status %d %v", again.status, again.raw)
+		}
+		want := resultText(t, again.last(t))
+		if !strings.HasPrefix(want, "slow done n=1 ") {
+			t.Fatalf("the re-sent call was answered %q, want the first execution's result", want)
+		}
+		var f posted
+		select {
+		case f = <-firstDone:
+		case <-time.After(time.Minute):
+			t.Fatal("the first POST got no answer within a minute of the re-sent one's")
+		}
+		if f.err != nil || f.r.status != http.StatusOK {
+			t.Fatalf("the first POST: status %d, %v", f.r.status, f.err)
+		}
+		if got := resultText(t, f.r.last(t)); got != want {
+			t.Fatalf("the first POST was answered %q, the re-sent one %q: want the one answer for both", got, want)
+		}
+		if n := strings.Count(g.log.String(), "slow tag=twice started"); n != 1 {
+			t.Fatalf("the call started %d times, want 1", n)
+		}
+		if strings.Contains(g.log.String(), "slow tag=other started") {
+			t.Fatal("the refused call ran")
+		}
+		// Once answered, the id is free again.
+		r = g.mustPost(sid, nil, call(9, "echo", `{"text":"mine"}`))
+		if text := resultText(t, r.last(t)); text != "echo mine" {
+			t.Fatalf("a call under the freed id was answered %q, want its own answer", text)
+		}
+	})
+}
+
+// fencedAndPassed runs test, in parallel, on a gateway that fences the tool slow and on one
+// that passes it through unfenced (--pass).
+func fencedAndPassed(t *testing.T, test func(t *testing.T, g *gw)) {
 	t.Parallel()
 	for _, pass := range []bool{false, true} {
 		name := "fenced"
@@ -91,59 +133,11 @@ func TestResentWhileTheFirstPostIsConnected(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
+			test(t, newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
 				if pass {
 					o.Pass = []string{"slow"}
 				}
-			})
-			sid := g.open(nil)
-			first := call(9, "slow", `{"ms":2500,"tag":"twice"}`)
-			type posted struct {
-				r   reply
-				err error
-			}
-			firstDone := make(chan posted, 1)
-			go func() {
-				r, err := g.post(context.Background(), sid, nil, first)
-				firstDone <- posted{r, err}
-			}()
-			waitLog(t, g, "slow tag=twice started")
-
-			r := g.mustPost(sid, nil, call(9, "slow", `{"ms":10,"tag":"other"}`))
-			if r.status != http.StatusBadRequest || !strings.Contains(r.raw[0], "already in progress") {
-				t.Fatalf("another call under the id of one still served: status %d %v, want 400 (already in progress)", r.status, r.raw)
-			}
-			again := g.mustPost(sid, nil, first)
-			if again.status != http.StatusOK {
-				t.Fatalf("the same call re-sent under its id while its first POST is connected: status %d %v", again.status, again.raw)
-			}
-			want := resultText(t, again.last(t))
-			if !strings.HasPrefix(want, "slow done n=1 ") {
-				t.Fatalf("the re-sent call was answered %q, want the first execution's result", want)
-			}
-			var f posted
-			select {
-			case f = <-firstDone:
-			case <-time.After(time.Minute):
-				t.Fatal("the first POST got no answer within a minute of the re-sent one's")
-			}
-			if f.err != nil || f.r.status != http.StatusOK {
-				t.Fatalf("the first POST: status %d, %v", f.r.status, f.err)
-			}
-			if got := resultText(t, f.r.last(t)); got != want {
-				t.Fatalf("the first POST was answered %q, the re-sent one %q: want the one answer for both", got, want)
-			}
-			if n := strings.Count(g.log.String(), "slow tag=twice started"); n != 1 {
-				t.Fatalf("the call started %d times, want 1", n)
-			}
-			if strings.Contains(g.log.String(), "slow tag=other started") {
-				t.Fatal("the refused call ran")
-			}
-			// Once answered, the id is free again.
-			r = g.mustPost(sid, nil, call(9, "echo", `{"text":"mine"}`))
-			if text := resultText(t, r.last(t)); text != "echo mine" {
-				t.Fatalf("a call under the freed id was answered %q, want its own answer", text)
-			}
+			}))
 		})
 	}
 }

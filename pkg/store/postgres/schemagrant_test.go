@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -19,22 +17,8 @@ import (
 func TestOpenInAnExistingSchemaNeedsNoDatabaseCreate(t *testing.T) {
 	ctx := context.Background()
 	conn := admin(t, "")
-	role := fmt.Sprintf("effectfence_test_nocreate_%d_%s", os.Getpid(), randomHex(4))
+	role := nologinRole(t, "effectfence_test_nocreate")
 	r := pgx.Identifier{role}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE ROLE "+r+" NOLOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), testURL(t))
-		if err != nil {
-			t.Errorf("dropping role %s: %v", role, err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "DROP OWNED BY "+r+" CASCADE; DROP ROLE "+r); err != nil {
-			t.Errorf("dropping role %s: %v", role, err)
-		}
-	})
 	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
 		t.Fatal(err)
