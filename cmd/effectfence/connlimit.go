@@ -20,10 +20,13 @@ type connLimit struct {
 
 	mu   sync.Mutex
 	idle []*limitedConn // idle between requests, longest idle first
+	// wentIdle is signalled (buffer 1) when a connection goes idle, for an Accept that found
+	// every slot taken and none idle.
+	wentIdle chan struct{}
 }
 
 func newConnLimit(ln net.Listener, max int) *connLimit {
-	return &connLimit{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{})}
+	return &connLimit{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{}), wentIdle: make(chan struct{}, 1)}
 }
 
 // Close closes the listener and ends an Accept waiting for a slot.
@@ -32,15 +35,27 @@ func (l *connLimit) Close() error {
 	return l.Listener.Close()
 }
 
+// Accept takes a slot, closing the connection idle longest when every slot is taken. With
+// none idle it waits until a connection closes or one goes idle (and is closed then): before,
+// it waited for a close alone, and connections that went idle after it looked (a flood of
+// keep-alive connections still being answered) were never closed, so a new agent waited as
+// long as the flood stayed connected (TestConnectionFloodLeavesTheFenceItsFiles, under load).
 func (l *connLimit) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	default:
+	for taken := false; !taken; {
+		select {
+		case l.slots <- struct{}{}:
+			taken = true
+			continue
+		default:
+		}
 		if c := l.oldestIdle(); c != nil {
-			_ = c.Close()
+			_ = c.Close() // gives its slot back
+			continue
 		}
 		select {
 		case l.slots <- struct{}{}:
+			taken = true
+		case <-l.wentIdle:
 		case <-l.closed:
 			return nil, net.ErrClosed
 		}
@@ -81,6 +96,10 @@ func (l *connLimit) connState(c net.Conn, s http.ConnState) {
 	}
 	if s == http.StateIdle {
 		l.idle = append(l.idle, lc)
+		select {
+		case l.wentIdle <- struct{}{}:
+		default:
+		}
 	}
 }
 
