@@ -85,3 +85,32 @@ func admin(tb testing.TB, schema string) *pgx.Conn {
 	tb.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
 }
+
+// newRole creates a role for one test, named prefix_<pid>_<random>, with attrs (LOGIN or
+// NOLOGIN) and no privileges; it is dropped when the test ends (dropRole).
+func newRole(tb testing.TB, prefix, attrs string) string {
+	tb.Helper()
+	role := fmt.Sprintf("%s_%d_%s", prefix, os.Getpid(), randomHex(4))
+	if _, err := admin(tb, "").Exec(context.Background(), "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" "+attrs); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { dropRole(tb, role) })
+	return role
+}
+
+// dropRole drops everything role owns in the test database (its schemas with what is in
+// them, the test's own tables there too), the privileges it was granted, and the role.
+func dropRole(tb testing.TB, role string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, testURL(tb))
+	if err != nil {
+		tb.Errorf("dropping role %s: %v", role, err)
+		return
+	}
+	defer conn.Close(ctx)
+	r := pgx.Identifier{role}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP OWNED BY "+r+" CASCADE; DROP ROLE "+r); err != nil {
+		tb.Errorf("dropping role %s: %v", role, err)
+	}
+}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ func testRole(t *testing.T, schema string) string {
 	t.Helper()
 	ctx := context.Background()
 	conn := admin(t, "")
-	role := nologinRole(t, "effectfence_test_role")
+	role := newRole(t, "effectfence_test_role", "NOLOGIN")
 	r, s := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
 	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
@@ -34,29 +33,6 @@ func testRole(t *testing.T, schema string) string {
 		"; GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "+s+" TO "+r); err != nil {
 		t.Fatal(err)
 	}
-	return role
-}
-
-// nologinRole creates a role without login, named prefix_<pid>_<random>, that holds no
-// privileges; it is dropped, with everything it owns, when the test ends.
-func nologinRole(t *testing.T, prefix string) string {
-	t.Helper()
-	role := fmt.Sprintf("%s_%d_%s", prefix, os.Getpid(), randomHex(4))
-	r := pgx.Identifier{role}.Sanitize()
-	if _, err := admin(t, "").Exec(context.Background(), "CREATE ROLE "+r+" NOLOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), testURL(t))
-		if err != nil {
-			t.Errorf("dropping role %s: %v", role, err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "DROP OWNED BY "+r+" CASCADE; DROP ROLE "+r); err != nil {
-			t.Errorf("dropping role %s: %v", role, err)
-		}
-	})
 	return role
 }
 

@@ -186,21 +186,13 @@ func lastLines(path string, n int) string {
 func poolerRole(t *testing.T, searchPath bool) (role, schema string) {
 	t.Helper()
 	ctx := context.Background()
-	role = fmt.Sprintf("effectfence_pgb_%d_%s", os.Getpid(), randomHex(4))
+	role = newRole(t, "effectfence_pgb", "LOGIN")
 	schema = role
 	if searchPath {
 		schema = role + "_l"
 	}
-	conn, err := pgx.Connect(ctx, testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := admin(t, "")
 	r, s := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE ROLE "+r+" LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dropRole(t, role) })
 	server, err := pgconn.ParseConfig(testURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -221,40 +213,6 @@ func poolerRole(t *testing.T, searchPath bool) (role, schema string) {
 		}
 	}
 	return role, schema
-}
-
-// dropRole drops every schema role owns, with what is in them, then what else it owns and
-// the privileges it was granted in this database, then the role.
-func dropRole(t *testing.T, role string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testURL(t))
-	if err != nil {
-		t.Errorf("dropping role %s: %v", role, err)
-		return
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT nspname FROM pg_namespace WHERE nspowner = (SELECT oid FROM pg_roles WHERE rolname = $1)", role)
-	if err != nil {
-		t.Errorf("dropping role %s: %v", role, err)
-		return
-	}
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Errorf("dropping role %s: %v", role, err)
-		return
-	}
-	r := pgx.Identifier{role}.Sanitize()
-	var drops []string
-	for _, s := range schemas {
-		drops = append(drops, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE")
-	}
-	drops = append(drops, "DROP OWNED BY "+r+" CASCADE", "DROP ROLE "+r)
-	for _, q := range drops {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Errorf("%s: %v", q, err)
-		}
-	}
 }
 
 // poolerURL is the URL of the test database through the PgBouncer on port, as role, with

@@ -17,7 +17,7 @@ import (
 func TestOpenInAnExistingSchemaNeedsNoDatabaseCreate(t *testing.T) {
 	ctx := context.Background()
 	conn := admin(t, "")
-	role := nologinRole(t, "effectfence_test_nocreate")
+	role := newRole(t, "effectfence_test_nocreate", "NOLOGIN")
 	r := pgx.Identifier{role}.Sanitize()
 	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
