@@ -35,17 +35,28 @@ func (l *connLimit) Close() error {
 	return l.Listener.Close()
 }
 
-// Accept takes a slot, closing the connection idle longest when every slot is taken. With
-// none idle it waits until a connection closes or one goes idle (and is closed then): before,
-// it waited for a close alone, and connections that went idle after it looked (a flood of
+func (l *connLimit) Accept() (net.Conn, error) {
+	if err := l.take(); err != nil {
+		return nil, err
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, l: l}, nil
+}
+
+// take takes a slot, closing the connection idle longest when every slot is taken. With none
+// idle it waits until a connection closes or one goes idle (and is closed then): before, it
+// waited for a close alone, and connections that went idle after it looked (a flood of
 // keep-alive connections still being answered) were never closed, so a new agent waited as
 // long as the flood stayed connected (TestConnectionFloodLeavesTheFenceItsFiles, under load).
-func (l *connLimit) Accept() (net.Conn, error) {
-	for taken := false; !taken; {
+func (l *connLimit) take() error {
+	for {
 		select {
 		case l.slots <- struct{}{}:
-			taken = true
-			continue
+			return nil
 		default:
 		}
 		if c := l.oldestIdle(); c != nil {
@@ -54,18 +65,12 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.slots <- struct{}{}:
-			taken = true
+			return nil
 		case <-l.wentIdle:
 		case <-l.closed:
-			return nil, net.ErrClosed
+			return net.ErrClosed
 		}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitedConn{Conn: c, l: l}, nil
 }
 
 // oldestIdle takes the connection idle longest out of the idle list.

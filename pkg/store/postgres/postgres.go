@@ -161,7 +161,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// tuning for applications that can lose their last commits): COMMIT then returns before
 	// the WAL is flushed, and a server crash loses the last receipts, so duplicates run again.
 	// Each connection turns it back on when it is off, and keeps any stronger setting
-	// (remote_apply, remote_write, local).
+	// (remote_apply, remote_write, local). Behind a pooler in transaction mode a connection
+	// is not a server session: every write transaction also sets it for itself (durable,
+	// tx.go).
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'")
 		return err
