@@ -150,3 +150,31 @@ func ledgerFilesLack(t *testing.T, r *rig, secret string) {
 		}
 	}
 }
+
+// TestRedactedValueNotInReasonsAsTheCallSpelledIt: the call spells the redacted value with
+// JSON escapes of its own ("\u0033" for a digit, "\/" for a slash), and the server, dying,
+// writes the request to its stderr as it received it: byte for byte, escapes included. The
+// value must not reach the ledger in that spelling either (docs/privacy.md: "every redacted
+// value as the call gave it").
+func TestRedactedValueNotInReasonsAsTheCallSpelledIt(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const spelled = `41112222\u003333334444 a\/b`
+	const decoded = `411122223333334444 a/b`
+	w := r.wrap("--redact", "die:tag")
+	res := call(t, w.Session, "die", `{"tag":"`+spelled+`"}`)
+	if !res.IsError {
+		t.Fatalf("die must leave an unknown outcome: %+v", res)
+	}
+	w.Close()
+
+	ledgerFilesLack(t, r, decoded)
+	ledgerFilesLack(t, r, spelled)
+	ledgerFilesLack(t, r, `41112222\\u003333334444`) // as the JSON of a record writes it
+	var intent string
+	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	rec, err := r.openLedger().Status(context.Background(), intent)
+	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, `"tag":"[redacted]"`) {
+		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the server's words without the value", intent, rec, err)
+	}
+}

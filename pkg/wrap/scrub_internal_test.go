@@ -2,6 +2,7 @@ package wrap
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -27,5 +28,23 @@ func TestRedactedTextsAndScrub(t *testing.T) {
 	want := `dying on {"arguments":{"card":{"number":"[redacted]","cvv":[redacted]},"items":[{"code":"[redacted]"}],"note":"public"}}`
 	if got := scrub(reason, texts); got != want {
 		t.Errorf("scrub\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestRedactedTextsAsEncodersEscapeThem: a server that echoes a redacted string through its
+// own JSON encoder writes it escaped its encoder's way: Python's json.dumps escapes every
+// character beyond ASCII ("Jos\u00e9", a surrogate pair beyond the BMP), PHP's json_encode
+// also "/", Go's json.Marshal "<", ">" and "&". Each of these spellings is taken out.
+func TestRedactedTextsAsEncodersEscapeThem(t *testing.T) {
+	p := &Proxy{opt: Options{Redact: map[string][]string{"pay": {"holder"}}}}
+	texts := p.redactedTexts("pay", []byte(`{"name":"pay","arguments":{"holder":"José <A&B> a/b 😀"}}`))
+	for _, echoed := range []string{
+		`{"holder": "Jos\u00e9 <A&B> a/b \ud83d\ude00"}`, // Python
+		`{"holder":"Jos\u00e9 <A&B> a\/b \ud83d\ude00"}`, // PHP
+		`{"holder":"José \u003cA\u0026B\u003e a/b 😀"}`,   // Go's json.Marshal
+	} {
+		if got := scrub(echoed, texts); strings.Contains(got, "Jos") || !strings.Contains(got, "[redacted]") {
+			t.Errorf("scrub(%s) = %s; want the value taken out", echoed, got)
+		}
 	}
 }
