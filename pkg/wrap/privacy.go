@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/hide"
 )
 
 // MetaResultNotKept marks the answer to a duplicate of a call whose result the ledger did not
@@ -198,9 +199,18 @@ func jsonEscapes(s string) []string {
 }
 
 // scrub replaces every occurrence of texts (longest first) in s with fence.Redacted.
-func scrub(s string, texts []string) string {
-	for _, t := range texts {
-		s = strings.ReplaceAll(s, t, fence.Redacted)
+func scrub(s string, texts []string) string { return hide.Replace(s, texts) }
+
+// hider is a connection to a child that can keep a call's redacted values out of what it
+// reports of the child (mcpstdio.Session.Hide: the tail of its stderr).
+type hider interface{ Hide(texts []string) }
+
+// hide hands the redacted values of a call of tool to the connection it is sent on, before it
+// is sent, if the connection can take them: the child may print them on its stderr, and the
+// tail of that stderr is quoted in the reason of whichever call it dies during, this one or
+// another.
+func (p *Proxy) hide(c Conn, tool string, params json.RawMessage) {
+	if h, ok := c.(hider); ok && len(p.settings(tool).Redact) > 0 {
+		h.Hide(p.redactedTexts(tool, params))
 	}
-	return s
 }

@@ -4,6 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/hide"
 )
 
 // TestRedactedTextsAndScrub: the texts taken out of a recorded reason are every leaf at or
@@ -46,5 +49,13 @@ func TestRedactedTextsAsEncodersEscapeThem(t *testing.T) {
 		if got := scrub(echoed, texts); strings.Contains(got, "Jos") || !strings.Contains(got, "[redacted]") {
 			t.Errorf("scrub(%s) = %s; want the value taken out", echoed, got)
 		}
+	}
+}
+
+// TestHiddenIsRedacted: what mcpstdio shows in place of a hidden value in a child's stderr is
+// the engine's word for a redacted value.
+func TestHiddenIsRedacted(t *testing.T) {
+	if hide.Redacted != fence.Redacted {
+		t.Fatalf("hide.Redacted %q, fence.Redacted %q", hide.Redacted, fence.Redacted)
 	}
 }
