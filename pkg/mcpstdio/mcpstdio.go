@@ -167,7 +167,8 @@ type ExitError struct {
 	Command string
 	// Why is what ended it ("exited with status 3", "closed its stdout", "closed").
 	Why string
-	// Stderr is the tail of what the child wrote to stderr (at most 2 KiB).
+	// Stderr is the tail of what the child wrote to stderr (at most 2 KiB), with the texts
+	// given to Session.Hide shown as [redacted].
 	Stderr string
 }
 
