@@ -183,12 +183,21 @@ func TestRedactedValueNotInReasonsAsTheCallSpelledIt(t *testing.T) {
 // test server's slow tool prints its tag), and later dies during another call, of a tool that
 // redacts nothing. The end of its stderr, recorded as that call's reason, holds the earlier
 // call's redacted value: it must not reach the ledger that way (docs/privacy.md: redaction
-// keeps the value off the disk).
+// keeps the value off the disk), whether the earlier call was fenced or passed through.
 func TestRedactedValueOfAnEarlierCallNotInReasons(t *testing.T) {
 	t.Parallel()
+	for name, flags := range map[string][]string{"fenced": nil, "passed": {"--pass", "slow"}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			earlierCallNotInReasons(t, flags)
+		})
+	}
+}
+
+func earlierCallNotInReasons(t *testing.T, flags []string) {
 	r := newRig(t)
 	const secret = "4111222233334444"
-	w := r.wrap("--redact", "slow:tag")
+	w := r.wrap(append([]string{"--redact", "slow:tag"}, flags...)...)
 	if res := call(t, w.Session, "slow", `{"tag":"`+secret+`","ms":1}`); res.IsError {
 		t.Fatalf("slow: %+v", res)
 	}
