@@ -519,6 +519,7 @@ func ledgerSweep(ctx context.Context, c ledgerCall) error {
 	if err != nil {
 		return err
 	}
+	n += l.SweptAtOpen // the open swept what had expired by then
 	if c.json {
 		return c.writeJSON(map[string]any{"ledger": l.Location, "swept": n})
 	}

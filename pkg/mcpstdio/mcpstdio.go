@@ -43,6 +43,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,7 @@ import (
 
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/internal/budget"
+	"github.com/effectfence/effectfence/pkg/internal/hide"
 	"github.com/effectfence/effectfence/pkg/internal/inbound"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -165,7 +167,8 @@ type ExitError struct {
 	Command string
 	// Why is what ended it ("exited with status 3", "closed its stdout", "closed").
 	Why string
-	// Stderr is the tail of what the child wrote to stderr (at most 2 KiB).
+	// Stderr is the tail of what the child wrote to stderr (at most 2 KiB), with the texts
+	// given to Session.Hide shown as [redacted].
 	Stderr string
 }
 
@@ -426,6 +429,14 @@ func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessag
 	}
 	return s.Call(ctx, "tools/call", params)
 }
+
+// Hide has the tail of the child's stderr that an ExitError carries show "[redacted]" in place
+// of each of texts (the redacted argument values of a call sent to this child), for the rest of the session: a server that logs the calls it is sent
+// prints them there, and the session's end may come during another call, whose outcome's
+// reason quotes the tail. A value the tail holds only in part (its beginning fell outside the
+// kept bytes, or the child stopped half way through writing it) is taken out too. At most
+// 1 MiB of texts is kept; past that the tail is not shown at all.
+func (s *Session) Hide(texts []string) { s.tail.hide(texts) }
 
 // Close ends the session: it closes the child's stdin (the MCP way to ask a stdio server to
 // exit), then sends SIGTERM and finally SIGKILL to the child's process group if it lingers.
@@ -741,15 +752,26 @@ func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {
 // maxStderrLine bounds a line of the child's stderr held back until its end.
 const maxStderrLine = 64 << 10
 
+// maxHidden bounds the bytes of the texts a session hides (Session.Hide).
+const maxHidden = 1 << 20
+
 // tailWriter copies the child's stderr to w in whole lines, one write for each run of whole
 // lines (a writer shared by several children so never gets half a line of one followed by
-// another's), and keeps the last max bytes.
+// another's), and keeps the last max bytes, which String gives with the hidden texts taken
+// out.
 type tailWriter struct {
 	w    io.Writer
 	max  int
 	mu   sync.Mutex
 	buf  []byte
+	cut  bool   // buf lost what came before it
 	line []byte // what followed the last newline
+	// hidden are the texts to take out of the tail (longest first), seen the same set;
+	// tooMany says more were given than maxHidden bytes: the tail is not shown at all.
+	hidden      []string
+	seen        map[string]bool
+	hiddenBytes int
+	tooMany     bool
 }
 
 func (t *tailWriter) Write(p []byte) (int, error) {
@@ -758,6 +780,7 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > t.max {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+		t.cut = true
 	}
 	t.line = append(t.line, p...)
 	if i := bytes.LastIndexByte(t.line, '\n'); i >= 0 {
@@ -781,9 +804,39 @@ func (t *tailWriter) flush() {
 	}
 }
 
+// hide adds texts to those taken out of the tail.
+func (t *tailWriter) hide(texts []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, x := range texts {
+		if x == "" || t.seen[x] {
+			continue
+		}
+		if t.hiddenBytes += len(x); t.hiddenBytes > maxHidden {
+			t.tooMany, t.hidden, t.seen = true, nil, nil
+			return
+		}
+		if t.seen == nil {
+			t.seen = map[string]bool{}
+		}
+		t.seen[x] = true
+		i, _ := slices.BinarySearchFunc(t.hidden, len(x), func(h string, n int) int { return n - len(h) })
+		t.hidden = slices.Insert(t.hidden, i, x)
+	}
+}
+
+// String is the tail, with the hidden texts taken out: also in part at its start, when the
+// tail lost the beginning of a value, and at its end, when the child stopped half way through
+// writing one.
 func (t *tailWriter) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	switch {
+	case t.tooMany:
+		return fmt.Sprintf("(%d bytes, not shown: more argument values to keep out of it were sent to this server than are kept)", len(t.buf))
+	case len(t.hidden) > 0:
+		return hide.Edges(string(t.buf), t.hidden, t.cut)
+	}
 	return string(t.buf)
 }
 

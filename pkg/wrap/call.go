@@ -68,7 +68,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	}
 	if !p.fenced(c.name, info) {
 		ev.Outcome = "passed"
-		return p.forward(ctx, m)
+		return p.forward(ctx, m, c.name)
 	}
 	s := p.settings(c.name)
 	id, err := identifyCanon(p.opt.Scope, c.name, c.args, c.canonArgs, s.Ignore, s.Key)
@@ -346,7 +346,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	agent := ctx
 	ctx = context.WithoutCancel(ctx)
 	hb := p.heartbeat(t)
-	res, err := p.sendChild(agent, ctx, params)
+	res, err := p.sendChild(agent, ctx, tool, params)
 	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, false, params)
 }
@@ -503,11 +503,12 @@ func keptWhere(err error) string {
 // ErrNotSent: it never reached the server, so nothing of it is kept. A (re)start of the child is waited for
 // in ctx (it is bounded by the init timeout): a start cut short by one agent's cancellation
 // would fail every call for RestartBackoff.
-func (p *Proxy) sendChild(wait, ctx context.Context, params json.RawMessage) (json.RawMessage, error) {
+func (p *Proxy) sendChild(wait, ctx context.Context, tool string, params json.RawMessage) (json.RawMessage, error) {
 	s, err := p.session(ctx)
 	if err != nil {
 		return nil, err
 	}
+	p.hide(s, tool, params)
 	return p.callBoundedUntil(wait, ctx, s, "tools/call", params)
 }
 

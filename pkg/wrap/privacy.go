@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/hide"
 )
 
 // MetaResultNotKept marks the answer to a duplicate of a call whose result the ledger did not
@@ -73,10 +75,13 @@ func replayOf(adm fence.Admission) json.RawMessage {
 }
 
 // redactedTexts returns the argument values a call redacts (its tool's Redact paths), as a
-// server could echo them in an error message or on its stderr: every string (as it is and
-// JSON-escaped) and every number or boolean at or inside a redacted path, longest first. wrap
-// removes them from the server's words it records as a reason, so a redacted value does not
-// reach the ledger that way either.
+// server could echo them in an error message or on its stderr: every string at or inside a
+// redacted path as it is, as the call spelled it (its own escapes: "\u0034111", "a\/b") and
+// JSON-escaped the ways common encoders write it (Go's, with and without HTML escapes; every
+// non-ASCII character as \u escapes, as Python's json.dumps does by default; and also "/" as
+// "\/", as PHP's json_encode does), and every number or boolean as the call spelled it;
+// longest first. wrap removes them from the server's words it records as a reason, so a
+// redacted value does not reach the ledger that way either.
 func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
 	paths := p.settings(tool).Redact
 	if len(paths) == 0 {
@@ -88,12 +93,6 @@ func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
 	if json.Unmarshal(params, &call) != nil {
 		return nil
 	}
-	var args any
-	dec := json.NewDecoder(bytes.NewReader(call.Arguments))
-	dec.UseNumber()
-	if dec.Decode(&args) != nil {
-		return nil
-	}
 	seen := map[string]bool{}
 	var texts []string
 	addText := func(s string) {
@@ -102,65 +101,116 @@ func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
 			texts = append(texts, s)
 		}
 	}
-	var leaves func(v any)
-	leaves = func(v any) {
-		switch v := v.(type) {
-		case string:
-			addText(v)
-			var b bytes.Buffer
-			enc := json.NewEncoder(&b)
-			enc.SetEscapeHTML(false)
-			if enc.Encode(v) == nil {
-				addText(strings.TrimSuffix(strings.TrimSuffix(b.String(), "\n"), `"`)[1:])
-			}
-		case json.Number:
-			addText(v.String())
-		case bool:
-			addText(strconv.FormatBool(v))
-		case map[string]any:
-			for _, e := range v {
-				leaves(e)
-			}
-		case []any:
-			for _, e := range v {
-				leaves(e)
-			}
-		}
-	}
-	var walk func(v any, segs []string)
-	walk = func(v any, segs []string) {
-		if len(segs) == 0 {
-			leaves(v)
+	// Values are walked as the call wrote them (json.RawMessage), so that each leaf's own
+	// spelling is at hand.
+	var leaves func(raw json.RawMessage)
+	leaves = func(raw json.RawMessage) {
+		raw = bytes.TrimSpace(raw)
+		if len(raw) == 0 {
 			return
 		}
-		switch v := v.(type) {
-		case map[string]any:
+		switch raw[0] {
+		case '"':
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return
+			}
+			addText(s)
+			addText(string(raw[1 : len(raw)-1]))
+			for _, e := range jsonEscapes(s) {
+				addText(e)
+			}
+		case '{':
+			var m map[string]json.RawMessage
+			_ = json.Unmarshal(raw, &m)
+			for _, e := range m {
+				leaves(e)
+			}
+		case '[':
+			var a []json.RawMessage
+			_ = json.Unmarshal(raw, &a)
+			for _, e := range a {
+				leaves(e)
+			}
+		case 'n': // null says nothing
+		default: // a number or a boolean, as the call spelled it
+			addText(string(raw))
+		}
+	}
+	var walk func(raw json.RawMessage, segs []string)
+	walk = func(raw json.RawMessage, segs []string) {
+		if len(segs) == 0 {
+			leaves(raw)
+			return
+		}
+		switch raw = bytes.TrimSpace(raw); {
+		case len(raw) > 0 && raw[0] == '{':
+			var m map[string]json.RawMessage
+			_ = json.Unmarshal(raw, &m)
 			if segs[0] == "*" {
-				for _, e := range v {
+				for _, e := range m {
 					walk(e, segs[1:])
 				}
-			} else if e, ok := v[segs[0]]; ok {
+			} else if e, ok := m[segs[0]]; ok {
 				walk(e, segs[1:])
 			}
-		case []any:
-			if segs[0] == "*" {
-				for _, e := range v {
-					walk(e, segs[1:])
-				}
+		case len(raw) > 0 && raw[0] == '[' && segs[0] == "*":
+			var a []json.RawMessage
+			_ = json.Unmarshal(raw, &a)
+			for _, e := range a {
+				walk(e, segs[1:])
 			}
 		}
 	}
 	for _, path := range paths {
-		walk(args, strings.Split(path, "."))
+		walk(call.Arguments, strings.Split(path, "."))
 	}
 	sort.Slice(texts, func(i, j int) bool { return len(texts[i]) > len(texts[j]) })
 	return texts
 }
 
-// scrub replaces every occurrence of texts (longest first) in s with fence.Redacted.
-func scrub(s string, texts []string) string {
-	for _, t := range texts {
-		s = strings.ReplaceAll(s, t, fence.Redacted)
+// jsonEscapes returns s JSON-escaped (without the quotes) as common encoders write it: Go's
+// without and with HTML escapes, and with every character beyond ASCII written as \u escapes
+// (UTF-16 surrogate pairs beyond the BMP), as it is and with "/" written "\/".
+func jsonEscapes(s string) []string {
+	var out []string
+	for _, html := range []bool{false, true} {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(html)
+		if enc.Encode(s) != nil {
+			return out
+		}
+		out = append(out, strings.TrimSuffix(strings.TrimSuffix(b.String(), "\n"), `"`)[1:])
 	}
-	return s
+	var ascii strings.Builder
+	for _, r := range out[0] {
+		switch {
+		case r < utf8.RuneSelf:
+			ascii.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&ascii, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&ascii, `\u%04x`, r)
+		}
+	}
+	return append(out, ascii.String(), strings.ReplaceAll(ascii.String(), "/", `\/`))
+}
+
+// scrub replaces every occurrence of texts (longest first) in s with fence.Redacted.
+func scrub(s string, texts []string) string { return hide.Replace(s, texts) }
+
+// hider is a connection to a child that can keep a call's redacted values out of what it
+// reports of the child (mcpstdio.Session.Hide: the tail of its stderr).
+type hider interface{ Hide(texts []string) }
+
+// hide hands the redacted values of a call of tool to the connection it is sent on, before it
+// is sent, if the connection can take them: the child may print them on its stderr, and the
+// tail of that stderr is quoted in the reason of whichever call it dies during, this one or
+// another.
+func (p *Proxy) hide(c Conn, tool string, params json.RawMessage) {
+	if h, ok := c.(hider); ok && len(p.settings(tool).Redact) > 0 {
+		h.Hide(p.redactedTexts(tool, params))
+	}
 }

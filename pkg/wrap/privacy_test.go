@@ -150,3 +150,98 @@ func ledgerFilesLack(t *testing.T, r *rig, secret string) {
 		}
 	}
 }
+
+// TestRedactedValueNotInReasonsAsTheCallSpelledIt: the call spells the redacted value with
+// JSON escapes of its own ("\u0033" for a digit, "\/" for a slash), and the server, dying,
+// writes the request to its stderr as it received it: byte for byte, escapes included. The
+// value must not reach the ledger in that spelling either (docs/privacy.md: "every redacted
+// value as the call gave it").
+func TestRedactedValueNotInReasonsAsTheCallSpelledIt(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const spelled = `41112222\u003333334444 a\/b`
+	const decoded = `411122223333334444 a/b`
+	w := r.wrap("--redact", "die:tag")
+	res := call(t, w.Session, "die", `{"tag":"`+spelled+`"}`)
+	if !res.IsError {
+		t.Fatalf("die must leave an unknown outcome: %+v", res)
+	}
+	w.Close()
+
+	ledgerFilesLack(t, r, decoded)
+	ledgerFilesLack(t, r, spelled)
+	ledgerFilesLack(t, r, `41112222\\u003333334444`) // as the JSON of a record writes it
+	var intent string
+	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	rec, err := r.openLedger().Status(context.Background(), intent)
+	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, `"tag":"[redacted]"`) {
+		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the server's words without the value", intent, rec, err)
+	}
+}
+
+// TestRedactedValueOfAnEarlierCallNotInReasons: the server logs each call on its stderr (the
+// test server's slow tool prints its tag), and later dies during another call, of a tool that
+// redacts nothing. The end of its stderr, recorded as that call's reason, holds the earlier
+// call's redacted value: it must not reach the ledger that way (docs/privacy.md: redaction
+// keeps the value off the disk), whether the earlier call was fenced or passed through.
+func TestRedactedValueOfAnEarlierCallNotInReasons(t *testing.T) {
+	t.Parallel()
+	for name, flags := range map[string][]string{"fenced": nil, "passed": {"--pass", "slow"}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			earlierCallNotInReasons(t, flags)
+		})
+	}
+}
+
+func earlierCallNotInReasons(t *testing.T, flags []string) {
+	r := newRig(t)
+	const secret = "4111222233334444"
+	w := r.wrap(append([]string{"--redact", "slow:tag"}, flags...)...)
+	if res := call(t, w.Session, "slow", `{"tag":"`+secret+`","ms":1}`); res.IsError {
+		t.Fatalf("slow: %+v", res)
+	}
+	res := call(t, w.Session, "die", `{"tag":"plain"}`)
+	if !res.IsError {
+		t.Fatalf("die must leave an unknown outcome: %+v", res)
+	}
+	w.Close()
+
+	ledgerFilesLack(t, r, secret)
+	var intent string
+	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	rec, err := r.openLedger().Status(context.Background(), intent)
+	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, "slow tag=[redacted] started") || !strings.Contains(rec.Reason, `"tag":"plain"`) {
+		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the server's words without the earlier call's value", intent, rec, err)
+	}
+	if strings.Contains(res.text(), secret) {
+		t.Fatalf("the answer to the dying call shows another call's redacted value: %s", res.text())
+	}
+}
+
+// TestRedactedValueCutByTheStderrTailNotInReasons: the request the server prints as it dies is
+// longer than the 2 KiB of its stderr that wrap keeps, and the cut falls inside the redacted
+// value: the tail begins with the value's last bytes. They must not reach the ledger either.
+func TestRedactedValueCutByTheStderrTailNotInReasons(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const value, last = "QXJZKWVMPRYTGHLN", "PRYTGHLN"
+	// The server prints `... {"arguments":{"tag":"VALUE","filler":"FILLER"},"name":"die"}` and
+	// a newline: after the value come 29 bytes and the filler; 2048 kept bytes leave the
+	// value's last 8.
+	filler := strings.Repeat("x", 2048-29-len(last))
+	w := r.wrap("--redact", "die:tag")
+	res := call(t, w.Session, "die", `{"tag":"`+value+`","filler":"`+filler+`"}`)
+	if !res.IsError {
+		t.Fatalf("die must leave an unknown outcome: %+v", res)
+	}
+	w.Close()
+
+	ledgerFilesLack(t, r, last)
+	var intent string
+	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	rec, err := r.openLedger().Status(context.Background(), intent)
+	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, `its stderr ended with: [redacted]","filler":"xxx`) {
+		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the end of the server's stderr without the value's last bytes", intent, rec, err)
+	}
+}

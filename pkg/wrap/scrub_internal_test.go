@@ -2,7 +2,11 @@ package wrap
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/hide"
 )
 
 // TestRedactedTextsAndScrub: the texts taken out of a recorded reason are every leaf at or
@@ -27,5 +31,31 @@ func TestRedactedTextsAndScrub(t *testing.T) {
 	want := `dying on {"arguments":{"card":{"number":"[redacted]","cvv":[redacted]},"items":[{"code":"[redacted]"}],"note":"public"}}`
 	if got := scrub(reason, texts); got != want {
 		t.Errorf("scrub\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestRedactedTextsAsEncodersEscapeThem: a server that echoes a redacted string through its
+// own JSON encoder writes it escaped its encoder's way: Python's json.dumps escapes every
+// character beyond ASCII ("Jos\u00e9", a surrogate pair beyond the BMP), PHP's json_encode
+// also "/", Go's json.Marshal "<", ">" and "&". Each of these spellings is taken out.
+func TestRedactedTextsAsEncodersEscapeThem(t *testing.T) {
+	p := &Proxy{opt: Options{Redact: map[string][]string{"pay": {"holder"}}}}
+	texts := p.redactedTexts("pay", []byte(`{"name":"pay","arguments":{"holder":"José <A&B> a/b 😀"}}`))
+	for _, echoed := range []string{
+		`{"holder": "Jos\u00e9 <A&B> a/b \ud83d\ude00"}`, // Python
+		`{"holder":"Jos\u00e9 <A&B> a\/b \ud83d\ude00"}`, // PHP
+		`{"holder":"José \u003cA\u0026B\u003e a/b 😀"}`,   // Go's json.Marshal
+	} {
+		if got := scrub(echoed, texts); strings.Contains(got, "Jos") || !strings.Contains(got, "[redacted]") {
+			t.Errorf("scrub(%s) = %s; want the value taken out", echoed, got)
+		}
+	}
+}
+
+// TestHiddenIsRedacted: what mcpstdio shows in place of a hidden value in a child's stderr is
+// the engine's word for a redacted value.
+func TestHiddenIsRedacted(t *testing.T) {
+	if hide.Redacted != fence.Redacted {
+		t.Fatalf("hide.Redacted %q, fence.Redacted %q", hide.Redacted, fence.Redacted)
 	}
 }

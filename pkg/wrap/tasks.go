@@ -80,6 +80,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	s, err := p.session(ctx)
 	var res json.RawMessage
 	if err == nil {
+		p.hide(s, tool, params)
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
 	var handle createTaskResult

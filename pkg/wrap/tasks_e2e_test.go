@@ -245,3 +245,67 @@ func retryIsFenced(t *testing.T, r *rig, w *wrapProc, args, what string, first *
 		t.Fatalf("the call ran %d times, want 1", n)
 	}
 }
+
+// TestTaskKeepResultHash: --keep-result applies to a task-augmented call's final result, the
+// outcome wrap records (docs/privacy.md). Against server-everything's simulate-research-query:
+// the agent that created the task gets the final result through tasks/result; a duplicate that
+// waited while the task ran, a later plain duplicate and a later task-augmented one are told
+// it was done and its result not kept, and the report is in none of the ledger's files.
+func TestTaskKeepResultHash(t *testing.T) {
+	t.Parallel()
+	bin := peer(t, "mcp-server-everything")
+	r := newRig(t)
+	r.childCmdOverride = []string{bin}
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap("--keep-result", "simulate-research-query=hash")
+	ctx := context.Background()
+	params := json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"fencing tokens"},"task":{"ttl":300000}}`)
+	res, err := w.Call(ctx, "tools/call", params)
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if err != nil || json.Unmarshal(res, &created) != nil || created.Task.TaskID == "" {
+		t.Fatalf("want a CreateTaskResult, got %s %v", res, err)
+	}
+	dup := make(chan result, 1)
+	go func() {
+		x, err := callE(w.Session, "simulate-research-query", `{"topic":"fencing tokens"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		dup <- x
+	}()
+	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
+	awaitTaskCompleted(t, w, q, 60*time.Second)
+	if final, err := w.Call(ctx, "tasks/result", q); err != nil || !strings.Contains(string(final), "Research Report: fencing tokens") {
+		t.Fatalf("tasks/result through wrap: %s %v", final, err)
+	}
+	notKept := func(what string, x result) {
+		t.Helper()
+		if x.IsError || !x.replayed() || string(x.Meta["effectfence/result_not_kept"]) != "true" || strings.Contains(x.text(), "Research Report") {
+			t.Fatalf("%s: want the not-kept answer, got %+v %s", what, x, x.text())
+		}
+	}
+	notKept("the duplicate that waited", <-dup)
+	notKept("a later plain duplicate", call(t, w.Session, "simulate-research-query", `{"topic":"fencing tokens"}`))
+	later, err := w.Call(ctx, "tools/call", params)
+	var handle struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if err != nil || json.Unmarshal(later, &handle) != nil || handle.Task.TaskID == "" {
+		t.Fatalf("a later task-augmented duplicate: %s %v", later, err)
+	}
+	lq, _ := json.Marshal(map[string]string{"taskId": handle.Task.TaskID})
+	raw, err := w.Call(ctx, "tasks/result", lq)
+	var x result
+	if err != nil || json.Unmarshal(raw, &x) != nil {
+		t.Fatalf("tasks/result of the later task-augmented duplicate: %s %v", raw, err)
+	}
+	notKept("a later task-augmented duplicate's tasks/result", x)
+	w.Close()
+	ledgerFilesLack(t, r, "Research Report")
+}

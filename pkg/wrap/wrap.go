@@ -802,7 +802,7 @@ func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) []byte {
 			return out
 		}
 	}
-	return p.forward(ctx, m)
+	return p.forward(ctx, m, "")
 }
 
 func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
@@ -859,11 +859,16 @@ func (p *Proxy) openInitGate() {
 }
 
 // forward passes a request to the child and its answer back, unchanged. It returns nil (no
-// response) when the agent cancelled the request.
-func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message) []byte {
+// response) when the agent cancelled the request. tool names the tool of a tools/call passed
+// through unfenced ("" for other requests): its redacted values are kept out of the child's
+// stderr as reported (hide).
+func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message, tool string) []byte {
 	s, err := p.session(ctx)
 	if err != nil {
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server is not running: %v", err))
+	}
+	if tool != "" {
+		p.hide(s, tool, m.Params)
 	}
 	res, err := p.callBounded(ctx, s, m.Method, m.Params)
 	var rpc *jsonrpc.Error

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
@@ -143,5 +144,50 @@ func TestLateResultOfAHashOnlyClaimKeepsOnlyItsDigest(t *testing.T) {
 	}
 	if !whole {
 		t.Error("the late result of a claim that keeps its result was not kept")
+	}
+}
+
+// TestHealedHashOnlyClaimKeepsOnlyItsDigest: a hash-only claim whose lease lapsed (its holder
+// on another host, out of sight) is unknown; its holder's own late commit heals it. The healed
+// record keeps only the result's digest, like any commit of the claim: the result reaches
+// neither the database nor its WAL, and a duplicate after a reopen is told it was not kept.
+func TestHealedHashOnlyClaimKeepsOnlyItsDigest(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	st := openT(t, path, sqlite.Options{})
+	const secret = "sk_live_healed_0123456789"
+	req := fence.Request{Intent: "key:healed", Tool: "issue_key", Args: []byte(`{"user":"u1"}`), KeepResult: fence.KeepHash}
+	holder := fence.New(st, fence.Config{LeaseTTL: 50 * time.Millisecond, Owner: "elsewhere/1/1"})
+	adm, err := holder.Prepare(ctx, req)
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	time.Sleep(150 * time.Millisecond) // past the lease
+	other := fence.New(st, fence.Config{})
+	if _, err := other.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := other.Status(ctx, req.Intent); err != nil || rec.State != fence.StateUnknown || !rec.Healable() {
+		t.Fatalf("the lapsed claim: %+v %v; want unknown, healable", rec, err)
+	}
+	cert, err := holder.Commit(ctx, *adm.Ticket, []byte(`{"key":"`+secret+`"}`))
+	if err != nil {
+		t.Fatalf("the holder's late commit: %v", err)
+	}
+	if _, ok := cert.ResultNotKept(); !ok {
+		t.Fatalf("the healed cert keeps its result: %s", cert.Result)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "ledger.db*"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err != nil || bytes.Contains(b, []byte(secret)) {
+			t.Fatalf("%s holds the healed result (%v)", f, err)
+		}
+	}
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{})
+	if dup, err := eng.Prepare(ctx, req); err != nil || dup.Fresh() || !dup.ResultNotKept {
+		t.Fatalf("duplicate after the heal and a reopen: %+v %v", dup, err)
 	}
 }

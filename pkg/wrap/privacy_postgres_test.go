@@ -1,0 +1,120 @@
+package wrap_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/pgtest"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestRedactedAndHashOnlyNeverReachThePostgresLedger: docs/privacy.md's promises through a
+// real wrap process on a PostgreSQL ledger, every table of its schema read back whole (and
+// the spool directory under the state directory): a value the server logged for an earlier
+// call, then printed with the rest of its stderr as it died during a later one; a value the
+// call spelled with escapes of its own, printed as received; and the result of a hash-only
+// tool, also after a duplicate was answered.
+func TestRedactedAndHashOnlyNeverReachThePostgresLedger(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.ledger = pgtest.Ledger(t, "wrappriv")
+	const logged = "4111222233334444"
+	const spelled, decoded = `6011\u00300000999988`, "60110000999988"
+	w := r.wrap("--redact", "slow:tag", "--redact", "die:tag", "--keep-result", "charge=hash")
+	if res := call(t, w.Session, "slow", `{"tag":"`+logged+`","ms":1}`); res.IsError {
+		t.Fatalf("slow: %+v", res)
+	}
+	first := call(t, w.Session, "charge", `{"amount":700,"order":"pg-priv"}`)
+	var sc struct {
+		ChargeID string `json:"charge_id"`
+	}
+	if first.IsError || json.Unmarshal(first.StructuredContent, &sc) != nil || sc.ChargeID == "" {
+		t.Fatalf("charge: %+v", first)
+	}
+	if dup := call(t, w.Session, "charge", `{"amount":700,"order":"pg-priv"}`); !dup.replayed() || string(dup.Meta["effectfence/result_not_kept"]) != "true" {
+		t.Fatalf("duplicate of a hash-only call: %+v", dup)
+	}
+	if res := call(t, w.Session, "die", `{"tag":"`+spelled+`"}`); !res.IsError {
+		t.Fatalf("die must leave an unknown outcome: %+v", res)
+	}
+	w.Close()
+
+	rows := schemaRows(t, r.ledger)
+	if !bytes.Contains(rows, []byte("mcptest: slow tag=")) || !bytes.Contains(rows, []byte("dying on tools/call")) {
+		t.Fatalf("the ledger lacks the dying server's words (the test proves nothing):\n%s", rows)
+	}
+	// The spelling as a record's JSON writes it too (its backslash escaped).
+	for _, secret := range []string{logged, spelled, strings.ReplaceAll(spelled, `\`, `\\`), decoded, sc.ChargeID} {
+		if bytes.Contains(rows, []byte(secret)) {
+			t.Errorf("the PostgreSQL ledger holds %q", secret)
+		}
+		_ = filepath.WalkDir(filepath.Join(r.dir, "state"), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(secret)) {
+					t.Errorf("%s holds %q", p, secret)
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// schemaRows returns every row of every table in the ledger's schema, each value as its bytes
+// (a bytea as it is, not as hex), one row a line.
+func schemaRows(t *testing.T, ledger string) []byte {
+	t.Helper()
+	u, err := url.Parse(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	trows, err := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(trows, pgx.RowTo[string])
+	if err != nil || len(tables) == 0 {
+		t.Fatalf("tables of schema %s: %v, %v", schema, tables, err)
+	}
+	var out bytes.Buffer
+	for _, table := range tables {
+		rows, err := conn.Query(ctx, "SELECT * FROM "+pgx.Identifier{schema, table}.Sanitize())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.WriteString(table)
+			for _, v := range vals {
+				if b, ok := v.([]byte); ok {
+					out.WriteString("\t" + string(b))
+				} else {
+					fmt.Fprintf(&out, "\t%v", v)
+				}
+			}
+			out.WriteString("\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []byte(strings.ToValidUTF8(out.String(), "?"))
+}
