@@ -125,8 +125,8 @@ const Supported = `a SQLite file path (e.g. ./ledger.db or /var/lib/effectfence/
 // CheckLedger refuses a ledger string that names no supported ledger but would otherwise be
 // taken for a SQLite file under the working directory: another URL scheme (redis://, pg://,
 // sqlite:///x, file:/x), postgres:// or memory in other letter cases, a ~ path the shell did
-// not expand, or surrounding spaces. A relative file whose name has a colon can be written
-// ./a:b.db.
+// not expand, libpq's key=value connection string (host=… dbname=…), or surrounding spaces.
+// A relative file whose name has a colon can be written ./a:b.db.
 func CheckLedger(ledger string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("ledger %q: %s; the supported forms are %s", ledger, why, Supported)
@@ -142,6 +142,10 @@ func CheckLedger(ledger string) error {
 		return bad("write the scheme postgres:// in lower case")
 	case ledger == "~" || strings.HasPrefix(ledger, "~"):
 		return bad("~ is not expanded here (the shell expands it only at the start of an unquoted word); write the full path, e.g. $HOME/...")
+	case keywordValue(ledger):
+		// Not quoted: such a string may hold password=….
+		return fmt.Errorf("ledger: a key=value connection string (%s=…) is not read here (it would name a SQLite file); write it as postgres://user@host:port/dbname?sslmode=…; the supported forms are %s",
+			strings.TrimSpace(ledger[:strings.IndexByte(ledger, '=')]), Supported)
 	}
 	if i := strings.IndexByte(ledger, ':'); i > 0 {
 		scheme := ledger[:i]
@@ -151,6 +155,23 @@ func CheckLedger(ledger string) error {
 		}
 	}
 	return nil
+}
+
+// keywordValue reports whether s starts like libpq's key=value connection string
+// ("host=db dbname=ledger"), which pgx reads but the ledger takes only as a postgres:// URL. A
+// file of such a name can be written ./host=x.db.
+func keywordValue(s string) bool {
+	key, _, ok := strings.Cut(s, "=")
+	if !ok {
+		return false
+	}
+	switch strings.TrimSpace(key) {
+	case "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service", "sslmode",
+		"sslcert", "sslkey", "sslrootcert", "sslpassword", "connect_timeout", "application_name",
+		"options", "target_session_attrs", "search_path":
+		return true
+	}
+	return false
 }
 
 // validScheme reports whether s has the shape of a URL scheme (RFC 3986).
