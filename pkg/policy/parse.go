@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -48,9 +49,9 @@ const (
 // Load reads and checks the policy file at path. A relative ledger path in the file is taken
 // from the file's directory, so the file means the same wherever wrap is started.
 func Load(path string) (*Policy, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
-		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
+		return nil, err
 	}
 	p, err := Parse(path, b)
 	if err != nil {
@@ -60,6 +61,28 @@ func Load(path string) (*Policy, error) {
 		p.Ledger = filepath.Join(filepath.Dir(path), p.Ledger)
 	}
 	return p, nil
+}
+
+// MaxFileSize bounds a policy file: one reviewed file of settings, thousands of tools long at
+// most. Its YAML parser holds about 300 bytes per byte of the file, so an unbounded read (a
+// 100 MB file, /dev/zero) took gigabytes and minutes before any error.
+const MaxFileSize = 1 << 20
+
+// readFile reads a policy file of at most MaxFileSize bytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
+	}
+	if len(b) > MaxFileSize {
+		return nil, Errors{{File: path, Msg: "the file is larger than 1 MiB, which no policy needs; is it the right file?"}}
+	}
+	return b, nil
 }
 
 // Parse checks a policy file's text; name is used in messages. The error, if any, is Errors.

@@ -226,3 +226,27 @@ func TestLoadLedgerRelativeToFile(t *testing.T) {
 		t.Errorf("a missing file: %v", err)
 	}
 }
+
+// TestLoadBoundsTheFile: a policy file over MaxFileSize is refused before it is parsed (the
+// YAML parser holds about 300 bytes of memory per byte of a file: a 20 MB file of entries took
+// 6 GB and minutes), and one of exactly MaxFileSize is read.
+func TestLoadBoundsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, size := range []int{MaxFileSize, MaxFileSize + 1} {
+		head := "version: 1\n"
+		line := "# " + strings.Repeat("x", 77) + "\n"
+		src := head + strings.Repeat(line, (size-len(head))/len(line))
+		src += strings.Repeat("#", size-len(src))
+		path := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		switch {
+		case size <= MaxFileSize && err != nil:
+			t.Errorf("a file of %d bytes: %v", size, err)
+		case size > MaxFileSize && (err == nil || !strings.Contains(err.Error(), path+": the file is larger than 1 MiB")):
+			t.Errorf("a file of %d bytes: %v; want it refused for its size", size, err)
+		}
+	}
+}
