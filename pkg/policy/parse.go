@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
@@ -89,6 +91,10 @@ func readFile(path string) ([]byte, error) {
 func Parse(name string, src []byte) (*Policy, error) {
 	ps := &parse{file: name}
 	pol := &Policy{File: name}
+	src = bytes.TrimPrefix(src, []byte("\ufeff")) // YAML allows a byte-order mark before the stream
+	if line, col := notUTF8(src); line > 0 {
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: "the file is not UTF-8 text (YAML is Unicode, and a tool name so written could never equal one an agent sends); save it as UTF-8"}}
+	}
 	f, err := parser.ParseBytes(src, 0, parser.AllowDuplicateMapKey())
 	if err != nil {
 		var ye interface {
@@ -103,6 +109,10 @@ func Parse(name string, src []byte) (*Policy, error) {
 	}
 	var docs []*ast.DocumentNode
 	for _, d := range f.Docs {
+		if dn, ok := d.Body.(*ast.DirectiveNode); ok {
+			ps.errorf(dn, "YAML directives (%%YAML, %%TAG) are not supported in a policy file; remove the line")
+			continue
+		}
 		if d.Body != nil && d.Body.Type() != ast.CommentType {
 			docs = append(docs, d)
 		}
@@ -124,6 +134,36 @@ func Parse(name string, src []byte) (*Policy, error) {
 		return nil, ps.errs
 	}
 	return pol, nil
+}
+
+// notUTF8 returns the line and column (in characters) of the first byte of src that is not
+// UTF-8, or 0, 0.
+func notUTF8(src []byte) (line, col int) {
+	line, col = 1, 1
+	for i := 0; i < len(src); {
+		r, w := utf8.DecodeRune(src[i:])
+		if r == utf8.RuneError && w == 1 {
+			return line, col
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+		i += w
+	}
+	return 0, 0
+}
+
+// text returns the string a scalar holds: plain, quoted, or a block scalar (| or >).
+func text(n ast.Node) (string, bool) {
+	switch s := n.(type) {
+	case *ast.StringNode:
+		return s.Value, true
+	case *ast.LiteralNode:
+		return s.Value.Value, true
+	}
+	return "", false
 }
 
 // parse collects the errors of one file.
@@ -417,8 +457,8 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 func (ps *parse) isNull(n ast.Node) bool { _, ok := n.(*ast.NullNode); return ok }
 
 func (ps *parse) str(n ast.Node, what string) (string, bool) {
-	if s, ok := n.(*ast.StringNode); ok {
-		return s.Value, true
+	if s, ok := text(n); ok {
+		return s, true
 	}
 	ps.notPlain(n, what+" must be a string")
 	return "", false
@@ -444,13 +484,13 @@ func (ps *parse) list(n ast.Node, what, example string) ([]string, []ast.Node, b
 	var nodes []ast.Node
 	good := true
 	for _, it := range seq.Values {
-		s, ok := it.(*ast.StringNode)
+		s, ok := text(it)
 		if !ok {
 			ps.notPlain(it, what+" items must be strings")
 			good = false
 			continue
 		}
-		out = append(out, s.Value)
+		out = append(out, s)
 		nodes = append(nodes, it)
 	}
 	return out, nodes, good
@@ -496,33 +536,33 @@ func (ps *parse) redact(n ast.Node) []string {
 }
 
 func (ps *parse) result(n ast.Node) fence.KeepResult {
-	s, ok := n.(*ast.StringNode)
+	s, ok := text(n)
 	switch {
 	case !ok:
 		ps.notPlain(n, "result must be keep or hash")
-	case s.Value == "keep":
+	case s == "keep":
 		return fence.KeepFull
-	case s.Value == "hash":
+	case s == "hash":
 		return fence.KeepHash
 	default:
-		ps.errorf(n, "result is %q; want keep (results are replayed to duplicates) or hash (only their SHA-256 is kept)", s.Value)
+		ps.errorf(n, "result is %q; want keep (results are replayed to duplicates) or hash (only their SHA-256 is kept)", s)
 	}
 	return ""
 }
 
 func (ps *parse) duration(n ast.Node, what string, min, max time.Duration) time.Duration {
-	s, ok := n.(*ast.StringNode)
+	s, ok := text(n)
 	if !ok {
 		ps.notPlain(n, what+" must be a duration such as 30s, 10m, 24h or 7d")
 		return 0
 	}
-	d, err := ParseDuration(s.Value)
+	d, err := ParseDuration(s)
 	if err != nil {
 		ps.errorf(n, "%s: %v", what, err)
 		return 0
 	}
 	if d < min || d > max {
-		ps.errorf(n, "%s is %s; want from %s to %s", what, s.Value, FormatDuration(min), FormatDuration(max))
+		ps.errorf(n, "%s is %s; want from %s to %s", what, s, FormatDuration(min), FormatDuration(max))
 		return 0
 	}
 	return d

@@ -250,3 +250,37 @@ func TestLoadBoundsTheFile(t *testing.T) {
 		}
 	}
 }
+
+// TestParseEncodingsAndDirectives: what YAML allows around a document is read as YAML reads
+// it, and what a policy cannot hold is refused at its place with a message that names it: a
+// byte-order mark is not part of the first key, bytes that are not UTF-8 are refused (YAML is
+// Unicode; a tool name so written could never equal one an agent sends), a %YAML or %TAG
+// directive is named as such (not as a policy that is not a mapping followed by a second
+// document), and a block scalar (| or >) is the string it is.
+func TestParseEncodingsAndDirectives(t *testing.T) {
+	for _, c := range []struct{ name, src, want string }{
+		{"byte-order mark", "\ufeffversion: 1\nscope: s\n", ""},
+		{"CRLF", "version: 1\r\nscope: s\r\n", ""},
+		{"folded scalar", "version: 1\nscope: >-\n  s\n", ""},
+		{"literal scalar with its newline", "version: 1\nscope: |\n  s\n", `bad.yaml:2:8: scope "s\n": want a non-empty name without control characters`},
+		{"block scalar in a list", "version: 1\ntools:\n  c:\n    key:\n      - >-\n        order_id\n", ""},
+		{"not UTF-8", "version: 1\nscope: caf\xe9\n", "bad.yaml:2:11: the file is not UTF-8 text"},
+		{"not UTF-8 in a comment", "version: 1 # \xff\n", "bad.yaml:1:14: the file is not UTF-8 text"},
+		{"%YAML directive", "%YAML 1.1\n---\nversion: 1\nscope: s\n", "bad.yaml:1:1: YAML directives"},
+		{"%TAG directive", "%TAG !e! tag:example.com,2024:\n---\nversion: 1\nscope: s\n", "bad.yaml:1:1: YAML directives"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(c.src))
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want == "" && p.Scope != "s" && len(p.Tools) == 0:
+				t.Fatalf("read as %+v", p)
+			case c.want == "" && len(p.Tools) == 1 && (len(p.Tools[0].Key) != 1 || p.Tools[0].Key[0].String() != "order_id"):
+				t.Fatalf("key read as %v", p.Tools[0].Key)
+			case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "\n")):
+				t.Fatalf("got %v; want one error starting %q", err, c.want)
+			}
+		})
+	}
+}
