@@ -66,6 +66,23 @@ func (p *Policy) For(tool string) ToolPolicy {
 	return tp
 }
 
+// given names the settings the entry gives besides fence, as the file spells them.
+func (e *Entry) given() []string {
+	var out []string
+	for _, g := range []struct {
+		set  bool
+		name string
+	}{
+		{e.Key != nil, "key"}, {e.Ignore != nil, "ignore"}, {e.ReplayWindow > 0, "replay_window"}, {e.RerunSafe != nil, "rerun_safe"},
+		{e.Redact != nil, "redact"}, {e.Result != "", "result"}, {e.Wait > 0, "wait"}, {e.Elicit != nil, "elicit"},
+	} {
+		if g.set {
+			out = append(out, g.name)
+		}
+	}
+	return out
+}
+
 func union(a, b []string) []string {
 	if len(b) == 0 {
 		return a
@@ -179,6 +196,10 @@ func Resolve(p *Policy, f Flags) Resolved {
 		if flags.NoElicit[tool] {
 			s.NoElicit = true
 		}
+		if e := p.Entry(tool); e != nil {
+			s.Given = e.given()
+		}
+		s.Given = append(s.Given, wrap.GivenFlags(flags, tool)...)
 		if len(tool) <= maxCachedName && cached.Add(1) <= maxCached {
 			cache.Store(tool, s)
 		}

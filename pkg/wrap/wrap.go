@@ -223,6 +223,9 @@ type Proxy struct {
 	// ownFlights: the flights are this proxy's alone (no Options.Shared), so a stop that
 	// gives up on the calls in flight ends every wait in them.
 	ownFlights bool
+	// unapplied holds the read-only tools whose own settings wrap said have no effect (fenced):
+	// listed tools only, so at most maxTools.
+	unapplied sync.Map
 
 	cmu     sync.Mutex
 	cancels map[string]cancelEntry // by the agent's request id
