@@ -95,6 +95,9 @@ func Parse(name string, src []byte) (*Policy, error) {
 	if line, col := notUTF8(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: "the file is not UTF-8 text (YAML is Unicode, and a tool name so written could never equal one an agent sends); save it as UTF-8"}}
 	}
+	if line, col := tooDeep(src); line > 0 {
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("collections nested more than %d deep; a policy needs a few levels", maxDepth)}}
+	}
 	f, err := parser.ParseBytes(src, 0, parser.AllowDuplicateMapKey())
 	if err != nil {
 		var ye interface {
@@ -151,6 +154,66 @@ func notUTF8(src []byte) (line, col int) {
 			col++
 		}
 		i += w
+	}
+	return 0, 0
+}
+
+// maxDepth bounds how deeply a policy's collections nest (see tooDeep).
+const maxDepth = 100
+
+// tooDeep returns the line and column (in characters) at which src's collections nest deeper
+// than maxDepth, or 0, 0. The YAML parser's memory grows with the square of the depth, and
+// within MaxFileSize the depth is bounded by indentation except where nothing is indented:
+// flow collections ([ and {, across lines) and block indicators ("- ", "? ", ": ") on one
+// line, which are counted here. Comments and quoted scalars are skipped; what a plain or block
+// scalar holds may count, so the bound is far above what a policy uses.
+func tooDeep(src []byte) (line, col int) {
+	line = 1
+	flow, block := 0, 0
+	prev := byte('\n')
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		if c&0xC0 != 0x80 { // not a UTF-8 continuation byte
+			col++
+		}
+		switch {
+		case c == '\n':
+			line, col, block = line+1, 0, 0
+		case c == '#' && (prev == ' ' || prev == '\t' || prev == '\n'):
+			for i+1 < len(src) && src[i+1] != '\n' {
+				i++
+			}
+		case (c == '"' || c == '\'') && strings.IndexByte(" \t\n[{,:-?", prev) >= 0:
+			for i++; i < len(src); i++ {
+				switch b := src[i]; {
+				case b == '\n':
+					line, col = line+1, 0
+				case b&0xC0 != 0x80:
+					col++
+				}
+				if c == '"' && src[i] == '\\' && i+1 < len(src) && src[i+1] != '\n' {
+					i++
+					col++
+				} else if src[i] == c {
+					if c == '\'' && i+1 < len(src) && src[i+1] == '\'' {
+						i++
+						col++
+						continue
+					}
+					break
+				}
+			}
+		case c == '[' || c == '{':
+			flow++
+		case c == ']' || c == '}':
+			flow = max(flow-1, 0)
+		case (c == '-' || c == '?' || c == ':') && (i+1 == len(src) || src[i+1] == ' ' || src[i+1] == '\t' || src[i+1] == '\n'):
+			block++
+		}
+		if flow+block > maxDepth {
+			return line, col
+		}
+		prev = c
 	}
 	return 0, 0
 }
