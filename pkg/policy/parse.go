@@ -447,18 +447,37 @@ func (ps *parse) tools(n ast.Node, pol *Policy) {
 }
 
 // overlaps refuses two globs of equal specificity that can match the same name: which one
-// applies would otherwise depend on file order.
+// applies would otherwise depend on file order. Only globs of one specificity are compared,
+// and a pair whose literal prefixes or suffixes differ is told apart without intersect: every
+// pair of entries compared with intersect, 38,000 globs of a 1 MiB file took 4 minutes.
 func (ps *parse) overlaps(es []Entry) {
-	for i, a := range es {
-		for _, b := range es[:i] {
-			if a.Glob() && b.Glob() && specificity(a.Pattern) == specificity(b.Pattern) && intersect(a.Pattern, b.Pattern) {
-				ps.errs = append(ps.errs, Error{File: ps.file, Line: a.Line, Column: a.Column, Msg: fmt.Sprintf(
-					"globs %q and %q (line %d) can match the same tool and are equally specific (%d literal characters); name the tool exactly or make one glob more specific",
-					a.Pattern, b.Pattern, b.Line, specificity(a.Pattern))})
-			}
+	type glob struct {
+		e        *Entry
+		pre, suf string // the literal characters before the first and after the last wildcard
+	}
+	bySpec := map[int][]glob{}
+	for i := range es {
+		a := &es[i]
+		if !a.Glob() {
+			continue
 		}
+		n := specificity(a.Pattern)
+		g := glob{e: a, pre: a.Pattern[:strings.IndexAny(a.Pattern, "*?")], suf: a.Pattern[strings.LastIndexAny(a.Pattern, "*?")+1:]}
+		for _, b := range bySpec[n] {
+			if !prefixed(g.pre, b.pre) || !suffixed(g.suf, b.suf) || !intersect(a.Pattern, b.e.Pattern) {
+				continue
+			}
+			ps.errs = append(ps.errs, Error{File: ps.file, Line: a.Line, Column: a.Column, Msg: fmt.Sprintf(
+				"globs %q and %q (line %d) can match the same tool and are equally specific (%d literal characters); name the tool exactly or make one glob more specific",
+				a.Pattern, b.e.Pattern, b.e.Line, n)})
+		}
+		bySpec[n] = append(bySpec[n], g)
 	}
 }
+
+// prefixed reports whether one of a and b begins the other; suffixed, ends it.
+func prefixed(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }
+func suffixed(a, b string) bool { return strings.HasSuffix(a, b) || strings.HasSuffix(b, a) }
 
 func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) {
 	members, ok := ps.mapping(n, where)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -308,5 +309,23 @@ func TestParseBoundsNesting(t *testing.T) {
 				t.Fatalf("got %.300v; want an error at %s saying it is nested too deep", err, c.want)
 			}
 		})
+	}
+}
+
+// TestOverlapsShortcut: the literal prefix and suffix overlaps compares before intersect tell
+// apart only globs that no name matches both; globs that share a name are still refused.
+func TestOverlapsShortcut(t *testing.T) {
+	for _, c := range []struct {
+		a, b  string
+		clash bool
+	}{
+		{"ab*", "ac*", false}, {"*ab", "*cb", false}, {"a?c", "b?c", false}, {"x?a?y", "x?b?y", false},
+		{"?b*", "a?*", true}, {"a*", "*a", true}, {"ab*c", "a*bc", true}, {"é*", "*ü", true}, {"é?*", "?ü*", true},
+	} {
+		src := fmt.Sprintf("version: 1\ntools:\n  %q: {wait: 1s}\n  %q: {wait: 2s}\n", c.a, c.b)
+		_, err := Parse("p.yaml", []byte(src))
+		if got := err != nil && strings.Contains(err.Error(), "can match the same tool"); got != c.clash || got != (intersect(c.a, c.b) && specificity(c.a) == specificity(c.b)) {
+			t.Errorf("%s and %s: refused %v, want %v: %v", c.a, c.b, got, c.clash, err)
+		}
 	}
 }
