@@ -3,6 +3,9 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,5 +94,39 @@ func TestGenerateWithScanEvidence(t *testing.T) {
 	}
 	if strings.ContainsAny(out, "\r\x1b") {
 		t.Errorf("control characters reached the file:\n%q", out)
+	}
+}
+
+// TestGenerateForManyTools: a server that lists thousands of tools (an OpenAPI bridge) gets a
+// file that Load accepts as written: when the commented file would pass MaxFileSize, the
+// per-tool reasoning is left out (and the file says so), not the file refused at its first
+// check. Each tool keeps its entry.
+func TestGenerateForManyTools(t *testing.T) {
+	var tools []string
+	const n = 6000
+	for i := range n {
+		tools = append(tools, fmt.Sprintf(`{"name":"operation_%d","description":%q,"annotations":{"idempotentHint":%v}}`, i, strings.Repeat("Calls the API. ", 10), i%2 == 0))
+	}
+	page := json.RawMessage(`{"tools":[` + strings.Join(tools, ",") + `]}`)
+	var buf bytes.Buffer
+	if err := Generate(&buf, []json.RawMessage{page}, Source{Server: "openapi-bridge"}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		t.Fatalf("the generated file (%d bytes) is refused: %.300v", buf.Len(), err)
+	}
+	if len(p.Tools) != n || !strings.Contains(buf.String(), "per-tool reasoning is left out") {
+		t.Fatalf("%d entries of %d tools; the file does not say what it left out", len(p.Tools), n)
+	}
+	for _, i := range []int{0, 1, n - 1} {
+		e := p.Entry(fmt.Sprintf("operation_%d", i))
+		if e == nil || e.Fence == nil || !*e.Fence || (e.RerunSafe != nil && *e.RerunSafe) != (i%2 == 0) {
+			t.Fatalf("operation_%d: %+v", i, e)
+		}
 	}
 }
