@@ -38,6 +38,29 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		fmt.Fprintf(io.err, "effectfence wrap: policy %s (flags win over it)\n", safetext.Escape(pol.Summary()))
 	}
 	res := policy.Resolve(pol, f)
+	// A key field cut by an ignored one makes distinct calls one. The file alone was checked
+	// by policy.Load; here the flags, alone or over the file, for each tool they name.
+	named := map[string]bool{}
+	for tool := range opt.Key {
+		named[tool] = true
+	}
+	for tool := range opt.Ignore {
+		named[tool] = true
+	}
+	for tool := range named {
+		key, ignore := opt.Key[tool], opt.Ignore[tool]
+		if res.Options.PerTool != nil {
+			s := res.Options.PerTool(tool)
+			key, ignore = s.Key, s.Ignore
+		}
+		if k, i, cut := wrap.IgnoredKey(key, ignore); cut {
+			from := "--key and --ignore-field"
+			if pol != nil {
+				from += " over the policy file"
+			}
+			return policy.Resolved{}, usageErr("tool %q: %v (%s)", tool, wrap.IgnoredKeyError(k, i), from)
+		}
+	}
 	if h := res.OnUnknown; h != nil {
 		retries := h.Retries
 		if retries == 0 { // the file's `retries: 0`: wrap.Hook's 0 would be its default

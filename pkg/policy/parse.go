@@ -377,6 +377,14 @@ func (ps *parse) server(n ast.Node, pol *Policy) {
 	if !sawVersion {
 		ps.errorf(n, "the policy does not say `version: %d` (first line)", Version)
 	}
+	for _, e := range pol.Tools {
+		if e.Ignore != nil {
+			continue // the entry's own ignore replaces the defaults'
+		}
+		if k, i, cut := wrap.IgnoredKey(e.Key, pol.Defaults.Ignore); cut {
+			ps.errs = append(ps.errs, Error{File: ps.file, Line: e.Line, Column: e.Column, Msg: fmt.Sprintf("tool %q: %v (in defaults)", e.Pattern, wrap.IgnoredKeyError(k, i))})
+		}
+	}
 }
 
 func (ps *parse) ledger(n ast.Node, s string) {
@@ -484,7 +492,7 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 	if !ok {
 		return
 	}
-	var passN ast.Node
+	var passN, keyN ast.Node
 	var others []member
 	for _, m := range members {
 		what := m.key
@@ -511,7 +519,7 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 		others = append(others, m)
 		switch m.key {
 		case "key":
-			tp.Key = ps.paths(m.value, what, false)
+			tp.Key, keyN = ps.paths(m.value, what, false), m.keyN
 		case "ignore":
 			tp.Ignore = ps.paths(m.value, what, true)
 			if tp.Ignore == nil && !ps.isNull(m.value) {
@@ -530,6 +538,9 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 		case "elicit":
 			tp.Elicit = ps.boolean(m.value, what)
 		}
+	}
+	if k, i, cut := wrap.IgnoredKey(tp.Key, tp.Ignore); cut {
+		ps.errorf(keyN, "%s: %v", where, wrap.IgnoredKeyError(k, i))
 	}
 	if passN != nil && len(others) > 0 {
 		ps.errorf(others[0].keyN, "%s says fence: false (calls pass through unfenced), so %q has no effect; remove one of them", where, others[0].key)

@@ -163,6 +163,8 @@ func TestParseBad(t *testing.T) {
 		{"duplicate tool", "version: 1\ntools:\n  charge:\n    wait: 1s\n  charge:\n    wait: 2s\n", []string{`bad.yaml:5:3: "charge" is given twice in tools (first at line 3, column 3)`}},
 		{"duplicate setting", "version: 1\ntools:\n  c:\n    wait: 1s\n    wait: 2s\n", []string{`bad.yaml:5:5: "wait" is given twice in tool "c" (first at line 4, column 5)`}},
 		{"ambiguous globs", "version: 1\ntools:\n  \"a_*\": {wait: 1s}\n  \"*_b\": {wait: 2s}\n", []string{`bad.yaml:4:3: globs "*_b" and "a_*" (line 3) can match the same tool and are equally specific`}},
+		{"key field ignored", "version: 1\ntools:\n  c:\n    ignore: [meta]\n    key: [meta.order]\n", []string{`bad.yaml:5:5: tool "c": key field "meta.order" is ignored (ignore "meta")`}},
+		{"key field ignored by defaults", "version: 1\ntools:\n  \"c*\":\n    key: [order]\n  d:\n    key: [order]\n    ignore: []\ndefaults:\n  ignore: [order]\n", []string{`bad.yaml:3:3: tool "c*": key field "order" is ignored (ignore "order"): `, "(in defaults)"}},
 		{"pass with settings", "version: 1\ntools:\n  c:\n    fence: false\n    key: [a]\n", []string{`bad.yaml:5:5: tool "c" says fence: false (calls pass through unfenced), so "key" has no effect`}},
 		{"hook both", "version: 1\non_unknown:\n  command: [x]\n  url: https://h/p\n", []string{"bad.yaml:4:3: on_unknown takes command or url, not both"}},
 		{"hook neither", "version: 1\non_unknown:\n  retries: 1\n", []string{"bad.yaml:3:3: on_unknown needs command"}},
