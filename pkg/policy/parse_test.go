@@ -225,6 +225,23 @@ func TestLoadLedgerRelativeToFile(t *testing.T) {
 			t.Errorf("ledger %q: got %q, want %q", ledger, p.Ledger, want)
 		}
 	}
+	// A symlinked file (a Kubernetes ConfigMap mounts p.yaml -> ..data/p.yaml, ..data -> a
+	// directory renamed on each update) takes the directory it is named in, not its target's:
+	// the ledger must not move when the configuration is updated.
+	target := filepath.Join(dir, "..2026_12_03", "p.yaml")
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte("version: 1\nledger: ledger.db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "mounted.yaml")
+	if err := os.Symlink(target, link); err != nil {
+		t.Skip("no symlinks here:", err)
+	}
+	if p, err := Load(link); err != nil || p.Ledger != filepath.Join(filepath.Dir(link), "ledger.db") {
+		t.Errorf("a symlinked policy: %v, ledger %q; want it beside the link", err, p.Ledger)
+	}
 	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "cannot read the policy file") {
 		t.Errorf("a missing file: %v", err)
 	}
