@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 
 	"github.com/urfave/cli/v3"
 
@@ -69,6 +70,13 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		res.Options.OnUnknown = &wrap.Hook{Command: h.Command, URL: h.URL, Retries: retries, Timeout: h.Timeout}
 		if err := res.Options.OnUnknown.Check(); err != nil {
 			return policy.Resolved{}, usageErr("policy on_unknown: %v", err)
+		}
+		// The hook runs when an outcome becomes unknown: a program it cannot run must be
+		// found now, not then.
+		if len(h.Command) > 0 {
+			if _, err := exec.LookPath(h.Command[0]); err != nil {
+				return policy.Resolved{}, usageErr("policy %s: on_unknown: cannot run %q: %v", pol.File, h.Command[0], unwrapExec(err))
+			}
 		}
 	}
 	return res, nil

@@ -48,8 +48,9 @@ const (
 	maxHookRetries  = 10
 )
 
-// Load reads and checks the policy file at path. A relative ledger path in the file is taken
-// from the file's directory, so the file means the same wherever wrap is started.
+// Load reads and checks the policy file at path. A relative ledger path in the file, and an
+// on_unknown program written with a relative path (./hooks/notify), are taken from the file's
+// directory, so the file means the same wherever wrap is started.
 func Load(path string) (*Policy, error) {
 	b, err := readFile(path)
 	if err != nil {
@@ -61,6 +62,12 @@ func Load(path string) (*Policy, error) {
 	}
 	if p.Ledger != "" && p.Ledger != "memory" && !strings.Contains(p.Ledger, "://") && !filepath.IsAbs(p.Ledger) {
 		p.Ledger = filepath.Join(filepath.Dir(path), p.Ledger)
+	}
+	if h := p.OnUnknown; h != nil && len(h.Command) > 0 {
+		// A bare name ("notify-oncall") is looked up in PATH; one with a separator is a path.
+		if prog := h.Command[0]; !filepath.IsAbs(prog) && strings.ContainsAny(prog, "/"+string(filepath.Separator)) {
+			h.Command[0] = filepath.Join(filepath.Dir(path), prog)
+		}
 	}
 	return p, nil
 }
