@@ -124,8 +124,9 @@ const Supported = `a SQLite file path (e.g. ./ledger.db or /var/lib/effectfence/
 
 // CheckLedger refuses a ledger string that names no supported ledger but would otherwise be
 // taken for a SQLite file under the working directory: another URL scheme (redis://, pg://,
-// sqlite:///x, file:/x), postgres:// or memory in other letter cases, a ~ path the shell did
-// not expand, libpq's key=value connection string (host=… dbname=…), or surrounding spaces.
+// sqlite:///x, file:/x), postgres:// or memory in other letter cases, a ~ or $VAR path no
+// shell expanded, libpq's key=value connection string (host=… dbname=…), or surrounding
+// spaces.
 // A relative file whose name has a colon can be written ./a:b.db.
 func CheckLedger(ledger string) error {
 	bad := func(why string) error {
@@ -141,7 +142,9 @@ func CheckLedger(ledger string) error {
 	case strings.HasPrefix(strings.ToLower(ledger), "postgres://"), strings.HasPrefix(strings.ToLower(ledger), "postgresql://"):
 		return bad("write the scheme postgres:// in lower case")
 	case ledger == "~" || strings.HasPrefix(ledger, "~"):
-		return bad("~ is not expanded here (the shell expands it only at the start of an unquoted word); write the full path, e.g. $HOME/...")
+		return bad("~ is not expanded here (the shell expands it only at the start of an unquoted word); write the full path, e.g. /home/you/...")
+	case strings.HasPrefix(ledger, "$"):
+		return bad("$… is not expanded here (a shell expands it; an MCP config's env and a policy file are not read by one); write the full path, e.g. /home/you/...")
 	case keywordValue(ledger):
 		// Not quoted: such a string may hold password=….
 		return fmt.Errorf("ledger: a key=value connection string (%s=…) is not read here (it would name a SQLite file); write it as postgres://user@host:port/dbname?sslmode=…; the supported forms are %s",
