@@ -253,3 +253,23 @@ func TestPolicyPassedToolNamedOnceByTheGateway(t *testing.T) {
 		t.Fatalf("named %d times over 3 sessions:\n%s", n, g.logText())
 	}
 }
+
+// TestPolicyInitLeavesNoTempFile: policy init -o writes through a temporary file beside the
+// target; when the last step fails (the target is a directory, even with --force) the error
+// is reported and the temporary file is removed, not left as .policy-*.yaml in the directory.
+func TestPolicyInitLeavesNoTempFile(t *testing.T) {
+	bin := effectfence(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "policy.yaml")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, []string{"XDG_STATE_HOME=" + filepath.Join(dir, "state")}, "", "policy", "init", "--force", "-o", target, "--", bin, "demo-server")
+	if r.code == exitOK {
+		t.Fatalf("policy init onto a directory succeeded: %s", r.stderr)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".policy-*"))
+	if len(left) > 0 {
+		t.Fatalf("policy init failed (%s) and left %v behind", strings.TrimSpace(r.stderr), left)
+	}
+}
