@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -39,20 +42,24 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		fmt.Fprintf(io.err, "effectfence wrap: policy %s (flags win over it)\n", safetext.Escape(pol.Summary()))
 	}
 	res := policy.Resolve(pol, f)
-	// A key field cut by an ignored one makes distinct calls one. The file alone was checked
-	// by policy.Load; here the flags, alone or over the file, for each tool they name.
+	// The file alone was checked by policy.Load; here the per-tool flags, alone or over the
+	// file, for each tool they name: settings of a tool that passes through have no effect,
+	// and a key field cut by an ignored one makes distinct calls one.
 	named := map[string]bool{}
-	for tool := range opt.Key {
-		named[tool] = true
-	}
-	for tool := range opt.Ignore {
-		named[tool] = true
+	for _, tools := range [][]string{slices.Collect(maps.Keys(opt.Key)), slices.Collect(maps.Keys(opt.Ignore)), slices.Collect(maps.Keys(opt.Redact)),
+		slices.Collect(maps.Keys(opt.KeepResult)), slices.Collect(maps.Keys(opt.ReplayWindows)), opt.RerunSafe} {
+		for _, tool := range tools {
+			named[tool] = true
+		}
 	}
 	for tool := range named {
-		key, ignore := opt.Key[tool], opt.Ignore[tool]
+		key, ignore, pass := opt.Key[tool], opt.Ignore[tool], slices.Contains(opt.Pass, tool)
 		if res.Options.PerTool != nil {
 			s := res.Options.PerTool(tool)
-			key, ignore = s.Key, s.Ignore
+			key, ignore, pass = s.Key, s.Ignore, s.Pass
+		}
+		if given := wrap.GivenFlags(opt, tool); pass && len(given) > 0 {
+			return policy.Resolved{}, usageErr("tool %q passes through unfenced (--pass, or fence: false in the policy), so %s would have no effect; drop them, or fence the tool", tool, strings.Join(given, ", "))
 		}
 		if k, i, cut := wrap.IgnoredKey(key, ignore); cut {
 			from := "--key and --ignore-field"
