@@ -253,6 +253,11 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
+	spool, err := SpoolDir(loc)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	if isPostgres(loc) {
 		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
 	} else if loc != "memory" && o.Log != nil {
@@ -269,11 +274,6 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 				fmt.Fprintf(o.Log, "effectfence: note: XDG_STATE_HOME=%s is not an absolute path, so it is ignored (the XDG base directory specification says so); the default ledger is %s\n", safetext.Escape(x), safetext.Escape(loc))
 			}
 		}
-	}
-	spool, err := SpoolDir(loc)
-	if err != nil {
-		st.Close()
-		return nil, err
 	}
 	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool})
 	if _, err := eng.Recover(ctx); err != nil {
@@ -316,7 +316,7 @@ func SpoolDir(loc string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return filepath.Join(dir, "spool", canon.Sum([]byte(postgres.Redact(loc)))[:16]), nil
+		return filepath.Join(dir, "spool", canon.Sum([]byte(postgres.SpoolName(loc)))[:16]), nil
 	}
 	return loc + ".spool", nil
 }
