@@ -214,5 +214,9 @@ func writeFileAtomic(path string, b []byte) error {
 		os.Remove(f.Name())
 		return err
 	}
-	return os.Rename(f.Name(), path)
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
 }

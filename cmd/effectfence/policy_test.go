@@ -220,3 +220,56 @@ func TestPolicyInitAndWrapUpstream(t *testing.T) {
 		t.Fatalf("through --upstream the duplicate was not replayed: %v", metas)
 	}
 }
+
+// TestPolicyPassedToolNamedOnceByTheGateway: wrap --listen with a policy giving the read-only
+// echo of the real server-everything a replay window: each session runs its own child, and
+// the log names echo's setting that has no effect once, not once per session.
+func TestPolicyPassedToolNamedOnceByTheGateway(t *testing.T) {
+	peers := peersDir(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte("version: 1\ntools:\n  echo:\n    replay_window: 1d\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, "--listen", "127.0.0.1:0", "--policy", file, "--ledger", filepath.Join(dir, "l.db"),
+		"--", filepath.Join(peers, "node_modules", ".bin", "mcp-server-everything"))
+	for i := range 3 {
+		sid := openSession(t, g.url)
+		if _, body := g.post(t, "", sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}`); !strings.Contains(body, "Echo: hi") || strings.Contains(body, `"effectfence/replayed":true`) {
+			t.Fatalf("session %d: echo answered %s", i, body)
+		}
+	}
+	// A line the gateway writes after all of the above: a tools/call without an id is logged
+	// as not forwarded. Once it is in the log, so is every line before it.
+	sid := openSession(t, g.url)
+	g.post(t, "", sid, `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}`)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(g.logText(), "was NOT forwarded"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not log the call without an id:\n%s", g.logText())
+		}
+	}
+	const line = `tool "echo" is annotated readOnlyHint and is not fenced, so its calls pass through and its replay_window have no effect`
+	if n := strings.Count(g.logText(), line); n != 1 {
+		t.Fatalf("named %d times over 3 sessions:\n%s", n, g.logText())
+	}
+}
+
+// TestPolicyInitLeavesNoTempFile: policy init -o writes through a temporary file beside the
+// target; when the last step fails (the target is a directory, even with --force) the error
+// is reported and the temporary file is removed, not left as .policy-*.yaml in the directory.
+func TestPolicyInitLeavesNoTempFile(t *testing.T) {
+	bin := effectfence(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "policy.yaml")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, []string{"XDG_STATE_HOME=" + filepath.Join(dir, "state")}, "", "policy", "init", "--force", "-o", target, "--", bin, "demo-server")
+	if r.code == exitOK {
+		t.Fatalf("policy init onto a directory succeeded: %s", r.stderr)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".policy-*"))
+	if len(left) > 0 {
+		t.Fatalf("policy init failed (%s) and left %v behind", strings.TrimSpace(r.stderr), left)
+	}
+}

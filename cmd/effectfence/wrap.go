@@ -125,6 +125,13 @@ func wrapCommand(io streams) *cli.Command {
 					return usageErr("--on-lease-expiry: %v", err)
 				}
 			}
+			ttl := so.ResultTTL
+			if ttl <= 0 {
+				ttl = fence.DefaultResultTTL
+			}
+			for _, w := range res.LongWindows(ttl) {
+				fmt.Fprintf(io.err, "effectfence wrap: warning: %s\n", safetext.Escape(w))
+			}
 			// A command that cannot run is refused before the ledger is opened, so a typo in
 			// an MCP config creates no ledger file. (A command that runs but is no MCP server
 			// is found at the agent's initialize, which reports why.)

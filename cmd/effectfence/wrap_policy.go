@@ -2,7 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -38,6 +42,33 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		fmt.Fprintf(io.err, "effectfence wrap: policy %s (flags win over it)\n", safetext.Escape(pol.Summary()))
 	}
 	res := policy.Resolve(pol, f)
+	// The file alone was checked by policy.Load; here the per-tool flags, alone or over the
+	// file, for each tool they name: settings of a tool that passes through have no effect,
+	// and a key field cut by an ignored one makes distinct calls one.
+	named := map[string]bool{}
+	for _, tools := range [][]string{slices.Collect(maps.Keys(opt.Key)), slices.Collect(maps.Keys(opt.Ignore)), slices.Collect(maps.Keys(opt.Redact)),
+		slices.Collect(maps.Keys(opt.KeepResult)), slices.Collect(maps.Keys(opt.ReplayWindows)), opt.RerunSafe} {
+		for _, tool := range tools {
+			named[tool] = true
+		}
+	}
+	for tool := range named {
+		key, ignore, pass := opt.Key[tool], opt.Ignore[tool], slices.Contains(opt.Pass, tool)
+		if res.Options.PerTool != nil {
+			s := res.Options.PerTool(tool)
+			key, ignore, pass = s.Key, s.Ignore, s.Pass
+		}
+		if given := wrap.GivenFlags(opt, tool); pass && len(given) > 0 {
+			return policy.Resolved{}, usageErr("tool %q passes through unfenced (--pass, or fence: false in the policy), so %s would have no effect; drop them, or fence the tool", tool, strings.Join(given, ", "))
+		}
+		if k, i, cut := wrap.IgnoredKey(key, ignore); cut {
+			from := "--key and --ignore-field"
+			if pol != nil {
+				from += " over the policy file"
+			}
+			return policy.Resolved{}, usageErr("tool %q: %v (%s)", tool, wrap.IgnoredKeyError(k, i), from)
+		}
+	}
 	if h := res.OnUnknown; h != nil {
 		retries := h.Retries
 		if retries == 0 { // the file's `retries: 0`: wrap.Hook's 0 would be its default
@@ -46,6 +77,13 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		res.Options.OnUnknown = &wrap.Hook{Command: h.Command, URL: h.URL, Retries: retries, Timeout: h.Timeout}
 		if err := res.Options.OnUnknown.Check(); err != nil {
 			return policy.Resolved{}, usageErr("policy on_unknown: %v", err)
+		}
+		// The hook runs when an outcome becomes unknown: a program it cannot run must be
+		// found now, not then.
+		if len(h.Command) > 0 {
+			if _, err := exec.LookPath(h.Command[0]); err != nil {
+				return policy.Resolved{}, usageErr("policy %s: on_unknown: cannot run %q: %v", pol.File, h.Command[0], unwrapExec(err))
+			}
 		}
 	}
 	return res, nil

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,8 +41,27 @@ type publishedTool struct {
 // tools/list result, as the server sent them, however they were listed: a stdio child or an
 // HTTP upstream). Each tool's entry follows from its annotations, with the reasoning as
 // comments; the written file passes Parse. It is a starting point for review, not a verdict:
-// annotations are the server's hints.
+// annotations are the server's hints. When the commented file would be larger than
+// MaxFileSize (a server of thousands of tools), the per-tool reasoning is left out.
 func Generate(w io.Writer, pages []json.RawMessage, src Source) error {
+	var buf bytes.Buffer
+	if err := generate(&buf, pages, src, false); err != nil {
+		return err
+	}
+	if buf.Len() > MaxFileSize {
+		buf.Reset()
+		if err := generate(&buf, pages, src, true); err != nil {
+			return err
+		}
+		if buf.Len() > MaxFileSize {
+			return fmt.Errorf("the server lists so many tools that even without comments the policy would be larger than 1 MiB, which policy check refuses; use wrap's flags and defaults instead")
+		}
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) error {
 	var tools []publishedTool
 	keys := map[string]string{}
 	seen := map[string]bool{}
@@ -100,6 +120,11 @@ func Generate(w io.Writer, pages []json.RawMessage, src Source) error {
 		fmt.Fprintf(b, "\n# The server listed no tools.\n")
 		return b.Flush()
 	}
+	if terse {
+		fmt.Fprintf(b, "\n# The server lists %d tools: the per-tool reasoning is left out to keep the file under\n", len(tools))
+		fmt.Fprintf(b, "# 1 MiB (policy check refuses larger files). Each entry follows from the tool's annotations:\n")
+		fmt.Fprintf(b, "# readOnlyHint passes through, the rest is fenced, idempotentHint adds rerun_safe.\n")
+	}
 	fmt.Fprintf(b, "\ntools:\n")
 	var unwritable []string
 	for _, t := range tools {
@@ -107,7 +132,7 @@ func Generate(w io.Writer, pages []json.RawMessage, src Source) error {
 			unwritable = append(unwritable, t.Name)
 			continue
 		}
-		writeTool(b, t, keys[t.Name], byName[t.Name])
+		writeTool(b, t, keys[t.Name], byName[t.Name], terse)
 	}
 	if len(unwritable) > 0 {
 		fmt.Fprintf(b, "\n# These tools' names cannot be keys of a policy (white space, control characters, or the\n")
@@ -135,9 +160,20 @@ func Generate(w io.Writer, pages []json.RawMessage, src Source) error {
 	return b.Flush()
 }
 
-func writeTool(b *bufio.Writer, t publishedTool, keyProp string, st *scan.Tool) {
+func writeTool(b *bufio.Writer, t publishedTool, keyProp string, st *scan.Tool, terse bool) {
 	a := t.Annotations
 	is := func(p *bool) bool { return p != nil && *p }
+	if terse {
+		switch {
+		case is(a.ReadOnlyHint):
+			fmt.Fprintf(b, "  %s: {fence: false}\n", yamlKey(t.Name))
+		case is(a.IdempotentHint):
+			fmt.Fprintf(b, "  %s: {fence: true, rerun_safe: true}\n", yamlKey(t.Name))
+		default:
+			fmt.Fprintf(b, "  %s: {fence: true}\n", yamlKey(t.Name))
+		}
+		return
+	}
 	fmt.Fprintf(b, "\n")
 	if d := firstLine(t.Description); d != "" {
 		fmt.Fprintf(b, "  # %s\n", comment(d, 110))

@@ -3,6 +3,9 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,5 +94,81 @@ func TestGenerateWithScanEvidence(t *testing.T) {
 	}
 	if strings.ContainsAny(out, "\r\x1b") {
 		t.Errorf("control characters reached the file:\n%q", out)
+	}
+}
+
+// TestGenerateForManyTools: a server that lists thousands of tools (an OpenAPI bridge) gets a
+// file that Load accepts as written: when the commented file would pass MaxFileSize, the
+// per-tool reasoning is left out (and the file says so), not the file refused at its first
+// check. Each tool keeps its entry.
+func TestGenerateForManyTools(t *testing.T) {
+	var tools []string
+	const n = 6000
+	for i := range n {
+		tools = append(tools, fmt.Sprintf(`{"name":"operation_%d","description":%q,"annotations":{"idempotentHint":%v}}`, i, strings.Repeat("Calls the API. ", 10), i%2 == 0))
+	}
+	page := json.RawMessage(`{"tools":[` + strings.Join(tools, ",") + `]}`)
+	var buf bytes.Buffer
+	if err := Generate(&buf, []json.RawMessage{page}, Source{Server: "openapi-bridge"}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		t.Fatalf("the generated file (%d bytes) is refused: %.300v", buf.Len(), err)
+	}
+	if len(p.Tools) != n || !strings.Contains(buf.String(), "per-tool reasoning is left out") {
+		t.Fatalf("%d entries of %d tools; the file does not say what it left out", len(p.Tools), n)
+	}
+	for _, i := range []int{0, 1, n - 1} {
+		e := p.Entry(fmt.Sprintf("operation_%d", i))
+		if e == nil || e.Fence == nil || !*e.Fence || (e.RerunSafe != nil && *e.RerunSafe) != (i%2 == 0) {
+			t.Fatalf("operation_%d: %+v", i, e)
+		}
+	}
+}
+
+// TestGenerateHostileNamesReadBack: whatever a server names its tools and however it
+// describes them, the generated file reads back (Parse) to exactly the names written as keys,
+// and no description, name or server command adds a setting: names YAML would read as
+// something else (null, numbers, booleans of either YAML version, indicators), Unicode format
+// characters, 100,000-character names; descriptions with line breaks of every kind followed by
+// keys.
+func TestGenerateHostileNamesReadBack(t *testing.T) {
+	names := []string{"a:b", `a"b`, "a'b", "-x", "x-", ".x", "1e3", "0x10", "0o7", "nan", "NaN", ".inf", "~", "~x", "%x", "@x", "`x",
+		"!x", "&x", "|x", ">x", "<<", "=", "é", "\ufeffx", "x\u200bx", "x\u00adx", "\U0001F600", "a/b", "a,b", "a#b", "#", "-", "---", "...",
+		"true", "True", "Yes", "off", "NULL", "Null", "y", "N", "x\ufffd", "a\\b", "{x}", "[x]", "x?", "*", strings.Repeat("l", 100000)}
+	var tools []map[string]any
+	for _, n := range names {
+		tools = append(tools, map[string]any{"name": n,
+			"description": "d\u2028ledger: postgres://u:p@h/d\nfence_reads: true\r\n" + n + ": {}\u0085scope: x"})
+	}
+	page, _ := json.Marshal(map[string]any{"tools": tools})
+	var buf bytes.Buffer
+	if err := Generate(&buf, []json.RawMessage{page}, Source{Server: "srv\nledger: /tmp/x\r\nscope: y"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("generated.yaml", buf.Bytes())
+	if err != nil {
+		t.Fatalf("%.2000v", err)
+	}
+	if p.Ledger != "" || p.Scope != "" || p.FenceReads != nil {
+		t.Fatalf("a description or the server command set something: %+v", p)
+	}
+	got := map[string]bool{}
+	for _, e := range p.Tools {
+		got[e.Pattern] = true
+	}
+	for _, n := range names {
+		writable := checkPattern(n) == nil && !strings.ContainsAny(n, "*?")
+		if got[n] != writable {
+			t.Errorf("tool %.40q: read back %v, writable %v", n, got[n], writable)
+		}
+	}
+	if len(p.Tools) != len(got) {
+		t.Errorf("%d entries for %d names", len(p.Tools), len(got))
 	}
 }

@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
@@ -45,12 +48,13 @@ const (
 	maxHookRetries  = 10
 )
 
-// Load reads and checks the policy file at path. A relative ledger path in the file is taken
-// from the file's directory, so the file means the same wherever wrap is started.
+// Load reads and checks the policy file at path. A relative ledger path in the file, and an
+// on_unknown program written with a relative path (./hooks/notify), are taken from the file's
+// directory, so the file means the same wherever wrap is started.
 func Load(path string) (*Policy, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
-		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
+		return nil, err
 	}
 	p, err := Parse(path, b)
 	if err != nil {
@@ -59,13 +63,48 @@ func Load(path string) (*Policy, error) {
 	if p.Ledger != "" && p.Ledger != "memory" && !strings.Contains(p.Ledger, "://") && !filepath.IsAbs(p.Ledger) {
 		p.Ledger = filepath.Join(filepath.Dir(path), p.Ledger)
 	}
+	if h := p.OnUnknown; h != nil && len(h.Command) > 0 {
+		// A bare name ("notify-oncall") is looked up in PATH; one with a separator is a path.
+		if prog := h.Command[0]; !filepath.IsAbs(prog) && strings.ContainsAny(prog, "/"+string(filepath.Separator)) {
+			h.Command[0] = filepath.Join(filepath.Dir(path), prog)
+		}
+	}
 	return p, nil
+}
+
+// MaxFileSize bounds a policy file: one reviewed file of settings, thousands of tools long at
+// most. Its YAML parser holds about 300 bytes per byte of the file, so an unbounded read (a
+// 100 MB file, /dev/zero) took gigabytes and minutes before any error.
+const MaxFileSize = 1 << 20
+
+// readFile reads a policy file of at most MaxFileSize bytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
+	}
+	if len(b) > MaxFileSize {
+		return nil, Errors{{File: path, Msg: "the file is larger than 1 MiB, which no policy needs; is it the right file?"}}
+	}
+	return b, nil
 }
 
 // Parse checks a policy file's text; name is used in messages. The error, if any, is Errors.
 func Parse(name string, src []byte) (*Policy, error) {
 	ps := &parse{file: name}
 	pol := &Policy{File: name}
+	src = bytes.TrimPrefix(src, []byte("\ufeff")) // YAML allows a byte-order mark before the stream
+	if line, col := notUTF8(src); line > 0 {
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: "the file is not UTF-8 text (YAML is Unicode, and a tool name so written could never equal one an agent sends); save it as UTF-8"}}
+	}
+	if line, col := tooDeep(src); line > 0 {
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("collections nested more than %d deep; a policy needs a few levels", maxDepth)}}
+	}
 	f, err := parser.ParseBytes(src, 0, parser.AllowDuplicateMapKey())
 	if err != nil {
 		var ye interface {
@@ -80,6 +119,10 @@ func Parse(name string, src []byte) (*Policy, error) {
 	}
 	var docs []*ast.DocumentNode
 	for _, d := range f.Docs {
+		if dn, ok := d.Body.(*ast.DirectiveNode); ok {
+			ps.errorf(dn, "YAML directives (%%YAML, %%TAG) are not supported in a policy file; remove the line")
+			continue
+		}
 		if d.Body != nil && d.Body.Type() != ast.CommentType {
 			docs = append(docs, d)
 		}
@@ -101,6 +144,96 @@ func Parse(name string, src []byte) (*Policy, error) {
 		return nil, ps.errs
 	}
 	return pol, nil
+}
+
+// notUTF8 returns the line and column (in characters) of the first byte of src that is not
+// UTF-8, or 0, 0.
+func notUTF8(src []byte) (line, col int) {
+	line, col = 1, 1
+	for i := 0; i < len(src); {
+		r, w := utf8.DecodeRune(src[i:])
+		if r == utf8.RuneError && w == 1 {
+			return line, col
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+		i += w
+	}
+	return 0, 0
+}
+
+// maxDepth bounds how deeply a policy's collections nest (see tooDeep).
+const maxDepth = 100
+
+// tooDeep returns the line and column (in characters) at which src's collections nest deeper
+// than maxDepth, or 0, 0. The YAML parser's memory grows with the square of the depth, and
+// within MaxFileSize the depth is bounded by indentation except where nothing is indented:
+// flow collections ([ and {, across lines) and block indicators ("- ", "? ", ": ") on one
+// line, which are counted here. Comments and quoted scalars are skipped; what a plain or block
+// scalar holds may count, so the bound is far above what a policy uses.
+func tooDeep(src []byte) (line, col int) {
+	line = 1
+	flow, block := 0, 0
+	prev := byte('\n')
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		if c&0xC0 != 0x80 { // not a UTF-8 continuation byte
+			col++
+		}
+		switch {
+		case c == '\n':
+			line, col, block = line+1, 0, 0
+		case c == '#' && (prev == ' ' || prev == '\t' || prev == '\n'):
+			for i+1 < len(src) && src[i+1] != '\n' {
+				i++
+			}
+		case (c == '"' || c == '\'') && strings.IndexByte(" \t\n[{,:-?", prev) >= 0:
+			for i++; i < len(src); i++ {
+				switch b := src[i]; {
+				case b == '\n':
+					line, col = line+1, 0
+				case b&0xC0 != 0x80:
+					col++
+				}
+				if c == '"' && src[i] == '\\' && i+1 < len(src) && src[i+1] != '\n' {
+					i++
+					col++
+				} else if src[i] == c {
+					if c == '\'' && i+1 < len(src) && src[i+1] == '\'' {
+						i++
+						col++
+						continue
+					}
+					break
+				}
+			}
+		case c == '[' || c == '{':
+			flow++
+		case c == ']' || c == '}':
+			flow = max(flow-1, 0)
+		case (c == '-' || c == '?' || c == ':') && (i+1 == len(src) || src[i+1] == ' ' || src[i+1] == '\t' || src[i+1] == '\n'):
+			block++
+		}
+		if flow+block > maxDepth {
+			return line, col
+		}
+		prev = c
+	}
+	return 0, 0
+}
+
+// text returns the string a scalar holds: plain, quoted, or a block scalar (| or >).
+func text(n ast.Node) (string, bool) {
+	switch s := n.(type) {
+	case *ast.StringNode:
+		return s.Value, true
+	case *ast.LiteralNode:
+		return s.Value.Value, true
+	}
+	return "", false
 }
 
 // parse collects the errors of one file.
@@ -251,6 +384,14 @@ func (ps *parse) server(n ast.Node, pol *Policy) {
 	if !sawVersion {
 		ps.errorf(n, "the policy does not say `version: %d` (first line)", Version)
 	}
+	for _, e := range pol.Tools {
+		if e.Ignore != nil {
+			continue // the entry's own ignore replaces the defaults'
+		}
+		if k, i, cut := wrap.IgnoredKey(e.Key, pol.Defaults.Ignore); cut {
+			ps.errs = append(ps.errs, Error{File: ps.file, Line: e.Line, Column: e.Column, Msg: fmt.Sprintf("tool %q: %v (in defaults)", e.Pattern, wrap.IgnoredKeyError(k, i))})
+		}
+	}
 }
 
 func (ps *parse) ledger(n ast.Node, s string) {
@@ -262,11 +403,43 @@ func (ps *parse) ledger(n ast.Node, s string) {
 		ps.errorf(n, "%v", err)
 		return
 	}
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			ps.errorf(n, "the ledger URL holds a password, which would be committed with this file; give it in PGPASSWORD or ~/.pgpass instead")
+	switch ledgerSecret(s) {
+	case "password":
+		ps.errorf(n, "the ledger URL holds a password, which would be committed with this file; give it in PGPASSWORD or ~/.pgpass instead")
+	case "sslpassword":
+		ps.errorf(n, "the ledger URL holds sslpassword (the client key's passphrase), which would be committed with this file; give it in PGSSLPASSWORD instead")
+	}
+}
+
+// ledgerSecret returns "password" or "sslpassword" when a postgres URL holds one, else "". It
+// reads the URL as the ledger's driver does (pgx, like libpq), not as url.Parse does: the user
+// information ends at the first '@' before any '/' (even one inside the query), a URL that
+// url.Parse refuses (a bad port) still reaches the driver's parser, and the query's names are
+// percent-decoded and trimmed. A name in another letter case counts too: pgx sends it to the
+// server as a setting, so the secret is in the file all the same.
+func ledgerSecret(s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		if strings.Contains(rest[:i], ":") {
+			return "password"
+		}
+		rest = rest[i+1:]
+	}
+	_, query, _ := strings.Cut(rest, "?")
+	for _, kv := range strings.Split(query, "&") {
+		name, _, _ := strings.Cut(kv, "=")
+		if d, err := url.PathUnescape(name); err == nil {
+			name = d
+		}
+		switch name = strings.ToLower(strings.TrimSpace(name)); name {
+		case "password", "sslpassword":
+			return name
 		}
 	}
+	return ""
 }
 
 func (ps *parse) tools(n ast.Node, pol *Policy) {
@@ -289,25 +462,44 @@ func (ps *parse) tools(n ast.Node, pol *Policy) {
 }
 
 // overlaps refuses two globs of equal specificity that can match the same name: which one
-// applies would otherwise depend on file order.
+// applies would otherwise depend on file order. Only globs of one specificity are compared,
+// and a pair whose literal prefixes or suffixes differ is told apart without intersect: every
+// pair of entries compared with intersect, 38,000 globs of a 1 MiB file took 4 minutes.
 func (ps *parse) overlaps(es []Entry) {
-	for i, a := range es {
-		for _, b := range es[:i] {
-			if a.Glob() && b.Glob() && specificity(a.Pattern) == specificity(b.Pattern) && intersect(a.Pattern, b.Pattern) {
-				ps.errs = append(ps.errs, Error{File: ps.file, Line: a.Line, Column: a.Column, Msg: fmt.Sprintf(
-					"globs %q and %q (line %d) can match the same tool and are equally specific (%d literal characters); name the tool exactly or make one glob more specific",
-					a.Pattern, b.Pattern, b.Line, specificity(a.Pattern))})
-			}
+	type glob struct {
+		e        *Entry
+		pre, suf string // the literal characters before the first and after the last wildcard
+	}
+	bySpec := map[int][]glob{}
+	for i := range es {
+		a := &es[i]
+		if !a.Glob() {
+			continue
 		}
+		n := specificity(a.Pattern)
+		g := glob{e: a, pre: a.Pattern[:strings.IndexAny(a.Pattern, "*?")], suf: a.Pattern[strings.LastIndexAny(a.Pattern, "*?")+1:]}
+		for _, b := range bySpec[n] {
+			if !prefixed(g.pre, b.pre) || !suffixed(g.suf, b.suf) || !intersect(a.Pattern, b.e.Pattern) {
+				continue
+			}
+			ps.errs = append(ps.errs, Error{File: ps.file, Line: a.Line, Column: a.Column, Msg: fmt.Sprintf(
+				"globs %q and %q (line %d) can match the same tool and are equally specific (%d literal characters); name the tool exactly or make one glob more specific",
+				a.Pattern, b.e.Pattern, b.e.Line, n)})
+		}
+		bySpec[n] = append(bySpec[n], g)
 	}
 }
+
+// prefixed reports whether one of a and b begins the other; suffixed, ends it.
+func prefixed(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }
+func suffixed(a, b string) bool { return strings.HasSuffix(a, b) || strings.HasSuffix(b, a) }
 
 func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) {
 	members, ok := ps.mapping(n, where)
 	if !ok {
 		return
 	}
-	var passN ast.Node
+	var passN, keyN ast.Node
 	var others []member
 	for _, m := range members {
 		what := m.key
@@ -334,7 +526,7 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 		others = append(others, m)
 		switch m.key {
 		case "key":
-			tp.Key = ps.paths(m.value, what, false)
+			tp.Key, keyN = ps.paths(m.value, what, false), m.keyN
 		case "ignore":
 			tp.Ignore = ps.paths(m.value, what, true)
 			if tp.Ignore == nil && !ps.isNull(m.value) {
@@ -354,6 +546,9 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 			tp.Elicit = ps.boolean(m.value, what)
 		}
 	}
+	if k, i, cut := wrap.IgnoredKey(tp.Key, tp.Ignore); cut {
+		ps.errorf(keyN, "%s: %v", where, wrap.IgnoredKeyError(k, i))
+	}
 	if passN != nil && len(others) > 0 {
 		ps.errorf(others[0].keyN, "%s says fence: false (calls pass through unfenced), so %q has no effect; remove one of them", where, others[0].key)
 	}
@@ -362,8 +557,8 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 func (ps *parse) isNull(n ast.Node) bool { _, ok := n.(*ast.NullNode); return ok }
 
 func (ps *parse) str(n ast.Node, what string) (string, bool) {
-	if s, ok := n.(*ast.StringNode); ok {
-		return s.Value, true
+	if s, ok := text(n); ok {
+		return s, true
 	}
 	ps.notPlain(n, what+" must be a string")
 	return "", false
@@ -389,13 +584,13 @@ func (ps *parse) list(n ast.Node, what, example string) ([]string, []ast.Node, b
 	var nodes []ast.Node
 	good := true
 	for _, it := range seq.Values {
-		s, ok := it.(*ast.StringNode)
+		s, ok := text(it)
 		if !ok {
 			ps.notPlain(it, what+" items must be strings")
 			good = false
 			continue
 		}
-		out = append(out, s.Value)
+		out = append(out, s)
 		nodes = append(nodes, it)
 	}
 	return out, nodes, good
@@ -441,33 +636,33 @@ func (ps *parse) redact(n ast.Node) []string {
 }
 
 func (ps *parse) result(n ast.Node) fence.KeepResult {
-	s, ok := n.(*ast.StringNode)
+	s, ok := text(n)
 	switch {
 	case !ok:
 		ps.notPlain(n, "result must be keep or hash")
-	case s.Value == "keep":
+	case s == "keep":
 		return fence.KeepFull
-	case s.Value == "hash":
+	case s == "hash":
 		return fence.KeepHash
 	default:
-		ps.errorf(n, "result is %q; want keep (results are replayed to duplicates) or hash (only their SHA-256 is kept)", s.Value)
+		ps.errorf(n, "result is %q; want keep (results are replayed to duplicates) or hash (only their SHA-256 is kept)", s)
 	}
 	return ""
 }
 
 func (ps *parse) duration(n ast.Node, what string, min, max time.Duration) time.Duration {
-	s, ok := n.(*ast.StringNode)
+	s, ok := text(n)
 	if !ok {
 		ps.notPlain(n, what+" must be a duration such as 30s, 10m, 24h or 7d")
 		return 0
 	}
-	d, err := ParseDuration(s.Value)
+	d, err := ParseDuration(s)
 	if err != nil {
 		ps.errorf(n, "%s: %v", what, err)
 		return 0
 	}
 	if d < min || d > max {
-		ps.errorf(n, "%s is %s; want from %s to %s", what, s.Value, FormatDuration(min), FormatDuration(max))
+		ps.errorf(n, "%s is %s; want from %s to %s", what, s, FormatDuration(min), FormatDuration(max))
 		return 0
 	}
 	return d

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,6 +163,8 @@ func TestParseBad(t *testing.T) {
 		{"duplicate tool", "version: 1\ntools:\n  charge:\n    wait: 1s\n  charge:\n    wait: 2s\n", []string{`bad.yaml:5:3: "charge" is given twice in tools (first at line 3, column 3)`}},
 		{"duplicate setting", "version: 1\ntools:\n  c:\n    wait: 1s\n    wait: 2s\n", []string{`bad.yaml:5:5: "wait" is given twice in tool "c" (first at line 4, column 5)`}},
 		{"ambiguous globs", "version: 1\ntools:\n  \"a_*\": {wait: 1s}\n  \"*_b\": {wait: 2s}\n", []string{`bad.yaml:4:3: globs "*_b" and "a_*" (line 3) can match the same tool and are equally specific`}},
+		{"key field ignored", "version: 1\ntools:\n  c:\n    ignore: [meta]\n    key: [meta.order]\n", []string{`bad.yaml:5:5: tool "c": key field "meta.order" is ignored (ignore "meta")`}},
+		{"key field ignored by defaults", "version: 1\ntools:\n  \"c*\":\n    key: [order]\n  d:\n    key: [order]\n    ignore: []\ndefaults:\n  ignore: [order]\n", []string{`bad.yaml:3:3: tool "c*": key field "order" is ignored (ignore "order"): `, "(in defaults)"}},
 		{"pass with settings", "version: 1\ntools:\n  c:\n    fence: false\n    key: [a]\n", []string{`bad.yaml:5:5: tool "c" says fence: false (calls pass through unfenced), so "key" has no effect`}},
 		{"hook both", "version: 1\non_unknown:\n  command: [x]\n  url: https://h/p\n", []string{"bad.yaml:4:3: on_unknown takes command or url, not both"}},
 		{"hook neither", "version: 1\non_unknown:\n  retries: 1\n", []string{"bad.yaml:3:3: on_unknown needs command"}},
@@ -222,7 +225,126 @@ func TestLoadLedgerRelativeToFile(t *testing.T) {
 			t.Errorf("ledger %q: got %q, want %q", ledger, p.Ledger, want)
 		}
 	}
+	// A symlinked file (a Kubernetes ConfigMap mounts p.yaml -> ..data/p.yaml, ..data -> a
+	// directory renamed on each update) takes the directory it is named in, not its target's:
+	// the ledger must not move when the configuration is updated.
+	target := filepath.Join(dir, "..2026_12_03", "p.yaml")
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte("version: 1\nledger: ledger.db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "mounted.yaml")
+	if err := os.Symlink(target, link); err != nil {
+		t.Skip("no symlinks here:", err)
+	}
+	if p, err := Load(link); err != nil || p.Ledger != filepath.Join(filepath.Dir(link), "ledger.db") {
+		t.Errorf("a symlinked policy: %v, ledger %q; want it beside the link", err, p.Ledger)
+	}
 	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "cannot read the policy file") {
 		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// TestLoadBoundsTheFile: a policy file over MaxFileSize is refused before it is parsed (the
+// YAML parser holds about 300 bytes of memory per byte of a file: a 20 MB file of entries took
+// 6 GB and minutes), and one of exactly MaxFileSize is read.
+func TestLoadBoundsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, size := range []int{MaxFileSize, MaxFileSize + 1} {
+		head := "version: 1\n"
+		line := "# " + strings.Repeat("x", 77) + "\n"
+		src := head + strings.Repeat(line, (size-len(head))/len(line))
+		src += strings.Repeat("#", size-len(src))
+		path := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		switch {
+		case size <= MaxFileSize && err != nil:
+			t.Errorf("a file of %d bytes: %v", size, err)
+		case size > MaxFileSize && (err == nil || !strings.Contains(err.Error(), path+": the file is larger than 1 MiB")):
+			t.Errorf("a file of %d bytes: %v; want it refused for its size", size, err)
+		}
+	}
+}
+
+// TestParseEncodingsAndDirectives: what YAML allows around a document is read as YAML reads
+// it, and what a policy cannot hold is refused at its place with a message that names it: a
+// byte-order mark is not part of the first key, bytes that are not UTF-8 are refused (YAML is
+// Unicode; a tool name so written could never equal one an agent sends), a %YAML or %TAG
+// directive is named as such (not as a policy that is not a mapping followed by a second
+// document), and a block scalar (| or >) is the string it is.
+func TestParseEncodingsAndDirectives(t *testing.T) {
+	for _, c := range []struct{ name, src, want string }{
+		{"byte-order mark", "\ufeffversion: 1\nscope: s\n", ""},
+		{"CRLF", "version: 1\r\nscope: s\r\n", ""},
+		{"folded scalar", "version: 1\nscope: >-\n  s\n", ""},
+		{"literal scalar with its newline", "version: 1\nscope: |\n  s\n", `bad.yaml:2:8: scope "s\n": want a non-empty name without control characters`},
+		{"block scalar in a list", "version: 1\ntools:\n  c:\n    key:\n      - >-\n        order_id\n", ""},
+		{"not UTF-8", "version: 1\nscope: caf\xe9\n", "bad.yaml:2:11: the file is not UTF-8 text"},
+		{"not UTF-8 in a comment", "version: 1 # \xff\n", "bad.yaml:1:14: the file is not UTF-8 text"},
+		{"%YAML directive", "%YAML 1.1\n---\nversion: 1\nscope: s\n", "bad.yaml:1:1: YAML directives"},
+		{"%TAG directive", "%TAG !e! tag:example.com,2024:\n---\nversion: 1\nscope: s\n", "bad.yaml:1:1: YAML directives"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(c.src))
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want == "" && p.Scope != "s" && len(p.Tools) == 0:
+				t.Fatalf("read as %+v", p)
+			case c.want == "" && len(p.Tools) == 1 && (len(p.Tools[0].Key) != 1 || p.Tools[0].Key[0].String() != "order_id"):
+				t.Fatalf("key read as %v", p.Tools[0].Key)
+			case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "\n")):
+				t.Fatalf("got %v; want one error starting %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestParseBoundsNesting: collections nested deeper than any policy needs are refused before
+// the YAML parser sees them, at the line and column where the depth is passed. The parser's
+// memory grows with the square of the depth: 500,000 '[' (or "- " on one line) in a 1 MiB
+// file took more than 24 GB. Brackets and dashes inside quotes, comments and plain text do not
+// count.
+func TestParseBoundsNesting(t *testing.T) {
+	const deep = 1000
+	for _, c := range []struct{ name, src, want string }{
+		{"flow sequences", "version: 1\ntools:\n  x:\n    key: " + strings.Repeat("[", deep) + strings.Repeat("]", deep) + "\n", "bad.yaml:4:"},
+		{"flow mappings", "version: 1\ntools: " + strings.Repeat("{a: ", deep) + "{}" + strings.Repeat("}", deep) + "\n", "bad.yaml:2:"},
+		{"block sequences on one line", "version: 1\ntools:\n  x:\n    key:\n      " + strings.Repeat("- ", deep) + "a\n", "bad.yaml:5:"},
+		{"brackets in quotes and comments", "version: 1 # " + strings.Repeat("[", deep) + "\nscope: \"" + strings.Repeat("[{- ", deep) + "\\\"\"\non_unknown:\n  command: ['" + strings.Repeat("[- ''", deep) + "', \"" + strings.Repeat("{", deep) + "\"]\n", ""},
+		{"brackets in a plain scalar", "version: 1\nscope: a" + strings.Repeat("-", deep) + "\n", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(c.src))
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %.300v", err)
+			case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want) || !strings.Contains(err.Error(), "nested more than 100 deep")):
+				t.Fatalf("got %.300v; want an error at %s saying it is nested too deep", err, c.want)
+			}
+		})
+	}
+}
+
+// TestOverlapsShortcut: the literal prefix and suffix overlaps compares before intersect tell
+// apart only globs that no name matches both; globs that share a name are still refused.
+func TestOverlapsShortcut(t *testing.T) {
+	for _, c := range []struct {
+		a, b  string
+		clash bool
+	}{
+		{"ab*", "ac*", false}, {"*ab", "*cb", false}, {"a?c", "b?c", false}, {"x?a?y", "x?b?y", false},
+		{"?b*", "a?*", true}, {"a*", "*a", true}, {"ab*c", "a*bc", true}, {"é*", "*ü", true}, {"é?*", "?ü*", true},
+	} {
+		src := fmt.Sprintf("version: 1\ntools:\n  %q: {wait: 1s}\n  %q: {wait: 2s}\n", c.a, c.b)
+		_, err := Parse("p.yaml", []byte(src))
+		if got := err != nil && strings.Contains(err.Error(), "can match the same tool"); got != c.clash || got != (intersect(c.a, c.b) && specificity(c.a) == specificity(c.b)) {
+			t.Errorf("%s and %s: refused %v, want %v: %v", c.a, c.b, got, c.clash, err)
+		}
 	}
 }

@@ -1,10 +1,13 @@
 package policy
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
@@ -66,6 +69,23 @@ func (p *Policy) For(tool string) ToolPolicy {
 	return tp
 }
 
+// given names the settings the entry gives besides fence, as the file spells them.
+func (e *Entry) given() []string {
+	var out []string
+	for _, g := range []struct {
+		set  bool
+		name string
+	}{
+		{e.Key != nil, "key"}, {e.Ignore != nil, "ignore"}, {e.ReplayWindow > 0, "replay_window"}, {e.RerunSafe != nil, "rerun_safe"},
+		{e.Redact != nil, "redact"}, {e.Result != "", "result"}, {e.Wait > 0, "wait"}, {e.Elicit != nil, "elicit"},
+	} {
+		if g.set {
+			out = append(out, g.name)
+		}
+	}
+	return out
+}
+
 func union(a, b []string) []string {
 	if len(b) == 0 {
 		return a
@@ -101,6 +121,38 @@ type Resolved struct {
 	Ledger string
 	// OnUnknown is the file's hook, nil when none.
 	OnUnknown *Hook
+
+	pol   *Policy
+	flags Flags
+}
+
+// LongWindows says which replay windows in effect (the file's, the flags') are longer than
+// ttl, the ledger's result TTL: a done record is dropped when its TTL ends, so such a window
+// is cut short to ttl without a word unless wrap says so.
+func (r Resolved) LongWindows(ttl time.Duration) []string {
+	var out []string
+	say := func(d time.Duration, what string) {
+		if d > ttl {
+			out = append(out, fmt.Sprintf("replay window %s of %s is longer than the result TTL (%s): a done record is dropped when its TTL ends, so identical calls are answered for %s only; raise EFFECTFENCE_RESULT_TTL_SECS or --result-ttl-secs to %.0f for it",
+				FormatDuration(d), what, FormatDuration(ttl), FormatDuration(ttl), d.Seconds()))
+		}
+	}
+	f := r.flags.Options
+	switch {
+	case f.ReplayWindow > 0:
+		say(f.ReplayWindow, "every tool (--replay-window)")
+	case r.pol != nil:
+		say(r.pol.Defaults.ReplayWindow, "every tool (the policy's defaults)")
+		for _, e := range r.pol.Tools {
+			if _, flagged := f.ReplayWindows[e.Pattern]; !flagged {
+				say(e.ReplayWindow, fmt.Sprintf("tool %q (the policy)", e.Pattern))
+			}
+		}
+	}
+	for _, tool := range slices.Sorted(maps.Keys(f.ReplayWindows)) {
+		say(f.ReplayWindows[tool], fmt.Sprintf("tool %q (--replay-window)", tool))
+	}
+	return out
 }
 
 // Resolve folds a policy (nil: none) and the flags into wrap's options. Flags win over the
@@ -110,7 +162,7 @@ type Resolved struct {
 // replaces the file's value everywhere, per-tool ones included. Redact adds up: --redact can
 // add fields to those the file redacts, never remove one.
 func Resolve(p *Policy, f Flags) Resolved {
-	r := Resolved{Options: f.Options, Scope: f.Scope, Ledger: f.Ledger}
+	r := Resolved{Options: f.Options, Scope: f.Scope, Ledger: f.Ledger, pol: p, flags: f}
 	if p == nil {
 		return r
 	}
@@ -179,6 +231,10 @@ func Resolve(p *Policy, f Flags) Resolved {
 		if flags.NoElicit[tool] {
 			s.NoElicit = true
 		}
+		if e := p.Entry(tool); e != nil {
+			s.Given = e.given()
+		}
+		s.Given = append(s.Given, wrap.GivenFlags(flags, tool)...)
 		if len(tool) <= maxCachedName && cached.Add(1) <= maxCached {
 			cache.Store(tool, s)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -165,6 +166,48 @@ func TestSchemaRefusesWhatTheParserRefuses(t *testing.T) {
 		}
 		if err := validate(t, s, []byte(src)); err == nil {
 			t.Errorf("the schema accepts %q", strings.TrimSpace(src))
+		}
+	}
+}
+
+// TestSchemaKeysAreTheParsersKeys holds the schema to what Parse does, not to the lists in
+// parse.go: at each level, every name any level knows (and a few near misses) is given with a
+// value no key takes ([[]]); the parser must call it an unknown key exactly when the schema
+// has no such property there (defaults refuses fence and key with their own message).
+func TestSchemaKeysAreTheParsersKeys(t *testing.T) {
+	s := readSchema(t)
+	defs := s["$defs"].(map[string]any)
+	top := s["properties"].(map[string]any)
+	levels := []struct {
+		name   string
+		schema []string
+		wrap   func(k string) string
+	}{
+		{"top level", propertyNames(t, s, "top"), func(k string) string { return "version: 1\n" + k + ": [[]]\n" }},
+		{"tool", propertyNames(t, defs["tool"], "tool"), func(k string) string { return "version: 1\ntools:\n  c:\n    " + k + ": [[]]\n" }},
+		{"defaults", propertyNames(t, defs["defaults"], "defaults"), func(k string) string { return "version: 1\ndefaults:\n  " + k + ": [[]]\n" }},
+		{"on_unknown", propertyNames(t, top["on_unknown"], "on_unknown"), func(k string) string { return "version: 1\non_unknown:\n  " + k + ": [[]]\n" }},
+	}
+	names := map[string]bool{"Version": true, "fence_read": true, "keys": true, "replay-window": true, "cmd": true, "retry": true, "": false}
+	for _, l := range levels {
+		for _, k := range l.schema {
+			names[k] = true
+		}
+	}
+	for _, l := range levels {
+		for k := range names {
+			if k == "" || (l.name == "defaults" && (k == "fence" || k == "key")) {
+				continue
+			}
+			_, err := Parse("p.yaml", []byte(l.wrap(k)))
+			if err == nil {
+				t.Errorf("%s: %q with [[]] accepted", l.name, k)
+				continue
+			}
+			unknown := strings.Contains(err.Error(), "unknown key "+strconv.Quote(k))
+			if inSchema := slices.Contains(l.schema, k); unknown == inSchema {
+				t.Errorf("%s: %q: in the schema %v, but the parser says: %v", l.name, k, inSchema, err)
+			}
 		}
 	}
 }

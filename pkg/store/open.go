@@ -124,9 +124,10 @@ const Supported = `a SQLite file path (e.g. ./ledger.db or /var/lib/effectfence/
 
 // CheckLedger refuses a ledger string that names no supported ledger but would otherwise be
 // taken for a SQLite file under the working directory: another URL scheme (redis://, pg://,
-// sqlite:///x, file:/x), postgres:// or memory in other letter cases, a ~ path the shell did
-// not expand, or surrounding spaces. A relative file whose name has a colon can be written
-// ./a:b.db.
+// sqlite:///x, file:/x), postgres:// or memory in other letter cases, a ~ or $VAR path no
+// shell expanded, libpq's key=value connection string (host=… dbname=…), or surrounding
+// spaces.
+// A relative file whose name has a colon can be written ./a:b.db.
 func CheckLedger(ledger string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("ledger %q: %s; the supported forms are %s", ledger, why, Supported)
@@ -141,7 +142,13 @@ func CheckLedger(ledger string) error {
 	case strings.HasPrefix(strings.ToLower(ledger), "postgres://"), strings.HasPrefix(strings.ToLower(ledger), "postgresql://"):
 		return bad("write the scheme postgres:// in lower case")
 	case ledger == "~" || strings.HasPrefix(ledger, "~"):
-		return bad("~ is not expanded here (the shell expands it only at the start of an unquoted word); write the full path, e.g. $HOME/...")
+		return bad("~ is not expanded here (the shell expands it only at the start of an unquoted word); write the full path, e.g. /home/you/...")
+	case strings.HasPrefix(ledger, "$"):
+		return bad("$… is not expanded here (a shell expands it; an MCP config's env and a policy file are not read by one); write the full path, e.g. /home/you/...")
+	case keywordValue(ledger):
+		// Not quoted: such a string may hold password=….
+		return fmt.Errorf("ledger: a key=value connection string (%s=…) is not read here (it would name a SQLite file); write it as postgres://user@host:port/dbname?sslmode=…; the supported forms are %s",
+			strings.TrimSpace(ledger[:strings.IndexByte(ledger, '=')]), Supported)
 	}
 	if i := strings.IndexByte(ledger, ':'); i > 0 {
 		scheme := ledger[:i]
@@ -151,6 +158,23 @@ func CheckLedger(ledger string) error {
 		}
 	}
 	return nil
+}
+
+// keywordValue reports whether s starts like libpq's key=value connection string
+// ("host=db dbname=ledger"), which pgx reads but the ledger takes only as a postgres:// URL. A
+// file of such a name can be written ./host=x.db.
+func keywordValue(s string) bool {
+	key, _, ok := strings.Cut(s, "=")
+	if !ok {
+		return false
+	}
+	switch strings.TrimSpace(key) {
+	case "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service", "sslmode",
+		"sslcert", "sslkey", "sslrootcert", "sslpassword", "connect_timeout", "application_name",
+		"options", "target_session_attrs", "search_path":
+		return true
+	}
+	return false
 }
 
 // validScheme reports whether s has the shape of a URL scheme (RFC 3986).
@@ -232,6 +256,11 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
+	spool, err := SpoolDir(loc)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	if isPostgres(loc) {
 		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
 	} else if loc != "memory" && o.Log != nil {
@@ -248,11 +277,6 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 				fmt.Fprintf(o.Log, "effectfence: note: XDG_STATE_HOME=%s is not an absolute path, so it is ignored (the XDG base directory specification says so); the default ledger is %s\n", safetext.Escape(x), safetext.Escape(loc))
 			}
 		}
-	}
-	spool, err := SpoolDir(loc)
-	if err != nil {
-		st.Close()
-		return nil, err
 	}
 	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool})
 	if _, err := eng.Recover(ctx); err != nil {
@@ -296,7 +320,7 @@ func SpoolDir(loc string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return filepath.Join(dir, "spool", canon.Sum([]byte(postgres.Redact(loc)))[:16]), nil
+		return filepath.Join(dir, "spool", canon.Sum([]byte(postgres.SpoolName(loc)))[:16]), nil
 	}
 	return loc + ".spool", nil
 }

@@ -186,16 +186,26 @@ func TestLedgerStringsThatAreNotLedgers(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	for _, s := range []string{"Postgres://u@h/db", "POSTGRESQL://h/db", "pg://h/db", "redis://localhost:6379", "sqlite:///x.db",
-		"file:/x.db", "file:x.db", "Memory", "MEMORY", "~/l.db", "~", "~bob/l.db", " memory", "ledger.db ", "mysql://h/db"} {
+		"file:/x.db", "file:x.db", "Memory", "MEMORY", "~/l.db", "~", "~bob/l.db", " memory", "ledger.db ", "mysql://h/db",
+		// libpq's key=value form, which pgx reads, is no ledger form here: it became a file
+		// named after the connection string, password and all.
+		"host=127.0.0.1 dbname=test", "host=h password=secret dbname=d", "dbname=test", "user = postgres host=h",
+		// Environment variables a shell did not expand (an MCP config's env, a policy file):
+		// the ledger was a directory named $HOME under the working directory.
+		"$HOME/l.db", "${HOME}/l.db", "$XDG_STATE_HOME/effectfence/l.db"} {
 		_, err := store.Open(ctx, store.Options{Ledger: s})
 		if err == nil || !strings.Contains(err.Error(), "supported forms") {
 			t.Errorf("ledger %q: want a refusal naming the supported forms, got %v", s, err)
+		} else if strings.Contains(err.Error(), "secret") {
+			t.Errorf("ledger %q: the refusal shows the password: %v", s, err)
+		} else if strings.Contains(err.Error(), "e.g. $HOME") {
+			t.Errorf("ledger %q: the refusal advises $HOME, which is expanded no more than ~: %v", s, err)
 		}
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("refused ledgers left files behind: %v", ents)
 	}
-	for _, s := range []string{"l.db", "./a:b.db", filepath.Join(dir, "x.db"), "memory"} {
+	for _, s := range []string{"l.db", "./a:b.db", filepath.Join(dir, "x.db"), "memory", "./host=h.db", "a=b.db"} {
 		if err := store.CheckLedger(s); err != nil {
 			t.Errorf("ledger %q refused: %v", s, err)
 		}

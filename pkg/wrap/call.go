@@ -33,6 +33,12 @@ func (p *Proxy) fenced(name string, info toolInfo) bool {
 	case s.Fence, p.opt.FenceReads:
 		return true
 	}
+	if info.readOnly && len(s.Given) > 0 {
+		if p.unapplied.first(name) {
+			p.logf("tool %q is annotated readOnlyHint and is not fenced, so its calls pass through and its %s have no effect; fence it (fence: true, --fence %s) if they should apply",
+				name, strings.Join(s.Given, ", "), name)
+		}
+	}
 	return !info.readOnly
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -26,6 +27,26 @@ func ParsePath(s string) (Path, error) {
 }
 
 func (p Path) String() string { return strings.Join(p, ".") }
+
+// IgnoredKey returns a key path that an ignored path cuts (the same path, or one of its
+// parents), and that ignored path. Ignored fields leave the arguments before the key is read,
+// so such a key field is null in every call: distinct calls would share one intent and the
+// second be answered with the first's receipt.
+func IgnoredKey(key, ignore []Path) (Path, Path, bool) {
+	for _, k := range key {
+		for _, i := range ignore {
+			if len(i) <= len(k) && slices.Equal(i, k[:len(i)]) {
+				return k, i, true
+			}
+		}
+	}
+	return nil, nil, false
+}
+
+// IgnoredKeyError says why key path k cut by ignored path i is refused.
+func IgnoredKeyError(k, i Path) error {
+	return fmt.Errorf("key field %q is ignored (ignore %q): ignored fields are cut before the key is read, so every call would have the same key and distinct calls would be answered as one; take it out of one of the two", k.String(), i.String())
+}
 
 // ParseIgnoreField parses a --ignore-field value "TOOL:json.path".
 func ParseIgnoreField(s string) (tool string, path Path, err error) {

@@ -1,6 +1,7 @@
 package wrap
 
 import (
+	"slices"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -25,6 +26,33 @@ type ToolSettings struct {
 	Wait time.Duration
 	// NoElicit forbids asking a person (MCP elicitation) about an unknown outcome of the tool.
 	NoElicit bool
+	// Given names the settings above given for this tool itself (a policy entry's keys, a
+	// per-tool flag), not those every tool gets: if the tool passes through by its
+	// readOnlyHint they have no effect, and wrap says so (Proxy.fenced).
+	Given []string
+}
+
+// GivenFlags names the per-tool flags of opt that set something of tool (see
+// ToolSettings.Given).
+func GivenFlags(opt Options, tool string) []string {
+	var given []string
+	add := func(set bool, flag string) {
+		if set {
+			given = append(given, flag)
+		}
+	}
+	_, key := opt.Key[tool]
+	_, ignore := opt.Ignore[tool]
+	_, redact := opt.Redact[tool]
+	_, keep := opt.KeepResult[tool]
+	_, window := opt.ReplayWindows[tool]
+	add(key, "--key")
+	add(ignore, "--ignore-field")
+	add(slices.Contains(opt.RerunSafe, tool), "--rerun-safe")
+	add(redact, "--redact")
+	add(keep, "--keep-result")
+	add(window, "--replay-window")
+	return given
 }
 
 // settings returns the settings of tool's calls: Options.PerTool's when set, else those of
@@ -39,6 +67,7 @@ func (p *Proxy) settings(tool string) ToolSettings {
 			RerunSafe: p.rerun[tool], Redact: p.opt.Redact[tool], KeepResult: p.opt.KeepResult[tool],
 			ReplayWindow: p.opt.ReplayWindows[tool], NoElicit: p.opt.NoElicit[tool],
 		}
+		s.Given = GivenFlags(p.opt, tool)
 	}
 	if s.ReplayWindow <= 0 {
 		s.ReplayWindow = p.opt.ReplayWindow

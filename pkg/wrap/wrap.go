@@ -161,10 +161,33 @@ type Options struct {
 }
 
 // Shared is what the sessions of one front share (see Options.Shared).
-type Shared struct{ flights flights }
+type Shared struct {
+	flights   flights
+	unapplied said
+}
 
 // NewShared returns an empty Shared.
 func NewShared() *Shared { return &Shared{flights: flights{m: map[flightKey]*flight{}}} }
+
+// said is the set of read-only tools whose own settings wrap said have no effect (fenced), so
+// each is named once per process, not once per session of a front. Only listed tools enter
+// it, and at most maxTools of them.
+type said struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+// first reports whether name is new to the set, adding it.
+func (s *said) first(name string) bool {
+	if _, ok := s.m.Load(name); ok || s.n.Load() >= maxTools {
+		return false
+	}
+	if _, ok := s.m.LoadOrStore(name, true); ok {
+		return false
+	}
+	s.n.Add(1)
+	return true
+}
 
 // Abandon ends the waits of duplicates waiting in any session for an attempt of another
 // process: for a front that stops and gives up on its calls in flight.
@@ -223,6 +246,9 @@ type Proxy struct {
 	// ownFlights: the flights are this proxy's alone (no Options.Shared), so a stop that
 	// gives up on the calls in flight ends every wait in them.
 	ownFlights bool
+	// unapplied: the read-only tools whose own settings wrap said have no effect (fenced); the
+	// front's when Options.Shared is set.
+	unapplied *said
 
 	cmu     sync.Mutex
 	cancels map[string]cancelEntry // by the agent's request id
@@ -284,8 +310,10 @@ func New(opt Options) (*Proxy, error) {
 	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan agentAnswer{}, agentGone: make(chan struct{}), cancels: map[string]cancelEntry{}, running: map[int64]running{}, idle: make(chan func()), requests: requests, requestWait: requestWait}
 	if opt.Shared == nil {
 		p.flights, p.ownFlights = newFlights(), true
+		p.unapplied = &said{}
 	} else {
 		p.flights = &opt.Shared.flights
+		p.unapplied = &opt.Shared.unapplied
 	}
 	if err := opt.OnUnknown.Check(); err != nil {
 		return nil, fmt.Errorf("wrap: %w", err)

@@ -656,8 +656,51 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Redact returns a connection URL with its password replaced, for messages.
+// Redact returns a connection URL with its password replaced, for messages (they reach logs
+// and, in a fenced call's answer, the agent). Secrets are found as pgx reads the URL, like
+// libpq: the user information ends at the first '@' before any '/', even one url.Parse reads
+// as part of the query, and the query's password and sslpassword (the client key's
+// passphrase) count in any letter case. A URL whose user information or query url.Parse
+// cannot read as pgx does is not shown.
 func Redact(raw string) string {
+	const unshown = "(unparsable postgres URL)"
+	u, err := url.Parse(raw)
+	if err != nil {
+		return unshown
+	}
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' && strings.Contains(rest[:i], ":") {
+			if _, has := u.User.Password(); !has || u.User.String() != rest[:i] {
+				return unshown
+			}
+		}
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return unshown
+	}
+	changed := false
+	for k := range q {
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "password", "sslpassword":
+			q[k], changed = []string{"xxxxx"}, true
+		}
+	}
+	if changed {
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// SpoolName is the name the spool of the ledger at raw was filed under before Redact read
+// URLs as pgx does (it is Redact as it was then), so that outcomes spooled by an earlier
+// effectfence are found.
+func SpoolName(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable postgres URL)"
