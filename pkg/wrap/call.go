@@ -33,10 +33,14 @@ func (p *Proxy) fenced(name string, info toolInfo) bool {
 	case s.Fence, p.opt.FenceReads:
 		return true
 	}
-	if info.readOnly && len(s.Given) > 0 {
-		if p.unapplied.first(name) {
+	if info.readOnly {
+		given := s.Given
+		if p.opt.PerTool == nil {
+			given = GivenFlags(p.opt, name)
+		}
+		if len(given) > 0 && p.unapplied.first(name) {
 			p.logf("tool %q is annotated readOnlyHint and is not fenced, so its calls pass through and its %s have no effect; fence it (fence: true, --fence %s) if they should apply",
-				name, strings.Join(s.Given, ", "), name)
+				name, strings.Join(given, ", "), name)
 		}
 	}
 	return !info.readOnly

@@ -67,7 +67,8 @@ func (p *Proxy) settings(tool string) ToolSettings {
 			RerunSafe: p.rerun[tool], Redact: p.opt.Redact[tool], KeepResult: p.opt.KeepResult[tool],
 			ReplayWindow: p.opt.ReplayWindows[tool], NoElicit: p.opt.NoElicit[tool],
 		}
-		s.Given = GivenFlags(p.opt, tool)
+		// Given is left empty here: only fenced needs it, for a tool that passes through
+		// by its readOnlyHint, and every call asks for its settings.
 	}
 	if s.ReplayWindow <= 0 {
 		s.ReplayWindow = p.opt.ReplayWindow

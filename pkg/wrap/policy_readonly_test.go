@@ -40,3 +40,21 @@ tools:
 		t.Fatalf("want one line, naming balance only:\n%s", log)
 	}
 }
+
+// The same without a policy file: per-tool flags alone (wrap's own settings, not a policy's
+// resolved ones) are named as well.
+func TestFlagSettingsOfAPassedToolAreLogged(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--redact", "balance:account", "--replay-window", "balance=1d")
+	for range 2 {
+		if x := call(t, w.Session, "balance", `{"account":"a"}`); x.IsError || x.replayed() {
+			t.Fatalf("balance (read-only, not fenced) was not passed through: %+v %s", x, x.text())
+		}
+	}
+	const want = `tool "balance" is annotated readOnlyHint and is not fenced, so its calls pass through and its --redact, --replay-window have no effect`
+	waitFor(t, "wrap to name the flags that have no effect", func() bool { return strings.Contains(w.log.String(), want) })
+	if log := w.log.String(); strings.Count(log, "annotated readOnlyHint and is not fenced") != 1 {
+		t.Fatalf("want one line:\n%s", log)
+	}
+}
