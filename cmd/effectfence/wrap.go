@@ -281,6 +281,15 @@ func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) 
 	if err != nil {
 		return
 	}
+	// Before the directory was taken by its real path, a wrap started through a symlink had
+	// the link's path in its scope and another default file: a call it left unknown is
+	// fenced there, not here.
+	if scope.Before != "" {
+		old := filepath.Join(dir, scope.Before+".db")
+		if _, err := os.Stat(old); err == nil {
+			fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before the directory was taken by its real path (%s) exists at %s; its records are not consulted (see docs/identity.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", scope.Dir, old, wrap.ShellJoin([]string{old}))
+		}
+	}
 	legacy := filepath.Join(dir, store.LegacyWrapName(argv)+".db")
 	if _, err := os.Stat(legacy); err == nil {
 		fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before scopes exists at %s; its records are not consulted (see docs/identity.md); inspect it with: effectfence ledger ls --ledger %s\n", legacy, wrap.ShellJoin([]string{legacy}))

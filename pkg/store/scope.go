@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/textproto"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -45,6 +46,10 @@ type Scope struct {
 	// variables that went into a derived scope.
 	Dir  string
 	Vars []string
+	// Before is the default ledger name this derived scope had before the directory was taken
+	// by its real path, when that differs (wrap was started in a directory named through a
+	// symlink): wrap names that file at startup when it exists. "" otherwise.
+	Before string
 }
 
 // WrapScope returns the scope of a wrap configuration. With a name (--scope NAME) the scope is
@@ -109,13 +114,33 @@ func describe(v any) string {
 }
 
 // CurrentWrapScope is WrapScope for this process: its environment plus extra (as the child
-// gets it) and its working directory.
+// gets it) and its working directory by its real path.
 func CurrentWrapScope(argv []string, name string, extra ...string) Scope {
-	dir, err := os.Getwd()
-	if err != nil {
-		dir = os.Getenv("PWD")
+	dir, named := workingDir()
+	env := append(os.Environ(), extra...)
+	s := WrapScope(argv, name, env, dir)
+	if name == "" && named != dir {
+		s.Before = WrapScope(argv, "", env, named).LedgerName()
 	}
-	return WrapScope(argv, name, append(os.Environ(), extra...), dir)
+	return s
+}
+
+// workingDir is this process's working directory by its real path (symlinks resolved), and
+// as os.Getwd names it. os.Getwd answers $PWD whenever that names the same directory, and a
+// shell that cds through a symlink keeps the link's path there: a scope that held that path
+// stayed the same after the link was pointed at another directory (a server acting on
+// another directory's data was handed the first one's receipts), and the same directory
+// reached by its real path (an MCP client that sets the cwd) was another scope.
+func workingDir() (real, named string) {
+	named, err := os.Getwd()
+	if err != nil {
+		named = os.Getenv("PWD")
+	}
+	real = named
+	if r, err := filepath.EvalSymlinks(named); err == nil && filepath.IsAbs(r) {
+		real = r
+	}
+	return real, named
 }
 
 // LedgerName is the default ledger file name of the scope: "wrap-" and 16 hex digits.
