@@ -24,6 +24,9 @@ var VolatileEnv = []string{
 	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "XDG_SESSION_ID",
 	"XDG_VTNR", "XDG_SEAT", "INVOCATION_ID", "JOURNAL_STREAM", "MANAGERPID", "SYSTEMD_EXEC_PID",
 	"SECURITYSESSIONID", "TMPDIR", "HOSTNAME", "EFFECTFENCE_*",
+	// MCP clients' own session bookkeeping: Claude Code gives each session's stdio servers a
+	// new CLAUDE_CODE_SESSION_ID, and passes on the IDE extension's CLAUDE_CODE_SSE_PORT.
+	"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
 }
 
 func volatile(name string) bool {
