@@ -27,6 +27,12 @@ var VolatileEnv = []string{
 	// MCP clients' own session bookkeeping: Claude Code gives each session's stdio servers a
 	// new CLAUDE_CODE_SESSION_ID, and passes on the IDE extension's CLAUDE_CODE_SSE_PORT.
 	"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
+	// Terminals and desktop sessions that name their tab, pane, window, instance or launch
+	// (an MCP client started from a terminal passes its environment on to its servers).
+	"GNOME_TERMINAL_SCREEN", "GNOME_TERMINAL_SERVICE", "KONSOLE_DBUS_SESSION", "KONSOLE_DBUS_WINDOW",
+	"KONSOLE_DBUS_SERVICE", "TERMINATOR_UUID", "TILIX_ID", "GUAKE_TAB_UUID", "ALACRITTY_LOG",
+	"ALACRITTY_SOCKET", "WEZTERM_UNIX_SOCKET", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID",
+	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN",
 }
 
 func volatile(name string) bool {
