@@ -134,7 +134,7 @@ func TestWrapNamesTheLedgerOfTheSymlinkedDirectory(t *testing.T) {
 	}
 	run(append([]string{"wrap", "--ledger", old, "--"}, child...)...) // the file the earlier scope used
 	got := run(append([]string{"wrap", "--"}, child...)...)
-	if want := "from before the directory was taken by its real path (" + real + ") exists at " + old; !strings.Contains(got, want) {
+	if want := "from before 2026-12-03 (the directory " + real + " by its real path; terminal and session variables left out) exists at " + old; !strings.Contains(got, want) {
 		t.Fatalf("wrap's startup log does not say %q:\n%s", want, got)
 	}
 	if !strings.Contains(got, "directory "+real+" and") {

@@ -44,6 +44,14 @@ func volatile(name string) bool {
 	return false
 }
 
+// volatileSince20261203 are the names VolatileEnv gained on 2026-12-03: before, they went into
+// the scope (Scope.Before is the scope they gave).
+var volatileSince20261203 = []string{"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
+	"GNOME_TERMINAL_SCREEN", "GNOME_TERMINAL_SERVICE", "KONSOLE_DBUS_SESSION", "KONSOLE_DBUS_WINDOW",
+	"KONSOLE_DBUS_SERVICE", "TERMINATOR_UUID", "TILIX_ID", "GUAKE_TAB_UUID", "ALACRITTY_LOG",
+	"ALACRITTY_SOCKET", "WEZTERM_UNIX_SOCKET", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID",
+	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN"}
+
 // Scope names the server a wrap process fences: two scopes never share an identity or a
 // default ledger file.
 type Scope struct {
@@ -55,9 +63,10 @@ type Scope struct {
 	// variables that went into a derived scope.
 	Dir  string
 	Vars []string
-	// Before is the default ledger name this derived scope had before the directory was taken
-	// by its real path, when that differs (wrap was started in a directory named through a
-	// symlink): wrap names that file at startup when it exists. "" otherwise.
+	// Before is the default ledger name this derived scope had before 2026-12-03, when that
+	// differs: the directory was then the path os.Getwd gives (a symlink's, from $PWD), and
+	// the variables of volatileSince20261203 counted. wrap names that file at startup when it
+	// exists. "" otherwise.
 	Before string
 }
 
@@ -68,6 +77,10 @@ type Scope struct {
 // the same command with another account, data file or directory is another server. Values
 // are only hashed, never stored.
 func WrapScope(argv []string, name string, env []string, dir string) Scope {
+	return wrapScope(argv, name, env, dir, volatile)
+}
+
+func wrapScope(argv []string, name string, env []string, dir string, volatile func(string) bool) Scope {
 	if name != "" {
 		return Scope{ID: describe(map[string]any{"name": text(name)}), Name: name}
 	}
@@ -128,8 +141,11 @@ func CurrentWrapScope(argv []string, name string, extra ...string) Scope {
 	dir, named := workingDir()
 	env := append(os.Environ(), extra...)
 	s := WrapScope(argv, name, env, dir)
-	if name == "" && named != dir {
-		s.Before = WrapScope(argv, "", env, named).LedgerName()
+	if name == "" {
+		wasVolatile := func(k string) bool { return volatile(k) && !slices.Contains(volatileSince20261203, k) }
+		if before := wrapScope(argv, "", env, named, wasVolatile); before.ID != s.ID {
+			s.Before = before.LedgerName()
+		}
 	}
 	return s
 }
