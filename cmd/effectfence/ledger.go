@@ -20,6 +20,7 @@ import (
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/policy"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
@@ -30,7 +31,8 @@ reconcile (resolve) and clear; verify certificates; export.
 Which ledger: --ledger PATH|memory|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
 of a wrap process, --for -- <the child command exactly as wrap runs it>, run from the same
 directory and environment as wrap (its default file follows the server's scope), with
---scope NAME if wrap was given one; otherwise the default ledger of ` + "`effectfence serve`" + `.
+--scope NAME or --policy FILE if wrap was given one (EFFECTFENCE_POLICY is read as wrap reads
+it); otherwise the default ledger of ` + "`effectfence serve`" + `.
 
 Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
 shorten long cells only on a terminal, and not with --wide.
@@ -90,6 +92,7 @@ func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli
 		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path, memory, or a postgres:// URL (overrides EFFECTFENCE_LEDGER)"},
 		&cli.BoolFlag{Name: "for", Usage: "use the default ledger of `effectfence wrap -- <command…>` started from this directory and environment: give the child command after --"},
 		&cli.StringFlag{Name: "scope", Usage: "with --for: the --scope NAME that wrap was given"},
+		&cli.StringFlag{Name: "policy", Usage: "with --for: the --policy `FILE` that wrap was given (default: " + envPolicy + ", as for wrap); its scope and ledger are wrap's"},
 	}
 	// export always writes JSON Lines and picks its format with --format alone: one way to
 	// choose a format.
@@ -103,7 +106,7 @@ func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli
 	return &cli.Command{
 		Name:      name,
 		Usage:     usage,
-		ArgsUsage: au + "[--for [--scope NAME] -- <command…>]",
+		ArgsUsage: au + "[--for [--scope NAME] [--policy FILE] -- <command…>]",
 		Flags:     append(flags, common...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			c, err := newLedgerCall(io, cmd, nargs)
@@ -125,7 +128,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			return ledgerCall{}, usageErr("ledger %s: the intent is empty; give the intent id as `effectfence ledger ls` shows it", cmd.Name)
 		}
 	}
-	name := "server"
+	name, forLedger := "server", ""
 	if cmd.Bool("for") {
 		child := args[nargs:]
 		if len(child) == 0 {
@@ -134,11 +137,26 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		if cmd.String("ledger") != "" {
 			return ledgerCall{}, usageErr("ledger %s: give --ledger or --for, not both", cmd.Name)
 		}
-		// The same scope, so the same file, that `effectfence wrap [--scope NAME] -- child`
-		// started from this directory and environment opens by default.
-		name = store.CurrentWrapScope(child, cmd.String("scope")).LedgerName()
+		// The same scope, so the same file, that `effectfence wrap [--scope NAME] [--policy
+		// FILE] -- child` started from this directory and environment opens: the flags, then
+		// EFFECTFENCE_LEDGER, then the policy's scope and ledger, as wrap folds them.
+		path := cmd.String("policy")
+		if path == "" {
+			path = os.Getenv(envPolicy)
+		}
+		var pol *policy.Policy
+		if path != "" {
+			var err error
+			if pol, err = policy.Load(path); err != nil {
+				return ledgerCall{}, usageErr("ledger %s: %v", cmd.Name, err)
+			}
+		}
+		res := policy.Resolve(pol, policy.Flags{Scope: cmd.String("scope"), Ledger: os.Getenv(store.EnvLedger)})
+		name, forLedger = store.CurrentWrapScope(child, res.Scope).LedgerName(), res.Ledger
 	} else if cmd.IsSet("scope") {
 		return ledgerCall{}, usageErr("ledger %s: --scope names the scope of a wrap ledger and goes with --for -- <command…>", cmd.Name)
+	} else if cmd.IsSet("policy") {
+		return ledgerCall{}, usageErr("ledger %s: --policy names the scope and ledger of a wrap and goes with --for -- <command…>", cmd.Name)
 	} else if len(args) > nargs {
 		return ledgerCall{}, usageErr("ledger %s: unexpected argument %q (a child command goes after --for --)", cmd.Name, args[nargs])
 	}
@@ -148,9 +166,11 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 	}
 	if l := cmd.String("ledger"); l != "" {
 		opts.Ledger = l
+	} else if forLedger != "" {
+		opts.Ledger = forLedger
 	}
 	// With --for and no --ledger: EFFECTFENCE_LEDGER when set (wrap opens that too), else the
-	// scope's default file.
+	// policy's ledger, else the scope's default file.
 	wide := !isTerminal(io.out) || cmd.Bool("wide")
 	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide}, nil
 }

@@ -288,6 +288,15 @@ func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) 
 	if err != nil {
 		return
 	}
+	// Before 2026-12-03 a wrap started through a symlink had the link's path in its scope,
+	// and terminals' tab names and Claude Code's session id counted: another default file,
+	// where a call it left unknown is fenced, not here.
+	if scope.Before != "" {
+		old := filepath.Join(dir, scope.Before+".db")
+		if _, err := os.Stat(old); err == nil {
+			fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before 2026-12-03 (the directory %s by its real path; terminal and session variables left out) exists at %s; its records are not consulted (see docs/identity.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", scope.Dir, old, wrap.ShellJoin([]string{old}))
+		}
+	}
 	legacy := filepath.Join(dir, store.LegacyWrapName(argv)+".db")
 	if _, err := os.Stat(legacy); err == nil {
 		fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before scopes exists at %s; its records are not consulted (see docs/identity.md); inspect it with: effectfence ledger ls --ledger %s\n", legacy, wrap.ShellJoin([]string{legacy}))

@@ -336,7 +336,14 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (Caller, 
 	if h.cfg.PassAuth && authz != "" {
 		who.Header = http.Header{"Authorization": {authz}}
 		if who.Principal == "" {
-			sum := sha256.Sum256([]byte(authz))
+			// The principal is the credentials, not their spelling: "bearer  T" is the
+			// token of "Bearer T", one caller and one account upstream, so its retry is a
+			// duplicate. "Bearer T" keeps the hash it always had.
+			cred := authz
+			if token, ok := bearer(authz); ok {
+				cred = "Bearer " + token
+			}
+			sum := sha256.Sum256([]byte(cred))
 			who.Principal = "auth:" + hex.EncodeToString(sum[:8])
 		}
 	}
@@ -344,12 +351,13 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (Caller, 
 }
 
 // bearer returns the token of an Authorization header of the Bearer scheme, whose name is
-// case-insensitive (RFC 9110, 11.1): "bearer TOKEN" is as good as "Bearer TOKEN".
+// case-insensitive and followed by one or more spaces (RFC 9110, 11.1 and 11.4): "bearer
+// TOKEN" and "Bearer  TOKEN" are as good as "Bearer TOKEN".
 func bearer(authz string) (string, bool) {
-	if len(authz) < 7 || !strings.EqualFold(authz[:7], "Bearer ") {
+	if len(authz) < 7 || !strings.EqualFold(authz[:6], "Bearer") || authz[6] != ' ' {
 		return "", false
 	}
-	return authz[7:], true
+	return strings.TrimLeft(authz[7:], " "), true
 }
 
 // lookup finds the session the request names, answering the error itself when it cannot.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/textproto"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -23,6 +24,15 @@ var VolatileEnv = []string{
 	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "XDG_SESSION_ID",
 	"XDG_VTNR", "XDG_SEAT", "INVOCATION_ID", "JOURNAL_STREAM", "MANAGERPID", "SYSTEMD_EXEC_PID",
 	"SECURITYSESSIONID", "TMPDIR", "HOSTNAME", "EFFECTFENCE_*",
+	// MCP clients' own session bookkeeping: Claude Code gives each session's stdio servers a
+	// new CLAUDE_CODE_SESSION_ID, and passes on the IDE extension's CLAUDE_CODE_SSE_PORT.
+	"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
+	// Terminals and desktop sessions that name their tab, pane, window, instance or launch
+	// (an MCP client started from a terminal passes its environment on to its servers).
+	"GNOME_TERMINAL_SCREEN", "GNOME_TERMINAL_SERVICE", "KONSOLE_DBUS_SESSION", "KONSOLE_DBUS_WINDOW",
+	"KONSOLE_DBUS_SERVICE", "TERMINATOR_UUID", "TILIX_ID", "GUAKE_TAB_UUID", "ALACRITTY_LOG",
+	"ALACRITTY_SOCKET", "WEZTERM_UNIX_SOCKET", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID",
+	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN",
 }
 
 func volatile(name string) bool {
@@ -33,6 +43,14 @@ func volatile(name string) bool {
 	}
 	return false
 }
+
+// volatileSince20261203 are the names VolatileEnv gained on 2026-12-03: before, they went into
+// the scope (Scope.Before is the scope they gave).
+var volatileSince20261203 = []string{"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
+	"GNOME_TERMINAL_SCREEN", "GNOME_TERMINAL_SERVICE", "KONSOLE_DBUS_SESSION", "KONSOLE_DBUS_WINDOW",
+	"KONSOLE_DBUS_SERVICE", "TERMINATOR_UUID", "TILIX_ID", "GUAKE_TAB_UUID", "ALACRITTY_LOG",
+	"ALACRITTY_SOCKET", "WEZTERM_UNIX_SOCKET", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID",
+	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN"}
 
 // Scope names the server a wrap process fences: two scopes never share an identity or a
 // default ledger file.
@@ -45,6 +63,11 @@ type Scope struct {
 	// variables that went into a derived scope.
 	Dir  string
 	Vars []string
+	// Before is the default ledger name this derived scope had before 2026-12-03, when that
+	// differs: the directory was then the path os.Getwd gives (a symlink's, from $PWD), and
+	// the variables of volatileSince20261203 counted. wrap names that file at startup when it
+	// exists. "" otherwise.
+	Before string
 }
 
 // WrapScope returns the scope of a wrap configuration. With a name (--scope NAME) the scope is
@@ -54,6 +77,10 @@ type Scope struct {
 // the same command with another account, data file or directory is another server. Values
 // are only hashed, never stored.
 func WrapScope(argv []string, name string, env []string, dir string) Scope {
+	return wrapScope(argv, name, env, dir, volatile)
+}
+
+func wrapScope(argv []string, name string, env []string, dir string, volatile func(string) bool) Scope {
 	if name != "" {
 		return Scope{ID: describe(map[string]any{"name": text(name)}), Name: name}
 	}
@@ -109,13 +136,36 @@ func describe(v any) string {
 }
 
 // CurrentWrapScope is WrapScope for this process: its environment plus extra (as the child
-// gets it) and its working directory.
+// gets it) and its working directory by its real path.
 func CurrentWrapScope(argv []string, name string, extra ...string) Scope {
-	dir, err := os.Getwd()
-	if err != nil {
-		dir = os.Getenv("PWD")
+	dir, named := workingDir()
+	env := append(os.Environ(), extra...)
+	s := WrapScope(argv, name, env, dir)
+	if name == "" {
+		wasVolatile := func(k string) bool { return volatile(k) && !slices.Contains(volatileSince20261203, k) }
+		if before := wrapScope(argv, "", env, named, wasVolatile); before.ID != s.ID {
+			s.Before = before.LedgerName()
+		}
 	}
-	return WrapScope(argv, name, append(os.Environ(), extra...), dir)
+	return s
+}
+
+// workingDir is this process's working directory by its real path (symlinks resolved), and
+// as os.Getwd names it. os.Getwd answers $PWD whenever that names the same directory, and a
+// shell that cds through a symlink keeps the link's path there: a scope that held that path
+// stayed the same after the link was pointed at another directory (a server acting on
+// another directory's data was handed the first one's receipts), and the same directory
+// reached by its real path (an MCP client that sets the cwd) was another scope.
+func workingDir() (real, named string) {
+	named, err := os.Getwd()
+	if err != nil {
+		named = os.Getenv("PWD")
+	}
+	real = named
+	if r, err := filepath.EvalSymlinks(named); err == nil && filepath.IsAbs(r) {
+		real = r
+	}
+	return real, named
 }
 
 // LedgerName is the default ledger file name of the scope: "wrap-" and 16 hex digits.

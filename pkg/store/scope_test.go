@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -113,5 +114,41 @@ func TestUpstreamScopeHashesItsHeaders(t *testing.T) {
 	}
 	if strings.Contains(fmt.Sprintf("%+v", alice), "alice-secret") || len(alice.Vars) != 1 || alice.Vars[0] != "Authorization" {
 		t.Fatalf("the scope keeps %+v, want the header names only", alice)
+	}
+}
+
+// Variables a terminal, a desktop session or an MCP client sets to name its tab, pane,
+// instance, launch or session change between two launches of one configuration (a client
+// started from another GNOME Terminal tab, the next Claude Code session) and say nothing about
+// the server's account or data: each left out, the scope stays. Values as those programs
+// write them.
+func TestScopeLeavesOutSessionNames(t *testing.T) {
+	argv, base := []string{"npx", "-y", "server"}, []string{"PATH=/bin", "ACCOUNT=A"}
+	want := store.WrapScope(argv, "", base, "/srv").ID
+	for name, values := range map[string][2]string{
+		"CLAUDE_CODE_SESSION_ID": {"0f3c1a52-8d1e-4c7b-9a61-3b2f6e1d9c01", "7b9e2d44-1f0a-4e3c-8c55-6a7d0b2e4f18"},
+		"CLAUDE_CODE_SSE_PORT":   {"41237", "52911"},
+		"GNOME_TERMINAL_SCREEN":  {"/org/gnome/Terminal/screen/5b0e5a5c_4c1f_4a5e_9d0e_1c2b3a4d5e6f", "/org/gnome/Terminal/screen/9a8b7c6d_5e4f_4a3b_8c2d_1e0f9a8b7c6d"},
+		"GNOME_TERMINAL_SERVICE": {":1.112", ":1.245"},
+		"KONSOLE_DBUS_SESSION":   {"/Sessions/1", "/Sessions/3"},
+		"KONSOLE_DBUS_WINDOW":    {"/Windows/1", "/Windows/2"},
+		"KONSOLE_DBUS_SERVICE":   {":1.90", ":1.131"},
+		"TERMINATOR_UUID":        {"urn:uuid:1f2e3d4c-5b6a-4978-8a6b-5c4d3e2f1a0b", "urn:uuid:0a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d"},
+		"TILIX_ID":               {"3c5e0f4a-2b1d-4e6f-8a9b-0c1d2e3f4a5b", "8f7e6d5c-4b3a-4c2d-9e1f-0a9b8c7d6e5f"},
+		"GUAKE_TAB_UUID":         {"4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a", "a0b1c2d3-e4f5-4a6b-8c7d-9e0f1a2b3c4d"},
+		"ALACRITTY_LOG":          {"/tmp/Alacritty-4122.log", "/tmp/Alacritty-9310.log"},
+		"ALACRITTY_SOCKET":       {"/run/user/1000/Alacritty-wayland-0-4122.sock", "/run/user/1000/Alacritty-wayland-0-9310.sock"},
+		"WEZTERM_UNIX_SOCKET":    {"/run/user/1000/wezterm/gui-sock-2231", "/run/user/1000/wezterm/gui-sock-7710"},
+		"ZELLIJ_SESSION_NAME":    {"quiet-tuba", "brave-otter"},
+		"ZELLIJ_PANE_ID":         {"0", "4"},
+		"SESSION_MANAGER":        {"local/box:@/tmp/.ICE-unix/1822,unix/box:/tmp/.ICE-unix/1822", "local/box:@/tmp/.ICE-unix/2010,unix/box:/tmp/.ICE-unix/2010"},
+		"DESKTOP_STARTUP_ID":     {"gnome-shell/Terminal/2210-4-box_TIME1234", "gnome-shell/Terminal/2210-9-box_TIME9876"},
+		"XDG_ACTIVATION_TOKEN":   {"gnome-shell/Terminal/2210-4-box_TIME1234", "gnome-shell/Terminal/2210-9-box_TIME9876"},
+	} {
+		a := store.WrapScope(argv, "", append(slices.Clone(base), name+"="+values[0]), "/srv").ID
+		b := store.WrapScope(argv, "", append(slices.Clone(base), name+"="+values[1]), "/srv").ID
+		if a != want || b != want {
+			t.Errorf("%s: two launches that differ only in it are two scopes", name)
+		}
 	}
 }

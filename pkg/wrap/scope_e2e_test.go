@@ -17,11 +17,23 @@ func peer(t *testing.T, name string) string {
 }
 
 // Issue 12 item 2: the same server command with another MEMORY_FILE_PATH is another server.
-// Two wraps sharing one ledger each run the identical call on their own data.
+// Two wraps sharing one ledger, a SQLite file or a PostgreSQL schema, each run the identical
+// call on their own data.
 func TestScopeSeparatesMemoryServersOnOneLedger(t *testing.T) {
 	t.Parallel()
 	bin := peer(t, "mcp-server-memory")
-	shared := filepath.Join(t.TempDir(), "shared.db")
+	for name, ledger := range map[string]func(*testing.T) string{
+		"sqlite":   func(t *testing.T) string { return filepath.Join(t.TempDir(), "shared.db") },
+		"postgres": func(t *testing.T) string { _, u := cutLedger(t); return u },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			memoryServersOnOneLedger(t, bin, ledger(t))
+		})
+	}
+}
+
+func memoryServersOnOneLedger(t *testing.T, bin, shared string) {
 	args := `{"entities":[{"name":"order-123","entityType":"order","observations":["charged 49.00"]}]}`
 	var files []string
 	for i := range 2 {
