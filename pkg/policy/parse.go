@@ -523,7 +523,11 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 			ps.unknownKey(m, where, known)
 			continue
 		}
-		others = append(others, m)
+		if m.key != "redact" {
+			// redact has an effect on a tool that passes through too: its values are kept
+			// out of the server's stderr that wrap records (docs/privacy.md).
+			others = append(others, m)
+		}
 		switch m.key {
 		case "key":
 			tp.Key, keyN = ps.paths(m.value, what, false), m.keyN

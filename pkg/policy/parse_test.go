@@ -348,3 +348,19 @@ func TestOverlapsShortcut(t *testing.T) {
 		}
 	}
 }
+
+// redact is the one setting a tool that fence: false passes through may have: its values are
+// kept out of the server's stderr that wrap records (docs/privacy.md), so it is not refused
+// as having no effect; any other setting beside fence: false still is.
+func TestRedactBesidePassIsAccepted(t *testing.T) {
+	p, err := Parse("p.yaml", []byte("version: 1\ntools:\n  c:\n    fence: false\n    redact: [card.number]\n"))
+	if err != nil {
+		t.Fatalf("redact beside fence: false: %v", err)
+	}
+	if got := p.For("c").Redact; len(got) != 1 {
+		t.Fatalf("redact of c = %v; want card.number", got)
+	}
+	if _, err := Parse("p.yaml", []byte("version: 1\ntools:\n  c:\n    fence: false\n    redact: [card.number]\n    result: hash\n")); err == nil || !strings.Contains(err.Error(), `"result" has no effect`) {
+		t.Fatalf("result beside fence: false and redact: %v; want it refused", err)
+	}
+}

@@ -77,7 +77,7 @@ func (e *Entry) given() []string {
 		name string
 	}{
 		{e.Key != nil, "key"}, {e.Ignore != nil, "ignore"}, {e.ReplayWindow > 0, "replay_window"}, {e.RerunSafe != nil, "rerun_safe"},
-		{e.Redact != nil, "redact"}, {e.Result != "", "result"}, {e.Wait > 0, "wait"}, {e.Elicit != nil, "elicit"},
+		{e.Result != "", "result"}, {e.Wait > 0, "wait"}, {e.Elicit != nil, "elicit"},
 	} {
 		if g.set {
 			out = append(out, g.name)

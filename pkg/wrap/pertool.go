@@ -32,8 +32,9 @@ type ToolSettings struct {
 	Given []string
 }
 
-// GivenFlags names the per-tool flags of opt that set something of tool (see
-// ToolSettings.Given).
+// GivenFlags names the per-tool flags of opt that set something of tool that has no effect
+// when the tool passes through (see ToolSettings.Given): --redact is not one of them, since
+// the values it names are kept out of the server's stderr that wrap records either way.
 func GivenFlags(opt Options, tool string) []string {
 	var given []string
 	add := func(set bool, flag string) {
@@ -43,13 +44,11 @@ func GivenFlags(opt Options, tool string) []string {
 	}
 	_, key := opt.Key[tool]
 	_, ignore := opt.Ignore[tool]
-	_, redact := opt.Redact[tool]
 	_, keep := opt.KeepResult[tool]
 	_, window := opt.ReplayWindows[tool]
 	add(key, "--key")
 	add(ignore, "--ignore-field")
 	add(slices.Contains(opt.RerunSafe, tool), "--rerun-safe")
-	add(redact, "--redact")
 	add(keep, "--keep-result")
 	add(window, "--replay-window")
 	return given

@@ -33,7 +33,7 @@ tools:
 			t.Fatalf("balance (read-only, not fenced) was not passed through: %+v %s", x, x.text())
 		}
 	}
-	const want = `tool "balance" is annotated readOnlyHint and is not fenced, so its calls pass through and its replay_window, redact, --rerun-safe have no effect`
+	const want = `tool "balance" is annotated readOnlyHint and is not fenced, so its calls pass through and its replay_window, --rerun-safe have no effect`
 	waitFor(t, "wrap to name the settings that have no effect", func() bool { return strings.Contains(w.log.String(), want) })
 	log := w.log.String()
 	if strings.Count(log, "annotated readOnlyHint and is not fenced") != 1 {
@@ -52,7 +52,7 @@ func TestFlagSettingsOfAPassedToolAreLogged(t *testing.T) {
 			t.Fatalf("balance (read-only, not fenced) was not passed through: %+v %s", x, x.text())
 		}
 	}
-	const want = `tool "balance" is annotated readOnlyHint and is not fenced, so its calls pass through and its --redact, --replay-window have no effect`
+	const want = `tool "balance" is annotated readOnlyHint and is not fenced, so its calls pass through and its --replay-window have no effect`
 	waitFor(t, "wrap to name the flags that have no effect", func() bool { return strings.Contains(w.log.String(), want) })
 	if log := w.log.String(); strings.Count(log, "annotated readOnlyHint and is not fenced") != 1 {
 		t.Fatalf("want one line:\n%s", log)
