@@ -63,7 +63,7 @@ func ledgerCommand(io streams) *cli.Command {
 				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format: jsonl (the only one; export is always machine-readable)"}}, ledgerExport),
 			ledgerSub(io, "stats", "", "counters over every process that used the ledger, and intents by state", 0, nil, ledgerStats),
 			ledgerSub(io, "sweep", "", "drop expired outcomes now (open ledgers also do it on their own)", 0, nil, ledgerSweep),
-			ledgerSub(io, "check", "", "inspect the ledger file read-only: SQLite integrity, schema version, foreign or torn files, and what to do", 0, nil, ledgerCheck),
+			ledgerSub(io, "check", "", "inspect the ledger file read-only: SQLite integrity, schema version, foreign or torn files, unreadable records, and what to do", 0, nil, ledgerCheck),
 		},
 	}
 }

@@ -606,3 +606,43 @@ func TestCheckPathsWithURIMarks(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFindsDamagedRecords edits record bodies with SQL as a person with the sqlite3
+// shell (or a torn file extended with zeros) would: every command that reads such a record
+// fails with an error sending the operator to `effectfence ledger check`, so Check must name
+// each damaged record and not report the ledger OK (its pages are sound: integrity_check
+// passes).
+func TestCheckFindsDamagedRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedLedger(t, path, 4)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE records SET body = CAST('{"intent":"seed:0001","state":' AS BLOB) WHERE intent = 'seed:0001'`,
+		`UPDATE records SET body = CAST('{"intent":"someone-else","state":"done"}' AS BLOB) WHERE intent = 'seed:0002'`,
+		`UPDATE records SET state = 'unknown' WHERE intent = 'seed:0003'`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	rep, err := sqlite.Check(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep.Problems)
+	if rep.OK {
+		t.Fatalf("Check reports a ledger with damaged records OK: %+v", rep)
+	}
+	for _, want := range []string{`"seed:0001" is unreadable`, `"seed:0002" names intent "someone-else"`, `"seed:0003" says state "done" but is filed as "unknown"`} {
+		if !slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.Contains(p, want) }) {
+			t.Errorf("no problem says %s: %q", want, rep.Problems)
+		}
+	}
+	if slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.Contains(p, "seed:0000") }) {
+		t.Errorf("the sound record seed:0000 is reported: %q", rep.Problems)
+	}
+}

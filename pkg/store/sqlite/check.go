@@ -12,6 +12,8 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 // CheckReport is what Check found out about a ledger file, and what to do about it.
@@ -282,6 +284,53 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	}
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&r.Events); err != nil {
 		r.Problems = append(r.Problems, "cannot count events: "+err.Error())
+	}
+	r.checkRecords(ctx, db)
+}
+
+// checkRecords decodes every record body as the store does when it reads one: a body that
+// does not decode, or that names another intent or state than the row it is in, makes every
+// command that reads it (ls, verify, export, a duplicate's prepare) fail and send the operator
+// here, so it must be found here too, by intent. SQLite's integrity checks cannot see it: the
+// pages are sound, a record's bytes are not (edited by hand, or zeros where a torn file was
+// extended).
+func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
+	rows, err := db.QueryContext(ctx, "SELECT intent, state, body FROM records")
+	if err != nil {
+		r.Problems = append(r.Problems, "cannot read records: "+err.Error())
+		return
+	}
+	defer rows.Close()
+	const shown = 20
+	bad := 0
+	for rows.Next() {
+		var intent, state string
+		var body []byte
+		if err := rows.Scan(&intent, &state, &body); err != nil {
+			r.Problems = append(r.Problems, "cannot read records: "+err.Error())
+			return
+		}
+		var rec fence.Record
+		what := ""
+		switch err := fence.DecodeRecord(body, &rec); {
+		case err != nil:
+			what = fmt.Sprintf("is unreadable (%v)", err)
+		case rec.Intent != intent:
+			what = fmt.Sprintf("names intent %q", rec.Intent)
+		case string(rec.State) != state:
+			what = fmt.Sprintf("says state %q but is filed as %q", rec.State, state)
+		default:
+			continue
+		}
+		if bad++; bad <= shown {
+			r.Problems = append(r.Problems, fmt.Sprintf("the record of intent %q %s", intent, what))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		r.Problems = append(r.Problems, "cannot read records: "+err.Error())
+	}
+	if bad > shown {
+		r.Problems = append(r.Problems, fmt.Sprintf("… %d more damaged record(s)", bad-shown))
 	}
 }
 
