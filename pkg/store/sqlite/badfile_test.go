@@ -106,6 +106,10 @@ func TestBadFiles(t *testing.T) {
 		{"short header", func(p string) error { return os.WriteFile(p, []byte("SQLite format 3\x00\x10\x00"), 0o600) }, "truncated", true},
 		{"truncated to half", func(p string) error { return os.WriteFile(p, goodBytes[:len(goodBytes)/2], 0o600) }, "", true},
 		{"truncated to one page", func(p string) error { return os.WriteFile(p, goodBytes[:4096], 0o600) }, "", true},
+		// Cut inside the last page: SQLite reads the missing bytes as zeros and quick_check
+		// passes; a write would extend the file with them.
+		{"truncated by one byte", func(p string) error { return os.WriteFile(p, goodBytes[:len(goodBytes)-1], 0o600) }, "is truncated", true},
+		{"truncated inside the last page", func(p string) error { return os.WriteFile(p, goodBytes[:len(goodBytes)-1000], 0o600) }, "is truncated", true},
 		{"corrupted pages", func(p string) error {
 			b := bytes.Clone(goodBytes)
 			for i := 2 * 4096; i < len(b); i += 4096 {

@@ -30,6 +30,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -570,6 +571,45 @@ func checkHeader(path string, size int64) error {
 	}
 	if n < 100 {
 		return &FileError{Path: path, Problem: fmt.Sprintf("is truncated: %d bytes, shorter than the 100-byte SQLite header", size)}
+	}
+	return checkLength(f, path, head)
+}
+
+// checkLength refuses a file shorter than the pages its header counts when no write-ahead log
+// could hold the rest. SQLite reads the missing end of a page as zeros and quick_check passes
+// when the cut is inside the last page: the first write then extends the file with those
+// zeros, and the record that was there is unreadable while the file looks whole. The header's
+// count is valid when its change counter matches version-valid-for. A checkpoint of another
+// process writes page 1 before the pages past the old end, with its log still beside the
+// file; the header and the size are read again for a short while before a cut is believed.
+func checkLength(f *os.File, path string, head []byte) error {
+	var size, want int64
+	for try := 0; ; try++ {
+		if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
+			return nil
+		}
+		if binary.BigEndian.Uint32(head[24:28]) != binary.BigEndian.Uint32(head[92:96]) {
+			return nil
+		}
+		pageSize := int64(binary.BigEndian.Uint16(head[16:18]))
+		if pageSize == 1 {
+			pageSize = 65536
+		}
+		want = int64(binary.BigEndian.Uint32(head[28:32])) * pageSize
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+		if size = fi.Size(); size >= want || try == 20 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		if _, err := f.ReadAt(head, 0); err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+	}
+	if size < want {
+		return &FileError{Path: path, Problem: fmt.Sprintf("is truncated: %d bytes, its header counts %d bytes of pages", size, want)}
 	}
 	return nil
 }
