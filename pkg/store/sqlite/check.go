@@ -84,6 +84,9 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	if fi.IsDir() {
 		return nil, fmt.Errorf("%s is a directory, not a ledger file", path)
 	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not a ledger file", path, irregular(fi.Mode()))
+	}
 	r.Bytes = fi.Size()
 	var mounted *FileError
 	if errors.As(checkMountedAlone(path), &mounted) {

@@ -441,6 +441,8 @@ func prepareFile(path string, readOnly bool) error {
 	switch {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
+	case err == nil && !fi.Mode().IsRegular():
+		return fmt.Errorf("ledger %s is %s, not a file; name a regular file with --ledger or EFFECTFENCE_LEDGER (memory is the ledger that keeps nothing)", path, irregular(fi.Mode()))
 	case err == nil:
 		if err := checkMountedAlone(path); err != nil {
 			return err
@@ -551,6 +553,23 @@ func OrphanLog(path string) (problem, advice string) {
 			fmt.Sprintf("stop every effectfence process that used this ledger; then put the moved file back at %s (its log is applied on the next open), or, to start a new ledger here, move the log and its index beside the moved file under its new name (mv %s NEW-wal; mv %s-shm NEW-shm, where NEW is the moved file), so that it keeps its latest records", path, log, base)
 	}
 	return "", ""
+}
+
+// irregular names what a path that is neither a directory nor a regular file is. SQLite
+// reads a device or a named pipe as an empty database (or fails with an I/O error), which is
+// no ledger at all.
+func irregular(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file (" + m.Type().String() + ")"
 }
 
 // checkHeader refuses a non-empty file that does not start with the SQLite header. An empty
