@@ -519,6 +519,8 @@ func ledgerSweep(ctx context.Context, c ledgerCall) error {
 	if err != nil {
 		return err
 	}
+	// Opening the ledger swept it already: what it dropped is part of this sweep.
+	n += l.OpenSwept
 	if c.json {
 		return c.writeJSON(map[string]any{"ledger": l.Location, "swept": n})
 	}

@@ -194,6 +194,9 @@ func (o Options) Location() (string, error) {
 type Ledger struct {
 	*fence.Engine
 	Location string
+	// OpenSwept is how many expired outcomes Open dropped before it returned (Options.
+	// SweepInBackground unset): a count of the sweep that follows would miss them.
+	OpenSwept int
 
 	stop  context.CancelFunc
 	swept chan struct{}
@@ -256,8 +259,9 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
 	}
+	swept := 0
 	if !o.SweepInBackground {
-		if _, err := eng.Sweep(ctx); err != nil {
+		if swept, err = eng.Sweep(ctx); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("ledger %s: %w", loc, err)
 		}
@@ -271,7 +275,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if recoverEvery <= 0 {
 		recoverEvery = RecoverEvery
 	}
-	l := &Ledger{Engine: eng, Location: loc, stop: stop, swept: make(chan struct{}), log: o.Log, every: every, recoverEvery: recoverEvery}
+	l := &Ledger{Engine: eng, Location: loc, OpenSwept: swept, stop: stop, swept: make(chan struct{}), log: o.Log, every: every, recoverEvery: recoverEvery}
 	go l.sweep(sctx, o.SweepInBackground)
 	return l, nil
 }

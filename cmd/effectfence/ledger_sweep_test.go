@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// TestLedgerSweepCountsWhatItDropped records done outcomes that expire at once, then runs
+// `ledger sweep` on the ledger (SQLite and PostgreSQL): it must report every outcome it
+// dropped. Opening the ledger sweeps it (the ledger commands sweep before they answer), so a
+// count of the explicit sweep alone said "swept 0" after dropping them all.
+func TestLedgerSweepCountsWhatItDropped(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			loc := filepath.Join(t.TempDir(), "ledger.db")
+			if kind == "postgres" {
+				loc = pgLedger(t)
+			}
+			ctx := context.Background()
+			// Results kept for a millisecond; no background sweep while this seeds.
+			l, err := store.Open(ctx, store.Options{Ledger: loc, ResultTTL: time.Millisecond, SweepEvery: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 5
+			for i := range n {
+				adm, err := l.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("expiring:%d", i), Tool: "send", Args: []byte(`{}`)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.Commit(ctx, *adm.Ticket, []byte(`"sent"`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			adm, err := l.Prepare(ctx, fence.Request{Intent: "fenced", Tool: "send", Args: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Abort(ctx, *adm.Ticket, "timeout"); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var out struct{ Swept int }
+			code, stdout, stderr := runCLI(t, "", "ledger", "sweep", "--ledger", loc, "--json")
+			if code != exitOK || json.Unmarshal([]byte(stdout), &out) != nil || out.Swept != n {
+				t.Fatalf("ledger sweep --json = %d %s %s; want %d swept", code, stdout, stderr, n)
+			}
+			code, stdout, _ = runCLI(t, "", "ledger", "ls", "--ledger", loc)
+			if code != exitOK || !strings.Contains(stdout, "1 intent(s)") || !strings.Contains(stdout, "fenced") {
+				t.Fatalf("ls after the sweep = %d %s", code, stdout)
+			}
+		})
+	}
+}
