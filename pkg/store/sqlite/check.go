@@ -158,6 +158,12 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		}
 	}
 
+	if what, err := walDamage(path); err != nil {
+		r.Problems = append(r.Problems, "cannot read the write-ahead log: "+err.Error())
+	} else if what != "" {
+		r.Problems = append(r.Problems, "the file "+what)
+	}
+
 	readOnly := Options{ReadOnly: true, BusyTimeout: 5 * time.Second}
 	db, err := sql.Open("sqlite", dsn(path, readOnly, false))
 	if err != nil {

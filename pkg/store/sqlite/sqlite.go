@@ -474,7 +474,19 @@ func prepareFile(path string, readOnly bool) error {
 			}
 			return nil
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		// Before SQLite reads the log: it would drop what follows a damaged frame, and the
+		// first write would overwrite the evidence.
+		what, err := walDamage(path)
+		if err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+		if what != "" {
+			return &FileError{Path: path, Problem: what}
+		}
+		return nil
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("ledger %s: %w", path, err)
 	case readOnly:
