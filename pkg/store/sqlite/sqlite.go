@@ -103,6 +103,11 @@ type Store struct {
 	// alone uses both after Open.
 	file os.FileInfo
 	gone error
+	// index watches the shared-memory index beside the file (real-shm) that Open opened
+	// (first); shmGone, once set, refuses every write (see checkIndex).
+	index   indexWatch
+	first   os.FileInfo
+	shmGone error
 	// real is the path SQLite opened (links resolved): its log is real-wal.
 	real string
 }
@@ -145,7 +150,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := prepareFile(abs, opt.ReadOnly); err != nil {
 		return nil, err
 	}
-	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs)}
+	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs), index: indexWatch{fd: -1}}
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
@@ -223,6 +228,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		if s.file, err = os.Stat(abs); err != nil {
 			return nil, s.fail(err)
 		}
+		s.first = s.file
 	}
 	return s, nil
 }
@@ -986,6 +992,9 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 // names the copy. Once the file is back at the path, writes go on. A stat that fails
 // otherwise (permissions, I/O) tells nothing: writes go on.
 func (s *Store) checkFile() error {
+	if err := s.checkIndex(); err != nil {
+		return err
+	}
 	what, gone := s.fileGone()
 	if !gone {
 		s.gone = nil
@@ -1010,6 +1019,26 @@ func (s *Store) checkFile() error {
 	s.gone = &FileError{Path: s.path, Problem: "is not the file this process opened: it was moved, replaced or deleted while in use (the path " + what + "), so other processes would not see what this one records",
 		Advice: "this process records nothing more until the file is back at the path; " + advice}
 	return s.gone
+}
+
+// checkIndex refuses every write once the shared-memory index beside the ledger
+// (<ledger>-shm) is not the one this process opened: it was deleted or replaced while in use.
+// The index tells every process which frames of the log hold which pages; a process opening
+// the ledger after the removal builds a new index that this process does not see, and writes
+// through two indexes overwrite each other's frames: the ledger is corrupted and committed
+// decisions are lost. This process stops writing for good (its index cannot come back); the
+// file and the log stay whole for the processes that use the new index.
+func (s *Store) checkIndex() error {
+	// Only while the path names the file Open opened: a file moved or deleted with its index
+	// is checkFile's (its records are rescued), and a file put back in its place has an index
+	// of its own (the one this process still maps is the first file's).
+	if s.shmGone == nil && s.first != nil && os.SameFile(s.file, s.first) {
+		if fi, err := os.Stat(s.path); err == nil && os.SameFile(fi, s.first) && s.index.removed(s.real) {
+			s.shmGone = &FileError{Path: s.path, Problem: "lost its shared-memory index while this process used it (" + s.real + "-shm was deleted or replaced), so processes that open the ledger now would not see what this one records, and writes through two indexes corrupt the ledger",
+				Advice: "this process records nothing more; restart every effectfence process that had the ledger open before the index was removed, and never remove a ledger's -shm or -wal file while a process uses it"}
+		}
+	}
+	return s.shmGone
 }
 
 // fileGone says whether the ledger's path no longer names the file this store has open, and
@@ -1256,6 +1285,13 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
+	if s.w != nil && s.checkIndex() != nil {
+		// The last connection to close checkpoints the log through this process's index,
+		// which lacks the frames other processes wrote since through the new one, and then
+		// deletes the log with them. The connections are left open: their descriptors end
+		// with the process, as a kill's do, and the log stays whole.
+		return s.shmGone
+	}
 	s.settleMoved()
 	err := errors.Join(s.closeWriter(), s.closeReaders())
 	s.release()

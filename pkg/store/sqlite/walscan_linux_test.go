@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,5 +100,56 @@ func TestDamagedWriteAheadLogIsRefused(t *testing.T) {
 		if err != nil || name == "intact" && rec.State != fence.StateDone {
 			t.Fatalf("the %s log: charge:walled is %q (%v)", name, rec.State, err)
 		}
+	}
+}
+
+// TestRemovedIndexStopsTheWriter removes a ledger's shared-memory index (<ledger>-shm) while
+// a store writes it, and a holder process then opens the ledger (it builds a new index) and
+// commits. Two indexes over one log overwrite each other's frames: with four writers each
+// side, the file failed integrity_check. The store that lost its index must refuse every
+// write from then on with a FileError saying so, and the ledger must stay sound, with the
+// holder's commit in it.
+func TestRemovedIndexStopsTheWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st := openT(t, path, sqlite.Options{})
+	eng := fence.New(st, fence.Config{})
+	commit := func(intent string) error {
+		adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{}`)})
+		if err != nil {
+			return err
+		}
+		_, err = eng.Commit(ctx, *adm.Ticket, []byte(`"ok"`))
+		return err
+	}
+	if err := commit("before"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path + "-shm"); err != nil {
+		t.Fatal(err)
+	}
+	h := startHolder(t, path, "charge:holder", time.Minute, false, nil)
+	if l := h.say("commit"); !strings.HasPrefix(l, "committed ") {
+		t.Fatalf("holder: %s", l)
+	}
+	err := commit("after")
+	var fe *sqlite.FileError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "shared-memory index") {
+		t.Fatalf("a write through the removed index = %v; want a FileError about the index", err)
+	}
+	_ = h.in.Close() // the holder ends and closes the ledger
+	_ = h.cmd.Wait()
+	if err := st.Close(); err == nil {
+		t.Error("Close of the store that lost its index reported nothing")
+	}
+	// A process of its own reads the ledger: this one's connections share the removed index.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_CHECK="+path)
+	got, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(got), "problems []") || !strings.Contains(string(got), "states map[done:2]") {
+		t.Fatalf("the ledger after (want it sound, with before and the holder's commit done): %v\n%s", err, got)
 	}
 }
