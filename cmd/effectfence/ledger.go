@@ -529,6 +529,10 @@ func ledgerSweep(ctx context.Context, c ledgerCall) error {
 }
 
 func ledgerCheck(ctx context.Context, c ledgerCall) error {
+	// A ledger string that names no ledger is a usage error, as for every other subcommand.
+	if _, err := c.opts.Location(); err != nil {
+		return usageErr("%v", err)
+	}
 	rep, err := store.Check(ctx, c.opts)
 	if err != nil {
 		return err

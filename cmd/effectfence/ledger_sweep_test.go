@@ -62,3 +62,21 @@ func TestLedgerSweepCountsWhatItDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestLedgerSubcommandsRefuseANonLedgerAsUsage gives every ledger subcommand a ledger string
+// that names no supported ledger: each exits 2 (usage, docs/ledger.md: bad flags or
+// arguments) with the supported forms, and writes nothing to stdout. `check` exited 1.
+func TestLedgerSubcommandsRefuseANonLedgerAsUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"ls"}, {"show", "x"}, {"clear", "x", "--reason", "r"}, {"resolve", "x", "--did-not-happen", "--reason", "r"},
+		{"verify"}, {"export"}, {"stats"}, {"sweep"}, {"check"},
+	} {
+		for _, ledger := range []string{"redis://localhost:6379", "Memory"} {
+			all := append(append([]string{"ledger"}, args...), "--ledger", ledger)
+			code, stdout, stderr := runCLI(t, "", all...)
+			if code != exitUsage || stdout != "" || !strings.Contains(stderr, "supported forms") {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d naming the supported forms", all, code, stdout, stderr, exitUsage)
+			}
+		}
+	}
+}
