@@ -164,9 +164,15 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 		return nil, usageErr("%v", err)
 	}
 	if loc != "memory" && !strings.Contains(loc, "://") {
-		if _, err := os.Stat(loc); errors.Is(err, os.ErrNotExist) {
+		fi, err := os.Stat(loc)
+		if errors.Is(err, os.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
 			if problem, advice := sqlite.OrphanLog(loc); problem != "" {
 				return nil, fmt.Errorf("ledger %s %s; %s", loc, problem, advice)
+			}
+			if err == nil {
+				// SQLite reads an empty file as an empty database: the look would make it a
+				// ledger and report nothing fenced, whatever was (or was meant to be) there.
+				return nil, fmt.Errorf("no ledger at %s: the file is empty (nothing has used it yet, or it was emptied; check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 			}
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 		}

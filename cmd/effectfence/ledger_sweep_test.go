@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -78,5 +79,34 @@ func TestLedgerSubcommandsRefuseANonLedgerAsUsage(t *testing.T) {
 				t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d naming the supported forms", all, code, stdout, stderr, exitUsage)
 			}
 		}
+	}
+}
+
+// TestLedgerLookAtAnEmptyFileCreatesNothing points every ledger subcommand that opens the
+// ledger at an empty file (touched, or emptied): SQLite reads it as an empty database, and
+// the look made it a ledger and reported "0 intent(s)", nothing fenced. docs/ledger.md: an
+// operator's look never creates a ledger and never reads a mistyped one as empty. Each exits 1
+// with nothing on stdout, and the file stays empty with nothing beside it.
+func TestLedgerLookAtAnEmptyFileCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"ls"}, {"show", "x"}, {"clear", "x", "--reason", "r"}, {"resolve", "x", "--did-not-happen", "--reason", "r"},
+		{"verify"}, {"export"}, {"stats"}, {"sweep"},
+	} {
+		all := append(append([]string{"ledger"}, args...), "--ledger", path)
+		code, stdout, stderr := runCLI(t, "", all...)
+		if code != exitError || stdout != "" || !strings.Contains(stderr, "the file is empty") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d saying the file is empty", all, code, stdout, stderr, exitError)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+			t.Fatalf("%v changed the empty file (%v)", all, err)
+		}
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
+		t.Errorf("files beside the empty ledger: %v (%v)", ents, err)
 	}
 }
