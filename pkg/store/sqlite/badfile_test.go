@@ -618,7 +618,7 @@ func TestCheckPathsWithURIMarks(t *testing.T) {
 // passes).
 func TestCheckFindsDamagedRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	seedLedger(t, path, 4)
+	seedLedger(t, path, 6)
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
@@ -627,6 +627,9 @@ func TestCheckFindsDamagedRecords(t *testing.T) {
 		`UPDATE records SET body = CAST('{"intent":"seed:0001","state":' AS BLOB) WHERE intent = 'seed:0001'`,
 		`UPDATE records SET body = CAST('{"intent":"someone-else","state":"done"}' AS BLOB) WHERE intent = 'seed:0002'`,
 		`UPDATE records SET state = 'unknown' WHERE intent = 'seed:0003'`,
+		// The sweep drops records by this column.
+		`UPDATE records SET expires_at = 1 WHERE intent = 'seed:0004'`,
+		`UPDATE records SET cert_hash = 'abc' WHERE intent = 'seed:0005'`,
 	} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
@@ -641,7 +644,8 @@ func TestCheckFindsDamagedRecords(t *testing.T) {
 	if rep.OK {
 		t.Fatalf("Check reports a ledger with damaged records OK: %+v", rep)
 	}
-	for _, want := range []string{`"seed:0001" is unreadable`, `"seed:0002" names intent "someone-else"`, `"seed:0003" says state "done" but is filed as "unknown"`} {
+	for _, want := range []string{`"seed:0001" is unreadable`, `"seed:0002" names intent "someone-else"`, `"seed:0003" says state "done" but is filed as "unknown"`,
+		`"seed:0004" is filed with another expiry`, `"seed:0005" is filed with another cert hash`} {
 		if !slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.Contains(p, want) }) {
 			t.Errorf("no problem says %s: %q", want, rep.Problems)
 		}
