@@ -106,6 +106,10 @@ func TestBadFiles(t *testing.T) {
 		{"short header", func(p string) error { return os.WriteFile(p, []byte("SQLite format 3\x00\x10\x00"), 0o600) }, "truncated", true},
 		{"truncated to half", func(p string) error { return os.WriteFile(p, goodBytes[:len(goodBytes)/2], 0o600) }, "", true},
 		{"truncated to one page", func(p string) error { return os.WriteFile(p, goodBytes[:4096], 0o600) }, "", true},
+		// Cut inside the last page: SQLite reads the missing bytes as zeros and quick_check
+		// passes; a write would extend the file with them.
+		{"truncated by one byte", func(p string) error { return os.WriteFile(p, goodBytes[:len(goodBytes)-1], 0o600) }, "is truncated", true},
+		{"truncated inside the last page", func(p string) error { return os.WriteFile(p, goodBytes[:len(goodBytes)-1000], 0o600) }, "is truncated", true},
 		{"corrupted pages", func(p string) error {
 			b := bytes.Clone(goodBytes)
 			for i := 2 * 4096; i < len(b); i += 4096 {
@@ -604,5 +608,49 @@ func TestCheckPathsWithURIMarks(t *testing.T) {
 		if err != nil || !r.OK || r.Kind != "effectfence ledger" || r.States["done"] != 1 {
 			t.Fatalf("check of %s: %+v, %v", name, r, err)
 		}
+	}
+}
+
+// TestCheckFindsDamagedRecords edits record bodies with SQL as a person with the sqlite3
+// shell (or a torn file extended with zeros) would: every command that reads such a record
+// fails with an error sending the operator to `effectfence ledger check`, so Check must name
+// each damaged record and not report the ledger OK (its pages are sound: integrity_check
+// passes).
+func TestCheckFindsDamagedRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedLedger(t, path, 6)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE records SET body = CAST('{"intent":"seed:0001","state":' AS BLOB) WHERE intent = 'seed:0001'`,
+		`UPDATE records SET body = CAST('{"intent":"someone-else","state":"done"}' AS BLOB) WHERE intent = 'seed:0002'`,
+		`UPDATE records SET state = 'unknown' WHERE intent = 'seed:0003'`,
+		// The sweep drops records by this column.
+		`UPDATE records SET expires_at = 1 WHERE intent = 'seed:0004'`,
+		`UPDATE records SET cert_hash = 'abc' WHERE intent = 'seed:0005'`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	rep, err := sqlite.Check(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep.Problems)
+	if rep.OK {
+		t.Fatalf("Check reports a ledger with damaged records OK: %+v", rep)
+	}
+	for _, want := range []string{`"seed:0001" is unreadable`, `"seed:0002" names intent "someone-else"`, `"seed:0003" says state "done" but is filed as "unknown"`,
+		`"seed:0004" is filed with another expiry`, `"seed:0005" is filed with another cert hash`} {
+		if !slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.Contains(p, want) }) {
+			t.Errorf("no problem says %s: %q", want, rep.Problems)
+		}
+	}
+	if slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.Contains(p, "seed:0000") }) {
+		t.Errorf("the sound record seed:0000 is reported: %q", rep.Problems)
 	}
 }

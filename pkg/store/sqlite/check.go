@@ -12,6 +12,8 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 // CheckReport is what Check found out about a ledger file, and what to do about it.
@@ -82,6 +84,9 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	if fi.IsDir() {
 		return nil, fmt.Errorf("%s is a directory, not a ledger file", path)
 	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not a ledger file", path, irregular(fi.Mode()))
+	}
 	r.Bytes = fi.Size()
 	var mounted *FileError
 	if errors.As(checkMountedAlone(path), &mounted) {
@@ -151,6 +156,12 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		if binary.BigEndian.Uint32(head[24:28]) == binary.BigEndian.Uint32(head[92:96]) && r.WALBytes == 0 && r.Bytes < pages*pageSize {
 			r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, its header counts %d pages of %d bytes (%d bytes)", r.Bytes, pages, pageSize, pages*pageSize))
 		}
+	}
+
+	if what, err := walDamage(path); err != nil {
+		r.Problems = append(r.Problems, "cannot read the write-ahead log: "+err.Error())
+	} else if what != "" {
+		r.Problems = append(r.Problems, "the file "+what)
 	}
 
 	readOnly := Options{ReadOnly: true, BusyTimeout: 5 * time.Second}
@@ -282,6 +293,61 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	}
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&r.Events); err != nil {
 		r.Problems = append(r.Problems, "cannot count events: "+err.Error())
+	}
+	r.checkRecords(ctx, db)
+}
+
+// checkRecords decodes every record body as the store does when it reads one: a body that
+// does not decode, or that names another intent or state than the row it is in, makes every
+// command that reads it (ls, verify, export, a duplicate's prepare) fail and send the operator
+// here, so it must be found here too, by intent. SQLite's integrity checks cannot see it: the
+// pages are sound, a record's bytes are not (edited by hand, or zeros where a torn file was
+// extended).
+func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
+	rows, err := db.QueryContext(ctx, "SELECT intent, state, expires_at, cert_hash, body FROM records")
+	if err != nil {
+		r.Problems = append(r.Problems, "cannot read records: "+err.Error())
+		return
+	}
+	defer rows.Close()
+	const shown = 20
+	bad := 0
+	for rows.Next() {
+		var intent, state string
+		var expires sql.NullInt64
+		var hash sql.NullString
+		var body []byte
+		if err := rows.Scan(&intent, &state, &expires, &hash, &body); err != nil {
+			r.Problems = append(r.Problems, "cannot read records: "+err.Error())
+			return
+		}
+		var rec fence.Record
+		what := ""
+		switch err := fence.DecodeRecord(body, &rec); {
+		case err != nil:
+			what = fmt.Sprintf("is unreadable (%v)", err)
+		case rec.Intent != intent:
+			what = fmt.Sprintf("names intent %q", rec.Intent)
+		case string(rec.State) != state:
+			what = fmt.Sprintf("says state %q but is filed as %q", rec.State, state)
+		case expires.Valid != !rec.ExpiresAt.IsZero() || expires.Valid && expires.Int64 != unixNano(rec.ExpiresAt):
+			// The sweep drops records by this column: an earlier one drops a done outcome
+			// before its time, and its duplicate runs again.
+			what = "is filed with another expiry than it records"
+		case hash.Valid != (rec.Cert != nil) || rec.Cert != nil && hash.String != rec.Cert.Hash:
+			what = "is filed with another cert hash than its cert's"
+		default:
+			continue
+		}
+		if bad++; bad <= shown {
+			r.Problems = append(r.Problems, fmt.Sprintf("the record of intent %q %s", intent, what))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		r.Problems = append(r.Problems, "cannot read records: "+err.Error())
+	}
+	if bad > shown {
+		r.Problems = append(r.Problems, fmt.Sprintf("… %d more damaged record(s)", bad-shown))
 	}
 }
 

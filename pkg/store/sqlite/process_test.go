@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "check:", err)
 			os.Exit(1)
 		}
-		fmt.Printf("kind %s\nproblems %q\nadvice %q\n", r.Kind, r.Problems, r.Advice)
+		fmt.Printf("kind %s\nproblems %q\nadvice %q\nstates %v\n", r.Kind, r.Problems, r.Advice, r.States)
 		os.Exit(0)
 	}
 	if mode := os.Getenv("EFFECTFENCE_TEST_QUEUE"); mode != "" {

@@ -30,6 +30,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -102,6 +103,11 @@ type Store struct {
 	// alone uses both after Open.
 	file os.FileInfo
 	gone error
+	// index watches the shared-memory index beside the file (real-shm) that Open opened
+	// (first); shmGone, once set, refuses every write (see checkIndex).
+	index   indexWatch
+	first   os.FileInfo
+	shmGone error
 	// real is the path SQLite opened (links resolved): its log is real-wal.
 	real string
 }
@@ -144,7 +150,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if err := prepareFile(abs, opt.ReadOnly); err != nil {
 		return nil, err
 	}
-	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs)}
+	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs), index: indexWatch{fd: -1}}
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
@@ -222,6 +228,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		if s.file, err = os.Stat(abs); err != nil {
 			return nil, s.fail(err)
 		}
+		s.first = s.file
 	}
 	return s, nil
 }
@@ -440,6 +447,8 @@ func prepareFile(path string, readOnly bool) error {
 	switch {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
+	case err == nil && !fi.Mode().IsRegular():
+		return fmt.Errorf("ledger %s is %s, not a file; name a regular file with --ledger or EFFECTFENCE_LEDGER (memory is the ledger that keeps nothing)", path, irregular(fi.Mode()))
 	case err == nil:
 		if err := checkMountedAlone(path); err != nil {
 			return err
@@ -471,7 +480,19 @@ func prepareFile(path string, readOnly bool) error {
 			}
 			return nil
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		// Before SQLite reads the log: it would drop what follows a damaged frame, and the
+		// first write would overwrite the evidence.
+		what, err := walDamage(path)
+		if err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+		if what != "" {
+			return &FileError{Path: path, Problem: what}
+		}
+		return nil
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("ledger %s: %w", path, err)
 	case readOnly:
@@ -552,6 +573,23 @@ func OrphanLog(path string) (problem, advice string) {
 	return "", ""
 }
 
+// irregular names what a path that is neither a directory nor a regular file is. SQLite
+// reads a device or a named pipe as an empty database (or fails with an I/O error), which is
+// no ledger at all.
+func irregular(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file (" + m.Type().String() + ")"
+}
+
 // checkHeader refuses a non-empty file that does not start with the SQLite header. An empty
 // file is a ledger another process is about to initialise (or one that never was).
 func checkHeader(path string, size int64) error {
@@ -570,6 +608,45 @@ func checkHeader(path string, size int64) error {
 	}
 	if n < 100 {
 		return &FileError{Path: path, Problem: fmt.Sprintf("is truncated: %d bytes, shorter than the 100-byte SQLite header", size)}
+	}
+	return checkLength(f, path, head)
+}
+
+// checkLength refuses a file shorter than the pages its header counts when no write-ahead log
+// could hold the rest. SQLite reads the missing end of a page as zeros and quick_check passes
+// when the cut is inside the last page: the first write then extends the file with those
+// zeros, and the record that was there is unreadable while the file looks whole. The header's
+// count is valid when its change counter matches version-valid-for. A checkpoint of another
+// process writes page 1 before the pages past the old end, with its log still beside the
+// file; the header and the size are read again for a short while before a cut is believed.
+func checkLength(f *os.File, path string, head []byte) error {
+	var size, want int64
+	for try := 0; ; try++ {
+		if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
+			return nil
+		}
+		if binary.BigEndian.Uint32(head[24:28]) != binary.BigEndian.Uint32(head[92:96]) {
+			return nil
+		}
+		pageSize := int64(binary.BigEndian.Uint16(head[16:18]))
+		if pageSize == 1 {
+			pageSize = 65536
+		}
+		want = int64(binary.BigEndian.Uint32(head[28:32])) * pageSize
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+		if size = fi.Size(); size >= want || try == 20 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		if _, err := f.ReadAt(head, 0); err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+	}
+	if size < want {
+		return &FileError{Path: path, Problem: fmt.Sprintf("is truncated: %d bytes, its header counts %d bytes of pages", size, want)}
 	}
 	return nil
 }
@@ -915,6 +992,9 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 // names the copy. Once the file is back at the path, writes go on. A stat that fails
 // otherwise (permissions, I/O) tells nothing: writes go on.
 func (s *Store) checkFile() error {
+	if err := s.checkIndex(); err != nil {
+		return err
+	}
 	what, gone := s.fileGone()
 	if !gone {
 		s.gone = nil
@@ -939,6 +1019,26 @@ func (s *Store) checkFile() error {
 	s.gone = &FileError{Path: s.path, Problem: "is not the file this process opened: it was moved, replaced or deleted while in use (the path " + what + "), so other processes would not see what this one records",
 		Advice: "this process records nothing more until the file is back at the path; " + advice}
 	return s.gone
+}
+
+// checkIndex refuses every write once the shared-memory index beside the ledger
+// (<ledger>-shm) is not the one this process opened: it was deleted or replaced while in use.
+// The index tells every process which frames of the log hold which pages; a process opening
+// the ledger after the removal builds a new index that this process does not see, and writes
+// through two indexes overwrite each other's frames: the ledger is corrupted and committed
+// decisions are lost. This process stops writing for good (its index cannot come back); the
+// file and the log stay whole for the processes that use the new index.
+func (s *Store) checkIndex() error {
+	// Only while the path names the file Open opened: a file moved or deleted with its index
+	// is checkFile's (its records are rescued), and a file put back in its place has an index
+	// of its own (the one this process still maps is the first file's).
+	if s.shmGone == nil && s.first != nil && os.SameFile(s.file, s.first) {
+		if fi, err := os.Stat(s.path); err == nil && os.SameFile(fi, s.first) && s.index.removed(s.real) {
+			s.shmGone = &FileError{Path: s.path, Problem: "lost its shared-memory index while this process used it (" + s.real + "-shm was deleted or replaced), so processes that open the ledger now would not see what this one records, and writes through two indexes corrupt the ledger",
+				Advice: "this process records nothing more; restart every effectfence process that had the ledger open before the index was removed, and never remove a ledger's -shm or -wal file while a process uses it"}
+		}
+	}
+	return s.shmGone
 }
 
 // fileGone says whether the ledger's path no longer names the file this store has open, and
@@ -1185,6 +1285,13 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
+	if s.w != nil && s.checkIndex() != nil {
+		// The last connection to close checkpoints the log through this process's index,
+		// which lacks the frames other processes wrote since through the new one, and then
+		// deletes the log with them. The connections are left open: their descriptors end
+		// with the process, as a kill's do, and the log stays whole.
+		return s.shmGone
+	}
 	s.settleMoved()
 	err := errors.Join(s.closeWriter(), s.closeReaders())
 	s.release()

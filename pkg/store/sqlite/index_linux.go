@@ -1,0 +1,65 @@
+package sqlite
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// indexWatch finds the descriptor through which this process's SQLite maps a ledger's
+// shared-memory index (<ledger>-shm), and tells when that file was removed while mapped.
+type indexWatch struct {
+	fd int         // -1 until found
+	fi os.FileInfo // the index as the descriptor showed it
+	// misses counts calls since a look through every descriptor found none: the next looks
+	// only every 64th call, so that a process with many descriptors does not read them all
+	// for each transaction.
+	misses int
+}
+
+// removed reports whether this process has the index of the ledger whose real path is real
+// open while no name leads to it any more (deleted, or replaced by another file). A process
+// with no descriptor on it (its connections all closed, so the next one opens whatever
+// index is there) has nothing removed. One stat per call once the descriptor is known.
+func (w *indexWatch) removed(real string) bool {
+	name := real + "-shm"
+	if w.fd >= 0 {
+		p := "/proc/self/fd/" + strconv.Itoa(w.fd)
+		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, w.fi) {
+			return gone(fi, name)
+		}
+		w.fd = -1
+	} else if w.misses++; w.misses%64 != 1 {
+		return false
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		p := filepath.Join("/proc/self/fd", e.Name())
+		target, err := os.Readlink(p)
+		if err != nil || (target != name && target != name+" (deleted)") {
+			continue
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			w.fd, w.fi, w.misses = fd, fi, 0
+		}
+		return gone(fi, name)
+	}
+	return false
+}
+
+// gone reports whether the open index fi has no name, or name leads to another file.
+func gone(fi os.FileInfo, name string) bool {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+		return true
+	}
+	at, err := os.Stat(name)
+	return err == nil && !os.SameFile(at, fi)
+}

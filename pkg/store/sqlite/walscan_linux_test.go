@@ -1,0 +1,155 @@
+//go:build linux
+
+package sqlite_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// TestDamagedWriteAheadLogIsRefused leaves a real write-ahead log on disk: a holder process
+// commits an intent on a seeded ledger and is killed with kill -9, so its decisions are only
+// in the log. One byte of the log is then flipped (in a frame's page, in a frame's checksum,
+// in a frame's salt, in the log header's salt). SQLite takes a bad frame for a torn write and
+// silently ignores it and every transaction after it, the header's damage the whole log: the
+// committed intent reads as never run, and its duplicate would run again. Open (for writing
+// and read-only) must refuse with a FileError, change neither file, and Check must report it.
+// The intact log opens and replays the intent.
+func TestDamagedWriteAheadLogIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.db")
+	seedLedger(t, good, 50)
+	h := startHolder(t, good, "charge:walled", time.Minute, false, nil)
+	if l := h.say("commit"); !strings.HasPrefix(l, "committed ") {
+		t.Fatalf("holder: %s", l)
+	}
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	db, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wal, err := os.ReadFile(good + "-wal")
+	if err != nil || len(wal) < 32+3*(24+4096) {
+		t.Fatalf("the holder left no log of several frames (%d bytes, %v)", len(wal), err)
+	}
+	frame := func(i int) int { return 32 + i*(24+4096) }
+	cases := map[string]int{
+		"page of the first frame":     frame(0) + 24 + 200,
+		"checksum of the first frame": frame(0) + 16,
+		"salt of the first frame":     frame(0) + 8,
+		"salt in the log header":      16,
+	}
+	for name, at := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ledger.db")
+			bad := bytes.Clone(wal)
+			bad[at] ^= 0x5a
+			if err := os.WriteFile(path, db, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path+"-wal", bad, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, ro := range []bool{false, true} {
+				st, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: ro})
+				if err == nil {
+					rec, _ := fence.New(st, fence.Config{}).Status(ctx, "charge:walled")
+					st.Close()
+					t.Fatalf("a ledger whose log is damaged opened (read-only %v); the committed intent reads as %q", ro, rec.State)
+				}
+				var fe *sqlite.FileError
+				if !errors.As(err, &fe) || !strings.Contains(err.Error(), "write-ahead log") || !strings.Contains(err.Error(), "effectfence ledger check") {
+					t.Errorf("open (read-only %v): %v; want a FileError about the write-ahead log naming `effectfence ledger check`", ro, err)
+				}
+			}
+			rep, err := sqlite.Check(ctx, path)
+			if err != nil || rep.OK || !strings.Contains(strings.Join(rep.Problems, "\n"), "write-ahead log") {
+				t.Errorf("Check = %+v, %v; want the damaged log reported", rep, err)
+			}
+			for p, want := range map[string][]byte{path: db, path + "-wal": bad} {
+				if got, _ := os.ReadFile(p); !bytes.Equal(got, want) {
+					t.Errorf("%s was changed", p)
+				}
+			}
+		})
+	}
+	// The intact log is applied: the holder's commit replays. A log whose last frame is torn
+	// (a write cut short, never synced) is what SQLite is built to drop: it opens.
+	for name, log := range map[string][]byte{"intact": wal, "torn tail": wal[:len(wal)-100]} {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		if err := os.WriteFile(path, db, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path+"-wal", log, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st := openT(t, path, sqlite.Options{})
+		rec, err := fence.New(st, fence.Config{}).Status(ctx, "charge:walled")
+		if err != nil || name == "intact" && rec.State != fence.StateDone {
+			t.Fatalf("the %s log: charge:walled is %q (%v)", name, rec.State, err)
+		}
+	}
+}
+
+// TestRemovedIndexStopsTheWriter removes a ledger's shared-memory index (<ledger>-shm) while
+// a store writes it, and a holder process then opens the ledger (it builds a new index) and
+// commits. Two indexes over one log overwrite each other's frames: with four writers each
+// side, the file failed integrity_check. The store that lost its index must refuse every
+// write from then on with a FileError saying so, and the ledger must stay sound, with the
+// holder's commit in it.
+func TestRemovedIndexStopsTheWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st := openT(t, path, sqlite.Options{})
+	eng := fence.New(st, fence.Config{})
+	commit := func(intent string) error {
+		adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: []byte(`{}`)})
+		if err != nil {
+			return err
+		}
+		_, err = eng.Commit(ctx, *adm.Ticket, []byte(`"ok"`))
+		return err
+	}
+	if err := commit("before"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path + "-shm"); err != nil {
+		t.Fatal(err)
+	}
+	h := startHolder(t, path, "charge:holder", time.Minute, false, nil)
+	if l := h.say("commit"); !strings.HasPrefix(l, "committed ") {
+		t.Fatalf("holder: %s", l)
+	}
+	err := commit("after")
+	var fe *sqlite.FileError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "shared-memory index") {
+		t.Fatalf("a write through the removed index = %v; want a FileError about the index", err)
+	}
+	_ = h.in.Close() // the holder ends and closes the ledger
+	_ = h.cmd.Wait()
+	if err := st.Close(); err == nil {
+		t.Error("Close of the store that lost its index reported nothing")
+	}
+	// A process of its own reads the ledger: this one's connections share the removed index.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_CHECK="+path)
+	got, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(got), "problems []") || !strings.Contains(string(got), "states map[done:2]") {
+		t.Fatalf("the ledger after (want it sound, with before and the holder's commit done): %v\n%s", err, got)
+	}
+}
