@@ -65,7 +65,7 @@ func ledgerCommand(io streams) *cli.Command {
 				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format: jsonl (the only one; export is always machine-readable)"}}, ledgerExport),
 			ledgerSub(io, "stats", "", "counters over every process that used the ledger, and intents by state", 0, nil, ledgerStats),
 			ledgerSub(io, "sweep", "", "drop expired outcomes now (open ledgers also do it on their own)", 0, nil, ledgerSweep),
-			ledgerSub(io, "check", "", "inspect the ledger file read-only: SQLite integrity, schema version, foreign or torn files, and what to do", 0, nil, ledgerCheck),
+			ledgerSub(io, "check", "", "inspect the ledger file read-only: SQLite integrity, schema version, foreign or torn files, unreadable records, and what to do", 0, nil, ledgerCheck),
 		},
 	}
 }
@@ -184,9 +184,15 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 		return nil, usageErr("%v", err)
 	}
 	if loc != "memory" && !strings.Contains(loc, "://") {
-		if _, err := os.Stat(loc); errors.Is(err, os.ErrNotExist) {
+		fi, err := os.Stat(loc)
+		if errors.Is(err, os.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
 			if problem, advice := sqlite.OrphanLog(loc); problem != "" {
 				return nil, fmt.Errorf("ledger %s %s; %s", loc, problem, advice)
+			}
+			if err == nil {
+				// SQLite reads an empty file as an empty database: the look would make it a
+				// ledger and report nothing fenced, whatever was (or was meant to be) there.
+				return nil, fmt.Errorf("no ledger at %s: the file is empty (nothing has used it yet, or it was emptied; check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 			}
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 		}
@@ -548,6 +554,10 @@ func ledgerSweep(ctx context.Context, c ledgerCall) error {
 }
 
 func ledgerCheck(ctx context.Context, c ledgerCall) error {
+	// A ledger string that names no ledger is a usage error, as for every other subcommand.
+	if _, err := c.opts.Location(); err != nil {
+		return usageErr("%v", err)
+	}
 	rep, err := store.Check(ctx, c.opts)
 	if err != nil {
 		return err
