@@ -195,7 +195,8 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), Idle: cmd.Duration("session-idle"),
 		BodyTimeout: cmd.Duration("body-timeout"),
 	}
-	switch keysFile, env := cmd.String("api-keys"), os.Getenv(envAPIKeys); {
+	env := os.Getenv(envAPIKeys)
+	switch keysFile := cmd.String("api-keys"); {
 	case keysFile != "":
 		if cfg.Keys, err = readAPIKeys(keysFile); err != nil {
 			return nil, usageErr("%v", err)
@@ -207,6 +208,14 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 	case env != "":
 		if cfg.Keys, err = readAPIKeys(env); err != nil {
 			return nil, usageErr("%s: %v", envAPIKeys, err)
+		}
+	}
+	// The keys tell the principals apart: the servers run for the sessions must not read them
+	// (they could call the gateway as any principal). Gone from this process's environment,
+	// so no child gets them; not part of any scope (EFFECTFENCE_* is left out of it).
+	if env != "" {
+		if err := os.Unsetenv(envAPIKeys); err != nil {
+			return nil, fmt.Errorf("%s: %v", envAPIKeys, err)
 		}
 	}
 	if !loopback && len(cfg.Keys) == 0 && !cfg.PassAuth && !cmd.Bool("allow-unauthenticated") {
