@@ -23,6 +23,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/policy"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 const ledgerUsage = `The operator's view of a ledger: what is in flight, failed or of unknown outcome;
@@ -128,7 +129,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			return ledgerCall{}, usageErr("ledger %s: the intent is empty; give the intent id as `effectfence ledger ls` shows it", cmd.Name)
 		}
 	}
-	name, forLedger := "server", ""
+	name, forLedger, before := "server", "", ""
 	if cmd.Bool("for") {
 		child := args[nargs:]
 		if len(child) == 0 {
@@ -152,7 +153,8 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			}
 		}
 		res := policy.Resolve(pol, policy.Flags{Scope: cmd.String("scope"), Ledger: os.Getenv(store.EnvLedger)})
-		name, forLedger = store.CurrentWrapScope(child, res.Scope).LedgerName(), res.Ledger
+		scope := store.CurrentWrapScope(child, res.Scope)
+		name, forLedger, before = scope.LedgerName(), res.Ledger, scope.Before
 	} else if cmd.IsSet("scope") {
 		return ledgerCall{}, usageErr("ledger %s: --scope names the scope of a wrap ledger and goes with --for -- <command…>", cmd.Name)
 	} else if cmd.IsSet("policy") {
@@ -171,6 +173,15 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 	}
 	// With --for and no --ledger: EFFECTFENCE_LEDGER when set (wrap opens that too), else the
 	// policy's ledger, else the scope's default file.
+	if opts.Ledger == "" && before != "" {
+		// Before 2026-12-03 the same launch had another scope (wrap says so at its start):
+		// a call it left unknown is fenced in that file, not in the one shown here.
+		if dir, err := store.StateDir(); err == nil {
+			if old := filepath.Join(dir, before+".db"); isFile(old) {
+				fmt.Fprintf(io.err, "effectfence ledger: a ledger of this command from before 2026-12-03 (the directory by its real path; terminal and session variables left out) exists at %s; it is not shown here; check it for calls left unknown: effectfence ledger ls --ledger %s\n", old, wrap.ShellJoin([]string{old}))
+			}
+		}
+	}
 	wide := !isTerminal(io.out) || cmd.Bool("wide")
 	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide}, nil
 }

@@ -140,4 +140,10 @@ func TestWrapNamesTheLedgerOfTheSymlinkedDirectory(t *testing.T) {
 	if !strings.Contains(got, "directory "+real+" and") {
 		t.Fatalf("wrap's startup log does not name the real directory %s:\n%s", real, got)
 	}
+	// The operator's view from the same setup names it too: the calls left unknown there
+	// are not in the file it shows.
+	got = run(append([]string{"ledger", "ls", "--for", "--"}, child...)...)
+	if want := "from before 2026-12-03 (the directory by its real path; terminal and session variables left out) exists at " + old; !strings.Contains(got, want) {
+		t.Fatalf("ledger ls --for does not say %q:\n%s", want, got)
+	}
 }
