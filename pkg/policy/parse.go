@@ -22,6 +22,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/store/postgres"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
@@ -403,43 +404,12 @@ func (ps *parse) ledger(n ast.Node, s string) {
 		ps.errorf(n, "%v", err)
 		return
 	}
-	switch ledgerSecret(s) {
+	switch postgres.Secret(s) {
 	case "password":
 		ps.errorf(n, "the ledger URL holds a password, which would be committed with this file; give it in PGPASSWORD or ~/.pgpass instead")
 	case "sslpassword":
 		ps.errorf(n, "the ledger URL holds sslpassword (the client key's passphrase), which would be committed with this file; give it in PGSSLPASSWORD instead")
 	}
-}
-
-// ledgerSecret returns "password" or "sslpassword" when a postgres URL holds one, else "". It
-// reads the URL as the ledger's driver does (pgx, like libpq), not as url.Parse does: the user
-// information ends at the first '@' before any '/' (even one inside the query), a URL that
-// url.Parse refuses (a bad port) still reaches the driver's parser, and the query's names are
-// percent-decoded and trimmed. A name in another letter case counts too: pgx sends it to the
-// server as a setting, so the secret is in the file all the same.
-func ledgerSecret(s string) string {
-	_, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return ""
-	}
-	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
-		if strings.Contains(rest[:i], ":") {
-			return "password"
-		}
-		rest = rest[i+1:]
-	}
-	_, query, _ := strings.Cut(rest, "?")
-	for _, kv := range strings.Split(query, "&") {
-		name, _, _ := strings.Cut(kv, "=")
-		if d, err := url.PathUnescape(name); err == nil {
-			name = d
-		}
-		switch name = strings.ToLower(strings.TrimSpace(name)); name {
-		case "password", "sslpassword":
-			return name
-		}
-	}
-	return ""
 }
 
 func (ps *parse) tools(n ast.Node, pol *Policy) {

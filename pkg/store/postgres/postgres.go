@@ -656,23 +656,62 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// userInfo returns the user information of a connection URL as pgx reads it, like libpq:
+// what stands before the first '@' that comes before any '/', even an '@' that url.Parse
+// reads as part of the query ("postgres://h?x=u:secret@other/d" has the user information
+// "h?x=u:secret"), and what follows it; ok is false when there is none.
+func userInfo(raw string) (info, after string, ok bool) {
+	_, rest, _ := strings.Cut(raw, "://")
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		return rest[:i], rest[i+1:], true
+	}
+	return "", rest, false
+}
+
+// secretParam reports whether a query parameter's name (as given, percent-decoded) is one
+// pgx sends as a secret: password, or sslpassword (the client key's passphrase), in any letter
+// case and with spaces around it.
+func secretParam(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "password", "sslpassword":
+		return true
+	}
+	return false
+}
+
+// Secret returns "password" or "sslpassword" when the connection URL raw holds one as pgx
+// reads it (userInfo; a URL url.Parse refuses, such as one with a bad port, still reaches
+// pgx's parser), else "".
+func Secret(raw string) string {
+	info, rest, _ := userInfo(raw)
+	if strings.Contains(info, ":") {
+		return "password"
+	}
+	_, query, _ := strings.Cut(rest, "?")
+	for _, kv := range strings.Split(query, "&") {
+		name, _, _ := strings.Cut(kv, "=")
+		if d, err := url.PathUnescape(name); err == nil {
+			name = d
+		}
+		if secretParam(name) {
+			return strings.ToLower(strings.TrimSpace(name))
+		}
+	}
+	return ""
+}
+
 // Redact returns a connection URL with its password replaced, for messages (they reach logs
-// and, in a fenced call's answer, the agent). Secrets are found as pgx reads the URL, like
-// libpq: the user information ends at the first '@' before any '/', even one url.Parse reads
-// as part of the query, and the query's password and sslpassword (the client key's
-// passphrase) count in any letter case. A URL whose user information or query url.Parse
-// cannot read as pgx does is not shown.
+// and, in a fenced call's answer, the agent). Secrets are found as pgx reads the URL (Secret).
+// A URL whose user information or query url.Parse cannot read as pgx does is not shown.
 func Redact(raw string) string {
 	const unshown = "(unparsable postgres URL)"
 	u, err := url.Parse(raw)
 	if err != nil {
 		return unshown
 	}
-	if _, rest, ok := strings.Cut(raw, "://"); ok {
-		if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' && strings.Contains(rest[:i], ":") {
-			if _, has := u.User.Password(); !has || u.User.String() != rest[:i] {
-				return unshown
-			}
+	if info, _, _ := userInfo(raw); strings.Contains(info, ":") {
+		if _, has := u.User.Password(); !has || u.User.String() != info {
+			return unshown
 		}
 	}
 	if u.User != nil {
@@ -686,8 +725,7 @@ func Redact(raw string) string {
 	}
 	changed := false
 	for k := range q {
-		switch strings.ToLower(strings.TrimSpace(k)) {
-		case "password", "sslpassword":
+		if secretParam(k) {
 			q[k], changed = []string{"xxxxx"}, true
 		}
 	}
