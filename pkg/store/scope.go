@@ -16,7 +16,7 @@ import (
 // VolatileEnv lists environment variables left out of a wrap scope: they change between two
 // launches of the same configuration (terminal, shell and session bookkeeping) and say
 // nothing about which account or data the server acts on. Names ending in '*' are prefixes.
-var VolatileEnv = []string{
+var VolatileEnv = append([]string{
 	"_", "PWD", "OLDPWD", "SHLVL", "TERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "TERM_SESSION_ID",
 	"COLORTERM", "COLUMNS", "LINES", "WINDOWID", "WINDOW", "STY", "TMUX", "TMUX_PANE", "ITERM_SESSION_ID",
 	"KITTY_WINDOW_ID", "KITTY_PID", "WT_SESSION", "WT_PROFILE_ID", "ALACRITTY_WINDOW_ID", "WEZTERM_PANE",
@@ -24,16 +24,7 @@ var VolatileEnv = []string{
 	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "XDG_SESSION_ID",
 	"XDG_VTNR", "XDG_SEAT", "INVOCATION_ID", "JOURNAL_STREAM", "MANAGERPID", "SYSTEMD_EXEC_PID",
 	"SECURITYSESSIONID", "TMPDIR", "HOSTNAME", "EFFECTFENCE_*",
-	// MCP clients' own session bookkeeping: Claude Code gives each session's stdio servers a
-	// new CLAUDE_CODE_SESSION_ID, and passes on the IDE extension's CLAUDE_CODE_SSE_PORT.
-	"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
-	// Terminals and desktop sessions that name their tab, pane, window, instance or launch
-	// (an MCP client started from a terminal passes its environment on to its servers).
-	"GNOME_TERMINAL_SCREEN", "GNOME_TERMINAL_SERVICE", "KONSOLE_DBUS_SESSION", "KONSOLE_DBUS_WINDOW",
-	"KONSOLE_DBUS_SERVICE", "TERMINATOR_UUID", "TILIX_ID", "GUAKE_TAB_UUID", "ALACRITTY_LOG",
-	"ALACRITTY_SOCKET", "WEZTERM_UNIX_SOCKET", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID",
-	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN",
-}
+}, volatileSince20261203...)
 
 func volatile(name string) bool {
 	for _, v := range VolatileEnv {
@@ -46,11 +37,17 @@ func volatile(name string) bool {
 
 // volatileSince20261203 are the names VolatileEnv gained on 2026-12-03: before, they went into
 // the scope (Scope.Before is the scope they gave).
-var volatileSince20261203 = []string{"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
+var volatileSince20261203 = []string{
+	// MCP clients' own session bookkeeping: Claude Code gives each session's stdio servers a
+	// new CLAUDE_CODE_SESSION_ID, and passes on the IDE extension's CLAUDE_CODE_SSE_PORT.
+	"CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT",
+	// Terminals and desktop sessions that name their tab, pane, window, instance or launch
+	// (an MCP client started from a terminal passes its environment on to its servers).
 	"GNOME_TERMINAL_SCREEN", "GNOME_TERMINAL_SERVICE", "KONSOLE_DBUS_SESSION", "KONSOLE_DBUS_WINDOW",
 	"KONSOLE_DBUS_SERVICE", "TERMINATOR_UUID", "TILIX_ID", "GUAKE_TAB_UUID", "ALACRITTY_LOG",
 	"ALACRITTY_SOCKET", "WEZTERM_UNIX_SOCKET", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID",
-	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN"}
+	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN",
+}
 
 // Scope names the server a wrap process fences: two scopes never share an identity or a
 // default ledger file.
