@@ -992,12 +992,15 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 // names the copy. Once the file is back at the path, writes go on. A stat that fails
 // otherwise (permissions, I/O) tells nothing: writes go on.
 func (s *Store) checkFile() error {
-	if err := s.checkIndex(); err != nil {
-		return err
+	if s.shmGone != nil {
+		return s.shmGone
 	}
-	what, gone := s.fileGone()
+	what, gone, same := s.fileAt()
 	if !gone {
 		s.gone = nil
+		if same {
+			return s.checkIndex()
+		}
 		return nil
 	}
 	if s.gone != nil {
@@ -1028,12 +1031,14 @@ func (s *Store) checkFile() error {
 // through two indexes overwrite each other's frames: the ledger is corrupted and committed
 // decisions are lost. This process stops writing for good (its index cannot come back); the
 // file and the log stay whole for the processes that use the new index.
+//
+// checkFile calls it only once the path was seen to name the file this store has open.
 func (s *Store) checkIndex() error {
-	// Only while the path names the file Open opened: a file moved or deleted with its index
-	// is checkFile's (its records are rescued), and a file put back in its place has an index
-	// of its own (the one this process still maps is the first file's).
+	// Only while that file is the one Open opened: a file moved or deleted with its index is
+	// checkFile's (its records are rescued), and a file put back in its place has an index of
+	// its own (the one this process still maps is the first file's).
 	if s.shmGone == nil && s.first != nil && os.SameFile(s.file, s.first) {
-		if fi, err := os.Stat(s.path); err == nil && os.SameFile(fi, s.first) && s.index.removed(s.real) {
+		if s.index.removed(s.real) {
 			s.shmGone = &FileError{Path: s.path, Problem: "lost its shared-memory index while this process used it (" + s.real + "-shm was deleted or replaced), so processes that open the ledger now would not see what this one records, and writes through two indexes corrupt the ledger",
 				Advice: "this process records nothing more; restart every effectfence process that had the ledger open before the index was removed, and never remove a ledger's -shm or -wal file while a process uses it"}
 		}
@@ -1045,19 +1050,25 @@ func (s *Store) checkIndex() error {
 // what it names instead. A stat that fails otherwise (permissions, I/O) tells nothing: not
 // gone.
 func (s *Store) fileGone() (what string, gone bool) {
+	what, gone, _ = s.fileAt()
+	return what, gone
+}
+
+// fileAt is fileGone, and same: the path was seen to name the file this store has open.
+func (s *Store) fileAt() (what string, gone, same bool) {
 	if s.file == nil {
-		return "", false
+		return "", false, false
 	}
 	fi, err := os.Stat(s.path)
 	switch {
 	case err == nil && os.SameFile(fi, s.file):
-		return "", false
+		return "", false, true
 	case err == nil:
-		return "names another file now", true
+		return "names another file now", true, false
 	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
-		return "names no file now", true
+		return "names no file now", true, false
 	}
-	return "", false
+	return "", false, false
 }
 
 // checkpointPassive copies the write-ahead log's records into the ledger file, wherever the
@@ -1285,7 +1296,12 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
-	if s.w != nil && s.checkIndex() != nil {
+	if s.w != nil && s.shmGone == nil {
+		if _, _, same := s.fileAt(); same {
+			_ = s.checkIndex()
+		}
+	}
+	if s.w != nil && s.shmGone != nil {
 		// The last connection to close checkpoints the log through this process's index,
 		// which lacks the frames other processes wrote since through the new one, and then
 		// deletes the log with them. The connections are left open: their descriptors end
