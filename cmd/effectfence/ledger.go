@@ -115,9 +115,36 @@ func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli
 			if err != nil {
 				return err
 			}
-			return run(ctx, c)
+			out := &checkedWriter{w: c.io.out}
+			c.io.out = out
+			err = run(ctx, c)
+			if out.err != nil {
+				// A report that did not reach stdout (a full disk, a closed file) is not a
+				// success: a script would read a truncated report, or none, as the answer.
+				if name == "clear" || name == "resolve" || name == "sweep" {
+					return fmt.Errorf("ledger %s took effect, but writing its report failed: %w", name, out.err)
+				}
+				return fmt.Errorf("ledger %s: writing the output failed: %w", name, out.err)
+			}
+			return err
 		},
 	}
+}
+
+// checkedWriter remembers the first error of its writes (fmt.Fprintf and the table writer
+// drop them) and writes nothing after it.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (cw *checkedWriter) Write(p []byte) (int, error) {
+	if cw.err != nil {
+		return 0, cw.err
+	}
+	n, err := cw.w.Write(p)
+	cw.err = err
+	return n, err
 }
 
 func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) {
