@@ -38,8 +38,9 @@ it); otherwise the default ledger of ` + "`effectfence serve`" + `.
 Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
 shorten long cells only on a terminal, and not with --wide.
 
-Exit codes: 0 ok; 1 the command failed or found problems (verify, check, show, clear or resolve
-of an intent the ledger does not hold, resolve of an intent that is not fenced); 2 usage (bad flags or arguments).`
+Exit codes: 0 ok; 1 the command failed or found problems (verify, check, ls, export or stats
+that left out unreadable records, show, clear or resolve of an intent the ledger does not
+hold, resolve of an intent that is not fenced); 2 usage (bad flags or arguments).`
 
 // ledgerCommand is `effectfence ledger`.
 func ledgerCommand(io streams) *cli.Command {
@@ -114,9 +115,36 @@ func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli
 			if err != nil {
 				return err
 			}
-			return run(ctx, c)
+			out := &checkedWriter{w: c.io.out}
+			c.io.out = out
+			err = run(ctx, c)
+			if out.err != nil {
+				// A report that did not reach stdout (a full disk, a closed file) is not a
+				// success: a script would read a truncated report, or none, as the answer.
+				if name == "clear" || name == "resolve" || name == "sweep" {
+					return fmt.Errorf("ledger %s took effect, but writing its report failed: %w", name, out.err)
+				}
+				return fmt.Errorf("ledger %s: writing the output failed: %w", name, out.err)
+			}
+			return err
 		},
 	}
+}
+
+// checkedWriter remembers the first error of its writes (fmt.Fprintf and the table writer
+// drop them) and writes nothing after it.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (cw *checkedWriter) Write(p []byte) (int, error) {
+	if cw.err != nil {
+		return 0, cw.err
+	}
+	n, err := cw.w.Write(p)
+	cw.err = err
+	return n, err
 }
 
 func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) {
@@ -301,6 +329,7 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 	}
 	defer l.Close()
 	recs, err := ledger.List(ctx, l.Store(), states)
+	bad, err := c.unreadable(l, err)
 	if err != nil {
 		return err
 	}
@@ -308,11 +337,18 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 		if recs == nil {
 			recs = []fence.Record{}
 		}
-		return c.writeJSON(map[string]any{"ledger": l.Location, "records": recs})
+		out := map[string]any{"ledger": l.Location, "records": recs}
+		if bad != nil {
+			out["unreadable"] = unreadableJSON(bad)
+		}
+		if err := c.writeJSON(out); err != nil {
+			return err
+		}
+		return bad.exit()
 	}
 	fmt.Fprintf(c.io.out, "ledger %s: %d intent(s)\n", esc(l.Location), len(recs))
 	if len(recs) == 0 {
-		return nil
+		return bad.exit()
 	}
 	t := tablewriter.NewTable(c.io.out)
 	t.Header("intent", "state", "tool", "agent", "domain/seq", "updated", "lease until / expires", "reason")
@@ -332,7 +368,46 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 			return err
 		}
 	}
-	return t.Render()
+	if err := t.Render(); err != nil {
+		return err
+	}
+	return bad.exit()
+}
+
+// unreadableList is what a view (ls, export, stats) could not read: it shows the rest, names
+// each of these on stderr and exits 1, so that a script notices.
+type unreadableList struct {
+	loc  string
+	recs []*fence.UnreadableError
+}
+
+// unreadable splits a view's error: records it could not read (named on stderr now, the
+// view's exit for later) from a failure of the view.
+func (c ledgerCall) unreadable(l *store.Ledger, err error) (*unreadableList, error) {
+	var u *ledger.UnreadableRecords
+	if !errors.As(err, &u) {
+		return nil, err
+	}
+	for _, r := range u.Records {
+		fmt.Fprintf(c.io.err, "effectfence: unreadable record, left out: %s\n", esc(r.Error()))
+	}
+	return &unreadableList{loc: l.Location, recs: u.Records}, nil
+}
+
+// exit is the view's error: none when every record was read.
+func (u *unreadableList) exit() error {
+	if u == nil {
+		return nil
+	}
+	return exitCoder{exitError, fmt.Errorf("ledger %s: %d record(s) could not be read and are left out (named above); the rest is shown", u.loc, len(u.recs))}
+}
+
+func unreadableJSON(u *unreadableList) []map[string]string {
+	out := make([]map[string]string, len(u.recs))
+	for i, r := range u.recs {
+		out[i] = map[string]string{"intent": r.Intent, "error": r.Error()}
+	}
+	return out
 }
 
 func ledgerShow(ctx context.Context, c ledgerCall) error {
@@ -514,7 +589,11 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 	}
 	defer l.Close()
 	_, err = ledger.Export(ctx, l.Store(), jsonOut{c.io.out})
-	return err
+	bad, err := c.unreadable(l, err)
+	if err != nil {
+		return err
+	}
+	return bad.exit()
 }
 
 func ledgerStats(ctx context.Context, c ledgerCall) error {
@@ -528,11 +607,19 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	states, err := ledger.CountStates(ctx, l.Store())
+	bad, err := c.unreadable(l, err)
 	if err != nil {
 		return err
 	}
 	if c.json {
-		return c.writeJSON(map[string]any{"ledger": l.Location, "counters": st.Ledger, "total_attempts": st.Ledger.Total(), "prevented": st.Ledger.Prevented(), "states": states})
+		out := map[string]any{"ledger": l.Location, "counters": st.Ledger, "total_attempts": st.Ledger.Total(), "prevented": st.Ledger.Prevented(), "states": states}
+		if bad != nil {
+			out["unreadable"] = unreadableJSON(bad)
+		}
+		if err := c.writeJSON(out); err != nil {
+			return err
+		}
+		return bad.exit()
 	}
 	w := c.io.out
 	fmt.Fprintf(w, "ledger %s (all processes): %s\n", esc(l.Location), st.Ledger.Line())
@@ -543,7 +630,15 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 			return err
 		}
 	}
-	return t.Render()
+	if bad != nil {
+		if err := t.Append("unreadable", fmt.Sprint(len(bad.recs))); err != nil {
+			return err
+		}
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	return bad.exit()
 }
 
 func ledgerSweep(ctx context.Context, c ledgerCall) error {

@@ -1,10 +1,12 @@
 package fence_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -127,8 +129,7 @@ func TestDocumentedVerifier(t *testing.T) {
 	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	verify := func(c *fence.Cert) string {
-		raw, _ := json.Marshal(c)
+	verifyJSON := func(raw []byte) string {
 		cmd := exec.Command(py, "-c", script)
 		cmd.Stdin = strings.NewReader(string(raw))
 		out, err := cmd.CombinedOutput()
@@ -136,6 +137,22 @@ func TestDocumentedVerifier(t *testing.T) {
 			t.Fatalf("python: %v\n%s", err, out)
 		}
 		return strings.TrimSpace(string(out))
+	}
+	verify := func(c *fence.Cert) string {
+		raw, _ := json.Marshal(c)
+		return verifyJSON(raw)
+	}
+	// withReadable is c's JSON with its readable result, which the hash does not cover,
+	// replaced.
+	withReadable := func(c *fence.Cert, result string) []byte {
+		raw, _ := json.Marshal(c)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["result"] = json.RawMessage(result)
+		raw, _ = json.Marshal(m)
+		return raw
 	}
 	for i, c := range []struct{ args, result string }{
 		{`{"amount":9007199254740993,"rate":0.10000000000000000555,"huge":1e400,"tiny":-25e-9,"n":[1.0,1e21,123456789012345678901234]}`, `{"ok":true}`},
@@ -159,6 +176,37 @@ func TestDocumentedVerifier(t *testing.T) {
 		if got := verify(&bad); got == "ok" {
 			t.Fatal("python verifier accepted a tampered cert")
 		}
+		// The readable result, edited or replaced by the keep-result hash object, must agree
+		// with result_bytes; null (no readable result) says nothing.
+		for _, forged := range []string{`{"ok":false}`, `{"effectfence/result_not_kept":{"sha256":"` + strings.Repeat("0", 64) + `"}}`} {
+			if got := verifyJSON(withReadable(cert, forged)); got == "ok" {
+				t.Fatalf("python verifier accepted a cert whose readable result is %s", forged)
+			}
+		}
+		if got := verifyJSON(withReadable(cert, "null")); got != "ok" {
+			t.Fatalf("python verifier on a cert without a readable result: %s", got)
+		}
+	}
+
+	// A cert of 8 MB arguments verifies within 1 GiB of address space (RLIMIT_AS, which Linux
+	// enforces): the verifier's pattern for strings took about 170 bytes per character of one
+	// and ran out of memory here.
+	if runtime.GOOS != "linux" {
+		return
+	}
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "doc-big", Tool: "t", Args: json.RawMessage(`{"blob":"` + strings.Repeat("x", 8<<20) + `","n":123456789012345678901234567890}`), Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`"`+strings.Repeat("y", 1<<20)+`"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(cert)
+	bounded := exec.Command(py, "-c", "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"+script)
+	bounded.Stdin = bytes.NewReader(raw)
+	if out, err := bounded.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("python verifier on a cert of 8 MB arguments within 1 GiB: %v\n%s", err, bytes.TrimSpace(out)[max(0, len(bytes.TrimSpace(out))-300):])
 	}
 }
 

@@ -171,16 +171,22 @@ func sweepExpired(tx Tx, limit int) (int, bool, error) {
 // docs/RELIABILITY.md) to every in-flight intent: a claim whose holder is gone, or whose lease
 // lapsed, becomes unknown (fenced until cleared, healed by its holder's late result), except a
 // re-run-safe one, which is freed for the next attempt. Every change writes an audit event. It
-// returns how many claims it changed. Run it when a process opens a ledger and now and then
+// returns how many claims it changed. An in-flight record that does not decode is skipped and
+// returned among the errors as an *UnreadableError (OnlyUnreadable tells such an answer from a
+// failure): the rest were still done. Run it when a process opens a ledger and now and then
 // after: prepare applies the same rules lazily to each intent it meets, so Recover is what
 // bounds how long an abandoned claim shows as in_flight.
 func (e *Engine) Recover(ctx context.Context) (int, error) {
 	_, serr := e.DrainSpool(ctx)
 	n := 0
+	var bad []error
 	err := e.update(ctx, func(tx Tx) error {
-		n = 0
+		n, bad = 0, bad[:0]
 		var claims []*Record
-		err := tx.Scan(Filter{States: []State{StateInFlight}}, func(r *Record) bool {
+		// A claim whose record does not decode is left as it is (every attempt of its intent
+		// fails on it, so it stays fenced) and reported: the other claims still get the rules.
+		unreadable := func(u *UnreadableError) { bad = append(bad, u) }
+		err := tx.Scan(Filter{States: []State{StateInFlight}, Unreadable: unreadable}, func(r *Record) bool {
 			claims = append(claims, r)
 			return true
 		})
@@ -207,7 +213,10 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
-	return n, errors.Join(serr, err)
+	if err != nil {
+		bad = nil
+	}
+	return n, errors.Join(append([]error{serr, err}, bad...)...)
 }
 
 // EvictDomain forgets a domain's row to bound memory. The store's floor rises to the domain's

@@ -115,6 +115,41 @@ type Filter struct {
 	// of every expired record, batch after batch (40,000 expired records took 20 s to sweep).
 	// The SQL stores answer it from their expiry index too.
 	ByExpiry bool
+	// Unreadable, when set, is told of each selected record whose stored bytes do not decode
+	// (damaged, or edited by hand), and the scan goes on with the next; when nil such a record
+	// ends the scan with its error. The operator's views and Recover set it, so that one
+	// damaged record does not hide every other one; the record itself stays as it is, and every
+	// Get of it still fails, so its intent is never run on the strength of a scan.
+	Unreadable func(*UnreadableError)
+}
+
+// UnreadableError is a store's error for a record whose stored bytes do not decode, or that
+// names another intent than the one it is filed under. Err is the store's own error, which
+// says how to find and remove it.
+type UnreadableError struct {
+	Intent string
+	Err    error
+}
+
+func (e *UnreadableError) Error() string { return e.Err.Error() }
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
+// OnlyUnreadable reports whether err is not nil and is made only of UnreadableErrors (alone
+// or joined with errors.Join).
+func OnlyUnreadable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !OnlyUnreadable(e) {
+				return false
+			}
+		}
+		return true
+	}
+	_, ok := err.(*UnreadableError)
+	return ok
 }
 
 // errByExpiry is what a store answers to a ByExpiry scan without a Limit or with After.

@@ -37,17 +37,50 @@ func ParseState(s string) ([]fence.State, error) {
 	return nil, fmt.Errorf("unknown state %q: want in_flight, done, failed, unknown or fenced", s)
 }
 
+// UnreadableRecords is the error of a view that read every record it could but not these:
+// their stored bytes do not decode (damaged, or edited by hand). What the view returned or
+// wrote is complete but for them.
+type UnreadableRecords struct {
+	Records []*fence.UnreadableError
+}
+
+func (u *UnreadableRecords) Error() string {
+	names := make([]string, len(u.Records))
+	for i, r := range u.Records {
+		names[i] = fmt.Sprintf("%q", r.Intent)
+	}
+	return fmt.Sprintf("%d record(s) could not be read and are left out: %s", len(u.Records), strings.Join(names, ", "))
+}
+
+// unreadable collects the records a scan could not read; err is what a view returns.
+type unreadable struct{ recs []*fence.UnreadableError }
+
+func (u *unreadable) add(e *fence.UnreadableError) { u.recs = append(u.recs, e) }
+
+func (u *unreadable) err() error {
+	if len(u.recs) == 0 {
+		return nil
+	}
+	return &UnreadableRecords{Records: u.recs}
+}
+
 // List returns the records in the given states (all when none are given), in intent order.
+// Records that do not decode are left out and named by an *UnreadableRecords error, returned
+// with the others.
 func List(ctx context.Context, st fence.Store, states []fence.State) ([]fence.Record, error) {
 	var out []fence.Record
+	var bad unreadable
 	err := st.View(ctx, func(tx fence.Tx) error {
-		out = out[:0]
-		return tx.Scan(fence.Filter{States: states}, func(r *fence.Record) bool {
+		out, bad = out[:0], unreadable{}
+		return tx.Scan(fence.Filter{States: states, Unreadable: bad.add}, func(r *fence.Record) bool {
 			out = append(out, *r)
 			return true
 		})
 	})
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	return out, bad.err()
 }
 
 // Detail is one intent's record and its audit trail.
@@ -106,7 +139,8 @@ func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
 // Verify recomputes the hash of every cert in the ledger, checks that each done record's cert
 // agrees with the record (intent, tool, args, domain, sequence, fingerprint), and checks every
 // parent link: a parent must be the hash of another cert. A parent that is well formed but no
-// longer in the ledger is listed as unresolved.
+// longer in the ledger is listed as unresolved. A record that does not decode is a problem
+// (its cert, if it has one, cannot be checked); the others are still verified.
 func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 	var rep VerifyReport
 	err := st.View(ctx, func(tx fence.Tx) error {
@@ -116,7 +150,11 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 		// (CertByHash), which a store may answer only by scanning again: the first done record,
 		// in intent order, whose cert has the hash.
 		byHash := map[string]string{}
-		err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
+		unreadable := func(u *fence.UnreadableError) {
+			rep.Records++
+			rep.Problems = append(rep.Problems, Problem{Intent: u.Intent, What: "the record cannot be read: " + u.Error()})
+		}
+		err := tx.Scan(fence.Filter{Unreadable: unreadable}, func(r *fence.Record) bool {
 			rep.Records++
 			if p := checkRecord(r); p != "" {
 				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, What: p})
@@ -236,14 +274,17 @@ type ExportLine struct {
 }
 
 // Export writes the ledger as JSON Lines: every record (in intent order) and then every audit
-// event (oldest first), one object per line. It returns the number of lines.
+// event (oldest first), one object per line. It returns the number of lines. Records that do
+// not decode are left out, and named by an *UnreadableRecords error once the rest is written.
 func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	n := 0
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	var werr error
+	var bad unreadable
 	err := st.View(ctx, func(tx fence.Tx) error {
-		err := tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
+		bad = unreadable{}
+		err := tx.Scan(fence.Filter{Unreadable: bad.add}, func(r *fence.Record) bool {
 			if werr = enc.Encode(ExportLine{Record: r}); werr != nil {
 				return false
 			}
@@ -264,20 +305,29 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	if err == nil {
 		err = werr
 	}
+	if err == nil {
+		err = bad.err()
+	}
 	return n, err
 }
 
-// CountStates counts the records in each state.
+// CountStates counts the records in each state. Records that do not decode are not counted,
+// and are named by an *UnreadableRecords error, returned with the counts of the others.
 func CountStates(ctx context.Context, st fence.Store) (map[fence.State]int, error) {
 	out := map[fence.State]int{}
+	var bad unreadable
 	err := st.View(ctx, func(tx fence.Tx) error {
 		clear(out)
-		return tx.Scan(fence.Filter{}, func(r *fence.Record) bool {
+		bad = unreadable{}
+		return tx.Scan(fence.Filter{Unreadable: bad.add}, func(r *fence.Record) bool {
 			out[r.State]++
 			return true
 		})
 	})
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	return out, bad.err()
 }
 
 // Operator names who runs this process, as "user@host", for the audit trail of a clear.

@@ -279,7 +279,13 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		}
 	}
 	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool})
-	if _, err := eng.Recover(ctx); err != nil {
+	if _, err := eng.Recover(ctx); fence.OnlyUnreadable(err) {
+		// Every attempt of such an intent fails on its record, so it stays fenced; the rest of
+		// the ledger works, and refusing to open it would stop every call for one record.
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, "effectfence: warning: %s\n", safetext.Escape(strings.ReplaceAll(err.Error(), "\n", "; ")))
+		}
+	} else if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,5 +292,73 @@ func TestCounterShardsFold(t *testing.T) {
 	st, err := fence.New(s2, fence.Config{}).Stats(ctx)
 	if err != nil || st.Ledger.Admitted != 3 || st.Ledger.Total() != 3 {
 		t.Fatalf("ledger after folding: %+v %v", st.Ledger, err)
+	}
+}
+
+// TestScanGoesOnPastUnreadableRecords: rows whose body does not decode (edited by hand,
+// damaged) are told to a Scan that asks for them, by intent, and every other record is still
+// scanned, in order, in a read and in a write transaction; a Scan that does not ask ends at
+// the first with its error.
+func TestScanGoesOnPastUnreadableRecords(t *testing.T) {
+	s := newTestStore(t)
+	ctx := context.Background()
+	name := func(i int) string { return fmt.Sprintf("r:%03d", i) }
+	err := s.Update(ctx, func(tx fence.Tx) error {
+		for i := range 40 {
+			if err := tx.Put(&fence.Record{Intent: name(i), State: fence.StateFailed, Tool: "t", Token: uint64(i + 1)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := []int{0, 17, 39}
+	for k, i := range damaged {
+		body := `{"intent":"` + name(i) + `","state":`
+		if k == 1 {
+			body = `{"intent":"someone-else","state":"failed"}`
+		}
+		if _, err := s.pool.Exec(ctx, "UPDATE effectfence_records SET body = convert_to($1, 'UTF8') WHERE intent = $2", body, name(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want, wantBad []string
+	for i := range 40 {
+		if slices.Contains(damaged, i) {
+			wantBad = append(wantBad, name(i))
+		} else {
+			want = append(want, name(i))
+		}
+	}
+	for _, txn := range []struct {
+		name string
+		run  func(context.Context, func(fence.Tx) error) error
+	}{{"View", s.View}, {"Update", s.Update}} {
+		var got, bad []string
+		err := txn.run(ctx, func(tx fence.Tx) error {
+			got, bad = nil, nil
+			f := fence.Filter{States: []fence.State{fence.StateFailed}, Unreadable: func(u *fence.UnreadableError) {
+				if !strings.Contains(u.Error(), "DELETE FROM") {
+					t.Errorf("%s: unreadable %s without its way out: %v", txn.name, u.Intent, u)
+				}
+				bad = append(bad, u.Intent)
+			}}
+			return tx.Scan(f, func(r *fence.Record) bool { got = append(got, r.Intent); return true })
+		})
+		if err != nil {
+			t.Fatalf("%s: Scan told of unreadable records failed: %v", txn.name, err)
+		}
+		if !slices.Equal(got, want) || !slices.Equal(bad, wantBad) {
+			t.Fatalf("%s: Scan gave %q and unreadable %q; want %q and %q", txn.name, got, bad, want, wantBad)
+		}
+	}
+	err = s.View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(*fence.Record) bool { return true })
+	})
+	var u *fence.UnreadableError
+	if !errors.As(err, &u) || u.Intent != name(0) {
+		t.Fatalf("a Scan not told of unreadable records = %v; want the unreadable %s", err, name(0))
 	}
 }

@@ -224,8 +224,8 @@ func (t *tx) decodeRecord(intent string, body []byte) (*fence.Record, error) {
 		err = fmt.Errorf("it holds a record of %q", rec.Intent)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres ledger: the record of intent %q is corrupt (%v); the call that read it was not run. Its effect may have happened already, and the next attempt runs once the row is gone: check in the real system, then remove the row: DELETE FROM %s.effectfence_records WHERE intent = %s",
-			intent, err, pgx.Identifier{t.s.schema}.Sanitize(), quoteLiteral(intent))
+		return nil, &fence.UnreadableError{Intent: intent, Err: fmt.Errorf("postgres ledger: the record of intent %q is corrupt (%v); the call that read it was not run. Its effect may have happened already, and the next attempt runs once the row is gone: check in the real system, then remove the row: DELETE FROM %s.effectfence_records WHERE intent = %s",
+			intent, err, pgx.Identifier{t.s.schema}.Sanitize(), quoteLiteral(intent))}
 	}
 	return rec, nil
 }
@@ -599,14 +599,20 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 	for _, r := range got {
 		var rec *fence.Record
 		if t.write {
-			if rec, err = t.Get(r.intent); err != nil {
-				return err
-			}
-			if rec == nil || !f.Match(rec) {
-				continue
-			}
-		} else if rec, err = t.decodeRecord(r.intent, r.body); err != nil {
+			rec, err = t.Get(r.intent)
+		} else {
+			rec, err = t.decodeRecord(r.intent, r.body)
+		}
+		var u *fence.UnreadableError
+		if errors.As(err, &u) && f.Unreadable != nil {
+			f.Unreadable(u)
+			continue
+		}
+		if err != nil {
 			return err
+		}
+		if t.write && (rec == nil || !f.Match(rec)) {
+			continue
 		}
 		if !fn(rec) {
 			return nil

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"database/sql"
 	"errors"
@@ -652,5 +653,201 @@ func TestCheckFindsDamagedRecords(t *testing.T) {
 	}
 	if slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.Contains(p, "seed:0000") }) {
 		t.Errorf("the sound record seed:0000 is reported: %q", rep.Problems)
+	}
+}
+
+// TestScanGoesOnPastUnreadableRecords damages record bodies with SQL, at the edges of Scan's
+// pages among 600 records: a Scan that asks to be told of unreadable records (the operator's
+// views, Recover) gets every other record, in order, and each damaged one by intent, in a
+// read and in a write transaction; a Scan that does not ask ends at the first with its error;
+// Get of a damaged record fails, with advice whose statement removes it.
+func TestScanGoesOnPastUnreadableRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	name := func(i int) string { return fmt.Sprintf("r:%04d", i) }
+	err = st.Update(ctx, func(tx fence.Tx) error {
+		for i := range n {
+			if err := tx.Put(&fence.Record{Intent: name(i), State: fence.StateFailed, Tool: "t", Token: uint64(i + 1)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	damaged := []int{0, 255, 256, 257, 511, 512, n - 1}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, i := range damaged {
+		body := `{"intent":"` + name(i) + `","state":`
+		if k%2 == 1 {
+			body = `{"intent":"someone-else","state":"failed"}`
+		}
+		if _, err := db.Exec("UPDATE records SET body = CAST(? AS BLOB) WHERE intent = ?", body, name(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	st, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var want, wantBad []string
+	for i := range n {
+		if slices.Contains(damaged, i) {
+			wantBad = append(wantBad, name(i))
+		} else {
+			want = append(want, name(i))
+		}
+	}
+	for _, txn := range []struct {
+		name string
+		run  func(context.Context, func(fence.Tx) error) error
+	}{{"View", st.View}, {"Update", st.Update}} {
+		var got, bad []string
+		err := txn.run(ctx, func(tx fence.Tx) error {
+			got, bad = nil, nil
+			f := fence.Filter{States: []fence.State{fence.StateFailed}, Unreadable: func(u *fence.UnreadableError) {
+				var fe *sqlite.FileError
+				if !errors.As(u, &fe) {
+					t.Errorf("%s: unreadable %s is not a FileError: %v", txn.name, u.Intent, u)
+				}
+				bad = append(bad, u.Intent)
+			}}
+			return tx.Scan(f, func(r *fence.Record) bool { got = append(got, r.Intent); return true })
+		})
+		if err != nil {
+			t.Fatalf("%s: Scan told of unreadable records failed: %v", txn.name, err)
+		}
+		if !slices.Equal(got, want) || !slices.Equal(bad, wantBad) {
+			t.Fatalf("%s: Scan gave %d records (want %d) and unreadable %q (want %q)", txn.name, len(got), len(want), bad, wantBad)
+		}
+	}
+	err = st.View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(*fence.Record) bool { return true })
+	})
+	var u *fence.UnreadableError
+	if !errors.As(err, &u) || u.Intent != name(0) {
+		t.Fatalf("a Scan not told of unreadable records = %v; want the unreadable %s", err, name(0))
+	}
+	var rec *fence.Record
+	err = st.View(ctx, func(tx fence.Tx) (err error) { rec, err = tx.Get(name(256)); return err })
+	if !errors.As(err, &u) || u.Intent != name(256) || rec != nil {
+		t.Fatalf("Get of a damaged record = %v, %v", rec, err)
+	}
+	// The advice names the statement that removes the record once its effect is known.
+	stmt := err.Error()[strings.Index(err.Error(), `"DELETE FROM`)+1:]
+	stmt = stmt[:strings.Index(stmt, `"`)]
+	st.Close()
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := db.Exec(stmt); err != nil {
+		t.Fatalf("the advice's %q: %v", stmt, err)
+	} else if k, _ := res.RowsAffected(); k != 1 {
+		t.Fatalf("the advice's %q removed %d rows", stmt, k)
+	}
+	db.Close()
+}
+
+// TestRemoveAdviceIsSafeToPaste: the error of an unreadable record says which sqlite3 command
+// removes it. An intent is what an agent wrote: the command, run by a POSIX shell, must be
+// exactly two words (the ledger, the statement), run nothing the intent holds, and remove
+// that record alone.
+func TestRemoveAdviceIsSafeToPaste(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "led ger$(touch PWNED).db")
+	intents := []string{"plain:1", "it's", "a$(touch PWNED)", "x`touch PWNED`", `back\slash "quoted"`, "a!b*c", "'; DROP TABLE records; --"}
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Update(ctx, func(tx fence.Tx) error {
+		for _, intent := range append(intents, "bystander") {
+			if err := tx.Put(&fence.Record{Intent: intent, State: fence.StateFailed, Tool: "t"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE records SET body = CAST('{' AS BLOB) WHERE intent <> 'bystander'"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	// What each read of a damaged record says, the ledger open (and nothing else holding it).
+	said := map[string]error{}
+	if st, err = sqlite.Open(ctx, path, sqlite.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, intent := range intents {
+		said[intent] = st.View(ctx, func(tx fence.Tx) error { _, err := tx.Get(intent); return err })
+	}
+	st.Close()
+	if db, err = sql.Open("sqlite", path); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, intent := range intents {
+		err := said[intent]
+		msg := fmt.Sprint(err)
+		const before, after = "remove the record (", ") and the next attempt"
+		i, j := strings.Index(msg, before), strings.LastIndex(msg, after)
+		if i < 0 || j < i {
+			t.Fatalf("%q: no remove command in %v", intent, err)
+		}
+		cmd := strings.TrimPrefix(msg[i+len(before):j], "sqlite3 ")
+		sh := exec.Command("sh", "-c", `printf '%s\0' `+cmd)
+		sh.Dir = dir
+		out, err := sh.Output()
+		if err != nil {
+			t.Fatalf("%q: sh %s: %v", intent, cmd, err)
+		}
+		words := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+		if _, err := os.Stat(filepath.Join(dir, "PWNED")); err == nil {
+			t.Fatalf("%q: the pasted command ran what the intent holds: %s", intent, cmd)
+		}
+		if len(words) != 2 || words[0] != path {
+			t.Fatalf("%q: the command %s is the words %q", intent, cmd, words)
+		}
+		res, err := db.Exec(words[1])
+		if err != nil {
+			t.Fatalf("%q: %s: %v", intent, words[1], err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("%q: %s removed %d records", intent, words[1], n)
+		}
+	}
+	var left []string
+	rows, err := db.Query("SELECT intent FROM records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		rows.Scan(&s)
+		left = append(left, s)
+	}
+	rows.Close()
+	if !slices.Equal(left, []string{"bystander"}) {
+		t.Fatalf("left %q", left)
 	}
 }

@@ -39,6 +39,11 @@ type CheckReport struct {
 	Events        int            `json:"events"`
 	Problems      []string       `json:"problems,omitempty"`
 	Advice        []string       `json:"advice,omitempty"`
+
+	// unreadable is the first record found that does not decode or names another intent, and
+	// onlyUnreadable says that every problem is such a record: the file itself is sound.
+	unreadable     string
+	onlyUnreadable bool
 }
 
 const (
@@ -201,6 +206,10 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
 		}
 		r.Advice = append(r.Advice, fmt.Sprintf(adviceNewer, path, r.SchemaVersion))
+	case r.onlyUnreadable:
+		// Each such record fences its own intent and hides nothing else; moving the ledger
+		// aside would drop every other receipt, and their duplicates would run again.
+		r.Advice = append(r.Advice, fmt.Sprintf("keep a copy before anything else (cp %[1]s %[1]s.copy); each unreadable record fences its intent (no call of it runs) and hides nothing else: check in the real system whether its effect happened, then remove the record, e.g. %[2]s; the next attempt of that intent runs", path, removeCommand(path, r.unreadable)))
 	case len(r.Problems) > 0:
 		if r.Kind == "effectfence ledger" {
 			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
@@ -298,9 +307,10 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 }
 
 // checkRecords decodes every record body as the store does when it reads one: a body that
-// does not decode, or that names another intent or state than the row it is in, makes every
-// command that reads it (ls, verify, export, a duplicate's prepare) fail and send the operator
-// here, so it must be found here too, by intent. SQLite's integrity checks cannot see it: the
+// does not decode, or that names another intent than the row it is in, fences its intent (a
+// duplicate's prepare, show, clear fail on it; ls, export and stats leave it out and name it;
+// verify reports it), and one filed under another state, expiry or cert hash is read by the
+// wrong queries, so each must be found here too, by intent. SQLite's integrity checks cannot see it: the
 // pages are sound, a record's bytes are not (edited by hand, or zeros where a torn file was
 // extended).
 func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
@@ -311,7 +321,8 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
 	}
 	defer rows.Close()
 	const shown = 20
-	bad := 0
+	bad, other, before := 0, 0, len(r.Problems)
+	defer func() { r.onlyUnreadable = before == 0 && bad > 0 && other == 0 }()
 	for rows.Next() {
 		var intent, state string
 		var expires sql.NullInt64
@@ -328,6 +339,13 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
 			what = fmt.Sprintf("is unreadable (%v)", err)
 		case rec.Intent != intent:
 			what = fmt.Sprintf("names intent %q", rec.Intent)
+		}
+		unreadable := what != ""
+		if unreadable && r.unreadable == "" {
+			r.unreadable = intent
+		}
+		switch {
+		case unreadable:
 		case string(rec.State) != state:
 			what = fmt.Sprintf("says state %q but is filed as %q", rec.State, state)
 		case expires.Valid != !rec.ExpiresAt.IsZero() || expires.Valid && expires.Int64 != unixNano(rec.ExpiresAt):
@@ -338,6 +356,9 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
 			what = "is filed with another cert hash than its cert's"
 		default:
 			continue
+		}
+		if !unreadable {
+			other++
 		}
 		if bad++; bad <= shown {
 			r.Problems = append(r.Problems, fmt.Sprintf("the record of intent %q %s", intent, what))

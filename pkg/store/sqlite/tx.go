@@ -116,19 +116,46 @@ func (t *txn) queryRow(q string, args []any, dest ...any) error {
 // testHookDecoded, when set (by tests only), is told of every record body decode decodes.
 var testHookDecoded func(intent string)
 
-// decode reads a record body, reporting a damaged one as a FileError.
+// decode reads a record body, reporting a damaged one as a fence.UnreadableError around a
+// FileError.
 func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 	if testHookDecoded != nil {
 		testHookDecoded(intent)
 	}
 	var rec fence.Record
+	problem := ""
 	if err := fence.DecodeRecord(body, &rec); err != nil { // rec keeps pieces of body, which is its own
-		return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds an unreadable record for intent %q (%v)", intent, err)}
+		problem = fmt.Sprintf("holds an unreadable record for intent %q (%v)", intent, err)
+	} else if rec.Intent != intent {
+		problem = fmt.Sprintf("holds a record filed under intent %q that names intent %q", intent, rec.Intent)
 	}
-	if rec.Intent != intent {
-		return nil, &FileError{Path: t.s.path, Problem: fmt.Sprintf("holds a record filed under intent %q that names intent %q", intent, rec.Intent)}
+	if problem == "" {
+		return &rec, nil
 	}
-	return &rec, nil
+	// Only this record is lost, not the ledger: moving the file aside would drop every other
+	// receipt. The row goes once its effect's fate is known, as the PostgreSQL store says too.
+	advice := fmt.Sprintf("no call of that intent runs while it is so, and nothing was changed; its effect may have happened: check in the real system, then remove the record (%s) and the next attempt of that intent runs; `effectfence ledger check --ledger %s` lists every such record",
+		removeCommand(t.s.path, intent), shellArg(t.s.path))
+	return nil, &fence.UnreadableError{Intent: intent, Err: &FileError{Path: t.s.path, Problem: problem, Advice: advice}}
+}
+
+// removeCommand is the sqlite3 shell command that removes intent's record from the ledger
+// at path, quoted for a POSIX shell: an intent is what an agent wrote, and a pasted command
+// must run nothing it holds.
+func removeCommand(path, intent string) string {
+	return "sqlite3 " + shellArg(path) + " " + shellArg("DELETE FROM records WHERE intent = '"+strings.ReplaceAll(intent, "'", "''")+"'")
+}
+
+// shellArg quotes s as one word for a POSIX shell: in double quotes when nothing in it is
+// special there (the common case, easier to read), else in single quotes.
+func shellArg(s string) string {
+	if s != "" && !strings.ContainsAny(s, " '\"$`\\!*?[]{}()<>|&;#~\t\n") {
+		return s
+	}
+	if !strings.ContainsAny(s, "\"$`\\!") {
+		return `"` + s + `"`
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // decodeCached is decode through the store's cache of decoded records (decoded.go); h is
@@ -328,7 +355,7 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		if err != nil {
 			return t.s.wrap(err)
 		}
-		var recs []*fence.Record
+		var recs []scanned
 		for rows.Next() {
 			var intent string
 			var body []byte
@@ -337,19 +364,24 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 				return t.s.wrap(err)
 			}
 			rec, err := t.decode(intent, body)
-			if err != nil {
+			var u *fence.UnreadableError
+			if errors.As(err, &u) && f.Unreadable != nil {
+				rec = &fence.Record{Intent: intent} // told to f.Unreadable below, in its place
+			} else if err != nil {
 				rows.Close()
 				return err
 			}
-			recs = append(recs, rec)
+			recs = append(recs, scanned{rec, u})
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
 			return t.s.wrap(err)
 		}
-		for _, rec := range recs {
-			if !fn(rec) {
+		for _, r := range recs {
+			if r.bad != nil {
+				f.Unreadable(r.bad)
+			} else if !fn(r.rec) {
 				return nil
 			}
 		}
@@ -357,8 +389,14 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		if len(recs) < page {
 			return nil
 		}
-		after = recs[len(recs)-1].Intent
+		after = recs[len(recs)-1].rec.Intent
 	}
+}
+
+// scanned is one row Scan read: its record, or what made it unreadable.
+type scanned struct {
+	rec *fence.Record
+	bad *fence.UnreadableError
 }
 
 // CertByHash scans the records table: no index maps cert hashes (recordIndexes: it cost a page

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// TestUnreadableRecordDoesNotHideTheRest damages two records of a real ledger (a SQLite file
+// edited with SQL as with the sqlite3 shell, a PostgreSQL row edited by UPDATE): the done
+// record of notify:web, and the claim of charge:order-7 whose holder was killed -9 in flight.
+// docs/ledger.md: ls, export and stats of the real binary show every other record, name each
+// unreadable one on stderr and exit 1; verify and check fail naming each; a new process
+// opens the ledger and runs other intents, while the damaged claim's intent stays fenced (its
+// duplicate is refused, the effect is not run again). Before, one such record made ls,
+// export, stats and verify fail with nothing shown, the damaged claim made every process
+// fail to open the ledger, and check's only way out was to move the whole ledger aside.
+func TestUnreadableRecordDoesNotHideTheRest(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
+			effects := filepath.Join(dir, "effects")
+			var loc string
+			var damage func(intent, body string)
+			switch kind {
+			case "sqlite":
+				loc = filepath.Join(dir, "ledger.db")
+				damage = func(intent, body string) {
+					db, err := sql.Open("sqlite", loc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer db.Close()
+					if _, err := db.Exec("UPDATE records SET body = CAST(? AS BLOB) WHERE intent = ?", body, intent); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case "postgres":
+				loc = pgLedger(t)
+				u, err := url.Parse(loc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				damage = func(intent, body string) {
+					ctx := context.Background()
+					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer conn.Close(ctx)
+					table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
+					if _, err := conn.Exec(ctx, "UPDATE "+table+" SET body = convert_to($1, 'UTF8') WHERE intent = $2", body, intent); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			seedCLI(t, loc)
+			h := startHelper(t, "hold", loc, effects)
+			if h.line != "admitted" {
+				t.Fatalf("holder: %q", h.line)
+			}
+			h.kill9(t)
+			damage("charge:order-7", `{"intent":"charge:order-7","state":`)
+			damage("notify:web", `{"intent":"someone-else","state":"done"}`)
+
+			env := []string{"NO_COLOR=1", store.EnvLedger + "="}
+			named := func(t *testing.T, what string, r result) {
+				t.Helper()
+				for _, intent := range []string{"charge:order-7", "notify:web"} {
+					if !strings.Contains(r.stderr, `unreadable record, left out: `) || !strings.Contains(r.stderr, `"`+intent+`"`) {
+						t.Errorf("%s does not name the unreadable %s on stderr:\n%s", what, intent, r.stderr)
+					}
+				}
+				if r.code != exitError || !strings.Contains(r.stderr, "2 record(s) could not be read") {
+					t.Errorf("%s: exit %d; want %d saying 2 records could not be read:\n%s", what, r.code, exitError, r.stderr)
+				}
+			}
+			sound := []string{"orphan:child", "refund:9", "scale:web"}
+
+			r := runBinary(t, env, "", "ledger", "ls", "--ledger", loc)
+			named(t, "ls", r)
+			for _, intent := range sound {
+				if !strings.Contains(r.stdout, intent) {
+					t.Errorf("ls does not show %s:\n%s", intent, r.stdout)
+				}
+			}
+			if !strings.Contains(r.stdout, "3 intent(s)") {
+				t.Errorf("ls:\n%s", r.stdout)
+			}
+
+			r = runBinary(t, env, "", "ledger", "ls", "--ledger", loc, "--json")
+			named(t, "ls --json", r)
+			var ls struct {
+				Records    []fence.Record
+				Unreadable []struct{ Intent, Error string }
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &ls); err != nil || len(ls.Records) != 3 || len(ls.Unreadable) != 2 ||
+				ls.Unreadable[0].Intent != "charge:order-7" || ls.Unreadable[1].Intent != "notify:web" {
+				t.Errorf("ls --json (%v):\n%s", err, r.stdout)
+			}
+
+			r = runBinary(t, env, "", "ledger", "export", "--ledger", loc)
+			named(t, "export", r)
+			var got []string
+			for line := range strings.SplitSeq(strings.TrimSpace(r.stdout), "\n") {
+				var l ledger.ExportLine
+				if err := json.Unmarshal([]byte(line), &l); err != nil {
+					t.Fatalf("export line %q: %v", line, err)
+				}
+				if l.Record != nil {
+					got = append(got, l.Record.Intent)
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(sound, " ") || !strings.Contains(r.stdout, `"event":`) {
+				t.Errorf("export wrote records %q (want %q) and events:\n%s", got, sound, r.stdout)
+			}
+
+			r = runBinary(t, env, "", "ledger", "stats", "--ledger", loc, "--json")
+			named(t, "stats", r)
+			var stats struct{ States map[fence.State]int }
+			if err := json.Unmarshal([]byte(r.stdout), &stats); err != nil || stats.States[fence.StateDone] != 2 || stats.States[fence.StateFailed] != 1 {
+				t.Errorf("stats --json (%v):\n%s", err, r.stdout)
+			}
+
+			r = runBinary(t, env, "", "ledger", "verify", "--ledger", loc, "--json")
+			var rep ledger.VerifyReport
+			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != exitError || rep.Verified != 2 || len(rep.Problems) != 2 ||
+				rep.Problems[0].Intent != "charge:order-7" || rep.Problems[1].Intent != "notify:web" {
+				t.Errorf("verify: exit %d (%v)\n%s%s", r.code, err, r.stdout, r.stderr)
+			}
+			if kind == "sqlite" {
+				r = runBinary(t, env, "", "ledger", "check", "--ledger", loc)
+				if r.code != exitError || !strings.Contains(r.stdout, `"charge:order-7" is unreadable`) || !strings.Contains(r.stdout, `"notify:web" names intent "someone-else"`) {
+					t.Errorf("check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
+				// The way out removes the damaged record, not the ledger with every receipt.
+				if !strings.Contains(r.stdout, `"DELETE FROM records WHERE intent = '`) || strings.Contains(r.stdout, "mv ") {
+					t.Errorf("check's advice for damaged records:\n%s", r.stdout)
+				}
+			}
+			if r := runBinary(t, env, "", "ledger", "show", "notify:web", "--ledger", loc); r.code != exitError || !strings.Contains(r.stderr, "notify:web") {
+				t.Errorf("show of the damaged record: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+
+			// The fence still works for everything else, and the damaged claim stays fenced.
+			dup := exec.Command(os.Args[0], "-test.run=^TestLedgerHelperProcess$")
+			dup.Env = append(os.Environ(), "EFFECTFENCE_TEST_HELPER=attempt", "EFFECTFENCE_TEST_EFFECTS="+effects, store.EnvLedger+"="+loc)
+			if out, err := dup.CombinedOutput(); strings.Contains(string(out), "committed") || strings.Contains(string(out), "admitted") {
+				t.Errorf("a duplicate of the damaged claim ran (%v):\n%s", err, out)
+			}
+			if n := lines(t, effects); n != 1 {
+				t.Fatalf("the effect of the damaged claim ran %d times; want 1", n)
+			}
+			ctx := context.Background()
+			var warned bytes.Buffer
+			l, err := store.Open(ctx, store.Options{Ledger: loc, Log: &warned})
+			if err != nil {
+				t.Fatalf("a ledger with a damaged claim does not open: %v", err)
+			}
+			defer l.Close()
+			if w := warned.String(); !strings.Contains(w, "effectfence: warning: ") || !strings.Contains(w, `"charge:order-7"`) || strings.Count(w, "\n") != 1 {
+				t.Errorf("the open does not warn of the damaged claim in one line: %q", w)
+			}
+			adm, err := l.Prepare(ctx, fence.Request{Intent: "charge:order-8", Tool: "charge_card", Args: []byte(`{"amount":1}`)})
+			if err != nil || !adm.Fresh() {
+				t.Fatalf("another intent: %v %v", adm, err)
+			}
+			_, err = l.Prepare(ctx, fence.Request{Intent: "charge:order-7", Tool: "charge_card", Args: []byte(`{"amount":4900}`)})
+			var u *fence.UnreadableError
+			if !errors.As(err, &u) || u.Intent != "charge:order-7" {
+				t.Fatalf("the damaged claim's duplicate = %v; want its record's error", err)
+			}
+		})
+	}
+}
