@@ -70,7 +70,7 @@ type Report struct {
 
 // Note is one thing the scan could not see or resolve.
 type Note struct {
-	Kind  string   `json:"kind"` // no_declarations, unresolved_files, published_not_in_code
+	Kind  string   `json:"kind"` // no_declarations, unresolved_files, unresolved_sites, published_not_in_code, published_none
 	Text  string   `json:"text"`
 	Files []string `json:"files,omitempty"`
 }
@@ -128,7 +128,7 @@ type fileResult struct {
 	funcs                   []funcDef
 	dispatch                []dispatchSite
 	skip                    *Skipped
-	hinted                  bool // mentions tool registration (registerTool, @mcp, tool(, inputSchema...)
+	hints                   []int // lines that mention tool registration (registerTool, @mcp, tool(, inputSchema...)
 }
 
 // Scan reads the source tree at root and reports tool declarations that could repeat an
@@ -242,7 +242,7 @@ func scanFile(f walkedFile, limit int64) (r fileResult) {
 	r.consts = fileConsts(s)
 	r.funcs = fileFuncs(s)
 	r.dispatch = fileDispatch(s)
-	r.hinted = registrationHint(s)
+	r.hints = registrationSites(s)
 	return r
 }
 
