@@ -308,8 +308,7 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 		}
 	}
 	if abs, err := filepath.Abs(rep.Root); err == nil {
-		u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs) + "/"}
-		run.OriginalURIBaseIDs = map[string]sarifArtifactLoc{"SRCROOT": {URI: u.String()}}
+		run.OriginalURIBaseIDs = map[string]sarifArtifactLoc{"SRCROOT": {URI: dirURI(filepath.ToSlash(abs))}}
 	}
 	// GitHub code scanning rejects a whole log in which one result has no location, so a
 	// result about a tool found only in the server's list (no file to point at) goes here,
@@ -379,6 +378,18 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 }
 
 func ptr(i int) *int { return &i }
+
+// dirURI is the file: URI of a folder given as an absolute path with forward slashes. A
+// Windows path (C:/src) needs a slash before the drive, or "C:" reads as the URI's host.
+func dirURI(slashPath string) string {
+	if !strings.HasPrefix(slashPath, "/") {
+		slashPath = "/" + slashPath
+	}
+	if !strings.HasSuffix(slashPath, "/") {
+		slashPath += "/"
+	}
+	return (&url.URL{Scheme: "file", Path: slashPath}).String()
+}
 
 func loc(file string, line int, msg string) sarifLocation {
 	l := sarifLocation{PhysicalLocation: sarifPhysical{

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -508,5 +509,21 @@ func TestSARIFEveryResultHasALocation(t *testing.T) {
 	}
 	if len(results) == 0 {
 		t.Errorf("no results: send_invoice is in the code")
+	}
+}
+
+// TestSRCROOTURI: SARIF's SRCROOT is a file: URI with an empty host, also for a Windows path
+// (before, C:/src became file://C:/src/, a URI whose host is "C:").
+func TestSRCROOTURI(t *testing.T) {
+	for path, want := range map[string]string{
+		"C:/Users/me/my repo": "file:///C:/Users/me/my%20repo/",
+		"/home/me/a#b%c":      "file:///home/me/a%23b%25c/",
+		"/":                   "file:///",
+	} {
+		got := dirURI(path)
+		u, err := url.Parse(got)
+		if got != want || err != nil || u.Host != "" {
+			t.Errorf("dirURI(%q) = %q (host %q, %v), want %q", path, got, u.Host, err, want)
+		}
 	}
 }
