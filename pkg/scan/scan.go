@@ -332,6 +332,7 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 	var drafts []*toolDraft
 	seen := map[string]bool{}
 	for _, f := range files {
+		sole := soleDecl(f.decls)
 		for _, d := range f.decls {
 			t := Tool{Name: d.name, File: f.src.rel, Line: d.line, Language: f.src.lang, Style: d.style}
 			if d.name == "" {
@@ -352,7 +353,7 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 				continue
 			}
 			seen[key] = true
-			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: soleDecl(f.decls)}
+			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: sole}
 			dr.spans = []span{{f.src, d.from, d.to}}
 			// a dispatch branch for this tool: same file first, then anywhere
 			keys := []string{t.Name}
