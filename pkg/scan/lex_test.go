@@ -9,7 +9,8 @@ import (
 	"testing"
 )
 
-// The one-pass index behind enclosingOpen and inBlockComment must answer as the scans from
+// The one-pass index behind enclosingOpen, inBlockComment and matchClose, and the per-line
+// one behind inComment, must answer as the scans from
 // the start of the file it replaced (kept here as the reference) did, at every offset of every
 // test file and of some unbalanced text. Those scans made a file quadratic in its
 // declarations: `effectfence scan` took 18.2 s on a 450 KB file declaring 5,000 tools, 1.1 s
@@ -53,6 +54,14 @@ func TestLexIndexAnswersAsTheScanFromTheStart(t *testing.T) {
 			if got, want := s.inBlockComment(off), refInBlockComment(ref, off); got != want {
 				t.Fatalf("%s: inBlockComment(%d) = %v, want %v", name, off, got, want)
 			}
+			if off < len(text) {
+				if got, want := s.inComment(off), refInComment(ref, off); got != want {
+					t.Fatalf("%s: inComment(%d) = %v, want %v", name, off, got, want)
+				}
+				if got, want := s.matchClose(off), refMatchClose(ref, off); got != want {
+					t.Fatalf("%s: matchClose(%d) = %d, want %d", name, off, got, want)
+				}
+			}
 		}
 	}
 }
@@ -79,6 +88,48 @@ func refEnclosingOpen(s *source, off int, open byte) int {
 		if t[stack[k]] == open {
 			return stack[k]
 		}
+	}
+	return -1
+}
+
+func refInComment(s *source, off int) bool {
+	n := s.lineOf(off)
+	if commentLine(s.line(n)) {
+		return true
+	}
+	for i := s.starts[n-1]; i < off; {
+		j := s.skipString(i)
+		if j == i {
+			i++
+			continue
+		}
+		c := s.text[i]
+		if j > off {
+			return c == '/' || c == '#' // inside a comment rather than a string
+		}
+		i = j
+	}
+	return false
+}
+
+func refMatchClose(s *source, open int) int {
+	t := s.text
+	depth := 0
+	for i := open; i < len(t); {
+		if j := s.skipString(i); j != i {
+			i = j
+			continue
+		}
+		switch t[i] {
+		case '(', '[', '{':
+			depth++
+		case ')', ']', '}':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
 	}
 	return -1
 }

@@ -384,19 +384,35 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 		drafts, pubOnly = followPublished(rep, files, drafts, opts)
 	}
 
-	// callees of each tool's own code that the repository defines
+	// callees of each tool's own code that the repository defines, read once per line
+	// (tools may share lines: many on one long line, a shared dispatch block)
+	lineCalls := map[*source]map[int][]string{}
+	callsOn := func(src *source, n int) []string {
+		if c, ok := lineCalls[src][n]; ok {
+			return c
+		}
+		re := callNameRe
+		if src.lang == langRuby {
+			re = rubyCallRe // Ruby calls need no parentheses
+		}
+		var c []string
+		for _, m := range re.FindAllStringSubmatch(src.line(n), -1) {
+			if _, ok := funcs[m[1]]; ok {
+				c = append(c, m[1])
+			}
+		}
+		if lineCalls[src] == nil {
+			lineCalls[src] = map[int][]string{}
+		}
+		lineCalls[src][n] = c
+		return c
+	}
 	users := map[string]int{}
 	for _, dr := range drafts {
 		for _, sp := range dr.spans {
 			for n := sp.from; n <= sp.to; n++ {
-				re := callNameRe
-				if sp.file.lang == langRuby {
-					re = rubyCallRe // Ruby calls need no parentheses
-				}
-				for _, m := range re.FindAllStringSubmatch(sp.file.line(n), -1) {
-					if _, ok := funcs[m[1]]; ok {
-						dr.calls[m[1]] = true
-					}
+				for _, c := range callsOn(sp.file, n) {
+					dr.calls[c] = true
 				}
 			}
 		}
@@ -460,6 +476,30 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 	sortTools(rep.Others)
 }
 
+// annotated reports whether a declaration's own text (lines from-to, or the whole file for
+// the only tool in it, whose annotations may sit in a config constant above) says
+// readOnlyHint: true, and whether it says readOnlyHint: false or destructiveHint: true. The
+// answer is kept per extent: tools sharing one (many on one long line) share the matching.
+func (s *source) annotated(from, to int, whole bool) (readOnly, effect bool) {
+	key := [2]int{from, to}
+	if whole {
+		key = [2]int{0, 0}
+	}
+	if a, ok := s.annotations[key]; ok {
+		return a[0], a[1]
+	}
+	own := s.text
+	if !whole {
+		own = s.text[s.starts[from-1]:endOffset(s, to)]
+	}
+	a := [2]bool{readOnlyRe.Match(own), effectHint.Match(own)}
+	if s.annotations == nil {
+		s.annotations = map[[2]int][2]bool{}
+	}
+	s.annotations[key] = a
+	return a[0], a[1]
+}
+
 // fileConst resolves a plain identifier against the file's own top-level constants, when the
 // file defines it exactly once.
 func fileConst(cs []constDef, ref string) (string, bool) {
@@ -507,12 +547,7 @@ func classify(dr *toolDraft, rep *Report) {
 			}
 		}
 	}
-	own := string(dr.src.text[dr.src.starts[dr.d.from-1]:endOffset(dr.src, dr.d.to)])
-	if dr.soleInFile {
-		own = string(dr.src.text) // one tool per file: its annotations may sit in a config constant above
-	}
-	declaredReadOnly := readOnlyRe.MatchString(own)
-	hintedEffect := effectHint.MatchString(own)
+	declaredReadOnly, hintedEffect := dr.src.annotated(dr.d.from, dr.d.to, dr.soleInFile)
 	if dr.pub != nil && dr.pub.Annotations != nil {
 		// the server's published annotations replace what the source text seemed to say
 		declaredReadOnly = dr.pub.Annotations.saysReadOnly()

@@ -28,13 +28,17 @@ type source struct {
 	descSum, schemaSum []int32 // lines holding description / schema markers, as prefix sums (generic.go)
 
 	lexOnce sync.Once
-	lex     lexIndex // built on first use by enclosingOpen and inBlockComment
+	lex     lexIndex // built on first use by enclosingOpen, inBlockComment and matchClose
+
+	annotations map[[2]int][2]bool // per declaration extent, see annotated (assemble only)
+	lines       map[int]*lineLex   // per line, see inComment; one goroutine uses a source at a time
 }
 
 // lexIndex is one pass over a file's text that skips strings and comments as skipString does:
-// the regions it skipped, and the brackets outside them with what is open after each.
-// enclosingOpen and inBlockComment each used to make that pass from the start of the file for
-// every query, which made a file quadratic in its declarations (a 450 KB file declaring 5,000
+// the regions it skipped, and the brackets outside them with what is open after each and
+// where each closes. enclosingOpen and inBlockComment each used to make that pass from the
+// start of the file for every query, and matchClose to the end of the file for every unclosed
+// bracket, which made a file quadratic in its declarations (a 450 KB file declaring 5,000
 // tools took 18 s).
 type lexIndex struct {
 	skips  []skipRegion
@@ -50,6 +54,7 @@ type skipRegion struct {
 
 type openBracket struct {
 	parent  int32
+	close   int    // the offset of the bracket that closes it, or -1
 	nearest [3]int // per kind ( [ {: the offset of the innermost open bracket of that kind, this one included, or -1
 }
 
@@ -78,7 +83,7 @@ func (s *source) lexed() *lexIndex {
 			}
 			switch c := t[i]; c {
 			case '(', '[', '{':
-				ob := openBracket{parent: top, nearest: [3]int{-1, -1, -1}}
+				ob := openBracket{parent: top, close: -1, nearest: [3]int{-1, -1, -1}}
 				if top >= 0 {
 					ob.nearest = lx.opens[top].nearest
 				}
@@ -88,6 +93,7 @@ func (s *source) lexed() *lexIndex {
 				lx.events, lx.after = append(lx.events, i), append(lx.after, top)
 			case ')', ']', '}':
 				if top >= 0 {
+					lx.opens[top].close = i
 					top = lx.opens[top].parent
 				}
 				lx.events, lx.after = append(lx.events, i), append(lx.after, top)
@@ -256,6 +262,14 @@ func (s *source) skipString(i int) int {
 // skipping strings and comments, or -1 when it is not closed.
 func (s *source) matchClose(open int) int {
 	t := s.text
+	if open >= 0 && open < len(t) && (t[open] == '(' || t[open] == '[' || t[open] == '{') {
+		// a bracket the file's own pass saw (not inside a string or comment): its pair is
+		// known, and an unclosed one is not scanned to the end of the file every time
+		lx := s.lexed()
+		if k := sort.SearchInts(lx.events, open); k < len(lx.events) && lx.events[k] == open {
+			return lx.opens[lx.after[k]].close
+		}
+	}
 	depth := 0
 	for i := open; i < len(t); {
 		if j := s.skipString(i); j != i {
