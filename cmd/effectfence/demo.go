@@ -29,6 +29,8 @@ did not show what it should.`,
 			if cmd.Args().Len() > 0 {
 				return usageErr("demo takes no arguments, got %q", cmd.Args().First())
 			}
+			ctx, stopper, stop := stopChildOnSignals(ctx)
+			defer stop()
 			self, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("demo: cannot find this binary to run it as the demo server: %w", err)
@@ -48,6 +50,9 @@ did not show what it should.`,
 					return probe.Spawn(ctx, argv, env, childErr)
 				},
 			})
+			if serr := stopper.stopped("the demo's servers were shut down"); serr != nil {
+				return serr
+			}
 			return err
 		},
 	}

@@ -63,7 +63,9 @@ called), 3 PROVEN DOUBLE-FIRE.`,
 			&cli.BoolFlag{Name: "json", Usage: "print the report (or the error) as JSON"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
-			reported, err := runProbe(ctx, cmd, io)
+			ctx, stopper, stop := stopChildOnSignals(ctx)
+			defer stop()
+			reported, err := runProbe(ctx, cmd, io, stopper)
 			if err != nil && !reported && cmd.Bool("json") {
 				writeJSONError(io.out, err)
 			}
@@ -73,7 +75,7 @@ called), 3 PROVEN DOUBLE-FIRE.`,
 }
 
 // runProbe runs the probe; reported is true once a report was written to io.out.
-func runProbe(ctx context.Context, cmd *cli.Command, io streams) (reported bool, err error) {
+func runProbe(ctx context.Context, cmd *cli.Command, io streams, stopper *childStopper) (reported bool, err error) {
 	args, err := probe.ParseArgs(cmd.String("args"))
 	if err != nil {
 		return false, usageErr("%v", err)
@@ -112,6 +114,9 @@ func runProbe(ctx context.Context, cmd *cli.Command, io streams) (reported bool,
 		return conn, nil
 	})
 	clearBar()
+	if err := stopper.stopped("the server was shut down; calls already sent may have run, and no report is given for an interrupted probe"); err != nil {
+		return false, err
+	}
 	var unknown *probe.UnknownToolError
 	if errors.As(err, &unknown) {
 		return false, usageErr("%v", err)

@@ -65,8 +65,13 @@ func scanCommand(io streams) *cli.Command {
 			} else if !fi.IsDir() {
 				return usageErr("%v: %s is not a directory", scan.ErrBadRoot, args[0])
 			}
+			ctx, stopper, stop := stopChildOnSignals(ctx)
+			defer stop()
 			if server != nil {
 				pub, err := scan.ListPublished(ctx, scan.RunConfig{Command: server, Timeout: cmd.Duration("run-timeout"), Stderr: safetext.NewWriter(io.err)})
+				if serr := stopper.stopped("the server was shut down"); serr != nil {
+					return serr
+				}
 				if err != nil {
 					return fmt.Errorf("scan --run: %w", err)
 				}
@@ -76,6 +81,9 @@ func scanCommand(io streams) *cli.Command {
 				opts.Published, opts.RunCommand = pub, server
 			}
 			rep, err := scan.Scan(ctx, args[0], opts)
+			if serr := stopper.stopped("the scan did not finish"); serr != nil {
+				return serr
+			}
 			if errors.Is(err, scan.ErrBadRoot) {
 				return usageErr("%v", err)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"sync"
@@ -68,4 +69,39 @@ func stopOnSignals(ctx context.Context, first, now func(os.Signal)) (context.Con
 		close(done)
 		cancel()
 	}
+}
+
+// childStopper is for the commands that run an MCP server as a child for a while (probe,
+// demo, scan --run). The child has its own process group, so a terminal's Ctrl-C does not
+// reach it; a command that simply died of the signal left what the child had started (the
+// node that npx or a shell runs) going, with calls possibly still running in it. The first
+// stop signal cancels the context instead, so the command shuts the child's process group
+// down on its usual way out; a second one exits at once.
+type childStopper struct {
+	mu  sync.Mutex
+	sig os.Signal
+}
+
+func stopChildOnSignals(ctx context.Context) (context.Context, *childStopper, func()) {
+	cs := &childStopper{}
+	ctx, stop := stopOnSignals(ctx, func(sig os.Signal) {
+		cs.mu.Lock()
+		cs.sig = sig
+		cs.mu.Unlock()
+	}, func(os.Signal) {})
+	return ctx, cs, stop
+}
+
+// stopped returns the error to report when a stop signal ended the command, else nil.
+func (cs *childStopper) stopped(what string) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.sig == nil {
+		return nil
+	}
+	code := exitError
+	if s, ok := cs.sig.(syscall.Signal); ok {
+		code = 128 + int(s)
+	}
+	return exitCoder{code, fmt.Errorf("stopped by %v: %s", cs.sig, what)}
 }

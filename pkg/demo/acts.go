@@ -47,6 +47,13 @@ type Act struct {
 // Result is both acts.
 type Result struct{ Raw, Fenced Act }
 
+// fenceEnv is Act 2's wrap's environment over the user's: a throwaway in-memory ledger, and
+// none of the user's own fence settings (a policy file for their server, a lease, a result
+// TTL), which wrap would otherwise read from the shell the demo was started in, so that the
+// demo shows the defaults and prints the same story everywhere. Empty means unset to wrap.
+var fenceEnv = []string{"EFFECTFENCE_LEDGER=memory", "EFFECTFENCE_POLICY=", "EFFECTFENCE_LEASE_SECS=",
+	"EFFECTFENCE_RESULT_TTL_SECS=", "EFFECTFENCE_ON_LEASE_EXPIRY="}
+
 // Run plays both acts and writes the story to w. It fails if the fence did not hold (Act 2
 // executed other than exactly once) or the raw server did not double-fire, so the demo can
 // never print a success it did not measure.
@@ -66,7 +73,7 @@ func Run(ctx context.Context, w io.Writer, opts Options) (*Result, error) {
 	// The fence runs with a throwaway in-memory ledger, so every demo starts from nothing and
 	// prints the same story.
 	wrapped := append([]string{opts.Self, "wrap", "--"}, server(fencedFile)...)
-	fenced, err := play(ctx, opts, "Act 2: behind effectfence wrap", fencedFile, wrapped, []string{"EFFECTFENCE_LEDGER=memory"})
+	fenced, err := play(ctx, opts, "Act 2: behind effectfence wrap", fencedFile, wrapped, fenceEnv)
 	if err != nil {
 		return nil, fmt.Errorf("act 2: %w", err)
 	}

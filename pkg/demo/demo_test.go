@@ -92,3 +92,23 @@ func TestCountEffects(t *testing.T) {
 		t.Fatalf("demo-server --count of a missing file: exit %d stdout %q", r.Code, r.Stdout)
 	}
 }
+
+// TestDemoIgnoresTheUsersFenceSettings: the demo's fence is wrap with its defaults, whatever
+// fence settings the shell holds for the user's own servers. Before, Act 2's wrap read them:
+// a policy file that leaves charge_card unfenced made the demo print 12 executions behind
+// the fence, and a lease or TTL the user had mistyped stopped the demo with wrap's error.
+func TestDemoIgnoresTheUsersFenceSettings(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "mine.yaml")
+	if err := os.WriteFile(policy, []byte("version: 1\ntools:\n  charge_card:\n    fence: false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range [][]string{
+		{"EFFECTFENCE_POLICY=" + policy},
+		{"EFFECTFENCE_LEASE_SECS=abc", "EFFECTFENCE_RESULT_TTL_SECS=0", "EFFECTFENCE_ON_LEASE_EXPIRY=nonsense"},
+	} {
+		r := cmdtest.Run(t, append([]string{"NO_COLOR="}, env...), bin, "demo")
+		if r.Code != 0 || !strings.Contains(r.Stdout, "executions: 1,") {
+			t.Errorf("demo with %v exited %d\nstdout:\n%s\nstderr:\n%s", env, r.Code, r.Stdout, r.Stderr)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package scan
 import (
 	"bytes"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -296,23 +297,47 @@ func (s *source) goFuncBlock(off, from, to int) (int, int) {
 // inComment reports whether off sits in a comment: a comment-only line, or after a trailing
 // // or # comment on a code line.
 func (s *source) inComment(off int) bool {
-	n := s.lineOf(off)
-	if commentLine(s.line(n)) {
+	ll := s.lineLexed(s.lineOf(off))
+	if ll.comment {
 		return true
 	}
-	for i := s.starts[n-1]; i < off; {
+	// the last string or comment that starts before off, read from the line's start
+	k := sort.Search(len(ll.skips), func(i int) bool { return ll.skips[i].from >= off }) - 1
+	return k >= 0 && ll.skips[k].to > off && ll.skips[k].block
+}
+
+// lineLex is what inComment needs of one line, read once: whether the whole line is a
+// comment, and the strings and comments that start on it, skipped from the line's start
+// (block marks a comment rather than a string). Reading them again for every match made a
+// long line quadratic in its matches (30,000 declarations on one line took minutes).
+type lineLex struct {
+	comment bool
+	skips   []skipRegion
+}
+
+func (s *source) lineLexed(n int) *lineLex {
+	if ll, ok := s.lines[n]; ok {
+		return ll
+	}
+	ll := &lineLex{comment: commentLine(s.line(n))}
+	end := len(s.text)
+	if n < len(s.starts) {
+		end = s.starts[n]
+	}
+	for i := s.starts[n-1]; i < end; {
 		j := s.skipString(i)
 		if j == i {
 			i++
 			continue
 		}
-		c := s.text[i]
-		if j > off {
-			return c == '/' || c == '#' // inside a comment rather than a string
-		}
+		ll.skips = append(ll.skips, skipRegion{i, j, s.text[i] == '/' || s.text[i] == '#'})
 		i = j
 	}
-	return false
+	if s.lines == nil {
+		s.lines = map[int]*lineLex{}
+	}
+	s.lines[n] = ll
+	return ll
 }
 
 // findToolObjects finds objects that describe a tool: a name or method key with a literal

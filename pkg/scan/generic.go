@@ -3,6 +3,7 @@ package scan
 import (
 	"bytes"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -206,19 +207,9 @@ func toolContext(s *source, from, to int) bool {
 // inBlockComment reports whether off lies inside a block comment (/* */) or, in Python, a
 // triple-quoted string: sample JSON in a comment is not a declaration.
 func (s *source) inBlockComment(off int) bool {
-	for i := 0; i < len(s.text) && i <= off; {
-		j := s.skipString(i)
-		if j == i {
-			i++
-			continue
-		}
-		if j > off {
-			rest := s.text[i:]
-			return bytes.HasPrefix(rest, []byte("/*")) || s.lang == langPython && (bytes.HasPrefix(rest, []byte(`"""`)) || bytes.HasPrefix(rest, []byte("'''")))
-		}
-		i = j
-	}
-	return false
+	lx := s.lexed()
+	k := sort.Search(len(lx.skips), func(i int) bool { return lx.skips[i].from > off }) - 1
+	return k >= 0 && lx.skips[k].to > off && lx.skips[k].block
 }
 
 // mergeShape adds the generic finder's declarations that the precise patterns did not

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,36 @@ func TestRunBadServer(t *testing.T) {
 	_, err = ListPublished(context.Background(), RunConfig{Command: []string{sh, "-c", "exit 3"}, Timeout: 10 * time.Second})
 	if err == nil {
 		t.Fatal("a server that exits gave no error")
+	}
+}
+
+// A register call or a schema that no declaration covers is named by line even when other
+// tools were found in the same file: a computed name beside a literal one, tools built in a
+// loop beside a constant list. Before, the file counted as resolved and the tools it could
+// not name were missing from the report without a word.
+func TestNotesNameUnresolvedSitesBesideFoundTools(t *testing.T) {
+	rep := scanDir(t, writeTree(t, map[string]string{
+		"a.ts": "server.tool(\"list_things\", \"List things\", {}, async () => ({}));\n" +
+			"server.registerTool(`${PREFIX}_send_email`, { description: \"Send an email\", inputSchema: { to: z.string() } }, async () => { await fetch(u, { method: \"POST\" }) });\n",
+		"b.ts": "export const tools = [\n  { name: \"list_a\", description: \"List a\", inputSchema: { type: \"object\" } },\n];\n" +
+			"const more = names.map(n => ({ name: n, description: \"Do \" + n, inputSchema: { type: \"object\" } }));\n",
+		"c.ts": "server.tool(\"send_invoice\", \"Send\", {}, async () => { await fetch(u, { method: \"POST\" }) });\n",
+	}), Options{})
+	var sites []string
+	for _, n := range rep.Notes {
+		if n.Kind == "unresolved_sites" {
+			sites = n.Files
+		}
+	}
+	if want := []string{"a.ts:2", "b.ts:4"}; !reflect.DeepEqual(sites, want) {
+		t.Errorf("unresolved sites %v, want %v (notes %+v)", sites, want, rep.Notes)
+	}
+	// every site covered: no note (rmcp's #[tool(tool_box)] on an impl is not a site)
+	for _, dir := range []string{filepath.Join("testdata", "styles", "rust-rmcp-attrs"), filepath.Join("testdata", "styles", "ts-register-tool")} {
+		for _, n := range scanDir(t, dir, Options{}).Notes {
+			if n.Kind == "unresolved_sites" {
+				t.Errorf("%s: %+v", dir, n)
+			}
+		}
 	}
 }

@@ -28,11 +28,18 @@ var hintRe = regexp.MustCompile(regexp.QuoteMeta(registrationHints[0]) + func() 
 
 var definitionStart = []string{"func ", "def ", "fn ", "pub fn ", "function ", "export function ", "type ", "interface ", "public ", "private ", "protected ", "async def ", "static "}
 
-func registrationHint(s *source) bool {
+// registrationSites returns the lines that hold a registration hint (outside comments,
+// definitions and `x.tool()` reads).
+func registrationSites(s *source) []int {
+	var lines []int
 	for _, m := range s.findLinesWhere(hintRe, func(l []byte) bool { return bytes.Contains(l, []byte("ool")) || bytes.Contains(l, []byte("chema")) }) {
-		l := strings.TrimSpace(s.line(s.lineOf(m[0])))
+		n := s.lineOf(m[0])
+		l := strings.TrimSpace(s.line(n))
 		if commentLine(l) || s.inComment(m[0]) || m[1] < len(s.text) && s.text[m[1]] == ')' {
 			continue // x.tool() reads a tool; it declares none
+		}
+		if strings.HasPrefix(l, "#[tool(tool_box") {
+			continue // rmcp's router attribute on an impl: its #[tool] methods are the tools
 		}
 		def := false
 		for _, d := range definitionStart {
@@ -41,11 +48,34 @@ func registrationHint(s *source) bool {
 				break
 			}
 		}
-		if !def && !s.inBlockComment(m[0]) {
-			return true
+		if !def && !s.inBlockComment(m[0]) && (len(lines) == 0 || lines[len(lines)-1] != n) {
+			lines = append(lines, n)
 		}
 	}
-	return false
+	return lines
+}
+
+// declSlack is how far above a declaration's first line a hint still belongs to it: a
+// decorator or attribute line, a builder's opening.
+const declSlack = 3
+
+// uncoveredSites returns the registration sites of a file that lie in no declaration's
+// extent (found or unresolved) and on no line of a tool reported in that file.
+func uncoveredSites(f fileResult, toolLines map[int]bool) []int {
+	var out []int
+	for _, n := range f.hints {
+		covered := toolLines[n]
+		for _, d := range f.decls {
+			if n >= d.from-declSlack && n <= d.to || n == d.line {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // maxNoteFiles caps the files one note lists.
@@ -63,10 +93,25 @@ func addNotes(rep *Report, files []fileResult) {
 	for _, u := range rep.Unresolved {
 		declared[u.File] = true
 	}
-	var blind []string
+	toolLines := map[string]map[int]bool{}
+	for _, ts := range [][]Tool{rep.Candidates, rep.Others} {
+		for _, t := range ts {
+			if toolLines[t.File] == nil {
+				toolLines[t.File] = map[int]bool{}
+			}
+			toolLines[t.File][t.Line] = true
+		}
+	}
+	var blind, partly []string
 	for _, f := range files {
-		if f.hinted && !declared[f.src.rel] {
+		switch {
+		case len(f.hints) == 0:
+		case !declared[f.src.rel]:
 			blind = append(blind, f.src.rel)
+		default:
+			for _, n := range uncoveredSites(f, toolLines[f.src.rel]) {
+				partly = append(partly, f.src.rel+":"+itoa(n))
+			}
 		}
 	}
 	sort.Strings(blind)
@@ -85,6 +130,17 @@ func addNotes(rep *Report, files []fileResult) {
 	case len(blind) > 0:
 		rep.Notes = append(rep.Notes, Note{Kind: "unresolved_files", Files: shown,
 			Text: fmt.Sprintf("%d file(s) mention tool registration but no declaration was resolved in them: tools declared there may be missing from this report", len(blind))})
+	}
+	if len(partly) > 0 {
+		// files where some tools were found: a register call or schema beside them that no
+		// declaration covers may be a tool the scan could not name (a computed name, tools
+		// built in a loop); listed by line, since the file itself is in the report
+		shownSites := partly
+		if len(shownSites) > maxNoteFiles {
+			shownSites = shownSites[:maxNoteFiles]
+		}
+		rep.Notes = append(rep.Notes, Note{Kind: "unresolved_sites", Files: shownSites,
+			Text: fmt.Sprintf("%d registration site(s) (registerTool, @mcp, tool(, inputSchema...) in files where other tools were found belong to no declaration the scan resolved: tools declared there may be missing from this report", len(partly))})
 	}
 	if rep.Run != nil {
 		if len(rep.Run.Published) == 0 {

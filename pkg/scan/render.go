@@ -308,9 +308,12 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 		}
 	}
 	if abs, err := filepath.Abs(rep.Root); err == nil {
-		u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs) + "/"}
-		run.OriginalURIBaseIDs = map[string]sarifArtifactLoc{"SRCROOT": {URI: u.String()}}
+		run.OriginalURIBaseIDs = map[string]sarifArtifactLoc{"SRCROOT": {URI: dirURI(filepath.ToSlash(abs))}}
 	}
+	// GitHub code scanning rejects a whole log in which one result has no location, so a
+	// result about a tool found only in the server's list (no file to point at) goes here,
+	// beside the results, instead of among them.
+	unlocated := []map[string]string{}
 	for _, t := range rep.Candidates {
 		rule, idx, level := RuleCandidate, 0, "note"
 		if t.Money {
@@ -322,9 +325,11 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 			RuleID: rule, RuleIndex: idx, Level: level, Message: sarifText{msg},
 			Properties: map[string]any{"tool": t.Name, "money": t.Money, "style": t.Style},
 		}
-		if t.File != "" {
-			res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
+		if t.File == "" {
+			unlocated = append(unlocated, map[string]string{"ruleId": rule, "tool": t.Name, "message": msg})
+			continue
 		}
+		res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
 		if t.Annotations != nil {
 			res.Properties["publishedAnnotations"] = t.Annotations
 		}
@@ -354,11 +359,17 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 			res := sarifResult{RuleID: RuleDisagreement, RuleIndex: 2, Level: "note",
 				Message:    sarifText{fmt.Sprintf("Tool %q: the server publishes %s; the code suggests %s.", d.Tool, d.Annotation, d.Code)},
 				Properties: map[string]any{"tool": d.Tool}}
-			if t := where[d.Tool]; t.File != "" {
-				res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
+			t := where[d.Tool]
+			if t.File == "" {
+				unlocated = append(unlocated, map[string]string{"ruleId": RuleDisagreement, "tool": d.Tool, "message": res.Message.Text})
+				continue
 			}
+			res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
 			run.Results = append(run.Results, res)
 		}
+	}
+	if len(unlocated) > 0 {
+		run.Properties["resultsWithoutLocation"] = unlocated
 	}
 	log := sarifLog{Schema: "https://json.schemastore.org/sarif-2.1.0.json", Version: "2.1.0", Runs: []sarifRun{run}}
 	enc := json.NewEncoder(w)
@@ -367,6 +378,18 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 }
 
 func ptr(i int) *int { return &i }
+
+// dirURI is the file: URI of a folder given as an absolute path with forward slashes. A
+// Windows path (C:/src) needs a slash before the drive, or "C:" reads as the URI's host.
+func dirURI(slashPath string) string {
+	if !strings.HasPrefix(slashPath, "/") {
+		slashPath = "/" + slashPath
+	}
+	if !strings.HasSuffix(slashPath, "/") {
+		slashPath += "/"
+	}
+	return (&url.URL{Scheme: "file", Path: slashPath}).String()
+}
 
 func loc(file string, line int, msg string) sarifLocation {
 	l := sarifLocation{PhysicalLocation: sarifPhysical{

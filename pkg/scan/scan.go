@@ -70,7 +70,7 @@ type Report struct {
 
 // Note is one thing the scan could not see or resolve.
 type Note struct {
-	Kind  string   `json:"kind"` // no_declarations, unresolved_files, published_not_in_code
+	Kind  string   `json:"kind"` // no_declarations, unresolved_files, unresolved_sites, published_not_in_code, published_none
 	Text  string   `json:"text"`
 	Files []string `json:"files,omitempty"`
 }
@@ -128,7 +128,7 @@ type fileResult struct {
 	funcs                   []funcDef
 	dispatch                []dispatchSite
 	skip                    *Skipped
-	hinted                  bool // mentions tool registration (registerTool, @mcp, tool(, inputSchema...)
+	hints                   []int // lines that mention tool registration (registerTool, @mcp, tool(, inputSchema...)
 }
 
 // Scan reads the source tree at root and reports tool declarations that could repeat an
@@ -242,7 +242,7 @@ func scanFile(f walkedFile, limit int64) (r fileResult) {
 	r.consts = fileConsts(s)
 	r.funcs = fileFuncs(s)
 	r.dispatch = fileDispatch(s)
-	r.hinted = registrationHint(s)
+	r.hints = registrationSites(s)
 	return r
 }
 
@@ -332,6 +332,7 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 	var drafts []*toolDraft
 	seen := map[string]bool{}
 	for _, f := range files {
+		sole := soleDecl(f.decls)
 		for _, d := range f.decls {
 			t := Tool{Name: d.name, File: f.src.rel, Line: d.line, Language: f.src.lang, Style: d.style}
 			if d.name == "" {
@@ -352,7 +353,7 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 				continue
 			}
 			seen[key] = true
-			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: soleDecl(f.decls)}
+			dr := &toolDraft{d: d, src: f.src, tool: t, calls: map[string]bool{}, soleInFile: sole}
 			dr.spans = []span{{f.src, d.from, d.to}}
 			// a dispatch branch for this tool: same file first, then anywhere
 			keys := []string{t.Name}
@@ -383,19 +384,35 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 		drafts, pubOnly = followPublished(rep, files, drafts, opts)
 	}
 
-	// callees of each tool's own code that the repository defines
+	// callees of each tool's own code that the repository defines, read once per line
+	// (tools may share lines: many on one long line, a shared dispatch block)
+	lineCalls := map[*source]map[int][]string{}
+	callsOn := func(src *source, n int) []string {
+		if c, ok := lineCalls[src][n]; ok {
+			return c
+		}
+		re := callNameRe
+		if src.lang == langRuby {
+			re = rubyCallRe // Ruby calls need no parentheses
+		}
+		var c []string
+		for _, m := range re.FindAllStringSubmatch(src.line(n), -1) {
+			if _, ok := funcs[m[1]]; ok {
+				c = append(c, m[1])
+			}
+		}
+		if lineCalls[src] == nil {
+			lineCalls[src] = map[int][]string{}
+		}
+		lineCalls[src][n] = c
+		return c
+	}
 	users := map[string]int{}
 	for _, dr := range drafts {
 		for _, sp := range dr.spans {
 			for n := sp.from; n <= sp.to; n++ {
-				re := callNameRe
-				if sp.file.lang == langRuby {
-					re = rubyCallRe // Ruby calls need no parentheses
-				}
-				for _, m := range re.FindAllStringSubmatch(sp.file.line(n), -1) {
-					if _, ok := funcs[m[1]]; ok {
-						dr.calls[m[1]] = true
-					}
+				for _, c := range callsOn(sp.file, n) {
+					dr.calls[c] = true
 				}
 			}
 		}
@@ -459,6 +476,30 @@ func assemble(rep *Report, files []fileResult, opts Options) {
 	sortTools(rep.Others)
 }
 
+// annotated reports whether a declaration's own text (lines from-to, or the whole file for
+// the only tool in it, whose annotations may sit in a config constant above) says
+// readOnlyHint: true, and whether it says readOnlyHint: false or destructiveHint: true. The
+// answer is kept per extent: tools sharing one (many on one long line) share the matching.
+func (s *source) annotated(from, to int, whole bool) (readOnly, effect bool) {
+	key := [2]int{from, to}
+	if whole {
+		key = [2]int{0, 0}
+	}
+	if a, ok := s.annotations[key]; ok {
+		return a[0], a[1]
+	}
+	own := s.text
+	if !whole {
+		own = s.text[s.starts[from-1]:endOffset(s, to)]
+	}
+	a := [2]bool{readOnlyRe.Match(own), effectHint.Match(own)}
+	if s.annotations == nil {
+		s.annotations = map[[2]int][2]bool{}
+	}
+	s.annotations[key] = a
+	return a[0], a[1]
+}
+
 // fileConst resolves a plain identifier against the file's own top-level constants, when the
 // file defines it exactly once.
 func fileConst(cs []constDef, ref string) (string, bool) {
@@ -506,12 +547,7 @@ func classify(dr *toolDraft, rep *Report) {
 			}
 		}
 	}
-	own := string(dr.src.text[dr.src.starts[dr.d.from-1]:endOffset(dr.src, dr.d.to)])
-	if dr.soleInFile {
-		own = string(dr.src.text) // one tool per file: its annotations may sit in a config constant above
-	}
-	declaredReadOnly := readOnlyRe.MatchString(own)
-	hintedEffect := effectHint.MatchString(own)
+	declaredReadOnly, hintedEffect := dr.src.annotated(dr.d.from, dr.d.to, dr.soleInFile)
 	if dr.pub != nil && dr.pub.Annotations != nil {
 		// the server's published annotations replace what the source text seemed to say
 		declaredReadOnly = dr.pub.Annotations.saysReadOnly()

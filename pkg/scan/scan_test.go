@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -309,7 +311,7 @@ func checkSARIF(t *testing.T, log map[string]any, wantResults int) {
 		if !levels[rm["level"].(string)] {
 			t.Errorf("result %d: level %v", i, rm["level"])
 		}
-		locs := rm["locations"].([]any)
+		locs, _ := rm["locations"].([]any)
 		if len(locs) == 0 {
 			t.Errorf("result %d has no location", i)
 		}
@@ -469,5 +471,59 @@ func TestNotDeclarations(t *testing.T) {
 	}
 	if len(rep.Unresolved) != 1 || rep.Unresolved[0].File != "d.ts" {
 		t.Errorf("unresolved = %v, want the wrapper's server.tool(name, ...) in d.ts", rep.Unresolved)
+	}
+}
+
+// TestSARIFEveryResultHasALocation: with --run, a tool known only from the server's list has
+// no file; its result (a candidate, a disagreement) must not go out without a location,
+// which makes GitHub code scanning reject the whole log ("expected at least one
+// location"). It is listed in run.properties.resultsWithoutLocation instead.
+func TestSARIFEveryResultHasALocation(t *testing.T) {
+	dir := writeTree(t, map[string]string{
+		"srv.ts": "server.tool(\"send_invoice\", \"Send an invoice\", {}, async () => { await fetch(u, { method: \"POST\" }) });\n",
+	})
+	yes, no := true, false
+	rep := scanDir(t, dir, Options{RunCommand: []string{"srv"}, Published: []PublishedTool{
+		{Name: "send_invoice", Annotations: &Annotations{ReadOnlyHint: &yes}},
+		{Name: "wipe_all", Annotations: &Annotations{DestructiveHint: &yes, ReadOnlyHint: &no}},
+		{Name: "delete_record", Annotations: &Annotations{ReadOnlyHint: &yes}},
+	}})
+	var buf bytes.Buffer
+	if err := WriteSARIF(&buf, rep, "test"); err != nil {
+		t.Fatal(err)
+	}
+	var log map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &log); err != nil {
+		t.Fatal(err)
+	}
+	run := log["runs"].([]any)[0].(map[string]any)
+	results, _ := run["results"].([]any)
+	checkSARIF(t, log, len(results))
+	var away []string
+	unlocated, _ := run["properties"].(map[string]any)["resultsWithoutLocation"].([]any)
+	for _, u := range unlocated {
+		away = append(away, u.(map[string]any)["tool"].(string))
+	}
+	if !slices.Contains(away, "wipe_all") {
+		t.Errorf("the published-only candidate wipe_all is not in resultsWithoutLocation: %v", away)
+	}
+	if len(results) == 0 {
+		t.Errorf("no results: send_invoice is in the code")
+	}
+}
+
+// TestSRCROOTURI: SARIF's SRCROOT is a file: URI with an empty host, also for a Windows path
+// (before, C:/src became file://C:/src/, a URI whose host is "C:").
+func TestSRCROOTURI(t *testing.T) {
+	for path, want := range map[string]string{
+		"C:/Users/me/my repo": "file:///C:/Users/me/my%20repo/",
+		"/home/me/a#b%c":      "file:///home/me/a%23b%25c/",
+		"/":                   "file:///",
+	} {
+		got := dirURI(path)
+		u, err := url.Parse(got)
+		if got != want || err != nil || u.Host != "" {
+			t.Errorf("dirURI(%q) = %q (host %q, %v), want %q", path, got, u.Host, err, want)
+		}
 	}
 }

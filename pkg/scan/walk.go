@@ -20,6 +20,10 @@ const (
 	SkipSymlinkLoop = "symlink_loop"
 	SkipTooDeep     = "too_deep"
 	SkipTooMany     = "too_many_files"
+	// SkipOutside is a symlink whose target lies outside the scanned folder: following it
+	// could read a whole file system (a link to /) and put lines of files nobody asked to
+	// review into a report that may be uploaded.
+	SkipOutside = "outside_root"
 )
 
 // Skipped is one file or folder left out of the scan, with why.
@@ -88,10 +92,11 @@ type walkedFile struct {
 }
 
 type walker struct {
-	root    string
-	opts    Options
-	out     walked
-	visited map[string]bool // real paths of folders entered, for symlink loops
+	root     string
+	rootReal string // the root's real path: symlinks are followed only within it
+	opts     Options
+	out      walked
+	visited  map[string]bool // real paths of folders entered, for symlink loops
 }
 
 func walk(ctx context.Context, root string, opts Options) (walked, error) {
@@ -101,6 +106,7 @@ func walk(ctx context.Context, root string, opts Options) (walked, error) {
 		return walked{}, err
 	}
 	w.visited[real] = true
+	w.rootReal = real
 	if err := w.dir(ctx, root, "", real, 0); err != nil {
 		return walked{}, err
 	}
@@ -139,17 +145,21 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 				w.skip(childRel, SkipUnreadable, "broken symlink")
 				continue
 			}
+			if target.IsDir() && w.skipDirName(name) {
+				w.out.skippedByRule++
+				continue
+			}
+			childReal, err := filepath.EvalSymlinks(childAbs)
+			if err != nil {
+				w.skip(childRel, SkipSymlinkLoop, err.Error())
+				continue
+			}
+			if !within(childReal, w.rootReal) {
+				w.skip(childRel, SkipOutside, "a symlink that leads out of the scanned folder; not followed")
+				continue
+			}
 			if target.IsDir() {
-				if w.skipDirName(name) {
-					w.out.skippedByRule++
-					continue
-				}
-				childReal, err := filepath.EvalSymlinks(childAbs)
-				if err != nil {
-					w.skip(childRel, SkipSymlinkLoop, err.Error())
-					continue
-				}
-				if childReal == real || strings.HasPrefix(real, childReal+string(filepath.Separator)) {
+				if within(real, childReal) {
 					w.skip(childRel, SkipSymlinkLoop, "points back to an enclosing folder")
 					continue
 				}
@@ -163,7 +173,7 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 				}
 				continue
 			}
-			w.file(childAbs, childRel, name, target.Size())
+			w.file(childAbs, childRel, name, target)
 			continue
 		}
 		if e.IsDir() {
@@ -182,15 +192,12 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 			}
 			continue
 		}
-		if !typ.IsRegular() {
-			continue // sockets, devices, pipes
-		}
 		info, err := e.Info()
 		if err != nil {
 			w.skip(childRel, SkipUnreadable, err.Error())
 			continue
 		}
-		w.file(childAbs, childRel, name, info.Size())
+		w.file(childAbs, childRel, name, info)
 	}
 	return nil
 }
@@ -199,7 +206,10 @@ func (w *walker) skipDirName(name string) bool {
 	return strings.HasPrefix(name, ".") || skipDirs[name] || strings.HasSuffix(name, ".egg-info")
 }
 
-func (w *walker) file(abs, rel, name string, size int64) {
+// file takes a source file to read. info describes what a symlink points to, so a link to
+// a named pipe or a device is seen for what it is: opening a pipe blocks until something
+// writes to it, and a device may never end.
+func (w *walker) file(abs, rel, name string, info os.FileInfo) {
 	lang, ok := langByExt[strings.ToLower(filepath.Ext(name))]
 	if !ok {
 		w.out.ignored++
@@ -209,6 +219,11 @@ func (w *walker) file(abs, rel, name string, size int64) {
 		w.out.skippedByRule++
 		return
 	}
+	if !info.Mode().IsRegular() {
+		w.skip(rel, SkipUnreadable, "not a regular file ("+specialKind(info.Mode())+"); not opened")
+		return
+	}
+	size := info.Size()
 	if size > w.opts.MaxFileBytes {
 		w.skip(rel, SkipTooLarge, itoa(int(size))+" bytes")
 		return
@@ -218,6 +233,29 @@ func (w *walker) file(abs, rel, name string, size int64) {
 		return
 	}
 	w.out.files = append(w.out.files, walkedFile{abs: abs, rel: rel, lang: lang, size: size})
+}
+
+func specialKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
+}
+
+// within reports whether path is dir or lies under it (both clean absolute real paths).
+func within(path, dir string) bool {
+	if path == dir {
+		return true
+	}
+	if !strings.HasSuffix(dir, string(filepath.Separator)) {
+		dir += string(filepath.Separator)
+	}
+	return strings.HasPrefix(path, dir)
 }
 
 func relOrDot(rel string) string {
