@@ -99,7 +99,9 @@ type Options struct {
 	FenceReads bool
 	// Fence and Pass force tools in or out of the fence (Pass wins).
 	Fence, Pass []string
-	// Ignore removes fields from a tool's identity; Key names a tool's identity fields.
+	// Ignore removes fields from a tool's identity; Key names a tool's identity fields. A key
+	// field that is ignored, or lies under an ignored field, is refused (New): ignored fields
+	// are cut before the key is read, so distinct calls would be one.
 	Ignore map[string][]Path
 	Key    map[string][]Path
 	// NoInjectKey turns off filling an empty idempotency-key-like argument.
@@ -129,6 +131,7 @@ type Options struct {
 	// RerunSafe, Redact, KeepResult, ReplayWindows and NoElicit, and may shorten or lengthen
 	// Wait for the tool's calls: a policy file names tools by globs, which match only the
 	// names the server lists at run time (pkg/policy builds it with the flags folded in).
+	// Settings it gives whose key field is ignored refuse the tool's calls (not run).
 	PerTool func(tool string) ToolSettings
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
@@ -287,7 +290,10 @@ func (r running) String() string {
 	return fmt.Sprintf("%s (request id %s, running %s)", what, r.id, time.Since(r.since).Round(100*time.Millisecond))
 }
 
-// New checks opt and returns a Proxy.
+// New checks opt and returns a Proxy. It refuses what the command refuses at its start: no
+// server, no engine or log, a bad OnUnknown hook, and per-tool settings that would fence
+// wrongly or fail every call (a key field that is ignored, an empty field path, a bad redact
+// path, a KeepResult other than full or hash).
 func New(opt Options) (*Proxy, error) {
 	if opt.Backend == nil && (len(opt.Command) == 0 || opt.Command[0] == "") {
 		return nil, errors.New("wrap: no MCP server command given (effectfence wrap [flags] -- <command...>)")
@@ -318,10 +324,46 @@ func New(opt Options) (*Proxy, error) {
 	if err := opt.OnUnknown.Check(); err != nil {
 		return nil, fmt.Errorf("wrap: %w", err)
 	}
+	if err := checkToolOptions(opt); err != nil {
+		return nil, fmt.Errorf("wrap: %w", err)
+	}
 	if opt.OnUnknown != nil {
 		p.hooks = newHookRunner(p, *opt.OnUnknown)
 	}
 	return p, nil
+}
+
+// checkToolOptions refuses per-tool options that the command's flags and a policy file could
+// not give either: a key field cut by an ignored one (distinct calls would be one, the second
+// answered with the first's receipt), an empty field path, and privacy settings the engine
+// would refuse at every call of the tool. Options.PerTool is checked at each call instead
+// (toolsCallAs): its tools are known only then.
+func checkToolOptions(opt Options) error {
+	tools := map[string]bool{}
+	for tool := range opt.Key {
+		tools[tool] = true
+	}
+	for tool := range opt.Ignore {
+		tools[tool] = true
+	}
+	for tool := range opt.Redact {
+		tools[tool] = true
+	}
+	for tool := range opt.KeepResult {
+		tools[tool] = true
+	}
+	names := make([]string, 0, len(tools))
+	for tool := range tools {
+		names = append(names, tool)
+	}
+	sort.Strings(names) // the same error for the same options
+	for _, tool := range names {
+		s := ToolSettings{Key: opt.Key[tool], Ignore: opt.Ignore[tool], Redact: opt.Redact[tool], KeepResult: opt.KeepResult[tool]}
+		if err := s.check(); err != nil {
+			return fmt.Errorf("tool %q: %w", tool, err)
+		}
+	}
+	return nil
 }
 
 func set(xs []string) map[string]bool {
