@@ -48,8 +48,12 @@ type Engine struct {
 	memWall bool
 }
 
-// New returns an engine over store.
+// New returns an engine over store. An engine given no store (nil) refuses every call with
+// an error saying so.
 func New(store Store, cfg Config) *Engine {
+	if store == nil {
+		store = noStore{}
+	}
 	wf, ok := store.(WriteFirst)
 	mem, _ := store.(*MemoryStore)
 	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem, memWall: mem != nil && mem.wall}
