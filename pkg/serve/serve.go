@@ -16,6 +16,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -108,8 +109,11 @@ type Server struct {
 	mcp  *server.MCPServer
 }
 
-// New returns a server whose tools act on eng.
+// New returns a server whose tools act on eng, which is required.
 func New(eng *fence.Engine, opts Options) (*Server, error) {
+	if eng == nil {
+		return nil, errors.New("serve: an engine is required (fence.New over a store, or store.Open)")
+	}
 	s := &Server{eng: eng, opts: opts.withDefaults()}
 	s.mcp = server.NewMCPServer("effectfence", s.opts.Version,
 		server.WithToolCapabilities(false),
