@@ -95,3 +95,23 @@ func TestPerToolKeyFieldThatIsIgnoredIsRefusedAtTheCall(t *testing.T) {
 		t.Errorf("%d charges ran, want none: the settings are refused", n)
 	}
 }
+
+// Attach must come before Dispatch (the Proxy's doc says so). A front that forgets it gets a
+// clear line in the log and nothing runs: before, the first answer was a nil interface call
+// on a goroutine of the proxy's, which ended the whole program, after the call had run.
+func TestDispatchBeforeAttachRunsNothing(t *testing.T) {
+	r := newRig(t)
+	led := r.openLedger()
+	log := &logBuf{}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop("test over")
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1}}}`))
+	waitFor(t, "the log to say why", func() bool { return strings.Contains(log.String(), "Attach") })
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d charges ran with nobody to answer", n)
+	}
+}

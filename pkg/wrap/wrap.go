@@ -495,8 +495,15 @@ type Sink interface {
 func (p *Proxy) Attach(out Sink) { p.out = out }
 
 // Dispatch handles one message of the agent (a request, a response or a notification): a
-// request runs on its own goroutine and its answer goes to the Sink.
+// request runs on its own goroutine and its answer goes to the Sink. Before Attach, it drops
+// the message unread (nothing runs) and says so in the log.
 func (p *Proxy) Dispatch(line []byte) {
+	if p.out == nil {
+		// Nobody would hear the answer: running a call now would be an effect no agent learns
+		// of. Refused unread instead, and said where a person reads it.
+		p.logf("a message of the agent was dropped unread (nothing ran): Dispatch was called before Attach")
+		return
+	}
 	if run := p.route(line, false, 0); run != nil {
 		p.serveRequest(run)
 	}
