@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -29,6 +30,12 @@ func TestNewRefusesWhatTheCommandRefuses(t *testing.T) {
 		{"empty ignore path", wrap.Options{Ignore: map[string][]wrap.Path{"charge": {nil}}}, `tool "charge": an empty ignored field path`},
 		{"bad redact path", wrap.Options{Redact: map[string][]string{"charge": {"card..cvv"}}}, `tool "charge": redact "card..cvv"`},
 		{"bad keep result", wrap.Options{KeepResult: map[string]fence.KeepResult{"charge": "digest"}}, `tool "charge": keep result "digest"`},
+		// A window written as seconds (600 meant as ten minutes) is 600 ns: no retry would
+		// ever be answered with the recorded result, every one would run again.
+		{"replay window in nanoseconds", wrap.Options{ReplayWindow: 600}, `replay window 600ns is out of range; want 0 (the default, 10m0s) or from 1s to 8784h0m0s`},
+		{"negative replay window", wrap.Options{ReplayWindow: -time.Minute}, `replay window -1m0s is out of range`},
+		{"tool's replay window in nanoseconds", wrap.Options{ReplayWindows: map[string]time.Duration{"charge": 600}}, `tool "charge": replay window 600ns is out of range`},
+		{"replay window past a year", wrap.Options{ReplayWindows: map[string]time.Duration{"charge": 400 * 24 * time.Hour}}, `tool "charge": replay window 9600h0m0s is out of range`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opt := c.opt
@@ -46,7 +53,8 @@ func TestNewRefusesWhatTheCommandRefuses(t *testing.T) {
 	// Settings a policy would make, but kept apart, are taken.
 	opt := wrap.Options{Command: []string{"true"}, Engine: fence.New(fence.NewMemoryStore(), fence.Config{}), Log: io.Discard,
 		Key: map[string][]wrap.Path{"charge": {{"order", "id"}}}, Ignore: map[string][]wrap.Path{"charge": {{"order", "ts"}}, "refund": {order}},
-		Redact: map[string][]string{"charge": {"card.number", "items.*.cvv"}}, KeepResult: map[string]fence.KeepResult{"charge": fence.KeepHash, "refund": ""}}
+		Redact: map[string][]string{"charge": {"card.number", "items.*.cvv"}}, KeepResult: map[string]fence.KeepResult{"charge": fence.KeepHash, "refund": ""},
+		ReplayWindow: wrap.MinReplayWindow, ReplayWindows: map[string]time.Duration{"charge": wrap.MaxReplayWindow, "refund": 0}}
 	p, err := wrap.New(opt)
 	if err != nil {
 		t.Fatalf("wrap.New refused settings that are fine: %v", err)
@@ -89,6 +97,32 @@ func TestPerToolKeyFieldThatIsIgnoredIsRefusedAtTheCall(t *testing.T) {
 	for _, a := range []string{first, second} {
 		if !strings.Contains(a, `key field \"order\" is ignored`) || !strings.Contains(a, "NOT executed") {
 			t.Errorf("the call was not refused for its settings: %s", a)
+		}
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Errorf("%d charges ran, want none: the settings are refused", n)
+	}
+}
+
+// A replay window PerTool gives out of range (600 ns, meant as seconds) refuses the tool's
+// calls, as wrap.New refuses it in Options: before, a retry of a charge ran it again.
+func TestPerToolReplayWindowOutOfRangeIsRefusedAtTheCall(t *testing.T) {
+	r := newRig(t)
+	x, _ := r.inproc(wrap.Options{PerTool: func(string) wrap.ToolSettings { return wrap.ToolSettings{ReplayWindow: 600} }}, initNoElicit, nil)
+	for range 2 {
+		x.nextID++
+		fmt.Fprintf(x.in, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":500}}}`+"\n", x.nextID)
+		for line := range x.lines {
+			var m struct {
+				ID int `json:"id"`
+			}
+			if json.Unmarshal(line, &m) != nil || m.ID != x.nextID {
+				continue
+			}
+			if !strings.Contains(string(line), "replay window 600ns is out of range") {
+				t.Errorf("the call was not refused for its replay window: %s", line)
+			}
+			break
 		}
 	}
 	if n := r.effectCount(); n != 0 {

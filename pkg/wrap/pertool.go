@@ -83,10 +83,10 @@ func (p *Proxy) settings(tool string) ToolSettings {
 	return s
 }
 
-// check refuses settings that would fence calls wrongly (checkIdentity) and privacy
-// settings the engine would refuse at every call.
+// check refuses settings that would fence calls wrongly (checkCall) and privacy settings the
+// engine would refuse at every call.
 func (s ToolSettings) check() error {
-	if err := s.checkIdentity(); err != nil {
+	if err := s.checkCall(); err != nil {
 		return err
 	}
 	for _, r := range s.Redact {
@@ -101,10 +101,13 @@ func (s ToolSettings) check() error {
 	return nil
 }
 
-// checkIdentity refuses a key field cut by an ignored one (every call would have the same
-// key, and distinct calls would be answered as one) and an empty field path (it names no
-// field).
-func (s ToolSettings) checkIdentity() error {
+// checkCall refuses a key field cut by an ignored one (every call would have the same key,
+// and distinct calls would be answered as one), an empty field path (it names no field) and a
+// replay window out of range.
+func (s ToolSettings) checkCall() error {
+	if err := checkWindow(s.ReplayWindow); err != nil {
+		return err
+	}
 	for _, k := range s.Key {
 		if len(k) == 0 {
 			return errors.New("an empty key field path: it names no field")
@@ -117,6 +120,14 @@ func (s ToolSettings) checkIdentity() error {
 	}
 	if k, i, cut := IgnoredKey(s.Key, s.Ignore); cut {
 		return IgnoredKeyError(k, i)
+	}
+	return nil
+}
+
+// checkWindow refuses a replay window other than 0 (the default) that is out of range.
+func checkWindow(w time.Duration) error {
+	if w != 0 && (w < MinReplayWindow || w > MaxReplayWindow) {
+		return fmt.Errorf("replay window %s is out of range; want 0 (the default, %s) or from %s to %s", w, DefaultReplayWindow, MinReplayWindow, MaxReplayWindow)
 	}
 	return nil
 }

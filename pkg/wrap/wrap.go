@@ -121,7 +121,8 @@ type Options struct {
 	KeepResult map[string]fence.KeepResult
 	// ReplayWindow is how long a recorded result answers an identical call (default
 	// DefaultReplayWindow); ReplayWindows sets it per tool. A later identical call is a new
-	// action. The done record and its audit stay for the ledger's result TTL either way.
+	// action. The done record and its audit stay for the ledger's result TTL either way. 0 is
+	// the default; anything else must be from MinReplayWindow to MaxReplayWindow (New).
 	ReplayWindow  time.Duration
 	ReplayWindows map[string]time.Duration
 	// NoElicit names tools about whose unknown outcomes no person may be asked through MCP
@@ -292,8 +293,8 @@ func (r running) String() string {
 
 // New checks opt and returns a Proxy. It refuses what the command refuses at its start: no
 // server, no engine or log, a bad OnUnknown hook, and per-tool settings that would fence
-// wrongly or fail every call (a key field that is ignored, an empty field path, a bad redact
-// path, a KeepResult other than full or hash).
+// wrongly or fail every call (a key field that is ignored, an empty field path, a replay
+// window out of range, a bad redact path, a KeepResult other than full or hash).
 func New(opt Options) (*Proxy, error) {
 	if opt.Backend == nil && (len(opt.Command) == 0 || opt.Command[0] == "") {
 		return nil, errors.New("wrap: no MCP server command given (effectfence wrap [flags] -- <command...>)")
@@ -335,10 +336,14 @@ func New(opt Options) (*Proxy, error) {
 
 // checkToolOptions refuses per-tool options that the command's flags and a policy file could
 // not give either: a key field cut by an ignored one (distinct calls would be one, the second
-// answered with the first's receipt), an empty field path, and privacy settings the engine
+// answered with the first's receipt), an empty field path, a replay window out of range (600
+// meant as seconds is 600 ns: every retry would run again), and privacy settings the engine
 // would refuse at every call of the tool. Options.PerTool is checked at each call instead
 // (toolsCallAs): its tools are known only then.
 func checkToolOptions(opt Options) error {
+	if err := checkWindow(opt.ReplayWindow); err != nil {
+		return err
+	}
 	tools := map[string]bool{}
 	for tool := range opt.Key {
 		tools[tool] = true
@@ -352,13 +357,16 @@ func checkToolOptions(opt Options) error {
 	for tool := range opt.KeepResult {
 		tools[tool] = true
 	}
+	for tool := range opt.ReplayWindows {
+		tools[tool] = true
+	}
 	names := make([]string, 0, len(tools))
 	for tool := range tools {
 		names = append(names, tool)
 	}
 	sort.Strings(names) // the same error for the same options
 	for _, tool := range names {
-		s := ToolSettings{Key: opt.Key[tool], Ignore: opt.Ignore[tool], Redact: opt.Redact[tool], KeepResult: opt.KeepResult[tool]}
+		s := ToolSettings{Key: opt.Key[tool], Ignore: opt.Ignore[tool], Redact: opt.Redact[tool], KeepResult: opt.KeepResult[tool], ReplayWindow: opt.ReplayWindows[tool]}
 		if err := s.check(); err != nil {
 			return fmt.Errorf("tool %q: %w", tool, err)
 		}
