@@ -24,6 +24,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/budget"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -167,7 +168,15 @@ route:
 		select {
 		case ln := <-lines:
 			b := w.ids.wrap(ln.b)
-			if l, ok := classify(b); ok {
+			if l, noID, ok := classify(b); ok {
+				if noID != hasID {
+					sc.requests.Release(ln.held)
+					if err := refuseIDless(w, s.opts.Log, noID); err != nil {
+						readErr = err
+						break route
+					}
+					continue
+				}
 				sc.run(l, b, ln.held)
 				continue
 			}
@@ -197,6 +206,18 @@ route:
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// refuseIDless answers a tools/call whose id is null with an error under id null, and logs
+// one without an id (a notification, which nothing may answer). Neither is run.
+func refuseIDless(w io.Writer, logger *log.Logger, why idless) error {
+	if why == noID {
+		logger.Printf("a tools/call without an id (a notification) was NOT run: give it an id")
+		return nil
+	}
+	msg := jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence serve: a tools/call's id must be a string or a number (MCP), not null: it was NOT run; send it again with an id"})
+	_, err := w.Write(append(msg, '\n'))
+	return err
 }
 
 // callResult sends v as JSON in a text block and as structuredContent.
