@@ -131,8 +131,10 @@ func (s *Server) MCP() *server.MCPServer { return s.mcp }
 
 // Serve speaks MCP over stdio on in and out until in ends or ctx is cancelled. Only protocol
 // messages are written to out. Tool calls are scheduled in lanes (lanes.go), so a settling call
-// never waits behind waiting prepares. mcp-go keeps one stdio session per process, so run one
-// Serve per process at a time.
+// never waits behind waiting prepares. mcp-go keeps one stdio session per MCP server, so a
+// Server serves one client at a time: a second Serve of it while one runs returns an error at
+// once ("register session: session already exists") and the first is not disturbed. Servers
+// made by separate New calls (over one engine or several) serve side by side.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
