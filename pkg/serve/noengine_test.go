@@ -3,9 +3,11 @@ package serve_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 )
 
@@ -37,4 +39,23 @@ func toString(v any) string {
 	}
 	s, _ := v.(string)
 	return s
+}
+
+// Serve without an input or an output is refused with an error. Before, a nil reader was read
+// on a goroutine of the server's, and the nil dereference ended the whole program.
+func TestServeWithoutStreamsIsRefused(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	for name, streams := range map[string]struct {
+		in  io.Reader
+		out io.Writer
+	}{"no input": {nil, io.Discard}, "no output": {strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n"), nil}} {
+		srv, err := serve.New(eng, serve.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Serve(context.Background(), streams.in, streams.out); err == nil || !strings.Contains(err.Error(), "input and an output") {
+			t.Errorf("%s: Serve = %v; want an error naming the missing stream", name, err)
+		}
+	}
 }

@@ -136,6 +136,9 @@ func (s *Server) MCP() *server.MCPServer { return s.mcp }
 // once ("register session: session already exists") and the first is not disturbed. Servers
 // made by separate New calls (over one engine or several) serve side by side.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	if in == nil || out == nil {
+		return errors.New("serve: Serve needs an input and an output (the client's stdin and stdout)")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &lineWriter{w: out, ids: newIDs()}

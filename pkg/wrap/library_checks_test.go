@@ -1,6 +1,7 @@
 package wrap_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -147,5 +148,23 @@ func TestDispatchBeforeAttachRunsNothing(t *testing.T) {
 	waitFor(t, "the log to say why", func() bool { return strings.Contains(log.String(), "Attach") })
 	if n := r.effectCount(); n != 0 {
 		t.Fatalf("%d charges ran with nobody to answer", n)
+	}
+}
+
+// Serve without an input or an output is refused with an error, and nothing starts. Before, a
+// nil reader was read on a goroutine of the proxy's, and the nil dereference ended the whole
+// program.
+func TestServeWithoutStreamsIsRefused(t *testing.T) {
+	for name, streams := range map[string]struct {
+		in  io.Reader
+		out io.Writer
+	}{"no input": {nil, io.Discard}, "no output": {strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n"), nil}} {
+		p, err := wrap.New(wrap.Options{Command: []string{"true"}, Engine: fence.New(fence.NewMemoryStore(), fence.Config{}), Log: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Serve(context.Background(), streams.in, streams.out); err == nil || !strings.Contains(err.Error(), "input and an output") {
+			t.Errorf("%s: Serve = %v; want an error naming the missing stream", name, err)
+		}
 	}
 }

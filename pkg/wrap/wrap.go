@@ -393,6 +393,9 @@ func (p *Proxy) logf(format string, a ...any) {
 // logging what it waits for, then stops the child; each fenced call still inside the child is
 // recorded as unknown. Kill ends everything at once instead.
 func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	if in == nil || out == nil {
+		return errors.New("wrap: Serve needs an input and an output (the agent's stdin and stdout)")
+	}
 	p.Attach(jsonrpc.NewWriter(out))
 	readErr := make(chan error, 1)
 	// The reader dispatches each message itself, in the order read. A request is then served
