@@ -88,3 +88,43 @@ func TestServeOutcomeDuringALedgerFailureIsSpooled(t *testing.T) {
 		})
 	}
 }
+
+// TestServeSpoolOfALedgerReachedThroughASymlink: docs/RELIABILITY.md says a symbolic link to
+// the ledger file is no second name (SQLite follows it), and that a dead re-run-safe holder's
+// claim is not taken over while its outcome waits in this host's spool. A serve process using
+// the ledger through a link (--on-lease-expiry reclaim) commits while the file is moved aside:
+// the outcome is spooled, and the process is killed. The file put back, a serve process using
+// the file's own name must record that outcome and replay it. Before, the spool was kept
+// beside the link's name (link.db.spool), which the second process never read: it took the
+// claim over as a dead holder's with nothing spooled, and the effect ran a second time.
+func TestServeSpoolOfALedgerReachedThroughASymlink(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.db")
+	link := filepath.Join(dir, "link.db")
+	if err := os.Symlink(ledger, link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	const prep = `{"intent":"charge:o-10","tool":"charge_card","args":{"amount":4900}}`
+	a := startServe(t, "--ledger", link, "--lease-secs", "1", "--on-lease-expiry", "reclaim")
+	p := a.prepare(prep)
+	if p.Status != serve.StatusFresh {
+		t.Fatalf("first prepare: %+v", p)
+	}
+	if err := os.Rename(ledger, ledger+".away"); err != nil {
+		t.Fatal(err)
+	}
+	r := a.refused(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_10"}}`)
+	if r.Code != fence.CodeStore || r.Spooled == "" {
+		t.Fatalf("commit while the ledger is away: %+v; want store_error with the spool file named", r)
+	}
+	a.kill9()
+	if err := os.Rename(ledger+".away", ledger); err != nil {
+		t.Fatal(err)
+	}
+	b := startServe(t, "--ledger", ledger, "--on-lease-expiry", "reclaim")
+	d := b.prepare(prep)
+	if d.Status != serve.StatusAlreadyDone || d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_10")) {
+		t.Fatalf("a duplicate through the file's own name after the commit spooled through the link: %+v; want the agent's result, never a second run", d)
+	}
+}

@@ -278,7 +278,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 			}
 		}
 	}
-	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool})
+	cfg := fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool}
+	if err := drainLinkSpool(ctx, st, cfg, loc); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("ledger %s: %w", loc, err)
+	}
+	eng := fence.New(st, cfg)
 	if _, err := eng.Recover(ctx); fence.OnlyUnreadable(err) {
 		// Every attempt of such an intent fails on its record, so it stays fenced; the rest of
 		// the ledger works, and refusing to open it would stop every call for one record.
@@ -328,7 +333,30 @@ func SpoolDir(loc string) (string, error) {
 		}
 		return filepath.Join(dir, "spool", canon.Sum([]byte(postgres.SpoolName(loc)))[:16]), nil
 	}
+	// A symbolic link to the file is no name of its own (SQLite follows it), so its spool is
+	// the file's: kept beside the link, it was a spool no process using the file's own name
+	// read, which took a dead holder's re-run-safe claim over while its commit waited there.
+	if real, err := filepath.EvalSymlinks(loc); err == nil {
+		loc = real
+	}
 	return loc + ".spool", nil
+}
+
+// drainLinkSpool records the outcomes that an earlier build kept beside loc, a symbolic link
+// to the ledger file, before SpoolDir followed the link: nothing else would read them.
+func drainLinkSpool(ctx context.Context, st fence.Store, cfg fence.Config, loc string) error {
+	if isPostgres(loc) || loc == "memory" || cfg.SpoolDir == loc+".spool" {
+		return nil
+	}
+	if fi, err := os.Lstat(loc); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return nil
+	}
+	if files, err := fence.SpoolFiles(loc + ".spool"); err != nil || len(files) == 0 {
+		return err
+	}
+	cfg.SpoolDir = loc + ".spool"
+	_, err := fence.New(st, cfg).DrainSpool(ctx)
+	return err
 }
 
 // RecoverEvery is how often an open ledger applies the lease rules to every claim (Recover)
