@@ -261,6 +261,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		st.Close()
 		return nil, err
 	}
+	old := "" // where an earlier build kept this ledger's spool, if elsewhere
+	if ps, _ := st.(*postgres.Store); ps != nil && ps.SpoolKey() != "" {
+		old, spool = spool, postgresSpool(filepath.Dir(spool), ps.SpoolKey())
+	} else if !isPostgres(loc) && loc != "memory" && spool != loc+".spool" {
+		old = loc + ".spool" // a symbolic link's (see SpoolDir)
+	}
 	if isPostgres(loc) {
 		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
 	} else if loc != "memory" && o.Log != nil {
@@ -279,7 +285,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		}
 	}
 	cfg := fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool}
-	if err := drainLinkSpool(ctx, st, cfg, loc); err != nil {
+	if err := drainOldSpool(ctx, st, cfg, old); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
 	}
@@ -320,8 +326,10 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 var testHookFirstSweep func()
 
 // SpoolDir is where outcomes wait that the ledger at loc could not take (see fence.Settle):
-// beside a SQLite file (<file>.spool), in the state directory for PostgreSQL
-// (spool/<16 hex digits of the redacted URL's hash>), none for memory.
+// beside a SQLite file (<file>.spool, the file a symbolic link leads to), none for memory.
+// For PostgreSQL it is the spool named after the URL (spool/<16 hex digits of the redacted
+// URL's hash> in the state directory), which Open uses only when the server does not say
+// where the ledger is (postgres.Store.SpoolKey); else it drains it into the ledger's own.
 func SpoolDir(loc string) (string, error) {
 	switch {
 	case loc == "memory":
@@ -342,21 +350,25 @@ func SpoolDir(loc string) (string, error) {
 	return loc + ".spool", nil
 }
 
-// drainLinkSpool records the outcomes that an earlier build kept beside loc, a symbolic link
-// to the ledger file, before SpoolDir followed the link: nothing else would read them.
-func drainLinkSpool(ctx context.Context, st fence.Store, cfg fence.Config, loc string) error {
-	if isPostgres(loc) || loc == "memory" || cfg.SpoolDir == loc+".spool" {
+// drainOldSpool records the outcomes an earlier build kept for this ledger in the spool old
+// (beside a symbolic link to the file, or named after a PostgreSQL URL as written), which no
+// engine reads any more.
+func drainOldSpool(ctx context.Context, st fence.Store, cfg fence.Config, old string) error {
+	if old == "" || old == cfg.SpoolDir {
 		return nil
 	}
-	if fi, err := os.Lstat(loc); err != nil || fi.Mode()&os.ModeSymlink == 0 {
-		return nil
-	}
-	if files, err := fence.SpoolFiles(loc + ".spool"); err != nil || len(files) == 0 {
+	if files, err := fence.SpoolFiles(old); err != nil || len(files) == 0 {
 		return err
 	}
-	cfg.SpoolDir = loc + ".spool"
+	cfg.SpoolDir = old
 	_, err := fence.New(st, cfg).DrainSpool(ctx)
 	return err
+}
+
+// postgresSpool is the spool of the PostgreSQL ledger named key (postgres.Store.SpoolKey),
+// under dir.
+func postgresSpool(dir, key string) string {
+	return filepath.Join(dir, "db-"+canon.Sum([]byte(key))[:16])
 }
 
 // RecoverEvery is how often an open ledger applies the lease rules to every claim (Recover)
