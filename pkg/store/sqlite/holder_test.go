@@ -160,6 +160,28 @@ func waitState(t *testing.T, pid int, want byte) {
 	}
 }
 
+// waitZombie waits until pid is a zombie whose threads are all gone. A killed process's main
+// thread reads Z a few milliseconds before its last thread has exited, and while another runs
+// the process is judged alive (a main thread that exited on its own reads Z too).
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	waitState(t, pid, 'Z')
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "\nThreads:\t1\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is a zombie with threads still running:\n%s", pid, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func wantUnknown(t *testing.T, eng *fence.Engine, intent string) {
 	t.Helper()
 	_, err := eng.Prepare(ctx, holderReq(intent))
@@ -228,7 +250,7 @@ func TestZombieHolderIsDead(t *testing.T) {
 		if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitState(t, h.cmd.Process.Pid, 'Z') // killed, not reaped: the test has not called Wait
+		waitZombie(t, h.cmd.Process.Pid) // killed, not reaped: the test has not called Wait
 		if l := fence.OwnerLiveness(h.owner); l != fence.Dead {
 			t.Fatalf("zombie judged %s, want dead", l)
 		}
