@@ -90,10 +90,14 @@ func whereAmI() local {
 		here.offset = off
 		here.sound = err == nil && self == strconv.Itoa(pid) && here.boot != "" && here.pidns != "" && known
 		start, _ := procStat(pid)
-		if n := int64(start) - off; known && start != 0 && n > 0 {
+		if n := int64(start) - off; here.sound && start != 0 && n > 0 {
 			start = uint64(n)
 		} else {
-			start = 0 // a start this process cannot state in the initial namespace's ticks: judged by nobody
+			// A start this process cannot state in the initial namespace's ticks, or read at
+			// all: a /proc of another namespace shows another process at this pid, whose start
+			// recorded here made this live process "dead" (pid reused) to a judge of its own
+			// namespace. Judged by nobody.
+			start = 0
 		}
 		here.owner = fmt.Sprintf("%s/%d/%d/%s/%s", host, pid, start, here.boot, here.pidns)
 	})
