@@ -284,6 +284,10 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 			}
 		}
 	}
+	if err := checkFormerSpools(ctx, st, spool); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("ledger %s: %w", loc, err)
+	}
 	cfg := fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool}
 	if err := drainOldSpool(ctx, st, cfg, old); err != nil {
 		st.Close()
@@ -363,6 +367,37 @@ func drainOldSpool(ctx context.Context, st fence.Store, cfg fence.Config, old st
 	cfg.SpoolDir = old
 	_, err := fence.New(st, cfg).DrainSpool(ctx)
 	return err
+}
+
+// checkFormerSpools refuses a SQLite ledger that was moved away from a name beside which
+// outcomes still wait in a spool (NAME.spool): a holder reported them while the file was
+// being moved (its path named no file, so they were kept there), and no process using the
+// file's new name reads that spool. Opened anyway, the holder's claim would go unknown, or
+// be taken over and run again when re-run safe, while its outcome waits.
+func checkFormerSpools(ctx context.Context, st fence.Store, spool string) error {
+	ls, ok := st.(*sqlite.Store)
+	if !ok {
+		return nil
+	}
+	names, err := ls.FormerNames(ctx)
+	if err != nil {
+		return err
+	}
+	ours, _ := os.Stat(spool)
+	for _, old := range names {
+		dir := old + ".spool"
+		if fi, err := os.Stat(dir); err != nil || ours != nil && os.SameFile(fi, ours) {
+			continue
+		}
+		files, err := fence.SpoolFiles(dir)
+		if err != nil || len(files) == 0 {
+			continue
+		}
+		return fmt.Errorf("the ledger file was used as %s, and %d outcome(s) wait in the spool beside that name (%s), which no process using this name reads: a holder reported them while the file was moved away. "+
+			"Stop every effectfence process that uses the ledger; if this file was the last ledger kept at %s, move them beside this name (mkdir -p %s && mv %s/*.json %s/) or put the file back at %s; nothing was changed",
+			safetext.Escape(old), len(files), safetext.Escape(dir), safetext.Escape(old), safetext.Escape(spool), safetext.Escape(dir), safetext.Escape(spool), safetext.Escape(old))
+	}
+	return nil
 }
 
 // postgresSpool is the spool of the PostgreSQL ledger named key (postgres.Store.SpoolKey),
