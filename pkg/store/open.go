@@ -361,6 +361,11 @@ func drainOldSpool(ctx context.Context, st fence.Store, cfg fence.Config, old st
 	if old == "" || old == cfg.SpoolDir {
 		return nil
 	}
+	if a, err := os.Stat(old); err != nil {
+		return nil // none there
+	} else if b, err := os.Stat(cfg.SpoolDir); err == nil && os.SameFile(a, b) {
+		return nil // the same directory (./ledger.db and ledger.db): Recover drains it
+	}
 	if files, err := fence.SpoolFiles(old); err != nil || len(files) == 0 {
 		return err
 	}
