@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -86,5 +87,93 @@ func TestServeOutcomeDuringALedgerFailureIsSpooled(t *testing.T) {
 				t.Errorf("the spool still holds %v", files)
 			}
 		})
+	}
+}
+
+// TestServeSpoolOfALedgerReachedThroughASymlink: docs/RELIABILITY.md says a symbolic link to
+// the ledger file is no second name (SQLite follows it), and that a dead re-run-safe holder's
+// claim is not taken over while its outcome waits in this host's spool. A serve process using
+// the ledger through a link (--on-lease-expiry reclaim) commits while the file is moved aside:
+// the outcome is spooled, and the process is killed. The file put back, a serve process using
+// the file's own name must record that outcome and replay it. Before, the spool was kept
+// beside the link's name (link.db.spool), which the second process never read: it took the
+// claim over as a dead holder's with nothing spooled, and the effect ran a second time.
+func TestServeSpoolOfALedgerReachedThroughASymlink(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.db")
+	link := filepath.Join(dir, "link.db")
+	if err := os.Symlink(ledger, link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	const prep = `{"intent":"charge:o-10","tool":"charge_card","args":{"amount":4900}}`
+	a := startServe(t, "--ledger", link, "--lease-secs", "1", "--on-lease-expiry", "reclaim")
+	p := a.prepare(prep)
+	if p.Status != serve.StatusFresh {
+		t.Fatalf("first prepare: %+v", p)
+	}
+	if err := os.Rename(ledger, ledger+".away"); err != nil {
+		t.Fatal(err)
+	}
+	r := a.refused(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_10"}}`)
+	if r.Code != fence.CodeStore || r.Spooled == "" {
+		t.Fatalf("commit while the ledger is away: %+v; want store_error with the spool file named", r)
+	}
+	a.kill9()
+	if err := os.Rename(ledger+".away", ledger); err != nil {
+		t.Fatal(err)
+	}
+	b := startServe(t, "--ledger", ledger, "--on-lease-expiry", "reclaim")
+	d := b.prepare(prep)
+	if d.Status != serve.StatusAlreadyDone || d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_10")) {
+		t.Fatalf("a duplicate through the file's own name after the commit spooled through the link: %+v; want the agent's result, never a second run", d)
+	}
+}
+
+// TestServeSpoolLeftBesideAMovedLedgerIsNotForgotten: a serve process's ledger is moved
+// (mv OLD NEW) while it holds a claim; its commit finds the file gone and waits in the spool
+// beside the old name (OLD.spool), and the process is killed. Before, a process using NEW
+// opened it and never read OLD.spool: the claim of the dead holder went unknown, or, re-run
+// safe, was taken over and the effect ran again. Now the ledger remembers it was used as OLD,
+// so opening it as NEW is refused while outcomes wait in OLD.spool (and nothing else is at
+// OLD), naming them and saying how to bring them along; moved into NEW.spool, they are
+// recorded and a duplicate replays the result.
+func TestServeSpoolLeftBesideAMovedLedgerIsNotForgotten(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	old, moved := filepath.Join(dir, "old.db"), filepath.Join(dir, "new.db")
+	const prep = `{"intent":"charge:o-11","tool":"charge_card","args":{"amount":4900}}`
+	a := startServe(t, "--ledger", old, "--lease-secs", "1", "--on-lease-expiry", "reclaim")
+	p := a.prepare(prep)
+	if p.Status != serve.StatusFresh {
+		t.Fatalf("first prepare: %+v", p)
+	}
+	if err := os.Rename(old, moved); err != nil {
+		t.Fatal(err)
+	}
+	r := a.refused(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_11"}}`)
+	if r.Code != fence.CodeStore || filepath.Dir(r.Spooled) != old+".spool" {
+		t.Fatalf("commit after the ledger moved: %+v; want store_error, spooled in %s.spool", r, old)
+	}
+	a.kill9()
+
+	out, err := exec.Command(effectfence(t), "ledger", "ls", "--ledger", moved).CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte(old+".spool")) || !bytes.Contains(out, []byte(moved+".spool")) {
+		t.Fatalf("ledger ls of the moved ledger while its outcome waits beside the old name: %v\n%s\nwant a refusal naming %s.spool and where to move it", err, out, old)
+	}
+	if err := os.MkdirAll(moved+".spool", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files, err := fence.SpoolFiles(old + ".spool")
+	if err != nil || len(files) != 1 {
+		t.Fatalf("spool beside the old name: %v %v", files, err)
+	}
+	if err := os.Rename(filepath.Join(old+".spool", files[0]), filepath.Join(moved+".spool", files[0])); err != nil {
+		t.Fatal(err)
+	}
+	b := startServe(t, "--ledger", moved, "--on-lease-expiry", "reclaim")
+	d := b.prepare(prep)
+	if d.Status != serve.StatusAlreadyDone || d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_11")) {
+		t.Fatalf("a duplicate once the outcome was brought beside the new name: %+v; want the agent's result", d)
 	}
 }

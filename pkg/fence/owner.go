@@ -90,10 +90,14 @@ func whereAmI() local {
 		here.offset = off
 		here.sound = err == nil && self == strconv.Itoa(pid) && here.boot != "" && here.pidns != "" && known
 		start, _ := procStat(pid)
-		if n := int64(start) - off; known && start != 0 && n > 0 {
+		if n := int64(start) - off; here.sound && start != 0 && n > 0 {
 			start = uint64(n)
 		} else {
-			start = 0 // a start this process cannot state in the initial namespace's ticks: judged by nobody
+			// A start this process cannot state in the initial namespace's ticks, or read at
+			// all: a /proc of another namespace shows another process at this pid, whose start
+			// recorded here made this live process "dead" (pid reused) to a judge of its own
+			// namespace. Judged by nobody.
+			start = 0
 		}
 		here.owner = fmt.Sprintf("%s/%d/%d/%s/%s", host, pid, start, here.boot, here.pidns)
 	})
@@ -190,12 +194,29 @@ func OwnerLiveness(owner string) Liveness {
 		return Dead
 	case state == 0:
 		return CannotTell
-	case state == 'Z' || state == 'X':
+	case (state == 'Z' || state == 'X') && threads(pid) <= 1:
 		return Dead // a zombie has stopped running; only its exit status waits to be reaped
 	case now != start:
 		return Dead // the pid was reused
 	}
 	return Alive
+}
+
+// threads is the Threads count of /proc/PID/status, 0 when it cannot be read. The state in
+// /proc/PID/stat is the main thread's: a process whose main thread exited while others run
+// reads Z as a zombie does, but a zombie has no thread left but its leader.
+func threads(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }
 
 // OwnerDead reports whether OwnerLiveness is Dead.

@@ -2,12 +2,34 @@ package fence
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// envLeaderExits makes this test binary, started by TestRunningProcessWithoutItsLeaderIsAlive,
+// a process whose main thread exits while its other threads go on working.
+const envLeaderExits = "EFFECTFENCE_TEST_LEADER_EXITS"
+
+// init runs on the main thread (the runtime keeps the main goroutine there until main
+// starts), so exiting the thread here ends the leader only: the process lives on in its
+// other threads, and its /proc/PID/stat reads state Z, as a C program's after
+// pthread_exit in main does.
+func init() {
+	if os.Getenv(envLeaderExits) == "" {
+		return
+	}
+	go func() { // the effect, still running
+		for {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	syscall.Syscall(syscall.SYS_EXIT, 0, 0, 0)
+}
 
 // TestOwnerLivenessRules holds the table of docs/RELIABILITY.md ("Who holds a claim") against
 // real processes: a running child, the same child stopped, a zombie and a reaped one, and
@@ -128,6 +150,41 @@ func TestParseBootOffset(t *testing.T) {
 		ticks, known := parseBootOffset(c.text)
 		if ticks != c.ticks || known != c.known {
 			t.Errorf("parseBootOffset(%q) = %d, %v; want %d, %v", c.text, ticks, known, c.ticks, c.known)
+		}
+	}
+}
+
+// A process whose main thread exited while its other threads run (a C holder calling
+// pthread_exit in main, a Go one leaving the main thread by a raw exit) reads state Z in
+// /proc/PID/stat, like a zombie, though it runs: before, it was judged dead, so its claim
+// went unknown at once, or was taken over and run again while it still ran. A zombie has no
+// thread left but its leader (Threads: 1 in /proc/PID/status); this one has more: alive.
+func TestRunningProcessWithoutItsLeaderIsAlive(t *testing.T) {
+	t.Parallel()
+	me := whereAmI()
+	if !me.sound {
+		t.Skip("skipped: this process's /proc is not its own PID namespace's")
+	}
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), envLeaderExits+"=1")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	pid := child.Process.Pid
+	waitProcState(t, pid, 'Z')
+	start, _ := procStat(pid)
+	owner := fmt.Sprintf("h/%d/%d/%s/%s", pid, start, me.boot, me.pidns)
+	if got := OwnerLiveness(owner); got != Alive {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		t.Fatalf("a running process whose main thread exited: %s, want alive\n%s", got, b)
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); OwnerLiveness(owner) != Dead; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the same process killed, not reaped: %s, want dead", OwnerLiveness(owner))
 		}
 	}
 }

@@ -374,12 +374,23 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 		if sp.ResultBytes != nil {
 			o.Result = sp.ResultBytes
 		}
-		if err != nil || o.Ticket.Intent == "" {
+		if err == nil && o.Ticket.Intent == "" {
+			err = errors.New("no ticket")
+		}
+		if err == nil && !knownKind(o.Kind) {
+			err = fmt.Errorf("kind %q: want commit, release, abort or lost", o.Kind)
+		}
+		if err != nil {
 			// Never deleted: an operator must read it (it may be the only record of an effect).
 			errs = append(errs, fmt.Errorf("spool file %s is not an outcome (%v); move it away after reading it", name, err))
 			continue
 		}
 		err = apply(o)
+		if errors.Is(err, ErrInvalid) {
+			// A refusal of the file's content, not the ledger's answer about the outcome.
+			errs = append(errs, fmt.Errorf("spool file %s is not an outcome the ledger takes (%v); move it away after reading it", name, err))
+			continue
+		}
 		var coded Coded
 		if err != nil && !errors.As(err, &coded) {
 			errs = append(errs, fmt.Errorf("spooled %s of intent %q: %w", o.Kind, o.Ticket.Intent, err))
@@ -392,6 +403,14 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+func knownKind(k OutcomeKind) bool {
+	switch k {
+	case OutcomeCommit, OutcomeRelease, OutcomeAbort, OutcomeLost:
+		return true
+	}
+	return false
 }
 
 // SpoolFiles lists the outcomes waiting in a spool directory (for operators and tests).

@@ -265,6 +265,12 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		st.Close()
 		return nil, err
 	}
+	old := "" // where an earlier build kept this ledger's spool, if elsewhere
+	if ps, _ := st.(*postgres.Store); ps != nil && ps.SpoolKey() != "" {
+		old, spool = spool, postgresSpool(filepath.Dir(spool), ps.SpoolKey())
+	} else if !isPostgres(loc) && loc != "memory" && spool != loc+".spool" {
+		old = loc + ".spool" // a symbolic link's (see SpoolDir)
+	}
 	if isPostgres(loc) {
 		loc = postgres.Redact(loc) // shown in errors, logs and reports: never the password
 	} else if loc != "memory" && o.Log != nil {
@@ -282,7 +288,16 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 			}
 		}
 	}
-	eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool})
+	if err := checkFormerSpools(ctx, st, spool); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("ledger %s: %w", loc, err)
+	}
+	cfg := fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool}
+	if err := drainOldSpool(ctx, st, cfg, old); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("ledger %s: %w", loc, err)
+	}
+	eng := fence.New(st, cfg)
 	if _, err := eng.Recover(ctx); fence.OnlyUnreadable(err) {
 		// Every attempt of such an intent fails on its record, so it stays fenced; the rest of
 		// the ledger works, and refusing to open it would stop every call for one record.
@@ -319,8 +334,10 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 var testHookFirstSweep func()
 
 // SpoolDir is where outcomes wait that the ledger at loc could not take (see fence.Settle):
-// beside a SQLite file (<file>.spool), in the state directory for PostgreSQL
-// (spool/<16 hex digits of the redacted URL's hash>), none for memory.
+// beside a SQLite file (<file>.spool, the file a symbolic link leads to), none for memory.
+// For PostgreSQL it is the spool named after the URL (spool/<16 hex digits of the redacted
+// URL's hash> in the state directory), which Open uses only when the server does not say
+// where the ledger is (postgres.Store.SpoolKey); else it drains it into the ledger's own.
 func SpoolDir(loc string) (string, error) {
 	switch {
 	case loc == "memory":
@@ -332,7 +349,70 @@ func SpoolDir(loc string) (string, error) {
 		}
 		return filepath.Join(dir, "spool", canon.Sum([]byte(postgres.SpoolName(loc)))[:16]), nil
 	}
+	// A symbolic link to the file is no name of its own (SQLite follows it), so its spool is
+	// the file's: kept beside the link, it was a spool no process using the file's own name
+	// read, which took a dead holder's re-run-safe claim over while its commit waited there.
+	if real, err := filepath.EvalSymlinks(loc); err == nil {
+		loc = real
+	}
 	return loc + ".spool", nil
+}
+
+// drainOldSpool records the outcomes an earlier build kept for this ledger in the spool old
+// (beside a symbolic link to the file, or named after a PostgreSQL URL as written), which no
+// engine reads any more.
+func drainOldSpool(ctx context.Context, st fence.Store, cfg fence.Config, old string) error {
+	if old == "" || old == cfg.SpoolDir {
+		return nil
+	}
+	if a, err := os.Stat(old); err != nil {
+		return nil // none there
+	} else if b, err := os.Stat(cfg.SpoolDir); err == nil && os.SameFile(a, b) {
+		return nil // the same directory (./ledger.db and ledger.db): Recover drains it
+	}
+	if files, err := fence.SpoolFiles(old); err != nil || len(files) == 0 {
+		return err
+	}
+	cfg.SpoolDir = old
+	_, err := fence.New(st, cfg).DrainSpool(ctx)
+	return err
+}
+
+// checkFormerSpools refuses a SQLite ledger that was moved away from a name beside which
+// outcomes still wait in a spool (NAME.spool): a holder reported them while the file was
+// being moved (its path named no file, so they were kept there), and no process using the
+// file's new name reads that spool. Opened anyway, the holder's claim would go unknown, or
+// be taken over and run again when re-run safe, while its outcome waits.
+func checkFormerSpools(ctx context.Context, st fence.Store, spool string) error {
+	ls, ok := st.(*sqlite.Store)
+	if !ok {
+		return nil
+	}
+	names, err := ls.FormerNames(ctx)
+	if err != nil {
+		return err
+	}
+	ours, _ := os.Stat(spool)
+	for _, old := range names {
+		dir := old + ".spool"
+		if fi, err := os.Stat(dir); err != nil || ours != nil && os.SameFile(fi, ours) {
+			continue
+		}
+		files, err := fence.SpoolFiles(dir)
+		if err != nil || len(files) == 0 {
+			continue
+		}
+		return fmt.Errorf("the ledger file was used as %s, and %d outcome(s) wait in the spool beside that name (%s), which no process using this name reads: a holder reported them while the file was moved away. "+
+			"Stop every effectfence process that uses the ledger; if this file was the last ledger kept at %s, move them beside this name (mkdir -p %s && mv %s/*.json %s/) or put the file back at %s; nothing was changed",
+			safetext.Escape(old), len(files), safetext.Escape(dir), safetext.Escape(old), safetext.Escape(spool), safetext.Escape(dir), safetext.Escape(spool), safetext.Escape(old))
+	}
+	return nil
+}
+
+// postgresSpool is the spool of the PostgreSQL ledger named key (postgres.Store.SpoolKey),
+// under dir.
+func postgresSpool(dir, key string) string {
+	return filepath.Join(dir, "db-"+canon.Sum([]byte(key))[:16])
 }
 
 // RecoverEvery is how often an open ledger applies the lease rules to every claim (Recover)

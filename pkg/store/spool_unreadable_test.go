@@ -112,3 +112,56 @@ func TestUnreadableSpoolFileIsKeptAndNamed(t *testing.T) {
 		t.Fatalf("charge:torn, its outcome in the file moved away: %v; want it still fenced", err)
 	}
 }
+
+// A spool file that reads as JSON but is no outcome this build can record (its kind edited,
+// or written by a build that knows another kind) is as unreadable as a torn one: the ledger
+// refuses it as invalid input, which is no answer about the outcome. Before, the drain took
+// that refusal for the ledger's answer and deleted the file, and with it perhaps the only
+// record of an effect that ran. Now it is kept byte for byte, and the open refuses, naming it.
+func TestSpoolFileOfNoKnownKindIsKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	spool, err := store.SpoolDir(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := &downStore{Store: st}
+	eng := fence.New(ds, fence.Config{SpoolDir: spool})
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "charge:edited", Tool: "charge", Args: []byte(`{"amount":1}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	ds.down.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_edited"`)})
+	var sp fence.SpooledError
+	if !errors.As(err, &sp) {
+		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+	}
+	ds.down.Store(false)
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sp.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte(`"kind":"commit"`), []byte(`"kind":"refund"`), 1)
+	if !bytes.Contains(b, []byte(`"kind":"refund"`)) {
+		t.Fatalf("spool file without the kind to edit: %s", b)
+	}
+	if err := os.WriteFile(sp.Path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Open(ctx, store.Options{Ledger: path})
+	if err == nil || !strings.Contains(err.Error(), sp.Path) || !strings.Contains(err.Error(), "move it away") {
+		t.Fatalf("open with a spool file of an unknown kind: %v; want a refusal naming %s and what to do", err, sp.Path)
+	}
+	if after, rerr := os.ReadFile(sp.Path); rerr != nil || !bytes.Equal(after, b) {
+		t.Fatalf("the spool file of an unknown kind was changed or deleted (%v)", rerr)
+	}
+}

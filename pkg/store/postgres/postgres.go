@@ -103,6 +103,7 @@ type Config struct {
 type Store struct {
 	pool     *pgxpool.Pool
 	schema   string
+	spoolKey string // see SpoolKey
 	chanName string // the NOTIFY channel of schema (see channel)
 	instance string // names this store's counter shards
 
@@ -263,6 +264,14 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	if _, err := conn.Exec(ctx, foldCounters); err != nil {
 		return fmt.Errorf("folding old counter shards: %w", err)
 	}
+	// Where the ledger is, however its URL is written (SpoolKey). A server that does not
+	// tell (pg_control_system revoked, or not PostgreSQL itself) leaves it empty.
+	var sys, db, nsp string
+	if err := conn.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()),
+		(SELECT oid::text FROM pg_database WHERE datname = current_database()),
+		(SELECT oid::text FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&sys, &db, &nsp); err == nil {
+		s.spoolKey = sys + "/" + db + "/" + nsp
+	}
 	s.warm(ctx)
 	return nil
 }
@@ -327,6 +336,13 @@ func firstPathElement(sp string) string {
 
 // Schema returns the schema that holds the ledger (its name as PostgreSQL resolved it).
 func (s *Store) Schema() string { return s.schema }
+
+// SpoolKey names the ledger by where it is: the server's system identifier, the database's
+// and the schema's oids; "" when the server does not say. Every URL that reaches the ledger
+// (another spelling, host name, parameter order, a pooler in front) gives the same key, so
+// every process of a host keeps its outcomes in one spool and sees the others' (a dead
+// holder's re-run-safe claim is not taken over while its outcome waits there).
+func (s *Store) SpoolKey() string { return s.spoolKey }
 
 // Close stops the listener of Watch, if one was started, and closes the pool.
 func (s *Store) Close() error {

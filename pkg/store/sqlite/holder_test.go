@@ -160,6 +160,28 @@ func waitState(t *testing.T, pid int, want byte) {
 	}
 }
 
+// waitZombie waits until pid is a zombie whose threads are all gone. A killed process's main
+// thread reads Z a few milliseconds before its last thread has exited, and while another runs
+// the process is judged alive (a main thread that exited on its own reads Z too).
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	waitState(t, pid, 'Z')
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "\nThreads:\t1\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is a zombie with threads still running:\n%s", pid, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func wantUnknown(t *testing.T, eng *fence.Engine, intent string) {
 	t.Helper()
 	_, err := eng.Prepare(ctx, holderReq(intent))
@@ -228,7 +250,7 @@ func TestZombieHolderIsDead(t *testing.T) {
 		if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitState(t, h.cmd.Process.Pid, 'Z') // killed, not reaped: the test has not called Wait
+		waitZombie(t, h.cmd.Process.Pid) // killed, not reaped: the test has not called Wait
 		if l := fence.OwnerLiveness(h.owner); l != fence.Dead {
 			t.Fatalf("zombie judged %s, want dead", l)
 		}
@@ -393,5 +415,39 @@ func TestStoppedHolderOutOfSightReclaimed(t *testing.T) {
 	}
 	if kinds := strings.Join(eventKinds(t, eng, "stopped:reclaimed"), ","); !strings.HasPrefix(kinds, "reclaim,") || !strings.Contains(kinds, fence.EventLateResult) {
 		t.Fatalf("audit trail %s, want the reclaim and the old holder's late result", kinds)
+	}
+}
+
+// TestHolderWithAForeignProcIsJudgedByNobody: a holder in its own PID namespace whose /proc
+// is the parent namespace's (unshare -p --fork without --mount-proc) cannot read its own start
+// time there: /proc/1 is the parent namespace's init, not itself. It judges nobody, and what it
+// records must be judged by nobody either. Before, it recorded that other process's start, so
+// a process of its own namespace with a /proc of its own (here: entered with nsenter, proc
+// mounted by unshare -m --mount-proc) found the holder's pid running with another start time
+// and judged it dead (pid reused) while it ran: its claim unknown at once, or taken over and
+// run again. Now it records start 0 (cannot tell): its claim waits for its lease.
+func TestHolderWithAForeignProcIsJudgedByNobody(t *testing.T) {
+	unshare := needUnshare(t)
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		t.Skip("skipped: the nsenter command is not installed")
+	}
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	const lease = time.Hour
+	h := startHolder(t, path, "foreign-proc:1", lease, true, nil, unshare, "-p", "--fork", "--")
+	up := h.cmd.Process.Pid
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", up, up))
+	holder, err2 := strconv.Atoi(strings.TrimSpace(string(kids)))
+	if err != nil || err2 != nil {
+		t.Fatalf("the holder under unshare (pid %d): children %q: %v %v", up, kids, err, err2)
+	}
+	// A judge in the holder's PID namespace, with a /proc of that namespace.
+	j := startHolder(t, path, "foreign-proc:judge", lease, false, nil,
+		nsenter, "-t", strconv.Itoa(holder), "--pid", "--", unshare, "-m", "--mount-proc", "--")
+	if got := j.say("judge " + j.owner); got != "judged alive" {
+		t.Fatalf("the judge of the holder's namespace judges itself %q, want alive: its /proc is not sound", got)
+	}
+	if got := j.say("judge " + h.owner); got != "judged cannot tell" {
+		t.Fatalf("the running holder %s, judged in its own namespace: %q, want cannot tell", h.owner, got)
 	}
 }

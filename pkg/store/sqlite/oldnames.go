@@ -17,6 +17,24 @@ import (
 // closes it: a file moved after the process using it was killed (or after its machine went
 // down) lacks every decision committed since the last checkpoint, which are in the log beside
 // the old name. A process opening the moved file would answer their duplicates as new calls.
+// FormerNames returns the names the ledger file was opened under for writing, other than
+// the one it is open under, at which no file is now: names it was moved away from. What was
+// kept beside such a name for it (an outcome spool) is the file's, unless another ledger was
+// kept there since.
+func (s *Store) FormerNames(ctx context.Context) ([]string, error) {
+	names, err := oldNames(ctx, s.r, s.real)
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	for _, n := range names {
+		if _, err := os.Lstat(n); errors.Is(err, os.ErrNotExist) {
+			gone = append(gone, n)
+		}
+	}
+	return gone, nil
+}
+
 // checkOldNames refuses that, unless the log was settled: copied into the file completely by
 // a process that found the file moved (settledMark).
 
