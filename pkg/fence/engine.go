@@ -48,8 +48,12 @@ type Engine struct {
 	memWall bool
 }
 
-// New returns an engine over store.
+// New returns an engine over store. An engine given no store (nil) refuses every call with
+// an error saying so.
 func New(store Store, cfg Config) *Engine {
+	if store == nil {
+		store = noStore{}
+	}
 	wf, ok := store.(WriteFirst)
 	mem, _ := store.(*MemoryStore)
 	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem, memWall: mem != nil && mem.wall}
@@ -908,6 +912,12 @@ func holds(rec *Record, t Ticket) error {
 // intent gets LeaseLostError and changes nothing. Commit keeps its own copy of result; the
 // returned cert's Args, Result, ReadSet and Clock are shared with the ledger's record, as a
 // replayed cert's are (see Admission).
+//
+// ctx bounds the ledger write: a Commit whose ctx ends first returns its error and may have
+// recorded nothing. The effect is then never run again (the claim stays in flight, then
+// unknown once its lease lapses), but its result is not recorded either. To record an effect
+// that ran whatever becomes of the caller, pass context.WithoutCancel(ctx), or use Settle,
+// which keeps the outcome in the spool while the ledger does not take it.
 func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, error) {
 	return e.commit(ctx, t, result, false)
 }

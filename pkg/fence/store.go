@@ -186,3 +186,14 @@ func (f Filter) Match(rec *Record) bool {
 	}
 	return true
 }
+
+// errNoStore is what every call of an engine made without a store returns.
+var errNoStore = errors.New("fence: the engine has no store (fence.New was given nil): give it fence.NewMemoryStore() or a durable store (store.Open)")
+
+// noStore stands in for the store of an engine made without one: a clear error for every
+// call, not a nil dereference.
+type noStore struct{}
+
+func (noStore) Update(context.Context, func(Tx) error) error { return errNoStore }
+func (noStore) View(context.Context, func(Tx) error) error   { return errNoStore }
+func (noStore) Close() error                                 { return errNoStore }

@@ -40,8 +40,8 @@ var (
 // longest lease waits for nothing); a hook is retried a few times within minutes, never long
 // enough to look like the agent's problem.
 const (
-	minReplayWindow = store.MinSeconds * time.Second
-	maxReplayWindow = store.MaxResultSeconds * time.Second
+	minReplayWindow = wrap.MinReplayWindow
+	maxReplayWindow = wrap.MaxReplayWindow
 	minWait         = time.Millisecond
 	maxWait         = store.MaxLeaseSeconds * time.Second
 	minHookTimeout  = time.Second

@@ -44,10 +44,12 @@ const (
 
 var laneNames = [lanes]string{"call", "wait", "settle"}
 
-// classify returns the lane of a tools/call message, or false for any other message.
-func classify(line []byte) (lane, bool) {
+// classify returns the lane of a tools/call message, or false for any other message, and
+// whether its id is null or missing (noID: such a call is not run, see Serve).
+func classify(line []byte) (l lane, noID idless, ok bool) {
 	var m struct {
-		Method string `json:"method"`
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
 		Params struct {
 			Name      string `json:"name"`
 			Arguments struct {
@@ -58,22 +60,44 @@ func classify(line []byte) (lane, bool) {
 	if json.Unmarshal(line, &m) != nil || m.Method != string(mcp.MethodToolsCall) {
 		// Unparseable lines go to mcp-go too, which answers them with a parse error.
 		var probe struct {
-			Method string `json:"method"`
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
 		}
 		if json.Unmarshal(line, &probe) == nil && probe.Method == string(mcp.MethodToolsCall) {
-			return laneCall, true // a tools/call with odd arguments: the tool refuses it
+			return laneCall, idlessOf(probe.ID), true // a tools/call with odd arguments: the tool refuses it
 		}
-		return 0, false
+		return 0, 0, false
 	}
+	noID = idlessOf(m.ID)
 	switch m.Params.Name {
 	case ToolCommit, ToolRelease, ToolAbort, ToolHeartbeat:
-		return laneSettle, true
+		return laneSettle, noID, true
 	case ToolPrepare:
 		if w, ok := m.Params.Arguments.WaitSecs.(float64); ok && w > 0 {
-			return laneWait, true
+			return laneWait, noID, true
 		}
 	}
-	return laneCall, true
+	return laneCall, noID, true
+}
+
+// idless says whether a request's id is missing or null. mcp-go takes either for a
+// notification and neither runs nor answers it, so a tools/call so sent would wait for ever.
+type idless int
+
+const (
+	hasID  idless = iota
+	nullID        // "id": null: answered with an error under id null (MCP: never null)
+	noID          // no id: a notification, which nothing may answer; logged
+)
+
+func idlessOf(id json.RawMessage) idless {
+	switch {
+	case id == nil:
+		return noID
+	case string(id) == "null":
+		return nullID
+	}
+	return hasID
 }
 
 // lineWriter serialises whole lines to the client: mcp-go's writes and the lanes' writes share

@@ -38,6 +38,12 @@ func startStdioWith(t *testing.T, eng *fence.Engine, opts serve.Options, setup f
 	if setup != nil {
 		setup(srv)
 	}
+	return startStdioOf(t, srv)
+}
+
+// startStdioOf serves srv over pipes and initializes it, as a client does.
+func startStdioOf(t *testing.T, srv *serve.Server) *stdioClient {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	c := &stdioClient{t: t, in: inW, wait: map[string]chan json.RawMessage{}, done: make(chan error, 1)}

@@ -16,6 +16,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/budget"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -108,8 +110,11 @@ type Server struct {
 	mcp  *server.MCPServer
 }
 
-// New returns a server whose tools act on eng.
+// New returns a server whose tools act on eng, which is required.
 func New(eng *fence.Engine, opts Options) (*Server, error) {
+	if eng == nil {
+		return nil, errors.New("serve: an engine is required (fence.New over a store, or store.Open)")
+	}
 	s := &Server{eng: eng, opts: opts.withDefaults()}
 	s.mcp = server.NewMCPServer("effectfence", s.opts.Version,
 		server.WithToolCapabilities(false),
@@ -126,9 +131,14 @@ func (s *Server) MCP() *server.MCPServer { return s.mcp }
 
 // Serve speaks MCP over stdio on in and out until in ends or ctx is cancelled. Only protocol
 // messages are written to out. Tool calls are scheduled in lanes (lanes.go), so a settling call
-// never waits behind waiting prepares. mcp-go keeps one stdio session per process, so run one
-// Serve per process at a time.
+// never waits behind waiting prepares. mcp-go keeps one stdio session per MCP server, so a
+// Server serves one client at a time: a second Serve of it while one runs returns an error at
+// once ("register session: session already exists") and the first is not disturbed. Servers
+// made by separate New calls (over one engine or several) serve side by side.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	if in == nil || out == nil {
+		return errors.New("serve: Serve needs an input and an output (the client's stdin and stdout)")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &lineWriter{w: out, ids: newIDs()}
@@ -163,7 +173,15 @@ route:
 		select {
 		case ln := <-lines:
 			b := w.ids.wrap(ln.b)
-			if l, ok := classify(b); ok {
+			if l, noID, ok := classify(b); ok {
+				if noID != hasID {
+					sc.requests.Release(ln.held)
+					if err := refuseIDless(w, s.opts.Log, noID); err != nil {
+						readErr = err
+						break route
+					}
+					continue
+				}
 				sc.run(l, b, ln.held)
 				continue
 			}
@@ -193,6 +211,18 @@ route:
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// refuseIDless answers a tools/call whose id is null with an error under id null, and logs
+// one without an id (a notification, which nothing may answer). Neither is run.
+func refuseIDless(w io.Writer, logger *log.Logger, why idless) error {
+	if why == noID {
+		logger.Printf("a tools/call without an id (a notification) was NOT run: give it an id")
+		return nil
+	}
+	msg := jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence serve: a tools/call's id must be a string or a number (MCP), not null: it was NOT run; send it again with an id"})
+	_, err := w.Write(append(msg, '\n'))
+	return err
 }
 
 // callResult sends v as JSON in a text block and as structuredContent.

@@ -36,7 +36,11 @@ type Options struct {
 	// postgres:// URL.
 	Ledger string
 	// Name picks the default file: "server" for serve, WrapName(argv) for wrap.
-	Name          string
+	Name string
+	// LeaseTTL and ResultTTL are the engine's (fence.Config; 0 is the default). They are not
+	// bounded here, so a test may use milliseconds; the commands take only what LeaseSeconds
+	// and ResultSeconds accept. They are durations: 60 is 60 ns, a lease that lapses at once
+	// (its calls end unknown, fenced), not a minute.
 	LeaseTTL      time.Duration
 	ResultTTL     time.Duration
 	OnLeaseExpiry fence.ExpiryPolicy

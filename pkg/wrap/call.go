@@ -81,6 +81,15 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		return p.forward(ctx, m, c.name)
 	}
 	s := p.settings(c.name)
+	// Options' own per-tool settings were checked by New; PerTool's are known only now (its
+	// privacy settings the engine checks). Its ReplayWindow is checked as given: settings
+	// fills in Options.ReplayWindow (checked by New) only for 0 or less.
+	if p.opt.PerTool != nil {
+		if err := s.checkCall(); err != nil {
+			ev.Outcome = "invalid"
+			return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the settings of tool %q are refused (%v); the call was NOT executed", c.name, err))
+		}
+	}
 	id, err := identifyCanon(p.opt.Scope, c.name, c.args, c.canonArgs, s.Ignore, s.Key)
 	if err != nil {
 		ev.Outcome = "invalid"

@@ -1,6 +1,8 @@
 package wrap
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -79,4 +81,53 @@ func (p *Proxy) settings(tool string) ToolSettings {
 		s.Wait = p.opt.Wait
 	}
 	return s
+}
+
+// check refuses settings that would fence calls wrongly (checkCall) and privacy settings the
+// engine would refuse at every call.
+func (s ToolSettings) check() error {
+	if err := s.checkCall(); err != nil {
+		return err
+	}
+	for _, r := range s.Redact {
+		var bad fence.InvalidError
+		if err := fence.CheckRedactPath(r); errors.As(err, &bad) {
+			return fmt.Errorf("redact %q: %s", r, bad.Why)
+		}
+	}
+	if _, err := fence.ParseKeepResult(string(s.KeepResult)); err != nil {
+		return fmt.Errorf("keep result %q: want full or hash", s.KeepResult)
+	}
+	return nil
+}
+
+// checkCall refuses a key field cut by an ignored one (every call would have the same key,
+// and distinct calls would be answered as one), an empty field path (it names no field) and a
+// replay window out of range.
+func (s ToolSettings) checkCall() error {
+	if err := checkWindow(s.ReplayWindow); err != nil {
+		return err
+	}
+	for _, k := range s.Key {
+		if len(k) == 0 {
+			return errors.New("an empty key field path: it names no field")
+		}
+	}
+	for _, i := range s.Ignore {
+		if len(i) == 0 {
+			return errors.New("an empty ignored field path: it names no field")
+		}
+	}
+	if k, i, cut := IgnoredKey(s.Key, s.Ignore); cut {
+		return IgnoredKeyError(k, i)
+	}
+	return nil
+}
+
+// checkWindow refuses a replay window other than 0 (the default) that is out of range.
+func checkWindow(w time.Duration) error {
+	if w != 0 && (w < MinReplayWindow || w > MaxReplayWindow) {
+		return fmt.Errorf("replay window %s is out of range; want 0 (the default, %s) or from %s to %s", w, DefaultReplayWindow, MinReplayWindow, MaxReplayWindow)
+	}
+	return nil
 }

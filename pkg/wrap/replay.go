@@ -19,6 +19,15 @@ import (
 // more likely a deliberate repeat (toggle again, buy again) and runs as a new action.
 const DefaultReplayWindow = 10 * time.Minute
 
+// Bounds of a replay window (Options.ReplayWindow, ReplayWindows, ToolSettings.ReplayWindow,
+// the policy's replay_window and --replay-window): below a second no retry would be answered
+// with the recorded result (a window written as seconds, 600, is 600 ns); past the longest
+// result TTL the record is gone before the window ends.
+const (
+	MinReplayWindow = time.Second
+	MaxReplayWindow = 366 * 24 * time.Hour
+)
+
 // RepeatArg is the argument an agent adds to ask for a deliberate new action with the same
 // arguments: a call with a value not used before is a new call; a retry with the same value
 // is the same call and receives its recorded result. wrap removes it before the call reaches

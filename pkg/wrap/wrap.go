@@ -99,7 +99,9 @@ type Options struct {
 	FenceReads bool
 	// Fence and Pass force tools in or out of the fence (Pass wins).
 	Fence, Pass []string
-	// Ignore removes fields from a tool's identity; Key names a tool's identity fields.
+	// Ignore removes fields from a tool's identity; Key names a tool's identity fields. A key
+	// field that is ignored, or lies under an ignored field, is refused (New): ignored fields
+	// are cut before the key is read, so distinct calls would be one.
 	Ignore map[string][]Path
 	Key    map[string][]Path
 	// NoInjectKey turns off filling an empty idempotency-key-like argument.
@@ -119,7 +121,8 @@ type Options struct {
 	KeepResult map[string]fence.KeepResult
 	// ReplayWindow is how long a recorded result answers an identical call (default
 	// DefaultReplayWindow); ReplayWindows sets it per tool. A later identical call is a new
-	// action. The done record and its audit stay for the ledger's result TTL either way.
+	// action. The done record and its audit stay for the ledger's result TTL either way. 0 is
+	// the default; anything else must be from MinReplayWindow to MaxReplayWindow (New).
 	ReplayWindow  time.Duration
 	ReplayWindows map[string]time.Duration
 	// NoElicit names tools about whose unknown outcomes no person may be asked through MCP
@@ -129,6 +132,7 @@ type Options struct {
 	// RerunSafe, Redact, KeepResult, ReplayWindows and NoElicit, and may shorten or lengthen
 	// Wait for the tool's calls: a policy file names tools by globs, which match only the
 	// names the server lists at run time (pkg/policy builds it with the flags folded in).
+	// Settings it gives whose key field is ignored refuse the tool's calls (not run).
 	PerTool func(tool string) ToolSettings
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
@@ -287,7 +291,10 @@ func (r running) String() string {
 	return fmt.Sprintf("%s (request id %s, running %s)", what, r.id, time.Since(r.since).Round(100*time.Millisecond))
 }
 
-// New checks opt and returns a Proxy.
+// New checks opt and returns a Proxy. It refuses what the command refuses at its start: no
+// server, no engine or log, a bad OnUnknown hook, and per-tool settings that would fence
+// wrongly or fail every call (a key field that is ignored, an empty field path, a replay
+// window out of range, a bad redact path, a KeepResult other than full or hash).
 func New(opt Options) (*Proxy, error) {
 	if opt.Backend == nil && (len(opt.Command) == 0 || opt.Command[0] == "") {
 		return nil, errors.New("wrap: no MCP server command given (effectfence wrap [flags] -- <command...>)")
@@ -318,10 +325,53 @@ func New(opt Options) (*Proxy, error) {
 	if err := opt.OnUnknown.Check(); err != nil {
 		return nil, fmt.Errorf("wrap: %w", err)
 	}
+	if err := checkToolOptions(opt); err != nil {
+		return nil, fmt.Errorf("wrap: %w", err)
+	}
 	if opt.OnUnknown != nil {
 		p.hooks = newHookRunner(p, *opt.OnUnknown)
 	}
 	return p, nil
+}
+
+// checkToolOptions refuses per-tool options that the command's flags and a policy file could
+// not give either: a key field cut by an ignored one (distinct calls would be one, the second
+// answered with the first's receipt), an empty field path, a replay window out of range (600
+// meant as seconds is 600 ns: every retry would run again), and privacy settings the engine
+// would refuse at every call of the tool. Options.PerTool is checked at each call instead
+// (toolsCallAs): its tools are known only then.
+func checkToolOptions(opt Options) error {
+	if err := checkWindow(opt.ReplayWindow); err != nil {
+		return err
+	}
+	tools := map[string]bool{}
+	for tool := range opt.Key {
+		tools[tool] = true
+	}
+	for tool := range opt.Ignore {
+		tools[tool] = true
+	}
+	for tool := range opt.Redact {
+		tools[tool] = true
+	}
+	for tool := range opt.KeepResult {
+		tools[tool] = true
+	}
+	for tool := range opt.ReplayWindows {
+		tools[tool] = true
+	}
+	names := make([]string, 0, len(tools))
+	for tool := range tools {
+		names = append(names, tool)
+	}
+	sort.Strings(names) // the same error for the same options
+	for _, tool := range names {
+		s := ToolSettings{Key: opt.Key[tool], Ignore: opt.Ignore[tool], Redact: opt.Redact[tool], KeepResult: opt.KeepResult[tool], ReplayWindow: opt.ReplayWindows[tool]}
+		if err := s.check(); err != nil {
+			return fmt.Errorf("tool %q: %w", tool, err)
+		}
+	}
+	return nil
 }
 
 func set(xs []string) map[string]bool {
@@ -343,6 +393,9 @@ func (p *Proxy) logf(format string, a ...any) {
 // logging what it waits for, then stops the child; each fenced call still inside the child is
 // recorded as unknown. Kill ends everything at once instead.
 func (p *Proxy) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	if in == nil || out == nil {
+		return errors.New("wrap: Serve needs an input and an output (the agent's stdin and stdout)")
+	}
 	p.Attach(jsonrpc.NewWriter(out))
 	readErr := make(chan error, 1)
 	// The reader dispatches each message itself, in the order read. A request is then served
@@ -453,8 +506,15 @@ type Sink interface {
 func (p *Proxy) Attach(out Sink) { p.out = out }
 
 // Dispatch handles one message of the agent (a request, a response or a notification): a
-// request runs on its own goroutine and its answer goes to the Sink.
+// request runs on its own goroutine and its answer goes to the Sink. Before Attach, it drops
+// the message unread (nothing runs) and says so in the log.
 func (p *Proxy) Dispatch(line []byte) {
+	if p.out == nil {
+		// Nobody would hear the answer: running a call now would be an effect no agent learns
+		// of. Refused unread instead, and said where a person reads it.
+		p.logf("a message of the agent was dropped unread (nothing ran): Dispatch was called before Attach")
+		return
+	}
 	if run := p.route(line, false, 0); run != nil {
 		p.serveRequest(run)
 	}

@@ -1,0 +1,66 @@
+package serve_test
+
+import (
+	"bytes"
+	"context"
+	"log"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A tools/call whose id is null (MCP: an id is a string or a number, never null) is answered
+// with a JSON-RPC error under id null saying it did not run; one without an id (a
+// notification: nothing may answer it) is not run and the log says so. Before, both were
+// dropped without a word, and the client waited for an answer that never came.
+func TestToolsCallWithoutAnIDIsRefusedAloud(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	logs := &syncBuf{}
+	c := startStdio(t, eng, serve.Options{Log: log.New(logs, "", 0)})
+	select {
+	case resp := <-c.sendLine("null", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"pay:null-id","tool":"t"}}}`):
+		if !strings.Contains(string(resp), `"code":-32600`) || !strings.Contains(string(resp), "NOT run") {
+			t.Errorf("a tools/call with id null: %s; want a -32600 error saying it did not run", resp)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("a tools/call with id null was never answered")
+	}
+	if _, err := c.in.Write([]byte(`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"pay:no-id","tool":"t"}}}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "without an id") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "without an id") {
+		t.Errorf("the log does not say a tools/call without an id was not run: %q", logs.String())
+	}
+	for _, intent := range []string{"pay:null-id", "pay:no-id"} {
+		rec, err := eng.Status(context.Background(), intent)
+		if err != nil || rec.State != fence.StateNone {
+			t.Errorf("%s: state %s (%v); want none: the call did not run", intent, rec.State, err)
+		}
+	}
+}
