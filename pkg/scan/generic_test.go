@@ -194,3 +194,31 @@ func TestNotesNameUnresolvedSitesBesideFoundTools(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishedHintsOfOtherTypes: a listing with hints that are not booleans ("readOnlyHint":
+// "yes", 1, null) or annotations that are not an object keeps every tool, with those hints
+// taken as not given; the other tools' hints are read as published. Before, one such entry
+// failed the whole --run ("tools/list result is not a tool list").
+func TestPublishedHintsOfOtherTypes(t *testing.T) {
+	page := `{"tools":[
+		{"name":"odd","annotations":{"title":5,"readOnlyHint":"yes","destructiveHint":1,"idempotentHint":null}},
+		{"name":"flat","annotations":"read-only"},
+		{"name":"send","annotations":{"title":"Send","readOnlyHint":false,"destructiveHint":true}}
+	],"nextCursor":"c2"}`
+	tools, next, err := parsePublished(json.RawMessage(page))
+	if err != nil || next != "c2" || len(tools) != 3 {
+		t.Fatalf("parsePublished: %d tools, next %q, %v; want 3 tools, c2", len(tools), next, err)
+	}
+	if a := tools[0].Annotations; a == nil || a.ReadOnlyHint != nil || a.DestructiveHint != nil || a.IdempotentHint != nil || a.Title != "" {
+		t.Fatalf("odd: %+v; want every hint not given", a)
+	}
+	if a := tools[1].Annotations; a == nil || a.saysReadOnly() || a.saysEffect() {
+		t.Fatalf("flat: %+v; want nothing said", a)
+	}
+	if a := tools[2].Annotations; a == nil || a.Title != "Send" || !a.saysEffect() || annotationText(a) != "readOnlyHint false, destructiveHint true" {
+		t.Fatalf("send: %+v; want its hints as published", a)
+	}
+	if _, _, err := parsePublished(json.RawMessage(`{"tools":[{"description":"no name"}]}`)); err == nil {
+		t.Fatal("a tool without a name was accepted")
+	}
+}

@@ -30,6 +30,29 @@ type Annotations struct {
 	OpenWorldHint   *bool  `json:"openWorldHint,omitempty"`
 }
 
+// UnmarshalJSON reads the annotations a server publishes; a hint of another type than boolean
+// ("readOnlyHint": "yes") is taken as not given, and a title that is not a string as none, so
+// one server's odd entry does not stop the listing of every tool.
+func (a *Annotations) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		*a = Annotations{} // not an object: nothing said
+		return nil
+	}
+	hint := func(name string) *bool {
+		var v bool
+		if json.Unmarshal(raw[name], &v) != nil || string(raw[name]) == "null" {
+			return nil
+		}
+		return &v
+	}
+	var title string
+	_ = json.Unmarshal(raw["title"], &title)
+	*a = Annotations{Title: title, ReadOnlyHint: hint("readOnlyHint"), DestructiveHint: hint("destructiveHint"),
+		IdempotentHint: hint("idempotentHint"), OpenWorldHint: hint("openWorldHint")}
+	return nil
+}
+
 // saysReadOnly reports an explicit readOnlyHint: true.
 func (a *Annotations) saysReadOnly() bool {
 	return a != nil && a.ReadOnlyHint != nil && *a.ReadOnlyHint
@@ -90,24 +113,33 @@ func ListPublished(ctx context.Context, rc RunConfig) ([]PublishedTool, error) {
 			}
 			return nil, fmt.Errorf("scan: tools/list: %w", err)
 		}
-		var res struct {
-			Tools      []PublishedTool `json:"tools"`
-			NextCursor string          `json:"nextCursor"`
+		tools, next, err := parsePublished(raw)
+		if err != nil {
+			return nil, err
 		}
-		if err := json.Unmarshal(raw, &res); err != nil {
-			return nil, fmt.Errorf("scan: tools/list result is not a tool list: %v", err)
-		}
-		for _, t := range res.Tools {
-			if t.Name == "" {
-				return nil, errors.New("scan: tools/list holds a tool without a name")
-			}
-			out = append(out, t)
-		}
-		if res.NextCursor == "" {
+		out = append(out, tools...)
+		if next == "" {
 			return out, nil
 		}
-		cursor = res.NextCursor
+		cursor = next
 	}
+}
+
+// parsePublished reads one tools/list result page.
+func parsePublished(raw json.RawMessage) ([]PublishedTool, string, error) {
+	var res struct {
+		Tools      []PublishedTool `json:"tools"`
+		NextCursor string          `json:"nextCursor"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, "", fmt.Errorf("scan: tools/list result is not a tool list: %v", err)
+	}
+	for _, t := range res.Tools {
+		if t.Name == "" {
+			return nil, "", errors.New("scan: tools/list holds a tool without a name")
+		}
+	}
+	return res.Tools, res.NextCursor, nil
 }
 
 // RunReport is what --run adds: the server's list as ground truth, set against the code.

@@ -191,3 +191,33 @@ func TestRepeatArgumentOfTheToolsOwnIsForwarded(t *testing.T) {
 		t.Fatalf("the server received %q; want both calls with their effectfence_repeat, as sent", effects)
 	}
 }
+
+// TestToolWithOddAnnotationsDoesNotStopTheOthers: a server that lists one tool with hints of
+// the wrong types ("readOnlyHint": "yes") and one entry whose name is not a string. wrap reads
+// the listing tool by tool: every other tool keeps what the listing says of it (charge is
+// fenced: a duplicate replays), and the odd tool is fenced too, since only a readOnlyHint of
+// true passes a tool through. Before, one such tool made the whole page unreadable, so wrap
+// knew no tool and refused every call ("listing tools: ... cannot unmarshal").
+func TestToolWithOddAnnotationsDoesNotStopTheOthers(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.mode = "oddannotations"
+	w := r.wrap()
+	for _, tool := range []string{"charge", "unlisted", "balance"} {
+		args := `{"tag":"` + tool + `"}`
+		if tool == "charge" {
+			args = `{"amount":7}`
+		}
+		first := call(t, w.Session, tool, args)
+		again := call(t, w.Session, tool, args)
+		if first.IsError || first.replayed() {
+			t.Fatalf("%s: %q (isError %v); want it run", tool, first.text(), first.IsError)
+		}
+		if fenced := tool != "balance"; again.IsError || again.replayed() != fenced {
+			t.Fatalf("%s again: %q (replayed %v); want replayed %v", tool, again.text(), again.replayed(), fenced)
+		}
+	}
+	if log := w.log.String(); strings.Contains(log, "cannot unmarshal") {
+		t.Fatalf("wrap could not read the listing:\n%s", log)
+	}
+}

@@ -27,14 +27,26 @@ type toolInfo struct {
 }
 
 type toolPage struct {
-	Tools []struct {
-		Name        string          `json:"name"`
-		InputSchema json.RawMessage `json:"inputSchema"`
-		Annotations struct {
-			ReadOnlyHint bool `json:"readOnlyHint"`
-		} `json:"annotations"`
-	} `json:"tools"`
-	NextCursor string `json:"nextCursor"`
+	Tools      []json.RawMessage `json:"tools"`
+	NextCursor string            `json:"nextCursor"`
+}
+
+// listedTool is what wrap reads of one tool of a listing. Each is read on its own: a tool
+// whose name is not a string is left out (no call can name it), and hints of the wrong types
+// count as not given, so one odd entry never makes the others unknown.
+type listedTool struct {
+	Name        string          `json:"name"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+	Annotations json.RawMessage `json:"annotations"`
+}
+
+// readOnlyHint reports whether annotations say "readOnlyHint": true, exactly; anything
+// else (absent, false, "yes", 1, annotations that are not an object) leaves the tool fenced.
+func readOnlyHint(annotations json.RawMessage) bool {
+	var a struct {
+		ReadOnlyHint json.RawMessage `json:"readOnlyHint"`
+	}
+	return json.Unmarshal(annotations, &a) == nil && string(a.ReadOnlyHint) == "true"
 }
 
 // parseTools reads what wrap needs from one tools/list result page.
@@ -44,7 +56,11 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 		return nil, "", fmt.Errorf("tools/list result: %v", err)
 	}
 	out := make(map[string]toolInfo, len(p.Tools))
-	for _, t := range p.Tools {
+	for _, rawTool := range p.Tools {
+		var t listedTool
+		if json.Unmarshal(rawTool, &t) != nil {
+			continue
+		}
 		var schema struct {
 			Properties map[string]struct {
 				Type json.RawMessage `json:"type"`
@@ -52,7 +68,7 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 		}
 		_ = json.Unmarshal(t.InputSchema, &schema) // a schema of another shape has no properties
 		_, repeat := schema.Properties[RepeatArg]
-		info := toolInfo{readOnly: t.Annotations.ReadOnlyHint, repeatProp: repeat, params: mcpheader.Params(t.InputSchema)}
+		info := toolInfo{readOnly: readOnlyHint(t.Annotations), repeatProp: repeat, params: mcpheader.Params(t.InputSchema)}
 		names := make([]string, 0, len(schema.Properties))
 		for name := range schema.Properties {
 			names = append(names, name)

@@ -92,6 +92,11 @@ const HeaderTool = `{"name":"transfer","description":"Moves money; records an ef
 // declares effectfence_repeat as an argument of its own.
 const RepeatTool = `{"name":"own_repeat","description":"Takes effectfence_repeat as its own argument; records the arguments it received.","inputSchema":{"type":"object","properties":{"effectfence_repeat":{"type":"string"},"n":{"type":"integer"}}}}`
 
+// OddTools is what the "oddannotations" mode lists besides ToolsList: "unlisted" with
+// annotations of the wrong types (a server's bug, or its own reading of the schema), and an
+// entry whose name is not a string.
+const OddTools = `{"name":"unlisted","description":"Hints of the wrong types.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":"yes","destructiveHint":1,"idempotentHint":null}},{"name":7,"inputSchema":{"type":"object"}}`
+
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
 type server struct {
@@ -229,6 +234,8 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			list = strings.TrimSuffix(list, "]}") + "," + HeaderTool + "]}"
 		case "repeatprop":
 			list = strings.TrimSuffix(list, "]}") + "," + RepeatTool + "]}"
+		case "oddannotations":
+			list = strings.TrimSuffix(list, "]}") + "," + OddTools + "]}"
 		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil

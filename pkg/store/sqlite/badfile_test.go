@@ -851,3 +851,98 @@ func TestRemoveAdviceIsSafeToPaste(t *testing.T) {
 		t.Fatalf("left %q", left)
 	}
 }
+
+// TestEmptiedLedgerIsRefused: a ledger file emptied after use (truncated to 0 bytes by a tool,
+// a copy cut short, `: > ledger.db`) is not a new ledger: taken for one, it would forget every
+// outcome and each done call would run again. Its writers' queue file beside it shows that a
+// ledger was there, so opening it, to write or to look, is refused and the file is left as it
+// is. Removing the queue file says "a new ledger here on purpose"; a ledger removed whole
+// (rm) is made afresh at the next open, its old queue file notwithstanding.
+func TestEmptiedLedgerIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	seedLedger(t, path, 3)
+	if _, err := os.Stat(path + "-lock"); err != nil {
+		t.Fatalf("no queue file beside a used ledger: %v", err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		st, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: ro})
+		if err == nil {
+			st.Close()
+			t.Fatalf("read-only %v: an emptied ledger was opened as a new one; every done call would run again", ro)
+		}
+		var fe *sqlite.FileError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "was emptied") || !strings.Contains(err.Error(), "remove "+path+"-lock") {
+			t.Fatalf("read-only %v: %v; want a FileError saying the file was emptied and how to start afresh", ro, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+			t.Fatalf("the refused file was changed: %v %v", fi, err)
+		}
+	}
+	r, err := sqlite.Check(ctx, path)
+	if err != nil || r.OK || r.Kind != "emptied ledger" || len(r.Advice) == 0 || !strings.Contains(r.Advice[0], "remove "+path+"-lock") {
+		t.Fatalf("ledger check of an emptied ledger: %+v %v; want a problem and the ways out", r, err)
+	}
+	// Removed on purpose: a new ledger.
+	if err := os.Remove(path + "-lock"); err != nil {
+		t.Fatal(err)
+	}
+	st := openT(t, path, sqlite.Options{})
+	st.Close()
+	// A ledger removed whole, its queue file left: made afresh.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + "-lock"); err != nil {
+		t.Fatalf("the new ledger has no queue file: %v", err)
+	}
+	st = openT(t, path, sqlite.Options{})
+	st.Close()
+	// A new empty file (touch, mktemp) with no queue file beside it becomes a ledger.
+	other := filepath.Join(dir, "made-empty.db")
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st = openT(t, other, sqlite.Options{})
+	st.Close()
+}
+
+// TestNewLedgerOpenedAtOnceIsNotTakenForEmptied: processes that open a new ledger at the same
+// moment see its file empty while one of them makes it; none may take it for an emptied
+// ledger (TestEmptiedLedgerIsRefused), also where a removed ledger's queue file was left
+// behind. Six processes at once, five times, the ledger removed whole between rounds.
+func TestNewLedgerOpenedAtOnceIsNotTakenForEmptied(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	const procs, rounds = 6, 5
+	for round := range rounds {
+		var cmds []*exec.Cmd
+		outs := make([]*bytes.Buffer, procs)
+		for p := range procs {
+			cmd := exec.Command(exe, "-test.run=^$")
+			cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_MIGRATOR="+path)
+			outs[p] = new(bytes.Buffer)
+			cmd.Stdout, cmd.Stderr = outs[p], outs[p]
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds = append(cmds, cmd)
+		}
+		for p, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("round %d, process %d of %d opening a new ledger at once: %v\n%s", round, p, procs, err, outs[p])
+			}
+		}
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -119,6 +119,13 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		if r.orphanLog() {
 			return r, nil
 		}
+		var fe *FileError
+		if errors.As(checkEmptied(path), &fe) {
+			r.Kind = "emptied ledger"
+			r.Problems = append(r.Problems, "it "+fe.Problem)
+			r.Advice = append(r.Advice, fe.Advice)
+			return r, nil
+		}
 		r.OK = true
 		r.Advice = append(r.Advice, "an empty file becomes a ledger on first use")
 		return r, nil

@@ -170,21 +170,47 @@ func TestWriterQueueHeldForTheTransaction(t *testing.T) {
 // Open's migration is a write transaction too (BEGIN IMMEDIATE, on every open for writing):
 // it takes its turn like an Update. Without the queue a process starting while others write
 // back to back waits in SQLite's busy handler and keeps missing the lock (measured: of 8 opens
-// while two processes wrote, the slowest took 1.0-1.9 s; 35-44 ms with the turn).
+// while two processes wrote, the slowest took 1.0-1.9 s; 35-44 ms with the turn). A new
+// ledger (an empty file) is the exception: its queue file is made only once its first page is
+// on disk (TestEmptiedLedgerIsRefused), so its migration runs with no queue file there yet.
 func TestWriterQueueHeldForTheMigration(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	steps, queueFiles := 0, 0
+	sqlite.SetTestHookMigrated(func(int) {
+		steps++
+		if _, err := os.Lstat(ledger + "-lock"); err == nil {
+			queueFiles++
+		}
+	})
+	st := openT(t, ledger, sqlite.Options{})
+	sqlite.SetTestHookMigrated(nil)
+	if steps == 0 || queueFiles != 0 {
+		t.Fatalf("a queue file was there during %d of the %d migration steps of a new ledger", queueFiles, steps)
+	}
+	if _, err := os.Lstat(ledger + "-lock"); err != nil {
+		t.Fatalf("no queue file once the new ledger opened: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// An existing ledger of an older schema, its queue file there: migrated in its turn.
+	old := copyV1(t)
+	if err := os.WriteFile(old+"-lock", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	steps, held := 0, 0
 	sqlite.SetTestHookMigrated(func(int) {
 		steps++
-		if !tryQueue(t, ledger) {
+		if !tryQueue(t, old) {
 			held++
 		}
 	})
 	defer sqlite.SetTestHookMigrated(nil)
-	openT(t, ledger, sqlite.Options{})
+	openT(t, old, sqlite.Options{})
 	if steps == 0 || held != steps {
-		t.Fatalf("the queue was held during %d of the %d migration steps of a new ledger", held, steps)
+		t.Fatalf("the queue was held during %d of the %d migration steps of an existing ledger", held, steps)
 	}
+	ledger = old
 	if !tryQueue(t, ledger) {
 		t.Fatal("the queue is still held after the store opened")
 	}

@@ -170,7 +170,16 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, s.fail(err)
 	}
 	if !opt.ReadOnly {
-		s.turns = openWriterQueue(abs)
+		// A new ledger (an empty file) gets its queue file only after its first page is on
+		// disk (checkEmptied): its migration runs without the queue, as a writer that finds
+		// no queue file does; the processes making it at once are served by SQLite's lock.
+		fresh := false
+		if fi, err := os.Stat(abs); err == nil && fi.Size() == 0 {
+			fresh = true
+			s.turns = &writerQueue{path: realPath(abs) + "-lock"}
+		} else {
+			s.turns = openWriterQueue(abs)
+		}
 		if s.w, err = sql.Open("sqlite", dsn(abs, opt, true)); err != nil {
 			return nil, s.fail(err)
 		}
@@ -186,6 +195,12 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		s.turns.leave(t)
 		if err != nil {
 			return nil, s.fail(err)
+		}
+		if fresh {
+			if fi, err := os.Stat(abs); err != nil || fi.Size() == 0 {
+				return nil, s.fail(fmt.Errorf("ledger %s: still empty after its schema was written (%v); nothing else was done", abs, err))
+			}
+			s.turns = openWriterQueue(abs)
 		}
 		if !opt.SkipQuickCheck {
 			if err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.quickCheck(ctx) }); err != nil {
@@ -444,6 +459,11 @@ func prepareFile(path string, readOnly bool) error {
 			return err
 		}
 	}
+	if err == nil && fi.Size() == 0 {
+		if err := checkEmptied(path); err != nil {
+			return err
+		}
+	}
 	switch {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("ledger %s is a directory; name a file (e.g. %s)", path, filepath.Join(path, "ledger.db"))
@@ -504,6 +524,12 @@ func prepareFile(path string, readOnly bool) error {
 			return fmt.Errorf("cannot create the ledger directory %s: %w; choose another location with --ledger or EFFECTFENCE_LEDGER", dir, err)
 		}
 	}
+	// A queue file left from a ledger that was here (removed to start afresh) would make the
+	// new ledger's empty file look emptied to a process opening it now (checkEmptied): gone
+	// before the file is made. Only the queue's own empty file is removed.
+	if q := realPath(path) + "-lock"; ownQueueFileAt(q) {
+		_ = os.Remove(q)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
@@ -546,6 +572,38 @@ func checkOrphanLog(path string) error {
 		return &FileError{Path: path, Problem: problem + "; opening a new ledger here would delete them, so nothing was done", Advice: advice}
 	}
 	return nil
+}
+
+// checkEmptied refuses an empty ledger file beside its writers' queue file (<ledger>-lock):
+// a ledger was there, and the file was emptied since (truncated by a tool, a copy cut short,
+// `: > ledger.db`). Taken for a new ledger, it would forget every outcome, and each done call
+// would run again. The queue file is made only once a new ledger's first page is on disk
+// (Open), and one left by a removed ledger is removed before a new file is made
+// (prepareFile), so a queue file seen first and then an empty ledger, with the same queue
+// file still there, means the ledger was emptied. An empty file without a queue file
+// beside it becomes a ledger on first use, as before.
+func checkEmptied(path string) error {
+	q := realPath(path) + "-lock"
+	before, err := os.Lstat(q)
+	if err != nil || !ownQueueFile(before) {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != 0 {
+		return nil
+	}
+	if after, err := os.Lstat(q); err != nil || !os.SameFile(before, after) {
+		return nil // replaced meanwhile: a new ledger is being made here
+	}
+	return &FileError{Path: path,
+		Problem: fmt.Sprintf("is empty, but the writers' queue file beside it (%s) shows that a ledger was here: the file was emptied (truncated or overwritten), and every outcome it held is gone from it; taken for a new ledger, each call it recorded as done would run again, so nothing was done", q),
+		Advice:  fmt.Sprintf("restore the ledger from a backup (with its -wal file, if one was kept); to start a new, empty ledger here on purpose, remove %s first", q)}
+}
+
+// ownQueueFileAt reports whether path is a writers' queue file (ownQueueFile).
+func ownQueueFileAt(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && ownQueueFile(fi)
 }
 
 // OrphanLog describes the non-empty write-ahead log beside path, which has no ledger (see
