@@ -64,6 +64,19 @@ func (r *CheckReport) orphanLog() bool {
 	return true
 }
 
+// refused reports whether err is a FileError of a check that opening the file would fail,
+// and if so puts it in the report as a problem of the kind given, with its way out.
+func (r *CheckReport) refused(kind string, err error) bool {
+	var fe *FileError
+	if !errors.As(err, &fe) {
+		return false
+	}
+	r.Kind = kind
+	r.Problems = append(r.Problems, "it "+fe.Problem)
+	r.Advice = append(r.Advice, fe.Advice)
+	return true
+}
+
 // Check inspects the file at path without changing it: whether it is SQLite at all, whether it
 // is an effectfence ledger and of which schema, whether it is truncated, and SQLite's own
 // integrity_check. It fails only when it cannot look at all; everything it finds is in the
@@ -93,12 +106,8 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		return nil, fmt.Errorf("%s is %s, not a ledger file", path, irregular(fi.Mode()))
 	}
 	r.Bytes = fi.Size()
-	var mounted *FileError
-	if errors.As(checkMountedAlone(path), &mounted) {
-		// Opening it would put a log and an index beside the mount point.
-		r.Kind = "file mounted alone"
-		r.Problems = append(r.Problems, "it "+mounted.Problem)
-		r.Advice = append(r.Advice, mounted.Advice)
+	// Opening it would put a log and an index beside the mount point.
+	if r.refused("file mounted alone", checkMountedAlone(path)) {
 		return r, nil
 	}
 	// Opening it under this name would read a log other than the one its decisions are in.
@@ -106,11 +115,7 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		kind  string
 		check func() error
 	}{{"file with several names", func() error { return checkOneName(path, fi) }}, {"file open under another name", func() error { return checkOtherName(path) }}, {"log of another file", func() error { return checkOwnLog(path) }}} {
-		var fe *FileError
-		if errors.As(c.check(), &fe) {
-			r.Kind = c.kind
-			r.Problems = append(r.Problems, "it "+fe.Problem)
-			r.Advice = append(r.Advice, fe.Advice)
+		if r.refused(c.kind, c.check()) {
 			return r, nil
 		}
 	}
@@ -119,11 +124,7 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		if r.orphanLog() {
 			return r, nil
 		}
-		var fe *FileError
-		if errors.As(checkEmptied(path), &fe) {
-			r.Kind = "emptied ledger"
-			r.Problems = append(r.Problems, "it "+fe.Problem)
-			r.Advice = append(r.Advice, fe.Advice)
+		if r.refused("emptied ledger", checkEmptied(path)) {
 			return r, nil
 		}
 		r.OK = true
