@@ -365,12 +365,7 @@ func drainOldSpool(ctx context.Context, st fence.Store, cfg fence.Config, old st
 	if old == "" || old == cfg.SpoolDir {
 		return nil
 	}
-	if a, err := os.Stat(old); err != nil {
-		return nil // none there
-	} else if b, err := os.Stat(cfg.SpoolDir); err == nil && os.SameFile(a, b) {
-		return nil // the same directory (./ledger.db and ledger.db): Recover drains it
-	}
-	if files, err := fence.SpoolFiles(old); err != nil || len(files) == 0 {
+	if files, err := waitingElsewhere(old, cfg.SpoolDir); err != nil || len(files) == 0 {
 		return err
 	}
 	cfg.SpoolDir = old
@@ -392,13 +387,9 @@ func checkFormerSpools(ctx context.Context, st fence.Store, spool string) error 
 	if err != nil {
 		return err
 	}
-	ours, _ := os.Stat(spool)
 	for _, old := range names {
 		dir := old + ".spool"
-		if fi, err := os.Stat(dir); err != nil || ours != nil && os.SameFile(fi, ours) {
-			continue
-		}
-		files, err := fence.SpoolFiles(dir)
+		files, err := waitingElsewhere(dir, spool)
 		if err != nil || len(files) == 0 {
 			continue
 		}
@@ -407,6 +398,20 @@ func checkFormerSpools(ctx context.Context, st fence.Store, spool string) error 
 			safetext.Escape(old), len(files), safetext.Escape(dir), safetext.Escape(old), safetext.Escape(spool), safetext.Escape(dir), safetext.Escape(spool), safetext.Escape(old))
 	}
 	return nil
+}
+
+// waitingElsewhere returns the outcomes waiting in the spool dir when it is a directory
+// other than the spool ours (not one reached under two names, ./ledger.db.spool and
+// ledger.db.spool, which Recover drains); none when dir is not there.
+func waitingElsewhere(dir, ours string) ([]string, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, nil
+	}
+	if o, err := os.Stat(ours); err == nil && os.SameFile(fi, o) {
+		return nil, nil
+	}
+	return fence.SpoolFiles(dir)
 }
 
 // postgresSpool is the spool of the PostgreSQL ledger named key (postgres.Store.SpoolKey),

@@ -17,6 +17,9 @@ import (
 // closes it: a file moved after the process using it was killed (or after its machine went
 // down) lacks every decision committed since the last checkpoint, which are in the log beside
 // the old name. A process opening the moved file would answer their duplicates as new calls.
+// checkOldNames refuses that, unless the log was settled: copied into the file completely by
+// a process that found the file moved (settledMark).
+
 // FormerNames returns the names the ledger file was opened under for writing, other than
 // the one it is open under, at which no file is now: names it was moved away from. What was
 // kept beside such a name for it (an outcome spool) is the file's, unless another ledger was
@@ -34,9 +37,6 @@ func (s *Store) FormerNames(ctx context.Context) ([]string, error) {
 	}
 	return gone, nil
 }
-
-// checkOldNames refuses that, unless the log was settled: copied into the file completely by
-// a process that found the file moved (settledMark).
 
 // nameKey is the prefix of the meta rows that record the names a ledger file was opened under.
 const nameKey = "name:"
