@@ -112,27 +112,7 @@ func refInComment(s *source, off int) bool {
 	return false
 }
 
-func refMatchClose(s *source, open int) int {
-	t := s.text
-	depth := 0
-	for i := open; i < len(t); {
-		if j := s.skipString(i); j != i {
-			i = j
-			continue
-		}
-		switch t[i] {
-		case '(', '[', '{':
-			depth++
-		case ')', ']', '}':
-			depth--
-			if depth == 0 {
-				return i
-			}
-		}
-		i++
-	}
-	return -1
-}
+func refMatchClose(s *source, open int) int { return s.scanClose(open) }
 
 func refInBlockComment(s *source, off int) bool {
 	for i := 0; i < len(s.text) && i <= off; {

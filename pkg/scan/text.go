@@ -270,6 +270,13 @@ func (s *source) matchClose(open int) int {
 			return lx.opens[lx.after[k]].close
 		}
 	}
+	return s.scanClose(open)
+}
+
+// scanClose is matchClose by a scan from open to the pair, without the file's index: for a
+// bracket the file's pass did not see (an offset inside a string or comment).
+func (s *source) scanClose(open int) int {
+	t := s.text
 	depth := 0
 	for i := open; i < len(t); {
 		if j := s.skipString(i); j != i {
