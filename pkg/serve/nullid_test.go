@@ -1,34 +1,16 @@
 package serve_test
 
 import (
-	"bytes"
 	"context"
 	"log"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A tools/call whose id is null (MCP: an id is a string or a number, never null) is answered
 // with a JSON-RPC error under id null saying it did not run; one without an id (a
@@ -37,7 +19,7 @@ func (s *syncBuf) String() string {
 func TestToolsCallWithoutAnIDIsRefusedAloud(t *testing.T) {
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
 	t.Cleanup(func() { eng.Close() })
-	logs := &syncBuf{}
+	logs := &syncbuf.Buffer{}
 	c := startStdio(t, eng, serve.Options{Log: log.New(logs, "", 0)})
 	select {
 	case resp := <-c.sendLine("null", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"pay:null-id","tool":"t"}}}`):
