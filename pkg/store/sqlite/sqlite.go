@@ -189,7 +189,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		s.w.SetConnMaxIdleTime(0)
 		// The migration is a write transaction (on every open): it takes its turn like an
 		// Update, or a process starting while others write would starve in SQLite's busy
-		// handler.
+		// handler. A new ledger's has no queue to take a turn in yet (fresh, above).
 		t := s.turns.enter(opt.BusyTimeout)
 		err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) })
 		s.turns.leave(t)
