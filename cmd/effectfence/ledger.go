@@ -229,6 +229,9 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 				return nil, fmt.Errorf("ledger %s %s; %s", loc, problem, advice)
 			}
 			if err == nil {
+				if err := sqlite.Emptied(loc); err != nil {
+					return nil, err // a ledger was here: says so, and the ways out
+				}
 				// SQLite reads an empty file as an empty database: the look would make it a
 				// ledger and report nothing fenced, whatever was (or was meant to be) there.
 				return nil, fmt.Errorf("no ledger at %s: the file is empty (nothing has used it yet, or it was emptied; check --ledger, EFFECTFENCE_LEDGER or --for)", loc)

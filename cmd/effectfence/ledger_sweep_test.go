@@ -109,4 +109,13 @@ func TestLedgerLookAtAnEmptyFileCreatesNothing(t *testing.T) {
 	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
 		t.Errorf("files beside the empty ledger: %v (%v)", ents, err)
 	}
+	// Emptied after use (its writers' queue file beside it): the look says a ledger was here,
+	// and the ways out, not "nothing has used it yet".
+	if err := os.WriteFile(path+"-lock", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "", "ledger", "ls", "--ledger", path)
+	if code != exitError || stdout != "" || !strings.Contains(stderr, "was emptied") || !strings.Contains(stderr, "remove "+path+"-lock") {
+		t.Errorf("ledger ls of an emptied ledger: exit %d, stdout %q, stderr %q; want exit %d naming the emptied ledger and the ways out", code, stdout, stderr, exitError)
+	}
 }

@@ -600,6 +600,10 @@ func checkEmptied(path string) error {
 		Advice:  fmt.Sprintf("restore the ledger from a backup (with its -wal file, if one was kept); to start a new, empty ledger here on purpose, remove %s first", q)}
 }
 
+// Emptied returns the FileError of a ledger file at path emptied after use (checkEmptied), or
+// nil. It changes nothing.
+func Emptied(path string) error { return checkEmptied(path) }
+
 // ownQueueFileAt reports whether path is a writers' queue file (ownQueueFile).
 func ownQueueFileAt(path string) bool {
 	fi, err := os.Lstat(path)
