@@ -15,24 +15,29 @@ import (
 )
 
 // ledgerCmd runs `effectfence ledger args...` on r's ledger, as an operator would, and returns
-// its exit code and its stderr.
+// its exit code and its stderr; ledgerOut gives its stdout too.
 func (r *rig) ledgerCmd(args ...string) (int, string) {
+	code, _, stderr := r.ledgerOut(args...)
+	return code, stderr
+}
+
+func (r *rig) ledgerOut(args ...string) (int, string, string) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, efBin, append([]string{"ledger"}, append(args, "--ledger", r.ledger)...)...)
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "GORACE=atexit_sleep_ms=0")
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
-		return ee.ExitCode(), errb.String()
+		return ee.ExitCode(), out.String(), errb.String()
 	case err != nil:
 		r.t.Fatalf("effectfence ledger %v: %v", args, err)
 	}
-	return 0, errb.String()
+	return 0, out.String(), errb.String()
 }
 
 // TestClearRefusedWhileAStoppedHolderCanResume holds docs/ledger.md's rule for `ledger clear`
@@ -79,6 +84,9 @@ func TestClearRefusedWhileAStoppedHolderCanResume(t *testing.T) {
 	}
 	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateUnknown || !rec.Healable() {
 		t.Fatalf("after the duplicate: %+v %v; want unknown, healable", rec, err)
+	}
+	if code, out, stderr := r.ledgerOut("show", claim.Intent); code != 0 || !strings.Contains(out, "still runs on this host past its lease") || strings.Contains(out, "--did-not-happen --reason") {
+		t.Fatalf("ledger show of an intent whose stopped holder can resume: exit %d\n%s%s\nwant the live holder named, and no did-not-happen suggestion", code, out, stderr)
 	}
 	for _, c := range [][]string{
 		{"clear", claim.Intent, "--reason", "no effect seen yet"},
