@@ -453,7 +453,10 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 				fmt.Fprintf(w, "parent   %s\n", esc(r.Cert.Parent))
 			}
 		}
-		if r.State.Fenced() {
+		if _, silent := l.SilentHolder(time.Now(), r); silent && r.State.Fenced() {
+			q := shellQuote(r.Intent) + c.selection(l.Location)
+			fmt.Fprintf(w, "\nfenced, but its holder (process %s) still runs on this host past its lease: stopped or stalled, it may still run or finish the effect.\nStop that process, or let it resume: its late result settles the intent. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  effectfence ledger resolve %s --happened --reason \"what you found\"\n", esc(r.Owner), q)
+		} else if r.State.Fenced() {
 			q := shellQuote(r.Intent) + c.selection(l.Location)
 			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  effectfence ledger resolve %s --happened --reason \"what you found\"        # it took effect: duplicates get a recorded result\n  effectfence ledger resolve %s --did-not-happen --reason \"what you found\"  # it did not: the next attempt runs\n", q, q)
 		}

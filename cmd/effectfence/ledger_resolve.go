@@ -69,6 +69,10 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 	case errors.Is(err, fence.ErrNotFound):
 		return fmt.Errorf("ledger %s holds no intent %q; nothing resolved (see `effectfence ledger ls --state fenced`)", l.Location, c.args[0])
 	case errors.Is(err, fence.ErrNotFenced):
+		var nf fence.NotFencedError
+		if errors.As(err, &nf) && how == fence.DidNotHappen && nf.State != fence.StateDone {
+			return fmt.Errorf("ledger %s: %v (`effectfence ledger clear --force` frees it anyway, if you know the effect is not running)", l.Location, err)
+		}
 		return fmt.Errorf("ledger %s: %v", l.Location, err)
 	case err != nil:
 		return err

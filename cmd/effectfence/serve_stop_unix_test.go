@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -50,5 +51,26 @@ func TestServeWaiterOnAStoppedHolderEndsWithTheLease(t *testing.T) {
 	}
 	if d := b.prepare(`{"intent":"charge:o-3","tool":"charge_card","args":{"amount":4900},"wait_secs":30}`); d.Status != serve.StatusAlreadyDone || d.Cert == nil || d.Cert.Hash != c.Cert.Hash {
 		t.Fatalf("the waiter's retry after the heal: %+v", d)
+	}
+}
+
+// docs/serve.md and ledger.md: a claim of a serve process that still runs is never freed
+// without --force, even past its lease: its agent may be running the effect. `ledger clear`
+// refuses it (exit 1, naming the process and --force); --force clears it.
+func TestLedgerClearOfALiveServeClaimNeedsForce(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	a := startServe(t, "--ledger", ledger, "--lease-secs", "1")
+	p := a.prepare(`{"intent":"charge:o-9","tool":"charge_card","args":{"amount":4900}}`)
+	for !time.Now().After(p.Ticket.LeaseUntil.Add(100 * time.Millisecond)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := runBinary(t, []string{"NO_COLOR=1"}, "", "ledger", "clear", "charge:o-9", "--reason", "the agent is gone", "--ledger", ledger)
+	if r.code != 1 || !strings.Contains(r.stderr, "still runs on this host") || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("clear of a live serve process's claim past its lease: exit %d\n%s%s\nwant exit 1 naming the process and --force", r.code, r.stdout, r.stderr)
+	}
+	r = runBinary(t, []string{"NO_COLOR=1"}, "", "ledger", "clear", "charge:o-9", "--reason", "the agent is gone", "--force", "--ledger", ledger)
+	if r.code != 0 || !strings.Contains(r.stdout, "cleared charge:o-9") {
+		t.Fatalf("clear --force: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

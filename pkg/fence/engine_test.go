@@ -246,11 +246,59 @@ func TestClearUnlessHeld(t *testing.T) {
 	if prev, err := eng.Clear(ctx, "held", "op", "forced"); err != nil || prev.State != fence.StateInFlight {
 		t.Fatalf("Clear of a held claim: %v, %v", prev.State, err)
 	}
-	claim("lapsed")
+	// A lapsed claim: an operator's process (another owner) judges its holder. Alive (stopped
+	// or stalled on this host, or this very process): refused, in flight or once a duplicate
+	// made it unknown; out of sight or gone: cleared.
+	seen := fence.Alive
+	op := fence.New(st, fence.Config{LeaseTTL: time.Minute, Owner: "operator", Liveness: func(string) fence.Liveness { return seen }})
+	for _, intent := range []string{"lapsed", "lapsed-unknown", "lapsed-out-of-sight", "lapsed-gone"} {
+		claim(intent)
+	}
 	mu.Lock()
 	clock = clock.Add(2 * time.Minute)
 	mu.Unlock()
-	if prev, err := eng.ClearUnlessHeld(ctx, "lapsed", "op", "checked"); err != nil || prev.State != fence.StateInFlight {
-		t.Fatalf("clear of a claim whose lease lapsed: %v, %v", prev.State, err)
+	if _, err := eng.Prepare(ctx, fence.Request{Intent: "lapsed-unknown", Tool: "charge", Args: json.RawMessage(`{}`)}); fence.CodeOf(err) != fence.CodePriorFailure {
+		t.Fatalf("a duplicate of a lapsed claim of a live holder: %v; want prior_failure", err)
+	}
+	for _, c := range []struct {
+		e      *fence.Engine
+		intent string
+		state  fence.State
+	}{{eng, "lapsed", fence.StateInFlight}, {op, "lapsed", fence.StateInFlight}, {op, "lapsed-unknown", fence.StateUnknown}} {
+		_, err := c.e.ClearUnlessHeld(ctx, c.intent, "op", "checked")
+		if !errors.Is(err, fence.ErrNotFenced) || !strings.Contains(err.Error(), "still runs on this host") {
+			t.Fatalf("clear of %s, whose holder is alive past its lease: %v; want not_fenced naming the live holder", c.intent, err)
+		}
+		if rec, err := eng.Status(ctx, c.intent); err != nil || rec.State != c.state {
+			t.Fatalf("after the refusal: %v, %v; want %s", rec.State, err, c.state)
+		}
+		if _, err := c.e.Resolve(ctx, fence.ResolveRequest{Intent: c.intent, How: fence.DidNotHappen, Reason: "checked"}); !errors.Is(err, fence.ErrNotFenced) || !strings.Contains(err.Error(), "still runs on this host") {
+			t.Fatalf("resolve did-not-happen of %s, whose holder is alive past its lease: %v; want not_fenced", c.intent, err)
+		}
+	}
+	for _, c := range []struct {
+		intent string
+		seen   fence.Liveness
+	}{{"lapsed-unknown", fence.Dead}, {"lapsed-out-of-sight", fence.CannotTell}, {"lapsed-gone", fence.Dead}} {
+		seen = c.seen
+		if prev, err := op.ClearUnlessHeld(ctx, c.intent, "op", "checked"); err != nil || prev.Intent != c.intent {
+			t.Fatalf("clear of %s, whose holder is %v: %v, %v", c.intent, c.seen, prev.State, err)
+		}
+	}
+	// A holder that reported the outcome unknown itself (Lost: its child died mid-call) is done
+	// with the call: alive, it is no reason to refuse.
+	seen = fence.Alive
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "lost", Tool: "charge", Args: json.RawMessage(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	if err := eng.Lost(ctx, *adm.Ticket, "the child died mid-call"); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := op.ClearUnlessHeld(ctx, "lost", "op", "checked"); err != nil || prev.State != fence.StateUnknown {
+		t.Fatalf("clear of an intent its live holder reported unknown: %v, %v", prev.State, err)
+	}
+	if prev, err := op.Clear(ctx, "lapsed", "op", "forced"); err != nil || prev.State != fence.StateInFlight {
+		t.Fatalf("Clear (forced) of a lapsed claim of a live holder: %v, %v", prev.State, err)
 	}
 }

@@ -73,13 +73,36 @@ func (e *Engine) Clear(ctx context.Context, intent, who, reason string) (Record,
 	return e.clear(ctx, intent, who, reason, false)
 }
 
-// ClearUnlessHeld is Clear, except that it refuses (NotFencedError, nothing changed) an
-// in-flight claim its holder still holds: its lease runs, and its holder is not known to be
-// gone. Clearing that claim would let the next attempt run the effect while the holder may
-// still be running it. A claim whose holder is gone or whose lease lapsed is cleared, as is
-// every other state. The check and the clear are one transaction.
+// ClearUnlessHeld is Clear, except that it refuses (NotFencedError, nothing changed) a claim
+// its holder may still be running: in flight with its lease running and its holder not known
+// to be gone, or one whose lease lapsed (in flight, or unknown for that alone) while its holder
+// process still runs on this host (SilentHolder). Clearing such a claim would let the next
+// attempt run the effect while the holder may still run or finish it. A claim whose holder is
+// gone, or out of sight with its lease lapsed, is cleared, as is every other state. The check
+// and the clear are one transaction.
 func (e *Engine) ClearUnlessHeld(ctx context.Context, intent, who, reason string) (Record, error) {
 	return e.clear(ctx, intent, who, reason, true)
+}
+
+// SilentHolder reports whether rec is a claim whose holder may still run or finish its effect
+// although its lease lapsed by now: in flight, or unknown only because its lease lapsed or its
+// holder looked gone (the claim can still heal), and its holder process still runs on this host (the
+// process's identity, start time included, is alive: stopped by SIGSTOP or a debugger, stalled
+// in a system call, or a serve process whose agent runs the call). A stall beats a double: such
+// a claim is not freed for the next attempt (ClearUnlessHeld, Resolve as did-not-happen) until
+// that process is gone or its late result settles the claim. why says so, for an operator.
+func (e *Engine) SilentHolder(now time.Time, rec Record) (why string, silent bool) {
+	switch {
+	case rec.State == StateInFlight && now.Before(rec.LeaseUntil): // held, not silent
+		return "", false
+	case rec.State != StateInFlight && !rec.Healable():
+		return "", false
+	}
+	if rec.Owner != e.cfg.Owner && e.cfg.Liveness(rec.Owner) != Alive {
+		return "", false
+	}
+	return fmt.Sprintf("the lease of claim %d lapsed at %s, but its holder, process %s, still runs on this host (stopped, stalled, or a serve process whose agent runs the call): if it resumes, it may still run or finish the effect, and the next attempt would run it again; stop that process (the fence then sees it gone) or let its late result settle the intent",
+		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), rec.Owner), true
 }
 
 func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHeld bool) (Record, error) {
@@ -100,6 +123,9 @@ func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHe
 			if v, _, _ := e.judge(tx.Now(), rec); v == held {
 				return NotFencedError{Intent: intent, State: StateInFlight, Why: fmt.Sprintf("claim %d is held by process %s until %s, and its holder may still be running it; wait for its outcome", rec.Token, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))}
 			}
+		}
+		if why, silent := e.SilentHolder(tx.Now(), *rec); unlessHeld && silent {
+			return NotFencedError{Intent: intent, State: rec.State, Why: why}
 		}
 		prev = *rec
 		if err := tx.Delete(intent); err != nil {

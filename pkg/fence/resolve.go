@@ -93,6 +93,9 @@ type NotFencedError struct {
 }
 
 func (e NotFencedError) Error() string {
+	if e.State == StateUnknown { // its holder may still settle it: see Engine.SilentHolder
+		return fmt.Sprintf("%s: intent %q is unknown, but not free for the next attempt: %s; nothing was changed", CodeNotFenced, e.Intent, e.Why)
+	}
 	return fmt.Sprintf("%s: intent %q is %s, not of unknown outcome: %s; nothing was changed", CodeNotFenced, e.Intent, e.State, e.Why)
 }
 func (e NotFencedError) Code() string         { return CodeNotFenced }
@@ -135,8 +138,9 @@ func ConfirmedResult(ref, who string, at time.Time) json.RawMessage {
 // done with a cert (duplicates replay the result), DidNotHappen frees it (the next attempt
 // runs), LeaveFenced changes nothing. Every answer appends an audit event kept forever. An
 // intent that is done, held in flight or absent is refused (NotFencedError, ErrNotFound) and
-// nothing changes. A late settle by the claim that went unknown is refused afterwards and kept
-// in the audit trail (late_result), as after Clear.
+// nothing changes; so is DidNotHappen for a claim whose holder process still runs on this host
+// past its lease (SilentHolder): it may still run the effect. A late settle by the claim that
+// went unknown is refused afterwards and kept in the audit trail (late_result), as after Clear.
 func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error) {
 	how, err := ParseResolution(string(r.How))
 	if err != nil {
@@ -162,6 +166,9 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 		now := tx.Now()
 		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt)) {
 			return fmt.Errorf("%w: %q", ErrNotFound, r.Intent)
+		}
+		if why, silent := e.SilentHolder(now, *rec); silent && how == DidNotHappen {
+			return NotFencedError{Intent: r.Intent, State: rec.State, Why: why}
 		}
 		switch rec.State {
 		case StateFailed, StateUnknown:

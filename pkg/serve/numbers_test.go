@@ -130,3 +130,45 @@ func TestRetriedCommitComparesAnyResult(t *testing.T) {
 		}
 	}
 }
+
+// A ticket handed back with its token or seq spelled as another JSON number of the same
+// integer (2.0, 2e0: a client that keeps numbers as doubles, JSON Schema's "integer" accepts
+// both) is that ticket. encoding/json refused them after the schema had passed them, so a
+// commit whose effect ran was refused as invalid_request. A number that is not the integer
+// (2.5) or out of range (-1, 2^64) is still refused, and nothing is recorded.
+func TestTicketNumbersInAnySpelling(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdio(t, eng, serve.Options{})
+
+	raw, isErr, rpcErr := serveCall(t, c, 1, serve.ToolPrepare, `{"intent":"pay:spelled","tool":"pay","args":{"amount":5},"domain":"acct"}`)
+	var p serve.PrepareResult
+	if isErr || rpcErr != "" || json.Unmarshal(raw, &p) != nil || p.Ticket == nil || p.Ticket.Token == 0 || p.Ticket.Seq == 0 {
+		t.Fatalf("prepare: %s %s", raw, rpcErr)
+	}
+	ticket := func(token, seq string) string {
+		return `{"intent":"pay:spelled","token":` + token + `,"nonce":"` + p.Ticket.Nonce + `","domain":"acct","seq":` + seq + `}`
+	}
+	tok, seq := strconv.FormatUint(p.Ticket.Token, 10), strconv.FormatUint(p.Ticket.Seq, 10)
+	for i, bad := range []string{ticket(tok+".5", seq), ticket("-"+tok, seq), ticket("18446744073709551616", seq), ticket(tok, seq+".5"), ticket(`"`+tok+`"`, seq), ticket("1e999999999", seq), ticket(tok+"e-999999999", seq)} {
+		raw, isErr, rpcErr = serveCall(t, c, 10+i, serve.ToolHeartbeat, `{"ticket":`+bad+`}`)
+		var ref serve.Refusal
+		if rpcErr == "" && (!isErr || json.Unmarshal(raw, &ref) != nil || ref.Code != fence.CodeInvalid) {
+			t.Fatalf("heartbeat with ticket %s: %s; want invalid_request", bad, raw)
+		}
+	}
+	raw, isErr, rpcErr = serveCall(t, c, 2, serve.ToolHeartbeat, `{"ticket":`+ticket(tok+".0", seq+"e0")+`}`)
+	if isErr || rpcErr != "" {
+		t.Fatalf("heartbeat with token %s.0 and seq %se0: %s %s", tok, seq, raw, rpcErr)
+	}
+	raw, isErr, rpcErr = serveCall(t, c, 3, serve.ToolCommit, `{"ticket":`+ticket(tok+"0e-1", seq+".000")+`,"result":{"ok":true}}`)
+	var cr serve.CommitResult
+	if isErr || rpcErr != "" || json.Unmarshal(raw, &cr) != nil || cr.Cert == nil {
+		t.Fatalf("commit with token %s0e-1: %s %s", tok, raw, rpcErr)
+	}
+}

@@ -3,6 +3,11 @@ package serve
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -74,6 +79,59 @@ type TicketHandle struct {
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	Reclaimed  bool      `json:"reclaimed,omitempty"`
 	KeepHash   bool      `json:"keep_hash,omitempty"`
+}
+
+// UnmarshalJSON reads a ticket whose token and seq may be spelled as any JSON number of the
+// same integer (2, 2.0, 2e0, 20e-1): the published schema calls them integers, which JSON
+// Schema reads by value, and a client that keeps numbers as doubles writes them so. A number
+// that is not a whole number in uint64's range is refused, as encoding/json refuses it.
+func (h *TicketHandle) UnmarshalJSON(b []byte) error {
+	type plain TicketHandle // without this method
+	var v struct {
+		plain
+		Token json.Number `json:"token"`
+		Seq   json.Number `json:"seq,omitempty"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	token, err := wholeNumber("token", v.Token)
+	if err != nil {
+		return err
+	}
+	seq, err := wholeNumber("seq", v.Seq)
+	if err != nil {
+		return err
+	}
+	*h = TicketHandle(v.plain)
+	h.Token, h.Seq = token, seq
+	return nil
+}
+
+// wholeNumber is n's value when n is a whole number in uint64's range, whatever its spelling;
+// 0 when n is absent.
+func wholeNumber(field string, n json.Number) (uint64, error) {
+	if n == "" {
+		return 0, nil
+	}
+	if u, err := strconv.ParseUint(string(n), 10, 64); err == nil {
+		return u, nil
+	}
+	bad := fmt.Errorf("ticket %s %.70s is not a whole number from 0 to %d", field, n, uint64(math.MaxUint64))
+	// Bounded before big.Rat sees it: 1e999999999 would take it minutes and gigabytes.
+	if len(n) > 64 {
+		return 0, bad
+	}
+	if i := strings.IndexAny(string(n), "eE"); i >= 0 {
+		if exp, err := strconv.Atoi(string(n[i+1:])); err != nil || exp > 40 || exp < -64 {
+			return 0, bad
+		}
+	}
+	r, ok := new(big.Rat).SetString(string(n))
+	if !ok || !r.IsInt() || r.Sign() < 0 || !r.Num().IsUint64() {
+		return 0, bad
+	}
+	return r.Num().Uint64(), nil
 }
 
 // Ticket returns the engine's ticket with the fields that carry authority, and its keep_hash

@@ -164,6 +164,12 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 	if !rec.State.Fenced() {
 		return settledMeanwhile
 	}
+	if why, silent := p.opt.Engine.SilentHolder(time.Now(), rec); silent {
+		// The effect may still be under way: a person's "it did not happen" would be refused,
+		// and nobody can yet say it happened.
+		p.logf("intent %s: the person is not asked: %s", intent, why)
+		return ""
+	}
 	params, _ := json.Marshal(map[string]any{
 		"message":         p.elicitMessage(tool, intent, rec, pf),
 		"requestedSchema": elicitSchema,

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/effectfence/effectfence/internal/syncbuf"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -76,5 +80,53 @@ func TestNoQuestionAboutAnIntentSettledMeanwhile(t *testing.T) {
 	}
 	if got := p.askOnce(ctx, "pay", req.Intent, pf); got != settledMeanwhile || sink.asked.Load() != 1 {
 		t.Fatalf("settled intent: answer %q after %d questions, want %q after 1", got, sink.asked.Load(), settledMeanwhile)
+	}
+}
+
+// An intent that went unknown only because its holder went silent past its lease, while that
+// holder still runs on this host (here: this very process), is not asked about: the effect
+// may still be under way, so "it did not happen" would be refused and nobody can say it
+// happened. Once the holder's late result settles it, the call goes back to the ledger.
+func TestNoQuestionWhileTheHolderCanStillSettle(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	clock := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	st := fence.NewMemoryStoreClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	eng := fence.New(st, fence.Config{LeaseTTL: time.Second})
+	defer eng.Close()
+	var log syncbuf.Buffer
+	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: eng, Log: &log, Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &askSink{p: p}
+	p.Attach(sink)
+	p.child, p.initDone = nopBack{}, true
+	p.elicit.can = true
+
+	req := fence.Request{Intent: "pay:2", Tool: "pay", Args: []byte(`{"amount":2}`)}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	mu.Lock()
+	clock = clock.Add(time.Minute)
+	mu.Unlock()
+	_, err = eng.Prepare(ctx, req)
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) {
+		t.Fatalf("prepare beside a silent holder: %v, want prior_failure", err)
+	}
+	if got := p.askOnce(ctx, "pay", req.Intent, pf); got != "" || sink.asked.Load() != 0 {
+		t.Fatalf("an intent its live holder can still settle: answer %q after %d questions, want none asked", got, sink.asked.Load())
+	}
+	if !strings.Contains(log.String(), "the person is not asked") {
+		t.Fatalf("the log does not say why nobody was asked:\n%s", log.String())
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"content":[]}`)); err != nil {
+		t.Fatalf("the holder's late commit: %v", err)
+	}
+	if got := p.askOnce(ctx, "pay", req.Intent, pf); got != settledMeanwhile || sink.asked.Load() != 0 {
+		t.Fatalf("after the late result: answer %q after %d questions, want %q", got, sink.asked.Load(), settledMeanwhile)
 	}
 }

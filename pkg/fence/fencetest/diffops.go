@@ -155,6 +155,20 @@ func (d *diffRun) judge(ei int, r *mRec) (verdict, string, string) {
 	return vFence, fence.EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (another host, boot or PID namespace: process %s); the effect may have happened; its own late result heals this", at, o)
 }
 
+// silentHolder is the model of Engine.SilentHolder: a claim in flight past its lease, or
+// unknown and still healable, whose holder p ei sees alive.
+func (d *diffRun) silentHolder(ei int, r *mRec) (string, bool) {
+	inFlight := r.state == fence.StateInFlight && r.lapsed
+	healable := r.state == fence.StateUnknown && r.nonce
+	if !inFlight && !healable {
+		return "", false
+	}
+	if r.owner != ei && d.m.seen[r.owner] != fence.Alive {
+		return "", false
+	}
+	return fmt.Sprintf("the lease of claim 0 lapsed at 2000-01-01T00:00:00Z, but its holder, process %s, still runs on this host (stopped, stalled, or a serve process whose agent runs the call): if it resumes, it may still run or finish the effect, and the next attempt would run it again; stop that process (the fence then sees it gone) or let its late result settle the intent", owners[r.owner]), true
+}
+
 // markUnknown is the model of a claim judged orphaned or lapsed.
 func (d *diffRun) markUnknown(intent string, r *mRec, kind, why string) {
 	d.event(intent, kind, fence.StateInFlight)
@@ -762,6 +776,10 @@ func (d *diffRun) opClear() diffOp {
 					return
 				}
 			}
+			if why, silent := d.silentHolder(ei, rec); unlessHeld && silent {
+				d.wantErr(a, fence.NotFencedError{Intent: intent, State: rec.state, Why: why})
+				return
+			}
 			d.want(a, "", "", "")
 			d.event(intent, fence.EventClear, rec.state)
 			delete(d.m.recs, intent)
@@ -820,6 +838,10 @@ func (d *diffRun) expectResolve(r fence.ResolveRequest, ei int, a answer) {
 	rec := d.m.recs[r.Intent]
 	if !rec.live() {
 		d.want(a, "not_found", "", "")
+		return
+	}
+	if why, silent := d.silentHolder(ei, rec); silent && how == fence.DidNotHappen {
+		d.wantErr(a, fence.NotFencedError{Intent: r.Intent, State: rec.state, Why: why})
 		return
 	}
 	switch rec.state {

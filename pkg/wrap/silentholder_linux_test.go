@@ -1,0 +1,137 @@
+package wrap_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// ledgerCmd runs `effectfence ledger args...` on r's ledger, as an operator would, and returns
+// its exit code and its stderr; ledgerOut gives its stdout too.
+func (r *rig) ledgerCmd(args ...string) (int, string) {
+	code, _, stderr := r.ledgerOut(args...)
+	return code, stderr
+}
+
+func (r *rig) ledgerOut(args ...string) (int, string, string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, efBin, append([]string{"ledger"}, append(args, "--ledger", r.ledger)...)...)
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "GORACE=atexit_sleep_ms=0")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String(), errb.String()
+	case err != nil:
+		r.t.Fatalf("effectfence ledger %v: %v", args, err)
+	}
+	return 0, out.String(), errb.String()
+}
+
+// TestClearRefusedWhileAStoppedHolderCanResume holds docs/ledger.md's rule for `ledger clear`
+// and `ledger resolve --did-not-happen` with the adversary it is about: a wrap stopped
+// (SIGSTOP) mid-call past its lease, its claim made unknown by a duplicate, still runs on this
+// host. Freeing its intent would let the next attempt run the effect while the stopped wrap,
+// resumed, finishes the first (two effects: seen before the rule). Both are refused, naming
+// the live holder; resumed, its late result settles the intent and the duplicate replays it:
+// one effect. A holder killed instead (kill -9) is gone, and its intent is cleared.
+func TestClearRefusedWhileAStoppedHolderCanResume(t *testing.T) {
+	needProc(t)
+	r := newRig(t)
+	w := r.wrap("--lease-secs", "1")
+	const args = `{"ms":300,"tag":"silent-holder"}`
+	type got struct {
+		x   result
+		err error
+	}
+	first := make(chan got, 1)
+	go func() {
+		x, err := callE(w.Session, "slow", args)
+		first <- got{x, err}
+	}()
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	if err := syscall.Kill(w.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(w.Pid(), syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	waitFor(t, "the child to run the effect and the stopped holder's lease to lapse", func() bool {
+		return r.effectCount() == 1 && time.Now().After(claim.LeaseUntil.Add(200*time.Millisecond))
+	})
+
+	w2 := r.wrap("--lease-secs", "1")
+	if x := call(t, w2.Session, "slow", args); !x.IsError || x.replayed() {
+		t.Fatalf("a duplicate beside a stopped holder past its lease: %s; want it refused (unknown)", x.text())
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateUnknown || !rec.Healable() {
+		t.Fatalf("after the duplicate: %+v %v; want unknown, healable", rec, err)
+	}
+	if code, out, stderr := r.ledgerOut("show", claim.Intent); code != 0 || !strings.Contains(out, "still runs on this host past its lease") || strings.Contains(out, "--did-not-happen --reason") {
+		t.Fatalf("ledger show of an intent whose stopped holder can resume: exit %d\n%s%s\nwant the live holder named, and no did-not-happen suggestion", code, out, stderr)
+	}
+	for _, c := range [][]string{
+		{"clear", claim.Intent, "--reason", "no effect seen yet"},
+		{"resolve", claim.Intent, "--did-not-happen", "--reason", "no effect seen yet"},
+	} {
+		code, stderr := r.ledgerCmd(c...)
+		if code != 1 || !strings.Contains(stderr, "still runs on this host") || !strings.Contains(stderr, "--force") {
+			t.Fatalf("ledger %s of an intent whose stopped holder can resume: exit %d\n%s\nwant exit 1 naming the live holder and --force", c[0], code, stderr)
+		}
+	}
+
+	resume()
+	select {
+	case g := <-first:
+		if g.err != nil || g.x.IsError || !strings.Contains(g.x.text(), "slow done") {
+			t.Fatalf("the resumed holder answered %q (error %v); want the child's result\nwrap log:\n%s", g.x.text(), g.err, w.log.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the resumed holder never answered its agent\nwrap log:\n%s", w.log.String())
+	}
+	if x := call(t, w2.Session, "slow", args); x.IsError || !x.replayed() {
+		t.Fatalf("the duplicate after the holder's late result: %s (replayed %v); want the recorded result", x.text(), x.replayed())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the child ran %d times, want once", n)
+	}
+
+	// Killed, the holder is gone: its intent is cleared.
+	const args2 = `{"ms":60000,"tag":"killed-holder"}`
+	go func() { _, _ = callE(w2.Session, "slow", args2) }()
+	var claim2 *fence.Record
+	waitFor(t, "the second call to be in flight", func() bool {
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				claim2 = rec
+				return false
+			})
+		})
+		return claim2 != nil
+	})
+	if err := syscall.Kill(w2.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the killed holder to be judged gone", func() bool { return fence.OwnerLiveness(claim2.Owner) == fence.Dead })
+	if code, stderr := r.ledgerCmd("clear", claim2.Intent, "--reason", "its holder was killed; no charge at the provider"); code != 0 {
+		t.Fatalf("ledger clear of an intent whose holder was killed: exit %d\n%s", code, stderr)
+	}
+}
