@@ -14,6 +14,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // Tasks (MCP 2025-11-25). A task-augmented tools/call (params.task present) is answered by
@@ -97,7 +98,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		defer p.calls.Done()
 		defer p.tasks.Add(-1)
 		wait, cancel := context.WithTimeoutCause(ctx, taskWait(handle.Task.TTL), errTaskWaitOver)
-		final, ferr := taskResult(wait, s, handle.Task.TaskID)
+		final, ferr := p.taskResult(wait, s, handle.Task.TaskID)
 		cancel()
 		if ferr != nil && context.Cause(wait) == errTaskWaitOver {
 			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(handle.Task.TTL))
@@ -118,14 +119,31 @@ var errTaskUnconfirmed = errors.New("the task's final result was refused and the
 // errTaskWaitOver: the task's final result did not come within its ttl (see taskWait).
 var errTaskWaitOver = errors.New("the task's final result did not come within the time the server keeps it")
 
+// errTaskUnreachable: the task exists, but its final result can no longer be asked for.
+var errTaskUnreachable = errors.New("the task's final result can no longer be asked for")
+
 // taskResult fetches the final result of a task from the session that created it
 // (tasks/result blocks until the task is terminal; it takes no slot of the semaphore, as it
 // mostly waits). A JSON-RPC error is the task's own failure only when tasks/get then says the
 // task failed. Otherwise it says nothing of the effect, and the outcome is unknown: the task
 // was cancelled, or the server no longer knows it (an SDK server drops a task whose ttl
 // lapsed, finished or not), or cannot be asked. If that session died, a restarted child
-// knows nothing of the task: the error is a transport error and the outcome unknown.
-func taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
+// knows nothing of the task: the outcome is unknown.
+//
+// The error is never mcpstdio.ErrNotSent: the task was created, so its call was sent. A
+// question that cannot reach the server any more (a stdio server that exited, an HTTP server
+// that answers 404 to the session after a restart) leaves the outcome unknown. Before
+// 2026-12-03 that ErrNotSent reached finish, which released the intent as never sent, and a
+// retry ran the call again.
+func (p *Proxy) taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
+	res, err := p.askTaskResult(ctx, s, taskID)
+	if errors.Is(err, mcpstdio.ErrNotSent) {
+		err = fmt.Errorf("%w (%v)", errTaskUnreachable, err) // %v: no longer ErrNotSent
+	}
+	return res, err
+}
+
+func (p *Proxy) askTaskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
 	q, _ := json.Marshal(map[string]string{"taskId": taskID})
 	res, err := s.Call(ctx, "tasks/result", q)
 	var rpc *jsonrpc.Error
