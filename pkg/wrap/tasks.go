@@ -180,6 +180,8 @@ func (p *Proxy) askTaskResult(ctx context.Context, s Conn, taskID string) (json.
 		case <-time.After(delay):
 		case <-ctx.Done():
 			return nil, err
+		case <-p.agentGone: // stopping: the session's end is near, and must not wait for this
+			return nil, err
 		}
 	}
 	if err == nil || !errors.As(err, &rpc) {
