@@ -59,6 +59,19 @@ func TestHeadersMustAgreeWithTheBody(t *testing.T) {
 	if fx := mcptest.Effects(g.effects); len(fx) != 1 {
 		t.Fatalf("effects %v, want the one charge", fx)
 	}
+	// A body that gives its resource twice, or again in another case, names no one resource:
+	// servers read the first, the last, or (encoding/json) either case. No Mcp-Name agrees
+	// with it, so an edge that allowed mem://effects by the header cannot have the server read
+	// mem://secret.
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":31,"method":"resources/read","params":{"uri":"mem://secret","uri":"mem://effects"}}`,
+		`{"jsonrpc":"2.0","id":32,"method":"resources/read","params":{"uri":"mem://effects","URI":"mem://secret"}}`,
+	} {
+		r := g.mustPost(sid, hdr{"Mcp-Method": "resources/read", "Mcp-Name": "mem://effects"}, body)
+		if r.status != http.StatusBadRequest || !strings.Contains(string(r.last(t)["error"]), "-32020") {
+			t.Fatalf("%s with Mcp-Name mem://effects: status %d, %v; want 400 and -32020, not forwarded", body, r.status, r.raw)
+		}
+	}
 	// An initialize is checked too, before a session is opened for it.
 	if r := g.mustPost("", hdr{"Mcp-Method": "ping"}, initBody); r.status != http.StatusBadRequest || r.header.Get("Mcp-Session-Id") != "" {
 		t.Fatalf("initialize with a disagreeing Mcp-Method: status %d, session %q", r.status, r.header.Get("Mcp-Session-Id"))

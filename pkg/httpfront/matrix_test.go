@@ -209,6 +209,23 @@ func TestMatrix(t *testing.T) {
 				h.call(t, `{"name":"slow","arguments":{"tag":"failed","rpc":true},"task":{"ttl":1000}}`)
 			}
 		}},
+		{"a task whose server is lost after its handle is unknown", func(t *testing.T, h *harness) {
+			// The server is gone once the task exists (a stdio server exits; an HTTP server
+			// answers 404 to the task's tasks/result, as for a session it lost in a restart):
+			// wrap's tasks/result is refused unsent, but the task was created and may have
+			// taken effect. Before 2026-12-03 that refusal counted as "not sent", the intent
+			// was released, and the retry ran the call again.
+			if got := h.call(t, `{"name":"slow","arguments":{"tag":"lost","lose":true},"task":{"ttl":60000}}`); !strings.Contains(got, `"taskId":"lost-`) {
+				t.Fatalf("want the server's task handle, got %s", got)
+			}
+			again := h.call(t, `{"name":"slow","arguments":{"tag":"lost","lose":true}}`)
+			if n := h.executions("slow task tag=lost") + h.executions("slow tag=lost"); n != 1 {
+				t.Fatalf("a task whose server was lost, then its retry (answered %s): %d executions, want 1", again, n)
+			}
+			if !strings.Contains(again, "prior_failure") || !strings.Contains(again, "NOT executed again") {
+				t.Fatalf("the retry was answered %s, want prior_failure", again)
+			}
+		}},
 		{"_meta passes through untouched", func(t *testing.T, h *harness) {
 			const meta = `{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","progressToken":"tp-1"}`
 			got := h.call(t, `{"name":"meta","arguments":{"tag":"tp"},"_meta":`+meta+`}`)

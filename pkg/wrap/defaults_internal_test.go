@@ -59,6 +59,12 @@ func TestLimitsAsDocumented(t *testing.T) {
 	if v := stated(wrapMD, "maxLocalTasks", `wrap keeps the last ([0-9,]+) such tasks`); count(v) != maxLocalTasks {
 		t.Errorf("maxLocalTasks is %d; docs/wrap.md says %s", maxLocalTasks, v)
 	}
+	if v := stated(wrapMD, "taskReasks", `([0-9]+) such losses in a row, ([0-9]+) s apart doubling to (a minute)`); count(v) != taskReasks {
+		t.Errorf("taskReasks is %d; docs/wrap.md says %s", taskReasks, v)
+	}
+	if m := regexp.MustCompile(`such losses in a row, ([0-9]+) s apart`).FindStringSubmatch(wrapMD); m == nil || time.Duration(count(m[1]))*time.Second != taskReaskDelay {
+		t.Errorf("taskReaskDelay is %v; docs/wrap.md says %v", taskReaskDelay, m)
+	}
 	if v := stated(wrapMD, "maxLocalTaskBytes", `their results together at most ([0-9]+) MiB`); count(v)<<20 != maxLocalTaskBytes {
 		t.Errorf("maxLocalTaskBytes is %d; docs/wrap.md says %s MiB", maxLocalTaskBytes, v)
 	}

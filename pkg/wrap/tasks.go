@@ -14,6 +14,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // Tasks (MCP 2025-11-25). A task-augmented tools/call (params.task present) is answered by
@@ -97,7 +98,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		defer p.calls.Done()
 		defer p.tasks.Add(-1)
 		wait, cancel := context.WithTimeoutCause(ctx, taskWait(handle.Task.TTL), errTaskWaitOver)
-		final, ferr := taskResult(wait, s, handle.Task.TaskID)
+		final, ferr := p.taskResult(wait, s, handle.Task.TaskID)
 		cancel()
 		if ferr != nil && context.Cause(wait) == errTaskWaitOver {
 			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(handle.Task.TTL))
@@ -118,17 +119,71 @@ var errTaskUnconfirmed = errors.New("the task's final result was refused and the
 // errTaskWaitOver: the task's final result did not come within its ttl (see taskWait).
 var errTaskWaitOver = errors.New("the task's final result did not come within the time the server keeps it")
 
+// errTaskUnreachable: the task exists, but its final result can no longer be asked for.
+var errTaskUnreachable = errors.New("the task's final result can no longer be asked for")
+
+// Asking again for a task's final result. tasks/result is a read: asking again runs nothing,
+// and the task runs on in the server whatever became of the stream that waited for its
+// result. So an answer lost in transit (a stream cut by a load balancer's read timeout, a
+// reset, a 5xx: anything but a JSON-RPC answer, the end of the session or the end of the wait)
+// is followed by the same question, after taskReaskDelay, doubled each time up to a minute.
+// taskReasks such losses in a row end it (unknown); one that came after the stream had been
+// open taskStreamUp is a stream cut, not a server failing at once, and starts the count again.
+var (
+	taskReasks     = 8
+	taskReaskDelay = time.Second
+	taskStreamUp   = time.Minute
+)
+
 // taskResult fetches the final result of a task from the session that created it
 // (tasks/result blocks until the task is terminal; it takes no slot of the semaphore, as it
-// mostly waits). A JSON-RPC error is the task's own failure only when tasks/get then says the
-// task failed. Otherwise it says nothing of the effect, and the outcome is unknown: the task
-// was cancelled, or the server no longer knows it (an SDK server drops a task whose ttl
-// lapsed, finished or not), or cannot be asked. If that session died, a restarted child
-// knows nothing of the task: the error is a transport error and the outcome unknown.
-func taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
+// mostly waits), asking again when the answer is lost in transit (above). A JSON-RPC error is
+// the task's own failure only when tasks/get then says the task failed. Otherwise it says
+// nothing of the effect, and the outcome is unknown: the task was cancelled, or the server no
+// longer knows it (an SDK server drops a task whose ttl lapsed, finished or not), or cannot be
+// asked. If that session died, a restarted child knows nothing of the task: the outcome is
+// unknown.
+//
+// The error is never mcpstdio.ErrNotSent: the task was created, so its call was sent. A
+// question that cannot reach the server any more (a stdio server that exited, an HTTP server
+// that answers 404 to the session after a restart) leaves the outcome unknown. Before
+// 2026-12-03 that ErrNotSent reached finish, which released the intent as never sent, and a
+// retry ran the call again.
+func (p *Proxy) taskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
+	res, err := p.askTaskResult(ctx, s, taskID)
+	if errors.Is(err, mcpstdio.ErrNotSent) {
+		err = fmt.Errorf("%w (%v)", errTaskUnreachable, err) // %v: no longer ErrNotSent
+	}
+	return res, err
+}
+
+func (p *Proxy) askTaskResult(ctx context.Context, s Conn, taskID string) (json.RawMessage, error) {
 	q, _ := json.Marshal(map[string]string{"taskId": taskID})
-	res, err := s.Call(ctx, "tasks/result", q)
+	var res json.RawMessage
+	var err error
 	var rpc *jsonrpc.Error
+	for lost := 0; ; {
+		asked := time.Now()
+		res, err = s.Call(ctx, "tasks/result", q)
+		if err == nil || errors.As(err, &rpc) || errors.Is(err, mcpstdio.ErrNotSent) || ctx.Err() != nil {
+			break
+		}
+		if time.Since(asked) >= taskStreamUp {
+			lost = 0
+		}
+		if lost++; lost > taskReasks {
+			break
+		}
+		delay := min(taskReaskDelay<<(lost-1), time.Minute)
+		p.logf("task %s: the answer to tasks/result was lost (%v); asking again in %s", taskID, err, delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, err
+		case <-p.agentGone: // stopping: the session's end is near, and must not wait for this
+			return nil, err
+		}
+	}
 	if err == nil || !errors.As(err, &rpc) {
 		return res, err
 	}

@@ -59,6 +59,18 @@ func Target(method string, params json.RawMessage) (target string, ok bool) {
 	return jsonrpc.Unquote(params[start:end]), true
 }
 
+// namedTwice says whether the params object (valid JSON, as Target found) has more than one
+// member whose name is member, in any case and however escaped.
+func namedTwice(params json.RawMessage, member string) bool {
+	n := 0
+	for m := range jsonrpc.Members(params) {
+		if key := params[m.Key:m.KeyEnd]; jsonrpc.KeyIs(key, member) || strings.EqualFold(jsonrpc.Unquote(key), member) {
+			n++
+		}
+	}
+	return n > 1
+}
+
 // decode reads a header value: literal, or SEP-2243's base64 form (=?base64?...?=, the
 // markers in lower case) for values HTTP cannot carry as they are; ok is false for a base64
 // form that does not decode to UTF-8.
@@ -103,6 +115,11 @@ func Check(h http.Header, m *jsonrpc.Message) string {
 		target, has := Target(m.Method, m.Params)
 		if !has {
 			return Name + " was sent with a message that names no tool, prompt or resource"
+		}
+		if member := nameMember(m.Method); namedTwice(m.Params, member) {
+			// Readers differ on which one counts (the first, the last; encoding/json matches
+			// names in any case), so the server may run another target than any header names.
+			return Name + " cannot agree with a body that gives its " + member + " more than once (or again in another case)"
 		}
 		if v != target {
 			return Name + " does not match the " + nameMember(m.Method) + " in the body"

@@ -20,6 +20,12 @@ func TestCheck(t *testing.T) {
 	odd := `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":7}}`
 	notObject := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":["charge"]}`
 	response := `{"jsonrpc":"2.0","id":6,"result":{}}`
+	// Bodies that name their target twice: readers differ on which one counts (first or last;
+	// encoding/json matches member names case-insensitively), so no header can agree with them.
+	readTwice := `{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"file:///secret","uri":"file:///public"}}`
+	readCase := `{"jsonrpc":"2.0","id":8,"method":"resources/read","params":{"uri":"file:///public","URI":"file:///secret"}}`
+	promptEscaped := `{"jsonrpc":"2.0","id":9,"method":"prompts/get","params":{"name":"public","n\u0061me":"secret"}}`
+	callCase := `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"Name":"charge","name":"read_report"}}`
 	for _, c := range []struct {
 		name, body string
 		h          [][2]string
@@ -46,6 +52,12 @@ func TestCheck(t *testing.T) {
 		{"a name that is not a string", odd, [][2]string{{"Mcp-Name", "7"}}, "names no tool"},
 		{"params not an object", notObject, [][2]string{{"Mcp-Name", "charge"}}, "names no tool"},
 		{"a method on a response", response, [][2]string{{"Mcp-Method", "tools/call"}}, "not a request"},
+		{"a uri given twice", readTwice, [][2]string{{"Mcp-Name", "file:///public"}}, "more than once"},
+		{"a uri given twice, the other named", readTwice, [][2]string{{"Mcp-Name", "file:///secret"}}, "more than once"},
+		{"a uri given again in another case", readCase, [][2]string{{"Mcp-Name", "file:///public"}}, "more than once"},
+		{"a prompt name given again escaped", promptEscaped, [][2]string{{"Mcp-Name", "secret"}}, "more than once"},
+		{"a tool name given again in another case", callCase, [][2]string{{"Mcp-Name", "read_report"}}, "more than once"},
+		{"a uri given twice, no Mcp-Name", readTwice, [][2]string{{"Mcp-Method", "resources/read"}}, ""},
 	} {
 		m, err := jsonrpc.Parse([]byte(c.body))
 		if err != nil {

@@ -205,6 +205,18 @@ func (s *server) handle(m *jsonrpc.Message) {
 		return
 	}
 	s.write(jsonrpc.Response(m.ID, res))
+	if lostTask(m.Method, res) {
+		fmt.Fprintln(os.Stderr, "mcptest: exiting once the handle of a lost task is written")
+		os.Exit(7)
+	}
+}
+
+// lostTask says whether the answer res to a request of method is the handle of slow's lost
+// task, or is about one: the server is lost once that handle is out, with the task's effect
+// recorded. Over stdio it exits; over HTTP it answers 404 to the task's tasks/result and
+// tasks/get, as a server does for a session it no longer knows (after a restart, say).
+func lostTask(method string, b []byte) bool {
+	return strings.Contains(string(b), `"taskId":"lost-`) && (method == "tools/call" || method == "tasks/result" || method == "tasks/get")
 }
 
 func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) {
@@ -352,6 +364,7 @@ type callParams struct {
 		IdempotencyKey string `json:"idempotency_key"`
 		RPC            bool   `json:"rpc"`
 		Forget         bool   `json:"forget"`
+		Lose           bool   `json:"lose"`
 		Malformed      bool   `json:"malformed"`
 		TwoWays        bool   `json:"two_ways"`
 		Both           bool   `json:"both"`
@@ -434,6 +447,8 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			switch {
 			case a.Forget:
 				prefix = "forgotten" // tasks/result and tasks/get answer "Task not found"
+			case a.Lose:
+				prefix = "lost" // the server is lost once it has answered the handle (lostTask)
 			case a.RPC:
 				prefix = "failed" // tasks/result answers a JSON-RPC error, tasks/get "failed"
 			}

@@ -54,6 +54,10 @@ func (s *server) handleHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
+	if lostTask(m.Method, m.Params) && m.Method != "tools/call" {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
 	if !m.IsRequest() {
 		if m.Method == "notifications/cancelled" {
 			fmt.Fprintf(os.Stderr, "mcptest: cancelled %s\n", m.Params)
