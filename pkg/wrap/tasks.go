@@ -325,8 +325,9 @@ func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
 // withRelatedTask adds the related-task mark to a result's _meta. The mark is spliced into the
 // result's bytes (at the end of its _meta object, or as a new last member): everything else
 // stays byte for byte as recorded. Re-marshalling would re-escape <, > and &, drop spacing and
-// reorder members. Written last, the mark is the one a last-wins parser keeps if the server
-// had set one. A result that is not a JSON object is returned as it is.
+// reorder members. A mark the server had set (of its own task id) is replaced where it stands,
+// so that every parser, first-wins or last-wins, reads this task's id. A result that is not a
+// JSON object is returned as it is.
 func withRelatedTask(res json.RawMessage, id string) json.RawMessage {
 	open := jsonrpc.SkipSpace(res, 0)
 	if open == len(res) || res[open] != '{' || !json.Valid(res) {
@@ -336,7 +337,26 @@ func withRelatedTask(res json.RawMessage, id string) json.RawMessage {
 	vs, ve, n, closing := jsonrpc.Member(res, "_meta")
 	switch {
 	case n > 0 && res[vs] == '{':
-		return insertMember(res, vs, ve-1, member)
+		meta := res[vs:ve]
+		var marks []jsonrpc.Span
+		for m := range jsonrpc.Members(meta) {
+			if jsonrpc.KeyIs(meta[m.Key:m.KeyEnd], relatedTaskMeta) {
+				marks = append(marks, m)
+			}
+		}
+		if len(marks) == 0 {
+			return insertMember(res, vs, ve-1, member)
+		}
+		// The server's own mark (of its task) is replaced, every copy of it: after it, ours
+		// would be a second member of that name, and a reader keeping the first would see
+		// the task id of another attempt.
+		out := slices.Clone(res[:vs])
+		at := 0
+		for _, m := range marks {
+			out = append(append(out, meta[at:m.Key]...), member...)
+			at = m.End
+		}
+		return append(append(out, meta[at:]...), res[ve:]...)
 	case n > 0: // a _meta that is not an object becomes one holding the mark
 		return slices.Concat(res[:vs], []byte("{"+member+"}"), res[ve:])
 	}

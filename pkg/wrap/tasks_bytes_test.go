@@ -20,8 +20,12 @@ func TestWithRelatedTaskKeepsResultBytes(t *testing.T) {
 		{"an empty _meta", `{"_meta":{ },"content":[]}`, `{"_meta":{ ` + mark + `},"content":[]}`},
 		{"a _meta that is not an object", `{"_meta":null,"content":[]}`, `{"_meta":{` + mark + `},"content":[]}`},
 		{"an empty result", ` {} `, ` {"_meta":{` + mark + `}} `},
-		{"the server's own mark", `{"_meta":{"` + relatedTaskMeta + `":{"taskId":"theirs"}}}`,
-			`{"_meta":{"` + relatedTaskMeta + `":{"taskId":"theirs"},` + mark + `}}`},
+		// The server's mark is replaced, not followed by ours: a reader that keeps the first of
+		// two members would otherwise see the task id of another attempt.
+		{"the server's own mark", `{"_meta":{"a":1, "` + relatedTaskMeta + `" : {"taskId":"theirs"} ,"b":2}}`,
+			`{"_meta":{"a":1, ` + mark + ` ,"b":2}}`},
+		{"the server's mark twice, once escaped", `{"_meta":{"` + relatedTaskMeta + `":{"taskId":"a"},"io.modelcontextprotocol\/related-task":{"taskId":"b"}}}`,
+			`{"_meta":{` + mark + `,` + mark + `}}`},
 		{"duplicate _meta members: the last is the one parsers keep", `{"_meta":{},"_meta":{"a":1}}`,
 			`{"_meta":{},"_meta":{"a":1,` + mark + `}}`},
 		{"not an object", `[1,2]`, `[1,2]`},
