@@ -687,10 +687,11 @@ type stream struct {
 	over    bool
 
 	// Guarded by the session's mu: body is the request's POST body; answered says the proxy
-	// gave its response (or said there is none); orphan says the HTTP response ended before
-	// that, so the entry only keeps the id taken (session.register).
+	// gave its response, line (or said there is none: nil); orphan says the HTTP response
+	// ended before that, so the entry only keeps the id taken (session.register).
 	body     []byte
 	answered bool
+	line     []byte // the response given (nil: none), once answered
 	orphan   bool
 	// also are earlier POSTs of this same request under its id, still connected when this
 	// one was registered (session.register): they are answered with it.

@@ -70,7 +70,9 @@ func (s *session) close() {
 // dispatched again. That holds whether or not the gateway has noticed the first POST's client
 // hang up (a cut the client saw may reach the gateway late, or, silent, never): the earlier
 // POST, if still connected, receives the answer too (also), and the re-sent one takes over
-// the request's progress notifications.
+// the request's progress notifications. Once the proxy has answered, the id is free: the same
+// body re-sent while the first POST still writes that answer gets the answer at once, another
+// request is a new one.
 func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *stream, adopted, ok bool) {
 	var p struct {
 		Meta struct {
@@ -83,6 +85,16 @@ func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *strea
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.requests[st.id]
+	if old != nil && old.answered {
+		// The proxy has answered it; its POST is still writing the answer (to a slow client,
+		// or one gone silently). The proxy will not answer that id again: the same request
+		// re-sent gets the answer given, another one is a new request.
+		if bytes.Equal(old.body, body) {
+			adopted, st.answered, st.line = true, true, old.line
+			st.final <- old.line
+		}
+		old = nil
+	}
 	if old != nil {
 		if !bytes.Equal(old.body, body) {
 			return nil, false, false
@@ -133,7 +145,7 @@ func (s *session) answer(id string, line []byte) {
 	if st == nil || st.answered {
 		return // a second response to one request: the first stands
 	}
-	st.answered = true
+	st.answered, st.line = true, line
 	for _, p := range st.also { // earlier POSTs of the same request (see register)
 		if !p.answered {
 			p.answered = true
