@@ -388,10 +388,10 @@ const maxBody = wrap.MaxMessage
 // client hangs up: what it held is lost, as MCP says a broken stream's messages are.
 var maxBacklog = wrap.MaxMessage
 
-// writeTimeout bounds one write of a stream to its client: a client that keeps a stream open
-// but stops reading fills the socket's buffers, and the write that then blocks would hold the
-// stream (its goroutine and connection) until TCP gave up. Past it the stream ends, as when
-// its backlog passes maxBacklog. A variable so tests can lower it.
+// writeTimeout bounds each part (writeChunk) of a write to a client: a client that keeps a
+// stream open but stops reading fills the socket's buffers, and the write that then blocks
+// would hold the stream (its goroutine and connection) until TCP gave up. Past it the stream
+// ends, as when its backlog passes maxBacklog. A variable so tests can lower it.
 var writeTimeout = time.Minute
 
 // RequestBudget bounds the bytes of large requests the front holds at once, across every
@@ -523,7 +523,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(line)
+		writeBounded(w, rc, line) // a client that stops reading is cut off, as on a stream
 	case <-r.Context().Done():
 		// The client hung up; the request goes on and its outcome is recorded.
 	case <-s.done:

@@ -273,11 +273,9 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 		fl.Flush()
 	}
 	rc := http.NewResponseController(w)
-	deadline := func() { _ = rc.SetWriteDeadline(time.Now().Add(writeTimeout)) } // unsupported: no bound
 	send := func(lines [][]byte) bool {
-		deadline()
 		for _, l := range lines {
-			if _, err := w.Write(sseEvent(l)); err != nil {
+			if !writeBounded(w, rc, sseEvent(l)) {
 				return false
 			}
 		}
@@ -309,8 +307,7 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			send(rest)
 			return
 		case <-tick.C:
-			deadline()
-			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
+			if !writeBounded(w, rc, []byte(": keep-alive\n\n")) {
 				return
 			}
 			if fl != nil {
@@ -327,6 +324,26 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			return
 		}
 	}
+}
+
+// writeChunk is the most writeBounded writes under one deadline.
+const writeChunk = 64 << 10
+
+// writeBounded writes b to the client in parts of at most writeChunk bytes, each within
+// writeTimeout: the bound is on progress, so a client that stops reading is cut off, and one
+// that reads slowly (a large answer over a slow link) is not. It reports whether all of b was
+// written. Without a write deadline (a ResponseWriter that does not support it) there is no
+// bound.
+func writeBounded(w http.ResponseWriter, rc *http.ResponseController, b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := w.Write(b[:n]); err != nil {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }
 
 func sseEvent(line []byte) []byte {
