@@ -88,8 +88,9 @@ func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *strea
 	if old != nil && old.answered {
 		// The proxy has answered it; its POST is still writing the answer (to a slow client,
 		// or one gone silently). The proxy will not answer that id again: the same request
-		// re-sent gets the answer given, another one is a new request.
-		if bytes.Equal(old.body, body) {
+		// re-sent gets the answer given, another one is a new request, and so is the same one
+		// re-sent after the agent cancelled it (it got no answer: the agent asks again).
+		if old.line != nil && bytes.Equal(old.body, body) {
 			adopted, st.answered, st.line = true, true, old.line
 			st.final <- old.line
 		}

@@ -197,3 +197,35 @@ func TestOtherRequestAfterTheAnswerIsServed(t *testing.T) {
 	}
 	s.unregister(second)
 }
+
+// A request the agent cancelled ends without an answer (NoResponse); the same request re-sent
+// under its id while the first POST is still ending is the agent asking again: a new request,
+// served, never handed the first one's lack of an answer.
+func TestResentAfterACancellationIsServed(t *testing.T) {
+	s := newSession("test", Caller{}, nil)
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x"}}`)
+	m, _ := jsonrpc.Parse(body)
+	first, _, _ := s.register(m, body, false)
+	s.NoResponse(m.ID)
+	if line := <-first.final; line != nil {
+		t.Fatalf("the cancelled request got %q, want no answer", line)
+	}
+	again, adopted, ok := s.register(m, body, false)
+	if !ok || adopted {
+		t.Fatalf("the same request re-sent after its cancellation: ok %v adopted %v, want it served as new", ok, adopted)
+	}
+	const resp = `{"jsonrpc":"2.0","id":1,"result":{"contents":[]}}`
+	if err := s.Write([]byte(resp)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case line := <-again.final:
+		if string(line) != resp {
+			t.Fatalf("the re-sent request got %q, want its own answer", line)
+		}
+	default:
+		t.Fatal("the re-sent request got no answer")
+	}
+	s.unregister(first)
+	s.unregister(again)
+}
