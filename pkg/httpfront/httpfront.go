@@ -516,19 +516,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		s.streamTo(w, r, st, true)
 		return
 	}
-	select {
-	case line := <-st.final:
-		if line == nil { // cancelled by the agent: no response is sent
-			w.WriteHeader(http.StatusAccepted)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		writeBounded(w, rc, line) // a client that stops reading is cut off, as on a stream
-	case <-r.Context().Done():
-		// The client hung up; the request goes on and its outcome is recorded.
-	case <-s.done:
-		httpError(w, http.StatusNotFound, "the session was closed")
-	}
+	s.writeAnswer(w, r, st, rc)
 }
 
 // paramsAgree checks the Mcp-Param-* headers of a tools/call (SEP-2243) against its arguments,

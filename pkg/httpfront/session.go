@@ -320,11 +320,50 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			return // the client read too little for too long: what was queued is dropped
 		case <-s.done:
 			if request {
-				send(st.take())
+				// The response may have come just before the end: it goes too.
+				rest := st.take()
+				select {
+				case line := <-st.final:
+					s.retire(st)
+					rest = append(rest, st.take()...)
+					if line != nil {
+						rest = append(rest, line)
+					}
+				default:
+				}
+				send(rest)
 			}
 			return
 		}
 	}
+}
+
+// writeAnswer waits for the response to a request whose client takes it as JSON, and writes
+// it (rc: the response's controller, nil for a new one). A response given before the session
+// closed is written: the 404 for a closed session says the request was not run.
+func (s *session) writeAnswer(w http.ResponseWriter, r *http.Request, st *stream, rc *http.ResponseController) {
+	if rc == nil {
+		rc = http.NewResponseController(w)
+	}
+	var line []byte
+	select {
+	case line = <-st.final:
+	case <-r.Context().Done():
+		return // the client hung up; the request goes on and its outcome is recorded
+	case <-s.done:
+		select {
+		case line = <-st.final:
+		default:
+			httpError(w, http.StatusNotFound, "the session was closed")
+			return
+		}
+	}
+	if line == nil { // cancelled by the agent: no response is sent
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	writeBounded(w, rc, line) // a client that stops reading is cut off, as on a stream
 }
 
 // writeChunk is the most writeBounded writes under one deadline.

@@ -229,3 +229,36 @@ func TestResentAfterACancellationIsServed(t *testing.T) {
 	s.unregister(first)
 	s.unregister(again)
 }
+
+// A response the proxy gave just before its session closed (a call that ended within the
+// grace of a DELETE or a SIGTERM, while its stream was busy writing what came before) is
+// written, not dropped for the session's end: each of the two being ready, the stream must
+// not pick the end by chance. Before, it did half the time, and the client's stream ended
+// without the answer (a fenced call's agent must send it again to learn it; a pass-through
+// call's never learns it); a JSON answer was a 404, which says the request was not run.
+func TestAnswerBeforeTheSessionClosedIsWritten(t *testing.T) {
+	const resp = `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	m, _ := jsonrpc.Parse(body)
+	for i := 0; i < 64; i++ {
+		for _, sse := range []bool{true, false} {
+			s := newSession("test", Caller{}, nil)
+			st, _, _ := s.register(m, body, sse)
+			if err := s.Write([]byte(resp)); err != nil {
+				t.Fatal(err)
+			}
+			s.close()
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+			if sse {
+				s.streamTo(rec, req, st, true)
+			} else {
+				s.writeAnswer(rec, req, st, nil)
+			}
+			if !strings.Contains(rec.Body.String(), `"id":1`) || rec.Code != http.StatusOK {
+				t.Fatalf("try %d (sse %v): the answer given before the session closed was not written: %d %q", i, sse, rec.Code, rec.Body.String())
+			}
+			s.unregister(st)
+		}
+	}
+}
