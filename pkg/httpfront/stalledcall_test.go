@@ -28,6 +28,14 @@ import (
 // the bound the stream stays open for as long as the client keeps the connection.
 func TestStalledCallStreamEndsAndKeepsTheOutcome(t *testing.T) {
 	t.Cleanup(httpfront.SetWriteTimeout(time.Second)) // after the gateway's cleanup: no stream reads it then
+	// As an event stream, and as a JSON answer (before 2026-12-03 a JSON answer's write had no
+	// bound: its client held it, and the request's share of the budget, until TCP gave up).
+	for _, accept := range []string{"application/json, text/event-stream", "application/json"} {
+		t.Run(accept, func(t *testing.T) { stalledCall(t, accept) })
+	}
+}
+
+func stalledCall(t *testing.T, accept string) {
 	g := newGW(t, nil)
 	sid := g.open(nil)
 	const size = 16 << 20 // more than loopback's socket buffers hold
@@ -43,8 +51,8 @@ func TestStalledCallStreamEndsAndKeepsTheOutcome(t *testing.T) {
 	}
 	defer conn.Close()
 	body := call(2, "huge", args)
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s",
-		u.Path, u.Host, sid, len(body), body)
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: %s\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s",
+		u.Path, u.Host, accept, sid, len(body), body)
 	// Not read from here on.
 
 	deadline := time.Now().Add(time.Minute)
