@@ -269,6 +269,13 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 		front.Close("the listener could not open")
 		return nil, fmt.Errorf("--listen %s: %v", addr, err)
 	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && lc.front.Loopback && !tcp.IP.IsLoopback() {
+		// "localhost" is taken for a loopback name, which lets the gateway serve without
+		// keys; the hosts file decides where it binds, and may say otherwise.
+		ln.Close()
+		front.Close("the listener is not on a loopback address")
+		return nil, fmt.Errorf("--listen %s bound %s, which is not a loopback address (the hosts file maps the name elsewhere): name a loopback address such as 127.0.0.1:PORT, or the address to serve on itself (with --api-keys FILE or --pass-auth)", addr, tcp.IP)
+	}
 	// No ReadTimeout or WriteTimeout: either would also bound a response streamed for as long
 	// as a call runs. The front bounds each request's body itself (--body-timeout) and each
 	// write of a stream; IdleTimeout closes keep-alive connections left idle.

@@ -16,7 +16,9 @@
 //     already ended, or the server answered 404 to the session id (it no longer knows the
 //     session and, by the transport's rules, refused the request unread; the Upstream
 //     re-initializes on the next Session). A 400 also retires the session, but its error is
-//     "may have run". A retired session refuses new requests; calls already under way on it
+//     "may have run"; so does the server's refusal (400, 404) to give the session a new GET
+//     stream after it gave it one, which is how a restarted server is usually noticed before
+//     a call meets it. A retired session refuses new requests; calls already under way on it
 //     go on to their answers.
 //   - *jsonrpc.Error (errors.As): the server answered HTTP 200 with a JSON-RPC error.
 //   - a context error: the caller stopped waiting; notifications/cancelled was sent; the
@@ -89,6 +91,9 @@ var tailWait = 5 * time.Second
 // ErrSessionLost says the server answered 404 to the session id: it no longer knows the
 // session (it restarted, or ended it). Errors with it also wrap mcpstdio.ErrNotSent.
 var ErrSessionLost = errors.New("httpback: the MCP server no longer knows the session (HTTP 404)")
+
+// errSessionGone retires a session whose server refused to reopen its GET stream (listen).
+var errSessionGone = errors.New("httpback: the MCP server no longer knows the session (it refused to reopen the session's GET stream)")
 
 // StatusError is an HTTP answer other than the transport's 200 or 202. The request may have
 // run. RPC is the JSON-RPC error the body carried, if any: informative only, deliberately not
@@ -345,6 +350,7 @@ type Session struct {
 	closed   bool
 	inbound  inbound.Table // the server's requests being answered, at most mcpstdio.MaxInbound
 	ignored  atomic.Int64  // messages of the server ignored so far (ignoredf)
+	streamed atomic.Bool   // the server gave the session a GET stream once
 }
 
 // note is one item of the delivery queue.
@@ -999,13 +1005,30 @@ func (s *Session) listen() {
 		resp, err := s.get(s.bg, lastID)
 		var se *StatusError
 		if errors.As(err, &se) {
-			// A 404 here may only mean that no GET stream is offered; a POST finds out whether
-			// the session is gone.
+			if s.streamed.Load() && (se.Status == http.StatusNotFound || se.Status == http.StatusBadRequest) && s.ID() != "" {
+				if lastID != "" {
+					// The server may only not know the event any more (an event store that
+					// dropped it answers 400): ask for a new stream, without resuming.
+					lastID = ""
+					continue
+				}
+				// The server gave this session a stream before and now refuses it a new one:
+				// it no longer knows the session (it restarted; servers built on the
+				// TypeScript SDK's example answer 400, the transport says 404). Retired now,
+				// the next request opens a new session instead of reaching the lost one,
+				// whose 400 would leave a fenced call unknown. Calls under way go on.
+				s.logf("MCP server %s refused to reopen the session's GET stream (HTTP %d): it no longer knows the session; the next request opens a new one", s.logURL, se.Status)
+				s.retire(errSessionGone)
+				return
+			}
+			// A 404 to a first GET may only mean that no GET stream is offered; a POST finds
+			// out whether the session is gone.
 			if se.Status != http.StatusTooManyRequests && se.Status < 500 {
 				return // 405: not offered; 409: one is open already; 200 not SSE, other 4xx: not for us
 			}
 		}
 		if err == nil {
+			s.streamed.Store(true)
 			meter := newMeter(s.bg, resp.Body, 0)
 			_, err = s.pump(s.bg, meter, nil, &lastID)
 			meter.next()

@@ -14,11 +14,14 @@ func TestStreamBoundsAsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.Join(strings.Fields(string(b)), " "), "once 64 MiB wait for it (the gateway never queues more for one stream) or once one write to it has waited a minute") {
+	if !strings.Contains(strings.Join(strings.Fields(string(b)), " "), "once 64 MiB wait for it (the gateway never queues more for one stream) or once it has taken nothing for a minute (a part of 64 KiB of a write waited that long") {
 		t.Fatal("docs/gateway.md no longer states the bounds on a stream its client stops reading")
 	}
 	if writeTimeout != time.Minute {
 		t.Errorf("writeTimeout is %v; docs/gateway.md says a minute", writeTimeout)
+	}
+	if writeChunk != 64<<10 {
+		t.Errorf("writeChunk is %d; docs/gateway.md says 64 KiB", writeChunk)
 	}
 	if maxBacklog != 64<<20 {
 		t.Errorf("maxBacklog is %d; docs/gateway.md says 64 MiB", maxBacklog)

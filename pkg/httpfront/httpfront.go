@@ -388,10 +388,10 @@ const maxBody = wrap.MaxMessage
 // client hangs up: what it held is lost, as MCP says a broken stream's messages are.
 var maxBacklog = wrap.MaxMessage
 
-// writeTimeout bounds one write of a stream to its client: a client that keeps a stream open
-// but stops reading fills the socket's buffers, and the write that then blocks would hold the
-// stream (its goroutine and connection) until TCP gave up. Past it the stream ends, as when
-// its backlog passes maxBacklog. A variable so tests can lower it.
+// writeTimeout bounds each part (writeChunk) of a write to a client: a client that keeps a
+// stream open but stops reading fills the socket's buffers, and the write that then blocks
+// would hold the stream (its goroutine and connection) until TCP gave up. Past it the stream
+// ends, as when its backlog passes maxBacklog. A variable so tests can lower it.
 var writeTimeout = time.Minute
 
 // RequestBudget bounds the bytes of large requests the front holds at once, across every
@@ -516,19 +516,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		s.streamTo(w, r, st, true)
 		return
 	}
-	select {
-	case line := <-st.final:
-		if line == nil { // cancelled by the agent: no response is sent
-			w.WriteHeader(http.StatusAccepted)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(line)
-	case <-r.Context().Done():
-		// The client hung up; the request goes on and its outcome is recorded.
-	case <-s.done:
-		httpError(w, http.StatusNotFound, "the session was closed")
-	}
+	s.writeAnswer(w, r, st, rc)
 }
 
 // paramsAgree checks the Mcp-Param-* headers of a tools/call (SEP-2243) against its arguments,
@@ -687,10 +675,11 @@ type stream struct {
 	over    bool
 
 	// Guarded by the session's mu: body is the request's POST body; answered says the proxy
-	// gave its response (or said there is none); orphan says the HTTP response ended before
-	// that, so the entry only keeps the id taken (session.register).
+	// gave its response, line (or said there is none: nil); orphan says the HTTP response
+	// ended before that, so the entry only keeps the id taken (session.register).
 	body     []byte
 	answered bool
+	line     []byte // the response given (nil: none), once answered
 	orphan   bool
 	// also are earlier POSTs of this same request under its id, still connected when this
 	// one was registered (session.register): they are answered with it.

@@ -70,7 +70,9 @@ func (s *session) close() {
 // dispatched again. That holds whether or not the gateway has noticed the first POST's client
 // hang up (a cut the client saw may reach the gateway late, or, silent, never): the earlier
 // POST, if still connected, receives the answer too (also), and the re-sent one takes over
-// the request's progress notifications.
+// the request's progress notifications. Once the proxy has answered, the id is free: the same
+// body re-sent while the first POST still writes that answer gets the answer at once, another
+// request is a new one.
 func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *stream, adopted, ok bool) {
 	var p struct {
 		Meta struct {
@@ -83,6 +85,17 @@ func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *strea
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.requests[st.id]
+	if old != nil && old.answered {
+		// The proxy has answered it; its POST is still writing the answer (to a slow client,
+		// or one gone silently). The proxy will not answer that id again: the same request
+		// re-sent gets the answer given, another one is a new request, and so is the same one
+		// re-sent after the agent cancelled it (it got no answer: the agent asks again).
+		if old.line != nil && bytes.Equal(old.body, body) {
+			adopted, st.answered, st.line = true, true, old.line
+			st.final <- old.line
+		}
+		old = nil
+	}
 	if old != nil {
 		if !bytes.Equal(old.body, body) {
 			return nil, false, false
@@ -133,7 +146,7 @@ func (s *session) answer(id string, line []byte) {
 	if st == nil || st.answered {
 		return // a second response to one request: the first stands
 	}
-	st.answered = true
+	st.answered, st.line = true, line
 	for _, p := range st.also { // earlier POSTs of the same request (see register)
 		if !p.answered {
 			p.answered = true
@@ -261,11 +274,9 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 		fl.Flush()
 	}
 	rc := http.NewResponseController(w)
-	deadline := func() { _ = rc.SetWriteDeadline(time.Now().Add(writeTimeout)) } // unsupported: no bound
 	send := func(lines [][]byte) bool {
-		deadline()
 		for _, l := range lines {
-			if _, err := w.Write(sseEvent(l)); err != nil {
+			if !writeBounded(w, rc, sseEvent(l)) {
 				return false
 			}
 		}
@@ -297,8 +308,7 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			send(rest)
 			return
 		case <-tick.C:
-			deadline()
-			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
+			if !writeBounded(w, rc, []byte(": keep-alive\n\n")) {
 				return
 			}
 			if fl != nil {
@@ -310,11 +320,70 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			return // the client read too little for too long: what was queued is dropped
 		case <-s.done:
 			if request {
-				send(st.take())
+				// The response may have come just before the end: it goes too.
+				rest := st.take()
+				select {
+				case line := <-st.final:
+					s.retire(st)
+					rest = append(rest, st.take()...)
+					if line != nil {
+						rest = append(rest, line)
+					}
+				default:
+				}
+				send(rest)
 			}
 			return
 		}
 	}
+}
+
+// writeAnswer waits for the response to a request whose client takes it as JSON, and writes
+// it (rc: the response's controller, nil for a new one). A response given before the session
+// closed is written: the 404 for a closed session says the request was not run.
+func (s *session) writeAnswer(w http.ResponseWriter, r *http.Request, st *stream, rc *http.ResponseController) {
+	if rc == nil {
+		rc = http.NewResponseController(w)
+	}
+	var line []byte
+	select {
+	case line = <-st.final:
+	case <-r.Context().Done():
+		return // the client hung up; the request goes on and its outcome is recorded
+	case <-s.done:
+		select {
+		case line = <-st.final:
+		default:
+			httpError(w, http.StatusNotFound, "the session was closed")
+			return
+		}
+	}
+	if line == nil { // cancelled by the agent: no response is sent
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	writeBounded(w, rc, line) // a client that stops reading is cut off, as on a stream
+}
+
+// writeChunk is the most writeBounded writes under one deadline.
+const writeChunk = 64 << 10
+
+// writeBounded writes b to the client in parts of at most writeChunk bytes, each within
+// writeTimeout: the bound is on progress, so a client that stops reading is cut off, and one
+// that reads slowly (a large answer over a slow link) is not. It reports whether all of b was
+// written. Without a write deadline (a ResponseWriter that does not support it) there is no
+// bound.
+func writeBounded(w http.ResponseWriter, rc *http.ResponseController, b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := w.Write(b[:n]); err != nil {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }
 
 func sseEvent(line []byte) []byte {

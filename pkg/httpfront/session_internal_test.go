@@ -121,3 +121,144 @@ func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
 		}
 	}
 }
+
+// The same request re-sent under its id after the proxy answered it, while the first POST
+// is still writing that answer (a slow client, or one whose connection died silently: up to
+// writeTimeout), joins a request that gets no second answer. It must receive the answer
+// given, as docs/gateway.md promises ("the same message POSTed again byte for byte waits for
+// the one answer"), and leave the id free once its stream ends; before, it waited for an
+// answer that never came, and its stream's end left the id taken for good, so every later
+// request of the session under that id was refused as "already in progress".
+func TestResentAfterTheAnswerGetsTheAnswer(t *testing.T) {
+	s := newSession("test", Caller{}, nil)
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	m, err := jsonrpc.Parse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, ok := s.register(m, body, false)
+	if !ok {
+		t.Fatal("cannot register the request")
+	}
+	const resp = `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`
+	if err := s.Write([]byte(resp)); err != nil {
+		t.Fatal(err)
+	}
+	<-first.final // post writes it to its client now; its unregister comes after that write
+	again, adopted, ok := s.register(m, body, false)
+	if !ok || !adopted {
+		t.Fatalf("the same request re-sent while its answer is written: ok %v adopted %v, want it to join", ok, adopted)
+	}
+	select {
+	case line := <-again.final:
+		if string(line) != resp {
+			t.Fatalf("the re-sent request got %q, want the answer %q", line, resp)
+		}
+	default:
+		t.Fatal("the re-sent request waits for an answer the proxy gave already (nothing will answer it again)")
+	}
+	s.unregister(first)
+	s.unregister(again)
+	other, _ := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"u","arguments":{}}}`))
+	if _, _, ok := s.register(other, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"u","arguments":{}}}`), false); !ok {
+		t.Fatal("once both POSTs ended, a new request under the id is refused: the id stayed taken")
+	}
+}
+
+// A different request under an id whose answer has been given (its POST still writing it)
+// is a new request: it is served, and gets its own answer, never the earlier one.
+func TestOtherRequestAfterTheAnswerIsServed(t *testing.T) {
+	s := newSession("test", Caller{}, nil)
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	m, _ := jsonrpc.Parse(body)
+	first, _, _ := s.register(m, body, false)
+	if err := s.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"first":true}}`)); err != nil {
+		t.Fatal(err)
+	}
+	<-first.final
+	body2 := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"u","arguments":{}}}`)
+	m2, _ := jsonrpc.Parse(body2)
+	second, adopted, ok := s.register(m2, body2, false)
+	if !ok || adopted {
+		t.Fatalf("another request under an answered id: ok %v adopted %v, want it served as new", ok, adopted)
+	}
+	const resp2 = `{"jsonrpc":"2.0","id":1,"result":{"second":true}}`
+	if err := s.Write([]byte(resp2)); err != nil {
+		t.Fatal(err)
+	}
+	s.unregister(first)
+	select {
+	case line := <-second.final:
+		if string(line) != resp2 {
+			t.Fatalf("the second request got %q, want its own answer", line)
+		}
+	default:
+		t.Fatal("the second request got no answer")
+	}
+	s.unregister(second)
+}
+
+// A request the agent cancelled ends without an answer (NoResponse); the same request re-sent
+// under its id while the first POST is still ending is the agent asking again: a new request,
+// served, never handed the first one's lack of an answer.
+func TestResentAfterACancellationIsServed(t *testing.T) {
+	s := newSession("test", Caller{}, nil)
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x"}}`)
+	m, _ := jsonrpc.Parse(body)
+	first, _, _ := s.register(m, body, false)
+	s.NoResponse(m.ID)
+	if line := <-first.final; line != nil {
+		t.Fatalf("the cancelled request got %q, want no answer", line)
+	}
+	again, adopted, ok := s.register(m, body, false)
+	if !ok || adopted {
+		t.Fatalf("the same request re-sent after its cancellation: ok %v adopted %v, want it served as new", ok, adopted)
+	}
+	const resp = `{"jsonrpc":"2.0","id":1,"result":{"contents":[]}}`
+	if err := s.Write([]byte(resp)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case line := <-again.final:
+		if string(line) != resp {
+			t.Fatalf("the re-sent request got %q, want its own answer", line)
+		}
+	default:
+		t.Fatal("the re-sent request got no answer")
+	}
+	s.unregister(first)
+	s.unregister(again)
+}
+
+// A response the proxy gave just before its session closed (a call that ended within the
+// grace of a DELETE or a SIGTERM, while its stream was busy writing what came before) is
+// written, not dropped for the session's end: each of the two being ready, the stream must
+// not pick the end by chance. Before, it did half the time, and the client's stream ended
+// without the answer (a fenced call's agent must send it again to learn it; a pass-through
+// call's never learns it); a JSON answer was a 404, which says the request was not run.
+func TestAnswerBeforeTheSessionClosedIsWritten(t *testing.T) {
+	const resp = `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	m, _ := jsonrpc.Parse(body)
+	for i := 0; i < 64; i++ {
+		for _, sse := range []bool{true, false} {
+			s := newSession("test", Caller{}, nil)
+			st, _, _ := s.register(m, body, sse)
+			if err := s.Write([]byte(resp)); err != nil {
+				t.Fatal(err)
+			}
+			s.close()
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+			if sse {
+				s.streamTo(rec, req, st, true)
+			} else {
+				s.writeAnswer(rec, req, st, nil)
+			}
+			if !strings.Contains(rec.Body.String(), `"id":1`) || rec.Code != http.StatusOK {
+				t.Fatalf("try %d (sse %v): the answer given before the session closed was not written: %d %q", i, sse, rec.Code, rec.Body.String())
+			}
+			s.unregister(st)
+		}
+	}
+}

@@ -1,13 +1,17 @@
 package httpfront_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +27,14 @@ import (
 // outcome is recorded, and the call re-sent under a new id is given it as a replay. Without
 // the bound the stream stays open for as long as the client keeps the connection.
 func TestStalledCallStreamEndsAndKeepsTheOutcome(t *testing.T) {
+	// As an event stream, and as a JSON answer (before 2026-12-03 a JSON answer's write had no
+	// bound: its client held it, and the request's share of the budget, until TCP gave up).
+	for _, accept := range []string{"application/json, text/event-stream", "application/json"} {
+		t.Run(accept, func(t *testing.T) { stalledCall(t, accept) })
+	}
+}
+
+func stalledCall(t *testing.T, accept string) {
 	restore := httpfront.SetWriteTimeout(time.Second)
 	t.Cleanup(restore) // after the gateway's cleanup: no stream reads it then
 	g := newGW(t, nil)
@@ -40,8 +52,8 @@ func TestStalledCallStreamEndsAndKeepsTheOutcome(t *testing.T) {
 	}
 	defer conn.Close()
 	body := call(2, "huge", args)
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s",
-		u.Path, u.Host, sid, len(body), body)
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: %s\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s",
+		u.Path, u.Host, accept, sid, len(body), body)
 	// Not read from here on.
 
 	deadline := time.Now().Add(time.Minute)
@@ -82,4 +94,79 @@ func TestStalledCallStreamEndsAndKeepsTheOutcome(t *testing.T) {
 	if n := len(mcptest.Effects(g.effects)); n != 1 {
 		t.Fatalf("%d executions, want 1", n)
 	}
+}
+
+// A client that reads its answer slowly but steadily is not a client that stopped reading:
+// the write bound (writeTimeout) is on progress, not on the whole answer. Here the answer, one
+// message of 16 MiB, takes the client about three times the bound to read (the sockets' buffers
+// kept small, so the sender waits on the reader from the start), and every part of it gets
+// room well within the bound. Before, the answer was one write bounded as a whole: the stream
+// was cut once that write passed the bound, so a client on a link slower than 64 MiB a minute
+// could never receive a large answer, nor its replay, cut the same way (an SSE answer; a JSON
+// one had no bound at all, so a client that stopped reading held it until TCP gave up).
+func TestSlowReaderGetsTheWholeAnswer(t *testing.T) {
+	// Generous for a part (on a loaded machine a reader or writer may wait seconds for a
+	// core), short of the whole.
+	t.Cleanup(httpfront.SetWriteTimeout(5 * time.Second))
+	for _, accept := range []string{"application/json, text/event-stream", "application/json"} {
+		t.Run(accept, func(t *testing.T) {
+			g := newGW(t, nil)
+			sid := g.open(nil)
+			srv := httptest.NewUnstartedServer(g.front)
+			srv.Listener = smallBuffers{srv.Listener}
+			srv.Start()
+			t.Cleanup(srv.Close)
+			const size = 16 << 20
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/mcp", strings.NewReader(call(2, "huge", fmt.Sprintf(`{"size":%d}`, size))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", accept)
+			req.Header.Set("Mcp-Session-Id", sid)
+			dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error { return setBuffers(c) }}
+			client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			// About 1 MB/s: 16 MiB take about 16 s; a part of 64 KiB gets room in about 60 ms.
+			var got bytes.Buffer
+			buf := make([]byte, 16<<10)
+			for {
+				n, err := resp.Body.Read(buf)
+				got.Write(buf[:n])
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatalf("reading the answer after %d bytes: %v", got.Len(), err)
+				}
+				time.Sleep(15 * time.Millisecond)
+			}
+			if got.Len() < size || !bytes.Contains(got.Bytes(), []byte(`"id":2`)) {
+				t.Fatalf("a client reading steadily got %d bytes of a %d-byte answer: the stream was cut (ends %q)", got.Len(), size, got.Bytes()[max(0, got.Len()-80):])
+			}
+			if n := len(mcptest.Effects(g.effects)); n != 1 {
+				t.Fatalf("%d executions, want 1", n)
+			}
+		})
+	}
+}
+
+// smallBuffers gives each accepted connection small socket buffers.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = setBuffers(rc)
+		}
+	}
+	return c, nil
 }
