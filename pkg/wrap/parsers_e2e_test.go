@@ -1,0 +1,56 @@
+package wrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+)
+
+// A member of the tools/call params spelled as one of MCP's but for case ("Arguments",
+// "argumentſ": Unicode case folding makes ſ an s) is what a Go server reads as that member:
+// mcp-go (the demo server) decodes the params with encoding/json, which matches names without
+// regard to case. Before, wrap read such params as a call without arguments, so two charges
+// of different amounts had one identity and the second was answered with the first's receipt
+// and never ran. Now they are refused before anything is claimed or sent, as the JSON-RPC
+// envelope's members are.
+func TestParamsMemberSpelledOtherwiseIsRefused(t *testing.T) {
+	t.Parallel()
+	r := demoRig(t, "1ms")
+	w := r.wrap()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, params := range []string{
+		`{"name":"charge_card","Arguments":{"amount":5}}`,
+		`{"name":"charge_card","argument\u017f":{"amount":500}}`,
+		`{"name":"charge_card","ARGUMENTS":{"amount":700},"_meta":{}}`,
+		`{"name":"charge_card","arguments":{"amount":9},"Task":{"ttl":60000}}`,
+		`{"name":"charge_card","arguments":{"amount":9},"_Meta":{"progressToken":1}}`,
+	} {
+		_, err := w.Call(ctx, "tools/call", json.RawMessage(params))
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, "NOT executed") {
+			t.Errorf("%s: want a -32602 refusal saying the call was NOT executed, got %v", params, err)
+		}
+	}
+	if n := r.effectsOf("charge_card"); n != 0 {
+		t.Errorf("charge_card ran %d times, want 0: a refused call must not reach the server", n)
+	}
+	if recs := r.records(t); len(recs) != 0 {
+		t.Errorf("a refused call left %d records of charge_card behind", len(recs["charge_card"]))
+	}
+	// The session goes on, and the members spelled as MCP spells them are fenced as before.
+	if x := call(t, w.Session, "charge_card", `{"amount":5}`); x.IsError || x.replayed() {
+		t.Fatalf("a plain charge after the refusals: %+v", x)
+	}
+	if x := call(t, w.Session, "charge_card", `{"amount":500}`); x.IsError || x.replayed() {
+		t.Fatalf("a charge of another amount must run: %+v %s", x, x.text())
+	}
+	if n := r.effectsOf("charge_card"); n != 2 {
+		t.Errorf("charge_card ran %d times, want 2", n)
+	}
+}
