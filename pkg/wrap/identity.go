@@ -141,6 +141,40 @@ func lookupCanonical(c []byte, p Path) json.RawMessage {
 	return c
 }
 
+// spelledOtherwiseOn refuses canonical arguments c with a member on the way to path p named
+// as p's segment but for case ("Order" for order; Unicode case folding makes ſ an s). wrap,
+// and JavaScript and Python servers, read it as another member; a Go server decoding the
+// arguments into a struct with encoding/json (go-sdk's typed tools, mcp-go's BindArguments)
+// reads it as the field. A key field read as absent named distinct orders as one (refused as
+// intent_conflict while the server saw a new order); an ignored field kept in the identity ran
+// twice what the server reads as one call but for that field. what names p's role.
+func spelledOtherwiseOn(c []byte, p Path, what string) error {
+	for _, seg := range p {
+		if len(c) == 0 || c[0] != '{' {
+			return nil
+		}
+		var next []byte
+		for m := range jsonrpc.Members(c) {
+			lit := c[m.Key:m.KeyEnd]
+			name := lit[1 : len(lit)-1]
+			if bytes.IndexByte(name, '\\') >= 0 {
+				name = []byte(jsonrpc.Unquote(lit))
+			}
+			switch {
+			case string(name) == seg:
+				next = c[m.Start:m.End]
+			case bytes.EqualFold(name, []byte(seg)):
+				return fmt.Errorf("member %q of the arguments is the %s %q (%s) but for case; servers disagree on whether it is that field", name, what, seg, p)
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		c = next
+	}
+	return nil
+}
+
 // identity is how one call is named in the ledger.
 type identity struct {
 	args []byte // canonical arguments with ignored fields removed: fingerprinted by the engine
@@ -166,6 +200,16 @@ func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, ke
 	if c == nil {
 		var err error
 		if c, err = canon.JSON(args); err != nil {
+			return id, err
+		}
+	}
+	for _, p := range key {
+		if err := spelledOtherwiseOn(c, p, "key field"); err != nil {
+			return id, err
+		}
+	}
+	for _, p := range ignore {
+		if err := spelledOtherwiseOn(c, p, "ignored field"); err != nil {
 			return id, err
 		}
 	}

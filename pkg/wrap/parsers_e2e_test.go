@@ -54,3 +54,48 @@ func TestParamsMemberSpelledOtherwiseIsRefused(t *testing.T) {
 		t.Errorf("charge_card ran %d times, want 2", n)
 	}
 }
+
+// A member of the arguments that a --key or --ignore-field path names but for case ("Order"
+// for order) is read as that field by a Go server decoding the arguments into a struct with
+// encoding/json (go-sdk's typed tools, mcp-go's BindArguments, the test server), and as
+// another member by wrap and by JavaScript and Python servers. Before, wrap took the key field
+// as absent: a second order ("Order":"A-2") was refused as intent_conflict although the server
+// reads a new order; with the field ignored, calls that differ only in it for the server (so
+// are one call by the flag) each ran, under identities of their own. Now such arguments are
+// refused with -32602 naming the member, and nothing runs.
+func TestKeyFieldSpelledOtherwiseIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, flag := range []string{"--key", "--ignore-field"} {
+		t.Run(flag, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			w := r.wrap(flag, "charge:order")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for _, args := range []string{
+				`{"amount":5,"Order":"A-1"}`,
+				`{"amount":5,"ORDER":"A-2"}`,
+				`{"amount":5,"\u004frder":"A-3"}`,
+			} {
+				_, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"charge","arguments":`+args+`}`))
+				var rpc *jsonrpc.Error
+				if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, `"order"`) || !strings.Contains(rpc.Message, "NOT executed") {
+					t.Errorf("%s under %s charge:order: want a -32602 refusal naming the field order, got %v", args, flag, err)
+				}
+			}
+			if n := r.effectCount(); n != 0 {
+				t.Errorf("the server ran %d charges, want 0: a refused call must not reach it", n)
+			}
+			if recs := r.records(t); len(recs) != 0 {
+				t.Errorf("a refused call left %d records of charge behind", len(recs["charge"]))
+			}
+			// The field spelled as the flag names it is fenced as before.
+			if x := call(t, w.Session, "charge", `{"amount":5,"order":"A-1"}`); x.IsError || x.replayed() {
+				t.Fatalf("a charge naming its order: %+v %s", x, x.text())
+			}
+			if n := r.effectCount(); n != 1 {
+				t.Errorf("the server ran %d charges, want 1", n)
+			}
+		})
+	}
+}
