@@ -102,6 +102,12 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		fwd, edited = removeMember(fwd, RepeatArg)
 	}
 	if info.keyProp != "" && !p.opt.NoInjectKey {
+		if err := spelledOtherwiseOn(c.canonArgs, Path{info.keyProp}, "idempotency key property"); err != nil {
+			// The key would go in beside it, and a server matching names without regard to
+			// case (encoding/json) would read the agent's member instead.
+			ev.Outcome = "invalid"
+			return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
+		}
 		var ok bool
 		if fwd, ok = injectKey(fwd, info.keyProp, id.hash); ok {
 			edited = true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -164,7 +165,10 @@ func spelledOtherwiseOn(c []byte, p Path, what string) error {
 			case string(name) == seg:
 				next = c[m.Start:m.End]
 			case bytes.EqualFold(name, []byte(seg)):
-				return fmt.Errorf("member %q of the arguments is the %s %q (%s) but for case; servers disagree on whether it is that field", name, what, seg, p)
+				if len(p) > 1 {
+					what += " " + strconv.Quote(p.String()) + "'s member"
+				}
+				return fmt.Errorf("member %q of the arguments is the %s %q but for case; servers disagree on whether it is that field", name, what, seg)
 			}
 		}
 		if next == nil {

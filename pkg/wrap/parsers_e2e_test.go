@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 )
 
 // A member of the tools/call params spelled as one of MCP's but for case ("Arguments",
@@ -97,5 +98,34 @@ func TestKeyFieldSpelledOtherwiseIsRefused(t *testing.T) {
 				t.Errorf("the server ran %d charges, want 1", n)
 			}
 		})
+	}
+}
+
+// The idempotency key wrap injects goes where the tool's schema names it (idempotency_key).
+// An agent's member of that name but for case ("Idempotency_Key":"") was not seen, so the key
+// was injected beside it: a Go server decoding the arguments into a struct (the test server)
+// reads both as the key and keeps the last, the agent's, and ran the charge without the key
+// wrap meant it to carry. Now such arguments are refused with -32602 naming the member.
+func TestKeyPropertySpelledOtherwiseIsRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, args := range []string{
+		`{"amount":5,"Idempotency_Key":""}`,
+		`{"amount":5,"IDEMPOTENCY_KEY":null}`,
+	} {
+		_, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"charge","arguments":`+args+`}`))
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, `"idempotency_key"`) || !strings.Contains(rpc.Message, "NOT executed") {
+			t.Errorf("%s: want a -32602 refusal naming idempotency_key, got %v (effects: %q)", args, err, mcptest.Effects(r.effects))
+		}
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Errorf("the server ran %d charges, want 0", n)
+	}
+	if recs := r.records(t); len(recs) != 0 {
+		t.Errorf("a refused call left %d records of charge behind", len(recs["charge"]))
 	}
 }
