@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +130,104 @@ func TestKeyPropertySpelledOtherwiseIsRefused(t *testing.T) {
 	}
 	if recs := r.records(t); len(recs) != 0 {
 		t.Errorf("a refused call left %d records of charge behind", len(recs["charge"]))
+	}
+}
+
+// A resultType spelled with an escape ("input\u005frequired") is input_required to every JSON
+// reader. wrap looked for the plain bytes first, missed it, and recorded the interim answer as
+// the call's outcome: the agent's repeat was a replay of it, and the continuation (same
+// intent) was answered with the recorded request for input instead of running.
+func TestEscapedInputRequiredIsNeverAnOutcome(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	raw := func(params string) string {
+		t.Helper()
+		res, err := w.Call(ctx, "tools/call", json.RawMessage(params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res)
+	}
+	first := `{"name":"confirm","arguments":{"tag":"esc","escaped":true}}`
+	for i := range 2 {
+		if got := raw(first); !strings.Contains(got, `"resultType":"input\u005frequired"`) || strings.Contains(got, "effectfence/replayed") {
+			t.Fatalf("round one, try %d: %s; want the server's input_required, never a replay", i, got)
+		}
+	}
+	cont := `{"name":"confirm","arguments":{"tag":"esc","escaped":true},"inputResponses":{"ok":{"action":"accept","content":{"ok":true}}},"requestState":"state-esc"}`
+	if got := raw(cont); !strings.Contains(got, "confirmed n=1") {
+		t.Fatalf("continuation: %s; want it run", got)
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+}
+
+// tsReadsIsError says how the TypeScript SDK's client reads a tool result's isError (the
+// agent's view): "true", "undefined", "false", or "refused" when its schema refuses the result.
+// It skips when Node or the SDK is not installed.
+func tsReadsIsError(t *testing.T, res string) string {
+	t.Helper()
+	mods, _ := filepath.Abs("../../.peers/node_modules")
+	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol/sdk")); err != nil {
+		t.Skip("skipping: the TypeScript SDK is not installed; run scripts/install-peers")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("skipping: node is not installed")
+	}
+	cmd := exec.Command(node, "-e", `const {CallToolResultSchema} = require("@modelcontextprotocol/sdk/types.js");
+const r = CallToolResultSchema.safeParse(JSON.parse(process.argv[1]));
+process.stdout.write(r.success ? String(r.data.isError) : "refused");`, res)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v: %s", err, out)
+	}
+	return string(out)
+}
+
+// A tool result whose isError readers disagree on: spelled otherwise ("IsError", which
+// encoding/json and so wrap took for isError while the TypeScript SDK ignores it: a success
+// to the agent, a failure to wrap, which freed the intent so a retry ran again), or not a
+// boolean ("true", 1: not a failure to encoding/json, so wrap recorded it and replayed it to
+// every retry; the TypeScript SDK refuses the result, Python's lax booleans read a failure).
+// Whether the tool took effect cannot be read from it, so the call is unknown and fenced, as
+// an answer that is not a JSON-RPC response is.
+func TestResultErrorFlagReadTwoWaysIsUnknown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ answer, agent string }{
+		{`"IsError":true`, "undefined"},
+		{`"isError":"true"`, "refused"},
+		{`"isError":1`, "refused"},
+		{`"is\u0045rror":"yes"`, "refused"},
+	} {
+		t.Run(tc.answer, func(t *testing.T) {
+			t.Parallel()
+			res := `{"content":[{"type":"text","text":"card declined"}],` + tc.answer + `}`
+			if got := tsReadsIsError(t, res); got != tc.agent {
+				t.Fatalf("the TypeScript SDK reads %s as isError %s, want %s", res, got, tc.agent)
+			}
+			r := newRig(t)
+			w := r.wrap()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			args, _ := json.Marshal(map[string]string{"tag": "t", "answer": tc.answer})
+			for i, want := range []string{"cannot be told", "NOT executed again"} {
+				got, err := w.CallTool(ctx, "fail", args)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(string(got), `"effectfence/code":"prior_failure"`) || !strings.Contains(string(got), want) {
+					t.Fatalf("call %d: %s; want the outcome unknown (prior_failure), saying %q", i+1, got, want)
+				}
+			}
+			if n := r.effectCount(); n != 1 {
+				t.Fatalf("%d executions, want 1: a retry must be fenced", n)
+			}
+		})
 	}
 }

@@ -357,6 +357,8 @@ type callParams struct {
 		Both           bool   `json:"both"`
 		Pad            int    `json:"pad"`
 		Echo           bool   `json:"echo"`
+		Escaped        bool   `json:"escaped"`
+		Answer         string `json:"answer"`
 	} `json:"arguments"`
 }
 
@@ -462,6 +464,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			// A result beside the error: a success to one reader, a failure to another.
 			return nil, &jsonrpc.Error{Raw: json.RawMessage(`{"code":-32000,"message":"declined"},"result":{"content":[{"type":"text","text":"charged"}],"isError":false}`)}
 		}
+		if a.Answer != "" {
+			// A result whose last members are given: isError spelled otherwise, say.
+			return json.RawMessage(`{"content":[{"type":"text","text":"card declined"}],` + a.Answer + `}`), nil
+		}
 		if a.Malformed {
 			// An answer that is not a JSON-RPC response: "error" must be an object.
 			return nil, &jsonrpc.Error{Raw: json.RawMessage(`"the server broke"`)}
@@ -510,6 +516,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		return text("meta "+string(p.Meta), false), nil
 	case "confirm":
 		if p.RequestState == "" {
+			if a.Escaped {
+				// The same answer, its resultType spelled with an escape, as JSON allows.
+				return json.RawMessage(`{"resultType":"input\u005frequired","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"state-` + a.Tag + `"}`), nil
+			}
 			return json.RawMessage(`{"resultType":"input_required","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"state-` + a.Tag + `"}`), nil
 		}
 		n := s.record("confirm tag=" + a.Tag + " state=" + p.RequestState)
