@@ -231,3 +231,31 @@ func TestResultErrorFlagReadTwoWaysIsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// A message with a leading byte order mark (PowerShell and some Windows editors write one
+// before the first line) is refused, as Node's JSON.parse, Python's json and encoding/json
+// refuse it, and nothing runs; but the message after the mark is one JSON object with one id,
+// and the sender waits for the answer under it. Before, the refusal went out under id null and
+// the client waited for its initialize or call until it timed out.
+func TestByteOrderMarkIsRefusedUnderItsID(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.rawWrap()
+	const bom = "\ufeff"
+	if got := rw.roundTrip(t, bom+`{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`); !strings.Contains(got, `"id":"init-1"`) || !strings.Contains(got, `"code":-32700`) {
+		t.Fatalf("initialize after a byte order mark: %s; want a -32700 error under its id", got)
+	}
+	if got := rw.roundTrip(t, initLine); !strings.Contains(got, `"result"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	rw.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if got := rw.roundTrip(t, bom+`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`); !strings.Contains(got, `"id":7`) || !strings.Contains(got, `"code":-32700`) {
+		t.Fatalf("a call after a byte order mark: %s; want a -32700 error under its id", got)
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("the server ran %d charges, want 0", n)
+	}
+	if recs := r.records(t); len(recs) != 0 {
+		t.Fatalf("a refused call left %d records of charge behind", len(recs["charge"]))
+	}
+}
