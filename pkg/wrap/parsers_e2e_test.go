@@ -171,6 +171,15 @@ func TestEscapedInputRequiredIsNeverAnOutcome(t *testing.T) {
 // It skips when Node or the SDK is not installed.
 func tsReadsIsError(t *testing.T, res string) string {
 	t.Helper()
+	return tsEval(t, `const {CallToolResultSchema} = require("@modelcontextprotocol/sdk/types.js");
+const r = CallToolResultSchema.safeParse(JSON.parse(process.argv[1]));
+process.stdout.write(r.success ? String(r.data.isError) : "refused");`, res)
+}
+
+// tsEval runs script in Node with the TypeScript SDK at hand and arg as process.argv[1], and
+// returns what it writes. It skips when Node or the SDK is not installed.
+func tsEval(t *testing.T, script, arg string) string {
+	t.Helper()
 	mods, _ := filepath.Abs("../../.peers/node_modules")
 	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol/sdk")); err != nil {
 		t.Skip("skipping: the TypeScript SDK is not installed; run scripts/install-peers")
@@ -179,9 +188,7 @@ func tsReadsIsError(t *testing.T, res string) string {
 	if err != nil {
 		t.Skip("skipping: node is not installed")
 	}
-	cmd := exec.Command(node, "-e", `const {CallToolResultSchema} = require("@modelcontextprotocol/sdk/types.js");
-const r = CallToolResultSchema.safeParse(JSON.parse(process.argv[1]));
-process.stdout.write(r.success ? String(r.data.isError) : "refused");`, res)
+	cmd := exec.Command(node, "-e", script, arg)
 	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -258,4 +265,35 @@ func TestByteOrderMarkIsRefusedUnderItsID(t *testing.T) {
 	if recs := r.records(t); len(recs) != 0 {
 		t.Fatalf("a refused call left %d records of charge behind", len(recs["charge"]))
 	}
+}
+
+// A read-only hint spelled otherwise ("ReadOnlyHint":true, "Annotations":{…}) is no hint to
+// MCP's SDKs (the TypeScript SDK drops the member: the tool is not read-only to the agent),
+// but encoding/json took it for readOnlyHint, so wrap passed the tool through unfenced and an
+// identical second call ran again. Only readOnlyHint spelled so passes a tool.
+func TestReadOnlyHintSpelledOtherwiseIsFenced(t *testing.T) {
+	t.Parallel()
+	if got := tsReadsReadOnly(t, `{"tools":[`+mcptest.CaseHintTools+`]}`); got != "undefined" {
+		t.Fatalf("the TypeScript SDK reads the hint of %s as %s, want undefined", mcptest.CaseHintTools, got)
+	}
+	r := newRig(t)
+	r.mode = "casehints"
+	w := r.wrap()
+	first := call(t, w.Session, "unlisted", `{"tag":"h"}`)
+	again := call(t, w.Session, "unlisted", `{"tag":"h"}`)
+	if first.IsError || first.replayed() || again.IsError || !again.replayed() {
+		t.Fatalf("unlisted: %q then %q (replayed %v); want it run once, then replayed", first.text(), again.text(), again.replayed())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the tool ran %d times, want 1", n)
+	}
+}
+
+// tsReadsReadOnly says how the TypeScript SDK's client reads the readOnlyHint of the first
+// tool of a tools/list result. It skips when Node or the SDK is not installed.
+func tsReadsReadOnly(t *testing.T, list string) string {
+	t.Helper()
+	return tsEval(t, `const {ListToolsResultSchema} = require("@modelcontextprotocol/sdk/types.js");
+const a = ListToolsResultSchema.parse(JSON.parse(process.argv[1])).tools[0].annotations;
+process.stdout.write(String(a && a.readOnlyHint));`, list)
 }

@@ -97,6 +97,10 @@ const RepeatTool = `{"name":"own_repeat","description":"Takes effectfence_repeat
 // entry whose name is not a string.
 const OddTools = `{"name":"unlisted","description":"Hints of the wrong types.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":"yes","destructiveHint":1,"idempotentHint":null}},{"name":7,"inputSchema":{"type":"object"}}`
 
+// CaseHintTools is what the "casehints" mode lists besides ToolsList: "unlisted" with its
+// read-only hint spelled "ReadOnlyHint", which MCP's SDKs do not read as readOnlyHint.
+const CaseHintTools = `{"name":"unlisted","description":"A hint spelled otherwise.","inputSchema":{"type":"object"},"annotations":{"ReadOnlyHint":true}}`
+
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
 type server struct {
@@ -236,6 +240,8 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			list = strings.TrimSuffix(list, "]}") + "," + RepeatTool + "]}"
 		case "oddannotations":
 			list = strings.TrimSuffix(list, "]}") + "," + OddTools + "]}"
+		case "casehints":
+			list = strings.TrimSuffix(list, "]}") + "," + CaseHintTools + "]}"
 		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
