@@ -95,6 +95,14 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
+	for _, r := range s.Redact {
+		// A member the path names but for case would be kept in clear, while a server
+		// matching names without regard to case (encoding/json) reads it as the field.
+		if err := spelledOtherwiseAt(c.canonArgs, strings.Split(r, "."), Path(strings.Split(r, ".")), true, "redacted field"); err != nil {
+			ev.Outcome = "invalid"
+			return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
+		}
+	}
 	// The identity covers every argument, the repeat argument included; the server receives
 	// the arguments without it (unless its schema declares it) and with the key injected.
 	fwd, edited := c.args, false

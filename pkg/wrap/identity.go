@@ -150,31 +150,49 @@ func lookupCanonical(c []byte, p Path) json.RawMessage {
 // intent_conflict while the server saw a new order); an ignored field kept in the identity ran
 // twice what the server reads as one call but for that field. what names p's role.
 func spelledOtherwiseOn(c []byte, p Path, what string) error {
-	for _, seg := range p {
-		if len(c) == 0 || c[0] != '{' {
-			return nil
-		}
-		var next []byte
-		for m := range jsonrpc.Members(c) {
-			lit := c[m.Key:m.KeyEnd]
-			name := lit[1 : len(lit)-1]
-			if bytes.IndexByte(name, '\\') >= 0 {
-				name = []byte(jsonrpc.Unquote(lit))
+	return spelledOtherwiseAt(c, p, p, false, what)
+}
+
+// spelledOtherwiseAt is spelledOtherwiseOn for the rest segs of path p at c; with star, a "*"
+// segment goes on into every member of an object and every element of an array (as a
+// --redact path's does).
+func spelledOtherwiseAt(c []byte, segs []string, p Path, star bool, what string) error {
+	if len(segs) == 0 || len(c) == 0 {
+		return nil
+	}
+	seg := segs[0]
+	if c[0] == '[' && star && seg == "*" {
+		for i := 1; c[i] != ']'; { // canonical: no white space
+			end := jsonrpc.EndOfValue(c, i)
+			if err := spelledOtherwiseAt(c[i:end], segs[1:], p, star, what); err != nil {
+				return err
 			}
-			switch {
-			case string(name) == seg:
-				next = c[m.Start:m.End]
-			case bytes.EqualFold(name, []byte(seg)):
-				if len(p) > 1 {
-					what += " " + strconv.Quote(p.String()) + "'s member"
-				}
-				return fmt.Errorf("member %q of the arguments is the %s %q but for case; servers disagree on whether it is that field", name, what, seg)
+			if i = end; c[i] == ',' {
+				i++
 			}
 		}
-		if next == nil {
-			return nil
+		return nil
+	}
+	if c[0] != '{' {
+		return nil
+	}
+	for m := range jsonrpc.Members(c) {
+		lit := c[m.Key:m.KeyEnd]
+		name := lit[1 : len(lit)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			name = []byte(jsonrpc.Unquote(lit))
 		}
-		c = next
+		switch {
+		case string(name) == seg || star && seg == "*":
+			if err := spelledOtherwiseAt(c[m.Start:m.End], segs[1:], p, star, what); err != nil {
+				return err
+			}
+		case bytes.EqualFold(name, []byte(seg)):
+			if len(p) > 1 {
+				what += " " + strconv.Quote(p.String()) + "'s member"
+			}
+			return fmt.Errorf("member %q of the arguments is the %s %q but for case; servers disagree on whether it is that field", name, what, seg)
+		}
 	}
 	return nil
 }

@@ -297,3 +297,41 @@ func tsReadsReadOnly(t *testing.T, list string) string {
 const a = ListToolsResultSchema.parse(JSON.parse(process.argv[1])).tools[0].annotations;
 process.stdout.write(String(a && a.readOnlyHint));`, list)
 }
+
+// A member named as a --redact path's field but for case ("Order" under --redact
+// charge:order) is that field to a Go server decoding the arguments into a struct (the test
+// server charged order SECRET-1), but the path named nothing to wrap, so the ledger kept the
+// value in clear. Now such arguments are refused with -32602 naming the member: nothing runs,
+// nothing is kept.
+func TestRedactFieldSpelledOtherwiseIsRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--redact", "charge:order", "--redact", "charge:card.*.pan")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, args := range []string{
+		`{"amount":5,"Order":"SECRET-1"}`,
+		`{"amount":5,"order":"A-1","card":{"visa":{"PAN":"SECRET-2"}}}`,
+	} {
+		_, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"charge","arguments":`+args+`}`))
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, "redacted field") || !strings.Contains(rpc.Message, "NOT executed") {
+			t.Errorf("%s: want a -32602 refusal naming the redacted field, got %v", args, err)
+		}
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Errorf("the server ran %d charges, want 0 (%q)", n, mcptest.Effects(r.effects))
+	}
+	if recs := r.records(t); len(recs) != 0 {
+		raw, _ := json.Marshal(recs["charge"])
+		t.Errorf("a refused call left records behind: %s", raw)
+	}
+	// Spelled as the path names it, the field is redacted as before.
+	if x := call(t, w.Session, "charge", `{"amount":5,"order":"SECRET-3","card":{"visa":{"pan":"SECRET-4"}}}`); x.IsError || x.replayed() {
+		t.Fatalf("a charge naming its order: %+v %s", x, x.text())
+	}
+	raw, _ := json.Marshal(r.records(t)["charge"])
+	if strings.Contains(string(raw), "SECRET") {
+		t.Fatalf("the ledger keeps a redacted value: %s", raw)
+	}
+}
