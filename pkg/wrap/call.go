@@ -95,13 +95,11 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
-	for _, r := range s.Redact {
-		// A member the path names but for case would be kept in clear, while a server
-		// matching names without regard to case (encoding/json) reads it as the field.
-		if err := spelledOtherwiseAt(c.canonArgs, strings.Split(r, "."), Path(strings.Split(r, ".")), true, "redacted field"); err != nil {
-			ev.Outcome = "invalid"
-			return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
-		}
+	// A member a redacted path names but for case would be kept in clear, while a server
+	// matching names without regard to case (encoding/json) reads it as the field.
+	if err := fieldSpelledOtherwise(c.canonArgs, s.Redact, true, "redacted field"); err != nil {
+		ev.Outcome = "invalid"
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
 	// The identity covers every argument, the repeat argument included; the server receives
 	// the arguments without it (unless its schema declares it) and with the key injected.
@@ -110,7 +108,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		fwd, edited = removeMember(fwd, RepeatArg)
 	}
 	if info.keyProp != "" && !p.opt.NoInjectKey {
-		if err := spelledOtherwiseOn(c.canonArgs, Path{info.keyProp}, "idempotency key property"); err != nil {
+		if err := fieldSpelledOtherwise(c.canonArgs, []string{info.keyProp}, false, "idempotency key property"); err != nil {
 			// The key would go in beside it, and a server matching names without regard to
 			// case (encoding/json) would read the agent's member instead.
 			ev.Outcome = "invalid"
