@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/scan"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
@@ -35,6 +36,47 @@ type publishedTool struct {
 		IdempotentHint  *bool `json:"idempotentHint"`
 		OpenWorldHint   *bool `json:"openWorldHint"`
 	} `json:"annotations"`
+}
+
+// asSpelled reads the name and hints of t again from its entry raw (valid JSON) as MCP's SDKs
+// and wrap read them: members spelled so, escapes decoded. encoding/json also took
+// "ReadOnlyHint" or "Annotations" for them, which the TypeScript SDK drops and wrap fences,
+// and a policy written from that reading said fence: false for a tool no client reads as
+// read-only.
+func (t *publishedTool) asSpelled(raw json.RawMessage) {
+	t.Name = ""
+	if name := exactMember(raw, "name"); len(name) > 0 && name[0] == '"' {
+		t.Name = jsonrpc.Unquote(name)
+	}
+	ann := exactMember(raw, "annotations")
+	t.Annotations.ReadOnlyHint = hint(ann, "readOnlyHint")
+	t.Annotations.DestructiveHint = hint(ann, "destructiveHint")
+	t.Annotations.IdempotentHint = hint(ann, "idempotentHint")
+	t.Annotations.OpenWorldHint = hint(ann, "openWorldHint")
+}
+
+// exactMember returns the value of the member name of the JSON object raw (valid JSON), spelled so
+// once its escapes are decoded, or nil.
+func exactMember(raw json.RawMessage, name string) json.RawMessage {
+	i := jsonrpc.SkipSpace(raw, 0)
+	if i == len(raw) || raw[i] != '{' {
+		return nil
+	}
+	start, end, _, _ := jsonrpc.Member(raw, name)
+	if start < 0 {
+		return nil
+	}
+	return raw[start:end]
+}
+
+// hint reads the boolean hint name of annotations: nil unless it is true or false.
+func hint(annotations json.RawMessage, name string) *bool {
+	switch v := string(exactMember(annotations, name)); v {
+	case "true", "false":
+		b := v == "true"
+		return &b
+	}
+	return nil
 }
 
 // Generate writes a commented starting policy for the tools of pages (every page of a raw
@@ -71,6 +113,13 @@ func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) erro
 		}
 		if err := json.Unmarshal(page, &p); err != nil {
 			return fmt.Errorf("tools/list page %d: %v", i+1, err)
+		}
+		var raw struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		_ = json.Unmarshal(page, &raw) // read above: cannot fail
+		for j := range p.Tools {
+			p.Tools[j].asSpelled(raw.Tools[j])
 		}
 		kp, _, err := wrap.KeyProperties(page)
 		if err != nil {

@@ -172,3 +172,31 @@ func TestGenerateHostileNamesReadBack(t *testing.T) {
 		t.Errorf("%d entries for %d names", len(p.Tools), len(got))
 	}
 }
+
+// TestGenerateReadsHintsAsSpelled: a hint spelled otherwise ("ReadOnlyHint", "Annotations")
+// is no hint to MCP's SDKs, nor to wrap, which fences such a tool. encoding/json took it for
+// readOnlyHint, so policy init wrote fence: false for it, and the policy unfenced a tool that
+// no client reads as read-only. A hint spelled so with an escape is the hint.
+func TestGenerateReadsHintsAsSpelled(t *testing.T) {
+	page := `{"tools":[` +
+		`{"name":"charge","annotations":{"ReadOnlyHint":true}},` +
+		`{"name":"refund","Annotations":{"readOnlyHint":true}},` +
+		`{"name":"void","annotations":{"readOnly\u0048int":true}},` +
+		`{"name":"send","annotations":{"IdempotentHint":true}}]}`
+	var buf bytes.Buffer
+	if err := Generate(&buf, []json.RawMessage{json.RawMessage(page)}, Source{Server: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("generated.yaml", buf.Bytes())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	for tool, w := range map[string]struct{ fence, rerun bool }{
+		"charge": {true, false}, "refund": {true, false}, "void": {false, false}, "send": {true, false},
+	} {
+		e := p.Entry(tool)
+		if e == nil || e.Fence == nil || *e.Fence != w.fence || (e.RerunSafe != nil && *e.RerunSafe) != w.rerun {
+			t.Errorf("%s: entry %+v, want fence %v rerun_safe %v\n%s", tool, e, w.fence, w.rerun, buf.String())
+		}
+	}
+}

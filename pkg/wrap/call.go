@@ -95,6 +95,12 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		ev.Outcome = "invalid"
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 	}
+	// A member a redacted path names but for case would be kept in clear, while a server
+	// matching names without regard to case (encoding/json) reads it as the field.
+	if err := fieldSpelledOtherwise(c.canonArgs, s.Redact, true, "redacted field"); err != nil {
+		ev.Outcome = "invalid"
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
+	}
 	// The identity covers every argument, the repeat argument included; the server receives
 	// the arguments without it (unless its schema declares it) and with the key injected.
 	fwd, edited := c.args, false
@@ -102,6 +108,12 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		fwd, edited = removeMember(fwd, RepeatArg)
 	}
 	if info.keyProp != "" && !p.opt.NoInjectKey {
+		if err := fieldSpelledOtherwise(c.canonArgs, []string{info.keyProp}, false, "idempotency key property"); err != nil {
+			// The key would go in beside it, and a server matching names without regard to
+			// case (encoding/json) would read the agent's member instead.
+			ev.Outcome = "invalid"
+			return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
+		}
 		var ok bool
 		if fwd, ok = injectKey(fwd, info.keyProp, id.hash); ok {
 			edited = true
@@ -380,8 +392,16 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 // reason. They are found only then, so a call that succeeds does not decode its arguments again.
 func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, res json.RawMessage, err error, task bool, params json.RawMessage) answer {
 	var rpc *jsonrpc.Error
+	var flags resultFlags
+	if err == nil {
+		if flags = readResult(res); flags.twoWays != "" {
+			// Whether the tool failed cannot be told: its outcome is unknown, as for an
+			// answer that is not a JSON-RPC response.
+			err = fmt.Errorf("its result is read two ways: %s", flags.twoWays)
+		}
+	}
 	switch {
-	case err == nil && inputRequired(res):
+	case err == nil && flags.inputRequired:
 		// The server asks for more input (SEP-2322): not an outcome. Nothing final happened;
 		// the client's continuation (the same call with inputResponses and requestState, under
 		// a new id) is the same intent and is fenced like any call.
@@ -389,7 +409,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		p.flights.fail(intent, f, a)
 		p.release(ctx, t, "the server asked for more input (input_required): not an outcome")
 		return a
-	case err == nil && !isError(res):
+	case err == nil && !flags.isError:
 		defer p.flights.done(intent, f)
 		_, cerr := p.settle(ctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: t, Result: res})
 		var invalid fence.InvalidError
@@ -433,6 +453,10 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		if task {
 			reason = "the task's outcome could not be learned: " + scrub(err.Error(), p.redactedTexts(tool, params))
 			msg = fmt.Sprintf("the outcome of this task-augmented call is unknown (%v)", err)
+		}
+		if flags.twoWays != "" {
+			reason = "the MCP server answered, but " + scrub(err.Error(), p.redactedTexts(tool, params))
+			msg = fmt.Sprintf("the MCP server answered this call with a result whose outcome cannot be told (%s), so whether it took effect is unknown", flags.twoWays)
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
 		p.reportUnknown(intent, tool, reason)
@@ -579,25 +603,79 @@ func (b *beats) stop() {
 	b.timer.Stop()
 }
 
-// inputRequired says whether a result is an interim InputRequiredResult (SEP-2322).
-func inputRequired(res json.RawMessage) bool {
-	if !bytes.Contains(res, []byte("input_required")) {
-		return false
-	}
-	var r struct {
-		ResultType string `json:"resultType"`
-	}
-	return json.Unmarshal(res, &r) == nil && r.ResultType == "input_required"
+// isError says whether a tool result says it failed: its isError is true.
+func isError(res json.RawMessage) bool { return readResult(res).isError }
+
+// resultFlags is what a tool result says of its outcome.
+type resultFlags struct {
+	isError bool
+	// inputRequired: the result is an interim InputRequiredResult (SEP-2322), its resultType
+	// "input_required" ("input\u005frequired" is that too, to every reader).
+	inputRequired bool
+	// twoWays, when not empty, says why readers disagree on one of them: the outcome cannot
+	// be told from the result.
+	twoWays string
 }
 
-func isError(res json.RawMessage) bool {
-	if !bytes.Contains(res, []byte("true")) {
-		return false // "isError": true needs the literal; most results have none
+// readResult reads the members of a tool result that say what became of the call, isError
+// and resultType, as MCP's SDKs read them: spelled so, the last one, isError a boolean.
+// Readers disagree on a result with a member spelled as one of them but for case whose value
+// would change the answer ("IsError":true: Go's encoding/json, and wrap before 2026-12-03,
+// took it for isError, the TypeScript and Python SDKs ignore it, so the agent was shown a
+// success while wrap freed the intent and a retry ran again), or with an isError that is not a
+// boolean ("true", 1, null: encoding/json reads no failure and wrap recorded it; the TypeScript
+// SDK refuses the result, Python's lax booleans read "true" and 1 as a failure).
+func readResult(res json.RawMessage) resultFlags {
+	var f resultFlags
+	i := jsonrpc.SkipSpace(res, 0)
+	if i == len(res) || res[i] != '{' {
+		return f
 	}
-	var r struct {
-		IsError bool `json:"isError"`
+	if !bytes.Contains(res, []byte("true")) && !bytes.Contains(res, []byte("isError")) &&
+		!bytes.Contains(res, []byte("input_required")) && bytes.IndexByte(res, '\\') < 0 {
+		return f // neither member can say anything: most results
 	}
-	return json.Unmarshal(res, &r) == nil && r.IsError
+	var foldError, foldType []byte // the last non-null value of a member named so but for case, as encoding/json reads it
+	for m := range jsonrpc.Members(res) {
+		lit := res[m.Key:m.KeyEnd]
+		name := lit[1 : len(lit)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			name = []byte(jsonrpc.Unquote(lit))
+		}
+		raw := res[m.Start:m.End]
+		switch {
+		case bytes.EqualFold(name, []byte("isError")):
+			if string(name) == "isError" {
+				if r := string(raw); r != "true" && r != "false" {
+					f.twoWays = fmt.Sprintf("its isError is %s, not a boolean: SDKs refuse such a result or read it as they please", clip(string(raw), 40))
+					return f
+				}
+				f.isError = string(raw) == "true"
+			}
+			if string(raw) != "null" {
+				foldError = raw
+			}
+		case bytes.EqualFold(name, []byte("resultType")):
+			if string(name) == "resultType" {
+				f.inputRequired = isInputRequired(raw)
+			}
+			if string(raw) != "null" {
+				foldType = raw
+			}
+		}
+	}
+	switch {
+	case (string(foldError) == "true") != f.isError:
+		f.twoWays = "a member named isError but for case makes it a failure to Go's encoding/json and not to MCP's other SDKs, or the reverse"
+	case isInputRequired(foldType) != f.inputRequired:
+		f.twoWays = "a member named resultType but for case makes it input_required to Go's encoding/json and not to MCP's other SDKs, or the reverse"
+	}
+	return f
+}
+
+// isInputRequired says whether raw is the JSON string "input_required".
+func isInputRequired(raw []byte) bool {
+	return len(raw) > 0 && raw[0] == '"' && jsonrpc.Unquote(raw) == "input_required"
 }
 
 // toolError builds an isError tool result carrying an effectfence message.

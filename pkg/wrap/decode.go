@@ -68,6 +68,10 @@ func decodeCall(params json.RawMessage) (call, error) {
 			c.args, c.argsStart, c.argsEnd = raw, m.Start, m.End
 		case jsonrpc.KeyIs(key, "task"):
 			c.task = string(raw) != "null"
+		default:
+			if err := spelledOtherwise(key); err != nil {
+				return c, err
+			}
 		}
 	}
 	if !seenName {
@@ -80,6 +84,30 @@ func decodeCall(params json.RawMessage) (call, error) {
 		c.canonArgs = cp[start:end:end]
 	}
 	return c, nil
+}
+
+// callMembers are the members of tools/call params that MCP names (2025-11-25, and SEP-2322's
+// continuation of a call).
+var callMembers = [...]string{"name", "arguments", "task", "_meta", "inputResponses", "requestState"}
+
+// spelledOtherwise refuses a params member whose name (a string literal) is one of MCP's but
+// for case ("Arguments", "argumentſ": Unicode case folding makes ſ an s). By the
+// specification it is a member nobody knows, and wrap reads it so; a Go server decoding the
+// params with encoding/json (mcp-go does) takes it for MCP's own, so wrap would fence a call
+// without arguments while the server ran one with them, and a second call of other
+// arguments, spelled so, would be answered with the first one's receipt. Names are compared
+// after their escapes are decoded, as jsonrpc's checkEnvelope compares the envelope's.
+func spelledOtherwise(lit []byte) error {
+	name := lit[1 : len(lit)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		name = []byte(jsonrpc.Unquote(lit))
+	}
+	for _, m := range callMembers {
+		if string(name) != m && bytes.EqualFold(name, []byte(m)) {
+			return fmt.Errorf("member %q is MCP's %q but for case; servers disagree on whether it is that member", name, m)
+		}
+	}
+	return nil
 }
 
 // caseCollisions refuses an object with two member names equal but for case at any depth:

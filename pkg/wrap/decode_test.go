@@ -19,6 +19,10 @@ func TestDecodeCallRefusesAmbiguousParams(t *testing.T) {
 		{`{"name":"charge","arguments":{"items":[{"Sku":1,"sku":2}]}}`, "differ only in case"},
 		{`{"name":"charge","arguments":{"amount":500},"argument\u017f":{"amount":1}}`, "differ only in case"}, // ſ folds to s
 		{`{"name":"charge","arguments":{"\u212aey":1,"key":2}}`, "differ only in case"},                       // Kelvin sign folds to k
+		{`{"name":"charge","Arguments":{"amount":500}}`, "but for case"},                                      // mcp-go reads it as arguments
+		{`{"name":"charge","\u0041rguments":{"amount":500}}`, "but for case"},                                 // escaped, the same name
+		{`{"name":"charge","argument\u017f":{"amount":500}}`, "but for case"},                                 // ſ folds to s
+		{`{"name":"charge","arguments":{},"TASK":{"ttl":1000}}`, "but for case"},                              // a task to a Go server
 		{`{"name":"charge","arguments":{"note":"\ud83d"}}`, "surrogate"},
 		{"{\"name\":\"charge\",\"arguments\":{\"note\":\"\xff\"}}", "UTF-8"},
 		{`{"name":"","arguments":{}}`, "non-empty string"},

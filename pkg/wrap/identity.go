@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -141,6 +142,91 @@ func lookupCanonical(c []byte, p Path) json.RawMessage {
 	return c
 }
 
+// fieldSpelledOtherwise refuses canonical arguments c with a member on the way to one of paths
+// named as the path's segment but for case ("Order" for order; Unicode case folding makes ſ
+// an s). wrap, and JavaScript and Python servers, read it as another member; a Go server
+// decoding the arguments into a struct with encoding/json (go-sdk's typed tools, mcp-go's
+// BindArguments) reads it as the field. A key field read as absent named distinct orders as
+// one (refused as intent_conflict while the server saw a new order); an ignored field kept in
+// the identity ran twice what the server reads as one call but for that field; a redacted one
+// was kept in clear. With star, a "*" segment goes on into every member of an object and every
+// element of an array (as a --redact path's does); otherwise it is a name. what names the
+// paths' role. The arguments are read once for all the paths, a level at a time.
+func fieldSpelledOtherwise(c []byte, paths []string, star bool, what string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	at := make([]fieldPath, len(paths))
+	for i, p := range paths {
+		at[i] = fieldPath{strings.Split(p, "."), p}
+	}
+	return spelledOtherwiseIn(c, at, star, what)
+}
+
+// fieldPath is a path as fieldSpelledOtherwise walks it: the segments left, and the whole.
+type fieldPath struct {
+	rest []string
+	full string
+}
+
+func spelledOtherwiseIn(c []byte, paths []fieldPath, star bool, what string) error {
+	if len(c) == 0 {
+		return nil
+	}
+	switch c[0] {
+	case '[':
+		var next []fieldPath
+		for _, p := range paths {
+			if star && p.rest[0] == "*" && len(p.rest) > 1 {
+				next = append(next, fieldPath{p.rest[1:], p.full})
+			}
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		for i := 1; c[i] != ']'; { // canonical: no white space
+			end := jsonrpc.EndOfValue(c, i)
+			if err := spelledOtherwiseIn(c[i:end], next, star, what); err != nil {
+				return err
+			}
+			if i = end; c[i] == ',' {
+				i++
+			}
+		}
+	case '{':
+		var next []fieldPath
+		for m := range jsonrpc.Members(c) {
+			lit := c[m.Key:m.KeyEnd]
+			name := lit[1 : len(lit)-1]
+			if bytes.IndexByte(name, '\\') >= 0 {
+				name = []byte(jsonrpc.Unquote(lit))
+			}
+			next = next[:0]
+			for _, p := range paths {
+				seg := p.rest[0]
+				switch {
+				case string(name) == seg || star && seg == "*":
+					if len(p.rest) > 1 {
+						next = append(next, fieldPath{p.rest[1:], p.full})
+					}
+				case bytes.EqualFold(name, []byte(seg)):
+					role := what
+					if p.full != seg {
+						role += " " + strconv.Quote(p.full) + "'s member"
+					}
+					return fmt.Errorf("member %q of the arguments is the %s %q but for case; servers disagree on whether it is that field", name, role, seg)
+				}
+			}
+			if len(next) > 0 {
+				if err := spelledOtherwiseIn(c[m.Start:m.End], next, star, what); err != nil { // read only
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // identity is how one call is named in the ledger.
 type identity struct {
 	args []byte // canonical arguments with ignored fields removed: fingerprinted by the engine
@@ -168,6 +254,12 @@ func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, ke
 		if c, err = canon.JSON(args); err != nil {
 			return id, err
 		}
+	}
+	if err := fieldSpelledOtherwise(c, pathStrings(key), false, "key field"); err != nil {
+		return id, err
+	}
+	if err := fieldSpelledOtherwise(c, pathStrings(ignore), false, "ignored field"); err != nil {
+		return id, err
 	}
 	// Ignored fields are cut from the canonical bytes: decoding the arguments, deleting them
 	// and encoding and canonicalising the rest took about 260 ns and 68 bytes of allocation
@@ -202,6 +294,15 @@ func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, ke
 	id.hash = canon.Sum(obj)
 	id.intent = "wrap:" + tool + ":" + id.hash
 	return id, nil
+}
+
+// pathStrings returns the dotted form of each path.
+func pathStrings(ps []Path) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
 }
 
 // flightKey names the attempts of this very call in this process: intent and fingerprint.

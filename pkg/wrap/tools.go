@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 )
 
@@ -33,20 +34,49 @@ type toolPage struct {
 
 // listedTool is what wrap reads of one tool of a listing. Each is read on its own: a tool
 // whose name is not a string is left out (no call can name it), and hints of the wrong types
-// count as not given, so one odd entry never makes the others unknown.
+// count as not given, so one odd entry never makes the others unknown. Members are read as
+// MCP's SDKs read them, spelled so (escapes decoded): encoding/json also took "Annotations"
+// and "ReadOnlyHint" for them, which the TypeScript SDK drops, and passed such a tool through
+// unfenced although no client reads it as read-only.
 type listedTool struct {
-	Name        string          `json:"name"`
-	InputSchema json.RawMessage `json:"inputSchema"`
-	Annotations json.RawMessage `json:"annotations"`
+	Name        string
+	InputSchema json.RawMessage
+	Annotations json.RawMessage
+}
+
+// readListed reads one entry of a listing; ok is false when it is not an object with a string
+// name.
+func readListed(raw json.RawMessage) (t listedTool, ok bool) {
+	name := exactMember(raw, "name")
+	if len(name) == 0 || name[0] != '"' {
+		return t, false
+	}
+	t.Name = jsonrpc.Unquote(name)
+	t.InputSchema = exactMember(raw, "inputSchema")
+	t.Annotations = exactMember(raw, "annotations")
+	return t, true
+}
+
+// exactMember returns the value of the member of the JSON object raw (valid JSON) named name,
+// spelled so once its escapes are decoded (the last one, as JSON readers keep), or nil when
+// raw is not an object or has no such member.
+func exactMember(raw json.RawMessage, name string) json.RawMessage {
+	i := jsonrpc.SkipSpace(raw, 0)
+	if i == len(raw) || raw[i] != '{' {
+		return nil
+	}
+	start, end, _, _ := jsonrpc.Member(raw, name)
+	if start < 0 {
+		return nil
+	}
+	return raw[start:end]
 }
 
 // readOnlyHint reports whether annotations say "readOnlyHint": true, exactly; anything
-// else (absent, false, "yes", 1, annotations that are not an object) leaves the tool fenced.
+// else (absent, false, "yes", 1, "ReadOnlyHint", annotations that are not an object) leaves
+// the tool fenced.
 func readOnlyHint(annotations json.RawMessage) bool {
-	var a struct {
-		ReadOnlyHint json.RawMessage `json:"readOnlyHint"`
-	}
-	return json.Unmarshal(annotations, &a) == nil && string(a.ReadOnlyHint) == "true"
+	return string(exactMember(annotations, "readOnlyHint")) == "true"
 }
 
 // parseTools reads what wrap needs from one tools/list result page.
@@ -57,8 +87,8 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 	}
 	out := make(map[string]toolInfo, len(p.Tools))
 	for _, rawTool := range p.Tools {
-		var t listedTool
-		if json.Unmarshal(rawTool, &t) != nil {
+		t, ok := readListed(rawTool)
+		if !ok {
 			continue
 		}
 		var schema struct {

@@ -11,9 +11,10 @@ import (
 // with exactly one member named "id" (case-sensitive) that is a string or a number: the sender
 // can then match the error response to its request. It returns nil (answer with id null, as
 // JSON-RPC 2.0 requires when the id cannot be determined) for anything else: invalid JSON, no
-// id, two ids, an id of another type.
+// id, two ids, an id of another type. A leading byte order mark, which Parse refuses, is read
+// past: the message after it is what the sender meant.
 func ReadableID(line []byte) json.RawMessage {
-	line = bytes.TrimSpace(line)
+	line = bytes.TrimPrefix(bytes.TrimSpace(line), []byte(byteOrderMark))
 	// Any depth: a message nested deeper than encoding/json reads (10,000 levels) is refused,
 	// but its id is still readable, and the sender waits for the answer under it.
 	if len(line) == 0 || line[0] != '{' || !canon.ValidAnyDepth(line) {

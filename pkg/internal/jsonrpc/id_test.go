@@ -22,6 +22,8 @@ func TestReadableID(t *testing.T) {
 		{`{"ID":1,"method":"ping"}`, ``},                   // keys are case-sensitive
 		{`{"params":{"id":9,"x":[{"id":8}]},"id":3}`, `3`}, // only top-level members count
 		{`{"\u0069d":4}`, `4`},                             // a key is what it stands for
+		{"\ufeff{\"id\":8,\"method\":\"ping\"}", `8`},      // past a byte order mark
+		{"\ufeff\ufeff{\"id\":8,\"method\":\"ping\"}", ``}, // one mark, no more
 		// Deeper than encoding/json reads, still one JSON text: its id is readable.
 		{`{"id":5,"params":` + strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000) + `}`, `5`},
 		{`{"id":6,"params":` + strings.Repeat("[", 100_000) + strings.Repeat("]", 99_999) + `}`, ``},

@@ -102,6 +102,11 @@ func parse(line []byte, owned bool) (*Message, error) {
 	if line[0] == '[' {
 		return nil, errors.New("JSON-RPC batches are not supported by MCP")
 	}
+	if bytes.HasPrefix(line, []byte(byteOrderMark)) {
+		// Node's JSON.parse, Python's json and encoding/json refuse it (RFC 8259 lets a
+		// reader ignore it, and none of these does).
+		return nil, errors.New("the message starts with a byte order mark (U+FEFF); send it without one")
+	}
 	if line[0] != '{' {
 		return nil, errors.New("not a JSON object")
 	}
@@ -180,6 +185,9 @@ func readError(raw json.RawMessage) (*Error, error) {
 	}
 	return e, nil
 }
+
+// byteOrderMark is U+FEFF in UTF-8, which some Windows tools write before the first line.
+const byteOrderMark = "\ufeff"
 
 // envelope is JSON-RPC's member names, as the specification spells them.
 var envelope = [...]string{"jsonrpc", "id", "method", "params", "result", "error"}

@@ -22,6 +22,7 @@ func TestParse(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"nope"}}`, "response", ""},
 		{`not json`, "", "not a JSON object"},
 		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, "", "batches"},
+		{"\ufeff{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", "", "byte order mark"},
 		{`{"jsonrpc":"1.0","id":1,"method":"ping"}`, "", `"jsonrpc" must be "2.0"`},
 		{`{"jsonrpc":"2.0","id":{},"method":"ping"}`, "", `"id" must be`},
 		{`{"jsonrpc":"2.0","id":1,"method":""}`, "", `"method" must not be empty`},

@@ -97,6 +97,10 @@ const RepeatTool = `{"name":"own_repeat","description":"Takes effectfence_repeat
 // entry whose name is not a string.
 const OddTools = `{"name":"unlisted","description":"Hints of the wrong types.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":"yes","destructiveHint":1,"idempotentHint":null}},{"name":7,"inputSchema":{"type":"object"}}`
 
+// CaseHintTools is what the "casehints" mode lists besides ToolsList: "unlisted" with its
+// read-only hint spelled "ReadOnlyHint", which MCP's SDKs do not read as readOnlyHint.
+const CaseHintTools = `{"name":"unlisted","description":"A hint spelled otherwise.","inputSchema":{"type":"object"},"annotations":{"ReadOnlyHint":true}}`
+
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
 type server struct {
@@ -248,6 +252,8 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			list = strings.TrimSuffix(list, "]}") + "," + RepeatTool + "]}"
 		case "oddannotations":
 			list = strings.TrimSuffix(list, "]}") + "," + OddTools + "]}"
+		case "casehints":
+			list = strings.TrimSuffix(list, "]}") + "," + CaseHintTools + "]}"
 		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
@@ -370,6 +376,8 @@ type callParams struct {
 		Both           bool   `json:"both"`
 		Pad            int    `json:"pad"`
 		Echo           bool   `json:"echo"`
+		Escaped        bool   `json:"escaped"`
+		Answer         string `json:"answer"`
 	} `json:"arguments"`
 }
 
@@ -477,6 +485,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			// A result beside the error: a success to one reader, a failure to another.
 			return nil, &jsonrpc.Error{Raw: json.RawMessage(`{"code":-32000,"message":"declined"},"result":{"content":[{"type":"text","text":"charged"}],"isError":false}`)}
 		}
+		if a.Answer != "" {
+			// A result whose last members are given: isError spelled otherwise, say.
+			return json.RawMessage(`{"content":[{"type":"text","text":"card declined"}],` + a.Answer + `}`), nil
+		}
 		if a.Malformed {
 			// An answer that is not a JSON-RPC response: "error" must be an object.
 			return nil, &jsonrpc.Error{Raw: json.RawMessage(`"the server broke"`)}
@@ -525,6 +537,10 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		return text("meta "+string(p.Meta), false), nil
 	case "confirm":
 		if p.RequestState == "" {
+			if a.Escaped {
+				// The same answer, its resultType spelled with an escape, as JSON allows.
+				return json.RawMessage(`{"resultType":"input\u005frequired","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"state-` + a.Tag + `"}`), nil
+			}
 			return json.RawMessage(`{"resultType":"input_required","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"state-` + a.Tag + `"}`), nil
 		}
 		n := s.record("confirm tag=" + a.Tag + " state=" + p.RequestState)
