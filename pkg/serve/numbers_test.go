@@ -13,6 +13,18 @@ import (
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
+// sqliteEngine is an engine on a new SQLite ledger file, closed when the test ends.
+func sqliteEngine(t *testing.T) *fence.Engine {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	return eng
+}
+
 // serveCall sends one tools/call line over c and returns its structuredContent and isError,
 // or the JSON-RPC error's message when there is no result.
 func serveCall(t *testing.T, c *stdioClient, id int, tool, args string) (json.RawMessage, bool, string) {
@@ -44,13 +56,7 @@ func serveCall(t *testing.T, c *stdioClient, id int, tool, args string) (json.Ra
 // Over real pipes, on a SQLite ledger.
 func TestNumbersBeyondFloat64(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := fence.New(st, fence.Config{})
-	t.Cleanup(func() { eng.Close() })
-	c := startStdio(t, eng, serve.Options{})
+	c := startStdio(t, sqliteEngine(t), serve.Options{})
 
 	raw, isErr, rpcErr := serveCall(t, c, 1, serve.ToolPrepare, `{"intent":"pay:big","tool":"pay","args":{"amount":1e400,"n":-0}}`)
 	var p serve.PrepareResult
@@ -138,13 +144,7 @@ func TestRetriedCommitComparesAnyResult(t *testing.T) {
 // (2.5) or out of range (-1, 2^64) is still refused, and nothing is recorded.
 func TestTicketNumbersInAnySpelling(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := fence.New(st, fence.Config{})
-	t.Cleanup(func() { eng.Close() })
-	c := startStdio(t, eng, serve.Options{})
+	c := startStdio(t, sqliteEngine(t), serve.Options{})
 
 	raw, isErr, rpcErr := serveCall(t, c, 1, serve.ToolPrepare, `{"intent":"pay:spelled","tool":"pay","args":{"amount":5},"domain":"acct"}`)
 	var p serve.PrepareResult

@@ -37,6 +37,20 @@ func (s *askSink) Write(line []byte) error {
 	return nil
 }
 
+// askingProxy is a proxy on eng, writing its log to log, whose agent can be asked (sink).
+func askingProxy(t *testing.T, eng *fence.Engine, log io.Writer) (*Proxy, *askSink) {
+	t.Helper()
+	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: eng, Log: log, Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &askSink{p: p}
+	p.Attach(sink)
+	p.child, p.initDone = nopBack{}, true
+	p.elicit.can = true
+	return p, sink
+}
+
 // A call refused as prior_failure can reach askOnce after the intent was settled: a duplicate
 // refused just before another call's question was answered arrives once that question has
 // closed. It must not ask the person again; the call goes back through the fenced path. (A
@@ -45,14 +59,7 @@ func TestNoQuestionAboutAnIntentSettledMeanwhile(t *testing.T) {
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
 	defer eng.Close()
-	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: eng, Log: io.Discard, Scope: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &askSink{p: p}
-	p.Attach(sink)
-	p.child, p.initDone = nopBack{}, true
-	p.elicit.can = true
+	p, sink := askingProxy(t, eng, io.Discard)
 
 	req := fence.Request{Intent: "pay:1", Tool: "pay", Args: []byte(`{"amount":1}`)}
 	adm, err := eng.Prepare(ctx, req)
@@ -95,14 +102,7 @@ func TestNoQuestionWhileTheHolderCanStillSettle(t *testing.T) {
 	eng := fence.New(st, fence.Config{LeaseTTL: time.Second})
 	defer eng.Close()
 	var log syncbuf.Buffer
-	p, err := New(Options{Backend: func(BackendConfig) Backend { return nopBack{} }, Engine: eng, Log: &log, Scope: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &askSink{p: p}
-	p.Attach(sink)
-	p.child, p.initDone = nopBack{}, true
-	p.elicit.can = true
+	p, sink := askingProxy(t, eng, &log)
 
 	req := fence.Request{Intent: "pay:2", Tool: "pay", Args: []byte(`{"amount":2}`)}
 	adm, err := eng.Prepare(ctx, req)

@@ -42,15 +42,7 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	w := r.wrap("--rerun-safe", "slow", "--lease-secs", "1")
 	r.prefix = nil
 	const args = `{"ms":1500,"tag":"lost-lease"}`
-	type got struct {
-		x   result
-		err error
-	}
-	first := make(chan got, 1)
-	go func() {
-		x, err := callE(w.Session, "slow", args)
-		first <- got{x, err}
-	}()
+	first := callInBackground(w.Session, "slow", args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
 	if l := fence.OwnerLiveness(claim.Owner); l != fence.CannotTell {
@@ -83,7 +75,7 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	}
 
 	resume()
-	var g got
+	var g called
 	select {
 	case g = <-first:
 	case <-time.After(60 * time.Second):

@@ -12,7 +12,24 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
+
+// called is a call's answer, or its error.
+type called struct {
+	x   result
+	err error
+}
+
+// callInBackground makes a call on s in a goroutine of its own; its answer comes on the channel.
+func callInBackground(s *mcpstdio.Session, tool, args string) <-chan called {
+	ch := make(chan called, 1)
+	go func() {
+		x, err := callE(s, tool, args)
+		ch <- called{x, err}
+	}()
+	return ch
+}
 
 // ledgerCmd runs `effectfence ledger args...` on r's ledger, as an operator would, and returns
 // its exit code and its stderr; ledgerOut gives its stdout too.
@@ -52,15 +69,7 @@ func TestClearRefusedWhileAStoppedHolderCanResume(t *testing.T) {
 	r := newRig(t)
 	w := r.wrap("--lease-secs", "1")
 	const args = `{"ms":300,"tag":"silent-holder"}`
-	type got struct {
-		x   result
-		err error
-	}
-	first := make(chan got, 1)
-	go func() {
-		x, err := callE(w.Session, "slow", args)
-		first <- got{x, err}
-	}()
+	first := callInBackground(w.Session, "slow", args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
 	if err := syscall.Kill(w.Pid(), syscall.SIGSTOP); err != nil {
@@ -117,16 +126,7 @@ func TestClearRefusedWhileAStoppedHolderCanResume(t *testing.T) {
 	// Killed, the holder is gone: its intent is cleared.
 	const args2 = `{"ms":60000,"tag":"killed-holder"}`
 	go func() { _, _ = callE(w2.Session, "slow", args2) }()
-	var claim2 *fence.Record
-	waitFor(t, "the second call to be in flight", func() bool {
-		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
-				claim2 = rec
-				return false
-			})
-		})
-		return claim2 != nil
-	})
+	claim2 := waitForClaim(t, led) // the first intent is done: this is the second's
 	if err := syscall.Kill(w2.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
