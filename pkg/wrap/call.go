@@ -443,6 +443,15 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		return a
 	case errors.Is(err, mcpstdio.ErrNotSent):
 		a := answer{result: toolError(fmt.Sprintf("the call was not sent and did not run: it did not reach the MCP server (%v); a retry may run it", err), "", intent), outcome: "refused", code: "not_sent"}
+		if errors.Is(err, context.Canceled) {
+			// Its own agent cancelled it while it waited for a slot: nothing ran, and that is
+			// no answer for the duplicates waiting on it, which cancelled nothing. The intent
+			// is released and they go on waiting in the ledger, where one of them claims it
+			// and runs the call. (Before, they were all told "not sent".)
+			p.flights.done(intent, f)
+			p.release(ctx, t, "the call was cancelled by its agent before it was sent")
+			return a
+		}
 		p.flights.fail(intent, f, a)
 		p.release(ctx, t, "the call was never sent: "+scrub(err.Error(), p.redactedTexts(tool, params)))
 		return a

@@ -10,7 +10,8 @@ import (
 // A call that waits for a slot of --max-concurrent and is cancelled by its agent was never
 // sent: nothing ran. A duplicate of it (the same call under another id) waiting on that
 // attempt is not the one that cancelled: it must not be told "not sent" as if its own call
-// had failed. It runs the call instead, once, when a slot frees.
+// had failed. It runs the call instead, once, when a slot frees. Before, the cancelled
+// attempt's "not sent" was shared with every duplicate waiting on it (7 runs in 8 here).
 func TestDuplicateOfACancelledUnsentCallRunsIt(t *testing.T) {
 	p, out, log := attachedProxy(t, 1)
 	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
