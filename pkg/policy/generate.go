@@ -45,33 +45,19 @@ type publishedTool struct {
 // read-only.
 func (t *publishedTool) asSpelled(raw json.RawMessage) {
 	t.Name = ""
-	if name := exactMember(raw, "name"); len(name) > 0 && name[0] == '"' {
+	if name := jsonrpc.MemberValue(raw, "name"); len(name) > 0 && name[0] == '"' {
 		t.Name = jsonrpc.Unquote(name)
 	}
-	ann := exactMember(raw, "annotations")
+	ann := jsonrpc.MemberValue(raw, "annotations")
 	t.Annotations.ReadOnlyHint = hint(ann, "readOnlyHint")
 	t.Annotations.DestructiveHint = hint(ann, "destructiveHint")
 	t.Annotations.IdempotentHint = hint(ann, "idempotentHint")
 	t.Annotations.OpenWorldHint = hint(ann, "openWorldHint")
 }
 
-// exactMember returns the value of the member name of the JSON object raw (valid JSON), spelled so
-// once its escapes are decoded, or nil.
-func exactMember(raw json.RawMessage, name string) json.RawMessage {
-	i := jsonrpc.SkipSpace(raw, 0)
-	if i == len(raw) || raw[i] != '{' {
-		return nil
-	}
-	start, end, _, _ := jsonrpc.Member(raw, name)
-	if start < 0 {
-		return nil
-	}
-	return raw[start:end]
-}
-
 // hint reads the boolean hint name of annotations: nil unless it is true or false.
 func hint(annotations json.RawMessage, name string) *bool {
-	switch v := string(exactMember(annotations, name)); v {
+	switch v := string(jsonrpc.MemberValue(annotations, name)); v {
 	case "true", "false":
 		b := v == "true"
 		return &b

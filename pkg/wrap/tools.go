@@ -47,36 +47,21 @@ type listedTool struct {
 // readListed reads one entry of a listing; ok is false when it is not an object with a string
 // name.
 func readListed(raw json.RawMessage) (t listedTool, ok bool) {
-	name := exactMember(raw, "name")
+	name := jsonrpc.MemberValue(raw, "name")
 	if len(name) == 0 || name[0] != '"' {
 		return t, false
 	}
 	t.Name = jsonrpc.Unquote(name)
-	t.InputSchema = exactMember(raw, "inputSchema")
-	t.Annotations = exactMember(raw, "annotations")
+	t.InputSchema = jsonrpc.MemberValue(raw, "inputSchema")
+	t.Annotations = jsonrpc.MemberValue(raw, "annotations")
 	return t, true
-}
-
-// exactMember returns the value of the member of the JSON object raw (valid JSON) named name,
-// spelled so once its escapes are decoded (the last one, as JSON readers keep), or nil when
-// raw is not an object or has no such member.
-func exactMember(raw json.RawMessage, name string) json.RawMessage {
-	i := jsonrpc.SkipSpace(raw, 0)
-	if i == len(raw) || raw[i] != '{' {
-		return nil
-	}
-	start, end, _, _ := jsonrpc.Member(raw, name)
-	if start < 0 {
-		return nil
-	}
-	return raw[start:end]
 }
 
 // readOnlyHint reports whether annotations say "readOnlyHint": true, exactly; anything
 // else (absent, false, "yes", 1, "ReadOnlyHint", annotations that are not an object) leaves
 // the tool fenced.
 func readOnlyHint(annotations json.RawMessage) bool {
-	return string(exactMember(annotations, "readOnlyHint")) == "true"
+	return string(jsonrpc.MemberValue(annotations, "readOnlyHint")) == "true"
 }
 
 // parseTools reads what wrap needs from one tools/list result page.

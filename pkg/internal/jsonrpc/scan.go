@@ -104,6 +104,21 @@ func walkMembers(b []byte, yield func(Span) bool) int {
 	return i
 }
 
+// MemberValue is the value of the member of b named name, spelled so once its escapes are
+// decoded (the last one, which JSON parsers keep), or nil when b (valid JSON) is not an object
+// or has no such member. A member named so but for case is not it, as MCP's SDKs read names.
+func MemberValue(b []byte, name string) []byte {
+	i := SkipSpace(b, 0)
+	if i == len(b) || b[i] != '{' {
+		return nil
+	}
+	start, end, _, _ := Member(b, name)
+	if start < 0 {
+		return nil
+	}
+	return b[start:end]
+}
+
 // Member finds the top-level members named name of the object b, which must be valid JSON
 // starting (after white space) with '{': the span b[start:end] of the last one's value (the
 // one JSON parsers keep), how many there are, and the index of the object's closing brace.
