@@ -188,20 +188,27 @@ func (p *Proxy) askTaskResult(ctx context.Context, s Conn, taskID string) (json.
 		return res, err
 	}
 	st, gerr := s.Call(ctx, "tasks/get", q)
-	var g struct {
-		Status string `json:"status"`
-	}
-	switch {
-	case gerr != nil:
+	// The status as MCP's SDKs read it: the member spelled "status", a string. Go's
+	// encoding/json also took "Status" (the last of the two when both were given), so a
+	// server answering {"status":"working","Status":"failed"} had its running task released
+	// as failed, and a retry ran the call again.
+	if gerr != nil {
 		return nil, fmt.Errorf("%w: tasks/result answered %q and tasks/get failed: %v", errTaskUnconfirmed, rpc.Message, gerr)
-	case json.Unmarshal(st, &g) != nil:
+	}
+	var raw []byte
+	if json.Valid(st) {
+		raw = jsonrpc.MemberValue(st, "status")
+	}
+	if len(raw) == 0 || raw[0] != '"' {
 		return nil, fmt.Errorf("%w: tasks/result answered %q and tasks/get's answer cannot be read", errTaskUnconfirmed, rpc.Message)
-	case g.Status == "failed":
+	}
+	switch status := jsonrpc.Unquote(raw); status {
+	case "failed":
 		return nil, err
-	case g.Status == "cancelled":
+	case "cancelled":
 		return nil, errTaskCancelled
 	}
-	return nil, fmt.Errorf("%w: tasks/result answered %q while tasks/get says %q", errTaskUnconfirmed, rpc.Message, g.Status)
+	return nil, fmt.Errorf("%w: tasks/result answered %q while tasks/get says %q", errTaskUnconfirmed, rpc.Message, jsonrpc.Unquote(raw))
 }
 
 // Tasks effectfence answers itself. A task-augmented call expects a task handle (a

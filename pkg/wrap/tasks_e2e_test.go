@@ -215,6 +215,18 @@ func TestFailedTaskIsReleased(t *testing.T) {
 	}
 }
 
+// A failed-looking task whose tasks/get gives its status twice, "status":"working" as MCP
+// spells it and "Status":"failed" (which only a case-insensitive reader such as Go's
+// encoding/json takes for the status, the last one winning) has not failed as far as MCP's
+// SDKs read it: its outcome is unknown and a retry is fenced. Before, wrap read "failed",
+// released the intent, and the retry ran the call again.
+func TestTaskStatusSpelledTwoWaysIsUnknown(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	startSlowTask(t, w, `{"tag":"twofaced","rpc":true,"twofaced":true}`, 1000, "twofaced-")
+	retryIsFenced(t, r, w, `{"tag":"twofaced","rpc":true,"twofaced":true}`, "a task whose status reads two ways", w)
+}
+
 // taskWrap starts wrap (with flags) in front of mcptest for an agent that offers tasks.
 func taskWrap(t *testing.T, flags ...string) (*rig, *wrapProc) {
 	t.Helper()

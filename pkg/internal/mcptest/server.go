@@ -267,6 +267,14 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			// whose ttl lapsed before it ended): both answer with an error.
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Task not found"}
 		}
+		if strings.Contains(string(m.Params), `"twofaced-`) {
+			// A task whose tasks/get names its status twice, spelled two ways: "working" as
+			// MCP spells it, "failed" as only a case-insensitive reader takes it.
+			if m.Method == "tasks/get" {
+				return json.RawMessage(`{"taskId":"twofaced","status":"working","Status":"failed","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
+			}
+			return nil, &jsonrpc.Error{Code: -32000, Message: "declined"}
+		}
 		if strings.Contains(string(m.Params), `"failed-`) {
 			// A task that failed: its result is the JSON-RPC error its request met.
 			if m.Method == "tasks/get" {
@@ -371,6 +379,7 @@ type callParams struct {
 		RPC            bool   `json:"rpc"`
 		Forget         bool   `json:"forget"`
 		Lose           bool   `json:"lose"`
+		TwoFaced       bool   `json:"twofaced"`
 		Malformed      bool   `json:"malformed"`
 		TwoWays        bool   `json:"two_ways"`
 		Both           bool   `json:"both"`
@@ -457,6 +466,8 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 				prefix = "forgotten" // tasks/result and tasks/get answer "Task not found"
 			case a.Lose:
 				prefix = "lost" // the server is lost once it has answered the handle (lostTask)
+			case a.RPC && a.TwoFaced:
+				prefix = "twofaced" // tasks/result answers a JSON-RPC error, tasks/get "working" and "Status":"failed"
 			case a.RPC:
 				prefix = "failed" // tasks/result answers a JSON-RPC error, tasks/get "failed"
 			}
