@@ -15,6 +15,38 @@ import (
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 )
 
+// wantRefusedUnrun sends each of params as a tools/call through w and checks that each is
+// refused with -32602 saying the call was NOT executed (and naming want, when given), that the
+// server ran nothing (effects counts its runs) and that no record was left in the ledger.
+func wantRefusedUnrun(t *testing.T, r *rig, w *wrapProc, want string, effects func() int, params ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range params {
+		_, err := w.Call(ctx, "tools/call", json.RawMessage(p))
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, want) || !strings.Contains(rpc.Message, "NOT executed") {
+			t.Errorf("%s: want a -32602 refusal naming %s and saying the call was NOT executed, got %v", p, want, err)
+		}
+	}
+	if n := effects(); n != 0 {
+		t.Errorf("the server ran %d calls, want 0: a refused call must not reach it (%q)", n, mcptest.Effects(r.effects))
+	}
+	if recs := r.records(t); len(recs) != 0 {
+		raw, _ := json.Marshal(recs)
+		t.Errorf("a refused call left records behind: %s", raw)
+	}
+}
+
+// charges is the tools/call params of charge with each of args.
+func charges(args ...string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = `{"name":"charge","arguments":` + a + `}`
+	}
+	return out
+}
+
 // A member of the tools/call params spelled as one of MCP's but for case ("Arguments",
 // "argumentſ": Unicode case folding makes ſ an s) is what a Go server reads as that member:
 // mcp-go (the demo server) decodes the params with encoding/json, which matches names without
@@ -26,27 +58,13 @@ func TestParamsMemberSpelledOtherwiseIsRefused(t *testing.T) {
 	t.Parallel()
 	r := demoRig(t, "1ms")
 	w := r.wrap()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, params := range []string{
+	wantRefusedUnrun(t, r, w, "", func() int { return r.effectsOf("charge_card") },
 		`{"name":"charge_card","Arguments":{"amount":5}}`,
 		`{"name":"charge_card","argument\u017f":{"amount":500}}`,
 		`{"name":"charge_card","ARGUMENTS":{"amount":700},"_meta":{}}`,
 		`{"name":"charge_card","arguments":{"amount":9},"Task":{"ttl":60000}}`,
 		`{"name":"charge_card","arguments":{"amount":9},"_Meta":{"progressToken":1}}`,
-	} {
-		_, err := w.Call(ctx, "tools/call", json.RawMessage(params))
-		var rpc *jsonrpc.Error
-		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, "NOT executed") {
-			t.Errorf("%s: want a -32602 refusal saying the call was NOT executed, got %v", params, err)
-		}
-	}
-	if n := r.effectsOf("charge_card"); n != 0 {
-		t.Errorf("charge_card ran %d times, want 0: a refused call must not reach the server", n)
-	}
-	if recs := r.records(t); len(recs) != 0 {
-		t.Errorf("a refused call left %d records of charge_card behind", len(recs["charge_card"]))
-	}
+	)
 	// The session goes on, and the members spelled as MCP spells them are fenced as before.
 	if x := call(t, w.Session, "charge_card", `{"amount":5}`); x.IsError || x.replayed() {
 		t.Fatalf("a plain charge after the refusals: %+v", x)
@@ -74,25 +92,11 @@ func TestKeyFieldSpelledOtherwiseIsRefused(t *testing.T) {
 			t.Parallel()
 			r := newRig(t)
 			w := r.wrap(flag, "charge:order")
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			for _, args := range []string{
+			wantRefusedUnrun(t, r, w, `"order"`, r.effectCount, charges(
 				`{"amount":5,"Order":"A-1"}`,
 				`{"amount":5,"ORDER":"A-2"}`,
 				`{"amount":5,"\u004frder":"A-3"}`,
-			} {
-				_, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"charge","arguments":`+args+`}`))
-				var rpc *jsonrpc.Error
-				if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, `"order"`) || !strings.Contains(rpc.Message, "NOT executed") {
-					t.Errorf("%s under %s charge:order: want a -32602 refusal naming the field order, got %v", args, flag, err)
-				}
-			}
-			if n := r.effectCount(); n != 0 {
-				t.Errorf("the server ran %d charges, want 0: a refused call must not reach it", n)
-			}
-			if recs := r.records(t); len(recs) != 0 {
-				t.Errorf("a refused call left %d records of charge behind", len(recs["charge"]))
-			}
+			)...)
 			// The field spelled as the flag names it is fenced as before.
 			if x := call(t, w.Session, "charge", `{"amount":5,"order":"A-1"}`); x.IsError || x.replayed() {
 				t.Fatalf("a charge naming its order: %+v %s", x, x.text())
@@ -113,24 +117,10 @@ func TestKeyPropertySpelledOtherwiseIsRefused(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, args := range []string{
+	wantRefusedUnrun(t, r, w, `"idempotency_key"`, r.effectCount, charges(
 		`{"amount":5,"Idempotency_Key":""}`,
 		`{"amount":5,"IDEMPOTENCY_KEY":null}`,
-	} {
-		_, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"charge","arguments":`+args+`}`))
-		var rpc *jsonrpc.Error
-		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, `"idempotency_key"`) || !strings.Contains(rpc.Message, "NOT executed") {
-			t.Errorf("%s: want a -32602 refusal naming idempotency_key, got %v (effects: %q)", args, err, mcptest.Effects(r.effects))
-		}
-	}
-	if n := r.effectCount(); n != 0 {
-		t.Errorf("the server ran %d charges, want 0", n)
-	}
-	if recs := r.records(t); len(recs) != 0 {
-		t.Errorf("a refused call left %d records of charge behind", len(recs["charge"]))
-	}
+	)...)
 }
 
 // A resultType spelled with an escape ("input\u005frequired") is input_required to every JSON
@@ -307,25 +297,10 @@ func TestRedactFieldSpelledOtherwiseIsRefused(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	w := r.wrap("--redact", "charge:order", "--redact", "charge:card.*.pan")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, args := range []string{
+	wantRefusedUnrun(t, r, w, "redacted field", r.effectCount, charges(
 		`{"amount":5,"Order":"SECRET-1"}`,
 		`{"amount":5,"order":"A-1","card":{"visa":{"PAN":"SECRET-2"}}}`,
-	} {
-		_, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"charge","arguments":`+args+`}`))
-		var rpc *jsonrpc.Error
-		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpc.Message, "redacted field") || !strings.Contains(rpc.Message, "NOT executed") {
-			t.Errorf("%s: want a -32602 refusal naming the redacted field, got %v", args, err)
-		}
-	}
-	if n := r.effectCount(); n != 0 {
-		t.Errorf("the server ran %d charges, want 0 (%q)", n, mcptest.Effects(r.effects))
-	}
-	if recs := r.records(t); len(recs) != 0 {
-		raw, _ := json.Marshal(recs["charge"])
-		t.Errorf("a refused call left records behind: %s", raw)
-	}
+	)...)
 	// Spelled as the path names it, the field is redacted as before.
 	if x := call(t, w.Session, "charge", `{"amount":5,"order":"SECRET-3","card":{"visa":{"pan":"SECRET-4"}}}`); x.IsError || x.replayed() {
 		t.Fatalf("a charge naming its order: %+v %s", x, x.text())
