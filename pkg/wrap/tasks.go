@@ -33,12 +33,25 @@ import (
 // A duplicate, task-augmented or not, that arrives while the task runs waits for the final
 // result like any coalesced duplicate and receives it as a plain tool result.
 
-type createTaskResult struct {
-	Task *struct {
-		TaskID string          `json:"taskId"`
-		Status string          `json:"status"`
-		TTL    json.RawMessage `json:"ttl"` // milliseconds the server keeps the result; null: no limit
-	} `json:"task"`
+// taskHandle is the task a CreateTaskResult names, read as MCP's SDKs read it: the members
+// "task", then its "taskId" (a non-empty string) and "ttl" (milliseconds the server keeps the
+// result; null or absent: no limit), spelled so. ok is false when res names no task (the
+// server answered the call directly). Before 2026-12-03 encoding/json read it, which also
+// takes "Task" and "TaskId" (the last of each when given twice): a handle that named its task
+// twice, once spelled otherwise, was read as no task, and the handle itself was recorded as
+// the call's outcome while the task ran on.
+func taskHandle(res json.RawMessage) (id string, ttl json.RawMessage, ok bool) {
+	if !json.Valid(res) {
+		return "", nil, false
+	}
+	task := jsonrpc.MemberValue(res, "task")
+	if task == nil {
+		return "", nil, false
+	}
+	if json.Unmarshal(jsonrpc.MemberValue(task, "taskId"), &id) != nil || id == "" {
+		return "", nil, false
+	}
+	return id, jsonrpc.MemberValue(task, "ttl"), true
 }
 
 // How long wrap waits for a task's final result. The server keeps the result for the task's
@@ -84,24 +97,29 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		p.hide(s, tool, params)
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
-	var handle createTaskResult
-	if err != nil || json.Unmarshal(res, &handle) != nil || handle.Task == nil || handle.Task.TaskID == "" {
+	var taskID string
+	var ttl json.RawMessage
+	ok := false
+	if err == nil {
+		taskID, ttl, ok = taskHandle(res)
+	}
+	if !ok {
 		// No task was created (the server answered the call directly, or failed): that
 		// answer is the outcome.
 		stopHeartbeat()
 		return p.finish(ctx, tool, intent, f, t, res, err, true, params)
 	}
-	p.logf("intent %s runs as task %s; its final result will be recorded", intent, handle.Task.TaskID)
+	p.logf("intent %s runs as task %s; its final result will be recorded", intent, taskID)
 	p.calls.Add(1)
 	p.tasks.Add(1)
 	go func() {
 		defer p.calls.Done()
 		defer p.tasks.Add(-1)
-		wait, cancel := context.WithTimeoutCause(ctx, taskWait(handle.Task.TTL), errTaskWaitOver)
-		final, ferr := p.taskResult(wait, s, handle.Task.TaskID)
+		wait, cancel := context.WithTimeoutCause(ctx, taskWait(ttl), errTaskWaitOver)
+		final, ferr := p.taskResult(wait, s, taskID)
 		cancel()
 		if ferr != nil && context.Cause(wait) == errTaskWaitOver {
-			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(handle.Task.TTL))
+			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(ttl))
 		}
 		stopHeartbeat()
 		p.finish(ctx, tool, intent, f, t, final, ferr, true, params)

@@ -215,6 +215,25 @@ func TestFailedTaskIsReleased(t *testing.T) {
 	}
 }
 
+// A handle that names its task twice, "task" as MCP spells it and "Task" (empty, which only a
+// case-insensitive reader such as Go's encoding/json takes, the last one winning), is the
+// handle of the first as MCP's SDKs read it: here a task that fails, so the intent is
+// released and a retry runs. Before, wrap read no task, recorded the handle itself as the
+// call's outcome, and every retry was answered with that stale handle.
+func TestTaskHandleSpelledTwiceIsReadAsTheSDKsRead(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	args := `{"tag":"twohandles","rpc":true,"two_handles":true}`
+	startSlowTask(t, w, args, 1000, "failed-")
+	waitFor(t, "the retry to run", func() bool {
+		_, err := callE(w.Session, "slow", args)
+		return err == nil
+	})
+	if n := r.effectCount(); n != 2 {
+		t.Fatalf("%d executions, want the failed task and the retry; wrap log:\n%s", n, w.log.String())
+	}
+}
+
 // A failed-looking task whose tasks/get gives its status twice, "status":"working" as MCP
 // spells it and "Status":"failed" (which only a case-insensitive reader such as Go's
 // encoding/json takes for the status, the last one winning) has not failed as far as MCP's

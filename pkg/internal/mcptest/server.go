@@ -380,6 +380,7 @@ type callParams struct {
 		Forget         bool   `json:"forget"`
 		Lose           bool   `json:"lose"`
 		TwoFaced       bool   `json:"twofaced"`
+		TwoHandles     bool   `json:"two_handles"`
 		Malformed      bool   `json:"malformed"`
 		TwoWays        bool   `json:"two_ways"`
 		Both           bool   `json:"both"`
@@ -471,7 +472,13 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			case a.RPC:
 				prefix = "failed" // tasks/result answers a JSON-RPC error, tasks/get "failed"
 			}
-			return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"%s-%d-%d","status":"working","ttl":%s,"createdAt":"2026-01-01T00:00:00Z"}}`, prefix, os.Getpid(), n, ttl)), nil
+			other := ""
+			if a.TwoHandles {
+				// The handle given twice, the second spelled otherwise and empty: MCP's SDKs
+				// read the first, a case-insensitive reader the second (no task).
+				other = `,"Task":{"taskId":"","status":"completed"}`
+			}
+			return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"%s-%d-%d","status":"working","ttl":%s,"createdAt":"2026-01-01T00:00:00Z"}%s}`, prefix, os.Getpid(), n, ttl, other)), nil
 		}
 		fmt.Fprintf(os.Stderr, "mcptest: slow tag=%s started\n", a.Tag) // tests wait for it before cancelling
 		sleep()
