@@ -161,12 +161,14 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// session's to choose, and a role, a database or the URL may default it to off (a common
 	// tuning for applications that can lose their last commits): COMMIT then returns before
 	// the WAL is flushed, and a server crash loses the last receipts, so duplicates run again.
-	// Each connection turns it back on when it is off, and keeps any stronger setting
-	// (remote_apply, remote_write, local). Behind a pooler in transaction mode a connection
-	// is not a server session: every write transaction also sets it for itself (durable,
-	// tx.go).
+	// Each connection turns it back on when it is off or local, and keeps a stronger setting
+	// (remote_apply, remote_write). local waits for the primary's disk alone, also where a
+	// synchronous standby is named: a failover to that standby then loses the last receipts
+	// (TestFailoverToASynchronousStandby); without one, on and local are the same. Behind a
+	// pooler in transaction mode a connection is not a server session: every write
+	// transaction also sets it for itself (durable, tx.go).
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'")
+		_, err := conn.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') IN ('off', 'local')")
 		return err
 	}
 	if c.wrapConn != nil {

@@ -136,11 +136,39 @@ const indexesCurrent = `SELECT count(*) FILTER (WHERE indexname = 'effectfence_r
 // ErrNoLedger is Open's error, with Config.Existing, for a schema that holds no ledger.
 var ErrNoLedger = errors.New("no ledger")
 
+// ErrReadOnly is Open's error for a server that cannot take the ledger's writes: a standby in
+// recovery, or a session read-only by default. Every claim and outcome is a write, so such a
+// ledger could answer nothing; the store does not turn default_transaction_read_only off by
+// itself, since a failover tool may have set it to fence off an old primary.
+var ErrReadOnly = errors.New("the server does not take writes")
+
+// writable returns ErrReadOnly, with what to do, unless the session may write.
+func writable(ctx context.Context, conn *pgx.Conn) error {
+	var recovery bool
+	var readOnly string
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')").Scan(&recovery, &readOnly); err != nil {
+		return err
+	}
+	switch {
+	case recovery:
+		return fmt.Errorf("%w: it is a standby in recovery (read-only); the ledger must be on the primary, which records every claim and outcome. "+
+			"With several hosts in the URL (host=a,b), add target_session_attrs=read-write so that the store connects to the one that takes writes", ErrReadOnly)
+	case readOnly == "on":
+		return fmt.Errorf("%w: its sessions are read-only (default_transaction_read_only is on for this role, the database or the server, or in the URL); "+
+			"the ledger records every claim and outcome: point it at a server that takes writes, or turn the setting off for the store's role "+
+			"(ALTER ROLE … SET default_transaction_read_only = off)", ErrReadOnly)
+	}
+	return nil
+}
+
 // migrate creates or upgrades the schema. It holds a transaction-scoped advisory lock keyed by
 // the schema name, so processes starting at once take turns and each finds the work done.
 // With existing, a schema without the ledger's version table is refused (ErrNoLedger) before
 // anything is created.
 func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existing bool) error {
+	if err := writable(ctx, conn); err != nil {
+		return err
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err

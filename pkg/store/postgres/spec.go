@@ -428,39 +428,57 @@ func cutToken(body []byte, cut [2][]byte) (int64, bool) {
 // statement writes only while the server's clock is at most specSlack past now; so once the
 // clock is past that, read under the intent's lock, a claim not recorded never will be (a
 // statement still on its way waits for the lock, then finds the clock past).
+//
+// It only reads, so a connection that dies under it is simply replaced: the batch was lost
+// because its connection had died, and after a server restart so has every connection the
+// pool holds (the pool discards each one it hands out), so it tries once more than the pool's
+// size, as run does. Before, one dead connection here refused the claim as a ledger failure
+// that may have recorded it (TestCallsRightAfterAServerRestart).
 func (s *Store) settleClaim(ctx context.Context, intent string, cut [2][]byte, now time.Time) (token int64, landed bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	for try := 1; ; try++ {
+		var dead bool
+		token, landed, dead, err = s.settleClaimOnce(ctx, intent, cut, now)
+		if !dead || ctx.Err() != nil || try > int(s.pool.Stat().MaxConns()) {
+			return token, landed, err
+		}
+	}
+}
+
+// settleClaimOnce is one try of settleClaim; dead says it failed because its connection died.
+func (s *Store) settleClaimOnce(ctx context.Context, intent string, cut [2][]byte, now time.Time) (token int64, landed, dead bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return 0, false, err
+		return 0, false, false, err
 	}
 	defer pc.Release()
+	defer func() { dead = err != nil && pc.Conn().IsClosed() }()
 	tx, err := pc.Begin(ctx)
 	if err != nil {
-		return 0, false, err
+		return 0, false, false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, specLock, lockKey(s.schema, "intent", intent)); err != nil {
-		return 0, false, err
+		return 0, false, false, err
 	}
 	deadline := now.Add(specSlack)
 	for {
 		var body []byte
 		var clock time.Time
 		if err := tx.QueryRow(ctx, `SELECT (SELECT body FROM effectfence_records WHERE intent = $1), clock_timestamp()`, intent).Scan(&body, &clock); err != nil {
-			return 0, false, err
+			return 0, false, false, err
 		}
 		if v, ok := cutToken(body, cut); ok {
-			return v, true, nil
+			return v, true, false, nil
 		}
 		if clock.After(deadline) {
-			return 0, false, nil
+			return 0, false, false, nil
 		}
 		select {
 		case <-time.After(deadline.Sub(clock) + time.Millisecond):
 		case <-ctx.Done():
-			return 0, false, ctx.Err()
+			return 0, false, false, ctx.Err()
 		}
 	}
 }

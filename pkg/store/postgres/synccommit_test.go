@@ -8,9 +8,11 @@ import (
 // TestSynchronousCommitKeptOn: a ledger whose connections would default synchronous_commit to
 // off (here from the URL; a role's or a database's setting reaches the session the same way)
 // commits durably anyway: every connection of the store's pool, the first ones and one opened
-// later, has it on. A stronger setting (remote_apply) is left as it is.
+// later, has it on. So does one that would default it to local, which waits for no
+// synchronous standby (TestFailoverToASynchronousStandby in pkg/wrap). A stronger setting
+// (remote_apply) is left as it is.
 func TestSynchronousCommitKeptOn(t *testing.T) {
-	for _, c := range []struct{ set, want string }{{"off", "on"}, {"remote_apply", "remote_apply"}, {"local", "local"}} {
+	for _, c := range []struct{ set, want string }{{"off", "on"}, {"remote_apply", "remote_apply"}, {"local", "on"}} {
 		schema := testSchema(t)
 		s, err := Open(context.Background(), Config{URL: schemaURL(t, schema, map[string]string{"synchronous_commit": c.set, "pool_max_conns": "3", "pool_min_conns": "1"})})
 		if err != nil {

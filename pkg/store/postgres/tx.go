@@ -101,10 +101,11 @@ var errReadOnly = errors.New("postgres ledger: write in a read-only transaction"
 // AfterConnect sets it for the session too, but behind a pooler in transaction mode
 // (PgBouncer's pool_mode = transaction) a session is any of the pooler's server connections,
 // most of which never ran AfterConnect: a role or database default of off reached them, and
-// their COMMITs returned before the flush (TestTransactionPoolerKeepsReceiptsDurable). A
-// stronger setting (local, remote_write, remote_apply) is kept. CASE runs set_config only
-// when it is needed.
-const durable = `CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) IS NOT NULL ELSE true END`
+// their COMMITs returned before the flush (TestTransactionPoolerKeepsReceiptsDurable). So is
+// local, which does not wait for a synchronous standby (see AfterConnect, postgres.go); a
+// stronger setting (remote_write, remote_apply) is kept. CASE runs set_config only when it is
+// needed.
+const durable = `CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN set_config('synchronous_commit', 'on', true) IS NOT NULL ELSE true END`
 
 // start queues, right after BEGIN, the read of the clock and of the transaction id (known
 // before COMMIT is sent, so a lost acknowledgement can be resolved), unless that is queued
