@@ -121,3 +121,73 @@ func pgThrough(t *testing.T, mk func(target string) (*netcut.Proxy, error)) (_ *
 	u.Host = p.Addr()
 	return p, u, direct
 }
+
+// TestGatewayClaimAnswerLost: as above, but the answer lost is that of a fresh call's claim
+// (its one statement landed), and the database stays away long enough that the gateway cannot
+// ask whether it did: the call is refused as a ledger failure and not run. Once the database
+// is back, the gateway releases the claim nobody holds a ticket for, and a retry runs the call
+// once, and what the lost claim carried is counted once. Before, the claim stayed in flight
+// until its lease lapsed, then unknown with its holder alive: every retry refused, and
+// `ledger clear` refused without --force.
+func TestGatewayClaimAnswerLost(t *testing.T) {
+	p, u, direct := pgThrough(t, netcut.NewPostgres)
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	effects := filepath.Join(t.TempDir(), "effects")
+	g := startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
+		"--", effectfence(t), "demo-server", "--effects", effects)
+	resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %s; log:\n%s", resp.StatusCode, body, g.logText())
+	}
+	g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	charge := func(id, amount int) string {
+		t.Helper()
+		resp, body := g.post(t, "", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d,"customer":"cus_1"}}}`, id, amount))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("charge_card %d: %d %s; log:\n%s", amount, resp.StatusCode, body, g.logText())
+		}
+		return body
+	}
+	if b := charge(2, 100); !strings.Contains(b, "ch_") { // the pool and the server's clock are warm
+		t.Fatalf("the first charge: %s", b)
+	}
+	// A replay, whose count waits in the gateway for its next write: the lost claim carries it.
+	if b := charge(20, 100); !strings.Contains(b, "effectfence/replayed") {
+		t.Fatalf("the duplicate of the first charge: %s", b)
+	}
+	p.LoseAnswer(1, 6*time.Second) // longer than the store asks whether a lost claim landed
+	lost := charge(3, 300)
+	if p.Lost() != 1 || !strings.Contains(lost, "not admitted") {
+		t.Fatalf("the charge whose claim's answer was lost (%d lost): %s; log:\n%s", p.Lost(), lost, g.logText())
+	}
+	if n := effectsOf(t, effects); n != 1 {
+		t.Fatalf("%d effects after a refused charge, want 1", n)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	var again string
+	for id := 4; ; id++ {
+		again = charge(id, 300)
+		if strings.Contains(again, "ch_") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(again, "ch_") || effectsOf(t, effects) != 2 {
+		t.Fatalf("the retry once the database was back: %s (%d effects, want 2); log:\n%s", again, effectsOf(t, effects), g.logText())
+	}
+	code, out, errOut := runCLI(t, "", "ledger", "stats", "--ledger", direct, "--json")
+	var stats struct{ Counters fence.Counters }
+	if code != exitOK || json.Unmarshal([]byte(out), &stats) != nil {
+		t.Fatalf("ledger stats = %d %s %s", code, out, errOut)
+	}
+	// The refused call was not admitted (its claim, recorded or not, was never acted on).
+	// The replay's count, which the lost claim carried, is counted once: the gateway releases
+	// the claim only after the store has settled whether it landed (else, finding no claim, the
+	// store took it for never recorded and added what it carried again).
+	if c := stats.Counters; c.Admitted != 2 || c.Replayed != 1 {
+		t.Fatalf("ledger stats counts %+v for 2 admissions (the first charge and the retry) and a replay; log:\n%s", c, g.logText())
+	}
+}

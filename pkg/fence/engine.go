@@ -46,6 +46,7 @@ type Engine struct {
 	// read (time.Now reads both clocks: on a VM, a quarter of a replay). Known from the
 	// engine, not asked of the transaction (an interface assertion on every pass).
 	memWall bool
+	lost    lostClaims // claims whose Prepare failed after writing them (orphan.go)
 }
 
 // New returns an engine over store. An engine given no store (nil) refuses every call with
@@ -56,7 +57,9 @@ func New(store Store, cfg Config) *Engine {
 	}
 	wf, ok := store.(WriteFirst)
 	mem, _ := store.(*MemoryStore)
-	return &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem, memWall: mem != nil && mem.wall}
+	e := &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem, memWall: mem != nil && mem.wall}
+	e.lost.stop = make(chan struct{})
+	return e
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -742,6 +745,11 @@ func (p *pooledPass) prepare(ctx context.Context) error {
 	err := e.updateWith(ctx, p.fn, &p.pass)
 	if wf && (err == nil || CodeOf(err) != CodeStore) {
 		e.known.add(p.req.Intent) // it has a record now (or had one that refused this attempt)
+	}
+	if err != nil && p.adm.Ticket != nil && CodeOf(err) == CodeStore {
+		// The claim was written but the store failed: it may be recorded all the same
+		// (its answer lost), held by nobody who will ever run it (orphan.go).
+		e.lostClaim(p.adm.Ticket.Intent, p.adm.Ticket.Nonce)
 	}
 	return err
 }

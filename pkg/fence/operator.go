@@ -296,6 +296,7 @@ func (e *Engine) Flush(ctx context.Context) error {
 func (e *Engine) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	e.closeLostClaims(ctx)
 	ferr := e.Flush(ctx)
 	cerr := e.store.Close()
 	return errors.Join(ferr, cerr)

@@ -73,6 +73,25 @@ func (s *Store) keep(err error, d doubt) error {
 	return cu
 }
 
+// ClaimInDoubt says whether the store still doubts a one-statement claim of intent whose
+// answer was lost (fence.ClaimDoubter). Such a doubt is settled by finding the claim in the
+// ledger, so the engine waits for it to be settled before it releases that claim: a claim
+// released first would read as never recorded, and the counters it carried would be added
+// a second time.
+func (s *Store) ClaimInDoubt(intent string) bool {
+	if s.doubts.n.Load() == 0 {
+		return false
+	}
+	s.doubts.mu.Lock()
+	defer s.doubts.mu.Unlock()
+	for _, d := range s.doubts.list {
+		if d.cut[0] != nil && d.intent == intent {
+			return true
+		}
+	}
+	return false
+}
+
 // settleDoubts settles what can be settled of the doubts, unless another call is at it or,
 // unless now, a try left doubts open less than doubtRetry ago.
 func (s *Store) settleDoubts(ctx context.Context, now bool) {

@@ -1,0 +1,172 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Claims whose answer was lost.
+//
+// A claim is written in a store transaction whose answer can be lost: a shared store's
+// connection dies after the claim was sent, and the server cannot be asked whether it was
+// recorded before Prepare must answer (PostgreSQL's CommitUnknownError). Prepare then fails,
+// so the caller never gets the ticket and never runs the call, yet the claim may be in the
+// ledger, held by this process. Left there it stays in flight until its lease lapses, and
+// then, since its holder is alive, unknown: fenced, every retry refused, and an operator's
+// clear refused without --force while this process runs (TestServerCrashesAroundCalls saw
+// one after a database crash). Nobody will ever report its outcome, for nobody has its
+// ticket.
+//
+// So the engine keeps each claim whose Prepare failed after writing it, and releases it once
+// the ledger answers: if the intent's record is that very claim (its nonce is new to every
+// claim, and only this engine knew it), still in flight or unknown only because its lease
+// lapsed, it is deleted with a release event saying why; any other record (none, another
+// claim, an outcome) is left as it is. The call never ran, so the next attempt runs it.
+
+// ClaimDoubter may be implemented by a store that, for a claim whose answer it lost, keeps a
+// doubt it settles later by finding that claim in the ledger (PostgreSQL's one-statement
+// claims, with the counters they carried). ClaimInDoubt says whether it still holds such a
+// doubt about intent. The engine releases a lost claim only once the store holds none: the
+// release removes the claim, which the store would then read as never recorded, and add the
+// counters that came with it a second time.
+type ClaimDoubter interface {
+	ClaimInDoubt(intent string) bool
+}
+
+// lostClaim is a claim Prepare wrote and could not confirm.
+type lostClaim struct{ intent, nonce string }
+
+// lostClaims are the claims this engine has yet to release, and the goroutine releasing them.
+type lostClaims struct {
+	mu      sync.Mutex
+	list    []lostClaim
+	running bool
+	stop    chan struct{} // closed by Close
+	done    sync.WaitGroup
+}
+
+var errClaimInDoubt = errors.New("the store has yet to settle the claim")
+
+// lostClaimReason is the release event's reason.
+const lostClaimReason = "the ledger's answer to this claim was lost, so its call was never run: released once the ledger answered"
+
+// Delays between tries at releasing lost claims while the ledger does not answer.
+var (
+	lostClaimFirst = 100 * time.Millisecond
+	lostClaimMax   = 2 * time.Second
+)
+
+// lostClaim notes a claim (intent, nonce) whose Prepare failed after writing it, and starts
+// releasing it in the background.
+func (e *Engine) lostClaim(intent, nonce string) {
+	l := &e.lost
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, lostClaim{intent, nonce})
+	if l.running || l.stop == nil {
+		return
+	}
+	select {
+	case <-l.stop:
+		return // closing: Close releases what it can
+	default:
+	}
+	l.running = true
+	l.done.Add(1)
+	go e.releaseLostClaims()
+}
+
+func (e *Engine) releaseLostClaims() {
+	l := &e.lost
+	defer l.done.Done()
+	delay := lostClaimFirst
+	for {
+		left := e.releaseLostOnce(context.Background())
+		l.mu.Lock()
+		if left == 0 && len(l.list) == 0 {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		if left == 0 {
+			delay = lostClaimFirst // new ones came in meanwhile
+		}
+		select {
+		case <-time.After(delay):
+		case <-l.stop:
+			l.mu.Lock()
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		delay = min(2*delay, lostClaimMax)
+	}
+}
+
+// releaseLostOnce tries once to release each lost claim and returns how many are left.
+func (e *Engine) releaseLostOnce(ctx context.Context) int {
+	l := &e.lost
+	l.mu.Lock()
+	list := l.list
+	l.list = nil
+	l.mu.Unlock()
+	var left []lostClaim
+	for _, c := range list {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := e.releaseLost(cctx, c)
+		cancel()
+		if err != nil {
+			left = append(left, c)
+		}
+	}
+	l.mu.Lock()
+	l.list = append(l.list, left...)
+	l.mu.Unlock()
+	return len(left)
+}
+
+// releaseLost deletes the record of intent c.intent if it is the claim c, still in flight or
+// unknown only because its lease lapsed or its holder looked gone (Healable).
+func (e *Engine) releaseLost(ctx context.Context, c lostClaim) error {
+	if d, ok := e.store.(ClaimDoubter); ok && d.ClaimInDoubt(c.intent) {
+		// Let the store settle it first (at the start of its next Update).
+		if err := e.Flush(ctx); err != nil || d.ClaimInDoubt(c.intent) {
+			return errClaimInDoubt
+		}
+	}
+	return e.update(ctx, func(tx Tx) error {
+		rec, err := tx.Get(c.intent)
+		if err != nil || rec == nil || rec.Nonce != c.nonce || (rec.State != StateInFlight && !rec.Healable()) {
+			return err
+		}
+		now := tx.Now()
+		if err := tx.Delete(c.intent); err != nil {
+			return err
+		}
+		return tx.AppendEvent(Event{At: now, Intent: c.intent, Kind: EventRelease, Who: e.cfg.Owner, Reason: lostClaimReason, State: rec.State, Token: rec.Token})
+	})
+}
+
+// closeLostClaims stops the background releases and tries once more, within ctx.
+func (e *Engine) closeLostClaims(ctx context.Context) {
+	l := &e.lost
+	l.mu.Lock()
+	if l.stop != nil {
+		select {
+		case <-l.stop:
+		default:
+			close(l.stop)
+		}
+	}
+	l.mu.Unlock()
+	l.done.Wait()
+	l.mu.Lock()
+	n := len(l.list)
+	l.mu.Unlock()
+	if n > 0 {
+		e.releaseLostOnce(ctx)
+	}
+}
