@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/internal/userfile"
 	"github.com/effectfence/effectfence/pkg/gatewaymetrics"
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -64,7 +65,7 @@ func listenAddr(s string) (addr string, loopback bool, err error) {
 // readAPIKeys reads a keys file: one `PRINCIPAL TOKEN` per line, # comments. Token values
 // never appear in errors.
 func readAPIKeys(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path) // a named pipe nothing writes to reads as empty, not for ever
 	if err != nil {
 		return nil, fmt.Errorf("--api-keys: %v", err)
 	}
