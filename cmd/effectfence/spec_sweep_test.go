@@ -48,3 +48,28 @@ func TestPolicyUnknownSubcommand(t *testing.T) {
 		t.Fatalf("policy alone: exit %d, stdout %q; want its help", code, stdout)
 	}
 }
+
+// TestHelpFlagLinesAreConsistent reads every command's --help: no flag states two defaults
+// (wrap --max-conns said "(default: half the open-file limit …) (default: 0)"), and wrap's
+// --api-keys takes a FILE, as docs/gateway.md writes it (its placeholder read "--api-keys
+// PRINCIPAL TOKEN", two arguments, from the backquoted words of its usage).
+func TestHelpFlagLinesAreConsistent(t *testing.T) {
+	cmds := [][]string{{"serve"}, {"wrap"}, {"probe"}, {"demo"}, {"scan"}, {"version"}, {"policy", "check"}, {"policy", "init"}}
+	for _, sub := range []string{"ls", "show", "clear", "resolve", "verify", "export", "stats", "sweep", "check"} {
+		cmds = append(cmds, []string{"ledger", sub})
+	}
+	for _, c := range cmds {
+		code, stdout, stderr := runCLI(t, "", append(c, "--help")...)
+		if code != exitOK {
+			t.Fatalf("%v --help: exit %d, %s", c, code, stderr)
+		}
+		for line := range strings.SplitSeq(stdout, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Count(line, "(default") > 1 {
+				t.Errorf("effectfence %s --help states two defaults:\n%s", strings.Join(c, " "), line)
+			}
+			if strings.HasPrefix(strings.TrimSpace(line), "--api-keys ") && !strings.HasPrefix(strings.TrimSpace(line), "--api-keys FILE ") {
+				t.Errorf("effectfence %s --help: want --api-keys FILE (docs/gateway.md):\n%s", strings.Join(c, " "), line)
+			}
+		}
+	}
+}
