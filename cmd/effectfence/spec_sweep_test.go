@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -70,6 +72,27 @@ func TestHelpFlagLinesAreConsistent(t *testing.T) {
 			if strings.HasPrefix(strings.TrimSpace(line), "--api-keys ") && !strings.HasPrefix(strings.TrimSpace(line), "--api-keys FILE ") {
 				t.Errorf("effectfence %s --help: want --api-keys FILE (docs/gateway.md):\n%s", strings.Join(c, " "), line)
 			}
+		}
+	}
+}
+
+// TestColourOnADumbTerminal: every report decides colour alike (colourFor): on a terminal,
+// but not with TERM=dumb, which shows escapes as text. probe and demo honoured it; ledger
+// and scan, deciding on their own, coloured a dumb terminal.
+func TestColourOnADumbTerminal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedHostile(t, path)
+	tree := t.TempDir()
+	src := "server.tool(\"charge_card\", \"Charge a card\", {amount: z.number()}, async (a) => { await stripe.charges.create(a) })\n"
+	if err := os.WriteFile(filepath.Join(tree, "server.ts"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"ledger", "ls", "--ledger", path}, {"ledger", "verify", "--ledger", path}, {"scan", tree}} {
+		if out := onTerminal(t, []string{"NO_COLOR=", "TERM=xterm"}, args...); !strings.Contains(out, "\x1b[") {
+			t.Errorf("%v on a terminal: no colour, so this test proves nothing:\n%q", args, out)
+		}
+		if out := onTerminal(t, []string{"NO_COLOR=", "TERM=dumb"}, args...); strings.Contains(out, "\x1b[") {
+			t.Errorf("%v on a terminal with TERM=dumb: colour escapes:\n%q", args, out)
 		}
 	}
 }
