@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/internal/userfile"
 	"github.com/effectfence/effectfence/pkg/gatewaymetrics"
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -32,13 +33,13 @@ func gatewayFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "upstream-header", Usage: "with --upstream: a header `NAME: VALUE` sent with every request (repeatable; values never logged; prefer env " + envUpstreamHeaders + " for secrets)"},
 		&cli.StringFlag{Name: "listen", Usage: "serve Streamable HTTP on ADDR (endpoint /mcp, plus /healthz) instead of stdio; a bare :PORT binds 127.0.0.1"},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "with --listen: an Origin browsers may call from (repeatable; loopback origins are allowed on a loopback listener; * allows any)"},
-		&cli.StringFlag{Name: "api-keys", Usage: "with --listen: a file of lines `PRINCIPAL TOKEN`; clients must send Authorization: Bearer TOKEN (env " + envAPIKeys + ")"},
+		&cli.StringFlag{Name: "api-keys", Usage: "with --listen: a `FILE` of lines PRINCIPAL TOKEN; clients must send Authorization: Bearer TOKEN (env " + envAPIKeys + ")"},
 		&cli.BoolFlag{Name: "pass-auth", Usage: "with --listen: pass each client's Authorization to the MCP server (--upstream) and use a hash of it as the principal"},
 		&cli.BoolFlag{Name: "allow-unauthenticated", Usage: "with --listen on a non-loopback address: serve without --api-keys or --pass-auth"},
 		&cli.BoolFlag{Name: "share-principals", Usage: "with --listen: identical calls of different principals are one action (a fleet acting for one account); default: each principal is its own scope"},
 		&cli.IntFlag{Name: "max-sessions", Value: httpfront.DefaultMaxSessions, Usage: "with --listen: open MCP sessions at most (each runs its own MCP server child, or upstream session)"},
 		&cli.DurationFlag{Name: "session-idle", Value: httpfront.DefaultIdle, Usage: "with --listen: close a session idle this long"},
-		&cli.IntFlag{Name: "max-conns", Usage: "with --listen: client connections open at most (default: half the open-file limit, leaving the rest to the ledger, the spool and the servers); past it the connection idle longest is closed, or a new one waits"},
+		&cli.IntFlag{Name: "max-conns", HideDefault: true, Usage: "with --listen: client connections open at most (default: half the open-file limit, leaving the rest to the ledger, the spool and the servers); past it the connection idle longest is closed, or a new one waits"},
 		&cli.DurationFlag{Name: "body-timeout", Value: httpfront.DefaultBodyTimeout, Usage: "with --listen: a request's body must arrive within this long, else its connection is cut and nothing runs (streamed answers are not bounded by it)"},
 		&cli.StringSliceFlag{Name: "metrics-tool", Usage: "with --listen: give this tool its own series in /metrics (repeatable; other tools are counted together)"},
 	}
@@ -64,7 +65,7 @@ func listenAddr(s string) (addr string, loopback bool, err error) {
 // readAPIKeys reads a keys file: one `PRINCIPAL TOKEN` per line, # comments. Token values
 // never appear in errors.
 func readAPIKeys(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path) // a named pipe nothing writes to reads as empty, not for ever
 	if err != nil {
 		return nil, fmt.Errorf("--api-keys: %v", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fatih/color"
-	"github.com/mattn/go-isatty"
 	"github.com/olekukonko/tablewriter"
 	"github.com/urfave/cli/v3"
 
@@ -276,16 +275,10 @@ func (c ledgerCall) cell(s string, n int) string {
 // esc is text read from the ledger, escaped for the terminal.
 func esc(s string) string { return safetext.Escape(s) }
 
-// painter colours text only on a terminal and never with NO_COLOR.
+// painter colours text only on a terminal and never with NO_COLOR (colourFor).
 type painter struct{ on bool }
 
-func newPainter(w io.Writer) painter {
-	if v, ok := os.LookupEnv("NO_COLOR"); ok && v != "" {
-		return painter{}
-	}
-	f, ok := w.(*os.File)
-	return painter{on: ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))}
-}
+func newPainter(w io.Writer) painter { return painter{on: colourFor(w)} }
 
 func (p painter) paint(s string, attrs ...color.Attribute) string {
 	if !p.on {

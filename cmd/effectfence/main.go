@@ -228,6 +228,9 @@ func rootCommand(io streams) *cli.Command {
 				if err != nil {
 					return usageErr("%v", err)
 				}
+				if err := store.CheckLedger(opts.Ledger); err != nil {
+					return usageErr("%v", err)
+				}
 				return runServe(ctx, io, opts, serve.DefaultWorkers)
 			}
 			return cli.ShowAppHelp(cmd)

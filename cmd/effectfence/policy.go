@@ -25,6 +25,12 @@ func policyCommand(io streams) *cli.Command {
 	return &cli.Command{
 		Name:  "policy",
 		Usage: "check or generate a wrap policy file (docs/policy.md)",
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return usageErr("unknown policy command %q; run `effectfence policy --help`", cmd.Args().First())
+			}
+			return cli.ShowSubcommandHelp(cmd)
+		},
 		Commands: []*cli.Command{
 			policyCheckCommand(io),
 			policyInitCommand(io),

@@ -186,8 +186,9 @@ func unwrapExec(err error) error {
 	return err
 }
 
-// colourFor decides colour once, from the stream being written to: only a terminal, and never
-// with NO_COLOR set (https://no-color.org: any non-empty value).
+// colourFor decides colour once, from the stream being written to, for every command's
+// report: only a terminal, never with NO_COLOR set (https://no-color.org: any non-empty
+// value), and never with TERM=dumb (a terminal that shows escapes as text).
 func colourFor(w io.Writer) bool {
 	return os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb" && isTerminal(w)
 }

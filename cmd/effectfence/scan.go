@@ -9,7 +9,6 @@ import (
 
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/scan"
-	"github.com/mattn/go-isatty"
 	"github.com/urfave/cli/v3"
 )
 
@@ -96,21 +95,8 @@ func scanCommand(io streams) *cli.Command {
 			case cmd.Bool("sarif"):
 				return scan.WriteSARIF(jsonOut{io.out}, rep, versionString())
 			default:
-				return scan.WriteText(io.out, rep, colorFor(io.out))
+				return scan.WriteText(io.out, rep, colourFor(io.out))
 			}
 		},
 	}
-}
-
-// colorFor decides colour from the stream a report is written to: only a terminal, and
-// never when NO_COLOR is set to a non-empty value (no-color.org).
-func colorFor(w any) bool {
-	if os.Getenv("NO_COLOR") != "" {
-		return false
-	}
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }

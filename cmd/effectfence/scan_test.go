@@ -79,7 +79,7 @@ func TestScanFormats(t *testing.T) {
 	}
 }
 
-func TestColorFor(t *testing.T) {
+func TestColourFor(t *testing.T) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -87,11 +87,11 @@ func TestColorFor(t *testing.T) {
 	defer r.Close()
 	defer w.Close()
 	t.Setenv("NO_COLOR", "1")
-	if colorFor(w) {
+	if colourFor(w) {
 		t.Error("colour chosen with NO_COLOR set")
 	}
 	os.Unsetenv("NO_COLOR")
-	if colorFor(w) || colorFor(&bytes.Buffer{}) {
+	if colourFor(w) || colourFor(&bytes.Buffer{}) {
 		t.Error("colour chosen for a pipe or a buffer")
 	}
 }

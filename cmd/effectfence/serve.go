@@ -60,6 +60,9 @@ func serveCommand(io streams) *cli.Command {
 			if workers < 1 || workers > 100 {
 				return usageErr("--workers=%d: want 1 to 100", workers)
 			}
+			if err := store.CheckLedger(opts.Ledger); err != nil {
+				return usageErr("%v", err)
+			}
 			return runServe(ctx, io, opts, workers)
 		},
 	}

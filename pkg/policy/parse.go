@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
 
+	"github.com/effectfence/effectfence/internal/userfile"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
@@ -80,7 +80,7 @@ const MaxFileSize = 1 << 20
 
 // readFile reads a policy file of at most MaxFileSize bytes.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path) // a named pipe nothing writes to reads as empty, not for ever
 	if err != nil {
 		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read the policy file: %v", errors.Unwrap(err))}}
 	}

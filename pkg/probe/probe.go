@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxCalls bounds --calls: a probe is a race of identical calls, not a load test.
@@ -76,6 +77,11 @@ func ParseArgs(s string) (json.RawMessage, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return nil, errors.New("--args is empty: give a JSON object, e.g. --args '{}'")
+	}
+	if !utf8.ValidString(t) {
+		// JSON text is UTF-8 (RFC 8259): a server would read each bad byte as U+FFFD, and the
+		// report would show arguments the user did not give.
+		return nil, errors.New("--args is not valid UTF-8: JSON text must be UTF-8; write other characters as \\u escapes")
 	}
 	var v any
 	dec := json.NewDecoder(strings.NewReader(t))

@@ -280,5 +280,5 @@ func (s *Server) stats(ctx context.Context, _ StatsInput) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return StatsResult{SinceBoot: st.SinceBoot, Ledger: st.Ledger, Line: st.Line()}, nil
+	return StatsResult{SinceBoot: statsCounts(st.SinceBoot), Ledger: statsCounts(st.Ledger), Line: st.Line()}, nil
 }

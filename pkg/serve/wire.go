@@ -248,9 +248,22 @@ type StatusResult struct {
 
 // StatsResult is the answer of fence_stats.
 type StatsResult struct {
-	SinceBoot fence.Counters `json:"since_boot"`
-	Ledger    fence.Counters `json:"ledger"`
-	Line      string         `json:"line"`
+	SinceBoot StatsCounts `json:"since_boot"`
+	Ledger    StatsCounts `json:"ledger"`
+	Line      string      `json:"line"`
+}
+
+// StatsCounts are the counters with the two sums SPEC's stats name: every attempt
+// (total_attempts, each in exactly one bucket) and those that did not execute the effect
+// (prevented), as `effectfence ledger stats --json` gives them for the ledger.
+type StatsCounts struct {
+	fence.Counters
+	TotalAttempts uint64 `json:"total_attempts"`
+	Prevented     uint64 `json:"prevented"`
+}
+
+func statsCounts(c fence.Counters) StatsCounts {
+	return StatsCounts{Counters: c, TotalAttempts: c.Total(), Prevented: c.Prevented()}
 }
 
 // Refusal is the JSON of every tool error: the stable code, the facts and what to do next.
