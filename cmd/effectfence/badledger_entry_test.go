@@ -18,6 +18,7 @@ import (
 // MCP server: a wrap that served without its ledger would run calls that the ledger may have
 // recorded as done, or that other processes are running.
 func TestServeAndWrapRefuseABadLedger(t *testing.T) {
+	t.Parallel()
 	bin := effectfence(t)
 	newer := filepath.Join(t.TempDir(), "newer.db")
 	seedCLI(t, newer)

@@ -24,6 +24,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// A process built with -race sleeps a second before it exits unless GORACE says not to:
+	// every child these tests start (the binary, this test binary as a helper, and what those
+	// start in turn) inherits the setting, as the helpers that set it one by one already did.
+	// This process read GORACE at its start: its own exit keeps the default.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

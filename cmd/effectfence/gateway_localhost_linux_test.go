@@ -18,6 +18,7 @@ import (
 // serve, naming the address, rather than serving every host that reaches that address without
 // keys. Before, it listened there with no key asked. 127.0.0.1 alongside is the control.
 func TestListenLocalhostMappedElsewhereIsRefused(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: needs root to mount a hosts file in a namespace of its own (unshare)")
 	}

@@ -73,6 +73,7 @@ func hostileServer(t *testing.T) ([]string, []string) {
 // TestProbeEscapesWhatTheServerSays: the answers and the stderr of the server probed reach the
 // terminal escaped, in text and in JSON.
 func TestProbeEscapesWhatTheServerSays(t *testing.T) {
+	t.Parallel()
 	argv, env := hostileServer(t)
 	for _, extra := range [][]string{nil, {"--json"}} {
 		args := append(append([]string{"probe", "--tool", "echo", "--calls", "3"}, extra...), "--")
@@ -97,6 +98,7 @@ func TestProbeEscapesWhatTheServerSays(t *testing.T) {
 // TestScanEscapesTheScannedTree: a repository under review chooses its file names, tool names
 // and source lines; none of their escapes reach the reviewer's terminal.
 func TestScanEscapesTheScannedTree(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src := "import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';\n" +
 		"const server = new McpServer({ name: 'x', version: '1' });\n" +
@@ -141,6 +143,7 @@ func TestScanEscapesTheScannedTree(t *testing.T) {
 // TestWrapEscapesTheServersStderr: wrap passes its child's stderr on to its own, escaped; the
 // protocol on stdout is passed through untouched (it is not a terminal's business).
 func TestWrapEscapesTheServersStderr(t *testing.T) {
+	t.Parallel()
 	argv, env := hostileServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

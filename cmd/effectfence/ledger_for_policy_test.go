@@ -21,6 +21,7 @@ import (
 // earlier wrap without the policy (here a record "before-policy", and none of the call left in
 // the scoped ledger), a silent wrong answer to "what is fenced?".
 func TestLedgerForReadsThePolicy(t *testing.T) {
+	t.Parallel()
 	bin := effectfence(t)
 	dir := t.TempDir()
 	state := t.TempDir()

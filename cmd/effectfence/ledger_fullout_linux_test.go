@@ -15,6 +15,7 @@ import (
 // and --json noticed: ls, show, verify, stats, sweep, check and clear exited 0 with their
 // report lost, so `effectfence ledger verify > report.txt` on a full disk read as a success.
 func TestLedgerReportToAFullDisk(t *testing.T) {
+	t.Parallel()
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
 	if err != nil {
 		t.Skipf("no /dev/full: %v", err)

@@ -33,6 +33,7 @@ func setSchemaVersion(t *testing.T, path string, v int) {
 // ledger in its place would not replay its receipts, so their effects could run again. Once
 // a build that reads it opens it, every record is there.
 func TestLedgerOfANewerBuild(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	seedCLI(t, path)
 	setSchemaVersion(t, path, sqlite.SchemaVersion+1)

@@ -21,6 +21,7 @@ import (
 // intents with terminal escapes, a C1 control, a bidi override, a quote and a backslash.
 // Before, the suggestion named no ledger, so pasted it reached the default one.
 func TestShowSuggestionsPasteIntoBash(t *testing.T) {
+	t.Parallel()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash:", err)

@@ -19,6 +19,7 @@ import (
 // stdout and creates neither the schema nor a table. Before, `ledger ls --state fenced`
 // created an empty ledger there and answered "0 intent(s)", exit 0: nothing fenced.
 func TestLedgerCommandsCreateNoPostgresLedger(t *testing.T) {
+	t.Parallel()
 	loc := pgLedger(t)
 	u, err := url.Parse(loc)
 	if err != nil {

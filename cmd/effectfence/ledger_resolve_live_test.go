@@ -17,6 +17,7 @@ import (
 // and the effect runs once. A resolve that went through would free the intent (or record it
 // done) under a holder that is still running it.
 func TestLedgerResolveRefusesALiveClaim(t *testing.T) {
+	t.Parallel()
 	ledgers := map[string]func(t *testing.T) string{
 		"sqlite":   func(t *testing.T) string { return filepath.Join(t.TempDir(), "ledger.db") },
 		"postgres": func(t *testing.T) string { return pgLedger(t) },

@@ -470,6 +470,7 @@ func TestLedgerCheckDamaged(t *testing.T) {
 // directory and environment finds that record, with and without --scope; a fenced call's clear
 // hint names the file by its absolute path.
 func TestLedgerForFindsWrapsFile(t *testing.T) {
+	t.Parallel()
 	bin := effectfence(t)
 	dir := t.TempDir()
 	env := []string{"XDG_STATE_HOME=" + t.TempDir(), store.EnvLedger + "="}

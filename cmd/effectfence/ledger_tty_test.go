@@ -42,6 +42,7 @@ func posixQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // terminal states are coloured and long cells shortened, never with NO_COLOR, and not
 // shortened with --wide (docs/ledger.md).
 func TestLedgerColourOnlyOnATerminal(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	seedHostile(t, path)
 	noPref := []string{"NO_COLOR="} // empty: no preference (no-color.org)

@@ -74,6 +74,7 @@ func actsOnTerminal(s string) (rune, bool) {
 // TestLedgerViewsEscapeHostileText runs the real binary over a ledger an agent filled with
 // terminal escapes: no command may pass one through, in text or JSON, on stdout or stderr.
 func TestLedgerViewsEscapeHostileText(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	seedHostile(t, path)
 	env := []string{"NO_COLOR=1"}
@@ -125,6 +126,7 @@ func TestLedgerViewsEscapeHostileText(t *testing.T) {
 
 // Outside a terminal, ls shows whole intent ids, so what is pasted from it names the intent.
 func TestLedgerLsFullIDsInAPipe(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	seedHostile(t, path)
 	r := runBinary(t, []string{"NO_COLOR=1"}, "", "ledger", "ls", "--ledger", path)
@@ -146,6 +148,7 @@ func TestLedgerLsFullIDsInAPipe(t *testing.T) {
 }
 
 func TestLedgerShowAndClearRefuseWhatIsNotThere(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	seedCLI(t, path)
 	for _, c := range []struct {

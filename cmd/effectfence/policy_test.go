@@ -83,6 +83,7 @@ func TestPolicyInitUsage(t *testing.T) {
 // server-memory writes a file that `policy check` accepts and that wrap runs with: a
 // read-only tool passes through, a fenced tool's duplicate is replayed.
 func TestPolicyInitRealServers(t *testing.T) {
+	t.Parallel()
 	peers := peersDir(t)
 	bin := effectfence(t)
 	for _, c := range []struct {
@@ -225,6 +226,7 @@ func TestPolicyInitAndWrapUpstream(t *testing.T) {
 // echo of the real server-everything a replay window: each session runs its own child, and
 // the log names echo's setting that has no effect once, not once per session.
 func TestPolicyPassedToolNamedOnceByTheGateway(t *testing.T) {
+	t.Parallel()
 	peers := peersDir(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "policy.yaml")
@@ -258,6 +260,7 @@ func TestPolicyPassedToolNamedOnceByTheGateway(t *testing.T) {
 // target; when the last step fails (the target is a directory, even with --force) the error
 // is reported and the temporary file is removed, not left as .policy-*.yaml in the directory.
 func TestPolicyInitLeavesNoTempFile(t *testing.T) {
+	t.Parallel()
 	bin := effectfence(t)
 	dir := t.TempDir()
 	target := filepath.Join(dir, "policy.yaml")

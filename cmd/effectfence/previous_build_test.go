@@ -34,6 +34,7 @@ const previousBuild = "bb118321d86a3e5c31acd0bac1c22b9cf016d095"
 // done record's result differently (the previous one always beside its result_bytes, this
 // one without a result_bytes that repeats result); checkStoredResult sees that each did.
 func TestPreviousBuildKeepsReceipts(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the previous release from git history")
 	}
@@ -89,6 +90,7 @@ const previousPostgresBuild = "0b1a19ab3839d177d1ea3aafae8f3ca66fc60c1b"
 // ledger: the previous build creates it, this build replaces its record indexes, and each
 // build replays the other's receipts and writes new ones.
 func TestPreviousBuildKeepsReceiptsPostgres(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the previous release from git history")
 	}

@@ -49,6 +49,7 @@ func (g *gatewayProc) chargeAs(t *testing.T, authz string) string {
 // token stays another caller. The upstream is a real gateway demanding keys (it reads the
 // scheme in any case) in front of the demo server, whose effects count what ran.
 func TestGatewayPassAuthBearerSpellings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects")
 	up := startGateway(t, "--ledger", "memory", "--listen", "127.0.0.1:0", "--api-keys", keysFile(t), "--pass", "charge_card",

@@ -159,6 +159,7 @@ func effectsOf(t *testing.T, path string) int {
 // principal's own duplicate is replayed either way. Against the real binary and its demo
 // server.
 func TestGatewayPrincipalsAndSharedPrincipals(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		flags []string
@@ -214,6 +215,7 @@ func TestGatewayPrincipalsAndSharedPrincipals(t *testing.T) {
 // unfenced, so its demo server's effects count what the first gateway sent; it answers 401 to
 // any other token. No token reaches the first gateway's log.
 func TestGatewayPassAuth(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects")
 	up := startGateway(t, "--ledger", "memory", "--listen", "127.0.0.1:0", "--api-keys", keysFile(t), "--pass", "charge_card",
@@ -240,6 +242,7 @@ func TestGatewayPassAuth(t *testing.T) {
 // server's effects count what reached it; a stdio wrap without the header is refused by it
 // (401) and nothing runs.
 func TestUpstreamHeadersFromEnvAndFlag(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects")
 	up := startGateway(t, "--ledger", "memory", "--listen", "127.0.0.1:0", "--api-keys", keysFile(t), "--pass", "charge_card",

@@ -18,6 +18,7 @@ import (
 // holder's heartbeat and commit, on a 2 s lease. The commit lands and every waiter receives
 // the holder's cert; none is told "fresh".
 func TestServeWaitersDoNotStarveTheHolder(t *testing.T) {
+	t.Parallel()
 	peers := peersDir(t)
 	bin := effectfence(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -30,6 +30,7 @@ func serveSession(calls ...string) string {
 // audit trail, but only as its result's digest: the result (a secret here) is in none of the
 // ledger's files (docs/privacy.md: with keep_result hash the ledger keeps only the SHA-256).
 func TestServeLateCommitOfAHashOnlyIntent(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.db")
 	env := []string{"NO_COLOR=1", store.EnvLedger + "=" + path}

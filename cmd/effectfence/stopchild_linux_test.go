@@ -19,6 +19,7 @@ import (
 // never reaches it; before, the command died of the signal and a shell's (or npx's) child
 // went on running under init, with any calls sent to it.
 func TestStopSignalStopsTheServersChildren(t *testing.T) {
+	t.Parallel()
 	bin := effectfence(t)
 	for _, tc := range []struct {
 		name string

@@ -40,6 +40,7 @@ func valueFlags(cmd *cli.Command) []string {
 // and with a word for each numeric flag, must exit 2, write nothing to stdout (under an MCP
 // client stdout is the protocol channel), and say what was wrong in one line plus a hint.
 func TestEveryCommandRefusesABadFlag(t *testing.T) {
+	t.Parallel()
 	root := rootCommand(streams{})
 	lines := append([][]string{{}}, commandLines(root, nil)...)
 	byPath := map[string]*cli.Command{"": root}
@@ -95,6 +96,7 @@ func TestEveryCommandRefusesABadFlag(t *testing.T) {
 // as for its other usage errors; --json=false, and every other command given --json and a
 // bad flag, keep stdout empty.
 func TestProbeJSONBadFlag(t *testing.T) {
+	t.Parallel()
 	env := []string{"XDG_STATE_HOME=" + t.TempDir(), "EFFECTFENCE_LEDGER="}
 	for _, args := range [][]string{
 		{"probe", "--json", "--calls", "abc", "--tool", "x", "--", "true"},

@@ -15,6 +15,7 @@ import (
 // runs in a mount namespace of its own where those filesystems are really mounted; the same
 // command on this test's own disk says nothing of the kind. Stdout stays protocol.
 func TestVolatileLedgerIsWarned(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: needs root to mount filesystems in a namespace of its own (unshare)")
 	}

@@ -67,6 +67,7 @@ func TestWrapAgentHangsUpAtOnce(t *testing.T) {
 // fail (exit 2, one line and a hint), write nothing on the protocol channel, and create no
 // ledger file or directory. So must a command that exists but is not executable.
 func TestWrapOfAMissingCommand(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	env := []string{"XDG_STATE_HOME=" + state, "EFFECTFENCE_LEDGER="}
 	init := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n"

@@ -15,6 +15,7 @@ import (
 // its own (and a directory named "~"), so the second serve knew nothing of the first's
 // receipts.
 func TestRelativeStateHomeIsIgnored(t *testing.T) {
+	t.Parallel()
 	bin := effectfence(t)
 	home := t.TempDir()
 	want := filepath.Join(home, ".local", "state", "effectfence", "server.db")

@@ -12,6 +12,7 @@ import (
 // flight has not learnt that call's outcome; the same call from a new session is refused as a
 // prior failure (fenced), never started a second time, and the other sessions go on.
 func TestDeleteRecordsUnknown(t *testing.T) {
+	t.Parallel()
 	g := newGW(t, nil)
 	sid, other := g.open(nil), g.open(nil)
 	done := make(chan reply, 1)

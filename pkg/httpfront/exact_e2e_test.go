@@ -36,6 +36,7 @@ var hostileIDs = []string{
 // answers reaches the client byte for byte: a JSON-RPC error holding a line separator and a
 // lone surrogate, and an isError result.
 func TestGatewayKeepsIDsAndServerBytes(t *testing.T) {
+	t.Parallel()
 	everything, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-everything")
 	if _, err := os.Stat(everything); err != nil {
 		t.Skip("skipping: npm peers are not installed; run scripts/install-peers")

@@ -274,6 +274,7 @@ func TestDuplicatesAcrossSessionsRunOnce(t *testing.T) {
 // A response stream cut after the call was forwarded is not a failure: the call finishes,
 // its outcome is recorded, and the client's re-sent call (a new JSON-RPC id) receives it.
 func TestBrokenStreamThenResendRunsOnce(t *testing.T) {
+	t.Parallel()
 	g := newGW(t, nil)
 	sid := g.open(nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -417,6 +418,7 @@ func TestStreamsCarryProgressAndServerRequests(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.MaxSessions = 1 })
 	sid := g.open(nil)
 	if r := g.mustPost("", nil, initBody); r.status != http.StatusServiceUnavailable {
@@ -437,6 +439,7 @@ func TestLimits(t *testing.T) {
 // A gateway that stops with a fenced call still running records it as unknown: the same
 // call through a new gateway on the same ledger is refused, not run again.
 func TestStopRecordsUnknown(t *testing.T) {
+	t.Parallel()
 	g := newGW(t, nil)
 	sid := g.open(nil)
 	done := make(chan reply, 1)

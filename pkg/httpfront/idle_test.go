@@ -21,6 +21,7 @@ import (
 // recorded, and the re-sent call (from a new session, as a client that lost its stream may
 // do) receives it. Once the call is over, the session is closed for its idleness.
 func TestIdleLimitSparesACallInFlight(t *testing.T) {
+	t.Parallel()
 	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.Idle = 400 * time.Millisecond })
 	sid := g.open(nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,6 +63,7 @@ func TestIdleLimitSparesACallInFlight(t *testing.T) {
 // sending nothing meanwhile: a duplicate from another session receives the final result, not
 // an unknown outcome left by a server stopped mid-task.
 func TestIdleLimitSparesATaskAwaited(t *testing.T) {
+	t.Parallel()
 	bin, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-everything")
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("skipping: mcp-server-everything is not installed; run scripts/install-peers")

@@ -124,6 +124,7 @@ func same(res string) string {
 }
 
 func TestMatrix(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts real processes for four front×back harnesses")
 	}

@@ -110,6 +110,7 @@ func (r *replica) client(t *testing.T) *gw {
 // whichever replica, gets the same answer. Then a replica is killed (SIGKILL) mid-call: the
 // same call on another replica is refused as unknown, not run again.
 func TestReplicasOnPostgres(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts three gateways and 50 sessions")
 	}

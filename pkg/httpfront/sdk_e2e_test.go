@@ -28,6 +28,7 @@ import (
 // run once, and a call whose response stream broke mid-call, re-sent, runs once and gets the
 // recorded result.
 func TestRealSDKClientThroughGateway(t *testing.T) {
+	t.Parallel()
 	peers, _ := filepath.Abs("../../.peers")
 	everything := filepath.Join(peers, "node_modules/.bin/mcp-server-everything")
 	for _, p := range []string{filepath.Join(peers, "node_modules/@modelcontextprotocol/sdk/package.json"), everything} {

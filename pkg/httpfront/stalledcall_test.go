@@ -107,9 +107,10 @@ func stalledCall(t *testing.T, accept string) {
 func TestSlowReaderGetsTheWholeAnswer(t *testing.T) {
 	// Generous for a part (on a loaded machine a reader or writer may wait seconds for a
 	// core), short of the whole.
-	t.Cleanup(httpfront.SetWriteTimeout(5 * time.Second))
+	t.Cleanup(httpfront.SetWriteTimeout(5 * time.Second)) // after both subtests
 	for _, accept := range []string{"application/json, text/event-stream", "application/json"} {
 		t.Run(accept, func(t *testing.T) {
+			t.Parallel() // with each other only: both want the same bound
 			g := newGW(t, nil)
 			sid := g.open(nil)
 			srv := httptest.NewUnstartedServer(g.front)

@@ -30,6 +30,7 @@ import (
 // the task runs receives the report. Before 2026-12-03 the second cut left the outcome
 // unknown: a task that completed was fenced until an operator cleared it.
 func TestTaskResultAskedAgainAfterACut(t *testing.T) {
+	t.Parallel()
 	peers, _ := filepath.Abs("../../.peers")
 	everything := filepath.Join(peers, "node_modules/.bin/mcp-server-everything")
 	if _, err := os.Stat(everything); err != nil {

@@ -17,6 +17,7 @@ import (
 // for byte; identical calls of a fenced tool run once and are replayed. (From a stdio client:
 // TestPolicyInitAndWrapUpstream in cmd/effectfence.)
 func TestGatewayInFrontOfARemoteServer(t *testing.T) {
+	t.Parallel()
 	everything, _ := filepath.Abs("../../.peers/node_modules/.bin/mcp-server-everything")
 	if _, err := os.Stat(everything); err != nil {
 		t.Skip("skipping: npm peers are not installed; run scripts/install-peers")
