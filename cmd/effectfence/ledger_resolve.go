@@ -54,6 +54,12 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 	if c.cmd.IsSet("result") && !json.Valid([]byte(result)) {
 		return usageErr("ledger resolve: --result is not JSON; give the result duplicates should receive, e.g. '{\"content\":[{\"type\":\"text\",\"text\":\"charged: ch_123\"}]}'")
 	}
+	if c.cmd.IsSet("result") && strings.HasPrefix(c.args[0], "wrap:") && !isJSONObject(result) {
+		// wrap replays the recorded result as the tool's answer, which MCP's clients read as a
+		// CallToolResult, an object: a bare 5 or "ok" would be replayed to every duplicate and
+		// refused by each client.
+		return usageErr("ledger resolve: --result for a wrap intent is the MCP tool result duplicates receive, a JSON object, e.g. '{\"content\":[{\"type\":\"text\",\"text\":\"charged: ch_123\"}]}'")
+	}
 	l, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -94,4 +100,10 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		fmt.Fprintln(c.io.out, "it stays fenced: duplicates are refused until it is resolved or cleared.")
 	}
 	return nil
+}
+
+// isJSONObject says whether s (valid JSON) is an object.
+func isJSONObject(s string) bool {
+	t := strings.TrimLeft(s, " \t\r\n")
+	return strings.HasPrefix(t, "{")
 }
