@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -24,6 +25,7 @@ execution. Executions are counted by the demo server's own effects file. Exits 1
 did not show what it should.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verbose", Usage: "show the servers' stderr"},
+			&cli.BoolFlag{Name: "json", Usage: "print what each act measured as one JSON object instead of the story"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
@@ -44,8 +46,12 @@ did not show what it should.`,
 			if cmd.Bool("verbose") {
 				childErr = safetext.NewWriter(s.err)
 			}
-			_, err = demo.Run(ctx, s.out, demo.Options{
-				Self: self, Dir: dir, Colour: colourFor(s.out),
+			story := s.out
+			if cmd.Bool("json") {
+				story = io.Discard
+			}
+			res, err := demo.Run(ctx, story, demo.Options{
+				Self: self, Dir: dir, Colour: !cmd.Bool("json") && colourFor(s.out),
 				Spawn: func(ctx context.Context, argv, env []string) (probe.Conn, error) {
 					return probe.Spawn(ctx, argv, env, childErr)
 				},
@@ -53,7 +59,50 @@ did not show what it should.`,
 			if serr := stopper.stopped("the demo's servers were shut down"); serr != nil {
 				return serr
 			}
+			if cmd.Bool("json") && res != nil {
+				if jerr := writeDemoJSON(s.out, res, err); jerr != nil {
+					return jerr
+				}
+			}
 			return err
 		},
 	}
+}
+
+// writeDemoJSON is `demo --json`: what each act measured, and ok when both showed what they
+// should (the raw server double-fired; behind the fence one execution, every call answered
+// cleanly); err is the run's verdict.
+func writeDemoJSON(w io.Writer, res *demo.Result, err error) error {
+	type act struct {
+		Title           string   `json:"title"`
+		Calls           int      `json:"calls"`
+		CleanAnswers    int      `json:"clean_answers"`
+		DistinctCharges int      `json:"distinct_charges"`
+		Executions      int      `json:"executions"`
+		ChargeIDs       []string `json:"charge_ids"`
+	}
+	of := func(a demo.Act) act {
+		x := act{Title: a.Title, Executions: a.Executions, DistinctCharges: len(a.ChargeIDs), ChargeIDs: a.ChargeIDs}
+		if a.Report != nil {
+			x.Calls, x.CleanAnswers = a.Report.Calls, a.Report.Succeeded
+		}
+		if x.ChargeIDs == nil {
+			x.ChargeIDs = []string{}
+		}
+		return x
+	}
+	out := struct {
+		Acts  []act  `json:"acts"`
+		OK    bool   `json:"ok"`
+		Error string `json:"error,omitempty"`
+	}{Acts: []act{of(res.Raw), of(res.Fenced)}, OK: err == nil}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	b, merr := json.Marshal(out)
+	if merr != nil {
+		return merr
+	}
+	_, werr := fmt.Fprintf(w, "%s\n", b)
+	return werr
 }

@@ -43,12 +43,16 @@ func policyCheckCommand(io streams) *cli.Command {
 		Name:      "check",
 		Usage:     "check a policy file: exit 0 with a summary, or 2 with every error as file:line:col: message",
 		ArgsUsage: "FILE",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print {"file":…,"ok":true,"summary":…}, or {"file":…,"ok":false,"errors":[{"line":…,"column":…,"message":…}]} (exit 2)`}},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() != 1 {
 				return usageErr("policy check takes exactly one FILE (got %d arguments)", cmd.Args().Len())
 			}
 			p, err := policy.Load(cmd.Args().First())
 			var errs policy.Errors
+			if cmd.Bool("json") {
+				return policyCheckJSON(io, cmd.Args().First(), p, err)
+			}
 			if errors.As(err, &errs) {
 				for _, e := range errs {
 					fmt.Fprintln(io.err, safetext.Escape(e.Error()))
@@ -223,6 +227,44 @@ func writeFileAtomic(path string, b []byte) error {
 	if err := os.Rename(f.Name(), path); err != nil {
 		os.Remove(f.Name())
 		return err
+	}
+	return nil
+}
+
+// policyCheckJSON is `policy check --json`: the verdict on stdout as one JSON object, exit 2
+// when the file is not accepted (its errors listed, with their positions).
+func policyCheckJSON(io streams, file string, p *policy.Policy, err error) error {
+	type posErr struct {
+		Line    int    `json:"line,omitempty"`
+		Column  int    `json:"column,omitempty"`
+		Message string `json:"message"`
+	}
+	out := struct {
+		File    string   `json:"file"`
+		OK      bool     `json:"ok"`
+		Summary string   `json:"summary,omitempty"`
+		Errors  []posErr `json:"errors,omitempty"`
+	}{File: file, OK: err == nil}
+	var errs policy.Errors
+	switch {
+	case errors.As(err, &errs):
+		for _, e := range errs {
+			out.Errors = append(out.Errors, posErr{e.Line, e.Column, e.Msg})
+		}
+	case err != nil:
+		out.Errors = []posErr{{Message: err.Error()}}
+	default:
+		out.Summary = p.Summary()
+	}
+	b, merr := json.Marshal(out)
+	if merr != nil {
+		return merr
+	}
+	if _, werr := fmt.Fprintf(io.out, "%s\n", b); werr != nil {
+		return werr
+	}
+	if err != nil {
+		return exitCoder{exitUsage, fmt.Errorf("%s: not accepted (%s)", file, plural(len(out.Errors), "error"))}
 	}
 	return nil
 }

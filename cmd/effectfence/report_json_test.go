@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// SPEC: every report has --json. version, policy check and demo had none.
+func TestVersionAndPolicyCheckHaveJSON(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCLI(t, "", "version", "--json")
+	var v struct{ Version, Commit string }
+	if code != exitOK || json.Unmarshal([]byte(out), &v) != nil || v.Version == "" || v.Commit == "" {
+		t.Fatalf("version --json: %d %q %q", code, out, errOut)
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte("version: 1\ntools:\n  charge: {fence: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("version: 1\ntools:\n  charge: {fence: maybe}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type verdict struct {
+		File    string
+		OK      bool
+		Summary string
+		Errors  []struct {
+			Line, Column int
+			Message      string
+		}
+	}
+	var g, b verdict
+	code, out, errOut = runCLI(t, "", "policy", "check", "--json", good)
+	if code != exitOK || json.Unmarshal([]byte(out), &g) != nil || !g.OK || g.File != good || g.Summary == "" || len(g.Errors) != 0 {
+		t.Fatalf("policy check --json of a good file: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "", "policy", "check", "--json", bad)
+	if code != exitUsage || json.Unmarshal([]byte(out), &b) != nil || b.OK || len(b.Errors) != 1 || b.Errors[0].Line != 3 || b.Errors[0].Message == "" {
+		t.Fatalf("policy check --json of a bad file: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "", "policy", "check", "--json", filepath.Join(dir, "missing.yaml"))
+	if code != exitUsage || json.Unmarshal([]byte(out), &b) != nil || b.OK || len(b.Errors) != 1 {
+		t.Fatalf("policy check --json of a missing file: %d %q", code, out)
+	}
+}
+
+func TestDemoHasJSON(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(effectfence(t), "demo", "--json")
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	out, err := cmd.Output()
+	var d struct {
+		Acts []map[string]any `json:"acts"`
+		OK   bool             `json:"ok"`
+	}
+	if err != nil || json.Unmarshal(out, &d) != nil {
+		t.Fatalf("demo --json: %v, stdout %q (must be one JSON object)", err, out)
+	}
+	if !d.OK || len(d.Acts) != 2 || d.Acts[0]["executions"] != float64(12) || d.Acts[1]["executions"] != float64(1) ||
+		d.Acts[1]["clean_answers"] != float64(12) || d.Acts[1]["distinct_charges"] != float64(1) {
+		t.Fatalf("demo --json: %s", out)
+	}
+}
