@@ -611,6 +611,12 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	if c.json {
+		if states == nil {
+			states = map[fence.State]int{}
+		}
+		for _, s := range ledger.States { // every state, as the table shows them: 0 included
+			states[s] += 0
+		}
 		out := map[string]any{"ledger": l.Location, "counters": st.Ledger, "total_attempts": st.Ledger.Total(), "prevented": st.Ledger.Prevented(), "states": states}
 		if bad != nil {
 			out["unreadable"] = unreadableJSON(bad)

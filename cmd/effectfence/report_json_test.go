@@ -66,3 +66,23 @@ func TestDemoHasJSON(t *testing.T) {
 		t.Fatalf("demo --json: %s", out)
 	}
 }
+
+// `ledger stats --json` names every state, as the table does, with 0 where no intent is in it
+// (it left those out, so a script reading "unknown" found nothing instead of 0).
+func TestLedgerStatsJSONNamesEveryState(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedCLI(t, path) // done and failed intents, none in flight or unknown
+	code, out, errOut := runCLI(t, "", "ledger", "stats", "--json", "--ledger", path)
+	var st struct {
+		States map[string]*int `json:"states"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil {
+		t.Fatalf("ledger stats --json: %d %q %q", code, out, errOut)
+	}
+	for state, want := range map[string]int{"in_flight": 0, "done": 3, "failed": 1, "unknown": 0} {
+		if n := st.States[state]; n == nil || *n != want {
+			t.Errorf("states[%q] = %v, want %d: %s", state, n, want, out)
+		}
+	}
+}
