@@ -346,11 +346,21 @@ func (s *Store) Schema() string { return s.schema }
 // holder's re-run-safe claim is not taken over while its outcome waits there).
 func (s *Store) SpoolKey() string { return s.spoolKey }
 
+// closeSettling bounds how long Close keeps trying to settle lost commits' counters.
+const closeSettling = 3 * time.Second
+
 // Close stops the listener of Watch, if one was started, and closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.doubts.n.Load() > 0 {
+		// The counters of commits whose answer was lost are added here if they did not land.
+		// A claim's doubt cannot be judged until the server's clock is past it (specSlack),
+		// so one try could leave it open and its counters lost: tries for a few seconds.
+		for deadline := time.Now().Add(closeSettling); s.doubts.n.Load() > 0; {
 			s.settleDoubts(context.Background(), true)
+			if s.doubts.n.Load() == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		s.listenOnce.Do(func() {}) // no listener starts after Close
 		if s.listener != nil {
