@@ -23,19 +23,7 @@ import (
 // admission once (the commit's counters were counted twice when its answer was lost:
 // pkg/store/postgres/doubt.go).
 func TestGatewayCommitAnswerLost(t *testing.T) {
-	p, u, direct := pgThrough(t, netcut.NewPostgres)
-	q := u.Query()
-	q.Set("sslmode", "disable")
-	u.RawQuery = q.Encode()
-	effects := filepath.Join(t.TempDir(), "effects")
-	g := startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
-		"--", effectfence(t), "demo-server", "--effects", effects)
-	resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	sid := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != http.StatusOK || sid == "" {
-		t.Fatalf("initialize: %d %s; log:\n%s", resp.StatusCode, body, g.logText())
-	}
-	g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	p, direct, g, sid, effects := pgCutGateway(t)
 	charge := func(amount int) string {
 		t.Helper()
 		resp, body := g.post(t, "", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d,"customer":"cus_1"}}}`, amount, amount))
@@ -130,19 +118,7 @@ func pgThrough(t *testing.T, mk func(target string) (*netcut.Proxy, error)) (_ *
 // until its lease lapsed, then unknown with its holder alive: every retry refused, and
 // `ledger clear` refused without --force.
 func TestGatewayClaimAnswerLost(t *testing.T) {
-	p, u, direct := pgThrough(t, netcut.NewPostgres)
-	q := u.Query()
-	q.Set("sslmode", "disable")
-	u.RawQuery = q.Encode()
-	effects := filepath.Join(t.TempDir(), "effects")
-	g := startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
-		"--", effectfence(t), "demo-server", "--effects", effects)
-	resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	sid := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != http.StatusOK || sid == "" {
-		t.Fatalf("initialize: %d %s; log:\n%s", resp.StatusCode, body, g.logText())
-	}
-	g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	p, direct, g, sid, effects := pgCutGateway(t)
 	charge := func(id, amount int) string {
 		t.Helper()
 		resp, body := g.post(t, "", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d,"customer":"cus_1"}}}`, id, amount))
@@ -190,4 +166,26 @@ func TestGatewayClaimAnswerLost(t *testing.T) {
 	if c := stats.Counters; c.Admitted != 2 || c.Replayed != 1 {
 		t.Fatalf("ledger stats counts %+v for 2 admissions (the first charge and the retry) and a replay; log:\n%s", c, g.logText())
 	}
+}
+
+// pgCutGateway starts the real binary as a gateway (wrap --listen, demo server writing its
+// effects file) on a new PostgreSQL ledger reached through a NewPostgres proxy, and opens a
+// session: the proxy, the ledger's URL without it, the gateway, the session and the effects
+// file.
+func pgCutGateway(t *testing.T) (p *netcut.Proxy, direct string, g *gatewayProc, sid, effects string) {
+	t.Helper()
+	p, u, direct := pgThrough(t, netcut.NewPostgres)
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	effects = filepath.Join(t.TempDir(), "effects")
+	g = startGateway(t, "--ledger", u.String(), "--listen", "127.0.0.1:0",
+		"--", effectfence(t), "demo-server", "--effects", effects)
+	resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	sid = resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %s; log:\n%s", resp.StatusCode, body, g.logText())
+	}
+	g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return p, direct, g, sid, effects
 }

@@ -38,6 +38,7 @@ import (
 
 	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/procs"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/jackc/pgx/v5"
@@ -478,7 +479,7 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 				r.fault(kind, target)
 			}
 		case FaultKillChild, FaultStopChild:
-			kids := childPids(wrapPid)
+			kids := procs.Children(wrapPid, false)
 			if len(kids) == 0 {
 				continue
 			}
@@ -744,29 +745,4 @@ func (w *wrapSlot) stop() {
 		<-w.done
 		w.log.Close()
 	}
-}
-
-// childPids lists the live children of pid, from /proc.
-func childPids(pid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) >= 2 && f[0] != "Z" && f[1] == strconv.Itoa(pid) {
-			out = append(out, n)
-		}
-	}
-	return out
 }

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/internal/procs"
 )
 
 // EnvBin names a directory holding initdb, postgres and pg_basebackup, when they are not where
@@ -299,7 +301,7 @@ func (c *Cluster) kill() {
 	}
 	pm := cmd.Process.Pid
 	_ = syscall.Kill(pm, syscall.SIGSTOP)
-	for _, pid := range children(pm) {
+	for _, pid := range procs.Children(pm, true) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	_ = syscall.Kill(pm, syscall.SIGKILL)
@@ -307,7 +309,7 @@ func (c *Cluster) kill() {
 	// The children are reparented and reaped elsewhere; wait until none is left running (a
 	// new postmaster refuses the data directory while one is attached to the old memory).
 	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range children(pm) {
+	for _, pid := range procs.Children(pm, true) {
 		for alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -322,34 +324,6 @@ func (c *Cluster) KillBackend(pid int) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		c.tb.Fatalf("pgcluster: kill -9 %d: %v", pid, err)
 	}
-}
-
-// children lists the pids whose parent is ppid, from /proc.
-func children(ppid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 {
-			if p, _ := strconv.Atoi(f[1]); p == ppid {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
 }
 
 // alive: pid exists and is not a zombie.
@@ -491,7 +465,7 @@ func (c *Cluster) signalAll(sig syscall.Signal) {
 		// The postmaster first, so it forks nothing after its children were listed.
 		errs = append(errs, syscall.Kill(pm, sig))
 	}
-	for _, pid := range children(pm) {
+	for _, pid := range procs.Children(pm, true) {
 		errs = append(errs, syscall.Kill(pid, sig))
 	}
 	if sig != syscall.SIGSTOP {

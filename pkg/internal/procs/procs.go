@@ -1,0 +1,38 @@
+// Package procs reads the process tree from /proc for the test harnesses that kill or stop a
+// process's children (the history checker's nemesis, private PostgreSQL clusters). Where there
+// is no /proc it finds nothing.
+package procs
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Children lists the pids whose parent is ppid; zombies (exited, not yet reaped) only when
+// zombies is set.
+func Children(ppid int, zombies bool) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 2 && (zombies || f[0] != "Z") && f[1] == strconv.Itoa(ppid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
