@@ -59,6 +59,7 @@ func New(store Store, cfg Config) *Engine {
 	mem, _ := store.(*MemoryStore)
 	e := &Engine{store: store, cfg: cfg.withDefaults(), fps: newFPCache(), ticks: newFirstTicks(), wf: ok && wf.WriteFirst(), mem: mem, memWall: mem != nil && mem.wall}
 	e.lost.stop = make(chan struct{})
+	e.lost.ctx, e.lost.cancel = context.WithCancel(context.Background())
 	return e
 }
 

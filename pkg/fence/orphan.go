@@ -44,6 +44,8 @@ type lostClaims struct {
 	list    []lostClaim
 	running bool
 	stop    chan struct{} // closed by Close
+	ctx     context.Context
+	cancel  context.CancelFunc // ends the background tries, with stop
 	done    sync.WaitGroup
 }
 
@@ -83,7 +85,7 @@ func (e *Engine) releaseLostClaims() {
 	defer l.done.Done()
 	delay := lostClaimFirst
 	for {
-		left := e.releaseLostOnce(context.Background())
+		left := e.releaseLostOnce(l.ctx)
 		l.mu.Lock()
 		if left == 0 && len(l.list) == 0 {
 			l.running = false
@@ -159,6 +161,7 @@ func (e *Engine) closeLostClaims(ctx context.Context) {
 		case <-l.stop:
 		default:
 			close(l.stop)
+			l.cancel() // a try waiting on a ledger that does not answer ends now
 		}
 	}
 	l.mu.Unlock()
