@@ -175,7 +175,7 @@ func TestTerminateBackendDuringCommit(t *testing.T) {
 	s.hook = k.hook
 	e := fence.New(s, fence.Config{})
 	ctx := context.Background()
-	s.noSpeculation = true // the commit's transaction; spec_test.go kills one-statement commits
+	s.noSpeculation.Store(true) // the commit's transaction; spec_test.go kills one-statement commits
 	r := fence.Request{Intent: "charge:kill-commit", Tool: "charge", Args: []byte(`{"amount":2}`), Domain: "acct"}
 	tk, err := attempt(ctx, e, conn, r, "holder")
 	if err != nil || tk == nil {
@@ -361,7 +361,7 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	s.noSpeculation = true // COMMIT's acknowledgement; spec_test.go loses a one-statement commit's
+	s.noSpeculation.Store(true) // COMMIT's acknowledgement; spec_test.go loses a one-statement commit's
 	var resolved atomic.Int64
 	s.hook = func(stage string, _ uint32) {
 		if stage == "commit" && want.CompareAndSwap(true, false) {
@@ -435,7 +435,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	s.noSpeculation = true // COMMIT's acknowledgement; spec_test.go loses a one-statement commit's
+	s.noSpeculation.Store(true) // COMMIT's acknowledgement; spec_test.go loses a one-statement commit's
 	s.hook = func(stage string, _ uint32) {
 		if stage == "commit" && want.CompareAndSwap(true, false) {
 			armed.Store(true)

@@ -194,9 +194,9 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 		g.move(name, r.Intent+":mover", r.ReadSet[0].Domain)
 		want.Admitted++
 	}
-	g.st.noSpeculation = op == "commit-tx"
-	g.st.noFreshSpeculation = op == "claim-tx"
-	defer func() { g.st.noSpeculation, g.st.noFreshSpeculation = false, false }()
+	g.st.noSpeculation.Store(op == "commit-tx")
+	g.st.noFreshSpeculation.Store(op == "claim-tx")
+	defer func() { g.st.noSpeculation.Store(false); g.st.noFreshSpeculation.Store(false) }()
 	start, lostBefore := g.p.RoundTrips(), g.p.Lost()
 	if k > 0 {
 		g.p.LoseAnswer(k, down)

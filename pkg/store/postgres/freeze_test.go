@@ -47,7 +47,7 @@ func TestFrozenCommitPastTheLease(t *testing.T) {
 		if err != nil || !adm.Fresh() {
 			t.Fatalf("%s: claim: %+v %v", c.name, adm, err)
 		}
-		held.noSpeculation = c.tx
+		held.noSpeculation.Store(c.tx)
 		if c.afterRT1 {
 			held.hook = func(stage string, _ uint32) {
 				if stage == "begin" {
@@ -99,7 +99,8 @@ func TestFrozenCommitPastTheLease(t *testing.T) {
 			o = <-taken
 		}
 		cancel()
-		held.hook, held.noSpeculation = nil, false
+		held.hook = nil
+		held.noSpeculation.Store(false)
 		st, err := other.Status(ctx, r.Intent)
 		if err != nil {
 			t.Fatal(err)

@@ -118,11 +118,11 @@ type Store struct {
 	// claims remembers the claims this store wrote, for one-statement commits (spec.go);
 	// noSpeculation (tests only) turns those off.
 	claims        claimCache
-	noSpeculation bool
+	noSpeculation atomic.Bool
 	// clock is the server's clock as last read, and the local instant it arrived: the base of
 	// a speculative claim's clock. noFreshSpeculation (tests only) turns those claims off.
 	clock              atomic.Pointer[clockReading]
-	noFreshSpeculation bool
+	noFreshSpeculation atomic.Bool
 
 	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
 	doubts doubts
@@ -421,7 +421,7 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	if s.doubts.n.Load() > 0 {
 		s.settleDoubts(ctx, false)
 	}
-	if !s.noSpeculation && (s.claims.n.Load() > 0 || (!s.noFreshSpeculation && s.clock.Load() != nil)) {
+	if !s.noSpeculation.Load() && (s.claims.n.Load() > 0 || (!s.noFreshSpeculation.Load() && s.clock.Load() != nil)) {
 		if done, err := s.speculate(ctx, fn); done {
 			return err
 		}

@@ -337,7 +337,7 @@ SELECT (SELECT v FROM t), clock_timestamp()`
 // is reckoned from the server's last reading.
 func (t *tx) specAbsent(intent string) (*fence.Record, error) {
 	c := t.s.clock.Load()
-	if c == nil || t.s.noFreshSpeculation {
+	if c == nil || t.s.noFreshSpeculation.Load() {
 		return nil, t.abandon()
 	}
 	t.nowAt = time.Now()

@@ -662,7 +662,7 @@ func BenchmarkSpeculationPaired(b *testing.B) {
 			schema := testSchema(b)
 			ctx := context.Background()
 			spec, txn := openSchema(b, schema), openSchema(b, schema)
-			txn.noSpeculation = true
+			txn.noSpeculation.Store(true)
 			engines := []*fence.Engine{fence.New(spec, fence.Config{}), fence.New(txn, fence.Config{})}
 			conn := admin(b, schema)
 			if _, err := conn.Exec(ctx, "CREATE TABLE probe (intent text PRIMARY KEY, body bytea NOT NULL)"); err != nil {
