@@ -134,10 +134,10 @@ func (e *Engine) releaseLostOnce(ctx context.Context) int {
 // unknown only because its lease lapsed or its holder looked gone (Healable).
 func (e *Engine) releaseLost(ctx context.Context, c lostClaim) error {
 	if d, ok := e.store.(ClaimDoubter); ok && d.ClaimInDoubt(c.intent) {
-		// Let the store settle it first (at the start of its next Update).
-		if err := e.Flush(ctx); err != nil || d.ClaimInDoubt(c.intent) {
-			return errClaimInDoubt
-		}
+		// The store settles it at the start of a later write of this process's (a call, a
+		// heartbeat); writing here to hurry it would also try, while the ledger is away, to
+		// settle the store's other doubts, and put their settling off (doubtRetry).
+		return errClaimInDoubt
 	}
 	return e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(c.intent)
