@@ -300,16 +300,19 @@ func (c *Cluster) kill() {
 		return
 	}
 	pm := cmd.Process.Pid
-	_ = syscall.Kill(pm, syscall.SIGSTOP)
-	for _, pid := range procs.Children(pm, true) {
+	_ = syscall.Kill(pm, syscall.SIGSTOP) // stopped, it starts no new child
+	kids := procs.Children(pm, true)
+	for _, pid := range kids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	_ = syscall.Kill(pm, syscall.SIGKILL)
 	<-exited
 	// The children are reparented and reaped elsewhere; wait until none is left running (a
-	// new postmaster refuses the data directory while one is attached to the old memory).
+	// new postmaster refuses the data directory while one is attached to the old memory:
+	// "pre-existing shared memory block is still in use"). They are the ones listed before
+	// the kill: once the postmaster is gone, none is its child any more.
 	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range procs.Children(pm, true) {
+	for _, pid := range kids {
 		for alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
