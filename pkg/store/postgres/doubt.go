@@ -111,6 +111,14 @@ func sameClaim(body []byte, cut [2][]byte) bool {
 
 // settleDoubts settles what can be settled of the doubts, unless another call is at it or,
 // unless now, a try left doubts open less than doubtRetry ago.
+//
+// Only a try the server answered holds the next one off (it could not tell yet, and every
+// Update would otherwise pay a round trip per doubt for nothing). A try that could not ask
+// (the database away) stops at the first such doubt and leaves the next Update free to try
+// at once: the server may be back by then, and nothing is saved by waiting (an Update made
+// while it is away fails anyway). Held off instead, the doubts of a process that wrote while
+// the database was away (a background release of a lost claim, a heartbeat) stayed unsettled
+// for a second after it came back.
 func (s *Store) settleDoubts(ctx context.Context, now bool) {
 	if !now && time.Now().UnixNano() < s.doubts.next.Load() {
 		return
@@ -122,27 +130,42 @@ func (s *Store) settleDoubts(ctx context.Context, now bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var open []doubt
-	for _, d := range s.doubts.list {
-		if !s.settle(ctx, d) {
+	answered := true
+	for i, d := range s.doubts.list {
+		switch s.settle(ctx, d) {
+		case doubtSettled:
+			continue
+		case doubtUnasked:
+			open = append(open, s.doubts.list[i:]...)
+			answered = false
+		default:
 			open = append(open, d)
+			continue
 		}
+		break
 	}
 	s.doubts.list = open
 	s.doubts.n.Store(int64(len(open)))
-	if len(open) > 0 {
+	if len(open) > 0 && answered {
 		s.doubts.next.Store(time.Now().Add(doubtRetry).UnixNano())
 	}
 }
 
-// settle asks the server about d, and adds its counters if its commit did not land. It says
-// whether d is settled.
-func (s *Store) settle(ctx context.Context, d doubt) bool {
+// What a try at settling a doubt came to.
+const (
+	doubtSettled   = iota
+	doubtUndecided // the server answered, but cannot tell yet
+	doubtUnasked   // the server could not be asked
+)
+
+// settle asks the server about d, and adds its counters if its commit did not land.
+func (s *Store) settle(ctx context.Context, d doubt) int {
 	var status *string
 	var body []byte
 	var clock time.Time
 	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp()`, d.xid, d.intent).Scan(&status, &body, &clock)
 	if err != nil {
-		return false
+		return doubtUnasked
 	}
 	spec := d.body != nil
 	if d.cut[0] != nil {
@@ -150,29 +173,29 @@ func (s *Store) settle(ctx context.Context, d doubt) bool {
 		// it may still be while the server's clock is not past until.
 		if _, ok := cutToken(body, d.cut); ok || sameClaim(body, d.cut) {
 			s.at("doubt landed", 0)
-			return true
+			return doubtSettled
 		}
 		if !clock.After(d.until) {
-			return false
+			return doubtUndecided
 		}
 	}
 	switch {
 	case d.xid != 0 && status == nil:
 		// Too old for the server to tell: the counters may be in; never count them twice.
-		return true
+		return doubtSettled
 	case d.xid != 0 && *status == "committed", spec && bytes.Equal(body, d.body):
 		s.at("doubt landed", 0)
-		return true
+		return doubtSettled
 	case d.xid != 0 && *status != "aborted", spec && bytes.Equal(body, d.claim):
-		return false // the transaction or the statement may still commit
+		return doubtUndecided // the transaction or the statement may still commit
 	}
 	args, err := counterArgs(s.instance+"/settled", d.delta)
 	if err != nil {
-		return true // counters beyond a bigint: nothing can add them
+		return doubtSettled // counters beyond a bigint: nothing can add them
 	}
 	if _, err := s.pool.Exec(ctx, addCounters, args...); err != nil {
-		return false
+		return doubtUnasked
 	}
 	s.at("doubt added", 0)
-	return true
+	return doubtSettled
 }

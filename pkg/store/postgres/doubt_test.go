@@ -68,7 +68,7 @@ func TestDoubtSettles(t *testing.T) {
 	}
 	for _, c := range cases {
 		before := countersOf(t, st)
-		settled := st.settle(ctx, c.d)
+		settled := st.settle(ctx, c.d) == doubtSettled
 		added := countersOf(t, st).Admitted - before.Admitted
 		want := uint64(0)
 		if c.added {
@@ -139,5 +139,50 @@ func TestLostCommitThatDidNotLandCountsOnce(t *testing.T) {
 	}
 	if got := g.counters().Admitted - before.Admitted; got != 1 || added.Load() != 1 || landed.Load() != 0 {
 		t.Fatalf("admitted %d (settled: %d added, %d landed); want 1, by the store's settling", got, added.Load(), landed.Load())
+	}
+}
+
+// TestDoubtSettledAtOnceWhenTheDatabaseIsBack: a write made while the database is away
+// cannot ask about the store's doubts; the first write after it is back settles them. A
+// failed ask held the next try off for doubtRetry, so a process that had written while the
+// database was away (a background release of a lost claim, a heartbeat) left its counters
+// unsettled for a second after the database came back.
+func TestDoubtSettledAtOnceWhenTheDatabaseIsBack(t *testing.T) {
+	g := newCutRig(t)
+	ctx := context.Background()
+	conn := admin(t, g.st.Schema())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid int64
+	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := g.counters()
+	// A commit that carried one admission, whose answer was lost; it was rolled back.
+	if _, ok := g.st.keep(CommitUnknownError{Xid: xid, delta: fence.Counters{Admitted: 1}}, doubt{}).(CommitUnknownError); !ok || g.st.doubts.n.Load() != 1 {
+		t.Fatalf("the doubt was not kept: %d doubts", g.st.doubts.n.Load())
+	}
+	noop := func(fence.Tx) error { return nil }
+	g.p.Cut(time.Hour)
+	if err := g.st.Update(ctx, noop); err == nil {
+		t.Fatal("an update with the database away succeeded")
+	}
+	if n := g.st.doubts.n.Load(); n != 1 {
+		t.Fatalf("%d doubts after a write that could not ask; want 1", n)
+	}
+	g.p.Heal()
+	if err := g.st.Update(ctx, noop); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.st.doubts.n.Load(); n != 0 {
+		t.Fatalf("the first write after the database came back left %d doubts unsettled", n)
+	}
+	if got := g.counters().Admitted - before.Admitted; got != 1 {
+		t.Fatalf("admitted %d; want the doubt's 1", got)
 	}
 }
