@@ -13,6 +13,8 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,9 @@ type doubt struct {
 	cut   [2][]byte
 	until time.Time
 	delta fence.Counters
+	// seq names the counter shard its counters are added to (settle), once: an add whose
+	// answer is lost is tried again, and must not count them a second time.
+	seq int64
 }
 
 // doubts are the commits this store has not settled yet.
@@ -41,6 +46,7 @@ type doubts struct {
 	mu   sync.Mutex // held by the one settling: a doubt's counters are added once
 	list []doubt
 	n    atomic.Int64
+	seq  atomic.Int64
 	// next is when (UnixNano) settling may be tried again after a try that left doubts
 	// open: each try costs a round trip per doubt, which every Update would otherwise pay
 	// while one stays open.
@@ -49,6 +55,11 @@ type doubts struct {
 
 // doubtRetry is how long a try at settling that left doubts open holds the next one off.
 const doubtRetry = time.Second
+
+// addCountersOnce writes a doubt's counters as a shard of their own, unless it is there:
+// the add is tried again when its answer is lost. (The hourly fold moves an old shard into
+// "folded"; a try an hour after the lost one would add them again. Tries come seconds apart.)
+var addCountersOnce = strings.Replace(addCounters, countersAdd, "ON CONFLICT (shard) DO NOTHING", 1)
 
 // keep makes err, when it is a CommitUnknownError of an Update that carried counters, a
 // doubt this store settles: d describes a one-statement commit (its body set), else the
@@ -64,6 +75,7 @@ func (s *Store) keep(err error, d doubt) error {
 	if d.delta.IsZero() || (d.xid == 0 && d.body == nil && d.cut[0] == nil) {
 		return err
 	}
+	d.seq = s.doubts.seq.Add(1)
 	s.doubts.mu.Lock()
 	s.doubts.list = append(s.doubts.list, d)
 	s.doubts.n.Store(int64(len(s.doubts.list)))
@@ -189,12 +201,12 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	case d.xid != 0 && *status != "aborted", spec && bytes.Equal(body, d.claim):
 		return doubtUndecided // the transaction or the statement may still commit
 	}
-	args, err := counterArgs(s.instance+"/settled", d.delta)
+	args, err := counterArgs(fmt.Sprintf("%s/settled/%d", s.instance, d.seq), d.delta)
 	if err != nil {
 		return doubtSettled // counters beyond a bigint: nothing can add them
 	}
-	if _, err := s.pool.Exec(ctx, addCounters, args...); err != nil {
-		return doubtUnasked
+	if _, err := s.pool.Exec(ctx, addCountersOnce, args...); err != nil {
+		return doubtUnasked // tried again: the doubt's own shard takes them once
 	}
 	s.at("doubt added", 0)
 	return doubtSettled

@@ -66,8 +66,9 @@ func TestDoubtSettles(t *testing.T) {
 		{"statement fenced, its transaction aborted", doubt{xid: xid(false), intent: "other", body: done, claim: claim, delta: one}, true, true},
 		{"statement may still land, its transaction aborted", doubt{xid: xid(false), intent: "held", body: done, claim: claim, delta: one}, false, false},
 	}
-	for _, c := range cases {
+	for i, c := range cases {
 		before := countersOf(t, st)
+		c.d.seq = int64(i + 1) // a shard of its own, as keep gives it
 		settled := st.settle(ctx, c.d) == doubtSettled
 		added := countersOf(t, st).Admitted - before.Admitted
 		want := uint64(0)
@@ -184,5 +185,43 @@ func TestDoubtSettledAtOnceWhenTheDatabaseIsBack(t *testing.T) {
 	}
 	if got := g.counters().Admitted - before.Admitted; got != 1 {
 		t.Fatalf("admitted %d; want the doubt's 1", got)
+	}
+}
+
+// TestDoubtCountersAddedOnceWhenTheAddIsLost: settling a commit that did not land adds the
+// counters it carried; when that add's own answer is lost (it landed), the next try must not
+// add them again.
+func TestDoubtCountersAddedOnceWhenTheAddIsLost(t *testing.T) {
+	g := newCutRig(t)
+	ctx := context.Background()
+	conn := admin(t, g.st.Schema())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid int64
+	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := g.counters()
+	g.st.keep(CommitUnknownError{Xid: xid, delta: fence.Counters{Admitted: 1}}, doubt{})
+	lost := g.p.Lost()
+	g.p.LoseAnswer(2, 0) // the settling's ask is answered; its add is not
+	g.st.settleDoubts(ctx, true)
+	if g.p.Lost() != lost+1 {
+		t.Fatalf("no answer was lost (%d round trips)", g.p.RoundTrips())
+	}
+	if n := g.st.doubts.n.Load(); n != 1 {
+		t.Fatalf("%d doubts after an add whose answer was lost; want it kept", n)
+	}
+	g.st.settleDoubts(ctx, true)
+	if n := g.st.doubts.n.Load(); n != 0 {
+		t.Fatalf("%d doubts left after the database answered", n)
+	}
+	if got := g.counters().Admitted - before.Admitted; got != 1 {
+		t.Fatalf("admitted %d; want the lost commit's 1, once", got)
 	}
 }
