@@ -24,8 +24,11 @@ import (
 
 // doubt is a commit whose answer was lost, and the counters it carried.
 type doubt struct {
-	// xid is the transaction whose COMMIT was sent (0: none was).
-	xid int64
+	// xid is the transaction whose COMMIT was sent (0: none was), shard its receipt (see
+	// resolve), at when the doubt was kept.
+	xid   int64
+	shard string
+	at    time.Time
 	// A one-statement commit (spec.go): the intent, the done record's body it writes and the
 	// claim's body it requires. It landed if the record is that body; it may still land
 	// while the record is the claim (the statement may be waiting for the intent's lock).
@@ -72,6 +75,10 @@ func (s *Store) keep(err error, d doubt) error {
 	if d.body == nil && d.cut[0] == nil {
 		d.xid, d.delta = cu.Xid, cu.delta
 	}
+	if d.xid == cu.Xid {
+		d.shard = cu.shard
+	}
+	d.at = time.Now()
 	if d.delta.IsZero() || (d.xid == 0 && d.body == nil && d.cut[0] == nil) {
 		return err
 	}
@@ -175,7 +182,9 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	var status *string
 	var body []byte
 	var clock time.Time
-	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp()`, d.xid, d.intent).Scan(&status, &body, &clock)
+	var writer *int64
+	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp(),
+	(SELECT xmin::text::bigint FROM effectfence_counters WHERE shard = $3)`, d.xid, d.intent, d.shard).Scan(&status, &body, &clock, &writer)
 	if err != nil {
 		return doubtUnasked
 	}
@@ -195,6 +204,18 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	case d.xid != 0 && status == nil:
 		// Too old for the server to tell: the counters may be in; never count them twice.
 		return doubtSettled
+	case d.xid != 0 && *status == "committed" && !receiptIs(writer, d.xid) && time.Since(d.at) < foldAge/2:
+		// Its id names another transaction: the server lost this one (resolve). (Near
+		// foldAge the receipt may have been folded away: then nothing tells, and the
+		// counters are not added, lest they count twice.)
+		s.at("doubt reused", 0)
+		if spec && bytes.Equal(body, d.claim) {
+			return doubtUndecided // the statement may still land
+		}
+		if spec && bytes.Equal(body, d.body) {
+			s.at("doubt landed", 0)
+			return doubtSettled
+		}
 	case d.xid != 0 && *status == "committed", spec && bytes.Equal(body, d.body):
 		s.at("doubt landed", 0)
 		return doubtSettled

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +25,10 @@ func TestDoubtSettles(t *testing.T) {
 		}
 		var x int64
 		if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		// Its receipt, as the store's transactions write theirs (see resolve).
+		if _, err := tx.Exec(ctx, "INSERT INTO effectfence_counters (shard, updated_at) VALUES ($1, now())", fmt.Sprintf("receipt/%d", x)); err != nil {
 			t.Fatal(err)
 		}
 		if commit {
@@ -57,6 +62,9 @@ func TestDoubtSettles(t *testing.T) {
 		added, settled bool
 	}{
 		{"transaction committed", doubt{xid: xid(true), delta: one}, false, true},
+		// Its id committed, but the receipt says it named another transaction: the server
+		// lost this one (killed before it flushed its COMMIT) and gave its id again.
+		{"transaction id reused", doubt{xid: xid(true), shard: "receipt/elsewhere", delta: one}, true, true},
 		{"transaction aborted", doubt{xid: xid(false), delta: one}, true, true},
 		{"transaction in progress", doubt{xid: inProgress, delta: one}, false, false},
 		{"statement landed", doubt{intent: "landed", body: done, claim: claim, delta: one}, false, true},
@@ -69,6 +77,10 @@ func TestDoubtSettles(t *testing.T) {
 	for i, c := range cases {
 		before := countersOf(t, st)
 		c.d.seq = int64(i + 1) // a shard of its own, as keep gives it
+		if c.d.xid != 0 && c.d.shard == "" {
+			c.d.shard = fmt.Sprintf("receipt/%d", c.d.xid)
+		}
+		c.d.at = time.Now()
 		settled := st.settle(ctx, c.d) == doubtSettled
 		added := countersOf(t, st).Admitted - before.Admitted
 		want := uint64(0)

@@ -290,6 +290,9 @@ const countersAdd = `ON CONFLICT (shard) DO UPDATE SET updated_at = excluded.upd
 	prior_failure = c.prior_failure + excluded.prior_failure, conflict = c.conflict + excluded.conflict,
 	lease_lost = c.lease_lost + excluded.lease_lost`
 
+// foldAge is how long a counter shard stays unused before foldCounters folds it.
+const foldAge = time.Hour
+
 const foldCounters = `WITH gone AS (
 	DELETE FROM effectfence_counters WHERE shard <> 'folded' AND updated_at < now() - interval '1 hour' RETURNING *
 )
@@ -381,6 +384,7 @@ type CommitUnknownError struct {
 	delta fence.Counters // the counters the transaction carried
 	kept  bool           // the store settles them (doubt.go)
 	claim bool           // a one-statement claim's (spec.go), not a commit's
+	shard string         // the transaction's receipt (see resolve)
 }
 
 // CountersKept (fence.CountersKept): the store adds the counters the commit carried if it
@@ -561,6 +565,12 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 			return s.fail(ctx, conn, stage(), err)
 		}
 	}
+	if !t.receipt {
+		// A receipt (see receipt), for a transaction that carried no counters: one more
+		// statement in the same round trip.
+		args, _ := counterArgs(s.shard(conn.PgConn()), fence.Counters{})
+		t.pending.Queue(addCounters, args...)
+	}
 	s.at("commit", t.pid)
 	t.pending.Queue("COMMIT")
 	err = conn.SendBatch(ctx, &t.pending).Close()
@@ -573,7 +583,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 		s.rollback(conn)
 		return err
 	}
-	err = s.resolve(ctx, t.xid, err)
+	err = s.resolve(ctx, t.xid, s.shard(conn.PgConn()), err)
 	if cu, ok := err.(CommitUnknownError); ok {
 		cu.delta = t.delta
 		return cu
@@ -608,8 +618,18 @@ func (s *Store) rollback(conn *pgx.Conn) {
 
 // resolve learns whether a transaction whose COMMIT acknowledgement was lost committed, by
 // asking the server on another connection. A terminated backend may take a moment to finish
-// aborting, so "in progress" is asked again for up to 5 s.
-func (s *Store) resolve(ctx context.Context, xid int64, cause error) error {
+// aborting, so "in progress" is asked again for up to 5 s. shard is the counters row the
+// transaction wrote (its receipt).
+//
+// txid_status alone cannot say "committed" for sure: a transaction whose WAL the server lost
+// (killed before its COMMIT was flushed; a standby promoted without it) leaves its id unused,
+// and the server, back, gives that id to the next transaction, whose fate txid_status then
+// reports. So every write transaction writes its connection's counters row (a receipt: the
+// row's version is then the transaction's, its xmin the transaction's id), and committed is
+// believed only where that row says so. No other transaction writes that row (it is the
+// connection's own, and the connection died with the lost answer), so a row that another
+// transaction id wrote last, or no row, means this transaction was lost.
+func (s *Store) resolve(ctx context.Context, xid int64, shard string, cause error) error {
 	if ctx.Err() != nil {
 		// The caller gave up; ask anyway, briefly: the answer decides what we report.
 		var cancel context.CancelFunc
@@ -617,30 +637,60 @@ func (s *Store) resolve(ctx context.Context, xid int64, cause error) error {
 		defer cancel()
 	}
 	deadline := time.Now().Add(5 * time.Second)
+	dead := 0
 	for {
-		var status *string
-		err := s.pool.QueryRow(ctx, "SELECT txid_status($1)", xid).Scan(&status)
+		status, writer, closed, err := s.askResolve(ctx, xid, shard)
+		if closed && dead <= int(s.pool.Stat().MaxConns()) && ctx.Err() == nil {
+			// A pooled connection that died with the others (the lost answer's cause may
+			// have been the server's restart or a failover): ask on the next, as settleClaim.
+			dead++
+			continue
+		}
 		switch {
 		case err != nil:
-			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, err)}
+			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, err), shard: shard}
 		case status == nil:
-			return CommitUnknownError{Xid: xid, Err: cause}
-		case *status == "committed":
+			return CommitUnknownError{Xid: xid, Err: cause, shard: shard}
+		case *status == "committed" && receiptIs(writer, xid):
 			s.at("resolved committed", 0)
 			return nil
+		case *status == "committed":
+			s.at("resolved reused", 0)
+			return ConnLostError{Stage: "commit", Err: fmt.Errorf("%w (the server lost the transaction: its id %d names another transaction now)", cause, xid)}
 		case *status == "aborted":
 			s.at("resolved aborted", 0)
 			return ConnLostError{Stage: "commit", Err: cause}
 		}
 		if time.Now().After(deadline) {
-			return CommitUnknownError{Xid: xid, Err: cause}
+			return CommitUnknownError{Xid: xid, Err: cause, shard: shard}
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):
 		case <-ctx.Done():
-			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, ctx.Err())}
+			return CommitUnknownError{Xid: xid, Err: errors.Join(cause, ctx.Err()), shard: shard}
 		}
 	}
+}
+
+// askResolve asks resolveQuery on one pooled connection; closed says the connection died.
+func (s *Store) askResolve(ctx context.Context, xid int64, shard string) (status *string, writer *int64, closed bool, err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	defer pc.Release()
+	err = pc.Conn().QueryRow(ctx, resolveQuery, xid, shard).Scan(&status, &writer)
+	return status, writer, err != nil && pc.Conn().IsClosed(), err
+}
+
+// resolveQuery asks the fate of transaction $1 and which transaction last wrote the counters
+// row $2 (its receipt): xmin holds the low 32 bits of a transaction id.
+const resolveQuery = `SELECT txid_status($1), (SELECT xmin::text::bigint FROM effectfence_counters WHERE shard = $2)`
+
+// receiptIs says whether writer, the xmin of a transaction's receipt row (nil: no row), is
+// the transaction xid.
+func receiptIs(writer *int64, xid int64) bool {
+	return writer != nil && *writer == xid&0xffffffff
 }
 
 // hotWindow is how long a domain that lost a swap is read with a row lock.
@@ -658,9 +708,16 @@ func (s *Store) isHot(domain string) bool {
 	return true
 }
 
-// shard names the counters row of this store's connection to backend pid.
-func (s *Store) shard(pid uint32) string {
-	return s.instance + "/" + strconv.FormatUint(uint64(pid), 10)
+// shard names the counters row of this store's connection c: its backend's pid and cancel
+// key, which together name one backend of one server run (a pid alone may come again). No
+// other connection writes that row, so its version names the last transaction that wrote it
+// (see resolve).
+func (s *Store) shard(c *pgconn.PgConn) string {
+	var key uint64
+	for _, b := range c.SecretKey() {
+		key = key<<8 | uint64(b) // 4 bytes (protocol 3.0), up to 256 (3.2): the low 8 kept
+	}
+	return s.instance + "/" + strconv.FormatUint(uint64(c.PID()), 10) + "." + strconv.FormatUint(key, 36)
 }
 
 func (s *Store) at(stage string, pid uint32) {

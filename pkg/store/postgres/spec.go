@@ -530,7 +530,7 @@ func (s *Store) sendSpec(ctx context.Context, t *tx, stage string) (sent, closed
 	}
 	conn := pc.Conn()
 	t.conn, t.pid = conn, conn.PgConn().PID()
-	shard := s.shard(t.pid)
+	shard := s.shard(conn.PgConn())
 	for _, a := range t.shards {
 		a.q.Arguments[a.i] = shard
 	}

@@ -74,6 +74,9 @@ type tx struct {
 	// recorded knows the commit landed and adds no counters again.
 	landed       []byte
 	dropCounters bool
+	// receipt: the transaction wrote this connection's counters row, whose row version then
+	// names the transaction (xmin): the evidence resolve reads (see receipt in postgres.go).
+	receipt bool
 	// delta is what AddCounters added: a commit whose answer is lost may carry it (doubt.go).
 	delta fence.Counters
 }
@@ -1047,11 +1050,16 @@ func (t *tx) AddCounters(d fence.Counters) error {
 	if t.dropCounters {
 		return nil
 	}
-	args, err := counterArgs(t.s.shard(t.pid), d)
+	shard := "" // a speculative batch's: named once its connection is known (shardArg)
+	if t.conn != nil {
+		shard = t.s.shard(t.conn.PgConn())
+	}
+	args, err := counterArgs(shard, d)
 	if err != nil {
 		return err
 	}
 	t.delta = t.delta.Add(d)
+	t.receipt = true
 	// Right after a record write (the engine adds its counters last), the upsert is folded
 	// into that write's statement: one statement less for the server and pgx to run.
 	if q := t.pending.QueuedQueries; t.record != nil && len(q) > 0 && q[len(q)-1] == t.record {
