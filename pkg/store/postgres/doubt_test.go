@@ -163,18 +163,7 @@ func TestLostCommitThatDidNotLandCountsOnce(t *testing.T) {
 func TestDoubtSettledAtOnceWhenTheDatabaseIsBack(t *testing.T) {
 	g := newCutRig(t)
 	ctx := context.Background()
-	conn := admin(t, g.st.Schema())
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var xid int64
-	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	xid := rolledBack(t, g.st)
 	before := g.counters()
 	// A commit that carried one admission, whose answer was lost; it was rolled back.
 	if _, ok := g.st.keep(CommitUnknownError{Xid: xid, delta: fence.Counters{Admitted: 1}}, doubt{}).(CommitUnknownError); !ok || g.st.doubts.n.Load() != 1 {
@@ -206,18 +195,7 @@ func TestDoubtSettledAtOnceWhenTheDatabaseIsBack(t *testing.T) {
 func TestDoubtCountersAddedOnceWhenTheAddIsLost(t *testing.T) {
 	g := newCutRig(t)
 	ctx := context.Background()
-	conn := admin(t, g.st.Schema())
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var xid int64
-	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	xid := rolledBack(t, g.st)
 	before := g.counters()
 	g.st.keep(CommitUnknownError{Xid: xid, delta: fence.Counters{Admitted: 1}}, doubt{})
 	lost := g.p.Lost()
@@ -236,4 +214,22 @@ func TestDoubtCountersAddedOnceWhenTheAddIsLost(t *testing.T) {
 	if got := g.counters().Admitted - before.Admitted; got != 1 {
 		t.Fatalf("admitted %d; want the lost commit's 1, once", got)
 	}
+}
+
+// rolledBack is the id of a transaction that was rolled back.
+func rolledBack(t *testing.T, st *Store) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := admin(t, st.Schema()).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid int64
+	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return xid
 }

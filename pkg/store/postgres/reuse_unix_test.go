@@ -22,20 +22,12 @@ import (
 // it not committed (before: committed, so a claim sent so would have been admitted with no
 // claim in the ledger, and its duplicate admitted too).
 func TestLostTransactionWhoseIdIsReused(t *testing.T) {
-	primary := pgcluster.New(t)
-	standby := primary.Standby()
-	primary.SetSynchronous(true)
+	primary, standby, s := failoverPair(t)
 	ctx := context.Background()
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&search_path=ledger", primary.Port, standby.Port)
-	s, err := Open(ctx, Config{URL: url, MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	counters := func() fence.Counters {
 		t.Helper()
 		var c fence.Counters
-		if err := s.View(ctx, func(tx fence.Tx) error { c, err = tx.Counters(); return err }); err != nil {
+		if err := s.View(ctx, func(tx fence.Tx) (err error) { c, err = tx.Counters(); return err }); err != nil {
 			t.Fatal(err)
 		}
 		return c
@@ -49,18 +41,14 @@ func TestLostTransactionWhoseIdIsReused(t *testing.T) {
 	before := counters()
 
 	// The standby stops receiving; a transaction's COMMIT waits for it; the primary dies.
-	standby.Exec("postgres", "ALTER SYSTEM SET primary_conninfo = ''")
-	standby.Exec("postgres", "SELECT pg_reload_conf()")
-	waitUntil(t, "the standby to disconnect", func() bool {
-		return len(primary.Query("postgres", "SELECT pid::text FROM pg_stat_replication")) == 0
-	})
+	disconnect(t, primary, standby)
 	lost := make(chan error, 1)
 	go func() { lost <- add(fence.Counters{Replayed: 7}) }()
 	waitUntil(t, "a COMMIT to wait for the standby", func() bool {
 		return len(primary.Query("postgres", "SELECT pid::text FROM pg_stat_activity WHERE wait_event = 'SyncRep'")) > 0
 	})
 	primary.Crash()
-	err = <-lost
+	err := <-lost
 	var cu CommitUnknownError
 	if !errors.As(err, &cu) || cu.Xid == 0 || !cu.CountersKept() {
 		t.Fatalf("the lost commit answered %v; want CommitUnknownError with its counters kept", err)
@@ -97,6 +85,31 @@ func TestLostTransactionWhoseIdIsReused(t *testing.T) {
 	}
 }
 
+// failoverPair is a primary with a synchronous standby, and a store whose URL names both
+// (target_session_attrs=read-write: it goes on against whichever is promoted).
+func failoverPair(t *testing.T) (primary, standby *pgcluster.Cluster, s *Store) {
+	primary = pgcluster.New(t)
+	standby = primary.Standby()
+	primary.SetSynchronous(true)
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&search_path=ledger", primary.Port, standby.Port)
+	s, err := Open(context.Background(), Config{URL: url, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return primary, standby, s
+}
+
+// disconnect stops the standby receiving: the primary's COMMITs then wait for it.
+func disconnect(t *testing.T, primary, standby *pgcluster.Cluster) {
+	t.Helper()
+	standby.Exec("postgres", "ALTER SYSTEM SET primary_conninfo = ''")
+	standby.Exec("postgres", "SELECT pg_reload_conf()")
+	waitUntil(t, "the standby to disconnect", func() bool {
+		return len(primary.Query("postgres", "SELECT pid::text FROM pg_stat_replication")) == 0
+	})
+}
+
 func waitUntil(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
@@ -117,26 +130,14 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 // it: the call ran, and so did its retry, admitted afresh (the effect twice). Now the claim
 // is refused as not recorded, and the retry runs the call once.
 func TestClaimLostInAFailoverIsNotAdmitted(t *testing.T) {
-	primary := pgcluster.New(t)
-	standby := primary.Standby()
-	primary.SetSynchronous(true)
+	primary, standby, s := failoverPair(t)
 	ctx := context.Background()
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&search_path=ledger", primary.Port, standby.Port)
-	s, err := Open(ctx, Config{URL: url, MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	s.noFreshSpeculation.Store(true) // the claim as a transaction, whose id resolve asks about
 	e := fence.New(keepOpen{s}, fence.Config{LeaseTTL: time.Minute})
 	defer e.Close()
 	r := fence.Request{Intent: "charge-1", Tool: "charge", Args: []byte(`{"usd":5}`)}
 
-	standby.Exec("postgres", "ALTER SYSTEM SET primary_conninfo = ''")
-	standby.Exec("postgres", "SELECT pg_reload_conf()")
-	waitUntil(t, "the standby to disconnect", func() bool {
-		return len(primary.Query("postgres", "SELECT pid::text FROM pg_stat_replication")) == 0
-	})
+	disconnect(t, primary, standby)
 	type result struct {
 		adm fence.Admission
 		err error
