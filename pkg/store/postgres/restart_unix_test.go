@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/pgcluster"
@@ -85,5 +86,58 @@ func TestCallsRightAfterAServerRestart(t *testing.T) {
 	}
 	if cs.Admitted != 10 || cs.Replayed != 4 {
 		t.Fatalf("counters %+v, want 10 admitted and 4 replayed", cs)
+	}
+}
+
+// TestWaiterAcrossAServerRestart: a duplicate in another process waits (PrepareWait, woken by
+// LISTEN/NOTIFY) for a call in flight when the server is killed and restarted. The waiters
+// table is UNLOGGED, so crash recovery empties it, and the LISTEN connection dies: the
+// listener must reconnect, wake its waiters so they ask again and register anew, so that the
+// holder's commit after the restart notifies them. The waiter is answered with the holder's
+// result (coalesced), never admitted to run the call itself.
+func TestWaiterAcrossAServerRestart(t *testing.T) {
+	c := pgcluster.New(t)
+	ctx := context.Background()
+	open := func() *Store {
+		s, err := Open(ctx, Config{URL: c.URL("postgres", "search_path=ledger"), MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	holder, waiter := fence.New(keepOpen{open()}, fence.Config{LeaseTTL: time.Minute}), open()
+	w := fence.New(keepOpen{waiter}, fence.Config{LeaseTTL: time.Minute})
+	r := fence.Request{Intent: "charge-1", Tool: "charge", Args: []byte(`{"usd":5}`)}
+	adm, err := holder.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	type result struct {
+		adm fence.Admission
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() { adm, err := w.PrepareWait(ctx, r, time.Minute); waited <- result{adm, err} }()
+	registered := func() bool {
+		return len(c.Query("postgres", "SELECT listener FROM ledger.effectfence_waiters WHERE intent = $1 AND listener = $2", r.Intent, waiter.instance)) == 1
+	}
+	waitUntil(t, "the waiter to register", registered)
+	before := waiter.listener.pid.Load()
+	c.Crash()
+	c.Start()
+	if len(c.Query("postgres", "SELECT listener FROM ledger.effectfence_waiters")) != 0 {
+		t.Log("the waiters table kept its rows through crash recovery")
+	}
+	waitUntil(t, "the waiter to register again after the restart", func() bool {
+		return waiter.listener.pid.Load() != before && registered()
+	})
+	cert, err := holder.Commit(ctx, *adm.Ticket, []byte(`"ch_1"`))
+	if err != nil {
+		t.Fatalf("the holder's commit after the restart: %v", err)
+	}
+	got := <-waited
+	if got.err != nil || got.adm.Fresh() || got.adm.Cert == nil || got.adm.Cert.Hash != cert.Hash {
+		t.Fatalf("the waiter across the restart: %+v %v; want the holder's cert %s", got.adm, got.err, cert.Hash)
 	}
 }
