@@ -75,7 +75,7 @@ func (s *Store) keep(err error, d doubt) error {
 	if d.body == nil && d.cut[0] == nil {
 		d.xid, d.delta = cu.Xid, cu.delta
 	}
-	if d.xid == cu.Xid {
+	if d.shard == "" && d.xid == cu.Xid {
 		d.shard = cu.shard
 	}
 	d.at = time.Now()

@@ -284,7 +284,7 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 		// transaction if its own answer was lost: the store settles them (doubt.go).
 		d := doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta}
 		if cu, ok := terr.(CommitUnknownError); ok {
-			d.xid = cu.Xid
+			d.xid, d.shard = cu.Xid, cu.shard
 		}
 		return true, s.keep(CommitUnknownError{Err: errors.Join(err, terr)}, d)
 	}
