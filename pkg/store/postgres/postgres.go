@@ -566,7 +566,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 		}
 	}
 	if !t.receipt {
-		// A receipt (see receipt), for a transaction that carried no counters: one more
+		// A receipt (see resolve), for a transaction that carried no counters: one more
 		// statement in the same round trip.
 		args, _ := counterArgs(s.shard(conn.PgConn()), fence.Counters{})
 		t.pending.Queue(addCounters, args...)
