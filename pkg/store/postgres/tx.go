@@ -75,7 +75,7 @@ type tx struct {
 	landed       []byte
 	dropCounters bool
 	// receipt: the transaction wrote this connection's counters row, whose row version then
-	// names the transaction (xmin): the evidence resolve reads (see receipt in postgres.go).
+	// names the transaction (xmin): the evidence resolve reads (postgres.go).
 	receipt bool
 	// delta is what AddCounters added: a commit whose answer is lost may carry it (doubt.go).
 	delta fence.Counters
