@@ -393,7 +393,7 @@ func (e CommitUnknownError) CountersKept() bool { return e.kept }
 
 func (e CommitUnknownError) Error() string {
 	if e.claim {
-		return fmt.Sprintf("postgres ledger: the connection was lost after a one-statement claim was sent, and the server could not be asked whether it was recorded; the call was not admitted and must not run; if the claim was recorded, this process releases it once the database answers (a retry then runs the call) (%v)", e.Err)
+		return fmt.Sprintf("postgres ledger: the connection was lost after a one-statement claim was sent, and the server could not be asked whether it was recorded; the call was not admitted and must not run; if the claim was recorded, this process releases it once the database answers and its next write there has settled that (a retry then runs the call) (%v)", e.Err)
 	}
 	if e.Xid == 0 {
 		return fmt.Sprintf("postgres ledger: the connection was lost after a one-statement commit was sent, and the transaction that would have settled it failed too; the decision may or may not be recorded: check the intent's status once the database is reachable (%v)", e.Err)
