@@ -8,7 +8,8 @@
 // before it answers, each execution with its own id). Concurrent clients call the tool with
 // frequent duplicates (the same op from several clients and wraps), while a nemesis kill -9s
 // wraps and children, SIGSTOPs wraps (holders) and children past their lease and SIGCONTs them,
-// and cuts the database. Everything is recorded: each call and its answer, each fault, each
+// cuts the database and, on a private cluster of its own (Config.CrashDB), kill -9s every
+// process of the database server and restarts it into crash recovery. Everything is recorded: each call and its answer, each fault, each
 // execution, and the ledger's final state once every process has stopped. Check then proves
 // the promise on that history (see Check).
 //
@@ -33,11 +34,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/pgcluster"
 	"github.com/effectfence/effectfence/pkg/internal/procs"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -59,6 +62,14 @@ type Config struct {
 	// default (ALTER ROLE … SET search_path); the harness still reads and drops the schema
 	// through Postgres.
 	Pooler string
+	// CrashDB, with Ledger "postgres", puts the ledger on a private PostgreSQL cluster
+	// (pkg/internal/pgcluster: the server's binaries, run as the user postgres when the
+	// harness runs as root) instead of Postgres, still reached through the cutting proxy. The
+	// server defaults to synchronous_commit = off with its WAL writer asleep for 10 s, as
+	// pkg/wrap's TestServerCrashesAroundCalls has it (the store turns synchronous_commit on for
+	// its own sessions), and the nemesis also crashes it (FaultCrashDB). Run fails when no
+	// cluster can be started; the server's log is kept as postgres.log in Dir.
+	CrashDB bool
 	// Schema names the run's PostgreSQL schema (default history_<seed>_<pid>_<front>).
 	Schema string
 	// Bin is the effectfence binary.
@@ -99,6 +110,9 @@ const (
 	FaultStopWrap  = "stop-wrap"
 	FaultStopChild = "stop-child"
 	FaultCutDB     = "cut-db"
+	// FaultCrashDB is kill -9 of every process of the database server (Config.CrashDB), then
+	// a restart into crash recovery 0.3 to 1.5 s later.
+	FaultCrashDB = "crash-db"
 )
 
 // Report is a run's history and what Check found in it.
@@ -106,6 +120,7 @@ type Report struct {
 	Seed       int64            `json:"seed"`
 	Ledger     string           `json:"ledger"`
 	Front      string           `json:"front"`
+	CrashDB    bool             `json:"crash_db,omitempty"`
 	Duration   time.Duration    `json:"duration_ns"`
 	Ops        []Op             `json:"ops"`
 	Faults     []Fault          `json:"faults"`
@@ -133,7 +148,11 @@ func (r *Report) Summary() string {
 	for _, f := range r.Final {
 		states[string(f.State)]++
 	}
-	fmt.Fprintf(&b, "history: seed %d, ledger %s, front %s, %s\n", r.Seed, r.Ledger, r.Front, r.Duration)
+	ledger := r.Ledger
+	if r.CrashDB {
+		ledger += " (a private cluster, crash-db)"
+	}
+	fmt.Fprintf(&b, "history: seed %d, ledger %s, front %s, %s\n", r.Seed, ledger, r.Front, r.Duration)
 	fmt.Fprintf(&b, "operations: %d calls (%s) on %d ops; %d executions; ledger at the end: %s\n", len(r.Ops), counts(answers), len(r.Final), len(r.Executions), counts(states))
 	fmt.Fprintf(&b, "faults injected: %d (%s)\n", len(r.Faults), counts(faults))
 	fmt.Fprintf(&b, "violations: %d\n", len(r.Violations))
@@ -181,9 +200,14 @@ type run struct {
 	ledger string // what the wraps open
 	direct string // the same ledger without the proxy, for the final read
 	proxy  *netcut.Proxy
-	effect string
-	rng    *rand.Rand
-	rngMu  sync.Mutex
+	// cluster is the private server of a CrashDB run; crashing is true while it is down or
+	// recovering, dbErr why it could not be restarted.
+	cluster  *pgcluster.Cluster
+	crashing atomic.Bool
+	dbErr    atomic.Pointer[error]
+	effect   string
+	rng      *rand.Rand
+	rngMu    sync.Mutex
 
 	mu     sync.Mutex
 	ops    []Op
@@ -241,6 +265,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.ledger = filepath.Join(cfg.Dir, "ledger.db")
 		r.direct = r.ledger
 	case "postgres":
+		if cfg.CrashDB {
+			var env pgcluster.Standalone
+			defer env.Close() // the cluster killed and removed, after the schema is dropped
+			if err := r.privateCluster(&env); err != nil {
+				return nil, err
+			}
+			defer r.keepServerLog()
+		}
 		drop, err := r.postgres(ctx)
 		if err != nil {
 			return nil, err
@@ -249,6 +281,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer r.proxy.Close()
 	default:
 		return nil, fmt.Errorf("history: ledger %q: want sqlite or postgres", cfg.Ledger)
+	}
+	if cfg.CrashDB && cfg.Ledger != "postgres" {
+		return nil, fmt.Errorf("history: crash-db needs the postgres ledger, not %s", cfg.Ledger)
 	}
 	if err := os.WriteFile(r.effect, nil, 0o600); err != nil {
 		return nil, err
@@ -296,7 +331,50 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, w := range r.wraps {
 		w.stop()
 	}
+	if err := r.dbErr.Load(); err != nil {
+		return nil, *err
+	}
 	return r.finish(ctx)
+}
+
+// privateCluster starts the CrashDB run's own server, whose cleanups env runs, and points the
+// run at its database postgres.
+func (r *run) privateCluster(env *pgcluster.Standalone) error {
+	if r.cfg.Pooler != "" {
+		return errors.New("history: crash-db runs its own server and takes no pooler")
+	}
+	var c *pgcluster.Cluster
+	if err := pgcluster.Catch(func() {
+		c = pgcluster.New(env, "synchronous_commit = off", "wal_writer_delay = 10000ms")
+	}); err != nil {
+		return fmt.Errorf("history: crash-db cannot start a private PostgreSQL cluster (it needs PostgreSQL's server binaries, run as the user postgres when this runs as root): %w", err)
+	}
+	r.cluster = c
+	r.cfg.Postgres = c.URL("postgres")
+	return nil
+}
+
+// keepServerLog copies the private server's log into the run's directory.
+func (r *run) keepServerLog() {
+	if b, err := os.ReadFile(r.cluster.Log()); err == nil {
+		_ = os.WriteFile(filepath.Join(r.cfg.Dir, "postgres.log"), b, 0o600)
+	}
+}
+
+// crashDB kills every process of the private server, and restarts it into crash recovery after
+// down. A server that cannot be restarted ends the run with an error.
+func (r *run) crashDB(down time.Duration) {
+	defer r.crashing.Store(false)
+	err := pgcluster.Catch(func() {
+		r.cluster.Crash()
+		time.Sleep(down)
+		r.cluster.Start()
+	})
+	if err != nil {
+		err = fmt.Errorf("history: the private PostgreSQL server did not come back after a crash: %w", err)
+		r.logf("%v", err)
+		r.dbErr.CompareAndSwap(nil, &err)
+	}
 }
 
 // postgres creates the run's schema and the cutting proxy; the returned function drops it.
@@ -458,6 +536,9 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 	if r.proxy != nil {
 		kinds = append(kinds, FaultCutDB, FaultCutDB)
 	}
+	if r.cluster != nil {
+		kinds = append(kinds, FaultCrashDB, FaultCrashDB)
+	}
 	var stoppedMu sync.Mutex
 	stopped := map[int]bool{}
 	for {
@@ -469,7 +550,7 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 		kind := kinds[r.intn(len(kinds))]
 		w := r.wraps[r.intn(len(r.wraps))]
 		wrapPid, gen := w.pid()
-		if wrapPid == 0 && kind != FaultCutDB {
+		if wrapPid == 0 && kind != FaultCutDB && kind != FaultCrashDB {
 			continue // restarting
 		}
 		target := fmt.Sprintf("wrap %d.%d pid %d", w.i, gen, wrapPid)
@@ -497,6 +578,17 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 			d := r.between(500*time.Millisecond, 1500*time.Millisecond)
 			r.proxy.Cut(d)
 			r.fault(kind, fmt.Sprintf("every connection, for %s", d))
+		case FaultCrashDB:
+			if !r.crashing.CompareAndSwap(false, true) {
+				continue // down or recovering
+			}
+			d := r.between(300*time.Millisecond, 1500*time.Millisecond)
+			r.fault(kind, fmt.Sprintf("every server process (postmaster %d), restarted after %s", r.cluster.Postmaster(), d))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.crashDB(d)
+			}()
 		}
 	}
 }
@@ -524,7 +616,7 @@ func (r *run) stop(wg *sync.WaitGroup, mu *sync.Mutex, stopped map[int]bool, pid
 
 // finish reads the effects file and the ledger, checks the history and records it.
 func (r *run) finish(ctx context.Context) (*Report, error) {
-	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Front: r.cfg.Front, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{},
+	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Front: r.cfg.Front, CrashDB: r.cfg.CrashDB, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{},
 		StartUnixMs: r.start.UnixMilli(), Lease: r.cfg.Lease}
 	r.mu.Lock()
 	rep.Faults = append([]Fault(nil), r.faults...)

@@ -11,6 +11,9 @@
 // EFFECTFENCE_TEST_PGBIN, else pg_config --bindir, else the newest /usr/lib/postgresql/*/bin.
 // Without them the test is skipped with SKIP-REQUIRED (CI installs them with the server). As
 // root (initdb refuses root) the server runs as the user postgres, else nobody.
+//
+// Every function takes a TB, which testing.TB satisfies; a program that is not a test (the
+// history checker) passes a *Standalone instead and calls its functions through Catch.
 package pgcluster
 
 import (
@@ -28,7 +31,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,9 +42,20 @@ import (
 // pg_config or /usr/lib/postgresql say.
 const EnvBin = "EFFECTFENCE_TEST_PGBIN"
 
+// TB is what the package needs of a test: testing.TB has it, and so does *Standalone for a
+// program. Fatal, Fatalf and Skipf must not return (a test's end its goroutine; Standalone's
+// panic, for Catch to recover).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Cleanup(func())
+}
+
 // Cluster is one private PostgreSQL server: a data directory and the postmaster running on it.
 type Cluster struct {
-	tb   testing.TB
+	tb   TB
 	bin  string
 	cred *syscall.Credential // the server's user, when the test runs as root
 	// Dir holds the data directory, the server's log and its socket; owned by the server's user.
@@ -57,7 +70,7 @@ type Cluster struct {
 }
 
 // Bin returns the directory of the server binaries, or skips the test with SKIP-REQUIRED.
-func Bin(tb testing.TB) string {
+func Bin(tb TB) string {
 	tb.Helper()
 	has := func(dir string) bool {
 		for _, b := range []string{"initdb", "postgres", "pg_basebackup"} {
@@ -95,7 +108,7 @@ func version(bindir string) int {
 }
 
 // serverUser is the credential the server runs under: nil unless the test runs as root.
-func serverUser(tb testing.TB) *syscall.Credential {
+func serverUser(tb TB) *syscall.Credential {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		return nil
@@ -116,7 +129,7 @@ func serverUser(tb testing.TB) *syscall.Credential {
 
 // newDir makes a directory for one cluster, owned by the server's user and removed when the
 // test ends (t.TempDir's parents are private to the test's user, which the server is not).
-func newDir(tb testing.TB, cred *syscall.Credential) string {
+func newDir(tb TB, cred *syscall.Credential) string {
 	tb.Helper()
 	dir, err := os.MkdirTemp("", "effectfence-pgcluster-")
 	if err != nil {
@@ -132,7 +145,7 @@ func newDir(tb testing.TB, cred *syscall.Credential) string {
 }
 
 // freePort returns a TCP port on 127.0.0.1 nothing listens on now.
-func freePort(tb testing.TB) int {
+func freePort(tb TB) int {
 	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -158,7 +171,7 @@ func (c *Cluster) run(name string, args ...string) {
 // New initdb's a cluster (trust authentication for local connections, replication included),
 // writes settings (postgresql.conf lines, such as "synchronous_commit = off") into its
 // configuration, and starts it. It is killed and removed when the test ends.
-func New(tb testing.TB, settings ...string) *Cluster {
+func New(tb TB, settings ...string) *Cluster {
 	tb.Helper()
 	c := newCluster(tb)
 	c.run("initdb", "-D", c.Data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
@@ -167,7 +180,7 @@ func New(tb testing.TB, settings ...string) *Cluster {
 	return c
 }
 
-func newCluster(tb testing.TB) *Cluster {
+func newCluster(tb TB) *Cluster {
 	tb.Helper()
 	bin := Bin(tb)
 	cred := serverUser(tb)

@@ -4,9 +4,10 @@
 // (package history) and prints what it did and every violation it found. Run it through
 // scripts/history:
 //
-//	scripts/history [-seed N] [-duration D] [-ledger sqlite|postgres|both]
+//	scripts/history [-seed N] [-duration D] [-ledger sqlite|postgres|both] [-crash-db]
 //
-// PostgreSQL runs need EFFECTFENCE_TEST_POSTGRES. Exit status: 0 no violation, 1 violations,
+// PostgreSQL runs need EFFECTFENCE_TEST_POSTGRES, or -crash-db: a private cluster of the run's
+// own (pkg/internal/pgcluster) that the nemesis also kills and restarts. Exit status: 0 no violation, 1 violations,
 // 2 the run could not be made.
 package main
 
@@ -40,9 +41,18 @@ func run() int {
 	pad := flag.Int("pad", 0, "bytes of padding in every call's arguments (e.g. 12000: large records)")
 	pooler := flag.String("pooler", "", "PostgreSQL: a pooler's URL the wraps use instead of the server's (its role must reach -schema by its own search_path)")
 	schema := flag.String("schema", "", "PostgreSQL: the run's schema (default history_<seed>_<pid>_<front>); it is dropped at the end")
+	crashDB := flag.Bool("crash-db", false, "PostgreSQL: the ledger on a private cluster (PostgreSQL's server binaries, run as the user postgres under root) that the nemesis also kill -9s and restarts into crash recovery (fault crash-db), instead of EFFECTFENCE_TEST_POSTGRES")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "history: unexpected argument %q\n", flag.Arg(0))
+		return 2
+	}
+	if *crashDB && *ledger == "sqlite" {
+		fmt.Fprintln(os.Stderr, "history: -crash-db crashes a PostgreSQL server: it needs -ledger postgres or both")
+		return 2
+	}
+	if *crashDB && *pooler != "" {
+		fmt.Fprintln(os.Stderr, "history: -crash-db runs a private server of its own and takes no -pooler")
 		return 2
 	}
 	ledgers := []string{*ledger}
@@ -96,7 +106,7 @@ func run() int {
 		rep, err := history.Run(context.Background(), history.Config{
 			Seed: *seed, Duration: *duration, Ledger: l, Postgres: os.Getenv("EFFECTFENCE_TEST_POSTGRES"),
 			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr, Front: ro.front, Pad: *pad,
-			Pooler: *pooler, Schema: *schema,
+			Pooler: *pooler, Schema: *schema, CrashDB: *crashDB && l == "postgres",
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
