@@ -94,7 +94,8 @@ func TestCallsRightAfterAServerRestart(t *testing.T) {
 // table is UNLOGGED, so crash recovery empties it, and the LISTEN connection dies: the
 // listener must reconnect, wake its waiters so they ask again and register anew, so that the
 // holder's commit after the restart notifies them. The waiter is answered with the holder's
-// result (coalesced), never admitted to run the call itself.
+// result (coalesced), never admitted to run the call itself; or, if its safety-net read met
+// the server down, refused with a store error, and its retry gets the result.
 func TestWaiterAcrossAServerRestart(t *testing.T) {
 	c := pgcluster.New(t)
 	ctx := context.Background()
@@ -129,9 +130,33 @@ func TestWaiterAcrossAServerRestart(t *testing.T) {
 	if len(c.Query("postgres", "SELECT listener FROM ledger.effectfence_waiters")) != 0 {
 		t.Log("the waiters table kept its rows through crash recovery")
 	}
-	waitUntil(t, "the waiter to register again after the restart", func() bool {
-		return waiter.listener.pid.Load() != before && registered()
+	// The waiter reads the ledger every second as a safety net; a read that meets the server
+	// still down ends its wait with a store error (refused, nothing runs), which a slow
+	// restart makes likely. Either it registers again, or it was refused so.
+	var refused *result
+	waitUntil(t, "the waiter to register again after the restart, or to be refused", func() bool {
+		if waiter.listener.pid.Load() == before {
+			return false // the listener has not reconnected yet
+		}
+		if registered() {
+			return true
+		}
+		select {
+		case got := <-waited:
+			refused = &got
+			return true
+		default:
+			return false
+		}
 	})
+	if refused != nil {
+		if refused.err == nil || fence.CodeOf(refused.err) != fence.CodeStore {
+			t.Fatalf("the waiter ended during the restart with %+v %v; want a store error", refused.adm, refused.err)
+		}
+		t.Logf("the waiter met the server down and was refused (%v); its retry waits", refused.err)
+		go func() { adm, err := w.PrepareWait(ctx, r, time.Minute); waited <- result{adm, err} }()
+		waitUntil(t, "the retry to register", registered)
+	}
 	cert, err := holder.Commit(ctx, *adm.Ticket, []byte(`"ch_1"`))
 	if err != nil {
 		t.Fatalf("the holder's commit after the restart: %v", err)
