@@ -28,6 +28,17 @@ const notifiedPoll = time.Second
 // this process at once, and those of other processes through the store's Notifier if it has
 // one, else by polling the store (2 ms growing to 100 ms).
 func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Duration) (Admission, error) {
+	return e.PrepareWaitUntil(ctx, req, maxWait, nil)
+}
+
+// PrepareWaitUntil is PrepareWait whose waiting also ends when giveUp is closed (a nil giveUp
+// never closes). Only the waiting: every reading and writing of the ledger runs in ctx alone,
+// so closing giveUp never cuts one short, and an attempt that claims the intent is admitted
+// whenever giveUp is closed. An attempt that finds the intent in flight once giveUp is closed
+// ends there, before it asks the ledger again, with the InFlightError it waited on, counted
+// as refused in flight like a wait whose maxWait ran out: it ended with the intent in flight
+// and did not run. wrap gives up the wait of a duplicate its agent cancelled this way.
+func (e *Engine) PrepareWaitUntil(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}) (Admission, error) {
 	var c call
 	if err := e.validate(&req, &c); err != nil {
 		return Admission{}, err
@@ -51,6 +62,11 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 			return adm, nil
 		}
 		waited = true
+		if closed(giveUp) {
+			stop()
+			e.count(out, err, waited)
+			return Admission{}, err
+		}
 		if notifier != nil && remote == nil {
 			if rch, rstop, werr := notifier.Watch(ctx, req.Intent); werr == nil {
 				// With a notification on the way, polling is only a safety net.
@@ -72,10 +88,25 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 			stop()
 			e.count(out, err, waited)
 			return Admission{}, err
+		case <-giveUp:
 		}
 		timer.Stop()
 		stop()
+		if closed(giveUp) { // also when the intent changed as it was given up: not asked again
+			e.count(out, err, waited)
+			return Admission{}, err
+		}
 		poll = min(poll*2, ceiling)
+	}
+}
+
+// closed reports whether ch is closed (a nil ch never is).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

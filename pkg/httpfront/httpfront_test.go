@@ -40,6 +40,20 @@ type gw struct {
 	effects string
 	led     *store.Ledger
 	log     *logBuf
+
+	mu      sync.Mutex
+	proxies []*wrap.Proxy // every session's, in the order they were made
+}
+
+// inFlight is the number of requests the sessions' proxies are serving.
+func (g *gw) inFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, p := range g.proxies {
+		n += len(p.InFlight())
+	}
+	return n
 }
 
 func newGW(t *testing.T, tweak func(*httpfront.Config, *wrap.Options)) *gw {
@@ -72,7 +86,13 @@ func newGWOn(t *testing.T, led *store.Ledger, effects string, tweak func(*httpfr
 	cfg.NewSession = func(who httpfront.Caller) (*wrap.Proxy, error) {
 		o := opt
 		o.Scope = scope.ForPrincipal(who.Principal)
-		return wrap.New(o)
+		p, err := wrap.New(o)
+		if err == nil {
+			g.mu.Lock()
+			g.proxies = append(g.proxies, p)
+			g.mu.Unlock()
+		}
+		return p, err
 	}
 	g.front, err = httpfront.New(cfg)
 	if err != nil {

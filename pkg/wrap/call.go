@@ -126,7 +126,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	id.exact = fwd
 	a := p.fencedCall(ctx, c.name, id, params, c.task)
 	ev.Outcome, ev.Code = a.outcome, a.code
-	if a.code == "not_sent" && ctx.Err() != nil {
+	if a.withdrawn || a.code == "not_sent" && ctx.Err() != nil {
 		return nil // cancelled by the agent before it was sent: MCP says no response is sent
 	}
 	if c.task && a.err == nil && a.outcome != "executed" {
@@ -145,6 +145,9 @@ type answer struct {
 	err    *jsonrpc.Error
 	// outcome and code classify it for Options.Observe (see CallEvent).
 	outcome, code string
+	// withdrawn: the agent cancelled the call while it waited and nothing ran for it, so it
+	// gets no response (MCP).
+	withdrawn bool
 }
 
 func (a answer) as(outcome, code string) answer {
@@ -314,8 +317,17 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).
 	f := p.flights.join(id.flightKey())
-	adm, err := p.opt.Engine.PrepareWait(f.ctx, req, s.Wait)
+	// A duplicate waits for the attempt it duplicates until the attempt ends or its own agent
+	// cancels it (ctx is the request's: only notifications/cancelled ends it). Nothing runs
+	// for it, so a cancelled wait just ends: no response (MCP), counted as refused in flight.
+	// The cancellation never reaches the claim: a call the ledger admits is the attempt, and
+	// is seen through (see run).
+	adm, err := p.opt.Engine.PrepareWaitUntil(f.ctx, req, s.Wait, ctx.Done())
 	holder := err == nil && adm.Fresh()
+	if !holder && err != nil && ctx.Err() != nil {
+		p.flights.leave(id.intent, f, false)
+		return answer{outcome: "refused", code: fence.CodeOf(err), withdrawn: true}
+	}
 	if failure, failed := p.flights.leave(id.intent, f, holder); failed {
 		// The attempt this call waited for failed definitely: same answer, no second run.
 		if holder {

@@ -62,3 +62,15 @@ func SetRequestBudget(total int64, wait time.Duration) (*budget.Pool, func()) {
 	requests, requestWait = budget.NewPool(total), wait
 	return requests, func() { requests, requestWait = oldPool, oldWait }
 }
+
+// Waiting is the number of calls waiting in the ledger for an attempt of their intent (the
+// members of the flights, the attempt's own caller before it is admitted included).
+func (p *Proxy) Waiting() int {
+	p.flights.mu.Lock()
+	defer p.flights.mu.Unlock()
+	n := 0
+	for _, f := range p.flights.m {
+		n += f.members
+	}
+	return n
+}

@@ -202,7 +202,8 @@ type CallEvent struct {
 	Tool string
 	// Outcome: "passed" (not fenced, forwarded), "executed" (fenced, ran here: Code says how
 	// it ended, "" for success), "replayed" (a recorded result), "coalesced" (the answer of an
-	// attempt this call waited for), "refused" (not run: Code is the refusal's code),
+	// attempt this call waited for), "refused" (not run: Code is the refusal's code; a
+	// duplicate its agent cancelled while it waited is intent_in_flight, and unanswered),
 	// "unknown" (ran here, outcome unknown), "invalid" (params refused).
 	Outcome string
 	Code    string
@@ -704,9 +705,9 @@ func (p *Proxy) route(line []byte, owned bool, held int64) (run func()) {
 		}
 		p.calls.Add(1) // before Stop's Wait: see stopped
 		p.smu.Unlock()
-		untrack := p.track(m)
 		// The request's cancellation is known before the next message is handled: a
-		// notifications/cancelled that follows it must find it, however soon it comes.
+		// notifications/cancelled that follows it must find it, however soon it comes. It is
+		// known before the request is listed in InFlight, too.
 		ctx, cancel := context.WithCancelCause(context.Background())
 		key := string(m.ID)
 		p.cmu.Lock()
@@ -714,6 +715,7 @@ func (p *Proxy) route(line []byte, owned bool, held int64) (run func()) {
 		entry := cancelEntry{cancel, p.nextReq}
 		p.cancels[key] = entry
 		p.cmu.Unlock()
+		untrack := p.track(m)
 		kept = true
 		return func() {
 			defer p.calls.Done()
@@ -775,6 +777,9 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		// agent's cancellation on purpose (an agent that gives up must not abort a charge
 		// half way). Session.Call tells the child when its context is cancelled.
 		// The agent's reason is passed on as it was given (none when it gave none).
+		// A fenced call not forwarded yet is not detached: waiting for a slot it is not sent
+		// (sendChild), and a duplicate waiting for another attempt stops waiting (fencedCall);
+		// neither is answered.
 		var c struct {
 			RequestID json.RawMessage `json:"requestId"`
 			Reason    json.RawMessage `json:"reason"`

@@ -63,7 +63,7 @@ func Env(effects, mode string) []string {
 // is caught.
 const ToolsList = `{"tools":[` +
 	`{"name":"charge","title":"Charge a card","description":"Charges a card once. Appends to the effects file.","inputSchema":{"type":"object","properties":{"amount":{"type":"integer","minimum":1},"order":{"type":"string"},"note":{"type":"string"},"idempotency_key":{"type":"string","description":"dedupe key"}},"required":["amount"],"additionalProperties":false,"$comment":"keep me"},"outputSchema":{"type":"object","properties":{"charge_id":{"type":"string"},"amount":{"type":"integer"}},"required":["charge_id"]},"annotations":{"destructiveHint":true,"idempotentHint":false,"openWorldHint":true},"execution":{"taskSupport":"forbidden"}},` +
-	`{"name":"slow","description":"Sleeps ms milliseconds, then records one effect.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
+	`{"name":"slow","description":"Sleeps ms milliseconds (and until the file until exists, when given), then records one effect.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
 	`{"name":"fail","description":"Records an attempt, then answers isError (card declined).","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
 	`{"name":"die","description":"Records an effect, then kills its own process.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
 	`{"name":"balance","description":"Reads the balance (read only).","inputSchema":{"type":"object","properties":{}},"annotations":{"readOnlyHint":true}},` +
@@ -388,6 +388,7 @@ type callParams struct {
 		Echo           bool   `json:"echo"`
 		Escaped        bool   `json:"escaped"`
 		Answer         string `json:"answer"`
+		Until          string `json:"until"`
 	} `json:"arguments"`
 }
 
@@ -482,6 +483,12 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		}
 		fmt.Fprintf(os.Stderr, "mcptest: slow tag=%s started\n", a.Tag) // tests wait for it before cancelling
 		sleep()
+		for a.Until != "" { // a test lets the call end by creating the file
+			if _, err := os.Stat(a.Until); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		n := s.record("slow tag=" + a.Tag)
 		return text(fmt.Sprintf("slow done n=%d pid=%d t=%d", n, os.Getpid(), time.Now().UnixNano()), false), nil
 	case "fail":
