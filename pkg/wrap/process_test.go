@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 	"github.com/effectfence/effectfence/pkg/store"
 )
@@ -346,7 +347,15 @@ func TestCancellationReachesPassThroughRequestsOnly(t *testing.T) {
 	send := func(line string) { t.Helper(); rw.send(t, line) }
 	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1000,"tag":"pass"}}}`)
 	send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"charge","arguments":{"amount":3}}}`)
-	time.Sleep(100 * time.Millisecond)
+	// Both reached the child (a fenced call not sent yet would not be detached: it would
+	// just not be sent, and not answered).
+	waitFor(t, "both calls to reach the child", func() bool {
+		charged := false
+		for _, e := range mcptest.Effects(r.effects) {
+			charged = charged || strings.HasPrefix(e, "charge amount=3")
+		}
+		return charged && strings.Contains(rw.log.String(), "mcptest: slow tag=pass started")
+	})
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"agent gave up"}}`)
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":6,"reason":"agent gave up"}}`)
 	// The fenced charge still answers; the cancelled pass-through call never does.
