@@ -141,6 +141,10 @@ func intentOf(in any) string {
 	return ""
 }
 
+// cancelledBeforeTicket is the release reason of a claim made for a request its agent
+// cancelled before the ticket was delivered.
+const cancelledBeforeTicket = "the agent cancelled the request before its ticket was delivered: nothing ran"
+
 func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	req := fence.Request{
 		Intent: in.Intent, Parent: in.Parent, Domain: in.Domain, Tool: in.Tool, Args: json.RawMessage(in.Args),
@@ -153,8 +157,9 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	)
 	for drained := false; ; drained = true {
 		if in.WaitSecs > 0 {
-			// Waiting may end with the caller; the admission itself is one transaction either way.
-			adm, err = s.eng.PrepareWait(ctx, req, time.Duration(in.WaitSecs*float64(time.Second)))
+			// Waiting ends with the caller (notifications/cancelled, or the session ending);
+			// the ledger's reads and writes never do, so none is cut half way.
+			adm, err = s.eng.PrepareWaitUntil(context.WithoutCancel(ctx), req, time.Duration(in.WaitSecs*float64(time.Second)), ctx.Done())
 		} else {
 			adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
 		}
@@ -170,6 +175,16 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if adm.Fresh() && ctx.Err() != nil {
+		// Admitted for a request its agent cancelled meanwhile: a client drops the answer to
+		// a request it cancelled, so nobody would hold this ticket, and the claim would stay
+		// in flight, then unknown, every retry refused. Nothing ran: it is released, and the
+		// answer (if anyone reads it) says so, without the ticket.
+		if rerr := s.eng.Release(context.WithoutCancel(ctx), *adm.Ticket, cancelledBeforeTicket); rerr != nil {
+			return nil, fmt.Errorf("admitting %s for a request cancelled meanwhile, then releasing it: %w", req.Intent, rerr)
+		}
+		return nil, fmt.Errorf("admitting %s: %w (the claim was released: nothing ran)", req.Intent, ctx.Err())
 	}
 	if adm.Fresh() {
 		return PrepareResult{Status: StatusFresh, Ticket: adm.Ticket,
