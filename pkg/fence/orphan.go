@@ -139,9 +139,22 @@ func (e *Engine) releaseLost(ctx context.Context, c lostClaim) error {
 		// settle the store's other doubts, and put their settling off (doubtRetry).
 		return errClaimInDoubt
 	}
+	ours := func(rec *Record) bool {
+		return rec != nil && rec.Nonce == c.nonce && (rec.State == StateInFlight || rec.Healable())
+	}
+	// Read first: most lost claims never landed, and a read costs the ledger no write (no
+	// transaction to commit, no WAL, on a shared ledger no receipt).
+	found := false
+	if err := e.store.View(ctx, func(tx Tx) error {
+		rec, err := tx.Get(c.intent)
+		found = ours(rec)
+		return err
+	}); err != nil || !found {
+		return err
+	}
 	return e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(c.intent)
-		if err != nil || rec == nil || rec.Nonce != c.nonce || (rec.State != StateInFlight && !rec.Healable()) {
+		if err != nil || !ours(rec) {
 			return err
 		}
 		now := tx.Now()
