@@ -73,10 +73,7 @@ func (s *Store) keep(err error, d doubt) error {
 		return err
 	}
 	if d.body == nil && d.cut[0] == nil {
-		d.xid, d.delta = cu.Xid, cu.delta
-	}
-	if d.shard == "" && d.xid == cu.Xid {
-		d.shard = cu.shard
+		d.xid, d.shard, d.delta = cu.Xid, cu.shard, cu.delta // spec.go sets its own
 	}
 	d.at = time.Now()
 	if d.delta.IsZero() || (d.xid == 0 && d.body == nil && d.cut[0] == nil) {
@@ -151,17 +148,14 @@ func (s *Store) settleDoubts(ctx context.Context, now bool) {
 	var open []doubt
 	answered := true
 	for i, d := range s.doubts.list {
-		switch s.settle(ctx, d) {
-		case doubtSettled:
-			continue
-		case doubtUnasked:
-			open = append(open, s.doubts.list[i:]...)
-			answered = false
-		default:
-			open = append(open, d)
-			continue
+		r := s.settle(ctx, d)
+		if r == doubtUnasked {
+			open, answered = append(open, s.doubts.list[i:]...), false
+			break
 		}
-		break
+		if r == doubtUndecided {
+			open = append(open, d)
+		}
 	}
 	s.doubts.list = open
 	s.doubts.n.Store(int64(len(open)))
