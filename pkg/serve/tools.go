@@ -141,10 +141,6 @@ func intentOf(in any) string {
 	return ""
 }
 
-// cancelledBeforeTicket is the release reason of a claim made for a request its agent
-// cancelled before the ticket was delivered.
-const cancelledBeforeTicket = "the agent cancelled the request before its ticket was delivered: nothing ran"
-
 func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	req := fence.Request{
 		Intent: in.Intent, Parent: in.Parent, Domain: in.Domain, Tool: in.Tool, Args: json.RawMessage(in.Args),
@@ -175,16 +171,6 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	}
 	if err != nil {
 		return nil, err
-	}
-	if adm.Fresh() && ctx.Err() != nil {
-		// Admitted for a request its agent cancelled meanwhile: a client drops the answer to
-		// a request it cancelled, so nobody would hold this ticket, and the claim would stay
-		// in flight, then unknown, every retry refused. Nothing ran: it is released, and the
-		// answer (if anyone reads it) says so, without the ticket.
-		if rerr := s.eng.Release(context.WithoutCancel(ctx), *adm.Ticket, cancelledBeforeTicket); rerr != nil {
-			return nil, fmt.Errorf("admitting %s for a request cancelled meanwhile, then releasing it: %w", req.Intent, rerr)
-		}
-		return nil, fmt.Errorf("admitting %s: %w (the claim was released: nothing ran)", req.Intent, ctx.Err())
 	}
 	if adm.Fresh() {
 		return PrepareResult{Status: StatusFresh, Ticket: adm.Ticket,
