@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/budget"
@@ -21,4 +22,11 @@ func SetRequestBudget(total int64, wait time.Duration) (*budget.Pool, func()) {
 	oldPool, oldWait := requests, requestWait
 	requests, requestWait = budget.NewPool(total), wait
 	return requests, func() { requests, requestWait = oldPool, oldWait }
+}
+
+// SessionOf returns the stdio session's context a request's context (or one derived from it,
+// even by context.WithoutCancel) carries, or nil outside Serve.
+func SessionOf(ctx context.Context) context.Context {
+	session, _ := ctx.Value(sessionKey{}).(context.Context)
+	return session
 }

@@ -154,7 +154,11 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 
 	sc := &scheduler{s: s, out: w, requests: requests}
 	select {
-	case sc.ctx = <-session:
+	case c := <-session:
+		// The session's own context, kept where the tools can find it: mcp-go cancels one
+		// request's context alone for its notifications/cancelled, and this one (with every
+		// request's) only when Serve ends (see cancelledAlone).
+		sc.ctx = context.WithValue(c, sessionKey{}, c)
 	case err := <-listened:
 		pr.Close()
 		return fmt.Errorf("serve: %w", err)

@@ -141,6 +141,24 @@ func intentOf(in any) string {
 	return ""
 }
 
+// cancelledBeforeTicket is the release reason of a claim admitted for a request its agent
+// cancelled before the ticket was answered.
+const cancelledBeforeTicket = "the agent cancelled the request (notifications/cancelled) before its ticket was answered: nothing ran"
+
+// sessionKey marks the stdio session's context in the contexts of its requests.
+type sessionKey struct{}
+
+// cancelledAlone says whether ctx, a request's, was cancelled by its client's
+// notifications/cancelled: the request's context is done while its session's is not. The
+// session's ends when the client's input ends (or Serve's caller cancels), which cancels every
+// request too, though a client that sent its requests and closed its input still reads the
+// answers: that is not a cancellation of any one request. Outside Serve (the MCP server on
+// another transport) it is false: nothing tells the two apart there.
+func cancelledAlone(ctx context.Context) bool {
+	session, ok := ctx.Value(sessionKey{}).(context.Context)
+	return ok && ctx.Err() != nil && session.Err() == nil
+}
+
 func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	req := fence.Request{
 		Intent: in.Intent, Parent: in.Parent, Domain: in.Domain, Tool: in.Tool, Args: json.RawMessage(in.Args),
@@ -171,6 +189,16 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if adm.Fresh() && cancelledAlone(ctx) {
+		// Admitted for a request its agent cancelled meanwhile: a client drops the answer to a
+		// request it cancelled, so nobody would hold this ticket, and the intent would stay in
+		// flight, then unknown, fenced until an operator clears it. Nothing ran: the claim is
+		// released, and the answer (if anyone reads it) says so, without the ticket.
+		if rerr := s.eng.Release(context.WithoutCancel(ctx), *adm.Ticket, cancelledBeforeTicket); rerr != nil {
+			return nil, fmt.Errorf("admitting %s for a request cancelled meanwhile, then releasing it: %w", req.Intent, rerr)
+		}
+		return nil, fmt.Errorf("admitting %s: %w (the claim was released: nothing ran)", req.Intent, ctx.Err())
 	}
 	if adm.Fresh() {
 		return PrepareResult{Status: StatusFresh, Ticket: adm.Ticket,
