@@ -100,6 +100,9 @@ func Parse(name string, src []byte) (*Policy, error) {
 	ps := &parse{file: name}
 	pol := &Policy{File: name}
 	src = bytes.TrimPrefix(src, []byte("\ufeff")) // YAML allows a byte-order mark before the stream
+	// YAML reads a CRLF as one line break, as LF; the parser counted a comment's CR and LF as
+	// two lines, so every error below a comment of a CRLF file pointed to a later line.
+	src = bytes.ReplaceAll(src, []byte("\r\n"), []byte("\n"))
 	if line, col := notUTF8(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: "the file is not UTF-8 text (YAML is Unicode, and a tool name so written could never equal one an agent sends); save it as UTF-8"}}
 	}

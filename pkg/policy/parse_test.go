@@ -364,3 +364,23 @@ func TestRedactBesidePassIsAccepted(t *testing.T) {
 		t.Fatalf("result beside fence: false and redact: %v; want it refused", err)
 	}
 }
+
+// TestParseCRLFPositions: a file saved with CRLF line ends (a Windows editor, git's autocrlf)
+// gets its errors at the lines and columns of the same file with LF ends, comments included
+// (policy init writes many): the YAML parser counted a comment's CR and LF as two lines, so
+// an error below six comment lines pointed six lines too far. A lone CR (YAML counts it a
+// line break) keeps its line.
+func TestParseCRLFPositions(t *testing.T) {
+	const lf = "# payments\nversion: 1   # the format\n# tools\ntools:\n  # the charge\n  charge:   # exact\n    wait: soon\n    # more\n    result: full\nbogus: 1\n"
+	_, err := Parse("p.yaml", []byte(lf))
+	if err == nil || !strings.HasPrefix(err.Error(), "p.yaml:7:11: wait:") {
+		t.Fatalf("the LF file's errors: %v", err)
+	}
+	_, crlf := Parse("p.yaml", []byte(strings.ReplaceAll(lf, "\n", "\r\n")))
+	if crlf == nil || crlf.Error() != err.Error() {
+		t.Fatalf("CRLF file's errors:\n%v\nwant those of the LF file:\n%v", crlf, err)
+	}
+	if _, cr := Parse("p.yaml", []byte("version: 1\r# a\rbogus: 1\r")); cr == nil || !strings.HasPrefix(cr.Error(), "p.yaml:3:1: unknown key") {
+		t.Fatalf("lone CR line ends: %v", cr)
+	}
+}
