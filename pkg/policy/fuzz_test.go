@@ -6,12 +6,13 @@ import (
 	"testing"
 )
 
-// FuzzParse: whatever the file holds, Parse returns a policy or Errors, never panics, and
-// every error it reports is on a line of the file (as YAML counts lines) (or 0, the file as a whole).
+// FuzzParse: whatever the file holds, Parse returns a policy or Errors and never panics;
+// every error it reports is on a line of the file as YAML counts lines (or on line 0, the file
+// as a whole), and the same file with CRLF line ends gets the same verdict and errors.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	for _, s := range []string{
-		"", "version: 1\n", "version: 1\ntools:\n  c:\n    retries:\n", "version: 1\non_unknown:\n  command: [x]\n  retries:\n",
+		"", "version: 1\n", "# c\nversion: 1 # c\n# c\nbogus: 1\n", "version: 1\ntools:\n  c:\n    retries:\n", "version: 1\non_unknown:\n  command: [x]\n  retries:\n",
 		"version: 1\ntools:\n  ? [a]\n  : {wait: 1s}\n", "version: 1\ntools: {\"a\": {key: [x]}, \"a\": {}}\n",
 		"version: 1\ndefaults: !!map {wait: 1s}\n", "version: 1\ntools:\n  c:\n    key: [a, ~, 1]\n",
 	} {
@@ -19,6 +20,13 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		p, err := Parse("f.yaml", src)
+		if !bytes.ContainsRune(src, '\r') {
+			// The same file with CRLF line ends means the same, errors at the same places.
+			_, crlf := Parse("f.yaml", bytes.ReplaceAll(src, []byte("\n"), []byte("\r\n")))
+			if (err == nil) != (crlf == nil) || err != nil && err.Error() != crlf.Error() {
+				t.Fatalf("LF: %v\nCRLF: %v", err, crlf)
+			}
+		}
 		if err == nil {
 			if p == nil {
 				t.Fatal("no policy and no error")
