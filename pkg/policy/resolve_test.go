@@ -113,3 +113,14 @@ func TestResolveNoPolicy(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// TestResolveServerWideFlagsBeatPerToolValues: docs/policy.md, "a server-wide flag replaces the
+// file's value everywhere, per-tool values included": --replay-window DUR and --wait replace a
+// tool's own replay_window and wait in the file, not only the defaults.
+func TestResolveServerWideFlagsBeatPerToolValues(t *testing.T) {
+	flags := wrap.Options{Wait: 3 * time.Second, ReplayWindow: 30 * time.Minute}
+	c := Resolve(mustParse(t, precedence), Flags{Options: flags, Wait: true}).Options.PerTool("charge")
+	if c.ReplayWindow != 30*time.Minute || c.Wait != 3*time.Second {
+		t.Fatalf("charge (replay_window: 2h, wait: 9s in the file) under --replay-window 30m --wait 3s: window %v, wait %v", c.ReplayWindow, c.Wait)
+	}
+}
