@@ -291,11 +291,11 @@ func firstLine(s string) string {
 	return s
 }
 
-// comment makes s safe inside a YAML comment: one line, no control characters, at most max
-// runes.
+// comment makes s safe inside a YAML comment: one line, no control or format characters
+// (Parse refuses the latter: they hide or reorder text), at most max runes.
 func comment(s string, max int) string {
 	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r == '\ufeff' {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Cf, r) {
 			return ' '
 		}
 		return r

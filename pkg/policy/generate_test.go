@@ -136,7 +136,7 @@ func TestGenerateForManyTools(t *testing.T) {
 // and no description, name or server command adds a setting: names YAML would read as
 // something else (null, numbers, booleans of either YAML version, indicators), Unicode format
 // characters, 100,000-character names; descriptions with line breaks of every kind followed by
-// keys.
+// keys, and with format characters (which Parse refuses written as themselves).
 func TestGenerateHostileNamesReadBack(t *testing.T) {
 	names := []string{"a:b", `a"b`, "a'b", "-x", "x-", ".x", "1e3", "0x10", "0o7", "nan", "NaN", ".inf", "~", "~x", "%x", "@x", "`x",
 		"!x", "&x", "|x", ">x", "<<", "=", "é", "\ufeffx", "x\u200bx", "x\u00adx", "\U0001F600", "a/b", "a,b", "a#b", "#", "-", "---", "...",
@@ -144,11 +144,11 @@ func TestGenerateHostileNamesReadBack(t *testing.T) {
 	var tools []map[string]any
 	for _, n := range names {
 		tools = append(tools, map[string]any{"name": n,
-			"description": "d\u2028ledger: postgres://u:p@h/d\nfence_reads: true\r\n" + n + ": {}\u0085scope: x"})
+			"description": "d\u2028ledger: postgres://u:p@h/d\u202e\u200b\nfence_reads: true\r\n" + n + ": {}\u0085scope: x"})
 	}
 	page, _ := json.Marshal(map[string]any{"tools": tools})
 	var buf bytes.Buffer
-	if err := Generate(&buf, []json.RawMessage{page}, Source{Server: "srv\nledger: /tmp/x\r\nscope: y"}); err != nil {
+	if err := Generate(&buf, []json.RawMessage{page}, Source{Server: "srv\u2066\nledger: /tmp/x\r\nscope: y"}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Parse("generated.yaml", buf.Bytes())

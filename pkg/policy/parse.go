@@ -100,8 +100,14 @@ func Parse(name string, src []byte) (*Policy, error) {
 	ps := &parse{file: name}
 	pol := &Policy{File: name}
 	src = bytes.TrimPrefix(src, []byte("\ufeff")) // YAML allows a byte-order mark before the stream
+	// YAML reads a CRLF as one line break, as LF; the parser counted a comment's CR and LF as
+	// two lines, so every error below a comment of a CRLF file pointed to a later line.
+	src = bytes.ReplaceAll(src, []byte("\r\n"), []byte("\n"))
 	if line, col := notUTF8(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: "the file is not UTF-8 text (YAML is Unicode, and a tool name so written could never equal one an agent sends); save it as UTF-8"}}
+	}
+	if line, col, r := invisible(src); line > 0 {
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, an invisible format character: a reviewer would not see it (in a tool's name the entry names another tool than the one shown) or would see the line reordered; remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
 	}
 	if line, col := tooDeep(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("collections nested more than %d deep; a policy needs a few levels", maxDepth)}}
@@ -164,6 +170,34 @@ func notUTF8(src []byte) (line, col int) {
 		i += w
 	}
 	return 0, 0
+}
+
+// invisible returns the line and column (in characters) of the first Unicode format character
+// (category Cf: zero-width spaces and joiners, bidirectional overrides and isolates, soft
+// hyphens, tag characters, a byte-order mark past the start) written as itself in src, and
+// that character, or 0, 0, 0. A policy is reviewed like code: such a character either cannot
+// be seen or changes how the text around it is shown (CVE-2021-42574, "Trojan Source").
+func invisible(src []byte) (line, col int, r rune) {
+	line, col = 1, 1
+	for _, r := range string(src) {
+		switch {
+		case unicode.Is(unicode.Cf, r):
+			return line, col, r
+		case r == '\n':
+			line, col = line+1, 1
+		default:
+			col++
+		}
+	}
+	return 0, 0, 0
+}
+
+// escape writes r as a YAML double-quoted escape.
+func escape(r rune) string {
+	if r > 0xFFFF {
+		return fmt.Sprintf("\\U%08X", r)
+	}
+	return fmt.Sprintf("\\u%04X", r)
 }
 
 // maxDepth bounds how deeply a policy's collections nest (see tooDeep).

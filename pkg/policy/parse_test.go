@@ -364,3 +364,52 @@ func TestRedactBesidePassIsAccepted(t *testing.T) {
 		t.Fatalf("result beside fence: false and redact: %v; want it refused", err)
 	}
 }
+
+// TestParseCRLFPositions: a file saved with CRLF line ends (a Windows editor, git's autocrlf)
+// gets its errors at the lines and columns of the same file with LF ends, comments included
+// (policy init writes many): the YAML parser counted a comment's CR and LF as two lines, so
+// an error below six comment lines pointed six lines too far. A lone CR (YAML counts it a
+// line break) keeps its line.
+func TestParseCRLFPositions(t *testing.T) {
+	const lf = "# payments\nversion: 1   # the format\n# tools\ntools:\n  # the charge\n  charge:   # exact\n    wait: soon\n    # more\n    result: full\nbogus: 1\n"
+	_, err := Parse("p.yaml", []byte(lf))
+	if err == nil || !strings.HasPrefix(err.Error(), "p.yaml:7:11: wait:") {
+		t.Fatalf("the LF file's errors: %v", err)
+	}
+	_, crlf := Parse("p.yaml", []byte(strings.ReplaceAll(lf, "\n", "\r\n")))
+	if crlf == nil || crlf.Error() != err.Error() {
+		t.Fatalf("CRLF file's errors:\n%v\nwant those of the LF file:\n%v", crlf, err)
+	}
+	if _, cr := Parse("p.yaml", []byte("version: 1\r# a\rbogus: 1\r")); cr == nil || !strings.HasPrefix(cr.Error(), "p.yaml:3:1: unknown key") {
+		t.Fatalf("lone CR line ends: %v", cr)
+	}
+}
+
+// TestParseRefusesInvisibleCharacters: a policy is reviewed like code, so the file must read
+// as it is. A Unicode format character written as itself is invisible (a zero-width space in
+// a tool's name: the entry names another tool than the one the reviewer sees, and its key,
+// redact or fence never apply) or reorders what is shown (a right-to-left override in a
+// comment can show a line as other settings: "Trojan Source", CVE-2021-42574). Each is
+// refused at its line and column; written as an escape in a double-quoted string it is
+// visible, and accepted.
+func TestParseRefusesInvisibleCharacters(t *testing.T) {
+	for _, c := range []struct{ name, src, want string }{
+		{"zero-width space in a tool name", "version: 1\ntools:\n  create_charge\u200b:\n    redact: [card.number]\n", "bad.yaml:3:16: "},
+		{"right-to-left override in a comment", "version: 1\ntools:\n  charge:\n    fence: false # \u202e eurt :ecnef\n", "bad.yaml:4:20: "},
+		{"isolate in a quoted key", "version: 1\ntools:\n  \"list_\u2066*\u2069\":\n    fence: false\n", "bad.yaml:3:9: "},
+		{"soft hyphen in the scope", "version: 1\nscope: pay\u00adments\n", "bad.yaml:2:11: "},
+		{"tag character in a comment", "version: 1 # \U000E0066\U000E0065\n", "bad.yaml:1:14: "},
+		{"byte-order mark inside", "version: 1\n\ufeffscope: s\n", "bad.yaml:2:1: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(c.src))
+			if err == nil || !strings.HasPrefix(err.Error(), c.want+"the file holds U+") || !strings.Contains(err.Error(), "invisible") {
+				t.Fatalf("got %v (%+v); want one error starting %q naming the invisible character", err, p, c.want)
+			}
+		})
+	}
+	p, err := Parse("ok.yaml", []byte("\ufeffversion: 1\ntools:\n  \"x\\u200bx\":\n    fence: true\n"))
+	if err != nil || len(p.Tools) != 1 || p.Tools[0].Pattern != "x\u200bx" {
+		t.Fatalf("a format character written as an escape: %v %+v", err, p)
+	}
+}

@@ -113,3 +113,29 @@ func TestResolveNoPolicy(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// TestResolveServerWideFlagsBeatPerToolValues: docs/policy.md, "a server-wide flag replaces the
+// file's value everywhere, per-tool values included": --replay-window DUR and --wait replace a
+// tool's own replay_window and wait in the file, not only the defaults.
+func TestResolveServerWideFlagsBeatPerToolValues(t *testing.T) {
+	flags := wrap.Options{Wait: 3 * time.Second, ReplayWindow: 30 * time.Minute}
+	c := Resolve(mustParse(t, precedence), Flags{Options: flags, Wait: true}).Options.PerTool("charge")
+	if c.ReplayWindow != 30*time.Minute || c.Wait != 3*time.Second {
+		t.Fatalf("charge (replay_window: 2h, wait: 9s in the file) under --replay-window 30m --wait 3s: window %v, wait %v", c.ReplayWindow, c.Wait)
+	}
+}
+
+// TestEntriesDoNotInherit: docs/policy.md, "entries do not inherit from less specific globs":
+// the tool charge_card_eu takes only its own entry ("charge_card_*") and defaults, so neither
+// rerun_safe of "charge_*" (a lapsed claim run again) nor fence: false of "*" (no fence at all)
+// reaches it; a tool only "*" matches passes through.
+func TestEntriesDoNotInherit(t *testing.T) {
+	p := mustParse(t, "version: 1\ndefaults:\n  wait: 5s\ntools:\n  \"*\": {fence: false}\n  \"charge_*\": {rerun_safe: true, result: hash}\n  \"charge_card_*\": {wait: 3s}\n")
+	s := Resolve(p, Flags{}).Options.PerTool("charge_card_eu")
+	if s.Pass || s.Fence || s.RerunSafe || s.KeepResult != "" || s.Wait != 3*time.Second {
+		t.Fatalf("charge_card_eu took settings of less specific globs: %+v", s)
+	}
+	if s := Resolve(p, Flags{}).Options.PerTool("refund"); !s.Pass || s.Wait != 5*time.Second {
+		t.Fatalf("refund (only \"*\" matches): %+v", s)
+	}
+}
