@@ -183,6 +183,11 @@ func Resolve(p *Policy, f Flags) Resolved {
 	if opt.ReplayWindow <= 0 && p.Defaults.ReplayWindow > 0 {
 		opt.ReplayWindow = p.Defaults.ReplayWindow
 	}
+	for _, e := range p.Tools {
+		if !e.Glob() {
+			opt.Named = append(opt.Named, wrap.NamedTool{Name: e.Pattern, Where: fmt.Sprintf("the policy entry at %s:%d:%d", p.File, e.Line, e.Column)})
+		}
+	}
 	flags := f.Options
 	fenceSet, passSet, rerunSet := set(flags.Fence), set(flags.Pass), set(flags.RerunSafe)
 	// cache maps tool -> wrap.ToolSettings: a tool's settings never change in a run. The names

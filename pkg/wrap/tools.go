@@ -131,6 +131,8 @@ type toolCache struct {
 	// listing never overwrites a newer one.
 	listing sync.Mutex
 	changes changes
+	// whole, when set, is shown every whole listing refresh takes (every page, none left out).
+	whole func(map[string]toolInfo)
 }
 
 // changes runs the refreshes that notifications/tools/list_changed asks for. They cannot run
@@ -272,7 +274,7 @@ func (c *toolCache) refresh(ctx context.Context, s Conn) error {
 	c.listing.Lock()
 	defer c.listing.Unlock()
 	all := map[string]toolInfo{}
-	cursor := ""
+	cursor, whole := "", false
 	for pages := 0; pages < 1000; pages++ {
 		raw, err := listTools(ctx, s, cursor)
 		if err != nil {
@@ -288,10 +290,14 @@ func (c *toolCache) refresh(ctx context.Context, s Conn) error {
 			}
 		}
 		if next == "" || len(all) >= maxTools {
+			whole = next == "" && len(all) < maxTools
 			break
 		}
 		cursor = next
 	}
 	c.merge(all, true)
+	if whole && c.whole != nil {
+		c.whole(all)
+	}
 	return nil
 }

@@ -134,6 +134,11 @@ type Options struct {
 	// names the server lists at run time (pkg/policy builds it with the flags folded in).
 	// Settings it gives whose key field is ignored refuse the tool's calls (not run).
 	PerTool func(tool string) ToolSettings
+	// Named lists tool names that PerTool's settings spell exactly (a policy file's entries
+	// that are not globs), with where each is written. They and the per-tool options' names
+	// are checked against the server's listing: one it does not list is logged once (a
+	// misspelt name's settings, a redaction say, apply to no call).
+	Named []NamedTool
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
 	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
 	// take no slot, so they never queue behind slow calls.
@@ -168,6 +173,7 @@ type Options struct {
 type Shared struct {
 	flights   flights
 	unapplied said
+	misnamed  said // names settings spell that the server does not list, once logged (named)
 }
 
 // NewShared returns an empty Shared.
@@ -232,6 +238,7 @@ type Proxy struct {
 	initGate chan struct{}
 
 	tools   toolCache
+	named   named
 	local   localTasks // tasks effectfence answers itself (tasks.go)
 	flights *flights
 	elicit  elicitState // elicit.go
@@ -319,9 +326,15 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Shared == nil {
 		p.flights, p.ownFlights = newFlights(), true
 		p.unapplied = &said{}
+		p.named.told = &said{}
 	} else {
 		p.flights = &opt.Shared.flights
 		p.unapplied = &opt.Shared.unapplied
+		p.named.told = &opt.Shared.misnamed
+	}
+	p.named.tools = namedTools(opt)
+	if len(p.named.tools) > 0 {
+		p.tools.whole = func(all map[string]toolInfo) { p.named.listed(all, p.logf) }
 	}
 	if err := opt.OnUnknown.Check(); err != nil {
 		return nil, fmt.Errorf("wrap: %w", err)
@@ -1004,7 +1017,7 @@ func (p *Proxy) callBoundedUntil(wait, ctx context.Context, s Conn, method strin
 
 // learnTools updates the tool cache from a tools/list page the agent asked for.
 func (p *Proxy) learnTools(params, res json.RawMessage) {
-	page, _, err := parseTools(res)
+	page, next, err := parseTools(res)
 	if err != nil {
 		p.logf("%v", err)
 		return
@@ -1015,6 +1028,8 @@ func (p *Proxy) learnTools(params, res json.RawMessage) {
 	_ = json.Unmarshal(params, &q)
 	if p.tools.merge(page, q.Cursor == "") {
 		p.logf("the server lists more than %d tools; the ones beyond are fenced as unlisted tools are", maxTools)
+	} else if q.Cursor == "" && next == "" && len(page) < maxTools {
+		p.named.listed(page, p.logf) // the whole listing in one page
 	}
 }
 
