@@ -193,11 +193,20 @@ func (c *Cert) appendCanonicalBody(b []byte, args, result []byte, digest *[canon
 // Verify recomputes the hash (and the result's digest) and reports a mismatch (a tampered or
 // corrupted cert).
 func (c *Cert) Verify() error {
-	if _, ok := c.ResultNotKept(); ok {
+	sum, notKeptObj := c.ResultNotKept()
+	switch {
+	case notKeptObj && isHexDigest(sum) && bytes.Equal(c.Result, notKept(sum)):
 		// Only a digest was kept (KeepHash): the exact bytes are gone by design, and the hash
-		// below still binds result_sha256.
-	} else if c.ResultSHA256 != "" {
-		if got := canon.Sum(c.Result); got != c.ResultSHA256 {
+		// below still binds result_sha256. Only the object the engine writes, byte for byte:
+		// read as the digest alone, one with more in it (text a replay would show) verified.
+	case c.ResultSHA256 != "":
+		got := canon.Sum(c.Result)
+		switch {
+		case got == c.ResultSHA256:
+		case notKeptObj:
+			return fmt.Errorf("cert of intent %q does not verify: its result %.300s is not the object of keep-result hash as effectfence writes it ({%q:{\"sha256\":\"<64 lowercase hex digits>\"}}), and hashes to %s, recorded result_sha256 %s",
+				c.Intent, c.Result, MetaResultNotKept, got, c.ResultSHA256)
+		default:
 			return fmt.Errorf("cert of intent %q does not verify: its result hashes to %s, recorded result_sha256 %s", c.Intent, got, c.ResultSHA256)
 		}
 	}
@@ -230,6 +239,19 @@ func (c *Cert) storedArgsHash() string {
 func (c *Cert) hashedOverStoredArgs() bool {
 	h := c.storedArgsHash()
 	return h != "" && h == c.Hash
+}
+
+// isHexDigest reports whether s is a lowercase hex SHA-256, as canon.Sum writes it.
+func isHexDigest(s string) bool {
+	if len(s) != canon.SumLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func orNull(b json.RawMessage) json.RawMessage {

@@ -283,7 +283,7 @@ func keptAsRecorded(r *fence.Record) string {
 	if c.ResultSHA256 == "" {
 		return "" // a cert from before result_sha256 (and keep_result): its hash covers result
 	}
-	_, digestOnly := c.ResultNotKept()
+	_, digestOnly := c.ResultNotKept() // the object in any form: Cert.Verify checks its bytes
 	switch {
 	case r.KeepResult == fence.KeepHash && !digestOnly:
 		return "the record keeps only its result's digest (keep_result hash), but its cert holds a result"

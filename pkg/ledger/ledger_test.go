@@ -151,8 +151,19 @@ func TestVerifyKeepResultHashRecords(t *testing.T) {
 	if rep, err := ledger.Verify(ctx, st); err != nil || !rep.OK() || rep.Verified != 2 {
 		t.Fatalf("a ledger with a keep-result hash record: %+v %v", rep, err)
 	}
-	edit(t, st, "k", func(r *fence.Record) { r.Cert.Result = []byte(`{"ok":true}`) })
+	// The object with more in it was read as the digest alone (Cert.Verify, and the recipe's
+	// verifier), and fence_prepare's replay gives it to the agent as the cert's result.
+	var digest string
+	edit(t, st, "k", func(r *fence.Record) {
+		digest, _ = r.Cert.ResultNotKept()
+		r.Cert.Result = []byte(`{"effectfence/result_not_kept":{"sha256":"` + digest + `","text":"refund sent"}}`)
+	})
 	rep, err := ledger.Verify(ctx, st)
+	if err != nil || rep.OK() || !strings.Contains(rep.Problems[0].What, `its result {"effectfence/result_not_kept":{"sha256":"`+digest+`","text":"refund sent"}} is not the object of keep-result hash as effectfence writes it`) {
+		t.Fatalf("a keep-result hash record whose cert holds more than the digest: %+v %v", rep, err)
+	}
+	edit(t, st, "k", func(r *fence.Record) { r.Cert.Result = []byte(`{"ok":true}`) })
+	rep, err = ledger.Verify(ctx, st)
 	if err != nil || rep.OK() || !strings.Contains(rep.Problems[0].What, "keeps only its result's digest (keep_result hash), but its cert holds a result") {
 		t.Fatalf("a keep-result hash record whose cert holds the result: %+v %v", rep, err)
 	}
