@@ -223,9 +223,12 @@ func (c *Cert) Verify() error {
 // storedArgsHash is the hash of the cert's body with its args exactly as stored, for certs
 // whose args a store re-escaped before EncodeRecord (\u003c for <): the engine hashed those
 // escaped args as they came back from the store. It binds the same content (changing any of
-// it changes this hash too); it is "" for args canonical JSON could have written.
+// it changes this hash too); it is "" for args canonical JSON could have written, and for
+// args no store wrote that way: only canonical args with <, >, &, U+2028 and U+2029 escaped as
+// encoding/json escapes them (docs/CERTS.md; any other spelling hashed as it is verified, though
+// the recipe gives another hash for it).
 func (c *Cert) storedArgsHash() string {
-	if !escapedByOldStores(c.Args) {
+	if _, ok := CanonicalOfEscapedArgs(c.Args); !ok {
 		return ""
 	}
 	b, err := c.canonicalBody(true)
@@ -233,6 +236,22 @@ func (c *Cert) storedArgsHash() string {
 		return ""
 	}
 	return canon.Sum(b)
+}
+
+// CanonicalOfEscapedArgs returns the canonical form of args as a store of an earlier build
+// kept them: canonical JSON with <, >, &, U+2028 and U+2029 escaped as encoding/json escapes
+// them (\u003c…). ok is false for any other args, canonical ones and every other spelling.
+func CanonicalOfEscapedArgs(args []byte) (canonical []byte, ok bool) {
+	if !escapedByOldStores(args) {
+		return nil, false
+	}
+	canonical, err := canon.JSON(args)
+	if err != nil {
+		return nil, false
+	}
+	var escaped bytes.Buffer
+	json.HTMLEscape(&escaped, canonical)
+	return canonical, bytes.Equal(escaped.Bytes(), args)
 }
 
 // hashedOverStoredArgs reports whether the cert's hash is storedArgsHash.

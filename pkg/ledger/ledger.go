@@ -230,8 +230,13 @@ func checkRecord(r *fence.Record) string {
 		return fmt.Sprintf("unknown state %q", r.State)
 	}
 	// With redacted fields the ledger keeps "[redacted]" where the fingerprint saw the values,
-	// so the fingerprint cannot be recomputed (the cert's hash still binds the args kept).
-	if fp := canon.Sum(canon.ToolCallCanonical(r.Tool, r.Args)); fp != r.Fingerprint && len(r.Redacted) == 0 {
+	// so the fingerprint cannot be recomputed (the cert's hash still binds the args kept). Args
+	// an earlier build's store re-escaped were fingerprinted before they were stored.
+	args := r.Args
+	if c, ok := fence.CanonicalOfEscapedArgs(args); ok {
+		args = c
+	}
+	if fp := canon.Sum(canon.ToolCallCanonical(r.Tool, args)); fp != r.Fingerprint && len(r.Redacted) == 0 {
 		return fmt.Sprintf("the recorded fingerprint %s does not match its tool and args (%s)", r.Fingerprint, fp)
 	}
 	return ""
