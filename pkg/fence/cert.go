@@ -193,11 +193,20 @@ func (c *Cert) appendCanonicalBody(b []byte, args, result []byte, digest *[canon
 // Verify recomputes the hash (and the result's digest) and reports a mismatch (a tampered or
 // corrupted cert).
 func (c *Cert) Verify() error {
-	if _, ok := c.ResultNotKept(); ok {
+	sum, notKeptObj := c.ResultNotKept()
+	switch {
+	case notKeptObj && isHexDigest(sum) && bytes.Equal(c.Result, notKept(sum)):
 		// Only a digest was kept (KeepHash): the exact bytes are gone by design, and the hash
-		// below still binds result_sha256.
-	} else if c.ResultSHA256 != "" {
-		if got := canon.Sum(c.Result); got != c.ResultSHA256 {
+		// below still binds result_sha256. Only the object the engine writes, byte for byte:
+		// read as the digest alone, one with more in it (text a replay would show) verified.
+	case c.ResultSHA256 != "":
+		got := canon.Sum(c.Result)
+		switch {
+		case got == c.ResultSHA256:
+		case notKeptObj:
+			return fmt.Errorf("cert of intent %q does not verify: its result %.300s is not the object of keep-result hash as effectfence writes it ({%q:{\"sha256\":\"<64 lowercase hex digits>\"}}), and hashes to %s, recorded result_sha256 %s",
+				c.Intent, c.Result, MetaResultNotKept, got, c.ResultSHA256)
+		default:
 			return fmt.Errorf("cert of intent %q does not verify: its result hashes to %s, recorded result_sha256 %s", c.Intent, got, c.ResultSHA256)
 		}
 	}
@@ -214,9 +223,12 @@ func (c *Cert) Verify() error {
 // storedArgsHash is the hash of the cert's body with its args exactly as stored, for certs
 // whose args a store re-escaped before EncodeRecord (\u003c for <): the engine hashed those
 // escaped args as they came back from the store. It binds the same content (changing any of
-// it changes this hash too); it is "" for args canonical JSON could have written.
+// it changes this hash too); it is "" for args canonical JSON could have written, and for
+// args no store wrote that way: only canonical args with <, >, &, U+2028 and U+2029 escaped as
+// encoding/json escapes them (docs/CERTS.md; any other spelling hashed as it is verified, though
+// the recipe gives another hash for it).
 func (c *Cert) storedArgsHash() string {
-	if !escapedByOldStores(c.Args) {
+	if _, ok := CanonicalOfEscapedArgs(c.Args); !ok {
 		return ""
 	}
 	b, err := c.canonicalBody(true)
@@ -226,10 +238,39 @@ func (c *Cert) storedArgsHash() string {
 	return canon.Sum(b)
 }
 
+// CanonicalOfEscapedArgs returns the canonical form of args as a store of an earlier build
+// kept them: canonical JSON with <, >, &, U+2028 and U+2029 escaped as encoding/json escapes
+// them (\u003c…). ok is false for any other args, canonical ones and every other spelling.
+func CanonicalOfEscapedArgs(args []byte) (canonical []byte, ok bool) {
+	if !escapedByOldStores(args) {
+		return nil, false
+	}
+	canonical, err := canon.JSON(args)
+	if err != nil {
+		return nil, false
+	}
+	var escaped bytes.Buffer
+	json.HTMLEscape(&escaped, canonical)
+	return canonical, bytes.Equal(escaped.Bytes(), args)
+}
+
 // hashedOverStoredArgs reports whether the cert's hash is storedArgsHash.
 func (c *Cert) hashedOverStoredArgs() bool {
 	h := c.storedArgsHash()
 	return h != "" && h == c.Hash
+}
+
+// isHexDigest reports whether s is a lowercase hex SHA-256, as canon.Sum writes it.
+func isHexDigest(s string) bool {
+	if len(s) != canon.SumLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func orNull(b json.RawMessage) json.RawMessage {

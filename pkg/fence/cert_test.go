@@ -3,6 +3,7 @@ package fence_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -185,6 +186,21 @@ func TestDocumentedVerifier(t *testing.T) {
 		}
 		if got := verifyJSON(withReadable(cert, "null")); got != "ok" {
 			t.Fatalf("python verifier on a cert without a readable result: %s", got)
+		}
+		// The exact result replaced by the keep-result hash object: as that object is written,
+		// the cert verifies (what a verified cert proves, in docs/CERTS.md, says so); with
+		// anything beside the digest in it, which a replay would show, it does not.
+		for object, want := range map[string]string{
+			`{"effectfence/result_not_kept":{"sha256":"` + cert.ResultSHA256 + `"}}`:                      "ok",
+			`{"effectfence/result_not_kept":{"sha256":"` + cert.ResultSHA256 + `","text":"refund sent"}}`: "MISMATCH",
+			`{"effectfence/result_not_kept":"refund sent"}`:                                               "MISMATCH",
+			`{"effectfence/result_not_kept":{"sha256":"` + strings.ToUpper(cert.ResultSHA256) + `"}}`:     "MISMATCH",
+		} {
+			raw := withReadable(cert, "null")
+			raw = bytes.Replace(raw, []byte(base64.StdEncoding.EncodeToString(cert.Result)), []byte(base64.StdEncoding.EncodeToString([]byte(object))), 1)
+			if got := verifyJSON(raw); got != want {
+				t.Fatalf("python verifier on a cert whose result_bytes hold %s: %s, want %s", object, got, want)
+			}
 		}
 	}
 

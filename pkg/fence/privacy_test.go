@@ -112,6 +112,39 @@ func TestKeepHashNeverReruns(t *testing.T) {
 	}
 }
 
+// A cert of keep-result hash verifies without its result's digest because its result is the
+// object the engine writes in its place, in its one form: that object with anything beside the
+// digest in it (text an agent would be shown as the replayed result) is not, and does not
+// verify, since its bytes are not the result result_sha256 digests.
+func TestKeepHashCertHoldsOnlyTheDigestObject(t *testing.T) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "refund:1", Tool: "refund", KeepResult: fence.KeepHash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"refund":"re_1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, ok := cert.ResultNotKept()
+	if err := cert.Verify(); err != nil || !ok || string(cert.Result) != `{"effectfence/result_not_kept":{"sha256":"`+sum+`"}}` {
+		t.Fatalf("cert %s: %v", cert.Result, err)
+	}
+	for _, forged := range []string{
+		`{"effectfence/result_not_kept":{"sha256":"` + sum + `","text":"refund sent to account 4242"}}`,
+		`{"effectfence/result_not_kept":{"text":"refund sent","sha256":"` + sum + `"}}`,
+		`{"effectfence/result_not_kept":{"sha256":"` + strings.ToUpper(sum) + `"}}`,
+		`{"effectfence/result_not_kept": {"sha256":"` + sum + `"}}`,
+	} {
+		c := *cert
+		c.Result = []byte(forged)
+		if err := c.Verify(); err == nil || !strings.Contains(err.Error(), "result_sha256") {
+			t.Errorf("a keep-result hash cert holding %s: Verify = %v", forged, err)
+		}
+	}
+}
+
 func TestPrivacySettingsValidated(t *testing.T) {
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -137,7 +138,9 @@ type VerifyReport struct {
 func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
 
 // Verify recomputes the hash of every cert in the ledger, checks that each done record's cert
-// agrees with the record (intent, tool, args, domain, sequence, fingerprint), and checks every
+// agrees with the record (intent, tool, args, domain, sequence, parent, agent, vector clock,
+// read set, and the result kept as its keep_result says) and the record's fingerprint with its
+// tool and args, and checks every
 // parent link: a parent must be the hash of another cert. A parent that is well formed but no
 // longer in the ledger is listed as unresolved. A record that does not decode is a problem
 // (its cert, if it has one, cannot be checked); the others are still verified.
@@ -227,8 +230,13 @@ func checkRecord(r *fence.Record) string {
 		return fmt.Sprintf("unknown state %q", r.State)
 	}
 	// With redacted fields the ledger keeps "[redacted]" where the fingerprint saw the values,
-	// so the fingerprint cannot be recomputed (the cert's hash still binds the args kept).
-	if fp := canon.Sum(canon.ToolCallCanonical(r.Tool, r.Args)); fp != r.Fingerprint && len(r.Redacted) == 0 {
+	// so the fingerprint cannot be recomputed (the cert's hash still binds the args kept). Args
+	// an earlier build's store re-escaped were fingerprinted before they were stored.
+	args := r.Args
+	if c, ok := fence.CanonicalOfEscapedArgs(args); ok {
+		args = c
+	}
+	if fp := canon.Sum(canon.ToolCallCanonical(r.Tool, args)); fp != r.Fingerprint && len(r.Redacted) == 0 {
 		return fmt.Sprintf("the recorded fingerprint %s does not match its tool and args (%s)", r.Fingerprint, fp)
 	}
 	return ""
@@ -253,10 +261,42 @@ func certAgrees(r *fence.Record) string {
 	if c.Parent != r.Parent {
 		diff = append(diff, fmt.Sprintf("parent %q", c.Parent))
 	}
-	if len(diff) == 0 {
-		return ""
+	// The hash covers these too, but it is unkeyed: a cert edited and hashed again verifies
+	// alone, and only the record says whom and what state the claim was admitted with.
+	if c.Agent != r.Agent {
+		diff = append(diff, fmt.Sprintf("agent %q", c.Agent))
 	}
-	return "the cert disagrees with its record: " + strings.Join(diff, ", ")
+	if clock := c.Clock.Canonical(); string(clock) != string(r.Clock.Canonical()) {
+		diff = append(diff, "vector_clock "+string(clock))
+	}
+	if !slices.Equal(c.ReadSet, r.ReadSet) { // nil and empty alike
+		rs, _ := json.Marshal(c.ReadSet)
+		diff = append(diff, "read_set "+string(rs))
+	}
+	if len(diff) != 0 {
+		return "the cert disagrees with its record: " + strings.Join(diff, ", ")
+	}
+	return keptAsRecorded(r)
+}
+
+// keptAsRecorded reports a cert that keeps its result otherwise than its record says. The hash
+// binds result_sha256, not the result, and Cert.Verify skips the result's digest for a cert
+// holding the object of keep-result hash ({"effectfence/result_not_kept":…}): put in place of a
+// kept result, that object verified, and the result was gone.
+func keptAsRecorded(r *fence.Record) string {
+	c := r.Cert
+	if c.ResultSHA256 == "" {
+		return "" // a cert from before result_sha256 (and keep_result): its hash covers result
+	}
+	_, digestOnly := c.ResultNotKept() // the object in any form: Cert.Verify checks its bytes
+	switch {
+	case r.KeepResult == fence.KeepHash && !digestOnly:
+		return "the record keeps only its result's digest (keep_result hash), but its cert holds a result"
+	case r.KeepResult != fence.KeepHash && digestOnly && canon.Sum(c.Result) != c.ResultSHA256:
+		// (A tool's result may be that very object: then it is its own result_sha256.)
+		return fmt.Sprintf("the record keeps its result in full, but its cert holds only a digest of it in place of the result (result_sha256 %s)", c.ResultSHA256)
+	}
+	return ""
 }
 
 func isHash(s string) bool {

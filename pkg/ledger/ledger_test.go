@@ -74,12 +74,33 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 			r.Cert.Hash, _ = r.Cert.ComputeHash()
 		}, "not a cert hash"},
 		{"done without cert", func(r *fence.Record) { r.Cert = nil }, "no cert"},
+		// The hash covers agent, vector clock and read set, and so does a re-hash: only the
+		// record tells what the claim was admitted with.
+		{"re-hashed cert of another agent", func(r *fence.Record) {
+			r.Cert.Agent = "mallory"
+			r.Cert.Hash, _ = r.Cert.ComputeHash()
+		}, `disagrees with its record: agent "mallory"`},
+		{"re-hashed cert of another clock", func(r *fence.Record) {
+			r.Cert.Clock = fence.VectorClock{"alice": 1, "mallory": 9}
+			r.Cert.Hash, _ = r.Cert.ComputeHash()
+		}, `disagrees with its record: vector_clock {"alice":1,"mallory":9}`},
+		{"re-hashed cert of another read set", func(r *fence.Record) {
+			r.Cert.ReadSet = []fence.ReadSetEntry{{Domain: "stock", Seq: 8}}
+			r.Cert.Hash, _ = r.Cert.ComputeHash()
+		}, `disagrees with its record: read_set [{"domain":"stock","seq":8}]`},
+		// The hash binds result_sha256 only, and a cert of keep-result hash holds an object in
+		// place of its result: put in a cert that kept its result, that object verifies as a
+		// cert, with no re-hash, and the result is gone.
+		{"result replaced by the keep-result hash object", func(r *fence.Record) {
+			r.Cert.Result = []byte(`{"effectfence/result_not_kept":{"sha256":"` + r.Cert.ResultSHA256 + `"}}`)
+		}, "keeps its result in full, but its cert holds only a digest"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := fence.NewMemoryStore()
 			eng := fence.New(st, fence.Config{})
-			committed(t, eng, fence.Request{Intent: "x", Tool: "t", Args: []byte(`2`)})
+			committed(t, eng, fence.Request{Intent: "x", Tool: "t", Args: []byte(`2`), Agent: "alice", Domain: "order:1",
+				ReadSet: []fence.ReadSetEntry{{Domain: "stock", Seq: 0}}})
 			edit(t, st, "x", tc.fn)
 			rep, err := ledger.Verify(ctx, st)
 			if err != nil {
@@ -109,6 +130,42 @@ func TestVerifyRedactedRecords(t *testing.T) {
 	edit(t, st, "r", func(r *fence.Record) { r.Args = []byte(`{"amount":6,"card":{"number":"[redacted]"}}`) })
 	if rep, err := ledger.Verify(ctx, st); err != nil || rep.OK() || !strings.Contains(rep.Problems[0].What, "args") {
 		t.Fatalf("edited args of a redacted record: %+v %v", rep, err)
+	}
+}
+
+// A record of keep-result hash verifies with its cert holding only the result's digest; a cert
+// that holds a result there (the one the tool returned: its digest is result_sha256, which the
+// hash binds) is what the claim asked the ledger not to keep, and is a problem.
+func TestVerifyKeepResultHashRecords(t *testing.T) {
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	committed(t, eng, fence.Request{Intent: "k", Tool: "t", KeepResult: fence.KeepHash})
+	// A tool may return that very object as its result, kept in full: it is its own digest.
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "lookalike", Tool: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"effectfence/result_not_kept":{"sha256":"`+strings.Repeat("ab", 32)+`"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ledger.Verify(ctx, st); err != nil || !rep.OK() || rep.Verified != 2 {
+		t.Fatalf("a ledger with a keep-result hash record: %+v %v", rep, err)
+	}
+	// The object with more in it was read as the digest alone (Cert.Verify, and the recipe's
+	// verifier), and fence_prepare's replay gives it to the agent as the cert's result.
+	var digest string
+	edit(t, st, "k", func(r *fence.Record) {
+		digest, _ = r.Cert.ResultNotKept()
+		r.Cert.Result = []byte(`{"effectfence/result_not_kept":{"sha256":"` + digest + `","text":"refund sent"}}`)
+	})
+	rep, err := ledger.Verify(ctx, st)
+	if err != nil || rep.OK() || !strings.Contains(rep.Problems[0].What, `its result {"effectfence/result_not_kept":{"sha256":"`+digest+`","text":"refund sent"}} is not the object of keep-result hash as effectfence writes it`) {
+		t.Fatalf("a keep-result hash record whose cert holds more than the digest: %+v %v", rep, err)
+	}
+	edit(t, st, "k", func(r *fence.Record) { r.Cert.Result = []byte(`{"ok":true}`) })
+	rep, err = ledger.Verify(ctx, st)
+	if err != nil || rep.OK() || !strings.Contains(rep.Problems[0].What, "keeps only its result's digest (keep_result hash), but its cert holds a result") {
+		t.Fatalf("a keep-result hash record whose cert holds the result: %+v %v", rep, err)
 	}
 }
 
