@@ -16,12 +16,18 @@ import (
 // object members only.
 type Path []string
 
-// ParsePath splits a dotted path; empty segments are refused.
+// ParsePath splits a dotted path; empty segments are refused, and so is a "*" segment: in a
+// --redact path it matches every member or element, here it would name a member called "*",
+// which no call has, so the field meant would be kept in the identity (a retry with a fresh
+// timestamp run again) or read as absent.
 func ParsePath(s string) (Path, error) {
 	parts := strings.Split(s, ".")
 	for _, p := range parts {
-		if p == "" {
+		switch p {
+		case "":
 			return nil, fmt.Errorf("path %q has an empty segment", s)
+		case "*":
+			return nil, fmt.Errorf("path %q has a \"*\" segment: key and ignored fields are named member by member (a \"*\" matches every member only in a redact path)", s)
 		}
 	}
 	return Path(parts), nil
