@@ -21,16 +21,24 @@ type Path []string
 // which no call has, so the field meant would be kept in the identity (a retry with a fresh
 // timestamp run again) or read as absent.
 func ParsePath(s string) (Path, error) {
-	parts := strings.Split(s, ".")
-	for _, p := range parts {
-		switch p {
+	p := Path(strings.Split(s, "."))
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// check refuses an empty or "*" segment (ParsePath).
+func (p Path) check() error {
+	for _, seg := range p {
+		switch seg {
 		case "":
-			return nil, fmt.Errorf("path %q has an empty segment", s)
+			return fmt.Errorf("path %q has an empty segment", p.String())
 		case "*":
-			return nil, fmt.Errorf("path %q has a \"*\" segment: key and ignored fields are named member by member (a \"*\" matches every member only in a redact path)", s)
+			return fmt.Errorf("path %q has a \"*\" segment: key and ignored fields are named member by member (a \"*\" matches every member only in a redact path)", p.String())
 		}
 	}
-	return Path(parts), nil
+	return nil
 }
 
 func (p Path) String() string { return strings.Join(p, ".") }
