@@ -17,8 +17,9 @@ import (
 // MaxDepth bounds the nesting of arrays and objects accepted for canonicalisation.
 const MaxDepth = 10000
 
-// maxExponent bounds the decimal exponent of a number (1e1000000000 is refused, not
-// expanded): far beyond any value a tool means, small enough that no arithmetic overflows.
+// maxExponent bounds the decimal exponent of a number, its digits taken as a whole number
+// (1e1000000001 is refused, not expanded; 1e1000000000 is accepted): far beyond any value a
+// tool means, small enough that no arithmetic overflows.
 const maxExponent = 1_000_000_000
 
 // canonical parses one JSON text and writes its canonical form: RFC 8785 structure (members

@@ -91,14 +91,17 @@ func (e PriorFailureError) Is(target error) bool { return target == ErrPriorFail
 
 // IntentConflictError: the intent is recorded with different tool or arguments. It is refused
 // and never handed the other action's receipt: pick a distinct intent for a distinct action.
+// Its message names only the attempt's own fingerprint: the recorded one (an unsalted SHA-256
+// of the other call, whose redacted values it lets anyone test guesses of) is for whoever
+// holds the error, not for the caller that named the intent.
 type IntentConflictError struct {
 	Intent              string
 	Recorded, Presented string // fingerprints
 }
 
 func (e IntentConflictError) Error() string {
-	return fmt.Sprintf("%s: intent %q is recorded for a different call (fingerprint %s, this attempt %s); not executed and no receipt given: use a distinct intent for a distinct action",
-		CodeConflict, e.Intent, short(e.Recorded), short(e.Presented))
+	return fmt.Sprintf("%s: intent %q is recorded for a different call (this attempt's fingerprint %s); not executed and no receipt given: use a distinct intent for a distinct action",
+		CodeConflict, e.Intent, short(e.Presented))
 }
 func (e IntentConflictError) Code() string         { return CodeConflict }
 func (e IntentConflictError) Is(target error) bool { return target == ErrConflict }

@@ -12,7 +12,7 @@ import (
 // the call, with the intent's live ticket or with the very tool and args (the same proof
 // fence_prepare accepts before it replays a cert).
 
-const withheld = "tool, args, result, agent and reason are shown only with proof: pass this intent's ticket, or the tool and args it was prepared with"
+const withheld = "tool, args, result, agent, reason and fingerprint are shown only with proof: pass this intent's ticket, or the tool and args it was prepared with"
 
 // CodeResultDiffers is the code of a commit whose result is not the one recorded.
 const CodeResultDiffers = "result_differs"

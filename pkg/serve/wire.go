@@ -212,9 +212,11 @@ type HeartbeatResult struct {
 }
 
 // IntentStatus is what fence_status tells about an intent. It never carries the claim's
-// nonce: the ledger's view must not be enough to forge a ticket. Tool, agent, reason and the
-// cert (args and result) are shown only to a caller that proved it made the call (Withheld
-// says so otherwise); state, times and hashes are shown to anyone who names the intent.
+// nonce: the ledger's view must not be enough to forge a ticket. Tool, agent, reason, the
+// fingerprint and the cert (args and result) are shown only to a caller that proved it made
+// the call (Withheld says so otherwise); state, times and the other hashes are shown to anyone
+// who names the intent. The fingerprint is an unsalted SHA-256 of the full call, so whoever
+// holds it can test guesses of a redacted value offline.
 type IntentStatus struct {
 	Intent      string           `json:"intent"`
 	State       fence.State      `json:"state"`
@@ -293,7 +295,7 @@ type Refusal struct {
 // and hashes.
 func statusOf(r fence.Record, proven bool) *IntentStatus {
 	s := &IntentStatus{
-		Intent: r.Intent, State: r.State, Fingerprint: r.Fingerprint, Token: r.Token,
+		Intent: r.Intent, State: r.State, Token: r.Token,
 		Domain: r.Domain, Seq: r.Seq, KeepResult: r.KeepResult,
 	}
 	if r.Cert != nil {
@@ -303,7 +305,7 @@ func statusOf(r fence.Record, proven bool) *IntentStatus {
 		return s
 	}
 	if proven {
-		s.Agent, s.Tool, s.Reason, s.Cert = r.Agent, r.Tool, r.Reason, r.Cert
+		s.Fingerprint, s.Agent, s.Tool, s.Reason, s.Cert = r.Fingerprint, r.Agent, r.Tool, r.Reason, r.Cert
 	} else {
 		s.Withheld = withheld
 	}

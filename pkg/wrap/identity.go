@@ -16,15 +16,29 @@ import (
 // object members only.
 type Path []string
 
-// ParsePath splits a dotted path; empty segments are refused.
+// ParsePath splits a dotted path; empty segments are refused, and so is a "*" segment: in a
+// --redact path it matches every member or element, here it would name a member called "*",
+// which no call has, so the field meant would be kept in the identity (a retry with a fresh
+// timestamp run again) or read as absent.
 func ParsePath(s string) (Path, error) {
-	parts := strings.Split(s, ".")
-	for _, p := range parts {
-		if p == "" {
-			return nil, fmt.Errorf("path %q has an empty segment", s)
+	p := Path(strings.Split(s, "."))
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// check refuses an empty or "*" segment (ParsePath).
+func (p Path) check() error {
+	for _, seg := range p {
+		switch seg {
+		case "":
+			return fmt.Errorf("path %q has an empty segment", p.String())
+		case "*":
+			return fmt.Errorf("path %q has a \"*\" segment: key and ignored fields are named member by member (a \"*\" matches every member only in a redact path)", p.String())
 		}
 	}
-	return Path(parts), nil
+	return nil
 }
 
 func (p Path) String() string { return strings.Join(p, ".") }

@@ -29,6 +29,9 @@ func TestNewRefusesWhatTheCommandRefuses(t *testing.T) {
 		{"key under an ignored parent", wrap.Options{Key: map[string][]wrap.Path{"charge": {{"meta", "order"}}}, Ignore: map[string][]wrap.Path{"charge": {meta}}}, `key field "meta.order" is ignored (ignore "meta")`},
 		{"empty key path", wrap.Options{Key: map[string][]wrap.Path{"charge": {{}}}}, `tool "charge": an empty key field path`},
 		{"empty ignore path", wrap.Options{Ignore: map[string][]wrap.Path{"charge": {nil}}}, `tool "charge": an empty ignored field path`},
+		{"star in an ignore path", wrap.Options{Ignore: map[string][]wrap.Path{"charge": {{"items", "*", "ts"}}}}, `tool "charge": ignored field: path "items.*.ts" has a "*" segment`},
+		{"star in a key path", wrap.Options{Key: map[string][]wrap.Path{"charge": {{"*"}}}}, `tool "charge": key field: path "*" has a "*" segment`},
+		{"empty segment in a key path", wrap.Options{Key: map[string][]wrap.Path{"charge": {{"order", ""}}}}, `tool "charge": key field: path "order." has an empty segment`},
 		{"bad redact path", wrap.Options{Redact: map[string][]string{"charge": {"card..cvv"}}}, `tool "charge": redact "card..cvv"`},
 		{"bad keep result", wrap.Options{KeepResult: map[string]fence.KeepResult{"charge": "digest"}}, `tool "charge": keep result "digest"`},
 		// A window written as seconds (600 meant as ten minutes) is 600 ns: no retry would

@@ -89,6 +89,8 @@ type rig struct {
 	workDir string
 	// prefix runs the wrap process under a command (unshare ... --), when set.
 	prefix []string
+	// bin replaces the effectfence binary (a copy another user can run), when set.
+	bin string
 	// extraEnv is added to the wrap process's environment (and so the child's).
 	extraEnv []string
 	// init replaces the agent's initialize params.
@@ -134,7 +136,11 @@ func (r *rig) wrap(flags ...string) *wrapProc {
 }
 
 func (r *rig) tryWrap(flags ...string) (*wrapProc, error) {
-	argv := append(append(slices.Clone(r.prefix), efBin, "wrap"), flags...)
+	bin := efBin
+	if r.bin != "" {
+		bin = r.bin
+	}
+	argv := append(append(slices.Clone(r.prefix), bin, "wrap"), flags...)
 	argv = append(append(argv, "--"), r.childCmd()...)
 	w := &wrapProc{log: &logBuf{}, notes: make(chan string, 16)}
 	init := r.init

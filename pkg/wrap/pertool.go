@@ -102,8 +102,8 @@ func (s ToolSettings) check() error {
 }
 
 // checkCall refuses a key field cut by an ignored one (every call would have the same key,
-// and distinct calls would be answered as one), an empty field path (it names no field) and a
-// replay window out of range.
+// and distinct calls would be answered as one), an empty field path (it names no field), a
+// path ParsePath refuses (an empty or "*" segment) and a replay window out of range.
 func (s ToolSettings) checkCall() error {
 	if err := checkWindow(s.ReplayWindow); err != nil {
 		return err
@@ -112,10 +112,16 @@ func (s ToolSettings) checkCall() error {
 		if len(k) == 0 {
 			return errors.New("an empty key field path: it names no field")
 		}
+		if err := k.check(); err != nil {
+			return fmt.Errorf("key field: %v", err)
+		}
 	}
 	for _, i := range s.Ignore {
 		if len(i) == 0 {
 			return errors.New("an empty ignored field path: it names no field")
+		}
+		if err := i.check(); err != nil {
+			return fmt.Errorf("ignored field: %v", err)
 		}
 	}
 	if k, i, cut := IgnoredKey(s.Key, s.Ignore); cut {
