@@ -289,6 +289,7 @@ func (p painter) paint(s string, attrs ...color.Attribute) string {
 	return c.Sprint(s)
 }
 
+// state is a record's state, coloured by what it means; any other text escaped.
 func (p painter) state(s fence.State) string {
 	switch s {
 	case fence.StateDone:
@@ -298,7 +299,9 @@ func (p painter) state(s fence.State) string {
 	case fence.StateFailed, fence.StateUnknown:
 		return p.paint(string(s), color.FgRed, color.Bold)
 	}
-	return string(s)
+	// No state the engine writes: a record edited by hand (or damaged) that still decodes.
+	// It is text read from the ledger, shown escaped like the rest.
+	return esc(string(s))
 }
 
 func stamp(t time.Time) string {

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// forgeState rewrites the stored record of intent with state, as a hand edit (or damage) of
+// the file would: the body still decodes, so the views show the record.
+func forgeState(t *testing.T, path, intent, state string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var body []byte
+	if err := db.QueryRow("SELECT body FROM records WHERE intent = ?", intent).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(body, &rec); err != nil {
+		t.Fatalf("the stored record of %s is not JSON (%v): %q", intent, err, body)
+	}
+	rec["state"] = state
+	if body, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE records SET body = ? WHERE intent = ?", body, intent); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLedgerViewsEscapeAForgedState: a record whose stored state was edited into terminal
+// escapes (it decodes, so ls, show and clear show it) is shown escaped like every other text
+// read from the ledger (docs/ledger.md), in a pipe and on a terminal, coloured or not. Before,
+// the state was printed as stored: it could clear the operator's screen and set its title.
+func TestLedgerViewsEscapeAForgedState(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedCLI(t, path)
+	const forged = "\x1b]0;pwned\x07\x1b[2J\u009b31m\u202edone"
+	forgeState(t, path, "refund:9", forged)
+
+	runs := [][]string{
+		{"ledger", "ls", "--ledger", path},
+		{"ledger", "show", "refund:9", "--ledger", path},
+		{"ledger", "stats", "--ledger", path},
+		{"ledger", "verify", "--ledger", path},
+		{"ledger", "ls", "--json", "--ledger", path},
+		{"ledger", "stats", "--json", "--ledger", path},
+	}
+	for _, env := range [][]string{{"NO_COLOR=1"}, {"NO_COLOR="}} {
+		for _, args := range runs {
+			r := runBinary(t, env, "", args...)
+			for name, s := range map[string]string{"stdout": r.stdout, "stderr": r.stderr} {
+				if c, bad := actsOnTerminal(s); bad {
+					t.Errorf("%v %q in a pipe: %s holds %U:\n%q", env, args[1:], name, c, s)
+				}
+			}
+		}
+		for _, args := range runs[:2] {
+			out := strings.ReplaceAll(onTerminal(t, env, args...), "\r\n", "\n") // the terminal's own line ends
+			if env[0] == "NO_COLOR=" {
+				out = strings.NewReplacer("\x1b[31;1m", "", "\x1b[32m", "", "\x1b[33m", "", "\x1b[0m", "").Replace(out) // the states' own colours
+			}
+			if c, bad := actsOnTerminal(out); bad {
+				t.Errorf("%v %q on a terminal holds %U:\n%q", env, args[1:], c, out)
+			}
+		}
+	}
+	r := runBinary(t, []string{"NO_COLOR=1"}, "", "ledger", "show", "refund:9", "--ledger", path)
+	if !strings.Contains(r.stdout, `\x1b]0;pwned\x07\x1b[2J\u009b31m\u202edone`) {
+		t.Errorf("show does not show the forged state escaped:\n%s", r.stdout)
+	}
+	// clear's answer names the state it cleared.
+	r = runBinary(t, []string{"NO_COLOR=1"}, "", "ledger", "clear", "refund:9", "--reason", "checked", "--force", "--ledger", path)
+	if c, bad := actsOnTerminal(r.stdout + r.stderr); bad {
+		t.Errorf("clear of the forged record: exit %d, output holds %U:\n%q%q", r.code, c, r.stdout, r.stderr)
+	}
+}
