@@ -82,3 +82,27 @@ func TestLedgerViewsEscapeAForgedState(t *testing.T) {
 		t.Errorf("clear of the forged record: exit %d, output holds %U:\n%q%q", r.code, c, r.stdout, r.stderr)
 	}
 }
+
+// TestLedgerViewsEscapeHostileTextOnATerminal: what an agent wrote (seedHostile) is escaped
+// on a terminal too, where ls and verify shorten cells (never inside an escape) and --json and
+// export write JSON (docs/ledger.md). TestLedgerViewsEscapeHostileText covers a pipe.
+func TestLedgerViewsEscapeHostileTextOnATerminal(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	seedHostile(t, path)
+	for _, args := range [][]string{
+		{"ledger", "ls", "--ledger", path},
+		{"ledger", "ls", "--wide", "--ledger", path},
+		{"ledger", "ls", "--json", "--ledger", path},
+		{"ledger", "show", evilIntent, "--ledger", path},
+		{"ledger", "show", evilIntent, "--json", "--ledger", path},
+		{"ledger", "verify", "--ledger", path},
+		{"ledger", "stats", "--ledger", path},
+		{"ledger", "export", "--ledger", path},
+	} {
+		out := strings.ReplaceAll(onTerminal(t, []string{"NO_COLOR=1"}, args...), "\r\n", "\n")
+		if c, bad := actsOnTerminal(out); bad {
+			t.Errorf("%q on a terminal holds %U:\n%q", args[1:], c, out)
+		}
+	}
+}
