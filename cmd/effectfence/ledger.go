@@ -35,7 +35,8 @@ directory and environment as wrap (its default file follows the server's scope),
 it); otherwise the default ledger of ` + "`effectfence serve`" + `.
 
 Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
-shorten long cells only on a terminal, and not with --wide.
+shorten long cells on a terminal; in a pipe ids are whole and only a tool, agent or reason
+over 1,000 characters is shortened; --wide shortens nothing.
 
 Exit codes: 0 ok; 1 the command failed or found problems (verify, check, ls, export or stats
 that left out unreadable records, show, clear or resolve of an intent the ledger does not
@@ -71,9 +72,9 @@ func ledgerCommand(io streams) *cli.Command {
 	}
 }
 
-// wideFlag keeps table cells whole on a terminal. Cells are never shortened when stdout is
-// not a terminal, so a pasted or piped intent id is always the whole id.
-var wideFlag = &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells on a terminal (they are never shortened in a pipe)"}
+// wideFlag keeps table cells whole. Ids are never shortened when stdout is not a terminal,
+// so a pasted or piped intent id is always the whole id; free text is, beyond maxTextCell.
+var wideFlag = &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells (on a terminal; in a pipe ids are always whole, and a tool, agent or reason over 1,000 characters is shortened)"}
 
 // ledgerCall is what every ledger subcommand gets: its streams, which ledger, its arguments
 // (child argv removed), and the parsed command for its own flags.
@@ -86,6 +87,8 @@ type ledgerCall struct {
 	out  painter
 	// wide: table cells are shown whole (stdout is not a terminal, or --wide).
 	wide bool
+	// wideFlag: --wide was given: free text is shown whole too, wherever stdout is.
+	wideFlag bool
 }
 
 func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli.Flag, run func(context.Context, ledgerCall) error) *cli.Command {
@@ -210,7 +213,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		}
 	}
 	wide := !isTerminal(io.out) || cmd.Bool("wide")
-	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide}, nil
+	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide, wideFlag: cmd.Bool("wide")}, nil
 }
 
 // open opens the ledger for a subcommand that reads or changes it through the engine. An
@@ -268,6 +271,25 @@ func (j jsonOut) Write(p []byte) (int, error) {
 func (c ledgerCall) cell(s string, n int) string {
 	if c.wide {
 		return safetext.Escape(s)
+	}
+	return safetext.Clip(s, n)
+}
+
+// maxTextCell bounds a table cell of free text read from the ledger (a tool name, an agent,
+// a reason, what verify found) outside a terminal, where ids are whole: a table pads every
+// row to its widest cell, so one agent's megabyte of reason made `ledger ls` in a pipe write
+// a megabyte per record (and three more for the rules). show and --json give such text whole,
+// and so does --wide.
+const maxTextCell = 1000
+
+// text is a table cell of free text read from the ledger: escaped, shortened to n characters
+// on a terminal and to maxTextCell elsewhere, whole with --wide.
+func (c ledgerCall) text(s string, n int) string {
+	switch {
+	case c.wideFlag:
+		return safetext.Escape(s)
+	case c.wide: // not a terminal
+		return safetext.Clip(s, maxTextCell)
 	}
 	return safetext.Clip(s, n)
 }
@@ -363,7 +385,7 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 		if r.State.Fenced() {
 			until = time.Time{}
 		}
-		if err := t.Append(c.cell(r.Intent, 60), c.out.state(r.State), c.cell(r.Tool, 30), c.cell(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.cell(r.Reason, 60)); err != nil {
+		if err := t.Append(c.cell(r.Intent, 60), c.out.state(r.State), c.text(r.Tool, 30), c.text(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.text(r.Reason, 60)); err != nil {
 			return err
 		}
 	}
@@ -563,7 +585,7 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 			t := tablewriter.NewTable(w)
 			t.Header("intent", "cert", "what")
 			for _, p := range list.ps {
-				if err := t.Append(c.cell(p.Intent, 50), c.cell(p.Hash, 16), esc(p.What)); err != nil {
+				if err := t.Append(c.cell(p.Intent, 50), c.text(p.Hash, 16), c.text(p.What, maxTextCell)); err != nil {
 					return err
 				}
 			}
