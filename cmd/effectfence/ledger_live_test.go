@@ -123,9 +123,9 @@ func checkExport(t *testing.T, out string) (records, events int) {
 // TestLedgerViewsWhileWrapsWrite runs the operator's commands on a SQLite file and on a
 // PostgreSQL ledger that live writer processes (each its own process, as every MCP client's
 // wrap is) keep writing: ls, export, stats, verify and sweep answer from a consistent view
-// and exit 0, clear of a live holder's claim is refused without --force and changes nothing,
-// clear of a done intent goes through, and once a writer is killed with SIGKILL its held
-// claim is cleared (docs/ledger.md).
+// and exit 0 (and check, on SQLite, finds the file healthy), clear of a live holder's claim
+// is refused without --force and changes nothing, clear of a done intent goes through, and
+// once a writer is killed with SIGKILL its held claim is cleared (docs/ledger.md).
 func TestLedgerViewsWhileWrapsWrite(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
@@ -163,7 +163,11 @@ func viewsWhileWritersWrite(t *testing.T, path string) {
 		if r.code != exitOK || json.Unmarshal([]byte(r.stdout), &ls) != nil || len(ls.Records) < records {
 			t.Fatalf("round %d: ls --json = %d (%d records, export had %d)\n%s%s", round, r.code, len(ls.Records), records, r.stdout[:min(len(r.stdout), 500)], r.stderr)
 		}
-		for _, args := range [][]string{{"ledger", "stats"}, {"ledger", "verify"}, {"ledger", "sweep"}, {"ledger", "ls", "--state", "in_flight"}} {
+		views := [][]string{{"ledger", "stats"}, {"ledger", "verify"}, {"ledger", "sweep"}, {"ledger", "ls", "--state", "in_flight"}}
+		if !strings.Contains(path, "://") {
+			views = append(views, []string{"ledger", "check"}) // read-only, beside live writers and their log
+		}
+		for _, args := range views {
 			if r := runBinary(t, env, "", args...); r.code != exitOK {
 				t.Fatalf("round %d: %v while writers write: exit %d\n%s%s", round, args[1:], r.code, r.stdout, r.stderr)
 			}
