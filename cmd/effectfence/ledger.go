@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
@@ -294,6 +295,20 @@ func (c ledgerCall) text(s string, n int) string {
 	return safetext.Clip(s, n)
 }
 
+// operatorText refuses text an operator gives a command to record (--reason, --ref, --result)
+// that is not UTF-8: the ledger writes it as JSON, which would keep each invalid byte as
+// U+FFFD, so the audit trail would hold other text than the command said it recorded.
+func operatorText(sub, flag, s string) error {
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && w == 1 {
+			return usageErr("ledger %s: --%s is not valid UTF-8 (byte \\x%02x at offset %d): the ledger records text as UTF-8 and would keep another text than this; give it in UTF-8", sub, flag, s[i], i)
+		}
+		i += w
+	}
+	return nil
+}
+
 // esc is text read from the ledger, escaped for the terminal.
 func esc(s string) string { return safetext.Escape(s) }
 
@@ -528,6 +543,9 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	reason := strings.TrimSpace(c.cmd.String("reason"))
 	if reason == "" {
 		return usageErr("ledger clear: --reason is required: say what you checked in the real system (it is recorded with who you are)")
+	}
+	if err := operatorText("clear", "reason", reason); err != nil {
+		return err
 	}
 	l, err := c.open(ctx)
 	if err != nil {
