@@ -29,7 +29,7 @@ import (
 const ledgerUsage = `The operator's view of a ledger: what is in flight, failed or of unknown outcome;
 reconcile (resolve) and clear; verify certificates; export.
 
-Which ledger: --ledger PATH|memory|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
+Which ledger: --ledger PATH|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
 of a wrap process, --for -- <the child command exactly as wrap runs it>, run from the same
 directory and environment as wrap (its default file follows the server's scope), with
 --scope NAME or --policy FILE if wrap was given one (EFFECTFENCE_POLICY is read as wrap reads
@@ -94,7 +94,7 @@ type ledgerCall struct {
 
 func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli.Flag, run func(context.Context, ledgerCall) error) *cli.Command {
 	common := []cli.Flag{
-		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path, memory, or a postgres:// URL (overrides EFFECTFENCE_LEDGER)"},
+		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path or a postgres:// URL (overrides EFFECTFENCE_LEDGER; a memory ledger is seen only by its own process)"},
 		&cli.BoolFlag{Name: "for", Usage: "use the default ledger of `effectfence wrap -- <command…>` started from this directory and environment: give the child command after --"},
 		&cli.StringFlag{Name: "scope", Usage: "with --for: the --scope NAME that wrap was given"},
 		&cli.StringFlag{Name: "policy", Usage: "with --for: the --policy `FILE` that wrap was given (default: " + envPolicy + ", as for wrap); its scope and ledger are wrap's"},
@@ -225,7 +225,12 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	if loc != "memory" && !strings.Contains(loc, "://") {
+	if loc == "memory" {
+		// A new memory ledger is empty: the look would report nothing fenced, whatever the
+		// process that uses one (serve or wrap given memory) has fenced.
+		return nil, fmt.Errorf("ledger memory: a memory ledger lives inside the one process that uses it (serve or wrap given --ledger memory or %s=memory) and ends with it; no other process can read or change it, so there is nothing here to show (restarting that process forgets every call it fenced; give it a file or a postgres:// ledger to reconcile its calls)", store.EnvLedger)
+	}
+	if !strings.Contains(loc, "://") {
 		fi, err := os.Stat(loc)
 		if errors.Is(err, os.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
 			if problem, advice := sqlite.OrphanLog(loc); problem != "" {
