@@ -635,8 +635,12 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	_, err = ledger.Export(ctx, l.Store(), jsonOut{c.io.out})
+	n, err := ledger.Export(ctx, l.Store(), jsonOut{c.io.out})
 	bad, err := c.unreadable(l, err)
+	if err != nil && n > 0 {
+		// What was written is whole lines, and reads like a (smaller) ledger: say it is not.
+		return fmt.Errorf("ledger export is incomplete: it failed after %d whole line(s); export again: %w", n, err)
+	}
 	if err != nil {
 		return err
 	}
