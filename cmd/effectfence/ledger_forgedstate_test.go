@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // forgeState rewrites the stored record of intent with state, as a hand edit (or damage) of
@@ -83,14 +87,33 @@ func TestLedgerViewsEscapeAForgedState(t *testing.T) {
 	}
 }
 
-// TestLedgerViewsEscapeHostileTextOnATerminal: what an agent wrote (seedHostile) is escaped
-// on a terminal too, where ls and verify shorten cells (never inside an escape) and --json and
-// export write JSON (docs/ledger.md). TestLedgerViewsEscapeHostileText covers a pipe.
+// TestLedgerViewsEscapeHostileTextOnATerminal: what an agent wrote (seedHostile, and NUL in a
+// tool, an agent, arguments and a reason) is escaped on a terminal too, where ls and verify
+// shorten cells (never inside an escape) and --json and export write JSON (docs/ledger.md).
+// TestLedgerViewsEscapeHostileText covers a pipe.
 func TestLedgerViewsEscapeHostileTextOnATerminal(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	seedHostile(t, path)
+	// NUL, which a terminal may drop (hiding what follows it from a reader) and C strings end at.
+	ctx := context.Background()
+	l, err := store.Open(ctx, store.Options{Ledger: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := l.Prepare(ctx, fence.Request{Intent: "nul:1", Tool: "charge\x00_card", Args: []byte(`{"k":"a\u0000b"}`), Agent: "bot\x00\x1b[8m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Abort(ctx, *adm.Ticket, "stalled\x00\x1b[2J"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
+		{"ledger", "show", "nul:1", "--ledger", path},
+		{"ledger", "show", "nul:1", "--json", "--ledger", path},
 		{"ledger", "ls", "--ledger", path},
 		{"ledger", "ls", "--wide", "--ledger", path},
 		{"ledger", "ls", "--json", "--ledger", path},
@@ -103,6 +126,9 @@ func TestLedgerViewsEscapeHostileTextOnATerminal(t *testing.T) {
 		out := strings.ReplaceAll(onTerminal(t, []string{"NO_COLOR=1"}, args...), "\r\n", "\n")
 		if c, bad := actsOnTerminal(out); bad {
 			t.Errorf("%q on a terminal holds %U:\n%q", args[1:], c, out)
+		}
+		if args[2] == "nul:1" && !strings.Contains(out, `charge\x00_card`) && !strings.Contains(out, `charge\u0000_card`) {
+			t.Errorf("%q on a terminal does not show the tool's NUL:\n%q", args[1:], out)
 		}
 	}
 }
