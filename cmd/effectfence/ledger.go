@@ -15,6 +15,7 @@ import (
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
+	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
 	"github.com/effectfence/effectfence/internal/safetext"
@@ -90,6 +91,8 @@ type ledgerCall struct {
 	wide bool
 	// wideFlag: --wide was given: free text is shown whole too, wherever stdout is.
 	wideFlag bool
+	// tty: stdout is a terminal.
+	tty bool
 }
 
 func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli.Flag, run func(context.Context, ledgerCall) error) *cli.Command {
@@ -213,8 +216,9 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			}
 		}
 	}
-	wide := !isTerminal(io.out) || cmd.Bool("wide")
-	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide, wideFlag: cmd.Bool("wide")}, nil
+	tty := isTerminal(io.out)
+	wide := !tty || cmd.Bool("wide")
+	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide, wideFlag: cmd.Bool("wide"), tty: tty}, nil
 }
 
 // open opens the ledger for a subcommand that reads or changes it through the engine. An
@@ -635,7 +639,17 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	n, err := ledger.Export(ctx, l.Store(), jsonOut{c.io.out})
+	var w io.Writer = jsonOut{c.io.out}
+	if isTerminal(c.io.err) && !c.tty {
+		// A big ledger takes seconds to export to a file or a pipe: count the lines on the
+		// terminal, on stderr, and clear the count when done. (Not when the export itself goes
+		// to the terminal: the count would be drawn over its lines.)
+		bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger export: lines"),
+			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+		w = lineCounter{w, func() { _ = bar.Add(1) }}
+		defer func() { _ = bar.Clear() }()
+	}
+	n, err := ledger.Export(ctx, l.Store(), w)
 	bad, err := c.unreadable(l, err)
 	if err != nil && n > 0 {
 		// What was written is whole lines, and reads like a (smaller) ledger: say it is not.
@@ -645,6 +659,20 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	return bad.exit()
+}
+
+// lineCounter calls line after each write (a json.Encoder writes one whole line per write).
+type lineCounter struct {
+	w    io.Writer
+	line func()
+}
+
+func (lc lineCounter) Write(p []byte) (int, error) {
+	n, err := lc.w.Write(p)
+	if err == nil {
+		lc.line()
+	}
+	return n, err
 }
 
 func ledgerStats(ctx context.Context, c ledgerCall) error {
