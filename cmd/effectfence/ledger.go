@@ -640,6 +640,7 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 	}
 	defer l.Close()
 	var w io.Writer = jsonOut{c.io.out}
+	clearCount := func() {}
 	if isTerminal(c.io.err) && !c.tty {
 		// A big ledger takes seconds to export to a file or a pipe: count the lines on the
 		// terminal, on stderr, and clear the count when done. (Not when the export itself goes
@@ -647,9 +648,10 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 		bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger export: lines"),
 			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
 		w = lineCounter{w, func() { _ = bar.Add(1) }}
-		defer func() { _ = bar.Clear() }()
+		clearCount = func() { _ = bar.Clear() }
 	}
 	n, err := ledger.Export(ctx, l.Store(), w)
+	clearCount() // before anything more is said on stderr
 	bad, err := c.unreadable(l, err)
 	if err != nil && n > 0 {
 		// What was written is whole lines, and reads like a (smaller) ledger: say it is not.
