@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
+	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
 	"github.com/effectfence/effectfence/internal/safetext"
@@ -28,14 +30,15 @@ import (
 const ledgerUsage = `The operator's view of a ledger: what is in flight, failed or of unknown outcome;
 reconcile (resolve) and clear; verify certificates; export.
 
-Which ledger: --ledger PATH|memory|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
+Which ledger: --ledger PATH|postgres://… (overrides EFFECTFENCE_LEDGER); for the ledger
 of a wrap process, --for -- <the child command exactly as wrap runs it>, run from the same
 directory and environment as wrap (its default file follows the server's scope), with
 --scope NAME or --policy FILE if wrap was given one (EFFECTFENCE_POLICY is read as wrap reads
 it); otherwise the default ledger of ` + "`effectfence serve`" + `.
 
 Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
-shorten long cells only on a terminal, and not with --wide.
+shorten long cells on a terminal; in a pipe ids are whole and only a tool, agent or reason
+over 1,000 characters is shortened; --wide shortens nothing.
 
 Exit codes: 0 ok; 1 the command failed or found problems (verify, check, ls, export or stats
 that left out unreadable records, show, clear or resolve of an intent the ledger does not
@@ -71,9 +74,9 @@ func ledgerCommand(io streams) *cli.Command {
 	}
 }
 
-// wideFlag keeps table cells whole on a terminal. Cells are never shortened when stdout is
-// not a terminal, so a pasted or piped intent id is always the whole id.
-var wideFlag = &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells on a terminal (they are never shortened in a pipe)"}
+// wideFlag keeps table cells whole. Ids are never shortened when stdout is not a terminal,
+// so a pasted or piped intent id is always the whole id; free text is, beyond maxTextCell.
+var wideFlag = &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells (on a terminal; in a pipe ids are always whole, and a tool, agent or reason over 1,000 characters is shortened)"}
 
 // ledgerCall is what every ledger subcommand gets: its streams, which ledger, its arguments
 // (child argv removed), and the parsed command for its own flags.
@@ -86,11 +89,15 @@ type ledgerCall struct {
 	out  painter
 	// wide: table cells are shown whole (stdout is not a terminal, or --wide).
 	wide bool
+	// wideFlag: --wide was given: free text is shown whole too, wherever stdout is.
+	wideFlag bool
+	// tty: stdout is a terminal.
+	tty bool
 }
 
 func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli.Flag, run func(context.Context, ledgerCall) error) *cli.Command {
 	common := []cli.Flag{
-		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path, memory, or a postgres:// URL (overrides EFFECTFENCE_LEDGER)"},
+		&cli.StringFlag{Name: "ledger", Usage: "ledger location: a file path or a postgres:// URL (overrides EFFECTFENCE_LEDGER; a memory ledger is seen only by its own process)"},
 		&cli.BoolFlag{Name: "for", Usage: "use the default ledger of `effectfence wrap -- <command…>` started from this directory and environment: give the child command after --"},
 		&cli.StringFlag{Name: "scope", Usage: "with --for: the --scope NAME that wrap was given"},
 		&cli.StringFlag{Name: "policy", Usage: "with --for: the --policy `FILE` that wrap was given (default: " + envPolicy + ", as for wrap); its scope and ledger are wrap's"},
@@ -209,8 +216,9 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			}
 		}
 	}
-	wide := !isTerminal(io.out) || cmd.Bool("wide")
-	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide}, nil
+	tty := isTerminal(io.out)
+	wide := !tty || cmd.Bool("wide")
+	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide, wideFlag: cmd.Bool("wide"), tty: tty}, nil
 }
 
 // open opens the ledger for a subcommand that reads or changes it through the engine. An
@@ -221,7 +229,12 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	if loc != "memory" && !strings.Contains(loc, "://") {
+	if loc == "memory" {
+		// A new memory ledger is empty: the look would report nothing fenced, whatever the
+		// process that uses one (serve or wrap given memory) has fenced.
+		return nil, fmt.Errorf("ledger memory: a memory ledger lives inside the one process that uses it (serve or wrap given --ledger memory or %s=memory) and ends with it; no other process can read or change it, so there is nothing here to show (restarting that process forgets every call it fenced; give it a file or a postgres:// ledger to reconcile its calls)", store.EnvLedger)
+	}
+	if !strings.Contains(loc, "://") {
 		fi, err := os.Stat(loc)
 		if errors.Is(err, os.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
 			if problem, advice := sqlite.OrphanLog(loc); problem != "" {
@@ -272,6 +285,39 @@ func (c ledgerCall) cell(s string, n int) string {
 	return safetext.Clip(s, n)
 }
 
+// maxTextCell bounds a table cell of free text read from the ledger (a tool name, an agent,
+// a reason, what verify found) outside a terminal, where ids are whole: a table pads every
+// row to its widest cell, so one agent's megabyte of reason made `ledger ls` in a pipe write
+// a megabyte per record (and three more for the rules). show and --json give such text whole,
+// and so does --wide.
+const maxTextCell = 1000
+
+// text is a table cell of free text read from the ledger: escaped, shortened to n characters
+// on a terminal and to maxTextCell elsewhere, whole with --wide.
+func (c ledgerCall) text(s string, n int) string {
+	switch {
+	case c.wideFlag:
+		return safetext.Escape(s)
+	case c.wide: // not a terminal
+		return safetext.Clip(s, maxTextCell)
+	}
+	return safetext.Clip(s, n)
+}
+
+// operatorText refuses text an operator gives a command to record (--reason, --ref, --result)
+// that is not UTF-8: the ledger writes it as JSON, which would keep each invalid byte as
+// U+FFFD, so the audit trail would hold other text than the command said it recorded.
+func operatorText(sub, flag, s string) error {
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && w == 1 {
+			return usageErr("ledger %s: --%s is not valid UTF-8 (byte \\x%02x at offset %d): the ledger records text as UTF-8 and would keep another text than this; give it in UTF-8", sub, flag, s[i], i)
+		}
+		i += w
+	}
+	return nil
+}
+
 // esc is text read from the ledger, escaped for the terminal.
 func esc(s string) string { return safetext.Escape(s) }
 
@@ -289,6 +335,7 @@ func (p painter) paint(s string, attrs ...color.Attribute) string {
 	return c.Sprint(s)
 }
 
+// state is a record's state, coloured by what it means; any other text escaped.
 func (p painter) state(s fence.State) string {
 	switch s {
 	case fence.StateDone:
@@ -298,7 +345,9 @@ func (p painter) state(s fence.State) string {
 	case fence.StateFailed, fence.StateUnknown:
 		return p.paint(string(s), color.FgRed, color.Bold)
 	}
-	return string(s)
+	// No state the engine writes: a record edited by hand (or damaged) that still decodes.
+	// It is text read from the ledger, shown escaped like the rest.
+	return esc(string(s))
 }
 
 func stamp(t time.Time) string {
@@ -360,7 +409,7 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 		if r.State.Fenced() {
 			until = time.Time{}
 		}
-		if err := t.Append(c.cell(r.Intent, 60), c.out.state(r.State), c.cell(r.Tool, 30), c.cell(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.cell(r.Reason, 60)); err != nil {
+		if err := t.Append(c.cell(r.Intent, 60), c.out.state(r.State), c.text(r.Tool, 30), c.text(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.text(r.Reason, 60)); err != nil {
 			return err
 		}
 	}
@@ -504,6 +553,9 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	if reason == "" {
 		return usageErr("ledger clear: --reason is required: say what you checked in the real system (it is recorded with who you are)")
 	}
+	if err := operatorText("clear", "reason", reason); err != nil {
+		return err
+	}
 	l, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -560,7 +612,7 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 			t := tablewriter.NewTable(w)
 			t.Header("intent", "cert", "what")
 			for _, p := range list.ps {
-				if err := t.Append(c.cell(p.Intent, 50), c.cell(p.Hash, 16), esc(p.What)); err != nil {
+				if err := t.Append(c.cell(p.Intent, 50), c.text(p.Hash, 16), c.text(p.What, maxTextCell)); err != nil {
 					return err
 				}
 			}
@@ -587,12 +639,42 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	_, err = ledger.Export(ctx, l.Store(), jsonOut{c.io.out})
+	var w io.Writer = jsonOut{c.io.out}
+	clearCount := func() {}
+	if isTerminal(c.io.err) && !c.tty {
+		// A big ledger takes seconds to export to a file or a pipe: count the lines on the
+		// terminal, on stderr, and clear the count when done. (Not when the export itself goes
+		// to the terminal: the count would be drawn over its lines.)
+		bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger export: lines"),
+			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+		w = lineCounter{w, func() { _ = bar.Add(1) }}
+		clearCount = func() { _ = bar.Clear() }
+	}
+	n, err := ledger.Export(ctx, l.Store(), w)
+	clearCount() // before anything more is said on stderr
 	bad, err := c.unreadable(l, err)
+	if err != nil && n > 0 {
+		// What was written is whole lines, and reads like a (smaller) ledger: say it is not.
+		return fmt.Errorf("ledger export is incomplete: it failed after %d whole line(s); export again: %w", n, err)
+	}
 	if err != nil {
 		return err
 	}
 	return bad.exit()
+}
+
+// lineCounter calls line after each write (a json.Encoder writes one whole line per write).
+type lineCounter struct {
+	w    io.Writer
+	line func()
+}
+
+func (lc lineCounter) Write(p []byte) (int, error) {
+	n, err := lc.w.Write(p)
+	if err == nil {
+		lc.line()
+	}
+	return n, err
 }
 
 func ledgerStats(ctx context.Context, c ledgerCall) error {

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
@@ -82,5 +86,52 @@ func TestLedgerOfANewerBuild(t *testing.T) {
 	r = runBinary(t, env, "", "ledger", "ls", "--ledger", path)
 	if r.code != exitOK || !strings.Contains(r.stdout, "4 intent(s)") {
 		t.Fatalf("ledger ls after the version is known again: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestLedgerOfANewerBuildOnPostgres: the same on a PostgreSQL ledger whose schema a newer
+// effectfence wrote: every subcommand exits 1 saying so, and nothing is changed (the version,
+// the records and the audit events are as they were).
+func TestLedgerOfANewerBuildOnPostgres(t *testing.T) {
+	loc := pgLedger(t)
+	seedCLI(t, loc)
+	u, err := url.Parse(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := pgx.Identifier{u.Query().Get("search_path")}.Sanitize()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	snapshot := func() string {
+		var s string
+		if err := conn.QueryRow(ctx, "SELECT (SELECT version FROM "+schema+".effectfence_version)::text || ' ' || "+
+			"(SELECT count(*) FROM "+schema+".effectfence_records)::text || ' ' || "+
+			"(SELECT coalesce(string_agg(md5(body::text), ',' ORDER BY intent), '') FROM "+schema+".effectfence_records) || ' ' || "+
+			"(SELECT count(*) FROM "+schema+".effectfence_events)::text").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if _, err := conn.Exec(ctx, "UPDATE "+schema+".effectfence_version SET version = version + 1"); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot()
+	env := []string{"NO_COLOR=1", store.EnvLedger + "="}
+	for _, args := range [][]string{
+		{"ls"}, {"ls", "--json"}, {"show", "scale:web"}, {"verify"}, {"export"}, {"stats"}, {"sweep"},
+		{"clear", "refund:9", "--reason", "checked"},
+		{"resolve", "refund:9", "--did-not-happen", "--reason", "checked"},
+	} {
+		r := runBinary(t, env, "", append(append([]string{"ledger"}, args...), "--ledger", loc)...)
+		if r.code != exitError || r.stdout != "" || !strings.Contains(r.stderr, "newer than this build") {
+			t.Errorf("ledger %s on a newer PostgreSQL ledger: exit %d\nstdout %s\nstderr %s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if after := snapshot(); after != before {
+		t.Fatalf("the ledger commands changed a newer build's PostgreSQL ledger:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -48,6 +48,11 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		return usageErr("ledger resolve: --reason is required: say what you checked in the real system (it is recorded with who you are)")
 	}
 	result, ref := c.cmd.String("result"), c.cmd.String("ref")
+	for _, f := range [][2]string{{"reason", reason}, {"result", result}, {"ref", ref}} {
+		if err := operatorText("resolve", f[0], f[1]); err != nil {
+			return err
+		}
+	}
 	if how != fence.Happened && (c.cmd.IsSet("result") || c.cmd.IsSet("ref")) {
 		return usageErr("ledger resolve: --result and --ref go with --happened only")
 	}
