@@ -365,7 +365,7 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 		fmt.Fprintf(io.err, "effectfence wrap: %v: stopping; calls in flight get up to %s to finish (send the signal again to exit at once)\n", sig, opt.Grace)
 	}, func(sig os.Signal) {
 		calls := g.front.InFlight()
-		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now; %d calls abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, len(calls), strings.Join(calls, "; "))
+		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now and killing the MCP servers; %s abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, plural(len(calls), "call"), strings.Join(calls, "; "))
 		g.front.Kill()
 	})
 	defer stop()

@@ -115,6 +115,9 @@ type Handler struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// ending holds the sessions being stopped (end), out of sessions but not yet stopped: a
+	// Kill or InFlight during a stop must still reach them.
+	ending   map[*session]struct{}
 	closed   bool
 	stop     chan struct{}
 	reaper   sync.WaitGroup
@@ -138,7 +141,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
-	h := &Handler{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
+	h := &Handler{cfg: cfg, sessions: map[string]*session{}, ending: map[*session]struct{}{}, stop: make(chan struct{})}
 	h.reaper.Add(1)
 	go h.reap()
 	return h, nil
@@ -175,21 +178,26 @@ func (h *Handler) Close(why string) {
 		all = append(all, s)
 		delete(h.sessions, id)
 	}
-	h.mu.Unlock()
-	h.reaper.Wait()
 	for _, s := range all {
 		h.end(s, why)
 	}
+	h.mu.Unlock()
+	h.reaper.Wait()
 	h.stopping.Wait()
 }
 
-// end stops a session's proxy on its own goroutine.
+// end stops a session's proxy on its own goroutine; h.mu is held. Until it is stopped the
+// session is in ending, where Kill and InFlight find it.
 func (h *Handler) end(s *session, why string) {
 	h.stopping.Add(1)
+	h.ending[s] = struct{}{}
 	go func() {
 		defer h.stopping.Done()
 		s.proxy.Stop(why) // answers what it can (an abandoned fenced call: unknown) first
 		s.close()
+		h.mu.Lock()
+		delete(h.ending, s)
+		h.mu.Unlock()
 		if h.cfg.OnSession != nil {
 			h.cfg.OnSession(-1)
 		}
@@ -728,24 +736,38 @@ func (st *stream) take() [][]byte {
 	return q
 }
 
-// Kill ends every session's back at once (wrap.Proxy.Kill), for a gateway that must exit now.
+// Kill ends every session's back at once (wrap.Proxy.Kill), for a gateway that must exit now:
+// the open sessions' and those being stopped (a second signal comes during the first one's
+// stop, when Close has taken every session out of the open ones; before 2026-12-04 Kill
+// reached none of them then, and their servers outlived the gateway).
 func (h *Handler) Kill() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, s := range h.sessions {
+	for _, s := range h.all() {
 		s.proxy.Kill()
 	}
 }
 
-// InFlight describes the requests being served in every session, for a log line.
+// InFlight describes the requests being served in every session, open or being stopped, for
+// a log line.
 func (h *Handler) InFlight() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []string
-	for _, s := range h.sessions {
+	for _, s := range h.all() {
 		for _, c := range s.proxy.InFlight() {
 			out = append(out, "session "+short(s.id)+": "+c)
 		}
+	}
+	return out
+}
+
+// all is every session open or being stopped.
+func (h *Handler) all() []*session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*session, 0, len(h.sessions)+len(h.ending))
+	for _, s := range h.sessions {
+		out = append(out, s)
+	}
+	for s := range h.ending {
+		out = append(out, s)
 	}
 	return out
 }
