@@ -206,10 +206,9 @@ func (h *Handler) end(s *session, why string) {
 
 func (h *Handler) reap() {
 	defer h.reaper.Done()
-	every := h.cfg.Idle / 4
-	if every > time.Minute {
-		every = time.Minute
-	}
+	// A quarter of the limit, within [1ms, 1m]: an Idle under 4ns (--session-idle 1ns) made
+	// it zero, and the ticker's panic took the gateway down at start (before 2026-12-04).
+	every := min(max(h.cfg.Idle/4, time.Millisecond), time.Minute)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
