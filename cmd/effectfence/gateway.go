@@ -251,7 +251,10 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 	}
 	mux := http.NewServeMux()
 	mux.Handle(httpfront.DefaultPath, front)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	// /healthz and /metrics are not behind the keys, but refuse a foreign Origin or, on a
+	// loopback listener, a Host that is not a loopback name, as /mcp does: a page rebound to
+	// this address must not read them (before 2026-12-04 it could).
+	mux.Handle("/healthz", front.Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		if lc.health != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
@@ -263,8 +266,8 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 			}
 		}
 		fmt.Fprintf(w, "ok %d sessions\n", front.Sessions())
-	})
-	mux.Handle("/metrics", metrics.Handler())
+	})))
+	mux.Handle("/metrics", front.Guard(metrics.Handler()))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		front.Close("the listener could not open")

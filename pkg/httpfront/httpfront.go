@@ -283,6 +283,20 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 	_, _ = w.Write(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence: " + msg}))
 }
 
+// Guard serves next only to requests the endpoint would accept by their Origin and Host (DNS
+// rebinding protection), and refuses the others with 403 as the endpoint does: for the other
+// paths of the same listener (/healthz, /metrics), which a page rebound to a loopback address
+// could otherwise read.
+func (h *Handler) Guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if msg := h.checkOrigin(r); msg != "" {
+			httpError(w, http.StatusForbidden, msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // checkOrigin returns why the request is refused, or "".
 func (h *Handler) checkOrigin(r *http.Request) string {
 	if h.cfg.Loopback && !loopbackHost(r.Host) {
