@@ -604,9 +604,9 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
 		return nil
 	}
-	if len(h.sessions) >= h.cfg.MaxSessions {
+	if h.full() {
 		h.mu.Unlock()
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d): try later", h.cfg.MaxSessions))
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
 		return nil
 	}
 	h.mu.Unlock()
@@ -625,11 +625,11 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
 		return nil
 	}
-	if len(h.sessions) >= h.cfg.MaxSessions {
+	if h.full() {
 		// Checked again here: concurrent initializes all passed the check above.
 		h.mu.Unlock()
 		go p.Stop("too many sessions")
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d): try later", h.cfg.MaxSessions))
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
 		return nil
 	}
 	h.sessions[s.id] = s
@@ -638,6 +638,14 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		h.cfg.OnSession(+1)
 	}
 	return s
+}
+
+// full says a new session would pass MaxSessions; h.mu is held. A session being stopped
+// (DELETE, idle, a failed start) counts until it is: its server runs its calls' grace out, and
+// MaxSessions bounds the servers (before 2026-12-04 a client that ended each session with a
+// call in it and opened another ran a server per round, past the bound, for the grace).
+func (h *Handler) full() bool {
+	return len(h.sessions)+len(h.ending) >= h.cfg.MaxSessions
 }
 
 func newID() string {
