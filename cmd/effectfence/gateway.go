@@ -355,7 +355,15 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 		o.Scope = scopeFor(scope, who.Principal, share)
 		o.Shared = shared
 		if up != nil {
-			o.Backend = wrap.Upstream(up.url, mergeHeader(up.header, who.Header))
+			base := up.header
+			if lc.front.PassAuth {
+				// The upstream authenticates each client by its own Authorization: one that
+				// sends none reaches it with none, never with the gateway's configured token
+				// (before 2026-12-04 such a client acted as that token's account).
+				base = base.Clone()
+				base.Del("Authorization")
+			}
+			o.Backend = wrap.Upstream(up.url, mergeHeader(base, who.Header))
 		}
 		return wrap.New(o)
 	}
