@@ -251,7 +251,10 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 	}
 	mux := http.NewServeMux()
 	mux.Handle(httpfront.DefaultPath, front)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	// /healthz and /metrics are not behind the keys, but refuse a foreign Origin or, on a
+	// loopback listener, a Host that is not a loopback name, as /mcp does: a page rebound to
+	// this address must not read them (before 2026-12-04 it could).
+	mux.Handle("/healthz", front.Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		if lc.health != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
@@ -263,8 +266,8 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 			}
 		}
 		fmt.Fprintf(w, "ok %d sessions\n", front.Sessions())
-	})
-	mux.Handle("/metrics", metrics.Handler())
+	})))
+	mux.Handle("/metrics", front.Guard(metrics.Handler()))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		front.Close("the listener could not open")
@@ -352,7 +355,15 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 		o.Scope = scopeFor(scope, who.Principal, share)
 		o.Shared = shared
 		if up != nil {
-			o.Backend = wrap.Upstream(up.url, mergeHeader(up.header, who.Header))
+			base := up.header
+			if lc.front.PassAuth {
+				// The upstream authenticates each client by its own Authorization: one that
+				// sends none reaches it with none, never with the gateway's configured token
+				// (before 2026-12-04 such a client acted as that token's account).
+				base = base.Clone()
+				base.Del("Authorization")
+			}
+			o.Backend = wrap.Upstream(up.url, mergeHeader(base, who.Header))
 		}
 		return wrap.New(o)
 	}
@@ -365,7 +376,7 @@ func runGateway(ctx context.Context, cmd *cli.Command, lc *listenConfig, up *ups
 		fmt.Fprintf(io.err, "effectfence wrap: %v: stopping; calls in flight get up to %s to finish (send the signal again to exit at once)\n", sig, opt.Grace)
 	}, func(sig os.Signal) {
 		calls := g.front.InFlight()
-		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now; %d calls abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, len(calls), strings.Join(calls, "; "))
+		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now and killing the MCP servers; %s abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, plural(len(calls), "call"), strings.Join(calls, "; "))
 		g.front.Kill()
 	})
 	defer stop()

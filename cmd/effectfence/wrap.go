@@ -189,7 +189,7 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time
 		fmt.Fprintf(io.err, "effectfence wrap: %v: stopping; calls in flight get up to %s to finish (send the signal again to exit at once)\n", sig, grace)
 	}, func(sig os.Signal) {
 		calls := p.InFlight()
-		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now and killing the MCP server; %d calls abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, len(calls), strings.Join(calls, "; "))
+		fmt.Fprintf(io.err, "effectfence wrap: %v again: exiting now and killing the MCP server; %s abandoned (a fenced one keeps its claim, which the next process fences as unknown): %s\n", sig, plural(len(calls), "call"), strings.Join(calls, "; "))
 		p.Kill()
 	})
 	defer stop()

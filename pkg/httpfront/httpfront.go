@@ -115,6 +115,9 @@ type Handler struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// ending holds the sessions being stopped (end), out of sessions but not yet stopped: a
+	// Kill or InFlight during a stop must still reach them.
+	ending   map[*session]struct{}
 	closed   bool
 	stop     chan struct{}
 	reaper   sync.WaitGroup
@@ -138,7 +141,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
-	h := &Handler{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
+	h := &Handler{cfg: cfg, sessions: map[string]*session{}, ending: map[*session]struct{}{}, stop: make(chan struct{})}
 	h.reaper.Add(1)
 	go h.reap()
 	return h, nil
@@ -175,21 +178,26 @@ func (h *Handler) Close(why string) {
 		all = append(all, s)
 		delete(h.sessions, id)
 	}
-	h.mu.Unlock()
-	h.reaper.Wait()
 	for _, s := range all {
 		h.end(s, why)
 	}
+	h.mu.Unlock()
+	h.reaper.Wait()
 	h.stopping.Wait()
 }
 
-// end stops a session's proxy on its own goroutine.
+// end stops a session's proxy on its own goroutine; h.mu is held. Until it is stopped the
+// session is in ending, where Kill and InFlight find it.
 func (h *Handler) end(s *session, why string) {
 	h.stopping.Add(1)
+	h.ending[s] = struct{}{}
 	go func() {
 		defer h.stopping.Done()
 		s.proxy.Stop(why) // answers what it can (an abandoned fenced call: unknown) first
 		s.close()
+		h.mu.Lock()
+		delete(h.ending, s)
+		h.mu.Unlock()
 		if h.cfg.OnSession != nil {
 			h.cfg.OnSession(-1)
 		}
@@ -198,10 +206,9 @@ func (h *Handler) end(s *session, why string) {
 
 func (h *Handler) reap() {
 	defer h.reaper.Done()
-	every := h.cfg.Idle / 4
-	if every > time.Minute {
-		every = time.Minute
-	}
+	// A quarter of the limit, within [1ms, 1m]: an Idle under 4ns (--session-idle 1ns) made
+	// it zero, and the ticker's panic took the gateway down at start (before 2026-12-04).
+	every := min(max(h.cfg.Idle/4, time.Millisecond), time.Minute)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -274,6 +281,20 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence: " + msg}))
+}
+
+// Guard serves next only to requests the endpoint would accept by their Origin and Host (DNS
+// rebinding protection), and refuses the others with 403 as the endpoint does: for the other
+// paths of the same listener (/healthz, /metrics), which a page rebound to a loopback address
+// could otherwise read.
+func (h *Handler) Guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if msg := h.checkOrigin(r); msg != "" {
+			httpError(w, http.StatusForbidden, msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // checkOrigin returns why the request is refused, or "".
@@ -583,9 +604,9 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
 		return nil
 	}
-	if len(h.sessions) >= h.cfg.MaxSessions {
+	if h.full() {
 		h.mu.Unlock()
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d): try later", h.cfg.MaxSessions))
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
 		return nil
 	}
 	h.mu.Unlock()
@@ -604,11 +625,11 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
 		return nil
 	}
-	if len(h.sessions) >= h.cfg.MaxSessions {
+	if h.full() {
 		// Checked again here: concurrent initializes all passed the check above.
 		h.mu.Unlock()
 		go p.Stop("too many sessions")
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d): try later", h.cfg.MaxSessions))
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
 		return nil
 	}
 	h.sessions[s.id] = s
@@ -617,6 +638,14 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		h.cfg.OnSession(+1)
 	}
 	return s
+}
+
+// full says a new session would pass MaxSessions; h.mu is held. A session being stopped
+// (DELETE, idle, a failed start) counts until it is: its server runs its calls' grace out, and
+// MaxSessions bounds the servers (before 2026-12-04 a client that ended each session with a
+// call in it and opened another ran a server per round, past the bound, for the grace).
+func (h *Handler) full() bool {
+	return len(h.sessions)+len(h.ending) >= h.cfg.MaxSessions
 }
 
 func newID() string {
@@ -728,24 +757,38 @@ func (st *stream) take() [][]byte {
 	return q
 }
 
-// Kill ends every session's back at once (wrap.Proxy.Kill), for a gateway that must exit now.
+// Kill ends every session's back at once (wrap.Proxy.Kill), for a gateway that must exit now:
+// the open sessions' and those being stopped (a second signal comes during the first one's
+// stop, when Close has taken every session out of the open ones; before 2026-12-04 Kill
+// reached none of them then, and their servers outlived the gateway).
 func (h *Handler) Kill() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, s := range h.sessions {
+	for _, s := range h.all() {
 		s.proxy.Kill()
 	}
 }
 
-// InFlight describes the requests being served in every session, for a log line.
+// InFlight describes the requests being served in every session, open or being stopped, for
+// a log line.
 func (h *Handler) InFlight() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []string
-	for _, s := range h.sessions {
+	for _, s := range h.all() {
 		for _, c := range s.proxy.InFlight() {
 			out = append(out, "session "+short(s.id)+": "+c)
 		}
+	}
+	return out
+}
+
+// all is every session open or being stopped.
+func (h *Handler) all() []*session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*session, 0, len(h.sessions)+len(h.ending))
+	for _, s := range h.sessions {
+		out = append(out, s)
+	}
+	for s := range h.ending {
+		out = append(out, s)
 	}
 	return out
 }

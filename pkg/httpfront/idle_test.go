@@ -92,3 +92,25 @@ func TestIdleLimitSparesATaskAwaited(t *testing.T) {
 		t.Fatalf("the duplicate was answered %q, want the task's final result", text)
 	}
 }
+
+// An idle limit under 4ns (--session-idle 1ns, accepted as positive) is an idle limit like
+// any other: sessions are closed once idle, and nothing panics. Before 2026-12-04 the reaper's
+// tick, a quarter of the limit, was zero, and time.NewTicker's panic ended the gateway at start.
+func TestTinyIdleLimitClosesSessions(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.Idle = 3 * time.Nanosecond })
+	r := g.mustPost("", nil, initBody)
+	sid := r.header.Get("Mcp-Session-Id")
+	if r.status != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: status %d %v", r.status, r.raw)
+	}
+	closed := "session " + sid[:8] + " idle for 3ns: closed"
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(g.log.String(), closed); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle session was never closed; log:\n%s", g.log.String())
+		}
+	}
+	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); r.status != http.StatusNotFound {
+		t.Fatalf("a request on the closed session: status %d, want 404", r.status)
+	}
+}

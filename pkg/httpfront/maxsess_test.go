@@ -2,9 +2,12 @@ package httpfront_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,5 +66,48 @@ func TestMaxSessionsHoldsUnderConcurrentInitializes(t *testing.T) {
 	wg.Wait()
 	if got := front.Sessions(); got > max {
 		t.Fatalf("%d sessions open, want at most MaxSessions (%d)", got, max)
+	}
+}
+
+// docs/gateway.md, --max-sessions: with -- <command> each session has its own server, so the
+// bound bounds the servers. A session the client ended (DELETE) while its call runs keeps its
+// server for the call's grace; it counts until it is stopped, so a client that ends each
+// session with a call in it and opens another cannot run more servers than the bound.
+func TestStoppingSessionsCountTowardMaxSessions(t *testing.T) {
+	t.Parallel()
+	until := filepath.Join(t.TempDir(), "go-on")
+	g := newGW(t, func(c *httpfront.Config, o *wrap.Options) {
+		c.MaxSessions = 1
+		o.Grace = 10 * time.Minute // the call decides when the stop is over
+	})
+	// Whatever happens, the call ends before the gateway is closed (its grace is long).
+	t.Cleanup(func() { _ = os.WriteFile(until, nil, 0o600) })
+	sid := g.open(nil)
+	done := make(chan reply, 1)
+	go func() {
+		r, _ := g.post(context.Background(), sid, nil, call(5, "slow", `{"tag":"held","until":`+strconv.Quote(until)+`}`))
+		done <- r
+	}()
+	waitLog(t, g, "slow tag=held started")
+	g.deleteSession(t, sid)
+	waitLog(t, g, "waiting up to 10m0s for 1 call") // the session is being stopped
+	if r := g.mustPost("", nil, initBody); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("initialize while the only session allowed is stopping with its server running: status %d %v, want 503", r.status, r.raw)
+	}
+	if err := os.WriteFile(until, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; len(r.msgs) == 0 || !strings.HasPrefix(resultText(t, r.last(t)), "slow done n=1 ") {
+		t.Fatalf("the call of the ended session was answered %v, want its result", r.raw)
+	}
+	// Once stopped, its place is free.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := g.mustPost("", nil, initBody)
+		if r.status == http.StatusOK {
+			break
+		}
+		if r.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("initialize after the stopped session's call ended: status %d %v, want 200", r.status, r.raw)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,4 +141,50 @@ func fencedAndPassed(t *testing.T, test func(t *testing.T, g *gw)) {
 			}))
 		})
 	}
+}
+
+// The same message POSTed many times at once, under one id, from as many connections (a
+// client library retrying over a pool, or a hostile one): the gateway forwards it once, and
+// every POST receives the one answer. A tool the gateway passes unfenced (--pass) has only
+// the session's id bookkeeping between it and a second run, so both are checked.
+func TestConcurrentIdenticalPostsRunOnce(t *testing.T) {
+	fencedAndPassed(t, func(t *testing.T, g *gw) {
+		sid := g.open(nil)
+		body := call(77, "slow", `{"ms":800,"tag":"burst"}`)
+		const n = 16
+		start := make(chan struct{})
+		answers := make([]string, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := g.post(context.Background(), sid, nil, body)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case r.status != http.StatusOK || len(r.msgs) == 0:
+					t.Errorf("POST %d: status %d %v", i, r.status, r.raw)
+				case string(r.last(t)["id"]) != "77":
+					t.Errorf("POST %d answered under id %s", i, r.last(t)["id"])
+				default:
+					answers[i] = resultText(t, r.last(t))
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		for i, a := range answers {
+			if !strings.HasPrefix(a, "slow done n=1 ") || a != answers[0] {
+				t.Fatalf("POST %d was answered %q, POST 0 %q: want the one execution's answer for all", i, a, answers[0])
+			}
+		}
+		if c := strings.Count(g.log.String(), "slow tag=burst started"); c != 1 {
+			t.Fatalf("the call started %d times for %d identical POSTs under one id, want 1", c, n)
+		}
+	})
 }
