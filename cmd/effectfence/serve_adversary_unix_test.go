@@ -1,0 +1,134 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// docs/serve.md and SPEC §3: with --on-lease-expiry reclaim, a claim is taken over once its
+// serve process is gone or out of sight, but "a claim of a serve process still running on this
+// host is never taken over, since its agent may be running the effect". The holder's serve
+// process is stopped (SIGSTOP) past its lease while another serve process on the same ledger,
+// also reclaiming, is asked for the intent: it must not be told fresh (that would be a second
+// execution while the first may still run). It is refused prior_failure (unknown); after
+// SIGCONT the holder's commit heals the intent and the other process replays its result.
+func TestServeReclaimNeverTakesOverAStoppedHolder(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	const prep = `{"intent":"payout:p-7","tool":"send_payout","args":{"amount":120}}`
+	a := startServe(t, "--ledger", ledger, "--lease-secs", "1", "--on-lease-expiry", "reclaim")
+	b := startServe(t, "--ledger", ledger, "--lease-secs", "1", "--on-lease-expiry", "reclaim")
+	p := a.prepare(prep)
+	if p.Status != serve.StatusFresh {
+		t.Fatalf("the holder's prepare: %+v", p)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	// The lease is wall-clock time: there is no event to await but its end.
+	for !time.Now().After(p.Ticket.LeaseUntil.Add(200 * time.Millisecond)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	for i := range 3 { // asked again, it stays refused: the first refusal changed nothing
+		raw, isErr := b.call(serve.ToolPrepare, prep)
+		var r serve.Refusal
+		if !isErr || json.Unmarshal(raw, &r) != nil {
+			t.Fatalf("attempt %d on a stopped holder's lapsed claim (reclaim): %s; want a refusal, never fresh", i, raw)
+		}
+		if r.Code != fence.CodePriorFailure || r.State != fence.StateUnknown || r.Executed {
+			t.Fatalf("attempt %d on a stopped holder's lapsed claim: %+v; want prior_failure, unknown", i, r)
+		}
+	}
+
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	raw, isErr := a.call(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"payout":"po_7"}}`)
+	var c serve.CommitResult
+	if isErr || json.Unmarshal(raw, &c) != nil || c.Cert == nil {
+		t.Fatalf("the resumed holder's commit: %s", raw)
+	}
+	if d := b.prepare(prep); d.Status != serve.StatusAlreadyDone || d.Cert == nil || d.Cert.Hash != c.Cert.Hash {
+		t.Fatalf("a duplicate after the heal: %+v; want the holder's cert %s", d, c.Cert.Hash)
+	}
+}
+
+// A client that hangs up mid-call (closes the pipe it reads serve's answers from, and its end
+// of serve's stdin) while commits are in flight: docs/DECISIONS-serve.md says the outcome calls
+// run detached from the caller's cancellation, "an agent that hangs up after running an effect
+// must not leave its outcome half-recorded", and serve.go catches SIGPIPE so a closed stdout
+// cannot kill it mid-commit. Every commit sent before the hang-up is recorded, and serve exits
+// on its own (not by a signal). A fence_prepare admitted in the same moment, whose answer (the
+// ticket) could not be written at all, is released: nobody received its ticket, so nothing
+// can have run, and the intent must not be left to become unknown, fenced for an operator.
+func TestServeClientHangsUpMidCall(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	prep := func(i int) string {
+		return fmt.Sprintf(`{"intent":"charge:hup-%d","tool":"charge_card","args":{"amount":%d}}`, i, 100+i)
+	}
+	const n = 8
+	a := startServe(t, "--ledger", ledger)
+	tickets := make([]string, n)
+	for i := range n {
+		p := a.prepare(prep(i))
+		if p.Status != serve.StatusFresh {
+			t.Fatalf("prepare %d: %+v", i, p)
+		}
+		tickets[i] = ticketJSON(t, p.Ticket)
+	}
+	// The client stops reading, then its last requests reach serve's stdin, then it is gone.
+	if err := a.outEnd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		a.send(serve.ToolCommit, `{"ticket":`+tickets[i]+`,"result":{"charge":"ch_`+fmt.Sprint(i)+`"}}`)
+	}
+	a.send(serve.ToolPrepare, prep(n))
+	if err := a.in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				t.Fatalf("serve died of %v after its client hung up\nstderr %s", ws.Signal(), a.stderr.String())
+			}
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not exit within 60 s of its client hanging up\nstderr %s", a.stderr.String())
+	}
+	if strings.Contains(a.stderr.String(), "panic") {
+		t.Fatalf("serve's stderr mentions a panic:\n%s", a.stderr.String())
+	}
+
+	b := startServe(t, "--ledger", ledger)
+	for i := range n {
+		d := b.prepare(prep(i))
+		if d.Status != serve.StatusAlreadyDone || d.Cert == nil || !strings.Contains(string(d.Cert.Result), fmt.Sprintf("ch_%d", i)) {
+			t.Fatalf("intent %d, committed as its client hung up: %+v; want already_done with ch_%d", i, d, i)
+		}
+	}
+	raw, isErr := b.call(serve.ToolPrepare, prep(n))
+	var p serve.PrepareResult
+	if isErr || json.Unmarshal(raw, &p) != nil || p.Status != serve.StatusFresh {
+		t.Fatalf("an intent admitted while its client hung up, its ticket never delivered: %s; want fresh (the claim released: nothing ran)\nfirst serve's stderr %s", raw, a.stderr.String())
+	}
+}
