@@ -132,3 +132,67 @@ func TestServeClientHangsUpMidCall(t *testing.T) {
 		t.Fatalf("an intent admitted while its client hung up, its ticket never delivered: %s; want fresh (the claim released: nothing ran)\nfirst serve's stderr %s", raw, a.stderr.String())
 	}
 }
+
+// Two serve processes share one SQLite ledger; one is killed (kill -9) while eight of its
+// commits are in flight, in whatever state their transactions were. The other keeps serving
+// its own claims undisturbed. Each of the dead process's intents is then either done (its
+// commit landed) or unknown (its holder is gone: refused prior_failure, never fresh), and its
+// agent's commit retried through the live process with the same ticket and result is answered
+// with a cert every time, the same one duplicates then replay: an outcome is never lost or
+// doubled across kill -9 (SPEC §4, docs/serve.md).
+func TestServeKilledMidCommitBesideALiveServe(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	const n = 8
+	prep := func(who string, i int) string {
+		return fmt.Sprintf(`{"intent":"refund:%s-%d","tool":"refund","args":{"amount":%d}}`, who, i, 10+i)
+	}
+	result := func(who string, i int) string { return fmt.Sprintf(`{"refund":"re_%s_%d"}`, who, i) }
+	a := startServe(t, "--ledger", ledger)
+	b := startServe(t, "--ledger", ledger)
+	ta, tb := make([]string, n), make([]string, n)
+	for i := range n {
+		ta[i] = ticketJSON(t, a.prepare(prep("a", i)).Ticket)
+		tb[i] = ticketJSON(t, b.prepare(prep("b", i)).Ticket)
+	}
+	for i := range n {
+		a.send(serve.ToolCommit, `{"ticket":`+ta[i]+`,"result":`+result("a", i)+`}`)
+	}
+	a.kill9()
+
+	for i := range n {
+		raw, isErr := b.call(serve.ToolCommit, `{"ticket":`+tb[i]+`,"result":`+result("b", i)+`}`)
+		if isErr {
+			t.Fatalf("the live process's own commit %d after the other was killed: %s", i, raw)
+		}
+	}
+	for i := range n {
+		raw, isErr := b.call(serve.ToolPrepare, prep("a", i))
+		if isErr {
+			var r serve.Refusal
+			if json.Unmarshal(raw, &r) != nil || r.Code != fence.CodePriorFailure || r.State != fence.StateUnknown {
+				t.Fatalf("intent a-%d of the killed process: %s; want done, or prior_failure unknown", i, raw)
+			}
+		} else {
+			var p serve.PrepareResult
+			if json.Unmarshal(raw, &p) != nil || p.Status != serve.StatusAlreadyDone || p.Cert == nil || !jsonEqual(t, p.Cert.Result, []byte(result("a", i))) {
+				t.Fatalf("intent a-%d of the killed process: %s; want its committed result, never fresh", i, raw)
+			}
+		}
+		raw, isErr = b.call(serve.ToolCommit, `{"ticket":`+ta[i]+`,"result":`+result("a", i)+`}`)
+		var c serve.CommitResult
+		if isErr || json.Unmarshal(raw, &c) != nil || c.Cert == nil {
+			t.Fatalf("the killed process's commit %d retried through the live one: %s", i, raw)
+		}
+		if d := b.prepare(prep("a", i)); d.Status != serve.StatusAlreadyDone || d.Cert == nil || d.Cert.Hash != c.Cert.Hash {
+			t.Fatalf("a duplicate of a-%d: %+v; want cert %s", i, d, c.Cert.Hash)
+		}
+		if d := b.prepare(prep("b", i)); d.Status != serve.StatusAlreadyDone || d.Cert == nil || !jsonEqual(t, d.Cert.Result, []byte(result("b", i))) {
+			t.Fatalf("a duplicate of b-%d: %+v", i, d)
+		}
+	}
+	verify := runBinary(t, []string{"NO_COLOR=1"}, "", "ledger", "verify", "--ledger", ledger)
+	if verify.code != 0 {
+		t.Fatalf("ledger verify after kill -9: exit %d\n%s%s", verify.code, verify.stdout, verify.stderr)
+	}
+}
