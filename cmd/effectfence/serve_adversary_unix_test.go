@@ -26,7 +26,17 @@ import (
 // SIGCONT the holder's commit heals the intent and the other process replays its result.
 func TestServeReclaimNeverTakesOverAStoppedHolder(t *testing.T) {
 	t.Parallel()
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	onLedgers(t, reclaimNeverTakesOverAStoppedHolder)
+}
+
+// onLedgers runs test on a SQLite file and on a PostgreSQL schema of its own (skipped without
+// EFFECTFENCE_TEST_POSTGRES), in parallel.
+func onLedgers(t *testing.T, test func(t *testing.T, ledger string)) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); test(t, filepath.Join(t.TempDir(), "ledger.db")) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); test(t, pgLedger(t)) })
+}
+
+func reclaimNeverTakesOverAStoppedHolder(t *testing.T, ledger string) {
 	const prep = `{"intent":"payout:p-7","tool":"send_payout","args":{"amount":120}}`
 	a := startServe(t, "--ledger", ledger, "--lease-secs", "1", "--on-lease-expiry", "reclaim")
 	b := startServe(t, "--ledger", ledger, "--lease-secs", "1", "--on-lease-expiry", "reclaim")
@@ -133,7 +143,7 @@ func TestServeClientHangsUpMidCall(t *testing.T) {
 	}
 }
 
-// Two serve processes share one SQLite ledger; one is killed (kill -9) while eight of its
+// Two serve processes share one ledger (a SQLite file; a PostgreSQL schema); one is killed (kill -9) while eight of its
 // commits are in flight, in whatever state their transactions were. The other keeps serving
 // its own claims undisturbed. Each of the dead process's intents is then either done (its
 // commit landed) or unknown (its holder is gone: refused prior_failure, never fresh), and its
@@ -142,7 +152,10 @@ func TestServeClientHangsUpMidCall(t *testing.T) {
 // doubled across kill -9 (SPEC §4, docs/serve.md).
 func TestServeKilledMidCommitBesideALiveServe(t *testing.T) {
 	t.Parallel()
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	onLedgers(t, killedMidCommitBesideALiveServe)
+}
+
+func killedMidCommitBesideALiveServe(t *testing.T, ledger string) {
 	const n = 8
 	prep := func(who string, i int) string {
 		return fmt.Sprintf(`{"intent":"refund:%s-%d","tool":"refund","args":{"amount":%d}}`, who, i, 10+i)
