@@ -222,50 +222,53 @@ func TestServeHeartbeatThroughANewProcessKeepsTheClaim(t *testing.T) {
 	for _, policy := range []string{"fence", "reclaim"} {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
-			ledger := filepath.Join(t.TempDir(), "ledger.db")
-			const prep = `{"intent":"deploy:web-42","tool":"kubectl_apply","args":{"rev":42}}`
-			args := []string{"--ledger", ledger, "--on-lease-expiry", policy}
-			a := startServe(t, args...)
-			// Started before a dies: a process opening the ledger after it frees (reclaim) or
-			// fences (fence) a dead holder's claim at once, and a fenced claim's heartbeat
-			// heals it the same way.
-			b := startServe(t, args...)
-			p := a.prepare(prep)
-			if p.Status != serve.StatusFresh {
-				t.Fatalf("the first prepare: %+v", p)
-			}
-			a.kill9()
-
-			raw, isErr := b.call(serve.ToolHeartbeat, `{"ticket":`+ticketJSON(t, p.Ticket)+`}`)
-			var hb serve.HeartbeatResult
-			if isErr && policy == "reclaim" {
-				// b may have freed the dead holder's re-run-safe claim first (its background
-				// recovery): then the holder is told lease_lost, and stops.
-				var r serve.Refusal
-				if json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeLeaseLost {
-					t.Fatalf("the holder's heartbeat through another serve process: %s", raw)
-				}
-				t.Skip("the dead holder's claim was freed before its heartbeat (lease_lost): the case this test is about did not arise")
-			}
-			if isErr || json.Unmarshal(raw, &hb) != nil || hb.Ticket.Token != p.Ticket.Token {
-				t.Fatalf("the holder's heartbeat through another serve process: %s", raw)
-			}
-			c := startServe(t, args...)
-			for i := range 2 {
-				raw, isErr = c.call(serve.ToolPrepare, prep)
-				var r serve.Refusal
-				if !isErr || json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeInFlight {
-					t.Fatalf("attempt %d while the holder heartbeats through a live process: %s; want intent_in_flight", i, raw)
-				}
-			}
-			raw, isErr = b.call(serve.ToolCommit, `{"ticket":`+ticketJSON(t, &hb.Ticket)+`,"result":{"applied":42}}`)
-			var cm serve.CommitResult
-			if isErr || json.Unmarshal(raw, &cm) != nil || cm.Cert == nil {
-				t.Fatalf("the holder's commit: %s", raw)
-			}
-			if d := c.prepare(prep); d.Status != serve.StatusAlreadyDone || d.Cert == nil || d.Cert.Hash != cm.Cert.Hash {
-				t.Fatalf("a duplicate after the commit: %+v", d)
-			}
+			onLedgers(t, func(t *testing.T, ledger string) { heartbeatThroughANewProcess(t, ledger, policy) })
 		})
+	}
+}
+
+func heartbeatThroughANewProcess(t *testing.T, ledger, policy string) {
+	const prep = `{"intent":"deploy:web-42","tool":"kubectl_apply","args":{"rev":42}}`
+	args := []string{"--ledger", ledger, "--on-lease-expiry", policy}
+	a := startServe(t, args...)
+	// Started before a dies: a process opening the ledger after it frees (reclaim) or
+	// fences (fence) a dead holder's claim at once, and a fenced claim's heartbeat
+	// heals it the same way.
+	b := startServe(t, args...)
+	p := a.prepare(prep)
+	if p.Status != serve.StatusFresh {
+		t.Fatalf("the first prepare: %+v", p)
+	}
+	a.kill9()
+
+	raw, isErr := b.call(serve.ToolHeartbeat, `{"ticket":`+ticketJSON(t, p.Ticket)+`}`)
+	var hb serve.HeartbeatResult
+	if isErr && policy == "reclaim" {
+		// b may have freed the dead holder's re-run-safe claim first (its background
+		// recovery): then the holder is told lease_lost, and stops.
+		var r serve.Refusal
+		if json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeLeaseLost {
+			t.Fatalf("the holder's heartbeat through another serve process: %s", raw)
+		}
+		t.Skip("the dead holder's claim was freed before its heartbeat (lease_lost): the case this test is about did not arise")
+	}
+	if isErr || json.Unmarshal(raw, &hb) != nil || hb.Ticket.Token != p.Ticket.Token {
+		t.Fatalf("the holder's heartbeat through another serve process: %s", raw)
+	}
+	c := startServe(t, args...)
+	for i := range 2 {
+		raw, isErr = c.call(serve.ToolPrepare, prep)
+		var r serve.Refusal
+		if !isErr || json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeInFlight {
+			t.Fatalf("attempt %d while the holder heartbeats through a live process: %s; want intent_in_flight", i, raw)
+		}
+	}
+	raw, isErr = b.call(serve.ToolCommit, `{"ticket":`+ticketJSON(t, &hb.Ticket)+`,"result":{"applied":42}}`)
+	var cm serve.CommitResult
+	if isErr || json.Unmarshal(raw, &cm) != nil || cm.Cert == nil {
+		t.Fatalf("the holder's commit: %s", raw)
+	}
+	if d := c.prepare(prep); d.Status != serve.StatusAlreadyDone || d.Cert == nil || d.Cert.Hash != cm.Cert.Hash {
+		t.Fatalf("a duplicate after the commit: %+v", d)
 	}
 }
