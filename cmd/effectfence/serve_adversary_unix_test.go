@@ -3,12 +3,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -87,6 +92,42 @@ func reclaimNeverTakesOverAStoppedHolder(t *testing.T, ledger string) {
 // can have run, and the intent must not be left to become unknown, fenced for an operator.
 func TestServeClientHangsUpMidCall(t *testing.T) {
 	t.Parallel()
+	t.Run("ledger free", func(t *testing.T) { t.Parallel(); clientHangsUpMidCall(t, false) })
+	// Another process holds the SQLite file's write lock until serve has exited: the
+	// outcomes are in flight, waiting on the ledger, when the client hangs up. serve must
+	// neither exit before they are settled nor drop them: they wait in the spool, which the
+	// next process drains.
+	t.Run("ledger locked", func(t *testing.T) { t.Parallel(); clientHangsUpMidCall(t, true) })
+}
+
+// lockLedger takes the write lock of the SQLite ledger at path, as another process's writer
+// would, and returns what gives it back.
+func lockLedger(t *testing.T, path string) (unlock func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock = func() {
+		once.Do(func() {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+			_ = conn.Close()
+			_ = db.Close()
+		})
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
+func clientHangsUpMidCall(t *testing.T, locked bool) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
 	prep := func(i int) string {
 		return fmt.Sprintf(`{"intent":"charge:hup-%d","tool":"charge_card","args":{"amount":%d}}`, i, 100+i)
@@ -101,6 +142,10 @@ func TestServeClientHangsUpMidCall(t *testing.T) {
 		}
 		tickets[i] = ticketJSON(t, p.Ticket)
 	}
+	unlock := func() {}
+	if locked {
+		unlock = lockLedger(t, ledger)
+	}
 	// The client stops reading, then its last requests reach serve's stdin, then it is gone.
 	if err := a.outEnd.Close(); err != nil {
 		t.Fatal(err)
@@ -114,6 +159,28 @@ func TestServeClientHangsUpMidCall(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.cmd.Wait() }()
+	if locked {
+		// Each commit waits for the lock (the store's busy timeout, 30 s), fails, and is kept
+		// in the spool: once all n are there, the lock is given back. (The prepare fails the
+		// same way, store_error: nothing is claimed.)
+		spool := ledger + ".spool"
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			files, _ := filepath.Glob(filepath.Join(spool, "*.json"))
+			if len(files) >= n {
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("serve exited (%v) with %d of its %d commits in the spool while the ledger was locked: the rest are lost\nstderr %s", err, len(files), n, a.stderr.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d commits in the spool after 3 minutes\nstderr %s", len(files), n, a.stderr.String())
+			}
+		}
+		unlock()
+	}
 	select {
 	case err := <-done:
 		var ee *exec.ExitError
@@ -122,9 +189,12 @@ func TestServeClientHangsUpMidCall(t *testing.T) {
 				t.Fatalf("serve died of %v after its client hung up\nstderr %s", ws.Signal(), a.stderr.String())
 			}
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve did not exit within 60 s of its client hanging up\nstderr %s", a.stderr.String())
+	case <-time.After(90 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-done
+		t.Fatalf("serve did not exit within 90 s of its client hanging up (and the ledger being free)\nstderr %s", a.stderr.String())
 	}
+	unlock()
 	if strings.Contains(a.stderr.String(), "panic") {
 		t.Fatalf("serve's stderr mentions a panic:\n%s", a.stderr.String())
 	}
@@ -270,5 +340,46 @@ func heartbeatThroughANewProcess(t *testing.T, ledger, policy string) {
 	}
 	if d := c.prepare(prep); d.Status != serve.StatusAlreadyDone || d.Cert == nil || d.Cert.Hash != cm.Cert.Hash {
 		t.Fatalf("a duplicate after the commit: %+v", d)
+	}
+}
+
+// The same hang-up through the real MCP client: the TypeScript SDK's client sends eight
+// commits and closes its transport at once (it ends serve's stdin, then escalates to SIGTERM
+// and SIGKILL), answers unread. A new client on a new serve process over the same ledger is
+// replayed each committed result: no outcome sent before the hang-up is lost.
+func TestServeSDKClientClosesMidCommit(t *testing.T) {
+	t.Parallel()
+	peers := peersDir(t)
+	bin := effectfence(t)
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "serve_hangup.mjs"))
+	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+bin, "EF_LEDGER="+ledger, "GORACE=atexit_sleep_ms=0")
+	var stdout, stderr bytes.Buffer
+	node.Stdout, node.Stderr = &stdout, &stderr
+	if err := node.Run(); err != nil {
+		t.Fatalf("node client: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var rep struct {
+		Commits []json.RawMessage `json:"commits"`
+		After   []struct {
+			IsError bool                `json:"isError"`
+			JSON    serve.PrepareResult `json:"json"`
+		} `json:"after"`
+		Exit json.RawMessage `json:"exit"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("client report: %v\n%s", err, stdout.String())
+	}
+	t.Logf("the first serve process ended %s; the commits as the closing client saw them: %s", rep.Exit, rep.Commits)
+	if len(rep.After) != 8 {
+		t.Fatalf("report: %s", stdout.String())
+	}
+	for i, a := range rep.After {
+		p := a.JSON
+		if a.IsError || p.Status != serve.StatusAlreadyDone || p.Cert == nil || !jsonEqual(t, p.Cert.Result, []byte(fmt.Sprintf(`{"charge":"ch_%d"}`, i))) {
+			t.Errorf("intent %d, committed as the SDK client closed: %+v; want already_done with ch_%d\nstderr:\n%s", i, a, i, stderr.String())
+		}
 	}
 }
