@@ -24,6 +24,7 @@ type serveProc struct {
 	in     io.WriteCloser
 	out    *bufio.Reader
 	stderr *lockedBuffer
+	outEnd io.Closer // the test's end of serve's stdout: closing it is a client that stops reading
 	id     int
 	early  map[int]servedAnswer // answers ping read past (see ping)
 }
@@ -44,7 +45,7 @@ func startServe(t *testing.T, args ...string) *serveProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &serveProc{t: t, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20), stderr: &lockedBuffer{}}
+	s := &serveProc{t: t, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20), stderr: &lockedBuffer{}, outEnd: out}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1280,6 +1280,8 @@ func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
 }
 
 // Heartbeat extends the ticket's lease by the lease TTL from now and returns the new expiry.
+// The claim is then held through this engine's process (Config.Owner): its life, not that of
+// the process that made the claim, says whether the holder is alive.
 func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 	var next Ticket
 	err := e.update(ctx, func(tx Tx) error {
@@ -1295,6 +1297,12 @@ func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 		}
 		r := *rec
 		r.State, r.Reason = StateInFlight, ""
+		// The claim is now held through this process: the one whose life says whether its
+		// holder is alive. Kept as it was, a holder that went on through another process
+		// after the first died was judged gone at the next attempt, though it had just been
+		// told to keep running: taken over if re-run safe (a second execution while the first
+		// ran), else fenced as unknown, for an operator to clear under it.
+		r.Owner = e.cfg.Owner
 		r.LeaseUntil = tx.Now().Add(e.cfg.LeaseTTL)
 		r.UpdatedAt = tx.Now()
 		if err := tx.Put(&r); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -109,13 +110,19 @@ type lineWriter struct {
 }
 
 func (l *lineWriter) Write(p []byte) (int, error) {
-	out := l.ids.unwrap(p)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, err := l.w.Write(out); err != nil {
+	if _, err := l.writeLine(p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// writeLine writes p, one whole message, and returns how many of its bytes (as sent, its id
+// put back) reached the client's pipe: 0 with an error means the client received none of it.
+func (l *lineWriter) writeLine(p []byte) (int, error) {
+	out := l.ids.unwrap(p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(out)
 }
 
 type scheduler struct {
@@ -158,32 +165,57 @@ func (sc *scheduler) run(l lane, msg []byte, held int64) {
 }
 
 func (sc *scheduler) handle(l lane, msg []byte) {
-	b := sc.answer(l, msg)
+	var handed handedTicket
+	b := sc.answer(context.WithValue(sc.ctx, handedKey{}, &handed), l, msg)
 	if b == nil {
 		return
 	}
-	if _, err := sc.out.Write(append(b, '\n')); err != nil {
-		sc.s.opts.Log.Printf("writing a tool response: %v", err)
+	n, err := sc.out.writeLine(append(b, '\n'))
+	if err == nil {
+		return
+	}
+	sc.s.opts.Log.Printf("writing a tool response: %v", err)
+	if handed.t != nil && n == 0 {
+		// The answer carrying a fresh ticket reached nobody (the client closed the pipe it
+		// reads answers from): nothing can run under that ticket, and the claim would stay in
+		// flight, then unknown, fenced for an operator. Released, as for a cancelled request.
+		t := *handed.t
+		if _, rerr := sc.s.settle(context.Background(), fence.Outcome{Kind: fence.OutcomeRelease, Ticket: t, Reason: undeliveredTicket}); rerr != nil {
+			sc.s.opts.Log.Printf("releasing %q, whose ticket could not be written to the client: %v", t.Intent, rerr)
+			return
+		}
+		sc.s.opts.Log.Printf("released %q: its ticket could not be written to the client, so nothing ran", t.Intent)
 	}
 }
+
+// handedTicket is where fence_prepare puts the fresh ticket it answers with, so the lane that
+// writes the answer can release the claim if the answer reaches nobody.
+type handedTicket struct{ t *fence.Ticket }
+
+// handedKey marks a request context carrying a *handedTicket.
+type handedKey struct{}
+
+// undeliveredTicket is the release reason of a claim whose ticket could not be written to the
+// client at all.
+const undeliveredTicket = "the answer carrying this claim's ticket could not be written to the client (it had closed the pipe serve answers on), so nobody received the ticket: nothing ran"
 
 // answer is mcp-go's response to msg, encoded, or nil for none. A handler that panics is
 // answered with an internal error under msg's id as the client wrote it (or the surrogate
 // the router put in its place): never decoded into a Go value, which would round a number.
-func (sc *scheduler) answer(l lane, msg []byte) (b []byte) {
+func (sc *scheduler) answer(ctx context.Context, l lane, msg []byte) (b []byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			sc.s.opts.Log.Printf("panic in a %s-lane tool call: %v", laneNames[l], r)
 			b = jsonrpc.ErrorResponse(jsonrpc.ReadableID(msg), &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("internal panic: %v", r)})
 		}
 	}()
-	resp := sc.s.mcp.HandleMessage(sc.ctx, msg)
+	resp := sc.s.mcp.HandleMessage(ctx, msg)
 	if e, ok := resp.(mcp.JSONRPCError); ok && e.Error.Code == mcp.INVALID_REQUEST {
 		// mcp-go decodes arguments into Go values before any handler runs, and refuses a
 		// number beyond float64 (1e400), which the fence keeps exactly: without this a
 		// holder could never commit a result holding one. The arguments go round mcp-go.
 		if stripped, args, ok := withoutArguments(msg); ok {
-			resp = sc.s.mcp.HandleMessage(context.WithValue(sc.ctx, rawArgumentsKey{}, args), stripped)
+			resp = sc.s.mcp.HandleMessage(context.WithValue(ctx, rawArgumentsKey{}, args), stripped)
 		}
 	}
 	if resp == nil {

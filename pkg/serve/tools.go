@@ -201,6 +201,9 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		return nil, fmt.Errorf("admitting %s: %w (the claim was released: nothing ran)", req.Intent, ctx.Err())
 	}
 	if adm.Fresh() {
+		if h, ok := ctx.Value(handedKey{}).(*handedTicket); ok {
+			h.t = adm.Ticket
+		}
 		return PrepareResult{Status: StatusFresh, Ticket: adm.Ticket,
 			Next: fmt.Sprintf("Run the effect once now, then call %s with this ticket and its result (%s if it definitely did not happen, %s if you cannot tell). Heartbeat before lease_until if it runs long.", ToolCommit, ToolRelease, ToolAbort)}, nil
 	}

@@ -666,7 +666,8 @@ func (d *diffRun) opHeartbeat() diffOp {
 			if healing {
 				d.event(intent, fence.EventHeal, fence.StateUnknown)
 			}
-			rec.state, rec.reason, rec.lapsed = fence.StateInFlight, "", d.m.short[ei]
+			// The claim is now held through the process that renewed it (Engine.Heartbeat).
+			rec.state, rec.reason, rec.lapsed, rec.owner = fence.StateInFlight, "", d.m.short[ei], ei
 		},
 	}
 }
