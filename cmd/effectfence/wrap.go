@@ -157,7 +157,7 @@ func wrapCommand(io streams) *cli.Command {
 			// terminal wrap's stderr is shown on, and on its own writer, so a line of the
 			// server's is never labelled effectfence's (--log-format json).
 			opt.Engine, opt.Log, opt.ServerStderr = led.Engine, safetext.NewWriter(io.err), safetext.NewWriter(serverErr)
-			opt.ClearHint = clearHint(led.Location)
+			opt.ClearHint, opt.InMemory = clearHint(led.Location), led.Location == "memory"
 			what := safetext.Escape(wrap.ShellJoin(argv)) // one line, even for a command holding newlines
 			if up != nil {
 				what = "the upstream " + up.shown

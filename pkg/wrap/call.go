@@ -435,7 +435,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 			// The session stopped while the outcome was in neither the ledger nor the spool:
 			// the result is not durable, so it is not the answer (SPEC §4). The claim ends
 			// with this process and is fenced as unknown by the next one.
-			msg := fmt.Sprintf("the tool ran, but its outcome could not be recorded (%v) before this wrap stopped, so its intent will be fenced as unknown. It will NOT be executed again automatically. Check the real system; an operator must then run: %s", cerr, p.clearCommand(intent))
+			msg := fmt.Sprintf("the tool ran, but its outcome could not be recorded (%v) before this wrap stopped, so its intent will be fenced as unknown. It will NOT be executed again automatically. Check the real system; %s", cerr, p.operatorAdvice(intent))
 			return answer{result: toolError(msg, fence.CodePriorFailure, intent), outcome: "unknown"}
 		}
 		return answer{result: res, outcome: "executed"}
@@ -481,8 +481,12 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
 		p.reportUnknown(intent, tool, reason)
-		p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
-		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; an operator must then run: "+p.clearCommand(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
+		if p.opt.InMemory {
+			p.logf("intent %s: %s; %s", intent, reason, p.operatorAdvice(intent))
+		} else {
+			p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
+		}
+		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; "+p.operatorAdvice(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
 	}
 }
 
@@ -713,9 +717,23 @@ func toolError(msg, code, intent string) json.RawMessage {
 	return out
 }
 
+// operatorAdvice tells what settles a fenced intent: "an operator must then run:" and the
+// commands (clearCommand), or, for a ledger in wrap's memory, which no command reaches, that
+// only a restart of wrap forgets it.
+func (p *Proxy) operatorAdvice(intent string) string {
+	if p.opt.InMemory {
+		return "this wrap's ledger is in its memory, which no `effectfence ledger` command can reach: the intent stays fenced until this wrap restarts, which forgets it"
+	}
+	return "an operator must then run: " + p.clearCommand(intent)
+}
+
 // clearCommand gives the exact operator commands that settle intent: resolve --happened if it
-// took effect, clear if it did not (the clear command last, whole, so it can be pasted).
+// took effect, clear if it did not (the clear command last, whole, so it can be pasted); ""
+// for a ledger in wrap's memory.
 func (p *Proxy) clearCommand(intent string) string {
+	if p.opt.InMemory {
+		return ""
+	}
 	return fmt.Sprintf("effectfence ledger resolve %[1]s --happened --reason 'checked: <what you verified>' %[2]s if it took effect; if it did not: effectfence ledger clear %[1]s --reason 'checked: <what you verified>' %[2]s", shellQuote(intent), p.opt.ClearHint)
 }
 
@@ -732,7 +750,7 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 		if errors.As(err, &pf) {
 			why = fmt.Sprintf(" (%s: %s)", pf.State, pf.Reason)
 		}
-		msg = fmt.Sprintf("an earlier identical call has an unknown outcome%s, so this call was NOT executed again: it might have taken effect already. Check the real system; an operator must then run: %s", why, p.clearCommand(intent))
+		msg = fmt.Sprintf("an earlier identical call has an unknown outcome%s, so this call was NOT executed again: it might have taken effect already. Check the real system; %s", why, p.operatorAdvice(intent))
 	case errors.Is(err, fence.ErrConflict):
 		msg = fmt.Sprintf("this call shares its identity key with a recorded call whose other arguments differ (%v). It was NOT executed and no receipt of the other call is given: the --key for this tool is too narrow for this call.", err)
 	case errors.Is(err, fence.ErrInvalid):

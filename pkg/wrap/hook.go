@@ -55,7 +55,8 @@ type HookEvent struct {
 	Args   json.RawMessage `json:"args,omitempty"`
 	State  fence.State     `json:"state,omitempty"`
 	Reason string          `json:"reason"`
-	// ResolveCommand is the operator's command that settles the intent.
+	// ResolveCommand is the operator's command that settles the intent; empty for a ledger
+	// in wrap's memory, which no command reaches (Options.InMemory).
 	ResolveCommand string    `json:"resolve_command"`
 	At             time.Time `json:"at"`
 }

@@ -93,6 +93,9 @@ type Options struct {
 	// wherever the operator runs it (an absolute path, not "--for", which depends on the
 	// operator's directory and environment).
 	ClearHint string
+	// InMemory says the ledger lives in this process's memory: no `effectfence ledger`
+	// command can reach it, so fenced calls say that instead of a command to run.
+	InMemory bool
 	// Wait bounds how long a duplicate waits for the attempt in flight (default DefaultWait).
 	Wait time.Duration
 	// FenceReads fences tools annotated readOnlyHint too.
