@@ -1220,8 +1220,8 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string, retry b
 //
 // An abort or lost leaves the claim's record with its token, its state and the reason, the
 // nonce cleared; a release leaves no record, so the audit trail's release event, which
-// carries the claim's token, tells (on a store that keeps events' tokens: the memory and
-// PostgreSQL stores; the SQLite store's events table has no column for it).
+// carries the claim's token, tells (every store keeps events' tokens; the SQLite store since
+// its events table got a token column, sqlite.eventTokens).
 func reported(tx Tx, rec *Record, t Ticket, kind, reason string) (bool, error) {
 	if t.Token == 0 || t.Nonce == "" {
 		return false, nil

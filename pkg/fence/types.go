@@ -230,9 +230,9 @@ type Event struct {
 	// State is the intent's state before the event.
 	State State `json:"state,omitempty"`
 	// Token is the claim whose holder reported the event's outcome (release, abort, lost),
-	// so that a retry of a release that landed, its answer lost, is recognised. The memory
-	// and PostgreSQL stores keep it; the SQLite store's events table has no column for it
-	// (its events read 0).
+	// so that a retry of a release that landed, its answer lost, is recognised. Every store
+	// keeps it (a SQLite ledger since its events table got its token column; events written
+	// before, or by a build without it, read 0).
 	Token uint64 `json:"token,omitempty"`
 }
 

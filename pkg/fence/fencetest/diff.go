@@ -268,6 +268,7 @@ type diffRun struct {
 	mu      sync.Mutex // guards m.seen against engines asking Liveness
 	tally   map[string]int
 	quiet   bool // the model predicts an answer nobody sees (a drain's): want checks nothing
+	retry   bool // the model predicts a retry of a report (a drain's), which recognises its landed report
 }
 
 var owners = [3]string{"diff-p0", "diff-p1", "diff-p2"}

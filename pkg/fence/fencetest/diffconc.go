@@ -630,8 +630,8 @@ func (d *diffRun) runSpool(w *diffWorld, s *stepEngines, h, p, q int, t fence.Ti
 // ledger holds afterwards.
 func (d *diffRun) spoolOutcome(o *mSpool, ei int, quiet bool, c *fence.Cert) {
 	a := answer{Cert: c}
-	d.quiet = quiet
-	defer func() { d.quiet = false }()
+	d.quiet, d.retry = quiet, quiet // a drain is a retry, nobody sees its answer
+	defer func() { d.quiet, d.retry = false, false }()
 	if o.kind == "commit" {
 		d.expectCommit(ei, o.id, false, o.intent, o.res, a)
 	} else {

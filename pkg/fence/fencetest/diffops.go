@@ -102,13 +102,19 @@ func (d *diffRun) wantErr(got answer, err error) {
 }
 
 func (d *diffRun) event(intent, kind string, before fence.State) {
-	d.m.events = append(d.m.events, mEvent{intent, kind, before})
+	d.m.events = append(d.m.events, mEvent{intent: intent, kind: kind, before: before})
 	d.tally["event "+kind]++
 }
 
 type mEvent struct {
 	intent, kind string
 	before       fence.State
+	// ended is set on the event of an abort, release or lost that a claim reported: its
+	// ticket id and its reason (the stores keep the claim's token with such an event, and a
+	// retry of the report finds it there: fence's reported).
+	ended  bool
+	ticket int
+	reason string
 }
 
 func (e mEvent) String() string { return fmt.Sprintf("%q %s %s", e.intent, e.kind, e.before) }
@@ -621,14 +627,25 @@ func (d *diffRun) expectEnd(kind string, ei, id int, forged bool, intent, reason
 	// A claim that went unknown may settle late (heal): abort, release and lost
 	// then act on it as on a live claim.
 	if _, lost := d.holds(intent, id, forged); lost != nil {
+		if d.retry && !forged && d.reported(kind, id, intent, reason) {
+			// A retry (a spool or held drain) of a report that landed, its answer lost:
+			// answered as the first was, writing and counting nothing (docs/DECISIONS-postgres.md,
+			// "What the engine's caller sees after CommitUnknownError").
+			d.want(a, "", "", "")
+			return
+		}
 		d.lateResult(ei, intent)
 		d.wantErr(a, lost)
 		return
 	}
 	rec := d.m.recs[intent]
 	d.want(a, "", "", "")
-	d.event(intent, kind, rec.state)
 	reason = asText(reason)
+	d.event(intent, kind, rec.state)
+	if !forged {
+		e := &d.m.events[len(d.m.events)-1]
+		e.ended, e.ticket, e.reason = true, id, reason
+	}
 	switch kind {
 	case "release":
 		delete(d.m.recs, intent)
@@ -637,6 +654,18 @@ func (d *diffRun) expectEnd(kind string, ei, id int, forged bool, intent, reason
 	default:
 		rec.state, rec.reason, rec.nonce = fence.StateUnknown, reason, false
 	}
+}
+
+// reported is the model of fence's reported: the audit trail holds this very report of
+// ticket id (its kind, its token, its reason).
+func (d *diffRun) reported(kind string, id int, intent, reason string) bool {
+	reason = asText(reason)
+	for _, e := range d.m.events {
+		if e.ended && e.intent == intent && e.kind == kind && e.ticket == id && e.reason == reason {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *diffRun) opHeartbeat() diffOp {

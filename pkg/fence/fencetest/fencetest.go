@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"LateResultAfterClearRefusedAndAudited", testLateAfterClear},
 		{"RecoverBoundsInFlight", testRecoverBoundsInFlight},
 		{"SettleRetriesAndSpools", testSettleSpool},
+		{"RetriedReleaseThatLandedBeforeAnotherClaim", testRetriedReleaseLanded},
 		{"HeartbeatKeepsLease", testHeartbeat},
 		{"AbortFencesUntilClear", testAbortFences},
 		{"ReleaseFrees", testReleaseFrees},
@@ -716,6 +717,67 @@ func testSettleSpool(t *testing.T, newStore Factory) {
 	// A refusal is an answer, not a reason to retry.
 	_, err = eng.Settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: tk2})
 	wantCode(t, err, fence.ErrLeaseLost)
+}
+
+// landsThenFails wraps a store: while armed, the next Update lands and its answer is lost (a
+// connection that died after COMMIT), and then runs after, as another process would before
+// the caller tries again.
+type landsThenFails struct {
+	fence.Store
+	armed atomic.Bool
+	after func()
+}
+
+func (s *landsThenFails) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if !s.armed.CompareAndSwap(true, false) {
+		return s.Store.Update(ctx, fn)
+	}
+	if err := s.Store.Update(ctx, fn); err != nil {
+		return err
+	}
+	s.after()
+	return errDown
+}
+
+// testRetriedReleaseLanded: a release lands but its answer is lost; a duplicate in another
+// process then claims the freed intent; Settle's retry of the release must be recognised as
+// the report that landed (the release event carries the claim's token): answered nil,
+// neither counted lease_lost nor audited as a late result, the new claim untouched. Every
+// store alike: the SQLite store's events once kept no token, so there (only) the retry was
+// refused lease_lost, "no claim is recorded", which was false (TestStoresAgree, seeds 20 and
+// 59 of EFFECTFENCE_DIFF_RUNS=60).
+func testRetriedReleaseLanded(t *testing.T, newStore Factory) {
+	raw := newStore(t)
+	st := &landsThenFails{Store: raw}
+	holder := fence.New(st, fence.Config{Owner: "holder/1/1", Liveness: cannotTell})
+	other := fence.New(raw, fence.Config{Owner: "other/2/2", Liveness: cannotTell})
+	r := req("release-landed:1")
+	tk := mustFresh(t, holder, r)
+	var dup fence.Admission
+	var dupErr error
+	st.after = func() { dup, dupErr = other.Prepare(ctx, r) }
+	st.armed.Store(true)
+	if _, err := holder.Settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: tk, Reason: "tool said no"}); err != nil {
+		t.Fatalf("release retried after it landed, a new claim since: %v; want nil (the release was recorded)", err)
+	}
+	if dupErr != nil || !dup.Fresh() {
+		t.Fatalf("duplicate after the release landed: %+v %v; want admitted", dup, dupErr)
+	}
+	if kinds := eventKinds(t, other, r.Intent); contains(kinds, fence.EventLateResult) {
+		t.Fatalf("events %v: the retried release was kept as a late result", kinds)
+	}
+	if err := holder.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := holder.Stats(ctx); err != nil || s.SinceBoot.LeaseLost != 0 {
+		t.Fatalf("holder's counts %+v (%v): want no lease_lost", s.SinceBoot, err)
+	}
+	if s, err := other.Status(ctx, r.Intent); err != nil || s.State != fence.StateInFlight || s.Token != dup.Ticket.Token {
+		t.Fatalf("the duplicate's claim after the retried release: %+v %v; want it in flight, untouched", s, err)
+	}
+	if _, err := other.Commit(ctx, *dup.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatalf("the duplicate's commit: %v", err)
+	}
 }
 
 func cannotTell(string) fence.Liveness { return fence.CannotTell }

@@ -1,5 +1,7 @@
 package sqlite
 
+import "context"
+
 // applicationID marks a SQLite file as an effectfence ledger (PRAGMA application_id): "EFNC".
 const applicationID = 0x45464e43
 
@@ -110,3 +112,21 @@ DROP INDEX IF EXISTS records_state;
 DROP INDEX IF EXISTS records_cert_hash;
 CREATE INDEX IF NOT EXISTS records_open ON records(state) WHERE state <> 'done';
 `
+
+// eventTokens gives the events table its token column (fence.Event.Token: the claim whose
+// holder reported a release, abort or lost, by which a retry of a release that landed, its
+// answer lost, is recognised). Every open for writing runs it, in the transaction that
+// migrates, when the column is missing. Like recordIndexes it is not a schema version: a
+// build that does not know the column names the columns it inserts and reads, so it opens,
+// reads and writes a ledger that has it (its events get token 0), where a version would have
+// made it refuse the file. Before, the SQLite store kept no tokens, so (only) on SQLite a
+// release retried after it landed was refused lease_lost, "no claim is recorded", counted and
+// audited as a late result, while a memory or PostgreSQL ledger answered it as recorded.
+const eventTokens = `ALTER TABLE events ADD COLUMN token INTEGER NOT NULL DEFAULT 0`
+
+// hasEventTokens reports whether the events table has its token column.
+func hasEventTokens(ctx context.Context, q querier) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info('events') WHERE name = 'token'").Scan(&n)
+	return n > 0, err
+}

@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,7 +89,11 @@ type Store struct {
 	inflight sync.WaitGroup
 	rmu      sync.Mutex                     // guards rstmts
 	rstmts   map[any]map[string]driver.Stmt // each reader connection's statements (see readerRunner)
-	wstmts   map[string]driver.Stmt         // prepared on wconn, used only inside its Raw callbacks
+	// noEventTokens: a read-only store over a ledger whose events table has no token column
+	// yet (eventTokens): its events are read without it, and its readers do not prepare the
+	// queries that name it.
+	noEventTokens bool
+	wstmts        map[string]driver.Stmt // prepared on wconn, used only inside its Raw callbacks
 
 	decoded *decodedCache // records decoded by Get, by their exact bytes (decoded.go)
 
@@ -217,6 +222,16 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 			return nil, s.fail(err)
 		}
 	}
+	if opt.ReadOnly {
+		err := retryBusy(ctx, opt.BusyTimeout, func() error {
+			has, err := hasEventTokens(ctx, s.r)
+			s.noEventTokens = !has
+			return err
+		})
+		if err != nil {
+			return nil, s.fail(err)
+		}
+	}
 	s.rstmts = map[any]map[string]driver.Stmt{}
 	err = retryBusy(ctx, opt.BusyTimeout, func() error {
 		c, err := s.r.Conn(ctx)
@@ -322,7 +337,11 @@ func (s *Store) readerRunner(ctx context.Context, dc any) (*rawRunner, error) {
 	s.rmu.Unlock()
 	if stmts == nil {
 		var err error
-		if stmts, err = prepareOn(ctx, dc, readerQueries); err != nil {
+		queries := readerQueries
+		if s.noEventTokens {
+			queries = slices.DeleteFunc(slices.Clone(queries), func(q string) bool { return q == qEvents || q == qEventsOf || q == qAppendEvent })
+		}
+		if stmts, err = prepareOn(ctx, dc, queries); err != nil {
 			return nil, err
 		}
 		s.rmu.Lock()
@@ -822,6 +841,13 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	if _, err := tx.ExecContext(ctx, recordIndexes); err != nil {
 		return fmt.Errorf("setting the records table's indexes: %w", err)
+	}
+	if has, err := hasEventTokens(ctx, tx); err != nil {
+		return err
+	} else if !has {
+		if _, err := tx.ExecContext(ctx, eventTokens); err != nil {
+			return fmt.Errorf("adding the events table's token column: %w", err)
+		}
 	}
 	return tx.Commit()
 }

@@ -31,9 +31,9 @@ const (
 	qDeleteDomain = "DELETE FROM domains WHERE domain = ?"
 	qSetFloor     = "UPDATE meta SET value = ? WHERE key = 'domain_floor'"
 	qNextToken    = "UPDATE meta SET value = value + 1 WHERE key = 'token'"
-	qAppendEvent  = "INSERT INTO events(at, intent, kind, who, reason, state) VALUES (?, ?, ?, ?, ?, ?)"
-	qEvents       = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE id > ? ORDER BY id LIMIT ?"
-	qEventsOf     = "SELECT id, at, intent, kind, who, reason, state FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
+	qAppendEvent  = "INSERT INTO events(at, intent, kind, who, reason, state, token) VALUES (?, ?, ?, ?, ?, ?, ?)"
+	qEvents       = "SELECT id, at, intent, kind, who, reason, state, token FROM events WHERE id > ? ORDER BY id LIMIT ?"
+	qEventsOf     = "SELECT id, at, intent, kind, who, reason, state, token FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
 	qDeleteEvents = "DELETE FROM events WHERE at < ? AND kind NOT IN (?, ?, ?, ?, ?)" // see fence.KeptForeverKinds
 	qAddCounter   = "INSERT INTO meta(key, value) VALUES ('counter.' || ?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value"
 	qCounters     = "SELECT substr(key, 9), value FROM meta WHERE key LIKE 'counter.%'"
@@ -44,6 +44,14 @@ const (
 	qSavepoint  = "SAVEPOINT u"
 	qRollbackTo = "ROLLBACK TO u"
 	qRelease    = "RELEASE u"
+)
+
+// A read-only store over a ledger whose events table has no token column yet (no build that
+// adds it has opened it for writing: see eventTokens) reads its events with these, every
+// token 0; they are not prepared ahead.
+const (
+	qEventsNoToken   = "SELECT id, at, intent, kind, who, reason, state, 0 FROM events WHERE id > ? ORDER BY id LIMIT ?"
+	qEventsOfNoToken = "SELECT id, at, intent, kind, who, reason, state, 0 FROM events WHERE intent = ? AND id > ? ORDER BY id LIMIT ?"
 )
 
 var preparedQueries = []string{qSavepoint, qRollbackTo, qRelease, qGet, qGetUnchanged, qPut, qDelete, qCertByHash, qMeta, qDomainSeq, qSetDomainSeq, qDeleteDomain, qSetFloor, qNextToken, qAppendEvent, qEvents, qEventsOf, qDeleteEvents, qAddCounter, qCounters}
@@ -490,15 +498,21 @@ func (t *txn) NextToken() (uint64, error) {
 }
 
 func (t *txn) AppendEvent(ev fence.Event) error {
+	if ev.Token > math.MaxInt64 {
+		return fmt.Errorf("sqlite ledger: event token %d does not fit the token column", ev.Token)
+	}
 	return t.exec(qAppendEvent,
-		ev.At.UnixNano(), ev.Intent, ev.Kind, ev.Who, ev.Reason, string(ev.State))
+		ev.At.UnixNano(), ev.Intent, ev.Kind, ev.Who, ev.Reason, string(ev.State), int64(ev.Token))
 }
 
 func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
-	q := qEvents
+	q, qOf := qEvents, qEventsOf
+	if t.s.noEventTokens {
+		q, qOf = qEventsNoToken, qEventsOfNoToken
+	}
 	args := []any{}
 	if intent != "" {
-		q = qEventsOf
+		q = qOf
 		args = append(args, intent)
 	}
 	var last int64
@@ -510,13 +524,17 @@ func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
 		var evs []fence.Event
 		for rows.Next() {
 			var ev fence.Event
-			var at int64
+			var at, token int64
 			var state string
-			if err := rows.Scan(&last, &at, &ev.Intent, &ev.Kind, &ev.Who, &ev.Reason, &state); err != nil {
+			if err := rows.Scan(&last, &at, &ev.Intent, &ev.Kind, &ev.Who, &ev.Reason, &state, &token); err != nil {
 				rows.Close()
 				return t.s.wrap(err)
 			}
-			ev.At, ev.State = time.Unix(0, at), fence.State(state)
+			if token < 0 {
+				rows.Close()
+				return &FileError{Path: t.s.path, Problem: fmt.Sprintf("has an event of intent %q with token %d, below zero", ev.Intent, token)}
+			}
+			ev.At, ev.State, ev.Token = time.Unix(0, at), fence.State(state), uint64(token)
 			evs = append(evs, ev)
 		}
 		err = rows.Err()
