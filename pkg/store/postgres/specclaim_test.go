@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -201,12 +202,27 @@ func TestSpeculativeClaimAcknowledgementLost(t *testing.T) {
 	if _, err := attempt(ctx, e, conn, fence.Request{Intent: "warm", Tool: "charge"}, "warm"); err != nil {
 		t.Fatal(err)
 	}
-	r := fence.Request{Intent: "charge:claim-lost-ack", Tool: "charge", Args: []byte(`{"amount":3}`)}
-	tk, err := attempt(ctx, e, conn, r, "holder")
-	if err != nil || tk == nil {
-		t.Fatalf("a claim whose answer was lost: %v %v; stages %v", tk, err, st.n)
-	}
-	if cut.Load() != 1 || st.count("claim speculation lost") != 1 || st.count("claim speculation landed") != 1 {
+	// A try whose statement wrote nothing (its clock guard, specSlack, missed: on a loaded
+	// machine the batch can reach the server more than 100 ms after the clock it carries)
+	// is claimed by the transaction path, rightly; the test then tries again with another
+	// intent, up to three times, and requires the claim that landed.
+	var r fence.Request
+	var tk *fence.Ticket
+	try := 0
+	for ; ; try++ {
+		r = fence.Request{Intent: fmt.Sprintf("charge:claim-lost-ack-%d", try), Tool: "charge", Args: []byte(`{"amount":3}`)}
+		cuts, lost, landed, never := cut.Load(), st.count("claim speculation lost"), st.count("claim speculation landed"), st.count("claim speculation never landed")
+		tk, err = attempt(ctx, e, conn, r, "holder")
+		if err != nil || tk == nil {
+			t.Fatalf("a claim whose answer was lost: %v %v; stages %v", tk, err, st.n)
+		}
+		if cut.Load()-cuts == 1 && st.count("claim speculation lost")-lost == 1 && st.count("claim speculation landed")-landed == 1 {
+			break
+		}
+		if try < 2 && cut.Load()-cuts == 1 && st.count("claim speculation never landed")-never == 1 {
+			t.Logf("try %d: the speculative claim wrote nothing (its clock guard); stages %v", try, st.n)
+			continue
+		}
 		t.Fatalf("cut %d connections; stages %v", cut.Load(), st.n)
 	}
 	rec, err := e.Status(ctx, r.Intent)
@@ -218,8 +234,8 @@ func TestSpeculativeClaimAcknowledgementLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	replaysOnce(t, e, r, cert, count)
-	if n := admitted(t, e); n != 2 {
-		t.Fatalf("admitted %d, want 2", n)
+	if n, want := admitted(t, e), uint64(2+try); n != want { // the warm-up and one per try
+		t.Fatalf("admitted %d, want %d", n, want)
 	}
 }
 
