@@ -481,11 +481,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
 		p.reportUnknown(intent, tool, reason)
-		if p.opt.InMemory {
-			p.logf("intent %s: %s; %s", intent, reason, p.operatorAdvice(intent))
-		} else {
-			p.logf("intent %s: %s; it is fenced until cleared: %s", intent, reason, p.clearCommand(intent))
-		}
+		p.logf("intent %s: %s; it is fenced: %s", intent, reason, p.operatorAdvice(intent))
 		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; "+p.operatorAdvice(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
 	}
 }

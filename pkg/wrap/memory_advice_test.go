@@ -1,8 +1,14 @@
 package wrap_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 // A call fenced as unknown on a ledger in wrap's memory is not told to run `effectfence
@@ -30,5 +36,29 @@ func TestUnknownOnAMemoryLedgerNamesNoLedgerCommand(t *testing.T) {
 	}
 	if log := w.log.String(); strings.Contains(log, "effectfence ledger clear") || !strings.Contains(log, "until this wrap restarts") {
 		t.Fatalf("wrap's log must say the memory ledger cannot be cleared by a command:\n%s", log)
+	}
+}
+
+// The unknown hook of a wrap on a memory ledger carries no resolve_command (docs/ledger.md):
+// no command it could name reaches that ledger.
+func TestUnknownHookOnAMemoryLedgerHasNoResolveCommand(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.ledger = "memory"
+	events := filepath.Join(r.dir, "events.jsonl")
+	hook := &wrap.Hook{Command: []string{"sh", "-c", `cat >> "$0"; echo >> "$0"`, events}}
+	x, _ := r.inproc(wrap.Options{OnUnknown: hook, InMemory: true}, initNoElicit, nil)
+	intent := unknownCall(t, x)
+	x.close() // delivers what is queued
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatalf("the hook never ran: %v\n%s", err, x.log.String())
+	}
+	var ev wrap.HookEvent
+	if err := json.Unmarshal(bytes.TrimSpace(b), &ev); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if ev.Event != "unknown" || ev.Intent != intent || ev.ResolveCommand != "" {
+		t.Fatalf("event: %s", b)
 	}
 }
