@@ -85,18 +85,9 @@ func TestGatewayKilledAsTheCallArrivesUpstream(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "l.db")
 	args := []string{"--ledger", ledger, "--scope", "pay", "--listen", "127.0.0.1:0", "--fence", "pay", "--upstream", srv.URL + "/mcp"}
 	const payCall = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"pay","arguments":{"amount":7}}}`
-	open := func(g *gatewayProc) string {
-		resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		sid := resp.Header.Get("Mcp-Session-Id")
-		if resp.StatusCode != http.StatusOK || sid == "" {
-			t.Fatalf("initialize: %d %s", resp.StatusCode, body)
-		}
-		g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		return sid
-	}
 
 	g1 := startGateway(t, args...)
-	sid := open(g1)
+	sid := g1.initialize(t)
 	up.mu.Lock()
 	up.gateway = g1.cmd.Process
 	up.mu.Unlock()
@@ -115,7 +106,7 @@ func TestGatewayKilledAsTheCallArrivesUpstream(t *testing.T) {
 	}
 
 	g2 := startGateway(t, args...)
-	_, body := g2.post(t, "", open(g2), fmt.Sprintf(payCall, 3))
+	_, body := g2.post(t, "", g2.initialize(t), fmt.Sprintf(payCall, 3))
 	if !strings.Contains(body, "prior_failure") || !strings.Contains(body, "NOT executed") {
 		t.Fatalf("the call re-sent to the gateway started again was answered %s; want a prior_failure refusal\n%s", body, g2.logText())
 	}

@@ -25,18 +25,9 @@ func TestGatewayKilledMidCallThenRestarted(t *testing.T) {
 	const latency = time.Second
 	args := []string{"--ledger", ledger, "--listen", "127.0.0.1:0", "--", effectfence(t), "demo-server", "--latency", latency.String(), "--effects", effects}
 	const chargeCall = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900,"customer":"cus_crash"}}}`
-	open := func(g *gatewayProc) string {
-		resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		sid := resp.Header.Get("Mcp-Session-Id")
-		if resp.StatusCode != http.StatusOK || sid == "" {
-			t.Fatalf("initialize: %d %s", resp.StatusCode, body)
-		}
-		g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		return sid
-	}
 
 	g1 := startGateway(t, args...)
-	sid := open(g1)
+	sid := g1.initialize(t)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, g1.url, strings.NewReader(strings.Replace(chargeCall, "%d", "2", 1)))
 		req.Header.Set("Accept", "application/json, text/event-stream")
@@ -54,7 +45,7 @@ func TestGatewayKilledMidCallThenRestarted(t *testing.T) {
 	_ = g1.cmd.Wait()
 
 	g2 := startGateway(t, args...)
-	_, body := g2.post(t, "", open(g2), strings.Replace(chargeCall, "%d", "3", 1))
+	_, body := g2.post(t, "", g2.initialize(t), strings.Replace(chargeCall, "%d", "3", 1))
 	if !strings.Contains(body, "prior_failure") || !strings.Contains(body, "NOT executed") {
 		t.Fatalf("the call re-sent to the restarted gateway was answered %s; want a prior_failure refusal saying it was NOT executed\n%s", body, g2.logText())
 	}

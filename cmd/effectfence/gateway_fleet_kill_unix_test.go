@@ -3,7 +3,6 @@
 package main
 
 import (
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,43 +24,12 @@ func TestGatewayKilledWhileAnotherWaits(t *testing.T) {
 	args := []string{"--ledger", ledger, "--scope", "shop", "--wait", "30s", "--listen", "127.0.0.1:0",
 		"--", effectfence(t), "demo-server", "--latency", "10m", "--effects", effects}
 	a, b := startGateway(t, args...), startGateway(t, args...)
-	open := func(g *gatewayProc) string {
-		resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		sid := resp.Header.Get("Mcp-Session-Id")
-		if resp.StatusCode != http.StatusOK || sid == "" {
-			t.Fatalf("initialize: %d %s", resp.StatusCode, body)
-		}
-		g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		return sid
-	}
 	send := func(g *gatewayProc, sid, id string) <-chan string {
-		out := make(chan string, 1)
-		go func() {
-			req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(`{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900,"customer":"cus_fleet_kill"}}}`))
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			req.Header.Set("Mcp-Session-Id", sid)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				out <- "no answer: " + err.Error()
-				return
-			}
-			defer resp.Body.Close()
-			var sb strings.Builder
-			buf := make([]byte, 4096)
-			for {
-				n, err := resp.Body.Read(buf)
-				sb.Write(buf[:n])
-				if err != nil {
-					break
-				}
-			}
-			out <- sb.String()
-		}()
-		return out
+		return g.postAsync(sid, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900,"customer":"cus_fleet_kill"}}}`)
 	}
-	send(a, open(a), "2")
+	send(a, a.initialize(t), "2")
 	waitInFlight(t, ledger, a)
-	bsid := open(b)
+	bsid := b.initialize(t)
 	dup := send(b, bsid, "3")
 	// No event says the duplicate has begun to wait; it is given a moment. Should it reach
 	// the ledger only after the kill, it meets the dead holder's claim: the same answer.

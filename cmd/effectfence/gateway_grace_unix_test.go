@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,39 +30,8 @@ func TestGatewaySIGTERMPastTheGrace(t *testing.T) {
 			"--", effectfence(t), "demo-server", "--latency", latency, "--effects", effects)
 	}
 	const chargeCall = `{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900,"customer":"cus_grace"}}}`
-	open := func(g *gatewayProc) string {
-		resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		sid := resp.Header.Get("Mcp-Session-Id")
-		if resp.StatusCode != http.StatusOK || sid == "" {
-			t.Fatalf("initialize: %d %s", resp.StatusCode, body)
-		}
-		g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		return sid
-	}
 	send := func(g *gatewayProc, sid, id string) <-chan string {
-		out := make(chan string, 1)
-		go func() {
-			req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(strings.Replace(chargeCall, "ID", id, 1)))
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			req.Header.Set("Mcp-Session-Id", sid)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				out <- "no answer: " + err.Error()
-				return
-			}
-			defer resp.Body.Close()
-			var b strings.Builder
-			buf := make([]byte, 4096)
-			for {
-				n, err := resp.Body.Read(buf)
-				b.Write(buf[:n])
-				if err != nil {
-					break
-				}
-			}
-			out <- b.String()
-		}()
-		return out
+		return g.postAsync(sid, strings.Replace(chargeCall, "ID", id, 1))
 	}
 	answer := func(c <-chan string, what string, g *gatewayProc) string {
 		select {
@@ -76,9 +44,9 @@ func TestGatewaySIGTERMPastTheGrace(t *testing.T) {
 	}
 
 	g1 := gateway("2m") // the call outlasts any grace
-	first := send(g1, open(g1), "2")
+	first := send(g1, g1.initialize(t), "2")
 	waitInFlight(t, ledger, g1)
-	dup := send(g1, open(g1), "7")
+	dup := send(g1, g1.initialize(t), "7")
 	time.Sleep(time.Second) // the duplicate is waiting for the first (--wait 2m)
 	if err := g1.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -111,7 +79,7 @@ func TestGatewaySIGTERMPastTheGrace(t *testing.T) {
 	}
 
 	g2 := gateway("1ms")
-	if a := answer(send(g2, open(g2), "3"), "the call re-sent after the restart", g2); !strings.Contains(a, "prior_failure") || !strings.Contains(a, "NOT executed") {
+	if a := answer(send(g2, g2.initialize(t), "3"), "the call re-sent after the restart", g2); !strings.Contains(a, "prior_failure") || !strings.Contains(a, "NOT executed") {
 		t.Fatalf("the call re-sent to the gateway started again was answered %s; want a prior_failure refusal\n%s", a, g2.logText())
 	}
 	if n := effectsOf(t, effects); n != 0 {

@@ -115,6 +115,38 @@ func (g *gatewayProc) post(t *testing.T, token, sid, body string) (*http.Respons
 
 // charge opens a session with token and calls the demo server's charge_card once; it returns
 // the answer's body.
+// initialize opens a session (initialize, then notifications/initialized) and returns its id.
+func (g *gatewayProc) initialize(t *testing.T) string {
+	t.Helper()
+	resp, body := g.post(t, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	g.post(t, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return sid
+}
+
+// postAsync posts body in session sid without waiting: the channel gets what the answer's
+// body held when it ended, whole or cut (the gateway killed mid-answer), or "no answer: …".
+func (g *gatewayProc) postAsync(sid, body string) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- "no answer: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body) // what arrived, also when the body was cut
+		out <- string(b)
+	}()
+	return out
+}
+
 func (g *gatewayProc) charge(t *testing.T, token string) string {
 	t.Helper()
 	resp, body := g.post(t, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
