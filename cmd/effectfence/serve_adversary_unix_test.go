@@ -160,8 +160,8 @@ func clientHangsUpMidCall(t *testing.T, locked bool) {
 	done := make(chan error, 1)
 	go func() { done <- a.cmd.Wait() }()
 	if locked {
-		// Each commit waits for the lock (the store's busy timeout, 30 s), fails, and is kept
-		// in the spool: once all n are there, the lock is given back. (The prepare fails the
+		// Each commit waits for the lock up to its 2 s bound, fails, and is kept in the
+		// spool: once all n are there, the lock is given back. (The prepare fails the
 		// same way, store_error: nothing is claimed.)
 		spool := ledger + ".spool"
 		deadline := time.Now().Add(3 * time.Minute)
@@ -380,6 +380,74 @@ func TestServeSDKClientClosesMidCommit(t *testing.T) {
 		p := a.JSON
 		if a.IsError || p.Status != serve.StatusAlreadyDone || p.Cert == nil || !jsonEqual(t, p.Cert.Result, []byte(fmt.Sprintf(`{"charge":"ch_%d"}`, i))) {
 			t.Errorf("intent %d, committed as the SDK client closed: %+v; want already_done with ch_%d\nstderr:\n%s", i, a, i, stderr.String())
+		}
+	}
+}
+
+// While another process holds the SQLite ledger's write lock (another SQLite client inside
+// its transaction, a writer stopped there), an outcome serve cannot record is answered within
+// its 2 s bound, store_error with spooled, not after the store's busy timeout (30 s, for the
+// first; as much again for each queued behind it): a client whose request times out sooner
+// (60 s is common) would otherwise get no answer. Two commits at once, so one waits behind
+// the other. Once the lock is free, a new process records them from the spool: duplicates
+// receive the agents' results.
+func TestServeOutcomeWhileTheLedgerIsLockedIsSpooledWithinItsBound(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	prep := func(i int) string {
+		return fmt.Sprintf(`{"intent":"charge:locked-%d","tool":"charge_card","args":{"amount":%d}}`, i, 100+i)
+	}
+	a := startServe(t, "--ledger", ledger)
+	tickets := make([]string, 2)
+	for i := range tickets {
+		tickets[i] = ticketJSON(t, a.prepare(prep(i)).Ticket)
+	}
+	unlock := lockLedger(t, ledger)
+	ids := map[int]int{}
+	for i := range tickets {
+		ids[a.send(serve.ToolCommit, `{"ticket":`+tickets[i]+`,"result":{"charge":"ch_`+fmt.Sprint(i)+`"}}`)] = i
+	}
+	answers := make(chan map[int]json.RawMessage, 1)
+	go func() {
+		got := map[int]json.RawMessage{}
+		for len(got) < len(ids) {
+			b, err := a.out.ReadBytes('\n')
+			if err != nil {
+				break
+			}
+			var m struct {
+				ID     int `json:"id"`
+				Result *struct {
+					StructuredContent json.RawMessage `json:"structuredContent"`
+				} `json:"result"`
+			}
+			if json.Unmarshal(b, &m) == nil && m.Result != nil {
+				if _, ok := ids[m.ID]; ok {
+					got[m.ID] = m.Result.StructuredContent
+				}
+			}
+		}
+		answers <- got
+	}()
+	var got map[int]json.RawMessage
+	select {
+	case got = <-answers:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no answer to the commits 20 s after they were sent while another process held the ledger's lock (the bound is 2 s; the busy timeout 30 s)\nstderr %s", a.stderr.String())
+	}
+	for id, i := range ids {
+		var r serve.Refusal
+		if json.Unmarshal(got[id], &r) != nil || r.Code != fence.CodeStore || r.Spooled == "" || !r.Executed {
+			t.Fatalf("commit %d while the ledger was locked: %s; want store_error, executed, spooled", i, got[id])
+		}
+	}
+	unlock()
+	a.kill9()
+	b := startServe(t, "--ledger", ledger)
+	for i := range tickets {
+		d := b.prepare(prep(i))
+		if d.Status != serve.StatusAlreadyDone || d.Cert == nil || !strings.Contains(string(d.Cert.Result), fmt.Sprintf("ch_%d", i)) {
+			t.Fatalf("a duplicate of intent %d, committed while the ledger was locked: %+v; want already_done with ch_%d", i, d, i)
 		}
 	}
 }

@@ -13,8 +13,9 @@ func SetTestHookMigrated(f func(from int)) { testHookMigrated = f }
 // removes it).
 func SetTestHookDecoded(f func(intent string)) { testHookDecoded = f }
 
-// Queued is how many Updates wait in the store's queue for a transaction (the leader's batch
-// taken out of it): tests wait for callers to line up behind a transaction they hold.
+// Queued is how many Updates wait in the store's queue for a transaction (a leader's own
+// counted while it waits for the write lock, its batch taken out once it holds it): tests
+// wait for callers to line up behind a transaction they hold.
 func (s *Store) Queued() int {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()

@@ -58,7 +58,7 @@ func (s *Store) noteName(ctx context.Context) error {
 	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM meta WHERE key = ?", key).Scan(&n); err != nil || n > 0 {
 		return err
 	}
-	t := s.turns.enter(s.opt.BusyTimeout)
+	t := s.turns.enter(s.opt.BusyTimeout, ctx.Done())
 	defer s.turns.leave(t)
 	return retryBusy(ctx, s.opt.BusyTimeout, func() error {
 		tx, err := s.w.BeginTx(ctx, nil)

@@ -111,40 +111,51 @@ type turn struct {
 	f *os.File // the descriptor that holds the lock, or nil when the turn holds nothing
 }
 
-// enter takes the queue's lock, waiting at most limit for it. Only Open (for its migration,
-// before the store is returned) and then the store's leader call enter, leave and close, so
-// they never overlap. Without contention enter is one
-// non-blocking flock. Otherwise a waiter goroutine blocks in flock on a second descriptor, so
-// that enter can stop waiting when limit passes: the turn then holds nothing (SQLite's busy
-// handler takes over) and the waiter, when it gets the lock, lets it go at once. Until then
-// the queue is stuck and later turns go straight to SQLite's lock: a holder stopped inside
-// its turn costs this process one limit, not one per transaction for as long as it stays
-// stopped.
-func (q *writerQueue) enter(limit time.Duration) turn {
+// enter takes the queue's lock, waiting at most limit for it, and no longer once stop is
+// closed (nil: never). Only Open (for its migration, before the store is returned) and then
+// the store's leader call enter, leave and close, so they never overlap. Without contention
+// enter is one non-blocking flock. Otherwise a waiter goroutine blocks in flock on a second
+// descriptor, so that enter can stop waiting: the turn then holds nothing and the waiter, when
+// it gets the lock, lets it go at once.
+//
+// After a whole limit (the holder stopped inside its turn, most likely), SQLite's busy
+// handler takes over, and until the waiter has got the lock the queue is stuck: later turns
+// go straight to SQLite's lock, so that such a holder costs this process one limit, not one
+// per transaction for as long as it stays stopped. A wait cut by stop (nobody is left to
+// write for: every Update of the batch ended its context) says nothing about the holder: the
+// next turn waits on in the same waiter, keeping this process's place in the queue.
+func (q *writerQueue) enter(limit time.Duration, stop <-chan struct{}) turn {
 	if q == nil || q.f == nil {
 		return turn{}
 	}
+	var w *queueWaiter
 	if q.pending != nil {
-		if !q.pending.hasFinished() {
+		switch {
+		case q.pending.adopt():
+			w, q.pending = q.pending, nil
+		case !q.pending.hasFinished():
 			return turn{}
-		}
-		// It got the lock, let it go and closed its descriptor.
-		q.pending, q.wf = nil, nil
-	}
-	held, err := flockTry(q.f)
-	if held {
-		return turn{f: q.f}
-	}
-	if err != nil { // no flock here, or an error: SQLite's lock alone decides
-		return turn{}
-	}
-	if q.wf == nil {
-		if q.wf = openQueueFile(q.path); q.wf == nil {
-			return turn{}
+		default:
+			// It got the lock, let it go and closed its descriptor.
+			q.pending, q.wf = nil, nil
 		}
 	}
-	w := &queueWaiter{f: q.wf, done: make(chan struct{})}
-	go w.wait()
+	if w == nil {
+		held, err := flockTry(q.f)
+		if held {
+			return turn{f: q.f}
+		}
+		if err != nil { // no flock here, or an error: SQLite's lock alone decides
+			return turn{}
+		}
+		if q.wf == nil {
+			if q.wf = openQueueFile(q.path); q.wf == nil {
+				return turn{}
+			}
+		}
+		w = &queueWaiter{f: q.wf, done: make(chan struct{})}
+		go w.wait()
+	}
 	if q.timer == nil {
 		q.timer = time.NewTimer(limit)
 	} else {
@@ -154,7 +165,13 @@ func (q *writerQueue) enter(limit time.Duration) turn {
 	case <-w.done:
 		q.timer.Stop()
 	case <-q.timer.C:
-		if !w.giveUp() {
+		if !w.giveUp(false) {
+			q.pending = w
+			return turn{}
+		}
+	case <-stop:
+		q.timer.Stop()
+		if !w.giveUp(true) {
 			q.pending = w
 			return turn{}
 		}
@@ -174,6 +191,9 @@ type queueWaiter struct {
 	mu        sync.Mutex
 	abandoned bool // no turn waits for it: it lets the lock go as soon as it gets it
 	finished  bool // it got the lock while abandoned, let it go and closed f
+	// stopped: it was abandoned because its turn's callers gave up, not after a whole
+	// limit: the next turn may wait on in it (adopt).
+	stopped bool
 }
 
 func (w *queueWaiter) wait() {
@@ -190,17 +210,31 @@ func (w *queueWaiter) wait() {
 }
 
 // giveUp abandons the waiter, unless flock has returned meanwhile: then it reports true and
-// the turn takes what flock gave.
-func (w *queueWaiter) giveUp() bool {
+// the turn takes what flock gave. stopped says why: the turn's callers gave up (true), or a
+// whole limit passed.
+func (w *queueWaiter) giveUp(stopped bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	select {
 	case <-w.done:
 		return true
 	default:
-		w.abandoned = true
+		w.abandoned, w.stopped = true, stopped
 		return false
 	}
+}
+
+// adopt makes a waiter abandoned by stopped callers wait for a turn again, unless it has
+// already got the lock and let it go (or was abandoned after a whole limit): it reports
+// whether it did.
+func (w *queueWaiter) adopt() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped || w.finished {
+		return false
+	}
+	w.abandoned, w.stopped = false, false
+	return true
 }
 
 // hasFinished reports whether an abandoned waiter has returned from flock, let the lock go

@@ -32,13 +32,13 @@ func TestWriterQueueStuckIsWaitedForOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if tr := q.enter(10 * time.Millisecond); tr.f != nil {
+	if tr := q.enter(10*time.Millisecond, nil); tr.f != nil {
 		t.Fatal("a turn holds the queue that another descriptor holds")
 	}
 	// The next turns must not wait: a limit of an hour stands for "forever".
 	for i := range 3 {
 		entered := make(chan turn, 1)
-		go func() { entered <- q.enter(time.Hour) }()
+		go func() { entered <- q.enter(time.Hour, nil) }()
 		select {
 		case tr := <-entered:
 			if tr.f != nil {
@@ -57,7 +57,7 @@ func TestWriterQueueStuckIsWaitedForOnce(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		tr := q.enter(time.Hour)
+		tr := q.enter(time.Hour, nil)
 		if tr.f != nil {
 			err := syscall.Flock(int(holder.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 			if !errors.Is(err, syscall.EWOULDBLOCK) {
@@ -100,7 +100,7 @@ func TestWriterQueueOpensOnlyItsOwnFile(t *testing.T) {
 		if q.f != nil {
 			t.Errorf("%s at %s-lock: the queue opened it", name, path)
 		}
-		if tr := q.enter(time.Second); tr.f != nil {
+		if tr := q.enter(time.Second, nil); tr.f != nil {
 			t.Errorf("%s at %s-lock: a turn holds it", name, path)
 		}
 		q.close()

@@ -27,13 +27,19 @@ import (
 // queueHelper is a process writing the ledger at EFFECTFENCE_TEST_LEDGER (see TestMain);
 // "procbench" is BenchmarkProcesses's.
 // "hold": one Update that prints "holding" and then waits, inside its transaction, until
-// stdin ends. "turns": waits for the file EFFECTFENCE_TEST_GO, runs EFFECTFENCE_TEST_N
-// Updates back to back, each taking a fencing token, and prints the tokens it got. "write":
+// stdin ends. "foreign": the same through a plain SQLite connection (no writers' queue).
+// "turns": waits for the file EFFECTFENCE_TEST_GO, runs EFFECTFENCE_TEST_N Updates back to
+// back, each taking a fencing token, and prints the tokens it got. "write":
 // one Update taking a token, then prints "wrote". EFFECTFENCE_TEST_BUSY, when set, is the
 // store's busy timeout (a Go duration).
 func queueHelper(mode string) error {
 	if mode == "procbench" {
 		return procBenchHelper()
+	}
+	if mode == "foreign" {
+		// Another SQLite client, not an effectfence store: it holds the ledger's write lock
+		// without taking a turn in the writers' queue, until stdin ends.
+		return holdForeign(os.Getenv("EFFECTFENCE_TEST_LEDGER"))
 	}
 	var opt sqlite.Options
 	if b := os.Getenv("EFFECTFENCE_TEST_BUSY"); b != "" {

@@ -58,7 +58,8 @@ type Options struct {
 	// BusyTimeout is how long a transaction waits for another process's write lock before
 	// failing (default 30 s): for its turn in the writers' queue, then for SQLite's lock, so
 	// up to twice this when another process stops inside its transaction; the next
-	// transactions do not wait for a queue that stayed held that long (queue.go).
+	// transactions do not wait for a queue that stayed held that long (queue.go). An Update
+	// whose context ends stops waiting sooner (lead).
 	BusyTimeout time.Duration
 	// Now is the store's clock (default time.Now); tests of expiry set it.
 	Now func() time.Time
@@ -100,6 +101,7 @@ type Store struct {
 	qmu     sync.Mutex // guards queue and leading
 	queue   []*update  // Updates waiting for a transaction
 	leading bool       // an Update is running a batch and will hand on or drain the queue
+	batch   batch      // the leader's (runBatch), kept for the next to save an allocation
 
 	turns *writerQueue // the writers of all processes take turns through it (queue.go); nil when read-only
 
@@ -123,6 +125,9 @@ type update struct {
 	ctx context.Context
 	fn  func(fence.Tx) error
 	res chan answer
+	// handed: this Update leads, or was handed the lead (guarded by qmu): it no longer
+	// leaves the queue when its context ends.
+	handed bool
 }
 
 type answer struct {
@@ -195,7 +200,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		// The migration is a write transaction (on every open): it takes its turn like an
 		// Update, or a process starting while others write would starve in SQLite's busy
 		// handler. A new ledger's has no queue to take a turn in yet (fresh, above).
-		t := s.turns.enter(opt.BusyTimeout)
+		t := s.turns.enter(opt.BusyTimeout, ctx.Done())
 		err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) })
 		s.turns.leave(t)
 		if err != nil {
@@ -915,15 +920,28 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	s.queue = append(s.queue, u)
 	if !s.leading {
 		s.leading = true
+		u.handed = true
 		s.qmu.Unlock()
 		s.lead()
 	} else {
 		s.qmu.Unlock()
 	}
-	// Once queued, an Update is always answered, and the answer must be awaited: returning
-	// early on cancellation could report failure for a write that commits.
+	// Once taken into a batch, an Update is always answered, and the answer must be awaited:
+	// returning early on cancellation could report failure for a write that commits. Until
+	// then (it waits in the queue while a leader waits for the lock or commits) its caller
+	// may give up: it leaves the queue, its function never runs.
+	done := ctx.Done()
 	for {
-		a := <-u.res
+		var a answer
+		select {
+		case a = <-u.res:
+		case <-done:
+			if s.withdraw(u) {
+				return ctx.Err()
+			}
+			done = nil // taken, or handed the lead: its answer comes
+			continue
+		}
 		if !a.lead {
 			return a.err
 		}
@@ -931,23 +949,41 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	}
 }
 
-// lead runs one batch from the front of the queue on the calling goroutine, then hands the
-// lead to the first Update still waiting (or ends it when none is). A lone Update thus runs
-// its own transaction with no hand-off to another goroutine; Updates that arrive while a
-// transaction commits wait and go together in the next one.
+// withdraw takes u out of the queue if it still waits there, not yet taken into a batch nor
+// handed the lead, and reports whether it did.
+func (s *Store) withdraw(u *update) bool {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if u.handed {
+		return false
+	}
+	if i := slices.Index(s.queue, u); i >= 0 {
+		s.queue = slices.Delete(s.queue, i, i+1)
+		return true
+	}
+	return false
+}
+
+// lead runs one batch on the calling goroutine, whose Update is at the front of the queue,
+// then hands the lead to the first Update still waiting (or ends it when none is). A lone
+// Update thus runs its own transaction with no hand-off to another goroutine; Updates that
+// arrive while a transaction commits wait and go together in the next one.
+//
+// The leader waits for the write lock under its own Update's context, the others waiting
+// behind it in the queue (each may leave it when its context ends: Update). Once it holds
+// the lock, it takes the batch from the front of the queue, its own Update first. A leader
+// whose context ends while it waits gives up alone (its function never ran) and hands the
+// lead on: the next Update waits under its own context. So no caller waits for another
+// process's lock, up to the busy timeout twice (the writers' queue, then SQLite's busy
+// handler), once it has given up: serve's 2 s bound on an outcome, an agent that cancels.
 //
 // The lead is handed on (or ended) in a deferred call, so that it goes on even when the
 // leader's goroutine does not come back from runBatch: a function of the batch may end it
 // (runtime.Goexit, which t.FailNow calls) or something outside the functions may panic (see
 // runBatch). Otherwise every later Update of the store would wait for ever for a leader.
 func (s *Store) lead() {
-	s.qmu.Lock()
-	n := min(len(s.queue), s.opt.MaxBatch)
-	batch := s.queue[:n:n]
-	s.queue = s.queue[n:]
-	s.qmu.Unlock()
 	defer s.handOn()
-	s.runBatch(batch)
+	s.runBatch()
 }
 
 // handOn ends a leader's turn: the lead goes to the first Update still waiting, or ends.
@@ -960,8 +996,48 @@ func (s *Store) handOn() {
 		return
 	}
 	next := s.queue[0]
+	next.handed = true
 	s.qmu.Unlock()
 	next.res <- answer{lead: true}
+}
+
+// batch is what a leader runs: its own Update, then those taken from the queue behind it.
+type batch struct {
+	lead  *update   // the leader's Update: the front of the queue until the batch is taken
+	us    []*update // the batch, once taken (the lock is held, or waiting for it failed)
+	errs  []error   // each function's own error, as us
+	taken bool
+	one   [1]error // errs of a batch of one, which most are: no allocation
+}
+
+// take takes the batch from the front of the queue, the leader's Update first (unless it
+// was taken already).
+func (s *Store) take(b *batch) {
+	if b.taken {
+		return
+	}
+	s.qmu.Lock()
+	n := min(len(s.queue), s.opt.MaxBatch)
+	b.us = s.queue[:n:n]
+	s.queue = s.queue[n:]
+	s.qmu.Unlock()
+	if n == 1 {
+		b.errs = b.one[:]
+	} else {
+		b.errs = make([]error, n)
+	}
+	b.taken = true
+}
+
+// giveUpLead takes the leader's Update alone out of the queue, answered with its context's
+// error (it ended while the leader waited for the lock): the batch is empty, and the lead
+// goes on to the Updates behind it.
+func (s *Store) giveUpLead(b *batch) {
+	s.qmu.Lock()
+	s.queue = s.queue[1:]
+	s.qmu.Unlock()
+	b.us, b.errs, b.taken = nil, nil, true
+	b.lead.res <- answer{err: b.lead.ctx.Err()}
 }
 
 // runBatch runs the functions of a batch in one transaction and answers every caller after
@@ -976,16 +1052,20 @@ func (s *Store) handOn() {
 // function of its batch, so another caller's goroutine ends. Something outside the functions
 // may panic too (the driver, the writers' queue). Then the deferred call below does what the
 // leader would have: by the time it runs, the transaction has been rolled back (tryBatchOn's
-// and tryBatch's deferred calls, deeper, run first); it answers every caller of the batch,
-// with an error that says why (the result of the transaction if it had already ended), and
-// leaves the writers' queue, which other processes would otherwise wait for until their busy
-// timeout; lead's deferred call hands the lead on. A panic is then raised again on the
-// leader's goroutine, as without the store in between: it is a bug (or an exhausted
-// runtime), which must not be turned into an error of one Update and forgotten, and the
-// program has been left able to go on if the caller recovers it. Re-raised from the deferred
-// call, it unwinds from where it began, whose frames the crash report still shows.
-func (s *Store) runBatch(batch []*update) {
-	errs := make([]error, len(batch))
+// and tryBatch's deferred calls, deeper, run first); it answers every caller of the batch
+// (taking it first, if the leader had not yet), with an error that says why (the result of
+// the transaction if it had already ended), and leaves the writers' queue, which other
+// processes would otherwise wait for until their busy timeout; lead's deferred call hands the
+// lead on. A panic is then raised again on the leader's goroutine, as without the store in
+// between: it is a bug (or an exhausted runtime), which must not be turned into an error of
+// one Update and forgotten, and the program has been left able to go on if the caller
+// recovers it. Re-raised from the deferred call, it unwinds from where it began, whose frames
+// the crash report still shows.
+func (s *Store) runBatch() {
+	b := &s.batch // one leader at a time: its batch is the store's
+	s.qmu.Lock()
+	*b = batch{lead: s.queue[0]}
+	s.qmu.Unlock()
 	var t turn
 	var err error
 	ended, answered := false, false
@@ -994,26 +1074,27 @@ func (s *Store) runBatch(batch []*update) {
 			return
 		}
 		p := recover()
+		s.take(b)
 		if !ended {
 			err = leaderExit(p)
-			clear(errs)
+			clear(b.errs)
 		}
-		s.answer(batch, errs, err)
+		s.answer(b.us, b.errs, err)
 		s.turns.leave(t) // again, if leaving panicked: unlocking twice is harmless
 		if p != nil {
 			panic(p)
 		}
 	}()
-	t = s.turns.enter(s.opt.BusyTimeout)
-	failed, err := s.tryBatch(batch, errs, false)
+	t = s.turns.enter(s.opt.BusyTimeout, b.lead.ctx.Done())
+	failed, err := s.tryBatch(b, false)
 	if failed {
-		clear(errs)
-		_, err = s.tryBatch(batch, errs, true)
+		clear(b.errs)
+		_, err = s.tryBatch(b, true)
 	}
 	ended = true
 	s.turns.leave(t)
 	answered = true
-	s.answer(batch, errs, err)
+	s.answer(b.us, b.errs, err)
 }
 
 // answer gives every caller of a batch its result: its function's error, else the
@@ -1047,13 +1128,15 @@ func leaderExit(p any) error {
 // with any left, sqlite3_close_v2 would keep the connection open as a zombie, with its
 // descriptors and whatever transaction tryBatchOn's ROLLBACK could not end; really closed,
 // SQLite rolls such a transaction back. The next batch takes a new connection.
-func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed bool, err error) {
+func (s *Store) tryBatch(b *batch, savepoints bool) (failed bool, err error) {
 	if s.wlost {
 		if err := s.reconnectWriter(); err != nil {
+			s.take(b)
 			return false, s.wrap(err)
 		}
 	}
 	if err := s.checkFile(); err != nil {
+		s.take(b)
 		return false, err
 	}
 	err = s.wconn.Raw(func(dc any) error {
@@ -1064,10 +1147,11 @@ func (s *Store) tryBatch(batch []*update, errs []error, savepoints bool) (failed
 			}
 		}()
 		var err error
-		failed, err = s.tryBatchOn(&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}, batch, errs, savepoints)
+		failed, err = s.tryBatchOn(&rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}, b, savepoints)
 		returned = true
 		return err
 	})
+	s.take(b) // the connection failed before the transaction could begin
 	return failed, s.wrap(err)
 }
 
@@ -1226,19 +1310,34 @@ func (s *Store) reconnectWriter() error {
 // tryBatchOn is tryBatch on the writer's driver connection. The transaction is the store's,
 // not any caller's: one caller's cancellation must not abort the others' writes, so no
 // statement watches a context.
-func (s *Store) tryBatchOn(r *rawRunner, batch []*update, errs []error, savepoints bool) (failed bool, err error) {
-	if _, err := r.exec(qBegin); err != nil {
-		if !strings.Contains(err.Error(), "within a transaction") {
-			return false, err
-		}
+func (s *Store) tryBatchOn(r *rawRunner, b *batch, savepoints bool) (failed bool, err error) {
+	// Until the batch is taken, BEGIN waits for the lock under the leader's context (lead);
+	// the rest of the transaction belongs to the store and watches no context.
+	begin := rawRunner{ctx: context.Background(), c: r.c, stmts: r.stmts}
+	if !b.taken {
+		begin.ctx = b.lead.ctx
+	}
+	_, err = begin.exec(qBegin)
+	if err != nil && !b.taken && b.lead.ctx.Err() != nil {
+		s.giveUpLead(b)
+		return false, nil
+	}
+	if err != nil && strings.Contains(err.Error(), "within a transaction") {
 		// A transaction an earlier batch could not end (its ROLLBACK failed) is still open on
 		// the writer. Every caller of that batch was told it failed: end it, and begin again,
 		// rather than failing every later batch.
 		r.exec(qRollback)
-		if _, err := r.exec(qBegin); err != nil {
-			return false, err
+		_, err = begin.exec(qBegin)
+		if err != nil && !b.taken && b.lead.ctx.Err() != nil {
+			s.giveUpLead(b)
+			return false, nil
 		}
 	}
+	s.take(b)
+	if err != nil {
+		return false, err
+	}
+	batch, errs := b.us, b.errs
 	done := false
 	defer func() {
 		if !done {
