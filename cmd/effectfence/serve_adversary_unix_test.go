@@ -20,6 +20,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
+	"github.com/jackc/pgx/v5"
 )
 
 // docs/serve.md and SPEC §3: with --on-lease-expiry reclaim, a claim is taken over once its
@@ -393,7 +394,36 @@ func TestServeSDKClientClosesMidCommit(t *testing.T) {
 // receive the agents' results.
 func TestServeOutcomeWhileTheLedgerIsLockedIsSpooledWithinItsBound(t *testing.T) {
 	t.Parallel()
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	onLedgers(t, outcomeWhileTheLedgerIsLocked)
+}
+
+// lockAnyLedger holds what a commit to the ledger needs, as another process would: a SQLite
+// file's write lock; a PostgreSQL schema's records table (a transaction holding it locked).
+func lockAnyLedger(t *testing.T, ledger string) (unlock func()) {
+	t.Helper()
+	if !strings.HasPrefix(ledger, "postgres") {
+		return lockLedger(t, ledger)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "BEGIN; LOCK TABLE effectfence_records IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock = func() {
+		once.Do(func() {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+			_ = conn.Close(ctx)
+		})
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
+func outcomeWhileTheLedgerIsLocked(t *testing.T, ledger string) {
 	prep := func(i int) string {
 		return fmt.Sprintf(`{"intent":"charge:locked-%d","tool":"charge_card","args":{"amount":%d}}`, i, 100+i)
 	}
@@ -402,7 +432,7 @@ func TestServeOutcomeWhileTheLedgerIsLockedIsSpooledWithinItsBound(t *testing.T)
 	for i := range tickets {
 		tickets[i] = ticketJSON(t, a.prepare(prep(i)).Ticket)
 	}
-	unlock := lockLedger(t, ledger)
+	unlock := lockAnyLedger(t, ledger)
 	ids := map[int]int{}
 	for i := range tickets {
 		ids[a.send(serve.ToolCommit, `{"ticket":`+tickets[i]+`,"result":{"charge":"ch_`+fmt.Sprint(i)+`"}}`)] = i
