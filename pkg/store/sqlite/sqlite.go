@@ -11,8 +11,11 @@
 // Group commit. Within one process all Updates go through one writer connection and a queue.
 // An Update that finds no transaction running runs its own on its goroutine; Updates that
 // arrive meanwhile wait and then run together in the next transaction, led by the first of
-// them. Functions in one batch run one after another, each seeing the writes of those before
-// it, so the batch is equivalent to running them serially; the cost of the fsync is shared,
+// them, which takes the batch once it holds the lock. An Update whose context ends while it
+// waits (in the queue, or leading, for another process's lock) returns the context's error,
+// and its function never runs; once taken into a batch it returns only what the batch did
+// (its function is skipped if its context has ended by then). Functions in one batch run one
+// after another, each seeing the writes of those before it, so the batch is equivalent to running them serially; the cost of the fsync is shared,
 // and every caller learns its result only after the shared COMMIT is durable. A batch runs
 // without savepoints; if one of its functions fails, the transaction is rolled back and the
 // batch runs again with each function in its own SAVEPOINT, so that only the failing ones are
