@@ -537,7 +537,6 @@ func TestClearHint(t *testing.T) {
 	abs, _ := filepath.Abs("l.db")
 	for loc, want := range map[string]string{
 		"l.db":                          "--ledger " + abs,
-		"memory":                        "--ledger memory (",
 		"postgres://u:secret@h/db":      "--ledger 'postgres://u:xxxxx@h/db' (with the password",
 		"postgres://u@h/db?sslmode=off": "--ledger 'postgres://u@h/db?sslmode=off'",
 	} {

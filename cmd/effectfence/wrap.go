@@ -157,7 +157,9 @@ func wrapCommand(io streams) *cli.Command {
 			// terminal wrap's stderr is shown on, and on its own writer, so a line of the
 			// server's is never labelled effectfence's (--log-format json).
 			opt.Engine, opt.Log, opt.ServerStderr = led.Engine, safetext.NewWriter(io.err), safetext.NewWriter(serverErr)
-			opt.ClearHint, opt.InMemory = clearHint(led.Location), led.Location == "memory"
+			if opt.InMemory = led.Location == "memory"; !opt.InMemory { // no ledger command reaches it
+				opt.ClearHint = clearHint(led.Location)
+			}
 			what := safetext.Escape(wrap.ShellJoin(argv)) // one line, even for a command holding newlines
 			if up != nil {
 				what = "the upstream " + up.shown
@@ -230,11 +232,10 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time
 // clearHint names this wrap's ledger to `effectfence ledger clear` in a way that is true
 // wherever the operator runs it: by its absolute path (`--for` resolves the default file only
 // from wrap's own directory and environment, and a relative --ledger only from wrap's
-// directory), and a PostgreSQL URL without its password, which must not reach the agent.
+// directory), and a PostgreSQL URL without its password, which must not reach the agent. A
+// ledger in memory has none: wrap says so instead (wrap.Options.InMemory).
 func clearHint(loc string) string {
 	switch {
-	case loc == "memory":
-		return "--ledger memory (this wrap's ledger is in memory: restarting wrap forgets it)"
 	case strings.Contains(loc, "://"):
 		red := postgres.Redact(loc)
 		if red != loc {
