@@ -68,7 +68,9 @@ func TestClearRefusedWhileAStoppedHolderCanResume(t *testing.T) {
 	needProc(t)
 	r := newRig(t)
 	w := r.wrap("--lease-secs", "1")
-	const args = `{"ms":300,"tag":"silent-holder"}`
+	// 3 s: the test must see the claim in flight before the call ends (300 ms was missed
+	// once, at load 22).
+	const args = `{"ms":3000,"tag":"silent-holder"}`
 	first := callInBackground(w.Session, "slow", args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)

@@ -136,7 +136,9 @@ func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	w := r.wrap()
-	out := storm(t, w.Session, 6, "fail", `{"ms":400,"tag":"f"}`)
+	// The six must all arrive while the first attempt runs (2 s; with 400 ms one arrived after
+	// it had failed and been released, at load 22, and rightly ran again).
+	out := storm(t, w.Session, 6, "fail", `{"ms":2000,"tag":"f"}`)
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("failing call ran %d times, want 1", n)
 	}
@@ -146,7 +148,7 @@ func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
 		}
 	}
 	// Released: a retry runs.
-	if x := call(t, w.Session, "fail", `{"ms":400,"tag":"f"}`); !strings.Contains(x.text(), "attempt 2") || r.effectCount() != 2 {
+	if x := call(t, w.Session, "fail", `{"ms":2000,"tag":"f"}`); !strings.Contains(x.text(), "attempt 2") || r.effectCount() != 2 {
 		t.Fatalf("a retry after isError must run: %+v", x)
 	}
 	// Duplicates that arrive while the first is already running share its failure too.
