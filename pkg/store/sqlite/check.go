@@ -311,7 +311,7 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&r.Events); err != nil {
 		r.Problems = append(r.Problems, "cannot count events: "+err.Error())
 	}
-	r.checkRecords(ctx, db)
+	r.checkRecords(ctx, db, v)
 }
 
 // checkRecords decodes every record body as the store does when it reads one: a body that
@@ -321,8 +321,14 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 // wrong queries, so each must be found here too, by intent. SQLite's integrity checks cannot see it: the
 // pages are sound, a record's bytes are not (edited by hand, or zeros where a torn file was
 // extended).
-func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
-	rows, err := db.QueryContext(ctx, "SELECT intent, state, expires_at, cert_hash, body FROM records")
+//
+// A split body (split.go, schema 3) is read joined with its pieces, as the store reads it.
+func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB, v int) {
+	q := "SELECT intent, state, expires_at, cert_hash, body, NULL FROM records"
+	if v >= 3 {
+		q = "SELECT r.intent, r.state, r.expires_at, r.cert_hash, r.body, a.bytes FROM records r LEFT JOIN record_args a ON a.id = r.id"
+	}
+	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		r.Problems = append(r.Problems, "cannot read records: "+err.Error())
 		return
@@ -335,14 +341,29 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB) {
 		var intent, state string
 		var expires sql.NullInt64
 		var hash sql.NullString
-		var body []byte
-		if err := rows.Scan(&intent, &state, &expires, &hash, &body); err != nil {
+		var body, pieces []byte
+		if err := rows.Scan(&intent, &state, &expires, &hash, &body, &pieces); err != nil {
 			r.Problems = append(r.Problems, "cannot read records: "+err.Error())
 			return
 		}
 		var rec fence.Record
 		what := ""
+		if isSplit(body) {
+			switch {
+			case pieces == nil:
+				what = "is unreadable (its arguments, in table record_args, are missing)"
+			case !checkPieces(body, pieces):
+				what = "is unreadable (its arguments, in table record_args, are not the ones it was stored with)"
+			default:
+				whole, err := joinBody(body, pieces)
+				if err != nil {
+					what = fmt.Sprintf("is unreadable (%v)", err)
+				}
+				body = whole
+			}
+		}
 		switch err := fence.DecodeRecord(body, &rec); {
+		case what != "":
 		case err != nil:
 			what = fmt.Sprintf("is unreadable (%v)", err)
 		case rec.Intent != intent:
@@ -405,6 +426,18 @@ func (r *CheckReport) checkLayout(ctx context.Context, db *sql.DB, v int) {
 			r.Problems = append(r.Problems, "cannot read the records table's indexes: "+err.Error())
 		} else if unique == 0 {
 			r.Problems = append(r.Problems, "the records table lacks its unique index on intent: two records could claim one intent")
+		}
+	}
+	if v >= 3 {
+		// record_args holds the arguments of split records (split.go); its triggers drop a
+		// record's pieces with the record.
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE (type = 'table' AND name = 'record_args')
+			OR (type = 'trigger' AND name IN ('records_args_whole', 'records_args_deleted'))`).Scan(&n)
+		if err != nil {
+			r.Problems = append(r.Problems, "cannot read the record_args table's layout: "+err.Error())
+		} else if n != 3 {
+			r.Problems = append(r.Problems, fmt.Sprintf("schema version %d keeps large arguments in table record_args, with triggers records_args_whole and records_args_deleted, and some of the three are missing", v))
 		}
 	}
 }

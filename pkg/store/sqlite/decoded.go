@@ -38,6 +38,9 @@ type decodedEntry struct {
 	intent string
 	body   []byte
 	rec    *fence.Record
+	// size is the length of the record's whole encoding: body's, or for a split body
+	// (split.go), that of the body joined with its pieces, which rec holds.
+	size int
 }
 
 // cost is what an entry of big counts against decodedBigBudget.
@@ -45,7 +48,7 @@ func (e *decodedEntry) cost() int {
 	if e == nil {
 		return 0
 	}
-	return 2 * len(e.body)
+	return 2 * max(len(e.body), e.size)
 }
 
 const (
@@ -84,7 +87,11 @@ func (c *decodedCache) get(h uint64, intent string, body []byte) *fence.Record {
 	if len(body) > decodedBigMax {
 		return nil
 	}
-	e := c.slot(h, len(body)).Load()
+	size := len(body)
+	if isSplit(body) {
+		size = decodedMaxBody + 1 // split records are cached in big, by their whole size
+	}
+	e := c.slot(h, size).Load()
 	if e == nil || e.intent != intent || !bytes.Equal(e.body, body) {
 		return nil
 	}
@@ -100,12 +107,22 @@ func (c *decodedCache) put(h uint64, intent string, body []byte, rec *fence.Reco
 // putOwned is put for a body that nobody will change: the cache keeps it as it is. rec must
 // be exactly what decoding body gives (fence.EncodeRecordDecoded's record is).
 func (c *decodedCache) putOwned(h uint64, intent string, body []byte, rec *fence.Record) {
+	c.putSized(h, intent, body, rec, len(body))
+}
+
+// putSized is putOwned for a body whose record's whole encoding is size bytes: a split body
+// (split.go) is smaller than the record it stands for, which is kept in big and counted at
+// its whole size.
+func (c *decodedCache) putSized(h uint64, intent string, body []byte, rec *fence.Record, size int) {
+	if isSplit(body) {
+		size = max(size, decodedMaxBody+1)
+	}
 	switch {
-	case len(body) > decodedBigMax:
-	case len(body) > decodedMaxBody:
-		c.big.Put(c.big.Slot(h), &decodedEntry{intent: intent, body: body, rec: rec}, decodedBigBudget)
+	case size > decodedBigMax:
+	case size > decodedMaxBody:
+		c.big.Put(c.big.Slot(h), &decodedEntry{intent: intent, body: body, rec: rec, size: size}, decodedBigBudget)
 	default:
-		c.slot(h, len(body)).Store(&decodedEntry{intent: intent, body: body, rec: rec})
+		c.slot(h, size).Store(&decodedEntry{intent: intent, body: body, rec: rec, size: size})
 	}
 }
 

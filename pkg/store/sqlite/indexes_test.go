@@ -247,8 +247,8 @@ func TestOpenSetsTheIndexLayoutWithoutANewVersion(t *testing.T) {
 		t.Fatalf("after reopening, the records indexes are %v, want %v", got, want)
 	}
 	var v int
-	if err := db.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'schema_version'").Scan(&v); err != nil || v != 2 {
-		t.Fatalf("schema_version %d (%v): the previous build refuses anything but 2", v, err)
+	if err := db.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'schema_version'").Scan(&v); err != nil || v != SchemaVersion {
+		t.Fatalf("schema_version %d (%v): the index layout is no version, want %d", v, err, SchemaVersion)
 	}
 	// Opening a ledger whose indexes are already these commits nothing: the WAL's frame count
 	// (the wal-index header's mxFrame) stays. db keeps the WAL from being checkpointed away.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -206,9 +207,13 @@ func growV1(t *testing.T, path string, n int) {
 // EFFECTFENCE_TEST_MIGRATE_STOP set it stops inside the migration's transaction, after the
 // copy, says "migrating" and waits to be killed.
 func migrateChild(path string) error {
-	if os.Getenv("EFFECTFENCE_TEST_MIGRATE_STOP") != "" {
+	if stop := os.Getenv("EFFECTFENCE_TEST_MIGRATE_STOP"); stop != "" {
+		at, err := strconv.Atoi(stop)
+		if err != nil {
+			return err
+		}
 		sqlite.SetTestHookMigrated(func(from int) {
-			if from == 1 {
+			if from == at {
 				fmt.Println("migrating")
 				time.Sleep(time.Hour)
 			}
@@ -225,9 +230,20 @@ func migrateChild(path string) error {
 
 func startMigrator(t *testing.T, path string, stop bool) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
-	env := []string{"EFFECTFENCE_TEST_MIGRATOR=" + path}
+	at := -1
 	if stop {
-		env = append(env, "EFFECTFENCE_TEST_MIGRATE_STOP=1")
+		at = 1
+	}
+	return startMigratorAt(t, path, at)
+}
+
+// startMigratorAt is startMigrator for a process that stops after the migration from schema
+// version from (none when from < 0).
+func startMigratorAt(t *testing.T, path string, from int) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	env := []string{"EFFECTFENCE_TEST_MIGRATOR=" + path}
+	if from >= 0 {
+		env = append(env, "EFFECTFENCE_TEST_MIGRATE_STOP="+strconv.Itoa(from))
 	}
 	cmd, _, out := startSelf(t, env)
 	return cmd, out

@@ -7,11 +7,13 @@ const applicationID = 0x45464e43
 
 // SchemaVersion is the schema this build writes. Opening a ledger with an older schema for
 // writing migrates it; a newer one is refused (a newer effectfence wrote it).
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // oldestReadable is the oldest schema a read-only open reads without migrating: every schema
 // since has the same tables and columns (version 2 changed only how records are stored), so the
-// store's queries run unchanged on it.
+// store's queries run unchanged on it. Version 3 added record_args, which only the pieces of a
+// split body are read from (split.go): a ledger of an older version holds no split body, so
+// its records are read without that table.
 const oldestReadable = 1
 
 // migrations[i] takes a ledger from schema version i to i+1. They run in the transaction that
@@ -83,6 +85,24 @@ ALTER TABLE records_v2 RENAME TO records;
 CREATE INDEX records_state ON records(state);
 CREATE INDEX records_expires ON records(expires_at) WHERE expires_at IS NOT NULL;
 CREATE INDEX records_cert_hash ON records(cert_hash) WHERE cert_hash IS NOT NULL;
+`,
+
+	// 2 -> 3: a record's large arguments are stored apart (split.go), so that the commit of a
+	// claim, which rewrites the record's row, does not write them again. Nothing is rewritten:
+	// every body of version 2 is whole and is read as it is; Put splits the records it writes
+	// from now on. The triggers keep record_args to the records that are split: a record
+	// deleted (the sweep, a clear, an operator's sqlite3 DELETE) or rewritten whole takes its
+	// pieces with it.
+	`
+CREATE TABLE record_args (
+	id    INTEGER PRIMARY KEY, -- the split record's rowid (records.id)
+	bytes BLOB NOT NULL
+) STRICT;
+CREATE TRIGGER records_args_whole AFTER UPDATE OF body ON records
+	WHEN substr(new.body, 1, 1) IS NOT x'00'
+	BEGIN DELETE FROM record_args WHERE id = new.id; END;
+CREATE TRIGGER records_args_deleted AFTER DELETE ON records
+	BEGIN DELETE FROM record_args WHERE id = old.id; END;
 `,
 }
 

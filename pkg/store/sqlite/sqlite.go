@@ -273,7 +273,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 
 // writerQueries are prepared on the writer's connection: the fixed queries and the
 // transaction control that tryBatch runs.
-var writerQueries = append([]string{qBegin, qCommit, qRollback}, preparedQueries...)
+var writerQueries = append([]string{qBegin, qCommit, qRollback, qPutSplit, qPutArgs}, preparedQueries...)
 
 // prepareWriter prepares writerQueries on the writer's driver connection.
 func (s *Store) prepareWriter(ctx context.Context) error {

@@ -132,7 +132,16 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 	}
 	var rec fence.Record
 	problem := ""
-	if err := fence.DecodeRecord(body, &rec); err != nil { // rec keeps pieces of body, which is its own
+	if isSplit(body) {
+		whole, bad, err := t.join(intent, body)
+		if err != nil {
+			return nil, err
+		}
+		problem, body = bad, whole
+	}
+	if problem != "" {
+		// told below, with the advice of any unreadable record
+	} else if err := fence.DecodeRecord(body, &rec); err != nil { // rec keeps pieces of body, which is its own
 		problem = fmt.Sprintf("holds an unreadable record for intent %q (%v)", intent, err)
 	} else if rec.Intent != intent {
 		problem = fmt.Sprintf("holds a record filed under intent %q that names intent %q", intent, rec.Intent)
@@ -145,6 +154,27 @@ func (t *txn) decode(intent string, body []byte) (*fence.Record, error) {
 	advice := fmt.Sprintf("no call of that intent runs while it is so, and nothing was changed; its effect may have happened: check in the real system, then remove the record (%s) and the next attempt of that intent runs; `effectfence ledger check --ledger %s` lists every such record",
 		removeCommand(t.s.path, intent), shellArg(t.s.path))
 	return nil, &fence.UnreadableError{Intent: intent, Err: &FileError{Path: t.s.path, Problem: problem, Advice: advice}}
+}
+
+// join reads the pieces of intent's split body (split.go) and gives back the record's whole
+// encoding; problem says what is wrong when the pieces are missing or are not the ones the
+// body names (the record is then unreadable, like a damaged body).
+func (t *txn) join(intent string, body []byte) (whole []byte, problem string, err error) {
+	var pieces []byte
+	switch err := t.queryRow(qPieces, []any{intent}, &pieces); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, fmt.Sprintf("holds a record for intent %q whose arguments (table record_args) are missing", intent), nil
+	case err != nil:
+		return nil, "", t.s.wrap(err)
+	}
+	if !checkPieces(body, pieces) {
+		return nil, fmt.Sprintf("holds a record for intent %q whose arguments (table record_args) are not the ones it was stored with", intent), nil
+	}
+	whole, jerr := joinBody(body, pieces)
+	if jerr != nil {
+		return nil, fmt.Sprintf("holds an unreadable record for intent %q (%v)", intent, jerr), nil
+	}
+	return whole, "", nil
 }
 
 // removeCommand is the sqlite3 shell command that removes intent's record from the ledger
@@ -176,7 +206,7 @@ func (t *txn) decodeCached(h uint64, intent string, body []byte) (*fence.Record,
 	if err == nil {
 		// body is the driver's fresh slice, which nothing changes, and rec holds pieces of
 		// it already: the cache keeps it as it is.
-		t.s.decoded.putOwned(h, intent, body, rec)
+		t.s.decoded.putSized(h, intent, body, rec, wholeSize(body))
 	}
 	return rec, err
 }
@@ -263,14 +293,27 @@ func (t *txn) Put(rec *fence.Record) error {
 	if rec.Cert != nil {
 		hash = rec.Cert.Hash
 	}
-	if err := t.exec(qPut, rec.Intent, string(rec.State), nanos(rec.ExpiresAt), hash, body); err != nil {
+	size := len(body)
+	if stub, pieces, ok := splitBody(rec, body); ok {
+		// The arguments go to record_args (split.go); when they are there already, as at the
+		// commit of a claim, qPutArgs writes nothing.
+		var id int64
+		if err := t.queryRow(qPutSplit, []any{rec.Intent, string(rec.State), nanos(rec.ExpiresAt), hash, stub}, &id); err != nil {
+			return t.s.wrap(err)
+		}
+		if err := t.exec(qPutArgs, id, pieces); err != nil {
+			return err
+		}
+		body = stub
+	} else if err := t.exec(qPut, rec.Intent, string(rec.State), nanos(rec.ExpiresAt), hash, body); err != nil {
 		return err
 	}
 	if decoded != nil {
 		// The commit of a fresh call reads this claim back: it finds these bytes and is
 		// answered without decoding them. Should this transaction roll back, the file holds
-		// other bytes and the entry simply misses (decodedCache answers only for equal bytes).
-		t.s.decoded.putOwned(t.s.decoded.hash(rec.Intent), rec.Intent, body, decoded)
+		// other bytes and the entry simply misses (decodedCache answers only for equal bytes;
+		// a split body names its pieces by their digest).
+		t.s.decoded.putSized(t.s.decoded.hash(rec.Intent), rec.Intent, body, decoded, size)
 	}
 	return nil
 }
@@ -363,28 +406,36 @@ func (t *txn) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		if err != nil {
 			return t.s.wrap(err)
 		}
-		var recs []scanned
+		type row struct {
+			intent string
+			body   []byte
+		}
+		var got []row
 		for rows.Next() {
-			var intent string
-			var body []byte
-			if err := rows.Scan(&intent, &body); err != nil {
+			var r row
+			if err := rows.Scan(&r.intent, &r.body); err != nil {
 				rows.Close()
 				return t.s.wrap(err)
 			}
-			rec, err := t.decode(intent, body)
-			var u *fence.UnreadableError
-			if errors.As(err, &u) && f.Unreadable != nil {
-				rec = &fence.Record{Intent: intent} // told to f.Unreadable below, in its place
-			} else if err != nil {
-				rows.Close()
-				return err
-			}
-			recs = append(recs, scanned{rec, u})
+			got = append(got, r)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
 			return t.s.wrap(err)
+		}
+		// Decoded once the rows are closed: a split body's pieces are read by a query of
+		// their own (split.go).
+		recs := make([]scanned, 0, len(got))
+		for _, r := range got {
+			rec, err := t.decode(r.intent, r.body)
+			var u *fence.UnreadableError
+			if errors.As(err, &u) && f.Unreadable != nil {
+				rec = &fence.Record{Intent: r.intent} // told to f.Unreadable below, in its place
+			} else if err != nil {
+				return err
+			}
+			recs = append(recs, scanned{rec, u})
 		}
 		for _, r := range recs {
 			if r.bad != nil {
