@@ -88,11 +88,20 @@ func List(ctx context.Context, st fence.Store, states []fence.State) ([]fence.Re
 type Detail struct {
 	Record fence.Record  `json:"record"`
 	Events []fence.Event `json:"events"`
+	// EventsLeftOut counts the older events ShowLast left out of Events.
+	EventsLeftOut int `json:"events_left_out,omitempty"`
 }
 
 // Show returns an intent's record (State none when there is none) and every audit event about
 // it, including those of earlier claims that were cleared or released.
 func Show(ctx context.Context, st fence.Store, intent string) (Detail, error) {
+	return ShowLast(ctx, st, intent, 0)
+}
+
+// ShowLast is Show with at most the last n audit events (every one when n <= 0), oldest first;
+// EventsLeftOut counts the older ones. It holds no more than n events at once, however many the
+// intent has.
+func ShowLast(ctx context.Context, st fence.Store, intent string, n int) (Detail, error) {
 	var d Detail
 	err := st.View(ctx, func(tx fence.Tx) error {
 		d = Detail{Record: fence.Record{Intent: intent, State: fence.StateNone}, Events: []fence.Event{}}
@@ -103,10 +112,23 @@ func Show(ctx context.Context, st fence.Store, intent string) (Detail, error) {
 		if rec != nil {
 			d.Record = *rec
 		}
-		return tx.Events(intent, func(ev fence.Event) bool {
+		seen := 0
+		err = tx.Events(intent, func(ev fence.Event) bool {
+			seen++
+			if n > 0 && len(d.Events) == n {
+				// A ring: the oldest kept is overwritten; put in order below.
+				d.Events[(seen-1)%n] = ev
+				return true
+			}
 			d.Events = append(d.Events, ev)
 			return true
 		})
+		if n > 0 && seen > n {
+			d.EventsLeftOut = seen - n
+			at := seen % n // the oldest kept
+			d.Events = slices.Concat(d.Events[at:], d.Events[:at])
+		}
+		return err
 	})
 	return d, err
 }
