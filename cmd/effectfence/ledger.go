@@ -697,9 +697,11 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 // progress gives a view (ls, verify, stats) the store st with a count of the records it has
 // read drawn on stderr when stderr is a terminal (a big ledger takes seconds to read), and
 // done, which clears the count: call it before anything more is written. The count is never
-// on stdout, and the views write their report once the count is cleared.
+// on stdout. As for export, not when the report itself goes to the terminal: drawing and
+// clearing the count writes carriage returns among the report's lines there, the very
+// character the views escape in what they show so that nothing can be drawn over a line.
 func (c ledgerCall) progress(st fence.Store, sub string) (fence.Store, func()) {
-	if !isTerminal(c.io.err) {
+	if !isTerminal(c.io.err) || c.tty {
 		return st, func() {}
 	}
 	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger "+sub+": records"),

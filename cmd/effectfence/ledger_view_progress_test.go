@@ -11,11 +11,12 @@ import (
 	"time"
 )
 
-// TestLedgerViewsProgressOnStderr: `ledger ls`, `verify` and `stats` count the records they
-// read on stderr when stderr is a terminal (SPEC §5: progress on stderr for anything that can
-// take seconds; a huge ledger takes that), as export counts its lines, and clear the count
-// before their report; the report (stdout, here a file) holds no trace of it, and with stderr
-// in a pipe nothing is written there.
+// TestLedgerViewsProgressOnStderr: `ledger ls`, `verify` and `stats` writing to a file count
+// the records they read on stderr when stderr is a terminal (SPEC §5: progress on stderr for
+// anything that can take seconds; a huge ledger takes that), as export counts its lines, and
+// clear the count before their report; the report holds no trace of it, and with stderr in a
+// pipe nothing is written there. (With the report on the terminal too, no count is drawn:
+// TestLedgerViewsEscapeHostileTextOnATerminal finds no carriage return there.)
 func TestLedgerViewsProgressOnStderr(t *testing.T) {
 	t.Parallel()
 	script, err := exec.LookPath("script")
