@@ -23,6 +23,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/ledger"
 	"github.com/effectfence/effectfence/pkg/policy"
 	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/store/postgres"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
@@ -59,7 +60,8 @@ func ledgerCommand(io streams) *cli.Command {
 		Commands: []*cli.Command{
 			ledgerSub(io, "ls", "", "list intents (--state in_flight|done|failed|unknown|fenced, repeatable)", 0,
 				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}, wideFlag}, ledgerLs),
-			ledgerSub(io, "show", "INTENT", "show one intent: its record, cert and audit trail", 1, nil, ledgerShow),
+			ledgerSub(io, "show", "INTENT", "show one intent: its record, cert and audit trail (its last 50 events; --events)", 1,
+				[]cli.Flag{&cli.IntFlag{Name: "events", Value: showEvents, Usage: "show the last `N` audit events of the intent (0: every one); the older are counted, not shown"}}, ledgerShow),
 			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
 				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"},
 					&cli.BoolFlag{Name: "force", Usage: "clear an in-flight claim even while its holder holds it (its lease runs and it is not known to be gone): the next attempt may run the effect while the holder still runs it"}}, ledgerClear),
@@ -373,7 +375,9 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	recs, err := ledger.List(ctx, l.Store(), states)
+	st, done := c.progress(l.Store(), "ls")
+	recs, err := ledger.List(ctx, st, states)
+	done()
 	bad, err := c.unreadable(l, err)
 	if err != nil {
 		return err
@@ -461,7 +465,11 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	d, err := ledger.Show(ctx, l.Store(), c.args[0])
+	last := c.cmd.Int("events")
+	if last < 0 {
+		return usageErr("ledger show: --events %d: give how many of the last audit events to show, or 0 for every one", last)
+	}
+	d, err := ledger.ShowLast(ctx, l.Store(), c.args[0], last)
 	if err != nil {
 		return err
 	}
@@ -504,7 +512,11 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		}
 	}
 	if len(d.Events) > 0 {
-		fmt.Fprintln(w, "\naudit trail:")
+		if d.EventsLeftOut > 0 {
+			fmt.Fprintf(w, "\naudit trail (the last %d of %d events; %d older left out: --events 0 shows every one):\n", len(d.Events), len(d.Events)+d.EventsLeftOut, d.EventsLeftOut)
+		} else {
+			fmt.Fprintln(w, "\naudit trail:")
+		}
 		t := tablewriter.NewTable(w)
 		t.Header("at", "event", "state before", "who", "reason")
 		for _, ev := range d.Events {
@@ -516,6 +528,11 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	}
 	return nil
 }
+
+// showEvents is how many of an intent's last audit events `ledger show` shows by default: an
+// intent retried or cleared without end (a loop of an agent) can have millions, which the
+// table would print whole, and the latest are the ones a reconciliation needs.
+const showEvents = 50
 
 // selection is what a command that show suggests needs to reach the ledger at loc (as
 // Ledger.Location shows it): nothing when the ledger came from the environment or is the
@@ -573,6 +590,18 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	if errors.Is(err, fence.ErrNotFenced) {
 		return fmt.Errorf("ledger %s: %v (--force clears it anyway, if you know the effect is not running)", l.Location, err)
 	}
+	var unknown postgres.CommitUnknownError
+	if errors.As(err, &unknown) {
+		// The clear reached the database and its answer did not: neither a failure nor a
+		// success can be told. Clearing again blind is no way out: if this clear landed, the
+		// next attempt may have claimed the intent since, and a second clear would free that.
+		return fmt.Errorf("ledger clear: the outcome is unknown: %q may or may not be cleared: the connection to ledger %s was lost after the clear was sent to commit, and the database could not be asked whether it committed. Once it answers, look: effectfence ledger show %s%s — no record and a clear event by %s means it was cleared (do not clear again); the record as before means it was not (clear it again): %w",
+			c.args[0], l.Location, shellQuote(c.args[0]), c.selection(l.Location), who, err)
+	}
+	var lost postgres.ConnLostError
+	if errors.As(err, &lost) {
+		return fmt.Errorf("ledger clear: %q was not cleared (the connection to ledger %s was lost before the clear committed; nothing was recorded): %w", c.args[0], l.Location, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -589,7 +618,9 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	rep, err := ledger.Verify(ctx, l.Store())
+	st, done := c.progress(l.Store(), "verify")
+	rep, err := ledger.Verify(ctx, st)
+	done()
 	if err != nil {
 		return err
 	}
@@ -663,6 +694,43 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 	return bad.exit()
 }
 
+// progress gives a view (ls, verify, stats) the store st with a count of the records it has
+// read drawn on stderr when stderr is a terminal (a big ledger takes seconds to read), and
+// done, which clears the count: call it before anything more is written. The count is never
+// on stdout. As for export, not when the report itself goes to the terminal: drawing and
+// clearing the count writes carriage returns among the report's lines there, the very
+// character the views escape in what they show so that nothing can be drawn over a line.
+func (c ledgerCall) progress(st fence.Store, sub string) (fence.Store, func()) {
+	if !isTerminal(c.io.err) || c.tty {
+		return st, func() {}
+	}
+	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger "+sub+": records"),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+	return countingStore{st, func() { _ = bar.Add(1) }}, func() { _ = bar.Clear() }
+}
+
+// countingStore is a store whose views' Scans call record once per record they deliver.
+type countingStore struct {
+	fence.Store
+	record func()
+}
+
+func (s countingStore) View(ctx context.Context, fn func(fence.Tx) error) error {
+	return s.Store.View(ctx, func(tx fence.Tx) error { return fn(countingTx{tx, s.record}) })
+}
+
+type countingTx struct {
+	fence.Tx
+	record func()
+}
+
+func (t countingTx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
+	if u := f.Unreadable; u != nil {
+		f.Unreadable = func(e *fence.UnreadableError) { t.record(); u(e) }
+	}
+	return t.Tx.Scan(f, func(r *fence.Record) bool { t.record(); return fn(r) })
+}
+
 // lineCounter calls line after each write (a json.Encoder writes one whole line per write).
 type lineCounter struct {
 	w    io.Writer
@@ -687,7 +755,9 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 	if err != nil {
 		return err
 	}
-	states, err := ledger.CountStates(ctx, l.Store())
+	counted, done := c.progress(l.Store(), "stats")
+	states, err := ledger.CountStates(ctx, counted)
+	done()
 	bad, err := c.unreadable(l, err)
 	if err != nil {
 		return err

@@ -88,11 +88,20 @@ func List(ctx context.Context, st fence.Store, states []fence.State) ([]fence.Re
 type Detail struct {
 	Record fence.Record  `json:"record"`
 	Events []fence.Event `json:"events"`
+	// EventsLeftOut counts the older events ShowLast left out of Events.
+	EventsLeftOut int `json:"events_left_out,omitempty"`
 }
 
 // Show returns an intent's record (State none when there is none) and every audit event about
 // it, including those of earlier claims that were cleared or released.
 func Show(ctx context.Context, st fence.Store, intent string) (Detail, error) {
+	return ShowLast(ctx, st, intent, 0)
+}
+
+// ShowLast is Show with at most the last n audit events (every one when n <= 0), oldest first;
+// EventsLeftOut counts the older ones. It holds no more than n events at once, however many the
+// intent has.
+func ShowLast(ctx context.Context, st fence.Store, intent string, n int) (Detail, error) {
 	var d Detail
 	err := st.View(ctx, func(tx fence.Tx) error {
 		d = Detail{Record: fence.Record{Intent: intent, State: fence.StateNone}, Events: []fence.Event{}}
@@ -103,10 +112,23 @@ func Show(ctx context.Context, st fence.Store, intent string) (Detail, error) {
 		if rec != nil {
 			d.Record = *rec
 		}
-		return tx.Events(intent, func(ev fence.Event) bool {
+		seen := 0
+		err = tx.Events(intent, func(ev fence.Event) bool {
+			seen++
+			if n > 0 && len(d.Events) == n {
+				// A ring: the oldest kept is overwritten; put in order below.
+				d.Events[(seen-1)%n] = ev
+				return true
+			}
 			d.Events = append(d.Events, ev)
 			return true
 		})
+		if n > 0 && seen > n {
+			d.EventsLeftOut = seen - n
+			at := seen % n // the oldest kept
+			d.Events = slices.Concat(d.Events[at:], d.Events[:at])
+		}
+		return err
 	})
 	return d, err
 }
@@ -148,7 +170,11 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 	var rep VerifyReport
 	err := st.View(ctx, func(tx fence.Tx) error {
 		rep = VerifyReport{Problems: []Problem{}, Unresolved: []Problem{}}
-		var certs []fence.Record
+		// A cert is checked as the scan delivers it, and only what its parent link needs once
+		// every cert is known is kept (three strings), not the record: verify holds a hash per
+		// done cert and a link per cert with a parent, not the ledger's records.
+		type link struct{ intent, hash, parent string }
+		var links []link
 		// byHash resolves parent links from this scan rather than a lookup per parent
 		// (CertByHash), which a store may answer only by scanning again: the first done record,
 		// in intent order, whose cert has the hash.
@@ -162,50 +188,50 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 			if p := checkRecord(r); p != "" {
 				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, What: p})
 			}
-			if r.Cert != nil {
-				certs = append(certs, *r)
-				if _, seen := byHash[r.Cert.Hash]; !seen && r.State == fence.StateDone {
-					byHash[r.Cert.Hash] = r.Intent
-				}
-			}
-			return true
-		})
-		if err != nil {
-			return err
-		}
-		for _, r := range certs {
 			c := r.Cert
+			if c == nil {
+				return true
+			}
+			if _, seen := byHash[c.Hash]; !seen && r.State == fence.StateDone {
+				byHash[c.Hash] = r.Intent
+			}
 			rep.Certs++
 			bad := false
 			if err := c.Verify(); err != nil {
 				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: err.Error()})
 				bad = true
 			}
-			if p := certAgrees(&r); p != "" {
+			if p := certAgrees(r); p != "" {
 				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: p})
 				bad = true
 			}
 			if !bad {
 				rep.Verified++
 			}
-			if c.Parent == "" {
-				continue
+			if c.Parent != "" {
+				links = append(links, link{r.Intent, c.Hash, c.Parent})
 			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
 			rep.Parents++
-			if !isHash(c.Parent) {
-				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: fmt.Sprintf("parent %q is not a cert hash (64 lowercase hex digits)", c.Parent)})
+			if !isHash(l.parent) {
+				rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: fmt.Sprintf("parent %q is not a cert hash (64 lowercase hex digits)", l.parent)})
 				continue
 			}
-			if c.Parent == c.Hash {
-				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: "the cert names itself as its parent"})
+			if l.parent == l.hash {
+				rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: "the cert names itself as its parent"})
 				continue
 			}
-			parent, found := byHash[c.Parent]
+			parent, found := byHash[l.parent]
 			switch {
 			case !found:
-				rep.Unresolved = append(rep.Unresolved, Problem{Intent: r.Intent, Hash: c.Hash, What: fmt.Sprintf("parent %s is not in the ledger (swept after its result TTL, or never recorded here)", c.Parent)})
-			case parent == r.Intent:
-				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: "the parent is a cert of the same intent"})
+				rep.Unresolved = append(rep.Unresolved, Problem{Intent: l.intent, Hash: l.hash, What: fmt.Sprintf("parent %s is not in the ledger (swept after its result TTL, or never recorded here)", l.parent)})
+			case parent == l.intent:
+				rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: "the parent is a cert of the same intent"})
 			default:
 				rep.Linked++
 			}

@@ -110,6 +110,12 @@ type Store struct {
 	// hook, when set (tests only), is called at named points of a transaction with the
 	// backend pid of its connection.
 	hook func(stage string, pid uint32)
+	// rowsHeld, when set (tests only), is told how many rows a Scan or Events holds at once,
+	// page by page.
+	rowsHeld func(n int)
+	// scanPage, when set (tests only), is the page size of Scan and Events in place of
+	// scanPage's.
+	scanPage int
 
 	// hot remembers domains whose swap was lost recently (domain -> time.Time): reads of
 	// them lock the row from the first attempt, so callers queue instead of failing.
@@ -718,6 +724,12 @@ func (s *Store) shard(c *pgconn.PgConn) string {
 		key = key<<8 | uint64(b) // 4 bytes (protocol 3.0), up to 256 (3.2): the low 8 kept
 	}
 	return s.instance + "/" + strconv.FormatUint(uint64(c.PID()), 10) + "." + strconv.FormatUint(key, 36)
+}
+
+func (s *Store) held(n int) {
+	if s.rowsHeld != nil {
+		s.rowsHeld(n)
+	}
 }
 
 func (s *Store) at(stage string, pid uint32) {

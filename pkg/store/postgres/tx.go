@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -79,6 +78,8 @@ type tx struct {
 	receipt bool
 	// delta is what AddCounters added: a commit whose answer is lost may carry it (doubt.go).
 	delta fence.Counters
+	// cursors counts the cursors Scan and Events declared (paged), which names each anew.
+	cursors int
 }
 
 // claimWrite is a record write of a transaction: the body of an in-flight record, or nil,
@@ -569,6 +570,12 @@ func appendIntents(dst *[]string) func(pgx.Rows) error {
 // read again before fn sees it (and skipped if it no longer matches), so what fn decides on
 // cannot change under it.
 //
+// A Scan without a Limit reads its records through a cursor of the transaction, scanPage rows
+// per round trip, and calls fn on each page before it fetches the next: memory stays bounded
+// for any ledger size, fn may use the transaction, and every page comes from the one snapshot
+// the cursor was declared in (a View's, REPEATABLE READ, holds for all its reads anyway). A
+// connection lost between pages fails the Scan: fn has then seen only a part.
+//
 // Intent order is the order of the intents' bytes, as Go compares strings (Filter.After and
 // Match, the memory and SQLite stores), never the database's collation, which may be
 // linguistic (en_US: 'a' < 'B', '_x' < 'Z'): see scanQuery.
@@ -582,47 +589,109 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		body   []byte
 	}
 	var got []row
-	err := t.send(func(b *pgx.Batch) {
-		b.Queue(q, args...).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var r row
-				if err := rows.Scan(&r.intent, &r.body); err != nil {
-					return err
-				}
-				got = append(got, r)
+	read := func(rows pgx.Rows) error {
+		var r row
+		if err := rows.Scan(&r.intent, &r.body); err != nil {
+			return err
+		}
+		got = append(got, r)
+		return nil
+	}
+	use := func() (bool, error) {
+		t.s.held(len(got))
+		for _, r := range got {
+			var rec *fence.Record
+			var err error
+			if t.write {
+				rec, err = t.Get(r.intent)
+			} else {
+				rec, err = t.decodeRecord(r.intent, r.body)
 			}
-			return rows.Err()
+			var u *fence.UnreadableError
+			if errors.As(err, &u) && f.Unreadable != nil {
+				f.Unreadable(u)
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			if t.write && (rec == nil || !f.Match(rec)) {
+				continue
+			}
+			if !fn(rec) {
+				return false, nil
+			}
+		}
+		got = got[:0]
+		return true, nil
+	}
+	if f.Limit > 0 {
+		// At most Limit rows, in the order the query chose them in.
+		err := t.send(func(b *pgx.Batch) {
+			b.Queue(q, args...).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					if err := read(rows); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
 		})
-	})
-	if err != nil {
-		return err
-	}
-	if f.Limit <= 0 {
-		slices.SortFunc(got, func(a, b row) int { return strings.Compare(a.intent, b.intent) })
-	}
-	for _, r := range got {
-		var rec *fence.Record
-		if t.write {
-			rec, err = t.Get(r.intent)
-		} else {
-			rec, err = t.decodeRecord(r.intent, r.body)
-		}
-		var u *fence.UnreadableError
-		if errors.As(err, &u) && f.Unreadable != nil {
-			f.Unreadable(u)
-			continue
-		}
 		if err != nil {
 			return err
 		}
-		if t.write && (rec == nil || !f.Match(rec)) {
-			continue
+		_, err = use()
+		return err
+	}
+	return t.paged(q, args, read, use)
+}
+
+// scanPage is how many rows Scan and Events fetch from their cursor in one round trip, and so
+// how many they hold at once (Store.scanPage, in tests, makes pages smaller).
+const scanPage = 256
+
+// paged runs the query q through a cursor of the transaction: each round trip fetches up to
+// scanPage rows, read is called on each row as it arrives, and use once the page is read and
+// its rows are closed (so it may use the transaction); use returns false to stop. The cursor is
+// declared in the round trip of the first page, and closed when the scan ends before the
+// transaction does.
+func (t *tx) paged(q string, args []any, read func(pgx.Rows) error, use func() (bool, error)) error {
+	t.cursors++
+	name := fmt.Sprintf("effectfence_scan_%d", t.cursors)
+	page := scanPage
+	if t.s.scanPage > 0 {
+		page = t.s.scanPage
+	}
+	fetch := fmt.Sprintf("FETCH FORWARD %d FROM %s", page, name)
+	for first := true; ; first = false {
+		n := 0
+		err := t.send(func(b *pgx.Batch) {
+			if first {
+				b.Queue("DECLARE "+name+" NO SCROLL CURSOR FOR "+q, args...)
+			}
+			b.Queue(fetch).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					n++
+					if err := read(rows); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
+		})
+		if err != nil {
+			return err
 		}
-		if !fn(rec) {
+		more, err := use()
+		if err != nil {
+			return err
+		}
+		if !more || n < page {
+			// Sent with the transaction's next statement, or not at all: its end closes it.
+			t.pending.Queue("CLOSE " + name)
 			return nil
 		}
 	}
-	return nil
 }
 
 // scanQuery is Scan's query of the records f matches. A search for states that are all not
@@ -630,19 +699,18 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 // for the statement, made without knowing the states, can use effectfence_records_open (see
 // recordIndexes).
 //
-// Intents compare by their bytes: After with COLLATE "C", which is byte order whatever the
-// database's collation. Only a query with a Limit has the server order its rows, by
-// COLLATE "C", to choose which come first; Scan reads every row of a query without one
-// before calling fn, and sorts them itself. No index has that order (the primary key has the
+// Intents compare by their bytes: After and the order by COLLATE "C", which is byte order
+// whatever the database's collation. No index has that order (the primary key has the
 // column's collation, and the planner matches collations, not orders, so not even in a
-// database collated C), so ORDER BY intent COLLATE "C" of the whole table is a sort, which
-// spills to disk on a big ledger: 143 ms and a 30 MB temporary file for 100k records, where
-// the primary key's index scan took 20 ms (PostgreSQL 15, C.UTF-8); a Scan of them took about
-// half a second, most of it decoding, before and after the sort moved to Go (single runs,
-// noisy). A query with a Limit pays the sort on the rows it selects (a top-N sort; a ByExpiry
-// scan reads the expiry index in its order, which needs none, as SweepExpired does);
-// paging the whole table by After and Limit, which nothing does, would scan the table once
-// per page.
+// database collated C), so ORDER BY intent COLLATE "C" of the whole table is a sort on the
+// server, which spills to a temporary file there on a big ledger: 143 ms and a 30 MB file for
+// 100k records, where the primary key's index scan took 20 ms (PostgreSQL 15, C.UTF-8). Scan
+// once read every row of a query without a Limit and sorted them in Go, to spare that sort,
+// which held the whole ledger in the client's memory; it now reads them through a cursor, a
+// page at a time, in the order the server sorted them in. A query with a Limit pays the sort
+// on the rows it selects (a top-N sort; a ByExpiry scan reads the expiry index in its order,
+// which needs none, as SweepExpired does); paging the whole table by After and Limit would
+// scan the table once per page.
 func scanQuery(f fence.Filter) (string, []any) {
 	var where []string
 	var args []any
@@ -682,6 +750,8 @@ func scanQuery(f fence.Filter) (string, []any) {
 	case f.Limit > 0:
 		args = append(args, f.Limit)
 		q += fmt.Sprintf(` ORDER BY intent COLLATE "C" LIMIT $%d`, len(args))
+	default:
+		q += ` ORDER BY intent COLLATE "C"`
 	}
 	return q, args
 }
@@ -1000,31 +1070,29 @@ func (t *tx) Events(intent string, fn func(fence.Event) bool) error {
 		q, args = `SELECT body FROM effectfence_events WHERE intent = $1 ORDER BY id`, []any{intent}
 	}
 	var bodies [][]byte
-	err := t.send(func(b *pgx.Batch) {
-		b.Queue(q, args...).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var body []byte
-				if err := rows.Scan(&body); err != nil {
-					return err
-				}
-				bodies = append(bodies, body)
+	read := func(rows pgx.Rows) error {
+		var body []byte
+		if err := rows.Scan(&body); err != nil {
+			return err
+		}
+		bodies = append(bodies, body)
+		return nil
+	}
+	use := func() (bool, error) {
+		t.s.held(len(bodies))
+		for _, body := range bodies {
+			var ev fence.Event
+			if err := json.Unmarshal(body, &ev); err != nil {
+				return false, fmt.Errorf("postgres ledger: an audit event is corrupt (%v): the ledger's tables were changed outside effectfence", err)
 			}
-			return rows.Err()
-		})
-	})
-	if err != nil {
-		return err
-	}
-	for _, body := range bodies {
-		var ev fence.Event
-		if err := json.Unmarshal(body, &ev); err != nil {
-			return fmt.Errorf("postgres ledger: an audit event is corrupt (%v): the ledger's tables were changed outside effectfence", err)
+			if !fn(ev) {
+				return false, nil
+			}
 		}
-		if !fn(ev) {
-			return nil
-		}
+		bodies = bodies[:0]
+		return true, nil
 	}
-	return nil
+	return t.paged(q, args, read, use)
 }
 
 func (t *tx) DeleteEventsBefore(before time.Time) (int, error) {

@@ -22,7 +22,7 @@ type CheckReport struct {
 	// OK is true when the file is a healthy effectfence ledger this build can use.
 	OK bool `json:"ok"`
 	// Kind is "effectfence ledger", "empty file", "foreign SQLite database", "not SQLite",
-	// "missing", "file mounted alone", "file with several names" (hard links), "file open
+	// "torn SQLite file" (shorter than the SQLite header: what it was cannot be told), "missing", "file mounted alone", "file with several names" (hard links), "file open
 	// under another name" (moved or linked while a process had it open), or "SQLite database"
 	// for one that could not be read and whose header does not name it a ledger (its first
 	// pages may still be only in its write-ahead log).
@@ -154,8 +154,10 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 			return r, nil
 		}
 		if n < 100 {
-			r.Kind = "effectfence ledger"
-			r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, shorter than the SQLite header", r.Bytes))
+			// What the file was is in the header's bytes it no longer has (application_id is
+			// at 68): it begins as SQLite, and nothing more can be told.
+			r.Kind = "torn SQLite file"
+			r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated (torn): %d bytes, shorter than the 100-byte SQLite header; it begins as a SQLite database, but whether it was an effectfence ledger or another program's database cannot be read from what is left", r.Bytes))
 			r.Advice = append(r.Advice, fmt.Sprintf(adviceAside, path))
 			return r, nil
 		}
