@@ -509,7 +509,15 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 	}
 	for round := 0; ; round++ {
 		sctx, cancel := context.WithTimeout(ctx, wait)
-		if round > 0 { // a stop ends the wait at once: the agent cannot be answered any more
+		// A stop ends the wait at once: in a later round when the agent is gone (it cannot
+		// be answered any more), in the first once the stop's grace is over (the outcome then
+		// goes to the spool, durable, rather than hold the stop for the lease: before, a
+		// ledger whose lock another process held kept a stopping wrap 66 s with the default
+		// lease, though MCP clients SIGKILL about 4 s after closing its input).
+		unhook := func() bool { return false }
+		if round == 0 {
+			unhook = context.AfterFunc(p.graceOver, cancel) // no goroutine: graceOver is a cancelCtx
+		} else {
 			go func() {
 				select {
 				case <-p.agentGone:
@@ -519,6 +527,7 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 			}()
 		}
 		cert, err := p.opt.Engine.Settle(sctx, o)
+		unhook()
 		cancel()
 		var spooled fence.SpooledError
 		switch {

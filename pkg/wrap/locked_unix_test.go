@@ -5,6 +5,8 @@ package wrap_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -141,5 +143,45 @@ func TestAnswerWhileAnotherProcessHoldsTheLedgersLock(t *testing.T) {
 				t.Fatalf("a wrap started afterwards: replayed %v, %s; %d executions", x.replayed(), x.text(), r.effectCount())
 			}
 		})
+	}
+}
+
+// TestStopWhileAnotherProcessHoldsTheLedgersLock: docs/wrap.md promises a stop bounded as MCP
+// clients expect (stdin closed, SIGTERM about 2 s later, SIGKILL about 2 s after that): after
+// the grace wrap stops the server and records each fenced call still inside it as unknown.
+// Here another process holds the SQLite ledger's write lock, so the ledger cannot take that
+// outcome; it must be in the spool before the client's SIGKILL, not waited for through the
+// lease (60 s by default). Once the lock is given back, the next wrap records it and a
+// duplicate is refused as unknown, not run. Before 2026-12-04 the stop waited the whole
+// lease for the ledger (66 s here) and the client's SIGKILL found the spool empty.
+func TestStopWhileAnotherProcessHoldsTheLedgersLock(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	rw, _ := startHung(t, r, "--grace", "1s")
+	unlock := holdWriteLock(t, r.ledger)
+	rw.in.Close()
+	time.Sleep(2 * time.Second) // the client's SIGTERM comes about 2 s after closing stdin
+	if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // and its SIGKILL about 2 s after that
+	if err := rw.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatal(err)
+	}
+	exitWithin(t, rw, 20*time.Second)
+	spool := r.ledger + ".spool"
+	if files, err := fence.SpoolFiles(spool); err != nil || len(files) != 1 {
+		t.Fatalf("spool %s when the client's SIGKILL came: %v, %v; want the hung call's outcome; stderr:\n%s", spool, files, err, rw.log.String())
+	}
+	unlock()
+	ran := r.effectCount()
+	w := r.wrap()
+	x := call(t, w.Session, "slow", `{"ms":600000,"tag":"hung"}`)
+	if !x.IsError || x.replayed() || !strings.Contains(x.text(), "NOT executed") || r.effectCount() != ran {
+		t.Fatalf("a duplicate of the call stopped while the ledger was locked: %s (isError %v); %d executions, %d before; want refused as unknown, nothing run", x.text(), x.IsError, r.effectCount(), ran)
+	}
+	if got := records(t, r.openLedger().Store(), fence.StateUnknown); len(got) != 1 {
+		t.Fatalf("unknown records: %+v; want the hung call's", got)
 	}
 }
