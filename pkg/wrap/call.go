@@ -509,7 +509,15 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 	}
 	for round := 0; ; round++ {
 		sctx, cancel := context.WithTimeout(ctx, wait)
-		if round > 0 { // a stop ends the wait at once: the agent cannot be answered any more
+		// A stop ends the wait at once: in a later round when the agent is gone (it cannot
+		// be answered any more), in the first once the stop's grace is over (the outcome then
+		// goes to the spool, durable, rather than hold the stop for the lease: before, a
+		// ledger whose lock another process held kept a stopping wrap 66 s with the default
+		// lease, though MCP clients SIGKILL about 4 s after closing its input).
+		unhook := func() bool { return false }
+		if round == 0 {
+			unhook = context.AfterFunc(p.graceOver, cancel) // no goroutine: graceOver is a cancelCtx
+		} else {
 			go func() {
 				select {
 				case <-p.agentGone:
@@ -519,6 +527,7 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 			}()
 		}
 		cert, err := p.opt.Engine.Settle(sctx, o)
+		unhook()
 		cancel()
 		var spooled fence.SpooledError
 		switch {
@@ -577,10 +586,11 @@ func (p *Proxy) sendChild(wait, ctx context.Context, tool string, params json.Ra
 }
 
 // heartbeat renews the lease every third of its TTL until the returned beats' stop is
-// called; stop waits for a renewal in progress. It uses a timer rather than a goroutine per
+// called; stop cancels a renewal in progress and waits for it to end. It uses a timer rather than a goroutine per
 // call.
 func (p *Proxy) heartbeat(t fence.Ticket) *beats {
 	b := &beats{p: p, t: t, every: p.opt.Engine.Config().LeaseTTL / 3}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.mu.Lock()
 	b.timer = time.AfterFunc(b.every, b.beat)
 	b.mu.Unlock()
@@ -589,8 +599,13 @@ func (p *Proxy) heartbeat(t fence.Ticket) *beats {
 
 // beats is the heartbeat of one call's lease, one allocation with its state.
 type beats struct {
-	p       *Proxy
-	every   time.Duration
+	p     *Proxy
+	every time.Duration
+	// ctx is a renewal's: stop cancels it, so a renewal waiting for the ledger (another
+	// process holding a SQLite ledger's write lock) gives up rather than hold the call's
+	// answer until the store's busy timeout.
+	ctx     context.Context
+	cancel  context.CancelFunc
 	mu      sync.Mutex
 	t       fence.Ticket // guarded by mu, as are the fields below
 	stopped bool
@@ -603,21 +618,27 @@ func (b *beats) beat() {
 	if b.stopped {
 		return
 	}
-	next, err := b.p.opt.Engine.Heartbeat(context.Background(), b.t)
+	next, err := b.p.opt.Engine.Heartbeat(b.ctx, b.t)
 	switch {
 	case err == nil:
 		b.t = next
 	case errors.Is(err, fence.ErrLeaseLost):
 		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
 		return // nothing left to renew
+	case b.ctx.Err() != nil:
+		return // stopped while it waited for the ledger
 	default:
 		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
 	}
 	b.timer.Reset(b.every)
 }
 
-// stop ends the heartbeat, waiting for a renewal in progress.
+// stop ends the heartbeat: a renewal in progress is cancelled, and stop returns once it has
+// ended. Before, stop waited for it to finish under no deadline: a renewal waiting for
+// another process's write lock on a SQLite ledger held the call's answer for the store's
+// busy timeout (30 s), whatever the lease, before the outcome was even tried.
 func (b *beats) stop() {
+	b.cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stopped = true

@@ -254,7 +254,9 @@ type Proxy struct {
 	nextID    atomic.Int64
 	pmu       sync.Mutex
 	pending   map[string]chan agentAnswer
-	agentGone chan struct{} // closed when the agent's input ends
+	agentGone chan struct{}   // closed when the agent's input ends
+	graceOver context.Context // ended when a stop's grace is over: outcomes still settling go to the spool at once
+	endGrace  context.CancelFunc
 	stopOnce  sync.Once
 	smu       sync.Mutex
 	stopped   bool // Stop has begun (guarded by smu)
@@ -326,6 +328,7 @@ func New(opt Options) (*Proxy, error) {
 		opt.Backend = Stdio(opt.Command, opt.Env)
 	}
 	p := &Proxy{opt: opt, fence: set(opt.Fence), pass: set(opt.Pass), rerun: set(opt.RerunSafe), sem: make(chan struct{}, opt.MaxConcurrent), pending: map[string]chan agentAnswer{}, agentGone: make(chan struct{}), cancels: map[string]cancelEntry{}, running: map[int64]running{}, idle: make(chan func()), requests: requests, requestWait: requestWait}
+	p.graceOver, p.endGrace = context.WithCancel(context.Background())
 	if opt.Shared == nil {
 		p.flights, p.ownFlights = newFlights(), true
 		p.unapplied = &said{}
@@ -563,6 +566,7 @@ func (p *Proxy) drain(why string) {
 	select {
 	case <-done:
 	case <-timer.C:
+		p.endGrace()
 		calls := p.inFlight()
 		p.logf("grace of %s is over; stopping the MCP server with %s still running: %s. A fenced call still inside it is recorded as unknown and fenced until an operator clears it; a duplicate still waiting is answered that it was not executed", p.opt.Grace, plural(len(calls), "call"), strings.Join(calls, "; "))
 		if p.ownFlights {
