@@ -153,15 +153,20 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 // has recorded it yet. Telling anyone then that the outcome is unknown would be wrong (a
 // person told to decide, answering "did not happen", would run the effect a second time).
 // So when an outcome of that intent waits, DrainedFor records what waits (DrainSpool) and
-// reports whether anything was recorded: if so, the caller asks Prepare again, once.
+// reports whether anything was recorded, or the intent's outcome no longer waits (another
+// process of this host recorded it meanwhile: its drain held the spool while this one waited
+// for it, then found nothing left to do): if so, the caller asks Prepare again, once.
 func (e *Engine) DrainedFor(ctx context.Context, err error) (bool, error) {
 	var pf PriorFailureError
-	if !errors.As(err, &pf) || !(e.spooledFor(pf.Intent) || e.spool.holds(pf.Intent)) {
+	if !errors.As(err, &pf) || !e.waits(pf.Intent) {
 		return false, nil
 	}
 	n, derr := e.DrainSpool(context.WithoutCancel(ctx))
-	return n > 0, derr
+	return n > 0 || !e.waits(pf.Intent), derr
 }
+
+// waits reports whether an outcome of intent waits in the spool or in this engine's memory.
+func (e *Engine) waits(intent string) bool { return e.spooledFor(intent) || e.spool.holds(intent) }
 
 // settleHeld reports to the ledger once each outcome held in memory (see Settle), returning
 // how many it took. One the ledger still cannot take goes into the spool if that has room
