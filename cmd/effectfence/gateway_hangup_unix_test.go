@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -158,5 +159,65 @@ func TestGatewayStopsAServerInItsHandshake(t *testing.T) {
 				t.Fatalf("%d SIGTERM: the gateway exited, its server (pid %d) still runs; log:\n%s", signals, pid, g.logText())
 			}
 		}
+	}
+}
+
+// The same with --upstream: a SIGTERM during an initialize the upstream never answers ends
+// that request after the grace, and the gateway exits. Before 2026-12-04 the stop did not
+// reach an upstream session still in its handshake and waited for its initialize until
+// --init-timeout. The upstream is a real HTTP server in this process, which sees its request
+// end.
+func TestGatewayStopsAnUpstreamInItsHandshake(t *testing.T) {
+	t.Parallel()
+	seen, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "no", http.StatusMethodNotAllowed)
+			return
+		}
+		io.Copy(io.Discard, r.Body) // read: the server then watches for the client hanging up
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		select { // never answers; bounded only so that a failed test ends
+		case <-r.Context().Done():
+		case <-time.After(3 * time.Minute):
+		}
+		select {
+		case ended <- struct{}{}:
+		default:
+		}
+	}))
+	t.Cleanup(up.Close) // after the gateway's cleanup, which kills it: its request then ends
+	g := startGateway(t, "--ledger", "memory", "--listen", "127.0.0.1:0", "--init-timeout", "1h", "--grace", "500ms", "--upstream", up.URL+"/mcp")
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-seen:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the upstream never got the initialize; log:\n%s", g.logText())
+	}
+	exited := make(chan struct{})
+	go func() { g.cmd.Process.Wait(); close(exited) }()
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the gateway has not exited a minute after SIGTERM; log:\n%s", g.logText())
+	}
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the upstream's initialize request still runs after the gateway exited")
 	}
 }
