@@ -498,13 +498,50 @@ func checkUpstream(cmd *cli.Command, argv []string) (*upstreamConfig, error) {
 			continue
 		}
 		name, value, ok := strings.Cut(l, ":")
-		name = strings.TrimSpace(name)
-		if !ok || name == "" || strings.ContainsAny(name, " \t") {
-			return nil, usageErr("upstream header %d: want `NAME: VALUE`", i+1)
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		// Checked here, at start, as the HTTP client would check them at each request: before
+		// 2026-12-04 a malformed header was found only when a session first called the
+		// upstream, and every call failed. The value is never shown (it is often a token); the
+		// name is, escaped, when it is a name at all.
+		switch {
+		case !ok || name == "":
+			return nil, usageErr("upstream header %d: want `NAME: VALUE` (a name, a colon, a value)", i+1)
+		case badTokenByte(name) >= 0:
+			// Not the name itself: a line that is not a header may be a pasted secret.
+			at := badTokenByte(name)
+			return nil, usageErr("upstream header %d: the name holds %q at byte %d: a header name is letters, digits and !#$%%&'*+-.^_`|~ only (the line is not shown)", i+1, string(name[at]), at+1)
+		case !headerValue(value):
+			return nil, usageErr("upstream header %d (%s): the value holds a control character (CR, LF or another; only tab is allowed), which HTTP cannot send (the value is not shown)", i+1, name)
 		}
-		up.header.Set(name, strings.TrimSpace(value))
+		up.header.Set(name, value)
 	}
 	return up, nil
+}
+
+// badTokenByte is the index of the first byte of s a header field name (an RFC 9110 token)
+// may not hold, or -1.
+func badTokenByte(s string) int {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return i
+		}
+	}
+	return -1
+}
+
+// headerValue says s may be sent as a header field's value: no control characters but tab
+// (RFC 9110, 5.5; what Go's HTTP client refuses at each request).
+func headerValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // mergeHeader is base with extra's values set over it.

@@ -171,6 +171,10 @@ type Upstream struct {
 	lastErr  error
 	lastAt   time.Time
 	closed   bool
+	// abort ends the handshake in progress, if any: Close and Kill must reach a session still
+	// being initialized (before 2026-12-04 they did not, and its stop waited for the
+	// initialize until InitTimeout).
+	abort context.CancelFunc
 }
 
 // NewUpstream returns an Upstream that connects on first use. A bad Config is reported by
@@ -225,13 +229,17 @@ func (u *Upstream) Session(ctx context.Context) (*Session, error) {
 		return nil, err
 	}
 	u.starts++
+	cctx, abort := context.WithCancel(ctx)
+	defer abort()
+	u.abort = abort
 	u.mu.Unlock()
 	if old != nil {
 		u.drain(old)
 	}
-	s, err := connect(ctx, u.cfg, u.client)
+	s, err := connect(cctx, u.cfg, u.client)
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.abort = nil
 	if err != nil {
 		if !errors.Is(err, mcpstdio.ErrNotSent) {
 			err = fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
@@ -300,6 +308,9 @@ func (u *Upstream) drain(old *Session) {
 func (u *Upstream) closeWith(stop func(*Session) error) error {
 	u.mu.Lock()
 	u.closed = true
+	if u.abort != nil {
+		u.abort() // the handshake in progress fails, and its session is stopped
+	}
 	s := u.cur
 	if s == nil {
 		s = u.stopping

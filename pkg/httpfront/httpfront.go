@@ -189,20 +189,36 @@ func (h *Handler) Close(why string) {
 // end stops a session's proxy on its own goroutine; h.mu is held. Until it is stopped the
 // session is in ending, where Kill and InFlight find it.
 func (h *Handler) end(s *session, why string) {
+	h.stopSession(s, why, true)
+}
+
+// discard is end for a session that was never opened (open refused it after making its
+// proxy): tracked the same way, but it was never counted as open; h.mu is held.
+func (h *Handler) discard(s *session, why string) {
+	h.stopSession(s, why, false)
+}
+
+// stopSession stops s's proxy on a goroutine that Close waits for; h.mu is held. counted
+// says OnSession was told that s opened.
+func (h *Handler) stopSession(s *session, why string, counted bool) {
 	h.stopping.Add(1)
 	h.ending[s] = struct{}{}
 	go func() {
 		defer h.stopping.Done()
-		s.proxy.Stop(why) // answers what it can (an abandoned fenced call: unknown) first
+		stopProxy(s.proxy, why) // answers what it can (an abandoned fenced call: unknown) first
 		s.close()
 		h.mu.Lock()
 		delete(h.ending, s)
 		h.mu.Unlock()
-		if h.cfg.OnSession != nil {
+		if counted && h.cfg.OnSession != nil {
 			h.cfg.OnSession(-1)
 		}
 	}()
 }
+
+// stopProxy stops a session's proxy: wrap.Proxy.Stop (a variable so tests can see when it
+// runs and ends).
+var stopProxy = func(p *wrap.Proxy, why string) { p.Stop(why) }
 
 func (h *Handler) reap() {
 	defer h.reaper.Done()
@@ -500,10 +516,12 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		return
 	}
 	var s *session
+	opened := false
 	if m.IsRequest() && m.Method == "initialize" && r.Header.Get("Mcp-Session-Id") == "" {
 		if s = h.open(w, who); s == nil {
 			return
 		}
+		opened = true
 		w.Header().Set("Mcp-Session-Id", s.id)
 		// A session whose server failed to start holds nothing but the reason, which its
 		// answer carried: it is closed, or each retried initialize (a new session) would hold
@@ -533,11 +551,29 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 	if !adopted { // an adopted request is being served already: it waits for that answer
 		s.proxy.Dispatch(body)
 	}
+	var answered bool
 	if sse {
-		s.streamTo(w, r, st, true)
-		return
+		answered = s.streamTo(w, r, st, true)
+	} else {
+		answered = s.writeAnswer(w, r, st, rc)
 	}
-	s.writeAnswer(w, r, st, rc)
+	if opened && !answered {
+		h.closeUnanswered(s)
+	}
+}
+
+// closeUnanswered ends the session s, opened by an initialize whose answer (and with it the
+// session's id) never reached its client: nobody can name it, so it would hold its server and
+// a place under MaxSessions until it was idle (before 2026-12-04 it did). Its server gets the
+// grace for the initialize in flight, as any stopped session's does.
+func (h *Handler) closeUnanswered(s *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sessions[s.id] == s {
+		delete(h.sessions, s.id)
+		h.logf("session %s: the client hung up before its initialize was answered: closed", short(s.id))
+		h.end(s, "the client hung up before its initialize was answered")
+	}
 }
 
 // paramsAgree checks the Mcp-Param-* headers of a tools/call (SEP-2243) against its arguments,
@@ -609,6 +645,11 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
 		return nil
 	}
+	// Close waits for the session being made: taken before Close can begin (h.closed is
+	// false under h.mu), so its Wait sees it, and held until the session is either open
+	// (Close ends it) or being stopped (discard, which Close waits for too).
+	h.stopping.Add(1)
+	defer h.stopping.Done()
 	h.mu.Unlock()
 	p, err := h.cfg.NewSession(who)
 	if err != nil {
@@ -619,17 +660,22 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 	s := newSession(newID(), who, p)
 	p.Attach(s)
 	h.mu.Lock()
-	if h.closed {
+	if h.closed || h.full() {
+		// Checked again here: Close, or concurrent initializes that all passed the check
+		// above, came meanwhile. The proxy is stopped as a session's is (end), so Close waits
+		// for it and Kill reaches it; before 2026-12-04 its Stop ran on a goroutine nothing
+		// waited for, which could outlive the gateway's Close.
+		closed, why := h.closed, "too many sessions"
+		if closed {
+			why = "the gateway is stopping"
+		}
+		h.discard(s, why)
 		h.mu.Unlock()
-		go p.Stop("the gateway is stopping")
-		httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
-		return nil
-	}
-	if h.full() {
-		// Checked again here: concurrent initializes all passed the check above.
-		h.mu.Unlock()
-		go p.Stop("too many sessions")
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
+		if closed {
+			httpError(w, http.StatusServiceUnavailable, "the gateway is stopping")
+		} else {
+			httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
+		}
 		return nil
 	}
 	h.sessions[s.id] = s

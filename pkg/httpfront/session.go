@@ -264,8 +264,9 @@ func (s *session) NoResponse(id json.RawMessage) {
 }
 
 // streamTo writes the stream as server-sent events until the response is written (request
-// streams), the client goes away or the session closes.
-func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, request bool) {
+// streams), the client goes away or the session closes. It reports whether a request's
+// response (or its end without one) was written in full.
+func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, request bool) bool {
 	fl, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -291,7 +292,7 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 		select {
 		case <-st.ready:
 			if !send(st.take()) {
-				return
+				return false
 			}
 		case line := <-st.final:
 			// What was routed here before the response goes first. Retire the stream before
@@ -305,20 +306,20 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			if line != nil { // nil: the request was cancelled and gets no response
 				rest = append(rest, line)
 			}
-			send(rest)
-			return
+			return send(rest)
 		case <-tick.C:
 			if !writeBounded(w, rc, []byte(": keep-alive\n\n")) {
-				return
+				return false
 			}
 			if fl != nil {
 				fl.Flush()
 			}
 		case <-r.Context().Done():
-			return
+			return false
 		case <-st.stalled:
-			return // the client read too little for too long: what was queued is dropped
+			return false // the client read too little for too long: what was queued is dropped
 		case <-s.done:
+			answered := false
 			if request {
 				// The response may have come just before the end: it goes too.
 				rest := st.take()
@@ -329,19 +330,21 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 					if line != nil {
 						rest = append(rest, line)
 					}
+					answered = true
 				default:
 				}
-				send(rest)
+				answered = send(rest) && answered
 			}
-			return
+			return answered
 		}
 	}
 }
 
 // writeAnswer waits for the response to a request whose client takes it as JSON, and writes
 // it (rc: the response's controller, nil for a new one). A response given before the session
-// closed is written: the 404 for a closed session says the request was not run.
-func (s *session) writeAnswer(w http.ResponseWriter, r *http.Request, st *stream, rc *http.ResponseController) {
+// closed is written: the 404 for a closed session says the request was not run. It reports
+// whether the response (or the 202 of a request that gets none) was written in full.
+func (s *session) writeAnswer(w http.ResponseWriter, r *http.Request, st *stream, rc *http.ResponseController) bool {
 	if rc == nil {
 		rc = http.NewResponseController(w)
 	}
@@ -349,21 +352,21 @@ func (s *session) writeAnswer(w http.ResponseWriter, r *http.Request, st *stream
 	select {
 	case line = <-st.final:
 	case <-r.Context().Done():
-		return // the client hung up; the request goes on and its outcome is recorded
+		return false // the client hung up; the request goes on and its outcome is recorded
 	case <-s.done:
 		select {
 		case line = <-st.final:
 		default:
 			httpError(w, http.StatusNotFound, "the session was closed")
-			return
+			return false
 		}
 	}
 	if line == nil { // cancelled by the agent: no response is sent
 		w.WriteHeader(http.StatusAccepted)
-		return
+		return true
 	}
 	w.Header().Set("Content-Type", "application/json")
-	writeBounded(w, rc, line) // a client that stops reading is cut off, as on a stream
+	return writeBounded(w, rc, line) // a client that stops reading is cut off, as on a stream
 }
 
 // writeChunk is the most writeBounded writes under one deadline.

@@ -239,6 +239,12 @@ type note struct {
 // within cfg.InitTimeout, Start kills it and returns an error that says which, with the tail
 // of its stderr.
 func Start(ctx context.Context, cfg Config) (*Session, error) {
+	return start(ctx, cfg, nil)
+}
+
+// start is Start; spawned, when set, is given the session as soon as its process runs, before
+// the handshake (a Child's Close or Kill must reach a child that is still starting).
+func start(ctx context.Context, cfg Config, spawned func(*Session)) (*Session, error) {
 	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
 		return nil, errors.New("mcpstdio: no command given for the MCP server")
 	}
@@ -283,6 +289,9 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	go s.wait()
 	go s.read(stdout)
 	go s.deliver()
+	if spawned != nil {
+		spawned(s)
+	}
 
 	ictx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
 	defer cancel()
@@ -855,6 +864,7 @@ type Child struct {
 
 	mu       sync.Mutex // guards the fields below; never held while starting
 	cur      *Session
+	starting *Session // the session being started (its handshake in progress), if any
 	stopping *Session // the session Close or Kill ended
 	starts   int
 	lastErr  error
@@ -905,9 +915,14 @@ func (c *Child) Session(ctx context.Context) (*Session, error) {
 	if old != nil {
 		_ = old.Close() // reap the old process
 	}
-	s, err := Start(ctx, c.cfg)
+	s, err := start(ctx, c.cfg, func(s *Session) {
+		c.mu.Lock()
+		c.starting = s
+		c.mu.Unlock()
+	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.starting = nil
 	if err != nil {
 		c.lastErr, c.lastAt = fmt.Errorf("%w: %w", ErrNotSent, err), time.Now()
 		return nil, c.lastErr
@@ -954,6 +969,12 @@ func (c *Child) closeWith(stop func(*Session) error) error {
 	c.mu.Lock()
 	c.closed = true
 	s := c.cur
+	if s == nil {
+		// A child still in its handshake is stopped too: its start then fails. Before
+		// 2026-12-04 it was not reached, and ran on until its initialize was answered or timed
+		// out (--init-timeout), past a Kill and its parent's exit.
+		s = c.starting
+	}
 	if s == nil {
 		s = c.stopping // a Kill while a Close waits must still reach the process
 	}
