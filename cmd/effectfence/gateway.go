@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/effectfence/effectfence/internal/httptoken"
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/internal/userfile"
 	"github.com/effectfence/effectfence/pkg/gatewaymetrics"
@@ -506,9 +507,9 @@ func checkUpstream(cmd *cli.Command, argv []string) (*upstreamConfig, error) {
 		switch {
 		case !ok || name == "":
 			return nil, usageErr("upstream header %d: want `NAME: VALUE` (a name, a colon, a value)", i+1)
-		case badTokenByte(name) >= 0:
+		case httptoken.BadByte(name) >= 0:
 			// Not the name itself: a line that is not a header may be a pasted secret.
-			at := badTokenByte(name)
+			at := httptoken.BadByte(name)
 			return nil, usageErr("upstream header %d: the name holds %q at byte %d: a header name is letters, digits and !#$%%&'*+-.^_`|~ only (the line is not shown)", i+1, string(name[at]), at+1)
 		case !headerValue(value):
 			return nil, usageErr("upstream header %d (%s): the value holds a control character (CR, LF or another; only tab is allowed), which HTTP cannot send (the value is not shown)", i+1, name)
@@ -516,21 +517,6 @@ func checkUpstream(cmd *cli.Command, argv []string) (*upstreamConfig, error) {
 		up.header.Set(name, value)
 	}
 	return up, nil
-}
-
-// badTokenByte is the index of the first byte of s a header field name (an RFC 9110 token)
-// may not hold, or -1.
-func badTokenByte(s string) int {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return i
-		}
-	}
-	return -1
 }
 
 // headerValue says s may be sent as a header field's value: no control characters but tab

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/effectfence/effectfence/internal/httptoken"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
@@ -62,28 +63,11 @@ func walkParams(schema json.RawMessage, path []string, out *[]Param) {
 		var ann struct {
 			Header *string `json:"x-mcp-header"`
 		}
-		if json.Unmarshal(sub, &ann) == nil && ann.Header != nil && isToken(*ann.Header) {
+		if json.Unmarshal(sub, &ann) == nil && ann.Header != nil && httptoken.Valid(*ann.Header) {
 			*out = append(*out, Param{Name: *ann.Header, Path: at})
 		}
 		walkParams(sub, at, out)
 	}
-}
-
-// isToken reports whether s is an HTTP field-name token (RFC 9110 section 5.6.2: 1*tchar).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // HasParamHeaders reports whether h holds any Mcp-Param-* header.
