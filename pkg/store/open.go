@@ -243,7 +243,8 @@ func openStore(ctx context.Context, loc string, existing bool) (fence.Store, err
 	case loc == "memory":
 		return fence.NewMemoryStore(), nil
 	case isPostgres(loc):
-		return postgres.Open(ctx, postgres.Config{URL: loc, Existing: existing})
+		// Only the ledger commands open an existing ledger, and each is brief: no warm pool.
+		return postgres.Open(ctx, postgres.Config{URL: loc, Existing: existing, Brief: existing})
 	default:
 		return sqlite.Open(ctx, loc, sqlite.Options{})
 	}

@@ -94,6 +94,12 @@ type Config struct {
 	// commands set it: an operator's look never creates a ledger, and a mistyped search_path
 	// must not read as an empty ledger (nothing fenced) while it creates one.
 	Existing bool
+	// Brief is for a command that runs a few transactions one after another and exits (the
+	// ledger commands): no warm pool. Otherwise Open keeps 8 connections open from the start
+	// (pool_min_conns), which a long-running fence (wrap, serve, the gateway) answers from at
+	// once; a one-shot `effectfence ledger ls` holding 8 of the server's connections made a
+	// busy server refuse others ("too many clients", seen in CI beside wraps writing).
+	Brief bool
 
 	// wrapConn, when set (tests only), wraps every new network connection.
 	wrapConn func(net.Conn) net.Conn
@@ -156,7 +162,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	case !strings.Contains(c.URL, "pool_max_conns"):
 		pc.MaxConns = 16
 	}
-	if !strings.Contains(c.URL, "pool_min_conns") {
+	if !strings.Contains(c.URL, "pool_min_conns") && !c.Brief {
 		pc.MinConns = min(8, pc.MaxConns)
 	}
 	// A one-statement commit (spec.go) runs in an implicit transaction, at the session's
