@@ -672,14 +672,9 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 	defer l.Close()
 	var w io.Writer = jsonOut{c.io.out}
 	clearCount := func() {}
-	if isTerminal(c.io.err) && !c.tty {
-		// A big ledger takes seconds to export to a file or a pipe: count the lines on the
-		// terminal, on stderr, and clear the count when done. (Not when the export itself goes
-		// to the terminal: the count would be drawn over its lines.)
-		bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger export: lines"),
-			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-		w = lineCounter{w, func() { _ = bar.Add(1) }}
-		clearCount = func() { _ = bar.Clear() }
+	if add, clear, ok := c.counter("export: lines"); ok {
+		// A big ledger takes seconds to export to a file or a pipe: count the lines.
+		w, clearCount = lineCounter{w, add}, clear
 	}
 	n, err := ledger.Export(ctx, l.Store(), w)
 	clearCount() // before anything more is said on stderr
@@ -701,12 +696,23 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 // clearing the count writes carriage returns among the report's lines there, the very
 // character the views escape in what they show so that nothing can be drawn over a line.
 func (c ledgerCall) progress(st fence.Store, sub string) (fence.Store, func()) {
-	if !isTerminal(c.io.err) || c.tty {
+	add, clear, ok := c.counter(sub + ": records")
+	if !ok {
 		return st, func() {}
 	}
-	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger "+sub+": records"),
+	return countingStore{st, add}, clear
+}
+
+// counter draws a count of what on stderr when stderr is a terminal and the command's own
+// output (stdout) is not; add counts one more, clear takes the count away. ok is false, and
+// nothing is drawn, otherwise.
+func (c ledgerCall) counter(what string) (add, clear func(), ok bool) {
+	if !isTerminal(c.io.err) || c.tty {
+		return nil, nil, false
+	}
+	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger "+what),
 		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-	return countingStore{st, func() { _ = bar.Add(1) }}, func() { _ = bar.Clear() }
+	return func() { _ = bar.Add(1) }, func() { _ = bar.Clear() }, true
 }
 
 // countingStore is a store whose views' Scans call record once per record they deliver.
