@@ -508,16 +508,19 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 		ctx = context.WithoutCancel(ctx)
 	}
 	for round := 0; ; round++ {
-		sctx, cancel := context.WithTimeout(ctx, wait)
 		// A stop ends the wait at once: in a later round when the agent is gone (it cannot
 		// be answered any more), in the first once the stop's grace is over (the outcome then
 		// goes to the spool, durable, rather than hold the stop for the lease: before, a
 		// ledger whose lock another process held kept a stopping wrap 66 s with the default
-		// lease, though MCP clients SIGKILL about 4 s after closing its input).
-		unhook := func() bool { return false }
+		// lease, though MCP clients SIGKILL about 4 s after closing its input). The first
+		// round's context is a child of graceOver (no goroutine, no callback: Settle reads
+		// no values from its context).
+		parent := ctx
 		if round == 0 {
-			unhook = context.AfterFunc(p.graceOver, cancel) // no goroutine: graceOver is a cancelCtx
-		} else {
+			parent = p.graceOver
+		}
+		sctx, cancel := context.WithTimeout(parent, wait)
+		if round > 0 {
 			go func() {
 				select {
 				case <-p.agentGone:
@@ -527,7 +530,6 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 			}()
 		}
 		cert, err := p.opt.Engine.Settle(sctx, o)
-		unhook()
 		cancel()
 		var spooled fence.SpooledError
 		switch {
