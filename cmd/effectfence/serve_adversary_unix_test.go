@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/sqlitelock"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 	"github.com/jackc/pgx/v5"
@@ -101,33 +101,6 @@ func TestServeClientHangsUpMidCall(t *testing.T) {
 	t.Run("ledger locked", func(t *testing.T) { t.Parallel(); clientHangsUpMidCall(t, true) })
 }
 
-// lockLedger takes the write lock of the SQLite ledger at path, as another process's writer
-// would, and returns what gives it back.
-func lockLedger(t *testing.T, path string) (unlock func()) {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	unlock = func() {
-		once.Do(func() {
-			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
-			_ = conn.Close()
-			_ = db.Close()
-		})
-	}
-	t.Cleanup(unlock)
-	return unlock
-}
-
 func clientHangsUpMidCall(t *testing.T, locked bool) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
 	prep := func(i int) string {
@@ -145,7 +118,7 @@ func clientHangsUpMidCall(t *testing.T, locked bool) {
 	}
 	unlock := func() {}
 	if locked {
-		unlock = lockLedger(t, ledger)
+		unlock = sqlitelock.Hold(t, ledger)
 	}
 	// The client stops reading, then its last requests reach serve's stdin, then it is gone.
 	if err := a.outEnd.Close(); err != nil {
@@ -402,7 +375,7 @@ func TestServeOutcomeWhileTheLedgerIsLockedIsSpooledWithinItsBound(t *testing.T)
 func lockAnyLedger(t *testing.T, ledger string) (unlock func()) {
 	t.Helper()
 	if !strings.HasPrefix(ledger, "postgres") {
-		return lockLedger(t, ledger)
+		return sqlitelock.Hold(t, ledger)
 	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, ledger)

@@ -3,46 +3,16 @@
 package wrap_test
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/sqlitelock"
 	"github.com/effectfence/effectfence/pkg/fence"
-	_ "modernc.org/sqlite"
 )
-
-// holdWriteLock takes the write lock of the SQLite ledger at path as another process's
-// writer would (a sqlite3 shell inside BEGIN IMMEDIATE), and returns what gives it back.
-func holdWriteLock(t *testing.T, path string) (unlock func()) {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	unlock = func() {
-		once.Do(func() {
-			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
-			_ = conn.Close()
-			_ = db.Close()
-		})
-	}
-	t.Cleanup(unlock)
-	return unlock
-}
 
 // TestAnswerWhileAnotherProcessHoldsTheLedgersLock: docs/wrap.md promises that a call's answer
 // waits for its outcome to be in the ledger or, the ledger failing for longer than the lease,
@@ -79,7 +49,7 @@ func TestAnswerWhileAnotherProcessHoldsTheLedgersLock(t *testing.T) {
 				got <- x
 			}()
 			waitFor(t, "the call to start", func() bool { return strings.Contains(a.log.String(), "slow tag=locked started") })
-			unlock := holdWriteLock(t, r.ledger)
+			unlock := sqlitelock.Hold(t, r.ledger)
 			var first result
 			select {
 			case first = <-got:
@@ -159,7 +129,7 @@ func TestStopWhileAnotherProcessHoldsTheLedgersLock(t *testing.T) {
 	needProc(t)
 	r := newRig(t)
 	rw, _ := startHung(t, r, "--grace", "1s")
-	unlock := holdWriteLock(t, r.ledger)
+	unlock := sqlitelock.Hold(t, r.ledger)
 	rw.in.Close()
 	time.Sleep(2 * time.Second) // the client's SIGTERM comes about 2 s after closing stdin
 	if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
