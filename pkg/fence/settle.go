@@ -147,22 +147,43 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 	return n + m, errors.Join(herr, err)
 }
 
-// DrainedFor is for a call that Prepare refused with err. An intent of unknown outcome
-// (PriorFailureError) may be unknown only because its outcome still waits in this ledger's
-// spool or in this engine's memory: the ledger failed when the outcome came, and no Recover
-// has recorded it yet. Telling anyone then that the outcome is unknown would be wrong (a
-// person told to decide, answering "did not happen", would run the effect a second time).
-// So when an outcome of that intent waits, DrainedFor records what waits (DrainSpool) and
-// reports whether anything was recorded, or the intent's outcome no longer waits (another
-// process of this host recorded it meanwhile: its drain held the spool while this one waited
-// for it, then found nothing left to do): if so, the caller asks Prepare again, once.
+// DrainedFor is for a call that Prepare refused with err, and reports whether the caller should
+// ask Prepare again, once. An intent of unknown outcome (PriorFailureError) may be unknown only
+// because its outcome still waits in this ledger's spool or in this engine's memory: the ledger
+// failed when the outcome came, and no Recover has recorded it yet. Telling anyone then that
+// the outcome is unknown would be wrong (a person told to decide, answering "did not happen",
+// would run the effect a second time). So when an outcome of that intent waits, DrainedFor
+// records what waits (DrainSpool) and says to ask again unless the outcome still waits after
+// that (the ledger still cannot take it). When nothing of an intent refused as unknown waits,
+// another process of this host may have recorded its outcome since Prepare read the ledger (a
+// drain removes its file once the ledger holds the outcome): DrainedFor reads the record and
+// says to ask again if it is no longer unknown. One read, on a path that is already a refusal;
+// a refusal that still stands is not asked, and so not counted, twice.
 func (e *Engine) DrainedFor(ctx context.Context, err error) (bool, error) {
 	var pf PriorFailureError
-	if !errors.As(err, &pf) || !e.waits(pf.Intent) {
+	if !errors.As(err, &pf) {
 		return false, nil
+	}
+	if !e.waits(pf.Intent) {
+		if pf.State != StateUnknown {
+			return false, nil
+		}
+		return e.decidedSince(ctx, pf.Intent)
 	}
 	n, derr := e.DrainSpool(context.WithoutCancel(ctx))
 	return n > 0 || !e.waits(pf.Intent), derr
+}
+
+// decidedSince reports whether the ledger's record of an intent refused as unknown is no
+// longer unknown (its outcome was recorded, or it was cleared or resolved).
+func (e *Engine) decidedSince(ctx context.Context, intent string) (bool, error) {
+	changed := false
+	err := e.store.View(ctx, func(tx Tx) error {
+		rec, err := tx.Get(intent)
+		changed = err == nil && (rec == nil || rec.State != StateUnknown)
+		return err
+	})
+	return changed && err == nil, err
 }
 
 // waits reports whether an outcome of intent waits in the spool or in this engine's memory.

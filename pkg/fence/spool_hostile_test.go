@@ -45,9 +45,10 @@ func TestSpoolKeepsExactResults(t *testing.T) {
 	}
 }
 
-// DrainedFor drains only for an unknown intent whose outcome waits here (in the spool
+// DrainedFor drains only for a refused intent whose outcome waits here (in the spool
 // directory or held in memory): a refusal of any other kind, or of an intent with nothing
-// waiting, leaves the spool alone.
+// waiting, leaves the spool alone. An intent refused as unknown with nothing waiting is asked
+// again only if its record is no longer unknown (here there is none: the ledger never held a).
 func TestDrainedForOnlyWhatWaits(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -57,9 +58,17 @@ func TestDrainedForOnlyWhatWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	unknown := func(intent string) error { return PriorFailureError{Intent: intent, State: StateUnknown} }
-	for _, err := range []error{unknown("a"), InFlightError{Intent: "b"}, errors.New("b")} {
-		if drained, derr := e.DrainedFor(ctx, err); drained || derr != nil {
-			t.Fatalf("DrainedFor(%v) = %v, %v; want no drain", err, drained, derr)
+	for _, c := range []struct {
+		err   error
+		again bool
+	}{
+		{unknown("a"), true}, // no record of a: cleared since, as far as DrainedFor can tell
+		{PriorFailureError{Intent: "a", State: StateFailed}, false},
+		{InFlightError{Intent: "b"}, false},
+		{errors.New("b"), false},
+	} {
+		if again, derr := e.DrainedFor(ctx, c.err); again != c.again || derr != nil {
+			t.Fatalf("DrainedFor(%v) = %v, %v; want %v and no drain", c.err, again, derr, c.again)
 		}
 	}
 	if files, _ := SpoolFiles(dir); len(files) != 1 {
