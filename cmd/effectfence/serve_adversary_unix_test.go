@@ -454,3 +454,26 @@ func outcomeWhileTheLedgerIsLocked(t *testing.T, ledger string) {
 		}
 	}
 }
+
+// docs/serve.md: a fence_prepare that meets a SQLite ledger whose write lock another process
+// holds waits for it up to the store's busy timeout (30 s), then answers store_error and
+// claims nothing; asked again once the lock is given back, the intent is admitted.
+func TestServePrepareWhileTheLedgerIsLockedClaimsNothing(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	const prep = `{"intent":"charge:locked-prepare","tool":"charge","args":{"amount":5}}`
+	a := startServe(t, "--ledger", ledger)
+	if p := a.prepare(`{"intent":"warm","tool":"t"}`); p.Status != serve.StatusFresh { // the ledger exists
+		t.Fatalf("warm-up prepare: %+v", p)
+	}
+	unlock := sqlitelock.Hold(t, ledger)
+	raw, isErr := a.call(serve.ToolPrepare, prep)
+	var r serve.Refusal
+	if !isErr || json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeStore {
+		t.Fatalf("fence_prepare with the ledger locked past the busy timeout: %s; want store_error", raw)
+	}
+	unlock()
+	if p := a.prepare(prep); p.Status != serve.StatusFresh {
+		t.Fatalf("fence_prepare once the lock was given back: %+v; want fresh (nothing was claimed before)", p)
+	}
+}
