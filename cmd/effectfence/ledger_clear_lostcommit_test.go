@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -35,41 +34,18 @@ func TestLedgerClearCommitAnswerLost(t *testing.T) {
 	}
 	inFlight := func(intent string) bool { return h.state("charge:"+intent) == fence.StateInFlight }
 
-	c := clear("unknown")
-	h.held()
-	h.p.Freeze()
-	h.committed("charge:unknown", fence.EventClear)
-	h.p.Cut(time.Hour)
-	r := <-c
-	h.p.Heal()
-	t.Logf("answer lost, database away: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
-	if r.code != exitError || r.out != "" || !strings.Contains(r.errOut, "the outcome is unknown") || !strings.Contains(r.errOut, `"charge:unknown" may or may not be cleared`) ||
+	lost, landed, aborted := h.adversaries(fence.EventClear, clear)
+	if r := lost; r.code != exitError || r.out != "" || !strings.Contains(r.errOut, "the outcome is unknown") || !strings.Contains(r.errOut, `"charge:unknown" may or may not be cleared`) ||
 		!strings.Contains(r.errOut, "effectfence ledger show charge:unknown --ledger") {
 		t.Errorf("a clear whose COMMIT answer was lost: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
 	}
 	if inFlight("unknown") {
 		t.Errorf("the clear committed, but the intent is still held")
 	}
-
-	c = clear("landed")
-	h.held()
-	h.p.Freeze()
-	h.committed("charge:landed", fence.EventClear)
-	h.p.Cut(0)
-	h.p.Heal()
-	r = <-c
-	if r.code != exitOK || !strings.Contains(r.out, "cleared charge:landed") || inFlight("landed") {
+	if r := landed; r.code != exitOK || !strings.Contains(r.out, "cleared charge:landed") || inFlight("landed") {
 		t.Errorf("a clear whose COMMIT answer was lost, database reachable: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
 	}
-
-	c = clear("aborted")
-	pid := h.held()
-	if _, err := h.admin.Exec(h.ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
-		t.Fatal(err)
-	}
-	r = <-c
-	t.Logf("backend terminated before COMMIT: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
-	if r.code != exitError || r.out != "" || !strings.Contains(r.errOut, fmt.Sprintf("%q was not cleared", "charge:aborted")) || !inFlight("aborted") {
+	if r := aborted; r.code != exitError || r.out != "" || !strings.Contains(r.errOut, fmt.Sprintf("%q was not cleared", "charge:aborted")) || !inFlight("aborted") {
 		t.Errorf("a clear whose transaction was aborted: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
 	}
 }

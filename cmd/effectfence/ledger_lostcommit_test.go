@@ -129,3 +129,39 @@ func (h *heldCommit) state(intent string) fence.State {
 	}
 	return d.Record.State
 }
+
+// adversaries runs the command three times, on intents charge:unknown, charge:landed and
+// charge:aborted, each against one adversary, and returns what each run gave:
+//   - lost: the proxy holds the answer, the transaction commits (its event of kind is
+//     committed), then the proxy drops every connection and refuses new ones for an hour;
+//   - landed: the same, the database reachable again at once;
+//   - aborted: the backend is terminated (pg_terminate_backend) while the transaction is held.
+func (h *heldCommit) adversaries(kind string, start func(intent string) chan cliResult) (lost, landed, aborted cliResult) {
+	for _, cut := range []time.Duration{time.Hour, 0} {
+		intent := "unknown"
+		if cut == 0 {
+			intent = "landed"
+		}
+		c := start(intent)
+		h.held()
+		h.p.Freeze()
+		h.committed("charge:"+intent, kind)
+		h.p.Cut(cut)
+		if cut > 0 {
+			lost = <-c
+			h.p.Heal()
+			h.t.Logf("answer lost, database away: exit %d\nstdout %s\nstderr %s", lost.code, lost.out, lost.errOut)
+		} else {
+			h.p.Heal()
+			landed = <-c
+		}
+	}
+	c := start("aborted")
+	pid := h.held()
+	if _, err := h.admin.Exec(h.ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		h.t.Fatal(err)
+	}
+	aborted = <-c
+	h.t.Logf("backend terminated before COMMIT: exit %d\nstdout %s\nstderr %s", aborted.code, aborted.out, aborted.errOut)
+	return lost, landed, aborted
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -35,41 +34,18 @@ func TestLedgerResolveCommitAnswerLost(t *testing.T) {
 	}
 	fenced := func(intent string) bool { return h.state("charge:"+intent) == fence.StateFailed }
 
-	c := resolve("unknown")
-	h.held()
-	h.p.Freeze()
-	h.committed("charge:unknown", fence.EventResolveDidNotHappen)
-	h.p.Cut(time.Hour)
-	r := <-c
-	h.p.Heal()
-	t.Logf("answer lost, database away: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
-	if r.code != exitError || r.out != "" || !strings.Contains(r.errOut, "the outcome is unknown") || !strings.Contains(r.errOut, `"charge:unknown" may or may not be resolved`) ||
+	lost, landed, aborted := h.adversaries(fence.EventResolveDidNotHappen, resolve)
+	if r := lost; r.code != exitError || r.out != "" || !strings.Contains(r.errOut, "the outcome is unknown") || !strings.Contains(r.errOut, `"charge:unknown" may or may not be resolved`) ||
 		!strings.Contains(r.errOut, "effectfence ledger show charge:unknown --ledger") || !strings.Contains(r.errOut, "a resolve_did_not_happen event by ") {
 		t.Errorf("a resolution whose COMMIT answer was lost: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
 	}
 	if fenced("unknown") {
 		t.Errorf("the resolution committed, but the intent is still fenced")
 	}
-
-	c = resolve("landed")
-	h.held()
-	h.p.Freeze()
-	h.committed("charge:landed", fence.EventResolveDidNotHappen)
-	h.p.Cut(0)
-	h.p.Heal()
-	r = <-c
-	if r.code != exitOK || !strings.Contains(r.out, "resolved charge:landed") || fenced("landed") {
+	if r := landed; r.code != exitOK || !strings.Contains(r.out, "resolved charge:landed") || fenced("landed") {
 		t.Errorf("a resolution whose COMMIT answer was lost, database reachable: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
 	}
-
-	c = resolve("aborted")
-	pid := h.held()
-	if _, err := h.admin.Exec(h.ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
-		t.Fatal(err)
-	}
-	r = <-c
-	t.Logf("backend terminated before COMMIT: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
-	if r.code != exitError || r.out != "" || !strings.Contains(r.errOut, fmt.Sprintf("%q was not resolved", "charge:aborted")) || !fenced("aborted") {
+	if r := aborted; r.code != exitError || r.out != "" || !strings.Contains(r.errOut, fmt.Sprintf("%q was not resolved", "charge:aborted")) || !fenced("aborted") {
 		t.Errorf("a resolution whose transaction was aborted: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
 	}
 }
