@@ -178,8 +178,9 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 			adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
 		}
 		// An intent of unknown outcome may be unknown only because its outcome waits in the
-		// spool for the next Recover: Engine.DrainedFor records it, and the agent is asked
-		// to call an operator only if the ledger, asked again once, still says unknown.
+		// spool for the next Recover (Engine.DrainedFor records it), or was recorded by
+		// another process since this read: the agent is asked to call an operator only if
+		// the ledger, asked again once, still says unknown.
 		if drained {
 			break
 		}
