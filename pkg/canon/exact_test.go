@@ -79,6 +79,22 @@ func TestAmbiguousInputRefused(t *testing.T) {
 	}
 }
 
+// docs/identity.md's examples of the exponent bound: a number is refused when its value,
+// written as a whole number without trailing zeros times a power of ten, needs a power beyond
+// ±10^9, whatever exponent it is written with.
+func TestExponentBound(t *testing.T) {
+	for in, want := range map[string]string{
+		"1e1000000000": "1e+1000000000", "0.1e1000000001": "1e+1000000000", "1.5e1000000000": "1.5e+1000000000",
+		"100e-1000000002": "1e-1000000000", "1e1000000001": "", "10e1000000000": "", "1.5e-1000000000": "",
+		"15e-1000000001": "", "1" + strings.Repeat("0", 100) + "e999999950": "",
+	} {
+		got, err := JSON([]byte(in))
+		if want == "" && (err == nil || !strings.Contains(err.Error(), "exponent beyond")) || want != "" && (err != nil || string(got) != want) {
+			t.Errorf("JSON(%.30s) = %s, %v; want %q (\"\" for refused)", in, got, err, want)
+		}
+	}
+}
+
 // ratOf reads a JSON number token exactly; ok is false for tokens this test does not judge
 // (invalid, or exponents so large that big.Rat would allocate gigabytes).
 func ratOf(tok string) (*big.Rat, bool) {

@@ -288,9 +288,15 @@ func identifyCanon(scope, tool string, args, canonArgs []byte, ignore []Path, ke
 		// Only the values at the key paths are read, from the canonical bytes: decoding the
 		// whole arguments to read a field took about 230 ns and 40 bytes of allocation per
 		// byte of them.
-		fields := make(map[string]json.RawMessage, len(key))
+		fields := make(map[string]json.RawMessage, len(key)+1)
 		for _, p := range key {
 			fields[p.String()] = lookupCanonical(c, p)
+		}
+		// The repeat argument names a deliberate repeat with a key too: without it, the same
+		// key fields named the same intent, and the repeat the replay note asks for was
+		// refused as intent_conflict. Absent, it leaves the intent as it always was.
+		if v := jsonrpc.MemberValue(c, RepeatArg); v != nil {
+			fields[RepeatArg] = v
 		}
 		var err error
 		if named, err = canon.Marshal(fields); err != nil {

@@ -221,3 +221,35 @@ func TestToolWithOddAnnotationsDoesNotStopTheOthers(t *testing.T) {
 		t.Fatalf("wrap could not read the listing:\n%s", log)
 	}
 }
+
+// docs/identity.md: effectfence_repeat asks for a deliberate repeat under --key too, as the
+// replay note tells the model. Before, a keyed intent was named by the key fields alone, so
+// the repeat the note asked for named the recorded call's intent with other arguments and was
+// refused as intent_conflict ("the --key for this tool is too narrow"): there was no way to a
+// deliberate repeat of a keyed call but a new key value. Now the repeat value names the intent
+// with the key fields: a new value runs (with a new injected key), the same value again is
+// replayed, and other arguments under the same key are still refused.
+func TestRepeatArgumentUnderAKey(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--key", "charge:order")
+	first := call(t, w.Session, "charge", `{"order":"o-1","amount":5}`)
+	again := call(t, w.Session, "charge", `{"order":"o-1","amount":5}`)
+	if first.IsError || first.replayed() || !again.replayed() || !strings.Contains(again.note(), `"effectfence_repeat"`) {
+		t.Fatalf("charge, again: %q (replayed %v), %q (replayed %v, note %q)", first.text(), first.replayed(), again.text(), again.replayed(), again.note())
+	}
+	repeat := call(t, w.Session, "charge", `{"order":"o-1","amount":5,"effectfence_repeat":"2"}`)
+	if repeat.IsError || repeat.replayed() {
+		t.Fatalf("the repeat the note asks for: %q (isError %v, replayed %v, code %s); want it run", repeat.text(), repeat.IsError, repeat.replayed(), repeat.Meta["effectfence/code"])
+	}
+	if x := call(t, w.Session, "charge", `{"effectfence_repeat":"2","amount":5,"order":"o-1"}`); !x.replayed() {
+		t.Fatalf("a retry of the repeat: %q (replayed %v); want it replayed", x.text(), x.replayed())
+	}
+	if x := call(t, w.Session, "charge", `{"order":"o-1","amount":6}`); string(x.Meta["effectfence/code"]) != `"intent_conflict"` {
+		t.Fatalf("another amount under the same key: %q (code %s); want intent_conflict", x.text(), x.Meta["effectfence/code"])
+	}
+	effects := mcptest.Effects(r.effects)
+	if len(effects) != 2 || !strings.Contains(effects[0], "amount=5 order=o-1 key=") || !strings.Contains(effects[1], "amount=5 order=o-1 key=") || effects[0] == effects[1] {
+		t.Fatalf("the server ran %q; want the charge and its repeat, each with its own injected key", effects)
+	}
+}

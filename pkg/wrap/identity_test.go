@@ -33,6 +33,18 @@ func TestIdentify(t *testing.T) {
 	if k1.intent != k2.intent || string(k1.args) == string(k2.args) {
 		t.Fatalf("--key: intents must match and fingerprints differ: %+v %+v", k1, k2)
 	}
+	// The intent of a keyed call is the one it always was (a ledger's records stay found)...
+	if k1.intent != "wrap:charge:ec66fbdf6946291894c72d6f34887ebc29193c0628efbff2307205ae5cc91a59" {
+		t.Fatalf("--key: the intent of a keyed call changed: %s", k1.intent)
+	}
+	// ...and effectfence_repeat names a deliberate repeat under --key too: a new value, a new
+	// intent; the same value, the same intent.
+	r2, _ := identify("S", "charge", []byte(`{"order":"o1","amount":5,"effectfence_repeat":"2"}`), nil, key)
+	r2again, _ := identify("S", "charge", []byte(`{"effectfence_repeat":"2","amount":5,"order":"o1"}`), nil, key)
+	r3, _ := identify("S", "charge", []byte(`{"order":"o1","amount":5,"effectfence_repeat":3}`), nil, key)
+	if r2.intent == k1.intent || r2.intent != r2again.intent || r3.intent == r2.intent || r3.intent == k1.intent {
+		t.Fatalf("--key with effectfence_repeat: %s, %s again, %s; without it %s", r2.intent, r2again.intent, r3.intent, k1.intent)
+	}
 	// Numbers keep their exact value: beyond 2^53 and beyond double range alike.
 	n1, _ := identify("S", "charge", []byte(`{"amount":9007199254740993}`), nil, nil)
 	n2, _ := identify("S", "charge", []byte(`{"amount":9007199254740992}`), nil, nil)

@@ -64,6 +64,9 @@ func TestParamsMemberSpelledOtherwiseIsRefused(t *testing.T) {
 		`{"name":"charge_card","ARGUMENTS":{"amount":700},"_meta":{}}`,
 		`{"name":"charge_card","arguments":{"amount":9},"Task":{"ttl":60000}}`,
 		`{"name":"charge_card","arguments":{"amount":9},"_Meta":{"progressToken":1}}`,
+		`{"name":"charge_card","arguments":{"amount":9},"InputResponses":{"ok":{"action":"accept"}}}`,
+		`{"name":"charge_card","arguments":{"amount":9},"requeststate":"s-1"}`,
+		`{"Name":"charge_card","arguments":{"amount":9}}`,
 	)
 	// The session goes on, and the members spelled as MCP spells them are fenced as before.
 	if x := call(t, w.Session, "charge_card", `{"amount":5}`); x.IsError || x.replayed() {

@@ -18,7 +18,8 @@ func peer(t *testing.T, name string) string {
 
 // Issue 12 item 2: the same server command with another MEMORY_FILE_PATH is another server.
 // Two wraps sharing one ledger, a SQLite file or a PostgreSQL schema, each run the identical
-// call on their own data.
+// call on their own data. The two configurations differ in that variable alone (same
+// directory, every other variable the same), so the test holds the variable itself to count.
 func TestScopeSeparatesMemoryServersOnOneLedger(t *testing.T) {
 	t.Parallel()
 	bin := peer(t, "mcp-server-memory")
@@ -35,11 +36,13 @@ func TestScopeSeparatesMemoryServersOnOneLedger(t *testing.T) {
 
 func memoryServersOnOneLedger(t *testing.T, bin, shared string) {
 	args := `{"entities":[{"name":"order-123","entityType":"order","observations":["charged 49.00"]}]}`
+	r := newRig(t)
+	r.ledger = shared
+	r.childCmdOverride = []string{bin}
 	var files []string
-	for i := range 2 {
-		r := newRig(t)
-		r.ledger = shared
-		r.childCmdOverride = []string{bin}
+	for i, f := range []string{"a.jsonl", "b.jsonl"} {
+		file := filepath.Join(r.dir, f)
+		r.extraEnv = []string{"MEMORY_FILE_PATH=" + file} // after the rig's own: the one the server sees
 		w := r.wrap()
 		if x := call(t, w.Session, "create_entities", args); x.IsError || x.replayed() {
 			t.Fatalf("wrap %d: the call must run on its own server: %+v", i, x)
@@ -49,7 +52,7 @@ func memoryServersOnOneLedger(t *testing.T, bin, shared string) {
 			t.Fatalf("wrap %d: a duplicate ran again: %+v", i, x)
 		}
 		w.Close()
-		files = append(files, filepath.Join(r.dir, "memory.jsonl"))
+		files = append(files, file)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -59,22 +62,22 @@ func memoryServersOnOneLedger(t *testing.T, bin, shared string) {
 	}
 }
 
-// Issue 12 item 2: `mcp-server-filesystem .` started from two directories is two servers.
+// Issue 12 item 2: `mcp-server-filesystem .` started from two directories is two servers. The
+// two configurations differ in the directory alone (the same environment).
 func TestScopeSeparatesFilesystemServersByDirectory(t *testing.T) {
 	t.Parallel()
 	bin := peer(t, "mcp-server-filesystem")
-	shared := filepath.Join(t.TempDir(), "shared.db")
+	r := newRig(t)
+	r.ledger = filepath.Join(t.TempDir(), "shared.db")
+	r.childCmdOverride = []string{bin, "."}
 	for i := range 2 {
-		r := newRig(t)
-		r.ledger = shared
 		r.workDir = t.TempDir()
-		r.childCmdOverride = []string{bin, "."}
 		w := r.wrap()
 		path := filepath.Join(r.workDir, "note.txt")
 		args, _ := json.Marshal(map[string]string{"path": "note.txt", "content": "written once"})
 		x := call(t, w.Session, "write_file", string(args))
 		if x.IsError || x.replayed() {
-			t.Fatalf("wrap %d in %s: %+v", i, r.workDir, x)
+			t.Fatalf("wrap %d in %s: %q (isError %v, replayed %v); want it run on its own directory", i, r.workDir, x.text(), x.IsError, x.replayed())
 		}
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("wrap %d: %s not written: %v (%s)", i, path, err, x.text())

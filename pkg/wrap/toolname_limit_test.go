@@ -10,7 +10,9 @@ import (
 // docs/identity.md: an intent is at most 1,024 bytes (fence.MaxIntentLen), so the calls of a
 // fenced tool whose name is longer than 954 bytes cannot be fenced: they are answered with a
 // tool error (invalid_request) saying they were NOT executed, and never reach the server. A
-// name of 954 bytes is fenced and sent (the test server does not know it and says so).
+// name of 954 bytes is fenced and sent (the test server does not know it and says so). An intent
+// holds no NUL byte either, so a name with one ("charge\u0000") is refused the same way, and
+// the server never reads it as a charge cut short at the NUL.
 func TestToolNameBeyondTheIntentLimitIsNotSent(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -29,5 +31,19 @@ func TestToolNameBeyondTheIntentLimitIsNotSent(t *testing.T) {
 	}
 	if !x.IsError || string(x.Meta["effectfence/code"]) != `"invalid_request"` || !strings.Contains(x.text(), "NOT executed") {
 		t.Fatalf("a name of 955 bytes: %s", raw)
+	}
+	raw, err = w.CallTool(ctx, "charge\x00", json.RawMessage(`{"amount":5}`))
+	if err != nil {
+		t.Fatalf("a name holding NUL reached the server: %v", err)
+	}
+	x = result{}
+	if err := json.Unmarshal(raw, &x); err != nil {
+		t.Fatal(err)
+	}
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"invalid_request"` || !strings.Contains(x.text(), "NOT executed") {
+		t.Fatalf("a name holding NUL: %s", raw)
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("the server ran %d calls, want none", n)
 	}
 }
