@@ -321,6 +321,9 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	if opt.Grace <= 0 {
 		return opt, usageErr("--grace must be positive, e.g. 2s")
 	}
+	if opt.InitTimeout <= 0 {
+		return opt, usageErr("--init-timeout must be positive, e.g. 30s")
+	}
 	for _, s := range cmd.StringSlice("replay-window") {
 		tool, dur, perTool := s, s, false
 		if i := strings.LastIndexByte(s, '='); i >= 0 {

@@ -27,6 +27,11 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--result-ttl-secs", "+Inf", "--ledger", "memory", "--", "x"}, "--result-ttl-secs=+Inf"},
 		{[]string{"wrap", "--lease-secs", "0.001", "--ledger", "memory", "--", "x"}, "--lease-secs=0.001"},
 		{[]string{"wrap", "--max-concurrent", "0", "--", "x"}, "--max-concurrent must be positive"},
+		// --init-timeout 0 or below was taken for the default 30s without a word, where every
+		// other bound of wrap's refuses it (a bad argument: README's exit 2).
+		{[]string{"wrap", "--init-timeout", "0s", "--", "x"}, "--init-timeout must be positive"},
+		{[]string{"wrap", "--init-timeout", "-1s", "--", "x"}, "--init-timeout must be positive"},
+		{[]string{"wrap", "--init-timeout", "-1s", "--upstream", "http://127.0.0.1:1/mcp"}, "--init-timeout must be positive"},
 		{[]string{"wrap", "--replay-window", "soon", "--", "x"}, "want a positive duration"},
 		{[]string{"wrap", "--replay-window", "charge=-1m", "--", "x"}, "want a positive duration"},
 		{[]string{"wrap", "--replay-window", "500ms", "--", "x"}, "from 1s to 366d"},
