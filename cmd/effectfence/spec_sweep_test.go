@@ -96,3 +96,26 @@ func TestColourOnADumbTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpOfAnUnknownCommand: asking for the help of a command that does not exist (`ledger
+// purge --help`, `nosuch -h`) is said as the mistyped command is without --help, naming the
+// help that lists the commands it was looked for among; it said "help: no command 'purge'",
+// a help command the user never typed, and pointed at the root's help for a ledger command.
+// `ledger help nosuch` names ledger's help. Nothing reaches stdout; each is a usage error.
+func TestHelpOfAnUnknownCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ledger", "purge", "--help"}, "unknown ledger command \"purge\"; run `effectfence ledger --help`"},
+		{[]string{"policy", "nosuch", "-h"}, "unknown policy command \"nosuch\"; run `effectfence policy --help`"},
+		{[]string{"nosuch", "--help"}, "unknown command \"nosuch\"; run `effectfence --help` to see the commands"},
+		{[]string{"ledger", "help", "nosuch"}, "help: no ledger command 'nosuch'; the ledger commands are listed by `effectfence ledger --help`"},
+		{[]string{"help", "nosuch"}, "help: no command 'nosuch'; the commands are listed by `effectfence --help`"},
+	} {
+		code, stdout, stderr := runCLI(t, "", c.args...)
+		if code != exitUsage || stdout != "" || stderr != "effectfence: "+c.want+"\n" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, code, stdout, stderr, exitUsage, c.want)
+		}
+	}
+}
