@@ -100,7 +100,7 @@ func wrapCommand(io streams) *cli.Command {
 				scope = store.CurrentWrapScope(argv, res.Scope)
 			}
 			opt.Scope = scope.ID
-			so, err := store.FromEnv(scope.LedgerName())
+			so, err := store.FromEnv(scope.LedgerName(), envSetByFlags(cmd)...)
 			if err != nil {
 				return usageErr("%v", err)
 			}
