@@ -92,3 +92,22 @@ func TestWrapOfAMissingCommand(t *testing.T) {
 		t.Fatalf("the state directory holds %v (%v); want nothing created", entries, err)
 	}
 }
+
+// TestWrapPolicyErrorsOneLine: a policy file with several errors, given to wrap or to a
+// ledger command's --for, is one line on stderr (the first error, how many there are, and the
+// command that lists each) and the hint; the errors were joined by line breaks that reached
+// stderr escaped, a literal \n between them.
+func TestWrapPolicyErrorsOneLine(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: 1\ntools:\n  a: {fence: maybe}\n  b: {replay_window: 9y}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"wrap", "--policy", bad, "--", "x"}, {"ledger", "ls", "--policy", bad, "--for", "--", "x"}} {
+		code, stdout, stderr := runCLI(t, "", args...)
+		lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+		if code != exitUsage || stdout != "" || len(lines) != 2 || strings.Contains(stderr, `\n`) ||
+			!strings.Contains(lines[0], "fence must be true or false") || !strings.Contains(lines[0], "2 errors in all: `effectfence policy check "+bad+"` lists each") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args[:2], code, stdout, stderr)
+		}
+	}
+}
