@@ -201,7 +201,7 @@ done
 		}
 	}
 
-	// The one exception: probe --json prints a usage error as JSON on stdout too.
+	// The exceptions: probe --json prints a usage error as JSON on stdout too,
 	r := runBinary(t, nil, "", "probe", "--json", "--calls", "abc", "--tool", "charge_card", "--args", "{}", "--", bin, "demo-server")
 	var e struct {
 		Error struct {
@@ -211,5 +211,25 @@ done
 	}
 	if r.code != exitUsage || json.Unmarshal([]byte(r.stdout), &e) != nil || e.Error.Code != "usage" || e.Error.Exit != exitUsage || !strings.Contains(r.stderr, "--help") {
 		t.Errorf("probe --json with a bad flag: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// and policy check --json prints its verdict on a file it does not accept.
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: 1\ntools:\n  a: {fence: maybe}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runBinary(t, nil, "", "policy", "check", "--json", bad)
+	var v struct {
+		OK     bool              `json:"ok"`
+		Errors []json.RawMessage `json:"errors"`
+	}
+	if r.code != exitUsage || json.Unmarshal([]byte(r.stdout), &v) != nil || v.OK || len(v.Errors) != 1 {
+		t.Errorf("policy check --json of a bad file: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), "the exceptions are asked for: `probe --json` prints the error as JSON on stdout too, and `policy check --json` its verdict") {
+		t.Error("the README no longer names probe --json and policy check --json as the exceptions; change this test with it")
 	}
 }
