@@ -185,7 +185,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		if path != "" {
 			var err error
 			if pol, err = policy.Load(path); err != nil {
-				return ledgerCall{}, usageErr("ledger %s: %v", cmd.Name, err)
+				return ledgerCall{}, usageErr("ledger %s: %v", cmd.Name, policyLoadError(path, err))
 			}
 		}
 		res := policy.Resolve(pol, policy.Flags{Scope: cmd.String("scope"), Ledger: os.Getenv(store.EnvLedger)})

@@ -59,6 +59,38 @@ func main() {
 	os.Exit(run(context.Background(), os.Args, streams{os.Stdin, os.Stdout, os.Stderr}))
 }
 
+// noHelpTopic is the usage error for a help that names no command. `effectfence help nosuch`
+// asked the help command; `effectfence ledger nosuch --help` (or `nosuch --help`) asked for the
+// help of a command that does not exist, which is said as a mistyped command is, naming the
+// help that lists the commands it was looked for among.
+func noHelpTopic(root *cli.Command, args []string, topic string) error {
+	c := root
+	for _, a := range args[1:] {
+		if a == "--" {
+			break
+		}
+		if a == "help" || a == "h" {
+			if c != root {
+				return exitCoder{exitUsage, fmt.Errorf("help: no %s command %s; the %s commands are listed by `effectfence %s --help`", c.Name, topic, c.Name, c.Name)}
+			}
+			break
+		}
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		sub := c.Command(a)
+		if sub != nil {
+			c = sub
+			continue
+		}
+		if c == root {
+			return usageErr("unknown command %q; run `effectfence --help` to see the commands", a)
+		}
+		return usageErr("unknown %s command %q; run `effectfence %s --help`", c.Name, a, c.Name)
+	}
+	return exitCoder{exitUsage, fmt.Errorf("help: no command %s; the commands are listed by `effectfence --help`", topic)}
+}
+
 // run executes the command line and returns the process exit code. Errors are one line on
 // stderr (escaped: they can quote a ledger or a server); a usage error adds a hint naming the
 // help to read. Nothing is written to stdout on an error path, so a typo in an MCP client's
@@ -70,9 +102,8 @@ func run(ctx context.Context, args []string, io streams) int {
 	if err == nil {
 		return exitOK
 	}
-	if strings.HasPrefix(err.Error(), "No help topic for ") {
-		// `effectfence help nosuch`: a usage error like any other.
-		err = exitCoder{exitUsage, fmt.Errorf("help: no command %s; the commands are listed by `effectfence --help`", strings.TrimPrefix(err.Error(), "No help topic for "))}
+	if topic, ok := strings.CutPrefix(err.Error(), "No help topic for "); ok {
+		err = noHelpTopic(root, args, topic)
 	}
 	fmt.Fprintln(io.err, "effectfence: "+safetext.Escape(err.Error()))
 	var ec exitCoder

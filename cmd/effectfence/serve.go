@@ -34,7 +34,7 @@ func serveCommand(io streams) *cli.Command {
 			if cmd.Args().Len() > 0 {
 				return usageErr("serve takes no arguments, got %q", cmd.Args().First())
 			}
-			opts, err := store.FromEnv("server")
+			opts, err := store.FromEnv("server", envSetByFlags(cmd)...)
 			if err != nil {
 				return usageErr("%v", err)
 			}
@@ -115,4 +115,17 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 		return fmt.Errorf("closing ledger %s: %w", led.Location, err)
 	}
 	return serveErr
+}
+
+// envSetByFlags names the environment variables whose settings cmd's flags give: flags win
+// over the environment, so those variables are not read (a malformed one does not stop the
+// command whose flag replaces it).
+func envSetByFlags(cmd *cli.Command) []string {
+	var envs []string
+	for flag, env := range map[string]string{"lease-secs": store.EnvLeaseSecs, "result-ttl-secs": store.EnvTTLSecs, "on-lease-expiry": store.EnvOnLeaseExpiry} {
+		if cmd.IsSet(flag) {
+			envs = append(envs, env)
+		}
+	}
+	return envs
 }

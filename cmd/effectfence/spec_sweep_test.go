@@ -96,3 +96,63 @@ func TestColourOnADumbTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpOfAnUnknownCommand: asking for the help of a command that does not exist (`ledger
+// purge --help`, `nosuch -h`) is said as the mistyped command is without --help, naming the
+// help that lists the commands it was looked for among; it said "help: no command 'purge'",
+// a help command the user never typed, and pointed at the root's help for a ledger command.
+// `ledger help nosuch` names ledger's help. Nothing reaches stdout; each is a usage error.
+func TestHelpOfAnUnknownCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ledger", "purge", "--help"}, "unknown ledger command \"purge\"; run `effectfence ledger --help`"},
+		{[]string{"policy", "nosuch", "-h"}, "unknown policy command \"nosuch\"; run `effectfence policy --help`"},
+		{[]string{"nosuch", "--help"}, "unknown command \"nosuch\"; run `effectfence --help` to see the commands"},
+		{[]string{"ledger", "help", "nosuch"}, "help: no ledger command 'nosuch'; the ledger commands are listed by `effectfence ledger --help`"},
+		{[]string{"help", "nosuch"}, "help: no command 'nosuch'; the commands are listed by `effectfence --help`"},
+	} {
+		code, stdout, stderr := runCLI(t, "", c.args...)
+		if code != exitUsage || stdout != "" || stderr != "effectfence: "+c.want+"\n" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, code, stdout, stderr, exitUsage, c.want)
+		}
+	}
+}
+
+// TestFlagsWinOverABadEnvironment: the README says flags win over the environment. A
+// malformed EFFECTFENCE_LEASE_SECS, EFFECTFENCE_RESULT_TTL_SECS or EFFECTFENCE_ON_LEASE_EXPIRY
+// stopped wrap and serve (exit 2) even when the flag that replaces it was given, where a
+// malformed EFFECTFENCE_LEDGER beside --ledger never did. With the flag the variable is not
+// read; without it, it is still a usage error.
+func TestFlagsWinOverABadEnvironment(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	for _, c := range []struct {
+		env, value, flag, flagValue string
+	}{
+		{store.EnvLeaseSecs, "NaN", "--lease-secs", "5"},
+		{store.EnvTTLSecs, "0.001", "--result-ttl-secs", "9"},
+		{store.EnvOnLeaseExpiry, "bogus", "--on-lease-expiry", "reclaim"},
+	} {
+		for _, cmd := range [][]string{{"serve", "--ledger", "memory"}, {"wrap", "--ledger", "memory"}} {
+			t.Run(cmd[0]+" "+c.env, func(t *testing.T) {
+				t.Setenv(c.env, c.value)
+				args := func(flags ...string) []string {
+					a := append(append([]string{}, cmd...), flags...)
+					if cmd[0] == "wrap" {
+						a = append(a, "--", "true")
+					}
+					return a
+				}
+				code, stdout, stderr := runCLI(t, "", args(c.flag, c.flagValue)...)
+				if code != exitOK || stdout != "" {
+					t.Errorf("%s=%s with %s %s: exit %d, stdout %q, stderr %q; want the flag to win", c.env, c.value, c.flag, c.flagValue, code, stdout, stderr)
+				}
+				code, stdout, stderr = runCLI(t, "", args()...)
+				if code != exitUsage || stdout != "" || !strings.Contains(stderr, c.env) {
+					t.Errorf("%s=%s without %s: exit %d, stdout %q, stderr %q; want a usage error naming it", c.env, c.value, c.flag, code, stdout, stderr)
+				}
+			})
+		}
+	}
+}

@@ -100,7 +100,7 @@ func wrapCommand(io streams) *cli.Command {
 				scope = store.CurrentWrapScope(argv, res.Scope)
 			}
 			opt.Scope = scope.ID
-			so, err := store.FromEnv(scope.LedgerName())
+			so, err := store.FromEnv(scope.LedgerName(), envSetByFlags(cmd)...)
 			if err != nil {
 				return usageErr("%v", err)
 			}
@@ -320,6 +320,9 @@ func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {
 	}
 	if opt.Grace <= 0 {
 		return opt, usageErr("--grace must be positive, e.g. 2s")
+	}
+	if opt.InitTimeout <= 0 {
+		return opt, usageErr("--init-timeout must be positive, e.g. 30s")
 	}
 	for _, s := range cmd.StringSlice("replay-window") {
 		tool, dur, perTool := s, s, false

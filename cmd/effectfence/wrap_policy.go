@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -37,7 +38,7 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 	if path := cmd.String("policy"); path != "" {
 		var err error
 		if pol, err = policy.Load(path); err != nil {
-			return policy.Resolved{}, usageErr("%v", err)
+			return policy.Resolved{}, usageErr("%v", policyLoadError(path, err))
 		}
 		fmt.Fprintf(io.err, "effectfence wrap: policy %s (flags win over it)\n", safetext.Escape(pol.Summary()))
 	}
@@ -87,4 +88,15 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		}
 	}
 	return res, nil
+}
+
+// policyLoadError says a policy file's errors in one line, as every usage error is said: the
+// first, and how many more there are (policy check lists each on its own line). Joined as
+// they were, the errors' line breaks reached stderr escaped, as a literal \n between them.
+func policyLoadError(path string, err error) error {
+	var errs policy.Errors
+	if !errors.As(err, &errs) || len(errs) < 2 {
+		return err
+	}
+	return fmt.Errorf("%v (%d errors in all: `effectfence policy check %s` lists each)", errs[0], len(errs), wrap.ShellJoin([]string{path}))
 }

@@ -27,6 +27,11 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"wrap", "--result-ttl-secs", "+Inf", "--ledger", "memory", "--", "x"}, "--result-ttl-secs=+Inf"},
 		{[]string{"wrap", "--lease-secs", "0.001", "--ledger", "memory", "--", "x"}, "--lease-secs=0.001"},
 		{[]string{"wrap", "--max-concurrent", "0", "--", "x"}, "--max-concurrent must be positive"},
+		// --init-timeout 0 or below was taken for the default 30s without a word, where every
+		// other bound of wrap's refuses it (a bad argument: README's exit 2).
+		{[]string{"wrap", "--init-timeout", "0s", "--", "x"}, "--init-timeout must be positive"},
+		{[]string{"wrap", "--init-timeout", "-1s", "--", "x"}, "--init-timeout must be positive"},
+		{[]string{"wrap", "--init-timeout", "-1s", "--upstream", "http://127.0.0.1:1/mcp"}, "--init-timeout must be positive"},
 		{[]string{"wrap", "--replay-window", "soon", "--", "x"}, "want a positive duration"},
 		{[]string{"wrap", "--replay-window", "charge=-1m", "--", "x"}, "want a positive duration"},
 		{[]string{"wrap", "--replay-window", "500ms", "--", "x"}, "from 1s to 366d"},
@@ -85,5 +90,24 @@ func TestWrapOfAMissingCommand(t *testing.T) {
 	entries, err := os.ReadDir(state)
 	if err != nil || len(entries) != 0 {
 		t.Fatalf("the state directory holds %v (%v); want nothing created", entries, err)
+	}
+}
+
+// TestWrapPolicyErrorsOneLine: a policy file with several errors, given to wrap or to a
+// ledger command's --for, is one line on stderr (the first error, how many there are, and the
+// command that lists each) and the hint; the errors were joined by line breaks that reached
+// stderr escaped, a literal \n between them.
+func TestWrapPolicyErrorsOneLine(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: 1\ntools:\n  a: {fence: maybe}\n  b: {replay_window: 9y}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"wrap", "--policy", bad, "--", "x"}, {"ledger", "ls", "--policy", bad, "--for", "--", "x"}} {
+		code, stdout, stderr := runCLI(t, "", args...)
+		lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+		if code != exitUsage || stdout != "" || len(lines) != 2 || strings.Contains(stderr, `\n`) ||
+			!strings.Contains(lines[0], "fence must be true or false") || !strings.Contains(lines[0], "2 errors in all: `effectfence policy check "+bad+"` lists each") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args[:2], code, stdout, stderr)
+		}
 	}
 }

@@ -160,13 +160,22 @@ func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) erro
 		fmt.Fprintf(b, "# 1 MiB (policy check refuses larger files). Each entry follows from the tool's annotations:\n")
 		fmt.Fprintf(b, "# readOnlyHint passes through, the rest is fenced, idempotentHint adds rerun_safe.\n")
 	}
-	fmt.Fprintf(b, "\ntools:\n")
+	var writable []publishedTool
 	var unwritable []string
 	for _, t := range tools {
 		if checkPattern(t.Name) != nil || strings.ContainsAny(t.Name, "*?") {
 			unwritable = append(unwritable, t.Name)
 			continue
 		}
+		writable = append(writable, t)
+	}
+	if len(writable) == 0 {
+		// An empty mapping: a bare "tools:" is null, which Parse refuses.
+		fmt.Fprintf(b, "\ntools: {}\n")
+	} else {
+		fmt.Fprintf(b, "\ntools:\n")
+	}
+	for _, t := range writable {
 		writeTool(b, t, keys[t.Name], byName[t.Name], terse)
 	}
 	if len(unwritable) > 0 {

@@ -200,3 +200,25 @@ func TestGenerateReadsHintsAsSpelled(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateOnlyUnwritableNames: a server whose every tool has a name no policy key can hold
+// (a control character, a glob character) got "tools:" with nothing under it, which is null:
+// `effectfence policy check` refused the file policy init had just written and told the user
+// to check. Now it is an empty mapping, and the names are listed as comments.
+func TestGenerateOnlyUnwritableNames(t *testing.T) {
+	page := json.RawMessage(`{"tools":[{"name":"t\u001b]0;x\u0007"},{"name":"charge_*"},{"name":"a b"}]}`)
+	var buf bytes.Buffer
+	if err := Generate(&buf, []json.RawMessage{page}, Source{Server: "srv"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("generated.yaml", buf.Bytes())
+	if err != nil {
+		t.Fatalf("the generated policy does not parse: %v\n%s", err, buf.String())
+	}
+	if err := validate(t, compileSchema(t), buf.Bytes()); err != nil {
+		t.Fatalf("schema: %v\n%s", err, buf.String())
+	}
+	if len(p.Tools) != 0 || !strings.Contains(buf.String(), `#   "charge_*"`) || !strings.Contains(buf.String(), `#   "a b"`) {
+		t.Fatalf("want no entries and each name as a comment: %+v\n%s", p.Tools, buf.String())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,18 +72,30 @@ type Options struct {
 const DefaultSweepEvery = 10 * time.Minute
 
 // FromEnv reads EFFECTFENCE_LEDGER, EFFECTFENCE_LEASE_SECS, EFFECTFENCE_RESULT_TTL_SECS and
-// EFFECTFENCE_ON_LEASE_EXPIRY.
-func FromEnv(name string) (Options, error) {
+// EFFECTFENCE_ON_LEASE_EXPIRY, but none of the variables named in overridden: a command's flag
+// sets that setting, and flags win over the environment (README), so a value the flag
+// replaces is not read, and a malformed one does not stop the command.
+func FromEnv(name string, overridden ...string) (Options, error) {
 	o := Options{Ledger: os.Getenv(EnvLedger), Name: name}
+	read := func(env string) bool { return !slices.Contains(overridden, env) }
 	var err error
-	if o.LeaseTTL, err = envSeconds(EnvLeaseSecs, LeaseSeconds); err != nil {
-		return o, err
+	if !read(EnvLedger) {
+		o.Ledger = ""
 	}
-	if o.ResultTTL, err = envSeconds(EnvTTLSecs, ResultSeconds); err != nil {
-		return o, err
+	if read(EnvLeaseSecs) {
+		if o.LeaseTTL, err = envSeconds(EnvLeaseSecs, LeaseSeconds); err != nil {
+			return o, err
+		}
 	}
-	if o.OnLeaseExpiry, err = fence.ParseExpiryPolicy(strings.TrimSpace(os.Getenv(EnvOnLeaseExpiry))); err != nil {
-		return o, fmt.Errorf("%s: %w", EnvOnLeaseExpiry, err)
+	if read(EnvTTLSecs) {
+		if o.ResultTTL, err = envSeconds(EnvTTLSecs, ResultSeconds); err != nil {
+			return o, err
+		}
+	}
+	if read(EnvOnLeaseExpiry) {
+		if o.OnLeaseExpiry, err = fence.ParseExpiryPolicy(strings.TrimSpace(os.Getenv(EnvOnLeaseExpiry))); err != nil {
+			return o, fmt.Errorf("%s: %w", EnvOnLeaseExpiry, err)
+		}
 	}
 	return o, nil
 }
