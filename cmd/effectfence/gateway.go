@@ -20,6 +20,7 @@ import (
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/internal/userfile"
 	"github.com/effectfence/effectfence/pkg/gatewaymetrics"
+	"github.com/effectfence/effectfence/pkg/httpback"
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -444,7 +445,7 @@ const envUpstreamHeaders = "EFFECTFENCE_UPSTREAM_HEADERS"
 // upstreamConfig is what --upstream and its headers say.
 type upstreamConfig struct {
 	url    string
-	shown  string // the URL without userinfo or query, for logs
+	shown  string // the URL as logs show it: scheme and host (httpback.ShownURL)
 	header http.Header
 }
 
@@ -487,9 +488,7 @@ func checkUpstream(cmd *cli.Command, argv []string) (*upstreamConfig, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErr("--upstream: want an http:// or https:// URL of the server's MCP endpoint")
 	}
-	shown := *u
-	shown.User, shown.RawQuery, shown.Fragment = nil, "", ""
-	up := &upstreamConfig{url: raw, shown: shown.String(), header: http.Header{}}
+	up := &upstreamConfig{url: raw, shown: httpback.ShownURL(raw), header: http.Header{}}
 	lines := cmd.StringSlice("upstream-header")
 	if env := os.Getenv(envUpstreamHeaders); env != "" {
 		lines = append(strings.Split(env, "\n"), lines...)

@@ -100,9 +100,11 @@ func policyInitCommand(io streams) *cli.Command {
 					return usageErr("%s exists; pass --force to replace it", out)
 				}
 			}
-			src := policy.Source{Server: wrap.ShellJoin(argv)}
+			var src policy.Source
 			if up != nil {
 				src.Server = up.shown
+			} else {
+				src.Server = serverShown(argv)
 			}
 			if path := cmd.String("scan"); path != "" {
 				rep, err := scan.Scan(ctx, path, scan.Options{})
@@ -267,4 +269,20 @@ func policyCheckJSON(io streams, file string, p *policy.Policy, err error) error
 		return exitCoder{exitUsage, fmt.Errorf("%s: not accepted (%s)", file, plural(len(out.Errors), "error"))}
 	}
 	return nil
+}
+
+// serverShown names a server command in a generated policy, a file made to be reviewed and
+// committed: by its program alone, since an argument can hold a key or a password
+// (`server-postgres postgresql://user:password@host/db`, `--api-key sk_live_…`). Before
+// 2026-12-04 the whole command line was written there.
+func serverShown(argv []string) string {
+	shown := wrap.ShellJoin([]string{filepath.Base(argv[0])})
+	switch n := len(argv) - 1; n {
+	case 0:
+	case 1:
+		shown += " (and 1 argument, not written here: it can hold a key or a password)"
+	default:
+		shown += fmt.Sprintf(" (and %d arguments, not written here: they can hold a key or a password)", n)
+	}
+	return shown
 }

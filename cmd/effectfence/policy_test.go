@@ -192,7 +192,7 @@ func TestPolicyInitAndWrapUpstream(t *testing.T) {
 		t.Fatalf("policy init --upstream: exit %d, %s", r.code, r.stderr)
 	}
 	src, _ := os.ReadFile(file)
-	if !strings.Contains(string(src), "\n  echo:\n    fence: false\n") || !strings.Contains(string(src), "\n  toggle-simulated-logging:\n    fence: true\n") || !strings.Contains(string(src), fmt.Sprintf("127.0.0.1:%d/mcp", port)) {
+	if !strings.Contains(string(src), "\n  echo:\n    fence: false\n") || !strings.Contains(string(src), "\n  toggle-simulated-logging:\n    fence: true\n") || !strings.Contains(string(src), fmt.Sprintf("127.0.0.1:%d/…", port)) {
 		t.Fatalf("the generated policy:\n%s", src)
 	}
 	if r := runBinary(t, env, "", "policy", "check", file); r.code != exitOK {

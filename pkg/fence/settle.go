@@ -370,6 +370,7 @@ func (s *spool) remove(path string) error {
 func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	removeStaleTemps(dir, time.Now())
 	names, err := spoolEntries(dir, "")
 	if err != nil || len(names) == 0 {
 		return 0, err
@@ -429,6 +430,30 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// staleTemp is how old a spool's temporary file (put's, before its rename) must be before a
+// drain removes it: a put writes and syncs it within moments, so one this old was left by a
+// process that died half way through a put (its outcome never was in the spool: that process
+// had not answered).
+const staleTemp = time.Hour
+
+// removeStaleTemps removes the temporary files of dir older than staleTemp. Such a file holds
+// an outcome whole, a hash-only claim's result too (docs/privacy.md: the spool keeps it only
+// until it is recorded); before 2026-12-04 it stayed for good.
+func removeStaleTemps(dir string, now time.Time) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		if !strings.HasPrefix(de.Name(), ".tmp-") || !de.Type().IsRegular() {
+			continue
+		}
+		if fi, err := de.Info(); err == nil && now.Sub(fi.ModTime()) > staleTemp {
+			_ = os.Remove(filepath.Join(dir, de.Name()))
+		}
+	}
 }
 
 func knownKind(k OutcomeKind) bool {

@@ -438,14 +438,25 @@ func headerSafe(v string) bool {
 	return true
 }
 
-// redact drops userinfo and the query from a URL for logs.
-func redact(raw string) string {
+// redact is ShownURL.
+func redact(raw string) string { return ShownURL(raw) }
+
+// ShownURL is a URL as messages show it (logs, and errors, which wrap records in the ledger as
+// the reason of a call the server cut off and shows to the agent): its scheme and host, then
+// "/…" for whatever else it had. That rest can hold the account's secret: user information, a
+// query (?api_key=), and the path too, where hosted MCP servers and webhooks put it
+// (https://…/api/mcp/s/<secret>/mcp, https://hooks.slack.com/services/<…>). Before
+// 2026-12-04 the path was shown.
+func ShownURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.Host == "" {
 		return "(unparsable URL)"
 	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
+	shown := (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+	if (u.Path != "" && u.Path != "/") || u.RawPath != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		shown += "/…"
+	}
+	return shown
 }
 
 // InitResult is the server's initialize result, as it wrote it.

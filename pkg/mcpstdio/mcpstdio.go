@@ -43,6 +43,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,6 +165,10 @@ type RPCError = jsonrpc.Error
 // ExitError says the child's session ended: the process exited, closed its stdout, was
 // closed by Close, or never completed the handshake.
 type ExitError struct {
+	// Command is the server's program (the base name of its command's first word), not its
+	// command line: the arguments can carry a secret (an API key, an Authorization header
+	// for mcp-remote), and this error reaches the ledger as the reason of the call the server
+	// died during, an on_unknown hook and the agent (docs/privacy.md).
 	Command string
 	// Why is what ended it ("exited with status 3", "closed its stdout", "closed").
 	Why string
@@ -318,7 +323,13 @@ func start(ctx context.Context, cfg Config, spawned func(*Session)) (*Session, e
 	return s, nil
 }
 
-func (s *Session) name() string { return strconv.Quote(strings.Join(s.cfg.Command, " ")) }
+// name is the server as errors and logs name it: its program, quoted. Never its command line,
+// whose arguments can carry a secret: a start that fails during a call is that call's reason
+// in the ledger ("the call was never sent: ..."), as the end of a session is (ExitError).
+func (s *Session) name() string { return strconv.Quote(s.program()) }
+
+// program is the base name of the server command's first word.
+func (s *Session) program() string { return filepath.Base(s.cfg.Command[0]) }
 
 // InitResult is the child's initialize result, as it wrote it.
 func (s *Session) InitResult() json.RawMessage { return s.init }
@@ -470,7 +481,7 @@ func (s *Session) stop(grace time.Duration) error {
 	if s.closing.Swap(true) {
 		return s.closeErr
 	}
-	s.end(&ExitError{Command: strings.Join(s.cfg.Command, " "), Why: "closed", Stderr: s.tail.String()})
+	s.end(&ExitError{Command: s.program(), Why: "closed", Stderr: s.tail.String()})
 	_ = s.stdin.Close()
 	if grace <= 0 {
 		signalGroup(s.cmd.Process, syscall.SIGKILL)
@@ -518,7 +529,7 @@ func (s *Session) wait() {
 	}
 	close(s.exited)
 	// A child that exits while a grandchild keeps its stdout open still ends the session.
-	s.end(&ExitError{Command: strings.Join(s.cfg.Command, " "), Why: s.exitMsg, Stderr: s.tail.String()})
+	s.end(&ExitError{Command: s.program(), Why: s.exitMsg, Stderr: s.tail.String()})
 }
 
 func (s *Session) logf(format string, a ...any) {
@@ -557,7 +568,7 @@ func (s *Session) read(stdout io.Reader) {
 				why = s.exitMsg
 			case <-time.After(200 * time.Millisecond):
 			}
-			s.end(&ExitError{Command: strings.Join(s.cfg.Command, " "), Why: why, Stderr: s.tail.String()})
+			s.end(&ExitError{Command: s.program(), Why: why, Stderr: s.tail.String()})
 			close(s.notes)
 			return
 		}

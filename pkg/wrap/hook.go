@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/httpback"
 )
 
 // Hook is the on_unknown hook: when an intent becomes unknown in this process (a call whose
@@ -85,21 +86,9 @@ func (h *Hook) Check() error {
 	return nil
 }
 
-// RedactURL is u for a log line: its user info and query (where tokens live) replaced.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparsable url>"
-	}
-	if u.User != nil {
-		u.User = url.User("redacted")
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	u.Fragment = ""
-	return u.String()
-}
+// RedactURL is u for a log line: its scheme and host only (httpback.ShownURL): user info,
+// query and path (a Slack or Discord webhook's token) are left out.
+func RedactURL(raw string) string { return httpback.ShownURL(raw) }
 
 // hookRunner delivers hook events on one goroutine.
 type hookRunner struct {

@@ -240,8 +240,17 @@ func TestHookCheckAndRedactURL(t *testing.T) {
 	if err := (&wrap.Hook{URL: "https://hooks.example/x"}).Check(); err != nil {
 		t.Fatal(err)
 	}
-	if got := wrap.RedactURL("https://u:p@h.example/x?k=v#f"); got != "https://redacted@h.example/x?redacted" {
-		t.Fatalf("RedactURL = %s", got)
+	// Scheme and host only: user info, query and path (a Slack or Discord webhook's token)
+	// are left out.
+	for raw, want := range map[string]string{
+		"https://u:p@h.example/x?k=v#f":                         "https://h.example/…",
+		"https://hooks.slack.example/services/T0/B0/XXSECRETXX": "https://hooks.slack.example/…",
+		"https://h.example:8443":                                "https://h.example:8443",
+		"https://h.example/":                                    "https://h.example",
+	} {
+		if got := wrap.RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%s) = %s; want %s", raw, got, want)
+		}
 	}
 	if _, err := wrap.New(wrap.Options{Command: []string{"x"}, Engine: fence.New(fence.NewMemoryStore(), fence.Config{}), Log: io.Discard, OnUnknown: &wrap.Hook{}}); err == nil {
 		t.Fatal("New accepted a hook with neither command nor url")

@@ -76,12 +76,13 @@ func replayOf(adm fence.Admission) json.RawMessage {
 
 // redactedTexts returns the argument values a call redacts (its tool's Redact paths), as a
 // server could echo them in an error message or on its stderr: every string at or inside a
-// redacted path as it is, as the call spelled it (its own escapes: "\u0034111", "a\/b") and
-// JSON-escaped the ways common encoders write it (Go's, with and without HTML escapes; every
-// non-ASCII character as \u escapes, as Python's json.dumps does by default; and also "/" as
-// "\/", as PHP's json_encode does), and every number or boolean as the call spelled it;
-// longest first. wrap removes them from the server's words it records as a reason, so a
-// redacted value does not reach the ledger that way either.
+// redacted path (a value, or the name of a member of an object there) as it is, as the call
+// spelled it (its own escapes: "\u0034111", "a\/b") and JSON-escaped the ways common encoders
+// write it (Go's, with and without HTML escapes; every non-ASCII character as \u escapes, as
+// Python's json.dumps does by default; and also "/" as "\/", as PHP's json_encode does), and
+// every number or boolean as the call spelled it; longest first. wrap removes them from the
+// server's words it records as a reason, so a redacted value does not reach the ledger that
+// way either.
 func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
 	paths := p.settings(tool).Redact
 	if len(paths) == 0 {
@@ -101,6 +102,18 @@ func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
 			texts = append(texts, s)
 		}
 	}
+	// addString adds a JSON string (raw, quotes included) decoded, as spelled, and escaped.
+	addString := func(raw []byte) {
+		var s string
+		if len(raw) < 2 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+			return
+		}
+		addText(s)
+		addText(string(raw[1 : len(raw)-1]))
+		for _, e := range jsonEscapes(s) {
+			addText(e)
+		}
+	}
 	// Values are walked as the call wrote them (json.RawMessage), so that each leaf's own
 	// spelling is at hand.
 	var leaves func(raw json.RawMessage)
@@ -111,19 +124,24 @@ func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
 		}
 		switch raw[0] {
 		case '"':
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
+			addString(raw)
+		case '{':
+			// Member names too: the record keeps "[redacted]" for the whole object, so a
+			// name (a card number keying a map, an e-mail address) is not kept either.
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			if _, err := dec.Token(); err != nil {
 				return
 			}
-			addText(s)
-			addText(string(raw[1 : len(raw)-1]))
-			for _, e := range jsonEscapes(s) {
-				addText(e)
-			}
-		case '{':
-			var m map[string]json.RawMessage
-			_ = json.Unmarshal(raw, &m)
-			for _, e := range m {
+			for dec.More() {
+				from := dec.InputOffset()
+				if _, err := dec.Token(); err != nil {
+					return
+				}
+				addString(bytes.TrimLeft(raw[from:dec.InputOffset()], " \t\r\n,"))
+				var e json.RawMessage
+				if dec.Decode(&e) != nil {
+					return
+				}
 				leaves(e)
 			}
 		case '[':

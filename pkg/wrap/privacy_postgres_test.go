@@ -2,18 +2,13 @@ package wrap_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/pgtest"
-	"github.com/jackc/pgx/v5"
 )
 
 // TestRedactedAndHashOnlyNeverReachThePostgresLedger: docs/privacy.md's promises through a
@@ -53,12 +48,12 @@ func TestRedactedAndHashOnlyNeverReachThePostgresLedger(t *testing.T) {
 	}
 	// The spelling as a record's JSON writes it too (its backslash escaped).
 	for _, secret := range []string{logged, spelled, strings.ReplaceAll(spelled, `\`, `\\`), decoded, sc.ChargeID} {
-		if bytes.Contains(rows, []byte(secret)) {
+		if holds(rows, secret) {
 			t.Errorf("the PostgreSQL ledger holds %q", secret)
 		}
 		_ = filepath.WalkDir(filepath.Join(r.dir, "state"), func(p string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
-				if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(secret)) {
+				if b, _ := os.ReadFile(p); holds(b, secret) {
 					t.Errorf("%s holds %q", p, secret)
 				}
 			}
@@ -67,54 +62,5 @@ func TestRedactedAndHashOnlyNeverReachThePostgresLedger(t *testing.T) {
 	}
 }
 
-// schemaRows returns every row of every table in the ledger's schema, each value as its bytes
-// (a bytea as it is, not as hex), one row a line.
-func schemaRows(t *testing.T, ledger string) []byte {
-	t.Helper()
-	u, err := url.Parse(ledger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := u.Query().Get("search_path")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	trows, err := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := pgx.CollectRows(trows, pgx.RowTo[string])
-	if err != nil || len(tables) == 0 {
-		t.Fatalf("tables of schema %s: %v, %v", schema, tables, err)
-	}
-	var out bytes.Buffer
-	for _, table := range tables {
-		rows, err := conn.Query(ctx, "SELECT * FROM "+pgx.Identifier{schema, table}.Sanitize())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out.WriteString(table)
-			for _, v := range vals {
-				if b, ok := v.([]byte); ok {
-					out.WriteString("\t" + string(b))
-				} else {
-					fmt.Fprintf(&out, "\t%v", v)
-				}
-			}
-			out.WriteString("\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return []byte(strings.ToValidUTF8(out.String(), "?"))
-}
+// schemaRows returns every row of every table in the ledger's schema (pgtest.Rows).
+func schemaRows(t *testing.T, ledger string) []byte { return pgtest.Rows(t, ledger) }

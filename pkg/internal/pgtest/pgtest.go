@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/internal/pgrows"
 )
 
 // EnvURL names the server the tests use; CI sets it.
@@ -125,3 +127,7 @@ func Where(tb testing.TB, ledger string) (own, inPublic []string) {
 	}
 	return own, inPublic
 }
+
+// Rows returns every row of every table in the ledger's schema, each value as its bytes (a
+// bytea as it is, not as hex), one row a line (pgrows.Rows).
+func Rows(t testing.TB, ledger string) []byte { return pgrows.Rows(t, URL(t), ledger) }

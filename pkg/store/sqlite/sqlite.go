@@ -1182,14 +1182,23 @@ func (s *Store) checkFile() error {
 		return s.gone
 	}
 	copyTo := fmt.Sprintf("%s.rescued-%d-%s", s.path, os.Getpid(), time.Now().UTC().Format("20060102T150405Z"))
-	cerr := s.wconn.Raw(func(dc any) error {
-		r := &rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}
-		_, err := r.exec("VACUUM INTO ?", copyTo)
-		if r.checkpointPassive() {
-			markSettled(s.real, s.file)
+	// The copy holds what the ledger holds: created 0600 here, empty (VACUUM INTO fills an
+	// empty file), since SQLite would create it with its default mode (0644 under the usual
+	// umask), readable by every user beside a ledger in a shared directory.
+	cerr := createPrivate(copyTo)
+	if cerr == nil {
+		cerr = s.wconn.Raw(func(dc any) error {
+			r := &rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}
+			_, err := r.exec("VACUUM INTO ?", copyTo)
+			if r.checkpointPassive() {
+				markSettled(s.real, s.file)
+			}
+			return err
+		})
+		if cerr != nil {
+			os.Remove(copyTo) // not a copy: nothing to point the operator at
 		}
-		return err
-	})
+	}
 	advice := fmt.Sprintf("every receipt this process holds was copied to %s. Put the ledger back at the path, or stop this process and use the copy as the ledger (mv %s %s), moving aside whatever is at the path first with its -wal and -shm files", copyTo, copyTo, s.path)
 	if cerr != nil {
 		advice = fmt.Sprintf("copying what this process holds to %s failed too (%v). Put the ledger back at the path", copyTo, cerr)
@@ -1197,6 +1206,16 @@ func (s *Store) checkFile() error {
 	s.gone = &FileError{Path: s.path, Problem: "is not the file this process opened: it was moved, replaced or deleted while in use (the path " + what + "), so other processes would not see what this one records",
 		Advice: "this process records nothing more until the file is back at the path; " + advice}
 	return s.gone
+}
+
+// createPrivate creates path as an empty file only its user can read and write; it fails if
+// anything is at path.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // checkIndex refuses every write once the shared-memory index beside the ledger
