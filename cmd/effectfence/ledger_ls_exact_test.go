@@ -103,7 +103,8 @@ func damageRecord(t *testing.T, loc, intent, body string) {
 // real ledgers (a SQLite file, a PostgreSQL schema) holding hostile text (terminal escapes,
 // bidi overrides, C1 controls, HTML characters, the spaces a table trims, a long id), done,
 // failed and in-flight records, a domain, and an unreadable record: every --state, --wide,
-// an empty listing; and with the same exit code and the unreadable record named on stderr.
+// an empty listing; and with the same exit code and the unreadable record named once on
+// stderr (the table reads the records twice).
 func TestLedgerLsWritesWhatItWroteBefore(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
@@ -163,7 +164,7 @@ func TestLedgerLsWritesWhatItWroteBefore(t *testing.T) {
 					if c.bad {
 						code, named = exitError, `unreadable record, left out: `
 					}
-					if r.code != code || !strings.Contains(r.stderr, named) || (!c.bad && r.stderr != "") {
+					if r.code != code || (c.bad && strings.Count(r.stderr, named) != 1) || (!c.bad && r.stderr != "") {
 						t.Errorf("%q: exit %d (want %d), stderr:\n%s", args[2:], r.code, code, r.stderr)
 					}
 				}
