@@ -814,9 +814,10 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 	return bad.exit()
 }
 
-// progress gives a view (ls, verify, stats) the store st with a count of the records it has
-// read drawn on stderr when stderr is a terminal (a big ledger takes seconds to read), and
-// done, which clears the count: call it before anything more is written. The count is never
+// progress gives a view (verify, stats; ls counts in its own passes) the store st with a
+// count of the records it has read drawn on stderr when stderr is a terminal (a big ledger
+// takes seconds to read), and done, which clears the count: call it before anything more is
+// written. The count is never
 // on stdout. As for export, not when the report itself goes to the terminal: drawing and
 // clearing the count writes carriage returns among the report's lines there, the very
 // character the views escape in what they show so that nothing can be drawn over a line.
