@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -375,52 +377,175 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	defer l.Close()
-	st, done := c.progress(l.Store(), "ls")
-	recs, err := ledger.List(ctx, st, states)
-	done()
-	bad, err := c.unreadable(l, err)
+	// ls holds one record at a time, however many the ledger has (a day of a busy fleet's
+	// calls is millions): the JSON is written record by record, and the table in two passes
+	// over the one snapshot, the first measuring its columns (docs/DECISIONS.md).
+	w := bufio.NewWriterSize(c.io.out, 64<<10)
+	if c.json {
+		err = c.lsJSON(ctx, l, states, w)
+	} else {
+		err = c.lsTable(ctx, l, states, w)
+	}
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// lsHeader is the header of the `ledger ls` table.
+var lsHeader = []string{"intent", "state", "tool", "agent", "domain/seq", "updated", "lease until / expires", "reason"}
+
+// lsRow is the row of the `ledger ls` table that shows r.
+func (c ledgerCall) lsRow(r *fence.Record) []string {
+	dom := ""
+	if r.Domain != "" {
+		dom = fmt.Sprintf("%s/%d", c.cell(r.Domain, 40), r.Seq)
+	}
+	until := r.LeaseUntil
+	if r.State == fence.StateDone {
+		until = r.ExpiresAt
+	}
+	if r.State.Fenced() {
+		until = time.Time{}
+	}
+	return []string{c.cell(r.Intent, 60), c.out.state(r.State), c.text(r.Tool, 30), c.text(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.text(r.Reason, 60)}
+}
+
+// lsTable writes the `ledger ls` table in two passes over the same records (one read
+// transaction, one snapshot): the first counts the records and measures the columns, the
+// second writes the rows. It holds a row at a time.
+func (c ledgerCall) lsTable(ctx context.Context, l *store.Ledger, states []fence.State, w io.Writer) error {
+	t := newStreamTable(lsHeader...)
+	n, shown := 0, 0
+	var bad *unreadableList
+	count, clearCount := c.count("ls: records")
+	measure := ledger.Pass{
+		Record: func(r *fence.Record) error {
+			n++
+			count()
+			t.measure(c.lsRow(r)...)
+			return nil
+		},
+		End: func(unreadable error) error {
+			clearCount() // before anything more is said on stderr
+			var err error
+			if bad, err = c.unreadable(l, unreadable); err != nil {
+				return err
+			}
+			count, clearCount = c.count("ls: rows written")
+			fmt.Fprintf(w, "ledger %s: %d intent(s)\n", esc(l.Location), n)
+			if n == 0 {
+				return nil
+			}
+			return t.head(w)
+		},
+	}
+	write := ledger.Pass{
+		Record: func(r *fence.Record) error {
+			shown++
+			count()
+			return t.row(w, c.lsRow(r)...)
+		},
+		End: func(error) error {
+			clearCount()
+			if shown != n {
+				// A store whose read transaction is not one snapshot: the table would be
+				// misaligned, or miss records, without a word.
+				return fmt.Errorf("the ledger read %d record(s), then %d, in one read transaction", n, shown)
+			}
+			if n == 0 {
+				return nil
+			}
+			return t.foot(w)
+		},
+	}
+	err := ledger.Walk(ctx, l.Store(), states, measure, write)
+	clearCount()
+	var u *ledger.UnreadableRecords
+	if errors.As(err, &u) && bad != nil {
+		err = nil // named on stderr after the first pass; bad.exit() below
+	}
+	if err != nil && shown > 0 {
+		// What was written is a table cut short, or whole rows of one: say it is not the list.
+		return fmt.Errorf("ledger ls is incomplete: it failed after %d of %d row(s); list again: %w", shown, n, err)
+	}
 	if err != nil {
 		return err
 	}
-	if c.json {
-		if recs == nil {
-			recs = []fence.Record{}
-		}
-		out := map[string]any{"ledger": l.Location, "records": recs}
-		if bad != nil {
-			out["unreadable"] = unreadableJSON(bad)
-		}
-		if err := c.writeJSON(out); err != nil {
+	return bad.exit()
+}
+
+// lsJSON writes `ledger ls --json` record by record: the document a json.Encoder would write
+// (indented, HTML characters raw, C1 and bidi characters escaped by safetext.JSON) for
+// {"ledger": …, "records": […], "unreadable": […]}, byte for byte, without holding the records
+// (TestLedgerLsJSONMatchesTheDocument).
+func (c ledgerCall) lsJSON(ctx context.Context, l *store.Ledger, states []fence.State, w io.Writer) error {
+	var buf bytes.Buffer
+	// piece writes v as the Encoder writes a value nested at the depth of prefix, after before.
+	piece := func(before, prefix string, v any) error {
+		buf.Reset()
+		buf.WriteString(before)
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent(prefix, "  ")
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
 			return err
 		}
-		return bad.exit()
+		buf.Truncate(buf.Len() - 1) // the Encoder's newline
+		_, err := w.Write(safetext.JSON(buf.Bytes()))
+		return err
 	}
-	fmt.Fprintf(c.io.out, "ledger %s: %d intent(s)\n", esc(l.Location), len(recs))
-	if len(recs) == 0 {
-		return bad.exit()
+	n := 0
+	head := func() error { return piece("{\n  \"ledger\": ", "  ", l.Location) }
+	count, clearCount := c.count("ls: records")
+	err := ledger.Walk(ctx, l.Store(), states, ledger.Pass{Record: func(r *fence.Record) error {
+		if n == 0 {
+			if err := head(); err != nil {
+				return err
+			}
+		}
+		before := ",\n    "
+		if n == 0 {
+			before = ",\n  \"records\": [\n    "
+		}
+		n++
+		count()
+		return piece(before, "    ", r)
+	}})
+	clearCount() // before anything more is said on stderr
+	bad, err := c.unreadable(l, err)
+	if err != nil && n > 0 {
+		// What was written is the start of a document: say it is not the list.
+		return fmt.Errorf("ledger ls is incomplete: it failed after %d record(s); list again: %w", n, err)
 	}
-	t := tablewriter.NewTable(c.io.out)
-	t.Header("intent", "state", "tool", "agent", "domain/seq", "updated", "lease until / expires", "reason")
-	for _, r := range recs {
-		dom := ""
-		if r.Domain != "" {
-			dom = fmt.Sprintf("%s/%d", c.cell(r.Domain, 40), r.Seq)
-		}
-		until := r.LeaseUntil
-		if r.State == fence.StateDone {
-			until = r.ExpiresAt
-		}
-		if r.State.Fenced() {
-			until = time.Time{}
-		}
-		if err := t.Append(c.cell(r.Intent, 60), c.out.state(r.State), c.text(r.Tool, 30), c.text(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.text(r.Reason, 60)); err != nil {
+	if err != nil {
+		return err
+	}
+	end := "\n  ]"
+	if n == 0 {
+		if err := head(); err != nil {
 			return err
 		}
+		end = ",\n  \"records\": []"
 	}
-	if err := t.Render(); err != nil {
+	if bad != nil {
+		if err := piece(end+",\n  \"unreadable\": ", "  ", unreadableJSON(bad)); err != nil {
+			return err
+		}
+		end = ""
+	}
+	if _, err := io.WriteString(w, end+"\n}\n"); err != nil {
 		return err
 	}
 	return bad.exit()
+}
+
+// count is counter(what), with add and clear doing nothing when no count is drawn.
+func (c ledgerCall) count(what string) (add, clear func()) {
+	if add, clear, ok := c.counter(what); ok {
+		return add, clear
+	}
+	return func() {}, func() {}
 }
 
 // unreadableList is what a view (ls, export, stats) could not read: it shows the rest, names
@@ -689,9 +814,10 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 	return bad.exit()
 }
 
-// progress gives a view (ls, verify, stats) the store st with a count of the records it has
-// read drawn on stderr when stderr is a terminal (a big ledger takes seconds to read), and
-// done, which clears the count: call it before anything more is written. The count is never
+// progress gives a view (verify, stats; ls counts in its own passes) the store st with a
+// count of the records it has read drawn on stderr when stderr is a terminal (a big ledger
+// takes seconds to read), and done, which clears the count: call it before anything more is
+// written. The count is never
 // on stdout. As for export, not when the report itself goes to the terminal: drawing and
 // clearing the count writes carriage returns among the report's lines there, the very
 // character the views escape in what they show so that nothing can be drawn over a line.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -67,7 +68,7 @@ func (u *unreadable) err() error {
 
 // List returns the records in the given states (all when none are given), in intent order.
 // Records that do not decode are left out and named by an *UnreadableRecords error, returned
-// with the others.
+// with the others. It holds every record it returns: Walk reads a ledger of any size.
 func List(ctx context.Context, st fence.Store, states []fence.State) ([]fence.Record, error) {
 	var out []fence.Record
 	var bad unreadable
@@ -82,6 +83,65 @@ func List(ctx context.Context, st fence.Store, states []fence.State) ([]fence.Re
 		return out, err
 	}
 	return out, bad.err()
+}
+
+// A Pass is one read of the records by Walk. Record is called with each record the pass
+// reads (the record is the scan's: copy what outlives the call); End, when set, once the pass
+// has read every one, with the *UnreadableRecords error that names the records it could not
+// read, or nil. An error either returns ends the walk with it.
+type Pass struct {
+	Record func(*fence.Record) error
+	End    func(unreadable error) error
+}
+
+// Walk reads the records in the given states (all when none are given), in intent order, once
+// for each pass, every pass in the one read transaction: each sees the same records (the
+// store's snapshot), so a first pass can measure what a second writes. It holds one page of
+// the store's scan at a time, however many records the ledger has (List holds them all).
+// Records that do not decode are left out of every pass; once every pass ended, Walk returns
+// the *UnreadableRecords error that names them (the first pass's: each reads the same).
+//
+// A store may run a read transaction again when its first round trip found the connection
+// dead (before any record was read). A transaction run again after a pass has been given a
+// record fails instead: what the passes wrote cannot be taken back.
+func Walk(ctx context.Context, st fence.Store, states []fence.State, passes ...Pass) error {
+	var bad unreadable
+	given := false // a pass has been given a record or its end
+	err := st.View(ctx, func(tx fence.Tx) error {
+		if given {
+			return errors.New("ledger: the store ran the read again after records were shown; what was shown may be incomplete: look again")
+		}
+		bad = unreadable{}
+		for i, p := range passes {
+			collect := func(*fence.UnreadableError) {}
+			if i == 0 {
+				collect = bad.add
+			}
+			var perr error
+			err := tx.Scan(fence.Filter{States: states, Unreadable: collect}, func(r *fence.Record) bool {
+				given = true
+				perr = p.Record(r)
+				return perr == nil
+			})
+			if err != nil {
+				return err
+			}
+			if perr != nil {
+				return perr
+			}
+			if p.End != nil {
+				given = true
+				if err := p.End(bad.err()); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return bad.err()
 }
 
 // Detail is one intent's record and its audit trail.

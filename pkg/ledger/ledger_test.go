@@ -267,3 +267,52 @@ func TestVerifySupersededRecords(t *testing.T) {
 		t.Fatalf("a record under a name it was not superseded to: %+v %v", rep, err)
 	}
 }
+
+// rerunStore runs each read transaction's function a second time after the first, as the
+// PostgreSQL store runs a transaction again whose connection it found dead.
+type rerunStore struct{ fence.Store }
+
+func (s rerunStore) View(ctx context.Context, fn func(fence.Tx) error) error {
+	if err := s.Store.View(ctx, fn); err != nil {
+		return err
+	}
+	return s.Store.View(ctx, fn)
+}
+
+// TestWalkPassesSeeTheSameRecordsOnce: Walk's passes each read every record in the states
+// asked for, in intent order, and a read transaction run again after records were given to a
+// pass fails the walk instead of giving them again (what a pass wrote cannot be taken back).
+func TestWalkPassesSeeTheSameRecordsOnce(t *testing.T) {
+	st := fence.NewMemoryStore()
+	eng := fence.New(st, fence.Config{})
+	for _, id := range []string{"c", "a", "b"} {
+		committed(t, eng, fence.Request{Intent: id, Tool: "t", Args: []byte(`{}`)})
+	}
+	if _, err := eng.Prepare(ctx, fence.Request{Intent: "held", Tool: "t", Args: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var seen [2][]string
+	var ends int
+	pass := func(i int) ledger.Pass {
+		return ledger.Pass{
+			Record: func(r *fence.Record) error { seen[i] = append(seen[i], r.Intent); return nil },
+			End:    func(unreadable error) error { ends++; return unreadable },
+		}
+	}
+	if err := ledger.Walk(ctx, st, []fence.State{fence.StateDone}, pass(0), pass(1)); err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range seen {
+		if strings.Join(got, " ") != "a b c" {
+			t.Errorf("pass %d read %q", i, got)
+		}
+	}
+	if ends != 2 {
+		t.Errorf("%d ends, want 2", ends)
+	}
+	seen = [2][]string{}
+	err := ledger.Walk(ctx, rerunStore{st}, nil, pass(0))
+	if err == nil || !strings.Contains(err.Error(), "ran the read again") || len(seen[0]) != 4 {
+		t.Fatalf("a read run again: %v, records given %q", err, seen[0])
+	}
+}
