@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 )
@@ -31,62 +33,110 @@ func walSum(order binary.ByteOrder, s [2]uint32, b []byte) [2]uint32 {
 	return s
 }
 
-// walDamageIn returns what is wrong with the log bytes b, or "" for a sound log, one that
-// ends in a torn write, or one that holds no frames.
-func walDamageIn(b []byte) string {
-	if len(b) < walHeaderSize {
-		return ""
+// walDamageIn returns what is wrong with the log of size bytes that r reads, or "" for a sound
+// log, one that ends in a torn write, or one that holds no frames. It reads one frame at a
+// time: a log can be far larger than the ledger (a reader holding a snapshot keeps SQLite from
+// checkpointing it), and every open of a ledger reads it.
+func walDamageIn(r io.ReaderAt, size int64) (string, error) {
+	if size < walHeaderSize {
+		return "", nil
+	}
+	h := make([]byte, walHeaderSize)
+	if _, err := r.ReadAt(h, 0); err != nil {
+		return "", err
 	}
 	var order binary.ByteOrder
-	switch binary.BigEndian.Uint32(b[0:4]) {
+	switch binary.BigEndian.Uint32(h[0:4]) {
 	case 0x377f0682:
 		order = binary.LittleEndian
 	case 0x377f0683:
 		order = binary.BigEndian
 	}
-	pageSize := int(binary.BigEndian.Uint32(b[8:12]))
-	salt := b[16:24]
-	stored := [2]uint32{binary.BigEndian.Uint32(b[24:28]), binary.BigEndian.Uint32(b[28:32])}
-	headerOK := order != nil && walSum(order, [2]uint32{}, b[:24]) == stored && pageSize >= 512 && pageSize <= 65536 && pageSize&(pageSize-1) == 0
-	// frameOK reports whether the frame at off verifies when run on from the checksum s.
-	frameOK := func(order binary.ByteOrder, off, pageSize int, s [2]uint32, salt []byte) bool {
-		if off+walFrameHeaderSize+pageSize > len(b) || binary.BigEndian.Uint32(b[off:]) == 0 || string(b[off+8:off+16]) != string(salt) {
+	pageSize := int(binary.BigEndian.Uint32(h[8:12]))
+	salt := h[16:24]
+	stored := [2]uint32{binary.BigEndian.Uint32(h[24:28]), binary.BigEndian.Uint32(h[28:32])}
+	headerOK := order != nil && walSum(order, [2]uint32{}, h[:24]) == stored && pageSize >= 512 && pageSize <= 65536 && pageSize&(pageSize-1) == 0
+	var buf []byte
+	// frame reads the frame at off of a log of pages of pageSize into buf, or returns nil
+	// when the log ends before it does.
+	frame := func(off int64, pageSize int) ([]byte, error) {
+		n := walFrameHeaderSize + pageSize
+		if off+int64(n) > size {
+			return nil, nil
+		}
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		f := buf[:n]
+		if _, err := r.ReadAt(f, off); err != nil {
+			if errors.Is(err, io.EOF) { // the file shrank meanwhile (a checkpoint truncated it)
+				return nil, nil
+			}
+			return nil, err
+		}
+		return f, nil
+	}
+	// frameOK reports whether frame f verifies when run on from the checksum s.
+	frameOK := func(order binary.ByteOrder, f []byte, s [2]uint32, salt []byte) bool {
+		if f == nil || binary.BigEndian.Uint32(f) == 0 || string(f[8:16]) != string(salt) {
 			return false
 		}
-		s = walSum(order, s, b[off:off+8])
-		s = walSum(order, s, b[off+walFrameHeaderSize:off+walFrameHeaderSize+pageSize])
-		return s == [2]uint32{binary.BigEndian.Uint32(b[off+16:]), binary.BigEndian.Uint32(b[off+20:])}
+		s = walSum(order, s, f[:8])
+		s = walSum(order, s, f[walFrameHeaderSize:])
+		return s == [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])}
 	}
 	if !headerOK {
 		// SQLite ignores the whole log. Its first frame still verifies against the checksum
 		// the header stores when only the header's other bytes (its salt, say) were damaged.
-		if len(b) < walHeaderSize+walFrameHeaderSize {
-			return ""
-		}
-		own := b[walHeaderSize+8 : walHeaderSize+16]
 		for _, o := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
 			for ps := 512; ps <= 65536; ps *= 2 {
-				if frameOK(o, walHeaderSize, ps, stored, own) {
-					return "has a write-ahead log whose header is damaged (its first frame verifies): SQLite ignores the whole log, and the decisions committed in it"
+				f, err := frame(walHeaderSize, ps)
+				if err != nil {
+					return "", err
+				}
+				if f != nil && frameOK(o, f, stored, f[8:16]) {
+					return "has a write-ahead log whose header is damaged (its first frame verifies): SQLite ignores the whole log, and the decisions committed in it", nil
 				}
 			}
 		}
-		return ""
+		return "", nil
 	}
-	frameSize := walFrameHeaderSize + pageSize
+	frameSize := int64(walFrameHeaderSize + pageSize)
 	s := stored
-	i, off := 0, walHeaderSize
-	for ; frameOK(order, off, pageSize, s, salt); i, off = i+1, off+frameSize {
-		s = [2]uint32{binary.BigEndian.Uint32(b[off+16:]), binary.BigEndian.Uint32(b[off+20:])}
+	i, off := 0, int64(walHeaderSize)
+	for ; ; i, off = i+1, off+frameSize {
+		f, err := frame(off, pageSize)
+		if err != nil {
+			return "", err
+		}
+		if !frameOK(order, f, s, salt) {
+			break
+		}
+		s = [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])}
 	}
 	bad := i
-	for j, o := i+1, off+frameSize; o+frameSize <= len(b); j, o = j+1, o+frameSize {
-		prev := [2]uint32{binary.BigEndian.Uint32(b[o-frameSize+16:]), binary.BigEndian.Uint32(b[o-frameSize+20:])}
-		if binary.BigEndian.Uint32(b[o+4:]) != 0 && frameOK(order, o, pageSize, prev, salt) {
-			return fmt.Sprintf("is damaged at frame %d of its write-ahead log, and a transaction committed after it (frame %d) is whole: SQLite ignores the log from frame %d on, and the decisions committed there", bad, j, bad)
-		}
+	// Each later frame is checked against the checksum its predecessor carries (read first).
+	var prev [2]uint32
+	if f, err := frame(off, pageSize); err != nil {
+		return "", err
+	} else if f == nil {
+		return "", nil
+	} else {
+		prev = [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])}
 	}
-	return ""
+	for j, o := i+1, off+frameSize; ; j, o = j+1, o+frameSize {
+		f, err := frame(o, pageSize)
+		if err != nil {
+			return "", err
+		}
+		if f == nil {
+			return "", nil
+		}
+		if binary.BigEndian.Uint32(f[4:]) != 0 && frameOK(order, f, prev, salt) {
+			return fmt.Sprintf("is damaged at frame %d of its write-ahead log, and a transaction committed after it (frame %d) is whole: SQLite ignores the log from frame %d on, and the decisions committed there", bad, j, bad), nil
+		}
+		prev = [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])}
+	}
 }
 
 // walDamage reads the log beside the ledger at path and returns what is wrong with it (see
@@ -94,17 +144,27 @@ func walDamageIn(b []byte) string {
 // damaged for a moment, so damage is read again for up to 200 ms before it is believed.
 func walDamage(path string) (string, error) {
 	for try := 0; ; try++ {
-		b, err := os.ReadFile(path + "-wal")
-		if os.IsNotExist(err) {
-			return "", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		what := walDamageIn(b)
-		if what == "" || try == 20 {
-			return what, nil
+		what, err := walDamageOf(path + "-wal")
+		if err != nil || what == "" || try == 20 {
+			return what, err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// walDamageOf is walDamageIn of the log file at path ("" when there is none).
+func walDamageOf(path string) (string, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	return walDamageIn(f, fi.Size())
 }
