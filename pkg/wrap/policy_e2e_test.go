@@ -208,7 +208,9 @@ tools:
 	}
 }
 
-// TestPolicyRefusedAtStart: a bad policy stops wrap before anything starts, with every error.
+// TestPolicyRefusedAtStart: a bad policy stops wrap before anything starts, with its first
+// error, how many there are and the `policy check` that lists each (a usage error is one line:
+// README).
 func TestPolicyRefusedAtStart(t *testing.T) {
 	t.Parallel()
 	r := demoRig(t, "1ms")
@@ -217,7 +219,7 @@ func TestPolicyRefusedAtStart(t *testing.T) {
 	if err == nil {
 		t.Fatal("wrap started with a bad policy")
 	}
-	for _, want := range []string{path + `:4:5: unknown key "wiat"`, path + ":5:10: key must be a list"} {
+	for _, want := range []string{path + `:4:5: unknown key "wiat"`, "(2 errors in all: `effectfence policy check " + path + "` lists each)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("wrap's error lacks %q: %v", want, err)
 		}
