@@ -117,6 +117,10 @@ func TestLedgerLsConnectionCut(t *testing.T) {
 		if !strings.Contains(errb.String(), "ledger ls is incomplete") || !strings.Contains(errb.String(), "postgres") {
 			t.Errorf("ls %q: the error does not say the listing is incomplete and why:\n%s", args[4:], errb.String())
 		}
+		// A read was cut: nothing "did not commit" (the store's words for a write).
+		if !strings.Contains(errb.String(), "of a read; it changed nothing") || strings.Contains(errb.String(), "did not commit") {
+			t.Errorf("ls %q: the cause does not say a read was cut:\n%s", args[4:], errb.String())
+		}
 		all := first + string(rest)
 		if jsonOut {
 			var doc map[string]any

@@ -420,9 +420,15 @@ func (e CommitUnknownError) Unwrap() error { return e.Err }
 type ConnLostError struct {
 	Stage string
 	Err   error
+	// Read: the transaction was a read (a View): it wrote nothing, and what it read stopped
+	// where the connection was lost.
+	Read bool
 }
 
 func (e ConnLostError) Error() string {
+	if e.Read {
+		return fmt.Sprintf("postgres ledger: connection lost during %s of a read; it changed nothing, and what it read stopped there: %v", e.Stage, e.Err)
+	}
 	return fmt.Sprintf("postgres ledger: connection lost during %s; the transaction did not commit and nothing of it was recorded: %v", e.Stage, e.Err)
 }
 
@@ -551,7 +557,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 	}
 	if err := fn(t); err != nil {
 		if conn.IsClosed() {
-			return s.fail(ctx, conn, stage(), err)
+			return s.fail(ctx, conn, write, stage(), err)
 		}
 		if t.begun || t.err != nil {
 			s.rollback(conn)
@@ -559,14 +565,14 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 		return err
 	}
 	if t.err != nil { // a read failed but fn ignored it
-		return s.fail(ctx, conn, stage(), t.err)
+		return s.fail(ctx, conn, write, stage(), t.err)
 	}
 	if !write {
 		if !t.begun {
 			return nil // fn read nothing: nothing was sent
 		}
 		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			return s.fail(ctx, conn, "the end of a read", err)
+			return s.fail(ctx, conn, write, "the end", err)
 		}
 		return nil
 	}
@@ -574,7 +580,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 		// Learn the transaction id before COMMIT is sent, so a lost acknowledgement can be
 		// resolved.
 		if err := t.send(nil); err != nil {
-			return s.fail(ctx, conn, stage(), err)
+			return s.fail(ctx, conn, write, stage(), err)
 		}
 	}
 	if !t.receipt {
@@ -607,12 +613,12 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 }
 
 // fail closes out a transaction that failed before COMMIT was sent.
-func (s *Store) fail(ctx context.Context, conn *pgx.Conn, stage string, err error) error {
+func (s *Store) fail(ctx context.Context, conn *pgx.Conn, write bool, stage string, err error) error {
 	if conn.IsClosed() {
 		if ctx.Err() != nil {
 			return fmt.Errorf("postgres ledger: %s cancelled; nothing of it was recorded: %w", stage, ctx.Err())
 		}
-		return ConnLostError{Stage: stage, Err: err}
+		return ConnLostError{Stage: stage, Err: err, Read: !write}
 	}
 	s.rollback(conn)
 	return err
