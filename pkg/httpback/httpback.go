@@ -375,12 +375,12 @@ type note struct {
 func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("httpback: the upstream URL must be an absolute http or https URL, got %q", safetext.Clip(safetext.Escape(redact(cfg.URL)), 200))
+		return nil, fmt.Errorf("httpback: the upstream URL must be an absolute http or https URL, got %q", safetext.Clip(safetext.Escape(ShownURL(cfg.URL)), 200))
 	}
 	if !json.Valid(cfg.Init) || bytes.TrimSpace(cfg.Init)[0] != '{' {
 		return nil, errors.New("httpback: initialize params must be a JSON object")
 	}
-	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: redact(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024)}
+	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: ShownURL(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024)}
 	s.bg, s.bgStop = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.deliver()
@@ -437,9 +437,6 @@ func headerSafe(v string) bool {
 	}
 	return true
 }
-
-// redact is ShownURL.
-func redact(raw string) string { return ShownURL(raw) }
 
 // ShownURL is a URL as messages show it (logs, and errors, which wrap records in the ledger as
 // the reason of a call the server cut off and shows to the agent): its scheme and host, then
