@@ -836,9 +836,14 @@ func (c ledgerCall) counter(what string) (add, clear func(), ok bool) {
 	if !isTerminal(c.io.err) || c.tty {
 		return nil, nil, false
 	}
+	// No spinner interval: with one, a bar of unknown length redraws itself from a goroutine
+	// of its own every 100 ms, which races with Clear (unlocked in progressbar) and draws the
+	// count again after it was cleared, among the report. Without it, the bar is drawn only
+	// by add, on the caller's goroutine, so clear is the last thing it writes.
 	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(c.io.err), progressbar.OptionSetDescription("effectfence ledger "+what),
-		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-	return func() { _ = bar.Add(1) }, func() { _ = bar.Clear() }, true
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSetSpinnerChangeInterval(0))
+	return func() { _ = bar.Add(1) }, func() { _ = bar.Exit(); _ = bar.Clear() }, true
 }
 
 // countingStore is a store whose views' Scans call record once per record they deliver.
