@@ -165,6 +165,10 @@ func pgLedger(t *testing.T) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	// Few idle connections: four packages run at a time, and the server allows 100 (pgtest.Ledger).
+	if !q.Has("pool_min_conns") {
+		q.Set("pool_min_conns", "1")
+	}
 	u.RawQuery = q.Encode()
 	t.Cleanup(func() {
 		ctx := context.Background()

@@ -27,6 +27,10 @@ func TestPostgresPoolSizeIsTheURLs(t *testing.T) {
 		}
 		q := u.Query()
 		for k, v := range params {
+			if v == "" {
+				q.Del(k) // the store's default
+				continue
+			}
 			q.Set(k, v)
 		}
 		u.RawQuery = q.Encode()
@@ -51,7 +55,7 @@ func TestPostgresPoolSizeIsTheURLs(t *testing.T) {
 
 	rs, rd := newRig(t), newRig(t)
 	rs.ledger = with(map[string]string{"application_name": small, "pool_max_conns": "2", "pool_min_conns": "1"})
-	rd.ledger = with(map[string]string{"application_name": dflt})
+	rd.ledger = with(map[string]string{"application_name": dflt, "pool_min_conns": ""})
 	ws, wd := rs.wrap(), rd.wrap()
 	most := 0
 	var mu sync.Mutex

@@ -33,6 +33,13 @@ func URL(tb testing.TB) string {
 
 // Ledger returns a ledger URL whose search_path is a schema no other test uses (the store
 // creates it on first open) and registers a cleanup that drops the schema and checks it is gone.
+//
+// The URL says pool_min_conns=1 (where the server's URL does not say otherwise): a store
+// opens 8 connections up front by default, and the suites run four packages at a time, each
+// with tests that start several processes on a ledger; at 8 each they passed the server's
+// default max_connections (100) and a test failed with "sorry, too many clients already".
+// A pool still grows to its maximum (16) under concurrent calls. A test about the default
+// pool removes the parameter (TestPostgresPoolSizeIsTheURLs).
 func Ledger(tb testing.TB, prefix string) string {
 	tb.Helper()
 	raw := URL(tb)
@@ -45,6 +52,9 @@ func Ledger(tb testing.TB, prefix string) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	if !q.Has("pool_min_conns") {
+		q.Set("pool_min_conns", "1")
+	}
 	u.RawQuery = q.Encode()
 	tb.Cleanup(func() { Drop(tb, raw, schema) })
 	return u.String()

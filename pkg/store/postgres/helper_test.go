@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -55,7 +56,9 @@ func openSized(tb testing.TB, schema string, maxConns int32) *Store {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, Config{URL: testURL(tb), Schema: schema, MaxConns: maxConns})
+	// One connection up front, not 8: the suites run four packages at a time against a server
+	// that allows 100 (pgtest.Ledger says more). The pool still grows to maxConns under load.
+	s, err := Open(ctx, Config{URL: withMinConns(testURL(tb)), Schema: schema, MaxConns: maxConns})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -113,4 +116,18 @@ func dropRole(tb testing.TB, role string) {
 	if _, err := conn.Exec(ctx, "DROP OWNED BY "+r+" CASCADE; DROP ROLE "+r); err != nil {
 		tb.Errorf("dropping role %s: %v", role, err)
 	}
+}
+
+// withMinConns returns raw with pool_min_conns=1 unless it names a pool_min_conns of its own.
+func withMinConns(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw // Open says what is wrong with it
+	}
+	q := u.Query()
+	if !q.Has("pool_min_conns") {
+		q.Set("pool_min_conns", "1")
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
