@@ -272,9 +272,9 @@ func policyCheckJSON(io streams, file string, p *policy.Policy, err error) error
 }
 
 // serverShown names a server command in a generated policy, a file made to be reviewed and
-// committed: by its program alone, since an argument can hold a key or a password
-// (`server-postgres postgresql://user:password@host/db`, `--api-key sk_live_…`). Before
-// 2026-12-04 the whole command line was written there.
+// committed, and in wrap's log: by its program alone, since an argument can hold a key or a
+// password (`server-postgres postgresql://user:password@host/db`, `--api-key sk_live_…`).
+// Before 2026-12-04 the whole command line was written there.
 func serverShown(argv []string) string {
 	shown := wrap.ShellJoin([]string{filepath.Base(argv[0])})
 	switch n := len(argv) - 1; n {

@@ -160,9 +160,13 @@ func wrapCommand(io streams) *cli.Command {
 			if opt.InMemory = led.Location == "memory"; !opt.InMemory { // no ledger command reaches it
 				opt.ClearHint = clearHint(led.Location)
 			}
-			what := safetext.Escape(wrap.ShellJoin(argv)) // one line, even for a command holding newlines
+			// The server by its program alone, as everywhere else (the ledger, the answers, policy
+			// init): an argument can hold a key. Escaped: one line, even for a name holding newlines.
+			var what string
 			if up != nil {
 				what = "the upstream " + up.shown
+			} else {
+				what = safetext.Escape(serverShown(argv))
 			}
 			if lc != nil {
 				per := "one child per session"

@@ -3,6 +3,7 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 // holds under wrap: the server's error message or the end of its stderr. A server's command
 // line often carries a secret of its own (`--api-key sk_live_…`, mcp-remote's `--header
 // Authorization:Bearer …`); it must not reach the ledger through the reason of a call the
-// server died during.
+// server died during, nor wrap's log (docs/privacy.md: wrap names the server by its program).
 func TestServerCommandLineNotInTheLedger(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -27,6 +28,10 @@ func TestServerCommandLineNotInTheLedger(t *testing.T) {
 	w.Close()
 
 	ledgerFilesLack(t, r, secret)
+	// Nor in wrap's log: it names the program and counts its arguments.
+	if log := w.log.String(); strings.Contains(log, secret) || !strings.Contains(log, "serving "+filepath.Base(testExe)+" (and 2 arguments") {
+		t.Errorf("wrap's log holds the command line, or does not name the program:\n%s", log)
+	}
 	var intent string
 	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
 	rec, err := r.openLedger().Status(context.Background(), intent)
