@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,8 @@ func TestScanQueriesUseIndexes(t *testing.T) {
 	}{
 		{fence.Filter{States: []fence.State{fence.StateInFlight}}, "records_open"},
 		{fence.Filter{States: []fence.State{fence.StateFailed, fence.StateUnknown}}, "records_open"},
+		{fence.Filter{States: []fence.State{fence.StateInFlight, fence.StateUnknown, fence.StateInFlight}}, "records_open"},
+		{fence.Filter{States: []fence.State{fence.StateInFlight, fence.StateUnknown}, ExpiresBefore: time.Now()}, "records_open"},
 		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now()}, "records_expires"},
 		// Sweep's batch: read in the index's order, with no sort of every expired record.
 		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now(), Limit: 1000, ByExpiry: true}, "records_expires"},
@@ -61,7 +64,9 @@ func TestScanQueriesUseIndexes(t *testing.T) {
 		if !strings.Contains(strings.Join(plan, "; "), "INDEX "+c.index) {
 			t.Errorf("%+v: plan %q does not use %s", c.f, plan, c.index)
 		}
-		if c.f.ByExpiry && strings.Contains(strings.Join(plan, "; "), "TEMP B-TREE") {
+		// A page is read in the index's order: no sort of every record after the page's first
+		// intent (records_open is ordered by intent within a state; several states merge).
+		if (c.f.ByExpiry || c.index == "records_open") && strings.Contains(strings.Join(plan, "; "), "TEMP B-TREE") {
 			t.Errorf("%+v: plan %q sorts", c.f, plan)
 		}
 	}
@@ -267,5 +272,126 @@ func TestOpenSetsTheIndexLayoutWithoutANewVersion(t *testing.T) {
 	st.Close()
 	if after := frames(); after != before {
 		t.Errorf("an open that changes nothing committed %d WAL frames", after-before)
+	}
+}
+
+// A ledger whose records_open is the earlier build's, on the state alone, gets the index on
+// (state, intent) at its next open for writing (openIndexStale): `ledger ls --state` reads its
+// pages in order from it. Its records and version are unchanged, and it answers the same.
+func TestOpenReplacesTheEarlierIndexOfOpenRecords(t *testing.T) {
+	ctx := context.Background()
+	path, eng := newLedger(t)
+	decide(t, eng, "a", []byte(`{}`))
+	for _, intent := range []string{"c", "b"} {
+		if _, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "t", Args: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng.Close()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	def := func() string {
+		var s string
+		if err := db.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE name = 'records_open'").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const current = "CREATE INDEX records_open ON records(state, intent) WHERE state <> 'done'"
+	if got := def(); got != current {
+		t.Fatalf("a new ledger's records_open: %q", got)
+	}
+	if _, err := db.ExecContext(ctx, `DROP INDEX records_open; CREATE INDEX records_open ON records(state) WHERE state <> 'done'`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = st.View(ctx, func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight, fence.StateUnknown}}, func(r *fence.Record) bool {
+			got = append(got, r.Intent)
+			return true
+		})
+	})
+	st.Close()
+	if err != nil || !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("open intents after the reopen: %v %v", got, err)
+	}
+	if got := def(); got != current {
+		t.Fatalf("after reopening, records_open is %q, want %q", got, current)
+	}
+	var check string
+	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" {
+		t.Fatalf("integrity_check: %q %v", check, err)
+	}
+}
+
+// A page of several open states is merged from one branch per state (openStatesQuery): across
+// Scan's pages of 256, from a resume point and up to a limit, it lists exactly the records of
+// those states, each once, in intent order, as one query over them all did.
+func TestScanOfSeveralStatesMergesInOrder(t *testing.T) {
+	ctx := context.Background()
+	_, eng := newLedger(t)
+	want := map[fence.State][]string{}
+	for i := range 700 {
+		intent := fmt.Sprintf("i%04d", (i*379)%700) // not in the order written
+		switch i % 7 {
+		case 0:
+			decide(t, eng, intent, []byte(`{}`))
+			want[fence.StateDone] = append(want[fence.StateDone], intent)
+		case 1, 2, 3:
+			if _, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "t", Args: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			want[fence.StateInFlight] = append(want[fence.StateInFlight], intent)
+		default:
+			adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "t", Args: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := eng.Abort(ctx, *adm.Ticket, "declined"); err != nil {
+				t.Fatal(err)
+			}
+			want[fence.StateFailed] = append(want[fence.StateFailed], intent)
+		}
+	}
+	open := slices.Sorted(slices.Values(append(slices.Clone(want[fence.StateInFlight]), want[fence.StateFailed]...)))
+	for _, c := range []struct {
+		after string
+		limit int
+	}{{"", 0}, {"", 300}, {open[100], 0}, {open[299], 257}, {open[len(open)-1], 0}, {"i0350", 5}} {
+		var got []string
+		err := eng.Store().View(ctx, func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateFailed, fence.StateInFlight, fence.StateFailed}, After: c.after, Limit: c.limit},
+				func(r *fence.Record) bool {
+					if r.State != fence.StateFailed && r.State != fence.StateInFlight {
+						t.Errorf("%s is %s", r.Intent, r.State)
+					}
+					got = append(got, r.Intent)
+					return true
+				})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exp := open[sort.SearchStrings(open, c.after+"\x00"):]
+		if c.after == "" {
+			exp = open
+		}
+		if c.limit > 0 && len(exp) > c.limit {
+			exp = exp[:c.limit]
+		}
+		if !slices.Equal(got, exp) {
+			i := 0
+			for i < len(got) && i < len(exp) && got[i] == exp[i] {
+				i++
+			}
+			t.Errorf("after %q limit %d: %d records, want %d; they differ at the %dth: %q", c.after, c.limit, len(got), len(exp), i, got[i:min(i+3, len(got))])
+		}
 	}
 }

@@ -127,11 +127,22 @@ CREATE TRIGGER records_args_deleted AFTER DELETE ON records
 //     record leaves when it is done. Scan adds the index's own term to queries for them.
 //
 // A commit now writes about 7.2 pages at 1.6 KB, 5.2 at 0.8 KB (TestFreshDecisionWritesFewPages).
+//
+// records_open is ordered by intent within each state: `ledger ls --state` reads a state 256
+// records at a time in intent order, and on an index of the state alone each page read every
+// record of the state again and sorted them (n²/256 rows: 10k unknown records of 100k took
+// 19 s). Builds before 2026-12-04 made it on the state alone; migrate replaces that one
+// (openIndexStale). Those builds, opening a ledger that has this one, keep it (IF NOT
+// EXISTS): their queries use it as well.
 const recordIndexes = `
 DROP INDEX IF EXISTS records_state;
 DROP INDEX IF EXISTS records_cert_hash;
-CREATE INDEX IF NOT EXISTS records_open ON records(state) WHERE state <> 'done';
+CREATE INDEX IF NOT EXISTS records_open ON records(state, intent) WHERE state <> 'done';
 `
+
+// openIndexStale finds a records_open index of an earlier build (on the state alone): its
+// definition in sqlite_schema, which keeps the CREATE statement as written.
+const openIndexStale = `SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'records_open' AND sql NOT LIKE '%records(state, intent)%'`
 
 // eventTokens gives the events table its token column (fence.Event.Token: the claim whose
 // holder reported a release, abort or lost, by which a retry of a release that landed, its

@@ -847,6 +847,15 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 	}
+	var stale int
+	if err := tx.QueryRowContext(ctx, openIndexStale).Scan(&stale); err != nil {
+		return fmt.Errorf("reading the records table's indexes: %w", err)
+	}
+	if stale > 0 {
+		if _, err := tx.ExecContext(ctx, "DROP INDEX records_open"); err != nil {
+			return fmt.Errorf("replacing the records table's index of open records: %w", err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, recordIndexes); err != nil {
 		return fmt.Errorf("setting the records table's indexes: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -348,6 +349,9 @@ func (t *txn) SweepExpired(before time.Time, limit int) (int, bool, error) {
 // intent to resume after and the page size (for f.ByExpiry, only the number of records: its
 // order comes from records_expires, and the scan reads them in one page).
 func scanQuery(f fence.Filter) (string, []any) {
+	if q, args, ok := openStatesQuery(f); ok {
+		return q, args
+	}
 	var where []string
 	var args []any
 	if len(f.States) > 0 {
@@ -375,6 +379,43 @@ func scanQuery(f fence.Filter) (string, []any) {
 	}
 	where = append(where, "intent > ?")
 	return "SELECT intent, body FROM records WHERE " + strings.Join(where, " AND ") + " ORDER BY intent LIMIT ?", args
+}
+
+// openStatesQuery is scanQuery's query for a page of several states that are not done, in
+// intent order (`ledger ls --state fenced`: in_flight and unknown): one branch per state,
+// each read in order from records_open (state, intent), merged (SQLite's MERGE of a compound
+// SELECT) up to the page's size. One query over all the states at once reads every record of
+// them after the page's first intent and sorts them, on every page. ok is false for any other
+// filter.
+func openStatesQuery(f fence.Filter) (q string, args []any, ok bool) {
+	if f.ByExpiry || len(f.States) < 2 {
+		return "", nil, false
+	}
+	var states []string
+	for _, st := range f.States {
+		if st == fence.StateDone {
+			return "", nil, false
+		}
+		if !slices.Contains(states, string(st)) {
+			states = append(states, string(st))
+		}
+	}
+	// Numbered parameters: every branch reads the same bound and resume point. The caller
+	// appends the intent to resume after and the page size.
+	for _, st := range states {
+		args = append(args, st)
+	}
+	expires := ""
+	if !f.ExpiresBefore.IsZero() {
+		args = append(args, unixNano(f.ExpiresBefore))
+		expires = fmt.Sprintf(" AND expires_at IS NOT NULL AND expires_at <= ?%d", len(args))
+	}
+	after, limit := len(args)+1, len(args)+2
+	branches := make([]string, len(states))
+	for i := range states {
+		branches[i] = fmt.Sprintf("SELECT intent, body FROM records WHERE state = ?%d AND state <> 'done'%s AND intent > ?%d", i+1, expires, after)
+	}
+	return strings.Join(branches, " UNION ALL ") + fmt.Sprintf(" ORDER BY intent LIMIT ?%d", limit), args, true
 }
 
 // scanPage is how many records Scan reads before calling fn on them: rows are closed before
