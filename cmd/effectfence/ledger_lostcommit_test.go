@@ -57,7 +57,7 @@ func newHeldCommit(t *testing.T, kinds string, setup func(ctx context.Context, l
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if h.admin, err = pgx.Connect(ctx, direct); err != nil {
+	if h.admin, err = connectLedger(ctx, direct); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.admin.Close(context.Background()) })

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
@@ -146,6 +147,17 @@ func TestLedgerResolveUsage(t *testing.T) {
 	if code, _, errOut := runCLI(t, "", "ledger", "resolve", "charge:x", "--ledger", loc, "--happened", "--reason", "x"); code != exitError || !strings.Contains(errOut, "no ledger at") {
 		t.Fatalf("resolve on a missing ledger = %d %s", code, errOut)
 	}
+}
+
+// connectLedger opens a plain connection (for a test's own queries) to the server and schema
+// of a ledger URL, whose pool parameters (pool_min_conns, pgLedger's) only a pool takes: the
+// server refuses them as settings.
+func connectLedger(ctx context.Context, ledger string) (*pgx.Conn, error) {
+	pc, err := pgxpool.ParseConfig(ledger)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, pc.ConnConfig)
 }
 
 // pgLedger returns a PostgreSQL ledger URL in a schema of its own, dropped when the test ends

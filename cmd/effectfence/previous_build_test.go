@@ -114,7 +114,7 @@ func TestPreviousBuildKeepsReceiptsPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn, err := pgx.Connect(ctx, ledger)
+		conn, err := connectLedger(ctx, ledger)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestPreviousBuildKeepsReceiptsPostgres(t *testing.T) {
 	body := func(intent string) []byte {
 		t.Helper()
 		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, ledger)
+		conn, err := connectLedger(ctx, ledger)
 		if err != nil {
 			t.Fatal(err)
 		}

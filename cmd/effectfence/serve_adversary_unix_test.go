@@ -20,7 +20,6 @@ import (
 	"github.com/effectfence/effectfence/internal/sqlitelock"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
-	"github.com/jackc/pgx/v5"
 )
 
 // docs/serve.md and SPEC §3: with --on-lease-expiry reclaim, a claim is taken over once its
@@ -378,7 +377,7 @@ func lockAnyLedger(t *testing.T, ledger string) (unlock func()) {
 		return sqlitelock.Hold(t, ledger)
 	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, ledger)
+	conn, err := connectLedger(ctx, ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
