@@ -717,13 +717,46 @@ func (w *wrapSlot) start() error {
 		return err
 	}
 	w.log = f
-	s, err := w.spawn()
-	if err != nil {
-		return fmt.Errorf("history: starting wrap %d: %w (its log: %s)", w.i, err, f.Name())
+	// A first start can fail for a passing reason: the HTTP front's port, free when it was
+	// picked, taken by another process before the wrap bound it, or a start slower than its
+	// 30 s on a loaded machine. Three tries, each HTTP one on a newly picked port.
+	var s proc
+	for try := 1; ; try++ {
+		if s, err = w.spawn(); err == nil {
+			break
+		}
+		if try == 3 {
+			// No keeper runs: stop must not wait for one (it waited for ever, and the run
+			// hung instead of saying why it could not start).
+			close(w.done)
+			_ = f.Sync()
+			return fmt.Errorf("history: starting wrap %d: %w; the end of its log:\n%s", w.i, err, logTail(f.Name(), 2048))
+		}
+		fmt.Fprintf(w.log, "--- history: start %d failed: %v; again\n", try, err)
+		w.port = 0
 	}
 	w.set(s)
 	go w.keep(s)
 	return nil
+}
+
+// logTail is the last n bytes of the file at path, or a word on why it cannot be read.
+func logTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return err.Error()
+	}
+	return string(b)
 }
 
 func (w *wrapSlot) spawn() (proc, error) {
