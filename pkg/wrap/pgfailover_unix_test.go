@@ -83,11 +83,21 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 			} else {
 				first["mid"] = a.text
 			}
-			if a := <-held; a.kind == "ok" || a.kind == "replay" || r.executions()["op-4"] != 0 {
-				t.Fatalf("the call whose claim waited for the standby: %s %q, ran %d times", a.kind, a.text, r.executions()["op-4"])
-			}
-			if x := call(t, w.Session, "slow", slowArgs("op-4")); x.replayed() || x.IsError {
-				t.Errorf("op-4's duplicate after the failover: %+v", x)
+			switch a := <-held; {
+			case a.kind == "ok" && r.executions()["op-4"] == 1:
+				// The claim was written on the new primary: the write seen waiting for the
+				// standby was another (a heartbeat of the running call), or the lost claim was
+				// found not recorded there (txid_status on the new primary) and made again. The
+				// call ran once, after the failover, and its outcome is recorded there: its
+				// duplicate must replay it (checked with the others below).
+				t.Logf("op-4 was claimed on the new primary and ran once: %q", a.text)
+				first["op-4"] = a.text
+			case a.kind == "ok" || a.kind == "replay" || r.executions()["op-4"] != 0:
+				t.Fatalf("the call whose claim waited for the standby: %s %q, ran %d times; log:\n%s", a.kind, a.text, r.executions()["op-4"], w.log.String())
+			default:
+				if x := call(t, w.Session, "slow", slowArgs("op-4")); x.replayed() || x.IsError {
+					t.Errorf("op-4's duplicate after the failover: %+v", x)
+				}
 			}
 			for tag, text := range first {
 				args := slowArgs(tag)
