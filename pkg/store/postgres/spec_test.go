@@ -412,7 +412,7 @@ func untilTheStatementLands(t *testing.T, try func(int) bool) {
 		}
 		t.Logf("try %d: the statement's clock was stale when the server ran it (it wrote nothing); again", i)
 	}
-	t.Fatal("in 5 tries the one-statement commit never wrote its record")
+	t.Fatal("in 5 tries the one statement never wrote its record")
 }
 
 // recordState reads intent's state from the server on conn ("" when it has no record).

@@ -360,77 +360,86 @@ func (c downLate) Write(b []byte) (int, error) {
 func TestSpeculativeClaimOutcomeUnknown(t *testing.T) {
 	for _, recorded := range []bool{true, false} {
 		t.Run(map[bool]string{true: "recorded", false: "not recorded"}[recorded], func(t *testing.T) {
-			schema := testSchema(t)
-			var armed, down atomic.Bool
-			var cut atomic.Int64
-			var late *lateConn
-			ctx := context.Background()
-			watch := newBackendWatch(t)
-			s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 4, wrapConn: func(c net.Conn) net.Conn {
-				if recorded {
-					return downConn{cutConn: newCutConn(c, &armed, &cut, watch), down: &down}
+			untilTheStatementLands(t, func(try int) bool {
+				schema := testSchema(t)
+				var armed, down atomic.Bool
+				var cut atomic.Int64
+				var late *lateConn
+				ctx := context.Background()
+				watch := newBackendWatch(t)
+				s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 4, wrapConn: func(c net.Conn) net.Conn {
+					if recorded {
+						return downConn{cutConn: newCutConn(c, &armed, &cut, watch), down: &down}
+					}
+					return downLate{&lateConn{Conn: c, armed: &armed, late: &late}, &down}
+				}})
+				if err != nil {
+					t.Fatal(err)
 				}
-				return downLate{&lateConn{Conn: c, armed: &armed, late: &late}, &down}
-			}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			var arm atomic.Bool // the claim of r only
-			st := &stages{on: func(stage string, _ uint32) {
-				if stage == "speculate claim" && arm.CompareAndSwap(true, false) {
-					armed.Store(true)
+				defer s.Close()
+				var arm atomic.Bool // the claim of r only
+				st := &stages{on: func(stage string, _ uint32) {
+					if stage == "speculate claim" && arm.CompareAndSwap(true, false) {
+						armed.Store(true)
+					}
+				}}
+				s.hook = st.hook
+				e := fence.New(s, fence.Config{})
+				if adm, err := e.Prepare(ctx, fence.Request{Intent: "warm", Tool: "t"}); err != nil || !adm.Fresh() {
+					t.Fatal(adm, err)
 				}
-			}}
-			s.hook = st.hook
-			e := fence.New(s, fence.Config{})
-			if adm, err := e.Prepare(ctx, fence.Request{Intent: "warm", Tool: "t"}); err != nil || !adm.Fresh() {
-				t.Fatal(adm, err)
-			}
-			arm.Store(true)
-			r := fence.Request{Intent: "charge:claim-unknown", Tool: "charge", Args: []byte(`{"amount":4}`)}
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			adm, err := e.Prepare(cctx, r)
-			var unknown CommitUnknownError
-			if !errors.As(err, &unknown) || !unknown.CountersKept() || fence.CodeOf(err) != fence.CodeStore || adm.Ticket != nil ||
-				!strings.Contains(err.Error(), "one-statement claim") || !strings.Contains(err.Error(), "must not run") {
-				t.Fatalf("a claim with the database gone: %+v %v", adm, err)
-			}
-			if st.count("claim speculation lost") != 1 || st.count("speculated claim") != 0 {
-				t.Fatalf("stages %v", st.n)
-			}
-			t.Logf("prepare: %v", err)
-			down.Store(false)
-			if late != nil {
-				late.Conn.Close() // the batch never arrives
-			}
-			// A claim not recorded may be yet until the server's clock is past its own plus
-			// specSlack: the doubt stays open until then.
-			for deadline := time.Now().Add(10 * time.Second); s.doubts.n.Load() > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				s.settleDoubts(ctx, true)
-			}
-			if adm, err := e.Prepare(ctx, fence.Request{Intent: "next", Tool: "t"}); err != nil || !adm.Fresh() {
-				t.Fatalf("%+v %v; stages %v", adm, err, st.n)
-			}
-			want := map[bool]string{true: "doubt landed", false: "doubt added"}[recorded]
-			if st.count(want) != 1 || st.count("doubt landed")+st.count("doubt added") != 1 {
-				t.Fatalf("stages %v, want %q", st.n, want)
-			}
-			if n := admitted(t, e); n != 2 {
-				t.Fatalf("admitted %d, want 2 (warm, next)", n)
-			}
-			dup, err := e.Prepare(ctx, r)
-			for deadline := time.Now().Add(30 * time.Second); recorded && fence.CodeOf(err) == fence.CodeInFlight && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond) // the engine releases the recorded claim
-				dup, err = e.Prepare(ctx, r)
-			}
-			if err != nil || !dup.Fresh() {
-				t.Fatalf("a duplicate of the claim (recorded: %v): %+v %v", recorded, dup, err)
-			}
-			if n := admitted(t, e); n != 3 {
-				t.Fatalf("admitted %d, want 3 (warm, next, the duplicate)", n)
-			}
+				arm.Store(true)
+				r := fence.Request{Intent: fmt.Sprintf("charge:claim-unknown-%d", try), Tool: "charge", Args: []byte(`{"amount":4}`)}
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				adm, err := e.Prepare(cctx, r)
+				var unknown CommitUnknownError
+				if !errors.As(err, &unknown) || !unknown.CountersKept() || fence.CodeOf(err) != fence.CodeStore || adm.Ticket != nil ||
+					!strings.Contains(err.Error(), "one-statement claim") || !strings.Contains(err.Error(), "must not run") {
+					t.Fatalf("a claim with the database gone: %+v %v", adm, err)
+				}
+				if st.count("claim speculation lost") != 1 || st.count("speculated claim") != 0 {
+					t.Fatalf("stages %v", st.n)
+				}
+				t.Logf("prepare: %v", err)
+				if recorded && recordState(t, admin(t, schema), r.Intent) == "" {
+					// The server answered the statement (the cut waits for that) and it wrote
+					// nothing: its clock was stale (untilTheStatementLands).
+					down.Store(false)
+					return false
+				}
+				down.Store(false)
+				if late != nil {
+					late.Conn.Close() // the batch never arrives
+				}
+				// A claim not recorded may be yet until the server's clock is past its own plus
+				// specSlack: the doubt stays open until then.
+				for deadline := time.Now().Add(10 * time.Second); s.doubts.n.Load() > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					s.settleDoubts(ctx, true)
+				}
+				if adm, err := e.Prepare(ctx, fence.Request{Intent: "next", Tool: "t"}); err != nil || !adm.Fresh() {
+					t.Fatalf("%+v %v; stages %v", adm, err, st.n)
+				}
+				want := map[bool]string{true: "doubt landed", false: "doubt added"}[recorded]
+				if st.count(want) != 1 || st.count("doubt landed")+st.count("doubt added") != 1 {
+					t.Fatalf("stages %v, want %q", st.n, want)
+				}
+				if n := admitted(t, e); n != 2 {
+					t.Fatalf("admitted %d, want 2 (warm, next)", n)
+				}
+				dup, err := e.Prepare(ctx, r)
+				for deadline := time.Now().Add(30 * time.Second); recorded && fence.CodeOf(err) == fence.CodeInFlight && time.Now().Before(deadline); {
+					time.Sleep(20 * time.Millisecond) // the engine releases the recorded claim
+					dup, err = e.Prepare(ctx, r)
+				}
+				if err != nil || !dup.Fresh() {
+					t.Fatalf("a duplicate of the claim (recorded: %v): %+v %v", recorded, dup, err)
+				}
+				if n := admitted(t, e); n != 3 {
+					t.Fatalf("admitted %d, want 3 (warm, next, the duplicate)", n)
+				}
+				return true
+			})
 		})
 	}
 }

@@ -39,6 +39,6 @@ func startProc(t testing.TB, argv []string, env ...string) (*exec.Cmd, io.WriteC
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { killTree(cmd) })
 	return cmd, in, bufio.NewScanner(out)
 }
