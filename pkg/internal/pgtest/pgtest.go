@@ -34,12 +34,8 @@ func URL(tb testing.TB) string {
 // Ledger returns a ledger URL whose search_path is a schema no other test uses (the store
 // creates it on first open) and registers a cleanup that drops the schema and checks it is gone.
 //
-// The URL says pool_min_conns=1 (where the server's URL does not say otherwise): a store
-// opens 8 connections up front by default, and the suites run four packages at a time, each
-// with tests that start several processes on a ledger; at 8 each they passed the server's
-// default max_connections (100) and a test failed with "sorry, too many clients already".
-// A pool still grows to its maximum (16) under concurrent calls. A test about the default
-// pool removes the parameter (TestPostgresPoolSizeIsTheURLs).
+// The URL opens few connections up front (FewConns). A test about the default pool removes
+// the parameter (TestPostgresPoolSizeIsTheURLs).
 func Ledger(tb testing.TB, prefix string) string {
 	tb.Helper()
 	raw := URL(tb)
@@ -52,11 +48,27 @@ func Ledger(tb testing.TB, prefix string) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	tb.Cleanup(func() { Drop(tb, raw, schema) })
+	return FewConns(u.String())
+}
+
+// FewConns returns the store URL raw with pool_min_conns=1, unless it names a pool_min_conns
+// of its own. A store opens 8 connections up front by default, and the suites run four
+// packages at a time, each with tests that start several processes on a ledger; at 8 each they
+// passed the server's default max_connections (100) and a test failed with "sorry, too many
+// clients already". A pool still grows to its maximum under concurrent calls. Only a pool
+// takes the parameter: a plain connection (pgx.Connect) is refused it as a server setting.
+func FewConns(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw // the store's Open says what is wrong with it
+	}
+	q := u.Query()
 	if !q.Has("pool_min_conns") {
 		q.Set("pool_min_conns", "1")
 	}
 	u.RawQuery = q.Encode()
-	tb.Cleanup(func() { Drop(tb, raw, schema) })
 	return u.String()
 }
 

@@ -3,12 +3,13 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 )
 
 // EnvTestURL names the server the tests use; CI sets it.
@@ -56,9 +57,8 @@ func openSized(tb testing.TB, schema string, maxConns int32) *Store {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// One connection up front, not 8: the suites run four packages at a time against a server
-	// that allows 100 (pgtest.Ledger says more). The pool still grows to maxConns under load.
-	s, err := Open(ctx, Config{URL: withMinConns(testURL(tb)), Schema: schema, MaxConns: maxConns})
+	// One connection up front, not 8 (pgtest.FewConns); the pool still grows to maxConns.
+	s, err := Open(ctx, Config{URL: pgtest.FewConns(testURL(tb)), Schema: schema, MaxConns: maxConns})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -116,18 +116,4 @@ func dropRole(tb testing.TB, role string) {
 	if _, err := conn.Exec(ctx, "DROP OWNED BY "+r+" CASCADE; DROP ROLE "+r); err != nil {
 		tb.Errorf("dropping role %s: %v", role, err)
 	}
-}
-
-// withMinConns returns raw with pool_min_conns=1 unless it names a pool_min_conns of its own.
-func withMinConns(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw // Open says what is wrong with it
-	}
-	q := u.Query()
-	if !q.Has("pool_min_conns") {
-		q.Set("pool_min_conns", "1")
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
 }
