@@ -130,10 +130,10 @@ CREATE TRIGGER records_args_deleted AFTER DELETE ON records
 //
 // records_open is ordered by intent within each state: `ledger ls --state` reads a state 256
 // records at a time in intent order, and on an index of the state alone each page read every
-// record of the state again and sorted them (n²/256 rows: 10k unknown records of 100k took
-// 19 s). Builds before 2026-12-04 made it on the state alone; migrate replaces that one
-// (openIndexStale). Those builds, opening a ledger that has this one, keep it (IF NOT
-// EXISTS): their queries use it as well.
+// record of the state after its first intent again and sorted them (n²/256 rows; figures in
+// docs/DECISIONS-sqlite.md). Builds before 2026-12-04 made it on the state alone; migrate
+// replaces that one (openIndexStale). Those builds, opening a ledger that has this one, keep
+// it (IF NOT EXISTS) and their queries use it (TestOpenReplacesTheEarlierIndexOfOpenRecords).
 const recordIndexes = `
 DROP INDEX IF EXISTS records_state;
 DROP INDEX IF EXISTS records_cert_hash;
