@@ -38,7 +38,9 @@ func midCall(t *testing.T, w *wrapProc, tag string) <-chan answer {
 // promoted; the wrap, its URL naming both, goes on against it. Every answered call's
 // duplicate is replayed; the running call's outcome is recorded on the new primary and
 // replayed; the waiting claim was never answered, so its call did not run, and its duplicate
-// runs it once. With the database's synchronous_commit default at local too, which waits for
+// runs it once. (Or the claim was made again on the new primary, the write seen waiting being
+// another or the lost claim found not recorded there: then it ran once, after the failover,
+// and its duplicate replays it.) With the database's synchronous_commit default at local too, which waits for
 // the primary's disk alone: before, the store kept local, the waiting claim was answered
 // without the standby, its call ran, the failover lost it and the duplicate ran it again.
 func TestFailoverToASynchronousStandby(t *testing.T) {
