@@ -25,9 +25,11 @@ type indexWatch struct {
 func (w *indexWatch) removed(real string) bool {
 	name := real + "-shm"
 	if w.fd >= 0 {
-		p := "/proc/self/fd/" + strconv.Itoa(w.fd)
-		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, w.fi) {
-			return gone(fi, name)
+		// fstat of the descriptor sees what a stat of /proc/self/fd/N sees, at an eighth of
+		// its cost (0.55 against 4.4 µs here), once for every write transaction.
+		var st syscall.Stat_t
+		if err := syscall.Fstat(w.fd, &st); err == nil && sameInode(&st, w.fi) {
+			return st.Nlink == 0 || renamed(w.fi, name)
 		}
 		w.fd = -1
 	} else if w.misses++; w.misses%64 != 1 {
@@ -60,6 +62,17 @@ func gone(fi os.FileInfo, name string) bool {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
 		return true
 	}
+	return renamed(fi, name)
+}
+
+// renamed reports whether name leads to another file than fi.
+func renamed(fi os.FileInfo, name string) bool {
 	at, err := os.Stat(name)
 	return err == nil && !os.SameFile(at, fi)
+}
+
+// sameInode reports whether st (an fstat) is the file fi describes.
+func sameInode(st *syscall.Stat_t, fi os.FileInfo) bool {
+	was, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Dev == was.Dev && st.Ino == was.Ino
 }

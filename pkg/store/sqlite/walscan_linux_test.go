@@ -109,8 +109,46 @@ func TestDamagedWriteAheadLogIsRefused(t *testing.T) {
 // side, the file failed integrity_check. The store that lost its index must refuse every
 // write from then on with a FileError saying so, and the ledger must stay sound, with the
 // holder's commit in it.
+//
+// Each case runs in a test process of its own: the store that lost its index leaves its
+// connections open on purpose (closing them would checkpoint through the lost index), and a
+// later case's holder would rightly see this process holding a log beside a name that no
+// longer exists.
 func TestRemovedIndexStopsTheWriter(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.db")
+	const env = "EFFECTFENCE_TEST_INDEX_CASE"
+	cases := map[string]bool{
+		"deleted": false,
+		// The index the store maps keeps a name elsewhere (a hard link), so it still has a
+		// link: what tells is that the ledger's -shm name now leads to the holder's new index.
+		"another name kept": true,
+	}
+	if name := os.Getenv(env); name != "" {
+		keepName, ok := cases[name]
+		if !ok {
+			t.Fatalf("%s=%q names no case", env, name)
+		}
+		removedIndexStopsTheWriter(t, keepName)
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(exe, "-test.run=^TestRemovedIndexStopsTheWriter$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), env+"="+name)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "--- PASS: TestRemovedIndexStopsTheWriter") {
+				t.Fatalf("the case in a process of its own: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+func removedIndexStopsTheWriter(t *testing.T, keepName bool) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
 	st := openT(t, path, sqlite.Options{})
 	eng := fence.New(st, fence.Config{})
 	commit := func(intent string) error {
@@ -123,6 +161,11 @@ func TestRemovedIndexStopsTheWriter(t *testing.T) {
 	}
 	if err := commit("before"); err != nil {
 		t.Fatal(err)
+	}
+	if keepName {
+		if err := os.Link(path+"-shm", filepath.Join(dir, "kept-shm")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Remove(path + "-shm"); err != nil {
 		t.Fatal(err)
