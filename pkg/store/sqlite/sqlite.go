@@ -458,6 +458,12 @@ func dsn(path string, opt Options, writer bool) string {
 		q.Add("_pragma", "synchronous(FULL)")
 		// Keep the WAL file small after checkpoints, so the ledger's footprint stays bounded.
 		q.Add("_pragma", "journal_size_limit(4194304)")
+		// Deleted and rewritten content is overwritten with zeros, freed pages included: a
+		// swept outcome (a card number in its arguments, a file in its result) does not stay
+		// in the file's free pages (docs/privacy.md). A freed page is written once more; a
+		// fresh call's claim and commit free none (TestSweptRecordsLeaveNoBytesInTheFile,
+		// docs/DECISIONS-sqlite.md).
+		q.Add("_pragma", "secure_delete(1)")
 		q.Set("_txlock", "immediate")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()

@@ -1,0 +1,123 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestSweptRecordsLeaveNoBytesInTheFile: once the sweep has deleted an expired outcome and
+// the log is checkpointed, the ledger file holds none of its bytes: not in the free space of
+// the pages its row shared with others (a small call), not in the freed overflow pages of a
+// large call's arguments (record_args) or of its large result. Without secure_delete they
+// stayed in the file's free pages until SQLite reused them (docs/privacy.md).
+func TestSweptRecordsLeaveNoBytesInTheFile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{ResultTTL: time.Millisecond})
+	defer eng.Close()
+	marks := map[string]string{}
+	decide := func(intent string, argBytes, resultBytes int) {
+		mark := func(what string, n int) string {
+			m := fmt.Sprintf("secret-%s-%s-", intent, what)
+			marks[intent+" "+what] = m
+			return strings.Repeat(m, max(1, n/len(m)))
+		}
+		args := []byte(fmt.Sprintf(`{"card":%q}`, mark("args", argBytes)))
+		adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge_card", Args: args, Agent: "t"})
+		if err != nil || !adm.Fresh() {
+			t.Fatal(adm, err)
+		}
+		if _, err := eng.Commit(ctx, *adm.Ticket, []byte(fmt.Sprintf(`{"receipt":%q}`, mark("result", resultBytes)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Neighbours keep the pages of the swept records in use, as a live ledger's do.
+	for i := range 40 {
+		if _, err := eng.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("keep:%02d", i), Tool: "t", Args: []byte(`{"n":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decide("small", 300, 300)
+	decide("large", 64<<10, 64<<10)
+	decide("mixed", 300, 64<<10)
+	time.Sleep(10 * time.Millisecond)
+	if n, err := eng.Sweep(ctx); err != nil || n != 3 {
+		t.Fatalf("swept %d, %v; want 3", n, err)
+	}
+	// The log's frames hold the records until a checkpoint copies the pages back and the log
+	// starts again: the file is then what a later reader of the disk finds.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var busy, logged, done int
+	if err := db.QueryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &done); err != nil || busy != 0 {
+		t.Fatalf("checkpoint: busy %d, %v", busy, err)
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wal, err := os.ReadFile(path + "-wal"); err == nil {
+		file = append(file, wal...)
+	}
+	for what, m := range marks {
+		if i := bytes.Index(file, []byte(m)); i >= 0 {
+			t.Errorf("the %s of a swept record is still in the ledger file, at byte %d", what, i)
+		}
+	}
+	if !bytes.Contains(file, []byte("keep:39")) {
+		t.Fatal("the file does not hold the records that were kept: the search proves nothing")
+	}
+}
+
+// TestSweepBatchIsBounded: one SweepExpired deletes at most sweepBatch records, whatever the
+// engine asks for, and says there may be more; the engine's sweep goes on to the last.
+func TestSweepBatchIsBounded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fence.New(st, fence.Config{ResultTTL: time.Millisecond})
+	defer eng.Close()
+	const expired = sweepBatch*2 + 7
+	for i := range expired {
+		adm, err := eng.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("old:%03d", i), Tool: "t", Args: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	err = st.Update(ctx, func(tx fence.Tx) error {
+		n, more, err := tx.(fence.ExpiredSweeper).SweepExpired(tx.Now(), 1000)
+		if err == nil && (n != sweepBatch || !more) {
+			t.Errorf("one batch asked for 1000 swept %d (more: %v); want %d and more", n, more, sweepBatch)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := eng.Sweep(ctx); err != nil || n != expired-sweepBatch {
+		t.Fatalf("the sweep after it swept %d, %v; want %d", n, err, expired-sweepBatch)
+	}
+}
