@@ -824,7 +824,20 @@ func (s *Store) checkIdentity(ctx context.Context) error {
 
 // migrate creates or upgrades the schema inside one IMMEDIATE transaction, so processes
 // opening a new ledger at the same time do it once.
-func (s *Store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context) (err error) {
+	// A migration copies the records and drops what it copied from (schema 1 to 2), or drops
+	// an index it builds again: the pages it frees hold nothing the ledger does not still hold,
+	// and zeroing them (secure_delete, dsn) wrote a migrated 23 MB ledger's old table again:
+	// 87 MB written and 267 ms, against 15 MB and 85 ms (TestMigrationWritesNoZeroedPages).
+	// The writer's only connection runs this, the transaction and the statement after it.
+	if _, err := s.w.ExecContext(ctx, "PRAGMA secure_delete = 0"); err != nil {
+		return err
+	}
+	defer func() {
+		if _, rerr := s.w.ExecContext(context.WithoutCancel(ctx), "PRAGMA secure_delete = 1"); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("restoring secure_delete after the migration: %w", rerr))
+		}
+	}()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
