@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"bytes"
-	"database/sql"
 	"fmt"
 	"os"
 	"strconv"
@@ -73,19 +72,7 @@ func TestMigrationWritesNoZeroedPages(t *testing.T) {
 	if n, err := eng.Sweep(ctx); err != nil || n != 1 {
 		t.Fatalf("swept %d, %v; want 1", n, err)
 	}
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var busy, logged, done int
-	if err := db.QueryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &done); err != nil || busy != 0 {
-		t.Fatalf("checkpoint: busy %d, %v", busy, err)
-	}
-	file, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file := sqlite.OnDisk(t, path)
 	if i := bytes.Index(file, []byte(mark)); i >= 0 {
 		t.Errorf("a record swept after the migration is still in the ledger file, at byte %d: secure_delete was not set again", i)
 	}

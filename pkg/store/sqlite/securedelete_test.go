@@ -57,8 +57,23 @@ func TestSweptRecordsLeaveNoBytesInTheFile(t *testing.T) {
 	if n, err := eng.Sweep(ctx); err != nil || n != 3 {
 		t.Fatalf("swept %d, %v; want 3", n, err)
 	}
-	// The log's frames hold the records until a checkpoint copies the pages back and the log
-	// starts again: the file is then what a later reader of the disk finds.
+	file := OnDisk(t, path)
+	for what, m := range marks {
+		if i := bytes.Index(file, []byte(m)); i >= 0 {
+			t.Errorf("the %s of a swept record is still in the ledger file, at byte %d", what, i)
+		}
+	}
+	if !bytes.Contains(file, []byte("keep:39")) {
+		t.Fatal("the file does not hold the records that were kept: the search proves nothing")
+	}
+}
+
+// OnDisk checkpoints the ledger at path from a connection of its own, emptying its log (the
+// log's frames hold pages until a checkpoint copies them into the file and the log starts
+// again), and returns the bytes of the file and of what is left of the log: what a later
+// reader of the disk finds. Exported for the external tests of this package.
+func OnDisk(t *testing.T, path string) []byte {
+	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
@@ -75,14 +90,7 @@ func TestSweptRecordsLeaveNoBytesInTheFile(t *testing.T) {
 	if wal, err := os.ReadFile(path + "-wal"); err == nil {
 		file = append(file, wal...)
 	}
-	for what, m := range marks {
-		if i := bytes.Index(file, []byte(m)); i >= 0 {
-			t.Errorf("the %s of a swept record is still in the ledger file, at byte %d", what, i)
-		}
-	}
-	if !bytes.Contains(file, []byte("keep:39")) {
-		t.Fatal("the file does not hold the records that were kept: the search proves nothing")
-	}
+	return file
 }
 
 // TestSweepBatchIsBounded: one SweepExpired deletes at most sweepBatch records, whatever the
