@@ -104,12 +104,18 @@ func walPages(t *testing.T, path string, owner map[uint32]string) []string {
 // newLedger opens a new ledger file and an engine over it, closed when the test ends.
 func newLedger(t *testing.T) (path string, eng *fence.Engine) {
 	t.Helper()
+	return newLedgerWith(t, fence.Config{})
+}
+
+// newLedgerWith is newLedger with an engine of cfg.
+func newLedgerWith(t *testing.T, cfg fence.Config) (path string, eng *fence.Engine) {
+	t.Helper()
 	path = filepath.Join(t.TempDir(), "ledger.db")
 	st, err := Open(context.Background(), path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng = fence.New(st, fence.Config{})
+	eng = fence.New(st, cfg)
 	t.Cleanup(func() { eng.Close() })
 	return path, eng
 }

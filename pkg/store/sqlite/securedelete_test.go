@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +20,7 @@ import (
 // stayed in the file's free pages until SQLite reused them (docs/privacy.md).
 func TestSweptRecordsLeaveNoBytesInTheFile(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := fence.New(st, fence.Config{ResultTTL: time.Millisecond})
-	defer eng.Close()
+	path, eng := newLedgerWith(t, fence.Config{ResultTTL: time.Millisecond})
 	marks := map[string]string{}
 	decide := func(intent string, argBytes, resultBytes int) {
 		mark := func(what string, n int) string {
@@ -97,13 +90,8 @@ func OnDisk(t *testing.T, path string) []byte {
 // engine asks for, and says there may be more; the engine's sweep goes on to the last.
 func TestSweepBatchIsBounded(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := fence.New(st, fence.Config{ResultTTL: time.Millisecond})
-	defer eng.Close()
+	_, eng := newLedgerWith(t, fence.Config{ResultTTL: time.Millisecond})
+	st := eng.Store()
 	const expired = sweepBatch*2 + 7
 	for i := range expired {
 		adm, err := eng.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("old:%03d", i), Tool: "t", Args: []byte(`{}`)})
@@ -115,7 +103,7 @@ func TestSweepBatchIsBounded(t *testing.T) {
 		}
 	}
 	time.Sleep(10 * time.Millisecond)
-	err = st.Update(ctx, func(tx fence.Tx) error {
+	err := st.Update(ctx, func(tx fence.Tx) error {
 		n, more, err := tx.(fence.ExpiredSweeper).SweepExpired(tx.Now(), 1000)
 		if err == nil && (n != sweepBatch || !more) {
 			t.Errorf("one batch asked for 1000 swept %d (more: %v); want %d and more", n, more, sweepBatch)

@@ -460,9 +460,9 @@ func dsn(path string, opt Options, writer bool) string {
 		q.Add("_pragma", "journal_size_limit(4194304)")
 		// Deleted and rewritten content is overwritten with zeros, freed pages included: a
 		// swept outcome (a card number in its arguments, a file in its result) does not stay
-		// in the file's free pages (docs/privacy.md). A freed page is written once more; a
-		// fresh call's claim and commit free none (TestSweptRecordsLeaveNoBytesInTheFile,
-		// docs/DECISIONS-sqlite.md).
+		// in the file's free pages (docs/privacy.md, TestSweptRecordsLeaveNoBytesInTheFile).
+		// A freed page is written once more; a fresh call's claim and commit free none (their
+		// WAL frames and writes were measured unchanged: docs/DECISIONS-sqlite.md).
 		q.Add("_pragma", "secure_delete(1)")
 		q.Set("_txlock", "immediate")
 	}
