@@ -61,6 +61,23 @@ func TestSweptRecordsLeaveNoBytesInTheFile(t *testing.T) {
 	}
 }
 
+// TestEveryWriterConnectionDeletesSecurely: the store opens its writer's connection again
+// after a goroutine ended inside its transaction, and such a connection has only what the
+// data source name sets: secure_delete must be among it, not only set by the migration that
+// the first connection ran (which restores it too).
+func TestEveryWriterConnectionDeletesSecurely(t *testing.T) {
+	path, _ := newLedger(t)
+	db, err := sql.Open("sqlite", dsn(path, Options{BusyTimeout: time.Second}, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var on int
+	if err := db.QueryRow("PRAGMA secure_delete").Scan(&on); err != nil || on != 1 {
+		t.Fatalf("a new writer connection: secure_delete = %d (%v); want 1", on, err)
+	}
+}
+
 // OnDisk checkpoints the ledger at path from a connection of its own, emptying its log (the
 // log's frames hold pages until a checkpoint copies them into the file and the log starts
 // again), and returns the bytes of the file and of what is left of the log: what a later
