@@ -111,13 +111,7 @@ func TestSweepBatchIsBounded(t *testing.T) {
 	st := eng.Store()
 	const expired = sweepBatch*2 + 7
 	for i := range expired {
-		adm, err := eng.Prepare(ctx, fence.Request{Intent: fmt.Sprintf("old:%03d", i), Tool: "t", Args: []byte(`{}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
-			t.Fatal(err)
-		}
+		decide(t, eng, fmt.Sprintf("old:%03d", i), []byte(`{}`))
 	}
 	time.Sleep(10 * time.Millisecond)
 	err := st.Update(ctx, func(tx fence.Tx) error {
