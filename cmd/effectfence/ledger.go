@@ -125,9 +125,20 @@ func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli
 			if err != nil {
 				return err
 			}
+			var spill *spillWriter
+			if needsSpill(c.io.out) {
+				spill = newSpillWriter(c.io.out, "")
+				c.io.out = spill
+			}
 			out := &checkedWriter{w: c.io.out}
 			c.io.out = out
 			err = run(ctx, c)
+			if spill != nil {
+				// run has closed the ledger: only the report's reader is waited for now.
+				if serr := spill.Close(); out.err == nil {
+					out.err = serr
+				}
+			}
 			if out.err != nil {
 				// A report that did not reach stdout (a full disk, a closed file) is not a
 				// success: a script would read a truncated report, or none, as the answer.
