@@ -160,6 +160,7 @@ func (s *spillWriter) drain() {
 			return
 		}
 		seg := s.queue[0]
+		s.queue[0] = segment{} // the bytes are not kept by the queue's array once written
 		s.queue = s.queue[1:]
 		file := s.file
 		s.mu.Unlock()
