@@ -21,6 +21,7 @@ import (
 
 	"github.com/effectfence/effectfence/internal/userfile"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/httpback"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -783,13 +784,16 @@ func (ps *parse) hook(n ast.Node) *Hook {
 }
 
 // checkHookURL accepts https URLs, and http only to this machine (a local relay or a test).
+// Its errors, which wrap prints as it refuses the policy, name the URL by its scheme and host
+// alone (httpback.ShownURL): the rest of a webhook's URL is its secret (docs/privacy.md).
+// Before, they quoted the whole URL.
 func checkHookURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", s)
+		return errors.New("not a URL")
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%q has no host; want https://host/path", s)
+		return errors.New("the URL has no host; want https://host/path")
 	}
 	switch u.Scheme {
 	case "https":
@@ -799,7 +803,7 @@ func checkHookURL(s string) error {
 		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
 			return nil
 		}
-		return fmt.Errorf("%q: plain http only to this machine (localhost); the event names tools and redacted arguments, so use https", s)
+		return fmt.Errorf("%s: plain http only to this machine (localhost); the event names tools and redacted arguments, so use https", httpback.ShownURL(s))
 	}
-	return fmt.Errorf("%q: want an https:// URL", s)
+	return fmt.Errorf("%s: want an https:// URL", httpback.ShownURL(s))
 }
