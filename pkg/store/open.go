@@ -147,7 +147,7 @@ const Supported = `a SQLite file path (e.g. ./ledger.db or /var/lib/effectfence/
 // A relative file whose name has a colon can be written ./a:b.db.
 func CheckLedger(ledger string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("ledger %q: %s; the supported forms are %s", ledger, why, Supported)
+		return fmt.Errorf("ledger %s: %s; the supported forms are %s", shownLedger(ledger), why, Supported)
 	}
 	switch {
 	case ledger == "" || ledger == "memory" || isPostgres(ledger):
@@ -175,6 +175,20 @@ func CheckLedger(ledger string) error {
 		}
 	}
 	return nil
+}
+
+// shownLedger is a refused ledger string as CheckLedger's errors show it, which reach logs
+// (wrap's stderr): quoted, unless it could hold a password (user information before an '@', a
+// password= or sslpassword= parameter), which is then left out with all that follows its
+// scheme. Before 2026-12-05 the string was quoted whole (postgresql+psycopg2://u:PASSWORD@…).
+func shownLedger(s string) string {
+	if !strings.Contains(s, "@") && !strings.Contains(strings.ToLower(s), "password") {
+		return strconv.Quote(s)
+	}
+	if scheme, _, ok := strings.Cut(s, ":"); ok && validScheme(scheme) {
+		return strconv.Quote(scheme+":…") + " (the rest not shown: it may hold a password)"
+	}
+	return "(not shown: it may hold a password)"
 }
 
 // keywordValue reports whether s starts like libpq's key=value connection string
