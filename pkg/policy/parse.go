@@ -605,19 +605,24 @@ func (ps *parse) list(n ast.Node, what, example string) ([]string, []ast.Node, b
 	return out, nodes, good
 }
 
-// paths reads a list of field paths in wrap's --key/--ignore-field syntax.
-func (ps *parse) paths(n ast.Node, what string, emptyOK bool) []wrap.Path {
+// paths reads a list of field paths in wrap's --key/--ignore-field syntax: a key's, or with
+// ignore an ignore list's, which may be empty and may not cut the repeat argument
+// (wrap.IgnoredRepeat).
+func (ps *parse) paths(n ast.Node, what string, ignore bool) []wrap.Path {
 	items, nodes, ok := ps.list(n, what, "[order_id, customer.id]")
 	if !ok {
 		return nil
 	}
-	if len(items) == 0 && !emptyOK {
+	if len(items) == 0 && !ignore {
 		ps.errorf(n, "%s is an empty list; leave it out instead", what)
 		return nil
 	}
 	var out []wrap.Path
 	for i, s := range items {
 		p, err := wrap.ParsePath(s)
+		if err == nil && ignore {
+			err = wrap.IgnoredRepeat(p)
+		}
 		if err != nil {
 			ps.errorf(nodes[i], "%s: %v", what, err)
 			continue

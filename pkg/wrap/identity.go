@@ -63,6 +63,16 @@ func IgnoredKeyError(k, i Path) error {
 	return fmt.Errorf("key field %q is ignored (ignore %q): ignored fields are cut before the key is read, so every call would have the same key and distinct calls would be answered as one; take it out of one of the two", k.String(), i.String())
 }
 
+// IgnoredRepeat refuses an ignored path that cuts RepeatArg or a part of it. Ignored fields
+// are cut before the identity is taken, so the deliberate repeat every replay note asks for
+// would be one more duplicate: answered with the first call's receipt, and not run.
+func IgnoredRepeat(p Path) error {
+	if len(p) > 0 && p[0] == RepeatArg {
+		return fmt.Errorf("ignored field %q cuts %s, which names a deliberate repeat (every replay note asks the agent to set it): ignored, the repeat would be answered with the first call's receipt and not run; take it out", p.String(), RepeatArg)
+	}
+	return nil
+}
+
 // ParseIgnoreField parses a --ignore-field value "TOOL:json.path".
 func ParseIgnoreField(s string) (tool string, path Path, err error) {
 	tool, rest, ok := cutLast(s)
@@ -70,6 +80,9 @@ func ParseIgnoreField(s string) (tool string, path Path, err error) {
 		return "", nil, fmt.Errorf("--ignore-field %q: want TOOL:json.path, e.g. charge:metadata.timestamp", s)
 	}
 	path, err = ParsePath(rest)
+	if err == nil {
+		err = IgnoredRepeat(path)
+	}
 	if err != nil {
 		return "", nil, fmt.Errorf("--ignore-field %q: %v", s, err)
 	}

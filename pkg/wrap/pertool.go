@@ -102,7 +102,8 @@ func (s ToolSettings) check() error {
 }
 
 // checkCall refuses a key field cut by an ignored one (every call would have the same key,
-// and distinct calls would be answered as one), an empty field path (it names no field), a
+// and distinct calls would be answered as one), an ignored field that cuts RepeatArg
+// (IgnoredRepeat), an empty field path (it names no field), a
 // path ParsePath refuses (an empty or "*" segment) and a replay window out of range.
 func (s ToolSettings) checkCall() error {
 	if err := checkWindow(s.ReplayWindow); err != nil {
@@ -122,6 +123,9 @@ func (s ToolSettings) checkCall() error {
 		}
 		if err := i.check(); err != nil {
 			return fmt.Errorf("ignored field: %v", err)
+		}
+		if err := IgnoredRepeat(i); err != nil {
+			return err
 		}
 	}
 	if k, i, cut := IgnoredKey(s.Key, s.Ignore); cut {
