@@ -48,3 +48,32 @@ func TestExplicitKeyIsKeptAndANewValueIsANewCall(t *testing.T) {
 		t.Fatalf("the server received the keys %q; want the agent's k-1 and k-2 as sent, then an injected hash", strings.Join(keys, ", "))
 	}
 }
+
+// Under --key the intent is named by the key fields (and effectfence_repeat) alone, so a new
+// value of the tool's idempotency-key property with the same key fields is not a new call: it
+// is refused with intent_conflict and does not run (docs/identity.md says so); the key
+// property named as a key field makes it one.
+func TestExplicitKeyUnderAKeyFlag(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		key      string
+		conflict bool
+	}{{"charge:order", true}, {"charge:order,idempotency_key", false}} {
+		r := newRig(t)
+		w := r.wrap("--key", c.key)
+		first := call(t, w.Session, "charge", `{"order":"o-1","amount":5,"idempotency_key":"k-1"}`)
+		second := call(t, w.Session, "charge", `{"order":"o-1","amount":5,"idempotency_key":"k-2"}`)
+		code := string(second.Meta["effectfence/code"])
+		if first.IsError || first.replayed() || second.replayed() || (code == `"intent_conflict"`) != c.conflict || !c.conflict && second.IsError {
+			t.Errorf("--key %s: k-1 %q (replayed %v), then k-2 %q (replayed %v, code %s); want k-2 %s", c.key, first.text(), first.replayed(), second.text(), second.replayed(), code,
+				map[bool]string{true: "refused with intent_conflict", false: "run"}[c.conflict])
+		}
+		want := 2
+		if c.conflict {
+			want = 1
+		}
+		if n := r.effectCount(); n != want {
+			t.Errorf("--key %s: %d executions, want %d", c.key, n, want)
+		}
+	}
+}
