@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/httpfront"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
@@ -121,10 +124,42 @@ func TestDeleteWhileCallsAndGETStreamAreOpen(t *testing.T) {
 // POST is answered (none hangs), and what it says is what happened: a charge answered as
 // charged ran exactly once, one answered 404 or "NOT executed" did not run at all; none is
 // left unknown and none ran twice. The same charges sent again from a new session are replayed
-// where they ran and run (once) where they did not.
+// where they ran and run (once) where they did not. Each session's server is its own stdio
+// child, or an upstream session on one mcptest server over Streamable HTTP (--upstream).
 func TestDeleteRacesPosts(t *testing.T) {
 	t.Parallel()
-	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) { o.Grace = 30 * time.Second })
+	for _, back := range []string{"stdio", "http"} {
+		t.Run(back, func(t *testing.T) {
+			t.Parallel()
+			deleteRacesPosts(t, back)
+		})
+	}
+}
+
+func deleteRacesPosts(t *testing.T, back string) {
+	dir := t.TempDir()
+	led, err := store.Open(context.Background(), store.Options{Ledger: filepath.Join(dir, "ledger.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	effects := filepath.Join(dir, "effects")
+	var upstream string
+	if back == "http" {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, stop := startProcT(t, append(mcptest.Env(effects, ""), mcptest.EnvHTTP+"=127.0.0.1:0"), "mcptest: listening on ", exe, "-test.run=^$")
+		t.Cleanup(stop)
+		upstream = u
+	}
+	g := newGWOn(t, led, effects, func(_ *httpfront.Config, o *wrap.Options) {
+		o.Grace = 30 * time.Second
+		if upstream != "" {
+			o.Backend = wrap.Upstream(upstream, nil)
+		}
+	})
 	const rounds, n = 4, 12
 	var mu sync.Mutex
 	ran := map[int]bool{} // amount: answered as charged
