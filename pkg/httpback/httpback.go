@@ -812,7 +812,14 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 			return nil, err
 		}
 		if ev.hasID {
-			*lastID = ev.id
+			// An id HTTP cannot carry back as Last-Event-ID (a control character, or longer
+			// than a header takes: the stream allows both) names no place to resume from:
+			// before 2026-12-05 the GET stream asked for it in vain every second, or gave up
+			// at the server's 431, for the session's life; it is opened again without one.
+			*lastID = ""
+			if headerSafe(ev.id) {
+				*lastID = ev.id
+			}
 		}
 		if len(bytes.TrimSpace(ev.data)) == 0 {
 			continue // a priming event
