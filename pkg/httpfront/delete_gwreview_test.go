@@ -298,3 +298,42 @@ func TestDeleteLeavesNoGoroutines(t *testing.T) {
 	buf := make([]byte, 1<<20)
 	t.Fatalf("%d goroutines after the deleted session ended, %d before it opened:\n%s", now, before, buf[:runtime.Stack(buf, true)])
 }
+
+// A session deleted while its initialize is still unanswered (a server that never finishes
+// its handshake): the client has the session's id from the event stream's headers, sent
+// before the answer. The DELETE stops the server after the grace, and the initialize's stream
+// ends then, instead of waiting for the handshake's own bound (60 s); the session is gone.
+func TestDeleteDuringTheHandshake(t *testing.T) {
+	t.Parallel()
+	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
+		o.Env = mcptest.Env(filepath.Join(t.TempDir(), "effects"), "mute")
+	})
+	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(initBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("initialize of a mute server: status %d, session %q", resp.StatusCode, sid)
+	}
+	ended := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(resp.Body); ended <- string(b) }()
+	start := time.Now()
+	g.deleteSession(t, sid)
+	select {
+	case b := <-ended:
+		t.Logf("the initialize's stream ended %s after the DELETE: %.300s", time.Since(start), b)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deleted session's initialize is still waiting 30 s after the DELETE")
+	}
+	if r := g.mustPost(sid, nil, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); r.status != http.StatusNotFound {
+		t.Fatalf("the deleted session: status %d, want 404", r.status)
+	}
+	if n := g.front.Sessions(); n != 0 {
+		t.Fatalf("%d sessions open, want 0", n)
+	}
+}
