@@ -18,6 +18,13 @@ import (
 // closed the connection without an answer.
 func rawRequest(t *testing.T, gwURL, method, head, body string) (int, string) {
 	t.Helper()
+	code, b, _ := rawRequestWithHeader(t, gwURL, method, head, body, "")
+	return code, b
+}
+
+// rawRequestWithHeader is rawRequest that also returns the answer's header name ("": none).
+func rawRequestWithHeader(t *testing.T, gwURL, method, head, body, name string) (int, string, string) {
+	t.Helper()
 	u, err := url.Parse(gwURL)
 	if err != nil {
 		t.Fatal(err)
@@ -33,11 +40,15 @@ func rawRequest(t *testing.T, gwURL, method, head, body string) (int, string) {
 	}()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		return 0, err.Error()
+		return 0, err.Error(), ""
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	v := ""
+	if name != "" {
+		v = resp.Header.Get(name)
+	}
+	return resp.StatusCode, string(b), v
 }
 
 // Hostile header sizes and session ids, against the real binary behind API keys: a header
