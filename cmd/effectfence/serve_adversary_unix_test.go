@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/ledgerturn"
 	"github.com/effectfence/effectfence/internal/sqlitelock"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
@@ -49,7 +50,10 @@ func reclaimNeverTakesOverAStoppedHolder(t *testing.T, ledger string) {
 	if p.Status != serve.StatusFresh {
 		t.Fatalf("the holder's prepare: %+v", p)
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	// Stopped inside its call, not inside a transaction of its own (ledgerturn.StopOutsideTurn; a
+	// PostgreSQL ledger has no file to look at, and the serve holds no transaction open
+	// between its calls).
+	if _, err := ledgerturn.StopOutsideTurn(a.cmd.Process.Pid, ledger); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })

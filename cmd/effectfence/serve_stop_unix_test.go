@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/ledgerturn"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 )
@@ -26,7 +27,8 @@ func TestServeWaiterOnAStoppedHolderEndsWithTheLease(t *testing.T) {
 	a := startServe(t, "--ledger", ledger, "--lease-secs", "2")
 	b := startServe(t, "--ledger", ledger, "--lease-secs", "2")
 	p := a.prepare(prep)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	// Stopped inside its call, not inside a transaction of its own (ledgerturn.StopOutsideTurn).
+	if _, err := ledgerturn.StopOutsideTurn(a.cmd.Process.Pid, ledger); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/ledgerturn"
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
@@ -53,7 +54,7 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 		t.Fatalf("unshare (pid %d) has children %v, want the wrap alone", w.Pid(), kids)
 	}
 	holder := kids[0]
-	if err := syscall.Kill(holder, syscall.SIGSTOP); err != nil {
+	if _, err := ledgerturn.StopOutsideTurn(holder, r.ledger); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/ledgerturn"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
@@ -74,7 +75,8 @@ func TestClearRefusedWhileAStoppedHolderCanResume(t *testing.T) {
 	first := callInBackground(w.Session, "slow", args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
-	if err := syscall.Kill(w.Pid(), syscall.SIGSTOP); err != nil {
+	// Stopped inside its call, not inside a transaction of its own (ledgerturn.StopOutsideTurn).
+	if _, err := ledgerturn.StopOutsideTurn(w.Pid(), r.ledger); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false

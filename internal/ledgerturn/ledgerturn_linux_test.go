@@ -1,0 +1,82 @@
+package ledgerturn_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/internal/ledgerturn"
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// A writer that holds the ledger's turn most of the time: the helper process of
+// TestStopOutsideTurn.
+func init() {
+	path := os.Getenv("EFFECTFENCE_TEST_TURN_HOLDER")
+	if path == "" {
+		return
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		os.Exit(3)
+	}
+	os.WriteFile(path+".ready", nil, 0o600)
+	for {
+		// A transaction that holds the write lock (and the queue) for 20 ms of every 22.
+		_ = st.Update(ctx, func(tx fence.Tx) error {
+			_, err := tx.NextToken()
+			time.Sleep(20 * time.Millisecond)
+			return err
+		})
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestStopOutsideTurn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_TURN_HOLDER="+path)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+		_ = cmd.Wait()
+	})
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path + ".ready"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer never opened the ledger")
+		}
+	}
+	most := 0
+	for round := range 10 {
+		stops, err := ledgerturn.StopOutsideTurn(cmd.Process.Pid, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, stops)
+		// Stopped outside its turn, it stays out of it: another process can take the turn.
+		for range 3 {
+			if held, err := ledgerturn.TurnHeld(path); err != nil || held {
+				t.Fatalf("round %d: stopped after %d tries, and the ledger's turn is held (%v)", round, stops, err)
+			}
+			time.Sleep(30 * time.Millisecond)
+		}
+		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("at most %d stops to find the writer outside its turn", most)
+}
