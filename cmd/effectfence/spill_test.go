@@ -48,16 +48,7 @@ func TestSpillWriterKeepsTheReportWhileItsReaderPauses(t *testing.T) {
 	g := &gate{open: make(chan struct{})}
 	s := newSpillWriter(g, dir)
 	pieces := report(4 << 20) // four times what memory holds
-	wrote := make(chan error, 1)
-	go func() {
-		for _, p := range pieces {
-			if _, err := s.Write(p); err != nil {
-				wrote <- err
-				return
-			}
-		}
-		wrote <- nil
-	}()
+	wrote := writeAll(s, pieces)
 	select {
 	case err := <-wrote:
 		if err != nil {
@@ -114,16 +105,7 @@ func TestSpillWriterWithoutATemporaryFileWaits(t *testing.T) {
 	g := &gate{open: make(chan struct{})}
 	s := newSpillWriter(g, filepath.Join(t.TempDir(), "no-such-dir"))
 	pieces := report(3 << 20)
-	wrote := make(chan error, 1)
-	go func() {
-		for _, p := range pieces {
-			if _, err := s.Write(p); err != nil {
-				wrote <- err
-				return
-			}
-		}
-		wrote <- nil
-	}()
+	wrote := writeAll(s, pieces)
 	select {
 	case err := <-wrote:
 		t.Fatalf("the writer finished (%v) with 3 MiB written and nowhere to keep what its reader did not take", err)
@@ -159,6 +141,21 @@ func TestSpillWriterSaysTheReadersFailure(t *testing.T) {
 	if err := s.Close(); !errors.Is(err, broken) {
 		t.Errorf("Close: %v; want %v", err, broken)
 	}
+}
+
+// writeAll writes pieces to s on a goroutine of its own and says how that ended.
+func writeAll(s *spillWriter, pieces [][]byte) <-chan error {
+	wrote := make(chan error, 1)
+	go func() {
+		for _, p := range pieces {
+			if _, err := s.Write(p); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	return wrote
 }
 
 type writerFunc func([]byte) (int, error)

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -41,76 +40,15 @@ func TestNamedLedgerInASharedDirectoryOnlyTheUserReads(t *testing.T) {
 	a := r.wrap(flags...)
 
 	// check walks the shared directory: it keeps its mode, every directory under it is 0700,
-	// every file 0600; want are name suffixes that must be among them (else the check looks
-	// at nothing).
-	check := func(when string, want ...string) {
-		t.Helper()
-		seen := map[string]bool{}
-		err := filepath.WalkDir(shared, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			perm := fi.Mode().Perm()
-			switch {
-			case p == shared:
-				if perm != 0o755 {
-					t.Errorf("%s: the shared directory's mode became %v; want it left at 0755", when, perm)
-				}
-			case d.IsDir() && perm != 0o700:
-				t.Errorf("%s: directory %s has mode %v; want 0700", when, p, perm)
-			case !d.IsDir() && perm != 0o600:
-				t.Errorf("%s: file %s has mode %v; want 0600", when, p, perm)
-			}
-			for _, s := range want {
-				if strings.Contains(filepath.Base(p), s) {
-					seen[s] = true
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range want {
-			if !seen[s] {
-				t.Errorf("%s: no file named with %q under %s (the check looks at nothing)", when, s, shared)
-			}
-		}
-	}
+	// every file 0600.
+	check := func(when string, want ...string) { checkPrivateTree(t, shared, 0o755, when, want...) }
 
-	args := `{"ms":1500,"tag":"sharedmodes"}`
-	type answer struct {
-		x   result
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		x, err := callE(a.Session, "slow", args)
-		got <- answer{x, err}
-	}()
-	waitFor(t, "the call to start", func() bool { return strings.Contains(a.log.String(), "slow tag=sharedmodes started") })
 	check("while wrap runs", "ledger.db", "ledger.db-wal", "ledger.db-shm")
-	away := r.ledger + ".away"
-	if err := os.Rename(r.ledger, away); err != nil {
-		t.Fatal(err)
-	}
-	var first answer
-	select {
-	case first = <-got:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no answer with the outcome in the spool; log:\n%s", a.log.String())
-	}
-	if first.err != nil || first.x.IsError || !strings.Contains(first.x.text(), "slow done") {
-		t.Fatalf("the call: %s, %v; log:\n%s", first.x.text(), first.err, a.log.String())
-	}
+	args, first, away := spooledCall(t, r, a, "sharedmodes")
 	// The result's own bytes: the server's clock in nanoseconds, in no other answer.
-	secret := regexp.MustCompile(`t=[0-9]{12,}`).FindString(first.x.text())
+	secret := regexp.MustCompile(`t=[0-9]{12,}`).FindString(first.text())
 	if secret == "" {
-		t.Fatalf("the result has no mark to look for: %s", first.x.text())
+		t.Fatalf("the result has no mark to look for: %s", first.text())
 	}
 	spool := r.ledger + ".spool"
 	files, err := fence.SpoolFiles(spool)

@@ -28,41 +28,51 @@ func TestLedgerFilesOnlyTheUserReadsUnderAnOpenUmask(t *testing.T) {
 		t.Fatalf("die must leave an unknown outcome: %+v", res)
 	}
 	state := filepath.Join(r.dir, "state")
-	check := func(when string, want ...string) {
-		t.Helper()
-		seen := map[string]bool{}
-		err := filepath.WalkDir(state, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			perm := fi.Mode().Perm()
-			switch {
-			case d.IsDir() && perm != 0o700:
-				t.Errorf("%s: directory %s has mode %v; want 0700", when, p, perm)
-			case !d.IsDir() && perm != 0o600:
-				t.Errorf("%s: file %s has mode %v; want 0600", when, p, perm)
-			}
-			for _, suffix := range want {
-				if strings.HasSuffix(p, suffix) {
-					seen[suffix] = true
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, suffix := range want {
-			if !seen[suffix] {
-				t.Errorf("%s: no file ending in %q under %s (the test looks at nothing)", when, suffix, state)
-			}
-		}
-	}
+	check := func(when string, want ...string) { checkPrivateTree(t, state, 0o700, when, want...) }
 	check("while wrap runs", ".db", ".db-wal", ".db-shm")
 	w.Close()
 	check("after wrap stopped", ".db")
+}
+
+// checkPrivateTree walks root: root has mode rootPerm, every directory under it 0700, every
+// file 0600. Each of want must name an entry (the end of its name; a want ending in "-", a part
+// of it), else the check would look at nothing.
+func checkPrivateTree(t *testing.T, root string, rootPerm fs.FileMode, when string, want ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		perm := fi.Mode().Perm()
+		switch {
+		case p == root:
+			if perm != rootPerm {
+				t.Errorf("%s: %s has mode %v; want %v", when, root, perm, rootPerm)
+			}
+		case d.IsDir() && perm != 0o700:
+			t.Errorf("%s: directory %s has mode %v; want 0700", when, p, perm)
+		case !d.IsDir() && perm != 0o600:
+			t.Errorf("%s: file %s has mode %v; want 0600", when, p, perm)
+		}
+		base := filepath.Base(p)
+		for _, w := range want {
+			if strings.HasSuffix(base, w) || strings.HasSuffix(w, "-") && strings.Contains(base, w) {
+				seen[w] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("%s: no entry named with %q under %s (the check looks at nothing)", when, w, root)
+		}
+	}
 }

@@ -5,6 +5,7 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,30 +67,7 @@ func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 			a := r.wrap(flags...)
 			b := r.wrap(flags...) // another agent's wrap on the same ledger
 
-			args := `{"ms":1500,"tag":"spooled"}`
-			type answer struct {
-				x   result
-				err error
-			}
-			got := make(chan answer, 1)
-			go func() {
-				x, err := callE(a.Session, "slow", args)
-				got <- answer{x, err}
-			}()
-			waitFor(t, "the call to start", func() bool { return strings.Contains(a.log.String(), "slow tag=spooled started") })
-			away := r.ledger + ".away"
-			if err := os.Rename(r.ledger, away); err != nil {
-				t.Fatal(err)
-			}
-			var first answer
-			select {
-			case first = <-got:
-			case <-time.After(60 * time.Second):
-				t.Fatalf("no answer with the outcome in the spool; log:\n%s", a.log.String())
-			}
-			if first.err != nil || first.x.IsError || !strings.Contains(first.x.text(), "slow done") {
-				t.Fatalf("the call: %s, %v; log:\n%s", first.x.text(), first.err, a.log.String())
-			}
+			args, first, away := spooledCall(t, r, a, "spooled")
 			spool := r.ledger + ".spool"
 			if files, err := fence.SpoolFiles(spool); err != nil || len(files) != 1 {
 				t.Fatalf("spool %s: %v, %v; want the call's outcome; log:\n%s", spool, files, err, a.log.String())
@@ -108,7 +86,7 @@ func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 				dup = b
 			}
 			again := call(t, dup.Session, "slow", args)
-			if !again.replayed() || again.same() != first.x.same() || asked.Load() != 0 || r.effectCount() != 1 {
+			if !again.replayed() || again.same() != first.same() || asked.Load() != 0 || r.effectCount() != 1 {
 				t.Fatalf("the duplicate with the outcome in the spool: replayed %v, %s (isError %v); asked %d times; %d executions; want the replay, nobody asked, 1 execution; log:\n%s",
 					again.replayed(), again.text(), again.IsError, asked.Load(), r.effectCount(), dup.log.String())
 			}
@@ -116,7 +94,7 @@ func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 				t.Errorf("spool still holds %v after the outcome was recorded", files)
 			}
 			c := r.wrap(flags...) // the next start
-			if x := call(t, c.Session, "slow", args); !x.replayed() || x.same() != first.x.same() || r.effectCount() != 1 {
+			if x := call(t, c.Session, "slow", args); !x.replayed() || x.same() != first.same() || r.effectCount() != 1 {
 				t.Fatalf("a wrap started afterwards: replayed %v, %s; %d executions", x.replayed(), x.text(), r.effectCount())
 			}
 			rescued := false
@@ -129,4 +107,37 @@ func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// spooledCall has wrap a call slow (1.5 s, tagged tag) and moves the ledger away while the
+// call runs, so that the call's outcome can only go to the spool; it returns the call's
+// arguments, its answer (the server's result: the spool answers for the ledger) and where the
+// ledger was moved.
+func spooledCall(t *testing.T, r *rig, a *wrapProc, tag string) (args string, first result, away string) {
+	t.Helper()
+	args = fmt.Sprintf(`{"ms":1500,"tag":%q}`, tag)
+	type answer struct {
+		x   result
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		x, err := callE(a.Session, "slow", args)
+		got <- answer{x, err}
+	}()
+	waitFor(t, "the call to start", func() bool { return strings.Contains(a.log.String(), "slow tag="+tag+" started") })
+	away = r.ledger + ".away"
+	if err := os.Rename(r.ledger, away); err != nil {
+		t.Fatal(err)
+	}
+	var g answer
+	select {
+	case g = <-got:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no answer with the outcome in the spool; log:\n%s", a.log.String())
+	}
+	if g.err != nil || g.x.IsError || !strings.Contains(g.x.text(), "slow done") {
+		t.Fatalf("the call: %s, %v; log:\n%s", g.x.text(), g.err, a.log.String())
+	}
+	return args, g.x, away
 }
