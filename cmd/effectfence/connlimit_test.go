@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -67,5 +70,60 @@ func TestConnLimitTakesAConnectionThatWentIdleWhileAcceptWaited(t *testing.T) {
 	_ = held[0].SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := held[0].Read(make([]byte, 1)); err == nil {
 		t.Fatal("the idle connection was not closed to make room")
+	}
+}
+
+// TestHeadBudgetCountsHeadsAlone: the heads' budget counts a request's head while it is read,
+// and nothing after: a keep-alive client's many requests, each head well under the budget and
+// all together far over it, and a body many times the budget, are all served, and once the
+// connection is idle the budget holds nothing. A head over the budget closes its connection
+// without an answer.
+func TestHeadBudgetCountsHeadsAlone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newConnLimit(ln, 8)
+	l.headMax = 64 << 10
+	srv := &http.Server{
+		Handler: l.headsRead(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "%d", n)
+		})),
+		ConnState: l.connState, ConnContext: l.connContext, ReadHeaderTimeout: 10 * time.Second,
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	url := "http://" + ln.Addr().String() + "/"
+	post := func(pad, body int) (string, error) {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(strings.Repeat("b", body)))
+		req.Header.Set("X-Pad", strings.Repeat("p", pad))
+		res, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return string(b), err
+	}
+	for i := range 100 { // 100 heads of 4 KB: 400 KB on one connection
+		if got, err := post(4<<10, 10); err != nil || got != "10" {
+			t.Fatalf("request %d of a keep-alive client: %q, %v", i, got, err)
+		}
+	}
+	if got, err := post(100, 1<<20); err != nil || got != fmt.Sprint(1<<20) {
+		t.Fatalf("a body of 1 MiB: %q, %v", got, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); l.heads.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the budget holds %d bytes with every connection idle", l.heads.Load())
+		}
+	}
+	if got, err := post(100<<10, 10); err == nil {
+		t.Fatalf("a head of 100 KB, over a budget of 64 KB, was answered %q", got)
+	}
+	if got, err := post(100, 10); err != nil || got != "10" {
+		t.Fatalf("a request after the refused head: %q, %v", got, err)
 	}
 }

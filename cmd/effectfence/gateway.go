@@ -295,8 +295,8 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 	}
 	limit := newConnLimit(ln, maxConns)
 	srv := &http.Server{
-		Handler: countHTTP(boundBody(mux, front.BodyTimeout()), metrics), ReadHeaderTimeout: headerTimeout, IdleTimeout: idle,
-		ConnState: limit.connState,
+		Handler: limit.headsRead(countHTTP(boundBody(mux, front.BodyTimeout()), metrics)), ReadHeaderTimeout: headerTimeout, IdleTimeout: idle,
+		ConnState: limit.connState, ConnContext: limit.connContext,
 		// The server's own complaints (a failed accept, a recovered panic) are effectfence's
 		// log lines, in the chosen format; before, they went to stderr as Go's log writes them.
 		ErrorLog: stdlog.New(log, "effectfence wrap: ", 0),
