@@ -45,9 +45,15 @@ func (w *indexWatch) removed(real string) bool {
 		if err != nil || (target != name && target != name+" (deleted)") {
 			continue
 		}
+		if testHookIndexScan != nil {
+			testHookIndexScan(e.Name())
+		}
 		fi, err := os.Stat(p)
 		if err != nil {
 			continue
+		}
+		if again, err := os.Readlink(p); err != nil || again != target {
+			continue // closed and opened again between the two looks: another file now
 		}
 		if fd, err := strconv.Atoi(e.Name()); err == nil {
 			w.fd, w.fi, w.misses = fd, fi, 0
@@ -64,6 +70,9 @@ func gone(fi os.FileInfo, name string) bool {
 	}
 	return renamed(fi, name)
 }
+
+// testHookIndexScan, when set, runs between a descriptor's two looks in removed's scan.
+var testHookIndexScan func(fd string)
 
 // renamed reports whether name leads to another file than fi.
 func renamed(fi os.FileInfo, name string) bool {

@@ -118,6 +118,9 @@ type Store struct {
 	index   indexWatch
 	first   os.FileInfo
 	shmGone error
+	// indexDue: checkFile saw the path name the file Open opened, so the batch's transaction
+	// checks the index once it has begun (checkIndex).
+	indexDue bool
 	// real is the path SQLite opened (links resolved): its log is real-wal.
 	real string
 }
@@ -1201,9 +1204,7 @@ func (s *Store) checkFile() error {
 	what, gone, same := s.fileAt()
 	if !gone {
 		s.gone = nil
-		if same {
-			return s.checkIndex()
-		}
+		s.indexDue = same
 		return nil
 	}
 	if s.gone != nil {
@@ -1254,7 +1255,13 @@ func createPrivate(path string) error {
 // decisions are lost. This process stops writing for good (its index cannot come back); the
 // file and the log stay whole for the processes that use the new index.
 //
-// checkFile calls it only once the path was seen to name the file this store has open.
+// It runs only once the path was seen to name the file this store has open (checkFile), and
+// inside a transaction of the writer's (tryBatchOn): the writer's connection maps the index
+// then, so SQLite keeps its descriptor open (it closes it, and may remove the file, as the
+// process's last connection to the ledger closes). Checked between transactions, the
+// descriptor the watch had found could be closed and its number given to another file while
+// it looked (connections discarded by runtime.Goexit, under load), and the watch stopped the
+// writer for good (TestGoexitsUnderLoad, once in CI; indexWatch.removed now also looks twice).
 func (s *Store) checkIndex() error {
 	// Only while that file is the one Open opened: a file moved or deleted with its index is
 	// checkFile's (its records are rescued), and a file put back in its place has an index of
@@ -1394,6 +1401,12 @@ func (s *Store) tryBatchOn(r *rawRunner, b *batch, savepoints bool) (failed bool
 			r.exec(qRollback)
 		}
 	}()
+	if s.indexDue {
+		s.indexDue = false
+		if err := s.checkIndex(); err != nil {
+			return false, err
+		}
+	}
 	ok := 0
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
@@ -1533,7 +1546,9 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inflight.Wait()
-	if s.w != nil && s.shmGone == nil {
+	if s.w != nil && s.shmGone == nil && !s.wlost {
+		// The writer's connection, in use since its last transaction, maps the index: this
+		// process's connections cannot have removed it (checkIndex).
 		if _, _, same := s.fileAt(); same {
 			_ = s.checkIndex()
 		}
