@@ -27,9 +27,15 @@ func (w *indexWatch) removed(real string) bool {
 	if w.fd >= 0 {
 		// fstat of the descriptor sees what a stat of /proc/self/fd/N sees, at an eighth of
 		// its cost (0.55 against 4.4 µs here), once for every write transaction.
+		// A "no" is sure: the descriptor is the index's file, and that file has its name. A
+		// "yes" is not: SQLite closes the index's descriptor when the process's last
+		// connection closes (deleting the file if no process has the ledger open), and the
+		// number and the inode number may both be reused by another file, such as the next
+		// -wal; that file, seen as the index, has no name "-shm". The scan below, which reads
+		// each descriptor's name, decides.
 		var st syscall.Stat_t
-		if err := syscall.Fstat(w.fd, &st); err == nil && sameInode(&st, w.fi) {
-			return st.Nlink == 0 || renamed(w.fi, name)
+		if err := syscall.Fstat(w.fd, &st); err == nil && sameInode(&st, w.fi) && st.Nlink != 0 && !renamed(w.fi, name) {
+			return false
 		}
 		w.fd = -1
 	} else if w.misses++; w.misses%64 != 1 {

@@ -15,8 +15,8 @@ import (
 // descriptor of the index by its name in /proc/self/fd, then looks at the file through it.
 // Connections open and close meanwhile (SQLite closes the index's descriptor whenever the
 // process's last connection to the ledger closes), so the number can name another file by the
-// second look; the watch took that file for the index, found the name leading elsewhere, and
-// stopped the writer for good (TestGoexitsUnderLoad, once in CI). Here the descriptor is made
+// second look; the watch would take that file for the index, find the name leading elsewhere,
+// and stop the writer for good. Here the descriptor is made
 // to name another file between the two looks (dup2): the watch must see it as not the index.
 func TestIndexScanSeesADescriptorReusedBetweenItsLooks(t *testing.T) {
 	ctx := context.Background()
@@ -65,5 +65,52 @@ func TestIndexScanSeesADescriptorReusedBetweenItsLooks(t *testing.T) {
 	}
 	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.SetDomainSeq("d", 2) }); err != nil {
 		t.Fatalf("a write after the scan: %v", err)
+	}
+}
+
+// TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode: once found, the index's descriptor
+// is checked with one fstat. SQLite closes it when the process's last connection closes (and
+// deletes the index if no other process has the ledger open); the next connection makes a new
+// index, and the old number and the old inode number may then both belong to another file,
+// such as the new -wal. The fstat matched, the file had no name "-shm", and the watch stopped
+// the writer for good with the index in its place (TestGoexitsUnderLoad, in CI and here under
+// load). Here the watch holds a descriptor of another file with that file's inode as the one
+// it recorded: it must find the index again by its name, and not call it removed.
+func TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := Open(ctx, filepath.Join(dir, "ledger.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.SetDomainSeq("d", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.Create(filepath.Join(dir, "ledger.db-wal-like"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	fi, err := other.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := indexWatch{fd: int(other.Fd()), fi: fi}
+	if w.removed(st.real) {
+		t.Fatal("a reused descriptor whose file has the inode the watch recorded was taken for a removed index")
+	}
+	if w.fd == int(other.Fd()) {
+		t.Fatal("the watch kept the reused descriptor as the index's")
+	}
+	if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(w.fd)); err != nil || target != st.real+"-shm" {
+		t.Fatalf("the watch found descriptor %d (%q, %v), not the index's", w.fd, target, err)
+	}
+	// The index really removed is still seen, through the same descriptor.
+	if err := os.Remove(st.real + "-shm"); err != nil {
+		t.Fatal(err)
+	}
+	if !w.removed(st.real) {
+		t.Fatal("the removed index was not seen")
 	}
 }

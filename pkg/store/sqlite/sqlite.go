@@ -1255,12 +1255,11 @@ func createPrivate(path string) error {
 //
 // It runs only once the path was seen to name the file this store has open (checkFile), and
 // inside a transaction of the writer's (tryBatchOn), where the writer's connection maps the
-// index. TestGoexitsUnderLoad once failed in CI with this error and no index removed; the
-// cause was not reproduced (60 runs beside two busy loops passed, and a probe found the index's
-// descriptor still open after every connection of a store had closed). The one way found
-// for the watch to be wrong is a descriptor number that names another file by its second
-// look, which indexWatch.removed now checks (TestIndexScanSeesADescriptorReusedBetweenItsLooks);
-// checking inside the transaction keeps the index mapped while the watch looks.
+// index, so that no connection of this process can close the index while the watch looks.
+// The watch's descriptor may still be out of date: SQLite closed it (and deleted the index)
+// when all this process's connections had closed, and the number and the inode number went
+// to another file. indexWatch.removed therefore confirms every removal by the descriptors'
+// names (TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode).
 func (s *Store) checkIndex() error {
 	// Only while that file is the one Open opened: a file moved or deleted with its index is
 	// checkFile's (its records are rescued), and a file put back in its place has an index of
