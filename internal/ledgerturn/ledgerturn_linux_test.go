@@ -2,9 +2,12 @@ package ledgerturn_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,4 +82,73 @@ func TestStopOutsideTurn(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("at most %d stops to find the writer outside its turn", most)
+}
+
+// A process whose threads all spin: the helper process of TestStopOutsideTurnWaitsForEveryThread.
+func init() {
+	if os.Getenv("EFFECTFENCE_TEST_SPINNER") == "" {
+		return
+	}
+	runtime.GOMAXPROCS(8)
+	for range 8 {
+		go func() {
+			for n := 0; ; n++ {
+				_ = n * n
+			}
+		}()
+	}
+	for n := 0; ; n++ {
+		_ = n * n
+	}
+}
+
+// TestStopOutsideTurnWaitsForEveryThread: SIGSTOP is delivered after kill returns, and a
+// thread still running could take the ledger's lock after StopOutsideTurn looked. When it
+// returns, every thread of the process must already be stopped. The process spins on eight
+// threads (more than this machine's cores, so some wait to be scheduled when the signal comes).
+func TestStopOutsideTurnWaitsForEveryThread(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_SPINNER=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+		_ = cmd.Wait()
+	})
+	tasks := fmt.Sprintf("/proc/%d/task", cmd.Process.Pid)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if ents, err := os.ReadDir(tasks); err == nil && len(ents) >= 9 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the spinner never started its threads")
+		}
+	}
+	// No ledger at this path: nothing is held, so the first stop is the one returned.
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	for round := range 20 {
+		if _, err := ledgerturn.StopOutsideTurn(cmd.Process.Pid, ledger); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(tasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(tasks, e.Name(), "stat"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := string(b)
+			if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) == 0 || f[0] != "T" && f[0] != "t" {
+				t.Fatalf("round %d: StopOutsideTurn returned with thread %s still running: %q", round, e.Name(), s)
+			}
+		}
+		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
