@@ -51,7 +51,8 @@ func StopOutsideTurn(pid int, ledger string) (stops int, err error) {
 
 // stopped waits until every thread of pid is stopped (a signal is delivered after kill
 // returns, and a thread still running could take the lock after the look), for at most 10
-// seconds (a thread waiting for a core on a loaded machine stops only once it runs). Where there is no /proc it waits 50 ms.
+// seconds (a thread waiting for a core on a loaded machine stops only once it runs). Where
+// there is no /proc it waits 50 ms.
 func stopped(pid int) {
 	tasks := fmt.Sprintf("/proc/%d/task", pid)
 	if _, err := os.Stat(tasks); err != nil {
