@@ -389,6 +389,7 @@ type callParams struct {
 		Escaped        bool   `json:"escaped"`
 		Answer         string `json:"answer"`
 		Until          string `json:"until"`
+		Cut            int    `json:"cut"`
 	} `json:"arguments"`
 }
 
@@ -523,7 +524,12 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		sleep()
 		s.record("die tag=" + a.Tag)
 		// As a crashing server often does, it writes the request it died on to its stderr.
-		fmt.Fprintf(os.Stderr, "mcptest: dying on tools/call %s\n", params)
+		line := fmt.Sprintf("mcptest: dying on tools/call %s\n", params)
+		if a.Cut > 0 {
+			// It dies half way through the line: the last cut bytes are never written.
+			line = line[:max(0, len(line)-a.Cut)]
+		}
+		os.Stderr.WriteString(line)
 		os.Exit(7)
 	case "balance":
 		n := s.record("balance")
