@@ -248,6 +248,14 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 		}
 		schema, create = parts[0], true
 	}
+	if schema != "" {
+		// PostgreSQL cuts an identifier longer than 63 bytes (NAMEDATALEN - 1) to that, on a
+		// character's boundary, wherever it reads one: search_path and CREATE SCHEMA reach the
+		// cut name, and so must the store's checks, locks and channel (a cast to name cuts so).
+		if err := conn.QueryRow(ctx, "SELECT $1::text::name::text", schema).Scan(&schema); err != nil {
+			return err
+		}
+	}
 	if schema == "" {
 		// NULL when no schema on the search path exists (search_path empty, or $user with no
 		// schema of that name): then the error below, not a failed scan.

@@ -1,0 +1,215 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// hostileSchema returns a unique schema name made of testSchema's name and suffix, dropped
+// when the test ends (by its exact name, quoted).
+func hostileSchema(t *testing.T, suffix string) string {
+	t.Helper()
+	name := testSchema(t) + suffix
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin(t, "").Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("dropping schema %q: %v", name, err)
+		}
+	})
+	return name
+}
+
+// openSearchPath opens a store whose URL's search_path is searchPath, percent-encoded as an
+// operator would write it (a space as %20: pgx reads a + literally).
+func openSearchPath(t *testing.T, searchPath string) (*Store, error) {
+	t.Helper()
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", searchPath)
+	q.Set("pool_min_conns", "1")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 3})
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	return s, err
+}
+
+// quoteIdent spells name as a quoted SQL identifier, as an operator writes it in search_path.
+func quoteIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
+
+// oneAdmission races 16 first attempts of intent across the engines and fails unless exactly
+// one is admitted.
+func oneAdmission(t *testing.T, intent string, engines ...*fence.Engine) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			adm, err := engines[i%len(engines)].Prepare(context.Background(), fence.Request{Intent: intent, Tool: "pay"})
+			switch {
+			case err == nil && adm.Fresh():
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+			case err != nil && !errors.Is(err, fence.ErrInFlight):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != 1 {
+		t.Fatalf("intent %q admitted %d times, want 1", intent, admitted)
+	}
+}
+
+// TestHostileSchemaNames holds docs/postgres.md's "quoted (\"Effectfence\") it is kept as
+// written" for names that SQL must quote: a quote, a semicolon and a comment, a comma, spaces,
+// a dollar, a backslash, an apostrophe and non-ASCII letters. Named in Config.Schema and as a
+// quoted first element of the URL's search_path, both reach one ledger with one lock per
+// intent; a claim, its commit and a replay work; a waiter is woken across the two stores (the
+// NOTIFY channel); a corrupt record's advice is a DELETE that runs as given; and the ledger
+// commands' open (Existing) finds the ledger. Nothing of the name reaches SQL unquoted.
+func TestHostileSchemaNames(t *testing.T) {
+	ctx := context.Background()
+	for i, suffix := range []string{
+		`_Q"x";DROP TABLE t;--`,
+		`_a,b, public`,
+		`_sp ace $1 \n 'it''s'`,
+		`_Ünïcødé_日本`,
+	} {
+		name := hostileSchema(t, suffix)
+		a, err := Open(ctx, Config{URL: scanURL(t, "pool_min_conns=1"), Schema: name, MaxConns: 3})
+		if err != nil {
+			t.Fatalf("open with Config.Schema %q: %v", name, err)
+		}
+		defer a.Close()
+		if len(name) > 63 {
+			t.Fatalf("schema name %q is %d bytes, which PostgreSQL cuts (TestLongSchemaName)", name, len(name))
+		}
+		b, err := openSearchPath(t, quoteIdent(name)+", public")
+		if err != nil {
+			t.Fatalf("open with search_path %s: %v", quoteIdent(name), err)
+		}
+		if a.Schema() != name || b.Schema() != name {
+			t.Fatalf("resolved %q and %q, want %q", a.Schema(), b.Schema(), name)
+		}
+		var n int
+		if err := admin(t, "").QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'effectfence%'", name).Scan(&n); err != nil || n != 7 {
+			t.Fatalf("ledger tables in schema %q: %d %v, want 7", name, n, err)
+		}
+		ea, eb := fence.New(a, fence.Config{Owner: "host-a/1/1"}), fence.New(b, fence.Config{Owner: "host-b/1/1"})
+		intent := "hostile:" + string(rune('a'+i))
+		oneAdmission(t, intent, ea, eb)
+
+		// A waiter on one store is woken by the other's outcome.
+		r := fence.Request{Intent: intent + ":watch", Tool: "pay"}
+		adm, err := ea.Prepare(ctx, r)
+		if err != nil || adm.Ticket == nil {
+			t.Fatalf("claim: %+v %v", adm, err)
+		}
+		ch, stop, err := b.Watch(ctx, r.Intent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ea.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("schema %q: the waiter was not woken within 20 s", name)
+		}
+		stop()
+		if got, err := eb.Prepare(ctx, r); err != nil || got.Fresh() || got.Cert == nil {
+			t.Fatalf("replay across stores: %+v %v", got, err)
+		}
+
+		// A corrupt record's advice runs as given and removes exactly that row.
+		if _, err := a.pool.Exec(ctx, "INSERT INTO effectfence_records (intent, state, body) VALUES ($1, 'done', '\\x7b7b'::bytea)", "bad'one"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ea.Prepare(ctx, fence.Request{Intent: "bad'one", Tool: "t"})
+		_, sql, ok := strings.Cut(errText(err), "remove the row: ")
+		if !ok {
+			t.Fatalf("corrupt record: %v", err)
+		}
+		if _, err := admin(t, "").Exec(ctx, sql); err != nil {
+			t.Fatalf("running the advice %q: %v", sql, err)
+		}
+		if adm, err := eb.Prepare(ctx, fence.Request{Intent: "bad'one", Tool: "t"}); err != nil || !adm.Fresh() {
+			t.Fatalf("after the advice: %+v %v", adm, err)
+		}
+
+		c, err := Open(ctx, Config{URL: scanURL(t, "pool_min_conns=1"), Schema: name, MaxConns: 2, Existing: true, Brief: true})
+		if err != nil {
+			t.Fatalf("Existing open of schema %q: %v", name, err)
+		}
+		c.Close()
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestLongSchemaName: PostgreSQL truncates an identifier to 63 bytes (NAMEDATALEN - 1), so
+// search_path=<70 letters> reaches the schema named by its first 63. The store must resolve
+// the name so (docs/postgres.md: "resolved as PostgreSQL resolves identifiers"): it opens
+// that schema, and the long and the truncated spellings take the same locks.
+func TestLongSchemaName(t *testing.T) {
+	base := testSchema(t)
+	long := base + strings.Repeat("x", 70-len(base))
+	short := long[:63]
+	t.Cleanup(func() {
+		_, _ = admin(t, "").Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{short}.Sanitize()+" CASCADE")
+	})
+	for _, how := range []string{"search_path", "config"} {
+		var s *Store
+		var err error
+		if how == "config" {
+			s, err = Open(context.Background(), Config{URL: scanURL(t, "pool_min_conns=1"), Schema: long, MaxConns: 3})
+			if err == nil {
+				defer s.Close()
+			}
+		} else {
+			s, err = openPath(t, long)
+		}
+		if err != nil {
+			t.Fatalf("%s: open with a schema name of %d bytes: %v", how, len(long), err)
+		}
+		if s.Schema() != short {
+			t.Fatalf("%s: resolved %q, want %q", how, s.Schema(), short)
+		}
+	}
+	sl, err := openPath(t, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := openPath(t, short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneAdmission(t, "long:1", fence.New(sl, fence.Config{}), fence.New(ss, fence.Config{}))
+}
