@@ -257,6 +257,17 @@ func reachesSchema(ctx context.Context, q interface {
 	if current == schema {
 		return nil
 	}
+	// A schema the role may not use is left out of its search path, so it is never current:
+	// say that, not that it should be named first (it is).
+	var usage bool
+	var role string
+	if err := q.QueryRow(ctx, "SELECT coalesce((SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = $1), true), current_user", schema).Scan(&usage, &role); err != nil {
+		return err
+	}
+	if !usage {
+		return fmt.Errorf("the role %q may not use the ledger schema %q (it lacks USAGE on it, so the session's search_path leaves it out): "+
+			"GRANT USAGE, CREATE ON SCHEMA %s TO %s, or use a role that owns the schema", role, schema, pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize())
+	}
 	var sp string
 	if err := q.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&sp); err != nil {
 		return err
