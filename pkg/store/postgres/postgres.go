@@ -165,6 +165,12 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if !strings.Contains(c.URL, "pool_min_conns") && !c.Brief {
 		pc.MinConns = min(8, pc.MaxConns)
 	}
+	// pgxpool takes a minimum above the size without a word, and warm then waits for
+	// connections the pool may never open: Open hung (wrap never started).
+	if pc.MinConns > pc.MaxConns {
+		return nil, fmt.Errorf("postgres ledger %s: pool_min_conns=%d is more than the pool may hold (pool_max_conns=%d; 16 when the URL does not say): lower pool_min_conns or raise pool_max_conns",
+			Redact(c.URL), pc.MinConns, pc.MaxConns)
+	}
 	// A one-statement commit (spec.go) runs in an implicit transaction, at the session's
 	// default level: its guard must read the record as committed once the intent's lock is
 	// held, which only READ COMMITTED does (a REPEATABLE READ snapshot predates the lock).
