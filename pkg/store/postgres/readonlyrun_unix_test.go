@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/pgcluster"
 )
@@ -28,14 +30,16 @@ func readOnlyEverywhere(t *testing.T, c *pgcluster.Cluster, s *Store, on bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {
+		// Every connection the pool may hold, held at once so that each is asked.
 		n := int(s.pool.Stat().MaxConns())
 		seen := 0
+		var held []*pgxpool.Conn
 		for range n {
 			conn, err := s.pool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Release()
+			held = append(held, conn)
 			var got string
 			if err := conn.QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&got); err != nil {
 				t.Fatal(err)
@@ -43,6 +47,9 @@ func readOnlyEverywhere(t *testing.T, c *pgcluster.Cluster, s *Store, on bool) {
 			if got == want {
 				seen++
 			}
+		}
+		for _, conn := range held {
+			conn.Release()
 		}
 		if seen == n {
 			return
