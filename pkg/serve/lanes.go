@@ -81,14 +81,16 @@ func classify(line []byte) (l lane, noID idless, ok bool) {
 	return laneCall, noID, true
 }
 
-// idless says whether a request's id is missing or null. mcp-go takes either for a
-// notification and neither runs nor answers it, so a tools/call so sent would wait for ever.
+// idless says whether a request's id is missing, null or of a type MCP does not allow. mcp-go
+// takes a missing or null id for a notification and neither runs nor answers it, so a
+// tools/call so sent would wait for ever; it runs one whose id is true or an object.
 type idless int
 
 const (
 	hasID  idless = iota
 	nullID        // "id": null: answered with an error under id null (MCP: never null)
 	noID          // no id: a notification, which nothing may answer; logged
+	badID         // "id": true, false, an object or an array: answered like nullID
 )
 
 func idlessOf(id json.RawMessage) idless {
@@ -97,8 +99,10 @@ func idlessOf(id json.RawMessage) idless {
 		return noID
 	case string(id) == "null":
 		return nullID
+	case id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'):
+		return hasID
 	}
-	return hasID
+	return badID
 }
 
 // lineWriter serialises whole lines to the client: mcp-go's writes and the lanes' writes share

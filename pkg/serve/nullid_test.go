@@ -46,3 +46,41 @@ func TestToolsCallWithoutAnIDIsRefusedAloud(t *testing.T) {
 		}
 	}
 }
+
+// A tools/call whose id is true, false, an object or an array (MCP: a string or a number) is
+// refused like one with id null, under id null, and not run. Before, mcp-go ran it: a
+// fence_prepare with id true claimed its intent and its ticket went out under `true`.
+func TestToolsCallWithAnIDOfTheWrongTypeIsNotRun(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdio(t, eng, serve.Options{})
+	ids := []string{`true`, `false`, `{"n":1}`, `[7]`, ` true`}
+	for i, id := range ids {
+		intent := "pay:wrong-id-" + string(rune('a'+i))
+		line := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"` + intent + `","tool":"t"}}}`
+		select {
+		case resp := <-c.sendLine("null", line):
+			if !strings.Contains(string(resp), `"code":-32600`) || !strings.Contains(string(resp), "NOT run") {
+				t.Errorf("a tools/call with id %s: %s; want a -32600 error under id null saying it did not run", id, resp)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a tools/call with id %s was not answered under id null", id)
+		}
+		rec, err := eng.Status(context.Background(), intent)
+		if err != nil || rec.State != fence.StateNone {
+			t.Errorf("id %s: %s is %s (%v); want none: the call must not run", id, intent, rec.State, err)
+		}
+	}
+	// Strings and numbers of every spelling still run.
+	for _, id := range []string{`"s"`, `-3`, `7.5`, `1e3`} {
+		line := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fence_status","arguments":{"intent":"x"}}}`
+		select {
+		case resp := <-c.sendLine(id, line):
+			if strings.Contains(string(resp), `"error"`) {
+				t.Errorf("id %s: %s; want a result", id, resp)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a tools/call with id %s was not answered under its id", id)
+		}
+	}
+}

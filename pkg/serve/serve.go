@@ -217,14 +217,19 @@ route:
 	return nil
 }
 
-// refuseIDless answers a tools/call whose id is null with an error under id null, and logs
-// one without an id (a notification, which nothing may answer). Neither is run.
+// refuseIDless answers a tools/call whose id is null, a boolean, an object or an array with an
+// error under id null, and logs one without an id (a notification, which nothing may answer).
+// None is run.
 func refuseIDless(w io.Writer, logger *log.Logger, why idless) error {
 	if why == noID {
 		logger.Printf("a tools/call without an id (a notification) was NOT run: give it an id")
 		return nil
 	}
-	msg := jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence serve: a tools/call's id must be a string or a number (MCP), not null: it was NOT run; send it again with an id"})
+	what := "null"
+	if why == badID {
+		what = "a boolean, an object or an array"
+	}
+	msg := jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence serve: a tools/call's id must be a string or a number (MCP), not " + what + ": it was NOT run; send it again with such an id"})
 	_, err := w.Write(append(msg, '\n'))
 	return err
 }
