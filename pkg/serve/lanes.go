@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -137,6 +138,76 @@ type scheduler struct {
 	slots    [lanes]chan struct{}
 	queued   [lanes]chan struct{}
 	wg       sync.WaitGroup
+
+	// waiting holds the tool calls queued for a slot, by their id as the router passes them
+	// on; a notifications/cancelled naming one marks it, and it runs cancelled when its slot
+	// comes (see handle). mcp-go knows a call only once it runs and ignores a cancellation of
+	// one it does not know: a fence_prepare cancelled while queued ran later and its fresh
+	// ticket went to a client that had dropped the request, so the claim stayed in flight,
+	// then unknown.
+	waitMu  sync.Mutex
+	waiting map[string]*bool
+}
+
+// queue notes msg, a tool call about to wait for a slot, and returns its mark (nil when msg
+// has no single id).
+func (sc *scheduler) queue(msg []byte) (key string, mark *bool) {
+	start, end, n, _ := jsonrpc.Member(msg, "id")
+	if n != 1 {
+		return "", nil
+	}
+	key, mark = string(msg[start:end]), new(bool)
+	sc.waitMu.Lock()
+	defer sc.waitMu.Unlock()
+	if sc.waiting == nil {
+		sc.waiting = map[string]*bool{}
+	}
+	if _, dup := sc.waiting[key]; dup {
+		return "", nil // two queued calls under one id: a cancellation names neither for sure
+	}
+	sc.waiting[key] = mark
+	return key, mark
+}
+
+// dequeue forgets a queued call as its slot comes, and says whether it was cancelled.
+func (sc *scheduler) dequeue(key string, mark *bool) bool {
+	if mark == nil {
+		return false
+	}
+	sc.waitMu.Lock()
+	defer sc.waitMu.Unlock()
+	delete(sc.waiting, key)
+	return *mark
+}
+
+// cancelQueued marks the queued call a notifications/cancelled names (line, as mcp-go will
+// see it: its requestId is the router's surrogate if the call's id was replaced).
+func (sc *scheduler) cancelQueued(line []byte) {
+	if !bytes.Contains(line, []byte("notifications/cancelled")) || !isObject(line) {
+		return // the scans below need one valid JSON object
+	}
+	sc.waitMu.Lock()
+	none := len(sc.waiting) == 0
+	sc.waitMu.Unlock()
+	if none {
+		return
+	}
+	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || line[ms] != '"' || !jsonrpc.KeyIs(line[ms:me], "notifications/cancelled") {
+		return
+	}
+	params := jsonrpc.MemberValue(line, "params")
+	if len(params) == 0 || params[0] != '{' {
+		return
+	}
+	rs, re, n, _ := jsonrpc.Member(params, "requestId")
+	if n != 1 {
+		return
+	}
+	sc.waitMu.Lock()
+	defer sc.waitMu.Unlock()
+	if mark, ok := sc.waiting[string(params[rs:re])]; ok {
+		*mark = true
+	}
 }
 
 // run serves one tool call in its lane; msg is the router's to give. It returns once the call
@@ -153,9 +224,14 @@ func (sc *scheduler) run(l lane, msg []byte, held int64) {
 			defer sc.wg.Done()
 			defer func() { <-sc.slots[l] }()
 			defer sc.requests.Release(held)
-			sc.handle(l, msg)
+			sc.handle(l, msg, false)
 		}()
 		return
+	}
+	var key string
+	var mark *bool
+	if l != laneSettle { // settling calls run detached from cancellation anyway
+		key, mark = sc.queue(msg)
 	}
 	sc.wg.Add(1)
 	go func() {
@@ -164,13 +240,22 @@ func (sc *scheduler) run(l lane, msg []byte, held int64) {
 		sc.slots[l] <- struct{}{}
 		<-sc.queued[l]
 		defer func() { <-sc.slots[l] }()
-		sc.handle(l, msg)
+		sc.handle(l, msg, sc.dequeue(key, mark))
 	}()
 }
 
-func (sc *scheduler) handle(l lane, msg []byte) {
+// handle answers msg in lane l. A call its client cancelled while it was queued (cancelled)
+// runs with its context already cancelled, as if the cancellation had come once it ran: a
+// wait ends at once, and a claim admitted meanwhile is released, its ticket never handed out.
+func (sc *scheduler) handle(l lane, msg []byte, cancelled bool) {
 	var handed handedTicket
-	b := sc.answer(context.WithValue(sc.ctx, handedKey{}, &handed), l, msg)
+	ctx := context.WithValue(sc.ctx, handedKey{}, &handed)
+	if cancelled {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		cancel()
+	}
+	b := sc.answer(ctx, l, msg)
 	if b == nil {
 		return
 	}

@@ -189,6 +189,7 @@ route:
 				sc.run(l, b, ln.held)
 				continue
 			}
+			sc.cancelQueued(b)
 			_, err := pw.Write(b)
 			sc.requests.Release(ln.held) // mcp-go has read it
 			if err != nil {

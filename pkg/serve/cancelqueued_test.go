@@ -1,0 +1,95 @@
+package serve_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// A tool call cancelled (notifications/cancelled) while it waits for a slot in its lane runs
+// cancelled when the slot comes: a fence_prepare so cancelled hands out no ticket and keeps
+// no claim, as one cancelled while it runs. mcp-go knows a call only once it runs and
+// ignores a cancellation naming one it does not know: before, a fence_prepare cancelled while
+// queued ran later, was admitted, and its fresh ticket went to a client that had dropped the
+// request, so the claim stayed in flight, then unknown, fenced for an operator.
+func TestCancelledWhileQueuedHandsOutNoTicket(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	started, release := make(chan struct{}), make(chan struct{})
+	c := startStdioWith(t, eng, serve.Options{Workers: 1}, func(s *serve.Server) {
+		s.MCP().AddTool(mcp.NewTool("block"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			close(started)
+			<-release
+			return mcp.NewToolResultText("unblocked"), nil
+		})
+	})
+	blocked := c.sendLine(`"block"`, `{"jsonrpc":"2.0","id":"block","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	select {
+	case <-started: // the call lane's one slot is taken
+	case <-time.After(30 * time.Second):
+		t.Fatal("the blocking tool never started")
+	}
+	prepare := func(id, intent string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"` + intent + `","tool":"t"}}}`
+	}
+	cancelled := map[string]string{`"q1"`: "pay:queued-1", `9007199254740993`: "pay:queued-2", `"q\udbff"`: "pay:queued-3"}
+	var answers []<-chan []byte
+	for id, intent := range cancelled {
+		answers = append(answers, toBytes(c.sendLine(id, prepare(id, intent))))
+		if _, err := c.in.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + id + `,"reason":"timeout"}}` + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := c.sendLine(`"q4"`, prepare(`"q4"`, "pay:queued-kept"))
+	// The router reads lines in order: once the ping is answered, it has seen every cancellation.
+	select {
+	case <-c.sendLine(`"sync"`, `{"jsonrpc":"2.0","id":"sync","method":"ping"}`):
+	case <-time.After(30 * time.Second):
+		t.Fatal("ping not answered")
+	}
+	close(release)
+	for _, ch := range []<-chan []byte{toBytes(blocked), toBytes(kept)} {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a call that was not cancelled was never answered")
+		}
+	}
+	for _, ch := range answers {
+		select {
+		case resp := <-ch:
+			// A client drops the answer to a request it cancelled; whatever it says, it must
+			// not carry a ticket nobody will hold.
+			if strings.Contains(string(resp), `"fresh"`) || !strings.Contains(string(resp), `"isError":true`) {
+				t.Errorf("a prepare cancelled while queued was answered %s; want a refusal without a ticket", resp)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a prepare cancelled while queued was never answered")
+		}
+	}
+	for _, intent := range cancelled {
+		if rec, err := eng.Status(context.Background(), intent); err != nil || rec.State != fence.StateNone {
+			t.Errorf("%s: state %s (%v); want none: it was cancelled before it ran, and a claim made for it released", intent, rec.State, err)
+		}
+	}
+	if rec, err := eng.Status(context.Background(), "pay:queued-kept"); err != nil || rec.State != fence.StateInFlight {
+		t.Errorf("the queued call nobody cancelled: state %s (%v); want in_flight", rec.State, err)
+	}
+}
+
+// toBytes adapts a response channel for a select over several.
+func toBytes[T ~[]byte](in <-chan T) <-chan []byte {
+	out := make(chan []byte, 1)
+	go func() {
+		if v, ok := <-in; ok {
+			out <- []byte(v)
+		}
+	}()
+	return out
+}
