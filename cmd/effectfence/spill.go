@@ -29,8 +29,9 @@ const (
 // spillWriter writes to dst from a goroutine of its own, in the order written. Close waits
 // until everything reached dst and returns dst's first error.
 type spillWriter struct {
-	dst io.Writer
-	dir string // where the temporary file is made ("": os.TempDir())
+	dst   io.Writer
+	dir   string        // where the temporary file is made ("": os.TempDir())
+	after time.Duration // spillAfter; longer in a test whose reader a loaded machine may stall
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -54,7 +55,7 @@ type segment struct {
 }
 
 func newSpillWriter(dst io.Writer, dir string) *spillWriter {
-	s := &spillWriter{dst: dst, dir: dir, done: make(chan struct{})}
+	s := &spillWriter{dst: dst, dir: dir, after: spillAfter, done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	go s.drain()
 	return s
@@ -82,8 +83,8 @@ func (s *spillWriter) Write(p []byte) (int, error) {
 	}
 	if !s.spilled && s.held+len(p) > spillMemory && s.held > 0 {
 		// Memory is full: wait for the reader to take some, for at most spillAfter.
-		deadline := time.Now().Add(spillAfter)
-		timer := time.AfterFunc(spillAfter, func() {
+		deadline := time.Now().Add(s.after)
+		timer := time.AfterFunc(s.after, func() {
 			s.mu.Lock()
 			s.cond.Broadcast()
 			s.mu.Unlock()

@@ -529,7 +529,21 @@ type lateConn struct {
 	held   []byte
 	cut    atomic.Bool
 	inRead atomic.Int64
+	// cancels, when set, counts the cancel requests sent on connections so wrapped (see
+	// cancelWatch); cancel says this connection carries one.
+	cancels *cancelWatch
+	cancel  bool
 }
+
+// cancelWatch counts the cancel requests pgx sends, each on a connection of its own, as it
+// gives a connection up (pgconn's asyncClose), and those whose connection the server has
+// closed: the server has then signalled the backend. A cancel that reaches the backend
+// after deliver has sent the held statement cancels it (57014, CI under load), and then the
+// statement's own guard is not what stopped it; deliver waits for them first.
+type cancelWatch struct{ sent, acked atomic.Int64 }
+
+// cancelCode starts a CancelRequest, after its length.
+const cancelCode = 80877102
 
 func (c *lateConn) Read(b []byte) (int, error) {
 	c.inRead.Add(1)
@@ -548,6 +562,10 @@ func (c *lateConn) Write(b []byte) (int, error) {
 	if c.cut.Load() {
 		return 0, errSevered
 	}
+	if c.cancels != nil && len(b) >= 8 && binary.BigEndian.Uint32(b[4:8]) == cancelCode {
+		c.cancel = true
+		c.cancels.sent.Add(1)
+	}
 	if !executes(b) || !c.armed.CompareAndSwap(true, false) {
 		return c.Conn.Write(b)
 	}
@@ -562,6 +580,10 @@ func (c *lateConn) Close() error {
 	if c.cut.Load() {
 		return nil // deliver closes it
 	}
+	if c.cancel {
+		c.cancel = false
+		c.cancels.acked.Add(1)
+	}
 	return c.Conn.Close()
 }
 
@@ -571,6 +593,16 @@ func (c *lateConn) deliver() (codes, tags []string, err error) {
 	defer c.Conn.Close()
 	for c.inRead.Load() > 0 {
 		time.Sleep(time.Millisecond)
+	}
+	if c.cancels != nil {
+		// pgx gave the connection up when its read failed, and cancels what it runs from
+		// another goroutine: wait until that cancel has reached the server (or, should pgx
+		// send none, for a while).
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if sent := c.cancels.sent.Load(); sent > 0 && c.cancels.acked.Load() == sent {
+				break
+			}
+		}
 	}
 	if err := c.Conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		return nil, nil, err
@@ -612,10 +644,11 @@ func (c *lateConn) deliver() (codes, tags []string, err error) {
 func TestLateSpeculativeCommitIsFenced(t *testing.T) {
 	schema := testSchema(t)
 	var armed atomic.Bool
+	var cancels cancelWatch
 	var late *lateConn
 	ctx := context.Background()
 	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, wrapConn: func(c net.Conn) net.Conn {
-		return &lateConn{Conn: c, armed: &armed, late: &late}
+		return &lateConn{Conn: c, armed: &armed, late: &late, cancels: &cancels}
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -266,9 +266,10 @@ func TestLateSpeculativeClaimIsFenced(t *testing.T) {
 			schema := testSchema(t)
 			var armed atomic.Bool
 			var late *lateConn
+			var cancels cancelWatch
 			ctx := context.Background()
 			s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, wrapConn: func(c net.Conn) net.Conn {
-				return &lateConn{Conn: c, armed: &armed, late: &late}
+				return &lateConn{Conn: c, armed: &armed, late: &late, cancels: &cancels}
 			}})
 			if err != nil {
 				t.Fatal(err)
