@@ -826,7 +826,7 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 		}
 		m, perr := jsonrpc.Parse(ev.data)
 		if perr != nil {
-			if id != nil && string(jsonrpc.AnswerID(ev.data)) == string(id) {
+			if id != nil && answersCall(ev.data, id) {
 				// The server answered this call, with something that is not a response:
 				// waiting on would wait for an answer that already came.
 				return nil, fmt.Errorf("%w (%v): %.200q", errInvalidAnswer, perr, ev.data)
@@ -861,6 +861,30 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 			}
 		}
 	}
+}
+
+// answersCall reports whether data, an event Parse refused, answers the request id: a JSON
+// object without a "method" member, one of whose "id" members is id. An "id" given twice is
+// counted (jsonrpc.AnswerID does not): parsers differ on which one counts, so the server may
+// have meant this call, and before 2026-12-05 such an answer was skipped and the call waited
+// on a stream the server kept open.
+func answersCall(data []byte, id json.RawMessage) bool {
+	if string(jsonrpc.AnswerID(data)) == string(id) {
+		return true
+	}
+	d := bytes.TrimSpace(data)
+	if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
+		return false
+	}
+	if _, _, methods, _ := jsonrpc.Member(d, "method"); methods != 0 {
+		return false
+	}
+	for m := range jsonrpc.Members(d) {
+		if jsonrpc.KeyIs(d[m.Key:m.KeyEnd], "id") && string(d[m.Start:m.End]) == string(id) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Session) queue(ctx context.Context, n note) bool {
