@@ -343,3 +343,41 @@ func TestNotFoundWithoutAndOnTheGETStream(t *testing.T) {
 		t.Fatalf("no new session (starts %d)", u.Starts())
 	}
 }
+
+// untraced is a client transport that does not report to httptrace, as one not built on
+// net/http's (HTTP/3, say) does not: the request goes out on a transport of its own, with a
+// context that carries no trace.
+type untraced struct{ next *http.Transport }
+
+func (u untraced) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(context.Background()) // none of the caller's values
+	stop := context.AfterFunc(req.Context(), cancel)
+	resp, err := u.next.RoundTrip(req.WithContext(ctx))
+	if err != nil || resp == nil {
+		stop()
+		cancel()
+	}
+	return resp, err
+}
+
+// "Not sent" needs the transport's word that it found no connection. With a Config.Client
+// whose transport does not report to httptrace, a request the server read and then cut may
+// have run: before, no GotConn was taken for "no connection", so it was "not sent", and the
+// core would have let the next call run it again.
+func TestUntracedTransportFailureMayHaveRun(t *testing.T) {
+	f, srv := newFake(t)
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn.Close() // the request was read whole
+	}
+	s := session(t, upstream(t, srv.URL, Config{Client: &http.Client{Transport: untraced{&http.Transport{}}}}))
+	_, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pay"}`))
+	mayHaveRun(t, err)
+	if n := f.count("tools/call"); n != 1 {
+		t.Fatalf("the server saw the call %d times; want exactly 1", n)
+	}
+}

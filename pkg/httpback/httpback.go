@@ -636,11 +636,17 @@ func (s *Session) cancelled(ctx context.Context, id json.RawMessage) {
 	}
 }
 
-// post sends one JSON-RPC message. sent is false only when no connection to the server was
-// obtained, so no byte of the request can have reached it.
+// post sends one JSON-RPC message. sent is false only when the transport looked for a
+// connection (GetConn) and obtained none (no GotConn), so no byte of the request can have
+// reached the server. A transport that does not report to httptrace (a Config.Client that is
+// not net/http's) gives no such evidence: its failures may have run. Before 2026-12-05 its
+// every failure, a request cut after it was written included, was "not sent".
 func (s *Session) post(ctx context.Context, body []byte) (*http.Response, bool, error) {
-	var gotConn atomic.Bool
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }}
+	var getConn, gotConn atomic.Bool
+	trace := &httptrace.ClientTrace{
+		GetConn: func(string) { getConn.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) },
+	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, false, err
@@ -649,9 +655,12 @@ func (s *Session) post(ctx context.Context, body []byte) (*http.Response, bool, 
 	s.headers(req)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if err := ctx.Err(); err != nil {
+		return nil, false, err // ended before the transport had the request
+	}
 	resp, err := s.do(req)
 	if err != nil {
-		return nil, gotConn.Load(), err
+		return nil, gotConn.Load() || !getConn.Load(), err
 	}
 	return resp, true, nil
 }
