@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,21 +35,8 @@ func TestServeDefaultsInForce(t *testing.T) {
 	cmd := exec.CommandContext(ctx, effectfence(t), "serve")
 	cmd.Env = append(cmd.Environ(), "GORACE=atexit_sleep_ms=0", "XDG_STATE_HOME="+state, "EFFECTFENCE_LEDGER=",
 		"EFFECTFENCE_LEASE_SECS=", "EFFECTFENCE_RESULT_TTL_SECS=", "EFFECTFENCE_ON_LEASE_EXPIRY=")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, out, stderr := startPiped(t, cmd)
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	out := bufio.NewReader(stdout)
 	exchange := func(line string) json.RawMessage {
 		t.Helper()
 		if _, err := io.WriteString(stdin, line+"\n"); err != nil {

@@ -292,20 +292,7 @@ func serveBadInputOverStdio(t *testing.T, bin string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "serve", "--ledger", "memory")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdoutPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer // read by the test while the server writes it
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewReaderSize(stdoutPipe, 1<<20)
+	stdin, out, stderr := startPiped(t, cmd)
 	send := func(line string) {
 		t.Helper()
 		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
@@ -419,6 +406,27 @@ func oneFresh(t *testing.T, answers []callOutcome) {
 
 // lockedBuffer is a bytes.Buffer that a child process's stderr copier writes while the test
 // reads it.
+// startPiped starts cmd with pipes to its stdin and from its stdout (read through a buffer of
+// 1 MiB: answers may be long lines), and its stderr kept, for a test that talks to it line by
+// line.
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bufio.Reader, *lockedBuffer) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{} // read by the test while the process writes it
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return stdin, bufio.NewReaderSize(stdout, 1<<20), stderr
+}
+
 type lockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer

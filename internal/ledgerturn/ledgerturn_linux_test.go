@@ -43,17 +43,7 @@ func init() {
 
 func TestStopOutsideTurn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_TURN_HOLDER="+path)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
-		_ = cmd.Wait()
-	})
+	cmd := startHelper(t, "EFFECTFENCE_TEST_TURN_HOLDER="+path)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(path + ".ready"); err == nil {
 			break
@@ -107,16 +97,7 @@ func init() {
 // returns, every thread of the process must already be stopped. The process spins on eight
 // threads (more than this machine's cores, so some wait to be scheduled when the signal comes).
 func TestStopOutsideTurnWaitsForEveryThread(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_SPINNER=1")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
-		_ = cmd.Wait()
-	})
+	cmd := startHelper(t, "EFFECTFENCE_TEST_SPINNER=1")
 	tasks := fmt.Sprintf("/proc/%d/task", cmd.Process.Pid)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if ents, err := os.ReadDir(tasks); err == nil && len(ents) >= 9 {
@@ -151,4 +132,22 @@ func TestStopOutsideTurnWaitsForEveryThread(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// startHelper starts this test binary as the helper process that env selects (see init), and
+// kills it when the test ends, stopped or not.
+func startHelper(t *testing.T, env string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+		_ = cmd.Wait()
+	})
+	return cmd
 }

@@ -20,20 +20,7 @@ import (
 // to name another file between the two looks (dup2): the watch must see it as not the index.
 func TestIndexScanSeesADescriptorReusedBetweenItsLooks(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := Open(ctx, filepath.Join(dir, "ledger.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.SetDomainSeq("d", 1) }); err != nil {
-		t.Fatal(err)
-	}
-	other, err := os.Create(filepath.Join(dir, "other"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	st, other := indexAndAnotherFile(t, "other")
 	var saved = -1
 	var shm int
 	testHookIndexScan = func(fd string) {
@@ -77,21 +64,7 @@ func TestIndexScanSeesADescriptorReusedBetweenItsLooks(t *testing.T) {
 // load). Here the watch holds a descriptor of another file with that file's inode as the one
 // it recorded: it must find the index again by its name, and not call it removed.
 func TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := Open(ctx, filepath.Join(dir, "ledger.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Update(ctx, func(tx fence.Tx) error { return tx.SetDomainSeq("d", 1) }); err != nil {
-		t.Fatal(err)
-	}
-	other, err := os.Create(filepath.Join(dir, "ledger.db-wal-like"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	st, other := indexAndAnotherFile(t, "ledger.db-wal-like")
 	fi, err := other.Stat()
 	if err != nil {
 		t.Fatal(err)
@@ -113,4 +86,25 @@ func TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode(t *testing.T) {
 	if !w.removed(st.real) {
 		t.Fatal("the removed index was not seen")
 	}
+}
+
+// indexAndAnotherFile opens a ledger and writes once, so this process maps its index, and
+// opens another file, name, beside it.
+func indexAndAnotherFile(t *testing.T, name string) (*Store, *os.File) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := Open(context.Background(), filepath.Join(dir, "ledger.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Update(context.Background(), func(tx fence.Tx) error { return tx.SetDomainSeq("d", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return st, other
 }
