@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -27,27 +26,6 @@ func hostileSchema(t *testing.T, suffix string) string {
 		}
 	})
 	return name
-}
-
-// openSearchPath opens a store whose URL's search_path is searchPath, percent-encoded as an
-// operator would write it (a space as %20: pgx reads a + literally).
-func openSearchPath(t *testing.T, searchPath string) (*Store, error) {
-	t.Helper()
-	u, err := url.Parse(testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", searchPath)
-	q.Set("pool_min_conns", "1")
-	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 3})
-	if err == nil {
-		t.Cleanup(func() { s.Close() })
-	}
-	return s, err
 }
 
 // quoteIdent spells name as a quoted SQL identifier, as an operator writes it in search_path.
@@ -105,7 +83,7 @@ func TestHostileSchemaNames(t *testing.T) {
 		if len(name) > 63 {
 			t.Fatalf("schema name %q is %d bytes, which PostgreSQL cuts (TestLongSchemaName)", name, len(name))
 		}
-		b, err := openSearchPath(t, quoteIdent(name)+", public")
+		b, err := openPath(t, quoteIdent(name)+", public")
 		if err != nil {
 			t.Fatalf("open with search_path %s: %v", quoteIdent(name), err)
 		}

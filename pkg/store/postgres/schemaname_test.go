@@ -12,7 +12,8 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
-// openPath opens a store with search_path set in the URL as an operator writes it.
+// openPath opens a store with search_path set in the URL as an operator writes it,
+// percent-encoded (a space as %20: pgx reads a + literally).
 func openPath(t *testing.T, searchPath string) (*Store, error) {
 	t.Helper()
 	u, err := url.Parse(testURL(t))
@@ -21,10 +22,11 @@ func openPath(t *testing.T, searchPath string) (*Store, error) {
 	}
 	q := u.Query()
 	q.Set("search_path", searchPath)
-	u.RawQuery = q.Encode()
+	q.Set("pool_min_conns", "1")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 4})
+	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 3})
 	if err == nil {
 		t.Cleanup(func() { s.Close() })
 	}
