@@ -118,11 +118,17 @@ func newHookRunner(p *Proxy, h Hook) *hookRunner {
 	if h.Timeout <= 0 {
 		h.Timeout = DefaultHookTimeout
 	}
-	r := &hookRunner{h: h, p: p, q: make(chan HookEvent, hookQueue), done: make(chan struct{}), client: &http.Client{}, seen: map[string]bool{}}
+	r := &hookRunner{h: h, p: p, q: make(chan HookEvent, hookQueue), done: make(chan struct{}), client: &http.Client{CheckRedirect: noRedirect}, seen: map[string]bool{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	go r.loop()
 	return r
 }
+
+// noRedirect keeps the hook's client from following a redirect: the event goes to the URL the
+// policy names or nowhere. Followed, a 302 or 303 became a GET without the event whose 2xx
+// counted as delivered, and a 307 or 308 posted the event to any Location, http included. The
+// redirect is then a failed delivery (a status other than 2xx), retried and logged.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // reportUnknown queues the on_unknown event of intent, once per process. It never blocks.
 func (p *Proxy) reportUnknown(intent, tool, reason string) {
