@@ -107,7 +107,9 @@ func Parse(name string, src []byte) (*Policy, error) {
 	if line, col := notUTF8(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: "the file is not UTF-8 text (YAML is Unicode, and a tool name so written could never equal one an agent sends); save it as UTF-8"}}
 	}
-	if line, col, r := invisible(src); line > 0 {
+	if line, col, r := invisible(src); line > 0 && unicode.IsControl(r) {
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, a control character: YAML does not allow it written as itself, and a terminal acts on it instead of showing it (a reviewer would not see it, or would see the line rewritten); remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
+	} else if line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, an invisible format character: a reviewer would not see it (in a tool's name the entry names another tool than the one shown) or would see the line reordered; remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
 	}
 	if line, col := tooDeep(src); line > 0 {
@@ -175,14 +177,17 @@ func notUTF8(src []byte) (line, col int) {
 
 // invisible returns the line and column (in characters) of the first Unicode format character
 // (category Cf: zero-width spaces and joiners, bidirectional overrides and isolates, soft
-// hyphens, tag characters, a byte-order mark past the start) written as itself in src, and
-// that character, or 0, 0, 0. A policy is reviewed like code: such a character either cannot
-// be seen or changes how the text around it is shown (CVE-2021-42574, "Trojan Source").
+// hyphens, tag characters, a byte-order mark past the start) or control character other than
+// tab and line breaks (category Cc: NUL, escape, backspace, DEL, C1) written as itself in src,
+// and that character, or 0, 0, 0. A policy is reviewed like code: such a character either
+// cannot be seen or changes how the text around it is shown (CVE-2021-42574, "Trojan
+// Source"; an escape sequence rewrites a terminal's line). YAML forbids the control
+// characters, but the parser read them as text.
 func invisible(src []byte) (line, col int, r rune) {
 	line, col = 1, 1
 	for _, r := range string(src) {
 		switch {
-		case unicode.Is(unicode.Cf, r):
+		case unicode.Is(unicode.Cf, r), unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r':
 			return line, col, r
 		case r == '\n':
 			line, col = line+1, 1

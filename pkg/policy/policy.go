@@ -5,8 +5,8 @@
 // Guarantees: a file is either accepted whole or refused with every error found, each naming
 // file:line:column; an unknown key, a value of the wrong type, a duration out of bounds, a bad
 // field path or glob, a tool named twice and two globs that could match the same tool with
-// the same specificity are all errors, never ignored; so is a Unicode format character written
-// as itself, which hides or reorders what a reviewer of the file sees. Field paths use wrap's syntax
+// the same specificity are all errors, never ignored; so is a Unicode format or control character
+// written as itself, which hides or reorders what a reviewer of the file sees. Field paths use wrap's syntax
 // (wrap.ParsePath, fence.CheckRedactPath), so a path means the same in a flag and in a file.
 //
 // Which entry applies to a tool (see Policy.For): the entry naming it exactly, else the

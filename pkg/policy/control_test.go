@@ -1,0 +1,38 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestParseRefusesControlCharacters: YAML does not allow a control character written as
+// itself (only tab and line breaks), but the YAML parser read one as part of the text around
+// it, so a file holding one was accepted or refused for another reason. A NUL after
+// `version: 1` was "version must be 1"; an escape sequence in a comment (ESC [2K erases the
+// line a terminal shows, and what follows is printed in its place) or a backspace inside a
+// redact path reached the policy unseen by a reviewer reading the file in a terminal, as a
+// format character would. Each is refused at its line and column, naming the character and
+// its escape; written as an escape in a double-quoted string it is visible, and is the text.
+func TestParseRefusesControlCharacters(t *testing.T) {
+	for _, c := range []struct{ name, src, want string }{
+		{"NUL after the version", "version: 1\x00\n", "bad.yaml:1:11: the file holds U+0000"},
+		{"NUL in a comment", "version: 1\n# \x00\ntools: {}\n", "bad.yaml:2:3: the file holds U+0000"},
+		{"escape sequence in a comment", "version: 1\ntools:\n  charge:\n    fence: false  # \x1b[2K\x1b[1G    fence: true\n", "bad.yaml:4:21: the file holds U+001B"},
+		{"backspace in a redact path", "version: 1\ndefaults:\n  redact: [card.numbe\x08er]\n", "bad.yaml:3:22: the file holds U+0008"},
+		{"DEL in a key path", "version: 1\ntools:\n  c:\n    key: [order\x7f_id]\n", "bad.yaml:4:16: the file holds U+007F"},
+		{"C1 control in a quoted name", "version: 1\ntools:\n  \"list_\u009b*\":\n    fence: false\n", "bad.yaml:3:9: the file holds U+009B"},
+		{"vertical tab in the scope", "version: 1\nscope: a\vb\n", "bad.yaml:2:9: the file holds U+000B"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(c.src))
+			if err == nil || !strings.HasPrefix(err.Error(), c.want+", a control character") || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("got %v (%+v); want one error starting %q naming the control character", err, p, c.want)
+			}
+		})
+	}
+	// Tabs and line breaks are YAML's own; an escape in a double-quoted string is visible.
+	p, err := Parse("ok.yaml", []byte("version: 1\t# a tab\r\ntools:\r  c:\n    redact: [\"a\\x08b\"]\n"))
+	if err != nil || len(p.Tools) != 1 || len(p.Tools[0].Redact) != 1 || p.Tools[0].Redact[0] != "a\bb" {
+		t.Fatalf("tab, CRLF, lone CR and an escaped control character: %v %+v", err, p)
+	}
+}
