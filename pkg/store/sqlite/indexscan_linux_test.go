@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"golang.org/x/sys/unix"
 )
 
 // TestIndexScanSeesADescriptorReusedBetweenItsLooks: the index watch finds SQLite's
@@ -69,7 +70,12 @@ func TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := indexWatch{fd: int(other.Fd()), fi: fi}
+	// The watch recorded the index's birth time; the inode number is now another file's.
+	var sx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, st.real+"-shm", 0, unix.STATX_BTIME, &sx); err != nil {
+		t.Fatal(err)
+	}
+	w := indexWatch{fd: int(other.Fd()), fi: fi, born: sx.Btime}
 	if w.removed(st.real) {
 		t.Fatal("a reused descriptor whose file has the inode the watch recorded was taken for a removed index")
 	}
@@ -85,6 +91,33 @@ func TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode(t *testing.T) {
 	}
 	if !w.removed(st.real) {
 		t.Fatal("the removed index was not seen")
+	}
+}
+
+// TestIndexWatchSeesTheIndexMovedAway: the index is renamed away while this process maps it,
+// and another process makes a new one at its name. The descriptor's file keeps a name, not
+// the index's, and the inode number is the one recorded: only its birth time tells it is
+// still the index this process found, moved, not another file given the number.
+func TestIndexWatchSeesTheIndexMovedAway(t *testing.T) {
+	st, _ := indexAndAnotherFile(t, "unused")
+	w := indexWatch{fd: -1}
+	if w.removed(st.real) {
+		t.Fatal("an index in its place was taken for a removed one")
+	}
+	if w.fd < 0 {
+		t.Fatal("the watch did not find the index's descriptor")
+	}
+	if w.born.Sec == 0 {
+		t.Skip("this file system keeps no birth times: an index moved away is not seen (docs/ledger.md)")
+	}
+	if err := os.Rename(st.real+"-shm", filepath.Join(filepath.Dir(st.real), "moved-shm")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(st.real+"-shm", make([]byte, 32<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !w.removed(st.real) {
+		t.Fatal("an index moved away, with another at its name, was not seen")
 	}
 }
 
