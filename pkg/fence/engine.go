@@ -490,9 +490,13 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 	}
 	lapsed := !now.Before(rec.LeaseUntil)
 	at := rec.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	var spooled string // why a re-run-safe claim is not taken over: its outcome may be spooled
+	if rec.RerunSafe && (seen == Dead || (lapsed && seen != Alive)) {
+		spooled = e.spoolMayHold(rec.Intent)
+	}
 	switch {
-	case seen == Dead && rec.RerunSafe && e.spooledFor(rec.Intent):
-		return fenceIt, EventOrphan, fmt.Sprintf("holder is gone (process %s) and an outcome of the intent waits in this host's spool: not taken over though re-run safe; the spool's drain records it", rec.Owner)
+	case seen == Dead && spooled != "":
+		return fenceIt, EventOrphan, fmt.Sprintf("holder is gone (process %s) and %s: not taken over though re-run safe; the spool's drain records it", rec.Owner, spooled)
 	case seen == Dead && rec.RerunSafe:
 		return takeIt, EventReclaim, fmt.Sprintf("holder is gone (process %s) and the call was declared safe to re-run", rec.Owner)
 	case seen == Dead:
@@ -501,8 +505,8 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 		return held, "", ""
 	case seen == Alive:
 		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder alive but silent (stalled or stopped: process %s); a live holder is never taken over; its own late result heals this", at, rec.Owner)
-	case rec.RerunSafe && e.spooledFor(rec.Intent):
-		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and an outcome of the intent waits in this host's spool: not taken over though re-run safe; the spool's drain records it", at, rec.Owner)
+	case spooled != "":
+		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and %s: not taken over though re-run safe; the spool's drain records it", at, rec.Owner, spooled)
 	case rec.RerunSafe:
 		return takeIt, EventReclaim, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and the call was declared safe to re-run", at, rec.Owner)
 	}

@@ -294,17 +294,35 @@ func spoolPrefix(intent string) string {
 	return hex.EncodeToString(h[:8]) + "-"
 }
 
-// spooledFor reports whether the spool holds a file of intent (of any ticket). A re-run-safe
-// claim whose holder is gone is taken over; but when its outcome waits in the spool (the
-// ledger failed when it came, and the holder died before the drain), re-running it would run
-// an effect that is known to have run: judge fences it instead, and the drain heals it. A
-// spool that cannot be read tells nothing: false.
+// spooledFor reports whether the spool holds a file of intent (of any ticket), for DrainedFor:
+// a spool that cannot be read tells nothing, false (judge asks spoolMayHold instead).
 func (e *Engine) spooledFor(intent string) bool {
 	if e.cfg.SpoolDir == "" {
 		return false
 	}
 	names, err := spoolEntries(e.cfg.SpoolDir, spoolPrefix(intent))
 	return err == nil && len(names) > 0
+}
+
+// spoolMayHold says why an outcome of intent may wait in the spool, for judge, or "" when none
+// can. A re-run-safe claim whose holder is gone is taken over; but when its outcome waits in
+// the spool (the ledger failed when it came, and the holder died before the drain), re-running
+// it would run an effect that is known to have run: judge fences it instead, and the drain
+// heals it. A spool that cannot be read (another user's, beside a SQLite ledger both use)
+// tells nothing, so it may hold one: taken over then, the claim's commit was refused as late
+// when the spool's owner drained it, and the effect ran again.
+func (e *Engine) spoolMayHold(intent string) string {
+	if e.cfg.SpoolDir == "" {
+		return ""
+	}
+	names, err := spoolEntries(e.cfg.SpoolDir, spoolPrefix(intent))
+	switch {
+	case err != nil:
+		return fmt.Sprintf("this host's spool cannot be read to see whether an outcome of the intent waits there (%v)", err)
+	case len(names) > 0:
+		return "an outcome of the intent waits in this host's spool"
+	}
+	return ""
 }
 
 // spoolEntries lists the outcome files of a spool directory whose names start with prefix, as

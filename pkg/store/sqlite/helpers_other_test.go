@@ -11,3 +11,4 @@ var errLinuxOnly = errors.New("this helper process runs only on Linux")
 
 func holderHelper() error           { return errLinuxOnly }
 func queueHelper(mode string) error { return errLinuxOnly }
+func openerHelper(string) string    { return errLinuxOnly.Error() }

@@ -45,6 +45,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if path := os.Getenv("EFFECTFENCE_TEST_OPEN_LEDGER"); path != "" {
+		// store.Open in a process of its own (another user's, say): prints what it answered.
+		fmt.Println(openerHelper(path))
+		os.Exit(0)
+	}
 	if os.Getenv("EFFECTFENCE_TEST_RACER") != "" {
 		if err := raceHelper(); err != nil {
 			fmt.Fprintln(os.Stderr, "racer:", err)

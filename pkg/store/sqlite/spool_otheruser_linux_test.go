@@ -1,0 +1,144 @@
+//go:build linux
+
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/store/sqlite"
+)
+
+// openerHelper opens the ledger at path as wrap, serve and the ledger commands do (store.Open:
+// the spool drained, then the lease rules applied to every claim) and closes it.
+func openerHelper(path string) string {
+	l, err := store.Open(context.Background(), store.Options{Ledger: path})
+	if err != nil {
+		return "refused: " + strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	if err := l.Close(); err != nil {
+		return "close: " + err.Error()
+	}
+	return "opened"
+}
+
+// failingStore fails every write while down, as a ledger that cannot be written does.
+type failingStore struct {
+	fence.Store
+	down atomic.Bool
+}
+
+func (f *failingStore) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if f.down.Load() {
+		return errors.New("the ledger cannot be written (test)")
+	}
+	return f.Store.Update(ctx, fn)
+}
+
+// docs/RELIABILITY.md, rule 1: a dead holder's re-run-safe claim is not taken over while an
+// outcome of the intent waits in the ledger's spool. A SQLite ledger's spool is one directory
+// beside the file (mode 0700, its maker's), whatever user opens the ledger. A process of
+// another user sharing the ledger cannot read it; before, it took that for "nothing waits",
+// freed the claim at its open (Recover), and once the spool's owner drained it the holder's
+// commit was refused as late: the intent was free, and the effect ran again. Now a spool that
+// cannot be read fences the claim, and the drain heals it.
+func TestSpoolOfAnotherUserIsNotTakenForEmpty(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to run a process as another user")
+	}
+	dir, err := os.MkdirTemp("", "spool-other-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary's own directory is root's alone: a copy the other user may run.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := filepath.Join(dir, "helper.test")
+	copyFile(t, self, helper)
+	if err := os.Chmod(helper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "ledger.db")
+
+	// A real holder process (of another intent) gives the owner string of a process that
+	// then dies: killed with -9 and reaped.
+	h := startHolder(t, path, "other:intent", time.Hour, false, nil)
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+
+	// That process claimed charge:spooled, re-run safe, and the ledger failed when it came to
+	// commit: its commit waits in the spool.
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &failingStore{Store: st}
+	eng := fence.New(fs, fence.Config{Owner: h.owner, SpoolDir: path + ".spool", LeaseTTL: time.Hour})
+	req := fence.Request{Intent: "charge:spooled", Tool: "charge", Args: []byte(`{"amount":1}`), RerunSafe: true}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil || !adm.Fresh() {
+		eng.Close()
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	fs.down.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_spooled"`)})
+	cancel()
+	fs.down.Store(false)
+	if cerr := eng.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
+		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+	}
+	if files, err := fence.SpoolFiles(path + ".spool"); err != nil || len(files) != 1 {
+		t.Fatalf("spool holds %v (%v); want the commit", files, err)
+	}
+
+	// The ledger is shared with another user: its files are theirs to write, the spool not.
+	names, _ := filepath.Glob(path + "*")
+	for _, n := range names {
+		if fi, err := os.Stat(n); err == nil && !fi.IsDir() {
+			if err := os.Chmod(n, 0o666); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cmd := exec.Command(helper, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_OPEN_LEDGER="+path, "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the other user's process: %v (%s)", err, out)
+	}
+	t.Logf("the other user's process: %s", strings.TrimSpace(string(out)))
+
+	// Whatever that process answered, the intent must not be free: its commit waits.
+	l, err := store.Open(ctx, store.Options{Ledger: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	again, err := l.Prepare(ctx, req)
+	if err != nil || again.Fresh() || again.Cert == nil || string(again.Cert.Result) != `"ch_spooled"` {
+		kinds := eventKinds(t, l.Engine, req.Intent)
+		t.Fatalf("a duplicate once the spool's owner drained it: %+v %v (events %v); want the spooled commit replayed, never a second run", again, err, kinds)
+	}
+}
