@@ -142,3 +142,67 @@ func TestSpoolOfAnotherUserIsNotTakenForEmpty(t *testing.T) {
 		t.Fatalf("a duplicate once the spool's owner drained it: %+v %v (events %v); want the spooled commit replayed, never a second run", again, err, kinds)
 	}
 }
+
+// docs/RELIABILITY.md, rule 5 and its spool exception: a re-run-safe claim whose holder is out
+// of sight (a real process in another PID namespace) and whose lease lapsed is taken over,
+// unless an outcome of the intent waits in this host's spool (the holder's commit came while
+// the ledger failed). A process that opened the ledger before the outcome was spooled (its
+// open drained nothing) meets the claim after its lease: refused as unknown and healable, not
+// taken over; asked again once DrainedFor recorded the spool, it replays the commit.
+func TestUnseenHoldersSpooledCommitIsNotTakenOver(t *testing.T) {
+	unshare := needUnshare(t)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	h := startHolder(t, path, "unseen:other", time.Hour, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
+	if l := fence.OwnerLiveness(h.owner); l != fence.CannotTell {
+		t.Fatalf("holder in another PID namespace (%s) judged %s, want cannot tell", h.owner, l)
+	}
+
+	judge, err := store.Open(ctx, store.Options{Ledger: path, RecoverEvery: time.Hour}) // no drain but the test's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer judge.Close()
+
+	// The holder's claim of unseen:spooled, re-run safe, with a short lease; its commit spooled.
+	const lease = 500 * time.Millisecond
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &failingStore{Store: st}
+	eng := fence.New(fs, fence.Config{Owner: h.owner, SpoolDir: path + ".spool", LeaseTTL: lease})
+	req := fence.Request{Intent: "unseen:spooled", Tool: "charge", Args: []byte(`{"amount":2}`), RerunSafe: true}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil || !adm.Fresh() {
+		eng.Close()
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	fs.down.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_unseen"`)})
+	cancel()
+	fs.down.Store(false)
+	if cerr := eng.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
+		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+	}
+	for time.Until(adm.Ticket.LeaseUntil) > -50*time.Millisecond {
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	_, err = judge.Prepare(ctx, req)
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || !pf.Healable {
+		t.Fatalf("a duplicate after the lease, the commit spooled: %v (events %v); want unknown and healable, never taken over",
+			err, eventKinds(t, judge.Engine, req.Intent))
+	}
+	if again, derr := judge.DrainedFor(ctx, err); !again || derr != nil {
+		t.Fatalf("DrainedFor: %v %v; want the spool recorded and the duplicate asked again", again, derr)
+	}
+	rep, err := judge.Prepare(ctx, req)
+	if err != nil || rep.Fresh() || rep.Cert == nil || string(rep.Cert.Result) != `"ch_unseen"` {
+		t.Fatalf("asked again: %+v %v; want the spooled commit replayed", rep, err)
+	}
+}
