@@ -100,6 +100,12 @@ type walker struct {
 }
 
 func walk(ctx context.Context, root string, opts Options) (walked, error) {
+	// Absolute first: EvalSymlinks keeps a relative path relative, while an absolute link's
+	// target comes back absolute, and within compares them as strings.
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return walked{}, err
+	}
 	w := &walker{root: root, opts: opts, visited: map[string]bool{}}
 	real, err := filepath.EvalSymlinks(root)
 	if err != nil {
