@@ -84,29 +84,8 @@ func TestSpoolOfAnotherUserIsNotTakenForEmpty(t *testing.T) {
 
 	// That process claimed charge:spooled, re-run safe, and the ledger failed when it came to
 	// commit: its commit waits in the spool.
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := &failingStore{Store: st}
-	eng := fence.New(fs, fence.Config{Owner: h.owner, SpoolDir: path + ".spool", LeaseTTL: time.Hour})
 	req := fence.Request{Intent: "charge:spooled", Tool: "charge", Args: []byte(`{"amount":1}`), RerunSafe: true}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil || !adm.Fresh() {
-		eng.Close()
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	fs.down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_spooled"`)})
-	cancel()
-	fs.down.Store(false)
-	if cerr := eng.Close(); cerr != nil {
-		t.Fatal(cerr)
-	}
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	claimAndSpool(t, path, h.owner, time.Hour, req, `"ch_spooled"`, 300*time.Millisecond)
 	if files, err := fence.SpoolFiles(path + ".spool"); err != nil || len(files) != 1 {
 		t.Fatalf("spool holds %v (%v); want the commit", files, err)
 	}
@@ -165,29 +144,8 @@ func TestUnseenHoldersSpooledCommitIsNotTakenOver(t *testing.T) {
 
 	// The holder's claim of unseen:spooled, re-run safe, with a short lease; its commit spooled.
 	const lease = 500 * time.Millisecond
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := &failingStore{Store: st}
-	eng := fence.New(fs, fence.Config{Owner: h.owner, SpoolDir: path + ".spool", LeaseTTL: lease})
 	req := fence.Request{Intent: "unseen:spooled", Tool: "charge", Args: []byte(`{"amount":2}`), RerunSafe: true}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil || !adm.Fresh() {
-		eng.Close()
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	fs.down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_unseen"`)})
-	cancel()
-	fs.down.Store(false)
-	if cerr := eng.Close(); cerr != nil {
-		t.Fatal(cerr)
-	}
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	adm := claimAndSpool(t, path, h.owner, lease, req, `"ch_unseen"`, 100*time.Millisecond)
 	for time.Until(adm.Ticket.LeaseUntil) > -50*time.Millisecond {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -205,4 +163,35 @@ func TestUnseenHoldersSpooledCommitIsNotTakenOver(t *testing.T) {
 	if err != nil || rep.Fresh() || rep.Cert == nil || string(rep.Cert.Result) != `"ch_unseen"` {
 		t.Fatalf("asked again: %+v %v; want the spooled commit replayed", rep, err)
 	}
+}
+
+// claimAndSpool claims req on the ledger at path as owner (its process, another one), and
+// commits it with result while the ledger fails (for wait): the commit waits in the spool
+// beside the ledger. It returns the claim's admission.
+func claimAndSpool(t *testing.T, path, owner string, lease time.Duration, req fence.Request, result string, wait time.Duration) fence.Admission {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &failingStore{Store: st}
+	eng := fence.New(fs, fence.Config{Owner: owner, SpoolDir: path + ".spool", LeaseTTL: lease})
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil || !adm.Fresh() {
+		eng.Close()
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	fs.down.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(result)})
+	cancel()
+	fs.down.Store(false)
+	if cerr := eng.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
+		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+	}
+	return adm
 }
