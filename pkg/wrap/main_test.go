@@ -225,6 +225,13 @@ func (x result) same() string {
 
 func (x result) replayed() bool { return string(x.Meta["effectfence/replayed"]) == "true" }
 
+// intent is the intent wrap named in the result's _meta ("" when it named none).
+func (x result) intent() string {
+	var s string
+	_ = json.Unmarshal(x.Meta["effectfence/intent"], &s)
+	return s
+}
+
 // note is the text wrap added to a replay, if any.
 func (x result) note() string {
 	var c []struct {

@@ -2,7 +2,6 @@ package wrap_test
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,8 +31,7 @@ func TestServerCommandLineNotInTheLedger(t *testing.T) {
 	if log := w.log.String(); strings.Contains(log, secret) || !strings.Contains(log, "serving "+filepath.Base(testExe)+" (and 2 arguments") {
 		t.Errorf("wrap's log holds the command line, or does not name the program:\n%s", log)
 	}
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, `dying on tools/call`) {
 		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the server's words", intent, rec, err)

@@ -2,7 +2,6 @@ package wrap_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -28,8 +27,7 @@ func TestRedactedMemberNamesNotInReasons(t *testing.T) {
 	for _, s := range []string{secret, spelled, decoded} {
 		ledgerFilesLack(t, r, s)
 	}
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, `"tag":"plain"`) {
 		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the server's words", intent, rec, err)

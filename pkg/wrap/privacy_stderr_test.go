@@ -2,7 +2,6 @@ package wrap_test
 
 import (
 	"context"
-	"encoding/json"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -30,8 +29,7 @@ func TestRedactedValueTheServerStoppedWritingNotInReasons(t *testing.T) {
 	w.Close()
 
 	ledgerFilesLack(t, r, first)
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown || !strings.HasSuffix(rec.Reason, "\n"+`mcptest: dying on tools/call {"arguments":{"tag":"[redacted]`) {
 		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason ends with the server's words and [redacted] for the value's beginning", intent, rec, err)
@@ -69,8 +67,7 @@ func TestStderrLeftOutPastTheRedactedValuesItCanHide(t *testing.T) {
 	}
 	w.Close()
 
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, "not shown: more argument values to keep out of it were sent to this server than are kept") {
 		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason leaves the server's stderr out", intent, rec, err)

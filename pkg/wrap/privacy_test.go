@@ -93,8 +93,7 @@ func TestRedactedValueNotInReasons(t *testing.T) {
 	w.Close()
 
 	ledgerFilesLack(t, r, secret)
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown {
 		t.Fatalf("record of %q: %+v, %v", intent, rec, err)
@@ -194,8 +193,7 @@ func TestRedactedValueNotInReasonsAsTheCallSpelledIt(t *testing.T) {
 	ledgerFilesLack(t, r, decoded)
 	ledgerFilesLack(t, r, spelled)
 	ledgerFilesLack(t, r, `41112222\\u003333334444`) // as the JSON of a record writes it
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, `"tag":"[redacted]"`) {
 		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the server's words without the value", intent, rec, err)
@@ -231,8 +229,7 @@ func earlierCallNotInReasons(t *testing.T, flags []string) {
 	w.Close()
 
 	ledgerFilesLack(t, r, secret)
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, "slow tag=[redacted] started") || !strings.Contains(rec.Reason, `"tag":"plain"`) {
 		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the server's words without the earlier call's value", intent, rec, err)
@@ -261,8 +258,7 @@ func TestRedactedValueCutByTheStderrTailNotInReasons(t *testing.T) {
 	w.Close()
 
 	ledgerFilesLack(t, r, last)
-	var intent string
-	_ = json.Unmarshal(res.Meta["effectfence/intent"], &intent)
+	intent := res.intent()
 	rec, err := r.openLedger().Status(context.Background(), intent)
 	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, `its stderr ended with: [redacted]","filler":"xxx`) {
 		t.Fatalf("record of %q: %+v, %v; want an unknown outcome whose reason keeps the end of the server's stderr without the value's last bytes", intent, rec, err)
