@@ -33,9 +33,8 @@ type indexWatch struct {
 func (w *indexWatch) removed(real string) bool {
 	name := real + "-shm"
 	if w.fd >= 0 {
-		// A statx of the descriptor sees what a stat of /proc/self/fd/N sees, at a fraction
-		// of its cost, once for every write transaction.
-		// A "no" is sure: the descriptor is the index's file, and that file has its name. A
+		// A statx of the descriptor, once for every write transaction, sees what a stat of
+		// /proc/self/fd/N would, at a fraction of its cost. A "no" is sure: the descriptor is the index's file, and that file has its name. A
 		// "yes" is sure only when the file was born when the index was: SQLite closes the
 		// index's descriptor when the process's last connection closes (deleting the file if
 		// no process has the ledger open), and the number and the inode number may both be

@@ -1258,8 +1258,9 @@ func createPrivate(path string) error {
 // index, so that no connection of this process can close the index while the watch looks.
 // The watch's descriptor may still be out of date: SQLite closed it (and deleted the index)
 // when all this process's connections had closed, and the number and the inode number went
-// to another file. indexWatch.removed therefore confirms every removal by the descriptors'
-// names (TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode).
+// to another file. indexWatch.removed therefore trusts a removal only from a file born when
+// the index was, and otherwise looks at the descriptors' names
+// (TestIndexWatchSeesItsDescriptorReusedWithTheIndexInode, TestIndexWatchSeesTheIndexMovedAway).
 func (s *Store) checkIndex() error {
 	// Only while that file is the one Open opened: a file moved or deleted with its index is
 	// checkFile's (its records are rescued), and a file put back in its place has an index of

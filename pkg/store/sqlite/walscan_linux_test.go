@@ -190,13 +190,23 @@ func removedIndexStopsTheWriter(t *testing.T, how string) {
 		t.Fatal(err)
 	}
 	if how == "mv" {
-		// An effectfence process opening the ledger now is refused (this one uses the log
-		// under the moved index's name: foreignLogUser). A client that does not look (an
-		// older build, the sqlite3 shell) makes a new index at the name.
+		// An effectfence process opening the ledger now is refused: this one holds the
+		// file's lock and an index beside another name (checkOtherName; docs/ledger.md).
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opener := exec.Command(exe, "-test.run=^$")
+		opener.Env = append(os.Environ(), "EFFECTFENCE_TEST_OPEN_LEDGER="+path)
+		if out, err := opener.Output(); err != nil || !strings.Contains(string(out), "refused: ") || !strings.Contains(string(out), "under another name") {
+			t.Fatalf("another process opening the ledger with its index moved away: %v\n%s", err, out)
+		}
+		// A client that does not look (an older build, the sqlite3 shell) makes a new index
+		// at the name.
 		if err := os.WriteFile(path+"-shm", make([]byte, 32<<10), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		err := commit("after")
+		err = commit("after")
 		var fe *sqlite.FileError
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "shared-memory index") {
 			t.Fatalf("a write through the index moved away = %v; want a FileError about the index", err)
