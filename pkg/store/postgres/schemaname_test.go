@@ -2,10 +2,8 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,32 +65,7 @@ func TestSchemaSpellings(t *testing.T) {
 	if a.channel() != b.channel() || lockKey(a.schema, "intent", "x") != lockKey(b.schema, "intent", "x") {
 		t.Fatal("two spellings of one schema derive different channels or lock keys")
 	}
-	ea, eb := fence.New(a, fence.Config{}), fence.New(b, fence.Config{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	admitted := 0
-	for i := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e := ea
-			if i%2 == 1 {
-				e = eb
-			}
-			adm, err := e.Prepare(context.Background(), fence.Request{Intent: "spelling:1", Tool: "pay"})
-			if err == nil && adm.Fresh() {
-				mu.Lock()
-				admitted++
-				mu.Unlock()
-			} else if err != nil && !errors.Is(err, fence.ErrInFlight) {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted != 1 {
-		t.Fatalf("admitted %d times across two spellings of one schema, want 1", admitted)
-	}
+	oneAdmission(t, "spelling:1", fence.New(a, fence.Config{}), fence.New(b, fence.Config{}))
 
 	quoted := `"` + mixed + `"`
 	t.Cleanup(func() {
