@@ -169,11 +169,7 @@ func TestHTTP2ResetAfterTheRequestMayHaveRun(t *testing.T) {
 func TestSecondCutAfterResumptionMayHaveRun(t *testing.T) {
 	f, srv := newFake(t)
 	var resumes atomic.Int32
-	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		writeEvent(w, "e1", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":1}`)))
-		panic(http.ErrAbortHandler)
-	}
+	f.call = cutAfterAnEvent
 	f.getReply = func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Last-Event-Id") == "" {
 			w.WriteHeader(http.StatusMethodNotAllowed)

@@ -312,11 +312,7 @@ func TestSSECutMayHaveRun(t *testing.T) {
 func TestSSEResumeOnce(t *testing.T) {
 	f, srv := newFake(t)
 	var resumes atomic.Int32
-	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		writeEvent(w, "e1", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":1}`)))
-		panic(http.ErrAbortHandler)
-	}
+	f.call = cutAfterAnEvent
 	f.getReply = func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Last-Event-Id") != "e1" {
 			w.WriteHeader(http.StatusMethodNotAllowed) // the standalone stream is not offered
@@ -836,4 +832,12 @@ func TestRedirectsAndOtherStatusesMayHaveRun(t *testing.T) {
 			t.Fatalf("HTTP %d: the redirect was followed (%d requests to its target)", code, n)
 		}
 	}
+}
+
+// cutAfterAnEvent answers a call with a stream that carries one event (id e1, a progress
+// notification) and is then cut, before the response.
+func cutAfterAnEvent(w http.ResponseWriter, _ *http.Request, _ *jsonrpc.Message) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	writeEvent(w, "e1", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":1}`)))
+	panic(http.ErrAbortHandler)
 }
