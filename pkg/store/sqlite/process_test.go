@@ -47,6 +47,14 @@ func TestMain(m *testing.M) {
 	}
 	if path := os.Getenv("EFFECTFENCE_TEST_OPEN_LEDGER"); path != "" {
 		// store.Open in a process of its own (another user's, say): prints what it answered.
+		// With EFFECTFENCE_TEST_OPEN_WAIT set it first waits for a line on its standard input,
+		// so that a test can start several at once.
+		if os.Getenv("EFFECTFENCE_TEST_OPEN_WAIT") != "" {
+			if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+				fmt.Println("no go:", err)
+				os.Exit(0)
+			}
+		}
 		fmt.Println(openerHelper(path))
 		os.Exit(0)
 	}
