@@ -46,7 +46,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	// escaped: a repository under review must not drive the reviewer's terminal.
 	e := safetext.Escape
 	p.f("%s %s\n", title.Sprint("effectfence scan"), e(rep.Root))
-	p.f("%d source files read (%s); %d left out by rule (vendored, generated, build output, tests, fixtures, hidden); %d other files ignored\n",
+	p.f("%d source files read (%s); %d left out by rule (vendored, generated, build output, tests, fixtures, hidden, reached twice through a symlink); %d other files ignored\n",
 		rep.Files.Scanned, langCounts(rep.Files.ByLanguage), rep.Files.SkippedByRule, rep.Files.Ignored)
 	if len(rep.Skipped) > 0 {
 		p.f("%d skipped as bad input: %s\n", len(rep.Skipped), reasonCounts(rep.Files.SkippedBad))

@@ -79,7 +79,7 @@ type Note struct {
 type FileCounts struct {
 	Scanned       int            `json:"scanned"`
 	ByLanguage    map[string]int `json:"by_language"`
-	SkippedByRule int            `json:"skipped_by_rule"` // vendored, generated, tests, fixtures, hidden
+	SkippedByRule int            `json:"skipped_by_rule"` // vendored, generated, tests, fixtures, hidden, reached twice
 	Ignored       int            `json:"ignored"`         // other languages and data files
 	SkippedBad    map[string]int `json:"skipped_bad_input"`
 }

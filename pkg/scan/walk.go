@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Reasons a file or folder was skipped because of what it is (bad input), reported one by
@@ -81,6 +83,7 @@ func generatedMarker(head []byte) bool {
 // walked is what the walk found: files to scan and what it left out.
 type walked struct {
 	files         []walkedFile
+	byReal        map[string]int // index in files by the file's real path: one read per file
 	skipped       []Skipped
 	skippedByRule int
 	ignored       int // files in languages the scanner does not read
@@ -89,6 +92,7 @@ type walked struct {
 type walkedFile struct {
 	abs, rel, lang string
 	size           int64
+	link           bool // reached through a symlink
 }
 
 type walker struct {
@@ -147,8 +151,15 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 		typ := e.Type()
 		if typ&os.ModeSymlink != 0 {
 			target, err := os.Stat(childAbs)
-			if err != nil {
+			switch {
+			case errors.Is(err, syscall.ELOOP):
+				w.skip(childRel, SkipSymlinkLoop, "a chain of symlinks that leads back to itself")
+				continue
+			case errors.Is(err, fs.ErrNotExist):
 				w.skip(childRel, SkipUnreadable, "broken symlink")
+				continue
+			case err != nil:
+				w.skip(childRel, SkipUnreadable, err.Error())
 				continue
 			}
 			if target.IsDir() && w.skipDirName(name) {
@@ -179,7 +190,7 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 				}
 				continue
 			}
-			w.file(childAbs, childRel, name, target)
+			w.file(childAbs, childRel, name, childReal, true, target)
 			continue
 		}
 		if e.IsDir() {
@@ -203,7 +214,7 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 			w.skip(childRel, SkipUnreadable, err.Error())
 			continue
 		}
-		w.file(childAbs, childRel, name, info)
+		w.file(childAbs, childRel, name, filepath.Join(real, name), false, info)
 	}
 	return nil
 }
@@ -212,10 +223,13 @@ func (w *walker) skipDirName(name string) bool {
 	return strings.HasPrefix(name, ".") || skipDirs[name] || strings.HasSuffix(name, ".egg-info")
 }
 
-// file takes a source file to read. info describes what a symlink points to, so a link to
-// a named pipe or a device is seen for what it is: opening a pipe blocks until something
-// writes to it, and a device may never end.
-func (w *walker) file(abs, rel, name string, info os.FileInfo) {
+// file takes a source file to read, real being its real path. info describes what a symlink
+// points to, so a link to a named pipe or a device is seen for what it is: opening a pipe
+// blocks until something writes to it, and a device may never end. A file reached by several
+// paths (symlinks to it within the folder) is read once, under its own name when the walk
+// meets it, else under the first link met; the other paths are counted as left out by rule,
+// as a folder reached twice is. Read once per path, its tools were reported once per path.
+func (w *walker) file(abs, rel, name, real string, link bool, info os.FileInfo) {
 	lang, ok := langByExt[strings.ToLower(filepath.Ext(name))]
 	if !ok {
 		w.out.ignored++
@@ -234,11 +248,23 @@ func (w *walker) file(abs, rel, name string, info os.FileInfo) {
 		w.skip(rel, SkipTooLarge, itoa(int(size))+" bytes")
 		return
 	}
+	f := walkedFile{abs: abs, rel: rel, lang: lang, size: size, link: link}
+	if i, seen := w.out.byReal[real]; seen {
+		w.out.skippedByRule++
+		if w.out.files[i].link && !link {
+			w.out.files[i] = f // its own name rather than a link's
+		}
+		return
+	}
 	if len(w.out.files) >= w.opts.MaxFiles {
 		w.skip(rel, SkipTooMany, "")
 		return
 	}
-	w.out.files = append(w.out.files, walkedFile{abs: abs, rel: rel, lang: lang, size: size})
+	if w.out.byReal == nil {
+		w.out.byReal = map[string]int{}
+	}
+	w.out.byReal[real] = len(w.out.files)
+	w.out.files = append(w.out.files, f)
 }
 
 func specialKind(m os.FileMode) string {

@@ -1,0 +1,71 @@
+//go:build unix
+
+package scan
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// A file reached by several paths inside the scanned folder is read once: under its own name
+// where the walk reaches it, else under the first link met (its own name is in a folder left
+// out by rule). Before, each path was read, and one tool was reported once per path, as
+// several candidates. A link that leads back to itself, directly or through another link, is
+// a symlink loop, not a broken link.
+func TestFileReachedByLinksIsReadOnce(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel, data string) {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, rel string) {
+		if err := os.Symlink(target, filepath.Join(root, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("src/pay.ts", `server.tool("send_payment", "Send a payment", {}, async () => { await fetch(u, { method: "POST" }) })`+"\n")
+	write("vendor/refund.ts", `server.tool("issue_refund", "Issue a refund", {}, async () => { await fetch(u, { method: "POST" }) })`+"\n")
+	link("src/pay.ts", "a-pay.ts") // met before src/pay.ts: replaced by it
+	if err := os.Mkdir(filepath.Join(root, "z"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link("../src/pay.ts", "z/pay-again.ts")
+	link("vendor/refund.ts", "refund.ts")
+	link("../vendor/refund.ts", "z/refund-again.ts")
+	link("self.ts", "self.ts")
+	link("ping.ts", "pong.ts")
+	link("pong.ts", "ping.ts")
+
+	rep := scanDir(t, root, Options{})
+	where := map[string]string{}
+	for _, c := range rep.Candidates {
+		if prev, dup := where[c.Name]; dup {
+			t.Errorf("%s reported twice: at %s and at %s:%d", c.Name, prev, c.File, c.Line)
+		}
+		where[c.Name] = c.File
+	}
+	if want := map[string]string{"send_payment": "src/pay.ts", "issue_refund": "refund.ts"}; !reflect.DeepEqual(where, want) {
+		t.Errorf("candidates at %v; want %v", where, want)
+	}
+	if rep.Files.Scanned != 2 {
+		t.Errorf("%d files read; want 2 (each once)", rep.Files.Scanned)
+	}
+	// vendor/ is left out by rule, and the three other paths to the two files.
+	if rep.Files.SkippedByRule != 4 {
+		t.Errorf("%d left out by rule; want 4 (vendor/ and three second paths)", rep.Files.SkippedByRule)
+	}
+	got := map[string]string{}
+	for _, s := range rep.Skipped {
+		got[s.Path] = s.Reason
+	}
+	if want := map[string]string{"self.ts": SkipSymlinkLoop, "ping.ts": SkipSymlinkLoop, "pong.ts": SkipSymlinkLoop}; !reflect.DeepEqual(got, want) {
+		t.Errorf("skipped %v; want %v", got, want)
+	}
+}
