@@ -174,6 +174,7 @@ func TestParseBad(t *testing.T) {
 		{"hook timeout", "version: 1\non_unknown:\n  command: [x]\n  timeout: 1h\n", []string{"bad.yaml:4:12: timeout is 1h; want from 1s to 10m0s"}},
 		{"ledger password", "version: 1\nledger: postgres://u:secret@h/db\n", []string{"bad.yaml:2:9: the ledger URL holds a password"}},
 		{"ledger scheme", "version: 1\nledger: redis://h\n", []string{`bad.yaml:2:9: ledger "redis://h"`}},
+		{"ledger NUL", "version: 1\nledger: \"a\\u0000b.db\"\n", []string{`bad.yaml:2:9: ledger "a\x00b.db": a NUL character`}},
 		{"anchor", "version: 1\ndefaults: &d\n  wait: 1s\ntools:\n  c: *d\n", []string{"anchors and aliases are not supported"}},
 		{"merge key", "version: 1\ntools:\n  c:\n    <<: {wait: 1s}\n", []string{"bad.yaml:4:5: merge keys (<<) are not supported"}},
 		{"tag on a value", "version: 1\ntools:\n  c:\n    wait: !!str 1s\n", []string{"bad.yaml:4:11: YAML tags are not supported"}},

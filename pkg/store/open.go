@@ -154,6 +154,10 @@ func CheckLedger(ledger string) error {
 		return nil
 	case strings.TrimSpace(ledger) != ledger:
 		return bad("leading or trailing white space")
+	case strings.IndexByte(ledger, 0) >= 0:
+		// Only a policy file can give one (an argument or an environment variable cannot hold
+		// it): no file name may, and wrap refused to start with "invalid argument".
+		return bad("a NUL character (\\u0000), which no file name can hold")
 	case strings.EqualFold(ledger, "memory"):
 		return bad(`write "memory" in lower case`)
 	case strings.HasPrefix(strings.ToLower(ledger), "postgres://"), strings.HasPrefix(strings.ToLower(ledger), "postgresql://"):

@@ -192,7 +192,9 @@ func TestLedgerStringsThatAreNotLedgers(t *testing.T) {
 		"host=127.0.0.1 dbname=test", "host=h password=secret dbname=d", "dbname=test", "user = postgres host=h",
 		// Environment variables a shell did not expand (an MCP config's env, a policy file):
 		// the ledger was a directory named $HOME under the working directory.
-		"$HOME/l.db", "${HOME}/l.db", "$XDG_STATE_HOME/effectfence/l.db"} {
+		"$HOME/l.db", "${HOME}/l.db", "$XDG_STATE_HOME/effectfence/l.db",
+		// Only a policy file can give a NUL (as "\u0000"): wrap stopped at start with "invalid argument".
+		"a\x00b.db", "/var/lib/l.db\x00"} {
 		_, err := store.Open(ctx, store.Options{Ledger: s})
 		if err == nil || !strings.Contains(err.Error(), "supported forms") {
 			t.Errorf("ledger %q: want a refusal naming the supported forms, got %v", s, err)
