@@ -3,10 +3,13 @@
 package scan
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // A file reached by several paths inside the scanned folder is read once: under its own name
@@ -67,5 +70,42 @@ func TestFileReachedByLinksIsReadOnce(t *testing.T) {
 	}
 	if want := map[string]string{"self.ts": SkipSymlinkLoop, "ping.ts": SkipSymlinkLoop, "pong.ts": SkipSymlinkLoop}; !reflect.DeepEqual(got, want) {
 		t.Errorf("skipped %v; want %v", got, want)
+	}
+}
+
+// A running server's list may name a tool with a megabyte of text: the human report shows
+// its first 128 bytes and says how much more there is (the table row was a megabyte wide);
+// --json keeps the name whole.
+func TestHugePublishedNameIsCutInTheTextReport(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "server.ts"), []byte(`server.tool("send_invoice", "Send", {}, async () => { await fetch(u, { method: "POST" }) })`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	huge := "é" + strings.Repeat("x", 1<<20) // a two-byte character first: the cut must not split one
+	rep := scanDir(t, root, Options{Published: []PublishedTool{{Name: huge}, {Name: "send_invoice"}}, RunCommand: []string{"node", "server.js"}})
+	var text bytes.Buffer
+	if err := WriteText(&text, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(text.String(), "\n") {
+		if len(l) > 1000 {
+			t.Logf("long line: %.300s", l)
+		}
+	}
+	if text.Len() > 64<<10 {
+		t.Errorf("the text report is %d bytes for one huge published name; want it cut short", text.Len())
+	}
+	if want := "é" + strings.Repeat("x", 126) + "… (" + itoa(len(huge)-128) + " bytes more; --json has it whole)"; !strings.Contains(text.String(), want) {
+		t.Errorf("the report does not show the name's first 128 bytes and the count of the rest:\n%.2000s", text.String())
+	}
+	if !utf8.Valid(text.Bytes()) {
+		t.Error("the text report is not valid UTF-8: the cut split a character")
+	}
+	var js bytes.Buffer
+	if err := WriteJSON(&js, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), strings.Repeat("x", 1<<20)) {
+		t.Error("--json does not keep the published name whole")
 	}
 }

@@ -148,9 +148,19 @@ func addNotes(rep *Report, files []fileResult) {
 		}
 		if len(rep.Run.NotInCode) > 0 {
 			rep.Notes = append(rep.Notes, Note{Kind: "published_not_in_code",
-				Text: fmt.Sprintf("%d published tool(s) could not be found in the code (%s): they are classified from their names and published annotations only", len(rep.Run.NotInCode), strings.Join(firstN(rep.Run.NotInCode, 10), ", "))})
+				Text: fmt.Sprintf("%d published tool(s) could not be found in the code (%s): they are classified from their names and published annotations only", len(rep.Run.NotInCode), strings.Join(shortNames(firstN(rep.Run.NotInCode, 10)), ", "))})
 		}
 	}
+}
+
+// shortNames returns names each cut as shortName does, for a note's text (run.published_not_in_code
+// has them whole).
+func shortNames(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = shortName(n)
+	}
+	return out
 }
 
 func firstN(ss []string, n int) []string {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
@@ -45,6 +46,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	// Everything below that came from the scanned tree (paths, names, source lines) is
 	// escaped: a repository under review must not drive the reviewer's terminal.
 	e := safetext.Escape
+	en := func(name string) string { return e(shortName(name)) } // see shortName
 	p.f("%s %s\n", title.Sprint("effectfence scan"), e(rep.Root))
 	p.f("%d source files read (%s); %d left out by rule (vendored, generated, build output, tests, fixtures, hidden, reached twice through a symlink); %d other files ignored\n",
 		rep.Files.Scanned, langCounts(rep.Files.ByLanguage), rep.Files.SkippedByRule, rep.Files.Ignored)
@@ -71,7 +73,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 			if t.Money {
 				m = "money"
 			}
-			if err := tbl.Append(e(t.Name), fmt.Sprintf("%s:%d", e(t.File), t.Line), m, e(t.Reason)); err != nil {
+			if err := tbl.Append(en(t.Name), fmt.Sprintf("%s:%d", e(t.File), t.Line), m, e(t.Reason)); err != nil {
 				return err
 			}
 		}
@@ -80,7 +82,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 		}
 		p.f("\n%s\n", title.Sprint("Evidence per candidate"))
 		for _, t := range rep.Candidates {
-			name := e(t.Name)
+			name := en(t.Name)
 			if t.Money {
 				name += " " + money.Sprint("[money]")
 			}
@@ -105,7 +107,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	if len(rep.Others) > 0 {
 		p.f("\n%s\n", title.Sprintf("Not candidates (%d)", len(rep.Others)))
 		for _, t := range rep.Others {
-			p.f("  %s  %s:%d  %s\n", e(t.Name), e(t.File), t.Line, dim.Sprint(e(t.Reason)))
+			p.f("  %s  %s:%d  %s\n", en(t.Name), e(t.File), t.Line, dim.Sprint(e(t.Reason)))
 		}
 	}
 	if rep.Run != nil {
@@ -405,8 +407,11 @@ func loc(file string, line int, msg string) sarifLocation {
 // run prints what --run added: the server's tools with their published hints beside what
 // the code suggests, and what the two sides do not share.
 func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
-	// The server chose its tool names and annotations, the tree its file names: escaped.
+	// The server chose its tool names and annotations, the tree its file names: escaped. A
+	// published name is also cut short (--json has it whole): the server's list has no bound
+	// on a name's length, and a name of a megabyte made a table row of a megabyte.
 	e := safetext.Escape
+	en := func(name string) string { return e(shortName(name)) }
 	r := rep.Run
 	p.f("\n%s\n", title.Sprintf("Published by the running server: %d tool(s) (%s)", len(r.Published), e(strings.Join(r.Command, " "))))
 	byName := map[string]Tool{}
@@ -442,7 +447,7 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 			if disagree[pt.Name] {
 				verdict += ", disagrees"
 			}
-			if err := tbl.Append(e(pt.Name), ro, de, code, verdict); err != nil {
+			if err := tbl.Append(en(pt.Name), ro, de, code, verdict); err != nil {
 				return err
 			}
 		}
@@ -451,14 +456,31 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 		}
 	}
 	for _, d := range r.Disagreements {
-		p.f("  disagreement  %s: published %s; the code suggests %s\n", e(d.Tool), e(d.Annotation), e(d.Code))
+		p.f("  disagreement  %s: published %s; the code suggests %s\n", en(d.Tool), e(d.Annotation), e(d.Code))
 	}
 	if len(r.NotInCode) > 0 {
-		p.f("  published but not found in the code: %s\n", e(strings.Join(r.NotInCode, ", ")))
+		p.f("  published but not found in the code: %s\n", e(strings.Join(shortNames(r.NotInCode), ", ")))
 	}
 	if len(r.NotPublished) > 0 {
 		p.f("  declared in the code but not published by this run: %s\n", e(strings.Join(r.NotPublished, ", ")))
 		p.f("  %s\n", dim.Sprint("(a feature switch, a client capability or an environment variable may gate them)"))
 	}
 	return p.err
+}
+
+// maxShownName is how much of a published tool name the text report shows: MCP's names are
+// at most 128 characters (SEP-986), and the code's are at most 100 (validToolName).
+const maxShownName = 128
+
+// shortName returns name, or its first maxShownName bytes (cut at a character's start) and
+// how many bytes more it has.
+func shortName(name string) string {
+	if len(name) <= maxShownName {
+		return name
+	}
+	cut := maxShownName
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "… (" + itoa(len(name)-cut) + " bytes more; --json has it whole)"
 }
