@@ -132,7 +132,6 @@ func checkExport(t *testing.T, out string) (records, events int) {
 // is refused without --force and changes nothing, clear of a done intent goes through, and
 // once a writer is killed with SIGKILL its held claim is cleared (docs/ledger.md).
 func TestLedgerViewsWhileWrapsWrite(t *testing.T) {
-	t.Parallel()
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			loc := filepath.Join(t.TempDir(), "ledger.db")
