@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -102,8 +103,10 @@ func TestConcurrentDrainsRecordEachOutcomeOnce(t *testing.T) {
 	const procs = 4
 	ins := make([]io.WriteCloser, procs)
 	outs := make([]func() string, procs)
+	var hung []*exec.Cmd
 	for i := range ins {
-		_, in, out := startSelf(t, []string{"EFFECTFENCE_TEST_OPEN_LEDGER=" + path, "EFFECTFENCE_TEST_OPEN_WAIT=1"})
+		cmd, in, out := startSelf(t, []string{"EFFECTFENCE_TEST_OPEN_LEDGER=" + path, "EFFECTFENCE_TEST_OPEN_WAIT=1"})
+		hung = append(hung, cmd)
 		ins[i] = in
 		outs[i] = func() string {
 			if !out.Scan() {
@@ -128,10 +131,18 @@ func TestConcurrentDrainsRecordEachOutcomeOnce(t *testing.T) {
 		}
 		drainErr = err
 	}()
+	// A process that never answers (a drain waiting for ever on the spool's lock) is killed
+	// after two minutes: its line then says how it ended.
+	stop := time.AfterFunc(2*time.Minute, func() {
+		for _, c := range hung {
+			_ = c.Process.Kill()
+		}
+	})
 	said := make([]string, procs)
 	for i := range outs {
 		said[i] = outs[i]()
 	}
+	stop.Stop()
 	wg.Wait()
 	for i, s := range said {
 		if s != "opened" {
