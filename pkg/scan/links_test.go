@@ -109,3 +109,43 @@ func TestHugePublishedNameIsCutInTheTextReport(t *testing.T) {
 		t.Error("--json does not keep the published name whole")
 	}
 }
+
+// File names that are not UTF-8 are reported with \xNN for each byte that is not, in --json
+// as in the text, and a note says so: encoding/json wrote U+FFFD for each, so two names that
+// differ in one such byte came out alike. The files are read as any other.
+func TestNamesNotUTF8AreEscapedNotReplaced(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"pay\x80.ts", "pay\x81.ts"} {
+		body := `server.tool("send_` + map[byte]string{0x80: "payment", 0x81: "refund"}[name[3]] + `", "Send it", {}, async () => { await fetch(u, { method: "POST" }) })` + "\n"
+		if err := os.WriteFile(filepath.Join(root, name), []byte(body), 0o644); err != nil {
+			t.Skipf("this file system refuses a name that is not UTF-8: %v", err)
+		}
+	}
+	rep := scanDir(t, root, Options{})
+	where := map[string]string{}
+	for _, c := range rep.Candidates {
+		where[c.Name] = c.File
+	}
+	if want := map[string]string{"send_payment": `pay\x80.ts`, "send_refund": `pay\x81.ts`}; !reflect.DeepEqual(where, want) {
+		t.Errorf("candidates at %q; want %q", where, want)
+	}
+	var js bytes.Buffer
+	if err := WriteJSON(&js, rep); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(js.String(), `\ufffd`) || strings.Contains(js.String(), "\ufffd") {
+		t.Errorf("--json replaced a byte with U+FFFD:\n%s", js.String())
+	}
+	if !strings.Contains(js.String(), `"pay\\x80.ts"`) || !strings.Contains(js.String(), `"pay\\x81.ts"`) {
+		t.Errorf("--json does not name both files apart:\n%s", js.String())
+	}
+	var note *Note
+	for i := range rep.Notes {
+		if rep.Notes[i].Kind == "names_not_utf8" {
+			note = &rep.Notes[i]
+		}
+	}
+	if note == nil || !reflect.DeepEqual(note.Files, []string{`pay\x80.ts`, `pay\x81.ts`}) || !strings.HasPrefix(note.Text, "2 file or folder name(s) are not UTF-8") {
+		t.Errorf("note %+v; want names_not_utf8 naming both files", note)
+	}
+}

@@ -70,7 +70,7 @@ type Report struct {
 
 // Note is one thing the scan could not see or resolve.
 type Note struct {
-	Kind  string   `json:"kind"` // no_declarations, unresolved_files, unresolved_sites, published_not_in_code, published_none
+	Kind  string   `json:"kind"` // no_declarations, unresolved_files, unresolved_sites, published_not_in_code, published_none, names_not_utf8
 	Text  string   `json:"text"`
 	Files []string `json:"files,omitempty"`
 }
@@ -206,6 +206,14 @@ func Scan(ctx context.Context, root string, opts Options) (*Report, error) {
 	}
 	assemble(rep, ok, opts)
 	addNotes(rep, ok)
+	if n := len(w.notUTF8); n > 0 {
+		shown := w.notUTF8
+		if len(shown) > maxNoteFiles {
+			shown = shown[:maxNoteFiles]
+		}
+		rep.Notes = append(rep.Notes, Note{Kind: "names_not_utf8", Files: shown,
+			Text: fmt.Sprintf("%d file or folder name(s) are not UTF-8: the report writes each byte of theirs that is not as \\xNN (JSON holds only Unicode)", n)})
+	}
 	for _, sl := range []*[]Site{&rep.Guards, &rep.Retries, &rep.Writes, &rep.Unresolved} {
 		if *sl == nil {
 			*sl = []Site{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 )
 
 // Reasons a file or folder was skipped because of what it is (bad input), reported one by
@@ -86,7 +88,8 @@ type walked struct {
 	byReal        map[string]int // index in files by the file's real path: one read per file
 	skipped       []Skipped
 	skippedByRule int
-	ignored       int // files in languages the scanner does not read
+	ignored       int      // files in languages the scanner does not read
+	notUTF8       []string // paths shown with \xNN for a name's bytes that are not UTF-8
 }
 
 type walkedFile struct {
@@ -144,9 +147,13 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 	for _, e := range entries {
 		name := e.Name()
 		childAbs := filepath.Join(abs, name)
-		childRel := name
+		shown, escaped := utf8Name(name)
+		childRel := shown
 		if rel != "" {
-			childRel = rel + "/" + name
+			childRel = rel + "/" + shown
+		}
+		if escaped {
+			w.out.notUTF8 = append(w.out.notUTF8, childRel)
 		}
 		typ := e.Type()
 		if typ&os.ModeSymlink != 0 {
@@ -217,6 +224,27 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 		w.file(childAbs, childRel, name, filepath.Join(real, name), false, info)
 	}
 	return nil
+}
+
+// utf8Name returns a file name as the report shows it: as it is when it is UTF-8, else with
+// each byte that is not written \xNN, and true. JSON holds only Unicode: encoding/json wrote
+// such a byte as U+FFFD, so two names differing in one byte came out alike, and neither named
+// a file a script could open. The text report escapes them the same way (safetext).
+func utf8Name(name string) (string, bool) {
+	if utf8.ValidString(name) {
+		return name, false
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); {
+		r, size := utf8.DecodeRuneInString(name[i:])
+		if r == utf8.RuneError && size == 1 {
+			fmt.Fprintf(&b, `\x%02x`, name[i])
+		} else {
+			b.WriteString(name[i : i+size])
+		}
+		i += size
+	}
+	return b.String(), true
 }
 
 func (w *walker) skipDirName(name string) bool {
