@@ -121,12 +121,18 @@ func TestNamesNotUTF8AreEscapedNotReplaced(t *testing.T) {
 			t.Skipf("this file system refuses a name that is not UTF-8: %v", err)
 		}
 	}
+	if err := os.Mkdir(filepath.Join(root, "d\xff"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "d\xff", "x.ts"), []byte(`server.tool("delete_user", "Delete a user", {}, async () => { await fetch(u, { method: "DELETE" }) })`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rep := scanDir(t, root, Options{})
 	where := map[string]string{}
 	for _, c := range rep.Candidates {
 		where[c.Name] = c.File
 	}
-	if want := map[string]string{"send_payment": `pay\x80.ts`, "send_refund": `pay\x81.ts`}; !reflect.DeepEqual(where, want) {
+	if want := map[string]string{"send_payment": `pay\x80.ts`, "send_refund": `pay\x81.ts`, "delete_user": `d\xff/x.ts`}; !reflect.DeepEqual(where, want) {
 		t.Errorf("candidates at %q; want %q", where, want)
 	}
 	var js bytes.Buffer
@@ -145,7 +151,17 @@ func TestNamesNotUTF8AreEscapedNotReplaced(t *testing.T) {
 			note = &rep.Notes[i]
 		}
 	}
-	if note == nil || !reflect.DeepEqual(note.Files, []string{`pay\x80.ts`, `pay\x81.ts`}) || !strings.HasPrefix(note.Text, "2 file or folder name(s) are not UTF-8") {
-		t.Errorf("note %+v; want names_not_utf8 naming both files", note)
+	if note == nil || !reflect.DeepEqual(note.Files, []string{`d\xff`, `pay\x80.ts`, `pay\x81.ts`}) || !strings.HasPrefix(note.Text, "3 file or folder name(s) are not UTF-8") {
+		t.Errorf("note %+v; want names_not_utf8 naming the folder and both files", note)
+	}
+	// SARIF names a file by a URI, which carries the bytes themselves, not their escape.
+	var sarif bytes.Buffer
+	if err := WriteSARIF(&sarif, rep, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, uri := range []string{`"uri": "pay%80.ts"`, `"uri": "pay%81.ts"`, `"uri": "d%FF/x.ts"`} {
+		if !strings.Contains(sarif.String(), uri) {
+			t.Errorf("SARIF lacks %s:\n%s", uri, sarif.String())
+		}
 	}
 }

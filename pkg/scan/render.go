@@ -331,19 +331,19 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 			unlocated = append(unlocated, map[string]string{"ruleId": rule, "tool": t.Name, "message": msg})
 			continue
 		}
-		res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
+		res.Locations = []sarifLocation{loc(rep, t.File, t.Line, "")}
 		if t.Annotations != nil {
 			res.Properties["publishedAnnotations"] = t.Annotations
 		}
 		id := 1
 		for _, e := range t.Evidence {
-			l := loc(e.File, e.Line, "write ("+e.Kind+"): "+e.Text)
+			l := loc(rep, e.File, e.Line, "write ("+e.Kind+"): "+e.Text)
 			l.ID = ptr(id)
 			id++
 			res.RelatedLocations = append(res.RelatedLocations, l)
 		}
 		for _, g := range t.Guards {
-			l := loc(g.File, g.Line, "guard ("+g.Kind+"): "+g.Text)
+			l := loc(rep, g.File, g.Line, "guard ("+g.Kind+"): "+g.Text)
 			l.ID = ptr(id)
 			id++
 			res.RelatedLocations = append(res.RelatedLocations, l)
@@ -366,7 +366,7 @@ func WriteSARIF(w io.Writer, rep *Report, version string) error {
 				unlocated = append(unlocated, map[string]string{"ruleId": RuleDisagreement, "tool": d.Tool, "message": res.Message.Text})
 				continue
 			}
-			res.Locations = []sarifLocation{loc(t.File, t.Line, "")}
+			res.Locations = []sarifLocation{loc(rep, t.File, t.Line, "")}
 			run.Results = append(run.Results, res)
 		}
 	}
@@ -393,7 +393,12 @@ func dirURI(slashPath string) string {
 	return (&url.URL{Scheme: "file", Path: slashPath}).String()
 }
 
-func loc(file string, line int, msg string) sarifLocation {
+// loc is a SARIF location in file (as the report shows it; rep's raw path for one shown with
+// escapes).
+func loc(rep *Report, file string, line int, msg string) sarifLocation {
+	if raw, ok := rep.rawPaths[file]; ok {
+		file = raw
+	}
 	l := sarifLocation{PhysicalLocation: sarifPhysical{
 		ArtifactLocation: sarifArtifactLoc{URI: (&url.URL{Path: file}).String(), URIBaseID: "SRCROOT"},
 		Region:           &sarifRegion{StartLine: max(line, 1)},

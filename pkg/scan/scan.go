@@ -66,6 +66,10 @@ type Report struct {
 	Notes []Note `json:"notes"`
 	// Run is set when the server was started (--run) and its tools/list read.
 	Run *RunReport `json:"run,omitempty"`
+
+	// rawPaths maps a path shown with \xNN escapes (a name that is not UTF-8) to the path
+	// itself, for SARIF's URIs.
+	rawPaths map[string]string
 }
 
 // Note is one thing the scan could not see or resolve.
@@ -177,6 +181,7 @@ func Scan(ctx context.Context, root string, opts Options) (*Report, error) {
 		Root:      filepath.ToSlash(root),
 		Skipped:   w.skipped,
 		CannotSee: cannotSee,
+		rawPaths:  w.rawPaths,
 		Files: FileCounts{ByLanguage: map[string]int{}, SkippedBad: map[string]int{},
 			SkippedByRule: w.skippedByRule, Ignored: w.ignored},
 	}

@@ -88,8 +88,9 @@ type walked struct {
 	byReal        map[string]int // index in files by the file's real path: one read per file
 	skipped       []Skipped
 	skippedByRule int
-	ignored       int      // files in languages the scanner does not read
-	notUTF8       []string // paths shown with \xNN for a name's bytes that are not UTF-8
+	ignored       int               // files in languages the scanner does not read
+	notUTF8       []string          // paths shown with \xNN for a name's bytes that are not UTF-8
+	rawPaths      map[string]string // such a path as shown -> as it is, for SARIF's URIs
 }
 
 type walkedFile struct {
@@ -154,6 +155,21 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 		}
 		if escaped {
 			w.out.notUTF8 = append(w.out.notUTF8, childRel)
+		}
+		if escaped || rel != "" && w.out.rawPaths[rel] != "" {
+			// This name, or a folder above it, is shown escaped: SARIF names the file by a
+			// URI, which carries the bytes themselves (%80), not their escape.
+			raw := name
+			if rel != "" {
+				raw = rel + "/" + name
+				if r := w.out.rawPaths[rel]; r != "" {
+					raw = r + "/" + name
+				}
+			}
+			if w.out.rawPaths == nil {
+				w.out.rawPaths = map[string]string{}
+			}
+			w.out.rawPaths[childRel] = raw
 		}
 		typ := e.Type()
 		if typ&os.ModeSymlink != 0 {
