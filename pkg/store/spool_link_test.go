@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
@@ -34,20 +35,20 @@ func TestSpoolOfALinkIsTheFilesAndTheOldOneIsDrained(t *testing.T) {
 	}
 
 	// An earlier build, through the link, spooled a commit beside the link's name.
-	ds := &downStore{Store: st}
+	ds := &fencetest.DownStore{Store: st}
 	eng := fence.New(ds, fence.Config{SpoolDir: link + ".spool"})
 	adm, err := eng.Prepare(ctx, fence.Request{Intent: "charge:linked", Tool: "charge", Args: []byte(`{"amount":1}`)})
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	ds.down.Store(true)
+	ds.Down.Store(true)
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_linked"`)})
 	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
 		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
 	}
-	ds.down.Store(false)
+	ds.Down.Store(false)
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
 	}

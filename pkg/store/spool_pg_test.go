@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
 	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
@@ -74,20 +75,20 @@ func spoolDeadCommit(t *testing.T, url, spool, intent, result string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := &downStore{Store: st}
+	ds := &fencetest.DownStore{Store: st}
 	eng := fence.New(ds, fence.Config{SpoolDir: spool, Owner: deadOwner(t), OnLeaseExpiry: fence.Reclaim})
 	adm, err := eng.Prepare(ctx, fence.Request{Intent: intent, Tool: "charge", Args: []byte(`{"amount":1}`)})
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	ds.down.Store(true)
+	ds.Down.Store(true)
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(result)})
 	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
 		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
 	}
-	ds.down.Store(false)
+	ds.Down.Store(false)
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
 	}

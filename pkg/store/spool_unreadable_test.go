@@ -7,30 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
-
-// downStore is a real store whose writes fail while down is set, as a ledger does that cannot
-// be reached (its disk full, its file moved away).
-type downStore struct {
-	fence.Store
-	down atomic.Bool
-}
-
-var errLedgerDown = errors.New("the ledger cannot be written (test)")
-
-func (d *downStore) Update(ctx context.Context, fn func(fence.Tx) error) error {
-	if d.down.Load() {
-		return errLedgerDown
-	}
-	return d.Store.Update(ctx, fn)
-}
 
 // docs/RELIABILITY.md: "A spool file the engine cannot read is never deleted; the drain
 // reports it." Two outcomes wait in a SQLite ledger's spool, written there by Settle while the
@@ -49,7 +33,7 @@ func TestUnreadableSpoolFileIsKeptAndNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := &downStore{Store: st}
+	ds := &fencetest.DownStore{Store: st}
 	eng := fence.New(ds, fence.Config{SpoolDir: spool})
 	spoolCommit := func(intent, result string) string {
 		t.Helper()
@@ -57,8 +41,8 @@ func TestUnreadableSpoolFileIsKeptAndNamed(t *testing.T) {
 		if err != nil || !adm.Fresh() {
 			t.Fatalf("prepare %s: %+v %v", intent, adm, err)
 		}
-		ds.down.Store(true)
-		defer ds.down.Store(false)
+		ds.Down.Store(true)
+		defer ds.Down.Store(false)
 		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
 		_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(result)})
@@ -128,13 +112,13 @@ func TestSpoolFileOfNoKnownKindIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := &downStore{Store: st}
+	ds := &fencetest.DownStore{Store: st}
 	eng := fence.New(ds, fence.Config{SpoolDir: spool})
 	adm, err := eng.Prepare(ctx, fence.Request{Intent: "charge:edited", Tool: "charge", Args: []byte(`{"amount":1}`)})
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	ds.down.Store(true)
+	ds.Down.Store(true)
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_edited"`)})
@@ -142,7 +126,7 @@ func TestSpoolFileOfNoKnownKindIsKept(t *testing.T) {
 	if !errors.As(err, &sp) {
 		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
 	}
-	ds.down.Store(false)
+	ds.Down.Store(false)
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
 	}

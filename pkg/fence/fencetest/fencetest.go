@@ -655,31 +655,33 @@ func testRecoverBoundsInFlight(t *testing.T, newStore Factory) {
 	}
 }
 
-// failing wraps a store and fails every Update while down is set, as an unreachable database.
-type failing struct {
+// DownStore wraps a store and fails every Update with ErrDown while Down is set: a ledger that
+// cannot be written (a database out of reach, a full disk). Reads still work.
+type DownStore struct {
 	fence.Store
-	down atomic.Bool
+	Down atomic.Bool
 }
 
-var errDown = errors.New("ledger unreachable (test)")
+// ErrDown is what a DownStore's writes fail with while it is down.
+var ErrDown = errors.New("ledger unreachable (test)")
 
-func (f *failing) Update(ctx context.Context, fn func(fence.Tx) error) error {
-	if f.down.Load() {
-		return errDown
+func (f *DownStore) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if f.Down.Load() {
+		return ErrDown
 	}
 	return f.Store.Update(ctx, fn)
 }
 
 func testSettleSpool(t *testing.T, newStore Factory) {
-	st := &failing{Store: newStore(t)}
+	st := &DownStore{Store: newStore(t)}
 	dir := t.TempDir()
 	eng := fence.New(st, fence.Config{SpoolDir: dir})
 	r := req("settle:1")
 	tk := mustFresh(t, eng, r)
 
 	// The ledger comes back while Settle retries: the commit lands, the spool is emptied.
-	st.down.Store(true)
-	go func() { time.Sleep(300 * time.Millisecond); st.down.Store(false) }()
+	st.Down.Store(true)
+	go func() { time.Sleep(300 * time.Millisecond); st.Down.Store(false) }()
 	cert, err := eng.Settle(ctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: tk, Result: []byte(`"paid"`)})
 	if err != nil || string(cert.Result) != `"paid"` {
 		t.Fatalf("settle across an outage: %v %v", cert, err)
@@ -691,18 +693,18 @@ func testSettleSpool(t *testing.T, newStore Factory) {
 	// The ledger stays down past the deadline: the outcome waits in the spool, and the next
 	// engine over the ledger records it.
 	tk2 := mustFresh(t, eng, req("settle:2"))
-	st.down.Store(true)
+	st.Down.Store(true)
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err = eng.Settle(dctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: tk2, Result: []byte(rawResult)})
 	var sp fence.SpooledError
-	if !errors.As(err, &sp) || !errors.Is(err, errDown) {
+	if !errors.As(err, &sp) || !errors.Is(err, ErrDown) {
 		t.Fatalf("settle with the ledger down: %v, want SpooledError", err)
 	}
 	if files, _ := fence.SpoolFiles(dir); len(files) != 1 {
 		t.Fatalf("spool = %v, want one outcome", files)
 	}
-	st.down.Store(false)
+	st.Down.Store(false)
 	next := fence.New(st, fence.Config{SpoolDir: dir, Owner: "next/1/1", Liveness: cannotTell})
 	if _, err := next.Recover(ctx); err != nil {
 		t.Fatal(err)
@@ -736,7 +738,7 @@ func (s *landsThenFails) Update(ctx context.Context, fn func(fence.Tx) error) er
 		return err
 	}
 	s.after()
-	return errDown
+	return ErrDown
 }
 
 // testRetriedReleaseLanded: a release lands but its answer is lost; a duplicate in another

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
@@ -32,7 +33,7 @@ func TestConcurrentDrainsRecordEachOutcomeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := &failingStore{Store: st}
+	fs := &fencetest.DownStore{Store: st}
 	eng := fence.New(fs, fence.Config{SpoolDir: spoolDir, LeaseTTL: time.Hour})
 	defer eng.Close()
 
@@ -67,7 +68,7 @@ func TestConcurrentDrainsRecordEachOutcomeOnce(t *testing.T) {
 		}
 		return o
 	}
-	fs.down.Store(true)
+	fs.Down.Store(true)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	for _, c := range claims[:n-1] {
@@ -155,7 +156,7 @@ func TestConcurrentDrainsRecordEachOutcomeOnce(t *testing.T) {
 
 	// The holder's ledger answers again: its retry finds its commit recorded by another
 	// process and answers with that cert, as if its own write had landed.
-	fs.down.Store(false)
+	fs.Down.Store(false)
 	var got answer
 	select {
 	case got = <-retried:

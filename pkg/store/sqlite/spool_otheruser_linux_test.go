@@ -9,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
@@ -30,19 +30,6 @@ func openerHelper(path string) string {
 		return "close: " + err.Error()
 	}
 	return "opened"
-}
-
-// failingStore fails every write while down, as a ledger that cannot be written does.
-type failingStore struct {
-	fence.Store
-	down atomic.Bool
-}
-
-func (f *failingStore) Update(ctx context.Context, fn func(fence.Tx) error) error {
-	if f.down.Load() {
-		return errors.New("the ledger cannot be written (test)")
-	}
-	return f.Store.Update(ctx, fn)
 }
 
 // docs/RELIABILITY.md, rule 1: a dead holder's re-run-safe claim is not taken over while an
@@ -175,18 +162,18 @@ func claimAndSpool(t *testing.T, path, owner string, lease time.Duration, req fe
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := &failingStore{Store: st}
+	fs := &fencetest.DownStore{Store: st}
 	eng := fence.New(fs, fence.Config{Owner: owner, SpoolDir: path + ".spool", LeaseTTL: lease})
 	adm, err := eng.Prepare(ctx, req)
 	if err != nil || !adm.Fresh() {
 		eng.Close()
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	fs.down.Store(true)
+	fs.Down.Store(true)
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(result)})
 	cancel()
-	fs.down.Store(false)
+	fs.Down.Store(false)
 	if cerr := eng.Close(); cerr != nil {
 		t.Fatal(cerr)
 	}
