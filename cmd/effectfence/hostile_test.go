@@ -26,18 +26,9 @@ func TestHostileServerProcess(t *testing.T) {
 		return
 	}
 	fmt.Fprintln(os.Stderr, "hostile server: "+evilText)
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
-	for in.Scan() {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		if json.Unmarshal(in.Bytes(), &m) != nil || m.ID == nil {
-			continue
-		}
+	answerRequests(func(method string) []byte {
 		var result any
-		switch m.Method {
+		switch method {
 		case "initialize":
 			result = map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"tools": map[string]any{}},
 				"serverInfo": map[string]any{"name": "hostile\x1b[2J", "version": "1"}}
@@ -55,10 +46,31 @@ func TestHostileServerProcess(t *testing.T) {
 		default:
 			result = map[string]any{}
 		}
-		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
-		fmt.Fprintf(os.Stdout, "%s\n", b)
-	}
+		b, _ := json.Marshal(result)
+		return b
+	})
 	os.Exit(0)
+}
+
+// answerRequests is the loop of a test's MCP server process: it reads JSON-RPC messages from
+// standard input (lines up to 1 MiB) and answers each request with the result answer gives
+// for its method, written as it is; a nil result leaves the request unanswered.
+// Notifications and lines that are not JSON get no answer.
+func answerRequests(answer func(method string) []byte) {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<20)
+	for in.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(in.Bytes(), &m) != nil || m.ID == nil {
+			continue
+		}
+		if result := answer(m.Method); result != nil {
+			fmt.Printf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}\n", m.ID, result)
+		}
+	}
 }
 
 // hostileServer is the argv and environment that start the hostile server.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,47 +19,36 @@ func TestLyingListServerProcess(t *testing.T) {
 	if mode == "" {
 		t.Skip("helper process for the lying tools/list tests")
 	}
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
 	page := 0
-	for in.Scan() {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		if json.Unmarshal(in.Bytes(), &m) != nil || m.ID == nil {
-			continue
-		}
-		var result string
-		switch m.Method {
+	answerRequests(func(method string) []byte {
+		switch method {
 		case "initialize":
-			result = `{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"liar","version":"1"}}`
+			return []byte(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"liar","version":"1"}}`)
 		case "tools/list":
 			switch mode {
 			case "die":
 				os.Exit(0)
 			case "hang":
-				continue
+				return nil
 			case "cursors":
 				page++
-				result = fmt.Sprintf(`{"tools":[{"name":"send_money","inputSchema":{"type":"object"}}],"nextCursor":"p%d"}`, page)
+				return fmt.Appendf(nil, `{"tools":[{"name":"send_money","inputSchema":{"type":"object"}}],"nextCursor":"p%d"}`, page)
 			case "huge":
-				result = `{"tools":[{"name":"` + strings.Repeat("A", 1<<20) + `","inputSchema":{"type":"object"}},` +
+				return []byte(`{"tools":[{"name":"` + strings.Repeat("A", 1<<20) + `","inputSchema":{"type":"object"}},` +
 					"{\"name\":\"bad\xff\xfe\\u001b]0;pwned\\u0007\",\"inputSchema\":{\"type\":\"object\"}}," +
-					`{"name":"send_money","inputSchema":{"type":"object"}}]}`
+					`{"name":"send_money","inputSchema":{"type":"object"}}]}`)
 			}
+			return []byte(`{}`)
 		case "tools/call":
 			f, err := os.OpenFile(os.Getenv("EFFECTFENCE_TEST_LYINGLIST_CALLS"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 			if err == nil {
 				fmt.Fprintln(f, "called")
 				f.Close()
 			}
-			result = `{"content":[{"type":"text","text":"sent"}]}`
-		default:
-			result = `{}`
+			return []byte(`{"content":[{"type":"text","text":"sent"}]}`)
 		}
-		fmt.Printf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}\n", m.ID, result)
-	}
+		return []byte(`{}`)
+	})
 	os.Exit(0)
 }
 
