@@ -153,8 +153,8 @@ func addNotes(rep *Report, files []fileResult) {
 	}
 }
 
-// shortNames returns names each cut as shortName does, for a note's text (run.published_not_in_code
-// has them whole).
+// shortNames returns names each cut as shortName does, for a note's text
+// (run.published_not_in_code has them whole).
 func shortNames(names []string) []string {
 	out := make([]string, len(names))
 	for i, n := range names {

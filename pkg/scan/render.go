@@ -46,7 +46,6 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	// Everything below that came from the scanned tree (paths, names, source lines) is
 	// escaped: a repository under review must not drive the reviewer's terminal.
 	e := safetext.Escape
-	en := func(name string) string { return e(shortName(name)) } // see shortName
 	p.f("%s %s\n", title.Sprint("effectfence scan"), e(rep.Root))
 	p.f("%d source files read (%s); %d left out by rule (vendored, generated, build output, tests, fixtures, hidden, reached twice through a symlink); %d other files ignored\n",
 		rep.Files.Scanned, langCounts(rep.Files.ByLanguage), rep.Files.SkippedByRule, rep.Files.Ignored)
@@ -73,7 +72,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 			if t.Money {
 				m = "money"
 			}
-			if err := tbl.Append(en(t.Name), fmt.Sprintf("%s:%d", e(t.File), t.Line), m, e(t.Reason)); err != nil {
+			if err := tbl.Append(shownName(t.Name), fmt.Sprintf("%s:%d", e(t.File), t.Line), m, e(t.Reason)); err != nil {
 				return err
 			}
 		}
@@ -82,7 +81,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 		}
 		p.f("\n%s\n", title.Sprint("Evidence per candidate"))
 		for _, t := range rep.Candidates {
-			name := en(t.Name)
+			name := shownName(t.Name)
 			if t.Money {
 				name += " " + money.Sprint("[money]")
 			}
@@ -107,7 +106,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	if len(rep.Others) > 0 {
 		p.f("\n%s\n", title.Sprintf("Not candidates (%d)", len(rep.Others)))
 		for _, t := range rep.Others {
-			p.f("  %s  %s:%d  %s\n", en(t.Name), e(t.File), t.Line, dim.Sprint(e(t.Reason)))
+			p.f("  %s  %s:%d  %s\n", shownName(t.Name), e(t.File), t.Line, dim.Sprint(e(t.Reason)))
 		}
 	}
 	if rep.Run != nil {
@@ -416,7 +415,6 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 	// published name is also cut short (--json has it whole): the server's list has no bound
 	// on a name's length, and a name of a megabyte made a table row of a megabyte.
 	e := safetext.Escape
-	en := func(name string) string { return e(shortName(name)) }
 	r := rep.Run
 	p.f("\n%s\n", title.Sprintf("Published by the running server: %d tool(s) (%s)", len(r.Published), e(strings.Join(r.Command, " "))))
 	byName := map[string]Tool{}
@@ -452,7 +450,7 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 			if disagree[pt.Name] {
 				verdict += ", disagrees"
 			}
-			if err := tbl.Append(en(pt.Name), ro, de, code, verdict); err != nil {
+			if err := tbl.Append(shownName(pt.Name), ro, de, code, verdict); err != nil {
 				return err
 			}
 		}
@@ -461,7 +459,7 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 		}
 	}
 	for _, d := range r.Disagreements {
-		p.f("  disagreement  %s: published %s; the code suggests %s\n", en(d.Tool), e(d.Annotation), e(d.Code))
+		p.f("  disagreement  %s: published %s; the code suggests %s\n", shownName(d.Tool), e(d.Annotation), e(d.Code))
 	}
 	if len(r.NotInCode) > 0 {
 		p.f("  published but not found in the code: %s\n", e(strings.Join(shortNames(r.NotInCode), ", ")))
@@ -476,6 +474,9 @@ func (p *printer) run(w io.Writer, title, dim *color.Color, rep *Report) error {
 // maxShownName is how much of a published tool name the text report shows: MCP's names are
 // at most 128 characters (SEP-986), and the code's are at most 100 (validToolName).
 const maxShownName = 128
+
+// shownName is a tool name as the text report shows it: cut short (shortName) and escaped.
+func shownName(name string) string { return safetext.Escape(shortName(name)) }
 
 // shortName returns name, or its first maxShownName bytes (cut at a character's start) and
 // how many bytes more it has.

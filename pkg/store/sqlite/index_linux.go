@@ -34,12 +34,13 @@ func (w *indexWatch) removed(real string) bool {
 	name := real + "-shm"
 	if w.fd >= 0 {
 		// A statx of the descriptor, once for every write transaction, sees what a stat of
-		// /proc/self/fd/N would, at a fraction of its cost. A "no" is sure: the descriptor is the index's file, and that file has its name. A
-		// "yes" is sure only when the file was born when the index was: SQLite closes the
-		// index's descriptor when the process's last connection closes (deleting the file if
-		// no process has the ledger open), and the number and the inode number may both be
-		// reused by another file, such as the next -wal, which has no name "-shm". Otherwise
-		// the scan below, which reads each descriptor's name, decides.
+		// /proc/self/fd/N would, at a fraction of its cost. A "no" is sure: the descriptor
+		// is the index's file, and that file has its name. A "yes" is sure only when the
+		// file was born when the index was: SQLite closes the index's descriptor when the
+		// process's last connection closes (deleting the file if no process has the ledger
+		// open), and the number and the inode number may both be reused by another file,
+		// such as the next -wal, which has no name "-shm". Otherwise the scan below, which
+		// reads each descriptor's name, decides.
 		var sx unix.Statx_t
 		if err := unix.Statx(w.fd, "", unix.AT_EMPTY_PATH, unix.STATX_INO|unix.STATX_NLINK|unix.STATX_BTIME, &sx); err == nil && sameStatx(&sx, w.fi) {
 			if sx.Nlink != 0 && !renamed(w.fi, name) {
