@@ -156,15 +156,15 @@ func (w *walker) dir(ctx context.Context, abs, rel, real string, depth int) erro
 		if escaped {
 			w.out.notUTF8 = append(w.out.notUTF8, childRel)
 		}
-		if escaped || rel != "" && w.out.rawPaths[rel] != "" {
+		if parent := w.out.rawPaths[rel]; escaped || parent != "" {
 			// This name, or a folder above it, is shown escaped: SARIF names the file by a
 			// URI, which carries the bytes themselves (%80), not their escape.
 			raw := name
-			if rel != "" {
+			switch {
+			case parent != "":
+				raw = parent + "/" + name
+			case rel != "":
 				raw = rel + "/" + name
-				if r := w.out.rawPaths[rel]; r != "" {
-					raw = r + "/" + name
-				}
 			}
 			if w.out.rawPaths == nil {
 				w.out.rawPaths = map[string]string{}
