@@ -36,6 +36,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// Two builds of this package serve the tests. effectfence(t) is built as the tests are, with
+// the race detector under -race: it is what a test names itself, and what runBinary runs for
+// the commands whose goroutines run side by side for as long as the process lives (wrap,
+// serve, probe, demo, demo-server, scan --run). plainBinary(t) is built without the detector:
+// runBinary runs it for the one-shot commands (ledger views, policy, scan, version, usage
+// errors), whose code the detector watches in this process instead (runCLI runs a command
+// in-process; the spill writer, their one goroutine beside the command's, has its own tests
+// here). A child built with -race spends 4-6 times the CPU of a plain one, and such children
+// took about 30 % of CI's two cores.
+
 // effectfence returns the path of the binary built from this package (with the race detector
 // when the tests run with it).
 func effectfence(t *testing.T) string {
@@ -61,6 +71,63 @@ func effectfence(t *testing.T) string {
 	return binPath
 }
 
+// longRunning are the commands whose processes run goroutines side by side while they live
+// (and scan's --run, which starts a server and talks to it): runBinary runs them under the
+// race detector when the tests have it.
+var longRunning = map[string]bool{"wrap": true, "serve": true, "probe": true, "demo": true, "demo-server": true, "--run": true}
+
+// binaryFor is the build runBinary runs args with: effectfence(t) when a word before any "--"
+// names a long-running command (a flag's value that happens to be one errs toward the
+// detector), plainBinary(t) otherwise.
+func binaryFor(t *testing.T, args []string) string {
+	t.Helper()
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if longRunning[a] {
+			return effectfence(t)
+		}
+	}
+	return plainBinary(t)
+}
+
+// plainBuilds serializes the builds without the race detector (plainBinary and the previous
+// builds of previous_build_test.go): all are made with -trimpath, so the first compiles the
+// dependencies into the build cache once and the others find them there, where, started
+// together on a cold cache, each compiled them (about 150 CPU-seconds apiece).
+var plainBuilds sync.Mutex
+
+// plainBinary is the binary built without the race detector: what runBinary runs for one-shot
+// commands, and where a test measures a process's memory as a user's would be (the
+// detector's shadow memory would blur what the command itself holds). Without -race it is
+// effectfence(t).
+var (
+	plainOnce sync.Once
+	plainPath string
+	plainErr  error
+)
+
+func plainBinary(t *testing.T) string {
+	t.Helper()
+	bin := effectfence(t)
+	if !raceEnabled {
+		return bin
+	}
+	plainOnce.Do(func() {
+		plainPath = filepath.Join(filepath.Dir(bin), "effectfence-plain") // removed with it by TestMain
+		plainBuilds.Lock()
+		defer plainBuilds.Unlock()
+		if out, err := exec.Command("go", "build", "-trimpath", "-o", plainPath, ".").CombinedOutput(); err != nil {
+			plainErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if plainErr != nil {
+		t.Fatal(plainErr)
+	}
+	return plainPath
+}
+
 // result is one finished run of the binary.
 type result struct {
 	code           int
@@ -72,7 +139,7 @@ func runBinary(t *testing.T, env []string, stdin string, args ...string) result 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, effectfence(t), args...)
+	cmd := exec.CommandContext(ctx, binaryFor(t, args), args...)
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,32 +20,6 @@ import (
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
 )
-
-// plainBinary is the binary built without the race detector, whose memory is what a user's
-// process takes (the detector's shadow memory would blur what the command itself holds).
-var (
-	plainOnce sync.Once
-	plainPath string
-	plainErr  error
-)
-
-func plainBinary(t *testing.T) string {
-	t.Helper()
-	bin := effectfence(t)
-	if !raceEnabled {
-		return bin
-	}
-	plainOnce.Do(func() {
-		plainPath = filepath.Join(filepath.Dir(bin), "effectfence-plain") // removed with it by TestMain
-		if out, err := exec.Command("go", "build", "-o", plainPath, ".").CombinedOutput(); err != nil {
-			plainErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if plainErr != nil {
-		t.Fatal(plainErr)
-	}
-	return plainPath
-}
 
 // lsIntent names the i-th record putWrapRecords writes: intent order is index order.
 func lsIntent(i int) string { return fmt.Sprintf("wrap:memory-probe:%07d", i) }

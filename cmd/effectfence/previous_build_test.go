@@ -271,7 +271,10 @@ func buildPreviousBuild(t *testing.T, commit string) string {
 	bin := filepath.Join(t.TempDir(), "previous", "effectfence")
 	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/effectfence") // -trimpath: the build cache serves the next run
 	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
+	plainBuilds.Lock() // one at a time: the first fills the cache with what the others share
+	out, err := build.CombinedOutput()
+	plainBuilds.Unlock()
+	if err != nil {
 		t.Fatalf("go build of %s: %v\n%s", commit[:7], err, out)
 	}
 	return bin
