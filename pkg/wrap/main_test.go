@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/cmdtest"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -43,22 +43,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	efBin = filepath.Join(dir, "effectfence")
-	args := []string{"build", "-o", efBin}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "github.com/effectfence/effectfence/cmd/effectfence")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building effectfence:", err)
+	if efBin, err = cmdtest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	serverBin = filepath.Join(dir, "mcptestserver")
-	build = exec.Command("go", "build", "-o", serverBin, "github.com/effectfence/effectfence/pkg/internal/mcptest/mcptestserver")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building mcptestserver:", err)
+	if serverBin, err = cmdtest.BuildServer(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	if testExe, err = os.Executable(); err != nil {

@@ -2,5 +2,5 @@
 
 package wrap_test
 
-// raceBuild makes TestMain build the wrap binary with -race when the tests run with -race.
+// raceBuild says the tests run with -race, and so the wrap binary cmdtest.Build makes for them.
 const raceBuild = true

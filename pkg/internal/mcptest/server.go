@@ -1,6 +1,6 @@
 // Package mcptest is a small real MCP stdio server for end-to-end tests. A test binary runs it
-// by re-executing itself with MCPTEST_SERVE=1 (see MaybeServe), so tests talk to a real child
-// process over real pipes.
+// by re-executing itself with MCPTEST_SERVE=1 (see MaybeServe), or runs the program
+// mcptestserver (cmdtest.BuildServer), so tests talk to a real child process over real pipes.
 //
 // Every execution of a side-effecting tool appends one line to the file named by
 // MCPTEST_EFFECTS, so a test counts executions from the server's own record, not from what
