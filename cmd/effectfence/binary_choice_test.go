@@ -24,7 +24,9 @@ func TestRunBinaryChoosesTheBuild(t *testing.T) {
 		{[]string{"scan", "--run", "."}, race},
 		{[]string{"scan", "."}, plain},
 		{[]string{"ledger", "ls", "--json"}, plain},
-		{[]string{"policy", "init", "-o", "p.yaml", "--", "effectfence", "wrap"}, plain},
+		{[]string{"policy", "init", "-o", "p.yaml", "--", "effectfence", "demo-server"}, race},
+		{[]string{"policy", "check", "p.yaml"}, plain},
+		{[]string{"ledger", "ls", "--for", "--", "effectfence", "wrap"}, plain},
 		{[]string{"version"}, plain},
 		{[]string{"--no-such-flag"}, plain},
 	} {

@@ -39,12 +39,13 @@ func TestMain(m *testing.M) {
 // Two builds of this package serve the tests. effectfence(t) is built as the tests are, with
 // the race detector under -race: it is what a test names itself, and what runBinary runs for
 // the commands whose goroutines run side by side for as long as the process lives (wrap,
-// serve, probe, demo, demo-server, scan --run). plainBinary(t) is built without the detector:
-// runBinary runs it for the one-shot commands (ledger views, policy, scan, version, usage
-// errors), whose code the detector watches in this process instead (runCLI runs a command
-// in-process; the spill writer, their one goroutine beside the command's, has its own tests
-// here). A child built with -race spends 4-6 times the CPU of a plain one, and such children
-// took about 30 % of CI's two cores.
+// serve, probe, demo, demo-server, and policy init and scan --run, which talk to a server
+// they start). plainBinary(t) is built without the detector: runBinary runs it for the
+// one-shot commands (ledger views, policy check, scan of files, version, usage errors), whose
+// code the detector watches in this process instead (runCLI runs a command in-process; the
+// spill writer, their one goroutine beside the command's, has its own tests here). A child
+// built with -race spends 4-6 times the CPU of a plain one, and such children took about 30 %
+// of CI's two cores.
 
 // effectfence returns the path of the binary built from this package (with the race detector
 // when the tests run with it).
@@ -71,10 +72,10 @@ func effectfence(t *testing.T) string {
 	return binPath
 }
 
-// longRunning are the commands whose processes run goroutines side by side while they live
-// (and scan's --run, which starts a server and talks to it): runBinary runs them under the
-// race detector when the tests have it.
-var longRunning = map[string]bool{"wrap": true, "serve": true, "probe": true, "demo": true, "demo-server": true, "--run": true}
+// longRunning are the commands whose processes run goroutines side by side while they live,
+// with policy init and scan's --run, which start the server given after "--" and talk to it:
+// runBinary runs them under the race detector when the tests have it.
+var longRunning = map[string]bool{"wrap": true, "serve": true, "probe": true, "demo": true, "demo-server": true, "init": true, "--run": true}
 
 // binaryFor is the build runBinary runs args with: effectfence(t) when a word before any "--"
 // names a long-running command (a flag's value that happens to be one errs toward the
