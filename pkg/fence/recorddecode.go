@@ -10,6 +10,9 @@ import (
 // record's args, its cert's args and result) are not copied: they are pieces of body. body
 // must be the caller's own and never change afterwards, as a row a store has just read is.
 //
+// A body in the shape stores write is read in one pass (decodeFast); any other goes to
+// encoding/json, which decides.
+//
 // json.Unmarshal copies each raw value: a record of a call with 16 MiB of arguments holds them
 // twice (the record's and the cert's) and reading it made two copies more, in fresh pages.
 // TestDecodeRecordMatchesUnmarshal checks the two against each other on random records, and
@@ -17,8 +20,11 @@ import (
 // Cert, with their tags.
 func DecodeRecord(body []byte, rec *Record) error {
 	var w record
-	if err := json.Unmarshal(body, &w); err != nil {
-		return err
+	if !decodeFast(body, &w) {
+		w = record{}
+		if err := json.Unmarshal(body, &w); err != nil {
+			return err
+		}
 	}
 	*rec = Record{
 		Intent: w.Intent, State: w.State, Fingerprint: w.Fingerprint, Token: w.Token, Nonce: w.Nonce,
