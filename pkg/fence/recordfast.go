@@ -163,6 +163,37 @@ func (d *fastDecoder) plainString() ([]byte, bool) {
 // by leaving it as it is: here, as it was made (zero).
 func (d *fastDecoder) null() bool { return d.lit("null") }
 
+// state reads a state, the ones the engine writes without a copy of their name.
+func (d *fastDecoder) state(into *State) bool {
+	if d.peek() == 'n' {
+		return d.null()
+	}
+	s, ok := d.plainString()
+	for _, known := range [...]State{StateDone, StateInFlight, StateFailed, StateUnknown} {
+		if string(s) == string(known) {
+			*into = known
+			return ok
+		}
+	}
+	*into = State(s)
+	return ok
+}
+
+// same reads a string, and gives it the bytes of like when it is equal to it: a cert repeats
+// its record's intent, tool and agent.
+func (d *fastDecoder) same(into *string, like string) bool {
+	if d.peek() == 'n' {
+		return d.null()
+	}
+	s, ok := d.plainString()
+	if string(s) == like {
+		*into = like
+	} else {
+		*into = string(s)
+	}
+	return ok
+}
+
 func (d *fastDecoder) str(into *string) bool {
 	if d.peek() == 'n' {
 		return d.null()
@@ -410,27 +441,57 @@ func (d *fastDecoder) timeValue(into interface{ UnmarshalJSON([]byte) error }) b
 	return into.UnmarshalJSON(d.b[start:d.i]) == nil
 }
 
-// clock reads a vector clock: an object of counters, as VectorClock.UnmarshalJSON reads one.
+// clockEntry is a counter of a clock being read.
+type clockEntry struct {
+	agent []byte
+	n     uint64
+}
+
+// maxFastClock is the most counters a clock decodeFast reads may hold: a record's clock
+// names the agents that decided before it, usually one or two.
+const maxFastClock = 16
+
+// clock reads a vector clock: an object of counters, as VectorClock.UnmarshalJSON reads one
+// (VectorClock.Normal of what encoding/json gives: no zero counter, nil when none is left).
 func (d *fastDecoder) clock(into *VectorClock) bool {
 	if d.peek() == 'n' { // encoding/json hands the null to VectorClock.UnmarshalJSON
 		return d.null() && into.UnmarshalJSON([]byte("null")) == nil
 	}
-	m := map[string]uint64{}
+	var entries [maxFastClock]clockEntry
+	k, nonzero := 0, 0
 	ok := d.object(func(key []byte) bool {
-		if _, dup := m[string(key)]; dup {
-			return false // the last one counts in encoding/json: left to it
-		}
-		var n uint64
-		if !d.uint(&n) {
+		if k == len(entries) {
 			return false
 		}
-		m[string(key)] = n
+		for _, e := range entries[:k] {
+			if string(e.agent) == string(key) {
+				return false // the last one counts in encoding/json: left to it
+			}
+		}
+		if !d.uint(&entries[k].n) {
+			return false
+		}
+		entries[k].agent = key
+		if entries[k].n != 0 {
+			nonzero++
+		}
+		k++
 		return true
 	})
-	if ok {
-		*into = VectorClock(m).Normal()
+	if !ok {
+		return false
 	}
-	return ok
+	*into = nil
+	if nonzero > 0 {
+		v := make(VectorClock, nonzero)
+		for _, e := range entries[:k] {
+			if e.n != 0 {
+				v[string(e.agent)] = e.n
+			}
+		}
+		*into = v
+	}
+	return true
 }
 
 // readSet reads a read set: an array of objects with a domain and a seq.
@@ -481,7 +542,7 @@ func (d *fastDecoder) recordMember(key []byte, w *record) bool {
 	case "intent":
 		return d.once(0) && d.str(&w.Intent)
 	case "state":
-		return d.once(1) && d.str((*string)(&w.State))
+		return d.once(1) && d.state(&w.State)
 	case "fingerprint":
 		return d.once(2) && d.str(&w.Fingerprint)
 	case "token":
@@ -528,7 +589,7 @@ func (d *fastDecoder) recordMember(key []byte, w *record) bool {
 		c := new(storedCert)
 		outer := d.seen
 		d.seen = 0
-		ok := d.object(func(key []byte) bool { return d.certMember(key, c) })
+		ok := d.object(func(key []byte) bool { return d.certMember(key, c, w) })
 		d.seen = outer
 		w.Cert = c
 		return ok
@@ -542,10 +603,10 @@ func (d *fastDecoder) recordMember(key []byte, w *record) bool {
 	return false
 }
 
-func (d *fastDecoder) certMember(key []byte, c *storedCert) bool {
+func (d *fastDecoder) certMember(key []byte, c *storedCert, w *record) bool {
 	switch string(key) {
 	case "intent":
-		return d.once(0) && d.str(&c.Intent)
+		return d.once(0) && d.same(&c.Intent, w.Intent)
 	case "parent":
 		return d.once(1) && d.str(&c.Parent)
 	case "domain":
@@ -553,7 +614,7 @@ func (d *fastDecoder) certMember(key []byte, c *storedCert) bool {
 	case "seq":
 		return d.once(3) && d.uint(&c.Seq)
 	case "tool":
-		return d.once(4) && d.str(&c.Tool)
+		return d.once(4) && d.same(&c.Tool, w.Tool)
 	case "args":
 		return d.once(5) && d.raw(&c.Args)
 	case "result":
@@ -565,7 +626,7 @@ func (d *fastDecoder) certMember(key []byte, c *storedCert) bool {
 	case "read_set":
 		return d.once(9) && d.readSet(&c.ReadSet)
 	case "agent":
-		return d.once(10) && d.str(&c.Agent)
+		return d.once(10) && d.same(&c.Agent, w.Agent)
 	case "hash":
 		return d.once(11) && d.str(&c.Hash)
 	case "result_bytes":
