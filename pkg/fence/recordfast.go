@@ -58,30 +58,20 @@ func (d *fastDecoder) peek() byte {
 	return 0
 }
 
-// object reads an object whose members member reads: it is called with each name, the
-// position at the member's value, and must leave the position after it.
-func (d *fastDecoder) object(member func(key []byte) bool) bool {
-	if d.peek() != '{' {
+// seq reads a sequence between open and close (an object's or an array's brackets): item reads
+// each element from its position, and the commas between them are read here.
+func (d *fastDecoder) seq(open, close byte, item func() bool) bool {
+	if d.peek() != open {
 		return false
 	}
 	d.i++
 	d.ws()
-	if d.peek() == '}' {
+	if d.peek() == close {
 		d.i++
 		return true
 	}
 	for {
-		key, ok := d.plainString()
-		if !ok {
-			return false
-		}
-		d.ws()
-		if d.peek() != ':' {
-			return false
-		}
-		d.i++
-		d.ws()
-		if !member(key) {
+		if !item() {
 			return false
 		}
 		d.ws()
@@ -89,7 +79,7 @@ func (d *fastDecoder) object(member func(key []byte) bool) bool {
 		case ',':
 			d.i++
 			d.ws()
-		case '}':
+		case close:
 			d.i++
 			return true
 		default:
@@ -98,34 +88,28 @@ func (d *fastDecoder) object(member func(key []byte) bool) bool {
 	}
 }
 
-// array reads an array whose elements elem reads (from the position at each).
-func (d *fastDecoder) array(elem func() bool) bool {
-	if d.peek() != '[' {
+// colon reads the colon after a member's name, and the space around it.
+func (d *fastDecoder) colon() bool {
+	d.ws()
+	if d.peek() != ':' {
 		return false
 	}
 	d.i++
 	d.ws()
-	if d.peek() == ']' {
-		d.i++
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		d.ws()
-		switch d.peek() {
-		case ',':
-			d.i++
-			d.ws()
-		case ']':
-			d.i++
-			return true
-		default:
-			return false
-		}
-	}
+	return true
 }
+
+// object reads an object whose members member reads: it is called with each name, the
+// position at the member's value, and must leave the position after it.
+func (d *fastDecoder) object(member func(key []byte) bool) bool {
+	return d.seq('{', '}', func() bool {
+		key, ok := d.plainString()
+		return ok && d.colon() && member(key)
+	})
+}
+
+// array reads an array whose elements elem reads (from the position at each).
+func (d *fastDecoder) array(elem func() bool) bool { return d.seq('[', ']', elem) }
 
 // once marks member bit k of the object being read as seen, and reports false if it was.
 func (d *fastDecoder) once(k uint) bool {
@@ -269,60 +253,9 @@ func (d *fastDecoder) skip(depth int) bool {
 	}
 	switch c := d.peek(); {
 	case c == '{':
-		d.i++
-		d.ws()
-		if d.peek() == '}' {
-			d.i++
-			return true
-		}
-		for {
-			if d.peek() != '"' || !d.skipString() {
-				return false
-			}
-			d.ws()
-			if d.peek() != ':' {
-				return false
-			}
-			d.i++
-			d.ws()
-			if !d.skip(depth + 1) {
-				return false
-			}
-			d.ws()
-			switch d.peek() {
-			case ',':
-				d.i++
-				d.ws()
-			case '}':
-				d.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return d.seq('{', '}', func() bool { return d.peek() == '"' && d.skipString() && d.colon() && d.skip(depth+1) })
 	case c == '[':
-		d.i++
-		d.ws()
-		if d.peek() == ']' {
-			d.i++
-			return true
-		}
-		for {
-			if !d.skip(depth + 1) {
-				return false
-			}
-			d.ws()
-			switch d.peek() {
-			case ',':
-				d.i++
-				d.ws()
-			case ']':
-				d.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return d.seq('[', ']', func() bool { return d.skip(depth + 1) })
 	case c == '"':
 		return d.skipString()
 	case c == '-' || '0' <= c && c <= '9':
