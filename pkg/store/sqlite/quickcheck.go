@@ -11,8 +11,8 @@ import (
 // it, and a lookup that misses a done intent runs it again. quick_check verifies every page,
 // record and b-tree of the file but not that each index agrees with its table (that is
 // integrity_check, which `effectfence ledger check` runs); it reads the whole file once. That
-// is the most of an open's cost on a large ledger, views' included (every `ledger` command
-// opens for writing): 100k done records the size of wrap's make a 213 MB file, opened in
+// is the most of an open's cost on a large ledger, views' included (every `ledger` command but
+// `check`, which reads the file read-only, opens for writing): 100k done records the size of wrap's make a 213 MB file, opened in
 // 0.33-0.39 s with the check and 2.3-3.4 ms without (BenchmarkOpen, the thirty-fifth
 // session's VM, the file in the page cache; its records were 0.35 KB before, and the figure
 // given here "a few tens of milliseconds").
