@@ -427,17 +427,36 @@ func (d *fastDecoder) clock(into *VectorClock) bool {
 	return true
 }
 
-// readSet reads a read set: an array of objects with a domain and a seq.
-func (d *fastDecoder) readSet(into *[]ReadSetEntry) bool {
+// list reads an array into a new slice, each element read by elem, or null (leaving into as
+// it is, as encoding/json does).
+func list[T any](d *fastDecoder, into *[]T, elem func() (T, bool)) bool {
 	if d.peek() == 'n' {
 		return d.null()
 	}
-	rs := []ReadSetEntry{}
+	out := []T{}
 	ok := d.array(func() bool {
-		var e ReadSetEntry
-		outer := d.seen
-		d.seen = 0
-		ok := d.object(func(key []byte) bool {
+		v, ok := elem()
+		out = append(out, v)
+		return ok
+	})
+	*into = out
+	return ok
+}
+
+// nested reads an object within the one being read (a cert, a read set's entry), whose
+// members once counts apart.
+func (d *fastDecoder) nested(member func(key []byte) bool) bool {
+	outer := d.seen
+	d.seen = 0
+	ok := d.object(member)
+	d.seen = outer
+	return ok
+}
+
+// readSet reads a read set: an array of objects with a domain and a seq.
+func (d *fastDecoder) readSet(into *[]ReadSetEntry) bool {
+	return list(d, into, func() (e ReadSetEntry, ok bool) {
+		ok = d.nested(func(key []byte) bool {
 			switch string(key) {
 			case "domain":
 				return d.once(0) && d.str(&e.Domain)
@@ -446,28 +465,8 @@ func (d *fastDecoder) readSet(into *[]ReadSetEntry) bool {
 			}
 			return false
 		})
-		d.seen = outer
-		rs = append(rs, e)
-		return ok
+		return e, ok
 	})
-	*into = rs
-	return ok
-}
-
-// strings reads an array of strings.
-func (d *fastDecoder) strings(into *[]string) bool {
-	if d.peek() == 'n' {
-		return d.null()
-	}
-	ss := []string{}
-	ok := d.array(func() bool {
-		var s string
-		ok := d.str(&s)
-		ss = append(ss, s)
-		return ok
-	})
-	*into = ss
-	return ok
 }
 
 func (d *fastDecoder) recordMember(key []byte, w *record) bool {
@@ -519,19 +518,17 @@ func (d *fastDecoder) recordMember(key []byte, w *record) bool {
 		if d.peek() == 'n' {
 			return d.null()
 		}
-		c := new(storedCert)
-		outer := d.seen
-		d.seen = 0
-		ok := d.object(func(key []byte) bool { return d.certMember(key, c, w) })
-		d.seen = outer
-		w.Cert = c
-		return ok
+		w.Cert = new(storedCert)
+		return d.nested(func(key []byte) bool { return d.certMember(key, w.Cert, w) })
 	case "rerun_safe":
 		return d.once(21) && d.boolean(&w.RerunSafe)
 	case "keep_result":
 		return d.once(22) && d.str((*string)(&w.KeepResult))
 	case "redacted":
-		return d.once(23) && d.strings(&w.Redacted)
+		return d.once(23) && list(d, &w.Redacted, func() (s string, ok bool) {
+			ok = d.str(&s) // before s is read: a return's operands have no set order
+			return s, ok
+		})
 	}
 	return false
 }
