@@ -1,9 +1,12 @@
 package serve_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -77,5 +80,54 @@ func BenchmarkPrepareCommit(b *testing.B) {
 		if _, err := json.Marshal(srv.MCP().HandleMessage(ctx, commit)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkServeReplay measures a duplicate prepare sent one at a time through Serve over
+// pipes (the router, its lane and the line writer on top of BenchmarkReplay's tools_call).
+func BenchmarkServeReplay(b *testing.B) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	defer eng.Close()
+	req := fence.Request{Intent: "charge:order-1", Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`)); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := serve.New(eng, serve.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, inR, outW) }()
+	out := bufio.NewReader(outR)
+	send := func(line string) []byte {
+		if _, err := inW.Write([]byte(line + "\n")); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := out.ReadBytes('\n')
+		if err != nil {
+			b.Fatal(err)
+		}
+		return resp
+	}
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`)
+	if _, err := inW.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n")); err != nil {
+		b.Fatal(err)
+	}
+	msg := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"charge:order-1","tool":"charge_card","args":{"amount":4900}}}}`
+	for b.Loop() {
+		if resp := send(msg); !bytes.Contains(resp, []byte(`"already_done"`)) {
+			b.Fatalf("answered %s", resp)
+		}
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		b.Fatal(err)
 	}
 }

@@ -30,8 +30,9 @@ import (
 //   - call: every other tool call (a prepare without waiting, fence_status, fence_stats):
 //     one ledger transaction each.
 //
-// A lane whose slots are all busy queues up to Queue calls on goroutines of its own; beyond
-// that the reader waits for a slot (back-pressure on the client). Other messages (initialize,
+// A lane's calls take its slots in the order they came: up to Queue of them wait in line
+// for a slot (a lane's dispatcher hands the slots out), and beyond that the reader waits for
+// room in the line (back-pressure on the client). Other messages (initialize,
 // tools/list, ping, notifications) are left to mcp-go's stdio server, which reads them from a
 // pipe this router feeds.
 
@@ -136,7 +137,7 @@ type scheduler struct {
 	out      *lineWriter
 	ctx      context.Context // carries mcp-go's stdio session
 	slots    [lanes]chan struct{}
-	queued   [lanes]chan struct{}
+	line     [lanes]chan queuedCall // a lane's calls waiting for a slot, first come first
 	wg       sync.WaitGroup
 
 	// waiting holds the tool calls queued for a slot, by their id as the router passes them
@@ -210,43 +211,46 @@ func (sc *scheduler) cancelQueued(line []byte) {
 	}
 }
 
-// run serves one tool call in its lane; msg is the router's to give. It returns once the call
-// has a slot or is queued. The room msg holds of the request budget (held) is given back once
-// the call is answered.
+// queuedCall is a tool call waiting in its lane's line: msg, the room it holds of the request
+// budget, and its cancellation mark (see queue).
+type queuedCall struct {
+	msg  []byte
+	held int64
+	key  string
+	mark *bool
+}
+
+// run puts one tool call in its lane's line; msg is the router's to give. It returns once the
+// call is in line, waiting while the line is full. The room msg holds of the request budget
+// (held) is given back once the call is answered.
 func (sc *scheduler) run(l lane, msg []byte, held int64) {
-	select {
-	case sc.queued[l] <- struct{}{}:
-	default:
-		// The lane's queue is full: wait for a slot here, so the reader slows down.
+	c := queuedCall{msg: msg, held: held}
+	if l != laneSettle { // settling calls run detached from cancellation anyway
+		c.key, c.mark = sc.queue(msg)
+	}
+	sc.line[l] <- c
+}
+
+// dispatch hands lane l's slots to the calls in its line, in the order they came, until the
+// line is closed and empty (Serve closes it once its router stops).
+func (sc *scheduler) dispatch(l lane) {
+	defer sc.wg.Done()
+	for c := range sc.line[l] {
 		sc.slots[l] <- struct{}{}
+		cancelled := sc.dequeue(c.key, c.mark)
 		sc.wg.Add(1)
 		go func() {
 			defer sc.wg.Done()
 			defer func() { <-sc.slots[l] }()
-			defer sc.requests.Release(held)
-			sc.handle(l, msg, false)
+			defer sc.requests.Release(c.held)
+			sc.handle(l, c.msg, cancelled)
 		}()
-		return
 	}
-	var key string
-	var mark *bool
-	if l != laneSettle { // settling calls run detached from cancellation anyway
-		key, mark = sc.queue(msg)
-	}
-	sc.wg.Add(1)
-	go func() {
-		defer sc.wg.Done()
-		defer sc.requests.Release(held)
-		sc.slots[l] <- struct{}{}
-		<-sc.queued[l]
-		defer func() { <-sc.slots[l] }()
-		sc.handle(l, msg, sc.dequeue(key, mark))
-	}()
 }
 
 // handle answers msg in lane l. A call its client cancelled while it was queued (cancelled)
-// runs with its context already cancelled, as if the cancellation had come once it ran: a
-// wait ends at once, and a claim admitted meanwhile is released, its ticket never handed out.
+// runs with its context already cancelled: fence_prepare then answers with the cancellation
+// without asking the ledger (tools.go), and other tools end as for a cancellation once run.
 func (sc *scheduler) handle(l lane, msg []byte, cancelled bool) {
 	var handed handedTicket
 	ctx := context.WithValue(sc.ctx, handedKey{}, &handed)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 )
@@ -196,5 +198,60 @@ func TestWaitEndsWithTheLease(t *testing.T) {
 	var p serve.PrepareResult
 	if !toolResult(t, raw, &p) && p.Status == serve.StatusFresh {
 		t.Fatalf("a waiter was told fresh while the holder of the lapsed lease is alive: %s", raw)
+	}
+}
+
+// A lane's queued calls take its slots in the order they came: with one slot held, 40 calls
+// queued behind it run one by one in the order they were sent once it frees (before, each
+// queued call raced for the slot on a goroutine of its own, and a later call could overtake
+// an earlier one, or one sent before its cancellation was read).
+func TestLaneRunsQueuedCallsInOrder(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	started, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var ran []int
+	c := startStdioWith(t, eng, serve.Options{Workers: 1}, func(s *serve.Server) {
+		s.MCP().AddTool(mcp.NewTool("block"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			close(started)
+			<-release
+			return mcp.NewToolResultText("unblocked"), nil
+		})
+		s.MCP().AddTool(mcp.NewTool("note", mcp.WithNumber("n")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			mu.Lock()
+			ran = append(ran, req.GetInt("n", -1))
+			mu.Unlock()
+			return mcp.NewToolResultText("noted"), nil
+		})
+	})
+	blocked := c.sendLine(`"block"`, `{"jsonrpc":"2.0","id":"block","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	select {
+	case <-started: // the call lane's one slot is taken
+	case <-time.After(30 * time.Second):
+		t.Fatal("the blocking tool never started")
+	}
+	const n = 40
+	var answers []<-chan json.RawMessage
+	for i := range n {
+		id := fmt.Sprintf(`"n%d"`, i)
+		answers = append(answers, c.sendLine(id, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"note","arguments":{"n":%d}}}`, id, i)))
+	}
+	close(release)
+	for _, ch := range append(answers, blocked) {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a queued call was never answered")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, got := range ran {
+		if got != i {
+			t.Fatalf("queued calls ran in the order %v; want 0 to %d in the order sent", ran, n-1)
+		}
+	}
+	if len(ran) != n {
+		t.Fatalf("%d of %d queued calls ran", len(ran), n)
 	}
 }

@@ -72,7 +72,8 @@ var (
 type Options struct {
 	// Workers is how many tool calls are served at once (mcp-go's stdio worker pool, at most 100).
 	Workers int
-	// Queue is how many tool calls may wait for a worker before the reader serves them inline.
+	// Queue is how many tool calls of one lane may wait in line for a worker before the reader
+	// waits for room (back-pressure on the client).
 	Queue int
 	// MaxArgBytes bounds the JSON arguments of one tool call; a larger call is refused with
 	// invalid_request (the ledger keeps args and results of every action).
@@ -165,7 +166,9 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	for l := range sc.slots {
 		sc.slots[l] = make(chan struct{}, s.opts.Workers)
-		sc.queued[l] = make(chan struct{}, s.opts.Queue)
+		sc.line[l] = make(chan queuedCall, s.opts.Queue)
+		sc.wg.Add(1)
+		go sc.dispatch(lane(l))
 	}
 
 	lines, readDone, stop := make(chan line), make(chan error, 1), make(chan struct{})
@@ -203,7 +206,11 @@ route:
 		}
 	}
 	// The client is gone: waits end (nobody is left to answer), settling calls finish (they
-	// run detached from cancellation), then mcp-go drains what it holds.
+	// run detached from cancellation), then mcp-go drains what it holds. The calls still in
+	// a lane's line run too (their waits end at once), so each is answered.
+	for l := range sc.line {
+		close(sc.line[l])
+	}
 	pw.Close()
 	err := <-listened
 	stopped := ctx.Err() != nil // the caller cancelled: not an error
