@@ -81,6 +81,21 @@ func TestCancelledWhileQueuedHandsOutNoTicket(t *testing.T) {
 	if rec, err := eng.Status(context.Background(), "pay:queued-kept"); err != nil || rec.State != fence.StateInFlight {
 		t.Errorf("the queued call nobody cancelled: state %s (%v); want in_flight", rec.State, err)
 	}
+	// A call cancelled before it ran does not reach the ledger: no claim is made and
+	// released for it (which would, in between, hold its intent against other agents).
+	st, err := eng.Stats(context.Background())
+	if err != nil || st.SinceBoot.Admitted != 1 {
+		t.Errorf("admitted since boot: %d (%v); want 1, the call nobody cancelled", st.SinceBoot.Admitted, err)
+	}
+	for _, intent := range cancelled {
+		var kinds []string
+		err := eng.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Events(intent, func(ev fence.Event) bool { kinds = append(kinds, ev.Kind); return true })
+		})
+		if err != nil || len(kinds) != 0 {
+			t.Errorf("%s, cancelled before it ran, has audit events %v (%v); want none", intent, kinds, err)
+		}
+	}
 }
 
 // toBytes adapts a response channel for a select over several.

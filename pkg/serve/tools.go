@@ -165,6 +165,12 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		ReadSet: in.ReadSet, Agent: in.Agent, Clock: in.Clock,
 		Redact: in.Redact, KeepResult: fence.KeepResult(in.KeepResult),
 	}
+	if cancelledAlone(ctx) {
+		// Cancelled before it ran (while it waited for a free --workers slot, say): the ledger
+		// is not asked. Admitting, then releasing, would write twice and, in between, hold the
+		// intent against another agent's prepare for a request nobody waits for.
+		return nil, fmt.Errorf("preparing %s: %w before it ran (nothing was asked of the ledger)", req.Intent, ctx.Err())
+	}
 	var (
 		adm fence.Admission
 		err error
