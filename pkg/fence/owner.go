@@ -1,6 +1,8 @@
 package fence
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -80,7 +82,7 @@ func whereAmI() local {
 		host = strings.ReplaceAll(host, "/", "_")
 		pid := os.Getpid()
 		b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-		here.boot = strings.TrimSpace(string(b))
+		here.boot = machineBoot(strings.TrimSpace(string(b)), os.Getenv(MachineIDEnv))
 		if ns, err := os.Readlink("/proc/self/ns/pid"); err == nil {
 			// "pid:[4026531836]"
 			here.pidns = strings.TrimSuffix(strings.TrimPrefix(ns, "pid:["), "]")
@@ -102,6 +104,28 @@ func whereAmI() local {
 		here.owner = fmt.Sprintf("%s/%d/%d/%s/%s", host, pid, start, here.boot, here.pidns)
 	})
 	return here
+}
+
+// MachineIDEnv names the environment variable that tells apart machines sharing one boot id:
+// virtual machines cloned from one snapshot (Firecracker, Lambda SnapStart) keep the
+// snapshot's boot id, and the initial PID namespace has the same inode on every Linux kernel,
+// so without it a clone judges another clone's holders by its own pids (a live holder there
+// is "dead" here when no such pid runs here). Set to something each clone has of its own (its
+// instance id), for every effectfence process of that clone.
+const MachineIDEnv = "EFFECTFENCE_MACHINE_ID"
+
+// machineBoot is the boot field of this process's owner string: the kernel's boot id, and
+// when machineID is set, "+" and the first 16 hex digits of its SHA-256 (an owner string's
+// fields are split at "/", and the id is the operator's text). A judge compares the field
+// whole, so a process with another machine id, or none, cannot tell this one's holders apart
+// from another machine's, nor can an older version: CannotTell, never a false Dead. An
+// unreadable boot id stays "" (judged by nobody).
+func machineBoot(bootID, machineID string) string {
+	if bootID == "" || machineID == "" {
+		return bootID
+	}
+	sum := sha256.Sum256([]byte(machineID))
+	return bootID + "+" + hex.EncodeToString(sum[:8])
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's start times: 100 on every Linux

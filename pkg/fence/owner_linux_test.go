@@ -31,6 +31,24 @@ func init() {
 	syscall.Syscall(syscall.SYS_EXIT, 0, 0, 0)
 }
 
+// envOwnerRole makes this test binary, started by TestMachineIDTellsClonesApart, a process of
+// another machine identity (MachineIDEnv): "hold" prints its owner string and sleeps; "judge
+// OWNER" prints what it makes of OWNER.
+const envOwnerRole = "EFFECTFENCE_TEST_OWNER_ROLE"
+
+func init() {
+	role, arg, _ := strings.Cut(os.Getenv(envOwnerRole), " ")
+	switch role {
+	case "hold":
+		fmt.Println(LocalOwner())
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	case "judge":
+		fmt.Println(OwnerLiveness(arg))
+		os.Exit(0)
+	}
+}
+
 // TestOwnerLivenessRules holds the table of docs/RELIABILITY.md ("Who holds a claim") against
 // real processes: a running child, the same child stopped, a zombie and a reaped one, and
 // owner strings that differ from a live one only where the table says they must (start time,
@@ -187,4 +205,74 @@ func TestRunningProcessWithoutItsLeaderIsAlive(t *testing.T) {
 			t.Fatalf("the same process killed, not reaped: %s, want dead", OwnerLiveness(owner))
 		}
 	}
+}
+
+// Machines cloned from one snapshot share a boot id, and the initial PID namespace's inode is
+// the same on every Linux kernel: a clone judged another clone's holder by its own pids, so a
+// holder alive there was dead here once its pid was gone here (docs/RELIABILITY.md). With
+// EFFECTFENCE_MACHINE_ID set, each clone judges only holders of its own id. Real processes
+// stand in for two clones of this machine: a holder of id clone-a, then judges of ids clone-a,
+// clone-b and none, while it runs and once it is gone (to clone-b, gone here is what a live
+// holder on clone-a looks like).
+func TestMachineIDTellsClonesApart(t *testing.T) {
+	t.Parallel()
+	if !whereAmI().sound {
+		t.Skip("skipped: this process's /proc is not its own PID namespace's")
+	}
+	env := func(role, machine string) []string {
+		var e []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, MachineIDEnv+"=") {
+				e = append(e, kv)
+			}
+		}
+		e = append(e, envOwnerRole+"="+role)
+		if machine != "" {
+			e = append(e, MachineIDEnv+"="+machine)
+		}
+		return e
+	}
+	holder := exec.Command(os.Args[0], "-test.run=^$")
+	holder.Env = env("hold", "clone-a")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	line := make([]byte, 512)
+	n, err := out.Read(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := strings.TrimSpace(string(line[:n]))
+	if parts := strings.Split(owner, "/"); len(parts) != 5 || !strings.Contains(parts[3], "+") {
+		t.Fatalf("the holder's owner string %q: want host/pid/start/boot+machine/pidns", owner)
+	}
+	judge := func(machine string) string {
+		t.Helper()
+		c := exec.Command(os.Args[0], "-test.run=^$")
+		c.Env = env("judge "+owner, machine)
+		b, err := c.Output()
+		if err != nil {
+			t.Fatalf("judge %q: %v", machine, err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	check := func(when string, want map[string]Liveness) {
+		t.Helper()
+		for machine, w := range want {
+			if got := judge(machine); got != w.String() {
+				t.Errorf("%s, judged by a process of machine id %q: %s, want %s", when, machine, got, w)
+			}
+		}
+	}
+	check("a running holder of machine id clone-a", map[string]Liveness{"clone-a": Alive, "clone-b": CannotTell, "": CannotTell})
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	check("a holder of machine id clone-a, gone", map[string]Liveness{"clone-a": Dead, "clone-b": CannotTell, "": CannotTell})
 }
