@@ -18,8 +18,9 @@ import (
 // asked). The wait lane's one slot is held by a fence_prepare waiting (wait_secs) on an intent
 // in flight; behind it queue three more prepares with wait_secs, two of which the client
 // cancels (one under an id that a JSON number cannot hold exactly). Then the holder commits:
-// the waiter replays, and the queued prepares run, in whatever order they take the freed slot
-// (serve does not promise the order in which queued calls run). The cancelled ones must be
+// the waiter replays, and the queued prepares run in the order they came (a lane hands its
+// slots out first come first; before, the waiter could lose its slot to a prepare queued
+// after it, which then ran before its cancellation was read). The cancelled ones must be
 // answered without a ticket and leave nothing in the ledger, not even a claim made and
 // released; the one nobody cancelled is admitted as usual.
 func TestServeCancelledWhileQueuedHandsOutNoTicket(t *testing.T) {

@@ -108,3 +108,44 @@ func toBytes[T ~[]byte](in <-chan T) <-chan []byte {
 	}()
 	return out
 }
+
+// A call cancelled while queued stays cancelled when the client closes its input before the
+// call's slot comes: the session has ended by then, which cancels every request's context, and
+// a prepare could no longer tell its own cancellation from the session's end, so it was
+// admitted and answered fresh, its ticket held by nobody (found in review, 2026-12-05).
+func TestCancelledWhileQueuedStaysCancelledAfterInputEnds(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	started := make(chan struct{})
+	c := startStdioWith(t, eng, serve.Options{Workers: 1}, func(s *serve.Server) {
+		s.MCP().AddTool(mcp.NewTool("block"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			close(started)
+			<-ctx.Done() // the session's end: the client closed its input
+			return mcp.NewToolResultText("unblocked"), nil
+		})
+	})
+	blocked := c.sendLine(`"block"`, `{"jsonrpc":"2.0","id":"block","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	select {
+	case <-started: // the call lane's one slot is taken until the session ends
+	case <-time.After(30 * time.Second):
+		t.Fatal("the blocking tool never started")
+	}
+	queued := c.sendLine(`"q"`, `{"jsonrpc":"2.0","id":"q","method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"pay:queued","tool":"t"}}}`)
+	if _, err := c.in.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"q","reason":"timeout"}}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.sendLine(`"sync"`, `{"jsonrpc":"2.0","id":"sync","method":"ping"}`): // the cancellation was read
+	case <-time.After(30 * time.Second):
+		t.Fatal("ping not answered")
+	}
+	c.in.Close()
+	recv(t, blocked, "the blocking call", 30*time.Second)
+	resp := recv(t, queued, "the prepare cancelled while queued", 30*time.Second)
+	if strings.Contains(string(resp), `"fresh"`) || !strings.Contains(string(resp), `"isError":true`) {
+		t.Errorf("a prepare cancelled while queued, its slot coming after the client closed its input, was answered %s; want the cancellation, without a ticket", resp)
+	}
+	if rec, err := eng.Status(context.Background(), "pay:queued"); err != nil || rec.State != fence.StateNone {
+		t.Errorf("pay:queued: state %s (%v); want none", rec.State, err)
+	}
+}

@@ -256,7 +256,7 @@ func (sc *scheduler) handle(l lane, msg []byte, cancelled bool) {
 	ctx := context.WithValue(sc.ctx, handedKey{}, &handed)
 	if cancelled {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
+		ctx, cancel = context.WithCancel(context.WithValue(ctx, cancelledQueuedKey{}, true))
 		cancel()
 	}
 	b := sc.answer(ctx, l, msg)

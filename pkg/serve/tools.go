@@ -159,13 +159,25 @@ func cancelledAlone(ctx context.Context) bool {
 	return ok && ctx.Err() != nil && session.Err() == nil
 }
 
+// cancelledQueuedKey marks the context of a call its client cancelled while it waited for a
+// slot (scheduler.handle). That cancellation stands even if the session has ended by the time
+// the slot comes (the client closed its input after cancelling), where cancelledAlone, which
+// must tell a cancellation from the session's end, no longer sees it.
+type cancelledQueuedKey struct{}
+
+// cancelledWhileQueued says whether ctx is such a call's.
+func cancelledWhileQueued(ctx context.Context) bool {
+	v, _ := ctx.Value(cancelledQueuedKey{}).(bool)
+	return v
+}
+
 func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	req := fence.Request{
 		Intent: in.Intent, Parent: in.Parent, Domain: in.Domain, Tool: in.Tool, Args: json.RawMessage(in.Args),
 		ReadSet: in.ReadSet, Agent: in.Agent, Clock: in.Clock,
 		Redact: in.Redact, KeepResult: fence.KeepResult(in.KeepResult),
 	}
-	if cancelledAlone(ctx) {
+	if cancelledWhileQueued(ctx) || cancelledAlone(ctx) {
 		// Cancelled before it ran (while it waited for a free --workers slot, say): the ledger
 		// is not asked. Admitting, then releasing, would write twice and, in between, hold the
 		// intent against another agent's prepare for a request nobody waits for.
