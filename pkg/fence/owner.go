@@ -107,19 +107,20 @@ func whereAmI() local {
 }
 
 // MachineIDEnv names the environment variable that tells apart machines sharing one boot id:
-// virtual machines cloned from one snapshot (Firecracker, Lambda SnapStart) keep the
-// snapshot's boot id, and the initial PID namespace has the same inode on every Linux kernel,
-// so without it a clone judges another clone's holders by its own pids (a live holder there
-// is "dead" here when no such pid runs here). Set to something each clone has of its own (its
-// instance id), for every effectfence process of that clone.
+// virtual machines cloned from one snapshot keep the snapshot's boot id, and the initial PID
+// namespace has the same inode on every Linux kernel, so without it a clone judges another
+// clone's holders by its own pids (a live holder there is "dead" here when no such pid runs
+// here). Set to something each clone has of its own (its instance id), for the effectfence
+// processes started on that clone; a process captured in the snapshot keeps its owner string
+// on every clone, which no variable can mend.
 const MachineIDEnv = "EFFECTFENCE_MACHINE_ID"
 
 // machineBoot is the boot field of this process's owner string: the kernel's boot id, and
 // when machineID is set, "+" and the first 16 hex digits of its SHA-256 (an owner string's
-// fields are split at "/", and the id is the operator's text). A judge compares the field
-// whole, so a process with another machine id, or none, cannot tell this one's holders apart
-// from another machine's, nor can an older version: CannotTell, never a false Dead. An
-// unreadable boot id stays "" (judged by nobody).
+// fields are split at "/", and the id is the operator's text). A process with another machine
+// id, or none, never judges this one's holders dead (OwnerLiveness), and an older version,
+// which compares the field whole, judges them not at all. An unreadable boot id stays ""
+// (judged by nobody).
 func machineBoot(bootID, machineID string) string {
 	if bootID == "" || machineID == "" {
 		return bootID
@@ -197,9 +198,35 @@ func OwnerLiveness(owner string) Liveness {
 		return Alive
 	}
 	parts := strings.Split(owner, "/")
-	if len(parts) != 5 || !me.sound || parts[3] != me.boot || parts[4] != me.pidns {
+	if len(parts) != 5 || !me.sound || parts[4] != me.pidns {
 		return CannotTell
 	}
+	// One boot of one kernel, but another machine id, or one process of the two without any
+	// (machineBoot): a clone of this machine, or a process here whose environment lacks the id
+	// (an operator's shell). Its pid may not be counted here, so it is never judged dead; a
+	// process running here at that pid with that start time is alive all the same, which is
+	// the safe answer (cannot tell would let a re-run-safe claim be taken over, and an
+	// operator clear a claim, while it ran here).
+	sameMachine := parts[3] == me.boot
+	if !sameMachine && bootOf(parts[3]) != bootOf(me.boot) {
+		return CannotTell
+	}
+	l := pidLiveness(parts, me)
+	if l == Dead && !sameMachine {
+		return CannotTell
+	}
+	return l
+}
+
+// bootOf is the kernel's boot id in an owner's boot field (machineBoot).
+func bootOf(field string) string {
+	id, _, _ := strings.Cut(field, "+")
+	return id
+}
+
+// pidLiveness judges the pid and start time of an owner string split in parts (five fields,
+// counted in this process's PID namespace of this boot) by this process's /proc.
+func pidLiveness(parts []string, me local) Liveness {
 	pid, err1 := strconv.Atoi(parts[1])
 	start, err2 := strconv.ParseUint(parts[2], 10, 64)
 	if err1 != nil || err2 != nil || pid <= 0 || start == 0 {
