@@ -101,3 +101,16 @@ type storedCert struct {
 	Hash         string         `json:"hash"`
 	ResultBytes  []byte         `json:"result_bytes"`
 }
+
+// UnmarshalJSON reads a cert into a fresh value, as Cert.UnmarshalJSON does: a record whose
+// cert member comes twice (a damaged or forged row) takes the second whole. Decoded in place,
+// encoding/json kept the first's members that the second lacks (its result and hash).
+func (c *storedCert) UnmarshalJSON(b []byte) error {
+	type fields storedCert // without this method
+	var f fields
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*c = storedCert(f)
+	return nil
+}

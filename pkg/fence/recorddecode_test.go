@@ -81,6 +81,10 @@ func TestDecodeRecordMatchesUnmarshal(t *testing.T) {
 				`{"intent":"a","args":"x","exact_args":"!!"}`,
 				`{"intent":"a","token":-1}`,
 				`{"intent":"a","cert":{"result":null,"result_bytes":null}}`,
+				// A cert twice: the second replaces the first whole, as Cert.UnmarshalJSON
+				// does (before, the fallback merged them: the first's result and hash stayed).
+				`{"cert":{"hash":"h1","result_bytes":"AQI="},"cert":{"intent":"x"}}`,
+				`{"cert":{"hash":"h1","vector_clock":{"a":1},"read_set":[{"domain":"d"}]},"Cert":{}}`,
 				`[]`, `null`, ``,
 			} {
 				checkDecode(t, []byte(s))
@@ -243,7 +247,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	}
 	for _, s := range []string{`{"token":18446744073709551615}`, `{"token":18446744073709551616}`, `{"seq":01}`, `{"seq":1.0}`,
 		`{"vector_clock":{"a":1,"a":2}}`, `{"read_set":[null]}`, `{"read_set":[{"domain":"d","domain":"e"}]}`, `{"exact_args":""}`,
-		`{"args":[1,{"a":[]}]} `, `{"cert":{"result":"x","result_bytes":"AQI="}}`, `{"claimed_at":"2026-12-05T12:00:00+05:30"}`} {
+		`{"args":[1,{"a":[]}]} `, `{"cert":{"result":"x","result_bytes":"AQI="}}`, `{"cert":{"hash":"h1","result_bytes":"AQI="},"cert":{"intent":"x"}}`, `{"claimed_at":"2026-12-05T12:00:00+05:30"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkDecode(t, body) })
