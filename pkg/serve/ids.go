@@ -67,20 +67,20 @@ func (x *ids) wrap(line []byte) []byte {
 	return out
 }
 
-// unwrap puts the client's id back into a response that carries a surrogate.
+// unwrap puts the client's id back into a response whose id is a surrogate. Only the message's
+// own id is read: a surrogate elsewhere (mcp-go echoes a subscriptions/listen request's id as
+// its subscriptionId; a tool's result may hold any text) is left as it is. Before, the first
+// surrogate anywhere in the message was replaced, so a message carrying one twice let the
+// prefix reach the client, and a response could be sent under another request's id.
 func (x *ids) unwrap(msg []byte) []byte {
-	if x.n.Load() == 0 {
+	if x.n.Load() == 0 || !bytes.Contains(msg, x.prefix) {
 		return msg
 	}
-	i := bytes.Index(msg, x.prefix)
-	if i < 0 {
+	i, end, n, _ := jsonrpc.Member(msg, "id")
+	if n != 1 || !bytes.HasPrefix(msg[i:end], x.prefix) {
 		return msg
 	}
-	j := bytes.IndexByte(msg[i+len(x.prefix):], '"')
-	if j < 0 {
-		return msg
-	}
-	sur := string(msg[i : i+len(x.prefix)+j+1])
+	sur := string(msg[i:end])
 	x.mu.Lock()
 	orig, ok := x.held[sur]
 	delete(x.held, sur)
@@ -152,6 +152,11 @@ func isObject(line []byte) bool {
 // or an integer a float64 holds exactly, written plainly. Other values (null, objects) are
 // mcp-go's to refuse.
 func survives(id []byte) bool {
+	if bytes.HasPrefix(id, []byte(`"effectfence-id-`)) {
+		// Spelled as a surrogate is (a client that saw one, or guesses): it gets one of its
+		// own, so no client id is ever taken for another request's surrogate.
+		return false
+	}
 	if len(id) > 0 && id[0] == '"' {
 		for _, c := range id[1 : len(id)-1] {
 			if c < 0x20 || c > 0x7e || c == '\\' || c == '<' || c == '>' || c == '&' {
