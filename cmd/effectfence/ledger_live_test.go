@@ -179,7 +179,9 @@ func viewsWhileWritersWrite(t *testing.T, path string) {
 		}
 	}
 
-	// A live holder's claim: refused, nothing changed; a done intent of a running writer: cleared.
+	// A live holder's claim: refused, nothing changed; a done intent of a running writer:
+	// refused without --force (its effect ran: a clear would have the next attempt run it
+	// again), cleared with it.
 	held := fmt.Sprintf("live-held-%d", writers[0].Process.Pid)
 	r := runBinary(t, env, "", "ledger", "clear", held, "--reason", "checked")
 	if r.code != exitError || !strings.Contains(r.stderr, "--force") {
@@ -189,11 +191,16 @@ func viewsWhileWritersWrite(t *testing.T, path string) {
 		t.Fatalf("the refused clear changed the claim: %d\n%s", r.code, r.stdout)
 	}
 	done := fmt.Sprintf("live-%d-%06d", writers[1].Process.Pid, 0)
-	if r := runBinary(t, env, "", "ledger", "clear", done, "--reason", "checked", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"previous_state": "done"`) {
-		t.Fatalf("clear of a done intent while its writer writes = %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := runBinary(t, env, "", "ledger", "clear", done, "--reason", "checked", "--json"); r.code != exitError || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("clear of a done intent without --force = %d; want refused\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runBinary(t, env, "", "ledger", "clear", done, "--reason", "checked", "--force", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"previous_state": "done"`) {
+		t.Fatalf("clear --force of a done intent while its writer writes = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
-	// Killed with SIGKILL, the writer's held claim is its holder gone: clear goes through.
+	// Killed with SIGKILL, the writer's held claim is its holder gone, its lease (an hour)
+	// running: refused without --force (a process it started could still run the effect),
+	// cleared with it.
 	if err := writers[0].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -202,8 +209,11 @@ func viewsWhileWritersWrite(t *testing.T, path string) {
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("writer did not die of SIGKILL: %v", err)
 	}
-	if r := runBinary(t, env, "", "ledger", "clear", held, "--reason", "the holder is gone", "--json"); r.code != exitOK {
-		t.Fatalf("clear of a killed writer's claim = %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := runBinary(t, env, "", "ledger", "clear", held, "--reason", "the holder is gone", "--json"); r.code != exitError || !strings.Contains(r.stderr, "lease of claim") {
+		t.Fatalf("clear of a killed writer's claim, its lease running = %d; want refused naming the lease\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runBinary(t, env, "", "ledger", "clear", held, "--reason", "the holder is gone", "--force", "--json"); r.code != exitOK {
+		t.Fatalf("clear --force of a killed writer's claim = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runBinary(t, env, "", "ledger", "export")
 	if r.code != exitOK {

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // A holder killed mid-call leaves charge:order-7 unknown; `ledger resolve` settles it with each
@@ -32,7 +34,8 @@ func TestLedgerResolveCLI(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			unknown := func(t *testing.T) (loc, effects string) {
 				loc, effects = ledgers[kind](t), filepath.Join(t.TempDir(), "effects")
-				h := startHelper(t, "hold", loc, effects)
+				start := time.Now()
+				h := startHelper(t, "hold", loc, effects, store.EnvLeaseSecs+"=1")
 				if h.line != "admitted" {
 					t.Fatalf("first process: %q", h.line)
 				}
@@ -40,6 +43,8 @@ func TestLedgerResolveCLI(t *testing.T) {
 				if got := startHelper(t, "attempt", loc, effects).wait(t); got != "refused prior_failure" {
 					t.Fatalf("after the crash a duplicate got %q", got)
 				}
+				// did-not-happen and clear wait for the lease (1 s here), the holder gone.
+				time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
 				return loc, effects
 			}
 			t.Run("happened", func(t *testing.T) {

@@ -96,10 +96,10 @@ type helperProc struct {
 }
 
 // startHelper starts a helper process and waits for its line.
-func startHelper(t *testing.T, mode, ledgerPath, effects string) *helperProc {
+func startHelper(t *testing.T, mode, ledgerPath, effects string, env ...string) *helperProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerHelperProcess$")
-	cmd.Env = append(os.Environ(), "EFFECTFENCE_TEST_HELPER="+mode, "EFFECTFENCE_TEST_EFFECTS="+effects, store.EnvLedger+"="+ledgerPath)
+	cmd.Env = append(append(os.Environ(), "EFFECTFENCE_TEST_HELPER="+mode, "EFFECTFENCE_TEST_EFFECTS="+effects, store.EnvLedger+"="+ledgerPath), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -152,7 +152,8 @@ func TestKillAfterAdmissionIsFencedUntilCleared(t *testing.T) {
 	dir := t.TempDir()
 	path, effects := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "effects")
 
-	h := startHelper(t, "hold", path, effects)
+	start := time.Now()
+	h := startHelper(t, "hold", path, effects, store.EnvLeaseSecs+"=1")
 	if h.line != "admitted" {
 		t.Fatalf("first process: %q", h.line)
 	}
@@ -181,6 +182,9 @@ func TestKillAfterAdmissionIsFencedUntilCleared(t *testing.T) {
 	if code, _, errOut := runCLI(t, "", "ledger", "clear", "charge:order-7", "--ledger", path); code != exitUsage || !strings.Contains(errOut, "--reason") {
 		t.Fatalf("clear without a reason = %d %s", code, errOut)
 	}
+	// The holder is gone, but a clear waits for its lease (1 s here): a process it started
+	// could still run the effect.
+	time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
 	code, out, errOut = runCLI(t, "", "ledger", "clear", "charge:order-7", "--ledger", path, "--reason", "no charge ch_ in the PSP dashboard")
 	if code != exitOK || !strings.Contains(out, "cleared charge:order-7 (was unknown)") {
 		t.Fatalf("ledger clear = %d\n%s%s", code, out, errOut)

@@ -54,7 +54,13 @@ func TestServeLateCommitOfAHashOnlyIntent(t *testing.T) {
 	if r.code != exitOK || resp.Result.StructuredContent.Status != "fresh" || !bytes.Contains(ticket, []byte(`"keep_hash":true`)) {
 		t.Fatalf("prepare: exit %d, ticket %s\nstdout %s\nstderr %s", r.code, ticket, r.stdout, r.stderr)
 	}
-	if r := runBinary(t, env, "", "ledger", "clear", "key:u1", "--reason", "checked: no key issued"); r.code != exitOK {
+	// Cleared while its lease runs and its agent holds the ticket: only --force does that
+	// (without it, refused: the agent may still run the effect), which is how a late result
+	// comes about.
+	if r := runBinary(t, env, "", "ledger", "clear", "key:u1", "--reason", "checked: no key issued"); r.code != exitError || !strings.Contains(r.stderr, "lease of claim") {
+		t.Fatalf("ledger clear while the lease runs: exit %d; want refused naming the lease\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runBinary(t, env, "", "ledger", "clear", "key:u1", "--reason", "checked: no key issued", "--force"); r.code != exitOK {
 		t.Fatalf("ledger clear: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	const secret = "sk_live_late_0123456789abcdef"

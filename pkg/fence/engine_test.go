@@ -301,4 +301,48 @@ func TestClearUnlessHeld(t *testing.T) {
 	if prev, err := op.Clear(ctx, "lapsed", "op", "forced"); err != nil || prev.State != fence.StateInFlight {
 		t.Fatalf("Clear (forced) of a lapsed claim of a live holder: %v, %v", prev.State, err)
 	}
+
+	// A claim whose holder process is gone while its lease runs: whoever holds its ticket (a
+	// serve claim's agent, a process its holder started) may still run the effect. Refused
+	// until the lease lapses, in flight and once a duplicate made it unknown (found in review,
+	// 2026-12-05: cleared at once, the agent's effect then ran twice).
+	seen = fence.Dead
+	claim("gone-leased")
+	claim("gone-leased-unknown")
+	if _, err := op.Prepare(ctx, fence.Request{Intent: "gone-leased-unknown", Tool: "charge", Args: json.RawMessage(`{}`)}); fence.CodeOf(err) != fence.CodePriorFailure {
+		t.Fatalf("a duplicate of a claim of a gone holder: %v; want prior_failure", err)
+	}
+	for _, intent := range []string{"gone-leased", "gone-leased-unknown"} {
+		if _, err := op.ClearUnlessHeld(ctx, intent, "op", "checked"); !errors.Is(err, fence.ErrNotFenced) || !strings.Contains(err.Error(), "lease of claim") {
+			t.Fatalf("clear of %s, its holder gone and its lease running: %v; want not_fenced naming the lease", intent, err)
+		}
+		if _, err := op.Resolve(ctx, fence.ResolveRequest{Intent: intent, How: fence.DidNotHappen, Reason: "checked"}); !errors.Is(err, fence.ErrNotFenced) {
+			t.Fatalf("resolve did-not-happen of %s, its holder gone and its lease running: %v; want not_fenced", intent, err)
+		}
+	}
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	for _, intent := range []string{"gone-leased", "gone-leased-unknown"} {
+		if _, err := op.ClearUnlessHeld(ctx, intent, "op", "checked"); err != nil {
+			t.Fatalf("clear of %s once its lease lapsed, its holder gone: %v", intent, err)
+		}
+	}
+
+	// A done intent: its effect ran. An operator who looked at it unknown (and cleared what
+	// they checked) must not free it after it healed or was resolved meanwhile: refused
+	// without force, cleared with it.
+	adm, err = eng.Prepare(ctx, fence.Request{Intent: "done", Tool: "charge", Args: json.RawMessage(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.ClearUnlessHeld(ctx, "done", "op", "checked"); !errors.Is(err, fence.ErrNotFenced) || fence.CodeOf(err) != fence.CodeNotFenced {
+		t.Fatalf("clear of a done intent: %v; want not_fenced", err)
+	}
+	if prev, err := op.Clear(ctx, "done", "op", "forced"); err != nil || prev.State != fence.StateDone {
+		t.Fatalf("Clear (forced) of a done intent: %v, %v", prev.State, err)
+	}
 }

@@ -105,6 +105,22 @@ func (e *Engine) SilentHolder(now time.Time, rec Record) (why string, silent boo
 		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), rec.Owner), true
 }
 
+// leaseRuns reports whether rec is a claim whose lease still runs: in flight, or unknown only
+// because its holder process looked gone (it can still heal). The process that made a claim is
+// not all that may run its effect: a serve claim's effect is run by the agent holding its
+// ticket, which can go on (and commit through a new serve process) when that serve process is
+// gone, and a wrap's server may have started processes that outlive it. Until the lease
+// lapses, the claim is not freed for the next attempt by an operator who did not force it
+// (ClearUnlessHeld, Resolve as did-not-happen): before, a gone holder was enough, and the
+// agent's effect, run after the clear, ran again with the next attempt.
+func leaseRuns(now time.Time, rec Record) (why string, runs bool) {
+	if (rec.State != StateInFlight && !rec.Healable()) || !now.Before(rec.LeaseUntil) {
+		return "", false
+	}
+	return fmt.Sprintf("the lease of claim %d runs until %s: whoever holds its ticket (the agent of a serve claim, a process its holder started) may still run or finish the effect, even with its holder process %s gone; wait until the lease lapses, or look again then",
+		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), rec.Owner), true
+}
+
 func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHeld bool) (Record, error) {
 	if reason == "" {
 		return Record{}, InvalidError{"reason", "say why the intent is cleared (what you checked in the real system)"}
@@ -126,6 +142,15 @@ func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHe
 		}
 		if why, silent := e.SilentHolder(tx.Now(), *rec); unlessHeld && silent {
 			return NotFencedError{Intent: intent, State: rec.State, Why: why}
+		}
+		if why, runs := leaseRuns(tx.Now(), *rec); unlessHeld && runs {
+			return NotFencedError{Intent: intent, State: rec.State, Why: why}
+		}
+		if unlessHeld && rec.State == StateDone && (rec.ExpiresAt.IsZero() || tx.Now().Before(rec.ExpiresAt)) {
+			// An operator clears what they checked; an intent that went unknown and then
+			// healed (its holder's late commit) or was resolved meanwhile is done: its effect
+			// ran, and a clear would have the next attempt run it again.
+			return NotFencedError{Intent: intent, State: StateDone, Why: "its effect ran and its result is recorded and replayed to duplicates (it may have been settled since you looked: see ledger show); clearing it would have the next attempt run the effect again"}
 		}
 		prev = *rec
 		if err := tx.Delete(intent); err != nil {

@@ -170,6 +170,9 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 		if why, silent := e.SilentHolder(now, *rec); silent && how == DidNotHappen {
 			return NotFencedError{Intent: r.Intent, State: rec.State, Why: why}
 		}
+		if lw, runs := leaseRuns(now, *rec); runs && how == DidNotHappen && rec.State != StateInFlight {
+			return NotFencedError{Intent: r.Intent, State: rec.State, Why: lw}
+		}
 		switch rec.State {
 		case StateFailed, StateUnknown:
 		case StateInFlight:
@@ -180,6 +183,9 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 					hint = "it was declared safe to re-run and its holder is gone: the next attempt runs it"
 				}
 				return NotFencedError{Intent: r.Intent, State: StateInFlight, Why: hint}
+			}
+			if lw, runs := leaseRuns(now, *rec); runs && how == DidNotHappen {
+				return NotFencedError{Intent: r.Intent, State: StateInFlight, Why: lw}
 			}
 			if err := e.markUnknown(tx, rec, kind, why); err != nil {
 				return err

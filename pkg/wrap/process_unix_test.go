@@ -21,7 +21,7 @@ func TestKill9MidCallFencesUntilCleared(t *testing.T) {
 	t.Parallel()
 	needProc(t)
 	r := newRig(t)
-	w := r.wrap()
+	w := r.wrap("--lease-secs", "2") // the clear below waits for the lease: a short one
 	go func() { _, _ = callE(w.Session, "slow", `{"ms":1500,"tag":"k9"}`) }()
 	led := r.openLedger()
 	intent := ""
@@ -66,7 +66,9 @@ func TestKill9MidCallFencesUntilCleared(t *testing.T) {
 	if err != nil || rec.State != fence.StateUnknown {
 		t.Fatalf("intent state %s, %v; want unknown", rec.State, err)
 	}
-	// The operator runs the exact command the message gave.
+	// The operator runs the exact command the message gave, once the claim's lease lapsed
+	// (before, a process the child started could still be running the effect: refused).
+	time.Sleep(time.Until(rec.LeaseUntil) + 200*time.Millisecond)
 	r.runClearCommand(x.text())
 	if x := call(t, w2.Session, "slow", `{"ms":10,"tag":"k9"}`); x.IsError {
 		t.Fatalf("different args must run: %+v", x)

@@ -175,6 +175,15 @@ func (d *diffRun) silentHolder(ei int, r *mRec) (string, bool) {
 	return fmt.Sprintf("the lease of claim 0 lapsed at 2000-01-01T00:00:00Z, but its holder, process %s, still runs on this host (stopped, stalled, or a serve process whose agent runs the call): if it resumes, it may still run or finish the effect, and the next attempt would run it again; stop that process (the fence then sees it gone) or let its late result settle the intent", owners[r.owner]), true
 }
 
+// leaseRuns is the model of Engine's leaseRuns: a claim in flight, or unknown and healable,
+// whose lease has not lapsed is not freed by an operator who did not force it.
+func (d *diffRun) leaseRuns(r *mRec) (string, bool) {
+	if (r.state != fence.StateInFlight && !(r.state == fence.StateUnknown && r.nonce)) || r.lapsed {
+		return "", false
+	}
+	return fmt.Sprintf("the lease of claim 0 runs until 2000-01-01T00:00:00Z: whoever holds its ticket (the agent of a serve claim, a process its holder started) may still run or finish the effect, even with its holder process %s gone; wait until the lease lapses, or look again then", owners[r.owner]), true
+}
+
 // markUnknown is the model of a claim judged orphaned or lapsed.
 func (d *diffRun) markUnknown(intent string, r *mRec, kind, why string) {
 	d.event(intent, kind, fence.StateInFlight)
@@ -810,6 +819,14 @@ func (d *diffRun) opClear() diffOp {
 				d.wantErr(a, fence.NotFencedError{Intent: intent, State: rec.state, Why: why})
 				return
 			}
+			if why, runs := d.leaseRuns(rec); unlessHeld && runs {
+				d.wantErr(a, fence.NotFencedError{Intent: intent, State: rec.state, Why: why})
+				return
+			}
+			if unlessHeld && rec.state == fence.StateDone && !rec.expired {
+				d.wantErr(a, fence.NotFencedError{Intent: intent, State: fence.StateDone, Why: "its effect ran and its result is recorded and replayed to duplicates (it may have been settled since you looked: see ledger show); clearing it would have the next attempt run the effect again"})
+				return
+			}
 			d.want(a, "", "", "")
 			d.event(intent, fence.EventClear, rec.state)
 			delete(d.m.recs, intent)
@@ -874,6 +891,10 @@ func (d *diffRun) expectResolve(r fence.ResolveRequest, ei int, a answer) {
 		d.wantErr(a, fence.NotFencedError{Intent: r.Intent, State: rec.state, Why: why})
 		return
 	}
+	if why, runs := d.leaseRuns(rec); runs && how == fence.DidNotHappen && rec.state != fence.StateInFlight {
+		d.wantErr(a, fence.NotFencedError{Intent: r.Intent, State: rec.state, Why: why})
+		return
+	}
 	switch rec.state {
 	case fence.StateDone:
 		d.wantErr(a, fence.NotFencedError{Intent: r.Intent, State: fence.StateDone, Why: "its result is recorded and replayed to duplicates"})
@@ -887,6 +908,10 @@ func (d *diffRun) expectResolve(r fence.ResolveRequest, ei int, a answer) {
 			d.wantErr(a, fence.NotFencedError{Intent: r.Intent, State: fence.StateInFlight, Why: "it was declared safe to re-run and its holder is gone: the next attempt runs it"})
 			return
 		default:
+			if lw, runs := d.leaseRuns(rec); runs && how == fence.DidNotHappen {
+				d.wantErr(a, fence.NotFencedError{Intent: r.Intent, State: fence.StateInFlight, Why: lw})
+				return
+			}
 			d.markUnknown(r.Intent, rec, ekind, why)
 		}
 	}

@@ -203,10 +203,20 @@ func testResolveOrphan(t *testing.T, newStore Factory) {
 		}
 		return fence.Alive
 	}
-	a := fence.New(st, fence.Config{Owner: "host/100/1", Liveness: dead})
-	b := fence.New(st, fence.Config{Owner: "host/200/1", Liveness: dead})
+	const lease = 400 * time.Millisecond
+	a := fence.New(st, fence.Config{Owner: "host/100/1", Liveness: dead, LeaseTTL: lease})
+	b := fence.New(st, fence.Config{Owner: "host/200/1", Liveness: dead, LeaseTTL: lease})
 	r := req("resolve:orphan")
 	mustFresh(t, a, r)
+	claimed := time.Now()
+	// Its holder process is gone, but its lease runs: whoever holds the ticket (a serve
+	// claim's agent) may still run the effect, so it is not free for the next attempt yet.
+	if _, err := b.Resolve(ctx, fence.ResolveRequest{Intent: r.Intent, How: fence.DidNotHappen, Who: "ops", Via: "cli", Reason: "no charge"}); !errors.Is(err, fence.ErrNotFenced) || !strings.Contains(err.Error(), "lease") {
+		if time.Since(claimed) < lease {
+			t.Fatalf("did-not-happen while the lease of a gone holder runs: %v; want not_fenced", err)
+		}
+	}
+	time.Sleep(time.Until(claimed.Add(lease + 100*time.Millisecond)))
 	res, err := b.Resolve(ctx, fence.ResolveRequest{Intent: r.Intent, How: fence.DidNotHappen, Who: "ops", Via: "cli", Reason: "no charge"})
 	if err != nil || res.Prev.State != fence.StateUnknown {
 		t.Fatalf("resolve = %+v, %v", res, err)
