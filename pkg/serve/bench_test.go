@@ -18,16 +18,7 @@ import (
 // memory store, so the difference is what the MCP layer costs.
 func BenchmarkReplay(b *testing.B) {
 	ctx := context.Background()
-	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	defer eng.Close()
-	req := fence.Request{Intent: "charge:order-1", Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`)); err != nil {
-		b.Fatal(err)
-	}
+	eng, req := doneIntent(b)
 	b.Run("engine", func(b *testing.B) {
 		for b.Loop() {
 			if a, err := eng.Prepare(ctx, req); err != nil || a.Fresh() {
@@ -87,16 +78,7 @@ func BenchmarkPrepareCommit(b *testing.B) {
 // pipes (the router, its lane and the line writer on top of BenchmarkReplay's tools_call).
 func BenchmarkServeReplay(b *testing.B) {
 	ctx := context.Background()
-	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	defer eng.Close()
-	req := fence.Request{Intent: "charge:order-1", Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`)); err != nil {
-		b.Fatal(err)
-	}
+	eng, _ := doneIntent(b)
 	srv, err := serve.New(eng, serve.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -130,4 +112,20 @@ func BenchmarkServeReplay(b *testing.B) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// doneIntent is an engine on the memory store holding one done intent, and its request.
+func doneIntent(b *testing.B) (*fence.Engine, fence.Request) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	b.Cleanup(func() { eng.Close() })
+	req := fence.Request{Intent: "charge:order-1", Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)}
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"charge":"ch_1"}`)); err != nil {
+		b.Fatal(err)
+	}
+	return eng, req
 }

@@ -29,12 +29,7 @@ func TestCancelledWhileQueuedHandsOutNoTicket(t *testing.T) {
 			return mcp.NewToolResultText("unblocked"), nil
 		})
 	})
-	blocked := c.sendLine(`"block"`, `{"jsonrpc":"2.0","id":"block","method":"tools/call","params":{"name":"block","arguments":{}}}`)
-	select {
-	case <-started: // the call lane's one slot is taken
-	case <-time.After(30 * time.Second):
-		t.Fatal("the blocking tool never started")
-	}
+	blocked := holdCallLane(t, c, started)
 	prepare := func(id, intent string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"` + intent + `","tool":"t"}}}`
 	}
@@ -124,12 +119,7 @@ func TestCancelledWhileQueuedStaysCancelledAfterInputEnds(t *testing.T) {
 			return mcp.NewToolResultText("unblocked"), nil
 		})
 	})
-	blocked := c.sendLine(`"block"`, `{"jsonrpc":"2.0","id":"block","method":"tools/call","params":{"name":"block","arguments":{}}}`)
-	select {
-	case <-started: // the call lane's one slot is taken until the session ends
-	case <-time.After(30 * time.Second):
-		t.Fatal("the blocking tool never started")
-	}
+	blocked := holdCallLane(t, c, started) // until the session ends
 	queued := c.sendLine(`"q"`, `{"jsonrpc":"2.0","id":"q","method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"pay:queued","tool":"t"}}}`)
 	if _, err := c.in.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"q","reason":"timeout"}}` + "\n")); err != nil {
 		t.Fatal(err)

@@ -224,12 +224,7 @@ func TestLaneRunsQueuedCallsInOrder(t *testing.T) {
 			return mcp.NewToolResultText("noted"), nil
 		})
 	})
-	blocked := c.sendLine(`"block"`, `{"jsonrpc":"2.0","id":"block","method":"tools/call","params":{"name":"block","arguments":{}}}`)
-	select {
-	case <-started: // the call lane's one slot is taken
-	case <-time.After(30 * time.Second):
-		t.Fatal("the blocking tool never started")
-	}
+	blocked := holdCallLane(t, c, started)
 	const n = 40
 	var answers []<-chan json.RawMessage
 	for i := range n {
@@ -254,4 +249,18 @@ func TestLaneRunsQueuedCallsInOrder(t *testing.T) {
 	if len(ran) != n {
 		t.Fatalf("%d of %d queued calls ran", len(ran), n)
 	}
+}
+
+// holdCallLane sends a call of the tool "block" (which the test added to the server, and
+// which closes started once it runs) and waits until it holds the call lane's one slot. It
+// returns the channel the call's answer arrives on.
+func holdCallLane(t *testing.T, c *stdioClient, started <-chan struct{}) <-chan json.RawMessage {
+	t.Helper()
+	blocked := c.sendLine(`"block"`, `{"jsonrpc":"2.0","id":"block","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the blocking tool never started")
+	}
+	return blocked
 }
