@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,7 +33,6 @@ func TestLedgerResolveCLI(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			unknown := func(t *testing.T) (loc, effects string) {
 				loc, effects = ledgers[kind](t), filepath.Join(t.TempDir(), "effects")
-				start := time.Now()
 				h := startHelper(t, "hold", loc, effects, store.EnvLeaseSecs+"=1")
 				if h.line != "admitted" {
 					t.Fatalf("first process: %q", h.line)
@@ -44,7 +42,7 @@ func TestLedgerResolveCLI(t *testing.T) {
 					t.Fatalf("after the crash a duplicate got %q", got)
 				}
 				// did-not-happen and clear wait for the lease (1 s here), the holder gone.
-				time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
+				waitLeaseLapsed(t, loc, "charge:order-7")
 				return loc, effects
 			}
 			t.Run("happened", func(t *testing.T) {

@@ -90,6 +90,18 @@ func helper(mode, effects string) error {
 	return l.Close()
 }
 
+// waitLeaseLapsed sleeps until the lease of intent's claim in the ledger at loc has lapsed
+// (read with ledger show).
+func waitLeaseLapsed(t *testing.T, loc, intent string) {
+	t.Helper()
+	code, out, errOut := runCLI(t, "", "ledger", "show", intent, "--ledger", loc, "--json")
+	var d ledger.Detail
+	if code != exitOK || json.Unmarshal([]byte(out), &d) != nil || d.Record.LeaseUntil.IsZero() {
+		t.Fatalf("ledger show %s = %d\n%s%s", intent, code, out, errOut)
+	}
+	time.Sleep(time.Until(d.Record.LeaseUntil) + 200*time.Millisecond)
+}
+
 type helperProc struct {
 	cmd  *exec.Cmd
 	line string
@@ -152,7 +164,6 @@ func TestKillAfterAdmissionIsFencedUntilCleared(t *testing.T) {
 	dir := t.TempDir()
 	path, effects := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "effects")
 
-	start := time.Now()
 	h := startHelper(t, "hold", path, effects, store.EnvLeaseSecs+"=1")
 	if h.line != "admitted" {
 		t.Fatalf("first process: %q", h.line)
@@ -184,7 +195,7 @@ func TestKillAfterAdmissionIsFencedUntilCleared(t *testing.T) {
 	}
 	// The holder is gone, but a clear waits for its lease (1 s here): a process it started
 	// could still run the effect.
-	time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
+	waitLeaseLapsed(t, path, "charge:order-7")
 	code, out, errOut = runCLI(t, "", "ledger", "clear", "charge:order-7", "--ledger", path, "--reason", "no charge ch_ in the PSP dashboard")
 	if code != exitOK || !strings.Contains(out, "cleared charge:order-7 (was unknown)") {
 		t.Fatalf("ledger clear = %d\n%s%s", code, out, errOut)
