@@ -66,7 +66,7 @@ func ledgerCommand(io streams) *cli.Command {
 				[]cli.Flag{&cli.IntFlag{Name: "events", Value: showEvents, Usage: "show the last `N` audit events of the intent (0: every one); the older are counted, not shown"}}, ledgerShow),
 			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
 				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"},
-					&cli.BoolFlag{Name: "force", Usage: "clear an in-flight claim even while its holder holds it (its lease runs and it is not known to be gone): the next attempt may run the effect while the holder still runs it"}}, ledgerClear),
+					&cli.BoolFlag{Name: "force", Usage: "clear it even if its holder may still be running it (its lease runs, its holder process gone or not; or the holder still runs on this host past its lease), or if it is done: the next attempt may run the effect while the holder still runs it, or run it again"}}, ledgerClear),
 			resolveSub(io),
 			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag}, ledgerVerify),
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
@@ -722,6 +722,9 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	prev, err := clear(ctx, c.args[0], who, reason)
 	if errors.Is(err, fence.ErrNotFound) {
 		return fmt.Errorf("ledger %s holds no intent %q; nothing cleared (see `effectfence ledger ls`)", l.Location, c.args[0])
+	}
+	if nf := (fence.NotFencedError{}); errors.As(err, &nf) && nf.State == fence.StateDone {
+		return fmt.Errorf("ledger %s: %v (--force clears it anyway, if you mean the next attempt to run the effect again)", l.Location, err)
 	}
 	if errors.Is(err, fence.ErrNotFenced) {
 		return fmt.Errorf("ledger %s: %v (--force clears it anyway, if you know the effect is not running)", l.Location, err)

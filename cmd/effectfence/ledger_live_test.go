@@ -191,7 +191,7 @@ func viewsWhileWritersWrite(t *testing.T, path string) {
 		t.Fatalf("the refused clear changed the claim: %d\n%s", r.code, r.stdout)
 	}
 	done := fmt.Sprintf("live-%d-%06d", writers[1].Process.Pid, 0)
-	if r := runBinary(t, env, "", "ledger", "clear", done, "--reason", "checked", "--json"); r.code != exitError || !strings.Contains(r.stderr, "--force") {
+	if r := runBinary(t, env, "", "ledger", "clear", done, "--reason", "checked", "--json"); r.code != exitError || !strings.Contains(r.stderr, "--force") || !strings.Contains(r.stderr, "run the effect again") {
 		t.Fatalf("clear of a done intent without --force = %d; want refused\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := runBinary(t, env, "", "ledger", "clear", done, "--reason", "checked", "--force", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"previous_state": "done"`) {
