@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -243,12 +244,11 @@ func TestMachineIDTellsClonesApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
-	line := make([]byte, 512)
-	n, err := out.Read(line)
+	line, err := bufio.NewReader(out).ReadString('\n') // the owner string, read whole
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := strings.TrimSpace(string(line[:n]))
+	owner := strings.TrimSpace(line)
 	if parts := strings.Split(owner, "/"); len(parts) != 5 || !strings.Contains(parts[3], "+") {
 		t.Fatalf("the holder's owner string %q: want host/pid/start/boot+machine/pidns", owner)
 	}

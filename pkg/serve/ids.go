@@ -31,10 +31,13 @@ type ids struct {
 // but a response may still not come): beyond it ids pass unchanged, as before.
 const maxHeld = 4096
 
+// surrogateStart begins every surrogate (its random part follows: ids.prefix).
+const surrogateStart = `"effectfence-id-`
+
 func newIDs() *ids {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
-	return &ids{prefix: []byte(`"effectfence-id-` + hex.EncodeToString(r[:]) + `-`), held: map[string]json.RawMessage{}, back: map[string]string{}}
+	return &ids{prefix: []byte(surrogateStart + hex.EncodeToString(r[:]) + `-`), held: map[string]json.RawMessage{}, back: map[string]string{}}
 }
 
 // wrap returns line with an id that would not survive mcp-go replaced by a surrogate, and a
@@ -152,7 +155,7 @@ func isObject(line []byte) bool {
 // or an integer a float64 holds exactly, written plainly. Other values (null, objects) are
 // mcp-go's to refuse.
 func survives(id []byte) bool {
-	if bytes.HasPrefix(id, []byte(`"effectfence-id-`)) {
+	if bytes.HasPrefix(id, []byte(surrogateStart)) {
 		// Spelled as a surrogate is (a client that saw one, or guesses): it gets one of its
 		// own, so no client id is ever taken for another request's surrogate.
 		return false
