@@ -33,11 +33,18 @@ func TestCancelledWhileQueuedHandsOutNoTicket(t *testing.T) {
 	prepare := func(id, intent string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"` + intent + `","tool":"t"}}}`
 	}
-	cancelled := map[string]string{`"q1"`: "pay:queued-1", `9007199254740993`: "pay:queued-2", `"q\udbff"`: "pay:queued-3"}
+	// The cancellation names the request as its id was sent, or spelled otherwise (a client
+	// compares ids as values): before, "\u0071" did not mark request "q", nor 5.0 request 5.
+	cancelled := map[string]string{`"q1"`: "pay:queued-1", `9007199254740993`: "pay:queued-2", `"q\udbff"`: "pay:queued-3", `"q"`: "pay:queued-4", `5`: "pay:queued-5"}
+	spelled := map[string]string{`"q"`: `"\u0071"`, `5`: `5.0`}
 	var answers []<-chan []byte
 	for id, intent := range cancelled {
 		answers = append(answers, toBytes(c.sendLine(id, prepare(id, intent))))
-		if _, err := c.in.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + id + `,"reason":"timeout"}}` + "\n")); err != nil {
+		as := id
+		if s, ok := spelled[id]; ok {
+			as = s
+		}
+		if _, err := c.in.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + as + `,"reason":"timeout"}}` + "\n")); err != nil {
 			t.Fatal(err)
 		}
 	}

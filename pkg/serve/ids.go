@@ -6,30 +6,64 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
-// ids keeps request ids that mcp-go would not give back as sent. mcp-go reads an id into a Go
-// value, so a number beyond 2^53 came back rounded (9007199254740993 answered as
-// 9007199254740992, 1e22-sized ids in exponent form), a string with a lone surrogate came
-// back with U+FFFD in its place ("x\udbff" and "x\udbfe" answered alike), and the client
-// could not match the response to its request. Such an id is replaced by a string of ours before mcp-go or a lane
-// sees the message, and the exact bytes the client sent are put back in the response.
+// ids gives every request a client sends an id of ours before mcp-go or a lane sees it, and
+// puts the client's id back, byte for byte, into the response. mcp-go reads an id into a Go
+// value: a number beyond 2^53 came back rounded (9007199254740993 answered as
+// 9007199254740992, 1e22-sized ids in exponent form) and a string with a lone surrogate with
+// U+FFFD in its place ("x\udbff" and "x\udbfe" answered alike), so the client could not match
+// the response to its request. And it cancels a running request by the id's printed value, so
+// a notifications/cancelled naming "2" cancelled request 2 as well: with every id its own
+// surrogate, a cancellation reaches mcp-go naming one request or none (see cancelled).
 type ids struct {
-	prefix []byte // `"effectfence-id-<random>-`
-	mu     sync.Mutex
-	next   uint64
-	held   map[string]json.RawMessage // surrogate (quoted) -> the client's id
-	back   map[string]string          // the client's id -> its surrogate, for cancellations
-	n      atomic.Int64               // len(held), read without the lock on every response
+	prefix   []byte // `"effectfence-id-<random>-`
+	mu       sync.Mutex
+	next     uint64
+	held     map[string]heldID   // surrogate (quoted) -> the client's id
+	back     map[string]heldBack // idKey of a client's id -> its surrogate, for cancellations
+	bytes    int                 // the client ids' bytes in held
+	subs     []heldSub           // the latest subscriptions/listen requests' ids, oldest first
+	listened atomic.Bool         // subs is not empty
+	n        atomic.Int64        // len(held), read without the lock on every response
 }
 
-// maxHeld bounds the ids awaiting a response (only a request's id is held, see answered,
-// but a response may still not come): beyond it ids pass unchanged, as before.
-const maxHeld = 4096
+// heldID is a client's id held under a surrogate: its bytes as sent, and its idKey.
+type heldID struct {
+	raw json.RawMessage
+	key string
+}
+
+// heldSub is the id of a subscriptions/listen request and its surrogate, which mcp-go tags the
+// stream's messages with. It is kept past the request's response: mcp-go sends the stream's
+// acknowledgement from a goroutine of its own, which may write it after the response.
+type heldSub struct {
+	sur string
+	raw json.RawMessage
+}
+
+// maxSubs is how many subscriptions' ids are kept (a client listens on one or a few).
+const maxSubs = 64
+
+// heldBack is the surrogate of the request in flight under a client's id, or "" when several
+// are (n): a cancellation naming that id then names neither for sure, and reaches none.
+type heldBack struct {
+	sur string
+	n   int
+}
+
+// maxHeld and maxHeldBytes bound the ids awaiting a response (only a request's id is held, see
+// answered, but a response may still not come): beyond them ids pass unchanged, as mcp-go
+// alone would treat them.
+const (
+	maxHeld      = 4096
+	maxHeldBytes = 1 << 20
+)
 
 // surrogateStart begins every surrogate (its random part follows: ids.prefix).
 const surrogateStart = `"effectfence-id-`
@@ -37,12 +71,12 @@ const surrogateStart = `"effectfence-id-`
 func newIDs() *ids {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
-	return &ids{prefix: []byte(surrogateStart + hex.EncodeToString(r[:]) + `-`), held: map[string]json.RawMessage{}, back: map[string]string{}}
+	return &ids{prefix: []byte(surrogateStart + hex.EncodeToString(r[:]) + `-`), held: map[string]heldID{}, back: map[string]heldBack{}}
 }
 
-// wrap returns line with an id that would not survive mcp-go replaced by a surrogate, and a
-// notifications/cancelled naming such an id with the surrogate in its place (mcp-go cancels a
-// request by the id it saw).
+// wrap returns line with its id replaced by a surrogate when mcp-go will answer it under that
+// id, and a notifications/cancelled naming a held id with the surrogate in its place (mcp-go
+// cancels a request by the id it saw).
 func (x *ids) wrap(line []byte) []byte {
 	if !isObject(line) {
 		return line // mcp-go's to refuse
@@ -51,18 +85,36 @@ func (x *ids) wrap(line []byte) []byte {
 	if n != 1 {
 		return x.cancelled(line)
 	}
-	if survives(line[start:end]) || !answered(line) {
+	id := line[start:end]
+	if idlessOf(id) != hasID {
+		return line // null, true, an object: mcp-go's or the router's to refuse
+	}
+	method, ok := answered(line)
+	if !ok {
 		return line
 	}
+	key := idKey(id)
 	x.mu.Lock()
-	if len(x.held) >= maxHeld {
+	if len(x.held) >= maxHeld || x.bytes+len(id) > maxHeldBytes {
 		x.mu.Unlock()
 		return line
 	}
 	x.next++
 	sur := string(x.prefix) + strconv.FormatUint(x.next, 10) + `"`
-	x.held[sur] = append(json.RawMessage(nil), line[start:end]...)
-	x.back[string(line[start:end])] = sur
+	x.held[sur] = heldID{raw: append(json.RawMessage(nil), id...), key: key}
+	x.bytes += len(id)
+	if b, dup := x.back[key]; dup {
+		x.back[key] = heldBack{n: b.n + 1} // several in flight: no surrogate
+	} else {
+		x.back[key] = heldBack{sur: sur, n: 1}
+	}
+	if jsonrpc.KeyIs(method, "subscriptions/listen") && len(id) <= 1<<10 {
+		if len(x.subs) == maxSubs {
+			x.subs = append(x.subs[:0], x.subs[1:]...)
+		}
+		x.subs = append(x.subs, heldSub{sur: sur, raw: x.held[sur].raw})
+		x.listened.Store(true)
+	}
 	x.n.Store(int64(len(x.held)))
 	x.mu.Unlock()
 	out := make([]byte, 0, len(line)+len(sur))
@@ -70,38 +122,89 @@ func (x *ids) wrap(line []byte) []byte {
 	return out
 }
 
-// unwrap puts the client's id back into a response whose id is a surrogate. Only the message's
-// own id is read: a surrogate elsewhere (mcp-go echoes a subscriptions/listen request's id as
-// its subscriptionId; a tool's result may hold any text) is left as it is. Before, the first
-// surrogate anywhere in the message was replaced, so a message carrying one twice let the
-// prefix reach the client, and a response could be sent under another request's id.
+// unwrap puts the client's id back into a response whose id is a surrogate, and into the
+// subscriptionId mcp-go tags a subscriptions/listen stream with (the request's id, see
+// subscription). Only the message's own id is read otherwise: a surrogate elsewhere (a tool's
+// result may hold any text) is left as it is. Before, the first surrogate anywhere in the
+// message was replaced, so a message carrying one twice let the prefix reach the client, and
+// a response could be sent under another request's id.
 func (x *ids) unwrap(msg []byte) []byte {
-	if x.n.Load() == 0 || !bytes.Contains(msg, x.prefix) {
+	if (x.n.Load() == 0 && !x.listened.Load()) || !bytes.Contains(msg, x.prefix) {
 		return msg
 	}
+	msg = x.subscription(msg)
 	i, end, n, _ := jsonrpc.Member(msg, "id")
 	if n != 1 || !bytes.HasPrefix(msg[i:end], x.prefix) {
 		return msg
 	}
 	sur := string(msg[i:end])
 	x.mu.Lock()
-	orig, ok := x.held[sur]
-	delete(x.held, sur)
-	if x.back[string(orig)] == sur {
-		delete(x.back, string(orig))
+	h, ok := x.held[sur]
+	if ok {
+		delete(x.held, sur)
+		x.bytes -= len(h.raw)
+		if b := x.back[h.key]; b.n > 1 {
+			x.back[h.key] = heldBack{sur: b.sur, n: b.n - 1}
+		} else {
+			delete(x.back, h.key)
+		}
 	}
 	x.n.Store(int64(len(x.held)))
 	x.mu.Unlock()
 	if !ok {
 		return msg
 	}
-	out := make([]byte, 0, len(msg)+len(orig))
-	return append(append(append(out, msg[:i]...), orig...), msg[i+len(sur):]...)
+	out := make([]byte, 0, len(msg)+len(h.raw))
+	return append(append(append(out, msg[:i]...), h.raw...), msg[i+len(sur):]...)
 }
 
-// cancelled returns a notifications/cancelled whose requestId is a client's id held under a
-// surrogate with the surrogate in its place; any other line as it is. line is a valid JSON
-// object.
+// subscriptionKey is the _meta member mcp-go tags every message of a subscriptions/listen
+// stream with (its acknowledgement, and the result that ends it): the request's id, which the
+// client knows it by.
+const subscriptionKey = "io.modelcontextprotocol/subscriptionId"
+
+// subscription returns msg with the surrogate of a subscriptions/listen request in
+// params._meta or result._meta's subscriptionId replaced by the client's id, or msg as it is.
+func (x *ids) subscription(msg []byte) []byte {
+	if !bytes.Contains(msg, []byte(subscriptionKey)) || !isObject(msg) {
+		return msg
+	}
+	for _, outer := range [...]string{"params", "result"} {
+		os, oe, n, _ := jsonrpc.Member(msg, outer)
+		if n != 1 || msg[os] != '{' {
+			continue
+		}
+		ms, me, n, _ := jsonrpc.Member(msg[os:oe], "_meta")
+		if n != 1 || msg[os+ms] != '{' {
+			continue
+		}
+		ms, me = os+ms, os+me
+		vs, ve, n, _ := jsonrpc.Member(msg[ms:me], subscriptionKey)
+		if n != 1 {
+			continue
+		}
+		vs, ve = ms+vs, ms+ve
+		var raw json.RawMessage
+		x.mu.Lock()
+		for _, sub := range x.subs {
+			if sub.sur == string(msg[vs:ve]) {
+				raw = sub.raw
+			}
+		}
+		x.mu.Unlock()
+		if raw == nil {
+			continue
+		}
+		out := make([]byte, 0, len(msg)+len(raw))
+		return append(append(append(out, msg[:vs]...), raw...), msg[ve:]...)
+	}
+	return msg
+}
+
+// cancelled returns a notifications/cancelled whose requestId names a held id, in any
+// spelling of it, with that id's surrogate in its place; any other line as it is (mcp-go then
+// finds no request of that id, every one in flight being known by its surrogate). line is a
+// valid JSON object.
 func (x *ids) cancelled(line []byte) []byte {
 	if x.n.Load() == 0 || !bytes.Contains(line, []byte("notifications/cancelled")) {
 		return line
@@ -119,58 +222,77 @@ func (x *ids) cancelled(line []byte) []byte {
 		return line
 	}
 	rs, re = ps+rs, ps+re
+	key := idKey(line[rs:re])
 	x.mu.Lock()
-	sur, ok := x.back[string(line[rs:re])]
+	b := x.back[key]
 	x.mu.Unlock()
-	if !ok {
+	if b.sur == "" {
 		return line
 	}
-	out := make([]byte, 0, len(line)+len(sur))
-	return append(append(append(out, line[:rs]...), sur...), line[re:]...)
+	out := make([]byte, 0, len(line)+len(b.sur))
+	return append(append(append(out, line[:rs]...), b.sur...), line[re:]...)
 }
 
-// answered reports whether mcp-go answers line, an object with one id, under its id: a
-// request, with one method that is a string and no result. A client's response gets no
-// answer, nor does a result beside a method; a method that is not a string is answered with
-// id null. A surrogate for their id would be held until the bound on held ids, which they
-// would use up (ids beyond it pass unchanged).
-func answered(line []byte) bool {
-	ms, _, n, _ := jsonrpc.Member(line, "method")
-	if n != 1 || line[ms] != '"' {
-		return false
+// answered reports whether mcp-go answers line, an object with one member named "id", under
+// that id. mcp-go reads jsonrpc, method, id and result with encoding/json, which takes a
+// member for a field whatever its case ("ID", "Result", even "reſult": bytes.EqualFold) and
+// keeps the last of several, and answers with id null a message it cannot read that way
+// ("jsonrpc": 2, a method that is not a string) and not at all one with a result (a
+// response). A surrogate for the id of a message that gets no answer under it would be held
+// until the bound on held ids, which such messages would use up (ids beyond it pass
+// unchanged). So: exactly one member read as the id (the one named "id"), every one read as
+// jsonrpc or method a string, at least one method, and none read as result.
+// It returns the method mcp-go reads (the literal of the last member read as the method).
+func answered(line []byte) (method []byte, ok bool) {
+	idNames := 0
+	for m := range jsonrpc.Members(line) {
+		switch readAs(line[m.Key:m.KeyEnd]) {
+		case "id":
+			idNames++
+		case "method":
+			if line[m.Start] != '"' {
+				return nil, false
+			}
+			method = line[m.Start:m.End]
+		case "jsonrpc":
+			if line[m.Start] != '"' {
+				return nil, false
+			}
+		case "result":
+			return nil, false
+		}
 	}
-	_, _, n, _ = jsonrpc.Member(line, "result")
-	return n == 0
+	return method, idNames == 1 && method != nil
+}
+
+// readAs is the member of mcp-go's envelope (id, method, jsonrpc, result) that encoding/json
+// reads the member named by the literal key into, or "".
+func readAs(key []byte) string {
+	name := key[1 : len(key)-1]
+	plain := bytes.IndexByte(name, '\\') < 0
+	for _, c := range name {
+		if c >= 0x80 {
+			plain = false
+			break
+		}
+	}
+	if plain && len(name) != 2 && len(name) != 6 && len(name) != 7 {
+		return "" // the common case, without decoding
+	}
+	s := string(name)
+	if !plain {
+		s = jsonrpc.Unquote(key)
+	}
+	for _, f := range [...]string{"id", "method", "jsonrpc", "result"} {
+		if strings.EqualFold(s, f) {
+			return f
+		}
+	}
+	return ""
 }
 
 // isObject reports whether line is one valid JSON object (what jsonrpc.Member walks).
 func isObject(line []byte) bool {
 	i := jsonrpc.SkipSpace(line, 0)
 	return i < len(line) && line[i] == '{' && json.Valid(line)
-}
-
-// survives reports whether mcp-go gives an id back as it came: a string of printable ASCII
-// that needs no escape (mcp-go decodes a string and encodes it again: a lone surrogate came
-// back as U+FFFD, so two ids became one, and <, >, &, U+2028 and any escape were respelled),
-// or an integer a float64 holds exactly, written plainly. Other values (null, objects) are
-// mcp-go's to refuse.
-func survives(id []byte) bool {
-	if bytes.HasPrefix(id, []byte(surrogateStart)) {
-		// Spelled as a surrogate is (a client that saw one, or guesses): it gets one of its
-		// own, so no client id is ever taken for another request's surrogate.
-		return false
-	}
-	if len(id) > 0 && id[0] == '"' {
-		for _, c := range id[1 : len(id)-1] {
-			if c < 0x20 || c > 0x7e || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return false
-			}
-		}
-		return true
-	}
-	if len(id) == 0 || (id[0] != '-' && (id[0] < '0' || id[0] > '9')) {
-		return true
-	}
-	n, err := strconv.ParseInt(string(id), 10, 64)
-	return err == nil && n >= -(1<<53) && n <= 1<<53 && strconv.FormatInt(n, 10) == string(id)
 }
