@@ -26,14 +26,14 @@ type ids struct {
 	mu       sync.Mutex
 	next     uint64
 	held     map[string]heldID   // surrogate (quoted) -> the client's id
-	back     map[string]heldBack // idKey of a client's id -> its surrogate, for cancellations
+	back     map[string]heldBack // jsonrpc.IDKey of a client's id -> its surrogate, for cancellations
 	bytes    int                 // the client ids' bytes in held
 	subs     []heldSub           // the latest subscriptions/listen requests' ids, oldest first
 	listened atomic.Bool         // subs is not empty
 	n        atomic.Int64        // len(held), read without the lock on every response
 }
 
-// heldID is a client's id held under a surrogate: its bytes as sent, and its idKey.
+// heldID is a client's id held under a surrogate: its bytes as sent, and its jsonrpc.IDKey.
 type heldID struct {
 	raw json.RawMessage
 	key string
@@ -93,7 +93,7 @@ func (x *ids) wrap(line []byte) []byte {
 	if !ok {
 		return line
 	}
-	key := idKey(id)
+	key := jsonrpc.IDKey(id)
 	x.mu.Lock()
 	if len(x.held) >= maxHeld || x.bytes+len(id) > maxHeldBytes {
 		x.mu.Unlock()
@@ -222,7 +222,7 @@ func (x *ids) cancelled(line []byte) []byte {
 		return line
 	}
 	rs, re = ps+rs, ps+re
-	key := idKey(line[rs:re])
+	key := jsonrpc.IDKey(line[rs:re])
 	x.mu.Lock()
 	b := x.back[key]
 	x.mu.Unlock()

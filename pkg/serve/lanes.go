@@ -140,9 +140,9 @@ type scheduler struct {
 	line     [lanes]chan queuedCall // a lane's calls waiting for a slot, first come first
 	wg       sync.WaitGroup
 
-	// waiting holds the tool calls queued for a slot, by the idKey of their id as the router
-	// passes them on (its surrogate, see ids); a notifications/cancelled naming one marks it, and it runs cancelled when its slot
-	// comes (see handle). mcp-go knows a call only once it runs and ignores a cancellation of
+	// waiting holds the tool calls queued for a slot, by the jsonrpc.IDKey of their id as the
+	// router passes them on (its surrogate, see ids); a notifications/cancelled naming one
+	// marks it, and it runs cancelled when its slot comes (see handle). mcp-go knows a call only once it runs and ignores a cancellation of
 	// one it does not know: a fence_prepare cancelled while queued ran later and its fresh
 	// ticket went to a client that had dropped the request, so the claim stayed in flight,
 	// then unknown.
@@ -157,7 +157,7 @@ func (sc *scheduler) queue(msg []byte) (key string, mark *bool) {
 	if n != 1 {
 		return "", nil
 	}
-	key, mark = idKey(msg[start:end]), new(bool)
+	key, mark = jsonrpc.IDKey(msg[start:end]), new(bool)
 	sc.waitMu.Lock()
 	defer sc.waitMu.Unlock()
 	if sc.waiting == nil {
@@ -206,7 +206,7 @@ func (sc *scheduler) cancelQueued(line []byte) {
 	}
 	sc.waitMu.Lock()
 	defer sc.waitMu.Unlock()
-	if mark, ok := sc.waiting[idKey(params[rs:re])]; ok {
+	if mark, ok := sc.waiting[jsonrpc.IDKey(params[rs:re])]; ok {
 		*mark = true
 	}
 }

@@ -1,4 +1,4 @@
-package serve
+package jsonrpc
 
 import (
 	"bytes"
@@ -9,13 +9,13 @@ import (
 	"unicode/utf8"
 )
 
-// idKey is the value a request id (a valid JSON literal) stands for, the same for every
+// IDKey is the value a request id (a valid JSON literal) stands for, the same for every
 // spelling of it: a client compares ids as values, so a notifications/cancelled may name
 // request "q" as "\u0071", or request 5 as 5.0. A string is its characters with the escapes
 // decoded, a lone surrogate kept as itself (so "x\udbff" and "x\udbfe" stay two ids); a number
 // is its exact value (5, 5.0, 50e-1 alike; 9007199254740993 not 9007199254740992); and the
 // type tells "5" from 5. Any other value is keyed by its bytes.
-func idKey(raw []byte) string {
+func IDKey(raw []byte) string {
 	switch {
 	case len(raw) == 0:
 		return ""
