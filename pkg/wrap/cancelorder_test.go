@@ -68,3 +68,63 @@ func TestCancellationRightAfterItsRequest(t *testing.T) {
 		}
 	}
 }
+
+// A notifications/cancelled names its request by the id's value, in any spelling a client's
+// JSON library may write it ("\u006b" for "k", 4.0e1 for 40): before, wrap matched the bytes,
+// so such a cancellation was lost and the call ran to its end and was answered.
+func TestCancellationNamesTheIDByValue(t *testing.T) {
+	r := newRig(t)
+	led := r.openLedger()
+	log := &logBuf{}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log, Pass: []string{"slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chanSink, 64)
+	p.Attach(out)
+	defer p.Stop("test over")
+	next := func(what string) map[string]json.RawMessage {
+		t.Helper()
+		select {
+		case line := <-out:
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(line, &m); err != nil {
+				t.Fatalf("%s: %s", what, line)
+			}
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer; log:\n%s", what, log.String())
+			return nil
+		}
+	}
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
+	if m := next("initialize"); m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	for id, as := range map[string]string{`"k"`: `"\u006b"`, `40`: `4.0e1`, `"x\udbff"`: `"\u0078\uDBFF"`} {
+		p.Dispatch([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500,"tag":"t"}}}`))
+		p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + as + `}}`))
+	}
+	// A cancellation naming another id (a lone surrogate of its own) cancels nothing.
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":"x\udbfe","method":"tools/call","params":{"name":"slow","arguments":{"ms":1500,"tag":"t"}}}`))
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x\udbfd"}}`))
+	time.Sleep(2500 * time.Millisecond) // past the end of any call the cancellation missed
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":"ping","method":"ping"}`))
+	kept := false
+	for {
+		m := next("ping")
+		id := string(m["id"])
+		if id == `"ping"` {
+			break
+		}
+		if id == `"x\udbfe"` {
+			kept = true
+			continue
+		}
+		t.Errorf("request %s was answered after its cancellation (the cancellation was lost): %s", id, m["result"])
+	}
+	if !kept {
+		t.Error(`request "x\udbfe", whose id no cancellation named, was not answered`)
+	}
+}

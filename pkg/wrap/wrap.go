@@ -729,7 +729,7 @@ func (p *Proxy) route(line []byte, owned bool, held int64) (run func()) {
 		// notifications/cancelled that follows it must find it, however soon it comes. It is
 		// known before the request is listed in InFlight, too.
 		ctx, cancel := context.WithCancelCause(context.Background())
-		key := string(m.ID)
+		key := jsonrpc.IDKey(m.ID) // a cancellation may spell the id otherwise ("\u0071" for "q")
 		p.cmu.Lock()
 		p.nextReq++
 		entry := cancelEntry{cancel, p.nextReq}
@@ -806,7 +806,7 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		}
 		if json.Unmarshal(m.Params, &c) == nil && c.RequestID != nil {
 			p.cmu.Lock()
-			cancel := p.cancels[string(c.RequestID)].cancel
+			cancel := p.cancels[jsonrpc.IDKey(c.RequestID)].cancel
 			p.cmu.Unlock()
 			if cancel != nil {
 				var why mcpstdio.CancelReason

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // Max bounds the requests being answered at once; beyond it Begin refuses.
@@ -29,7 +31,7 @@ type entry struct{ cancel context.CancelCauseFunc }
 // function to call once the request is answered, or false (and registers nothing) when Max
 // requests are being answered already.
 func (t *Table) Begin(id json.RawMessage, cancel context.CancelCauseFunc) (end func(), ok bool) {
-	key := string(id)
+	key := jsonrpc.IDKey(id) // a cancellation names the id by its value, in any spelling
 	e := &entry{cancel}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -63,7 +65,7 @@ func (t *Table) Cancel(params json.RawMessage, cause func(reason string) error) 
 		return false
 	}
 	t.mu.Lock()
-	e := t.byID[string(c.RequestID)]
+	e := t.byID[jsonrpc.IDKey(c.RequestID)]
 	t.mu.Unlock()
 	if e == nil {
 		return false

@@ -57,3 +57,22 @@ func TestBeginRefusesBeyondMax(t *testing.T) {
 		}
 	}
 }
+
+// A server's cancellation names its request by the id's value, in any spelling.
+func TestCancelNamesTheIDByValue(t *testing.T) {
+	var tab Table
+	for id, as := range map[string]string{`"q"`: `"\u0071"`, `5`: `5.0`, `"x\udbff"`: `"x\uDBFF"`} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		end, ok := tab.Begin(json.RawMessage(id), cancel)
+		if !ok {
+			t.Fatal("refused below Max")
+		}
+		if tab.Cancel(json.RawMessage(`{"requestId":"5"}`), func(string) error { return nil }) && id == `5` {
+			t.Fatal(`a cancellation of "5" found request 5`)
+		}
+		if !tab.Cancel(json.RawMessage(`{"requestId":`+as+`}`), func(string) error { return errors.New("x") }) || ctx.Err() == nil {
+			t.Errorf("request %s was not cancelled by a cancellation naming %s", id, as)
+		}
+		end()
+	}
+}
