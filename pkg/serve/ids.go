@@ -26,7 +26,7 @@ type ids struct {
 	mu       sync.Mutex
 	next     uint64
 	held     map[string]heldID   // surrogate (quoted) -> the client's id
-	back     map[string]heldBack // jsonrpc.IDKey of a client's id -> its surrogate, for cancellations
+	back     map[string][]string // jsonrpc.IDKey of a client's id -> the surrogates in flight under it, for cancellations
 	bytes    int                 // the client ids' bytes in held
 	subs     []heldSub           // the latest subscriptions/listen requests' ids, oldest first
 	listened atomic.Bool         // subs is not empty
@@ -47,15 +47,12 @@ type heldSub struct {
 	raw json.RawMessage
 }
 
-// maxSubs is how many subscriptions' ids are kept (a client listens on one or a few).
-const maxSubs = 64
-
-// heldBack is the surrogate of the request in flight under a client's id, or "" when several
-// are (n): a cancellation naming that id then names neither for sure, and reaches none.
-type heldBack struct {
-	sur string
-	n   int
-}
+// maxSubs is how many subscriptions' ids are kept (a client listens on one or a few), and
+// maxSubID the longest kept; a subscriptions/listen with a longer id gets no surrogate.
+const (
+	maxSubs  = 64
+	maxSubID = 1 << 10
+)
 
 // maxHeld and maxHeldBytes bound the ids awaiting a response (only a request's id is held, see
 // answered, but a response may still not come): beyond them ids pass unchanged, as mcp-go
@@ -71,7 +68,7 @@ const surrogateStart = `"effectfence-id-`
 func newIDs() *ids {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
-	return &ids{prefix: []byte(surrogateStart + hex.EncodeToString(r[:]) + `-`), held: map[string]heldID{}, back: map[string]heldBack{}}
+	return &ids{prefix: []byte(surrogateStart + hex.EncodeToString(r[:]) + `-`), held: map[string]heldID{}, back: map[string][]string{}}
 }
 
 // wrap returns line with its id replaced by a surrogate when mcp-go will answer it under that
@@ -86,11 +83,20 @@ func (x *ids) wrap(line []byte) []byte {
 		return x.cancelled(line)
 	}
 	id := line[start:end]
-	if idlessOf(id) != hasID {
-		return line // null, true, an object: mcp-go's or the router's to refuse
+	if string(id) == "null" {
+		return x.cancelled(line) // mcp-go takes it for a notification: it may cancel
+	}
+	if idlessOf(id) != hasID || len(id) > maxHeldBytes {
+		return line // true, an object: mcp-go's or the router's to refuse
 	}
 	method, ok := answered(line)
 	if !ok {
+		return line
+	}
+	listen := jsonrpc.KeyIs(method, "subscriptions/listen")
+	if listen && len(id) > maxSubID {
+		// Its surrogate could not be put back in the stream's subscriptionId (subs keeps
+		// no id this long): mcp-go's own spelling of the id is better than ours.
 		return line
 	}
 	key := jsonrpc.IDKey(id)
@@ -103,12 +109,8 @@ func (x *ids) wrap(line []byte) []byte {
 	sur := string(x.prefix) + strconv.FormatUint(x.next, 10) + `"`
 	x.held[sur] = heldID{raw: append(json.RawMessage(nil), id...), key: key}
 	x.bytes += len(id)
-	if b, dup := x.back[key]; dup {
-		x.back[key] = heldBack{n: b.n + 1} // several in flight: no surrogate
-	} else {
-		x.back[key] = heldBack{sur: sur, n: 1}
-	}
-	if jsonrpc.KeyIs(method, "subscriptions/listen") && len(id) <= 1<<10 {
+	x.back[key] = append(x.back[key], sur)
+	if listen {
 		if len(x.subs) == maxSubs {
 			x.subs = append(x.subs[:0], x.subs[1:]...)
 		}
@@ -143,10 +145,17 @@ func (x *ids) unwrap(msg []byte) []byte {
 	if ok {
 		delete(x.held, sur)
 		x.bytes -= len(h.raw)
-		if b := x.back[h.key]; b.n > 1 {
-			x.back[h.key] = heldBack{sur: b.sur, n: b.n - 1}
-		} else {
+		surs := x.back[h.key]
+		for j, s := range surs {
+			if s == sur {
+				surs = append(surs[:j:j], surs[j+1:]...)
+				break
+			}
+		}
+		if len(surs) == 0 {
 			delete(x.back, h.key)
+		} else {
+			x.back[h.key] = surs
 		}
 	}
 	x.n.Store(int64(len(x.held)))
@@ -224,13 +233,17 @@ func (x *ids) cancelled(line []byte) []byte {
 	rs, re = ps+rs, ps+re
 	key := jsonrpc.IDKey(line[rs:re])
 	x.mu.Lock()
-	b := x.back[key]
+	surs := x.back[key]
+	var sur string
+	if len(surs) == 1 { // several in flight under the id: it names neither for sure
+		sur = surs[0]
+	}
 	x.mu.Unlock()
-	if b.sur == "" {
+	if sur == "" {
 		return line
 	}
-	out := make([]byte, 0, len(line)+len(b.sur))
-	return append(append(append(out, line[:rs]...), b.sur...), line[re:]...)
+	out := make([]byte, 0, len(line)+len(sur))
+	return append(append(append(out, line[:rs]...), sur...), line[re:]...)
 }
 
 // answered reports whether mcp-go answers line, an object with one member named "id", under

@@ -2,7 +2,6 @@ package jsonrpc
 
 import (
 	"bytes"
-	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -156,13 +155,18 @@ func numberValue(lit []byte) string {
 			frac++
 		}
 	}
-	exp := new(big.Int)
+	var exp []byte // the exponent's digits, no leading zero
+	expNeg := false
 	if i < len(lit) { // e or E, a sign perhaps, digits
-		e := string(lit[i+1:])
-		if len(e) > 0 && e[0] == '+' {
+		e := lit[i+1:]
+		if e[0] == '+' || e[0] == '-' {
+			expNeg = e[0] == '-'
 			e = e[1:]
 		}
-		exp.SetString(e, 10)
+		for len(e) > 0 && e[0] == '0' {
+			e = e[1:]
+		}
+		exp = e
 	}
 	for len(digits) > 0 && digits[0] == '0' {
 		digits = digits[1:]
@@ -175,10 +179,51 @@ func numberValue(lit []byte) string {
 		trailing++
 	}
 	digits = digits[:len(digits)-trailing]
-	exp.Add(exp, big.NewInt(int64(trailing-frac)))
 	sign := ""
 	if neg {
 		sign = "-"
 	}
-	return sign + string(digits) + "e" + exp.String()
+	return sign + string(digits) + "e" + shiftExponent(exp, expNeg, int64(trailing-frac))
+}
+
+// shiftExponent writes the exponent whose digits (no leading zero) and sign are given plus
+// delta, in decimal, in time linear in its length: math/big's conversion of a decimal string is
+// quadratic, and a valid JSON number may carry a 60 MB exponent (one took hours).
+func shiftExponent(digits []byte, neg bool, delta int64) string {
+	if len(digits) <= 18 { // fits an int64, and so does the sum (|delta| < 2^31)
+		var e int64
+		for _, c := range digits {
+			e = e*10 + int64(c-'0')
+		}
+		if neg {
+			e = -e
+		}
+		return strconv.FormatInt(e+delta, 10)
+	}
+	// |exponent| >= 10^18 > |delta|: the sum has the exponent's sign, and its magnitude is
+	// the exponent's moved by delta toward or away from zero.
+	if neg {
+		delta = -delta
+	}
+	out := append([]byte(nil), digits...)
+	carry := delta
+	for j := len(out) - 1; j >= 0 && carry != 0; j-- {
+		v := int64(out[j]-'0') + carry
+		q, r := v/10, v%10
+		if r < 0 {
+			r += 10
+			q--
+		}
+		out[j], carry = byte('0'+r), q
+	}
+	if carry > 0 {
+		out = append([]byte(strconv.FormatInt(carry, 10)), out...)
+	}
+	for len(out) > 1 && out[0] == '0' {
+		out = out[1:]
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
 }
