@@ -2,18 +2,47 @@
 // on a terminal. Such text is chosen by whoever wrote it: an intent id, a tool name, a reason,
 // a server's answer or its stderr can carry escape sequences that set the terminal's title,
 // clear the screen, move the cursor, or reorder what is shown (bidi overrides), and so forge
-// a report. Every command passes such text through this package before printing it.
+// a report. It can also carry characters that are drawn as nothing, so that two different
+// intent ids ("pay:1" and "pay:\u200b1") look the same and an operator clears or resolves the
+// wrong one, or a reason hides text. Every command passes such text through this package
+// before printing it.
 //
-// Escape makes every such character visible instead of acting on it: C0 controls, DEL, C1
-// controls (U+0080–U+009F), the bidi embeddings, overrides and isolates, the bidi marks, the
-// line and paragraph separators, and bytes that are not UTF-8. Escapes are written the way Go
-// and JSON write them (\n, \t, \x1b, \u202e), so they are readable and cannot act.
-// A backslash is left as it is: a string that already contains the text "\x1b" is shown as
-// that text, which is harmless.
+// Escape makes every such character visible instead of acting on it or vanishing:
+//   - C0 controls, DEL and C1 controls (U+0080–U+009F);
+//   - the line and paragraph separators (U+2028, U+2029);
+//   - every format character (Unicode category Cf): the bidi embeddings, overrides, isolates
+//     and marks, the zero-width space, non-joiner and joiner (U+200B–U+200D), the word joiner
+//     and invisible operators (U+2060–U+2064), the soft hyphen (U+00AD), the byte order mark
+//     (U+FEFF), the interlinear annotation characters (U+FFF9–U+FFFB), the tag characters
+//     (U+E0001, U+E0020–U+E007F), and the rest of Cf;
+//   - the other default-ignorable code points, which a terminal draws as nothing or as a
+//     blank: the variation selectors (U+180B–U+180D, U+180F, U+FE00–U+FE0F,
+//     U+E0100–U+E01EF), the combining grapheme joiner (U+034F), the Hangul fillers (U+115F,
+//     U+1160, U+3164, U+FFA0), the Khmer inherent vowels (U+17B4, U+17B5), and the
+//     unassigned code points Unicode reserves as default-ignorable (U+2065, U+FFF0–U+FFF8,
+//     the rest of U+E0000–U+E0FFF), so one assigned after this build's tables is escaped too;
+//   - bytes that are not UTF-8.
+//
+// The set is Unicode's Default_Ignorable_Code_Point plus all of Cf, read from the unicode
+// package's tables rather than listed by hand. A few Cf characters are drawn (the Arabic
+// number signs U+0600–U+0605, for instance); they are escaped anyway: one rule is easier to
+// trust than a list of exceptions, and they have no business in an id. The price is paid by
+// emoji: the zero-width joiner that builds a family or a profession from several emoji, and
+// the variation selector U+FE0F that asks for the emoji form of "❤", are shown as \u200d and
+// \ufe0f, because nothing here can tell a joiner between two emoji from a joiner between two
+// digits of an id, and telling ids apart matters more than pretty emoji in a report.
+// Characters that are visible but look alike (a Cyrillic "а" for a Latin "a", a no-break
+// space for a space) are not this package's concern: they are shown, not hidden.
+//
+// Escapes are written the way Go and JSON write them (\n, \t, \x1b, \u202e, and \U000e0001
+// for a character beyond U+FFFF), so they are readable and cannot act; bash and zsh read the
+// same forms inside $'…'. A backslash is left as it is: a string that already contains the
+// text "\x1b" is shown as that text, which is harmless.
 //
 // Clip shortens escaped text on whole escapes, so a clipped string never ends in the middle
-// of one. JSON rewrites the characters that JSON allows raw inside strings (DEL, C1, bidi
-// controls, separators) as \u escapes, which leaves the document's meaning unchanged.
+// of one. JSON rewrites every such character that JSON allows raw inside strings (all of them
+// but C0) as a \u escape, a character beyond U+FFFF as its UTF-16 surrogate pair
+// (\udb40\udc01), which leaves the document's meaning unchanged.
 package safetext
 
 import (
@@ -22,6 +51,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -33,18 +64,15 @@ func unsafe(r rune) bool {
 		return true
 	case r >= 0x80 && r <= 0x9f: // C1 controls, among them CSI (U+009B) and OSC (U+009D)
 		return true
-	case r == 0x061c, r == 0x200e, r == 0x200f: // Arabic letter mark, LRM, RLM
-		return true
-	case r >= 0x202a && r <= 0x202e: // LRE, RLE, PDF, LRO, RLO
-		return true
-	case r >= 0x2066 && r <= 0x2069: // LRI, RLI, FSI, PDI
-		return true
+	case r < 0xad: // below the soft hyphen, the first format character
+		return false
 	case r == 0x2028, r == 0x2029: // line and paragraph separators
 		return true
-	case r == 0xfeff: // zero-width no-break space (byte order mark)
-		return true
 	}
-	return false
+	// Format characters (bidi controls and marks, zero-width space, joiners, BOM, tags...)
+	// and the other default-ignorable code points, which are drawn as nothing.
+	return unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r) ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
 }
 
 // appendEscape appends the visible form of r (or of the invalid byte b when r is RuneError
@@ -61,6 +89,8 @@ func appendEscape(sb *strings.Builder, r rune, b byte, invalid bool) {
 		sb.WriteString(`\t`)
 	case r < 0x80:
 		fmt.Fprintf(sb, `\x%02x`, r)
+	case r > 0xffff: // \u takes exactly four digits: \ue0001 would read as U+E000 and "1"
+		fmt.Fprintf(sb, `\U%08x`, r)
 	default:
 		fmt.Fprintf(sb, `\u%04x`, r)
 	}
@@ -129,7 +159,7 @@ func Clip(s string, n int) string {
 		return e
 	}
 	// Walk the escaped text unit by unit: a unit is one character, or one whole escape
-	// (\n, \x1b, \u202e) that Escape wrote.
+	// (\n, \x1b, \u202e, \U000e0001) that Escape wrote.
 	var sb strings.Builder
 	used := 0
 	for i := 0; i < len(e); {
@@ -157,8 +187,12 @@ func unitLen(e string) int {
 				return 4
 			}
 		case 'u':
-			if len(e) >= 6 && isHex(e[2]) && isHex(e[3]) && isHex(e[4]) && isHex(e[5]) {
+			if len(e) >= 6 && allHex(e[2:6]) {
 				return 6
+			}
+		case 'U':
+			if len(e) >= 10 && allHex(e[2:10]) {
+				return 10
 			}
 		}
 	}
@@ -166,15 +200,26 @@ func unitLen(e string) int {
 	return w
 }
 
+func allHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isHex(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
-// JSON returns the JSON text b with every DEL, C1 control, bidi control and separator that
-// JSON allows raw inside strings rewritten as a \u escape. Outside strings such characters
-// cannot occur in valid JSON, so the document means exactly what it meant; it just cannot
-// act on a terminal any more. Control characters below U+0020 are already escaped by every
-// JSON encoder (they are not allowed raw).
+// JSON returns the JSON text b with every character Escape escapes that JSON allows raw
+// inside strings (DEL, C1 controls, separators, format characters, the other
+// default-ignorable code points) rewritten as a \u escape, or as the \u escapes of its
+// UTF-16 surrogate pair beyond U+FFFF, the only way JSON writes such a character. Outside
+// strings such characters cannot occur in valid JSON, so the document means exactly what it
+// meant; it just cannot act on a terminal or hide any more. Control characters below U+0020
+// are already escaped by every JSON encoder (they are not allowed raw).
 func JSON(b []byte) []byte {
 	if jsonClean(b) {
 		return b
@@ -183,7 +228,12 @@ func JSON(b []byte) []byte {
 	for i := 0; i < len(b); {
 		r, w := utf8.DecodeRune(b[i:])
 		if r != utf8.RuneError && r >= 0x7f && unsafe(r) {
-			out = fmt.Appendf(out, `\u%04x`, r)
+			if r > 0xffff {
+				hi, lo := utf16.EncodeRune(r)
+				out = fmt.Appendf(out, `\u%04x\u%04x`, hi, lo)
+			} else {
+				out = fmt.Appendf(out, `\u%04x`, r)
+			}
 		} else {
 			out = append(out, b[i:i+w]...)
 		}
