@@ -39,7 +39,8 @@ directory and environment as wrap (its default file follows the server's scope),
 --scope NAME or --policy FILE if wrap was given one (EFFECTFENCE_POLICY is read as wrap reads
 it); otherwise the default ledger of ` + "`effectfence serve`" + `.
 
-Text read from the ledger is shown with control characters escaped (\x1b, \u202e). Tables
+Text read from the ledger is shown with control characters and characters drawn as nothing
+escaped (\x1b, \u202e, \u200b). Tables
 shorten long cells on a terminal; in a pipe ids are whole and only a tool, agent or reason
 over 1,000 characters is shortened; --wide shortens nothing.
 
