@@ -735,8 +735,8 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request, who Caller) {
 
 // stream is where messages for one open HTTP response go.
 type stream struct {
-	id    string        // the request's id (raw JSON); "" for the GET stream
-	token string        // the request's progressToken (raw JSON), if any
+	id    string        // the request's id (jsonrpc.IDKey); "" for the GET stream
+	token string        // the request's progressToken (jsonrpc.IDKey), if any
 	sse   bool          // the response is an SSE stream (else only final is used)
 	final chan []byte   // the response to the request (buffer 1)
 	mu    sync.Mutex    // guards queue, size and over

@@ -20,8 +20,8 @@ type session struct {
 	done  chan struct{} // closed when the session is closed
 
 	mu       sync.Mutex
-	requests map[string]*stream // open request streams, by the request's id
-	tokens   map[string]*stream // by progressToken
+	requests map[string]*stream // open request streams, by the request's id (jsonrpc.IDKey)
+	tokens   map[string]*stream // by progressToken (jsonrpc.IDKey)
 	newest   *stream            // the newest open SSE request stream; .older links the rest
 	getSt    *stream            // the GET stream, if open
 	busy     int                // requests being answered
@@ -80,7 +80,10 @@ func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *strea
 		} `json:"_meta"`
 	}
 	_ = json.Unmarshal(m.Params, &p) // a malformed params object is the proxy's to refuse
-	st = newStream(string(m.ID), string(p.Meta.ProgressToken), sse)
+	// Both by value, not by bytes: the proxy keys a cancellation by the id's value, a client
+	// compares ids as values ("\u0071" is "q", 5.0 is 5), and a server writes the progress
+	// token back in its own spelling.
+	st = newStream(jsonrpc.IDKey(m.ID), jsonrpc.IDKey(p.Meta.ProgressToken), sse)
 	st.body = body
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,7 +231,7 @@ func (s *session) Write(line []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m.IsResponse() {
-		s.answer(string(m.ID), line)
+		s.answer(jsonrpc.IDKey(m.ID), line)
 		return nil
 	}
 	if m.Method == "notifications/progress" {
@@ -236,7 +239,7 @@ func (s *session) Write(line []byte) error {
 			Token json.RawMessage `json:"progressToken"`
 		}
 		if json.Unmarshal(m.Params, &p) == nil {
-			if st := s.tokens[string(p.Token)]; st != nil && st.sse {
+			if st := s.tokens[jsonrpc.IDKey(p.Token)]; st != nil && st.sse {
 				if !st.push(line) {
 					s.unroute(st) // stalled: it ends (streamTo)
 				}
@@ -260,7 +263,7 @@ func (s *session) Write(line []byte) error {
 func (s *session) NoResponse(id json.RawMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.answer(string(id), nil)
+	s.answer(jsonrpc.IDKey(id), nil)
 }
 
 // streamTo writes the stream as server-sent events until the response is written (request

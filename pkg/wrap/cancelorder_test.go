@@ -128,3 +128,39 @@ func TestCancellationNamesTheIDByValue(t *testing.T) {
 		t.Error(`request "x\udbfe", whose id no cancellation named, was not answered`)
 	}
 }
+
+// The agent's answer to a request of the server's (here roots/list) is matched by the id's
+// value: an agent whose JSON library writes wrap's id "effectfence-1" as "\u0065ffectfence-1"
+// answered a request wrap then took for never sent, and the server waited in vain.
+func TestAgentAnswerMatchesTheIDByValue(t *testing.T) {
+	p, out, log := attachedProxy(t, 0)
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":"ask","method":"tools/call","params":{"name":"ask","arguments":{}}}`))
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case line := <-out:
+			var m map[string]json.RawMessage
+			if json.Unmarshal(line, &m) != nil {
+				continue
+			}
+			if string(m["method"]) == `"roots/list"` {
+				id := string(m["id"])
+				if !strings.HasPrefix(id, `"e`) {
+					t.Fatalf("wrap's id %s: the test respells its first letter", id)
+				}
+				p.Dispatch([]byte(`{"jsonrpc":"2.0","id":"\u0065` + id[2:] + `,"result":{"roots":[{"uri":"file:///respelled"}]}}`))
+				continue
+			}
+			if string(m["id"]) == `"ask"` {
+				if !strings.Contains(string(m["result"]), "file:///respelled") {
+					t.Fatalf("ask: %s", line)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the call that asked the agent was never answered; log:\n%s", log.String())
+		}
+	}
+}

@@ -500,8 +500,9 @@ type agentAnswer struct {
 // room of the request budget it holds (given back here when none waits).
 func (p *Proxy) answered(m *jsonrpc.Message, held int64) {
 	p.pmu.Lock()
-	ch := p.pending[string(m.ID)]
-	delete(p.pending, string(m.ID))
+	key := jsonrpc.IDKey(m.ID) // the agent's JSON library may spell our id otherwise
+	ch := p.pending[key]
+	delete(p.pending, key)
 	p.pmu.Unlock()
 	if ch == nil {
 		p.requests.Release(held)
@@ -1054,15 +1055,16 @@ func (p *Proxy) childNotification(method string, params json.RawMessage) {
 // childRequest forwards a request of the child (sampling, roots, elicitation) to the agent.
 func (p *Proxy) childRequest(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	id := json.RawMessage(strconv.Quote("effectfence-" + strconv.FormatInt(p.nextID.Add(1), 10)))
+	key := jsonrpc.IDKey(id)
 	ch := make(chan agentAnswer, 1)
 	p.pmu.Lock()
-	p.pending[string(id)] = ch
+	p.pending[key] = ch
 	p.pmu.Unlock()
 	got := false
 	defer func() {
 		p.pmu.Lock()
-		_, waiting := p.pending[string(id)]
-		delete(p.pending, string(id))
+		_, waiting := p.pending[key]
+		delete(p.pending, key)
 		p.pmu.Unlock()
 		if !waiting && !got {
 			// The agent's answer was taken for this request as it gave up: it is in ch (or
