@@ -38,15 +38,16 @@ func TestCancelReachesTheLastOfTwoRequestsUnderOneID(t *testing.T) {
 		})
 	})
 	// Both in flight at once, then the quick one answered.
-	long := toBytes(c.sendLine(`5`, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"block","arguments":{}}}`))
+	c.sendLine(`5`, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
 	recvStruct(t, started)
 	quick := c.sendLine(`5`, `{"jsonrpc":"2.0","id":5,"method":"ping"}`)
 	// Both share the client's id: the test's client sees one answer under 5 (the ping's).
 	if got := string(recv(t, quick, "the ping", 30*time.Second)); !strings.Contains(got, `"result":{}`) {
 		t.Fatalf("ping: %s", got)
 	}
-	// Now only the tool call is in flight under 5.
-	long = toBytes(c.sendLine(`5`, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`))
+	// Now only the tool call is in flight under 5; the test's client waits for one answer per
+	// id, so the next answer under 5 is the call's.
+	long := toBytes(c.sendLine(`5`, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`))
 	select {
 	case got := <-long:
 		if !strings.Contains(string(got), "cancelled") {
