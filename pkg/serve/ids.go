@@ -239,6 +239,12 @@ func (x *ids) cancelled(line []byte) []byte {
 		sur = surs[0]
 	}
 	x.mu.Unlock()
+	if sur == "" && strings.HasPrefix(key, "s"+string(x.prefix[1:])) {
+		// It names one of our surrogates, which no client was given (a client id spelled so
+		// gets a surrogate of its own): mcp-go would cancel the request it stands for. It
+		// names no request of this client's.
+		sur = "null"
+	}
 	if sur == "" {
 		return line
 	}

@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
@@ -44,5 +45,33 @@ func TestForgedSurrogateIDIsNotAnotherRequests(t *testing.T) {
 	// The held request's answer goes back under its own id.
 	if got, want := string(x.unwrap(response(held, `{"ticket":1}`))), string(response(`"x<y"`, `{"ticket":1}`)); got != want {
 		t.Errorf("the held request's answer: %s; want %s", got, want)
+	}
+}
+
+// A cancellation naming a surrogate (a client that learnt the prefix, or guesses it) reaches
+// no request: mcp-go would have cancelled the request that surrogate stands for. A client's
+// own id spelled as a surrogate is still cancelled by name.
+func TestForgedSurrogateCancelsNothing(t *testing.T) {
+	x := newIDs()
+	held := x.wrap([]byte(`{"jsonrpc":"2.0","id":"mine","method":"tools/call","params":{}}`))
+	start, end, _, _ := jsonrpc.Member(held, "id")
+	sur := string(held[start:end])
+	cancel := func(id string) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + id + `}}`)
+	}
+	for _, forged := range []string{sur, `"\u0065` + sur[2:]} {
+		out := string(x.wrap(cancel(forged)))
+		if strings.Contains(out, sur[1:len(sur)-1]) || !strings.Contains(out, `"requestId":null`) {
+			t.Errorf("a cancellation naming the surrogate %s reaches mcp-go as %s", forged, out)
+		}
+	}
+	if out := string(x.wrap(cancel(`"mine"`))); !strings.Contains(out, `"requestId":`+sur) {
+		t.Errorf("the cancellation of the request itself: %s", out)
+	}
+	// A client id spelled as a surrogate has a surrogate of its own, and is cancelled by name.
+	own := x.wrap([]byte(`{"jsonrpc":"2.0","id":` + sur + `,"method":"tools/call","params":{}}`))
+	start, end, _, _ = jsonrpc.Member(own, "id")
+	if out := string(x.wrap(cancel(sur))); !strings.Contains(out, `"requestId":`+string(own[start:end])) {
+		t.Errorf("a cancellation naming the client's id %s (spelled as a surrogate): %s", sur, out)
 	}
 }
