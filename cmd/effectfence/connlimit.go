@@ -23,6 +23,7 @@ type connLimit struct {
 
 	mu   sync.Mutex
 	idle []*limitedConn // idle between requests, longest idle first
+	open map[*limitedConn]struct{}
 	// wentIdle is signalled (buffer 1) when a connection goes idle, for an Accept that found
 	// every slot taken and none idle.
 	wentIdle chan struct{}
@@ -39,14 +40,16 @@ type connLimit struct {
 // and 200 connections sending unfinished ones took the gateway from 24 to 430 MB resident,
 // bounded only by --max-conns. Past the budget the connection whose head would exceed it is
 // closed, without an answer: it asked for nothing yet, so nothing ran, and its client may
-// connect again.
+// connect again. The connection closed is the one with the largest head being received (the
+// arriving one when none is larger): before, it was the one whose read came when the budget
+// was full, so a flood of large unfinished heads closed every ordinary client's too.
 const headBudget = 32 << 20
 
 // errHeadBudget ends a connection whose request head does not fit in headBudget.
 var errHeadBudget = errors.New("the request heads being received on all connections are over their budget")
 
 func newConnLimit(ln net.Listener, max int) *connLimit {
-	return &connLimit{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{}), wentIdle: make(chan struct{}, 1), headMax: headBudget}
+	return &connLimit{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{}), wentIdle: make(chan struct{}, 1), headMax: headBudget, open: map[*limitedConn]struct{}{}}
 }
 
 // Close closes the listener and ends an Accept waiting for a slot.
@@ -64,7 +67,25 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		<-l.slots
 		return nil, err
 	}
-	return &limitedConn{Conn: c, l: l}, nil
+	lc := &limitedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.open[lc] = struct{}{}
+	l.mu.Unlock()
+	return lc, nil
+}
+
+// largestHead is the open connection other than not receiving the largest request head,
+// if that is larger than than bytes.
+func (l *connLimit) largestHead(not *limitedConn, than int64) *limitedConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var largest *limitedConn
+	for c := range l.open {
+		if h := c.head.Load(); c != not && h > than {
+			largest, than = c, h
+		}
+	}
+	return largest
 }
 
 // take takes a slot, closing the connection idle longest when every slot is taken. With none
@@ -142,29 +163,46 @@ type limitedConn struct {
 	// handling: a handler runs for the request whose head was read: what is read now is its
 	// body (or the start of the next request, read ahead), not counted.
 	handling bool
-	head     int64 // bytes of the head being read, counted in l.heads
+	// head is the bytes of the head being read, counted in l.heads: written under mu, read
+	// by another connection's count too.
+	head atomic.Int64
 }
 
 func (c *limitedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.mu.Lock()
-		over := false
-		if !c.handling {
-			if over = c.l.heads.Add(int64(n)) > c.l.headMax; over {
-				c.l.heads.Add(-int64(n))
-			} else {
-				c.head += int64(n)
-			}
-		}
-		c.mu.Unlock()
-		if over {
-			// A read error the server takes for the client's: it closes the connection
-			// without an answer (none is due: nothing was asked yet), and logs nothing.
-			return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errHeadBudget}
-		}
+	if n > 0 && !c.count(int64(n)) {
+		// A read error the server takes for the client's: it closes the connection without
+		// an answer (none is due: nothing was asked yet), and logs nothing.
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errHeadBudget}
 	}
 	return n, err
+}
+
+// count adds n bytes just read to the head being read, if one is. Past the budget it closes
+// the connection receiving the largest head, larger than this one's would be, and tries
+// again; it reports false when none is, and this connection is the one to close.
+func (c *limitedConn) count(n int64) bool {
+	for {
+		c.mu.Lock()
+		if c.handling {
+			c.mu.Unlock()
+			return true
+		}
+		if c.l.heads.Add(n) <= c.l.headMax {
+			c.head.Add(n)
+			c.mu.Unlock()
+			return true
+		}
+		c.l.heads.Add(-n)
+		mine := c.head.Load() + n
+		c.mu.Unlock()
+		// Not under c.mu: the other connection's Close takes its own.
+		largest := c.l.largestHead(c, mine)
+		if largest == nil {
+			return false
+		}
+		_ = largest.Close() // gives its head back
+	}
 }
 
 // headDone gives back what the connection's head holds of the budget: its handler starts
@@ -172,14 +210,18 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 func (c *limitedConn) headDone(handling bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.l.heads.Add(-c.head)
-	c.head = 0
+	c.l.heads.Add(-c.head.Swap(0))
 	c.handling = handling
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { <-c.l.slots })
+	c.once.Do(func() {
+		<-c.l.slots
+		c.l.mu.Lock()
+		delete(c.l.open, c)
+		c.l.mu.Unlock()
+	})
 	c.headDone(false)
 	return err
 }

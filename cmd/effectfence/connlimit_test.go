@@ -127,3 +127,60 @@ func TestHeadBudgetCountsHeadsAlone(t *testing.T) {
 		t.Fatalf("a request after the refused head: %q, %v", got, err)
 	}
 }
+
+// TestHeadBudgetClosesTheLargestHead: with the budget taken by large unfinished heads (a
+// slow flood), an ordinary client's request is served, and one of the flood's connections is
+// closed in its place: before, the connection whose read came once the budget was full was
+// closed, so every ordinary client lost its request for as long as the flood lasted.
+func TestHeadBudgetClosesTheLargestHead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newConnLimit(ln, 16)
+	l.headMax = 64 << 10
+	srv := &http.Server{
+		Handler:   l.headsRead(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "served") })),
+		ConnState: l.connState, ConnContext: l.connContext, ReadHeaderTimeout: 60 * time.Second,
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+	var flood []net.Conn
+	for range 3 { // 3 heads of 20 KB, never finished: 60 of the 64 KB
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", 20<<10))); err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+	}
+	for deadline := time.Now().Add(30 * time.Second); l.heads.Load() < 60<<10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flood's heads hold %d bytes of the budget, want 60 KB", l.heads.Load())
+		}
+	}
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+	req.Header.Set("X-Pad", strings.Repeat("q", 8<<10)) // 60 + 8 KB: over the budget
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("an ordinary request during the flood: %v", err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(b) != "served" {
+		t.Fatalf("an ordinary request during the flood: %q", b)
+	}
+	closed := 0
+	for _, c := range flood {
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+			closed++
+		}
+	}
+	if closed != 1 {
+		t.Errorf("%d of the flood's 3 connections closed; want 1, to make room for the request", closed)
+	}
+}
