@@ -18,20 +18,7 @@ import (
 // cancellation of request "2" cancelled request 2 too (and 2.0 cancelled both): found in
 // review, 2026-12-05. Every request now reaches mcp-go under a surrogate of its own.
 func TestCancellationCancelsOnlyTheRequestItNames(t *testing.T) {
-	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	t.Cleanup(func() { eng.Close() })
-	started, release := make(chan string, 8), make(chan struct{})
-	c := startStdioWith(t, eng, serve.Options{Workers: 8}, func(s *serve.Server) {
-		s.MCP().AddTool(mcp.NewTool("block", mcp.WithString("who")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			started <- req.GetString("who", "")
-			select {
-			case <-ctx.Done():
-				return mcp.NewToolResultText("cancelled"), nil
-			case <-release:
-				return mcp.NewToolResultText("unblocked"), nil
-			}
-		})
-	})
+	c, started, release := startCancellable(t, serve.Options{Workers: 8})
 	calls := []struct{ id, cancelAs string }{
 		{`"2"`, `"\u0032"`}, // the same string, spelled otherwise
 		{`2`, ``},           // never cancelled: it prints as the one above
@@ -114,4 +101,26 @@ func TestSubscriptionIDIsTheClientsID(t *testing.T) {
 			t.Errorf("end of the subscription %s: %s", id, got)
 		}
 	}
+}
+
+// startCancellable serves a tool "block" that runs until its request is cancelled (answering
+// "cancelled") or release is closed ("unblocked"), each call sending its argument "who" on
+// started as it begins.
+func startCancellable(t *testing.T, opts serve.Options) (c *stdioClient, started chan string, release chan struct{}) {
+	t.Helper()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	t.Cleanup(func() { eng.Close() })
+	started, release = make(chan string, 8), make(chan struct{})
+	c = startStdioWith(t, eng, opts, func(s *serve.Server) {
+		s.MCP().AddTool(mcp.NewTool("block", mcp.WithString("who")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			started <- req.GetString("who", "")
+			select {
+			case <-ctx.Done():
+				return mcp.NewToolResultText("cancelled"), nil
+			case <-release:
+				return mcp.NewToolResultText("unblocked"), nil
+			}
+		})
+	})
+	return c, started, release
 }

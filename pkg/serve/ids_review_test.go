@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
-
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 )
@@ -22,24 +20,11 @@ import (
 // cancellation can name only it; it must reach it (it did not: the surrogate was forgotten
 // when the second request came, for good).
 func TestCancelReachesTheLastOfTwoRequestsUnderOneID(t *testing.T) {
-	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	t.Cleanup(func() { eng.Close() })
-	started, release := make(chan struct{}, 1), make(chan struct{})
+	c, started, release := startCancellable(t, serve.Options{})
 	t.Cleanup(func() { close(release) })
-	c := startStdioWith(t, eng, serve.Options{}, func(s *serve.Server) {
-		s.MCP().AddTool(mcp.NewTool("block"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			started <- struct{}{}
-			select {
-			case <-ctx.Done():
-				return mcp.NewToolResultText("cancelled"), nil
-			case <-release:
-				return mcp.NewToolResultText("unblocked"), nil
-			}
-		})
-	})
 	// Both in flight at once, then the quick one answered.
 	c.sendLine(`5`, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
-	recvStruct(t, started)
+	recvStarted(t, started)
 	quick := c.sendLine(`5`, `{"jsonrpc":"2.0","id":5,"method":"ping"}`)
 	// Both share the client's id: the test's client sees one answer under 5 (the ping's).
 	if got := string(recv(t, quick, "the ping", 30*time.Second)); !strings.Contains(got, `"result":{}`) {
@@ -58,7 +43,7 @@ func TestCancelReachesTheLastOfTwoRequestsUnderOneID(t *testing.T) {
 	}
 }
 
-func recvStruct(t *testing.T, ch <-chan struct{}) {
+func recvStarted(t *testing.T, ch <-chan string) {
 	t.Helper()
 	select {
 	case <-ch:
@@ -72,27 +57,10 @@ func recvStruct(t *testing.T, ch <-chan struct{}) {
 // cancels the request it names. The router passed such a line on before it looked at its
 // requestId, and every request is known to mcp-go by its surrogate only: it reached none.
 func TestCancellationWithNullIDStillCancels(t *testing.T) {
-	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	t.Cleanup(func() { eng.Close() })
-	started, release := make(chan struct{}, 1), make(chan struct{})
+	c, started, release := startCancellable(t, serve.Options{})
 	t.Cleanup(func() { close(release) })
-	c := startStdioWith(t, eng, serve.Options{}, func(s *serve.Server) {
-		s.MCP().AddTool(mcp.NewTool("block"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			started <- struct{}{}
-			select {
-			case <-ctx.Done():
-				return mcp.NewToolResultText("cancelled"), nil
-			case <-release:
-				return mcp.NewToolResultText("unblocked"), nil
-			}
-		})
-	})
 	answer := c.sendLine(`5`, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call did not start")
-	}
+	recvStarted(t, started)
 	if _, err := c.in.Write([]byte(`{"jsonrpc":"2.0","id":null,"method":"notifications/cancelled","params":{"requestId":5}}` + "\n")); err != nil {
 		t.Fatal(err)
 	}

@@ -22,35 +22,7 @@ func (s chanSink) Write(line []byte) error {
 // handled, not only once the goroutine serving the request has started. A lost cancellation
 // let a pass-through call run to its end and be answered, where MCP sends no response.
 func TestCancellationRightAfterItsRequest(t *testing.T) {
-	r := newRig(t)
-	led := r.openLedger()
-	log := &logBuf{}
-	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log, Pass: []string{"slow"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chanSink, 64)
-	p.Attach(out)
-	defer p.Stop("test over")
-	next := func(what string) map[string]json.RawMessage {
-		t.Helper()
-		select {
-		case line := <-out:
-			var m map[string]json.RawMessage
-			if err := json.Unmarshal(line, &m); err != nil {
-				t.Fatalf("%s: %s", what, line)
-			}
-			return m
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: no answer; log:\n%s", what, log.String())
-			return nil
-		}
-	}
-	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
-	if m := next("initialize"); m["result"] == nil {
-		t.Fatalf("initialize: %v", m)
-	}
-	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	p, next := slowPassProxy(t)
 	for i := range 5 {
 		id := `"c` + string(rune('0'+i)) + `"`
 		p.Dispatch([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500,"tag":"t"}}}`))
@@ -73,35 +45,7 @@ func TestCancellationRightAfterItsRequest(t *testing.T) {
 // JSON library may write it ("\u006b" for "k", 4.0e1 for 40): before, wrap matched the bytes,
 // so such a cancellation was lost and the call ran to its end and was answered.
 func TestCancellationNamesTheIDByValue(t *testing.T) {
-	r := newRig(t)
-	led := r.openLedger()
-	log := &logBuf{}
-	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log, Pass: []string{"slow"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chanSink, 64)
-	p.Attach(out)
-	defer p.Stop("test over")
-	next := func(what string) map[string]json.RawMessage {
-		t.Helper()
-		select {
-		case line := <-out:
-			var m map[string]json.RawMessage
-			if err := json.Unmarshal(line, &m); err != nil {
-				t.Fatalf("%s: %s", what, line)
-			}
-			return m
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: no answer; log:\n%s", what, log.String())
-			return nil
-		}
-	}
-	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
-	if m := next("initialize"); m["result"] == nil {
-		t.Fatalf("initialize: %v", m)
-	}
-	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	p, next := slowPassProxy(t)
 	for id, as := range map[string]string{`"k"`: `"\u006b"`, `40`: `4.0e1`, `"x\udbff"`: `"\u0078\uDBFF"`} {
 		p.Dispatch([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"slow","arguments":{"ms":1500,"tag":"t"}}}`))
 		p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + as + `}}`))
@@ -163,4 +107,40 @@ func TestAgentAnswerMatchesTheIDByValue(t *testing.T) {
 			t.Fatalf("the call that asked the agent was never answered; log:\n%s", log.String())
 		}
 	}
+}
+
+// slowPassProxy is a proxy, initialized, whose tool "slow" passes through, and next, which
+// returns the next message it writes to the agent.
+func slowPassProxy(t *testing.T) (*wrap.Proxy, func(what string) map[string]json.RawMessage) {
+	t.Helper()
+	r := newRig(t)
+	led := r.openLedger()
+	log := &logBuf{}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: log, Pass: []string{"slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chanSink, 64)
+	p.Attach(out)
+	t.Cleanup(func() { p.Stop("test over") })
+	next := func(what string) map[string]json.RawMessage {
+		t.Helper()
+		select {
+		case line := <-out:
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(line, &m); err != nil {
+				t.Fatalf("%s: %s", what, line)
+			}
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer; log:\n%s", what, log.String())
+			return nil
+		}
+	}
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + initNoElicit + `}`))
+	if m := next("initialize"); m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	p.Dispatch([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	return p, next
 }
