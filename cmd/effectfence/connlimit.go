@@ -163,6 +163,9 @@ type limitedConn struct {
 	// handling: a handler runs for the request whose head was read: what is read now is its
 	// body (or the start of the next request, read ahead), not counted.
 	handling bool
+	// shut: the connection was closed, or closed for its head (closeForHead): nothing read
+	// on it counts any more, and the handler of the head it was receiving does not run.
+	shut bool
 	// head is the bytes of the head being read, counted in l.heads: written under mu, read
 	// by another connection's count too.
 	head atomic.Int64
@@ -184,6 +187,10 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 func (c *limitedConn) count(n int64) bool {
 	for {
 		c.mu.Lock()
+		if c.shut {
+			c.mu.Unlock()
+			return false
+		}
 		if c.handling {
 			c.mu.Unlock()
 			return true
@@ -201,17 +208,36 @@ func (c *limitedConn) count(n int64) bool {
 		if largest == nil {
 			return false
 		}
-		_ = largest.Close() // gives its head back
+		largest.closeForHead(mine) // gives its head back, unless its handler started since
 	}
 }
 
+// closeForHead closes c if it is still receiving a head larger than than: decided under c.mu,
+// so that a connection whose handler started (headDone(true)) after largestHead chose it is
+// not closed under its request, and one closed here runs no handler.
+func (c *limitedConn) closeForHead(than int64) {
+	c.mu.Lock()
+	if c.shut || c.handling || c.head.Load() <= than {
+		c.mu.Unlock()
+		return
+	}
+	c.shut = true
+	c.l.heads.Add(-c.head.Swap(0))
+	// Closed before c.mu is let go: a headsRead that sees shut finds nothing to answer on.
+	_ = c.Conn.Close()
+	c.mu.Unlock()
+	_ = c.Close() // its slot and its place among the open connections
+}
+
 // headDone gives back what the connection's head holds of the budget: its handler starts
-// (handling), or the connection goes idle or closes.
-func (c *limitedConn) headDone(handling bool) {
+// (handling), or the connection goes idle or closes. It reports false when the connection
+// was closed for its head: then no handler may run.
+func (c *limitedConn) headDone(handling bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.l.heads.Add(-c.head.Swap(0))
-	c.handling = handling
+	c.handling = handling && !c.shut
+	return !c.shut
 }
 
 func (c *limitedConn) Close() error {
@@ -222,6 +248,9 @@ func (c *limitedConn) Close() error {
 		delete(c.l.open, c)
 		c.l.mu.Unlock()
 	})
+	c.mu.Lock()
+	c.shut = true // a read that returned before the close is not counted after it
+	c.mu.Unlock()
 	c.headDone(false)
 	return err
 }
@@ -239,8 +268,10 @@ func (l *connLimit) connContext(ctx context.Context, c net.Conn) context.Context
 // has read it whole.
 func (l *connLimit) headsRead(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if lc, ok := r.Context().Value(connKey{}).(*limitedConn); ok {
-			lc.headDone(true)
+		if lc, ok := r.Context().Value(connKey{}).(*limitedConn); ok && !lc.headDone(true) {
+			// Closed for its head before its handler started: nothing runs, and no answer is
+			// written (the server closes the connection and logs nothing).
+			panic(http.ErrAbortHandler)
 		}
 		h.ServeHTTP(w, r)
 	})

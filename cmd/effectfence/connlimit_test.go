@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -182,5 +184,88 @@ func TestHeadBudgetClosesTheLargestHead(t *testing.T) {
 	}
 	if closed != 1 {
 		t.Errorf("%d of the flood's 3 connections closed; want 1, to make room for the request", closed)
+	}
+}
+
+// recConn is the connection under a limitedConn: it records whether a handler had already
+// started on it (headsRead's headDone(true)) when it was closed.
+type recConn struct {
+	net.Conn
+	lc              *limitedConn
+	closed          atomic.Bool
+	handlingAtClose atomic.Bool
+}
+
+func (r *recConn) Close() error {
+	r.closed.Store(true)
+	if r.lc.mu.TryLock() { // held only by a closer that checked handling itself
+		h := r.lc.handling
+		r.lc.mu.Unlock()
+		if h {
+			r.handlingAtClose.Store(true)
+		}
+	}
+	return nil
+}
+
+func fakeConn(l *connLimit) (*limitedConn, *recConn) {
+	lc := &limitedConn{l: l}
+	rc := &recConn{lc: lc}
+	lc.Conn = rc
+	l.slots <- struct{}{}
+	l.mu.Lock()
+	l.open[lc] = struct{}{}
+	l.mu.Unlock()
+	return lc, rc
+}
+
+// TestHeadBudgetNeverClosesAConnectionWhoseHandlerStarted: B's head (80 of a budget of 100)
+// has been read whole and its handler starts (headsRead: headDone(true)) while A's read of
+// 30 bytes goes over the budget. Either B is closed for its head and its handler does not
+// run, or its handler runs and B is not closed under it: a handler that runs on a connection
+// closed for its head serves a request (it may be forwarded, and have effects) whose client
+// was already cut off without an answer.
+func TestHeadBudgetNeverClosesAConnectionWhoseHandlerStarted(t *testing.T) {
+	bad := 0
+	const rounds = 20000
+	for range rounds {
+		l := newConnLimit(nil, 4)
+		l.headMax = 100
+		a, _ := fakeConn(l)
+		b, rb := fakeConn(l)
+		if !b.count(80) {
+			t.Fatal("80 bytes of 100 refused")
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; a.count(30) }()
+		go func() { defer wg.Done(); <-start; b.headDone(true) }()
+		close(start)
+		wg.Wait()
+		b.mu.Lock()
+		runs := b.handling // headsRead lets the handler run
+		b.mu.Unlock()
+		if rb.closed.Load() && (runs || rb.handlingAtClose.Load()) {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("in %d of %d rounds a connection was closed for its head and its handler ran (or had started)", bad, rounds)
+	}
+}
+
+// TestHeadBudgetReadAfterCloseIsNotCounted: a read that returned data just before the
+// connection was closed (by another connection's count) is counted after Close gave the head
+// back: the bytes stay in the budget, under a connection no longer open, which no one can
+// close to take them back.
+func TestHeadBudgetReadAfterCloseIsNotCounted(t *testing.T) {
+	l := newConnLimit(nil, 4)
+	l.headMax = 100
+	b, _ := fakeConn(l)
+	_ = b.Close()
+	b.count(40)
+	if h := l.heads.Load(); h != 0 {
+		t.Errorf("the budget holds %d bytes of a closed connection", h)
 	}
 }

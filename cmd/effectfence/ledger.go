@@ -292,13 +292,14 @@ func (j jsonOut) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// cell is one table cell of text read from the ledger: escaped, and shortened to n
-// characters (never inside an escape) only on a terminal without --wide.
+// cell is one table cell of an id read from the ledger (an intent, a domain): escaped so that
+// no two ids look alike (a backslash too: safetext.EscapeExact), and shortened to n characters
+// (never inside an escape) only on a terminal without --wide.
 func (c ledgerCall) cell(s string, n int) string {
 	if c.wide {
-		return safetext.Escape(s)
+		return safetext.EscapeExact(s)
 	}
-	return safetext.Clip(s, n)
+	return safetext.ClipExact(s, n)
 }
 
 // maxTextCell bounds a table cell of free text read from the ledger (a tool name, an agent,
@@ -336,6 +337,9 @@ func operatorText(sub, flag, s string) error {
 
 // esc is text read from the ledger, escaped for the terminal.
 func esc(s string) string { return safetext.Escape(s) }
+
+// escID is an id read from the ledger, escaped for the terminal so that no two look alike.
+func escID(s string) string { return safetext.EscapeExact(s) }
 
 // painter colours text only on a terminal and never with NO_COLOR (colourFor).
 type painter struct{ on bool }
@@ -618,11 +622,11 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	}
 	r := d.Record
 	w := c.io.out
-	fmt.Fprintf(w, "intent   %s\nstate    %s\n", esc(r.Intent), c.out.state(r.State))
+	fmt.Fprintf(w, "intent   %s\nstate    %s\n", escID(r.Intent), c.out.state(r.State))
 	if r.State != fence.StateNone {
 		fmt.Fprintf(w, "tool     %s\nargs     %s\nagent    %s\nowner    %s\ntoken    %d\n", esc(r.Tool), esc(string(r.Args)), esc(r.Agent), esc(r.Owner), r.Token)
 		if r.Domain != "" {
-			fmt.Fprintf(w, "domain   %s seq %d\n", esc(r.Domain), r.Seq)
+			fmt.Fprintf(w, "domain   %s seq %d\n", escID(r.Domain), r.Seq)
 		}
 		fmt.Fprintf(w, "claimed  %s\nupdated  %s\n", stamp(r.ClaimedAt), stamp(r.UpdatedAt))
 		if r.State == fence.StateInFlight {
@@ -748,7 +752,7 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	if c.json {
 		return c.writeJSON(map[string]any{"cleared": prev.Intent, "previous_state": prev.State, "who": who, "reason": reason, "ledger": l.Location})
 	}
-	fmt.Fprintf(c.io.out, "cleared %s (was %s) by %s: %s\nthe next attempt of this intent runs the effect.\n", esc(prev.Intent), c.out.state(prev.State), esc(who), esc(reason))
+	fmt.Fprintf(c.io.out, "cleared %s (was %s) by %s: %s\nthe next attempt of this intent runs the effect.\n", escID(prev.Intent), c.out.state(prev.State), esc(who), esc(reason))
 	return nil
 }
 

@@ -104,7 +104,7 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		}
 		return c.writeJSON(out)
 	}
-	fmt.Fprintf(c.io.out, "resolved %s (was %s) as %s by %s: %s\n", esc(res.Prev.Intent), c.out.state(res.Prev.State), how, esc(res.Event.Who), esc(reason))
+	fmt.Fprintf(c.io.out, "resolved %s (was %s) as %s by %s: %s\n", escID(res.Prev.Intent), c.out.state(res.Prev.State), how, esc(res.Event.Who), esc(reason))
 	switch how {
 	case fence.Happened:
 		fmt.Fprintf(c.io.out, "recorded done (cert %s): duplicates are answered with the recorded result and do not run.\n", res.Cert.Hash)

@@ -98,14 +98,20 @@ func appendEscape(sb *strings.Builder, r rune, b byte, invalid bool) {
 
 // Escape returns s with every character that could act on a terminal written as a visible
 // escape, including tab and newline: the result is one line.
-func Escape(s string) string { return escape(s, false) }
+func Escape(s string) string { return escape(s, false, false) }
+
+// EscapeExact is Escape for a name that must be told from every other, an intent id above all:
+// a backslash is written \\ too, as Go writes it. Escape leaves it as it is, so an id holding
+// U+200B and one holding the six characters \u200b were both shown pay:\u200b1, and an operator
+// could clear the one he did not mean.
+func EscapeExact(s string) string { return escape(s, false, true) }
 
 // EscapeText is Escape for multi-line text: newlines and tabs are kept, everything else
 // that could act on a terminal (carriage return included) is escaped.
-func EscapeText(s string) string { return escape(s, true) }
+func EscapeText(s string) string { return escape(s, true, false) }
 
-func escape(s string, keepLines bool) string {
-	if clean(s, keepLines) {
+func escape(s string, keepLines, exact bool) string {
+	if clean(s, keepLines) && !(exact && strings.IndexByte(s, '\\') >= 0) {
 		return s
 	}
 	var sb strings.Builder
@@ -117,6 +123,8 @@ func escape(s string, keepLines bool) string {
 			appendEscape(&sb, r, s[i], true)
 		case keepLines && (r == '\n' || r == '\t'):
 			sb.WriteRune(r)
+		case exact && r == '\\':
+			sb.WriteString(`\\`)
 		case unsafe(r):
 			appendEscape(&sb, r, 0, false)
 		default:
@@ -150,11 +158,16 @@ func clean(s string, keepLines bool) bool {
 // Clip escapes s as Escape does and shortens the result to at most n characters, ending
 // in "…" when it was shortened. It cuts between whole characters and whole escapes, never
 // inside one. n below 1 is taken as 1.
-func Clip(s string, n int) string {
+func Clip(s string, n int) string { return clip(Escape(s), n) }
+
+// ClipExact is Clip of EscapeExact(s).
+func ClipExact(s string, n int) string { return clip(EscapeExact(s), n) }
+
+// clip shortens e, escaped text, to at most n characters.
+func clip(e string, n int) string {
 	if n < 1 {
 		n = 1
 	}
-	e := Escape(s)
 	if utf8.RuneCountInString(e) <= n {
 		return e
 	}
@@ -180,7 +193,7 @@ func Clip(s string, n int) string {
 func unitLen(e string) int {
 	if len(e) >= 2 && e[0] == '\\' {
 		switch e[1] {
-		case 'n', 'r', 't':
+		case 'n', 'r', 't', '\\':
 			return 2
 		case 'x':
 			if len(e) >= 4 && isHex(e[2]) && isHex(e[3]) {

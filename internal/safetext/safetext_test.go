@@ -3,6 +3,7 @@ package safetext
 import (
 	"bytes"
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 	"unicode"
@@ -334,5 +335,38 @@ func TestJSONEscapesInvisibleCharacters(t *testing.T) {
 	raw, _ := json.Marshal("pay:\U000e0041\u200b1")
 	if got, want := string(JSON(raw)), `"pay:\udb40\udc41\u200b1"`; got != want {
 		t.Errorf("JSON = %s, want %s", got, want)
+	}
+}
+
+// TestEscapeExactTellsIdsApart: an id holding U+200B and one holding the six characters
+// \u200b are shown apart by EscapeExact (Escape showed both as pay:\u200b1: found in review,
+// 2026-12-05), and what it shows, pasted into bash's $'…', is the id again.
+func TestEscapeExactTellsIdsApart(t *testing.T) {
+	ids := []string{"pay:\u200b1", `pay:\u200b1`, `a\x1b`, "a\x1b", `c:\dir\n`, `x\\`, `x\`, "\U000e0031", `\U000e0031`}
+	seen := map[string]string{}
+	for _, id := range ids {
+		shown := EscapeExact(id)
+		if other, dup := seen[shown]; dup {
+			t.Errorf("%q and %q are both shown %s", id, other, shown)
+		}
+		seen[shown] = id
+		if c := ClipExact(id, 1000); c != shown {
+			t.Errorf("ClipExact(%q) = %s, EscapeExact %s", id, c, shown)
+		}
+	}
+	if got := ClipExact(`ab\\cd`, 4); got != `ab\\…` && got != `ab…` {
+		t.Errorf("ClipExact cut inside an escaped backslash: %s", got)
+	}
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash to paste into")
+	}
+	for _, id := range ids {
+		out, err := exec.Command("bash", "-c", `printf %s $'`+EscapeExact(id)+`'`).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != id {
+			t.Errorf("id %q is shown %s, which $'…' reads as %q", id, EscapeExact(id), out)
+		}
 	}
 }
