@@ -388,7 +388,7 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 	defer cancel()
 	res, hdr, err := s.roundTrip(ictx, "initialize", cfg.Init, false)
 	if err == nil && (len(res) == 0 || res[0] != '{') {
-		err = fmt.Errorf("initialize result is not a JSON object: %.200s", safetext.Escape(string(res)))
+		err = fmt.Errorf("initialize result is not a JSON object: %s", safetext.Clip(string(res), 200))
 	}
 	if err == nil {
 		var r struct {
@@ -396,7 +396,7 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 		}
 		_ = json.Unmarshal(res, &r)
 		if !headerSafe(r.ProtocolVersion) {
-			err = fmt.Errorf("initialize result has no usable protocolVersion: %.200s", safetext.Escape(string(res)))
+			err = fmt.Errorf("initialize result has no usable protocolVersion: %s", safetext.Clip(string(res), 200))
 		}
 		sid := hdr.Get(HeaderSessionID)
 		if sid != "" && !headerSafe(sid) {
@@ -859,7 +859,7 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 					return nil, errors.New("the session ended")
 				}
 			}
-			s.ignoredf("MCP server %s sent a response to request id %.50s that is not waiting on this stream; ignored", s.logURL, safetext.Escape(string(m.ID)))
+			s.ignoredf("MCP server %s sent a response to request id %s that is not waiting on this stream; ignored", s.logURL, safetext.Clip(string(m.ID), 50))
 		case m.IsNotification():
 			if !s.queue(ctx, note{method: m.Method, params: m.Params}) {
 				return nil, errors.New("the session ended")
