@@ -29,7 +29,7 @@ func (s *askSink) Write(line []byte) error {
 	}
 	s.asked.Add(1)
 	s.p.pmu.Lock()
-	ch := s.p.pending[string(m.ID)]
+	ch := s.p.pending[jsonrpc.IDKey(m.ID)]
 	s.p.pmu.Unlock()
 	if ch != nil {
 		ch <- agentAnswer{m: &jsonrpc.Message{ID: m.ID, Result: []byte(`{"action":"cancel"}`)}}
