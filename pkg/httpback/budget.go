@@ -71,6 +71,16 @@ func (m *meter) next() {
 	m.read, m.held = 0, 0
 }
 
+// take hands the message just read over to whoever holds it next (the delivery queue): its
+// share of the budget, cut to what it read, is returned for that holder to give back; the
+// meter holds none of it any more.
+func (m *meter) take() int64 {
+	keep := min(m.held, m.read)
+	answers.Release(m.held - keep)
+	m.held = 0
+	return keep
+}
+
 // done ends the meter with the message just read as the answer: its share of the budget is
 // what it holds, kept by the caller's hold (HoldAnswers) or given back now.
 func (m *meter) done() {

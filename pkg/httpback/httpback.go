@@ -28,7 +28,8 @@
 //
 // No request is ever sent twice: the HTTP client may not replay a POST (GetBody is unset and
 // redirects are not followed), and nothing here retries. The one exception is resuming a cut
-// SSE stream with GET and Last-Event-ID, once, which re-sends nothing.
+// SSE stream with GET and Last-Event-ID, which re-sends nothing: again after each resumption
+// that brought a new event (a polling server), never twice at the same event.
 //
 // Order: as in mcpstdio, the notifications and requests the server put on a stream before a
 // response are delivered (OnNotification returned; OnRequest started) before the Call that
@@ -356,6 +357,8 @@ type Session struct {
 	bg       context.Context // ends with the session: GET stream, OnRequest, in-flight calls
 	bgStop   context.CancelFunc
 	notes    chan note
+	qmu      sync.RWMutex   // read-held while queueing; deliver takes it to close the queue
+	qclosed  bool           // deliver has stopped: nothing more may be queued
 	wg       sync.WaitGroup // deliver and the GET stream
 	closeM   sync.Mutex
 	closed   bool
@@ -370,6 +373,7 @@ type note struct {
 	params json.RawMessage
 	req    *jsonrpc.Message
 	to     chan struct{} // a response: closed when everything before it was delivered
+	held   int64         // the share of AnswerBudget its message keeps until delivered (a request: answered)
 }
 
 func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, error) {
@@ -779,20 +783,32 @@ func (s *Session) readJSON(r io.Reader, id json.RawMessage, stop context.CancelF
 // it, and returns the response once that has been delivered. A stream cut before the
 // response is resumed once with GET and Last-Event-ID when the server gave event ids.
 func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadCloser, id json.RawMessage, method string) (*jsonrpc.Message, error) {
-	lastID, resumed := "", false
+	// A stream is resumed again only after the last resumption brought a new event: a server
+	// that polls (2025-11-25: it ends the stream after each event and expects the client back
+	// with Last-Event-ID) is followed for as long as it makes progress, one resumption a
+	// getRetry after the first; a stream cut twice at the same event is given up.
+	lastID, resumedAt, resumes := "", "", 0
 	for {
 		m, err := s.pump(ctx, meter, id, &lastID)
 		if err == nil {
 			return m, nil
 		}
-		if errors.Is(err, ErrTooLarge) || errors.Is(err, errInvalidAnswer) || ctx.Err() != nil || lastID == "" || resumed {
+		if errors.Is(err, ErrTooLarge) || errors.Is(err, errInvalidAnswer) || ctx.Err() != nil || lastID == "" || (resumes > 0 && lastID == resumedAt) {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the server ended the event stream before the response")
 			}
 			return nil, err
 		}
-		resumed = true
-		s.logf("event stream of %s from MCP server %s ended before the response (%v); resuming once", method, s.logURL, err)
+		if resumes > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(getRetry):
+			}
+		}
+		resumes++
+		resumedAt = lastID
+		s.logf("event stream of %s from MCP server %s ended before the response (%v); resuming (%d)", method, s.logURL, err, resumes)
 		resp, gerr := s.get(ctx, lastID)
 		if gerr != nil {
 			return nil, fmt.Errorf("the event stream was cut before the response (%v) and resuming it failed: %w", err, gerr)
@@ -861,11 +877,14 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 			}
 			s.ignoredf("MCP server %s sent a response to request id %s that is not waiting on this stream; ignored", s.logURL, safetext.Clip(string(m.ID), 50))
 		case m.IsNotification():
-			if !s.queue(ctx, note{method: m.Method, params: m.Params}) {
+			// A queued message stays in memory until delivered: it keeps its share of the
+			// budget until then, as mcpstdio's do, so a slow OnNotification (or OnRequest)
+			// cannot make the process hold more large messages than AnswerBudget.
+			if !s.queue(ctx, note{method: m.Method, params: m.Params, held: meter.take()}) {
 				return nil, errors.New("the session ended")
 			}
 		case m.IsRequest():
-			if !s.queue(ctx, note{req: m}) {
+			if !s.queue(ctx, note{req: m, held: meter.take()}) {
 				return nil, errors.New("the session ended")
 			}
 		}
@@ -897,21 +916,43 @@ func answersCall(data []byte, id json.RawMessage) bool {
 }
 
 func (s *Session) queue(ctx context.Context, n note) bool {
-	select {
-	case s.notes <- n:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-s.bg.Done():
-		return false
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	if !s.qclosed {
+		select {
+		case s.notes <- n:
+			return true
+		case <-ctx.Done():
+		case <-s.bg.Done():
+		}
+	}
+	answers.Release(n.held)
+	return false
+}
+
+// closeQueue stops the queue once deliver has returned: what is left in it gives its share of
+// the budget back, and nothing more is queued.
+func (s *Session) closeQueue() {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	s.qclosed = true
+	for {
+		select {
+		case n := <-s.notes:
+			answers.Release(n.held)
+		default:
+			return
+		}
 	}
 }
 
 func (s *Session) deliver() {
 	defer s.wg.Done()
+	defer s.closeQueue()
 	for {
 		select {
 		case n := <-s.notes:
+			held := n.held
 			switch {
 			case n.to != nil:
 				close(n.to)
@@ -925,13 +966,15 @@ func (s *Session) deliver() {
 					s.refuse(n.req) // here: a server that is slow to take it slows only itself
 					break
 				}
-				go func(m *jsonrpc.Message) {
+				held = 0 // the request's goroutine gives it back once answered
+				go func(m *jsonrpc.Message, held int64) {
 					defer func() {
 						end()
 						cancel(nil)
+						answers.Release(held)
 					}()
 					s.answer(ctx, m)
-				}(n.req)
+				}(n.req, n.held)
 			case n.method == "notifications/cancelled":
 				// A server cancels only its own requests: the handler's context ends. The id is
 				// the server's own and means nothing to anyone else, so it goes no further.
@@ -939,6 +982,7 @@ func (s *Session) deliver() {
 			case s.cfg.OnNotification != nil:
 				s.cfg.OnNotification(n.method, n.params)
 			}
+			answers.Release(held)
 		case <-s.bg.Done():
 			return
 		}
