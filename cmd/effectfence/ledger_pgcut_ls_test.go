@@ -33,13 +33,16 @@ func TestLedgerLsConnectionCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Long ids: 600 rows of a kilobyte fill the pipe and ls's buffer many times over, so ls
-	// blocks in writing, its transaction open, until the test reads on.
-	long := strings.Repeat("x", 1000)
+	// Long ids fill the pipe and ls's buffer many times over, so ls blocks in writing, its
+	// transaction open, until the test reads on. With 600 rows of a kilobyte, ls once listed
+	// them all and exited 0 under CI's load though its backend was terminated: the rest had
+	// reached ls before the cut. 2000 rows with long reasons (about 18 MB from the server) are
+	// more than can be on the way between the server and ls.
+	long, reason := strings.Repeat("x", 1000), strings.Repeat("r", 8000)
 	err = l.Store().Update(ctx, func(tx fence.Tx) error {
 		now := tx.Now()
-		for i := range 600 {
-			if err := tx.Put(&fence.Record{Intent: fmt.Sprintf("cut-%04d-%s", i, long), State: fence.StateFailed, Tool: "t", Args: []byte(`{}`), UpdatedAt: now, Reason: "r"}); err != nil {
+		for i := range 2000 {
+			if err := tx.Put(&fence.Record{Intent: fmt.Sprintf("cut-%04d-%s", i, long), State: fence.StateFailed, Tool: "t", Args: []byte(`{}`), UpdatedAt: now, Reason: reason}); err != nil {
 				return err
 			}
 		}
@@ -127,7 +130,7 @@ func TestLedgerLsConnectionCut(t *testing.T) {
 			if json.Unmarshal([]byte(all), &doc) == nil {
 				t.Errorf("ls --json cut short wrote a whole document (%d bytes)", len(all))
 			}
-		} else if strings.Contains(all, "└") || strings.Count(all, "cut-") >= 600 {
+		} else if strings.Contains(all, "└") || strings.Count(all, "cut-") >= 2000 {
 			t.Errorf("ls cut short wrote a whole table (%d bytes)", len(all))
 		}
 		t.Logf("ls %q cut: %d bytes, exit 1: %s", args[4:], len(all), strings.TrimSpace(errb.String()))
