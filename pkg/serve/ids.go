@@ -119,9 +119,7 @@ func (x *ids) wrap(line []byte) []byte {
 	}
 	x.n.Store(int64(len(x.held)))
 	x.mu.Unlock()
-	out := make([]byte, 0, len(line)+len(sur))
-	out = append(append(append(out, line[:start]...), sur...), line[end:]...)
-	return out
+	return splice(line, start, end, sur)
 }
 
 // unwrap puts the client's id back into a response whose id is a surrogate, and into the
@@ -163,8 +161,7 @@ func (x *ids) unwrap(msg []byte) []byte {
 	if !ok {
 		return msg
 	}
-	out := make([]byte, 0, len(msg)+len(h.raw))
-	return append(append(append(out, msg[:i]...), h.raw...), msg[i+len(sur):]...)
+	return splice(msg, i, end, h.raw)
 }
 
 // subscriptionKey is the _meta member mcp-go tags every message of a subscriptions/listen
@@ -204,8 +201,7 @@ func (x *ids) subscription(msg []byte) []byte {
 		if raw == nil {
 			continue
 		}
-		out := make([]byte, 0, len(msg)+len(raw))
-		return append(append(append(out, msg[:vs]...), raw...), msg[ve:]...)
+		return splice(msg, vs, ve, raw)
 	}
 	return msg
 }
@@ -215,22 +211,13 @@ func (x *ids) subscription(msg []byte) []byte {
 // finds no request of that id, every one in flight being known by its surrogate). line is a
 // valid JSON object.
 func (x *ids) cancelled(line []byte) []byte {
-	if x.n.Load() == 0 || !bytes.Contains(line, []byte("notifications/cancelled")) {
+	if x.n.Load() == 0 {
 		return line
 	}
-	// The method may be any JSON value here: only a string literal may be unquoted.
-	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || line[ms] != '"' || !jsonrpc.KeyIs(line[ms:me], "notifications/cancelled") {
+	rs, re, ok := cancelTarget(line)
+	if !ok {
 		return line
 	}
-	ps, pe, n, _ := jsonrpc.Member(line, "params")
-	if n != 1 || line[ps] != '{' {
-		return line
-	}
-	rs, re, n, _ := jsonrpc.Member(line[ps:pe], "requestId")
-	if n != 1 {
-		return line
-	}
-	rs, re = ps+rs, ps+re
 	key := jsonrpc.IDKey(line[rs:re])
 	x.mu.Lock()
 	surs := x.back[key]
@@ -248,8 +235,34 @@ func (x *ids) cancelled(line []byte) []byte {
 	if sur == "" {
 		return line
 	}
-	out := make([]byte, 0, len(line)+len(sur))
-	return append(append(append(out, line[:rs]...), sur...), line[re:]...)
+	return splice(line, rs, re, sur)
+}
+
+// cancelTarget finds the requestId of line, a valid JSON object, when it is a
+// notifications/cancelled: the span line[start:end] of its value.
+func cancelTarget(line []byte) (start, end int, ok bool) {
+	if !bytes.Contains(line, []byte("notifications/cancelled")) {
+		return 0, 0, false
+	}
+	// The method may be any JSON value here: only a string literal may be unquoted.
+	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || line[ms] != '"' || !jsonrpc.KeyIs(line[ms:me], "notifications/cancelled") {
+		return 0, 0, false
+	}
+	ps, pe, n, _ := jsonrpc.Member(line, "params")
+	if n != 1 || line[ps] != '{' {
+		return 0, 0, false
+	}
+	rs, re, n, _ := jsonrpc.Member(line[ps:pe], "requestId")
+	if n != 1 {
+		return 0, 0, false
+	}
+	return ps + rs, ps + re, true
+}
+
+// splice returns a copy of b with b[start:end] replaced by with.
+func splice[T ~string | ~[]byte](b []byte, start, end int, with T) []byte {
+	out := make([]byte, 0, len(b)-(end-start)+len(with))
+	return append(append(append(out, b[:start]...), with...), b[end:]...)
 }
 
 // answered reports whether mcp-go answers line, an object with one member named "id", under

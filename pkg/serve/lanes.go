@@ -184,29 +184,19 @@ func (sc *scheduler) dequeue(key string, mark *bool) bool {
 // cancelQueued marks the queued call a notifications/cancelled names (line, as mcp-go will
 // see it: its requestId is the router's surrogate if the call's id was replaced).
 func (sc *scheduler) cancelQueued(line []byte) {
-	if !bytes.Contains(line, []byte("notifications/cancelled")) || !isObject(line) {
-		return // the scans below need one valid JSON object
-	}
 	sc.waitMu.Lock()
 	none := len(sc.waiting) == 0
 	sc.waitMu.Unlock()
-	if none {
-		return
+	if none || !bytes.Contains(line, []byte("notifications/cancelled")) || !isObject(line) {
+		return // cancelTarget needs one valid JSON object
 	}
-	if ms, me, n, _ := jsonrpc.Member(line, "method"); n != 1 || line[ms] != '"' || !jsonrpc.KeyIs(line[ms:me], "notifications/cancelled") {
-		return
-	}
-	params := jsonrpc.MemberValue(line, "params")
-	if len(params) == 0 || params[0] != '{' {
-		return
-	}
-	rs, re, n, _ := jsonrpc.Member(params, "requestId")
-	if n != 1 {
+	rs, re, ok := cancelTarget(line)
+	if !ok {
 		return
 	}
 	sc.waitMu.Lock()
 	defer sc.waitMu.Unlock()
-	if mark, ok := sc.waiting[jsonrpc.IDKey(params[rs:re])]; ok {
+	if mark, ok := sc.waiting[jsonrpc.IDKey(line[rs:re])]; ok {
 		*mark = true
 	}
 }

@@ -64,20 +64,11 @@ func integerKey(raw []byte) (string, bool) {
 	return b.String(), true
 }
 
-// stringValue decodes the valid JSON string literal lit, writing a lone surrogate as its own
-// three bytes (WTF-8) rather than U+FFFD, which it would share with every other.
+// stringValue decodes the valid JSON string literal lit, which holds an escape, writing a
+// lone surrogate as its own three bytes (WTF-8) rather than U+FFFD, which it would share with
+// every other.
 func stringValue(lit []byte) string {
 	s := lit[1 : len(lit)-1]
-	esc := false
-	for _, c := range s {
-		if c == '\\' {
-			esc = true
-			break
-		}
-	}
-	if !esc {
-		return string(s)
-	}
 	out := make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
 		if s[i] != '\\' {
