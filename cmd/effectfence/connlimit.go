@@ -38,11 +38,11 @@ type connLimit struct {
 // whole before any handler runs, so before the keys are checked: one of 1 MiB (the server's
 // limit) held about 2 MB of the gateway's memory while it came in, for up to headerTimeout,
 // and 200 connections sending unfinished ones took the gateway from 24 to 430 MB resident,
-// bounded only by --max-conns. Past the budget the connection whose head would exceed it is
-// closed, without an answer: it asked for nothing yet, so nothing ran, and its client may
-// connect again. The connection closed is the one with the largest head being received (the
-// arriving one when none is larger): before, it was the one whose read came when the budget
-// was full, so a flood of large unfinished heads closed every ordinary client's too.
+// bounded only by --max-conns. Past the budget the connection receiving the largest head is
+// closed (the one whose read would exceed it, when no other's head is larger), without an
+// answer: it asked for nothing yet, so nothing ran, and its client may connect again. Before,
+// the one whose read came when the budget was full was closed, so a flood of large unfinished
+// heads closed every ordinary client's too.
 const headBudget = 32 << 20
 
 // errHeadBudget ends a connection whose request head does not fit in headBudget.

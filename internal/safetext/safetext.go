@@ -36,8 +36,9 @@
 //
 // Escapes are written the way Go and JSON write them (\n, \t, \x1b, \u202e, and \U000e0001
 // for a character beyond U+FFFF), so they are readable and cannot act; bash and zsh read the
-// same forms inside $'…'. A backslash is left as it is: a string that already contains the
-// text "\x1b" is shown as that text, which is harmless.
+// same forms inside $'…'. Escape leaves a backslash as it is: a string that already contains
+// the text "\x1b" is shown as that text, which is harmless. EscapeExact, for ids, writes it
+// \\, so that text and the character it spells look different.
 //
 // Clip shortens escaped text on whole escapes, so a clipped string never ends in the middle
 // of one. JSON rewrites every such character that JSON allows raw inside strings (all of them
