@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -47,6 +48,9 @@ type Engine struct {
 	// engine, not asked of the transaction (an interface assertion on every pass).
 	memWall bool
 	lost    lostClaims // claims whose Prepare failed after writing them (orphan.go)
+	// carried is the last owner string made with a carrier (ownerWith): the carrier and the
+	// owner, so the claims sent to one server process share one string.
+	carried atomic.Pointer[[2]string]
 }
 
 // New returns an engine over store. An engine given no store (nil) refuses every call with
@@ -93,6 +97,9 @@ func (e *Engine) validate(req *Request, c *call) error {
 	case strings.IndexByte(req.Intent, 0) >= 0:
 		// PostgreSQL text cannot hold a NUL: every store refuses it alike.
 		return InvalidError{"intent", "must not contain a NUL byte"}
+	}
+	if !validCarrier(req.Carrier) {
+		return InvalidError{"carrier", "must be empty or made by GroupCarrier"}
 	}
 	if err := checkPrivacy(req); err != nil {
 		return err
@@ -309,7 +316,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 			p.adm = Admission{Cert: rec.Cert.copy(), RecordedAt: rec.UpdatedAt, ResultNotKept: rec.KeepResult == KeepHash}
 			return outReplayed, nil
 		case StateFailed, StateUnknown:
-			healable := rec.Healable() && (rec.Owner == e.cfg.Owner || e.cfg.Liveness(rec.Owner) != Dead)
+			healable := rec.Healable() && (e.mine(rec.Owner) || e.cfg.Liveness(rec.Owner) != Dead)
 			return outRefused, PriorFailureError{Intent: req.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
 		case StateInFlight:
 			switch v, kind, why := e.judge(clock.now(), rec); v {
@@ -409,7 +416,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	ca := &claimAlloc{
 		rec: Record{
 			Intent: req.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
-			Owner: e.cfg.Owner, Agent: agent, Parent: req.Parent, Domain: req.Domain, Seq: seq,
+			Owner: e.ownerWith(req.Carrier), Agent: agent, Parent: req.Parent, Domain: req.Domain, Seq: seq,
 			Tool: req.Tool, Args: c.stored, ExactArgs: exact, ReadSet: slices.Clone(req.ReadSet), Clock: clk,
 			ClaimedAt: now, LeaseUntil: lease, UpdatedAt: now,
 			RerunSafe:  req.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
@@ -485,7 +492,7 @@ const (
 // kind and why are the audit event's kind and reason.
 func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string) {
 	seen := Alive
-	if rec.Owner != e.cfg.Owner {
+	if !e.mine(rec.Owner) {
 		seen = e.cfg.Liveness(rec.Owner)
 	}
 	lapsed := !now.Before(rec.LeaseUntil)
@@ -504,6 +511,9 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 	case !lapsed:
 		return held, "", ""
 	case seen == Alive:
+		if _, runs := CarrierRuns(rec.Owner); runs {
+			return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder %s: the effect may still happen; never taken over while that group runs", at, holderWords(rec.Owner))
+		}
 		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder alive but silent (stalled or stopped: process %s); a live holder is never taken over; its own late result heals this", at, rec.Owner)
 	case spooled != "":
 		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and %s: not taken over though re-run safe; the spool's drain records it", at, rec.Owner, spooled)
@@ -1285,8 +1295,24 @@ func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
 
 // Heartbeat extends the ticket's lease by the lease TTL from now and returns the new expiry.
 // The claim is then held through this engine's process (Config.Owner): its life, not that of
-// the process that made the claim, says whether the holder is alive.
+// the process that made the claim, says whether the holder is alive. A claim this process
+// already held keeps the carrier it named (Request.Carrier); one taken over from another
+// process names none.
 func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
+	return e.heartbeat(ctx, t, nil)
+}
+
+// Carry is Heartbeat recording carrier as the claim's carrier (Request.Carrier; "" for none):
+// for a holder whose call goes to other processes than it named at Prepare (its server
+// restarted in between), before it sends the call there.
+func (e *Engine) Carry(ctx context.Context, t Ticket, carrier string) (Ticket, error) {
+	if !validCarrier(carrier) {
+		return Ticket{}, InvalidError{"carrier", "must be empty or made by GroupCarrier"}
+	}
+	return e.heartbeat(ctx, t, &carrier)
+}
+
+func (e *Engine) heartbeat(ctx context.Context, t Ticket, carrier *string) (Ticket, error) {
 	var next Ticket
 	err := e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(t.Intent)
@@ -1306,7 +1332,12 @@ func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 		// after the first died was judged gone at the next attempt, though it had just been
 		// told to keep running: taken over if re-run safe (a second execution while the first
 		// ran), else fenced as unknown, for an operator to clear under it.
-		r.Owner = e.cfg.Owner
+		switch {
+		case carrier != nil:
+			r.Owner = e.ownerWith(*carrier)
+		case !e.mine(rec.Owner):
+			r.Owner = e.cfg.Owner
+		}
 		r.LeaseUntil = tx.Now().Add(e.cfg.LeaseTTL)
 		r.UpdatedAt = tx.Now()
 		if err := tx.Put(&r); err != nil {

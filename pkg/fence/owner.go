@@ -198,6 +198,13 @@ func OwnerLiveness(owner string) Liveness {
 		return Alive
 	}
 	parts := strings.Split(owner, "/")
+	carrier := ""
+	if len(parts) == 6 {
+		carrier, parts = parts[5], parts[:5]
+		if carrier == "" {
+			return CannotTell
+		}
+	}
 	if len(parts) != 5 || !me.sound || parts[4] != me.pidns {
 		return CannotTell
 	}
@@ -212,6 +219,10 @@ func OwnerLiveness(owner string) Liveness {
 		return CannotTell
 	}
 	l := pidLiveness(parts, me)
+	if l == Dead && carrier != "" {
+		// The holder is gone, but the processes it started to run the call may not be.
+		l = carriers.liveness(owner, carrier, me)
+	}
 	if l == Dead && !sameMachine {
 		return CannotTell
 	}
@@ -276,22 +287,29 @@ func OwnerDead(owner string) bool { return OwnerLiveness(owner) == Dead }
 // procStat reads the start time (field 22) and state (field 3) of /proc/PID/stat; state is 0
 // when the file cannot be read.
 func procStat(pid int) (start uint64, state byte) {
+	start, state, _ = procStatGroup(pid)
+	return start, state
+}
+
+// procStatGroup is procStat with the process group (field 5), 0 when unread.
+func procStatGroup(pid int) (start uint64, state byte, pgrp int) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	// The command name (field 2) may contain spaces and parentheses: fields resume after the
 	// last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	fields := strings.Fields(s[i+1:])
 	// fields[0] is field 3 (state), so starttime (field 22) is fields[19].
 	if len(fields) < 20 || fields[0] == "" {
-		return 0, 0
+		return 0, 0, 0
 	}
 	n, _ := strconv.ParseUint(fields[19], 10, 64)
-	return n, fields[0][0]
+	g, _ := strconv.Atoi(fields[2]) // field 5
+	return n, fields[0][0], g
 }

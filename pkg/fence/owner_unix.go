@@ -27,3 +27,10 @@ func lockDir(dir string) (unlock func(), err error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// groupEmpty reports whether no process has process group pgid (signal 0 to the group probes
+// without sending; EPERM means it has members this process may not signal).
+func groupEmpty(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err != nil && errors.Is(err, syscall.ESRCH)
+}

@@ -55,6 +55,11 @@ type Request struct {
 	// outcome answers until its result TTL. For content-derived intents (wrap), where an
 	// identical call much later is more likely a deliberate repeat than a retry.
 	ReplayWindow time.Duration `json:"-"`
+	// Carrier, when set, names the processes this process started to run the call (GroupCarrier:
+	// the process group of wrap's MCP server). It is recorded with the claim's owner, and a
+	// holder that is gone is judged alive while its carrier runs (carrier.go). Counted in this
+	// process's PID namespace, so never read from a request another process sent.
+	Carrier string `json:"-"`
 }
 
 // SupersededIntent is the key under which a done record stays once a later action of its

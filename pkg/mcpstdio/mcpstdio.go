@@ -337,6 +337,15 @@ func (s *Session) InitResult() json.RawMessage { return s.init }
 // Pid is the child's process id.
 func (s *Session) Pid() int { return s.cmd.Process.Pid }
 
+// Group returns the process group the server and the processes it starts run in, the
+// server's pid (it leads a group of its own), or 0 on a platform where it has none.
+func (s *Session) Group() int {
+	if !ownGroup {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Done is closed when the session has ended; Err then says why.
 func (s *Session) Done() <-chan struct{} { return s.done }
 

@@ -17,3 +17,6 @@ func signalGroup(p *os.Process, sig syscall.Signal) {
 		_ = p.Signal(sig)
 	}
 }
+
+// ownGroup: the child leads a process group of its own (its pid).
+const ownGroup = true

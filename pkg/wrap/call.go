@@ -312,7 +312,7 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 // fencedCall runs one fenced call and returns the tools/call result for the agent.
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage, task bool) answer {
 	s := p.settings(tool)
-	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: s.RerunSafe, ReplayWindow: s.ReplayWindow})
+	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: s.RerunSafe, ReplayWindow: s.ReplayWindow, Carrier: p.carrier(p.live())})
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).
@@ -350,9 +350,9 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return answer{result: replayOf(adm)}.as("replayed", "")
 	}
 	if task {
-		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, params)
+		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
 	}
-	return p.run(ctx, tool, id.intent, f, *adm.Ticket, params)
+	return p.run(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
 }
 
 // drainedKey marks a call that already drained the spool for its refusal (see drainedFor).
@@ -381,16 +381,29 @@ func (p *Proxy) agentName() string {
 	return p.agent
 }
 
-// run forwards an admitted call to the child, heartbeating its lease, and records the outcome.
+// run forwards an admitted call to the child, heartbeating its lease, and records the outcome;
+// carrier is the one its claim named (carry).
 // The call is detached from the agent's cancellation once it is forwarded: it is seen
-// through. Until then (waiting for a slot) the agent's cancellation ends it unsent (see
-// sendChild).
-func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
+// through. Until then, while it waits for a slot of the semaphore, the agent's cancellation
+// ends it with ErrNotSent: it never reached the server, so nothing of it is kept. A (re)start
+// of the child is waited for detached (it is bounded by the init timeout): a start cut short
+// by one agent's cancellation would fail every call for RestartBackoff.
+func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, carrier string, params json.RawMessage) answer {
 	agent := ctx
 	ctx = context.WithoutCancel(ctx)
-	hb := p.heartbeat(t)
-	res, err := p.sendChild(agent, ctx, tool, params)
-	hb.stop()
+	// The session first: the claim must name the server process the call goes to before it
+	// goes (carry).
+	s, err := p.session(ctx)
+	if err == nil {
+		t, err = p.carry(ctx, t, carrier, s)
+	}
+	var res json.RawMessage
+	if err == nil {
+		hb := p.heartbeat(t)
+		p.hide(s, tool, params)
+		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
+		hb.stop()
+	}
 	return p.finish(ctx, tool, intent, f, t, res, err, false, params)
 }
 
@@ -570,21 +583,6 @@ func keptWhere(err error) string {
 		return "in the spool"
 	}
 	return "in the ledger"
-}
-
-// sendChild sends a tools/call to the child once a slot of the semaphore is free, waiting for
-// a slot in wait (the agent's context) when none is, and then waits for the answer in ctx
-// (detached from the agent). A call the agent cancels while it waits for a slot fails with
-// ErrNotSent: it never reached the server, so nothing of it is kept. A (re)start of the child is waited for
-// in ctx (it is bounded by the init timeout): a start cut short by one agent's cancellation
-// would fail every call for RestartBackoff.
-func (p *Proxy) sendChild(wait, ctx context.Context, tool string, params json.RawMessage) (json.RawMessage, error) {
-	s, err := p.session(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.hide(s, tool, params)
-	return p.callBoundedUntil(wait, ctx, s, "tools/call", params)
 }
 
 // heartbeat renews the lease every third of its TTL until the returned beats' stop is

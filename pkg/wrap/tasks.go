@@ -87,11 +87,14 @@ func ttlMillis(ms *float64, absent, max time.Duration) time.Duration {
 }
 
 // runTask is run for a task-augmented call.
-func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params json.RawMessage) answer {
-	agent := ctx // ends the call while it is not sent yet (see sendChild)
+func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, carrier string, params json.RawMessage) answer {
+	agent := ctx // ends the call while it is not sent yet (see run)
 	ctx = context.WithoutCancel(ctx)
-	stopHeartbeat := p.heartbeat(t).stop
 	s, err := p.session(ctx)
+	if err == nil {
+		t, err = p.carry(ctx, t, carrier, s) // as run does
+	}
+	stopHeartbeat := p.heartbeat(t).stop
 	var res json.RawMessage
 	if err == nil {
 		p.hide(s, tool, params)

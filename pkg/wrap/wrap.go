@@ -227,6 +227,8 @@ type Proxy struct {
 	pass  map[string]bool
 	rerun map[string]bool // Options.RerunSafe
 
+	carried carried // the carrier of the server process calls go to (carrier.go)
+
 	mu       sync.Mutex
 	child    Backend
 	agent    string
@@ -799,7 +801,7 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		// half way). Session.Call tells the child when its context is cancelled.
 		// The agent's reason is passed on as it was given (none when it gave none).
 		// A fenced call not forwarded yet is not detached: waiting for a slot it is not sent
-		// (sendChild), and a duplicate waiting for another attempt stops waiting (fencedCall);
+		// (run), and a duplicate waiting for another attempt stops waiting (fencedCall);
 		// neither is answered.
 		var c struct {
 			RequestID json.RawMessage `json:"requestId"`

@@ -1,0 +1,234 @@
+package fence
+
+import (
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Carriers: the processes a holder started to run its call.
+//
+// A holder is not always the process that runs the effect. wrap forwards a call to its MCP
+// server, a child in a process group of its own, and that server may run the call in a process
+// of its own (the `node` that `npx` starts, a worker, a shell's command). Killed with SIGKILL,
+// wrap takes its direct child with it (the parent-death signal) but not a grandchild, which
+// reads end-of-file on its stdin and, like most servers, finishes the calls it has before it
+// exits: the effect can still happen after its holder is gone, even after the claim's lease
+// lapsed. Judged by the holder's pid alone, such a claim was taken over at once when re-run
+// safe (a second execution while the first ran) and, once its lease lapsed, cleared or resolved
+// as not having happened by an operator while the effect was still under way.
+//
+// So a claim may name a carrier: the process group its call was sent to, as "g<pgid>.<start>"
+// (start: its leader's start time, in the initial time namespace's clock ticks, as an owner's
+// is). It is recorded as a sixth field of the claim's owner string (Request.Carrier), and a
+// holder that is gone is judged alive while its carrier has a running member. Older versions
+// split an owner string into five fields and judge a sixth "cannot tell": they wait for the
+// lease, as they do for a holder on another host.
+//
+// The group's number stays taken while the group has a member (Linux frees a pid only once no
+// process uses it as its pid, group or session), so a group that is seen empty is gone for
+// good; a number that another process has taken since (a live process at pgid started at
+// another time) means the same. A process that leaves the group (setsid, setpgid: a daemon)
+// is not followed.
+
+// GroupCarrier returns the carrier naming process group pgid, whose leader (the process pgid)
+// must be running, or "" when this process cannot name it soundly: no /proc, a /proc of
+// another PID namespace, a pgid that is not its leader's group.
+func GroupCarrier(pgid int) string {
+	me := whereAmI()
+	if pgid <= 0 || !me.sound {
+		return ""
+	}
+	start, state, group := procStatGroup(pgid)
+	n := int64(start) - me.offset
+	if start == 0 || n <= 0 || group != pgid || state == 'X' {
+		return ""
+	}
+	return "g" + strconv.Itoa(pgid) + "." + strconv.FormatInt(n, 10)
+}
+
+// parseCarrier reads "g<pgid>.<start>".
+func parseCarrier(c string) (pgid int, start uint64, ok bool) {
+	rest, found := strings.CutPrefix(c, "g")
+	if !found {
+		return 0, 0, false
+	}
+	g, s, found := strings.Cut(rest, ".")
+	if !found || !digits(g) || !digits(s) {
+		return 0, 0, false
+	}
+	pgid, err1 := strconv.Atoi(g)
+	start, err2 := strconv.ParseUint(s, 10, 64)
+	if err1 != nil || err2 != nil || pgid <= 0 || start == 0 {
+		return 0, 0, false
+	}
+	return pgid, start, true
+}
+
+func digits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// validCarrier says whether c may be given as Request.Carrier: empty, or a carrier
+// GroupCarrier could have made.
+func validCarrier(c string) bool {
+	if c == "" {
+		return true
+	}
+	_, _, ok := parseCarrier(c)
+	return ok
+}
+
+// carrierCache remembers the carriers seen gone: a group seen empty never comes back (its
+// number was free to be taken by another group), so a later look could only be misled.
+type carrierCache struct {
+	mu   sync.Mutex
+	gone map[string]struct{}
+}
+
+var carriers carrierCache
+
+// maxGoneCarriers bounds the cache; past it, it starts over.
+const maxGoneCarriers = 4096
+
+// liveness judges the carrier c of owner (whose holder process is gone): Alive while its group
+// has a member that runs (the leader, stopped or not, or any other), Dead once it has none.
+func (cc *carrierCache) liveness(owner, c string, me local) Liveness {
+	cc.mu.Lock()
+	_, gone := cc.gone[owner]
+	cc.mu.Unlock()
+	if gone {
+		return Dead
+	}
+	pgid, start, ok := parseCarrier(c)
+	if !ok {
+		return CannotTell // not a carrier this version reads: judged by its lease
+	}
+	l := groupLiveness(pgid, start, me)
+	if l == Dead {
+		cc.mu.Lock()
+		if cc.gone == nil || len(cc.gone) >= maxGoneCarriers {
+			cc.gone = map[string]struct{}{}
+		}
+		cc.gone[owner] = struct{}{}
+		cc.mu.Unlock()
+	}
+	return l
+}
+
+// groupLiveness judges process group pgid whose leader started at start.
+func groupLiveness(pgid int, start uint64, me local) Liveness {
+	if groupEmpty(pgid) {
+		return Dead // the kernel's own answer: no process has this group
+	}
+	now, state := procStat(pgid)
+	if now != 0 {
+		n := int64(now) - me.offset
+		switch {
+		case n <= 0:
+			return CannotTell
+		case uint64(n) != start:
+			// The number belongs to a process started at another time: it was free, so the
+			// group it named had emptied.
+			return Dead
+		case state != 'Z' && state != 'X' || threads(pgid) > 1:
+			return Alive // the leader itself runs (or is stopped)
+		}
+	}
+	// The leader is gone or a zombie: the group lives while another member runs. Two looks: a
+	// member that forks and exits while /proc is read can slip past one.
+	for range 2 {
+		switch groupMemberRuns(pgid) {
+		case Alive:
+			return Alive
+		case CannotTell:
+			return CannotTell
+		}
+	}
+	return Dead
+}
+
+// groupMemberRuns reads /proc for a process of group pgid that is not a zombie.
+func groupMemberRuns(pgid int) Liveness {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return CannotTell
+	}
+	defer d.Close()
+	for {
+		names, err := d.Readdirnames(512)
+		for _, name := range names {
+			if name[0] < '1' || name[0] > '9' {
+				continue
+			}
+			pid, err := strconv.Atoi(name)
+			if err != nil {
+				continue
+			}
+			_, state, group := procStatGroup(pid)
+			if group == pgid && state != 0 && (state != 'Z' && state != 'X' || threads(pid) > 1) {
+				return Alive
+			}
+		}
+		if err == io.EOF {
+			return Dead
+		}
+		if err != nil {
+			return CannotTell
+		}
+	}
+}
+
+// ownerWith is the owner string of a claim this engine makes or renews with carrier.
+func (e *Engine) ownerWith(carrier string) string {
+	if carrier == "" {
+		return e.cfg.Owner
+	}
+	if p := e.carried.Load(); p != nil && p[0] == carrier {
+		return p[1]
+	}
+	o := e.cfg.Owner + "/" + carrier
+	e.carried.Store(&[2]string{carrier, o})
+	return o
+}
+
+// mine reports whether owner is this engine's process, with a carrier or without.
+func (e *Engine) mine(owner string) bool {
+	o := e.cfg.Owner
+	return owner == o || len(owner) > len(o) && owner[len(o)] == '/' && owner[:len(o)] == o
+}
+
+// CarrierRuns reports whether owner names a holder process that is gone while the process
+// group it started to run the call (its carrier) still runs, and that group: what an operator
+// must stop, or wait for, before the claim can be freed. Judged by this process's /proc.
+func CarrierRuns(owner string) (pgid int, runs bool) {
+	parts := strings.Split(owner, "/")
+	if len(parts) != 6 {
+		return 0, false
+	}
+	pgid, _, ok := parseCarrier(parts[5])
+	me := whereAmI()
+	if !ok || !me.sound || parts[4] != me.pidns || bootOf(parts[3]) != bootOf(me.boot) || pidLiveness(parts[:5], me) != Dead {
+		return 0, false
+	}
+	return pgid, OwnerLiveness(owner) == Alive
+}
+
+// holderWords names the holder of a claim for a message: its process, and when that is gone
+// while its carrier runs, the group that does.
+func holderWords(owner string) string {
+	if g, runs := CarrierRuns(owner); runs {
+		return "process " + owner + ", gone, but process group " + strconv.Itoa(g) + " it started to run the call still runs (`kill -KILL -- -" + strconv.Itoa(g) + "` stops it)"
+	}
+	return "process " + owner
+}

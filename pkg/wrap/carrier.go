@@ -1,0 +1,66 @@
+package wrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
+)
+
+// A claim names the server process its call is sent to (fence.Request.Carrier): a wrap killed
+// with SIGKILL takes its child with it, but not what the child started (the node under npx),
+// which may still run the call; the ledger judges the claim's holder alive while that process
+// group runs (pkg/fence/carrier.go). The carrier is the group of the live session when the
+// call is admitted; a call that goes to another (the server restarted in between) has its
+// claim renewed with the new group before it is sent (carry).
+
+// grouped is a connection whose server leads a process group of its own (a stdio child).
+type grouped interface{ Group() int }
+
+// carried caches the carrier of the last session asked about.
+type carried struct {
+	mu   sync.Mutex
+	conn Conn
+	text string
+}
+
+// carrier returns the carrier naming the process group of c's server, "" when it has none
+// this process can name (a remote server, no /proc, no session).
+func (p *Proxy) carrier(c Conn) string {
+	g, ok := c.(grouped)
+	if !ok {
+		return ""
+	}
+	p.carried.mu.Lock()
+	defer p.carried.mu.Unlock()
+	if p.carried.conn != c {
+		p.carried.conn, p.carried.text = c, fence.GroupCarrier(g.Group())
+	}
+	return p.carried.text
+}
+
+// carry makes the claim of t, admitted naming carrier named, name the carrier of s, the
+// session its call is about to be sent to: when they differ, the claim is renewed with s's
+// (Engine.Carry) before the call goes, so it never runs where the ledger does not look. A
+// claim lost meanwhile is not sent; when the ledger does not answer in time, the call goes,
+// its claim naming the old carrier (the safety is lost for this call only, the claim is not).
+func (p *Proxy) carry(ctx context.Context, t fence.Ticket, named string, s Conn) (fence.Ticket, error) {
+	c := p.carrier(s)
+	if c == "" || c == named {
+		return t, nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, p.opt.Engine.Config().LeaseTTL/3)
+	next, err := p.opt.Engine.Carry(hctx, t, c)
+	cancel()
+	switch {
+	case err == nil:
+		return next, nil
+	case errors.Is(err, fence.ErrLeaseLost):
+		return t, fmt.Errorf("%w: its claim was lost before it was sent (%v)", mcpstdio.ErrNotSent, err)
+	}
+	p.logf("intent %s: its call goes to a new server process, and the ledger did not record that in time (%v); sent all the same", t.Intent, err)
+	return t, nil
+}

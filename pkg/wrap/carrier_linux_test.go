@@ -1,0 +1,163 @@
+package wrap_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestKill9WhileTheServersGroupRuns: a wrap killed with SIGKILL takes its child with it (the
+// parent-death signal), not what the child started: here the MCP server runs under a shell, as
+// the node under npx does, and finishes the call it has after wrap is gone. The claim names
+// the server's process group, so while that group runs the claim's holder is not gone: a
+// re-run-safe call is not run a second time by the next wrap, and an operator cannot clear the
+// claim or resolve it as not having happened, even past its lease; `ledger show` names the
+// group to stop. Once the group has ended, the operator can. Before, the next wrap took a
+// re-run-safe claim over at once and ran the call while the first run went on, and an operator
+// could clear any such claim once its lease lapsed.
+func TestKill9WhileTheServersGroupRuns(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	t.Run("rerun-safe", func(t *testing.T) {
+		t.Parallel()
+		kill9WhileTheServersGroupRuns(t, "--rerun-safe", "slow")
+	})
+	t.Run("fenced", func(t *testing.T) {
+		t.Parallel()
+		kill9WhileTheServersGroupRuns(t)
+	})
+}
+
+func kill9WhileTheServersGroupRuns(t *testing.T, extra ...string) {
+	r := newRig(t)
+	r.childCmdOverride = []string{"sh", "-c", `"$0"; exit $?`, serverBin}
+	flags := append([]string{"--lease-secs", "2"}, extra...)
+	w := r.wrap(flags...)
+	until := filepath.Join(r.dir, "until")
+	args := fmt.Sprintf(`{"ms":0,"tag":"grandchild","until":%q}`, until)
+	go func() { _, _ = callE(w.Session, "slow", args) }()
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	kids := childPids(w.Pid())
+	if len(kids) != 1 {
+		t.Fatalf("wrap has children %v, want its shell", kids)
+	}
+	var server int
+	waitFor(t, "the shell to start the server", func() bool {
+		g := childPids(kids[0])
+		if len(g) == 1 {
+			server = g[0]
+		}
+		return server != 0
+	})
+	if m := regexp.MustCompile(`/g(\d+)\.\d+$`).FindStringSubmatch(claim.Owner); m == nil || m[1] != fmt.Sprint(kids[0]) {
+		t.Fatalf("the claim's owner %q does not name the server's process group %d", claim.Owner, kids[0])
+	}
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	waitFor(t, "the shell to die with wrap", func() bool { return !alive(kids[0]) })
+	if !alive(server) {
+		t.Fatal("the server under the shell died with wrap: nothing to test")
+	}
+	time.Sleep(time.Until(claim.LeaseUntil) + 300*time.Millisecond) // past the lease
+
+	w2 := r.wrap(flags...)
+	// A call run again would wait for the file: made after a while, so it ends and fails here.
+	late := time.AfterFunc(10*time.Second, func() { _ = os.WriteFile(until, nil, 0o600) })
+	x := call(t, w2.Session, "slow", args)
+	late.Stop()
+	if !x.IsError || x.replayed() {
+		t.Fatalf("the same call while the first still runs in the killed wrap's server: %+v, want refused", x.text())
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d effects, want none yet", n)
+	}
+	code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked")
+	if code == 0 || !strings.Contains(stderr, fmt.Sprintf("process group %d", kids[0])) {
+		t.Fatalf("clear while the server's group runs: exit %d, %s; want refused, naming the group", code, stderr)
+	}
+	code, stderr = r.ledgerCmd("resolve", claim.Intent, "--did-not-happen", "--reason", "checked")
+	if code == 0 {
+		t.Fatalf("resolve --did-not-happen while the server's group runs: exit 0, %s; want refused", stderr)
+	}
+	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, fmt.Sprintf("kill -KILL -- -%d", kids[0])) {
+		t.Fatalf("ledger show does not say which group to stop:\n%s", out)
+	}
+
+	// The server finishes the call (its answer goes nowhere) and exits: the group has ended.
+	if err := os.WriteFile(until, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to finish and exit", func() bool { return !alive(server) })
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d effects, want the first run's", n)
+	}
+	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "found it ran: run it again"); code != 0 {
+		t.Fatalf("clear once the group ended: exit %d, %s", code, stderr)
+	}
+	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() || r.effectCount() != 2 {
+		t.Fatalf("after the clear the call runs: %+v, %d effects", x.text(), r.effectCount())
+	}
+}
+
+// TestClaimNamesTheRestartedServer: the first call after the MCP server died goes to a new
+// server process, started for it after its claim was made; the claim names the group the call
+// went to, not the dead one's (nor none).
+func TestClaimNamesTheRestartedServer(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	w := r.wrap()
+	if x := call(t, w.Session, "slow", `{"ms":1,"tag":"first"}`); x.IsError {
+		t.Fatalf("first call: %s", x.text())
+	}
+	kids := childPids(w.Pid())
+	if len(kids) != 1 {
+		t.Fatalf("wrap has children %v, want its server", kids)
+	}
+	if err := syscall.Kill(-kids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "wrap to see its server gone", func() bool { return len(childPids(w.Pid())) == 0 })
+	time.Sleep(1100 * time.Millisecond) // past the restart backoff
+	if x := call(t, w.Session, "slow", `{"ms":1,"tag":"second"}`); x.IsError {
+		t.Fatalf("the call after the server died: %s", x.text())
+	}
+	now := childPids(w.Pid())
+	if len(now) != 1 || now[0] == kids[0] {
+		t.Fatalf("wrap's server after the restart: %v (before: %d)", now, kids[0])
+	}
+	led := r.openLedger()
+	var owners []string
+	if err := led.Store().View(context.Background(), func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
+			owners = append(owners, rec.Owner)
+			return true
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{fmt.Sprintf("/g%d.", kids[0]), fmt.Sprintf("/g%d.", now[0])}
+	if len(owners) != 2 {
+		t.Fatalf("records' owners: %q, want two", owners)
+	}
+	for _, w := range want {
+		found := false
+		for _, o := range owners {
+			found = found || strings.Contains(o, w)
+		}
+		if !found {
+			t.Errorf("no record names group %s: %q", w, owners)
+		}
+	}
+}
