@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Carriers: the processes a holder started to run its call.
@@ -90,38 +91,58 @@ func validCarrier(c string) bool {
 }
 
 // carrierCache remembers the carriers seen gone: a group seen empty never comes back (its
-// number was free to be taken by another group), so a later look could only be misled.
+// number was free to be taken by another group), so a later look could only be misled. And
+// for a moment the carriers seen running: finding a member without its leader reads all of
+// /proc (BenchmarkGoneHolderWithRunningCarrier: 3 to 9 ms for 150 processes on a 2-core
+// machine), in the ledger's transaction, for every attempt at the claim; a group that ends is
+// then seen ended up to aliveFor later, which only holds its claim that much longer.
 type carrierCache struct {
-	mu   sync.Mutex
-	gone map[string]struct{}
+	mu    sync.Mutex
+	gone  map[string]struct{}
+	alive map[string]time.Time // until when a carrier seen running is taken as running
 }
 
 var carriers carrierCache
 
-// maxGoneCarriers bounds the cache; past it, it starts over.
+// maxGoneCarriers bounds each map of the cache; past it, that map starts over.
 const maxGoneCarriers = 4096
+
+// aliveFor is how long a carrier seen running is taken as running without a look.
+const aliveFor = time.Second
 
 // liveness judges the carrier c of owner (whose holder process is gone): Alive while its group
 // has a member that runs (the leader, stopped or not, or any other), Dead once it has none.
 func (cc *carrierCache) liveness(owner, c string, me local) Liveness {
+	now := time.Now()
 	cc.mu.Lock()
 	_, gone := cc.gone[owner]
+	until, seen := cc.alive[owner]
 	cc.mu.Unlock()
-	if gone {
+	switch {
+	case gone:
 		return Dead
+	case seen && now.Before(until):
+		return Alive
 	}
 	pgid, start, ok := parseCarrier(c)
 	if !ok {
 		return CannotTell // not a carrier this version reads: judged by its lease
 	}
 	l := groupLiveness(pgid, start, me)
-	if l == Dead {
-		cc.mu.Lock()
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	switch l {
+	case Dead:
 		if cc.gone == nil || len(cc.gone) >= maxGoneCarriers {
 			cc.gone = map[string]struct{}{}
 		}
 		cc.gone[owner] = struct{}{}
-		cc.mu.Unlock()
+		delete(cc.alive, owner)
+	case Alive:
+		if cc.alive == nil || len(cc.alive) >= maxGoneCarriers {
+			cc.alive = map[string]time.Time{}
+		}
+		cc.alive[owner] = now.Add(aliveFor)
 	}
 	return l
 }

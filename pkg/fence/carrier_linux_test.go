@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -18,7 +19,7 @@ import (
 // in it, and returns the shell, the member's pid and the writer whose close ends the shell:
 // the member then runs on in the group without its leader, as the node under a killed wrap's
 // npx does.
-func startGroup(t *testing.T) (leader *exec.Cmd, member int, end io.Closer) {
+func startGroup(t testing.TB) (leader *exec.Cmd, member int, end io.Closer) {
 	t.Helper()
 	leader = exec.Command("sh", "-c", "sleep 60 & echo $!; read x")
 	leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -47,7 +48,7 @@ func startGroup(t *testing.T) (leader *exec.Cmd, member int, end io.Closer) {
 }
 
 // goneHolder returns the owner string of a process that ran and is gone (killed and reaped).
-func goneHolder(t *testing.T, me local) string {
+func goneHolder(t testing.TB, me local) string {
 	t.Helper()
 	h := exec.Command("sleep", "60")
 	if err := h.Start(); err != nil {
@@ -219,4 +220,25 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 	}
+}
+
+// BenchmarkGoneHolderWithRunningCarrier: what judging a gone holder's carrier costs, uncached,
+// while it runs without its leader: the case that reads all of /proc (the machine's process
+// count is reported as procs).
+func BenchmarkGoneHolderWithRunningCarrier(b *testing.B) {
+	me := whereAmI()
+	if !me.sound {
+		b.Skip("skipped: this process's /proc is not its own PID namespace's")
+	}
+	leader, _, end := startGroup(b)
+	pgid, start, _ := parseCarrier(GroupCarrier(leader.Process.Pid))
+	_ = end.Close()
+	_ = leader.Wait()
+	ents, _ := os.ReadDir("/proc")
+	for b.Loop() {
+		if groupLiveness(pgid, start, me) != Alive { // uncached (carrierCache)
+			b.Fatal("not alive")
+		}
+	}
+	b.ReportMetric(float64(len(ents)), "procs")
 }
