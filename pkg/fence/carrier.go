@@ -229,27 +229,55 @@ func (e *Engine) mine(owner string) bool {
 	return owner == o || len(owner) > len(o) && owner[len(o)] == '/' && owner[:len(o)] == o
 }
 
-// CarrierRuns reports whether owner names a holder process that is gone while the process
-// group it started to run the call (its carrier) still runs, and that group: what an operator
-// must stop, or wait for, before the claim can be freed. Judged by this process's /proc.
+// CarrierRuns reports whether owner names a carrier that may still be running a call nobody
+// follows any more, and its group: a member of the group runs while the holder process is gone
+// (wrap killed; the node under npx finishes the call), or while the group's own leader is (the
+// server exited mid-call, leaving a process it started to finish it: its claim was fenced as
+// unknown, and no late result will come). That is what an operator must stop, or wait for,
+// before the claim is freed. A group whose leader and holder both run is not a carrier left
+// behind: the server is alive and answers for its calls. Judged by this process's /proc.
 func CarrierRuns(owner string) (pgid int, runs bool) {
-	parts := strings.Split(owner, "/")
-	if len(parts) != 6 {
-		return 0, false
-	}
-	pgid, _, ok := parseCarrier(parts[5])
-	me := whereAmI()
-	if !ok || !me.sound || parts[4] != me.pidns || bootOf(parts[3]) != bootOf(me.boot) || pidLiveness(parts[:5], me) != Dead {
-		return 0, false
-	}
-	return pgid, OwnerLiveness(owner) == Alive
+	pgid, _, runs = carrierState(owner)
+	return pgid, runs
 }
 
-// holderWords names the holder of a claim for a message: its process, and when that is gone
-// while its carrier runs, the group that does.
+// carrierState is CarrierRuns, saying too whether the holder process is gone.
+func carrierState(owner string) (pgid int, holderGone, runs bool) {
+	parts := strings.Split(owner, "/")
+	if len(parts) != 6 {
+		return 0, false, false
+	}
+	pgid, start, ok := parseCarrier(parts[5])
+	me := whereAmI()
+	if !ok || !me.sound || parts[4] != me.pidns || bootOf(parts[3]) != bootOf(me.boot) {
+		return 0, false, false
+	}
+	if pidLiveness(parts[:5], me) == Dead {
+		return pgid, true, OwnerLiveness(owner) == Alive
+	}
+	// The holder runs (or cannot be told): a group whose leader is gone but whose member runs.
+	now, state := procStat(pgid)
+	if now != 0 {
+		n := int64(now) - me.offset
+		if n <= 0 || uint64(n) != start || state != 'Z' && state != 'X' || threads(pgid) > 1 {
+			return 0, false, false // its leader runs, or its number was taken: the group ended
+		}
+	}
+	if groupEmpty(pgid) {
+		return 0, false, false
+	}
+	return pgid, false, groupMemberRuns(pgid) == Alive
+}
+
+// holderWords names the holder of a claim for a message: its process, and the group it
+// started when that runs on without the holder or without its own leader (CarrierRuns).
 func holderWords(owner string) string {
-	if g, runs := CarrierRuns(owner); runs {
+	g, gone, runs := carrierState(owner)
+	switch {
+	case runs && gone:
 		return "process " + owner + ", gone, but process group " + strconv.Itoa(g) + " it started to run the call still runs (`kill -KILL -- -" + strconv.Itoa(g) + "` stops it)"
+	case runs:
+		return "process " + owner + ", whose process group " + strconv.Itoa(g) + " started to run the call lost its leader but still runs (`kill -KILL -- -" + strconv.Itoa(g) + "` stops it)"
 	}
 	return "process " + owner
 }

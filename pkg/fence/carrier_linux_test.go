@@ -88,6 +88,12 @@ func TestCarrierKeepsAGoneHolderAlive(t *testing.T) {
 	if got := OwnerLiveness(owner); got != Alive {
 		t.Fatalf("a gone holder whose carrier's leader runs: %s, want alive", got)
 	}
+	// A live holder (this process) whose carrier's leader runs: a server that answers for its
+	// calls, not a carrier left behind.
+	mine := me.owner + "/" + carrier
+	if _, runs := CarrierRuns(mine); runs {
+		t.Fatal("CarrierRuns of a live holder whose carrier's leader runs")
+	}
 	pg, _, _ := strings.Cut(carrier, ".")
 	start, _ := strconv.ParseUint(carrier[len(pg)+1:], 10, 64)
 	for _, c := range []struct {
@@ -114,8 +120,15 @@ func TestCarrierKeepsAGoneHolderAlive(t *testing.T) {
 	if g, runs := CarrierRuns(owner); !runs || g != pgid {
 		t.Fatalf("CarrierRuns = %d, %v; want %d, true", g, runs, pgid)
 	}
-	if w := holderWords(owner); !strings.Contains(w, fmt.Sprintf("kill -KILL -- -%d", pgid)) {
+	if w := holderWords(owner); !strings.Contains(w, fmt.Sprintf("kill -KILL -- -%d", pgid)) || !strings.Contains(w, "gone") {
 		t.Fatalf("the holder's words name no group to stop: %s", w)
+	}
+	// The live holder's carrier lost its leader while a member runs: left behind.
+	if g, runs := CarrierRuns(mine); !runs || g != pgid {
+		t.Fatalf("CarrierRuns of a live holder whose carrier lost its leader = %d, %v; want %d, true", g, runs, pgid)
+	}
+	if w := holderWords(mine); !strings.Contains(w, "lost its leader") {
+		t.Fatalf("the live holder's words: %s", w)
 	}
 	if err := syscall.Kill(member, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -130,6 +143,9 @@ func TestCarrierKeepsAGoneHolderAlive(t *testing.T) {
 	waitFor(t, func() bool { return OwnerLiveness(owner) == Dead })
 	if _, runs := CarrierRuns(owner); runs {
 		t.Fatal("CarrierRuns after the group ended")
+	}
+	if _, runs := CarrierRuns(mine); runs {
+		t.Fatal("CarrierRuns of the live holder after the group ended")
 	}
 	// Without its carrier, or once its carrier is seen gone, the holder is dead for good.
 	if got := OwnerLiveness(holder); got != Dead {

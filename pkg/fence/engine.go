@@ -511,7 +511,7 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 	case !lapsed:
 		return held, "", ""
 	case seen == Alive:
-		if _, runs := CarrierRuns(rec.Owner); runs {
+		if _, gone, runs := carrierState(rec.Owner); runs && gone {
 			return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder %s: the effect may still happen; never taken over while that group runs", at, holderWords(rec.Owner))
 		}
 		return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder alive but silent (stalled or stopped: process %s); a live holder is never taken over; its own late result heals this", at, rec.Owner)

@@ -95,15 +95,21 @@ func (e *Engine) SilentHolder(now time.Time, rec Record) (why string, silent boo
 	switch {
 	case rec.State == StateInFlight && now.Before(rec.LeaseUntil): // held, not silent
 		return "", false
+	case rec.State == StateInFlight || rec.State == StateUnknown:
+		// A process group the holder started to run the call, running on without the holder or
+		// without its own leader, may finish the effect whatever the claim's nonce says: an
+		// unknown claim whose server died mid-call can no longer heal, but its call may still
+		// be running in what the server started.
+		if _, runs := CarrierRuns(rec.Owner); runs {
+			return fmt.Sprintf("claim %d (lease until %s) is held by %s: it may still run or finish the effect, and the next attempt would run it again; stop that group, or wait until it has ended",
+				rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), holderWords(rec.Owner)), true
+		}
+	}
+	switch {
 	case rec.State != StateInFlight && !rec.Healable():
 		return "", false
-	}
-	if !e.mine(rec.Owner) && e.cfg.Liveness(rec.Owner) != Alive {
+	case !e.mine(rec.Owner) && e.cfg.Liveness(rec.Owner) != Alive:
 		return "", false
-	}
-	if _, runs := CarrierRuns(rec.Owner); runs {
-		return fmt.Sprintf("the lease of claim %d lapsed at %s, but its holder, %s: it may still run or finish the effect, and the next attempt would run it again; stop that group, or wait until it has ended",
-			rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), holderWords(rec.Owner)), true
 	}
 	return fmt.Sprintf("the lease of claim %d lapsed at %s, but its holder, process %s, still runs on this host (stopped, stalled, or a serve process whose agent runs the call): if it resumes, it may still run or finish the effect, and the next attempt would run it again; stop that process (the fence then sees it gone) or let its late result settle the intent",
 		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), rec.Owner), true

@@ -161,3 +161,66 @@ func TestClaimNamesTheRestartedServer(t *testing.T) {
 		}
 	}
 }
+
+// TestServerDiesMidCallLeavingAProcessRunningIt: the MCP server's direct process (a shell here,
+// npx for a node server) dies mid-call while the process it started goes on with the call. The
+// call is answered as of unknown outcome and fenced, and its claim can no longer heal (nobody
+// will report its result); but the process group still runs the call without its leader, so an
+// operator's clear and resolve --did-not-happen are refused, naming the group, until the group
+// has ended. Before, the clear went through at once and the effect landed after it.
+func TestServerDiesMidCallLeavingAProcessRunningIt(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	r.childCmdOverride = []string{"sh", "-c", `"$0"; exit $?`, serverBin}
+	w := r.wrap()
+	until := filepath.Join(r.dir, "until")
+	args := fmt.Sprintf(`{"ms":0,"tag":"orphan","until":%q}`, until)
+	answered := callInBackground(w.Session, "slow", args)
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	kids := childPids(w.Pid())
+	if len(kids) != 1 {
+		t.Fatalf("wrap has children %v, want its shell", kids)
+	}
+	var server int
+	waitFor(t, "the shell to start the server", func() bool {
+		if g := childPids(kids[0]); len(g) == 1 {
+			server = g[0]
+		}
+		return server != 0
+	})
+	if err := syscall.Kill(kids[0], syscall.SIGKILL); err != nil { // the shell alone
+		t.Fatal(err)
+	}
+	a := <-answered
+	if a.err != nil || !a.x.IsError {
+		t.Fatalf("the call whose server died: %+v %v, want a tool error", a.x.text(), a.err)
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateUnknown {
+		t.Fatalf("its intent: %+v %v, want unknown", rec, err)
+	}
+	if !alive(server) {
+		t.Fatal("the server died with its shell: nothing to test")
+	}
+	group := fmt.Sprintf("process group %d", kids[0])
+	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked"); code == 0 || !strings.Contains(stderr, group) {
+		t.Fatalf("clear while the server's group runs the call: exit %d, %s; want refused, naming the group", code, stderr)
+	}
+	if code, stderr := r.ledgerCmd("resolve", claim.Intent, "--did-not-happen", "--reason", "checked"); code == 0 || !strings.Contains(stderr, group) {
+		t.Fatalf("resolve --did-not-happen while the server's group runs the call: exit %d, %s; want refused", code, stderr)
+	}
+	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, fmt.Sprintf("kill -KILL -- -%d", kids[0])) {
+		t.Fatalf("ledger show does not say which group to stop:\n%s", out)
+	}
+	if err := os.WriteFile(until, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to finish the call and exit", func() bool { return !alive(server) })
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d effects, want the call's", n)
+	}
+	if code, stderr := r.ledgerCmd("resolve", claim.Intent, "--happened", "--reason", "found it"); code != 0 {
+		t.Fatalf("resolve once the group ended: exit %d, %s", code, stderr)
+	}
+}
