@@ -644,10 +644,14 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 				fmt.Fprintf(w, "parent   %s\n", esc(r.Cert.Parent))
 			}
 		}
-		if g, runs := fence.CarrierRuns(r.Owner); runs && r.State.Fenced() {
+		_, silent := l.SilentHolder(time.Now(), r)
+		g, runs := fence.CarrierRuns(r.Owner)
+		if silent && runs && r.State.Fenced() {
+			// As clear judges it (SilentHolder): a failed claim is cleared whatever its carrier
+			// does (its server answered it).
 			q := shellQuote(r.Intent) + c.selection(l.Location)
 			fmt.Fprintf(w, "\nfenced, but process group %d, which its holder (process %s) started to run the call, still runs on this host without that holder or without its own leader: it may still finish the effect.\nStop that group (kill -KILL -- -%d) or wait until it has ended. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  effectfence ledger resolve %s --happened --reason \"what you found\"\n", g, esc(r.Owner), g, q)
-		} else if _, silent := l.SilentHolder(time.Now(), r); silent && r.State.Fenced() {
+		} else if silent && r.State.Fenced() {
 			q := shellQuote(r.Intent) + c.selection(l.Location)
 			fmt.Fprintf(w, "\nfenced, but its holder (process %s) still runs on this host past its lease: stopped or stalled, it may still run or finish the effect.\nStop that process, or let it resume: its late result settles the intent. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  effectfence ledger resolve %s --happened --reason \"what you found\"\n", esc(r.Owner), q)
 		} else if r.State.Fenced() {

@@ -23,10 +23,14 @@ import (
 //
 // So a claim may name a carrier: the process group its call was sent to, as "g<pgid>.<start>"
 // (start: its leader's start time, in the initial time namespace's clock ticks, as an owner's
-// is). It is recorded as a sixth field of the claim's owner string (Request.Carrier), and a
-// holder that is gone is judged alive while its carrier has a running member. Older versions
-// split an owner string into five fields and judge a sixth "cannot tell": they wait for the
-// lease, as they do for a holder on another host.
+// is). It is recorded in the host field of the claim's owner string, after a "+"
+// (host+g<pgid>.<start>/pid/start/boot/pidns; Request.Carrier), and a holder that is gone is
+// judged alive while its carrier has a running member. The host field is the one older
+// versions do not judge by: they read such an owner exactly as they read it without the
+// carrier (a sixth field would have made them judge every such holder "cannot tell", a live
+// stalled one too, whose claim they would then take over or clear once its lease lapsed).
+// This process's own host name never holds a "+" (whereAmI writes "_"); a text after the
+// last "+" that is not a carrier is part of the host name.
 //
 // The group's number stays taken while the group has a member (Linux frees a pid only once no
 // process uses it as its pid, group or session), so a group that is seen empty is gone for
@@ -62,7 +66,8 @@ func parseCarrier(c string) (pgid int, start uint64, ok bool) {
 	}
 	pgid, err1 := strconv.Atoi(g)
 	start, err2 := strconv.ParseUint(s, 10, 64)
-	if err1 != nil || err2 != nil || pgid <= 0 || start == 0 {
+	// Group 1 is never a child's (kill(-1, 0) would probe every process besides).
+	if err1 != nil || err2 != nil || pgid <= 1 || start == 0 {
 		return 0, 0, false
 	}
 	return pgid, start, true
@@ -149,7 +154,8 @@ func (cc *carrierCache) liveness(owner, c string, me local) Liveness {
 
 // groupLiveness judges process group pgid whose leader started at start.
 func groupLiveness(pgid int, start uint64, me local) Liveness {
-	if groupEmpty(pgid) {
+	empty, foreign := groupProbe(pgid)
+	if empty {
 		return Dead // the kernel's own answer: no process has this group
 	}
 	now, state := procStat(pgid)
@@ -175,6 +181,11 @@ func groupLiveness(pgid int, start uint64, me local) Liveness {
 		case CannotTell:
 			return CannotTell
 		}
+	}
+	if foreign {
+		// The kernel says the group has members, none this process may signal, and /proc
+		// shows none that runs: they may be hidden from it (hidepid), so it cannot tell.
+		return CannotTell
 	}
 	return Dead
 }
@@ -210,6 +221,31 @@ func groupMemberRuns(pgid int) Liveness {
 	}
 }
 
+// withCarrier is owner with carrier added to its host field.
+func withCarrier(owner, carrier string) string {
+	if carrier == "" {
+		return owner
+	}
+	host, rest, found := strings.Cut(owner, "/")
+	if !found {
+		return owner + "+" + carrier
+	}
+	return host + "+" + carrier + "/" + rest
+}
+
+// splitCarrier returns owner without its carrier, and the carrier ("" for none).
+func splitCarrier(owner string) (base, carrier string) {
+	host, _, _ := strings.Cut(owner, "/")
+	i := strings.LastIndexByte(host, '+')
+	if i < 0 {
+		return owner, ""
+	}
+	if _, _, ok := parseCarrier(host[i+1:]); !ok {
+		return owner, "" // part of a host name
+	}
+	return owner[:i] + owner[len(host):], host[i+1:]
+}
+
 // ownerWith is the owner string of a claim this engine makes or renews with carrier.
 func (e *Engine) ownerWith(carrier string) string {
 	if carrier == "" {
@@ -218,15 +254,18 @@ func (e *Engine) ownerWith(carrier string) string {
 	if p := e.carried.Load(); p != nil && p[0] == carrier {
 		return p[1]
 	}
-	o := e.cfg.Owner + "/" + carrier
+	o := withCarrier(e.cfg.Owner, carrier)
 	e.carried.Store(&[2]string{carrier, o})
 	return o
 }
 
 // mine reports whether owner is this engine's process, with a carrier or without.
 func (e *Engine) mine(owner string) bool {
-	o := e.cfg.Owner
-	return owner == o || len(owner) > len(o) && owner[len(o)] == '/' && owner[:len(o)] == o
+	if owner == e.cfg.Owner {
+		return true
+	}
+	base, c := splitCarrier(owner)
+	return c != "" && base == e.cfg.Owner
 }
 
 // CarrierRuns reports whether owner names a carrier that may still be running a call nobody
@@ -243,16 +282,17 @@ func CarrierRuns(owner string) (pgid int, runs bool) {
 
 // carrierState is CarrierRuns, saying too whether the holder process is gone.
 func carrierState(owner string) (pgid int, holderGone, runs bool) {
-	parts := strings.Split(owner, "/")
-	if len(parts) != 6 {
+	base, c := splitCarrier(owner)
+	parts := strings.Split(base, "/")
+	if c == "" || len(parts) != 5 {
 		return 0, false, false
 	}
-	pgid, start, ok := parseCarrier(parts[5])
+	pgid, start, _ := parseCarrier(c)
 	me := whereAmI()
-	if !ok || !me.sound || parts[4] != me.pidns || bootOf(parts[3]) != bootOf(me.boot) {
+	if !me.sound || parts[4] != me.pidns || bootOf(parts[3]) != bootOf(me.boot) {
 		return 0, false, false
 	}
-	if pidLiveness(parts[:5], me) == Dead {
+	if pidLiveness(parts, me) == Dead {
 		return pgid, true, OwnerLiveness(owner) == Alive
 	}
 	// The holder runs (or cannot be told): a group whose leader is gone but whose member runs.
@@ -263,7 +303,7 @@ func carrierState(owner string) (pgid int, holderGone, runs bool) {
 			return 0, false, false // its leader runs, or its number was taken: the group ended
 		}
 	}
-	if groupEmpty(pgid) {
+	if empty, _ := groupProbe(pgid); empty {
 		return 0, false, false
 	}
 	return pgid, false, groupMemberRuns(pgid) == Alive

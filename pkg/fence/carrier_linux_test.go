@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,13 +85,13 @@ func TestCarrierKeepsAGoneHolderAlive(t *testing.T) {
 	if c := GroupCarrier(member); c != "" {
 		t.Fatalf("GroupCarrier of a member that does not lead its group: %q, want none", c)
 	}
-	owner := holder + "/" + carrier
+	owner := withCarrier(holder, carrier)
 	if got := OwnerLiveness(owner); got != Alive {
 		t.Fatalf("a gone holder whose carrier's leader runs: %s, want alive", got)
 	}
 	// A live holder (this process) whose carrier's leader runs: a server that answers for its
 	// calls, not a carrier left behind.
-	mine := me.owner + "/" + carrier
+	mine := withCarrier(me.owner, carrier)
 	if _, runs := CarrierRuns(mine); runs {
 		t.Fatal("CarrierRuns of a live holder whose carrier's leader runs")
 	}
@@ -101,14 +102,24 @@ func TestCarrierKeepsAGoneHolderAlive(t *testing.T) {
 		want    Liveness
 	}{
 		{fmt.Sprintf("%s.%d", pg, start+1), Dead}, // its number taken by a process started at another time
-		{"x" + carrier[1:], CannotTell},
-		{"g." + carrier[len(pg)+1:], CannotTell},
-		{pg, CannotTell},
-		{"", CannotTell},
+		// Not carriers: part of the host name, so the holder alone is judged (gone).
+		{"x" + carrier[1:], Dead},
+		{"g." + carrier[len(pg)+1:], Dead},
+		{fmt.Sprintf("g1.%d", start), Dead},
+		{pg, Dead},
+		{"", Dead},
 	} {
-		if got := OwnerLiveness(holder + "/" + c.carrier); got != c.want {
+		if got := OwnerLiveness(withCarrier(holder, c.carrier)); got != c.want {
 			t.Errorf("carrier %q: %s, want %s", c.carrier, got, c.want)
 		}
+	}
+	// The carrier rides in the host field, which versions before it do not judge by: they
+	// split the owner into the five fields they know, pid to namespace as without it.
+	if f, h := strings.Split(owner, "/"), strings.Split(holder, "/"); len(f) != 5 || !slices.Equal(f[1:], h[1:]) || f[0] != h[0]+"+"+carrier {
+		t.Fatalf("the owner with its carrier %q, the holder's %q", owner, holder)
+	}
+	if base, c := splitCarrier("my+host/1/2/3/4"); base != "my+host/1/2/3/4" || c != "" {
+		t.Fatalf("a host name with a + is not a carrier: %q %q", base, c)
 	}
 
 	// The leader ends; its member runs on, then is stopped: alive both ways.
@@ -185,11 +196,11 @@ func TestCarrierOnTheClaim(t *testing.T) {
 		}
 		return s.Owner
 	}
-	if o := owner(); o != holder+"/"+carrier {
-		t.Fatalf("the claim's owner: %q, want %q", o, holder+"/"+carrier)
+	if o := owner(); o != withCarrier(holder, carrier) {
+		t.Fatalf("the claim's owner: %q, want %q", o, withCarrier(holder, carrier))
 	}
 	tk, err := gone.Heartbeat(ctx, *adm.Ticket)
-	if err != nil || owner() != holder+"/"+carrier {
+	if err != nil || owner() != withCarrier(holder, carrier) {
 		t.Fatalf("after its holder's heartbeat: %q %v, want the carrier kept", owner(), err)
 	}
 	if _, err := gone.Carry(ctx, tk, "nope"); !errors.As(err, new(InvalidError)) {
@@ -198,7 +209,7 @@ func TestCarrierOnTheClaim(t *testing.T) {
 	if tk, err = gone.Carry(ctx, tk, ""); err != nil || owner() != holder {
 		t.Fatalf("Carry with none: %q %v", owner(), err)
 	}
-	if tk, err = gone.Carry(ctx, tk, carrier); err != nil || owner() != holder+"/"+carrier {
+	if tk, err = gone.Carry(ctx, tk, carrier); err != nil || owner() != withCarrier(holder, carrier) {
 		t.Fatalf("Carry: %q %v", owner(), err)
 	}
 
@@ -212,7 +223,7 @@ func TestCarrierOnTheClaim(t *testing.T) {
 	_ = syscall.Kill(member, syscall.SIGKILL)
 	_ = syscall.Kill(-leader.Process.Pid, syscall.SIGKILL)
 	_ = leader.Wait()
-	waitFor(t, func() bool { return OwnerLiveness(holder+"/"+carrier) == Dead })
+	waitFor(t, func() bool { return OwnerLiveness(withCarrier(holder, carrier)) == Dead })
 	adm, err = judge.Prepare(ctx, Request{Intent: "pay", Tool: "t", RerunSafe: true})
 	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
 		t.Fatalf("once the carrier ended, the re-run-safe claim is taken over: %+v %v", adm, err)

@@ -28,7 +28,9 @@ import (
 // time namespace's ticks (bootOffset). The host name is informational: a container
 // with its own UTS name but the host's PID namespace is judged soundly, and two hosts with one
 // name are told apart by their boot ids. Owner strings of older versions (host/pid/start) do
-// not say which namespace their pid is counted in and are judged CannotTell.
+// not say which namespace their pid is counted in and are judged CannotTell. A claim may add a
+// carrier to the host field (host+g<pgid>.<start>: carrier.go), which versions before it read
+// as part of the host name, not used for judging.
 
 // Liveness is what a checker can tell about the process named by an owner string.
 type Liveness int
@@ -79,7 +81,8 @@ func whereAmI() local {
 		if host == "" {
 			host = "localhost"
 		}
-		host = strings.ReplaceAll(host, "/", "_")
+		// "/" parts an owner string's fields; "+" parts the host from a claim's carrier.
+		host = strings.NewReplacer("/", "_", "+", "_").Replace(host)
 		pid := os.Getpid()
 		b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 		here.boot = machineBoot(strings.TrimSpace(string(b)), os.Getenv(MachineIDEnv))
@@ -197,14 +200,8 @@ func OwnerLiveness(owner string) Liveness {
 	if owner == me.owner {
 		return Alive
 	}
-	parts := strings.Split(owner, "/")
-	carrier := ""
-	if len(parts) == 6 {
-		carrier, parts = parts[5], parts[:5]
-		if carrier == "" {
-			return CannotTell
-		}
-	}
+	base, carrier := splitCarrier(owner)
+	parts := strings.Split(base, "/")
 	if len(parts) != 5 || !me.sound || parts[4] != me.pidns {
 		return CannotTell
 	}

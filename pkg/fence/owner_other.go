@@ -9,5 +9,5 @@ func processGone(int) bool { return false }
 // report an outcome twice (a commit is idempotent; a second release is refused and audited).
 func lockDir(string) (func(), error) { return func() {}, nil }
 
-// groupEmpty cannot tell on this platform (no carrier is named here: GroupCarrier reads /proc).
-func groupEmpty(int) bool { return false }
+// groupProbe cannot tell on this platform (no carrier is named here: GroupCarrier reads /proc).
+func groupProbe(int) (empty, foreign bool) { return false, true }

@@ -28,9 +28,10 @@ func lockDir(dir string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// groupEmpty reports whether no process has process group pgid (signal 0 to the group probes
-// without sending; EPERM means it has members this process may not signal).
-func groupEmpty(pgid int) bool {
+// groupProbe reports whether no process has process group pgid, and whether it has members
+// this process may not signal (another user's), which its /proc may not show either (hidepid).
+// Signal 0 to the group probes without sending.
+func groupProbe(pgid int) (empty, foreign bool) {
 	err := syscall.Kill(-pgid, 0)
-	return err != nil && errors.Is(err, syscall.ESRCH)
+	return errors.Is(err, syscall.ESRCH), errors.Is(err, syscall.EPERM)
 }

@@ -391,19 +391,20 @@ func (p *Proxy) agentName() string {
 func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, carrier string, params json.RawMessage) answer {
 	agent := ctx
 	ctx = context.WithoutCancel(ctx)
-	// The session first: the claim must name the server process the call goes to before it
-	// goes (carry).
+	// The lease is renewed from the start, while a (re)start of the server is waited for too
+	// (bounded by the init timeout, which may exceed the lease). The session next: the claim
+	// must name the server process the call goes to before it goes (carry).
+	hb := p.heartbeat(t)
 	s, err := p.session(ctx)
 	if err == nil {
 		t, err = p.carry(ctx, t, carrier, s)
 	}
 	var res json.RawMessage
 	if err == nil {
-		hb := p.heartbeat(t)
 		p.hide(s, tool, params)
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
-		hb.stop()
 	}
+	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, false, params)
 }
 

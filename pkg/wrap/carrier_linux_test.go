@@ -58,7 +58,7 @@ func kill9WhileTheServersGroupRuns(t *testing.T, extra ...string) {
 		}
 		return server != 0
 	})
-	if m := regexp.MustCompile(`/g(\d+)\.\d+$`).FindStringSubmatch(claim.Owner); m == nil || m[1] != fmt.Sprint(kids[0]) {
+	if m := regexp.MustCompile(`^[^/]*\+g(\d+)\.\d+/`).FindStringSubmatch(claim.Owner); m == nil || m[1] != fmt.Sprint(kids[0]) {
 		t.Fatalf("the claim's owner %q does not name the server's process group %d", claim.Owner, kids[0])
 	}
 	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
@@ -147,7 +147,7 @@ func TestClaimNamesTheRestartedServer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{fmt.Sprintf("/g%d.", kids[0]), fmt.Sprintf("/g%d.", now[0])}
+	want := []string{fmt.Sprintf("+g%d.", kids[0]), fmt.Sprintf("+g%d.", now[0])}
 	if len(owners) != 2 {
 		t.Fatalf("records' owners: %q, want two", owners)
 	}

@@ -90,11 +90,11 @@ func ttlMillis(ms *float64, absent, max time.Duration) time.Duration {
 func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, carrier string, params json.RawMessage) answer {
 	agent := ctx // ends the call while it is not sent yet (see run)
 	ctx = context.WithoutCancel(ctx)
+	stopHeartbeat := p.heartbeat(t).stop // renewed while the session is waited for (see run)
 	s, err := p.session(ctx)
 	if err == nil {
 		t, err = p.carry(ctx, t, carrier, s) // as run does
 	}
-	stopHeartbeat := p.heartbeat(t).stop
 	var res json.RawMessage
 	if err == nil {
 		p.hide(s, tool, params)
