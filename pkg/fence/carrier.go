@@ -66,12 +66,17 @@ func parseCarrier(c string) (pgid int, start uint64, ok bool) {
 	}
 	pgid, err1 := strconv.Atoi(g)
 	start, err2 := strconv.ParseUint(s, 10, 64)
-	// Group 1 is never a child's (kill(-1, 0) would probe every process besides).
-	if err1 != nil || err2 != nil || pgid <= 1 || start == 0 {
+	// Group 1 is never a child's (kill(-1, 0) would probe every process besides). No pid
+	// exceeds PID_MAX_LIMIT (2^22), and kill takes a 32-bit pid: a larger number would be cut
+	// to another group's, or to -1 (every process) or 0 (this process's own group).
+	if err1 != nil || err2 != nil || pgid <= 1 || pgid > maxPid || start == 0 {
 		return 0, 0, false
 	}
 	return pgid, start, true
 }
+
+// maxPid is Linux's PID_MAX_LIMIT, the largest pid_max can be set to.
+const maxPid = 1 << 22
 
 func digits(s string) bool {
 	if s == "" || len(s) > 20 {

@@ -3,6 +3,7 @@ package fence
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 )
@@ -271,7 +272,9 @@ type Config struct {
 	OnLeaseExpiry ExpiryPolicy  // default Fence
 	// Owner identifies this process in the records it claims (default: LocalOwner()).
 	Owner string
-	// Liveness judges the process named by an owner string (default: OwnerLiveness).
+	// Liveness judges the process named by an owner string (default: OwnerLiveness). One of
+	// the caller's own is given the owner without the carrier a claim may name
+	// (Request.Carrier), as its Config.Owner made it.
 	Liveness func(owner string) Liveness
 	// SpoolDir is a local directory where outcomes the ledger cannot take are kept until it
 	// can (see Engine.Settle); "" keeps none.
@@ -299,6 +302,20 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Liveness == nil {
 		c.Liveness = OwnerLiveness
+	} else if reflect.ValueOf(c.Liveness).Pointer() != reflect.ValueOf(OwnerLiveness).Pointer() {
+		c.Liveness = baseLiveness(c.Liveness)
 	}
 	return c
+}
+
+// baseLiveness gives a Liveness of the caller's own the owner strings its Config.Owner made,
+// without the carrier a claim may add to them (carrier.go): it was written for those strings,
+// and a carrier it does not know of must not make it misjudge a holder (a registry of live
+// workers keyed by owner that answers Dead for a string it does not hold would have a live
+// holder's claim taken over). It judges the holder alone, as before carriers.
+func baseLiveness(judge func(string) Liveness) func(string) Liveness {
+	return func(owner string) Liveness {
+		base, _ := splitCarrier(owner)
+		return judge(base)
+	}
 }
