@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -223,4 +225,106 @@ func TestServerDiesMidCallLeavingAProcessRunningIt(t *testing.T) {
 	if code, stderr := r.ledgerCmd("resolve", claim.Intent, "--happened", "--reason", "found it"); code != 0 {
 		t.Fatalf("resolve once the group ended: exit %d, %s", code, stderr)
 	}
+}
+
+// TestKill9WhileNpxNodeRunsTheCall: the same as TestKill9WhileTheServersGroupRuns with the
+// real thing: a node MCP server on the TypeScript SDK started by npx (npm exec, then a shell,
+// then node: wrap's grandchild's child), killed wrap's call still running in node. node reads
+// the end of its stdin and finishes the call before it exits; until then the claim is held:
+// the next wrap does not run the call (it is re-run safe), and an operator's clear is refused.
+func TestKill9WhileNpxNodeRunsTheCall(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	peers, _ := filepath.Abs("../../.peers")
+	if _, err := os.Stat(filepath.Join(peers, "node_modules/@modelcontextprotocol/sdk/package.json")); err != nil {
+		t.Skip("skipping: npm peers are not installed; run scripts/install-peers")
+	}
+	for _, bin := range []string{"node", "npx"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("skipping: %s is not installed", bin)
+		}
+	}
+	script, _ := filepath.Abs(filepath.Join("testdata", "slow_server.mjs"))
+	r := newRig(t)
+	effects := filepath.Join(r.dir, "node-effects")
+	r.childCmdOverride = []string{"npx", "--no-install", "--", "node", script}
+	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + effects}
+	flags := []string{"--lease-secs", "2", "--rerun-safe", "slow"}
+	w := r.wrap(flags...)
+	until := filepath.Join(r.dir, "until")
+	args := fmt.Sprintf(`{"tag":"npx","until":%q}`, until)
+	go func() { _, _ = callE(w.Session, "slow", args) }()
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	kids := childPids(w.Pid())
+	if len(kids) != 1 {
+		t.Fatalf("wrap has children %v, want npx", kids)
+	}
+	var node int
+	waitFor(t, "node to run the call", func() bool {
+		for _, p := range groupMembers(kids[0]) {
+			if comm(p) == "node" {
+				node = p
+			}
+		}
+		return node != 0 && strings.Contains(w.log.String(), "npx started in pid")
+	})
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	waitFor(t, "npx to die with wrap", func() bool { return !alive(kids[0]) })
+	if !alive(node) {
+		t.Fatal("node died with npx: nothing to test")
+	}
+	time.Sleep(time.Until(claim.LeaseUntil) + 300*time.Millisecond)
+
+	w2 := r.wrap(flags...)
+	late := time.AfterFunc(10*time.Second, func() { _ = os.WriteFile(until, nil, 0o600) })
+	x := call(t, w2.Session, "slow", args)
+	late.Stop()
+	if !x.IsError || x.replayed() {
+		t.Fatalf("the same call while node still runs the first: %+v, want refused", x.text())
+	}
+	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked"); code == 0 || !strings.Contains(stderr, fmt.Sprintf("process group %d", kids[0])) {
+		t.Fatalf("clear while node runs the call: exit %d, %s; want refused, naming npx's group", code, stderr)
+	}
+	if err := os.WriteFile(until, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node to finish the call and exit", func() bool { return !alive(node) })
+	if b, _ := os.ReadFile(effects); strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("effects after node finished: %q, want the first run's", b)
+	}
+	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "found it ran"); code != 0 {
+		t.Fatalf("clear once node has exited: exit %d, %s", code, stderr)
+	}
+}
+
+// groupMembers returns the pids of process group pgid.
+func groupMembers(pgid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// comm is the command name of process pid.
+func comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
 }
