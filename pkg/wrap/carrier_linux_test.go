@@ -52,6 +52,11 @@ func kill9WhileTheServersGroupRuns(t *testing.T, extra ...string) {
 	if len(kids) != 1 {
 		t.Fatalf("wrap has children %v, want its shell", kids)
 	}
+	t.Cleanup(func() { // what outlives wrap when the test fails (it ended otherwise)
+		if t.Failed() {
+			_ = syscall.Kill(-kids[0], syscall.SIGKILL)
+		}
+	})
 	var server int
 	waitFor(t, "the shell to start the server", func() bool {
 		g := childPids(kids[0])
@@ -185,6 +190,11 @@ func TestServerDiesMidCallLeavingAProcessRunningIt(t *testing.T) {
 	if len(kids) != 1 {
 		t.Fatalf("wrap has children %v, want its shell", kids)
 	}
+	t.Cleanup(func() { // what outlives wrap when the test fails (it ended otherwise)
+		if t.Failed() {
+			_ = syscall.Kill(-kids[0], syscall.SIGKILL)
+		}
+	})
 	var server int
 	waitFor(t, "the shell to start the server", func() bool {
 		if g := childPids(kids[0]); len(g) == 1 {
@@ -260,6 +270,11 @@ func TestKill9WhileNpxNodeRunsTheCall(t *testing.T) {
 	if len(kids) != 1 {
 		t.Fatalf("wrap has children %v, want npx", kids)
 	}
+	t.Cleanup(func() { // what outlives wrap when the test fails (it ended otherwise)
+		if t.Failed() {
+			_ = syscall.Kill(-kids[0], syscall.SIGKILL)
+		}
+	})
 	var node int
 	waitFor(t, "node to run the call", func() bool {
 		for _, p := range groupMembers(kids[0]) {
