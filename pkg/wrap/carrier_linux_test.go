@@ -7,13 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/procs"
 )
 
 // TestKill9WhileTheServersGroupRuns: a wrap killed with SIGKILL takes its child with it (the
@@ -41,79 +41,94 @@ func TestKill9WhileTheServersGroupRuns(t *testing.T) {
 func kill9WhileTheServersGroupRuns(t *testing.T, extra ...string) {
 	r := newRig(t)
 	r.childCmdOverride = []string{"sh", "-c", `"$0"; exit $?`, serverBin}
-	flags := append([]string{"--lease-secs", "2"}, extra...)
-	w := r.wrap(flags...)
 	until := filepath.Join(r.dir, "until")
-	args := fmt.Sprintf(`{"ms":0,"tag":"grandchild","until":%q}`, until)
-	go func() { _, _ = callE(w.Session, "slow", args) }()
+	outlived{
+		flags:   append([]string{"--lease-secs", "2"}, extra...),
+		args:    fmt.Sprintf(`{"ms":0,"tag":"grandchild","until":%q}`, until),
+		until:   until,
+		started: "slow tag=grandchild started",
+		server: func(leader int) int {
+			if g := childPids(leader); len(g) == 1 {
+				return g[0]
+			}
+			return 0
+		},
+		effects: r.effectCount,
+	}.run(t, r)
+}
+
+// outlived is a call of slow that waits for the file until, run by a process that wrap's
+// server started (its direct child is the group's leader).
+type outlived struct {
+	flags       []string
+	args, until string
+	started     string               // what the server logs once the call runs
+	server      func(leader int) int // the process that runs the call, 0 while none does
+	effects     func() int
+}
+
+// run kills wrap (kill -9) while the call runs, and holds the rules of
+// TestKill9WhileTheServersGroupRuns.
+func (o outlived) run(t *testing.T, r *rig) {
+	w := r.wrap(o.flags...)
+	go func() { _, _ = callE(w.Session, "slow", o.args) }()
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
-	kids := childPids(w.Pid())
-	if len(kids) != 1 {
-		t.Fatalf("wrap has children %v, want its shell", kids)
-	}
-	t.Cleanup(func() { // what outlives wrap when the test fails (it ended otherwise)
-		if t.Failed() {
-			_ = syscall.Kill(-kids[0], syscall.SIGKILL)
-		}
-	})
+	leader := groupLeader(t, w)
 	var server int
-	waitFor(t, "the shell to start the server", func() bool {
-		g := childPids(kids[0])
-		if len(g) == 1 {
-			server = g[0]
-		}
-		return server != 0
+	waitFor(t, "the server to run the call", func() bool {
+		server = o.server(leader)
+		return server != 0 && strings.Contains(w.log.String(), o.started)
 	})
-	if m := regexp.MustCompile(`^[^/]*\+g(\d+)\.\d+/`).FindStringSubmatch(claim.Owner); m == nil || m[1] != fmt.Sprint(kids[0]) {
-		t.Fatalf("the claim's owner %q does not name the server's process group %d", claim.Owner, kids[0])
+	if m := regexp.MustCompile(`^[^/]*\+g(\d+)\.\d+/`).FindStringSubmatch(claim.Owner); m == nil || m[1] != fmt.Sprint(leader) {
+		t.Fatalf("the claim's owner %q does not name the server's process group %d", claim.Owner, leader)
 	}
 	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-w.Done()
-	waitFor(t, "the shell to die with wrap", func() bool { return !alive(kids[0]) })
+	waitFor(t, "the group's leader to die with wrap", func() bool { return !alive(leader) })
 	if !alive(server) {
-		t.Fatal("the server under the shell died with wrap: nothing to test")
+		t.Fatal("the process running the call died with wrap: nothing to test")
 	}
 	time.Sleep(time.Until(claim.LeaseUntil) + 300*time.Millisecond) // past the lease
 
-	w2 := r.wrap(flags...)
+	w2 := r.wrap(o.flags...)
 	// A call run again would wait for the file: made after a while, so it ends and fails here.
-	late := time.AfterFunc(10*time.Second, func() { _ = os.WriteFile(until, nil, 0o600) })
-	x := call(t, w2.Session, "slow", args)
+	late := time.AfterFunc(10*time.Second, func() { _ = os.WriteFile(o.until, nil, 0o600) })
+	x := call(t, w2.Session, "slow", o.args)
 	late.Stop()
 	if !x.IsError || x.replayed() {
 		t.Fatalf("the same call while the first still runs in the killed wrap's server: %+v, want refused", x.text())
 	}
-	if n := r.effectCount(); n != 0 {
+	if n := o.effects(); n != 0 {
 		t.Fatalf("%d effects, want none yet", n)
 	}
 	code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked")
-	if code == 0 || !strings.Contains(stderr, fmt.Sprintf("process group %d", kids[0])) {
+	if code == 0 || !strings.Contains(stderr, fmt.Sprintf("process group %d", leader)) {
 		t.Fatalf("clear while the server's group runs: exit %d, %s; want refused, naming the group", code, stderr)
 	}
 	code, stderr = r.ledgerCmd("resolve", claim.Intent, "--did-not-happen", "--reason", "checked")
 	if code == 0 {
 		t.Fatalf("resolve --did-not-happen while the server's group runs: exit 0, %s; want refused", stderr)
 	}
-	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, fmt.Sprintf("kill -KILL -- -%d", kids[0])) {
+	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, fmt.Sprintf("kill -KILL -- -%d", leader)) {
 		t.Fatalf("ledger show does not say which group to stop:\n%s", out)
 	}
 
 	// The server finishes the call (its answer goes nowhere) and exits: the group has ended.
-	if err := os.WriteFile(until, nil, 0o600); err != nil {
+	if err := os.WriteFile(o.until, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the server to finish and exit", func() bool { return !alive(server) })
-	if n := r.effectCount(); n != 1 {
+	if n := o.effects(); n != 1 {
 		t.Fatalf("%d effects, want the first run's", n)
 	}
 	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "found it ran: run it again"); code != 0 {
 		t.Fatalf("clear once the group ended: exit %d, %s", code, stderr)
 	}
-	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() || r.effectCount() != 2 {
-		t.Fatalf("after the clear the call runs: %+v, %d effects", x.text(), r.effectCount())
+	if x := call(t, w2.Session, "slow", o.args); x.IsError || x.replayed() || o.effects() != 2 {
+		t.Fatalf("after the clear the call runs: %+v, %d effects", x.text(), o.effects())
 	}
 }
 
@@ -186,23 +201,15 @@ func TestServerDiesMidCallLeavingAProcessRunningIt(t *testing.T) {
 	answered := callInBackground(w.Session, "slow", args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
-	kids := childPids(w.Pid())
-	if len(kids) != 1 {
-		t.Fatalf("wrap has children %v, want its shell", kids)
-	}
-	t.Cleanup(func() { // what outlives wrap when the test fails (it ended otherwise)
-		if t.Failed() {
-			_ = syscall.Kill(-kids[0], syscall.SIGKILL)
-		}
-	})
+	leader := groupLeader(t, w)
 	var server int
 	waitFor(t, "the shell to start the server", func() bool {
-		if g := childPids(kids[0]); len(g) == 1 {
+		if g := childPids(leader); len(g) == 1 {
 			server = g[0]
 		}
 		return server != 0
 	})
-	if err := syscall.Kill(kids[0], syscall.SIGKILL); err != nil { // the shell alone
+	if err := syscall.Kill(leader, syscall.SIGKILL); err != nil { // the shell alone
 		t.Fatal(err)
 	}
 	a := <-answered
@@ -215,14 +222,14 @@ func TestServerDiesMidCallLeavingAProcessRunningIt(t *testing.T) {
 	if !alive(server) {
 		t.Fatal("the server died with its shell: nothing to test")
 	}
-	group := fmt.Sprintf("process group %d", kids[0])
+	group := fmt.Sprintf("process group %d", leader)
 	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked"); code == 0 || !strings.Contains(stderr, group) {
 		t.Fatalf("clear while the server's group runs the call: exit %d, %s; want refused, naming the group", code, stderr)
 	}
 	if code, stderr := r.ledgerCmd("resolve", claim.Intent, "--did-not-happen", "--reason", "checked"); code == 0 || !strings.Contains(stderr, group) {
 		t.Fatalf("resolve --did-not-happen while the server's group runs the call: exit %d, %s; want refused", code, stderr)
 	}
-	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, fmt.Sprintf("kill -KILL -- -%d", kids[0])) {
+	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, fmt.Sprintf("kill -KILL -- -%d", leader)) {
 		t.Fatalf("ledger show does not say which group to stop:\n%s", out)
 	}
 	if err := os.WriteFile(until, nil, 0o600); err != nil {
@@ -259,83 +266,41 @@ func TestKill9WhileNpxNodeRunsTheCall(t *testing.T) {
 	effects := filepath.Join(r.dir, "node-effects")
 	r.childCmdOverride = []string{"npx", "--no-install", "--", "node", script}
 	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + effects}
-	flags := []string{"--lease-secs", "2", "--rerun-safe", "slow"}
-	w := r.wrap(flags...)
 	until := filepath.Join(r.dir, "until")
-	args := fmt.Sprintf(`{"tag":"npx","until":%q}`, until)
-	go func() { _, _ = callE(w.Session, "slow", args) }()
-	led := r.openLedger()
-	claim := waitForClaim(t, led)
+	outlived{
+		flags:   []string{"--lease-secs", "2", "--rerun-safe", "slow"},
+		args:    fmt.Sprintf(`{"tag":"npx","until":%q}`, until),
+		until:   until,
+		started: "npx started in pid",
+		server: func(leader int) int {
+			for _, p := range procs.Group(leader) {
+				if comm(p) == "node" {
+					return p
+				}
+			}
+			return 0
+		},
+		effects: func() int {
+			b, _ := os.ReadFile(effects)
+			return strings.Count(string(b), "\n")
+		},
+	}.run(t, r)
+}
+
+// groupLeader returns wrap's one child, the leader of its server's process group, which the
+// test kills when it fails (what outlives wrap would run on otherwise).
+func groupLeader(t *testing.T, w *wrapProc) int {
+	t.Helper()
 	kids := childPids(w.Pid())
 	if len(kids) != 1 {
-		t.Fatalf("wrap has children %v, want npx", kids)
+		t.Fatalf("wrap has children %v, want its server's leader", kids)
 	}
-	t.Cleanup(func() { // what outlives wrap when the test fails (it ended otherwise)
+	t.Cleanup(func() {
 		if t.Failed() {
 			_ = syscall.Kill(-kids[0], syscall.SIGKILL)
 		}
 	})
-	var node int
-	waitFor(t, "node to run the call", func() bool {
-		for _, p := range groupMembers(kids[0]) {
-			if comm(p) == "node" {
-				node = p
-			}
-		}
-		return node != 0 && strings.Contains(w.log.String(), "npx started in pid")
-	})
-	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-w.Done()
-	waitFor(t, "npx to die with wrap", func() bool { return !alive(kids[0]) })
-	if !alive(node) {
-		t.Fatal("node died with npx: nothing to test")
-	}
-	time.Sleep(time.Until(claim.LeaseUntil) + 300*time.Millisecond)
-
-	w2 := r.wrap(flags...)
-	late := time.AfterFunc(10*time.Second, func() { _ = os.WriteFile(until, nil, 0o600) })
-	x := call(t, w2.Session, "slow", args)
-	late.Stop()
-	if !x.IsError || x.replayed() {
-		t.Fatalf("the same call while node still runs the first: %+v, want refused", x.text())
-	}
-	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked"); code == 0 || !strings.Contains(stderr, fmt.Sprintf("process group %d", kids[0])) {
-		t.Fatalf("clear while node runs the call: exit %d, %s; want refused, naming npx's group", code, stderr)
-	}
-	if err := os.WriteFile(until, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "node to finish the call and exit", func() bool { return !alive(node) })
-	if b, _ := os.ReadFile(effects); strings.Count(string(b), "\n") != 1 {
-		t.Fatalf("effects after node finished: %q, want the first run's", b)
-	}
-	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "found it ran"); code != 0 {
-		t.Fatalf("clear once node has exited: exit %d, %s", code, stderr)
-	}
-}
-
-// groupMembers returns the pids of process group pgid.
-func groupMembers(pgid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return kids[0]
 }
 
 // comm is the command name of process pid.

@@ -13,6 +13,19 @@ import (
 // Children lists the pids whose parent is ppid; zombies (exited, not yet reaped) only when
 // zombies is set.
 func Children(ppid int, zombies bool) []int {
+	want := strconv.Itoa(ppid)
+	return scan(func(f []string) bool { return (zombies || f[0] != "Z") && f[1] == want })
+}
+
+// Group lists the pids of process group pgid that are not zombies.
+func Group(pgid int) []int {
+	want := strconv.Itoa(pgid)
+	return scan(func(f []string) bool { return f[0] != "Z" && f[2] == want })
+}
+
+// scan lists the pids whose /proc/PID/stat fields from the state on (state, ppid, pgrp, ...)
+// match.
+func scan(match func(fields []string) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range ents {
@@ -24,13 +37,13 @@ func Children(ppid int, zombies bool) []int {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+		// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses; the last ')'
+		// ends it.
 		i := strings.LastIndexByte(string(b), ')')
 		if i < 0 {
 			continue
 		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) >= 2 && (zombies || f[0] != "Z") && f[1] == strconv.Itoa(ppid) {
+		if f := strings.Fields(string(b[i+1:])); len(f) >= 3 && match(f) {
 			out = append(out, pid)
 		}
 	}
