@@ -579,6 +579,13 @@ func (s *Session) read(stdout io.Reader) {
 			}
 			s.end(&ExitError{Command: s.program(), Why: why, Stderr: s.tail.String()})
 			close(s.notes)
+			if why == "closed its stdout" {
+				// It runs on, and nothing it does can reach us any more: stopped now, with
+				// what it started (as Close stops it), not left running until the next use
+				// restarts it. Left, it could go on with a call already reported lost, whose
+				// claim its holder judged by the live leader and an operator could free.
+				go s.Close()
+			}
 			return
 		}
 		m, perr := jsonrpc.ParseOwned(line) // the line is ours: ReadLine returns a new one each time

@@ -583,3 +583,22 @@ func TestRequestTooLongIsRefused(t *testing.T) {
 		t.Fatalf("the next request: %.300s, %v", res, err)
 	}
 }
+
+// TestChildThatClosesItsStdoutIsStopped: a server that closes its stdout and runs on has ended
+// its session (its calls fail), and is stopped with its process group at once, not left
+// running until the next use restarts it (it could still be running a call reported lost).
+func TestChildThatClosesItsStdoutIsStopped(t *testing.T) {
+	t.Parallel()
+	cfg, _, errs := config(t, "")
+	s := start(t, cfg)
+	_, err := s.CallTool(context.Background(), "die", json.RawMessage(`{"close_stdout":true}`))
+	var ee *mcpstdio.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(ee.Why, "closed its stdout") {
+		t.Fatalf("a call whose server closed its stdout: %v", err)
+	}
+	select {
+	case <-s.Exited():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the server still runs 20 s after it closed its stdout (pid %d)\n%s", s.Pid(), errs)
+	}
+}

@@ -390,6 +390,7 @@ type callParams struct {
 		Answer         string `json:"answer"`
 		Until          string `json:"until"`
 		Cut            int    `json:"cut"`
+		CloseStdout    bool   `json:"close_stdout"`
 	} `json:"arguments"`
 }
 
@@ -523,6 +524,13 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 	case "die":
 		sleep()
 		s.record("die tag=" + a.Tag)
+		if a.CloseStdout {
+			// Half dead: its stdout closed, it runs on (reading stdin, this call never ending)
+			// until it is stopped.
+			fmt.Fprintf(os.Stderr, "mcptest: closing stdout on tools/call, pid %d\n", os.Getpid())
+			os.Stdout.Close()
+			select {}
+		}
 		// As a crashing server often does, it writes the request it died on to its stderr.
 		line := fmt.Sprintf("mcptest: dying on tools/call %s\n", params)
 		if a.Cut > 0 {
