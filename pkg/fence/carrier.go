@@ -163,22 +163,50 @@ func groupLiveness(pgid int, start uint64, me local) Liveness {
 	if empty {
 		return Dead // the kernel's own answer: no process has this group
 	}
-	now, state := procStat(pgid)
-	if now != 0 {
-		n := int64(now) - me.offset
-		switch {
-		case n <= 0:
-			return CannotTell
-		case uint64(n) != start:
-			// The number belongs to a process started at another time: it was free, so the
-			// group it named had emptied.
-			return Dead
-		case state != 'Z' && state != 'X' || threads(pgid) > 1:
-			return Alive // the leader itself runs (or is stopped)
-		}
+	switch leaderOf(pgid, start, me) {
+	case leaderUnknown:
+		return CannotTell
+	case leaderReplaced:
+		return Dead
+	case leaderRuns:
+		return Alive
 	}
-	// The leader is gone or a zombie: the group lives while another member runs. Two looks: a
-	// member that forks and exits while /proc is read can slip past one.
+	return membersRun(pgid, foreign)
+}
+
+// leaderState is what /proc shows of a group's leader.
+type leaderState int
+
+const (
+	leaderGone     leaderState = iota // no process at its pid, or a zombie
+	leaderRuns                        // it runs, or is stopped
+	leaderReplaced                    // its pid is a process started at another time: the group had emptied, its number free
+	leaderUnknown                     // a start this process cannot count in the initial namespace's ticks
+)
+
+// leaderOf tells of process group pgid's leader, which started at start.
+func leaderOf(pgid int, start uint64, me local) leaderState {
+	now, state := procStat(pgid)
+	if now == 0 {
+		return leaderGone
+	}
+	n := int64(now) - me.offset
+	switch {
+	case n <= 0:
+		return leaderUnknown
+	case uint64(n) != start:
+		return leaderReplaced
+	case state != 'Z' && state != 'X' || threads(pgid) > 1:
+		return leaderRuns
+	}
+	return leaderGone
+}
+
+// membersRun judges a group with members (groupProbe) whose leader is gone: alive while a
+// member other than a zombie runs. Two looks: a member that forks and exits while /proc is read
+// can slip past one. foreign is groupProbe's: members this process may not signal, which /proc
+// may hide from it (hidepid), so seeing none it cannot tell.
+func membersRun(pgid int, foreign bool) Liveness {
 	for range 2 {
 		switch groupMemberRuns(pgid) {
 		case Alive:
@@ -188,8 +216,6 @@ func groupLiveness(pgid int, start uint64, me local) Liveness {
 		}
 	}
 	if foreign {
-		// The kernel says the group has members, none this process may signal, and /proc
-		// shows none that runs: they may be hidden from it (hidepid), so it cannot tell.
 		return CannotTell
 	}
 	return Dead
@@ -301,17 +327,14 @@ func carrierState(owner string) (pgid int, holderGone, runs bool) {
 		return pgid, true, OwnerLiveness(owner) == Alive
 	}
 	// The holder runs (or cannot be told): a group whose leader is gone but whose member runs.
-	now, state := procStat(pgid)
-	if now != 0 {
-		n := int64(now) - me.offset
-		if n <= 0 || uint64(n) != start || state != 'Z' && state != 'X' || threads(pgid) > 1 {
-			return 0, false, false // its leader runs, or its number was taken: the group ended
-		}
+	if leaderOf(pgid, start, me) != leaderGone {
+		return 0, false, false // its leader runs (the live server), or the group ended
 	}
-	if empty, _ := groupProbe(pgid); empty {
+	empty, foreign := groupProbe(pgid)
+	if empty {
 		return 0, false, false
 	}
-	return pgid, false, groupMemberRuns(pgid) == Alive
+	return pgid, false, membersRun(pgid, foreign) == Alive
 }
 
 // holderWords names the holder of a claim for a message: its process, and the group it
