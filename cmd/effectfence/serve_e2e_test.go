@@ -35,6 +35,26 @@ func peersDir(t *testing.T) string {
 	return dir
 }
 
+// nodeReport runs testdata/script with node, env added to ours, for at most two minutes, and
+// decodes the one JSON report it prints into rep; it returns the script's stdout and stderr,
+// for messages.
+func nodeReport(t *testing.T, script string, env []string, rep any) (stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", script))
+	node.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	node.Stdout, node.Stderr = &out, &errb
+	if err := node.Run(); err != nil {
+		t.Fatalf("node %s: %v\nstderr:\n%s", script, err, errb.String())
+	}
+	if err := json.Unmarshal(out.Bytes(), rep); err != nil {
+		t.Fatalf("%s's report: %v\n%s", script, err, out.String())
+	}
+	return out.String(), errb.String()
+}
+
 // callOutcome is what the Node client saw for one tool call.
 type callOutcome struct {
 	IsError  bool            `json:"isError"`
@@ -106,19 +126,8 @@ func serveWithMCPClient(t *testing.T, bin string) {
 	peers := peersDir(t)
 	ledger := filepath.Join(t.TempDir(), "server.db")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "serve_client.mjs"))
-	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+bin, "EF_LEDGER="+ledger)
-	var stdout, stderr bytes.Buffer
-	node.Stdout, node.Stderr = &stdout, &stderr
-	if err := node.Run(); err != nil {
-		t.Fatalf("node client: %v\nstderr:\n%s", err, stderr.String())
-	}
 	var rep clientReport
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("client report: %v\n%s", err, stdout.String())
-	}
+	nodeReport(t, "serve_client.mjs", []string{"PEERS=" + peers, "EF_BIN=" + bin, "EF_LEDGER=" + ledger}, &rep)
 
 	t.Run("handshake and tools", func(t *testing.T) {
 		if rep.Server.Name != "effectfence" || strings.Count(rep.Instructions, ". ") < 2 || !strings.Contains(rep.Instructions, "fence_prepare") {

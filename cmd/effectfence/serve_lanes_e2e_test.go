@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/serve"
 )
@@ -21,22 +16,11 @@ func TestServeWaitersDoNotStarveTheHolder(t *testing.T) {
 	t.Parallel()
 	peers := peersDir(t)
 	bin := effectfence(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "serve_starve.mjs"))
-	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+bin, "EF_LEDGER="+filepath.Join(t.TempDir(), "server.db"), "GORACE=atexit_sleep_ms=0")
-	var stdout, stderr bytes.Buffer
-	node.Stdout, node.Stderr = &stdout, &stderr
-	if err := node.Run(); err != nil {
-		t.Fatalf("node client: %v\nstderr:\n%s", err, stderr.String())
-	}
 	var rep struct {
 		First, Heartbeat, Commit callOutcome
 		Waiters                  []callOutcome
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("client report: %v\n%s", err, stdout.String())
-	}
+	nodeReport(t, "serve_starve.mjs", []string{"PEERS=" + peers, "EF_BIN=" + bin, "EF_LEDGER=" + filepath.Join(t.TempDir(), "server.db"), "GORACE=atexit_sleep_ms=0"}, &rep)
 	var first serve.PrepareResult
 	if rep.First.IsError || json.Unmarshal(rep.First.JSON, &first) != nil || first.Status != serve.StatusFresh {
 		t.Fatalf("first prepare: %s", rep.First.JSON)

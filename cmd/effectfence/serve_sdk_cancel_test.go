@@ -1,14 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 )
 
 // TestServeSDKCancellation: the real MCP TypeScript SDK cancels serve's calls (an AbortSignal,
@@ -22,15 +16,6 @@ func TestServeSDKCancellation(t *testing.T) {
 	t.Parallel()
 	peers := peersDir(t)
 	bin := effectfence(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "serve_cancel.mjs"))
-	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+bin, "EF_LEDGER="+filepath.Join(t.TempDir(), "ledger.db"))
-	var stdout, stderr bytes.Buffer
-	node.Stdout, node.Stderr = &stdout, &stderr
-	if err := node.Run(); err != nil {
-		t.Fatalf("node client: %v\nstderr:\n%s", err, stderr.String())
-	}
 	var rep struct {
 		Held, Waiter, Behind, Sync, QueuedStatus, HeldStatus, Commit struct {
 			IsError  bool `json:"isError"`
@@ -46,22 +31,20 @@ func TestServeSDKCancellation(t *testing.T) {
 			} `json:"json"`
 		}
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("client report: %v\n%s", err, stdout.String())
-	}
+	stdout, stderr := nodeReport(t, "serve_cancel.mjs", []string{"PEERS=" + peers, "EF_BIN=" + bin, "EF_LEDGER=" + filepath.Join(t.TempDir(), "ledger.db")}, &rep)
 	if rep.Held.JSON.Status != "fresh" {
-		t.Fatalf("the holder's prepare: %s", stdout.String())
+		t.Fatalf("the holder's prepare: %s", stdout)
 	}
 	if rep.Waiter.RPCError == nil || rep.Behind.RPCError == nil {
-		t.Fatalf("the SDK did not report the aborted calls as aborted: %s", stdout.String())
+		t.Fatalf("the SDK did not report the aborted calls as aborted: %s", stdout)
 	}
 	if rep.Sync.RPCError != nil || rep.Sync.JSON.Status != "fresh" {
-		t.Errorf("the prepare queued behind the cancelled waiter: %s; want it answered fresh (the cancellation freed the slot)\nstderr:\n%s", stdout.String(), stderr.String())
+		t.Errorf("the prepare queued behind the cancelled waiter: %s; want it answered fresh (the cancellation freed the slot)\nstderr:\n%s", stdout, stderr)
 	}
 	if rep.QueuedStatus.JSON.Intent.State != "none" {
-		t.Errorf("the prepare cancelled while queued left its intent %q; want none: it was cancelled before it ran\n%s", rep.QueuedStatus.JSON.Intent.State, stdout.String())
+		t.Errorf("the prepare cancelled while queued left its intent %q; want none: it was cancelled before it ran\n%s", rep.QueuedStatus.JSON.Intent.State, stdout)
 	}
 	if rep.HeldStatus.JSON.Intent.State != "in_flight" || rep.Commit.IsError || rep.Commit.RPCError != nil {
-		t.Errorf("the holder's intent %q, its commit %s", rep.HeldStatus.JSON.Intent.State, stdout.String())
+		t.Errorf("the holder's intent %q, its commit %s", rep.HeldStatus.JSON.Intent.State, stdout)
 	}
 }
