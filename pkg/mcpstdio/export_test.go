@@ -23,6 +23,3 @@ func (s *Session) Pending() int {
 	defer s.mu.Unlock()
 	return len(s.pending)
 }
-
-// Exited is closed once the child process has exited and been reaped.
-func (s *Session) Exited() <-chan struct{} { return s.exited }

@@ -349,6 +349,11 @@ func (s *Session) Group() int {
 // Done is closed when the session has ended; Err then says why.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
+// Exited is closed once the child process has exited and been reaped (and its output has
+// been read, or WaitDelay passed). A session can end before its process does: one that
+// closed its stdout is stopped at once (Close), and Close gives the child time to exit.
+func (s *Session) Exited() <-chan struct{} { return s.exited }
+
 // Err returns nil while the session is live, and then why it ended (an *ExitError).
 func (s *Session) Err() error {
 	s.mu.Lock()

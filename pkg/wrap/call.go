@@ -404,6 +404,9 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 		p.hide(s, tool, params)
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
+	if unknown(err) {
+		p.awaitExit(s) // the claim is kept while the server may still run the call
+	}
 	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, false, params)
 }
@@ -498,6 +501,13 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		p.logf("intent %s: %s; it is fenced: %s", intent, reason, p.operatorAdvice(intent))
 		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; "+p.operatorAdvice(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
 	}
+}
+
+// unknown reports whether err leaves a sent call's outcome unknown in finish: neither a result,
+// nor the server's JSON-RPC error, nor a call that never reached the server.
+func unknown(err error) bool {
+	var rpc *jsonrpc.Error
+	return err != nil && !errors.As(err, &rpc) && !errors.Is(err, mcpstdio.ErrNotSent)
 }
 
 func (p *Proxy) release(ctx context.Context, t fence.Ticket, reason string) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
@@ -63,4 +64,40 @@ func (p *Proxy) carry(ctx context.Context, t fence.Ticket, named string, s Conn)
 	}
 	p.logf("intent %s: its call goes to a new server process, and the ledger did not record that in time (%v); sent all the same", t.Intent, err)
 	return t, nil
+}
+
+// ending is a connection to a server process that can outlive its session (a stdio child):
+// one that closed its stdout is stopped at once, and one wrap stops gets the end of its stdin,
+// then SIGTERM, then SIGKILL, each after a wait.
+type ending interface {
+	Done() <-chan struct{}
+	Exited() <-chan struct{}
+}
+
+// serverExitWait bounds awaitExit: mcpstdio stops a session's process within 4 s of its end
+// (Close's two waits), plus the 2 s it gives the process's output after it exited.
+const serverExitWait = 15 * time.Second
+
+// awaitExit waits, when the session of s has ended, until its server process has exited too.
+// A call whose session ended under it is recorded as unknown only after that, its claim's
+// heartbeat running meanwhile: until the process exits it may still run the call, and an
+// unknown claim whose holder and server both run is judged by its holder alone
+// (fence.CarrierRuns takes a running group leader for the live server), so an operator's
+// clear would have freed the intent while the call still ran. Once the process has exited,
+// what it started is judged as the carrier (a group running without its leader).
+func (p *Proxy) awaitExit(s Conn) {
+	e, ok := s.(ending)
+	if !ok {
+		return
+	}
+	select {
+	case <-e.Done():
+	default:
+		return // the session is live: the call's answer came from it
+	}
+	select {
+	case <-e.Exited():
+	case <-time.After(serverExitWait):
+		p.logf("the MCP server's session ended, and its process still runs %s later; the calls it held are recorded as unknown now", serverExitWait)
+	}
 }

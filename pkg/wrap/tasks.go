@@ -109,6 +109,9 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	if !ok {
 		// No task was created (the server answered the call directly, or failed): that
 		// answer is the outcome.
+		if unknown(err) {
+			p.awaitExit(s) // as run does
+		}
 		stopHeartbeat()
 		return p.finish(ctx, tool, intent, f, t, res, err, true, params)
 	}
@@ -123,6 +126,9 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		cancel()
 		if ferr != nil && context.Cause(wait) == errTaskWaitOver {
 			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(ttl))
+		}
+		if unknown(ferr) {
+			p.awaitExit(s) // a task in a server whose session ended runs until the process exits
 		}
 		stopHeartbeat()
 		p.finish(ctx, tool, intent, f, t, final, ferr, true, params)
