@@ -282,6 +282,21 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			}
 			return nil, &jsonrpc.Error{Code: -32000, Message: "declined"}
 		}
+		if strings.Contains(string(m.Params), `"asking-`) {
+			// A task still running that asks for input: tasks/result answers with an interim
+			// InputRequiredResult (SEP-2322's shape), not the task's final result.
+			if m.Method == "tasks/get" {
+				return json.RawMessage(`{"taskId":"asking","status":"input_required","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
+			}
+			return json.RawMessage(`{"resultType":"input_required","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"in-task"}`), nil
+		}
+		if strings.Contains(string(m.Params), `"flat-`) {
+			// slow's flat task (SEP-2663): completed, its result inline; no tasks/result.
+			if m.Method == "tasks/get" {
+				return json.RawMessage(`{"resultType":"complete","taskId":"flat","status":"completed","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlSeconds":60,"result":{"content":[{"type":"text","text":"flat task done"}],"isError":false}}`), nil
+			}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: tasks/result"}
+		}
 		if m.Method == "tasks/get" {
 			return json.RawMessage(`{"taskId":"stuck","status":"working","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
 		}
@@ -390,6 +405,8 @@ type callParams struct {
 		Answer         string `json:"answer"`
 		Until          string `json:"until"`
 		Cut            int    `json:"cut"`
+		AskInTask      bool   `json:"ask_in_task"`
+		Flat           bool   `json:"flat"`
 		CloseStdout    bool   `json:"close_stdout"`
 	} `json:"arguments"`
 }
@@ -455,6 +472,13 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		id := fmt.Sprintf("ch_%d_%d_%d", os.Getpid(), n, time.Now().UnixNano())
 		return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"charged %d as %s"}],"structuredContent":{"charge_id":%q,"amount":%d},"isError":false}`, a.Amount, id, id, a.Amount)), nil
 	case "slow":
+		if a.Flat {
+			// A task handle as the tasks extension (SEP-2663, MCP 2026-07-28) writes it: flat,
+			// resultType "task", answered to a call that did not ask for a task. The task
+			// completes: tasks/get answers it completed, its result inline.
+			n := s.record("slow flat task tag=" + a.Tag)
+			return json.RawMessage(fmt.Sprintf(`{"resultType":"task","taskId":"flat-%d-%d","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlSeconds":60,"pollIntervalMilliseconds":50}`, os.Getpid(), n)), nil
+		}
 		if p.Task != nil {
 			// A task that never ends: the handle, with the ttl asked for, and a tasks/result
 			// that never answers (stuckTask).
@@ -474,6 +498,8 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 				prefix = "twofaced" // tasks/result answers a JSON-RPC error, tasks/get "working" and "Status":"failed"
 			case a.RPC:
 				prefix = "failed" // tasks/result answers a JSON-RPC error, tasks/get "failed"
+			case a.AskInTask:
+				prefix = "asking" // tasks/result answers input_required, tasks/get "input_required"
 			}
 			other := ""
 			if a.TwoHandles {

@@ -1,0 +1,76 @@
+package wrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// A task whose tasks/result answers an interim input_required result (SEP-2322's shape) has
+// not ended: the server says so (tasks/get: "input_required"), and the task runs on once it
+// has its input. That answer is no outcome of the task, and no reason to free the intent:
+// freed, a retry runs the call a second time while the first task lives. wrap has nothing
+// final, so the outcome is unknown and the retry is refused.
+func TestTaskAskingForInputIsNotItsOutcome(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	args := `{"tag":"asking","ask_in_task":true}`
+	startSlowTask(t, w, args, 60000, "asking-")
+	// Once wrap has settled the task's claim (released, before: it is no longer in flight),
+	// the retry comes.
+	led := r.openLedger()
+	waitFor(t, "wrap to settle the task's claim", func() bool {
+		inFlight := false
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				inFlight = true
+				return false
+			})
+		})
+		return !inFlight
+	})
+	retryIsFenced(t, r, w, args, "a task that asks for input", w)
+}
+
+// A handle as the tasks extension writes it (SEP-2663, MCP 2026-07-28: the server may answer
+// any tools/call of a client that declared the extension with a task, flat, resultType
+// "task", no params.task needed) is not the call's outcome either: the task's final result is
+// (docs/wrap.md). Recorded as the outcome, every duplicate was replayed the handle of a task
+// that may yet fail, or that the server forgets after its ttl, and a failed task was never
+// released. mcptest's flat task completes (tasks/get says so, its result inline): the
+// duplicate receives that final result, and the call ran once.
+func TestFlatTaskHandleIsNotTheOutcome(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	args := `{"tag":"flat","flat":true}`
+	raw, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":`+args+`}`))
+	if err != nil || !strings.Contains(string(raw), `"resultType":"task"`) || !strings.Contains(string(raw), `"taskId":"flat-`) {
+		t.Fatalf("want the server's flat task handle, got %s %v", raw, err)
+	}
+	var dup result
+	waitFor(t, "the duplicate to be answered with the task's final result", func() bool {
+		dup = call(t, w.Session, "slow", args)
+		return !dup.IsError || string(dup.Meta["effectfence/code"]) != `"in_flight"`
+	})
+	if dup.IsError || !dup.replayed() || dup.text() != "flat task done" {
+		t.Fatalf("the duplicate of a flat task: replayed %v, isError %v, text %q, content %s; wrap log:\n%s", dup.replayed(), dup.IsError, dup.text(), dup.Content, w.log.String())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
+	}
+	var states []fence.State
+	err = r.openLedger().Store().View(context.Background(), func(tx fence.Tx) error {
+		return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
+			if rec.Tool == "slow" {
+				states = append(states, rec.State)
+			}
+			return true
+		})
+	})
+	if err != nil || len(states) != 1 || states[0] != fence.StateDone {
+		t.Fatalf("the flat task's intent in the ledger: %v %v, want one done", states, err)
+	}
+}
