@@ -181,6 +181,12 @@ func (p *Proxy) taskResult(ctx context.Context, s Conn, taskID string) (json.Raw
 	if errors.Is(err, mcpstdio.ErrNotSent) {
 		err = fmt.Errorf("%w (%v)", errTaskUnreachable, err) // %v: no longer ErrNotSent
 	}
+	if err == nil && readResult(res).inputRequired {
+		// An interim answer (SEP-2322's shape): the task asks for input and runs on once it
+		// has it. It is no outcome, and finish would free the intent for it (as for a call
+		// answered input_required), so a retry ran the call again while the task lived.
+		return nil, fmt.Errorf("%w: tasks/result answered input_required, not the task's final result", errTaskUnconfirmed)
+	}
 	return res, err
 }
 
