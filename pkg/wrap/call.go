@@ -404,6 +404,13 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 		p.hide(s, tool, params)
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
+	if err == nil {
+		// A server of the tasks extension may answer a call that asked for no task with one
+		// (SEP-2663): its outcome is the task's final result (tasks.go).
+		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, hb.stop); ok {
+			return a
+		}
+	}
 	if unknown(err) {
 		p.awaitExit(s) // the claim is kept while the server may still run the call
 	}

@@ -66,10 +66,12 @@ var (
 )
 
 // taskWait is how long to wait for the final result of a task whose ttl (as the server
-// wrote it) is ttl.
+// wrote it, in milliseconds) is ttl.
 func taskWait(ttl json.RawMessage) time.Duration {
 	var ms *float64
-	_ = json.Unmarshal(ttl, &ms) // not a number: no ttl
+	if json.Unmarshal(ttl, &ms) != nil { // not a number: no ttl
+		ms = nil
+	}
 	return min(ttlMillis(ms, taskWaitMax, taskWaitMax)+taskGrace, taskWaitMax)
 }
 
@@ -100,32 +102,39 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		p.hide(s, tool, params)
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
-	var taskID string
-	var ttl json.RawMessage
-	ok := false
 	if err == nil {
-		taskID, ttl, ok = taskHandle(res)
-	}
-	if !ok {
-		// No task was created (the server answered the call directly, or failed): that
-		// answer is the outcome.
-		if unknown(err) {
-			p.awaitExit(s) // as run does
+		if taskID, ttl, ok := taskHandle(res); ok {
+			fetch := func(ctx context.Context) (json.RawMessage, error) { return p.taskResult(ctx, s, taskID) }
+			return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), stopHeartbeat, fetch)
 		}
-		stopHeartbeat()
-		return p.finish(ctx, tool, intent, f, t, res, err, true, params)
+		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, stopHeartbeat); ok {
+			return a
+		}
 	}
+	// No task was created (the server answered the call directly, or failed): that answer
+	// is the outcome.
+	if unknown(err) {
+		p.awaitExit(s) // as run does
+	}
+	stopHeartbeat()
+	return p.finish(ctx, tool, intent, f, t, res, err, true, params)
+}
+
+// follow hands the agent the handle res of the task taskID, which its call created on s, and,
+// on a goroutine of its own, records the task's final result once fetch returns it (the intent
+// stays in flight, heartbeated, until then), fetch waiting at most wait.
+func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, taskID string, wait time.Duration, stopHeartbeat func(), fetch func(context.Context) (json.RawMessage, error)) answer {
 	p.logf("intent %s runs as task %s; its final result will be recorded", intent, taskID)
 	p.calls.Add(1)
 	p.tasks.Add(1)
 	go func() {
 		defer p.calls.Done()
 		defer p.tasks.Add(-1)
-		wait, cancel := context.WithTimeoutCause(ctx, taskWait(ttl), errTaskWaitOver)
-		final, ferr := p.taskResult(wait, s, taskID)
+		wctx, cancel := context.WithTimeoutCause(ctx, wait, errTaskWaitOver)
+		final, ferr := fetch(wctx)
 		cancel()
-		if ferr != nil && context.Cause(wait) == errTaskWaitOver {
-			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, taskWait(ttl))
+		if ferr != nil && context.Cause(wctx) == errTaskWaitOver {
+			ferr = fmt.Errorf("%w (waited %s)", errTaskWaitOver, wait)
 		}
 		if unknown(ferr) {
 			p.awaitExit(s) // a task in a server whose session ended runs until the process exits
@@ -134,6 +143,142 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		p.finish(ctx, tool, intent, f, t, final, ferr, true, params)
 	}()
 	return answer{result: res, outcome: "executed", code: "task"}
+}
+
+// followFlat follows res when it is the handle of a task of the tasks extension (SEP-2663, MCP
+// 2026-07-28): a server that negotiated it may answer any tools/call, task-augmented or not,
+// with a CreateTaskResult, flat: resultType "task" and the task's members beside it (taskId,
+// status, ttlMs, pollIntervalMs). That task has no tasks/result: its final result (or error)
+// comes inline in tasks/get once it is terminal (pollTask). ok is false when res is no such
+// handle. Before 2026-12-06 such a handle was taken for the call's result: recorded as its
+// outcome, it was replayed to every duplicate, though the task might yet fail (never released
+// then) and the server forgets it after its ttl.
+func (p *Proxy) followFlat(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, stopHeartbeat func()) (answer, bool) {
+	if !json.Valid(res) || !isString(jsonrpc.MemberValue(res, "resultType"), "task") {
+		return answer{}, false
+	}
+	var taskID string
+	if json.Unmarshal(jsonrpc.MemberValue(res, "taskId"), &taskID) != nil || taskID == "" {
+		// A handle naming no task: the call created something nobody can follow.
+		stopHeartbeat()
+		return p.finish(ctx, tool, intent, f, t, nil, errors.New("the server answered with a task handle that names no task"), true, params), true
+	}
+	ttl := jsonrpc.MemberValue(res, "ttlMs")
+	// The server may mark a task failed once its ttl has elapsed, done or not (SEP-2663): a
+	// "failed" seen from a second before the ttl ends (as this process counts it, from the
+	// handle; the server counts from createdAt, earlier) is no definite failure.
+	var failedUnsure time.Time
+	var ms *float64
+	if json.Unmarshal(ttl, &ms) == nil && ms != nil {
+		failedUnsure = time.Now().Add(ttlMillis(ms, 0, taskWaitMax) - time.Second)
+	}
+	every := pollEvery(res)
+	fetch := func(ctx context.Context) (json.RawMessage, error) {
+		res, err := p.pollTask(ctx, s, taskID, every, failedUnsure)
+		if errors.Is(err, mcpstdio.ErrNotSent) {
+			err = fmt.Errorf("%w (%v)", errTaskUnreachable, err) // as taskResult
+		}
+		return res, err
+	}
+	return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), stopHeartbeat, fetch), true
+}
+
+// isString says whether raw is the JSON string want.
+func isString(raw []byte, want string) bool {
+	return len(raw) > 0 && raw[0] == '"' && jsonrpc.Unquote(raw) == want
+}
+
+// How often pollTask asks: the server's pollIntervalMs, within these bounds.
+var (
+	taskPollMin     = 100 * time.Millisecond
+	taskPollDefault = time.Second
+	taskPollMax     = time.Minute
+)
+
+// pollEvery is the polling interval a task object b suggests, bounded.
+func pollEvery(b []byte) time.Duration {
+	var ms *float64
+	if json.Unmarshal(jsonrpc.MemberValue(b, "pollIntervalMs"), &ms) != nil {
+		ms = nil
+	}
+	return min(max(ttlMillis(ms, taskPollDefault, taskPollMax), taskPollMin), taskPollMax)
+}
+
+// pollTask asks tasks/get about a task of the tasks extension until it is terminal, and
+// returns its final result: completed, the result inline; failed, the JSON-RPC error inline (a
+// definite failure: the extension keeps "failed" for that), unless it came from failedUnsure
+// on (a zero time: never), when the ttl may have failed it. Cancelled, a status it does not
+// know, an answer it cannot read or a JSON-RPC error from tasks/get leave the outcome unknown.
+// An answer lost in transit is asked again as askTaskResult does; the wait (ctx) and the
+// session's end end it, unknown.
+func (p *Proxy) pollTask(ctx context.Context, s Conn, taskID string, every time.Duration, failedUnsure time.Time) (json.RawMessage, error) {
+	var rpc *jsonrpc.Error
+	q, _ := json.Marshal(map[string]string{"taskId": taskID})
+	for lost := 0; ; {
+		asked := time.Now()
+		st, err := s.Call(ctx, "tasks/get", q)
+		delay := every
+		switch {
+		case err == nil:
+			lost = 0
+			if !json.Valid(st) {
+				return nil, fmt.Errorf("%w: tasks/get's answer cannot be read", errTaskUnconfirmed)
+			}
+			raw := jsonrpc.MemberValue(st, "status")
+			if len(raw) == 0 || raw[0] != '"' {
+				return nil, fmt.Errorf("%w: tasks/get's answer names no status", errTaskUnconfirmed)
+			}
+			switch status := jsonrpc.Unquote(raw); status {
+			case "completed":
+				res := jsonrpc.MemberValue(st, "result")
+				if len(res) == 0 || res[0] != '{' {
+					return nil, fmt.Errorf("%w: tasks/get says completed but gives no result", errTaskUnconfirmed)
+				}
+				return res, nil
+			case "failed":
+				if !failedUnsure.IsZero() && !time.Now().Before(failedUnsure) {
+					return nil, fmt.Errorf("%w: tasks/get says failed, at the end of the task's ttl, when a server may fail a task whatever it did", errTaskUnconfirmed)
+				}
+				e := &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the task failed"}
+				if raw := jsonrpc.MemberValue(st, "error"); len(raw) > 0 && raw[0] == '{' {
+					var v struct {
+						Code    *int    `json:"code"`
+						Message *string `json:"message"`
+					}
+					if json.Unmarshal(raw, &v) == nil && v.Code != nil && v.Message != nil {
+						e = &jsonrpc.Error{Code: *v.Code, Message: *v.Message, Raw: raw}
+					}
+				}
+				return nil, e
+			case "cancelled":
+				return nil, errTaskCancelled
+			case "working", "input_required":
+				delay = pollEvery(st)
+			default:
+				return nil, fmt.Errorf("%w: tasks/get says %q", errTaskUnconfirmed, status)
+			}
+		case errors.As(err, &rpc):
+			return nil, fmt.Errorf("%w: tasks/get answered %q", errTaskUnconfirmed, rpc.Message)
+		case errors.Is(err, mcpstdio.ErrNotSent) || ctx.Err() != nil:
+			return nil, err
+		default:
+			if time.Since(asked) >= taskStreamUp {
+				lost = 0
+			}
+			if lost++; lost > taskReasks {
+				return nil, err
+			}
+			delay = min(taskReaskDelay<<(lost-1), time.Minute)
+			p.logf("task %s: the answer to tasks/get was lost (%v); asking again in %s", taskID, err, delay)
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-p.agentGone:
+			return nil, errors.New("the session is stopping while the task runs")
+		}
+	}
 }
 
 // errTaskCancelled: the task ended cancelled, so whether its effect happened is unknown.

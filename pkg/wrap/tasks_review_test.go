@@ -74,3 +74,52 @@ func TestFlatTaskHandleIsNotTheOutcome(t *testing.T) {
 		t.Fatalf("the flat task's intent in the ledger: %v %v, want one done", states, err)
 	}
 }
+
+// A flat task (SEP-2663) that failed (tasks/get: "failed", its JSON-RPC error inline) is a
+// definite failure: the intent is released and a retry runs. Before, the handle was recorded
+// as the call's outcome and every retry was replayed the handle of the failed task.
+func TestFailedFlatTaskIsReleased(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	args := `{"tag":"flatfail","flat":true,"rpc":true}`
+	raw, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":`+args+`}`))
+	if err != nil || !strings.Contains(string(raw), `"taskId":"flatfail-`) {
+		t.Fatalf("want the server's flat task handle, got %s %v", raw, err)
+	}
+	waitFor(t, "the retry to run", func() bool {
+		x, err := callE(w.Session, "slow", args)
+		return err == nil && !x.replayed() && !x.IsError
+	})
+	if n := r.effectCount(); n != 2 {
+		t.Fatalf("%d executions, want the failed task and the retry; wrap log:\n%s", n, w.log.String())
+	}
+}
+
+// A server may mark a task of the tasks extension failed once its ttl has elapsed, whatever
+// the task did (SEP-2663): a "failed" seen at the end of the ttl is no definite failure. The
+// outcome is unknown and the retry is refused; released, the retry would run the call again
+// though the task may have done its effect.
+func TestFlatTaskFailedAtItsTTLIsUnknown(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	args := `{"tag":"flatexpired","flat":true,"rpc":true,"ms":500}`
+	raw, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":`+args+`}`))
+	if err != nil || !strings.Contains(string(raw), `"taskId":"flatfail-`) || !strings.Contains(string(raw), `"ttlMs":500`) {
+		t.Fatalf("want the server's flat task handle, got %s %v", raw, err)
+	}
+	led := r.openLedger()
+	waitFor(t, "wrap to settle the task's claim", func() bool {
+		inFlight := false
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				inFlight = true
+				return false
+			})
+		})
+		return !inFlight
+	})
+	retryIsFenced(t, r, w, args, "a flat task failed at the end of its ttl", w)
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d executions, want the task's alone", n)
+	}
+}

@@ -290,10 +290,16 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			}
 			return json.RawMessage(`{"resultType":"input_required","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"in-task"}`), nil
 		}
+		if strings.Contains(string(m.Params), `"flatfail-`) {
+			if m.Method == "tasks/get" {
+				return json.RawMessage(`{"resultType":"complete","taskId":"flatfail","status":"failed","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":60000,"error":{"code":-32000,"message":"declined"}}`), nil
+			}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: tasks/result"}
+		}
 		if strings.Contains(string(m.Params), `"flat-`) {
 			// slow's flat task (SEP-2663): completed, its result inline; no tasks/result.
 			if m.Method == "tasks/get" {
-				return json.RawMessage(`{"resultType":"complete","taskId":"flat","status":"completed","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlSeconds":60,"result":{"content":[{"type":"text","text":"flat task done"}],"isError":false}}`), nil
+				return json.RawMessage(`{"resultType":"complete","taskId":"flat","status":"completed","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":60000,"result":{"content":[{"type":"text","text":"flat task done"}],"isError":false}}`), nil
 			}
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: tasks/result"}
 		}
@@ -477,7 +483,15 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			// resultType "task", answered to a call that did not ask for a task. The task
 			// completes: tasks/get answers it completed, its result inline.
 			n := s.record("slow flat task tag=" + a.Tag)
-			return json.RawMessage(fmt.Sprintf(`{"resultType":"task","taskId":"flat-%d-%d","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlSeconds":60,"pollIntervalMilliseconds":50}`, os.Getpid(), n)), nil
+			prefix := "flat"
+			if a.RPC {
+				prefix = "flatfail" // tasks/get answers it failed, its JSON-RPC error inline
+			}
+			ttl := 60000
+			if a.Ms > 0 {
+				ttl = a.Ms // a failed task's "failed" then comes at the end of its ttl
+			}
+			return json.RawMessage(fmt.Sprintf(`{"resultType":"task","taskId":"%s-%d-%d","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":%d,"pollIntervalMs":50}`, prefix, os.Getpid(), n, ttl)), nil
 		}
 		if p.Task != nil {
 			// A task that never ends: the handle, with the ttl asked for, and a tasks/result
