@@ -55,7 +55,7 @@ func wrapCommand(io streams) *cli.Command {
 			&cli.StringSliceFlag{Name: "replay-window", Usage: "how long a recorded result answers an identical call: DUR for every tool, or TOOL=DUR (repeatable); later identical calls run as new actions (default " + wrap.DefaultReplayWindow.String() + ")"},
 			policyFlag(),
 			&cli.StringFlag{Name: "scope", Usage: "name the server's scope explicitly (fleets sharing receipts across directories or environments); default: derived from the command, working directory and environment"},
-			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight take no slot)"},
+			&cli.IntFlag{Name: "max-concurrent", Value: wrap.DefaultMaxConcurrent, Usage: "requests forwarded to the MCP server at once (duplicates waiting for a call in flight, and tasks/result, which waits for a task to end, take no slot)"},
 			&cli.DurationFlag{Name: "init-timeout", Value: 30 * time.Second, Usage: "how long the MCP server may take to answer initialize"},
 			&cli.DurationFlag{Name: "grace", Value: wrap.DefaultGrace, Usage: "when stopping (stdin closed, SIGTERM, SIGINT), how long calls in flight may finish; then the MCP server is stopped and each fenced call still inside it is recorded as unknown. A second signal exits at once"},
 		}, gatewayFlags()...),

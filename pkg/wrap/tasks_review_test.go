@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -121,5 +122,45 @@ func TestFlatTaskFailedAtItsTTLIsUnknown(t *testing.T) {
 	retryIsFenced(t, r, w, args, "a flat task failed at the end of its ttl", w)
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("%d executions, want the task's alone", n)
+	}
+}
+
+// The agent's own tasks/result (a pass-through that blocks until its task ends, as MCP's
+// SDKs use it) holds a slot of --max-concurrent for the task's whole life. wrap's own
+// tasks/result takes none "as it mostly waits"; the agent's does, so an agent following as
+// many long tasks as there are slots stalls every other call, fenced ones included. Here one
+// slot: with the agent waiting on one stuck task's result, a call of another tool must still
+// be answered.
+func TestAgentTaskResultDoesNotStarveCalls(t *testing.T) {
+	t.Parallel()
+	_, w := taskWrap(t, "--max-concurrent", "1")
+	res, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":{"tag":"starve"},"task":{"ttl":600000}}`))
+	var h struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if err != nil || json.Unmarshal(res, &h) != nil || !strings.HasPrefix(h.Task.TaskID, "stuck-") {
+		t.Fatalf("want the server's task handle, got %s %v", res, err)
+	}
+	go func() {
+		// The agent waits for its task's final result (it never comes: mcptest's stuck task).
+		_, _ = w.Call(context.Background(), "tasks/result", json.RawMessage(`{"taskId":"`+h.Task.TaskID+`"}`))
+	}()
+	waitFor(t, "wrap's and the agent's tasks/result to reach the server", func() bool {
+		return strings.Count(w.log.String(), "mcptest: tasks/result") >= 2
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := callE(w.Session, "echo", `{"text":"hi"}`)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a call of another tool waited 10 s for the slot the agent's tasks/result holds; wrap log:\n%s", w.log.String())
 	}
 }

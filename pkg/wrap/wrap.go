@@ -143,8 +143,9 @@ type Options struct {
 	// misspelt name's settings, a redaction say, apply to no call).
 	Named []NamedTool
 	// MaxConcurrent bounds the requests forwarded to the child at once (default
-	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings and replays
-	// take no slot, so they never queue behind slow calls.
+	// DefaultMaxConcurrent). Duplicates waiting for an attempt in flight, pings, replays and
+	// tasks/result (which waits for its task to end) take no slot, so they never queue behind
+	// slow calls nor hold one back.
 	MaxConcurrent int
 	// InitTimeout bounds the child's answer to initialize (default mcpstdio's).
 	InitTimeout time.Duration
@@ -986,7 +987,15 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message, tool string) []
 	if tool != "" {
 		p.hide(s, tool, m.Params)
 	}
-	res, err := p.callBounded(ctx, s, m.Method, m.Params)
+	var res json.RawMessage
+	if m.Method == "tasks/result" {
+		// It waits for its task to end, for hours maybe, and takes no slot, as wrap's own
+		// tasks/result does not (taskResult): an agent following as many tasks as there are
+		// slots held every other request back, fenced calls included, until a task ended.
+		res, err = s.Call(ctx, m.Method, m.Params)
+	} else {
+		res, err = p.callBounded(ctx, s, m.Method, m.Params)
+	}
 	var rpc *jsonrpc.Error
 	switch {
 	case err != nil && ctx.Err() != nil:
