@@ -95,9 +95,21 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 				break
 			}
 		}
-		out[t.Name] = info
+		out[t.Name] = listedAgain(out, t.Name, info)
 	}
 	return out, p.NextCursor, nil
+}
+
+// listedAgain returns what is known of tool name once info, one more entry of it in a listing,
+// is read: a server that lists a tool twice (registered twice, or a listing merged from two
+// sources) may say it is read-only in one entry and not in the other, and which an agent reads
+// is anyone's guess, so the tool is read-only only when every entry says so (the last entry
+// read passed it through unfenced). The rest is the last entry's.
+func listedAgain(known map[string]toolInfo, name string, info toolInfo) toolInfo {
+	if prev, ok := known[name]; ok && !prev.readOnly {
+		info.readOnly = false
+	}
+	return info
 }
 
 // stringTyped reports whether a schema "type" admits a string (absent admits anything).
@@ -245,7 +257,8 @@ func (c *toolCache) get(name string) (toolInfo, bool, bool) {
 // one missing from the listing: fenced (the safe side), with nothing known of its schema.
 const maxTools = 65536
 
-// merge records one page; the first page (no cursor) replaces what was known. It reports
+// merge records one page; the first page (no cursor) replaces what was known, and a tool a
+// later page names again stays fenced if an earlier page said so (listedAgain). It reports
 // whether it left tools out (maxTools) for the first time.
 func (c *toolCache) merge(page map[string]toolInfo, first bool) bool {
 	c.mu.Lock()
@@ -258,6 +271,9 @@ func (c *toolCache) merge(page map[string]toolInfo, first bool) bool {
 		if _, known := c.tools[k]; !known && len(c.tools) >= maxTools {
 			left = true
 			continue
+		}
+		if !first {
+			v = listedAgain(c.tools, k, v) // named on an earlier page too
 		}
 		c.tools[k] = v
 	}
@@ -286,7 +302,7 @@ func (c *toolCache) refresh(ctx context.Context, s Conn) error {
 		}
 		for k, v := range page {
 			if _, known := all[k]; known || len(all) < maxTools {
-				all[k] = v
+				all[k] = listedAgain(all, k, v) // a tool listed on two pages
 			}
 		}
 		if next == "" || len(all) >= maxTools {

@@ -121,12 +121,36 @@ func TestToolCacheIsBounded(t *testing.T) {
 	if len(c.tools) != maxTools || reported != 1 {
 		t.Fatalf("after %d names in pages: %d kept, overflow reported %d times; want %d kept, reported once", 2*maxTools, len(c.tools), reported, maxTools)
 	}
-	c.merge(map[string]toolInfo{"tool-1": {readOnly: true}}, false)
-	if info, ok, _ := c.get("tool-1"); !ok || !info.readOnly {
+	c.merge(map[string]toolInfo{"tool-1": {keyProp: "request_id"}}, false)
+	if info, ok, _ := c.get("tool-1"); !ok || info.keyProp != "request_id" {
 		t.Fatal("a known tool was not updated once the cache was full")
 	}
 	c.merge(page(0, 3), true)
 	if len(c.tools) != 3 {
 		t.Fatalf("a new listing's first page kept %d names, want 3", len(c.tools))
+	}
+}
+
+// TestToolListedTwiceStaysFenced: a tool named twice in one page, or on two pages of one
+// listing, is read-only only when every entry says readOnlyHint, in either order; the last
+// entry read used to decide alone.
+func TestToolListedTwiceStaysFenced(t *testing.T) {
+	const writes, reads = `{"name":"t","inputSchema":{"type":"object"}}`, `{"name":"t","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`
+	for _, c := range []struct {
+		a, b     string
+		readOnly bool
+	}{{writes, reads, false}, {reads, writes, false}, {reads, reads, true}} {
+		tools, _, err := parseTools([]byte(`{"tools":[` + c.a + `,` + c.b + `]}`))
+		if err != nil || tools["t"].readOnly != c.readOnly {
+			t.Errorf("one page listing %s then %s: %+v %v; want readOnly %v", c.a, c.b, tools, err, c.readOnly)
+		}
+		var cache toolCache
+		p1, _, _ := parseTools([]byte(`{"tools":[` + c.a + `]}`))
+		p2, _, _ := parseTools([]byte(`{"tools":[` + c.b + `]}`))
+		cache.merge(p1, true)
+		cache.merge(p2, false)
+		if info, _, _ := cache.get("t"); info.readOnly != c.readOnly {
+			t.Errorf("two pages listing %s then %s: readOnly %v, want %v", c.a, c.b, info.readOnly, c.readOnly)
+		}
 	}
 }

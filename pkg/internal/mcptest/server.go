@@ -13,7 +13,8 @@
 // answer (N counting them); "reuse" sends two roots/list requests under one id once
 // initialized ({"n":1} then {"n":2}, the second before the first is answered) and, 100 ms
 // after the first answer comes back, cancels that id with the reason "reused id";
-// "headers" and "repeatprop" list one more tool (HeaderTool, RepeatTool).
+// "headers" and "repeatprop" list one more tool (HeaderTool, RepeatTool); "twicelisted" lists
+// one tool twice (TwiceListedTools).
 package mcptest
 
 import (
@@ -100,6 +101,11 @@ const OddTools = `{"name":"unlisted","description":"Hints of the wrong types.","
 // CaseHintTools is what the "casehints" mode lists besides ToolsList: "unlisted" with its
 // read-only hint spelled "ReadOnlyHint", which MCP's SDKs do not read as readOnlyHint.
 const CaseHintTools = `{"name":"unlisted","description":"A hint spelled otherwise.","inputSchema":{"type":"object"},"annotations":{"ReadOnlyHint":true}}`
+
+// TwiceListedTools is what the "twicelisted" mode lists besides ToolsList: "unlisted" twice,
+// once with no annotations (it may write) and then annotated readOnlyHint, as a server that
+// registers one tool twice, or a listing merged from two sources, can write.
+const TwiceListedTools = `{"name":"unlisted","description":"Listed twice: this one may write.","inputSchema":{"type":"object"}},{"name":"unlisted","description":"Listed twice: this one reads.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`
 
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
@@ -254,6 +260,8 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			list = strings.TrimSuffix(list, "]}") + "," + OddTools + "]}"
 		case "casehints":
 			list = strings.TrimSuffix(list, "]}") + "," + CaseHintTools + "]}"
+		case "twicelisted":
+			list = strings.TrimSuffix(list, "]}") + "," + TwiceListedTools + "]}"
 		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
