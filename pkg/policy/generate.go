@@ -55,6 +55,8 @@ func (t *publishedTool) asSpelled(raw json.RawMessage) {
 	t.Annotations.OpenWorldHint = hint(ann, "openWorldHint")
 }
 
+func isTrue(p *bool) bool { return p != nil && *p }
+
 // hint reads the boolean hint name of annotations: nil unless it is true or false.
 func hint(annotations json.RawMessage, name string) *bool {
 	switch v := string(jsonrpc.MemberValue(annotations, name)); v {
@@ -93,6 +95,7 @@ func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) erro
 	var tools []publishedTool
 	keys := map[string]string{}
 	seen := map[string]bool{}
+	at := map[string]int{} // a name's index in tools
 	for i, page := range pages {
 		var p struct {
 			Tools []publishedTool `json:"tools"`
@@ -115,10 +118,19 @@ func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) erro
 			keys[k] = v
 		}
 		for _, t := range p.Tools {
-			if t.Name == "" || seen[t.Name] {
+			if t.Name == "" {
+				continue
+			}
+			if seen[t.Name] {
+				// Listed again: wrap passes a tool through only when every entry of it says
+				// readOnlyHint, so the entry written is the first that does not, if any.
+				if k := &tools[at[t.Name]]; isTrue(k.Annotations.ReadOnlyHint) && !isTrue(t.Annotations.ReadOnlyHint) {
+					*k = t
+				}
 				continue
 			}
 			seen[t.Name] = true
+			at[t.Name] = len(tools)
 			tools = append(tools, t)
 		}
 	}

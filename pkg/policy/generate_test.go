@@ -20,7 +20,7 @@ func TestGenerateFromAnnotations(t *testing.T) {
 		`{"name":"refund","annotations":{"idempotentHint":true,"destructiveHint":false}},` +
 		`{"name":"true","description":"a tool named like a YAML boolean"},` +
 		`{"name":"charge_*x","description":"glob characters"},` +
-		`{"name":"charge","description":"listed twice: the first listing counts","annotations":{"readOnlyHint":true}}]}`
+		`{"name":"charge","description":"listed twice, read-only in one listing only: fenced","annotations":{"readOnlyHint":true}}]}`
 	var buf bytes.Buffer
 	err := Generate(&buf, []json.RawMessage{json.RawMessage(mcptest.ToolsList), json.RawMessage(page2)}, Source{Server: "mcptest --flag"})
 	if err != nil {
@@ -220,5 +220,39 @@ func TestGenerateOnlyUnwritableNames(t *testing.T) {
 	}
 	if len(p.Tools) != 0 || !strings.Contains(buf.String(), `#   "charge_*"`) || !strings.Contains(buf.String(), `#   "a b"`) {
 		t.Fatalf("want no entries and each name as a comment: %+v\n%s", p.Tools, buf.String())
+	}
+}
+
+// TestGenerateToolListedTwice: a tool the server lists twice (on one page or on two) is
+// written fence: false only when every entry says readOnlyHint, as wrap passes it through only
+// then. The first entry counted alone, so a tool listed read-only first and as writing after
+// got fence: false, and the policy unfenced a tool the server also says may write.
+func TestGenerateToolListedTwice(t *testing.T) {
+	const reads, writes = `{"name":"wipe","annotations":{"readOnlyHint":true}}`, `{"name":"wipe","annotations":{"destructiveHint":true}}`
+	for _, c := range []struct {
+		name  string
+		pages []string
+		fence bool
+	}{
+		{"one page, read-only first", []string{`{"tools":[` + reads + `,` + writes + `]}`}, true},
+		{"one page, writing first", []string{`{"tools":[` + writes + `,` + reads + `]}`}, true},
+		{"two pages, read-only first", []string{`{"tools":[` + reads + `]}`, `{"tools":[` + writes + `]}`}, true},
+		{"read-only twice", []string{`{"tools":[` + reads + `,` + reads + `]}`}, false},
+	} {
+		var pages []json.RawMessage
+		for _, p := range c.pages {
+			pages = append(pages, json.RawMessage(p))
+		}
+		var buf bytes.Buffer
+		if err := Generate(&buf, pages, Source{Server: "s"}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Parse("generated.yaml", buf.Bytes())
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, buf.String())
+		}
+		if e := p.Entry("wipe"); e == nil || e.Fence == nil || *e.Fence != c.fence {
+			t.Errorf("%s: entry %+v, want fence %v\n%s", c.name, e, c.fence, buf.String())
+		}
 	}
 }
