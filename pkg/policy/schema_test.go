@@ -214,3 +214,31 @@ func TestSchemaKeysAreTheParsersKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaAcceptsWhatTheParserAccepts: files the parser accepts are valid under the schema,
+// so an editor does not flag a file `policy check` takes. redact beside fence: false (the one
+// setting a tool that passes through may have, docs/policy.md) was refused by the schema
+// ("maxProperties: got 2, want 1") while the parser accepted it.
+func TestSchemaAcceptsWhatTheParserAccepts(t *testing.T) {
+	s := compileSchema(t)
+	for _, src := range []string{
+		"version: 1\ntools:\n  c:\n    fence: false\n    redact: [card.number]\n",
+		"version: 1\ntools:\n  c:\n    redact: [card.number]\n    fence: false\n  \"list_*\":\n    fence: false\n",
+		"version: 1\ntools:\n  c:\n    fence: true\n    redact: [card.number]\n    key: [order]\n",
+	} {
+		if _, err := Parse("x.yaml", []byte(src)); err != nil {
+			t.Errorf("the parser refuses %q: %v", src, err)
+		}
+		if err := validate(t, s, []byte(src)); err != nil {
+			t.Errorf("the schema refuses %q: %v", strings.TrimSpace(src), err)
+		}
+	}
+	// Any other setting beside fence: false is still refused by both.
+	src := "version: 1\ntools:\n  c:\n    fence: false\n    redact: [card.number]\n    result: hash\n"
+	if _, err := Parse("x.yaml", []byte(src)); err == nil {
+		t.Errorf("the parser accepts %q", src)
+	}
+	if err := validate(t, s, []byte(src)); err == nil {
+		t.Errorf("the schema accepts %q", src)
+	}
+}
