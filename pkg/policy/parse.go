@@ -474,7 +474,9 @@ func (ps *parse) tools(n ast.Node, pol *Policy) {
 // overlaps refuses two globs of equal specificity that can match the same name: which one
 // applies would otherwise depend on file order. Only globs of one specificity are compared,
 // and a pair whose literal prefixes or suffixes differ is told apart without intersect: every
-// pair of entries compared with intersect, 38,000 globs of a 1 MiB file took 4 minutes.
+// pair of entries compared with intersect, 38,000 globs of a 1 MiB file took 4 minutes. Each
+// glob is reported once, with the first earlier glob it clashes with: 4,000 globs that all
+// clash ("*0000*", "*0001*", …) made 8 million errors and 14 GB of allocation.
 func (ps *parse) overlaps(es []Entry) {
 	type glob struct {
 		e        *Entry
@@ -495,6 +497,7 @@ func (ps *parse) overlaps(es []Entry) {
 			ps.errs = append(ps.errs, Error{File: ps.file, Line: a.Line, Column: a.Column, Msg: fmt.Sprintf(
 				"globs %q and %q (line %d) can match the same tool and are equally specific (%d literal characters); name the tool exactly or make one glob more specific",
 				a.Pattern, b.e.Pattern, b.e.Line, n)})
+			break // one clash per glob: every clashing pair of n globs was n²/2 errors
 		}
 		bySpec[n] = append(bySpec[n], g)
 	}

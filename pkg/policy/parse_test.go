@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -412,5 +413,33 @@ func TestParseRefusesInvisibleCharacters(t *testing.T) {
 	p, err := Parse("ok.yaml", []byte("\ufeffversion: 1\ntools:\n  \"x\\u200bx\":\n    fence: true\n"))
 	if err != nil || len(p.Tools) != 1 || p.Tools[0].Pattern != "x\u200bx" {
 		t.Fatalf("a format character written as an escape: %v %+v", err, p)
+	}
+}
+
+// TestOverlapsReportedOncePerGlob: globs of one specificity that all overlap (every "*xy*"
+// can match the name "xy…zw" of any other) are each reported once, with the first earlier
+// glob they clash with. Every clashing pair was reported: 4,000 such globs in a 60 KB file made
+// 8 million errors, 1.4 GB of text and 14 GB allocated in 27 s, and a 1 MiB file ran out of
+// memory before policy check said a word.
+func TestOverlapsReportedOncePerGlob(t *testing.T) {
+	const n = 1500
+	var b strings.Builder
+	b.WriteString("version: 1\ntools:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  \"*%04x*\": {}\n", i)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Parse("p.yaml", []byte(b.String()))
+	runtime.ReadMemStats(&after)
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("accepted, or not Errors: %v", err)
+	}
+	if len(es) != n-1 || !strings.Contains(es[0].Error(), `globs "*0001*" and "*0000*" (line 3) can match the same tool`) {
+		t.Fatalf("%d errors, the first %v; want %d, one for each glob after the first", len(es), es[0], n-1)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Fatalf("a policy of %d bytes allocated %d MB to be refused", b.Len(), alloc>>20)
 	}
 }
