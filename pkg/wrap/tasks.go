@@ -214,10 +214,17 @@ func pollEvery(b []byte) time.Duration {
 func (p *Proxy) pollTask(ctx context.Context, s Conn, taskID string, every time.Duration, failedUnsure time.Time) (json.RawMessage, error) {
 	var rpc *jsonrpc.Error
 	q, _ := json.Marshal(map[string]string{"taskId": taskID})
+	delay := every // the handle's suggestion, before the first question too
 	for lost := 0; ; {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-p.agentGone:
+			return nil, errors.New("the session is stopping while the task runs")
+		}
 		asked := time.Now()
 		st, err := s.Call(ctx, "tasks/get", q)
-		delay := every
 		switch {
 		case err == nil:
 			lost = 0
@@ -270,13 +277,6 @@ func (p *Proxy) pollTask(ctx context.Context, s Conn, taskID string, every time.
 			}
 			delay = min(taskReaskDelay<<(lost-1), time.Minute)
 			p.logf("task %s: the answer to tasks/get was lost (%v); asking again in %s", taskID, err, delay)
-		}
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-p.agentGone:
-			return nil, errors.New("the session is stopping while the task runs")
 		}
 	}
 }
