@@ -316,7 +316,7 @@ func firstLine(s string) string {
 // (Parse refuses the latter: they hide or reorder text), at most max runes.
 func comment(s string, max int) string {
 	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Cf, r) {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || hidden(r, 0) {
 			return ' '
 		}
 		return r
@@ -338,5 +338,24 @@ func yamlKey(name string) string {
 	if plainKey.MatchString(name) {
 		return name
 	}
-	return strconv.Quote(name)
+	return quote(name)
+}
+
+// quote is strconv.Quote (its escapes are YAML's too), with every character Parse refuses
+// written as itself (hidden: strconv leaves those it takes for printable, the Hangul filler
+// U+3164, the combining grapheme joiner, variation selectors) written as an escape.
+func quote(s string) string {
+	q := strconv.Quote(s)
+	if !strings.ContainsFunc(q, func(r rune) bool { return hidden(r, 0) }) {
+		return q
+	}
+	var b strings.Builder
+	for _, r := range q {
+		if hidden(r, 0) {
+			b.WriteString(escape(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -139,7 +139,7 @@ func TestGenerateForManyTools(t *testing.T) {
 // keys, and with format characters (which Parse refuses written as themselves).
 func TestGenerateHostileNamesReadBack(t *testing.T) {
 	names := []string{"a:b", `a"b`, "a'b", "-x", "x-", ".x", "1e3", "0x10", "0o7", "nan", "NaN", ".inf", "~", "~x", "%x", "@x", "`x",
-		"!x", "&x", "|x", ">x", "<<", "=", "é", "\ufeffx", "x\u200bx", "x\u00adx", "\U0001F600", "a/b", "a,b", "a#b", "#", "-", "---", "...",
+		"!x", "&x", "|x", ">x", "<<", "=", "é", "\ufeffx", "x\u200bx", "x\u00adx", "\U0001F600", "x\u3164", "x\u034fx", "x\ufe0f", "\u2714\ufe0f", "a/b", "a,b", "a#b", "#", "-", "---", "...",
 		"true", "True", "Yes", "off", "NULL", "Null", "y", "N", "x\ufffd", "a\\b", "{x}", "[x]", "x?", "*", strings.Repeat("l", 100000)}
 	var tools []map[string]any
 	for _, n := range names {

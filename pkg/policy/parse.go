@@ -110,7 +110,7 @@ func Parse(name string, src []byte) (*Policy, error) {
 	if line, col, r := invisible(src); line > 0 && unicode.IsControl(r) {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, a control character: YAML does not allow it written as itself, and a terminal acts on it instead of showing it (a reviewer would not see it, or would see the line rewritten); remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
 	} else if line > 0 {
-		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, an invisible format character: a reviewer would not see it (in a tool's name the entry names another tool than the one shown) or would see the line reordered; remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, an invisible character (a format character, or one drawn as nothing): a reviewer would not see it (in a tool's name the entry names another tool than the one shown) or would see the line reordered; remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
 	}
 	if line, col := tooDeep(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("collections nested more than %d deep; a policy needs a few levels", maxDepth)}}
@@ -183,19 +183,41 @@ func notUTF8(src []byte) (line, col int) {
 // cannot be seen or changes how the text around it is shown (CVE-2021-42574, "Trojan
 // Source"; an escape sequence rewrites a terminal's line). YAML forbids the control
 // characters, but the parser read them as text.
+//
+// The other characters Unicode says are drawn as nothing (default-ignorable) count too: the
+// combining grapheme joiner U+034F, the Hangul fillers (U+115F, U+1160, U+3164, U+FFA0), and a
+// variation selector that follows an ASCII character or starts a line (after an emoji or a
+// CJK character it picks how that character is drawn, and is taken as written). Before
+// 2026-12-06 they were accepted, so `ignore: [meta.ts<U+3164>]` read as `[meta.ts]` and
+// ignored nothing.
 func invisible(src []byte) (line, col int, r rune) {
 	line, col = 1, 1
+	prev := '\n'
 	for _, r := range string(src) {
 		switch {
-		case unicode.Is(unicode.Cf, r), unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r':
+		case hidden(r, prev), unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r':
 			return line, col, r
 		case r == '\n':
 			line, col = line+1, 1
 		default:
 			col++
 		}
+		prev = r
 	}
 	return 0, 0, 0
+}
+
+// hidden reports whether r, following prev, is drawn as nothing: a format character, another
+// default-ignorable code point, or a variation selector with nothing it could select for
+// (after ASCII, or at a line's start).
+func hidden(r, prev rune) bool {
+	switch {
+	case r < 0xad:
+		return false
+	case unicode.Is(unicode.Variation_Selector, r):
+		return prev < utf8.RuneSelf
+	}
+	return unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
 }
 
 // escape writes r as a YAML double-quoted escape.

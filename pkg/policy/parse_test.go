@@ -402,6 +402,11 @@ func TestParseRefusesInvisibleCharacters(t *testing.T) {
 		{"soft hyphen in the scope", "version: 1\nscope: pay\u00adments\n", "bad.yaml:2:11: "},
 		{"tag character in a comment", "version: 1 # \U000E0066\U000E0065\n", "bad.yaml:1:14: "},
 		{"byte-order mark inside", "version: 1\n\ufeffscope: s\n", "bad.yaml:2:1: "},
+		// Default-ignorable, not format characters: drawn as nothing all the same.
+		{"Hangul filler in an ignored path", "version: 1\ntools:\n  t:\n    ignore: [meta.ts\u3164]\n", "bad.yaml:4:21: "},
+		{"combining grapheme joiner in a key", "version: 1\ntools:\n  t:\n    key: [order\u034f_id]\n", "bad.yaml:4:16: "},
+		{"variation selector after ASCII", "version: 1\ntools:\n  charge\ufe0f:\n    fence: true\n", "bad.yaml:3:9: "},
+		{"variation selector at a line's start", "version: 1\n\ufe0f# x\n", "bad.yaml:2:1: "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := Parse("bad.yaml", []byte(c.src))
@@ -409,6 +414,10 @@ func TestParseRefusesInvisibleCharacters(t *testing.T) {
 				t.Fatalf("got %v (%+v); want one error starting %q naming the invisible character", err, p, c.want)
 			}
 		})
+	}
+	// An emoji's variation selector picks how the emoji is drawn: a comment may hold one.
+	if _, err := Parse("ok.yaml", []byte("version: 1 # checked \u2714\ufe0f\n")); err != nil {
+		t.Fatalf("an emoji with its variation selector in a comment: %v", err)
 	}
 	p, err := Parse("ok.yaml", []byte("\ufeffversion: 1\ntools:\n  \"x\\u200bx\":\n    fence: true\n"))
 	if err != nil || len(p.Tools) != 1 || p.Tools[0].Pattern != "x\u200bx" {
