@@ -110,7 +110,11 @@ func Parse(name string, src []byte) (*Policy, error) {
 	if line, col, r := invisible(src); line > 0 && unicode.IsControl(r) {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, a control character: YAML does not allow it written as itself, and a terminal acts on it instead of showing it (a reviewer would not see it, or would see the line rewritten); remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
 	} else if line > 0 {
-		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, an invisible character (a format character, or one drawn as nothing): a reviewer would not see it (in a tool's name the entry names another tool than the one shown) or would see the line reordered; remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
+		what := "an invisible format character"
+		if !unicode.Is(unicode.Cf, r) {
+			what = "an invisible character (Unicode draws it as nothing)"
+		}
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, %s: a reviewer would not see it (in a tool's name the entry names another tool than the one shown) or would see the line reordered; remove it, or write it as an escape (%s) in a double-quoted string", r, what, escape(r))}}
 	}
 	if line, col := tooDeep(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("collections nested more than %d deep; a policy needs a few levels", maxDepth)}}
