@@ -22,17 +22,7 @@ func TestTaskAskingForInputIsNotItsOutcome(t *testing.T) {
 	startSlowTask(t, w, args, 60000, "asking-")
 	// Once wrap has settled the task's claim (released, before: it is no longer in flight),
 	// the retry comes.
-	led := r.openLedger()
-	waitFor(t, "wrap to settle the task's claim", func() bool {
-		inFlight := false
-		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
-				inFlight = true
-				return false
-			})
-		})
-		return !inFlight
-	})
+	waitSettled(t, r)
 	retryIsFenced(t, r, w, args, "a task that asks for input", w)
 }
 
@@ -108,17 +98,7 @@ func TestFlatTaskFailedAtItsTTLIsUnknown(t *testing.T) {
 	if err != nil || !strings.Contains(string(raw), `"taskId":"flatfail-`) || !strings.Contains(string(raw), `"ttlMs":500`) {
 		t.Fatalf("want the server's flat task handle, got %s %v", raw, err)
 	}
-	led := r.openLedger()
-	waitFor(t, "wrap to settle the task's claim", func() bool {
-		inFlight := false
-		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
-				inFlight = true
-				return false
-			})
-		})
-		return !inFlight
-	})
+	waitSettled(t, r)
 	retryIsFenced(t, r, w, args, "a flat task failed at the end of its ttl", w)
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("%d executions, want the task's alone", n)
@@ -163,4 +143,20 @@ func TestAgentTaskResultDoesNotStarveCalls(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("a call of another tool waited 10 s for the slot the agent's tasks/result holds; wrap log:\n%s", w.log.String())
 	}
+}
+
+// waitSettled waits until wrap has settled the task's claim: none is in flight in r's ledger.
+func waitSettled(t *testing.T, r *rig) {
+	t.Helper()
+	led := r.openLedger()
+	waitFor(t, "wrap to settle the task's claim", func() bool {
+		inFlight := false
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				inFlight = true
+				return false
+			})
+		})
+		return !inFlight
+	})
 }
