@@ -124,6 +124,16 @@ func walDamageIn(r io.ReaderAt, size int64) (string, error) {
 	} else {
 		prev = [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])}
 	}
+	// The first commit frame that verifies after the bad frame may end the very transaction
+	// the bad frame is in, and that transaction may be the last one, whose fsync never
+	// returned: a power cut during its commit leaves whichever of its pages the kernel had
+	// written back, in any order, and a page that never reached the disk reads as a hole.
+	// Nobody was told it committed, and SQLite drops it, as it is built to. Every earlier
+	// transaction was synced before the next one began (synchronous=FULL, one writer at a
+	// time), so only a commit frame after that one (a transaction begun once the damaged one
+	// had committed) shows damage to what was acknowledged. (Damage inside the last
+	// transaction alone cannot be told from such a power cut.)
+	ended := -1 // the first commit frame after the bad frame that verifies
 	for j, o := i+1, off+frameSize; ; j, o = j+1, o+frameSize {
 		f, err := frame(o, pageSize)
 		if err != nil {
@@ -133,7 +143,10 @@ func walDamageIn(r io.ReaderAt, size int64) (string, error) {
 			return "", nil
 		}
 		if binary.BigEndian.Uint32(f[4:]) != 0 && frameOK(order, f, prev, salt) {
-			return fmt.Sprintf("is damaged at frame %d of its write-ahead log, and a transaction committed after it (frame %d) is whole: SQLite ignores the log from frame %d on, and the decisions committed there", bad, j, bad), nil
+			if ended >= 0 {
+				return fmt.Sprintf("is damaged at frame %d of its write-ahead log, and transactions committed after it (frames %d and %d) are whole: SQLite ignores the log from frame %d on, and the decisions committed there", bad, ended, j, bad), nil
+			}
+			ended = j
 		}
 		prev = [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])}
 	}
