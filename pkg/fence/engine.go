@@ -303,6 +303,9 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		}
 		switch rec.State {
 		case StateDone:
+			if rec.Cert == nil {
+				return 0, doneWithoutCert(req.Intent)
+			}
 			if req.ReplayWindow > 0 && clock.reached(rec.UpdatedAt.Add(req.ReplayWindow)) {
 				if !write {
 					return outNeedWrite, nil
@@ -437,6 +440,14 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		return outReclaimed, nil
 	}
 	return outAdmitted, nil
+}
+
+// doneWithoutCert is the error for a done record that holds no cert: a damaged row (its cert
+// member's name altered, or the member edited away) that still reads as JSON. There is
+// nothing to replay, and the effect ran, so the attempt is refused; before, the replay (and
+// the move of a record past its replay window) dereferenced the missing cert.
+func doneWithoutCert(intent string) error {
+	return &UnreadableError{Intent: intent, Err: fmt.Errorf("fence: intent %q is recorded done but its record holds no cert (damaged or edited): there is no result to replay, and the call was not run. Its effect happened once already: check the real system, then remove the record (effectfence ledger clear --force) if it is to run again", intent)}
 }
 
 // passClock reads a transaction's clock at most once, when a decision first needs it.
