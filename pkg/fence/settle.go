@@ -87,10 +87,15 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	var spooled string
 	var spoolErr error // why the outcome is not in the spool yet, if keeping it there failed
 	wait := settleFirstWait
-	for retry := false; ; retry = true {
+	// An outcome this engine holds in memory was reported before and failed with the ledger's
+	// error (a Settle whose context ended: wrap settles again, round after round, until the
+	// outcome is kept): it may have landed, its answer lost, so even the first report of this
+	// call is a retry of it.
+	for retry := e.spool.reportedBefore(o); ; retry = true {
 		cert, err := e.apply(ctx, o, retry)
 		var coded Coded
 		if err == nil || errors.As(err, &coded) {
+			e.spool.unhold(o) // answered: the next drain need not report it again
 			if spooled != "" {
 				if rerr := e.spool.remove(spooled); rerr != nil {
 					return cert, errors.Join(err, rerr)
@@ -248,6 +253,34 @@ func (s *spool) hold(o Outcome) bool {
 	s.held[name] = o
 	s.heldBytes += len(o.Result)
 	return true
+}
+
+// reportedBefore reports whether o itself (its kind, for its ticket) is held in memory: an
+// earlier Settle of it failed with the ledger's error, and neither the ledger nor the spool
+// took it before that Settle's context ended. (An outcome Settle left in the spool is durable
+// and answered with SpooledError: its caller waits for the drain, it does not settle again.)
+func (s *spool) reportedBefore(o Outcome) bool {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if len(s.held) == 0 {
+		return false
+	}
+	h, held := s.held[spoolName(o)]
+	return held && h.Kind == o.Kind && h.Ticket.Nonce == o.Ticket.Nonce
+}
+
+// unhold forgets o if it is held in memory: the ledger has answered it.
+func (s *spool) unhold(o Outcome) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if len(s.held) == 0 {
+		return
+	}
+	name := spoolName(o)
+	if h, ok := s.held[name]; ok && h.Kind == o.Kind && h.Ticket.Nonce == o.Ticket.Nonce {
+		s.heldBytes -= len(h.Result)
+		delete(s.held, name)
+	}
 }
 
 // holds reports whether an outcome of intent is held in memory.
