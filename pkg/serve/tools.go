@@ -293,7 +293,12 @@ func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) 
 func (s *Server) heartbeat(ctx context.Context, in HeartbeatInput) (any, error) {
 	t := in.Ticket.Ticket()
 	t.Reclaimed = in.Ticket.Reclaimed // echoed back, so the renewed ticket reads like the first
-	t, err := s.eng.Heartbeat(context.WithoutCancel(ctx), t)
+	// Bounded like the outcomes: a heartbeat holds a settle slot while it waits for the
+	// ledger, and a commit queued behind it must still be answered within settleWait. One
+	// the ledger does not take by then extended nothing; the agent calls it again.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleWait)
+	defer cancel()
+	t, err := s.eng.Heartbeat(hctx, t)
 	if err != nil {
 		return nil, err
 	}
