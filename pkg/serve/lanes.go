@@ -208,6 +208,9 @@ type queuedCall struct {
 	held int64
 	key  string
 	mark *bool
+	// noWait: a fence_prepare with wait_secs the wait lane had no room for, run in the call
+	// lane without waiting (see run).
+	noWait bool
 }
 
 // run puts one tool call in its lane's line; msg is the router's to give. It returns once the
@@ -217,6 +220,19 @@ func (sc *scheduler) run(l lane, msg []byte, held int64) {
 	c := queuedCall{msg: msg, held: held}
 	if l != laneSettle { // settling calls run detached from cancellation anyway
 		c.key, c.mark = sc.queue(msg)
+	}
+	if l == laneWait {
+		select {
+		case sc.line[l] <- c:
+			return
+		default:
+			// The wait lane's line is full. Waiting here for room would stop the reader, and
+			// with it the settling call (fence_commit) the waiters wait for, until a wait
+			// ends: no sooner than the lease lapses. The prepare is asked without waiting
+			// instead (wait_secs is "up to"): intent_in_flight at once, or the cert.
+			c.noWait = true
+			l = laneCall
+		}
 	}
 	sc.line[l] <- c
 }
@@ -233,7 +249,7 @@ func (sc *scheduler) dispatch(l lane) {
 			defer sc.wg.Done()
 			defer func() { <-sc.slots[l] }()
 			defer sc.requests.Release(c.held)
-			sc.handle(l, c.msg, cancelled)
+			sc.handle(l, c.msg, cancelled, c.noWait)
 		}()
 	}
 }
@@ -241,9 +257,12 @@ func (sc *scheduler) dispatch(l lane) {
 // handle answers msg in lane l. A call its client cancelled while it was queued (cancelled)
 // runs with its context already cancelled: fence_prepare then answers with the cancellation
 // without asking the ledger (tools.go), and other tools end as for a cancellation once run.
-func (sc *scheduler) handle(l lane, msg []byte, cancelled bool) {
+func (sc *scheduler) handle(l lane, msg []byte, cancelled, noWait bool) {
 	var handed handedTicket
 	ctx := context.WithValue(sc.ctx, handedKey{}, &handed)
+	if noWait {
+		ctx = context.WithValue(ctx, noWaitKey{}, true)
+	}
 	if cancelled {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(context.WithValue(ctx, cancelledQueuedKey{}, true))
@@ -270,6 +289,10 @@ func (sc *scheduler) handle(l lane, msg []byte, cancelled bool) {
 		sc.s.opts.Log.Printf("released %q: its ticket could not be written to the client, so nothing ran", t.Intent)
 	}
 }
+
+// noWaitKey marks the context of a fence_prepare that must not wait, whatever its wait_secs:
+// the wait lane had no room for it (scheduler.run).
+type noWaitKey struct{}
 
 // handedTicket is where fence_prepare puts the fresh ticket it answers with, so the lane that
 // writes the answer can release the claim if the answer reaches nobody.

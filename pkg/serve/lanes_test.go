@@ -264,3 +264,60 @@ func holdCallLane(t *testing.T, c *stdioClient, started <-chan struct{}) <-chan 
 	}
 	return blocked
 }
+
+// TestWaitersBeyondTheQueueDoNotStarveTheHolder: more waiting prepares than the wait lane's
+// slots and line hold. The router read them in order and, the line full, stopped reading the
+// client's input until a waiter's slot freed: the holder's fence_commit, sent after them, was
+// not even read until a wait ended, which is no sooner than the lease it waits on lapses. The
+// intent went unknown, every waiter was told prior_failure (call an operator), and only the
+// holder's late commit healed it: docs/serve.md says settling calls never wait behind waiting
+// prepares. A waiter the wait lane has no room for is asked without waiting instead
+// (intent_in_flight now, or the cert), so the reader goes on to the commit.
+func TestWaitersBeyondTheQueueDoNotStarveTheHolder(t *testing.T) {
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{LeaseTTL: 3 * time.Second})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdio(t, eng, serve.Options{Workers: 2, Queue: 4})
+	args := map[string]any{"intent": "charge:order-11", "tool": "charge_card", "args": map[string]any{"amount": 4900}}
+
+	var first serve.PrepareResult
+	if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": args}), "first prepare", 30*time.Second), &first) || first.Status != serve.StatusFresh {
+		t.Fatalf("first prepare: %+v", first)
+	}
+	const waiters = 20 // 2 slots, 4 in line, 1 with the dispatcher: 13 more
+	start := time.Now()
+	wait := make([]<-chan json.RawMessage, waiters)
+	for i := range wait {
+		a := map[string]any{"wait_secs": 30}
+		for k, v := range args {
+			a[k] = v
+		}
+		wait[i] = c.send(100+i, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": a})
+	}
+	commit := c.send(3, "tools/call", map[string]any{"name": serve.ToolCommit, "arguments": map[string]any{"ticket": first.Ticket, "result": map[string]any{"charge_id": "ch_1"}}})
+	var committed serve.CommitResult
+	if toolResult(t, recv(t, commit, "commit behind 20 waiters", 30*time.Second), &committed) || committed.Cert == nil {
+		t.Fatalf("commit: %+v", committed)
+	}
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("the holder's commit, sent behind %d waiters, was answered %s after the first waiter was sent (the lease is 3 s)", waiters, took.Round(time.Millisecond))
+	}
+	answers := map[string]int{}
+	for i, ch := range wait {
+		raw := recv(t, ch, fmt.Sprintf("waiter %d", i), 60*time.Second)
+		var p serve.PrepareResult
+		if toolResult(t, raw, &p) {
+			var r serve.Refusal
+			toolResult(t, raw, &r)
+			answers[r.Code]++
+			continue
+		}
+		if p.Status != serve.StatusAlreadyDone || p.Cert == nil || p.Cert.Hash != committed.Cert.Hash {
+			t.Fatalf("waiter %d: want the holder's cert %s, got %s", i, committed.Cert.Hash, raw)
+		}
+		answers[p.Status]++
+	}
+	// The cert, or intent_in_flight for a waiter the wait lane had no room for.
+	if answers[serve.StatusAlreadyDone]+answers[fence.CodeInFlight] != waiters {
+		t.Errorf("the waiters were answered %v; want %s or %s", answers, serve.StatusAlreadyDone, fence.CodeInFlight)
+	}
+}

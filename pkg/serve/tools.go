@@ -187,11 +187,15 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		adm fence.Admission
 		err error
 	)
+	wait := in.WaitSecs
+	if noWait, _ := ctx.Value(noWaitKey{}).(bool); noWait {
+		wait = 0 // the wait lane was full (scheduler.run)
+	}
 	for drained := false; ; drained = true {
-		if in.WaitSecs > 0 {
+		if wait > 0 {
 			// Waiting ends with the caller (notifications/cancelled, or the session ending);
 			// the ledger's reads and writes never do, so none is cut half way.
-			adm, err = s.eng.PrepareWaitUntil(context.WithoutCancel(ctx), req, time.Duration(in.WaitSecs*float64(time.Second)), ctx.Done())
+			adm, err = s.eng.PrepareWaitUntil(context.WithoutCancel(ctx), req, time.Duration(wait*float64(time.Second)), ctx.Done())
 		} else {
 			adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
 		}
