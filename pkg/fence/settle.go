@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/canon"
 )
 
 // OutcomeKind names how an admitted attempt ended.
@@ -83,6 +86,19 @@ func (e *Engine) apply(ctx context.Context, o Outcome, retry bool) (*Cert, error
 func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	if o.At.IsZero() {
 		o.At = time.Now()
+	}
+	if w, ok := e.waiting(o); ok && !sameReport(w, o) {
+		// Another report of this very claim waits to be recorded: it was answered as kept
+		// ("will be recorded"), so it stands. Recorded first (the drain), this one is then
+		// judged against it as any second report is (a commit of another result gets the
+		// recorded cert, a release or abort after a commit lease_lost). Before 2026-12-06 this
+		// one went ahead: its spool file replaced the waiting one (one file per ticket), or it
+		// reached the ledger first, so a release after a spooled commit freed the intent and
+		// the next attempt ran the effect a second time.
+		if _, err := e.DrainSpool(ctx); err != nil || e.waitsReport(w) {
+			return nil, LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
+				Why: fmt.Sprintf("this claim's %s, reported before, waits in the spool to be recorded and stands; this %s is not recorded", w.Kind, o.Kind)}
+		}
 	}
 	var spooled string
 	var spoolErr error // why the outcome is not in the spool yet, if keeping it there failed
@@ -219,6 +235,57 @@ func (e *Engine) settleHeld(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
+// waiting returns the outcome of o's claim (its intent, token and nonce) that waits in this
+// engine's memory or in the spool, if one does: reported before, answered as kept, and not in
+// the ledger yet. A spool file that cannot be read is not one (the drain names it).
+func (e *Engine) waiting(o Outcome) (Outcome, bool) {
+	if h, ok := e.spool.heldOf(o); ok {
+		return h, true
+	}
+	if e.cfg.SpoolDir == "" {
+		return Outcome{}, false
+	}
+	b, err := os.ReadFile(filepath.Join(e.cfg.SpoolDir, spoolName(o)))
+	if err != nil {
+		return Outcome{}, false
+	}
+	var sp spooled
+	if json.Unmarshal(b, &sp) != nil {
+		return Outcome{}, false
+	}
+	w := sp.Outcome
+	if sp.ResultBytes != nil {
+		w.Result = sp.ResultBytes
+	}
+	if w.Ticket.Intent != o.Ticket.Intent || w.Ticket.Token != o.Ticket.Token || w.Ticket.Nonce != o.Ticket.Nonce {
+		return Outcome{}, false
+	}
+	return w, true
+}
+
+// waitsReport reports whether w still waits after a drain: in memory, or its spool file.
+func (e *Engine) waitsReport(w Outcome) bool {
+	_, ok := e.waiting(w)
+	return ok
+}
+
+// sameReport reports whether b reports what a does: the same kind and, for a commit, the same
+// result (its canonical JSON, or the very bytes).
+func sameReport(a, b Outcome) bool {
+	if a.Kind != b.Kind {
+		return false
+	}
+	if a.Kind != OutcomeCommit || bytes.Equal(a.Result, b.Result) {
+		return true
+	}
+	ca, err := canon.JSON(orNull(a.Result))
+	if err != nil {
+		return false
+	}
+	cb, err := canon.JSON(orNull(b.Result))
+	return err == nil && bytes.Equal(ca, cb)
+}
+
 // spool is the directory of outcomes not yet in the ledger: one JSON file per ticket, written
 // to a temporary name, fsynced, renamed into place and the directory fsynced, so a file either
 // holds a whole outcome or is absent. Draining takes an exclusive lock on the directory (where
@@ -281,6 +348,17 @@ func (s *spool) unhold(o Outcome) {
 		s.heldBytes -= len(h.Result)
 		delete(s.held, name)
 	}
+}
+
+// heldOf returns the outcome of o's claim (intent, token and nonce) held in memory, if any.
+func (s *spool) heldOf(o Outcome) (Outcome, bool) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if len(s.held) == 0 {
+		return Outcome{}, false
+	}
+	h, ok := s.held[spoolName(o)]
+	return h, ok && h.Ticket.Intent == o.Ticket.Intent && h.Ticket.Nonce == o.Ticket.Nonce
 }
 
 // holds reports whether an outcome of intent is held in memory.

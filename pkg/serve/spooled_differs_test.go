@@ -1,0 +1,109 @@
+package serve_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// downStore is a memory store whose writes fail, as an unreachable database's do, while down.
+// downStore is a store whose writes fail while down, as an unreachable database's do.
+type downStore struct {
+	fence.Store
+	down atomic.Bool
+}
+
+func (d *downStore) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	if d.down.Load() {
+		return errors.New("connection refused")
+	}
+	return d.Store.Update(ctx, fn)
+}
+
+// docs/serve.md: a commit the ledger cannot take is kept in the spool and "will be recorded
+// as done"; a commit retried with the same ticket gets the recorded cert if it carries the
+// same result, and a different one is refused result_differs: the first commit stands. Here
+// the first commit (result A) waits in the spool when a second commit of the same ticket, with
+// result B, reaches the ledger, which answers again.
+// A commit answered "kept in the spool, will be recorded" stands: the same ticket committed
+// again with another result, once the ledger answers, is told result_differs and the ledger
+// records the first. Before 2026-12-06 the second was recorded and the first dropped.
+func TestSpooledCommitThenADifferentResult(t *testing.T) {
+	st := &downStore{Store: fence.NewMemoryStore()}
+	eng := fence.New(st, fence.Config{SpoolDir: t.TempDir()})
+	t.Cleanup(func() { eng.Close() })
+	c := startStdio(t, eng, serve.Options{})
+	var p serve.PrepareResult
+	if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": prepareArgs("charge:spooled")}), "prepare", 30*time.Second), &p) || p.Ticket == nil {
+		t.Fatalf("prepare: %+v", p)
+	}
+	st.down.Store(true)
+	var r serve.Refusal
+	if !toolResult(t, recv(t, c.send(2, "tools/call", map[string]any{"name": serve.ToolCommit, "arguments": map[string]any{"ticket": p.Ticket, "result": "A"}}), "commit A", 30*time.Second), &r) || r.Spooled == "" {
+		t.Fatalf("commit A with the ledger down: %+v; want spooled", r)
+	}
+	st.down.Store(false)
+	raw := recv(t, c.send(3, "tools/call", map[string]any{"name": serve.ToolCommit, "arguments": map[string]any{"ticket": p.Ticket, "result": "B"}}), "commit B", 30*time.Second)
+	if _, err := eng.DrainSpool(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := eng.Status(context.Background(), "charge:spooled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Cert == nil || string(rec.Cert.Result) != `"A"` || !strings.Contains(string(raw), serve.CodeResultDiffers) {
+		t.Errorf("the commit kept in the spool (A) was told it would be recorded; the ledger has %s, and commit B was answered %s", rec.Cert.Result, raw)
+	}
+}
+
+// The same with a fence_release after the spooled commit (an agent whose error handling
+// releases the ticket when a call fails, say): out of the spool, the commit is "kept ... and
+// will be recorded as done"; "Do NOT run the effect again". Without the spool a release after
+// a commit is refused lease_lost. With the ledger down for both calls, the release's spool
+// file (named by intent and token) replaced the commit's; with the ledger back for the
+// release, the release landed first and the spooled commit found nothing to hold. Either way
+// the intent was free again and the next fence_prepare was told fresh: a second execution.
+// A release of a ticket whose commit waits in the spool is refused, the ledger down or back:
+// the commit stands and the duplicate is replayed. Before 2026-12-06 the release's spool file
+// replaced the commit's (one file per ticket), or the release reached the ledger first: the
+// intent was free and the duplicate ran the effect a second time.
+func TestSpooledCommitThenARelease(t *testing.T) {
+	for _, downForRelease := range []bool{true, false} {
+		name := "ledger back for the release"
+		if downForRelease {
+			name = "ledger down for both"
+		}
+		t.Run(name, func(t *testing.T) {
+			st := &downStore{Store: fence.NewMemoryStore()}
+			eng := fence.New(st, fence.Config{SpoolDir: t.TempDir()})
+			t.Cleanup(func() { eng.Close() })
+			c := startStdio(t, eng, serve.Options{})
+			var p serve.PrepareResult
+			if toolResult(t, recv(t, c.send(1, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": prepareArgs("charge:spooled-release")}), "prepare", 30*time.Second), &p) || p.Ticket == nil {
+				t.Fatalf("prepare: %+v", p)
+			}
+			st.down.Store(true)
+			var r serve.Refusal
+			if !toolResult(t, recv(t, c.send(2, "tools/call", map[string]any{"name": serve.ToolCommit, "arguments": map[string]any{"ticket": p.Ticket, "result": "A"}}), "commit A", 30*time.Second), &r) || r.Spooled == "" {
+				t.Fatalf("commit A with the ledger down: %+v; want spooled", r)
+			}
+			st.down.Store(downForRelease)
+			raw := recv(t, c.send(3, "tools/call", map[string]any{"name": serve.ToolRelease, "arguments": map[string]any{"ticket": p.Ticket, "reason": "the call failed"}}), "release", 30*time.Second)
+			st.down.Store(false)
+			if _, err := eng.DrainSpool(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var again serve.PrepareResult
+			raw2 := recv(t, c.send(4, "tools/call", map[string]any{"name": serve.ToolPrepare, "arguments": prepareArgs("charge:spooled-release")}), "the duplicate", 30*time.Second)
+			if !toolResult(t, raw2, &again) && again.Status == serve.StatusFresh {
+				t.Errorf("the duplicate of an intent whose commit was spooled was told fresh (a second execution); the release was answered %s", raw)
+			}
+		})
+	}
+}
