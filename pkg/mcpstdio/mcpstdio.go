@@ -313,6 +313,16 @@ func start(ctx context.Context, cfg Config, spawned func(*Session)) (*Session, e
 		if errors.As(err, &ee) {
 			return nil, fmt.Errorf("mcpstdio: handshake failed: %w", err)
 		}
+		if errors.Is(err, ErrNotSent) {
+			// The initialize could not be written: the server closed its stdin, most often by
+			// exiting before its exit was seen. Once it is reaped, say how it ended (before,
+			// "exit status 3" was missing whenever the write failed first).
+			select {
+			case <-s.exited:
+				err = fmt.Errorf("%w; it %s", err, s.exitMsg)
+			case <-time.After(closeGrace):
+			}
+		}
 		return nil, fmt.Errorf("mcpstdio: handshake with MCP server %s failed: %w%s", s.name(), err, s.tail.suffix())
 	}
 	s.init = res

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -222,6 +223,24 @@ func TestChildThatExitsAtStart(t *testing.T) {
 	_, err2 := c.Session(context.Background())
 	if err1 == nil || err2 == nil || c.Starts() != 1 || !errors.Is(err2, mcpstdio.ErrNotSent) {
 		t.Fatalf("a failing child must not be respawned within the backoff: starts=%d, %v, %v", c.Starts(), err1, err2)
+	}
+}
+
+// A child that closes its stdin and then exits: the initialize cannot be written (a broken
+// pipe) before the exit is seen, as when a server exits at once and the write comes first.
+// The error still says how it ended. Before, it named the broken pipe alone, and wrap's
+// TestAfterAFailedStartWrapSaysWhatFailed failed when the write lost that race.
+func TestChildThatClosesItsStdinThenExitsSaysHowItEnded(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("needs sh")
+	}
+	// An initialize larger than a pipe holds: its write waits for the child to read, and
+	// fails once the child has closed its stdin, before it exits.
+	init := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"agent","version":"1"},"_meta":{"pad":"` + strings.Repeat("p", 1<<20) + `"}}`)
+	cfg := mcpstdio.Config{Command: []string{"sh", "-c", "exec 0<&-; sleep 0.3; echo leaving >&2; exit 3"}, Init: init, Stderr: &syncBuf{}, InitTimeout: 10 * time.Second}
+	_, err := mcpstdio.Start(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "leaving") {
+		t.Fatalf("want an error naming the exit status and the child's stderr, got %v", err)
 	}
 }
 
