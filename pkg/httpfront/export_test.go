@@ -76,3 +76,17 @@ func (h *Handler) OpenStreams() int {
 	}
 	return n
 }
+
+// HoldRequestBudgetBut takes all of the budget of large requests but free bytes; it returns a
+// func that gives it back.
+func HoldRequestBudgetBut(free int64) func() {
+	n := requests.Total() - free
+	requests.Acquire(context.Background(), n, 0)
+	return func() { requests.Release(n) }
+}
+
+// RequestBudgetUsed is the part of the budget of large requests held now.
+func RequestBudgetUsed() int64 {
+	now, _ := requests.Used()
+	return now
+}

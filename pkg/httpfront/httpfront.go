@@ -433,9 +433,11 @@ var writeTimeout = time.Minute
 
 // RequestBudget bounds the bytes of large requests the front holds at once, across every
 // session: a body that grows past 1 MiB first reserves its Content-Length (64 MiB when it has
-// none) and keeps it until the request's answer is sent or its client hangs up. Recording a
-// call whose arguments are 60 MiB took about 1.7 GB and a minute; eight at once, unbounded,
-// could exhaust a host's memory. A body that finds no room within --body-timeout is refused
+// none) and keeps it until the request's answer is sent, or, when its client hangs up first,
+// until the proxy has served it (the call goes on, holding its message; before 2026-12-06 the
+// room was given back at the hang-up, so a client that hung up after each large call held any
+// number of them). Recording a call whose arguments are 60 MiB took about 1.7 GB and a minute;
+// eight at once, unbounded, could exhaust a host's memory. A body that finds no room within --body-timeout is refused
 // with 503, unread: nothing ran.
 const RequestBudget = 128 << 20
 
@@ -540,7 +542,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		return
 	}
 	sse := acceptsSSE(r)
-	st, adopted, ok := s.register(m, body, sse)
+	st, adopted, ok := s.register(m, body, sse, meter.held)
+	if ok {
+		meter.held = 0 // the stream holds it now: until the proxy has served the request
+	}
 	if !ok {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
@@ -756,6 +761,10 @@ type stream struct {
 	answered bool
 	line     []byte // the response given (nil: none), once answered
 	orphan   bool
+	// held is the room of RequestBudget the request's body took (post): given back when its
+	// POST ends answered, or, for an orphan, once the proxy has answered it, since the proxy
+	// holds the message as long as it serves it.
+	held int64
 	// also are earlier POSTs of this same request under its id, still connected when this
 	// one was registered (session.register): they are answered with it.
 	also []*stream

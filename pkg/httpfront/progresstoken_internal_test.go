@@ -20,7 +20,7 @@ func TestProgressTokenSpelledOtherwise(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, _, ok := s.register(m, nil, true)
+			st, _, ok := s.register(m, nil, true, 0)
 			if !ok {
 				t.Fatal("cannot register")
 			}

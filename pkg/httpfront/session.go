@@ -73,7 +73,10 @@ func (s *session) close() {
 // the request's progress notifications. Once the proxy has answered, the id is free: the same
 // body re-sent while the first POST still writes that answer gets the answer at once, another
 // request is a new one.
-func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *stream, adopted, ok bool) {
+//
+// held is the room of RequestBudget the body took: the stream keeps it from here on (see
+// stream.held), unless register refuses the request (ok false), when the caller keeps it.
+func (s *session) register(m *jsonrpc.Message, body []byte, sse bool, held int64) (st *stream, adopted, ok bool) {
 	var p struct {
 		Meta struct {
 			ProgressToken json.RawMessage `json:"progressToken"`
@@ -107,8 +110,13 @@ func (s *session) register(m *jsonrpc.Message, body []byte, sse bool) (st *strea
 		st.also = append(st.also, old.also...)
 		if !old.orphan {
 			st.also = append(st.also, old)
+		} else {
+			// The request the orphan stood for is still served, its message held: its room
+			// goes with the entry that now stands for it.
+			st.held, old.held = old.held, 0
 		}
 	}
+	st.held += held
 	s.requests[st.id] = st
 	if st.token != "" && (s.tokens[st.token] == nil || (old != nil && s.tokens[st.token] == old)) {
 		s.tokens[st.token] = st
@@ -127,12 +135,14 @@ func (s *session) unregister(st *stream) {
 	close(st.gone)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.requests[st.id] == st {
-		if st.answered {
+	if s.requests[st.id] == st && !st.answered {
+		st.orphan = true // it keeps its room of the budget until the proxy answers (answer)
+	} else {
+		if s.requests[st.id] == st {
 			delete(s.requests, st.id)
-		} else {
-			st.orphan = true
 		}
+		requests.Release(st.held)
+		st.held = 0
 	}
 	if st.token != "" && s.tokens[st.token] == st {
 		delete(s.tokens, st.token)
@@ -158,6 +168,8 @@ func (s *session) answer(id string, line []byte) {
 	}
 	if st.orphan {
 		delete(s.requests, id) // nobody waits: the outcome is the proxy's (and the ledger's)
+		requests.Release(st.held)
+		st.held = 0
 		return
 	}
 	st.final <- line // buffer 1, and answered is set once

@@ -26,7 +26,7 @@ func TestMessageAfterAResponseIsNotLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, ok := s.register(m, nil, true)
+	st, _, ok := s.register(m, nil, true, 0)
 	if !ok {
 		t.Fatal("cannot register the request")
 	}
@@ -63,7 +63,7 @@ func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, _, ok := s.register(m, nil, i%7 != 3) // some plain-JSON requests, which take nothing else
+		st, _, ok := s.register(m, nil, i%7 != 3, 0) // some plain-JSON requests, which take nothing else
 		if !ok {
 			t.Fatal("cannot register")
 		}
@@ -92,7 +92,7 @@ func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
 	get, _ = s.openGet()
 	for i := range streams {
 		m, _ := jsonrpc.Parse([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, i)))
-		streams[i], _, _ = s.register(m, nil, i%7 != 3)
+		streams[i], _, _ = s.register(m, nil, i%7 != 3, 0)
 	}
 	// The reference: the open SSE streams, oldest first.
 	var open []*stream
@@ -136,7 +136,7 @@ func TestResentAfterTheAnswerGetsTheAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _, ok := s.register(m, body, false)
+	first, _, ok := s.register(m, body, false, 0)
 	if !ok {
 		t.Fatal("cannot register the request")
 	}
@@ -145,7 +145,7 @@ func TestResentAfterTheAnswerGetsTheAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-first.final // post writes it to its client now; its unregister comes after that write
-	again, adopted, ok := s.register(m, body, false)
+	again, adopted, ok := s.register(m, body, false, 0)
 	if !ok || !adopted {
 		t.Fatalf("the same request re-sent while its answer is written: ok %v adopted %v, want it to join", ok, adopted)
 	}
@@ -160,7 +160,7 @@ func TestResentAfterTheAnswerGetsTheAnswer(t *testing.T) {
 	s.unregister(first)
 	s.unregister(again)
 	other, _ := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"u","arguments":{}}}`))
-	if _, _, ok := s.register(other, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"u","arguments":{}}}`), false); !ok {
+	if _, _, ok := s.register(other, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"u","arguments":{}}}`), false, 0); !ok {
 		t.Fatal("once both POSTs ended, a new request under the id is refused: the id stayed taken")
 	}
 }
@@ -171,14 +171,14 @@ func TestOtherRequestAfterTheAnswerIsServed(t *testing.T) {
 	s := newSession("test", Caller{}, nil)
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
 	m, _ := jsonrpc.Parse(body)
-	first, _, _ := s.register(m, body, false)
+	first, _, _ := s.register(m, body, false, 0)
 	if err := s.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"first":true}}`)); err != nil {
 		t.Fatal(err)
 	}
 	<-first.final
 	body2 := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"u","arguments":{}}}`)
 	m2, _ := jsonrpc.Parse(body2)
-	second, adopted, ok := s.register(m2, body2, false)
+	second, adopted, ok := s.register(m2, body2, false, 0)
 	if !ok || adopted {
 		t.Fatalf("another request under an answered id: ok %v adopted %v, want it served as new", ok, adopted)
 	}
@@ -205,12 +205,12 @@ func TestResentAfterACancellationIsServed(t *testing.T) {
 	s := newSession("test", Caller{}, nil)
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x"}}`)
 	m, _ := jsonrpc.Parse(body)
-	first, _, _ := s.register(m, body, false)
+	first, _, _ := s.register(m, body, false, 0)
 	s.NoResponse(m.ID)
 	if line := <-first.final; line != nil {
 		t.Fatalf("the cancelled request got %q, want no answer", line)
 	}
-	again, adopted, ok := s.register(m, body, false)
+	again, adopted, ok := s.register(m, body, false, 0)
 	if !ok || adopted {
 		t.Fatalf("the same request re-sent after its cancellation: ok %v adopted %v, want it served as new", ok, adopted)
 	}
@@ -243,7 +243,7 @@ func TestAnswerBeforeTheSessionClosedIsWritten(t *testing.T) {
 	for i := 0; i < 64; i++ {
 		for _, sse := range []bool{true, false} {
 			s := newSession("test", Caller{}, nil)
-			st, _, _ := s.register(m, body, sse)
+			st, _, _ := s.register(m, body, sse, 0)
 			if err := s.Write([]byte(resp)); err != nil {
 				t.Fatal(err)
 			}
