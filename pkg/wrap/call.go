@@ -504,7 +504,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 			msg = fmt.Sprintf("the MCP server answered this call with a result whose outcome cannot be told (%s), so whether it took effect is unknown", flags.twoWays)
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
-		p.reportUnknown(intent, tool, reason)
+		p.reportUnknown(intent, tool, reason, true)
 		p.logf("intent %s: %s; it is fenced: %s", intent, reason, p.operatorAdvice(intent))
 		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; "+p.operatorAdvice(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
 	}

@@ -97,7 +97,7 @@ func (p *Proxy) priorFailure(ctx context.Context, tool string, id identity, para
 	if !errors.As(err, &pf) {
 		return answer{}, false
 	}
-	p.reportUnknown(id.intent, tool, pf.Reason)
+	p.reportUnknown(id.intent, tool, pf.Reason, false)
 	p.elicit.mu.Lock()
 	can := p.elicit.can
 	p.elicit.mu.Unlock()

@@ -130,14 +130,18 @@ func newHookRunner(p *Proxy, h Hook) *hookRunner {
 // redirect is then a failed delivery (a status other than 2xx), retried and logged.
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-// reportUnknown queues the on_unknown event of intent, once per process. It never blocks.
-func (p *Proxy) reportUnknown(intent, tool, reason string) {
+// reportUnknown queues the on_unknown event of intent. It never blocks. fresh is an outcome
+// this process just lost (a call it ran), always reported: an intent cleared by the operator
+// can run again and be lost again, a new outcome to check (before 2026-12-06 it was not
+// reported, the intent having been reported once). Otherwise (a refusal of an intent found
+// unknown) it is reported once per process.
+func (p *Proxy) reportUnknown(intent, tool, reason string, fresh bool) {
 	r := p.hooks
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
-	if r.seen[intent] {
+	if r.seen[intent] && !fresh {
 		r.mu.Unlock()
 		return
 	}
