@@ -259,6 +259,7 @@ func (r *hookRunner) once(body []byte) error {
 	var stderr bytes.Buffer
 	cmd.Stderr = &limited{w: &stderr, n: 2048}
 	cmd.WaitDelay = time.Second
+	hookGroup(cmd)
 	if err := cmd.Run(); err != nil {
 		if r.ctx.Err() != nil {
 			return fmt.Errorf("%s: stopped: wrap is exiting", r.h.Command[0])
