@@ -450,7 +450,9 @@ func (r *Reader) ReadLine() ([]byte, error) {
 // the order they arrived, by the goroutine that holds the write when its own write returns: n
 // lines sent at once (the answers of one group commit, say) cost about two write calls, not n,
 // and the reader wakes once for them. A Write returns when the write that carried its line has
-// returned, with that write's error, so a caller still learns that its line was not delivered.
+// returned, with that write's error, so a caller still learns that its line was not delivered;
+// but a line whose text went out whole before the write failed is delivered (the reader may
+// have read it and acted on it: a request may have run), and its Write returns nil.
 // The goroutine holding the write keeps writing while lines keep arriving; each of its rounds
 // carries every line gathered during the one before.
 type Writer struct {
@@ -465,7 +467,19 @@ type Writer struct {
 // written is the outcome of one write, shared by the Writes whose lines it carried.
 type written struct {
 	done chan struct{}
+	n    int   // the bytes the write wrote; set before done is closed
 	err  error // set before done is closed
+}
+
+// outcome is the error of the line that ends at end (its text, without the newline) in a
+// write that wrote n bytes and failed with err: nil when its text went out whole. Before, every
+// line of a failed write had the error, and a request the server had read whole (and run) was
+// reported not sent.
+func outcome(end, n int, err error) error {
+	if err != nil && n >= end {
+		return nil
+	}
+	return err
 }
 
 // maxSpare is the largest buffer a Writer keeps for reuse: a huge message's is dropped.
@@ -478,21 +492,24 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 func (w *Writer) Write(msg []byte) error {
 	w.mu.Lock()
 	if w.busy {
-		w.next = append(append(w.next, msg...), '\n')
+		w.next = append(w.next, msg...)
+		end := len(w.next)
+		w.next = append(w.next, '\n')
 		if w.wait == nil {
 			w.wait = &written{done: make(chan struct{})}
 		}
 		ours := w.wait
 		w.mu.Unlock()
 		<-ours.done
-		return ours.err
+		return outcome(end, ours.n, ours.err)
 	}
 	w.busy = true
 	buf := append(append(w.spare[:0], msg...), '\n')
 	w.spare = nil
 	w.mu.Unlock()
 
-	_, err := w.w.Write(buf)
+	n, err := w.w.Write(buf)
+	err = outcome(len(msg), n, err)
 
 	w.mu.Lock()
 	for len(w.next) > 0 {
@@ -502,7 +519,7 @@ func (w *Writer) Write(msg []byte) error {
 		theirs := w.wait
 		w.wait = nil
 		w.mu.Unlock()
-		_, theirs.err = w.w.Write(buf)
+		theirs.n, theirs.err = w.w.Write(buf)
 		close(theirs.done)
 		w.mu.Lock()
 	}

@@ -18,22 +18,23 @@ type gate struct {
 	entered chan struct{} // a value per write call, sent when the call starts
 	release chan struct{} // a write call returns after receiving from it
 	fail    map[int]error // the n-th call (0-based) fails with this error, writing nothing
+	wrote   map[int]int   // ... or having written this many bytes first
 }
 
 func newGate() *gate {
-	return &gate{entered: make(chan struct{}, 1000), release: make(chan struct{}), fail: map[int]error{}}
+	return &gate{entered: make(chan struct{}, 1000), release: make(chan struct{}), fail: map[int]error{}, wrote: map[int]int{}}
 }
 
 func (g *gate) Write(p []byte) (int, error) {
 	g.mu.Lock()
 	n := len(g.calls)
 	g.calls = append(g.calls, bytes.Clone(p))
-	err := g.fail[n]
+	err, k := g.fail[n], g.wrote[n]
 	g.mu.Unlock()
 	g.entered <- struct{}{}
 	<-g.release
 	if err != nil {
-		return 0, err
+		return min(k, len(p)), err
 	}
 	return len(p), nil
 }
@@ -149,6 +150,42 @@ func TestWriterFailedWriteReachesItsLines(t *testing.T) {
 	}
 	if calls := g.written(); len(calls) != 3 || string(calls[2]) != "c\n" {
 		t.Fatalf("writes %q", calls)
+	}
+}
+
+// A write that fails part way fails only the lines it did not write whole: a line whose text
+// went out (the reader may have read it, and run a request) is delivered, its newline or not.
+// Before, each of them got the error, and a request the server had read was reported not sent.
+func TestWriterPartlyFailedWriteDeliversTheLinesItWrote(t *testing.T) {
+	g := newGate()
+	boom := errors.New("broken pipe")
+	// The gathered write "aa\nbbb\ncc\n" stops after "aa\nbbb" (the last newline of bbb
+	// missing) and half of cc.
+	g.fail[1], g.wrote[1] = boom, len("aa\nbbb")
+	w := NewWriter(g)
+	first := make(chan error, 1)
+	go func() { first <- w.Write([]byte(`x`)) }()
+	<-g.entered
+	res := make([]chan error, 3)
+	for i, line := range []string{"aa", "bbb", "cc"} {
+		res[i] = make(chan error, 1)
+		go func() { res[i] <- w.Write([]byte(line)) }()
+		waitGathered(t, w, i+1)
+	}
+	g.release <- struct{}{}
+	<-g.entered
+	g.release <- struct{}{}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res[0]; err != nil {
+		t.Fatalf("a line written whole: %v, want nil", err)
+	}
+	if err := <-res[1]; err != nil {
+		t.Fatalf("a line whose text was written, not its newline: %v, want nil", err)
+	}
+	if err := <-res[2]; !errors.Is(err, boom) {
+		t.Fatalf("a line written in part: %v, want %v", err, boom)
 	}
 }
 
