@@ -260,7 +260,13 @@ func (r *hookRunner) once(body []byte) error {
 	cmd.Stderr = &limited{w: &stderr, n: 2048}
 	cmd.WaitDelay = time.Second
 	hookGroup(cmd)
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
+		// It exited 0: delivered. What it left running (a notifier in the background) holds
+		// its stderr. Before, that failed the delivery, and each retry delivered it again.
+		err = nil
+	}
+	if err != nil {
 		if r.ctx.Err() != nil {
 			return fmt.Errorf("%s: stopped: wrap is exiting", r.h.Command[0])
 		}

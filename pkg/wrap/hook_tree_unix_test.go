@@ -46,3 +46,23 @@ func TestOnUnknownHookTimeoutStopsWhatTheCommandStarted(t *testing.T) {
 	}
 	x.close()
 }
+
+// A hook command that succeeds (exit 0) but leaves a process behind holding its stderr (a
+// notifier started in the background) delivered its event: it is not tried again. Before, the
+// wait for that stderr to end (a second) failed the delivery, and each retry delivered the
+// event once more: four pages for one unknown outcome.
+func TestOnUnknownHookThatSucceedsLeavingAProcessIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events.jsonl")
+	hook := &wrap.Hook{Command: []string{"sh", "-c", `cat >> "$0"; echo >> "$0"; sleep 3 &`, events}}
+	x, _ := r.inproc(wrap.Options{OnUnknown: hook}, initNoElicit, nil)
+	unknownCall(t, x)
+	waitFor(t, "the event", func() bool { _, err := os.Stat(events); return err == nil })
+	time.Sleep(3 * time.Second) // a retry would come within 1.25 s
+	x.close()
+	b, _ := os.ReadFile(events)
+	if n := strings.Count(strings.TrimSpace(string(b)), "\n") + 1; n != 1 {
+		t.Fatalf("the event was delivered %d times, want once; log:\n%s", n, x.log.String())
+	}
+}
