@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/hide"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // MetaResultNotKept marks the answer to a duplicate of a call whose result the ledger did not
@@ -114,45 +115,30 @@ func (p *Proxy) redactedTexts(tool string, params json.RawMessage) []string {
 			addText(e)
 		}
 	}
-	// Values are walked as the call wrote them (json.RawMessage), so that each leaf's own
-	// spelling is at hand.
-	var leaves func(raw json.RawMessage)
-	leaves = func(raw json.RawMessage) {
-		raw = bytes.TrimSpace(raw)
-		if len(raw) == 0 {
-			return
-		}
-		switch raw[0] {
-		case '"':
-			addString(raw)
-		case '{':
-			// Member names too: the record keeps "[redacted]" for the whole object, so a
-			// name (a card number keying a map, an e-mail address) is not kept either.
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			if _, err := dec.Token(); err != nil {
-				return
-			}
-			for dec.More() {
-				from := dec.InputOffset()
-				if _, err := dec.Token(); err != nil {
-					return
+	// leaves adds every string (member names included: the record keeps "[redacted]" for the
+	// whole object, so a name, a card number keying a map or an e-mail address, is not kept
+	// either), number and boolean inside raw, each as the call spelled it. Every token of the
+	// value is one of these, null or punctuation, so the value is read once, token by token,
+	// whatever its nesting: decoding each level's value again from a copy of its own cost the
+	// value's size once per level and held every copy at once (a string of 60 MB under 9,900
+	// levels, which wrap accepts, asked for hundreds of GB before the call was sent).
+	// raw was read by json.Unmarshal, so it is valid JSON and jsonrpc's scanners may walk it.
+	leaves := func(raw json.RawMessage) {
+		for i := 0; i < len(raw); {
+			switch c := raw[i]; c {
+			case ' ', '\t', '\n', '\r', ',', ':', '{', '}', '[', ']':
+				i++
+			case '"':
+				end := jsonrpc.EndOfString(raw, i)
+				addString(raw[i:end])
+				i = end
+			default: // a number, a boolean or null
+				end := jsonrpc.EndOfValue(raw, i)
+				if c != 'n' { // null says nothing
+					addText(string(raw[i:end]))
 				}
-				addString(bytes.TrimLeft(raw[from:dec.InputOffset()], " \t\r\n,"))
-				var e json.RawMessage
-				if dec.Decode(&e) != nil {
-					return
-				}
-				leaves(e)
+				i = end
 			}
-		case '[':
-			var a []json.RawMessage
-			_ = json.Unmarshal(raw, &a)
-			for _, e := range a {
-				leaves(e)
-			}
-		case 'n': // null says nothing
-		default: // a number or a boolean, as the call spelled it
-			addText(string(raw))
 		}
 	}
 	var walk func(raw json.RawMessage, segs []string)
