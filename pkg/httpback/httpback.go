@@ -809,7 +809,7 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 		resumes++
 		resumedAt = lastID
 		s.logf("event stream of %s from MCP server %s ended before the response (%v); resuming (%d)", method, s.logURL, err, resumes)
-		resp, gerr := s.get(ctx, lastID)
+		resp, gerr := s.resume(ctx, lastID)
 		if gerr != nil {
 			return nil, fmt.Errorf("the event stream was cut before the response (%v) and resuming it failed: %w", err, gerr)
 		}
@@ -818,6 +818,33 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 		defer body.Close()
 		meter.r, meter.size = body, int64(maxMessage)
 		meter.next()
+	}
+}
+
+// resumeTries bounds the GETs of one resumption of a call's stream.
+const resumeTries = 5
+
+// resume opens the GET that resumes a call's stream after lastID. A refusal that may pass (the
+// server has not yet noticed the cut and still holds the old stream: 409; 429; a 5xx; no
+// answer at all) is asked again, a getRetry apart, up to resumeTries GETs: a GET re-sends
+// nothing. Before 2026-12-06 the first refusal ended the call, and a call that ran, whose
+// result the server still had, was left unknown (TestRefusedResumptionIsAskedAgain).
+func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, error) {
+	for try := 1; ; try++ {
+		resp, err := s.get(ctx, lastID)
+		if err == nil || try == resumeTries || ctx.Err() != nil || s.bg.Err() != nil {
+			return resp, err
+		}
+		var se *StatusError
+		if errors.As(err, &se) && se.Status != http.StatusConflict && se.Status != http.StatusTooManyRequests && se.Status < 500 {
+			return nil, err // 400, 404, 405, ...: asking again would be refused again
+		}
+		s.logf("resuming an event stream of MCP server %s failed (%v); asking again", s.logURL, err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(getRetry):
+		}
 	}
 }
 
