@@ -365,6 +365,43 @@ type Session struct {
 	inbound  inbound.Table // the server's requests being answered, at most mcpstdio.MaxInbound
 	ignored  atomic.Int64  // messages of the server ignored so far (ignoredf)
 	streamed atomic.Bool   // the server gave the session a GET stream once
+	// asked holds the ids of the server's last maxAsked requests, in the order they came
+	// (deliver's alone): one handed over again is not answered twice.
+	asked     map[string]bool
+	askedRing []string
+}
+
+// maxAsked bounds the server request ids a session remembers (asked), maxAskedID the length of
+// one.
+const maxAsked, maxAskedID = 4096, 256
+
+// askedBefore reports whether the server's request id was delivered before in this session,
+// and remembers it. deliver skips such a request when it came on a resumed stream, which
+// replays only what the client has not seen yet: a request seen before is one replayed (a
+// server that reuses an id once it has the first one's answer, on a stream that was not
+// resumed, is answered as before: TestCancellationOfAReusedID). An event store that replays, on a resumption, every
+// event of the session after Last-Event-ID and not only that stream's (server-everything's
+// own does) hands over again a request already answered on another stream. Before 2026-12-06
+// OnRequest ran for it again: a second sampling, or a question put twice to a person
+// (TestReplayedServerRequestIsNotAnsweredTwice).
+func (s *Session) askedBefore(id json.RawMessage) bool {
+	key := jsonrpc.IDKey(id)
+	if len(key) > maxAskedID {
+		return false // not remembered: ids are short, and a hostile server's could fill memory
+	}
+	if s.asked[key] {
+		return true
+	}
+	if s.asked == nil {
+		s.asked = map[string]bool{}
+	}
+	if len(s.askedRing) == maxAsked {
+		delete(s.asked, s.askedRing[0])
+		s.askedRing = s.askedRing[1:]
+	}
+	s.asked[key] = true
+	s.askedRing = append(s.askedRing, key)
+	return false
 }
 
 // note is one item of the delivery queue.
@@ -374,6 +411,8 @@ type note struct {
 	req    *jsonrpc.Message
 	to     chan struct{} // a response: closed when everything before it was delivered
 	held   int64         // the share of AnswerBudget its message keeps until delivered (a request: answered)
+	// replayed: it came on a resumed stream (a GET with Last-Event-ID)
+	replayed bool
 }
 
 func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, error) {
@@ -789,7 +828,7 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 	// getRetry after the first; a stream cut twice at the same event is given up.
 	lastID, resumedAt, resumes := "", "", 0
 	for {
-		m, err := s.pump(ctx, meter, id, &lastID)
+		m, err := s.pump(ctx, meter, id, &lastID, resumes > 0)
 		if err == nil {
 			return m, nil
 		}
@@ -854,7 +893,7 @@ var errInvalidAnswer = errors.New("the server answered with an event that is not
 
 // pump reads events until the response to id (nil id: forever). Each event id is stored in
 // *lastID.
-func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string) (*jsonrpc.Message, error) {
+func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string, resumed bool) (*jsonrpc.Message, error) {
 	r := newSSEReader(meter, maxMessage)
 	for {
 		// The event before, if any, was not the answer: its share of the budget goes back.
@@ -911,7 +950,7 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 				return nil, errors.New("the session ended")
 			}
 		case m.IsRequest():
-			if !s.queue(ctx, note{req: m, held: meter.take()}) {
+			if !s.queue(ctx, note{req: m, held: meter.take(), replayed: resumed}) {
 				return nil, errors.New("the session ended")
 			}
 		}
@@ -983,6 +1022,8 @@ func (s *Session) deliver() {
 			switch {
 			case n.to != nil:
 				close(n.to)
+			case n.req != nil && s.askedBefore(n.req.ID) && n.replayed:
+				s.ignoredf("MCP server %s sent its request %s again (replayed); it was handed over already and is not answered twice", s.logURL, safetext.Clip(string(n.req.ID), 50))
 			case n.req != nil:
 				// Registered here, in order, so a cancellation the server sends after its
 				// request finds it.
@@ -1132,6 +1173,7 @@ func (s *Session) listen() {
 	defer s.wg.Done()
 	lastID := ""
 	for s.bg.Err() == nil {
+		resumed := lastID != ""
 		resp, err := s.get(s.bg, lastID)
 		var se *StatusError
 		if errors.As(err, &se) {
@@ -1160,7 +1202,7 @@ func (s *Session) listen() {
 		if err == nil {
 			s.streamed.Store(true)
 			meter := newMeter(s.bg, resp.Body, 0)
-			_, err = s.pump(s.bg, meter, nil, &lastID)
+			_, err = s.pump(s.bg, meter, nil, &lastID, resumed)
 			meter.next()
 			resp.Body.Close()
 			if errors.Is(err, ErrTooLarge) {

@@ -1,10 +1,12 @@
 package httpback
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
@@ -41,5 +43,63 @@ func TestRefusedResumptionIsAskedAgain(t *testing.T) {
 		if n := f.count("tools/call"); n != 1 {
 			t.Fatalf("HTTP %d: %d POSTs of the call, want 1", code, n)
 		}
+	}
+}
+
+// Found in review (2026-12-06). A server's request id is never used twice in a session (the
+// MCP base protocol), nor an event id on two streams of it (Streamable HTTP). An event store
+// that replays, on a resumption, every event of the session after Last-Event-ID rather than
+// only that stream's (server-everything's own store does) hands the client again a request
+// it already answered on another stream. It must not be answered twice: OnRequest is a
+// sampling the agent pays for, or a question put to a person. Before, it was handed to
+// OnRequest again.
+func TestReplayedServerRequestIsNotAnsweredTwice(t *testing.T) {
+	f, srv := newFake(t)
+	f.responses = make(chan *jsonrpc.Message, 8)
+	started, answered := make(chan struct{}), make(chan struct{})
+	go func() {
+		<-f.responses
+		close(answered)
+	}()
+	request := jsonrpc.Request(json.RawMessage(`"r1"`), "roots/list", nil)
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		writeEvent(w, "e0", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":1}`)))
+		close(started)
+		<-answered
+		panic(http.ErrAbortHandler) // cut before the response
+	}
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		if r.Header.Get("Last-Event-Id") == "e0" {
+			// Every event of the session after e0: the GET stream's request, then the response.
+			writeEvent(w, "e1", request)
+			writeEvent(w, "e2", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[]}`)))
+			return
+		}
+		if r.Header.Get("Last-Event-Id") != "" {
+			<-r.Context().Done()
+			return
+		}
+		select {
+		case <-started:
+		case <-r.Context().Done():
+			return
+		}
+		writeEvent(w, "e1", request)
+		<-r.Context().Done()
+	}
+	var asked atomic.Int32
+	s := session(t, upstream(t, srv.URL, Config{OnRequest: func(_ context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+		asked.Add(1)
+		return json.RawMessage(`{"roots":[]}`), nil
+	}}))
+	res, err := callWithin(t, s, "the call waited on")
+	if err != nil || string(res) != `{"content":[]}` {
+		t.Fatalf("result %s, %v", res, err)
+	}
+	time.Sleep(100 * time.Millisecond) // a second OnRequest, if any, has started
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the server's request r1 was handed to OnRequest %d times, want 1", n)
 	}
 }
