@@ -672,6 +672,9 @@ type resultFlags struct {
 	// inputRequired: the result is an interim InputRequiredResult (SEP-2322), its resultType
 	// "input_required" ("input\u005frequired" is that too, to every reader).
 	inputRequired bool
+	// task: the result is a task handle of the tasks extension (SEP-2663), its resultType
+	// "task" (followFlat).
+	task bool
 	// twoWays, when not empty, says why readers disagree on one of them: the outcome cannot
 	// be told from the result.
 	twoWays string
@@ -692,7 +695,7 @@ func readResult(res json.RawMessage) resultFlags {
 		return f
 	}
 	if !bytes.Contains(res, []byte("true")) && !bytes.Contains(res, []byte("isError")) &&
-		!bytes.Contains(res, []byte("input_required")) && bytes.IndexByte(res, '\\') < 0 {
+		!bytes.Contains(res, []byte("input_required")) && !bytes.Contains(res, []byte("task")) && bytes.IndexByte(res, '\\') < 0 {
 		return f // neither member can say anything: most results
 	}
 	var foldError, foldType []byte // the last non-null value of a member named so but for case, as encoding/json reads it
@@ -717,7 +720,8 @@ func readResult(res json.RawMessage) resultFlags {
 			}
 		case bytes.EqualFold(name, []byte("resultType")):
 			if string(name) == "resultType" {
-				f.inputRequired = isInputRequired(raw)
+				f.inputRequired = isString(raw, "input_required")
+				f.task = isString(raw, "task")
 			}
 			if string(raw) != "null" {
 				foldType = raw
@@ -727,15 +731,17 @@ func readResult(res json.RawMessage) resultFlags {
 	switch {
 	case (string(foldError) == "true") != f.isError:
 		f.twoWays = "a member named isError but for case makes it a failure to Go's encoding/json and not to MCP's other SDKs, or the reverse"
-	case isInputRequired(foldType) != f.inputRequired:
+	case isString(foldType, "input_required") != f.inputRequired:
 		f.twoWays = "a member named resultType but for case makes it input_required to Go's encoding/json and not to MCP's other SDKs, or the reverse"
+	case isString(foldType, "task") != f.task:
+		f.twoWays = "a member named resultType but for case makes it a task handle to Go's encoding/json and not to MCP's other SDKs, or the reverse"
 	}
 	return f
 }
 
-// isInputRequired says whether raw is the JSON string "input_required".
-func isInputRequired(raw []byte) bool {
-	return len(raw) > 0 && raw[0] == '"' && jsonrpc.Unquote(raw) == "input_required"
+// isString says whether raw is the JSON string want (escapes decoded).
+func isString(raw []byte, want string) bool {
+	return len(raw) > 0 && raw[0] == '"' && jsonrpc.Unquote(raw) == want
 }
 
 // toolError builds an isError tool result carrying an effectfence message.

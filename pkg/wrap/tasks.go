@@ -154,8 +154,8 @@ func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fe
 // outcome, it was replayed to every duplicate, though the task might yet fail (never released
 // then) and the server forgets it after its ttl.
 func (p *Proxy) followFlat(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, stopHeartbeat func()) (answer, bool) {
-	if !json.Valid(res) || !isString(jsonrpc.MemberValue(res, "resultType"), "task") {
-		return answer{}, false
+	if f := readResult(res); !f.task || f.twoWays != "" || !json.Valid(res) {
+		return answer{}, false // not a handle, or one read two ways (finish: unknown)
 	}
 	var taskID string
 	if json.Unmarshal(jsonrpc.MemberValue(res, "taskId"), &taskID) != nil || taskID == "" {
@@ -181,11 +181,6 @@ func (p *Proxy) followFlat(ctx context.Context, tool, intent string, f *flight, 
 		return res, err
 	}
 	return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), stopHeartbeat, fetch), true
-}
-
-// isString says whether raw is the JSON string want.
-func isString(raw []byte, want string) bool {
-	return len(raw) > 0 && raw[0] == '"' && jsonrpc.Unquote(raw) == want
 }
 
 // How often pollTask asks: the server's pollIntervalMs, within these bounds.

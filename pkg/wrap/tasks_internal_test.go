@@ -44,3 +44,22 @@ func TestTaskWait(t *testing.T) {
 		}
 	}
 }
+
+// A flat task handle (SEP-2663) is told by its resultType as MCP's SDKs read it, by readResult,
+// like input_required: spelled so, escapes decoded. One that a member named resultType but for
+// case makes something else to Go's encoding/json is read two ways: not followed as a task,
+// and finish records the outcome as unknown.
+func TestFlatTaskHandleIsReadAsResultTypeIs(t *testing.T) {
+	for res, want := range map[string]resultFlags{
+		`{"resultType":"task","taskId":"t1","status":"working"}`:                        {task: true},
+		`{"resultType":"t\u0061sk","taskId":"t1","status":"working"}`:                   {task: true},
+		`{"content":[],"resultType":"complete","note":"a task"}`:                        {},
+		`{"resultType":"task","taskId":"t1","ResultType":"complete"}`:                   {task: true, twoWays: "x"},
+		`{"content":[{"type":"text","text":"done"}],"ResultType":"task","taskId":"t1"}`: {twoWays: "x"},
+	} {
+		got := readResult(json.RawMessage(res))
+		if got.task != want.task || (got.twoWays != "") != (want.twoWays != "") {
+			t.Errorf("%s: task %v, two ways %q; want task %v, two ways %v", res, got.task, got.twoWays, want.task, want.twoWays != "")
+		}
+	}
+}
