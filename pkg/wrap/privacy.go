@@ -202,7 +202,7 @@ func jsonEscapes(s string) []string {
 	return append(out, ascii.String(), strings.ReplaceAll(ascii.String(), "/", `\/`))
 }
 
-// scrub replaces every occurrence of texts (longest first) in s with fence.Redacted.
+// scrub replaces every occurrence of texts in s with fence.Redacted (hide.Replace).
 func scrub(s string, texts []string) string { return hide.Replace(s, texts) }
 
 // hider is a connection to a child that can keep a call's redacted values out of what it

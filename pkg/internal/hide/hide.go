@@ -2,19 +2,143 @@
 // tail of its stderr) before wrap records that text in the ledger.
 package hide
 
-import "strings"
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"strings"
+)
 
 // Redacted is what a value taken out is replaced by: fence.Redacted's spelling (this package
 // sits below mcpstdio, which does not import the engine).
 const Redacted = "[redacted]"
 
-// Replace replaces every occurrence of texts in s with Redacted. texts must be longest first,
-// so that a value is replaced whole before a shorter one inside it.
+// Replace replaces every occurrence of texts in s with Redacted. Occurrences that overlap
+// (one value inside or across another) are taken out together, as one Redacted; values that
+// merely touch are two. The order of texts does not matter.
+//
+// s is read once for each distinct length among the texts (not longer than s), by a rolling
+// hash (Rabin-Karp), so the work is that count times len(s), however many texts share a
+// length. Before 2026-12-06 each text was replaced in turn, each pass a copy of s: a call
+// whose redacted path held 20,000 short values, answered by a JSON-RPC error echoing them
+// (2.2 MB), took 53 s to scrub before its outcome was recorded. Should the work still pass
+// maxWork (thousands of distinct lengths against megabytes of text), s is not shown at all.
 func Replace(s string, texts []string) string {
-	for _, t := range texts {
-		if t != "" {
-			s = strings.ReplaceAll(s, t, Redacted)
+	ends, ok := occurrences(s, texts)
+	if !ok {
+		return fmt.Sprintf("(%d bytes, not shown: too many argument values to keep out of them)", len(s))
+	}
+	if ends == nil {
+		return s
+	}
+	var b strings.Builder
+	last := 0 // s[:last] is written
+	for i := 0; i < len(s); {
+		e := int(ends[i])
+		if e == 0 {
+			i++
+			continue
 		}
+		for j := i + 1; j < e; j++ { // an occurrence starting inside this one overlaps it
+			e = max(e, int(ends[j]))
+		}
+		b.WriteString(s[last:i])
+		b.WriteString(Redacted)
+		last, i = e, e
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// maxWork bounds the bytes Replace reads: len(s) once per distinct length.
+var maxWork = 1 << 30
+
+// occurrences returns, for each byte offset i of s, the end of the longest text found at i (0:
+// none), or nil when none is found. ok is false when finding them would cost more than maxWork.
+func occurrences(s string, texts []string) (ends []int32, ok bool) {
+	if len(s) > math.MaxInt32 {
+		return nil, false
+	}
+	byLen := map[int][]string{}
+	for _, t := range texts {
+		if t != "" && len(t) <= len(s) {
+			byLen[len(t)] = append(byLen[len(t)], t)
+		}
+	}
+	work := 0
+	for n := range byLen {
+		if work += len(s) - n + 1; work > maxWork {
+			return nil, false
+		}
+	}
+	for n, ts := range byLen {
+		hashes := make(map[uint64][]string, len(ts))
+		// seen has a bit set for each hash's low bits: most windows are no text, and testing
+		// a bit costs less than a map lookup.
+		bitsLen := 64
+		for bitsLen < 16*len(ts) && bitsLen < 1<<26 {
+			bitsLen <<= 1
+		}
+		seen, mask := make([]uint64, bitsLen/64), uint64(bitsLen-1)
+		for _, t := range ts {
+			h := hashOf(t)
+			hashes[h] = append(hashes[h], t)
+			seen[h&mask/64] |= 1 << (h & 63)
+		}
+		// pow is base^(n-1): the weight of the byte that leaves the window.
+		pow := uint64(1)
+		for range n - 1 {
+			pow = mulMod(pow, base)
+		}
+		h := hashOf(s[:n])
+		for i := 0; ; i++ {
+			if seen[h&mask/64]&(1<<(h&63)) != 0 {
+				for _, t := range hashes[h] {
+					if s[i:i+n] == t {
+						if ends == nil {
+							ends = make([]int32, len(s))
+						}
+						ends[i] = max(ends[i], int32(i+n))
+						break
+					}
+				}
+			}
+			if i+n == len(s) {
+				break
+			}
+			h = addMod(h, prime-mulMod(uint64(s[i]), pow)) // drop s[i]
+			h = addMod(mulMod(h, base), uint64(s[i+n]))    // take s[i+n]
+		}
+	}
+	return ends, true
+}
+
+// The rolling hash: a polynomial in a base drawn for each process, modulo the Mersenne prime
+// 2^61-1, so a text built to collide with another costs only a comparison.
+const prime = 1<<61 - 1
+
+var base = rand.Uint64N(prime-256) + 256
+
+func hashOf(s string) uint64 {
+	h := uint64(0)
+	for i := 0; i < len(s); i++ {
+		h = addMod(mulMod(h, base), uint64(s[i]))
+	}
+	return h
+}
+
+// mulMod is a*b mod prime, for a and b below prime.
+func mulMod(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return addMod(hi<<3|lo>>61, lo&prime) // a*b = (hi<<3|lo>>61)*2^61 + lo&prime, and 2^61 = 1
+}
+
+// addMod is a+b mod prime, for a and b at most prime.
+func addMod(a, b uint64) uint64 {
+	s := a + b
+	for s >= prime {
+		s -= prime
 	}
 	return s
 }

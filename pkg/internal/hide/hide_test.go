@@ -1,6 +1,12 @@
 package hide
 
-import "testing"
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+)
 
 // TestEdges: a value at the edges of a piece of a stream is taken out also in part: its end
 // where the piece was cut before it, its beginning where the writer stopped, the whole piece
@@ -23,6 +29,99 @@ func TestEdges(t *testing.T) {
 	} {
 		if got := Edges(c.s, texts, c.cut); got != c.want {
 			t.Errorf("Edges(%q, cut=%v) = %q; want %q", c.s, c.cut, got, c.want)
+		}
+	}
+}
+
+// TestReplaceTakesOutEveryByteOfEveryValue: Replace against a model built another way (every
+// occurrence of every text found by strings.Index, the intervals sorted and merged where they
+// overlap), on random texts over a small alphabet, so that values overlap, nest, touch and
+// repeat: nothing of any occurrence remains, and nothing else is taken.
+func TestReplaceTakesOutEveryByteOfEveryValue(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	word := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "ab[x"[r.IntN(4)]
+		}
+		return string(b)
+	}
+	for round := range 3000 {
+		s := word(r.IntN(40))
+		texts := make([]string, r.IntN(6))
+		for i := range texts {
+			if len(s) > 0 && r.IntN(2) == 0 { // a piece of s, so that it is found
+				lo := r.IntN(len(s))
+				texts[i] = s[lo : lo+1+r.IntN(min(6, len(s)-lo))]
+			} else {
+				texts[i] = word(r.IntN(4))
+			}
+		}
+		if got, want := Replace(s, texts), model(s, texts); got != want {
+			t.Fatalf("round %d: Replace(%q, %q) = %q; want %q", round, s, texts, got, want)
+		}
+	}
+}
+
+func model(s string, texts []string) string {
+	type span struct{ lo, hi int }
+	var spans []span
+	for _, t := range texts {
+		if t == "" {
+			continue
+		}
+		for i := 0; i+len(t) <= len(s); i++ {
+			if j := strings.Index(s[i:], t); j >= 0 {
+				spans = append(spans, span{i + j, i + j + len(t)})
+				i += j
+			} else {
+				break
+			}
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo })
+	var b strings.Builder
+	at := 0
+	for k := 0; k < len(spans); {
+		lo, hi := spans[k].lo, spans[k].hi
+		for k++; k < len(spans) && spans[k].lo < hi; k++ {
+			hi = max(hi, spans[k].hi)
+		}
+		b.WriteString(s[at:lo])
+		b.WriteString(Redacted)
+		at = hi
+	}
+	return b.String() + s[at:]
+}
+
+// TestReplaceWithheldPastItsWork: texts of more distinct lengths than maxWork lets Replace look
+// for are not looked for in part: s is not shown at all.
+func TestReplaceWithheldPastItsWork(t *testing.T) {
+	defer func(w int) { maxWork = w }(maxWork)
+	maxWork = 100
+	s := strings.Repeat("card 4111 ", 10)
+	if got := Replace(s, []string{"4111", "card"}); strings.Contains(got, "4111") || !strings.Contains(got, Redacted) {
+		t.Fatalf("within the work: %q", got)
+	}
+	got := Replace(s, []string{"4111", "card 4", "d 41"})
+	if strings.Contains(got, "4111") || !strings.Contains(got, "100 bytes, not shown") {
+		t.Fatalf("past the work: %q", got)
+	}
+}
+
+// BenchmarkReplaceEchoedValues: a JSON-RPC error echoing a call's 20,000 redacted values ten
+// times (2.2 MB), the texts wrap looks for in it. Before 2026-12-06 (a ReplaceAll per text) one
+// op took 53 s.
+func BenchmarkReplaceEchoedValues(b *testing.B) {
+	var texts []string
+	for i := range 20000 {
+		texts = append(texts, fmt.Sprintf("v%07d", i))
+	}
+	s := strings.Repeat(`invalid: ["`+strings.Join(texts, `","`)+`"]`, 10)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		if strings.Contains(Replace(s, texts), "v0000001") {
+			b.Fatal("a value is left")
 		}
 	}
 }
