@@ -273,13 +273,12 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 		}
 	}
 	s.schema, s.chanName = schema, channelOf(schema)
-	if err := migrate(ctx, conn.Conn(), schema, create, existing); err != nil {
-		return err
-	}
 	// A one-statement write (spec.go) runs at the session's default isolation, which must be
 	// READ COMMITTED (see Open). A pooler in transaction mode drops the setting the store sent
 	// (and PgBouncer refuses to connect unless told to ignore it); a server whose default is
-	// stricter is then refused here, not found out by failing writes.
+	// stricter is then refused here, before migrate creates anything (a refused open left the
+	// schema's tables behind: TestTransactionPoolerStricterIsolationCreatesNothing), not found
+	// out by failing writes.
 	var iso string
 	if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&iso); err != nil {
 		return err
@@ -288,6 +287,9 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 		return fmt.Errorf("the server session's default_transaction_isolation is %q, where the store sets read committed, which its one-statement writes need. "+
 			"A pooler in transaction mode drops the setting a client sends (PgBouncer with default_transaction_isolation in ignore_startup_parameters): "+
 			"set it for the role instead (ALTER ROLE … SET default_transaction_isolation = 'read committed'), or connect directly or through a pooler in session mode", iso)
+	}
+	if err := migrate(ctx, conn.Conn(), schema, create, existing); err != nil {
+		return err
 	}
 	if _, err := conn.Exec(ctx, foldCounters); err != nil {
 		return fmt.Errorf("folding old counter shards: %w", err)
