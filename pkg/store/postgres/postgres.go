@@ -171,6 +171,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres ledger %s: pool_min_conns=%d is more than the pool may hold (pool_max_conns=%d; 16 when the URL does not say): lower pool_min_conns or raise pool_max_conns",
 			Redact(c.URL), pc.MinConns, pc.MaxConns)
 	}
+	if c.Brief {
+		// The ledger commands read the URL the fence's processes read, with the warm pool a
+		// fleet tunes there (pool_min_conns, pool_min_idle_conns): a brief store keeps none.
+		pc.MinConns, pc.MinIdleConns = 0, 0
+	}
 	// A one-statement commit (spec.go) runs in an implicit transaction, at the session's
 	// default level: its guard must read the record as committed once the intent's lock is
 	// held, which only READ COMMITTED does (a REPEATABLE READ snapshot predates the lock).
