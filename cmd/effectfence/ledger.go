@@ -649,14 +649,13 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		if silent && runs && r.State.Fenced() {
 			// As clear judges it (SilentHolder): a failed claim is cleared whatever its carrier
 			// does (its server answered it).
-			q := shellQuote(r.Intent) + c.selection(l.Location)
-			fmt.Fprintf(w, "\nfenced, but process group %d, which its holder (process %s) started to run the call, still runs on this host without that holder or without its own leader: it may still finish the effect.\nStop that group (kill -KILL -- -%d) or wait until it has ended. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  effectfence ledger resolve %s --happened --reason \"what you found\"\n", g, esc(r.Owner), g, q)
+			fmt.Fprintf(w, "\nfenced, but process group %d, which its holder (process %s) started to run the call, still runs on this host without that holder or without its own leader: it may still finish the effect.\nStop that group (kill -KILL -- -%d) or wait until it has ended. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", g, esc(r.Owner), g, intentCommand("resolve", r.Intent, c.selection(l.Location), ` --happened --reason "what you found"`))
 		} else if silent && r.State.Fenced() {
-			q := shellQuote(r.Intent) + c.selection(l.Location)
-			fmt.Fprintf(w, "\nfenced, but its holder (process %s) still runs on this host past its lease: stopped or stalled, it may still run or finish the effect.\nStop that process, or let it resume: its late result settles the intent. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  effectfence ledger resolve %s --happened --reason \"what you found\"\n", esc(r.Owner), q)
+			fmt.Fprintf(w, "\nfenced, but its holder (process %s) still runs on this host past its lease: stopped or stalled, it may still run or finish the effect.\nStop that process, or let it resume: its late result settles the intent. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", esc(r.Owner), intentCommand("resolve", r.Intent, c.selection(l.Location), ` --happened --reason "what you found"`))
 		} else if r.State.Fenced() {
-			q := shellQuote(r.Intent) + c.selection(l.Location)
-			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  effectfence ledger resolve %s --happened --reason \"what you found\"        # it took effect: duplicates get a recorded result\n  effectfence ledger resolve %s --did-not-happen --reason \"what you found\"  # it did not: the next attempt runs\n", q, q)
+			sel := c.selection(l.Location)
+			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  %s        # it took effect: duplicates get a recorded result\n  %s  # it did not: the next attempt runs\n",
+				intentCommand("resolve", r.Intent, sel, ` --happened --reason "what you found"`), intentCommand("resolve", r.Intent, sel, ` --did-not-happen --reason "what you found"`))
 		}
 	}
 	if len(d.Events) > 0 {
@@ -696,6 +695,17 @@ func (c ledgerCall) selection(loc string) string {
 		}
 	}
 	return " --ledger " + shellQuote(loc)
+}
+
+// intentCommand is the command line `effectfence ledger SUB INTENT` with flags (each after a
+// space) that reaches the ledger sel names (selection). An intent is the agent's text and may
+// begin with '-': it then goes last, after "--", since where the command reads its flags it
+// would be read as one (and the command would have no intent).
+func intentCommand(sub, intent, sel, flags string) string {
+	if strings.HasPrefix(intent, "-") {
+		return "effectfence ledger " + sub + sel + flags + " -- " + shellQuote(intent)
+	}
+	return "effectfence ledger " + sub + " " + shellQuote(intent) + sel + flags
 }
 
 // shellQuote quotes s for a POSIX shell. A string with characters that could act on a
@@ -746,8 +756,8 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 		// The clear reached the database and its answer did not: neither a failure nor a
 		// success can be told. Clearing again blind is no way out: if this clear landed, the
 		// next attempt may have claimed the intent since, and a second clear would free that.
-		return fmt.Errorf("ledger clear: the outcome is unknown: %q may or may not be cleared: the connection to ledger %s was lost after the clear was sent to commit, and the database could not be asked whether it committed. Once it answers, look: effectfence ledger show %s%s — no record and a clear event by %s means it was cleared (do not clear again); the record as before means it was not (clear it again): %w",
-			c.args[0], l.Location, shellQuote(c.args[0]), c.selection(l.Location), who, err)
+		return fmt.Errorf("ledger clear: the outcome is unknown: %q may or may not be cleared: the connection to ledger %s was lost after the clear was sent to commit, and the database could not be asked whether it committed. Once it answers, look: %s — no record and a clear event by %s means it was cleared (do not clear again); the record as before means it was not (clear it again): %w",
+			c.args[0], l.Location, intentCommand("show", c.args[0], c.selection(l.Location), ""), who, err)
 	}
 	var lost postgres.ConnLostError
 	if errors.As(err, &lost) {

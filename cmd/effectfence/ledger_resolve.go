@@ -90,8 +90,8 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		// The resolution reached the database and its answer did not. Resolving again blind
 		// is no way out: with --did-not-happen, a next attempt may have claimed the intent
 		// since, and may be fenced again by the time a second resolution arrives.
-		return fmt.Errorf("ledger resolve: the outcome is unknown: %q may or may not be resolved: the connection to ledger %s was lost after the resolution was sent to commit, and the database could not be asked whether it committed. Once it answers, look: effectfence ledger show %s%s — a %s event by %s means it was resolved (do not resolve again); the record fenced as before, without that event, means it was not (resolve it again): %w",
-			c.args[0], l.Location, shellQuote(c.args[0]), c.selection(l.Location), "resolve_"+string(how), who, err)
+		return fmt.Errorf("ledger resolve: the outcome is unknown: %q may or may not be resolved: the connection to ledger %s was lost after the resolution was sent to commit, and the database could not be asked whether it committed. Once it answers, look: %s — a %s event by %s means it was resolved (do not resolve again); the record fenced as before, without that event, means it was not (resolve it again): %w",
+			c.args[0], l.Location, intentCommand("show", c.args[0], c.selection(l.Location), ""), "resolve_"+string(how), who, err)
 	case errors.As(err, new(postgres.ConnLostError)):
 		return fmt.Errorf("ledger resolve: %q was not resolved (the connection to ledger %s was lost before the resolution committed; nothing was recorded): %w", c.args[0], l.Location, err)
 	case err != nil:
