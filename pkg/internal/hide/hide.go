@@ -3,10 +3,11 @@
 package hide
 
 import (
+	"cmp"
 	"fmt"
-	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
 )
 
@@ -18,48 +19,49 @@ const Redacted = "[redacted]"
 // (one value inside or across another) are taken out together, as one Redacted; values that
 // merely touch are two. The order of texts does not matter.
 //
-// s is read once for each distinct length among the texts (not longer than s), by a rolling
-// hash (Rabin-Karp), so the work is that count times len(s), however many texts share a
-// length. Before 2026-12-06 each text was replaced in turn, each pass a copy of s: a call
+// s is read once for each distinct length among the texts (not longer than s): by
+// strings.Index for a length of a few short texts, otherwise by a rolling hash (Rabin-Karp),
+// so the work is that count times len(s), however many texts share a length. Before 2026-12-06 each text was replaced in turn, each pass a copy of s: a call
 // whose redacted path held 20,000 short values, answered by a JSON-RPC error echoing them
 // (2.2 MB), took 53 s to scrub before its outcome was recorded. Should the work still pass
 // maxWork (thousands of distinct lengths against megabytes of text), s is not shown at all.
 func Replace(s string, texts []string) string {
-	ends, ok := occurrences(s, texts)
+	spans, ok := occurrences(s, texts)
 	if !ok {
 		return fmt.Sprintf("(%d bytes, not shown: too many argument values to keep out of them)", len(s))
 	}
-	if ends == nil {
+	if len(spans) == 0 {
 		return s
 	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 	var b strings.Builder
+	b.Grow(len(s))
 	last := 0 // s[:last] is written
-	for i := 0; i < len(s); {
-		e := int(ends[i])
-		if e == 0 {
-			i++
-			continue
+	for k := 0; k < len(spans); {
+		lo, hi := spans[k].lo, spans[k].hi
+		for k++; k < len(spans) && spans[k].lo < hi; k++ { // starts inside: overlaps
+			hi = max(hi, spans[k].hi)
 		}
-		for j := i + 1; j < e; j++ { // an occurrence starting inside this one overlaps it
-			e = max(e, int(ends[j]))
-		}
-		b.WriteString(s[last:i])
+		b.WriteString(s[last:lo])
 		b.WriteString(Redacted)
-		last, i = e, e
+		last = hi
 	}
 	b.WriteString(s[last:])
 	return b.String()
 }
 
+// span is an occurrence of a text: s[lo:hi].
+type span struct{ lo, hi int }
+
 // maxWork bounds the bytes Replace reads: len(s) once per distinct length.
 var maxWork = 1 << 30
 
-// occurrences returns, for each byte offset i of s, the end of the longest text found at i (0:
-// none), or nil when none is found. ok is false when finding them would cost more than maxWork.
-func occurrences(s string, texts []string) (ends []int32, ok bool) {
-	if len(s) > math.MaxInt32 {
-		return nil, false
-	}
+// fewTexts is how many texts of one length strings.Index looks for, each in turn.
+var fewTexts = 4
+
+// occurrences returns every occurrence of texts in s, in no order. ok is false when finding
+// them would cost more than maxWork.
+func occurrences(s string, texts []string) (spans []span, ok bool) {
 	byLen := map[int][]string{}
 	for _, t := range texts {
 		if t != "" && len(t) <= len(s) {
@@ -72,8 +74,29 @@ func occurrences(s string, texts []string) (ends []int32, ok bool) {
 			return nil, false
 		}
 	}
+	mark := func(i, n int) { spans = append(spans, span{i, i + n}) }
 	for n, ts := range byLen {
-		hashes := make(map[uint64][]string, len(ts))
+		if len(ts) <= fewTexts && n <= 64 {
+			// Few short texts: strings.Index, which reads gigabytes a second, finds each,
+			// overlapping occurrences too (an occurrence costs at most its length again).
+			for _, t := range ts {
+				for i := 0; i+n <= len(s); i++ {
+					j := strings.Index(s[i:], t)
+					if j < 0 {
+						break
+					}
+					i += j
+					mark(i, n)
+				}
+			}
+			continue
+		}
+		// Otherwise each window of n bytes is hashed in turn, and a window whose hash is a
+		// text's is taken for that text without comparing them: comparing costs n a window
+		// where many windows match (a repeated value in a repeated text), and a hash that
+		// only collides (at most n chances in 2^61 for a window) takes out bytes of the
+		// server's words that were no value, which costs less than leaving one in.
+		hashes := make(map[uint64]struct{}, len(ts))
 		// seen has a bit set for each hash's low bits: most windows are no text, and testing
 		// a bit costs less than a map lookup.
 		bitsLen := 64
@@ -83,7 +106,7 @@ func occurrences(s string, texts []string) (ends []int32, ok bool) {
 		seen, mask := make([]uint64, bitsLen/64), uint64(bitsLen-1)
 		for _, t := range ts {
 			h := hashOf(t)
-			hashes[h] = append(hashes[h], t)
+			hashes[h] = struct{}{}
 			seen[h&mask/64] |= 1 << (h & 63)
 		}
 		// pow is base^(n-1): the weight of the byte that leaves the window.
@@ -94,14 +117,8 @@ func occurrences(s string, texts []string) (ends []int32, ok bool) {
 		h := hashOf(s[:n])
 		for i := 0; ; i++ {
 			if seen[h&mask/64]&(1<<(h&63)) != 0 {
-				for _, t := range hashes[h] {
-					if s[i:i+n] == t {
-						if ends == nil {
-							ends = make([]int32, len(s))
-						}
-						ends[i] = max(ends[i], int32(i+n))
-						break
-					}
+				if _, ok := hashes[h]; ok {
+					mark(i, n)
 				}
 			}
 			if i+n == len(s) {
@@ -111,11 +128,11 @@ func occurrences(s string, texts []string) (ends []int32, ok bool) {
 			h = addMod(mulMod(h, base), uint64(s[i+n]))    // take s[i+n]
 		}
 	}
-	return ends, true
+	return spans, true
 }
 
 // The rolling hash: a polynomial in a base drawn for each process, modulo the Mersenne prime
-// 2^61-1, so a text built to collide with another costs only a comparison.
+// 2^61-1, so that no text can be built to collide with another.
 const prime = 1<<61 - 1
 
 var base = rand.Uint64N(prime-256) + 256

@@ -38,6 +38,16 @@ func TestEdges(t *testing.T) {
 // overlap), on random texts over a small alphabet, so that values overlap, nest, touch and
 // repeat: nothing of any occurrence remains, and nothing else is taken.
 func TestReplaceTakesOutEveryByteOfEveryValue(t *testing.T) {
+	for _, few := range []int{4, 0} { // strings.Index as a rule; the rolling hash always
+		t.Run(fmt.Sprintf("fewTexts=%d", few), func(t *testing.T) {
+			defer func(f int) { fewTexts = f }(fewTexts)
+			fewTexts = few
+			replaceAgainstModel(t)
+		})
+	}
+}
+
+func replaceAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	word := func(n int) string {
 		b := make([]byte, n)
@@ -106,6 +116,19 @@ func TestReplaceWithheldPastItsWork(t *testing.T) {
 	got := Replace(s, []string{"4111", "card 4", "d 41"})
 	if strings.Contains(got, "4111") || !strings.Contains(got, "100 bytes, not shown") {
 		t.Fatalf("past the work: %q", got)
+	}
+}
+
+// BenchmarkReplaceOneValue: a card number (the six spellings wrap looks for, four distinct)
+// in an 8 MB error that holds it 1,000 times.
+func BenchmarkReplaceOneValue(b *testing.B) {
+	texts := []string{"4111111111111111", `"4111111111111111"`, "4111-1111", "cvv"}
+	s := strings.Repeat(strings.Repeat("x", 8000)+"4111111111111111", 1000)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		if strings.Contains(Replace(s, texts), "4111111111111111") {
+			b.Fatal("a value is left")
+		}
 	}
 }
 
