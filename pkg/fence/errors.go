@@ -83,8 +83,19 @@ type PriorFailureError struct {
 }
 
 func (e PriorFailureError) Error() string {
-	return fmt.Sprintf("%s: intent %q is %s (%s): the effect may have happened, so it is fenced; an operator must check the real system and run `effectfence ledger clear %s --reason ...` before it can run again",
-		CodePriorFailure, e.Intent, e.State, e.Reason, shellQuote(e.Intent))
+	return fmt.Sprintf("%s: intent %q is %s (%s): the effect may have happened, so it is fenced; an operator must check the real system and run `%s` before it can run again",
+		CodePriorFailure, e.Intent, e.State, e.Reason, ClearCommand(e.Intent))
+}
+
+// ClearCommand is the command line that clears intent: `effectfence ledger clear INTENT
+// --reason ...`, the intent quoted for a POSIX shell. An intent is the agent's text and may
+// begin with '-': it then goes last, after "--", where the command reads no flags (before
+// 2026-12-06 such a command, pasted, read the intent as a flag and failed as usage).
+func ClearCommand(intent string) string {
+	if strings.HasPrefix(intent, "-") {
+		return "effectfence ledger clear --reason ... -- " + shellQuote(intent)
+	}
+	return "effectfence ledger clear " + shellQuote(intent) + " --reason ..."
 }
 func (e PriorFailureError) Code() string         { return CodePriorFailure }
 func (e PriorFailureError) Is(target error) bool { return target == ErrPriorFailure }
@@ -181,6 +192,9 @@ func short(fp string) string {
 }
 
 func shellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
 	for _, r := range s {
 		if !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
 			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -46,7 +45,7 @@ func RefusalOf(intent string, err error) Refusal {
 	case errors.As(err, &prior):
 		r.Intent = prior.Intent
 		r.State = prior.State
-		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `effectfence ledger clear %s --reason ...`.", shellWord(prior.Intent))
+		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `%s`.", fence.ClearCommand(prior.Intent))
 	case errors.As(err, &conflict):
 		r.Intent = conflict.Intent
 		r.Next = "Do not run the effect: this intent id is recorded for a different call (tool or args differ). Use a distinct intent for a distinct action."
@@ -91,17 +90,4 @@ func RefusalOf(intent string, err error) Refusal {
 		}
 	}
 	return r
-}
-
-// shellWord is s as one word of a POSIX shell command: the intent in a command an operator is
-// told to run is the agent's own text, and read unquoted a shell expands "$2", a backquote
-// or a backslash in it and ends the command at a ';' (another intent is cleared, or another
-// command run). Quoted as fence.PriorFailureError quotes it.
-func shellWord(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

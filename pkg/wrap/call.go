@@ -775,7 +775,22 @@ func (p *Proxy) clearCommand(intent string) string {
 	if p.opt.InMemory {
 		return ""
 	}
-	return fmt.Sprintf("effectfence ledger resolve %[1]s --happened --reason 'checked: <what you verified>' %[2]s if it took effect; if it did not: effectfence ledger clear %[1]s --reason 'checked: <what you verified>' %[2]s", shellQuote(intent), p.opt.ClearHint)
+	return ClearCommandFor(intent, p.opt.ClearHint)
+}
+
+// ClearCommandFor is the operator commands wrap names for a fenced intent (see clearCommand),
+// hint naming the ledger (Options.ClearHint).
+func ClearCommandFor(intent, hint string) string {
+	if strings.HasPrefix(intent, "-") {
+		// Where the commands read flags, such an intent would be read as one (the pasted
+		// command failed as usage): it goes last, after "--", and the hint's note after it.
+		flags, note, ok := strings.Cut(hint, " (with ")
+		if ok {
+			note = " (with " + note
+		}
+		return fmt.Sprintf("effectfence ledger resolve --happened --reason 'checked: <what you verified>' %[2]s -- %[1]s%[3]s if it took effect; if it did not: effectfence ledger clear --reason 'checked: <what you verified>' %[2]s -- %[1]s%[3]s", shellQuote(intent), flags, note)
+	}
+	return fmt.Sprintf("effectfence ledger resolve %[1]s --happened --reason 'checked: <what you verified>' %[2]s if it took effect; if it did not: effectfence ledger clear %[1]s --reason 'checked: <what you verified>' %[2]s", shellQuote(intent), hint)
 }
 
 // refusal turns a fence error into the tool error the agent receives.
