@@ -73,7 +73,8 @@ func ledgerCommand(io streams) *cli.Command {
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
 				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format: jsonl (the only one; export is always machine-readable)"}}, ledgerExport),
 			ledgerSub(io, "stats", "", "counters over every process that used the ledger, and intents by state", 0, nil, ledgerStats),
-			ledgerSub(io, "sweep", "", "drop expired outcomes now (open ledgers also do it on their own)", 0, nil, ledgerSweep),
+			ledgerSub(io, "sweep", "", "drop expired outcomes now (open ledgers also do it on their own)", 0,
+				[]cli.Flag{&cli.FloatFlag{Name: "events-older-than-secs", Usage: "also drop the audit events older than this many `SECONDS` (1 to 366 days), except clears, resolves and late results; without it events are left to the wraps and servers that record the ledger's calls, which drop them after their result TTL"}}, ledgerSweep),
 			ledgerSub(io, "check", "", "inspect the ledger file read-only: SQLite integrity, schema version, foreign or torn files, unreadable records, and what to do", 0, nil, ledgerCheck),
 		},
 	}
@@ -269,6 +270,10 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	}
 	opts := c.opts
 	opts.Existing = true
+	// Records expire when their writer said (each done record holds its expiry), but an
+	// event's age is judged by the sweeping engine's result TTL: this command's is the
+	// operator's environment (or the default), not that of the processes writing the ledger.
+	opts.KeepEvents = true
 	return store.Open(ctx, opts)
 }
 
@@ -972,6 +977,13 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 }
 
 func ledgerSweep(ctx context.Context, c ledgerCall) error {
+	var age time.Duration
+	if c.cmd.IsSet("events-older-than-secs") {
+		var err error
+		if age, err = store.ResultSeconds("--events-older-than-secs", c.cmd.Float("events-older-than-secs")); err != nil {
+			return usageErr("ledger sweep: %v", err)
+		}
+	}
 	l, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -982,10 +994,24 @@ func ledgerSweep(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	n += l.SweptAtOpen // the open swept what had expired by then
-	if c.json {
-		return c.writeJSON(map[string]any{"ledger": l.Location, "swept": n})
+	events := -1
+	if age > 0 {
+		if events, err = l.SweepEvents(ctx, age); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(c.io.out, "ledger %s: swept %d expired outcome(s)\n", esc(l.Location), n)
+	if c.json {
+		out := map[string]any{"ledger": l.Location, "swept": n}
+		if events >= 0 {
+			out["events_swept"] = events
+		}
+		return c.writeJSON(out)
+	}
+	fmt.Fprintf(c.io.out, "ledger %s: swept %d expired outcome(s)", esc(l.Location), n)
+	if events >= 0 {
+		fmt.Fprintf(c.io.out, " and %d audit event(s)", events)
+	}
+	fmt.Fprintln(c.io.out)
 	return nil
 }
 

@@ -175,7 +175,7 @@ func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHe
 }
 
 // Sweep drops done outcomes older than the result TTL, and audit events older than the result
-// TTL except operator clears. It returns how many records it dropped. Fenced intents (failed,
+// TTL except those KeptForever (none with Config.KeepEvents). It returns how many records it dropped. Fenced intents (failed,
 // unknown) are never swept: only Clear ends them. It drops them in batches, the oldest first,
 // each batch a transaction of its own; a store whose Tx is an ExpiredSweeper drops a batch
 // itself, without reading its records.
@@ -194,7 +194,7 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			if !more || n == 0 {
+			if (!more || n == 0) && !e.cfg.KeepEvents {
 				_, err = tx.DeleteEventsBefore(tx.Now().Add(-e.cfg.ResultTTL))
 			}
 			return err
@@ -207,6 +207,18 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// SweepEvents drops the audit events older than age, except those KeptForever, whatever the
+// engine's ResultTTL and KeepEvents; it returns how many it dropped.
+func (e *Engine) SweepEvents(ctx context.Context, age time.Duration) (int, error) {
+	n := 0
+	err := e.update(ctx, func(tx Tx) error {
+		var err error
+		n, err = tx.DeleteEventsBefore(tx.Now().Add(-age))
+		return err
+	})
+	return n, err
 }
 
 // sweepExpired is SweepExpired for a Tx that does not implement it: a scan of the batch's

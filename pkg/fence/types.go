@@ -279,6 +279,10 @@ type Config struct {
 	// SpoolDir is a local directory where outcomes the ledger cannot take are kept until it
 	// can (see Engine.Settle); "" keeps none.
 	SpoolDir string
+	// KeepEvents: Sweep drops expired outcomes only, never audit events. For an engine whose
+	// ResultTTL is not the ledger's (an operator's look at it): events are dropped by the
+	// sweeps of the processes that record its calls, after their ResultTTL.
+	KeepEvents bool
 }
 
 // Defaults of SPEC §4.

@@ -61,6 +61,11 @@ type Options struct {
 	// ignore expired outcomes whether or not they were swept. The ledger commands leave it
 	// unset, so what they list has no expired outcome.
 	SweepInBackground bool
+	// KeepEvents: the sweeps drop expired outcomes only, never audit events (fence.Config).
+	// The ledger commands set it: their ResultTTL is the operator's environment, not the
+	// ledger's, and a look with a shorter one dropped the audit trail the processes recording
+	// the ledger's calls keep longer.
+	KeepEvents bool
 	// Existing opens only a PostgreSQL ledger that is there already: no schema or table is
 	// created, and a schema without a ledger is an error (postgres.ErrNoLedger). The ledger
 	// commands set it, and check that a SQLite file exists before they open it: an operator's
@@ -324,7 +329,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
 	}
-	cfg := fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool}
+	cfg := fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool, KeepEvents: o.KeepEvents}
 	if err := drainOldSpool(ctx, st, cfg, old); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
