@@ -54,9 +54,29 @@ func GroupCarrier(pgid int) string {
 	return "g" + strconv.Itoa(pgid) + "." + strconv.FormatInt(n, 10)
 }
 
-// parseCarrier reads "g<pgid>.<start>".
+// Held is carrier c (GroupCarrier's) marked as running a call its holder no longer follows:
+// a task its server runs on its own, which wrap stops following (its wait over, the server
+// forgetting it, an answer wrap cannot read) while the server still runs. A claim whose
+// carrier is held is held while a process of the group runs, its leader included, whether or
+// not the holder runs (CarrierRuns): an unknown outcome recorded by a live wrap while its live
+// server might still finish the task is not cleared until that server has stopped. Written
+// "h<pgid>.<start>"; "" when c is no carrier.
+func Held(c string) string {
+	if _, _, ok := parseCarrier(c); !ok {
+		return ""
+	}
+	return "h" + c[1:]
+}
+
+// isHeld says whether carrier c is Held's.
+func isHeld(c string) bool { return strings.HasPrefix(c, "h") }
+
+// parseCarrier reads "g<pgid>.<start>", or Held's "h<pgid>.<start>".
 func parseCarrier(c string) (pgid int, start uint64, ok bool) {
 	rest, found := strings.CutPrefix(c, "g")
+	if !found {
+		rest, found = strings.CutPrefix(c, "h")
+	}
 	if !found {
 		return 0, 0, false
 	}
@@ -91,7 +111,7 @@ func digits(s string) bool {
 }
 
 // validCarrier says whether c may be given as Request.Carrier: empty, or a carrier
-// GroupCarrier could have made.
+// GroupCarrier (or Held) could have made.
 func validCarrier(c string) bool {
 	if c == "" {
 		return true
@@ -305,7 +325,9 @@ func (e *Engine) mine(owner string) bool {
 // server exited mid-call, leaving a process it started to finish it: its claim was fenced as
 // unknown, and no late result will come). That is what an operator must stop, or wait for,
 // before the claim is freed. A group whose leader and holder both run is not a carrier left
-// behind: the server is alive and answers for its calls. Judged by this process's /proc.
+// behind: the server is alive and answers for its calls; unless the carrier is Held (a task
+// the holder stopped following), when any process of the group running is. Judged by this
+// process's /proc.
 func CarrierRuns(owner string) (pgid int, runs bool) {
 	pgid, _, runs = carrierState(owner)
 	return pgid, runs
@@ -326,6 +348,10 @@ func carrierState(owner string) (pgid int, holderGone, runs bool) {
 	if pidLiveness(parts, me) == Dead {
 		return pgid, true, OwnerLiveness(owner) == Alive
 	}
+	if isHeld(c) {
+		// The holder runs, and so may the server that runs a task it no longer follows.
+		return pgid, false, groupLiveness(pgid, start, me) == Alive
+	}
 	// The holder runs (or cannot be told): a group whose leader is gone but whose member runs.
 	if leaderOf(pgid, start, me) != leaderGone {
 		return 0, false, false // its leader runs (the live server), or the group ended
@@ -337,6 +363,12 @@ func carrierState(owner string) (pgid int, holderGone, runs bool) {
 	return pgid, false, membersRun(pgid, foreign) == Alive
 }
 
+// carrierOf is owner's carrier ("" for none).
+func carrierOf(owner string) string {
+	_, c := splitCarrier(owner)
+	return c
+}
+
 // holderWords names the holder of a claim for a message: its process, and the group it
 // started when that runs on without the holder or without its own leader (CarrierRuns).
 func holderWords(owner string) string {
@@ -344,6 +376,8 @@ func holderWords(owner string) string {
 	switch {
 	case runs && gone:
 		return "process " + owner + ", gone, but process group " + strconv.Itoa(g) + " it started to run the call still runs (`kill -KILL -- -" + strconv.Itoa(g) + "` stops it)"
+	case runs && isHeld(carrierOf(owner)):
+		return "process " + owner + ", whose server, process group " + strconv.Itoa(g) + ", still runs and may still run the task the holder stopped following (`kill -KILL -- -" + strconv.Itoa(g) + "` stops it)"
 	case runs:
 		return "process " + owner + ", whose process group " + strconv.Itoa(g) + " started to run the call lost its leader but still runs (`kill -KILL -- -" + strconv.Itoa(g) + "` stops it)"
 	}

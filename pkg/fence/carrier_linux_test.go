@@ -269,3 +269,70 @@ func BenchmarkGoneHolderWithRunningCarrier(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(ents)), "procs")
 }
+
+// TestHeldCarrierHoldsWhileItsServerRuns: an unknown claim whose holder and server (the
+// carrier's leader) both run is cleared as answered for by the live server, unless its carrier
+// is Held (a task the holder stopped following, which the server may still finish): then an
+// operator's clear is refused while any process of the group runs, the leader included, and
+// goes through once the group has ended. Real processes.
+func TestHeldCarrierHoldsWhileItsServerRuns(t *testing.T) {
+	t.Parallel()
+	me := whereAmI()
+	if !me.sound {
+		t.Skip("skipped: this process's /proc is not its own PID namespace's")
+	}
+	ctx := context.Background()
+	store := NewMemoryStore()
+	e := New(store, Config{LeaseTTL: time.Hour}) // held by this process, which runs
+	server := exec.Command("sleep", "60")
+	server.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := server.Start(); err != nil {
+		t.Skipf("skipped: no sleep: %v", err)
+	}
+	t.Cleanup(func() { _ = server.Process.Kill(); _ = server.Wait() })
+	carrier := GroupCarrier(server.Process.Pid)
+	if carrier == "" || Held("nope") != "" || Held(carrier) == "" || !validCarrier(Held(carrier)) {
+		t.Fatalf("carrier %q, held %q", carrier, Held(carrier))
+	}
+	unknown := func(intent string, held bool) {
+		t.Helper()
+		adm, err := e.Prepare(ctx, Request{Intent: intent, Tool: "t", Carrier: carrier})
+		if err != nil || !adm.Fresh() {
+			t.Fatalf("prepare %s: %+v %v", intent, adm, err)
+		}
+		tk := *adm.Ticket
+		if held {
+			if tk, err = e.Carry(ctx, tk, Held(carrier)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.Lost(ctx, tk, "the task's outcome could not be learned"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unknown("call", false)
+	unknown("task", true)
+	if _, err := e.ClearUnlessHeld(ctx, "call", "op", "checked"); err != nil {
+		t.Fatalf("an unknown call whose holder and server run: %v, want cleared (the server answered for it)", err)
+	}
+	if g, runs := CarrierRuns(must(e.Status(ctx, "task")).Owner); !runs || g != server.Process.Pid {
+		t.Fatalf("CarrierRuns of the held task: %d %v", g, runs)
+	}
+	_, err := e.ClearUnlessHeld(ctx, "task", "op", "checked")
+	if !errors.As(err, new(NotFencedError)) || !strings.Contains(err.Error(), "task the holder stopped following") {
+		t.Fatalf("a clear of the task while its server runs: %v, want refused, naming the server", err)
+	}
+	_ = server.Process.Kill()
+	_ = server.Wait()
+	waitFor(t, func() bool { _, runs := CarrierRuns(must(e.Status(ctx, "task")).Owner); return !runs })
+	if _, err := e.ClearUnlessHeld(ctx, "task", "op", "checked"); err != nil {
+		t.Fatalf("a clear of the task once its server ended: %v", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -130,6 +130,7 @@ func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fe
 	go func() {
 		defer p.calls.Done()
 		defer p.tasks.Add(-1)
+		p.holdWhileServerRuns(ctx, t, s)
 		wctx, cancel := context.WithTimeoutCause(ctx, wait, errTaskWaitOver)
 		final, ferr := fetch(wctx)
 		cancel()
@@ -143,6 +144,28 @@ func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fe
 		p.finish(ctx, tool, intent, f, t, final, ferr, true, params)
 	}()
 	return answer{result: res, outcome: "executed", code: "task"}
+}
+
+// holdWhileServerRuns renews the claim of t naming its server's process group as held
+// (fence.Held): the task runs in the server on its own, and should wrap stop following it
+// while the server runs (its wait over, the server forgetting it, an answer wrap cannot read),
+// the server may still finish it after its outcome was recorded unknown. Judged by its carrier
+// alone, an unknown claim whose holder and server both run is taken as answered for by the
+// live server, so an operator's clear went through at once, and the next attempt could run
+// the call a second time while the task still ran. Held, the claim is not cleared (nor
+// resolved as not having happened) while that server runs. A remote server names no group: its
+// task is not followed this way. A ledger that does not answer in time leaves the claim as it
+// was, logged.
+func (p *Proxy) holdWhileServerRuns(ctx context.Context, t fence.Ticket, s Conn) {
+	held := fence.Held(p.carrier(s))
+	if held == "" {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, p.opt.Engine.Config().LeaseTTL/3)
+	defer cancel()
+	if _, err := p.opt.Engine.Carry(hctx, t, held); err != nil {
+		p.logf("intent %s: its task's server could not be recorded as running it (%v); an operator's clear may not wait for that server", t.Intent, err)
+	}
 }
 
 // followFlat follows res when it is the handle of a task of the tasks extension (SEP-2663, MCP
