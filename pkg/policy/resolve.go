@@ -141,8 +141,14 @@ func (r Resolved) LongWindows(ttl time.Duration) []string {
 	switch {
 	case f.ReplayWindow > 0:
 		say(f.ReplayWindow, "every tool (--replay-window)")
-	case r.pol != nil:
+	case r.pol != nil && r.pol.Defaults.ReplayWindow > 0:
 		say(r.pol.Defaults.ReplayWindow, "every tool (the policy's defaults)")
+	default:
+		// The default window is cut short too (before 2026-12-06 without a word: a TTL of a
+		// minute made every replay last a minute).
+		say(wrap.DefaultReplayWindow, "every tool (the default)")
+	}
+	if f.ReplayWindow <= 0 && r.pol != nil {
 		for _, e := range r.pol.Tools {
 			if _, flagged := f.ReplayWindows[e.Pattern]; !flagged {
 				say(e.ReplayWindow, fmt.Sprintf("tool %q (the policy)", e.Pattern))

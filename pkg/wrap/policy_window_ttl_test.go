@@ -9,7 +9,8 @@ import (
 // A done record lives for the ledger's result TTL (24 h by default), whatever the replay
 // window: a replay_window: 7d (as the payments example has) under the default TTL answers
 // identical calls for a day only, and then the call runs again. Wrap says so at its start for
-// each window longer than the TTL, from the file or from flags, naming the setting to raise.
+// each window longer than the TTL, from the file, from flags or the default, naming the setting
+// to raise.
 // Shown first for real: a 1h window under a 2 s TTL, an identical call 3 s later runs again.
 func TestReplayWindowLongerThanResultTTLIsNamed(t *testing.T) {
 	t.Parallel()
@@ -44,4 +45,11 @@ func TestReplayWindowLongerThanResultTTLIsNamed(t *testing.T) {
 	if strings.Contains(log, `"book_*"`) {
 		t.Errorf("a window within the TTL is named:\n%s", log)
 	}
+	// The default window (10 minutes) under a TTL of a minute, no window set anywhere.
+	r3 := demoRig(t, "1ms")
+	r3.extraEnv = []string{"EFFECTFENCE_RESULT_TTL_SECS=60"}
+	w3 := r3.wrap()
+	waitFor(t, "wrap to name the default window the result TTL cuts short", func() bool {
+		return strings.Contains(w3.log.String(), `replay window 10m0s of every tool (the default) is longer than the result TTL (1m0s)`)
+	})
 }
