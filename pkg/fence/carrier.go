@@ -223,22 +223,120 @@ func leaderOf(pgid int, start uint64, me local) leaderState {
 }
 
 // membersRun judges a group with members (groupProbe) whose leader is gone: alive while a
-// member other than a zombie runs. Two looks: a member that forks and exits while /proc is read
-// can slip past one. foreign is groupProbe's: members this process may not signal, which /proc
-// may hide from it (hidepid), so seeing none it cannot tell.
+// member other than a zombie runs. foreign is groupProbe's: members this process may not
+// signal, which /proc may hide from it (hidepid), so seeing none it cannot tell.
+//
+// A look at /proc lists pids before it reads each one's stat, so a member born after the
+// listing passed its pid is not seen: a member that forks and exits between the two, its
+// child born where the listing had been, slips past any number of looks (a chain of such
+// members, each starting the next and exiting, was judged ended, for good, while it ran).
+// What a look cannot miss is a member that lived through it, so Dead is said only once no
+// member was born unseen. Pids are handed out in turn (the kernel's cursor, the last pid of
+// /proc/loadavg, wraps at pid_max), so the pids born during a look are those between the
+// cursor before it and after it: read directly, in the order they were handed out, and again
+// for those born meanwhile, until a round in which none was. A member in the middle of being
+// born (its pid handed out, not yet in /proc) has a parent that runs through it, read live
+// by an earlier round or by one of the two whole looks. Not followed: a process that joins
+// the group from outside (setpgid), or a pid placed by a privileged process (clone3's set_tid,
+// a write to ns_last_pid).
 func membersRun(pgid int, foreign bool) Liveness {
-	for range 2 {
-		switch groupMemberRuns(pgid) {
-		case Alive:
-			return Alive
-		case CannotTell:
-			return CannotTell
-		}
-	}
-	if foreign {
+	began := time.Now()
+	last, ok := lastPid()
+	if !ok {
 		return CannotTell
 	}
+	// Two whole looks: a member whose birth was under way before the first (its pid handed out
+	// before the cursor was read) has a parent that lives through the first, or it lives
+	// through the second.
+	for range 2 {
+		if l := groupMemberRuns(pgid); l != Dead {
+			return l
+		}
+	}
+	for round := 0; ; round++ {
+		now, ok := lastPid()
+		switch {
+		case !ok:
+			return CannotTell
+		case time.Since(began) > bornWithin:
+			return Alive // a look so slow the cursor may have gone round: not seen to end
+		case now == last && foreign:
+			return CannotTell
+		case now == last:
+			return Dead
+		case round == maxBornRounds:
+			return Alive // births that do not stop: not seen to end
+		}
+		if l := bornRun(pgid, last, now); l != Dead {
+			return l
+		}
+		last = now
+	}
+}
+
+// maxBornRounds bounds the rounds of membersRun that read the pids born during the last.
+const maxBornRounds = 1000
+
+// bornWithin bounds a judgement of membersRun: the kernel hands out fewer pids than a
+// pid_max in that time, so a cursor read twice tells the pids handed out between.
+const bornWithin = 2 * time.Second
+
+// maxBorn bounds the pids one round of membersRun reads.
+const maxBorn = 1 << 16
+
+// bornRun reads the pids the kernel handed out after from up to to (the cursor wrapping at
+// pid_max), in that order: Alive when one is a running member of group pgid.
+func bornRun(pgid, from, to int) Liveness {
+	top := pidMax()
+	if from < 0 || to < 0 || from >= top || to >= top {
+		return Alive // a cursor this process cannot place
+	}
+	n := to - from
+	if n < 0 {
+		n += top
+	}
+	if n > maxBorn {
+		return Alive
+	}
+	for pid := from + 1; n > 0; n-- {
+		if pid >= top {
+			pid = 1
+		}
+		_, state, group := procStatGroup(pid)
+		if group == pgid && state != 0 && (state != 'Z' && state != 'X' || threads(pid) > 1) {
+			return Alive
+		}
+		pid++
+	}
 	return Dead
+}
+
+// lastPid is the pid the kernel last handed out in this process's PID namespace (the last
+// field of /proc/loadavg).
+func lastPid() (int, bool) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 5 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(f[4])
+	return n, err == nil && n >= 0
+}
+
+// pidMax is the kernel's pid_max: pids wrap to the lowest free one past it.
+func pidMax() int {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return maxPid
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 1 || n > maxPid {
+		return maxPid
+	}
+	return n
 }
 
 // groupMemberRuns reads /proc for a process of group pgid that is not a zombie.
