@@ -579,10 +579,12 @@ func decimal(tok []byte) (neg bool, digits []byte, exp int64, err error) {
 		}
 		d := i
 		for i < len(tok) && tok[i] >= '0' && tok[i] <= '9' {
-			if exp > maxExponent {
-				return false, nil, 0, fmt.Errorf("number %q: exponent beyond ±%d", clip(tok), maxExponent)
+			// Past 10^15 the exponent stops growing: no token has the digits to bring its
+			// value back within ±maxExponent, but zero, whatever its exponent, which is
+			// taken as a server takes it (before 2026-12-06 0e99999999999 was refused).
+			if exp < 1e15 {
+				exp = exp*10 + int64(tok[i]-'0')
 			}
-			exp = exp*10 + int64(tok[i]-'0')
 			i++
 		}
 		if i == d {
