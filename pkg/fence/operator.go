@@ -174,11 +174,11 @@ func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHe
 	return prev, err
 }
 
-// Sweep drops done outcomes older than the result TTL, and audit events older than the result
-// TTL except those KeptForever (none with Config.KeepEvents). It returns how many records it dropped. Fenced intents (failed,
-// unknown) are never swept: only Clear ends them. It drops them in batches, the oldest first,
-// each batch a transaction of its own; a store whose Tx is an ExpiredSweeper drops a batch
-// itself, without reading its records.
+// Sweep drops done outcomes older than the result TTL and, unless Config.KeepEvents, audit
+// events older than the result TTL but those KeptForever. It returns how many records it
+// dropped. Fenced intents (failed, unknown) are never swept: only Clear ends them. It drops
+// them in batches, the oldest first, each batch a transaction of its own; a store whose Tx is
+// an ExpiredSweeper drops a batch itself, without reading its records.
 func (e *Engine) Sweep(ctx context.Context) (int, error) {
 	const batch = 1000
 	total := 0
