@@ -30,10 +30,14 @@ func Replace(s string, texts []string) string {
 	if !ok {
 		return fmt.Sprintf("(%d bytes, not shown: too many argument values to keep out of them)", len(s))
 	}
+	return without(s, spans)
+}
+
+// without is s with each of spans (sorted, none overlapping another) replaced by Redacted.
+func without(s string, spans []span) string {
 	if len(spans) == 0 {
 		return s
 	}
-	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 	var b strings.Builder
 	b.Grow(len(s))
 	last := 0 // s[:last] is written
@@ -59,8 +63,12 @@ var maxWork = 1 << 30
 // fewTexts is how many texts of one length strings.Index looks for, each in turn.
 var fewTexts = 4
 
-// occurrences returns every occurrence of texts in s, in no order. ok is false when finding
-// them would cost more than maxWork.
+// occurrences returns the occurrences of texts in s, those that overlap merged into one span,
+// sorted. ok is false when finding them would cost more than maxWork.
+//
+// Merged as they are found: a value repeated in a run of itself is found at every offset of
+// the run, for each length, and one span apiece (16 bytes for each byte of s and length) asked
+// for gigabytes (values of 16 lengths in a 64 MB answer: 16 GB).
 func occurrences(s string, texts []string) (spans []span, ok bool) {
 	byLen := map[int][]string{}
 	for _, t := range texts {
@@ -74,61 +82,99 @@ func occurrences(s string, texts []string) (spans []span, ok bool) {
 			return nil, false
 		}
 	}
-	mark := func(i, n int) { spans = append(spans, span{i, i + n}) }
+	// found holds the occurrences of one length, each text's in order: one that starts inside
+	// the last is merged into it.
+	var found, spare []span
+	mark := func(i, n int) {
+		if k := len(found) - 1; k >= 0 && found[k].lo <= i && i < found[k].hi {
+			found[k].hi = max(found[k].hi, i+n)
+			return
+		}
+		found = append(found, span{i, i + n})
+	}
 	for n, ts := range byLen {
-		if len(ts) <= fewTexts && n <= 64 {
-			// Few short texts: strings.Index, which reads gigabytes a second, finds each,
-			// overlapping occurrences too (an occurrence costs at most its length again).
-			for _, t := range ts {
-				for i := 0; i+n <= len(s); i++ {
-					j := strings.Index(s[i:], t)
-					if j < 0 {
-						break
-					}
-					i += j
-					mark(i, n)
-				}
-			}
-			continue
+		found = found[:0]
+		occurrencesOfLength(s, n, ts, mark)
+		if byLo := func(a, b span) int { return cmp.Compare(a.lo, b.lo) }; !slices.IsSortedFunc(found, byLo) {
+			slices.SortFunc(found, byLo) // texts found by strings.Index, each in turn
 		}
-		// Otherwise each window of n bytes is hashed in turn, and a window whose hash is a
-		// text's is taken for that text without comparing them: comparing costs n a window
-		// where many windows match (a repeated value in a repeated text), and a hash that
-		// only collides (at most n chances in 2^61 for a window) takes out bytes of the
-		// server's words that were no value, which costs less than leaving one in.
-		hashes := make(map[uint64]struct{}, len(ts))
-		// seen has a bit set for each hash's low bits: most windows are no text, and testing
-		// a bit costs less than a map lookup.
-		bitsLen := 64
-		for bitsLen < 16*len(ts) && bitsLen < 1<<26 {
-			bitsLen <<= 1
-		}
-		seen, mask := make([]uint64, bitsLen/64), uint64(bitsLen-1)
-		for _, t := range ts {
-			h := hashOf(t)
-			hashes[h] = struct{}{}
-			seen[h&mask/64] |= 1 << (h & 63)
-		}
-		// pow is base^(n-1): the weight of the byte that leaves the window.
-		pow := uint64(1)
-		for range n - 1 {
-			pow = mulMod(pow, base)
-		}
-		h := hashOf(s[:n])
-		for i := 0; ; i++ {
-			if seen[h&mask/64]&(1<<(h&63)) != 0 {
-				if _, ok := hashes[h]; ok {
-					mark(i, n)
-				}
-			}
-			if i+n == len(s) {
-				break
-			}
-			h = addMod(h, prime-mulMod(uint64(s[i]), pow)) // drop s[i]
-			h = addMod(mulMod(h, base), uint64(s[i+n]))    // take s[i+n]
-		}
+		spans, spare = union(spare[:0], spans, found), spans
 	}
 	return spans, true
+}
+
+// union appends to out the spans of a and b (each sorted), those that overlap merged.
+func union(out, a, b []span) []span {
+	for len(a) > 0 || len(b) > 0 {
+		var next span
+		if len(b) == 0 || len(a) > 0 && a[0].lo <= b[0].lo {
+			next, a = a[0], a[1:]
+		} else {
+			next, b = b[0], b[1:]
+		}
+		if k := len(out) - 1; k >= 0 && next.lo < out[k].hi {
+			out[k].hi = max(out[k].hi, next.hi)
+			continue
+		}
+		out = append(out, next)
+	}
+	return out
+}
+
+// occurrencesOfLength calls mark(i, n) for each occurrence s[i:i+n] of texts ts, all of
+// length n (at most len(s)), each text's in order.
+func occurrencesOfLength(s string, n int, ts []string, mark func(i, n int)) {
+	if len(ts) <= fewTexts && n <= 64 {
+		// Few short texts: strings.Index, which reads gigabytes a second, finds each,
+		// overlapping occurrences too (an occurrence costs at most its length again).
+		for _, t := range ts {
+			for i := 0; i+n <= len(s); i++ {
+				j := strings.Index(s[i:], t)
+				if j < 0 {
+					break
+				}
+				i += j
+				mark(i, n)
+			}
+		}
+		return
+	}
+	// Otherwise each window of n bytes is hashed in turn, and a window whose hash is a
+	// text's is taken for that text without comparing them: comparing costs n a window
+	// where many windows match (a repeated value in a repeated text), and a hash that
+	// only collides (at most n chances in 2^61 for a window) takes out bytes of the
+	// server's words that were no value, which costs less than leaving one in.
+	hashes := make(map[uint64]struct{}, len(ts))
+	// seen has a bit set for each hash's low bits: most windows are no text, and testing
+	// a bit costs less than a map lookup.
+	bitsLen := 64
+	for bitsLen < 16*len(ts) && bitsLen < 1<<26 {
+		bitsLen <<= 1
+	}
+	seen, mask := make([]uint64, bitsLen/64), uint64(bitsLen-1)
+	for _, t := range ts {
+		h := hashOf(t)
+		hashes[h] = struct{}{}
+		seen[h&mask/64] |= 1 << (h & 63)
+	}
+	// pow is base^(n-1): the weight of the byte that leaves the window.
+	pow := uint64(1)
+	for range n - 1 {
+		pow = mulMod(pow, base)
+	}
+	h := hashOf(s[:n])
+	for i := 0; ; i++ {
+		if seen[h&mask/64]&(1<<(h&63)) != 0 {
+			if _, ok := hashes[h]; ok {
+				mark(i, n)
+			}
+		}
+		if i+n == len(s) {
+			break
+		}
+		h = addMod(h, prime-mulMod(uint64(s[i]), pow)) // drop s[i]
+		h = addMod(mulMod(h, base), uint64(s[i+n]))    // take s[i+n]
+	}
 }
 
 // The rolling hash: a polynomial in a base drawn for each process, modulo the Mersenne prime

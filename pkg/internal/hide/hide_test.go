@@ -3,6 +3,7 @@ package hide
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -146,5 +147,30 @@ func BenchmarkReplaceEchoedValues(b *testing.B) {
 		if strings.Contains(Replace(s, texts), "v0000001") {
 			b.Fatal("a value is left")
 		}
+	}
+}
+
+// TestReplaceKeepsItsOccurrencesInBoundedMemory: a value that repeats in a run of itself (a
+// padding, a repeated byte) is found at every offset of the run, for each length of the texts;
+// those occurrences overlap and are kept merged as they are found, not one apiece: values of
+// 64 lengths (by strings.Index and by the rolling hash) in a 256 KB run held 16 million spans
+// (1.6 GB allocated, 17 s under -race), and the 64 MB an answer may be, with values of 16
+// lengths, within the work bound, asked for tens of GB.
+func TestReplaceKeepsItsOccurrencesInBoundedMemory(t *testing.T) {
+	s := strings.Repeat("a", 256<<10)
+	var texts []string
+	for n := 65; n >= 2; n-- {
+		texts = append(texts, strings.Repeat("a", n))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got := Replace(s, texts)
+	runtime.ReadMemStats(&after)
+	if got != Redacted {
+		t.Fatalf("Replace = %.40q...; want %q", got, Redacted)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16*uint64(len(s)) {
+		t.Fatalf("Replace allocated %d bytes for a text of %d", alloc, len(s))
 	}
 }
