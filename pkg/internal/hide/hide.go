@@ -229,14 +229,21 @@ func Edges(s string, texts []string, cut bool) string {
 		}
 		return Redacted
 	}
-	mid := Replace(s[head:len(s)-tail], texts)
+	// Whole values are looked for in all of s, edges included: one can end inside the part at
+	// an edge (its last bytes the first of another value, where the writer stopped) or begin
+	// inside it, and looked for between the edges it was left there but for those bytes.
+	spans, ok := occurrences(s, texts)
+	if !ok {
+		return Replace(s, texts)
+	}
+	var edges []span
 	if head > 0 {
-		mid = Redacted + mid
+		edges = append(edges, span{0, head})
 	}
 	if tail > 0 {
-		mid += Redacted
+		edges = append(edges, span{len(s) - tail, len(s)})
 	}
-	return mid
+	return without(s, union(nil, spans, edges))
 }
 
 // prefixInside returns the length of the longest beginning of s found anywhere in t. A shorter

@@ -174,3 +174,18 @@ func TestReplaceKeepsItsOccurrencesInBoundedMemory(t *testing.T) {
 		t.Fatalf("Replace allocated %d bytes for a text of %d", alloc, len(s))
 	}
 }
+
+// TestEdgesTakesOutAValueThatRunsIntoAnEdge: a whole value whose end is also the beginning of
+// another (the card number of a redacted card object written last, its final digit the first
+// of the expiry year) is taken out whole, not only from where that beginning starts; so is one
+// that begins inside the part of a value the cut left.
+func TestEdgesTakesOutAValueThatRunsIntoAnEdge(t *testing.T) {
+	texts := []string{"5555555555554442", "2030", "314", "12"}
+	if got := Edges("charging card 5555555555554442", texts, false); got != "charging card [redacted]" {
+		t.Errorf("the writer stopped after a value: %q", got)
+	}
+	texts = []string{"1234SECRETVALUE", "AAAA1234"}
+	if got := Edges("A1234SECRETVALUE failed\n", texts, true); got != "[redacted] failed\n" {
+		t.Errorf("the cut fell inside a value another begins in: %q", got)
+	}
+}
