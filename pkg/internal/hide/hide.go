@@ -57,7 +57,8 @@ func without(s string, spans []span) string {
 // span is an occurrence of a text: s[lo:hi].
 type span struct{ lo, hi int }
 
-// maxWork bounds the bytes Replace reads: len(s) once per distinct length.
+// maxWork bounds the bytes Replace reads: len(s) once per distinct length (once per text of
+// a length strings.Index looks for).
 var maxWork = 1 << 30
 
 // fewTexts is how many texts of one length strings.Index looks for, each in turn.
@@ -77,8 +78,12 @@ func occurrences(s string, texts []string) (spans []span, ok bool) {
 		}
 	}
 	work := 0
-	for n := range byLen {
-		if work += len(s) - n + 1; work > maxWork {
+	for n, ts := range byLen {
+		passes := 1 // the rolling hash
+		if len(ts) <= fewTexts && n <= 64 {
+			passes = len(ts) // strings.Index, a text at a time
+		}
+		if work += passes * (len(s) - n + 1); work > maxWork {
 			return nil, false
 		}
 	}
