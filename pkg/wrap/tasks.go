@@ -233,7 +233,8 @@ func (p *Proxy) pollTask(ctx context.Context, s Conn, taskID string, every time.
 	var rpc *jsonrpc.Error
 	q, _ := json.Marshal(map[string]string{"taskId": taskID})
 	delay := every // the handle's suggestion, before the first question too
-	for lost := 0; ; {
+	var lost reasks
+	for {
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():
@@ -245,7 +246,7 @@ func (p *Proxy) pollTask(ctx context.Context, s Conn, taskID string, every time.
 		st, err := s.Call(ctx, "tasks/get", q)
 		switch {
 		case err == nil:
-			lost = 0
+			lost = reasks{}
 			if !json.Valid(st) {
 				return nil, fmt.Errorf("%w: tasks/get's answer cannot be read", errTaskUnconfirmed)
 			}
@@ -287,13 +288,10 @@ func (p *Proxy) pollTask(ctx context.Context, s Conn, taskID string, every time.
 		case errors.Is(err, mcpstdio.ErrNotSent) || ctx.Err() != nil:
 			return nil, err
 		default:
-			if time.Since(asked) >= taskStreamUp {
-				lost = 0
-			}
-			if lost++; lost > taskReasks {
+			var again bool
+			if delay, again = lost.again(asked); !again {
 				return nil, err
 			}
-			delay = min(taskReaskDelay<<(lost-1), time.Minute)
 			p.logf("task %s: the answer to tasks/get was lost (%v); asking again in %s", taskID, err, delay)
 		}
 	}
@@ -324,6 +322,21 @@ var (
 	taskReaskDelay = time.Second
 	taskStreamUp   = time.Minute
 )
+
+// reasks counts the answers to a task's question lost in a row (see taskReasks).
+type reasks struct{ n int }
+
+// again is called when the answer to a question asked at asked was lost: whether to ask again,
+// and after how long.
+func (r *reasks) again(asked time.Time) (time.Duration, bool) {
+	if time.Since(asked) >= taskStreamUp {
+		r.n = 0 // a stream cut after it was open that long, not a server failing at once
+	}
+	if r.n++; r.n > taskReasks {
+		return 0, false
+	}
+	return min(taskReaskDelay<<(r.n-1), time.Minute), true
+}
 
 // taskResult fetches the final result of a task from the session that created it
 // (tasks/result blocks until the task is terminal; it takes no slot of the semaphore, as it
@@ -358,19 +371,17 @@ func (p *Proxy) askTaskResult(ctx context.Context, s Conn, taskID string) (json.
 	var res json.RawMessage
 	var err error
 	var rpc *jsonrpc.Error
-	for lost := 0; ; {
+	var lost reasks
+	for {
 		asked := time.Now()
 		res, err = s.Call(ctx, "tasks/result", q)
 		if err == nil || errors.As(err, &rpc) || errors.Is(err, mcpstdio.ErrNotSent) || ctx.Err() != nil {
 			break
 		}
-		if time.Since(asked) >= taskStreamUp {
-			lost = 0
-		}
-		if lost++; lost > taskReasks {
+		delay, again := lost.again(asked)
+		if !again {
 			break
 		}
-		delay := min(taskReaskDelay<<(lost-1), time.Minute)
 		p.logf("task %s: the answer to tasks/result was lost (%v); asking again in %s", taskID, err, delay)
 		select {
 		case <-time.After(delay):
