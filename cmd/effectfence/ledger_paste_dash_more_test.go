@@ -33,18 +33,12 @@ func TestRefusalCommandsPasteForAnIntentThatLooksLikeAFlag(t *testing.T) {
 	env := append(os.Environ(), "NO_COLOR=1", store.EnvLedger+"="+path, "XDG_STATE_HOME="+filepath.Join(dir, "state"))
 	for _, intent := range []string{"-x", "--force", "--ledger=elsewhere.db", "-charge:$5 a", "plain:1"} {
 		for _, from := range []string{"fence", "wrap"} {
+			fenceIntents(t, path, intent)
 			l, err := store.Open(ctx, store.Options{Ledger: path})
 			if err != nil {
 				t.Fatal(err)
 			}
 			req := fence.Request{Intent: intent, Tool: "t", Args: []byte(`{}`)}
-			adm, err := l.Prepare(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Lost(ctx, *adm.Ticket, "connection dropped"); err != nil {
-				t.Fatal(err)
-			}
 			_, err = l.Prepare(ctx, req)
 			var pf fence.PriorFailureError
 			if !errors.As(err, &pf) {
@@ -77,7 +71,7 @@ func TestRefusalCommandsPasteForAnIntentThatLooksLikeAFlag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			adm, err = l.Prepare(ctx, req)
+			adm, err := l.Prepare(ctx, req)
 			if err != nil || adm.Ticket == nil {
 				t.Errorf("%s, %q: after pasting %q the intent is not free: %v", from, intent, cmdline, err)
 			} else if err := l.Release(ctx, *adm.Ticket, "test"); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -26,21 +25,8 @@ func TestShowSuggestionsPasteForAnIntentThatLooksLikeAFlag(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	answers := map[string]string{"-x": "--did-not-happen", "--force": "--happened", "--ledger=elsewhere.db": "--did-not-happen"}
-	l, err := store.Open(context.Background(), store.Options{Ledger: path})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for intent := range answers {
-		adm, err := l.Prepare(context.Background(), fence.Request{Intent: intent, Tool: "t", Args: []byte(`{}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Lost(context.Background(), *adm.Ticket, "connection dropped"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
+		fenceIntents(t, path, intent)
 	}
 	bin := effectfence(t)
 	dir := t.TempDir()

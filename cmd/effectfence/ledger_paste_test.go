@@ -34,20 +34,7 @@ func TestShowSuggestionsPasteIntoBash(t *testing.T) {
 	path := filepath.Join(dir, "ledger.db")
 	seedHostile(t, path) // evilIntent: aborted, fenced
 	other := "refund:\u202egnp\u009b2J 'it''s' \\x41 $(touch pwned)"
-	l, err := store.Open(context.Background(), store.Options{Ledger: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := l.Prepare(context.Background(), fence.Request{Intent: other, Tool: "refund", Args: []byte(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Lost(context.Background(), *adm.Ticket, "connection dropped"); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	fenceIntents(t, path, other)
 
 	bin := effectfence(t)
 	elsewhere := t.TempDir()
@@ -90,5 +77,28 @@ func TestShowSuggestionsPasteIntoBash(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(elsewhere, "pwned")); err == nil {
 		t.Fatal("a pasted suggestion ran a command substitution from the intent")
+	}
+}
+
+// fenceIntents claims each intent in the SQLite ledger at path and records it lost: unknown,
+// fenced until an operator resolves or clears it.
+func fenceIntents(t *testing.T, path string, intents ...string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := store.Open(ctx, store.Options{Ledger: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, intent := range intents {
+		adm, err := l.Prepare(ctx, fence.Request{Intent: intent, Tool: "t", Args: []byte(`{}`)})
+		if err != nil || adm.Ticket == nil {
+			t.Fatalf("prepare %q: %+v %v", intent, adm, err)
+		}
+		if err := l.Lost(ctx, *adm.Ticket, "connection dropped"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
