@@ -407,7 +407,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	if err == nil {
 		// A server of the tasks extension may answer a call that asked for no task with one
 		// (SEP-2663): its outcome is the task's final result (tasks.go).
-		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, hb.stop); ok {
+		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, hb); ok {
 			return a
 		}
 	}
@@ -628,6 +628,7 @@ type beats struct {
 	t       fence.Ticket // guarded by mu, as are the fields below
 	stopped bool
 	timer   *time.Timer
+	carry   string // a carrier the next renewals record (Engine.Carry) until one has
 }
 
 func (b *beats) beat() {
@@ -636,10 +637,16 @@ func (b *beats) beat() {
 	if b.stopped {
 		return
 	}
-	next, err := b.p.opt.Engine.Heartbeat(b.ctx, b.t)
+	var next fence.Ticket
+	var err error
+	if b.carry != "" {
+		next, err = b.p.opt.Engine.Carry(b.ctx, b.t, b.carry)
+	} else {
+		next, err = b.p.opt.Engine.Heartbeat(b.ctx, b.t)
+	}
 	switch {
 	case err == nil:
-		b.t = next
+		b.t, b.carry = next, ""
 	case errors.Is(err, fence.ErrLeaseLost):
 		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
 		return // nothing left to renew
@@ -649,6 +656,26 @@ func (b *beats) beat() {
 		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
 	}
 	b.timer.Reset(b.every)
+}
+
+// hold renews the claim at once naming carrier, its server's process group, as held
+// (fence.Held; "": none to name, nothing done), and so do the renewals after it until one has
+// (a ledger that does not answer in time leaves that to the next, logged). A task runs in
+// the server on its own, and should wrap stop following it while the server runs (its wait
+// over, the server forgetting it, an answer wrap cannot read), the server may still finish it
+// after its outcome was recorded unknown. Judged by its carrier alone, an unknown claim whose
+// holder and server both run is taken as answered for by the live server, so an operator's
+// clear went through at once, and the next attempt could run the call a second time while the
+// task still ran. Held, the claim is not cleared (nor resolved as not having happened) while
+// that server runs. A remote server names no group: its task is not followed this way.
+func (b *beats) hold(carrier string) {
+	if carrier == "" {
+		return
+	}
+	b.mu.Lock()
+	b.carry = carrier
+	b.mu.Unlock()
+	b.beat()
 }
 
 // stop ends the heartbeat: a renewal in progress is cancelled, and stop returns once it has

@@ -92,7 +92,7 @@ func ttlMillis(ms *float64, absent, max time.Duration) time.Duration {
 func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, carrier string, params json.RawMessage) answer {
 	agent := ctx // ends the call while it is not sent yet (see run)
 	ctx = context.WithoutCancel(ctx)
-	stopHeartbeat := p.heartbeat(t).stop // renewed while the session is waited for (see run)
+	hb := p.heartbeat(t) // renewed while the session is waited for (see run)
 	s, err := p.session(ctx)
 	if err == nil {
 		t, err = p.carry(ctx, t, carrier, s) // as run does
@@ -105,9 +105,9 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	if err == nil {
 		if taskID, ttl, ok := taskHandle(res); ok {
 			fetch := func(ctx context.Context) (json.RawMessage, error) { return p.taskResult(ctx, s, taskID) }
-			return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), stopHeartbeat, fetch)
+			return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), hb, fetch)
 		}
-		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, stopHeartbeat); ok {
+		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, hb); ok {
 			return a
 		}
 	}
@@ -116,21 +116,21 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	if unknown(err) {
 		p.awaitExit(s) // as run does
 	}
-	stopHeartbeat()
+	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, true, params)
 }
 
 // follow hands the agent the handle res of the task taskID, which its call created on s, and,
 // on a goroutine of its own, records the task's final result once fetch returns it (the intent
 // stays in flight, heartbeated, until then), fetch waiting at most wait.
-func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, taskID string, wait time.Duration, stopHeartbeat func(), fetch func(context.Context) (json.RawMessage, error)) answer {
+func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, taskID string, wait time.Duration, hb *beats, fetch func(context.Context) (json.RawMessage, error)) answer {
 	p.logf("intent %s runs as task %s; its final result will be recorded", intent, taskID)
 	p.calls.Add(1)
 	p.tasks.Add(1)
 	go func() {
 		defer p.calls.Done()
 		defer p.tasks.Add(-1)
-		p.holdWhileServerRuns(ctx, t, s)
+		hb.hold(fence.Held(p.carrier(s)))
 		wctx, cancel := context.WithTimeoutCause(ctx, wait, errTaskWaitOver)
 		final, ferr := fetch(wctx)
 		cancel()
@@ -140,32 +140,10 @@ func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fe
 		if unknown(ferr) {
 			p.awaitExit(s) // a task in a server whose session ended runs until the process exits
 		}
-		stopHeartbeat()
+		hb.stop()
 		p.finish(ctx, tool, intent, f, t, final, ferr, true, params)
 	}()
 	return answer{result: res, outcome: "executed", code: "task"}
-}
-
-// holdWhileServerRuns renews the claim of t naming its server's process group as held
-// (fence.Held): the task runs in the server on its own, and should wrap stop following it
-// while the server runs (its wait over, the server forgetting it, an answer wrap cannot read),
-// the server may still finish it after its outcome was recorded unknown. Judged by its carrier
-// alone, an unknown claim whose holder and server both run is taken as answered for by the
-// live server, so an operator's clear went through at once, and the next attempt could run
-// the call a second time while the task still ran. Held, the claim is not cleared (nor
-// resolved as not having happened) while that server runs. A remote server names no group: its
-// task is not followed this way. A ledger that does not answer in time leaves the claim as it
-// was, logged.
-func (p *Proxy) holdWhileServerRuns(ctx context.Context, t fence.Ticket, s Conn) {
-	held := fence.Held(p.carrier(s))
-	if held == "" {
-		return
-	}
-	hctx, cancel := context.WithTimeout(ctx, p.opt.Engine.Config().LeaseTTL/3)
-	defer cancel()
-	if _, err := p.opt.Engine.Carry(hctx, t, held); err != nil {
-		p.logf("intent %s: its task's server could not be recorded as running it (%v); an operator's clear may not wait for that server", t.Intent, err)
-	}
 }
 
 // followFlat follows res when it is the handle of a task of the tasks extension (SEP-2663, MCP
@@ -176,14 +154,14 @@ func (p *Proxy) holdWhileServerRuns(ctx context.Context, t fence.Ticket, s Conn)
 // handle. Before 2026-12-06 such a handle was taken for the call's result: recorded as its
 // outcome, it was replayed to every duplicate, though the task might yet fail (never released
 // then) and the server forgets it after its ttl.
-func (p *Proxy) followFlat(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, stopHeartbeat func()) (answer, bool) {
+func (p *Proxy) followFlat(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, hb *beats) (answer, bool) {
 	if f := readResult(res); !f.task || f.twoWays != "" || !json.Valid(res) {
 		return answer{}, false // not a handle, or one read two ways (finish: unknown)
 	}
 	var taskID string
 	if json.Unmarshal(jsonrpc.MemberValue(res, "taskId"), &taskID) != nil || taskID == "" {
 		// A handle naming no task: the call created something nobody can follow.
-		stopHeartbeat()
+		hb.stop()
 		return p.finish(ctx, tool, intent, f, t, nil, errors.New("the server answered with a task handle that names no task"), true, params), true
 	}
 	ttl := jsonrpc.MemberValue(res, "ttlMs")
@@ -203,7 +181,7 @@ func (p *Proxy) followFlat(ctx context.Context, tool, intent string, f *flight, 
 		}
 		return res, err
 	}
-	return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), stopHeartbeat, fetch), true
+	return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), hb, fetch), true
 }
 
 // How often pollTask asks: the server's pollIntervalMs, within these bounds.
