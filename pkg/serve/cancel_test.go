@@ -31,9 +31,9 @@ func TestCancelReachesEveryID(t *testing.T) {
 				}
 				select {
 				case raw := <-answer:
-					// What a cancelled request is answered does not matter (the client
-					// ignores it; here intent_in_flight, or store_error when the
-					// cancellation tore the ledger pass itself), only that the wait ended.
+					// What a cancelled request is answered does not matter here (the
+					// client ignores it; TestCancelledWaitIsAnsweredAsTheCancellation
+					// holds its code), only that the wait ended.
 					if !strings.Contains(string(raw), `"isError":true`) {
 						t.Fatalf("the cancelled wait answered %s", raw)
 					}

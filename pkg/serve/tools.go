@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -209,6 +210,11 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		if again, _ := s.eng.DrainedFor(ctx, err); !again {
 			break
 		}
+	}
+	if err != nil && wait > 0 && errors.Is(err, fence.ErrInFlight) && cancelledAlone(ctx) {
+		// The wait ended because its request was cancelled: answered as the cancellation
+		// (docs/serve.md), not as the in-flight refusal it waited on.
+		return nil, fmt.Errorf("waiting for %s: %w (the intent was still in flight)", req.Intent, ctx.Err())
 	}
 	if err != nil {
 		return nil, err
