@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/effectfence/effectfence/internal/safetext"
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/policy"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/wrap"
@@ -54,10 +55,14 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		}
 	}
 	for tool := range named {
-		key, ignore, pass := opt.Key[tool], opt.Ignore[tool], slices.Contains(opt.Pass, tool)
+		key, ignore, pass, redact := opt.Key[tool], opt.Ignore[tool], slices.Contains(opt.Pass, tool), opt.Redact[tool]
 		if res.Options.PerTool != nil {
 			s := res.Options.PerTool(tool)
-			key, ignore, pass = s.Key, s.Ignore, s.Pass
+			key, ignore, pass, redact = s.Key, s.Ignore, s.Pass, s.Redact
+		}
+		if len(redact) > fence.MaxRedactPaths {
+			// Each call's fence request carries them all, and the fence refuses more.
+			return policy.Resolved{}, usageErr("tool %q: --redact names %d paths (with the policy file's, if any); a call's redact paths are at most %d, so every call of the tool would be refused, NOT executed", tool, len(redact), fence.MaxRedactPaths)
 		}
 		if given := wrap.GivenFlags(opt, tool); pass && len(given) > 0 {
 			return policy.Resolved{}, usageErr("tool %q passes through unfenced (--pass, or fence: false in the policy), so %s would have no effect; drop them, or fence the tool", tool, strings.Join(given, ", "))

@@ -459,6 +459,14 @@ func (ps *parse) server(n ast.Node, pol *Policy) {
 			ps.errs = append(ps.errs, Error{File: ps.file, Line: e.Line, Column: e.Column, Msg: fmt.Sprintf("tool %q: %v (in defaults)", e.Pattern, wrap.IgnoredKeyError(k, i))})
 		}
 	}
+	// A tool's redact paths are the defaults' and its entry's together, and go into each of
+	// its calls' fence requests, which take at most fence.MaxRedactPaths (a list longer on its
+	// own is refused where it is).
+	for _, e := range pol.Tools {
+		if n := len(union(pol.Defaults.Redact, e.Redact)); n > fence.MaxRedactPaths && len(e.Redact) <= fence.MaxRedactPaths && len(pol.Defaults.Redact) <= fence.MaxRedactPaths {
+			ps.errs = append(ps.errs, Error{File: ps.file, Line: e.Line, Column: e.Column, Msg: fmt.Sprintf("tool %q: redact names %d paths with those of defaults; a call's redact paths are at most %d (every call of the tool would be refused, NOT executed)", e.Pattern, n, fence.MaxRedactPaths)})
+		}
+	}
 }
 
 func (ps *parse) ledger(n ast.Node, s string) {
@@ -674,6 +682,9 @@ func (ps *parse) redact(n ast.Node) []string {
 	if len(items) == 0 {
 		ps.errorf(n, "redact is an empty list; leave it out instead")
 		return nil
+	}
+	if len(items) > fence.MaxRedactPaths {
+		ps.errorf(n, "redact names %d paths; a call's redact paths are at most %d (every call of the tool would be refused, NOT executed)", len(items), fence.MaxRedactPaths)
 	}
 	for i, s := range items {
 		if err := fence.CheckRedactPath(s); err != nil {
