@@ -867,11 +867,15 @@ func Redact(raw string) string {
 
 // SpoolName is the name the spool of the ledger at raw was filed under before Redact read
 // URLs as pgx does (it is Redact as it was then), so that outcomes spooled by an earlier
-// effectfence are found.
+// effectfence are found. A URL url.Parse refuses but pgx reads (a password with a '#' or a
+// '?' in it, not percent-encoded) is named by its own text, its secrets left out as pgx reads
+// them: before 2026-12-06 every such URL was "(unparsable postgres URL)", one spool for all
+// their ledgers, and opening one drained the others' outcomes into it, which refused them
+// and deleted their files (TestPostgresSpoolsOfUnparsableURLsAreNotShared).
 func SpoolName(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "(unparsable postgres URL)"
+		return "(unparsable postgres URL) " + withoutSecrets(raw)
 	}
 	if u.User != nil {
 		if _, has := u.User.Password(); has {
@@ -884,4 +888,36 @@ func SpoolName(raw string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
+}
+
+// withoutSecrets is raw with its password (in the user information or a password or
+// sslpassword parameter, found as pgx finds them: userInfo) written xxxxx, the rest as it is.
+func withoutSecrets(raw string) string {
+	scheme, _, _ := strings.Cut(raw, "://")
+	info, rest, hasInfo := userInfo(raw)
+	var b strings.Builder
+	b.WriteString(scheme + "://")
+	if hasInfo {
+		if user, _, pw := strings.Cut(info, ":"); pw {
+			info = user + ":xxxxx"
+		}
+		b.WriteString(info + "@")
+	}
+	path, query, hasQuery := strings.Cut(rest, "?")
+	b.WriteString(path)
+	if hasQuery {
+		kvs := strings.Split(query, "&")
+		for i, kv := range kvs {
+			name, _, _ := strings.Cut(kv, "=")
+			decoded := name
+			if d, err := url.PathUnescape(name); err == nil {
+				decoded = d
+			}
+			if secretParam(decoded) {
+				kvs[i] = name + "=xxxxx"
+			}
+		}
+		b.WriteString("?" + strings.Join(kvs, "&"))
+	}
+	return b.String()
 }
