@@ -245,7 +245,7 @@ func (e *Engine) waiting(o Outcome) (Outcome, bool) {
 	if e.cfg.SpoolDir == "" {
 		return Outcome{}, false
 	}
-	b, err := os.ReadFile(filepath.Join(e.cfg.SpoolDir, spoolName(o)))
+	b, err := readSpoolFile(filepath.Join(e.cfg.SpoolDir, spoolName(o)))
 	if err != nil {
 		return Outcome{}, false
 	}
@@ -516,7 +516,7 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 			errs = append(errs, ctx.Err())
 			break
 		}
-		b, err := os.ReadFile(name)
+		b, err := readSpoolFile(name)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // another process drained it
 		}
@@ -559,6 +559,21 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// readSpoolFile reads the spool file at path, which must be a regular file (or a symbolic
+// link to one): a named pipe there (made by hand, or by a tool) was opened to be read, and
+// the drain waited for a writer for ever with the spool's lock held, and every Recover and
+// open of the ledger with it (TestSpoolFileThatIsAPipeDoesNotHangTheDrain).
+func readSpoolFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("spool file %s is not a regular file (%s); move it away after looking at it", path, fi.Mode().Type())
+	}
+	return os.ReadFile(path)
 }
 
 // staleTemp is how old a spool's temporary file (put's, before its rename) must be before a
