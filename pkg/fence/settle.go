@@ -289,7 +289,8 @@ func sameReport(a, b Outcome) bool {
 // spool is the directory of outcomes not yet in the ledger: one JSON file per ticket, written
 // to a temporary name, fsynced, renamed into place and the directory fsynced, so a file either
 // holds a whole outcome or is absent. Draining takes an exclusive lock on the directory (where
-// the OS has one), so two processes of one host do not report one outcome twice.
+// the OS has one, waiting for it at most spoolLockWait), so two processes of one host do not
+// report one outcome twice (a second report is a retry, and changes nothing).
 type spool struct {
 	mu sync.Mutex // serialises drains of this process
 
