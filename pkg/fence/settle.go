@@ -162,10 +162,34 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 	}
 	n, herr := e.settleHeld(ctx)
 	m, err := e.spool.drain(ctx, e.cfg.SpoolDir, func(o Outcome) error {
+		if e.cfg.SpoolShared {
+			if ours, err := e.holdsClaim(ctx, o.Ticket); err != nil {
+				return err
+			} else if !ours {
+				return errNotOurs
+			}
+		}
 		_, err := e.apply(ctx, o, true)
 		return err
 	})
 	return n + m, errors.Join(herr, err)
+}
+
+// errNotOurs: a spooled outcome of a claim this ledger does not hold, left in a shared spool
+// (Config.SpoolShared) for its own ledger.
+var errNotOurs = errors.New("fence: an outcome of another ledger's claim")
+
+// holdsClaim reports whether the ledger holds the claim of ticket t: a record of its intent
+// with its token and nonce (in flight, unknown, or done by it). The nonce, drawn at random for
+// each claim, tells this ledger's claim from another's of the same intent and token.
+func (e *Engine) holdsClaim(ctx context.Context, t Ticket) (bool, error) {
+	ours := false
+	err := e.store.View(ctx, func(tx Tx) error {
+		rec, err := tx.Get(t.Intent)
+		ours = err == nil && rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
+		return err
+	})
+	return ours && err == nil, err
 }
 
 // DrainedFor is for a call that Prepare refused with err, and reports whether the caller should
@@ -543,6 +567,9 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 			continue
 		}
 		err = apply(o)
+		if err == errNotOurs {
+			continue // another ledger's (Config.SpoolShared): it waits for that one
+		}
 		if errors.Is(err, ErrInvalid) {
 			// A refusal of the file's content, not the ledger's answer about the outcome.
 			errs = append(errs, fmt.Errorf("spool file %s is not an outcome the ledger takes (%v); move it away after reading it", name, err))

@@ -279,6 +279,12 @@ type Config struct {
 	// SpoolDir is a local directory where outcomes the ledger cannot take are kept until it
 	// can (see Engine.Settle); "" keeps none.
 	SpoolDir string
+	// SpoolShared: the spool may hold outcomes of other ledgers (a PostgreSQL spool named after
+	// a URL, which another environment's PGOPTIONS or PGDATABASE points at another ledger).
+	// A drain then records only an outcome of a claim this ledger holds (a record of the
+	// ticket's intent with its token and nonce) and leaves the others for their own ledger,
+	// which refused them as claims it never made, and the drain deleted them.
+	SpoolShared bool
 	// KeepEvents: Sweep drops expired outcomes only, never audit events. For an engine whose
 	// ResultTTL is not the ledger's (an operator's look at it): events are dropped by the
 	// sweeps of the processes that record its calls, after their ResultTTL.

@@ -330,6 +330,9 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
 	}
 	cfg := fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, SpoolDir: spool, KeepEvents: o.KeepEvents}
+	// A spool named after the URL (the server does not say where the ledger is) is the URL's:
+	// from another environment (PGOPTIONS, PGDATABASE, PGUSER) the URL reaches another ledger.
+	cfg.SpoolShared = isPostgres(o.Ledger) && old == ""
 	if err := drainOldSpool(ctx, st, cfg, old); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
@@ -405,7 +408,9 @@ func drainOldSpool(ctx context.Context, st fence.Store, cfg fence.Config, old st
 	if files, err := waitingElsewhere(old, cfg.SpoolDir); err != nil || len(files) == 0 {
 		return err
 	}
-	cfg.SpoolDir = old
+	// It was named after a URL or a link, which may have led to other ledgers: only outcomes
+	// of claims this ledger holds are recorded, the others left for their own ledger.
+	cfg.SpoolDir, cfg.SpoolShared = old, true
 	_, err := fence.New(st, cfg).DrainSpool(ctx)
 	return err
 }

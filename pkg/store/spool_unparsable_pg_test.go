@@ -88,3 +88,72 @@ func TestPostgresSpoolsOfUnparsableURLsAreNotShared(t *testing.T) {
 		t.Fatalf("ledger A: %s %v; want its spooled commit recorded (before: none, the re-run-safe claim freed and its effect open to run again)", s.State, err)
 	}
 }
+
+// A spool named after a URL is the URL's, not one ledger's: the same URL reaches another
+// ledger from another environment (PGOPTIONS, PGUSER, PGDATABASE, PGHOST, a service file).
+// Opening ledger B with the URL ledger A's holder spooled under drained A's commit into B,
+// which refused it as a claim it never made, and the file was deleted: A never recorded it, and
+// its re-run-safe claim was freed to run again. Only an outcome of a claim the ledger holds
+// (the ticket's intent, token and nonce) is drained from such a spool now; others wait there.
+func TestPostgresURLNamedSpoolIsDrainedOnlyIntoItsLedger(t *testing.T) {
+	a := pgtest.Ledger(t, "spoolenva")
+	b := pgtest.Ledger(t, "spoolenvb")
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	for _, u := range []string{a, b} {
+		l, err := store.Open(ctx, store.Options{Ledger: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One URL, the schema from the environment.
+	schemaA, plain := withoutSearchPath(t, a)
+	schemaB, _ := withoutSearchPath(t, b)
+	old, err := store.SpoolDir(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PGOPTIONS", "-c search_path="+schemaA)
+	spoolDeadCommit(t, plain, old, "charge:env", `"ch_env"`)
+
+	t.Setenv("PGOPTIONS", "-c search_path="+schemaB)
+	l, err := store.Open(ctx, store.Options{Ledger: plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := l.Status(ctx, "charge:env"); err != nil || s.State != fence.StateNone {
+		t.Errorf("ledger B: %s %v; want no trace of ledger A's intent", s.State, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("PGOPTIONS", "-c search_path="+schemaA)
+	l, err = store.Open(ctx, store.Options{Ledger: plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if s, err := l.Status(ctx, "charge:env"); err != nil || s.State != fence.StateDone || string(s.Cert.Result) != `"ch_env"` {
+		t.Fatalf("ledger A: %s %v; want its spooled commit recorded (before: none, the re-run-safe claim freed and its effect open to run again)", s.State, err)
+	}
+	if files, err := fence.SpoolFiles(old); err != nil || len(files) != 0 {
+		t.Errorf("the URL-named spool still holds %v (%v)", files, err)
+	}
+}
+
+// withoutSearchPath returns the search_path of the ledger URL raw and raw without it.
+func withoutSearchPath(t *testing.T, raw string) (string, string) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	sp := q.Get("search_path")
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	return sp, u.String()
+}
