@@ -162,14 +162,17 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 	}
 	n, herr := e.settleHeld(ctx)
 	m, err := e.spool.drain(ctx, e.cfg.SpoolDir, func(o Outcome) error {
-		if e.cfg.SpoolShared {
-			if ours, err := e.holdsClaim(ctx, o.Ticket); err != nil {
-				return err
-			} else if !ours {
-				return errNotOurs
-			}
+		held, known, err := e.claimKnown(ctx, o.Ticket)
+		switch {
+		case err != nil:
+			return err
+		case held:
+		case e.cfg.SpoolShared:
+			return errNotOurs
+		case !known && o.Ticket.Nonce != "":
+			return errNoTrace
 		}
-		_, err := e.apply(ctx, o, true)
+		_, err = e.apply(ctx, o, true)
 		return err
 	})
 	return n + m, errors.Join(herr, err)
@@ -179,17 +182,64 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 // (Config.SpoolShared) for its own ledger.
 var errNotOurs = errors.New("fence: an outcome of another ledger's claim")
 
-// holdsClaim reports whether the ledger holds the claim of ticket t: a record of its intent
-// with its token and nonce (in flight, unknown, or done by it). The nonce, drawn at random for
-// each claim, tells this ledger's claim from another's of the same intent and token.
-func (e *Engine) holdsClaim(ctx context.Context, t Ticket) (bool, error) {
-	ours := false
-	err := e.store.View(ctx, func(tx Tx) error {
+// errNoTrace: a spooled outcome of an intent the ledger has neither a record nor an event of.
+var errNoTrace = errors.New("fence: an outcome of a claim the ledger has no trace of")
+
+// claimKnown reports whether the ledger holds the claim of ticket t (a record of its intent
+// with its token and nonce: in flight, unknown, or done by it; the nonce, drawn at random for
+// each claim, tells this ledger's claim from another's of the same intent and token), and
+// whether it knows the intent at all (a record, or an event of it).
+func (e *Engine) claimKnown(ctx context.Context, t Ticket) (held, known bool, err error) {
+	err = e.store.View(ctx, func(tx Tx) error {
 		rec, err := tx.Get(t.Intent)
-		ours = err == nil && rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
-		return err
+		if err != nil {
+			return err
+		}
+		held = rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
+		known = rec != nil
+		if known {
+			return nil
+		}
+		return tx.Events(t.Intent, func(Event) bool {
+			known = true
+			return false
+		})
 	})
-	return ours && err == nil, err
+	return held && err == nil, known && err == nil, err
+}
+
+// SpoolHolds lists the outcome files of the spool dir whose claims the ledger st holds (a
+// record of the ticket's intent with its token and nonce): this ledger's outcomes, kept beside
+// a name it had, where another ledger may be now. A file that cannot be read is not listed.
+func SpoolHolds(ctx context.Context, st Store, dir string) ([]string, error) {
+	names, err := spoolEntries(dir, "")
+	if err != nil {
+		return nil, err
+	}
+	var ours []string
+	for _, name := range names {
+		b, err := readSpoolFile(name)
+		if err != nil {
+			continue
+		}
+		var sp spooled
+		if json.Unmarshal(b, &sp) != nil {
+			continue
+		}
+		t := sp.Ticket
+		held := false
+		if err := st.View(ctx, func(tx Tx) error {
+			rec, err := tx.Get(t.Intent)
+			held = err == nil && rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		if held {
+			ours = append(ours, name)
+		}
+	}
+	return ours, nil
 }
 
 // DrainedFor is for a call that Prepare refused with err, and reports whether the caller should
@@ -569,6 +619,13 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 		err = apply(o)
 		if err == errNotOurs {
 			continue // another ledger's (Config.SpoolShared): it waits for that one
+		}
+		if err == errNoTrace {
+			// Refused, it would be deleted: it is the outcome of another ledger file once at
+			// this path (moved aside or replaced), or of a copy restored from before the claim.
+			errs = append(errs, fmt.Errorf("spool file %s: a %s of claim %d of intent %q, of which this ledger has no record and no event: it is another ledger's (a file once at this path, moved aside or replaced, or restored from an older copy); put that ledger back, or move the file beside it (if this ledger's records of the intent expired since, remove it); nothing was recorded or deleted",
+				name, o.Kind, o.Ticket.Token, o.Ticket.Intent))
+			continue
 		}
 		if errors.Is(err, ErrInvalid) {
 			// A refusal of the file's content, not the ledger's answer about the outcome.

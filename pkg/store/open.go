@@ -429,11 +429,23 @@ func checkFormerSpools(ctx context.Context, st fence.Store, spool string) error 
 	if err != nil {
 		return err
 	}
-	for _, old := range names {
+	others, err := ls.OtherNames(ctx)
+	if err != nil {
+		return err
+	}
+	for _, old := range others {
 		dir := old + ".spool"
 		files, err := waitingElsewhere(dir, spool)
 		if err != nil || len(files) == 0 {
 			continue
+		}
+		if !slices.Contains(names, old) {
+			// Another file is at that name now, whose spool that is; but an outcome of a
+			// claim this ledger holds is this one's (a new ledger made at the old name since
+			// leaves it there: fence.DrainSpool), and it must not be judged without it.
+			if files, err = fence.SpoolHolds(ctx, st, dir); err != nil || len(files) == 0 {
+				continue
+			}
 		}
 		return fmt.Errorf("the ledger file was used as %s, and %d outcome(s) wait in the spool beside that name (%s), which no process using this name reads: a holder reported them while the file was moved away. "+
 			"Stop every effectfence process that uses the ledger; if this file was the last ledger kept at %s, move them beside this name (mkdir -p %s && mv %s/*.json %s/) or put the file back at %s; nothing was changed",

@@ -38,6 +38,14 @@ func (s *Store) FormerNames(ctx context.Context) ([]string, error) {
 	return gone, nil
 }
 
+// OtherNames returns every name the ledger file was opened under for writing other than the
+// one it is open under, whatever is at it now (FormerNames keeps those with nothing there):
+// another ledger made at such a name since does not take what waits beside it for this one
+// (fence.SpoolHolds tells).
+func (s *Store) OtherNames(ctx context.Context) ([]string, error) {
+	return oldNames(ctx, s.r, s.real)
+}
+
 // nameKey is the prefix of the meta rows that record the names a ledger file was opened under.
 const nameKey = "name:"
 
