@@ -123,7 +123,12 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 			// A spool that cannot take the outcome (a full disk, most likely the ledger's
 			// own trouble too) is no reason to stop trying the ledger: both are tried again
 			// next round, and whichever has room first keeps the outcome.
-			if spooled, spoolErr = e.spool.put(e.cfg.SpoolDir, o); spoolErr != nil {
+			var lost error
+			e.keep(o, func() { spooled, spoolErr = e.spool.put(e.cfg.SpoolDir, o) }, &lost)
+			if lost != nil {
+				return nil, lost
+			}
+			if spoolErr != nil {
 				spooled = ""
 			}
 		}
@@ -135,7 +140,12 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 				return nil, SpooledError{Path: spooled, Err: err}
 			}
 			if spoolErr != nil {
-				if e.spool.hold(o) {
+				held, lost := false, error(nil)
+				e.keep(o, func() { held = e.spool.hold(o) }, &lost)
+				if lost != nil {
+					return nil, lost
+				}
+				if held {
 					return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too (%v): it is held in this process's memory, and every Recover tries the ledger and the spool again while the process runs", err, spoolErr)
 				}
 				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too: %v", err, spoolErr)
@@ -145,6 +155,23 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 		}
 		wait = min(wait*2, settleMaxWait)
 	}
+}
+
+// keep runs put, which keeps o in the spool or in memory, unless another report of o's claim
+// waits there (kept by a Settle of this engine running at the same time: both had passed
+// Settle's first look), which stands: lost is then set to the refusal, and put is not run.
+// The look and put are one step for this engine's Settles, so one of two reports of a claim
+// made at once is kept, never both (the second replaced the first's file, one per ticket, or
+// its place in memory: TestTwoReportsOfOneClaimAtOnceAreNotBothKept).
+func (e *Engine) keep(o Outcome, put func(), lost *error) {
+	e.spool.kmu.Lock()
+	defer e.spool.kmu.Unlock()
+	if w, ok := e.waiting(o); ok && !sameReport(w, o) {
+		*lost = LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
+			Why: fmt.Sprintf("this claim's %s, reported at the same time, waits to be recorded and stands; this %s is not recorded", w.Kind, o.Kind)}
+		return
+	}
+	put()
 }
 
 // Settle waits settleFirstWait before its first retry, doubling up to settleMaxWait.
@@ -366,7 +393,8 @@ func sameReport(a, b Outcome) bool {
 // the OS has one, waiting for it at most spoolLockWait), so two processes of one host do not
 // report one outcome twice (a second report is a retry, and changes nothing).
 type spool struct {
-	mu sync.Mutex // serialises drains of this process
+	mu  sync.Mutex // serialises drains of this process
+	kmu sync.Mutex // makes Engine.keep's look and put one step
 
 	hmu       sync.Mutex
 	held      map[string]Outcome // by spoolName: outcomes neither the ledger nor the spool took
