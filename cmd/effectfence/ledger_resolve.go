@@ -11,6 +11,7 @@ import (
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
 )
 
@@ -27,6 +28,7 @@ func resolveSub(io streams) *cli.Command {
 			&cli.StringFlag{Name: "result", Usage: "with --happened: the JSON duplicates are answered with (default: a tool result saying a person confirmed it)"},
 			&cli.StringFlag{Name: "ref", Usage: "with --happened: a reference such as a charge id, put in the default result and the audit trail"},
 			&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"},
+			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "with --happened: how long duplicates are answered with the recorded result, in `SECONDS` (1 to 366 days; default EFFECTFENCE_RESULT_TTL_SECS, else 86400): give the wraps' own when it is longer, or their longer replay windows are cut short to it"},
 		}, ledgerResolve)
 }
 
@@ -54,8 +56,15 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 			return err
 		}
 	}
-	if how != fence.Happened && (c.cmd.IsSet("result") || c.cmd.IsSet("ref")) {
-		return usageErr("ledger resolve: --result and --ref go with --happened only")
+	if how != fence.Happened && (c.cmd.IsSet("result") || c.cmd.IsSet("ref") || c.cmd.IsSet("result-ttl-secs")) {
+		return usageErr("ledger resolve: --result, --ref and --result-ttl-secs go with --happened only")
+	}
+	if c.cmd.IsSet("result-ttl-secs") {
+		ttl, err := store.ResultSeconds("--result-ttl-secs", c.cmd.Float("result-ttl-secs"))
+		if err != nil {
+			return usageErr("ledger resolve: %v", err)
+		}
+		c.opts.ResultTTL = ttl
 	}
 	if c.cmd.IsSet("result") && !json.Valid([]byte(result)) {
 		return usageErr("ledger resolve: --result is not JSON; give the result duplicates should receive, e.g. '{\"content\":[{\"type\":\"text\",\"text\":\"charged: ch_123\"}]}'")
@@ -101,13 +110,18 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		out := map[string]any{"resolved": res.Prev.Intent, "as": how, "previous_state": res.Prev.State, "who": res.Event.Who, "reason": res.Event.Reason, "ledger": l.Location}
 		if res.Cert != nil {
 			out["cert"] = res.Cert
+			out["expires_at"] = res.Event.At.Add(l.Config().ResultTTL).UTC()
 		}
 		return c.writeJSON(out)
 	}
 	fmt.Fprintf(c.io.out, "resolved %s (was %s) as %s by %s: %s\n", escID(res.Prev.Intent), c.out.state(res.Prev.State), how, esc(res.Event.Who), esc(reason))
 	switch how {
 	case fence.Happened:
-		fmt.Fprintf(c.io.out, "recorded done (cert %s): duplicates are answered with the recorded result and do not run.\n", res.Cert.Hash)
+		// The record lives for this command's result TTL, not the wraps': said, with the flag
+		// that sets it (before 2026-12-06 the answer said duplicates do not run, and a retry a
+		// day later, under wraps that keep results a week, ran the effect again).
+		fmt.Fprintf(c.io.out, "recorded done (cert %s): duplicates are answered with the recorded result and do not run, until %s (the result TTL of this command: --result-ttl-secs, else EFFECTFENCE_RESULT_TTL_SECS, else 24 h; the wraps' replay windows are cut short to it).\n",
+			res.Cert.Hash, stamp(res.Event.At.Add(l.Config().ResultTTL)))
 	case fence.DidNotHappen:
 		fmt.Fprintln(c.io.out, "the next attempt of this intent runs the effect.")
 	default:
