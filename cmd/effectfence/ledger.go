@@ -426,10 +426,17 @@ func (c ledgerCall) lsRow(r *fence.Record) []string {
 	if r.State == fence.StateDone {
 		until = r.ExpiresAt
 	}
-	if r.State.Fenced() {
+	if r.State.Fenced() && !leaseHolds(time.Now(), r) {
 		until = time.Time{}
 	}
 	return []string{c.cell(r.Intent, 60), c.out.state(r.State), c.text(r.Tool, 30), c.text(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.text(r.Reason, 60)}
+}
+
+// leaseHolds reports whether r is a fenced claim whose lease still runs (unknown only because
+// its holder looked gone, so it can still heal): until the lease lapses, `clear` and `resolve
+// --did-not-happen` are refused (fence.Engine.ClearUnlessHeld), so ls and show give its lease.
+func leaseHolds(now time.Time, r *fence.Record) bool {
+	return r.Healable() && now.Before(r.LeaseUntil)
 }
 
 // lsTable writes the `ledger ls` table in two passes over the same records (one read
@@ -634,7 +641,9 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			fmt.Fprintf(w, "domain   %s seq %d\n", escID(r.Domain), r.Seq)
 		}
 		fmt.Fprintf(w, "claimed  %s\nupdated  %s\n", stamp(r.ClaimedAt), stamp(r.UpdatedAt))
-		if r.State == fence.StateInFlight {
+		now := time.Now()
+		leaseRuns := leaseHolds(now, &r)
+		if r.State == fence.StateInFlight || leaseRuns {
 			fmt.Fprintf(w, "lease    until %s\n", stamp(r.LeaseUntil))
 		}
 		if !r.ExpiresAt.IsZero() {
@@ -649,7 +658,7 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 				fmt.Fprintf(w, "parent   %s\n", esc(r.Cert.Parent))
 			}
 		}
-		_, silent := l.SilentHolder(time.Now(), r)
+		_, silent := l.SilentHolder(now, r)
 		g, runs := fence.CarrierRuns(r.Owner)
 		if silent && runs && r.State.Fenced() {
 			// As clear judges it (SilentHolder): a failed claim is cleared whatever its carrier
@@ -657,6 +666,10 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			fmt.Fprintf(w, "\nfenced, but process group %d, which its holder (process %s) started to run the call, still runs on this host (without that holder, without its own leader, or as the server of a task its holder stopped following): it may still finish the effect.\nStop that group (kill -KILL -- -%d) or wait until it has ended. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", g, esc(r.Owner), g, intentCommand("resolve", r.Intent, c.selection(l.Location), ` --happened --reason "what you found"`))
 		} else if silent && r.State.Fenced() {
 			fmt.Fprintf(w, "\nfenced, but its holder (process %s) still runs on this host past its lease: stopped or stalled, it may still run or finish the effect.\nStop that process, or let it resume: its late result settles the intent. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", esc(r.Owner), intentCommand("resolve", r.Intent, c.selection(l.Location), ` --happened --reason "what you found"`))
+		} else if leaseRuns {
+			sel := c.selection(l.Location)
+			fmt.Fprintf(w, "\nfenced, but the lease of claim %d runs until %s: whoever holds its ticket (a process its holder started, the agent of a serve claim) may still run or finish the effect, even with its holder process gone.\nUntil then `resolve --did-not-happen` and `clear` are refused (`clear --force` frees it anyway, if you know the effect is not running). Check the real system, then one of\n  %s        # it took effect: duplicates get a recorded result\n  %s  # it did not: after %s; the next attempt runs\n",
+				r.Token, stamp(r.LeaseUntil), intentCommand("resolve", r.Intent, sel, ` --happened --reason "what you found"`), intentCommand("resolve", r.Intent, sel, ` --did-not-happen --reason "what you found"`), stamp(r.LeaseUntil))
 		} else if r.State.Fenced() {
 			sel := c.selection(l.Location)
 			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  %s        # it took effect: duplicates get a recorded result\n  %s  # it did not: the next attempt runs\n",
