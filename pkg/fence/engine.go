@@ -320,7 +320,11 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 			return outReplayed, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (e.mine(rec.Owner) || e.cfg.Liveness(rec.Owner) != Dead)
-			return outRefused, PriorFailureError{Intent: req.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
+			pf := PriorFailureError{Intent: req.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
+			if rec.Healable() {
+				pf.LeaseUntil = rec.LeaseUntil
+			}
+			return outRefused, pf
 		case StateInFlight:
 			switch v, kind, why := e.judge(clock.now(), rec); v {
 			case held:
@@ -334,7 +338,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
 					return 0, err
 				}
-				return outRefused, PriorFailureError{Intent: req.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired}
+				return outRefused, PriorFailureError{Intent: req.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired, LeaseUntil: rec.LeaseUntil}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}

@@ -80,6 +80,10 @@ type PriorFailureError struct {
 	// docs/RELIABILITY.md): a retry after that heal replays it. PrepareWait does not wait for
 	// it, since a wait never outlives the lease it waits on.
 	Healable bool
+	// LeaseUntil is the lease of the claim that went unknown, when the claim can still heal
+	// (Record.Healable); zero otherwise. Until it lapses an operator's clear without --force
+	// and a resolve as did-not-happen are refused (ClearUnlessHeld).
+	LeaseUntil time.Time
 }
 
 func (e PriorFailureError) Error() string {

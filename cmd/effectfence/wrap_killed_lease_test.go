@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestRefusalAfterAKilledWrapSaysWhenTheClearGoesThrough: wrap killed with SIGKILL mid-call
+// leaves the claim unknown with its lease running, and the next wrap refuses its duplicate
+// with the commands to run. The clear it names is refused until the lease lapses, so the
+// refusal must say until when (it named the clear alone, and the operator who ran it at once,
+// as told, was refused).
+func TestRefusalAfterAKilledWrapSaysWhenTheClearGoesThrough(t *testing.T) {
+	bin := effectfence(t)
+	dir := t.TempDir()
+	ledgerPath, effects := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "effects")
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`
+	start := func() (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+		t.Helper()
+		cmd := exec.Command(bin, "wrap", "--ledger", ledgerPath, "--", bin, "demo-server", "--latency", "1m", "--effects", effects)
+		cmd.Dir = dir
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+		if !sc.Scan() {
+			t.Fatal("no answer to initialize")
+		}
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		return cmd, in, sc
+	}
+
+	first, in, _ := start()
+	fmt.Fprintln(in, call)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, out, _ := runCLI(t, "", "ledger", "ls", "--ledger", ledgerPath, "--state", "in_flight", "--json")
+		var ls struct{ Records []fence.Record }
+		if json.Unmarshal([]byte(out), &ls) == nil && len(ls.Records) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call never reached the ledger: %s", out)
+		}
+	}
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+
+	_, in, sc := start()
+	fmt.Fprintln(in, call)
+	if !sc.Scan() {
+		t.Fatal("no answer to the duplicate")
+	}
+	var resp struct {
+		Result struct {
+			Content []struct{ Text string }
+			Meta    map[string]any `json:"_meta"`
+		}
+	}
+	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil || len(resp.Result.Content) == 0 {
+		t.Fatalf("the duplicate's answer: %v %s", err, sc.Text())
+	}
+	text := resp.Result.Content[0].Text
+	if resp.Result.Meta["effectfence/code"] != fence.CodePriorFailure {
+		t.Fatalf("the duplicate was not refused as prior_failure: %s", text)
+	}
+	const say = "The clear is refused until "
+	i := strings.Index(text, say)
+	if i < 0 {
+		t.Fatalf("the refusal does not say when its clear goes through:\n%s", text)
+	}
+	until, err := time.Parse(time.RFC3339, strings.Fields(text[i+len(say):])[0][:len("2006-01-02T15:04:05Z")])
+	if err != nil || time.Until(until) < 10*time.Second {
+		t.Fatalf("the refusal names no lease still to run (%v %v):\n%s", until, err, text)
+	}
+	// As it says: the clear it names is refused now.
+	intent, _ := resp.Result.Meta["effectfence/intent"].(string)
+	if code, _, errOut := runCLI(t, "", "ledger", "clear", intent, "--reason", "checked", "--ledger", ledgerPath); code != exitError || !strings.Contains(errOut, "runs until "+until.Format(time.RFC3339)) {
+		t.Fatalf("clear within the lease = %d %s", code, errOut)
+	}
+}
