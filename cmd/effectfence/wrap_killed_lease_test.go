@@ -23,45 +23,13 @@ func TestRefusalAfterAKilledWrapSaysWhenTheClearGoesThrough(t *testing.T) {
 	bin := effectfence(t)
 	dir := t.TempDir()
 	ledgerPath, effects := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "effects")
-	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`
 	start := func() (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
-		t.Helper()
-		cmd := exec.Command(bin, "wrap", "--ledger", ledgerPath, "--", bin, "demo-server", "--latency", "1m", "--effects", effects)
-		cmd.Dir = dir
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
-		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		if !sc.Scan() {
-			t.Fatal("no answer to initialize")
-		}
-		fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		return cmd, in, sc
+		return startWrapSession(t, dir, "--ledger", ledgerPath, "--", bin, "demo-server", "--latency", "1m", "--effects", effects)
 	}
-
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`
 	first, in, _ := start()
 	fmt.Fprintln(in, call)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		_, out, _ := runCLI(t, "", "ledger", "ls", "--ledger", ledgerPath, "--state", "in_flight", "--json")
-		var ls struct{ Records []fence.Record }
-		if json.Unmarshal([]byte(out), &ls) == nil && len(ls.Records) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the call never reached the ledger: %s", out)
-		}
-	}
+	waitOneClaim(t, ledgerPath)
 	if err := first.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -72,17 +40,8 @@ func TestRefusalAfterAKilledWrapSaysWhenTheClearGoesThrough(t *testing.T) {
 	if !sc.Scan() {
 		t.Fatal("no answer to the duplicate")
 	}
-	var resp struct {
-		Result struct {
-			Content []struct{ Text string }
-			Meta    map[string]any `json:"_meta"`
-		}
-	}
-	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil || len(resp.Result.Content) == 0 {
-		t.Fatalf("the duplicate's answer: %v %s", err, sc.Text())
-	}
-	text := resp.Result.Content[0].Text
-	if resp.Result.Meta["effectfence/code"] != fence.CodePriorFailure {
+	text, meta := toolText(t, sc.Bytes())
+	if meta["effectfence/code"] != fence.CodePriorFailure {
 		t.Fatalf("the duplicate was not refused as prior_failure: %s", text)
 	}
 	const say = "The clear is refused until "
@@ -95,8 +54,66 @@ func TestRefusalAfterAKilledWrapSaysWhenTheClearGoesThrough(t *testing.T) {
 		t.Fatalf("the refusal names no lease still to run (%v %v):\n%s", until, err, text)
 	}
 	// As it says: the clear it names is refused now.
-	intent, _ := resp.Result.Meta["effectfence/intent"].(string)
+	intent, _ := meta["effectfence/intent"].(string)
 	if code, _, errOut := runCLI(t, "", "ledger", "clear", intent, "--reason", "checked", "--ledger", ledgerPath); code != exitError || !strings.Contains(errOut, "runs until "+until.Format(time.RFC3339)) {
 		t.Fatalf("clear within the lease = %d %s", code, errOut)
 	}
+}
+
+// startWrapSession starts the binary's wrap with args in dir and initializes a session: its
+// stdin and a scanner of its answers. The process is killed when the test ends.
+func startWrapSession(t *testing.T, dir string, args ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(effectfence(t), append([]string{"wrap"}, args...)...)
+	cmd.Dir = dir
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	sc.Buffer(nil, 1<<20)
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if !sc.Scan() {
+		t.Fatal("no answer to initialize")
+	}
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return cmd, in, sc
+}
+
+// waitOneClaim waits until the ledger at path holds one claim in flight.
+func waitOneClaim(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, out, _ := runCLI(t, "", "ledger", "ls", "--ledger", path, "--state", "in_flight", "--json")
+		var ls struct{ Records []fence.Record }
+		if json.Unmarshal([]byte(out), &ls) == nil && len(ls.Records) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call never reached the ledger: %s", out)
+		}
+	}
+}
+
+// toolText is the text and _meta of the tool result in the JSON-RPC answer line.
+func toolText(t *testing.T, line []byte) (string, map[string]any) {
+	t.Helper()
+	var resp struct {
+		Result struct {
+			Content []struct{ Text string }
+			Meta    map[string]any `json:"_meta"`
+		}
+	}
+	if err := json.Unmarshal(line, &resp); err != nil || len(resp.Result.Content) == 0 {
+		t.Fatalf("not a tool result: %v %s", err, line)
+	}
+	return resp.Result.Content[0].Text, resp.Result.Meta
 }

@@ -431,6 +431,14 @@ func CarrierRuns(owner string) (pgid int, runs bool) {
 	return pgid, runs
 }
 
+// GoneHolderCarrier reports whether owner's holder process is gone while the process group it
+// started to run the call (its carrier) still runs, and that group: the claim is held, but no
+// outcome will be recorded by its holder (a wrap killed while its server runs the call).
+func GoneHolderCarrier(owner string) (pgid int, ok bool) {
+	pgid, gone, runs := carrierState(owner)
+	return pgid, gone && runs
+}
+
 // carrierState is CarrierRuns, saying too whether the holder process is gone.
 func carrierState(owner string) (pgid int, holderGone, runs bool) {
 	base, c := splitCarrier(owner)

@@ -60,6 +60,9 @@ type InFlightError struct {
 	Intent     string
 	Holder     string // agent of the holding attempt
 	LeaseUntil time.Time
+	// Owner is the holding process (Record.Owner): a front end tells by it (GoneHolderCarrier)
+	// a holder that will record the outcome from one that is gone while what it started runs.
+	Owner string
 }
 
 func (e InFlightError) Error() string {

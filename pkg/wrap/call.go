@@ -827,6 +827,15 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 	switch {
 	case errors.Is(err, fence.ErrInFlight):
 		msg = fmt.Sprintf("an identical call is still running (waited %s for it). This call was NOT executed a second time; retry later and the retry will receive the recorded result.", wait)
+		var fe fence.InFlightError
+		if errors.As(err, &fe) {
+			if g, gone := fence.GoneHolderCarrier(fe.Owner); gone {
+				// Nobody will record this call's outcome: its holder (a wrap killed mid-call)
+				// is gone, and only the server it started still runs the call.
+				msg = fmt.Sprintf("an identical call is still running (waited %s for it), but the process that sent it is gone and will record no result: process group %d it started still runs the call (`kill -KILL -- -%d` stops it). This call was NOT executed a second time. Once that group ends, or the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle: a retry is then told the commands to run.",
+					wait, g, g, fe.LeaseUntil.UTC().Format(time.RFC3339))
+			}
+		}
 	case errors.Is(err, fence.ErrPriorFailure):
 		var pf fence.PriorFailureError
 		why, wait := "", ""
