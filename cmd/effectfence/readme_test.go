@@ -14,7 +14,8 @@ import (
 // show (every ```json block whose server command is effectfence, and the README's policy form:
 // its YAML file, given by --policy and by EFFECTFENCE_POLICY), keeps wrap's part of each and puts the real binary's demo server
 // behind it: each must start, and 4 identical charges through it must run once. The flag form
-// once failed at start ("--replay-window create_charge=7d": the flag took no days).
+// once failed at start ("--replay-window create_charge=7d": the flag took no days), and then
+// warned that its 7d window held for the 24 h result TTL only, which the config did not raise.
 func TestReadmeWrapConfigsRun(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
@@ -29,6 +30,9 @@ func TestReadmeWrapConfigsRun(t *testing.T) {
 		name string
 		wrap []string // wrap and its flags, before "--"
 		env  []string
+		// quiet: a config the reader copies whole must not start with a warning (a replay
+		// window past the result TTL, which the config does not raise, holds for the TTL only)
+		quiet bool
 	}
 	var forms []form
 	for _, doc := range []struct {
@@ -38,8 +42,9 @@ func TestReadmeWrapConfigsRun(t *testing.T) {
 		for i, m := range regexp.MustCompile("(?s)```json\n(.*?)```").FindAllSubmatch(doc.text, -1) {
 			var cfg struct {
 				MCPServers map[string]struct {
-					Command string   `json:"command"`
-					Args    []string `json:"args"`
+					Command string            `json:"command"`
+					Args    []string          `json:"args"`
+					Env     map[string]string `json:"env"`
 				} `json:"mcpServers"`
 			}
 			if err := json.Unmarshal(m[1], &cfg); err != nil {
@@ -56,7 +61,13 @@ func TestReadmeWrapConfigsRun(t *testing.T) {
 						break
 					}
 				}
-				forms = append(forms, form{name: fmt.Sprintf("%s block %d %s", doc.name, i+1, name), wrap: s.Args[:end]})
+				f := form{name: fmt.Sprintf("%s block %d %s", doc.name, i+1, name), wrap: s.Args[:end], quiet: true}
+				for k, v := range s.Env {
+					if k != "EFFECTFENCE_LEDGER" { // the test's own memory ledger stands for it
+						f.env = append(f.env, k+"="+v)
+					}
+				}
+				forms = append(forms, f)
 			}
 		}
 	}
@@ -96,6 +107,9 @@ func TestReadmeWrapConfigsRun(t *testing.T) {
 			}
 			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || rep.Verdict != "once_measured" {
 				t.Fatalf("wrap %v: exit %d\nstdout:\n%s\nstderr:\n%s", f.wrap, r.code, r.stdout, r.stderr)
+			}
+			if f.quiet && strings.Contains(r.stderr, "warning") {
+				t.Fatalf("wrap %v %v warns at start:\n%s", f.wrap, f.env, r.stderr)
 			}
 		})
 	}
