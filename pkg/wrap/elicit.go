@@ -170,6 +170,13 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 		p.logf("intent %s: the person is not asked: %s", intent, why)
 		return ""
 	}
+	if why, holds := fence.LeaseHolds(time.Now(), rec); holds {
+		// Its holder is gone, but what it started may still run the call until the lease
+		// lapses: "it did not happen" would be refused until then (a person told "run it now,
+		// once" saw nothing run). A call after the lapse asks.
+		p.logf("intent %s: the person is not asked before the lease lapses: %s", intent, why)
+		return ""
+	}
 	params, _ := json.Marshal(map[string]any{
 		"message":         p.elicitMessage(tool, intent, rec, pf),
 		"requestedSchema": elicitSchema,

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+)
+
+// TestPersonIsNotAskedWhileTheLeaseHolds: after wrap is killed mid-call, the claim is unknown
+// but its lease runs, and until it lapses "it did not happen" cannot be recorded. wrap asked
+// the person all the same, offering "It did not happen: run it now, once"; the answer was
+// refused and nothing ran. It must ask nobody until the lease lapses, and then ask, and run
+// the call once on "did not happen".
+func TestPersonIsNotAskedWhileTheLeaseHolds(t *testing.T) {
+	bin := effectfence(t)
+	dir := t.TempDir()
+	ledgerPath, effects := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "effects")
+	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`
+
+	first, in, _ := startWrapSession(t, dir, "--ledger", ledgerPath, "--scope", "elicit", "--lease-secs", "3", "--", bin, "demo-server", "--latency", "1m", "--effects", effects)
+	fmt.Fprintf(in, call+"\n", 2)
+	waitOneClaim(t, ledgerPath)
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+
+	cmd := exec.Command(bin, "wrap", "--ledger", ledgerPath, "--scope", "elicit", "--", bin, "demo-server", "--latency", "0s", "--effects", effects)
+	cmd.Dir = dir
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	sc.Buffer(nil, 1<<20)
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"person","version":"1"}}}`)
+	if !sc.Scan() {
+		t.Fatal("no answer to initialize")
+	}
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// ask sends the call and answers every question "did not happen": it returns the tool
+	// result's text and _meta and how many questions were asked.
+	ask := func(w io.Writer, id int) (string, map[string]any, int) {
+		t.Helper()
+		fmt.Fprintf(w, call+"\n", id)
+		asked := 0
+		for sc.Scan() {
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatalf("%v: %s", err, sc.Text())
+			}
+			if m.Method == "elicitation/create" {
+				asked++
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"action":"accept","content":{"outcome":"did_not_happen"}}}`+"\n", m.ID)
+				continue
+			}
+			if string(m.ID) == fmt.Sprint(id) {
+				text, meta := toolText(t, sc.Bytes())
+				return text, meta, asked
+			}
+		}
+		t.Fatal("wrap ended")
+		return "", nil, 0
+	}
+
+	text, meta, asked := ask(in, 2)
+	if asked != 0 || meta["effectfence/code"] != fence.CodePriorFailure {
+		t.Fatalf("within the lease: %d question(s), answer %v: %s", asked, meta["effectfence/code"], text)
+	}
+
+	_, lsOut, _ := runCLI(t, "", "ledger", "ls", "--ledger", ledgerPath, "--json")
+	var ls struct{ Records []fence.Record }
+	if json.Unmarshal([]byte(lsOut), &ls) != nil || len(ls.Records) != 1 {
+		t.Fatalf("ledger ls: %s", lsOut)
+	}
+	time.Sleep(time.Until(ls.Records[0].LeaseUntil) + 200*time.Millisecond)
+	text, meta, asked = ask(in, 3)
+	if asked != 1 || meta["effectfence/code"] != nil {
+		t.Fatalf("past the lease: %d question(s), answer %v: %s", asked, meta["effectfence/code"], text)
+	}
+	_, showOut, _ := runCLI(t, "", "ledger", "show", ls.Records[0].Intent, "--ledger", ledgerPath, "--json")
+	var d ledger.Detail
+	if json.Unmarshal([]byte(showOut), &d) != nil || d.Record.State != fence.StateDone {
+		t.Fatalf("after the person's answer the call did not run once: %s", showOut)
+	}
+}
