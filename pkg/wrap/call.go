@@ -546,11 +546,18 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 		// lease, though MCP clients SIGKILL about 4 s after closing its input). The first
 		// round's context is a child of graceOver (no goroutine, no callback: Settle reads
 		// no values from its context).
-		parent := ctx
+		parent, limit := ctx, wait
 		if round == 0 {
 			parent = p.graceOver
+			if p.graceOver.Err() != nil {
+				// The grace was over before this outcome came (the stop closed the server,
+				// failing the calls inside it): one short try at the ledger, then the spool.
+				// Without it every call a stop cut went to the spool, logged as "the ledger
+				// did not take the outcome (context canceled)" with the ledger idle.
+				parent, limit = ctx, min(wait, stopSettleWait)
+			}
 		}
-		sctx, cancel := context.WithTimeout(parent, wait)
+		sctx, cancel := context.WithTimeout(parent, limit)
 		if round > 0 {
 			go func() {
 				select {
@@ -588,6 +595,11 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 		}
 	}
 }
+
+// stopSettleWait bounds the ledger's turn for an outcome that comes after a stop's grace: a
+// ledger that does not take it by then leaves it to the spool, within the time MCP clients
+// give a stopping server.
+const stopSettleWait = 500 * time.Millisecond
 
 // undurable reports whether Settle's err leaves the outcome in neither the ledger (which
 // answers with a cert or a coded refusal) nor the spool (SpooledError).

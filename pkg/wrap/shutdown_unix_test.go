@@ -160,3 +160,25 @@ func TestChildDiesWithKilledWrap(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestStopRecordsTheCutCallInTheLedger: a stop whose grace ends with a call in the server
+// records that call's unknown outcome in the ledger, which is idle, not through the spool.
+// Every such stop went to the spool, logging "the ledger did not take the outcome (context
+// canceled)", which sent an operator looking for a ledger fault there was none of.
+func TestStopRecordsTheCutCallInTheLedger(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	rw, _ := startHung(t, r, "--grace", "1s")
+	rw.in.Close()
+	if code := exitWithin(t, rw, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after an orderly stop", code)
+	}
+	log := rw.log.String()
+	if strings.Contains(log, "did not take the outcome") || strings.Contains(log, "context canceled") {
+		t.Fatalf("the stop's outcome went to the spool with the ledger idle:\n%s", log)
+	}
+	if unknown := records(t, r.openLedger().Store(), fence.StateUnknown); len(unknown) != 1 {
+		t.Fatalf("the cut call is not unknown in the ledger: %+v; stderr:\n%s", unknown, log)
+	}
+}
