@@ -104,7 +104,11 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	}
 	cfg := led.Config()
 	logger.Printf("ledger %s (lease %s, results kept %s), %d workers", led.Location, cfg.LeaseTTL, cfg.ResultTTL, workers)
-	srv, err := serve.New(led.Engine, serve.Options{Workers: workers, Version: versionString(), Log: logger})
+	sopts := serve.Options{Workers: workers, Version: versionString(), Log: logger}
+	if led.Location != "memory" { // no ledger command reaches a memory ledger
+		sopts.ClearHint = clearHint(led.Location)
+	}
+	srv, err := serve.New(led.Engine, sopts)
 	if err != nil {
 		led.Close()
 		return err

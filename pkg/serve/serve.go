@@ -82,6 +82,10 @@ type Options struct {
 	Version string
 	// Log receives the server's diagnostics (stderr; never stdout, which carries protocol).
 	Log *log.Logger
+	// ClearHint is how an operator names this server's ledger to `effectfence ledger clear`
+	// (`--ledger PATH`): a refusal of a fenced intent gives it in the command it names, which
+	// without it reaches the operator's default ledger, not this one. "" names none.
+	ClearHint string
 }
 
 func (o Options) withDefaults() Options {

@@ -94,7 +94,7 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 		if name == ToolCommit {
 			err = ranEffect{err} // whatever refuses it, the effect it reports ran
 		}
-		return refuse(intent, err)
+		return s.refuse(intent, err)
 	}
 	s.mcp.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := []byte(req.Params.RawArguments)

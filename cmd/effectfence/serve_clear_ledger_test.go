@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestServeRefusalNamesItsLedgerInTheClearCommand: serve on a ledger of its own
+// (EFFECTFENCE_LEDGER, as an MCP config's "env" sets it) is killed holding a claim; the next
+// prepare is refused with the operator's clear command. Run as told, from a shell without that
+// variable, the command must reach serve's ledger: it named none, and the clear went to the
+// operator's default ledger ("no ledger at …/server.db").
+func TestServeRefusalNamesItsLedgerInTheClearCommand(t *testing.T) {
+	bin := effectfence(t)
+	dir := t.TempDir()
+	ledgerPath := filepath.Join(dir, "serve ledger.db")
+	env := append(os.Environ(), "XDG_STATE_HOME="+filepath.Join(dir, "state"), "EFFECTFENCE_LEDGER="+ledgerPath, "EFFECTFENCE_LEASE_SECS=1")
+	prepare := func() (*exec.Cmd, map[string]any) {
+		t.Helper()
+		cmd := exec.Command(bin, "serve")
+		cmd.Env = env
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"charge:o-9","tool":"charge","args":{"amount":1}}}}`)
+		for sc.Scan() {
+			if !strings.Contains(sc.Text(), `"id":2`) {
+				continue
+			}
+			text, _ := toolText(t, sc.Bytes())
+			var v map[string]any
+			if err := json.Unmarshal([]byte(text), &v); err != nil {
+				t.Fatalf("%v: %s", err, text)
+			}
+			return cmd, v
+		}
+		t.Fatal("serve gave no answer to fence_prepare")
+		return nil, nil
+	}
+
+	first, v := prepare()
+	if v["status"] != "fresh" {
+		t.Fatalf("first prepare: %v", v)
+	}
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	_, v = prepare()
+	next, _ := v["next"].(string)
+	if v["code"] != fence.CodePriorFailure {
+		t.Fatalf("after the kill: %v", v)
+	}
+	_, command, ok := strings.Cut(next, "run `")
+	command, _, _ = strings.Cut(command, "`")
+	if !ok || !strings.HasPrefix(command, "effectfence ledger clear ") {
+		t.Fatalf("next names no clear command: %s", next)
+	}
+	time.Sleep(1500 * time.Millisecond) // the claim's lease lapses
+	sh := exec.Command("sh", "-c", command)
+	var shellEnv []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "EFFECTFENCE_LEDGER=") && !strings.HasPrefix(kv, "PATH=") {
+			shellEnv = append(shellEnv, kv)
+		}
+	}
+	sh.Env = append(shellEnv, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := sh.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "cleared charge:o-9") {
+		t.Fatalf("the clear command serve named (%s): %v\n%s", command, err, out)
+	}
+}
