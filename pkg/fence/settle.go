@@ -125,6 +125,12 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 			// next round, and whichever has room first keeps the outcome.
 			var lost error
 			e.keep(o, func() { spooled, spoolErr = e.spool.put(e.cfg.SpoolDir, o) }, &lost)
+			var other otherReportError
+			if lost == nil && errors.As(spoolErr, &other) {
+				// Kept by another process sharing the spool since this one looked (see keep).
+				lost = LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
+					Why: fmt.Sprintf("this claim's %s, reported at the same time, waits to be recorded and stands; this %s is not recorded", other.w.Kind, o.Kind)}
+			}
 			if lost != nil {
 				return nil, lost
 			}
@@ -585,11 +591,58 @@ func (s *spool) put(dir string, o Outcome) (string, error) {
 		os.Remove(f.Name())
 		return "", err
 	}
-	if err := os.Rename(f.Name(), final); err != nil {
-		os.Remove(f.Name())
+	// Linked, not renamed, into place: a rename replaces a file there, and another process
+	// sharing the spool (a second serve process of the same ledger) may have kept another
+	// report of this claim there since this one looked, answered as kept; replaced, it was
+	// lost (TestTwoReportsOfOneClaimThroughTwoProcessesAreNotBothKept). Only where the file
+	// system has no hard links does a rename put it there.
+	err = os.Link(f.Name(), final)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		err = os.Rename(f.Name(), final)
+	}
+	os.Remove(f.Name())
+	if errors.Is(err, os.ErrExist) {
+		if err := keptAlready(final, o); err != nil {
+			return "", err
+		}
+		return final, nil
+	}
+	if err != nil {
 		return "", err
 	}
 	return final, syncDir(dir)
+}
+
+// otherReportError: put found another report of the outcome's claim kept in the spool.
+type otherReportError struct{ w Outcome }
+
+func (e otherReportError) Error() string {
+	return fmt.Sprintf("this claim's %s waits in the spool to be recorded", e.w.Kind)
+}
+
+// keptAlready is put's answer when a file is at o's name already: nil when it holds o itself
+// (a report kept once already), otherReportError when it holds another report of o's claim,
+// else an error naming it (another claim's with the same intent and token, or no outcome).
+func keptAlready(path string, o Outcome) error {
+	b, err := readSpoolFile(path)
+	if err != nil {
+		return err
+	}
+	var sp spooled
+	if err := json.Unmarshal(b, &sp); err != nil {
+		return fmt.Errorf("spool file %s is there already and is not an outcome (%v)", path, err)
+	}
+	w := sp.Outcome
+	if sp.ResultBytes != nil {
+		w.Result = sp.ResultBytes
+	}
+	switch {
+	case w.Ticket.Intent != o.Ticket.Intent || w.Ticket.Token != o.Ticket.Token || w.Ticket.Nonce != o.Ticket.Nonce:
+		return fmt.Errorf("spool file %s is there already and holds an outcome of another claim of the intent with the same token", path)
+	case !sameReport(w, o):
+		return otherReportError{w}
+	}
+	return nil
 }
 
 func (s *spool) remove(path string) error {
