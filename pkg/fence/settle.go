@@ -353,6 +353,9 @@ func (e *Engine) waiting(o Outcome) (Outcome, bool) {
 		return Outcome{}, false
 	}
 	b, err := readSpoolFile(filepath.Join(e.cfg.SpoolDir, spoolName(o)))
+	if errors.Is(err, os.ErrNotExist) && o.Ticket.Nonce != "" {
+		b, err = readSpoolFile(filepath.Join(e.cfg.SpoolDir, legacySpoolName(o))) // an earlier build's
+	}
 	if err != nil {
 		return Outcome{}, false
 	}
@@ -393,9 +396,9 @@ func sameReport(a, b Outcome) bool {
 	return err == nil && bytes.Equal(ca, cb)
 }
 
-// spool is the directory of outcomes not yet in the ledger: one JSON file per ticket, written
-// to a temporary name, fsynced, renamed into place and the directory fsynced, so a file either
-// holds a whole outcome or is absent. Draining takes an exclusive lock on the directory (where
+// spool is the directory of outcomes not yet in the ledger: one JSON file per claim, written
+// to a temporary name, fsynced, linked into place (see put) and the directory fsynced, so a
+// file either holds a whole outcome or is absent. Draining takes an exclusive lock on the directory (where
 // the OS has one, waiting for it at most spoolLockWait), so two processes of one host do not
 // report one outcome twice (a second report is a retry, and changes nothing).
 type spool struct {
@@ -505,7 +508,22 @@ type spooled struct {
 	ResultBytes []byte `json:"result_bytes,omitempty"`
 }
 
+// spoolName is the name of o's file in the spool: its intent's digest, its token and, for a
+// ticket with a nonce, the nonce's digest. Two claims of one intent with the same token (two
+// ledgers' whose outcomes share a spool, Config.SpoolShared; a ledger and a copy restored from
+// before the claim) are two files: named after the intent and token alone, before 2026-12-06,
+// the second outcome kept replaced the first, answered as kept and never recorded
+// (TestOutcomesOfTwoLedgersClaimsWithOneTokenAreBothKept).
 func spoolName(o Outcome) string {
+	if o.Ticket.Nonce == "" {
+		return legacySpoolName(o)
+	}
+	h := sha256.Sum256([]byte(o.Ticket.Nonce))
+	return spoolPrefix(o.Ticket.Intent) + strconv.FormatUint(o.Ticket.Token, 10) + "-" + hex.EncodeToString(h[:4]) + ".json"
+}
+
+// legacySpoolName is the name an earlier build gave o's file (no nonce in it).
+func legacySpoolName(o Outcome) string {
 	return spoolPrefix(o.Ticket.Intent) + strconv.FormatUint(o.Ticket.Token, 10) + ".json"
 }
 
