@@ -446,12 +446,40 @@ func checkFormerSpools(ctx context.Context, st fence.Store, spool string) error 
 			if files, err = fence.SpoolHolds(ctx, st, dir); err != nil || len(files) == 0 {
 				continue
 			}
+			if heldThereToo(ctx, old, dir, files) {
+				// The ledger at that name holds those claims too (this file is a copy of it,
+				// or it of this one: sqlite3's .backup while the claims were in flight), and
+				// its processes drain them. Refused, a copy opened to look at it advised moving
+				// the live ledger's outcomes beside the copy, and its claims lost them
+				// (TestCopyOfALedgerOpensBesideTheOriginalsSpool).
+				continue
+			}
 		}
 		return fmt.Errorf("the ledger file was used as %s, and %d outcome(s) wait in the spool beside that name (%s), which no process using this name reads: a holder reported them while the file was moved away. "+
 			"Stop every effectfence process that uses the ledger; if this file was the last ledger kept at %s, move them beside this name (mkdir -p %s && mv %s/*.json %s/) or put the file back at %s; nothing was changed",
 			safetext.Escape(old), len(files), safetext.Escape(dir), safetext.Escape(old), safetext.Escape(spool), safetext.Escape(dir), safetext.Escape(spool), safetext.Escape(old))
 	}
 	return nil
+}
+
+// heldThereToo reports whether the ledger file at name holds the claim of every outcome file
+// in files (spool files beside name), read without changing it; false when it cannot tell.
+func heldThereToo(ctx context.Context, name, dir string, files []string) bool {
+	there, err := sqlite.Open(ctx, name, sqlite.Options{ReadOnly: true, BusyTimeout: 5 * time.Second})
+	if err != nil {
+		return false
+	}
+	defer there.Close()
+	theirs, err := fence.SpoolHolds(ctx, there, dir)
+	if err != nil {
+		return false
+	}
+	for _, f := range files {
+		if !slices.Contains(theirs, f) {
+			return false
+		}
+	}
+	return true
 }
 
 // waitingElsewhere returns the outcomes waiting in the spool dir when it is a directory
