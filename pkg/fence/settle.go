@@ -757,8 +757,18 @@ func readSpoolFile(path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("spool file %s is not a regular file (%s); move it away after looking at it", path, fi.Mode().Type())
 	}
+	if fi.Size() > maxSpoolFile {
+		// Read whole, it ended the process ("fatal error: out of memory"), and every process
+		// opening the ledger after it (TestHugeSpoolFileIsNamedNotRead).
+		return nil, fmt.Errorf("spool file %s is %d bytes, more than any outcome a ledger takes (SQLite and PostgreSQL refuse a result over 1 GB); move it away after looking at it", path, fi.Size())
+	}
 	return os.ReadFile(path)
 }
+
+// maxSpoolFile bounds the spool files read. A result a ledger can record is at most 1 GB
+// (SQLite's and PostgreSQL's bound on a value), and put writes it twice: as result_bytes
+// (base64, 4/3 of it) and readable (at most 6 bytes a byte, \u00XX), under 7.4 GB in all.
+const maxSpoolFile = 8 << 30
 
 // staleTemp is how old a spool's temporary file (put's, before its rename) must be before a
 // drain removes it: a put writes and syncs it within moments, so one this old was left by a
