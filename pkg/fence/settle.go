@@ -106,8 +106,14 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	// An outcome this engine holds in memory was reported before and failed with the ledger's
 	// error (a Settle whose context ended: wrap settles again, round after round, until the
 	// outcome is kept): it may have landed, its answer lost, so even the first report of this
-	// call is a retry of it.
-	for retry := e.spool.reportedBefore(o); ; retry = true {
+	// call is a retry of it. So is a release, abort or lost answered as kept in the spool
+	// before (SpooledError) and recorded since by a drain, reported again by its holder (serve's
+	// agent calling the tool again, as docs/serve.md says it may): the ledger shows that claim's
+	// very report (its kind, token and reason), which is then answered as recorded; before, it
+	// was refused lease_lost, "nothing was recorded", and audited as a late result
+	// (TestSettleAgainOfASpooledOutcomeAfterItsDrain). A report the ledger does not show so is
+	// refused lease_lost as always.
+	for retry := e.spool.reportedBefore(o) || o.Kind != OutcomeCommit; ; retry = true {
 		cert, err := e.apply(ctx, o, retry)
 		var coded Coded
 		if err == nil || errors.As(err, &coded) {
