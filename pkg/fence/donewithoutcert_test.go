@@ -63,8 +63,12 @@ func TestDoneRecordWithoutItsCertIsAnErrorNotAPanic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close(ctx)
-		t.Cleanup(func() { conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
+		// The schema is dropped, then the connection closed, once the subtest's stores are
+		// closed (a deferred Close ran first, and every run left its schema behind).
+		t.Cleanup(func() {
+			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			_ = conn.Close(ctx)
+		})
 		open := func() fence.Store {
 			st, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema, MaxConns: 2, Brief: true})
 			if err != nil {
