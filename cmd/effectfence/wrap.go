@@ -188,6 +188,10 @@ func wrapCommand(io streams) *cli.Command {
 	}
 }
 
+// statsWait bounds the ledger's part of the stats line (the since-boot counters are this
+// process's own and are written whatever the ledger does).
+const statsWait = time.Second
+
 // serveWrap serves until the agent hangs up or a signal arrives, logging the since-boot
 // counters on SIGUSR1 and at exit. A second SIGINT or SIGTERM exits at once.
 func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time.Duration, io streams) error {
@@ -210,7 +214,11 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time
 		defer signal.Stop(usr1)
 	}
 	statsLine := func() {
-		st, err := led.Stats(context.Background())
+		// Bounded: a ledger that does not answer (a stopped database, a black-holed network)
+		// must not keep a stopping wrap from exiting.
+		sctx, cancel := context.WithTimeout(context.Background(), statsWait)
+		defer cancel()
+		st, err := led.Stats(sctx)
 		if err != nil {
 			fmt.Fprintf(io.err, "effectfence wrap: reading ledger stats: %v\n", err)
 		}
