@@ -328,7 +328,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		case StateInFlight:
 			switch v, kind, why := e.judge(clock.now(), rec); v {
 			case held:
-				return outRefused, InFlightError{Intent: req.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil, Owner: rec.Owner}
+				return outRefused, InFlightError{Intent: req.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil, Owner: rec.Owner, RerunSafe: rec.RerunSafe}
 			case fenceIt:
 				// The effect may have happened and nobody may run it again.
 				if !write {

@@ -63,6 +63,9 @@ type InFlightError struct {
 	// Owner is the holding process (Record.Owner): a front end tells by it (GoneHolderCarrier)
 	// a holder that will record the outcome from one that is gone while what it started runs.
 	Owner string
+	// RerunSafe is the claim's (Record.RerunSafe): once its gone holder's carrier ends, the
+	// next attempt takes it over and runs the call again rather than fence it.
+	RerunSafe bool
 }
 
 func (e InFlightError) Error() string {

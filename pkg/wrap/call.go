@@ -844,8 +844,13 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 			if g, gone := fence.GoneHolderCarrier(fe.Owner); gone {
 				// Nobody will record this call's outcome: its holder (a wrap killed mid-call)
 				// is gone, and only the server it started still runs the call.
-				msg = fmt.Sprintf("an identical call is still running (waited %s for it), but the process that sent it is gone and will record no result: process group %d it started still runs the call (`kill -KILL -- -%d` stops it). This call was NOT executed a second time. Once that group ends, or the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle: a retry is then told the commands to run.",
-					wait, g, g, fe.LeaseUntil.UTC().Format(time.RFC3339))
+				then := fmt.Sprintf("Once that group ends, or the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle: a retry is then told the commands to run.", fe.LeaseUntil.UTC().Format(time.RFC3339))
+				if fe.RerunSafe {
+					// A gone holder's re-run safe claim is taken over once its group ends.
+					then = fmt.Sprintf("The call was declared safe to re-run: once that group ends, a retry then runs it again. If the group still runs when the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle, and a retry is told the commands to run.", fe.LeaseUntil.UTC().Format(time.RFC3339))
+				}
+				msg = fmt.Sprintf("an identical call is still running (waited %s for it), but the process that sent it is gone and will record no result: process group %d it started still runs the call (`kill -KILL -- -%d` stops it). This call was NOT executed a second time. %s",
+					wait, g, g, then)
 			}
 		}
 	case errors.Is(err, fence.ErrPriorFailure):
