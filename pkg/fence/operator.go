@@ -115,6 +115,11 @@ func (e *Engine) SilentHolder(now time.Time, rec Record) (why string, silent boo
 		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), rec.Owner), true
 }
 
+// LeaseHolds is leaseRuns for the front ends: whether rec is a claim an operator cannot free
+// yet because its lease runs (ClearUnlessHeld and a resolve as did-not-happen refuse it), and
+// why, for an operator or a person.
+func LeaseHolds(now time.Time, rec Record) (why string, holds bool) { return leaseRuns(now, rec) }
+
 // leaseRuns reports whether rec is a claim whose lease still runs: in flight, or unknown only
 // because its holder process looked gone (it can still heal). The process that made a claim is
 // not all that may run its effect: a serve claim's effect is run by the agent holding its
@@ -123,11 +128,6 @@ func (e *Engine) SilentHolder(now time.Time, rec Record) (why string, silent boo
 // lapses, the claim is not freed for the next attempt by an operator who did not force it
 // (ClearUnlessHeld, Resolve as did-not-happen): before, a gone holder was enough, and the
 // agent's effect, run after the clear, ran again with the next attempt.
-// LeaseHolds is leaseRuns for the front ends: whether rec is a claim an operator cannot free
-// yet because its lease runs (ClearUnlessHeld and a resolve as did-not-happen refuse it), and
-// why, for an operator or a person.
-func LeaseHolds(now time.Time, rec Record) (why string, holds bool) { return leaseRuns(now, rec) }
-
 func leaseRuns(now time.Time, rec Record) (why string, runs bool) {
 	if (rec.State != StateInFlight && !rec.Healable()) || !now.Before(rec.LeaseUntil) {
 		return "", false
