@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -28,20 +27,7 @@ func TestServeRefusalNamesItsLedgerInTheClearCommand(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(bin, "serve")
 		cmd.Env = env
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
+		in, sc := startLines(t, cmd)
 		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 		fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"charge:o-9","tool":"charge","args":{"amount":1}}}}`)

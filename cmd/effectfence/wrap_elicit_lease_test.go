@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,20 +34,7 @@ func TestPersonIsNotAskedWhileTheLeaseHolds(t *testing.T) {
 
 	cmd := exec.Command(bin, "wrap", "--ledger", ledgerPath, "--scope", "elicit", "--", bin, "demo-server", "--latency", "0s", "--effects", effects)
 	cmd.Dir = dir
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	sc.Buffer(nil, 1<<20)
+	in, sc := startLines(t, cmd)
 	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"person","version":"1"}}}`)
 	if !sc.Scan() {
 		t.Fatal("no answer to initialize")

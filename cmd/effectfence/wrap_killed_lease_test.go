@@ -66,20 +66,7 @@ func startWrapSession(t *testing.T, dir string, args ...string) (*exec.Cmd, io.W
 	t.Helper()
 	cmd := exec.Command(effectfence(t), append([]string{"wrap"}, args...)...)
 	cmd.Dir = dir
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	sc.Buffer(nil, 1<<20)
+	in, sc := startLines(t, cmd)
 	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	if !sc.Scan() {
 		t.Fatal("no answer to initialize")
@@ -116,4 +103,25 @@ func toolText(t *testing.T, line []byte) (string, map[string]any) {
 		t.Fatalf("not a tool result: %v %s", err, line)
 	}
 	return resp.Result.Content[0].Text, resp.Result.Meta
+}
+
+// startLines starts cmd with pipes to its stdin and from its stdout (lines up to 1 MiB), and
+// kills it when the test ends.
+func startLines(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	sc.Buffer(nil, 1<<20)
+	return in, sc
 }
