@@ -234,8 +234,7 @@ func (e *Engine) claimKnown(ctx context.Context, t Ticket) (held, known bool, er
 		if err != nil {
 			return err
 		}
-		held = rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
-		known = rec != nil
+		held, known = holdsClaim(rec, t), rec != nil
 		if known {
 			return nil
 		}
@@ -261,15 +260,14 @@ func SpoolHolds(ctx context.Context, st Store, dir string) ([]string, error) {
 		if err != nil {
 			continue
 		}
-		var sp spooled
-		if json.Unmarshal(b, &sp) != nil {
+		o, err := decodeSpooled(b)
+		if err != nil {
 			continue
 		}
-		t := sp.Ticket
 		held := false
 		if err := st.View(ctx, func(tx Tx) error {
-			rec, err := tx.Get(t.Intent)
-			held = err == nil && rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
+			rec, err := tx.Get(o.Ticket.Intent)
+			held = err == nil && holdsClaim(rec, o.Ticket)
 			return err
 		}); err != nil {
 			return nil, err
@@ -365,18 +363,23 @@ func (e *Engine) waiting(o Outcome) (Outcome, bool) {
 	if err != nil {
 		return Outcome{}, false
 	}
-	var sp spooled
-	if json.Unmarshal(b, &sp) != nil {
-		return Outcome{}, false
-	}
-	w := sp.Outcome
-	if sp.ResultBytes != nil {
-		w.Result = sp.ResultBytes
-	}
-	if w.Ticket.Intent != o.Ticket.Intent || w.Ticket.Token != o.Ticket.Token || w.Ticket.Nonce != o.Ticket.Nonce {
+	w, err := decodeSpooled(b)
+	if err != nil || !sameClaim(w.Ticket, o.Ticket) {
 		return Outcome{}, false
 	}
 	return w, true
+}
+
+// sameClaim says whether tickets a and b are of one claim: its intent, token and nonce.
+func sameClaim(a, b Ticket) bool {
+	return a.Intent == b.Intent && a.Token == b.Token && a.Nonce == b.Nonce
+}
+
+// holdsClaim says whether rec is the record of t's claim: its intent's, with t's token and
+// nonce (drawn at random for each claim, it tells this ledger's claim from another's of the
+// same intent and token).
+func holdsClaim(rec *Record, t Ticket) bool {
+	return rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
 }
 
 // waitsReport reports whether w still waits after a drain: in memory, or its spool file.
@@ -476,7 +479,7 @@ func (s *spool) heldOf(o Outcome) (Outcome, bool) {
 		return Outcome{}, false
 	}
 	h, ok := s.held[spoolName(o)]
-	return h, ok && h.Ticket.Intent == o.Ticket.Intent && h.Ticket.Nonce == o.Ticket.Nonce
+	return h, ok && sameClaim(h.Ticket, o.Ticket)
 }
 
 // holds reports whether an outcome of intent is held in memory.
@@ -512,6 +515,16 @@ func (s *spool) takeHeld() []Outcome {
 type spooled struct {
 	Outcome
 	ResultBytes []byte `json:"result_bytes,omitempty"`
+}
+
+// decodeSpooled reads a spool file's content b: its outcome, the result the tool's own bytes.
+func decodeSpooled(b []byte) (Outcome, error) {
+	var sp spooled
+	err := json.Unmarshal(b, &sp)
+	if sp.ResultBytes != nil {
+		sp.Outcome.Result = sp.ResultBytes
+	}
+	return sp.Outcome, err
 }
 
 // spoolName is the name of o's file in the spool: its intent's digest, its token and, for a
@@ -652,16 +665,12 @@ func keptAlready(path string, o Outcome) error {
 	if err != nil {
 		return err
 	}
-	var sp spooled
-	if err := json.Unmarshal(b, &sp); err != nil {
+	w, err := decodeSpooled(b)
+	if err != nil {
 		return fmt.Errorf("spool file %s is there already and is not an outcome (%v)", path, err)
 	}
-	w := sp.Outcome
-	if sp.ResultBytes != nil {
-		w.Result = sp.ResultBytes
-	}
 	switch {
-	case w.Ticket.Intent != o.Ticket.Intent || w.Ticket.Token != o.Ticket.Token || w.Ticket.Nonce != o.Ticket.Nonce:
+	case !sameClaim(w.Ticket, o.Ticket):
 		return fmt.Errorf("spool file %s is there already and holds an outcome of another claim of the intent with the same token", path)
 	case !sameReport(w, o):
 		return otherReportError{w}
@@ -704,12 +713,7 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 			errs = append(errs, err)
 			continue
 		}
-		var sp spooled
-		err = json.Unmarshal(b, &sp)
-		o := sp.Outcome
-		if sp.ResultBytes != nil {
-			o.Result = sp.ResultBytes
-		}
+		o, err := decodeSpooled(b)
 		if err == nil && o.Ticket.Intent == "" {
 			err = errors.New("no ticket")
 		}
