@@ -21,10 +21,11 @@ const Redacted = "[redacted]"
 //
 // s is read once for each distinct length among the texts (not longer than s): by
 // strings.Index for a length of a few short texts, otherwise by a rolling hash (Rabin-Karp),
-// so the work is that count times len(s), however many texts share a length. Before 2026-12-06 each text was replaced in turn, each pass a copy of s: a call
-// whose redacted path held 20,000 short values, answered by a JSON-RPC error echoing them
-// (2.2 MB), took 53 s to scrub before its outcome was recorded. Should the work still pass
-// maxWork (thousands of distinct lengths against megabytes of text), s is not shown at all.
+// so the work is that count times len(s), however many texts share a length. Before
+// 2026-12-06 each text was replaced in turn, each pass a copy of s: a call whose redacted path
+// held 20,000 short values, answered by a JSON-RPC error echoing them (2.2 MB), took 53 s to
+// scrub before its outcome was recorded. Should the work still pass maxWork (thousands of
+// distinct lengths against megabytes of text), s is not shown at all.
 func Replace(s string, texts []string) string {
 	spans, ok := occurrences(s, texts)
 	if !ok {
@@ -41,14 +42,10 @@ func without(s string, spans []span) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	last := 0 // s[:last] is written
-	for k := 0; k < len(spans); {
-		lo, hi := spans[k].lo, spans[k].hi
-		for k++; k < len(spans) && spans[k].lo < hi; k++ { // starts inside: overlaps
-			hi = max(hi, spans[k].hi)
-		}
-		b.WriteString(s[last:lo])
+	for _, sp := range spans {
+		b.WriteString(s[last:sp.lo])
 		b.WriteString(Redacted)
-		last = hi
+		last = sp.hi
 	}
 	b.WriteString(s[last:])
 	return b.String()
@@ -63,6 +60,10 @@ var maxWork = 1 << 30
 
 // fewTexts is how many texts of one length strings.Index looks for, each in turn.
 var fewTexts = 4
+
+// byIndex says whether count texts of length n are looked for by strings.Index, one at a time
+// (a pass over s each), rather than by the rolling hash (one pass for them all).
+func byIndex(count, n int) bool { return count <= fewTexts && n <= 64 }
 
 // occurrences returns the occurrences of texts in s, those that overlap merged into one span,
 // sorted. ok is false when finding them would cost more than maxWork.
@@ -79,9 +80,9 @@ func occurrences(s string, texts []string) (spans []span, ok bool) {
 	}
 	work := 0
 	for n, ts := range byLen {
-		passes := 1 // the rolling hash
-		if len(ts) <= fewTexts && n <= 64 {
-			passes = len(ts) // strings.Index, a text at a time
+		passes := 1
+		if byIndex(len(ts), n) {
+			passes = len(ts)
 		}
 		if work += passes * (len(s) - n + 1); work > maxWork {
 			return nil, false
@@ -129,7 +130,7 @@ func union(out, a, b []span) []span {
 // occurrencesOfLength calls mark(i, n) for each occurrence s[i:i+n] of texts ts, all of
 // length n (at most len(s)), each text's in order.
 func occurrencesOfLength(s string, n int, ts []string, mark func(i, n int)) {
-	if len(ts) <= fewTexts && n <= 64 {
+	if byIndex(len(ts), n) {
 		// Few short texts: strings.Index, which reads gigabytes a second, finds each,
 		// overlapping occurrences too (an occurrence costs at most its length again).
 		for _, t := range ts {
