@@ -855,16 +855,16 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 		}
 	case errors.Is(err, fence.ErrPriorFailure):
 		var pf fence.PriorFailureError
-		why, wait := "", ""
+		why, until := "", ""
 		if errors.As(err, &pf) {
 			why = fmt.Sprintf(" (%s: %s)", pf.State, pf.Reason)
 			if time.Now().Before(pf.LeaseUntil) && !p.opt.InMemory {
 				// The clear below is refused until then (ClearUnlessHeld): say so, rather than
 				// have the operator learn it from the refusal.
-				wait = fmt.Sprintf(" The clear is refused until %s, when the claim's lease lapses (a process the server started may still finish the call); run it after that.", pf.LeaseUntil.UTC().Format(time.RFC3339))
+				until = fmt.Sprintf(" The clear is refused until %s, when the claim's lease lapses (a process the server started may still finish the call); run it after that.", pf.LeaseUntil.UTC().Format(time.RFC3339))
 			}
 		}
-		msg = fmt.Sprintf("an earlier identical call has an unknown outcome%s, so this call was NOT executed again: it might have taken effect already.%s Check the real system; %s", why, wait, p.operatorAdvice(intent))
+		msg = fmt.Sprintf("an earlier identical call has an unknown outcome%s, so this call was NOT executed again: it might have taken effect already.%s Check the real system; %s", why, until, p.operatorAdvice(intent))
 	case errors.Is(err, fence.ErrConflict):
 		msg = fmt.Sprintf("this call shares its identity key with a recorded call whose other arguments differ (%v). It was NOT executed and no receipt of the other call is given: the --key for this tool is too narrow for this call.", err)
 	case errors.Is(err, fence.ErrInvalid):

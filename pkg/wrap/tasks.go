@@ -155,7 +155,7 @@ func (p *Proxy) follow(ctx context.Context, tool, intent string, f *flight, t fe
 // outcome, it was replayed to every duplicate, though the task might yet fail (never released
 // then) and the server forgets it after its ttl.
 func (p *Proxy) followFlat(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, hb *beats) (answer, bool) {
-	if f := readResult(res); !f.task || f.twoWays != "" || !json.Valid(res) {
+	if flags := readResult(res); !flags.task || flags.twoWays != "" || !json.Valid(res) {
 		return answer{}, false // not a handle, or one read two ways (finish: unknown)
 	}
 	var taskID string
