@@ -436,7 +436,8 @@ func (c ledgerCall) lsRow(r *fence.Record) []string {
 // its holder looked gone, so it can still heal): until the lease lapses, `clear` and `resolve
 // --did-not-happen` are refused (fence.Engine.ClearUnlessHeld), so ls and show give its lease.
 func leaseHolds(now time.Time, r *fence.Record) bool {
-	return r.Healable() && now.Before(r.LeaseUntil)
+	_, holds := fence.LeaseHolds(now, *r)
+	return holds && r.State.Fenced()
 }
 
 // lsTable writes the `ledger ls` table in two passes over the same records (one read
