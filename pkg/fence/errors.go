@@ -101,11 +101,15 @@ func (e PriorFailureError) Error() string {
 // --reason ...`, the intent quoted for a POSIX shell. An intent is the agent's text and may
 // begin with '-': it then goes last, after "--", where the command reads no flags (before
 // 2026-12-06 such a command, pasted, read the intent as a flag and failed as usage).
-func ClearCommand(intent string) string {
+func ClearCommand(intent string) string { return ClearCommandWith(intent, "") }
+
+// ClearCommandWith is ClearCommand with more flags (each after a space: " --ledger PATH")
+// among its own, before the "--" an intent beginning with '-' follows.
+func ClearCommandWith(intent, flags string) string {
 	if strings.HasPrefix(intent, "-") {
-		return "effectfence ledger clear --reason ... -- " + shellQuote(intent)
+		return "effectfence ledger clear --reason ..." + flags + " -- " + shellQuote(intent)
 	}
-	return "effectfence ledger clear " + shellQuote(intent) + " --reason ..."
+	return "effectfence ledger clear " + shellQuote(intent) + " --reason ..." + flags
 }
 func (e PriorFailureError) Code() string         { return CodePriorFailure }
 func (e PriorFailureError) Is(target error) bool { return target == ErrPriorFailure }

@@ -16,21 +16,11 @@ import (
 func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 	r := RefusalOf(intent, err)
 	if h := s.opts.ClearHint; h != "" && r.Code == fence.CodePriorFailure && r.Intent != "" {
-		plain, named := fence.ClearCommand(r.Intent), clearCommand(r.Intent, h)
+		plain, named := fence.ClearCommand(r.Intent), fence.ClearCommandWith(r.Intent, " "+h)
 		r.Message = strings.ReplaceAll(r.Message, plain, named)
 		r.Next = strings.ReplaceAll(r.Next, plain, named)
 	}
 	return callResult(r, true)
-}
-
-// clearCommand is fence.ClearCommand with hint (`--ledger PATH`) among its flags: before the
-// "--" that an intent beginning with '-' follows.
-func clearCommand(intent, hint string) string {
-	c := fence.ClearCommand(intent)
-	if strings.HasPrefix(intent, "-") {
-		return strings.Replace(c, " -- ", " "+hint+" -- ", 1)
-	}
-	return c + " " + hint
 }
 
 // RefusalOf describes err for an agent. intent is the intent the call was about ("" if none).
