@@ -36,8 +36,9 @@ func TestStopEndsWithTheLedgerFrozen(t *testing.T) {
 	start := time.Now()
 	rw.in.Close()
 	// The grace, the half second the ledger gets for the cut calls, the stats line's second,
-	// the engine's bounded flush of its counters (5 s) and the pool's close, which waits for a
-	// connection still in use (about 17 s in all here): under this, where it never ended.
+	// the engine's bounded flush of its counters (5 s) and the pool's close, bounded at 2 s
+	// (about 10 s in all here; 17 s while the pool's close waited for pgx's cancel requests):
+	// under this, where it never ended.
 	exitWithin(t, rw, 40*time.Second)
 	t.Logf("wrap exited %s after its input closed", time.Since(start).Round(100*time.Millisecond))
 	if got := len(r.spooled()); got != n {

@@ -385,7 +385,17 @@ func (s *Store) SpoolKey() string { return s.spoolKey }
 // closeSettling bounds how long Close keeps trying to settle lost commits' counters.
 const closeSettling = 3 * time.Second
 
-// Close stops the listener of Watch, if one was started, and closes the pool.
+// poolCloseWait bounds how long Close waits for the pool's connections to close. A
+// connection whose query was cancelled is closed by pgx after a cancel request to the server,
+// which waits up to 15 s when the server does not answer (a frozen database, a black-holed
+// network): a stopping process would wait that long for sockets it is about to drop anyway.
+const poolCloseWait = 2 * time.Second
+
+// Close stops the listener of Watch, if one was started, and closes the pool. Connections
+// that have not closed within poolCloseWait (a server that does not answer) go on closing
+// in the background: they send the server nothing but pgx's cancel request and goodbye, and
+// a transaction left open on one is rolled back by the server when its socket goes (as when
+// the process is killed).
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		// The counters of commits whose answer was lost are added here if they did not land.
@@ -402,7 +412,17 @@ func (s *Store) Close() error {
 		if s.listener != nil {
 			s.listener.close()
 		}
-		s.pool.Close()
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			s.pool.Close()
+		}()
+		t := time.NewTimer(poolCloseWait)
+		defer t.Stop()
+		select {
+		case <-closed:
+		case <-t.C:
+		}
 	})
 	return nil
 }
