@@ -573,25 +573,25 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 		switch {
 		case err == nil:
 		case errors.As(err, &spooled):
-			p.logf("intent %s: %s of tool outcome: %v", o.Ticket.Intent, o.Kind, err)
+			p.logf("intent %s: %s: %v", o.Ticket.Intent, outcomeName(o.Kind), err)
 		case errors.Is(err, fence.ErrStaleReadSet):
 		case round == 0:
-			p.logf("intent %s: recording %s: %v", o.Ticket.Intent, o.Kind, err)
+			p.logf("intent %s: recording the %s: %v", o.Ticket.Intent, outcomeName(o.Kind), err)
 		}
 		if !undurable(err) {
 			if round > 0 {
-				p.logf("intent %s: the %s is kept now (%s); answering the call", o.Ticket.Intent, o.Kind, keptWhere(err))
+				p.logf("intent %s: the %s is kept now (%s); answering the call", o.Ticket.Intent, outcomeName(o.Kind), keptWhere(err))
 			}
 			return cert, err
 		}
 		select {
 		case <-p.agentGone:
-			p.logf("intent %s: stopping with the %s in neither the ledger nor its spool: it ends with this process, and the intent's claim is then judged as any whose holder is gone (unknown unless re-run safe)", o.Ticket.Intent, o.Kind)
+			p.logf("intent %s: stopping with the %s in neither the ledger nor its spool: it ends with this process, and the intent's claim is then judged as any whose holder is gone (unknown unless re-run safe)", o.Ticket.Intent, outcomeName(o.Kind))
 			return cert, err
 		default:
 		}
 		if round == 0 {
-			p.logf("intent %s: the %s is in neither the ledger nor its spool; the call's answer waits until one of them takes it", o.Ticket.Intent, o.Kind)
+			p.logf("intent %s: the %s is in neither the ledger nor its spool; the call's answer waits until one of them takes it", o.Ticket.Intent, outcomeName(o.Kind))
 		}
 	}
 }
@@ -608,6 +608,23 @@ func undurable(err error) bool {
 	return err != nil && fence.CodeOf(err) == fence.CodeStore && !errors.As(err, &spooled)
 }
 
+// outcomeName names an outcome in the log: "result", "release", "failed outcome" or "unknown
+// outcome" (before, the kind itself: "lost of tool outcome", "recording lost").
+func outcomeName(k fence.OutcomeKind) string {
+	switch k {
+	case fence.OutcomeCommit:
+		return "result"
+	case fence.OutcomeRelease:
+		return "release"
+	case fence.OutcomeAbort:
+		return "failed outcome"
+	case fence.OutcomeLost:
+		return "unknown outcome"
+	}
+	return string(k) + " outcome"
+}
+
+// keptWhere says where a settled outcome is kept.
 func keptWhere(err error) string {
 	if err != nil && fence.CodeOf(err) == fence.CodeStore {
 		return "in the spool"

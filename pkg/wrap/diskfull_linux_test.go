@@ -124,7 +124,7 @@ func TestFullDiskPastTheLeaseHoldsTheAnswer(t *testing.T) {
 				if a.err == nil && (!a.x.IsError || !strings.Contains(a.x.text(), "NOT be executed again") || strings.Contains(a.x.text(), "slow done")) {
 					t.Fatalf("a wrap that ended (%v) before its outcome was kept answered: %s (isError %v)", sig, a.x.text(), a.x.IsError)
 				}
-				if end == "stopped" && !strings.Contains(w.log.String(), "stopping with the commit in neither the ledger nor its spool") {
+				if end == "stopped" && !strings.Contains(w.log.String(), "stopping with the result in neither the ledger nor its spool") {
 					t.Errorf("the stop did not say the outcome ends with the process; log:\n%s", w.log.String())
 				}
 			}

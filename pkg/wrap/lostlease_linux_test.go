@@ -87,7 +87,7 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	}
 	// Its stderr reaches w.log through a pipe, maybe after the answer.
 	waitFor(t, "the resumed holder to log its lost lease", func() bool {
-		return strings.Contains(w.log.String(), claim.Intent+": recording commit: lease_lost")
+		return strings.Contains(w.log.String(), claim.Intent+": recording the result: lease_lost")
 	})
 	if n := r.effectCount(); n != 2 {
 		t.Fatalf("the child ran %d times, want 2 (the holder's and the takeover's)", n)

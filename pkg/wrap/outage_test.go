@@ -151,7 +151,7 @@ func TestLedgerOutageAtTaskEnd(t *testing.T) {
 	// wrap fetches the final result itself; wait until recording it failed and it was spooled.
 	recordingFailed := func() bool {
 		l := w.log.String()
-		return strings.Contains(l, "commit of tool outcome") || strings.Contains(l, "recording commit") || strings.Contains(l, "could not be recorded")
+		return strings.Contains(l, "result: the ledger did not take") || strings.Contains(l, "recording the result") || strings.Contains(l, "could not be recorded")
 	}
 	for !recordingFailed() {
 		if time.Now().After(deadline) {
