@@ -61,7 +61,7 @@ func replayOf(adm fence.Admission) json.RawMessage {
 	if !adm.ResultNotKept {
 		return replay(adm.Cert, adm.RecordedAt)
 	}
-	text := fmt.Sprintf("effectfence: an identical call was already executed at %s, so this call was NOT executed again. "+
+	text := fmt.Sprintf("effectfence: an identical earlier call was already executed (recorded at %s), so this call was NOT executed again. "+
 		"Its result was not kept (this tool's results are recorded only as a SHA-256), so it cannot be shown here. "+
 		"To run the action again deliberately, make it a different call (change its arguments).",
 		adm.RecordedAt.UTC().Format(time.RFC3339))

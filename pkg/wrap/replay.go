@@ -41,9 +41,11 @@ const MetaNote = "effectfence/note"
 // MetaRecordedAt is the _meta key of a replay carrying when the result was recorded.
 const MetaRecordedAt = "effectfence/recorded_at"
 
-// replayNote is the text a replay tells the model.
+// replayNote is the text a replay tells the model. at is when the result was recorded: the
+// call's end, or when a person resolved an unknown outcome as happened (not when the call was
+// made, which a note said before 2026-12-06).
 func replayNote(at time.Time) string {
-	return fmt.Sprintf("effectfence: this is the recorded result of an identical call made at %s; the tool did NOT run again. "+
+	return fmt.Sprintf("effectfence: this is the recorded result of an identical earlier call (recorded at %s); the tool did NOT run again. "+
 		"If you meant a new action (not a retry), call again with the extra argument %q set to a value you have not used for this call, e.g. \"2\"; "+
 		"a retry with the same value gets the same recorded result.", at.UTC().Format(time.RFC3339), RepeatArg)
 }

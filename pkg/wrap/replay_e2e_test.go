@@ -83,7 +83,7 @@ func TestReplayWindowAndDeliberateRepeat(t *testing.T) {
 	w := r.wrap("--replay-window", "1h", "--replay-window", "slow=2s")
 	call(t, w.Session, "charge", `{"amount":5}`)
 	x := call(t, w.Session, "charge", `{"amount":5}`)
-	if !x.replayed() || !strings.Contains(x.note(), "recorded result of an identical call made at") ||
+	if !x.replayed() || !strings.Contains(x.note(), "recorded result of an identical earlier call (recorded at ") ||
 		!strings.Contains(x.note(), "did NOT run again") || !strings.Contains(x.note(), `"effectfence_repeat"`) {
 		t.Fatalf("replay without the note: %+v", x)
 	}

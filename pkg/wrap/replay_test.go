@@ -46,7 +46,7 @@ func TestReplayKeepsTheRecordedBytes(t *testing.T) {
 			t.Fatalf("replay of %s: %s", res, out)
 		}
 		note := m.Content[len(m.Content)-1].Text
-		if !strings.Contains(note, "identical call made at 2026-11-30T15:04:05Z") || !strings.Contains(note, "did NOT run again") || !strings.Contains(note, RepeatArg) {
+		if !strings.Contains(note, "identical earlier call (recorded at 2026-11-30T15:04:05Z)") || !strings.Contains(note, "did NOT run again") || !strings.Contains(note, RepeatArg) {
 			t.Fatalf("note: %s", note)
 		}
 		if strings.Contains(res, `"_meta"`) && strings.Contains(res, `"content"`) {
