@@ -265,6 +265,9 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 				// ledger and report nothing fenced, whatever was (or was meant to be) there.
 				return nil, fmt.Errorf("no ledger at %s: the file is empty (nothing has used it yet, or it was emptied; check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 			}
+			if c.cmd.Bool("for") {
+				return nil, fmt.Errorf("no ledger at %s: no wrap of this command started from this directory and environment has used it yet. %s", loc, otherWrapLedgers(filepath.Dir(loc), loc))
+			}
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 		}
 	}
@@ -275,6 +278,48 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	// operator's environment (or the default), not that of the processes writing the ledger.
 	opts.KeepEvents = true
 	return store.Open(ctx, opts)
+}
+
+// otherWrapLedgers says why --for may not find the ledger of a wrap that ran, and names the
+// other default wrap ledgers of dir, newest first: wrap's default ledger follows its scope,
+// which hashes the environment it was started with, and an MCP client starts it with its own
+// (often a few variables, where the operator's shell has dozens).
+func otherWrapLedgers(dir, not string) string {
+	const why = "Its name follows the command, the directory and the environment variables (hashed), and an MCP client starts wrap with its own environment, often not a shell's: the first line wrap logs, \"effectfence wrap: ledger PATH\", names the file (give it as --ledger PATH)"
+	paths, _ := filepath.Glob(filepath.Join(dir, "wrap-*.db"))
+	type ledger struct {
+		path string
+		mod  time.Time
+	}
+	var found []ledger
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && p != not {
+			l := ledger{p, fi.ModTime()}
+			// A ledger's writes go to its -wal file until a checkpoint.
+			if wal, err := os.Stat(p + "-wal"); err == nil && wal.ModTime().After(l.mod) {
+				l.mod = wal.ModTime()
+			}
+			found = append(found, l)
+		}
+	}
+	if len(found) == 0 {
+		return why + "; no other wrap ledger is in " + dir
+	}
+	slices.SortFunc(found, func(a, b ledger) int { return b.mod.Compare(a.mod) })
+	const most = 5
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s; the wrap ledgers in %s, newest first:", why, dir)
+	for i, l := range found {
+		if i == most {
+			fmt.Fprintf(&b, " and %d more", len(found)-most)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s (last written %s)", wrap.ShellJoin([]string{l.path}), l.mod.UTC().Format(time.RFC3339))
+	}
+	return b.String()
 }
 
 // writeJSON writes v as indented JSON, with the characters JSON allows raw that could act on

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// TestLedgerForWithAnotherEnvironmentNamesTheLedgersThere: wrap's default ledger follows its
+// scope, which hashes the environment it was started with, and an MCP client starts it with
+// its own (here one variable more than the operator's shell has). `ledger ls --for` from the
+// shell then derives another file. Before, it said only "nothing has used it yet": an
+// operator looking for a call left unknown was told there was none. It now says why, and
+// names the wrap ledgers that are there, among them the one wrap used.
+func TestLedgerForWithAnotherEnvironmentNamesTheLedgersThere(t *testing.T) {
+	t.Parallel()
+	bin := effectfence(t)
+	dir := t.TempDir()
+	state := t.TempDir()
+	child := []string{bin, "demo-server", "--latency", "0s"}
+	run := func(extra []string, stdin string, args ...string) result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0", "XDG_STATE_HOME="+state, store.EnvLedger+"=", envPolicy+"="), extra...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		code := 0
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("effectfence %s: %v", strings.Join(args, " "), err)
+		}
+		return result{code, out.String(), errb.String()}
+	}
+	session := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record_event","arguments":{"name":"e"}}}` + "\n"
+	client := []string{"MCP_CLIENT_ONLY_VARIABLE=1"} // the client's environment is not the shell's
+	w := run(client, session, append([]string{"wrap", "--grace", "60s", "--"}, child...)...)
+	m := regexp.MustCompile(`effectfence wrap: ledger (\S+);`).FindStringSubmatch(w.stderr)
+	if w.code != exitOK || m == nil {
+		t.Fatalf("wrap: exit %d, no ledger named\nstderr %s", w.code, w.stderr)
+	}
+	used := m[1]
+	// From the client's environment, --for finds it.
+	if r := run(client, "", append([]string{"ledger", "ls", "--json", "--for", "--"}, child...)...); r.code != exitOK || !strings.Contains(r.stdout, "record_event") {
+		t.Fatalf("ledger ls --for with wrap's environment: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	// From the shell's, it derives another file, and says where wrap's ledgers are.
+	r := run(nil, "", append([]string{"ledger", "ls", "--json", "--for", "--"}, child...)...)
+	if r.code == exitOK {
+		t.Fatalf("ledger ls --for with another environment found a ledger: %s", r.stdout)
+	}
+	for _, want := range []string{"environment", "effectfence wrap: ledger PATH", used} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("ledger ls --for with another environment does not say %q:\n%s", want, r.stderr)
+		}
+	}
+}
