@@ -265,7 +265,7 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 				// ledger and report nothing fenced, whatever was (or was meant to be) there.
 				return nil, fmt.Errorf("no ledger at %s: the file is empty (nothing has used it yet, or it was emptied; check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 			}
-			if c.cmd.Bool("for") {
+			if c.cmd.Bool("for") && c.opts.Ledger == "" { // the scope's default file
 				return nil, fmt.Errorf("no ledger at %s: no wrap of this command started from this directory and environment has used it yet. %s", loc, otherWrapLedgers(filepath.Dir(loc), loc))
 			}
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
