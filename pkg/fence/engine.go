@@ -957,6 +957,9 @@ func holds(rec *Record, t Ticket) error {
 // that ran whatever becomes of the caller, pass context.WithoutCancel(ctx), or use Settle,
 // which keeps the outcome in the spool while the ledger does not take it.
 func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, error) {
+	if err := e.standing(ctx, Outcome{Kind: OutcomeCommit, Ticket: t, Result: result}); err != nil {
+		return nil, err
+	}
 	return e.commit(ctx, t, result, false)
 }
 
@@ -1183,6 +1186,9 @@ func (e *Engine) doneRecord(rec *Record, res []byte, now time.Time) (*Record, er
 // Abort reports that the effect's outcome is unknown (it may or may not have happened): the
 // intent becomes failed and is fenced until an operator clears it.
 func (e *Engine) Abort(ctx context.Context, t Ticket, reason string) error {
+	if err := e.standing(ctx, Outcome{Kind: OutcomeAbort, Ticket: t, Reason: reason}); err != nil {
+		return err
+	}
 	return e.end(ctx, t, EventAbort, reason, false)
 }
 
@@ -1190,6 +1196,9 @@ func (e *Engine) Abort(ctx context.Context, t Ticket, reason string) error {
 // next attempt runs. The domain sequence number it reserved stays used (a gap), because a
 // number others may have read must never come back.
 func (e *Engine) Release(ctx context.Context, t Ticket, reason string) error {
+	if err := e.standing(ctx, Outcome{Kind: OutcomeRelease, Ticket: t, Reason: reason}); err != nil {
+		return err
+	}
 	return e.end(ctx, t, EventRelease, reason, false)
 }
 
@@ -1197,6 +1206,9 @@ func (e *Engine) Release(ctx context.Context, t Ticket, reason string) error {
 // tool's process died): the intent becomes unknown, fenced until an operator clears it, just
 // as if the holder itself had vanished.
 func (e *Engine) Lost(ctx context.Context, t Ticket, reason string) error {
+	if err := e.standing(ctx, Outcome{Kind: OutcomeLost, Ticket: t, Reason: reason}); err != nil {
+		return err
+	}
 	return e.end(ctx, t, EventLost, reason, false)
 }
 

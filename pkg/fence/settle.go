@@ -83,22 +83,15 @@ func (e *Engine) apply(ctx context.Context, o Outcome, retry bool) (*Cert, error
 // with no spool, the ledger's last error. A spool that could not take the outcome (tried
 // again every round) leaves it held in memory (up to maxHeld bytes of results in all), and
 // DrainSpool (every Recover) tries the ledger and the spool again while the process runs.
+// An outcome answered as kept stands against every later report of its ticket (Settle, Commit,
+// Release, Abort, Lost): it is recorded first, and the later one is judged against it as a
+// second report is (a release after a commit is refused lease_lost).
 func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	if o.At.IsZero() {
 		o.At = time.Now()
 	}
-	if w, ok := e.waiting(o); ok && !sameReport(w, o) {
-		// Another report of this very claim waits to be recorded: it was answered as kept
-		// ("will be recorded"), so it stands. Recorded first (the drain), this one is then
-		// judged against it as any second report is (a commit of another result gets the
-		// recorded cert, a release or abort after a commit lease_lost). Before 2026-12-06 this
-		// one went ahead: its spool file replaced the waiting one (one file per ticket), or it
-		// reached the ledger first, so a release after a spooled commit freed the intent and
-		// the next attempt ran the effect a second time.
-		if _, err := e.DrainSpool(ctx); err != nil || e.waitsReport(w) {
-			return nil, LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
-				Why: fmt.Sprintf("this claim's %s, reported before, waits in the spool to be recorded and stands; this %s is not recorded", w.Kind, o.Kind)}
-		}
+	if err := e.standing(ctx, o); err != nil {
+		return nil, err
 	}
 	var spooled string
 	var spoolErr error // why the outcome is not in the spool yet, if keeping it there failed
@@ -167,6 +160,32 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 		}
 		wait = min(wait*2, settleMaxWait)
 	}
+}
+
+// standing refuses o when another report of its claim waits to be recorded, in the spool or in
+// memory: that one was answered as kept ("will be recorded"), so it stands. Recorded first (the
+// drain), o is then judged against it as any second report is (a commit of another result gets
+// the recorded cert, a release or abort after a commit lease_lost). Before 2026-12-06 a second
+// Settle went ahead: its spool file replaced the waiting one (one file per ticket), or it
+// reached the ledger first, so a release after a spooled commit freed the intent and the next
+// attempt ran the effect a second time. Commit, Release, Abort and Lost ask it too: made
+// directly after a Settle whose outcome was spooled (a caller's clean-up releasing a ticket
+// whose Settle returned an error), they did the same until 2026-12-06
+// (TestDirectReportAfterASpooledCommitIsRefused). Without a spool nothing is ever kept, and
+// nothing is asked.
+func (e *Engine) standing(ctx context.Context, o Outcome) error {
+	if e.cfg.SpoolDir == "" {
+		return nil
+	}
+	w, ok := e.waiting(o)
+	if !ok || sameReport(w, o) {
+		return nil
+	}
+	if _, err := e.DrainSpool(ctx); err != nil || e.waitsReport(w) {
+		return LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
+			Why: fmt.Sprintf("this claim's %s, reported before, waits in the spool to be recorded and stands; this %s is not recorded", w.Kind, o.Kind)}
+	}
+	return nil
 }
 
 // keep runs put, which keeps o in the spool or in memory, unless another report of o's claim

@@ -1,0 +1,85 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
+)
+
+// A commit answered as kept in the spool (SpooledError: "will be recorded") stands against a
+// later Release, Abort, Lost or Commit of the same ticket made directly, not through Settle (a
+// caller's clean-up that releases a ticket whose Settle returned an error), as it does against
+// a second Settle: a release, abort or lost is refused lease_lost, as after a commit the ledger
+// took, a commit of another result gets the spooled commit's cert, and the next attempt
+// replays the spooled result. Before, the release freed the intent and the next attempt ran
+// the effect a second time; an abort or lost fenced it; a commit recorded its own result; and
+// the drain refused the spooled commit as a late result.
+func TestDirectReportAfterASpooledCommitIsRefused(t *testing.T) {
+	ctx := context.Background()
+	leaseLost := func(err error) string {
+		if !errors.Is(err, fence.ErrLeaseLost) {
+			return "want lease_lost"
+		}
+		return ""
+	}
+	report := map[string]func(*fence.Engine, fence.Ticket) (string, error){
+		"release": func(e *fence.Engine, tk fence.Ticket) (string, error) {
+			err := e.Release(ctx, tk, "cleaning up")
+			return leaseLost(err), err
+		},
+		"abort": func(e *fence.Engine, tk fence.Ticket) (string, error) {
+			err := e.Abort(ctx, tk, "cleaning up")
+			return leaseLost(err), err
+		},
+		"lost": func(e *fence.Engine, tk fence.Ticket) (string, error) {
+			err := e.Lost(ctx, tk, "cleaning up")
+			return leaseLost(err), err
+		},
+		"commit": func(e *fence.Engine, tk fence.Ticket) (string, error) {
+			c, err := e.Commit(ctx, tk, []byte(`"another result"`))
+			if err != nil || string(c.Result) != `"charged"` {
+				return "want the spooled commit's cert", err
+			}
+			return "", nil
+		},
+	}
+	for name, rep := range report {
+		t.Run(name, func(t *testing.T) {
+			ds := &fencetest.DownStore{Store: fence.NewMemoryStore()}
+			e := fence.New(ds, fence.Config{SpoolDir: t.TempDir()})
+			defer e.Close()
+			req := fence.Request{Intent: "x", Tool: "t", Args: []byte(`{}`)}
+			adm, err := e.Prepare(ctx, req)
+			if err != nil || !adm.Fresh() {
+				t.Fatalf("prepare: %+v %v", adm, err)
+			}
+			ds.Down.Store(true)
+			sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
+			cancel()
+			if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
+				t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+			}
+			ds.Down.Store(false)
+			if want, err := rep(e, *adm.Ticket); want != "" {
+				t.Errorf("%s after the spooled commit: %v; %s", name, err, want)
+			}
+			if _, err := e.DrainSpool(ctx); err != nil {
+				t.Fatalf("drain: %v", err)
+			}
+			again, err := e.Prepare(ctx, req)
+			switch {
+			case err != nil:
+				t.Errorf("next attempt: %v; want the spooled commit's result", err)
+			case again.Fresh():
+				t.Errorf("next attempt admitted: the effect runs a second time")
+			case string(again.Cert.Result) != `"charged"`:
+				t.Errorf("next attempt replays %s; want the spooled commit's result", again.Cert.Result)
+			}
+		})
+	}
+}
