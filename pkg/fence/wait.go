@@ -22,7 +22,9 @@ const notifiedPoll = time.Second
 // PrepareWait is Prepare that coalesces: when the intent is in flight it waits, up to maxWait,
 // for the holder to finish, and then returns the holder's cert (counted as coalesced), or a
 // Ticket if the holder released the intent, or the holder's failure. Only if the holder is
-// still running when maxWait ends does it return InFlightError. When the holder's lease lapses
+// still running when maxWait ends, or when ctx ends during the wait, does it return
+// InFlightError: a wait cut short by ctx answers with the InFlightError it waited on, not with
+// ctx's error (which an attempt whose ctx ended before it asked the ledger gets). When the holder's lease lapses
 // the wait ends with the intent's unknown (PriorFailureError, Healable when the holder's own
 // late result may still heal it): a wait never outlives the lease it waits on. Waiting notices outcomes of
 // this process at once, and those of other processes through the store's Notifier if it has
