@@ -546,7 +546,7 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 // the read takes its lock) and goes to the next free name of supersededNames if it holds a
 // record: it never overwrites one. Each name is longer than the intent it is derived from, so
 // two transactions that lock an intent and then such a name never wait on each other in a
-// cycle.
+// cycle. A name whose record is a done outcome past its result TTL is free: the move takes it.
 func (e *Engine) supersede(tx Tx, rec *Record, window time.Duration) error {
 	now := tx.Now()
 	old := *rec
@@ -558,7 +558,12 @@ func (e *Engine) supersede(tx Tx, rec *Record, window time.Duration) error {
 		if err != nil {
 			return err
 		}
-		if there == nil {
+		// A done record whose result TTL has passed is forgotten, as the gates forget it (a
+		// sweep drops it later): its name is free. Before 2026-12-06 it held its name until
+		// a sweep, never on a memory store nobody sweeps, and a call repeated identically
+		// (one cert, so one name after another) was refused once all were taken
+		// (TestSupersedeTakesTheNameOfAnExpiredRecord).
+		if there == nil || (there.State == StateDone && !there.ExpiresAt.IsZero() && !now.Before(there.ExpiresAt)) {
 			old.Intent = name
 		}
 	}
