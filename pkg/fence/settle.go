@@ -79,8 +79,9 @@ func (e *Engine) apply(ctx context.Context, o Outcome, retry bool) (*Cert, error
 // ends. Retrying is safe: a commit that landed but whose answer was lost returns the recorded
 // cert, and a claim that went unknown meanwhile is healed by its own late settle. The ledger's
 // answer, a cert or a refusal, is returned as Commit, Release, Abort or Lost return it. When ctx
-// ends first the error is a SpooledError (the outcome waits in the spool for DrainSpool) or,
-// with no spool, the ledger's last error. A spool that could not take the outcome (tried
+// ends first, or the engine is closed (Close) while the ledger has not taken the outcome, the
+// error is a SpooledError (the outcome waits in the spool for DrainSpool) or, with no spool,
+// the ledger's last error. A spool that could not take the outcome (tried
 // again every round) leaves it held in memory (up to maxHeld bytes of results in all), and
 // DrainSpool (every Recover) tries the ledger and the spool again while the process runs.
 // An outcome answered as kept stands against every later report of its ticket (Settle, Commit,
@@ -139,26 +140,31 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 		}
 		t := time.NewTimer(wait)
 		select {
-		case <-ctx.Done():
-			t.Stop()
-			if spooled != "" {
-				return nil, SpooledError{Path: spooled, Err: err}
-			}
-			if spoolErr != nil {
-				held, lost := false, error(nil)
-				e.keep(o, func() { held = e.spool.hold(o) }, &lost)
-				if lost != nil {
-					return nil, lost
-				}
-				if held {
-					return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too (%v): it is held in this process's memory, and every Recover tries the ledger and the spool again while the process runs", err, spoolErr)
-				}
-				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too: %v", err, spoolErr)
-			}
-			return nil, err
 		case <-t.C:
+			wait = min(wait*2, settleMaxWait)
+			continue
+		case <-ctx.Done():
+		case <-e.lost.stop:
+			// The engine was closed: its store never answers again, and a Settle given a
+			// context that never ends retried for ever (TestSettleEndsWhenItsEngineCloses).
+			// What waits in the spool is recorded by the next process opening the ledger.
 		}
-		wait = min(wait*2, settleMaxWait)
+		t.Stop()
+		if spooled != "" {
+			return nil, SpooledError{Path: spooled, Err: err}
+		}
+		if spoolErr != nil {
+			held, lost := false, error(nil)
+			e.keep(o, func() { held = e.spool.hold(o) }, &lost)
+			if lost != nil {
+				return nil, lost
+			}
+			if held {
+				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too (%v): it is held in this process's memory, and every Recover tries the ledger and the spool again while the process runs", err, spoolErr)
+			}
+			return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too: %v", err, spoolErr)
+		}
+		return nil, err
 	}
 }
 
