@@ -948,6 +948,21 @@ func holds(rec *Record, t Ticket) error {
 	return nil
 }
 
+// claimless refuses a ticket whose intent no claim can have: one Prepare refuses (empty, longer
+// than MaxIntentLen, not UTF-8, a NUL byte), so no ledger holds a claim of it, and its report is
+// lease_lost at once, as a report of any ticket that holds no claim is. Asked of the store, a
+// PostgreSQL ledger refused such an intent with an error of its own (invalid byte sequence for
+// encoding "UTF8"), which Settle took for the ledger failing: until 2026-12-06 the outcome was
+// answered as kept in the spool, where no drain could ever record it
+// (TestTicketOfAnIntentNoClaimCanHaveIsLeaseLost).
+func claimless(t Ticket) error {
+	in := t.Intent
+	if in != "" && len(in) <= MaxIntentLen && validUTF8(in) && strings.IndexByte(in, 0) < 0 {
+		return nil
+	}
+	return LeaseLostError{Intent: in, Token: t.Token, Why: "no claim is recorded: no claim can have that intent, which Prepare refuses"}
+}
+
 // Commit records the result of an admitted effect and returns its cert. It re-validates the
 // read set: if any domain moved while the effect ran, the effect ran on stale state, the intent
 // becomes failed and a StaleReadSetError with Executed set is returned. The holder retrying a
@@ -971,6 +986,10 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 // commit is Commit; retry says a report of this outcome may have landed already, its answer
 // lost (see Engine.apply).
 func (e *Engine) commit(ctx context.Context, t Ticket, result []byte, retry bool) (*Cert, error) {
+	if err := claimless(t); err != nil {
+		e.afterOutcome(t.Intent, err)
+		return nil, err
+	}
 	if len(result) == 0 {
 		result = []byte("null")
 	}
@@ -1220,6 +1239,10 @@ func (e *Engine) Lost(ctx context.Context, t Ticket, reason string) error {
 // end records a release, abort or lost of ticket t; retry says a report of this outcome may
 // have landed already, its answer lost (see Engine.apply).
 func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string, retry bool) error {
+	if err := claimless(t); err != nil {
+		e.afterOutcome(t.Intent, err)
+		return err
+	}
 	reason = ledgerText(reason)
 	err := e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(t.Intent)
@@ -1345,6 +1368,10 @@ func (e *Engine) Carry(ctx context.Context, t Ticket, carrier string) (Ticket, e
 }
 
 func (e *Engine) heartbeat(ctx context.Context, t Ticket, carrier *string) (Ticket, error) {
+	if err := claimless(t); err != nil {
+		e.counts.add(bLeaseLost)
+		return Ticket{}, err
+	}
 	var next Ticket
 	err := e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(t.Intent)
