@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -73,10 +74,33 @@ func SupersededIntent(intent, certHash string) string {
 	return intent + "~" + certHash
 }
 
-// maxSupersededNames bounds the names a superseded record may move to: SupersededIntent, then
-// the same followed by "~2", "~3" … when a record already holds it (another intent of that
-// name, or an earlier execution of the intent with the same cert).
+// maxSupersededNames bounds the numbered names a superseded record may move to:
+// SupersededIntent, then the same followed by "~2", "~3" … when a record already holds it
+// (another intent of that name, or an earlier execution of the intent with the same cert).
+// When all are held, the record moves to the same followed by "~" and 32 random hex digits
+// (spareSupersededName).
 const maxSupersededNames = 16
+
+// spareSupersededName is the name a superseded record moves to when every numbered name of
+// base is held: base, "~" and a fresh nonce (32 lowercase hex digits), a name no other record
+// holds. An action repeated identically (same tool, arguments and result: one cert) more often
+// than sixteen times within its result TTL, each time after its replay window (a coding
+// agent's git pull, a status post every quarter hour), fills the numbered names; before
+// 2026-12-06 the next repeat was refused until one of them expired, for up to the result TTL.
+func spareSupersededName(base string) string { return base + "~" + newNonce() }
+
+// isNonce reports whether s has the form of newNonce's: 32 lowercase hex digits.
+func isNonce(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // supersededName is the i-th name (from 1) a record superseded under base may move to.
 func supersededName(base string, i int) string {
@@ -87,10 +111,13 @@ func supersededName(base string, i int) string {
 }
 
 // IsSupersededName reports whether key is a name under which a done record of intent, whose
-// cert has certHash, may have been kept once superseded: SupersededIntent(intent, certHash) or
-// one of the numbered names after it.
+// cert has certHash, may have been kept once superseded: SupersededIntent(intent, certHash),
+// one of the numbered names after it, or the spare name of one with a nonce.
 func IsSupersededName(key, intent, certHash string) bool {
 	base := SupersededIntent(intent, certHash)
+	if rest, ok := strings.CutPrefix(key, base+"~"); ok && isNonce(rest) {
+		return true
+	}
 	for i := 1; i <= maxSupersededNames; i++ {
 		if key == supersededName(base, i) {
 			return true

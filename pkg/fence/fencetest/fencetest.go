@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Conflict", testConflict},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
+		{"SupersedeRepeatedPastTheNames", testSupersedeRepeatedPastTheNames},
 		{"SweepDropsExpired", testSweep},
 		{"SweepDropsOnlyExpiredOutcomes", testSweepBacklog},
 		{"ScanByExpiryOldestFirst", testScanByExpiry},
@@ -1022,6 +1023,60 @@ func testSupersedeNeverOverwrites(t *testing.T, newStore Factory) {
 		t.Fatalf("%s lost its token: %+v", moved, a)
 	} else if b, _ := eng.Status(ctx, base+"~3"); a.Token == b.Token {
 		t.Fatalf("%s and %s hold the same execution (token %d): one overwrote the other", moved, base+"~3", a.Token)
+	}
+}
+
+// testSupersedeRepeatedPastTheNames: an action repeated identically (one cert each time) after
+// its replay window, more often than there are numbered names within its result TTL (a coding
+// agent's git pull, a status post every quarter hour), is admitted every time: once the
+// numbered names are held, the superseded record moves to a name of its own, which
+// IsSupersededName knows (ledger verify). Before 2026-12-06 the seventeenth repeat was refused
+// ("cannot be moved aside") until one of the sixteen records expired: with wrap's defaults, for
+// up to a week.
+func testSupersedeRepeatedPastTheNames(t *testing.T, newStore Factory) {
+	eng := fence.New(newStore(t), fence.Config{})
+	r := req("status:post")
+	r.ReplayWindow = time.Millisecond
+	var first *fence.Cert
+	const repeats = 19
+	for i := 0; i <= repeats; i++ {
+		if i > 0 {
+			time.Sleep(5 * time.Millisecond) // past the window
+		}
+		adm, err := eng.Prepare(ctx, r)
+		if err != nil || !adm.Fresh() {
+			t.Fatalf("repeat %d: %+v %v; want it admitted", i, adm, err)
+		}
+		c := mustCommit(t, eng, *adm.Ticket, `{"posted":"all green"}`)
+		if first == nil {
+			first = c
+		} else if c.Hash != first.Hash {
+			t.Fatalf("repeat %d has cert %s, want the first's (%s) for this test", i, c.Hash, first.Hash)
+		}
+	}
+	var moved []string
+	err := eng.Store().View(ctx, func(tx fence.Tx) error {
+		return tx.Events(r.Intent, func(ev fence.Event) bool {
+			if ev.Kind == fence.EventSuperseded {
+				_, name, _ := strings.Cut(ev.Reason, "the done record is kept as ")
+				moved = append(moved, name)
+			}
+			return true
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) != repeats {
+		t.Fatalf("%d superseded events, want %d: %q", len(moved), repeats, moved)
+	}
+	seen := map[string]bool{}
+	for _, name := range moved {
+		rec, err := eng.Status(ctx, name)
+		if err != nil || rec.State != fence.StateDone || rec.Cert == nil || rec.Cert.Hash != first.Hash || seen[name] || !fence.IsSupersededName(name, r.Intent, first.Hash) {
+			t.Fatalf("%q holds %+v (%v); want one of the moved done records, each under a name of its own", name, rec, err)
+		}
+		seen[name] = true
 	}
 }
 
