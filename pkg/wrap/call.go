@@ -322,8 +322,12 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	// for it, so a cancelled wait just ends: no response (MCP), counted as refused in flight.
 	// The cancellation never reaches the claim: a call the ledger admits is the attempt, and
 	// is seen through (see run).
+	began := time.Now()
 	adm, err := p.opt.Engine.PrepareWaitUntil(f.ctx, req, s.Wait, ctx.Done())
 	holder := err == nil && adm.Fresh()
+	// A flight ended while its members wait, without a failure to share, is one a stopping
+	// front gave up on (Shared.Abandon, or drain for a proxy's own flights).
+	abandoned := f.ctx.Err() != nil
 	if !holder && err != nil && ctx.Err() != nil {
 		p.flights.leave(id.intent, f, false)
 		return answer{outcome: "refused", code: fence.CodeOf(err), withdrawn: true}
@@ -343,6 +347,9 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		}
 		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
 			return a
+		}
+		if abandoned && errors.Is(err, fence.ErrInFlight) {
+			return answer{result: p.abandonedWait(id.intent, err, time.Since(began))}.as("refused", fence.CodeOf(err))
 		}
 		return answer{result: p.refusal(id.intent, err, s.Wait)}.as("refused", fence.CodeOf(err))
 	}
@@ -891,6 +898,14 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 		p.logf("ledger error for intent %s: %v", intent, err)
 	}
 	return toolError(msg, code, intent)
+}
+
+// abandonedWait is the answer of a duplicate whose wait for an identical call in flight a stop
+// ended (after waited): the call it waited for may be cut by the same stop and left unknown,
+// so no recorded result is promised to a retry.
+func (p *Proxy) abandonedWait(intent string, err error, waited time.Duration) json.RawMessage {
+	msg := fmt.Sprintf("effectfence is stopping, so this call stopped waiting (after %s) for an identical call still running. This call was NOT executed a second time. A retry receives that call's outcome once it is recorded: its result if it ends, or, if the stop cuts it off, that its outcome is unknown, fenced until an operator has checked the real system.", waited.Round(time.Millisecond))
+	return toolError(msg, fence.CodeOf(err), intent)
 }
 
 func shellQuote(s string) string {
