@@ -50,6 +50,11 @@ func TestStoppingGatewayTellsItsWaiterTheTruth(t *testing.T) {
 	if !strings.Contains(got, "stopping") {
 		t.Fatalf("the duplicate was not told the gateway stops: %s", got)
 	}
+	// The stopping session of the duplicate, answered once the grace was over, has nothing
+	// left to list (before, its log line read "with 0 calls still running: .").
+	if strings.Contains(g.logText(), "0 calls still running") {
+		t.Fatalf("the log lists no call as still running:\n%s", g.logText())
+	}
 	if n := effectsOf(t, effects); n != 0 {
 		t.Fatalf("%d executions; want none (the call was cut inside the server)", n)
 	}

@@ -572,7 +572,12 @@ func (p *Proxy) drain(why string) {
 	case <-timer.C:
 		p.endGrace()
 		calls := p.inFlight()
-		p.logf("grace of %s is over; stopping the MCP server with %s still running: %s. A fenced call still inside it is recorded as unknown and fenced until an operator clears it; a duplicate still waiting is answered that it was not executed", p.opt.Grace, plural(len(calls), "call"), strings.Join(calls, "; "))
+		if len(calls) == 0 {
+			// The last call ended as the grace did (a duplicate answered at the stop, say).
+			p.logf("grace of %s is over; stopping the MCP server (no call is still running)", p.opt.Grace)
+		} else {
+			p.logf("grace of %s is over; stopping the MCP server with %s still running: %s. A fenced call still inside it is recorded as unknown and fenced until an operator clears it; a duplicate still waiting is answered that it was not executed", p.opt.Grace, plural(len(calls), "call"), strings.Join(calls, "; "))
+		}
 		if p.ownFlights {
 			p.flights.cancelAll() // duplicates waiting for an attempt of another process stop waiting
 		}
