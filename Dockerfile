@@ -36,7 +36,8 @@ LABEL io.modelcontextprotocol.server.name="io.github.effectfence/effectfence" \
       org.opencontainers.image.source="https://github.com/effectfence/effectfence" \
       org.opencontainers.image.licenses="Apache-2.0"
 # The default SQLite ledger lives under $HOME/.local/state/effectfence (/home/nonroot is the
-# one directory nonroot owns): mount a volume there, or use --ledger postgres://... .
+# one directory nonroot owns): mount a volume there. With --ledger postgres://... too, the
+# spool there holds the outcomes the database did not take until they are recorded.
 USER 65532:65532
 WORKDIR /home/nonroot
 EXPOSE 8080
