@@ -106,7 +106,7 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	logger.Printf("ledger %s (lease %s, results kept %s), %d workers", led.Location, cfg.LeaseTTL, cfg.ResultTTL, workers)
 	sopts := serve.Options{Workers: workers, Version: versionString(), Log: logger}
 	if led.Location != "memory" { // no ledger command reaches a memory ledger
-		sopts.ClearHint = clearHint(led.Location)
+		sopts.ClearHint = ledgerHint(opts, led)
 	}
 	srv, err := serve.New(led.Engine, sopts)
 	if err != nil {

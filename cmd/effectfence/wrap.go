@@ -158,7 +158,7 @@ func wrapCommand(io streams) *cli.Command {
 			// server's is never labelled effectfence's (--log-format json).
 			opt.Engine, opt.Log, opt.ServerStderr = led.Engine, safetext.NewWriter(io.err), safetext.NewWriter(serverErr)
 			if opt.InMemory = led.Location == "memory"; !opt.InMemory { // no ledger command reaches it
-				opt.ClearHint = clearHint(led.Location)
+				opt.ClearHint = ledgerHint(so, led)
 			}
 			// The server by its program alone, as everywhere else (the ledger, the answers, policy
 			// init): an argument can hold a key. Escaped: one line, even for a name holding newlines.
@@ -239,6 +239,16 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time
 	err := p.Serve(ctx, io.in, io.out)
 	statsLine()
 	return err
+}
+
+// ledgerHint is clearHint of the ledger opened from o: led.Location shows a PostgreSQL URL
+// with its password written xxxxx already, and clearHint must see the password to say it was
+// left out (before, the commands read as complete and, pasted, failed to log in).
+func ledgerHint(o store.Options, led *store.Ledger) string {
+	if raw, err := o.Location(); err == nil {
+		return clearHint(raw)
+	}
+	return clearHint(led.Location)
 }
 
 // clearHint names this wrap's ledger to `effectfence ledger clear` in a way that is true
