@@ -721,6 +721,9 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  %s        # it took effect: duplicates get a recorded result\n  %s  # it did not: the next attempt runs\n",
 				intentCommand("resolve", r.Intent, sel, ` --happened --reason "what you found"`), intentCommand("resolve", r.Intent, sel, ` --did-not-happen --reason "what you found"`))
 		}
+		if r.State.Fenced() || leaseRuns {
+			fmt.Fprint(w, c.passwordNote())
+		}
 	}
 	if len(d.Events) > 0 {
 		if d.EventsLeftOut > 0 {
@@ -759,6 +762,17 @@ func (c ledgerCall) selection(loc string) string {
 		}
 	}
 	return " --ledger " + shellQuote(loc)
+}
+
+// passwordNote is the line under the commands show suggests when their --ledger is a
+// PostgreSQL URL given with a password, which they show as xxxxx: pasted as it is, the command
+// would fail to log in.
+func (c ledgerCall) passwordNote() string {
+	raw := c.cmd.String("ledger")
+	if !c.cmd.IsSet("ledger") || !strings.Contains(raw, "://") || postgres.Redact(raw) == raw {
+		return ""
+	}
+	return "  (the URL's password is written xxxxx: put the password back before you run the command)\n"
 }
 
 // intentCommand is the command line `effectfence ledger SUB INTENT` with flags (each after a
