@@ -862,7 +862,9 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 	var msg string
 	switch {
 	case errors.Is(err, fence.ErrInFlight):
-		msg = fmt.Sprintf("an identical call is still running (waited %s for it). This call was NOT executed a second time; retry later and the retry will receive the recorded result.", wait)
+		// Not "the retry will receive the recorded result": the call may fail (the retry then
+		// runs it) or end unknown (the retry is told so).
+		msg = fmt.Sprintf("an identical call is still running (waited %s for it). This call was NOT executed a second time; retry later: once that call has ended, a retry receives its recorded result, or runs the call if it failed without effect, or is told that its outcome is unknown.", wait)
 		var fe fence.InFlightError
 		if errors.As(err, &fe) {
 			if g, gone := fence.GoneHolderCarrier(fe.Owner); gone {
