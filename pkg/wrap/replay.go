@@ -86,6 +86,14 @@ func appendReplayMeta(b []byte, c *fence.Cert, at time.Time) []byte {
 // (effectfence/replayed, intent, cert hash, recorded_at) and one text content item at the end
 // of content, marked with MetaNote, that tells the model what happened. A recorded result
 // that is not a JSON object is returned unchanged.
+//
+// The additions go into every top-level _meta object and content array (a result that names
+// one twice is read by some decoders at its first and by others at its last), a _meta or
+// content that is null is replaced by the object or array of the addition alone (null holds
+// nothing of the result), and one of another type is left as it is. A member is added only
+// when the result has no member of that name at all: adding one beside a null member, as
+// replay did before, made a result naming it twice, whose decoders (encoding/json, JSON.parse)
+// read the recorded null and lost the marker or the note.
 func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	res := c.Result
 	if !json.Valid(res) {
@@ -95,56 +103,77 @@ func replay(c *fence.Cert, at time.Time) json.RawMessage {
 	if res[open-1] != '{' {
 		return res
 	}
-	metaAt, contentAt := -1, -1 // where to insert, -1: no such member
-	metaEmpty, contentEmpty := false, false
+	type edit struct {
+		at, end int  // res[at:end] is replaced (at == end: an insertion)
+		meta    bool // the marker's members, else the note's item
+		whole   bool // with the braces or brackets around it
+		comma   bool // followed by a comma (the object or array holds more)
+	}
+	var edits []edit
+	hasMeta, hasContent := false, false
 	members := 0
 	for m := range jsonrpc.Members(res) {
 		members++
 		key := res[m.Key:m.KeyEnd]
 		raw := res[m.Start:m.End]
+		meta := jsonrpc.KeyIs(key, "_meta")
+		if !meta && !jsonrpc.KeyIs(key, "content") {
+			continue
+		}
+		if meta {
+			hasMeta = true
+		} else {
+			hasContent = true
+		}
 		inner := bytes.TrimSpace(raw[1:max(1, len(raw)-1)])
 		switch {
-		case metaAt < 0 && raw[0] == '{' && jsonrpc.KeyIs(key, "_meta"):
-			metaAt, metaEmpty = m.Start+1, len(inner) == 0
-		case contentAt < 0 && raw[0] == '[' && jsonrpc.KeyIs(key, "content"):
-			contentAt, contentEmpty = m.End-1, len(inner) == 0
+		case string(raw) == "null":
+			edits = append(edits, edit{at: m.Start, end: m.End, meta: meta, whole: true})
+		case meta && raw[0] == '{':
+			edits = append(edits, edit{at: m.Start + 1, end: m.Start + 1, meta: true, comma: len(inner) > 0})
+		case !meta && raw[0] == '[':
+			// The note goes last: before the closing bracket, after a comma if the array holds items.
+			edits = append(edits, edit{at: m.End - 1, end: m.End - 1, comma: len(inner) > 0})
 		}
 	}
-	out := make([]byte, 0, len(res)+len(c.Intent)+len(c.Hash)+len(replayItemParts()[0])+len(replayItemParts()[1])+192)
+	out := make([]byte, 0, len(res)+len(edits)*(len(c.Intent)+len(c.Hash)+len(replayItemParts()[0])+len(replayItemParts()[1])+192)+256)
 	out = append(out, res[:open]...)
 	// Members that are missing go first, right after the opening brace.
-	if metaAt < 0 {
+	if !hasMeta {
 		out = appendReplayMeta(append(out, `"_meta":{`...), c, at)
 		out = append(out, '}')
 	}
-	if contentAt < 0 {
-		if metaAt < 0 {
+	if !hasContent {
+		if !hasMeta {
 			out = append(out, ',')
 		}
 		out = appendReplayItem(append(out, `"content":[`...), at)
 		out = append(out, ']')
 	}
-	if (metaAt < 0 || contentAt < 0) && members > 0 {
+	if (!hasMeta || !hasContent) && members > 0 {
 		out = append(out, ',')
 	}
-	// Then the additions inside the members that exist, in the order they come.
+	// Then the additions inside (or in place of) the members that exist, in the order they come.
 	prev := open
-	for range 2 {
+	for _, e := range edits {
+		out = append(out, res[prev:e.at]...)
 		switch {
-		case metaAt >= 0 && (contentAt < 0 || metaAt < contentAt):
-			out = appendReplayMeta(append(out, res[prev:metaAt]...), c, at)
-			if !metaEmpty {
+		case e.meta && e.whole:
+			out = append(appendReplayMeta(append(out, '{'), c, at), '}')
+		case e.meta:
+			out = appendReplayMeta(out, c, at)
+			if e.comma {
 				out = append(out, ',')
 			}
-			prev, metaAt = metaAt, -1
-		case contentAt >= 0:
-			out = append(out, res[prev:contentAt]...)
-			if !contentEmpty {
+		case e.whole:
+			out = append(appendReplayItem(append(out, '['), at), ']')
+		default:
+			if e.comma {
 				out = append(out, ',')
 			}
 			out = appendReplayItem(out, at)
-			prev, contentAt = contentAt, -1
 		}
+		prev = e.end
 	}
 	return append(out, res[prev:]...)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // spliced matches exactly what replay adds, so a test can take it out again.
@@ -83,6 +84,60 @@ func TestReplayItemIsTheNoteEncoded(t *testing.T) {
 		want := `{"type":"text","text":` + string(canon.AppendString(nil, replayNote(at))) + `,"_meta":{"` + MetaNote + `":true}}`
 		if got := replayItem(at); got != want {
 			t.Fatalf("replayItem(%s):\n%s\nwant\n%s", at, got, want)
+		}
+	}
+}
+
+// TestReplayOfANullOrTwiceNamedMetaOrContent holds docs/wrap.md's "a replay is marked in _meta
+// and its content ends with a note" for the recorded results that name _meta or content with
+// null, or twice. Before, a null _meta or content had a second member of that name added at the
+// front: the replay named it twice, and a decoder that reads the last (encoding/json here,
+// JSON.parse, Python's json) read the recorded null: no marker, no note. A result naming an
+// object twice had the marker added to the first alone, which those decoders do not read.
+func TestReplayOfANullOrTwiceNamedMetaOrContent(t *testing.T) {
+	at := time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ res, unspliced string }{
+		{`{"content":[{"type":"text","text":"a"}],"_meta":null}`, `{"content":[{"type":"text","text":"a"}],"_meta":{}}`},
+		{`{"content":null,"isError":false}`, `{"_meta":{},"content":[],"isError":false}`},
+		{`{"_meta" : null , "content" : null}`, `{"_meta" : {} , "content" : []}`},
+		{`{"_meta":{"a":1},"content":[],"_meta":{"b":2},"content":[{"type":"text","text":"x"}]}`,
+			`{"_meta":{"a":1},"content":[],"_meta":{"b":2},"content":[{"type":"text","text":"x"}]}`},
+		{`{"_meta":null,"content":[],"_meta":{"b":2}}`, `{"_meta":{},"content":[],"_meta":{"b":2}}`},
+	} {
+		out := replay(&fence.Cert{Intent: "wrap:t:x", Hash: "ab12", Result: json.RawMessage(c.res)}, at)
+		if !json.Valid(out) {
+			t.Fatalf("replay of %s is not JSON: %s", c.res, out)
+		}
+		if got := unspliced(out); got != c.unspliced {
+			t.Fatalf("replay of %s:\n%s\nwithout the additions:\n%s\nwant\n%s", c.res, out, got, c.unspliced)
+		}
+		// The last of each name, as encoding/json reads it.
+		var last struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+			Meta map[string]json.RawMessage `json:"_meta"`
+		}
+		if err := json.Unmarshal(out, &last); err != nil {
+			t.Fatal(err)
+		}
+		if string(last.Meta[MetaReplayed]) != "true" || len(last.Content) == 0 || !strings.Contains(last.Content[len(last.Content)-1].Text, "did NOT run again") {
+			t.Fatalf("replay of %s as a decoder reading the last member sees it: %s", c.res, out)
+		}
+		// Every _meta and content of the replay holds its addition, the first one included.
+		for m := range jsonrpc.Members(out) {
+			key, raw := out[m.Key:m.KeyEnd], string(out[m.Start:m.End])
+			if jsonrpc.KeyIs(key, "_meta") && !strings.Contains(raw, `"`+MetaReplayed+`":true`) ||
+				jsonrpc.KeyIs(key, "content") && !strings.Contains(raw, `"`+MetaNote+`":true`) {
+				t.Fatalf("replay of %s: member %s is %s, without its addition", c.res, key, raw)
+			}
+		}
+	}
+	// A _meta or content of another type is left as it is, and not named a second time.
+	for _, res := range []string{`{"_meta":"x","content":[]}`, `{"_meta":{},"content":{"a":1}}`} {
+		out := replay(&fence.Cert{Intent: "wrap:t:x", Hash: "ab12", Result: json.RawMessage(res)}, at)
+		if got := unspliced(out); got != res {
+			t.Fatalf("replay of %s:\n%s\nwithout the additions:\n%s", res, out, got)
 		}
 	}
 }
