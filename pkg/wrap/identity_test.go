@@ -95,6 +95,22 @@ func TestKeyInjection(t *testing.T) {
 	if err != nil || info["a"].keyProp != "idempotency_key" || !info["b"].readOnly || info["b"].keyProp != "" {
 		t.Fatalf("parseTools: %+v %v", info, err)
 	}
+	// The key goes only where the schema admits a string of 64 hex digits.
+	for schema, want := range map[string]string{
+		`{"idempotency_key":{"type":"string","maxLength":64,"minLength":64}}`:                  "idempotency_key",
+		`{"idempotency_key":{"type":"string","maxLength":45}}`:                                 "",
+		`{"idempotency_key":{"type":"string","minLength":65}}`:                                 "",
+		`{"idempotency_key":{"type":"string","format":"uuid"}}`:                                "",
+		`{"idempotency_key":{"type":"string","pattern":"^[0-9]+$"}}`:                           "",
+		`{"idempotency_key":{"enum":["a","b"]}}`:                                               "",
+		`{"idempotency_key":{"const":"a"}}`:                                                    "",
+		`{"idempotency_key":{"type":"string","format":"uuid"},"request_id":{"type":"string"}}`: "request_id",
+	} {
+		info, _, err := parseTools([]byte(`{"tools":[{"name":"a","inputSchema":{"properties":` + schema + `}}]}`))
+		if err != nil || info["a"].keyProp != want {
+			t.Errorf("parseTools of properties %s: key property %q (%v), want %q", schema, info["a"].keyProp, err, want)
+		}
+	}
 }
 
 // docs/identity.md: wrap removes effectfence_repeat from the arguments before the server sees

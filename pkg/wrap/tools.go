@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 )
@@ -77,9 +78,7 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 			continue
 		}
 		var schema struct {
-			Properties map[string]struct {
-				Type json.RawMessage `json:"type"`
-			} `json:"properties"`
+			Properties map[string]keySchema `json:"properties"`
 		}
 		_ = json.Unmarshal(t.InputSchema, &schema) // a schema of another shape has no properties
 		_, repeat := schema.Properties[RepeatArg]
@@ -90,7 +89,7 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 		}
 		sort.Strings(names) // deterministic when a schema has two key-like properties
 		for _, name := range names {
-			if keyLike(name) && stringTyped(schema.Properties[name].Type) {
+			if keyLike(name) && schema.Properties[name].admitsHash() {
 				info.keyProp = name
 				break
 			}
@@ -110,6 +109,30 @@ func listedAgain(known map[string]toolInfo, name string, info toolInfo) toolInfo
 		info.readOnly = false
 	}
 	return info
+}
+
+// keySchema is what wrap reads of a property's schema to tell whether it may inject the
+// intent's hash there.
+type keySchema struct {
+	Type      json.RawMessage `json:"type"`
+	MaxLength *float64        `json:"maxLength"`
+	MinLength *float64        `json:"minLength"`
+	Format    json.RawMessage `json:"format"`
+	Pattern   json.RawMessage `json:"pattern"`
+	Enum      json.RawMessage `json:"enum"`
+	Const     json.RawMessage `json:"const"`
+}
+
+// admitsHash reports whether the property's schema admits the key wrap injects: a string of
+// the intent's hash, 64 lower-case hex digits. A schema that asks for a shorter string, a
+// format (a UUID, say), a pattern or one of some values would have the server refuse every
+// call the agent left without a key (the TypeScript SDK checks arguments against the schema
+// before the tool runs), so such a property is left to the agent.
+func (k keySchema) admitsHash() bool {
+	const hashLen = canon.SumLen
+	return stringTyped(k.Type) && (k.MaxLength == nil || *k.MaxLength >= hashLen) &&
+		(k.MinLength == nil || *k.MinLength <= hashLen) &&
+		k.Format == nil && k.Pattern == nil && k.Enum == nil && k.Const == nil
 }
 
 // stringTyped reports whether a schema "type" admits a string (absent admits anything).
