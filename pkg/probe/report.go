@@ -71,8 +71,8 @@ type Report struct {
 	// was still unanswered (it had timed out from the caller's side).
 	RetriesBeforeAnswer int `json:"retries_before_answer"`
 
-	Succeeded         int `json:"succeeded"`          // results with isError false
-	ToolErrors        int `json:"tool_errors"`        // results with isError true
+	Succeeded         int `json:"succeeded"`          // results with isError false, and wrap's not-kept notices
+	ToolErrors        int `json:"tool_errors"`        // results with isError true (but wrap's not-kept notices)
 	ProtocolErrors    int `json:"protocol_errors"`    // JSON-RPC error responses
 	TransportFailures int `json:"transport_failures"` // no answer: connection lost, timeout
 	NotSent           int `json:"not_sent"`           // retry pattern: never sent, --timeout passed first
@@ -80,7 +80,8 @@ type Report struct {
 	DistinctErrors    int `json:"distinct_errors"`    // distinct tool-error answers
 	// ResultNotKept counts the successful answers that were effectfence wrap's notice that an
 	// identical call had already run and its result was kept only as a hash: the duplicate was
-	// not executed, and the notice is not a second answer of the tool.
+	// not executed, and the notice is not a second answer of the tool. A notice is counted so
+	// whether or not it is marked isError (wrap marks it so for a tool with an output schema).
 	ResultNotKept int `json:"result_not_kept"`
 	// Replayed counts the answers effectfence wrap marked as replayed ("effectfence/replayed"
 	// in _meta): recorded results given to duplicates, not new runs of the tool.
@@ -250,7 +251,12 @@ func tally(opts Options, answers []answer) *Report {
 			continue
 		}
 		replayed, notKept := fenceMarks(a.result)
-		notKept = notKept && !isErr
+		if notKept {
+			// wrap's notice that the call ran before and its result was not kept, not an answer
+			// of the tool, even marked isError (it is for a tool with an output schema, which
+			// SDK clients refuse without structuredContent otherwise).
+			isErr = false
+		}
 		if replayed {
 			r.Replayed++
 		}

@@ -205,6 +205,21 @@ func TestJudgeDifferentToolErrors(t *testing.T) {
 	}
 }
 
+// TestWrapsNotKeptNoticeMarkedIsErrorIsNotAToolError: wrap's notice to a duplicate of a call
+// whose result it kept as a hash is marked isError for a tool with an output schema (so SDK
+// clients take it); it is still counted as that notice, not as the tool refusing the call,
+// which made a storm through wrap read "no race surface observed".
+func TestWrapsNotKeptNoticeMarkedIsErrorIsNotAToolError(t *testing.T) {
+	notice := `{"content":[{"type":"text","text":"effectfence: already executed"}],"isError":true,` +
+		`"_meta":{"effectfence/replayed":true,"effectfence/result_not_kept":true}}`
+	r := tally(Options{Tool: "t", Args: json.RawMessage(`{}`)}, results(ok("ch_1"), notice, notice))
+	r.judge()
+	if r.Succeeded != 3 || r.ToolErrors != 0 || r.ResultNotKept != 2 || r.Distinct != 1 || r.DistinctErrors != 0 || r.Verdict != Inconclusive {
+		t.Fatalf("succeeded %d, tool errors %d, not kept %d, distinct %d (errors %d), verdict %s",
+			r.Succeeded, r.ToolErrors, r.ResultNotKept, r.Distinct, r.DistinctErrors, r.Verdict)
+	}
+}
+
 func TestReportRendersWithoutColourAndAsJSON(t *testing.T) {
 	r := tally(Options{Tool: "charge_card", Args: json.RawMessage(`{"amount":4900}`)},
 		append(results(ok("ch_1"), ok("ch_2"), toolErr("declined")), answer{err: errors.New("EOF")}))

@@ -354,7 +354,8 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return answer{result: p.refusal(id.intent, err, s.Wait)}.as("refused", fence.CodeOf(err))
 	}
 	if !holder {
-		return answer{result: replayOf(adm)}.as("replayed", "")
+		info, _, _ := p.tools.get(tool)
+		return answer{result: replayOf(adm, info.outputSchema)}.as("replayed", "")
 	}
 	if task {
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)

@@ -56,8 +56,12 @@ func (p *Proxy) withPrivacy(req fence.Request) fence.Request {
 }
 
 // replayOf is the answer to a duplicate: the recorded result, or, when only its digest was
-// kept, a plain statement that the call was done and when.
-func replayOf(adm fence.Admission) json.RawMessage {
+// kept, a plain statement that the call was done and when. The statement has no
+// structuredContent, so for a tool with an output schema (outputSchema) it is marked isError,
+// and says why: MCP's SDK clients refuse such a tool's result without structuredContent
+// unless it is (the TypeScript client throws "has an output schema but did not return
+// structured content"), and the agent would be told that instead of the statement.
+func replayOf(adm fence.Admission, outputSchema bool) json.RawMessage {
 	if !adm.ResultNotKept {
 		return replay(adm.Cert, adm.RecordedAt)
 	}
@@ -65,9 +69,12 @@ func replayOf(adm fence.Admission) json.RawMessage {
 		"Its result was not kept (this tool's results are recorded only as a SHA-256), so it cannot be shown here. "+
 		"To run the action again deliberately, make it a different call (change its arguments).",
 		adm.RecordedAt.UTC().Format(time.RFC3339))
+	if outputSchema {
+		text += " This answer is marked isError only because the tool's output schema asks for a structured result, which was not kept: the call did not fail, it ran once, earlier."
+	}
 	out, _ := json.Marshal(map[string]any{
 		"content": []map[string]string{{"type": "text", "text": text}},
-		"isError": false,
+		"isError": outputSchema,
 		"_meta": map[string]any{
 			MetaReplayed: true, MetaIntent: adm.Cert.Intent, MetaCert: adm.Cert.Hash, MetaResultNotKept: true,
 		},

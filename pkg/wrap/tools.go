@@ -23,6 +23,9 @@ type toolInfo struct {
 	// repeatProp: the schema itself declares RepeatArg, so it is the tool's own argument and
 	// is forwarded.
 	repeatProp bool
+	// outputSchema: the tool declares an output schema, so MCP's SDK clients refuse a result
+	// of it that has no structuredContent unless it is marked isError.
+	outputSchema bool
 	// params are the arguments the schema asks HTTP clients to mirror into Mcp-Param-*
 	// headers (SEP-2243), which an HTTP front checks against the body.
 	params []mcpheader.Param
@@ -40,9 +43,10 @@ type toolPage struct {
 // and "ReadOnlyHint" for them, which the TypeScript SDK drops, and passed such a tool through
 // unfenced although no client reads it as read-only.
 type listedTool struct {
-	Name        string
-	InputSchema json.RawMessage
-	Annotations json.RawMessage
+	Name         string
+	InputSchema  json.RawMessage
+	Annotations  json.RawMessage
+	OutputSchema json.RawMessage
 }
 
 // readListed reads one entry of a listing; ok is false when it is not an object with a string
@@ -55,6 +59,7 @@ func readListed(raw json.RawMessage) (t listedTool, ok bool) {
 	t.Name = jsonrpc.Unquote(name)
 	t.InputSchema = jsonrpc.MemberValue(raw, "inputSchema")
 	t.Annotations = jsonrpc.MemberValue(raw, "annotations")
+	t.OutputSchema = jsonrpc.MemberValue(raw, "outputSchema")
 	return t, true
 }
 
@@ -82,7 +87,8 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 		}
 		_ = json.Unmarshal(t.InputSchema, &schema) // a schema of another shape has no properties
 		_, repeat := schema.Properties[RepeatArg]
-		info := toolInfo{readOnly: readOnlyHint(t.Annotations), repeatProp: repeat, params: mcpheader.Params(t.InputSchema)}
+		info := toolInfo{readOnly: readOnlyHint(t.Annotations), repeatProp: repeat, params: mcpheader.Params(t.InputSchema),
+			outputSchema: len(t.OutputSchema) > 0 && t.OutputSchema[0] == '{'}
 		names := make([]string, 0, len(schema.Properties))
 		for name := range schema.Properties {
 			names = append(names, name)
