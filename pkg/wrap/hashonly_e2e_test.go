@@ -6,10 +6,59 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
+
+// sdkAnswer is one answer as the TypeScript SDK client hands it to its agent (testdata/sdk_client.mjs).
+type sdkAnswer struct {
+	IsError    bool            `json:"isError"`
+	Text       string          `json:"text"`
+	Structured json.RawMessage `json:"structured"`
+	Replayed   bool            `json:"replayed"`
+	NotKept    bool            `json:"notKept"`
+	Error      string          `json:"error"`
+}
+
+// needPeers returns the npm peers' directory, or skips the test without them (and node).
+func needPeers(t *testing.T, bins ...string) string {
+	t.Helper()
+	peers, _ := filepath.Abs("../../.peers")
+	for _, p := range append([]string{"node_modules/@modelcontextprotocol/sdk/package.json"}, bins...) {
+		if _, err := os.Stat(filepath.Join(peers, p)); err != nil {
+			t.Skip("skipping: npm peers are not installed; run scripts/install-peers")
+		}
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("skipping: node is not installed")
+	}
+	return peers
+}
+
+// sdkCalls calls tool with args n times, one after another, through `effectfence wrap
+// wrapArgs...` with the real TypeScript SDK client, and returns the answers as it gives them.
+func sdkCalls(t *testing.T, peers string, env []string, wrapArgs []string, tool, args string, n int) []sdkAnswer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	wa, _ := json.Marshal(wrapArgs)
+	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "sdk_client.mjs"))
+	node.Env = append(append(os.Environ(), env...), "PEERS="+peers, "EF_BIN="+efBin, "WRAP_ARGS="+string(wa),
+		"TOOL="+tool, "TOOL_ARGS="+args, "CALLS="+strconv.Itoa(n), "GORACE=atexit_sleep_ms=0")
+	var stderr logBuf
+	node.Stderr = &stderr
+	out, err := node.Output()
+	if err != nil {
+		t.Fatalf("node client: %v\n%s", err, stderr.String())
+	}
+	var rep struct{ Answers []sdkAnswer }
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Answers) != n {
+		t.Fatalf("report %s: %v", out, err)
+	}
+	return rep.Answers
+}
 
 // TestHashOnlyReplayOfAToolWithAnOutputSchema holds docs/privacy.md's "a duplicate is told
 // already executed, NOT executed again, result not kept" for a tool with an output schema,
@@ -20,45 +69,18 @@ import (
 // statement. It is now marked isError for such a tool, and says why.
 func TestHashOnlyReplayOfAToolWithAnOutputSchema(t *testing.T) {
 	t.Parallel()
-	peers, _ := filepath.Abs("../../.peers")
-	for _, p := range []string{"node_modules/@modelcontextprotocol/sdk/package.json", "node_modules/.bin/mcp-server-everything"} {
-		if _, err := os.Stat(filepath.Join(peers, p)); err != nil {
-			t.Skip("skipping: npm peers are not installed; run scripts/install-peers")
-		}
+	peers := needPeers(t, "node_modules/.bin/mcp-server-everything")
+	const tool = "get-structured-content"
+	a := sdkCalls(t, peers, nil, []string{"--ledger", filepath.Join(t.TempDir(), "ledger.db"), "--fence", tool, "--keep-result", tool + "=hash",
+		"--", filepath.Join(peers, "node_modules/.bin/mcp-server-everything")}, tool, `{"location":"New York"}`, 2)
+	if a[0].Error != "" || a[0].IsError || a[0].Replayed || len(a[0].Structured) == 0 || string(a[0].Structured) == "null" {
+		t.Fatalf("the first call, run by the server: %+v", a[0])
 	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("skipping: node is not installed")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	node := exec.CommandContext(ctx, "node", filepath.Join("testdata", "hashonly_client.mjs"))
-	node.Env = append(os.Environ(), "PEERS="+peers, "EF_BIN="+efBin, "EF_LEDGER="+filepath.Join(t.TempDir(), "ledger.db"), "GORACE=atexit_sleep_ms=0")
-	var stderr logBuf
-	node.Stderr = &stderr
-	out, err := node.Output()
-	if err != nil {
-		t.Fatalf("node client: %v\n%s", err, stderr.String())
-	}
-	type res struct {
-		IsError    bool            `json:"isError"`
-		Text       string          `json:"text"`
-		Structured json.RawMessage `json:"structured"`
-		Replayed   bool            `json:"replayed"`
-		NotKept    bool            `json:"notKept"`
-		Error      string          `json:"error"`
-	}
-	var rep struct{ First, Second res }
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("report %s: %v", out, err)
-	}
-	if rep.First.Error != "" || rep.First.IsError || rep.First.Replayed || len(rep.First.Structured) == 0 || string(rep.First.Structured) == "null" {
-		t.Fatalf("the first call, run by the server: %s", out)
-	}
-	s := rep.Second
+	s := a[1]
 	if s.Error != "" || !s.Replayed || !s.NotKept || !strings.Contains(s.Text, "already executed") || !strings.Contains(s.Text, "NOT executed again") {
-		t.Fatalf("the duplicate, as the SDK client hands it to its agent: %s", out)
+		t.Fatalf("the duplicate, as the SDK client hands it to its agent: %+v", s)
 	}
 	if !s.IsError || !strings.Contains(s.Text, "output schema") {
-		t.Fatalf("the duplicate of a tool with an output schema: want isError and the reason for it in its text: %s", out)
+		t.Fatalf("the duplicate of a tool with an output schema: want isError and the reason for it in its text: %+v", s)
 	}
 }

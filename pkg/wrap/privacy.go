@@ -63,7 +63,15 @@ func (p *Proxy) withPrivacy(req fence.Request) fence.Request {
 // structured content"), and the agent would be told that instead of the statement.
 func replayOf(adm fence.Admission, outputSchema bool) json.RawMessage {
 	if !adm.ResultNotKept {
-		return replay(adm.Cert, adm.RecordedAt)
+		out := replay(adm.Cert, adm.RecordedAt)
+		if outputSchema && confirmedWithoutStructure(adm.Cert.Result) {
+			// effectfence's own statement that a person confirmed the call (ledger resolve
+			// --happened, or the elicitation's answer), not a result of the tool: marked isError
+			// for the same reason as the statement below.
+			open := jsonrpc.SkipSpace(out, 0) + 1
+			out = append(append(append(make([]byte, 0, len(out)+15), out[:open]...), `"isError":true,`...), out[open:]...)
+		}
+		return out
 	}
 	text := fmt.Sprintf("effectfence: an identical earlier call was already executed (recorded at %s), so this call was NOT executed again. "+
 		"Its result was not kept (this tool's results are recorded only as a SHA-256), so it cannot be shown here. "+
@@ -80,6 +88,17 @@ func replayOf(adm fence.Admission, outputSchema bool) json.RawMessage {
 		},
 	})
 	return out
+}
+
+// confirmedWithoutStructure reports whether res is fence.ConfirmedResult's kind of result: an
+// object whose _meta names a person's confirmation, with no structuredContent and no isError.
+func confirmedWithoutStructure(res json.RawMessage) bool {
+	if !json.Valid(res) {
+		return false
+	}
+	meta := jsonrpc.MemberValue(res, "_meta")
+	return len(meta) > 0 && len(jsonrpc.MemberValue(meta, fence.MetaResolved)) > 0 &&
+		jsonrpc.MemberValue(res, "structuredContent") == nil && jsonrpc.MemberValue(res, "isError") == nil
 }
 
 // redactedTexts returns the argument values a call redacts (its tool's Redact paths), as a
