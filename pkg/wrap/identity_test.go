@@ -105,6 +105,11 @@ func TestKeyInjection(t *testing.T) {
 		`{"idempotency_key":{"enum":["a","b"]}}`:                                               "",
 		`{"idempotency_key":{"const":"a"}}`:                                                    "",
 		`{"idempotency_key":{"type":"string","format":"uuid"},"request_id":{"type":"string"}}`: "request_id",
+		// Python's str | None, with and without a max_length (pydantic's schemas).
+		`{"idempotency_key":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null}}`:                "idempotency_key",
+		`{"idempotency_key":{"anyOf":[{"maxLength":45,"type":"string"},{"type":"null"}],"default":null}}`: "",
+		`{"idempotency_key":{"oneOf":[{"type":"integer"},{"type":"null"}]}}`:                              "",
+		`{"idempotency_key":{"allOf":[{"type":"string"},{"maxLength":36}]}}`:                              "",
 	} {
 		info, _, err := parseTools([]byte(`{"tools":[{"name":"a","inputSchema":{"properties":` + schema + `}}]}`))
 		if err != nil || info["a"].keyProp != want {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -127,18 +128,35 @@ type keySchema struct {
 	Pattern   json.RawMessage `json:"pattern"`
 	Enum      json.RawMessage `json:"enum"`
 	Const     json.RawMessage `json:"const"`
+	AnyOf     []keySchema     `json:"anyOf"`
+	OneOf     []keySchema     `json:"oneOf"`
+	AllOf     []keySchema     `json:"allOf"`
 }
 
 // admitsHash reports whether the property's schema admits the key wrap injects: a string of
 // the intent's hash, 64 lower-case hex digits. A schema that asks for a shorter string, a
 // format (a UUID, say), a pattern or one of some values would have the server refuse every
 // call the agent left without a key (the TypeScript SDK checks arguments against the schema
-// before the tool runs), so such a property is left to the agent.
+// before the tool runs, and pydantic in Python's), so such a property is left to the agent.
+// The constraints may sit in the branches of anyOf or oneOf (Python's `str | None` with a
+// max_length), one of which must admit it, or of allOf, each of which must.
 func (k keySchema) admitsHash() bool {
 	const hashLen = canon.SumLen
-	return stringTyped(k.Type) && (k.MaxLength == nil || *k.MaxLength >= hashLen) &&
-		(k.MinLength == nil || *k.MinLength <= hashLen) &&
-		k.Format == nil && k.Pattern == nil && k.Enum == nil && k.Const == nil
+	if !stringTyped(k.Type) || k.MaxLength != nil && *k.MaxLength < hashLen || k.MinLength != nil && *k.MinLength > hashLen ||
+		k.Format != nil || k.Pattern != nil || k.Enum != nil || k.Const != nil {
+		return false
+	}
+	for _, b := range k.AllOf {
+		if !b.admitsHash() {
+			return false
+		}
+	}
+	for _, branches := range [][]keySchema{k.AnyOf, k.OneOf} {
+		if branches != nil && !slices.ContainsFunc(branches, keySchema.admitsHash) {
+			return false
+		}
+	}
+	return true
 }
 
 // stringTyped reports whether a schema "type" admits a string (absent admits anything).
