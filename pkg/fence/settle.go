@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/durabledir"
 	"github.com/effectfence/effectfence/pkg/canon"
 )
 
@@ -630,7 +631,7 @@ func spoolEntries(dir, prefix string) ([]string, error) {
 }
 
 func (s *spool) put(dir string, o Outcome) (string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durabledir.MkdirAll(dir, 0o700); err != nil { // a new directory's entry synced too
 		return "", err
 	}
 	sp := spooled{Outcome: o, ResultBytes: o.Result}

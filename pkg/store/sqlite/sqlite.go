@@ -48,6 +48,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/durabledir"
 	"github.com/effectfence/effectfence/pkg/fence"
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -553,7 +554,9 @@ func prepareFile(path string, readOnly bool) error {
 	}
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		// Each new directory's entry synced too: a ledger in a directory a power cut took
+		// away would forget every decision in it.
+		if err := durabledir.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("cannot create the ledger directory %s: %w; choose another location with --ledger or EFFECTFENCE_LEDGER", dir, err)
 		}
 	}
