@@ -40,6 +40,7 @@ func gatewayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "allow-unauthenticated", Usage: "with --listen on a non-loopback address: serve without --api-keys or --pass-auth"},
 		&cli.BoolFlag{Name: "share-principals", Usage: "with --listen: identical calls of different principals are one action (a fleet acting for one account); default: each principal is its own scope"},
 		&cli.IntFlag{Name: "max-sessions", Value: httpfront.DefaultMaxSessions, Usage: "with --listen: open MCP sessions at most (each runs its own MCP server child, or upstream session)"},
+		&cli.IntFlag{Name: "max-sessions-per-principal", HideDefault: true, Usage: "with --listen: sessions one principal (an API key, or a client's credentials with --pass-auth) may hold at most; past it its initialize gets 429 (default: only --max-sessions bounds them)"},
 		&cli.DurationFlag{Name: "session-idle", Value: httpfront.DefaultIdle, Usage: "with --listen: close a session idle this long"},
 		&cli.IntFlag{Name: "max-conns", HideDefault: true, Usage: "with --listen: client connections open at most (default: half the open-file limit, leaving the rest to the ledger, the spool and the servers); past it the connection idle longest is closed, or a new one waits"},
 		&cli.DurationFlag{Name: "body-timeout", Value: httpfront.DefaultBodyTimeout, Usage: "with --listen: a request's body must arrive within this long, else its connection is cut and nothing runs (streamed answers are not bounded by it)"},
@@ -177,7 +178,7 @@ func defaultMaxConns() int {
 }
 
 // gatewayOnly are the flags that mean something only with --listen.
-var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "max-conns", "session-idle", "body-timeout", "metrics-tool"}
+var gatewayOnly = []string{"allow-origin", "api-keys", "pass-auth", "allow-unauthenticated", "share-principals", "max-sessions", "max-sessions-per-principal", "max-conns", "session-idle", "body-timeout", "metrics-tool"}
 
 // checkListen checks the listener flags: nil without --listen (and none of its flags).
 func checkListen(cmd *cli.Command) (*listenConfig, error) {
@@ -195,7 +196,7 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 	}
 	cfg := httpfront.Config{
 		AllowOrigins: cmd.StringSlice("allow-origin"), PassAuth: cmd.Bool("pass-auth"),
-		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), Idle: cmd.Duration("session-idle"),
+		Loopback: loopback, MaxSessions: cmd.Int("max-sessions"), MaxSessionsPerPrincipal: cmd.Int("max-sessions-per-principal"), Idle: cmd.Duration("session-idle"),
 		BodyTimeout: cmd.Duration("body-timeout"),
 	}
 	env := os.Getenv(envAPIKeys)
@@ -230,6 +231,9 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 	}
 	if cfg.MaxSessions <= 0 || cfg.Idle <= 0 || cfg.BodyTimeout <= 0 || maxConns <= 0 {
 		return nil, usageErr("--max-sessions, --max-conns, --session-idle and --body-timeout must be positive")
+	}
+	if cfg.MaxSessionsPerPrincipal < 0 || cmd.IsSet("max-sessions-per-principal") && cfg.MaxSessionsPerPrincipal == 0 {
+		return nil, usageErr("--max-sessions-per-principal must be positive")
 	}
 	return &listenConfig{addr: addr, front: cfg, connIdle: connIdle, maxConns: maxConns}, nil
 }

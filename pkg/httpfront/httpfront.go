@@ -93,6 +93,11 @@ type Config struct {
 	// MaxSessions bounds the open sessions (default DefaultMaxSessions); an initialize beyond
 	// it gets 503.
 	MaxSessions int
+	// MaxSessionsPerPrincipal bounds the sessions one principal may hold (0: MaxSessions
+	// alone bounds them); an initialize beyond it gets 429. Without it one client that opens
+	// sessions in a loop (a runaway agent, a leak) takes every place under MaxSessions, and
+	// every other principal's initialize is refused until those sessions idle out.
+	MaxSessionsPerPrincipal int
 	// Idle closes a session without requests for this long (default DefaultIdle).
 	Idle time.Duration
 	// BodyTimeout bounds the time from a request's handling to the end of its body (default
@@ -650,6 +655,11 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many sessions (%d, open or stopping): try later", h.cfg.MaxSessions))
 		return nil
 	}
+	if h.fullFor(who) {
+		h.mu.Unlock()
+		h.refuseMine(w)
+		return nil
+	}
 	// Close waits for the session being made: taken before Close can begin (h.closed is
 	// false under h.mu), so its Wait sees it, and held until the session is either open
 	// (Close ends it) or being stopped (discard, which Close waits for too).
@@ -665,6 +675,12 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 	s := newSession(newID(), who, p)
 	p.Attach(s)
 	h.mu.Lock()
+	if !h.closed && !h.full() && h.fullFor(who) {
+		h.discard(s, "too many sessions of its principal")
+		h.mu.Unlock()
+		h.refuseMine(w)
+		return nil
+	}
 	if h.closed || h.full() {
 		// Checked again here: Close, or concurrent initializes that all passed the check
 		// above, came meanwhile. The proxy is stopped as a session's is (end), so Close waits
@@ -697,6 +713,33 @@ func (h *Handler) open(w http.ResponseWriter, who Caller) *session {
 // call in it and opened another ran a server per round, past the bound, for the grace).
 func (h *Handler) full() bool {
 	return len(h.sessions)+len(h.ending) >= h.cfg.MaxSessions
+}
+
+// fullFor says a new session of who would pass MaxSessionsPerPrincipal; h.mu is held. Like
+// full, a session being stopped counts until it is.
+func (h *Handler) fullFor(who Caller) bool {
+	limit := h.cfg.MaxSessionsPerPrincipal
+	if limit <= 0 {
+		return false
+	}
+	n := 0
+	for _, s := range h.sessions {
+		if s.who.Principal == who.Principal {
+			n++
+		}
+	}
+	for s := range h.ending {
+		if s.who.Principal == who.Principal {
+			n++
+		}
+	}
+	return n >= limit
+}
+
+// refuseMine answers an initialize beyond MaxSessionsPerPrincipal.
+func (h *Handler) refuseMine(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	httpError(w, http.StatusTooManyRequests, fmt.Sprintf("too many sessions of this principal (%d, open or stopping): end one (DELETE) or try later", h.cfg.MaxSessionsPerPrincipal))
 }
 
 func newID() string {

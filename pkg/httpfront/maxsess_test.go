@@ -111,3 +111,50 @@ func TestStoppingSessionsCountTowardMaxSessions(t *testing.T) {
 		}
 	}
 }
+
+// MaxSessionsPerPrincipal: one principal that opens sessions in a loop (a runaway agent)
+// takes its own places only; another principal still opens its sessions, and a place that
+// is given back (DELETE, once its server stopped) can be taken again. Before, MaxSessions
+// was the only bound, shared by every principal: alice's loop refused bob's initialize too.
+func TestMaxSessionsPerPrincipalLeavesOthersTheirPlaces(t *testing.T) {
+	t.Parallel()
+	alice, bob := "alice-token-0123456789", "bob-token-0123456789ab"
+	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) {
+		c.Keys = map[string]string{alice: "alice", bob: "bob"}
+		c.MaxSessions, c.MaxSessionsPerPrincipal = 4, 2
+	})
+	ah, bh := hdr{"Authorization": "Bearer " + alice}, hdr{"Authorization": "Bearer " + bob}
+	first := g.open(ah)
+	g.open(ah)
+	r := g.mustPost("", ah, initBody)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("alice's third initialize: status %d %v, want 429 with Retry-After", r.status, r.raw)
+	}
+	g.open(bh) // bob's places are his own
+	g.open(bh)
+	if got := g.front.Sessions(); got != 4 {
+		t.Fatalf("%d sessions open, want 4", got)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
+	req.Header.Set("Mcp-Session-Id", first)
+	req.Header.Set("Authorization", ah["Authorization"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("alice's DELETE: status %d", resp.StatusCode)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := g.mustPost("", ah, initBody)
+		if r.status == http.StatusOK {
+			break
+		}
+		// Until the ended session's server has stopped, its place counts, alice's and the
+		// gateway's (4 in all: 503).
+		if r.status != http.StatusTooManyRequests && r.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("alice's initialize after she ended a session: status %d %v, want 200", r.status, r.raw)
+		}
+	}
+}
