@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -349,7 +350,34 @@ func (e *Engine) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e.closeLostClaims(ctx)
+	herr := e.closeHeld(ctx)
 	ferr := e.Flush(ctx)
 	cerr := e.store.Close()
-	return errors.Join(ferr, cerr)
+	return errors.Join(herr, ferr, cerr)
+}
+
+// closeHeld tries once more to keep the outcomes held in memory (see Settle: neither the
+// ledger nor the spool took them), in the ledger or the spool, and names those it could not:
+// they end with this process. Before 2026-12-06 they ended with it without a word, though
+// their Settle had been answered that every Recover would try again
+// (TestCloseNamesTheOutcomesItsMemoryHeld).
+func (e *Engine) closeHeld(ctx context.Context) error {
+	if !e.spool.holdsAny() {
+		return nil
+	}
+	n, _ := e.settleHeld(ctx)
+	if n > 0 {
+		_, _ = e.DrainSpool(ctx) // those settleHeld put in the spool
+	}
+	left := e.spool.takeHeld()
+	if len(left) == 0 {
+		return nil
+	}
+	what := make([]string, 0, len(left))
+	for _, o := range left {
+		what = append(what, fmt.Sprintf("the %s of intent %q (claim %d)", o.Kind, o.Ticket.Intent, o.Ticket.Token))
+	}
+	slices.Sort(what)
+	return fmt.Errorf("fence: %d outcome(s) that neither the ledger nor the spool could take end with this process: %s; each claim stays in flight in the ledger and is judged as any whose holder is gone (unknown, fenced for an operator, unless declared safe to re-run)",
+		len(left), strings.Join(what, "; "))
 }

@@ -521,6 +521,13 @@ func (s *spool) holds(intent string) bool {
 	return false
 }
 
+// holdsAny reports whether any outcome is held in memory.
+func (s *spool) holdsAny() bool {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	return len(s.held) > 0
+}
+
 // takeHeld returns the outcomes held in memory and forgets them.
 func (s *spool) takeHeld() []Outcome {
 	s.hmu.Lock()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,3 +100,59 @@ func TestSettleAgainOfAnOutcomeHeldInMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseNamesTheOutcomesItsMemoryHeld: an outcome neither the ledger nor the spool took is
+// held in memory, and its Settle is answered that every Recover tries again. At Close the
+// engine tries once more; one it still cannot keep ends with the process, and Close's error
+// names it (wrap prints it). Before, it ended without a word. One the ledger takes by then is
+// recorded and not named.
+func TestCloseNamesTheOutcomesItsMemoryHeld(t *testing.T) {
+	ctx := context.Background()
+	for _, back := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ledger back %v", back), func(t *testing.T) {
+			notDir := filepath.Join(t.TempDir(), "spool")
+			if err := os.WriteFile(notDir, nil, 0o600); err != nil { // the spool cannot be made there
+				t.Fatal(err)
+			}
+			mem := NewMemoryStore()
+			s := &cutStore{Store: mem}
+			e := New(keptOpen{s}, Config{SpoolDir: notDir}) // read after Close below
+			r := Request{Intent: "order:held", Tool: "charge", Args: json.RawMessage(`{"usd":1}`)}
+			adm, err := e.Prepare(ctx, r)
+			if err != nil || !adm.Fresh() {
+				t.Fatal(adm, err)
+			}
+			s.down.Store(true)
+			sctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+			_, err = e.Settle(sctx, Outcome{Kind: OutcomeCommit, Ticket: *adm.Ticket, Result: json.RawMessage(`"charged"`)})
+			cancel()
+			if err == nil || !e.spool.holds(r.Intent) {
+				t.Fatalf("settle with the ledger and the spool down: %v (held %v); want it held in memory", err, e.spool.holds(r.Intent))
+			}
+			s.down.Store(!back)
+			err = e.Close()
+			named := err != nil && strings.Contains(err.Error(), `intent "order:held"`) && strings.Contains(err.Error(), "end with this process")
+			var state State
+			if verr := mem.View(ctx, func(tx Tx) error {
+				rec, err := tx.Get(r.Intent)
+				if rec != nil {
+					state = rec.State
+				}
+				return err
+			}); verr != nil {
+				t.Fatal(verr)
+			}
+			switch {
+			case back && (named || state != StateDone):
+				t.Fatalf("close with the ledger back: %v, record %s; want the commit recorded, not named", err, state)
+			case !back && !named:
+				t.Fatalf("close with the ledger down: %v; want the held commit named as ending with the process", err)
+			}
+		})
+	}
+}
+
+// keptOpen is a store that Close leaves open, to be read after its engine is closed.
+type keptOpen struct{ *cutStore }
+
+func (keptOpen) Close() error { return nil }
