@@ -766,10 +766,11 @@ func (c ledgerCall) selection(loc string) string {
 
 // passwordNote is the line under the commands show suggests when their --ledger is a
 // PostgreSQL URL given with a password, which they show as xxxxx: pasted as it is, the command
-// would fail to log in.
+// would fail to log in. The URL is the one opened: --ledger's, or with --for
+// EFFECTFENCE_LEDGER's or a policy's (the note looked only at --ledger, which --for excludes).
 func (c ledgerCall) passwordNote() string {
-	raw := c.cmd.String("ledger")
-	if !c.cmd.IsSet("ledger") || !strings.Contains(raw, "://") || postgres.Redact(raw) == raw {
+	raw := c.opts.Ledger
+	if c.selection(raw) == "" || !strings.Contains(raw, "://") || postgres.Redact(raw) == raw {
 		return ""
 	}
 	return "  (the URL's password is written xxxxx: put the password back before you run the command)\n"
