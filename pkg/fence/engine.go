@@ -964,10 +964,27 @@ func holds(rec *Record, t Ticket) error {
 // encoding "UTF8"), which Settle took for the ledger failing: until 2026-12-06 the outcome was
 // answered as kept in the spool, where no drain could ever record it
 // (TestTicketOfAnIntentNoClaimCanHaveIsLeaseLost).
-func claimless(t Ticket) error {
+//
+// A NUL byte is the exception: Prepare admitted it until 2026-12-02, and a SQLite or memory
+// ledger may hold a claim of it, whose outcome (kept in the spool by that build, or reported
+// by a holder across the upgrade) must be recorded; it was refused, its spool file deleted as
+// answered (TestClaimOfAnOlderBuildWithANulIsRecorded). Such a ticket is refused only when
+// its ledger has no record of the intent, which a PostgreSQL ledger answers without a query.
+func (e *Engine) claimless(ctx context.Context, t Ticket) error {
 	in := t.Intent
-	if in != "" && len(in) <= MaxIntentLen && validUTF8(in) && strings.IndexByte(in, 0) < 0 {
-		return nil
+	if in != "" && len(in) <= MaxIntentLen && validUTF8(in) {
+		if strings.IndexByte(in, 0) < 0 {
+			return nil
+		}
+		var rec *Record
+		err := e.store.View(ctx, func(tx Tx) error {
+			var err error
+			rec, err = tx.Get(in)
+			return err
+		})
+		if err != nil || rec != nil {
+			return nil // the report itself is judged against the record (or fails as the ledger does)
+		}
 	}
 	return LeaseLostError{Intent: in, Token: t.Token, Why: "no claim is recorded: no claim can have that intent, which Prepare refuses"}
 }
@@ -995,7 +1012,7 @@ func (e *Engine) Commit(ctx context.Context, t Ticket, result []byte) (*Cert, er
 // commit is Commit; retry says a report of this outcome may have landed already, its answer
 // lost (see Engine.apply).
 func (e *Engine) commit(ctx context.Context, t Ticket, result []byte, retry bool) (*Cert, error) {
-	if err := claimless(t); err != nil {
+	if err := e.claimless(ctx, t); err != nil {
 		e.afterOutcome(t.Intent, err)
 		return nil, err
 	}
@@ -1248,7 +1265,7 @@ func (e *Engine) Lost(ctx context.Context, t Ticket, reason string) error {
 // end records a release, abort or lost of ticket t; retry says a report of this outcome may
 // have landed already, its answer lost (see Engine.apply).
 func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string, retry bool) error {
-	if err := claimless(t); err != nil {
+	if err := e.claimless(ctx, t); err != nil {
 		e.afterOutcome(t.Intent, err)
 		return err
 	}
@@ -1377,7 +1394,7 @@ func (e *Engine) Carry(ctx context.Context, t Ticket, carrier string) (Ticket, e
 }
 
 func (e *Engine) heartbeat(ctx context.Context, t Ticket, carrier *string) (Ticket, error) {
-	if err := claimless(t); err != nil {
+	if err := e.claimless(ctx, t); err != nil {
 		e.counts.add(bLeaseLost)
 		return Ticket{}, err
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,5 +57,47 @@ func TestTicketOfAnIntentNoClaimCanHaveIsLeaseLost(t *testing.T) {
 				t.Errorf("drain: %d %v; want nothing kept in the spool", n, err)
 			}
 		})
+	}
+}
+
+// TestClaimOfAnOlderBuildWithANulIsRecorded: until 2026-12-02 Prepare admitted an intent with a
+// NUL byte, and a SQLite ledger holds such claims. The outcome of one, kept in the spool by
+// that build and drained by this one (or reported by a holder across the upgrade), is the
+// claim's: it must be recorded. It was refused lease_lost ("no claim can have that intent")
+// without the ledger being asked, the spool file deleted as answered, and the effect's result
+// lost, the claim left in flight to be fenced as unknown.
+func TestClaimOfAnOlderBuildWithANulIsRecorded(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	l, err := store.Open(ctx, store.Options{Ledger: filepath.Join(t.TempDir(), "l.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	adm, err := l.Prepare(ctx, fence.Request{Intent: "charge:template", Tool: "charge", Args: []byte(`{"usd":5}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	const intent = "charge:\x00old"
+	err = l.Store().Update(ctx, func(tx fence.Tx) error {
+		rec, err := tx.Get(adm.Ticket.Intent)
+		if err != nil || rec == nil {
+			return fmt.Errorf("template claim: %+v %v", rec, err)
+		}
+		old := *rec
+		old.Intent = intent // as an older build wrote it
+		return tx.Put(&old)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := *adm.Ticket
+	tk.Intent = intent
+	c, err := l.Commit(ctx, tk, []byte(`"charged"`))
+	if err != nil || c == nil || c.Intent != intent {
+		t.Fatalf("commit of the older build's claim: %+v %v; want it recorded", c, err)
+	}
+	rec, err := l.Status(ctx, intent)
+	if err != nil || rec.State != fence.StateDone {
+		t.Fatalf("%q: %+v %v; want done", intent, rec, err)
 	}
 }
