@@ -286,7 +286,16 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 // (often a few variables, where the operator's shell has dozens).
 func otherWrapLedgers(dir, not string) string {
 	const why = "Its name follows the command, the directory and the environment variables (hashed), and an MCP client starts wrap with its own environment, often not a shell's: the first line wrap logs, \"effectfence wrap: ledger PATH\", names the file (give it as --ledger PATH)"
-	paths, _ := filepath.Glob(filepath.Join(dir, "wrap-*.db"))
+	// Matched by name, not filepath.Glob of dir: the directory may hold '[' or '*'
+	// (TestOtherWrapLedgersInADirectoryWithGlobCharacters).
+	var paths []string
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, de := range entries {
+			if ok, _ := filepath.Match("wrap-*.db", de.Name()); ok {
+				paths = append(paths, filepath.Join(dir, de.Name()))
+			}
+		}
+	}
 	type ledger struct {
 		path string
 		mod  time.Time

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -69,5 +70,23 @@ func TestLedgerForWithAnotherEnvironmentNamesTheLedgersThere(t *testing.T) {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("ledger ls --for with another environment does not say %q:\n%s", want, r.stderr)
 		}
+	}
+}
+
+// TestOtherWrapLedgersInADirectoryWithGlobCharacters: the state directory is a path the
+// operator chose (XDG_STATE_HOME), and may hold '[' or '*'; the listing matched its files with
+// filepath.Glob of the directory joined to the pattern, which read those as a pattern, and
+// said "no other wrap ledger is in" a directory that held wrap's.
+func TestOtherWrapLedgersInADirectoryWithGlobCharacters(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state [old]", "effectfence")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ledger := filepath.Join(dir, "wrap-0123456789abcdef.db")
+	if err := os.WriteFile(ledger, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := otherWrapLedgers(dir, filepath.Join(dir, "wrap-fedcba9876543210.db")); !strings.Contains(got, "wrap-0123456789abcdef.db") || strings.Contains(got, "no other wrap ledger") {
+		t.Fatalf("otherWrapLedgers does not name %s:\n%s", ledger, got)
 	}
 }
