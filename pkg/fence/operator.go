@@ -369,7 +369,7 @@ func (e *Engine) closeHeld(ctx context.Context) error {
 	if n > 0 {
 		_, _ = e.DrainSpool(ctx) // those settleHeld put in the spool
 	}
-	left := e.spool.takeHeld()
+	left := e.spool.heldOutcomes()
 	if len(left) == 0 {
 		return nil
 	}

@@ -349,22 +349,23 @@ func (e *Engine) waits(intent string) bool { return e.spooledFor(intent) || e.sp
 
 // settleHeld reports to the ledger once each outcome held in memory (see Settle), returning
 // how many it took. One the ledger still cannot take goes into the spool if that has room
-// now (the drain that follows reports it), or is held again.
+// now (the drain that follows reports it), or stays held. Each stays held until the ledger or
+// the spool has it: taken out of memory first, it stood against nothing while its report was
+// on its way, and a Release of its ticket made meanwhile reached the ledger first, freed the
+// intent and had the held commit refused (TestDirectReportWhileAHeldCommitIsDrained).
 func (e *Engine) settleHeld(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
-	for _, o := range e.spool.takeHeld() {
+	for _, o := range e.spool.heldOutcomes() {
 		_, err := e.apply(ctx, o, true)
 		var coded Coded
 		if err == nil || errors.As(err, &coded) {
+			e.spool.unhold(o)
 			n++
 			continue
 		}
 		if _, serr := e.spool.put(e.cfg.SpoolDir, o); serr == nil {
-			continue
-		}
-		if !e.spool.hold(o) { // outcomes held meanwhile took its room
-			errs = append(errs, fmt.Errorf("%s of intent %q, held in memory: %w; no longer held (%d bytes of outcomes are): its claim stays in flight", o.Kind, o.Ticket.Intent, err, maxHeld))
+			e.spool.unhold(o)
 			continue
 		}
 		errs = append(errs, fmt.Errorf("%s of intent %q, held in memory: %w", o.Kind, o.Ticket.Intent, err))
@@ -528,15 +529,14 @@ func (s *spool) holdsAny() bool {
 	return len(s.held) > 0
 }
 
-// takeHeld returns the outcomes held in memory and forgets them.
-func (s *spool) takeHeld() []Outcome {
+// heldOutcomes returns the outcomes held in memory; they stay held (see settleHeld).
+func (s *spool) heldOutcomes() []Outcome {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	out := make([]Outcome, 0, len(s.held))
 	for _, o := range s.held {
 		out = append(out, o)
 	}
-	s.held, s.heldBytes = nil, 0
 	return out
 }
 
