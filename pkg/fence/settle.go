@@ -188,11 +188,34 @@ func (e *Engine) standing(ctx context.Context, o Outcome) error {
 	if !ok || sameReport(w, o) {
 		return nil
 	}
-	if _, err := e.DrainSpool(ctx); err != nil || e.waitsReport(w) {
+	// Judged by w alone: a drain also fails on files of other claims (one that is not an
+	// outcome, left for an operator; another ledger's), and its error refused o though w had
+	// just been recorded (TestDirectCommitAfterADrainThatFailedElsewhere).
+	_, _ = e.DrainSpool(ctx)
+	if !e.reportGone(w) {
 		return LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
 			Why: fmt.Sprintf("this claim's %s, reported before, waits in the spool to be recorded and stands; this %s is not recorded", w.Kind, o.Kind)}
 	}
 	return nil
+}
+
+// reportGone reports whether w, which waited, no longer does: it is neither held in memory
+// nor in a spool file, readable or not (a drain removes a file only once the ledger answered
+// it, and a held outcome is forgotten only once the ledger or the spool took it).
+func (e *Engine) reportGone(w Outcome) bool {
+	if _, ok := e.spool.heldOf(w); ok {
+		return false
+	}
+	names := []string{spoolName(w)}
+	if w.Ticket.Nonce != "" {
+		names = append(names, legacySpoolName(w))
+	}
+	for _, n := range names {
+		if _, err := os.Lstat(filepath.Join(e.cfg.SpoolDir, n)); !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 // keep runs put, which keeps o in the spool or in memory, unless another report of o's claim
@@ -407,12 +430,6 @@ func sameClaim(a, b Ticket) bool {
 // same intent and token).
 func holdsClaim(rec *Record, t Ticket) bool {
 	return rec != nil && t.Nonce != "" && rec.Token == t.Token && rec.Nonce == t.Nonce
-}
-
-// waitsReport reports whether w still waits after a drain: in memory, or its spool file.
-func (e *Engine) waitsReport(w Outcome) bool {
-	_, ok := e.waiting(w)
-	return ok
 }
 
 // sameReport reports whether b reports what a does: the same kind and, for a commit, the same

@@ -3,6 +3,8 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -81,5 +83,38 @@ func TestDirectReportAfterASpooledCommitIsRefused(t *testing.T) {
 				t.Errorf("next attempt replays %s; want the spooled commit's result", again.Cert.Result)
 			}
 		})
+	}
+}
+
+// TestDirectCommitAfterADrainThatFailedElsewhere: a commit answered as kept in the spool
+// stands until the drain records it; once recorded, a Commit of its ticket made directly gets
+// the recorded cert, as without the spool. A spool file the drain cannot record (one that is
+// not an outcome, left for an operator to read, or another ledger's) makes every drain return
+// an error, and that error alone refused the Commit lease_lost, "waits in the spool to be
+// recorded", though the spooled commit had just been recorded.
+func TestDirectCommitAfterADrainThatFailedElsewhere(t *testing.T) {
+	ctx := context.Background()
+	ds := &fencetest.DownStore{Store: fence.NewMemoryStore()}
+	dir := t.TempDir()
+	e := fence.New(ds, fence.Config{SpoolDir: dir})
+	defer e.Close()
+	adm, err := e.Prepare(ctx, fence.Request{Intent: "x", Tool: "t", Args: []byte(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	ds.Down.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
+	cancel()
+	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
+		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+	}
+	ds.Down.Store(false)
+	if err := os.WriteFile(filepath.Join(dir, "zz-not-an-outcome.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.Commit(ctx, *adm.Ticket, []byte(`"another result"`))
+	if err != nil || string(c.Result) != `"charged"` {
+		t.Fatalf("commit after the spooled commit was recorded: %+v %v; want the spooled commit's cert", c, err)
 	}
 }
