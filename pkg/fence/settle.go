@@ -155,6 +155,14 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 			return nil, SpooledError{Path: spooled, Err: err}
 		}
 		if spoolErr != nil {
+			select {
+			case <-e.lost.stop:
+				// Closed: no Recover or drain of this engine runs again, so holding the outcome
+				// in memory would promise a retry that never comes
+				// (TestSettleEndingAtCloseDoesNotPromiseARetry).
+				return nil, fmt.Errorf("%w; and keeping the outcome in the spool failed too (%v), and the engine is closed: nothing in this process reports it again, and its claim stays in flight, judged by the lease rules", err, spoolErr)
+			default:
+			}
 			held, lost := false, error(nil)
 			e.keep(o, func() { held = e.spool.hold(o) }, &lost)
 			if lost != nil {
