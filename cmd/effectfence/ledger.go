@@ -89,10 +89,12 @@ var wideFlag = &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells (on
 type ledgerCall struct {
 	io   streams
 	opts store.Options
-	args []string
-	json bool
-	cmd  *cli.Command
-	out  painter
+	// scope is the scope name --for derived the ledger from (--scope, or a policy's), if any.
+	scope string
+	args  []string
+	json  bool
+	cmd   *cli.Command
+	out   painter
 	// wide: table cells are shown whole (stdout is not a terminal, or --wide).
 	wide bool
 	// wideFlag: --wide was given: free text is shown whole too, wherever stdout is.
@@ -180,7 +182,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			return ledgerCall{}, usageErr("ledger %s: the intent is empty; give the intent id as `effectfence ledger ls` shows it", cmd.Name)
 		}
 	}
-	name, forLedger, before := "server", "", ""
+	name, forLedger, before, scopeName := "server", "", "", ""
 	if cmd.Bool("for") {
 		child := args[nargs:]
 		if len(child) == 0 {
@@ -205,7 +207,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		}
 		res := policy.Resolve(pol, policy.Flags{Scope: cmd.String("scope"), Ledger: os.Getenv(store.EnvLedger)})
 		scope := store.CurrentWrapScope(child, res.Scope)
-		name, forLedger, before = scope.LedgerName(), res.Ledger, scope.Before
+		name, forLedger, before, scopeName = scope.LedgerName(), res.Ledger, scope.Before, res.Scope
 	} else if cmd.IsSet("scope") {
 		return ledgerCall{}, usageErr("ledger %s: --scope names the scope of a wrap ledger and goes with --for -- <command…>", cmd.Name)
 	} else if cmd.IsSet("policy") {
@@ -235,7 +237,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 	}
 	tty := isTerminal(io.out)
 	wide := !tty || cmd.Bool("wide")
-	return ledgerCall{io: io, opts: opts, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide, wideFlag: cmd.Bool("wide"), tty: tty}, nil
+	return ledgerCall{io: io, opts: opts, scope: scopeName, args: args[:nargs], json: cmd.Bool("json"), cmd: cmd, out: newPainter(io.out), wide: wide, wideFlag: cmd.Bool("wide"), tty: tty}, nil
 }
 
 // open opens the ledger for a subcommand that reads or changes it through the engine. An
@@ -266,7 +268,12 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 				return nil, fmt.Errorf("no ledger at %s: the file is empty (nothing has used it yet, or it was emptied; check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 			}
 			if c.cmd.Bool("for") && c.opts.Ledger == "" { // the scope's default file
-				return nil, fmt.Errorf("no ledger at %s: no wrap of this command started from this directory and environment has used it yet. %s", loc, otherWrapLedgers(filepath.Dir(loc), loc))
+				if c.scope != "" {
+					// A named scope's file follows its name alone: neither the command, the
+					// directory nor the environment has a part in it.
+					return nil, fmt.Errorf("no ledger at %s: no wrap of scope %q has used it yet. %s", loc, c.scope, otherWrapLedgers(filepath.Dir(loc), loc, scopeLedgerWhy))
+				}
+				return nil, fmt.Errorf("no ledger at %s: no wrap of this command started from this directory and environment has used it yet. %s", loc, otherWrapLedgers(filepath.Dir(loc), loc, wrapLedgerWhy))
 			}
 			return nil, fmt.Errorf("no ledger at %s: nothing has used it yet (check --ledger, EFFECTFENCE_LEDGER or --for)", loc)
 		}
@@ -280,12 +287,17 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	return store.Open(ctx, opts)
 }
 
-// otherWrapLedgers says why --for may not find the ledger of a wrap that ran, and names the
+// wrapLedgerWhy is why --for may not find the default ledger of a wrap without a scope name.
+const wrapLedgerWhy = "Its name follows the command, the directory and the environment variables (hashed), and an MCP client starts wrap with its own environment, often not a shell's: the first line wrap logs, \"effectfence wrap: ledger PATH\", names the file (give it as --ledger PATH)"
+
+// scopeLedgerWhy is why --for may not find the ledger of a wrap given a scope name.
+const scopeLedgerWhy = "With a scope, the file follows its name alone: check the --scope wrap was given (or its policy's scope); the first line wrap logs, \"effectfence wrap: ledger PATH\", names the file (give it as --ledger PATH)"
+
+// otherWrapLedgers says why (why) --for may not find the ledger of a wrap that ran, and names the
 // other default wrap ledgers of dir, newest first: wrap's default ledger follows its scope,
 // which hashes the environment it was started with, and an MCP client starts it with its own
 // (often a few variables, where the operator's shell has dozens).
-func otherWrapLedgers(dir, not string) string {
-	const why = "Its name follows the command, the directory and the environment variables (hashed), and an MCP client starts wrap with its own environment, often not a shell's: the first line wrap logs, \"effectfence wrap: ledger PATH\", names the file (give it as --ledger PATH)"
+func otherWrapLedgers(dir, not, why string) string {
 	// Matched by name, not filepath.Glob of dir: the directory may hold '[' or '*'
 	// (TestOtherWrapLedgersInADirectoryWithGlobCharacters).
 	var paths []string

@@ -86,7 +86,24 @@ func TestOtherWrapLedgersInADirectoryWithGlobCharacters(t *testing.T) {
 	if err := os.WriteFile(ledger, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := otherWrapLedgers(dir, filepath.Join(dir, "wrap-fedcba9876543210.db")); !strings.Contains(got, "wrap-0123456789abcdef.db") || strings.Contains(got, "no other wrap ledger") {
+	if got := otherWrapLedgers(dir, filepath.Join(dir, "wrap-fedcba9876543210.db"), wrapLedgerWhy); !strings.Contains(got, "wrap-0123456789abcdef.db") || strings.Contains(got, "no other wrap ledger") {
 		t.Fatalf("otherWrapLedgers does not name %s:\n%s", ledger, got)
+	}
+}
+
+// TestLedgerForWithAScopeSaysTheScopeNamesTheFile: with --scope (or a policy's scope) wrap's
+// default ledger follows the scope's name alone, so --for finding none says so; it said the
+// file followed the command, the directory and the environment, and that an MCP client's
+// environment was the likely cause, none of which has a part in a named scope's file.
+func TestLedgerForWithAScopeSaysTheScopeNamesTheFile(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv(store.EnvLedger, "")
+	t.Setenv(envPolicy, "")
+	code, _, errOut := runCLI(t, "", "ledger", "ls", "--for", "--scope", "team-a", "--", "some-mcp-server")
+	if code == exitOK {
+		t.Fatalf("ledger ls --for --scope found a ledger where none is:\n%s", errOut)
+	}
+	if strings.Contains(errOut, "environment") || !strings.Contains(errOut, `"team-a"`) {
+		t.Fatalf("ledger ls --for --scope with no ledger does not say the scope names the file:\n%s", errOut)
 	}
 }
