@@ -1031,8 +1031,8 @@ func testSupersedeNeverOverwrites(t *testing.T, newStore Factory) {
 // agent's git pull, a status post every quarter hour), is admitted every time: once the
 // numbered names are held, the superseded record moves to a name of its own, which
 // IsSupersededName knows (ledger verify). Before 2026-12-06 the seventeenth repeat was refused
-// ("cannot be moved aside") until one of the sixteen records expired: with wrap's defaults, for
-// up to a week.
+// ("cannot be moved aside") until one of the sixteen records expired: for up to the result TTL
+// (24 h by default).
 func testSupersedeRepeatedPastTheNames(t *testing.T, newStore Factory) {
 	eng := fence.New(newStore(t), fence.Config{})
 	r := req("status:post")
