@@ -575,6 +575,7 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 				}
 			}()
 		}
+		began := time.Now()
 		cert, err := p.opt.Engine.Settle(sctx, o)
 		cancel()
 		var spooled fence.SpooledError
@@ -601,8 +602,19 @@ func (p *Proxy) settle(ctx context.Context, o fence.Outcome) (*fence.Cert, error
 		if round == 0 {
 			p.logf("intent %s: the %s is in neither the ledger nor its spool; the call's answer waits until one of them takes it", o.Ticket.Intent, outcomeName(o.Kind))
 		}
+		// A Settle that gives up at once (its engine closed, so it does not wait out its
+		// context) is not tried again in a busy loop.
+		if time.Since(began) < settleRoundFloor {
+			select {
+			case <-p.agentGone:
+			case <-time.After(settleRoundFloor):
+			}
+		}
 	}
 }
+
+// settleRoundFloor is the least time between two rounds of settle.
+const settleRoundFloor = 100 * time.Millisecond
 
 // stopSettleWait bounds the ledger's turn for an outcome that comes after a stop's grace: a
 // ledger that does not take it by then leaves it to the spool, within the time MCP clients
