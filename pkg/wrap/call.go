@@ -115,7 +115,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 			return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: the arguments cannot be fenced (%v); the call was NOT executed", err))
 		}
 		var ok bool
-		if fwd, ok = injectKey(fwd, info.keyProp, id.hash); ok {
+		if fwd, ok = injectKey(fwd, info.keyProp, info.keyForm.key(id.hash)); ok {
 			edited = true
 		}
 	}

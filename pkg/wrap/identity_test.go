@@ -1,6 +1,8 @@
 package wrap
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -95,25 +97,49 @@ func TestKeyInjection(t *testing.T) {
 	if err != nil || info["a"].keyProp != "idempotency_key" || !info["b"].readOnly || info["b"].keyProp != "" {
 		t.Fatalf("parseTools: %+v %v", info, err)
 	}
-	// The key goes only where the schema admits a string of 64 hex digits.
-	for schema, want := range map[string]string{
-		`{"idempotency_key":{"type":"string","maxLength":64,"minLength":64}}`:                  "idempotency_key",
-		`{"idempotency_key":{"type":"string","maxLength":45}}`:                                 "",
-		`{"idempotency_key":{"type":"string","minLength":65}}`:                                 "",
-		`{"idempotency_key":{"type":"string","format":"uuid"}}`:                                "",
-		`{"idempotency_key":{"type":"string","pattern":"^[0-9]+$"}}`:                           "",
-		`{"idempotency_key":{"enum":["a","b"]}}`:                                               "",
-		`{"idempotency_key":{"const":"a"}}`:                                                    "",
-		`{"idempotency_key":{"type":"string","format":"uuid"},"request_id":{"type":"string"}}`: "request_id",
+	// The key is the hash where the schema admits a string of 64 hex digits, else its first
+	// digits where it asks for a shorter one (of at least 32), or a UUID made of them; nowhere
+	// else.
+	const hash = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9f"
+	for schema, want := range map[string]struct{ prop, key string }{
+		`{"idempotency_key":{"type":"string","maxLength":64,"minLength":64}}`:                {"idempotency_key", hash},
+		`{"idempotency_key":{"type":"string","maxLength":45}}`:                               {"idempotency_key", hash[:45]},
+		`{"idempotency_key":{"type":"string","maxLength":20}}`:                               {"", ""},
+		`{"idempotency_key":{"type":"string","minLength":65}}`:                               {"", ""},
+		`{"idempotency_key":{"type":"string","format":"uuid"}}`:                              {"idempotency_key", "a1b2c3d4-e5f6-8718-a93a-4b5c6d7e8f90"},
+		`{"idempotency_key":{"type":"string","format":"email"}}`:                             {"", ""},
+		`{"idempotency_key":{"type":"string","pattern":"^[0-9]+$"}}`:                         {"", ""},
+		`{"idempotency_key":{"type":"string","pattern":"^[0-9a-f]{40,50}$"}}`:                {"", ""},
+		`{"idempotency_key":{"type":"string","pattern":"^[0-9a-f]{40,50}$","maxLength":48}}`: {"idempotency_key", hash[:48]},
+		`{"idempotency_key":{"type":"string","pattern":"(?<=a)b"}}`:                          {"", ""},
+		`{"idempotency_key":{"type":"string","format":"uuid","pattern":"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"}}`: {"idempotency_key", "a1b2c3d4-e5f6-8718-a93a-4b5c6d7e8f90"},
+		`{"idempotency_key":{"enum":["a","b"]}}`:                                               {"", ""},
+		`{"idempotency_key":{"const":"a"}}`:                                                    {"", ""},
+		`{"idempotency_key":{"type":"string","pattern":"x"},"request_id":{"type":"string"}}`:   {"request_id", hash},
+		`{"idempotency_key":{"type":"string","format":"uuid"},"request_id":{"type":"string"}}`: {"idempotency_key", "a1b2c3d4-e5f6-8718-a93a-4b5c6d7e8f90"},
 		// Python's str | None, with and without a max_length (pydantic's schemas).
-		`{"idempotency_key":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null}}`:                "idempotency_key",
-		`{"idempotency_key":{"anyOf":[{"maxLength":45,"type":"string"},{"type":"null"}],"default":null}}`: "",
-		`{"idempotency_key":{"oneOf":[{"type":"integer"},{"type":"null"}]}}`:                              "",
-		`{"idempotency_key":{"allOf":[{"type":"string"},{"maxLength":36}]}}`:                              "",
+		`{"idempotency_key":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null}}`:                {"idempotency_key", hash},
+		`{"idempotency_key":{"anyOf":[{"maxLength":45,"type":"string"},{"type":"null"}],"default":null}}`: {"idempotency_key", hash[:45]},
+		`{"idempotency_key":{"anyOf":[{"maxLength":8,"type":"string"},{"type":"null"}],"default":null}}`:  {"", ""},
+		`{"idempotency_key":{"oneOf":[{"type":"integer"},{"type":"null"}]}}`:                              {"", ""},
+		`{"idempotency_key":{"allOf":[{"type":"string"},{"maxLength":36}]}}`:                              {"idempotency_key", hash[:36]},
 	} {
 		info, _, err := parseTools([]byte(`{"tools":[{"name":"a","inputSchema":{"properties":` + schema + `}}]}`))
-		if err != nil || info["a"].keyProp != want {
-			t.Errorf("parseTools of properties %s: key property %q (%v), want %q", schema, info["a"].keyProp, err, want)
+		if err != nil || info["a"].keyProp != want.prop {
+			t.Errorf("parseTools of properties %s: key property %q (%v), want %q", schema, info["a"].keyProp, err, want.prop)
+			continue
+		}
+		if got := info["a"].keyForm.key(hash); want.prop != "" && got != want.key {
+			t.Errorf("parseTools of properties %s: key %q, want %q", schema, got, want.key)
+		}
+	}
+	// The UUID's version (8) and variant digits are the ones every UUID check accepts, for any
+	// hash (zod's check, as the TypeScript SDK's servers run it).
+	zod := regexp.MustCompile(`^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000)$`)
+	for i := range 16 {
+		h := strings.Repeat(fmt.Sprintf("%x", i), 64)
+		if u := uuidKey.key(h); !zod.MatchString(u) || !isUUID(u) {
+			t.Errorf("uuidKey.key(%s) = %s, not a UUID", h[:8], u)
 		}
 	}
 }

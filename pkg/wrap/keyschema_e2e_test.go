@@ -17,8 +17,9 @@ import (
 // agent left out with the intent's 64-digit hash whatever the property's schema said: a tool
 // whose key is at most 45 characters (as Square's API has) or a UUID refused every such call
 // ("Input validation error"), a tool error that released the intent, so the tool could not be
-// used through wrap at all. Now the key goes only where the schema admits it; elsewhere the call
-// goes as the agent made it, still fenced: a duplicate is replayed, the effect runs once.
+// used through wrap at all. Now the key takes the form the schema admits: the hash's first 45
+// digits, or a UUID made of them (so the service still dedupes), and the call is fenced as
+// before: a duplicate is replayed, the effect runs once.
 func TestInjectedKeyMeetsTheSchema(t *testing.T) {
 	t.Parallel()
 	peers, _ := filepath.Abs("../../.peers")
@@ -33,11 +34,14 @@ func TestInjectedKeyMeetsTheSchema(t *testing.T) {
 	r.childCmdOverride = []string{"node", script}
 	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + r.effects}
 	w := r.wrap()
-	hash := regexp.MustCompile(`key=[0-9a-f]{64}$`)
 	for i, c := range []struct {
-		tool     string
-		injected bool
-	}{{"pay_short_key", false}, {"pay_uuid_key", false}, {"pay_any_key", true}} {
+		tool string
+		key  *regexp.Regexp // the key the server gets: the hash's first digits, as a UUID, whole
+	}{
+		{"pay_short_key", regexp.MustCompile(`key=[0-9a-f]{45}$`)},
+		{"pay_uuid_key", regexp.MustCompile(`key=[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)},
+		{"pay_any_key", regexp.MustCompile(`key=[0-9a-f]{64}$`)},
+	} {
 		first := call(t, w.Session, c.tool, `{"amount":5}`)
 		if first.IsError || first.replayed() {
 			t.Fatalf("%s {\"amount\":5} through wrap: isError %v, replayed %v: %s", c.tool, first.IsError, first.replayed(), first.text())
@@ -50,8 +54,8 @@ func TestInjectedKeyMeetsTheSchema(t *testing.T) {
 		if len(eff) != i+1 || !strings.HasPrefix(eff[i], c.tool+" amount=5 ") {
 			t.Fatalf("%s: effects %q, want one more, of %s", c.tool, eff, c.tool)
 		}
-		if got := hash.MatchString(eff[i]); got != c.injected {
-			t.Fatalf("%s: the server got %q; a key injected: %v, want %v", c.tool, eff[i], got, c.injected)
+		if !c.key.MatchString(eff[i]) {
+			t.Fatalf("%s: the server got %q, want a key matching %s", c.tool, eff[i], c.key)
 		}
 	}
 }

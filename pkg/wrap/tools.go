@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/internal/mcpheader"
 )
@@ -19,8 +20,10 @@ import (
 // them.
 type toolInfo struct {
 	readOnly bool
-	// keyProp is the idempotency-key-like string property of the input schema, if any.
+	// keyProp is the idempotency-key-like string property of the input schema, if any, and
+	// keyForm the form of the key its schema admits (see keySchema.form).
 	keyProp string
+	keyForm keyForm
 	// repeatProp: the schema itself declares RepeatArg, so it is the tool's own argument and
 	// is forwarded.
 	repeatProp bool
@@ -96,8 +99,8 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 		}
 		sort.Strings(names) // deterministic when a schema has two key-like properties
 		for _, name := range names {
-			if keyLike(name) && schema.Properties[name].admitsHash() {
-				info.keyProp = name
+			if f, ok := schema.Properties[name].form(); keyLike(name) && ok {
+				info.keyProp, info.keyForm = name, f
 				break
 			}
 		}
@@ -133,26 +136,126 @@ type keySchema struct {
 	AllOf     []keySchema     `json:"allOf"`
 }
 
-// admitsHash reports whether the property's schema admits the key wrap injects: a string of
-// the intent's hash, 64 lower-case hex digits. A schema that asks for a shorter string, a
-// format (a UUID, say), a pattern or one of some values would have the server refuse every
-// call the agent left without a key (the TypeScript SDK checks arguments against the schema
-// before the tool runs, and pydantic in Python's), so such a property is left to the agent.
-// The constraints may sit in the branches of anyOf or oneOf (Python's `str | None` with a
-// max_length), one of which must admit it, or of allOf, each of which must.
-func (k keySchema) admitsHash() bool {
-	const hashLen = canon.SumLen
-	if !stringTyped(k.Type) || k.MaxLength != nil && *k.MaxLength < hashLen || k.MinLength != nil && *k.MinLength > hashLen ||
-		k.Format != nil || k.Pattern != nil || k.Enum != nil || k.Const != nil {
+// keyForm is how the key wrap injects is made from the call's hash (64 lower-case hex digits):
+// the hash itself (0), its first n digits (n, at least minKeyLen), or a UUID (uuidKey).
+type keyForm int
+
+const uuidKey keyForm = -1
+
+// minKeyLen is the fewest digits of the hash a key is cut to: 128 bits.
+const minKeyLen = 32
+
+// key is the key of form f for hash.
+func (f keyForm) key(hash string) string {
+	switch {
+	case f == uuidKey:
+		return uuidOf(hash)
+	case f > 0 && int(f) < len(hash):
+		return hash[:f]
+	}
+	return hash
+}
+
+// uuidOf writes the first 32 digits of hash as a UUID of version 8 (RFC 9562: bits the
+// application chooses) with the RFC's variant, which every UUID check accepts.
+func uuidOf(hash string) string {
+	b := []byte(hash[:32])
+	b[12] = '8'
+	b[16] = "89ab"[strings.IndexByte("0123456789abcdef", b[16])&3]
+	return string(b[:8]) + "-" + string(b[8:12]) + "-" + string(b[12:16]) + "-" + string(b[16:20]) + "-" + string(b[20:32])
+}
+
+// form returns the form of key the property's schema admits, and false when none does. The
+// key is the call's hash, 64 hex digits, where the schema takes it; else, for a schema that
+// asks for a shorter string (a maxLength of at least minKeyLen: Square's keys are at most 45
+// characters) its first digits, and for one that asks for a UUID (format "uuid") a UUID made
+// of them. A pattern, an enum, a const, another format or a shorter maxLength is left to the
+// agent: the server would refuse every call the agent left without a key (the TypeScript SDK
+// checks arguments against the schema before the tool runs, and pydantic in Python's), and
+// before 2026-12-06 every such call was refused (TestInjectedKeyMeetsTheSchema). The
+// constraints may sit in the branches of anyOf or oneOf (Python's `str | None` with a
+// max_length), one of which must admit the key, or of allOf, each of which must.
+func (k keySchema) form() (keyForm, bool) {
+	const sample = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	// The most digits first: a UUID carries 122 bits of the hash, a prefix of 32 digits 128.
+	forms := []keyForm{0}
+	ns := k.maxLengths(nil)
+	slices.Sort(ns)
+	for _, n := range slices.Backward(ns) {
+		if n >= minKeyLen && n < len(sample) {
+			forms = append(forms, keyForm(n))
+		}
+	}
+	forms = append(forms, uuidKey)
+	for _, f := range forms {
+		if k.admits(f.key(sample)) {
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// maxLengths appends the maxLength of the schema and of its branches to ns.
+func (k keySchema) maxLengths(ns []int) []int {
+	if k.MaxLength != nil && *k.MaxLength >= 0 && *k.MaxLength <= 1<<20 {
+		ns = append(ns, int(*k.MaxLength))
+	}
+	for _, bs := range [][]keySchema{k.AllOf, k.AnyOf, k.OneOf} {
+		for _, b := range bs {
+			ns = b.maxLengths(ns)
+		}
+	}
+	return ns
+}
+
+// admits reports whether the schema admits the string key (of hex digits, or a UUID).
+func (k keySchema) admits(key string) bool {
+	n := float64(len(key))
+	if !stringTyped(k.Type) || k.MaxLength != nil && *k.MaxLength < n || k.MinLength != nil && *k.MinLength > n ||
+		k.Enum != nil || k.Const != nil || k.Pattern != nil && !matches(k.Pattern, key) {
+		return false
+	}
+	if k.Format != nil && (string(k.Format) != `"uuid"` || !isUUID(key)) {
 		return false
 	}
 	for _, b := range k.AllOf {
-		if !b.admitsHash() {
+		if !b.admits(key) {
 			return false
 		}
 	}
 	for _, branches := range [][]keySchema{k.AnyOf, k.OneOf} {
-		if branches != nil && !slices.ContainsFunc(branches, keySchema.admitsHash) {
+		if branches != nil && !slices.ContainsFunc(branches, func(b keySchema) bool { return b.admits(key) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// matches reports whether the schema's pattern (an ECMA-262 regular expression, unanchored)
+// matches key, as far as Go's regexp can tell: a pattern it cannot compile matches nothing,
+// and the key is left to the agent. The patterns key schemas carry (a UUID's, a set of
+// characters with a length) mean the same in both.
+func matches(pattern json.RawMessage, key string) bool {
+	var p string
+	if json.Unmarshal(pattern, &p) != nil || len(p) > 4096 {
+		return false
+	}
+	re, err := regexp.Compile(p)
+	return err == nil && re.MatchString(key)
+}
+
+// isUUID reports whether s is a UUID as uuidOf writes one: 8-4-4-4-12 lower-case hex digits.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case (c < '0' || c > '9') && (c < 'a' || c > 'f'):
 			return false
 		}
 	}
