@@ -174,7 +174,14 @@ func Run(ctx context.Context, opts Options, dial Dial) (*Report, error) {
 			conn.Close()
 		}
 	}()
-	names, err := conn.ToolNames(ctx)
+	// The listing is bounded like the calls: a server that never answers it must not hold
+	// the probe past --timeout.
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	names, err := conn.ToolNames(lctx)
+	cancel()
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil, fmt.Errorf("tools/list got no answer within %s; nothing was called", timeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tools/list failed: %w; nothing was called", err)
 	}

@@ -1,6 +1,7 @@
 package probe_test
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,5 +65,39 @@ func TestProbeRetryStopsAtTheTimeout(t *testing.T) {
 	}
 	if n := countLines(t, log); n != 8-rep.NotSent {
 		t.Fatalf("the server received %d calls; the report says %d were sent", n, 8-rep.NotSent)
+	}
+}
+
+// TestProbeTimeoutBoundsTheToolList: a server that completes the handshake and never answers
+// tools/list ends the probe soon after --timeout, exit 1 and nothing called; the listing
+// waited without a bound, and such a server held the probe until it was killed.
+func TestProbeTimeoutBoundsTheToolList(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls.log")
+	srv := filepath.Join(dir, "nolist.sh")
+	script := `#!/bin/sh
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
+  case "$line" in
+    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id";;
+    *'"tools/call"'*) echo call >> "$EFFECTS";;
+  esac
+done
+`
+	if err := os.WriteFile(srv, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := cmdtest.Run(t, []string{"EFFECTS=" + log}, bin, "probe", "--timeout", "1s", "--tool", "t", "--calls", "3", "--", srv)
+	took := time.Since(start)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "tools/list") || !strings.Contains(r.Stderr, "nothing was called") {
+		t.Fatalf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", r.Code, took, r.Stdout, r.Stderr)
+	}
+	if took > 20*time.Second {
+		t.Errorf("the probe took %s with --timeout 1s", took)
+	}
+	if _, err := os.Stat(log); err == nil {
+		t.Error("a tools/call was sent to a server whose tool list never came")
 	}
 }
