@@ -527,3 +527,39 @@ func TestSRCROOTURI(t *testing.T) {
 		}
 	}
 }
+
+// TestPythonBlockOutlivesADedentedString: a Python tool's body goes on past a triple-quoted
+// string whose lines start at column 0 (SQL, a prompt, markdown kept free of indentation);
+// the body ended at the string's first such line, and the write after it was no longer the
+// tool's, so a tool that inserts into a table was listed as no candidate.
+func TestPythonBlockOutlivesADedentedString(t *testing.T) {
+	dir := t.TempDir()
+	code := strings.Join([]string{
+		`from mcp.server.fastmcp import FastMCP`,
+		`mcp = FastMCP("ledger")`,
+		``,
+		`@mcp.tool()`,
+		`async def ledger_entry(account: str, cents: int) -> str:`,
+		`    """Ledger entry for an account."""`,
+		`    query = """`,
+		`INSERT INTO ledger (account, cents)`,
+		`VALUES (?, ?)`,
+		`"""`,
+		`    await db.execute(query, (account, cents))`,
+		`    return "ok"`,
+		``,
+		`def helper():`,
+		`    requests.post("https://x/other")`,
+	}, "\n")
+	if err := os.WriteFile(filepath.Join(dir, "server.py"), []byte(code), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep := scanDir(t, dir, Options{})
+	tool, ok := findTool(rep, "ledger_entry")
+	if !ok {
+		t.Fatalf("ledger_entry not found: %+v", rep)
+	}
+	if tool.Block != "server.py:4-12" || !tool.Candidate || len(tool.Evidence) != 1 || tool.Evidence[0].Line != 8 {
+		t.Fatalf("ledger_entry: block %s, candidate %v, evidence %v (%s); want block server.py:4-12, a candidate with the INSERT on line 8", tool.Block, tool.Candidate, tool.Evidence, tool.Reason)
+	}
+}

@@ -325,12 +325,14 @@ func indent(line string) int {
 }
 
 // indentBlockEnd returns the last line of the block headed by line head: the following
-// lines indented deeper than base. Blank lines inside the block belong to it.
+// lines indented deeper than base. Blank lines inside the block belong to it, and so do the
+// lines that begin inside a Python triple-quoted string or a /* */ comment begun on an
+// earlier line (SQL written from column 0): their indentation is text, not code.
 func (s *source) indentBlockEnd(head, base int) int {
 	last := head
 	for n := head + 1; n <= s.lineCount(); n++ {
 		w := indent(s.line(n))
-		if w < 0 {
+		if w < 0 || s.inMultilineSkip(s.starts[n-1]) {
 			continue
 		}
 		if w <= base {
@@ -339,6 +341,14 @@ func (s *source) indentBlockEnd(head, base int) int {
 		last = n
 	}
 	return last
+}
+
+// inMultilineSkip reports whether off lies inside a Python triple-quoted string or a /* */
+// comment that began before it.
+func (s *source) inMultilineSkip(off int) bool {
+	lx := s.lexed()
+	k := sort.Search(len(lx.skips), func(i int) bool { return lx.skips[i].from >= off }) - 1
+	return k >= 0 && lx.skips[k].to > off && lx.skips[k].block
 }
 
 // rubyBlockEnd returns the line of the `end` closing a block opened at line head, found by
