@@ -563,3 +563,34 @@ func TestPythonBlockOutlivesADedentedString(t *testing.T) {
 		t.Fatalf("ledger_entry: block %s, candidate %v, evidence %v (%s); want block server.py:4-12, a candidate with the INSERT on line 8", tool.Block, tool.Candidate, tool.Evidence, tool.Reason)
 	}
 }
+
+// TestPythonBlockOutlivesAColumnZeroComment: a comment line at column 0 inside a Python
+// function (a TODO, code commented out by an editor) does not end its body, as it does not
+// for Python; the body ended there and the write after it was not the tool's.
+func TestPythonBlockOutlivesAColumnZeroComment(t *testing.T) {
+	dir := t.TempDir()
+	code := strings.Join([]string{
+		`@mcp.tool()`,
+		`def ledger_entry(account: str) -> str:`,
+		`    """Ledger entry."""`,
+		`    row = (account,)`,
+		`# TODO: batch these`,
+		`    db.execute("INSERT INTO ledger (account) VALUES (?)", row)`,
+		`    return "ok"`,
+		`# the end`,
+		``,
+		`def helper():`,
+		`    requests.post("https://x/other")`,
+	}, "\n")
+	if err := os.WriteFile(filepath.Join(dir, "server.py"), []byte(code), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep := scanDir(t, dir, Options{})
+	tool, ok := findTool(rep, "ledger_entry")
+	if !ok {
+		t.Fatalf("ledger_entry not found: %+v", rep)
+	}
+	if tool.Block != "server.py:1-7" || !tool.Candidate || len(tool.Evidence) != 1 || tool.Evidence[0].Line != 6 {
+		t.Fatalf("ledger_entry: block %s, candidate %v, evidence %v (%s); want block server.py:1-7, a candidate with the INSERT on line 6", tool.Block, tool.Candidate, tool.Evidence, tool.Reason)
+	}
+}

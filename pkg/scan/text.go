@@ -327,12 +327,14 @@ func indent(line string) int {
 // indentBlockEnd returns the last line of the block headed by line head: the following
 // lines indented deeper than base. Blank lines inside the block belong to it, and so do the
 // lines that begin inside a Python triple-quoted string or a /* */ comment begun on an
-// earlier line (SQL written from column 0): their indentation is text, not code.
+// earlier line (SQL written from column 0): their indentation is text, not code. A line that
+// holds only a # comment does not end a block either, as it does not in Python.
 func (s *source) indentBlockEnd(head, base int) int {
 	last := head
 	for n := head + 1; n <= s.lineCount(); n++ {
-		w := indent(s.line(n))
-		if w < 0 || s.inMultilineSkip(s.starts[n-1]) {
+		l := s.line(n)
+		w := indent(l)
+		if w < 0 || s.inMultilineSkip(s.starts[n-1]) || s.hashComments() && strings.HasPrefix(strings.TrimLeft(l, " \t"), "#") {
 			continue
 		}
 		if w <= base {
