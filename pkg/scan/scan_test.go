@@ -594,3 +594,39 @@ func TestPythonBlockOutlivesAColumnZeroComment(t *testing.T) {
 		t.Fatalf("ledger_entry: block %s, candidate %v, evidence %v (%s); want block server.py:1-7, a candidate with the INSERT on line 6", tool.Block, tool.Candidate, tool.Evidence, tool.Reason)
 	}
 }
+
+// TestJSRegexWithABacktickIsNotATemplate: a regular expression literal that holds a backtick
+// (escaping markdown: /`/g) is not the start of a template literal; it was read as one that ran
+// to the next backtick, in the next tool, and the first tool's block took in the next tool's
+// write: a tool that writes nothing was listed as a candidate with another's evidence.
+func TestJSRegexWithABacktickIsNotATemplate(t *testing.T) {
+	dir := t.TempDir()
+	code := strings.Join([]string{
+		`server.tool("note_markdown", "Markdown of a note", { text: z.string() }, async ({ text }) => {`,
+		"  const safe = text.replace(/`/g, \"'\").replace(/[/]/g, \"\");",
+		`  return { content: [{ type: "text", text: safe }] };`,
+		`});`,
+		``,
+		`server.tool("inventory", "Inventory", {}, async () => {`,
+		`  await fetch("https://x/inventory", { method: "DELETE" });`,
+		"  return { content: [{ type: \"text\", text: `done` }] };",
+		`});`,
+		``,
+		`const half = total / 2; const third = (total) / 3;`,
+	}, "\n")
+	if err := os.WriteFile(filepath.Join(dir, "server.ts"), []byte(code), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep := scanDir(t, dir, Options{})
+	md, ok := findTool(rep, "note_markdown")
+	inv, ok2 := findTool(rep, "inventory")
+	if !ok || !ok2 {
+		t.Fatalf("tools found: %v %v", toolNames(rep.Candidates), toolNames(rep.Others))
+	}
+	if md.Block != "server.ts:1-4" || md.Candidate || len(md.Evidence) != 0 {
+		t.Errorf("note_markdown: block %s, candidate %v, evidence %v (%s); want block server.ts:1-4, no candidate, no evidence", md.Block, md.Candidate, md.Evidence, md.Reason)
+	}
+	if inv.Block != "server.ts:6-9" || !inv.Candidate || len(inv.Evidence) != 1 || inv.Evidence[0].Line != 7 {
+		t.Errorf("inventory: block %s, candidate %v, evidence %v (%s)", inv.Block, inv.Candidate, inv.Evidence, inv.Reason)
+	}
+}

@@ -208,6 +208,30 @@ func (s *source) skipString(i int) int {
 			}
 		}
 		return n
+	case c == '/' && s.lang == langJS && regexMayStart(t, i):
+		// a regular expression literal (/`/g, /"/): its quotes open no string. It ends on
+		// its line; a / that finds no end there is a division after all.
+		class := false
+		for j := i + 1; j < n; j++ {
+			switch t[j] {
+			case '\\':
+				if j+1 < n && t[j+1] == '\n' {
+					return i
+				}
+				j++
+			case '[':
+				class = true
+			case ']':
+				class = false
+			case '/':
+				if !class {
+					return j + 1
+				}
+			case '\n':
+				return i
+			}
+		}
+		return i
 	case c == '#' && s.hashComments():
 		// Ruby "#{" only occurs inside strings, which are skipped whole.
 		for i < n && t[i] != '\n' {
@@ -256,6 +280,31 @@ func (s *source) skipString(i int) int {
 		}
 	}
 	return i
+}
+
+// regexMayStart reports whether a / at i in JavaScript begins a regular expression literal
+// rather than a division: it follows an operator, an opening bracket, a separator or a
+// keyword, never a value (a name, a number, a closing bracket).
+func regexMayStart(t []byte, i int) bool {
+	k := i - 1
+	for k >= 0 && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r' || t[k] == '\n') {
+		k--
+	}
+	if k < 0 {
+		return true
+	}
+	if bytes.IndexByte([]byte("(,=:[!&|?{};+-*%>~^"), t[k]) >= 0 {
+		return true
+	}
+	e := k + 1
+	for k >= 0 && (t[k] >= 'a' && t[k] <= 'z' || t[k] >= 'A' && t[k] <= 'Z' || t[k] >= '0' && t[k] <= '9' || t[k] == '_' || t[k] == '$') {
+		k--
+	}
+	switch string(t[k+1 : e]) {
+	case "return", "typeof", "case", "yield", "await", "void", "delete", "throw", "in", "of", "else", "do", "instanceof", "new":
+		return k < 0 || t[k] != '.'
+	}
+	return false
 }
 
 // matchClose returns the offset of the bracket closing the one at open ('(', '[' or '{'),
