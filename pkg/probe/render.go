@@ -40,7 +40,7 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		sent = "sent (identical, one after another)"
 	}
 	rows := [][]any{
-		{sent, r.Calls},
+		{sent, r.Calls - r.NotSent},
 		{"succeeded", r.Succeeded},
 		{"tool errors (isError)", r.ToolErrors},
 		{"protocol errors (JSON-RPC)", r.ProtocolErrors},

@@ -3,6 +3,8 @@ package probe_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +101,26 @@ done
 	}
 	if _, err := os.Stat(log); err == nil {
 		t.Error("a tools/call was sent to a server whose tool list never came")
+	}
+}
+
+// TestProbeTextCountsOnlyTheCallsSent: the text report's "sent" row is the number of calls the
+// server received; it showed --calls, the calls whose turn never came included, beside a row
+// that counted those as not sent.
+func TestProbeTextCountsOnlyTheCallsSent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls.log")
+	srv := shServer(t, dir, "mute.sh", `      echo call >> "$EFFECTS"`)
+	r := cmdtest.Run(t, []string{"EFFECTS=" + log}, bin, "probe", "--pattern", "retry", "--retry-after", "300ms", "--timeout", "1s",
+		"--tool", "t", "--calls", "8", "--", srv)
+	sent := regexp.MustCompile(`sent \(identical, one after another\)\s*│\s*(\d+)`).FindStringSubmatch(r.Stdout)
+	notSent := regexp.MustCompile(`not sent \(--timeout passed first\)\s*│\s*(\d+)`).FindStringSubmatch(r.Stdout)
+	if r.Code != 1 || sent == nil || notSent == nil {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	n := countLines(t, log)
+	if sent[1] != strconv.Itoa(n) || notSent[1] != strconv.Itoa(8-n) {
+		t.Fatalf("the server received %d calls; the report says sent %s, not sent %s\n%s", n, sent[1], notSent[1], r.Stdout)
 	}
 }
