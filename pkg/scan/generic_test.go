@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +221,43 @@ func TestPublishedHintsOfOtherTypes(t *testing.T) {
 	}
 	if _, _, err := parsePublished(json.RawMessage(`{"tools":[{"description":"no name"}]}`)); err == nil {
 		t.Fatal("a tool without a name was accepted")
+	}
+}
+
+// TestPublishedOnlyToolsSayWhereTheyAre: a tool the running server publishes and the code does
+// not show has no file to point at; the text report said ":0" for its place, as if a file with
+// no name had it on line 0.
+func TestPublishedOnlyToolsSayWhereTheyAre(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed; --run against a real server needs it")
+	}
+	pkg := filepath.Join("..", "..", ".peers", "node_modules", "@modelcontextprotocol", "server-memory", "dist")
+	if _, err := os.Stat(pkg); err != nil {
+		t.Skip("npm peers not installed (.peers missing); run scripts/install-peers")
+	}
+	t.Setenv("MEMORY_FILE_PATH", filepath.Join(t.TempDir(), "memory.jsonl"))
+	cmd := []string{node, filepath.Join(pkg, "index.js")}
+	pub, err := ListPublished(context.Background(), RunConfig{Command: cmd, Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := scanDir(t, t.TempDir(), Options{Published: pub, RunCommand: cmd})
+	if len(rep.Candidates) == 0 || len(rep.Others) == 0 || len(rep.Run.NotInCode) != len(pub) {
+		t.Fatalf("candidates %v, others %v, not in code %v", toolNames(rep.Candidates), toolNames(rep.Others), rep.Run.NotInCode)
+	}
+	var b bytes.Buffer
+	if err := WriteText(&b, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.Contains(l, ":0 ") || strings.Contains(l, " :0") {
+			t.Errorf("a place with no file: %q", l)
+		}
+	}
+	for _, tl := range append(append([]Tool{}, rep.Candidates...), rep.Others...) {
+		if !regexp.MustCompile(`(?m)^\s*(│\s*)?` + regexp.QuoteMeta(tl.Name) + `\s+(│\s*)?not in the code\b`).MatchString(b.String()) {
+			t.Errorf("%s: not said to be not in the code:\n%s", tl.Name, b.String())
+		}
 	}
 }

@@ -26,6 +26,15 @@ func WriteJSON(w io.Writer, rep *Report) error {
 	return enc.Encode(rep)
 }
 
+// place is where a tool is declared, file:line, or "not in the code" for a tool only the
+// running server published (it has no file to point at).
+func place(t Tool) string {
+	if t.File == "" {
+		return "not in the code"
+	}
+	return fmt.Sprintf("%s:%d", safetext.Escape(t.File), t.Line)
+}
+
 // WriteText writes the human report: a table of candidates, their evidence, the guards,
 // retries and writes found in the repository, what was skipped, and what a source scan
 // cannot see. Colour is used only when useColor is set (the caller decides it from the
@@ -72,7 +81,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 			if t.Money {
 				m = "money"
 			}
-			if err := tbl.Append(shownName(t.Name), fmt.Sprintf("%s:%d", e(t.File), t.Line), m, e(t.Reason)); err != nil {
+			if err := tbl.Append(shownName(t.Name), place(t), m, e(t.Reason)); err != nil {
 				return err
 			}
 		}
@@ -85,7 +94,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 			if t.Money {
 				name += " " + money.Sprint("[money]")
 			}
-			p.f("  %s  %s:%d  (%s)\n", name, e(t.File), t.Line, e(t.Style))
+			p.f("  %s  %s  (%s)\n", name, place(t), e(t.Style))
 			if t.NameFrom != "" {
 				p.f("    name from %s\n", e(t.NameFrom))
 			}
@@ -106,7 +115,7 @@ func WriteText(w io.Writer, rep *Report, useColor bool) error {
 	if len(rep.Others) > 0 {
 		p.f("\n%s\n", title.Sprintf("Not candidates (%d)", len(rep.Others)))
 		for _, t := range rep.Others {
-			p.f("  %s  %s:%d  %s\n", shownName(t.Name), e(t.File), t.Line, dim.Sprint(e(t.Reason)))
+			p.f("  %s  %s  %s\n", shownName(t.Name), place(t), dim.Sprint(e(t.Reason)))
 		}
 	}
 	if rep.Run != nil {
