@@ -266,7 +266,13 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		// fails on it, so it stays fenced) and reported: the other claims still get the rules.
 		unreadable := func(u *UnreadableError) { bad = append(bad, u) }
 		err := tx.Scan(Filter{States: []State{StateInFlight}, Unreadable: unreadable}, func(r *Record) bool {
-			claims = append(claims, r)
+			// A store may select by an index beside the record (SQLite's state column): a
+			// record filed as in flight whose body says otherwise (damage, a hand edit) is
+			// not a claim, and judged as one a done outcome was made unknown, or deleted when
+			// re-run safe. `ledger check` names it.
+			if r.State == StateInFlight {
+				claims = append(claims, r)
+			}
 			return true
 		})
 		if err != nil {

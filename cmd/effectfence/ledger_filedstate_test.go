@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// TestRecoverLeavesADoneRecordFiledAsInFlight: a done record whose state column (the index
+// Recover finds claims by) says in_flight, by damage or a hand edit of a SQLite file or a
+// PostgreSQL row, its body intact, is a done outcome, not a claim. Before, the recovery of
+// any open, `ledger verify`'s included, judged it as an abandoned claim of a dead holder: a
+// re-run-safe one was deleted (its duplicate then ran again) and any other was made unknown
+// with its cert, an orphan event saying "state before: done".
+func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
+			var loc string
+			var exec func(q string, args ...any)
+			var states func() map[string]string
+			switch kind {
+			case "sqlite":
+				loc = filepath.Join(dir, "ledger.db")
+				db := func(fn func(db *sql.DB) error) {
+					db, err := sql.Open("sqlite", loc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer db.Close()
+					if err := fn(db); err != nil {
+						t.Fatal(err)
+					}
+				}
+				exec = func(q string, args ...any) {
+					db(func(db *sql.DB) error {
+						_, err := db.Exec(strings.ReplaceAll(q, "$TABLE", "records"), args...)
+						return err
+					})
+				}
+				states = func() map[string]string {
+					got := map[string]string{}
+					db(func(db *sql.DB) error {
+						rows, err := db.Query("SELECT intent, state, body FROM records")
+						if err != nil {
+							return err
+						}
+						defer rows.Close()
+						for rows.Next() {
+							var intent, state string
+							var body []byte
+							if err := rows.Scan(&intent, &state, &body); err != nil {
+								return err
+							}
+							var rec fence.Record
+							if err := fence.DecodeRecord(body, &rec); err != nil {
+								return err
+							}
+							got[intent] = state + "/" + string(rec.State)
+						}
+						return rows.Err()
+					})
+					return got
+				}
+			case "postgres":
+				loc = pgLedger(t)
+				u, err := url.Parse(loc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
+				pg := func(fn func(ctx context.Context, conn *pgx.Conn) error) {
+					ctx := context.Background()
+					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer conn.Close(ctx)
+					if err := fn(ctx, conn); err != nil {
+						t.Fatal(err)
+					}
+				}
+				exec = func(q string, args ...any) {
+					q = strings.ReplaceAll(strings.ReplaceAll(q, "$TABLE", table), "?", "$1")
+					pg(func(ctx context.Context, conn *pgx.Conn) error { _, err := conn.Exec(ctx, q, args...); return err })
+				}
+				states = func() map[string]string {
+					got := map[string]string{}
+					pg(func(ctx context.Context, conn *pgx.Conn) error {
+						rows, err := conn.Query(ctx, "SELECT intent, state, body FROM "+table)
+						if err != nil {
+							return err
+						}
+						defer rows.Close()
+						for rows.Next() {
+							var intent, state string
+							var body []byte
+							if err := rows.Scan(&intent, &state, &body); err != nil {
+								return err
+							}
+							var rec fence.Record
+							if err := fence.DecodeRecord(body, &rec); err != nil {
+								return err
+							}
+							got[intent] = state + "/" + string(rec.State)
+						}
+						return rows.Err()
+					})
+					return got
+				}
+			}
+
+			ctx := context.Background()
+			// A lease of 10 ms has lapsed by the time verify opens the ledger: its recovery judges
+			// every record it takes for a claim.
+			l, err := store.Open(ctx, store.Options{Ledger: loc, LeaseTTL: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, intent := range []string{"refund:1", "refund:2"} {
+				adm, err := l.Prepare(ctx, fence.Request{Intent: intent, Tool: "refund", Args: []byte(`{"amount":4900}`), RerunSafe: intent == "refund:2"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.Commit(ctx, *adm.Ticket, []byte(`{"content":[{"type":"text","text":"refunded"}]}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			exec("UPDATE $TABLE SET state = 'in_flight' WHERE intent <> ?", "")
+
+			env := []string{"NO_COLOR=1", store.EnvLedger + "="}
+			r := runBinary(t, env, "", "ledger", "verify", "--ledger", loc)
+			want := map[string]string{"refund:1": "in_flight/done", "refund:2": "in_flight/done"}
+			if got := states(); len(got) != 2 || got["refund:1"] != want["refund:1"] || got["refund:2"] != want["refund:2"] {
+				t.Errorf("after ledger verify the records are (column/body) %q; want %q, as they were\n%s%s", got, want, r.stdout, r.stderr)
+			}
+			if r.code != exitOK || !strings.Contains(r.stdout, "2 verified") {
+				t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}
