@@ -784,6 +784,9 @@ func (s *Store) wrap(err error) error {
 			return fmt.Errorf("ledger %s is read-only for this process (%v); the fence must record every decision, so give it a writable file with --ledger or EFFECTFENCE_LEDGER", s.path, se)
 		case sqlite3.SQLITE_CANTOPEN:
 			return fmt.Errorf("ledger %s cannot be opened (%v); check that the file and its directory are readable and writable by this user", s.path, se)
+		case sqlite3.SQLITE_BUSY:
+			// The transaction never began: SQLite gave up waiting for the lock.
+			return fmt.Errorf("ledger %s: another process held it locked longer than the busy timeout (%v): a process stopped inside a transaction (SIGSTOP, a debugger, a frozen container) or a tool keeping one open (the sqlite3 shell after BEGIN); nothing was changed, try again once it lets go (%w)", s.path, s.opt.BusyTimeout, err)
 		case sqlite3.SQLITE_IOERR:
 			if se.Code() == sqlite3.SQLITE_IOERR_SHORT_READ {
 				return &FileError{Path: s.path, Problem: "is truncated (" + se.Error() + ")"}
