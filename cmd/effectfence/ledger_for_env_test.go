@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/store"
 )
@@ -27,26 +22,7 @@ func TestLedgerForWithAnotherEnvironmentNamesTheLedgersThere(t *testing.T) {
 	dir := t.TempDir()
 	state := t.TempDir()
 	child := []string{bin, "demo-server", "--latency", "0s"}
-	run := func(extra []string, stdin string, args ...string) result {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Dir = dir
-		cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0", "XDG_STATE_HOME="+state, store.EnvLedger+"=", envPolicy+"="), extra...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		code := 0
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("effectfence %s: %v", strings.Join(args, " "), err)
-		}
-		return result{code, out.String(), errb.String()}
-	}
+	run := runIn(t, bin, dir, "GORACE=atexit_sleep_ms=0", "XDG_STATE_HOME="+state, store.EnvLedger+"=", envPolicy+"=")
 	session := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record_event","arguments":{"name":"e"}}}` + "\n"

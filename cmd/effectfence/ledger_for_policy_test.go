@@ -26,26 +26,7 @@ func TestLedgerForReadsThePolicy(t *testing.T) {
 	dir := t.TempDir()
 	state := t.TempDir()
 	child := []string{bin, "demo-server", "--latency", "0s"}
-	run := func(extra []string, stdin string, args ...string) result {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Dir = dir
-		cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0", "XDG_STATE_HOME="+state, store.EnvLedger+"=", envPolicy+"="), extra...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		code := 0
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("effectfence %s: %v", strings.Join(args, " "), err)
-		}
-		return result{code, out.String(), errb.String()}
-	}
+	run := runIn(t, bin, dir, "GORACE=atexit_sleep_ms=0", "XDG_STATE_HOME="+state, store.EnvLedger+"=", envPolicy+"=")
 	session := func(name string) string {
 		return `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
 			`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
@@ -93,5 +74,30 @@ func TestLedgerForReadsThePolicy(t *testing.T) {
 	// Set in the shell, EFFECTFENCE_POLICY does not stop the other ledgers from opening.
 	if r := run([]string{envPolicy + "=" + scoped}, "", "ledger", "ls", "--json", "--ledger", filepath.Join(dir, "own.db")); r.code != exitOK || !strings.Contains(r.stdout, "ledgered-by-env") {
 		t.Errorf("ledger ls --ledger with EFFECTFENCE_POLICY set: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// runIn returns a runner of the binary bin in dir, with the environment os.Environ(), then
+// env, then each run's extra, and what it was given on stdin: its exit code and output.
+func runIn(t *testing.T, bin, dir string, env ...string) func(extra []string, stdin string, args ...string) result {
+	return func(extra []string, stdin string, args ...string) result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(append(os.Environ(), env...), extra...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		code := 0
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("effectfence %s: %v", strings.Join(args, " "), err)
+		}
+		return result{code, out.String(), errb.String()}
 	}
 }

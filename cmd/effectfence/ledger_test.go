@@ -495,25 +495,10 @@ func TestLedgerForFindsWrapsFile(t *testing.T) {
 			`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
 			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record_event","arguments":{"name":"` + name + `"}}}` + "\n"
 	}
+	runEnv := runIn(t, bin, dir, append([]string{"GORACE=atexit_sleep_ms=0"}, env...)...)
 	inDir := func(stdin string, args ...string) result {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Dir = dir
-		cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		code := 0
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("effectfence %s: %v", strings.Join(args, " "), err)
-		}
-		return result{code, out.String(), errb.String()}
+		return runEnv(nil, stdin, args...)
 	}
 	for _, scope := range []string{"", "fleet-a"} {
 		var sc []string
