@@ -86,20 +86,32 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 		if !ok {
 			continue
 		}
-		var schema struct {
-			Properties map[string]keySchema `json:"properties"`
+		// The properties are walked, not decoded: only a key-like one's schema is read (a
+		// listing of 32,768 properties decoded whole allocated 19 times its size).
+		repeat, keys := false, map[string][]byte{}
+		if props := jsonrpc.MemberValue(t.InputSchema, "properties"); len(props) > 0 && props[0] == '{' {
+			for m := range jsonrpc.Members(props) {
+				switch name := jsonrpc.Unquote(props[m.Key:m.KeyEnd]); {
+				case name == RepeatArg:
+					repeat = true
+				case keyLike(name):
+					keys[name] = props[m.Start:m.End] // the last of a name, as JSON.parse reads it
+				}
+			}
 		}
-		_ = json.Unmarshal(t.InputSchema, &schema) // a schema of another shape has no properties
-		_, repeat := schema.Properties[RepeatArg]
 		info := toolInfo{readOnly: readOnlyHint(t.Annotations), repeatProp: repeat, params: mcpheader.Params(t.InputSchema),
 			outputSchema: len(t.OutputSchema) > 0 && t.OutputSchema[0] == '{'}
-		names := make([]string, 0, len(schema.Properties))
-		for name := range schema.Properties {
+		names := make([]string, 0, len(keys))
+		for name := range keys {
 			names = append(names, name)
 		}
 		sort.Strings(names) // deterministic when a schema has two key-like properties
 		for _, name := range names {
-			if f, ok := schema.Properties[name].form(); keyLike(name) && ok {
+			var k keySchema
+			if json.Unmarshal(keys[name], &k) != nil {
+				continue
+			}
+			if f, ok := k.form(); ok {
 				info.keyProp, info.keyForm = name, f
 				break
 			}
