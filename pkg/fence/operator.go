@@ -371,10 +371,7 @@ func (e *Engine) closeHeld(ctx context.Context) error {
 	if !e.spool.holdsAny() {
 		return nil
 	}
-	n, _ := e.settleHeld(ctx)
-	if n > 0 {
-		_, _ = e.DrainSpool(ctx) // those settleHeld put in the spool
-	}
+	_, _ = e.settleHeld(ctx) // what it puts in the spool, the next process opening the ledger records
 	left := e.spool.heldOutcomes()
 	if len(left) == 0 {
 		return nil

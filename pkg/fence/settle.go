@@ -214,11 +214,7 @@ func (e *Engine) reportGone(w Outcome) bool {
 	if _, ok := e.spool.heldOf(w); ok {
 		return false
 	}
-	names := []string{spoolName(w)}
-	if w.Ticket.Nonce != "" {
-		names = append(names, legacySpoolName(w))
-	}
-	for _, n := range names {
+	for _, n := range spoolNames(w) {
 		if _, err := os.Lstat(filepath.Join(e.cfg.SpoolDir, n)); !errors.Is(err, os.ErrNotExist) {
 			return false
 		}
@@ -414,9 +410,12 @@ func (e *Engine) waiting(o Outcome) (Outcome, bool) {
 	if e.cfg.SpoolDir == "" {
 		return Outcome{}, false
 	}
-	b, err := readSpoolFile(filepath.Join(e.cfg.SpoolDir, spoolName(o)))
-	if errors.Is(err, os.ErrNotExist) && o.Ticket.Nonce != "" {
-		b, err = readSpoolFile(filepath.Join(e.cfg.SpoolDir, legacySpoolName(o))) // an earlier build's
+	var b []byte
+	err := os.ErrNotExist
+	for _, n := range spoolNames(o) {
+		if b, err = readSpoolFile(filepath.Join(e.cfg.SpoolDir, n)); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
 	}
 	if err != nil {
 		return Outcome{}, false
@@ -597,6 +596,15 @@ func spoolName(o Outcome) string {
 	}
 	h := sha256.Sum256([]byte(o.Ticket.Nonce))
 	return spoolPrefix(o.Ticket.Intent) + strconv.FormatUint(o.Ticket.Token, 10) + "-" + hex.EncodeToString(h[:4]) + ".json"
+}
+
+// spoolNames are the names o's file may have in the spool: spoolName, then, for a ticket with a
+// nonce, the name an earlier build gave it.
+func spoolNames(o Outcome) []string {
+	if o.Ticket.Nonce == "" {
+		return []string{spoolName(o)}
+	}
+	return []string{spoolName(o), legacySpoolName(o)}
 }
 
 // legacySpoolName is the name an earlier build gave o's file (no nonce in it).
