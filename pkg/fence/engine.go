@@ -87,16 +87,8 @@ type call struct {
 
 // validate checks req and fills c with its canonical arguments and its fingerprint.
 func (e *Engine) validate(req *Request, c *call) error {
-	switch {
-	case req.Intent == "":
-		return InvalidError{"intent", "must not be empty: name the logical action, e.g. charge:order-123"}
-	case len(req.Intent) > MaxIntentLen:
-		return InvalidError{"intent", fmt.Sprintf("is %d bytes; at most %d", len(req.Intent), MaxIntentLen)}
-	case !validUTF8(req.Intent):
-		return InvalidError{"intent", "must be valid UTF-8"}
-	case strings.IndexByte(req.Intent, 0) >= 0:
-		// PostgreSQL text cannot hold a NUL: every store refuses it alike.
-		return InvalidError{"intent", "must not contain a NUL byte"}
+	if why, _ := intentFault(req.Intent); why != "" {
+		return InvalidError{"intent", why}
 	}
 	if !validCarrier(req.Carrier) {
 		return InvalidError{"carrier", "must be empty or made by GroupCarrier"}
@@ -957,6 +949,23 @@ func holds(rec *Record, t Ticket) error {
 	return nil
 }
 
+// intentFault says why Prepare refuses intent in ("" when it takes it); nul says the fault is
+// a NUL byte, which Prepare admitted until 2026-12-02 (see claimless).
+func intentFault(in string) (why string, nul bool) {
+	switch {
+	case in == "":
+		return "must not be empty: name the logical action, e.g. charge:order-123", false
+	case len(in) > MaxIntentLen:
+		return fmt.Sprintf("is %d bytes; at most %d", len(in), MaxIntentLen), false
+	case !validUTF8(in):
+		return "must be valid UTF-8", false
+	case strings.IndexByte(in, 0) >= 0:
+		// PostgreSQL text cannot hold a NUL: every store refuses it alike.
+		return "must not contain a NUL byte", true
+	}
+	return "", false
+}
+
 // claimless refuses a ticket whose intent no claim can have: one Prepare refuses (empty, longer
 // than MaxIntentLen, not UTF-8, a NUL byte), so no ledger holds a claim of it, and its report is
 // lease_lost at once, as a report of any ticket that holds no claim is. Asked of the store, a
@@ -972,10 +981,11 @@ func holds(rec *Record, t Ticket) error {
 // its ledger has no record of the intent, which a PostgreSQL ledger answers without a query.
 func (e *Engine) claimless(ctx context.Context, t Ticket) error {
 	in := t.Intent
-	if in != "" && len(in) <= MaxIntentLen && validUTF8(in) {
-		if strings.IndexByte(in, 0) < 0 {
-			return nil
-		}
+	why, nul := intentFault(in)
+	if why == "" {
+		return nil
+	}
+	if nul {
 		var rec *Record
 		err := e.store.View(ctx, func(tx Tx) error {
 			var err error
