@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -44,13 +43,7 @@ func TestCopyOfALedgerOpensBesideTheOriginalsSpool(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	ds.Down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_1"`)})
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	spoolWithTheLedgerDown(t, eng, ds, *adm.Ticket, `"ch_1"`)
 
 	l, err := store.Open(ctx, store.Options{Ledger: backup, Existing: true, KeepEvents: true})
 	if err != nil {

@@ -1,12 +1,9 @@
 package store_test
 
 import (
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/fence/fencetest"
@@ -41,13 +38,7 @@ func TestSpoolOfALinkIsTheFilesAndTheOldOneIsDrained(t *testing.T) {
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	ds.Down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_linked"`)})
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	spoolWithTheLedgerDown(t, eng, ds, *adm.Ticket, `"ch_linked"`)
 	ds.Down.Store(false)
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)

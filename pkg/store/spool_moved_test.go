@@ -1,13 +1,11 @@
 package store_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/fence/fencetest"
@@ -36,13 +34,7 @@ func TestSpoolOfAMovedLedgerIsNotDrainedIntoANewOneAtItsName(t *testing.T) {
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	ds.Down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_moved"`)})
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	spoolWithTheLedgerDown(t, eng, ds, *adm.Ticket, `"ch_moved"`)
 	ds.Down.Store(false)
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)

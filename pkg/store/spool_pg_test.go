@@ -1,11 +1,8 @@
 package store_test
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/fence/fencetest"
@@ -81,13 +78,7 @@ func spoolDeadCommit(t *testing.T, url, spool, intent, result string) {
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	ds.Down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(result)})
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	spoolWithTheLedgerDown(t, eng, ds, *adm.Ticket, result)
 	ds.Down.Store(false)
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)

@@ -2,13 +2,10 @@ package store_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/fence/fencetest"
@@ -41,16 +38,8 @@ func TestUnreadableSpoolFileIsKeptAndNamed(t *testing.T) {
 		if err != nil || !adm.Fresh() {
 			t.Fatalf("prepare %s: %+v %v", intent, adm, err)
 		}
-		ds.Down.Store(true)
 		defer ds.Down.Store(false)
-		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		defer cancel()
-		_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(result)})
-		var sp fence.SpooledError
-		if !errors.As(err, &sp) {
-			t.Fatalf("settle of %s with the ledger down: %v; want it spooled", intent, err)
-		}
-		return sp.Path
+		return spoolWithTheLedgerDown(t, eng, ds, *adm.Ticket, result)
 	}
 	good := spoolCommit("charge:good", `"ch_good"`)
 	torn := spoolCommit("charge:torn", `"ch_torn"`)
@@ -118,19 +107,12 @@ func TestSpoolFileOfNoKnownKindIsKept(t *testing.T) {
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("prepare: %+v %v", adm, err)
 	}
-	ds.Down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	_, err = eng.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"ch_edited"`)})
-	var sp fence.SpooledError
-	if !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	spooled := spoolWithTheLedgerDown(t, eng, ds, *adm.Ticket, `"ch_edited"`)
 	ds.Down.Store(false)
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(sp.Path)
+	b, err := os.ReadFile(spooled)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,14 +120,14 @@ func TestSpoolFileOfNoKnownKindIsKept(t *testing.T) {
 	if !bytes.Contains(b, []byte(`"kind":"refund"`)) {
 		t.Fatalf("spool file without the kind to edit: %s", b)
 	}
-	if err := os.WriteFile(sp.Path, b, 0o600); err != nil {
+	if err := os.WriteFile(spooled, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err = store.Open(ctx, store.Options{Ledger: path})
-	if err == nil || !strings.Contains(err.Error(), sp.Path) || !strings.Contains(err.Error(), "move it away") {
-		t.Fatalf("open with a spool file of an unknown kind: %v; want a refusal naming %s and what to do", err, sp.Path)
+	if err == nil || !strings.Contains(err.Error(), spooled) || !strings.Contains(err.Error(), "move it away") {
+		t.Fatalf("open with a spool file of an unknown kind: %v; want a refusal naming %s and what to do", err, spooled)
 	}
-	if after, rerr := os.ReadFile(sp.Path); rerr != nil || !bytes.Equal(after, b) {
+	if after, rerr := os.ReadFile(spooled); rerr != nil || !bytes.Equal(after, b) {
 		t.Fatalf("the spool file of an unknown kind was changed or deleted (%v)", rerr)
 	}
 }
