@@ -63,11 +63,9 @@ func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
 							if err := rows.Scan(&intent, &state, &body); err != nil {
 								return err
 							}
-							var rec fence.Record
-							if err := fence.DecodeRecord(body, &rec); err != nil {
+							if err := filedAs(got, intent, state, body); err != nil {
 								return err
 							}
-							got[intent] = state + "/" + string(rec.State)
 						}
 						return rows.Err()
 					})
@@ -109,11 +107,9 @@ func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
 							if err := rows.Scan(&intent, &state, &body); err != nil {
 								return err
 							}
-							var rec fence.Record
-							if err := fence.DecodeRecord(body, &rec); err != nil {
+							if err := filedAs(got, intent, state, body); err != nil {
 								return err
 							}
-							got[intent] = state + "/" + string(rec.State)
 						}
 						return rows.Err()
 					})
@@ -154,4 +150,15 @@ func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// filedAs notes in got the state a record is filed under and the one its body says, as
+// "column/body".
+func filedAs(got map[string]string, intent, state string, body []byte) error {
+	var rec fence.Record
+	if err := fence.DecodeRecord(body, &rec); err != nil {
+		return err
+	}
+	got[intent] = state + "/" + string(rec.State)
+	return nil
 }
