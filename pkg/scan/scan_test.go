@@ -551,16 +551,23 @@ func TestPythonBlockOutlivesADedentedString(t *testing.T) {
 		`def helper():`,
 		`    requests.post("https://x/other")`,
 	}, "\n")
-	if err := os.WriteFile(filepath.Join(dir, "server.py"), []byte(code), 0o600); err != nil {
+	wantWriteInBlock(t, dir, "server.py", code, "ledger_entry", "server.py:4-12", 8)
+}
+
+// wantWriteInBlock scans code, written to file in dir, and fails unless tool's block is block
+// and the tool is a candidate by one write, on line line.
+func wantWriteInBlock(t *testing.T, dir, file, code, tool, block string, line int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(code), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rep := scanDir(t, dir, Options{})
-	tool, ok := findTool(rep, "ledger_entry")
+	got, ok := findTool(rep, tool)
 	if !ok {
-		t.Fatalf("ledger_entry not found: %+v", rep)
+		t.Fatalf("%s not found: %+v", tool, rep)
 	}
-	if tool.Block != "server.py:4-12" || !tool.Candidate || len(tool.Evidence) != 1 || tool.Evidence[0].Line != 8 {
-		t.Fatalf("ledger_entry: block %s, candidate %v, evidence %v (%s); want block server.py:4-12, a candidate with the INSERT on line 8", tool.Block, tool.Candidate, tool.Evidence, tool.Reason)
+	if got.Block != block || !got.Candidate || len(got.Evidence) != 1 || got.Evidence[0].Line != line {
+		t.Fatalf("%s: block %s, candidate %v, evidence %v (%s); want block %s, a candidate with its write on line %d", tool, got.Block, got.Candidate, got.Evidence, got.Reason, block, line)
 	}
 }
 
@@ -582,17 +589,7 @@ func TestPythonBlockOutlivesAColumnZeroComment(t *testing.T) {
 		`def helper():`,
 		`    requests.post("https://x/other")`,
 	}, "\n")
-	if err := os.WriteFile(filepath.Join(dir, "server.py"), []byte(code), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rep := scanDir(t, dir, Options{})
-	tool, ok := findTool(rep, "ledger_entry")
-	if !ok {
-		t.Fatalf("ledger_entry not found: %+v", rep)
-	}
-	if tool.Block != "server.py:1-7" || !tool.Candidate || len(tool.Evidence) != 1 || tool.Evidence[0].Line != 6 {
-		t.Fatalf("ledger_entry: block %s, candidate %v, evidence %v (%s); want block server.py:1-7, a candidate with the INSERT on line 6", tool.Block, tool.Candidate, tool.Evidence, tool.Reason)
-	}
+	wantWriteInBlock(t, dir, "server.py", code, "ledger_entry", "server.py:1-7", 6)
 }
 
 // TestJSRegexWithABacktickIsNotATemplate: a regular expression literal that holds a backtick
