@@ -158,3 +158,55 @@ func TestMaxSessionsPerPrincipalLeavesOthersTheirPlaces(t *testing.T) {
 		}
 	}
 }
+
+// docs/gateway.md, --max-sessions-per-principal: a session being stopped counts toward its
+// principal's bound until its server is stopped, as it does toward --max-sessions. Here alice
+// ends a session with a call still inside it (its server runs the call's grace out), and her
+// next initialize is refused 429 until that call has ended, with the gateway far from full.
+func TestStoppingSessionsCountTowardTheirPrincipalsBound(t *testing.T) {
+	t.Parallel()
+	alice := "alice-token-0123456789"
+	until := filepath.Join(t.TempDir(), "go-on")
+	g := newGW(t, func(c *httpfront.Config, o *wrap.Options) {
+		c.Keys = map[string]string{alice: "alice"}
+		c.MaxSessions, c.MaxSessionsPerPrincipal = 16, 1
+		o.Grace = 10 * time.Minute // the call decides when the stop is over
+	})
+	t.Cleanup(func() { _ = os.WriteFile(until, nil, 0o600) })
+	ah := hdr{"Authorization": "Bearer " + alice}
+	sid := g.open(ah)
+	done := make(chan reply, 1)
+	go func() {
+		r, _ := g.post(context.Background(), sid, ah, call(5, "slow", `{"tag":"held","until":`+strconv.Quote(until)+`}`))
+		done <- r
+	}()
+	waitLog(t, g, "slow tag=held started")
+	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Authorization", ah["Authorization"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("alice's DELETE: status %d", resp.StatusCode)
+	}
+	waitLog(t, g, "waiting up to 10m0s for 1 call") // the session is being stopped
+	if r := g.mustPost("", ah, initBody); r.status != http.StatusTooManyRequests {
+		t.Fatalf("alice's initialize while her only session allowed is stopping with its server running: status %d %v, want 429", r.status, r.raw)
+	}
+	if err := os.WriteFile(until, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := g.mustPost("", ah, initBody)
+		if r.status == http.StatusOK {
+			break
+		}
+		if r.status != http.StatusTooManyRequests || time.Now().After(deadline) {
+			t.Fatalf("alice's initialize after the stopped session's call ended: status %d %v, want 200", r.status, r.raw)
+		}
+	}
+}
