@@ -182,8 +182,17 @@ func (g *gw) post(ctx context.Context, sid string, h hdr, body string) (reply, e
 // deleteSession ends the session sid with a DELETE, which must answer 200.
 func (g *gw) deleteSession(t *testing.T, sid string) {
 	t.Helper()
+	g.deleteSessionAs(t, sid, nil)
+}
+
+// deleteSessionAs is deleteSession with the headers h (a principal's Authorization).
+func (g *gw) deleteSessionAs(t *testing.T, sid string, h hdr) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
 	req.Header.Set("Mcp-Session-Id", sid)
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

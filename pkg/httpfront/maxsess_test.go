@@ -135,17 +135,7 @@ func TestMaxSessionsPerPrincipalLeavesOthersTheirPlaces(t *testing.T) {
 	if got := g.front.Sessions(); got != 4 {
 		t.Fatalf("%d sessions open, want 4", got)
 	}
-	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
-	req.Header.Set("Mcp-Session-Id", first)
-	req.Header.Set("Authorization", ah["Authorization"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("alice's DELETE: status %d", resp.StatusCode)
-	}
+	g.deleteSessionAs(t, first, ah)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		r := g.mustPost("", ah, initBody)
 		if r.status == http.StatusOK {
@@ -181,17 +171,7 @@ func TestStoppingSessionsCountTowardTheirPrincipalsBound(t *testing.T) {
 		done <- r
 	}()
 	waitLog(t, g, "slow tag=held started")
-	req, _ := http.NewRequest(http.MethodDelete, g.url, nil)
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("Authorization", ah["Authorization"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("alice's DELETE: status %d", resp.StatusCode)
-	}
+	g.deleteSessionAs(t, sid, ah)
 	waitLog(t, g, "waiting up to 10m0s for 1 call") // the session is being stopped
 	if r := g.mustPost("", ah, initBody); r.status != http.StatusTooManyRequests {
 		t.Fatalf("alice's initialize while her only session allowed is stopping with its server running: status %d %v, want 429", r.status, r.raw)
