@@ -1,8 +1,6 @@
 package wrap_test
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -22,13 +20,7 @@ import (
 // before: a duplicate is replayed, the effect runs once.
 func TestInjectedKeyMeetsTheSchema(t *testing.T) {
 	t.Parallel()
-	peers, _ := filepath.Abs("../../.peers")
-	if _, err := os.Stat(filepath.Join(peers, "node_modules/@modelcontextprotocol/sdk/package.json")); err != nil {
-		t.Skip("skipping: npm peers are not installed; run scripts/install-peers")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("skipping: node is not installed")
-	}
+	peers := needPeers(t)
 	script, _ := filepath.Abs(filepath.Join("testdata", "keyed_server.mjs"))
 	r := newRig(t)
 	r.childCmdOverride = []string{"node", script}
