@@ -222,8 +222,16 @@ func checkListen(cmd *cli.Command) (*listenConfig, error) {
 			return nil, fmt.Errorf("%s: %v", envAPIKeys, err)
 		}
 	}
-	if !loopback && len(cfg.Keys) == 0 && !cfg.PassAuth && !cmd.Bool("allow-unauthenticated") {
-		return nil, usageErr("--listen %s is not a loopback address: give --api-keys FILE or --pass-auth (or --allow-unauthenticated behind an authenticating proxy)", addr)
+	if !loopback && len(cfg.Keys) == 0 && !cmd.Bool("allow-unauthenticated") {
+		switch {
+		case !cfg.PassAuth:
+			return nil, usageErr("--listen %s is not a loopback address: give --api-keys FILE or --pass-auth (or --allow-unauthenticated behind an authenticating proxy)", addr)
+		case cmd.String("upstream") == "":
+			// --pass-auth leaves the checking to an upstream that authenticates each client; a
+			// server run as a command receives no Authorization, so nothing would check any
+			// (before 2026-12-06 such a gateway served every host that reached the address).
+			return nil, usageErr("--listen %s is not a loopback address: --pass-auth authenticates clients only through an --upstream that checks their Authorization, and a server run as a command checks none: give --api-keys FILE (or --allow-unauthenticated behind an authenticating proxy)", addr)
+		}
 	}
 	maxConns := cmd.Int("max-conns")
 	if !cmd.IsSet("max-conns") {
