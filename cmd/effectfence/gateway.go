@@ -292,7 +292,7 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 		// keys; the hosts file decides where it binds, and may say otherwise.
 		ln.Close()
 		front.Close("the listener is not on a loopback address")
-		return nil, fmt.Errorf("--listen %s bound %s, which is not a loopback address (the hosts file maps the name elsewhere): name a loopback address such as 127.0.0.1:PORT, or the address to serve on itself (with --api-keys FILE or --pass-auth)", addr, tcp.IP)
+		return nil, fmt.Errorf("--listen %s bound %s, which is not a loopback address (the hosts file maps the name elsewhere): name a loopback address such as 127.0.0.1:PORT, or the address to serve on itself (with --api-keys FILE, or --pass-auth and --upstream)", addr, tcp.IP)
 	}
 	// No ReadTimeout or WriteTimeout: either would also bound a response streamed for as long
 	// as a call runs. The front bounds each request's body itself (--body-timeout) and each
