@@ -576,7 +576,7 @@ func (s *Session) read(stdout io.Reader) {
 			if id := r.SkippedRequestID(); id != nil {
 				// A request (sampling, elicitation, roots) nobody can read: refused under
 				// its id, so the server is not left waiting for an answer.
-				s.logf("MCP server %s sent request %s in %s; refused unread", s.name(), id, why)
+				s.logf("MCP server %s sent request %s in %s; refused unread", s.name(), jsonrpc.LogID(id), why)
 				s.queue(note{long: id, why: why})
 				continue
 			}
@@ -686,7 +686,7 @@ func (s *Session) resolve(id json.RawMessage, r reply) {
 	s.mu.Unlock()
 	if !ok {
 		s.answers.Release(r.held)
-		s.logf("MCP server %s answered request id %s that is not waiting; ignored", s.name(), id)
+		s.logf("MCP server %s answered request id %s that is not waiting; ignored", s.name(), jsonrpc.LogID(id))
 		return
 	}
 	// Only the reader adds to backlog, so zero here means nothing read before is undelivered.
@@ -758,7 +758,7 @@ func (s *Session) refuse(m *jsonrpc.Message) {
 func (s *Session) refuseLong(id json.RawMessage, why string) {
 	line := jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence: a request in " + why + " is refused unread"})
 	if err := s.out.Write(line); err != nil && s.Err() == nil {
-		s.logf("cannot refuse request %s of MCP server %s: %v", id, s.name(), err)
+		s.logf("cannot refuse request %s of MCP server %s: %v", jsonrpc.LogID(id), s.name(), err)
 	}
 }
 

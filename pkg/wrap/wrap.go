@@ -304,7 +304,7 @@ func (r running) String() string {
 	if r.params != nil && json.Unmarshal(r.params, &cp) == nil {
 		what += " " + strconv.Quote(cp.Name)
 	}
-	return fmt.Sprintf("%s (request id %s, running %s)", what, r.id, time.Since(r.since).Round(100*time.Millisecond))
+	return fmt.Sprintf("%s (request id %s, running %s)", what, jsonrpc.LogID([]byte(r.id)), time.Since(r.since).Round(100*time.Millisecond))
 }
 
 // New checks opt and returns a Proxy. It refuses what the command refuses at its start: no
@@ -488,7 +488,7 @@ func (p *Proxy) skipped(r *jsonrpc.Reader, err error) {
 		p.reply(jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: code, Message: why}))
 		return
 	}
-	p.logf("the agent's answer to request %s was skipped unread (%s); the MCP server is told", r.SkippedID(), why)
+	p.logf("the agent's answer to request %s was skipped unread (%s); the MCP server is told", jsonrpc.LogID(r.SkippedID()), why)
 	p.answered(&jsonrpc.Message{ID: r.SkippedID(), Error: rpcErr(jsonrpc.CodeInternalError, "effectfence: the client's answer was skipped unread: %s", why)}, 0)
 }
 
@@ -509,7 +509,7 @@ func (p *Proxy) answered(m *jsonrpc.Message, held int64) {
 	p.pmu.Unlock()
 	if ch == nil {
 		p.requests.Release(held)
-		p.logf("the agent answered request id %s that is not waiting; ignored", m.ID)
+		p.logf("the agent answered request id %s that is not waiting; ignored", jsonrpc.LogID(m.ID))
 		return
 	}
 	ch <- agentAnswer{m, held}

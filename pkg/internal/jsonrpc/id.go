@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 )
@@ -45,4 +46,18 @@ func AnswerID(line []byte) json.RawMessage {
 		return nil
 	}
 	return id
+}
+
+// logIDMax is the most bytes of an id LogID keeps.
+const logIDMax = 100
+
+// LogID is id as a log line shows it: its first bytes and its length when it is long. An id is
+// any JSON value its sender chose, and a line that names one a peer sent (an answer to no
+// request, say) wrote it whole: an agent's response with a 60 MiB id logged a 251 MB line. The
+// cut may fall inside a character; the log escapes what it writes.
+func LogID(id []byte) string {
+	if len(id) <= logIDMax {
+		return string(id)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", id[:logIDMax], len(id))
 }
