@@ -69,8 +69,8 @@ func TestPreviousBuildKeepsReceipts(t *testing.T) {
 		}
 		checkStoredResult(t, "the previous build", body("pay:1"), true)
 	}, func() {
-		if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_open") || slices.Contains(got, "records_state") {
-			t.Fatalf("after this build opened it, the ledger has indexes %v; want records_open and no records_state", got)
+		if got := ledgerIndexes(t, ledger); !slices.Contains(got, "records_life") || slices.Contains(got, "records_state") {
+			t.Fatalf("after this build opened it, the ledger has indexes %v; want records_life and no records_state", got)
 		}
 		checkStoredResult(t, "this build", body("pay:2"), false)
 		if b := body("big:2"); len(b) == 0 || b[0] != 0 {

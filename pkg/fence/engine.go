@@ -860,6 +860,8 @@ type updater struct {
 	delta   Counters
 	refusal error
 	p       *pass // when set and the pass wrote nothing, the counters wait for a later write
+	force   bool  // Flush: the counters are written even where the store would defer them
+	kept    bool  // the counters were not written: they wait for a later write
 	run     func(Tx) error
 }
 
@@ -871,34 +873,48 @@ var updaterPool = sync.Pool{New: func() any {
 
 func (u *updater) do(tx Tx) error {
 	var err error
-	u.refusal, err = counted(tx, u.fn, u.delta, u.p)
+	u.refusal, u.kept, err = counted(tx, u.fn, u.delta, u.p, u.force)
 	return err
 }
 
 // counted runs fn in tx and adds delta to the ledger's counters; a refusal from fn is
-// returned apart, as the answer, and does not undo the transaction.
-func counted(tx Tx, fn func(Tx) error, delta Counters, p *pass) (refusal, err error) {
+// returned apart, as the answer, and does not undo the transaction. kept says the counters
+// were not added: the pass wrote nothing, or the store defers them (CountersDeferred) and
+// force is not set.
+func counted(tx Tx, fn func(Tx) error, delta Counters, p *pass, force bool) (refusal error, kept bool, err error) {
 	if err := fn(tx); err != nil {
 		var coded Coded
 		if !errors.As(err, &coded) {
-			return nil, err
+			return nil, false, err
 		}
 		refusal = err
 	}
-	if delta.IsZero() || (p != nil && !p.wrote) {
-		return refusal, nil
+	if delta.IsZero() {
+		return refusal, false, nil
 	}
-	return refusal, tx.AddCounters(delta)
+	if p != nil && !p.wrote {
+		return refusal, true, nil
+	}
+	if d, ok := tx.(CountersDeferred); ok && !force && d.DeferCounters() {
+		return refusal, true, nil
+	}
+	return refusal, false, tx.AddCounters(delta)
 }
 
 func (e *Engine) updateWith(ctx context.Context, fn func(Tx) error, p *pass) error {
+	return e.updateCounted(ctx, fn, p, false)
+}
+
+// updateCounted is updateWith; with force, the counters are written even where the store
+// would defer them (Flush).
+func (e *Engine) updateCounted(ctx context.Context, fn func(Tx) error, p *pass, force bool) error {
 	u := updaterPool.Get().(*updater)
-	u.fn, u.p, u.delta, u.refusal = fn, p, e.counts.take(), nil
+	u.fn, u.p, u.delta, u.refusal, u.force, u.kept = fn, p, e.counts.take(), nil, force, false
 	err := e.store.Update(ctx, u.run)
-	delta, refusal := u.delta, u.refusal
+	delta, refusal, kept := u.delta, u.refusal, u.kept
 	*u = updater{run: u.run}
 	updaterPool.Put(u)
-	return e.updated(err, delta, refusal, p)
+	return e.updated(err, delta, refusal, kept)
 }
 
 // updateMem is updateWith on the memory store, with its updater on the stack (see
@@ -906,18 +922,19 @@ func (e *Engine) updateWith(ctx context.Context, fn func(Tx) error, p *pass) err
 func (e *Engine) updateMem(ctx context.Context, fn func(Tx) error, p *pass) error {
 	delta := e.counts.take()
 	var refusal error
+	var kept bool
 	err := e.mem.Update(ctx, func(tx Tx) error {
 		var err error
-		refusal, err = counted(tx, fn, delta, p)
+		refusal, kept, err = counted(tx, fn, delta, p, false)
 		return err
 	})
-	return e.updated(err, delta, refusal, p)
+	return e.updated(err, delta, refusal, kept)
 }
 
-// updated ends updateWith: err is the store's, delta the counters it was to write and
-// refusal the pass's own answer.
-func (e *Engine) updated(err error, delta Counters, refusal error, p *pass) error {
-	if err == nil && p != nil && !p.wrote {
+// updated ends updateWith: err is the store's, delta the counters it was to write, refusal
+// the pass's own answer and kept whether the transaction left the counters out.
+func (e *Engine) updated(err error, delta Counters, refusal error, kept bool) error {
+	if err == nil && kept {
 		err = errUnwritten // the counters were not written: give them back
 	}
 	if err != nil {

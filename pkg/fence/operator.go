@@ -348,7 +348,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 
 // Flush writes this process's unflushed counters to the ledger.
 func (e *Engine) Flush(ctx context.Context) error {
-	return e.update(ctx, func(Tx) error { return nil })
+	return e.updateCounted(ctx, func(Tx) error { return nil }, nil, true)
 }
 
 // Close flushes counters and closes the store.

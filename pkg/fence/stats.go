@@ -74,7 +74,8 @@ func (c Counters) Line() string {
 
 // Stats is the engine's view: this process since it started, and the ledger's totals over
 // every process that shares it (counts of other processes arrive as they flush). A process's
-// counts ride in its next write transaction. When the store answers that transaction with an
+// counts ride in its next write transaction (or a later one, when the store asks: see
+// CountersDeferred), and Close flushes them. When the store answers that transaction with an
 // error although it landed (its answer was lost: the connection cut at COMMIT), a store that
 // says so (CountersKept: the PostgreSQL store) keeps the counts and adds them only once it
 // learns the transaction did not land; after any other error the engine keeps them and writes

@@ -63,6 +63,16 @@ type Tx interface {
 	Counters() (Counters, error)
 }
 
+// CountersDeferred is implemented by a Tx that can tell when adding the counters would cost
+// the transaction a write it does not otherwise make: the SQLite store's counters sit on the
+// page of meta that a claim writes for its token and a commit does not touch, so a commit that
+// carried them wrote one more WAL page before its fsync. When DeferCounters is true, the engine
+// keeps its pending counters for a later transaction (a claim, or Flush, which always writes
+// them).
+type CountersDeferred interface {
+	DeferCounters() bool
+}
+
 // CountersKept is implemented by a store's error after which the store itself answers for
 // the counters the failed Update added (Tx.AddCounters): its commit may have landed, with
 // them, though the answer was lost on the way back. The store learns later whether it did

@@ -16,9 +16,11 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
-// The queries of Recover, `ledger ls --state` and Sweep each use an index (recordIndexes), not a
-// scan of every record: records_open for states that are not done, records_expires for
-// expired outcomes.
+// The queries of Recover, `ledger ls --state` and Sweep each read an index in the order they
+// want (recordIndexes), not every record of a state sorted on every page: records that are not
+// done by state and intent from records_life (those without an expiry, the rest being few and
+// sorted), done ones by intent from the intent's index, expired outcomes by expiry from
+// records_life.
 func TestScanQueriesUseIndexes(t *testing.T) {
 	ctx := context.Background()
 	path, eng := newLedger(t)
@@ -28,18 +30,25 @@ func TestScanQueriesUseIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	const (
+		openRun  = "INDEX records_life (state=? AND expires_at=? AND intent>?)"
+		byIntent = "INDEX sqlite_autoindex_records_1 (intent>?)"
+	)
 	for _, c := range []struct {
-		f     fence.Filter
-		index string
+		f      fence.Filter
+		index  string
+		sorted bool // the plan may sort (what it sorts is not every record of a state)
 	}{
-		{fence.Filter{States: []fence.State{fence.StateInFlight}}, "records_open"},
-		{fence.Filter{States: []fence.State{fence.StateFailed, fence.StateUnknown}}, "records_open"},
-		{fence.Filter{States: []fence.State{fence.StateInFlight, fence.StateUnknown, fence.StateInFlight}}, "records_open"},
-		{fence.Filter{States: []fence.State{fence.StateInFlight, fence.StateUnknown}, ExpiresBefore: time.Now()}, "records_open"},
-		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now()}, "records_expires"},
+		{fence.Filter{States: []fence.State{fence.StateInFlight}}, openRun, true},
+		{fence.Filter{States: []fence.State{fence.StateFailed, fence.StateUnknown}}, openRun, true},
+		{fence.Filter{States: []fence.State{fence.StateInFlight, fence.StateUnknown, fence.StateInFlight}}, openRun, true},
+		{fence.Filter{States: []fence.State{fence.StateInFlight, fence.StateUnknown}, ExpiresBefore: time.Now()}, "INDEX records_life (state=? AND expires_at>? AND expires_at<?)", true},
+		{fence.Filter{States: []fence.State{fence.StateDone}}, byIntent, false},
+		{fence.Filter{States: []fence.State{fence.StateDone, fence.StateInFlight}}, byIntent, false},
+		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now()}, "INDEX records_life (state=? AND expires_at>? AND expires_at<?)", true},
 		// Sweep's batch: read in the index's order, with no sort of every expired record.
-		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now(), Limit: 1000, ByExpiry: true}, "records_expires"},
-		{fence.Filter{Limit: 10, ByExpiry: true}, "records_expires"},
+		{fence.Filter{States: []fence.State{fence.StateDone}, ExpiresBefore: time.Now(), Limit: 1000, ByExpiry: true}, "INDEX records_life (state=? AND expires_at>? AND expires_at<?)", false},
+		{fence.Filter{States: []fence.State{fence.StateDone}, Limit: 10, ByExpiry: true}, "INDEX records_life (state=? AND expires_at>?)", false},
 	} {
 		q, args := scanQuery(c.f)
 		if c.f.ByExpiry {
@@ -61,13 +70,15 @@ func TestScanQueriesUseIndexes(t *testing.T) {
 			plan = append(plan, detail)
 		}
 		rows.Close()
-		if !strings.Contains(strings.Join(plan, "; "), "INDEX "+c.index) {
-			t.Errorf("%+v: plan %q does not use %s", c.f, plan, c.index)
+		all := strings.Join(plan, "; ")
+		if !strings.Contains(all, c.index) {
+			t.Errorf("%+v: plan %q does not read %s", c.f, plan, c.index)
 		}
-		// A page is read in the index's order: no sort of every record after the page's first
-		// intent (records_open is ordered by intent within a state; several states merge).
-		if (c.f.ByExpiry || c.index == "records_open") && strings.Contains(strings.Join(plan, "; "), "TEMP B-TREE") {
+		if !c.sorted && strings.Contains(all, "TEMP B-TREE") {
 			t.Errorf("%+v: plan %q sorts", c.f, plan)
+		}
+		if strings.Contains(all, "SCAN records") {
+			t.Errorf("%+v: plan %q reads every record", c.f, plan)
 		}
 	}
 }
@@ -173,19 +184,33 @@ func TestFreshDecisionWritesFewPages(t *testing.T) {
 	if n := slices.Index(pages, "|commit"); n < 0 {
 		t.Fatal("no transaction in the WAL")
 	}
-	allowed := []string{"meta", "records", "sqlite_autoindex_records_1", "records_open", "records_expires", "sqlite_schema", "new", "|commit"}
+	allowed := []string{"meta", "records", "sqlite_autoindex_records_1", "records_life", "sqlite_schema", "new", "|commit"}
 	for _, p := range pages {
 		if !slices.Contains(allowed, p) {
 			t.Fatalf("a decision wrote a page of %s; WAL frames: %v", p, pages)
 		}
 	}
-	var txns, frames int
+	// Only the claims write meta (their tokens): the counters wait for them, where they made
+	// every commit write that page too (fence.CountersDeferred).
+	var txns, frames, withMeta int
+	var meta bool
 	for _, p := range pages {
-		if p == "|commit" {
+		switch p {
+		case "|commit":
 			txns++
-		} else {
+			if meta {
+				withMeta++
+			}
+			meta = false
+		case "meta":
+			meta = true
+			frames++
+		default:
 			frames++
 		}
+	}
+	if txns != 40 || withMeta != 20 {
+		t.Fatalf("20 decisions made %d transactions, %d of them writing meta; want 40 and 20 (the claims). WAL frames: %v", txns, withMeta, pages)
 	}
 	t.Logf("%d transactions, %.1f pages each", txns, float64(frames)/float64(txns))
 }
@@ -227,12 +252,13 @@ func TestOpenSetsTheIndexLayoutWithoutANewVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	want := []string{"records_expires", "records_open", "sqlite_autoindex_records_1"}
+	want := []string{"records_life", "sqlite_autoindex_records_1"}
 	if got := recordsIndexes(t, db); !slices.Equal(got, want) {
 		t.Fatalf("a new ledger's records indexes: %v, want %v", got, want)
 	}
 	// What the previous build's migration to schema 2 left.
-	_, err = db.ExecContext(ctx, `DROP INDEX records_open;
+	_, err = db.ExecContext(ctx, `DROP INDEX records_life;
+		CREATE INDEX records_expires ON records(expires_at) WHERE expires_at IS NOT NULL;
 		CREATE INDEX records_state ON records(state);
 		CREATE INDEX records_cert_hash ON records(cert_hash) WHERE cert_hash IS NOT NULL;`)
 	if err != nil {
@@ -281,11 +307,12 @@ func TestOpenSetsTheIndexLayoutWithoutANewVersion(t *testing.T) {
 	}
 }
 
-// A ledger whose records_open is the earlier build's, on the state alone, gets the index on
-// (state, intent) at its next open for writing (openIndexStale): `ledger ls --state` reads its
-// pages in order from it. Its records and version are unchanged, and it answers the same; the
-// earlier build's own index statements leave the new index as it is.
-func TestOpenReplacesTheEarlierIndexOfOpenRecords(t *testing.T) {
+// A ledger of the builds before 2026-12-06 (records_open and records_expires) gets
+// records_life at its next open for writing (recordIndexes), its records and version
+// unchanged, and answers the same. Those builds can still open it: their index statements put
+// records_open back beside records_life, and their queries then read an index in order, as
+// they did on their own layout: records_open for open states, records_life for the sweep.
+func TestAnEarlierBuildsQueriesUseRecordsLife(t *testing.T) {
 	ctx := context.Background()
 	path, eng := newLedger(t)
 	decide(t, eng, "a", []byte(`{}`))
@@ -300,18 +327,12 @@ func TestOpenReplacesTheEarlierIndexOfOpenRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	def := func() string {
-		var s string
-		if err := db.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE name = 'records_open'").Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	const current = "CREATE INDEX records_open ON records(state, intent) WHERE state <> 'done'"
-	if got := def(); got != current {
-		t.Fatalf("a new ledger's records_open: %q", got)
-	}
-	if _, err := db.ExecContext(ctx, `DROP INDEX records_open; CREATE INDEX records_open ON records(state) WHERE state <> 'done'`); err != nil {
+	// The earlier builds' layout, as their opens for writing left it.
+	const earlier = `DROP INDEX IF EXISTS records_state;
+DROP INDEX IF EXISTS records_cert_hash;
+CREATE INDEX IF NOT EXISTS records_open ON records(state, intent) WHERE state <> 'done';`
+	if _, err := db.ExecContext(ctx, `DROP INDEX records_life;
+CREATE INDEX records_expires ON records(expires_at) WHERE expires_at IS NOT NULL;`+earlier); err != nil {
 		t.Fatal(err)
 	}
 	st, err := Open(ctx, path, Options{})
@@ -329,23 +350,57 @@ func TestOpenReplacesTheEarlierIndexOfOpenRecords(t *testing.T) {
 	if err != nil || !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("open intents after the reopen: %v %v", got, err)
 	}
-	if got := def(); got != current {
-		t.Fatalf("after reopening, records_open is %q, want %q", got, current)
+	if got, want := recordsIndexes(t, db), []string{"records_life", "sqlite_autoindex_records_1"}; !slices.Equal(got, want) {
+		t.Fatalf("after reopening, the records indexes are %v, want %v", got, want)
 	}
-	// The earlier build's own index statements (its recordIndexes, run at each of its opens
-	// for writing) keep this one: it does not put its index back.
-	if _, err := db.ExecContext(ctx, `DROP INDEX IF EXISTS records_state;
-DROP INDEX IF EXISTS records_cert_hash;
-CREATE INDEX IF NOT EXISTS records_open ON records(state) WHERE state <> 'done';`); err != nil {
+	// An earlier build opens it again: its statements keep records_life and add records_open.
+	if _, err := db.ExecContext(ctx, earlier); err != nil {
 		t.Fatal(err)
 	}
-	if got := def(); got != current {
-		t.Fatalf("after the earlier build's index statements, records_open is %q, want %q", got, current)
+	if got, want := recordsIndexes(t, db), []string{"records_life", "records_open", "sqlite_autoindex_records_1"}; !slices.Equal(got, want) {
+		t.Fatalf("after the earlier build's index statements, the records indexes are %v, want %v", got, want)
+	}
+	// Its queries, as it wrote them: a page of open records and a sweep's batch.
+	for _, c := range []struct {
+		q     string
+		args  []any
+		index string
+	}{
+		{"SELECT intent, body FROM records WHERE state IN (?) AND state <> 'done' AND intent > ? ORDER BY intent LIMIT ?", []any{"in_flight", "", 256}, "INDEX records_open"},
+		{qSweepExpired, []any{time.Now().UnixNano(), 100}, "INDEX records_life"},
+	} {
+		plan := queryPlan(t, db, c.q, c.args...)
+		if !strings.Contains(plan, c.index) || strings.Contains(plan, "TEMP B-TREE") || strings.Contains(plan, "SCAN records") {
+			t.Errorf("an earlier build's %q: plan %q, want %s in its order", c.q, plan, c.index)
+		}
 	}
 	var check string
 	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" {
 		t.Fatalf("integrity_check: %q %v", check, err)
 	}
+}
+
+// queryPlan is SQLite's plan of q, its lines joined by "; ".
+func queryPlan(t *testing.T, db *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
 }
 
 // A page of several open states is merged from one branch per state (openStatesQuery): across
@@ -378,15 +433,46 @@ func TestScanOfSeveralStatesMergesInOrder(t *testing.T) {
 		}
 	}
 	open := slices.Sorted(slices.Values(append(slices.Clone(want[fence.StateInFlight]), want[fence.StateFailed]...)))
+	// Every fifth record that is not done carries an expiry, as a record keeps its done
+	// record's when it is marked unknown: records_life files it apart from the others of its
+	// state, and the scan reads both runs (openStatesQuery).
+	err := eng.Store().Update(ctx, func(tx fence.Tx) error {
+		for i, intent := range open {
+			if i%5 != 0 {
+				continue
+			}
+			rec, err := tx.Get(intent)
+			if err != nil {
+				return err
+			}
+			rec.ExpiresAt = tx.Now().Add(time.Duration(len(open)-i) * time.Minute)
+			if err := tx.Put(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFlight := slices.Sorted(slices.Values(want[fence.StateInFlight]))
 	for _, c := range []struct {
-		after string
-		limit int
-	}{{"", 0}, {"", 300}, {open[100], 0}, {open[299], 257}, {open[len(open)-1], 0}, {"i0350", 5}} {
+		states []fence.State
+		after  string
+		limit  int
+	}{
+		{nil, "", 0}, {nil, "", 300}, {nil, open[100], 0}, {nil, open[299], 257}, {nil, open[len(open)-1], 0}, {nil, "i0350", 5},
+		{[]fence.State{fence.StateInFlight}, "", 0}, {[]fence.State{fence.StateInFlight}, inFlight[10], 0}, {[]fence.State{fence.StateInFlight}, "", 7},
+	} {
+		states, list := c.states, inFlight
+		if states == nil {
+			states, list = []fence.State{fence.StateFailed, fence.StateInFlight, fence.StateFailed}, open
+		}
 		var got []string
 		err := eng.Store().View(ctx, func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateFailed, fence.StateInFlight, fence.StateFailed}, After: c.after, Limit: c.limit},
+			return tx.Scan(fence.Filter{States: states, After: c.after, Limit: c.limit},
 				func(r *fence.Record) bool {
-					if r.State != fence.StateFailed && r.State != fence.StateInFlight {
+					if !slices.Contains(states, r.State) {
 						t.Errorf("%s is %s", r.Intent, r.State)
 					}
 					got = append(got, r.Intent)
@@ -396,9 +482,9 @@ func TestScanOfSeveralStatesMergesInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		exp := open[sort.SearchStrings(open, c.after+"\x00"):]
+		exp := list[sort.SearchStrings(list, c.after+"\x00"):]
 		if c.after == "" {
-			exp = open
+			exp = list
 		}
 		if c.limit > 0 && len(exp) > c.limit {
 			exp = exp[:c.limit]

@@ -126,23 +126,38 @@ CREATE TRIGGER records_args_deleted AFTER DELETE ON records
 //     --state`), so records_open indexes only those: a few entries on one hot page, which a
 //     record leaves when it is done. Scan adds the index's own term to queries for them.
 //
-// A commit now writes about 7.2 pages at 1.6 KB, 5.2 at 0.8 KB (TestFreshDecisionWritesFewPages).
+// A commit wrote about 7.2 pages at 1.6 KB, 5.2 at 0.8 KB, then (2026-12-06) records_open and
+// records_expires became one index, records_life on (state, expires_at, intent):
+//   - A commit moved the record out of records_open and into records_expires, two leaves far
+//     apart. In records_life it moves from the in_flight run to the end of the done run, the
+//     records with the latest expiry: the two runs are neighbours ('done' < 'in_flight'), so
+//     with the few records in flight that a ledger has, both are on one leaf.
+//   - The engine no longer adds its counters to a transaction that would write meta only for
+//     them (txn.AddCounters), such as a commit; they ride in the next claim.
 //
-// records_open is ordered by intent within each state: `ledger ls --state` reads a state 256
-// records at a time in intent order, and on an index of the state alone each page read every
-// record of the state after its first intent again and sorted them (n²/256 rows; figures in
-// docs/DECISIONS-sqlite.md). Builds before 2026-12-04 made it on the state alone; migrate
-// replaces that one (openIndexStale). Those builds, opening a ledger that has this one, keep
-// it (IF NOT EXISTS) and their queries use it (TestOpenReplacesTheEarlierIndexOfOpenRecords).
+// A fresh decision now writes 4 pages for the claim (meta, records_life, the intent's index,
+// the table's last leaf) and 2 for its commit (records_life, the table's leaf), against 4 and
+// 4 (TestFreshDecisionWritesFewPages).
+//
+// Records that are not done are read in intent order within a state (Recover, `ledger ls
+// --state`, a page of 256 at a time): their expires_at is NULL but for a few that carry
+// their done record's expiry, so Scan reads each state as two runs of records_life, the NULL
+// one in intent order straight from the index and the rest sorted, and merges them
+// (openStatesQuery). Scans of done records in intent order name the state as +state: SQLite
+// would otherwise read every done record from records_life and sort them, on every page.
+//
+// An earlier build opening a ledger that has records_life keeps it and puts records_open back
+// (IF NOT EXISTS), so its queries keep their index, and the next open by this build drops it
+// again; it does not put records_expires back (only a migration made it), and its sweep,
+// whose query names state = 'done' and orders by expires_at, reads records_life in order
+// (TestAnEarlierBuildsQueriesUseRecordsLife).
 const recordIndexes = `
 DROP INDEX IF EXISTS records_state;
 DROP INDEX IF EXISTS records_cert_hash;
-CREATE INDEX IF NOT EXISTS records_open ON records(state, intent) WHERE state <> 'done';
+DROP INDEX IF EXISTS records_open;
+DROP INDEX IF EXISTS records_expires;
+CREATE INDEX IF NOT EXISTS records_life ON records(state, expires_at, intent);
 `
-
-// openIndexStale finds a records_open index of an earlier build (on the state alone): its
-// definition in sqlite_schema, which keeps the CREATE statement as written.
-const openIndexStale = `SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'records_open' AND sql NOT LIKE '%records(state, intent)%'`
 
 // eventTokens gives the events table its token column (fence.Event.Token: the claim whose
 // holder reported a release, abort or lost, by which a retry of a release that landed, its

@@ -872,15 +872,6 @@ func (s *Store) migrate(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	var stale int
-	if err := tx.QueryRowContext(ctx, openIndexStale).Scan(&stale); err != nil {
-		return fmt.Errorf("reading the records table's indexes: %w", err)
-	}
-	if stale > 0 {
-		if _, err := tx.ExecContext(ctx, "DROP INDEX records_open"); err != nil {
-			return fmt.Errorf("replacing the records table's index of open records: %w", err)
-		}
-	}
 	if _, err := tx.ExecContext(ctx, recordIndexes); err != nil {
 		return fmt.Errorf("setting the records table's indexes: %w", err)
 	}
@@ -1415,12 +1406,13 @@ func (s *Store) tryBatchOn(r *rawRunner, b *batch, savepoints, index bool) (fail
 		}
 	}
 	ok := 0
+	var meta bool // shared by the batch's transactions (txn.meta)
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		t := &txn{s: s, r: r, now: s.opt.Now(), write: true}
+		t := &txn{s: s, r: r, now: s.opt.Now(), write: true, meta: &meta}
 		if savepoints {
 			if _, err := r.exec(qSavepoint); err != nil {
 				return false, err
