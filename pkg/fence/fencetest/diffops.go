@@ -403,12 +403,14 @@ func (d *diffRun) expectPrepare(req fence.Request, ei int, a answer) {
 		base := fence.SupersededIntent(req.Intent, superseded.cert.Hash)
 		name := ""
 		for i := 1; i <= 16 && name == ""; i++ {
-			if n := supersededName(base, i); m.recs[n] == nil {
+			// A name held by an expired outcome is free, as the gates forget it.
+			if n := supersededName(base, i); m.recs[n] == nil || (m.recs[n].state == fence.StateDone && m.recs[n].expired) {
 				name = n
 			}
 		}
 		if name == "" {
-			d.failf("model: no name left to move %q aside to", req.Intent)
+			// The engine moves it to a name of 128 random bits, which no model can name.
+			d.failf("model: sixteen names taken; the engine's random spare name is beyond the model (%q)", req.Intent)
 			return
 		}
 		moved := *superseded
@@ -644,10 +646,12 @@ func (d *diffRun) expectEnd(kind string, ei, id int, forged bool, intent, reason
 	// A claim that went unknown may settle late (heal): abort, release and lost
 	// then act on it as on a live claim.
 	if _, lost := d.holds(intent, id, forged); lost != nil {
-		if d.retry && !forged && d.reported(kind, id, intent, reason) {
+		if d.retry && d.reported(kind, id, intent, reason) {
 			// A retry (a spool or held drain) of a report that landed, its answer lost:
 			// answered as the first was, writing and counting nothing (docs/DECISIONS-postgres.md,
-			// "What the engine's caller sees after CommitUnknownError").
+			// "What the engine's caller sees after CommitUnknownError"). A forged nonce too: the
+			// claim's ended record no longer keeps its nonce, so the engine knows the report by
+			// its token, kind and reason, and the answer changes nothing (seed 5501518652276).
 			d.want(a, "", "", "")
 			return
 		}
