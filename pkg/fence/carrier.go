@@ -206,8 +206,11 @@ const (
 
 // leaderOf tells of process group pgid's leader, which started at start.
 func leaderOf(pgid int, start uint64, me local) leaderState {
-	now, state := procStat(pgid)
-	if now == 0 {
+	now, state, _, unseen := procStatSeen(pgid)
+	switch {
+	case unseen:
+		return leaderUnknown
+	case now == 0:
 		return leaderGone
 	}
 	n := int64(now) - me.offset
@@ -302,7 +305,10 @@ func bornRun(pgid, from, to int) Liveness {
 		if pid >= top {
 			pid = 1
 		}
-		_, state, group := procStatGroup(pid)
+		_, state, group, unseen := procStatSeen(pid)
+		if unseen {
+			return CannotTell // not seen: it may be a running member
+		}
 		if group == pgid && state != 0 && (state != 'Z' && state != 'X' || threads(pid) > 1) {
 			return Alive
 		}
@@ -356,7 +362,12 @@ func groupMemberRuns(pgid int) Liveness {
 			if err != nil {
 				continue
 			}
-			_, state, group := procStatGroup(pid)
+			_, state, group, unseen := procStatSeen(pid)
+			if unseen {
+				// Not seen (no descriptor left to read it, say): it may be a running member,
+				// and a group taken for ended is ended for good (carrierCache).
+				return CannotTell
+			}
 			if group == pgid && state != 0 && (state != 'Z' && state != 'X' || threads(pid) > 1) {
 				return Alive
 			}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // An owner string names the process holding a claim:
@@ -290,23 +291,32 @@ func procStat(pid int) (start uint64, state byte) {
 
 // procStatGroup is procStat with the process group (field 5), 0 when unread.
 func procStatGroup(pid int) (start uint64, state byte, pgrp int) {
+	start, state, pgrp, _ = procStatSeen(pid)
+	return start, state, pgrp
+}
+
+// procStatSeen is procStatGroup, with unseen true when /proc/PID/stat could not be read for a
+// reason other than no process having pid (a judge out of file descriptors or memory): that
+// process was not seen, neither running nor gone.
+func procStatSeen(pid int) (start uint64, state byte, pgrp int, unseen bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, 0
+		// No such file (no such pid), or ESRCH (it exited between open and read): gone.
+		return 0, 0, 0, !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
 	}
 	// The command name (field 2) may contain spaces and parentheses: fields resume after the
 	// last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0, 0
+		return 0, 0, 0, false
 	}
 	fields := strings.Fields(s[i+1:])
 	// fields[0] is field 3 (state), so starttime (field 22) is fields[19].
 	if len(fields) < 20 || fields[0] == "" {
-		return 0, 0, 0
+		return 0, 0, 0, false
 	}
 	n, _ := strconv.ParseUint(fields[19], 10, 64)
 	g, _ := strconv.Atoi(fields[2]) // field 5
-	return n, fields[0][0], g
+	return n, fields[0][0], g, false
 }
