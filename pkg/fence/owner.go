@@ -82,8 +82,10 @@ func whereAmI() local {
 		if host == "" {
 			host = "localhost"
 		}
-		// "/" parts an owner string's fields; "+" parts the host from a claim's carrier.
-		host = strings.NewReplacer("/", "_", "+", "_").Replace(host)
+		// "/" parts an owner string's fields; "+" parts the host from a claim's carrier. A host
+		// name is bytes (sethostname takes any): written as the ledger keeps it (ledgerText),
+		// so that this process knows its own claims (Engine.mine).
+		host = ledgerText(strings.NewReplacer("/", "_", "+", "_").Replace(host))
 		pid := os.Getpid()
 		b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 		here.boot = machineBoot(strings.TrimSpace(string(b)), os.Getenv(MachineIDEnv))

@@ -337,6 +337,11 @@ func (c Config) withDefaults() Config {
 	if c.Owner == "" {
 		c.Owner = LocalOwner()
 	}
+	// The owner string as every store keeps it (bytes that are not UTF-8 become U+FFFD): the
+	// engine tells its own claims by it (mine). Compared as given, an owner that is not UTF-8
+	// was not its own claims' once recorded, and a heartbeat replaced it, dropping the claim's
+	// carrier (TestHolderWithAHostNameNotUTF8KeepsItsCarrier).
+	c.Owner = ledgerText(c.Owner)
 	if c.Liveness == nil {
 		c.Liveness = OwnerLiveness
 	} else if reflect.ValueOf(c.Liveness).Pointer() != reflect.ValueOf(OwnerLiveness).Pointer() {

@@ -4,6 +4,7 @@ package sqlite_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ func holderHelper() error {
 	fmt.Printf("owner %s\n", fence.LocalOwner())
 	req := holderReq(os.Getenv("EFFECTFENCE_TEST_INTENT"))
 	req.RerunSafe = os.Getenv("EFFECTFENCE_TEST_RERUN_SAFE") != ""
+	req.Carrier = os.Getenv("EFFECTFENCE_TEST_CARRIER")
 	adm, err := eng.Prepare(ctx, req)
 	if err != nil {
 		return err
@@ -316,6 +318,57 @@ func TestUnshareUTSHolder(t *testing.T) {
 		t.Fatalf("killed holder with another host name judged %s, want dead", l)
 	}
 	wantUnknown(t, eng, "uts:killed")
+}
+
+// TestHolderWithAHostNameNotUTF8KeepsItsCarrier: a host name is the kernel's bytes, UTF-8 or
+// not (sethostname takes any), and the ledger keeps an owner string as JSON, each byte that is
+// not UTF-8 as U+FFFD. A holder whose host name is not UTF-8 then did not know its own claim
+// (Engine.mine compared its owner string with the stored one), and its first heartbeat
+// replaced the owner with its own, dropping the carrier: killed with -9 while the process
+// group it sent the call to still ran it, its re-run-safe claim was taken over at once, a
+// second execution (seen with a real wrap in such a UTS namespace and a server under sh).
+func TestHolderWithAHostNameNotUTF8KeepsItsCarrier(t *testing.T) {
+	unshare := needUnshare(t)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	group := exec.Command("sh", "-c", "sleep 60 & read x")
+	group.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	end, err := group.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := group.Start(); err != nil {
+		t.Skipf("skipped: no sh: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-group.Process.Pid, syscall.SIGKILL); _ = end.Close(); _ = group.Wait() })
+	carrier := fence.GroupCarrier(group.Process.Pid)
+	if carrier == "" {
+		t.Skip("skipped: this process cannot name a process group (its /proc)")
+	}
+	h := startHolder(t, path, "utf8:carried", time.Hour, true,
+		[]string{"EFFECTFENCE_TEST_HOSTNAME=bad\xffhost", "EFFECTFENCE_TEST_CARRIER=" + carrier}, unshare, "-u", "--")
+	if got := h.say("heartbeat"); got != "renewed" {
+		t.Fatalf("heartbeat: %s", got)
+	}
+	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{})
+	rec, err := eng.Status(context.Background(), "utf8:carried")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rec.Owner, "+"+carrier+"/") {
+		t.Errorf("after its holder's heartbeat the claim's owner is %q: its carrier %s is gone", rec.Owner, carrier)
+	}
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+	// The holder is gone, the group it sent the call to runs: the claim is held.
+	req := holderReq("utf8:carried")
+	req.RerunSafe = true
+	adm, err := eng.Prepare(context.Background(), req)
+	if err == nil {
+		t.Fatalf("the re-run-safe claim of a killed holder whose carrier runs was taken over (admitted %+v): a second execution while the first runs", adm.Ticket)
+	}
+	if !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("prepare: %v, want intent_in_flight", err)
+	}
 }
 
 // TestUnsharePIDHolder: a holder in another PID namespace cannot be judged from here (its pid
