@@ -405,7 +405,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	hb := p.heartbeat(t)
 	s, err := p.session(ctx)
 	if err == nil {
-		t, err = p.carry(ctx, t, carrier, s)
+		t, err = p.carry(ctx, t, carrier, s, hb)
 	}
 	var res json.RawMessage
 	if err == nil {
@@ -677,7 +677,10 @@ type beats struct {
 	t       fence.Ticket // guarded by mu, as are the fields below
 	stopped bool
 	timer   *time.Timer
-	carry   string // a carrier the next renewals record (Engine.Carry) until one has
+	// carry is a carrier the next renewals record (Engine.Carry) until one has, guarded by cm
+	// alone: later sets it while a renewal may be waiting for the ledger under mu.
+	cm    sync.Mutex
+	carry string
 }
 
 func (b *beats) beat() {
@@ -688,14 +691,22 @@ func (b *beats) beat() {
 	}
 	var next fence.Ticket
 	var err error
-	if b.carry != "" {
-		next, err = b.p.opt.Engine.Carry(b.ctx, b.t, b.carry)
+	b.cm.Lock()
+	carry := b.carry
+	b.cm.Unlock()
+	if carry != "" {
+		next, err = b.p.opt.Engine.Carry(b.ctx, b.t, carry)
 	} else {
 		next, err = b.p.opt.Engine.Heartbeat(b.ctx, b.t)
 	}
 	switch {
 	case err == nil:
-		b.t, b.carry = next, ""
+		b.t = next
+		b.cm.Lock()
+		if b.carry == carry {
+			b.carry = ""
+		}
+		b.cm.Unlock()
 	case errors.Is(err, fence.ErrLeaseLost):
 		b.p.logf("heartbeat of intent %s: %v", b.t.Intent, err)
 		return // nothing left to renew
@@ -721,10 +732,24 @@ func (b *beats) hold(carrier string) {
 	if carrier == "" {
 		return
 	}
-	b.mu.Lock()
+	b.cm.Lock()
 	b.carry = carrier
-	b.mu.Unlock()
+	b.cm.Unlock()
 	b.beat()
+}
+
+// later makes the next renewals record carrier (Engine.Carry) until one has, unless a carrier
+// is to be recorded already (hold's, which names the same group). It does not wait for a
+// renewal in progress (one waiting for the ledger's lock may take the store's busy timeout).
+func (b *beats) later(carrier string) {
+	if carrier == "" {
+		return
+	}
+	b.cm.Lock()
+	if b.carry == "" {
+		b.carry = carrier
+	}
+	b.cm.Unlock()
 }
 
 // stop ends the heartbeat: a renewal in progress is cancelled, and stop returns once it has

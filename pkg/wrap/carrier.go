@@ -47,8 +47,11 @@ func (p *Proxy) carrier(c Conn) string {
 // session its call is about to be sent to: when they differ, the claim is renewed with s's
 // (Engine.Carry) before the call goes, so it never runs where the ledger does not look. A
 // claim lost meanwhile is not sent; when the ledger does not answer in time, the call goes,
-// its claim naming the old carrier (the safety is lost for this call only, the claim is not).
-func (p *Proxy) carry(ctx context.Context, t fence.Ticket, named string, s Conn) (fence.Ticket, error) {
+// its claim naming the old carrier until a renewal of hb, the call's heartbeat, records the
+// new one (each renewal tries until one has). Before, none did: for the whole call the claim
+// named a group that had ended, and a wrap killed meanwhile had its re-run-safe claim taken
+// over at once while the new server still ran the call (TestCarrierRecordedAfterASlowLedger).
+func (p *Proxy) carry(ctx context.Context, t fence.Ticket, named string, s Conn, hb *beats) (fence.Ticket, error) {
 	c := p.carrier(s)
 	if c == "" || c == named {
 		return t, nil
@@ -62,7 +65,8 @@ func (p *Proxy) carry(ctx context.Context, t fence.Ticket, named string, s Conn)
 	case errors.Is(err, fence.ErrLeaseLost):
 		return t, fmt.Errorf("%w: its claim was lost before it was sent (%v)", mcpstdio.ErrNotSent, err)
 	}
-	p.logf("intent %s: its call goes to a new server process, and the ledger did not record that in time (%v); sent all the same", t.Intent, err)
+	p.logf("intent %s: its call goes to a new server process, and the ledger did not record that in time (%v); sent all the same, the next lease renewals record it", t.Intent, err)
+	hb.later(c)
 	return t, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/sqlitelock"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/procs"
 )
@@ -307,4 +308,65 @@ func groupLeader(t *testing.T, w *wrapProc) int {
 func comm(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	return strings.TrimSpace(string(b))
+}
+
+// TestCarrierRecordedAfterASlowLedger: a call whose server was restarted after its claim was
+// made goes to the new server's process group, and the claim is renewed naming that group
+// before the call is sent (carry). When the ledger does not take that renewal in time (another
+// process holds a SQLite ledger's write lock through the restart), the call is sent all the
+// same; the lease renewals after it must then record the new group. Before, none did: the
+// claim named no group for the whole call, so a wrap killed during it had its re-run-safe
+// claim taken over at once while the server's process still ran the call (seen with the real
+// binary: two executions).
+func TestCarrierRecordedAfterASlowLedger(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	// The server runs under a shell (as node under npx), slow to start again once it died.
+	r.childCmdOverride = []string{"sh", "-c", `[ -e "$1" ] && sleep 2; : > "$1"; "$0"; exit $?`, serverBin, marker}
+	w := r.wrap("--lease-secs", "3", "--rerun-safe", "slow")
+	if x := call(t, w.Session, "slow", `{"ms":1,"tag":"first"}`); x.IsError {
+		t.Fatalf("first call: %s", x.text())
+	}
+	old := childPids(w.Pid())
+	if len(old) != 1 {
+		t.Fatalf("wrap has children %v, want its server", old)
+	}
+	if err := syscall.Kill(-old[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "wrap to see its server gone", func() bool { return len(childPids(w.Pid())) == 0 })
+	time.Sleep(1100 * time.Millisecond) // past the restart backoff
+	done := callInBackground(w.Session, "slow", `{"ms":8000,"tag":"carried"}`)
+	led := r.openLedger()
+	waitForClaim(t, led)
+	unlock := sqlitelock.Hold(t, r.ledger)
+	for sent := time.Now().Add(20 * time.Second); !strings.Contains(w.log.String(), "slow tag=carried started"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(sent) {
+			unlock()
+			t.Fatalf("the call was not sent while another process held the ledger's lock; log:\n%s", w.log.String())
+		}
+	}
+	unlock()
+	now := childPids(w.Pid())
+	if len(now) != 1 || now[0] == old[0] {
+		t.Fatalf("wrap's server after the restart: %v (before: %d)", now, old[0])
+	}
+	want := fmt.Sprintf("+g%d.", now[0])
+	var owner string
+	deadline := time.Now().Add(15 * time.Second) // five lease renewals
+	for !strings.Contains(owner, want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		_ = led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(rec *fence.Record) bool {
+				owner = rec.Owner
+				return false
+			})
+		})
+	}
+	if !strings.Contains(owner, want) {
+		t.Fatalf("the claim of a call sent to the restarted server (group %d) is held by %q, naming no such group; log:\n%s", now[0], owner, w.log.String())
+	}
+	<-done
 }

@@ -95,7 +95,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	hb := p.heartbeat(t) // renewed while the session is waited for (see run)
 	s, err := p.session(ctx)
 	if err == nil {
-		t, err = p.carry(ctx, t, carrier, s) // as run does
+		t, err = p.carry(ctx, t, carrier, s, hb) // as run does
 	}
 	var res json.RawMessage
 	if err == nil {
