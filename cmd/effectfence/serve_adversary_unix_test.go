@@ -460,16 +460,23 @@ func outcomeWhileTheLedgerIsLocked(t *testing.T, ledger string) {
 
 // docs/serve.md: a fence_prepare that meets a SQLite ledger whose write lock another process
 // holds waits for it up to the store's busy timeout (30 s), then answers store_error and
-// claims nothing; asked again once the lock is given back, the intent is admitted.
+// claims nothing; asked again once the lock is given back, the intent is admitted. On a
+// PostgreSQL ledger, where no busy timeout bounds the wait for another transaction's lock
+// (or for a database that stopped answering), the prepare waited as long as the lock was
+// held: here until startServe's two minutes killed the process, its call never answered,
+// and neither the agent's cancellation nor the end of its input could end it.
 func TestServePrepareWhileTheLedgerIsLockedClaimsNothing(t *testing.T) {
 	t.Parallel()
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	onLedgers(t, prepareWhileTheLedgerIsLocked)
+}
+
+func prepareWhileTheLedgerIsLocked(t *testing.T, ledger string) {
 	const prep = `{"intent":"charge:locked-prepare","tool":"charge","args":{"amount":5}}`
 	a := startServe(t, "--ledger", ledger)
 	if p := a.prepare(`{"intent":"warm","tool":"t"}`); p.Status != serve.StatusFresh { // the ledger exists
 		t.Fatalf("warm-up prepare: %+v", p)
 	}
-	unlock := sqlitelock.Hold(t, ledger)
+	unlock := lockAnyLedger(t, ledger)
 	raw, isErr := a.call(serve.ToolPrepare, prep)
 	var r serve.Refusal
 	if !isErr || json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeStore {

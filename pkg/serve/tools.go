@@ -193,13 +193,22 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		wait = 0 // the wait lane was full (scheduler.run)
 	}
 	for drained := false; ; drained = true {
+		// Waiting ends with the caller (notifications/cancelled, or the session ending); the
+		// ledger's reads and writes do not, so none is cut short by it. They end with
+		// prepareBound, past the wait: a PostgreSQL ledger has no busy timeout, and a prepare
+		// meeting another transaction's lock on the intent (a process stopped inside one) or a
+		// database that stopped answering waited for as long, holding its slot.
+		bound := time.Duration(wait*float64(time.Second)) + prepareBound
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 		if wait > 0 {
-			// Waiting ends with the caller (notifications/cancelled, or the session ending);
-			// the ledger's reads and writes never do, so none is cut half way.
-			adm, err = s.eng.PrepareWaitUntil(context.WithoutCancel(ctx), req, time.Duration(wait*float64(time.Second)), ctx.Done())
+			adm, err = s.eng.PrepareWaitUntil(lctx, req, time.Duration(wait*float64(time.Second)), ctx.Done())
 		} else {
-			adm, err = s.eng.Prepare(context.WithoutCancel(ctx), req)
+			adm, err = s.eng.Prepare(lctx, req)
 		}
+		if err != nil && lctx.Err() != nil && fence.CodeOf(err) == fence.CodeStore {
+			err = fmt.Errorf("the ledger did not answer within %s (another process may hold this intent's record locked, or the database does not answer): not admitted, run nothing and ask again: %w", bound, err)
+		}
+		cancel()
 		// An intent of unknown outcome may be unknown only because its outcome waits in the
 		// spool for the next Recover (Engine.DrainedFor records it), or was recorded by
 		// another process since this read: the agent is asked to call an operator only if
@@ -244,6 +253,13 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	}
 	return out, nil
 }
+
+// prepareBound bounds a fence_prepare's ledger reads and writes (past its wait_secs). It is
+// longer than a SQLite ledger's busy timeout (30 s), which ends a wait for another process's
+// lock first there, with what holds it; PostgreSQL has no such timeout. A claim written but
+// not confirmed by then is released by the engine once the ledger answers (nobody holds its
+// ticket).
+const prepareBound = 35 * time.Second
 
 // The outcome calls run detached from the caller's cancellation: an agent that hangs up after
 // running an effect must not leave its outcome half-recorded. They go through Engine.Settle:
