@@ -105,8 +105,10 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	cfg := led.Config()
 	logger.Printf("ledger %s (lease %s, results kept %s), %d workers", led.Location, cfg.LeaseTTL, cfg.ResultTTL, workers)
 	sopts := serve.Options{Workers: workers, Version: versionString(), Log: logger}
-	if led.Location != "memory" { // no ledger command reaches a memory ledger
+	if led.Location != "memory" {
 		sopts.ClearHint = ledgerHint(opts, led)
+	} else {
+		sopts.InMemory = true // no ledger command reaches it
 	}
 	srv, err := serve.New(led.Engine, sopts)
 	if err != nil {

@@ -78,3 +78,31 @@ func TestServeRefusalNamesItsLedgerInTheClearCommand(t *testing.T) {
 		t.Fatalf("the clear command serve named (%s): %v\n%s", command, err, out)
 	}
 }
+
+// TestServeOnAMemoryLedgerNamesNoClearCommand: serve with --ledger memory refuses a fenced
+// intent. No `effectfence ledger` command reaches its ledger, yet the refusal told the operator
+// to run `effectfence ledger clear INTENT --reason ...`, which goes to the operator's default
+// ledger (server.db): "no ledger at …", or, where that ledger holds an intent of the same name
+// fenced, a clear of that other intent, whose effect may have happened, while this one stays
+// fenced. It must say what does reach it: a restart of serve, which forgets it.
+func TestServeOnAMemoryLedgerNamesNoClearCommand(t *testing.T) {
+	t.Parallel()
+	const prep = `{"intent":"charge:o-mem","tool":"charge","args":{"amount":1}}`
+	a := startServe(t, "--ledger", "memory")
+	p := a.prepare(prep)
+	if p.Status != "fresh" {
+		t.Fatalf("first prepare: %+v", p)
+	}
+	if _, isErr := a.call("fence_abort", `{"ticket":`+ticketJSON(t, p.Ticket)+`,"reason":"timeout"}`); isErr {
+		t.Fatal("abort refused")
+	}
+	r := a.refused("fence_prepare", prep)
+	if r.Code != fence.CodePriorFailure {
+		t.Fatalf("after the abort: %+v", r)
+	}
+	for what, text := range map[string]string{"next": r.Next, "message": r.Message} {
+		if strings.Contains(text, "effectfence ledger clear") || !strings.Contains(text, "restart this serve process") {
+			t.Errorf("%s of a refusal on a memory ledger: %s\nwant no clear command (none reaches this ledger) and the restart that does", what, text)
+		}
+	}
+}

@@ -15,6 +15,12 @@ import (
 // the server's ledger (Options.ClearHint).
 func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 	r := RefusalOf(intent, err)
+	if s.opts.InMemory && r.Code == fence.CodePriorFailure && r.Intent != "" {
+		plain := "run `" + fence.ClearCommand(r.Intent) + "`"
+		r.Message = strings.ReplaceAll(r.Message, plain, inMemoryAdvice)
+		r.Next = strings.ReplaceAll(r.Next, plain, inMemoryAdvice)
+		return callResult(r, true)
+	}
 	if h := s.opts.ClearHint; h != "" && r.Code == fence.CodePriorFailure && r.Intent != "" {
 		plain, named := fence.ClearCommand(r.Intent), fence.ClearCommandWith(r.Intent, " "+h)
 		r.Message = strings.ReplaceAll(r.Message, plain, named)
@@ -22,6 +28,10 @@ func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 	}
 	return callResult(r, true)
 }
+
+// inMemoryAdvice replaces the clear command in a refusal of a server whose ledger is in its
+// memory (Options.InMemory).
+const inMemoryAdvice = "restart this serve process: its ledger is in its memory, which no `effectfence ledger` command can reach, and a restart forgets every intent it recorded"
 
 // RefusalOf describes err for an agent. intent is the intent the call was about ("" if none).
 func RefusalOf(intent string, err error) Refusal {

@@ -86,6 +86,11 @@ type Options struct {
 	// (`--ledger PATH`): a refusal of a fenced intent gives it in the command it names, which
 	// without it reaches the operator's default ledger, not this one. "" names none.
 	ClearHint string
+	// InMemory says the engine's ledger is in this process's memory, which no `effectfence
+	// ledger` command reaches: a refusal of a fenced intent names no clear command (one
+	// without a ledger reaches the operator's default ledger, where it may clear another
+	// intent of that name) and says a restart forgets it.
+	InMemory bool
 }
 
 func (o Options) withDefaults() Options {
