@@ -116,8 +116,9 @@ func (e *Engine) validate(req *Request, c *call) error {
 			return InvalidError{"domain", why}
 		}
 	}
-	if !validUTF8(req.Parent) {
-		return InvalidError{"parent", "must be valid UTF-8"}
+	if req.Parent != "" && !isCertHash(req.Parent) {
+		// Certified as given, anything else made every `ledger verify` of the ledger fail.
+		return InvalidError{"parent", "must be empty or the hash of the cert this action follows (64 lowercase hex digits)"}
 	}
 	if len(req.Clock) > 0 { // ranging over an empty map still sets up an iterator
 		for k, n := range req.Clock {
@@ -169,6 +170,19 @@ func badDomain(d string) string {
 		return "must not contain a NUL byte"
 	}
 	return ""
+}
+
+// isCertHash reports whether s has the form of a cert's hash: 64 lowercase hex digits.
+func isCertHash(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ledgerText is free text a caller gives the ledger (a reason, who did it, a late result

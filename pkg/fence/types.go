@@ -21,7 +21,8 @@ type Request struct {
 	// Intent is the stable id of the logical action ("charge:order-123"). Required: at most
 	// MaxIntentLen bytes of UTF-8 without a NUL byte.
 	Intent string `json:"intent"`
-	// Parent is the hash of the cert this action causally follows, if any.
+	// Parent is the hash of the cert this action causally follows (64 lowercase hex digits),
+	// if any; anything else is refused, as `ledger verify` fails a cert whose parent is not one.
 	Parent string `json:"parent,omitempty"`
 	// Domain is the contention scope whose next sequence number the effect takes; empty for
 	// an effect that contends with nothing but its own duplicates. At most MaxDomainLen bytes

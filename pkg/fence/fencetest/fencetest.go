@@ -1744,6 +1744,11 @@ func testInvalid(t *testing.T, newStore Factory) {
 		{Intent: "bad-agent", Tool: "t", Agent: "a\xff"},
 		{Intent: "bad-domain", Tool: "t", Domain: "d\xfe"},
 		{Intent: "bad-parent", Tool: "t", Parent: "p\xfd"},
+		// A parent is a cert's hash: ledger verify fails a cert whose parent is anything
+		// else, so one admitted and certified made every verify of the ledger fail.
+		{Intent: "parent-not-a-hash", Tool: "t", Parent: "order-123"},
+		{Intent: "parent-in-capitals", Tool: "t", Parent: strings.Repeat("AB", 32)},
+		{Intent: "parent-too-short", Tool: "t", Parent: strings.Repeat("ab", 31)},
 		{Intent: "bad-read-set-domain", Tool: "t", ReadSet: []fence.ReadSetEntry{{Domain: "d\xff"}}},
 		{Intent: "bad-clock", Tool: "t", Clock: fence.VectorClock{"k\xff": 1}},
 		// A NUL (PostgreSQL text cannot hold one) or a domain longer than PostgreSQL's index
