@@ -106,7 +106,7 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 	logger.Printf("ledger %s (lease %s, results kept %s), %d workers", led.Location, cfg.LeaseTTL, cfg.ResultTTL, workers)
 	sopts := serve.Options{Workers: workers, Version: versionString(), Log: logger}
 	if led.Location != "memory" {
-		sopts.ClearHint = ledgerHint(opts, led)
+		sopts.ClearHint = ledgerHintOf(opts, led, "serve")
 	} else {
 		sopts.InMemory = true // no ledger command reaches it
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,5 +105,46 @@ func TestServeOnAMemoryLedgerNamesNoClearCommand(t *testing.T) {
 		if strings.Contains(text, "effectfence ledger clear") || !strings.Contains(text, "restart this serve process") {
 			t.Errorf("%s of a refusal on a memory ledger: %s\nwant no clear command (none reaches this ledger) and the restart that does", what, text)
 		}
+	}
+}
+
+// TestServeClearCommandOfALedgerWithAPasswordPastes: serve on a PostgreSQL ledger whose URL
+// carries a password refuses a fenced intent with the clear command, the password left out
+// (xxxxx) and a note saying to put it back. The note was inside the command's backticks, so
+// the command, pasted with the password put back, failed in the shell (`(` is syntax), and it
+// said the password was "of the URL wrap was given", though serve was.
+func TestServeClearCommandOfALedgerWithAPasswordPastes(t *testing.T) {
+	t.Parallel()
+	const password = "s3cr3t-pw"
+	u, err := url.Parse(pgLedger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), password) // the test server trusts its clients
+	const prep = `{"intent":"charge:pw-1","tool":"charge","args":{"amount":1}}`
+	a := startServe(t, "--ledger", u.String())
+	p := a.prepare(prep)
+	if p.Status != "fresh" {
+		t.Fatalf("first prepare: %+v", p)
+	}
+	if _, isErr := a.call("fence_abort", `{"ticket":`+ticketJSON(t, p.Ticket)+`,"reason":"timeout"}`); isErr {
+		t.Fatal("abort refused")
+	}
+	r := a.refused("fence_prepare", prep)
+	if r.Code != fence.CodePriorFailure || strings.Contains(r.Next, password) || strings.Contains(r.Message, password) {
+		t.Fatalf("after the abort: %+v", r)
+	}
+	if strings.Contains(r.Next, "wrap was given") {
+		t.Errorf("serve's refusal speaks of wrap: %s", r.Next)
+	}
+	_, command, ok := strings.Cut(r.Next, "run `")
+	command, _, _ = strings.Cut(command, "`")
+	if !ok || !strings.HasPrefix(command, "effectfence ledger clear ") || !strings.Contains(command, "xxxxx") {
+		t.Fatalf("next names no clear command with the password left out: %s", r.Next)
+	}
+	sh := exec.Command("sh", "-c", strings.Replace(command, "xxxxx", password, 1))
+	sh.Env = append(os.Environ(), "PATH="+filepath.Dir(effectfence(t))+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(out), "cleared charge:pw-1") {
+		t.Fatalf("the clear command serve named, its password put back (%s): %v\n%s", command, err, out)
 	}
 }

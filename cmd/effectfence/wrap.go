@@ -244,11 +244,14 @@ func serveWrap(ctx context.Context, p *wrap.Proxy, led *store.Ledger, grace time
 // ledgerHint is clearHint of the ledger opened from o: led.Location shows a PostgreSQL URL
 // with its password written xxxxx already, and clearHint must see the password to say it was
 // left out (before, the commands read as complete and, pasted, failed to log in).
-func ledgerHint(o store.Options, led *store.Ledger) string {
+func ledgerHint(o store.Options, led *store.Ledger) string { return ledgerHintOf(o, led, "wrap") }
+
+// ledgerHintOf is ledgerHint for the command who (wrap, serve), which its note names.
+func ledgerHintOf(o store.Options, led *store.Ledger, who string) string {
 	if raw, err := o.Location(); err == nil {
-		return clearHint(raw)
+		return clearHintOf(raw, who)
 	}
-	return clearHint(led.Location)
+	return clearHintOf(led.Location, who)
 }
 
 // clearHint names this wrap's ledger to `effectfence ledger clear` in a way that is true
@@ -256,12 +259,15 @@ func ledgerHint(o store.Options, led *store.Ledger) string {
 // from wrap's own directory and environment, and a relative --ledger only from wrap's
 // directory), and a PostgreSQL URL without its password, which must not reach the agent. A
 // ledger in memory has none: wrap says so instead (wrap.Options.InMemory).
-func clearHint(loc string) string {
+func clearHint(loc string) string { return clearHintOf(loc, "wrap") }
+
+// clearHintOf is clearHint for the command who (wrap, serve), which its note names.
+func clearHintOf(loc, who string) string {
 	switch {
 	case strings.Contains(loc, "://"):
 		red := postgres.Redact(loc)
 		if red != loc {
-			return "--ledger " + wrap.ShellJoin([]string{red}) + " (with the password of the URL wrap was given)"
+			return "--ledger " + wrap.ShellJoin([]string{red}) + " (with the password of the URL " + who + " was given)"
 		}
 		return "--ledger " + wrap.ShellJoin([]string{loc})
 	}

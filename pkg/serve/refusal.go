@@ -22,7 +22,13 @@ func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 		return callResult(r, true)
 	}
 	if h := s.opts.ClearHint; h != "" && r.Code == fence.CodePriorFailure && r.Intent != "" {
-		plain, named := fence.ClearCommand(r.Intent), fence.ClearCommandWith(r.Intent, " "+h)
+		// A note in the hint (" (with the password of the URL …)") follows the command, out
+		// of its backticks: inside, the command pasted failed in the shell.
+		flags, note, hasNote := strings.Cut(h, " (with ")
+		plain, named := "`"+fence.ClearCommand(r.Intent)+"`", "`"+fence.ClearCommandWith(r.Intent, " "+flags)+"`"
+		if hasNote {
+			named += " (with " + note
+		}
 		r.Message = strings.ReplaceAll(r.Message, plain, named)
 		r.Next = strings.ReplaceAll(r.Next, plain, named)
 	}

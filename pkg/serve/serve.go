@@ -83,7 +83,8 @@ type Options struct {
 	// Log receives the server's diagnostics (stderr; never stdout, which carries protocol).
 	Log *log.Logger
 	// ClearHint is how an operator names this server's ledger to `effectfence ledger clear`
-	// (`--ledger PATH`): a refusal of a fenced intent gives it in the command it names, which
+	// (`--ledger PATH`, maybe followed by a note in parentheses, which a refusal puts after
+	// the command): a refusal of a fenced intent gives it in the command it names, which
 	// without it reaches the operator's default ledger, not this one. "" names none.
 	ClearHint string
 	// InMemory says the engine's ledger is in this process's memory, which no `effectfence
