@@ -306,8 +306,11 @@ func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) 
 		if _, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeAbort, Ticket: in.Ticket.Ticket(), Reason: in.Reason}); err != nil {
 			return nil, err
 		}
-		return EndResult{Intent: in.Ticket.Intent, State: fence.StateFailed,
-			Next: "The intent is fenced: do not retry it. A human operator must check the real system and clear it."}, nil
+		next := "The intent is fenced: do not retry it. A human operator must check the real system and clear it."
+		if s.opts.InMemory {
+			next = "The intent is fenced: do not retry it. A human operator must check the real system and " + inMemoryAdvice + "."
+		}
+		return EndResult{Intent: in.Ticket.Intent, State: fence.StateFailed, Next: next}, nil
 	}
 	if _, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: in.Ticket.Ticket(), Reason: in.Reason}); err != nil {
 		return nil, err
