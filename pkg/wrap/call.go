@@ -131,7 +131,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	}
 	if c.task && a.err == nil && a.outcome != "executed" {
 		// Answered here without running: the agent asked for a task, it gets a terminal one.
-		return jsonrpc.Response(m.ID, p.asTask(m.Params, a.result))
+		return jsonrpc.Response(m.ID, p.asTask(m.Params, a.result, a.outcome == "replayed"))
 	}
 	if a.err != nil {
 		return jsonrpc.ErrorResponse(m.ID, a.err)

@@ -84,3 +84,24 @@ func TestHashOnlyReplayOfAToolWithAnOutputSchema(t *testing.T) {
 		t.Fatalf("the duplicate of a tool with an output schema: want isError and the reason for it in its text: %+v", s)
 	}
 }
+
+// TestHashOnlyReplayToATaskAugmentedDuplicate: a task-augmented duplicate of a call that ran is
+// answered with a task wrap completes itself, and the SDK hands its agent the statement that
+// the call already ran. The statement is marked isError only because the tool's output schema
+// asks for a structured result (above); wrap made that a "failed" task, and the TypeScript
+// SDK's callToolStream hands its agent only "Task … failed" for a failed task, never its
+// result: the agent was told a charge that ran once had failed.
+func TestHashOnlyReplayToATaskAugmentedDuplicate(t *testing.T) {
+	t.Parallel()
+	peers := needPeers(t, "node_modules/.bin/mcp-server-everything")
+	const tool = "get-structured-content"
+	a := sdkCalls(t, peers, []string{"LATER_AS_TASK=1"}, []string{"--ledger", filepath.Join(t.TempDir(), "ledger.db"), "--fence", tool, "--keep-result", tool + "=hash",
+		"--", filepath.Join(peers, "node_modules/.bin/mcp-server-everything")}, tool, `{"location":"New York"}`, 2)
+	if a[0].Error != "" || a[0].Replayed || len(a[0].Structured) == 0 || string(a[0].Structured) == "null" {
+		t.Fatalf("the first call, run by the server: %+v", a[0])
+	}
+	s := a[1]
+	if s.Error != "" || !s.Replayed || !s.NotKept || !strings.Contains(s.Text, "already executed") || !strings.Contains(s.Text, "NOT executed again") {
+		t.Fatalf("the task-augmented duplicate, as the SDK client hands it to its agent: %+v", s)
+	}
+}

@@ -431,8 +431,15 @@ type localTasks struct {
 	bytes int // the bytes of the results in m
 }
 
-// asTask wraps an answer of effectfence's own to a task-augmented call into a terminal task.
-func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage) json.RawMessage {
+// asTask wraps an answer of effectfence's own to a task-augmented call into a terminal task:
+// failed for an isError answer, unless it is a replay. A replay answers for a call that ran and
+// was recorded done (a failure frees its intent and is never replayed); it is marked isError
+// only when the result shown is effectfence's statement for a tool with an output schema (a
+// result not kept, a person's confirmation), which SDK clients refuse otherwise. As a failed
+// task the TypeScript SDK's callToolStream handed its agent "Task … failed" and never that
+// statement: a charge that ran once was reported failed. A completed task whose result is
+// marked isError is what the tasks extension (SEP-2663) writes for a tool's own error.
+func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage, replayed bool) json.RawMessage {
 	var q struct {
 		Task struct {
 			TTL *float64 `json:"ttl"`
@@ -440,7 +447,7 @@ func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage) json.RawMess
 	}
 	_ = json.Unmarshal(params, &q)
 	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttlMillis(q.Task.TTL, 10*time.Minute, maxLocalTaskTTL), result: res}
-	if isError(res) {
+	if isError(res) && !replayed {
 		t.status = "failed"
 	}
 	lt := &p.local

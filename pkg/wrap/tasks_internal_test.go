@@ -21,7 +21,7 @@ func TestLocalTaskTTL(t *testing.T) {
 				TTL    int64  `json:"ttl"`
 			} `json:"task"`
 		}
-		if err := json.Unmarshal(p.asTask(json.RawMessage(`{"name":"t","task":{"ttl":`+ttl+`}}`), res), &h); err != nil || h.Task.TTL != want {
+		if err := json.Unmarshal(p.asTask(json.RawMessage(`{"name":"t","task":{"ttl":`+ttl+`}}`), res, false), &h); err != nil || h.Task.TTL != want {
 			t.Fatalf("ttl %s: got %d (%v), want %d", ttl, h.Task.TTL, err, want)
 		}
 		m, _ := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId":"` + h.Task.TaskID + `"}}`))
