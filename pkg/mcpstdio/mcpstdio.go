@@ -382,7 +382,10 @@ func (s *Session) Call(ctx context.Context, method string, params json.RawMessag
 		// server may have run by the time the cancellation arrives.
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotSent, method, context.Cause(ctx))
 	}
-	key := strconv.FormatInt(s.nextID.Add(1), 10)
+	id := json.RawMessage(strconv.FormatInt(s.nextID.Add(1), 10))
+	// Calls wait by the id's value: a server answers with the same value (JSON-RPC), which it
+	// may spell otherwise (7.0 for 7, from a JSON library that reads every number as a double).
+	key := jsonrpc.IDKey(id)
 	ch := make(chan reply, 1)
 	s.mu.Lock()
 	if s.err != nil {
@@ -392,7 +395,7 @@ func (s *Session) Call(ctx context.Context, method string, params json.RawMessag
 	}
 	s.pending[key] = ch
 	s.mu.Unlock()
-	if err := s.out.Write(jsonrpc.Request(json.RawMessage(key), method, params)); err != nil {
+	if err := s.out.Write(jsonrpc.Request(id, method, params)); err != nil {
 		s.forget(key)
 		return nil, fmt.Errorf("%w: writing to MCP server %s: %w", ErrNotSent, s.name(), err)
 	}
@@ -410,7 +413,7 @@ func (s *Session) Call(ctx context.Context, method string, params json.RawMessag
 			// sends it, at once or in order through the delivery queue), holding room.
 			go func() { s.answers.Release((<-ch).held) }()
 		}
-		note := map[string]any{"requestId": json.RawMessage(key), "reason": ctx.Err().Error()}
+		note := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
 		var why *CancelReason
 		if errors.As(context.Cause(ctx), &why) {
 			note["reason"] = why.Reason
@@ -663,7 +666,7 @@ func (s *Session) resolveSkipped(id json.RawMessage, why string) bool {
 // reporting whether one was.
 func (s *Session) failWaiting(id json.RawMessage, why func() error) bool {
 	s.mu.Lock()
-	_, waiting := s.pending[string(id)]
+	_, waiting := s.pending[jsonrpc.IDKey(id)]
 	s.mu.Unlock()
 	if !waiting {
 		return false
@@ -679,7 +682,7 @@ func (s *Session) failWaiting(id json.RawMessage, why func() error) bool {
 // call is taken out of pending here, so a session that ends meanwhile does not fail a call
 // whose answer was already read.
 func (s *Session) resolve(id json.RawMessage, r reply) {
-	key := string(id)
+	key := jsonrpc.IDKey(id) // as Call keys it
 	s.mu.Lock()
 	ch, ok := s.pending[key]
 	delete(s.pending, key)

@@ -621,3 +621,24 @@ func TestChildThatClosesItsStdoutIsStopped(t *testing.T) {
 		t.Fatalf("the server still runs 20 s after it closed its stdout (pid %d)\n%s", s.Pid(), errs)
 	}
 }
+
+// TestAnswerUnderItsIDSpelledOtherwise: a server must answer with the request's id, the same
+// value (JSON-RPC), which a JSON library that reads every number as a double writes back as
+// 7.0 for 7; MCP's SDK clients compare ids as values and accept it. The session matched
+// answers to calls by the id's bytes: such a server's answer to initialize was ignored ("not
+// waiting"), and the server was reported as not answering initialize at all.
+func TestAnswerUnderItsIDSpelledOtherwise(t *testing.T) {
+	t.Parallel()
+	cfg, effects, _ := config(t, "doubleids")
+	s := start(t, cfg)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"charge","arguments":{"amount":7}}`))
+	if err != nil || !strings.Contains(string(res), "charge_id") {
+		t.Fatalf("tools/call: %s, %v", res, err)
+	}
+	if n := len(mcptest.Effects(effects)); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
+	}
+}

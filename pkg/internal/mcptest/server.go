@@ -13,16 +13,20 @@
 // answer (N counting them); "reuse" sends two roots/list requests under one id once
 // initialized ({"n":1} then {"n":2}, the second before the first is answered) and, 100 ms
 // after the first answer comes back, cancels that id with the reason "reused id";
+// "doubleids" answers a request whose id is an integer under that id spelled as a double
+// (7 as 7.0: the same value, as a JSON library that reads every number as a double writes it);
 // "headers" and "repeatprop" list one more tool (HeaderTool, RepeatTool); "twicelisted" lists
 // one tool twice (TwiceListedTools).
 package mcptest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,11 +214,15 @@ func (s *server) handle(m *jsonrpc.Message) {
 		return
 	}
 	res, rerr := s.dispatch(m)
+	id := m.ID
+	if s.mode == "doubleids" && len(id) > 0 && len(bytes.Trim(id, "-0123456789")) == 0 {
+		id = append(slices.Clip(id), ".0"...)
+	}
 	if rerr != nil {
-		s.write(jsonrpc.ErrorResponse(m.ID, rerr))
+		s.write(jsonrpc.ErrorResponse(id, rerr))
 		return
 	}
-	s.write(jsonrpc.Response(m.ID, res))
+	s.write(jsonrpc.Response(id, res))
 	if lostTask(m.Method, res) {
 		fmt.Fprintln(os.Stderr, "mcptest: exiting once the handle of a lost task is written")
 		os.Exit(7)
