@@ -841,3 +841,35 @@ func cutAfterAnEvent(w http.ResponseWriter, _ *http.Request, _ *jsonrpc.Message)
 	writeEvent(w, "e1", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":1}`)))
 	panic(http.ErrAbortHandler)
 }
+
+// TestAnswerUnderItsIDSpelledOtherwise: a server answers with the request's id, the same value
+// (JSON-RPC), which a JSON library that reads every number as a double writes as 7.0 for 7;
+// MCP's SDK clients compare ids as values and accept it. Compared by bytes, such an answer was
+// "not the response" to the call, whose outcome was then unknown though the server answered
+// it: every call of such a server was fenced for an operator.
+func TestAnswerUnderItsIDSpelledOtherwise(t *testing.T) {
+	f, srv := newFake(t)
+	var sse atomic.Bool
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		id := append(json.RawMessage{}, m.ID...)
+		if len(bytes.Trim(id, "-0123456789")) == 0 {
+			id = append(id, ".0"...)
+		}
+		answer := jsonrpc.Response(id, json.RawMessage(`{"content":[{"type":"text","text":"paid"}]}`))
+		if sse.Load() {
+			w.Header().Set("Content-Type", "text/event-stream")
+			writeEvent(w, "", answer)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(answer)
+	}
+	s := session(t, upstream(t, srv.URL, Config{}))
+	for _, stream := range []bool{false, true} {
+		sse.Store(stream)
+		res, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"pay"}`))
+		if err != nil || !strings.Contains(string(res), "paid") {
+			t.Fatalf("answered as SSE %v: %s, %v", stream, res, err)
+		}
+	}
+}

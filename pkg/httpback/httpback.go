@@ -812,7 +812,7 @@ func (s *Session) readJSON(r io.Reader, id json.RawMessage, stop context.CancelF
 	if err != nil {
 		return nil, fmt.Errorf("the response is not a JSON-RPC message: %v", err)
 	}
-	if !m.IsResponse() || string(m.ID) != string(id) {
+	if !m.IsResponse() || !sameID(m.ID, id) {
 		return nil, fmt.Errorf("the JSON answer is not the response to request id %s", id)
 	}
 	return m, nil
@@ -927,7 +927,7 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 		}
 		switch {
 		case m.IsResponse():
-			if id != nil && string(m.ID) == string(id) {
+			if id != nil && sameID(m.ID, id) {
 				ch := make(chan struct{})
 				if !s.queue(ctx, note{to: ch}) {
 					return nil, errors.New("the session ended")
@@ -963,7 +963,7 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 // have meant this call, and before 2026-12-05 such an answer was skipped and the call waited
 // on a stream the server kept open.
 func answersCall(data []byte, id json.RawMessage) bool {
-	if string(jsonrpc.AnswerID(data)) == string(id) {
+	if sameID(jsonrpc.AnswerID(data), id) {
 		return true
 	}
 	d := bytes.TrimSpace(data)
@@ -974,7 +974,7 @@ func answersCall(data []byte, id json.RawMessage) bool {
 		return false
 	}
 	for m := range jsonrpc.Members(d) {
-		if jsonrpc.KeyIs(d[m.Key:m.KeyEnd], "id") && string(d[m.Start:m.End]) == string(id) {
+		if jsonrpc.KeyIs(d[m.Key:m.KeyEnd], "id") && sameID(d[m.Start:m.End], id) {
 			return true
 		}
 	}
@@ -1258,4 +1258,11 @@ func (s *Session) stop(within time.Duration, del bool) error {
 		return nil
 	}
 	return fmt.Errorf("httpback: DELETE of the session at MCP server %s: HTTP %d", s.logURL, resp.StatusCode)
+}
+
+// sameID says whether a server's answer names the request id: by the id's value, as JSON-RPC
+// has the server answer (7.0 names 7, as a JSON library that reads every number as a double
+// writes it; MCP's SDK clients compare ids so).
+func sameID(answer, id json.RawMessage) bool {
+	return len(answer) > 0 && jsonrpc.IDKey(answer) == jsonrpc.IDKey(id)
 }
