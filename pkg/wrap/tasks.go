@@ -507,7 +507,10 @@ func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
 	}
 	lt.mu.Unlock()
 	if t == nil {
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q not found (it expired)", q.TaskID))
+		// Not always expired: the oldest go past maxLocalTasks (or maxLocalTaskBytes), and a
+		// proxy holds only the tasks it handed out (none of a wrap before a restart, nor of
+		// another HTTP session). Before 2026-12-06 each was said to have expired.
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q not found: its ttl ended, or it was dropped (wrap keeps its last %d such tasks), or this wrap process (HTTP session) did not hand it out", q.TaskID, maxLocalTasks))
 	}
 	switch m.Method {
 	case "tasks/get":

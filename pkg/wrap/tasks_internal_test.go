@@ -63,3 +63,30 @@ func TestFlatTaskHandleIsReadAsResultTypeIs(t *testing.T) {
 		}
 	}
 }
+
+// A task effectfence answers itself that it does not hold was not always one that expired: the
+// oldest go once there are maxLocalTasks, and a wrap process (an HTTP session) holds only the
+// tasks it handed out, none of an earlier process's (wrap restarted) or another session's. The
+// answer said "it expired" for all of them.
+func TestLocalTaskNotHeldIsNotSaidToHaveExpired(t *testing.T) {
+	p := &Proxy{}
+	res := json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`)
+	var first struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal(p.asTask(json.RawMessage(`{"name":"t","task":{"ttl":600000}}`), res, false), &first); err != nil {
+		t.Fatal(err)
+	}
+	for range maxLocalTasks {
+		p.asTask(json.RawMessage(`{"name":"t","task":{"ttl":600000}}`), res, false)
+	}
+	for _, id := range []string{first.Task.TaskID, localTaskPrefix + "1-of-an-earlier-process"} {
+		m, _ := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"` + id + `"}}`))
+		out := string(p.localTask(m))
+		if !strings.Contains(out, "not found") || strings.Contains(out, "(it expired)") || !strings.Contains(out, "did not hand it out") {
+			t.Fatalf("tasks/get of %s, a task not held: %s", id, out)
+		}
+	}
+}
