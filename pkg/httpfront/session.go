@@ -24,8 +24,13 @@ type session struct {
 	tokens   map[string]*stream // by progressToken (jsonrpc.IDKey)
 	newest   *stream            // the newest open SSE request stream; .older links the rest
 	getSt    *stream            // the GET stream, if open
-	busy     int                // requests being answered
-	last     time.Time          // last activity
+	// held are the server's requests that came while no stream could take them: the next
+	// stream the client opens gets them (hold). Dropped, the server waited for an answer
+	// that could not come.
+	held     [][]byte
+	heldSize int
+	busy     int       // requests being answered
+	last     time.Time // last activity
 	closed   bool
 }
 
@@ -189,6 +194,44 @@ func (s *session) route(st *stream) {
 		s.newest.newer = st
 	}
 	s.newest = st
+	s.flushHeld(st)
+}
+
+// hold keeps a request of the server's that no stream could take, for the next one (at most
+// maxBacklog bytes of them; beyond, it is dropped as before); s.mu is held.
+func (s *session) hold(line []byte) {
+	if s.heldSize+len(line) > maxBacklog {
+		return
+	}
+	s.held = append(s.held, line)
+	s.heldSize += len(line)
+}
+
+// unhold drops the held request that the server's notifications/cancelled m names; s.mu is
+// held. It reports whether one was held.
+func (s *session) unhold(m *jsonrpc.Message) bool {
+	var c struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if len(s.held) == 0 || json.Unmarshal(m.Params, &c) != nil || c.RequestID == nil {
+		return false
+	}
+	for i, line := range s.held {
+		if r, err := jsonrpc.Parse(line); err == nil && jsonrpc.IDKey(r.ID) == jsonrpc.IDKey(c.RequestID) {
+			s.heldSize -= len(line)
+			s.held = append(s.held[:i:i], s.held[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// flushHeld hands the held requests to st, a stream just opened; s.mu is held.
+func (s *session) flushHeld(st *stream) {
+	for _, line := range s.held {
+		st.push(line)
+	}
+	s.held, s.heldSize = nil, 0
 }
 
 // unroute removes st from the streams that take other messages, in constant time however
@@ -217,6 +260,7 @@ func (s *session) openGet() (*stream, bool) {
 		return nil, false
 	}
 	s.getSt = newStream("", "", true)
+	s.flushHeld(s.getSt)
 	return s.getSt, true
 }
 
@@ -232,9 +276,12 @@ func (s *session) closeGet(st *stream) {
 
 // Write is the proxy's Sink: a response goes to its request's stream; a progress
 // notification to the stream of its token; anything else to the newest open SSE request
-// stream, else the GET stream. A message with no open stream to take it is dropped (logged by
-// nobody: the client hung up; a tool call's outcome is in the ledger regardless), as is one
-// that would pass the bound on a stream's backlog (see maxBacklog; that stream ends).
+// stream, else the GET stream. A request of the server's with no open stream to take it waits
+// for the next stream the client opens (hold; before 2026-12-06 it was dropped, and the
+// server waited for an answer that could not come: TestServerRequestWaitsForAStream), unless
+// the server cancels it first. Any other message with no open stream to take it is dropped
+// (logged by nobody: the client hung up; a tool call's outcome is in the ledger regardless),
+// as is one that would pass the bound on a stream's backlog (see maxBacklog; that stream ends).
 func (s *session) Write(line []byte) error {
 	m, err := jsonrpc.Parse(line)
 	if err != nil {
@@ -265,8 +312,17 @@ func (s *session) Write(line []byte) error {
 		}
 		return nil
 	}
-	if st := s.getSt; st != nil && !st.push(line) {
-		s.getSt = nil // a new GET stream may be opened
+	if st := s.getSt; st != nil {
+		if !st.push(line) {
+			s.getSt = nil // a new GET stream may be opened
+		}
+		return nil
+	}
+	switch {
+	case m.IsRequest():
+		s.hold(line) // no stream is open: the next one takes it
+	case m.Method == "notifications/cancelled":
+		s.unhold(m) // the server gave up on a request not yet handed out: it never will be
 	}
 	return nil
 }

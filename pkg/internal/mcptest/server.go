@@ -611,6 +611,7 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 			params = json.RawMessage(`{"_meta":{"pad":"` + strings.Repeat("p", a.Pad) + `"}}`)
 		}
 		s.write(jsonrpc.Request(json.RawMessage(id), "roots/list", params))
+		fmt.Fprintf(os.Stderr, "mcptest: asked %s\n", id) // tests wait for it
 		select {
 		case m := <-ch:
 			if m.Error != nil {
