@@ -681,6 +681,12 @@ func (d *diffRun) expectEnd(kind string, ei, id int, forged bool, intent, reason
 // ticket id (its kind, its token, its reason).
 func (d *diffRun) reported(kind string, id int, intent, reason string) bool {
 	reason = asText(reason)
+	// The claim's ended record tells first, as in the engine: an abort or lost left it with
+	// its token, its state and the reason, whatever became of the audit trail since.
+	if rec := d.m.recs[intent]; rec != nil && rec.ticket == id && !rec.nonce && rec.reason == reason &&
+		((kind == "abort" && rec.state == fence.StateFailed) || (kind == "lost" && rec.state == fence.StateUnknown)) {
+		return true
+	}
 	for _, e := range d.m.events {
 		if e.ended && e.intent == intent && e.kind == kind && e.ticket == id && e.reason == reason {
 			return true
