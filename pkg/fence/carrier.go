@@ -219,7 +219,11 @@ func leaderOf(pgid int, start uint64, me local) leaderState {
 		return leaderUnknown
 	case uint64(n) != start:
 		return leaderReplaced
-	case state != 'Z' && state != 'X' || threads(pgid) > 1:
+	}
+	switch running, unseen := runs(pgid, state); {
+	case unseen:
+		return leaderUnknown
+	case running:
 		return leaderRuns
 	}
 	return leaderGone
@@ -309,8 +313,13 @@ func bornRun(pgid, from, to int) Liveness {
 		if unseen {
 			return CannotTell // not seen: it may be a running member
 		}
-		if group == pgid && state != 0 && (state != 'Z' && state != 'X' || threads(pid) > 1) {
-			return Alive
+		if group == pgid && state != 0 {
+			switch running, unseen := runs(pid, state); {
+			case unseen:
+				return CannotTell
+			case running:
+				return Alive
+			}
 		}
 		pid++
 	}
@@ -368,8 +377,13 @@ func groupMemberRuns(pgid int) Liveness {
 				// and a group taken for ended is ended for good (carrierCache).
 				return CannotTell
 			}
-			if group == pgid && state != 0 && (state != 'Z' && state != 'X' || threads(pid) > 1) {
-				return Alive
+			if group == pgid && state != 0 {
+				switch running, unseen := runs(pid, state); {
+				case unseen:
+					return CannotTell
+				case running:
+					return Alive
+				}
 			}
 		}
 		if err == io.EOF {

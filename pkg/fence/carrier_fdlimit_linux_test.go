@@ -14,9 +14,15 @@ import (
 // descriptor left to open: it prints what OwnerLiveness makes of it.
 const envJudgeShortOfFiles = "EFFECTFENCE_TEST_JUDGE_SHORT_OF_FILES"
 
+// envThreadsShortOfFiles makes this test binary, started by
+// TestThreadsUnreadIsNotNone, count its own threads with no file descriptor left to open: it
+// prints what threads answers.
+const envThreadsShortOfFiles = "EFFECTFENCE_TEST_THREADS_SHORT_OF_FILES"
+
 func init() {
 	owner := os.Getenv(envJudgeShortOfFiles)
-	if owner == "" {
+	counting := os.Getenv(envThreadsShortOfFiles) != ""
+	if owner == "" && !counting {
 		return
 	}
 	whereAmI()
@@ -43,6 +49,11 @@ func init() {
 			break
 		}
 		held = append(held, fd)
+	}
+	if counting {
+		n, unseen := threads(os.Getpid())
+		fmt.Println(n, unseen)
+		os.Exit(0)
 	}
 	if len(held) == 0 {
 		fmt.Println("error: no descriptor to give back")
@@ -85,5 +96,30 @@ func TestCarrierJudgedShortOfFilesIsNotDead(t *testing.T) {
 	}
 	if got == Dead.String() {
 		t.Fatalf("judged with one descriptor to spare, a gone holder whose carrier's member runs: %s, want alive or cannot tell", got)
+	}
+}
+
+// A process whose stat reads Z (its main thread exited) runs while threads are left, which
+// /proc/PID/status counts. A judge that could read the stat but not the status (its
+// descriptors ran out between the two reads) took the count for 0, and the process for ended:
+// a carrier member, or a holder, running the call was judged dead (the same class as
+// TestCarrierJudgedShortOfFilesIsNotDead). threads says it could not count.
+func TestThreadsUnreadIsNotNone(t *testing.T) {
+	t.Parallel()
+	if n, unseen := threads(os.Getpid()); n < 1 || unseen {
+		t.Fatalf("this process's threads: %d (unseen %v)", n, unseen)
+	}
+	counter := exec.Command(os.Args[0], "-test.run=^$")
+	counter.Env = append(os.Environ(), envThreadsShortOfFiles+"=1")
+	out, err := counter.Output()
+	if err != nil {
+		t.Fatalf("the counter: %v", err)
+	}
+	got := strings.TrimSpace(string(out))
+	if strings.HasPrefix(got, "error:") {
+		t.Skipf("skipped: the counter could not limit its descriptors: %s", got)
+	}
+	if got != "0 true" {
+		t.Fatalf("threads with no descriptor left: %q, want 0 and unseen", got)
 	}
 }

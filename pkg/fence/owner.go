@@ -256,29 +256,48 @@ func pidLiveness(parts []string, me local) Liveness {
 		return Dead
 	case state == 0:
 		return CannotTell
-	case (state == 'Z' || state == 'X') && threads(pid) <= 1:
-		return Dead // a zombie has stopped running; only its exit status waits to be reaped
 	case now != start:
 		return Dead // the pid was reused
+	}
+	switch running, unseen := runs(pid, state); {
+	case unseen:
+		return CannotTell
+	case !running:
+		return Dead // a zombie has stopped running; only its exit status waits to be reaped
 	}
 	return Alive
 }
 
-// threads is the Threads count of /proc/PID/status, 0 when it cannot be read. The state in
-// /proc/PID/stat is the main thread's: a process whose main thread exited while others run
-// reads Z as a zombie does, but a zombie has no thread left but its leader.
-func threads(pid int) int {
+// threads is the Threads count of /proc/PID/status, 0 when it cannot be read; unseen is set
+// when that is for a reason other than the process being gone (no descriptor left to read
+// it, say): its count is then unknown, and a process read as a zombie may still run. The
+// state in /proc/PID/stat is the main thread's: a process whose main thread exited while
+// others run reads Z as a zombie does, but a zombie has no thread left but its leader.
+func threads(pid int) (n int, unseen bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0
+		return 0, !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
 			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
+			return n, false
 		}
 	}
-	return 0
+	return 0, false
+}
+
+// runs says whether a process whose /proc/PID/stat reads state runs: any state but a
+// zombie's or a dead one's, or such a state with threads left (see threads). unseen: its
+// threads could not be counted, so it cannot be told. Before 2026-12-06 a count that could
+// not be read was 0, and a process whose stat a judge read just before its descriptors ran
+// out was judged ended while its threads ran.
+func runs(pid int, state byte) (yes, unseen bool) {
+	if state != 'Z' && state != 'X' {
+		return true, false
+	}
+	n, unseen := threads(pid)
+	return n > 1, unseen
 }
 
 // OwnerDead reports whether OwnerLiveness is Dead.
