@@ -173,7 +173,10 @@ func (e DomainRaceError) Code() string         { return CodeDomainRace }
 func (e DomainRaceError) Is(target error) bool { return target == ErrDomainRace }
 
 // LeaseLostError: the ticket no longer holds the intent (its lease was taken over, it was
-// cleared, or the ticket was never valid). Nothing was changed.
+// cleared, or the ticket was never valid). The intent's record was not changed; a refused
+// commit, abort or release of a claim this ledger made is kept in the audit trail as a late
+// result (its text said "nothing was recorded" until 2026-12-06, which a holder could read
+// as its result lost).
 type LeaseLostError struct {
 	Intent string
 	Token  uint64
@@ -181,7 +184,7 @@ type LeaseLostError struct {
 }
 
 func (e LeaseLostError) Error() string {
-	return fmt.Sprintf("%s: ticket %d no longer holds intent %q (%s); nothing was recorded", CodeLeaseLost, e.Token, e.Intent, e.Why)
+	return fmt.Sprintf("%s: ticket %d no longer holds intent %q (%s); the intent's record is unchanged", CodeLeaseLost, e.Token, e.Intent, e.Why)
 }
 func (e LeaseLostError) Code() string         { return CodeLeaseLost }
 func (e LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
