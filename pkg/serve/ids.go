@@ -25,12 +25,14 @@ type ids struct {
 	prefix   []byte // `"effectfence-id-<random>-`
 	mu       sync.Mutex
 	next     uint64
-	held     map[string]heldID   // surrogate (quoted) -> the client's id
-	back     map[string][]string // jsonrpc.IDKey of a client's id -> the surrogates in flight under it, for cancellations
-	bytes    int                 // the client ids' bytes in held
-	subs     []heldSub           // the latest subscriptions/listen requests' ids, oldest first
-	listened atomic.Bool         // subs is not empty
-	n        atomic.Int64        // len(held), read without the lock on every response
+	held     map[string]heldID          // surrogate (quoted) -> the client's id
+	back     map[string][]string        // jsonrpc.IDKey of a client's id -> the surrogates in flight under it, for cancellations
+	bytes    int                        // the client ids' bytes in held
+	subs     map[string]json.RawMessage // the latest subscriptions/listen requests' ids by surrogate
+	subOrder []string                   // subs' surrogates, oldest first
+	subBytes int                        // the ids' bytes in subs
+	listened atomic.Bool                // subs is not empty
+	n        atomic.Int64               // len(held), read without the lock on every response
 }
 
 // heldID is a client's id held under a surrogate: its bytes as sent, and its jsonrpc.IDKey.
@@ -39,19 +41,17 @@ type heldID struct {
 	key string
 }
 
-// heldSub is the id of a subscriptions/listen request and its surrogate, which mcp-go tags the
-// stream's messages with. It is kept past the request's response: mcp-go sends the stream's
-// acknowledgement from a goroutine of its own, which may write it after the response.
-type heldSub struct {
-	sur string
-	raw json.RawMessage
-}
-
-// maxSubs is how many subscriptions' ids are kept (a client listens on one or a few), and
-// maxSubID the longest kept; a subscriptions/listen with a longer id gets no surrogate.
+// maxSubs and maxSubBytes bound the subscriptions' ids kept (a client listens on one or a
+// few), and maxSubID is the longest kept; a subscriptions/listen with a longer id gets no
+// surrogate. An id is kept past its request's response: mcp-go tags the stream's messages
+// with it, and sends the acknowledgement from a goroutine of its own, which may write it after
+// the response. Until 2026-12-06 only the latest 64 were kept, and a burst of listens whose
+// acknowledgements mcp-go wrote late showed the client surrogates (TestManyListensNeverShowTheSurrogate,
+// under load).
 const (
-	maxSubs  = 64
-	maxSubID = 1 << 10
+	maxSubs     = 4096
+	maxSubBytes = 1 << 20
+	maxSubID    = 1 << 10
 )
 
 // maxHeld and maxHeldBytes bound the ids awaiting a response (only a request's id is held, see
@@ -111,10 +111,18 @@ func (x *ids) wrap(line []byte) []byte {
 	x.bytes += len(id)
 	x.back[key] = append(x.back[key], sur)
 	if listen {
-		if len(x.subs) == maxSubs {
-			x.subs = append(x.subs[:0], x.subs[1:]...)
+		for len(x.subOrder) > 0 && (len(x.subOrder) >= maxSubs || x.subBytes+len(id) > maxSubBytes) {
+			old := x.subOrder[0]
+			x.subBytes -= len(x.subs[old])
+			delete(x.subs, old)
+			x.subOrder = x.subOrder[1:]
 		}
-		x.subs = append(x.subs, heldSub{sur: sur, raw: x.held[sur].raw})
+		if x.subs == nil {
+			x.subs = map[string]json.RawMessage{}
+		}
+		x.subs[sur] = x.held[sur].raw
+		x.subOrder = append(x.subOrder, sur)
+		x.subBytes += len(id)
 		x.listened.Store(true)
 	}
 	x.n.Store(int64(len(x.held)))
@@ -190,13 +198,8 @@ func (x *ids) subscription(msg []byte) []byte {
 			continue
 		}
 		vs, ve = ms+vs, ms+ve
-		var raw json.RawMessage
 		x.mu.Lock()
-		for _, sub := range x.subs {
-			if sub.sur == string(msg[vs:ve]) {
-				raw = sub.raw
-			}
-		}
+		raw := x.subs[string(msg[vs:ve])]
 		x.mu.Unlock()
 		if raw == nil {
 			continue

@@ -119,7 +119,7 @@ func rawSession(t *testing.T, srv *serve.Server) (io.WriteCloser, <-chan string)
 
 // Many subscriptions/listen at once: every acknowledgement must carry the client's id. The
 // subscriptions' ids are kept for the acknowledgement, which mcp-go writes from a goroutine of
-// its own, but only the latest 64, whether or not their acknowledgement was written.
+// its own, up to 4,096 (maxSubs), whether or not their acknowledgement was written.
 func TestManyListensNeverShowTheSurrogate(t *testing.T) {
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
 	t.Cleanup(func() { eng.Close() })
