@@ -228,6 +228,10 @@ type diffModel struct {
 	current map[string]uint64 // the highest Current each domain answered
 	extra   fence.Counters    // what the engines of one step (opWait, opSpool) counted; in the ledger, no process's
 	serial  int               // numbers the intents and domains of the timing-dependent steps
+	// unread is why the spool of a step's engines cannot be read (opSpool's held outcome:
+	// its path runs through a file), "" when it can: the judge then fences a re-run-safe
+	// claim it would take over, as its outcome may wait there.
+	unread string
 }
 
 type mRec struct {
@@ -495,6 +499,31 @@ func normText(s string) string {
 	return reTicket.ReplaceAllString(s, "ticket <token>")
 }
 
+// spoolNamed is a with its world's spool directory, which a message may name (a spool that
+// cannot be read), written <spool>: each world has its own (seed 15780980136883).
+func spoolNamed(a answer, dir string) answer {
+	if dir == "" {
+		return a
+	}
+	name := func(s string) string { return strings.ReplaceAll(s, dir, "<spool>") }
+	a.Err, a.Status, a.Extra = name(a.Err), name(a.Status), name(a.Extra)
+	if a.Rest != nil {
+		rest := make([]string, len(a.Rest))
+		for i, r := range a.Rest {
+			rest[i] = name(r)
+		}
+		a.Rest = rest
+	}
+	if a.Sub != nil {
+		sub := make([]answer, len(a.Sub))
+		for i, x := range a.Sub {
+			sub[i] = spoolNamed(x, dir)
+		}
+		a.Sub = sub
+	}
+	return a
+}
+
 func errAnswer(err error) answer {
 	if err == nil {
 		return answer{}
@@ -594,7 +623,7 @@ func (d *diffRun) step(i int, op diffOp) bool {
 	answers := make([]answer, len(d.worlds))
 	failed := d.t.Failed()
 	for k, w := range d.worlds {
-		answers[k] = op.run(w)
+		answers[k] = spoolNamed(op.run(w), w.spool)
 	}
 	if !failed && d.t.Failed() { // a step that checks its own rules (opRace, opLease) said why
 		d.t.Errorf("step %d: %s: broke the rules (above)", i, op.what)

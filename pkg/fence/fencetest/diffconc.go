@@ -397,6 +397,7 @@ func (d *diffRun) expectWait(req fence.Request, h int, waiters []int, quitters [
 	holder.Rest, holder.Sub, holder.Status, holder.Extra = nil, nil, "", ""
 	id := len(m.tickets)
 	d.expectPrepare(req, h, holder)
+	m.unread = "" // the blocking file is removed after the Settle
 	if len(m.tickets) == id { // not admitted: nobody waited
 		if len(a.Rest) > 0 || len(a.Sub) > 0 {
 			d.failf("model: no claim, no waiters; got waiters %q and %v", a.Rest, a.Sub)
@@ -550,6 +551,9 @@ func (d *diffRun) opSpool() diffOp {
 			return a
 		},
 		expect: func(a answer) {
+			if held { // until the Settle, the step's engines' spool runs through a file
+				d.m.unread = fmt.Sprintf("open <spool>/blocked-%d/spool: not a directory", d.m.serial)
+			}
 			d.m.serial++ // names the blocking file
 			counted := d.aside(func() { d.expectSpool(req, h, p, q, kind, mode, kill, dup, held, lapse, res, reason, a) })
 			if want := fmt.Sprintf("%+v", counted); a.Extra != want {
@@ -645,6 +649,7 @@ func (d *diffRun) expectSpool(req fence.Request, h, p, q int, kind string, mode 
 	holder.Sub, holder.Status, holder.Extra = nil, "", ""
 	id := len(m.tickets)
 	d.expectPrepare(req, h, holder)
+	m.unread = "" // the blocking file is removed after the Settle
 	if len(m.tickets) == id {
 		if len(a.Sub) > 0 {
 			d.failf("model: no claim, so nothing to settle; got %v", a.Sub)

@@ -142,9 +142,16 @@ func (d *diffRun) judge(ei int, r *mRec) (verdict, string, string) {
 		seen = d.m.seen[r.owner]
 	}
 	const at = "2000-01-01T00:00:00.000Z"
+	spooled := ""
 	switch {
-	case seen == fence.Dead && r.rerunSafe && r.spooled:
-		return vFence, fence.EventOrphan, fmt.Sprintf("holder is gone (process %s) and an outcome of the intent waits in this host's spool: not taken over though re-run safe; the spool's drain records it", o)
+	case d.m.unread != "":
+		spooled = "this host's spool cannot be read to see whether an outcome of the intent waits there (" + d.m.unread + ")"
+	case r.spooled:
+		spooled = "an outcome of the intent waits in this host's spool"
+	}
+	switch {
+	case seen == fence.Dead && r.rerunSafe && spooled != "":
+		return vFence, fence.EventOrphan, fmt.Sprintf("holder is gone (process %s) and %s: not taken over though re-run safe; the spool's drain records it", o, spooled)
 	case seen == fence.Dead && r.rerunSafe:
 		return vTake, fence.EventReclaim, ""
 	case seen == fence.Dead:
@@ -153,8 +160,8 @@ func (d *diffRun) judge(ei int, r *mRec) (verdict, string, string) {
 		return vHeld, "", ""
 	case seen == fence.Alive:
 		return vFence, fence.EventExpired, fmt.Sprintf("lease lapsed at %s, holder alive but silent (stalled or stopped: process %s); a live holder is never taken over; its own late result heals this", at, o)
-	case r.rerunSafe && r.spooled:
-		return vFence, fence.EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and an outcome of the intent waits in this host's spool: not taken over though re-run safe; the spool's drain records it", at, o)
+	case r.rerunSafe && spooled != "":
+		return vFence, fence.EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and %s: not taken over though re-run safe; the spool's drain records it", at, o, spooled)
 	case r.rerunSafe:
 		return vTake, fence.EventReclaim, ""
 	}
