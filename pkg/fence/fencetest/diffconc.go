@@ -397,7 +397,6 @@ func (d *diffRun) expectWait(req fence.Request, h int, waiters []int, quitters [
 	holder.Rest, holder.Sub, holder.Status, holder.Extra = nil, nil, "", ""
 	id := len(m.tickets)
 	d.expectPrepare(req, h, holder)
-	m.unread = ""             // the blocking file is removed after the Settle
 	if len(m.tickets) == id { // not admitted: nobody waited
 		if len(a.Rest) > 0 || len(a.Sub) > 0 {
 			d.failf("model: no claim, no waiters; got waiters %q and %v", a.Rest, a.Sub)
