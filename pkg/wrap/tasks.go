@@ -418,9 +418,37 @@ var maxLocalTaskBytes = 64 << 20
 type localTask struct {
 	id      string
 	status  string
+	message string // statusMessage: a failed task's text (failedText)
 	created time.Time
 	ttl     time.Duration
 	result  json.RawMessage
+}
+
+// maxStatusMessage is the most characters of a failed task's text its statusMessage carries.
+const maxStatusMessage = 2000
+
+// failedText is the text of a failed task's result for its statusMessage: its text content
+// joined, clipped. An SDK client's task stream reports a failed task as "Task … failed" and
+// reads no result (the TypeScript SDK's callToolStream), so without it an agent saw nothing
+// of a refusal (in flight past --wait, a prior failure and the commands that settle it), where
+// the status it reads on the way carries this.
+func failedText(res json.RawMessage) string {
+	var r struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(res, &r) != nil {
+		return ""
+	}
+	var parts []string
+	for _, c := range r.Content {
+		if c.Type == "text" && c.Text != "" {
+			parts = append(parts, c.Text)
+		}
+	}
+	return clip(strings.Join(parts, "\n"), maxStatusMessage)
 }
 
 type localTasks struct {
@@ -448,7 +476,7 @@ func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage, replayed boo
 	_ = json.Unmarshal(params, &q)
 	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttlMillis(q.Task.TTL, 10*time.Minute, maxLocalTaskTTL), result: res}
 	if isError(res) && !replayed {
-		t.status = "failed"
+		t.status, t.message = "failed", failedText(res)
 	}
 	lt := &p.local
 	lt.mu.Lock()
@@ -486,7 +514,11 @@ func (lt *localTasks) drop(t *localTask) {
 
 func (t *localTask) view() map[string]any {
 	at := t.created.Format(time.RFC3339Nano)
-	return map[string]any{"taskId": t.id, "status": t.status, "createdAt": at, "lastUpdatedAt": at, "ttl": t.ttl.Milliseconds()}
+	v := map[string]any{"taskId": t.id, "status": t.status, "createdAt": at, "lastUpdatedAt": at, "ttl": t.ttl.Milliseconds()}
+	if t.message != "" {
+		v["statusMessage"] = t.message
+	}
+	return v
 }
 
 // localTask answers tasks/get, tasks/result and tasks/cancel of a task effectfence made; nil

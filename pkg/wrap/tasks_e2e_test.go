@@ -160,6 +160,20 @@ func TestCancelledTaskIsUnknown(t *testing.T) {
 	if res, err := w.Call(ctx, "tasks/result", hq); err != nil || !strings.Contains(string(res), "NOT executed again") || !strings.Contains(string(res), `"isError":true`) {
 		t.Fatalf("tasks/result of the refused duplicate: %s %v", res, err)
 	}
+	// Its status says why (an SDK's task stream reads the status, and of a failed task
+	// nothing else): the refusal's text, in the handle and in tasks/get.
+	var st struct {
+		Task struct {
+			StatusMessage string `json:"statusMessage"`
+		} `json:"task"`
+		StatusMessage string `json:"statusMessage"`
+	}
+	if json.Unmarshal(again, &st) != nil || !strings.Contains(st.Task.StatusMessage, "NOT executed again") {
+		t.Fatalf("the failed task's handle carries no statusMessage with the refusal: %s", again)
+	}
+	if got, err := w.Call(ctx, "tasks/get", hq); err != nil || json.Unmarshal(got, &st) != nil || !strings.Contains(st.StatusMessage, "NOT executed again") {
+		t.Fatalf("tasks/get of the refused duplicate carries no statusMessage with the refusal: %s %v", got, err)
+	}
 	var states []fence.State
 	err = r.openLedger().Store().View(ctx, func(tx fence.Tx) error {
 		return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
