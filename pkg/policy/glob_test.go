@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -86,5 +87,71 @@ func TestPerToolKeepsNoAgentNames(t *testing.T) {
 	}
 	if s := r.Options.PerTool("refund_x"); !s.RerunSafe {
 		t.Fatalf("refund_x: %+v", s)
+	}
+}
+
+// TestLongGlobsOverlapCheckEnds: two globs of one specificity whose literal prefixes and
+// suffixes agree are compared with intersect, which walked every pair of positions of the two
+// with a memo of each: "a…a*b…b" against "a…aa…a*b…b", 12,000 characters each, took 15 s and
+// a million map entries per 100 characters squared, so a policy file of two such globs
+// (120 KB, well under the 1 MiB bound) kept `policy check` and wrap's start busy for hours.
+// The two can match one tool and must still be refused.
+func TestLongGlobsOverlapCheckEnds(t *testing.T) {
+	n := 40000
+	a := strings.Repeat("a", n) + "*" + strings.Repeat("b", 2*n)
+	b := strings.Repeat("a", 2*n) + "*" + strings.Repeat("b", n)
+	src := fmt.Sprintf("version: 1\ntools:\n  %q: {wait: 1s}\n  %q: {wait: 2s}\n", a, b)
+	_, err := Parse("p.yaml", []byte(src))
+	if err == nil || !strings.Contains(err.Error(), "can match the same tool") {
+		t.Fatalf("two globs that match %q…: got %.200v; want them refused as equally specific", a[:10], err)
+	}
+}
+
+// intersectByWalk is the intersect policy used until 2026-12-06: a walk over every pair of
+// positions of the two patterns. It is right, and slow (TestLongGlobsOverlapCheckEnds); it
+// stays here to check intersect against.
+func intersectByWalk(a, b string) bool {
+	ra, rb := []rune(a), []rune(b)
+	memo := map[[2]int]bool{}
+	var walk func(i, j int) bool
+	walk = func(i, j int) bool {
+		k := [2]int{i, j}
+		if v, ok := memo[k]; ok {
+			return v
+		}
+		var ok bool
+		switch {
+		case i < len(ra) && ra[i] == '*':
+			ok = walk(i+1, j) || j < len(rb) && walk(i, j+1)
+		case j < len(rb) && rb[j] == '*':
+			ok = walk(i, j+1) || i < len(ra) && walk(i+1, j)
+		case i == len(ra) || j == len(rb):
+			ok = i == len(ra) && j == len(rb)
+		default:
+			ok = (ra[i] == rb[j] || ra[i] == '?' || rb[j] == '?') && walk(i+1, j+1)
+		}
+		memo[k] = ok
+		return ok
+	}
+	return walk(0, 0)
+}
+
+// TestIntersectAgreesWithTheWalk: intersect says what the walk it replaced says, over random
+// pairs of patterns with multi-byte and invalid UTF-8 characters.
+func TestIntersectAgreesWithTheWalk(t *testing.T) {
+	r := rand.New(rand.NewPCG(12, 2026))
+	pick := func(n int) string {
+		alphabet := []string{"a", "b", "é", "\xff", "*", "?", "?"}
+		var b strings.Builder
+		for range n {
+			b.WriteString(alphabet[r.IntN(len(alphabet))])
+		}
+		return b.String()
+	}
+	for range 200000 {
+		a, b := pick(r.IntN(8)), pick(r.IntN(8))
+		if got, want := intersect(a, b), intersectByWalk(a, b); got != want {
+			t.Fatalf("intersect(%q, %q) = %v, the walk says %v", a, b, got, want)
+		}
 	}
 }
