@@ -624,8 +624,9 @@ func (ps *parse) boolean(n ast.Node, what string) *bool {
 	return nil
 }
 
-// list returns the string items of a sequence.
-func (ps *parse) list(n ast.Node, what, example string) ([]string, []ast.Node, bool) {
+// list returns the string items of a sequence; with fields, of field paths, refusing a path
+// with a blank-ended member name (blankEnd).
+func (ps *parse) list(n ast.Node, what, example string, fields bool) ([]string, []ast.Node, bool) {
 	seq, ok := n.(*ast.SequenceNode)
 	if !ok {
 		ps.notPlain(n, fmt.Sprintf("%s must be a list such as %s", what, example))
@@ -641,17 +642,37 @@ func (ps *parse) list(n ast.Node, what, example string) ([]string, []ast.Node, b
 			good = false
 			continue
 		}
+		if fields && blankEnd(s) {
+			ps.errorf(it, "%s: %q has a member name that begins or ends with a blank (white space or U+2800): written as itself it looks like the space YAML drops, so the path would name another field than the one a reviewer sees; take it out", what, s)
+			good = false
+			continue
+		}
 		out = append(out, s)
 		nodes = append(nodes, it)
 	}
 	return out, nodes, good
 }
 
+// blankEnd reports whether a member name of the dotted field path s begins or ends with white
+// space or the braille blank U+2800, all drawn as a space or as nothing. YAML drops the spaces
+// around a plain item, not these: before 2026-12-06 `redact: [card.number<U+00A0>]`, shown as
+// `[card.number ]`, named a member "card.number\u00a0", passed `policy check` and left the
+// card number in the ledger in clear (TestPathsWithBlankEndsRefused).
+func blankEnd(s string) bool {
+	blank := func(r rune) bool { return unicode.IsSpace(r) || r == '\u2800' }
+	for _, seg := range strings.Split(s, ".") {
+		if strings.TrimFunc(seg, blank) != seg {
+			return true
+		}
+	}
+	return false
+}
+
 // paths reads a list of field paths in wrap's --key/--ignore-field syntax: a key's, or with
 // ignore an ignore list's, which may be empty and may not cut the repeat argument
 // (wrap.IgnoredRepeat).
 func (ps *parse) paths(n ast.Node, what string, ignore bool) []wrap.Path {
-	items, nodes, ok := ps.list(n, what, "[order_id, customer.id]")
+	items, nodes, ok := ps.list(n, what, "[order_id, customer.id]", true)
 	if !ok {
 		return nil
 	}
@@ -675,7 +696,7 @@ func (ps *parse) paths(n ast.Node, what string, ignore bool) []wrap.Path {
 }
 
 func (ps *parse) redact(n ast.Node) []string {
-	items, nodes, ok := ps.list(n, "redact", "[card.number, card.cvc]")
+	items, nodes, ok := ps.list(n, "redact", "[card.number, card.cvc]", true)
 	if !ok {
 		return nil
 	}
@@ -786,7 +807,7 @@ func (ps *parse) hook(n ast.Node) *Hook {
 		switch m.key {
 		case "command":
 			cmdN = m.keyN
-			argv, nodes, ok := ps.list(m.value, "command", `["notify-oncall", "--team", "payments"]`)
+			argv, nodes, ok := ps.list(m.value, "command", `["notify-oncall", "--team", "payments"]`, false)
 			if !ok {
 				continue
 			}

@@ -452,3 +452,32 @@ func TestOverlapsReportedOncePerGlob(t *testing.T) {
 		t.Fatalf("a policy of %d bytes allocated %d MB to be refused", b.Len(), alloc>>20)
 	}
 }
+
+// TestPathsWithBlankEndsRefused: a field path whose member name begins or ends with a blank
+// other than the space YAML drops (a no-break space, an ideographic space, a line separator,
+// the braille blank) reads as the path without it: `redact: [card.number<U+00A0>]` looks like
+// `[card.number ]`, which YAML reads as card.number, but named a member "card.number\u00a0",
+// so `policy check` said ok and the card number went into the ledger in clear (the real
+// binary, with a real server); `ignore: [meta.ts<U+00A0>]` ignored nothing.
+func TestPathsWithBlankEndsRefused(t *testing.T) {
+	for _, blank := range []string{"\u00a0", "\u3000", "\u2028", "\u2029", "\u2003", "\u202f", "\u205f", "\u2800", " "} {
+		for _, c := range []struct{ setting, path string }{
+			{"redact", `card.number%s`}, {"redact", `%scard.*`}, {"ignore", `meta.ts%s`}, {"key", `order%s.id`},
+		} {
+			path := fmt.Sprintf(c.path, blank)
+			src := fmt.Sprintf("version: 1\ntools:\n  charge:\n    %s: [%s]\n", c.setting, path)
+			if blank == " " {
+				// The space YAML drops can only be kept by quoting, where a reviewer sees it.
+				src = fmt.Sprintf("version: 1\ntools:\n  charge:\n    %s: [%q]\n", c.setting, path)
+			}
+			_, err := Parse("p.yaml", []byte(src))
+			if err == nil || !strings.Contains(err.Error(), "p.yaml:4:") || !strings.Contains(err.Error(), "blank") {
+				t.Errorf("%s: [%+q]: got %v; want it refused at line 4 as a name with a blank end", c.setting, path, err)
+			}
+		}
+	}
+	// A blank inside a member's name is seen, and is taken as written.
+	if _, err := Parse("p.yaml", []byte("version: 1\ntools:\n  charge:\n    redact: [card.number\u00a0x]\n    key: [\"order id\"]\n")); err != nil {
+		t.Errorf("a blank inside a name: %v", err)
+	}
+}
