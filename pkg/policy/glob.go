@@ -17,8 +17,10 @@ func checkPattern(p string) error {
 	switch {
 	case p == "":
 		return errors.New("an empty tool name")
-	case strings.IndexFunc(p, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-		return errors.New("a tool name or glob cannot hold white space or control characters")
+	case strings.IndexFunc(p, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || r == '\u2800' }) >= 0:
+		// U+2800, the braille blank, is drawn as a space: "charge\u2800" looked like the entry
+		// of charge, and its redact kept nothing of charge's arguments out of the ledger.
+		return errors.New("a tool name or glob cannot hold white space, the braille blank U+2800 or control characters")
 	case strings.ContainsAny(p, `[]{}\`):
 		return errors.New(`bad glob: only * (any characters) and ? (one character) are wildcards; [ ] { } and \ are not allowed`)
 	case strings.Contains(p, "**"):

@@ -476,6 +476,10 @@ func TestPathsWithBlankEndsRefused(t *testing.T) {
 			}
 		}
 	}
+	// A tool's name is refused with any blank, the braille blank included.
+	if _, err := Parse("p.yaml", []byte("version: 1\ntools:\n  charge\u2800:\n    redact: [card.number]\n")); err == nil || !strings.Contains(err.Error(), "p.yaml:3:") {
+		t.Errorf("a tool named charge<U+2800>: got %v; want it refused at line 3", err)
+	}
 	// A blank inside a member's name is seen, and is taken as written.
 	if _, err := Parse("p.yaml", []byte("version: 1\ntools:\n  charge:\n    redact: [card.number\u00a0x]\n    key: [\"order id\"]\n")); err != nil {
 		t.Errorf("a blank inside a name: %v", err)
