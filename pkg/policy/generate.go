@@ -191,8 +191,8 @@ func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) erro
 		writeTool(b, t, keys[t.Name], byName[t.Name], terse)
 	}
 	if len(unwritable) > 0 {
-		fmt.Fprintf(b, "\n# These tools' names cannot be keys of a policy (white space, control characters, or the\n")
-		fmt.Fprintf(b, "# glob characters * ? [ ] { } \\): they get the defaults, and wrap fences them unless they are\n")
+		fmt.Fprintf(b, "\n# These tools' names cannot be keys of a policy (white space or the braille blank U+2800,\n")
+		fmt.Fprintf(b, "# control characters, or the glob characters * ? [ ] { } \\): they get the defaults, and wrap fences them unless they are\n")
 		fmt.Fprintf(b, "# annotated readOnlyHint. Use wrap's flags (--pass, --key, ...) to set them.\n")
 		for _, n := range unwritable {
 			fmt.Fprintf(b, "#   %s\n", comment(strconv.Quote(n), 200))
