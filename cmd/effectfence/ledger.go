@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -694,7 +695,7 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	if d.Record.State == fence.StateNone && len(d.Events) == 0 {
-		return fmt.Errorf("ledger %s holds no intent %q and no audit event about it (see `effectfence ledger ls`)", l.Location, c.args[0])
+		return fmt.Errorf("ledger %s holds no intent %q and no audit event about it%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls"))
 	}
 	if c.json {
 		return c.writeJSON(d)
@@ -808,6 +809,83 @@ func intentCommand(sub, intent, sel, flags string) string {
 	return "effectfence ledger " + sub + " " + shellQuote(intent) + sel + flags
 }
 
+// notFoundHint ends the refusal of an intent the ledger does not hold. ls shows an intent's
+// control and invisible characters escaped and its backslashes doubled (safetext.EscapeExact),
+// so an intent copied from it is not the intent: when arg is how ls shows one the ledger holds,
+// the hint names that intent in the $'…' form that pastes into bash or zsh. Before 2026-12-06
+// the refusal sent the operator back to ls, where the copy came from, and such an intent could
+// not be shown, cleared or resolved by what ls showed
+// (TestIntentCopiedFromLsIsNamedInItsQuotedForm).
+func notFoundHint(ctx context.Context, st fence.Store, arg, ls string) string {
+	see := " (see `effectfence ledger " + ls + "`)"
+	id, ok := unescapeShown(arg)
+	if !ok {
+		return see
+	}
+	if d, err := ledger.ShowLast(ctx, st, id, 1); err != nil || d.Record.State == fence.StateNone && len(d.Events) == 0 {
+		return see
+	}
+	return "; `effectfence ledger ls` shows an intent's control and invisible characters escaped and its backslashes doubled, and it holds the intent shown that way: give it as " + shellQuote(id)
+}
+
+// unescapeShown reverses safetext.EscapeExact: it returns the text s shows, and whether s
+// holds an escape at all and only escapes EscapeExact writes (\\, \n, \r, \t, \xHH, \uHHHH,
+// \UHHHHHHHH).
+func unescapeShown(s string) (string, bool) {
+	if !strings.Contains(s, `\`) {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 == len(s) {
+			return "", false
+		}
+		digits := 0
+		switch s[i+1] {
+		case '\\':
+			b.WriteByte('\\')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'x':
+			digits = 2
+		case 'u':
+			digits = 4
+		case 'U':
+			digits = 8
+		default:
+			return "", false
+		}
+		if digits == 0 {
+			i++
+			continue
+		}
+		if i+2+digits > len(s) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(s[i+2:i+2+digits], 16, 32)
+		switch {
+		case err != nil:
+			return "", false
+		case digits == 2:
+			b.WriteByte(byte(v)) // a control character, or a byte that is not UTF-8
+		case !utf8.ValidRune(rune(v)):
+			return "", false
+		default:
+			b.WriteRune(rune(v))
+		}
+		i += 1 + digits
+	}
+	return b.String(), true
+}
+
 // shellQuote quotes s for a POSIX shell. A string with characters that could act on a
 // terminal is written in the $'…' form of bash and zsh, with those characters escaped, so the
 // command is both safe to print and right to paste.
@@ -843,7 +921,7 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	}
 	prev, err := clear(ctx, c.args[0], who, reason)
 	if errors.Is(err, fence.ErrNotFound) {
-		return fmt.Errorf("ledger %s holds no intent %q; nothing cleared (see `effectfence ledger ls`)", l.Location, c.args[0])
+		return fmt.Errorf("ledger %s holds no intent %q; nothing cleared%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls"))
 	}
 	if nf := (fence.NotFencedError{}); errors.As(err, &nf) && nf.State == fence.StateDone {
 		return fmt.Errorf("ledger %s: %v (--force clears it anyway, if you mean the next attempt to run the effect again)", l.Location, err)

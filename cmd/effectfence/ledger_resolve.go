@@ -88,7 +88,7 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 	res, err := l.Resolve(ctx, req)
 	switch {
 	case errors.Is(err, fence.ErrNotFound):
-		return fmt.Errorf("ledger %s holds no intent %q; nothing resolved (see `effectfence ledger ls --state fenced`)", l.Location, c.args[0])
+		return fmt.Errorf("ledger %s holds no intent %q; nothing resolved%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls --state fenced"))
 	case errors.Is(err, fence.ErrNotFenced):
 		var nf fence.NotFencedError
 		if errors.As(err, &nf) && how == fence.DidNotHappen && nf.State != fence.StateDone {
