@@ -866,12 +866,20 @@ func checkHookURL(s string) error {
 	if u.Host == "" {
 		return errors.New("the URL has no host; want https://host/path")
 	}
-	switch u.Scheme {
+	// A port no connection can reach would fail every delivery, each an unknown outcome no
+	// one hears of; before 2026-12-06 http://localhost:99999/ was accepted.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%s: port %q; want a number from 1 to 65535", httpback.ShownURL(s), p)
+		}
+	}
+	switch strings.ToLower(u.Scheme) {
 	case "https":
 		return nil
 	case "http":
+		// Host names are not case-sensitive: LOCALHOST is this machine too.
 		host := u.Hostname()
-		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback() {
 			return nil
 		}
 		return fmt.Errorf("%s: plain http only to this machine (localhost); the event names tools and redacted arguments, so use https", httpback.ShownURL(s))

@@ -170,6 +170,7 @@ func TestParseBad(t *testing.T) {
 		{"hook both", "version: 1\non_unknown:\n  command: [x]\n  url: https://h/p\n", []string{"bad.yaml:4:3: on_unknown takes command or url, not both"}},
 		{"hook neither", "version: 1\non_unknown:\n  retries: 1\n", []string{"bad.yaml:3:3: on_unknown needs command"}},
 		{"hook http", "version: 1\non_unknown:\n  url: http://pager.example.com/x\n", []string{"bad.yaml:3:8: url: http://pager.example.com/…: plain http only to this machine"}},
+		{"hook port", "version: 1\non_unknown:\n  url: http://localhost:99999/x\n", []string{`bad.yaml:3:8: url: http://localhost:99999/…: port "99999"; want a number from 1 to 65535`}},
 		{"hook retries", "version: 1\non_unknown:\n  command: [x]\n  retries: 11\n", []string{"bad.yaml:4:12: retries must be a whole number from 0 to 10"}},
 		{"hook empty command", "version: 1\non_unknown:\n  command: []\n", []string{"bad.yaml:3:12: command must name a program"}},
 		{"hook timeout", "version: 1\non_unknown:\n  command: [x]\n  timeout: 1h\n", []string{"bad.yaml:4:12: timeout is 1h; want from 1s to 10m0s"}},

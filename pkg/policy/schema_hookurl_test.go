@@ -17,6 +17,7 @@ func TestSchemaTakesTheHookURLsTheParserTakes(t *testing.T) {
 		"http://[0:0:0:0:0:0:0:1]:9000/hook",
 		"http://[::ffff:127.0.0.1]/hook",
 		"http://localhost?team=payments",
+		"http://LOCALHOST:8080/hook", // host names are not case-sensitive (refused before 2026-12-06)
 	} {
 		src := "version: 1\non_unknown:\n  url: " + u + "\n"
 		if _, err := Parse("x.yaml", []byte(src)); err != nil {
