@@ -499,6 +499,15 @@ type agentAnswer struct {
 	held int64
 }
 
+// awaited reports whether a request of the server's passed on to the agent under id waits for
+// its answer.
+func (p *Proxy) awaited(id json.RawMessage) bool {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	_, ok := p.pending[jsonrpc.IDKey(id)]
+	return ok
+}
+
 // answered hands the agent's answer m to the request of the server's waiting for it, with the
 // room of the request budget it holds (given back here when none waits).
 func (p *Proxy) answered(m *jsonrpc.Message, held int64) {
@@ -702,6 +711,17 @@ func (p *Proxy) route(line []byte, owned bool, held int64) (run func()) {
 		}
 	}()
 	if err != nil {
+		if id := jsonrpc.AnswerID(line); id != nil && p.awaited(id) {
+			// The agent answered a request of the server's, but not with a valid response
+			// (a result beside an error, another "jsonrpc"): the request is answered with an
+			// error, as mcpstdio does for the server's such answers, rather than left waiting
+			// while the agent is sent an error under the server's request's id, which names
+			// no request of the agent's.
+			kept = true
+			p.logf("the agent's answer to request %s is not a valid JSON-RPC response (%v); the MCP server is told", jsonrpc.LogID(id), err)
+			p.answered(&jsonrpc.Message{ID: id, Error: rpcErr(jsonrpc.CodeInternalError, "effectfence: the client's answer is not a valid JSON-RPC response: %v", err)}, held)
+			return nil
+		}
 		// Invalid JSON is a parse error with id null. Valid JSON that is not a valid message
 		// is an invalid request, answered with its id when it had a readable one, so the
 		// agent's request does not wait for an answer that never comes.
