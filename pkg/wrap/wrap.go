@@ -962,11 +962,15 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 			Name string `json:"name"`
 		} `json:"clientInfo"`
 	}
-	if len(m.Params) == 0 || m.Params[0] != '{' || json.Unmarshal(m.Params, &params) != nil {
+	if len(m.Params) == 0 || m.Params[0] != '{' {
 		p.openInitGate()
 		p.mu.Unlock()
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: initialize params must be an object"))
 	}
+	// The params are an object (valid JSON: the message was parsed). A clientInfo or name of
+	// another type leaves the name empty; the server judges its params (they were refused as
+	// "not an object" before).
+	_ = json.Unmarshal(m.Params, &params)
 	p.noteClient(m.Params)
 	child := p.opt.Backend(BackendConfig{
 		Init: m.Params, InitTimeout: p.opt.InitTimeout, Log: p.opt.Log, Stderr: p.opt.ServerStderr,
