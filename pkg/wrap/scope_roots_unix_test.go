@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // docs/identity.md, "What the scope cannot see": the roots the client gives the server (MCP's
@@ -41,7 +42,12 @@ func TestScopeCannotSeeTheClientsRoots(t *testing.T) {
 		w := r.wrap()
 		// The server asks for the roots once initialized; list_allowed_directories (read-only,
 		// passed through) shows when it has them.
+		deadline := time.Now().Add(time.Minute)
 		for !strings.Contains(call(t, w.Session, "list_allowed_directories", `{}`).text(), project) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the server never took the client's root %s:\n%s", root, w.log.String())
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		x := call(t, w.Session, "write_file", string(args))
 		w.Close()
