@@ -66,6 +66,11 @@ type ResolveRequest struct {
 	Who, Via string
 	// Reason says what was checked. Required.
 	Reason string
+	// Token, when not 0, is the fencing token of the claim the answer is about (Record.Token
+	// of the record the person was shown): an intent claimed again since (cleared, or resolved
+	// as not having happened, and run once more) is refused (NotFencedError) and nothing
+	// changes, so an answer about one attempt is never recorded on another.
+	Token uint64
 }
 
 // Resolved is what Resolve did.
@@ -166,6 +171,9 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 		now := tx.Now()
 		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt)) {
 			return fmt.Errorf("%w: %q", ErrNotFound, r.Intent)
+		}
+		if r.Token != 0 && rec.Token != r.Token {
+			return NotFencedError{Intent: r.Intent, State: rec.State, Why: fmt.Sprintf("the answer is about claim %d, and the intent was claimed again since (claim %d)", r.Token, rec.Token)}
 		}
 		if why, silent := e.SilentHolder(now, *rec); silent && how == DidNotHappen {
 			return NotFencedError{Intent: r.Intent, State: rec.State, Why: why}

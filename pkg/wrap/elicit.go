@@ -222,7 +222,9 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 		return ""
 	}
 	reason := "answered by the person in the conversation"
-	req := fence.ResolveRequest{Intent: intent, How: how, Who: "person in the conversation", Via: p.via(), Reason: reason}
+	// Recorded on the claim the person was asked about only: one cleared and run again since
+	// (an operator, or another wrap's person, said it did not happen) may have taken effect.
+	req := fence.ResolveRequest{Intent: intent, How: how, Who: "person in the conversation", Via: p.via(), Reason: reason, Token: rec.Token}
 	if how == fence.Happened {
 		req.Ref = ref
 	}

@@ -130,3 +130,72 @@ func TestNoQuestionWhileTheHolderCanStillSettle(t *testing.T) {
 		t.Fatalf("after the late result: answer %q after %d questions, want %q", got, sink.asked.Load(), settledMeanwhile)
 	}
 }
+
+// racingSink is an agent whose person answers "it did not happen" about the claim they were
+// shown, after, meanwhile, the intent was cleared, claimed again and left unknown once more
+// (an operator's clear, or another wrap's person, then a second attempt whose server died).
+type racingSink struct {
+	p       *Proxy
+	between func()
+}
+
+func (s *racingSink) Write(line []byte) error {
+	m, err := jsonrpc.Parse(line)
+	if err != nil || m.Method != "elicitation/create" {
+		return nil
+	}
+	s.between()
+	s.p.pmu.Lock()
+	ch := s.p.pending[jsonrpc.IDKey(m.ID)]
+	s.p.pmu.Unlock()
+	if ch != nil {
+		ch <- agentAnswer{m: &jsonrpc.Message{ID: m.ID, Result: []byte(`{"action":"accept","content":{"outcome":"did_not_happen"}}`)}}
+	}
+	return nil
+}
+
+// A person's answer is recorded on the claim they were asked about only. Before, it was
+// recorded on whatever the intent held when they answered: "it did not happen", said of the
+// first attempt, freed a second attempt's unknown outcome (which may have taken effect), and
+// the call ran a third time.
+func TestAnswerAboutOneAttemptIsNotRecordedOnAnother(t *testing.T) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	defer eng.Close()
+	var log syncbuf.Buffer
+	p, _ := askingProxy(t, eng, &log)
+	req := fence.Request{Intent: "pay:3", Tool: "pay", Args: []byte(`{"amount":3}`)}
+	unknown := func() {
+		t.Helper()
+		adm, err := eng.Prepare(ctx, req)
+		if err != nil || !adm.Fresh() {
+			t.Fatal(adm, err)
+		}
+		if err := eng.Abort(ctx, *adm.Ticket, "the server died mid-call"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unknown()
+	_, err := eng.Prepare(ctx, req)
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) {
+		t.Fatalf("prepare of the fenced intent: %v, want prior_failure", err)
+	}
+	var second uint64
+	p.Attach(&racingSink{p: p, between: func() {
+		if _, err := eng.Resolve(ctx, fence.ResolveRequest{Intent: req.Intent, How: fence.DidNotHappen, Who: "operator", Reason: "checked"}); err != nil {
+			t.Error(err)
+		}
+		unknown()
+		rec, err := eng.Status(ctx, req.Intent)
+		if err != nil {
+			t.Error(err)
+		}
+		second = rec.Token
+	}})
+	p.askOnce(ctx, "pay", req.Intent, pf)
+	rec, err := eng.Status(ctx, req.Intent)
+	if err != nil || !rec.State.Fenced() || rec.Token != second {
+		t.Fatalf("after an answer about the first attempt: the intent is %s (claim %d, the second attempt's is %d), %v; want the second attempt's unknown outcome still fenced\n%s", rec.State, rec.Token, second, err, log.String())
+	}
+}
