@@ -138,6 +138,8 @@ type Store struct {
 
 	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
 	doubts doubts
+	// warns are the connections the server sent a WARNING on (standby.go).
+	warns *warnings
 
 	closeOnce  sync.Once
 	listenOnce sync.Once
@@ -194,6 +196,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		_, err := conn.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') IN ('off', 'local')")
 		return err
 	}
+	// A COMMIT whose wait for a synchronous standby was cancelled succeeds with a WARNING
+	// (standby.go).
+	warns := &warnings{}
+	pc.ConnConfig.OnNotice = warns.notice
 	if c.wrapConn != nil {
 		dial := pc.ConnConfig.DialFunc
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -216,7 +222,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
 	}
-	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6)}
+	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6), warns: warns}
 	if err := s.init(ctx, schema, first, c.Existing); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres ledger %s: %w%s", Redact(c.URL), err, poolerHint(err))
@@ -445,6 +451,12 @@ type CommitUnknownError struct {
 func (e CommitUnknownError) CountersKept() bool { return e.kept }
 
 func (e CommitUnknownError) Error() string {
+	if errors.Is(e.Err, errUnconfirmed) {
+		if e.claim {
+			return fmt.Sprintf("postgres ledger: the claim was recorded on the server, but its wait for the synchronous standby was ended before the standby had it (a backend terminated, a wait cancelled), and the store could not confirm since that the standby has it: a failover may lose it. The call was not admitted and must not run; this process releases the claim once the database answers (a retry then runs the call) (%v)", e.Err)
+		}
+		return fmt.Sprintf("postgres ledger: the decision was recorded on the server, but its wait for the synchronous standby was ended before the standby had it (a backend terminated, a wait cancelled), and the store could not confirm since that the standby has it: a failover may lose it. Check the intent's status once the database is reachable (%v)", e.Err)
+	}
 	if e.claim {
 		return fmt.Sprintf("postgres ledger: the connection was lost after a one-statement claim was sent, and the server could not be asked whether it was recorded; the call was not admitted and must not run; if the claim was recorded, this process releases it once the database answers and its next write there has settled that (a retry then runs the call) (%v)", e.Err)
 	}
@@ -632,7 +644,14 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 	}
 	s.at("commit", t.pid)
 	t.pending.Queue("COMMIT")
+	s.warns.reset(conn.PgConn())
 	err = conn.SendBatch(ctx, &t.pending).Close()
+	if warned := s.warns.warned(conn.PgConn()); err == nil && warned {
+		// Its wait for a synchronous standby may have been cancelled (standby.go).
+		if cerr := s.confirm(ctx); cerr != nil {
+			return CommitUnknownError{Xid: t.xid, Err: cerr, shard: s.shard(conn.PgConn()), delta: t.delta}
+		}
+	}
 	if err == nil {
 		s.at("committed", t.pid)
 		t.learn()
@@ -711,6 +730,11 @@ func (s *Store) resolve(ctx context.Context, xid int64, shard string, cause erro
 		case status == nil:
 			return CommitUnknownError{Xid: xid, Err: cause, shard: shard}
 		case *status == "committed" && receiptIs(writer, xid):
+			// Committed on this server; its wait for a synchronous standby may have been
+			// ended with the connection (standby.go).
+			if err := s.confirm(ctx); err != nil {
+				return CommitUnknownError{Xid: xid, Err: errors.Join(cause, err), shard: shard}
+			}
 			s.at("resolved committed", 0)
 			return nil
 		case *status == "committed":

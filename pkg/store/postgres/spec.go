@@ -264,12 +264,18 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 		return s.speculateClaim(ctx, t, fn)
 	}
 	s.claims.forget(intent) // whatever happens next, the record will not be that claim
-	sent, closed, err := s.sendSpec(ctx, t, "speculate")
+	sent, closed, warned, err := s.sendSpec(ctx, t, "speculate")
 	if !sent {
 		return false, nil // the transaction path reports it
 	}
 	switch {
 	case err == nil && t.specHit > 0:
+		if warned {
+			// Its wait for a synchronous standby may have been cancelled (standby.go).
+			if cerr := s.confirm(ctx); cerr != nil {
+				return true, s.keep(CommitUnknownError{Err: cerr}, doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta})
+			}
+		}
 		s.at("speculated", t.pid)
 		return true, nil
 	case err == nil || !closed || pgconn.SafeToRetry(err):
@@ -441,6 +447,13 @@ func (s *Store) settleClaim(ctx context.Context, intent string, cut [2][]byte, n
 		var dead bool
 		token, landed, dead, err = s.settleClaimOnce(ctx, intent, cut, now)
 		if !dead || ctx.Err() != nil || try > int(s.pool.Stat().MaxConns()) {
+			if err == nil && landed {
+				// Recorded on this server; its wait for a synchronous standby may have been
+				// ended with the connection (standby.go).
+				if cerr := s.confirm(ctx); cerr != nil {
+					return 0, false, cerr
+				}
+			}
 			return token, landed, err
 		}
 	}
@@ -485,7 +498,7 @@ func (s *Store) settleClaimOnce(ctx context.Context, intent string, cut [2][]byt
 
 // speculateClaim sends the batch of a speculative claim t, as speculate does a commit's.
 func (s *Store) speculateClaim(ctx context.Context, t *tx, fn func(fence.Tx) error) (done bool, err error) {
-	sent, closed, err := s.sendSpec(ctx, t, "speculate claim")
+	sent, closed, warned, err := s.sendSpec(ctx, t, "speculate claim")
 	if !sent {
 		return false, nil // the transaction path reports it
 	}
@@ -494,6 +507,13 @@ func (s *Store) speculateClaim(ctx context.Context, t *tx, fn func(fence.Tx) err
 	}
 	switch {
 	case err == nil && t.specToken != nil:
+		if warned {
+			// Its wait for a synchronous standby may have been cancelled (standby.go).
+			if cerr := s.confirm(ctx); cerr != nil {
+				d := doubt{intent: t.specIntent, cut: t.specCut, until: t.now.Add(specSlack), delta: t.delta}
+				return true, s.keep(CommitUnknownError{Err: cerr, claim: true}, d)
+			}
+		}
 		t.claimed(*t.specToken)
 		s.at("speculated claim", t.pid)
 		return true, nil
@@ -522,11 +542,12 @@ func (s *Store) speculateClaim(ctx context.Context, t *tx, fn func(fence.Tx) err
 
 // sendSpec sends a speculative batch on a connection of the pool, naming the counters' shard
 // once the connection is known. sent is false when no connection could be had (nothing was
-// sent); closed says whether the connection died with the batch.
-func (s *Store) sendSpec(ctx context.Context, t *tx, stage string) (sent, closed bool, err error) {
+// sent); closed says whether the connection died with the batch, warned whether the server
+// sent a WARNING with its answer (standby.go).
+func (s *Store) sendSpec(ctx context.Context, t *tx, stage string) (sent, closed, warned bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, false, nil
+		return false, false, false, nil
 	}
 	conn := pc.Conn()
 	t.conn, t.pid = conn, conn.PgConn().PID()
@@ -535,8 +556,10 @@ func (s *Store) sendSpec(ctx context.Context, t *tx, stage string) (sent, closed
 		a.q.Arguments[a.i] = shard
 	}
 	s.at(stage, t.pid)
+	s.warns.reset(conn.PgConn())
 	err = conn.SendBatch(ctx, &t.pending).Close()
 	closed = conn.IsClosed()
+	warned = s.warns.warned(conn.PgConn())
 	pc.Release()
-	return true, closed, err
+	return true, closed, warned, err
 }
