@@ -155,4 +155,17 @@ func TestBadLedgerURLsGetClearErrors(t *testing.T) {
 			t.Errorf("%v: %v; want it to say %q, without the password", c.params, err, c.want)
 		}
 	}
+	// A search_path set in options that names no schema: it is set, but names nothing the
+	// session can use, and the store creates only the schema of the search_path parameter.
+	// Before, the refusal said only to set search_path in the URL, which the URL does.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{URL: scanURL(t, "options=-c%20search_path%3Deffectfence_no_such_schema")})
+	if err == nil {
+		s.Close()
+		t.Fatal("a URL whose options name a schema that does not exist: opened")
+	}
+	if want := `search_path, "effectfence_no_such_schema", names no schema that exists`; !strings.Contains(err.Error(), want) {
+		t.Errorf("a URL whose options name a schema that does not exist: %v; want it to say %s", err, want)
+	}
 }

@@ -276,11 +276,15 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	if schema == "" {
 		// NULL when no schema on the search path exists (search_path empty, or $user with no
 		// schema of that name): then the error below, not a failed scan.
-		if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&schema); err != nil {
+		var sp string
+		if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), ''), current_setting('search_path')").Scan(&schema, &sp); err != nil {
 			return err
 		}
 		if schema == "" {
-			return errors.New("no schema is selected: set search_path in the URL")
+			// The path may be set (in options, for the role or the database) and name only
+			// schemas that do not exist: the store creates the schema of the URL's
+			// search_path parameter alone.
+			return fmt.Errorf("no schema is selected: set search_path in the URL (the session's search_path, %q, names no schema that exists; the store creates the first schema of the URL's search_path parameter, not one named in options or set for the role or the database)", sp)
 		}
 	}
 	s.schema, s.chanName = schema, channelOf(schema)
