@@ -146,7 +146,8 @@ const Supported = `a SQLite file path (e.g. ./ledger.db or /var/lib/effectfence/
 
 // CheckLedger refuses a ledger string that names no supported ledger but would otherwise be
 // taken for a SQLite file under the working directory: another URL scheme (redis://, pg://,
-// sqlite:///x, file:/x), postgres:// or memory in other letter cases, a ~ or $VAR path no
+// sqlite:///x, file:/x), postgres:// or memory in other letter cases, postgres// (its colon
+// lost), a ~ or $VAR path no
 // shell expanded, libpq's key=value connection string (host=… dbname=…), or surrounding
 // spaces.
 // A relative file whose name has a colon can be written ./a:b.db.
@@ -167,6 +168,10 @@ func CheckLedger(ledger string) error {
 		return bad(`write "memory" in lower case`)
 	case strings.HasPrefix(strings.ToLower(ledger), "postgres://"), strings.HasPrefix(strings.ToLower(ledger), "postgresql://"):
 		return bad("write the scheme postgres:// in lower case")
+	case strings.HasPrefix(strings.ToLower(ledger), "postgres//"), strings.HasPrefix(strings.ToLower(ledger), "postgresql//"):
+		// A path too (postgres/…), but a URL whose colon was lost: each process would keep
+		// its own file under its working directory, no shared ledger.
+		return bad("the colon of the scheme is missing: write postgres://…")
 	case ledger == "~" || strings.HasPrefix(ledger, "~"):
 		return bad("~ is not expanded here (the shell expands it only at the start of an unquoted word); write the full path, e.g. /home/you/...")
 	case strings.HasPrefix(ledger, "$"):

@@ -194,7 +194,11 @@ func TestLedgerStringsThatAreNotLedgers(t *testing.T) {
 		// the ledger was a directory named $HOME under the working directory.
 		"$HOME/l.db", "${HOME}/l.db", "$XDG_STATE_HOME/effectfence/l.db",
 		// Only a policy file can give a NUL (as "\u0000"): wrap stopped at start with "invalid argument".
-		"a\x00b.db", "/var/lib/l.db\x00"} {
+		"a\x00b.db", "/var/lib/l.db\x00",
+		// A URL whose scheme lost its colon: wrap used a SQLite file postgres/u:secret@h/db
+		// under the working directory (each host its own, not the shared ledger) and logged
+		// the string, password and all.
+		"postgres//u:secret@h/db", "postgresql//h/db", "Postgres//u@h/db"} {
 		_, err := store.Open(ctx, store.Options{Ledger: s})
 		if err == nil || !strings.Contains(err.Error(), "supported forms") {
 			t.Errorf("ledger %q: want a refusal naming the supported forms, got %v", s, err)
