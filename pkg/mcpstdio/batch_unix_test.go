@@ -48,7 +48,15 @@ exit 9`
 		return ch
 	}
 	first := call("first", pad) // its write waits for the server to read
-	time.Sleep(300 * time.Millisecond)
+	// The small request must come after the first one's write began: wait until the server's
+	// stdin pipe is full (the first line is longer than it holds), where /proc lets the test
+	// see it, and give it time where it does not (under load, a fixed pause let the small
+	// request go out first: CI at 7368e50).
+	seen := pipeFills(s.Pid(), 5*time.Second)
+	t.Logf("the first write seen filling the pipe: %v", seen)
+	if !seen {
+		time.Sleep(300 * time.Millisecond)
+	}
 	small := call("small", "") // gathered behind it
 	time.Sleep(200 * time.Millisecond)
 	last := call("last", pad) // gathered behind the small one, in the same write
