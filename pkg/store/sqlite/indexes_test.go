@@ -22,7 +22,6 @@ import (
 // sorted), done ones by intent from the intent's index, expired outcomes by expiry from
 // records_life.
 func TestScanQueriesUseIndexes(t *testing.T) {
-	ctx := context.Background()
 	path, eng := newLedger(t)
 	eng.Close()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
@@ -56,29 +55,15 @@ func TestScanQueriesUseIndexes(t *testing.T) {
 		} else {
 			args = append(args, "", 10)
 		}
-		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		all := strings.Join(plan, "; ")
+		all := queryPlan(t, db, q, args...)
 		if !strings.Contains(all, c.index) {
-			t.Errorf("%+v: plan %q does not read %s", c.f, plan, c.index)
+			t.Errorf("%+v: plan %q does not read %s", c.f, all, c.index)
 		}
 		if !c.sorted && strings.Contains(all, "TEMP B-TREE") {
-			t.Errorf("%+v: plan %q sorts", c.f, plan)
+			t.Errorf("%+v: plan %q sorts", c.f, all)
 		}
 		if strings.Contains(all, "SCAN records") {
-			t.Errorf("%+v: plan %q reads every record", c.f, plan)
+			t.Errorf("%+v: plan %q reads every record", c.f, all)
 		}
 	}
 }

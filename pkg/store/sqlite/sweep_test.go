@@ -52,7 +52,6 @@ func TestSweepDecodesNoRecord(t *testing.T) {
 // TestSweepStatementUsesTheExpiryIndex: SweepExpired's statement finds its records in
 // records_life, in its order, without sorting every expired record.
 func TestSweepStatementUsesTheExpiryIndex(t *testing.T) {
-	ctx := context.Background()
 	path, eng := newLedger(t)
 	eng.Close()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
@@ -60,26 +59,9 @@ func TestSweepStatementUsesTheExpiryIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+qSweepExpired, time.Now().UnixNano(), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, detail)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	p := strings.Join(plan, "; ")
+	p := queryPlan(t, db, qSweepExpired, time.Now().UnixNano(), 1000)
 	if !strings.Contains(p, "INDEX records_life (state=? AND expires_at>? AND expires_at<?)") || strings.Contains(p, "TEMP B-TREE") {
-		t.Fatalf("plan %q: want records_life in its order, no sort", plan)
+		t.Fatalf("plan %q: want records_life in its order, no sort", p)
 	}
-	t.Logf("plan: %q", plan)
+	t.Logf("plan: %q", p)
 }
