@@ -16,7 +16,7 @@ import (
 
 // TestPowerCutInTheLastCommitOpens leaves a real write-ahead log on disk (a holder process
 // claims and commits an intent and is killed with kill -9), and then makes it what a power
-// cut during a later commit leaves: that commit's frames were written but its fsync never
+// cut during a later transaction leaves: that transaction's frames were written but its fsync never
 // returned, and the file system had put some of its pages on disk and not others (writeback
 // order is the kernel's: an appended page may reach the disk before the one before it). The
 // page that did not is a hole, read as zeros. SQLite is built for this: the checksum chain
@@ -32,11 +32,10 @@ func TestPowerCutInTheLastCommitOpens(t *testing.T) {
 	if l := h.say("commit"); !strings.HasPrefix(l, "committed ") {
 		t.Fatalf("holder: %s", l)
 	}
-	// A second intent's claim and commit: its commit is the transaction the power cut tears.
+	// A second intent's claim: the transaction the power cut tears. It was its commit until a
+	// commit wrote two pages (2026-12-06, records_life), too few for the case below, which
+	// then skipped; a claim writes four or more.
 	h2 := startHolder(t, good, "charge:torn", time.Minute, false, nil)
-	if l := h2.say("commit"); !strings.HasPrefix(l, "committed ") {
-		t.Fatalf("holder: %s", l)
-	}
 	for _, p := range []*holderProc{h, h2} {
 		if err := p.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
