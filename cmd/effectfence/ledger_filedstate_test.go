@@ -57,17 +57,7 @@ func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
 							return err
 						}
 						defer rows.Close()
-						for rows.Next() {
-							var intent, state string
-							var body []byte
-							if err := rows.Scan(&intent, &state, &body); err != nil {
-								return err
-							}
-							if err := filedAs(got, intent, state, body); err != nil {
-								return err
-							}
-						}
-						return rows.Err()
+						return filedRows(got, rows)
 					})
 					return got
 				}
@@ -101,17 +91,7 @@ func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
 							return err
 						}
 						defer rows.Close()
-						for rows.Next() {
-							var intent, state string
-							var body []byte
-							if err := rows.Scan(&intent, &state, &body); err != nil {
-								return err
-							}
-							if err := filedAs(got, intent, state, body); err != nil {
-								return err
-							}
-						}
-						return rows.Err()
+						return filedRows(got, rows)
 					})
 					return got
 				}
@@ -161,4 +141,23 @@ func filedAs(got map[string]string, intent, state string, body []byte) error {
 	}
 	got[intent] = state + "/" + string(rec.State)
 	return nil
+}
+
+// filedRows reads rows of (intent, state, body), from either database, into got (filedAs).
+func filedRows(got map[string]string, rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}) error {
+	for rows.Next() {
+		var intent, state string
+		var body []byte
+		if err := rows.Scan(&intent, &state, &body); err != nil {
+			return err
+		}
+		if err := filedAs(got, intent, state, body); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
