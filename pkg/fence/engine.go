@@ -858,7 +858,8 @@ func (e *Engine) count(out outcome, err error, waited bool) {
 }
 
 // update runs fn in a write transaction and folds this process's unflushed counters into the
-// ledger in the same transaction, so counting costs no extra write.
+// ledger in the same transaction, so counting costs no extra write; a store that would write a
+// page only for them (CountersDeferred) has them wait for a later transaction.
 //
 // A refusal (an error with a fence code) is the answer, not a failure of the transaction: the
 // transaction commits whatever fn wrote before refusing (marking an orphaned intent unknown,

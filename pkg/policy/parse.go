@@ -873,7 +873,7 @@ func checkHookURL(s string) error {
 			return fmt.Errorf("%s: port %q; want a number from 1 to 65535", httpback.ShownURL(s), p)
 		}
 	}
-	switch strings.ToLower(u.Scheme) {
+	switch u.Scheme { // url.Parse gives it in lower case
 	case "https":
 		return nil
 	case "http":

@@ -80,8 +80,8 @@ type txn struct {
 }
 
 // DeferCounters (fence.CountersDeferred) says the engine's counters would add the page of meta
-// to a transaction that does not write it otherwise: a commit, whose WAL frames were four
-// at 1.1 KB with the counters and three without (TestFreshDecisionWritesFewPages). They then
+// to a transaction that does not write it otherwise: a commit, which they made write one page
+// more (TestFreshDecisionWritesFewPages counts the transactions that write meta). They then
 // ride in the next claim, which writes meta for its token.
 func (t *txn) DeferCounters() bool { return t.meta == nil || !*t.meta }
 
