@@ -39,7 +39,10 @@ func TestPassAuthWithAStdioServerIsNoAuthentication(t *testing.T) {
 		<-done
 	}()
 	exited := false
-	for !exited && !strings.Contains(errb.String(), "listening on") {
+	for deadline := time.Now().Add(time.Minute); !exited && !strings.Contains(errb.String(), "listening on"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway neither refused to start nor listened within a minute:\n%s", errb.String())
+		}
 		select {
 		case <-done:
 			exited = true
