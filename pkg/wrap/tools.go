@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
@@ -305,6 +306,9 @@ type toolCache struct {
 	// listing never overwrites a newer one.
 	listing sync.Mutex
 	changes changes
+	// news counts the list_changed notifications seen: a listing the agent asked for before
+	// the latest one may be older than the refresh that notification caused (learned).
+	news atomic.Uint64
 	// whole, when set, is shown every whole listing refresh takes (every page, none left out).
 	whole func(map[string]toolInfo)
 }
@@ -326,6 +330,7 @@ type changes struct {
 
 // changed asks for a refresh from the live session (session returns nil when none is up).
 func (c *toolCache) changed(session func() Conn, logf func(string, ...any)) {
+	c.news.Add(1)
 	ch := &c.changes
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
@@ -425,6 +430,11 @@ const maxTools = 65536
 func (c *toolCache) merge(page map[string]toolInfo, first bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.mergeLocked(page, first)
+}
+
+// mergeLocked is merge with c.mu held.
+func (c *toolCache) mergeLocked(page map[string]toolInfo, first bool) bool {
 	if first || c.tools == nil {
 		c.tools = map[string]toolInfo{}
 	}
@@ -445,6 +455,26 @@ func (c *toolCache) merge(page map[string]toolInfo, first bool) bool {
 		return true
 	}
 	return false
+}
+
+// seen is the count of list_changed notifications so far, taken as a listing is asked for.
+func (c *toolCache) seen() uint64 { return c.news.Load() }
+
+// learned records a page of a listing the agent asked for when seen gave asked, unless a
+// list_changed came since: the server may have answered it with the tools of before that
+// change, and it could arrive after the refresh the change caused and undo it (a tool made
+// to write kept passing as read-only). That refresh, or the agent's next listing, has the
+// tools of after. It reports whether the page was recorded and, as merge does, whether it
+// left tools out for the first time.
+func (c *toolCache) learned(page map[string]toolInfo, first bool, asked uint64) (recorded, left bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// A list_changed counted after this check has its refresh merge after this page, under
+	// c.mu; one counted before it makes the check fail.
+	if c.news.Load() != asked {
+		return false, false
+	}
+	return true, c.mergeLocked(page, first)
 }
 
 // refresh lists every page of the child's tools.

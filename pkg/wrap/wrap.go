@@ -1017,6 +1017,7 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message, tool string) []
 		p.hide(s, tool, m.Params)
 	}
 	var res json.RawMessage
+	asked := p.tools.seen()
 	if m.Method == "tasks/result" {
 		// It waits for its task to end, for hours maybe, and takes no slot, as wrap's own
 		// tasks/result does not (taskResult): an agent following as many tasks as there are
@@ -1035,7 +1036,7 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message, tool string) []
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: %v", err))
 	}
 	if m.Method == "tools/list" {
-		p.learnTools(m.Params, res)
+		p.learnTools(m.Params, res, asked)
 	}
 	return jsonrpc.Response(m.ID, res)
 }
@@ -1063,8 +1064,9 @@ func (p *Proxy) callBoundedUntil(wait, ctx context.Context, s Conn, method strin
 	return s.Call(ctx, method, params)
 }
 
-// learnTools updates the tool cache from a tools/list page the agent asked for.
-func (p *Proxy) learnTools(params, res json.RawMessage) {
+// learnTools updates the tool cache from a tools/list page the agent asked for when the
+// cache's seen gave asked.
+func (p *Proxy) learnTools(params, res json.RawMessage, asked uint64) {
 	page, next, err := parseTools(res)
 	if err != nil {
 		p.logf("%v", err)
@@ -1074,9 +1076,10 @@ func (p *Proxy) learnTools(params, res json.RawMessage) {
 		Cursor string `json:"cursor"`
 	}
 	_ = json.Unmarshal(params, &q)
-	if p.tools.merge(page, q.Cursor == "") {
+	recorded, left := p.tools.learned(page, q.Cursor == "", asked)
+	if left {
 		p.logf("the server lists more than %d tools; the ones beyond are fenced as unlisted tools are", maxTools)
-	} else if q.Cursor == "" && next == "" && len(page) < maxTools {
+	} else if recorded && q.Cursor == "" && next == "" && len(page) < maxTools {
 		p.named.listed(page, p.logf) // the whole listing in one page
 	}
 }

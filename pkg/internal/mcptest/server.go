@@ -122,11 +122,15 @@ type server struct {
 	seq     atomic.Int64
 	mu      sync.Mutex
 	eof     chan struct{} // closed when stdin ends
+	// "stalelist": balance stops being read-only at the first listing asked with "hold" in
+	// its params, and that listing is answered with the tools of before, after the next one.
+	writes atomic.Bool
+	relist chan struct{}
 }
 
 // Serve runs the server on stdin/stdout until stdin ends and returns the exit status.
 func Serve() int {
-	s := &server{out: jsonrpc.NewWriter(os.Stdout), effects: os.Getenv(EnvEffects), mode: os.Getenv(EnvMode), eof: make(chan struct{})}
+	s := &server{out: jsonrpc.NewWriter(os.Stdout), effects: os.Getenv(EnvEffects), mode: os.Getenv(EnvMode), eof: make(chan struct{}), relist: make(chan struct{}, 1)}
 	switch s.mode {
 	case "exit":
 		fmt.Fprintln(os.Stderr, "mcptest: exiting at start as asked")
@@ -237,6 +241,35 @@ func lostTask(method string, b []byte) bool {
 	return strings.Contains(string(b), `"taskId":"lost-`) && (method == "tools/call" || method == "tasks/result" || method == "tasks/get")
 }
 
+// balanceReads is balance's entry in ToolsList from its annotations on; StaleList's balance
+// has none from the change on (it may write).
+const balanceReads = `"inputSchema":{"type":"object","properties":{}},"annotations":{"readOnlyHint":true}}`
+
+// staleList answers tools/list in the "stalelist" mode: a listing asked with "hold" is the
+// tools of before balance began to write (list_changed); it is written after the next
+// listing was answered, and a while after, as a busy server may answer an older request
+// late.
+func (s *server) staleList(params json.RawMessage, list string) (json.RawMessage, *jsonrpc.Error) {
+	if !s.writes.Load() && strings.Contains(string(params), `"hold"`) {
+		s.writes.Store(true)
+		_ = s.out.Write(jsonrpc.Notification("notifications/tools/list_changed", nil))
+		select {
+		case <-s.relist:
+		case <-s.eof:
+		}
+		time.Sleep(300 * time.Millisecond)
+		return json.RawMessage(list), nil
+	}
+	if s.writes.Load() {
+		list = strings.Replace(list, balanceReads, `"inputSchema":{"type":"object","properties":{}}}`, 1)
+		select {
+		case s.relist <- struct{}{}:
+		default:
+		}
+	}
+	return json.RawMessage(list), nil
+}
+
 func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) {
 	switch m.Method {
 	case "initialize":
@@ -273,6 +306,9 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
+		}
+		if s.mode == "stalelist" {
+			return s.staleList(m.Params, list)
 		}
 		return json.RawMessage(list), nil
 	case "tools/call":
