@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -31,8 +32,32 @@ func TestParseRefusesControlCharacters(t *testing.T) {
 		})
 	}
 	// Tabs and line breaks are YAML's own; an escape in a double-quoted string is visible.
-	p, err := Parse("ok.yaml", []byte("version: 1\t# a tab\r\ntools:\r  c:\n    redact: [\"a\\x08b\"]\n"))
+	p, err := Parse("ok.yaml", []byte("version: 1\t# a tab\r\ntools:\r\n  c:\n    redact: [\"a\\x08b\"]\n"))
 	if err != nil || len(p.Tools) != 1 || len(p.Tools[0].Redact) != 1 || p.Tools[0].Redact[0] != "a\bb" {
-		t.Fatalf("tab, CRLF, lone CR and an escaped control character: %v %+v", err, p)
+		t.Fatalf("tab, CRLF and an escaped control character: %v %+v", err, p)
+	}
+}
+
+// TestLoneCarriageReturnIsRefused: a CR not followed by LF is a line break to YAML, but a
+// terminal draws what follows it over the start of its line: `pass: [charge]<CR># note` is
+// shown as a comment and lets charge through unfenced. Before 2026-12-06 it was accepted.
+func TestLoneCarriageReturnIsRefused(t *testing.T) {
+	for _, src := range []string{
+		"version: 1\npass: [charge]\r# reviewed: nothing passes\n",
+		"version: 1\r\ntools:\r\n  é:\r  c: {}\r\n",
+		"version: 1\rpass: [charge]\r",
+	} {
+		p, err := Parse("cr.yaml", []byte(src))
+		var es Errors
+		if !errors.As(err, &es) || len(es) != 1 || !strings.Contains(es[0].Msg, "carriage return") {
+			t.Fatalf("%q: got %v (%+v); want one error naming the carriage return", src, err, p)
+		}
+		i := strings.Index(strings.ReplaceAll(src, "\r\n", "\n"), "\r")
+		before := strings.ReplaceAll(src, "\r\n", "\n")[:i]
+		line := strings.Count(before, "\n") + 1
+		col := len([]rune(before[strings.LastIndex(before, "\n")+1:])) + 1
+		if es[0].Line != line || es[0].Column != col {
+			t.Fatalf("%q: the error is at %d:%d, the CR at %d:%d", src, es[0].Line, es[0].Column, line, col)
+		}
 	}
 }

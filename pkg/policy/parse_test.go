@@ -371,8 +371,8 @@ func TestRedactBesidePassIsAccepted(t *testing.T) {
 // TestParseCRLFPositions: a file saved with CRLF line ends (a Windows editor, git's autocrlf)
 // gets its errors at the lines and columns of the same file with LF ends, comments included
 // (policy init writes many): the YAML parser counted a comment's CR and LF as two lines, so
-// an error below six comment lines pointed six lines too far. A lone CR (YAML counts it a
-// line break) keeps its line.
+// an error below six comment lines pointed six lines too far. A file of lone CR line ends
+// (YAML counts each a line break) is refused at its first (TestLoneCarriageReturnIsRefused).
 func TestParseCRLFPositions(t *testing.T) {
 	const lf = "# payments\nversion: 1   # the format\n# tools\ntools:\n  # the charge\n  charge:   # exact\n    wait: soon\n    # more\n    result: full\nbogus: 1\n"
 	_, err := Parse("p.yaml", []byte(lf))
@@ -383,7 +383,7 @@ func TestParseCRLFPositions(t *testing.T) {
 	if crlf == nil || crlf.Error() != err.Error() {
 		t.Fatalf("CRLF file's errors:\n%v\nwant those of the LF file:\n%v", crlf, err)
 	}
-	if _, cr := Parse("p.yaml", []byte("version: 1\r# a\rbogus: 1\r")); cr == nil || !strings.HasPrefix(cr.Error(), "p.yaml:3:1: unknown key") {
+	if _, cr := Parse("p.yaml", []byte("version: 1\r# a\rbogus: 1\r")); cr == nil || !strings.HasPrefix(cr.Error(), "p.yaml:1:11: a carriage return") {
 		t.Fatalf("lone CR line ends: %v", cr)
 	}
 }
