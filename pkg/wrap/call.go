@@ -62,6 +62,15 @@ func (p *Proxy) toolsCall(ctx context.Context, m *jsonrpc.Message) []byte {
 }
 
 func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEvent) []byte {
+	if string(m.ID) == "null" {
+		// MCP: a request's id is a string or a number, never null (JSON-RPC's null is the id of
+		// an answer to a request whose id was not known). MCP's SDKs do not run such a request
+		// (the TypeScript SDK drops the line, mcp-go takes it for a notification), and its
+		// answer, under id null, names no call of the agent's: two such calls could not be told
+		// apart, nor one from a refusal of an unreadable line.
+		ev.Outcome = "invalid"
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidRequest, "effectfence wrap: a tools/call's id must be a string or a number, not null (MCP); the call was NOT executed: send it with an id"))
+	}
 	c, err := decodeCall(m.Params)
 	if err != nil {
 		ev.Outcome = "invalid"

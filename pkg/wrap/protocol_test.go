@@ -93,3 +93,28 @@ func TestCancellationReasonIsForwarded(t *testing.T) {
 		t.Fatalf("ping after the cancellations: %s", got)
 	}
 }
+
+// TestToolsCallWithANullIDIsNotRun: a tools/call whose id is null (MCP: a string or a number,
+// never null) is answered -32600 under id null and not run. MCP's SDKs do not run it (the
+// TypeScript SDK's server drops the line: the real memory server answered nothing and wrote
+// nothing), and `serve` refuses it; wrap sent it to the server under an id of its own, the
+// call ran, and its answer went to the agent under id null, naming no call of its.
+func TestToolsCallWithANullIDIsNotRun(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.initializedRawWrap()
+	got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`)
+	if !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`) || !strings.Contains(got, "NOT executed") {
+		t.Errorf("a tools/call with id null: %s; want a -32600 error under id null saying it did not run", got)
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d executions of the call with id null; want none", n)
+	}
+	// The same call with an id runs: nothing was claimed for the refused one.
+	if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}}}`); !strings.Contains(got, `"id":2,"result"`) || strings.Contains(got, "effectfence/replayed") {
+		t.Fatalf("the call with an id: %s; want it run", got)
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d executions; want 1", n)
+	}
+}
