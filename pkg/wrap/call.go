@@ -346,6 +346,14 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		if holder {
 			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "coalesced onto an attempt that failed"})
 		}
+		if failure.code == codeInputRequired && ctx.Value(continuedKey{}) == nil && continues(params) {
+			// The attempt was a first round, answered with a question (SEP-2322), which is no
+			// outcome; this call carries the client's answers to such a question. Given the
+			// question, its answers would never reach the server and the person would be asked
+			// again: it goes through the fence itself instead, once (the intent is free once
+			// the attempt's members have left).
+			return p.fencedCall(context.WithValue(ctx, continuedKey{}, true), tool, id, params, task)
+		}
 		return failure.as("coalesced", failure.code)
 	}
 	if err != nil {
@@ -374,6 +382,24 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 
 // drainedKey marks a call that already drained the spool for its refusal (see drainedFor).
 type drainedKey struct{}
+
+// continuedKey marks a continuation that went through the fence again after the attempt it
+// waited for asked for input (see fencedCall).
+type continuedKey struct{}
+
+// codeInputRequired is the code of an answer that asks for more input (SEP-2322).
+const codeInputRequired = "input_required"
+
+// continues reports whether tools/call params continue a multi round-trip call (SEP-2322):
+// they carry the client's inputResponses. params must be a valid JSON object.
+func continues(params json.RawMessage) bool {
+	for m := range jsonrpc.Members(params) {
+		if jsonrpc.KeyIs(params[m.Key:m.KeyEnd], "inputResponses") && string(params[m.Start:m.End]) != "null" {
+			return true
+		}
+	}
+	return false
+}
 
 // drainedFor reports whether a refused call should ask the ledger again: it was refused as
 // of unknown outcome while its outcome waited in the spool or in memory, which was just
@@ -458,7 +484,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		// The server asks for more input (SEP-2322): not an outcome. Nothing final happened;
 		// the client's continuation (the same call with inputResponses and requestState, under
 		// a new id) is the same intent and is fenced like any call.
-		a := answer{result: res, outcome: "executed", code: "input_required"}
+		a := answer{result: res, outcome: "executed", code: codeInputRequired}
 		p.flights.fail(intent, f, a)
 		p.release(ctx, t, "the server asked for more input (input_required): not an outcome")
 		return a

@@ -669,6 +669,16 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		return text("meta "+string(p.Meta), false), nil
 	case "confirm":
 		if p.RequestState == "" {
+			if a.Until != "" {
+				// The first round is held until a test creates the file.
+				fmt.Fprintf(os.Stderr, "mcptest: confirm tag=%s asking\n", a.Tag)
+				for {
+					if _, err := os.Stat(a.Until); err == nil {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
 			if a.Escaped {
 				// The same answer, its resultType spelled with an escape, as JSON allows.
 				return json.RawMessage(`{"resultType":"input\u005frequired","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"Really?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}},"requestState":"state-` + a.Tag + `"}`), nil

@@ -1,0 +1,45 @@
+package wrap_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestContinuationWaitingOnAFirstRoundRuns: a continuation of a multi round-trip call
+// (SEP-2322: the same call with the client's inputResponses) that arrives while an identical
+// call's first round is still in the server waits for it, as a duplicate does; that round's
+// answer is input_required, not an outcome, and the continuation then goes through the fence
+// itself and runs, once. Before, it was given the first round's input_required: the answers
+// it carried were never sent and the client had to ask the person again (found with a raw
+// Node server whose first round was slow).
+func TestContinuationWaitingOnAFirstRoundRuns(t *testing.T) {
+	l := newLineRig(t)
+	gate := filepath.Join(l.r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"held","until":%q}`, gate)
+	l.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(l.log.String(), "confirm tag=held asking") })
+	l.send(`{"jsonrpc":"2.0","id":"cont","method":"tools/call","params":{"name":"confirm","arguments":` + args +
+		`,"inputResponses":{"ok":{"action":"accept","content":{"ok":true}}},"requestState":"state-held"}}`)
+	waitFor(t, "the continuation to wait for the first round", func() bool { return l.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := l.answer(`"first"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the first round: %v, want the server's input_required", m)
+	}
+	cont := l.text(`"cont"`)
+	if cont.IsError || cont.replayed() || cont.text() != "confirmed n=1" {
+		t.Fatalf("the continuation: %s; want it run (confirmed n=1), not the first round's question", l.raw[l.answerIndex(`"cont"`)])
+	}
+	if n := l.r.effectCount(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+	// A duplicate now receives the continuation's result.
+	l.send(`{"jsonrpc":"2.0","id":"again","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	if again := l.text(`"again"`); !again.replayed() || again.text() != "confirmed n=1" {
+		t.Fatalf("a duplicate after the continuation: %+v %q, want its replay", again, again.text())
+	}
+}
