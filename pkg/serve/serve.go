@@ -22,6 +22,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/budget"
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
@@ -202,6 +203,14 @@ route:
 				sc.run(l, b, ln.held)
 				continue
 			}
+			if msg := tooDeep(b); msg != nil {
+				sc.requests.Release(ln.held)
+				if _, err := w.Write(append(msg, '\n')); err != nil {
+					readErr = err
+					break route
+				}
+				continue
+			}
 			sc.cancelQueued(b)
 			_, err := pw.Write(b)
 			sc.requests.Release(ln.held) // mcp-go has read it
@@ -233,6 +242,24 @@ route:
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// tooDeep returns the answer to line when it is a request nested deeper than encoding/json
+// reads (10,000 levels of arrays and objects, the message's own included): a parse error
+// under the request's own id, which can be read at any depth. mcp-go cannot read such a
+// message and answered it under id null, which names no request, so the client waited for
+// its own timeout (the TypeScript SDK's: 60 s). It returns nil for any other line, which
+// goes on as before (a notification or a response so deep gets no answer: mcp-go's id null
+// error, as before).
+func tooDeep(line []byte) []byte {
+	if canon.Valid(line) || !canon.ValidAnyDepth(line) {
+		return nil // encoding/json reads it, or it is not JSON at all
+	}
+	id := jsonrpc.ReadableID(line)
+	if id == nil || jsonrpc.AnswerID(line) != nil {
+		return nil // no id to answer under, or no method: not a request
+	}
+	return jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: "effectfence serve: the message nests arrays and objects deeper than 10,000 levels, more than serve reads: it was NOT run; send it less deeply nested"})
 }
 
 // refuseIDless answers a tools/call whose id is null, a boolean, an object or an array with an
