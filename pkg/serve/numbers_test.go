@@ -172,3 +172,52 @@ func TestTicketNumbersInAnySpelling(t *testing.T) {
 		t.Fatalf("commit with token %s0e-1: %s %s", tok, raw, rpcErr)
 	}
 }
+
+// A read set's seq and a vector clock's counters spelled as another JSON number of the same
+// whole number (1.0, 1e0: a client that keeps numbers as doubles; JSON Schema's "integer",
+// which the published schema says, accepts them) are that number, as a ticket's token and
+// seq are (TestTicketNumbersInAnySpelling). encoding/json refused them after the schema had
+// passed them, and the prepare was refused invalid_request, naming a Go struct field. A number
+// that is not a whole number in range is still refused, and nothing is claimed.
+func TestReadSetAndClockNumbersInAnySpelling(t *testing.T) {
+	t.Parallel()
+	c := startStdio(t, sqliteEngine(t), serve.Options{})
+
+	// Take seq 1 of domain acct.
+	raw, isErr, rpcErr := serveCall(t, c, 1, serve.ToolPrepare, `{"intent":"pay:first","tool":"pay","args":{"amount":5},"domain":"acct"}`)
+	var p serve.PrepareResult
+	if isErr || rpcErr != "" || json.Unmarshal(raw, &p) != nil || p.Ticket == nil || p.Ticket.Seq != 1 {
+		t.Fatalf("prepare: %s %s", raw, rpcErr)
+	}
+	ticket, _ := json.Marshal(p.Ticket)
+	if _, isErr, rpcErr := serveCall(t, c, 2, serve.ToolCommit, `{"ticket":`+string(ticket)+`,"result":{"ok":true}}`); isErr || rpcErr != "" {
+		t.Fatalf("commit: %s", rpcErr)
+	}
+
+	prepare := func(id int, intent, readSeq, counter string) (json.RawMessage, bool, string) {
+		return serveCall(t, c, id, serve.ToolPrepare, `{"intent":"`+intent+`","tool":"pay","args":{"amount":6},"domain":"acct","read_set":[{"domain":"acct","seq":`+readSeq+`}],"agent":"a","vector_clock":{"a":`+counter+`}}`)
+	}
+	for i, bad := range [][2]string{{"1.5", "1"}, {"-1", "1"}, {"18446744073709551616", "1"}, {"1e999999999", "1"}, {"1", "2.5"}, {"1", "1e999999999"}} {
+		raw, isErr, rpcErr := prepare(10+i, "pay:bad", bad[0], bad[1])
+		var ref serve.Refusal
+		if rpcErr == "" && (!isErr || json.Unmarshal(raw, &ref) != nil || ref.Code != fence.CodeInvalid) {
+			t.Fatalf("read seq %s, counter %s: %s; want invalid_request", bad[0], bad[1], raw)
+		}
+	}
+	// The read seq is read by value: 0.0 is stale.
+	raw, isErr, rpcErr = prepare(20, "pay:stale", "0.0", "1")
+	var ref serve.Refusal
+	if rpcErr != "" || !isErr || json.Unmarshal(raw, &ref) != nil || ref.Code != fence.CodeStale {
+		t.Fatalf("read seq 0.0: %s %s; want stale_read_set", raw, rpcErr)
+	}
+	raw, isErr, rpcErr = prepare(21, "pay:second", "1.0", "10e-1")
+	if isErr || rpcErr != "" || json.Unmarshal(raw, &p) != nil || p.Status != serve.StatusFresh || p.Ticket == nil || p.Ticket.Seq != 2 {
+		t.Fatalf("read seq 1.0, counter 10e-1: %s %s; want fresh with seq 2", raw, rpcErr)
+	}
+	ticket, _ = json.Marshal(p.Ticket)
+	raw, isErr, rpcErr = serveCall(t, c, 22, serve.ToolCommit, `{"ticket":`+string(ticket)+`,"result":{"ok":true}}`)
+	var cr serve.CommitResult
+	if isErr || rpcErr != "" || json.Unmarshal(raw, &cr) != nil || cr.Cert == nil || cr.Cert.Clock["a"] != 2 {
+		t.Fatalf("commit: %s %s; want a cert whose clock ticked a to 2", raw, rpcErr)
+	}
+}

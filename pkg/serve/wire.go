@@ -65,6 +65,49 @@ type PrepareInput struct {
 	KeepResult string `json:"keep_result,omitempty" jsonschema:"What the ledger keeps of the result: full (default; duplicates receive it) or hash (only its SHA-256; duplicates are told the effect was done and when, but get no result)."`
 }
 
+// UnmarshalJSON reads the input of fence_prepare with the seq of each read_set entry and the
+// counters of vector_clock spelled as any JSON number of the same whole number (3, 3.0, 3e0,
+// 30e-1), as TicketHandle reads a ticket's: the published schema calls them integers, which
+// JSON Schema reads by value, and encoding/json refused 3.0 after the schema had passed it. A
+// number that is not a whole number in uint64's range is refused.
+func (in *PrepareInput) UnmarshalJSON(b []byte) error {
+	type plain PrepareInput // without this method
+	var v struct {
+		plain
+		ReadSet []struct {
+			Domain string      `json:"domain"`
+			Seq    json.Number `json:"seq"`
+		} `json:"read_set,omitempty"`
+		Clock map[string]json.Number `json:"vector_clock,omitempty"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*in = PrepareInput(v.plain)
+	if v.ReadSet != nil {
+		in.ReadSet = make([]fence.ReadSetEntry, len(v.ReadSet))
+		for i, e := range v.ReadSet {
+			seq, err := wholeNumber("read_set seq", e.Seq)
+			if err != nil {
+				return fence.InvalidError{Field: "read_set", Why: err.Error()}
+			}
+			in.ReadSet[i] = fence.ReadSetEntry{Domain: e.Domain, Seq: seq}
+		}
+	}
+	if v.Clock != nil {
+		clock := make(fence.VectorClock, len(v.Clock))
+		for agent, n := range v.Clock {
+			count, err := wholeNumber("vector_clock counter", n)
+			if err != nil {
+				return fence.InvalidError{Field: "vector_clock", Why: err.Error()}
+			}
+			clock[agent] = count
+		}
+		in.Clock = clock.Normal()
+	}
+	return nil
+}
+
 // TicketHandle is a ticket as an agent hands it back. Only intent, token and nonce carry
 // authority; the engine checks them against its own record. The other fields of the ticket
 // fence_prepare gave out are accepted so the ticket can be passed back unchanged, and ignored,
@@ -95,11 +138,11 @@ func (h *TicketHandle) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	token, err := wholeNumber("token", v.Token)
+	token, err := wholeNumber("ticket token", v.Token)
 	if err != nil {
 		return err
 	}
-	seq, err := wholeNumber("seq", v.Seq)
+	seq, err := wholeNumber("ticket seq", v.Seq)
 	if err != nil {
 		return err
 	}
@@ -117,7 +160,7 @@ func wholeNumber(field string, n json.Number) (uint64, error) {
 	if u, err := strconv.ParseUint(string(n), 10, 64); err == nil {
 		return u, nil
 	}
-	bad := fmt.Errorf("ticket %s %.70s is not a whole number from 0 to %d", field, n, uint64(math.MaxUint64))
+	bad := fmt.Errorf("%s %.70s is not a whole number from 0 to %d", field, n, uint64(math.MaxUint64))
 	// Bounded before big.Rat sees it: 1e999999999 would take it minutes and gigabytes.
 	if len(n) > 64 {
 		return 0, bad
