@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
@@ -301,17 +302,21 @@ func (p *Proxy) elicitMessage(tool, intent string, rec fence.Record, pf fence.Pr
 	if i := strings.Index(why, "; its stderr ended with"); i >= 0 {
 		why = why[:i]
 	}
-	fmt.Fprintf(&b, "Why unknown: %s\n\n", clip(why, 400))
-	fmt.Fprintf(&b, "Please check the real system, then answer. \"It happened\" records it as done and answers this call without running it; \"It did not happen\" runs it now, once; \"Leave it fenced\" runs nothing (an operator can settle it later).\nIntent: %s", intent)
+	fmt.Fprintf(&b, "Why unknown: %s\n\n", safetext.Clip(why, 400))
+	fmt.Fprintf(&b, "Please check the real system, then answer. \"It happened\" records it as done and answers this call without running it; \"It did not happen\" runs it now, once; \"Leave it fenced\" runs nothing (an operator can settle it later).\nIntent: %s", safetext.EscapeExact(intent))
 	return b.String()
 }
 
-// argsSummary renders the top-level arguments as "name: value, …", each value short, the whole
-// bounded.
+// argsSummary renders the top-level arguments as "name: value, …", each name and value short,
+// the whole bounded, on one line. They are the agent's, any text: line breaks, bidi
+// overrides and characters drawn as nothing are shown escaped (safetext), so that a name or
+// value cannot add lines of its own to the question (a second "Why unknown:" saying the
+// call never ran, which asks for "It did not happen" and so runs it again) or hide or
+// reorder what the person reads; before 2026-12-06 they were shown as they were.
 func argsSummary(args json.RawMessage) string {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(args, &m) != nil {
-		return clip(string(args), 600)
+		return safetext.Clip(string(args), 600)
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -325,9 +330,9 @@ func argsSummary(args json.RawMessage) string {
 		if json.Unmarshal(m[k], &s) == nil {
 			v = s // a string shown without quotes ([redacted] too)
 		}
-		parts = append(parts, k+": "+clip(v, 80))
+		parts = append(parts, safetext.Clip(k, 80)+": "+safetext.Clip(v, 80))
 	}
-	return clip(strings.Join(parts, ", "), 600)
+	return safetext.Clip(strings.Join(parts, ", "), 600)
 }
 
 // clip shortens s to at most n runes, marking the cut.
