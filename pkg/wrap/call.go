@@ -538,6 +538,15 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		defer p.flights.done(intent, f)
 		reason := "the MCP server died or the connection failed during the call: " + scrub(err.Error(), p.redactedTexts(tool, params))
 		msg := fmt.Sprintf("the MCP server failed during this call (%v), so whether it took effect is unknown", err)
+		if p.graceOver.Err() != nil {
+			// A stop's grace ended with the call still inside the server, and the stop then
+			// closed the server: that ended the call, not a failure of the server. Before,
+			// the reason (in the ledger, the retry's refusal, the on_unknown hook) said the
+			// server died, for a session its client deleted or a gateway sent SIGTERM.
+			why := p.stopReason()
+			reason = fmt.Sprintf("effectfence stopped the MCP server with the call inside it (%s; the call had not ended within the grace of %s): %s", why, p.opt.Grace, scrub(err.Error(), p.redactedTexts(tool, params)))
+			msg = fmt.Sprintf("effectfence stopped the MCP server while this call was inside it (%s; the call had not ended within the grace of %s), so whether it took effect is unknown", why, p.opt.Grace)
+		}
 		if task {
 			reason = "the task's outcome could not be learned: " + scrub(err.Error(), p.redactedTexts(tool, params))
 			msg = fmt.Sprintf("the outcome of this task-augmented call is unknown (%v)", err)

@@ -262,7 +262,8 @@ type Proxy struct {
 	endGrace  context.CancelFunc
 	stopOnce  sync.Once
 	smu       sync.Mutex
-	stopped   bool // Stop has begun (guarded by smu)
+	stopped   bool   // Stop has begun (guarded by smu)
+	stopWhy   string // why, once stopped (guarded by smu)
 	// ownFlights: the flights are this proxy's alone (no Options.Shared), so a stop that
 	// gives up on the calls in flight ends every wait in them.
 	ownFlights bool
@@ -560,10 +561,18 @@ func (p *Proxy) Stop(why string) {
 	p.stopOnce.Do(func() {
 		p.smu.Lock()
 		p.stopped = true // no request starts after this: drain's Wait sees them all
+		p.stopWhy = why
 		p.smu.Unlock()
 		close(p.agentGone)
 		p.drain(why)
 	})
+}
+
+// stopReason is why the proxy was stopped ("" before Stop).
+func (p *Proxy) stopReason() string {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	return p.stopWhy
 }
 
 // drain waits up to the grace for running calls, then closes the child, which fails what is
