@@ -1194,9 +1194,14 @@ func (s *Session) listen() {
 				return
 			}
 			// A 404 to a first GET may only mean that no GET stream is offered; a POST finds
-			// out whether the session is gone.
-			if se.Status != http.StatusTooManyRequests && se.Status < 500 {
-				return // 405: not offered; 409: one is open already; 200 not SSE, other 4xx: not for us
+			// out whether the session is gone. A 409 to a stream opened again is the server
+			// still holding the one it gave before, cut on our side only (it has not seen the
+			// cut yet): that passes, so it is asked again. Before 2026-12-06 the stream was
+			// given up for the session's life, and every later message the server sent on it
+			// was lost (TestReopenedGETStreamRefusedWhileTheServerHoldsTheOldOne).
+			again := se.Status == http.StatusTooManyRequests || se.Status >= 500 || (se.Status == http.StatusConflict && s.streamed.Load())
+			if !again {
+				return // 405: not offered; 409 to a first GET: one is open already; 200 not SSE, other 4xx: not for us
 			}
 		}
 		if err == nil {
