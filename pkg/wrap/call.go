@@ -740,11 +740,13 @@ func (b *beats) beat() {
 	b.cm.Lock()
 	carry := b.carry
 	b.cm.Unlock()
+	ctx, cancel := context.WithTimeout(b.ctx, b.tryFor())
 	if carry != "" {
-		next, err = b.p.opt.Engine.Carry(b.ctx, b.t, carry)
+		next, err = b.p.opt.Engine.Carry(ctx, b.t, carry)
 	} else {
-		next, err = b.p.opt.Engine.Heartbeat(b.ctx, b.t)
+		next, err = b.p.opt.Engine.Heartbeat(ctx, b.t)
 	}
+	cancel()
 	switch {
 	case err == nil:
 		b.t = next
@@ -791,6 +793,22 @@ const (
 	renewRetryFirst = 50 * time.Millisecond
 	renewRetryMost  = 2 * time.Second
 )
+
+// tryFor bounds one try of a renewal: a third of what is left of the lease, at least
+// renewTryLeast, at most a renewal's own wait. A connection that no longer answers (a
+// PostgreSQL server that failed over, a NAT or load balancer that forgot it: no reset, the
+// kernel retransmitting for minutes) holds a try until it is ended, and each try so ended
+// leaves the lease time for more, the ledger reached through another connection (a pool's
+// idle ones are each tried first, so one try may be spent on each). A ledger that is only
+// slow (another process's turn on a SQLite ledger) has the first try a third of the rest of
+// the lease (13 s of the default's 40) to answer. Before, a renewal that met such a connection
+// held every later one while the lease lapsed (TestRenewalOverAConnectionThatNoLongerAnswersIsTriedAgain).
+func (b *beats) tryFor() time.Duration {
+	return min(max(time.Until(b.t.LeaseUntil)/3, renewTryLeast), b.every)
+}
+
+// renewTryLeast is the least time a try of a renewal is given.
+const renewTryLeast = time.Second
 
 // hold renews the claim at once naming carrier, its server's process group, as held
 // (fence.Held; "": none to name, nothing done), and so do the renewals after it until one has
