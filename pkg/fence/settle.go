@@ -108,8 +108,19 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 	// was refused lease_lost, "nothing was recorded", and audited as a late result
 	// (TestSettleAgainOfASpooledOutcomeAfterItsDrain). A report the ledger does not show so is
 	// refused lease_lost as always.
+	try := settleFirstTry
 	for retry := e.spool.reportedBefore(o) || o.Kind != OutcomeCommit; ; retry = true {
-		cert, err := e.apply(ctx, o, retry)
+		// A try the ledger does not answer within try is ended, and the outcome kept in the
+		// spool before the next: one sent over a connection that no longer answers (a
+		// PostgreSQL server that failed over, a NAT that forgot it: no reset, the kernel
+		// retransmitting for minutes) held the Settle until ctx ended, the outcome in
+		// neither the ledger nor the spool, though the ledger answered a new connection
+		// (TestSettleOverAConnectionThatNoLongerAnswersIsTriedAgain). Each try waits twice
+		// as long as the last, so a ledger that is only slow is not cut short for good.
+		tctx, cancel := context.WithTimeout(ctx, try)
+		cert, err := e.apply(tctx, o, retry)
+		cancel()
+		try = min(try*2, settleMostTry)
 		var coded Coded
 		if err == nil || errors.As(err, &coded) {
 			e.spool.unhold(o) // answered: the next drain need not report it again
@@ -239,10 +250,14 @@ func (e *Engine) keep(o Outcome, put func(), lost *error) {
 	put()
 }
 
-// Settle waits settleFirstWait before its first retry, doubling up to settleMaxWait.
+// Settle waits settleFirstWait before its first retry, doubling up to settleMaxWait; it gives
+// its first try settleFirstTry to be answered, each next one twice the last's, up to
+// settleMostTry.
 const (
 	settleFirstWait = 50 * time.Millisecond
 	settleMaxWait   = 2 * time.Second
+	settleFirstTry  = 2 * time.Second
+	settleMostTry   = 32 * time.Second
 )
 
 // DrainSpool reports every outcome waiting in the spool to the ledger once, removing each the
