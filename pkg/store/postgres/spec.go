@@ -472,7 +472,8 @@ func (s *Store) settleClaimOnce(ctx context.Context, intent string, cut [2][]byt
 		return 0, false, false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, specLock, lockKey(s.schema, "intent", intent)); err != nil {
+	// It holds the intent's lock across round trips: bounded, as a write transaction is.
+	if _, err := tx.Exec(ctx, specLock+" AND "+bounded, lockKey(s.schema, "intent", intent)); err != nil {
 		return 0, false, false, err
 	}
 	deadline := now.Add(specSlack)

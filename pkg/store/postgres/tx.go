@@ -111,13 +111,28 @@ var errReadOnly = errors.New("postgres ledger: write in a read-only transaction"
 // needed.
 const durable = `CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN set_config('synchronous_commit', 'on', true) IS NOT NULL ELSE true END`
 
+// idleLimit bounds, on the server, how long a write transaction of the store's may wait for
+// its next round trip: its gaps are the engine's work in this process, far below a second.
+// A connection whose network stopped carrying its bytes without closing (a NAT's or
+// firewall's state for it lost, a partition) never tells the server it is gone: its backend
+// waits in the transaction, holding the intent's lock, until the server's TCP keepalive
+// gives up (over two hours with Linux's defaults), and every attempt of that intent, the
+// holder's retry of its outcome included, waited for that lock in vain
+// (TestBlackholedTransactionReleasesTheIntent). Ten seconds is well inside the default lease.
+const idleLimit = "10s"
+
+// bounded is true, and sets idle_in_transaction_session_timeout to idleLimit for the rest of
+// the transaction where the session has none (a role's, a database's or the URL's setting is
+// kept). The first statement of every write transaction carries it, with durable.
+const bounded = `CASE WHEN current_setting('idle_in_transaction_session_timeout') = '0' THEN set_config('idle_in_transaction_session_timeout', '` + idleLimit + `', true) IS NOT NULL ELSE true END`
+
 // start queues, right after BEGIN, the read of the clock and of the transaction id (known
 // before COMMIT is sent, so a lost acknowledgement can be resolved), unless that is queued
 // already.
 func (t *tx) start() {
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable + " AND " + bounded).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
 	}
 }
 
@@ -199,7 +214,7 @@ func (t *tx) lock(intent string) {
 	// reads its id, in place of start.
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable, key).QueryRow(func(r pgx.Row) error {
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable+" AND "+bounded, key).QueryRow(func(r pgx.Row) error {
 			return t.scanNow(r, &t.xid)
 		})
 		return
