@@ -573,8 +573,22 @@ func (s *Store) run(ctx context.Context, contended, write bool, landed []byte, f
 		if errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil && try <= int(s.pool.Stat().MaxConns()) {
 			continue
 		}
+		return lockTimedOut(err)
+	}
+}
+
+// lockTimedOut explains an error of the session's lock_timeout (lock_not_available), which
+// the store never sets for its transactions: a role, a database or the URL did. The store's
+// transactions wait only for each other (an intent's lock while another attempt of it is
+// decided, a domain's row), and before COMMIT: nothing of the transaction was recorded. The
+// server's text alone ("canceling statement due to lock timeout") read as a failure of the
+// server and named neither (TestLockTimeoutOfTheSessionIsExplained).
+func lockTimedOut(err error) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || pe.Code != "55P03" {
 		return err
 	}
+	return fmt.Errorf("postgres ledger: the session's lock_timeout (set for the role, the database or in the URL) ended a wait for a lock another transaction of the ledger held, most likely another attempt of the same intent being decided; nothing of this transaction was recorded, and a retry may succeed (to wait as long as the caller does, set lock_timeout to 0 for the ledger's role): %w", err)
 }
 
 func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byte, fn func(fence.Tx) error) (err error) {
