@@ -473,7 +473,7 @@ func (s *Store) settleClaimOnce(ctx context.Context, intent string, cut [2][]byt
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// It holds the intent's lock across round trips: bounded, as a write transaction is.
-	if _, err := tx.Exec(ctx, specLock+" AND "+bounded, lockKey(s.schema, "intent", intent)); err != nil {
+	if _, err := tx.Exec(ctx, specLock+" AND "+bounded+" AND "+hexOutput, lockKey(s.schema, "intent", intent)); err != nil {
 		return 0, false, false, err
 	}
 	deadline := now.Add(specSlack)

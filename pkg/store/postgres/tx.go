@@ -131,6 +131,16 @@ const durable = `CASE WHEN current_setting('synchronous_commit') IN ('off', 'loc
 // (TestBlackholedTransactionReleasesTheIntent). Ten seconds is well inside the default lease.
 const idleLimit = "10s"
 
+// hexOutput is true, and sets bytea_output to hex for the rest of the transaction where the
+// session has another (escape: a role's or a database's setting kept for old clients). pgx
+// reads a bytea sent as text (the query modes exec and simple_protocol, which a pooler in
+// transaction mode may need: docs/postgres.md) only in hex, so a record read as escape failed
+// ("invalid hex format"): the ledger took claims and outcomes it could not read again, every
+// duplicate was refused store_error rather than replayed, and a commit that reads its claim
+// could not be recorded (TestByteaOutputEscapeIsReadable). The first statement of every
+// transaction carries it, and so does each other statement that reads a body.
+const hexOutput = `CASE WHEN current_setting('bytea_output') <> 'hex' THEN set_config('bytea_output', 'hex', true) IS NOT NULL ELSE true END`
+
 // bounded is true, and sets idle_in_transaction_session_timeout to idleLimit for the rest of
 // the transaction where the session has none (a role's, a database's or the URL's setting is
 // kept). The first statement of every write transaction carries it, with durable.
@@ -142,7 +152,7 @@ const bounded = `CASE WHEN current_setting('idle_in_transaction_session_timeout'
 func (t *tx) start() {
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable + " AND " + bounded).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable + " AND " + bounded + " AND " + hexOutput).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
 	}
 }
 
@@ -224,7 +234,7 @@ func (t *tx) lock(intent string) {
 	// reads its id, in place of start.
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable+" AND "+bounded, key).QueryRow(func(r pgx.Row) error {
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable+" AND "+bounded+" AND "+hexOutput, key).QueryRow(func(r pgx.Row) error {
 			return t.scanNow(r, &t.xid)
 		})
 		return
