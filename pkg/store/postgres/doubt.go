@@ -178,7 +178,7 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	var clock time.Time
 	var writer *int64
 	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp(),
-	(SELECT xmin::text::bigint FROM effectfence_counters WHERE shard = $3) WHERE `+hexOutput, d.xid, d.intent, d.shard).Scan(&status, &body, &clock, &writer)
+	(SELECT xmin::text::bigint FROM effectfence_counters WHERE shard = $3) WHERE `+readable, d.xid, d.intent, d.shard).Scan(&status, &body, &clock, &writer)
 	if err != nil {
 		return doubtUnasked
 	}

@@ -609,7 +609,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 		t.unstarted = true
 	} else {
 		t.pending.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-		t.pending.Queue("SELECT clock_timestamp() WHERE " + hexOutput).QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
+		t.pending.Queue("SELECT clock_timestamp() WHERE " + readable).QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
 	}
 
 	defer func() {

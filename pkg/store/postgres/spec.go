@@ -62,7 +62,7 @@ var errSpeculation = errors.New("postgres ledger: the commit needs a transaction
 // the waiters' notification only if the record was written. The statement answers one row
 // per record it wrote: none is a miss, and the transaction commits nothing.
 var (
-	specLock        = `SELECT pg_advisory_xact_lock($1) WHERE ` + durable
+	specLock        = `SELECT pg_advisory_xact_lock($1) WHERE ` + durable + ` AND ` + readable
 	specPut         = specPutSQL(false)
 	specPutCounters = specPutSQL(true)
 )
@@ -473,7 +473,7 @@ func (s *Store) settleClaimOnce(ctx context.Context, intent string, cut [2][]byt
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// It holds the intent's lock across round trips: bounded, as a write transaction is.
-	if _, err := tx.Exec(ctx, specLock+" AND "+bounded+" AND "+hexOutput, lockKey(s.schema, "intent", intent)); err != nil {
+	if _, err := tx.Exec(ctx, specLock+" AND "+bounded, lockKey(s.schema, "intent", intent)); err != nil {
 		return 0, false, false, err
 	}
 	deadline := now.Add(specSlack)

@@ -131,15 +131,20 @@ const durable = `CASE WHEN current_setting('synchronous_commit') IN ('off', 'loc
 // (TestBlackholedTransactionReleasesTheIntent). Ten seconds is well inside the default lease.
 const idleLimit = "10s"
 
-// hexOutput is true, and sets bytea_output to hex for the rest of the transaction where the
-// session has another (escape: a role's or a database's setting kept for old clients). pgx
-// reads a bytea sent as text (the query modes exec and simple_protocol, which a pooler in
-// transaction mode may need: docs/postgres.md) only in hex, so a record read as escape failed
-// ("invalid hex format"): the ledger took claims and outcomes it could not read again, every
-// duplicate was refused store_error rather than replayed, and a commit that reads its claim
-// could not be recorded (TestByteaOutputEscapeIsReadable). The first statement of every
-// transaction carries it, and so does each other statement that reads a body.
-const hexOutput = `CASE WHEN current_setting('bytea_output') <> 'hex' THEN set_config('bytea_output', 'hex', true) IS NOT NULL ELSE true END`
+// readable is true, and sets, for the rest of the transaction, bytea_output to hex where the
+// session has another and DateStyle to ISO where its output is another. pgx reads results
+// sent as text (the query modes exec and simple_protocol, which a pooler in transaction mode
+// may need: docs/postgres.md) in those forms only. At escape (a role's or a database's
+// setting kept for old clients) a record read failed ("invalid hex format"): the ledger took
+// claims and outcomes it could not read again, every duplicate was refused store_error rather
+// than replayed, and a commit that reads its claim could not be recorded
+// (TestByteaOutputEscapeIsReadable). At German, SQL or Postgres every read of the server's
+// clock failed ("invalid PostgreSQL date/time value"): no call was admitted
+// (TestDateStyleOfTheSessionIsReadable). The first statement of every transaction carries it,
+// that of a one-statement write (specLock) too, and so does each other statement that reads a
+// body or the clock.
+const readable = `CASE WHEN current_setting('bytea_output') <> 'hex' THEN set_config('bytea_output', 'hex', true) IS NOT NULL ELSE true END` +
+	` AND CASE WHEN current_setting('DateStyle') NOT LIKE 'ISO%' THEN set_config('DateStyle', 'ISO', true) IS NOT NULL ELSE true END`
 
 // bounded is true, and sets idle_in_transaction_session_timeout to idleLimit for the rest of
 // the transaction where the session has none (a role's, a database's or the URL's setting is
@@ -152,7 +157,7 @@ const bounded = `CASE WHEN current_setting('idle_in_transaction_session_timeout'
 func (t *tx) start() {
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable + " AND " + bounded + " AND " + hexOutput).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable + " AND " + bounded + " AND " + readable).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
 	}
 }
 
@@ -234,7 +239,7 @@ func (t *tx) lock(intent string) {
 	// reads its id, in place of start.
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable+" AND "+bounded+" AND "+hexOutput, key).QueryRow(func(r pgx.Row) error {
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable+" AND "+bounded+" AND "+readable, key).QueryRow(func(r pgx.Row) error {
 			return t.scanNow(r, &t.xid)
 		})
 		return
