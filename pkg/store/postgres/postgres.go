@@ -182,6 +182,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// default level: its guard must read the record as committed once the intent's lock is
 	// held, which only READ COMMITTED does (a REPEATABLE READ snapshot predates the lock).
 	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	// Intents, domains and tool names travel as text, which pgx sends and reads as UTF-8
+	// whatever the session's client_encoding says. A role's or a database's LATIN1 (say) made
+	// the server convert those bytes as LATIN1: "café" was recorded as "cafÃ©", another intent
+	// than the one a process at UTF8 reads and claims, and the same call, claimed through
+	// both, ran twice (TestClientEncodingOfTheRoleDoesNotSplitAnIntent). PgBouncer takes this
+	// parameter at connect in every pool mode.
+	pc.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
 	// A COMMIT must be durable before the fence answers (SPEC §4). synchronous_commit is the
 	// session's to choose, and a role, a database or the URL may default it to off (a common
 	// tuning for applications that can lose their last commits): COMMIT then returns before
