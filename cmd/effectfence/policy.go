@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -119,7 +118,7 @@ func policyInitCommand(io streams) *cli.Command {
 			if up != nil {
 				pages, err = listUpstreamPages(ctx, up, cmd.Duration("timeout"), io)
 			} else {
-				if _, err := exec.LookPath(argv[0]); err != nil {
+				if err := lookCommand(argv[0]); err != nil {
 					return usageErr("cannot run the MCP server command %q: %v", argv[0], unwrapExec(err))
 				}
 				pages, err = listToolPages(ctx, argv, cmd.Duration("timeout"), io)

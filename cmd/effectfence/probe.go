@@ -172,7 +172,7 @@ func serverCommand(cmd *cli.Command) ([]string, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, usageErr("no server command: put it after --, e.g. effectfence %s --tool T -- npx -y @modelcontextprotocol/server-everything", cmd.Name)
 	}
-	if _, err := exec.LookPath(argv[0]); err != nil {
+	if err := lookCommand(argv[0]); err != nil {
 		return nil, usageErr("cannot run the server command %q: %v; nothing was started", argv[0], unwrapExec(err))
 	}
 	return argv, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -137,7 +136,7 @@ func wrapCommand(io streams) *cli.Command {
 			// is found at the agent's initialize, which reports why.)
 			if up != nil {
 				// nothing to look up: the upstream is reached at the agent's initialize
-			} else if _, err := exec.LookPath(argv[0]); err != nil {
+			} else if err := lookCommand(argv[0]); err != nil {
 				return usageErr("cannot run the MCP server command %q: %v; nothing was started and no ledger was created", argv[0], unwrapExec(err))
 			}
 			so.Log = io.err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 
@@ -87,7 +86,7 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 		// The hook runs when an outcome becomes unknown: a program it cannot run must be
 		// found now, not then.
 		if len(h.Command) > 0 {
-			if _, err := exec.LookPath(h.Command[0]); err != nil {
+			if err := lookCommand(h.Command[0]); err != nil {
 				return policy.Resolved{}, usageErr("policy %s: on_unknown: cannot run %q: %v", pol.File, h.Command[0], unwrapExec(err))
 			}
 		}
