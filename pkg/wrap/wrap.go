@@ -661,7 +661,7 @@ func (p *Proxy) inFlight() []string {
 	return out
 }
 
-// track records a request being served until the returned function is called.
+// track records a request being served until the returned function is called (once or more).
 func (p *Proxy) track(m *jsonrpc.Message) func() {
 	r := running{method: m.Method, id: string(m.ID), since: time.Now()}
 	if m.Method == "tools/call" {
@@ -779,7 +779,7 @@ func (p *Proxy) route(line []byte, owned bool, held int64) (run func()) {
 			defer p.calls.Done()
 			defer untrack()
 			defer p.requests.Release(held)
-			p.request(ctx, entry, key, m)
+			p.request(ctx, entry, key, m, untrack)
 		}
 	default:
 		p.reply(jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidRequest, "effectfence wrap: not a request, response or notification")))
@@ -911,8 +911,11 @@ type cancelEntry struct {
 
 // request serves m in ctx, which route registered under key in cancels (for the agent's
 // notifications/cancelled) and this removes once m is served, unless a later request under
-// the same id has taken the entry.
-func (p *Proxy) request(ctx context.Context, own cancelEntry, key string, m *jsonrpc.Message) {
+// the same id has taken the entry. answered (track's) is called before the answer is
+// written: an agent that has its answer may close its input at once, and what Stop then
+// logs as still running must not name the call it answered (before, it did, as "waiting up
+// to 2s for 1 call", whenever the closing came before this goroutine's clean-up).
+func (p *Proxy) request(ctx context.Context, own cancelEntry, key string, m *jsonrpc.Message, answered func()) {
 	defer func() {
 		p.cmu.Lock()
 		if p.cancels[key].n == own.n {
@@ -926,7 +929,9 @@ func (p *Proxy) request(ctx context.Context, own cancelEntry, key string, m *jso
 	// from it is written.
 	ctx, done := budget.Hold(ctx)
 	defer done()
-	if out := p.answer(ctx, m); out != nil {
+	out := p.answer(ctx, m)
+	answered()
+	if out != nil {
 		p.reply(out)
 	} else if e, ok := p.out.(Ender); ok {
 		e.NoResponse(m.ID) // cancelled by the agent: no response, but the front may end its wait
