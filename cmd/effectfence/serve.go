@@ -103,7 +103,7 @@ func runServe(ctx context.Context, io streams, opts store.Options, workers int) 
 		return err
 	}
 	cfg := led.Config()
-	logger.Printf("ledger %s (lease %s, results kept %s), %d workers", led.Location, cfg.LeaseTTL, cfg.ResultTTL, workers)
+	logger.Printf("ledger %s (lease %s, results kept %s), %d workers", shownLedger(opts, led), cfg.LeaseTTL, cfg.ResultTTL, workers)
 	sopts := serve.Options{Workers: workers, Version: versionString(), Log: logger}
 	if led.Location != "memory" {
 		sopts.ClearHint = ledgerHintOf(opts, led, "serve")

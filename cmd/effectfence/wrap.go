@@ -172,7 +172,7 @@ func wrapCommand(io streams) *cli.Command {
 				if up != nil {
 					per = "one upstream session per session"
 				}
-				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, %s\n", led.Location, what, per)
+				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, %s\n", shownLedger(so, led), what, per)
 				logScopeOf(io, scope, up, so.Ledger == "", argv)
 				return runGateway(ctx, cmd, lc, up, opt, scope, led, io)
 			}
@@ -180,7 +180,7 @@ func wrapCommand(io streams) *cli.Command {
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", led.Location, what)
+			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", shownLedger(so, led), what)
 			logScopeOf(io, scope, up, so.Ledger == "", argv)
 			return serveWrap(ctx, p, led, opt.Grace, io)
 		},
@@ -274,6 +274,24 @@ func clearHintOf(loc, who string) string {
 		loc = abs
 	}
 	return "--ledger " + wrap.ShellJoin([]string{loc})
+}
+
+// shownLedger is the ledger led (opened with o) as a process's first log line names it: a
+// file by its absolute path, since that line is what an operator gives `effectfence ledger …
+// --ledger` from a shell of their own, while wrap and serve run in the directory their MCP
+// client chose. A relative --ledger (or a policy's ledger taken from the policy's directory)
+// was logged as given, and from any other directory it named no ledger. Memory and a
+// PostgreSQL URL (led.Location: without its password) are named as they are; which one it is
+// is read from o, since a URL Redact cannot read is shown as no URL at all.
+func shownLedger(o store.Options, led *store.Ledger) string {
+	raw, err := o.Location()
+	if err != nil || raw == "memory" || strings.Contains(raw, "://") {
+		return led.Location
+	}
+	if abs, err := filepath.Abs(led.Location); err == nil {
+		return abs
+	}
+	return led.Location
 }
 
 // logScopeOf is logScope, or for an upstream the line that says its scope is the URL.
