@@ -68,7 +68,8 @@ func ledgerCommand(io streams) *cli.Command {
 				[]cli.Flag{&cli.IntFlag{Name: "events", Value: showEvents, Usage: "show the last `N` audit events of the intent (0: every one); the older are counted, not shown"}}, ledgerShow),
 			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
 				[]cli.Flag{&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"},
-					&cli.BoolFlag{Name: "force", Usage: "clear it even if its holder may still be running it (its lease runs, its holder process gone or not; or the holder still runs on this host past its lease), or if it is done: the next attempt may run the effect while the holder still runs it, or run it again"}}, ledgerClear),
+					&cli.BoolFlag{Name: "force", Usage: "clear it even if its holder may still be running it (its lease runs, its holder process gone or not; or the holder still runs on this host past its lease), or if it is done: the next attempt may run the effect while the holder still runs it, or run it again"},
+					claimFlag()}, ledgerClear),
 			resolveSub(io),
 			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag}, ledgerVerify),
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
@@ -731,15 +732,15 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		if silent && runs && r.State.Fenced() {
 			// As clear judges it (SilentHolder): a failed claim is cleared whatever its carrier
 			// does (its server answered it).
-			fmt.Fprintf(w, "\nfenced, but process group %d, which its holder (process %s) started to run the call, still runs on this host (without that holder, without its own leader, or as the server of a task its holder stopped following): it may still finish the effect.\nStop that group (kill -KILL -- -%d) or wait until it has ended. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", g, esc(r.Owner), g, intentCommand("resolve", r.Intent, c.selection(l.Location), ` --happened --reason "what you found"`))
+			fmt.Fprintf(w, "\nfenced, but process group %d, which its holder (process %s) started to run the call, still runs on this host (without that holder, without its own leader, or as the server of a task its holder stopped following): it may still finish the effect.\nStop that group (kill -KILL -- -%d) or wait until it has ended. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", g, esc(r.Owner), g, intentCommand("resolve", r.Intent, c.selection(l.Location)+fence.ClaimFlag(r.Token), ` --happened --reason "what you found"`))
 		} else if silent && r.State.Fenced() {
-			fmt.Fprintf(w, "\nfenced, but its holder (process %s) still runs on this host past its lease: stopped or stalled, it may still run or finish the effect.\nStop that process, or let it resume: its late result settles the intent. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", esc(r.Owner), intentCommand("resolve", r.Intent, c.selection(l.Location), ` --happened --reason "what you found"`))
+			fmt.Fprintf(w, "\nfenced, but its holder (process %s) still runs on this host past its lease: stopped or stalled, it may still run or finish the effect.\nStop that process, or let it resume: its late result settles the intent. Until then `resolve --did-not-happen` and `clear` are refused; if you find the effect in the real system:\n  %s\n", esc(r.Owner), intentCommand("resolve", r.Intent, c.selection(l.Location)+fence.ClaimFlag(r.Token), ` --happened --reason "what you found"`))
 		} else if leaseRuns {
-			sel := c.selection(l.Location)
+			sel := c.selection(l.Location) + fence.ClaimFlag(r.Token)
 			fmt.Fprintf(w, "\nfenced, but the lease of claim %d runs until %s: whoever holds its ticket (a process its holder started, the agent of a serve claim) may still run or finish the effect, even with its holder process gone.\nUntil then `resolve --did-not-happen` and `clear` are refused (`clear --force` frees it anyway, if you know the effect is not running). Check the real system, then one of\n  %s        # it took effect: duplicates get a recorded result\n  %s  # it did not: after %s; the next attempt runs\n",
 				r.Token, stamp(r.LeaseUntil), intentCommand("resolve", r.Intent, sel, ` --happened --reason "what you found"`), intentCommand("resolve", r.Intent, sel, ` --did-not-happen --reason "what you found"`), stamp(r.LeaseUntil))
 		} else if r.State.Fenced() {
-			sel := c.selection(l.Location)
+			sel := c.selection(l.Location) + fence.ClaimFlag(r.Token)
 			fmt.Fprintf(w, "\nfenced: check in the real system whether the effect happened, then one of\n  %s        # it took effect: duplicates get a recorded result\n  %s  # it did not: the next attempt runs\n",
 				intentCommand("resolve", r.Intent, sel, ` --happened --reason "what you found"`), intentCommand("resolve", r.Intent, sel, ` --did-not-happen --reason "what you found"`))
 		}
@@ -796,6 +797,35 @@ func (c ledgerCall) passwordNote() string {
 		return ""
 	}
 	return "  (the URL's password is written xxxxx: put the password back before you run the command)\n"
+}
+
+// claimFlag is --claim of `ledger clear` and `ledger resolve`: the commands that show and
+// wrap suggest carry it, so that run after the intent was cleared and claimed again they are
+// refused, not carried out on the new attempt.
+func claimFlag() cli.Flag {
+	return &cli.Uint64Flag{Name: "claim", Usage: "act only if the intent is still held by the claim whose `TOKEN` this is (ledger show's token): refused, nothing changed, if it was cleared or resolved and claimed again since (the commands show and wrap suggest give it)"}
+}
+
+// claim is --claim of sub (0 when not given).
+func (c ledgerCall) claim(sub string) (uint64, error) {
+	if !c.cmd.IsSet("claim") {
+		return 0, nil
+	}
+	n := c.cmd.Uint64("claim")
+	if n == 0 || n == fence.PendingToken {
+		return 0, usageErr("ledger %s: --claim %d names no claim: give the token `ledger show` gives", sub, n)
+	}
+	return n, nil
+}
+
+// otherClaim is the refusal of a clear or resolve whose --claim no longer holds the intent,
+// or nil when err is not one.
+func (c ledgerCall) otherClaim(err error, loc string) error {
+	var nf fence.NotFencedError
+	if !errors.As(err, &nf) || nf.Reclaimed == 0 {
+		return nil
+	}
+	return fmt.Errorf("ledger %s: %v. Look at the claim that holds it before you settle it: %s", loc, err, intentCommand("show", c.args[0], c.selection(loc), ""))
 }
 
 // intentCommand is the command line `effectfence ledger SUB INTENT` with flags (each after a
@@ -909,19 +939,22 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	if err := operatorText("clear", "reason", reason); err != nil {
 		return err
 	}
+	claim, err := c.claim("clear")
+	if err != nil {
+		return err
+	}
 	l, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	who := ledger.Operator()
-	clear := l.ClearUnlessHeld
-	if c.cmd.Bool("force") {
-		clear = l.Clear
-	}
-	prev, err := clear(ctx, c.args[0], who, reason)
+	prev, err := l.ClearClaim(ctx, c.args[0], claim, who, reason, c.cmd.Bool("force"))
 	if errors.Is(err, fence.ErrNotFound) {
 		return fmt.Errorf("ledger %s holds no intent %q; nothing cleared%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls"))
+	}
+	if err := c.otherClaim(err, l.Location); err != nil {
+		return err
 	}
 	if nf := (fence.NotFencedError{}); errors.As(err, &nf) && nf.State == fence.StateDone {
 		return fmt.Errorf("ledger %s: %v (--force clears it anyway, if you mean the next attempt to run the effect again)", l.Location, err)

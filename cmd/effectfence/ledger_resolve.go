@@ -28,6 +28,7 @@ func resolveSub(io streams) *cli.Command {
 			&cli.StringFlag{Name: "result", Usage: "with --happened: the JSON duplicates are answered with (default: a tool result saying a person confirmed it)"},
 			&cli.StringFlag{Name: "ref", Usage: "with --happened: a reference such as a charge id, put in the default result and the audit trail"},
 			&cli.StringFlag{Name: "reason", Usage: "what you checked in the real system (required; recorded with who you are)"},
+			claimFlag(),
 			&cli.FloatFlag{Name: "result-ttl-secs", Usage: "with --happened: how long duplicates are answered with the recorded result, in `SECONDS` (1 to 366 days; default EFFECTFENCE_RESULT_TTL_SECS, else 86400): give the wraps' own when it is longer, or their longer replay windows are cut short to it"},
 		}, ledgerResolve)
 }
@@ -75,13 +76,17 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		// refused by each client.
 		return usageErr("ledger resolve: --result for a wrap intent is the MCP tool result duplicates receive, a JSON object, e.g. '{\"content\":[{\"type\":\"text\",\"text\":\"charged: ch_123\"}]}'")
 	}
+	claim, err := c.claim("resolve")
+	if err != nil {
+		return err
+	}
 	l, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	who := ledger.Operator()
-	req := fence.ResolveRequest{Intent: c.args[0], How: how, Ref: ref, Who: who, Via: "cli", Reason: reason}
+	req := fence.ResolveRequest{Intent: c.args[0], How: how, Ref: ref, Who: who, Via: "cli", Reason: reason, Token: claim}
 	if result != "" {
 		req.Result = json.RawMessage(result)
 	}
@@ -89,6 +94,8 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 	switch {
 	case errors.Is(err, fence.ErrNotFound):
 		return fmt.Errorf("ledger %s holds no intent %q; nothing resolved%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls --state fenced"))
+	case c.otherClaim(err, l.Location) != nil:
+		return c.otherClaim(err, l.Location)
 	case errors.Is(err, fence.ErrNotFenced):
 		var nf fence.NotFencedError
 		if errors.As(err, &nf) && how == fence.DidNotHappen && nf.State != fence.StateDone {

@@ -326,7 +326,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 			return outReplayed, nil
 		case StateFailed, StateUnknown:
 			healable := rec.Healable() && (e.mine(rec.Owner) || e.cfg.Liveness(rec.Owner) != Dead)
-			pf := PriorFailureError{Intent: req.Intent, State: rec.State, Reason: rec.Reason, Healable: healable}
+			pf := PriorFailureError{Intent: req.Intent, State: rec.State, Reason: rec.Reason, Healable: healable, Token: rec.Token}
 			if rec.Healable() {
 				pf.LeaseUntil = rec.LeaseUntil
 			}
@@ -344,7 +344,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
 					return 0, err
 				}
-				return outRefused, PriorFailureError{Intent: req.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired, LeaseUntil: rec.LeaseUntil}
+				return outRefused, PriorFailureError{Intent: req.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired, LeaseUntil: rec.LeaseUntil, Token: rec.Token}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}

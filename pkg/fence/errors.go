@@ -3,6 +3,7 @@ package fence
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -90,11 +91,27 @@ type PriorFailureError struct {
 	// (Record.Healable); zero otherwise. Until it lapses an operator's clear without --force
 	// and a resolve as did-not-happen are refused (ClearUnlessHeld).
 	LeaseUntil time.Time
+	// Token is the fencing token of the claim that failed or went unknown (Record.Token), 0
+	// when not known. The clear command the message names carries it (ClaimFlag): pasted after
+	// the intent was cleared and claimed again, it is refused rather than clear the new
+	// attempt, whose effect nobody has checked.
+	Token uint64
 }
 
 func (e PriorFailureError) Error() string {
 	return fmt.Sprintf("%s: intent %q is %s (%s): the effect may have happened, so it is fenced; an operator must check the real system and run `%s` before it can run again",
-		CodePriorFailure, e.Intent, e.State, e.Reason, ClearCommand(e.Intent))
+		CodePriorFailure, e.Intent, e.State, e.Reason, ClearCommandWith(e.Intent, ClaimFlag(e.Token)))
+}
+
+// ClaimFlag is the flag (" --claim N", with its leading space) that binds an operator's
+// command (`effectfence ledger clear`, `ledger resolve`) to the claim whose fencing token is
+// token, so that, run after the intent was cleared and claimed again, it is refused instead of
+// acting on the new attempt (ClearClaim, ResolveRequest.Token); "" for token 0 (not known).
+func ClaimFlag(token uint64) string {
+	if token == 0 || token == PendingToken {
+		return ""
+	}
+	return " --claim " + strconv.FormatUint(token, 10)
 }
 
 // ClearCommand is the command line that clears intent: `effectfence ledger clear INTENT

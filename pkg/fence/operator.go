@@ -71,7 +71,16 @@ func (e *Engine) Current(ctx context.Context, domain string) (uint64, error) {
 // its ticket lost (LeaseLostError) and cannot overwrite anything, but the effect it is running
 // is not stopped: see ClearUnlessHeld.
 func (e *Engine) Clear(ctx context.Context, intent, who, reason string) (Record, error) {
-	return e.clear(ctx, intent, who, reason, false)
+	return e.clear(ctx, intent, 0, who, reason, false)
+}
+
+// ClearClaim is Clear (force) or ClearUnlessHeld of the claim whose fencing token is token
+// (Record.Token of the record the operator was shown; 0: whatever claim holds the intent): an
+// intent cleared or resolved and claimed again since is refused (NotFencedError with Reclaimed
+// set) and nothing changes, so a clear written about one attempt never frees another, whose
+// effect nobody has checked.
+func (e *Engine) ClearClaim(ctx context.Context, intent string, token uint64, who, reason string, force bool) (Record, error) {
+	return e.clear(ctx, intent, token, who, reason, !force)
 }
 
 // ClearUnlessHeld is Clear, except that it refuses (NotFencedError, nothing changed) a claim
@@ -82,7 +91,7 @@ func (e *Engine) Clear(ctx context.Context, intent, who, reason string) (Record,
 // gone, or out of sight with its lease lapsed, is cleared, as is every other state. The check
 // and the clear are one transaction.
 func (e *Engine) ClearUnlessHeld(ctx context.Context, intent, who, reason string) (Record, error) {
-	return e.clear(ctx, intent, who, reason, true)
+	return e.clear(ctx, intent, 0, who, reason, true)
 }
 
 // SilentHolder reports whether rec is a claim whose holder may still run or finish its effect
@@ -137,7 +146,7 @@ func leaseRuns(now time.Time, rec Record) (why string, runs bool) {
 		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), rec.Owner), true
 }
 
-func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHeld bool) (Record, error) {
+func (e *Engine) clear(ctx context.Context, intent string, token uint64, who, reason string, unlessHeld bool) (Record, error) {
 	if reason == "" {
 		return Record{}, InvalidError{"reason", "say why the intent is cleared (what you checked in the real system)"}
 	}
@@ -150,6 +159,9 @@ func (e *Engine) clear(ctx context.Context, intent, who, reason string, unlessHe
 		}
 		if rec == nil {
 			return fmt.Errorf("%w: %q", ErrNotFound, intent)
+		}
+		if token != 0 && rec.Token != token {
+			return otherClaim(intent, token, rec)
 		}
 		if unlessHeld && rec.State == StateInFlight {
 			if v, _, _ := e.judge(tx.Now(), rec); v == held {

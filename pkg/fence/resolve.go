@@ -95,9 +95,26 @@ type NotFencedError struct {
 	Intent string
 	State  State
 	Why    string
+	// Reclaimed, when not 0, is the claim that holds the intent now, the request having named
+	// another (ResolveRequest.Token, ClearClaim): the claim it was about was cleared or
+	// resolved, and the intent claimed again since.
+	Reclaimed uint64
+}
+
+// otherClaim is the refusal of a request about claim token of an intent that rec, another
+// claim, holds now.
+func otherClaim(intent string, token uint64, rec *Record) NotFencedError {
+	why := fmt.Sprintf("the request is about claim %d, and the intent was claimed again since (claim %d, a new attempt)", token, rec.Token)
+	if rec.Token < token { // tokens only grow: token never held the intent in this ledger
+		why = fmt.Sprintf("the request is about claim %d, and the intent is held by claim %d, an earlier one: claim %d never held it in this ledger", token, rec.Token, token)
+	}
+	return NotFencedError{Intent: intent, State: rec.State, Reclaimed: rec.Token, Why: why}
 }
 
 func (e NotFencedError) Error() string {
+	if e.Reclaimed != 0 {
+		return fmt.Sprintf("%s: intent %q is held by another claim than the one named: %s; it is %s now; nothing was changed", CodeNotFenced, e.Intent, e.Why, e.State)
+	}
 	if e.State == StateUnknown { // its holder may still settle it: see Engine.SilentHolder
 		return fmt.Sprintf("%s: intent %q is unknown, but not free for the next attempt: %s; nothing was changed", CodeNotFenced, e.Intent, e.Why)
 	}
@@ -173,7 +190,7 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 			return fmt.Errorf("%w: %q", ErrNotFound, r.Intent)
 		}
 		if r.Token != 0 && rec.Token != r.Token {
-			return NotFencedError{Intent: r.Intent, State: rec.State, Why: fmt.Sprintf("the answer is about claim %d, and the intent was claimed again since (claim %d)", r.Token, rec.Token)}
+			return otherClaim(r.Intent, r.Token, rec)
 		}
 		if why, silent := e.SilentHolder(now, *rec); silent && how == DidNotHappen {
 			return NotFencedError{Intent: r.Intent, State: rec.State, Why: why}

@@ -15,8 +15,11 @@ import (
 // the server's ledger (Options.ClearHint).
 func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 	r := RefusalOf(intent, err)
+	var prior fence.PriorFailureError
+	errors.As(err, &prior)
+	claim := fence.ClaimFlag(prior.Token) // the clear is of the claim that failed (see RefusalOf)
 	if s.opts.InMemory && r.Code == fence.CodePriorFailure && r.Intent != "" {
-		plain := "run `" + fence.ClearCommand(r.Intent) + "`"
+		plain := "run `" + fence.ClearCommandWith(r.Intent, claim) + "`"
 		r.Message = strings.ReplaceAll(r.Message, plain, inMemoryAdvice)
 		r.Next = strings.ReplaceAll(r.Next, plain, inMemoryAdvice)
 		return callResult(r, true)
@@ -25,7 +28,7 @@ func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 		// A note in the hint (" (with the password of the URL …)") follows the command, out
 		// of its backticks: inside, the command pasted failed in the shell.
 		flags, note, hasNote := strings.Cut(h, " (with ")
-		plain, named := "`"+fence.ClearCommand(r.Intent)+"`", "`"+fence.ClearCommandWith(r.Intent, " "+flags)+"`"
+		plain, named := "`"+fence.ClearCommandWith(r.Intent, claim)+"`", "`"+fence.ClearCommandWith(r.Intent, claim+" "+flags)+"`"
 		if hasNote {
 			named += " (with " + note
 		}
@@ -69,7 +72,7 @@ func RefusalOf(intent string, err error) Refusal {
 	case errors.As(err, &prior):
 		r.Intent = prior.Intent
 		r.State = prior.State
-		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `%s`.", fence.ClearCommand(prior.Intent))
+		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `%s`.", fence.ClearCommandWith(prior.Intent, fence.ClaimFlag(prior.Token)))
 	case errors.As(err, &conflict):
 		r.Intent = conflict.Intent
 		r.Next = "Do not run the effect: this intent id is recorded for a different call (tool or args differ). Use a distinct intent for a distinct action."

@@ -502,7 +502,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 			// The session stopped while the outcome was in neither the ledger nor the spool:
 			// the result is not durable, so it is not the answer (SPEC §4). The claim ends
 			// with this process and is fenced as unknown by the next one.
-			msg := fmt.Sprintf("the tool ran, but its outcome could not be recorded (%v) before this wrap stopped, so its intent will be fenced as unknown. It will NOT be executed again automatically. Check the real system; %s", cerr, p.operatorAdvice(intent))
+			msg := fmt.Sprintf("the tool ran, but its outcome could not be recorded (%v) before this wrap stopped, so its intent will be fenced as unknown. It will NOT be executed again automatically. Check the real system; %s", cerr, p.operatorAdvice(intent, t.Token))
 			return answer{result: toolError(msg, fence.CodePriorFailure, intent), outcome: "unknown"}
 		}
 		return answer{result: res, outcome: "executed"}
@@ -556,9 +556,9 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 			msg = fmt.Sprintf("the MCP server answered this call with a result whose outcome cannot be told (%s), so whether it took effect is unknown", flags.twoWays)
 		}
 		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeLost, Ticket: t, Reason: reason})
-		p.reportUnknown(intent, tool, reason, true)
-		p.logf("intent %s: %s; it is fenced: %s", intent, reason, p.operatorAdvice(intent))
-		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; "+p.operatorAdvice(intent), fence.CodePriorFailure, intent), outcome: "unknown"}
+		p.reportUnknown(intent, tool, reason, t.Token, true)
+		p.logf("intent %s: %s; it is fenced: %s", intent, reason, p.operatorAdvice(intent, t.Token))
+		return answer{result: toolError(msg+". It will NOT be executed again automatically. Check the real system; "+p.operatorAdvice(intent, t.Token), fence.CodePriorFailure, intent), outcome: "unknown"}
 	}
 }
 
@@ -954,26 +954,36 @@ func toolError(msg, code, intent string) json.RawMessage {
 // operatorAdvice tells what settles a fenced intent: "an operator must then run:" and the
 // commands (clearCommand), or, for a ledger in wrap's memory, which no command reaches, that
 // only a restart of wrap forgets it.
-func (p *Proxy) operatorAdvice(intent string) string {
+func (p *Proxy) operatorAdvice(intent string, token uint64) string {
 	if p.opt.InMemory {
 		return "this wrap's ledger is in its memory, which no `effectfence ledger` command can reach: the intent stays fenced until this wrap restarts, which forgets it"
 	}
-	return "an operator must then run: " + p.clearCommand(intent)
+	return "an operator must then run: " + p.clearCommand(intent, token)
 }
 
 // clearCommand gives the exact operator commands that settle intent: resolve --happened if it
 // took effect, clear if it did not (the clear command last, whole, so it can be pasted); ""
-// for a ledger in wrap's memory.
-func (p *Proxy) clearCommand(intent string) string {
+// for a ledger in wrap's memory. token is the claim that failed or went unknown (0: not
+// known): the commands carry it (--claim), so that, pasted after the intent was cleared and
+// claimed again, they are refused rather than settle the new attempt, whose effect nobody has
+// checked (before 2026-12-06 they settled whatever claim held the intent).
+func (p *Proxy) clearCommand(intent string, token uint64) string {
 	if p.opt.InMemory {
 		return ""
 	}
-	return ClearCommandFor(intent, p.opt.ClearHint)
+	return ClearCommandForClaim(intent, p.opt.ClearHint, token)
 }
 
 // ClearCommandFor is the operator commands wrap names for a fenced intent (see clearCommand),
-// hint naming the ledger (Options.ClearHint).
-func ClearCommandFor(intent, hint string) string {
+// hint naming the ledger (Options.ClearHint), for whatever claim holds it.
+func ClearCommandFor(intent, hint string) string { return ClearCommandForClaim(intent, hint, 0) }
+
+// ClearCommandForClaim is ClearCommandFor of the claim whose fencing token is token (0: any),
+// named with --claim (fence.ClaimFlag).
+func ClearCommandForClaim(intent, hint string, token uint64) string {
+	if c := fence.ClaimFlag(token); c != "" {
+		hint = strings.TrimSpace(c + " " + hint)
+	}
 	if strings.HasPrefix(intent, "-") {
 		// Where the commands read flags, such an intent would be read as one (the pasted
 		// command failed as usage): it goes last, after "--", and the hint's note after it.
@@ -1020,7 +1030,7 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 				until = fmt.Sprintf(" The clear is refused until %s, when the claim's lease lapses (a process the server started may still finish the call); run it after that.", pf.LeaseUntil.UTC().Format(time.RFC3339))
 			}
 		}
-		msg = fmt.Sprintf("an earlier identical call has an unknown outcome%s, so this call was NOT executed again: it might have taken effect already.%s Check the real system; %s", why, until, p.operatorAdvice(intent))
+		msg = fmt.Sprintf("an earlier identical call has an unknown outcome%s, so this call was NOT executed again: it might have taken effect already.%s Check the real system; %s", why, until, p.operatorAdvice(intent, pf.Token))
 	case errors.Is(err, fence.ErrConflict):
 		msg = fmt.Sprintf("this call shares its identity key with a recorded call whose other arguments differ (%v). It was NOT executed and no receipt of the other call is given: the --key for this tool is too narrow for this call.", err)
 	case errors.Is(err, fence.ErrInvalid):

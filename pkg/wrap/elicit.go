@@ -98,7 +98,7 @@ func (p *Proxy) priorFailure(ctx context.Context, tool string, id identity, para
 	if !errors.As(err, &pf) {
 		return answer{}, false
 	}
-	p.reportUnknown(id.intent, tool, pf.Reason, false)
+	p.reportUnknown(id.intent, tool, pf.Reason, pf.Token, false)
 	p.elicit.mu.Lock()
 	can := p.elicit.can
 	p.elicit.mu.Unlock()

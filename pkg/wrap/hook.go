@@ -135,7 +135,7 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 // can run again and be lost again, a new outcome to check (before 2026-12-06 it was not
 // reported, the intent having been reported once). Otherwise (a refusal of an intent found
 // unknown) it is reported once per process.
-func (p *Proxy) reportUnknown(intent, tool, reason string, fresh bool) {
+func (p *Proxy) reportUnknown(intent, tool, reason string, token uint64, fresh bool) {
 	r := p.hooks
 	if r == nil {
 		return
@@ -150,7 +150,7 @@ func (p *Proxy) reportUnknown(intent, tool, reason string, fresh bool) {
 	}
 	r.seen[intent] = true
 	r.mu.Unlock()
-	ev := HookEvent{Event: "unknown", Intent: intent, Tool: tool, Reason: reason, ResolveCommand: p.clearCommand(intent), At: time.Now().UTC()}
+	ev := HookEvent{Event: "unknown", Intent: intent, Tool: tool, Reason: reason, ResolveCommand: p.clearCommand(intent, token), At: time.Now().UTC()}
 	r.pending.Add(1)
 	select {
 	case r.q <- ev:
