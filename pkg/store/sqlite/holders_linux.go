@@ -38,6 +38,17 @@ func checkOtherName(path string) error {
 		Advice:  "stop that process (closing the ledger, it copies what its log holds into the file, wherever the file is now), then start again under this name; nothing was changed"}
 }
 
+// absPath is path made absolute (as it is, if that fails): the names in /proc are absolute,
+// and a relative path compared with them is another name even when it names the same file
+// (`ledger check --ledger ledger.db` called a holder that had replaced nothing a holder "under
+// another name", naming the path it was given).
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
 // otherNameWait is how long the evidence that a process uses another name must stay before
 // it refuses.
 const otherNameWait = 200 * time.Millisecond
@@ -46,7 +57,7 @@ const otherNameWait = 200 * time.Millisecond
 // name (see checkOtherName), if it still does after wait; 0 and "" when there is none, or
 // when this cannot be seen.
 func otherNameHolder(path string, wait time.Duration) (int, string) {
-	real := realPath(path)
+	real := realPath(absPath(path))
 	var db, shm syscall.Stat_t
 	if syscall.Stat(real, &db) != nil {
 		return 0, ""
