@@ -781,6 +781,11 @@ func (s *Store) wrap(err error) error {
 		case sqlite3.SQLITE_NOTADB:
 			return &FileError{Path: s.path, Problem: "is not a SQLite database (" + se.Error() + ")"}
 		case sqlite3.SQLITE_READONLY:
+			if side := unwritableBeside(s.path); side != "" {
+				// Not the ledger: a new file in its place would be an empty ledger, which
+				// replays nothing.
+				return fmt.Errorf("ledger %s is writable, but %s beside it is not (%v): SQLite makes a ledger's write-ahead log and index with the permissions the file had, and a read-only open of it while it was read-only (`effectfence ledger check`) leaves them so; make it writable (chmod u+w %s), as the user every process on the ledger runs as; keep using this ledger, not another file, which would replay nothing it recorded", s.path, side, se, side)
+			}
 			return fmt.Errorf("ledger %s is read-only for this process (%v); the fence must record every decision, so give it a writable file with --ledger or EFFECTFENCE_LEDGER", s.path, se)
 		case sqlite3.SQLITE_CANTOPEN:
 			return fmt.Errorf("ledger %s cannot be opened (%v); check that the file and its directory are readable and writable by this user", s.path, se)
@@ -794,6 +799,28 @@ func (s *Store) wrap(err error) error {
 		}
 	}
 	return fmt.Errorf("ledger %s: %w", s.path, err)
+}
+
+// unwritableBeside returns the write-ahead log or index beside the writable ledger file at
+// path that this process cannot open for writing, or "" when there is none (or the file
+// itself is not writable). Opening one to write changes nothing in it.
+func unwritableBeside(path string) string {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return ""
+	}
+	f.Close()
+	for _, side := range []string{path + "-shm", path + "-wal"} {
+		f, err := os.OpenFile(side, os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+			continue
+		}
+		if errors.Is(err, os.ErrPermission) {
+			return side
+		}
+	}
+	return ""
 }
 
 // checkIdentity refuses SQLite files that hold something other than an effectfence ledger. It
