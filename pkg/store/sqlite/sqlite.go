@@ -934,6 +934,12 @@ func schemaVersion(ctx context.Context, q querier) (int, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
+	if err == nil && v < 1 {
+		// Only SchemaVersion is ever written there: the row was edited or damaged. Taken for
+		// an old ledger, it indexed the migrations (-1 panicked) or ran the first over a
+		// ledger that has its tables.
+		return 0, fmt.Errorf("its meta table records schema version %d, which no effectfence ledger has (edited or damaged); nothing was changed", v)
+	}
 	return v, err
 }
 
