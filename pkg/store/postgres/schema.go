@@ -223,6 +223,12 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 	if have > schemaVersion {
 		return fmt.Errorf("the ledger schema is version %d, newer than this build understands (%d): upgrade effectfence", have, schemaVersion)
 	}
+	if have < 0 {
+		// Only 0 (before the first migration, in this transaction) and the versions the
+		// migrations reach are ever written: the row was edited or damaged. It indexed the
+		// migrations (a panic).
+		return fmt.Errorf("effectfence_version records schema version %d, which no effectfence ledger has (edited or damaged); nothing was changed", have)
+	}
 	for v := have; v < schemaVersion; v++ {
 		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("migrating the ledger schema to version %d: %w", v+1, err)
