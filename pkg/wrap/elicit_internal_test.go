@@ -62,18 +62,8 @@ func TestNoQuestionAboutAnIntentSettledMeanwhile(t *testing.T) {
 	p, sink := askingProxy(t, eng, io.Discard)
 
 	req := fence.Request{Intent: "pay:1", Tool: "pay", Args: []byte(`{"amount":1}`)}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Abort(ctx, *adm.Ticket, "the server died mid-call"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = eng.Prepare(ctx, req)
-	var pf fence.PriorFailureError
-	if !errors.As(err, &pf) {
-		t.Fatalf("prepare of the fenced intent: %v, want prior_failure", err)
-	}
+	makeUnknown(t, eng, req, "the server died mid-call")
+	pf := priorFailure(t, eng, req)
 
 	// While the intent is fenced, the person is asked (here they dismiss the question).
 	if got := p.askOnce(ctx, "pay", req.Intent, pf); got != "" || sink.asked.Load() != 1 {
@@ -165,22 +155,9 @@ func TestAnswerAboutOneAttemptIsNotRecordedOnAnother(t *testing.T) {
 	var log syncbuf.Buffer
 	p, _ := askingProxy(t, eng, &log)
 	req := fence.Request{Intent: "pay:3", Tool: "pay", Args: []byte(`{"amount":3}`)}
-	unknown := func() {
-		t.Helper()
-		adm, err := eng.Prepare(ctx, req)
-		if err != nil || !adm.Fresh() {
-			t.Fatal(adm, err)
-		}
-		if err := eng.Abort(ctx, *adm.Ticket, "the server died mid-call"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	unknown := func() { makeUnknown(t, eng, req, "the server died mid-call") }
 	unknown()
-	_, err := eng.Prepare(ctx, req)
-	var pf fence.PriorFailureError
-	if !errors.As(err, &pf) {
-		t.Fatalf("prepare of the fenced intent: %v, want prior_failure", err)
-	}
+	pf := priorFailure(t, eng, req)
 	var second uint64
 	p.Attach(&racingSink{p: p, between: func() {
 		if _, err := eng.Resolve(ctx, fence.ResolveRequest{Intent: req.Intent, How: fence.DidNotHappen, Who: "operator", Reason: "checked"}); err != nil {
@@ -198,4 +175,28 @@ func TestAnswerAboutOneAttemptIsNotRecordedOnAnother(t *testing.T) {
 	if err != nil || !rec.State.Fenced() || rec.Token != second {
 		t.Fatalf("after an answer about the first attempt: the intent is %s (claim %d, the second attempt's is %d), %v; want the second attempt's unknown outcome still fenced\n%s", rec.State, rec.Token, second, err, log.String())
 	}
+}
+
+// makeUnknown claims req and aborts the claim with reason: its outcome is unknown.
+func makeUnknown(t *testing.T, eng *fence.Engine, req fence.Request, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	adm, err := eng.Prepare(ctx, req)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	if err := eng.Abort(ctx, *adm.Ticket, reason); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// priorFailure is the refusal of req, whose outcome is unknown.
+func priorFailure(t *testing.T, eng *fence.Engine, req fence.Request) fence.PriorFailureError {
+	t.Helper()
+	_, err := eng.Prepare(context.Background(), req)
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) {
+		t.Fatalf("prepare of the fenced intent: %v, want prior_failure", err)
+	}
+	return pf
 }

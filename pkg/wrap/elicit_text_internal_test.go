@@ -3,7 +3,6 @@ package wrap
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -67,18 +66,8 @@ func TestElicitationShowsArgumentsEscaped(t *testing.T) {
 		"\u2029currency": "usd",
 	})
 	req := fence.Request{Intent: "pay:1", Tool: "pay", Args: args}
-	adm, err := eng.Prepare(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Abort(ctx, *adm.Ticket, "the MCP server died during the call"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = eng.Prepare(ctx, req)
-	var pf fence.PriorFailureError
-	if !errors.As(err, &pf) {
-		t.Fatalf("prepare of the fenced intent: %v, want prior_failure", err)
-	}
+	makeUnknown(t, eng, req, "the MCP server died during the call")
+	pf := priorFailure(t, eng, req)
 	p.askOnce(ctx, "pay", req.Intent, pf)
 	if len(sink.messages) != 1 {
 		t.Fatalf("asked %d times, want once", len(sink.messages))

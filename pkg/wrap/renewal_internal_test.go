@@ -51,24 +51,37 @@ func (o *outage) set(down bool) {
 func TestRenewalAfterAFailureComesBeforeTheLeaseLapses(t *testing.T) {
 	st := &outage{Store: fence.NewMemoryStore(), failed: make(chan struct{})}
 	const lease = 6 * time.Second
-	eng := fence.New(st, fence.Config{LeaseTTL: lease})
-	p := &Proxy{opt: Options{Engine: eng, Log: io.Discard}}
-	ctx := context.Background()
-	adm, err := eng.Prepare(ctx, fence.Request{Intent: "slow", Tool: "t", RerunSafe: true})
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	claimed := adm.Ticket.LeaseUntil
+	eng, p, ticket := heldClaim(t, st, lease)
 	st.set(true)
-	hb := p.heartbeat(*adm.Ticket)
+	hb := p.heartbeat(ticket)
 	defer hb.stop()
 	// Two renewals fail, then the ledger is back.
 	for range 2 {
 		<-st.failed
 	}
 	st.set(false)
+	renewedInTime(t, eng, ticket.LeaseUntil, lease, "though the ledger was back before: a judge that cannot see the holder takes a re-run-safe call over meanwhile")
+}
+
+// heldClaim is a re-run-safe claim of intent "slow" in a fence over st, and a proxy whose
+// heartbeat can renew it.
+func heldClaim(t *testing.T, st fence.Store, lease time.Duration) (*fence.Engine, *Proxy, fence.Ticket) {
+	t.Helper()
+	eng := fence.New(st, fence.Config{LeaseTTL: lease})
+	adm, err := eng.Prepare(context.Background(), fence.Request{Intent: "slow", Tool: "t", RerunSafe: true})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	return eng, &Proxy{opt: Options{Engine: eng, Log: io.Discard}}, *adm.Ticket
+}
+
+// renewedInTime waits for the claim of "slow", whose lease ran to claimed, to be renewed, and
+// fails the test if it is no longer in flight, if the renewal came only after the lease had
+// lapsed, or if the lease lapses without one (why says what that means).
+func renewedInTime(t *testing.T, eng *fence.Engine, claimed time.Time, lease time.Duration, why string) {
+	t.Helper()
 	for {
-		rec, err := eng.Status(ctx, "slow")
+		rec, err := eng.Status(context.Background(), "slow")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,12 +89,13 @@ func TestRenewalAfterAFailureComesBeforeTheLeaseLapses(t *testing.T) {
 			t.Fatalf("the claim is %s (%s), not in flight", rec.State, rec.Reason)
 		}
 		if rec.LeaseUntil.After(claimed) {
-			renewed := rec.LeaseUntil.Add(-lease)
-			if !renewed.Before(claimed) {
-				t.Fatalf("the lease lapsed at %s and was renewed only at %s, though the ledger was back before: a judge that cannot see the holder takes a re-run-safe call over meanwhile",
-					claimed.Format("15:04:05.000"), renewed.Format("15:04:05.000"))
+			if renewed := rec.LeaseUntil.Add(-lease); !renewed.Before(claimed) {
+				t.Fatalf("the lease lapsed at %s and was renewed only at %s, %s", claimed.Format("15:04:05.000"), renewed.Format("15:04:05.000"), why)
 			}
 			return
+		}
+		if time.Now().After(claimed) {
+			t.Fatalf("the lease lapsed at %s, not renewed, %s", claimed.Format("15:04:05.000"), why)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -114,35 +128,10 @@ func (s *silent) Update(ctx context.Context, fn func(fence.Tx) error) error {
 func TestRenewalOverAConnectionThatNoLongerAnswersIsTriedAgain(t *testing.T) {
 	st := &silent{Store: fence.NewMemoryStore(), hung: make(chan struct{})}
 	const lease = 9 * time.Second
-	eng := fence.New(st, fence.Config{LeaseTTL: lease})
-	p := &Proxy{opt: Options{Engine: eng, Log: io.Discard}}
-	ctx := context.Background()
-	adm, err := eng.Prepare(ctx, fence.Request{Intent: "slow", Tool: "t", RerunSafe: true})
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	claimed := adm.Ticket.LeaseUntil
+	eng, p, ticket := heldClaim(t, st, lease)
 	st.armed.Store(true)
-	hb := p.heartbeat(*adm.Ticket)
+	hb := p.heartbeat(ticket)
 	defer hb.stop()
 	<-st.hung
-	for {
-		rec, err := eng.Status(ctx, "slow")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.State != fence.StateInFlight {
-			t.Fatalf("the claim is %s (%s), not in flight", rec.State, rec.Reason)
-		}
-		if rec.LeaseUntil.After(claimed) {
-			if renewed := rec.LeaseUntil.Add(-lease); !renewed.Before(claimed) {
-				t.Fatalf("the lease lapsed at %s and was renewed only at %s", claimed.Format("15:04:05.000"), renewed.Format("15:04:05.000"))
-			}
-			return
-		}
-		if time.Now().After(claimed) {
-			t.Fatalf("the lease lapsed at %s, not renewed: the renewal sent over a connection that no longer answers is still waited for", claimed.Format("15:04:05.000"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	renewedInTime(t, eng, ticket.LeaseUntil, lease, "the renewal sent over a connection that no longer answers being waited for")
 }
