@@ -107,13 +107,6 @@ func Parse(name string, src []byte) (*Policy, error) {
 	if line, col := notUTF8(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: "the file is not UTF-8 text (YAML is Unicode, and a tool name so written could never equal one an agent sends); save it as UTF-8"}}
 	}
-	if i := bytes.IndexByte(src, '\r'); i >= 0 {
-		// Left alone by the CRLF above: a carriage return not followed by a line feed. YAML
-		// breaks the line there; a terminal (cat, less -r, a diff) returns to the line's start
-		// and draws what follows over it, so `pass: [charge]<CR># note` showed as a comment.
-		line, col := position(src, i)
-		return nil, Errors{{File: name, Line: line, Column: col, Msg: "a carriage return (CR) not followed by a line feed: YAML starts a new line there, but a terminal draws the rest over the start of the line, so a reviewer would not see what it hides; save the file with LF or CRLF line ends"}}
-	}
 	if line, col, r := invisible(src); line > 0 && unicode.IsControl(r) {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, a control character: YAML does not allow it written as itself, and a terminal acts on it instead of showing it (a reviewer would not see it, or would see the line rewritten); remove it, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
 	} else if line > 0 {
@@ -122,6 +115,13 @@ func Parse(name string, src []byte) (*Policy, error) {
 			what = "an invisible character (Unicode draws it as nothing)"
 		}
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, %s: a reviewer would not see it (in a tool's name the entry names another tool than the one shown) or would see the line reordered; remove it, or write it as an escape (%s) in a double-quoted string", r, what, escape(r))}}
+	}
+	if i := bytes.IndexByte(src, '\r'); i >= 0 {
+		// Left alone by the CRLF above: a carriage return not followed by a line feed. YAML
+		// breaks the line there; a terminal (cat, less -r, a diff) returns to the line's start
+		// and draws what follows over it, so `pass: [charge]<CR># note` showed as a comment.
+		line, col := position(src, i)
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: "a carriage return (CR) not followed by a line feed: YAML starts a new line there, but a terminal draws the rest over the start of the line, so a reviewer would not see what it hides; save the file with LF or CRLF line ends"}}
 	}
 	if line, col := tooDeep(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("collections nested more than %d deep; a policy needs a few levels", maxDepth)}}
