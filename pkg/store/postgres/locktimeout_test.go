@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
@@ -19,18 +17,7 @@ import (
 func TestLockTimeoutOfTheSessionIsExplained(t *testing.T) {
 	ctx := context.Background()
 	conn := admin(t, "")
-	role := newRole(t, "effectfence_test_lockto", "LOGIN")
-	r := pgx.Identifier{role}.Sanitize()
-	schema := testSchema(t)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+" AUTHORIZATION "+r+
-		"; ALTER ROLE "+r+" SET lock_timeout = '50ms'"); err != nil {
-		t.Fatal(err)
-	}
-	url := scanURL(t, "search_path="+schema+"&pool_max_conns=2&pool_min_conns=1")
-	url = strings.Replace(url, "://postgres@", "://"+role+"@", 1)
-	if !strings.Contains(url, role) {
-		t.Fatalf("the test URL names no user to replace: %s", Redact(url))
-	}
+	_, url := roleWithSettings(t, "effectfence_test_lockto", "pool_max_conns=2&pool_min_conns=1", "lock_timeout = '50ms'")
 	s, err := Open(ctx, Config{URL: url})
 	if err != nil {
 		t.Fatal(err)

@@ -87,10 +87,13 @@ func TestLostTransactionWhoseIdIsReused(t *testing.T) {
 
 // failoverPair is a primary with a synchronous standby, and a store whose URL names both
 // (target_session_attrs=read-write: it goes on against whichever is promoted).
-func failoverPair(t *testing.T) (primary, standby *pgcluster.Cluster, s *Store) {
+func failoverPair(t *testing.T, settings ...string) (primary, standby *pgcluster.Cluster, s *Store) {
 	primary = pgcluster.New(t)
 	standby = primary.Standby()
 	primary.SetSynchronous(true)
+	for _, q := range settings {
+		primary.Exec("postgres", q)
+	}
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&search_path=ledger", primary.Port, standby.Port)
 	s, err := Open(context.Background(), Config{URL: url, MaxConns: 4})
 	if err != nil {

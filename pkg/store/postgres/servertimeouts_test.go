@@ -21,21 +21,9 @@ import (
 func TestServerEndsIdleSessions(t *testing.T) {
 	ctx := context.Background()
 	conn := admin(t, "")
-	role := newRole(t, "effectfence_test_idle", "LOGIN")
-	r := pgx.Identifier{role}.Sanitize()
-	schema := testSchema(t)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+" AUTHORIZATION "+r+
-		"; ALTER ROLE "+r+" SET idle_session_timeout = '300ms'"+
-		"; ALTER ROLE "+r+" SET idle_in_transaction_session_timeout = '300ms'"+
-		"; ALTER ROLE "+r+" SET statement_timeout = '5s'"+
-		"; ALTER ROLE "+r+" SET lock_timeout = '2s'"); err != nil {
-		t.Fatal(err)
-	}
-	url := scanURL(t, "search_path="+schema+"&pool_max_conns=3&pool_min_conns=2")
-	url = strings.Replace(url, "://postgres@", "://"+role+"@", 1)
-	if !strings.Contains(url, role) {
-		t.Fatalf("the test URL names no user to replace: %s", Redact(url))
-	}
+	role, url := roleWithSettings(t, "effectfence_test_idle", "pool_max_conns=3&pool_min_conns=2",
+		"idle_session_timeout = '300ms'", "idle_in_transaction_session_timeout = '300ms'",
+		"statement_timeout = '5s'", "lock_timeout = '2s'")
 	s, err := Open(ctx, Config{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -90,4 +78,26 @@ func TestServerEndsIdleSessions(t *testing.T) {
 	if c.Admitted != 4 || c.Replayed != 4 {
 		t.Fatalf("counters %+v: want 4 admitted and 4 replayed", c)
 	}
+}
+
+// roleWithSettings makes a login role with settings of its own (ALTER ROLE … SET, as managed
+// services and DBAs set them) and a schema it owns, and returns the role and a URL that
+// connects as it to that schema, with pool (URL parameters) added.
+func roleWithSettings(t *testing.T, name, pool string, settings ...string) (role, url string) {
+	t.Helper()
+	role = newRole(t, name, "LOGIN")
+	r := pgx.Identifier{role}.Sanitize()
+	schema := testSchema(t)
+	sql := "CREATE SCHEMA " + pgx.Identifier{schema}.Sanitize() + " AUTHORIZATION " + r
+	for _, set := range settings {
+		sql += "; ALTER ROLE " + r + " SET " + set
+	}
+	if _, err := admin(t, "").Exec(context.Background(), sql); err != nil {
+		t.Fatal(err)
+	}
+	url = strings.Replace(scanURL(t, "search_path="+schema+"&"+pool), "://postgres@", "://"+role+"@", 1)
+	if !strings.Contains(url, role) {
+		t.Fatalf("the test URL names no user to replace: %s", Redact(url))
+	}
+	return role, url
 }
