@@ -118,3 +118,38 @@ func TestToolsCallWithANullIDIsNotRun(t *testing.T) {
 		t.Fatalf("%d executions; want 1", n)
 	}
 }
+
+// TestNotificationWithANullIDIsANotification: a notifications/cancelled written with
+// "id": null (JSON-RPC 1.0's form, which mcp-go, go-sdk and Python's SDK read as the
+// notification) cancels the pass-through call it names, and nothing is answered for it.
+// Before 2026-12-06 wrap took it for a request: it went to the server as a request of its own,
+// the server's "method not found" came back to the agent under id null, and the call ran on.
+func TestNotificationWithANullIDIsANotification(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.initializedRawWrap("--pass", "slow")
+	rw.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":60000,"tag":"nullid"}}}`)
+	waitFor(t, "the call to start in the server", func() bool { return strings.Contains(rw.log.String(), "slow tag=nullid started") })
+	rw.send(t, `{"jsonrpc":"2.0","id":null,"method":"notifications/cancelled","params":{"requestId":5,"reason":"gave up"}}`)
+	waitFor(t, "the server to be told of the cancellation", func() bool { return strings.Contains(rw.log.String(), "mcptest: cancelled") })
+	if got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":6,"method":"ping"}`); !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":6,"result"`) {
+		t.Fatalf("the answer after the notification: %s; want the ping's (nothing answers a notification)", got)
+	}
+}
+
+// TestRequestBesideAnAnswerIsNotRun: a tools/call that also carries "result" (or "error") is
+// neither a request nor an answer to MCP's SDKs (the TypeScript SDK drops it, mcp-go takes it
+// for an answer): a server runs nothing. Before 2026-12-06 wrap took it for the request and
+// ran the charge; it is now refused under its id.
+func TestRequestBesideAnAnswerIsNotRun(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rw := r.initializedRawWrap()
+	got := rw.roundTrip(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{"amount":5}},"result":{}}`)
+	if !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":7,"error":{"code":-32600,`) {
+		t.Errorf("a tools/call beside a result: %s; want -32600 under its id", got)
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d executions of the call beside a result; want none", n)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,6 +140,20 @@ func parse(line []byte, owned bool) (*Message, error) {
 			return nil, errors.New(`"method" must not be empty`)
 		}
 		m.Method = w.method
+		if len(w.Result) > 0 || len(w.Error) > 0 {
+			// JSON-RPC's request has no such member and its response no method: readers
+			// disagree on what it is (the TypeScript SDK drops it as no message it knows,
+			// mcp-go takes it for an answer; neither runs it, and this parser took it for a
+			// request), so a call a server would never have run ran through the fence.
+			return nil, ErrMethodBesideAnswer
+		}
+		if string(m.ID) == "null" && strings.HasPrefix(m.Method, "notifications/") {
+			// A notification written with "id": null (as JSON-RPC 1.0 wrote them), which
+			// MCP's SDKs (mcp-go, go-sdk, Python's) and serve take for the notification it names:
+			// taken for a request, a notifications/cancelled cancelled nothing and was passed
+			// on as a request of its own, which the server refused under id null.
+			m.ID = nil
+		}
 		if len(m.Params) > 0 && m.Params[0] != '{' && m.Params[0] != '[' && string(m.Params) != "null" {
 			return nil, errors.New(`"params" must be an object or an array`)
 		}
@@ -307,6 +322,10 @@ func plainASCII(b []byte) bool {
 	}
 	return true
 }
+
+// ErrMethodBesideAnswer is Parse's refusal of a message that carries "method" beside "result"
+// or "error".
+var ErrMethodBesideAnswer = errors.New(`the message carries "method" beside "result" or "error": readers disagree on whether it is a request or an answer`)
 
 // ErrTooLong is returned by Reader.ReadLine for a line longer than its limit; the line has
 // been skipped and the next ReadLine continues after it.
