@@ -190,6 +190,14 @@ route:
 	for {
 		select {
 		case ln := <-lines:
+			if msg := mixedShape(ln.b); msg != nil {
+				sc.requests.Release(ln.held)
+				if _, err := w.Write(append(msg, '\n')); err != nil {
+					readErr = err
+					break route
+				}
+				continue
+			}
 			b := w.ids.wrap(ln.b)
 			if l, noID, ok := classify(b); ok {
 				if noID != hasID {
@@ -260,6 +268,16 @@ func tooDeep(line []byte) []byte {
 		return nil // no id to answer under, or no method: not a request
 	}
 	return jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: "effectfence serve: the message nests arrays and objects deeper than 10,000 levels, more than serve reads: it was NOT run; send it less deeply nested"})
+}
+
+// mixedShape returns the answer to line when it carries "method" beside "result" or "error":
+// an invalid request under its id, not run. mcp-go took such a request for an answer and
+// dropped it, so its client waited for its own timeout. It returns nil for any other line.
+func mixedShape(line []byte) []byte {
+	if _, err := jsonrpc.Parse(line); !errors.Is(err, jsonrpc.ErrMethodBesideAnswer) {
+		return nil
+	}
+	return jsonrpc.ErrorResponse(jsonrpc.ReadableID(line), &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence serve: " + jsonrpc.ErrMethodBesideAnswer.Error() + ": it was NOT run; send the request without them"})
 }
 
 // refuseIDless answers a tools/call whose id is null, a boolean, an object or an array with an
