@@ -1,8 +1,6 @@
 package serve_test
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,22 +21,7 @@ func TestRequestBesideAnAnswerIsAnsweredUnderItsID(t *testing.T) {
 		{`"r1"`, `{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"name":"fence_prepare","arguments":{"intent":"pay:mixed","tool":"pay","args":{"x":1}}},"result":{}}`},
 		{`2`, `{"jsonrpc":"2.0","id":2,"method":"ping","error":{"code":1,"message":"m"}}`},
 	} {
-		var raw json.RawMessage
-		select {
-		case raw = <-c.sendLine(tc.id, tc.line):
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no answer to %s within 30s", tc.id)
-		}
-		var r struct {
-			ID    json.RawMessage `json:"id"`
-			Error *struct {
-				Code    int    `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil || string(r.ID) != tc.id || r.Error == nil || r.Error.Code != -32600 || !strings.Contains(r.Error.Message, "NOT run") {
-			t.Fatalf("%s was answered %.300s; want an invalid request under its id saying it was NOT run", tc.id, raw)
-		}
+		refusedUnderItsID(t, c, tc.id, tc.line, -32600)
 	}
 	// Nothing ran: the intent is free.
 	var p serve.PrepareResult
