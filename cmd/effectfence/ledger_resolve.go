@@ -91,11 +91,12 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		req.Result = json.RawMessage(result)
 	}
 	res, err := l.Resolve(ctx, req)
+	if oerr := c.otherClaim(err, l.Location); oerr != nil {
+		return oerr
+	}
 	switch {
 	case errors.Is(err, fence.ErrNotFound):
 		return fmt.Errorf("ledger %s holds no intent %q; nothing resolved%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls --state fenced"))
-	case c.otherClaim(err, l.Location) != nil:
-		return c.otherClaim(err, l.Location)
 	case errors.Is(err, fence.ErrNotFenced):
 		var nf fence.NotFencedError
 		if errors.As(err, &nf) && how == fence.DidNotHappen && nf.State != fence.StateDone {

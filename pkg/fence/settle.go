@@ -77,7 +77,8 @@ func (e *Engine) apply(ctx context.Context, o Outcome, retry bool) (*Cert, error
 // fails (an error without a fence code: the database is unreachable, the disk is full), keeps
 // the outcome in the spool (Config.SpoolDir, written and fsynced before Settle waits) and
 // retries with the same ticket, backing off from 50 ms to 2 s, until the ledger answers or ctx
-// ends. Retrying is safe: a commit that landed but whose answer was lost returns the recorded
+// ends. A try the ledger does not answer within its bound (2 s, doubling to 32 s) counts as
+// failed. Retrying is safe: a commit that landed but whose answer was lost returns the recorded
 // cert, and a claim that went unknown meanwhile is healed by its own late settle. The ledger's
 // answer, a cert or a refusal, is returned as Commit, Release, Abort or Lost return it. When ctx
 // ends first, or the engine is closed (Close) while the ledger has not taken the outcome, the
