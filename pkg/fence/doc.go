@@ -6,8 +6,9 @@
 // based on. Prepare passes the attempt through three gates, in this order:
 //
 //  1. intent gate: a done intent replays its certificate (if the fingerprint of {tool, args}
-//     matches; otherwise IntentConflictError), a live claim refuses with InFlightError, a failed
-//     or unknown outcome refuses with PriorFailureError until an operator clears it;
+//     matches, or, with Request.EmptyArgsAlike, that of its other empty form; otherwise
+//     IntentConflictError), a live claim refuses with InFlightError, a failed or unknown
+//     outcome refuses with PriorFailureError until an operator clears it;
 //  2. read-set check: every {domain, seq} the caller read must still be current, otherwise
 //     StaleReadSetError;
 //  3. domain reservation: the next sequence number of the target domain is taken.

@@ -158,6 +158,18 @@ func (e *Engine) validate(req *Request, c *call) error {
 	return nil
 }
 
+// otherEmptyArgs returns, for canonical arguments null or {}, the other of the two (the form
+// Request.EmptyArgsAlike also matches); nil for any other arguments.
+func otherEmptyArgs(canonical []byte) []byte {
+	switch string(canonical) {
+	case "null":
+		return []byte("{}")
+	case "{}":
+		return []byte("null")
+	}
+	return nil
+}
+
 // badDomain says what is wrong with a non-empty domain name, or "": it must be at most
 // MaxDomainLen bytes of valid UTF-8 without a NUL (PostgreSQL text cannot hold one).
 func badDomain(d string) string {
@@ -303,9 +315,14 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 			rec = nil // an expired outcome is forgotten: the intent is free
 		}
 	}
+	form := c // the call as the claim records it
 	if rec != nil {
 		if rec.Fingerprint != c.fp {
-			return outRefused, IntentConflictError{Intent: req.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
+			other := otherEmptyArgs(c.args)
+			if !req.EmptyArgsAlike || other == nil || canon.Sum(canon.ToolCallCanonical(req.Tool, other)) != rec.Fingerprint {
+				return outRefused, IntentConflictError{Intent: req.Intent, Recorded: rec.Fingerprint, Presented: c.fp}
+			}
+			form = &call{args: other, fp: rec.Fingerprint, stored: other}
 		}
 		switch rec.State {
 		case StateDone:
@@ -405,7 +422,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	// for its next request, and the memory store keeps the record as given (a read set
 	// refilled in place made the commit's re-check find "moved" domains that had not).
 	var exact []byte // none with redaction: the exact bytes would carry what it keeps out
-	if len(req.Redact) == 0 {
+	if len(req.Redact) == 0 && form == c {
 		exact = bytes.Clone(req.ExactArgs)
 	}
 	if reclaimed != nil {
@@ -428,9 +445,9 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	// Record to it later moved it with the runtime's bulk barrier while a collection marked).
 	ca := &claimAlloc{
 		rec: Record{
-			Intent: req.Intent, State: StateInFlight, Fingerprint: c.fp, Token: token, Nonce: nonce,
+			Intent: req.Intent, State: StateInFlight, Fingerprint: form.fp, Token: token, Nonce: nonce,
 			Owner: e.ownerWith(req.Carrier), Agent: agent, Parent: req.Parent, Domain: req.Domain, Seq: seq,
-			Tool: req.Tool, Args: c.stored, ExactArgs: exact, ReadSet: slices.Clone(req.ReadSet), Clock: clk,
+			Tool: req.Tool, Args: form.stored, ExactArgs: exact, ReadSet: slices.Clone(req.ReadSet), Clock: clk,
 			ClaimedAt: now, LeaseUntil: lease, UpdatedAt: now,
 			RerunSafe:  req.RerunSafe || e.cfg.OnLeaseExpiry == Reclaim,
 			KeepResult: keep, Redacted: redacted,

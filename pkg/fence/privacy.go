@@ -395,3 +395,18 @@ func (e *Engine) Fingerprint(tool string, args []byte) (string, error) {
 	}
 	return c.fp, nil
 }
+
+// Fingerprints returns the fingerprints a call of tool with args matches a record by: its own
+// (Fingerprint) and, with emptyAlike (Request.EmptyArgsAlike) and args absent, null or {}, the
+// other form's.
+func (e *Engine) Fingerprints(tool string, args []byte, emptyAlike bool) ([]string, error) {
+	var c call
+	if err := e.validate(&Request{Intent: "fingerprint", Tool: tool, Args: args}, &c); err != nil {
+		return nil, err
+	}
+	fps := []string{c.fp}
+	if other := otherEmptyArgs(c.args); emptyAlike && other != nil {
+		fps = append(fps, canon.Sum(canon.ToolCallCanonical(tool, other)))
+	}
+	return fps, nil
+}

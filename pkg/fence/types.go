@@ -32,6 +32,13 @@ type Request struct {
 	// of the intent. Args is any JSON value (empty means null).
 	Tool string          `json:"tool"`
 	Args json.RawMessage `json:"args,omitempty"`
+	// EmptyArgsAlike makes absent or null Args and an empty object one call for the
+	// fingerprint check (serve, whose agents send any of the three for a call without
+	// arguments): an attempt in one form of an intent recorded in another is treated as an
+	// identical attempt (replayed, refused in flight, waited for). Fingerprints are not
+	// changed: the record and its cert keep the form the intent was recorded with, and a
+	// claim this attempt makes over that record (a reclaim, a supersede) takes that form too.
+	EmptyArgsAlike bool `json:"-"`
 	// ReadSet lists the state the decision was based on; any entry that moved refuses the
 	// attempt before it runs and fails it at commit.
 	ReadSet []ReadSetEntry `json:"read_set,omitempty"`

@@ -177,6 +177,9 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		Intent: in.Intent, Parent: in.Parent, Domain: in.Domain, Tool: in.Tool, Args: json.RawMessage(in.Args),
 		ReadSet: in.ReadSet, Agent: in.Agent, Clock: in.Clock,
 		Redact: in.Redact, KeepResult: fence.KeepResult(in.KeepResult),
+		// An agent may leave args out, send null or send {} for a call without arguments,
+		// and a retry need not spell them as the first attempt did (docs/serve.md).
+		EmptyArgsAlike: true,
 	}
 	if cancelledWhileQueued(ctx) || cancelledAlone(ctx) {
 		// Cancelled before it ran (while it waited for a free --workers slot, say): the ledger

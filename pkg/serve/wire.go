@@ -53,7 +53,7 @@ func (v *ArgsValue) UnmarshalJSON(b []byte) error {
 type PrepareInput struct {
 	Intent   string               `json:"intent" jsonschema:"Stable id of the logical action, e.g. charge:order-123. Every attempt of the same action (retries, re-dispatches, other agents deciding the same thing) must use the same intent."`
 	Tool     string               `json:"tool" jsonschema:"Name of the side effect you are about to run, e.g. charge_card. Part of the action's fingerprint."`
-	Args     ArgsValue            `json:"args,omitempty" jsonschema:"Arguments of the side effect (an object, or null). Part of the fingerprint: the same intent with different tool or args is refused as intent_conflict."`
+	Args     ArgsValue            `json:"args,omitempty" jsonschema:"Arguments of the side effect (an object, or null; left out, null and {} are the same args). Part of the fingerprint: the same intent with different tool or args is refused as intent_conflict."`
 	Domain   string               `json:"domain,omitempty" jsonschema:"Contention scope whose next sequence number this effect takes, e.g. order:123. Omit for an effect that contends only with its own duplicates."`
 	ReadSet  []fence.ReadSetEntry `json:"read_set,omitempty" jsonschema:"The state your decision was based on: domains and the seq you read with fence_status. If any moved, the attempt is refused before it runs."`
 	Parent   string               `json:"parent,omitempty" jsonschema:"Hash of the cert this action causally follows, if any."`
@@ -207,7 +207,7 @@ type StatusInput struct {
 	Domain string        `json:"domain,omitempty" jsonschema:"A domain whose current sequence number you want (to put in a read_set)."`
 	Ticket *TicketHandle `json:"ticket,omitempty" jsonschema:"Proof: the ticket fence_prepare gave you for this intent. With it (or with tool and args) the answer includes the tool, args, result, agent and reason."`
 	Tool   string        `json:"tool,omitempty" jsonschema:"Proof: the tool of the call you prepared (with args)."`
-	Args   ArgsValue     `json:"args,omitempty" jsonschema:"Proof: the same args you prepared the intent with (an object, or omit for null)."`
+	Args   ArgsValue     `json:"args,omitempty" jsonschema:"Proof: the same args you prepared the intent with (an object, or null; left out, null and {} are the same args)."`
 }
 
 // StatsInput is the (empty) input of fence_stats.

@@ -60,6 +60,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"StaleCommitFails", testStaleCommit},
 		{"StaleReadSetAtPrepare", testStaleAtPrepare},
 		{"Conflict", testConflict},
+		{"EmptyArgsAlike", testEmptyArgsAlike},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SupersedeRepeatedPastTheNames", testSupersedeRepeatedPastTheNames},
@@ -970,6 +971,76 @@ func testConflict(t *testing.T, newStore Factory) {
 	otherTool.Tool = "refund"
 	_, err = eng.Prepare(ctx, otherTool)
 	wantCode(t, err, fence.ErrConflict)
+}
+
+// testEmptyArgsAlike: with Request.EmptyArgsAlike (serve's), absent or null args and {} are
+// one call. A retry in one form of an intent claimed in another is refused in flight, then
+// replayed the first attempt's cert, never refused as a conflict (whose advice, a distinct
+// intent, would run the effect a second time); a lapsed claim is taken over by it. The record
+// and the cert keep the first attempt's form and fingerprint. Without the flag, and for any
+// other arguments, the forms are different calls, as before.
+func testEmptyArgsAlike(t *testing.T, newStore Factory) {
+	forms := []struct {
+		name      string
+		args      []byte
+		canonical string
+	}{{"absent", nil, "null"}, {"null", []byte("null"), "null"}, {"empty", []byte(" { } "), "{}"}}
+	eng := fence.New(newStore(t), fence.Config{})
+	for _, first := range forms {
+		for _, retry := range forms {
+			intent := "ping:" + first.name + "-then-" + retry.name
+			r := fence.Request{Intent: intent, Tool: "ping", Args: first.args, EmptyArgsAlike: true}
+			want, err := eng.Fingerprint(r.Tool, first.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := mustFresh(t, eng, r)
+			again := r
+			again.Args = retry.args
+			_, err = eng.Prepare(ctx, again)
+			wantCode(t, err, fence.ErrInFlight)
+			cert := mustCommit(t, eng, tk, `"pong"`)
+			adm, err := eng.Prepare(ctx, again)
+			if err != nil || adm.Cert == nil || adm.Cert.Hash != cert.Hash {
+				t.Fatalf("%s: a retry in another form of a done intent: %+v %v; want the cert %s", intent, adm, err, cert.Hash)
+			}
+			rec, err := eng.Status(ctx, intent)
+			if err != nil || rec.Fingerprint != want || string(rec.Args) != first.canonical || string(rec.Cert.Args) != first.canonical {
+				t.Fatalf("%s: the record holds fingerprint %s, args %s, cert args %s; want the first form's (%s, %s)", intent, rec.Fingerprint, rec.Args, rec.Cert.Args, want, first.canonical)
+			}
+			plain := again
+			plain.EmptyArgsAlike = false
+			if _, err := eng.Prepare(ctx, plain); (first.canonical != retry.canonical) != errors.Is(err, fence.ErrConflict) {
+				t.Fatalf("%s without EmptyArgsAlike: %v", intent, err)
+			}
+			for _, other := range []string{`{"n":null}`, `[]`, `""`, `false`, `0`} {
+				differs := again
+				differs.Args = []byte(other)
+				_, err := eng.Prepare(ctx, differs)
+				wantCode(t, err, fence.ErrConflict)
+			}
+		}
+	}
+
+	// A lapsed re-run-safe claim made without args, taken over by an attempt with {}: the new
+	// claim, and the cert it commits, keep the form of the first.
+	st := newStore(t)
+	holder := fence.New(st, fence.Config{LeaseTTL: time.Nanosecond, Owner: "a/1/1", Liveness: cannotTell})
+	taker := fence.New(st, fence.Config{Owner: "b/1/1", Liveness: cannotTell})
+	r := fence.Request{Intent: "sync:now", Tool: "sync", RerunSafe: true, EmptyArgsAlike: true}
+	mustFresh(t, holder, r)
+	r.Args, r.ExactArgs = []byte(`{}`), []byte(`{}`)
+	adm, err := taker.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
+		t.Fatalf("a lapsed claim made without args, asked for with {}: %+v %v; want it taken over", adm, err)
+	}
+	want, _ := eng.Fingerprint("sync", nil)
+	if rec, _ := taker.Status(ctx, r.Intent); rec.Fingerprint != want || string(rec.Args) != "null" || rec.ExactArgs != nil {
+		t.Fatalf("the claim taken over with {} records fingerprint %s, args %s, exact args %q; want the first form's (%s, null, none)", rec.Fingerprint, rec.Args, rec.ExactArgs, want)
+	}
+	if cert := mustCommit(t, taker, *adm.Ticket, `"synced"`); string(cert.Args) != "null" {
+		t.Fatalf("the cert of the claim taken over with {} holds args %s; want null, the first form", cert.Args)
+	}
 }
 
 // testSupersedeNeverOverwrites: a done record superseded after its replay window moves to
