@@ -132,7 +132,9 @@ func (e PriorFailureError) Code() string         { return CodePriorFailure }
 func (e PriorFailureError) Is(target error) bool { return target == ErrPriorFailure }
 
 // IntentConflictError: the intent is recorded with different tool or arguments. It is refused
-// and never handed the other action's receipt: pick a distinct intent for a distinct action.
+// and never handed the other action's receipt. A distinct action takes a distinct intent; but
+// the attempt may be a retry whose arguments changed, and the recorded call may have run, so
+// the message never advises a new intent without saying so.
 // Its message names only the attempt's own fingerprint: the recorded one (an unsalted SHA-256
 // of the other call, whose redacted values it lets anyone test guesses of) is for whoever
 // holds the error, not for the caller that named the intent.
@@ -142,7 +144,7 @@ type IntentConflictError struct {
 }
 
 func (e IntentConflictError) Error() string {
-	return fmt.Sprintf("%s: intent %q is recorded for a different call (this attempt's fingerprint %s); not executed and no receipt given: use a distinct intent for a distinct action",
+	return fmt.Sprintf("%s: intent %q is recorded for a different call (this attempt's fingerprint %s); not executed and no receipt given. The recorded call may already have taken effect: a retry of it whose arguments changed must not be run under another intent; only a distinct action takes an intent of its own",
 		CodeConflict, e.Intent, short(e.Presented))
 }
 func (e IntentConflictError) Code() string         { return CodeConflict }

@@ -75,7 +75,7 @@ func RefusalOf(intent string, err error) Refusal {
 		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `%s`.", fence.ClearCommandWith(prior.Intent, fence.ClaimFlag(prior.Token)))
 	case errors.As(err, &conflict):
 		r.Intent = conflict.Intent
-		r.Next = "Do not run the effect: this intent id is recorded for a different call (tool or args differ). Use a distinct intent for a distinct action."
+		r.Next = fmt.Sprintf("Do not run the effect: this intent id is recorded for a different call (tool or args differ), which may already have run. If this call retries that action with changed tool or args, do not run it under a new intent: call %s with the intent to see whether it ran (with the first attempt's tool and args, or its ticket, to get its result). Only an action distinct from the recorded one takes an intent id of its own.", ToolStatus)
 	case errors.As(err, &stale):
 		r.Intent = stale.Intent
 		r.Domain = stale.Domain

@@ -266,8 +266,18 @@ func TestRefusalsCarryCodeFactsAndNext(t *testing.T) {
 	})
 	t.Run("conflict", func(t *testing.T) {
 		r := h.refused(serve.ToolPrepare, map[string]any{"intent": "scale:web", "tool": "kubectl_scale", "args": map[string]any{"n": 30}})
-		if r.Code != fence.CodeConflict || r.Intent != "scale:web" {
+		if r.Code != fence.CodeConflict || r.Intent != "scale:web" || r.Executed {
 			t.Fatalf("%+v", r)
+		}
+		// The attempt may be a retry whose args changed: advice to take another intent
+		// must say that the recorded call may have run, and how to find out.
+		for name, text := range map[string]string{"message": r.Message, "next": r.Next} {
+			if strings.Contains(text, "distinct intent") && !strings.Contains(text, "may already have") {
+				t.Errorf("the conflict's %s advises a distinct intent without saying the recorded call may have run: %s", name, text)
+			}
+		}
+		if !strings.Contains(r.Next, "may already have run") || !strings.Contains(r.Next, serve.ToolStatus) {
+			t.Errorf("the conflict's next does not say the recorded call may have run, nor how to see it: %s", r.Next)
 		}
 	})
 	t.Run("stale read set names domain, expected and actual", func(t *testing.T) {
