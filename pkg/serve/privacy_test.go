@@ -40,6 +40,8 @@ func TestStatusShowsArgsAndResultOnlyWithProof(t *testing.T) {
 		{"intent": "charge:42", "tool": "refund", "args": map[string]any{"amount": 4900, "card": cardNumber}},
 		{"intent": "charge:42", "ticket": other.Ticket},
 		{"intent": "charge:42", "ticket": map[string]any{"intent": "charge:42", "token": p.Ticket.Token, "nonce": strings.Repeat("0", 32)}},
+		// A ticket alone names its intent (docs/serve.md); a forged one proves nothing.
+		{"ticket": map[string]any{"intent": "charge:42", "token": p.Ticket.Token, "nonce": strings.Repeat("0", 32)}},
 	}
 	for _, in := range noProof {
 		raw, isErr := h.call(serve.ToolStatus, in)
@@ -57,6 +59,7 @@ func TestStatusShowsArgsAndResultOnlyWithProof(t *testing.T) {
 	}
 	proofs := []map[string]any{
 		{"intent": "charge:42", "ticket": p.Ticket},
+		{"ticket": p.Ticket}, // the ticket alone: the agent that holds it need not repeat its intent
 		// The same call, spelled differently: the fingerprint is canonical.
 		{"intent": "charge:42", "tool": "charge_card", "args": map[string]any{"card": cardNumber, "amount": 4900.0}},
 	}
@@ -67,6 +70,9 @@ func TestStatusShowsArgsAndResultOnlyWithProof(t *testing.T) {
 			st.Intent.Agent != "billing" || st.Intent.Tool != "charge_card" || st.Intent.Withheld != "" {
 			t.Fatalf("status with proof %v: %+v", in, st.Intent)
 		}
+	}
+	if r := h.refused(serve.ToolStatus, map[string]any{"ticket": map[string]any{"intent": "", "token": 1, "nonce": p.Ticket.Nonce}}); r.Code != fence.CodeInvalid || r.Field != "intent" {
+		t.Fatalf("status of a ticket without an intent: %+v", r)
 	}
 }
 

@@ -40,6 +40,7 @@ const (
 	descHeartbeat = `Extend the lease of a running effect by the lease TTL from now; call it before ticket.lease_until while a long effect runs. ` +
 		`Returns the ticket with its new lease_until. Refused with lease_lost if the intent was taken over.`
 	descStatus = `Read the ledger without changing it: the recorded state of an intent (none, in_flight, done, failed, unknown) and/or a domain's current sequence number, the seq to put in a read_set. ` +
+		`An intent is named by intent, or by its ticket alone. ` +
 		`Anyone naming an intent sees its state, times and hashes; its tool, args, result, agent and reason only with proof: the intent's ticket, or the same tool and args it was prepared with.`
 	descStats = `Counts of what the fence did with attempts: since this server started, and in the ledger over every process that shares it.`
 )
@@ -137,6 +138,9 @@ func intentOf(in any) string {
 	case HeartbeatInput:
 		return v.Ticket.Intent
 	case StatusInput:
+		if v.Intent == "" && v.Ticket != nil {
+			return v.Ticket.Intent
+		}
 		return v.Intent
 	}
 	return ""
@@ -338,8 +342,11 @@ func (s *Server) heartbeat(ctx context.Context, in HeartbeatInput) (any, error) 
 }
 
 func (s *Server) status(ctx context.Context, in StatusInput) (any, error) {
+	if in.Intent == "" && in.Ticket != nil {
+		in.Intent = in.Ticket.Intent // a ticket names its intent: the agent holding it need not repeat it
+	}
 	if in.Intent == "" && in.Domain == "" {
-		return nil, fence.InvalidError{Field: "intent", Why: "name an intent, a domain, or both"}
+		return nil, fence.InvalidError{Field: "intent", Why: "name an intent, a domain, or both (a ticket names its intent)"}
 	}
 	var out StatusResult
 	if in.Intent != "" {

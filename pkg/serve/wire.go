@@ -203,7 +203,7 @@ type HeartbeatInput struct {
 // StatusInput is the input of fence_status. Without a proof (the intent's ticket, or the same
 // tool and args) the answer carries state, times and hashes only.
 type StatusInput struct {
-	Intent string        `json:"intent,omitempty" jsonschema:"An intent whose recorded state you want."`
+	Intent string        `json:"intent,omitempty" jsonschema:"An intent whose recorded state you want (may be left out when ticket is given: the ticket's intent is read)."`
 	Domain string        `json:"domain,omitempty" jsonschema:"A domain whose current sequence number you want (to put in a read_set)."`
 	Ticket *TicketHandle `json:"ticket,omitempty" jsonschema:"Proof: the ticket fence_prepare gave you for this intent. With it (or with tool and args) the answer includes the tool, args, result, agent and reason."`
 	Tool   string        `json:"tool,omitempty" jsonschema:"Proof: the tool of the call you prepared (with args)."`
