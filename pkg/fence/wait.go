@@ -48,13 +48,22 @@ func (e *Engine) PrepareWaitUntil(ctx context.Context, req Request, maxWait time
 	deadline := time.Now().Add(maxWait)
 	poll, ceiling := 2*time.Millisecond, 100*time.Millisecond
 	waited := false
+	var (
+		out outcome
+		adm Admission
+		err error
+	)
 	notifier, _ := e.store.(Notifier)
 	var remote <-chan struct{}
 	stopRemote := func() {}
 	defer func() { stopRemote() }()
 	for {
 		ch, stop := e.watch.add(req.Intent)
-		out, adm, err := e.prepare(ctx, &req, &c)
+		lastOut, lastErr := out, err
+		out, adm, err = e.prepare(ctx, &req, &c)
+		if waited && err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			out, err = lastOut, lastErr // ctx ended as the ledger was asked again
+		}
 		if !worthWaiting(err) || !time.Now().Before(deadline) {
 			stop()
 			e.count(out, err, waited)
@@ -94,7 +103,10 @@ func (e *Engine) PrepareWaitUntil(ctx context.Context, req Request, maxWait time
 		}
 		timer.Stop()
 		stop()
-		if closed(giveUp) { // also when the intent changed as it was given up: not asked again
+		// Given up, also when the intent changed as it was: not asked again. So with ctx ended
+		// as another case woke the wait (select picks among ready cases at random): asked
+		// again, the ledger would answer ctx's error, not the InFlightError waited on.
+		if closed(giveUp) || ctx.Err() != nil {
 			e.count(out, err, waited)
 			return Admission{}, err
 		}
