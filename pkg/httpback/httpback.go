@@ -703,9 +703,26 @@ func (s *Session) post(ctx context.Context, body []byte) (*http.Response, bool, 
 	}
 	resp, err := s.do(req)
 	if err != nil {
-		return nil, gotConn.Load() || !getConn.Load(), err
+		return nil, (gotConn.Load() || !getConn.Load()) && !closedBeforeWritten(err), err
 	}
 	return resp, true, nil
+}
+
+// closedIdle is the text of net/http's error for a pooled connection that the server closed
+// after the transport took it for a request, but before any byte of the request was written.
+// The transport sets it only when it reads the server's close while it expects no answer on
+// the connection, and it counts a request as expected before writing any of it; with a body
+// it may not replay (GetBody is nil) it gives the request up with this error, unwrapped.
+const closedIdle = "http: server closed idle connection"
+
+// closedBeforeWritten reports whether err says that none of the request reached the server
+// (Go's transport gave it up on a pooled connection the server had closed, before writing).
+func closedBeforeWritten(err error) bool {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err != nil && err.Error() == closedIdle
 }
 
 // do sends req; its error names the URL without userinfo and query, which may hold secrets.
