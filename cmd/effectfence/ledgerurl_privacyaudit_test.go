@@ -23,6 +23,12 @@ func TestRefusedLedgerURLNotQuotedWithItsPassword(t *testing.T) {
 		{"leading space", " postgres://app:PWs3cretLD@db.example/ledger", "PWs3cretLD", "white space"},
 		{"trailing newline, password in the query", "postgres://app@db.example/ledger?password=PWs3cretLE\n", "PWs3cretLE", ""}, // refused later, by pgx or the policy
 		{"no scheme slashes", "app:PWs3cretLF@db.example/ledger", "PWs3cretLF", "not a supported scheme"},
+		// The parameter's name percent-encoded, as pgx and libpq decode it: no "password" in
+		// the text, and before 2026-12-06 it was quoted whole.
+		{"capitals, an encoded password=", "Postgres://db.example/ledger?pass%77ord=PWs3cretLG", "PWs3cretLG", "lower case"},
+		{"colon lost, an encoded password=", "postgres//db.example/ledger?%70%61ssword=PWs3cretLH", "PWs3cretLH", "colon of the scheme"},
+		{"leading space, an encoded PASSWORD=", " postgres://db.example/ledger?%50ASSWORD=PWs3cretLI", "PWs3cretLI", "white space"},
+		{"sqlalchemy scheme, an encoded sslpassword=", "postgresql+psycopg2://db.example/ledger?sslpass%57ord=PWs3cretLJ", "PWs3cretLJ", "not a supported scheme"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -193,16 +193,35 @@ func CheckLedger(ledger string) error {
 
 // shownLedger is a refused ledger string as CheckLedger's errors show it, which reach logs
 // (wrap's stderr): quoted, unless it could hold a password (user information before an '@', a
-// password= or sslpassword= parameter), which is then left out with all that follows its
-// scheme. Before 2026-12-05 the string was quoted whole (postgresql+psycopg2://u:PASSWORD@…).
+// password= or sslpassword= parameter, in any letter case, its name percent-encoded or not, as
+// pgx decodes it), which is then left out with all that follows its scheme. Before 2026-12-05
+// the string was quoted whole (postgresql+psycopg2://u:PASSWORD@…), and before 2026-12-06 so
+// was one whose parameter's name was percent-encoded (?pass%77ord=…).
 func shownLedger(s string) string {
-	if !strings.Contains(s, "@") && !strings.Contains(strings.ToLower(s), "password") {
+	if !strings.Contains(s, "@") && !strings.Contains(strings.ToLower(percentDecoded(s)), "password") {
 		return strconv.Quote(s)
 	}
 	if scheme, _, ok := strings.Cut(s, ":"); ok && validScheme(scheme) {
 		return strconv.Quote(scheme+":…") + " (the rest not shown: it may hold a password)"
 	}
 	return "(not shown: it may hold a password)"
+}
+
+// percentDecoded is s with each valid percent escape (%XX) decoded, as pgx and libpq decode a
+// URL's parts; what is not a valid escape is left as it is.
+func percentDecoded(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if c, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(c))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // keywordValue reports whether s starts like libpq's key=value connection string
