@@ -1,0 +1,9 @@
+package sqlite
+
+import "os"
+
+// RestingReader and StillAtRest are Check's look at a ledger at rest (rest_linux.go), for the
+// tests that open the ledger in another process between the two.
+func RestingReader(path string) *os.File { return restingReader(path) }
+
+func StillAtRest(f *os.File, path string) bool { return stillAtRest(f, path) }

@@ -1,0 +1,78 @@
+package sqlite
+
+import (
+	"errors"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// SQLite's locks on a database file (os_unix.c): the pending byte at 1 GiB, the reserved byte
+// after it, and the 510 bytes of the shared lock every connection holds while it is open.
+const (
+	pendingByte = 0x40000000
+	sharedFirst = pendingByte + 2
+	sharedSize  = 510
+)
+
+// restingReader returns a descriptor of the ledger file at path that holds SQLite's shared
+// lock, as a reader does, if the ledger is at rest: no write-ahead log or index beside it and
+// no process holding any of SQLite's locks on the file. Nil when it is not, or when this
+// cannot be told.
+//
+// The lock is an open file description lock: it stays while this process's other descriptors
+// of the file (SQLite's, of an immutable read) open and close, which drop its POSIX locks.
+// While it is held, no connection that opens the ledger can close as the last one, which
+// takes an exclusive lock to delete the log and the index: whoever opens the ledger
+// meanwhile leaves them behind, for stillAtRest to see.
+func restingReader(path string) *os.File {
+	if logBeside(path) {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	shared := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: sharedFirst, Len: sharedSize}
+	if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &shared) != nil || !stillAtRest(f, path) {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// stillAtRest reports whether the ledger file f (at path), whose shared lock f holds, is still
+// at rest: no log or index beside it, and no lock of another process (or of a connection of
+// this one) on any of SQLite's bytes but shared ones like f's.
+func stillAtRest(f *os.File, path string) bool {
+	if logBeside(path) {
+		return false
+	}
+	for _, probe := range []unix.Flock_t{
+		{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: pendingByte, Len: 2},
+		{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: sharedFirst, Len: sharedSize},
+	} {
+		if unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &probe) != nil || probe.Type != unix.F_UNLCK {
+			return false
+		}
+	}
+	return true
+}
+
+// logBeside reports whether a write-ahead log or an index is beside the ledger at path, or
+// beside the file a symbolic link at path leads to, where SQLite keeps them.
+func logBeside(path string) bool {
+	for _, base := range []string{path, realPath(path)} {
+		if present(base+"-wal") || present(base+"-shm") {
+			return true
+		}
+	}
+	return false
+}
+
+// present reports whether a file is at path; one that cannot be looked at counts as there.
+func present(path string) bool {
+	_, err := os.Lstat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}
