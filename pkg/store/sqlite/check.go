@@ -217,6 +217,11 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 		}
 	}
 	r.read(ctx, db, path)
+	if pid := replacedIndexUser(path); pid != 0 {
+		// The file is sound; the process is not, and a read of the ledger cannot show it.
+		r.Problems = append(r.Problems, fmt.Sprintf("process %d has the ledger open with an index (%s-shm) that was removed or replaced while it used it: it records nothing more (its calls fail), and what it would write no process opening the ledger now would see", pid, path))
+		r.Advice = append(r.Advice, fmt.Sprintf("restart process %d and every other effectfence process that had the ledger open before its index was removed (closing, each leaves its log whole); never remove a ledger's -shm or -wal file while a process uses it; the ledger file is not damaged: do not move it aside", pid))
+	}
 	r.OK = len(r.Problems) == 0
 	return r, nil
 }

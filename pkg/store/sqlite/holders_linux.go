@@ -90,6 +90,94 @@ func otherNameHolder(path string, wait time.Duration) (int, string) {
 	return 0, ""
 }
 
+// replacedIndexUser returns a process other than this one that has the ledger file at path
+// open and uses an index beside this name that is no longer there (PATH-shm deleted, or
+// replaced by another file, while it had it open), if it still does after a while; 0 when there
+// is none, or when this cannot be seen (as for otherNameHolder). The evidence must stay for otherNameWait. Such a process records
+// nothing more on Linux (its index watch), or would write through an index that no process
+// opening the ledger now shares. A process that merely stopped (SIGSTOP, a debugger) with its
+// index in place holds the same locks and is not one: the index it has open is still at the
+// name. A last connection closing deletes its index before closing it: that passes within
+// the wait.
+func replacedIndexUser(path string) int {
+	wait := otherNameWait
+	real := realPath(absPath(path))
+	db, err := os.Stat(real)
+	if err != nil {
+		return 0
+	}
+	st, ok := db.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0
+	}
+	look := func() map[int]bool {
+		shm, _ := os.Stat(real + "-shm") // nil: no index at the name
+		pids, found := map[int]bool{}, map[int]bool{}
+		self := os.Getpid()
+		eachPOSIXLock(func(pid int, _ string, ino uint64) {
+			if pid != self && ino == uint64(st.Ino) {
+				pids[pid] = true
+			}
+		})
+		for pid := range pids {
+			if usesReplacedIndex(pid, real, db, shm) {
+				found[pid] = true
+			}
+		}
+		return found
+	}
+	found := look()
+	for deadline := time.Now().Add(wait); len(found) > 0 && time.Now().Before(deadline); {
+		time.Sleep(wait / 10)
+		still := look()
+		for pid := range found {
+			if !still[pid] {
+				delete(found, pid)
+			}
+		}
+	}
+	for pid := range found {
+		return pid
+	}
+	return 0
+}
+
+// usesReplacedIndex says whether process pid has the ledger file db (at real) open and a file
+// named real-shm that is not shm (the file at that name now; nil: none), by its descriptors.
+func usesReplacedIndex(pid int, real string, db, shm os.FileInfo) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	open, replaced := false, false
+	for _, fd := range fds {
+		fi, err := os.Stat(filepath.Join(dir, fd.Name()))
+		if err != nil {
+			continue
+		}
+		if os.SameFile(fi, db) {
+			open = true
+			continue
+		}
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil {
+			continue
+		}
+		// The kernel names a file removed from the name it was opened by "PATH (deleted)",
+		// whether or not it keeps another name (a hard link).
+		if name, ok := strings.CutSuffix(target, " (deleted)"); ok {
+			if _, err := os.Lstat(target); err != nil {
+				target = name
+			}
+		}
+		if target == real+"-shm" && (shm == nil || !os.SameFile(fi, shm)) {
+			replaced = true
+		}
+	}
+	return open && replaced
+}
+
 // lockersWithout returns the processes other than this one, by pid, that hold a POSIX lock on
 // the file db and none on the file shm (shm's zero value: no such file), as far as /proc/locks
 // tells. A lock there names its file by inode and by its file system's device, which need not

@@ -14,5 +14,9 @@ func checkOtherName(string) error { return nil }
 // log.
 func foreignLogUser(string) int { return 0 }
 
+// replacedIndexUser is a Linux look (see holders_linux.go): elsewhere no process is seen using
+// a replaced index.
+func replacedIndexUser(string) int { return 0 }
+
 // fileNow is a Linux look (see holders_linux.go): elsewhere the moved file is not found.
 func fileNow(os.FileInfo) os.FileInfo { return nil }
