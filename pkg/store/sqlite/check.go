@@ -22,7 +22,7 @@ type CheckReport struct {
 	// OK is true when the file is a healthy effectfence ledger this build can use.
 	OK bool `json:"ok"`
 	// Kind is "effectfence ledger", "empty file", "foreign SQLite database", "not SQLite",
-	// "torn SQLite file" (shorter than the SQLite header: what it was cannot be told), "missing", "file mounted alone", "file with several names" (hard links), "file open
+	// "torn SQLite file" (shorter than the SQLite header: what it was cannot be told), "missing", "file mounted alone", "special file beside it" (a named pipe, a device or a directory where its log or index belongs), "file with several names" (hard links), "file open
 	// under another name" (moved or linked while a process had it open), or "SQLite database"
 	// for one that could not be read and whose header does not name it a ledger (its first
 	// pages may still be only in its write-ahead log).
@@ -114,7 +114,7 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	for _, c := range []struct {
 		kind  string
 		check func() error
-	}{{"file with several names", func() error { return checkOneName(path, fi) }}, {"file open under another name", func() error { return checkOtherName(path) }}, {"log of another file", func() error { return checkOwnLog(path) }}} {
+	}{{"special file beside it", func() error { return checkBeside(path) }}, {"file with several names", func() error { return checkOneName(path, fi) }}, {"file open under another name", func() error { return checkOtherName(path) }}, {"log of another file", func() error { return checkOwnLog(path) }}} {
 		if r.refused(c.kind, c.check()) {
 			return r, nil
 		}

@@ -487,6 +487,9 @@ func prepareFile(path string, readOnly bool) error {
 	if full := filepath.Join(realPath(filepath.Dir(path)), filepath.Base(path)); runtime.GOOS != "windows" && len(full) > maxPathBytes {
 		return fmt.Errorf("ledger %s: its full path (%s) is %d bytes, and SQLite opens at most %d; choose a shorter path with --ledger or EFFECTFENCE_LEDGER (nothing was created)", path, full, len(full), maxPathBytes)
 	}
+	if err := checkBeside(path); err != nil {
+		return err
+	}
 	fi, err := os.Stat(path)
 	if err == nil && fi.Size() == 0 || errors.Is(err, os.ErrNotExist) {
 		if err := checkOrphanLog(path); err != nil {
@@ -606,6 +609,31 @@ func prepareFile(path string, readOnly bool) error {
 func checkOrphanLog(path string) error {
 	if problem, advice := OrphanLog(path); problem != "" {
 		return &FileError{Path: path, Problem: problem + "; opening a new ledger here would delete them, so nothing was done", Advice: advice}
+	}
+	return nil
+}
+
+// checkBeside refuses a ledger whose write-ahead log or index name (<ledger>-wal,
+// <ledger>-shm, beside the file a link leads to, where SQLite puts them) holds something other
+// than a file: a named pipe, a device, a socket, a directory. SQLite waits on a pipe for
+// ever (every open and `ledger check` hung) or fails with a bare "disk I/O error", which
+// `ledger check` took for a damaged ledger and advised salvaging. Such a thing holds nothing
+// of the ledger's: SQLite makes the log and the index as files.
+func checkBeside(path string) error {
+	real := realPath(path)
+	for _, b := range []struct{ suffix, what string }{{"-wal", "write-ahead log"}, {"-shm", "index"}} {
+		name := real + b.suffix
+		fi, err := os.Stat(name)
+		if err != nil || fi.Mode().IsRegular() {
+			continue
+		}
+		kind := "a directory"
+		if !fi.IsDir() {
+			kind = irregular(fi.Mode())
+		}
+		return &FileError{Path: path,
+			Problem: fmt.Sprintf("has %s where its %s belongs (%s), not a file: SQLite would wait on it for ever, or fail with an I/O error", kind, b.what, name),
+			Advice:  fmt.Sprintf("move it out of the way (mv %[1]s %[1]s.aside): SQLite makes a ledger's %[2]s as a file, so this holds none of its records; the ledger file is not damaged; nothing was changed", name, b.what)}
 	}
 	return nil
 }
