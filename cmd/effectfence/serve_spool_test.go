@@ -78,6 +78,17 @@ func TestServeOutcomeDuringALedgerFailureIsSpooled(t *testing.T) {
 			if d.Status != serve.StatusAlreadyDone || d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_9")) {
 				t.Fatalf("a duplicate after the spooled commit: %+v; want the agent's result", d)
 			}
+			if alive {
+				// One prepare, one attempt, replayed: the refusal that had it record the spool
+				// first is no answer of its own (before, it was counted too, as failed).
+				var st serve.StatsResult
+				if raw, isErr := b.call(serve.ToolStats, `{}`); isErr || json.Unmarshal(raw, &st) != nil {
+					t.Fatalf("fence_stats: %s", raw)
+				}
+				if got, want := st.SinceBoot.Counters, (fence.Counters{Replayed: 1}); got != want {
+					t.Errorf("the duplicate's serve counted %s, want %s", got.Line(), want.Line())
+				}
+			}
 			raw, isErr := b.call(serve.ToolCommit, args)
 			var c serve.CommitResult
 			if isErr || json.Unmarshal(raw, &c) != nil || c.Cert == nil || c.Cert.Hash != d.Cert.Hash {

@@ -847,7 +847,10 @@ func (k *knownIntents) add(intent string) {
 }
 
 // count puts one attempt in its bucket.
-func (e *Engine) count(out outcome, err error, waited bool) {
+func (e *Engine) count(out outcome, err error, waited bool) { e.Count(decide(out, err, waited)) }
+
+// decide returns the bucket of an attempt's answer.
+func decide(out outcome, err error, waited bool) Decision {
 	var b bucket
 	switch {
 	case err == nil && out == outAdmitted:
@@ -869,9 +872,9 @@ func (e *Engine) count(out outcome, err error, waited bool) {
 	case errors.Is(err, ErrConflict):
 		b = bConflict
 	default:
-		return // store errors and invalid requests are not attempts the fence decided
+		return Decision{} // store errors and invalid requests are not attempts the fence decided
 	}
-	e.counts.add(b)
+	return Decision{b: b, ok: true}
 }
 
 // update runs fn in a write transaction and folds this process's unflushed counters into the

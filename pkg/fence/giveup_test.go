@@ -96,3 +96,40 @@ func TestPrepareWaitGivenUp(t *testing.T) {
 		t.Fatalf("counters %s, want %s", stats.SinceBoot.Line(), want.Line())
 	}
 }
+
+// PrepareWaitUncounted leaves its answer out of the counters: only Count puts it in its
+// bucket, so a caller that asks again for one call (wrap's continuation, a refusal DrainedFor
+// says to ask again about) counts that call once.
+func TestPrepareWaitUncountedIsCountedByCountAlone(t *testing.T) {
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	req := fence.Request{Intent: "uncounted", Tool: "charge"}
+	sinceBoot := func() fence.Counters {
+		t.Helper()
+		st, err := eng.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.SinceBoot
+	}
+	holder, admitted, err := eng.PrepareWaitUncounted(ctx, req, 0, nil)
+	if err != nil || !holder.Fresh() {
+		t.Fatalf("a free intent: %+v, %v; want it admitted", holder, err)
+	}
+	_, refused, err := eng.PrepareWaitUncounted(ctx, req, 0, nil)
+	if !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("a duplicate: %v; want intent_in_flight", err)
+	}
+	if got := sinceBoot(); !got.IsZero() {
+		t.Fatalf("counted %s before Count", got.Line())
+	}
+	eng.Count(admitted)
+	eng.Count(fence.Decision{}) // counts nothing
+	if got, want := sinceBoot(), (fence.Counters{Admitted: 1}); got != want {
+		t.Fatalf("counted %s, want %s", got.Line(), want.Line())
+	}
+	eng.Count(refused)
+	if got, want := sinceBoot(), (fence.Counters{Admitted: 1, InFlight: 1}); got != want {
+		t.Fatalf("counted %s, want %s", got.Line(), want.Line())
+	}
+}

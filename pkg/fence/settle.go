@@ -359,7 +359,8 @@ func SpoolHolds(ctx context.Context, st Store, dir string) ([]string, error) {
 // another process of this host may have recorded its outcome since Prepare read the ledger (a
 // drain removes its file once the ledger holds the outcome): DrainedFor reads the record and
 // says to ask again if it is no longer unknown. One read, on a path that is already a refusal;
-// a refusal that still stands is not asked, and so not counted, twice.
+// a refusal that still stands is not asked, and so not counted, twice. A caller that asks again
+// counts only the answer it then gets (PrepareWaitUncounted), not the refusal beside it.
 func (e *Engine) DrainedFor(ctx context.Context, err error) (bool, error) {
 	var pf PriorFailureError
 	if !errors.As(err, &pf) {

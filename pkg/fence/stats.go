@@ -7,8 +7,9 @@ import (
 
 // Counters count attempts by what the fence did with them. Every Prepare or PrepareWait call
 // with a valid request lands in exactly one of the attempt buckets (Admitted, Reclaimed,
-// Replayed, Coalesced and the five refusals); LeaseLost counts refused Commit, Abort, Release
-// and Heartbeat calls, which are not attempts.
+// Replayed, Coalesced and the five refusals), and so does every PrepareWaitUncounted call whose
+// Decision is counted (a caller that asks again for one call counts only its last answer);
+// LeaseLost counts refused Commit, Abort, Release and Heartbeat calls, which are not attempts.
 type Counters struct {
 	Admitted     uint64 `json:"admitted"`
 	Reclaimed    uint64 `json:"reclaimed"`

@@ -41,9 +41,38 @@ func (e *Engine) PrepareWait(ctx context.Context, req Request, maxWait time.Dura
 // as refused in flight like a wait whose maxWait ran out: it ended with the intent in flight
 // and did not run. wrap gives up the wait of a duplicate its agent cancelled this way.
 func (e *Engine) PrepareWaitUntil(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}) (Admission, error) {
+	adm, d, err := e.PrepareWaitUncounted(ctx, req, maxWait, giveUp)
+	e.Count(d)
+	return adm, err
+}
+
+// Decision is the bucket of Counters one answer of the fence goes in, not counted yet
+// (PrepareWaitUncounted). The zero Decision, and that of an answer that is no attempt the
+// fence decided (a store error, an invalid request), counts nothing.
+type Decision struct {
+	b  bucket
+	ok bool
+}
+
+// Count puts d in its bucket.
+func (e *Engine) Count(d Decision) {
+	if d.ok {
+		e.counts.add(d.b)
+	}
+}
+
+// PrepareWaitUncounted is PrepareWaitUntil that leaves its answer out of the counters and
+// returns the Decision that Count puts there. It is for a caller that may ask the ledger
+// again for the same call, which then counts only the last answer, so that each call lands in
+// exactly one bucket: a refusal that DrainedFor says to ask again about (its outcome was
+// recorded meanwhile), or wrap's continuation of a multi round-trip call (SEP-2322) that
+// waited for a first round answered with a question. Counting every answer counted such a
+// call twice, a refusal beside the answer it got. A Decision never counted is an attempt
+// missing from the counters.
+func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}) (Admission, Decision, error) {
 	var c call
 	if err := e.validate(&req, &c); err != nil {
-		return Admission{}, err
+		return Admission{}, Decision{}, err
 	}
 	deadline := time.Now().Add(maxWait)
 	poll, ceiling := 2*time.Millisecond, 100*time.Millisecond
@@ -66,17 +95,15 @@ func (e *Engine) PrepareWaitUntil(ctx context.Context, req Request, maxWait time
 		}
 		if !worthWaiting(err) || !time.Now().Before(deadline) {
 			stop()
-			e.count(out, err, waited)
 			if err != nil {
-				return Admission{}, err
+				return Admission{}, decide(out, err, waited), err
 			}
-			return adm, nil
+			return adm, decide(out, err, waited), nil
 		}
 		waited = true
 		if closed(giveUp) {
 			stop()
-			e.count(out, err, waited)
-			return Admission{}, err
+			return Admission{}, decide(out, err, waited), err
 		}
 		if notifier != nil && remote == nil {
 			if rch, rstop, werr := notifier.Watch(ctx, req.Intent); werr == nil {
@@ -97,8 +124,7 @@ func (e *Engine) PrepareWaitUntil(ctx context.Context, req Request, maxWait time
 		case <-ctx.Done():
 			timer.Stop()
 			stop()
-			e.count(out, err, waited)
-			return Admission{}, err
+			return Admission{}, decide(out, err, waited), err
 		case <-giveUp:
 		}
 		timer.Stop()
@@ -107,8 +133,7 @@ func (e *Engine) PrepareWaitUntil(ctx context.Context, req Request, maxWait time
 		// as another case woke the wait (select picks among ready cases at random): asked
 		// again, the ledger would answer ctx's error, not the InFlightError waited on.
 		if closed(giveUp) || ctx.Err() != nil {
-			e.count(out, err, waited)
-			return Admission{}, err
+			return Admission{}, decide(out, err, waited), err
 		}
 		poll = min(poll*2, ceiling)
 	}

@@ -192,8 +192,9 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		return nil, fmt.Errorf("preparing %s: %w before it ran (nothing was asked of the ledger)", req.Intent, ctx.Err())
 	}
 	var (
-		adm fence.Admission
-		err error
+		adm      fence.Admission
+		decision fence.Decision
+		err      error
 	)
 	wait := in.WaitSecs
 	if noWait, _ := ctx.Value(noWaitKey{}).(bool); noWait {
@@ -207,11 +208,7 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		// database that stopped answering waited for as long, holding its slot.
 		bound := time.Duration(wait*float64(time.Second)) + prepareBound
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
-		if wait > 0 {
-			adm, err = s.eng.PrepareWaitUntil(lctx, req, time.Duration(wait*float64(time.Second)), ctx.Done())
-		} else {
-			adm, err = s.eng.Prepare(lctx, req)
-		}
+		adm, decision, err = s.eng.PrepareWaitUncounted(lctx, req, time.Duration(wait*float64(time.Second)), ctx.Done())
 		if err != nil && lctx.Err() != nil && fence.CodeOf(err) == fence.CodeStore {
 			err = fmt.Errorf("the ledger did not answer within %s (another process may hold this intent's record locked, or the database does not answer): not admitted, run nothing and ask again: %w", bound, err)
 		}
@@ -219,7 +216,9 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		// An intent of unknown outcome may be unknown only because its outcome waits in the
 		// spool for the next Recover (Engine.DrainedFor records it), or was recorded by
 		// another process since this read: the agent is asked to call an operator only if
-		// the ledger, asked again once, still says unknown.
+		// the ledger, asked again once, still says unknown. Only the last answer is counted:
+		// before 2026-12-06 the refusal was too, and the one call counted twice
+		// (TestServeOutcomeDuringALedgerFailureIsSpooled).
 		if drained {
 			break
 		}
@@ -227,6 +226,7 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 			break
 		}
 	}
+	s.eng.Count(decision)
 	if err != nil && wait > 0 && errors.Is(err, fence.ErrInFlight) && cancelledAlone(ctx) {
 		// The wait ended because its request was cancelled: answered as the cancellation
 		// (docs/serve.md), not as the in-flight refusal it waited on.

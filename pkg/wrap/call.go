@@ -332,12 +332,15 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	// The cancellation never reaches the claim: a call the ledger admits is the attempt, and
 	// is seen through (see run).
 	began := time.Now()
-	adm, err := p.opt.Engine.PrepareWaitUntil(f.ctx, req, s.Wait, ctx.Done())
+	// The answer is counted once this call will not ask the ledger again: a call that asks
+	// again (below) counts only its last answer, not a refusal beside it.
+	adm, decision, err := p.opt.Engine.PrepareWaitUncounted(f.ctx, req, s.Wait, ctx.Done())
 	holder := err == nil && adm.Fresh()
 	// A flight ended while its members wait, without a failure to share, is one a stopping
 	// front gave up on (Shared.Abandon, or drain for a proxy's own flights).
 	abandoned := f.ctx.Err() != nil
 	if !holder && err != nil && ctx.Err() != nil {
+		p.opt.Engine.Count(decision)
 		p.flights.leave(id.intent, f, false)
 		return answer{outcome: "refused", code: fence.CodeOf(err), withdrawn: true}
 	}
@@ -351,17 +354,25 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// outcome; this call carries the client's answers to such a question. Given the
 			// question, its answers would never reach the server and the person would be asked
 			// again: it goes through the fence itself instead, once (the intent is free once
-			// the attempt's members have left).
+			// the attempt's members have left). Counted by that answer alone: before
+			// 2026-12-06 the wait was counted too, refused in flight, and the one call twice
+			// (TestContinuationWaitingOnAFirstRoundRuns).
 			return p.fencedCall(context.WithValue(ctx, continuedKey{}, true), tool, id, params, task)
 		}
+		p.opt.Engine.Count(decision)
 		return failure.as("coalesced", failure.code)
 	}
 	if err != nil {
 		if p.drainedFor(ctx, id.intent, err) {
 			// An outcome waiting in the spool (or held in memory) was just recorded: this
-			// intent's may have been among them, so the ledger answers again, once.
+			// intent's may have been among them, so the ledger answers again, once, and that
+			// answer alone is counted (before 2026-12-06 the refusal was too, and the one call
+			// counted twice: TestSpooledOutcomeIsNotAskedAbout).
 			return p.fencedCall(context.WithValue(ctx, drainedKey{}, true), tool, id, params, task)
 		}
+	}
+	p.opt.Engine.Count(decision)
+	if err != nil {
 		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
 			return a
 		}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 // TestContinuationWaitingOnAFirstRoundRuns: a continuation of a multi round-trip call
@@ -41,5 +43,10 @@ func TestContinuationWaitingOnAFirstRoundRuns(t *testing.T) {
 	l.send(`{"jsonrpc":"2.0","id":"again","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
 	if again := l.text(`"again"`); !again.replayed() || again.text() != "confirmed n=1" {
 		t.Fatalf("a duplicate after the continuation: %+v %q, want its replay", again, again.text())
+	}
+	// Three calls, three attempts: the continuation's wait for the first round is no answer of
+	// its own (before, it was counted too, refused in flight, beside the continuation's run).
+	if got, want := l.sinceBoot(), (fence.Counters{Admitted: 2, Replayed: 1}); got != want {
+		t.Fatalf("counters %s, want %s", got.Line(), want.Line())
 	}
 }

@@ -83,15 +83,7 @@ func TestStatsLineOnSIGUSR1AndExit(t *testing.T) {
 	r := newRig(t)
 	w := r.wrap()
 	storm(t, w.Session, 3, "slow", `{"ms":200,"tag":"stats"}`)
-	if err := syscall.Kill(w.Pid(), syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(w.log.String(), "effectfence since boot:"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no stats line after SIGUSR1: %s", w.log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sinceBootLine(t, w)
 	w.Close()
 	lines := regexp.MustCompile(`effectfence since boot: admitted=1 .*total=3 prevented=2\n`).FindAllString(w.log.String(), -1)
 	if len(lines) != 2 {
@@ -164,4 +156,21 @@ func waitForClaim(t *testing.T, led *store.Ledger) *fence.Record {
 		return claim != nil
 	})
 	return claim
+}
+
+// sinceBootLine has wrap log its counters (SIGUSR1) and returns the first such line of its log.
+func sinceBootLine(t *testing.T, w *wrapProc) string {
+	t.Helper()
+	if err := syscall.Kill(w.Pid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`effectfence since boot: .*\n`)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if line := re.FindString(w.log.String()); line != "" {
+			return strings.TrimSuffix(line, "\n")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stats line after SIGUSR1: %s", w.log.String())
+		}
+	}
 }

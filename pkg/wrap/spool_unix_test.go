@@ -93,6 +93,15 @@ func TestSpooledOutcomeIsNotAskedAbout(t *testing.T) {
 			if files, _ := fence.SpoolFiles(spool); len(files) != 0 {
 				t.Errorf("spool still holds %v after the outcome was recorded", files)
 			}
+			// The duplicate is one attempt, replayed: the refusal that had it record the spool
+			// first is no answer of its own (before, it was counted too, refused as failed).
+			want := "admitted=0 replayed=1 refused(stale=0 race=0 in-flight=0 failed=0 conflict=0) total=1 prevented=1"
+			if !killed {
+				want = "admitted=1 replayed=1 refused(stale=0 race=0 in-flight=0 failed=0 conflict=0) total=2 prevented=1"
+			}
+			if got := sinceBootLine(t, dup); got != "effectfence since boot: "+want {
+				t.Errorf("the duplicate's wrap counted %q, want %q", got, want)
+			}
 			c := r.wrap(flags...) // the next start
 			if x := call(t, c.Session, "slow", args); !x.replayed() || x.same() != first.same() || r.effectCount() != 1 {
 				t.Fatalf("a wrap started afterwards: replayed %v, %s; %d executions", x.replayed(), x.text(), r.effectCount())
