@@ -10,7 +10,8 @@
 //     duplicates receive the recorded result (a replay, marked in _meta) without running.
 //   - A result with isError true, a JSON-RPC error from the child and a request that never
 //     reached the child are definite failures: the intent is released (a retry may run) and
-//     the duplicates that waited in this process receive the same failure.
+//     the duplicates that waited in this process receive the same failure. The ledger records
+//     no failure, so a duplicate waiting in another process finds the intent free and runs it.
 //   - A child that dies, or a transport that fails, after the call was written leaves the
 //     outcome unknown: the intent is fenced until an operator clears it, and every duplicate
 //     is told it was not executed again and what the operator must run.

@@ -69,7 +69,7 @@ func Env(effects, mode string) []string {
 const ToolsList = `{"tools":[` +
 	`{"name":"charge","title":"Charge a card","description":"Charges a card once. Appends to the effects file.","inputSchema":{"type":"object","properties":{"amount":{"type":"integer","minimum":1},"order":{"type":"string"},"note":{"type":"string"},"idempotency_key":{"type":"string","description":"dedupe key"}},"required":["amount"],"additionalProperties":false,"$comment":"keep me"},"outputSchema":{"type":"object","properties":{"charge_id":{"type":"string"},"amount":{"type":"integer"}},"required":["charge_id"]},"annotations":{"destructiveHint":true,"idempotentHint":false,"openWorldHint":true},"execution":{"taskSupport":"forbidden"}},` +
 	`{"name":"slow","description":"Sleeps ms milliseconds (and until the file until exists, when given), then records one effect.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
-	`{"name":"fail","description":"Records an attempt, then answers isError (card declined).","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
+	`{"name":"fail","description":"Records an attempt (once the file until exists, when given), then answers isError (card declined).","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
 	`{"name":"die","description":"Records an effect, then kills its own process.","inputSchema":{"type":"object","properties":{"ms":{"type":"integer"},"tag":{"type":"string"}}}},` +
 	`{"name":"balance","description":"Reads the balance (read only).","inputSchema":{"type":"object","properties":{}},"annotations":{"readOnlyHint":true}},` +
 	`{"name":"add_tool","description":"Adds the tool \"extra\" and sends tools/list_changed.","inputSchema":{"type":"object"}},` +
@@ -587,6 +587,15 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		return text(fmt.Sprintf("slow done n=%d pid=%d t=%d", n, os.Getpid(), time.Now().UnixNano()), false), nil
 	case "fail":
 		sleep()
+		if a.Until != "" { // a test lets the call end by creating the file
+			fmt.Fprintf(os.Stderr, "mcptest: fail tag=%s started\n", a.Tag)
+			for {
+				if _, err := os.Stat(a.Until); err == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
 		n := s.record("fail tag=" + a.Tag)
 		if a.RPC {
 			return nil, &jsonrpc.Error{Code: -32000, Message: "declined", Raw: json.RawMessage(RPCRefusal)}
