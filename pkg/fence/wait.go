@@ -65,10 +65,10 @@ func (e *Engine) Count(d Decision) {
 // returns the Decision that Count puts there. It is for a caller that may ask the ledger
 // again for the same call, which then counts only the last answer, so that each call lands in
 // exactly one bucket: a refusal that DrainedFor says to ask again about (its outcome was
-// recorded meanwhile), or wrap's continuation of a multi round-trip call (SEP-2322) that
-// waited for a first round answered with a question. Counting every answer counted such a
-// call twice, a refusal beside the answer it got. A Decision never counted is an attempt
-// missing from the counters.
+// recorded meanwhile), wrap's continuation of a multi round-trip call (SEP-2322) that waited
+// for a first round answered with a question, or wrap's call refused as unknown that the person
+// then settled through elicitation. Counting every answer counted such a call twice, a refusal
+// beside the answer it got. A Decision never counted is an attempt missing from the counters.
 func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}) (Admission, Decision, error) {
 	var c call
 	if err := e.validate(&req, &c); err != nil {

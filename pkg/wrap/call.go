@@ -370,12 +370,14 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// counted twice: TestSpooledOutcomeIsNotAskedAbout).
 			return p.fencedCall(context.WithValue(ctx, drainedKey{}, true), tool, id, params, task)
 		}
+		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
+			// Settled by the person's answer and asked again: counted by that answer alone
+			// (before 2026-12-06 the refusal was too: TestCallSettledByThePersonIsCountedOnce).
+			return a
+		}
 	}
 	p.opt.Engine.Count(decision)
 	if err != nil {
-		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
-			return a
-		}
 		if abandoned && errors.Is(err, fence.ErrInFlight) {
 			return answer{result: p.abandonedWait(id.intent, err, time.Since(began))}.as("refused", fence.CodeOf(err))
 		}

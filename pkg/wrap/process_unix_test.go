@@ -7,8 +7,10 @@ package wrap_test
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -172,5 +174,34 @@ func sinceBootLine(t *testing.T, w *wrapProc) string {
 		if time.Now().After(deadline) {
 			t.Fatalf("no stats line after SIGUSR1: %s", w.log.String())
 		}
+	}
+}
+
+// A call that meets an unknown outcome, which the person settles through elicitation (*it
+// happened*), is answered with the replay it then gets from the ledger, and counted once, by
+// that answer: the refusal that had wrap ask is no answer of its own (before 2026-12-06 it was
+// counted too, refused as failed, beside the replay: two attempts for one call).
+func TestCallSettledByThePersonIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var asked atomic.Int32
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{}}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	r.onRequest = func(_ context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+		if method == "elicitation/create" {
+			asked.Add(1)
+			return json.RawMessage(`{"action":"accept","content":{"outcome":"happened","reference":"checked"}}`), nil
+		}
+		return json.RawMessage(`{}`), nil
+	}
+	w := r.wrap()
+	if x := call(t, w.Session, "die", `{"tag":"settled"}`); !x.IsError || string(x.Meta["effectfence/code"]) != `"prior_failure"` {
+		t.Fatalf("a call whose server died inside it: %+v; want its outcome unknown", x)
+	}
+	if x := call(t, w.Session, "die", `{"tag":"settled"}`); x.IsError || !x.replayed() || asked.Load() != 1 || r.effectCount() != 1 {
+		t.Fatalf("the call again, the person saying it happened: %q (isError %v, replayed %v), asked %d times, %d executions; want the replay, asked once, 1 execution",
+			x.text(), x.IsError, x.replayed(), asked.Load(), r.effectCount())
+	}
+	if got, want := sinceBootLine(t, w), "effectfence since boot: admitted=1 replayed=1 refused(stale=0 race=0 in-flight=0 failed=0 conflict=0) total=2 prevented=1"; got != want {
+		t.Fatalf("counted %q, want %q", got, want)
 	}
 }
