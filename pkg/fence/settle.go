@@ -141,6 +141,7 @@ func (e *Engine) Settle(ctx context.Context, o Outcome) (*Cert, error) {
 			var other otherReportError
 			if lost == nil && errors.As(spoolErr, &other) {
 				// Kept by another process sharing the spool since this one looked (see keep).
+				e.counts.add(bLeaseLost)
 				lost = LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
 					Why: fmt.Sprintf("this claim's %s, reported at the same time, waits to be recorded and stands; this %s is not recorded", other.w.Kind, o.Kind)}
 			}
@@ -213,6 +214,7 @@ func (e *Engine) standing(ctx context.Context, o Outcome) error {
 	// just been recorded (TestDirectCommitAfterADrainThatFailedElsewhere).
 	_, _ = e.DrainSpool(ctx)
 	if !e.reportGone(w) {
+		e.counts.add(bLeaseLost) // a refused report, as the ledger's refusal of a second one is
 		return LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
 			Why: fmt.Sprintf("this claim's %s, reported before, waits in the spool to be recorded and stands; this %s is not recorded", w.Kind, o.Kind)}
 	}
@@ -244,6 +246,7 @@ func (e *Engine) keep(o Outcome, put func(), lost *error) {
 	e.spool.kmu.Lock()
 	defer e.spool.kmu.Unlock()
 	if w, ok := e.waiting(o); ok && !sameReport(w, o) {
+		e.counts.add(bLeaseLost)
 		*lost = LeaseLostError{Intent: o.Ticket.Intent, Token: o.Ticket.Token,
 			Why: fmt.Sprintf("this claim's %s, reported at the same time, waits to be recorded and stands; this %s is not recorded", w.Kind, o.Kind)}
 		return

@@ -118,3 +118,36 @@ func TestDirectCommitAfterADrainThatFailedElsewhere(t *testing.T) {
 		t.Fatalf("commit after the spooled commit was recorded: %+v %v; want the spooled commit's cert", c, err)
 	}
 }
+
+// A report refused lease_lost because another report of its claim waits in the spool (the
+// ledger still down, so the waiting one cannot be recorded first) is counted lease_lost, as
+// Counters says of every refused Commit, Abort or Release and as the ledger's own refusal of a
+// second report is. Before 2026-12-06 it was counted nowhere.
+func TestReportRefusedForASpooledOneIsCountedLeaseLost(t *testing.T) {
+	ctx := context.Background()
+	ds := &fencetest.DownStore{Store: fence.NewMemoryStore()}
+	e := fence.New(ds, fence.Config{SpoolDir: t.TempDir()})
+	defer e.Close()
+	adm, err := e.Prepare(ctx, fence.Request{Intent: "x", Tool: "t", Args: []byte(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	ds.Down.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
+	cancel()
+	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
+		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+	}
+	if err := e.Release(ctx, *adm.Ticket, "cleaning up"); !errors.Is(err, fence.ErrLeaseLost) {
+		t.Fatalf("release after the spooled commit, the ledger still down: %v; want lease_lost", err)
+	}
+	ds.Down.Store(false)
+	st, err := e.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (fence.Counters{Admitted: 1, LeaseLost: 1}); st.SinceBoot != want {
+		t.Fatalf("counters %s, want %s", st.SinceBoot.Line(), want.Line())
+	}
+}

@@ -55,6 +55,17 @@ func TestTwoReportsOfOneClaimAtOnceAreNotBothKept(t *testing.T) {
 				e.Close()
 				t.Fatalf("spool failing %v, round %d: commit %v; release %v: both kept, the intent then %s", spoolFails, i, errs[0], errs[1], s.State)
 			}
+			// The one refused is counted lease_lost, whichever look refused it (before
+			// 2026-12-06 a refusal for a report kept before it was counted nowhere).
+			refused := uint64(0)
+			for _, err := range errs {
+				if errors.Is(err, fence.ErrLeaseLost) {
+					refused++
+				}
+			}
+			if st, _ := e.Stats(ctx); st.SinceBoot.LeaseLost != refused {
+				t.Errorf("spool failing %v, round %d: commit %v; release %v; counted %s, want lease-lost=%d", spoolFails, i, errs[0], errs[1], st.SinceBoot.Line(), refused)
+			}
 			e.Close()
 		}
 	}
