@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 )
 
@@ -72,4 +74,33 @@ func pidOf(line string) string {
 		}
 	}
 	return ""
+}
+
+// A duplicate given the failure of the attempt it waited for in the same wrap is answered
+// with that very failure and did not run: the engine counts it refused in flight (docs/
+// gateway.md's effectfence_fence_attempts_total), and Observe sees it coalesced with the
+// failure's code.
+func TestWaiterGivenTheFailureCountsRefusedInFlight(t *testing.T) {
+	l := newLineRig(t)
+	gate := filepath.Join(l.r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"shared","until":%q}`, gate)
+	l.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"fail","arguments":` + args + `}}`)
+	waitFor(t, "the first call to reach its server", func() bool { return strings.Contains(l.log.String(), "mcptest: fail tag=shared started") })
+	l.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"fail","arguments":` + args + `}}`)
+	waitFor(t, "the duplicate to wait for the first call", func() bool { return l.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, dup := l.text(`"first"`), l.text(`"dup"`)
+	if !first.IsError || dup.text() != first.text() || l.r.effectCount() != 1 {
+		t.Fatalf("the call %q, its duplicate %q, %d executions; want one failure, shared", first.text(), dup.text(), l.r.effectCount())
+	}
+	if got, want := l.sinceBoot(), (fence.Counters{Admitted: 1, InFlight: 1}); got != want {
+		t.Fatalf("counters %s, want %s", got.Line(), want.Line())
+	}
+	seen := l.outcomes()
+	sort.Strings(seen) // the two end at about the same time, in either order
+	if got, want := strings.Join(seen, " "), "coalesced/is_error executed/is_error"; got != want {
+		t.Fatalf("calls observed as %q, want %q", got, want)
+	}
 }
