@@ -190,3 +190,51 @@ func TestStoppingSessionsCountTowardTheirPrincipalsBound(t *testing.T) {
 		}
 	}
 }
+
+// docs/gateway.md, --max-sessions: a session being stopped counts until its server is, which
+// may take the --grace of a call inside it. A duplicate the session holds, waiting for an
+// identical call another session runs, is not inside its server: at the end of the grace it
+// is told that it was NOT executed, and the session's place is free. Before, the stop waited
+// for the duplicate's whole --wait (here an hour), and with it every initialize was refused.
+func TestStoppedSessionsWaitingDuplicateEndsWithTheGrace(t *testing.T) {
+	t.Parallel()
+	until := filepath.Join(t.TempDir(), "go-on")
+	g := newGW(t, func(c *httpfront.Config, o *wrap.Options) {
+		c.MaxSessions = 2
+		o.Wait = time.Hour
+	})
+	t.Cleanup(func() { _ = os.WriteFile(until, nil, 0o600) })
+	held := call(5, "slow", `{"tag":"held","until":`+strconv.Quote(until)+`}`)
+	running, waiting := g.open(nil), g.open(nil)
+	go func() { _, _ = g.post(context.Background(), running, nil, held) }()
+	waitLog(t, g, "slow tag=held started")
+	dup := make(chan reply, 1)
+	go func() {
+		r, _ := g.post(context.Background(), waiting, nil, held)
+		dup <- r
+	}()
+	for g.inFlight() < 2 { // the duplicate is being served: it waits for the call running
+		time.Sleep(20 * time.Millisecond)
+	}
+	g.deleteSession(t, waiting)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := g.mustPost("", nil, initBody)
+		if r.status == http.StatusOK {
+			break
+		}
+		if r.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("initialize 30 s after the session holding only a duplicate was ended (grace 300 ms): status %d %v, want 200", r.status, r.raw)
+		}
+	}
+	select {
+	case r := <-dup:
+		if text := resultText(t, r.last(t)); !strings.Contains(text, "NOT executed") || !strings.Contains(text, "the client ended the session") {
+			t.Fatalf("the duplicate of the ended session was answered %q, want that it was NOT executed, the session being ended", text)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the duplicate of the ended session got no answer")
+	}
+	if n := len(mcptest.Effects(g.effects)); n != 0 {
+		t.Fatalf("%d executions, want none (the call is still held)", n)
+	}
+}

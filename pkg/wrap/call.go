@@ -331,14 +331,23 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	// for it, so a cancelled wait just ends: no response (MCP), counted as refused in flight.
 	// The cancellation never reaches the claim: a call the ledger admits is the attempt, and
 	// is seen through (see run).
+	// It also stops waiting when this proxy's stop is past its grace: the duplicate holds
+	// nothing inside the server, and its wait (--wait) would hold the stop, and so the
+	// gateway session being stopped (counted under --max-sessions), past the grace. Before,
+	// only a stop of the whole process ended it (Shared.Abandon).
+	wait, endWait := context.WithCancel(f.ctx)
+	stopWatch := context.AfterFunc(p.graceOver, endWait)
 	began := time.Now()
 	// The answer is counted once this call will not ask the ledger again: a call that asks
 	// again (below) counts only its last answer, not a refusal beside it.
-	adm, decision, err := p.opt.Engine.PrepareWaitUncounted(f.ctx, req, s.Wait, ctx.Done())
+	adm, decision, err := p.opt.Engine.PrepareWaitUncounted(wait, req, s.Wait, ctx.Done())
 	holder := err == nil && adm.Fresh()
 	// A flight ended while its members wait, without a failure to share, is one a stopping
-	// front gave up on (Shared.Abandon, or drain for a proxy's own flights).
-	abandoned := f.ctx.Err() != nil
+	// front gave up on (Shared.Abandon, or drain for a proxy's own flights), or this proxy's
+	// stop was past its grace.
+	abandoned := wait.Err() != nil
+	stopWatch()
+	endWait()
 	if !holder && err != nil && ctx.Err() != nil {
 		p.opt.Engine.Count(decision)
 		p.flights.leave(id.intent, f, false)
@@ -1059,7 +1068,11 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 // ended (after waited): the call it waited for may be cut by the same stop and left unknown,
 // so no recorded result is promised to a retry.
 func (p *Proxy) abandonedWait(intent string, err error, waited time.Duration) json.RawMessage {
-	msg := fmt.Sprintf("effectfence is stopping, so this call stopped waiting (after %s) for an identical call still running. This call was NOT executed a second time. A retry receives that call's outcome once it is recorded: its result if it ends, or, if the stop cuts it off, that its outcome is unknown, fenced until an operator has checked the real system.", waited.Round(time.Millisecond))
+	stopping := "effectfence is stopping"
+	if why := p.stopReason(); why != "" {
+		stopping += " (" + why + ")"
+	}
+	msg := fmt.Sprintf("%s, so this call stopped waiting (after %s) for an identical call still running. This call was NOT executed a second time. A retry receives that call's outcome once it is recorded: its result if it ends, or, if the stop cuts it off, that its outcome is unknown, fenced until an operator has checked the real system.", stopping, waited.Round(time.Millisecond))
 	return toolError(msg, fence.CodeOf(err), intent)
 }
 
