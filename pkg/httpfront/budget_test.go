@@ -2,6 +2,7 @@ package httpfront_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func TestLargeRequestsWaitForTheBudget(t *testing.T) {
 	sid := g.open(nil)
 	large := call(3, "charge", `{"amount":7,"note":"`+strings.Repeat("n", 2<<20)+`"}`)
 
-	release := httpfront.HoldRequestBudget()
+	release := httpfront.HoldRequestBudget(t)
 	defer func() { release() }()
 	if r := g.mustPost(sid, nil, call(2, "charge", `{"amount":5}`)); r.status != http.StatusOK || strings.Contains(r.raw[0], "error") {
 		t.Fatalf("a small call with the budget full: %d %v; want it run", r.status, r.raw)
@@ -50,4 +51,72 @@ func TestLargeRequestsWaitForTheBudget(t *testing.T) {
 	if n := len(mcptest.Effects(g.effects)); n != 2 {
 		t.Fatalf("%d executions, want 2", n)
 	}
+}
+
+// RequestBudget counts every body, not only those past 1 MiB: a flood of calls of just under
+// 1 MiB each (300 at once took a real gateway to 1.9 GB resident) waits for room as larger
+// ones do, and one that finds none within the body's bound is refused with 503, unread:
+// nothing ran. A small call is not held back by them: the budget keeps a part that only small
+// bodies take. (Not parallel: it holds the process's budget.)
+func TestBodiesUnderAMiBTakeTheBudget(t *testing.T) {
+	const bound = 2 * time.Second
+	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.BodyTimeout = bound })
+	sid := g.open(nil)
+	release := httpfront.HoldRequestBudget(t)
+	defer func() { release() }()
+	under := call(3, "charge", `{"amount":7,"note":"`+strings.Repeat("n", 600<<10)+`"}`)
+	r, err := g.post(context.Background(), sid, nil, under)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("a call of 600 KiB with no room left for large bodies: %d %.300v; want 503 with Retry-After", r.status, r.raw)
+	}
+	if r := g.mustPost(sid, nil, call(2, "charge", `{"amount":5}`)); r.status != http.StatusOK || strings.Contains(r.raw[0], "error") {
+		t.Fatalf("a small call with no room left for large bodies: %d %v; want it run", r.status, r.raw)
+	}
+	// Sent without a Content-Length (chunked), the same: the small one runs, the other waits.
+	if status, body := postChunked(t, g, sid, call(4, "charge", `{"amount":6}`)); status != http.StatusOK || strings.Contains(body, "error") {
+		t.Fatalf("a small call sent chunked with no room left for large bodies: %d %.300s; want it run", status, body)
+	}
+	if status, body := postChunked(t, g, sid, under); status != http.StatusServiceUnavailable {
+		t.Fatalf("a call of 600 KiB sent chunked with no room left for large bodies: %d %.300s; want 503", status, body)
+	}
+	if n := len(mcptest.Effects(g.effects)); n != 2 {
+		t.Fatalf("%d executions, want 2 (the small calls')", n)
+	}
+	release()
+	release = func() {}
+	if r := g.mustPost(sid, nil, under); r.status != http.StatusOK || strings.Contains(r.raw[0], `"error"`) {
+		t.Fatalf("the call of 600 KiB sent again with room: %d %.300v; want it run", r.status, r.raw)
+	}
+	if status, body := postChunked(t, g, sid, call(5, "charge", `{"amount":7,"note":"`+strings.Repeat("c", 600<<10)+`"}`)); status != http.StatusOK || strings.Contains(body, `"error"`) {
+		t.Fatalf("a call of 600 KiB sent chunked with room: %d %.300s; want it run", status, body)
+	}
+	if n := len(mcptest.Effects(g.effects)); n != 4 {
+		t.Fatalf("%d executions, want 4", n)
+	}
+	if used := httpfront.RequestBudgetUsed(); used != 0 {
+		t.Fatalf("%d bytes of the budget held once every call was answered, want 0", used)
+	}
+}
+
+// postChunked POSTs body on the session sid without a Content-Length, and returns the
+// answer's status and body.
+func postChunked(t *testing.T, g *gw, sid, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.url, io.MultiReader(strings.NewReader(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

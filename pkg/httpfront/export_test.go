@@ -2,15 +2,18 @@ package httpfront
 
 import (
 	"context"
+	"testing"
 	"time"
 )
 
-// HoldRequestBudget takes the whole budget of large requests, as requests being read would;
-// it returns a func that gives it back.
-func HoldRequestBudget() func() {
-	n := requests.Total()
-	requests.Acquire(context.Background(), n, 0)
-	return func() { requests.Release(n) }
+// RequestCost is what a body is charged per byte of its length.
+const RequestCost = requestCost
+
+// HoldRequestBudget takes all of the budget that large requests may take (all but the part
+// kept for small ones), as large requests being read would; it returns a func that gives it
+// back.
+func HoldRequestBudget(t testing.TB) func() {
+	return HoldRequestBudgetBut(t, 0)
 }
 
 // SetMaxBacklog lowers the bound on one stream's backlog for a test; it returns a func that
@@ -77,15 +80,18 @@ func (h *Handler) OpenStreams() int {
 	return n
 }
 
-// HoldRequestBudgetBut takes all of the budget of large requests but free bytes; it returns a
-// func that gives it back.
-func HoldRequestBudgetBut(free int64) func() {
-	n := requests.Total() - free
-	requests.Acquire(context.Background(), n, 0)
+// HoldRequestBudgetBut takes all of the budget that large requests may take but free bytes;
+// it returns a func that gives it back.
+func HoldRequestBudgetBut(t testing.TB, free int64) func() {
+	t.Helper()
+	n := requests.Total() - smallReserve - free
+	if !requests.Acquire(context.Background(), n, 10*time.Second) {
+		t.Fatalf("the budget of requests is in use (%d bytes free)", requests.Total()-RequestBudgetUsed())
+	}
 	return func() { requests.Release(n) }
 }
 
-// RequestBudgetUsed is the part of the budget of large requests held now.
+// RequestBudgetUsed is the part of the budget held now.
 func RequestBudgetUsed() int64 {
 	now, _ := requests.Used()
 	return now

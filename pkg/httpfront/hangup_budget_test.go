@@ -23,8 +23,10 @@ func TestHungUpLargeCallKeepsItsBudget(t *testing.T) {
 	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.BodyTimeout = bound })
 	sid := g.open(nil)
 	// Room for one large message of 2 MiB, not two.
-	release := httpfront.HoldRequestBudgetBut(3 << 20)
+	const charge = httpfront.RequestCost * 2 << 20
+	release := httpfront.HoldRequestBudgetBut(t, charge*3/2)
 	defer release()
+	base := httpfront.RequestBudgetUsed()
 	pad := strings.Repeat("p", 2<<20)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -40,8 +42,8 @@ func TestHungUpLargeCallKeepsItsBudget(t *testing.T) {
 	<-done
 	time.Sleep(100 * time.Millisecond) // the POST's handler has ended
 
-	if used := httpfront.RequestBudgetUsed() - (httpfront.RequestBudget - 3<<20); used < 2<<20 {
-		t.Errorf("the call still being served holds %d bytes of the budget, want its body's %d", used, len(pad))
+	if used := httpfront.RequestBudgetUsed() - base; used < charge {
+		t.Errorf("the call still being served holds %d bytes of the budget, want its body's charge, %d", used, charge)
 	}
 	r, err := g.post(context.Background(), sid, nil, call(3, "charge", `{"amount":7,"note":"`+pad+`"}`))
 	if err != nil {
@@ -54,7 +56,7 @@ func TestHungUpLargeCallKeepsItsBudget(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if used := httpfront.RequestBudgetUsed() - (httpfront.RequestBudget - 3<<20); used != 0 {
+	if used := httpfront.RequestBudgetUsed() - base; used != 0 {
 		t.Fatalf("%d bytes of the budget still held after the call was served, want 0", used)
 	}
 	if r := g.mustPost(sid, nil, call(4, "charge", `{"amount":8,"note":"`+pad+`"}`)); r.status != http.StatusOK || strings.Contains(r.raw[0], `"error"`) {

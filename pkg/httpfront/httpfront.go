@@ -436,52 +436,110 @@ var maxBacklog = wrap.MaxMessage
 // ends, as when its backlog passes maxBacklog. A variable so tests can lower it.
 var writeTimeout = time.Minute
 
-// RequestBudget bounds the bytes of large requests the front holds at once, across every
-// session: a body that grows past 1 MiB first reserves its Content-Length (64 MiB when it has
-// none) and keeps it until the request's answer is sent, or, when its client hangs up first,
-// until the proxy has served it (the call goes on, holding its message; before 2026-12-06 the
-// room was given back at the hang-up, so a client that hung up after each large call held any
-// number of them). Recording a call whose arguments are 60 MiB took about 1.7 GB and a minute;
-// eight at once, unbounded, could exhaust a host's memory. A body that finds no room within --body-timeout is refused
-// with 503, unread: nothing ran.
+// RequestBudget bounds the memory the requests the front holds take, across every session.
+// Every body is charged requestCost times its length (its Content-Length; without one, 64 KiB
+// and, once it grows past that, 64 MiB, cut to its length once read) from its first byte
+// until its answer is sent, or, when its client hangs up first, until the proxy has served it
+// (the call goes on, holding its message; before 2026-12-06 the room was given back at the
+// hang-up, so a client that hung up after each large call held any number of them).
+// Recording a call whose arguments are 60 MiB took about 1.7 GB and a minute; eight at once,
+// unbounded, could exhaust a host's memory. Before 2026-12-06 a body of up to 1 MiB was not
+// charged at all: 300 calls of 1000 KiB at once took a real gateway to 1.9 GB resident. A
+// body that finds no room within --body-timeout is refused with 503, unread: nothing ran.
 const RequestBudget = 128 << 20
 
-// freeRequest is how long a body may be without reserving any of the budget.
-const freeRequest = 1 << 20
+// requestCost is what a body is charged per byte while it is held: the copies of it alive
+// then (the body read, the message the proxy decodes from it, the canonical arguments it
+// fingerprints and records, the line it writes to the server). What a held call takes of the
+// process is more (the garbage collector's slack, the ledger's work: 300 calls of 600 KiB held
+// at once took 2 GB resident, about 11 times their length), so the budget bounds the memory
+// to a multiple of itself (a flood of such calls now peaks near 300 MB), not to 128 MiB.
+const requestCost = 4
+
+// smallRequest is the longest body that may take the part of the budget kept for small ones
+// (smallReserve): a body longer than it leaves that part free, so ordinary calls, a few KiB
+// each, do not wait while large ones fill the budget.
+const (
+	smallRequest = 64 << 10
+	smallReserve = 32 << 20
+)
 
 // requests is the process's RequestBudget (a variable so tests can lower it).
 var requests = budget.NewPool(RequestBudget)
 
 // errBusy ends the read of a body that found no room in the budget.
-var errBusy = errors.New("no room for another large message")
+var errBusy = errors.New("no room for another message")
 
-// bodyMeter reads a body, reserving size bytes of the budget once it grows past freeRequest.
+// bodyMeter reads a body, taking its charge of the budget before the bytes it reads: at once
+// for a body whose length is known (size), in two steps for one whose length is not (-1).
 type bodyMeter struct {
-	ctx              context.Context
-	r                io.Reader
-	wait             time.Duration
-	size, read, held int64
+	ctx        context.Context
+	r          io.Reader
+	wait       time.Duration
+	size       int64 // the body's Content-Length (at most maxBody), or -1
+	read, held int64
+	steps      int // the charges taken: 1 for a known length, up to 2 for an unknown one
 }
 
 func (m *bodyMeter) Read(p []byte) (int, error) {
-	if m.held == 0 && m.read+int64(len(p)) > freeRequest {
-		if !requests.Acquire(m.ctx, m.size, m.wait) {
+	switch {
+	case m.steps == 0 && m.size == 0:
+	case m.steps == 0 && m.size > 0:
+		if !m.take(m.size) {
 			return 0, errBusy
 		}
-		m.held = m.size
+	case m.steps == 0: // no length: charged as a small body until it passes smallRequest
+		if !m.take(smallRequest) {
+			return 0, errBusy
+		}
+	case m.steps == 1 && m.size < 0 && m.read+int64(len(p)) > smallRequest:
+		// Charged for the most it may be, as its length is not known, and cut to its length
+		// once read (trim). Taken at once, not as it grows: bodies sharing the budget cannot
+		// each hold part of it waiting for the rest.
+		if !m.take(maxBody) {
+			return 0, errBusy
+		}
 	}
 	n, err := m.r.Read(p)
 	m.read += int64(n)
 	return n, err
 }
 
-func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController) {
-	meter := &bodyMeter{ctx: r.Context(), r: http.MaxBytesReader(w, r.Body, maxBody), wait: h.cfg.BodyTimeout, size: maxBody}
-	if r.ContentLength > 0 && r.ContentLength < maxBody {
-		meter.size = r.ContentLength
+// take raises what the meter holds to the charge of a body of n bytes, waiting for room up to
+// its wait; a body longer than smallRequest leaves smallReserve free.
+func (m *bodyMeter) take(n int64) bool {
+	reserve := int64(0)
+	if n > smallRequest {
+		reserve = smallReserve
 	}
+	c := min(requestCost*n, requests.Total()-reserve)
+	if c > m.held && !requests.AcquireLeaving(m.ctx, c-m.held, reserve, m.wait) {
+		return false
+	}
+	m.held = max(m.held, c)
+	m.steps++
+	return true
+}
+
+// trim gives back what the meter holds beyond the charge of the body read, n bytes long (a
+// body without a Content-Length was charged for the most it could be).
+func (m *bodyMeter) trim(n int64) {
+	if over := m.held - requestCost*n; over > 0 && m.size < 0 {
+		requests.Release(over)
+		m.held -= over
+	}
+}
+
+func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController) {
+	if r.ContentLength > maxBody {
+		w.Header().Set("Connection", "close") // the body is not read
+		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
+		return
+	}
+	meter := &bodyMeter{ctx: r.Context(), r: http.MaxBytesReader(w, r.Body, maxBody), wait: h.cfg.BodyTimeout, size: r.ContentLength}
 	defer func() { requests.Release(meter.held) }()
 	body, err := io.ReadAll(meter)
+	meter.trim(int64(len(body)))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		var ne net.Error
@@ -489,7 +547,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		case errors.Is(err, errBusy):
 			w.Header().Set("Connection", "close") // the rest of the body is not read
 			w.Header().Set("Retry-After", "1")
-			httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds as many large messages as it may (%d MiB) and none ended within %s: this message was NOT read and nothing ran; send it again", requests.Total()>>20, h.cfg.BodyTimeout))
+			httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds as many messages as its memory budget allows (%d MiB, a message counting %d times its length) and none ended within %s: this message was NOT read and nothing ran; send it again", requests.Total()>>20, requestCost, h.cfg.BodyTimeout))
 		case errors.As(err, &tooBig):
 			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
 		case errors.As(err, &ne) && ne.Timeout():

@@ -1,6 +1,9 @@
 package budget
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 type entry struct{ n int }
 
@@ -40,5 +43,28 @@ func TestPutKeepsTheBudget(t *testing.T) {
 	tb.Drop(s, e)
 	if s.Load() != nil || tb.Bytes() != before-10 {
 		t.Fatalf("Drop: slot %v, count %d, want nil and %d", s.Load(), tb.Bytes(), before-10)
+	}
+}
+
+// A taker that leaves a reserve never takes it, nor more than the pool but the reserve;
+// takers that need not leave it take it.
+func TestAcquireLeavingKeepsTheReserve(t *testing.T) {
+	p := NewPool(100)
+	ctx := context.Background()
+	if !p.AcquireLeaving(ctx, 500, 30, 0) {
+		t.Fatal("a taker leaving 30 of an empty pool of 100 took nothing")
+	}
+	if now, _ := p.Used(); now != 70 {
+		t.Fatalf("it took %d, want 70 (all but the reserve)", now)
+	}
+	if p.AcquireLeaving(ctx, 1, 30, 0) {
+		t.Fatal("a second taker leaving 30 took part of the reserve")
+	}
+	if !p.Acquire(ctx, 30, 0) {
+		t.Fatal("a taker that need not leave the reserve could not take it")
+	}
+	p.Release(100)
+	if now, _ := p.Used(); now != 0 {
+		t.Fatalf("%d taken once all was given back", now)
 	}
 }

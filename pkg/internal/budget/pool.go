@@ -27,12 +27,19 @@ func (p *Pool) Total() int64 { return p.total }
 // Acquire takes n bytes (at most the whole pool), waiting until wait has passed or ctx ends.
 // It reports whether it took them.
 func (p *Pool) Acquire(ctx context.Context, n int64, wait time.Duration) bool {
-	n = min(n, p.total)
+	return p.AcquireLeaving(ctx, n, 0, wait)
+}
+
+// AcquireLeaving is Acquire for a taker that must leave reserve bytes free for others (a
+// part of the pool kept for small messages): it takes n bytes (at most the pool but
+// reserve) only while reserve bytes are then still free.
+func (p *Pool) AcquireLeaving(ctx context.Context, n, reserve int64, wait time.Duration) bool {
+	n = min(n, p.total-reserve)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		p.mu.Lock()
-		if p.free >= n {
+		if p.free-n >= reserve {
 			p.free -= n
 			p.least = min(p.least, p.free)
 			p.mu.Unlock()
