@@ -815,11 +815,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, who Caller, rc *ht
 	if s == nil {
 		return
 	}
-	st, ok := s.openGet()
-	if !ok {
-		httpError(w, http.StatusConflict, "this session already has a GET stream open")
-		return
-	}
+	st := s.openGet()
 	defer s.closeGet(st)
 	_ = rc.SetReadDeadline(time.Time{}) // the stream lasts as long as the session
 	s.streamTo(w, r, st, false)
@@ -854,6 +850,9 @@ type stream struct {
 	// more (over is set).
 	stalled chan struct{}
 	over    bool
+	// replaced is closed when a new GET stream of the session took this one over (a GET
+	// stream's only; nil for a request's).
+	replaced chan struct{}
 
 	// Guarded by the session's mu: body is the request's POST body; answered says the proxy
 	// gave its response, line (or said there is none: nil); orphan says the HTTP response

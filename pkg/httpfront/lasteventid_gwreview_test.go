@@ -12,34 +12,29 @@ import (
 )
 
 // rawGET opens the session's GET stream over a new TCP connection with the extra header
-// lines given as written, waiting while the gateway still counts an earlier stream as open
-// (409). It returns the stream's reader and a function that closes it.
+// lines given as written (taking over a stream still open). It returns the stream's reader
+// and a function that closes it.
 func rawGET(t *testing.T, gwURL, sid, extra string) (*bufio.Reader, func()) {
 	t.Helper()
 	u, err := url.Parse(gwURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		conn, err := net.Dial("tcp", u.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(time.Minute))
-		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Session-Id: %s\r\n%s\r\n", u.Path, u.Host, sid, extra)
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode == http.StatusOK {
-			return bufio.NewReader(resp.Body), func() { conn.Close() }
-		}
-		conn.Close()
-		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
-			t.Fatalf("GET with %.60q: status %d, want 200", extra, resp.StatusCode)
-		}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
 	}
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Session-Id: %s\r\n%s\r\n", u.Path, u.Host, sid, extra)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		conn.Close()
+		t.Fatalf("GET with %.60q: status %d, want 200", extra, resp.StatusCode)
+	}
+	return bufio.NewReader(resp.Body), func() { conn.Close() }
 }
 
 // nextEvent reads the stream up to its next event with data, and returns the event's lines.

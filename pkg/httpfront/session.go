@@ -253,15 +253,27 @@ func (s *session) unroute(st *stream) {
 	st.older, st.newer, st.routed = nil, nil, false
 }
 
-func (s *session) openGet() (*stream, bool) {
+// openGet opens the session's GET stream. One already open is taken over: it ends
+// (replaced), and what was queued on it and not yet written goes to the new one. A client
+// opens a GET stream again when it saw its stream break, and the gateway may not have: a
+// middlebox that lost the connection, a client whose socket was destroyed, leave the old one
+// open and silent here until TCP gives up (before 2026-12-06 the new GET was refused 409 all
+// that time; the TypeScript SDK gave up after two retries, and the server's later messages,
+// its requests included, went to the dead stream). Only the session's principal can name it.
+func (s *session) openGet() *stream {
+	st := newStream("", "", true)
+	st.replaced = make(chan struct{})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.getSt != nil {
-		return nil, false
+	if old := s.getSt; old != nil {
+		for _, line := range old.take() {
+			st.push(line)
+		}
+		close(old.replaced)
 	}
-	s.getSt = newStream("", "", true)
-	s.flushHeld(s.getSt)
-	return s.getSt, true
+	s.getSt = st
+	s.flushHeld(st)
+	return st
 }
 
 func (s *session) closeGet(st *stream) {
@@ -389,6 +401,8 @@ func (s *session) streamTo(w http.ResponseWriter, r *http.Request, st *stream, r
 			return false
 		case <-st.stalled:
 			return false // the client read too little for too long: what was queued is dropped
+		case <-st.replaced:
+			return false // a new GET stream of the session took over (openGet)
 		case <-s.done:
 			answered := false
 			if request {

@@ -18,10 +18,7 @@ import (
 // finished stream, where nobody would read it: it reaches the client on the GET stream.
 func TestMessageAfterAResponseIsNotLost(t *testing.T) {
 	s := newSession("test", Caller{}, nil)
-	get, ok := s.openGet()
-	if !ok {
-		t.Fatal("cannot open the GET stream")
-	}
+	get := s.openGet()
 	m, err := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -49,13 +46,48 @@ func TestMessageAfterAResponseIsNotLost(t *testing.T) {
 	}
 }
 
+// A GET stream of the session opened while another is open takes it over: the old one is told
+// to end, what was queued on it and not yet written goes to the new one first, in order, and
+// the server's messages from then on go to the new one; the old one's end leaves the new one
+// in place.
+func TestNewGETStreamTakesOverTheOld(t *testing.T) {
+	s := newSession("test", Caller{}, nil)
+	old := s.openGet()
+	notes := []string{`{"jsonrpc":"2.0","method":"notifications/message","params":{"n":1}}`, `{"jsonrpc":"2.0","method":"notifications/message","params":{"n":2}}`, `{"jsonrpc":"2.0","id":"r","method":"roots/list"}`}
+	for _, n := range notes[:2] {
+		if err := s.Write([]byte(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := s.openGet()
+	select {
+	case <-old.replaced:
+	default:
+		t.Fatal("the old GET stream was not told to end")
+	}
+	if err := s.Write([]byte(notes[2])); err != nil {
+		t.Fatal(err)
+	}
+	s.closeGet(old)
+	var got []string
+	for _, l := range get.take() {
+		got = append(got, string(l))
+	}
+	if !slices.Equal(got, notes) || len(old.take()) != 0 {
+		t.Fatalf("the new GET stream holds %q, want %q", got, notes)
+	}
+	if s.getSt != get {
+		t.Fatal("the old stream's end closed the new one")
+	}
+}
+
 // Messages with no request of their own go to the newest open SSE request stream, whichever
 // streams ended before, and ending one of thousands of open streams costs the same as ending
 // one of a few: a client holding many requests open on one session must not make each
 // ending copy the rest.
 func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
 	s := newSession("test", Caller{}, nil)
-	get, _ := s.openGet()
+	get := s.openGet()
 	const n = 2000
 	streams := make([]*stream, n)
 	for i := range streams {
@@ -89,7 +121,7 @@ func TestRoutingFollowsTheNewestOpenStream(t *testing.T) {
 
 	// Again with routing checked after each ending, against the reference.
 	s = newSession("test", Caller{}, nil)
-	get, _ = s.openGet()
+	get = s.openGet()
 	for i := range streams {
 		m, _ := jsonrpc.Parse([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, i)))
 		streams[i], _, _ = s.register(m, nil, i%7 != 3, 0)
