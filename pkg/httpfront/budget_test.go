@@ -2,8 +2,12 @@ package httpfront_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +123,48 @@ func postChunked(t *testing.T, g *gw, sid, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// A body is charged for what of it has arrived, up to 64 KiB, not for the length it declares:
+// connections that declare 60 KiB and send a few bytes, more of them than the room left would
+// hold at their declared length, hold almost nothing, and a small call beside them is served
+// while they are still being read; charged by their declared length, they held the room until
+// the gateway cut them at the body's bound, and only then was the small call served. (Not
+// parallel: it holds the process's budget.)
+func TestStalledBodiesHoldWhatArrived(t *testing.T) {
+	const bound = 30 * time.Second
+	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.BodyTimeout = bound })
+	sid := g.open(nil)
+	const stalled, declared = 8, 60 << 10
+	release := httpfront.HoldAllRequestBudgetBut(t, stalled/2*httpfront.RequestCost*declared)
+	defer release()
+	u, err := url.Parse(g.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	for range stalled {
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n{\"jsonrpc\"", u.Path, u.Host, sid, declared)
+		conns = append(conns, c)
+	}
+	if r := g.mustPost(sid, nil, call(2, "charge", `{"amount":5}`)); r.status != http.StatusOK || strings.Contains(r.raw[0], "error") {
+		t.Fatalf("a small call beside %d stalled bodies declaring %d KiB: %d %v; want it run", stalled, declared>>10, r.status, r.raw)
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		var b [512]byte
+		if n, err := c.Read(b[:]); !isTimeout(err) {
+			t.Fatalf("stalled body %d was no longer being read when the small call was answered (%v %q): the call waited for it to be cut", i, err, b[:n])
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -91,6 +91,17 @@ func HoldRequestBudgetBut(t testing.TB, free int64) func() {
 	return func() { requests.Release(n) }
 }
 
+// HoldAllRequestBudgetBut takes all of the budget but free bytes, the part kept for small
+// requests included; it returns a func that gives it back.
+func HoldAllRequestBudgetBut(t testing.TB, free int64) func() {
+	t.Helper()
+	n := requests.Total() - free
+	if !requests.Acquire(context.Background(), n, 10*time.Second) {
+		t.Fatalf("the budget of requests is in use (%d bytes free)", requests.Total()-RequestBudgetUsed())
+	}
+	return func() { requests.Release(n) }
+}
+
 // RequestBudgetUsed is the part of the budget held now.
 func RequestBudgetUsed() int64 {
 	now, _ := requests.Used()

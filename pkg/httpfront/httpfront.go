@@ -437,9 +437,9 @@ var maxBacklog = wrap.MaxMessage
 var writeTimeout = time.Minute
 
 // RequestBudget bounds the memory the requests the front holds take, across every session.
-// Every body is charged requestCost times its length (its Content-Length; without one, 64 KiB
-// and, once it grows past that, 64 MiB, cut to its length once read) from its first byte
-// until its answer is sent, or, when its client hangs up first, until the proxy has served it
+// Every body is charged requestCost times its length (see bodyMeter: up to 64 KiB as it
+// arrives; past that, at once, its Content-Length, or 64 MiB without one, cut to its length
+// once read) from its first byte until its answer is sent, or, when its client hangs up first, until the proxy has served it
 // (the call goes on, holding its message; before 2026-12-06 the room was given back at the
 // hang-up, so a client that hung up after each large call held any number of them).
 // Recording a call whose arguments are 60 MiB took about 1.7 GB and a minute; eight at once,
@@ -470,33 +470,40 @@ var requests = budget.NewPool(RequestBudget)
 // errBusy ends the read of a body that found no room in the budget.
 var errBusy = errors.New("no room for another message")
 
-// bodyMeter reads a body, taking its charge of the budget before the bytes it reads: at once
-// for a body whose length is known (size), in two steps for one whose length is not (-1).
+// bodyMeter reads a body, taking its charge of the budget before the bytes it reads. Up to
+// smallRequest the charge follows what arrives (a client that declares a length and sends
+// nothing holds nothing: a charge of the declared length let a few hundred such connections
+// fill the budget for a --body-timeout); past it, the body is charged at once for its whole
+// length (its Content-Length, or maxBody without one), so bodies sharing the budget cannot
+// each hold part of it waiting for the rest, as charges that grow with large bodies could.
 type bodyMeter struct {
 	ctx        context.Context
 	r          io.Reader
 	wait       time.Duration
 	size       int64 // the body's Content-Length (at most maxBody), or -1
 	read, held int64
-	steps      int // the charges taken: 1 for a known length, up to 2 for an unknown one
+	whole      bool // charged for its whole length (past smallRequest)
 }
 
 func (m *bodyMeter) Read(p []byte) (int, error) {
+	upTo := m.read + int64(len(p)) // what the body may be once this read is done
 	switch {
-	case m.steps == 0 && m.size == 0:
-	case m.steps == 0 && m.size > 0:
+	case m.whole:
+	case upTo > smallRequest && m.size < 0:
+		if !m.take(maxBody) { // cut to its length once read (trim)
+			return 0, errBusy
+		}
+		m.whole = true
+	case upTo > smallRequest && m.size > smallRequest:
 		if !m.take(m.size) {
 			return 0, errBusy
 		}
-	case m.steps == 0: // no length: charged as a small body until it passes smallRequest
-		if !m.take(smallRequest) {
-			return 0, errBusy
+		m.whole = true
+	default:
+		if m.size >= 0 {
+			upTo = min(upTo, m.size)
 		}
-	case m.steps == 1 && m.size < 0 && m.read+int64(len(p)) > smallRequest:
-		// Charged for the most it may be, as its length is not known, and cut to its length
-		// once read (trim). Taken at once, not as it grows: bodies sharing the budget cannot
-		// each hold part of it waiting for the rest.
-		if !m.take(maxBody) {
+		if !m.take(min(upTo, smallRequest)) {
 			return 0, errBusy
 		}
 	}
@@ -517,14 +524,13 @@ func (m *bodyMeter) take(n int64) bool {
 		return false
 	}
 	m.held = max(m.held, c)
-	m.steps++
 	return true
 }
 
 // trim gives back what the meter holds beyond the charge of the body read, n bytes long (a
 // body without a Content-Length was charged for the most it could be).
 func (m *bodyMeter) trim(n int64) {
-	if over := m.held - requestCost*n; over > 0 && m.size < 0 {
+	if over := m.held - requestCost*n; over > 0 {
 		requests.Release(over)
 		m.held -= over
 	}
