@@ -121,8 +121,10 @@ func TestReconnectedGETStreamTakesOver(t *testing.T) {
 	}
 	answered("before")
 	proxy.cut()
-	for !strings.Contains(out.String(), "SSE stream disconnected") {
-		time.Sleep(20 * time.Millisecond) // the client saw its GET stream break
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "SSE stream disconnected"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) { // the client sees its GET stream break
+			t.Fatalf("the SDK client did not see its GET stream cut:\n%s", out.String())
+		}
 	}
 	answered("after")
 	if strings.Contains(out.String(), "Conflict") {
