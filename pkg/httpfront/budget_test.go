@@ -125,43 +125,73 @@ func postChunked(t *testing.T, g *gw, sid, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// A body is charged for what of it has arrived, up to 64 KiB, not for the length it declares:
-// connections that declare 60 KiB and send a few bytes, more of them than the room left would
+// A body is charged for what of it has arrived, up to 1 MiB, not for the length it declares.
+// Connections that declare 60 KiB and send a few bytes, more of them than the room left would
 // hold at their declared length, hold almost nothing, and a small call beside them is served
-// while they are still being read; charged by their declared length, they held the room until
-// the gateway cut them at the body's bound, and only then was the small call served. (Not
-// parallel: it holds the process's budget.)
+// while they are still being read; so is a call of 2 MiB beside a connection that declares
+// 64 MiB and sends 200 KiB (charged at its declared length, it takes all the room bodies over
+// 64 KiB have). Charged by their declared length, they held the room until the gateway cut
+// them at the body's bound, and only then were the calls served. (Not parallel: it holds the
+// process's budget.)
 func TestStalledBodiesHoldWhatArrived(t *testing.T) {
 	const bound = 30 * time.Second
 	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.BodyTimeout = bound })
 	sid := g.open(nil)
-	const stalled, declared = 8, 60 << 10
-	release := httpfront.HoldAllRequestBudgetBut(t, stalled/2*httpfront.RequestCost*declared)
-	defer release()
 	u, err := url.Parse(g.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conns []net.Conn
-	for range stalled {
+	stall := func(length int, part string) net.Conn {
+		t.Helper()
 		c, err := net.Dial("tcp", u.Host)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n{\"jsonrpc\"", u.Path, u.Host, sid, declared)
-		conns = append(conns, c)
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s", u.Path, u.Host, sid, length, part)
+		return c
+	}
+	stillRead := func(conns []net.Conn) {
+		t.Helper()
+		for i, c := range conns {
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			var b [512]byte
+			if n, err := c.Read(b[:]); !isTimeout(err) {
+				t.Fatalf("stalled body %d was no longer being read when the call beside it was answered (%v %q): the call waited for it to be cut", i, err, b[:n])
+			}
+		}
+	}
+
+	const stalled, declared = 8, 60 << 10
+	release := httpfront.HoldAllRequestBudgetBut(t, stalled/2*httpfront.RequestCost*declared)
+	var conns []net.Conn
+	for range stalled {
+		conns = append(conns, stall(declared, `{"jsonrpc"`))
 	}
 	if r := g.mustPost(sid, nil, call(2, "charge", `{"amount":5}`)); r.status != http.StatusOK || strings.Contains(r.raw[0], "error") {
 		t.Fatalf("a small call beside %d stalled bodies declaring %d KiB: %d %v; want it run", stalled, declared>>10, r.status, r.raw)
 	}
-	for i, c := range conns {
-		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		var b [512]byte
-		if n, err := c.Read(b[:]); !isTimeout(err) {
-			t.Fatalf("stalled body %d was no longer being read when the small call was answered (%v %q): the call waited for it to be cut", i, err, b[:n])
+	stillRead(conns)
+	release()
+	for _, c := range conns {
+		c.Close()
+	}
+	for deadline := time.Now().Add(bound / 2); httpfront.RequestBudgetUsed() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) { // the gateway has seen them closed
+			t.Fatalf("%d bytes of the budget held once the stalled bodies were closed", httpfront.RequestBudgetUsed())
 		}
 	}
+
+	big := stall(64<<20, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":9,"note":"`+strings.Repeat("s", 200<<10))
+	for deadline := time.Now().Add(bound / 2); httpfront.RequestBudgetUsed() < httpfront.RequestCost*200<<10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) { // the gateway has read what was sent of it
+			t.Fatalf("the 200 KiB sent of the stalled body hold %d bytes of the budget", httpfront.RequestBudgetUsed())
+		}
+	}
+	if r := g.mustPost(sid, nil, call(3, "charge", `{"amount":6,"note":"`+strings.Repeat("l", 2<<20)+`"}`)); r.status != http.StatusOK || strings.Contains(r.raw[0], `"error"`) {
+		t.Fatalf("a call of 2 MiB beside a stalled body declaring 64 MiB: %d %.300v; want it run", r.status, r.raw)
+	}
+	stillRead([]net.Conn{big})
 }
 
 func isTimeout(err error) bool {

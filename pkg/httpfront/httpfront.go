@@ -437,7 +437,7 @@ var maxBacklog = wrap.MaxMessage
 var writeTimeout = time.Minute
 
 // RequestBudget bounds the memory the requests the front holds take, across every session.
-// Every body is charged requestCost times its length (see bodyMeter: up to 64 KiB as it
+// Every body is charged requestCost times its length (see bodyMeter: up to 1 MiB as it
 // arrives; past that, at once, its Content-Length, or 64 MiB without one, cut to its length
 // once read) from its first byte until its answer is sent, or, when its client hangs up first, until the proxy has served it
 // (the call goes on, holding its message; before 2026-12-06 the room was given back at the
@@ -464,6 +464,10 @@ const (
 	smallReserve = 32 << 20
 )
 
+// wholeAfter is how much of a body is charged as it arrives (see bodyMeter); past it, the
+// body is charged at once for its whole length.
+const wholeAfter = 1 << 20
+
 // requests is the process's RequestBudget (a variable so tests can lower it).
 var requests = budget.NewPool(RequestBudget)
 
@@ -471,30 +475,31 @@ var requests = budget.NewPool(RequestBudget)
 var errBusy = errors.New("no room for another message")
 
 // bodyMeter reads a body, taking its charge of the budget before the bytes it reads. Up to
-// smallRequest the charge follows what arrives (a client that declares a length and sends
-// nothing holds nothing: a charge of the declared length let a few hundred such connections
-// fill the budget for a --body-timeout); past it, the body is charged at once for its whole
-// length (its Content-Length, or maxBody without one), so bodies sharing the budget cannot
-// each hold part of it waiting for the rest, as charges that grow with large bodies could.
+// wholeAfter the charge follows what arrives: a client that declares a length and sends
+// little holds little (charged at its declared length, a connection that declared 64 MiB and
+// sent 64 KiB held all the room of bodies over 64 KiB for a --body-timeout). Past it, the
+// body is charged at once for its whole length (its Content-Length, or maxBody without one),
+// so large bodies sharing the budget cannot each hold part of it waiting for the rest, as
+// charges that grow to tens of MiB could.
 type bodyMeter struct {
 	ctx        context.Context
 	r          io.Reader
 	wait       time.Duration
 	size       int64 // the body's Content-Length (at most maxBody), or -1
 	read, held int64
-	whole      bool // charged for its whole length (past smallRequest)
+	whole      bool // charged for its whole length (past wholeAfter)
 }
 
 func (m *bodyMeter) Read(p []byte) (int, error) {
 	upTo := m.read + int64(len(p)) // what the body may be once this read is done
 	switch {
 	case m.whole:
-	case upTo > smallRequest && m.size < 0:
+	case upTo > wholeAfter && m.size < 0:
 		if !m.take(maxBody) { // cut to its length once read (trim)
 			return 0, errBusy
 		}
 		m.whole = true
-	case upTo > smallRequest && m.size > smallRequest:
+	case upTo > wholeAfter && m.size > wholeAfter:
 		if !m.take(m.size) {
 			return 0, errBusy
 		}
@@ -503,7 +508,7 @@ func (m *bodyMeter) Read(p []byte) (int, error) {
 		if m.size >= 0 {
 			upTo = min(upTo, m.size)
 		}
-		if !m.take(min(upTo, smallRequest)) {
+		if !m.take(min(upTo, wholeAfter)) {
 			return 0, errBusy
 		}
 	}
