@@ -34,28 +34,6 @@ func TestPrepareWaitCutByItsContextAnswersInFlight(t *testing.T) {
 	}
 }
 
-// A wait whose ctx ends as its poll timer fires answers with the InFlightError too: select
-// picks among ready cases at random, and a wait woken by its timer after ctx ended asked the
-// ledger again and answered ctx's error; so did one whose ctx ended as it asked again. A ctx
-// of 14 ms ends as the third poll does (2, 4 and 8 ms), leaving the first ask time to be made.
-func TestPrepareWaitCutAsItsPollWakesAnswersInFlight(t *testing.T) {
-	ctx := context.Background()
-	e := fence.New(fence.NewMemoryStore(), fence.Config{})
-	defer e.Close()
-	req := fence.Request{Intent: "x", Tool: "t"}
-	if adm, err := e.Prepare(ctx, req); err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	for i := range 100 {
-		wctx, cancel := context.WithTimeout(ctx, 14*time.Millisecond)
-		_, err := e.PrepareWait(wctx, req, time.Minute)
-		cancel()
-		if !errors.Is(err, fence.ErrInFlight) || errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("wait %d cut by its context: %v; want the InFlightError it waited on", i, err)
-		}
-	}
-}
-
 // cutStore runs cut, once set, with the context of each reading or writing of the ledger
 // before the store sees it: the wait's context ending as the ledger is asked again.
 type cutStore struct {
