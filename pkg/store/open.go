@@ -297,14 +297,14 @@ func isPostgres(loc string) bool {
 	return strings.HasPrefix(loc, "postgres://") || strings.HasPrefix(loc, "postgresql://")
 }
 
-// openStore opens the store behind loc.
-func openStore(ctx context.Context, loc string, existing bool) (fence.Store, error) {
+// openStore opens the store behind loc for a fence whose lease is lease (0: the default).
+func openStore(ctx context.Context, loc string, existing bool, lease time.Duration) (fence.Store, error) {
 	switch {
 	case loc == "memory":
 		return fence.NewMemoryStore(), nil
 	case isPostgres(loc):
 		// Only the ledger commands open an existing ledger, and each is brief: no warm pool.
-		return postgres.Open(ctx, postgres.Config{URL: loc, Existing: existing, Brief: existing})
+		return postgres.Open(ctx, postgres.Config{URL: loc, Existing: existing, Brief: existing, Lease: lease})
 	default:
 		return sqlite.Open(ctx, loc, sqlite.Options{})
 	}
@@ -317,7 +317,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(ctx, loc, o.Existing)
+	st, err := openStore(ctx, loc, o.Existing, o.LeaseTTL)
 	if err != nil {
 		return nil, err
 	}

@@ -100,6 +100,10 @@ type Config struct {
 	// once; a one-shot `effectfence ledger ls` holding 8 of the server's connections made a
 	// busy server refuse others ("too many clients", seen in CI beside wraps writing).
 	Brief bool
+	// Lease is the lease of the fence over this store (fence.Config.LeaseTTL; 0: the fence's
+	// default). A third of it, from 1 s to 20 s, bounds how long a connection may leave what it
+	// sent unacknowledged before it is given up (see unacknowledged).
+	Lease time.Duration
 
 	// wrapConn, when set (tests only), wraps every new network connection.
 	wrapConn func(net.Conn) net.Conn
@@ -207,6 +211,16 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// (standby.go).
 	warns := &warnings{}
 	pc.ConnConfig.OnNotice = warns.notice
+	// A connection whose network drops its packets, without a reset, is given up a third of
+	// the lease on (unacknowledged), not after the kernel's 15 min of retransmissions
+	// (TestClaimOverABlackholedNetworkEnds). A connect_timeout of the URL bounds the connect
+	// as pgx's own dialer did.
+	unacked := unacknowledged(c.Lease)
+	connect := pc.ConnConfig.ConnectTimeout
+	if connect == 0 {
+		connect = unacked
+	}
+	pc.ConnConfig.DialFunc = dialer(connect, unacked).DialContext
 	if c.wrapConn != nil {
 		dial := pc.ConnConfig.DialFunc
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
