@@ -22,8 +22,12 @@ type Proxy struct {
 	conns    map[net.Conn]struct{}
 	cutUntil time.Time
 	frozen   bool
-	thaw     *sync.Cond // on mu: frozen ended
-	wg       sync.WaitGroup
+	thaw     *sync.Cond // on mu: frozen ended, or frozenBelow
+	// accepted numbers the connections from 1 as they are accepted; those numbered below
+	// frozenBelow are frozen (FreezeOpen).
+	accepted    int64
+	frozenBelow int64
+	wg          sync.WaitGroup
 
 	// A NewPostgres proxy's (pgwire.go): round trips counted, and the one whose answer is
 	// to be lost (0: none) with how long the database is then away.
@@ -59,6 +63,8 @@ func (p *Proxy) accept() {
 		}
 		p.mu.Lock()
 		cut := time.Now().Before(p.cutUntil)
+		p.accepted++
+		n := p.accepted
 		p.mu.Unlock()
 		if cut {
 			c.Close()
@@ -67,13 +73,14 @@ func (p *Proxy) accept() {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			p.pipe(c)
+			p.pipe(c, n)
 		}()
 	}
 }
 
-func (p *Proxy) pipe(c net.Conn) {
-	p.waitThaw()
+// pipe forwards connection n.
+func (p *Proxy) pipe(c net.Conn, n int64) {
+	p.waitThaw(n)
 	up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
 	if err != nil {
 		c.Close()
@@ -86,12 +93,12 @@ func (p *Proxy) pipe(c net.Conn) {
 	pg := p.pg
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { _ = p.copy(up, c); done <- struct{}{} }()
+	go func() { _ = p.copy(up, c, n); done <- struct{}{} }()
 	go func() {
 		if pg {
-			_ = p.pgAnswers(c, up, c, up)
+			_ = p.pgAnswers(c, up, n, c, up)
 		} else {
-			_ = p.copy(c, up)
+			_ = p.copy(c, up, n)
 		}
 		done <- struct{}{}
 	}()
@@ -105,14 +112,14 @@ func (p *Proxy) pipe(c net.Conn) {
 	p.mu.Unlock()
 }
 
-// copy is io.Copy that holds what it read while the proxy is frozen.
-func (p *Proxy) copy(dst io.Writer, src io.Reader) error {
+// copy is io.Copy for connection n that holds what it read while n is frozen.
+func (p *Proxy) copy(dst io.Writer, src io.Reader, n int64) error {
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.waitThaw()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+		k, err := src.Read(buf)
+		if k > 0 {
+			p.waitThaw(n)
+			if _, werr := dst.Write(buf[:k]); werr != nil {
 				return werr
 			}
 		}
@@ -122,9 +129,10 @@ func (p *Proxy) copy(dst io.Writer, src io.Reader) error {
 	}
 }
 
-func (p *Proxy) waitThaw() {
+// waitThaw waits while connection n is frozen.
+func (p *Proxy) waitThaw(n int64) {
 	p.mu.Lock()
-	for p.frozen {
+	for p.frozen || n < p.frozenBelow {
 		p.thaw.Wait()
 	}
 	p.mu.Unlock()
@@ -135,6 +143,16 @@ func (p *Proxy) waitThaw() {
 func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	p.frozen = true
+	p.mu.Unlock()
+}
+
+// FreezeOpen holds every byte of the connections open now, closing nothing, until Heal, and
+// forwards new ones: a proxy in front of a server that failed over, holding its clients' old
+// connections to the old server while new ones reach the new, or a network that lost the
+// state of the flows it carried.
+func (p *Proxy) FreezeOpen() {
+	p.mu.Lock()
+	p.frozenBelow = p.accepted + 1
 	p.mu.Unlock()
 }
 
@@ -167,7 +185,7 @@ func (p *Proxy) Cut(d time.Duration) {
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.cutUntil = time.Time{}
-	p.frozen = false
+	p.frozen, p.frozenBelow = false, 0
 	p.thaw.Broadcast()
 	p.mu.Unlock()
 }
@@ -176,7 +194,7 @@ func (p *Proxy) Heal() {
 func (p *Proxy) Close() {
 	p.ln.Close()
 	p.mu.Lock()
-	p.frozen = false // what waits to forward goes on, into closed connections
+	p.frozen, p.frozenBelow = false, 0 // what waits to forward goes on, into closed connections
 	p.thaw.Broadcast()
 	for c := range p.conns {
 		c.Close()

@@ -53,8 +53,8 @@ func (p *Proxy) Lost() int64 { return p.lost.Load() }
 // or dropped with the connection when it is the round trip LoseAnswer chose. Messages that
 // come between round trips (a notification, a notice, a parameter's new value) are forwarded
 // as they come, and a COPY's start is forwarded at once (the server then waits for the
-// client). conns are the connection's two ends.
-func (p *Proxy) pgAnswers(dst io.Writer, src io.Reader, conns ...net.Conn) error {
+// client). id numbers the connection; conns are its two ends.
+func (p *Proxy) pgAnswers(dst io.Writer, src io.Reader, id int64, conns ...net.Conn) error {
 	r := bufio.NewReaderSize(src, 32<<10)
 	// A client that asked for TLS (or GSS encryption) gets a single byte first: 'N' (go on
 	// without it) or 'S'/'G' (encrypted from here: not readable, forwarded as it is).
@@ -64,12 +64,12 @@ func (p *Proxy) pgAnswers(dst io.Writer, src io.Reader, conns ...net.Conn) error
 	}
 	if first[0] == 'N' || first[0] == 'S' || first[0] == 'G' {
 		b, _ := r.ReadByte()
-		p.waitThaw()
+		p.waitThaw(id)
 		if _, err := dst.Write([]byte{b}); err != nil {
 			return err
 		}
 		if b != 'N' {
-			return p.copy(dst, r)
+			return p.copy(dst, r, id)
 		}
 	}
 	started := false // the connection's start ended (its first ReadyForQuery)
@@ -118,7 +118,7 @@ func (p *Proxy) pgAnswers(dst io.Writer, src io.Reader, conns ...net.Conn) error
 			idle = idle && (typ == 'I' || typ == '1' || typ == 't' || typ == 'T' || typ == 'n')
 			continue
 		}
-		p.waitThaw()
+		p.waitThaw(id)
 		if _, err := dst.Write(held); err != nil {
 			return err
 		}

@@ -221,6 +221,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		connect = unacked
 	}
 	pc.ConnConfig.DialFunc = dialer(connect, unacked).DialContext
+	if !strings.Contains(c.URL, "pool_ping_timeout") {
+		pc.PingTimeout = pingBound
+	}
 	if c.wrapConn != nil {
 		dial := pc.ConnConfig.DialFunc
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -412,6 +415,18 @@ func (s *Store) Schema() string { return s.schema }
 // every process of a host keeps its outcomes in one spool and sees the others' (a dead
 // holder's re-run-safe claim is not taken over while its outcome waits there).
 func (s *Store) SpoolKey() string { return s.spoolKey }
+
+// pingBound bounds pgxpool's ping of a connection idle for more than a second, sent before the
+// connection is handed out: one that has not answered by then is closed and the next is
+// tried. A connection that no longer answers though its network carries its bytes (a proxy in
+// front of a server that failed over keeps the clients' old connections; a server's backend
+// stopped) held the ping until the caller's deadline: a lease renewal's try spent it on one
+// idle connection, and wrap's tries before the lease lapses (about seven under the default
+// lease) were fewer than the pool's warm connections (eight), so the lease lapsed under a
+// running holder (TestRenewalPassesFrozenIdleConnections). A second per connection lets the
+// first try (13 s under the default lease) pass the pool's 16. A server that takes longer to
+// answer an empty query costs a new connection, no more. A URL's pool_ping_timeout is kept.
+const pingBound = time.Second
 
 // closeSettling bounds how long Close keeps trying to settle lost commits' counters.
 const closeSettling = 3 * time.Second
