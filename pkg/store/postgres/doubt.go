@@ -56,6 +56,9 @@ type doubts struct {
 	next atomic.Int64
 }
 
+// doubtTry bounds a try at settling the doubts.
+const doubtTry = 5 * time.Second
+
 // doubtRetry is how long a try at settling that left doubts open holds the next one off.
 const doubtRetry = time.Second
 
@@ -135,6 +138,14 @@ func sameClaim(body []byte, cut [2][]byte) bool {
 // while it is away fails anyway). Held off instead, the doubts of a process that wrote while
 // the database was away (a background release of a lost claim, a heartbeat) stayed unsettled
 // for a second after it came back.
+//
+// A try takes at most doubtTry, and ends with ctx, the caller's: it runs at the start of the
+// caller's Update, and a caller's bound (a renewal's try, serve's wait for the ledger, the
+// few seconds a stopping process gives its last writes) holds for all the Update does. A
+// doubt left open by a try so ended is settled by a later one. Before, a try gave itself
+// 5 s whatever the caller's deadline: with the server frozen, a renewal bounded to 1 s
+// returned after 5 s, and a stopping engine's Close, which gives its writes 5 s, took 12 s
+// (TestSettlingDoubtsKeepsTheCallersDeadline).
 func (s *Store) settleDoubts(ctx context.Context, now bool) {
 	if !now && time.Now().UnixNano() < s.doubts.next.Load() {
 		return
@@ -143,7 +154,7 @@ func (s *Store) settleDoubts(ctx context.Context, now bool) {
 		return
 	}
 	defer s.doubts.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, doubtTry)
 	defer cancel()
 	var open []doubt
 	answered := true

@@ -233,3 +233,48 @@ func rolledBack(t *testing.T, st *Store) int64 {
 	}
 	return xid
 }
+
+// TestSettlingDoubtsKeepsTheCallersDeadline: the server stops answering (netcut holds every
+// byte, on new connections too) while the store has a doubt to settle, which it tries at the
+// start of every write. A write bounded by its caller (here a renewal given wrap's least try,
+// 1 s) must end by that bound, the doubt kept for a later try. Before, a try at settling gave
+// itself 5 s whatever the caller's deadline: the renewal returned after 5 s, and a stopping
+// engine's Close, which gives its last writes 5 s, took 12 s.
+func TestSettlingDoubtsKeepsTheCallersDeadline(t *testing.T) {
+	g := newCutRig(t)
+	ctx := context.Background()
+	e := fence.New(g.st, fence.Config{})
+	adm, err := e.Prepare(ctx, fence.Request{Intent: "frozen-doubt", Tool: "charge", Args: []byte(`{"usd":1}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("claim: %+v %v", adm, err)
+	}
+	// A commit that carried one admission, whose answer was lost; it was rolled back.
+	if _, ok := g.st.keep(CommitUnknownError{Xid: rolledBack(t, g.st), delta: fence.Counters{Admitted: 1}}, doubt{}).(CommitUnknownError); !ok || g.st.doubts.n.Load() != 1 {
+		t.Fatalf("the doubt was not kept: %d doubts", g.st.doubts.n.Load())
+	}
+	g.p.Freeze()
+	t.Cleanup(g.p.Heal)
+	const bound = time.Second
+	rctx, cancel := context.WithTimeout(ctx, bound)
+	start := time.Now()
+	_, err = e.Heartbeat(rctx, *adm.Ticket)
+	took := time.Since(start)
+	cancel()
+	if err == nil {
+		t.Fatal("a renewal was taken by a server that does not answer")
+	}
+	// The bound, and a margin for a busy machine that stays below the 5 s of before.
+	if took > bound+3*time.Second {
+		t.Fatalf("a renewal bounded to %s, the server not answering and a doubt to settle, returned after %s: %v", bound, took.Round(100*time.Millisecond), err)
+	}
+	if n := g.st.doubts.n.Load(); n != 1 {
+		t.Fatalf("%d doubts after a try the server did not answer; want the one, kept", n)
+	}
+	g.p.Heal()
+	if err := g.st.Update(ctx, func(fence.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.st.doubts.n.Load(); n != 0 {
+		t.Fatalf("%d doubts once the server answers again; want them settled", n)
+	}
+}

@@ -446,10 +446,13 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		// The counters of commits whose answer was lost are added here if they did not land.
 		// A claim's doubt cannot be judged until the server's clock is past it (specSlack),
-		// so one try could leave it open and its counters lost: tries for a few seconds.
-		for deadline := time.Now().Add(closeSettling); s.doubts.n.Load() > 0; {
-			s.settleDoubts(context.Background(), true)
-			if s.doubts.n.Load() == 0 || time.Now().After(deadline) {
+		// so one try could leave it open and its counters lost: tries for a few seconds, and
+		// no longer (a server that does not answer held each try for doubtTry).
+		ctx, cancel := context.WithTimeout(context.Background(), closeSettling)
+		defer cancel()
+		for s.doubts.n.Load() > 0 {
+			s.settleDoubts(ctx, true)
+			if s.doubts.n.Load() == 0 || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
