@@ -375,9 +375,22 @@ func (e *Engine) DrainedFor(ctx context.Context, err error) (bool, error) {
 		}
 		return e.decidedSince(ctx, pf.Intent)
 	}
-	n, derr := e.DrainSpool(context.WithoutCancel(ctx))
+	// The drain is not cut short by the caller's agent (what it records is recorded for every
+	// duplicate), but it ends after drainedForBound: a ledger that does not answer (a server
+	// stopped, a disk that hangs) held the call for as long, its agent's cancellation detached.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainedForBound)
+	defer cancel()
+	n, derr := e.DrainSpool(dctx)
+	if derr != nil && dctx.Err() != nil {
+		derr = fmt.Errorf("the ledger did not take what waits in the spool within %s (it does not answer); it waits there for the next drain: %w", drainedForBound, derr)
+	}
 	return n > 0 || !e.waits(pf.Intent), derr
 }
+
+// drainedForBound bounds DrainedFor's drain. A drain the ledger answers takes milliseconds an
+// outcome; one it does not leaves the call refused as it was, the outcome waiting, and says
+// why (TestDrainForACallEndsWhileTheServerDoesNotAnswer).
+const drainedForBound = 10 * time.Second
 
 // decidedSince reports whether the ledger's record of an intent refused as unknown is no
 // longer unknown (its outcome was recorded, or it was cleared or resolved).

@@ -574,7 +574,14 @@ func (l *Ledger) sweep(ctx context.Context, now bool) {
 			_, err := l.Engine.Sweep(ctx)
 			report("sweep", err)
 		case <-r.C:
-			_, err := l.Engine.Recover(ctx)
+			// A Recover ends once the next is due (at least RecoverEvery on): one waiting on a
+			// ledger that does not answer (a server stopped, a connection that no longer
+			// answers) held the spool's lock, and every drain a call makes behind it (a
+			// duplicate's DrainedFor, a Settle's look at what waits), until the ledger
+			// answered (TestDrainForACallEndsWhileTheServerDoesNotAnswer).
+			rctx, cancel := context.WithTimeout(ctx, max(l.recoverEvery, RecoverEvery))
+			_, err := l.Engine.Recover(rctx)
+			cancel()
 			report("recovery (spool drain and lease rules)", err)
 		}
 	}
