@@ -16,8 +16,9 @@ import (
 // firewall that lost the flow's state, a failover that moved the server's address) held what
 // was sent on it while the kernel retransmitted, about 15 min under Linux's defaults: a claim,
 // which has no deadline of its own in wrap, waited as long, and was admitted whenever the
-// network came back, its lease perhaps lapsed and its call taken over by another process. A
-// claim whose connection so fails within a third of the lease is refused (not run) while a
+// network came back; where the server had run it and the network held only its answer, its
+// lease had been running since, perhaps lapsed, its call perhaps taken over elsewhere. A claim
+// whose connection so fails within a third of the lease is refused (not run) while a
 // call admitted on it has two thirds of the lease left for its renewals, as a renewal's tries
 // have. Only bytes the server's kernel does not acknowledge count: a query the server is
 // slow to answer (a lock wait, a long statement) is not ended by it.

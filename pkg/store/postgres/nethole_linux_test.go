@@ -192,8 +192,9 @@ func forward(t *testing.T, ln net.Listener, upstream string) {
 // own, as wrap's) must be refused with a store error once what it sent has gone
 // unacknowledged for a third of the lease (TCP_USER_TIMEOUT), and admitted once the network
 // carries packets again. Before, it waited while the kernel retransmitted, about 15 min under
-// Linux's defaults, and the call it held was admitted whenever the network came back, its
-// lease perhaps lapsed already and another process running it.
+// Linux's defaults, and the call it held was admitted whenever the network came back (where
+// the server had run the claim and only its answer was held, with its lease running since,
+// perhaps lapsed and the call taken over by another process).
 func TestClaimOverABlackholedNetworkEnds(t *testing.T) {
 	h := newNetHole(t, pgHost(t))
 	schema := testSchema(t)
