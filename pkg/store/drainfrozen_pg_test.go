@@ -1,14 +1,18 @@
 package store_test
 
 import (
+	"context"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/pgtest"
 	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/store/postgres"
 )
 
 // TestDrainForACallEndsWhileTheServerDoesNotAnswer: a process's PostgreSQL server stops
@@ -71,5 +75,86 @@ func TestDrainForACallEndsWhileTheServerDoesNotAnswer(t *testing.T) {
 	}
 	if s, err := l.Status(ctx, intent); err != nil || s.State != fence.StateDone || string(s.Cert.Result) != `"ch_frozen"` {
 		t.Fatalf("after the drain: %+v %v; want the spooled commit recorded", s, err)
+	}
+}
+
+// TestRecoverGoesOnWhileASweepWaitsOnAConnection: a background sweep's statement is answered
+// by the server while the proxy in front of it holds the answers of every connection open
+// then (netcut.FreezeOpen: a proxy in front of a server that failed over keeps its clients'
+// old connections, and hands new ones to the new), so the sweep waits for ever. The
+// background Recover must go on meanwhile: an outcome another process left in this host's
+// spool is recorded through a new connection. Before, the sweep and Recover took turns on one
+// goroutine, and the sweep held it: nothing in the spool was recorded by this process until
+// it stopped.
+func TestRecoverGoesOnWhileASweepWaitsOnAConnection(t *testing.T) {
+	direct := pgtest.Ledger(t, "sweepfrozen")
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	p, err := netcut.NewPostgres(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	u.Host = p.Addr()
+	l, err := store.Open(ctx, store.Options{Ledger: u.String(), SweepEvery: 100 * time.Millisecond, RecoverEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	t.Cleanup(p.Heal) // before the ledger closes
+	// A sweep's DELETE of old events waits for their table, which another session holds in
+	// SHARE mode (Recover, with nothing in flight and nothing spooled, writes no event); the
+	// proxy then freezes the connections open, the sweep's among them, and the table is let
+	// go.
+	admin, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := pgx.Identifier{schema, "effectfence_events"}.Sanitize()
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+events+" IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	for waiting, tries := 0, 0; waiting == 0; tries++ {
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted", events).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if tries == 3000 {
+			t.Fatal("no sweep waited for the events' table in a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.FreezeOpen()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const intent = "charge:swept-frozen"
+	spoolDeadCommit(t, direct, l.Config().SpoolDir, intent, `"ch_swept"`)
+	// Read by a process of its own, without a spool (it records nothing itself).
+	st, err := postgres.Open(ctx, postgres.Config{URL: direct, Existing: true, Brief: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	other := fence.New(st, fence.Config{})
+	// Far more than the Recover every 100 ms needs, its pool's frozen connections included.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s, err := other.Status(ctx, intent)
+		if err == nil && s.State == fence.StateDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the spooled commit was not recorded by the background Recover in a minute, a sweep waiting on a frozen connection: the intent is %s (%v)", s.State, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

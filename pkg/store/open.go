@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/effectfence/effectfence/internal/safetext"
@@ -533,23 +534,25 @@ const RecoverEvery = 10 * time.Second
 // sweep drops expired outcomes every l.every, and runs Recover every l.recoverEvery, until ctx
 // ends. A failed sweep is retried at the next tick: the gates ignore expired outcomes anyway,
 // so a late sweep costs only disk. Recover's errors are retried the same way (an outcome in the
-// spool stays there until the ledger takes it).
+// spool stays there until the ledger takes it). The two take their turns apart: a sweep
+// waiting on a connection that no longer answers (a proxy in front of a server that failed
+// over holds its old connections) held their one goroutine, and no Recover ran, nothing in the
+// spool recorded, while it waited (TestRecoverGoesOnWhileASweepWaitsOnAConnection).
 func (l *Ledger) sweep(ctx context.Context, now bool) {
 	defer close(l.swept)
-	t := time.NewTicker(l.every)
-	defer t.Stop()
-	r := time.NewTicker(l.recoverEvery)
-	defer r.Stop()
 	// last is what each task last reported, its digits left out, so that a lasting failure is
 	// one line: the driver's error names the local port of each new connection it tried, and
 	// reading each as news logged the same cut database every tick. Another cause (other
 	// words) is logged when it comes.
+	var mu sync.Mutex // the two tasks report from their own goroutines
 	last := map[string]string{}
 	report := func(task string, err error) {
 		msg := ""
 		if err != nil && ctx.Err() == nil {
 			msg = err.Error()
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		if l.log != nil && withoutDigits(msg) != last[task] {
 			if msg == "" {
 				fmt.Fprintf(l.log, "effectfence: ledger %s: background %s works again\n", l.Location, task)
@@ -559,6 +562,31 @@ func (l *Ledger) sweep(ctx context.Context, now bool) {
 		}
 		last[task] = withoutDigits(msg)
 	}
+	recovered := make(chan struct{})
+	go func() {
+		defer close(recovered)
+		r := time.NewTicker(l.recoverEvery)
+		defer r.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.C:
+				// A Recover ends once the next is due (at least RecoverEvery on): one waiting
+				// on a ledger that does not answer (a server stopped, a connection that no
+				// longer answers) held the spool's lock, and every drain a call makes behind
+				// it (a duplicate's DrainedFor, a Settle's look at what waits), until the
+				// ledger answered (TestDrainForACallEndsWhileTheServerDoesNotAnswer).
+				rctx, cancel := context.WithTimeout(ctx, max(l.recoverEvery, RecoverEvery))
+				_, err := l.Engine.Recover(rctx)
+				cancel()
+				report("recovery (spool drain and lease rules)", err)
+			}
+		}
+	}()
+	defer func() { <-recovered }()
+	t := time.NewTicker(l.every)
+	defer t.Stop()
 	if now { // the sweep Open left to this goroutine (SweepInBackground)
 		if testHookFirstSweep != nil {
 			testHookFirstSweep()
@@ -573,16 +601,6 @@ func (l *Ledger) sweep(ctx context.Context, now bool) {
 		case <-t.C:
 			_, err := l.Engine.Sweep(ctx)
 			report("sweep", err)
-		case <-r.C:
-			// A Recover ends once the next is due (at least RecoverEvery on): one waiting on a
-			// ledger that does not answer (a server stopped, a connection that no longer
-			// answers) held the spool's lock, and every drain a call makes behind it (a
-			// duplicate's DrainedFor, a Settle's look at what waits), until the ledger
-			// answered (TestDrainForACallEndsWhileTheServerDoesNotAnswer).
-			rctx, cancel := context.WithTimeout(ctx, max(l.recoverEvery, RecoverEvery))
-			_, err := l.Engine.Recover(rctx)
-			cancel()
-			report("recovery (spool drain and lease rules)", err)
 		}
 	}
 }
