@@ -421,11 +421,13 @@ func (s *Store) SpoolKey() string { return s.spoolKey }
 // tried. A connection that no longer answers though its network carries its bytes (a proxy in
 // front of a server that failed over keeps the clients' old connections; a server's backend
 // stopped) held the ping until the caller's deadline: a lease renewal's try spent it on one
-// idle connection, and wrap's tries before the lease lapses (about seven under the default
-// lease) were fewer than the pool's warm connections (eight), so the lease lapsed under a
-// running holder (TestRenewalPassesFrozenIdleConnections). A second per connection lets the
-// first try (13 s under the default lease) pass the pool's 16. A server that takes longer to
-// answer an empty query costs a new connection, no more. A URL's pool_ping_timeout is kept.
+// idle connection, and whether wrap's later tries (about seven before the lease lapses) met a
+// working one depended on the pool destroying the others by chance: with a 20 s lease and
+// the pool's eight warm connections frozen, the lease lapsed under a running holder in some
+// runs (TestRenewalPassesFrozenIdleConnections). A second per connection lets the first try
+// under the default lease (13 s) pass 13, and the second (9 s) the rest of the pool's 16. A
+// server that takes longer to answer an empty query costs a new connection, no more. A URL's
+// pool_ping_timeout is kept.
 const pingBound = time.Second
 
 // closeSettling bounds how long Close keeps trying to settle lost commits' counters.
