@@ -94,21 +94,8 @@ func TestDirectReportAfterASpooledCommitIsRefused(t *testing.T) {
 // recorded", though the spooled commit had just been recorded.
 func TestDirectCommitAfterADrainThatFailedElsewhere(t *testing.T) {
 	ctx := context.Background()
-	ds := &fencetest.DownStore{Store: fence.NewMemoryStore()}
 	dir := t.TempDir()
-	e := fence.New(ds, fence.Config{SpoolDir: dir})
-	defer e.Close()
-	adm, err := e.Prepare(ctx, fence.Request{Intent: "x", Tool: "t", Args: []byte(`{}`)})
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	ds.Down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
-	cancel()
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	ds, e, adm := spooledCommit(t, dir)
 	ds.Down.Store(false)
 	if err := os.WriteFile(filepath.Join(dir, "zz-not-an-outcome.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
@@ -125,20 +112,7 @@ func TestDirectCommitAfterADrainThatFailedElsewhere(t *testing.T) {
 // second report is. Before 2026-12-06 it was counted nowhere.
 func TestReportRefusedForASpooledOneIsCountedLeaseLost(t *testing.T) {
 	ctx := context.Background()
-	ds := &fencetest.DownStore{Store: fence.NewMemoryStore()}
-	e := fence.New(ds, fence.Config{SpoolDir: t.TempDir()})
-	defer e.Close()
-	adm, err := e.Prepare(ctx, fence.Request{Intent: "x", Tool: "t", Args: []byte(`{}`)})
-	if err != nil || !adm.Fresh() {
-		t.Fatalf("prepare: %+v %v", adm, err)
-	}
-	ds.Down.Store(true)
-	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
-	cancel()
-	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
-		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
-	}
+	ds, e, adm := spooledCommit(t, t.TempDir())
 	if err := e.Release(ctx, *adm.Ticket, "cleaning up"); !errors.Is(err, fence.ErrLeaseLost) {
 		t.Fatalf("release after the spooled commit, the ledger still down: %v; want lease_lost", err)
 	}
@@ -150,4 +124,27 @@ func TestReportRefusedForASpooledOneIsCountedLeaseLost(t *testing.T) {
 	if want := (fence.Counters{Admitted: 1, LeaseLost: 1}); st.SinceBoot != want {
 		t.Fatalf("counters %s, want %s", st.SinceBoot.Line(), want.Line())
 	}
+}
+
+// spooledCommit claims intent x on an engine spooling to dir over a memory ledger, then
+// settles its commit ("charged") with the ledger down, so that it waits in the spool; the
+// ledger is left down.
+func spooledCommit(t *testing.T, dir string) (*fencetest.DownStore, *fence.Engine, fence.Admission) {
+	t.Helper()
+	ctx := context.Background()
+	ds := &fencetest.DownStore{Store: fence.NewMemoryStore()}
+	e := fence.New(ds, fence.Config{SpoolDir: dir})
+	t.Cleanup(func() { e.Close() })
+	adm, err := e.Prepare(ctx, fence.Request{Intent: "x", Tool: "t", Args: []byte(`{}`)})
+	if err != nil || !adm.Fresh() {
+		t.Fatalf("prepare: %+v %v", adm, err)
+	}
+	ds.Down.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
+	cancel()
+	if sp := (fence.SpooledError{}); !errors.As(err, &sp) {
+		t.Fatalf("settle with the ledger down: %v; want it spooled", err)
+	}
+	return ds, e, adm
 }
