@@ -36,6 +36,7 @@ type Proxy struct {
 	lost     atomic.Int64
 	loseAt   int64
 	loseDown time.Duration
+	holdAt   int64 // the round trip whose answer freezes the proxy (HoldAnswer; 0: none)
 }
 
 // New starts a proxy on a free loopback port in front of upstream (host:port).

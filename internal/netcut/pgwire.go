@@ -45,6 +45,17 @@ func (p *Proxy) LoseAnswer(k int, down time.Duration) {
 	p.mu.Unlock()
 }
 
+// HoldAnswer arms a NewPostgres proxy: the k-th round trip (k ≥ 1) counted from now reaches
+// the server whole and the server runs it (a COMMIT in it included), but once the server has
+// sent all of its answer the proxy freezes (Freeze) and holds that answer with every other
+// byte, closing nothing, until Heal: a server that stopped answering right after it ran a
+// round trip, on a network that still acknowledges every packet.
+func (p *Proxy) HoldAnswer(k int) {
+	p.mu.Lock()
+	p.holdAt = p.trips.Load() + int64(k)
+	p.mu.Unlock()
+}
+
 // Lost returns how many answers LoseAnswer made the proxy drop.
 func (p *Proxy) Lost() int64 { return p.lost.Load() }
 
@@ -102,7 +113,9 @@ func (p *Proxy) pgAnswers(dst io.Writer, src io.Reader, id int64, conns ...net.C
 			if idle {
 				break
 			}
-			if p.loses(p.trips.Add(1)) {
+			n := p.trips.Add(1)
+			p.holds(n)
+			if p.loses(n) {
 				for _, c := range conns {
 					c.Close()
 				}
@@ -127,6 +140,15 @@ func (p *Proxy) pgAnswers(dst io.Writer, src io.Reader, id int64, conns ...net.C
 			idle = true
 		}
 	}
+}
+
+// holds freezes the proxy if round trip n is the one HoldAnswer chose, and disarms it.
+func (p *Proxy) holds(n int64) {
+	p.mu.Lock()
+	if p.holdAt != 0 && n == p.holdAt {
+		p.holdAt, p.frozen = 0, true
+	}
+	p.mu.Unlock()
 }
 
 // loses says whether round trip n is the one whose answer LoseAnswer chose, and if so disarms
