@@ -338,9 +338,21 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	wait, endWait := context.WithCancel(f.ctx)
 	stopWatch := context.AfterFunc(p.graceOver, endWait)
 	began := time.Now()
+	// The ledger's reads and writes end with claimBound, past the wait: a PostgreSQL server
+	// that stops answering on a network that still acknowledges (a stopped server, a proxy
+	// holding its connections) otherwise held the call until it answered, the agent's
+	// cancellation never reaching the claim (TestClaimOnAFrozenLedgerIsAnswered). A claim
+	// cut short is not admitted; if it landed all the same, the engine releases it once the
+	// ledger answers (a lost claim: nobody holds its ticket).
+	bound := s.Wait + p.claimBound()
+	ledger, endLedger := context.WithTimeout(wait, bound)
 	// The answer is counted once this call will not ask the ledger again: a call that asks
 	// again (below) counts only its last answer, not a refusal beside it.
-	adm, decision, err := p.opt.Engine.PrepareWaitUncounted(wait, req, s.Wait, ctx.Done())
+	adm, decision, err := p.opt.Engine.PrepareWaitUncounted(ledger, req, s.Wait, ctx.Done())
+	if err != nil && ledger.Err() != nil && wait.Err() == nil && fence.CodeOf(err) == fence.CodeStore {
+		err = fmt.Errorf("the ledger did not confirm this call's claim within %s (the lease, past the wait; the database does not answer, or another process holds the intent's record locked), so nothing ran and a retry may run it: %w", bound, err)
+	}
+	endLedger()
 	holder := err == nil && adm.Fresh()
 	// A flight ended while its members wait, without a failure to share, is one a stopping
 	// front gave up on (Shared.Abandon, or drain for a proxy's own flights), or this proxy's
@@ -400,6 +412,16 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
+}
+
+// claimBound is how long a call's claim may take the ledger, past its wait: the lease. A claim
+// confirmed later would be admitted with its lease lapsed, which another process may have
+// taken over or fenced as unknown meanwhile.
+func (p *Proxy) claimBound() time.Duration {
+	if lease := p.opt.Engine.Config().LeaseTTL; lease > 0 {
+		return lease
+	}
+	return fence.DefaultLeaseTTL
 }
 
 // drainedKey marks a call that already drained the spool for its refusal (see drainedFor).

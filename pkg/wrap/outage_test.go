@@ -20,6 +20,12 @@ import (
 // reaches the database through a proxy that can cut it.
 func cutLedger(t *testing.T) (*netcut.Proxy, string) {
 	t.Helper()
+	return ledgerBehind(t, netcut.New)
+}
+
+// ledgerBehind is cutLedger with the proxy newProxy makes (netcut.NewPostgres, say).
+func ledgerBehind(t *testing.T, newProxy func(string) (*netcut.Proxy, error)) (*netcut.Proxy, string) {
+	t.Helper()
 	base := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
 	if base == "" {
 		t.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
@@ -49,7 +55,7 @@ func cutLedger(t *testing.T) (*netcut.Proxy, string) {
 			t.Logf("dropping schema %s: %v %s", schema, err, out)
 		}
 	})
-	p, err := netcut.New(target)
+	p, err := newProxy(target)
 	if err != nil {
 		t.Fatal(err)
 	}

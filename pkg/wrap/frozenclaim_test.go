@@ -1,0 +1,85 @@
+package wrap_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/internal/netcut"
+)
+
+// TestClaimOnAFrozenLedgerIsAnswered: docs/wrap.md says a claim the ledger has not confirmed
+// within the lease (past --wait; then PostgreSQL is asked for 5 s whether it was recorded) is
+// answered store_error, the call not run. The PostgreSQL
+// server runs the claim (its COMMIT lands) and then answers nothing, the network still
+// acknowledging every packet (a proxy holding every byte: TCP_USER_TIMEOUT never fires, a new
+// connection hangs in its start). Before, the claim had no bound and the agent's call hung
+// until the server answered (still unanswered after a minute here, lease 3 s). The claim that
+// landed is released by the engine once the server answers again, so a retry runs the call,
+// once.
+func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
+	t.Parallel()
+	p, ledger := ledgerBehind(t, netcut.NewPostgres)
+	r := newRig(t)
+	r.ledger = ledger
+	const lease = 3 * time.Second
+	rw := r.initializedRawWrap("--lease-secs", "3")
+	call := func(id int, order string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1,"order":%q}}}`, id, order)
+	}
+	// A first call warms the pool: the claim below is sent on a connection already open.
+	if got := rw.roundTrip(t, call(1, "warm")); strings.Contains(got, `"isError":true`) {
+		t.Fatalf("the first call: %s", got)
+	}
+	before := r.effectCount()
+
+	p.HoldAnswer(1)
+	t.Cleanup(p.Heal)
+	rw.send(t, call(2, "frozen"))
+	sent := time.Now()
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := rw.out.ReadString('\n')
+		answer <- line
+	}()
+	var got string
+	select {
+	case got = <-answer:
+	case <-time.After(time.Minute):
+		t.Fatalf("no answer a minute after the call, its claim held by a ledger that stopped answering (lease %s); stderr:\n%s", lease, rw.log.String())
+	}
+	t.Logf("answered %s after the call (--wait's default, 30 s, the lease and the store's 5 s)", time.Since(sent).Round(100*time.Millisecond))
+	t.Logf("answer: %s", got)
+	for _, want := range []string{`"isError":true`, `"effectfence/code":"store_error"`, "NOT executed", "confirm"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("the call whose claim the ledger did not confirm: %s; want %s in it", got, want)
+		}
+	}
+	if n := r.effectCount(); n != before {
+		t.Fatalf("%d effects after the refused call, want %d: it ran", n, before)
+	}
+
+	// The server answers again: the claim it ran is released, and a retry runs the call.
+	p.Heal()
+	healed := time.Now()
+	id := 3
+	deadline := time.Now().Add(time.Minute)
+	for ; ; id++ {
+		got = rw.roundTrip(t, call(id, "frozen"))
+		if !strings.Contains(got, `"isError":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retries still refused a minute after the ledger answered again: %s; stderr:\n%s", got, rw.log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("a retry ran %s after the ledger answered again, after %d refused", time.Since(healed).Round(100*time.Millisecond), id-3)
+	if n := r.effectCount(); n != before+1 {
+		t.Fatalf("%d effects after the retry ran, want %d", n, before+1)
+	}
+	if got := rw.roundTrip(t, call(id+1, "frozen")); !strings.Contains(got, `"effectfence/replayed":true`) {
+		t.Fatalf("a duplicate of the retry that ran: %s; want it replayed", got)
+	}
+}
