@@ -1,12 +1,15 @@
 package wrap_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/internal/netcut"
+	"github.com/effectfence/effectfence/pkg/fence"
 )
 
 // TestClaimOnAFrozenLedgerIsAnswered: docs/wrap.md says a claim the ledger has not confirmed
@@ -16,8 +19,8 @@ import (
 // acknowledging every packet (a proxy holding every byte: TCP_USER_TIMEOUT never fires, a new
 // connection hangs in its start). Before, the claim had no bound and the agent's call hung
 // until the server answered (still unanswered after a minute here, lease 3 s). The claim that
-// landed is released by the engine once the server answers again, so a retry runs the call,
-// once.
+// landed is released by wrap once the server answers again, no retry asking, and a retry then
+// runs the call, once.
 func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 	t.Parallel()
 	p, ledger := ledgerBehind(t, netcut.NewPostgres)
@@ -50,7 +53,6 @@ func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 		t.Fatalf("no answer a minute after the call, its claim held by a ledger that stopped answering (lease %s); stderr:\n%s", lease, rw.log.String())
 	}
 	t.Logf("answered %s after the call (--wait's default, 30 s, the lease and the store's 5 s)", time.Since(sent).Round(100*time.Millisecond))
-	t.Logf("answer: %s", got)
 	for _, want := range []string{`"isError":true`, `"effectfence/code":"store_error"`, "NOT executed", "confirm"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("the call whose claim the ledger did not confirm: %s; want %s in it", got, want)
@@ -60,9 +62,33 @@ func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 		t.Fatalf("%d effects after the refused call, want %d: it ran", n, before)
 	}
 
-	// The server answers again: the claim it ran is released, and a retry runs the call.
+	// The server answers again: the claim it ran (nobody holds its ticket) is released by
+	// wrap without a retry asking, and then a retry runs the call.
+	var meta struct {
+		Result struct {
+			Meta struct {
+				Intent string `json:"effectfence/intent"`
+			} `json:"_meta"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(got), &meta); err != nil || meta.Result.Meta.Intent == "" {
+		t.Fatalf("no intent in the refusal %s: %v", got, err)
+	}
+	intent := meta.Result.Meta.Intent
 	p.Heal()
 	healed := time.Now()
+	led := r.openLedger()
+	waitFor(t, "the claim that landed to be released", func() bool {
+		released := false
+		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Events(intent, func(ev fence.Event) bool {
+				released = released || ev.Kind == fence.EventRelease && ev.State == fence.StateInFlight && strings.Contains(ev.Reason, "answer to this claim was lost")
+				return true
+			})
+		})
+		return err == nil && released
+	})
+	t.Logf("the claim that landed was released %s after the ledger answered again", time.Since(healed).Round(100*time.Millisecond))
 	id := 3
 	deadline := time.Now().Add(time.Minute)
 	for ; ; id++ {
