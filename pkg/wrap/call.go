@@ -414,9 +414,10 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
 }
 
-// claimBound is how long a call's claim may take the ledger, past its wait: the lease. A claim
-// confirmed later would be admitted with its lease lapsed, which another process may have
-// taken over or fenced as unknown meanwhile.
+// claimBound is how long a call's claim may take the ledger, past its wait: the lease. It ends
+// a hang; it does not keep the claim's lease, which runs from the server's commit: a fresh
+// claim answered late is admitted with less of its lease left, or none, and judged by other
+// processes meanwhile as any holder stalled past its lease (docs/wrap.md).
 func (p *Proxy) claimBound() time.Duration {
 	if lease := p.opt.Engine.Config().LeaseTTL; lease > 0 {
 		return lease
