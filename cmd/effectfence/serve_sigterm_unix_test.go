@@ -199,24 +199,39 @@ func TestServeStopEndsWaitsAndFinishesSettlingCalls(t *testing.T) {
 
 	t.Run("second signal", func(t *testing.T) {
 		t.Parallel()
-		ledger := filepath.Join(t.TempDir(), "ledger.db")
-		s := startServe(t, "--ledger", ledger)
-		p := s.prepare(mine)
-		if p.Status != serve.StatusFresh {
-			t.Fatalf("S's prepare: %+v", p)
-		}
-		if err := os.Rename(ledger, ledger+".away"); err != nil {
-			t.Fatal(err)
-		}
-		s.send(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_8"}}`)
-		s.ping() // the commit is being retried (for 2 s, then spooled)
-		for range 2 {
-			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		// The commit is retried for 2 s (settleWait): a machine that stalls serve that long
+		// between the commit and the second signal lets the stop finish the commit first (its
+		// exit then stands, as it should). Such a try tests nothing and is made again.
+		var ledger string
+		for try := 1; ; try++ {
+			ledger = filepath.Join(t.TempDir(), "ledger.db")
+			s := startServe(t, "--ledger", ledger)
+			p := s.prepare(mine)
+			if p.Status != serve.StatusFresh {
+				t.Fatalf("S's prepare: %+v", p)
+			}
+			if err := os.Rename(ledger, ledger+".away"); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if code := s.exit(30 * time.Second); code != 128+int(syscall.SIGTERM) {
+			commit := s.send(serve.ToolCommit, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"result":{"charge":"ch_8"}}`)
+			s.ping() // the commit is being retried (for 2 s, then spooled)
+			for range 2 {
+				if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			code := s.exit(30 * time.Second)
+			if code == 128+int(syscall.SIGTERM) {
+				break
+			}
+			if _, answered := s.rest()[commit]; answered && try < 3 {
+				t.Logf("try %d: the commit was settled (spooled) before the second signal came; again", try)
+				if err := os.Rename(ledger+".away", ledger); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
 			t.Fatalf("serve after a second SIGTERM exited %d, want %d (at once, not after the commit)\nstderr %s", code, 128+int(syscall.SIGTERM), s.stderr.String())
 		}
 		if err := os.Rename(ledger+".away", ledger); err != nil {
