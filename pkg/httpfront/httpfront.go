@@ -485,6 +485,7 @@ var errBusy = errors.New("no room for another message")
 // calls of 1000 KiB at once, charged as they arrived, were 120 run, 180 refused 503 or 408;
 // charged at once, 255 to 300 run).
 type bodyMeter struct {
+	pool       *budget.Pool // requests, but in tests
 	ctx        context.Context
 	r          io.Reader
 	wait       time.Duration
@@ -521,14 +522,19 @@ func (m *bodyMeter) Read(p []byte) (int, error) {
 }
 
 // take raises what the meter holds to the charge of a body of n bytes, waiting for room up to
-// its wait; a body longer than smallRequest leaves smallReserve free.
+// its wait; a body longer than smallRequest leaves smallReserve free, and is charged at most
+// the budget but twice smallReserve: small bodies may hold as much again beside it (they may
+// take any part of the budget). Charged up to all the budget but the reserve, a body of 24 MiB
+// or more, or one past 1 MiB without a Content-Length, waited until no other request held
+// any of the budget: one small call running a slow tool kept it waiting out --body-timeout,
+// and it was refused 503 (TestLargeBodyWaitsOnlyForLargeOnes).
 func (m *bodyMeter) take(n int64) bool {
-	reserve := int64(0)
+	reserve, most := int64(0), m.pool.Total()
 	if n > smallRequest {
-		reserve = smallReserve
+		reserve, most = smallReserve, m.pool.Total()-2*smallReserve
 	}
-	c := min(requestCost*n, requests.Total()-reserve)
-	if c > m.held && !requests.AcquireLeaving(m.ctx, c-m.held, reserve, m.wait) {
+	c := min(requestCost*n, most)
+	if c > m.held && !m.pool.AcquireLeaving(m.ctx, c-m.held, reserve, m.wait) {
 		return false
 	}
 	m.held = max(m.held, c)
@@ -539,7 +545,7 @@ func (m *bodyMeter) take(n int64) bool {
 // body without a Content-Length was charged for the most it could be).
 func (m *bodyMeter) trim(n int64) {
 	if over := m.held - requestCost*n; over > 0 {
-		requests.Release(over)
+		m.pool.Release(over)
 		m.held -= over
 	}
 }
@@ -550,7 +556,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
 		return
 	}
-	meter := &bodyMeter{ctx: r.Context(), r: http.MaxBytesReader(w, r.Body, maxBody), wait: h.cfg.BodyTimeout, size: r.ContentLength}
+	meter := &bodyMeter{pool: requests, ctx: r.Context(), r: http.MaxBytesReader(w, r.Body, maxBody), wait: h.cfg.BodyTimeout, size: r.ContentLength}
 	defer func() { requests.Release(meter.held) }()
 	body, err := io.ReadAll(meter)
 	meter.trim(int64(len(body)))
