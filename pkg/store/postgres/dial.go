@@ -15,7 +15,7 @@ import (
 // A network that drops a connection's packets without a reset (a partition, a NAT or a
 // firewall that lost the flow's state, a failover that moved the server's address) held what
 // was sent on it while the kernel retransmitted, about 15 min under Linux's defaults: a claim,
-// which has no deadline of its own in wrap, waited as long, and was admitted whenever the
+// which had no deadline of its own in wrap before 2026-12-06, waited as long, and was admitted whenever the
 // network came back; where the server had run it and the network held only its answer, its
 // lease had been running since, perhaps lapsed, its call perhaps taken over elsewhere. A claim
 // whose connection so fails within a third of the lease is refused (not run) while a
