@@ -45,11 +45,17 @@ func New(upstream string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Serve(ln, upstream), nil
+}
+
+// Serve starts a proxy that takes the connections ln accepts (a listener made elsewhere: in
+// another network namespace, say) to upstream. Close closes ln.
+func Serve(ln net.Listener, upstream string) *Proxy {
 	p := &Proxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
 	p.thaw = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
-	return p, nil
+	return p
 }
 
 // Addr is the proxy's host:port.

@@ -6,19 +6,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
@@ -91,7 +90,8 @@ func newNetHole(t *testing.T, upstream string) *netHole {
 	h.forwarding(t, true)
 	ln := listenIn(t, h.server, net.JoinHostPort(ip(6), "0"))
 	h.addr = ln.Addr().String()
-	forward(t, ln, upstream)
+	fw := netcut.Serve(ln, upstream)
+	t.Cleanup(fw.Close)
 	return h
 }
 
@@ -154,39 +154,6 @@ func listenIn(t *testing.T, ns, addr string) net.Listener {
 		t.Fatal(r.err)
 	}
 	return r.ln
-}
-
-// forward copies each connection ln accepts to and from a new connection to upstream, until
-// the test ends.
-func forward(t *testing.T, ln net.Listener, upstream string) {
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", upstream)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
 }
 
 // TestClaimOverABlackholedNetworkEnds: the network between a store and its server drops every
