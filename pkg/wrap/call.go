@@ -335,8 +335,6 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	// nothing inside the server, and its wait (--wait) would hold the stop, and so the
 	// gateway session being stopped (counted under --max-sessions), past the grace. Before,
 	// only a stop of the whole process ended it (Shared.Abandon).
-	wait, endWait := context.WithCancel(f.ctx)
-	stopWatch := context.AfterFunc(p.graceOver, endWait)
 	began := time.Now()
 	// The ledger's reads and writes end with claimBound, past the wait: a PostgreSQL server
 	// that stops answering on a network that still acknowledges (a stopped server, a proxy
@@ -345,21 +343,22 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	// cut short is not admitted; if it landed all the same, the engine releases it once the
 	// ledger answers (a lost claim: nobody holds its ticket).
 	bound := s.Wait + p.claimBound()
-	ledger, endLedger := context.WithTimeout(wait, bound)
+	ledger, endLedger := context.WithTimeout(f.ctx, bound)
+	stopWatch := context.AfterFunc(p.graceOver, endLedger)
 	// The answer is counted once this call will not ask the ledger again: a call that asks
 	// again (below) counts only its last answer, not a refusal beside it.
 	adm, decision, err := p.opt.Engine.PrepareWaitUncounted(ledger, req, s.Wait, ctx.Done())
-	if err != nil && ledger.Err() != nil && wait.Err() == nil && fence.CodeOf(err) == fence.CodeStore {
-		err = fmt.Errorf("the ledger did not confirm this call's claim within %s (the lease, past the wait; the database does not answer, or another process holds the intent's record locked), so nothing ran and a retry may run it: %w", bound, err)
-	}
+	bounded := ledger.Err() == context.DeadlineExceeded // a stop or an abandon cancels it instead
+	stopWatch()
 	endLedger()
-	holder := err == nil && adm.Fresh()
 	// A flight ended while its members wait, without a failure to share, is one a stopping
 	// front gave up on (Shared.Abandon, or drain for a proxy's own flights), or this proxy's
 	// stop was past its grace.
-	abandoned := wait.Err() != nil
-	stopWatch()
-	endWait()
+	abandoned := f.ctx.Err() != nil || p.graceOver.Err() != nil
+	if err != nil && bounded && fence.CodeOf(err) == fence.CodeStore {
+		err = fmt.Errorf("the ledger did not confirm this call's claim within %s (the lease, past the wait; the database does not answer, or another process holds the intent's record locked), so nothing ran and a retry may run it: %w", bound, err)
+	}
+	holder := err == nil && adm.Fresh()
 	if !holder && err != nil && ctx.Err() != nil {
 		p.opt.Engine.Count(decision)
 		p.flights.leave(id.intent, f, false)
