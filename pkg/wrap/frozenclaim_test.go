@@ -28,6 +28,11 @@ func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 	r.ledger = ledger
 	const lease = 3 * time.Second
 	rw := r.initializedRawWrap("--lease-secs", "3")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("wrap's stderr:\n%s", rw.log.String())
+		}
+	})
 	call := func(id int, order string) string {
 		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1,"order":%q}}}`, id, order)
 	}
@@ -78,17 +83,26 @@ func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 	p.Heal()
 	healed := time.Now()
 	led := r.openLedger()
+	// The release finds the claim in flight, or unknown: a background recovery that waited on
+	// the frozen connection may run its lease rules first, once the server answers, and mark
+	// the claim's lapsed lease (TestClaimOnAFrozenLedgerIsAnswered failed in 1 run of 3 under
+	// load when it looked for in flight alone).
+	var releasedFrom fence.State
 	waitFor(t, "the claim that landed to be released", func() bool {
-		released := false
 		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
 			return tx.Events(intent, func(ev fence.Event) bool {
-				released = released || ev.Kind == fence.EventRelease && ev.State == fence.StateInFlight && strings.Contains(ev.Reason, "answer to this claim was lost")
+				if ev.Kind == fence.EventRelease && strings.Contains(ev.Reason, "answer to this claim was lost") {
+					releasedFrom = ev.State
+				}
 				return true
 			})
 		})
-		return err == nil && released
+		return err == nil && releasedFrom != ""
 	})
-	t.Logf("the claim that landed was released %s after the ledger answered again", time.Since(healed).Round(100*time.Millisecond))
+	if releasedFrom != fence.StateInFlight && releasedFrom != fence.StateUnknown {
+		t.Fatalf("the lost claim was released from %s: want in flight, or unknown once its lease lapsed", releasedFrom)
+	}
+	t.Logf("the claim that landed was released (from %s) %s after the ledger answered again", releasedFrom, time.Since(healed).Round(100*time.Millisecond))
 	id := 3
 	deadline := time.Now().Add(time.Minute)
 	for ; ; id++ {
