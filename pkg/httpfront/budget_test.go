@@ -1,6 +1,7 @@
 package httpfront_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -197,4 +198,54 @@ func TestStalledBodiesHoldWhatArrived(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A POST that waited for room in the budget and then ran out of its bound (--body-timeout)
+// is refused 503 with Retry-After, saying how long the gateway kept it waiting, not 408:
+// before, the gateway waited for room a whole bound at each charge, got it as the bound was
+// nearly over, and then told the sender its body had not arrived in time, which sent an
+// operator after a slow client. Nothing runs. (Not parallel: it holds the process's budget.)
+func TestBodyThatWaitedForRoomIsNotBlamedOnItsSender(t *testing.T) {
+	const bound = 2 * time.Second
+	g := newGW(t, func(c *httpfront.Config, _ *wrap.Options) { c.BodyTimeout = bound })
+	sid := g.open(nil)
+	release := httpfront.HoldRequestBudget(t)
+	defer func() { release() }()
+	u, _ := url.Parse(g.url)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := call(3, "charge", `{"amount":7,"note":"`+strings.Repeat("n", 2<<20)+`"}`)
+	start := time.Now()
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n", u.Path, u.Host, sid, len(body))
+	if _, err := conn.Write([]byte(body[:200<<10])); err != nil { // past 64 KiB: charged whole, it waits
+		t.Fatal(err)
+	}
+	// The room comes three quarters into the bound; the rest of the body after the bound.
+	time.AfterFunc(bound*3/4, func() { release() })
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-stop:
+		case <-time.After(bound + bound/4):
+			_, _ = conn.Write([]byte(body[200<<10:]))
+		}
+	}()
+	_ = conn.SetReadDeadline(start.Add(4 * bound))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(text), "waited") {
+		t.Fatalf("a body that waited %s of its %s bound for room, then met the bound: %d (Retry-After %q) %q; want 503 saying it waited", bound*3/4, bound, resp.StatusCode, resp.Header.Get("Retry-After"), text)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(mcptest.Effects(g.effects)); n != 0 {
+		t.Fatalf("%d executions from a body never read whole, want 0", n)
+	}
 }

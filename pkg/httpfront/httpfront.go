@@ -264,7 +264,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// end a long response: the server's background read that watches for the client hanging
 	// up would hit it and cancel the request.
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(h.cfg.BodyTimeout)) // unsupported: no bound
+	bodyUntil := time.Now().Add(h.cfg.BodyTimeout)
+	_ = rc.SetReadDeadline(bodyUntil) // unsupported: no bound
 	if r.URL.Path != h.cfg.Path {
 		http.NotFound(w, r)
 		return
@@ -283,7 +284,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodPost:
-		h.post(w, r, who, rc)
+		h.post(w, r, who, rc, bodyUntil)
 	case http.MethodGet:
 		h.get(w, r, who, rc)
 	case http.MethodDelete:
@@ -485,10 +486,14 @@ var errBusy = errors.New("no room for another message")
 // calls of 1000 KiB at once, charged as they arrived, were 120 run, 180 refused 503 or 408;
 // charged at once, 255 to 300 run).
 type bodyMeter struct {
-	pool       *budget.Pool // requests, but in tests
-	ctx        context.Context
-	r          io.Reader
+	pool *budget.Pool // requests, but in tests
+	ctx  context.Context
+	r    io.Reader
+	// The meter waits for room until until (the body's bound), or when until is zero for
+	// wait at each take. waited is how long it waited in all.
 	wait       time.Duration
+	until      time.Time
+	waited     time.Duration
 	size       int64 // the body's Content-Length (at most maxBody), or -1
 	read, held int64
 	whole      bool // charged for its whole length
@@ -534,8 +539,19 @@ func (m *bodyMeter) take(n int64) bool {
 		reserve, most = smallReserve, m.pool.Total()-2*smallReserve
 	}
 	c := min(requestCost*n, most)
-	if c > m.held && !m.pool.AcquireLeaving(m.ctx, c-m.held, reserve, m.wait) {
-		return false
+	if c > m.held {
+		wait := m.wait
+		if !m.until.IsZero() {
+			// Each take waits only for what is left of the body's bound: given a fresh
+			// wait each, a body that grew past a first charge could wait for room past
+			// the bound, and then meet the read deadline and be told it arrived too late.
+			wait = time.Until(m.until)
+		}
+		ok, waited := m.pool.AcquireLeavingWaited(m.ctx, c-m.held, reserve, max(wait, 0))
+		m.waited += waited
+		if !ok {
+			return false
+		}
 	}
 	m.held = max(m.held, c)
 	return true
@@ -550,13 +566,13 @@ func (m *bodyMeter) trim(n int64) {
 	}
 }
 
-func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController) {
+func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController, bodyUntil time.Time) {
 	if r.ContentLength > maxBody {
 		w.Header().Set("Connection", "close") // the body is not read
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
 		return
 	}
-	meter := &bodyMeter{pool: requests, ctx: r.Context(), r: http.MaxBytesReader(w, r.Body, maxBody), wait: h.cfg.BodyTimeout, size: r.ContentLength}
+	meter := &bodyMeter{pool: requests, ctx: r.Context(), r: http.MaxBytesReader(w, r.Body, maxBody), wait: h.cfg.BodyTimeout, until: bodyUntil, size: r.ContentLength}
 	defer func() { requests.Release(meter.held) }()
 	body, err := io.ReadAll(meter)
 	meter.trim(int64(len(body)))
@@ -564,15 +580,18 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		var tooBig *http.MaxBytesError
 		var ne net.Error
 		switch {
-		case errors.Is(err, errBusy):
+		case errors.Is(err, errBusy), errors.As(err, &ne) && ne.Timeout() && meter.waited > 0:
+			// A body that waited for room and then ran out of its bound is the gateway's
+			// doing as much as its sender's: before, it got 408 saying the body did not
+			// arrive in time, which sent its operator after a slow client.
 			w.Header().Set("Connection", "close") // the rest of the body is not read
 			w.Header().Set("Retry-After", "1")
-			httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds as many messages as its memory budget allows (%d MiB, a message counting %d times its length) and none ended within %s: this message was NOT read and nothing ran; send it again", requests.Total()>>20, requestCost, h.cfg.BodyTimeout))
+			httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("the gateway holds as many messages as its memory budget allows (%d MiB, a message counting %d times its length) and this one waited %s of its %s bound (--body-timeout) for room: it was NOT read whole and nothing ran; send it again", requests.Total()>>20, requestCost, meter.waited.Round(time.Millisecond), h.cfg.BodyTimeout))
 		case errors.As(err, &tooBig):
 			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
 		case errors.As(err, &ne) && ne.Timeout():
 			w.Header().Set("Connection", "close")
-			httpError(w, http.StatusRequestTimeout, fmt.Sprintf("the body did not arrive within %s", h.cfg.BodyTimeout))
+			httpError(w, http.StatusRequestTimeout, fmt.Sprintf("the body did not arrive within %s (--body-timeout): this message was NOT run; send it again", h.cfg.BodyTimeout))
 		default:
 			httpError(w, http.StatusBadRequest, "cannot read the body")
 		}

@@ -34,25 +34,40 @@ func (p *Pool) Acquire(ctx context.Context, n int64, wait time.Duration) bool {
 // part of the pool kept for small messages): it takes n bytes (at most the pool but
 // reserve) only while reserve bytes are then still free.
 func (p *Pool) AcquireLeaving(ctx context.Context, n, reserve int64, wait time.Duration) bool {
+	ok, _ := p.AcquireLeavingWaited(ctx, n, reserve, wait)
+	return ok
+}
+
+// AcquireLeavingWaited is AcquireLeaving that also says how long it waited for room: zero
+// when it took the bytes at once.
+func (p *Pool) AcquireLeavingWaited(ctx context.Context, n, reserve int64, wait time.Duration) (bool, time.Duration) {
 	n = min(n, p.total-reserve)
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
+	var start time.Time
+	var deadline *time.Timer
 	for {
 		p.mu.Lock()
 		if p.free-n >= reserve {
 			p.free -= n
 			p.least = min(p.least, p.free)
 			p.mu.Unlock()
-			return true
+			if deadline == nil {
+				return true, 0
+			}
+			deadline.Stop()
+			return true, time.Since(start)
 		}
 		more := p.more
 		p.mu.Unlock()
+		if deadline == nil {
+			start, deadline = time.Now(), time.NewTimer(wait)
+		}
 		select {
 		case <-more:
 		case <-deadline.C:
-			return false
+			return false, time.Since(start)
 		case <-ctx.Done():
-			return false
+			deadline.Stop()
+			return false, time.Since(start)
 		}
 	}
 }
