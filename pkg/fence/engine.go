@@ -351,7 +351,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 		case StateInFlight:
 			switch v, kind, why := e.judge(clock.now(), rec); v {
 			case held:
-				return outRefused, InFlightError{Intent: req.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil, Owner: rec.Owner, RerunSafe: rec.RerunSafe}
+				return outRefused, InFlightError{Intent: req.Intent, Holder: rec.Agent, LeaseUntil: rec.LeaseUntil, Owner: rec.Owner, RerunSafe: rec.RerunSafe, Token: rec.Token}
 			case fenceIt:
 				// The effect may have happened and nobody may run it again.
 				if !write {
@@ -865,7 +865,9 @@ func decide(out outcome, err error, waited bool) Decision {
 		b = bStale
 	case errors.Is(err, ErrDomainRace):
 		b = bRace
-	case errors.Is(err, ErrInFlight):
+	case errors.Is(err, ErrInFlight), errors.Is(err, ErrFailedWait):
+		// A waiter given the failure of the attempt it waited for did not run: refused in
+		// flight, as a waiter given it by its own process is (wrap's flights).
 		b = bInFlight
 	case errors.Is(err, ErrPriorFailure):
 		b = bPriorFailure
@@ -1348,7 +1350,7 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string, retry b
 			}
 		}
 		now := tx.Now()
-		if kind == EventRelease {
+		if kind == EventRelease || kind == EventFailure {
 			if err := tx.Delete(rec.Intent); err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ const (
 	CodeLeaseLost    = "lease_lost"
 	CodeInvalid      = "invalid_request"
 	CodeStore        = "store_error"
+	CodeFailedWait   = "waited_attempt_failed"
 )
 
 type sentinel string
@@ -34,6 +35,7 @@ var (
 	ErrDomainRace   error = sentinel(CodeDomainRace)
 	ErrLeaseLost    error = sentinel(CodeLeaseLost)
 	ErrInvalid      error = sentinel(CodeInvalid)
+	ErrFailedWait   error = sentinel(CodeFailedWait)
 )
 
 // Coded is implemented by every error the engine returns on purpose.
@@ -67,6 +69,9 @@ type InFlightError struct {
 	// RerunSafe is the claim's (Record.RerunSafe): once its gone holder's carrier ends, the
 	// next attempt takes it over and runs the call again rather than fence it.
 	RerunSafe bool
+	// Token is the holding claim's fencing token (Record.Token): PrepareWait tells by it
+	// whether the attempt it waited on failed (FailedWaitError).
+	Token uint64
 }
 
 func (e InFlightError) Error() string {
@@ -75,6 +80,24 @@ func (e InFlightError) Error() string {
 }
 func (e InFlightError) Code() string         { return CodeInFlight }
 func (e InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// FailedWaitError: PrepareWait waited for an attempt of the intent held by another process,
+// and that attempt failed definitely (its holder reported OutcomeFailure: the tool answered
+// an error, so nothing took effect). The waiter shares that failure, as a waiter in the
+// holder's own process does (SPEC §6): it is NOT run. The intent is free: a retry runs it.
+type FailedWaitError struct {
+	Intent string
+	// Token is the failed attempt's claim; Reason what its holder reported.
+	Token  uint64
+	Reason string
+}
+
+func (e FailedWaitError) Error() string {
+	return fmt.Sprintf("%s: the attempt of intent %q this call waited for failed definitely (%s); this call was NOT executed a second time; the intent is free, so a retry runs it",
+		CodeFailedWait, e.Intent, e.Reason)
+}
+func (e FailedWaitError) Code() string         { return CodeFailedWait }
+func (e FailedWaitError) Is(target error) bool { return target == ErrFailedWait }
 
 // PriorFailureError: an earlier attempt of this intent failed or vanished with an unknown
 // outcome. The effect may have happened; the intent is fenced until an operator clears it.

@@ -26,8 +26,12 @@ type OutcomeKind string
 const (
 	OutcomeCommit  OutcomeKind = "commit"  // it ran: Result is recorded in a cert
 	OutcomeRelease OutcomeKind = "release" // it definitely did not run: the intent is free
-	OutcomeAbort   OutcomeKind = "abort"   // it may have run: failed, fenced
-	OutcomeLost    OutcomeKind = "lost"    // the holder lost track of it: unknown, fenced
+	// OutcomeFailure is a release of a call that ran and failed definitely (the tool answered
+	// an error): the intent is free, and the waiters on this claim in other processes are
+	// given the failure rather than run the call again (FailedWaitError).
+	OutcomeFailure OutcomeKind = "failure"
+	OutcomeAbort   OutcomeKind = "abort" // it may have run: failed, fenced
+	OutcomeLost    OutcomeKind = "lost"  // the holder lost track of it: unknown, fenced
 )
 
 // Outcome is what a holder reports about its ticket, in a form that can wait in a spool.
@@ -65,12 +69,14 @@ func (e *Engine) apply(ctx context.Context, o Outcome, retry bool) (*Cert, error
 		return e.commit(ctx, o.Ticket, o.Result, retry)
 	case OutcomeRelease:
 		return nil, e.end(ctx, o.Ticket, EventRelease, o.Reason, retry)
+	case OutcomeFailure:
+		return nil, e.end(ctx, o.Ticket, EventFailure, o.Reason, retry)
 	case OutcomeAbort:
 		return nil, e.end(ctx, o.Ticket, EventAbort, o.Reason, retry)
 	case OutcomeLost:
 		return nil, e.end(ctx, o.Ticket, EventLost, o.Reason, retry)
 	}
-	return nil, InvalidError{"kind", fmt.Sprintf("%q: want commit, release, abort or lost", o.Kind)}
+	return nil, InvalidError{"kind", fmt.Sprintf("%q: want commit, release, failure, abort or lost", o.Kind)}
 }
 
 // Settle reports an outcome and never drops it. It tries the ledger and, while the ledger
@@ -817,7 +823,7 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 			err = errors.New("no ticket")
 		}
 		if err == nil && !knownKind(o.Kind) {
-			err = fmt.Errorf("kind %q: want commit, release, abort or lost", o.Kind)
+			err = fmt.Errorf("kind %q: want commit, release, failure, abort or lost", o.Kind)
 		}
 		if err != nil {
 			// Never deleted: an operator must read it (it may be the only record of an effect).
@@ -905,7 +911,7 @@ func removeStaleTemps(dir string, now time.Time) {
 
 func knownKind(k OutcomeKind) bool {
 	switch k {
-	case OutcomeCommit, OutcomeRelease, OutcomeAbort, OutcomeLost:
+	case OutcomeCommit, OutcomeRelease, OutcomeFailure, OutcomeAbort, OutcomeLost:
 		return true
 	}
 	return false

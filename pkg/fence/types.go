@@ -229,6 +229,9 @@ func (r *Record) Healable() bool { return r.State == StateUnknown && r.Nonce != 
 // Event kinds recorded in the ledger's audit trail.
 const (
 	EventRelease = "release"
+	// EventFailure is a release whose call ran and failed definitely (OutcomeFailure): the
+	// intent is free, and a waiter in another process that waited on that claim is told.
+	EventFailure = "failure"
 	EventAbort   = "abort"
 	EventLost    = "lost" // the holder lost track of the effect mid-call: now unknown
 	EventClear   = "clear"

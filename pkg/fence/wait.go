@@ -3,6 +3,8 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -83,6 +85,7 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 		err error
 	)
 	notifier, _ := e.store.(Notifier)
+	var waitedOn []uint64 // the claims found holding the intent (InFlightError.Token)
 	var remote <-chan struct{}
 	stopRemote := func() {}
 	defer func() { stopRemote() }()
@@ -98,7 +101,16 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 			if err != nil {
 				return Admission{}, decide(out, err, waited), err
 			}
+			if adm.Fresh() && len(waitedOn) > 0 {
+				if ferr := e.sharedFailure(ctx, adm, waitedOn); ferr != nil {
+					return Admission{}, decide(out, ferr, waited), ferr
+				}
+			}
 			return adm, decide(out, err, waited), nil
+		}
+		var fe InFlightError
+		if errors.As(err, &fe) && fe.Token != 0 && !slices.Contains(waitedOn, fe.Token) {
+			waitedOn = append(waitedOn, fe.Token)
 		}
 		waited = true
 		if closed(giveUp) {
@@ -137,6 +149,39 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 		}
 		poll = min(poll*2, ceiling)
 	}
+}
+
+// sharedFailure is the failure of an attempt a waiter waited on, when its holder reported
+// OutcomeFailure, for the waiter that then claimed the intent (adm): SPEC §6 gives every
+// waiter that same failure, not a run of its own. A waiter in the holder's process is given
+// it there (wrap's flights); one in another process (a second wrap, a gateway replica on the
+// same ledger) learns it only from the ledger, where the release leaves no record, so the
+// intent's audit trail is read for a failure event of a claim it waited on. Before
+// 2026-12-06 that waiter found the intent free and ran the call again in its own server
+// (TestFailureIsSharedWithAWaiterInAnotherWrap).
+//
+// Found, the waiter's claim is given up as a failure too (a waiter on that claim is told in
+// turn), and FailedWaitError returned: nothing runs. If the ledger does not take that, the
+// claim is left to the engine as a lost one (released once the ledger answers): it runs
+// nothing either way. Not found, or not readable, nil: the claim stands and the call runs.
+func (e *Engine) sharedFailure(ctx context.Context, adm Admission, waitedOn []uint64) error {
+	t := *adm.Ticket
+	var failed *Event
+	if err := e.store.View(ctx, func(tx Tx) error {
+		return tx.Events(t.Intent, func(ev Event) bool {
+			if ev.Kind == EventFailure && slices.Contains(waitedOn, ev.Token) {
+				failed = &ev
+			}
+			return true
+		})
+	}); err != nil || failed == nil {
+		return nil
+	}
+	why := FailedWaitError{Intent: t.Intent, Token: failed.Token, Reason: failed.Reason}
+	if err := e.end(ctx, t, EventFailure, fmt.Sprintf("coalesced onto the failure of claim %d, which it waited for: %s", failed.Token, failed.Reason), false); err != nil {
+		e.lostClaim(t.Intent, t.Nonce)
+	}
+	return why
 }
 
 // closed reports whether ch is closed (a nil ch never is).

@@ -53,6 +53,7 @@ var Codes = []string{
 	"is_error", "rpc_error", "task", "not_sent", wrap.CodeToolsUnknown,
 	fence.CodeInFlight, fence.CodePriorFailure, fence.CodeConflict, fence.CodeStale,
 	fence.CodeDomainRace, fence.CodeLeaseLost, fence.CodeInvalid, fence.CodeStore,
+	fence.CodeFailedWait,
 }
 
 // methods are the HTTP methods counted by name.

@@ -47,6 +47,7 @@ func RefusalOf(intent string, err error) Refusal {
 	r := Refusal{Code: fence.CodeOf(err), Message: err.Error(), Intent: intent}
 	var (
 		inFlight fence.InFlightError
+		failed   fence.FailedWaitError
 		prior    fence.PriorFailureError
 		conflict fence.IntentConflictError
 		stale    fence.StaleReadSetError
@@ -69,6 +70,12 @@ func RefusalOf(intent string, err error) Refusal {
 		r.LeaseUntil = timePtr(inFlight.LeaseUntil)
 		r.State = fence.StateInFlight
 		r.Next = fmt.Sprintf("Do not run the effect: another attempt is running it. Call %s again later (or with wait_secs) to receive its recorded result.", ToolPrepare)
+	case errors.As(err, &failed):
+		// A library user's holder (or wrap's) reported its call failed definitely
+		// (OutcomeFailure) while this prepare waited on it: the waiter shares the failure.
+		r.Intent = failed.Intent
+		r.State = fence.StateNone
+		r.Next = fmt.Sprintf("Do not run the effect now: the attempt you waited for ran and failed definitely (the message says why), and this call shares that failure. The intent is free: call %s again only if you mean to try the action again.", ToolPrepare)
 	case errors.As(err, &prior):
 		r.Intent = prior.Intent
 		r.State = prior.State

@@ -367,7 +367,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	if failure, failed := p.flights.leave(id.intent, f, holder); failed {
 		// The attempt this call waited for failed definitely: same answer, no second run.
 		if holder {
-			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "coalesced onto an attempt that failed"})
+			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: *adm.Ticket, Reason: "coalesced onto an attempt that failed"})
 		}
 		if failure.code == codeInputRequired && ctx.Value(continuedKey{}) == nil && continues(params) {
 			// The attempt was a first round, answered with a question (SEP-2322), which is no
@@ -400,6 +400,11 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	if err != nil {
 		if abandoned && errors.Is(err, fence.ErrInFlight) {
 			return answer{result: p.abandonedWait(id.intent, err, time.Since(began))}.as("refused", fence.CodeOf(err))
+		}
+		if errors.Is(err, fence.ErrFailedWait) {
+			// Given the failure of the attempt it waited for, as a duplicate in this
+			// process is (flights): coalesced onto it.
+			return answer{result: p.refusal(id.intent, err, s.Wait)}.as("coalesced", fence.CodeOf(err))
 		}
 		return answer{result: p.refusal(id.intent, err, s.Wait)}.as("refused", fence.CodeOf(err))
 	}
@@ -553,7 +558,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 	case err == nil:
 		a := answer{result: res, outcome: "executed", code: "is_error"}
 		p.flights.fail(intent, f, a)
-		p.release(ctx, t, "the tool answered isError: a definite failure")
+		p.failed(ctx, t, "the tool answered isError: a definite failure")
 		return a
 	case errors.As(err, &rpc):
 		a := answer{err: rpc, outcome: "executed", code: "rpc_error"}
@@ -562,7 +567,7 @@ func (p *Proxy) finish(ctx context.Context, tool, intent string, f *flight, t fe
 		if task {
 			refused = "the MCP server refused the call or failed the task: "
 		}
-		p.release(ctx, t, refused+scrub(rpc.Message, p.redactedTexts(tool, params)))
+		p.failed(ctx, t, refused+scrub(rpc.Message, p.redactedTexts(tool, params)))
 		return a
 	case errors.Is(err, mcpstdio.ErrNotSent):
 		a := answer{result: toolError(fmt.Sprintf("the call was not sent and did not run: it did not reach the MCP server (%v); a retry may run it", err), "", intent), outcome: "refused", code: "not_sent"}
@@ -615,6 +620,14 @@ func unknown(err error) bool {
 
 func (p *Proxy) release(ctx context.Context, t fence.Ticket, reason string) {
 	p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: t, Reason: reason})
+}
+
+// failed releases the claim of a call the server answered with a definite failure: the
+// intent is free, and a duplicate waiting on this claim in another process (a second wrap or
+// gateway replica on the ledger) is given the failure, as this process's own are (flights),
+// rather than run the call again (fence.FailedWaitError).
+func (p *Proxy) failed(ctx context.Context, t fence.Ticket, reason string) {
+	p.settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: t, Reason: reason})
 }
 
 // settle records an outcome through Engine.Settle: retried with the same ticket while the
@@ -724,6 +737,8 @@ func outcomeName(k fence.OutcomeKind) string {
 		return "result"
 	case fence.OutcomeRelease:
 		return "release"
+	case fence.OutcomeFailure:
+		return "release of a failed call"
 	case fence.OutcomeAbort:
 		return "failed outcome"
 	case fence.OutcomeLost:
@@ -1063,6 +1078,10 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 					wait, g, g, then)
 			}
 		}
+	case errors.Is(err, fence.ErrFailedWait):
+		fw := fence.FailedWaitError{Reason: "its reason is not known"}
+		_ = errors.As(err, &fw)
+		msg = fmt.Sprintf("the identical call this one waited for (sent through another effectfence process on this ledger) failed: %s. This call was NOT executed a second time; the intent is free, so a retry runs it.", fw.Reason)
 	case errors.Is(err, fence.ErrPriorFailure):
 		var pf fence.PriorFailureError
 		why, until := "", ""

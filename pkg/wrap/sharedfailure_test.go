@@ -16,16 +16,16 @@ import (
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 )
 
-// TestFailureIsNotSharedWithAWaiterInAnotherWrap holds what docs/wrap.md says of a definite
-// failure and the duplicates waiting on it in another wrap process: two real wrap processes on
-// one PostgreSQL ledger, a call failing (isError) in the first while an identical call from
-// the second's agent waits for it in the ledger (registered as a waiter, so it did arrive
-// while the call was in flight). The ledger records no failure, only that the claim was
-// released, so the waiter finds the call free and runs it itself: the tool runs a second
-// time, and that run's answer is what the waiter gets, not the first attempt's error (SPEC §6
-// says waiters get that same error; wrap keeps that only for the duplicates in its own
-// process, which TestIsErrorReleasesAndWaitersShareTheError holds).
-func TestFailureIsNotSharedWithAWaiterInAnotherWrap(t *testing.T) {
+// TestFailureIsSharedWithAWaiterInAnotherWrap holds SPEC §6 (waiters of a definite failure
+// get that same failure) across processes: two real wrap processes on one PostgreSQL ledger,
+// a call failing (isError) in the first while an identical call from the second's agent
+// waits for it in the ledger (registered as a waiter, so it did arrive while the call was in
+// flight). The waiter is told that the call it waited for failed, and why, and that it was
+// NOT executed: the tool ran once. Before 2026-12-06 the ledger kept only that the claim was
+// released, so the waiter found the call free and ran it in its own server (wrap shared the
+// failure only with the duplicates in its own process, which
+// TestIsErrorReleasesAndWaitersShareTheError holds). The intent is free: a retry runs it.
+func TestFailureIsSharedWithAWaiterInAnotherWrap(t *testing.T) {
 	t.Parallel()
 	_, ledger := cutLedger(t)
 	u, err := url.Parse(ledger)
@@ -38,17 +38,23 @@ func TestFailureIsNotSharedWithAWaiterInAnotherWrap(t *testing.T) {
 	a, b := r.wrap(), r.wrap()
 	gate := filepath.Join(r.dir, "gate")
 	args := fmt.Sprintf(`{"tag":"shared","until":%q}`, gate)
-	answers := make(chan result, 2)
-	ask := func(w *wrapProc) {
-		x, err := callE(w.Session, "fail", args)
+	answers := make(chan result, 1)
+	go func() {
+		x, err := callE(a.Session, "fail", args)
 		if err != nil {
 			t.Error(err)
 		}
 		answers <- x
-	}
-	go ask(a)
+	}()
 	waitFor(t, "the first call to reach its server", func() bool { return strings.Contains(a.log.String(), "mcptest: fail tag=shared started") })
-	go ask(b)
+	waited := make(chan result, 1)
+	go func() {
+		x, err := callE(b.Session, "fail", args)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- x
+	}()
 	waitFor(t, "the duplicate in the other wrap to wait in the ledger", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -58,11 +64,24 @@ func TestFailureIsNotSharedWithAWaiterInAnotherWrap(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	one, two := <-answers, <-answers
-	// Each wrap has a server of its own: one execution in each, the waiter's by its own wrap.
+	first, dup := <-answers, <-waited
 	runs := mcptest.Effects(r.effects)
-	if !one.IsError || !two.IsError || one.replayed() || two.replayed() || len(runs) != 2 || pidOf(runs[0]) == pidOf(runs[1]) {
-		t.Fatalf("answers %q and %q, executions %q; want the first attempt's failure and the waiter's own run in the other wrap's server, as docs/wrap.md says", one.text(), two.text(), runs)
+	if !first.IsError || first.replayed() || len(runs) != 1 {
+		t.Fatalf("the first call %q, executions %q; want its failure and one execution", first.text(), runs)
+	}
+	if !dup.IsError || dup.replayed() || !strings.Contains(dup.text(), "NOT executed a second time") || !strings.Contains(dup.text(), "isError") || string(dup.Meta["effectfence/code"]) != `"`+fence.CodeFailedWait+`"` {
+		t.Fatalf("the waiter in the other wrap: %q (meta %v); want told the call it waited for failed (isError), NOT executed, code %s", dup.text(), dup.Meta, fence.CodeFailedWait)
+	}
+	if n := len(mcptest.Effects(r.effects)); n != 1 {
+		t.Fatalf("%d executions after the waiter was answered, want 1", n)
+	}
+	// The intent is free: a retry through the second wrap runs the call (the gate is open).
+	again, err := callE(b.Session, "fail", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := mcptest.Effects(r.effects); !again.IsError || again.replayed() || len(runs) != 2 || pidOf(runs[0]) == pidOf(runs[1]) {
+		t.Fatalf("a retry after the shared failure: %q, executions %q; want it run in the second wrap's server", again.text(), runs)
 	}
 }
 

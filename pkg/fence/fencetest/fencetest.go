@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"StaleReadSetAtPrepare", testStaleAtPrepare},
 		{"Conflict", testConflict},
 		{"EmptyArgsAlike", testEmptyArgsAlike},
+		{"FailureSharedWithAWaiterOfAnotherProcess", testFailureSharedAcrossProcesses},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SupersedeRepeatedPastTheNames", testSupersedeRepeatedPastTheNames},
@@ -2174,4 +2175,70 @@ func testRollback(t *testing.T, newStore Factory) {
 		}
 		return nil
 	})
+}
+
+// viewCounter is a store that counts its reads: a test tells by it that an engine has asked.
+type viewCounter struct {
+	fence.Store
+	views atomic.Int64
+}
+
+func (v *viewCounter) View(ctx context.Context, fn func(fence.Tx) error) error {
+	err := v.Store.View(ctx, fn)
+	v.views.Add(1)
+	return err
+}
+
+// testFailureSharedAcrossProcesses: SPEC §6 gives the waiters of an attempt that fails
+// definitely that same failure. Two engines on one store (two processes on one ledger):
+// while the first holds the intent, the second's PrepareWait waits on it; the holder reports
+// OutcomeFailure, and the waiter gets FailedWaitError with the holder's reason, holding
+// nothing (its claim given up as a failure too). The intent is free: the next attempt runs.
+// A plain release (the call did not run) is no failure: a waiter on it runs the call.
+func testFailureSharedAcrossProcesses(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	holder := fence.New(st, fence.Config{Owner: "a/1/1", Liveness: cannotTell})
+	counted := &viewCounter{Store: st}
+	waiter := fence.New(counted, fence.Config{Owner: "b/1/1", Liveness: cannotTell})
+	for _, failure := range []bool{true, false} {
+		r := req(fmt.Sprintf("shared:failure:%v", failure))
+		tk := mustFresh(t, holder, r)
+		type answer struct {
+			adm fence.Admission
+			err error
+		}
+		got := make(chan answer, 1)
+		before := counted.views.Load()
+		go func() {
+			adm, err := waiter.PrepareWait(ctx, r, 20*time.Second)
+			got <- answer{adm, err}
+		}()
+		for counted.views.Load() == before { // the waiter found the intent held
+			time.Sleep(time.Millisecond)
+		}
+		kind, reason := fence.OutcomeFailure, "the tool answered isError: card declined"
+		if !failure {
+			kind, reason = fence.OutcomeRelease, "never sent"
+		}
+		if _, err := holder.Settle(ctx, fence.Outcome{Kind: kind, Ticket: tk, Reason: reason}); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if !failure {
+			if a.err != nil || !a.adm.Fresh() {
+				t.Fatalf("a waiter on an attempt released as not run: %+v %v; want it admitted to run", a.adm, a.err)
+			}
+			mustCommit(t, waiter, *a.adm.Ticket, `"ran"`)
+			continue
+		}
+		var fw fence.FailedWaitError
+		if !errors.As(a.err, &fw) || fw.Token != tk.Token || fw.Reason != reason || a.adm.Fresh() || fence.CodeOf(a.err) != fence.CodeFailedWait {
+			t.Fatalf("a waiter in another process on an attempt that failed: %+v %v; want FailedWaitError of claim %d saying %q", a.adm, a.err, tk.Token, reason)
+		}
+		if rec, err := holder.Status(ctx, r.Intent); err != nil || rec.State != fence.StateNone {
+			t.Fatalf("the intent after the failure was shared: %s %v; want it free", rec.State, err)
+		}
+		next := mustFresh(t, holder, r)
+		mustCommit(t, holder, next, `"ran"`)
+	}
 }
