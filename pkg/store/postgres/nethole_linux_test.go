@@ -168,8 +168,15 @@ func TestClaimOverABlackholedNetworkEnds(t *testing.T) {
 	h := newNetHole(t, pgHost(t))
 	schema := testSchema(t)
 	const lease = 3 * time.Second // a connection is given up after 1 s unacknowledged
+	// The store bounds a connect to a third of the lease when the URL sets none (1 s here):
+	// under CI's load a connect through the namespaces and the test's forwarder once took
+	// longer, so the first connect is tried again (what is under test comes after it).
 	octx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	s, err := Open(octx, Config{URL: h.url(t), Schema: schema, MaxConns: 2, Lease: lease})
+	for try := 1; err != nil && try < 5 && octx.Err() == nil && strings.Contains(err.Error(), "timeout"); try++ {
+		t.Logf("connect %d through the network: %v", try, err)
+		s, err = Open(octx, Config{URL: h.url(t), Schema: schema, MaxConns: 2, Lease: lease})
+	}
 	cancel()
 	if err != nil {
 		t.Fatal(err)
