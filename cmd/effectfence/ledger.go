@@ -184,7 +184,8 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			return ledgerCall{}, usageErr("ledger %s: the intent is empty; give the intent id as `effectfence ledger ls` shows it", cmd.Name)
 		}
 	}
-	name, forLedger, before, scopeName := "server", "", "", ""
+	name, forLedger, scopeName := "server", "", ""
+	var before []store.Earlier
 	if cmd.Bool("for") {
 		child := args[nargs:]
 		if len(child) == 0 {
@@ -228,12 +229,14 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 	}
 	// With --for and no --ledger: EFFECTFENCE_LEDGER when set (wrap opens that too), else the
 	// policy's ledger, else the scope's default file.
-	if opts.Ledger == "" && before != "" {
-		// Before 2026-12-03 the same launch had another scope (wrap says so at its start):
+	if opts.Ledger == "" && len(before) > 0 {
+		// Under earlier builds the same launch had another scope (wrap says so at its start):
 		// a call it left unknown is fenced in that file, not in the one shown here.
 		if dir, err := store.StateDir(); err == nil {
-			if old := filepath.Join(dir, before+".db"); isFile(old) {
-				fmt.Fprintf(io.err, "effectfence ledger: a ledger of this command from before 2026-12-03 (the directory by its real path; terminal and session variables left out) exists at %s; it is not shown here; check it for calls left unknown: effectfence ledger ls --ledger %s\n", old, wrap.ShellJoin([]string{old}))
+			for _, b := range before {
+				if old := filepath.Join(dir, b.Name+".db"); isFile(old) {
+					fmt.Fprintf(io.err, "effectfence ledger: a ledger of this command from before %s (%s) exists at %s; it is not shown here; check it for calls left unknown: effectfence ledger ls --ledger %s\n", b.Until, earlierChange(b, ""), old, wrap.ShellJoin([]string{old}))
+				}
 			}
 		}
 	}

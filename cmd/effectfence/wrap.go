@@ -334,19 +334,32 @@ func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) 
 	if err != nil {
 		return
 	}
-	// Before 2026-12-03 a wrap started through a symlink had the link's path in its scope,
-	// and terminals' tab names and Claude Code's session id counted: another default file,
-	// where a call it left unknown is fenced, not here.
-	if scope.Before != "" {
-		old := filepath.Join(dir, scope.Before+".db")
+	// Before 2026-12-06 a desktop launcher's variables counted, and before 2026-12-03 a wrap
+	// started through a symlink had the link's path in its scope, and terminals' tab names and
+	// Claude Code's session id counted: another default file, where a call it left unknown is
+	// fenced, not here.
+	for _, b := range scope.Before {
+		old := filepath.Join(dir, b.Name+".db")
 		if _, err := os.Stat(old); err == nil {
-			fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before 2026-12-03 (the directory %s by its real path; terminal and session variables left out) exists at %s; its records are not consulted (see docs/identity.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", scope.Dir, old, wrap.ShellJoin([]string{old}))
+			fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before %s (%s) exists at %s; its records are not consulted (see docs/identity.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", b.Until, earlierChange(b, scope.Dir), old, wrap.ShellJoin([]string{old}))
 		}
 	}
 	legacy := filepath.Join(dir, store.LegacyWrapName(argv)+".db")
 	if _, err := os.Stat(legacy); err == nil {
 		fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before scopes exists at %s; its records are not consulted (see docs/identity.md); inspect it with: effectfence ledger ls --ledger %s\n", legacy, wrap.ShellJoin([]string{legacy}))
 	}
+}
+
+// earlierChange says what made a scope's default ledger file b another one: dir is the
+// directory as the scope has it, "" when not to be named.
+func earlierChange(b store.Earlier, dir string) string {
+	if b.Until == "2026-12-06" {
+		return "a desktop launcher's variables left out"
+	}
+	if dir != "" {
+		return "the directory " + dir + " by its real path; terminal and session variables left out"
+	}
+	return "the directory by its real path; terminal and session variables left out"
 }
 
 func wrapOptions(cmd *cli.Command, argv []string) (wrap.Options, error) {

@@ -24,7 +24,7 @@ var VolatileEnv = append([]string{
 	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "XDG_SESSION_ID",
 	"XDG_VTNR", "XDG_SEAT", "INVOCATION_ID", "JOURNAL_STREAM", "MANAGERPID", "SYSTEMD_EXEC_PID",
 	"SECURITYSESSIONID", "TMPDIR", "HOSTNAME", "EFFECTFENCE_*",
-}, volatileSince20261203...)
+}, append(volatileSince20261203, volatileSince20261206...)...)
 
 func volatile(name string) bool {
 	for _, v := range VolatileEnv {
@@ -49,6 +49,17 @@ var volatileSince20261203 = []string{
 	"SESSION_MANAGER", "DESKTOP_STARTUP_ID", "XDG_ACTIVATION_TOKEN",
 }
 
+// volatileSince20261206 are the names VolatileEnv gained on 2026-12-06: what a desktop's
+// launcher sets for one launch of an application, which an MCP client started so (and a
+// terminal or IDE, and a client run in it) passes on to its servers. On macOS launchd gives
+// every process it launches a new LaunchInstanceID (a UUID), and LaunchServices names an
+// application it opens in XPC_SERVICE_NAME with numbers of that launch
+// ("application.com.microsoft.VSCode.59852660.59852666"); GNOME's launcher sets
+// GIO_LAUNCHED_DESKTOP_FILE_PID to the pid of the application it starts. Counted, the next
+// launch of the client was another scope with another default ledger file: its duplicate ran
+// again, and a call left unknown in one launch was not fenced in the next.
+var volatileSince20261206 = []string{"LaunchInstanceID", "XPC_SERVICE_NAME", "GIO_LAUNCHED_DESKTOP_FILE_PID"}
+
 // Scope names the server a wrap process fences: two scopes never share an identity or a
 // default ledger file.
 type Scope struct {
@@ -60,11 +71,20 @@ type Scope struct {
 	// variables that went into a derived scope.
 	Dir  string
 	Vars []string
-	// Before is the default ledger name this derived scope had before 2026-12-03, when that
-	// differs: the directory was then the path os.Getwd gives (a symlink's, from $PWD), and
-	// the variables of volatileSince20261203 counted. wrap names that file at startup when it
-	// exists. "" otherwise.
-	Before string
+	// Before are the default ledger names this derived scope had under earlier builds, where
+	// they differ from its own, newest first: wrap names each file that exists at startup, a
+	// call left unknown there being fenced there and not here.
+	Before []Earlier
+}
+
+// Earlier is the default ledger name a derived scope had before a change of VolatileEnv or of
+// how the directory is read.
+type Earlier struct {
+	Name string // as LedgerName gives it
+	// Until is the day the change came: "2026-12-06", the variables of volatileSince20261206
+	// counted then; "2026-12-03", those of volatileSince20261203 too, and the directory was
+	// the path os.Getwd gives (a symlink's, from $PWD).
+	Until string
 }
 
 // WrapScope returns the scope of a wrap configuration. With a name (--scope NAME) the scope is
@@ -139,9 +159,19 @@ func CurrentWrapScope(argv []string, name string, extra ...string) Scope {
 	env := append(os.Environ(), extra...)
 	s := WrapScope(argv, name, env, dir)
 	if name == "" {
-		wasVolatile := func(k string) bool { return volatile(k) && !slices.Contains(volatileSince20261203, k) }
-		if before := wrapScope(argv, "", env, named, wasVolatile); before.ID != s.ID {
-			s.Before = before.LedgerName()
+		seen := map[string]bool{s.ID: true}
+		for _, era := range []struct {
+			until, dir string
+			gained     []string
+		}{
+			{"2026-12-06", dir, volatileSince20261206},
+			{"2026-12-03", named, append(slices.Clone(volatileSince20261206), volatileSince20261203...)},
+		} {
+			wasVolatile := func(k string) bool { return volatile(k) && !slices.Contains(era.gained, k) }
+			if before := wrapScope(argv, "", env, era.dir, wasVolatile); !seen[before.ID] {
+				seen[before.ID] = true
+				s.Before = append(s.Before, Earlier{Name: before.LedgerName(), Until: era.until})
+			}
 		}
 	}
 	return s

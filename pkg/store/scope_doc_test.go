@@ -26,7 +26,7 @@ func TestVolatileEnvIsTheDocumentedList(t *testing.T) {
 	}
 	_, list, _ = strings.Cut(list, "prefixes):")
 	var documented []string
-	for _, m := range regexp.MustCompile("`([A-Z_][A-Z0-9_]*\\*?)`").FindAllStringSubmatch(list, -1) {
+	for _, m := range regexp.MustCompile("`([A-Za-z_][A-Za-z0-9_]*\\*?)`").FindAllStringSubmatch(list, -1) {
 		documented = append(documented, m[1])
 	}
 	code := slices.Clone(store.VolatileEnv)
