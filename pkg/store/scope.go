@@ -55,10 +55,13 @@ var volatileSince20261203 = []string{
 // every process it launches a new LaunchInstanceID (a UUID), and LaunchServices names an
 // application it opens in XPC_SERVICE_NAME with numbers of that launch
 // ("application.com.microsoft.VSCode.59852660.59852666"); GNOME's launcher sets
-// GIO_LAUNCHED_DESKTOP_FILE_PID to the pid of the application it starts. Counted, the next
-// launch of the client was another scope with another default ledger file: its duplicate ran
-// again, and a call left unknown in one launch was not fenced in the next.
-var volatileSince20261206 = []string{"LaunchInstanceID", "XPC_SERVICE_NAME", "GIO_LAUNCHED_DESKTOP_FILE_PID"}
+// GIO_LAUNCHED_DESKTOP_FILE_PID to the pid of the application it starts; an Electron
+// application (VS Code, Cursor) names its crash reporter's pipe, with its pid and random
+// letters, in CHROME_CRASHPAD_PIPE_NAME ("\\.\pipe\LOCAL\crashpad_2184_LLVQRKLMWECNQUVR" on
+// Windows). Counted, the next launch of the client was another scope with another default
+// ledger file: its duplicate ran again, and a call left unknown in one launch was not fenced
+// in the next.
+var volatileSince20261206 = []string{"LaunchInstanceID", "XPC_SERVICE_NAME", "GIO_LAUNCHED_DESKTOP_FILE_PID", "CHROME_CRASHPAD_PIPE_NAME"}
 
 // Scope names the server a wrap process fences: two scopes never share an identity or a
 // default ledger file.

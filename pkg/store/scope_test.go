@@ -147,6 +147,7 @@ func TestScopeLeavesOutSessionNames(t *testing.T) {
 		"LaunchInstanceID":              {"A281362F-32CD-47D7-8E43-D3D5424E3853", "951B4739-66F6-4FD9-8778-5009F40807F0"},
 		"XPC_SERVICE_NAME":              {"application.com.microsoft.VSCode.59852660.59852666", "application.com.microsoft.VSCode.9361502674.9361502680"},
 		"GIO_LAUNCHED_DESKTOP_FILE_PID": {"2065", "559791"},
+		"CHROME_CRASHPAD_PIPE_NAME":     {`\\.\pipe\LOCAL\crashpad_2184_LLVQRKLMWECNQUVR`, `\\.\pipe\LOCAL\crashpad_9120_QHZTBWMKCEYRNDPA`},
 	} {
 		a := store.WrapScope(argv, "", append(slices.Clone(base), name+"="+values[0]), "/srv").ID
 		b := store.WrapScope(argv, "", append(slices.Clone(base), name+"="+values[1]), "/srv").ID
