@@ -354,7 +354,7 @@ func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) 
 // directory as the scope has it, "" when not to be named.
 func earlierChange(b store.Earlier, dir string) string {
 	if b.Until == "2026-12-06" {
-		return "the variables of an application's launch left out"
+		return "the variables of an application's launch and a terminal's instance left out"
 	}
 	if dir != "" {
 		return "the directory " + dir + " by its real path; terminal and session variables left out"

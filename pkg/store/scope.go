@@ -58,10 +58,14 @@ var volatileSince20261203 = []string{
 // GIO_LAUNCHED_DESKTOP_FILE_PID to the pid of the application it starts; an Electron
 // application (VS Code, Cursor) names its crash reporter's pipe, with its pid and random
 // letters, in CHROME_CRASHPAD_PIPE_NAME ("\\.\pipe\LOCAL\crashpad_2184_LLVQRKLMWECNQUVR" on
-// Windows). Counted, the next launch of the client was another scope with another default
-// ledger file: its duplicate ran again, and a call left unknown in one launch was not fenced
-// in the next.
-var volatileSince20261206 = []string{"LaunchInstanceID", "XPC_SERVICE_NAME", "GIO_LAUNCHED_DESKTOP_FILE_PID", "CHROME_CRASHPAD_PIPE_NAME"}
+// Windows). Terminals name an instance or a tab too, beside the variables left out on
+// 2026-12-03: kitty its remote control's key, new at each launch (KITTY_PUBLIC_KEY), and
+// socket ("unix:/tmp/kitty-4122", KITTY_LISTEN_ON); Konsole each session
+// (SHELL_SESSION_ID="4a8dd494278e4d5ea2f064b0603897df"). Counted, the next launch of the
+// client was another scope with another default ledger file: its duplicate ran again, and a
+// call left unknown in one launch was not fenced in the next.
+var volatileSince20261206 = []string{"LaunchInstanceID", "XPC_SERVICE_NAME", "GIO_LAUNCHED_DESKTOP_FILE_PID",
+	"CHROME_CRASHPAD_PIPE_NAME", "KITTY_PUBLIC_KEY", "KITTY_LISTEN_ON", "SHELL_SESSION_ID"}
 
 // Scope names the server a wrap process fences: two scopes never share an identity or a
 // default ledger file.

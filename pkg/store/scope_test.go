@@ -148,6 +148,9 @@ func TestScopeLeavesOutSessionNames(t *testing.T) {
 		"XPC_SERVICE_NAME":              {"application.com.microsoft.VSCode.59852660.59852666", "application.com.microsoft.VSCode.9361502674.9361502680"},
 		"GIO_LAUNCHED_DESKTOP_FILE_PID": {"2065", "559791"},
 		"CHROME_CRASHPAD_PIPE_NAME":     {`\\.\pipe\LOCAL\crashpad_2184_LLVQRKLMWECNQUVR`, `\\.\pipe\LOCAL\crashpad_9120_QHZTBWMKCEYRNDPA`},
+		"KITTY_PUBLIC_KEY":              {"1:G;!_?+qIC+mo_k@Rfr5ML3=Ztot^C!L-PDSVOAeC", "1:^1R-7)Aw|}io+D^KqaYVJF0R&a!f&dpX}gSSEIH&"},
+		"KITTY_LISTEN_ON":               {"unix:/tmp/kitty-4122", "unix:/tmp/kitty-9310"},
+		"SHELL_SESSION_ID":              {"4a8dd494278e4d5ea2f064b0603897df", "9c1e0b7d2f4a4e6b8a3d5c7e9f1b2d4c"},
 	} {
 		a := store.WrapScope(argv, "", append(slices.Clone(base), name+"="+values[0]), "/srv").ID
 		b := store.WrapScope(argv, "", append(slices.Clone(base), name+"="+values[1]), "/srv").ID
