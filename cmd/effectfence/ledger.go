@@ -235,7 +235,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		if dir, err := store.StateDir(); err == nil {
 			for _, b := range before {
 				if old := filepath.Join(dir, b.Name+".db"); isFile(old) {
-					fmt.Fprintf(io.err, "effectfence ledger: a ledger of this command from before %s (%s) exists at %s; it is not shown here; check it for calls left unknown: effectfence ledger ls --ledger %s\n", b.Until, earlierChange(b, ""), old, wrap.ShellJoin([]string{old}))
+					fmt.Fprintf(io.err, "effectfence ledger: a ledger of this command from before %s (%s) exists at %s; it is not shown here; check it for calls left unknown: effectfence ledger ls --ledger %s\n", b.Until, earlierChange(b, ""), safetext.Escape(old), shellQuote(old))
 				}
 			}
 		}

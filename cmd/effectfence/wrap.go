@@ -172,7 +172,7 @@ func wrapCommand(io streams) *cli.Command {
 				if up != nil {
 					per = "one upstream session per session"
 				}
-				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, %s\n", shownLedger(so, led), what, per)
+				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, %s\n", safetext.Escape(shownLedger(so, led)), what, per)
 				logScopeOf(io, scope, up, so.Ledger == "", argv)
 				return runGateway(ctx, cmd, lc, up, opt, scope, led, io)
 			}
@@ -180,7 +180,7 @@ func wrapCommand(io streams) *cli.Command {
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", shownLedger(so, led), what)
+			fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s\n", safetext.Escape(shownLedger(so, led)), what)
 			logScopeOf(io, scope, up, so.Ledger == "", argv)
 			return serveWrap(ctx, p, led, opt.Grace, io)
 		},
@@ -311,7 +311,7 @@ func logScopeOf(io streams, scope store.Scope, up *upstreamConfig, defaultLedger
 		if dir, err := store.StateDir(); err == nil && defaultLedger {
 			old := filepath.Join(dir, store.UpstreamScope(up.url, "", nil).LedgerName()+".db")
 			if _, err := os.Stat(old); err == nil {
-				fmt.Fprintf(io.err, "effectfence wrap: a ledger of this upstream from before its headers were part of the scope exists at %s; its records are not consulted (see docs/gateway.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", old, wrap.ShellJoin([]string{old}))
+				fmt.Fprintf(io.err, "effectfence wrap: a ledger of this upstream from before its headers were part of the scope exists at %s; its records are not consulted (see docs/gateway.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", safetext.Escape(old), shellQuote(old))
 			}
 		}
 		return
@@ -325,7 +325,7 @@ func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) 
 	if scope.Name != "" {
 		fmt.Fprintf(io.err, "effectfence wrap: scope %q (%s)\n", scope.Name, scope.ID[:16])
 	} else {
-		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the command, directory %s and %d environment variables (values hashed; --scope NAME to set it)\n", scope.ID[:16], scope.Dir, len(scope.Vars))
+		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the command, directory %s and %d environment variables (values hashed; --scope NAME to set it)\n", scope.ID[:16], safetext.Escape(scope.Dir), len(scope.Vars))
 	}
 	if !defaultLedger {
 		return
@@ -341,12 +341,12 @@ func logScope(io streams, scope store.Scope, defaultLedger bool, argv []string) 
 	for _, b := range scope.Before {
 		old := filepath.Join(dir, b.Name+".db")
 		if _, err := os.Stat(old); err == nil {
-			fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before %s (%s) exists at %s; its records are not consulted (see docs/identity.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", b.Until, earlierChange(b, scope.Dir), old, wrap.ShellJoin([]string{old}))
+			fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before %s (%s) exists at %s; its records are not consulted (see docs/identity.md); check it for calls left unknown: effectfence ledger ls --ledger %s\n", b.Until, safetext.Escape(earlierChange(b, scope.Dir)), safetext.Escape(old), shellQuote(old))
 		}
 	}
 	legacy := filepath.Join(dir, store.LegacyWrapName(argv)+".db")
 	if _, err := os.Stat(legacy); err == nil {
-		fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before scopes exists at %s; its records are not consulted (see docs/identity.md); inspect it with: effectfence ledger ls --ledger %s\n", legacy, wrap.ShellJoin([]string{legacy}))
+		fmt.Fprintf(io.err, "effectfence wrap: a ledger of this command from before scopes exists at %s; its records are not consulted (see docs/identity.md); inspect it with: effectfence ledger ls --ledger %s\n", safetext.Escape(legacy), shellQuote(legacy))
 	}
 }
 
