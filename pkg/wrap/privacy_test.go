@@ -126,7 +126,7 @@ func TestRedactedValueNotInARefusalsReason(t *testing.T) {
 	var reasons []string
 	err = r.openLedger().Store().View(context.Background(), func(tx fence.Tx) error {
 		return tx.Events("", func(e fence.Event) bool {
-			if e.Kind == fence.EventRelease {
+			if e.Kind == fence.EventFailure { // a JSON-RPC error: a release of a failed call
 				reasons = append(reasons, e.Reason)
 			}
 			return true
