@@ -3,11 +3,13 @@ package fence
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // Cert (EffectCert) records one executed effect.
@@ -76,6 +78,14 @@ func (c Cert) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads what MarshalJSON wrote, and a store's form of it (EncodeRecord), which
 // leaves out result_bytes when result holds the exact bytes: Result gets result_bytes when
 // present, and result as it is otherwise.
+//
+// It refuses JSON that docs/CERTS.md's recipe does not verify although its hash was left as
+// it was: a member that is not a cert's, one named in another case, one given twice
+// (checkCertMembers), and a readable result that is not result_bytes' value. encoding/json
+// alone took "INTENT" for intent and kept the last of two members, so a cert showing intent
+// "charge:B" beside the hashed "INTENT":"charge:A" decoded as the cert of charge:A and
+// verified; and, as Result comes from result_bytes, an edited readable result verified too
+// (TestCertJSONEditedAroundItsHashDoesNotVerify).
 func (c *Cert) UnmarshalJSON(b []byte) error {
 	var w struct {
 		certJSON
@@ -84,11 +94,74 @@ func (c *Cert) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
+	if err := checkCertMembers(b); err != nil {
+		return err
+	}
+	if w.ResultBytes != nil && len(w.Result) > 0 && string(w.Result) != "null" && !sameJSON(w.Result, w.ResultBytes) {
+		return fmt.Errorf("cert of intent %q: its readable result %.300s %w", w.Intent, w.Result, errReadableDiffers)
+	}
 	*c = Cert(w.certJSON)
 	if w.ResultBytes != nil {
 		c.Result = w.ResultBytes
 	}
 	return nil
+}
+
+// errReadableDiffers is Cert.UnmarshalJSON's refusal of a readable result that is not
+// result_bytes' value.
+var errReadableDiffers = errors.New("is not the value of result_bytes, the result its hash covers (docs/CERTS.md, step 2a)")
+
+// certMember lists the members of a cert's JSON: the ten its hash covers, result and
+// result_sha256 (one of them is among the ten), and result_bytes.
+var certMember = map[string]bool{
+	"intent": true, "parent": true, "domain": true, "seq": true, "tool": true, "args": true,
+	"result": true, "result_sha256": true, "vector_clock": true, "read_set": true, "agent": true,
+	"hash": true, "result_bytes": true,
+}
+
+// checkCertMembers refuses the JSON b of a cert (valid JSON) if a member is not one of
+// certMember, exactly as named there, or if one is given twice. The recipe hashes every member
+// but hash and the result's two copies, as named: one it does not know of, or one named in
+// another case, changes the hash, and of a member given twice readers keep either the first or
+// the last. encoding/json matches names in any case and keeps the last.
+func checkCertMembers(b []byte) error {
+	if i := jsonrpc.SkipSpace(b, 0); i == len(b) || b[i] != '{' {
+		return nil // null: nothing decoded
+	}
+	var seen [16]string
+	n := 0
+	for m := range jsonrpc.Members(b) {
+		name := jsonrpc.Unquote(b[m.Key:m.KeyEnd])
+		if !certMember[name] {
+			return fmt.Errorf("cert member %.100q is not one of a cert's (docs/CERTS.md; names are case-sensitive): its hash does not cover it", name)
+		}
+		for _, s := range seen[:n] {
+			if s == name {
+				return fmt.Errorf("cert member %q is given twice: readers disagree on which one the cert holds", name)
+			}
+		}
+		if n < len(seen) {
+			seen[n] = name
+			n++
+		}
+	}
+	return nil
+}
+
+// sameJSON reports whether the JSON texts a and b are one value: their canonical forms are
+// equal, or, for text without one (a member given twice, a lone surrogate), they are equal
+// once white space is removed, as MarshalJSON writes a readable result.
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	ca, aerr := canon.JSON(a)
+	cb, berr := canon.JSON(b)
+	if aerr == nil && berr == nil {
+		return bytes.Equal(ca, cb)
+	}
+	var sa, sb bytes.Buffer
+	return json.Compact(&sa, a) == nil && json.Compact(&sb, b) == nil && bytes.Equal(sa.Bytes(), sb.Bytes())
 }
 
 // ComputeHash returns the hash the cert should carry, from every field but Hash.

@@ -11,7 +11,9 @@ import (
 // must be the caller's own and never change afterwards, as a row a store has just read is.
 //
 // A body in the shape stores write is read in one pass (decodeFast); any other goes to
-// encoding/json, which decides.
+// encoding/json, which decides. One difference: a cert whose readable result is not the value
+// of its result_bytes is refused by Cert.UnmarshalJSON and read by DecodeRecord, which keeps
+// result_bytes and never reads the readable copy (see storedCert).
 //
 // json.Unmarshal copies each raw value: a record of a call with 16 MiB of arguments holds them
 // twice (the record's and the cert's) and reading it made two copies more, in fresh pages.
@@ -104,11 +106,18 @@ type storedCert struct {
 
 // UnmarshalJSON reads a cert into a fresh value, as Cert.UnmarshalJSON does: a record whose
 // cert member comes twice (a damaged or forged row) takes the second whole. Decoded in place,
-// encoding/json kept the first's members that the second lacks (its result and hash).
+// encoding/json kept the first's members that the second lacks (its result and hash). Like
+// Cert.UnmarshalJSON, it refuses a cert with a member that is not a cert's, named in another
+// case or given twice (checkCertMembers), which no store writes; it does not compare the
+// readable result with result_bytes, which the ledger wrote from the same bytes (a replay reads
+// result_bytes alone, and comparing would canonicalise every such result read).
 func (c *storedCert) UnmarshalJSON(b []byte) error {
 	type fields storedCert // without this method
 	var f fields
 	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	if err := checkCertMembers(b); err != nil {
 		return err
 	}
 	*c = storedCert(f)

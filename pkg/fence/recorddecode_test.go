@@ -3,6 +3,7 @@ package fence
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -22,6 +23,11 @@ func checkDecode(t testing.TB, body []byte) bool {
 	var want, got Record
 	werr := json.Unmarshal(body, &want)
 	gerr := DecodeRecord(bytes.Clone(body), &got)
+	if errors.Is(werr, errReadableDiffers) {
+		// Cert.UnmarshalJSON compares a cert's readable result with result_bytes; DecodeRecord
+		// leaves that to nobody: a record's readable result is never read (see storedCert).
+		return false
+	}
 	if (werr != nil) != (gerr != nil) {
 		t.Fatalf("DecodeRecord: %v; json.Unmarshal: %v\nbody %q", gerr, werr, body)
 	}
