@@ -120,7 +120,8 @@ var certMember = map[string]bool{
 }
 
 // checkCertMembers refuses the JSON b of a cert (valid JSON) if a member is not one of
-// certMember, exactly as named there, or if one is given twice. The recipe hashes every member
+// certMember, exactly as named there, or if one is given twice, in the cert or in its vector
+// clock or a read set entry. The recipe hashes every member
 // but hash and the result's two copies, as named: one it does not know of, or one named in
 // another case, changes the hash, and of a member given twice readers keep either the first or
 // the last. encoding/json matches names in any case and keeps the last.
@@ -138,6 +139,13 @@ func checkCertMembers(b []byte) error {
 		for _, s := range seen[:n] {
 			if s == name {
 				return fmt.Errorf("cert member %q is given twice: readers disagree on which one the cert holds", name)
+			}
+		}
+		if name == "vector_clock" || name == "read_set" {
+			// Nor within these, which encoding/json reads keeping the last (args with a member
+			// twice have no canonical form: Verify refuses them; a result may have one).
+			if _, err := canon.JSON(b[m.Start:m.End]); errors.Is(err, canon.ErrDuplicateKey) {
+				return fmt.Errorf("cert member %q: %w: readers disagree on which one the cert holds", name, err)
 			}
 		}
 		if n < len(seen) {

@@ -15,8 +15,8 @@ import (
 // A cert's JSON edited around its hash is refused by fence.Cert as by docs/CERTS.md's recipe:
 // a member shown with one value while a member of the same name in another case (which
 // encoding/json took for it: "INTENT" for intent) or a second member of the name carries the
-// hashed one; a member the hash does not cover; a readable result that is not result_bytes'
-// value. Each leaves the hash as it was (an unkeyed hash proves nothing against an editor who
+// hashed one, in the cert or in its vector clock or read set; a member the hash does not
+// cover; a readable result that is not result_bytes' value. Each leaves the hash as it was (an unkeyed hash proves nothing against an editor who
 // computes it again: docs/CERTS.md, "What a verified cert proves").
 // Before, each decoded and verified: a cert whose intent read "charge:B" and tool "refund"
 // verified as the cert of "charge:A" and "charge", and one whose readable result was edited
@@ -24,7 +24,8 @@ import (
 func TestCertJSONEditedAroundItsHashDoesNotVerify(t *testing.T) {
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
-	adm, err := eng.Prepare(ctx, fence.Request{Intent: "charge:A", Tool: "charge", Args: json.RawMessage(`{"amount":1}`), Agent: "a"})
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "charge:A", Tool: "charge", Args: json.RawMessage(`{"amount":1}`), Agent: "a",
+		ReadSet: []fence.ReadSetEntry{{Domain: "order:1", Seq: 0}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +52,8 @@ func TestCertJSONEditedAroundItsHashDoesNotVerify(t *testing.T) {
 		"tool shown edited, the hashed one in another case after it":   edit(`"tool":"charge"`, `"tool":"refund","Tool":"charge"`),
 		"intent given twice":                 edit(`"intent":"charge:A"`, `"intent":"charge:B","intent":"charge:A"`),
 		"a member the hash does not cover":   edit(`"intent":"charge:A"`, `"intent":"charge:A","refunded":100`),
+		"a clock's counter given twice":      edit(`"vector_clock":{"a":1}`, `"vector_clock":{"a":7,"a":1}`),
+		"a read set entry's seq given twice": edit(`"seq":0}]`, `"seq":5,"seq":0}]`),
 		"readable result edited":             edit(old, `"result":{"ok":999}`),
 		"readable result respelled, another": edit(old, `"result":{ "ok" : 1.5 }`),
 	}
