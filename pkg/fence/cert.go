@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"unicode/utf8"
 
@@ -157,8 +158,10 @@ func checkCertMembers(b []byte) error {
 }
 
 // sameJSON reports whether the JSON texts a and b are one value: their canonical forms are
-// equal, or, for text without one (a member given twice, a lone surrogate), they are equal
-// once white space is removed, as MarshalJSON writes a readable result.
+// equal, or, for text without one (a member given twice, a lone surrogate), they decode to
+// the same value as encoding/json reads them (the last of two members; numbers as written), as
+// docs/CERTS.md's verifier compares them. A readable result is the exact one re-spaced or
+// re-escaped (json.Marshal writes < as \u003c), never with its numbers respelled.
 func sameJSON(a, b []byte) bool {
 	if bytes.Equal(a, b) {
 		return true
@@ -168,8 +171,15 @@ func sameJSON(a, b []byte) bool {
 	if aerr == nil && berr == nil {
 		return bytes.Equal(ca, cb)
 	}
-	var sa, sb bytes.Buffer
-	return json.Compact(&sa, a) == nil && json.Compact(&sb, b) == nil && bytes.Equal(sa.Bytes(), sb.Bytes())
+	decode := func(b []byte) (any, bool) {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var v any
+		return v, d.Decode(&v) == nil && !d.More()
+	}
+	va, aok := decode(a)
+	vb, bok := decode(b)
+	return aok && bok && reflect.DeepEqual(va, vb)
 }
 
 // ComputeHash returns the hash the cert should carry, from every field but Hash.

@@ -79,6 +79,28 @@ func TestCertJSONEditedAroundItsHashDoesNotVerify(t *testing.T) {
 			t.Errorf("%s: verify %v, result %s", what, err, d.Result)
 		}
 	}
+	// A result no canonicaliser takes (a member given twice), with what json.Marshal escapes:
+	// its readable copy, HTML-escaped, is still its value.
+	adm, err = eng.Prepare(ctx, fence.Request{Intent: "charge:twice", Tool: "charge", Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := `{"k": "<a&b>", "k": 2}`
+	ct, err := eng.Commit(ctx, *adm.Ticket, []byte(twice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	escaped, err := json.Marshal(ct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(escaped), `\u003c`) {
+		t.Fatalf("json.Marshal did not escape the readable result: %s", escaped)
+	}
+	var back fence.Cert
+	if err := json.Unmarshal(escaped, &back); err != nil || back.Verify() != nil || string(back.Result) != twice {
+		t.Errorf("a result with a member twice, HTML-escaped: %v, verify %v, result %s", err, back.Verify(), back.Result)
+	}
 	if !strings.Contains(doc, exact) {
 		t.Fatalf("result_bytes %s not in %s", exact, doc)
 	}
