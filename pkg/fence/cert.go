@@ -122,7 +122,7 @@ var certMember = map[string]bool{
 
 // checkCertMembers refuses the JSON b of a cert (valid JSON) if a member is not one of
 // certMember, exactly as named there, or if one is given twice, in the cert or in its vector
-// clock or a read set entry. The recipe hashes every member
+// clock or a read set entry, or if a read set entry has a member but domain and seq. The recipe hashes every member
 // but hash and the result's two copies, as named: one it does not know of, or one named in
 // another case, changes the hash, and of a member given twice readers keep either the first or
 // the last. encoding/json matches names in any case and keeps the last.
@@ -147,6 +147,20 @@ func checkCertMembers(b []byte) error {
 			// twice have no canonical form: Verify refuses them; a result may have one).
 			if _, err := canon.JSON(b[m.Start:m.End]); errors.Is(err, canon.ErrDuplicateKey) {
 				return fmt.Errorf("cert member %q: %w: readers disagree on which one the cert holds", name, err)
+			}
+		}
+		if name == "read_set" {
+			// A read set entry holds domain and seq, as named: encoding/json took "SEQ" for seq
+			// and skipped a member of another name, which the hash does not cover.
+			var entries []map[string]json.RawMessage
+			if json.Unmarshal(b[m.Start:m.End], &entries) == nil {
+				for _, e := range entries {
+					for k := range e {
+						if k != "domain" && k != "seq" {
+							return fmt.Errorf("cert member read_set: an entry's member %.100q is not domain or seq (names are case-sensitive): its hash does not cover it", k)
+						}
+					}
+				}
 			}
 		}
 		if n < len(seen) {

@@ -54,8 +54,10 @@ func TestCertJSONEditedAroundItsHashDoesNotVerify(t *testing.T) {
 		"a member the hash does not cover":   edit(`"intent":"charge:A"`, `"intent":"charge:A","refunded":100`),
 		"a clock's counter given twice":      edit(`"vector_clock":{"a":1}`, `"vector_clock":{"a":7,"a":1}`),
 		"a read set entry's seq given twice": edit(`"seq":0}]`, `"seq":5,"seq":0}]`),
-		"readable result edited":             edit(old, `"result":{"ok":999}`),
-		"readable result respelled, another": edit(old, `"result":{ "ok" : 1.5 }`),
+		"a read set entry's seq shown edited, the hashed one in another case after it": edit(`"seq":0}]`, `"seq":7,"SEQ":0}]`),
+		"a read set entry's seq renamed":                                               edit(`"seq":0}]`, `"sequence":0}]`),
+		"readable result edited":                                                       edit(old, `"result":{"ok":999}`),
+		"readable result respelled, another":                                           edit(old, `"result":{ "ok" : 1.5 }`),
 	}
 	for what, e := range edited {
 		var d fence.Cert
