@@ -108,6 +108,31 @@ func (c *Cert) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// canonicalNumbers replaces every json.Number in the decoded value *v by its canonical form
+// (1.0 and 1e0 are 1), reporting false for a number package canon refuses.
+func canonicalNumbers(v *any) bool {
+	switch x := (*v).(type) {
+	case json.Number:
+		c, err := canon.JSON([]byte(x))
+		*v = json.Number(c)
+		return err == nil
+	case map[string]any:
+		for k, e := range x {
+			if !canonicalNumbers(&e) {
+				return false
+			}
+			x[k] = e
+		}
+	case []any:
+		for i := range x {
+			if !canonicalNumbers(&x[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // errReadableDiffers is Cert.UnmarshalJSON's refusal of a readable result that is not
 // result_bytes' value.
 var errReadableDiffers = errors.New("is not the value of result_bytes, the result its hash covers (docs/CERTS.md, step 2a)")
@@ -173,9 +198,8 @@ func checkCertMembers(b []byte) error {
 
 // sameJSON reports whether the JSON texts a and b are one value: their canonical forms are
 // equal, or, for text without one (a member given twice, a lone surrogate), they decode to
-// the same value as encoding/json reads them (the last of two members; numbers as written), as
-// docs/CERTS.md's verifier compares them. A readable result is the exact one re-spaced or
-// re-escaped (json.Marshal writes < as \u003c), never with its numbers respelled.
+// the same value as encoding/json reads them (the last of two members), numbers compared by
+// their canonical form, as docs/CERTS.md's verifier compares them.
 func sameJSON(a, b []byte) bool {
 	if bytes.Equal(a, b) {
 		return true
@@ -189,7 +213,10 @@ func sameJSON(a, b []byte) bool {
 		d := json.NewDecoder(bytes.NewReader(b))
 		d.UseNumber()
 		var v any
-		return v, d.Decode(&v) == nil && !d.More()
+		if d.Decode(&v) != nil || d.More() {
+			return nil, false
+		}
+		return v, canonicalNumbers(&v)
 	}
 	va, aok := decode(a)
 	vb, bok := decode(b)

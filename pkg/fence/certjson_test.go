@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -99,9 +100,14 @@ func TestCertJSONEditedAroundItsHashDoesNotVerify(t *testing.T) {
 	if !strings.Contains(string(escaped), `\u003c`) {
 		t.Fatalf("json.Marshal did not escape the readable result: %s", escaped)
 	}
-	var back fence.Cert
-	if err := json.Unmarshal(escaped, &back); err != nil || back.Verify() != nil || string(back.Result) != twice {
-		t.Errorf("a result with a member twice, HTML-escaped: %v, verify %v, result %s", err, back.Verify(), back.Result)
+	for what, e := range map[string][]byte{
+		"HTML-escaped":       escaped,
+		"a number respelled": bytes.Replace(escaped, []byte(`"k":2`), []byte(`"k":2.0`), 1),
+	} {
+		var back fence.Cert
+		if err := json.Unmarshal(e, &back); err != nil || back.Verify() != nil || string(back.Result) != twice {
+			t.Errorf("a result with a member twice, its readable copy %s: %v, verify %v, result %s", what, err, back.Verify(), back.Result)
+		}
 	}
 	if !strings.Contains(doc, exact) {
 		t.Fatalf("result_bytes %s not in %s", exact, doc)
