@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/effectfence/effectfence/pkg/canon"
@@ -220,7 +222,27 @@ func sameJSON(a, b []byte) bool {
 	}
 	va, aok := decode(a)
 	vb, bok := decode(b)
-	return aok && bok && reflect.DeepEqual(va, vb)
+	// encoding/json reads every lone surrogate escape as U+FFFD: "\ud830" for "\ud83d" read
+	// alike. The escapes of surrogates are compared as written, in order.
+	return aok && bok && reflect.DeepEqual(va, vb) && slices.Equal(surrogateEscapes(a), surrogateEscapes(b))
+}
+
+// surrogateEscapes lists the \u escapes of the JSON text b that stand for a UTF-16 surrogate
+// (D800 to DFFF), in order, lowercased.
+func surrogateEscapes(b []byte) []string {
+	var out []string
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			if e := strings.ToLower(string(b[i+2 : i+6])); e >= "d800" && e <= "dfff" {
+				out = append(out, e)
+			}
+		}
+		i++ // the escaped character: a backslash escaped is no escape's start
+	}
+	return out
 }
 
 // ComputeHash returns the hash the cert should carry, from every field but Hash.

@@ -100,6 +100,27 @@ func TestCertJSONEditedAroundItsHashDoesNotVerify(t *testing.T) {
 	if !strings.Contains(string(escaped), `\u003c`) {
 		t.Fatalf("json.Marshal did not escape the readable result: %s", escaped)
 	}
+	// A lone surrogate escape, which encoding/json reads as U+FFFD whichever it is: edited in
+	// the readable copy, the cert does not verify.
+	adm, err = eng.Prepare(ctx, fence.Request{Intent: "charge:cut", Tool: "charge", Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"k":1,"k":2,"s":"cut \ud83d"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutJSON, err := json.Marshal(cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cutBack fence.Cert
+	if err := json.Unmarshal(cutJSON, &cutBack); err != nil || cutBack.Verify() != nil {
+		t.Errorf("a result with a lone surrogate: %v, verify %v", err, cutBack.Verify())
+	}
+	if e := bytes.Replace(cutJSON, []byte(`\ud83d`), []byte(`\ud830`), 1); json.Unmarshal(e, &cutBack) == nil && cutBack.Verify() == nil {
+		t.Errorf("a readable result whose lone surrogate was edited verified:\n%s", e)
+	}
 	for what, e := range map[string][]byte{
 		"HTML-escaped":       escaped,
 		"a number respelled": bytes.Replace(escaped, []byte(`"k":2`), []byte(`"k":2.0`), 1),

@@ -19,6 +19,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // docValue is a JSON value as docs/CERTS.md's recipe reads it: objects keep their members in
@@ -226,12 +227,28 @@ func docVerify(text []byte) bool {
 			if err != nil || docCanonical(kept) != docCanonical(value) {
 				return false
 			}
+			// encoding/json reads every lone surrogate escape as U+FFFD, which the recipe's
+			// strings (Python's) tell apart: those escapes are compared as written.
+			if !slices.Equal(docSurrogates(jsonrpc.MemberValue(text, "result")), docSurrogates(exact)) {
+				return false
+			}
 		}
 		delete(cert, "result")
 		delete(cert, "result_bytes")
 	}
 	h := sha256.Sum256([]byte(docCanonical(cert)))
 	return hex.EncodeToString(h[:]) == want
+}
+
+// docSurrogates lists the escapes \uD800 to \uDFFF of the JSON text b, as written.
+func docSurrogates(b []byte) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`\\(?:u[dD][89a-fA-F][0-9a-fA-F]{2}|.)`).FindAll(b, -1) {
+		if len(m) == 6 {
+			out = append(out, strings.ToLower(string(m)))
+		}
+	}
+	return out
 }
 
 // goVerify is what fence.Cert says of the same JSON.
