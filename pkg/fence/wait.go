@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 )
@@ -85,7 +84,9 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 		err error
 	)
 	notifier, _ := e.store.(Notifier)
-	var waitedOn []uint64 // the claims found holding the intent (InFlightError.Token)
+	// since is the first claim found holding the intent (InFlightError.Token): every claim
+	// of the intent from it on ran while this call waited (sharedFailure).
+	var since uint64
 	var remote <-chan struct{}
 	stopRemote := func() {}
 	defer func() { stopRemote() }()
@@ -101,16 +102,16 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 			if err != nil {
 				return Admission{}, decide(out, err, waited), err
 			}
-			if adm.Fresh() && len(waitedOn) > 0 {
-				if ferr := e.sharedFailure(ctx, adm, waitedOn); ferr != nil {
+			if adm.Fresh() && since != 0 {
+				if ferr := e.sharedFailure(ctx, adm, since); ferr != nil {
 					return Admission{}, decide(out, ferr, waited), ferr
 				}
 			}
 			return adm, decide(out, err, waited), nil
 		}
 		var fe InFlightError
-		if errors.As(err, &fe) && fe.Token != 0 && !slices.Contains(waitedOn, fe.Token) {
-			waitedOn = append(waitedOn, fe.Token)
+		if errors.As(err, &fe) && fe.Token != 0 && since == 0 {
+			since = fe.Token
 		}
 		waited = true
 		if closed(giveUp) {
@@ -151,25 +152,30 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 	}
 }
 
-// sharedFailure is the failure of an attempt a waiter waited on, when its holder reported
-// OutcomeFailure, for the waiter that then claimed the intent (adm): SPEC §6 gives every
-// waiter that same failure, not a run of its own. A waiter in the holder's process is given
-// it there (wrap's flights); one in another process (a second wrap, a gateway replica on the
-// same ledger) learns it only from the ledger, where the release leaves no record, so the
-// intent's audit trail is read for a failure event of a claim it waited on. Before
-// 2026-12-06 that waiter found the intent free and ran the call again in its own server
-// (TestFailureIsSharedWithAWaiterInAnotherWrap).
+// sharedFailure is the failure of an attempt that ran while a waiter waited, when its holder
+// reported OutcomeFailure, for the waiter that then claimed the intent (adm): SPEC §6 gives
+// every waiter that same failure, not a run of its own. A waiter in the holder's process is
+// given it there (wrap's flights); one in another process (a second wrap, a gateway replica
+// on the same ledger) learns it only from the ledger, where the release leaves no record, so
+// the intent's audit trail is read for a failure event of a claim from since on: since is the
+// first claim the waiter found holding the intent, and a claim's token grows with each claim
+// of the intent, so those are the claims that held it while the waiter waited, whether or not
+// one of its looks found them. Before 2026-12-06 that waiter found the intent free and ran the
+// call again in its own server (TestFailureIsSharedWithAWaiterInAnotherWrap); and until the
+// claims were told by token, only those a look had found counted: a claim released as not
+// run, then another attempt claiming, running and failing between two looks, and the waiter
+// ran the call again (contract FailureSharedWithAWaiterThatNeverSawTheFailedClaim).
 //
 // Found, the waiter's claim is given up as a failure too (a waiter on that claim is told in
 // turn), and FailedWaitError returned: nothing runs. If the ledger does not take that, the
 // claim is left to the engine as a lost one (released once the ledger answers): it runs
 // nothing either way. Not found, or not readable, nil: the claim stands and the call runs.
-func (e *Engine) sharedFailure(ctx context.Context, adm Admission, waitedOn []uint64) error {
+func (e *Engine) sharedFailure(ctx context.Context, adm Admission, since uint64) error {
 	t := *adm.Ticket
 	var failed *Event
 	if err := e.store.View(ctx, func(tx Tx) error {
 		return tx.Events(t.Intent, func(ev Event) bool {
-			if ev.Kind == EventFailure && slices.Contains(waitedOn, ev.Token) {
+			if ev.Kind == EventFailure && ev.Token >= since && ev.Token != t.Token {
 				failed = &ev
 			}
 			return true

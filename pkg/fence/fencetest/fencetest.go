@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Conflict", testConflict},
 		{"EmptyArgsAlike", testEmptyArgsAlike},
 		{"FailureSharedWithAWaiterOfAnotherProcess", testFailureSharedAcrossProcesses},
+		{"FailureSharedWithAWaiterThatNeverSawTheFailedClaim", testFailureSharedUnseen},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SupersedeRepeatedPastTheNames", testSupersedeRepeatedPastTheNames},
@@ -2241,4 +2242,110 @@ func testFailureSharedAcrossProcesses(t *testing.T, newStore Factory) {
 		next := mustFresh(t, holder, r)
 		mustCommit(t, holder, next, `"ran"`)
 	}
+}
+
+// pausable is a store whose reads and writes wait while it is paused: a test holds one
+// engine's next look at the ledger (a waiter's next poll) until others have moved on.
+type pausable struct {
+	fence.Store
+	mu      sync.Mutex
+	gate    chan struct{} // while not nil, every read and write waits for it to close
+	blocked atomic.Int64  // how many wait at the gate now
+	looks   atomic.Int64  // how many reads and writes have ended
+}
+
+func (p *pausable) wait() {
+	p.mu.Lock()
+	g := p.gate
+	p.mu.Unlock()
+	if g != nil {
+		p.blocked.Add(1)
+		<-g
+		p.blocked.Add(-1)
+	}
+}
+
+func (p *pausable) View(ctx context.Context, fn func(fence.Tx) error) error {
+	p.wait()
+	defer p.looks.Add(1)
+	return p.Store.View(ctx, fn)
+}
+
+func (p *pausable) Update(ctx context.Context, fn func(fence.Tx) error) error {
+	p.wait()
+	defer p.looks.Add(1)
+	return p.Store.Update(ctx, fn)
+}
+
+// pause holds every look that starts from now on, and returns once one waits (the engine
+// using this store has no look under way: it is a single waiter's PrepareWait).
+func (p *pausable) pause(t *testing.T) (resume func()) {
+	t.Helper()
+	g := make(chan struct{})
+	p.mu.Lock()
+	p.gate = g
+	p.mu.Unlock()
+	for p.blocked.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return func() {
+		p.mu.Lock()
+		p.gate = nil
+		p.mu.Unlock()
+		close(g)
+	}
+}
+
+// testFailureSharedUnseen: a waiter is given the failure of every attempt that ran while it
+// waited, not only of the claims it happened to find holding the intent when it looked. A
+// waiter in another process looks at the ledger only now and then (polling, or after a
+// notification): the claim it saw is released as not run (its agent cancelled it before it
+// was sent), and another attempt of the same call claims the intent, runs and fails
+// definitely, all before the waiter looks again. In the holder's process the waiters of
+// that attempt are given its failure (wrap's flights); before, the waiter in another process
+// found the intent free, its look having missed the failed claim, and ran the call again: a
+// second execution decided by when it polled.
+func testFailureSharedUnseen(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	holder := fence.New(st, fence.Config{Owner: "a/1/1", Liveness: cannotTell})
+	paused := &pausable{Store: st}
+	waiter := fence.New(paused, fence.Config{Owner: "b/1/1", Liveness: cannotTell})
+	r := req("shared:failure:unseen")
+	first := mustFresh(t, holder, r)
+	type answer struct {
+		adm fence.Admission
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		adm, err := waiter.PrepareWait(ctx, r, 20*time.Second)
+		got <- answer{adm, err}
+	}()
+	for paused.looks.Load() == 0 { // the waiter found the intent held by the first claim
+		time.Sleep(time.Millisecond)
+	}
+	resume := paused.pause(t)
+	if _, err := holder.Settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: first, Reason: "the call was cancelled by its agent before it was sent"}); err != nil {
+		t.Fatal(err)
+	}
+	second := mustFresh(t, holder, r)
+	const why = "the tool answered isError: a definite failure"
+	if _, err := holder.Settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: second, Reason: why}); err != nil {
+		t.Fatal(err)
+	}
+	resume()
+	a := <-got
+	var fw fence.FailedWaitError
+	if !errors.As(a.err, &fw) || fw.Token != second.Token || fw.Reason != why || a.adm.Fresh() {
+		t.Fatalf("a waiter whose looks missed the claim that failed while it waited: %+v %v; want FailedWaitError of claim %d", a.adm, a.err, second.Token)
+	}
+	if rec, err := holder.Status(ctx, r.Intent); err != nil || rec.State != fence.StateNone {
+		t.Fatalf("the intent after the failure was shared: %s %v; want it free", rec.State, err)
+	}
+	// A call that comes after the failure is a retry, not a waiter: it runs.
+	next, err := waiter.PrepareWait(ctx, r, time.Second)
+	if err != nil || !next.Fresh() {
+		t.Fatalf("a retry after the failure: %+v %v; want it admitted", next, err)
+	}
+	mustCommit(t, waiter, *next.Ticket, `"ran"`)
 }
