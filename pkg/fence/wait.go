@@ -167,24 +167,33 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 // ran the call again (contract FailureSharedWithAWaiterThatNeverSawTheFailedClaim).
 //
 // Found, the waiter's claim is given up as a failure too (a waiter on that claim is told in
-// turn), and FailedWaitError returned: nothing runs. If the ledger does not take that, the
-// claim is left to the engine as a lost one (released once the ledger answers): it runs
-// nothing either way. Not found, or not readable, nil: the claim stands and the call runs.
+// turn), and FailedWaitError returned: nothing runs. Not readable, the claim is given up as
+// not run and the ledger's error returned: the call does not run either (every error means
+// do not run), for the attempt it waited for may have failed; before, the claim stood and the
+// call ran (contract WaiterThatCannotReadTheAuditTrailDoesNotRun). If the ledger does not
+// take the claim's end, the claim is left to the engine as a lost one (released once the
+// ledger answers). Not found, nil: the claim stands and the call runs.
 func (e *Engine) sharedFailure(ctx context.Context, adm Admission, since uint64) error {
 	t := *adm.Ticket
 	var failed *Event
-	if err := e.store.View(ctx, func(tx Tx) error {
+	err := e.store.View(ctx, func(tx Tx) error {
 		return tx.Events(t.Intent, func(ev Event) bool {
 			if ev.Kind == EventFailure && ev.Token >= since && ev.Token != t.Token {
 				failed = &ev
 			}
 			return true
 		})
-	}); err != nil || failed == nil {
+	})
+	if err == nil && failed == nil {
 		return nil
 	}
-	why := FailedWaitError{Intent: t.Intent, Token: failed.Token, Reason: failed.Reason}
-	if err := e.end(ctx, t, EventFailure, fmt.Sprintf("coalesced onto the failure of claim %d, which it waited for: %s", failed.Token, failed.Reason), false); err != nil {
+	kind, reason := EventRelease, "not run: whether an attempt it waited for failed could not be read from the ledger"
+	var why error = fmt.Errorf("fence: intent %q was claimed after waiting for another attempt, but whether that attempt failed could not be read from the ledger (%w); this call was NOT executed and its claim is given up, so a retry may run it", t.Intent, err)
+	if err == nil {
+		kind, reason = EventFailure, fmt.Sprintf("coalesced onto the failure of claim %d, which it waited for: %s", failed.Token, failed.Reason)
+		why = FailedWaitError{Intent: t.Intent, Token: failed.Token, Reason: failed.Reason}
+	}
+	if err := e.end(ctx, t, kind, reason, false); err != nil {
 		e.lostClaim(t.Intent, t.Nonce)
 	}
 	return why

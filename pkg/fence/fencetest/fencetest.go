@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"EmptyArgsAlike", testEmptyArgsAlike},
 		{"FailureSharedWithAWaiterOfAnotherProcess", testFailureSharedAcrossProcesses},
 		{"FailureSharedWithAWaiterThatNeverSawTheFailedClaim", testFailureSharedUnseen},
+		{"WaiterThatCannotReadTheAuditTrailDoesNotRun", testFailureUnreadable},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SupersedeRepeatedPastTheNames", testSupersedeRepeatedPastTheNames},
@@ -2348,4 +2349,78 @@ func testFailureSharedUnseen(t *testing.T, newStore Factory) {
 		t.Fatalf("a retry after the failure: %+v %v; want it admitted", next, err)
 	}
 	mustCommit(t, waiter, *next.Ticket, `"ran"`)
+}
+
+// eventsFail is a store whose audit trail cannot be read once armed: each read of it fails
+// as a connection that drops does.
+type eventsFail struct {
+	fence.Store
+	armed atomic.Bool
+	tries atomic.Int64
+}
+
+type eventsFailTx struct {
+	fence.Tx
+	s *eventsFail
+}
+
+func (tx eventsFailTx) Events(string, func(fence.Event) bool) error {
+	tx.s.tries.Add(1)
+	return errors.New("read events: connection reset by peer")
+}
+
+func (s *eventsFail) View(ctx context.Context, fn func(fence.Tx) error) error {
+	if !s.armed.Load() {
+		return s.Store.View(ctx, fn)
+	}
+	return s.Store.View(ctx, func(tx fence.Tx) error { return fn(eventsFailTx{tx, s}) })
+}
+
+// testFailureUnreadable: a waiter admitted after waiting must learn whether the attempt it
+// waited for failed (sharedFailure) before it may run; when the ledger does not let it read
+// that, it does not run (SPEC §3: every error means do not run), its claim is given up and
+// the intent is free. Before, a read that failed left the claim standing and the call ran,
+// though the attempt it waited for had failed: a second execution on a ledger's hiccup.
+func testFailureUnreadable(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	holder := fence.New(st, fence.Config{Owner: "a/1/1", Liveness: cannotTell})
+	flaky := &eventsFail{Store: st}
+	counted := &viewCounter{Store: flaky}
+	waiter := fence.New(counted, fence.Config{Owner: "b/1/1", Liveness: cannotTell})
+	r := req("shared:failure:unreadable")
+	tk := mustFresh(t, holder, r)
+	type answer struct {
+		adm fence.Admission
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		adm, err := waiter.PrepareWait(ctx, r, 20*time.Second)
+		got <- answer{adm, err}
+	}()
+	for counted.views.Load() == 0 { // the waiter found the intent held
+		time.Sleep(time.Millisecond)
+	}
+	flaky.armed.Store(true)
+	if _, err := holder.Settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: tk, Reason: "the tool answered isError: a definite failure"}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err == nil || a.adm.Fresh() || flaky.tries.Load() == 0 || fence.CodeOf(a.err) != fence.CodeStore {
+		t.Fatalf("a waiter that could not read whether the attempt it waited for failed: %+v %v; want a store error, not run", a.adm, a.err)
+	}
+	flaky.armed.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := holder.Status(ctx, r.Intent)
+		if err == nil && rec.State == fence.StateNone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter's claim after it did not run: %s %v; want it given up, the intent free", rec.State, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	next := mustFresh(t, holder, r)
+	mustCommit(t, holder, next, `"ran"`)
 }
