@@ -166,8 +166,12 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 // run, then another attempt claiming, running and failing between two looks, and the waiter
 // ran the call again (contract FailureSharedWithAWaiterThatNeverSawTheFailedClaim).
 //
-// Found, the waiter's claim is given up as a failure too (a waiter on that claim is told in
-// turn), and FailedWaitError returned: nothing runs. Not readable, the claim is given up as
+// Found, the waiter's claim is given up, and FailedWaitError returned: nothing runs. The
+// claim ran nothing, so its end is a release, not a failure: a call that finds it holding the
+// intent came after the failure was recorded, a retry, and runs once it is given up (a
+// waiter that was there before finds the failure itself, its claim being older). Before, it
+// ended as a failure of its own, and such a retry was told that the call it waited for had
+// failed (contract RetryAfterASharedFailureRuns). Not readable, the claim is given up as
 // not run and the ledger's error returned: the call does not run either (every error means
 // do not run), for the attempt it waited for may have failed; before, the claim stood and the
 // call ran (contract WaiterThatCannotReadTheAuditTrailDoesNotRun). If the ledger does not
@@ -187,13 +191,13 @@ func (e *Engine) sharedFailure(ctx context.Context, adm Admission, since uint64)
 	if err == nil && failed == nil {
 		return nil
 	}
-	kind, reason := EventRelease, "not run: whether an attempt it waited for failed could not be read from the ledger"
+	reason := "not run: whether an attempt it waited for failed could not be read from the ledger"
 	var why error = fmt.Errorf("fence: intent %q was claimed after waiting for another attempt, but whether that attempt failed could not be read from the ledger (%w); this call was NOT executed and its claim is given up, so a retry may run it", t.Intent, err)
 	if err == nil {
-		kind, reason = EventFailure, fmt.Sprintf("coalesced onto the failure of claim %d, which it waited for: %s", failed.Token, failed.Reason)
+		reason = fmt.Sprintf("not run: coalesced onto the failure of claim %d, which it waited for: %s", failed.Token, failed.Reason)
 		why = FailedWaitError{Intent: t.Intent, Token: failed.Token, Reason: failed.Reason}
 	}
-	if err := e.end(ctx, t, kind, reason, false); err != nil {
+	if err := e.end(ctx, t, EventRelease, reason, false); err != nil {
 		e.lostClaim(t.Intent, t.Nonce)
 	}
 	return why

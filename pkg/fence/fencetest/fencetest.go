@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"FailureSharedWithAWaiterOfAnotherProcess", testFailureSharedAcrossProcesses},
 		{"FailureSharedWithAWaiterThatNeverSawTheFailedClaim", testFailureSharedUnseen},
 		{"WaiterThatCannotReadTheAuditTrailDoesNotRun", testFailureUnreadable},
+		{"RetryAfterASharedFailureRuns", testRetryAfterSharedFailure},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SupersedeRepeatedPastTheNames", testSupersedeRepeatedPastTheNames},
@@ -2195,7 +2196,7 @@ func (v *viewCounter) View(ctx context.Context, fn func(fence.Tx) error) error {
 // definitely that same failure. Two engines on one store (two processes on one ledger):
 // while the first holds the intent, the second's PrepareWait waits on it; the holder reports
 // OutcomeFailure, and the waiter gets FailedWaitError with the holder's reason, holding
-// nothing (its claim given up as a failure too). The intent is free: the next attempt runs.
+// nothing (its claim given up as not run). The intent is free: the next attempt runs.
 // A plain release (the call did not run) is no failure: a waiter on it runs the call.
 func testFailureSharedAcrossProcesses(t *testing.T, newStore Factory) {
 	st := newStore(t)
@@ -2253,6 +2254,8 @@ type pausable struct {
 	gate    chan struct{} // while not nil, every read and write waits for it to close
 	blocked atomic.Int64  // how many wait at the gate now
 	looks   atomic.Int64  // how many reads and writes have ended
+	// pauseAfterWrite: the looks after the next write wait (a waiter's claim, then held).
+	pauseAfterWrite atomic.Bool
 }
 
 func (p *pausable) wait() {
@@ -2275,7 +2278,27 @@ func (p *pausable) View(ctx context.Context, fn func(fence.Tx) error) error {
 func (p *pausable) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	p.wait()
 	defer p.looks.Add(1)
-	return p.Store.Update(ctx, fn)
+	err := p.Store.Update(ctx, fn)
+	if p.pauseAfterWrite.CompareAndSwap(true, false) {
+		p.mu.Lock()
+		p.gate = make(chan struct{})
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// held waits until a look waits at the gate set after a write (pauseAfterWrite), and returns
+// what opens it.
+func (p *pausable) held(t *testing.T) (resume func()) {
+	t.Helper()
+	for p.blocked.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	p.mu.Lock()
+	g := p.gate
+	p.gate = nil
+	p.mu.Unlock()
+	return func() { close(g) }
 }
 
 // pause holds every look that starts from now on, and returns once one waits (the engine
@@ -2423,4 +2446,57 @@ func testFailureUnreadable(t *testing.T, newStore Factory) {
 	}
 	next := mustFresh(t, holder, r)
 	mustCommit(t, holder, next, `"ran"`)
+}
+
+// testRetryAfterSharedFailure: a call that comes after an attempt failed is a retry, and runs
+// (SPEC §6: the intent is released, a retry may run), also when it finds the intent held for a
+// moment by a waiter of the failed attempt, which claims it only to give it up (sharedFailure).
+// That claim ran nothing: its end is a release, not a failure of its own. Before, it was
+// recorded as a failure, so the retry, which waited on it, was told "the call you waited for
+// failed" and did not run.
+func testRetryAfterSharedFailure(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	holder := fence.New(st, fence.Config{Owner: "a/1/1", Liveness: cannotTell})
+	paused := &pausable{Store: st}
+	waiter := fence.New(paused, fence.Config{Owner: "b/1/1", Liveness: cannotTell})
+	counted := &viewCounter{Store: st}
+	retry := fence.New(counted, fence.Config{Owner: "c/1/1", Liveness: cannotTell})
+	r := req("shared:failure:retry")
+	tk := mustFresh(t, holder, r)
+	type answer struct {
+		adm fence.Admission
+		err error
+	}
+	waited, retried := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		adm, err := waiter.PrepareWait(ctx, r, 20*time.Second)
+		waited <- answer{adm, err}
+	}()
+	for paused.looks.Load() == 0 { // the waiter found the intent held by the attempt
+		time.Sleep(time.Millisecond)
+	}
+	paused.pauseAfterWrite.Store(true)
+	const why = "the tool answered isError: a definite failure"
+	if _, err := holder.Settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: tk, Reason: why}); err != nil {
+		t.Fatal(err)
+	}
+	resume := paused.held(t) // the waiter claimed the intent, and has yet to give it up
+	go func() {
+		adm, err := retry.PrepareWait(ctx, r, 20*time.Second)
+		retried <- answer{adm, err}
+	}()
+	for counted.views.Load() == 0 { // the retry found the intent held by the waiter's claim
+		time.Sleep(time.Millisecond)
+	}
+	resume()
+	w := <-waited
+	var fw fence.FailedWaitError
+	if !errors.As(w.err, &fw) || fw.Token != tk.Token || w.adm.Fresh() {
+		t.Fatalf("the waiter of the attempt that failed: %+v %v; want FailedWaitError of claim %d", w.adm, w.err, tk.Token)
+	}
+	a := <-retried
+	if a.err != nil || !a.adm.Fresh() {
+		t.Fatalf("a retry after the failure, which found the waiter's claim: %+v %v; want it admitted to run", a.adm, a.err)
+	}
+	mustCommit(t, retry, *a.adm.Ticket, `"ran"`)
 }
