@@ -70,8 +70,9 @@ type Options struct {
 	// MaxBatch bounds how many concurrent Updates share one transaction (default 64; 1 turns
 	// group commit off).
 	MaxBatch int
-	// SkipQuickCheck opens for writing without PRAGMA quick_check (see quickCheck). Only for
-	// callers that have just checked the file themselves.
+	// SkipQuickCheck opens for writing without the integrity check (PRAGMA integrity_check;
+	// quick_check before 2026-12-06: see quickCheck). Only for callers that have just checked
+	// the file themselves.
 	SkipQuickCheck bool
 }
 
