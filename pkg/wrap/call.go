@@ -347,7 +347,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	stopWatch := context.AfterFunc(p.graceOver, endLedger)
 	// The answer is counted once this call will not ask the ledger again: a call that asks
 	// again (below) counts only its last answer, not a refusal beside it.
-	adm, decision, err := p.opt.Engine.PrepareWaitUncounted(ledger, req, s.Wait, ctx.Done())
+	adm, decision, err := p.claim(ledger, req, s.Wait, ctx.Done())
 	bounded := ledger.Err() == context.DeadlineExceeded // a stop or an abandon cancels it instead
 	stopWatch()
 	endLedger()
@@ -416,6 +416,61 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
 	}
 	return p.run(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
+}
+
+// claimStuckWait is how long a claim may go on past the end of its context before the call is
+// answered without it (claim): longer than a store takes to give up once the context ended
+// (PostgreSQL's 5 s to ask whether a claim whose answer was lost was recorded).
+var claimStuckWait = 10 * time.Second
+
+// errClaimStuck is the error of a claim claim stopped waiting for.
+var errClaimStuck = errors.New("the ledger's write of the claim has not returned, its context ended (a disk that does not answer: a frozen file system, a hung network disk)")
+
+// claim is PrepareWaitUncounted, bounded even where the store cannot stop: a SQLite write
+// blocked inside the kernel (the ledger's file system frozen by fsfreeze, as backup and
+// snapshot tools do, or a network disk that hangs: the writer waits in a page fault on the
+// ledger's index) ends with its context only once the disk answers, and the call's answer
+// waited for it: a claim on a frozen disk was answered only once the disk thawed (2 minutes
+// and more later, whatever --wait and the lease; TestClaimOnAFrozenDiskIsAnswered). So the
+// claim runs beside the call, which is answered store_error (nothing ran) claimStuckWait
+// after ctx ended; a claim that is admitted all the same once the disk answers is released
+// (its call was never sent), so the retry the agent was told it may send then runs it, once.
+func (p *Proxy) claim(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}) (fence.Admission, fence.Decision, error) {
+	type claimed struct {
+		adm      fence.Admission
+		decision fence.Decision
+		err      error
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		adm, decision, err := p.opt.Engine.PrepareWaitUncounted(ctx, req, wait, giveUp)
+		done <- claimed{adm, decision, err}
+	}()
+	var stuck <-chan time.Time
+	ended := ctx.Done()
+	for {
+		select {
+		case c := <-done:
+			return c.adm, c.decision, c.err
+		case <-ended:
+			ended = nil
+			t := time.NewTimer(claimStuckWait)
+			defer t.Stop()
+			stuck = t.C
+		case <-stuck:
+			p.logf("intent %s: its claim is still being written %s after the call's wait for the ledger ended; answered without it, and released if it is recorded", req.Intent, claimStuckWait)
+			go func() {
+				c := <-done
+				if c.err != nil || !c.adm.Fresh() {
+					return
+				}
+				p.logf("intent %s: the claim answered without it was recorded once the ledger answered; releasing it (its call was not sent)", req.Intent)
+				_, _ = p.settle(context.Background(), fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *c.adm.Ticket,
+					Reason: "the call was answered before the ledger confirmed its claim (the ledger did not answer), so it was never sent: released once the ledger answered"})
+			}()
+			return fence.Admission{}, fence.Decision{}, errClaimStuck
+		}
+	}
 }
 
 // claimBound is how long a call's claim may take the ledger, past its wait: the lease. It ends
