@@ -208,7 +208,7 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		// database that stopped answering waited for as long, holding its slot.
 		bound := time.Duration(wait*float64(time.Second)) + prepareBound
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
-		adm, decision, err = s.eng.PrepareWaitUncounted(lctx, req, time.Duration(wait*float64(time.Second)), ctx.Done())
+		adm, decision, err = s.prepareBeside(lctx, req, time.Duration(wait*float64(time.Second)), ctx.Done())
 		if err != nil && lctx.Err() != nil && fence.CodeOf(err) == fence.CodeStore {
 			err = fmt.Errorf("the ledger did not answer within %s (another process may hold this intent's record locked, or the database does not answer): not admitted, run nothing and ask again: %w", bound, err)
 		}
@@ -259,6 +259,60 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		out.Next = fmt.Sprintf("Do NOT run the effect: it was done at %s. Its result was not kept (keep_result was hash), so it cannot be given back; cert.result holds only its SHA-256.", adm.RecordedAt.UTC().Format(time.RFC3339))
 	}
 	return out, nil
+}
+
+// prepareStuckWait is how long a fence_prepare's claim may go on past the end of its context
+// before the prepare is answered without it (prepareBeside): longer than a store takes to give
+// up once the context ended (PostgreSQL's 5 s to ask whether a claim was recorded).
+var prepareStuckWait = 10 * time.Second
+
+// errPrepareStuck is the error of a claim prepareBeside stopped waiting for.
+var errPrepareStuck = errors.New("the ledger's write of the claim has not returned, its context ended (a disk that does not answer: a frozen file system, a hung network disk)")
+
+// prepareBeside is PrepareWaitUncounted, bounded even where the store cannot stop: a SQLite
+// write blocked inside the kernel (the ledger's file system frozen by fsfreeze, as backup and
+// snapshot tools do, or a network disk that hangs) ends with its context only once the disk
+// answers, and the prepare waited for it, holding its worker (cmd/effectfence
+// TestServePrepareOnAFrozenDiskIsAnswered). So it runs beside the request, which is answered
+// store_error (not admitted: run nothing, ask again) prepareStuckWait after ctx ended; a claim
+// admitted all the same once the disk answers is released, since nobody holds its ticket.
+func (s *Server) prepareBeside(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}) (fence.Admission, fence.Decision, error) {
+	type prepared struct {
+		adm      fence.Admission
+		decision fence.Decision
+		err      error
+	}
+	done := make(chan prepared, 1)
+	go func() {
+		adm, decision, err := s.eng.PrepareWaitUncounted(ctx, req, wait, giveUp)
+		done <- prepared{adm, decision, err}
+	}()
+	var stuck <-chan time.Time
+	ended := ctx.Done()
+	for {
+		select {
+		case p := <-done:
+			return p.adm, p.decision, p.err
+		case <-ended:
+			ended = nil
+			t := time.NewTimer(prepareStuckWait)
+			defer t.Stop()
+			stuck = t.C
+		case <-stuck:
+			s.opts.Log.Printf("fence_prepare of %q: its claim is still being written %s after the ledger's bound; answered without it, and released if it is recorded", req.Intent, prepareStuckWait)
+			go func() {
+				p := <-done
+				if p.err != nil || !p.adm.Fresh() {
+					return
+				}
+				if _, err := s.settle(context.Background(), fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *p.adm.Ticket,
+					Reason: "the prepare was answered before the ledger confirmed its claim (the ledger did not answer), so nobody holds its ticket: released once the ledger answered"}); err != nil {
+					s.opts.Log.Printf("releasing %q, whose claim was recorded after its prepare was answered: %v", req.Intent, err)
+				}
+			}()
+			return fence.Admission{}, fence.Decision{}, errPrepareStuck
+		}
+	}
 }
 
 // prepareBound bounds a fence_prepare's ledger reads and writes (past its wait_secs). It is

@@ -2,64 +2,13 @@ package wrap_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-// frozenDisk mounts a small ext4 file system of its own (a loop device) and returns its
-// directory and a function that freezes it (fsfreeze -f: every write waits, as under a backup
-// tool's snapshot) until the returned thaw is called; the test's cleanup thaws and unmounts
-// it. Skipped, saying why, where it cannot be made (not root, no mkfs.ext4 or fsfreeze, no
-// loop devices).
-func frozenDisk(t *testing.T) (dir string, freeze func() (thaw func())) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: mounting and freezing a file system needs root")
-	}
-	for _, tool := range []string{"mkfs.ext4", "fsfreeze", "mount", "umount"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipped: %s is not installed", tool)
-		}
-	}
-	base := t.TempDir()
-	img, dir := filepath.Join(base, "disk.img"), filepath.Join(base, "mnt")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(img)
-	if err == nil {
-		err = f.Truncate(64 << 20)
-		f.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		t.Skipf("skipped: mkfs.ext4: %v: %s", err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
-		t.Skipf("skipped: a loop mount: %v: %s", err, out)
-	}
-	thaw := func() { _ = exec.Command("fsfreeze", "-u", dir).Run() }
-	// Registered before anything that may use the mount: cleanups run last first, so this one
-	// runs after the wrap processes were stopped (and always thaws, even when the test failed).
-	t.Cleanup(func() {
-		thaw()
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Logf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir, func() func() {
-		if out, err := exec.Command("fsfreeze", "-f", dir).CombinedOutput(); err != nil {
-			t.Fatalf("fsfreeze -f: %v: %s", err, out)
-		}
-		return thaw
-	}
-}
+	"github.com/effectfence/effectfence/internal/diskfull"
+)
 
 // TestClaimOnAFrozenDiskIsAnswered: docs/wrap.md says a call whose claim the ledger has not
 // confirmed within --wait and the lease is answered store_error, nothing run. A SQLite ledger
@@ -71,7 +20,7 @@ func frozenDisk(t *testing.T) (dir string, freeze func() (thaw func())) {
 // thaws the claim, if it was recorded, is released, so a retry runs the call once, and its
 // duplicate replays it.
 func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
-	dir, freeze := frozenDisk(t)
+	dir, freeze := diskfull.Frozen(t)
 	r := newRig(t)
 	r.ledger = filepath.Join(dir, "ledger.db")
 	rw := r.initializedRawWrap("--lease-secs", "3", "--wait", "2s")
