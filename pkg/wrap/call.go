@@ -367,7 +367,12 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	if failure, failed := p.flights.leave(id.intent, f, holder); failed {
 		// The attempt this call waited for failed definitely: same answer, no second run.
 		if holder {
-			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: *adm.Ticket, Reason: "coalesced onto an attempt that failed"})
+			// A plain release: this claim ran nothing (the flight's answer may not even be a
+			// failure: a question of SEP-2322, a call never sent), and a retry that finds it
+			// holding the intent must not be told a call it waited for failed; a waiter in
+			// another process that was there before is given the flight's own failure
+			// (fence.FailedWaitError).
+			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "not run: coalesced onto an attempt of this process that ended without a result"})
 		}
 		if failure.code == codeInputRequired && ctx.Value(continuedKey{}) == nil && continues(params) {
 			// The attempt was a first round, answered with a question (SEP-2322), which is no
@@ -1136,7 +1141,7 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 	case errors.Is(err, fence.ErrFailedWait):
 		fw := fence.FailedWaitError{Reason: "its reason is not known"}
 		_ = errors.As(err, &fw)
-		msg = fmt.Sprintf("the identical call this one waited for (sent through another effectfence process on this ledger) failed: %s. This call was NOT executed a second time; the intent is free, so a retry runs it.", fw.Reason)
+		msg = fmt.Sprintf("the identical call this one waited for (its outcome read from the ledger) failed: %s. This call was NOT executed a second time; the intent is free, so a retry runs it.", fw.Reason)
 	case errors.Is(err, fence.ErrPriorFailure):
 		var pf fence.PriorFailureError
 		why, until := "", ""
