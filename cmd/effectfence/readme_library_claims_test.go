@@ -158,7 +158,7 @@ func TestReadmeLibraryClaims(t *testing.T) {
 	if !ok {
 		t.Fatal(`README.md has no "## Library quick start"`)
 	}
-	for _, said := range []string{"store.Open(ctx, opts) for a durable ledger", "errors.Is/As work",
+	for _, said := range []string{"led, _ := store.Open(ctx, opts); eng := led.Engine (a durable ledger)", "errors.Is/As work",
 		"eng.Release(ctx, *adm.Ticket,", "eng.Abort(ctx, *adm.Ticket,", "(fenced until cleared)",
 		"`eng.PrepareWait(ctx, req, 30*time.Second)` waits for a concurrent duplicate to finish and\nreturns its cert",
 		"`eng.Heartbeat` renews a long effect's\nlease", "Read sets (`Request.ReadSet`, from `eng.Current(ctx, domain)`) refuse decisions made on\nstate that moved",
