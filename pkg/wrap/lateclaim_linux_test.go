@@ -1,0 +1,181 @@
+package wrap_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/internal/diskfull"
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestClaimThatLandsAfterItsCallWasAnsweredIsReleased: docs/wrap.md says a call whose claim's
+// write has not returned 10 s after --wait and the lease is answered store_error (NOT
+// executed), and a claim recorded once the disk answers is released by wrap, its call never
+// sent, so the agent's retry runs the call once. Here the claim's commit reaches the ledger's
+// file and its fsync is held after the kernel did it (strace), past the call's answer: the
+// claim lands after the answer, and must end released, the audit trail saying why, with no
+// intent left in flight or unknown; the retry then runs the call once and its duplicate
+// replays it.
+func TestClaimThatLandsAfterItsCallWasAnsweredIsReleased(t *testing.T) {
+	r := newRig(t)
+	rw := r.initializedRawWrap("--lease-secs", "3", "--wait", "2s")
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("wrap's stderr:\n%s", rw.log.String())
+		}
+	})
+	call := func(id int, order string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1,"order":%q}}}`, id, order)
+	}
+	if got := rw.roundTrip(t, call(1, "warm")); strings.Contains(got, `"isError":true`) {
+		t.Fatalf("the first call: %s", got)
+	}
+	before := r.effectCount()
+
+	release := diskfull.StallSyncs(t, rw.cmd.Process.Pid, 25*time.Second)
+	rw.send(t, call(2, "late"))
+	sent := time.Now()
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := rw.out.ReadString('\n')
+		answer <- line
+	}()
+	var got string
+	select {
+	case got = <-answer:
+	case <-time.After(40 * time.Second):
+		release()
+		t.Fatalf("no answer 40 s after the call, its claim's fsync held (--wait 2s, lease 3 s)")
+	}
+	t.Logf("answered %s after the call, the claim's fsync still held", time.Since(sent).Round(100*time.Millisecond))
+	for _, want := range []string{`"isError":true`, `"effectfence/code":"store_error"`, "NOT executed"} {
+		if !strings.Contains(got, want) {
+			release()
+			t.Fatalf("the call whose claim's fsync is held: %s; want %s in it", got, want)
+		}
+	}
+	release()
+	if n := r.effectCount(); n != before {
+		t.Fatalf("%d effects after the refused call, want %d: it ran", n, before)
+	}
+
+	// The claim lands now; wrap releases it, saying why, and nothing stays in flight or unknown.
+	led := r.openLedger()
+	var others, released []fence.Event
+	var recs []*fence.Record
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		others, released, recs = nil, nil, nil
+		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
+			if err := tx.Events("", func(ev fence.Event) bool {
+				if ev.Kind == fence.EventRelease {
+					released = append(released, ev)
+				} else {
+					others = append(others, ev)
+				}
+				return true
+			}); err != nil {
+				return err
+			}
+			return tx.Scan(fence.Filter{}, func(rec *fence.Record) bool {
+				recs = append(recs, rec)
+				return true
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(released) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, ev := range append(others, released...) {
+		t.Logf("event %s at %s by %s, claim %d (%s): %s", ev.Kind, ev.At.Format("15:04:05.000"), ev.Who, ev.Token, ev.State, ev.Reason)
+	}
+	if len(released) != 1 {
+		t.Fatalf("%d releases 30 s after the claim's fsync returned, want 1: %+v", len(released), released)
+	}
+	t.Logf("released: %s", released[0].Reason)
+	if !strings.Contains(released[0].Reason, "never sent") {
+		t.Errorf("the release's reason %q does not say the call was never sent", released[0].Reason)
+	}
+	for _, rec := range recs {
+		if rec.State != fence.StateDone {
+			t.Errorf("intent %s left %s: %s", rec.Intent, rec.State, rec.Reason)
+		}
+	}
+
+	// The retry the agent was told it may send runs the call, once; its duplicate replays.
+	if got := rw.roundTrip(t, call(3, "late")); strings.Contains(got, `"isError":true`) {
+		t.Fatalf("the retry after the late claim was released: %s", got)
+	}
+	if n := r.effectCount(); n != before+1 {
+		t.Fatalf("%d effects after the retry ran, want %d", n, before+1)
+	}
+	if got := rw.roundTrip(t, call(4, "late")); !strings.Contains(got, `"effectfence/replayed":true`) {
+		t.Fatalf("a duplicate of the retry that ran: %s; want it replayed", got)
+	}
+}
+
+// TestRetrySentWhileTheLateClaimIsHeldIsNotToldTheCallMayHaveRun: the agent told store_error
+// (NOT executed, a retry may run it) retries at once, while the first claim's commit still
+// waits for the disk. When the disk answers, the first claim lands, its lease long lapsed, and
+// the retry, queued behind it for the ledger's writer, meets it: the retry must not be told
+// the call may have run (prior_failure, unknown), since its call was never sent; it is
+// answered as one whose ledger did not confirm it, or runs the call, and the next retry runs
+// it or replays it: the effect once in all.
+func TestRetrySentWhileTheLateClaimIsHeldIsNotToldTheCallMayHaveRun(t *testing.T) {
+	r := newRig(t)
+	rw := r.initializedRawWrap("--lease-secs", "3", "--wait", "2s")
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("wrap's stderr:\n%s", rw.log.String())
+		}
+	})
+	call := func(id int, order string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1,"order":%q}}}`, id, order)
+	}
+	if got := rw.roundTrip(t, call(1, "warm")); strings.Contains(got, `"isError":true`) {
+		t.Fatalf("the first call: %s", got)
+	}
+	before := r.effectCount()
+
+	release := diskfull.StallSyncs(t, rw.cmd.Process.Pid, 25*time.Second)
+	got := rw.roundTrip(t, call(2, "late"))
+	if !strings.Contains(got, "NOT executed") {
+		release()
+		t.Fatalf("the call whose claim's fsync is held: %s; want NOT executed", got)
+	}
+	rw.send(t, call(3, "late"))
+	time.Sleep(time.Second)
+	release() // the first claim lands, the retry queued behind it
+	line, err := rw.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer to the retry sent during the stall: %v", err)
+	}
+	got = strings.TrimSpace(line)
+	t.Logf("the retry sent during the stall: %s", got)
+	if strings.Contains(got, "prior_failure") || strings.Contains(got, "unknown") {
+		t.Errorf("the retry sent while the first claim was held was told the call may have run: %s", got)
+	}
+	for id, deadline := 4, time.Now().Add(30*time.Second); strings.Contains(got, `"isError":true`); id++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("retries still refused 30 s after the disk answered: %s", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+		got = rw.roundTrip(t, call(id, "late"))
+	}
+	if n := r.effectCount(); n != before+1 {
+		t.Fatalf("%d effects after a retry ran, want %d", n, before+1)
+	}
+	for _, recs := range r.records(t) {
+		for _, rec := range recs {
+			if rec.State != fence.StateDone {
+				t.Errorf("intent %s left %s: %s", rec.Intent, rec.State, rec.Reason)
+			}
+		}
+	}
+}
