@@ -3,7 +3,9 @@ package wrap_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,5 +179,71 @@ func TestRetrySentWhileTheLateClaimIsHeldIsNotToldTheCallMayHaveRun(t *testing.T
 				t.Errorf("intent %s left %s: %s", rec.Intent, rec.State, rec.Reason)
 			}
 		}
+	}
+}
+
+// TestClaimThatLandsAsWrapStopsDoesNotFenceTheRetry: the agent told store_error (NOT
+// executed, a retry may run it) stops wrap as MCP clients do (stdin closed, SIGTERM, SIGKILL)
+// while the claim's commit still waits for the disk: the commit's data is written and synced,
+// its answer never read, as when a process is killed while its fsync hangs on a disk that
+// then answers. The claim is in the ledger with nobody left to release it, and the next wrap
+// on that ledger finds its holder gone and makes it unknown ("the effect may have happened"):
+// the agent's retry is refused prior_failure until an operator clears the intent, though the
+// call was never sent. An open defect (2026-12-06): wrap's release of a late claim lives in
+// the process's memory only. Run with EFFECTFENCE_TEST_OPEN_DEFECTS=1 (root, strace).
+func TestClaimThatLandsAsWrapStopsDoesNotFenceTheRetry(t *testing.T) {
+	if os.Getenv("EFFECTFENCE_TEST_OPEN_DEFECTS") == "" {
+		t.Skip("skipped: an open defect (a late claim landing as wrap stops is left to the lease rules, and fenced); EFFECTFENCE_TEST_OPEN_DEFECTS=1 runs it")
+	}
+	r := newRig(t)
+	rw := r.initializedRawWrap("--lease-secs", "3", "--wait", "2s")
+	call := func(id int, order string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1,"order":%q}}}`, id, order)
+	}
+	if got := rw.roundTrip(t, call(1, "warm")); strings.Contains(got, `"isError":true`) {
+		t.Fatalf("the first call: %s", got)
+	}
+	before := r.effectCount()
+
+	release := diskfull.StallSyncs(t, rw.cmd.Process.Pid, 30*time.Second)
+	if got := rw.roundTrip(t, call(2, "late")); !strings.Contains(got, "NOT executed") {
+		release()
+		t.Fatalf("the call whose claim's fsync is held: %s; want NOT executed", got)
+	}
+	// Stopped as MCP clients stop a server: stdin closed, SIGTERM 2 s later, SIGKILL 2 s
+	// after that.
+	stopped := time.Now()
+	rw.in.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- rw.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Logf("wrap stopped (%v) %s after its stdin closed, the claim's fsync held", err, time.Since(stopped).Round(100*time.Millisecond))
+	case <-time.After(2 * time.Second):
+		_ = rw.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			t.Logf("wrap stopped (%v) on SIGTERM, the claim's fsync held", err)
+		case <-time.After(2 * time.Second):
+			_ = rw.cmd.Process.Kill()
+			t.Logf("wrap killed (%v), still running 4 s after its stdin closed, the claim's fsync held", <-exited)
+		}
+	}
+	release()
+	t.Logf("the first wrap's stderr:\n%s", rw.log.String())
+	for _, recs := range r.records(t) {
+		for _, rec := range recs {
+			t.Logf("after the stop: intent %s %s (claim %d): %s", rec.Intent, rec.State, rec.Token, rec.Reason)
+		}
+	}
+
+	rw2 := r.initializedRawWrap("--lease-secs", "3", "--wait", "2s")
+	got := rw2.roundTrip(t, call(3, "late"))
+	t.Logf("the retry through the next wrap: %s", got)
+	if strings.Contains(got, `"isError":true`) {
+		t.Errorf("the retry of a call answered NOT executed was refused: %s\nstderr:\n%s", got, rw2.log.String())
+	}
+	if n := r.effectCount(); n > before+1 {
+		t.Fatalf("%d effects, want at most %d", n, before+1)
 	}
 }
