@@ -3,7 +3,6 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -27,24 +26,12 @@ func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 	r := newRig(t)
 	r.ledger = ledger
 	const lease = 3 * time.Second
-	rw := r.initializedRawWrap("--lease-secs", "3")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("wrap's stderr:\n%s", rw.log.String())
-		}
-	})
-	call := func(id int, order string) string {
-		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1,"order":%q}}}`, id, order)
-	}
-	// A first call warms the pool: the claim below is sent on a connection already open.
-	if got := rw.roundTrip(t, call(1, "warm")); strings.Contains(got, `"isError":true`) {
-		t.Fatalf("the first call: %s", got)
-	}
-	before := r.effectCount()
+	// The first call warms the pool: the claim below is sent on a connection already open.
+	rw, before := r.warmWrap(t, "--lease-secs", "3")
 
 	p.HoldAnswer(1)
 	t.Cleanup(p.Heal)
-	rw.send(t, call(2, "frozen"))
+	rw.send(t, chargeLine(2, "frozen"))
 	sent := time.Now()
 	answer := make(chan string, 1)
 	go func() {
@@ -106,7 +93,7 @@ func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 	id := 3
 	deadline := time.Now().Add(time.Minute)
 	for ; ; id++ {
-		got = rw.roundTrip(t, call(id, "frozen"))
+		got = rw.roundTrip(t, chargeLine(id, "frozen"))
 		if !strings.Contains(got, `"isError":true`) {
 			break
 		}
@@ -119,7 +106,7 @@ func TestClaimOnAFrozenLedgerIsAnswered(t *testing.T) {
 	if n := r.effectCount(); n != before+1 {
 		t.Fatalf("%d effects after the retry ran, want %d", n, before+1)
 	}
-	if got := rw.roundTrip(t, call(id+1, "frozen")); !strings.Contains(got, `"effectfence/replayed":true`) {
+	if got := rw.roundTrip(t, chargeLine(id+1, "frozen")); !strings.Contains(got, `"effectfence/replayed":true`) {
 		t.Fatalf("a duplicate of the retry that ran: %s; want it replayed", got)
 	}
 }

@@ -1,7 +1,6 @@
 package wrap_test
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,52 +22,20 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 	dir, freeze := diskfull.Frozen(t)
 	r := newRig(t)
 	r.ledger = filepath.Join(dir, "ledger.db")
-	rw := r.initializedRawWrap("--lease-secs", "3", "--wait", "2s")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("wrap's stderr:\n%s", rw.log.String())
-		}
-	})
-	call := func(id int, order string) string {
-		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1,"order":%q}}}`, id, order)
-	}
-	if got := rw.roundTrip(t, call(1, "warm")); strings.Contains(got, `"isError":true`) {
-		t.Fatalf("the first call: %s", got)
-	}
-	before := r.effectCount()
+	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
 
 	thaw := freeze()
-	rw.send(t, call(2, "frozen"))
-	sent := time.Now()
-	answer := make(chan string, 1)
-	go func() {
-		line, _ := rw.out.ReadString('\n')
-		answer <- line
-	}()
-	var got string
-	select {
-	case got = <-answer:
-	case <-time.After(40 * time.Second):
-		thaw()
-		t.Fatalf("no answer 40 s after the call, its claim written to a frozen disk (--wait 2s, lease 3 s)")
-	}
-	t.Logf("answered %s after the call, the disk still frozen", time.Since(sent).Round(100*time.Millisecond))
-	for _, want := range []string{`"isError":true`, `"effectfence/code":"store_error"`, "NOT executed"} {
-		if !strings.Contains(got, want) {
-			thaw()
-			t.Fatalf("the call whose claim the frozen disk holds: %s; want %s in it", got, want)
-		}
-	}
-	thaw()
+	rw.refusedWhileHeld(t, chargeLine(2, "frozen"), thaw, "its claim written to a frozen disk")
 	if n := r.effectCount(); n != before {
 		t.Fatalf("%d effects after the refused call, want %d: it ran", n, before)
 	}
 
 	// The disk answers again: the retry the agent was told it may send runs the call, once.
 	thawed := time.Now()
+	var got string
 	id := 3
 	for deadline := time.Now().Add(time.Minute); ; id++ {
-		got = rw.roundTrip(t, call(id, "frozen"))
+		got = rw.roundTrip(t, chargeLine(id, "frozen"))
 		if !strings.Contains(got, `"isError":true`) {
 			break
 		}
@@ -81,7 +48,7 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 	if n := r.effectCount(); n != before+1 {
 		t.Fatalf("%d effects after the retry ran, want %d", n, before+1)
 	}
-	if got := rw.roundTrip(t, call(id+1, "frozen")); !strings.Contains(got, `"effectfence/replayed":true`) {
+	if got := rw.roundTrip(t, chargeLine(id+1, "frozen")); !strings.Contains(got, `"effectfence/replayed":true`) {
 		t.Fatalf("a duplicate of the retry that ran: %s; want it replayed", got)
 	}
 }
