@@ -31,13 +31,11 @@ import (
 // turns off again once it is done: a lookup reads a page already in the kernel's cache in
 // place, where through the connection's 2 MB page cache, which the table's pages stream
 // through, nearly every lookup read its pages again with a system call. It is the same check,
-// every row looked up in every index, for 0.61-0.65 s on those 100k; on 1M (4.1 GB, the
-// driver maps only the first 2 GiB) 13.9 s against 19.2 s unmapped and 5.7 s for quick_check
-// (docs/DECISIONS-sqlite.md). Cheaper checks were measured and rejected there: integrity_check
-// of the records table alone saves only the small tables' share and skips the file-wide
-// checks (pages used twice, the free list), and quick_check plus sums of a hash of the table's
-// rows and of each index's entries reads the table twice, costing as much as the unmapped
-// check.
+// every row looked up in every index, at about quick_check's cost (0.61 s on those 100k; the
+// figures for 1M in docs/DECISIONS-sqlite.md). Cheaper checks were measured and rejected
+// there: integrity_check of the records table alone saves only the small tables' share and
+// skips the file-wide checks (pages used twice, the free list), and quick_check plus
+// fingerprints of the table and its indexes read the table twice, costing about as much.
 func (s *Store) quickCheck(ctx context.Context) (err error) {
 	// A page the kernel cannot read (an I/O error, the file cut short by another program)
 	// is a fault where a read would have returned an error: the check turns it into a
