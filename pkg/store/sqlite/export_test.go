@@ -63,15 +63,3 @@ func WholeSize(body []byte) int { return wholeSize(body) }
 
 // IsSplit reports whether a records row's body is split (split.go).
 func IsSplit(body []byte) bool { return isSplit(body) }
-
-// WriterMmapSize is the writer connection's PRAGMA mmap_size: tests see that the open's
-// integrity check, which reads the file through a map, turned it off again.
-func (s *Store) WriterMmapSize(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.wconn.QueryRowContext(ctx, "PRAGMA mmap_size").Scan(&n)
-	return n, err
-}
-
-// SetTestHookChecking sets a function that runs as the open's integrity check starts, its
-// map of the file about to be made (nil removes it).
-func SetTestHookChecking(f func()) { testHookChecking = f }

@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -90,24 +89,9 @@ func TestOpenRefusesDamagedIndex(t *testing.T) {
 	}
 }
 
-// TestIntegrityCheckLeavesNoMap: the open's integrity check reads the file through a memory
-// map (quickCheck) and turns it off again, so the ledger's own reads and writes go through
-// SQLite's page cache as before the check was mapped.
-func TestIntegrityCheckLeavesNoMap(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	seedLedger(t, path, 3)
-	st := openT(t, path, sqlite.Options{})
-	n, err := st.WriterMmapSize(ctx)
-	if err != nil || n != 0 {
-		t.Fatalf("the writer's mmap_size after the open: %d %v; want 0", n, err)
-	}
-}
-
 // BenchmarkOpen measures opening a ledger of 100k done records the size of wrap's (about 1.9
-// KB stored: 0.45 KB of arguments, held by the record and its cert) for writing, the integrity
-// check included; b.SetBytes is the file's size, so MB/s is the check's pace through it. The
-// intents are hashes, as wrap's are, so the check's lookups in the index of intents land on
-// random pages (until 2026-12-06 they were in rowid order, which made the lookups cheap).
+// KB stored: 0.45 KB of arguments, held by the record and its cert) for writing, quick_check
+// included; b.SetBytes is the file's size, so MB/s is quick_check's pace through it.
 // Reproduce: go test -run x -bench Open -benchtime 20x ./pkg/store/sqlite/
 func BenchmarkOpen(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "ledger.db")
@@ -120,7 +104,7 @@ func BenchmarkOpen(b *testing.B) {
 	err = st.Update(ctx, func(tx fence.Tx) error {
 		now := tx.Now()
 		for i := range n {
-			intent := fmt.Sprintf("wrap:create_entities:%x", sha256.Sum256(fmt.Appendf(nil, "%d", i)))
+			intent := fmt.Sprintf("wrap:memory:create_entities:%016x", i)
 			args := fmt.Appendf(nil, `{"entities":[{"entityType":"order","name":"order-%07d","observations":[%q]}]}`, i, pad)
 			rec := &fence.Record{Intent: intent, State: fence.StateDone, Fingerprint: fmt.Sprintf("%064x", i), Token: uint64(i + 1),
 				Nonce: fmt.Sprintf("%032x", i), Owner: "host-a/4242/1733300000/8d7e2b1c-0a4f-4c55-9c1e-2f5b7d9e1a3c/4026531836", Agent: "agent-7",
@@ -143,7 +127,7 @@ func BenchmarkOpen(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, skip := range []bool{false, true} {
-		b.Run(fmt.Sprintf("check=%v", !skip), func(b *testing.B) {
+		b.Run(fmt.Sprintf("quick_check=%v", !skip), func(b *testing.B) {
 			b.SetBytes(fi.Size())
 			for b.Loop() {
 				st, err := sqlite.Open(ctx, path, sqlite.Options{SkipQuickCheck: skip})
