@@ -2336,15 +2336,7 @@ func testFailureSharedUnseen(t *testing.T, newStore Factory) {
 	waiter := fence.New(paused, fence.Config{Owner: "b/1/1", Liveness: cannotTell})
 	r := req("shared:failure:unseen")
 	first := mustFresh(t, holder, r)
-	type answer struct {
-		adm fence.Admission
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		adm, err := waiter.PrepareWait(ctx, r, 20*time.Second)
-		got <- answer{adm, err}
-	}()
+	got := waitInBackground(waiter, r)
 	for paused.looks.Load() == 0 { // the waiter found the intent held by the first claim
 		time.Sleep(time.Millisecond)
 	}
@@ -2412,15 +2404,7 @@ func testFailureUnreadable(t *testing.T, newStore Factory) {
 	waiter := fence.New(counted, fence.Config{Owner: "b/1/1", Liveness: cannotTell})
 	r := req("shared:failure:unreadable")
 	tk := mustFresh(t, holder, r)
-	type answer struct {
-		adm fence.Admission
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		adm, err := waiter.PrepareWait(ctx, r, 20*time.Second)
-		got <- answer{adm, err}
-	}()
+	got := waitInBackground(waiter, r)
 	for counted.views.Load() == 0 { // the waiter found the intent held
 		time.Sleep(time.Millisecond)
 	}
@@ -2499,4 +2483,21 @@ func testRetryAfterSharedFailure(t *testing.T, newStore Factory) {
 		t.Fatalf("a retry after the failure, which found the waiter's claim: %+v %v; want it admitted to run", a.adm, a.err)
 	}
 	mustCommit(t, retry, *a.adm.Ticket, `"ran"`)
+}
+
+// waitAnswer is what a PrepareWait run in the background came to.
+type waitAnswer struct {
+	adm fence.Admission
+	err error
+}
+
+// waitInBackground runs eng.PrepareWait of r (waiting up to 20 s) in a goroutine of its own,
+// and returns the channel its answer comes on.
+func waitInBackground(eng *fence.Engine, r fence.Request) <-chan waitAnswer {
+	got := make(chan waitAnswer, 1)
+	go func() {
+		adm, err := eng.PrepareWait(ctx, r, 20*time.Second)
+		got <- waitAnswer{adm, err}
+	}()
+	return got
 }
