@@ -109,9 +109,11 @@ func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait 
 			}
 			return adm, decide(out, err, waited), nil
 		}
-		var fe InFlightError
-		if errors.As(err, &fe) && fe.Token != 0 && since == 0 {
-			since = fe.Token
+		if since == 0 { // only the first claim found matters: no errors.As at every poll
+			var fe InFlightError
+			if errors.As(err, &fe) {
+				since = fe.Token
+			}
 		}
 		waited = true
 		if closed(giveUp) {
