@@ -12,17 +12,7 @@ import (
 // volatile that day, and the directory as os.Getwd names it. A configuration that neither
 // had is unchanged and has no Before.
 func TestScopeBeforeNamesTheEarlierFile(t *testing.T) {
-	dir := t.TempDir()
-	if r, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = r
-	}
-	t.Chdir(dir)
-	t.Setenv("PWD", dir)
-	argv := []string{"npx", "-y", "server"}
-	for _, k := range append(slices.Clone(volatileSince20261203), volatileSince20261206...) {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
-	}
+	dir, argv := scopeWithoutLaunchVariables(t)
 	if s := CurrentWrapScope(argv, ""); len(s.Before) != 0 {
 		t.Fatalf("a configuration the changes left alone has Before %q", s.Before)
 	}
@@ -44,17 +34,7 @@ func TestScopeBeforeNamesTheEarlierFile(t *testing.T) {
 // Before names the file of each, newest first, the earlier one with the terminal's tab in it
 // too.
 func TestScopeBeforeNamesTheFilesOfEachEarlierBuild(t *testing.T) {
-	dir := t.TempDir()
-	if r, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = r
-	}
-	t.Chdir(dir)
-	t.Setenv("PWD", dir)
-	argv := []string{"npx", "-y", "server"}
-	for _, k := range append(slices.Clone(volatileSince20261203), volatileSince20261206...) {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
-	}
+	dir, argv := scopeWithoutLaunchVariables(t)
 	t.Setenv("LaunchInstanceID", "A281362F-32CD-47D7-8E43-D3D5424E3853")
 	s := CurrentWrapScope(argv, "")
 	launch := func(k string) bool { return volatile(k) && k != "LaunchInstanceID" }
@@ -69,4 +49,23 @@ func TestScopeBeforeNamesTheFilesOfEachEarlierBuild(t *testing.T) {
 	if len(s.Before) != 2 || s.Before[0] != (Earlier{want, "2026-12-06"}) || s.Before[1] != (Earlier{older, "2026-12-03"}) {
 		t.Fatalf("Before = %q, want %q of 2026-12-06 and %q of 2026-12-03", s.Before, want, older)
 	}
+}
+
+// scopeWithoutLaunchVariables runs the test in a directory of its own, named as os.Getwd names
+// it, with none of the variables that became volatile set, and returns the directory and a
+// server command line.
+func scopeWithoutLaunchVariables(t *testing.T) (string, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
+	t.Chdir(dir)
+	t.Setenv("PWD", dir)
+	argv := []string{"npx", "-y", "server"}
+	for _, k := range append(slices.Clone(volatileSince20261203), volatileSince20261206...) {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	return dir, argv
 }
