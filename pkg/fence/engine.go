@@ -48,6 +48,8 @@ type Engine struct {
 	// engine, not asked of the transaction (an interface assertion on every pass).
 	memWall bool
 	lost    lostClaims // claims whose Prepare failed after writing them (orphan.go)
+	// abandoned are the claims PrepareWaitBeside gave up before they landed (beside.go).
+	abandoned abandonedClaims
 	// carried is the last owner string made with a carrier (ownerWith): the carrier and the
 	// owner, so the claims sent to one server process share one string.
 	carried atomic.Pointer[[2]string]
@@ -83,6 +85,8 @@ type call struct {
 	args   []byte
 	fp     string
 	stored []byte // what the ledger keeps of args (privacy.go)
+	// note, for PrepareWaitBeside, collects the nonces of the claims written (beside.go).
+	note *claimNote
 }
 
 // validate checks req and fills c with its canonical arguments and its fingerprint.
@@ -317,6 +321,11 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	}
 	form := c // the call as the claim records it
 	if rec != nil {
+		if a, ok := e.metAbandoned(rec); ok {
+			// A claim of this process given up before it landed, its call never sent: it is
+			// released, and the intent asked again (pooledPass.prepare).
+			return outRefused, a
+		}
 		if rec.Fingerprint != c.fp {
 			other := otherEmptyArgs(c.args)
 			if !req.EmptyArgsAlike || other == nil || canon.Sum(canon.ToolCallCanonical(req.Tool, other)) != rec.Fingerprint {
@@ -391,6 +400,10 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	if !write {
 		return outNeedWrite, nil
 	}
+	nonce := newNonce()
+	if c.note != nil && !c.note.claiming(nonce) {
+		return 0, errAbandonedBeforeClaim // answered already: no claim nobody would run
+	}
 
 	// Gate 3: reserve the domain's next sequence number. Inside one transaction the
 	// compare-and-swap cannot be lost, so a caller contending only for a number never retries.
@@ -416,7 +429,6 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	if err != nil {
 		return 0, err
 	}
-	nonce := newNonce()
 	agent := req.Agent
 	// The claim keeps its own copies of the caller's slices: a caller may reuse its buffers
 	// for its next request, and the memory store keeps the record as given (a read set
@@ -654,6 +666,7 @@ func (e *Engine) preparePooled(ctx context.Context, req *Request) (Admission, er
 	p := getPass(e)
 	defer putPass(p)
 	p.req = *req
+	p.c.note = nil // a pooled pass keeps the last one's (validate sets the rest)
 	if err := e.validate(&p.req, &p.c); err != nil {
 		return Admission{}, err
 	}
@@ -685,6 +698,9 @@ func (e *Engine) prepareMem(ctx context.Context, req *Request) (Admission, error
 	if err == nil && p.out == outNeedWrite {
 		p.write = true
 		err = e.updateMem(ctx, run, &p)
+	}
+	if _, ok := err.(abandonedMet); ok {
+		return e.preparePooled(ctx, req) // which releases it (a claim given up: beside.go)
 	}
 	if err == nil && p.out == outReplayed {
 		e.counts.add(bReplayed) // what count does for a replay, without its call and tests
@@ -791,8 +807,24 @@ func (e *Engine) prepare(ctx context.Context, req *Request, c *call) (outcome, A
 }
 
 // prepare passes p.req through the gates; the outcome and the answer are left in p.out and
-// p.adm.
+// p.adm. A pass that meets a claim this engine abandoned (beside.go) releases it and asks
+// again, as often as it meets one (each release ends one of them).
 func (p *pooledPass) prepare(ctx context.Context) error {
+	for {
+		err := p.prepareOnce(ctx)
+		a, ok := err.(abandonedMet)
+		if !ok {
+			return err
+		}
+		if err := p.e.releaseAbandoned(ctx, a); err != nil {
+			p.out = 0
+			return fmt.Errorf("fence: intent %q is held by a claim this process gave up before it landed (its call never sent), and releasing it failed: %w", a.intent, err)
+		}
+	}
+}
+
+// prepareOnce is one trip of prepare through the gates.
+func (p *pooledPass) prepareOnce(ctx context.Context) error {
 	e := p.e
 	p.out, p.adm = 0, Admission{} // a store failing before it runs fn leaves no stale answer
 	if len(p.req.ReadSet) > 0 && p.snap == nil {

@@ -35,8 +35,9 @@ type ClaimDoubter interface {
 	ClaimInDoubt(intent string) bool
 }
 
-// lostClaim is a claim Prepare wrote and could not confirm.
-type lostClaim struct{ intent, nonce string }
+// lostClaim is a claim Prepare wrote and could not confirm (or gave up: beside.go); reason, if
+// set, is its release's reason in place of lostClaimReason.
+type lostClaim struct{ intent, nonce, reason string }
 
 // lostClaims are the claims this engine has yet to release, and the goroutine releasing them.
 type lostClaims struct {
@@ -62,11 +63,14 @@ var (
 
 // lostClaim notes a claim (intent, nonce) whose Prepare failed after writing it, and starts
 // releasing it in the background.
-func (e *Engine) lostClaim(intent, nonce string) {
+func (e *Engine) lostClaim(intent, nonce string) { e.lostClaimWhy(intent, nonce, "") }
+
+// lostClaimWhy is lostClaim whose release says reason (lostClaimReason if empty).
+func (e *Engine) lostClaimWhy(intent, nonce, reason string) {
 	l := &e.lost
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.list = append(l.list, lostClaim{intent, nonce})
+	l.list = append(l.list, lostClaim{intent, nonce, reason})
 	if l.running || l.stop == nil {
 		return
 	}
@@ -122,6 +126,8 @@ func (e *Engine) releaseLostOnce(ctx context.Context) int {
 		cancel()
 		if err != nil {
 			left = append(left, c)
+		} else {
+			e.forgetAbandoned(c.nonce) // released, or known never to have landed
 		}
 	}
 	l.mu.Lock()
@@ -133,11 +139,18 @@ func (e *Engine) releaseLostOnce(ctx context.Context) int {
 // releaseLost deletes the record of intent c.intent if it is the claim c, still in flight or
 // unknown only because its lease lapsed or its holder looked gone (Healable).
 func (e *Engine) releaseLost(ctx context.Context, c lostClaim) error {
+	_, err := e.releaseLostFound(ctx, c)
+	return err
+}
+
+// releaseLostFound is releaseLost that also reports whether it found the claim holding its
+// intent (and so released it).
+func (e *Engine) releaseLostFound(ctx context.Context, c lostClaim) (bool, error) {
 	if d, ok := e.store.(ClaimDoubter); ok && d.ClaimInDoubt(c.intent) {
 		// The store settles it at the start of a later write of this process's (a call, a
 		// heartbeat); writing here to hurry it would also try, while the ledger is away, to
 		// settle the store's other doubts, and put their settling off (doubtRetry).
-		return errClaimInDoubt
+		return false, errClaimInDoubt
 	}
 	ours := func(rec *Record) bool {
 		return rec != nil && rec.Nonce == c.nonce && (rec.State == StateInFlight || rec.Healable())
@@ -150,19 +163,25 @@ func (e *Engine) releaseLost(ctx context.Context, c lostClaim) error {
 		found = ours(rec)
 		return err
 	}); err != nil || !found {
-		return err
+		return false, err
 	}
-	return e.update(ctx, func(tx Tx) error {
+	reason := c.reason
+	if reason == "" {
+		reason = lostClaimReason
+	}
+	found = false
+	err := e.update(ctx, func(tx Tx) error {
 		rec, err := tx.Get(c.intent)
-		if err != nil || !ours(rec) {
+		if found = ours(rec); err != nil || !found {
 			return err
 		}
 		now := tx.Now()
 		if err := tx.Delete(c.intent); err != nil {
 			return err
 		}
-		return tx.AppendEvent(Event{At: now, Intent: c.intent, Kind: EventRelease, Who: e.cfg.Owner, Reason: lostClaimReason, State: rec.State, Token: rec.Token})
+		return tx.AppendEvent(Event{At: now, Intent: c.intent, Kind: EventRelease, Who: e.cfg.Owner, Reason: reason, State: rec.State, Token: rec.Token})
 	})
+	return found && err == nil, err
 }
 
 // closeLostClaims stops the background releases and tries once more, within ctx.

@@ -42,6 +42,9 @@ type Outcome struct {
 	Reason string          `json:"reason,omitempty"`
 	// At is when the holder learned the outcome (informational).
 	At time.Time `json:"at"`
+	// Owner, on a spool note of an abandoned claim (OutcomeUnsent), is the process that gave
+	// it up: the note waits while that process runs and the claim may still land.
+	Owner string `json:"owner,omitempty"`
 }
 
 // SpooledError: the ledger did not take an outcome before the context ended; it is kept in a
@@ -279,6 +282,9 @@ func (e *Engine) DrainSpool(ctx context.Context) (int, error) {
 	}
 	n, herr := e.settleHeld(ctx)
 	m, err := e.spool.drain(ctx, e.cfg.SpoolDir, func(o Outcome) error {
+		if o.Kind == OutcomeUnsent {
+			return e.drainNote(ctx, o)
+		}
 		held, known, err := e.claimKnown(ctx, o.Ticket)
 		switch {
 		case err != nil:
@@ -819,11 +825,19 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 			continue
 		}
 		o, err := decodeSpooled(b)
+		if err != nil && isNoteName(name) {
+			// A note torn by a crash (putNote links it before its sync): it only spared a
+			// claim that never ran the lease rules, and holds no outcome.
+			if err := s.remove(name); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if err == nil && o.Ticket.Intent == "" {
 			err = errors.New("no ticket")
 		}
 		if err == nil && !knownKind(o.Kind) {
-			err = fmt.Errorf("kind %q: want commit, release, failure, abort or lost", o.Kind)
+			err = fmt.Errorf("kind %q: want commit, release, failure, abort, lost or unsent", o.Kind)
 		}
 		if err != nil {
 			// Never deleted: an operator must read it (it may be the only record of an effect).
@@ -831,8 +845,8 @@ func (s *spool) drain(ctx context.Context, dir string, apply func(Outcome) error
 			continue
 		}
 		err = apply(o)
-		if err == errNotOurs {
-			continue // another ledger's (Config.SpoolShared): it waits for that one
+		if err == errNotOurs || err == errNotYet {
+			continue // another ledger's (Config.SpoolShared), or a claim that may still land: it waits
 		}
 		if err == errNoTrace {
 			// Refused, it would be deleted: it is the outcome of another ledger file once at
@@ -911,7 +925,7 @@ func removeStaleTemps(dir string, now time.Time) {
 
 func knownKind(k OutcomeKind) bool {
 	switch k {
-	case OutcomeCommit, OutcomeRelease, OutcomeFailure, OutcomeAbort, OutcomeLost:
+	case OutcomeCommit, OutcomeRelease, OutcomeFailure, OutcomeAbort, OutcomeLost, OutcomeUnsent:
 		return true
 	}
 	return false

@@ -71,7 +71,12 @@ func (e *Engine) Count(d Decision) {
 // then settled through elicitation. Counting every answer counted such a call twice, a refusal
 // beside the answer it got. A Decision never counted is an attempt missing from the counters.
 func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}) (Admission, Decision, error) {
-	var c call
+	return e.prepareWait(ctx, req, maxWait, giveUp, nil)
+}
+
+// prepareWait is PrepareWaitUncounted whose claims, with note, are noted there (beside.go).
+func (e *Engine) prepareWait(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}, note *claimNote) (Admission, Decision, error) {
+	c := call{note: note}
 	if err := e.validate(&req, &c); err != nil {
 		return Admission{}, Decision{}, err
 	}

@@ -266,53 +266,23 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 // up once the context ended (PostgreSQL's 5 s to ask whether a claim was recorded).
 var prepareStuckWait = 10 * time.Second
 
-// errPrepareStuck is the error of a claim prepareBeside stopped waiting for.
-var errPrepareStuck = errors.New("the ledger's write of the claim has not returned, its context ended (a disk that does not answer: a frozen file system, a hung network disk)")
+// prepareReleased is the reason a claim answered without it is released with, if it lands.
+const prepareReleased = "the prepare was answered before the ledger confirmed its claim (the ledger did not answer), so nobody holds its ticket: released once the ledger answered"
 
 // prepareBeside is PrepareWaitUncounted, bounded even where the store cannot stop: a SQLite
 // write blocked inside the kernel (the ledger's file system frozen by fsfreeze, as backup and
 // snapshot tools do, or a network disk that hangs) ends with its context only once the disk
 // answers, and the prepare waited for it, holding its worker (cmd/effectfence
-// TestServePrepareOnAFrozenDiskIsAnswered). So it runs beside the request, which is answered
-// store_error (not admitted: run nothing, ask again) prepareStuckWait after ctx ended; a claim
-// admitted all the same once the disk answers is released, since nobody holds its ticket.
+// TestServePrepareOnAFrozenDiskIsAnswered). So it runs beside the request
+// (Engine.PrepareWaitBeside), which is answered store_error (not admitted: run nothing, ask
+// again) prepareStuckWait after ctx ended; a claim that lands all the same once the disk
+// answers is released by the engine, since nobody holds its ticket.
 func (s *Server) prepareBeside(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}) (fence.Admission, fence.Decision, error) {
-	type prepared struct {
-		adm      fence.Admission
-		decision fence.Decision
-		err      error
+	adm, decision, err := s.eng.PrepareWaitBeside(ctx, req, wait, giveUp, prepareStuckWait, prepareReleased)
+	if errors.Is(err, fence.ErrClaimStuck) {
+		s.opts.Log.Printf("fence_prepare of %q: its claim is still being written %s after the ledger's bound; answered without it, and released if it is recorded", req.Intent, prepareStuckWait)
 	}
-	done := make(chan prepared, 1)
-	go func() {
-		adm, decision, err := s.eng.PrepareWaitUncounted(ctx, req, wait, giveUp)
-		done <- prepared{adm, decision, err}
-	}()
-	var stuck <-chan time.Time
-	ended := ctx.Done()
-	for {
-		select {
-		case p := <-done:
-			return p.adm, p.decision, p.err
-		case <-ended:
-			ended = nil
-			t := time.NewTimer(prepareStuckWait)
-			defer t.Stop()
-			stuck = t.C
-		case <-stuck:
-			s.opts.Log.Printf("fence_prepare of %q: its claim is still being written %s after the ledger's bound; answered without it, and released if it is recorded", req.Intent, prepareStuckWait)
-			go func() {
-				p := <-done
-				if p.err != nil || !p.adm.Fresh() {
-					return
-				}
-				if _, err := s.settle(context.Background(), fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *p.adm.Ticket,
-					Reason: "the prepare was answered before the ledger confirmed its claim (the ledger did not answer), so nobody holds its ticket: released once the ledger answered"}); err != nil {
-					s.opts.Log.Printf("releasing %q, whose claim was recorded after its prepare was answered: %v", req.Intent, err)
-				}
-			}()
-			return fence.Admission{}, fence.Decision{}, errPrepareStuck
-		}
-	}
+	return adm, decision, err
 }
 
 // prepareBound bounds a fence_prepare's ledger reads and writes (past its wait_secs). It is

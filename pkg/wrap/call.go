@@ -428,8 +428,8 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 // (PostgreSQL's 5 s to ask whether a claim whose answer was lost was recorded).
 var claimStuckWait = 10 * time.Second
 
-// errClaimStuck is the error of a claim claim stopped waiting for.
-var errClaimStuck = errors.New("the ledger's write of the claim has not returned, its context ended (a disk that does not answer: a frozen file system, a hung network disk)")
+// claimReleased is the reason a claim answered without it is released with, if it lands.
+const claimReleased = "the call was answered before the ledger confirmed its claim (the ledger did not answer), so it was never sent: released once the ledger answered"
 
 // claim is PrepareWaitUncounted, bounded even where the store cannot stop: a SQLite write
 // blocked inside the kernel (the ledger's file system frozen by fsfreeze, as backup and
@@ -437,45 +437,17 @@ var errClaimStuck = errors.New("the ledger's write of the claim has not returned
 // ledger's index) ends with its context only once the disk answers, and the call's answer
 // waited for it: a claim on a frozen disk was answered only once the disk thawed (2 minutes
 // and more later, whatever --wait and the lease; TestClaimOnAFrozenDiskIsAnswered). So the
-// claim runs beside the call, which is answered store_error (nothing ran) claimStuckWait
-// after ctx ended; a claim that is admitted all the same once the disk answers is released
-// (its call was never sent), so the retry the agent was told it may send then runs it, once.
+// claim runs beside the call (Engine.PrepareWaitBeside), which is answered store_error
+// (nothing ran) claimStuckWait after ctx ended; a claim that lands all the same once the disk
+// answers is released by the engine, its call never sent, so the retry the agent was told it
+// may send then runs it, once: also a retry that meets it first, and, through the spool, the
+// next wrap if this one stops before it lands.
 func (p *Proxy) claim(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}) (fence.Admission, fence.Decision, error) {
-	type claimed struct {
-		adm      fence.Admission
-		decision fence.Decision
-		err      error
+	adm, decision, err := p.opt.Engine.PrepareWaitBeside(ctx, req, wait, giveUp, claimStuckWait, claimReleased)
+	if errors.Is(err, fence.ErrClaimStuck) {
+		p.logf("intent %s: its claim is still being written %s after the call's wait for the ledger ended; answered without it, and released if it is recorded", req.Intent, claimStuckWait)
 	}
-	done := make(chan claimed, 1)
-	go func() {
-		adm, decision, err := p.opt.Engine.PrepareWaitUncounted(ctx, req, wait, giveUp)
-		done <- claimed{adm, decision, err}
-	}()
-	var stuck <-chan time.Time
-	ended := ctx.Done()
-	for {
-		select {
-		case c := <-done:
-			return c.adm, c.decision, c.err
-		case <-ended:
-			ended = nil
-			t := time.NewTimer(claimStuckWait)
-			defer t.Stop()
-			stuck = t.C
-		case <-stuck:
-			p.logf("intent %s: its claim is still being written %s after the call's wait for the ledger ended; answered without it, and released if it is recorded", req.Intent, claimStuckWait)
-			go func() {
-				c := <-done
-				if c.err != nil || !c.adm.Fresh() {
-					return
-				}
-				p.logf("intent %s: the claim answered without it was recorded once the ledger answered; releasing it (its call was not sent)", req.Intent)
-				_, _ = p.settle(context.Background(), fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *c.adm.Ticket,
-					Reason: "the call was answered before the ledger confirmed its claim (the ledger did not answer), so it was never sent: released once the ledger answered"})
-			}()
-			return fence.Admission{}, fence.Decision{}, errClaimStuck
-		}
-	}
+	return adm, decision, err
 }
 
 // claimBound is how long a call's claim may take the ledger, past its wait: the lease. It ends

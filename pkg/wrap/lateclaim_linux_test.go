@@ -2,7 +2,6 @@ package wrap_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,16 +95,12 @@ func TestClaimThatLandsAfterItsCallWasAnsweredIsReleased(t *testing.T) {
 // answered as one whose ledger did not confirm it, or runs the call, and the next retry runs
 // it or replays it: the effect once in all.
 //
-// An open defect (2026-12-06): the retry queued behind the landing claim can read it before
-// wrap's release does, its lease lapsed and its holder this very process, and the lease rules
-// make it unknown ("holder alive but silent"): the retry is refused prior_failure though the
-// call never ran (the release heals it a moment later, so the next retry runs). It passed 2
-// runs of 2 for the reviewer and failed 2 of 2 at the end of the session, with no change to
-// this path between. Run with EFFECTFENCE_TEST_OPEN_DEFECTS=1 (root, strace).
+// Until 2026-12-07 the retry queued behind the landing claim could read it before wrap's
+// release did, its lease lapsed and its holder this very process, and the lease rules made it
+// unknown ("holder alive but silent"): the retry was refused prior_failure though the call
+// never ran (2 runs of 2 at the end of 2026-12-06). The engine now knows the claim given up
+// (fence.Engine.PrepareWaitBeside) and releases it when a pass meets it. Root, strace.
 func TestRetrySentWhileTheLateClaimIsHeldIsNotToldTheCallMayHaveRun(t *testing.T) {
-	if os.Getenv("EFFECTFENCE_TEST_OPEN_DEFECTS") == "" {
-		t.Skip("skipped: an open defect (a retry can read the late claim, lease lapsed, before wrap releases it, and is refused prior_failure); EFFECTFENCE_TEST_OPEN_DEFECTS=1 runs it")
-	}
 	r := newRig(t)
 	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
 
@@ -152,13 +147,12 @@ func TestRetrySentWhileTheLateClaimIsHeldIsNotToldTheCallMayHaveRun(t *testing.T
 // its answer never read, as when a process is killed while its fsync hangs on a disk that
 // then answers. The claim is in the ledger with nobody left to release it, and the next wrap
 // on that ledger finds its holder gone and makes it unknown ("the effect may have happened"):
-// the agent's retry is refused prior_failure until an operator clears the intent, though the
-// call was never sent. An open defect (2026-12-06): wrap's release of a late claim lives in
-// the process's memory only. Run with EFFECTFENCE_TEST_OPEN_DEFECTS=1 (root, strace).
+// the agent's retry was refused prior_failure until an operator cleared the intent, though the
+// call was never sent (2 runs of 2, 2026-12-06): wrap's release of a late claim lived in the
+// process's memory only. It now leaves a note in the spool as the call is answered, which
+// the next wrap applies once the first is gone (fence.Engine.PrepareWaitBeside). Root,
+// strace.
 func TestClaimThatLandsAsWrapStopsDoesNotFenceTheRetry(t *testing.T) {
-	if os.Getenv("EFFECTFENCE_TEST_OPEN_DEFECTS") == "" {
-		t.Skip("skipped: an open defect (a late claim landing as wrap stops is left to the lease rules, and fenced); EFFECTFENCE_TEST_OPEN_DEFECTS=1 runs it")
-	}
 	r := newRig(t)
 	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
 
@@ -188,6 +182,8 @@ func TestClaimThatLandsAsWrapStopsDoesNotFenceTheRetry(t *testing.T) {
 	}
 	release()
 	t.Logf("the first wrap's stderr:\n%s", rw.log.String())
+	spooled, err := fence.SpoolFiles(r.ledger + ".spool")
+	t.Logf("its spool after the stop: %v (%v)", spooled, err)
 	for _, recs := range r.records(t) {
 		for _, rec := range recs {
 			t.Logf("after the stop: intent %s %s (claim %d): %s", rec.Intent, rec.State, rec.Token, rec.Reason)
