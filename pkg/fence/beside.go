@@ -228,7 +228,16 @@ func (e *Engine) PrepareWaitBeside(ctx context.Context, req Request, maxWait tim
 			for _, n := range nonces {
 				e.abandoned.add(n, &abandonedClaim{intent: req.Intent, reason: reason, pending: true})
 			}
-			go e.abandonClaims(req.Intent, reason, nonces, done)
+			linked := make(chan struct{})
+			go e.abandonClaims(req.Intent, reason, nonces, done, linked)
+			// The notes are in the spool before the answer, unless the disk does not take
+			// them either: a process stopped as soon as its agent has the answer leaves them.
+			t := time.NewTimer(noteWait)
+			select {
+			case <-linked:
+			case <-t.C:
+			}
+			t.Stop()
 			return Admission{}, Decision{}, ErrClaimStuck
 		}
 	}
@@ -236,16 +245,27 @@ func (e *Engine) PrepareWaitBeside(ctx context.Context, req Request, maxWait tim
 
 // abandonClaims keeps a note of each abandoned claim in the spool, then, once their Prepare
 // returned (done), hands them to the lost claims (orphan.go): released if they landed.
-func (e *Engine) abandonClaims(intent, reason string, nonces []string, done <-chan prepared) {
-	if e.cfg.SpoolDir != "" {
+// linked is closed once every note is in the spool (or failed to be), before their syncs.
+func (e *Engine) abandonClaims(intent, reason string, nonces []string, done <-chan prepared, linked chan struct{}) {
+	if e.cfg.SpoolDir == "" || len(nonces) == 0 {
+		close(linked)
+	} else {
+		var once sync.Once
+		left := len(nonces)
 		for _, n := range nonces {
 			o := Outcome{Kind: OutcomeUnsent, Ticket: Ticket{Intent: intent, Nonce: n}, Reason: reason, Owner: e.cfg.Owner, At: time.Now()}
 			// Beside the write it waits for: on a frozen disk this waits too, and a
 			// process stopped meanwhile leaves what it wrote (see putNote).
-			if path, err := e.spool.putNote(e.cfg.SpoolDir, o); err == nil {
+			path, _ := e.spool.putNote(e.cfg.SpoolDir, o, func() {
+				if left--; left == 0 {
+					once.Do(func() { close(linked) })
+				}
+			})
+			if path != "" {
 				e.abandoned.noted(n, path)
 			}
 		}
+		once.Do(func() { close(linked) }) // a note that failed before its link
 	}
 	<-done
 	for _, n := range nonces {
@@ -266,7 +286,7 @@ func noteName(o Outcome) string {
 // syncs (the very reason the claim was abandoned), and a process stopped while its sync
 // waits must leave it where the next drain finds it. A note torn by a crash is removed by the
 // drain (all it does is spare a claim that never ran from being fenced).
-func (s *spool) putNote(dir string, o Outcome) (string, error) {
+func (s *spool) putNote(dir string, o Outcome, linked func()) (string, error) {
 	// The directory is made first (the ledger's, beside it, exists) and its entry synced last,
 	// for the same reason.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -289,6 +309,9 @@ func (s *spool) putNote(dir string, o Outcome) (string, error) {
 		}
 	}
 	os.Remove(f.Name())
+	if werr == nil {
+		linked()
+	}
 	serr := f.Sync()
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
@@ -296,6 +319,10 @@ func (s *spool) putNote(dir string, o Outcome) (string, error) {
 	}
 	return final, errors.Join(syncDir(dir), syncDir(filepath.Dir(dir)))
 }
+
+// noteWait bounds how long PrepareWaitBeside's answer waits for its notes to be in the spool
+// (written and linked, not synced): a disk that takes no write has them wait with it.
+const noteWait = time.Second
 
 // errNotYet: a spool note whose claim may still land (its writer runs); it waits.
 var errNotYet = errors.New("fence: a note of a claim that may still land")
