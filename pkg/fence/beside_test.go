@@ -59,6 +59,16 @@ func (s *landedStallStore) open() { s.once.Do(func() { close(s.gate) }) }
 // Close leaves the memory store open: a second engine (the next process) reads it.
 func (s *landedStallStore) Close() error { return nil }
 
+// goneOnce is a Liveness that says every owner runs, but owner once gone is set.
+func goneOnce(owner string, gone *atomic.Bool) func(string) fence.Liveness {
+	return func(o string) fence.Liveness {
+		if o == owner && gone.Load() {
+			return fence.Dead
+		}
+		return fence.Alive
+	}
+}
+
 // givenUp runs PrepareWaitBeside on a request whose claim's Update stalls once it landed, and
 // checks it is answered ErrClaimStuck.
 func givenUp(t *testing.T, e *fence.Engine, s *landedStallStore, req fence.Request) {
@@ -113,18 +123,13 @@ func TestRetryMeetingAClaimGivenUpRunsIt(t *testing.T) {
 // has the next process sharing the spool release it once the first is gone, and the retry
 // runs. Before 2026-12-07 the release lived in the first process's memory: the next one
 // found the claim's holder gone and made it unknown, and the retry was refused until an
-// operator cleared it. While the first process runs, a note whose claim is not there waits.
+// operator cleared it.
 func TestClaimGivenUpIsReleasedByTheNextProcess(t *testing.T) {
 	s := newLandedStallStore()
 	defer s.open()
 	spool := t.TempDir()
 	var firstGone atomic.Bool
-	live := func(owner string) fence.Liveness {
-		if owner == "first" && firstGone.Load() {
-			return fence.Dead
-		}
-		return fence.Alive
-	}
+	live := goneOnce("first", &firstGone)
 	first := fence.New(s, fence.Config{LeaseTTL: time.Minute, Owner: "first", Liveness: live, SpoolDir: spool})
 	req := fence.Request{Intent: "charge", Tool: "charge", Args: []byte(`{"n":1}`)}
 	givenUp(t, first, s, req)
@@ -164,12 +169,7 @@ func TestNoteOfAClaimThatDidNotLandWaitsForItsWriter(t *testing.T) {
 	defer s.open()
 	spool := t.TempDir()
 	var firstGone atomic.Bool
-	live := func(owner string) fence.Liveness {
-		if owner == "first" && firstGone.Load() {
-			return fence.Dead
-		}
-		return fence.Alive
-	}
+	live := goneOnce("first", &firstGone)
 	first := fence.New(s, fence.Config{Owner: "first", Liveness: live, SpoolDir: spool})
 	req := fence.Request{Intent: "charge", Tool: "charge", Args: []byte(`{"n":1}`)}
 	givenUp(t, first, s, req)
