@@ -206,10 +206,22 @@ type prepared struct {
 // should be longer than the store takes to give up once ctx ended (PostgreSQL's 5 s to ask
 // whether a claim whose answer was lost was recorded).
 func (e *Engine) PrepareWaitBeside(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}, stuckWait time.Duration, reason string) (Admission, Decision, error) {
+	return e.PrepareWaitBesideWith(ctx, req, maxWait, giveUp, stuckWait, reason, nil)
+}
+
+// PrepareWaitBesideWith is PrepareWaitBeside for a call that may ask the ledger again, as
+// PrepareWaitWith is: w carries what its waiting learned from one ask to the next (nil: a
+// call that asks once). w is written only when the Prepare's answer is returned: the Prepare
+// runs on a copy, so one given up (ErrClaimStuck) never writes it later.
+func (e *Engine) PrepareWaitBesideWith(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}, stuckWait time.Duration, reason string, w *Waited) (Admission, Decision, error) {
 	note := &claimNote{}
+	var mine *Waited
+	if w != nil {
+		mine = &Waited{since: w.since}
+	}
 	done := make(chan prepared, 1)
 	go func() {
-		adm, decision, err := e.prepareWait(ctx, req, maxWait, giveUp, note)
+		adm, decision, err := e.prepareWait(ctx, req, maxWait, giveUp, note, mine)
 		done <- prepared{adm, decision, err}
 	}()
 	var stuck <-chan time.Time
@@ -217,6 +229,9 @@ func (e *Engine) PrepareWaitBeside(ctx context.Context, req Request, maxWait tim
 	for {
 		select {
 		case p := <-done:
+			if w != nil {
+				*w = *mine
+			}
 			return p.adm, p.decision, p.err
 		case <-ended:
 			ended = nil

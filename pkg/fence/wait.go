@@ -71,11 +71,33 @@ func (e *Engine) Count(d Decision) {
 // then settled through elicitation. Counting every answer counted such a call twice, a refusal
 // beside the answer it got. A Decision never counted is an attempt missing from the counters.
 func (e *Engine) PrepareWaitUncounted(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}) (Admission, Decision, error) {
-	return e.prepareWait(ctx, req, maxWait, giveUp, nil)
+	return e.prepareWait(ctx, req, maxWait, giveUp, nil, nil)
 }
 
-// prepareWait is PrepareWaitUncounted whose claims, with note, are noted there (beside.go).
-func (e *Engine) prepareWait(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}, note *claimNote) (Admission, Decision, error) {
+// Waited is what one call's waiting learned that its next ask of the ledger must know: the
+// first claim it found holding the intent. A call that asks again after a refusal (a refusal
+// DrainedFor says to ask again about, wrap's call refused as unknown that the person then
+// settled through elicitation) is the same call, still a waiter of that claim: a failure of
+// any claim of the intent from that one on (sharedFailure) is its failure too. Its first ask
+// may have waited on a claim whose lease lapsed (the refusal, unknown), whose holder's late
+// failure then healed it; asked again without knowing it had waited, the call found the
+// intent free and ran a second time, where SPEC §6 gives it that failure
+// (contract FailureSharedWithAWaiterThatAsksAgain). The zero Waited is a call that has not
+// waited yet. A Waited belongs to one call; it is not safe for concurrent use.
+type Waited struct{ since uint64 }
+
+// Since returns the token of the first claim the call found holding the intent (0: none).
+func (w *Waited) Since() uint64 { return w.since }
+
+// PrepareWaitWith is PrepareWaitUncounted for a call that may ask the ledger again: w carries
+// what its waiting learned from one ask to the next (pass the same w to each ask of the call;
+// nil is a call that asks once).
+func (e *Engine) PrepareWaitWith(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}, w *Waited) (Admission, Decision, error) {
+	return e.prepareWait(ctx, req, maxWait, giveUp, nil, w)
+}
+
+// prepareWait is PrepareWaitWith whose claims, with note, are noted there (beside.go).
+func (e *Engine) prepareWait(ctx context.Context, req Request, maxWait time.Duration, giveUp <-chan struct{}, note *claimNote, w *Waited) (Admission, Decision, error) {
 	c := call{note: note}
 	if err := e.validate(&req, &c); err != nil {
 		return Admission{}, Decision{}, err
@@ -89,9 +111,14 @@ func (e *Engine) prepareWait(ctx context.Context, req Request, maxWait time.Dura
 		err error
 	)
 	notifier, _ := e.store.(Notifier)
-	// since is the first claim found holding the intent (InFlightError.Token): every claim
-	// of the intent from it on ran while this call waited (sharedFailure).
+	// since is the first claim found holding the intent (InFlightError.Token), by this ask or
+	// an earlier ask of the same call (w): every claim of the intent from it on ran while this
+	// call waited (sharedFailure).
 	var since uint64
+	if w != nil {
+		since = w.since
+		defer func() { w.since = since }()
+	}
 	var remote <-chan struct{}
 	stopRemote := func() {}
 	defer func() { stopRemote() }()

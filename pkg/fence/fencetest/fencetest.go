@@ -65,6 +65,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"FailureSharedWithAWaiterThatNeverSawTheFailedClaim", testFailureSharedUnseen},
 		{"WaiterThatCannotReadTheAuditTrailDoesNotRun", testFailureUnreadable},
 		{"RetryAfterASharedFailureRuns", testRetryAfterSharedFailure},
+		{"FailureSharedWithAWaiterThatAsksAgain", testFailureSharedAfterAskingAgain},
 		{"SupersedeNeverOverwrites", testSupersedeNeverOverwrites},
 		{"RefusedLateAttemptMovesNothing", testRefusedLateAttemptMovesNothing},
 		{"SupersedeRepeatedPastTheNames", testSupersedeRepeatedPastTheNames},
@@ -2483,6 +2484,51 @@ func testRetryAfterSharedFailure(t *testing.T, newStore Factory) {
 		t.Fatalf("a retry after the failure, which found the waiter's claim: %+v %v; want it admitted to run", a.adm, a.err)
 	}
 	mustCommit(t, retry, *a.adm.Ticket, `"ran"`)
+}
+
+// testFailureSharedAfterAskingAgain: a call that asks the ledger again after a refusal is the
+// same call, still a waiter of the claim it first waited on (fence.Waited). It waited on a
+// claim of another process whose lease lapsed: refused, the intent unknown. The holder's late
+// failure then healed the claim, DrainedFor says to ask again, and the call, asking with what
+// its wait learned, is given that failure and runs nothing. Before, the second ask knew
+// nothing of the first's wait, found the intent free and ran the call a second time (wrap's
+// re-asks after DrainedFor and after an elicitation). A call that comes after the failure
+// without having waited is a retry, and runs.
+func testFailureSharedAfterAskingAgain(t *testing.T, newStore Factory) {
+	st := newStore(t)
+	const lease = 200 * time.Millisecond
+	holder := fence.New(st, fence.Config{Owner: "a/1/1", LeaseTTL: lease, Liveness: cannotTell})
+	waiter := fence.New(st, fence.Config{Owner: "b/1/1", LeaseTTL: lease, Liveness: cannotTell})
+	r := req("shared:failure:asked-again")
+	tk := mustFresh(t, holder, r)
+	var w fence.Waited
+	_, _, err := waiter.PrepareWaitWith(ctx, r, 20*time.Second, nil, &w)
+	var pf fence.PriorFailureError
+	if !errors.As(err, &pf) || pf.State != fence.StateUnknown || w.Since() != tk.Token {
+		t.Fatalf("a waiter on a claim whose lease lapsed: %v, first claim seen %d; want prior_failure (unknown) having seen claim %d", err, w.Since(), tk.Token)
+	}
+	const why = "the tool answered isError: a definite failure"
+	if _, err := holder.Settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: tk, Reason: why}); err != nil {
+		t.Fatalf("the holder's late failure: %v", err)
+	}
+	if again, err := waiter.DrainedFor(ctx, err); !again || err != nil {
+		t.Fatalf("DrainedFor of an unknown healed since: %v %v; want ask again", again, err)
+	}
+	adm, d, err := waiter.PrepareWaitWith(ctx, r, 20*time.Second, nil, &w)
+	waiter.Count(d)
+	var fw fence.FailedWaitError
+	if !errors.As(err, &fw) || fw.Token != tk.Token || fw.Reason != why || adm.Fresh() {
+		t.Fatalf("the waiter asking again after the claim it waited on failed: %+v %v; want FailedWaitError of claim %d", adm, err, tk.Token)
+	}
+	if rec, err := holder.Status(ctx, r.Intent); err != nil || rec.State != fence.StateNone {
+		t.Fatalf("the intent after the failure was shared: %s %v; want it free", rec.State, err)
+	}
+	var none fence.Waited
+	next, _, err := waiter.PrepareWaitWith(ctx, r, time.Second, nil, &none)
+	if err != nil || !next.Fresh() {
+		t.Fatalf("a retry after the failure, which waited on nothing: %+v %v; want it admitted", next, err)
+	}
+	mustCommit(t, waiter, *next.Ticket, `"ran"`)
 }
 
 // waitAnswer is what a PrepareWait run in the background came to.
