@@ -347,7 +347,14 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	stopWatch := context.AfterFunc(p.graceOver, endLedger)
 	// The answer is counted once this call will not ask the ledger again: a call that asks
 	// again (below) counts only its last answer, not a refusal beside it.
-	adm, decision, err := p.claim(ledger, req, s.Wait, ctx.Done())
+	// A call asking again (after DrainedFor, or after the person settled an unknown) is the
+	// same call: it carries what its first wait learned (the claim it waited on), so that a
+	// failure of that claim since is shared with it, not run again (fence.Waited).
+	waited, _ := ctx.Value(waitedKey{}).(*fence.Waited)
+	if waited == nil {
+		waited = new(fence.Waited)
+	}
+	adm, decision, err := p.claim(ledger, req, s.Wait, ctx.Done(), waited)
 	bounded := ledger.Err() == context.DeadlineExceeded // a stop or an abandon cancels it instead
 	stopWatch()
 	endLedger()
@@ -393,9 +400,12 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// intent's may have been among them, so the ledger answers again, once, and that
 			// answer alone is counted (before 2026-12-06 the refusal was too, and the one call
 			// counted twice: TestSpooledOutcomeIsNotAskedAbout).
-			return p.fencedCall(context.WithValue(ctx, drainedKey{}, true), tool, id, params, task)
+			// It asks as the waiter it was: before 2026-12-06 it asked as a new call, and a
+			// failure of the claim it had waited on, recorded meanwhile, had it run again
+			// (contract FailureSharedWithAWaiterThatAsksAgain).
+			return p.fencedCall(context.WithValue(context.WithValue(ctx, drainedKey{}, true), waitedKey{}, waited), tool, id, params, task)
 		}
-		if a, ok := p.priorFailure(ctx, tool, id, params, task, err); ok {
+		if a, ok := p.priorFailure(context.WithValue(ctx, waitedKey{}, waited), tool, id, params, task, err); ok {
 			// Settled by the person's answer and asked again: counted by that answer alone
 			// (before 2026-12-06 the refusal was too: TestCallSettledByThePersonIsCountedOnce).
 			return a
@@ -431,19 +441,19 @@ var claimStuckWait = 10 * time.Second
 // claimReleased is the reason a claim answered without it is released with, if it lands.
 const claimReleased = "the call was answered before the ledger confirmed its claim (the ledger did not answer), so it was never sent: released once the ledger answered"
 
-// claim is PrepareWaitUncounted, bounded even where the store cannot stop: a SQLite write
-// blocked inside the kernel (the ledger's file system frozen by fsfreeze, as backup and
-// snapshot tools do, or a network disk that hangs: the writer waits in a page fault on the
-// ledger's index) ends with its context only once the disk answers, and the call's answer
-// waited for it: a claim on a frozen disk was answered only once the disk thawed (2 minutes
+// claim is PrepareWaitWith (waited: what the call's earlier asks learned), bounded even
+// where the store cannot stop: a SQLite write blocked inside the kernel (the ledger's file
+// system frozen by fsfreeze, as backup and snapshot tools do, or a network disk that hangs:
+// the writer waits in a page fault on the ledger's index) ends with its context only once
+// the disk answers, and the call's answer waited for it: a claim on a frozen disk was answered only once the disk thawed (2 minutes
 // and more later, whatever --wait and the lease; TestClaimOnAFrozenDiskIsAnswered). So the
-// claim runs beside the call (Engine.PrepareWaitBeside), which is answered store_error
+// claim runs beside the call (Engine.PrepareWaitBesideWith), which is answered store_error
 // (nothing ran) claimStuckWait after ctx ended; a claim that lands all the same once the disk
 // answers is released by the engine, its call never sent, so the retry the agent was told it
 // may send then runs it, once: also a retry that meets it first, and, through the spool, the
 // next wrap if this one stops before it lands.
-func (p *Proxy) claim(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}) (fence.Admission, fence.Decision, error) {
-	adm, decision, err := p.opt.Engine.PrepareWaitBeside(ctx, req, wait, giveUp, claimStuckWait, claimReleased)
+func (p *Proxy) claim(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}, waited *fence.Waited) (fence.Admission, fence.Decision, error) {
+	adm, decision, err := p.opt.Engine.PrepareWaitBesideWith(ctx, req, wait, giveUp, claimStuckWait, claimReleased, waited)
 	if errors.Is(err, fence.ErrClaimStuck) {
 		p.logf("intent %s: its claim is still being written %s after the call's wait for the ledger ended; answered without it, and released if it is recorded", req.Intent, claimStuckWait)
 	}
@@ -463,6 +473,9 @@ func (p *Proxy) claimBound() time.Duration {
 
 // drainedKey marks a call that already drained the spool for its refusal (see drainedFor).
 type drainedKey struct{}
+
+// waitedKey carries the *fence.Waited of a call that asks the ledger again (fencedCall).
+type waitedKey struct{}
 
 // continuedKey marks a continuation that went through the fence again after the attempt it
 // waited for asked for input (see fencedCall).
