@@ -200,6 +200,9 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	if noWait, _ := ctx.Value(noWaitKey{}).(bool); noWait {
 		wait = 0 // the wait lane was full (scheduler.run)
 	}
+	// The ask after DrainedFor is this prepare's again, still a waiter of the claim its wait
+	// found (fence.Waited): that claim's failure recorded meanwhile is shared with it.
+	var waited fence.Waited
 	for drained := false; ; drained = true {
 		// Waiting ends with the caller (notifications/cancelled, or the session ending); the
 		// ledger's reads and writes do not, so none is cut short by it. They end with
@@ -208,7 +211,7 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 		// database that stopped answering waited for as long, holding its slot.
 		bound := time.Duration(wait*float64(time.Second)) + prepareBound
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
-		adm, decision, err = s.prepareBeside(lctx, req, time.Duration(wait*float64(time.Second)), ctx.Done())
+		adm, decision, err = s.prepareBeside(lctx, req, time.Duration(wait*float64(time.Second)), ctx.Done(), &waited)
 		if err != nil && lctx.Err() != nil && fence.CodeOf(err) == fence.CodeStore {
 			err = fmt.Errorf("the ledger did not answer within %s (another process may hold this intent's record locked, or the database does not answer): not admitted, run nothing and ask again: %w", bound, err)
 		}
@@ -269,16 +272,16 @@ var prepareStuckWait = 10 * time.Second
 // prepareReleased is the reason a claim answered without it is released with, if it lands.
 const prepareReleased = "the prepare was answered before the ledger confirmed its claim (the ledger did not answer), so nobody holds its ticket: released once the ledger answered"
 
-// prepareBeside is PrepareWaitUncounted, bounded even where the store cannot stop: a SQLite
+// prepareBeside is PrepareWaitWith, bounded even where the store cannot stop: a SQLite
 // write blocked inside the kernel (the ledger's file system frozen by fsfreeze, as backup and
 // snapshot tools do, or a network disk that hangs) ends with its context only once the disk
 // answers, and the prepare waited for it, holding its worker (cmd/effectfence
 // TestServePrepareOnAFrozenDiskIsAnswered). So it runs beside the request
-// (Engine.PrepareWaitBeside), which is answered store_error (not admitted: run nothing, ask
-// again) prepareStuckWait after ctx ended; a claim that lands all the same once the disk
+// (Engine.PrepareWaitBesideWith), which is answered store_error (not admitted: run nothing,
+// ask again) prepareStuckWait after ctx ended; a claim that lands all the same once the disk
 // answers is released by the engine, since nobody holds its ticket.
-func (s *Server) prepareBeside(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}) (fence.Admission, fence.Decision, error) {
-	adm, decision, err := s.eng.PrepareWaitBeside(ctx, req, wait, giveUp, prepareStuckWait, prepareReleased)
+func (s *Server) prepareBeside(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}, waited *fence.Waited) (fence.Admission, fence.Decision, error) {
+	adm, decision, err := s.eng.PrepareWaitBesideWith(ctx, req, wait, giveUp, prepareStuckWait, prepareReleased, waited)
 	if errors.Is(err, fence.ErrClaimStuck) {
 		s.opts.Log.Printf("fence_prepare of %q: its claim is still being written %s after the ledger's bound; answered without it, and released if it is recorded", req.Intent, prepareStuckWait)
 	}
