@@ -71,8 +71,9 @@ func RefusalOf(intent string, err error) Refusal {
 		r.State = fence.StateInFlight
 		r.Next = fmt.Sprintf("Do not run the effect: another attempt is running it. Call %s again later (or with wait_secs) to receive its recorded result.", ToolPrepare)
 	case errors.As(err, &failed):
-		// A library user's holder (or wrap's) reported its call failed definitely
-		// (OutcomeFailure) while this prepare waited on it: the waiter shares the failure.
+		// The holder (a serve agent's fence_release with failed: true, wrap's, or a library
+		// user's) reported its call failed definitely (OutcomeFailure) while this prepare
+		// waited on it: the waiter shares the failure.
 		r.Intent = failed.Intent
 		r.State = fence.StateNone
 		r.Next = fmt.Sprintf("Do not run the effect now: the attempt you waited for ran and failed definitely (the message says why), and this call shares that failure. The intent is free: call %s again only if you mean to try the action again.", ToolPrepare)

@@ -32,7 +32,7 @@ import (
 
 // Instructions is the server's MCP instructions: the protocol in three sentences.
 const Instructions = `Before running any side effect, call fence_prepare with a stable intent id, the tool name and its args: status "fresh" means run the effect exactly once now, status "already_done" means do NOT run it and use cert.result instead. ` +
-	`After running it, call fence_commit with the ticket and the result, fence_release if the effect definitely did not happen, or fence_abort if you cannot tell (call fence_heartbeat before lease_until while a long effect runs). ` +
+	`After running it, call fence_commit with the ticket and the result, fence_release if the effect definitely did not happen (with failed: true if it ran and failed definitely), or fence_abort if you cannot tell (call fence_heartbeat before lease_until while a long effect runs). ` +
 	`Any tool error means do not run the effect: its JSON gives a stable code, the facts and the next step to take.`
 
 // Defaults of Options.

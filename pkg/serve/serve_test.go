@@ -153,6 +153,17 @@ func TestToolsAndSchemas(t *testing.T) {
 			t.Errorf("%s: input schema must be a closed object: %v", tool.Name, tool.InputSchema)
 		}
 		everyPropertyTyped(t, tool.Name, tool.InputSchema)
+		// fence_release alone takes failed (a boolean, optional): a definite failure shared
+		// with the waiters; fence_abort is the unknown outcome, which has no such answer.
+		props, _ := tool.InputSchema["properties"].(map[string]any)
+		failed, hasFailed := props["failed"].(map[string]any)
+		required, _ := tool.InputSchema["required"].([]any)
+		switch {
+		case tool.Name == serve.ToolRelease && (!hasFailed || failed["type"] != "boolean" || slices.Contains(required, any("failed"))):
+			t.Errorf("%s: want an optional boolean failed, got %v (required %v)", tool.Name, props["failed"], required)
+		case tool.Name != serve.ToolRelease && hasFailed:
+			t.Errorf("%s takes failed, which only %s does", tool.Name, serve.ToolRelease)
+		}
 	}
 	want := slices.Clone(serve.Tools)
 	slices.Sort(want)

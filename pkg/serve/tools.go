@@ -36,7 +36,8 @@ const (
 	descAbort = `Report that the effect's outcome is unknown (it may or may not have happened, e.g. a timeout). ` +
 		`The intent becomes failed and is fenced until a human operator checks the real system and clears it.`
 	descRelease = `Report that the effect definitely did NOT happen (e.g. the call was rejected before doing anything). ` +
-		`The intent is free again and the next fence_prepare of it is fresh.`
+		`The intent is free again and the next fence_prepare of it is fresh. ` +
+		`With failed: true, report instead that the effect ran and failed definitely (the service answered an error and changed nothing): the intent is free as well, but every fence_prepare that waited on this attempt (wait_secs) is told it failed (waited_attempt_failed) rather than told to run it.`
 	descHeartbeat = `Extend the lease of a running effect by the lease TTL from now; call it before ticket.lease_until while a long effect runs. ` +
 		`Returns the ticket with its new lease_until. Refused with lease_lost if the intent was taken over.`
 	descStatus = `Read the ledger without changing it: the recorded state of an intent (none, in_flight, done, failed, unknown) and/or a domain's current sequence number, the seq to put in a read_set. ` +
@@ -64,9 +65,7 @@ func (s *Server) addTools() error {
 			})
 		},
 		func() error {
-			return addTool(s, ToolRelease, descRelease, write, nil, func(ctx context.Context, in EndInput) (any, error) {
-				return s.end(ctx, in, false)
-			})
+			return addTool(s, ToolRelease, descRelease, write, nil, s.release)
 		},
 		func() error { return addTool(s, ToolHeartbeat, descHeartbeat, write, nil, s.heartbeat) },
 		func() error { return addTool(s, ToolStatus, descStatus, read, nil, s.status) },
@@ -134,6 +133,8 @@ func intentOf(in any) string {
 	case CommitInput:
 		return v.Ticket.Intent
 	case EndInput:
+		return v.Ticket.Intent
+	case ReleaseInput:
 		return v.Ticket.Intent
 	case HeartbeatInput:
 		return v.Ticket.Intent
@@ -351,6 +352,31 @@ func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) 
 	}
 	return EndResult{Intent: in.Ticket.Intent, State: fence.StateNone,
 		Next: "The intent is free: the next fence_prepare of it is fresh."}, nil
+}
+
+// failedReason is the reason of a fence_release with failed: true that gives none: the
+// waiters it fails are told why from it (fence.FailedWaitError.Reason).
+const failedReason = "the agent reported that the effect ran and failed definitely (fence_release with failed: true)"
+
+// release is fence_release. Failed, the claim ends as fence.OutcomeFailure, as wrap ends a call
+// its tool answered with an error: the intent is free, and the fence_prepare calls that waited
+// on this claim, here or in another process on the ledger, share the failure
+// (waited_attempt_failed) rather than run the effect. Before 2026-12-06 fence_release could
+// only release, and such a waiter was told to run the effect again
+// (TestServeReleaseAsFailedIsSharedWithAWaiter).
+func (s *Server) release(ctx context.Context, in ReleaseInput) (any, error) {
+	if !in.Failed {
+		return s.end(ctx, EndInput{Ticket: in.Ticket, Reason: in.Reason}, false)
+	}
+	reason := in.Reason
+	if reason == "" {
+		reason = failedReason
+	}
+	if _, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeFailure, Ticket: in.Ticket.Ticket(), Reason: reason}); err != nil {
+		return nil, err
+	}
+	return EndResult{Intent: in.Ticket.Intent, State: fence.StateNone,
+		Next: "The intent is free. The agents that waited on this attempt are told it failed, not to run it; the next fence_prepare of it is fresh, so call it again only if you mean to try the action again."}, nil
 }
 
 func (s *Server) heartbeat(ctx context.Context, in HeartbeatInput) (any, error) {

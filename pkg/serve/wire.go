@@ -189,10 +189,18 @@ type CommitInput struct {
 	Result JSONValue    `json:"result" jsonschema:"The effect's result (any JSON value); recorded in the cert and replayed to every duplicate."`
 }
 
-// EndInput is the input of fence_abort and fence_release.
+// EndInput is the input of fence_abort.
 type EndInput struct {
 	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
 	Reason string       `json:"reason,omitempty" jsonschema:"What happened, for the operator."`
+}
+
+// ReleaseInput is the input of fence_release: EndInput, and whether the effect ran and failed
+// definitely (Failed). Left out, Failed is false: the plain release it always was.
+type ReleaseInput struct {
+	Ticket TicketHandle `json:"ticket" jsonschema:"The ticket fence_prepare gave you, unchanged."`
+	Reason string       `json:"reason,omitempty" jsonschema:"What happened, for the operator (with failed: true, also for the agents that waited: say why it failed)."`
+	Failed bool         `json:"failed,omitempty" jsonschema:"true: the effect ran and failed definitely (the service answered an error and changed nothing). The intent is free as with a plain release, but an agent whose fence_prepare waited on this attempt (wait_secs), in this server or another on the same ledger, is told it failed (code waited_attempt_failed) instead of being told to run it. Left out or false: it did not run, and such an agent runs it."`
 }
 
 // HeartbeatInput is the input of fence_heartbeat.
