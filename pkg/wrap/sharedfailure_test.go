@@ -123,3 +123,74 @@ func TestWaiterGivenTheFailureCountsRefusedInFlight(t *testing.T) {
 		t.Fatalf("calls observed as %q, want %q", got, want)
 	}
 }
+
+// TestFailureIsSharedAfterASpoolDrain: a waiter refused as unknown that asks the ledger again
+// because the outcome it lacked waited in the spool (Engine.DrainedFor) is still a waiter of
+// the claim it waited on. Two wraps on one PostgreSQL ledger and one state directory (so one
+// spool): the first's connections to the database are cut while its call fails (isError), so
+// its failure waits in the spool and its lease (3 s) lapses; the second's duplicate, waiting
+// in the ledger, is refused unknown, records what the spool holds (the failure, which heals
+// the claim) and asks again. It is given the failure it waited for (waited_attempt_failed),
+// NOT executed: the tool ran once. Before, the second ask knew nothing of the wait, found the
+// intent free and ran the call in the second wrap's server.
+func TestFailureIsSharedAfterASpoolDrain(t *testing.T) {
+	t.Parallel()
+	cut, ledger := cutLedger(t)
+	u, err := url.Parse(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiters := fmt.Sprintf("SELECT count(*) FROM %s.effectfence_waiters", u.Query().Get("search_path"))
+	base, err := url.Parse(os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := *u
+	direct.Host = base.Host // the same database and schema, not through the proxy
+	r := newRig(t)
+	r.ledger = ledger
+	a := r.wrap("--lease-secs", "3")
+	r.ledger = direct.String()
+	b := r.wrap("--lease-secs", "3")
+	gate := filepath.Join(r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"drained","until":%q}`, gate)
+	answers := make(chan result, 1)
+	go func() {
+		x, err := callE(a.Session, "fail", args)
+		if err != nil {
+			t.Error(err)
+		}
+		answers <- x
+	}()
+	waitFor(t, "the first call to reach its server", func() bool { return strings.Contains(a.log.String(), "mcptest: fail tag=drained started") })
+	waited := make(chan result, 1)
+	go func() {
+		x, err := callE(b.Session, "fail", args)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- x
+	}()
+	waitFor(t, "the duplicate in the other wrap to wait in the ledger", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "psql", os.Getenv("EFFECTFENCE_TEST_POSTGRES"), "-Atc", waiters).Output()
+		return err == nil && strings.TrimSpace(string(out)) == "1"
+	})
+	cut.Cut(2 * time.Minute)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var dup result
+	select {
+	case dup = <-waited:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("the duplicate was not answered; its log:\n%s", b.log.String())
+	}
+	cut.Heal()
+	first := <-answers
+	if runs := mcptest.Effects(r.effects); !first.IsError || len(runs) != 1 || !dup.IsError || string(dup.Meta["effectfence/code"]) != `"`+fence.CodeFailedWait+`"` || !strings.Contains(dup.text(), "NOT executed a second time") {
+		t.Fatalf("the first call %q; the duplicate %q (meta %v); executions %q; want one execution, its failure shared (%s), NOT executed; the first wrap's log:\n%s\nthe second's:\n%s",
+			first.text(), dup.text(), dup.Meta, runs, fence.CodeFailedWait, a.log.String(), b.log.String())
+	}
+}
