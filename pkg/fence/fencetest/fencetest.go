@@ -2502,7 +2502,8 @@ func testFailureSharedAfterAskingAgain(t *testing.T, newStore Factory) {
 	r := req("shared:failure:asked-again")
 	tk := mustFresh(t, holder, r)
 	var w fence.Waited
-	_, _, err := waiter.PrepareWaitWith(ctx, r, 20*time.Second, nil, &w)
+	// The first ask beside its caller, as wrap's and serve's are: what it learned comes back.
+	_, _, err := waiter.PrepareWaitBesideWith(ctx, r, 20*time.Second, nil, 10*time.Second, "not sent", &w)
 	var pf fence.PriorFailureError
 	if !errors.As(err, &pf) || pf.State != fence.StateUnknown || w.Since() != tk.Token {
 		t.Fatalf("a waiter on a claim whose lease lapsed: %v, first claim seen %d; want prior_failure (unknown) having seen claim %d", err, w.Since(), tk.Token)
