@@ -445,8 +445,9 @@ const claimReleased = "the call was answered before the ledger confirmed its cla
 // where the store cannot stop: a SQLite write blocked inside the kernel (the ledger's file
 // system frozen by fsfreeze, as backup and snapshot tools do, or a network disk that hangs:
 // the writer waits in a page fault on the ledger's index) ends with its context only once
-// the disk answers, and the call's answer waited for it: a claim on a frozen disk was answered only once the disk thawed (2 minutes
-// and more later, whatever --wait and the lease; TestClaimOnAFrozenDiskIsAnswered). So the
+// the disk answers, and the call's answer waited for it: a claim on a frozen disk was
+// answered only once the disk thawed (2 minutes and more later, whatever --wait and the
+// lease; TestClaimOnAFrozenDiskIsAnswered). So the
 // claim runs beside the call (Engine.PrepareWaitBesideWith), which is answered store_error
 // (nothing ran) claimStuckWait after ctx ended; a claim that lands all the same once the disk
 // answers is released by the engine, its call never sent, so the retry the agent was told it
