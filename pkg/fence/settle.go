@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -684,6 +685,12 @@ func (e *Engine) spoolMayHold(intent string) string {
 		return ""
 	}
 	names, err := spoolEntries(e.cfg.SpoolDir, spoolPrefix(intent))
+	// A note of a claim given up (beside.go) is no outcome: it says its claim never ran, and
+	// that claim, met here, is rightly taken over. Counted, a note waiting for its writer
+	// (which may run for long, or out of this host's sight for ever) had every re-run-safe
+	// claim of its intent whose holder died fenced as unknown
+	// (TestNoteOfAClaimThatDidNotLandDoesNotFenceAReRunSafeClaim).
+	names = slices.DeleteFunc(names, isNoteName)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("this host's spool cannot be read to see whether an outcome of the intent waits there (%v)", err)
