@@ -129,13 +129,17 @@ func (a *abandonedClaims) settled(nonce string) {
 	}
 }
 
-// noted sets nonce's spool note.
-func (a *abandonedClaims) noted(nonce, path string) {
+// noted sets nonce's spool note, and reports whether nonce is still abandoned: false once it
+// was forgotten (its claim released, by a retry that met it, while its note was being
+// written), when the note is the caller's to remove.
+func (a *abandonedClaims) noted(nonce, path string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if c, ok := a.m[nonce]; ok {
+	c, ok := a.m[nonce]
+	if ok {
 		c.note = path
 	}
+	return ok
 }
 
 // forget drops nonce (its claim released, or known never to land) and returns its note.
@@ -258,35 +262,47 @@ func (e *Engine) PrepareWaitBesideWith(ctx context.Context, req Request, maxWait
 	}
 }
 
-// abandonClaims keeps a note of each abandoned claim in the spool, then, once their Prepare
-// returned (done), hands them to the lost claims (orphan.go): released if they landed.
-// linked is closed once every note is in the spool (or failed to be), before their syncs.
+// abandonClaims keeps a note of each abandoned claim in the spool and, once their Prepare
+// returned (done), hands them to the lost claims (orphan.go): released if they landed. The
+// hand-off does not wait for the notes: the spool's disk may hang where the ledger does not
+// (a PostgreSQL ledger's spool in the state directory), and the release waited for it
+// (TestClaimGivenUpIsReleasedWhileItsNoteCannotBeWritten). linked is closed once every note
+// is in the spool (or failed to be), before their syncs.
 func (e *Engine) abandonClaims(intent, reason string, nonces []string, done <-chan prepared, linked chan struct{}) {
 	if e.cfg.SpoolDir == "" || len(nonces) == 0 {
 		close(linked)
 	} else {
-		var once sync.Once
-		left := len(nonces)
-		for _, n := range nonces {
-			o := Outcome{Kind: OutcomeUnsent, Ticket: Ticket{Intent: intent, Nonce: n}, Reason: reason, Owner: e.cfg.Owner, At: time.Now()}
-			// Beside the write it waits for: on a frozen disk this waits too, and a
-			// process stopped meanwhile leaves what it wrote (see putNote).
-			path, _ := e.spool.putNote(e.cfg.SpoolDir, o, func() {
-				if left--; left == 0 {
-					once.Do(func() { close(linked) })
-				}
-			})
-			if path != "" {
-				e.abandoned.noted(n, path)
-			}
-		}
-		once.Do(func() { close(linked) }) // a note that failed before its link
+		go e.noteAbandoned(intent, reason, nonces, linked)
 	}
 	<-done
 	for _, n := range nonces {
 		e.abandoned.settled(n)
 		e.lostClaimWhy(intent, n, reason)
 	}
+}
+
+// noteAbandoned writes the spool note of each abandoned claim of intent, and closes linked once
+// each is linked into place or failed to be.
+func (e *Engine) noteAbandoned(intent, reason string, nonces []string, linked chan struct{}) {
+	var once sync.Once
+	left := len(nonces)
+	for _, n := range nonces {
+		o := Outcome{Kind: OutcomeUnsent, Ticket: Ticket{Intent: intent, Nonce: n}, Reason: reason, Owner: e.cfg.Owner, At: time.Now()}
+		// Beside the write it waits for: on a frozen disk this waits too, and a process
+		// stopped meanwhile leaves what it wrote (see putNote). A note put there with an
+		// error (its sync failed) is removed as one that was not; and one whose claim was
+		// forgotten meanwhile (released by a retry that met it, or by the lost claims) is
+		// removed at once: nobody else would (TestNoteIsRemovedOnceItsClaimIsReleased).
+		path, _ := e.spool.putNote(e.cfg.SpoolDir, o, func() {
+			if left--; left == 0 {
+				once.Do(func() { close(linked) })
+			}
+		})
+		if path != "" && !e.abandoned.noted(n, path) {
+			_ = e.spool.remove(path)
+		}
+	}
+	once.Do(func() { close(linked) }) // a note that failed before its link
 }
 
 // noteName is the spool name of an abandoned claim's note: its intent's digest, "unsent" and
