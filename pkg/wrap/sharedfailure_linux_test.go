@@ -73,14 +73,7 @@ func TestFailureIsSharedAfterThePersonSettled(t *testing.T) {
 		held <- x
 	}()
 	waitFor(t, "the holder's call to reach its server", func() bool { return strings.Contains(a.log.String(), "mcptest: fail tag=settled started") })
-	waited := make(chan result, 1)
-	go func() {
-		x, err := callE(b.Session, "fail", args)
-		if err != nil {
-			t.Error(err)
-		}
-		waited <- x
-	}()
+	waited := answerInBackground(t, b, "fail", args)
 	// The duplicate finds the claim in flight (its holder heartbeats it) and waits; then
 	// the holder stops, outside a transaction of its own, and its lease lapses.
 	time.Sleep(1500 * time.Millisecond)

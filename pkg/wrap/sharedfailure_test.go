@@ -38,29 +38,10 @@ func TestFailureIsSharedWithAWaiterInAnotherWrap(t *testing.T) {
 	a, b := r.wrap(), r.wrap()
 	gate := filepath.Join(r.dir, "gate")
 	args := fmt.Sprintf(`{"tag":"shared","until":%q}`, gate)
-	answers := make(chan result, 1)
-	go func() {
-		x, err := callE(a.Session, "fail", args)
-		if err != nil {
-			t.Error(err)
-		}
-		answers <- x
-	}()
+	answers := answerInBackground(t, a, "fail", args)
 	waitFor(t, "the first call to reach its server", func() bool { return strings.Contains(a.log.String(), "mcptest: fail tag=shared started") })
-	waited := make(chan result, 1)
-	go func() {
-		x, err := callE(b.Session, "fail", args)
-		if err != nil {
-			t.Error(err)
-		}
-		waited <- x
-	}()
-	waitFor(t, "the duplicate in the other wrap to wait in the ledger", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "psql", os.Getenv("EFFECTFENCE_TEST_POSTGRES"), "-Atc", waiters).Output()
-		return err == nil && strings.TrimSpace(string(out)) == "1"
-	})
+	waited := answerInBackground(t, b, "fail", args)
+	waitForOneWaiter(t, waiters)
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -154,29 +135,10 @@ func TestFailureIsSharedAfterASpoolDrain(t *testing.T) {
 	b := r.wrap("--lease-secs", "3")
 	gate := filepath.Join(r.dir, "gate")
 	args := fmt.Sprintf(`{"tag":"drained","until":%q}`, gate)
-	answers := make(chan result, 1)
-	go func() {
-		x, err := callE(a.Session, "fail", args)
-		if err != nil {
-			t.Error(err)
-		}
-		answers <- x
-	}()
+	answers := answerInBackground(t, a, "fail", args)
 	waitFor(t, "the first call to reach its server", func() bool { return strings.Contains(a.log.String(), "mcptest: fail tag=drained started") })
-	waited := make(chan result, 1)
-	go func() {
-		x, err := callE(b.Session, "fail", args)
-		if err != nil {
-			t.Error(err)
-		}
-		waited <- x
-	}()
-	waitFor(t, "the duplicate in the other wrap to wait in the ledger", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "psql", os.Getenv("EFFECTFENCE_TEST_POSTGRES"), "-Atc", waiters).Output()
-		return err == nil && strings.TrimSpace(string(out)) == "1"
-	})
+	waited := answerInBackground(t, b, "fail", args)
+	waitForOneWaiter(t, waiters)
 	cut.Cut(2 * time.Minute)
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -193,4 +155,29 @@ func TestFailureIsSharedAfterASpoolDrain(t *testing.T) {
 		t.Fatalf("the first call %q; the duplicate %q (meta %v); executions %q; want one execution, its failure shared (%s), NOT executed; the first wrap's log:\n%s\nthe second's:\n%s",
 			first.text(), dup.text(), dup.Meta, runs, fence.CodeFailedWait, a.log.String(), b.log.String())
 	}
+}
+
+// answerInBackground calls tool with args through w; the answer comes on the channel.
+func answerInBackground(t *testing.T, w *wrapProc, tool, args string) <-chan result {
+	answer := make(chan result, 1)
+	go func() {
+		x, err := callE(w.Session, tool, args)
+		if err != nil {
+			t.Error(err)
+		}
+		answer <- x
+	}()
+	return answer
+}
+
+// waitForOneWaiter waits until the PostgreSQL query count (of the ledger's
+// effectfence_waiters) answers 1: a duplicate waits in the ledger.
+func waitForOneWaiter(t *testing.T, count string) {
+	t.Helper()
+	waitFor(t, "the duplicate in the other wrap to wait in the ledger", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "psql", os.Getenv("EFFECTFENCE_TEST_POSTGRES"), "-Atc", count).Output()
+		return err == nil && strings.TrimSpace(string(out)) == "1"
+	})
 }
