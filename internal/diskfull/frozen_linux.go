@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // Frozen mounts a small ext4 file system of the test's own (a loop device) and returns its
@@ -46,8 +47,21 @@ func Frozen(t testing.TB) (dir string, freeze func() (thaw func())) {
 	// runs after the processes using it were stopped, and always thaws.
 	t.Cleanup(func() {
 		thaw()
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Logf("umount %s: %v: %s", dir, err, out)
+		// A goroutine of the test's process may still hold a file there for a moment (a
+		// write the freeze held, finishing after the thaw): umount is tried again for 10 s,
+		// then detached (lazy), so no mount outlives the test (two did, busy at the first try).
+		var out []byte
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if out, err = exec.Command("umount", dir).CombinedOutput(); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Logf("umount %s: %v: %s; detaching it (umount -l)", dir, err, out)
+			if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+				t.Logf("umount -l %s: %v: %s", dir, err, out)
+			}
 		}
 	})
 	return dir, func() func() {
