@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,6 +30,9 @@ func TestServePrepareOnAFrozenDiskIsAnswered(t *testing.T) {
 		t.Skip("skipped: an open defect (on a frozen disk the process may stop whole, a GC unable to preempt the thread in the page fault: suspected); EFFECTFENCE_TEST_OPEN_DEFECTS=1 runs it")
 	}
 	dir, freeze := diskfull.Frozen(t)
+	// A collection on nearly every allocation (serve inherits the test's environment): the
+	// pings below make serve collect while the prepare's claim is stuck, as load did in CI.
+	t.Setenv("GOGC", "1")
 	a := startServe(t, "--ledger", filepath.Join(dir, "ledger.db"))
 	if p := a.prepare(`{"intent":"warm","tool":"t"}`); p.Status != serve.StatusFresh {
 		t.Fatalf("warm-up prepare: %+v", p)
@@ -45,10 +49,28 @@ func TestServePrepareOnAFrozenDiskIsAnswered(t *testing.T) {
 		raw, isErr := a.call(serve.ToolPrepare, prep)
 		got <- answer{raw, isErr}
 	}()
+	// The agent pings meanwhile (call skips their answers): work for serve, and for its
+	// garbage collector, while the claim is held up.
+	stopPings, pinged := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(pinged)
+		for n := 1; ; n++ {
+			select {
+			case <-stopPings:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			_, _ = fmt.Fprintf(a.in, `{"jsonrpc":"2.0","id":"ping%d","method":"ping"}`+"\n", n)
+		}
+	}()
 	var ans answer
 	select {
 	case ans = <-got:
+		close(stopPings)
+		<-pinged
 	case <-time.After(time.Minute):
+		close(stopPings)
+		<-pinged
 		thaw()
 		<-got
 		t.Fatalf("fence_prepare on a frozen disk: no answer a minute after it was sent (answered only once the disk thawed); stderr:\n%s", a.stderr.String())

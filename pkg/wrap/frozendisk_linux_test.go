@@ -1,6 +1,8 @@
 package wrap_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,10 +32,13 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 	dir, freeze := diskfull.Frozen(t)
 	r := newRig(t)
 	r.ledger = filepath.Join(dir, "ledger.db")
+	// A collection on nearly every allocation: the agent's requests below make wrap collect
+	// while its claim is stuck, as load did in CI (pings alone allocate too little to).
+	r.extraEnv = append(r.extraEnv, "GOGC=1")
 	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
 
 	thaw := freeze()
-	rw.refusedWhileHeld(t, chargeLine(2, "frozen"), thaw, "its claim written to a frozen disk")
+	rw.refusedWhilePinged(t, 2, chargeLine(2, "frozen"), thaw, "its claim written to a frozen disk")
 	if n := r.effectCount(); n != before {
 		t.Fatalf("%d effects after the refused call, want %d: it ran", n, before)
 	}
@@ -58,5 +63,84 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 	}
 	if got := rw.roundTrip(t, chargeLine(id+1, "frozen")); !strings.Contains(got, `"effectfence/replayed":true`) {
 		t.Fatalf("a duplicate of the retry that ran: %s; want it replayed", got)
+	}
+}
+
+// refusedWhilePinged is refusedWhileHeld for the call line of JSON-RPC id id, with the agent
+// sending a tools/list every 100 ms while it waits (its other requests: work for wrap, and
+// for its garbage collector, while the claim is held up); the call must be answered within
+// 40 s, NOT executed (store_error), and every tools/list too ("pings" below).
+func (rw *rawWrap) refusedWhilePinged(t *testing.T, id int, line string, undo func(), held string) {
+	t.Helper()
+	defer undo()
+	rw.send(t, line)
+	sent := time.Now()
+	type read struct {
+		line string
+		at   time.Time
+	}
+	lines := make(chan read, 1000)
+	pings := make(chan int, 1) // the number of pings sent, once the call is answered
+	go func() {
+		defer close(lines)
+		want, pongs := -1, 0
+		for want < 0 || pongs < want {
+			got, err := rw.out.ReadString('\n')
+			if err != nil {
+				return
+			}
+			var m struct {
+				ID json.RawMessage `json:"id"`
+			}
+			_ = json.Unmarshal([]byte(got), &m)
+			if string(m.ID) == fmt.Sprint(id) {
+				lines <- read{got, time.Now()}
+				want = <-pings
+			} else {
+				pongs++
+				lines <- read{"", time.Now()}
+			}
+		}
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(40 * time.Second)
+	var pinged, ponged int
+	lastPong := sent
+	for {
+		select {
+		case <-tick.C:
+			pinged++
+			rw.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":"list%d","method":"tools/list"}`, pinged))
+			continue
+		case r, ok := <-lines:
+			if !ok {
+				t.Fatalf("wrap's output ended, %s", held)
+			}
+			if r.line == "" {
+				ponged++
+				lastPong = r.at
+				continue
+			}
+			tick.Stop()
+			pings <- pinged
+			t.Logf("answered %s after the call, %s; %d of %d pings answered by then, the last %s after the call",
+				r.at.Sub(sent).Round(100*time.Millisecond), held, ponged, pinged, lastPong.Sub(sent).Round(100*time.Millisecond))
+			for _, want := range []string{`"isError":true`, `"effectfence/code":"store_error"`, "NOT executed"} {
+				if !strings.Contains(r.line, want) {
+					t.Fatalf("the call, %s: %s; want %s in it", held, r.line, want)
+				}
+			}
+			for range lines { // the pings' answers still to come; closed once all came
+				ponged++
+			}
+			if ponged != pinged {
+				t.Fatalf("%d of %d pings answered", ponged, pinged)
+			}
+			return
+		case <-timeout:
+			t.Fatalf("no answer 40 s after the call, %s; %d of %d pings answered, the last %s after the call",
+				held, ponged, pinged, lastPong.Sub(sent).Round(100*time.Millisecond))
+		}
 	}
 }
