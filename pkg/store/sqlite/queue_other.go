@@ -16,3 +16,6 @@ var errNoFlock = errors.New("flock is not available on this platform")
 func flockTry(*os.File) (bool, error) { return false, errNoFlock }
 func flockWait(*os.File) error        { return errNoFlock }
 func flockRelease(*os.File)           {}
+
+// waitWritable does nothing here: there is no fsfreeze, and the queue is not used.
+func (q *writerQueue) waitWritable() {}

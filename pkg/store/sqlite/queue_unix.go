@@ -42,3 +42,31 @@ func flockWait(f *os.File) error {
 func flockRelease(f *os.File) {
 	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
+
+// waitWritable returns once the file system of the queue's lock file (the ledger's: they sit
+// side by side) takes writes: while it is frozen (fsfreeze, as backup and snapshot tools do)
+// a write of no bytes waits in the kernel like any other write, and changes nothing. A
+// transaction's first write to a frozen ledger is otherwise a store into SQLite's
+// shared-memory index (its -shm file, mapped into memory), which waits in a page fault: in
+// what is, to Go's scheduler, running Go code, that cannot be preempted, so the first
+// stop-the-world (a garbage collection) waits for the thaw with it, and the whole process
+// stops (TestClaimOnAFrozenDiskIsAnswered). Waiting in a system call instead, the writer
+// holds nothing the runtime needs. A freeze that begins after this returns, while the
+// transaction runs, is not covered. Nothing is done without a lock file.
+func (q *writerQueue) waitWritable() {
+	if q == nil || q.f == nil {
+		return
+	}
+	rc, err := q.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		for {
+			// os.File.WriteAt makes no system call for no bytes.
+			if _, err := syscall.Pwrite(int(fd), nil, 0); !errors.Is(err, syscall.EINTR) {
+				return
+			}
+		}
+	})
+}

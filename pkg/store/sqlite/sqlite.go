@@ -1435,6 +1435,8 @@ func (s *Store) tryBatchOn(r *rawRunner, b *batch, savepoints, index bool) (fail
 	if !b.taken {
 		begin.ctx = b.lead.ctx
 	}
+	// On a frozen file system, wait in a system call, not in a page fault (waitWritable).
+	s.turns.waitWritable()
 	_, err = begin.exec(qBegin)
 	if err != nil && !b.taken && b.lead.ctx.Err() != nil {
 		s.giveUpLead(b)
