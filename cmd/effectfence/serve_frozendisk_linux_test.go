@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,14 +20,11 @@ import (
 // minute watched here), its worker held meanwhile. Now it is answered store_error (not
 // admitted) while the disk is still frozen, and once the disk thaws the intent is admitted
 // when asked again.
-// Skipped unless EFFECTFENCE_TEST_OPEN_DEFECTS=1 (2026-12-06): it answered in 15 s in every run
-// by hand, but a CI run under load got no answer in 40 s. Suspected: Go's stop-the-world (a
-// GC) cannot preempt a thread stuck in a page fault on the frozen ledger's -shm, so the whole
-// process waits for the thaw, the claim's own goroutine notwithstanding. Not confirmed.
+// The process stopped whole under load (a CI run): a garbage collection's stop-the-world
+// waited for the thread in the page fault on the frozen -shm. The store now waits for a
+// frozen file system in a system call (waitWritable); the agent's requests meanwhile, with
+// GOGC=1, make the process collect while the claim is stuck.
 func TestServePrepareOnAFrozenDiskIsAnswered(t *testing.T) {
-	if os.Getenv("EFFECTFENCE_TEST_OPEN_DEFECTS") == "" {
-		t.Skip("skipped: an open defect (on a frozen disk the process may stop whole, a GC unable to preempt the thread in the page fault: suspected); EFFECTFENCE_TEST_OPEN_DEFECTS=1 runs it")
-	}
 	dir, freeze := diskfull.Frozen(t)
 	// A collection on nearly every allocation (serve inherits the test's environment): the
 	// pings below make serve collect while the prepare's claim is stuck, as load did in CI.
