@@ -76,7 +76,10 @@ func (rw *rawWrap) refusedWhilePinged(t *testing.T, id int, line string, undo fu
 		at   time.Time
 	}
 	lines := make(chan read, 1000)
-	pings := make(chan int, 1) // the number of pings sent, once the call is answered
+	// The number of pings sent, once the call is answered or waited for no longer: the reader
+	// reads their answers, so that wrap, which answers them all once the disk thaws, does not
+	// stop on a full stdout and its cleanup waits for it to exit.
+	pings := make(chan int, 1)
 	go func() {
 		defer close(lines)
 		want, pongs := -1, 0
@@ -135,6 +138,7 @@ func (rw *rawWrap) refusedWhilePinged(t *testing.T, id int, line string, undo fu
 			}
 			return
 		case <-timeout:
+			pings <- pinged
 			t.Fatalf("no answer 40 s after the call, %s; %d of %d pings answered, the last %s after the call",
 				held, ponged, pinged, lastPong.Sub(sent).Round(100*time.Millisecond))
 		}
