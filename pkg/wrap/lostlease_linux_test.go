@@ -2,8 +2,10 @@ package wrap_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,7 +44,10 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	r.prefix = []string{unshare, "--pid", "--fork", "--mount-proc", "--"}
 	w := r.wrap("--rerun-safe", "slow", "--lease-secs", "1")
 	r.prefix = nil
-	const args = `{"ms":1500,"tag":"lost-lease"}`
+	// The first call's child waits for gate, made once its wrap is stopped: under load (CI,
+	// 2026-12-06) a call of 1.5 s alone ended, and its wrap committed it, before the stop.
+	gate := filepath.Join(r.dir, "gate")
+	args := fmt.Sprintf(`{"ms":1500,"tag":"lost-lease","until":%q}`, gate)
 	first := callInBackground(w.Session, "slow", args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
@@ -55,6 +60,9 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	}
 	holder := kids[0]
 	if _, err := ledgerturn.StopOutsideTurn(holder, r.ledger); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
