@@ -221,8 +221,8 @@ func TestFailedTaskIsReleased(t *testing.T) {
 	startSlowTask(t, w, `{"tag":"failed","rpc":true}`, 1000, "failed-")
 	// The retry runs once the failure is settled (a duplicate that arrives first shares it).
 	waitFor(t, "the retry to run", func() bool {
-		_, err := callE(w.Session, "slow", `{"tag":"failed","rpc":true}`)
-		return err == nil
+		x, err := callE(w.Session, "slow", `{"tag":"failed","rpc":true}`)
+		return err == nil && !x.IsError
 	})
 	if n := r.effectCount(); n != 2 {
 		t.Fatalf("%d executions, want the task and the retry; wrap log:\n%s", n, w.log.String())
