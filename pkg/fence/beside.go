@@ -22,7 +22,7 @@ import (
 // and gives the claim up: PrepareWaitBeside. The claim may land all the same once the disk
 // answers, held by nobody who will run it, so the engine releases it, its call never sent.
 //
-// Until 2026-12-07 that release was the caller's, once the claim's write returned, and it
+// Until 2026-12-06 that release was the caller's, once the claim's write returned, and it
 // missed two cases:
 //   - a retry the agent sent meanwhile, queued behind the claim for the ledger's writer, read
 //     it first: its lease long lapsed, its holder this very process, the lease rules made it
@@ -37,9 +37,10 @@ import (
 // (claimNote). Given up, the claim is abandoned: every pass of this engine that meets it (an
 // in-flight or healable record with its nonce) releases it first, as never run, and goes on
 // as if the intent were free; and a note of it goes to the spool (Config.SpoolDir), which
-// the next drain of any process sharing the spool applies once the note's writer is gone:
-// the claim, if it landed, is released. A Prepare given up before it writes its claim writes
-// none.
+// the next drain of any process sharing the spool applies: the claim, if it is in the
+// ledger, is released at once; a note whose claim is not there waits while its writer runs
+// (the claim may still land) and is dropped once it is gone. A Prepare given up before it
+// writes its claim writes none.
 
 // ErrClaimStuck is PrepareWaitBeside's error for a claim whose write had not returned
 // stuckWait after ctx ended. The call was not admitted: nothing may run, and a retry may.

@@ -86,7 +86,7 @@ func givenUp(t *testing.T, e *fence.Engine, s *landedStallStore, req fence.Reque
 // TestRetryMeetingAClaimGivenUpRunsIt: a claim PrepareWaitBeside gave up (its call answered
 // NOT run) that landed while its write had not returned is met by the agent's retry: the
 // retry is admitted, the claim released as never sent, where it was refused in flight (and,
-// its lease lapsed, prior_failure: the call may have run) before 2026-12-07. The claim's
+// its lease lapsed, prior_failure: the call may have run) before 2026-12-06. The claim's
 // write returning later changes nothing.
 func TestRetryMeetingAClaimGivenUpRunsIt(t *testing.T) {
 	s := newLandedStallStore()
@@ -121,7 +121,7 @@ func TestRetryMeetingAClaimGivenUpRunsIt(t *testing.T) {
 // TestClaimGivenUpIsReleasedByTheNextProcess: the process whose claim was given up stops
 // before the claim's write returns, the claim in the ledger: the note it left in the spool
 // has the next process sharing the spool release it once the first is gone, and the retry
-// runs. Before 2026-12-07 the release lived in the first process's memory: the next one
+// runs. Before 2026-12-06 the release lived in the first process's memory: the next one
 // found the claim's holder gone and made it unknown, and the retry was refused until an
 // operator cleared it.
 func TestClaimGivenUpIsReleasedByTheNextProcess(t *testing.T) {

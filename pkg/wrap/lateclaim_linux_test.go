@@ -96,7 +96,7 @@ func TestClaimThatLandsAfterItsCallWasAnsweredIsReleased(t *testing.T) {
 // answered as one whose ledger did not confirm it, or runs the call, and the next retry runs
 // it or replays it: the effect once in all.
 //
-// Until 2026-12-07 the retry queued behind the landing claim could read it before wrap's
+// Until 2026-12-06 the retry queued behind the landing claim could read it before wrap's
 // release did, its lease lapsed and its holder this very process, and the lease rules made it
 // unknown ("holder alive but silent"): the retry was refused prior_failure though the call
 // never ran (2 runs of 2 at the end of 2026-12-06). The engine now knows the claim given up
