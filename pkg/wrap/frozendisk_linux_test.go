@@ -62,6 +62,31 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 	}
 }
 
+// TestDuplicateOnAFrozenDiskIsAnswered: a duplicate of a call that ran, sent while the
+// ledger's file system is frozen, reads the ledger, and a read takes a read mark in SQLite's
+// shared-memory index: a store into the frozen -shm, which waited in a page fault where the
+// next garbage collection stopped the whole process until the thaw (0 of 300 of the agent's
+// requests answered in 30 s, the duplicate not at all). Reads now wait for a frozen file
+// system in a system call, as the writer does: the duplicate is answered store_error (NOT
+// executed) while the disk is frozen, the agent's other requests meanwhile, and once the disk
+// thaws the duplicate is replayed, the call still run once.
+func TestDuplicateOnAFrozenDiskIsAnswered(t *testing.T) {
+	dir, freeze := diskfull.Frozen(t)
+	r := newRig(t)
+	r.ledger = filepath.Join(dir, "ledger.db")
+	r.extraEnv = append(r.extraEnv, "GOGC=1")
+	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
+
+	thaw := freeze()
+	rw.refusedWhilePinged(t, 2, chargeLine(2, "warm"), thaw, "a duplicate read from a frozen disk")
+	if got := rw.roundTrip(t, chargeLine(3, "warm")); !strings.Contains(got, `"effectfence/replayed":true`) {
+		t.Fatalf("the duplicate once the disk thawed: %s; want it replayed", got)
+	}
+	if n := r.effectCount(); n != before {
+		t.Fatalf("%d effects, want %d: the duplicate ran", n, before)
+	}
+}
+
 // refusedWhilePinged is refusedWhileHeld for the call line of JSON-RPC id id, with the agent
 // sending a tools/list every 100 ms while it waits (its other requests: work for wrap, and
 // for its garbage collector, while the claim is held up); the call must be answered within

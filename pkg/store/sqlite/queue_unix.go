@@ -51,8 +51,10 @@ func flockRelease(f *os.File) {
 // what is, to Go's scheduler, running Go code, that cannot be preempted, so the first
 // stop-the-world (a garbage collection) waits for the thaw with it, and the whole process
 // stops (TestClaimOnAFrozenDiskIsAnswered). Waiting in a system call instead, the writer
-// holds nothing the runtime needs. A freeze that begins after this returns, while the
-// transaction runs, is not covered. Nothing is done without a lock file.
+// holds nothing the runtime needs. A read transaction's first store is its read mark, into
+// the same index: Views wait here too (TestDuplicateOnAFrozenDiskIsAnswered). A freeze that
+// begins after this returns, while the transaction runs, is not covered. Nothing is done
+// without a lock file (a store opened read-only).
 func (q *writerQueue) waitWritable() {
 	if q == nil || q.f == nil {
 		return

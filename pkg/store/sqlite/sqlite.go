@@ -1564,6 +1564,10 @@ func (s *Store) View(ctx context.Context, fn func(fence.Tx) error) error {
 		if err != nil {
 			return err
 		}
+		// A read takes a read mark in the shared-memory index, a store into the mapped -shm
+		// file that, on a frozen file system, waits in a page fault where the whole process
+		// would stop at the next collection (waitWritable): wait in a system call first.
+		s.turns.waitWritable()
 		if _, err := r.exec(qBeginRead); err != nil {
 			// The driver answers with the context's error when the context ended while the
 			// statement ran, even if BEGIN took effect. The connection may then hold an open
