@@ -20,6 +20,7 @@ import (
 // --claim still acts on the intent as it is. Real processes on a real SQLite file and the real
 // PostgreSQL; the suggestions pasted into a real bash.
 func TestPastedCommandActsOnTheAttemptItWasWrittenAbout(t *testing.T) {
+	t.Parallel()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash:", err)

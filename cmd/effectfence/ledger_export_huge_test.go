@@ -17,6 +17,7 @@ import (
 // by the real binary byte for byte, its cert verifying, and `show --json` carries the same, on
 // a SQLite file and on PostgreSQL. TestLedgerExportKeepsBytesAndCerts has the small cases.
 func TestLedgerExportKeepsHugeRecords(t *testing.T) {
+	t.Parallel()
 	unit := `\u001b<&` + "\u2028é\u202e" + `\"\\`
 	args := `{"blob":"` + strings.Repeat(unit, 2<<20/len(unit)) + `","n":1.0}`
 	result := `{"content":[{"type":"text","text":"` + strings.Repeat(`ok \u0000 `+"\u0085", 2<<20/12) + `"}]}`

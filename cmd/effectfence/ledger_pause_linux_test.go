@@ -29,6 +29,7 @@ import (
 // keep the rest of its report in a temporary file no other user can read and no directory
 // shows, and give the reader all of it, whole and in order, when it reads on.
 func TestViewLetsGoOfTheLedgerWhileItsReaderPauses(t *testing.T) {
+	t.Parallel()
 	// One record's reason of 990 characters widens every row of the table to over 1 KB: each
 	// view of 2,000 records is over 2 MB, more than the pipe and the report's memory hold.
 	const n = 2000

@@ -22,6 +22,7 @@ import (
 // answer and must end released, the audit trail saying why, nothing left in flight or unknown,
 // and the next prepare of the intent is admitted fresh.
 func TestServeClaimThatLandsAfterItsPrepareWasAnsweredIsReleased(t *testing.T) {
+	t.Parallel()
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
 	a := startServe(t, "--ledger", ledger)
 	if p := a.prepare(`{"intent":"warm","tool":"t"}`); p.Status != serve.StatusFresh {

@@ -25,6 +25,7 @@ import (
 // frozen file system in a system call (waitWritable); the agent's requests meanwhile, with
 // GOGC=1, make the process collect while the claim is stuck.
 func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
+	t.Parallel()
 	dir, freeze := diskfull.Frozen(t)
 	r := newRig(t)
 	r.ledger = filepath.Join(dir, "ledger.db")
@@ -71,6 +72,7 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 // executed) while the disk is frozen, the agent's other requests meanwhile, and once the disk
 // thaws the duplicate is replayed, the call still run once.
 func TestDuplicateOnAFrozenDiskIsAnswered(t *testing.T) {
+	t.Parallel()
 	dir, freeze := diskfull.Frozen(t)
 	r := newRig(t)
 	r.ledger = filepath.Join(dir, "ledger.db")

@@ -21,6 +21,7 @@ import (
 // intent left in flight or unknown; the retry then runs the call once and its duplicate
 // replays it.
 func TestClaimThatLandsAfterItsCallWasAnsweredIsReleased(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
 
@@ -102,6 +103,7 @@ func TestClaimThatLandsAfterItsCallWasAnsweredIsReleased(t *testing.T) {
 // never ran (2 runs of 2 at the end of 2026-12-06). The engine now knows the claim given up
 // (fence.Engine.PrepareWaitBeside) and releases it when a pass meets it. Root, strace.
 func TestRetrySentWhileTheLateClaimIsHeldIsNotToldTheCallMayHaveRun(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
 
@@ -154,6 +156,7 @@ func TestRetrySentWhileTheLateClaimIsHeldIsNotToldTheCallMayHaveRun(t *testing.T
 // the next wrap applies once the first is gone (fence.Engine.PrepareWaitBeside). Root,
 // strace.
 func TestClaimThatLandsAsWrapStopsDoesNotFenceTheRetry(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
 
