@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/internal/netcut"
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/serve"
+)
+
+// TestServeCommitWhileThePostgresLedgerIsCutIsKept: docs/serve.md ("An outcome the ledger
+// cannot take") says fence_commit retries an outcome a database cut keeps from the ledger for
+// up to 2 s, then keeps it in the ledger's local spool and answers store_error with spooled
+// and executed, and that it is recorded once the ledger answers (within 10 s, or when any fence
+// process next opens the ledger). The real binary on a real PostgreSQL ledger reached through a
+// proxy that drops every connection and refuses new ones: the agent's commit is answered in
+// time, and a duplicate through another serve process that reaches the database directly is
+// never told to run the effect again and receives the agent's result, whether the serve
+// process that spooled it keeps running ("holder-runs", the drain) or is killed -9 once it
+// answered ("holder-killed", the next open).
+func TestServeCommitWhileThePostgresLedgerIsCutIsKept(t *testing.T) {
+	for _, kind := range []string{"holder-runs", "holder-killed"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Setenv("XDG_STATE_HOME", t.TempDir()) // the PostgreSQL spool, shared by both processes
+			proxy, through, direct := pgThrough(t, netcut.New)
+			const prep = `{"intent":"charge:o-cut","tool":"charge_card","args":{"amount":4900}}`
+			a := startServe(t, "--ledger", through.String())
+			p := a.prepare(prep)
+			if p.Status != serve.StatusFresh {
+				t.Fatalf("first prepare: %+v", p)
+			}
+			const down = 20 * time.Second
+			proxy.Cut(down) // the agent runs the effect meanwhile; the database is out of reach
+			began := time.Now()
+			commit := `{"ticket":` + ticketJSON(t, p.Ticket) + `,"result":{"charge":"ch_cut"}}`
+			r := a.refused(serve.ToolCommit, commit)
+			took := time.Since(began)
+			t.Logf("commit answered after %v: %+v", took.Round(time.Millisecond), r)
+			if r.Code != fence.CodeStore || r.Spooled == "" || !r.Executed {
+				t.Fatalf("commit while the database is cut: %+v; want store_error, spooled, executed", r)
+			}
+			if _, err := os.Stat(r.Spooled); err != nil {
+				t.Fatalf("the spool file the refusal names: %v", err)
+			}
+			if took >= down {
+				t.Fatalf("the commit was answered only after the cut ended (%v)", took)
+			}
+			if kind == "holder-killed" {
+				a.kill9()
+			}
+			proxy.Heal()
+
+			b := startServe(t, "--ledger", direct)
+			deadline := time.Now().Add(45 * time.Second)
+			for {
+				raw, isErr := b.call(serve.ToolPrepare, prep)
+				var d serve.PrepareResult
+				var ref serve.Refusal
+				switch {
+				case !isErr && json.Unmarshal(raw, &d) == nil && d.Status == serve.StatusAlreadyDone:
+					if d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_cut")) {
+						t.Fatalf("the duplicate's cert: %s; want the agent's result", raw)
+					}
+					if kind == "holder-runs" {
+						// The agent's own retry through its serve process gets the recorded cert.
+						raw, isErr := a.call(serve.ToolCommit, commit)
+						var c serve.CommitResult
+						if isErr || json.Unmarshal(raw, &c) != nil || c.Cert == nil || c.Cert.Hash != d.Cert.Hash {
+							t.Fatalf("the agent's retried commit: %s; want cert %s", raw, d.Cert.Hash)
+						}
+					}
+					return
+				case !isErr:
+					t.Fatalf("a duplicate after the commit was spooled: %s; the effect ran already, it must not run again", raw)
+				case json.Unmarshal(raw, &ref) != nil || ref.Executed:
+					t.Fatalf("a duplicate's refusal: %s", raw)
+				case ref.Code == fence.CodeInFlight && kind == "holder-runs":
+					// The drain comes within 10 s of the database's return.
+				default:
+					t.Fatalf("a duplicate after the commit was spooled (%s): %s; want the agent's result", kind, raw)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the spooled commit was not recorded within 45 s of the database's return; last answer %s\nholder's stderr:\n%s", raw, a.stderr.String())
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		})
+	}
+}
