@@ -91,3 +91,70 @@ func TestServeCommitWhileThePostgresLedgerIsCutIsKept(t *testing.T) {
 		})
 	}
 }
+
+// TestServePrepareWhoseClaimsAnswerIsLostIsReleased: docs/serve.md says a fence_prepare on a
+// PostgreSQL ledger that the database does not answer is answered store_error (not admitted:
+// run nothing, ask again), after the store asked whether the claim it sent landed, "which the
+// engine releases if it did, as nobody holds its ticket". The real binary through a proxy
+// that delivers the claim's statement and loses its answer, then keeps the database away
+// longer than the store asks: the agent is told not to run, and its retry once the database
+// is back is admitted and runs once, never fenced as unknown behind a claim nobody holds.
+func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	p, through, direct := pgThrough(t, netcut.NewPostgres)
+	a := startServe(t, "--ledger", through.String())
+	if w := a.prepare(`{"intent":"warm:1","tool":"t"}`); w.Status != serve.StatusFresh { // the pool is warm
+		t.Fatalf("warm-up prepare: %+v", w)
+	}
+	const prep = `{"intent":"charge:o-lost","tool":"charge_card","args":{"amount":300}}`
+	p.LoseAnswer(1, 6*time.Second)
+	r := a.refused(serve.ToolPrepare, prep)
+	if p.Lost() != 1 || r.Code != fence.CodeStore || r.Executed {
+		t.Fatalf("the prepare whose claim's answer was lost (%d lost): %+v; want store_error, not executed", p.Lost(), r)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		raw, isErr := a.call(serve.ToolPrepare, prep)
+		var ok serve.PrepareResult
+		var ref serve.Refusal
+		switch {
+		case !isErr && json.Unmarshal(raw, &ok) == nil && ok.Status == serve.StatusFresh:
+			// Admitted once: the claim that landed was released, not handed out.
+			c, isErr := a.call(serve.ToolCommit, `{"ticket":`+ticketJSON(t, ok.Ticket)+`,"result":{"charge":"ch_lost"}}`)
+			if isErr {
+				t.Fatalf("commit of the retry: %s", c)
+			}
+			b := startServe(t, "--ledger", direct)
+			if d := b.prepare(prep); d.Status != serve.StatusAlreadyDone || d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_lost")) {
+				t.Fatalf("a duplicate after the retry's commit: %+v", d)
+			}
+			// The claim whose answer was lost landed, and was released (an event says so).
+			code, out, errOut := runCLI(t, "", "ledger", "show", "--json", "--ledger", direct, "charge:o-lost")
+			var shown struct{ Events []fence.Event }
+			if code != exitOK || json.Unmarshal([]byte(out), &shown) != nil {
+				t.Fatalf("ledger show = %d %s %s", code, out, errOut)
+			}
+			released := false
+			for _, ev := range shown.Events {
+				t.Logf("event %s (claim %d): %s", ev.Kind, ev.Token, ev.Reason)
+				released = released || ev.Kind == fence.EventRelease
+			}
+			if !released {
+				t.Fatalf("no release of the lost claim among the intent's events: the answer lost was not the claim's")
+			}
+			return
+		case !isErr:
+			t.Fatalf("a retry: %s", raw)
+		case json.Unmarshal(raw, &ref) != nil || ref.Executed:
+			t.Fatalf("a retry's refusal: %s", raw)
+		case ref.Code == fence.CodeStore || ref.Code == fence.CodeInFlight:
+			// the database is still away, or the store is still settling the lost claim
+		default:
+			t.Fatalf("a retry once the database is back: %+v; want it admitted (the lost claim released)\nstderr:\n%s", ref, a.stderr.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry admitted within 90 s; last %s\nstderr:\n%s", raw, a.stderr.String())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
