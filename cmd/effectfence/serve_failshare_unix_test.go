@@ -50,9 +50,22 @@ func (s *serveProc) waiting(args string) int {
 // plain fence_release (failed left out, as before) still lets the waiter run: the effect did
 // not happen. Before 2026-12-06 fence_release could only release, and the waiter of a failed
 // attempt was answered fresh and ran the effect a second time.
+//
+// On PostgreSQL too, where the waiter in another process learns of the failure through the
+// database, not through a file's events.
 func TestServeReleaseAsFailedIsSharedWithAWaiter(t *testing.T) {
 	t.Parallel()
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		releaseAsFailedIsShared(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		releaseAsFailedIsShared(t, pgLedger(t))
+	})
+}
+
+func releaseAsFailedIsShared(t *testing.T, ledger string) {
 	a := startServe(t, "--ledger", ledger)
 	b := startServe(t, "--ledger", ledger)
 	for _, tc := range []struct {
