@@ -132,9 +132,20 @@ func ticketJSON(t *testing.T, tk *fence.Ticket) string {
 // MCP client starts a new one. The claim, held by the dead process, is unknown at once: a
 // duplicate is refused prior_failure, not run. The agent's commit through the new process
 // (same ticket) heals it, and duplicates replay its result (docs/serve.md, RELIABILITY.md).
+// On a SQLite file and on PostgreSQL.
 func TestServeKilledHolderHealedByItsCommit(t *testing.T) {
 	t.Parallel()
-	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		killedHolderHealedByItsCommit(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		killedHolderHealedByItsCommit(t, pgLedger(t))
+	})
+}
+
+func killedHolderHealedByItsCommit(t *testing.T, ledger string) {
 	const prep = `{"intent":"charge:o-1","tool":"charge_card","args":{"amount":4900}}`
 	a := startServe(t, "--ledger", ledger)
 	p := a.prepare(prep)
