@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -156,5 +157,103 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 			t.Fatalf("no retry admitted within 90 s; last %s\nstderr:\n%s", raw, a.stderr.String())
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestServeCommitWhoseAnswerIsLostIsKeptOnce: as above, but the commit reaches PostgreSQL and
+// lands, and its answer is lost, with the database then away longer than serve's 2 s bound,
+// so the store cannot ask whether it landed. The agent is told it is kept (spooled,
+// executed); once the database is back, a duplicate in another serve process receives the
+// agent's result, the agent's retried commit the same cert, and the ledger holds one
+// admission, no late result and no lease_lost: the spooled copy of a commit that had landed is
+// recognised as that commit, not recorded as another.
+func TestServeCommitWhoseAnswerIsLostIsKeptOnce(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	p, through, direct := pgThrough(t, netcut.NewPostgres)
+	a := startServe(t, "--ledger", through.String())
+	// A commit's round trips: commits until two in a row take the same number.
+	var n int64
+	var seen []int64
+	for i := 0; i < 8; i++ {
+		w := a.prepare(`{"intent":"warm:` + strconv.Itoa(i) + `","tool":"t"}`)
+		before := p.RoundTrips()
+		if _, isErr := a.call(serve.ToolCommit, `{"ticket":`+ticketJSON(t, w.Ticket)+`,"result":1}`); isErr {
+			t.Fatalf("warm-up commit %d refused", i)
+		}
+		n = p.RoundTrips() - before
+		seen = append(seen, n)
+		if len(seen) > 1 && seen[len(seen)-2] == n {
+			break
+		}
+	}
+	if len(seen) < 2 || seen[len(seen)-2] != n {
+		t.Fatalf("commits took %v round trips: never the same twice in a row", seen)
+	}
+	const prep = `{"intent":"charge:o-lostcommit","tool":"charge_card","args":{"amount":700}}`
+	c := a.prepare(prep)
+	if c.Status != serve.StatusFresh {
+		t.Fatalf("prepare: %+v", c)
+	}
+	commit := `{"ticket":` + ticketJSON(t, c.Ticket) + `,"result":{"charge":"ch_lc"}}`
+	p.LoseAnswer(int(n), 8*time.Second)
+	raw, isErr := a.call(serve.ToolCommit, commit)
+	t.Logf("the commit whose answer was lost (%d of %d round trips): %s", p.Lost(), n, raw)
+	if p.Lost() != 1 {
+		t.Fatalf("no answer was lost")
+	}
+	var r serve.Refusal
+	if isErr && (json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeStore || r.Spooled == "" || !r.Executed) {
+		t.Fatalf("the commit whose answer was lost: %s; want its cert, or store_error spooled and executed", raw)
+	}
+	b := startServe(t, "--ledger", direct)
+	deadline := time.Now().Add(45 * time.Second)
+	var d serve.PrepareResult
+	for {
+		raw, isErr := b.call(serve.ToolPrepare, prep)
+		var ref serve.Refusal
+		if !isErr && json.Unmarshal(raw, &d) == nil && d.Status == serve.StatusAlreadyDone {
+			break
+		}
+		if !isErr || json.Unmarshal(raw, &ref) != nil || ref.Code != fence.CodeInFlight {
+			t.Fatalf("a duplicate after the lost answer: %s; want the agent's result (or in flight until the drain)", raw)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not recorded within 45 s: %s", raw)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_lc")) {
+		t.Fatalf("the duplicate's cert: %+v", d.Cert)
+	}
+	// The agent retries through its own serve process, whose database comes back later.
+	for {
+		raw, isErr = a.call(serve.ToolCommit, commit)
+		var ref serve.Refusal
+		if !isErr || json.Unmarshal(raw, &ref) != nil || ref.Code != fence.CodeStore || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	var again serve.CommitResult
+	if isErr || json.Unmarshal(raw, &again) != nil || again.Cert == nil || again.Cert.Hash != d.Cert.Hash {
+		t.Fatalf("the agent's retried commit: %s; want cert %s", raw, d.Cert.Hash)
+	}
+	code, out, errOut := runCLI(t, "", "ledger", "show", "--json", "--ledger", direct, "charge:o-lostcommit")
+	var shown struct{ Events []fence.Event }
+	if code != exitOK || json.Unmarshal([]byte(out), &shown) != nil {
+		t.Fatalf("ledger show = %d %s %s", code, out, errOut)
+	}
+	for _, ev := range shown.Events {
+		if ev.Kind == fence.EventLateResult || ev.Kind == fence.EventOrphan {
+			t.Errorf("event %s after a commit that landed: %s", ev.Kind, ev.Reason)
+		}
+	}
+	code, out, errOut = runCLI(t, "", "ledger", "stats", "--ledger", direct, "--json")
+	var stats struct{ Counters fence.Counters }
+	if code != exitOK || json.Unmarshal([]byte(out), &stats) != nil {
+		t.Fatalf("ledger stats = %d %s %s", code, out, errOut)
+	}
+	if got := stats.Counters; got.Admitted != uint64(len(seen)+1) || got.LeaseLost != 0 {
+		t.Errorf("ledger stats %s; want %d admissions and no lease_lost", got.Line(), len(seen)+1)
 	}
 }
