@@ -257,3 +257,60 @@ func TestServeCommitWhoseAnswerIsLostIsKeptOnce(t *testing.T) {
 		t.Errorf("ledger stats %s; want %d admissions and no lease_lost", got.Line(), len(seen)+1)
 	}
 }
+
+// TestServeSettlesWhileThePostgresLedgerIsFrozen: docs/serve.md bounds what a settling call
+// waits for a ledger that does not answer: fence_heartbeat is answered store_error (the lease
+// not extended: call it again) and fence_commit retries for 2 s, then spools. A PostgreSQL
+// ledger whose connections stop carrying bytes (a stopped database, a black-holed network:
+// nothing is closed) must not hold either for as long as the database is away: both are
+// answered while it still is, and the commit is recorded once it is back.
+func TestServeSettlesWhileThePostgresLedgerIsFrozen(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	p, through, direct := pgThrough(t, netcut.New)
+	a := startServe(t, "--ledger", through.String())
+	const prep = `{"intent":"charge:o-frozen","tool":"charge_card","args":{"amount":800}}`
+	c := a.prepare(prep)
+	if c.Status != serve.StatusFresh {
+		t.Fatalf("prepare: %+v", c)
+	}
+	tk := ticketJSON(t, c.Ticket)
+	p.Freeze()
+	thawed := make(chan struct{})
+	thaw := time.AfterFunc(30*time.Second, func() { p.Heal(); close(thawed) })
+	defer thaw.Stop()
+	frozen := func(what string) {
+		t.Helper()
+		select {
+		case <-thawed:
+			t.Fatalf("%s was answered only after the database came back", what)
+		default:
+		}
+	}
+	if r := a.refused(serve.ToolHeartbeat, `{"ticket":`+tk+`}`); r.Code != fence.CodeStore {
+		t.Fatalf("heartbeat while frozen: %+v; want store_error", r)
+	}
+	frozen("the heartbeat")
+	r := a.refused(serve.ToolCommit, `{"ticket":`+tk+`,"result":{"charge":"ch_fz"}}`)
+	frozen("the commit")
+	if r.Code != fence.CodeStore || r.Spooled == "" || !r.Executed {
+		t.Fatalf("commit while frozen: %+v; want store_error, spooled, executed", r)
+	}
+	p.Heal()
+	b := startServe(t, "--ledger", direct)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		raw, isErr := b.call(serve.ToolPrepare, prep)
+		var d serve.PrepareResult
+		var ref serve.Refusal
+		if !isErr && json.Unmarshal(raw, &d) == nil && d.Status == serve.StatusAlreadyDone {
+			if d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_fz")) {
+				t.Fatalf("the duplicate's cert: %s", raw)
+			}
+			return
+		}
+		if !isErr || json.Unmarshal(raw, &ref) != nil || ref.Code != fence.CodeInFlight || time.Now().After(deadline) {
+			t.Fatalf("a duplicate after the thaw: %s; want the agent's result (or in flight until the drain)\nholder's stderr:\n%s", raw, a.stderr.String())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
