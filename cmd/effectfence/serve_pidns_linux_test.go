@@ -20,6 +20,7 @@ import (
 // claim needed --force); run in the serve process's namespace (nsenter), as the page advises,
 // it is refused, naming the process that still runs.
 func TestServeClaimInAnotherPIDNamespaceIsOutOfSight(t *testing.T) {
+	t.Parallel()
 	unshare, err1 := exec.LookPath("unshare")
 	nsenter, err2 := exec.LookPath("nsenter")
 	if os.Getuid() != 0 || err1 != nil || err2 != nil {
