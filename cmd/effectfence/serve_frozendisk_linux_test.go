@@ -25,11 +25,11 @@ import (
 // frozen file system in a system call (waitWritable); the agent's requests meanwhile, with
 // GOGC=1, make the process collect while the claim is stuck.
 func TestServePrepareOnAFrozenDiskIsAnswered(t *testing.T) {
+	t.Parallel()
 	dir, freeze := diskfull.Frozen(t)
-	// A collection on nearly every allocation (serve inherits the test's environment): the
-	// pings below make serve collect while the prepare's claim is stuck, as load did in CI.
-	t.Setenv("GOGC", "1")
-	a := startServe(t, "--ledger", filepath.Join(dir, "ledger.db"))
+	// A collection on nearly every allocation: the pings below make serve collect while the
+	// prepare's claim is stuck, as load did in CI.
+	a := startServeEnv(t, []string{"GOGC=1"}, "--ledger", filepath.Join(dir, "ledger.db"))
 	if p := a.prepare(`{"intent":"warm","tool":"t"}`); p.Status != serve.StatusFresh {
 		t.Fatalf("warm-up prepare: %+v", p)
 	}

@@ -33,10 +33,17 @@ type serveProc struct {
 // when the test ends.
 func startServe(t *testing.T, args ...string) *serveProc {
 	t.Helper()
+	return startServeEnv(t, nil, args...)
+}
+
+// startServeEnv is startServe with env added to serve's environment (a parallel test cannot
+// set its own with t.Setenv).
+func startServeEnv(t *testing.T, env []string, args ...string) *serveProc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, effectfence(t), append([]string{"serve"}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "NO_COLOR=1")
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0", "NO_COLOR=1"), env...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -24,12 +24,13 @@ import (
 // process that spooled it keeps running ("holder-runs", the drain) or is killed -9 once it
 // answered ("holder-killed", the next open).
 func TestServeCommitWhileThePostgresLedgerIsCutIsKept(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"holder-runs", "holder-killed"} {
 		t.Run(kind, func(t *testing.T) {
-			t.Setenv("XDG_STATE_HOME", t.TempDir()) // the PostgreSQL spool, shared by both processes
+			state := []string{"XDG_STATE_HOME=" + t.TempDir()} // the PostgreSQL spool, shared by both processes
 			proxy, through, direct := pgThrough(t, netcut.New)
 			const prep = `{"intent":"charge:o-cut","tool":"charge_card","args":{"amount":4900}}`
-			a := startServe(t, "--ledger", through.String())
+			a := startServeEnv(t, state, "--ledger", through.String())
 			p := a.prepare(prep)
 			if p.Status != serve.StatusFresh {
 				t.Fatalf("first prepare: %+v", p)
@@ -55,7 +56,7 @@ func TestServeCommitWhileThePostgresLedgerIsCutIsKept(t *testing.T) {
 			}
 			proxy.Heal()
 
-			b := startServe(t, "--ledger", direct)
+			b := startServeEnv(t, state, "--ledger", direct)
 			deadline := time.Now().Add(45 * time.Second)
 			for {
 				raw, isErr := b.call(serve.ToolPrepare, prep)
@@ -101,9 +102,10 @@ func TestServeCommitWhileThePostgresLedgerIsCutIsKept(t *testing.T) {
 // longer than the store asks: the agent is told not to run, and its retry once the database
 // is back is admitted and runs once, never fenced as unknown behind a claim nobody holds.
 func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
-	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Parallel()
+	state := []string{"XDG_STATE_HOME=" + t.TempDir()} // the PostgreSQL spool, shared by both processes
 	p, through, direct := pgThrough(t, netcut.NewPostgres)
-	a := startServe(t, "--ledger", through.String())
+	a := startServeEnv(t, state, "--ledger", through.String())
 	if w := a.prepare(`{"intent":"warm:1","tool":"t"}`); w.Status != serve.StatusFresh { // the pool is warm
 		t.Fatalf("warm-up prepare: %+v", w)
 	}
@@ -125,7 +127,7 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 			if isErr {
 				t.Fatalf("commit of the retry: %s", c)
 			}
-			b := startServe(t, "--ledger", direct)
+			b := startServeEnv(t, state, "--ledger", direct)
 			if d := b.prepare(prep); d.Status != serve.StatusAlreadyDone || d.Cert == nil || !bytes.Contains(d.Cert.Result, []byte("ch_lost")) {
 				t.Fatalf("a duplicate after the retry's commit: %+v", d)
 			}
@@ -168,9 +170,10 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 // admission, no late result and no lease_lost: the spooled copy of a commit that had landed is
 // recognised as that commit, not recorded as another.
 func TestServeCommitWhoseAnswerIsLostIsKeptOnce(t *testing.T) {
-	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Parallel()
+	state := []string{"XDG_STATE_HOME=" + t.TempDir()} // the PostgreSQL spool, shared by both processes
 	p, through, direct := pgThrough(t, netcut.NewPostgres)
-	a := startServe(t, "--ledger", through.String())
+	a := startServeEnv(t, state, "--ledger", through.String())
 	// A commit's round trips: commits until two in a row take the same number.
 	var n int64
 	var seen []int64
@@ -205,7 +208,7 @@ func TestServeCommitWhoseAnswerIsLostIsKeptOnce(t *testing.T) {
 	if isErr && (json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeStore || r.Spooled == "" || !r.Executed) {
 		t.Fatalf("the commit whose answer was lost: %s; want its cert, or store_error spooled and executed", raw)
 	}
-	b := startServe(t, "--ledger", direct)
+	b := startServeEnv(t, state, "--ledger", direct)
 	deadline := time.Now().Add(45 * time.Second)
 	var d serve.PrepareResult
 	for {
@@ -265,9 +268,10 @@ func TestServeCommitWhoseAnswerIsLostIsKeptOnce(t *testing.T) {
 // nothing is closed) must not hold either for as long as the database is away: both are
 // answered while it still is, and the commit is recorded once it is back.
 func TestServeSettlesWhileThePostgresLedgerIsFrozen(t *testing.T) {
-	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Parallel()
+	state := []string{"XDG_STATE_HOME=" + t.TempDir()} // the PostgreSQL spool, shared by both processes
 	p, through, direct := pgThrough(t, netcut.New)
-	a := startServe(t, "--ledger", through.String())
+	a := startServeEnv(t, state, "--ledger", through.String())
 	const prep = `{"intent":"charge:o-frozen","tool":"charge_card","args":{"amount":800}}`
 	c := a.prepare(prep)
 	if c.Status != serve.StatusFresh {
@@ -296,7 +300,7 @@ func TestServeSettlesWhileThePostgresLedgerIsFrozen(t *testing.T) {
 		t.Fatalf("commit while frozen: %+v; want store_error, spooled, executed", r)
 	}
 	p.Heal()
-	b := startServe(t, "--ledger", direct)
+	b := startServeEnv(t, state, "--ledger", direct)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		raw, isErr := b.call(serve.ToolPrepare, prep)
