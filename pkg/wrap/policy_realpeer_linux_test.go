@@ -1,0 +1,178 @@
+package wrap_test
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// The policy file's per-tool settings against the real thing: server-everything (the
+// TypeScript SDK under node) annotates trigger-long-running-operation readOnlyHint, so wrap
+// passes it through unless something fences it (docs/policy.md, rule 4: `fence: true`).
+
+const longOp = "trigger-long-running-operation"
+
+// realEverythingRig is a rig whose child is server-everything, run by node directly (the .bin
+// entry is the script itself, so node is wrap's only child and its group's leader).
+func realEverythingRig(t *testing.T) *rig {
+	r := newRig(t)
+	r.childCmdOverride = []string{peer(t, "mcp-server-everything")}
+	return r
+}
+
+// TestPolicyFencedReadOfARealServerKilledMidCall: a policy's `fence: true` fences a tool the
+// server annotates read-only; the server (node) killed with SIGKILL mid-call leaves the
+// outcome unknown (docs/wrap.md, "An unknown outcome is fenced"): the call and a duplicate
+// that waited for it are answered that it was NOT executed again, a retry is refused, the
+// ledger holds one claim, unknown, and the next call of another tool reaches a restarted
+// server.
+func TestPolicyFencedReadOfARealServerKilledMidCall(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := realEverythingRig(t)
+	path := writePolicy(t, r, "version: 1\ntools:\n  "+longOp+":\n    fence: true\n")
+	w := r.wrap("--policy", path)
+	args := `{"duration":60,"steps":60}`
+	first := callInBackground(w.Session, longOp, args)
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	if claim.Tool != longOp {
+		t.Fatalf("the claim is of %q, want %q", claim.Tool, longOp)
+	}
+	node := groupLeader(t, w)
+	dup := callInBackground(w.Session, longOp, args)
+	// The duplicate is in wrap before the kill: it is read in order, before the ping.
+	if _, err := w.Call(context.Background(), "ping", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(node, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, want string
+		ch         <-chan called
+	}{{"the call", "will NOT be executed again", first}, {"its duplicate", "NOT executed", dup}} {
+		select {
+		case a := <-c.ch:
+			if a.err != nil || !a.x.IsError || a.x.replayed() || !strings.Contains(a.x.text(), "unknown") || !strings.Contains(a.x.text(), c.want) {
+				t.Errorf("%s, its server killed: %q %v, want a tool error saying the outcome is unknown and %q", c.name, a.x.text(), a.err, c.want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s was not answered 30 s after its server was killed", c.name)
+		}
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateUnknown {
+		t.Fatalf("the intent after the kill: %+v %v, want unknown", rec, err)
+	}
+	retry := call(t, w.Session, longOp, args)
+	if !retry.IsError || !strings.Contains(retry.text(), "NOT executed") {
+		t.Fatalf("a retry of the call whose server was killed: %q, want refused", retry.text())
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateUnknown || rec.Token != claim.Token {
+		t.Fatalf("the intent after a retry: %+v %v, want unknown under the first claim (token %d)", rec, err, claim.Token)
+	}
+	// The server restarts for the next call; echo (read-only, no entry) passes through.
+	if x := call(t, w.Session, "echo", `{"message":"after"}`); x.IsError || !strings.Contains(x.text(), "after") {
+		t.Fatalf("echo after the restart: %+v", x)
+	}
+	if n := len(childPids(w.Pid())); n != 1 || childPids(w.Pid())[0] == node {
+		t.Fatalf("wrap's children after the restart: %v (the killed server was %d)", childPids(w.Pid()), node)
+	}
+}
+
+// TestPolicyWaitOfADuplicateWhileTheRealServerIsStopped: the policy's per-tool `wait` bounds a
+// duplicate's wait for a call inside a server stopped with SIGSTOP: it is refused in flight
+// (NOT executed) after about that wait, and the call, once the server is continued, is
+// recorded and replayed to the next duplicate byte for byte (docs/wrap.md, "Identical calls
+// run once").
+func TestPolicyWaitOfADuplicateWhileTheRealServerIsStopped(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := realEverythingRig(t)
+	path := writePolicy(t, r, "version: 1\ntools:\n  "+longOp+":\n    fence: true\n    wait: 1s\n")
+	w := r.wrap("--policy", path)
+	args := `{"duration":1,"steps":1}`
+	first := callInBackground(w.Session, longOp, args)
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	node := groupLeader(t, w)
+	if err := syscall.Kill(node, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(node, syscall.SIGCONT)
+	start := time.Now()
+	dup, err := callE(w.Session, longOp, args)
+	waited := time.Since(start)
+	if err != nil || !dup.IsError || dup.replayed() || !strings.Contains(dup.text(), "NOT executed") {
+		t.Fatalf("a duplicate while the call's server is stopped: %q %v, want refused in flight", dup.text(), err)
+	}
+	if waited > 20*time.Second {
+		t.Fatalf("the duplicate waited %s, past the policy's wait of 1s (the default is 30s)", waited)
+	}
+	if err := syscall.Kill(node, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var a called
+	select {
+	case a = <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call was not answered 30 s after its server was continued")
+	}
+	if a.err != nil || a.x.IsError || !strings.Contains(a.x.text(), "completed") {
+		t.Fatalf("the call: %q %v", a.x.text(), a.err)
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateDone {
+		t.Fatalf("the intent once the call ended: %+v %v, want done", rec, err)
+	}
+	again := call(t, w.Session, longOp, args)
+	if !again.replayed() || again.same() != a.x.same() {
+		t.Fatalf("a duplicate after the call: %+v, want the recorded %s replayed", again, a.x.same())
+	}
+}
+
+// TestClientStopSequenceMidCallOfARealServer: an MCP client stops wrap as docs/wrap.md says
+// clients do (stdin closed, SIGTERM 2 s later, SIGKILL 2 s after that) while a fenced call,
+// longer than the grace, runs in the real server. The outcome is recorded before the SIGKILL
+// as unknown, saying effectfence stopped the server with the call inside it; the server does
+// not outlive wrap; a retry through the next wrap is refused, NOT executed.
+func TestClientStopSequenceMidCallOfARealServer(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := realEverythingRig(t)
+	path := writePolicy(t, r, "version: 1\ntools:\n  "+longOp+":\n    fence: true\n")
+	rw := r.initializedRawWrap("--policy", path)
+	const args = `{"duration":60,"steps":60}`
+	rw.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+longOp+`","arguments":`+args+`}}`)
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	kids := childPids(rw.cmd.Process.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("wrap's children: %v, want its server", kids)
+	}
+	node := kids[0]
+	defer syscall.Kill(-node, syscall.SIGKILL)
+	exited := make(chan struct{})
+	go func() { _ = rw.cmd.Wait(); close(exited) }()
+	rw.in.Close()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		select {
+		case <-exited:
+		case <-time.After(2 * time.Second):
+			_ = rw.cmd.Process.Signal(sig)
+		}
+	}
+	<-exited
+	rec, err := led.Status(context.Background(), claim.Intent)
+	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, "stopped") {
+		t.Fatalf("the call cut by the client's stop: %+v %v, want unknown, saying effectfence stopped the server; wrap's stderr:\n%s", rec, err, rw.log.String())
+	}
+	waitFor(t, "the server to be gone", func() bool { return !alive(node) })
+	w := r.wrap("--policy", path)
+	if x := call(t, w.Session, longOp, args); !x.IsError || !strings.Contains(x.text(), "NOT executed") {
+		t.Fatalf("a retry through the next wrap: %q, want refused", x.text())
+	}
+}
