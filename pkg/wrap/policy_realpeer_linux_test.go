@@ -2,6 +2,7 @@ package wrap_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,5 +175,57 @@ func TestClientStopSequenceMidCallOfARealServer(t *testing.T) {
 	w := r.wrap("--policy", path)
 	if x := call(t, w.Session, longOp, args); !x.IsError || !strings.Contains(x.text(), "NOT executed") {
 		t.Fatalf("a retry through the next wrap: %q, want refused", x.text())
+	}
+}
+
+// TestTaskOfARealServerKilledMidTaskIsUnknown: docs/wrap.md, "Tasks": a task-augmented call
+// whose server can no longer be asked (killed with SIGKILL while the task works) is unknown
+// and fenced, never freed as not sent: a duplicate waiting for its final result and a retry
+// (plain, or task-augmented: a failed task) are told it was NOT executed again, and the ledger
+// keeps the one claim, unknown. Against server-everything's simulate-research-query (node,
+// the TypeScript SDK's tasks).
+func TestTaskOfARealServerKilledMidTaskIsUnknown(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := realEverythingRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	ctx := context.Background()
+	const tool, args = "simulate-research-query", `{"topic":"killed mid-task"}`
+	params := json.RawMessage(`{"name":"` + tool + `","arguments":` + args + `,"task":{"ttl":300000}}`)
+	res, err := w.Call(ctx, "tools/call", params)
+	if err != nil || !strings.Contains(string(res), `"taskId"`) {
+		t.Fatalf("want a task handle, got %s %v", res, err)
+	}
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	node := groupLeader(t, w)
+	dup := callInBackground(w.Session, tool, args)
+	if _, err := w.Call(ctx, "ping", nil); err != nil { // the duplicate is in wrap
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(node, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-dup:
+		if a.err != nil || !a.x.IsError || a.x.replayed() || !strings.Contains(a.x.text(), "NOT executed") {
+			t.Fatalf("a duplicate waiting for the task: %q %v, want refused", a.x.text(), a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the duplicate was not answered 30 s after the task's server was killed")
+	}
+	if rec, err := led.Status(ctx, claim.Intent); err != nil || rec.State != fence.StateUnknown || rec.Token != claim.Token {
+		t.Fatalf("the task's intent: %+v %v, want unknown under its one claim", rec, err)
+	}
+	if x := call(t, w.Session, tool, args); !x.IsError || !strings.Contains(x.text(), "NOT executed") {
+		t.Fatalf("a plain retry: %q, want refused", x.text())
+	}
+	again, err := w.Call(ctx, "tools/call", params)
+	if err != nil || !strings.Contains(string(again), `"status":"failed"`) {
+		t.Fatalf("a task-augmented retry: %s %v, want a failed task", again, err)
+	}
+	if rec, err := led.Status(ctx, claim.Intent); err != nil || rec.State != fence.StateUnknown || rec.Token != claim.Token {
+		t.Fatalf("the task's intent after the retries: %+v %v, want unknown under its one claim", rec, err)
 	}
 }
