@@ -3,6 +3,7 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -227,5 +228,85 @@ func TestTaskOfARealServerKilledMidTaskIsUnknown(t *testing.T) {
 	}
 	if rec, err := led.Status(ctx, claim.Intent); err != nil || rec.State != fence.StateUnknown || rec.Token != claim.Token {
 		t.Fatalf("the task's intent after the retries: %+v %v, want unknown under its one claim", rec, err)
+	}
+}
+
+// TestTaskAskingThePersonMidwayIsRecordedOnce: docs/wrap.md, "Tasks", with the real
+// input_required flow of MCP 2025-11-25 (FIELD.md): server-everything's simulate-research-query
+// with ambiguous set moves its task to input_required and sends elicitation/create with the
+// task related, delivered through tasks/result, which wrap itself is waiting on. The question
+// reaches the agent, its answer reaches the server, and the task's final result, naming the
+// answer, is what wrap records: a duplicate that waited meanwhile and a later one receive it,
+// and the person is asked once.
+func TestTaskAskingThePersonMidwayIsRecordedOnce(t *testing.T) {
+	t.Parallel()
+	r := realEverythingRig(t)
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{},"elicitation":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	asked := make(chan string, 4)
+	r.onRequest = func(_ context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+		if method != "elicitation/create" {
+			return nil, fmt.Errorf("unexpected request %s", method)
+		}
+		var q struct {
+			RequestedSchema struct {
+				Properties struct {
+					Interpretation struct {
+						OneOf []struct {
+							Const string `json:"const"`
+						} `json:"oneOf"`
+					} `json:"interpretation"`
+				} `json:"properties"`
+			} `json:"requestedSchema"`
+		}
+		if err := json.Unmarshal(params, &q); err != nil || len(q.RequestedSchema.Properties.Interpretation.OneOf) == 0 {
+			return nil, fmt.Errorf("an elicitation without interpretations: %s", params)
+		}
+		choice := q.RequestedSchema.Properties.Interpretation.OneOf[0].Const
+		asked <- choice
+		return json.Marshal(map[string]any{"action": "accept", "content": map[string]string{"interpretation": choice}})
+	}
+	w := r.wrap()
+	ctx := context.Background()
+	const tool, args = "simulate-research-query", `{"topic":"python","ambiguous":true}`
+	res, err := w.Call(ctx, "tools/call", json.RawMessage(`{"name":"`+tool+`","arguments":`+args+`,"task":{"ttl":300000}}`))
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if err != nil || json.Unmarshal(res, &created) != nil || created.Task.TaskID == "" {
+		t.Fatalf("want a task handle, got %s %v", res, err)
+	}
+	dup := callInBackground(w.Session, tool, args)
+	var choice string
+	select {
+	case choice = <-asked:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the person was not asked within a minute; wrap's stderr:\n%s", w.log.String())
+	}
+	q, _ := json.Marshal(map[string]string{"taskId": created.Task.TaskID})
+	awaitTaskCompleted(t, w, q, 60*time.Second)
+	final, err := w.Call(ctx, "tasks/result", q)
+	if err != nil || !strings.Contains(string(final), choice) {
+		t.Fatalf("the task's final result: %s %v, want it to name the answer %q", final, err, choice)
+	}
+	select {
+	case a := <-dup:
+		if a.err != nil || a.x.IsError || !strings.Contains(a.x.text(), choice) {
+			t.Fatalf("the duplicate that waited: %q %v, want the final result", a.x.text(), a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the duplicate that waited was not answered 30 s after the task completed")
+	}
+	if later := call(t, w.Session, tool, args); !later.replayed() || !strings.Contains(later.text(), choice) {
+		t.Fatalf("a later duplicate: %+v, want the recorded final result", later)
+	}
+	if recs := r.records(t)[tool]; len(recs) != 1 || recs[0].State != fence.StateDone {
+		t.Fatalf("the records of %s: %+v, want one, done", tool, recs)
+	}
+	select {
+	case again := <-asked:
+		t.Fatalf("the person was asked twice (again: %q)", again)
+	default:
 	}
 }
