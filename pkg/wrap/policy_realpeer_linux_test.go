@@ -84,6 +84,11 @@ func TestPolicyFencedReadOfARealServerKilledMidCall(t *testing.T) {
 	if n := len(childPids(w.Pid())); n != 1 || childPids(w.Pid())[0] == node {
 		t.Fatalf("wrap's children after the restart: %v (the killed server was %d)", childPids(w.Pid()), node)
 	}
+	// Nothing of the killed server's group runs, and its wrap is alive: the lease does not
+	// hold the clear (docs/wrap.md).
+	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked: nothing ran", "--claim", fmt.Sprint(claim.Token)); code != 0 {
+		t.Fatalf("clear of the call whose server was killed: exit %d, %s", code, stderr)
+	}
 }
 
 // TestPolicyWaitOfADuplicateWhileTheRealServerIsStopped: the policy's per-tool `wait` bounds a
