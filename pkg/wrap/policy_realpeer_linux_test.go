@@ -143,44 +143,60 @@ func TestPolicyWaitOfADuplicateWhileTheRealServerIsStopped(t *testing.T) {
 
 // TestClientStopSequenceMidCallOfARealServer: an MCP client stops wrap as docs/wrap.md says
 // clients do (stdin closed, SIGTERM 2 s later, SIGKILL 2 s after that) while a fenced call,
-// longer than the grace, runs in the real server. The outcome is recorded before the SIGKILL
-// as unknown, saying effectfence stopped the server with the call inside it; the server does
-// not outlive wrap; a retry through the next wrap is refused, NOT executed.
+// longer than the grace, runs in the real server, or sits in it stopped with SIGSTOP (the
+// SIGTERM wrap sends it then waits, pending, and only SIGKILL ends it). The outcome is
+// recorded before the SIGKILL as unknown, saying effectfence stopped the server with the call
+// inside it; the server does not outlive wrap; a retry through the next wrap is refused, NOT
+// executed.
 func TestClientStopSequenceMidCallOfARealServer(t *testing.T) {
 	t.Parallel()
 	needProc(t)
-	r := realEverythingRig(t)
-	path := writePolicy(t, r, "version: 1\ntools:\n  "+longOp+":\n    fence: true\n")
-	rw := r.initializedRawWrap("--policy", path)
-	const args = `{"duration":60,"steps":60}`
-	rw.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+longOp+`","arguments":`+args+`}}`)
-	led := r.openLedger()
-	claim := waitForClaim(t, led)
-	kids := childPids(rw.cmd.Process.Pid)
-	if len(kids) != 1 {
-		t.Fatalf("wrap's children: %v, want its server", kids)
-	}
-	node := kids[0]
-	defer syscall.Kill(-node, syscall.SIGKILL)
-	exited := make(chan struct{})
-	go func() { _ = rw.cmd.Wait(); close(exited) }()
-	rw.in.Close()
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		select {
-		case <-exited:
-		case <-time.After(2 * time.Second):
-			_ = rw.cmd.Process.Signal(sig)
+	for _, stopped := range []bool{false, true} {
+		name := "running"
+		if stopped {
+			name = "stopped"
 		}
-	}
-	<-exited
-	rec, err := led.Status(context.Background(), claim.Intent)
-	if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, "stopped") {
-		t.Fatalf("the call cut by the client's stop: %+v %v, want unknown, saying effectfence stopped the server; wrap's stderr:\n%s", rec, err, rw.log.String())
-	}
-	waitFor(t, "the server to be gone", func() bool { return !alive(node) })
-	w := r.wrap("--policy", path)
-	if x := call(t, w.Session, longOp, args); !x.IsError || !strings.Contains(x.text(), "NOT executed") {
-		t.Fatalf("a retry through the next wrap: %q, want refused", x.text())
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := realEverythingRig(t)
+			path := writePolicy(t, r, "version: 1\ntools:\n  "+longOp+":\n    fence: true\n")
+			rw := r.initializedRawWrap("--policy", path)
+			const args = `{"duration":60,"steps":60}`
+			rw.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+longOp+`","arguments":`+args+`}}`)
+			led := r.openLedger()
+			claim := waitForClaim(t, led)
+			kids := childPids(rw.cmd.Process.Pid)
+			if len(kids) != 1 {
+				t.Fatalf("wrap's children: %v, want its server", kids)
+			}
+			node := kids[0]
+			defer syscall.Kill(-node, syscall.SIGKILL)
+			if stopped {
+				if err := syscall.Kill(node, syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exited := make(chan struct{})
+			go func() { _ = rw.cmd.Wait(); close(exited) }()
+			rw.in.Close()
+			for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+				select {
+				case <-exited:
+				case <-time.After(2 * time.Second):
+					_ = rw.cmd.Process.Signal(sig)
+				}
+			}
+			<-exited
+			rec, err := led.Status(context.Background(), claim.Intent)
+			if err != nil || rec.State != fence.StateUnknown || !strings.Contains(rec.Reason, "effectfence stopped the MCP server") {
+				t.Fatalf("the call cut by the client's stop: %+v %v, want unknown, saying effectfence stopped the server; wrap's stderr:\n%s", rec, err, rw.log.String())
+			}
+			waitFor(t, "the server to be gone", func() bool { return !alive(node) })
+			w := r.wrap("--policy", path)
+			if x := call(t, w.Session, longOp, args); !x.IsError || !strings.Contains(x.text(), "NOT executed") {
+				t.Fatalf("a retry through the next wrap: %q, want refused", x.text())
+			}
+		})
 	}
 }
 
