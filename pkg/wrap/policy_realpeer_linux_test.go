@@ -331,3 +331,54 @@ func TestTaskAskingThePersonMidwayIsRecordedOnce(t *testing.T) {
 	default:
 	}
 }
+
+// TestStoppedWrapsRerunSafeCallIsNotTakenOver: docs/policy.md's `rerun_safe` takes over a claim
+// whose holder vanished, and docs/RELIABILITY.md's rule 4 says a live holder never vanishes,
+// whatever its lease says. Two wraps of the real server-everything on one ledger, the policy
+// declaring the tool re-run safe: the first wrap is stopped (SIGSTOP) past its 1 s lease while
+// its server, running on, finishes the call. A duplicate through the second wrap is refused
+// (NOT executed), not run a second time; the first wrap, continued, records the result it
+// got, and the second then replays it.
+func TestStoppedWrapsRerunSafeCallIsNotTakenOver(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := realEverythingRig(t)
+	path := writePolicy(t, r, "version: 1\ntools:\n  "+longOp+":\n    fence: true\n    rerun_safe: true\n")
+	a := r.wrap("--policy", path, "--lease-secs", "1")
+	b := r.wrap("--policy", path, "--lease-secs", "1", "--wait", "1s")
+	const args = `{"duration":2,"steps":2}`
+	first := callInBackground(a.Session, longOp, args)
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	if err := syscall.Kill(a.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(a.Pid(), syscall.SIGCONT)
+	time.Sleep(1500 * time.Millisecond) // past the lease, which the stopped wrap cannot renew
+	dup := call(t, b.Session, longOp, args)
+	if !dup.IsError || dup.replayed() || !strings.Contains(dup.text(), "NOT executed") {
+		t.Fatalf("a duplicate while the holder is stopped past its lease: %q, want refused (the holder is alive)", dup.text())
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.Token != claim.Token {
+		t.Fatalf("the intent while its holder is stopped: %+v %v, want the first claim (token %d), never taken over", rec, err, claim.Token)
+	}
+	if err := syscall.Kill(a.Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var got called
+	select {
+	case got = <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call was not answered 30 s after its wrap was continued")
+	}
+	if got.err != nil || got.x.IsError || !strings.Contains(got.x.text(), "completed") {
+		t.Fatalf("the call: %q %v", got.x.text(), got.err)
+	}
+	waitFor(t, "the holder's late result to heal the intent", func() bool {
+		rec, err := led.Status(context.Background(), claim.Intent)
+		return err == nil && rec.State == fence.StateDone
+	})
+	if again := call(t, b.Session, longOp, args); !again.replayed() || again.same() != got.x.same() {
+		t.Fatalf("a duplicate after the heal: %+v, want the recorded %s", again, got.x.same())
+	}
+}
