@@ -44,6 +44,13 @@ func startServeEnv(t *testing.T, env []string, args ...string) *serveProc {
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, effectfence(t), append([]string{"serve"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0", "NO_COLOR=1"), env...)
+	return startServeCmd(t, cmd)
+}
+
+// startServeCmd starts cmd, a serve (or a command that runs one, such as unshare), after the
+// MCP handshake. It is killed when the test ends.
+func startServeCmd(t *testing.T, cmd *exec.Cmd) *serveProc {
+	t.Helper()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,24 +29,8 @@ func TestServeClaimInAnotherPIDNamespaceIsOutOfSight(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.db")
 	cmd := exec.Command(unshare, "-p", "-f", "--mount-proc", bin, "serve", "--ledger", ledger, "--lease-secs", "1")
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "NO_COLOR=1")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &serveProc{t: t, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20), stderr: &lockedBuffer{}, outEnd: out}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	cmd.WaitDelay = 5 * time.Second
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if _, err := in.Write([]byte(serveSession())); err != nil {
-		t.Fatal(err)
-	}
+	s := startServeCmd(t, cmd)
 	p := s.prepare(`{"intent":"charge:o-ns","tool":"charge_card","args":{"amount":4900}}`)
 	if p.Ticket == nil {
 		t.Fatalf("prepare: %+v", p)

@@ -456,7 +456,7 @@ const claimReleased = "the call was answered before the ledger confirmed its cla
 func (p *Proxy) claim(ctx context.Context, req fence.Request, wait time.Duration, giveUp <-chan struct{}, waited *fence.Waited) (fence.Admission, fence.Decision, error) {
 	adm, decision, err := p.opt.Engine.PrepareWaitBesideWith(ctx, req, wait, giveUp, claimStuckWait, claimReleased, waited)
 	if errors.Is(err, fence.ErrClaimStuck) {
-		p.logf("intent %s: its claim is still being written %s after the call's wait for the ledger ended; answered without it, and released if it is recorded", req.Intent, claimStuckWait)
+		p.logf("intent %s: the ledger has not answered (its claim, or a duplicate's read) %s after the call's wait for it ended; answered without it, and a claim released if it is recorded", req.Intent, claimStuckWait)
 	}
 	return adm, decision, err
 }

@@ -26,13 +26,7 @@ import (
 // GOGC=1, make the process collect while the claim is stuck.
 func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 	t.Parallel()
-	dir, freeze := diskfull.Frozen(t)
-	r := newRig(t)
-	r.ledger = filepath.Join(dir, "ledger.db")
-	// A collection on nearly every allocation: the agent's requests below make wrap collect
-	// while its claim is stuck, as load did in CI (pings alone allocate too little to).
-	r.extraEnv = append(r.extraEnv, "GOGC=1")
-	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
+	r, rw, before, freeze := frozenWarmWrap(t)
 
 	thaw := freeze()
 	rw.refusedWhilePinged(t, 2, chargeLine(2, "frozen"), thaw, "its claim written to a frozen disk")
@@ -66,18 +60,15 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 // TestDuplicateOnAFrozenDiskIsAnswered: a duplicate of a call that ran, sent while the
 // ledger's file system is frozen, reads the ledger, and a read takes a read mark in SQLite's
 // shared-memory index: a store into the frozen -shm, which waited in a page fault where the
-// next garbage collection stopped the whole process until the thaw (0 of 300 of the agent's
-// requests answered in 30 s, the duplicate not at all). Reads now wait for a frozen file
+// next garbage collection stopped the whole process until the thaw (45 of 400 of the agent's
+// requests answered, none after the first 4.5 s of the freeze, the duplicate not in 40 s).
+// Reads now wait for a frozen file
 // system in a system call, as the writer does: the duplicate is answered store_error (NOT
 // executed) while the disk is frozen, the agent's other requests meanwhile, and once the disk
 // thaws the duplicate is replayed, the call still run once.
 func TestDuplicateOnAFrozenDiskIsAnswered(t *testing.T) {
 	t.Parallel()
-	dir, freeze := diskfull.Frozen(t)
-	r := newRig(t)
-	r.ledger = filepath.Join(dir, "ledger.db")
-	r.extraEnv = append(r.extraEnv, "GOGC=1")
-	rw, before := r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
+	r, rw, before, freeze := frozenWarmWrap(t)
 
 	thaw := freeze()
 	rw.refusedWhilePinged(t, 2, chargeLine(2, "warm"), thaw, "a duplicate read from a frozen disk")
@@ -87,6 +78,20 @@ func TestDuplicateOnAFrozenDiskIsAnswered(t *testing.T) {
 	if n := r.effectCount(); n != before {
 		t.Fatalf("%d effects, want %d: the duplicate ran", n, before)
 	}
+}
+
+// frozenWarmWrap is a warm wrap (warmWrap) on a SQLite ledger in a file system of the test's
+// own, and freeze, which freezes it. A collection on nearly every allocation (GOGC=1): the
+// agent's requests make wrap collect while its ledger work is stuck, as load did in CI (pings
+// alone allocate too little to).
+func frozenWarmWrap(t *testing.T) (r *rig, rw *rawWrap, effects int, freeze func() (thaw func())) {
+	t.Helper()
+	dir, freeze := diskfull.Frozen(t)
+	r = newRig(t)
+	r.ledger = filepath.Join(dir, "ledger.db")
+	r.extraEnv = append(r.extraEnv, "GOGC=1")
+	rw, effects = r.warmWrap(t, "--lease-secs", "3", "--wait", "2s")
+	return r, rw, effects, freeze
 }
 
 // refusedWhilePinged is refusedWhileHeld for the call line of JSON-RPC id id, with the agent
