@@ -62,10 +62,9 @@ func TestClaimOnAFrozenDiskIsAnswered(t *testing.T) {
 // shared-memory index: a store into the frozen -shm, which waited in a page fault where the
 // next garbage collection stopped the whole process until the thaw (45 of 400 of the agent's
 // requests answered, none after the first 4.5 s of the freeze, the duplicate not in 40 s).
-// Reads now wait for a frozen file
-// system in a system call, as the writer does: the duplicate is answered store_error (NOT
-// executed) while the disk is frozen, the agent's other requests meanwhile, and once the disk
-// thaws the duplicate is replayed, the call still run once.
+// Reads now wait for a frozen file system in a system call, as the writer does: the duplicate
+// is answered store_error (NOT executed) while the disk is frozen, the agent's other requests
+// meanwhile, and once the disk thaws the duplicate is replayed, the call still run once.
 func TestDuplicateOnAFrozenDiskIsAnswered(t *testing.T) {
 	t.Parallel()
 	r, rw, before, freeze := frozenWarmWrap(t)
