@@ -50,6 +50,9 @@ func TestServeClaimInAnotherPIDNamespaceIsOutOfSight(t *testing.T) {
 	inside := exec.Command(nsenter, append([]string{"-t", strconv.Itoa(serve), "-p", "-m", bin}, clear...)...)
 	inside.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "NO_COLOR=1")
 	got, err := inside.CombinedOutput()
+	if inside.ProcessState == nil {
+		t.Fatalf("nsenter did not run: %v", err)
+	}
 	if code := inside.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(got), "still runs on this host") {
 		t.Fatalf("clear in the serve process's PID namespace: exit %d (%v)\n%s\nwant exit 1: its holder still runs", code, err, got)
 	}
