@@ -536,7 +536,8 @@ const (
 //   - lease running: held;
 //   - lease lapsed, holder alive and visible: unknown; a live holder is never taken over,
 //     whatever its lease says, because it may still be running the effect;
-//   - lease lapsed, holder beyond sight (another host, boot or PID namespace, or an old owner
+//   - lease lapsed, holder beyond sight (another host or boot, a PID namespace that is not
+//     this process's or below it, or an old owner
 //     string): a re-run-safe claim is taken over, any other becomes unknown.
 //
 // kind and why are the audit event's kind and reason.
@@ -570,7 +571,7 @@ func (e *Engine) judge(now time.Time, rec *Record) (v verdict, kind, why string)
 	case rec.RerunSafe:
 		return takeIt, EventReclaim, fmt.Sprintf("lease lapsed at %s, holder out of sight (process %s), and the call was declared safe to re-run", at, rec.Owner)
 	}
-	return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (another host, boot or PID namespace: process %s); the effect may have happened; its own late result heals this", at, rec.Owner)
+	return fenceIt, EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (another host or boot, or a PID namespace this process cannot see into: process %s); the effect may have happened; its own late result heals this", at, rec.Owner)
 }
 
 // supersede moves a done record out of the way of a new action of its intent: it stays, whole,

@@ -122,7 +122,17 @@ func (e *Engine) SilentHolder(now time.Time, rec Record) (why string, silent boo
 		return "", false
 	}
 	return fmt.Sprintf("the lease of claim %d lapsed at %s, but its holder, process %s, still runs on this host (stopped, stalled, or a serve process whose agent runs the call): if it resumes, it may still run or finish the effect, and the next attempt would run it again; stop that process (the fence then sees it gone) or let its late result settle the intent",
-		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), rec.Owner), true
+		rec.Token, rec.LeaseUntil.UTC().Format(time.RFC3339), HolderHere(rec.Owner)), true
+}
+
+// HolderHere is owner, followed, for a holder running in a PID namespace below this process's
+// (a container on this host), by the pid this process's /proc shows it under: the pid in the
+// owner string is counted in the container and names another process here.
+func HolderHere(owner string) string {
+	if pid, ok := PIDHere(owner); ok {
+		return fmt.Sprintf("%s (pid %d here: it runs in a PID namespace of its own)", owner, pid)
+	}
+	return owner
 }
 
 // LeaseHolds is leaseRuns for the front ends: whether rec is a claim an operator cannot free

@@ -205,8 +205,16 @@ func OwnerLiveness(owner string) Liveness {
 	}
 	base, carrier := splitCarrier(owner)
 	parts := strings.Split(base, "/")
-	if len(parts) != 5 || !me.sound || parts[4] != me.pidns {
+	if len(parts) != 5 || !me.sound {
 		return CannotTell
+	}
+	if parts[4] != me.pidns {
+		// Another PID namespace: alive if this process sees it running below its own
+		// (nested.go), out of sight otherwise.
+		if bootOf(parts[3]) != bootOf(me.boot) {
+			return CannotTell
+		}
+		return nestedLiveness(parts, me)
 	}
 	// One boot of one kernel, but another machine id, or one process of the two without any
 	// (machineBoot): a clone of this machine, or a process here whose environment lacks the id

@@ -32,9 +32,10 @@ func needUnshare(t *testing.T, what string) string {
 
 // TestLostLeaseStillAnswersTheCall holds docs/DECISIONS-wrap.md's "a lost lease is logged and
 // the result is still returned to the caller" with the one adversary that takes a live
-// holder's claim: a wrap in a PID namespace of its own (a container), which the wrap beside it
-// cannot judge, stopped (SIGSTOP) past its lease while its re-run-safe call runs. The other
-// wrap takes the claim over and runs the call again, as re-run safe allows. The stopped wrap,
+// holder's claim: a wrap in a PID namespace of its own (a container), which the wrap in a
+// sibling namespace (another container) cannot judge, stopped (SIGSTOP) past its lease while
+// its re-run-safe call runs. The other wrap takes the claim over and runs the call again, as
+// re-run safe allows (this test's namespace, the parent of both, sees the holder alive). The stopped wrap,
 // resumed, reads its child's answer, finds its claim gone when it records it, logs that, and
 // still gives its agent the result: the effect ran, and saying otherwise would invite a third
 // run.
@@ -43,7 +44,6 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	r := newRig(t)
 	r.prefix = []string{unshare, "--pid", "--fork", "--mount-proc", "--"}
 	w := r.wrap("--rerun-safe", "slow", "--lease-secs", "1")
-	r.prefix = nil
 	// The first call's child waits for gate, made once its wrap is stopped: under load (CI,
 	// 2026-12-06) a call of 1.5 s alone ended, and its wrap committed it, before the stop.
 	gate := filepath.Join(r.dir, "gate")
@@ -51,8 +51,8 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	first := callInBackground(w.Session, "slow", args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
-	if l := fence.OwnerLiveness(claim.Owner); l != fence.CannotTell {
-		t.Fatalf("the holder in its PID namespace (%s) is judged %s here, want cannot tell", claim.Owner, l)
+	if l := fence.OwnerLiveness(claim.Owner); l != fence.Alive {
+		t.Fatalf("the holder in its PID namespace (%s) is judged %s from its parent's, want alive", claim.Owner, l)
 	}
 	kids := childPids(w.Pid()) // unshare --fork: its one child is the wrap
 	if len(kids) != 1 {
@@ -74,7 +74,7 @@ func TestLostLeaseStillAnswersTheCall(t *testing.T) {
 	}
 	t.Cleanup(resume)
 
-	w2 := r.wrap("--rerun-safe", "slow", "--lease-secs", "1")
+	w2 := r.wrap("--rerun-safe", "slow", "--lease-secs", "1") // in a sibling namespace (r.prefix)
 	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() {
 		t.Fatalf("the call beside a stopped holder out of sight, once its lease lapsed: %s (replayed %v); want it taken over and run", x.text(), x.replayed())
 	}

@@ -20,7 +20,8 @@ import (
 // refused as unknown when that claim's lease lapsed, and asked the person through
 // elicitation, is still a waiter of that claim when it asks the ledger again after the
 // answer. The holder (a wrap in a PID namespace of its own, as in a container, which the
-// wrap beside it cannot judge: not taken for a stalled holder, so the person is asked) is
+// waiting wrap, in a sibling namespace, cannot judge: not taken for a stalled holder, so the
+// person is asked) is
 // stopped until its lease lapses; while the person is being
 // asked, it resumes and its call fails definitely (isError), which heals its claim; the
 // person then answers "it did not happen". The call is given the failure it waited for
@@ -64,6 +65,7 @@ func TestFailureIsSharedAfterThePersonSettled(t *testing.T) {
 		t.Fatalf("unshare (pid %d) has children %v, want the wrap alone", a.Pid(), kids)
 	}
 	holder = kids[0]
+	r.prefix = holderRig.prefix // a sibling namespace: the holder is out of its sight
 	b := r.wrap("--lease-secs", "1")
 	go func() {
 		x, err := callE(a.Session, "fail", args)

@@ -165,7 +165,7 @@ func (d *diffRun) judge(ei int, r *mRec) (verdict, string, string) {
 	case r.rerunSafe:
 		return vTake, fence.EventReclaim, ""
 	}
-	return vFence, fence.EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (another host, boot or PID namespace: process %s); the effect may have happened; its own late result heals this", at, o)
+	return vFence, fence.EventExpired, fmt.Sprintf("lease lapsed at %s, holder out of sight (another host or boot, or a PID namespace this process cannot see into: process %s); the effect may have happened; its own late result heals this", at, o)
 }
 
 // silentHolder is the model of Engine.SilentHolder: a claim in flight past its lease, or

@@ -206,25 +206,40 @@ func eventKinds(t *testing.T, eng *fence.Engine, intent string) []string {
 
 // TestStoppedHolderFencedThenHealed: a holder SIGSTOPped past its lease is alive and silent.
 // Its claim becomes unknown, never taken over (although declared re-run safe); after SIGCONT
-// its own commit heals the intent and duplicates replay its result.
+// its own commit heals the intent and duplicates replay its result. So in this PID namespace,
+// and in a namespace of its own below this one (a container on this host, which this process
+// sees: before 2026-12-07 such a holder was "cannot tell" here, and its claim was taken over
+// and run a second time while it was stopped).
 func TestStoppedHolderFencedThenHealed(t *testing.T) {
+	t.Run("beside", func(t *testing.T) { stoppedHolderFencedThenHealed(t, nil) })
+	t.Run("child PID namespace", func(t *testing.T) {
+		unshare := needUnshare(t)
+		stoppedHolderFencedThenHealed(t, []string{unshare, "-p", "--fork", "--mount-proc", "--"})
+	})
+}
+
+func stoppedHolderFencedThenHealed(t *testing.T, prefix []string) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	const lease = 800 * time.Millisecond
-	h := startHolder(t, path, "stop:1", lease, true, nil)
+	h := startHolder(t, path, "stop:1", lease, true, nil, prefix...)
+	pid := h.cmd.Process.Pid
+	if prefix != nil {
+		pid = unshareChild(t, pid)
+	}
 	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
 	if _, err := eng.Prepare(ctx, holderReq("stop:1")); !errors.Is(err, fence.ErrInFlight) {
 		t.Fatalf("while the lease runs: %v", err)
 	}
-	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, h.cmd.Process.Pid, 'T')
+	waitState(t, pid, 'T')
 	time.Sleep(2 * lease)
+	wantUnknown(t, eng, "stop:1") // not taken over
 	if l := fence.OwnerLiveness(h.owner); l != fence.Alive {
-		t.Fatalf("stopped holder judged %s, want alive", l)
+		t.Fatalf("stopped holder %s judged %s, want alive", h.owner, l)
 	}
-	wantUnknown(t, eng, "stop:1")
-	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	got := h.say("commit")
@@ -239,6 +254,18 @@ func TestStoppedHolderFencedThenHealed(t *testing.T) {
 	if kinds := strings.Join(eventKinds(t, eng, "stop:1"), ","); kinds != "expired,heal" {
 		t.Fatalf("audit trail %s, want expired,heal", kinds)
 	}
+}
+
+// unshareChild is the pid of the one child of unshare --fork (pid up): the process it started
+// in the new namespace.
+func unshareChild(t *testing.T, up int) int {
+	t.Helper()
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", up, up))
+	pid, err2 := strconv.Atoi(strings.TrimSpace(string(kids)))
+	if err != nil || err2 != nil {
+		t.Fatalf("the process under unshare (pid %d): children %q: %v %v", up, kids, err, err2)
+	}
+	return pid
 }
 
 // TestZombieHolderIsDead: a holder killed but not yet reaped (state Z) is dead: its claim is
@@ -371,10 +398,11 @@ func TestHolderWithAHostNameNotUTF8KeepsItsCarrier(t *testing.T) {
 	}
 }
 
-// TestUnsharePIDHolder: a holder in another PID namespace cannot be judged from here (its pid
-// means nothing in ours): it is never called dead while it runs, its lapsed claim becomes
-// unknown, and its own late commit heals it. Inside, a process whose /proc is not its own
-// namespace's judges nobody.
+// TestUnsharePIDHolder: a holder in another PID namespace. From this namespace, its parent (a
+// host and its container), it is seen: alive while it runs. From a sibling namespace (another
+// container) its pid means nothing: "cannot tell", never dead. Alive and silent past its
+// lease, its claim becomes unknown, and its own late commit heals it. Inside, a process whose
+// /proc is not its own namespace's judges nobody.
 func TestUnsharePIDHolder(t *testing.T) {
 	unshare := needUnshare(t)
 	path := filepath.Join(t.TempDir(), "ledger.db")
@@ -382,8 +410,12 @@ func TestUnsharePIDHolder(t *testing.T) {
 	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
 
 	h := startHolder(t, path, "pidns:1", lease, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
-	if l := fence.OwnerLiveness(h.owner); l != fence.CannotTell {
-		t.Fatalf("holder in another PID namespace (%s) judged %s, want cannot tell", h.owner, l)
+	if l := fence.OwnerLiveness(h.owner); l != fence.Alive {
+		t.Fatalf("holder in a child PID namespace (%s) judged %s from its parent namespace, want alive", h.owner, l)
+	}
+	sibling := startHolder(t, path, "pidns:sibling", lease, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
+	if got := sibling.say("judge " + h.owner); got != "judged cannot tell" {
+		t.Fatalf("holder in a sibling PID namespace (%s): %q, want cannot tell", h.owner, got)
 	}
 	if _, err := eng.Prepare(ctx, holderReq("pidns:1")); !errors.Is(err, fence.ErrInFlight) {
 		t.Fatalf("while its lease runs: %v", err)
@@ -410,29 +442,24 @@ func TestUnsharePIDHolder(t *testing.T) {
 	}
 }
 
-// TestStoppedHolderOutOfSightReclaimed: a holder in another PID namespace (so out of sight,
-// like a holder on another host) whose claim is re-run safe is SIGSTOPped past its lease. The
-// next attempt, from this process, takes the claim over. After SIGCONT the old holder can
-// record nothing over it, while it runs the effect or after it committed: heartbeat, abort,
-// release and commit are each refused with lease_lost, duplicates replay the new holder's
-// cert, and the old holder's late commit is kept in the audit trail.
+// TestStoppedHolderOutOfSightReclaimed: a holder in a PID namespace of its own, out of sight of
+// a process in a sibling namespace (as of a process on another host), whose claim is re-run
+// safe, is SIGSTOPped past its lease. The next attempt, from that sibling, takes the claim
+// over. After SIGCONT the old holder can record nothing over it, while the new holder runs the
+// effect or after it committed: heartbeat, abort, release and commit are each refused with
+// lease_lost, duplicates (from this namespace) replay the new holder's cert, and the old
+// holder's late commit is kept in the audit trail. (This process, the namespaces' parent,
+// sees the stopped holder alive: TestStoppedHolderFencedThenHealed.)
 func TestStoppedHolderOutOfSightReclaimed(t *testing.T) {
 	unshare := needUnshare(t)
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	const lease = 800 * time.Millisecond
 	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
+	own := []string{unshare, "-p", "--fork", "--mount-proc", "--"}
 
-	h := startHolder(t, path, "stopped:reclaimed", lease, true, nil, unshare, "-p", "--fork", "--mount-proc", "--")
-	if l := fence.OwnerLiveness(h.owner); l != fence.CannotTell {
-		t.Fatalf("holder in another PID namespace (%s) judged %s, want cannot tell", h.owner, l)
-	}
+	h := startHolder(t, path, "stopped:reclaimed", lease, true, nil, own...)
 	// The holder is unshare's child; stop that process, not unshare.
-	up := h.cmd.Process.Pid
-	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", up, up))
-	holder, err2 := strconv.Atoi(strings.TrimSpace(string(kids)))
-	if err != nil || err2 != nil {
-		t.Fatalf("the holder under unshare (pid %d): children %q: %v %v", up, kids, err, err2)
-	}
+	holder := unshareChild(t, h.cmd.Process.Pid)
 	t.Cleanup(func() { _ = syscall.Kill(holder, syscall.SIGCONT) }) // before unshare is killed
 	if err := syscall.Kill(holder, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -440,9 +467,13 @@ func TestStoppedHolderOutOfSightReclaimed(t *testing.T) {
 	waitState(t, holder, 'T')
 	time.Sleep(2 * lease)
 
-	adm, err := eng.Prepare(ctx, holderReq("stopped:reclaimed"))
-	if err != nil || !adm.Fresh() || !adm.Ticket.Reclaimed {
-		t.Fatalf("the lapsed re-run-safe claim of a holder out of sight: %+v %v; want reclaimed", adm, err)
+	// The next attempt, in a sibling namespace: it claims (startHolder waits for "claimed").
+	r := startHolder(t, path, "stopped:reclaimed", lease, true, nil, own...)
+	if got := r.say("judge " + h.owner); got != "judged cannot tell" {
+		t.Fatalf("the reclaimer judges the stopped holder %q, want cannot tell (out of sight)", got)
+	}
+	if kinds := strings.Join(eventKinds(t, eng, "stopped:reclaimed"), ","); !strings.HasPrefix(kinds, "reclaim") {
+		t.Fatalf("audit trail %s after the sibling's attempt, want the reclaim", kinds)
 	}
 	if err := syscall.Kill(holder, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -453,9 +484,10 @@ func TestStoppedHolderOutOfSightReclaimed(t *testing.T) {
 			t.Fatalf("the resumed holder's %s while the claim is taken over: %s; want refused %s", cmd, got, fence.CodeLeaseLost)
 		}
 	}
-	cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"by":"reclaimer"}`))
-	if err != nil {
-		t.Fatalf("the new holder's commit: %v", err)
+	got := r.say("commit")
+	hash, ok := strings.CutPrefix(got, "committed ")
+	if !ok {
+		t.Fatalf("the new holder's commit: %s", got)
 	}
 	for _, cmd := range []string{"heartbeat", "abort", "release", "commit"} {
 		if got := h.say(cmd); got != "refused "+fence.CodeLeaseLost {
@@ -463,8 +495,8 @@ func TestStoppedHolderOutOfSightReclaimed(t *testing.T) {
 		}
 	}
 	dup, err := eng.Prepare(ctx, holderReq("stopped:reclaimed"))
-	if err != nil || dup.Fresh() || dup.Cert.Hash != cert.Hash || string(dup.Cert.Result) != `{"by":"reclaimer"}` {
-		t.Fatalf("a duplicate after the old holder woke: %+v %v; want the reclaimer's cert", dup, err)
+	if err != nil || dup.Fresh() || dup.Cert.Hash != hash {
+		t.Fatalf("a duplicate after the old holder woke: %+v %v; want the reclaimer's cert %s", dup, err, hash)
 	}
 	if kinds := strings.Join(eventKinds(t, eng, "stopped:reclaimed"), ","); !strings.HasPrefix(kinds, "reclaim,") || !strings.Contains(kinds, fence.EventLateResult) {
 		t.Fatalf("audit trail %s, want the reclaim and the old holder's late result", kinds)
@@ -488,12 +520,7 @@ func TestHolderWithAForeignProcIsJudgedByNobody(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	const lease = time.Hour
 	h := startHolder(t, path, "foreign-proc:1", lease, true, nil, unshare, "-p", "--fork", "--")
-	up := h.cmd.Process.Pid
-	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", up, up))
-	holder, err2 := strconv.Atoi(strings.TrimSpace(string(kids)))
-	if err != nil || err2 != nil {
-		t.Fatalf("the holder under unshare (pid %d): children %q: %v %v", up, kids, err, err2)
-	}
+	holder := unshareChild(t, h.cmd.Process.Pid)
 	// A judge in the holder's PID namespace, with a /proc of that namespace.
 	j := startHolder(t, path, "foreign-proc:judge", lease, false, nil,
 		nsenter, "-t", strconv.Itoa(holder), "--pid", "--", unshare, "-m", "--mount-proc", "--")

@@ -110,17 +110,31 @@ func TestSpoolOfAnotherUserIsNotTakenForEmpty(t *testing.T) {
 }
 
 // docs/RELIABILITY.md, rule 5 and its spool exception: a re-run-safe claim whose holder is out
-// of sight (a real process in another PID namespace) and whose lease lapsed is taken over,
-// unless an outcome of the intent waits in this host's spool (the holder's commit came while
-// the ledger failed). A process that opened the ledger before the outcome was spooled (its
-// open drained nothing) meets the claim after its lease: refused as unknown and healable, not
-// taken over; asked again once DrainedFor recorded the spool, it replays the commit.
+// of sight (a real process in another PID namespace, beside the judge's) and whose lease
+// lapsed is taken over, unless an outcome of the intent waits in this host's spool (the
+// holder's commit came while the ledger failed). A process that opened the ledger before the
+// outcome was spooled (its open drained nothing) meets the claim after its lease: refused as
+// unknown and healable, not taken over; asked again once DrainedFor recorded the spool, it
+// replays the commit. The judge is this test binary run again in a PID namespace of its own
+// (a process of this namespace, the holder's parent, sees the holder alive).
 func TestUnseenHoldersSpooledCommitIsNotTakenOver(t *testing.T) {
-	unshare := needUnshare(t)
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	h := startHolder(t, path, "unseen:other", time.Hour, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
-	if l := fence.OwnerLiveness(h.owner); l != fence.CannotTell {
-		t.Fatalf("holder in another PID namespace (%s) judged %s, want cannot tell", h.owner, l)
+	const ownerEnv, ledgerEnv = "EFFECTFENCE_TEST_UNSEEN_OWNER", "EFFECTFENCE_TEST_UNSEEN_LEDGER"
+	owner, path := os.Getenv(ownerEnv), os.Getenv(ledgerEnv)
+	if owner == "" {
+		unshare := needUnshare(t)
+		path = filepath.Join(t.TempDir(), "ledger.db")
+		h := startHolder(t, path, "unseen:other", time.Hour, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
+		judge := exec.Command(unshare, "-p", "--fork", "--mount-proc", "--", os.Args[0], "-test.v", "-test.count=1",
+			"-test.run=^TestUnseenHoldersSpooledCommitIsNotTakenOver$")
+		judge.Env = append(os.Environ(), ownerEnv+"="+h.owner, ledgerEnv+"="+path)
+		out, err := judge.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestUnseenHoldersSpooledCommitIsNotTakenOver") {
+			t.Fatalf("the judge in a sibling PID namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	if l := fence.OwnerLiveness(owner); l != fence.CannotTell {
+		t.Fatalf("holder in a sibling PID namespace (%s) judged %s, want cannot tell", owner, l)
 	}
 
 	judge, err := store.Open(ctx, store.Options{Ledger: path, RecoverEvery: time.Hour}) // no drain but the test's
@@ -132,7 +146,7 @@ func TestUnseenHoldersSpooledCommitIsNotTakenOver(t *testing.T) {
 	// The holder's claim of unseen:spooled, re-run safe, with a short lease; its commit spooled.
 	const lease = 500 * time.Millisecond
 	req := fence.Request{Intent: "unseen:spooled", Tool: "charge", Args: []byte(`{"amount":2}`), RerunSafe: true}
-	adm := claimAndSpool(t, path, h.owner, lease, req, `"ch_unseen"`, 100*time.Millisecond)
+	adm := claimAndSpool(t, path, owner, lease, req, `"ch_unseen"`, 100*time.Millisecond)
 	for time.Until(adm.Ticket.LeaseUntil) > -50*time.Millisecond {
 		time.Sleep(50 * time.Millisecond)
 	}

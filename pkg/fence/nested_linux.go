@@ -1,0 +1,194 @@
+package fence
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A holder in another PID namespace of this boot (a container on this host, unshare -p) has a
+// pid that means nothing in the judge's namespace. But when that namespace lies below the
+// judge's (the judge on the host, the holder in a container it started), the judge's /proc
+// shows the holder's process under a pid of the judge's own: its /proc/PID/ns/pid names the
+// holder's namespace, and the last field of NSpid in /proc/PID/status is the pid the holder
+// recorded. Found there with the recorded start time and running, the holder is Alive, as
+// surely as a holder of the judge's own namespace. Not found proves nothing: the namespace may
+// be a sibling or a parent of the judge's, invisible from here, or the judge may not be
+// allowed to read the process's namespace (another user's, without the privilege to trace
+// it; /proc mounted with hidepid). So this search only ever turns "cannot tell" into "alive",
+// the conservative direction: a running container's claim is then neither taken over nor
+// cleared without --force by a process that sees it. Before 2026-12-07 every holder of
+// another namespace was "cannot tell", and a lapsed re-run-safe claim of a serve or wrap
+// stopped in a container was taken over by a process on the host that could see it running.
+
+// nestedScanAge bounds how long one reading of /proc for a namespace is kept. A holder found in
+// it is checked afresh at each use (its start time and state), so a kept reading never makes a
+// gone holder alive; and a holder not in it is looked for again unless it started before the
+// reading began (then it would have been in it, had it been in sight): a reading never makes a
+// running holder in sight "cannot tell" either. Namespace inodes are reused once a namespace
+// ends, so a reading of an ended namespace may be kept under a new one's inode: its processes
+// then fail the check, and the new one's started after the reading.
+const nestedScanAge = time.Second
+
+type nestedScan struct {
+	at    time.Time
+	ticks uint64      // when the reading began, in the initial time namespace's clock ticks
+	pids  map[int]int // pid in the namespace -> pid in this process's /proc
+}
+
+var nestedPIDs struct {
+	sync.Mutex
+	byNS map[string]nestedScan
+}
+
+// nestedLiveness judges an owner string split in parts (five fields, this boot, another PID
+// namespace than this process's) by the processes of that namespace this process's /proc
+// shows: Alive when its pid there runs with the recorded start time, CannotTell otherwise.
+func nestedLiveness(parts []string, me local) Liveness {
+	if _, ok := nestedFind(parts, me); ok {
+		return Alive
+	}
+	return CannotTell
+}
+
+// PIDHere is the pid under which this process's /proc shows the holder named by owner, running,
+// when it runs in a PID namespace below this process's (a container on this host): the pid in
+// owner is counted in that namespace and names another process here (pid 1, its init, is this
+// host's init). ok is false for any other owner.
+func PIDHere(owner string) (pid int, ok bool) {
+	me := whereAmI()
+	base, _ := splitCarrier(owner)
+	parts := strings.Split(base, "/")
+	if len(parts) != 5 || !me.sound || parts[4] == me.pidns || bootOf(parts[3]) != bootOf(me.boot) {
+		return 0, false
+	}
+	return nestedFind(parts, me)
+}
+
+// nestedFind is the pid in this process's /proc of the running holder named by parts.
+func nestedFind(parts []string, me local) (int, bool) {
+	pid, err1 := strconv.Atoi(parts[1])
+	start, err2 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 || start == 0 || !validNSInode(parts[4]) {
+		return 0, false
+	}
+	nestedPIDs.Lock()
+	defer nestedPIDs.Unlock()
+	now := time.Now()
+	s, ok := nestedPIDs.byNS[parts[4]]
+	if ok && now.Sub(s.at) < nestedScanAge {
+		if host, found := s.pids[pid]; found && nestedRuns(host, start, me) {
+			return host, true
+		}
+		if start < s.ticks {
+			return 0, false // it would have been found, were it in sight and running
+		}
+	}
+	s, ok = scanNamespace(parts[4], me)
+	if !ok {
+		return 0, false
+	}
+	if nestedPIDs.byNS == nil {
+		nestedPIDs.byNS = map[string]nestedScan{}
+	}
+	for k, old := range nestedPIDs.byNS {
+		if now.Sub(old.at) >= nestedScanAge {
+			delete(nestedPIDs.byNS, k)
+		}
+	}
+	s.at = now
+	nestedPIDs.byNS[parts[4]] = s
+	if host, found := s.pids[pid]; found && nestedRuns(host, start, me) {
+		return host, true
+	}
+	return 0, false
+}
+
+// nestedRuns: the process at pid host of this process's /proc was started at start (initial
+// time namespace's ticks) and runs.
+func nestedRuns(host int, start uint64, me local) bool {
+	now, state := procStat(host)
+	if now == 0 || int64(now)-me.offset != int64(start) {
+		return false // gone, or that pid is now another process's
+	}
+	running, unseen := runs(host, state)
+	return running && !unseen // a zombie, or threads not counted: only alive is told from here
+}
+
+// validNSInode: a namespace field as whereAmI writes it (the inode's decimal digits).
+func validNSInode(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// scanNamespace reads /proc for the processes of PID namespace ns: their pid in it (the last
+// field of NSpid) and in this process's /proc. A process whose namespace cannot be read
+// (another user's, or gone meanwhile) is left out. ok is false when the clock or /proc cannot
+// be read.
+func scanNamespace(ns string, me local) (s nestedScan, ok bool) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return s, false
+	}
+	// Boottime as this process's time namespace shows it, in whole ticks (rounded down, as
+	// /proc/PID/stat's start times are), then in the initial namespace's.
+	ticks := (ts.Sec*1e9+ts.Nsec)/(1e9/clockTicks) - me.offset
+	if ticks <= 0 {
+		return s, false
+	}
+	d, err := os.Open("/proc")
+	if err != nil {
+		return s, false
+	}
+	names, err := d.Readdirnames(-1)
+	_ = d.Close()
+	if err != nil {
+		return s, false
+	}
+	s = nestedScan{ticks: uint64(ticks), pids: map[int]int{}}
+	want := "pid:[" + ns + "]"
+	for _, name := range names {
+		host, err := strconv.Atoi(name)
+		if err != nil || host <= 0 {
+			continue
+		}
+		if link, err := os.Readlink("/proc/" + name + "/ns/pid"); err != nil || link != want {
+			continue
+		}
+		if inner, ok := innermostPID(host); ok {
+			s.pids[inner] = host
+		}
+	}
+	return s, true
+}
+
+// innermostPID is the last field of NSpid in /proc/PID/status: the process's pid in its own
+// PID namespace.
+func innermostPID(host int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0, false
+			}
+			n, err := strconv.Atoi(f[len(f)-1])
+			return n, err == nil && n > 0
+		}
+	}
+	return 0, false
+}

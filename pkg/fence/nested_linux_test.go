@@ -1,0 +1,189 @@
+package fence
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestHolderInAChildPIDNamespaceIsSeenFromAbove: a holder in a PID namespace of its own (a
+// container on this host: unshare --pid --fork --mount-proc), judged by this process, whose
+// namespace is the holder's parent, and by a process in a sibling namespace. From here the
+// holder is found under this /proc's pid (its ns/pid link, NSpid) and judged alive while it
+// runs or is stopped; a zombie, a wrong start time or an unknown pid is "cannot tell", never
+// dead (what is not found here may live where this process cannot see). From the sibling it
+// is out of sight: "cannot tell". Before 2026-12-07 every holder of another PID namespace was
+// "cannot tell", so a process on the host let a lapsed re-run-safe claim of a stopped
+// container be taken over, and an operator clear it without --force, while it ran. Also in a
+// time namespace whose boottime is a day ahead: the holder records its start in the initial
+// namespace's ticks, which is what this process reads.
+func TestHolderInAChildPIDNamespaceIsSeenFromAbove(t *testing.T) {
+	t.Parallel()
+	unshare, err := exec.LookPath("unshare")
+	if os.Geteuid() != 0 || err != nil {
+		t.Skip("skipped: needs root and the unshare command to make PID namespaces")
+	}
+	if !whereAmI().sound {
+		t.Skip("skipped: this process's /proc is not its own PID namespace's")
+	}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"pid namespace", nil},
+		{"pid and time namespaces", []string{"--time", "--boottime", "86400"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			under := append([]string{"--pid", "--fork", "--mount-proc"}, tc.extra...)
+			up, owner := startNestedHolder(t, unshare, under)
+			parts := strings.Split(owner, "/")
+			if len(parts) != 5 || parts[4] == whereAmI().pidns || parts[1] != "1" || parts[2] == "0" {
+				t.Fatalf("the holder's owner string %q: want pid 1 of another PID namespace, with a start time", owner)
+			}
+			holder := childOf(t, up)
+
+			if got := OwnerLiveness(owner); got != Alive {
+				t.Fatalf("a running holder in a child PID namespace, judged from its parent: %s, want alive", got)
+			}
+			if got := siblingJudge(t, unshare, owner); got != CannotTell.String() {
+				t.Fatalf("the same holder judged from a sibling PID namespace: %s, want cannot tell", got)
+			}
+			wrong := func(i int, v string) string {
+				p := append([]string(nil), parts...)
+				p[i] = v
+				return strings.Join(p, "/")
+			}
+			start, _ := strconv.ParseUint(parts[2], 10, 64)
+			for what, o := range map[string]string{
+				"another start time":       wrong(2, strconv.FormatUint(start+1, 10)),
+				"a pid nobody has there":   wrong(1, "4000000"),
+				"another namespace":        wrong(4, "4026531000"),
+				"a namespace not a number": wrong(4, "4026531836]"),
+				"another boot":             wrong(3, "00000000-0000-0000-0000-000000000000"),
+			} {
+				if got := OwnerLiveness(o); got != CannotTell {
+					t.Errorf("the holder's owner string with %s (%s): %s, want cannot tell", what, o, got)
+				}
+			}
+
+			if err := syscall.Kill(holder, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			waitProcState(t, holder, 'T')
+			if got := OwnerLiveness(owner); got != Alive {
+				t.Fatalf("the holder stopped (SIGSTOP): %s, want alive", got)
+			}
+			// A zombie: its parent (unshare) stopped so that it is not reaped, then the holder
+			// killed.
+			if err := syscall.Kill(up, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			waitProcState(t, up, 'T')
+			_ = syscall.Kill(holder, syscall.SIGKILL)
+			waitProcState(t, holder, 'Z')
+			// Its main thread reads Z a moment before its other threads are gone; until then it
+			// still runs.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if n, _ := threads(holder); n <= 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the killed holder (pid %d) kept its threads", holder)
+				}
+			}
+			if got := OwnerLiveness(owner); got != CannotTell {
+				t.Fatalf("the holder killed, a zombie not reaped: %s, want cannot tell", got)
+			}
+			_ = syscall.Kill(up, syscall.SIGCONT)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if _, s := procStat(holder); s == 0 {
+					break
+				}
+				if got := OwnerLiveness(owner); got == Alive {
+					t.Fatalf("the killed holder while it is reaped: %s", got)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the killed holder (pid %d) was not reaped by unshare", holder)
+				}
+			}
+			if got := OwnerLiveness(owner); got != CannotTell {
+				t.Fatalf("the holder killed and reaped: %s, want cannot tell (from here gone looks like out of sight)", got)
+			}
+			// A namespace's inode is reused once it ends. A holder in a new namespace that has
+			// the inode just read, judged within the second that reading is kept, was "cannot
+			// tell" here before that was allowed for (found with -count).
+			for try := 1; ; try++ {
+				nup, next := startNestedHolder(t, unshare, under)
+				reused := strings.Split(next, "/")[4] == parts[4]
+				if reused || try == 30 {
+					if got := OwnerLiveness(next); got != Alive {
+						t.Fatalf("a holder %s in a new namespace (the first was %s), judged at once: %s, want alive", next, owner, got)
+					}
+					t.Logf("the namespace's inode reused: %v, after %d tries", reused, try)
+					break
+				}
+				_ = syscall.Kill(childOf(t, nup), syscall.SIGKILL)
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// startNestedHolder starts this test binary as a holder (envOwnerRole "hold") under unshare
+// with the given options, and returns unshare's pid and the holder's owner string.
+func startNestedHolder(t *testing.T, unshare string, under []string) (int, string) {
+	t.Helper()
+	args := append(append([]string(nil), under...), "--", os.Args[0], "-test.run=^$")
+	c := exec.Command(unshare, args...)
+	c.Env = append(os.Environ(), envOwnerRole+"=hold")
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(c.Process.Pid, syscall.SIGCONT)
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the holder under unshare %v printed no owner string: %v", under, err)
+	}
+	return c.Process.Pid, strings.TrimSpace(line)
+}
+
+// childOf is the one child of process up (the holder unshare forked), killed at cleanup: the
+// holder is the namespace's init, so the namespace ends with it.
+func childOf(t *testing.T, up int) int {
+	t.Helper()
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", up, up))
+	pid, err2 := strconv.Atoi(strings.TrimSpace(string(kids)))
+	if err != nil || err2 != nil {
+		t.Fatalf("the process under unshare (pid %d): children %q: %v %v", up, kids, err, err2)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
+// siblingJudge judges owner from a PID namespace of its own beside the holder's (both children
+// of this one), with a /proc of that namespace.
+func siblingJudge(t *testing.T, unshare, owner string) string {
+	t.Helper()
+	c := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--", os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), envOwnerRole+"=judge "+owner)
+	b, err := c.Output()
+	if err != nil {
+		t.Fatalf("the judge in a sibling namespace: %v", err)
+	}
+	return strings.TrimSpace(string(b))
+}
