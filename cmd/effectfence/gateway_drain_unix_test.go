@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -51,7 +52,11 @@ func TestStoppingGatewayRefusesNewConnectionsAndSessions(t *testing.T) {
 	if _, err := io.WriteString(raw, head+init[:20]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the gateway reads the head: the connection is busy, not idle
+	// The gateway reads the head: the connection is busy, not idle. On Linux, wait until it has
+	// taken every byte sent from the socket (its receive queue, /proc/net/tcp), then give it a
+	// moment to parse them; elsewhere a fixed wait.
+	waitSocketDrained(t, raw)
+	time.Sleep(50 * time.Millisecond)
 
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -99,5 +104,43 @@ func TestStoppingGatewayRefusesNewConnectionsAndSessions(t *testing.T) {
 	}
 	if n := effectsOf(t, effects); n != 1 {
 		t.Fatalf("%d executions, want 1", n)
+	}
+}
+
+// waitSocketDrained waits until the peer of c (a TCP connection to a server on this machine)
+// has read everything c sent: the server's socket of the pair shows an empty receive queue in
+// /proc/net/tcp. Where that file cannot be read it waits 300 ms.
+func waitSocketDrained(t *testing.T, c net.Conn) {
+	t.Helper()
+	local, remote := c.LocalAddr().(*net.TCPAddr), c.RemoteAddr().(*net.TCPAddr)
+	// The server's socket: local address the server's port, remote address c's port.
+	want := fmt.Sprintf(":%04X ", remote.Port)
+	peer := fmt.Sprintf(":%04X ", local.Port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		found := false
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			// sl local_address rem_address st tx_queue:rx_queue ...
+			if len(f) < 5 || !strings.HasSuffix(f[1]+" ", want) || !strings.HasSuffix(f[2]+" ", peer) {
+				continue
+			}
+			found = true
+			if _, rx, ok := strings.Cut(f[4], ":"); ok && strings.Trim(rx, "0") == "" {
+				return
+			}
+		}
+		if !found {
+			t.Fatalf("the server's socket of %v -> %v is not in /proc/net/tcp", local, remote)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server has not read what %v sent in 30 s", local)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
