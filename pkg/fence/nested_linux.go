@@ -73,7 +73,7 @@ func PIDHere(owner string) (pid int, ok bool) {
 func nestedFind(parts []string, me local) (int, bool) {
 	pid, err1 := strconv.Atoi(parts[1])
 	start, err2 := strconv.ParseUint(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || pid <= 0 || start == 0 || !validNSInode(parts[4]) {
+	if err1 != nil || err2 != nil || pid <= 0 || start == 0 || !digits(parts[4]) {
 		return 0, false
 	}
 	nestedPIDs.Lock()
@@ -117,19 +117,6 @@ func nestedRuns(host int, start uint64, me local) bool {
 	}
 	running, unseen := runs(host, state)
 	return running && !unseen // a zombie, or threads not counted: only alive is told from here
-}
-
-// validNSInode: a namespace field as whereAmI writes it (the inode's decimal digits).
-func validNSInode(s string) bool {
-	if s == "" || len(s) > 20 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // scanNamespace reads /proc for the processes of PID namespace ns: their pid in it (the last
