@@ -537,7 +537,7 @@ const (
 //   - lease lapsed, holder alive and visible: unknown; a live holder is never taken over,
 //     whatever its lease says, because it may still be running the effect;
 //   - lease lapsed, holder beyond sight (another host or boot, a PID namespace that is not
-//     this process's or below it, or an old owner
+//     this process's or one below it whose processes this process may read, or an old owner
 //     string): a re-run-safe claim is taken over, any other becomes unknown.
 //
 // kind and why are the audit event's kind and reason.
