@@ -1,10 +1,13 @@
 package fence
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,16 +31,22 @@ import (
 // nestedScanAge bounds how long one reading of /proc for a namespace is kept. A holder found in
 // it is checked afresh at each use (its start time and state), so a kept reading never makes a
 // gone holder alive; and a holder not in it is looked for again unless it started before the
-// reading began (then it would have been in it, had it been in sight): a reading never makes a
-// running holder in sight "cannot tell" either. Namespace inodes are reused once a namespace
-// ends, so a reading of an ended namespace may be kept under a new one's inode: its processes
-// then fail the check, and the new one's started after the reading.
+// reading began (then it would have been in it, had it been in sight) and the reading read
+// every process it listed: a reading never makes a running holder in sight "cannot tell"
+// either. A reading that could not (a judge out of file descriptors) answers no miss: before
+// 2026-12-07 a holder it missed stayed "cannot tell" for a second after the descriptors were
+// back. Namespace inodes are reused once a namespace ends, so a reading of an ended namespace
+// may be kept under a new one's inode: its processes then fail the check, and the new one's
+// started after the reading.
 const nestedScanAge = time.Second
 
 type nestedScan struct {
 	at    time.Time
 	ticks uint64      // when the reading began, in the initial time namespace's clock ticks
 	pids  map[int]int // pid in the namespace -> pid in this process's /proc
+	// partial: a process /proc listed was not read, for a reason other than its being gone or
+	// refused to this process (no file descriptor or memory left), and may be missing.
+	partial bool
 }
 
 var nestedPIDs struct {
@@ -84,7 +93,7 @@ func nestedFind(parts []string, me local) (int, bool) {
 		if host, found := s.pids[pid]; found && nestedRuns(host, start, me) {
 			return host, true
 		}
-		if start < s.ticks {
+		if start < s.ticks && !s.partial {
 			return 0, false // it would have been found, were it in sight and running
 		}
 	}
@@ -150,32 +159,43 @@ func scanNamespace(ns string, me local) (s nestedScan, ok bool) {
 		if err != nil || host <= 0 {
 			continue
 		}
-		if link, err := os.Readlink("/proc/" + name + "/ns/pid"); err != nil || link != want {
+		link, err := os.Readlink("/proc/" + name + "/ns/pid")
+		if err != nil || link != want {
+			s.partial = s.partial || unread(err)
 			continue
 		}
-		if inner, ok := innermostPID(host); ok {
+		inner, ok, unseen := innermostPID(host)
+		if ok {
 			s.pids[inner] = host
 		}
+		s.partial = s.partial || unseen
 	}
 	return s, true
 }
 
+// unread: err, from a file of /proc/PID, says neither that the process is gone nor that this
+// process may not read it.
+func unread(err error) bool {
+	return err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH) &&
+		!errors.Is(err, fs.ErrPermission)
+}
+
 // innermostPID is the last field of NSpid in /proc/PID/status: the process's pid in its own
-// PID namespace.
-func innermostPID(host int) (int, bool) {
+// PID namespace. unseen: the file could not be read for a reason unread names.
+func innermostPID(host int) (n int, ok, unseen bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/status")
 	if err != nil {
-		return 0, false
+		return 0, false, unread(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
 			f := strings.Fields(v)
 			if len(f) == 0 {
-				return 0, false
+				return 0, false, false
 			}
 			n, err := strconv.Atoi(f[len(f)-1])
-			return n, err == nil && n > 0
+			return n, err == nil && n > 0, false
 		}
 	}
-	return 0, false
+	return 0, false, false
 }
