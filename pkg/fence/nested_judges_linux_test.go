@@ -95,12 +95,14 @@ func holdUnder(t *testing.T, exe string, prefix ...string) (int, string) {
 }
 
 // TestHolderInAChildPIDNamespaceJudgedByAnotherUser: the kernel shows a process's
-// /proc/PID/ns/pid only to a judge that may trace it (root, or a process of its own user), so
-// a container's holder is in sight of the host's processes that may read it, and of no other.
+// /proc/PID/ns/pid only to a judge that may trace it (ptrace read access: one with
+// CAP_SYS_PTRACE, or one of the process's user with every capability it has), so a
+// container's holder is in sight of the host's processes that may read it, and of no other.
 // A holder in a root container (unshare --pid) judged from this namespace by a process of
-// another user (setpriv to nobody), with this /proc or one mounted hidepid=2: "cannot tell",
-// never dead, the judge not failing; a holder that is nobody's own (a user namespace of its,
-// unshare --user --map-root-user) is alive to that judge, hidepid or not, and to root. Before
+// another user (setpriv to nobody), with this /proc or one mounted hidepid=2, or by root
+// without CAP_SYS_PTRACE (a service's CapabilityBoundingSet): "cannot tell", never dead, the
+// judge not failing; a holder that is nobody's own (a user namespace of its, unshare --user
+// --map-root-user) is alive to nobody, hidepid or not, and to root. Before
 // 2026-12-07 docs/serve.md, ledger.md and gateway.md said a container's claims were in sight
 // of the host's processes, without the condition: a `ledger clear` run on the host by another
 // user than root (a PostgreSQL ledger) clears a root container's claim without --force while
@@ -146,16 +148,26 @@ func TestHolderInAChildPIDNamespaceJudgedByAnotherUser(t *testing.T) {
 		}
 	}
 	hidepid := []string{unshare, "--mount", "--", "sh", "-c", `mount -t proc -o hidepid=2 proc /proc && exec "$@"`, "sh"}
-	for name, prefix := range map[string][]string{
-		"nobody":                 nobody,
-		"nobody, hidepid=2 proc": append(hidepid, nobody...),
+	noPtrace := []string{setpriv, "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace", "--"}
+	for _, j := range []struct {
+		name       string
+		prefix     []string
+		nobodysToo bool // nobody's holder is in its sight
+	}{
+		{"nobody", nobody, true},
+		{"nobody, hidepid=2 proc", append(hidepid, nobody...), true},
+		{"root without CAP_SYS_PTRACE", noPtrace, false},
 	} {
-		j := startLineJudge(t, exe, prefix...)
-		if got := j.ask(t, roots); got != CannotTell.String() {
-			t.Errorf("a root container's holder %s judged by %s: %s, want cannot tell (it may not read the process's namespace)", roots, name, got)
+		judge := startLineJudge(t, exe, j.prefix...)
+		if got := judge.ask(t, roots); got != CannotTell.String() {
+			t.Errorf("a root container's holder %s judged by %s: %s, want cannot tell (it may not read the process's namespace)", roots, j.name, got)
 		}
-		if got := j.ask(t, nobodys); got != Alive.String() {
-			t.Errorf("nobody's holder %s in a child PID namespace judged by %s: %s, want alive", nobodys, name, got)
+		want := CannotTell
+		if j.nobodysToo {
+			want = Alive
+		}
+		if got := judge.ask(t, nobodys); got != want.String() {
+			t.Errorf("nobody's holder %s in a child PID namespace judged by %s: %s, want %s", nobodys, j.name, got, want)
 		}
 	}
 }
