@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,6 +49,9 @@ type nestedScan struct {
 	// refused to this process (no file descriptor or memory left), and may be missing.
 	partial bool
 }
+
+// nestedReadings counts the readings of /proc (for tests).
+var nestedReadings atomic.Int64
 
 var nestedPIDs struct {
 	sync.Mutex
@@ -93,9 +97,18 @@ func nestedFind(parts []string, me local) (int, bool) {
 		if host, found := s.pids[pid]; found && nestedRuns(host, start, me) {
 			return host, true
 		}
-		if start < s.ticks && !s.partial {
+		// A process is given its start time a moment before /proc lists it (the kernel sets it
+		// early in fork): one that started in the last nestedListLag before a reading may be
+		// missing from it.
+		if start+nestedListLag < s.ticks && !s.partial {
 			return 0, false // it would have been found, were it in sight and running
 		}
+	}
+	if now, ok := bootTicks(me); !ok || start > now+1 {
+		// No process started after now: an owner string from a clock this one is not (another
+		// machine cloned with this boot id that has run longer) or made up, which no reading
+		// finds; read again for each judgement, it would cost a reading of /proc each time.
+		return 0, false
 	}
 	s, ok = scanNamespace(parts[4], me)
 	if !ok {
@@ -128,21 +141,32 @@ func nestedRuns(host int, start uint64, me local) bool {
 	return running && !unseen // a zombie, or threads not counted: only alive is told from here
 }
 
+// nestedListLag is how long, in clock ticks, a process may have its start time before /proc
+// lists it: the fork that makes it may be preempted in between. A second, far more than that.
+const nestedListLag = clockTicks
+
+// bootTicks is the time since boot in the initial time namespace's clock ticks, as start times
+// are recorded: this process's boottime in whole ticks (rounded down, as /proc/PID/stat's
+// start times are), less its time namespace's offset.
+func bootTicks(me local) (uint64, bool) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, false
+	}
+	ticks := (ts.Sec*1e9+ts.Nsec)/(1e9/clockTicks) - me.offset
+	return uint64(ticks), ticks > 0
+}
+
 // scanNamespace reads /proc for the processes of PID namespace ns: their pid in it (the last
 // field of NSpid) and in this process's /proc. A process whose namespace cannot be read
 // (another user's, or gone meanwhile) is left out. ok is false when the clock or /proc cannot
 // be read.
 func scanNamespace(ns string, me local) (s nestedScan, ok bool) {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+	ticks, ok := bootTicks(me)
+	if !ok {
 		return s, false
 	}
-	// Boottime as this process's time namespace shows it, in whole ticks (rounded down, as
-	// /proc/PID/stat's start times are), then in the initial namespace's.
-	ticks := (ts.Sec*1e9+ts.Nsec)/(1e9/clockTicks) - me.offset
-	if ticks <= 0 {
-		return s, false
-	}
+	nestedReadings.Add(1)
 	d, err := os.Open("/proc")
 	if err != nil {
 		return s, false
@@ -152,7 +176,7 @@ func scanNamespace(ns string, me local) (s nestedScan, ok bool) {
 	if err != nil {
 		return s, false
 	}
-	s = nestedScan{ticks: uint64(ticks), pids: map[int]int{}}
+	s = nestedScan{ticks: ticks, pids: map[int]int{}}
 	want := "pid:[" + ns + "]"
 	for _, name := range names {
 		host, err := strconv.Atoi(name)

@@ -189,3 +189,39 @@ func siblingJudge(t *testing.T, unshare, owner string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// TestOwnerStartingLaterIsNotSoughtInProc: an owner of this boot in another PID namespace
+// whose start time is after now names no process (an owner made up, or from a clone of this
+// machine that has run longer). Each judgement of it read /proc anew, since a holder that
+// started after the last reading may be missing from it; now it is "cannot tell" without a
+// reading. Not parallel: the count of readings is the package's.
+func TestOwnerStartingLaterIsNotSoughtInProc(t *testing.T) {
+	me := whereAmI()
+	now, ok := bootTicks(me)
+	if !me.sound || !ok {
+		t.Skip("skipped: this process's /proc is not its own PID namespace's, or its clock cannot be read")
+	}
+	for _, later := range []uint64{2, clockTicks * 3600} {
+		owner := fmt.Sprintf("h/1/%d/%s/4026531000", now+later, me.boot)
+		before := nestedReadings.Load()
+		for i := 0; i < 20; i++ {
+			if got := OwnerLiveness(owner); got != CannotTell {
+				t.Fatalf("an owner starting %d ticks from now: %s, want cannot tell", later, got)
+			}
+		}
+		if n := nestedReadings.Load() - before; n > 0 {
+			t.Errorf("20 judgements of an owner starting %d ticks from now read /proc %d times, want none", later, n)
+		}
+	}
+	// One that started before now is looked for: one reading, kept for the others.
+	owner := fmt.Sprintf("h/1/%d/%s/4026531000", now-nestedListLag-10, me.boot)
+	before := nestedReadings.Load()
+	for i := 0; i < 20; i++ {
+		if got := OwnerLiveness(owner); got != CannotTell {
+			t.Fatalf("an owner of a namespace nobody has: %s, want cannot tell", got)
+		}
+	}
+	if n := nestedReadings.Load() - before; n < 1 || n > 2 {
+		t.Errorf("20 judgements of an owner that started before now read /proc %d times, want 1 (2 if a second passed)", n)
+	}
+}
