@@ -842,18 +842,29 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 	// A stream is resumed again only after the last resumption brought a new event: a server
 	// that polls (2025-11-25: it ends the stream after each event and expects the client back
 	// with Last-Event-ID) is followed for as long as it makes progress, one resumption a
-	// getRetry after the first; a stream cut twice at the same event is given up.
+	// getRetry after the first; a stream cut twice at the same event is given up. A resumed
+	// stream that brings no event for resumedQuiet is resumed again, without limit (see
+	// quietWatch).
 	lastID, resumedAt, resumes := "", "", 0
+	var watch *quietWatch
 	for {
-		m, err := s.pump(ctx, meter, id, &lastID, resumes > 0)
+		var seen func()
+		if watch != nil {
+			seen = watch.event
+		}
+		m, err := s.pump(ctx, meter, id, &lastID, resumes > 0, seen)
+		quiet := watch != nil && watch.stop()
 		if err == nil {
 			return m, nil
 		}
-		if errors.Is(err, ErrTooLarge) || errors.Is(err, errInvalidAnswer) || ctx.Err() != nil || lastID == "" || (resumes > 0 && lastID == resumedAt) {
+		if errors.Is(err, ErrTooLarge) || errors.Is(err, errInvalidAnswer) || ctx.Err() != nil || lastID == "" || (!quiet && resumes > 0 && lastID == resumedAt) {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the server ended the event stream before the response")
 			}
 			return nil, err
+		}
+		if quiet {
+			err = fmt.Errorf("no event for %s since it was resumed or since its last event", resumedQuiet)
 		}
 		if resumes > 0 {
 			select {
@@ -874,7 +885,47 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 		defer body.Close()
 		meter.r, meter.size = body, int64(maxMessage)
 		meter.next()
+		watch = watchQuiet(resumedQuiet, body)
 	}
+}
+
+// resumedQuiet is how long a resumed stream of a call may bring no event (keep-alive comments
+// are not events) before it is resumed again from the same Last-Event-ID (a variable for
+// tests). A server may accept a resumption and never feed it: server-everything's event store
+// (docs/gateway-backend.md) makes the TypeScript SDK file the resumed stream under the wrong
+// id, so it replays what was stored and writes nothing that comes later; the call's stream
+// then stays open, kept alive and silent, for ever, while a second GET with the same
+// Last-Event-ID replays the rest. Seen behind a cutting proxy under load
+// (TestTaskResultAskedAgainAfterACut, 2026-12-07: a resumption that brought an event was cut
+// and resumed again, and the duplicate waited its minute on the silent stream, the task long
+// done). The first stream of a call is not watched, nor the session's GET stream. A task's
+// tasks/result that waits for hours on a resumed stream is resumed again every resumedQuiet:
+// a GET re-sends nothing.
+var resumedQuiet = 20 * time.Second
+
+// quietWatch closes a resumed stream's body once no event came for its bound.
+type quietWatch struct {
+	d     time.Duration
+	t     *time.Timer
+	fired atomic.Bool
+}
+
+func watchQuiet(d time.Duration, body io.Closer) *quietWatch {
+	q := &quietWatch{d: d}
+	q.t = time.AfterFunc(d, func() {
+		q.fired.Store(true)
+		_ = body.Close()
+	})
+	return q
+}
+
+// event: an event came; the bound starts again.
+func (q *quietWatch) event() { q.t.Reset(q.d) }
+
+// stop ends the watch and reports whether it closed the stream.
+func (q *quietWatch) stop() bool {
+	q.t.Stop()
+	return q.fired.Load()
 }
 
 // resumeTries bounds the GETs of one resumption of a call's stream.
@@ -909,8 +960,8 @@ func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, er
 var errInvalidAnswer = errors.New("the server answered with an event that is not a valid JSON-RPC response")
 
 // pump reads events until the response to id (nil id: forever). Each event id is stored in
-// *lastID.
-func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string, resumed bool) (*jsonrpc.Message, error) {
+// *lastID; seen, if not nil, is called at each event.
+func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string, resumed bool, seen func()) (*jsonrpc.Message, error) {
 	r := newSSEReader(meter, maxMessage)
 	for {
 		// The event before, if any, was not the answer: its share of the budget goes back.
@@ -918,6 +969,9 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 		ev, err := r.next()
 		if err != nil {
 			return nil, err
+		}
+		if seen != nil {
+			seen()
 		}
 		if ev.hasID {
 			// An id HTTP cannot carry back as Last-Event-ID (a control character, or longer
@@ -1224,7 +1278,7 @@ func (s *Session) listen() {
 		if err == nil {
 			s.streamed.Store(true)
 			meter := newMeter(s.bg, resp.Body, 0)
-			_, err = s.pump(s.bg, meter, nil, &lastID, resumed)
+			_, err = s.pump(s.bg, meter, nil, &lastID, resumed, nil)
 			meter.next()
 			resp.Body.Close()
 			if errors.Is(err, ErrTooLarge) {

@@ -1,0 +1,62 @@
+package httpback
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+)
+
+// Found 2026-12-07 (TestTaskResultAskedAgainAfterACut failed under load): the TypeScript SDK's
+// server can lose the response on a resumption. A response stored in its event store after
+// the resumption replayed the stored events, and before it registered the new stream, is
+// written to no stream; the resumed stream then stays open for ever, with keep-alive
+// comments and no event. This server does that on the first resumption (its first GET with
+// Last-Event-ID keeps the stream open, sending comments only), and replays the response on the
+// second. The call gets its result, POSTed once. Before, it waited on the silent stream until
+// its context ended: a call that ran was left unknown, or a task's result never recorded.
+func TestResumedStreamThatStaysSilentIsResumedAgain(t *testing.T) {
+	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
+	resumedQuiet = 700 * time.Millisecond
+	for _, silent := range []int{1, 2} {
+		f, srv := newFake(t)
+		var gets atomic.Int32
+		f.call = cutAfterAnEvent
+		f.getReply = func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Last-Event-Id") != "e1" {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			if int(gets.Add(1)) <= silent {
+				// Registered nowhere: kept alive, and nothing else.
+				for {
+					if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+						return
+					}
+					w.(http.Flusher).Flush()
+					select {
+					case <-r.Context().Done():
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}
+			writeEvent(w, "e2", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[],"ok":true}`)))
+		}
+		s := session(t, upstream(t, srv.URL, Config{}))
+		res, err := callWithin(t, s, "%d silent resumptions: the call waited on", silent)
+		if err != nil || string(res) != `{"content":[],"ok":true}` {
+			t.Fatalf("%d silent resumptions: result %s, %v; want the result the next one brings", silent, res, err)
+		}
+		if n := f.count("tools/call"); n != 1 {
+			t.Fatalf("%d silent resumptions: %d POSTs of the call, want 1", silent, n)
+		}
+		if n := gets.Load(); n != int32(silent)+1 {
+			t.Fatalf("%d silent resumptions: %d resuming GETs, want %d", silent, n, silent+1)
+		}
+	}
+}
