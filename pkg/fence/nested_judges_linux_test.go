@@ -86,7 +86,11 @@ func holdUnder(t *testing.T, exe string, prefix ...string) (int, string) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	t.Cleanup(func() {
+		_ = syscall.Kill(c.Process.Pid, syscall.SIGCONT) // a test may have stopped it
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	})
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("the holder under %v printed no owner string: %v", prefix, err)

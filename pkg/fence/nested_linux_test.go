@@ -1,7 +1,6 @@
 package fence
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -142,26 +141,7 @@ func TestHolderInAChildPIDNamespaceIsSeenFromAbove(t *testing.T) {
 // with the given options, and returns unshare's pid and the holder's owner string.
 func startNestedHolder(t *testing.T, unshare string, under []string) (int, string) {
 	t.Helper()
-	args := append(append([]string(nil), under...), "--", os.Args[0], "-test.run=^$")
-	c := exec.Command(unshare, args...)
-	c.Env = append(os.Environ(), envOwnerRole+"=hold")
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(c.Process.Pid, syscall.SIGCONT)
-		_ = c.Process.Kill()
-		_ = c.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the holder under unshare %v printed no owner string: %v", under, err)
-	}
-	return c.Process.Pid, strings.TrimSpace(line)
+	return holdUnder(t, os.Args[0], append(append([]string{unshare}, under...), "--")...)
 }
 
 // childOf is the one child of process up (the holder unshare forked), killed at cleanup: the
