@@ -111,3 +111,73 @@ func TestEverythingResumptionNeverFedIsResumedAgain(t *testing.T) {
 		t.Fatalf("progress delivered: %q; want the 3 steps, the 2 the silent resumption missed replayed", progress)
 	}
 }
+
+// TestEverythingSessionStreamNeverFedIsResumedAgain: the session's GET stream of the real
+// server-everything, cut once by a proxy (as an idle timeout does) and resumed: the server
+// accepts the resumption and never feeds it (docs/gateway-backend.md), so every message it
+// sends the session afterwards (here its simulated logging, one every 5 s) was lost for the
+// session's life. Resumed again after resumedQuiet (shortened here), the stream replays them.
+func TestEverythingSessionStreamNeverFedIsResumedAgain(t *testing.T) {
+	t.Parallel()
+	e := startEverything(t, 0)
+	target, err := url.Parse(e.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.Path = ""
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	rp.ErrorLog = log.New(io.Discard, "", 0) // the cut is on purpose
+	var firstGETs, resumes atomic.Int32
+	var cutAt atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.Header.Get(headerLastEventID) != "" {
+			resumes.Add(1)
+		}
+		if r.Method == http.MethodGet && r.Header.Get(headerLastEventID) == "" && firstGETs.Add(1) == 1 {
+			ctx, cancel := context.WithTimeout(r.Context(), 6*time.Second) // past the first log message
+			defer cancel()
+			// The proxy itself panics to cut the client once its upstream read fails.
+			defer func() { cutAt.Store(time.Now().UnixNano()) }()
+			rp.ServeHTTP(w, r.WithContext(ctx))
+			panic(http.ErrAbortHandler)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
+	resumedQuiet = 2 * time.Second
+
+	logged := make(chan time.Time, 64)
+	u := upstream(t, proxy.URL+"/mcp", Config{
+		Init: everythingInit,
+		OnNotification: func(method string, _ json.RawMessage) {
+			if method == "notifications/message" {
+				logged <- time.Now()
+			}
+		},
+		OnRequest: func(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{}`), nil
+		},
+	})
+	s := session(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.Call(ctx, "tools/call", json.RawMessage(`{"name":"toggle-simulated-logging","arguments":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(40 * time.Second)
+	for {
+		select {
+		case at := <-logged:
+			if c := cutAt.Load(); c != 0 && at.UnixNano() > c {
+				if n := resumes.Load(); n < 2 {
+					t.Fatalf("a log message came after the cut with %d resumptions: the first was fed, so this test did not meet the server it means to", n)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no log message of the session's GET stream in 40 s after it was cut (cut %v, resumptions %d)", cutAt.Load() != 0, resumes.Load())
+		}
+	}
+}

@@ -898,9 +898,10 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 // Last-Event-ID replays the rest. Seen behind a cutting proxy under load
 // (TestTaskResultAskedAgainAfterACut, 2026-12-07: a resumption that brought an event was cut
 // and resumed again, and the duplicate waited its minute on the silent stream, the task long
-// done). The first stream of a call is not watched, nor the session's GET stream. A task's
-// tasks/result that waits for hours on a resumed stream is resumed again every resumedQuiet:
-// a GET re-sends nothing.
+// done). The first stream of a call is not watched, nor the session's GET stream until it was
+// resumed (listen). A task's tasks/result that waits for hours on a resumed stream is resumed
+// again every resumedQuiet, and so is a quiet session's resumed GET stream: a GET re-sends
+// nothing.
 var resumedQuiet = 20 * time.Second
 
 // quietWatch closes a resumed stream's body once no event came for its bound.
@@ -1278,7 +1279,20 @@ func (s *Session) listen() {
 		if err == nil {
 			s.streamed.Store(true)
 			meter := newMeter(s.bg, resp.Body, 0)
-			_, err = s.pump(s.bg, meter, nil, &lastID, resumed, nil)
+			// A resumed stream is watched as a call's is (resumedQuiet): a server may accept
+			// the resumption and never feed it, and every later message it sends the session
+			// (logging, list_changed, a request of its own) would be lost for the session's
+			// life. Once resumed, the stream is opened again after each quiet spell.
+			var seen func()
+			var watch *quietWatch
+			if resumed {
+				watch = watchQuiet(resumedQuiet, resp.Body)
+				seen = watch.event
+			}
+			_, err = s.pump(s.bg, meter, nil, &lastID, resumed, seen)
+			if watch != nil {
+				watch.stop()
+			}
 			meter.next()
 			resp.Body.Close()
 			if errors.Is(err, ErrTooLarge) {
