@@ -205,3 +205,48 @@ func TestOwnerStartingLaterIsNotSoughtInProc(t *testing.T) {
 		t.Errorf("20 judgements of an owner that started before now read /proc %d times, want 1 (2 if a second passed)", n)
 	}
 }
+
+// BenchmarkJudgeContainerHolder: what judging a holder in a child PID namespace costs this
+// process: "kept", a judgement answered from a kept reading (the holder's stat and status read
+// afresh); "reading", a reading of /proc each time (the cost a miss of a holder started in the
+// last second pays, and the first judgement of a namespace), with the processes /proc lists.
+func BenchmarkJudgeContainerHolder(b *testing.B) {
+	unshare, err := exec.LookPath("unshare")
+	if os.Geteuid() != 0 || err != nil || !whereAmI().sound {
+		b.Skip("skipped: needs root, unshare and a /proc of this PID namespace")
+	}
+	c := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--", os.Args[0], "-test.run=^$", "-test.bench=^$")
+	c.Env = append(os.Environ(), envOwnerRole+"=hold")
+	out, err := c.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	var line [512]byte
+	n, err := out.Read(line[:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	owner := strings.TrimSpace(string(line[:n]))
+	parts := strings.Split(owner, "/")
+	me := whereAmI()
+	names, _ := os.ReadDir("/proc")
+	b.Run("kept", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if OwnerLiveness(owner) != Alive {
+				b.Fatal("not alive")
+			}
+		}
+	})
+	b.Run("reading", func(b *testing.B) {
+		b.ReportMetric(float64(len(names)), "proc-entries")
+		for i := 0; i < b.N; i++ {
+			if s, ok := scanNamespace(parts[4], me); !ok || len(s.pids) == 0 {
+				b.Fatal("the holder's namespace not read")
+			}
+		}
+	})
+}
