@@ -212,7 +212,7 @@ func TestLeaderlessHolderInAChildPIDNamespaceIsAlive(t *testing.T) {
 	}
 	start, _ := procStat(holder)
 	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", holder))
-	inner, ok, _ := innermostPID(holder)
+	inner, _, ok, _ := innermostIDs(holder)
 	if err != nil || !ok || start == 0 {
 		t.Fatalf("the holder (pid %d): namespace %q %v, pid there %d", holder, ns, err, inner)
 	}

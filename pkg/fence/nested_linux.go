@@ -45,6 +45,8 @@ type nestedScan struct {
 	at    time.Time
 	ticks uint64      // when the reading began, in the initial time namespace's clock ticks
 	pids  map[int]int // pid in the namespace -> pid in this process's /proc
+	// groups: process group in the namespace -> its members' pids in this process's /proc
+	groups map[int][]int
 	// partial: a process /proc listed was not read, for a reason other than its being gone or
 	// refused to this process (no file descriptor or memory left), and may be missing.
 	partial bool
@@ -176,7 +178,7 @@ func scanNamespace(ns string, me local) (s nestedScan, ok bool) {
 	if err != nil {
 		return s, false
 	}
-	s = nestedScan{ticks: ticks, pids: map[int]int{}}
+	s = nestedScan{ticks: ticks, pids: map[int]int{}, groups: map[int][]int{}}
 	want := "pid:[" + ns + "]"
 	for _, name := range names {
 		host, err := strconv.Atoi(name)
@@ -188,9 +190,12 @@ func scanNamespace(ns string, me local) (s nestedScan, ok bool) {
 			s.partial = s.partial || unread(err)
 			continue
 		}
-		inner, ok, unseen := innermostPID(host)
+		inner, group, ok, unseen := innermostIDs(host)
 		if ok {
 			s.pids[inner] = host
+		}
+		if ok && group > 0 {
+			s.groups[group] = append(s.groups[group], host)
 		}
 		s.partial = s.partial || unseen
 	}
@@ -204,22 +209,74 @@ func unread(err error) bool {
 		!errors.Is(err, fs.ErrPermission)
 }
 
-// innermostPID is the last field of NSpid in /proc/PID/status: the process's pid in its own
-// PID namespace. unseen: the file could not be read for a reason unread names.
-func innermostPID(host int) (n int, ok, unseen bool) {
+// innermostIDs are the last fields of NSpid and NSpgid in /proc/PID/status: the process's pid
+// and process group in its own PID namespace (pgid 0: a group of another namespace). unseen: the file could not be read for a reason
+// unread names.
+func innermostIDs(host int) (pid, pgid int, ok, unseen bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/status")
 	if err != nil {
-		return 0, false, unread(err)
+		return 0, 0, false, unread(err)
+	}
+	last := func(v string) int {
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			return 0
+		}
+		n, err := strconv.Atoi(f[len(f)-1])
+		if err != nil || n <= 0 {
+			return 0
+		}
+		return n
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				return 0, false, false
-			}
-			n, err := strconv.Atoi(f[len(f)-1])
-			return n, err == nil && n > 0, false
+		if v, found := strings.CutPrefix(line, "NSpid:"); found {
+			pid = last(v)
+		} else if v, found := strings.CutPrefix(line, "NSpgid:"); found {
+			pgid = last(v)
 		}
 	}
-	return 0, false, false
+	// A group whose leader is not of the process's namespace (the holder unshare started is
+	// in unshare's group) reads 0 there.
+	return pid, pgid, pid > 0, false
+}
+
+// nestedCarrier finds a running member of carrier c, a process group of PID namespace ns (the
+// holder's, below this process's), and returns that group's number in this process's /proc.
+// Only a running member tells anything: none found is no answer (see nestedFind).
+func nestedCarrier(ns, c string, me local) (int, bool) {
+	pgid, _, ok := parseCarrier(c)
+	if !ok || !digits(ns) {
+		return 0, false
+	}
+	nestedPIDs.Lock()
+	defer nestedPIDs.Unlock()
+	now := time.Now()
+	s, kept := nestedPIDs.byNS[ns]
+	if !kept || now.Sub(s.at) >= nestedScanAge || s.partial {
+		var read bool
+		if s, read = scanNamespace(ns, me); !read {
+			return 0, false
+		}
+		s.at = now
+		if nestedPIDs.byNS == nil {
+			nestedPIDs.byNS = map[string]nestedScan{}
+		}
+		nestedPIDs.byNS[ns] = s
+	}
+	// A member is checked afresh: still of that namespace and group, and running. One that
+	// joined the group after the reading is not looked for until the reading is a second old.
+	want := "pid:[" + ns + "]"
+	for _, host := range s.groups[pgid] {
+		if link, err := os.Readlink("/proc/" + strconv.Itoa(host) + "/ns/pid"); err != nil || link != want {
+			continue
+		}
+		if _, g, found, _ := innermostIDs(host); !found || g != pgid {
+			continue
+		}
+		_, state, here := procStatGroup(host)
+		if running, unseen := runs(host, state); state != 0 && running && !unseen && here > 0 {
+			return here, true
+		}
+	}
+	return 0, false
 }

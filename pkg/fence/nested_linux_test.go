@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -249,4 +250,104 @@ func BenchmarkJudgeContainerHolder(b *testing.B) {
 			}
 		}
 	})
+}
+
+// envCarrierHolder makes this test binary, started by TestCarrierInAChildPIDNamespace, a holder
+// whose call runs in a process group of its own (a sleep, as the node under npx): it prints its
+// owner string with that group as its carrier, then sleeps.
+const envCarrierHolder = "EFFECTFENCE_TEST_CARRIER_HOLDER"
+
+func init() {
+	if os.Getenv(envCarrierHolder) == "" {
+		return
+	}
+	group := exec.Command("sleep", "120")
+	group.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := group.Start(); err != nil {
+		fmt.Println("no sleep:", err)
+		os.Exit(1)
+	}
+	carrier := GroupCarrier(group.Process.Pid)
+	if carrier == "" {
+		fmt.Println("no carrier")
+		os.Exit(1)
+	}
+	fmt.Println(withCarrier(LocalOwner(), carrier))
+	time.Sleep(2 * time.Minute)
+	os.Exit(0)
+}
+
+// TestCarrierInAChildPIDNamespace: a holder in a container on this host (a PID namespace of
+// its own, under a shell as its init: the holder is not the namespace's pid 1), whose call runs
+// in a process group it started (its carrier), is killed with SIGKILL while that group runs,
+// as a wrap whose server's node finishes the call. From this process, the namespace's parent,
+// the claim is alive while the group runs, and CarrierRuns names the group by its number here
+// (what `kill -KILL -- -<pgid>` on this host needs); once the group has ended, "cannot tell"
+// (never dead). A sibling namespace cannot tell either way. Before 2026-12-07 the holder's
+// group was not looked for in its namespace: "cannot tell" as soon as the holder was gone, and
+// a re-run-safe claim past its lease was taken over while the group still ran the call.
+func TestCarrierInAChildPIDNamespace(t *testing.T) {
+	t.Parallel()
+	unshare, err := exec.LookPath("unshare")
+	if os.Geteuid() != 0 || err != nil || !whereAmI().sound {
+		t.Skip("skipped: needs root, unshare and a /proc of this PID namespace")
+	}
+	c := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--", "sh", "-c", `"$0" -test.run='^$'; exec sleep 120`, os.Args[0])
+	c.Env = append(os.Environ(), envCarrierHolder+"=1")
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	owner := strings.TrimSpace(line)
+	if err != nil || !strings.Contains(owner, "+g") {
+		t.Fatalf("the holder printed %q (%v), want its owner string with a carrier", owner, err)
+	}
+	sh := childOf(t, c.Process.Pid) // the namespace's init, killed at cleanup: the namespace ends
+	holder := childOf(t, sh)
+	if got := OwnerLiveness(owner); got != Alive {
+		t.Fatalf("the running holder %s: %s, want alive", owner, got)
+	}
+	if g, running := CarrierRuns(owner); running {
+		t.Fatalf("CarrierRuns with the holder running: group %d; want none (the holder answers for its call)", g)
+	}
+	if err := syscall.Kill(holder, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, s := procStat(holder); s == 0 {
+			break // reaped by the shell
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed holder (pid %d) was not reaped", holder)
+		}
+	}
+	if got := OwnerLiveness(owner); got != Alive {
+		t.Fatalf("the holder killed, its carrier running: %s, want alive", got)
+	}
+	g, gone := GoneHolderCarrier(owner)
+	if !gone {
+		t.Fatalf("GoneHolderCarrier: %d %v; want the group that runs", g, gone)
+	}
+	if _, _, pgrp := procStatGroup(g); pgrp != g {
+		t.Fatalf("CarrierRuns named group %d, which is no group here (pid %d's group is %d)", g, g, pgrp)
+	}
+	if got := siblingJudge(t, unshare, owner); got != CannotTell.String() {
+		t.Fatalf("the same claim judged from a sibling PID namespace: %s, want cannot tell", got)
+	}
+	if err := syscall.Kill(-g, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -KILL -- -%d: %v", g, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); OwnerLiveness(owner) != CannotTell; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group killed: %s, want cannot tell", OwnerLiveness(owner))
+		}
+	}
+	if g, running := CarrierRuns(owner); running {
+		t.Fatalf("CarrierRuns once the group was killed: %d", g)
+	}
 }

@@ -214,7 +214,15 @@ func OwnerLiveness(owner string) Liveness {
 		if bootOf(parts[3]) != bootOf(me.boot) {
 			return CannotTell
 		}
-		return nestedLiveness(parts, me)
+		l := nestedLiveness(parts, me)
+		if l != Alive && carrier != "" {
+			if _, running := nestedCarrier(parts[4], carrier, me); running {
+				// Not found running, but a process of the group it started to run the call
+				// runs in its namespace: the call may be running.
+				l = Alive
+			}
+		}
+		return l
 	}
 	// One boot of one kernel, but another machine id, or one process of the two without any
 	// (machineBoot): a clone of this machine, or a process here whose environment lacks the id
