@@ -44,7 +44,7 @@ func (c *cutOnProgress) Flush() { c.ResponseWriter.(http.Flusher).Flush() }
 // resumedQuiet (shortened here), the call gets the progress it missed and its response,
 // POSTed once. Before 2026-12-07 the call waited on the silent stream until its context ended.
 func TestEverythingResumptionNeverFedIsResumedAgain(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it shortens resumedQuiet.
 	e := startEverything(t, 0)
 	target, err := url.Parse(e.url())
 	if err != nil {
@@ -118,7 +118,7 @@ func TestEverythingResumptionNeverFedIsResumedAgain(t *testing.T) {
 // sends the session afterwards (here its simulated logging, one every 5 s) was lost for the
 // session's life. Resumed again after resumedQuiet (shortened here), the stream replays them.
 func TestEverythingSessionStreamNeverFedIsResumedAgain(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it shortens resumedQuiet.
 	e := startEverything(t, 0)
 	target, err := url.Parse(e.url())
 	if err != nil {

@@ -365,6 +365,7 @@ type Session struct {
 	inbound  inbound.Table // the server's requests being answered, at most mcpstdio.MaxInbound
 	ignored  atomic.Int64  // messages of the server ignored so far (ignoredf)
 	streamed atomic.Bool   // the server gave the session a GET stream once
+	quiet    time.Duration // resumedQuiet when the session began
 	// asked holds the ids of the server's last maxAsked requests, in the order they came
 	// (deliver's alone): one handed over again is not answered twice.
 	asked     map[string]bool
@@ -423,7 +424,7 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 	if !json.Valid(cfg.Init) || bytes.TrimSpace(cfg.Init)[0] != '{' {
 		return nil, errors.New("httpback: initialize params must be a JSON object")
 	}
-	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: ShownURL(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024)}
+	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: ShownURL(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024), quiet: resumedQuiet}
 	s.bg, s.bgStop = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.deliver()
@@ -864,7 +865,7 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 			return nil, err
 		}
 		if quiet {
-			err = fmt.Errorf("no event for %s since it was resumed or since its last event", resumedQuiet)
+			err = fmt.Errorf("no event for %s since it was resumed or since its last event", s.quiet)
 		}
 		if resumes > 0 {
 			select {
@@ -885,14 +886,15 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 		defer body.Close()
 		meter.r, meter.size = body, int64(maxMessage)
 		meter.next()
-		watch = watchQuiet(resumedQuiet, body)
+		watch = watchQuiet(s.quiet, body)
 	}
 }
 
 // resumedQuiet is how long a resumed stream of a call may bring no event (keep-alive comments
 // are not events) before it is resumed again from the same Last-Event-ID (a variable for
-// tests). A server may accept a resumption and never feed it: server-everything's event store
-// (docs/gateway-backend.md) makes the TypeScript SDK file the resumed stream under the wrong
+// tests; a session reads it once, when it begins, so one that outlives the test that
+// shortened it reads nothing the test puts back). A server may accept a resumption and never
+// feed it: server-everything's event store (docs/gateway-backend.md) makes the TypeScript SDK file the resumed stream under the wrong
 // id, so it replays what was stored and writes nothing that comes later; the call's stream
 // then stays open, kept alive and silent, for ever, while a second GET with the same
 // Last-Event-ID replays the rest. Seen behind a cutting proxy under load
@@ -1286,7 +1288,7 @@ func (s *Session) listen() {
 			var seen func()
 			var watch *quietWatch
 			if resumed {
-				watch = watchQuiet(resumedQuiet, resp.Body)
+				watch = watchQuiet(s.quiet, resp.Body)
 				seen = watch.event
 			}
 			_, err = s.pump(s.bg, meter, nil, &lastID, resumed, seen)
