@@ -40,6 +40,7 @@ package httpback
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -370,6 +371,11 @@ type Session struct {
 	// (deliver's alone): one handed over again is not answered twice.
 	asked     map[string]bool
 	askedRing []string
+	// noted holds the last maxAsked notification events that came with an id, by id and
+	// content (replayedNote): one replayed on a resumed stream is not delivered twice.
+	notedMu   sync.Mutex
+	noted     map[string]bool
+	notedRing []string
 }
 
 // maxAsked bounds the server request ids a session remembers (asked), maxAskedID the length of
@@ -402,6 +408,39 @@ func (s *Session) askedBefore(id json.RawMessage) bool {
 	}
 	s.asked[key] = true
 	s.askedRing = append(s.askedRing, key)
+	return false
+}
+
+// replayedNote reports whether a notification event came before in this session, by its
+// event id and its data, when it comes on a resumed stream, and remembers it. An event store
+// that replays, on a resumption, every event of the session after Last-Event-ID and not only
+// that stream's (server-everything's own does) hands over again what a call's stream
+// delivered already; a resumed stream watched by resumedQuiet is resumed every quiet spell,
+// and before 2026-12-07 each of the session's GET stream's resumptions delivered again every
+// progress and log message the session's calls had carried since the last
+// (TestEverythingQuietResumptionsDoNotDeliverACallsProgressAgain). The data counts too: a
+// server that numbers each stream's events on its own (the spec says they are unique in the
+// session) loses none of them.
+func (s *Session) replayedNote(ev sseEvent, resumed bool) bool {
+	if !ev.hasID || len(ev.id) > maxAskedID {
+		return false
+	}
+	sum := sha256.Sum256(ev.data)
+	key := ev.id + "\x00" + string(sum[:16])
+	s.notedMu.Lock()
+	defer s.notedMu.Unlock()
+	if s.noted[key] {
+		return resumed
+	}
+	if s.noted == nil {
+		s.noted = map[string]bool{}
+	}
+	if len(s.notedRing) == maxAsked {
+		delete(s.noted, s.notedRing[0])
+		s.notedRing = s.notedRing[1:]
+	}
+	s.noted[key] = true
+	s.notedRing = append(s.notedRing, key)
 	return false
 }
 
@@ -1017,6 +1056,9 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 			}
 			s.ignoredf("MCP server %s sent a response to request id %s that is not waiting on this stream; ignored", s.logURL, safetext.Clip(string(m.ID), 50))
 		case m.IsNotification():
+			if s.replayedNote(ev, resumed) {
+				continue
+			}
 			// A queued message stays in memory until delivered: it keeps its share of the
 			// budget until then, as mcpstdio's do, so a slow OnNotification (or OnRequest)
 			// cannot make the process hold more large messages than AnswerBudget.
