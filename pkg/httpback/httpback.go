@@ -917,6 +917,19 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 		resumedAt = lastID
 		s.logf("event stream of %s from MCP server %s ended before the response (%v); resuming (%d)", method, s.logURL, err, resumes)
 		resp, gerr := s.resume(ctx, lastID)
+		for quiet && gerr != nil && mayPass(gerr) && ctx.Err() == nil && s.bg.Err() == nil {
+			// The stream closed for its quiet spell may still be the server's, fed, behind a
+			// proxy that does not pass the close on: the server refuses (409) until the
+			// call's response ends that stream, and replays it after
+			// (TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream). A GET re-sends
+			// nothing: asked again, a resumedQuiet apart, while the call waits.
+			select {
+			case <-ctx.Done():
+			case <-s.bg.Done():
+			case <-time.After(s.quiet):
+			}
+			resp, gerr = s.resume(ctx, lastID)
+		}
 		if gerr != nil {
 			return nil, fmt.Errorf("the event stream was cut before the response (%v) and resuming it failed: %w", err, gerr)
 		}
@@ -984,8 +997,7 @@ func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, er
 		if err == nil || try == resumeTries || ctx.Err() != nil || s.bg.Err() != nil {
 			return resp, err
 		}
-		var se *StatusError
-		if errors.As(err, &se) && se.Status != http.StatusConflict && se.Status != http.StatusTooManyRequests && se.Status < 500 {
+		if !mayPass(err) {
 			return nil, err // 400, 404, 405, ...: asking again would be refused again
 		}
 		s.logf("resuming an event stream of MCP server %s failed (%v); asking again", s.logURL, err)
@@ -995,6 +1007,13 @@ func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, er
 		case <-time.After(getRetry):
 		}
 	}
+}
+
+// mayPass reports whether a refused resumption may pass if asked again: 409 (the server still
+// holds the stream), 429, a 5xx, or no answer at all.
+func mayPass(err error) bool {
+	var se *StatusError
+	return !errors.As(err, &se) || se.Status == http.StatusConflict || se.Status == http.StatusTooManyRequests || se.Status >= 500
 }
 
 // errInvalidAnswer ends a call whose stream carried an event naming its id, without a method,

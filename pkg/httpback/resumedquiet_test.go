@@ -98,3 +98,45 @@ func TestSessionKeepsItsQuietBound(t *testing.T) {
 	}
 	t.Cleanup(func() { time.Sleep(2500 * time.Millisecond) }) // before the session's Close
 }
+
+// TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream: a resumed stream closed because
+// it stayed quiet may still be the server's, fed, when what stands between (a proxy that does
+// not pass the client's abort on) keeps it open: the TypeScript SDK then answers 409 to every
+// resumption until the call's response closes the old stream, and replays the response after.
+// Seen against the SDK 1.32.2 with an event store that names an event's stream, a tool that
+// slept 10 s after a cut, resumedQuiet 2 s: the call failed after 7 s ("resuming it failed:
+// HTTP 409"), a call that ran left unknown, where without the watch it got its result. A
+// resumption after a quiet spell is asked again, a resumedQuiet apart, while the call waits.
+func TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream(t *testing.T) {
+	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
+	resumedQuiet = 100 * time.Millisecond
+	const refused = resumeTries + 2
+	f, srv := newFake(t)
+	var gets atomic.Int32
+	f.call = cutAfterAnEvent
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Last-Event-Id") != "e1" {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		switch n := gets.Add(1); {
+		case n == 1: // the first resumption: quiet
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		case n <= 1+refused:
+			http.Error(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Conflict: Stream already has an active connection"},"id":null}`, http.StatusConflict)
+		default:
+			w.Header().Set("Content-Type", "text/event-stream")
+			writeEvent(w, "e2", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[],"ok":true}`)))
+		}
+	}
+	s := session(t, upstream(t, srv.URL, Config{}))
+	res, err := callWithin(t, s, "the call waited on")
+	if err != nil || string(res) != `{"content":[],"ok":true}` {
+		t.Fatalf("result %s, %v (GETs %d); want the result the resumption after the refusals brings", res, err, gets.Load())
+	}
+	if n := f.count("tools/call"); n != 1 {
+		t.Fatalf("%d POSTs of the call, want 1", n)
+	}
+}
