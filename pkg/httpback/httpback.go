@@ -414,11 +414,10 @@ func (s *Session) askedBefore(id json.RawMessage) bool {
 // replayedNote reports whether a notification event came before in this session, by its
 // event id and its data, when it comes on a resumed stream, and remembers it. An event store
 // that replays, on a resumption, every event of the session after Last-Event-ID and not only
-// that stream's (server-everything's own does) hands over again what a call's stream
-// delivered already; a resumed stream watched by resumedQuiet is resumed every quiet spell,
-// and before 2026-12-07 each of the session's GET stream's resumptions delivered again every
-// progress and log message the session's calls had carried since the last
-// (TestEverythingQuietResumptionsDoNotDeliverACallsProgressAgain). The data counts too: a
+// that stream's (server-everything's own does) hands over again what another stream of the
+// session delivered already, and a call's resumed stream watched by resumedQuiet is resumed
+// every quiet spell (found in review, 2026-12-07, while the session's GET stream was resumed
+// so too: 4 progress notifications delivered for 2 steps). The data counts too: a
 // server that numbers each stream's events on its own (the spec says they are unique in the
 // session) loses none of them.
 func (s *Session) replayedNote(ev sseEvent, resumed bool) bool {
@@ -934,8 +933,12 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 			return nil, fmt.Errorf("the event stream was cut before the response (%v) and resuming it failed: %w", err, gerr)
 		}
 		body.Close()
+		if resumes == 1 {
+			// The last body is closed on return: one deferred call, not one a resumption (a
+			// task's tasks/result resumed every quiet spell for hours kept each until then).
+			defer func() { body.Close() }()
+		}
 		body = resp.Body
-		defer body.Close()
 		meter.r, meter.size = body, int64(maxMessage)
 		meter.next()
 		watch = watchQuiet(s.quiet, body)
@@ -946,16 +949,15 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 // are not events) before it is resumed again from the same Last-Event-ID (a variable for
 // tests; a session reads it once, when it begins, so one that outlives the test that
 // shortened it reads nothing the test puts back). A server may accept a resumption and never
-// feed it: server-everything's event store (docs/gateway-backend.md) makes the TypeScript SDK file the resumed stream under the wrong
-// id, so it replays what was stored and writes nothing that comes later; the call's stream
-// then stays open, kept alive and silent, for ever, while a second GET with the same
-// Last-Event-ID replays the rest. Seen behind a cutting proxy under load
-// (TestTaskResultAskedAgainAfterACut, 2026-12-07: a resumption that brought an event was cut
-// and resumed again, and the duplicate waited its minute on the silent stream, the task long
-// done). The first stream of a call is not watched, nor the session's GET stream until it was
-// resumed (listen). A task's tasks/result that waits for hours on a resumed stream is resumed
-// again every resumedQuiet, and so is a quiet session's resumed GET stream: a GET re-sends
-// nothing.
+// feed it: server-everything's event store (docs/gateway-backend.md) makes the TypeScript SDK
+// file the resumed stream under the wrong id, so it replays what was stored and writes
+// nothing that comes later; the call's stream then stays open, kept alive and silent, for
+// ever, while a second GET with the same Last-Event-ID replays the rest. Seen behind a
+// cutting proxy under load (TestTaskResultAskedAgainAfterACut, 2026-12-07: a resumption that
+// brought an event was cut and resumed again, and the duplicate waited its minute on the
+// silent stream, the task long done). The first stream of a call is not watched, nor the
+// session's GET stream (listen). A task's tasks/result that waits for hours on a resumed
+// stream is resumed again every resumedQuiet: a GET re-sends nothing.
 var resumedQuiet = 20 * time.Second
 
 // quietWatch closes a resumed stream's body once no event came for its bound.
@@ -1342,20 +1344,14 @@ func (s *Session) listen() {
 		if err == nil {
 			s.streamed.Store(true)
 			meter := newMeter(s.bg, resp.Body, 0)
-			// A resumed stream is watched as a call's is (resumedQuiet): a server may accept
-			// the resumption and never feed it, and every later message it sends the session
-			// (logging, list_changed, a request of its own) would be lost for the session's
-			// life. Once resumed, the stream is opened again after each quiet spell.
-			var seen func()
-			var watch *quietWatch
-			if resumed {
-				watch = watchQuiet(s.quiet, resp.Body)
-				seen = watch.event
-			}
-			_, err = s.pump(s.bg, meter, nil, &lastID, resumed, seen)
-			if watch != nil {
-				watch.stop()
-			}
+			// Not watched for quiet spells as a call's resumed stream is (resumedQuiet): a
+			// session's stream is quiet for long as a rule, and closing it ourselves behind a
+			// proxy that does not pass the close on kept a healthy server answering 409 to
+			// every GET after it, losing what it sent (found in review, 2026-12-07: 1 of 12
+			// log messages delivered, against 12 unwatched). Against a server that accepts a
+			// resumption and never feeds it, what it sends the session after a cut is lost
+			// (docs/gateway-backend.md).
+			_, err = s.pump(s.bg, meter, nil, &lastID, resumed, nil)
 			meter.next()
 			resp.Body.Close()
 			if errors.Is(err, ErrTooLarge) {

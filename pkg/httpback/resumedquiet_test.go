@@ -61,44 +61,6 @@ func TestResumedStreamThatStaysSilentIsResumedAgain(t *testing.T) {
 	}
 }
 
-// TestSessionKeepsItsQuietBound: a test that shortens resumedQuiet puts it back when it
-// returns, and a session it made may live on until its cleanup; the session reads its bound
-// once, when it begins, so its GET stream resumed again meanwhile reads nothing the test
-// writes. Before 2026-12-07 listen read resumedQuiet at each resumption: -race reported it
-// (TestEverythingQuietResumptionsDoNotDeliverACallsProgressAgain).
-func TestSessionKeepsItsQuietBound(t *testing.T) {
-	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
-	resumedQuiet = 100 * time.Millisecond
-	f, srv := newFake(t)
-	var resumes atomic.Int32
-	f.getReply = func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		if r.Header.Get("Last-Event-Id") == "" {
-			writeEvent(w, "g1", jsonrpc.Notification("notifications/message", json.RawMessage(`{"level":"info","data":"x"}`)))
-			return // cut after one event
-		}
-		resumes.Add(1)
-		for { // fed nothing, kept alive
-			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	session(t, upstream(t, srv.URL, Config{}))
-	for deadline := time.Now().Add(10 * time.Second); resumes.Load() < 2; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d resumptions of the GET stream in 10 s, want 2", resumes.Load())
-		}
-	}
-	t.Cleanup(func() { time.Sleep(2500 * time.Millisecond) }) // before the session's Close
-}
-
 // TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream: a resumed stream closed because
 // it stayed quiet may still be the server's, fed, when what stands between (a proxy that does
 // not pass the client's abort on) keeps it open: the TypeScript SDK then answers 409 to every
