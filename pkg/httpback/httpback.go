@@ -916,7 +916,18 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 		resumedAt = lastID
 		s.logf("event stream of %s from MCP server %s ended before the response (%v); resuming (%d)", method, s.logURL, err, resumes)
 		resp, gerr := s.resume(ctx, lastID)
+		// A 409 is the server, alive, saying it still holds the stream; anything else that may
+		// pass (429, a 5xx, no answer: a proxy whose server is gone, or the server itself gone)
+		// is given quietRounds rounds, then the call fails as a cut stream does. Before
+		// 2026-12-07 (found in the final read) a server gone after a quiet spell kept the call
+		// asking for ever, its claim held, where the cut stream had ended it.
+		others := 0
 		for quiet && gerr != nil && mayPass(gerr) && ctx.Err() == nil && s.bg.Err() == nil {
+			if !isConflict(gerr) {
+				if others++; others >= quietRounds {
+					break
+				}
+			}
 			// The stream closed for its quiet spell may still be the server's, fed, behind a
 			// proxy that does not pass the close on: the server refuses (409) until the
 			// call's response ends that stream, and replays it after
@@ -1013,6 +1024,17 @@ func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, er
 
 // mayPass reports whether a refused resumption may pass if asked again: 409 (the server still
 // holds the stream), 429, a 5xx, or no answer at all.
+// quietRounds bounds the resumptions (of resumeTries GETs each) after a quiet spell that end
+// otherwise than with a 409 (isConflict).
+const quietRounds = 3
+
+// isConflict: err is the server's 409 (the TypeScript SDK's "Stream already has an active
+// connection").
+func isConflict(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == http.StatusConflict
+}
+
 func mayPass(err error) bool {
 	var se *StatusError
 	return !errors.As(err, &se) || se.Status == http.StatusConflict || se.Status == http.StatusTooManyRequests || se.Status >= 500

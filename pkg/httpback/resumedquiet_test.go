@@ -102,3 +102,42 @@ func TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream(t *testing.T) {
 		t.Fatalf("%d POSTs of the call, want 1", n)
 	}
 }
+
+// TestQuietResumptionOfAGoneServerEnds: a resumed stream closed for its quiet spell, and the
+// server then gone behind its proxy (every GET answered 502). Only a 409 (the server, alive,
+// holding the stream) is asked again for as long as the call waits; this is given quietRounds
+// rounds, and the call ends as a cut stream does: it may have run. Before (found in the final
+// read, 2026-12-07), it was asked again every resumedQuiet for as long as the call waited,
+// which for a fenced call is for ever: its claim held, duplicates told it still runs.
+func TestQuietResumptionOfAGoneServerEnds(t *testing.T) {
+	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
+	resumedQuiet = 100 * time.Millisecond
+	f, srv := newFake(t)
+	var gets atomic.Int32
+	f.call = cutAfterAnEvent
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Last-Event-Id") != "e1" {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		if gets.Add(1) == 1 { // the first resumption: quiet
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+	}
+	s := session(t, upstream(t, srv.URL, Config{}))
+	res, err := callWithin(t, s, "the call kept asking a gone server")
+	if err == nil {
+		t.Fatalf("result %s; want the call to fail as a cut stream does", res)
+	}
+	mayHaveRun(t, err)
+	if n, want := gets.Load(), int32(1+quietRounds*resumeTries); n != want {
+		t.Fatalf("%d resuming GETs, want %d (the quiet one, then %d rounds of %d)", n, want, quietRounds, resumeTries)
+	}
+	if n := f.count("tools/call"); n != 1 {
+		t.Fatalf("%d POSTs of the call, want 1", n)
+	}
+}
