@@ -367,15 +367,37 @@ type Session struct {
 	ignored  atomic.Int64  // messages of the server ignored so far (ignoredf)
 	streamed atomic.Bool   // the server gave the session a GET stream once
 	quiet    time.Duration // resumedQuiet when the session began
-	// asked holds the ids of the server's last maxAsked requests, in the order they came
-	// (deliver's alone): one handed over again is not answered twice.
-	asked     map[string]bool
-	askedRing []string
+	// asked holds the ids of the server's last maxAsked requests (deliver's alone): one handed
+	// over again is not answered twice.
+	asked recent
 	// noted holds the last maxAsked notification events that came with an id, by id and
 	// content (replayedNote): one replayed on a resumed stream is not delivered twice.
-	notedMu   sync.Mutex
-	noted     map[string]bool
-	notedRing []string
+	notedMu sync.Mutex
+	noted   recent
+}
+
+// recent is a set of the last maxAsked keys added to it, in the order they came.
+type recent struct {
+	set  map[string]bool
+	ring []string
+}
+
+// seen reports whether key is in the set, and adds it when it is not, dropping the oldest
+// key once the set holds maxAsked.
+func (r *recent) seen(key string) bool {
+	if r.set[key] {
+		return true
+	}
+	if r.set == nil {
+		r.set = map[string]bool{}
+	}
+	if len(r.ring) == maxAsked {
+		delete(r.set, r.ring[0])
+		r.ring = r.ring[1:]
+	}
+	r.set[key] = true
+	r.ring = append(r.ring, key)
+	return false
 }
 
 // maxAsked bounds the server request ids a session remembers (asked), maxAskedID the length of
@@ -396,19 +418,7 @@ func (s *Session) askedBefore(id json.RawMessage) bool {
 	if len(key) > maxAskedID {
 		return false // not remembered: ids are short, and a hostile server's could fill memory
 	}
-	if s.asked[key] {
-		return true
-	}
-	if s.asked == nil {
-		s.asked = map[string]bool{}
-	}
-	if len(s.askedRing) == maxAsked {
-		delete(s.asked, s.askedRing[0])
-		s.askedRing = s.askedRing[1:]
-	}
-	s.asked[key] = true
-	s.askedRing = append(s.askedRing, key)
-	return false
+	return s.asked.seen(key)
 }
 
 // replayedNote reports whether a notification event came before in this session, by its
@@ -428,19 +438,7 @@ func (s *Session) replayedNote(ev sseEvent, resumed bool) bool {
 	key := ev.id + "\x00" + string(sum[:16])
 	s.notedMu.Lock()
 	defer s.notedMu.Unlock()
-	if s.noted[key] {
-		return resumed
-	}
-	if s.noted == nil {
-		s.noted = map[string]bool{}
-	}
-	if len(s.notedRing) == maxAsked {
-		delete(s.noted, s.notedRing[0])
-		s.notedRing = s.notedRing[1:]
-	}
-	s.noted[key] = true
-	s.notedRing = append(s.notedRing, key)
-	return false
+	return s.noted.seen(key) && resumed
 }
 
 // note is one item of the delivery queue.
@@ -1022,8 +1020,6 @@ func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, er
 	}
 }
 
-// mayPass reports whether a refused resumption may pass if asked again: 409 (the server still
-// holds the stream), 429, a 5xx, or no answer at all.
 // quietRounds bounds the resumptions (of resumeTries GETs each) after a quiet spell that end
 // otherwise than with a 409 (isConflict).
 const quietRounds = 3
@@ -1035,6 +1031,8 @@ func isConflict(err error) bool {
 	return errors.As(err, &se) && se.Status == http.StatusConflict
 }
 
+// mayPass reports whether a refused resumption may pass if asked again: 409 (the server still
+// holds the stream), 429, a 5xx, or no answer at all.
 func mayPass(err error) bool {
 	var se *StatusError
 	return !errors.As(err, &se) || se.Status == http.StatusConflict || se.Status == http.StatusTooManyRequests || se.Status >= 500
