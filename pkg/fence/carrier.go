@@ -473,7 +473,7 @@ func carrierState(owner string) (pgid int, holderGone, runs bool) {
 	}
 	pgid, start, _ := parseCarrier(c)
 	me := whereAmI()
-	if me.sound && parts[4] != me.pidns && bootOf(parts[3]) == bootOf(me.boot) {
+	if belowHere(parts, me) {
 		// A holder in a container on this host (nested_linux.go): found running, it answers
 		// for its calls; not found while a process of its group runs in its namespace, which
 		// this process sees, it is gone and the group is what must be stopped, named by its

@@ -78,7 +78,7 @@ func PIDHere(owner string) (pid int, ok bool) {
 	me := whereAmI()
 	base, _ := splitCarrier(owner)
 	parts := strings.Split(base, "/")
-	if len(parts) != 5 || !me.sound || parts[4] == me.pidns || bootOf(parts[3]) != bootOf(me.boot) {
+	if len(parts) != 5 || !belowHere(parts, me) {
 		return 0, false
 	}
 	return nestedFind(parts, me)
@@ -112,9 +112,22 @@ func nestedFind(parts []string, me local) (int, bool) {
 		// finds; read again for each judgement, it would cost a reading of /proc each time.
 		return 0, false
 	}
-	s, ok = scanNamespace(parts[4], me)
+	s, ok = readNamespace(parts[4], me, now)
 	if !ok {
 		return 0, false
+	}
+	if host, found := s.pids[pid]; found && nestedRuns(host, start, me) {
+		return host, true
+	}
+	return 0, false
+}
+
+// readNamespace reads /proc for namespace ns (scanNamespace) and keeps the reading, made at
+// now, dropping the readings a second old. nestedPIDs is held.
+func readNamespace(ns string, me local, now time.Time) (nestedScan, bool) {
+	s, ok := scanNamespace(ns, me)
+	if !ok {
+		return s, false
 	}
 	if nestedPIDs.byNS == nil {
 		nestedPIDs.byNS = map[string]nestedScan{}
@@ -125,11 +138,8 @@ func nestedFind(parts []string, me local) (int, bool) {
 		}
 	}
 	s.at = now
-	nestedPIDs.byNS[parts[4]] = s
-	if host, found := s.pids[pid]; found && nestedRuns(host, start, me) {
-		return host, true
-	}
-	return 0, false
+	nestedPIDs.byNS[ns] = s
+	return s, true
 }
 
 // nestedRuns: the process at pid host of this process's /proc was started at start (initial
@@ -210,8 +220,8 @@ func unread(err error) bool {
 }
 
 // innermostIDs are the last fields of NSpid and NSpgid in /proc/PID/status: the process's pid
-// and process group in its own PID namespace (pgid 0: a group of another namespace). unseen: the file could not be read for a reason
-// unread names.
+// and process group in its own PID namespace (pgid 0: a group of another namespace). unseen:
+// the file could not be read for a reason unread names.
 func innermostIDs(host int) (pid, pgid int, ok, unseen bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/status")
 	if err != nil {
@@ -254,14 +264,9 @@ func nestedCarrier(ns, c string, me local) (int, bool) {
 	s, kept := nestedPIDs.byNS[ns]
 	if !kept || now.Sub(s.at) >= nestedScanAge || s.partial {
 		var read bool
-		if s, read = scanNamespace(ns, me); !read {
+		if s, read = readNamespace(ns, me, now); !read {
 			return 0, false
 		}
-		s.at = now
-		if nestedPIDs.byNS == nil {
-			nestedPIDs.byNS = map[string]nestedScan{}
-		}
-		nestedPIDs.byNS[ns] = s
 	}
 	// A member is checked afresh: still of that namespace and group, and running. One that
 	// joined the group after the reading is not looked for until the reading is a second old.

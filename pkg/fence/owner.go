@@ -210,8 +210,8 @@ func OwnerLiveness(owner string) Liveness {
 	}
 	if parts[4] != me.pidns {
 		// Another PID namespace: alive if this process sees it running below its own
-		// (nested.go), out of sight otherwise.
-		if bootOf(parts[3]) != bootOf(me.boot) {
+		// (nested_linux.go), out of sight otherwise.
+		if !belowHere(parts, me) {
 			return CannotTell
 		}
 		l := nestedLiveness(parts, me)
@@ -243,6 +243,12 @@ func OwnerLiveness(owner string) Liveness {
 		return CannotTell
 	}
 	return l
+}
+
+// belowHere: the owner split in parts names a process of this boot in another PID namespace
+// than this process's, which it may see below its own (nested_linux.go), its /proc sound.
+func belowHere(parts []string, me local) bool {
+	return me.sound && parts[4] != me.pidns && bootOf(parts[3]) == bootOf(me.boot)
 }
 
 // bootOf is the kernel's boot id in an owner's boot field (machineBoot).
