@@ -409,16 +409,18 @@ func TestUnsharePIDHolder(t *testing.T) {
 	const lease = 800 * time.Millisecond
 	eng := fence.New(openT(t, path, sqlite.Options{}), fence.Config{LeaseTTL: lease})
 
+	// The sibling first: started between the holder's claim and the check of its running
+	// lease, it took longer than the lease under CI's load.
+	sibling := startHolder(t, path, "pidns:sibling", lease, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
 	h := startHolder(t, path, "pidns:1", lease, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
+	if _, err := eng.Prepare(ctx, holderReq("pidns:1")); !errors.Is(err, fence.ErrInFlight) {
+		t.Fatalf("while its lease runs: %v", err)
+	}
 	if l := fence.OwnerLiveness(h.owner); l != fence.Alive {
 		t.Fatalf("holder in a child PID namespace (%s) judged %s from its parent namespace, want alive", h.owner, l)
 	}
-	sibling := startHolder(t, path, "pidns:sibling", lease, false, nil, unshare, "-p", "--fork", "--mount-proc", "--")
 	if got := sibling.say("judge " + h.owner); got != "judged cannot tell" {
 		t.Fatalf("holder in a sibling PID namespace (%s): %q, want cannot tell", h.owner, got)
-	}
-	if _, err := eng.Prepare(ctx, holderReq("pidns:1")); !errors.Is(err, fence.ErrInFlight) {
-		t.Fatalf("while its lease runs: %v", err)
 	}
 	time.Sleep(2 * lease)
 	wantUnknown(t, eng, "pidns:1")
