@@ -1,0 +1,204 @@
+package wrap_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestKill9InAContainerWhileTheServersGroupRuns is TestKill9WhileTheServersGroupRuns with the
+// killed wrap in a container on this host (a PID namespace of its own, below the test's: the
+// host's), and everything after the kill done from the host: docs/RELIABILITY.md's "A holder in
+// a container on the judge's host". The claim counts its holder and carrier in the container's
+// pids, which mean other processes here; the host finds the group in its own /proc (NSpid,
+// NSpgid) and so holds the claim while the group runs: a re-run-safe call is not run a second
+// time by the host's next wrap past the lease, a fenced one neither, and `ledger clear` and
+// `resolve --did-not-happen` refuse, naming the group by its number on the host (the number to
+// kill here; the container's means another process). Once the group has ended the holder is
+// "cannot tell" (its pid is not in sight), never dead: the claim, fenced unknown by the
+// duplicate past its lease, stays fenced, and the host's next wrap does not run the call until
+// an operator has cleared it, which a clear without --force now may (a lapsed claim whose
+// holder is out of sight, as one of another host).
+func TestKill9InAContainerWhileTheServersGroupRuns(t *testing.T) {
+	t.Parallel()
+	unshare := needUnshare(t, "a PID namespace")
+	t.Run("rerun-safe", func(t *testing.T) {
+		t.Parallel()
+		kill9InAContainer(t, unshare, "--rerun-safe", "slow")
+	})
+	t.Run("fenced", func(t *testing.T) {
+		t.Parallel()
+		kill9InAContainer(t, unshare)
+	})
+}
+
+func kill9InAContainer(t *testing.T, unshare string, extra ...string) {
+	r := newRig(t)
+	flags := append([]string{"--lease-secs", "2"}, extra...)
+	until := filepath.Join(r.dir, "until")
+	args := fmt.Sprintf(`{"ms":0,"tag":"contained","until":%q}`, until)
+	// The container's init is a shell that runs wrap and then stays, reaping what is left to
+	// it, as a container's init does (tini, docker-init): wrap is not the init, whose death
+	// would kill every process of the namespace, the server's group with it. Its server runs
+	// under a shell (as node under npx): the shell, the group's leader, dies with wrap (its
+	// parent-death signal), the server goes on with the call.
+	r.prefix = []string{unshare, "--pid", "--fork", "--mount-proc", "--", "sh", "-c", `"$@"; while sleep 1; do :; done`, "sh"}
+	r.childCmdOverride = []string{"sh", "-c", `"$0"; exit $?`, serverBin}
+	w := r.wrap(flags...)
+	r.prefix = nil // the wraps after this one run on the host
+	var init, holder int
+	waitFor(t, "the container's init to run wrap", func() bool {
+		init, holder = onlyChild(w.Pid()), 0
+		if init != 0 {
+			holder = onlyChild(init)
+		}
+		return holder != 0
+	})
+	// Killed, the init takes its namespace with it: what runs there ends with the test.
+	t.Cleanup(func() { _ = syscall.Kill(init, syscall.SIGKILL) })
+
+	go func() { _, _ = callE(w.Session, "slow", args) }()
+	led := r.openLedger()
+	claim := waitForClaim(t, led)
+	var leader, server int
+	waitFor(t, "the server to run the call", func() bool {
+		if leader = onlyChild(holder); leader != 0 {
+			server = onlyChild(leader)
+		}
+		return server != 0 && strings.Contains(w.log.String(), "slow tag=contained started")
+	})
+	// The owner counts the holder and its carrier in the container: numbers that mean other
+	// processes on the host.
+	m := regexp.MustCompile(`^[^/]*\+g(\d+)\.\d+/(\d+)/\d+/[^/]*/(\d+)$`).FindStringSubmatch(claim.Owner)
+	here := strings.Split(fence.LocalOwner(), "/")
+	if m == nil || m[1] != strconv.Itoa(nsPID(leader)) || m[2] != strconv.Itoa(nsPID(holder)) || m[3] == here[len(here)-1] {
+		t.Fatalf("the claim's owner %q does not name the holder (pid %d in its namespace) and its server's group (%d there) in a PID namespace of their own", claim.Owner, nsPID(holder), nsPID(leader))
+	}
+	if m[1] == strconv.Itoa(leader) {
+		t.Fatalf("the group's number in the container is its number on the host (%d): the test cannot tell which one a message names", leader)
+	}
+
+	if err := syscall.Kill(holder, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the killed wrap and its server's leader to be gone", func() bool { return !alive(holder) && !alive(leader) })
+	if !alive(server) || !alive(init) {
+		t.Fatalf("the process running the call (%v) or the container's init (%v) died with wrap: nothing to test", alive(server), alive(init))
+	}
+	// No renewal comes after the kill: the lease the record holds now is the last.
+	rec, err := led.Status(context.Background(), claim.Intent)
+	if err != nil || rec.State != fence.StateInFlight || rec.Token != claim.Token {
+		t.Fatalf("the killed wrap's claim: %+v %v; want it in flight", rec, err)
+	}
+	time.Sleep(time.Until(rec.LeaseUntil) + 300*time.Millisecond) // past the lease
+
+	w2 := r.wrap(flags...)
+	// A call run again would wait for the file: made after a while, so it ends and fails here.
+	late := time.AfterFunc(10*time.Second, func() { _ = os.WriteFile(until, nil, 0o600) })
+	x := call(t, w2.Session, "slow", args)
+	late.Stop()
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d effects while the container's server still runs the first call, want none: the host ran it again (%s)", n, x.text())
+	}
+	if !x.IsError || x.replayed() {
+		t.Fatalf("the same call from the host while the container's server still runs the first: %+v, want refused", x.text())
+	}
+	// The claim is fenced, for the reason that the group runs, named as the host knows it.
+	if g := groupNamed(x.text()); g != leader {
+		t.Fatalf("the host's refusal names process group %d, want %d (the container's %s on the host):\n%s", g, leader, m[1], x.text())
+	}
+	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateUnknown || rec.Token != claim.Token {
+		t.Fatalf("the claim after the host's duplicate: %+v %v; want claim %d unknown", rec, err, claim.Token)
+	}
+	code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "checked")
+	if code == 0 {
+		t.Fatalf("clear on the host while the container's server group runs: exit 0, %s; want refused", stderr)
+	}
+	if g := groupNamed(stderr); g != leader {
+		t.Fatalf("the refused clear names process group %d, want %d (the container's %s on the host):\n%s", g, leader, m[1], stderr)
+	}
+	code, stderr = r.ledgerCmd("resolve", claim.Intent, "--did-not-happen", "--reason", "checked")
+	if code == 0 || groupNamed(stderr) != leader {
+		t.Fatalf("resolve --did-not-happen on the host while the container's server group runs: exit %d, %s; want refused, naming group %d", code, stderr, leader)
+	}
+	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, fmt.Sprintf("kill -KILL -- -%d)", leader)) {
+		t.Fatalf("ledger show on the host does not say to stop group %d:\n%s", leader, out)
+	}
+
+	// The server finishes the call (its answer goes nowhere) and exits: the group has ended.
+	if err := os.WriteFile(until, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to finish and exit", func() bool { return !alive(server) })
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d effects, want the first run's", n)
+	}
+	// Its holder is now out of the host's sight: cannot tell, never dead.
+	if l := fence.OwnerLiveness(claim.Owner); l != fence.CannotTell {
+		t.Fatalf("the container's holder, gone with its group, judged from the host: %s, want cannot tell", l)
+	}
+	// The claim stays fenced: the next call is not run...
+	if x := call(t, w2.Session, "slow", args); !x.IsError || x.replayed() || r.effectCount() != 1 {
+		t.Fatalf("the same call once the group ended, the claim fenced: %+v, %d effects; want refused, not run", x.text(), r.effectCount())
+	}
+	// ...until an operator on the host clears it, now without --force.
+	if _, out, _ := r.ledgerOut("show", claim.Intent); !strings.Contains(out, "\nfenced: check in the real system") {
+		t.Fatalf("ledger show once the group ended does not leave it to the operator:\n%s", out)
+	}
+	if code, stderr := r.ledgerCmd("clear", claim.Intent, "--reason", "found it ran: run it again"); code != 0 {
+		t.Fatalf("clear on the host once the group ended: exit %d, %s", code, stderr)
+	}
+	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() || r.effectCount() != 2 {
+		t.Fatalf("after the clear the call runs: %+v, %d effects", x.text(), r.effectCount())
+	}
+}
+
+// onlyChild is the one live child of pid, 0 while it has none or more than one.
+func onlyChild(pid int) int {
+	if kids := childPids(pid); len(kids) == 1 {
+		return kids[0]
+	}
+	return 0
+}
+
+// nsPID is the pid of process host (a pid of this process's /proc) in its own PID namespace:
+// the last field of NSpid in its status; 0 when it cannot be read.
+func nsPID(host int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", host))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.Atoi(f[len(f)-1])
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// groupNamed is the process group text names ("process group N"), 0 when it names none or
+// two different ones.
+func groupNamed(text string) int {
+	g := 0
+	for _, m := range regexp.MustCompile(`process group (\d+)`).FindAllStringSubmatch(text, -1) {
+		n, _ := strconv.Atoi(m[1])
+		if g != 0 && n != g {
+			return 0
+		}
+		g = n
+	}
+	return g
+}
