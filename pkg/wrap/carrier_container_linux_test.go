@@ -44,61 +44,10 @@ func TestKill9InAContainerWhileTheServersGroupRuns(t *testing.T) {
 func kill9InAContainer(t *testing.T, unshare string, extra ...string) {
 	r := newRig(t)
 	flags := append([]string{"--lease-secs", "2"}, extra...)
-	until := filepath.Join(r.dir, "until")
-	args := fmt.Sprintf(`{"ms":0,"tag":"contained","until":%q}`, until)
-	// The container's init is a shell that runs wrap and then stays, reaping what is left to
-	// it, as a container's init does (tini, docker-init): wrap is not the init, whose death
-	// would kill every process of the namespace, the server's group with it. Its server runs
-	// under a shell (as node under npx): the shell, the group's leader, dies with wrap (its
-	// parent-death signal), the server goes on with the call.
-	r.prefix = []string{unshare, "--pid", "--fork", "--mount-proc", "--", "sh", "-c", `"$@"; while sleep 1; do :; done`, "sh"}
-	r.childCmdOverride = []string{"sh", "-c", `"$0"; exit $?`, serverBin}
-	w := r.wrap(flags...)
-	r.prefix = nil // the wraps after this one run on the host
-	var init, holder int
-	waitFor(t, "the container's init to run wrap", func() bool {
-		init, holder = onlyChild(w.Pid()), 0
-		if init != 0 {
-			holder = onlyChild(init)
-		}
-		return holder != 0
-	})
-	// Killed, the init takes its namespace with it: what runs there ends with the test.
-	t.Cleanup(func() { _ = syscall.Kill(init, syscall.SIGKILL) })
-
-	go func() { _, _ = callE(w.Session, "slow", args) }()
+	c := startInAContainer(t, r, unshare, flags)
+	claim, leader, server, until, args := c.claim, c.leader, c.server, c.until, c.args
 	led := r.openLedger()
-	claim := waitForClaim(t, led)
-	var leader, server int
-	waitFor(t, "the server to run the call", func() bool {
-		if leader = onlyChild(holder); leader != 0 {
-			server = onlyChild(leader)
-		}
-		return server != 0 && strings.Contains(w.log.String(), "slow tag=contained started")
-	})
-	// The owner counts the holder and its carrier in the container: numbers that mean other
-	// processes on the host.
-	m := regexp.MustCompile(`^[^/]*\+g(\d+)\.\d+/(\d+)/\d+/[^/]*/(\d+)$`).FindStringSubmatch(claim.Owner)
-	here := strings.Split(fence.LocalOwner(), "/")
-	if m == nil || m[1] != strconv.Itoa(nsPID(leader)) || m[2] != strconv.Itoa(nsPID(holder)) || m[3] == here[len(here)-1] {
-		t.Fatalf("the claim's owner %q does not name the holder (pid %d in its namespace) and its server's group (%d there) in a PID namespace of their own", claim.Owner, nsPID(holder), nsPID(leader))
-	}
-	if m[1] == strconv.Itoa(leader) {
-		t.Fatalf("the group's number in the container is its number on the host (%d): the test cannot tell which one a message names", leader)
-	}
-
-	if err := syscall.Kill(holder, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the killed wrap and its server's leader to be gone", func() bool { return !alive(holder) && !alive(leader) })
-	if !alive(server) || !alive(init) {
-		t.Fatalf("the process running the call (%v) or the container's init (%v) died with wrap: nothing to test", alive(server), alive(init))
-	}
-	// No renewal comes after the kill: the lease the record holds now is the last.
-	rec, err := led.Status(context.Background(), claim.Intent)
-	if err != nil || rec.State != fence.StateInFlight || rec.Token != claim.Token {
-		t.Fatalf("the killed wrap's claim: %+v %v; want it in flight", rec, err)
-	}
+	rec := c.kill9(t, r)
 	time.Sleep(time.Until(rec.LeaseUntil) + 300*time.Millisecond) // past the lease
 
 	w2 := r.wrap(flags...)
@@ -114,7 +63,7 @@ func kill9InAContainer(t *testing.T, unshare string, extra ...string) {
 	}
 	// The claim is fenced, for the reason that the group runs, named as the host knows it.
 	if g := groupNamed(x.text()); g != leader {
-		t.Fatalf("the host's refusal names process group %d, want %d (the container's %s on the host):\n%s", g, leader, m[1], x.text())
+		t.Fatalf("the host's refusal names process group %d, want %d (the host's number of the container's group %d):\n%s", g, leader, c.pgidThere, x.text())
 	}
 	if rec, err := led.Status(context.Background(), claim.Intent); err != nil || rec.State != fence.StateUnknown || rec.Token != claim.Token {
 		t.Fatalf("the claim after the host's duplicate: %+v %v; want claim %d unknown", rec, err, claim.Token)
@@ -124,7 +73,7 @@ func kill9InAContainer(t *testing.T, unshare string, extra ...string) {
 		t.Fatalf("clear on the host while the container's server group runs: exit 0, %s; want refused", stderr)
 	}
 	if g := groupNamed(stderr); g != leader {
-		t.Fatalf("the refused clear names process group %d, want %d (the container's %s on the host):\n%s", g, leader, m[1], stderr)
+		t.Fatalf("the refused clear names process group %d, want %d (the host's number of the container's group %d):\n%s", g, leader, c.pgidThere, stderr)
 	}
 	code, stderr = r.ledgerCmd("resolve", claim.Intent, "--did-not-happen", "--reason", "checked")
 	if code == 0 || groupNamed(stderr) != leader {
@@ -160,6 +109,149 @@ func kill9InAContainer(t *testing.T, unshare string, extra ...string) {
 	if x := call(t, w2.Session, "slow", args); x.IsError || x.replayed() || r.effectCount() != 2 {
 		t.Fatalf("after the clear the call runs: %+v, %d effects", x.text(), r.effectCount())
 	}
+}
+
+// TestContainerHolderGoneWithinItsLease: the container's wrap killed -9 and its server's group
+// ended (the call finished) before the claim's lease lapsed. A holder of the host's own PID
+// namespace is then dead, its claim taken over (re-run safe) or fenced at once; the container's
+// is out of the host's sight, "cannot tell", never dead (what is not found there may live in
+// a namespace the host cannot see): the claim holds until its lease lapses, and the host's
+// duplicate, waiting for it meanwhile, is then given what a lapsed claim of a holder out of
+// sight gets: a re-run-safe call runs again (taken over), a fenced one is refused as unknown.
+func TestContainerHolderGoneWithinItsLease(t *testing.T) {
+	t.Parallel()
+	unshare := needUnshare(t, "a PID namespace")
+	t.Run("rerun-safe", func(t *testing.T) {
+		t.Parallel()
+		goneWithinTheLease(t, unshare, "--rerun-safe", "slow")
+	})
+	t.Run("fenced", func(t *testing.T) {
+		t.Parallel()
+		goneWithinTheLease(t, unshare)
+	})
+}
+
+func goneWithinTheLease(t *testing.T, unshare string, extra ...string) {
+	r := newRig(t)
+	// 8 s: the kill, the end of the call and the duplicate's start fit well inside the lease
+	// on a loaded machine; the duplicate then waits for it (wrap's --wait, 30 s, is longer).
+	flags := append([]string{"--lease-secs", "8"}, extra...)
+	c := startInAContainer(t, r, unshare, flags)
+	w2 := r.wrap(flags...) // on the host, started before the kill: the rest is quick
+	rec := c.kill9(t, r)
+	if err := os.WriteFile(c.until, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to finish and exit", func() bool { return !alive(c.server) })
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d effects, want the first run's", n)
+	}
+	if l := fence.OwnerLiveness(c.claim.Owner); l != fence.CannotTell {
+		t.Fatalf("the container's holder, gone with its group, judged from the host: %s, want cannot tell", l)
+	}
+	sent := time.Now()
+	if !sent.Before(rec.LeaseUntil) {
+		t.Fatalf("the duplicate was sent at %s, after the lease lapsed at %s: too slow to test what happens within it", sent.Format(time.StampMilli), rec.LeaseUntil.Format(time.StampMilli))
+	}
+	x := call(t, w2.Session, "slow", c.args)
+	answered := time.Now()
+	if answered.Before(rec.LeaseUntil) {
+		t.Fatalf("the host's duplicate was answered at %s, before the claim's lease lapsed at %s: its holder in the container was judged dead (%s; %d effects)", answered.Format(time.StampMilli), rec.LeaseUntil.Format(time.StampMilli), x.text(), r.effectCount())
+	}
+	after, err := r.openLedger().Status(context.Background(), c.claim.Intent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(extra) > 0 { // re-run safe: taken over once the lease lapsed, and run
+		if x.IsError || x.replayed() || r.effectCount() != 2 || after.State != fence.StateDone || after.Token == c.claim.Token {
+			t.Fatalf("the re-run-safe call once the lease lapsed: %+v (replayed %v), %d effects, its record %s by claim %d; want run again by a claim of its own", x.text(), x.replayed(), r.effectCount(), after.State, after.Token)
+		}
+		return
+	}
+	if !x.IsError || x.replayed() || r.effectCount() != 1 || after.State != fence.StateUnknown || after.Token != c.claim.Token || !strings.Contains(after.Reason, "holder out of sight") {
+		t.Fatalf("the fenced call once the lease lapsed: %+v, %d effects, its record %s by claim %d (%s); want refused, claim %d unknown with its holder out of sight", x.text(), r.effectCount(), after.State, after.Token, after.Reason, c.claim.Token)
+	}
+	if code, stderr := r.ledgerCmd("clear", c.claim.Intent, "--reason", "found it ran: run it again"); code != 0 {
+		t.Fatalf("clear on the host once the lease lapsed: exit %d, %s", code, stderr)
+	}
+}
+
+// contained is a call of slow that waits for the file until, sent to a wrap in a container (a
+// PID namespace of its own under this process's) whose server runs under a shell.
+type contained struct {
+	args, until string
+	claim       *fence.Record
+	init        int // the container's init, a shell that ran wrap
+	holder      int // the wrap
+	leader      int // its server's shell, leading the server's process group
+	server      int // the server, which runs the call
+	pgidThere   int // the group's number in the container
+}
+
+// startInAContainer starts a wrap with flags in a container and sends it the call; it returns
+// once the server runs it. The pids are this process's.
+func startInAContainer(t *testing.T, r *rig, unshare string, flags []string) *contained {
+	t.Helper()
+	c := &contained{until: filepath.Join(r.dir, "until")}
+	c.args = fmt.Sprintf(`{"ms":0,"tag":"contained","until":%q}`, c.until)
+	// The container's init is a shell that runs wrap and then stays, reaping what is left to
+	// it, as a container's init does (tini, docker-init): wrap is not the init, whose death
+	// would kill every process of the namespace, the server's group with it. Its server runs
+	// under a shell (as node under npx): the shell, the group's leader, dies with wrap (its
+	// parent-death signal), the server goes on with the call.
+	r.prefix = []string{unshare, "--pid", "--fork", "--mount-proc", "--", "sh", "-c", `"$@"; while sleep 1; do :; done`, "sh"}
+	r.childCmdOverride = []string{"sh", "-c", `"$0"; exit $?`, serverBin}
+	w := r.wrap(flags...)
+	r.prefix = nil // the wraps after this one run on the host
+	waitFor(t, "the container's init to run wrap", func() bool {
+		c.init, c.holder = onlyChild(w.Pid()), 0
+		if c.init != 0 {
+			c.holder = onlyChild(c.init)
+		}
+		return c.holder != 0
+	})
+	// Killed, the init takes its namespace with it: what runs there ends with the test.
+	t.Cleanup(func() { _ = syscall.Kill(c.init, syscall.SIGKILL) })
+
+	go func() { _, _ = callE(w.Session, "slow", c.args) }()
+	c.claim = waitForClaim(t, r.openLedger())
+	waitFor(t, "the server to run the call", func() bool {
+		if c.leader = onlyChild(c.holder); c.leader != 0 {
+			c.server = onlyChild(c.leader)
+		}
+		return c.server != 0 && strings.Contains(w.log.String(), "slow tag=contained started")
+	})
+	c.pgidThere = nsPID(c.leader)
+	// The owner counts the holder and its carrier in the container: numbers that mean other
+	// processes on the host.
+	m := regexp.MustCompile(`^[^/]*\+g(\d+)\.\d+/(\d+)/\d+/[^/]*/(\d+)$`).FindStringSubmatch(c.claim.Owner)
+	here := strings.Split(fence.LocalOwner(), "/")
+	if m == nil || m[1] != strconv.Itoa(c.pgidThere) || m[2] != strconv.Itoa(nsPID(c.holder)) || m[3] == here[len(here)-1] {
+		t.Fatalf("the claim's owner %q does not name the holder (pid %d in its namespace) and its server's group (%d there) in a PID namespace of their own", c.claim.Owner, nsPID(c.holder), c.pgidThere)
+	}
+	if c.pgidThere == c.leader {
+		t.Fatalf("the group's number in the container is its number on the host (%d): the test cannot tell which one a message names", c.leader)
+	}
+	return c
+}
+
+// kill9 kills the container's wrap with SIGKILL and returns its claim's record once the wrap
+// and its server's leader are gone, the server still running the call.
+func (c *contained) kill9(t *testing.T, r *rig) fence.Record {
+	t.Helper()
+	if err := syscall.Kill(c.holder, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the killed wrap and its server's leader to be gone", func() bool { return !alive(c.holder) && !alive(c.leader) })
+	if !alive(c.server) || !alive(c.init) {
+		t.Fatalf("the process running the call (%v) or the container's init (%v) died with wrap: nothing to test", alive(c.server), alive(c.init))
+	}
+	// No renewal comes after the kill: the lease the record holds now is the last.
+	rec, err := r.openLedger().Status(context.Background(), c.claim.Intent)
+	if err != nil || rec.State != fence.StateInFlight || rec.Token != c.claim.Token {
+		t.Fatalf("the killed wrap's claim: %+v %v; want it in flight", rec, err)
+	}
+	return rec
 }
 
 // onlyChild is the one live child of pid, 0 while it has none or more than one.
