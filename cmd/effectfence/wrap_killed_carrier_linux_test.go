@@ -57,4 +57,9 @@ func TestInFlightRefusalOfAKilledWrapsCallSaysNoResultWillCome(t *testing.T) {
 	if m == nil || !strings.Contains(text, "will record no result") || strings.Contains(text, "will receive the recorded result") {
 		t.Fatalf("the refusal promises a result nobody will record, or names no group:\n%s", text)
 	}
+	// The holder was of this PID namespace: its claim is fenced as soon as the group ends (the
+	// lapse-only wording is for a holder in a container, which the duplicate cannot judge gone).
+	if !strings.Contains(text, "Once that group ends, or the claim's lease lapses") || strings.Contains(text, "cannot judge gone") {
+		t.Fatalf("the refusal of a killed wrap of this namespace does not say that the group's end fences the claim:\n%s", text)
+	}
 }

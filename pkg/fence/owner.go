@@ -245,6 +245,17 @@ func OwnerLiveness(owner string) Liveness {
 	return l
 }
 
+// CanTellGone reports whether this process may judge the holder named by owner gone (Dead) at
+// all: its pid is counted in this process's PID namespace, on this machine and boot. Any other
+// holder (in a container on this host, found running or not; on another machine) is never
+// judged gone, so its claim, once nothing of it is seen running, holds until its lease lapses.
+func CanTellGone(owner string) bool {
+	me := whereAmI()
+	base, _ := splitCarrier(owner)
+	parts := strings.Split(base, "/")
+	return len(parts) == 5 && me.sound && parts[4] == me.pidns && parts[3] == me.boot
+}
+
 // belowHere: the owner split in parts names a process of this boot in another PID namespace
 // than this process's, which it may see below its own (nested_linux.go), its /proc sound.
 func belowHere(parts []string, me local) bool {

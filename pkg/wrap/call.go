@@ -1115,10 +1115,21 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 			if g, gone := fence.GoneHolderCarrier(fe.Owner); gone {
 				// Nobody will record this call's outcome: its holder (a wrap killed mid-call)
 				// is gone, and only the server it started still runs the call.
-				then := fmt.Sprintf("Once that group ends, or the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle: a retry is then told the commands to run.", fe.LeaseUntil.UTC().Format(time.RFC3339))
-				if fe.RerunSafe {
+				lapse := fe.LeaseUntil.UTC().Format(time.RFC3339)
+				then := fmt.Sprintf("Once that group ends, or the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle: a retry is then told the commands to run.", lapse)
+				contained := !fence.CanTellGone(fe.Owner)
+				switch {
+				case contained && fe.RerunSafe:
+					// A holder this process never judges gone (in a container on this host)
+					// is out of sight once its group ends: its claim holds until the lease
+					// lapses, and is taken over only then. Before 2026-12-07 the text said at
+					// once, and the retry after the group's end was refused as still running.
+					then = fmt.Sprintf("The call was declared safe to re-run: once that group has ended and the claim's lease has lapsed at %s, a retry runs it again (the process that sent it ran in a PID namespace of its own, which this one cannot judge gone before then). If the group still runs when the lease lapses, the intent is fenced as unknown for an operator to settle, and a retry is told the commands to run.", lapse)
+				case contained:
+					then = fmt.Sprintf("When the claim's lease lapses at %s (the process that sent it ran in a PID namespace of its own, which this one cannot judge gone before then), the intent is fenced as unknown for an operator to settle, whether or not that group has ended: a retry is then told the commands to run.", lapse)
+				case fe.RerunSafe:
 					// A gone holder's re-run safe claim is taken over once its group ends.
-					then = fmt.Sprintf("The call was declared safe to re-run: once that group ends, a retry then runs it again. If the group still runs when the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle, and a retry is told the commands to run.", fe.LeaseUntil.UTC().Format(time.RFC3339))
+					then = fmt.Sprintf("The call was declared safe to re-run: once that group ends, a retry then runs it again. If the group still runs when the claim's lease lapses at %s, the intent is fenced as unknown for an operator to settle, and a retry is told the commands to run.", lapse)
 				}
 				msg = fmt.Sprintf("an identical call is still running (waited %s for it), but the process that sent it is gone and will record no result: process group %d it started still runs the call (`kill -KILL -- -%d` stops it). This call was NOT executed a second time. %s",
 					wait, g, g, then)

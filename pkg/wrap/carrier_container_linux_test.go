@@ -138,7 +138,20 @@ func goneWithinTheLease(t *testing.T, unshare string, extra ...string) {
 	flags := append([]string{"--lease-secs", "8"}, extra...)
 	c := startInAContainer(t, r, unshare, flags)
 	w2 := r.wrap(flags...) // on the host, started before the kill: the rest is quick
+	// A duplicate on the host that waits 1 s, while the lease runs and the group runs the call,
+	// is refused in flight: the sender is gone, the group named; and what follows the group's
+	// end is told as it is for a holder the host cannot judge gone: only the lease's lapse frees
+	// the claim. Before 2026-12-07 it said a retry ran the call (or the claim was fenced) as soon
+	// as the group ended, and that retry was refused as still running until the lapse.
+	impatient := r.wrap(append(flags, "--wait", "1s")...)
 	rec := c.kill9(t, r)
+	x := call(t, impatient.Session, "slow", c.args)
+	if !x.IsError || x.replayed() || r.effectCount() != 0 {
+		t.Fatalf("the host's duplicate while the container's group runs the call: %+v, %d effects; want refused in flight", x.text(), r.effectCount())
+	}
+	if !strings.Contains(x.text(), fmt.Sprintf("process group %d it started still runs", c.leader)) || !strings.Contains(x.text(), "cannot judge gone before then") {
+		t.Fatalf("the host's in-flight refusal does not name group %d, or does not say that only the lease's lapse frees the claim:\n%s", c.leader, x.text())
+	}
 	if err := os.WriteFile(c.until, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +166,7 @@ func goneWithinTheLease(t *testing.T, unshare string, extra ...string) {
 	if !sent.Before(rec.LeaseUntil) {
 		t.Fatalf("the duplicate was sent at %s, after the lease lapsed at %s: too slow to test what happens within it", sent.Format(time.StampMilli), rec.LeaseUntil.Format(time.StampMilli))
 	}
-	x := call(t, w2.Session, "slow", c.args)
+	x = call(t, w2.Session, "slow", c.args)
 	answered := time.Now()
 	if answered.Before(rec.LeaseUntil) {
 		t.Fatalf("the host's duplicate was answered at %s, before the claim's lease lapsed at %s: its holder in the container was judged dead (%s; %d effects)", answered.Format(time.StampMilli), rec.LeaseUntil.Format(time.StampMilli), x.text(), r.effectCount())
