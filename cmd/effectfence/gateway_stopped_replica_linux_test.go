@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,15 +10,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/effectfence/effectfence/internal/ledgerturn"
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // docs/gateway.md: a side-effecting call runs at most once per intent "whichever session,
 // process or replica" it arrives at; a replica that stops mid-call leaves its claim to the
 // lease rules ("Other replicas cannot see a process in another container or host, so its
 // claims become unknown once their lease lapses ... unless the tool is --rerun-safe"). The
-// adversary is a replica stopped (SIGSTOP) mid-call, far past its lease, not killed: two real
+// adversary is a replica stopped (SIGSTOP) mid-call, past its lease, not killed: two real
 // gateways on one SQLite file and scope, the first's call inside the demo server (15 s), the
-// first then stopped while its 2 s lease lapses several times over; the first runs beside
+// first then stopped until its 2 s lease has lapsed, unrenewed; the first runs beside
 // the second, or in a PID namespace of its own (a container: the second cannot see whether
 // it lives). The duplicate sent to the second replica meanwhile is NOT executed
 // (prior_failure: the claim is unknown); the first, resumed, answers its agent with the
@@ -58,7 +63,9 @@ func stoppedReplica(t *testing.T, namespace bool) {
 	}
 	first := a.postAsync(a.initialize(t), charge("2"))
 	waitInFlight(t, ledger, a)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	// Stopped inside its call, every thread of it, and not inside a transaction of its own
+	// (ledgerturn.StopOutsideTurn): the lease the ledger then holds is the last it renewed.
+	if _, err := ledgerturn.StopOutsideTurn(pid, ledger); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
@@ -69,7 +76,7 @@ func stoppedReplica(t *testing.T, namespace bool) {
 		}
 	}
 	defer resume()
-	time.Sleep(5 * time.Second) // the stopped replica's lease (2 s) lapses, unrenewed
+	waitStoppedLeaseLapsed(t, ledger, a)
 
 	bsid := b.initialize(t)
 	var dup string
@@ -103,6 +110,33 @@ func stoppedReplica(t *testing.T, namespace bool) {
 	}
 	if n := effectsOf(t, effects); n != 1 {
 		t.Fatalf("%d executions of one intent across a stopped replica, want 1\nfirst:\n%s\nsecond:\n%s", n, a.logText(), b.logText())
+	}
+}
+
+// waitStoppedLeaseLapsed waits until the lease of the one claim in flight in the ledger has
+// lapsed by this host's clock, the one the replicas judge it by (a SQLite transaction's time,
+// read after ours): its holder is stopped, so no renewal moves it on meanwhile.
+func waitStoppedLeaseLapsed(t *testing.T, ledger string, g *gatewayProc) {
+	t.Helper()
+	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var held []fence.Record
+		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(r *fence.Record) bool { held = append(held, *r); return true })
+		})
+		now := time.Now()
+		if err == nil && len(held) == 1 && !now.Before(held[0].LeaseUntil) {
+			return
+		}
+		if now.After(deadline) {
+			t.Fatalf("the stopped replica's claim did not lapse: in flight %+v (%v) at %s\n%s", held, err, now.UTC().Format(time.RFC3339Nano), g.logText())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
