@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/ledgerturn"
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
@@ -350,11 +351,16 @@ func TestStoppedWrapsRerunSafeCallIsNotTakenOver(t *testing.T) {
 	first := callInBackground(a.Session, longOp, args)
 	led := r.openLedger()
 	claim := waitForClaim(t, led)
-	if err := syscall.Kill(a.Pid(), syscall.SIGSTOP); err != nil {
+	// Stopped, every thread of it, outside a transaction of its own (ledgerturn.StopOutsideTurn):
+	// the lease the ledger then holds is the last it renewed.
+	if _, err := ledgerturn.StopOutsideTurn(a.Pid(), r.ledger); err != nil {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(a.Pid(), syscall.SIGCONT)
-	time.Sleep(1500 * time.Millisecond) // past the lease, which the stopped wrap cannot renew
+	waitFor(t, "the lease, which the stopped wrap cannot renew, to lapse", func() bool {
+		rec, err := led.Status(context.Background(), claim.Intent)
+		return err == nil && rec.State == fence.StateInFlight && !time.Now().Before(rec.LeaseUntil)
+	})
 	dup := call(t, b.Session, longOp, args)
 	if !dup.IsError || dup.replayed() || !strings.Contains(dup.text(), "NOT executed") {
 		t.Fatalf("a duplicate while the holder is stopped past its lease: %q, want refused (the holder is alive)", dup.text())
