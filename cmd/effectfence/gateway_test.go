@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/demo"
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/store"
 )
 
 func TestListenUsageErrors(t *testing.T) {
@@ -70,7 +72,8 @@ func TestListenSIGTERMDrains(t *testing.T) {
 	bin := effectfence(t)
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects")
-	cmd := exec.Command(bin, "wrap", "--ledger", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0", "--grace", "10s",
+	ledger := filepath.Join(dir, "l.db")
+	cmd := exec.Command(bin, "wrap", "--ledger", ledger, "--listen", "127.0.0.1:0", "--grace", "10s",
 		"--", bin, "demo-server", "--latency", "1500ms", "--effects", effects)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	stderr, err := cmd.StderrPipe()
@@ -124,7 +127,24 @@ func TestListenSIGTERMDrains(t *testing.T) {
 		_, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`)
 		answer <- body
 	}()
-	time.Sleep(500 * time.Millisecond) // the call is inside the server (latency 1.5 s)
+	// Admitted (claimed in the ledger), the call is inside the server (latency 1.5 s).
+	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := 0
+		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { n++; return true })
+		})
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call was not admitted: %d in flight (%v)", n, err)
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
