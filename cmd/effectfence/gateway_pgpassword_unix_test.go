@@ -43,7 +43,7 @@ func TestFencedCallsCommandSaysThePasswordWasLeftOut(t *testing.T) {
 	g := startGateway(t, "--ledger", u.String(), "--scope", "pw", "--grace", "1s", "--listen", "127.0.0.1:0",
 		"--", effectfence(t), "demo-server", "--latency", "10m", "--effects", effects)
 	held := g.postAsync(g.initialize(t), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900,"customer":"cus_pw"}}}`)
-	time.Sleep(2 * time.Second) // the call is inside the server (latency 10 m)
+	waitInFlight(t, u.String(), g) // admitted, so inside the server (latency 10 m)
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
