@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
@@ -160,7 +161,14 @@ func TestIsErrorReleasesAndWaitersShareTheError(t *testing.T) {
 		}
 		late <- x
 	}()
-	time.Sleep(300 * time.Millisecond)
+	led := r.openLedger()
+	waitFor(t, "the first late call to run (its claim in flight)", func() bool {
+		n := 0
+		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
+			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { n++; return true })
+		})
+		return err == nil && n == 1
+	})
 	for range 2 {
 		go func() {
 			x, err := callE(w.Session, "fail", `{"ms":800,"tag":"late"}`)
@@ -390,7 +398,7 @@ func TestWaitEndsWithAToolErrorAndARetryReplays(t *testing.T) {
 		}
 		first <- x
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "the first call to reach the server", func() bool { return strings.Contains(w.log.String(), "mcptest: slow tag=wait started") })
 	x := call(t, w.Session, "slow", `{"ms":1200,"tag":"wait"}`)
 	if !x.IsError || string(x.Meta["effectfence/code"]) != `"intent_in_flight"` || !strings.Contains(x.text(), "NOT executed a second time") || !strings.Contains(x.text(), "retry") {
 		t.Fatalf("a duplicate that outwaits --wait must get a tool error: %+v", x.text())
