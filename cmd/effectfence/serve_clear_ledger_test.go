@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -65,7 +64,7 @@ func TestServeRefusalNamesItsLedgerInTheClearCommand(t *testing.T) {
 	if !ok || !strings.HasPrefix(command, "effectfence ledger clear ") {
 		t.Fatalf("next names no clear command: %s", next)
 	}
-	time.Sleep(1500 * time.Millisecond) // the claim's lease lapses
+	waitLeaseLapsed(t, ledgerPath, "charge:o-9") // the clear goes through once it has lapsed
 	sh := exec.Command("sh", "-c", command)
 	var shellEnv []string
 	for _, kv := range env {
