@@ -77,7 +77,11 @@ func TestFailureIsSharedAfterThePersonSettled(t *testing.T) {
 	waitFor(t, "the holder's call to reach its server", func() bool { return strings.Contains(a.log.String(), "mcptest: fail tag=settled started") })
 	waited := answerInBackground(t, b, "fail", args)
 	// The duplicate finds the claim in flight (its holder heartbeats it) and waits; then
-	// the holder stops, outside a transaction of its own, and its lease lapses.
+	// the holder stops, outside a transaction of its own, and its lease lapses. No event says
+	// the duplicate waits (a waiter on a SQLite ledger polls it and writes nothing there, unlike
+	// PostgreSQL's effectfence_waiters); it is given a moment. Too short a moment cannot pass
+	// the test wrongly: a duplicate that first looks after the lapse never waited, and runs the
+	// call a second time once the person has answered.
 	time.Sleep(1500 * time.Millisecond)
 	if _, err := ledgerturn.StopOutsideTurn(holder, r.ledger); err != nil {
 		t.Fatal(err)
