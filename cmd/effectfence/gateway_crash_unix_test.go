@@ -3,15 +3,11 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // docs/gateway.md and SPEC §4: a gateway killed (SIGKILL) while a fenced call is inside its
@@ -60,23 +56,5 @@ func TestGatewayKilledMidCallThenRestarted(t *testing.T) {
 // waitInFlight waits until the gateway's ledger holds one call in flight.
 func waitInFlight(t *testing.T, ledger string, g *gatewayProc) {
 	t.Helper()
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n := 0
-		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { n++; return true })
-		})
-		if err == nil && n == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the call was not admitted: %v\n%s", err, g.logText())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitOneInFlight(t, ledger, g.logText)
 }

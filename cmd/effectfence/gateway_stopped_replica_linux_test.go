@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/internal/ledgerturn"
-	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/store"
 )
 
 // docs/gateway.md: a side-effecting call runs at most once per intent "whichever session,
@@ -118,26 +115,8 @@ func stoppedReplica(t *testing.T, namespace bool) {
 // read after ours): its holder is stopped, so no renewal moves it on meanwhile.
 func waitStoppedLeaseLapsed(t *testing.T, ledger string, g *gatewayProc) {
 	t.Helper()
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var held []fence.Record
-		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(r *fence.Record) bool { held = append(held, *r); return true })
-		})
-		now := time.Now()
-		if err == nil && len(held) == 1 && !now.Before(held[0].LeaseUntil) {
-			return
-		}
-		if now.After(deadline) {
-			t.Fatalf("the stopped replica's claim did not lapse: in flight %+v (%v) at %s\n%s", held, err, now.UTC().Format(time.RFC3339Nano), g.logText())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	held := waitOneInFlight(t, ledger, g.logText)
+	time.Sleep(time.Until(held.LeaseUntil))
 }
 
 // chargeID is the demo server's charge id (ch_demo_NNNN) in an answer, or "ch_demo_" when

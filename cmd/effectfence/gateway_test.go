@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/demo"
-	"github.com/effectfence/effectfence/pkg/fence"
-	"github.com/effectfence/effectfence/pkg/store"
 )
 
 func TestListenUsageErrors(t *testing.T) {
@@ -128,23 +126,7 @@ func TestListenSIGTERMDrains(t *testing.T) {
 		answer <- body
 	}()
 	// Admitted (claimed in the ledger), the call is inside the server (latency 1.5 s).
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n := 0
-		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { n++; return true })
-		})
-		if err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the call was not admitted: %d in flight (%v)", n, err)
-		}
-	}
+	waitOneInFlight(t, ledger, func() string { return "" })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

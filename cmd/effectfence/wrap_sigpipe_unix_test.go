@@ -72,23 +72,7 @@ func TestWrapOutlivesAnAgentThatClosesItsStdout(t *testing.T) {
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900}}}`)
 	// The charge is under way (it takes 2 s) once it is admitted: claimed in the ledger.
-	led, err := store.Open(context.Background(), store.Options{Ledger: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n := 0
-		err := led.Store().View(context.Background(), func(tx fence.Tx) error {
-			return tx.Scan(fence.Filter{States: []fence.State{fence.StateInFlight}}, func(*fence.Record) bool { n++; return true })
-		})
-		if err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the charge was not admitted: %d in flight (%v)\nstderr %s", n, err, stderr.String())
-		}
-	}
+	waitOneInFlight(t, ledger, stderr.String)
 	outR.Close() // the agent stops reading
 	send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 
