@@ -367,8 +367,6 @@ type Session struct {
 	ignored  atomic.Int64  // messages of the server ignored so far (ignoredf)
 	streamed atomic.Bool   // the server gave the session a GET stream once
 	quiet    time.Duration // resumedQuiet when the session began
-	// headersWait is getHeaders when the session began.
-	headersWait time.Duration
 	// asked holds the ids of the server's last maxAsked requests (deliver's alone): one handed
 	// over again is not answered twice.
 	asked recent
@@ -462,7 +460,7 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 	if !json.Valid(cfg.Init) || bytes.TrimSpace(cfg.Init)[0] != '{' {
 		return nil, errors.New("httpback: initialize params must be a JSON object")
 	}
-	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: ShownURL(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024), quiet: resumedQuiet, headersWait: getHeaders}
+	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: ShownURL(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024), quiet: resumedQuiet}
 	s.bg, s.bgStop = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.deliver()
@@ -1304,31 +1302,10 @@ func (s *Session) send(ctx context.Context, what string, msg []byte) error {
 	return nil
 }
 
-// getHeaders bounds the wait for the response headers of a GET (a variable for tests; a
-// session reads it once, when it begins). A server opens an event stream at once, before it
-// has anything to send on it, so headers that do not come in that time are a server or a
-// proxy that hung: the GET is given up as one that had no answer, which may pass (mayPass),
-// and asked again as such. Before 2026-12-07 a GET had no bound of its own: a call's
-// resumption whose headers never came kept the call waiting for ever (in flight, its claim
-// renewed, every duplicate told it still runs), and the session's GET stream stopped
-// listening for the session's life.
-var getHeaders = 30 * time.Second
-
-// errNoHeaders: a GET got no response headers within the session's bound (getHeaders).
-type errNoHeaders struct{ d time.Duration }
-
-func (e errNoHeaders) Error() string {
-	return fmt.Sprintf("no response headers within %s", e.d)
-}
-
 // get opens a GET event stream (lastID: resume after that event).
 func (s *Session) get(ctx context.Context, lastID string) (*http.Response, error) {
-	rctx, cancel := context.WithCancel(ctx)
-	late := time.AfterFunc(s.headersWait, cancel)
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, s.url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 	if err != nil {
-		late.Stop()
-		cancel()
 		return nil, err
 	}
 	s.headers(req)
@@ -1337,39 +1314,15 @@ func (s *Session) get(ctx context.Context, lastID string) (*http.Response, error
 		req.Header.Set(headerLastEventID, lastID)
 	}
 	resp, err := s.do(req)
-	if !late.Stop() && ctx.Err() == nil {
-		// The bound cancelled the request (a response that came in the same instant is
-		// unreadable now: its context ended).
-		if err == nil {
-			resp.Body.Close()
-		}
-		cancel()
-		return nil, errNoHeaders{s.headersWait}
-	}
 	if err != nil {
-		cancel()
 		return nil, err
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK || mt != "text/event-stream" {
 		resp.Body.Close()
-		cancel()
 		return nil, &StatusError{Method: "GET", Status: resp.StatusCode}
 	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	return resp, nil
-}
-
-// cancelOnClose ends a GET's own context once its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c *cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
 }
 
 // listen keeps the GET stream for the server's own messages open while the session lives.
