@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -106,14 +111,45 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 	state := []string{"XDG_STATE_HOME=" + t.TempDir()} // the PostgreSQL spool, shared by both processes
 	p, through, direct := pgThrough(t, netcut.NewPostgres)
 	a := startServeEnv(t, state, "--ledger", through.String())
-	if w := a.prepare(`{"intent":"warm:1","tool":"t"}`); w.Status != serve.StatusFresh { // the pool is warm
+	w := a.prepare(`{"intent":"warm:1","tool":"t"}`)
+	if w.Status != serve.StatusFresh { // the pool is warm
 		t.Fatalf("warm-up prepare: %+v", w)
 	}
-	const prep = `{"intent":"charge:o-lost","tool":"charge_card","args":{"amount":300}}`
+	// The round trip whose answer the proxy loses is the next one of any connection: once in a
+	// while that is not the claim's but the store's background recovery's (every 10 s). The
+	// claim then never reaches the database, and its retry draws the next token of the
+	// ledger's sequence: such a round proves nothing, and is run again with another intent
+	// (found 2026-12-07: 1 run in 4 right after a loaded CI run, "no release of the lost
+	// claim"). A claim that landed drew a token, so a retry admitted with a later one and no
+	// release is a failure.
+	for round := 1; ; round++ {
+		released, token, drawn := lostClaimRound(t, a, p, state, direct, fmt.Sprintf("charge:o-lost-%d", round))
+		switch {
+		case released:
+			return
+		case token != drawn+1:
+			t.Fatalf("round %d: the retry was admitted as claim %d, the sequence having given %d before the lost round trip, with no release among the intent's events: a claim landed and was not released", round, token, drawn)
+		case round == 3:
+			t.Fatalf("in %d rounds the answer lost was never the claim's (each retry drew the next token)", round)
+		}
+		t.Logf("round %d: the answer lost was another round trip's (the retry drew the next token, %d); again", round, token)
+	}
+}
+
+// lostClaimRound prepares intent through serve a while the proxy p loses the next round trip's
+// answer and keeps the database away 6 s, then retries until admitted, commits, and checks
+// the commit from another serve process on the ledger direct: whether the intent's events hold
+// a release (of the claim whose answer was lost), the token the retry was admitted with, and
+// the last token the ledger's sequence had given before.
+func lostClaimRound(t *testing.T, a *serveProc, p *netcut.Proxy, state []string, direct, intent string) (released bool, token, drawn uint64) {
+	t.Helper()
+	prep := fmt.Sprintf(`{"intent":%q,"tool":"charge_card","args":{"amount":300}}`, intent)
+	drawn = tokensDrawn(t, direct)
+	lost := p.Lost()
 	p.LoseAnswer(1, 6*time.Second)
 	r := a.refused(serve.ToolPrepare, prep)
-	if p.Lost() != 1 || r.Code != fence.CodeStore || r.Executed {
-		t.Fatalf("the prepare whose claim's answer was lost (%d lost): %+v; want store_error, not executed", p.Lost(), r)
+	if p.Lost() != lost+1 || r.Code != fence.CodeStore || r.Executed {
+		t.Fatalf("the prepare whose claim's answer was lost (%d lost): %+v; want store_error, not executed", p.Lost()-lost, r)
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -121,7 +157,7 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 		var ok serve.PrepareResult
 		var ref serve.Refusal
 		switch {
-		case !isErr && json.Unmarshal(raw, &ok) == nil && ok.Status == serve.StatusFresh:
+		case !isErr && json.Unmarshal(raw, &ok) == nil && ok.Status == serve.StatusFresh && ok.Ticket != nil:
 			// Admitted once: the claim that landed was released, not handed out.
 			c, isErr := a.call(serve.ToolCommit, `{"ticket":`+ticketJSON(t, ok.Ticket)+`,"result":{"charge":"ch_lost"}}`)
 			if isErr {
@@ -132,20 +168,16 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 				t.Fatalf("a duplicate after the retry's commit: %+v", d)
 			}
 			// The claim whose answer was lost landed, and was released (an event says so).
-			code, out, errOut := runCLI(t, "", "ledger", "show", "--json", "--ledger", direct, "charge:o-lost")
+			code, out, errOut := runCLI(t, "", "ledger", "show", "--json", "--ledger", direct, intent)
 			var shown struct{ Events []fence.Event }
 			if code != exitOK || json.Unmarshal([]byte(out), &shown) != nil {
 				t.Fatalf("ledger show = %d %s %s", code, out, errOut)
 			}
-			released := false
 			for _, ev := range shown.Events {
 				t.Logf("event %s (claim %d): %s", ev.Kind, ev.Token, ev.Reason)
 				released = released || ev.Kind == fence.EventRelease
 			}
-			if !released {
-				t.Fatalf("no release of the lost claim among the intent's events: the answer lost was not the claim's")
-			}
-			return
+			return released, ok.Ticket.Token, drawn
 		case !isErr:
 			t.Fatalf("a retry: %s", raw)
 		case json.Unmarshal(raw, &ref) != nil || ref.Executed:
@@ -160,6 +192,32 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// tokensDrawn is the last fencing token the sequence of the PostgreSQL ledger at direct gave
+// (0: none yet), read past any proxy.
+func tokensDrawn(t *testing.T, direct string) uint64 {
+	t.Helper()
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var last int64
+	var called bool
+	seq := pgx.Identifier{u.Query().Get("search_path"), "effectfence_token"}.Sanitize()
+	if err := conn.QueryRow(ctx, "SELECT last_value, is_called FROM "+seq).Scan(&last, &called); err != nil {
+		t.Fatal(err)
+	}
+	if !called {
+		return 0
+	}
+	return uint64(last)
 }
 
 // TestServeCommitWhoseAnswerIsLostIsKeptOnce: as above, but the commit reaches PostgreSQL and
