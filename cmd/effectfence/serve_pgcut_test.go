@@ -116,7 +116,8 @@ func TestServePrepareWhoseClaimsAnswerIsLostIsReleased(t *testing.T) {
 		t.Fatalf("warm-up prepare: %+v", w)
 	}
 	// The round trip whose answer the proxy loses is the next one of any connection: once in a
-	// while that is not the claim's but the store's background recovery's (every 10 s). The
+	// while that is not the claim's but another the serve process makes (its store's background
+	// recovery runs every 10 s; a plant that sends a query of its own there does the same). The
 	// claim then never reaches the database, and its retry draws the next token of the
 	// ledger's sequence: such a round proves nothing, and is run again with another intent
 	// (found 2026-12-07: 1 run in 4 right after a loaded CI run, "no release of the lost
