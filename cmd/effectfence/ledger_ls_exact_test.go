@@ -6,14 +6,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/olekukonko/tablewriter"
 
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -82,17 +79,8 @@ func damageRecord(t *testing.T, loc, intent, body string) {
 		}
 		return
 	}
-	u, err := url.Parse(loc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
+	conn, table := pgDirect(t, loc, "effectfence_records")
 	if _, err := conn.Exec(ctx, "UPDATE "+table+" SET body = convert_to($1, 'UTF8') WHERE intent = $2", body, intent); err != nil {
 		t.Fatal(err)
 	}

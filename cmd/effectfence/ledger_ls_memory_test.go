@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -77,19 +74,10 @@ func putWrapRecords(t *testing.T, st fence.Store, from, to int) {
 // INSERT … SELECT (writing them through the store takes a round trip each).
 func copyWrapRecords(t *testing.T, loc string, from, to int) {
 	t.Helper()
-	u, err := url.Parse(loc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
+	conn, table := pgDirect(t, loc, "effectfence_records")
 	prefix := strings.TrimSuffix(lsIntent(0), "0000000")
-	_, err = conn.Exec(ctx, `INSERT INTO `+table+` (intent, state, expires_at, cert_hash, body)
+	_, err := conn.Exec(ctx, `INSERT INTO `+table+` (intent, state, expires_at, cert_hash, body)
 		SELECT n.intent, r.state, r.expires_at, r.cert_hash || '-' || n.i,
 			convert_to(replace(convert_from(r.body, 'UTF8'), '"' || r.intent || '"', '"' || n.intent || '"'), 'UTF8')
 		FROM `+table+` r

@@ -199,7 +199,24 @@ func lostClaimRound(t *testing.T, a *serveProc, p *netcut.Proxy, state []string,
 // (0: none yet), read past any proxy.
 func tokensDrawn(t *testing.T, direct string) uint64 {
 	t.Helper()
-	u, err := url.Parse(direct)
+	conn, seq := pgDirect(t, direct, "effectfence_token")
+	var last int64
+	var called bool
+	if err := conn.QueryRow(context.Background(), "SELECT last_value, is_called FROM "+seq).Scan(&last, &called); err != nil {
+		t.Fatal(err)
+	}
+	if !called {
+		return 0
+	}
+	return uint64(last)
+}
+
+// pgDirect connects to the server of the PostgreSQL ledger at loc (EFFECTFENCE_TEST_POSTGRES,
+// past any proxy; closed when the test ends) and names the ledger's relation rel in its schema,
+// quoted for a statement.
+func pgDirect(t *testing.T, loc, rel string) (*pgx.Conn, string) {
+	t.Helper()
+	u, err := url.Parse(loc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,17 +225,8 @@ func tokensDrawn(t *testing.T, direct string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	var last int64
-	var called bool
-	seq := pgx.Identifier{u.Query().Get("search_path"), "effectfence_token"}.Sanitize()
-	if err := conn.QueryRow(ctx, "SELECT last_value, is_called FROM "+seq).Scan(&last, &called); err != nil {
-		t.Fatal(err)
-	}
-	if !called {
-		return 0
-	}
-	return uint64(last)
+	t.Cleanup(func() { conn.Close(ctx) })
+	return conn, pgx.Identifier{u.Query().Get("search_path"), rel}.Sanitize()
 }
 
 // TestServeCommitWhoseAnswerIsLostIsKeptOnce: as above, but the commit reaches PostgreSQL and
