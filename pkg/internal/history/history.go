@@ -94,6 +94,12 @@ type Config struct {
 	// every duplicate), so that records take the ledger's large-record paths (arguments over
 	// 4 KB and records over 16 KB are cached in tables of their own).
 	Pad int
+	// Containers runs every other wrap slot (0, 2, …) in containers on this host: each of its
+	// wraps in a PID namespace of its own below the harness's, with its own /proc (unshare
+	// --pid --fork --mount-proc, a shell as the namespace's init; see container.go). The
+	// nemesis kills and stops those wraps and their children by their pids on the host. It
+	// needs root and unshare; Run fails without them.
+	Containers bool
 }
 
 // Fault is one thing the nemesis did.
@@ -121,6 +127,7 @@ type Report struct {
 	Ledger     string           `json:"ledger"`
 	Front      string           `json:"front"`
 	CrashDB    bool             `json:"crash_db,omitempty"`
+	Containers []int            `json:"containers,omitempty"` // the wrap slots run in containers
 	Duration   time.Duration    `json:"duration_ns"`
 	Ops        []Op             `json:"ops"`
 	Faults     []Fault          `json:"faults"`
@@ -153,6 +160,13 @@ func (r *Report) Summary() string {
 		ledger += " (a private cluster, crash-db)"
 	}
 	fmt.Fprintf(&b, "history: seed %d, ledger %s, front %s, %s\n", r.Seed, ledger, r.Front, r.Duration)
+	if len(r.Containers) > 0 {
+		slots := make([]string, len(r.Containers))
+		for i, n := range r.Containers {
+			slots[i] = strconv.Itoa(n)
+		}
+		fmt.Fprintf(&b, "containers: wraps %s, each in a PID namespace of its own below the harness's\n", strings.Join(slots, ", "))
+	}
 	fmt.Fprintf(&b, "operations: %d calls (%s) on %d ops; %d executions; ledger at the end: %s\n", len(r.Ops), counts(answers), len(r.Final), len(r.Executions), counts(states))
 	fmt.Fprintf(&b, "faults injected: %d (%s)\n", len(r.Faults), counts(faults))
 	fmt.Fprintf(&b, "violations: %d\n", len(r.Violations))
@@ -216,6 +230,10 @@ type run struct {
 	nextOp int
 
 	wraps []*wrapSlot
+	// unshare is the unshare command of a Containers run; inits the host pids of every
+	// container's init, checked gone at the end.
+	unshare string
+	inits   []hostProc
 }
 
 // proc is one running wrap as the clients see it: a stdio session (*mcpstdio.Session) or a
@@ -285,6 +303,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.CrashDB && cfg.Ledger != "postgres" {
 		return nil, fmt.Errorf("history: crash-db needs the postgres ledger, not %s", cfg.Ledger)
 	}
+	if cfg.Containers {
+		unshare, err := checkContainers()
+		if err != nil {
+			return nil, err
+		}
+		r.unshare = unshare
+	}
 	if err := os.WriteFile(r.effect, nil, 0o600); err != nil {
 		return nil, err
 	}
@@ -301,6 +326,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := w.start(); err != nil {
 			for _, w := range r.wraps {
 				w.stop()
+			}
+			if cerr := r.endContainers(); cerr != nil {
+				r.logf("%v", cerr)
 			}
 			return nil, err
 		}
@@ -331,8 +359,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, w := range r.wraps {
 		w.stop()
 	}
+	if err := r.endContainers(); err != nil {
+		return nil, err
+	}
 	if err := r.dbErr.Load(); err != nil {
 		return nil, *err
+	}
+	if cfg.Containers {
+		// A holder in a container is out of the host's sight once its namespace has ended:
+		// cannot tell, never dead, so its claim is fenced only when its lease lapses (a
+		// holder of the host's namespace that is gone is fenced at once). The final read,
+		// which applies the engine's rules as the next process would, waits that long, else
+		// a claim of a container's wrap killed in the run's last lease reads as left in
+		// flight.
+		time.Sleep(cfg.Lease + 500*time.Millisecond)
 	}
 	return r.finish(ctx)
 }
@@ -554,6 +594,12 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 			continue // restarting
 		}
 		target := fmt.Sprintf("wrap %d.%d pid %d", w.i, gen, wrapPid)
+		there := func(pid int) string { return "" }
+		if r.contained(w.i) {
+			// The pid on the host, and in the container (what the claim's owner names).
+			there = func(pid int) string { return fmt.Sprintf(" (%d in its container)", nsPid(pid)) }
+			target += there(wrapPid)
+		}
 		switch kind {
 		case FaultKillWrap:
 			if syscall.Kill(wrapPid, syscall.SIGKILL) == nil {
@@ -564,7 +610,7 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 			if len(kids) == 0 {
 				continue
 			}
-			target = fmt.Sprintf("child pid %d of %s", kids[0], target)
+			target = fmt.Sprintf("child pid %d%s of %s", kids[0], there(kids[0]), target)
 			if kind == FaultKillChild {
 				if syscall.Kill(kids[0], syscall.SIGKILL) == nil {
 					r.fault(kind, target)
@@ -617,7 +663,7 @@ func (r *run) stop(wg *sync.WaitGroup, mu *sync.Mutex, stopped map[int]bool, pid
 // finish reads the effects file and the ledger, checks the history and records it.
 func (r *run) finish(ctx context.Context) (*Report, error) {
 	rep := &Report{Seed: r.cfg.Seed, Ledger: r.cfg.Ledger, Front: r.cfg.Front, CrashDB: r.cfg.CrashDB, Duration: r.cfg.Duration, Ops: r.snapshotOps(), Final: map[string]Final{},
-		StartUnixMs: r.start.UnixMilli(), Lease: r.cfg.Lease}
+		StartUnixMs: r.start.UnixMilli(), Lease: r.cfg.Lease, Containers: r.containerSlots()}
 	r.mu.Lock()
 	rep.Faults = append([]Fault(nil), r.faults...)
 	r.mu.Unlock()
@@ -762,13 +808,24 @@ func logTail(path string, n int64) string {
 func (w *wrapSlot) spawn() (proc, error) {
 	env := []string{EnvChild + "=" + w.r.effect, "XDG_STATE_HOME=" + filepath.Join(w.r.cfg.Dir, "state"), "GORACE=atexit_sleep_ms=0"}
 	fmt.Fprintf(w.log, "--- history: wrap %d generation %d at %d ms\n", w.i, w.gen+1, w.r.ms())
+	var p proc
+	var err error
 	if w.r.cfg.Front == "http" {
-		return w.spawnHTTP(env)
+		p, err = w.spawnHTTP(env)
+	} else {
+		p, err = mcpstdio.Start(context.Background(), mcpstdio.Config{
+			Command: append(w.containerPrefix(), w.argv()...), Env: env, Stderr: w.log, InitTimeout: 30 * time.Second,
+			Init: mcpstdio.DefaultInit("history-client", "1"),
+		})
 	}
-	return mcpstdio.Start(context.Background(), mcpstdio.Config{
-		Command: w.argv(), Env: env, Stderr: w.log, InitTimeout: 30 * time.Second,
-		Init: mcpstdio.DefaultInit("history-client", "1"),
-	})
+	if err != nil || !w.r.contained(w.i) {
+		return p, err
+	}
+	c, err := w.contain(p)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func (w *wrapSlot) set(s proc) {

@@ -54,9 +54,13 @@ func (w *wrapSlot) spawnHTTP(env []string) (proc, error) {
 	cfg := w.r.cfg
 	argv := []string{cfg.Bin, "wrap", "--ledger", w.r.ledger, "--scope", "history", "--listen", "127.0.0.1:" + strconv.Itoa(w.port),
 		"--lease-secs", strconv.FormatFloat(cfg.Lease.Seconds(), 'f', -1, 64), "--wait", "5s", "--grace", "1s", "--"}
-	argv = append(argv, cfg.Child...)
+	argv = append(append(w.containerPrefix(), argv...), cfg.Child...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
+	if w.r.contained(w.i) {
+		// unshare dies with the harness, and the container with it (--kill-child).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -4,11 +4,12 @@
 // (package history) and prints what it did and every violation it found. Run it through
 // scripts/history:
 //
-//	scripts/history [-seed N] [-duration D] [-ledger sqlite|postgres|both] [-crash-db]
+//	scripts/history [-seed N] [-duration D] [-ledger sqlite|postgres|both] [-crash-db] [-containers]
 //
 // PostgreSQL runs need EFFECTFENCE_TEST_POSTGRES, or -crash-db: a private cluster of the run's
-// own (pkg/internal/pgcluster) that the nemesis also kills and restarts. Exit status: 0 no violation, 1 violations,
-// 2 the run could not be made.
+// own (pkg/internal/pgcluster) that the nemesis also kills and restarts. -containers runs every
+// other wrap in a PID namespace of its own (root and unshare; else exit 2). Exit status: 0 no
+// violation, 1 violations, 2 the run could not be made.
 package main
 
 import (
@@ -42,6 +43,7 @@ func run() int {
 	pooler := flag.String("pooler", "", "PostgreSQL: a pooler's URL the wraps use instead of the server's (its role must reach -schema by its own search_path)")
 	schema := flag.String("schema", "", "PostgreSQL: the run's schema (default history_<seed>_<pid>_<front>); it is dropped at the end")
 	crashDB := flag.Bool("crash-db", false, "PostgreSQL: the ledger on a private cluster (PostgreSQL's server binaries, run as the user postgres under root) that the nemesis also kill -9s and restarts into crash recovery (fault crash-db), instead of EFFECTFENCE_TEST_POSTGRES")
+	containers := flag.Bool("containers", false, "run every other wrap slot (0, 2, …) in containers on this host: each wrap in a PID namespace of its own below the harness's (unshare --pid --fork --mount-proc; needs root)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "history: unexpected argument %q\n", flag.Arg(0))
@@ -106,7 +108,7 @@ func run() int {
 		rep, err := history.Run(context.Background(), history.Config{
 			Seed: *seed, Duration: *duration, Ledger: l, Postgres: os.Getenv("EFFECTFENCE_TEST_POSTGRES"),
 			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr, Front: ro.front, Pad: *pad,
-			Pooler: *pooler, Schema: *schema, CrashDB: *crashDB && l == "postgres",
+			Pooler: *pooler, Schema: *schema, CrashDB: *crashDB && l == "postgres", Containers: *containers,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
