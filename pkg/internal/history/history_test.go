@@ -44,19 +44,36 @@ func buildAndRun(m *testing.M) int {
 }
 
 // TestHistory runs a short seed of the history checker on each ledger (scripts/history runs
-// long ones) and fails on any violation, printing operations, faults and violations.
+// long ones) and fails on any violation, printing operations, faults and violations. The
+// containers case runs wraps 0 and 2 each in a PID namespace of its own (Config.Containers),
+// for 10 s beside the others' 20: it adds no time to the test, only load.
 func TestHistory(t *testing.T) {
-	for _, c := range []struct{ ledger, front string }{{"sqlite", "stdio"}, {"postgres", "stdio"}, {"postgres", "http"}} {
+	for _, c := range []struct {
+		ledger, front string
+		containers    bool
+	}{{"sqlite", "stdio", false}, {"postgres", "stdio", false}, {"postgres", "http", false}, {"sqlite", "stdio", true}} {
 		ledger := c.ledger
-		t.Run(ledger+"/"+c.front, func(t *testing.T) {
+		name, d := ledger+"/"+c.front, 20*time.Second
+		if c.containers {
+			name, d = name+"/containers", 10*time.Second
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			pg := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
 			if ledger == "postgres" && pg == "" {
 				t.Skip("SKIP-REQUIRED: set EFFECTFENCE_TEST_POSTGRES to run the history checker on PostgreSQL")
 			}
+			if c.containers {
+				if os.Geteuid() != 0 {
+					t.Skip("skipped: wraps in containers need root (unshare --pid --mount-proc)")
+				}
+				if _, err := exec.LookPath("unshare"); err != nil {
+					t.Skip("skipped: wraps in containers need the unshare command (util-linux)")
+				}
+			}
 			rep, err := history.Run(context.Background(), history.Config{
-				Seed: 11, Duration: 20 * time.Second, Ledger: ledger, Postgres: pg,
-				Bin: bin, Child: []string{child}, Dir: t.TempDir(), Log: testLog{t}, Front: c.front,
+				Seed: 11, Duration: d, Ledger: ledger, Postgres: pg,
+				Bin: bin, Child: []string{child}, Dir: t.TempDir(), Log: testLog{t}, Front: c.front, Containers: c.containers,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -65,11 +82,24 @@ func TestHistory(t *testing.T) {
 			if len(rep.Ops) < 20 || len(rep.Faults) < 3 {
 				t.Fatalf("too little happened to prove anything: %d calls, %d faults", len(rep.Ops), len(rep.Faults))
 			}
+			if c.containers && !faultIn(rep, "in its container") {
+				t.Fatalf("no fault reached a wrap in a container or its child: nothing proven about them")
+			}
 			if len(rep.Violations) > 0 {
 				t.Fatalf("%d violations of the fence's promise (see the summary above)", len(rep.Violations))
 			}
 		})
 	}
+}
+
+// faultIn reports whether a fault's target says what.
+func faultIn(rep *history.Report, what string) bool {
+	for _, f := range rep.Faults {
+		if strings.Contains(f.Target, what) {
+			return true
+		}
+	}
+	return false
 }
 
 type testLog struct{ t *testing.T }
