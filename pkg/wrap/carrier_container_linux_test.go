@@ -29,15 +29,21 @@ import (
 // an operator has cleared it, which a clear without --force now may (a lapsed claim whose
 // holder is out of sight, as one of another host).
 func TestKill9InAContainerWhileTheServersGroupRuns(t *testing.T) {
+	inAContainerBothWays(t, kill9InAContainer)
+}
+
+// inAContainerBothWays runs fn, which needs unshare, as two parallel subtests: with a call
+// declared safe to re-run ("rerun-safe") and with a fenced one.
+func inAContainerBothWays(t *testing.T, fn func(t *testing.T, unshare string, extra ...string)) {
 	t.Parallel()
 	unshare := needUnshare(t, "a PID namespace")
 	t.Run("rerun-safe", func(t *testing.T) {
 		t.Parallel()
-		kill9InAContainer(t, unshare, "--rerun-safe", "slow")
+		fn(t, unshare, "--rerun-safe", "slow")
 	})
 	t.Run("fenced", func(t *testing.T) {
 		t.Parallel()
-		kill9InAContainer(t, unshare)
+		fn(t, unshare)
 	})
 }
 
@@ -119,16 +125,7 @@ func kill9InAContainer(t *testing.T, unshare string, extra ...string) {
 // duplicate, waiting for it meanwhile, is then given what a lapsed claim of a holder out of
 // sight gets: a re-run-safe call runs again (taken over), a fenced one is refused as unknown.
 func TestContainerHolderGoneWithinItsLease(t *testing.T) {
-	t.Parallel()
-	unshare := needUnshare(t, "a PID namespace")
-	t.Run("rerun-safe", func(t *testing.T) {
-		t.Parallel()
-		goneWithinTheLease(t, unshare, "--rerun-safe", "slow")
-	})
-	t.Run("fenced", func(t *testing.T) {
-		t.Parallel()
-		goneWithinTheLease(t, unshare)
-	})
+	inAContainerBothWays(t, goneWithinTheLease)
 }
 
 func goneWithinTheLease(t *testing.T, unshare string, extra ...string) {
