@@ -311,18 +311,11 @@ func TestSSECutMayHaveRun(t *testing.T) {
 // again.
 func TestSSEResumeOnce(t *testing.T) {
 	f, srv := newFake(t)
-	var resumes atomic.Int32
-	f.call = cutAfterAnEvent
-	f.getReply = func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Last-Event-Id") != "e1" {
-			w.WriteHeader(http.StatusMethodNotAllowed) // the standalone stream is not offered
-			return
-		}
-		resumes.Add(1)
+	resumes := f.resumedAfterE1(func(_ int32, w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		writeEvent(w, "e2", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":2}`)))
 		writeEvent(w, "e3", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[],"ok":true}`)))
-	}
+	})
 	var mu sync.Mutex
 	var seen []string
 	s := session(t, upstream(t, srv.URL, Config{OnNotification: func(_ string, p json.RawMessage) {
@@ -840,6 +833,30 @@ func cutAfterAnEvent(w http.ResponseWriter, _ *http.Request, _ *jsonrpc.Message)
 	w.Header().Set("Content-Type", "text/event-stream")
 	writeEvent(w, "e1", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":1}`)))
 	panic(http.ErrAbortHandler)
+}
+
+// resumedAfterE1 makes f a server that cuts each call's stream after its first event
+// (cutAfterAnEvent) and answers the n-th GET that resumes it after e1 (n counted from 1) with
+// resume; any other GET (the session's stream) is not offered (405). It returns the count of
+// resuming GETs.
+func (f *fake) resumedAfterE1(resume func(n int32, w http.ResponseWriter, r *http.Request)) *atomic.Int32 {
+	var gets atomic.Int32
+	f.call = cutAfterAnEvent
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Last-Event-Id") != "e1" {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		resume(gets.Add(1), w, r)
+	}
+	return &gets
+}
+
+// holdQuiet opens an event stream and sends nothing on it until the client leaves.
+func holdQuiet(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
 }
 
 // TestAnswerUnderItsIDSpelledOtherwise: a server answers with the request's id, the same value

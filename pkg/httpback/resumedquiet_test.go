@@ -3,7 +3,6 @@ package httpback
 import (
 	"encoding/json"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,15 +22,9 @@ func TestResumedStreamThatStaysSilentIsResumedAgain(t *testing.T) {
 	resumedQuiet = 700 * time.Millisecond
 	for _, silent := range []int{1, 2} {
 		f, srv := newFake(t)
-		var gets atomic.Int32
-		f.call = cutAfterAnEvent
-		f.getReply = func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Last-Event-Id") != "e1" {
-				w.WriteHeader(http.StatusMethodNotAllowed)
-				return
-			}
+		gets := f.resumedAfterE1(func(n int32, w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
-			if int(gets.Add(1)) <= silent {
+			if int(n) <= silent {
 				// Registered nowhere: kept alive, and nothing else.
 				for {
 					if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
@@ -46,7 +39,7 @@ func TestResumedStreamThatStaysSilentIsResumedAgain(t *testing.T) {
 				}
 			}
 			writeEvent(w, "e2", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[],"ok":true}`)))
-		}
+		})
 		s := session(t, upstream(t, srv.URL, Config{}))
 		res, err := callWithin(t, s, "%d silent resumptions: the call waited on", silent)
 		if err != nil || string(res) != `{"content":[],"ok":true}` {
@@ -74,25 +67,17 @@ func TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream(t *testing.T) {
 	resumedQuiet = 100 * time.Millisecond
 	const refused = resumeTries + 2
 	f, srv := newFake(t)
-	var gets atomic.Int32
-	f.call = cutAfterAnEvent
-	f.getReply = func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Last-Event-Id") != "e1" {
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			return
-		}
-		switch n := gets.Add(1); {
+	gets := f.resumedAfterE1(func(n int32, w http.ResponseWriter, r *http.Request) {
+		switch {
 		case n == 1: // the first resumption: quiet
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.(http.Flusher).Flush()
-			<-r.Context().Done()
+			holdQuiet(w, r)
 		case n <= 1+refused:
 			http.Error(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Conflict: Stream already has an active connection"},"id":null}`, http.StatusConflict)
 		default:
 			w.Header().Set("Content-Type", "text/event-stream")
 			writeEvent(w, "e2", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[],"ok":true}`)))
 		}
-	}
+	})
 	s := session(t, upstream(t, srv.URL, Config{}))
 	res, err := callWithin(t, s, "the call waited on")
 	if err != nil || string(res) != `{"content":[],"ok":true}` {
@@ -113,21 +98,13 @@ func TestQuietResumptionOfAGoneServerEnds(t *testing.T) {
 	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
 	resumedQuiet = 100 * time.Millisecond
 	f, srv := newFake(t)
-	var gets atomic.Int32
-	f.call = cutAfterAnEvent
-	f.getReply = func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Last-Event-Id") != "e1" {
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			return
-		}
-		if gets.Add(1) == 1 { // the first resumption: quiet
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.(http.Flusher).Flush()
-			<-r.Context().Done()
+	gets := f.resumedAfterE1(func(n int32, w http.ResponseWriter, r *http.Request) {
+		if n == 1 { // the first resumption: quiet
+			holdQuiet(w, r)
 			return
 		}
 		http.Error(w, "bad gateway", http.StatusBadGateway)
-	}
+	})
 	s := session(t, upstream(t, srv.URL, Config{}))
 	res, err := callWithin(t, s, "the call kept asking a gone server")
 	if err == nil {

@@ -21,20 +21,14 @@ import (
 func TestRefusedResumptionIsAskedAgain(t *testing.T) {
 	for _, code := range []int{http.StatusConflict, http.StatusBadGateway, http.StatusServiceUnavailable} {
 		f, srv := newFake(t)
-		var gets atomic.Int32
-		f.call = cutAfterAnEvent
-		f.getReply = func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Last-Event-Id") != "e1" {
-				w.WriteHeader(http.StatusMethodNotAllowed)
-				return
-			}
-			if gets.Add(1) == 1 {
+		f.resumedAfterE1(func(n int32, w http.ResponseWriter, _ *http.Request) {
+			if n == 1 {
 				http.Error(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Conflict: Stream already has an active connection"}}`, code)
 				return
 			}
 			w.Header().Set("Content-Type", "text/event-stream")
 			writeEvent(w, "e2", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[],"ok":true}`)))
-		}
+		})
 		s := session(t, upstream(t, srv.URL, Config{}))
 		res, err := callWithin(t, s, "HTTP %d: the call waited on", code)
 		if err != nil || string(res) != `{"content":[],"ok":true}` {
