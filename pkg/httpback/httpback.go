@@ -880,8 +880,9 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 	// that polls (2025-11-25: it ends the stream after each event and expects the client back
 	// with Last-Event-ID) is followed for as long as it makes progress, one resumption a
 	// getRetry after the first; a stream cut twice at the same event is given up. A resumed
-	// stream that brings no event for resumedQuiet is resumed again, without limit (see
-	// quietWatch).
+	// stream that brings no event for resumedQuiet is resumed again (see quietWatch), as often
+	// as the server takes the resumption or refuses it with a 409; other refusals end the call
+	// after quietRounds rounds.
 	lastID, resumedAt, resumes := "", "", 0
 	var watch *quietWatch
 	for {
