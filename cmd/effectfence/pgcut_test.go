@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,9 +25,13 @@ import (
 // pkg/store/postgres/doubt.go).
 func TestGatewayCommitAnswerLost(t *testing.T) {
 	p, direct, g, sid, effects := pgCutGateway(t)
+	call := func(amount int) (*http.Response, string) {
+		t.Helper()
+		return g.post(t, "", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d,"customer":"cus_1"}}}`, amount, amount))
+	}
 	charge := func(amount int) string {
 		t.Helper()
-		resp, body := g.post(t, "", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d,"customer":"cus_1"}}}`, amount, amount))
+		resp, body := call(amount)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"result"`) || strings.Contains(body, `"isError":true`) {
 			t.Fatalf("charge_card %d: %d %s; log:\n%s", amount, resp.StatusCode, body, g.logText())
 		}
@@ -53,14 +58,47 @@ func TestGatewayCommitAnswerLost(t *testing.T) {
 	if len(seen) < 2 || seen[len(seen)-2] != n || n < 2 {
 		t.Fatalf("fresh calls took %v round trips: never the same twice in a row", seen)
 	}
-	p.LoseAnswer(int(n), 400*time.Millisecond)
-	first := charge(10000)
-	if p.Lost() != 1 {
-		t.Fatalf("no answer was lost (%d round trips)", n)
-	}
-	again := charge(10000)
-	if !strings.Contains(again, "ch_") || effectsOf(t, effects) != calls+1 {
-		t.Fatalf("after the lost answer: %d effects for %d actions; the duplicate answered %s (the first %s)", effectsOf(t, effects), calls+1, again, first)
+	// The round trip whose answer the proxy loses is the n-th of any connection: once in a
+	// while another the gateway makes (its store's background recovery) comes between, and
+	// the answer lost is not the commit's. Whether the call's commit landed is read past the
+	// proxy as the answer is lost; a round in which it had not is run again with another call,
+	// once that call has run (each call's effect runs once in any round).
+	done := pgRecords(t, direct, "cert_hash IS NOT NULL")
+	round := 1
+	for ; ; round++ {
+		amount := 10000 + 1000*round
+		before := done()
+		var after atomic.Int64
+		p.LoseAnswerAnd(int(n), 400*time.Millisecond, func() { after.Store(done()) })
+		_, first := call(amount)
+		if p.Lost() != int64(round) {
+			t.Fatalf("no answer was lost (%d round trips)", n)
+		}
+		if before < 0 || after.Load() < 0 {
+			t.Fatalf("the ledger's records could not be counted past the proxy (%d before, %d as the answer was lost)", before, after.Load())
+		}
+		landed := after.Load() == before+1
+		if landed && (!strings.Contains(first, "ch_") || strings.Contains(first, `"isError":true`)) {
+			t.Fatalf("the call whose commit's answer was lost: %s; want the tool's answer; log:\n%s", first, g.logText())
+		}
+		var again string
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			_, again = call(amount) // until the database is back, when the lost answer was not the commit's
+			if strings.Contains(again, "ch_") || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !strings.Contains(again, "ch_") || effectsOf(t, effects) != calls+round {
+			t.Fatalf("after the lost answer: %d effects for %d actions; the duplicate answered %s (the first %s)", effectsOf(t, effects), calls+round, again, first)
+		}
+		if landed {
+			break
+		}
+		if round == 3 {
+			t.Fatalf("in %d rounds the answer lost was never that of a commit that landed", round)
+		}
+		t.Logf("round %d: the answer lost was another round trip's (%d done records before, %d as it was lost); again", round, before, after.Load())
 	}
 	charge(20000) // its commit carries whatever counts wait in the gateway
 	code, out, errOut := runCLI(t, "", "ledger", "stats", "--ledger", direct, "--json")
@@ -68,7 +106,7 @@ func TestGatewayCommitAnswerLost(t *testing.T) {
 	if code != exitOK || json.Unmarshal([]byte(out), &stats) != nil {
 		t.Fatalf("ledger stats = %d %s %s", code, out, errOut)
 	}
-	admitted := uint64(calls + 2)
+	admitted := uint64(calls + round + 1)
 	if c := stats.Counters; c.Admitted != admitted || c.LeaseLost != 0 {
 		t.Fatalf("ledger stats counts %+v for %d admissions and a replay; log:\n%s", c, admitted, g.logText())
 	}
@@ -134,25 +172,49 @@ func TestGatewayClaimAnswerLost(t *testing.T) {
 	if b := charge(20, 100); !strings.Contains(b, "effectfence/replayed") {
 		t.Fatalf("the duplicate of the first charge: %s", b)
 	}
-	p.LoseAnswer(1, 6*time.Second) // longer than the store asks whether a lost claim landed
-	lost := charge(3, 300)
-	if p.Lost() != 1 || !strings.Contains(lost, "not admitted") {
-		t.Fatalf("the charge whose claim's answer was lost (%d lost): %s; log:\n%s", p.Lost(), lost, g.logText())
-	}
-	if n := effectsOf(t, effects); n != 1 {
-		t.Fatalf("%d effects after a refused charge, want 1", n)
-	}
-	deadline := time.Now().Add(90 * time.Second)
-	var again string
-	for id := 4; ; id++ {
-		again = charge(id, 300)
-		if strings.Contains(again, "ch_") || time.Now().After(deadline) {
-			break
+	// The round trip whose answer the proxy loses is the next one of any connection: once in a
+	// while another the gateway makes (its store's background recovery) comes first, and the
+	// claim is refused by the database's absence, never sent, which proves nothing of a claim
+	// that landed. Whether the claim landed is read past the proxy as the answer is lost, and
+	// a round in which it had not is run again with another call.
+	records := pgRecords(t, direct, "true")
+	id, round := 3, 1
+	for ; ; round++ {
+		amount := 300 * round
+		before := records()
+		var after atomic.Int64
+		p.LoseAnswerAnd(1, 6*time.Second, func() { after.Store(records()) }) // longer than the store asks whether a lost claim landed
+		lost := charge(id, amount)
+		id++
+		if p.Lost() != int64(round) || !strings.Contains(lost, "not admitted") {
+			t.Fatalf("the charge whose claim's answer was lost (%d lost): %s; log:\n%s", p.Lost(), lost, g.logText())
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !strings.Contains(again, "ch_") || effectsOf(t, effects) != 2 {
-		t.Fatalf("the retry once the database was back: %s (%d effects, want 2); log:\n%s", again, effectsOf(t, effects), g.logText())
+		if n := effectsOf(t, effects); n != round {
+			t.Fatalf("%d effects after a refused charge, want %d", n, round)
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		var again string
+		for ; ; id++ {
+			again = charge(id, amount)
+			if strings.Contains(again, "ch_") || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		id++
+		if !strings.Contains(again, "ch_") || effectsOf(t, effects) != round+1 {
+			t.Fatalf("the retry once the database was back: %s (%d effects, want %d); log:\n%s", again, effectsOf(t, effects), round+1, g.logText())
+		}
+		if before < 0 || after.Load() < 0 {
+			t.Fatalf("the ledger's records could not be counted past the proxy (%d before, %d as the answer was lost)", before, after.Load())
+		}
+		if after.Load() == before+1 {
+			break // the lost answer was the claim's, which landed
+		}
+		if round == 3 {
+			t.Fatalf("in %d rounds the answer lost was never that of a claim that landed", round)
+		}
+		t.Logf("round %d: the answer lost was another round trip's (%d records before, %d as it was lost); again", round, before, after.Load())
 	}
 	code, out, errOut := runCLI(t, "", "ledger", "stats", "--ledger", direct, "--json")
 	var stats struct{ Counters fence.Counters }
@@ -163,8 +225,8 @@ func TestGatewayClaimAnswerLost(t *testing.T) {
 	// The replay's count, which the lost claim carried, is counted once: the gateway releases
 	// the claim only after the store has settled whether it landed (else, finding no claim, the
 	// store took it for never recorded and added what it carried again).
-	if c := stats.Counters; c.Admitted != 2 || c.Replayed != 1 {
-		t.Fatalf("ledger stats counts %+v for 2 admissions (the first charge and the retry) and a replay; log:\n%s", c, g.logText())
+	if c := stats.Counters; c.Admitted != uint64(1+round) || c.Replayed != 1 {
+		t.Fatalf("ledger stats counts %+v for %d admissions (the first charge and each round's retry) and a replay; log:\n%s", c, 1+round, g.logText())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,6 +230,22 @@ func pgDirect(t *testing.T, loc, rel string) (*pgx.Conn, string) {
 	return conn, pgx.Identifier{u.Query().Get("search_path"), rel}.Sanitize()
 }
 
+// pgRecords returns a count of the records of the PostgreSQL ledger at loc for which cond (a
+// condition on effectfence_records' columns, its parameters args) holds, read past any proxy
+// on a connection of its own: -1 when the read fails. It may be called from another
+// goroutine (a proxy's LoseAnswerAnd), but not from two at once.
+func pgRecords(t *testing.T, loc, cond string, args ...any) func() int64 {
+	t.Helper()
+	conn, records := pgDirect(t, loc, "effectfence_records")
+	return func() int64 {
+		var n int64
+		if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM "+records+" WHERE "+cond, args...).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+}
+
 // TestServeCommitWhoseAnswerIsLostIsKeptOnce: as above, but the commit reaches PostgreSQL and
 // lands, and its answer is lost, with the database then away longer than serve's 2 s bound,
 // so the store cannot ask whether it landed. The agent is told it is kept (spooled,
@@ -263,8 +280,8 @@ func TestServeCommitWhoseAnswerIsLostIsKeptOnce(t *testing.T) {
 	// while another one the serve process makes (its store's background recovery) comes
 	// between, and the commit has not landed when the database goes away; the drain records
 	// its spooled copy later, which proves nothing of a landed commit's. Whether it landed is
-	// read past the proxy while the database is still away for the serve process, and a round
-	// in which it had not is run again with another intent.
+	// read past the proxy as the answer is lost, and a round in which it had not is run again
+	// with another intent.
 	for round := 1; ; round++ {
 		landed := lostCommitRound(t, a, p, state, direct, int(n), fmt.Sprintf("charge:o-lostcommit-%d", round))
 		if landed {
@@ -288,7 +305,8 @@ func TestServeCommitWhoseAnswerIsLostIsKeptOnce(t *testing.T) {
 // lostCommitRound prepares intent through serve a and commits it while the proxy p loses the
 // answer of the commit's k-th (last) round trip and keeps the database away 8 s, then checks
 // what the agent and a duplicate in another serve process on the ledger direct are told. It
-// says whether the commit had landed when it was answered spooled (the case under test).
+// says whether the round trip whose answer was lost recorded the commit and the agent was
+// told it is kept (the case under test).
 func lostCommitRound(t *testing.T, a *serveProc, p *netcut.Proxy, state []string, direct string, k int, intent string) (landed bool) {
 	t.Helper()
 	prep := fmt.Sprintf(`{"intent":%q,"tool":"charge_card","args":{"amount":700}}`, intent)
@@ -297,12 +315,11 @@ func lostCommitRound(t *testing.T, a *serveProc, p *netcut.Proxy, state []string
 		t.Fatalf("prepare: %+v", c)
 	}
 	commit := `{"ticket":` + ticketJSON(t, c.Ticket) + `,"result":{"charge":"ch_lc"}}`
+	done := pgRecords(t, direct, "intent = $1 AND cert_hash IS NOT NULL", intent)
 	lost := p.Lost()
-	const down = 8 * time.Second
-	p.LoseAnswer(k, down)
-	began := time.Now()
+	var doneThen atomic.Int64 // the intent's done records as the answer was lost; -1: not read
+	p.LoseAnswerAnd(k, 8*time.Second, func() { doneThen.Store(done()) })
 	raw, isErr := a.call(serve.ToolCommit, commit)
-	took := time.Since(began)
 	t.Logf("the commit whose answer was lost (%d of %d round trips): %s", p.Lost()-lost, k, raw)
 	if p.Lost() != lost+1 {
 		t.Fatalf("no answer was lost")
@@ -311,16 +328,10 @@ func lostCommitRound(t *testing.T, a *serveProc, p *netcut.Proxy, state []string
 	if isErr && (json.Unmarshal(raw, &r) != nil || r.Code != fence.CodeStore || r.Spooled == "" || !r.Executed) {
 		t.Fatalf("the commit whose answer was lost: %s; want its cert, or store_error spooled and executed", raw)
 	}
-	if isErr && took < down {
-		// The database is away for 8 s from the loss and the commit was answered before: nothing
-		// has drained the spool yet.
-		conn, records := pgDirect(t, direct, "effectfence_records")
-		var hash *string
-		if err := conn.QueryRow(context.Background(), "SELECT cert_hash FROM "+records+" WHERE intent = $1", intent).Scan(&hash); err != nil {
-			t.Fatalf("reading the record past the proxy: %v", err)
-		}
-		landed = hash != nil
+	if doneThen.Load() < 0 {
+		t.Fatalf("the record could not be read past the proxy as the answer was lost")
 	}
+	landed = isErr && doneThen.Load() == 1
 	b := startServeEnv(t, state, "--ledger", direct)
 	deadline := time.Now().Add(45 * time.Second)
 	var d serve.PrepareResult

@@ -36,6 +36,7 @@ type Proxy struct {
 	lost     atomic.Int64
 	loseAt   int64
 	loseDown time.Duration
+	loseLook func() // called as the chosen answer is dropped (LoseAnswerAnd)
 	holdAt   int64 // the round trip whose answer freezes the proxy (HoldAnswer; 0: none)
 }
 

@@ -39,9 +39,16 @@ func (p *Proxy) RoundTrips() int64 { return p.trips.Load() }
 // connection; the client sees its connection die while waiting. With down > 0 the database
 // then becomes unreachable too, as Cut(down) makes it: every other connection is dropped and
 // new ones are refused for down.
-func (p *Proxy) LoseAnswer(k int, down time.Duration) {
+func (p *Proxy) LoseAnswer(k int, down time.Duration) { p.LoseAnswerAnd(k, down, nil) }
+
+// LoseAnswerAnd is LoseAnswer that also calls look (unless nil) once the server has finished
+// the chosen round trip, before its answer is dropped, its connection closed or the database
+// made unreachable: the client is still waiting for that answer then, so what look reads of
+// the database past the proxy tells what that round trip did (a test's way to know whose
+// round trip it was, when the client's other connections may make round trips of their own).
+func (p *Proxy) LoseAnswerAnd(k int, down time.Duration, look func()) {
 	p.mu.Lock()
-	p.loseAt, p.loseDown = p.trips.Load()+int64(k), down
+	p.loseAt, p.loseDown, p.loseLook = p.trips.Load()+int64(k), down, look
 	p.mu.Unlock()
 }
 
@@ -155,13 +162,16 @@ func (p *Proxy) holds(n int64) {
 // it and, when asked to, makes the database unreachable.
 func (p *Proxy) loses(n int64) bool {
 	p.mu.Lock()
-	at, down := p.loseAt, p.loseDown
+	at, down, look := p.loseAt, p.loseDown, p.loseLook
 	if at == 0 || n != at {
 		p.mu.Unlock()
 		return false
 	}
-	p.loseAt = 0
+	p.loseAt, p.loseLook = 0, nil
 	p.mu.Unlock()
+	if look != nil {
+		look()
+	}
 	p.lost.Add(1)
 	if down > 0 {
 		p.Cut(down)
