@@ -63,15 +63,30 @@ func Load(path string) (*Policy, error) {
 		return nil, err
 	}
 	if p.Ledger != "" && p.Ledger != "memory" && !strings.Contains(p.Ledger, "://") && !filepath.IsAbs(p.Ledger) {
-		p.Ledger = filepath.Join(filepath.Dir(path), p.Ledger)
+		p.Ledger = beside(path, p.Ledger)
 	}
 	if h := p.OnUnknown; h != nil && len(h.Command) > 0 {
 		// A bare name ("notify-oncall") is looked up in PATH; one with a separator is a path.
 		if prog := h.Command[0]; !filepath.IsAbs(prog) && strings.ContainsAny(prog, "/"+string(filepath.Separator)) {
-			h.Command[0] = filepath.Join(filepath.Dir(path), prog)
+			h.Command[0] = beside(path, prog)
 		}
 	}
 	return p, nil
+}
+
+// beside is the relative path rel taken from the directory of the policy file at path, and
+// still written as a path when that directory is the working directory: filepath.Join cleans
+// a leading "./" away, and with --policy policy.yaml (an MCP config's usual form) `ledger:
+// ./memory`, a SQLite file named memory, became "memory", a ledger in wrap's memory whose
+// receipts a restart lost (the call ran again); `ledger: ./a:b.db` became "a:b.db", which
+// wrap refused as a URL scheme after `policy check` had passed the file; and `command:
+// [./notify]` became "notify", looked up in PATH instead of the script beside the policy.
+func beside(path, rel string) string {
+	p := filepath.Join(filepath.Dir(path), rel)
+	if filepath.IsAbs(p) || filepath.VolumeName(p) != "" {
+		return p
+	}
+	return "." + string(filepath.Separator) + p
 }
 
 // MaxFileSize bounds a policy file: one reviewed file of settings, thousands of tools long at
