@@ -61,3 +61,32 @@ func TestLoneCarriageReturnIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestLineAndParagraphSeparatorsAreRefused: U+2028 and U+2029 are text to this YAML parser
+// (YAML 1.2), but a line break to YAML 1.1 parsers (PyYAML) and to a Unicode text renderer (a
+// browser, a code review page), so what a reviewer sees on a line of its own was part of the
+// line before it: `# card data<U+2028>    redact: [card.number]` showed a redact that was a
+// comment's text, the policy passed and the card number was kept in the ledger in clear.
+// Before 2026-12-07 the file was accepted. Each is refused at its line and column; written as
+// an escape in a double-quoted string it is visible, and is the text.
+func TestLineAndParagraphSeparatorsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, src, want string }{
+		{"line separator ending a comment", "version: 1\ntools:\n  charge:\n    key: [order_id]\n    # card data\u2028    redact: [card.number]\n", "bad.yaml:5:16: the file holds U+2028"},
+		{"paragraph separator ending a comment", "version: 1\ntools:\n  charge:\n    # fenced\u2029    fence: true\n", "bad.yaml:4:13: the file holds U+2029"},
+		{"line separator after a value's comment", "version: 1 # x\u2028fence_reads: true\n", "bad.yaml:1:15: the file holds U+2028"},
+		{"line separator in a plain value", "version: 1\nscope: pay\u2028ments\n", "bad.yaml:2:11: the file holds U+2028"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(c.src))
+			var es Errors
+			if !errors.As(err, &es) || len(es) != 1 || !strings.HasPrefix(err.Error(), c.want+", a line or paragraph separator") {
+				t.Fatalf("got %v (%+v); want one error starting %q naming the separator", err, p, c.want)
+			}
+		})
+	}
+	p, err := Parse("ok.yaml", []byte("version: 1\nscope: \"a\\u2028b\"\n"))
+	if err != nil || p.Scope != "a\u2028b" {
+		t.Fatalf("an escaped line separator: %v %+v", err, p)
+	}
+}

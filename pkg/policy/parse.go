@@ -138,6 +138,17 @@ func Parse(name string, src []byte) (*Policy, error) {
 		line, col := position(src, i)
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: "a carriage return (CR) not followed by a line feed: YAML starts a new line there, but a terminal draws the rest over the start of the line, so a reviewer would not see what it hides; save the file with LF or CRLF line ends"}}
 	}
+	if i := bytes.IndexAny(src, "\u2028\u2029"); i >= 0 {
+		// The line and paragraph separators: YAML 1.2 reads them as text, so the parser took
+		// the rest of the line for part of what went before (a comment, a value), while YAML
+		// 1.1 parsers (PyYAML, a linter in CI) and a Unicode text renderer (a browser, a code
+		// review page: UAX #14 makes each a mandatory line break) start a new line there.
+		// `# note<U+2028>    redact: [card.number]` showed a redact that was part of the
+		// comment, and the card number was kept in the ledger in clear (before 2026-12-07).
+		line, col := position(src, i)
+		r, _ := utf8.DecodeRune(src[i:])
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("the file holds U+%04X, a line or paragraph separator: this parser reads it as text (what follows it on the line is part of what precedes it, a comment say), but many viewers and YAML 1.1 tools start a new line there, so a reviewer would see a line the policy does not have; break the line with a line feed, or write it as an escape (%s) in a double-quoted string", r, escape(r))}}
+	}
 	if line, col := tooDeep(src); line > 0 {
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: fmt.Sprintf("collections nested more than %d deep; a policy needs a few levels", maxDepth)}}
 	}

@@ -472,7 +472,9 @@ func TestPathsWithBlankEndsRefused(t *testing.T) {
 				src = fmt.Sprintf("version: 1\ntools:\n  charge:\n    %s: [%q]\n", c.setting, path)
 			}
 			_, err := Parse("p.yaml", []byte(src))
-			if err == nil || !strings.Contains(err.Error(), "p.yaml:4:") || !strings.Contains(err.Error(), "blank") {
+			// A line or paragraph separator is refused before, wherever it is in the file
+			// (TestLineAndParagraphSeparatorsAreRefused).
+			if err == nil || !strings.Contains(err.Error(), "p.yaml:4:") || !strings.Contains(err.Error(), "blank") && !strings.Contains(err.Error(), "line or paragraph separator") {
 				t.Errorf("%s: [%+q]: got %v; want it refused at line 4 as a name with a blank end", c.setting, path, err)
 			}
 		}

@@ -6,7 +6,8 @@
 // file:line:column; an unknown key, a value of the wrong type, a duration out of bounds, a bad
 // field path or glob, a tool named twice and two globs that could match the same tool with
 // the same specificity are all errors, never ignored; so is a Unicode format or control character
-// written as itself, which hides or reorders what a reviewer of the file sees. Field paths use wrap's syntax
+// or a line or paragraph separator written as itself, which hides or reorders what a reviewer
+// of the file sees. Field paths use wrap's syntax
 // (wrap.ParsePath, fence.CheckRedactPath), so a path means the same in a flag and in a file.
 //
 // Which entry applies to a tool (see Policy.For): the entry naming it exactly, else the
