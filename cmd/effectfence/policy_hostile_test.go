@@ -39,6 +39,7 @@ func TestHostilePolicyFilesRefusedByTheBinary(t *testing.T) {
 		{"terminal escape", "version: 1\ntools:\n  charge:\n    fence: false # \x1b[2K\r", []string{":4:20: the file holds U+001B, a control character"}},
 		{"zero-width space", "version: 1\ntools:\n  charge\u200b:\n    redact: [card.number]\n", []string{":3:9: the file holds U+200B, an invisible format character"}},
 		{"line separator ending a comment", "version: 1\ntools:\n  charge:\n    key: [order_id]\n    # card data\u2028    redact: [card.number]\n", []string{":5:16: the file holds U+2028, a line or paragraph separator"}},
+		{"no-break space before a '#'", "version: 1\ntools:\n  charge:\n    redact:\n      - card.number\u00a0# the PAN\n", []string{":5:20: redact: \"card.number\\u00a0# the PAN\" has U+00A0 before '#'"}},
 		{"not UTF-8", "version: 1\nscope: \xff\xfe\n", []string{":2:8: the file is not UTF-8 text"}},
 		{"nested 1000 deep", "version: 1\ntools: " + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + "\n", []string{":2:", "nested more than 100 deep"}},
 		{"merge key and tag", "version: 1\ntools:\n  c:\n    <<: {wait: 1s}\n  d:\n    wait: !!str 1s\n", []string{":4:5: merge keys (<<) are not supported", ":6:11: YAML tags are not supported"}},

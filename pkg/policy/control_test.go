@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -88,5 +89,36 @@ func TestLineAndParagraphSeparatorsAreRefused(t *testing.T) {
 	p, err := Parse("ok.yaml", []byte("version: 1\nscope: \"a\\u2028b\"\n"))
 	if err != nil || p.Scope != "a\u2028b" {
 		t.Fatalf("an escaped line separator: %v %+v", err, p)
+	}
+}
+
+// TestBlankBeforeHashRefused: only a space or a tab before '#' starts a YAML comment. A plain
+// value with another blank there (a no-break space, an ideographic space, the braille blank)
+// reads, to a reviewer, as the value and a comment: `- card.number<U+00A0># the PAN` looks
+// like card.number with a note, but named the member "number<U+00A0># the PAN", so the
+// policy passed and the card number was kept in the ledger in clear. Before 2026-12-07 each
+// of these was accepted. Quoted, the '#' is seen to be the value's, and is taken as written.
+func TestBlankBeforeHashRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, src, want string }{
+		{"a redact item", "version: 1\ntools:\n  charge:\n    redact:\n      - card.number\u00a0# the PAN\n", "bad.yaml:5:20: redact: "},
+		{"a key item in a flow list", "version: 1\ntools:\n  charge:\n    key: [order_id\u3000# one per order]\n", "bad.yaml:4:19: key: "},
+		{"an ignored path", "version: 1\ndefaults:\n  ignore: [meta.ts\u2800#volatile]\n", "bad.yaml:3:19: ignore: "},
+		{"the scope", "version: 1\nscope: payments\u00a0# the fleet's\n", "bad.yaml:2:16: scope: "},
+		{"the ledger", "version: 1\nledger: ./ledger.db\u202f# shared\n", "bad.yaml:2:20: ledger: "},
+		{"a redact item of two lines", "version: 1\ntools:\n  charge:\n    redact:\n      - card\n        .number\u00a0# the PAN\n", "bad.yaml:5:9: redact: "},
+		{"a hook argument", "version: 1\non_unknown:\n  command: [notify, --team\u00a0# payments]\n", "bad.yaml:3:27: command: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(c.src))
+			var es Errors
+			if !errors.As(err, &es) || len(es) != 1 || !strings.HasPrefix(err.Error(), c.want) || !strings.Contains(err.Error(), "comment") {
+				t.Fatalf("got %v (%+v); want one error starting %q about the comment it looks like", err, p, c.want)
+			}
+		})
+	}
+	p, err := Parse("ok.yaml", []byte("version: 1\ntools:\n  charge:\n    redact:\n      - \"card.number\u00a0# the PAN\" # quoted\n      - card.cvc # a comment\n"))
+	if err != nil || len(p.Tools) != 1 || !slices.Equal(p.Tools[0].Redact, []string{"card.number\u00a0# the PAN", "card.cvc"}) {
+		t.Fatalf("a quoted '#' and a comment: %v %+v", err, p)
 	}
 }

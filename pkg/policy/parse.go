@@ -649,7 +649,7 @@ func (ps *parse) isNull(n ast.Node) bool { _, ok := n.(*ast.NullNode); return ok
 
 func (ps *parse) str(n ast.Node, what string) (string, bool) {
 	if s, ok := text(n); ok {
-		return s, true
+		return s, !ps.fakeComment(n, what, s)
 	}
 	ps.notPlain(n, what+" must be a string")
 	return "", false
@@ -682,6 +682,10 @@ func (ps *parse) list(n ast.Node, what, example string, fields bool) ([]string, 
 			good = false
 			continue
 		}
+		if ps.fakeComment(it, what, s) {
+			good = false
+			continue
+		}
 		if fields && blankEnd(s) {
 			ps.errorf(it, "%s: %q has a member name that begins or ends with a blank (white space or U+2800): written as itself it looks like the space YAML drops, so the path would name another field than the one a reviewer sees; take it out", what, s)
 			good = false
@@ -691,6 +695,35 @@ func (ps *parse) list(n ast.Node, what, example string, fields bool) ([]string, 
 		nodes = append(nodes, it)
 	}
 	return out, nodes, good
+}
+
+// fakeComment reports, as an error, a blank other than a space or a tab right before a '#' in
+// the plain (unquoted) scalar n, whose text is s: a reviewer reads the '#' as the start of a
+// comment, but only a space or a tab starts one, so the '#' and what follows are part of the
+// value. Before 2026-12-07 `- card.number<U+00A0># the PAN` named the member
+// "number<U+00A0># the PAN", passed `policy check`, and the card number was kept in the ledger
+// in clear (TestBlankBeforeHashRefused).
+func (ps *parse) fakeComment(n ast.Node, what, s string) bool {
+	if n.GetToken() == nil || n.GetToken().Type != token.StringType {
+		return false // quoted: the '#' is seen to be inside the value
+	}
+	prev, at := rune(0), 0
+	for _, r := range s {
+		if r == '#' && prev != ' ' && prev != '\t' && (unicode.IsSpace(prev) || prev == '\u2800') {
+			tok := n.GetToken()
+			pos, col := tok.Position, tok.Position.Column
+			if !strings.ContainsAny(strings.TrimSpace(tok.Origin), "\r\n") { // one line: point at the blank
+				col += at - 1
+			}
+			ps.errs = append(ps.errs, Error{File: ps.file, Line: pos.Line, Column: col, Msg: fmt.Sprintf(
+				"%s: %q has U+%04X before '#': it reads as the start of a comment, but only a space or a tab starts one, so the '#' and what follows are part of the value; write a space there, or quote the value if the '#' belongs to it",
+				what, s, prev)})
+			return true
+		}
+		prev = r
+		at++
+	}
+	return false
 }
 
 // blankEnd reports whether a member name of the dotted field path s begins or ends with white
