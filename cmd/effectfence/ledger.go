@@ -487,8 +487,9 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 // lsHeader is the header of the `ledger ls` table.
 var lsHeader = []string{"intent", "state", "tool", "agent", "domain/seq", "updated", "lease until / expires", "reason"}
 
-// lsRow is the row of the `ledger ls` table that shows r.
-func (c ledgerCall) lsRow(r *fence.Record) []string {
+// lsRow is the row of the `ledger ls` table that shows r, read when the ledger's clock said
+// now (its lease is judged by that clock, as clear judges it).
+func (c ledgerCall) lsRow(now time.Time, r *fence.Record) []string {
 	dom := ""
 	if r.Domain != "" {
 		dom = fmt.Sprintf("%s/%d", c.cell(r.Domain, 40), r.Seq)
@@ -497,7 +498,7 @@ func (c ledgerCall) lsRow(r *fence.Record) []string {
 	if r.State == fence.StateDone {
 		until = r.ExpiresAt
 	}
-	if r.State.Fenced() && !leaseHolds(time.Now(), r) {
+	if r.State.Fenced() && !leaseHolds(now, r) {
 		until = time.Time{}
 	}
 	return []string{c.cell(r.Intent, 60), c.out.state(r.State), c.text(r.Tool, 30), c.text(r.Agent, 20), dom, stamp(r.UpdatedAt), stamp(until), c.text(r.Reason, 60)}
@@ -518,12 +519,17 @@ func (c ledgerCall) lsTable(ctx context.Context, l *store.Ledger, states []fence
 	t := newStreamTable(lsHeader...)
 	n, shown := 0, 0
 	var bad *unreadableList
+	// The ledger's clock as the read began (the database's, on PostgreSQL), which leases run
+	// by: judged by this host's clock, a lease was shown lapsed that clear still refused, or
+	// running when clear went through (TestLedgerViewsJudgeTheLeaseByTheLedgersClock).
+	var now time.Time
 	count, clearCount := c.count("ls: records")
 	measure := ledger.Pass{
+		Start: func(at time.Time) error { now = at; return nil },
 		Record: func(r *fence.Record) error {
 			n++
 			count()
-			t.measure(c.lsRow(r)...)
+			t.measure(c.lsRow(now, r)...)
 			return nil
 		},
 		End: func(unreadable error) error {
@@ -544,7 +550,7 @@ func (c ledgerCall) lsTable(ctx context.Context, l *store.Ledger, states []fence
 		Record: func(r *fence.Record) error {
 			shown++
 			count()
-			return t.row(w, c.lsRow(r)...)
+			return t.row(w, c.lsRow(now, r)...)
 		},
 		End: func(error) error {
 			clearCount()
@@ -713,7 +719,10 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 			fmt.Fprintf(w, "domain   %s seq %d\n", escID(r.Domain), r.Seq)
 		}
 		fmt.Fprintf(w, "claimed  %s\nupdated  %s\n", stamp(r.ClaimedAt), stamp(r.UpdatedAt))
-		now := time.Now()
+		// Judged by the ledger's clock (the database's, on PostgreSQL), as clear and resolve
+		// judge it: by this host's, show offered --did-not-happen as a command that would go
+		// through while clear was refused (TestLedgerViewsJudgeTheLeaseByTheLedgersClock).
+		now := d.Now
 		leaseRuns := leaseHolds(now, &r)
 		if r.State == fence.StateInFlight || leaseRuns {
 			fmt.Fprintf(w, "lease    until %s\n", stamp(r.LeaseUntil))

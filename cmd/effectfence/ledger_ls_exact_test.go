@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/olekukonko/tablewriter"
 
@@ -55,7 +56,7 @@ func lsAsBefore(t *testing.T, loc string, states []fence.State, jsonOut, wideFla
 	tb := tablewriter.NewTable(&out)
 	tb.Header(lsHeader)
 	for i := range recs {
-		if err := tb.Append(c.lsRow(&recs[i])); err != nil {
+		if err := tb.Append(c.lsRow(time.Now(), &recs[i])); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"os/user"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -85,11 +86,13 @@ func List(ctx context.Context, st fence.Store, states []fence.State) ([]fence.Re
 	return out, bad.err()
 }
 
-// A Pass is one read of the records by Walk. Record is called with each record the pass
-// reads (the record is the scan's: copy what outlives the call); End, when set, once the pass
-// has read every one, with the *UnreadableRecords error that names the records it could not
-// read, or nil. An error either returns ends the walk with it.
+// A Pass is one read of the records by Walk. Start, when set, is called before the pass reads
+// a record, with the ledger's clock in the read transaction (see Detail.Now); Record with each
+// record the pass reads (the record is the scan's: copy what outlives the call); End, when set,
+// once the pass has read every one, with the *UnreadableRecords error that names the records
+// it could not read, or nil. An error any of them returns ends the walk with it.
 type Pass struct {
+	Start  func(now time.Time) error
 	Record func(*fence.Record) error
 	End    func(unreadable error) error
 }
@@ -116,6 +119,11 @@ func Walk(ctx context.Context, st fence.Store, states []fence.State, passes ...P
 			collect := func(*fence.UnreadableError) {}
 			if i == 0 {
 				collect = bad.add
+			}
+			if p.Start != nil {
+				if err := p.Start(tx.Now()); err != nil {
+					return err
+				}
 			}
 			var perr error
 			err := tx.Scan(fence.Filter{States: states, Unreadable: collect}, func(r *fence.Record) bool {
@@ -150,6 +158,10 @@ type Detail struct {
 	Events []fence.Event `json:"events"`
 	// EventsLeftOut counts the older events ShowLast left out of Events.
 	EventsLeftOut int `json:"events_left_out,omitempty"`
+	// Now is the ledger's clock when it was read (tx.Now: on PostgreSQL the database's, which
+	// every lease and expiry in it is set and judged by). Judge Record's lease against it,
+	// as clear and resolve do, not against this host's clock.
+	Now time.Time `json:"-"`
 }
 
 // Show returns an intent's record (State none when there is none) and every audit event about
@@ -169,6 +181,7 @@ func ShowLast(ctx context.Context, st fence.Store, intent string, n int) (Detail
 		if err != nil {
 			return err
 		}
+		d.Now = tx.Now() // after the read, which began the transaction: no round trip of its own
 		if rec != nil {
 			d.Record = *rec
 		}
