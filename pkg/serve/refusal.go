@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -14,7 +15,7 @@ import (
 // error knows and what the agent should do next. The clear command of a fenced intent names
 // the server's ledger (Options.ClearHint).
 func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
-	r := RefusalOf(intent, err)
+	r := refusalOf(intent, err, s.opts.InMemory, time.Now())
 	var prior fence.PriorFailureError
 	errors.As(err, &prior)
 	claim := fence.ClaimFlag(prior.Token) // the clear is of the claim that failed (see RefusalOf)
@@ -44,6 +45,12 @@ const inMemoryAdvice = "restart this serve process: its ledger is in its memory,
 
 // RefusalOf describes err for an agent. intent is the intent the call was about ("" if none).
 func RefusalOf(intent string, err error) Refusal {
+	return refusalOf(intent, err, false, time.Now())
+}
+
+// refusalOf is RefusalOf for a server whose ledger is in its memory or not (Options.InMemory:
+// no clear command reaches it, and refuse replaces the command with inMemoryAdvice), at now.
+func refusalOf(intent string, err error, inMemory bool, now time.Time) Refusal {
 	r := Refusal{Code: fence.CodeOf(err), Message: err.Error(), Intent: intent}
 	var (
 		inFlight fence.InFlightError
@@ -80,7 +87,25 @@ func RefusalOf(intent string, err error) Refusal {
 	case errors.As(err, &prior):
 		r.Intent = prior.Intent
 		r.State = prior.State
-		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `%s`.", fence.ClearCommandWith(prior.Intent, fence.ClaimFlag(prior.Token)))
+		clear := fence.ClearCommandWith(prior.Intent, fence.ClaimFlag(prior.Token))
+		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `%s`.", clear)
+		if prior.State == fence.StateUnknown && !prior.LeaseUntil.IsZero() {
+			// Unknown only because its lease lapsed or its serve process looked gone: the
+			// agent holding its ticket may still run the effect and can still report it (a
+			// late fence_commit heals the claim, through any serve process), and a retry then
+			// receives it. Until 2026-12-07 this said "do not retry" and to run the clear
+			// now, which ledger clear refuses while the lease runs or the holder's process
+			// does (TestServeRefusalOfAClaimThatCanStillHealSaysSo).
+			r.LeaseUntil = timePtr(prior.LeaseUntil)
+			held := ""
+			if !inMemory {
+				held = ": the clear is refused while the process holding the claim still runs on this host"
+				if now.Before(prior.LeaseUntil) {
+					held += fmt.Sprintf(", and until %s, when the claim's lease lapses", prior.LeaseUntil.UTC().Format(time.RFC3339))
+				}
+			}
+			r.Next = fmt.Sprintf("Do not run the effect: claim %d of this intent may have run it or may still be running it, and the agent holding that claim's ticket can still report its outcome (a late %s records it). Call %s again later: once that outcome is recorded, a retry receives it. If the intent stays unknown, tell a human operator to check the real system and run `%s`%s.", prior.Token, ToolCommit, ToolPrepare, clear, held)
+		}
 	case errors.As(err, &conflict):
 		r.Intent = conflict.Intent
 		r.Next = fmt.Sprintf("Do not run the effect: this intent id is recorded for a different call (tool or args differ), which may already have run. If this call retries that action with changed tool or args, do not run it under a new intent: call %s with the intent to see whether it ran (with the first attempt's tool and args, or its ticket, to get its result). Only an action distinct from the recorded one takes an intent id of its own.", ToolStatus)
