@@ -127,7 +127,9 @@ func refusalOf(intent string, err error, inMemory bool, now time.Time) Refusal {
 		r.Next = fmt.Sprintf("Do not run the effect: another action took the domain in the same instant. Re-read it with %s and decide again.", ToolStatus)
 	case errors.As(err, &lost):
 		r.Intent = lost.Intent
-		r.Next = fmt.Sprintf("Nothing was recorded: this ticket does not hold the intent (taken over, cleared, already ended, or not a ticket the fence issued). Call %s to see what happened; do not run the effect again on your own.", ToolStatus)
+		// "The intent's record", not "nothing": a late report of a claim the fence issued is
+		// kept in the audit trail (fence.LeaseLostError).
+		r.Next = fmt.Sprintf("The intent's record was not changed: this ticket does not hold the intent (taken over, cleared, already ended, or not a ticket the fence issued). Call %s to see what happened; do not run the effect again on your own.", ToolStatus)
 	case errors.As(err, &invalid):
 		r.Field = invalid.Field
 		r.Next = "Nothing ran and nothing was recorded. Fix the arguments as the message says and call again."
@@ -147,6 +149,14 @@ func refusalOf(intent string, err error, inMemory bool, now time.Time) Refusal {
 		r.Executed = true
 		if errors.As(err, &invalid) {
 			r.Next = fmt.Sprintf("Nothing was recorded: the effect you ran is not in the ledger. Fix the arguments as the message says and call %s again with the same ticket; do not run the effect again.", ToolCommit)
+		}
+		if errors.As(err, &lost) {
+			// The effect ran, and this ticket's claim is not the intent's: the result is not
+			// its outcome, and if another attempt took the intent over, its effect is a second
+			// one. Until 2026-12-07 this said "Nothing was recorded", though the ledger keeps a
+			// late result in its audit trail, and nothing of a second effect
+			// (TestServeRefusedLateCommitSaysWhatWasKept).
+			r.Next = fmt.Sprintf("Your result is not recorded as this intent's outcome: this ticket does not hold the intent (taken over, cleared, already ended, or not a ticket the fence issued), and the intent's record was not changed; the late result of a claim the fence issued is kept in the ledger's audit trail, for an operator. Do not run the effect again. Call %s to see what holds the intent now: if another attempt ran the effect too, that is a second effect: tell a human operator.", ToolStatus)
 		}
 	}
 	return r
