@@ -143,6 +143,13 @@ func refusalOf(intent string, err error, inMemory bool, now time.Time) Refusal {
 	default:
 		r.Next = "The ledger failed; the call may not be recorded. Retry the same call; if it keeps failing, tell the operator (effectfence ledger check)."
 	}
+	var settle settling
+	if errors.As(err, &settle) && errors.As(err, &invalid) {
+		// Until 2026-12-07 this was a refused fence_prepare's "Nothing ran", said to an agent
+		// reporting an effect that ran (abort, release as failed) or runs (heartbeat)
+		// (TestServeSettlingCallRefusedAsInvalidNeverSaysNothingRan).
+		r.Next = fmt.Sprintf("Nothing was recorded: fix the arguments as the message says and call %s again with the same ticket. This answer says nothing of the effect itself: do not run the effect again on it.", settle.tool)
+	}
 	var ran ranEffect
 	if errors.As(err, &ran) {
 		// A commit: the effect ran, as the agent reports, whether or not it was recorded.

@@ -91,8 +91,11 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 	tool := mcp.NewTool(name, mcp.WithDescription(desc), mcp.WithRawInputSchema(raw), mcp.WithToolAnnotation(ann))
 	tool.InputSchema.Type = "" // the raw schema is the whole schema
 	fail := func(intent string, err error) *mcp.CallToolResult {
-		if name == ToolCommit {
+		switch name {
+		case ToolCommit:
 			err = ranEffect{err} // whatever refuses it, the effect it reports ran
+		case ToolAbort, ToolRelease, ToolHeartbeat:
+			err = settling{err, name} // it reports an effect that ran, runs, or did not happen
 		}
 		return s.refuse(intent, err)
 	}
@@ -335,6 +338,16 @@ func (s *Server) commit(ctx context.Context, in CommitInput) (any, error) {
 type ranEffect struct{ error }
 
 func (e ranEffect) Unwrap() error { return e.error }
+
+// settling is a refusal of fence_abort, fence_release or fence_heartbeat (addTool wraps every
+// one): the agent reports an effect it ran, is running, or that did not happen, so an
+// invalid_request of it never says that nothing ran.
+type settling struct {
+	error
+	tool string
+}
+
+func (e settling) Unwrap() error { return e.error }
 
 func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) {
 	if abort {
