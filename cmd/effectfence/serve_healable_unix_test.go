@@ -39,6 +39,13 @@ func TestServeRefusalOfAClaimThatCanStillHealSaysSo(t *testing.T) {
 		t.Parallel()
 		healableAfterKill(t, pgLedger(t))
 	})
+	t.Run("killed/postgres-clock-behind", func(t *testing.T) {
+		// The lease runs by the database's clock, a day behind this host's: by the host's it
+		// lapsed long ago, and the refusal left out when the clear goes through (before
+		// 2026-12-07), while clear, judging by the database's, refused it.
+		t.Parallel()
+		healableAfterKill(t, pgLedgerWithClock(t, -24*time.Hour))
+	})
 	t.Run("stopped/sqlite", func(t *testing.T) {
 		t.Parallel()
 		healableWhileStopped(t, filepath.Join(t.TempDir(), "ledger.db"))

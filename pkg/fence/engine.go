@@ -354,7 +354,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 			healable := rec.Healable() && (e.mine(rec.Owner) || e.cfg.Liveness(rec.Owner) != Dead)
 			pf := PriorFailureError{Intent: req.Intent, State: rec.State, Reason: rec.Reason, Healable: healable, Token: rec.Token}
 			if rec.Healable() {
-				pf.LeaseUntil = rec.LeaseUntil
+				pf.LeaseUntil, pf.Now = rec.LeaseUntil, clock.now()
 			}
 			return outRefused, pf
 		case StateInFlight:
@@ -370,7 +370,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 				if err := e.markUnknown(tx, rec, kind, why); err != nil {
 					return 0, err
 				}
-				return outRefused, PriorFailureError{Intent: req.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired, LeaseUntil: rec.LeaseUntil, Token: rec.Token}
+				return outRefused, PriorFailureError{Intent: req.Intent, State: StateUnknown, Reason: why, Healable: kind == EventExpired, LeaseUntil: rec.LeaseUntil, Token: rec.Token, Now: clock.now()}
 			default:
 				reclaimed, reclaimWhy = rec, why
 			}

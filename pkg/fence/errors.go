@@ -119,6 +119,20 @@ type PriorFailureError struct {
 	// the intent was cleared and claimed again, it is refused rather than clear the new
 	// attempt, whose effect nobody has checked.
 	Token uint64
+	// Now is the ledger's clock when the intent was found fenced (Tx.Now: on PostgreSQL the
+	// database's, which LeaseUntil was set by and which clear and resolve judge it by); zero
+	// when not known. Say whether the lease still runs by this clock, not the host's.
+	Now time.Time
+}
+
+// LeaseRuns reports whether the claim's lease (LeaseUntil) still ran when the intent was
+// found fenced, by the ledger's clock (Now; this host's when that is not known).
+func (e PriorFailureError) LeaseRuns() bool {
+	now := e.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return now.Before(e.LeaseUntil)
 }
 
 func (e PriorFailureError) Error() string {

@@ -17,20 +17,32 @@ var ErrNotFound = errors.New("fence: no such intent in the ledger")
 // Status returns the ledger's record of an intent, or a record with State StateNone when there
 // is none. It never creates state. The record is a copy the caller may keep.
 func (e *Engine) Status(ctx context.Context, intent string) (Record, error) {
-	var out Record
+	rec, _, err := e.StatusAt(ctx, intent)
+	return rec, err
+}
+
+// StatusAt is Status, with the ledger's clock when the record was read (Tx.Now: on PostgreSQL
+// the database's, which the record's lease was set by and which clear and resolve judge it
+// by): judge the lease against it (LeaseHolds, SilentHolder), not against this host's clock.
+func (e *Engine) StatusAt(ctx context.Context, intent string) (Record, time.Time, error) {
+	var (
+		out Record
+		now time.Time
+	)
 	err := e.store.View(ctx, func(tx Tx) error {
 		rec, err := tx.Get(intent)
 		if err != nil {
 			return err
 		}
-		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !tx.Now().Before(rec.ExpiresAt)) {
+		now = tx.Now()
+		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt)) {
 			out = Record{Intent: intent, State: StateNone}
 			return nil
 		}
 		out = rec.deepCopy()
 		return nil
 	})
-	return out, err
+	return out, now, err
 }
 
 // deepCopy returns a copy of r that shares nothing a caller could change in place with the

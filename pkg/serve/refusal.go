@@ -15,7 +15,7 @@ import (
 // error knows and what the agent should do next. The clear command of a fenced intent names
 // the server's ledger (Options.ClearHint).
 func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
-	r := refusalOf(intent, err, s.opts.InMemory, time.Now())
+	r := refusalOf(intent, err, s.opts.InMemory)
 	var prior fence.PriorFailureError
 	errors.As(err, &prior)
 	claim := fence.ClaimFlag(prior.Token) // the clear is of the claim that failed (see RefusalOf)
@@ -45,12 +45,12 @@ const inMemoryAdvice = "restart this serve process: its ledger is in its memory,
 
 // RefusalOf describes err for an agent. intent is the intent the call was about ("" if none).
 func RefusalOf(intent string, err error) Refusal {
-	return refusalOf(intent, err, false, time.Now())
+	return refusalOf(intent, err, false)
 }
 
 // refusalOf is RefusalOf for a server whose ledger is in its memory or not (Options.InMemory:
-// no clear command reaches it, and refuse replaces the command with inMemoryAdvice), at now.
-func refusalOf(intent string, err error, inMemory bool, now time.Time) Refusal {
+// no clear command reaches it, and refuse replaces the command with inMemoryAdvice).
+func refusalOf(intent string, err error, inMemory bool) Refusal {
 	r := Refusal{Code: fence.CodeOf(err), Message: err.Error(), Intent: intent}
 	var (
 		inFlight fence.InFlightError
@@ -100,7 +100,7 @@ func refusalOf(intent string, err error, inMemory bool, now time.Time) Refusal {
 			held := ""
 			if !inMemory {
 				held = ": the clear is refused while the process holding the claim still runs on this host"
-				if now.Before(prior.LeaseUntil) {
+				if prior.LeaseRuns() { // by the ledger's clock, as the clear judges it
 					held += fmt.Sprintf(", and until %s, when the claim's lease lapses", prior.LeaseUntil.UTC().Format(time.RFC3339))
 				}
 			}

@@ -1144,7 +1144,7 @@ func (p *Proxy) refusal(intent string, err error, wait time.Duration) json.RawMe
 		why, until := "", ""
 		if errors.As(err, &pf) {
 			why = fmt.Sprintf(" (%s: %s)", pf.State, pf.Reason)
-			if time.Now().Before(pf.LeaseUntil) && !p.opt.InMemory {
+			if pf.LeaseRuns() && !p.opt.InMemory { // by the ledger's clock, as the clear judges it
 				// The clear below is refused until then (ClearUnlessHeld): say so, rather than
 				// have the operator learn it from the refusal.
 				until = fmt.Sprintf(" The clear is refused until %s, when the claim's lease lapses (a process the server started may still finish the call); run it after that.", pf.LeaseUntil.UTC().Format(time.RFC3339))

@@ -157,7 +157,10 @@ func (p *Proxy) askOnce(ctx context.Context, tool, intent string, pf fence.Prior
 // ask sends the elicitation, records the person's answer and returns it ("" when there is
 // none: declined, cancelled, failed, timed out, or not recorded).
 func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFailureError) fence.Resolution {
-	rec, err := p.opt.Engine.Status(ctx, intent)
+	// The lease is judged by the ledger's clock (the database's, on PostgreSQL), as Resolve
+	// judges it: by this host's, a person could be offered "it did not happen" that Resolve
+	// then refused.
+	rec, now, err := p.opt.Engine.StatusAt(ctx, intent)
 	if err != nil {
 		p.logf("intent %s: cannot read its record to ask about it: %v", intent, err)
 		return ""
@@ -165,13 +168,13 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 	if !rec.State.Fenced() {
 		return settledMeanwhile
 	}
-	if why, silent := p.opt.Engine.SilentHolder(time.Now(), rec); silent {
+	if why, silent := p.opt.Engine.SilentHolder(now, rec); silent {
 		// The effect may still be under way: a person's "it did not happen" would be refused,
 		// and nobody can yet say it happened.
 		p.logf("intent %s: the person is not asked: %s", intent, why)
 		return ""
 	}
-	if why, holds := fence.LeaseHolds(time.Now(), rec); holds {
+	if why, holds := fence.LeaseHolds(now, rec); holds {
 		// Its holder is gone, but what it started may still run the call until the lease
 		// lapses: "it did not happen" would be refused until then (a person told "run it now,
 		// once" saw nothing run). A call after the lapse asks.
