@@ -259,6 +259,7 @@ func newGateway(lc *listenConfig, log goio.Writer, newSession func(who httpfront
 			metrics.SessionClosed()
 		}
 	}
+	cfg.Observe = metrics.Observe // the tools/calls the front refuses itself
 	front, err := httpfront.New(cfg)
 	if err != nil {
 		return nil, err

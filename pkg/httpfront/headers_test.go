@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,8 +88,18 @@ func TestHeadersMustAgreeWithTheBody(t *testing.T) {
 // older client, are served, once.
 func TestParamHeadersMustAgreeWithTheArguments(t *testing.T) {
 	t.Parallel()
-	g := newGW(t, func(_ *httpfront.Config, o *wrap.Options) {
+	// Every tools/call is told to the metrics once, as the gateway wires them: the proxy's,
+	// and those the front refuses itself (Config.Observe).
+	var mu sync.Mutex
+	var events []wrap.CallEvent
+	observe := func(ev wrap.CallEvent) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	}
+	g := newGW(t, func(c *httpfront.Config, o *wrap.Options) {
 		o.Env = append(append([]string(nil), o.Env...), mcptest.EnvMode+"=headers")
+		c.Observe, o.Observe = observe, observe
 	})
 	sid := g.open(nil)
 	transfer := func(id, account, region string) string {
@@ -132,6 +143,18 @@ func TestParamHeadersMustAgreeWithTheArguments(t *testing.T) {
 	}
 	if fx := mcptest.Effects(g.effects); len(fx) != 0 {
 		t.Fatalf("a refused request ran: %v", fx)
+	}
+	// Each refusal was counted as an invalid call of its tool (answered after it was told).
+	mu.Lock()
+	counted := append([]wrap.CallEvent(nil), events...)
+	mu.Unlock()
+	if len(counted) != 4 {
+		t.Fatalf("the metrics were told of %d calls, want the 4 refused: %+v", len(counted), counted)
+	}
+	for _, ev := range counted {
+		if ev.Outcome != "invalid" || ev.Tool != "transfer" || ev.Code != "" {
+			t.Fatalf("a refused call was told as %+v, want outcome invalid of tool transfer", ev)
+		}
 	}
 	// Agreeing headers run the call; the same call from an older client without headers is
 	// its duplicate and is replayed.

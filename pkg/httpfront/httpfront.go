@@ -112,6 +112,11 @@ type Config struct {
 	Log io.Writer
 	// OnSession, when set, is told when a session opens (+1) and closes (-1): for metrics.
 	OnSession func(delta int)
+	// Observe, when set, is told of each tools/call the front refuses itself, before its
+	// session's proxy sees it (its Mcp-Method, Mcp-Name or Mcp-Param-* headers disagree with
+	// it, or another request of the session holds its id): outcome "invalid", nothing ran.
+	// The proxy tells its Options.Observe of every other tools/call; give both one function.
+	Observe func(wrap.CallEvent)
 }
 
 // Handler serves the MCP endpoint.
@@ -611,9 +616,11 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		_, _ = w.Write(jsonrpc.ErrorResponse(jsonrpc.ReadableID(body), &jsonrpc.Error{Code: code, Message: fmt.Sprintf("effectfence: cannot parse the message: %v (one JSON-RPC message per POST; batches are not supported)", err)}))
 		return
 	}
+	read := time.Now()
 	if why := mcpheader.Check(r.Header, m); why != "" {
 		// An edge before the gateway may have routed or authorised the request by its
 		// headers: the body must not run another method or tool than they name.
+		h.refusedCall(m, read)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = w.Write(jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: mcpheader.CodeMismatch, Message: "effectfence: " + why}))
@@ -636,6 +643,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 	}
 	s.touch()
 	if !h.paramsAgree(w, r, s, m) {
+		h.refusedCall(m, read)
 		return
 	}
 	if !m.IsRequest() {
@@ -649,6 +657,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		meter.held = 0 // the stream holds it now: until the proxy has served the request
 	}
 	if !ok {
+		h.refusedCall(m, read)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = w.Write(jsonrpc.ErrorResponse(m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "effectfence: a request with this id is already in progress in this session"}))
@@ -667,6 +676,18 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 	if opened && !answered {
 		h.closeUnanswered(s)
 	}
+}
+
+// refusedCall tells Config.Observe of m, refused by the front since its body was read (at
+// since), when m is a tools/call: the proxy never sees it, so before 2026-12-07 such a call was
+// counted nowhere, and effectfence_tool_calls_total showed no invalid call while every call of
+// a client whose headers disagreed with its bodies was refused.
+func (h *Handler) refusedCall(m *jsonrpc.Message, since time.Time) {
+	if h.cfg.Observe == nil || m.Method != "tools/call" || !m.IsRequest() {
+		return
+	}
+	tool, _ := mcpheader.Target(m.Method, m.Params)
+	h.cfg.Observe(wrap.CallEvent{Tool: tool, Outcome: "invalid", Elapsed: time.Since(since)})
 }
 
 // closeUnanswered ends the session s, opened by an initialize whose answer (and with it the
