@@ -85,7 +85,8 @@ func TestHeadersMustAgreeWithTheBody(t *testing.T) {
 // own tool listing (which the proxy reads itself when the client never listed the tools); a
 // client speaking 2026-07-28 that leaves out the header of an argument it gives is refused;
 // agreeing headers (base64 and numbers written otherwise included), and none at all from an
-// older client, are served, once.
+// older client, are served, once. Each refused call is told to Config.Observe as an invalid
+// call of its tool (before 2026-12-07 the metrics were told nothing of them).
 func TestParamHeadersMustAgreeWithTheArguments(t *testing.T) {
 	t.Parallel()
 	// Every tools/call is told to the metrics once, as the gateway wires them: the proxy's,
