@@ -37,7 +37,7 @@ type Proxy struct {
 	loseAt   int64
 	loseDown time.Duration
 	loseLook func() // called as the chosen answer is dropped (LoseAnswerAnd)
-	holdAt   int64 // the round trip whose answer freezes the proxy (HoldAnswer; 0: none)
+	holdAt   int64  // the round trip whose answer freezes the proxy (HoldAnswer; 0: none)
 }
 
 // New starts a proxy on a free loopback port in front of upstream (host:port).
