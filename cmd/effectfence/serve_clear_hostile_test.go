@@ -37,20 +37,30 @@ func TestServeClearCommandOfAHostileIntentClearsThatIntent(t *testing.T) {
 		if p.Status != serve.StatusFresh {
 			t.Fatalf("%q: first prepare %+v", intent, p)
 		}
-		if _, isErr := a.call(serve.ToolAbort, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"reason":"timed out"}`); isErr {
-			t.Fatalf("%q: abort refused", intent)
+		raw, isErr := a.call(serve.ToolAbort, `{"ticket":`+ticketJSON(t, p.Ticket)+`,"reason":"timed out"}`)
+		var end serve.EndResult
+		if isErr || json.Unmarshal(raw, &end) != nil {
+			t.Fatalf("%q: abort refused: %s", intent, raw)
 		}
 		r := a.refused(serve.ToolPrepare, string(prep))
 		if r.Code != fence.CodePriorFailure {
 			t.Fatalf("%q: after the abort %+v", intent, r)
 		}
 		// The command stands between "run `" and the last backquote (the intent may hold one).
-		_, command, ok := strings.Cut(r.Next, "run `")
-		if j := strings.LastIndex(command, "`"); j >= 0 {
-			command = command[:j]
+		pasted := func(next string) string {
+			_, command, ok := strings.Cut(next, "run `")
+			if j := strings.LastIndex(command, "`"); j >= 0 {
+				command = command[:j]
+			}
+			if !ok || !strings.HasPrefix(command, "effectfence ledger clear ") || !strings.Contains(command, "--reason ...") {
+				t.Fatalf("%q: next names no clear command: %s", intent, next)
+			}
+			return command
 		}
-		if !ok || !strings.HasPrefix(command, "effectfence ledger clear ") || !strings.Contains(command, "--reason ...") {
-			t.Fatalf("%q: next names no clear command: %s", intent, r.Next)
+		command := pasted(r.Next)
+		// The abort's answer names the same command (before 2026-12-07: none, "and clear it").
+		if c := pasted(end.Next); c != command {
+			t.Fatalf("%q: the abort's answer names %s; the refusal after it %s", intent, c, command)
 		}
 		const why = "no charge in the PSP's dashboard"
 		command = strings.Replace(command, "--reason ...", "--reason \"$WHY\"", 1)
@@ -66,7 +76,7 @@ func TestServeClearCommandOfAHostileIntentClearsThatIntent(t *testing.T) {
 		}
 		show := exec.Command(bin, "ledger", "show", "--json", "--ledger", path, "--", intent)
 		show.Env = append(os.Environ(), "NO_COLOR=1", "GORACE=atexit_sleep_ms=0")
-		raw, err := show.Output()
+		raw, err = show.Output()
 		var d struct{ Events []fence.Event }
 		if err != nil || json.Unmarshal(raw, &d) != nil || len(d.Events) == 0 {
 			t.Fatalf("%q: ledger show: %v\n%s", intent, err, raw)

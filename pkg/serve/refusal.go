@@ -25,18 +25,30 @@ func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 		r.Next = strings.ReplaceAll(r.Next, plain, inMemoryAdvice)
 		return callResult(r, true)
 	}
-	if h := s.opts.ClearHint; h != "" && r.Code == fence.CodePriorFailure && r.Intent != "" {
-		// A note in the hint (" (with the password of the URL …)") follows the command, out
-		// of its backticks: inside, the command pasted failed in the shell.
-		flags, note, hasNote := strings.Cut(h, " (with ")
-		plain, named := "`"+fence.ClearCommandWith(r.Intent, claim)+"`", "`"+fence.ClearCommandWith(r.Intent, claim+" "+flags)+"`"
-		if hasNote {
-			named += " (with " + note
-		}
+	if s.opts.ClearHint != "" && r.Code == fence.CodePriorFailure && r.Intent != "" {
+		plain, named := "`"+fence.ClearCommandWith(r.Intent, claim)+"`", s.clearCommand(r.Intent, prior.Token)
 		r.Message = strings.ReplaceAll(r.Message, plain, named)
 		r.Next = strings.ReplaceAll(r.Next, plain, named)
 	}
 	return callResult(r, true)
+}
+
+// clearCommand is the operator's clear command of claim token (0: any) of intent, in
+// backquotes, naming this server's ledger (Options.ClearHint) when it has a hint. A note in
+// the hint (" (with the password of the URL …)") follows the command, out of its backquotes:
+// inside, the command pasted failed in the shell.
+func (s *Server) clearCommand(intent string, token uint64) string {
+	claim := fence.ClaimFlag(token)
+	h := s.opts.ClearHint
+	if h == "" {
+		return "`" + fence.ClearCommandWith(intent, claim) + "`"
+	}
+	flags, note, hasNote := strings.Cut(h, " (with ")
+	named := "`" + fence.ClearCommandWith(intent, claim+" "+flags) + "`"
+	if hasNote {
+		named += " (with " + note
+	}
+	return named
 }
 
 // inMemoryAdvice replaces the clear command in a refusal of a server whose ledger is in its

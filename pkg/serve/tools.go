@@ -354,7 +354,9 @@ func (s *Server) end(ctx context.Context, in EndInput, abort bool) (any, error) 
 		if _, err := s.settle(ctx, fence.Outcome{Kind: fence.OutcomeAbort, Ticket: in.Ticket.Ticket(), Reason: in.Reason}); err != nil {
 			return nil, err
 		}
-		next := "The intent is fenced: do not retry it. A human operator must check the real system and clear it."
+		// The clear command, as a later prior_failure of the intent names it (before
+		// 2026-12-07 this named none: "and clear it").
+		next := "The intent is fenced: do not retry it. A human operator must check the real system and run " + s.clearCommand(in.Ticket.Intent, in.Ticket.Token) + "."
 		if s.opts.InMemory {
 			next = "The intent is fenced: do not retry it. A human operator must check the real system and " + inMemoryAdvice + "."
 		}
