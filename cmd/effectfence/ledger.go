@@ -691,15 +691,15 @@ func unreadableJSON(u *unreadableList) []map[string]string {
 }
 
 func ledgerShow(ctx context.Context, c ledgerCall) error {
+	last := c.cmd.Int("events")
+	if last < 0 { // before the ledger is opened (an open recovers and sweeps)
+		return usageErr("ledger show: --events %d: give how many of the last audit events to show, or 0 for every one", last)
+	}
 	l, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	last := c.cmd.Int("events")
-	if last < 0 {
-		return usageErr("ledger show: --events %d: give how many of the last audit events to show, or 0 for every one", last)
-	}
 	d, err := ledger.ShowLast(ctx, l.Store(), c.args[0], last)
 	if err != nil {
 		return err

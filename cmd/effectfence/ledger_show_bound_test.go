@@ -74,4 +74,9 @@ func TestLedgerShowBoundsItsAuditTrail(t *testing.T) {
 	if code, _, errOut := runCLI(t, "", "ledger", "show", "loop:1", "--events", "-1", "--ledger", path); code != exitUsage {
 		t.Errorf("show --events -1: exit %d %s", code, errOut)
 	}
+	// A usage error is told before the ledger is opened (an open recovers and sweeps): of a
+	// ledger that is not there, the usage, not its absence (before 2026-12-07, its absence).
+	if code, _, errOut := runCLI(t, "", "ledger", "show", "loop:1", "--events", "-1", "--ledger", path+".missing"); code != exitUsage || !strings.Contains(errOut, "--events -1") {
+		t.Errorf("show --events -1 of a missing ledger: exit %d %s", code, errOut)
+	}
 }
