@@ -63,7 +63,7 @@ func ledgerCommand(io streams) *cli.Command {
 		},
 		Commands: []*cli.Command{
 			ledgerSub(io, "ls", "", "list intents (--state in_flight|done|failed|unknown|fenced, repeatable)", 0,
-				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}, wideFlag}, ledgerLs),
+				[]cli.Flag{&cli.StringSliceFlag{Name: "state", Usage: "only intents in this state: in_flight, done, failed, unknown, or fenced (failed and unknown)"}, wideFlag()}, ledgerLs),
 			ledgerSub(io, "show", "INTENT", "show one intent: its record, cert and audit trail (its last 50 events; --events)", 1,
 				[]cli.Flag{&cli.IntFlag{Name: "events", Value: showEvents, Usage: "show the last `N` audit events of the intent (0: every one); the older are counted, not shown"}}, ledgerShow),
 			ledgerSub(io, "clear", "INTENT", "clear a fenced (or any) intent after reconciling it by hand: the next attempt runs", 1,
@@ -71,7 +71,7 @@ func ledgerCommand(io streams) *cli.Command {
 					&cli.BoolFlag{Name: "force", Usage: "clear it even if its holder may still be running it (its lease runs, its holder process gone or not; or the holder still runs on this host past its lease), or if it is done: the next attempt may run the effect while the holder still runs it, or run it again"},
 					claimFlag()}, ledgerClear),
 			resolveSub(io),
-			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag}, ledgerVerify),
+			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag()}, ledgerVerify),
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
 				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format: jsonl (the only one; export is always machine-readable)"}}, ledgerExport),
 			ledgerSub(io, "stats", "", "counters over every process that used the ledger, and intents by state", 0, nil, ledgerStats),
@@ -84,7 +84,9 @@ func ledgerCommand(io streams) *cli.Command {
 
 // wideFlag keeps table cells whole. Ids are never shortened when stdout is not a terminal,
 // so a pasted or piped intent id is always the whole id; free text is, beyond maxTextCell.
-var wideFlag = &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells (on a terminal; in a pipe ids are always whole, and a tool, agent or reason over 1,000 characters is shortened)"}
+func wideFlag() *cli.BoolFlag {
+	return &cli.BoolFlag{Name: "wide", Usage: "do not shorten long cells (on a terminal; in a pipe ids are always whole, and a tool, agent or reason over 1,000 characters is shortened)"}
+}
 
 // ledgerCall is what every ledger subcommand gets: its streams, which ledger, its arguments
 // (child argv removed), and the parsed command for its own flags.
