@@ -46,8 +46,9 @@ shorten long cells on a terminal; in a pipe ids are whole and only a tool, agent
 over 1,000 characters is shortened; --wide shortens nothing.
 
 Exit codes: 0 ok; 1 the command failed or found problems (verify, check, ls, export or stats
-that left out unreadable records, show, clear or resolve of an intent the ledger does not
-hold, resolve of an intent that is not fenced); 2 usage (bad flags or arguments).`
+that left out unreadable records, show or export that left out unreadable audit events, show,
+clear or resolve of an intent the ledger does not hold, resolve of an intent that is not
+fenced); 2 usage (bad flags or arguments).`
 
 // ledgerCommand is `effectfence ledger`.
 func ledgerCommand(io streams) *cli.Command {
@@ -656,15 +657,16 @@ func (c ledgerCall) count(what string) (add, clear func()) {
 	return func() {}, func() {}
 }
 
-// unreadableList is what a view (ls, export, stats) could not read: it shows the rest, names
-// each of these on stderr and exits 1, so that a script notices.
+// unreadableList is what a view (ls, export, stats, show) could not read: it shows the rest,
+// names each of these on stderr and exits 1, so that a script notices.
 type unreadableList struct {
 	loc  string
 	recs []*fence.UnreadableError
+	evs  []*fence.UnreadableEventError
 }
 
-// unreadable splits a view's error: records it could not read (named on stderr now, the
-// view's exit for later) from a failure of the view.
+// unreadable splits a view's error: records and audit events it could not read (named on
+// stderr now, the view's exit for later) from a failure of the view.
 func (c ledgerCall) unreadable(l *store.Ledger, err error) (*unreadableList, error) {
 	var u *ledger.UnreadableRecords
 	if !errors.As(err, &u) {
@@ -673,15 +675,25 @@ func (c ledgerCall) unreadable(l *store.Ledger, err error) (*unreadableList, err
 	for _, r := range u.Records {
 		fmt.Fprintf(c.io.err, "effectfence: unreadable record, left out: %s\n", esc(r.Error()))
 	}
-	return &unreadableList{loc: l.Location, recs: u.Records}, nil
+	for _, e := range u.Events {
+		fmt.Fprintf(c.io.err, "effectfence: unreadable audit event, left out: %s\n", esc(e.Error()))
+	}
+	return &unreadableList{loc: l.Location, recs: u.Records, evs: u.Events}, nil
 }
 
-// exit is the view's error: none when every record was read.
+// exit is the view's error: none when every record and event was read.
 func (u *unreadableList) exit() error {
 	if u == nil {
 		return nil
 	}
-	return exitCoder{exitError, fmt.Errorf("ledger %s: %d record(s) could not be read and are left out (named above); the rest is shown", u.loc, len(u.recs))}
+	var what []string
+	if len(u.recs) > 0 {
+		what = append(what, fmt.Sprintf("%d record(s)", len(u.recs)))
+	}
+	if len(u.evs) > 0 {
+		what = append(what, fmt.Sprintf("%d audit event(s)", len(u.evs)))
+	}
+	return exitCoder{exitError, fmt.Errorf("ledger %s: %s could not be read and are left out (named above); the rest is shown", u.loc, strings.Join(what, " and "))}
 }
 
 func unreadableJSON(u *unreadableList) []map[string]string {
@@ -703,10 +715,20 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	}
 	defer l.Close()
 	d, err := ledger.ShowLast(ctx, l.Store(), c.args[0], last)
+	bad, err := c.unreadable(l, err) // audit events it could not read: named now, exit 1 below
 	if err != nil {
 		return err
 	}
-	if d.Record.State == fence.StateNone && len(d.Events) == 0 {
+	if err := c.showDetail(ctx, l, d, bad != nil); err != nil {
+		return err
+	}
+	return bad.exit()
+}
+
+// showDetail writes what ledger show shows of d; unreadable says some of its audit events
+// could not be read (named on stderr already).
+func (c ledgerCall) showDetail(ctx context.Context, l *store.Ledger, d ledger.Detail, unreadable bool) error {
+	if d.Record.State == fence.StateNone && len(d.Events) == 0 && !unreadable {
 		return fmt.Errorf("ledger %s holds no intent %q and no audit event about it%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls"))
 	}
 	if c.json {

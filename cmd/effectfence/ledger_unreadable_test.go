@@ -188,3 +188,123 @@ func TestUnreadableRecordDoesNotHideTheRest(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreadableEventDoesNotHideTheRest damages one audit event of a real ledger (a SQLite
+// file edited with SQL as with the sqlite3 shell: a token below zero, which its column takes;
+// a PostgreSQL row's body set to '\x00' by UPDATE): the abort event of refund:9, which has
+// another event beside it. docs/ledger.md: show of that intent shows its record and every
+// other event, and export writes every record and every other event; each names the
+// unreadable event on stderr (its intent and its row) and exits 1; verify, which reads no
+// event, passes. Before, that one event made show of its intent and the whole export fail
+// with nothing shown but the store's error.
+func TestUnreadableEventDoesNotHideTheRest(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
+			var loc string
+			var damage func(intent string)
+			switch kind {
+			case "sqlite":
+				loc = filepath.Join(dir, "ledger.db")
+				damage = func(intent string) {
+					db, err := sql.Open("sqlite", loc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer db.Close()
+					if _, err := db.Exec("UPDATE events SET token = -1 WHERE intent = ? AND kind = 'abort'", intent); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case "postgres":
+				loc = pgLedger(t)
+				u, err := url.Parse(loc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				damage = func(intent string) {
+					ctx := context.Background()
+					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer conn.Close(ctx)
+					table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_events"}.Sanitize()
+					if _, err := conn.Exec(ctx, "UPDATE "+table+` SET body = '\x00' WHERE intent = $1 AND kind = 'abort'`, intent); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			seedCLI(t, loc) // refund:9 aborted: its abort event
+			ctx := context.Background()
+			l, err := store.Open(ctx, store.Options{Ledger: loc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// refund:9 is cleared: its events abort, clear.
+			if _, err := l.Clear(ctx, "refund:9", "operator", "refunded by hand"); err != nil {
+				t.Fatal(err)
+			}
+			adm, err := l.Prepare(ctx, fence.Request{Intent: "refund:10", Tool: "refund", Args: []byte(`{"amount":6}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Abort(ctx, *adm.Ticket, "gateway timeout again"); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			damage("refund:9")
+
+			env := []string{"NO_COLOR=1", store.EnvLedger + "="}
+			named := func(t *testing.T, what string, r result) {
+				t.Helper()
+				if r.code != exitError || !strings.Contains(r.stderr, "unreadable audit event, left out: ") || !strings.Contains(r.stderr, `"refund:9"`) ||
+					!strings.Contains(r.stderr, "DELETE FROM ") || !strings.Contains(r.stderr, "1 audit event(s) could not be read") {
+					t.Errorf("%s: exit %d; want %d naming the unreadable event of refund:9:\n%s", what, r.code, exitError, r.stderr)
+				}
+			}
+
+			r := runBinary(t, env, "", "ledger", "show", "refund:9", "--ledger", loc)
+			named(t, "show", r)
+			if !strings.Contains(r.stdout, "refunded by hand") {
+				t.Errorf("show does not show the other event of refund:9:\n%s", r.stdout)
+			}
+			r = runBinary(t, env, "", "ledger", "show", "refund:9", "--ledger", loc, "--json")
+			named(t, "show --json", r)
+			var d ledger.Detail
+			if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || len(d.Events) != 1 || d.Events[0].Kind != fence.EventClear {
+				t.Errorf("show --json (%v):\n%s", err, r.stdout)
+			}
+
+			r = runBinary(t, env, "", "ledger", "export", "--ledger", loc)
+			named(t, "export", r)
+			var recs, evs []string
+			for line := range strings.SplitSeq(strings.TrimSpace(r.stdout), "\n") {
+				var l ledger.ExportLine
+				if err := json.Unmarshal([]byte(line), &l); err != nil {
+					t.Fatalf("export line %q: %v", line, err)
+				}
+				if l.Record != nil {
+					recs = append(recs, l.Record.Intent)
+				}
+				if l.Event != nil {
+					evs = append(evs, l.Event.Intent+" "+l.Event.Kind)
+				}
+			}
+			if strings.Join(recs, ",") != "notify:web,orphan:child,refund:10,scale:web" ||
+				strings.Join(evs, ",") != "refund:9 clear,refund:10 abort" {
+				t.Errorf("export wrote records %q and events %q:\n%s", recs, evs, r.stdout)
+			}
+
+			if r := runBinary(t, env, "", "ledger", "show", "refund:10", "--ledger", loc); r.code != 0 || !strings.Contains(r.stdout, "gateway timeout again") {
+				t.Errorf("show of another intent: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if r := runBinary(t, env, "", "ledger", "verify", "--ledger", loc); r.code != 0 {
+				t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}

@@ -144,6 +144,28 @@ type UnreadableError struct {
 func (e *UnreadableError) Error() string { return e.Err.Error() }
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
+// UnreadableEventError is a store's error for an audit event whose stored row does not decode
+// (damaged, or edited by hand). ID is the row's id in the store's events table; Err is the
+// store's own error, which says how to remove it.
+type UnreadableEventError struct {
+	Intent string
+	ID     int64
+	Err    error
+}
+
+func (e *UnreadableEventError) Error() string { return e.Err.Error() }
+func (e *UnreadableEventError) Unwrap() error { return e.Err }
+
+// EventsSkipping is implemented by a Tx whose stored events may fail to decode (the SQL
+// stores'; the memory store's cannot). EventsSkipping is Events, but it tells unreadable of each
+// event that does not decode and goes on with the next, where Events ends with its error. The
+// operator's views (ledger show, export) use it, so that one damaged event does not hide
+// every other one, as Filter.Unreadable does for records; the engine's own reads of the audit
+// trail still fail on it.
+type EventsSkipping interface {
+	EventsSkipping(intent string, fn func(Event) bool, unreadable func(*UnreadableEventError)) error
+}
+
 // OnlyUnreadable reports whether err is not nil and is made only of UnreadableErrors (alone
 // or joined with errors.Join).
 func OnlyUnreadable(err error) bool {

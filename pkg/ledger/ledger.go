@@ -40,31 +40,57 @@ func ParseState(s string) ([]fence.State, error) {
 	return nil, fmt.Errorf("unknown state %q: want in_flight, done, failed, unknown or fenced", s)
 }
 
-// UnreadableRecords is the error of a view that read every record it could but not these:
-// their stored bytes do not decode (damaged, or edited by hand). What the view returned or
-// wrote is complete but for them.
+// UnreadableRecords is the error of a view that read every record (and audit event) it could
+// but not these: their stored bytes do not decode (damaged, or edited by hand). What the view
+// returned or wrote is complete but for them. Events holds the audit events left out (show
+// and export read events; the other views read none).
 type UnreadableRecords struct {
 	Records []*fence.UnreadableError
+	Events  []*fence.UnreadableEventError
 }
 
 func (u *UnreadableRecords) Error() string {
-	names := make([]string, len(u.Records))
-	for i, r := range u.Records {
-		names[i] = fmt.Sprintf("%q", r.Intent)
+	var parts []string
+	if len(u.Records) > 0 {
+		names := make([]string, len(u.Records))
+		for i, r := range u.Records {
+			names[i] = fmt.Sprintf("%q", r.Intent)
+		}
+		parts = append(parts, fmt.Sprintf("%d record(s) could not be read and are left out: %s", len(u.Records), strings.Join(names, ", ")))
 	}
-	return fmt.Sprintf("%d record(s) could not be read and are left out: %s", len(u.Records), strings.Join(names, ", "))
+	if len(u.Events) > 0 {
+		names := make([]string, len(u.Events))
+		for i, e := range u.Events {
+			names[i] = fmt.Sprintf("%d (of %q)", e.ID, e.Intent)
+		}
+		parts = append(parts, fmt.Sprintf("%d audit event(s) could not be read and are left out: %s", len(u.Events), strings.Join(names, ", ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
-// unreadable collects the records a scan could not read; err is what a view returns.
-type unreadable struct{ recs []*fence.UnreadableError }
+// unreadable collects the records and events a view could not read; err is what it returns.
+type unreadable struct {
+	recs []*fence.UnreadableError
+	evs  []*fence.UnreadableEventError
+}
 
-func (u *unreadable) add(e *fence.UnreadableError) { u.recs = append(u.recs, e) }
+func (u *unreadable) add(e *fence.UnreadableError)           { u.recs = append(u.recs, e) }
+func (u *unreadable) addEvent(e *fence.UnreadableEventError) { u.evs = append(u.evs, e) }
 
 func (u *unreadable) err() error {
-	if len(u.recs) == 0 {
+	if len(u.recs) == 0 && len(u.evs) == 0 {
 		return nil
 	}
-	return &UnreadableRecords{Records: u.recs}
+	return &UnreadableRecords{Records: u.recs, Events: u.evs}
+}
+
+// events is tx.Events, leaving out an event that does not decode and telling bad of it where
+// the store can tell one (fence.EventsSkipping: the SQL stores).
+func events(tx fence.Tx, intent string, fn func(fence.Event) bool, bad *unreadable) error {
+	if s, ok := tx.(fence.EventsSkipping); ok {
+		return s.EventsSkipping(intent, fn, bad.addEvent)
+	}
+	return tx.Events(intent, fn)
 }
 
 // List returns the records in the given states (all when none are given), in intent order.
@@ -172,11 +198,13 @@ func Show(ctx context.Context, st fence.Store, intent string) (Detail, error) {
 
 // ShowLast is Show with at most the last n audit events (every one when n <= 0), oldest first;
 // EventsLeftOut counts the older ones. It holds no more than n events at once, however many the
-// intent has.
+// intent has. Events that do not decode are left out, and named by an *UnreadableRecords error
+// returned with the rest.
 func ShowLast(ctx context.Context, st fence.Store, intent string, n int) (Detail, error) {
 	var d Detail
+	var bad unreadable
 	err := st.View(ctx, func(tx fence.Tx) error {
-		d = Detail{Record: fence.Record{Intent: intent, State: fence.StateNone}, Events: []fence.Event{}}
+		d, bad = Detail{Record: fence.Record{Intent: intent, State: fence.StateNone}, Events: []fence.Event{}}, unreadable{}
 		rec, err := tx.Get(intent)
 		if err != nil {
 			return err
@@ -186,7 +214,7 @@ func ShowLast(ctx context.Context, st fence.Store, intent string, n int) (Detail
 			d.Record = *rec
 		}
 		seen := 0
-		err = tx.Events(intent, func(ev fence.Event) bool {
+		err = events(tx, intent, func(ev fence.Event) bool {
 			seen++
 			if n > 0 && len(d.Events) == n {
 				// A ring: the oldest kept is overwritten; put in order below.
@@ -195,7 +223,7 @@ func ShowLast(ctx context.Context, st fence.Store, intent string, n int) (Detail
 			}
 			d.Events = append(d.Events, ev)
 			return true
-		})
+		}, &bad)
 		if n > 0 && seen > n {
 			d.EventsLeftOut = seen - n
 			at := seen % n // the oldest kept
@@ -203,6 +231,9 @@ func ShowLast(ctx context.Context, st fence.Store, intent string, n int) (Detail
 		}
 		return err
 	})
+	if err == nil {
+		err = bad.err()
+	}
 	return d, err
 }
 
@@ -413,8 +444,9 @@ type ExportLine struct {
 }
 
 // Export writes the ledger as JSON Lines: every record (in intent order) and then every audit
-// event (oldest first), one object per line. It returns the number of lines. Records that do
-// not decode are left out, and named by an *UnreadableRecords error once the rest is written.
+// event (oldest first), one object per line. It returns the number of lines. Records and events
+// that do not decode are left out, and named by an *UnreadableRecords error once the rest is
+// written.
 func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	n := 0
 	enc := json.NewEncoder(w)
@@ -433,13 +465,13 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 		if err != nil || werr != nil {
 			return err
 		}
-		return tx.Events("", func(ev fence.Event) bool {
+		return events(tx, "", func(ev fence.Event) bool {
 			if werr = enc.Encode(ExportLine{Event: &ev}); werr != nil {
 				return false
 			}
 			n++
 			return true
-		})
+		}, &bad)
 	})
 	if err == nil {
 		err = werr

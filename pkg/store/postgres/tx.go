@@ -1102,34 +1102,52 @@ func (t *tx) AppendEvent(ev fence.Event) error {
 }
 
 func (t *tx) Events(intent string, fn func(fence.Event) bool) error {
+	return t.EventsSkipping(intent, fn, nil)
+}
+
+// EventsSkipping is Events telling unreadable of each event whose body does not decode, and
+// going on with the next (fence.EventsSkipping); with unreadable nil such an event ends it
+// with its error.
+func (t *tx) EventsSkipping(intent string, fn func(fence.Event) bool, unreadable func(*fence.UnreadableEventError)) error {
 	if unholdable(intent) {
 		return nil // no event names it (see unholdable)
 	}
-	q, args := `SELECT body FROM effectfence_events ORDER BY id`, []any{}
+	q, args := `SELECT id, intent, body FROM effectfence_events ORDER BY id`, []any{}
 	if intent != "" {
-		q, args = `SELECT body FROM effectfence_events WHERE intent = $1 ORDER BY id`, []any{intent}
+		q, args = `SELECT id, intent, body FROM effectfence_events WHERE intent = $1 ORDER BY id`, []any{intent}
 	}
-	var bodies [][]byte
-	read := func(rows pgx.Rows) error {
-		var body []byte
-		if err := rows.Scan(&body); err != nil {
+	type row struct {
+		id     int64
+		intent string
+		body   []byte
+	}
+	var rows []row
+	read := func(r pgx.Rows) error {
+		var w row
+		if err := r.Scan(&w.id, &w.intent, &w.body); err != nil {
 			return err
 		}
-		bodies = append(bodies, body)
+		rows = append(rows, w)
 		return nil
 	}
 	use := func() (bool, error) {
-		t.s.held(len(bodies))
-		for _, body := range bodies {
+		t.s.held(len(rows))
+		for _, w := range rows {
 			var ev fence.Event
-			if err := json.Unmarshal(body, &ev); err != nil {
-				return false, fmt.Errorf("postgres ledger: an audit event is corrupt (%v): the ledger's tables were changed outside effectfence", err)
+			if err := json.Unmarshal(w.body, &ev); err != nil {
+				bad := &fence.UnreadableEventError{Intent: w.intent, ID: w.id, Err: fmt.Errorf("postgres ledger: audit event %d of intent %q is corrupt (%v): the ledger's tables were changed outside effectfence; to remove it: DELETE FROM %s.effectfence_events WHERE id = %d",
+					w.id, w.intent, err, pgx.Identifier{t.s.schema}.Sanitize(), w.id)}
+				if unreadable == nil {
+					return false, bad
+				}
+				unreadable(bad)
+				continue
 			}
 			if !fn(ev) {
 				return false, nil
 			}
 		}
-		bodies = bodies[:0]
+		rows = rows[:0]
 		return true, nil
 	}
 	return t.paged(q, args, read, use)

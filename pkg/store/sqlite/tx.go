@@ -633,6 +633,13 @@ func (t *txn) AppendEvent(ev fence.Event) error {
 }
 
 func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
+	return t.EventsSkipping(intent, fn, nil)
+}
+
+// EventsSkipping is Events telling unreadable of each event that does not decode (a token
+// below zero, which the column takes when the file is edited by hand), and going on with the
+// next (fence.EventsSkipping); with unreadable nil such an event ends it with its error.
+func (t *txn) EventsSkipping(intent string, fn func(fence.Event) bool, unreadable func(*fence.UnreadableEventError)) error {
 	q, qOf := qEvents, qEventsOf
 	if t.s.noEventTokens {
 		q, qOf = qEventsNoToken, qEventsOfNoToken
@@ -649,7 +656,9 @@ func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
 			return t.s.wrap(err)
 		}
 		var evs []fence.Event
+		n := 0 // rows read, the unreadable ones too
 		for rows.Next() {
+			n++
 			var ev fence.Event
 			var at, token int64
 			var state string
@@ -658,8 +667,14 @@ func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
 				return t.s.wrap(err)
 			}
 			if token < 0 {
-				rows.Close()
-				return &FileError{Path: t.s.path, Problem: fmt.Sprintf("has an event of intent %q with token %d, below zero", ev.Intent, token)}
+				fe := &FileError{Path: t.s.path, Problem: fmt.Sprintf("has an event of intent %q with token %d, below zero", ev.Intent, token)}
+				if unreadable == nil {
+					rows.Close()
+					return fe
+				}
+				unreadable(&fence.UnreadableEventError{Intent: ev.Intent, ID: last, Err: fmt.Errorf("sqlite ledger %s: audit event %d of intent %q has token %d, below zero: the file was changed outside effectfence; to remove it: DELETE FROM events WHERE id = %d",
+					t.s.path, last, ev.Intent, token, last)})
+				continue
 			}
 			ev.At, ev.State, ev.Token = time.Unix(0, at), fence.State(state), uint64(token)
 			evs = append(evs, ev)
@@ -674,7 +689,7 @@ func (t *txn) Events(intent string, fn func(fence.Event) bool) error {
 				return nil
 			}
 		}
-		if len(evs) < scanPage {
+		if n < scanPage {
 			return nil
 		}
 	}
