@@ -1452,8 +1452,13 @@ func lateCommitWhat(rec *Record, t Ticket, res []byte) string {
 
 // lateResult records in the audit trail what a settle that no longer holds the intent
 // reported (the claim was cleared, released or replaced), so nothing it said is lost, and
-// returns the refusal lost. A ticket naming no claim this ledger ever made (token 0) leaves no
-// trace.
+// returns the refusal lost. A ticket naming no claim this ledger ever made (token 0, or no
+// nonce) leaves no trace. Any other is recorded, a forged one too: whether a ledger issued a
+// ticket cannot be told from a record it no longer has (a claim taken over, cleared or
+// released carries no token in those events, and one forgotten by a restore from a copy may
+// share its token with a new claim, or be above the restored sequence), and refusing those
+// without a trace dropped real outcomes (docs/DECISIONS.md, "A late result is kept whatever its
+// ticket names"; TestLateReportOfAClaimARestoreForgotIsKept).
 func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
 	if t.Token == 0 || t.Nonce == "" {
 		return lost

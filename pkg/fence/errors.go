@@ -230,9 +230,11 @@ func (e DomainRaceError) Is(target error) bool { return target == ErrDomainRace 
 
 // LeaseLostError: the ticket no longer holds the intent (its lease was taken over, it was
 // cleared, or the ticket was never valid). The intent's record was not changed; a refused
-// commit, abort or release of a claim this ledger made is kept in the audit trail as a late
-// result (its text said "nothing was recorded" until 2026-12-06, which a holder could read
-// as its result lost).
+// commit, abort or release of a ticket with a token and a nonce is kept in the audit trail as
+// a late result (its text said "nothing was recorded" until 2026-12-06, which a holder could
+// read as its result lost). The ledger cannot tell a claim it made and has since forgotten
+// from a ticket it never issued (docs/DECISIONS.md, "A late result is kept whatever its
+// ticket names"), so the ticket of a forged report is kept alike.
 type LeaseLostError struct {
 	Intent string
 	Token  uint64
