@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
 )
 
 // TestEventsGoOnPastUnreadableEvents damages audit event bodies with SQL (set to '\x00') at
@@ -60,41 +59,7 @@ func TestEventsGoOnPastUnreadableEvents(t *testing.T) {
 		}
 	}
 
-	for _, intent := range []string{"charge:1", ""} {
-		var got []string
-		var bad []int64
-		err := s.View(ctx, func(tx fence.Tx) error {
-			got, bad = nil, nil
-			sk, ok := tx.(fence.EventsSkipping)
-			if !ok {
-				return errors.New("the PostgreSQL store's Tx does not skip unreadable events")
-			}
-			return sk.EventsSkipping(intent, func(ev fence.Event) bool {
-				got = append(got, ev.Reason)
-				return true
-			}, func(u *fence.UnreadableEventError) {
-				if u.Intent != "charge:1" || !strings.Contains(u.Error(), fmt.Sprintf(".effectfence_events WHERE id = %d", u.ID)) {
-					t.Errorf("unreadable event %d: %q of %q", u.ID, u.Error(), u.Intent)
-				}
-				bad = append(bad, u.ID)
-			})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []string
-		for i := range n {
-			if !slices.Contains(at, i) {
-				want = append(want, fmt.Sprint(i))
-			}
-		}
-		if strings.Join(got, ",") != strings.Join(want, ",") || fmt.Sprint(bad) != fmt.Sprint(damaged) {
-			t.Errorf("events of %q: %q (want %q), unreadable %v (want %v)", intent, got, want, bad, damaged)
-		}
-	}
-	err = s.View(ctx, func(tx fence.Tx) error {
-		return tx.Events("charge:1", func(fence.Event) bool { return true })
-	})
+	err = fencetest.CheckEventsPastUnreadable(t, s, n, at, damaged, func(id int64) string { return fmt.Sprintf(".effectfence_events WHERE id = %d", id) })
 	var u *fence.UnreadableEventError
 	if !errors.As(err, &u) || u.ID != damaged[0] {
 		t.Errorf("Events of a trail with an unreadable event: %v; want the first one's error", err)

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/fence/fencetest"
 	"github.com/effectfence/effectfence/pkg/store/sqlite"
 )
 
@@ -52,41 +51,11 @@ func TestEventsGoOnPastUnreadableEvents(t *testing.T) {
 	}
 	db.Close()
 
-	for _, intent := range []string{"charge:1", ""} {
-		var got []string
-		var bad []int64
-		err := st.View(ctx, func(tx fence.Tx) error {
-			got, bad = nil, nil
-			s, ok := tx.(fence.EventsSkipping)
-			if !ok {
-				return errors.New("the SQLite store's Tx does not skip unreadable events")
-			}
-			return s.EventsSkipping(intent, func(ev fence.Event) bool {
-				got = append(got, ev.Reason)
-				return true
-			}, func(u *fence.UnreadableEventError) {
-				if u.Intent != "charge:1" || !strings.Contains(u.Error(), fmt.Sprintf("DELETE FROM events WHERE id = %d", u.ID)) {
-					t.Errorf("unreadable event %d: %q of %q", u.ID, u.Error(), u.Intent)
-				}
-				bad = append(bad, u.ID)
-			})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []string
-		for i := range n {
-			if !slices.Contains(damaged, int64(i+1)) {
-				want = append(want, fmt.Sprint(i))
-			}
-		}
-		if strings.Join(got, ",") != strings.Join(want, ",") || fmt.Sprint(bad) != fmt.Sprint(damaged) {
-			t.Errorf("events of %q: %d read (want %d), unreadable %v (want %v)", intent, len(got), len(want), bad, damaged)
-		}
+	var idx []int // the events' indices: row ids from 1
+	for _, id := range damaged {
+		idx = append(idx, int(id-1))
 	}
-	err = st.View(ctx, func(tx fence.Tx) error {
-		return tx.Events("charge:1", func(fence.Event) bool { return true })
-	})
+	err = fencetest.CheckEventsPastUnreadable(t, st, n, idx, damaged, func(id int64) string { return fmt.Sprintf("DELETE FROM events WHERE id = %d", id) })
 	var fe *sqlite.FileError
 	if !errors.As(err, &fe) {
 		t.Errorf("Events of a trail with an unreadable event: %v; want the file's error", err)
