@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -23,44 +21,26 @@ import (
 // this host's, as it does where the database runs on another host whose clock is off.
 func pgLedgerWithClock(t *testing.T, shift time.Duration) string {
 	t.Helper()
-	raw := os.Getenv("EFFECTFENCE_TEST_POSTGRES")
-	if raw == "" {
-		t.Skip("SKIP-REQUIRED: EFFECTFENCE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	u, err := url.Parse(pgLedger(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	schema := fmt.Sprintf("effectfence_dbclock_%d_%s", os.Getpid(), hex.EncodeToString(b[:]))
+	q := u.Query()
+	schema := q.Get("search_path")
+	id := pgx.Identifier{schema}.Sanitize()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, raw)
+	conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	id := pgx.Identifier{schema}.Sanitize()
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, raw)
-		if err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+id+" CASCADE"); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-	})
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE FUNCTION %s.clock_timestamp() RETURNS timestamptz LANGUAGE sql VOLATILE AS $$ SELECT pg_catalog.clock_timestamp() + interval '%d seconds' $$", id, int64(shift/time.Second))); err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
 	q.Set("search_path", schema+",pg_catalog")
-	q.Set("pool_min_conns", "1")
 	u.RawQuery = q.Encode()
 	return u.String()
 }
