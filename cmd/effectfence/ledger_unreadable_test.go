@@ -6,14 +6,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"net/url"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
@@ -41,32 +39,12 @@ func TestUnreadableRecordDoesNotHideTheRest(t *testing.T) {
 			case "sqlite":
 				loc = filepath.Join(dir, "ledger.db")
 				damage = func(intent, body string) {
-					db, err := sql.Open("sqlite", loc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer db.Close()
-					if _, err := db.Exec("UPDATE records SET body = CAST(? AS BLOB) WHERE intent = ?", body, intent); err != nil {
-						t.Fatal(err)
-					}
+					sqliteExec(t, loc, "UPDATE records SET body = CAST(? AS BLOB) WHERE intent = ?", body, intent)
 				}
 			case "postgres":
 				loc = pgLedger(t)
-				u, err := url.Parse(loc)
-				if err != nil {
-					t.Fatal(err)
-				}
 				damage = func(intent, body string) {
-					ctx := context.Background()
-					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer conn.Close(ctx)
-					table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
-					if _, err := conn.Exec(ctx, "UPDATE "+table+" SET body = convert_to($1, 'UTF8') WHERE intent = $2", body, intent); err != nil {
-						t.Fatal(err)
-					}
+					pgExec(t, loc, "effectfence_records", "UPDATE %s SET body = convert_to($1, 'UTF8') WHERE intent = $2", body, intent)
 				}
 			}
 			seedCLI(t, loc)
@@ -208,32 +186,12 @@ func TestUnreadableEventDoesNotHideTheRest(t *testing.T) {
 			case "sqlite":
 				loc = filepath.Join(dir, "ledger.db")
 				damage = func(intent string) {
-					db, err := sql.Open("sqlite", loc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer db.Close()
-					if _, err := db.Exec("UPDATE events SET token = -1 WHERE intent = ? AND kind = 'abort'", intent); err != nil {
-						t.Fatal(err)
-					}
+					sqliteExec(t, loc, "UPDATE events SET token = -1 WHERE intent = ? AND kind = 'abort'", intent)
 				}
 			case "postgres":
 				loc = pgLedger(t)
-				u, err := url.Parse(loc)
-				if err != nil {
-					t.Fatal(err)
-				}
 				damage = func(intent string) {
-					ctx := context.Background()
-					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer conn.Close(ctx)
-					table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_events"}.Sanitize()
-					if _, err := conn.Exec(ctx, "UPDATE "+table+` SET body = '\x00' WHERE intent = $1 AND kind = 'abort'`, intent); err != nil {
-						t.Fatal(err)
-					}
+					pgExec(t, loc, "effectfence_events", `UPDATE %s SET body = '\x00' WHERE intent = $1 AND kind = 'abort'`, intent)
 				}
 			}
 			seedCLI(t, loc) // refund:9 aborted: its abort event
@@ -306,5 +264,28 @@ func TestUnreadableEventDoesNotHideTheRest(t *testing.T) {
 				t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 			}
 		})
+	}
+}
+
+// sqliteExec runs stmt with args on the SQLite ledger at path, past the store (a damage).
+func sqliteExec(t *testing.T, path, stmt string, args ...any) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(stmt, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pgExec runs stmt (whose %s is the ledger's table, named in its schema) with args on the
+// PostgreSQL ledger at loc, past the store (a damage).
+func pgExec(t *testing.T, loc, table, stmt string, args ...any) {
+	t.Helper()
+	conn, name := pgDirect(t, loc, table)
+	if _, err := conn.Exec(context.Background(), fmt.Sprintf(stmt, name), args...); err != nil {
+		t.Fatal(err)
 	}
 }
