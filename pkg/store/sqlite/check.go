@@ -178,6 +178,22 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 	} else if what != "" {
 		r.Problems = append(r.Problems, "the file "+what)
 	}
+	if !mine {
+		// Before anything opens the ledger: the first connection rebuilds the index.
+		if problem, advice, err := walLost(path); err != nil {
+			r.Problems = append(r.Problems, "cannot read the write-ahead log or its index: "+err.Error())
+		} else if problem != "" {
+			// Not read: opened, it would be read without the lost frames. The kind is what
+			// the file's header says (its application_id).
+			r.Kind = "SQLite database"
+			if binary.BigEndian.Uint32(head[68:72]) == applicationID {
+				r.Kind = "effectfence ledger"
+			}
+			r.Problems = append(r.Problems, "the file "+problem)
+			r.Advice = append(r.Advice, advice)
+			return r, nil
+		}
+	}
 
 	readOnly := Options{ReadOnly: true, BusyTimeout: 5 * time.Second}
 	if !mine {

@@ -550,6 +550,22 @@ func prepareFile(path string, readOnly bool) error {
 		if what != "" {
 			return &FileError{Path: path, Problem: what}
 		}
+		// Before SQLite opens it too: the first connection rebuilds the index from what is
+		// left of the log. A Store of this process that has the file open looked when it
+		// opened it, and a descriptor of the index, closed, would drop its locks on it.
+		var problem, advice string
+		if fi.Size() > 0 {
+			_, err = aside(fi, func() (err error) {
+				problem, advice, err = walLost(path)
+				return err
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+		if problem != "" {
+			return &FileError{Path: path, Problem: problem, Advice: advice}
+		}
 		return nil
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("ledger %s: %w", path, err)

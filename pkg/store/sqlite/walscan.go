@@ -181,3 +181,169 @@ func walDamageOf(path string) (string, error) {
 	}
 	return walDamageIn(f, fi.Size())
 }
+
+// The index beside a ledger (its -shm file) begins with a header that SQLite writes, in this
+// machine's byte order, after each transaction it commits to the log has been synced: the
+// number of log frames committed (mxFrame) and the log's salt, and, after it, how many of
+// those frames a checkpoint has copied into the file (nBackfill). A process killed (or a
+// machine that went down) leaves it beside the log, and the next process to open the ledger
+// rebuilds it from the log. Frames it counts past nBackfill hold the latest decisions, which
+// are in the log only: a log removed, emptied, cut short or damaged since (`rm
+// ledger.db-wal`, the usual advice for a "locked" SQLite database) took them with it, and
+// SQLite, finding less log than that, opens the file without them and rebuilds the index, so
+// every call they recorded is answered as new. walLost compares the two before SQLite does.
+const (
+	shmVersion        = 3007000 // WalIndexHdr.iVersion
+	shmHeaderSize     = 48      // one copy of WalIndexHdr
+	shmCheckpointInfo = 2 * shmHeaderSize
+	shmReadSize       = shmCheckpointInfo + 4 // both copies and WalCkptInfo.nBackfill
+)
+
+// shmHeader is what walLost reads from an index: ok is false when the index holds no
+// header SQLite would trust (none yet, torn between its two copies, or another layout).
+type shmHeader struct {
+	ok        bool
+	committed uint32 // mxFrame
+	copied    uint32 // nBackfill
+	salt      [8]byte
+}
+
+// readShmHeader reads the header of the index at path. A missing or short index has none.
+func readShmHeader(path string) (shmHeader, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return shmHeader{}, nil
+	}
+	if err != nil {
+		return shmHeader{}, err
+	}
+	defer f.Close()
+	b := make([]byte, shmReadSize)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			return shmHeader{}, nil
+		}
+		return shmHeader{}, err
+	}
+	h := b[:shmHeaderSize]
+	order := binary.NativeEndian
+	if string(h) != string(b[shmHeaderSize:2*shmHeaderSize]) || order.Uint32(h[0:]) != shmVersion || h[12] != 1 {
+		return shmHeader{}, nil
+	}
+	// Its checksum runs over the 40 bytes before it, read as words in this machine's order.
+	var s [2]uint32
+	for i := 0; i < 40; i += 8 {
+		s[0] += order.Uint32(h[i:]) + s[1]
+		s[1] += order.Uint32(h[i+4:]) + s[0]
+	}
+	if s != [2]uint32{order.Uint32(h[40:]), order.Uint32(h[44:])} {
+		return shmHeader{}, nil
+	}
+	sh := shmHeader{ok: true, committed: order.Uint32(h[16:]), copied: order.Uint32(b[shmCheckpointInfo:])}
+	copy(sh.salt[:], h[32:40])
+	return sh, nil
+}
+
+// walCommitted returns how many frames of the log of size bytes that r reads SQLite would
+// apply (up to its last commit frame before the first that does not verify) and the salt its
+// header carries; headerOK is false when there is no header SQLite would read.
+func walCommitted(r io.ReaderAt, size int64) (frames uint32, salt [8]byte, headerOK bool, err error) {
+	if size < walHeaderSize {
+		return 0, salt, false, nil
+	}
+	h := make([]byte, walHeaderSize)
+	if _, err := r.ReadAt(h, 0); err != nil {
+		return 0, salt, false, err
+	}
+	copy(salt[:], h[16:24])
+	var order binary.ByteOrder
+	switch binary.BigEndian.Uint32(h[0:4]) {
+	case 0x377f0682:
+		order = binary.LittleEndian
+	case 0x377f0683:
+		order = binary.BigEndian
+	}
+	pageSize := int(binary.BigEndian.Uint32(h[8:12]))
+	s := [2]uint32{binary.BigEndian.Uint32(h[24:28]), binary.BigEndian.Uint32(h[28:32])}
+	if order == nil || walSum(order, [2]uint32{}, h[:24]) != s || pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
+		return 0, salt, false, nil
+	}
+	f := make([]byte, walFrameHeaderSize+pageSize)
+	for i, off := uint32(1), int64(walHeaderSize); off+int64(len(f)) <= size; i, off = i+1, off+int64(len(f)) {
+		if _, err := r.ReadAt(f, off); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return 0, salt, true, err
+		}
+		if binary.BigEndian.Uint32(f) == 0 || string(f[8:16]) != string(salt[:]) {
+			break
+		}
+		s = walSum(order, s, f[:8])
+		s = walSum(order, s, f[walFrameHeaderSize:])
+		if s != [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])} {
+			break
+		}
+		if binary.BigEndian.Uint32(f[4:]) != 0 {
+			frames = i
+		}
+	}
+	return frames, salt, true, nil
+}
+
+// walLostOnce is one look of walLost: the index first, then the log, which SQLite writes
+// before the index.
+func walLostOnce(real string) (problem string, err error) {
+	sh, err := readShmHeader(real + "-shm")
+	if err != nil || !sh.ok || sh.committed <= sh.copied {
+		return "", err
+	}
+	log := real + "-wal"
+	f, err := os.Open(log)
+	switch {
+	case os.IsNotExist(err):
+		return fmt.Sprintf("has no write-ahead log beside it (%s), but its index (%s-shm) counts %d frames of that log committed and not yet copied into the file: the log was removed after the process using it stopped (killed, or its machine went down), and the latest decisions were in it", log, real, sh.committed-sh.copied), nil
+	case err != nil:
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	n, salt, headerOK, err := walCommitted(f, fi.Size())
+	if err != nil {
+		return "", err
+	}
+	if headerOK && salt != sh.salt {
+		return "", nil // the log was begun afresh after the index was last written: it is not the log the index counts
+	}
+	if !headerOK && fi.Size() >= walHeaderSize && salt != sh.salt {
+		return "", nil // a header of another log (walDamage judges a damaged one)
+	}
+	if n >= sh.committed {
+		return "", nil
+	}
+	return fmt.Sprintf("has a write-ahead log (%s, %d bytes) that holds %d committed frames, but its index (%s-shm) counts %d, %d of them not yet copied into the file: the log was emptied, cut short or damaged after the process using it stopped (killed, or its machine went down), and the latest decisions were in the frames it lost", log, fi.Size(), n, real, sh.committed, sh.committed-max(sh.copied, n)), nil
+}
+
+// walLost reports a ledger file at path (resolved: SQLite keeps its log and index beside the
+// file a link leads to) whose log lost frames its index counts as committed and not copied
+// into the file (see shmHeader), with the way out; "" when it did not. A log and index that
+// processes are writing while they are read can disagree for a moment, so a loss is looked
+// for again for up to 200 ms before it is believed.
+func walLost(path string) (problem, advice string, err error) {
+	real := realPath(path)
+	for try := 0; ; try++ {
+		problem, err = walLostOnce(real)
+		if err != nil || problem == "" {
+			return "", "", err
+		}
+		if try == 20 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return problem + "; SQLite would open the file without them and rebuild the index: a call they recorded would run again, or its outcome be lost",
+		fmt.Sprintf("stop every effectfence process that uses the ledger and put the whole log back at %[1]s-wal (from a copy or wherever it was moved; its next open applies it and keeps every decision); if it is lost for good, so are the decisions in it: to use the file without them, remove the index (rm %[1]s-shm), and check in the real systems every call made through this ledger since its last checkpoint before it runs again; nothing was changed", real), nil
+}
