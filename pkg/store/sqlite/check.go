@@ -162,14 +162,18 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 			return r, nil
 		}
 		// The header's page count is valid when the change counter matches version-valid-for.
-		// With no WAL content pending, the file must hold every page it counts.
+		// The file must hold every page it counts that its write-ahead log does not.
 		pageSize := int64(binary.BigEndian.Uint16(head[16:18]))
 		if pageSize == 1 {
 			pageSize = 65536
 		}
 		pages := int64(binary.BigEndian.Uint32(head[28:32]))
-		if binary.BigEndian.Uint32(head[24:28]) == binary.BigEndian.Uint32(head[92:96]) && r.WALBytes == 0 && r.Bytes < pages*pageSize {
-			r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, its header counts %d pages of %d bytes (%d bytes)", r.Bytes, pages, pageSize, pages*pageSize))
+		if binary.BigEndian.Uint32(head[24:28]) == binary.BigEndian.Uint32(head[92:96]) && r.Bytes < pages*pageSize {
+			if held, err := logHolds(path+"-wal", r.Bytes, pageSize, pages); err != nil {
+				r.Problems = append(r.Problems, "cannot read the write-ahead log: "+err.Error())
+			} else if !held {
+				r.Problems = append(r.Problems, fmt.Sprintf("the file is truncated: %d bytes, its header counts %d pages of %d bytes (%d bytes), and its write-ahead log does not hold the pages missing", r.Bytes, pages, pageSize, pages*pageSize))
+			}
 		}
 	}
 

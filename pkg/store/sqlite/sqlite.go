@@ -755,19 +755,19 @@ func checkHeader(path string, size int64) error {
 	return checkLength(f, path, head)
 }
 
-// checkLength refuses a file shorter than the pages its header counts when no write-ahead log
-// could hold the rest. SQLite reads the missing end of a page as zeros and quick_check passes
-// when the cut is inside the last page: the first write then extends the file with those
-// zeros, and the record that was there is unreadable while the file looks whole. The header's
-// count is valid when its change counter matches version-valid-for. A checkpoint of another
-// process writes page 1 before the pages past the old end, with its log still beside the
-// file; the header and the size are read again for a short while before a cut is believed.
+// checkLength refuses a file shorter than the pages its header counts when its write-ahead log
+// does not hold the rest. SQLite reads the missing end of a page as zeros and quick_check
+// passes when the cut is inside the last page: the first write then extends the file with
+// those zeros, and the record that was there is unreadable while the file looks whole. The
+// header's count is valid when its change counter matches version-valid-for. A checkpoint
+// (of another process, or one a killed process left half done) writes page 1 before the
+// pages past the old end, which its log holds; the header and the size are read again for a
+// short while before a cut is believed. Before 2026-12-07 a file beside a non-empty log was
+// not looked at, and one cut inside a page its log did not hold opened with that page's
+// records unreadable.
 func checkLength(f *os.File, path string, head []byte) error {
 	var size, want int64
 	for try := 0; ; try++ {
-		if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
-			return nil
-		}
 		if binary.BigEndian.Uint32(head[24:28]) != binary.BigEndian.Uint32(head[92:96]) {
 			return nil
 		}
@@ -780,7 +780,17 @@ func checkLength(f *os.File, path string, head []byte) error {
 		if err != nil {
 			return fmt.Errorf("ledger %s: %w", path, err)
 		}
-		if size = fi.Size(); size >= want || try == 20 {
+		if size = fi.Size(); size >= want {
+			return nil
+		}
+		held, err := logHolds(path+"-wal", size, pageSize, want/pageSize)
+		if err != nil {
+			return fmt.Errorf("ledger %s: %w", path, err)
+		}
+		if held {
+			return nil
+		}
+		if try == 20 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -788,10 +798,40 @@ func checkLength(f *os.File, path string, head []byte) error {
 			return fmt.Errorf("ledger %s: %w", path, err)
 		}
 	}
-	if size < want {
-		return &FileError{Path: path, Problem: fmt.Sprintf("is truncated: %d bytes, its header counts %d bytes of pages", size, want)}
+	return &FileError{Path: path, Problem: fmt.Sprintf("is truncated: %d bytes, its header counts %d bytes of pages, and its write-ahead log does not hold the pages missing", size, want)}
+}
+
+// logHolds reports whether the write-ahead log at path holds, in the transactions SQLite would
+// apply, every page of pageSize bytes from the first one a file of size bytes lacks (whole or
+// in part) to page count, or to the database's size after the log's last commit if that is
+// smaller.
+func logHolds(path string, size, pageSize int64, count int64) (bool, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	pages := map[uint32]bool{}
+	_, _, headerOK, dbPages, err := walCommitted(f, fi.Size(), pages)
+	if err != nil || !headerOK {
+		return false, err
+	}
+	if dbPages > 0 && int64(dbPages) < count {
+		count = int64(dbPages)
+	}
+	for p := size/pageSize + 1; p <= count; p++ {
+		if !pages[uint32(p)] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // FileError reports a ledger file this build cannot use, and the way out.

@@ -246,14 +246,16 @@ func readShmHeader(path string) (shmHeader, error) {
 
 // walCommitted returns how many frames of the log of size bytes that r reads SQLite would
 // apply (up to its last commit frame before the first that does not verify) and the salt its
-// header carries; headerOK is false when there is no header SQLite would read.
-func walCommitted(r io.ReaderAt, size int64) (frames uint32, salt [8]byte, headerOK bool, err error) {
+// header carries; headerOK is false when there is no header SQLite would read. With pages
+// set, it also gives pages the page number of each frame it would apply and the database's
+// size in pages after the last commit (0 when there is none).
+func walCommitted(r io.ReaderAt, size int64, pages map[uint32]bool) (frames uint32, salt [8]byte, headerOK bool, dbPages uint32, err error) {
 	if size < walHeaderSize {
-		return 0, salt, false, nil
+		return 0, salt, false, 0, nil
 	}
 	h := make([]byte, walHeaderSize)
 	if _, err := r.ReadAt(h, 0); err != nil {
-		return 0, salt, false, err
+		return 0, salt, false, 0, err
 	}
 	copy(salt[:], h[16:24])
 	var order binary.ByteOrder
@@ -266,15 +268,16 @@ func walCommitted(r io.ReaderAt, size int64) (frames uint32, salt [8]byte, heade
 	pageSize := int(binary.BigEndian.Uint32(h[8:12]))
 	s := [2]uint32{binary.BigEndian.Uint32(h[24:28]), binary.BigEndian.Uint32(h[28:32])}
 	if order == nil || walSum(order, [2]uint32{}, h[:24]) != s || pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
-		return 0, salt, false, nil
+		return 0, salt, false, 0, nil
 	}
 	f := make([]byte, walFrameHeaderSize+pageSize)
+	var txPages []uint32 // the pages of the transaction being read, until its commit frame
 	for i, off := uint32(1), int64(walHeaderSize); off+int64(len(f)) <= size; i, off = i+1, off+int64(len(f)) {
 		if _, err := r.ReadAt(f, off); err != nil {
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			return 0, salt, true, err
+			return 0, salt, true, 0, err
 		}
 		if binary.BigEndian.Uint32(f) == 0 || string(f[8:16]) != string(salt[:]) {
 			break
@@ -284,11 +287,18 @@ func walCommitted(r io.ReaderAt, size int64) (frames uint32, salt [8]byte, heade
 		if s != [2]uint32{binary.BigEndian.Uint32(f[16:]), binary.BigEndian.Uint32(f[20:])} {
 			break
 		}
-		if binary.BigEndian.Uint32(f[4:]) != 0 {
-			frames = i
+		if pages != nil {
+			txPages = append(txPages, binary.BigEndian.Uint32(f))
+		}
+		if n := binary.BigEndian.Uint32(f[4:]); n != 0 {
+			frames, dbPages = i, n
+			for _, p := range txPages {
+				pages[p] = true
+			}
+			txPages = txPages[:0]
 		}
 	}
-	return frames, salt, true, nil
+	return frames, salt, true, dbPages, nil
 }
 
 // walLostOnce is one look of walLost: the index first, then the log, which SQLite writes
@@ -311,7 +321,7 @@ func walLostOnce(real string) (problem string, err error) {
 	if err != nil {
 		return "", err
 	}
-	n, salt, headerOK, err := walCommitted(f, fi.Size())
+	n, salt, headerOK, _, err := walCommitted(f, fi.Size(), nil)
 	if err != nil {
 		return "", err
 	}
