@@ -208,10 +208,11 @@ type shmHeader struct {
 	salt      [8]byte
 }
 
-// readShmHeader reads the header of the index at path. A missing or short index has none.
+// readShmHeader reads the header of the index at path. A missing or short index has none, and
+// so has one this user may not read (another user's): SQLite, which must map it, answers for it.
 func readShmHeader(path string) (shmHeader, error) {
 	f, err := os.Open(path)
-	if os.IsNotExist(err) {
+	if os.IsNotExist(err) || os.IsPermission(err) {
 		return shmHeader{}, nil
 	}
 	if err != nil {
