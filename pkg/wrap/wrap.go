@@ -839,17 +839,15 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		// A fenced call not forwarded yet is not detached: waiting for a slot it is not sent
 		// (run), and a duplicate waiting for another attempt stops waiting (fencedCall);
 		// neither is answered.
-		var c struct {
-			RequestID json.RawMessage `json:"requestId"`
-			Reason    json.RawMessage `json:"reason"`
-		}
-		if json.Unmarshal(m.Params, &c) == nil && c.RequestID != nil {
+		// The request is named as MCP's SDKs name it: by "requestId" spelled so, never
+		// "RequestId" (jsonrpc.Cancelled).
+		if requestID, reason := jsonrpc.Cancelled(m.Params); requestID != nil {
 			p.cmu.Lock()
-			cancel := p.cancels[jsonrpc.IDKey(c.RequestID)].cancel
+			cancel := p.cancels[jsonrpc.IDKey(requestID)].cancel
 			p.cmu.Unlock()
 			if cancel != nil {
 				var why mcpstdio.CancelReason
-				_ = json.Unmarshal(c.Reason, &why.Reason) // a reason that is not a string is dropped
+				_ = json.Unmarshal(reason, &why.Reason) // a reason that is not a string is dropped
 				cancel(&why)
 			}
 		}

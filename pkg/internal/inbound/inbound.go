@@ -57,20 +57,20 @@ func (t *Table) Begin(id json.RawMessage, cancel context.CancelCauseFunc) (end f
 // context with cause(the notification's reason), reporting whether one was being answered
 // under that id.
 func (t *Table) Cancel(params json.RawMessage, cause func(reason string) error) bool {
-	var c struct {
-		RequestID json.RawMessage `json:"requestId"`
-		Reason    string          `json:"reason"`
-	}
-	if json.Unmarshal(params, &c) != nil || c.RequestID == nil {
+	// Named as MCP's SDKs name it: by "requestId" spelled so (jsonrpc.Cancelled). A reason
+	// that is not a string makes the notification one they refuse: it cancels nothing.
+	requestID, rawReason := jsonrpc.Cancelled(params)
+	var reason string
+	if requestID == nil || rawReason != nil && json.Unmarshal(rawReason, &reason) != nil {
 		return false
 	}
 	t.mu.Lock()
-	e := t.byID[jsonrpc.IDKey(c.RequestID)]
+	e := t.byID[jsonrpc.IDKey(requestID)]
 	t.mu.Unlock()
 	if e == nil {
 		return false
 	}
-	e.cancel(cause(c.Reason))
+	e.cancel(cause(reason))
 	return true
 }
 

@@ -76,3 +76,35 @@ func TestCancelNamesTheIDByValue(t *testing.T) {
 		end()
 	}
 }
+
+// A server's cancellation names its request by "requestId" spelled so (escapes decoded), as
+// MCP's SDKs read it: "RequestId" names nothing, also when it comes after "requestId", and a
+// reason that is not a string makes a notification they refuse. Before, the params were read
+// with encoding/json, which took "RequestId" for "requestId" and kept the last: the server's
+// cancellation of request 5 cancelled request 7, whose answer the server then never got.
+func TestCancelNamesTheRequestAsMCPsSDKsDo(t *testing.T) {
+	t.Parallel()
+	var tab Table
+	ctxs := map[string]context.Context{}
+	for _, id := range []string{"5", "7"} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		end, ok := tab.Begin(json.RawMessage(id), cancel)
+		if !ok {
+			t.Fatal("refused below Max")
+		}
+		defer end()
+		ctxs[id] = ctx
+	}
+	cause := func(string) error { return errors.New("cancelled") }
+	for _, none := range []string{`{"RequestId":7}`, `{"requestID":7}`, `{"requestId":7,"reason":3}`, `{"requestId":7,"reason":{"text":"x"}}`} {
+		if tab.Cancel(json.RawMessage(none), cause) || ctxs["7"].Err() != nil {
+			t.Fatalf("%s cancelled request 7", none)
+		}
+	}
+	if !tab.Cancel(json.RawMessage(`{"requestId":5,"RequestId":7,"reason":"gone"}`), cause) || ctxs["5"].Err() == nil || ctxs["7"].Err() != nil {
+		t.Fatalf(`{"requestId":5,"RequestId":7} cancelled 5: %v, 7: %v; want 5 only`, ctxs["5"].Err(), ctxs["7"].Err())
+	}
+	if !tab.Cancel(json.RawMessage(`{"requestI\u0064":7,"reason":null}`), cause) || ctxs["7"].Err() == nil {
+		t.Fatal(`"requestI\u0064" did not name request 7`)
+	}
+}

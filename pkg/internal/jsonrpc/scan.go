@@ -133,3 +133,16 @@ func Member(b []byte, name string) (start, end, count, closing int) {
 	})
 	return start, end, count, closing
 }
+
+// Cancelled reads the params of a notifications/cancelled as MCP's SDKs read them (the
+// TypeScript and Python SDKs): the members "requestId" and "reason", each spelled so once its
+// escapes are decoded (the last of each, which JSON parsers keep). A member named so but for
+// case ("RequestId") is neither: Go's encoding/json took it for "requestId" and, given after
+// it, kept it, so a cancellation the server reads as naming one request cancelled another.
+// Each is nil when absent, or when params is not a valid JSON object.
+func Cancelled(params []byte) (requestID, reason json.RawMessage) {
+	if !json.Valid(params) {
+		return nil, nil
+	}
+	return MemberValue(params, "requestId"), MemberValue(params, "reason")
+}
