@@ -282,6 +282,31 @@ func TestReadOnlyHintSpelledOtherwiseIsFenced(t *testing.T) {
 	}
 }
 
+// A listing's tools are its member "tools", spelled so: the TypeScript SDK's client drops a
+// "Tools" beside it. encoding/json took "Tools" for "tools", and the last of them: a listing
+// that gave "charge" in "tools" (may write) and then read-only in "Tools" passed charge
+// through unfenced, and an identical second charge ran again.
+func TestListingsToolsSpelledOtherwiseAreNotItsTools(t *testing.T) {
+	t.Parallel()
+	list := strings.TrimSuffix(mcptest.ToolsList, "}") + "," + mcptest.CaseToolsMember + "}"
+	if got := tsEval(t, `const {ListToolsResultSchema} = require("@modelcontextprotocol/sdk/types.js");
+const c = ListToolsResultSchema.parse(JSON.parse(process.argv[1])).tools.find((x) => x.name === "charge");
+process.stdout.write(String(c && c.annotations && c.annotations.readOnlyHint));`, list); got != "undefined" {
+		t.Fatalf("the TypeScript SDK reads charge's readOnlyHint as %s, want undefined", got)
+	}
+	r := newRig(t)
+	r.mode = "casetools"
+	w := r.wrap()
+	first := call(t, w.Session, "charge", `{"amount":3,"order":"T-1"}`)
+	again := call(t, w.Session, "charge", `{"amount":3,"order":"T-1"}`)
+	if first.IsError || first.replayed() || again.IsError || !again.replayed() {
+		t.Fatalf("charge: %q then %q (replayed %v); want it run once, then replayed", first.text(), again.text(), again.replayed())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the server charged %d times, want 1", n)
+	}
+}
+
 // tsReadsReadOnly says how the TypeScript SDK's client reads the readOnlyHint of the first
 // tool of a tools/list result. It skips when Node or the SDK is not installed.
 func tsReadsReadOnly(t *testing.T, list string) string {

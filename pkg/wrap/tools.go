@@ -36,9 +36,10 @@ type toolInfo struct {
 	params []mcpheader.Param
 }
 
+// toolPage is what wrap reads of one tools/list result (parseTools).
 type toolPage struct {
-	Tools      []json.RawMessage `json:"tools"`
-	NextCursor string            `json:"nextCursor"`
+	Tools      []json.RawMessage
+	NextCursor string
 }
 
 // listedTool is what wrap reads of one tool of a listing. Each is read on its own: a tool
@@ -75,11 +76,28 @@ func readOnlyHint(annotations json.RawMessage) bool {
 	return string(jsonrpc.MemberValue(annotations, "readOnlyHint")) == "true"
 }
 
-// parseTools reads what wrap needs from one tools/list result page.
+// parseTools reads what wrap needs from one tools/list result page. Its members, "tools"
+// and "nextCursor", are read as MCP's SDKs read them, spelled so (the last of each, escapes
+// decoded): encoding/json also took "Tools" for "tools", and the last of them, so a result
+// giving a tool that may write in "tools" and then read-only in "Tools", whose tools are
+// "tools" to the TypeScript SDK, passed that tool through unfenced.
 func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 	var p toolPage
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, "", fmt.Errorf("tools/list result: %v", err)
+	if !json.Valid(raw) {
+		return nil, "", fmt.Errorf("tools/list result: not valid JSON")
+	}
+	if i := jsonrpc.SkipSpace(raw, 0); raw[i] != '{' && string(raw[i:]) != "null" {
+		return nil, "", fmt.Errorf("tools/list result: not an object: %.100s", raw)
+	}
+	if tools := jsonrpc.MemberValue(raw, "tools"); tools != nil {
+		if err := json.Unmarshal(tools, &p.Tools); err != nil {
+			return nil, "", fmt.Errorf("tools/list result: \"tools\": %v", err)
+		}
+	}
+	if next := jsonrpc.MemberValue(raw, "nextCursor"); next != nil {
+		if err := json.Unmarshal(next, &p.NextCursor); err != nil {
+			return nil, "", fmt.Errorf("tools/list result: \"nextCursor\": %v", err)
+		}
 	}
 	out := make(map[string]toolInfo, len(p.Tools))
 	for _, rawTool := range p.Tools {

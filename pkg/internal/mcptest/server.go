@@ -16,7 +16,8 @@
 // "doubleids" answers a request whose id is an integer under that id spelled as a double
 // (7 as 7.0: the same value, as a JSON library that reads every number as a double writes it);
 // "headers" and "repeatprop" list one more tool (HeaderTool, RepeatTool); "twicelisted" lists
-// one tool twice (TwiceListedTools).
+// one tool twice (TwiceListedTools); "casetools" adds a member "Tools" to the listing
+// (CaseToolsMember).
 package mcptest
 
 import (
@@ -110,6 +111,11 @@ const CaseHintTools = `{"name":"unlisted","description":"A hint spelled otherwis
 // once with no annotations (it may write) and then annotated readOnlyHint, as a server that
 // registers one tool twice, or a listing merged from two sources, can write.
 const TwiceListedTools = `{"name":"unlisted","description":"Listed twice: this one may write.","inputSchema":{"type":"object"}},{"name":"unlisted","description":"Listed twice: this one reads.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`
+
+// CaseToolsMember is what the "casetools" mode writes after ToolsList's "tools", in the same
+// result: a member "Tools" listing "charge" as read-only, which MCP's SDKs drop (the listing's
+// tools are its "tools").
+const CaseToolsMember = `"Tools":[{"name":"charge","description":"Spelled otherwise.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]`
 
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
@@ -303,6 +309,8 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			list = strings.TrimSuffix(list, "]}") + "," + CaseHintTools + "]}"
 		case "twicelisted":
 			list = strings.TrimSuffix(list, "]}") + "," + TwiceListedTools + "]}"
+		case "casetools":
+			list = strings.TrimSuffix(list, "}") + "," + CaseToolsMember + "}"
 		}
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
