@@ -839,15 +839,17 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		// A fenced call not forwarded yet is not detached: waiting for a slot it is not sent
 		// (run), and a duplicate waiting for another attempt stops waiting (fencedCall);
 		// neither is answered.
-		// The request is named as MCP's SDKs name it: by "requestId" spelled so, never
-		// "RequestId" (jsonrpc.Cancelled).
-		if requestID, reason := jsonrpc.Cancelled(m.Params); requestID != nil {
+		// The notification is read as MCP's SDKs read it: the request is named by "requestId"
+		// spelled so, never "RequestId" (jsonrpc.Cancelled), and a reason that is not a string
+		// makes a notification they refuse, which cancels nothing (the TypeScript SDK's server
+		// runs and answers the request; before 2026-12-07 wrap cancelled it, dropping the reason).
+		requestID, reason := jsonrpc.Cancelled(m.Params)
+		var why mcpstdio.CancelReason
+		if requestID != nil && (reason == nil || json.Unmarshal(reason, &why.Reason) == nil) {
 			p.cmu.Lock()
 			cancel := p.cancels[jsonrpc.IDKey(requestID)].cancel
 			p.cmu.Unlock()
 			if cancel != nil {
-				var why mcpstdio.CancelReason
-				_ = json.Unmarshal(reason, &why.Reason) // a reason that is not a string is dropped
 				cancel(&why)
 			}
 		}
