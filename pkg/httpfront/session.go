@@ -209,15 +209,23 @@ func (s *session) hold(line []byte) {
 
 // unhold drops the held request that the server's notifications/cancelled m names; s.mu is
 // held. It reports whether one was held.
+//
+// The notification is read as MCP's SDKs read it (jsonrpc.Cancelled): its request is named by
+// "requestId" spelled so, and one whose reason is not a string is refused, cancelling nothing.
+// Before 2026-12-07 encoding/json read {"requestId":5,"RequestId":7} as naming 7, and dropped
+// request 7, which the client's SDK would have been handed and answered, the server waiting for
+// it (TestHeldRequestIsCancelledAsTheSDKsReadIt).
 func (s *session) unhold(m *jsonrpc.Message) bool {
-	var c struct {
-		RequestID json.RawMessage `json:"requestId"`
+	if len(s.held) == 0 {
+		return false
 	}
-	if len(s.held) == 0 || json.Unmarshal(m.Params, &c) != nil || c.RequestID == nil {
+	requestID, rawReason := jsonrpc.Cancelled(m.Params)
+	var reason string
+	if requestID == nil || rawReason != nil && json.Unmarshal(rawReason, &reason) != nil {
 		return false
 	}
 	for i, line := range s.held {
-		if r, err := jsonrpc.Parse(line); err == nil && jsonrpc.IDKey(r.ID) == jsonrpc.IDKey(c.RequestID) {
+		if r, err := jsonrpc.Parse(line); err == nil && jsonrpc.IDKey(r.ID) == jsonrpc.IDKey(requestID) {
 			s.heldSize -= len(line)
 			s.held = append(s.held[:i:i], s.held[i+1:]...)
 			return true

@@ -294,3 +294,39 @@ func TestAnswerBeforeTheSessionClosedIsWritten(t *testing.T) {
 		}
 	}
 }
+
+// A request of the server's held while no stream was open is dropped by the server's
+// notifications/cancelled only when MCP's SDKs would read that notification as naming it: by
+// "requestId" spelled so (not "RequestId", which encoding/json took for it, keeping the last)
+// and with a reason that is a string, if any (a notification with another reason is refused,
+// cancelling nothing). The others stay held for the next stream, whose client answers them.
+func TestHeldRequestIsCancelledAsTheSDKsReadIt(t *testing.T) {
+	s := newSession("test", Caller{}, nil)
+	for _, id := range []int{5, 7, 9} {
+		if err := s.Write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"roots/list"}`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, params := range []string{
+		`{"requestId":5,"RequestId":7}`, // names 5
+		`{"RequestId":9}`,               // names nothing
+		`{"requestId":9,"reason":3}`,    // refused
+	} {
+		if err := s.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":` + params + `}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	var held []string
+	for _, line := range s.held {
+		m, err := jsonrpc.Parse(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, string(m.ID))
+	}
+	s.mu.Unlock()
+	if strings.Join(held, ",") != "7,9" {
+		t.Fatalf("held after the cancellations: %v; want 7 and 9 (5 cancelled)", held)
+	}
+}
