@@ -13,6 +13,7 @@ import (
 
 	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // Reconciling an unknown outcome in the conversation (docs/RELIABILITY.md, "Resolving an
@@ -196,15 +197,8 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 		p.logf("intent %s: asking the person through elicitation failed (%v); the call is refused as before", intent, err)
 		return ""
 	}
-	var r struct {
-		Action  string          `json:"action"`
-		Content json.RawMessage `json:"content"`
-	}
-	var c struct {
-		Outcome   string `json:"outcome"`
-		Reference string `json:"reference"`
-	}
-	if json.Unmarshal(res, &r) != nil || (r.Action == "accept" && json.Unmarshal(r.Content, &c) != nil) {
+	r, c, ok := elicitAnswer(res)
+	if !ok {
 		p.logf("intent %s: the elicitation answer is not one wrap understands: %.200s", intent, res)
 		return ""
 	}
@@ -251,6 +245,34 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 		p.logf("intent %s: recording the answer %s failed: %v; the call is refused as before", intent, how, err)
 		return ""
 	}
+}
+
+// elicitAnswer reads an elicitation's result as MCP's SDKs read it: its members ("action",
+// "content", and the content's "outcome" and "reference") spelled so, the last of each
+// (jsonrpc.MemberValue). Before 2026-12-07 it was read with encoding/json, which also takes a
+// member named so but for case, and keeps the last: {"action":"decline","Action":"accept",
+// "content":{"outcome":"did_not_happen"}}, a decline to the server's SDK, was recorded as the
+// person's "it did not happen", and the next call ran again (TestElicitationAnswerIsReadAsTheSDKsReadIt).
+// ok is false for an answer that is not an object, or whose members have the wrong types.
+func elicitAnswer(res []byte) (r struct{ Action string }, c struct{ Outcome, Reference string }, ok bool) {
+	if !json.Valid(res) {
+		return r, c, false
+	}
+	str := func(obj []byte, name string, into *string) bool {
+		v := jsonrpc.MemberValue(obj, name)
+		return v == nil || json.Unmarshal(v, into) == nil
+	}
+	if i := jsonrpc.SkipSpace(res, 0); res[i] != '{' || !str(res, "action", &r.Action) {
+		return r, c, false
+	}
+	if r.Action != "accept" {
+		return r, c, true
+	}
+	content := jsonrpc.MemberValue(res, "content")
+	if content == nil || content[0] != '{' || !str(content, "outcome", &c.Outcome) || !str(content, "reference", &c.Reference) {
+		return r, c, false
+	}
+	return r, c, true
 }
 
 // noAskAgain keeps this process from asking about intent again.

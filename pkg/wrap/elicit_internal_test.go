@@ -200,3 +200,53 @@ func priorFailure(t *testing.T, eng *fence.Engine, req fence.Request) fence.Prio
 	}
 	return pf
 }
+
+// answerSink is an agent whose person answers every question with result.
+type answerSink struct {
+	p      *Proxy
+	result string
+}
+
+func (s *answerSink) Write(line []byte) error {
+	m, err := jsonrpc.Parse(line)
+	if err != nil || m.Method != "elicitation/create" {
+		return nil
+	}
+	s.p.pmu.Lock()
+	ch := s.p.pending[jsonrpc.IDKey(m.ID)]
+	s.p.pmu.Unlock()
+	if ch != nil {
+		ch <- agentAnswer{m: &jsonrpc.Message{ID: m.ID, Result: []byte(s.result)}}
+	}
+	return nil
+}
+
+// The person's answer is read as MCP's SDKs read it: its members spelled so, the last of each.
+// A member named so but for case is not it (encoding/json took it, keeping the last: a
+// decline followed by "Action":"accept" was recorded as "it did not happen", and the next
+// call ran again), nor is an "outcome" spelled otherwise inside the content.
+func TestElicitationAnswerIsReadAsTheSDKsReadIt(t *testing.T) {
+	for _, c := range []struct {
+		answer string
+		want   fence.Resolution // "": not recorded, the intent stays fenced
+	}{
+		{`{"action":"decline","Action":"accept","content":{"outcome":"did_not_happen"}}`, ""},
+		{`{"action":"accept","content":{"outcome":"leave_fenced","Outcome":"did_not_happen"}}`, fence.LeaveFenced},
+		{`{"action":"accept","Content":{"outcome":"did_not_happen"}}`, ""},
+		{`{"action":"accept","content":{"outcome":"did_not_happen"}}`, fence.DidNotHappen},
+	} {
+		ctx := context.Background()
+		eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+		var log syncbuf.Buffer
+		p, _ := askingProxy(t, eng, &log)
+		p.Attach(&answerSink{p: p, result: c.answer})
+		req := fence.Request{Intent: "pay:4", Tool: "pay", Args: []byte(`{"amount":4}`)}
+		makeUnknown(t, eng, req, "the server died mid-call")
+		got := p.askOnce(ctx, "pay", req.Intent, priorFailure(t, eng, req))
+		rec, err := eng.Status(ctx, req.Intent)
+		if err != nil || got != c.want || rec.State.Fenced() != (c.want != fence.DidNotHappen) {
+			t.Errorf("answer %s: recorded %q, the intent %s (%v); want %q\n%s", c.answer, got, rec.State, err, c.want, log.String())
+		}
+		eng.Close()
+	}
+}
