@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -174,6 +175,13 @@ func wrapCommand(io streams) *cli.Command {
 				}
 				fmt.Fprintf(io.err, "effectfence wrap: ledger %s; serving %s to HTTP clients, %s\n", safetext.Escape(shownLedger(so, led)), what, per)
 				logScopeOf(io, scope, up, so.Ledger == "", argv)
+				if up != nil && scope.Name == "" && cmd.Bool("pass-auth") && slices.Contains(scope.Vars, "Authorization") {
+					// Each client's own Authorization replaces the configured one, and a client
+					// that sends none is sent none, so the header counted in the scope is never
+					// sent: such a client's calls share the scope (and the default ledger) of a
+					// gateway that sends that token, a caller it does not act as.
+					fmt.Fprintf(io.err, "effectfence wrap: warning: with --pass-auth the configured Authorization header is never sent (each client's own is, and a client that sends none is sent none), yet it is part of the scope above: a client without Authorization shares receipts with a wrap that sends that token to this upstream; drop the configured Authorization, or give --scope NAME (docs/gateway.md, --pass-auth)\n")
+				}
 				return runGateway(ctx, cmd, lc, up, opt, scope, led, io)
 			}
 			p, err := wrap.New(opt)
