@@ -120,7 +120,8 @@ type Config struct {
 	// URL is the MCP endpoint (http or https). Required.
 	URL string
 	// Header is sent on every request (e.g. a client's Authorization passed through). Its
-	// values are never logged. The transport's own headers override it.
+	// values are never logged. The transport's own headers override it; its Accept-Encoding,
+	// Idempotency-Key and X-Idempotency-Key are not sent.
 	Header http.Header
 	// Init is the params object of initialize, sent as given. Empty: mcpstdio.DefaultInit.
 	Init json.RawMessage
@@ -778,6 +779,11 @@ func (s *Session) headers(req *http.Request) {
 	}
 	req.Header.Del("Idempotency-Key")
 	req.Header.Del("X-Idempotency-Key")
+	// Go's transport asks for gzip and decodes the answer only when the request names no
+	// encoding: one configured (copied from a browser or curl --compressed) left a compressed
+	// answer unreadable, so a call that ran was unknown behind a proxy that compresses large
+	// answers (before 2026-12-07; TestAcceptEncodingOfTheConfigIsTheTransportsOwn).
+	req.Header.Del("Accept-Encoding")
 	s.mu.Lock()
 	sid, version := s.sid, s.version
 	s.mu.Unlock()
