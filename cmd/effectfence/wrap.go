@@ -313,7 +313,7 @@ func logScopeOf(io streams, scope store.Scope, up *upstreamConfig, defaultLedger
 		return
 	}
 	if len(scope.Vars) > 0 {
-		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL and the headers %s sent to it (values hashed; --scope NAME to set it)\n", scope.ID[:16], strings.Join(scope.Vars, ", "))
+		fmt.Fprintf(io.err, "effectfence wrap: scope %s: the upstream URL and the headers %s configured for it (values hashed; --scope NAME to set it)\n", scope.ID[:16], strings.Join(scope.Vars, ", "))
 		// Before the headers counted, this configuration's default ledger was the URL's own:
 		// a call it left unknown is fenced there, not here.
 		if dir, err := store.StateDir(); err == nil && defaultLedger {
