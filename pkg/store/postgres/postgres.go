@@ -310,6 +310,9 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 			// search_path parameter alone.
 			return fmt.Errorf("no schema is selected: set search_path in the URL (the session's search_path, %q, names no schema that exists; the store creates the first schema of the URL's search_path parameter, not one named in options or set for the role or the database)", sp)
 		}
+		if err := ledgerFurtherOn(ctx, conn, schema, sp); err != nil {
+			return err
+		}
 	}
 	s.schema, s.chanName = schema, channelOf(schema)
 	// A one-statement write (spec.go) runs at the session's default isolation, which must be
@@ -388,6 +391,30 @@ func (s *Store) warm(ctx context.Context) {
 	for c := range conns {
 		c.Release()
 	}
+}
+
+// ledgerFurtherOn refuses a session that resolves the ledger's schema from its search_path
+// (none named in the URL's search_path parameter or in Config.Schema) to schema, which holds
+// no ledger, while a schema after it on that path holds one. A schema made since the ledger
+// was (a DBA's CREATE SCHEMA for the role, "$user", or one named first in options or for the
+// role or the database) takes the unqualified names from then on: the store made an empty
+// ledger there, and every call recorded in the other ran again on its next duplicate.
+func ledgerFurtherOn(ctx context.Context, conn *pgxpool.Conn, schema, sp string) error {
+	var found string
+	err := conn.QueryRow(ctx, `SELECT n FROM unnest(current_schemas(false)) WITH ORDINALITY AS p(n, i)
+		WHERE to_regclass(format('%I.effectfence_version', n)) IS NOT NULL ORDER BY i LIMIT 1`).Scan(&found)
+	switch {
+	case err == pgx.ErrNoRows:
+		return nil
+	case err != nil:
+		return err
+	case found == schema:
+		return nil
+	}
+	return fmt.Errorf("the session's search_path (%s) reaches schema %q first, which holds no ledger, while %q after it holds one: "+
+		"opened, the store would start an empty ledger in %q and every call recorded in %q would run again. "+
+		"Name the ledger's schema in the URL (search_path=%s), or drop the empty schema %q; nothing was created",
+		sp, schema, found, schema, found, pgx.Identifier{found}.Sanitize(), schema)
 }
 
 // firstPathElement returns the first element of a search_path setting as written: a quoted
