@@ -30,20 +30,49 @@ func optionsPathURL(t *testing.T, path string) string {
 
 // TestSchemaMadeAheadOfTheLedgerOnThePathIsRefused: a store whose URL names no schema takes
 // the first schema of the session's search_path that exists. When a schema ahead of the
-// ledger's on that path is made later (a DBA's CREATE SCHEMA for the role, "$user"), a
-// restart resolved that empty schema and made a new ledger there: the call the first
-// process had claimed was admitted again. The open is refused, naming both schemas, and
-// creates nothing; the running process keeps its ledger, and a URL naming the schema opens.
+// ledger's on that path is made later (a DBA's CREATE SCHEMA for the role, which "$user"
+// reaches), a restart resolved that empty schema and made a new ledger there: the call the
+// first process had claimed was admitted again. The open is refused, naming both schemas,
+// and creates nothing; the running process keeps its ledger, and a URL naming the schema
+// opens. The path is set in options, and for a role ("$user" first) that logs in itself.
 func TestSchemaMadeAheadOfTheLedgerOnThePathIsRefused(t *testing.T) {
 	t.Parallel()
+	t.Run("options", func(t *testing.T) {
+		t.Parallel()
+		ahead, ledger := testSchema(t), testSchema(t)
+		if _, err := admin(t, "").Exec(context.Background(), "CREATE SCHEMA "+pgx.Identifier{ledger}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		checkSchemaMadeAhead(t, optionsPathURL(t, ahead+","+ledger), ahead, ledger, "")
+	})
+	t.Run("role", func(t *testing.T) {
+		t.Parallel()
+		role := newRole(t, "effectfence_test_user", "LOGIN")
+		ledger := testSchema(t)
+		r, l := pgx.Identifier{role}.Sanitize(), pgx.Identifier{ledger}.Sanitize()
+		if _, err := admin(t, "").Exec(context.Background(), "CREATE SCHEMA "+l+" AUTHORIZATION "+r+
+			"; ALTER ROLE "+r+` SET search_path = "$user", `+l); err != nil {
+			t.Fatal(err)
+		}
+		u, err := url.Parse(testURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(role)
+		q := u.Query()
+		q.Set("pool_min_conns", "1")
+		u.RawQuery = q.Encode()
+		checkSchemaMadeAhead(t, u.String(), role, ledger, "CREATE SCHEMA AUTHORIZATION "+r)
+	})
+}
+
+// checkSchemaMadeAhead opens raw, which resolves ledger, claims a call, makes the schema
+// ahead (by makeAhead, else CREATE SCHEMA ahead), and checks that opening raw again is
+// refused.
+func checkSchemaMadeAhead(t *testing.T, raw, ahead, ledger, makeAhead string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ahead, ledger := testSchema(t), testSchema(t)
 	conn := admin(t, "")
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{ledger}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	raw := optionsPathURL(t, ahead+","+ledger)
 	a, err := Open(ctx, Config{URL: raw, MaxConns: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +86,10 @@ func TestSchemaMadeAheadOfTheLedgerOnThePathIsRefused(t *testing.T) {
 	if adm, err := ea.Prepare(ctx, req); err != nil || !adm.Fresh() {
 		t.Fatalf("first claim: %v", err)
 	}
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{ahead}.Sanitize()); err != nil {
+	if makeAhead == "" {
+		makeAhead = "CREATE SCHEMA " + pgx.Identifier{ahead}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, makeAhead); err != nil {
 		t.Fatal(err)
 	}
 	for _, existing := range []bool{false, true} {
@@ -83,10 +115,19 @@ func TestSchemaMadeAheadOfTheLedgerOnThePathIsRefused(t *testing.T) {
 	if _, err := ea.Prepare(ctx, req); !errors.Is(err, fence.ErrInFlight) {
 		t.Errorf("the running process's duplicate: %v, want %v", err, fence.ErrInFlight)
 	}
-	named, err := openPath(t, ledger)
+	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
+	q := u.Query()
+	q.Del("options")
+	q.Set("search_path", ledger)
+	u.RawQuery = q.Encode()
+	named, err := Open(ctx, Config{URL: u.String(), MaxConns: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
 	if _, err := fence.New(named, fence.Config{}).Prepare(ctx, req); !errors.Is(err, fence.ErrInFlight) {
 		t.Errorf("through a URL naming %q: %v, want %v", ledger, err, fence.ErrInFlight)
 	}
