@@ -43,12 +43,7 @@ func logPages(t *testing.T, path string) (map[uint32]int, int) {
 func TestLedgerCutInsideAPageItsLogDoesNotHoldIsRefused(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	seedLedger(t, path, 300)
-	h, hash := committedHolder(t, path, "charge:cut")
-	if err := h.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = h.cmd.Wait()
+	hash := killedCommittedHolder(t, path, 300, "charge:cut")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -46,12 +46,7 @@ func TestLogLostAfterItsHolderWasKilledIsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := filepath.Join(t.TempDir(), "ledger.db")
-			seedLedger(t, path, 20)
-			h, hash := committedHolder(t, path, "charge:lost")
-			if err := h.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			_ = h.cmd.Wait()
+			hash := killedCommittedHolder(t, path, 20, "charge:lost")
 			log, err := os.ReadFile(path + "-wal")
 			if err != nil || len(log) <= 32 {
 				t.Fatalf("the killed holder left no log (%d bytes, %v)", len(log), err)
@@ -89,12 +84,7 @@ func TestLogLostAfterItsHolderWasKilledIsRefused(t *testing.T) {
 func TestLogLostForGoodOpensOnceItsIndexIsRemoved(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	seedLedger(t, path, 5)
-	h, hash := committedHolder(t, path, "charge:kept")
-	if err := h.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = h.cmd.Wait()
+	hash := killedCommittedHolder(t, path, 5, "charge:kept")
 	// Both left whole: the next open applies the log.
 	b, err := os.ReadFile(path + "-shm")
 	if err != nil || len(b) < 136 || binary.NativeEndian.Uint32(b[16:]) == 0 {
@@ -121,4 +111,18 @@ func TestLogLostForGoodOpensOnceItsIndexIsRemoved(t *testing.T) {
 	if err != nil || !adm.Fresh() {
 		t.Fatalf("the index removed as the refusal says: fresh %v, %v; want the file opened without the lost decisions", err == nil && adm.Fresh(), err)
 	}
+}
+
+// killedCommittedHolder seeds the ledger at path with n calls, has a holder process commit
+// intent there and kills it with -9 (its log and index left beside the file), and returns
+// the commit's cert hash.
+func killedCommittedHolder(t *testing.T, path string, n int, intent string) string {
+	t.Helper()
+	seedLedger(t, path, n)
+	h, hash := committedHolder(t, path, intent)
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	return hash
 }
