@@ -33,6 +33,22 @@ func walSum(order binary.ByteOrder, s [2]uint32, b []byte) [2]uint32 {
 	return s
 }
 
+// walHeaderOf reads the header h of a log (walHeaderSize bytes): the byte order of its
+// checksums, its page size, its own checksum (from which the frames' run on), and whether
+// SQLite would read it (a known magic number, the checksum right, a page size it allows).
+func walHeaderOf(h []byte) (order binary.ByteOrder, pageSize int, sum [2]uint32, ok bool) {
+	switch binary.BigEndian.Uint32(h[0:4]) {
+	case 0x377f0682:
+		order = binary.LittleEndian
+	case 0x377f0683:
+		order = binary.BigEndian
+	}
+	pageSize = int(binary.BigEndian.Uint32(h[8:12]))
+	sum = [2]uint32{binary.BigEndian.Uint32(h[24:28]), binary.BigEndian.Uint32(h[28:32])}
+	ok = order != nil && walSum(order, [2]uint32{}, h[:24]) == sum && pageSize >= 512 && pageSize <= 65536 && pageSize&(pageSize-1) == 0
+	return order, pageSize, sum, ok
+}
+
 // walDamageIn returns what is wrong with the log of size bytes that r reads, or "" for a sound
 // log, one that ends in a torn write, or one that holds no frames. It reads one frame at a
 // time: a log can be far larger than the ledger (a reader holding a snapshot keeps SQLite from
@@ -45,17 +61,8 @@ func walDamageIn(r io.ReaderAt, size int64) (string, error) {
 	if _, err := r.ReadAt(h, 0); err != nil {
 		return "", err
 	}
-	var order binary.ByteOrder
-	switch binary.BigEndian.Uint32(h[0:4]) {
-	case 0x377f0682:
-		order = binary.LittleEndian
-	case 0x377f0683:
-		order = binary.BigEndian
-	}
-	pageSize := int(binary.BigEndian.Uint32(h[8:12]))
+	order, pageSize, stored, headerOK := walHeaderOf(h)
 	salt := h[16:24]
-	stored := [2]uint32{binary.BigEndian.Uint32(h[24:28]), binary.BigEndian.Uint32(h[28:32])}
-	headerOK := order != nil && walSum(order, [2]uint32{}, h[:24]) == stored && pageSize >= 512 && pageSize <= 65536 && pageSize&(pageSize-1) == 0
 	var buf []byte
 	// frame reads the frame at off of a log of pages of pageSize into buf, or returns nil
 	// when the log ends before it does.
@@ -259,16 +266,8 @@ func walCommitted(r io.ReaderAt, size int64, pages map[uint32]bool) (frames uint
 		return 0, salt, false, 0, err
 	}
 	copy(salt[:], h[16:24])
-	var order binary.ByteOrder
-	switch binary.BigEndian.Uint32(h[0:4]) {
-	case 0x377f0682:
-		order = binary.LittleEndian
-	case 0x377f0683:
-		order = binary.BigEndian
-	}
-	pageSize := int(binary.BigEndian.Uint32(h[8:12]))
-	s := [2]uint32{binary.BigEndian.Uint32(h[24:28]), binary.BigEndian.Uint32(h[28:32])}
-	if order == nil || walSum(order, [2]uint32{}, h[:24]) != s || pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
+	order, pageSize, s, ok := walHeaderOf(h)
+	if !ok {
 		return 0, salt, false, 0, nil
 	}
 	f := make([]byte, walFrameHeaderSize+pageSize)
