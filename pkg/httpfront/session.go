@@ -219,9 +219,8 @@ func (s *session) unhold(m *jsonrpc.Message) bool {
 	if len(s.held) == 0 {
 		return false
 	}
-	requestID, rawReason := jsonrpc.Cancelled(m.Params)
-	var reason string
-	if requestID == nil || rawReason != nil && json.Unmarshal(rawReason, &reason) != nil {
+	requestID, _, ok := jsonrpc.Cancelled(m.Params)
+	if !ok {
 		return false
 	}
 	for i, line := range s.held {

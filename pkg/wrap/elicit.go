@@ -197,24 +197,24 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 		p.logf("intent %s: asking the person through elicitation failed (%v); the call is refused as before", intent, err)
 		return ""
 	}
-	r, c, ok := elicitAnswer(res)
+	action, outcome, reference, ok := elicitAnswer(res)
 	if !ok {
 		p.logf("intent %s: the elicitation answer is not one wrap understands: %.200s", intent, res)
 		return ""
 	}
-	if r.Action != "accept" {
-		p.logf("intent %s: the person did not answer the elicitation (%s); the call is refused as before", intent, r.Action)
-		if r.Action == "decline" {
+	if action != "accept" {
+		p.logf("intent %s: the person did not answer the elicitation (%s); the call is refused as before", intent, action)
+		if action == "decline" {
 			p.noAskAgain(intent)
 		}
 		return ""
 	}
-	how, err := fence.ParseResolution(c.Outcome)
+	how, err := fence.ParseResolution(outcome)
 	if err != nil {
 		p.logf("intent %s: elicitation answer: %v", intent, err)
 		return ""
 	}
-	ref := strings.TrimSpace(c.Reference)
+	ref := strings.TrimSpace(reference)
 	if len(ref) > maxReference || !utf8.ValidString(ref) {
 		p.logf("intent %s: the reference given is not valid UTF-8 or longer than %d bytes; the answer is not recorded", intent, maxReference)
 		return ""
@@ -254,25 +254,25 @@ func (p *Proxy) ask(ctx context.Context, tool, intent string, pf fence.PriorFail
 // "content":{"outcome":"did_not_happen"}}, a decline to the server's SDK, was recorded as the
 // person's "it did not happen", and the next call ran again (TestElicitationAnswerIsReadAsTheSDKsReadIt).
 // ok is false for an answer that is not an object, or whose members have the wrong types.
-func elicitAnswer(res []byte) (r struct{ Action string }, c struct{ Outcome, Reference string }, ok bool) {
+func elicitAnswer(res []byte) (action, outcome, reference string, ok bool) {
 	if !json.Valid(res) {
-		return r, c, false
+		return "", "", "", false
 	}
 	str := func(obj []byte, name string, into *string) bool {
 		v := jsonrpc.MemberValue(obj, name)
 		return v == nil || json.Unmarshal(v, into) == nil
 	}
-	if i := jsonrpc.SkipSpace(res, 0); res[i] != '{' || !str(res, "action", &r.Action) {
-		return r, c, false
+	if i := jsonrpc.SkipSpace(res, 0); res[i] != '{' || !str(res, "action", &action) {
+		return "", "", "", false
 	}
-	if r.Action != "accept" {
-		return r, c, true
+	if action != "accept" {
+		return action, "", "", true
 	}
 	content := jsonrpc.MemberValue(res, "content")
-	if content == nil || content[0] != '{' || !str(content, "outcome", &c.Outcome) || !str(content, "reference", &c.Reference) {
-		return r, c, false
+	if content == nil || content[0] != '{' || !str(content, "outcome", &outcome) || !str(content, "reference", &reference) {
+		return "", "", "", false
 	}
-	return r, c, true
+	return action, outcome, reference, true
 }
 
 // noAskAgain keeps this process from asking about intent again.

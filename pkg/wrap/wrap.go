@@ -843,9 +843,8 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 		// spelled so, never "RequestId" (jsonrpc.Cancelled), and a reason that is not a string
 		// makes a notification they refuse, which cancels nothing (the TypeScript SDK's server
 		// runs and answers the request; before 2026-12-07 wrap cancelled it, dropping the reason).
-		requestID, reason := jsonrpc.Cancelled(m.Params)
-		var why mcpstdio.CancelReason
-		if requestID != nil && (reason == nil || json.Unmarshal(reason, &why.Reason) == nil) {
+		if requestID, reason, ok := jsonrpc.Cancelled(m.Params); ok {
+			why := mcpstdio.CancelReason{Reason: reason}
 			p.cmu.Lock()
 			cancel := p.cancels[jsonrpc.IDKey(requestID)].cancel
 			p.cmu.Unlock()

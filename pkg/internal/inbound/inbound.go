@@ -59,9 +59,8 @@ func (t *Table) Begin(id json.RawMessage, cancel context.CancelCauseFunc) (end f
 func (t *Table) Cancel(params json.RawMessage, cause func(reason string) error) bool {
 	// Named as MCP's SDKs name it: by "requestId" spelled so (jsonrpc.Cancelled). A reason
 	// that is not a string makes the notification one they refuse: it cancels nothing.
-	requestID, rawReason := jsonrpc.Cancelled(params)
-	var reason string
-	if requestID == nil || rawReason != nil && json.Unmarshal(rawReason, &reason) != nil {
+	requestID, reason, ok := jsonrpc.Cancelled(params)
+	if !ok {
 		return false
 	}
 	t.mu.Lock()

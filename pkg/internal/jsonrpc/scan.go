@@ -135,14 +135,23 @@ func Member(b []byte, name string) (start, end, count, closing int) {
 }
 
 // Cancelled reads the params of a notifications/cancelled as MCP's SDKs read them (the
-// TypeScript and Python SDKs): the members "requestId" and "reason", each spelled so once its
-// escapes are decoded (the last of each, which JSON parsers keep). A member named so but for
-// case ("RequestId") is neither: Go's encoding/json took it for "requestId" and, given after
-// it, kept it, so a cancellation the server reads as naming one request cancelled another.
-// Each is nil when absent, or when params is not a valid JSON object.
-func Cancelled(params []byte) (requestID, reason json.RawMessage) {
+// TypeScript and Python SDKs): the request it names is its member "requestId", spelled so once
+// its escapes are decoded (the last one, which JSON parsers keep), and its reason the member
+// "reason". A member named so but for case ("RequestId") is neither: Go's encoding/json took
+// it for "requestId" and, given after it, kept it, so a cancellation the server reads as
+// naming one request cancelled another. ok is false for a notification the SDKs refuse, which
+// cancels nothing: params not a valid JSON object, no "requestId", or a "reason" that is not a
+// string (null is taken for none, as the Python SDK takes it).
+func Cancelled(params []byte) (requestID json.RawMessage, reason string, ok bool) {
 	if !json.Valid(params) {
-		return nil, nil
+		return nil, "", false
 	}
-	return MemberValue(params, "requestId"), MemberValue(params, "reason")
+	requestID = MemberValue(params, "requestId")
+	if requestID == nil {
+		return nil, "", false
+	}
+	if raw := MemberValue(params, "reason"); raw != nil && json.Unmarshal(raw, &reason) != nil {
+		return nil, "", false
+	}
+	return requestID, reason, true
 }
