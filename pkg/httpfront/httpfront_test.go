@@ -45,6 +45,12 @@ type gw struct {
 	proxies []*wrap.Proxy // every session's, in the order they were made
 }
 
+// gwClient sends the helpers' requests on a transport of the tests' own: a parallel test's
+// httptest.Server.Close closes http.DefaultTransport's idle connections, and a request that
+// had just taken one failed ("CloseIdleConnections called": TestDeleteRecordsUnknown, CI
+// 2026-12-07).
+var gwClient = &http.Client{Transport: &http.Transport{}}
+
 // inFlight is the number of requests the sessions' proxies are serving.
 func (g *gw) inFlight() int {
 	g.mu.Lock()
@@ -142,7 +148,7 @@ func (g *gw) post(ctx context.Context, sid string, h hdr, body string) (reply, e
 	for k, v := range h {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := gwClient.Do(req)
 	if err != nil {
 		return reply{}, err
 	}
@@ -193,7 +199,7 @@ func (g *gw) deleteSessionAs(t *testing.T, sid string, h hdr) {
 	for k, v := range h {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := gwClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +347,7 @@ func TestOriginAndHost(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(initBody))
 	req.Host = "rebound.example:80" // a DNS name that points at 127.0.0.1
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := gwClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +419,7 @@ func TestStreamsCarryProgressAndServerRequests(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(call(41, "ask", `{}`)))
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := gwClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
