@@ -696,10 +696,15 @@ func (u *unreadableList) exit() error {
 	return exitCoder{exitError, fmt.Errorf("ledger %s: %s could not be read and are left out (named above); the rest is shown", u.loc, strings.Join(what, " and "))}
 }
 
-func unreadableJSON(u *unreadableList) []map[string]string {
-	out := make([]map[string]string, len(u.recs))
-	for i, r := range u.recs {
-		out[i] = map[string]string{"intent": r.Intent, "error": r.Error()}
+// unreadableJSON lists what a view left out under "unreadable": each record by its intent,
+// each audit event by its intent and its row's id ("event").
+func unreadableJSON(u *unreadableList) []map[string]any {
+	out := make([]map[string]any, 0, len(u.recs)+len(u.evs))
+	for _, r := range u.recs {
+		out = append(out, map[string]any{"intent": r.Intent, "error": r.Error()})
+	}
+	for _, e := range u.evs {
+		out = append(out, map[string]any{"intent": e.Intent, "event": e.ID, "error": e.Error()})
 	}
 	return out
 }
@@ -719,19 +724,27 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	if err != nil {
 		return err
 	}
-	if err := c.showDetail(ctx, l, d, bad != nil); err != nil {
+	if err := c.showDetail(ctx, l, d, bad); err != nil {
 		return err
 	}
 	return bad.exit()
 }
 
-// showDetail writes what ledger show shows of d; unreadable says some of its audit events
-// could not be read (named on stderr already).
-func (c ledgerCall) showDetail(ctx context.Context, l *store.Ledger, d ledger.Detail, unreadable bool) error {
-	if d.Record.State == fence.StateNone && len(d.Events) == 0 && !unreadable {
+// showDetail writes what ledger show shows of d; bad is what of its audit trail could not be
+// read (named on stderr already), or nil.
+func (c ledgerCall) showDetail(ctx context.Context, l *store.Ledger, d ledger.Detail, bad *unreadableList) error {
+	if d.Record.State == fence.StateNone && len(d.Events) == 0 && bad == nil {
 		return fmt.Errorf("ledger %s holds no intent %q and no audit event about it%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls"))
 	}
 	if c.json {
+		if bad != nil {
+			// As ls --json and stats --json list what they left out: before, show --json
+			// named its unreadable events on stderr only (TestUnreadableEventDoesNotHideTheRest).
+			return c.writeJSON(struct {
+				ledger.Detail
+				Unreadable []map[string]any `json:"unreadable"`
+			}{d, unreadableJSON(bad)})
+		}
 		return c.writeJSON(d)
 	}
 	r := d.Record

@@ -232,9 +232,29 @@ func TestUnreadableEventDoesNotHideTheRest(t *testing.T) {
 			}
 			r = runBinary(t, env, "", "ledger", "show", "refund:9", "--ledger", loc, "--json")
 			named(t, "show --json", r)
-			var d ledger.Detail
+			var d struct {
+				ledger.Detail
+				Unreadable []struct {
+					Intent string `json:"intent"`
+					Event  int64  `json:"event"`
+					Error  string `json:"error"`
+				} `json:"unreadable"`
+			}
 			if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || len(d.Events) != 1 || d.Events[0].Kind != fence.EventClear {
 				t.Errorf("show --json (%v):\n%s", err, r.stdout)
+			}
+			// The document names what it left out, as ls --json and stats --json do.
+			if len(d.Unreadable) != 1 || d.Unreadable[0].Intent != "refund:9" || d.Unreadable[0].Event <= 0 || !strings.Contains(d.Unreadable[0].Error, "DELETE FROM ") {
+				t.Errorf("show --json does not list the unreadable event under \"unreadable\":\n%s", r.stdout)
+			}
+			if kind == "sqlite" {
+				// ledger check names the event and the command that removes it, and does not
+				// advise moving the ledger aside.
+				r := runBinary(t, env, "", "ledger", "check", "--ledger", loc)
+				if r.code == 0 || !strings.Contains(r.stdout+r.stderr, fmt.Sprintf("audit event %d of intent \"refund:9\" is unreadable", d.Unreadable[0].Event)) ||
+					!strings.Contains(r.stdout+r.stderr, fmt.Sprintf("DELETE FROM events WHERE id = %d", d.Unreadable[0].Event)) || strings.Contains(r.stdout+r.stderr, "move it aside") {
+					t.Errorf("ledger check of a ledger with an unreadable event: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
 			}
 
 			r = runBinary(t, env, "", "ledger", "export", "--ledger", loc)

@@ -41,9 +41,12 @@ type CheckReport struct {
 	Advice        []string       `json:"advice,omitempty"`
 
 	// unreadable is the first record found that does not decode or names another intent, and
-	// onlyUnreadable says that every problem is such a record: the file itself is sound.
-	unreadable     string
-	onlyUnreadable bool
+	// unreadableEvent the row id of the first audit event that does not decode (checkEvents).
+	// unreadableLines counts the problems that name such a record or event: when it counts
+	// every problem, the file itself is sound.
+	unreadable      string
+	unreadableEvent int64
+	unreadableLines int
 }
 
 const (
@@ -293,10 +296,16 @@ func (r *CheckReport) read(ctx context.Context, db *sql.DB, path string) {
 			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
 		}
 		r.Advice = append(r.Advice, fmt.Sprintf(adviceNewer, path, r.SchemaVersion))
-	case r.onlyUnreadable:
+	case r.unreadableLines > 0 && r.unreadableLines == len(r.Problems):
 		// Each such record fences its own intent and hides nothing else; moving the ledger
 		// aside would drop every other receipt, and their duplicates would run again.
-		r.Advice = append(r.Advice, fmt.Sprintf("keep a copy before anything else (cp %[1]s %[1]s.copy); each unreadable record fences its intent (no call of it runs) and hides nothing else: check in the real system whether its effect happened, then remove the record, e.g. %[2]s; the next attempt of that intent runs", path, removeCommand(path, r.unreadable)))
+		r.Advice = append(r.Advice, fmt.Sprintf("keep a copy before anything else (cp %[1]s %[1]s.copy)", path))
+		if r.unreadable != "" {
+			r.Advice = append(r.Advice, fmt.Sprintf("each unreadable record fences its intent (no call of it runs) and hides nothing else: check in the real system whether its effect happened, then remove the record, e.g. %s; the next attempt of that intent runs", removeCommand(path, r.unreadable)))
+		}
+		if r.unreadableEvent != 0 {
+			r.Advice = append(r.Advice, fmt.Sprintf("each unreadable audit event hides nothing else (ledger show and export leave it out and name it), but the engine's own reads of its intent's audit trail fail on it until it is removed, e.g. %s", removeEventCommand(path, r.unreadableEvent)))
+		}
 	case len(r.Problems) > 0:
 		if r.Kind == "effectfence ledger" {
 			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
@@ -389,6 +398,54 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 		r.Problems = append(r.Problems, "cannot count events: "+err.Error())
 	}
 	r.checkRecords(ctx, db, v)
+	r.checkEvents(ctx, db)
+}
+
+// checkEvents names each audit event the store cannot decode (a token below zero: the file
+// edited by hand). Such an event hides nothing else, as an unreadable record does not: `show`
+// and `export` leave it out and name it; but the engine's own reads of its intent's audit
+// trail fail on it until it is removed. Before, check counted events and named none of these
+// (TestCheckNamesUnreadableEvents).
+func (r *CheckReport) checkEvents(ctx context.Context, db *sql.DB) {
+	has, err := hasEventTokens(ctx, db)
+	if err != nil {
+		r.Problems = append(r.Problems, "cannot read events: "+err.Error())
+		return
+	}
+	if !has {
+		return
+	}
+	rows, err := db.QueryContext(ctx, "SELECT id, intent, token FROM events WHERE token < 0 ORDER BY id")
+	if err != nil {
+		r.Problems = append(r.Problems, "cannot read events: "+err.Error())
+		return
+	}
+	defer rows.Close()
+	const shown = 20
+	n := 0
+	for rows.Next() {
+		var id, token int64
+		var intent string
+		if err := rows.Scan(&id, &intent, &token); err != nil {
+			r.Problems = append(r.Problems, "cannot read events: "+err.Error())
+			return
+		}
+		if n == 0 {
+			r.unreadableEvent = id
+		}
+		if n++; n <= shown {
+			r.Problems = append(r.Problems, fmt.Sprintf("audit event %d of intent %q is unreadable (token %d, below zero)", id, intent, token))
+			r.unreadableLines++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		r.Problems = append(r.Problems, "cannot read events: "+err.Error())
+		return
+	}
+	if n > shown {
+		r.Problems = append(r.Problems, fmt.Sprintf("… %d more unreadable audit event(s)", n-shown))
+		r.unreadableLines++
+	}
 }
 
 // checkRecords decodes every record body as the store does when it reads one: a body that
@@ -412,8 +469,7 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB, v int) {
 	}
 	defer rows.Close()
 	const shown = 20
-	bad, other, before := 0, 0, len(r.Problems)
-	defer func() { r.onlyUnreadable = before == 0 && bad > 0 && other == 0 }()
+	bad, other := 0, 0
 	for rows.Next() {
 		var intent, state string
 		var expires sql.NullInt64
@@ -468,6 +524,9 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB, v int) {
 		}
 		if bad++; bad <= shown {
 			r.Problems = append(r.Problems, fmt.Sprintf("the record of intent %q %s", intent, what))
+			if unreadable {
+				r.unreadableLines++
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -475,6 +534,9 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB, v int) {
 	}
 	if bad > shown {
 		r.Problems = append(r.Problems, fmt.Sprintf("… %d more damaged record(s)", bad-shown))
+		if other == 0 {
+			r.unreadableLines++
+		}
 	}
 }
 

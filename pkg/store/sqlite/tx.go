@@ -203,6 +203,11 @@ func removeCommand(path, intent string) string {
 	return "sqlite3 " + shellArg(path) + " " + shellArg("DELETE FROM records WHERE intent = '"+strings.ReplaceAll(intent, "'", "''")+"'")
 }
 
+// removeEventCommand is the sqlite3 command that removes audit event id from the ledger at path.
+func removeEventCommand(path string, id int64) string {
+	return "sqlite3 " + shellArg(path) + " " + shellArg(fmt.Sprintf("DELETE FROM events WHERE id = %d", id))
+}
+
 // shellArg quotes s as one word for a POSIX shell: in double quotes when nothing in it is
 // special there (the common case, easier to read), else in single quotes.
 func shellArg(s string) string {
