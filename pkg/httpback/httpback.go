@@ -18,7 +18,8 @@
 //     re-initializes on the next Session). A 400 also retires the session, but its error is
 //     "may have run"; so does the server's refusal (400, 404) to give the session a new GET
 //     stream after it gave it one, which is how a restarted server is usually noticed before
-//     a call meets it. A retired session refuses new requests; calls already under way on it
+//     a call meets it, and its 404 to the resumption of a call's cut stream (that call may
+//     have run). A retired session refuses new requests; calls already under way on it
 //     go on to their answers.
 //   - *jsonrpc.Error (errors.As): the server answered HTTP 200 with a JSON-RPC error.
 //   - a context error: the caller stopped waiting; notifications/cancelled was sent; the
@@ -946,6 +947,15 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 			resp, gerr = s.resume(ctx, lastID)
 		}
 		if gerr != nil {
+			var se *StatusError
+			if errors.As(gerr, &se) && se.Status == http.StatusNotFound && s.ID() != "" {
+				// 404 to the session's id: the server no longer knows the session (it
+				// restarted). The call may have run; the session is retired now, so the next
+				// call opens a new one instead of being sent on this one (before, it stayed
+				// live until its GET stream noticed, if it had one:
+				// TestCallResumptionRefused404RetiresTheSession).
+				s.retire(ErrSessionLost)
+			}
 			return nil, fmt.Errorf("the event stream was cut before the response (%v) and resuming it failed: %w", err, gerr)
 		}
 		body.Close()

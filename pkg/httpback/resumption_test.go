@@ -3,12 +3,14 @@ package httpback
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // Found in review (2026-12-06). A call's stream cut before its response is resumed with GET
@@ -95,5 +97,29 @@ func TestReplayedServerRequestIsNotAnsweredTwice(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a second OnRequest, if any, has started
 	if n := asked.Load(); n != 1 {
 		t.Fatalf("the server's request r1 was handed to OnRequest %d times, want 1", n)
+	}
+}
+
+// A call's stream cut before its response, whose resumption the server refuses with 404 to
+// the session's id: by the transport's rules the server no longer knows the session (it
+// restarted). The call may have run, and says so; but the session is retired at once, so the
+// next call opens a new session instead of being sent on the lost one. Before, the session
+// stayed the live one until its GET stream noticed (and never, against a server that offers
+// none): the next call was sent on it and, against a server that answers 400 to an unknown
+// session (the TypeScript SDK's examples), left "may have run" though the server refused it
+// unread.
+func TestCallResumptionRefused404RetiresTheSession(t *testing.T) {
+	f, srv := newFake(t)
+	f.resumedAfterE1(func(_ int32, w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`, http.StatusNotFound)
+	})
+	u := upstream(t, srv.URL, Config{})
+	s := session(t, u)
+	_, err := callWithin(t, s, "the call waited on after its resumption was refused 404")
+	if err == nil || errors.Is(err, mcpstdio.ErrNotSent) {
+		t.Fatalf("the cut call: %v; want an error that says it may have run", err)
+	}
+	if !errors.Is(s.Err(), ErrSessionLost) || u.Current() == s {
+		t.Fatalf("after the server refused the resumption 404, the session is still the live one (err %v)", s.Err())
 	}
 }
