@@ -153,6 +153,7 @@ func (s *session) unregister(st *stream) {
 		delete(s.tokens, st.token)
 	}
 	s.unroute(st)
+	s.redeliver(st)
 	s.busy--
 	s.last = time.Now()
 }
@@ -290,6 +291,7 @@ func (s *session) closeGet(st *stream) {
 	if s.getSt == st {
 		s.getSt = nil
 	}
+	s.redeliver(st) // a stream taken over (openGet) has handed its queue on already
 	s.last = time.Now()
 }
 
@@ -325,17 +327,25 @@ func (s *session) Write(line []byte) error {
 			}
 		}
 	}
+	s.deliver(m, line)
+	return nil
+}
+
+// deliver routes a message that is neither a response nor a progress notification of an open
+// request: to the newest open SSE request stream, else the GET stream, else, a request of the
+// server's, held for the next stream (see Write); s.mu is held.
+func (s *session) deliver(m *jsonrpc.Message, line []byte) {
 	if st := s.newest; st != nil {
 		if !st.push(line) {
 			s.unroute(st)
 		}
-		return nil
+		return
 	}
 	if st := s.getSt; st != nil {
 		if !st.push(line) {
 			s.getSt = nil // a new GET stream may be opened
 		}
-		return nil
+		return
 	}
 	switch {
 	case m.IsRequest():
@@ -343,7 +353,21 @@ func (s *session) Write(line []byte) error {
 	case m.Method == "notifications/cancelled":
 		s.unhold(m) // the server gave up on a request not yet handed out: it never will be
 	}
-	return nil
+}
+
+// redeliver hands on the server's requests that were routed to st and never written to its
+// client: st's HTTP response ended first (the client hung up, or the session's GET stream was
+// closed), and st takes nothing more (it is unrouted, or no longer the GET stream). They go
+// where the server's next request would go (deliver). Before 2026-12-07 they were dropped with
+// st, and the server waited for an answer that could not come, holding the call that asked
+// (TestServerRequestOfAStreamThatEndedIsHandedOn). What else was queued there (notifications)
+// is dropped, as before; s.mu is held.
+func (s *session) redeliver(st *stream) {
+	for _, line := range st.take() {
+		if m, err := jsonrpc.Parse(line); err == nil && m.IsRequest() {
+			s.deliver(m, line)
+		}
+	}
 }
 
 // NoResponse ends the wait of a request that gets no response (the agent cancelled it).

@@ -330,3 +330,75 @@ func TestHeldRequestIsCancelledAsTheSDKsReadIt(t *testing.T) {
 		t.Fatalf("held after the cancellations: %v; want 7 and 9 (5 cancelled)", held)
 	}
 }
+
+// A request of the server's routed to a stream whose HTTP response then ends before writing it
+// (its client hung up: the gateway notices only after the request was queued there) is handed
+// on, as the server's next request would be: to another open stream, else held for the next
+// one the client opens. The same for the session's GET stream closed with it queued. A
+// notification queued there is dropped, as before. The window is the moment between a client's
+// hang-up and the gateway noticing it, so the session is driven directly: a request queued on
+// the stream (Write) and the end of its response (unregister, closeGet) with it still queued.
+// Before, it was dropped with its stream, and the server waited for an answer that could not
+// come, holding the call that asked.
+func TestServerRequestOfAStreamThatEndedIsHandedOn(t *testing.T) {
+	const ask = `{"jsonrpc":"2.0","id":"srv-1","method":"elicitation/create","params":{"message":"sure?"}}`
+	const note = `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`
+	reg := func(t *testing.T, s *session, id int) *stream {
+		t.Helper()
+		m, err := jsonrpc.Parse(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _, ok := s.register(m, nil, true, 0)
+		if !ok {
+			t.Fatal("cannot register the request")
+		}
+		return st
+	}
+	write := func(t *testing.T, s *session, lines ...string) {
+		t.Helper()
+		for _, l := range lines {
+			if err := s.Write([]byte(l)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := func(st *stream) string {
+		var out []string
+		for _, l := range st.take() {
+			out = append(out, string(l))
+		}
+		return strings.Join(out, "\n")
+	}
+
+	t.Run("held for the next stream", func(t *testing.T) {
+		s := newSession("test", Caller{}, nil)
+		st := reg(t, s, 1)
+		write(t, s, note, ask)
+		s.unregister(st) // its client hung up before the request was written
+		get := s.openGet()
+		if g := got(get); g != ask {
+			t.Fatalf("the next stream the client opened got %q; want the server's request only", g)
+		}
+	})
+	t.Run("to another open stream", func(t *testing.T) {
+		s := newSession("test", Caller{}, nil)
+		other := reg(t, s, 1)
+		st := reg(t, s, 2) // the newest: it takes the request
+		write(t, s, ask)
+		s.unregister(st)
+		if g := got(other); g != ask {
+			t.Fatalf("the other open stream got %q; want the server's request", g)
+		}
+	})
+	t.Run("GET stream closed", func(t *testing.T) {
+		s := newSession("test", Caller{}, nil)
+		get := s.openGet()
+		write(t, s, ask, note)
+		s.closeGet(get)
+		st := reg(t, s, 1)
+		if g := got(st); g != ask {
+			t.Fatalf("the next stream the client opened got %q; want the server's request only", g)
+		}
+	})
+}
