@@ -15,9 +15,20 @@ import (
 // is free the retry is admitted. Before, the text was the server's alone ("canceling statement
 // due to lock timeout").
 func TestLockTimeoutOfTheSessionIsExplained(t *testing.T) {
+	sessionTimeoutExplained(t, "effectfence_test_lockto", "lock_timeout")
+}
+
+// TestStatementTimeoutOfTheSessionIsExplained: the same with the role's statement_timeout,
+// which ends the same wait (query_canceled). Before, the text was the server's alone
+// ("canceling statement due to statement timeout").
+func TestStatementTimeoutOfTheSessionIsExplained(t *testing.T) {
+	sessionTimeoutExplained(t, "effectfence_test_stmtto", "statement_timeout")
+}
+
+func sessionTimeoutExplained(t *testing.T, role, setting string) {
 	ctx := context.Background()
 	conn := admin(t, "")
-	_, url := roleWithSettings(t, "effectfence_test_lockto", "pool_max_conns=2&pool_min_conns=1", "lock_timeout = '50ms'")
+	_, url := roleWithSettings(t, role, "pool_max_conns=2&pool_min_conns=1", setting+" = '50ms'")
 	s, err := Open(ctx, Config{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +50,7 @@ func TestLockTimeoutOfTheSessionIsExplained(t *testing.T) {
 		if err == nil || fence.CodeOf(err) != fence.CodeStore {
 			t.Fatalf("speculate %v: a claim whose wait for the intent's lock lock_timeout ended: %+v %v, want store_error", speculate, adm, err)
 		}
-		for _, want := range []string{"lock_timeout", "another attempt of the same intent", "nothing of this transaction was recorded"} {
+		for _, want := range []string{setting, "another attempt of the same intent", "nothing of this transaction was recorded"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("speculate %v: the refusal %q does not say %q", speculate, err, want)
 			}

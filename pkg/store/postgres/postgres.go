@@ -641,8 +641,28 @@ func (s *Store) run(ctx context.Context, contended, write bool, landed []byte, f
 		if errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil && try <= int(s.pool.Stat().MaxConns()) {
 			continue
 		}
+		if ctx.Err() == nil {
+			err = statementTimedOut(err)
+		}
 		return lockTimedOut(err)
 	}
+}
+
+// statementTimedOut explains an error of the session's statement_timeout, which the store
+// never sets: a role, a database or the URL did. Its usual cause is the same as lock_timeout's
+// (a wait for an intent's lock while another attempt of it is decided for longer), and what
+// it ends is never the commit itself (PostgreSQL writes a commit without taking a cancel), so
+// nothing of the transaction was recorded. The server's text alone ("canceling statement due
+// to statement timeout") read as a failure of the server and named neither
+// (TestStatementTimeoutOfTheSessionIsExplained). Only the server's English text tells it from
+// a cancel sent by hand (pg_cancel_backend), which has the same code (query_canceled); the
+// caller's own cancel is not this (ctx.Err is checked first).
+func statementTimedOut(err error) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || pe.Code != "57014" || !strings.Contains(pe.Message, "statement timeout") {
+		return err
+	}
+	return fmt.Errorf("postgres ledger: the session's statement_timeout (set for the role, the database or in the URL) cancelled a statement of the ledger's transaction, most likely a wait for a lock another attempt of the same intent held while it was decided; nothing of this transaction was recorded, and a retry may succeed (to wait as long as the caller does, set statement_timeout to 0 for the ledger's role): %w", err)
 }
 
 // lockTimedOut explains an error of the session's lock_timeout (lock_not_available), which
