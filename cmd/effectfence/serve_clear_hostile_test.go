@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/mdspan"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
 	"github.com/effectfence/effectfence/pkg/serve"
@@ -46,14 +47,14 @@ func TestServeClearCommandOfAHostileIntentClearsThatIntent(t *testing.T) {
 		if r.Code != fence.CodePriorFailure {
 			t.Fatalf("%q: after the abort %+v", intent, r)
 		}
-		// The command stands between "run `" and the last backquote (the intent may hold one).
+		// The command is the Markdown code span after "run ", read as a client renders it
+		// (CommonMark; line endings aside, which a renderer shows as spaces). Before
+		// 2026-12-07 it was in single backquotes, which the intent's own backquote closed
+		// early: this test read up to the last backquote instead, as no renderer does.
 		pasted := func(next string) string {
-			_, command, ok := strings.Cut(next, "run `")
-			if j := strings.LastIndex(command, "`"); j >= 0 {
-				command = command[:j]
-			}
+			command, ok := mdspan.After(next, "run ")
 			if !ok || !strings.HasPrefix(command, "effectfence ledger clear ") || !strings.Contains(command, "--reason ...") {
-				t.Fatalf("%q: next names no clear command: %s", intent, next)
+				t.Fatalf("%q: next names no clear command in a code span: %s", intent, next)
 			}
 			return command
 		}

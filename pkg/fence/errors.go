@@ -136,8 +136,31 @@ func (e PriorFailureError) LeaseRuns() bool {
 }
 
 func (e PriorFailureError) Error() string {
-	return fmt.Sprintf("%s: intent %q is %s (%s): the effect may have happened, so it is fenced; an operator must check the real system and run `%s` before it can run again",
-		CodePriorFailure, e.Intent, e.State, e.Reason, ClearCommandWith(e.Intent, ClaimFlag(e.Token)))
+	return fmt.Sprintf("%s: intent %q is %s (%s): the effect may have happened, so it is fenced; an operator must check the real system and run %s before it can run again",
+		CodePriorFailure, e.Intent, e.State, e.Reason, CodeSpan(ClearCommandWith(e.Intent, ClaimFlag(e.Token))))
+}
+
+// CodeSpan puts s in a Markdown code span (CommonMark) whose content, rendered, is s: fenced by
+// one backquote more than the longest run of them in s, and padded with a space inside each
+// fence when s begins or ends with one (or with a space: the renderer strips one from each end
+// when both are there). A command in single backquotes was cut at the first backquote of an
+// intent in it (the agent's text: "pay`x" ends the span after "pay"), and what a client rendered
+// as the command was not the one to paste (TestRefusalCommandSpansHoldHostileIntents).
+func CodeSpan(s string) string {
+	longest, run := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	fence := strings.Repeat("`", longest+1)
+	if s != "" && (s[0] == '`' || s[len(s)-1] == '`' || s[0] == ' ' && s[len(s)-1] == ' ' && strings.Trim(s, " ") != "") {
+		return fence + " " + s + " " + fence
+	}
+	return fence + s + fence
 }
 
 // ClaimFlag is the flag (" --claim N", with its leading space) that binds an operator's

@@ -20,31 +20,31 @@ func (s *Server) refuse(intent string, err error) *mcp.CallToolResult {
 	errors.As(err, &prior)
 	claim := fence.ClaimFlag(prior.Token) // the clear is of the claim that failed (see RefusalOf)
 	if s.opts.InMemory && r.Code == fence.CodePriorFailure && r.Intent != "" {
-		plain := "run `" + fence.ClearCommandWith(r.Intent, claim) + "`"
+		plain := "run " + fence.CodeSpan(fence.ClearCommandWith(r.Intent, claim))
 		r.Message = strings.ReplaceAll(r.Message, plain, inMemoryAdvice)
 		r.Next = strings.ReplaceAll(r.Next, plain, inMemoryAdvice)
 		return callResult(r, true)
 	}
 	if s.opts.ClearHint != "" && r.Code == fence.CodePriorFailure && r.Intent != "" {
-		plain, named := "`"+fence.ClearCommandWith(r.Intent, claim)+"`", s.clearCommand(r.Intent, prior.Token)
+		plain, named := fence.CodeSpan(fence.ClearCommandWith(r.Intent, claim)), s.clearCommand(r.Intent, prior.Token)
 		r.Message = strings.ReplaceAll(r.Message, plain, named)
 		r.Next = strings.ReplaceAll(r.Next, plain, named)
 	}
 	return callResult(r, true)
 }
 
-// clearCommand is the operator's clear command of claim token (0: any) of intent, in
-// backquotes, naming this server's ledger (Options.ClearHint) when it has a hint. A note in
-// the hint (" (with the password of the URL …)") follows the command, out of its backquotes:
-// inside, the command pasted failed in the shell.
+// clearCommand is the operator's clear command of claim token (0: any) of intent, in a
+// Markdown code span (fence.CodeSpan), naming this server's ledger (Options.ClearHint) when it
+// has a hint. A note in the hint (" (with the password of the URL …)") follows the command,
+// out of its span: inside, the command pasted failed in the shell.
 func (s *Server) clearCommand(intent string, token uint64) string {
 	claim := fence.ClaimFlag(token)
 	h := s.opts.ClearHint
 	if h == "" {
-		return "`" + fence.ClearCommandWith(intent, claim) + "`"
+		return fence.CodeSpan(fence.ClearCommandWith(intent, claim))
 	}
 	flags, note, hasNote := strings.Cut(h, " (with ")
-	named := "`" + fence.ClearCommandWith(intent, claim+" "+flags) + "`"
+	named := fence.CodeSpan(fence.ClearCommandWith(intent, claim+" "+flags))
 	if hasNote {
 		named += " (with " + note
 	}
@@ -99,8 +99,8 @@ func refusalOf(intent string, err error, inMemory bool) Refusal {
 	case errors.As(err, &prior):
 		r.Intent = prior.Intent
 		r.State = prior.State
-		clear := fence.ClearCommandWith(prior.Intent, fence.ClaimFlag(prior.Token))
-		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run `%s`.", clear)
+		clear := fence.CodeSpan(fence.ClearCommandWith(prior.Intent, fence.ClaimFlag(prior.Token)))
+		r.Next = fmt.Sprintf("Do not run the effect and do not retry: an earlier attempt may have done it. Tell a human operator to check the real system and run %s.", clear)
 		if prior.State == fence.StateUnknown && !prior.LeaseUntil.IsZero() {
 			// Unknown only because its lease lapsed or its serve process looked gone: the
 			// agent holding its ticket may still run the effect and can still report it (a
@@ -116,7 +116,7 @@ func refusalOf(intent string, err error, inMemory bool) Refusal {
 					held += fmt.Sprintf(", and until %s, when the claim's lease lapses", prior.LeaseUntil.UTC().Format(time.RFC3339))
 				}
 			}
-			r.Next = fmt.Sprintf("Do not run the effect: claim %d of this intent may have run it or may still be running it, and the agent holding that claim's ticket can still report its outcome (a late %s records it). Call %s again later: once that outcome is recorded, a retry receives it. If the intent stays unknown, tell a human operator to check the real system and run `%s`%s.", prior.Token, ToolCommit, ToolPrepare, clear, held)
+			r.Next = fmt.Sprintf("Do not run the effect: claim %d of this intent may have run it or may still be running it, and the agent holding that claim's ticket can still report its outcome (a late %s records it). Call %s again later: once that outcome is recorded, a retry receives it. If the intent stays unknown, tell a human operator to check the real system and run %s%s.", prior.Token, ToolCommit, ToolPrepare, clear, held)
 		}
 	case errors.As(err, &conflict):
 		r.Intent = conflict.Intent

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/mdspan"
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/serve"
 )
@@ -34,14 +35,13 @@ func TestPriorFailureCommandNamesItsIntentToTheShell(t *testing.T) {
 		}
 		_, err = eng.Prepare(ctx, req)
 		r := serve.RefusalOf(intent, err)
-		// The command is what stands between the first backquote and the last.
-		i, j := strings.Index(r.Next, "`"), strings.LastIndex(r.Next, "`")
-		cmd := ""
-		if i >= 0 && j > i {
-			cmd = r.Next[i+1 : j]
-		}
-		if r.Code != fence.CodePriorFailure || !strings.HasPrefix(cmd, "effectfence ledger clear ") {
-			t.Fatalf("%q: refusal %+v; want a ledger clear command in backquotes", intent, r)
+		// The command is the Markdown code span after "run ", as a client renders it (before
+		// 2026-12-07 it was in single backquotes, which an intent's own backquote closed, and
+		// this test read up to the last backquote, as no renderer does). The message says
+		// the same.
+		cmd, ok := mdspan.After(r.Next, "run ")
+		if inMessage, _ := mdspan.After(r.Message, "run "); r.Code != fence.CodePriorFailure || !ok || !strings.HasPrefix(cmd, "effectfence ledger clear ") || inMessage != cmd {
+			t.Fatalf("%q: refusal %+v; want a ledger clear command in a code span, the same in its message", intent, r)
 		}
 		// The operator's shell runs the command; this one prints the intent it was given.
 		out, err := exec.Command(sh, "-c", `effectfence() { printf '%s' "$3"; }; `+cmd).Output()
