@@ -132,6 +132,8 @@ type server struct {
 	// its params, and that listing is answered with the tools of before, after the next one.
 	writes atomic.Bool
 	relist chan struct{}
+	// version is the protocolVersion of the last initialize (a stdio server has one session).
+	version atomic.Value
 }
 
 // Serve runs the server on stdin/stdout until stdin ends and returns the exit status.
@@ -287,6 +289,7 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			Capabilities    json.RawMessage `json:"capabilities"`
 		}
 		_ = json.Unmarshal(m.Params, &p)
+		s.version.Store(p.ProtocolVersion)
 		caps, _ := json.Marshal(string(p.Capabilities))
 		return json.RawMessage(`{"protocolVersion":` + strconv.Quote(p.ProtocolVersion) +
 			`,"capabilities":{"tools":{"listChanged":true},"resources":{},"prompts":{}},"serverInfo":{"name":"mcptest","version":"1"},"instructions":` + string(caps) + `}`), nil
@@ -474,6 +477,7 @@ type callParams struct {
 		AskInTask      bool   `json:"ask_in_task"`
 		Flat           bool   `json:"flat"`
 		CloseStdout    bool   `json:"close_stdout"`
+		MRTROnly       bool   `json:"mrtr_only"`
 	} `json:"arguments"`
 }
 
@@ -695,6 +699,12 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 					}
 					time.Sleep(10 * time.Millisecond)
 				}
+			}
+			if v, _ := s.version.Load().(string); a.MRTROnly && v < "2026-07-28" {
+				// Multi round-trip requests came with MCP 2026-07-28: a client that negotiated
+				// an earlier version cannot read input_required, so it is not asked.
+				n := s.record("confirm tag=" + a.Tag + " unasked version=" + v)
+				return text(fmt.Sprintf("confirmed unasked n=%d", n), false), nil
 			}
 			if a.Escaped {
 				// The same answer, its resultType spelled with an escape, as JSON allows.
