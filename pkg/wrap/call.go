@@ -381,7 +381,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// (fence.FailedWaitError).
 			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "not run: coalesced onto an attempt of this process that ended without a result"})
 		}
-		if failure.code == codeInputRequired && ctx.Value(continuedKey{}) == nil && continues(params) {
+		if failure.code == codeInputRequired && ctx.Value(continuedKey{}) == nil && (continues(params) || !p.readsInputRequired(params)) {
 			// The attempt was a first round, answered with a question (SEP-2322), which is no
 			// outcome; this call carries the client's answers to such a question. Given the
 			// question, its answers would never reach the server and the person would be asked
@@ -389,6 +389,12 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// the attempt's members have left). Counted by that answer alone: before
 			// 2026-12-06 the wait was counted too, refused in flight, and the one call twice
 			// (TestContinuationWaitingOnAFirstRoundRuns).
+			// So does a call whose client cannot read the question: it negotiated a version
+			// of MCP before multi round-trip requests (another session of a gateway than the
+			// one that asked), and its server answers it otherwise. Before 2026-12-07 it was
+			// handed the question, which the TypeScript SDK 1.32 reads as a result with no
+			// content, a success, though nothing had run
+			// (TestQuestionIsNotHandedToASessionThatCannotReadIt).
 			return p.fencedCall(context.WithValue(ctx, continuedKey{}, true), tool, id, params, task)
 		}
 		p.opt.Engine.Count(decision)
@@ -494,6 +500,40 @@ func continues(params json.RawMessage) bool {
 		}
 	}
 	return false
+}
+
+// inputRequiredSince is the first version of MCP with multi round-trip requests (SEP-2322):
+// a server answers input_required only to a client that negotiated it or a later one.
+const inputRequiredSince = "2026-07-28"
+
+// readsInputRequired reports whether the client of the tools/call params can read an
+// input_required answer: the version of MCP it speaks, the request's own (2026-07-28 has every
+// request name it in _meta) or else the one its session negotiated, is inputRequiredSince or
+// later. MCP's versions are dates, YYYY-MM-DD, so they compare as strings. A version that
+// cannot be read is taken as an earlier one: the server then answers the call itself.
+func (p *Proxy) readsInputRequired(params json.RawMessage) bool {
+	v := protocolVersionOf(jsonrpc.MemberValue(jsonrpc.MemberValue(params, "_meta"), "io.modelcontextprotocol/protocolVersion"))
+	if v == "" {
+		if s := p.live(); s != nil {
+			v = protocolVersionOf(jsonrpc.MemberValue(s.InitResult(), "protocolVersion"))
+		}
+	}
+	return v != "" && v >= inputRequiredSince
+}
+
+// protocolVersionOf is raw when it is a JSON string of the form YYYY-MM-DD, else "".
+func protocolVersionOf(raw json.RawMessage) string {
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	v := jsonrpc.Unquote(raw)
+	if len(v) != len("2006-01-02") {
+		return ""
+	}
+	if _, err := time.Parse("2006-01-02", v); err != nil {
+		return ""
+	}
+	return v
 }
 
 // drainedFor reports whether a refused call should ask the ledger again: it was refused as

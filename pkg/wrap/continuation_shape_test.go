@@ -1,0 +1,79 @@
+package wrap_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/store"
+	"github.com/effectfence/effectfence/pkg/wrap"
+)
+
+// sessionRig is one session of a front (a gateway's HTTP session) in this process: its own
+// proxy and its own real test server child, on r's ledger led, its flights shared through
+// shared as a front's sessions share them, initialized with init.
+func sessionRig(t *testing.T, r *rig, led *store.Ledger, shared *wrap.Shared, init string) *lineRig {
+	t.Helper()
+	l := &lineRig{t: t, r: r, led: led, log: &logBuf{}, out: make(chanSink, 1024)}
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: l.log, Wait: time.Hour, Shared: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.p = p
+	p.Attach(l.out)
+	t.Cleanup(func() { p.Stop("test over") })
+	l.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + init + `}`)
+	if m := l.answer("1"); m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	l.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return l
+}
+
+// TestQuestionIsNotHandedToASessionThatCannotReadIt: multi round-trip requests (SEP-2322,
+// input_required) came with MCP 2026-07-28, and a server asks that way only a client that
+// negotiated it (rmcp turns such an answer to an older client into an error). A gateway's
+// sessions negotiate their versions each with its own server session, and share their
+// flights: a duplicate in a 2025-11-25 session that waited for a 2026-07-28 session's first
+// round was handed that round's input_required, which the TypeScript SDK 1.32 reads as a
+// tool result with no content, a success, though nothing had run (and nothing would, had the
+// other person declined). It now goes through the fence itself, once, and its server answers
+// it as it answers that session; the other session's continuation then receives that result.
+func TestQuestionIsNotHandedToASessionThatCannotReadIt(t *testing.T) {
+	r := newRig(t)
+	led := r.openLedger()
+	shared := wrap.NewShared()
+	asks := sessionRig(t, r, led, shared, `{"protocolVersion":"2026-07-28","capabilities":{"elicitation":{}},"clientInfo":{"name":"new-agent","version":"1"}}`)
+	older := sessionRig(t, r, led, shared, `{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"old-agent","version":"1"}}`)
+	gate := filepath.Join(r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"shape","until":%q,"mrtr_only":true}`, gate)
+	asks.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(asks.log.String(), "confirm tag=shape asking") })
+	older.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the older session's duplicate to wait for the first round", func() bool { return older.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := asks.answer(`"first"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the first round: %v, want the server's input_required", m)
+	}
+	m := older.answer(`"dup"`)
+	if strings.Contains(string(m["result"]), "input_required") {
+		t.Fatalf("the 2025-11-25 session's duplicate was handed the other session's question: %s", m["result"])
+	}
+	if dup := older.text(`"dup"`); dup.IsError || dup.text() != "confirmed unasked n=1" {
+		t.Fatalf("the 2025-11-25 session's duplicate: %s, want it run as its server runs it for that session", m["result"])
+	}
+	// The same intent: the first session's continuation receives that result, run once.
+	asks.send(`{"jsonrpc":"2.0","id":"cont","method":"tools/call","params":{"name":"confirm","arguments":` + args +
+		`,"inputResponses":{"ok":{"action":"accept","content":{"ok":true}}},"requestState":"state-shape"}}`)
+	if cont := asks.text(`"cont"`); !cont.replayed() || cont.text() != "confirmed unasked n=1" {
+		t.Fatalf("the continuation: %+v %q, want the replay of the one run", cont, cont.text())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+}
