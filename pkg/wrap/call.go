@@ -492,10 +492,15 @@ type continuedKey struct{}
 const codeInputRequired = "input_required"
 
 // continues reports whether tools/call params continue a multi round-trip call (SEP-2322):
-// they carry the client's inputResponses. params must be a valid JSON object.
+// they carry the client's inputResponses, or the server's requestState. A server may ask for
+// nothing but a retry (an input_required result with a requestState and no inputRequests,
+// "still waiting" for an approval given elsewhere), and the client's continuation then
+// carries the requestState alone: before 2026-12-07 that one was taken for a first round
+// (TestStateOnlyContinuationWaitingOnAFirstRoundRuns). params must be a valid JSON object.
 func continues(params json.RawMessage) bool {
 	for m := range jsonrpc.Members(params) {
-		if jsonrpc.KeyIs(params[m.Key:m.KeyEnd], "inputResponses") && string(params[m.Start:m.End]) != "null" {
+		key := params[m.Key:m.KeyEnd]
+		if (jsonrpc.KeyIs(key, "inputResponses") || jsonrpc.KeyIs(key, "requestState")) && string(params[m.Start:m.End]) != "null" {
 			return true
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
 )
 
 // TestContinuationWaitingOnAFirstRoundRuns: a continuation of a multi round-trip call
@@ -48,5 +49,36 @@ func TestContinuationWaitingOnAFirstRoundRuns(t *testing.T) {
 	// its own (before, it was counted too, refused in flight, beside the continuation's run).
 	if got, want := l.sinceBoot(), (fence.Counters{Admitted: 2, Replayed: 1}); got != want {
 		t.Fatalf("counters %s, want %s", got.Line(), want.Line())
+	}
+}
+
+// TestStateOnlyContinuationWaitingOnAFirstRoundRuns: a server may ask for nothing but a retry
+// (SEP-2322: an input_required result with a requestState and no inputRequests, "still
+// waiting" for an approval given elsewhere), and the client's continuation then carries the
+// requestState alone, no inputResponses. Waiting on an identical call's first round, it is a
+// continuation as one with answers is: it runs itself, once, and its requestState reaches the
+// server. Before, it was taken for a first round and handed that round's input_required: its
+// requestState never reached the server. (The continuation names MCP 2026-07-28 in its _meta,
+// as every request of that version does: a client of an earlier one is never handed another
+// call's question, TestQuestionIsNotHandedToASessionThatCannotReadIt.)
+func TestStateOnlyContinuationWaitingOnAFirstRoundRuns(t *testing.T) {
+	l := newLineRig(t)
+	gate := filepath.Join(l.r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"state-only","until":%q}`, gate)
+	l.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(l.log.String(), "confirm tag=state-only asking") })
+	l.send(`{"jsonrpc":"2.0","id":"cont","method":"tools/call","params":{"name":"confirm","arguments":` + args + `,"requestState":"state-held","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`)
+	waitFor(t, "the continuation to wait for the first round", func() bool { return l.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := l.answer(`"first"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the first round: %v, want the server's input_required", m)
+	}
+	if cont := l.text(`"cont"`); cont.IsError || cont.replayed() || cont.text() != "confirmed n=1" {
+		t.Fatalf("the state-only continuation: %s; want it run (confirmed n=1), not the first round's question", l.raw[l.answerIndex(`"cont"`)])
+	}
+	if effects := mcptest.Effects(l.r.effects); len(effects) != 1 || !strings.Contains(effects[0], "state=state-held") {
+		t.Fatalf("effects %q, want one, of the continuation's requestState", effects)
 	}
 }
