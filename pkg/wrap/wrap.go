@@ -1086,16 +1086,25 @@ func (p *Proxy) learnTools(params, res json.RawMessage, asked uint64) {
 		p.logf("%v", err)
 		return
 	}
-	var q struct {
-		Cursor string `json:"cursor"`
-	}
-	_ = json.Unmarshal(params, &q)
-	recorded, left := p.tools.learned(page, q.Cursor == "", asked)
+	first := firstPage(params)
+	recorded, left := p.tools.learned(page, first, asked)
 	if left {
 		p.logf("the server lists more than %d tools; the ones beyond are fenced as unlisted tools are", maxTools)
-	} else if recorded && q.Cursor == "" && next == "" && len(page) < maxTools {
+	} else if recorded && first && next == "" && len(page) < maxTools {
 		p.named.listed(page, p.logf) // the whole listing in one page
 	}
+}
+
+// firstPage says whether the agent's tools/list params (valid JSON) ask for the listing's first
+// page: no "cursor", spelled so, as MCP's SDKs read it (the last of that name), or an empty or
+// null one. A cursor of another type is a later page, the safe side: that page is merged into
+// what is known (a tool an earlier page lists as writing stays fenced) instead of replacing
+// it. Before 2026-12-07 encoding/json read it, which also takes "Cursor" and keeps the last:
+// {"cursor":"p2","Cursor":""} was the second page to the TypeScript SDK's server and the first
+// to wrap, which replaced what it knew with that page alone (TestListingCursorIsReadAsTheServerReadsIt).
+func firstPage(params json.RawMessage) bool {
+	c := jsonrpc.MemberValue(params, "cursor")
+	return c == nil || string(c) == `""` || string(c) == "null"
 }
 
 func (p *Proxy) childNotification(method string, params json.RawMessage) {
