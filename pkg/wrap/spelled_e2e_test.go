@@ -46,3 +46,50 @@ func TestListingCursorIsReadAsTheServerReadsIt(t *testing.T) {
 		t.Fatalf("the server ran %q, want one transfer", eff)
 	}
 }
+
+// The task a tasks/get, tasks/result or tasks/cancel names is its "taskId", spelled so, as the
+// TypeScript SDK's server reads it (the real server-everything here). wrap answers those of
+// the tasks it made itself (a task-augmented duplicate answered from the ledger) and passes
+// the rest on. Before 2026-12-07 it read the params with encoding/json, which also took
+// "TaskId" and kept the last: {"taskId":<the server's running task>,"TaskId":<wrap's>} was
+// answered with the result of wrap's task, another call's outcome given as that task's, and
+// {"taskId":<wrap's>,"TaskId":<the server's>} went to the server, which knew no such task.
+func TestTaskParamsAreReadAsTheServerReadsThem(t *testing.T) {
+	t.Parallel()
+	bin := peer(t, "mcp-server-everything")
+	r := newRig(t)
+	r.childCmdOverride = []string{bin}
+	r.init = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"test-agent","version":"1"}}`)
+	w := r.wrap()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	taskID := func(params string) string {
+		t.Helper()
+		res, err := w.Call(ctx, "tools/call", json.RawMessage(params))
+		var h struct {
+			Task struct {
+				TaskID string `json:"taskId"`
+			} `json:"task"`
+		}
+		if err != nil || json.Unmarshal(res, &h) != nil || h.Task.TaskID == "" {
+			t.Fatalf("tools/call %s: %s %v; want a task", params, res, err)
+		}
+		return h.Task.TaskID
+	}
+	quote := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	// A research run to its end, recorded; its task-augmented duplicate is wrap's own task.
+	done := taskID(`{"name":"simulate-research-query","arguments":{"topic":"alpha"},"task":{"ttl":300000}}`)
+	awaitTaskCompleted(t, w, json.RawMessage(`{"taskId":`+quote(done)+`}`), time.Minute)
+	own := taskID(`{"name":"simulate-research-query","arguments":{"topic":"alpha"},"task":{"ttl":300000}}`)
+	if !strings.HasPrefix(own, "effectfence-task-") {
+		t.Fatalf("the duplicate's task is %q, want one of wrap's", own)
+	}
+	running := taskID(`{"name":"simulate-research-query","arguments":{"topic":"beta"},"task":{"ttl":300000}}`)
+	if st, err := w.Call(ctx, "tasks/get", json.RawMessage(`{"taskId":`+quote(own)+`,"TaskId":`+quote(running)+`}`)); err != nil || !strings.Contains(string(st), `"status":"completed"`) {
+		t.Fatalf("tasks/get of wrap's task, a TaskId beside it: %s %v; want wrap's completed task", st, err)
+	}
+	res, err := w.Call(ctx, "tasks/result", json.RawMessage(`{"taskId":`+quote(running)+`,"TaskId":`+quote(own)+`}`))
+	if err != nil || !strings.Contains(string(res), "Research Report: beta") {
+		t.Fatalf("tasks/result of the server's task, a TaskId beside it: %s %v; want its own result (beta)", res, err)
+	}
+}

@@ -468,13 +468,11 @@ type localTasks struct {
 // statement: a charge that ran once was reported failed. A completed task whose result is
 // marked isError is what the tasks extension (SEP-2663) writes for a tool's own error.
 func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage, replayed bool) json.RawMessage {
-	var q struct {
-		Task struct {
-			TTL *float64 `json:"ttl"`
-		} `json:"task"`
+	var ttl *float64 // the call's "task" and its "ttl", spelled so, as MCP's SDKs read them
+	if json.Unmarshal(jsonrpc.MemberValue(jsonrpc.MemberValue(params, "task"), "ttl"), &ttl) != nil {
+		ttl = nil
 	}
-	_ = json.Unmarshal(params, &q)
-	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttlMillis(q.Task.TTL, 10*time.Minute, maxLocalTaskTTL), result: res}
+	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttlMillis(ttl, 10*time.Minute, maxLocalTaskTTL), result: res}
 	if isError(res) && !replayed {
 		t.status, t.message = "failed", failedText(res)
 	}
@@ -524,15 +522,17 @@ func (t *localTask) view() map[string]any {
 // localTask answers tasks/get, tasks/result and tasks/cancel of a task effectfence made; nil
 // when the request is about another task (it goes to the server).
 func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
-	var q struct {
-		TaskID string `json:"taskId"`
-	}
-	if json.Unmarshal(m.Params, &q) != nil || !strings.HasPrefix(q.TaskID, localTaskPrefix) {
+	// The task is the params' "taskId", spelled so, as MCP's SDKs read it (the last of that
+	// name). Before 2026-12-07 encoding/json read it, which also takes "TaskId" and keeps the
+	// last: {"taskId":<the server's task>,"TaskId":<wrap's>} was answered with the result of
+	// wrap's task, another call's outcome (TestTaskParamsAreReadAsTheServerReadsThem).
+	var id string
+	if json.Unmarshal(jsonrpc.MemberValue(m.Params, "taskId"), &id) != nil || !strings.HasPrefix(id, localTaskPrefix) {
 		return nil
 	}
 	lt := &p.local
 	lt.mu.Lock()
-	t := lt.m[q.TaskID]
+	t := lt.m[id]
 	if t != nil && time.Since(t.created) > t.ttl {
 		lt.drop(t)
 		t = nil
@@ -542,7 +542,7 @@ func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
 		// Not always expired: the oldest go past maxLocalTasks (or maxLocalTaskBytes), and a
 		// proxy holds only the tasks it handed out (none of a wrap before a restart, nor of
 		// another HTTP session). Before 2026-12-06 each was said to have expired.
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q not found: its ttl ended, or it was dropped (wrap keeps its last %d such tasks), or this wrap process (HTTP session) did not hand it out", q.TaskID, maxLocalTasks))
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q not found: its ttl ended, or it was dropped (wrap keeps its last %d such tasks), or this wrap process (HTTP session) did not hand it out", id, maxLocalTasks))
 	}
 	switch m.Method {
 	case "tasks/get":
