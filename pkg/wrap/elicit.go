@@ -55,29 +55,39 @@ type question struct {
 }
 
 // noteClient records the client's name, version and elicitation capability from initialize
-// params.
-func (p *Proxy) noteClient(params json.RawMessage) {
-	var v struct {
-		ClientInfo struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
-		} `json:"clientInfo"`
-		Capabilities struct {
-			Elicitation json.RawMessage `json:"elicitation"`
-		} `json:"capabilities"`
+// params (valid JSON), and returns its name. They are read as MCP's SDKs read them, members
+// spelled so (jsonrpc.MemberValue): the TypeScript SDK's server, in wrap's place, asks the
+// person only when the client's "capabilities" hold "elicitation" in form mode, and an
+// "Elicitation" is none. Before 2026-12-07 encoding/json read them, which also takes a member
+// named so but for case and keeps the last: {"elicitation":{},"Elicitation":null} was read as
+// no elicitation, {"Elicitation":{}} as form mode (TestElicitationCapabilityIsReadAsTheSDKsReadIt).
+// A member of another type counts as absent.
+func (p *Proxy) noteClient(params json.RawMessage) string {
+	str := func(raw json.RawMessage) string {
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		return s
 	}
-	_ = json.Unmarshal(params, &v) // initialize has checked that params are an object
-	can := false
-	var modes map[string]json.RawMessage
-	if json.Unmarshal(v.Capabilities.Elicitation, &modes) == nil && modes != nil {
-		// An empty object means form mode (MCP 2025-06-18); later revisions name the modes.
-		_, form := modes["form"]
-		can = len(modes) == 0 || form
-	}
+	info := jsonrpc.MemberValue(params, "clientInfo")
+	name, version := str(jsonrpc.MemberValue(info, "name")), str(jsonrpc.MemberValue(info, "version"))
 	e := &p.elicit
 	e.mu.Lock()
-	e.name, e.version, e.can = v.ClientInfo.Name, v.ClientInfo.Version, can
+	e.name, e.version, e.can = name, version, formElicitation(jsonrpc.MemberValue(jsonrpc.MemberValue(params, "capabilities"), "elicitation"))
 	e.mu.Unlock()
+	return name
+}
+
+// formElicitation says whether a client's elicitation capability (nil when none) admits form
+// mode, as the TypeScript SDK reads it: an empty object means form mode (MCP 2025-06-18, which
+// named no modes), and later revisions name it, "form" holding an object.
+func formElicitation(c json.RawMessage) bool {
+	if len(c) == 0 || c[0] != '{' {
+		return false
+	}
+	if form := jsonrpc.MemberValue(c, "form"); form != nil {
+		return form[0] == '{'
+	}
+	return c[jsonrpc.SkipSpace(c, 1)] == '}' // no members: form mode; others, none "form": not
 }
 
 // via names the channel of an answer in the audit trail: elicitation:<name> <version>.

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 // An agent's tools/list cursor is its "cursor", spelled so, as the TypeScript SDK's server
@@ -91,5 +94,48 @@ func TestTaskParamsAreReadAsTheServerReadsThem(t *testing.T) {
 	res, err := w.Call(ctx, "tasks/result", json.RawMessage(`{"taskId":`+quote(running)+`,"TaskId":`+quote(own)+`}`))
 	if err != nil || !strings.Contains(string(res), "Research Report: beta") {
 		t.Fatalf("tasks/result of the server's task, a TaskId beside it: %s %v; want its own result (beta)", res, err)
+	}
+}
+
+// The client's elicitation capability is its capabilities' "elicitation", spelled so, as the
+// TypeScript SDK's server reads it in wrap's place: it asks the person (form mode) only when
+// that member is an empty object or holds "form". Before 2026-12-07 wrap read the initialize
+// params with encoding/json, which also took "Elicitation" and kept the last: a client that
+// declared elicitation, followed by "Elicitation":null, was never asked about an unknown
+// outcome, and one that declared only "Elicitation" was.
+func TestElicitationCapabilityIsReadAsTheSDKsReadIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		caps string
+		ask  bool
+	}{
+		{`{"elicitation":{},"Elicitation":null}`, true},
+		{`{"Elicitation":{}}`, false},
+		{`{"elicitation":{"form":{}},"Elicitation":{"url":{}}}`, true},
+		{`{"elicitation":{"url":{}},"Elicitation":{"form":{}}}`, false},
+	} {
+		t.Run(tc.caps, func(t *testing.T) {
+			t.Parallel()
+			if got := tsEval(t, `const {ClientCapabilitiesSchema} = require("@modelcontextprotocol/sdk/types.js");
+const c = ClientCapabilitiesSchema.parse(JSON.parse(process.argv[1]));
+process.stdout.write(String(Boolean(c.elicitation && c.elicitation.form)));`, tc.caps); got != strconv.FormatBool(tc.ask) {
+				t.Fatalf("the TypeScript SDK reads form elicitation in %s as %s, want %v", tc.caps, got, tc.ask)
+			}
+			var asked atomic.Int32
+			r := newRig(t)
+			x, _ := r.inproc(wrap.Options{}, `{"protocolVersion":"2025-11-25","capabilities":`+tc.caps+`,"clientInfo":{"name":"a","version":"1"}}`, func(method string, _ json.RawMessage) json.RawMessage {
+				if method == "elicitation/create" {
+					asked.Add(1)
+				}
+				return json.RawMessage(`{"action":"decline"}`)
+			})
+			unknownCall(t, x)
+			if res := x.call("die", `{"tag":"s3cret-tag"}`); !res.IsError || string(res.Meta["effectfence/code"]) != `"prior_failure"` {
+				t.Fatalf("the retry: %+v; want the refusal", res)
+			}
+			if got := asked.Load() == 1; got != tc.ask {
+				t.Fatalf("the person was asked %d times, want asked: %v", asked.Load(), tc.ask)
+			}
+		})
 	}
 }

@@ -971,11 +971,6 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 		p.mu.Unlock()
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidRequest, "effectfence wrap: initialize is already in progress"))
 	}
-	var params struct {
-		ClientInfo struct {
-			Name string `json:"name"`
-		} `json:"clientInfo"`
-	}
 	if len(m.Params) == 0 || m.Params[0] != '{' {
 		p.openInitGate()
 		p.mu.Unlock()
@@ -984,13 +979,12 @@ func (p *Proxy) initialize(ctx context.Context, m *jsonrpc.Message) []byte {
 	// The params are an object (valid JSON: the message was parsed). A clientInfo or name of
 	// another type leaves the name empty; the server judges its params (they were refused as
 	// "not an object" before).
-	_ = json.Unmarshal(m.Params, &params)
-	p.noteClient(m.Params)
+	agent := p.noteClient(m.Params)
 	child := p.opt.Backend(BackendConfig{
 		Init: m.Params, InitTimeout: p.opt.InitTimeout, Log: p.opt.Log, Stderr: p.opt.ServerStderr,
 		OnNotification: p.childNotification, OnRequest: p.childRequest,
 	})
-	p.child, p.agent = child, params.ClientInfo.Name
+	p.child, p.agent = child, agent
 	p.openInitGate()
 	p.mu.Unlock()
 	s, err := child.Session(ctx)
