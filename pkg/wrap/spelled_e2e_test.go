@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -137,5 +138,42 @@ process.stdout.write(String(Boolean(c.elicitation && c.elicitation.form)));`, tc
 				t.Fatalf("the person was asked %d times, want asked: %v", asked.Load(), tc.ask)
 			}
 		})
+	}
+}
+
+// The keywords of a key property's schema are read as JSON Schema reads them, spelled so, the
+// last of a name: the real server (testdata/schema_server.mjs) checks each call's arguments
+// with the TypeScript SDK's JSON Schema validator, which reads no "MaxLength" or "Pattern".
+// Before 2026-12-07 wrap read the schema with encoding/json, which also takes such members for
+// the keywords, and keeps the last: it filled pay_capped's key (at most 40 characters, then a
+// "MaxLength" of 100) with the whole 64-digit hash, and the server refused every call the
+// agent left without a key; it took pay_open's "Pattern" for a pattern no key meets and left
+// its key out, so the service could not dedupe.
+func TestKeySchemaIsReadAsJSONSchemaReadsIt(t *testing.T) {
+	t.Parallel()
+	peers := needPeers(t)
+	script, _ := filepath.Abs(filepath.Join("testdata", "schema_server.mjs"))
+	r := newRig(t)
+	r.childCmdOverride = []string{"node", script}
+	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + r.effects}
+	w := r.wrap()
+	for i, c := range []struct {
+		tool string
+		key  *regexp.Regexp
+	}{
+		{"pay_capped", regexp.MustCompile(`key=[0-9a-f]{40}$`)},
+		{"pay_open", regexp.MustCompile(`key=[0-9a-f]{64}$`)},
+	} {
+		first := call(t, w.Session, c.tool, `{"amount":5}`)
+		if first.IsError || first.replayed() {
+			t.Fatalf("%s {\"amount\":5} through wrap: isError %v, replayed %v: %s", c.tool, first.IsError, first.replayed(), first.text())
+		}
+		if again := call(t, w.Session, c.tool, `{"amount":5}`); !again.replayed() || again.text() != first.text() {
+			t.Fatalf("%s: the duplicate was not replayed the first's result: replayed %v: %s", c.tool, again.replayed(), again.text())
+		}
+		eff := mcptest.Effects(r.effects)
+		if len(eff) != i+1 || !c.key.MatchString(eff[i]) {
+			t.Fatalf("%s: effects %q, want one more, with a key matching %s", c.tool, eff, c.key)
+		}
 	}
 }

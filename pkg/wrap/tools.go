@@ -126,8 +126,8 @@ func parseTools(raw json.RawMessage) (map[string]toolInfo, string, error) {
 		}
 		sort.Strings(names) // deterministic when a schema has two key-like properties
 		for _, name := range names {
-			var k keySchema
-			if json.Unmarshal(keys[name], &k) != nil {
+			k, ok := readKeySchema(keys[name])
+			if !ok {
 				continue
 			}
 			if f, ok := k.form(); ok {
@@ -153,18 +153,53 @@ func listedAgain(known map[string]toolInfo, name string, info toolInfo) toolInfo
 }
 
 // keySchema is what wrap reads of a property's schema to tell whether it may inject the
-// intent's hash there.
+// intent's hash there (readKeySchema).
 type keySchema struct {
-	Type      json.RawMessage `json:"type"`
-	MaxLength *float64        `json:"maxLength"`
-	MinLength *float64        `json:"minLength"`
-	Format    json.RawMessage `json:"format"`
-	Pattern   json.RawMessage `json:"pattern"`
-	Enum      json.RawMessage `json:"enum"`
-	Const     json.RawMessage `json:"const"`
-	AnyOf     []keySchema     `json:"anyOf"`
-	OneOf     []keySchema     `json:"oneOf"`
-	AllOf     []keySchema     `json:"allOf"`
+	Type, Format, Pattern, Enum, Const json.RawMessage
+	MaxLength, MinLength               *float64
+	AnyOf, OneOf, AllOf                []keySchema
+}
+
+// readKeySchema reads a property's schema (valid JSON) as JSON Schema validators read it (ajv,
+// which the TypeScript SDK uses, pydantic): its keywords spelled so, the last of a name.
+// Before 2026-12-07 encoding/json read it, which also takes a member named so but for case
+// and keeps the last: a "MaxLength" of 100 after a "maxLength" of 40 had the whole hash
+// injected and the server refused every call left without a key, and a "Pattern", no keyword,
+// left the key out (TestKeySchemaIsReadAsJSONSchemaReadsIt). ok is false for a schema that is
+// not an object or whose keywords wrap reads have the wrong types: the key is left to the
+// agent.
+func readKeySchema(raw json.RawMessage) (k keySchema, ok bool) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return k, false
+	}
+	length := func(name string, into **float64) bool {
+		v := jsonrpc.MemberValue(raw, name)
+		return v == nil || json.Unmarshal(v, into) == nil
+	}
+	branches := func(name string, into *[]keySchema) bool {
+		v := jsonrpc.MemberValue(raw, name)
+		if v == nil || string(v) == "null" {
+			return true
+		}
+		var items []json.RawMessage
+		if json.Unmarshal(v, &items) != nil {
+			return false
+		}
+		*into = make([]keySchema, 0, len(items)) // [] is a branch list none of which admits a key
+		for _, item := range items {
+			b, ok := readKeySchema(item)
+			if !ok {
+				return false
+			}
+			*into = append(*into, b)
+		}
+		return true
+	}
+	k.Type, k.Format, k.Pattern = jsonrpc.MemberValue(raw, "type"), jsonrpc.MemberValue(raw, "format"), jsonrpc.MemberValue(raw, "pattern")
+	k.Enum, k.Const = jsonrpc.MemberValue(raw, "enum"), jsonrpc.MemberValue(raw, "const")
+	ok = length("maxLength", &k.MaxLength) && length("minLength", &k.MinLength) &&
+		branches("anyOf", &k.AnyOf) && branches("oneOf", &k.OneOf) && branches("allOf", &k.AllOf)
+	return k, ok
 }
 
 // keyForm is how the key wrap injects is made from the call's hash (64 lower-case hex digits):
