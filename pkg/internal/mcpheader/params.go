@@ -27,7 +27,7 @@ type Param struct {
 // maxParamDepth bounds how deep Params looks for annotations (a chain of nested properties).
 const maxParamDepth = 32
 
-// Params returns the arguments the tool whose inputSchema is schema mirrors into headers:
+// Params returns the arguments the tool whose inputSchema is schema (valid JSON) mirrors into headers:
 // every property reachable from the root through properties keys alone that carries an
 // x-mcp-header whose value is a header field-name token. Annotations anywhere else (under
 // items, a composition, a conditional or a $ref) make the tool definition invalid (clients
@@ -42,29 +42,33 @@ func Params(schema json.RawMessage) []Param {
 	return out
 }
 
+// walkParams appends the annotated properties of schema (valid JSON, or nil) under path. The
+// keywords are read as JSON Schema reads them, spelled so (jsonrpc.MemberValue), and the last
+// property of a name: encoding/json also took "Properties" and "X-Mcp-Header", which no
+// validator reads, before 2026-12-07 (TestParamsKeywordsSpelledSo).
 func walkParams(schema json.RawMessage, path []string, out *[]Param) {
 	if len(path) >= maxParamDepth {
 		return
 	}
-	var obj struct {
-		Properties map[string]json.RawMessage `json:"properties"`
-	}
-	if json.Unmarshal(schema, &obj) != nil {
+	props := jsonrpc.MemberValue(schema, "properties")
+	if len(props) == 0 || props[0] != '{' {
 		return
 	}
-	names := make([]string, 0, len(obj.Properties))
-	for name := range obj.Properties {
+	byName := map[string]json.RawMessage{}
+	for m := range jsonrpc.Members(props) {
+		byName[jsonrpc.Unquote(props[m.Key:m.KeyEnd])] = props[m.Start:m.End]
+	}
+	names := make([]string, 0, len(byName))
+	for name := range byName {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		sub := obj.Properties[name]
+		sub := byName[name]
 		at := append(append([]string(nil), path...), name)
-		var ann struct {
-			Header *string `json:"x-mcp-header"`
-		}
-		if json.Unmarshal(sub, &ann) == nil && ann.Header != nil && httptoken.Valid(*ann.Header) {
-			*out = append(*out, Param{Name: *ann.Header, Path: at})
+		var header string
+		if raw := jsonrpc.MemberValue(sub, "x-mcp-header"); len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &header) == nil && httptoken.Valid(header) {
+			*out = append(*out, Param{Name: header, Path: at})
 		}
 		walkParams(sub, at, out)
 	}

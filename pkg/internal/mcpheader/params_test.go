@@ -30,6 +30,25 @@ func TestParams(t *testing.T) {
 	}
 }
 
+// The keywords are read as JSON Schema reads them, spelled so, the last of a name: a
+// "Properties" or an "X-Mcp-Header" is no keyword (ajv, which the TypeScript SDK uses, and
+// every validator ignore it). Before 2026-12-07 encoding/json read them, which also took
+// those and kept the last, so the front asked for Mcp-Param-Z, mirroring an argument no
+// client reads as annotated, and refused calls that sent the header of the real one.
+func TestParamsKeywordsSpelledSo(t *testing.T) {
+	schema := `{"type":"object","properties":{
+		"a":{"type":"string","X-Mcp-Header":"A"},
+		"b":{"type":"string","x-mcp-header":"B","X-MCP-HEADER":"C"},
+		"d":{"type":"string","x-mcp-header":"Old"},
+		"d":{"type":"object","properties":{"e":{"type":"string","x-mcp-header":"E"}},"Properties":{"f":{"x-mcp-header":"F"}}}},
+		"Properties":{"c":{"type":"string","x-mcp-header":"Z"}}}`
+	got := Params([]byte(schema))
+	want := []Param{{"B", []string{"b"}}, {"E", []string{"d", "e"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Params = %v, want %v", got, want)
+	}
+}
+
 func TestCheckParams(t *testing.T) {
 	params := []Param{{"Region", []string{"region"}}, {"Account", []string{"dest", "acct"}}, {"N", []string{"n"}}, {"Urgent", []string{"urgent"}}}
 	call := func(args string) *jsonrpc.Message {
