@@ -82,16 +82,13 @@ func (s *session) close() {
 // held is the room of RequestBudget the body took: the stream keeps it from here on (see
 // stream.held), unless register refuses the request (ok false), when the caller keeps it.
 func (s *session) register(m *jsonrpc.Message, body []byte, sse bool, held int64) (st *stream, adopted, ok bool) {
-	var p struct {
-		Meta struct {
-			ProgressToken json.RawMessage `json:"progressToken"`
-		} `json:"_meta"`
-	}
-	_ = json.Unmarshal(m.Params, &p) // a malformed params object is the proxy's to refuse
-	// Both by value, not by bytes: the proxy keys a cancellation by the id's value, a client
-	// compares ids as values ("\u0071" is "q", 5.0 is 5), and a server writes the progress
-	// token back in its own spelling.
-	st = newStream(jsonrpc.IDKey(m.ID), jsonrpc.IDKey(p.Meta.ProgressToken), sse)
+	// The token is the params' "_meta" and its "progressToken", spelled so, as MCP's SDKs read
+	// them (a malformed params object is the proxy's to refuse). Both by value, not by bytes:
+	// the proxy keys a cancellation by the id's value, a client compares ids as values
+	// ("\u0071" is "q", 5.0 is 5), and a server writes the progress token back in its own
+	// spelling.
+	token := jsonrpc.MemberValue(jsonrpc.MemberValue(m.Params, "_meta"), "progressToken")
+	st = newStream(jsonrpc.IDKey(m.ID), jsonrpc.IDKey(token), sse)
 	st.body = body
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -315,11 +312,9 @@ func (s *session) Write(line []byte) error {
 		return nil
 	}
 	if m.Method == "notifications/progress" {
-		var p struct {
-			Token json.RawMessage `json:"progressToken"`
-		}
-		if json.Unmarshal(m.Params, &p) == nil {
-			if st := s.tokens[jsonrpc.IDKey(p.Token)]; st != nil && st.sse {
+		// Its "progressToken", spelled so, as MCP's SDK clients read it.
+		if token := jsonrpc.MemberValue(m.Params, "progressToken"); token != nil {
+			if st := s.tokens[jsonrpc.IDKey(token)]; st != nil && st.sse {
 				if !st.push(line) {
 					s.unroute(st) // stalled: it ends (streamTo)
 				}
