@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -572,6 +573,11 @@ func (m *bodyMeter) trim(n int64) {
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController, bodyUntil time.Time) {
+	if !browserJSON(r) {
+		w.Header().Set("Connection", "close") // the body is not read
+		httpError(w, http.StatusUnsupportedMediaType, "a POST that carries Origin (a browser's) needs Content-Type: application/json; nothing ran")
+		return
+	}
 	if r.ContentLength > maxBody {
 		w.Header().Set("Connection", "close") // the body is not read
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message longer than %d bytes refused", maxBody))
@@ -749,6 +755,23 @@ func (h *Handler) closeIfStartFailed(s *session) {
 		h.end(s, "the MCP server did not start")
 	}
 	h.mu.Unlock()
+}
+
+// browserJSON reports whether a POST may be read by its Content-Type: one that carries Origin
+// (browsers send it with every POST) must say application/json (its media type, parameters
+// aside, as MCP's SDK servers parse it: the TypeScript SDK's and go-sdk's answer every other
+// 415). A page may POST a body of another type (text/plain, a form, a Blob without a type) to
+// any origin with no CORS preflight, which the gateway refuses; before 2026-12-07 such a
+// request from a page of an allowed origin (any loopback one, on a loopback listener) was
+// served, and opened a session and its server (TestBrowserPostMustBeJSON). A client without
+// Origin (curl, scripts, MCP's SDK clients, which send application/json anyway) is served
+// whatever its Content-Type, as before.
+func browserJSON(r *http.Request) bool {
+	if r.Header.Get("Origin") == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "application/json"
 }
 
 func acceptsSSE(r *http.Request) bool {
