@@ -35,6 +35,8 @@ type fake struct {
 	lost     atomic.Bool // answer 404 to the current session id
 	call     func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message)
 	getReply func(w http.ResponseWriter, r *http.Request) // nil: 405
+	// initResult replaces the initialize result, when set.
+	initResult string
 	// responses receives the client's answers to server requests.
 	responses chan *jsonrpc.Message
 }
@@ -93,7 +95,11 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Mcp-Session-Id", sid)
-		w.Write(jsonrpc.Response(m.ID, json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}`)))
+		res := `{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}`
+		if f.initResult != "" {
+			res = f.initResult
+		}
+		w.Write(jsonrpc.Response(m.ID, json.RawMessage(res)))
 		return
 	}
 	if r.Header.Get("Mcp-Session-Id") != sid || f.lost.Load() {

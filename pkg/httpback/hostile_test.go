@@ -590,3 +590,27 @@ func callWithin(t *testing.T, s *Session, format string, args ...any) (json.RawM
 	}
 	return res, err
 }
+
+// The version a session speaks, sent as Mcp-Protocol-Version on every later request, is the
+// initialize result's "protocolVersion", spelled so, as MCP's SDK clients read it (the
+// agent reads that result as it is). Before 2026-12-07 encoding/json read it, which also
+// takes "ProtocolVersion" and keeps the last, so the header named another version than the
+// one the agent and the server agreed on.
+func TestProtocolVersionIsReadAsTheSDKsReadIt(t *testing.T) {
+	f, srv := newFake(t)
+	f.initResult = `{"protocolVersion":"2025-06-18","ProtocolVersion":"2025-03-26","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}`
+	f.call = func(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(jsonrpc.Response(m.ID, json.RawMessage(`{"content":[]}`)))
+	}
+	s := session(t, upstream(t, srv.URL, Config{}))
+	if _, err := callWithin(t, s, "the call was not answered"); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	got := f.headers["tools/call"].Get(HeaderProtocolVersion)
+	f.mu.Unlock()
+	if got != "2025-06-18" {
+		t.Fatalf("the call was sent with %s %q, want 2025-06-18", HeaderProtocolVersion, got)
+	}
+}

@@ -473,11 +473,11 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 		err = fmt.Errorf("initialize result is not a JSON object: %s", safetext.Clip(string(res), 200))
 	}
 	if err == nil {
-		var r struct {
-			ProtocolVersion string `json:"protocolVersion"`
-		}
-		_ = json.Unmarshal(res, &r)
-		if !headerSafe(r.ProtocolVersion) {
+		// Its "protocolVersion", spelled so, as MCP's SDK clients read it (the agent reads this
+		// result as it is): encoding/json also took "ProtocolVersion", and kept the last.
+		var version string
+		_ = json.Unmarshal(jsonrpc.MemberValue(res, "protocolVersion"), &version)
+		if !headerSafe(version) {
 			err = fmt.Errorf("initialize result has no usable protocolVersion: %s", safetext.Clip(string(res), 200))
 		}
 		sid := hdr.Get(HeaderSessionID)
@@ -486,7 +486,7 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 		}
 		if err == nil {
 			s.mu.Lock()
-			s.sid, s.version = sid, r.ProtocolVersion
+			s.sid, s.version = sid, version
 			s.mu.Unlock()
 		}
 	}
