@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
@@ -69,6 +70,33 @@ func (c stdioConn) Close() error { return c.s.Close() }
 // maxPages bounds tools/list pagination against a server whose cursors never end.
 const maxPages = 100
 
+// listedNames reads the tools' names and the nextCursor of one tools/list result as MCP's SDK
+// clients read them: "tools", "name" and "nextCursor" spelled so, the last of each
+// (jsonrpc.MemberValue). Before 2026-12-07 encoding/json read it, which also took "Tools" and
+// kept the last, so the probe refused a tool every client sees and took one none does
+// (TestProbeReadsTheListingAsTheSDKsReadIt). A tool whose name is not a string is left out.
+func listedNames(raw json.RawMessage) (names []string, next string, err error) {
+	if !json.Valid(raw) {
+		return nil, "", fmt.Errorf("tools/list result is not valid JSON")
+	}
+	if i := jsonrpc.SkipSpace(raw, 0); raw[i] != '{' && string(raw[i:]) != "null" {
+		return nil, "", fmt.Errorf("tools/list result is not a tool list: %.100s", raw)
+	}
+	var tools []json.RawMessage
+	if v := jsonrpc.MemberValue(raw, "tools"); v != nil && json.Unmarshal(v, &tools) != nil {
+		return nil, "", fmt.Errorf("tools/list result: \"tools\" is not a list")
+	}
+	if v := jsonrpc.MemberValue(raw, "nextCursor"); v != nil && json.Unmarshal(v, &next) != nil {
+		return nil, "", fmt.Errorf("tools/list result: \"nextCursor\" is not a string")
+	}
+	for _, t := range tools {
+		if name := jsonrpc.MemberValue(t, "name"); len(name) > 0 && name[0] == '"' {
+			names = append(names, jsonrpc.Unquote(name))
+		}
+	}
+	return names, next, nil
+}
+
 func (c stdioConn) ToolNames(ctx context.Context) ([]string, error) {
 	var names []string
 	cursor := ""
@@ -77,22 +105,15 @@ func (c stdioConn) ToolNames(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		var page struct {
-			Tools []struct {
-				Name string `json:"name"`
-			} `json:"tools"`
-			NextCursor string `json:"nextCursor"`
+		page, next, err := listedNames(raw)
+		if err != nil {
+			return nil, err
 		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, fmt.Errorf("tools/list result is not a tool list: %v", err)
-		}
-		for _, t := range page.Tools {
-			names = append(names, t.Name)
-		}
-		if page.NextCursor == "" {
+		names = append(names, page...)
+		if next == "" {
 			return names, nil
 		}
-		cursor = page.NextCursor
+		cursor = next
 	}
 	return nil, fmt.Errorf("tools/list still had more pages after %d", maxPages)
 }
