@@ -385,7 +385,7 @@ func (e *Engine) Flush(ctx context.Context) error {
 	return e.updateCounted(ctx, func(Tx) error { return nil }, nil, true)
 }
 
-// Close flushes counters and closes the store.
+// Close flushes counters and closes the store. Done is closed as it begins.
 func (e *Engine) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -395,6 +395,12 @@ func (e *Engine) Close() error {
 	cerr := e.store.Close()
 	return errors.Join(herr, ferr, cerr)
 }
+
+// Done returns a channel that is closed once Close is called, before the store is closed:
+// work its owner runs beside the engine stops there (pkg/store's background sweep and
+// recovery of a ledger whose engine alone was closed, as a user who kept only led.Engine
+// does).
+func (e *Engine) Done() <-chan struct{} { return e.lost.stop }
 
 // closeHeld tries once more to keep the outcomes held in memory (see Settle: neither the
 // ledger nor the spool took them), in the ledger or the spool, and names those it could not:

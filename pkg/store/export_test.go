@@ -15,3 +15,6 @@ func SetTestHookFirstSweep(f func()) (restore func()) {
 
 // WithoutDigits is withoutDigits, for tests.
 var WithoutDigits = withoutDigits
+
+// Background is closed once l's background sweep and recovery have stopped.
+func (l *Ledger) Background() <-chan struct{} { return l.swept }

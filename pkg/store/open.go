@@ -391,6 +391,16 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	}
 	l := &Ledger{Engine: eng, Location: loc, SweptAtOpen: swept, stop: stop, swept: make(chan struct{}), log: o.Log, every: every, recoverEvery: recoverEvery}
 	go l.sweep(sctx, o.SweepInBackground)
+	// The background work ends with the engine too: a caller that kept only l.Engine (README's
+	// quick start) closes that. Before 2026-12-07 it went on against the closed store for the
+	// life of the process (TestEngineCloseStopsTheLedgersBackground).
+	go func() {
+		select {
+		case <-eng.Done():
+			stop()
+		case <-sctx.Done():
+		}
+	}()
 	return l, nil
 }
 
@@ -547,6 +557,9 @@ func (l *Ledger) sweep(ctx context.Context, now bool) {
 	var mu sync.Mutex // the two tasks report from their own goroutines
 	last := map[string]string{}
 	report := func(task string, err error) {
+		if engineClosed(l.Engine) {
+			return // an engine closed alone closes its store after Done: that is no news
+		}
 		msg := ""
 		if err != nil && ctx.Err() == nil {
 			msg = err.Error()
@@ -602,6 +615,16 @@ func (l *Ledger) sweep(ctx context.Context, now bool) {
 			_, err := l.Engine.Sweep(ctx)
 			report("sweep", err)
 		}
+	}
+}
+
+// engineClosed reports whether e's Close has begun.
+func engineClosed(e *fence.Engine) bool {
+	select {
+	case <-e.Done():
+		return true
+	default:
+		return false
 	}
 }
 
