@@ -1086,8 +1086,10 @@ func (e *Engine) claimless(ctx context.Context, t Ticket) error {
 	return LeaseLostError{Intent: in, Token: t.Token, Why: "no claim is recorded: no claim can have that intent, which Prepare refuses"}
 }
 
-// Commit records the result of an admitted effect and returns its cert. It re-validates the
-// read set: if any domain moved while the effect ran, the effect ran on stale state, the intent
+// Commit records the result of an admitted effect and returns its cert. The result is one JSON
+// value (empty: null), kept byte for byte, nested at most 10,000 deep; anything else is refused
+// as invalid (InvalidError) and nothing is recorded: the ticket still holds its claim, for a
+// Commit of a result that is, or an Abort (the effect ran). It re-validates the read set: if any domain moved while the effect ran, the effect ran on stale state, the intent
 // becomes failed and a StaleReadSetError with Executed set is returned. The holder retrying a
 // commit that already landed gets the recorded cert. Any other ticket that no longer holds the
 // intent gets LeaseLostError and changes nothing. Commit keeps its own copy of result; the
@@ -1118,8 +1120,8 @@ func (e *Engine) commit(ctx context.Context, t Ticket, result []byte, retry bool
 	}
 	// The result is recorded exactly as the tool returned it (replays are byte for byte);
 	// the cert's hash covers its digest.
-	if !canon.Valid(result) {
-		return nil, InvalidError{"result", "not a JSON value"}
+	if why := resultFault(result); why != "" {
+		return nil, InvalidError{"result", why}
 	}
 	var (
 		cert *Cert
@@ -1143,6 +1145,20 @@ func (e *Engine) commit(ctx context.Context, t Ticket, result []byte, retry bool
 		return nil, err
 	}
 	return cert, nil
+}
+
+// resultFault says why a result cannot be recorded ("" when it can): it must be one JSON value,
+// nested at most canon.MaxDepth deep (what encoding/json reads back). A value nested deeper
+// is JSON all the same (encoding/json writes it), and is named so: before 2026-12-07 it was
+// refused as "not a JSON value" (TestResultNestedTooDeepIsNamedSo).
+func resultFault(result []byte) string {
+	switch {
+	case canon.Valid(result):
+		return ""
+	case canon.ValidAnyDepth(result):
+		return fmt.Sprintf("nested deeper than %d levels, which JSON readers do not take back; nothing was recorded", canon.MaxDepth)
+	}
+	return "not a JSON value"
 }
 
 // committer is Commit's transaction; pooled, with fn bound once.

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/effectfence/effectfence/pkg/canon"
 )
 
 // Resolution is what a person found out about an intent whose outcome is unknown.
@@ -174,8 +172,10 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 	if how != Happened && (len(r.Result) > 0 || r.Ref != "") {
 		return Resolved{}, InvalidError{"result", "a result or reference goes with happened only"}
 	}
-	if len(r.Result) > 0 && !canon.Valid(r.Result) {
-		return Resolved{}, InvalidError{"result", "not a JSON value"}
+	if len(r.Result) > 0 {
+		if why := resultFault(r.Result); why != "" {
+			return Resolved{}, InvalidError{"result", why}
+		}
 	}
 	who := WhoVia(r.Who, r.Via)
 	var out Resolved
