@@ -75,6 +75,24 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Println("committed")
+	case "panic":
+		// The effect panics, and nothing recovers it: the process dies with its claim.
+		if _, err := led.Prepare(ctx, req); err != nil {
+			os.Exit(1)
+		}
+		panic("the card processor's client panicked")
+	case "recovered":
+		// The effect panics and a framework recovers it (as net/http does a handler's): the
+		// process goes on, its claim unreported. The client's retry comes to the same process.
+		adm, err := led.Prepare(ctx, req)
+		if err != nil || adm.Ticket == nil {
+			os.Exit(1)
+		}
+		func() {
+			defer func() { _ = recover() }()
+			panic("the card processor's client panicked")
+		}()
+		say(led.PrepareWait(ctx, req, time.Hour))
 	case "try":
 		say(led.Prepare(ctx, req))
 	case "wait":
@@ -90,7 +108,8 @@ func main() {
 // never admitted; the holder, resumed, commits, which heals the intent, and the next attempt
 // replays its result. A holder killed (SIGKILL) while it holds its claim under a lease of a
 // minute: the next attempt is refused at once, unknown, not healable (the holder is gone), and
-// not admitted either.
+// not admitted either. So is an effect that panics: the process dies with its claim, or
+// recovers the panic and goes on, its own retry then waiting for the lease and refused.
 func TestLibraryHolderStoppedOrKilledIsNeverRunAgain(t *testing.T) {
 	t.Parallel()
 	prog := buildUserProgram(t, adversaryProgram)
@@ -145,6 +164,22 @@ func TestLibraryHolderStoppedOrKilledIsNeverRunAgain(t *testing.T) {
 			}
 			if out := run("wait", "60s", "charge:killed"); out != "prior_failure unknown healable=false" {
 				t.Fatalf("a wait after the holder was killed: %q", out)
+			}
+
+			// The effect panics. Unrecovered, the process dies with its claim: unknown at once.
+			if out, err := exec.Command(prog, loc, "panic", "60s", "charge:panicked").CombinedOutput(); err == nil || !strings.Contains(string(out), "the card processor's client panicked") {
+				t.Fatalf("a panicking effect: %v, %s; want the panic to end the process", err, out)
+			}
+			if out := run("try", "60s", "charge:panicked"); out != "prior_failure unknown healable=false" {
+				t.Fatalf("an attempt after the effect panicked and the process died: %q", out)
+			}
+			// Recovered in the process, which goes on: its own retry waits for the claim's
+			// lease and is refused, unknown (healable by a late report), not run again.
+			if out := run("recovered", "2s", "charge:recovered"); out != "prior_failure unknown healable=true" {
+				t.Fatalf("a retry in the process that recovered its effect's panic: %q", out)
+			}
+			if out := run("try", "2s", "charge:recovered"); out != "prior_failure unknown healable=false" {
+				t.Fatalf("an attempt once that process ended: %q", out)
 			}
 		})
 	}
