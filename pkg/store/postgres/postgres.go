@@ -82,7 +82,8 @@ import (
 // Config says how to reach the ledger.
 type Config struct {
 	// URL is a postgres:// or postgresql:// connection string (pgx syntax; pool_max_conns and
-	// search_path are honoured).
+	// search_path are honoured). Open refuses anything else, the empty string of the zero
+	// Config and libpq's key=value form included.
 	URL string
 	// Schema holds the ledger's tables; it is created if missing. Empty: the first schema of
 	// the URL's search_path, else the server's default (normally public).
@@ -156,8 +157,28 @@ var _ fence.Store = (*Store)(nil)
 // a deadlock or serialization failure.
 const maxAttempts = 64
 
+// checkURL refuses a Config.URL that is not a postgres:// or postgresql:// URL. pgx reads
+// anything: an empty string connects wherever libpq's defaults lead (PGHOST or this host's
+// socket, the database named after the user), and a key=value string is taken as well; a
+// process whose URL was unset (the zero Config) kept a ledger of its own there, beside the one
+// its peers shared, and ran again what they had run. The spool's name and redaction read a
+// URL too. The string itself is not quoted: it may hold a password.
+func checkURL(raw string) error {
+	const form = "postgres://user@host:port/dbname?sslmode=…"
+	switch {
+	case raw == "":
+		return fmt.Errorf("postgres ledger: no URL (Config.URL is empty): name the ledger's database as %s; an empty one would open a ledger wherever libpq's defaults lead, which other processes need not share", form)
+	case !strings.HasPrefix(raw, "postgres://") && !strings.HasPrefix(raw, "postgresql://"):
+		return fmt.Errorf("postgres ledger: Config.URL is not a postgres:// or postgresql:// URL (a key=value connection string, another scheme, or the scheme in other letter cases or after a space): write it as %s", form)
+	}
+	return nil
+}
+
 // Open connects, creates or migrates the schema, and returns the store.
 func Open(ctx context.Context, c Config) (*Store, error) {
+	if err := checkURL(c.URL); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
