@@ -28,7 +28,8 @@ const MaxIntentLen = 1024
 const MaxDomainLen = 1024
 
 // Engine is the fence. It is safe for concurrent use; several Engines (in one process or many)
-// may share one Store, and the Store's transactions make them agree.
+// may share one Store, and the Store's transactions make them agree. Make one with New: an
+// Engine's zero value has no store, no caches and no configuration, and is not usable.
 type Engine struct {
 	store  Store
 	cfg    Config
