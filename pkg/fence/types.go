@@ -3,6 +3,7 @@ package fence
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -315,7 +316,8 @@ type Config struct {
 	// (Request.Carrier), as its Config.Owner made it.
 	Liveness func(owner string) Liveness
 	// SpoolDir is a local directory where outcomes the ledger cannot take are kept until it
-	// can (see Engine.Settle); "" keeps none.
+	// can (see Engine.Settle); "" keeps none. A relative one is read against the working
+	// directory at New, once: a later chdir does not move it.
 	SpoolDir string
 	// SpoolShared: the spool may hold outcomes of other ledgers (a PostgreSQL spool named after
 	// a URL, which another environment's PGOPTIONS or PGDATABASE points at another ledger).
@@ -353,6 +355,15 @@ func (c Config) withDefaults() Config {
 	// was not its own claims' once recorded, and a heartbeat replaced it, dropping the claim's
 	// carrier (TestHolderWithAHostNameNotUTF8KeepsItsCarrier).
 	c.Owner = ledgerText(c.Owner)
+	if c.SpoolDir != "" && !filepath.IsAbs(c.SpoolDir) {
+		// Read against the working directory of each use, a relative spool moved with the
+		// process (a daemon's chdir after its open): outcomes went where no process of the
+		// ledger looks, and the next one fenced (or re-ran) what they recorded
+		// (TestSpoolOfARelativeLedgerSurvivesAChdir). It is the directory it named at New.
+		if abs, err := filepath.Abs(c.SpoolDir); err == nil {
+			c.SpoolDir = abs
+		}
+	}
 	if c.Liveness == nil {
 		c.Liveness = OwnerLiveness
 	} else if reflect.ValueOf(c.Liveness).Pointer() != reflect.ValueOf(OwnerLiveness).Pointer() {
