@@ -32,7 +32,10 @@ func main() {
 		fmt.Println("open:", err)
 		os.Exit(1)
 	}
-	req := fence.Request{Intent: "charge:order-9", Tool: "charge_card", Args: []byte(` + "`" + `{"amount":100}` + "`" + `)}
+	// A re-run-safe claim (os.Args[4] "rerun-safe") is one the lease rules take over from a
+	// gone holder unless its outcome waits in the spool.
+	rerunSafe := os.Args[4] == "rerun-safe"
+	req := fence.Request{Intent: "charge:order-9:" + os.Args[4], Tool: "charge_card", Args: []byte(` + "`" + `{"amount":100}` + "`" + `), RerunSafe: rerunSafe}
 	switch os.Args[2] {
 	case "settle":
 		adm, err := led.Prepare(ctx, req)
@@ -74,8 +77,8 @@ func main() {
 // intent replays. Before 2026-12-07 the spool was the relative path NAME.spool, read against
 // the working directory of each use: the outcome went beside the new directory, where no
 // process of the ledger looks, and the next process found the claim of a gone holder: unknown,
-// its committed effect fenced for a person to decide (and, for a re-run-safe claim, taken
-// over: run again).
+// its committed effect fenced for a person to decide, and a re-run-safe claim taken over:
+// admitted, run again.
 func TestSpoolOfARelativeLedgerSurvivesAChdir(t *testing.T) {
 	t.Parallel()
 	prog := buildUserProgram(t, chdirProgram)
@@ -90,13 +93,15 @@ func TestSpoolOfARelativeLedgerSurvivesAChdir(t *testing.T) {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	if out := run("ledger.db", "settle", elsewhere); out != "spooled" {
-		t.Fatalf("settle: %q", out)
-	}
-	if _, err := os.Stat(filepath.Join(elsewhere, "ledger.db.spool")); err == nil {
-		t.Errorf("the outcome was spooled beside the directory the process moved to (%s), not beside its ledger", elsewhere)
-	}
-	if out := run("ledger.db", "replay"); out != `replay {"charge":"ch_9"}` {
-		t.Fatalf("the next process on the ledger: %q; want the spooled commit recorded and replayed", out)
+	for _, kind := range []string{"plain", "rerun-safe"} {
+		if out := run("ledger.db", "settle", elsewhere, kind); out != "spooled" {
+			t.Fatalf("%s: settle: %q", kind, out)
+		}
+		if _, err := os.Stat(filepath.Join(elsewhere, "ledger.db.spool")); err == nil {
+			t.Errorf("%s: the outcome was spooled beside the directory the process moved to (%s), not beside its ledger", kind, elsewhere)
+		}
+		if out := run("ledger.db", "replay", home, kind); out != `replay {"charge":"ch_9"}` {
+			t.Errorf("%s: the next process on the ledger: %q; want the spooled commit recorded and replayed", kind, out)
+		}
 	}
 }
