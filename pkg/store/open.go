@@ -289,7 +289,10 @@ type Ledger struct {
 
 	stop  context.CancelFunc
 	swept chan struct{}
-	log   io.Writer
+	// watched is closed once the goroutine that stops the background work when the engine
+	// alone is closed has ended.
+	watched chan struct{}
+	log     io.Writer
 	// every and recoverEvery are how often the background goroutine sweeps and recovers.
 	every, recoverEvery time.Duration
 }
@@ -394,7 +397,9 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	// The background work ends with the engine too: a caller that kept only l.Engine (README's
 	// quick start) closes that. Before 2026-12-07 it went on against the closed store for the
 	// life of the process (TestEngineCloseStopsTheLedgersBackground).
+	l.watched = make(chan struct{})
 	go func() {
+		defer close(l.watched)
 		select {
 		case <-eng.Done():
 			stop()
@@ -632,6 +637,7 @@ func engineClosed(e *fence.Engine) bool {
 func (l *Ledger) Close() error {
 	l.stop()
 	<-l.swept
+	<-l.watched
 	return l.Engine.Close()
 }
 
