@@ -309,7 +309,12 @@ type Config struct {
 	LeaseTTL      time.Duration // default 60 s
 	ResultTTL     time.Duration // default 24 h
 	OnLeaseExpiry ExpiryPolicy  // default Fence
-	// Owner identifies this process in the records it claims (default: LocalOwner()).
+	// Owner identifies this process in the records it claims (default: LocalOwner()). It must
+	// name this process alone: an engine whose Owner is the same string takes the claims for
+	// its own, held by a live process whatever became of their holder (a killed holder's
+	// claim then waits for its lease instead of being judged gone, and a ClearUnlessHeld of it
+	// through that engine is refused). The judges of other processes read it with
+	// Liveness: a string OwnerLiveness cannot read is judged by the lease alone.
 	Owner string
 	// Liveness judges the process named by an owner string (default: OwnerLiveness). One of
 	// the caller's own is given the owner without the carrier a claim may name
