@@ -1497,7 +1497,8 @@ func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
 // The claim is then held through this engine's process (Config.Owner): its life, not that of
 // the process that made the claim, says whether the holder is alive. A claim this process
 // already held keeps the carrier it named (Request.Carrier); one taken over from another
-// process names none.
+// process names none. On an error t is returned as given, still the claim's handle (its lease
+// not extended): renew again, or report the outcome with it.
 func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 	return e.heartbeat(ctx, t, nil)
 }
@@ -1507,15 +1508,19 @@ func (e *Engine) Heartbeat(ctx context.Context, t Ticket) (Ticket, error) {
 // restarted in between), before it sends the call there.
 func (e *Engine) Carry(ctx context.Context, t Ticket, carrier string) (Ticket, error) {
 	if !validCarrier(carrier) {
-		return Ticket{}, InvalidError{"carrier", "must be empty or made by GroupCarrier"}
+		return t, InvalidError{"carrier", "must be empty or made by GroupCarrier"}
 	}
 	return e.heartbeat(ctx, t, &carrier)
 }
 
+// heartbeat is Heartbeat and Carry. On an error it hands t back as given: a holder renewing
+// in a loop (t, err = eng.Heartbeat(ctx, t)) keeps its claim's handle through a renewal the
+// ledger did not take. Before 2026-12-07 it got the zero Ticket, and its Commit was refused
+// lease_lost with the result recorded nowhere (TestHeartbeatThatFailsKeepsTheTicket).
 func (e *Engine) heartbeat(ctx context.Context, t Ticket, carrier *string) (Ticket, error) {
 	if err := e.claimless(ctx, t); err != nil {
 		e.counts.add(bLeaseLost)
-		return Ticket{}, err
+		return t, err
 	}
 	var next Ticket
 	err := e.update(ctx, func(tx Tx) error {
@@ -1558,10 +1563,13 @@ func (e *Engine) heartbeat(ctx context.Context, t Ticket, carrier *string) (Tick
 		next = Ticket{Intent: r.Intent, Token: r.Token, Nonce: r.Nonce, Domain: r.Domain, Seq: r.Seq, LeaseUntil: r.LeaseUntil, Reclaimed: t.Reclaimed, KeepHash: r.KeepResult == KeepHash}
 		return nil
 	})
-	if errors.Is(err, ErrLeaseLost) {
-		e.counts.add(bLeaseLost)
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			e.counts.add(bLeaseLost)
+		}
+		return t, err
 	}
-	return next, err
+	return next, nil
 }
 
 // afterOutcome counts a lost lease and wakes waiters of the intent.
