@@ -18,6 +18,22 @@ import (
 // detaches, letting a held call return at once). Skipped where strace cannot attach.
 func StallSyncs(t testing.TB, pid int, delay time.Duration) (release func()) {
 	t.Helper()
+	return injectSyncs(t, pid, fmt.Sprintf("delay_exit=%d", delay.Microseconds()))
+}
+
+// FailSyncs makes every fsync and fdatasync of process pid fail with EIO without doing it
+// (strace's fault injection, error=EIO), until the returned stop is called: the data written
+// before it stays in the page cache, and may reach the disk later or not, as after a disk's
+// write error, when nothing says which of the written pages were kept. Skipped where strace
+// cannot attach.
+func FailSyncs(t testing.TB, pid int) (stop func()) {
+	t.Helper()
+	return injectSyncs(t, pid, "error=EIO")
+}
+
+// injectSyncs attaches strace to pid, injecting how into its every fsync and fdatasync.
+func injectSyncs(t testing.TB, pid int, how string) (release func()) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: attaching strace to another process needs root (or ptrace rights)")
 	}
@@ -26,7 +42,7 @@ func StallSyncs(t testing.TB, pid int, delay time.Duration) (release func()) {
 	}
 	cmd := exec.Command("strace", "-f", "-qq", "-o", "/dev/null", "-p", fmt.Sprint(pid),
 		"-e", "trace=fsync,fdatasync",
-		"-e", fmt.Sprintf("inject=fsync,fdatasync:delay_exit=%d", delay.Microseconds()))
+		"-e", "inject=fsync,fdatasync:"+how)
 	var stderr bytes.Buffer // read once strace has exited
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -850,7 +850,7 @@ func (p *pooledPass) prepareOnce(ctx context.Context) error {
 	if err != nil && p.adm.Ticket != nil && CodeOf(err) == CodeStore {
 		// The claim was written but the store failed: it may be recorded all the same
 		// (its answer lost), held by nobody who will ever run it (orphan.go).
-		e.lostClaim(p.adm.Ticket.Intent, p.adm.Ticket.Nonce)
+		e.lostClaimNoted(p.adm.Ticket.Intent, p.adm.Ticket.Nonce)
 	}
 	return err
 }

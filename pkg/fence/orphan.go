@@ -65,6 +65,32 @@ var (
 // releasing it in the background.
 func (e *Engine) lostClaim(intent, nonce string) { e.lostClaimWhy(intent, nonce, "") }
 
+// lostClaimNoted is lostClaim for a claim whose Prepare is about to fail. While the store
+// doubts it (ClaimDoubter), it may land after this process ends, with nobody left to release
+// it: a SQLite COMMIT whose fsync failed leaves valid frames in the log, which the next open
+// counts once this process is gone (killed before it wrote again). So it is also abandoned
+// (beside.go): its note goes to the spool before Prepare answers (unless the disk takes no
+// write either), and the next process's drain releases the claim if it finds it. Before
+// 2026-12-07 such a call was answered NOT executed, and after a kill -9 its retry was refused
+// as of unknown outcome (TestClaimWhoseSyncFailedIsReleasedAfterAKill).
+func (e *Engine) lostClaimNoted(intent, nonce string) {
+	d, ok := e.store.(ClaimDoubter)
+	if !ok || e.cfg.SpoolDir == "" || !d.ClaimInDoubt(intent) {
+		e.lostClaim(intent, nonce)
+		return
+	}
+	e.abandoned.add(nonce, &abandonedClaim{intent: intent, reason: lostClaimReason})
+	linked := make(chan struct{})
+	go e.noteAbandoned(intent, lostClaimReason, []string{nonce}, linked)
+	t := time.NewTimer(noteWait)
+	select {
+	case <-linked:
+	case <-t.C:
+	}
+	t.Stop()
+	e.lostClaim(intent, nonce)
+}
+
 // lostClaimWhy is lostClaim whose release says reason (lostClaimReason if empty).
 func (e *Engine) lostClaimWhy(intent, nonce, reason string) {
 	l := &e.lost

@@ -45,6 +45,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -122,7 +123,21 @@ type Store struct {
 	shmGone error
 	// real is the path SQLite opened (links resolved): its log is real-wal.
 	real string
+	// unsettled is set when a COMMIT failed and no COMMIT that changed a row has succeeded
+	// since (see ClaimInDoubt).
+	unsettled atomic.Bool
 }
+
+// ClaimInDoubt says whether a claim this store was asked to write and failed to may still be
+// in the ledger (fence.ClaimDoubter). A COMMIT that fails at its fsync (EIO, or EROFS when the
+// file system turns read-only) has written its frames, commit frame included, to the log:
+// this process's index never counts them, but they are valid frames, so if the process ends
+// before it writes again (kill -9, a crash), the next open rebuilds the index from the log
+// and finds the transaction committed: its claim held by a process gone, the call it was told
+// was NOT executed fenced as unknown. The next COMMIT that changes a row writes its frames
+// where those were (or starts the log again), and they no longer count: until then every claim
+// whose write failed is in doubt (TestClaimWhoseSyncFailedIsReleasedAfterAKill).
+func (s *Store) ClaimInDoubt(string) bool { return s.unsettled.Load() }
 
 // update is one queued Update. res receives exactly one answer: its result, or lead (the
 // caller becomes the leader and runs the next batch itself).
@@ -1525,6 +1540,13 @@ func (s *Store) tryBatchOn(r *rawRunner, b *batch, savepoints, index bool) (fail
 			return false, err
 		}
 	}
+	// While a failed COMMIT's frames may still count (ClaimInDoubt): the rows changed before
+	// the batch, to tell whether its COMMIT writes over them.
+	doubt := s.unsettled.Load()
+	var before int64
+	if doubt {
+		before, doubt = totalChanges(r)
+	}
 	ok := 0
 	var meta bool // shared by the batch's transactions (txn.meta)
 	for i, u := range batch {
@@ -1562,14 +1584,38 @@ func (s *Store) tryBatchOn(r *rawRunner, b *batch, savepoints, index bool) (fail
 		testHookBeforeCommit()
 	}
 	done = true
+	// A COMMIT that changes a row writes over a failed one's frames. A batch with a function
+	// rolled back to its savepoint may have changed rows only there, so it settles nothing.
+	settles := doubt && ok == len(batch)
 	if _, err := r.exec(qCommit); err != nil {
+		s.unsettled.Store(true)
 		// A COMMIT that failed may leave the transaction open (SQLITE_BUSY); end it, as
 		// database/sql would, so the connection is clean for the next batch. When SQLite has
 		// already rolled it back, this ROLLBACK fails harmlessly.
 		r.exec(qRollback)
 		return false, err
 	}
+	if settles {
+		if after, read := totalChanges(r); read && after > before {
+			s.unsettled.Store(false)
+		}
+	}
 	return false, nil
+}
+
+// totalChanges is the rows the writer's connection has inserted, updated or deleted since it
+// opened (SQLite's total_changes()), and whether it could be read.
+func totalChanges(r *rawRunner) (int64, bool) {
+	rows, err := r.query("SELECT total_changes()")
+	if err != nil {
+		return 0, false
+	}
+	defer rows.Close()
+	var n int64
+	if !rows.Next() || rows.Scan(&n) != nil {
+		return 0, false
+	}
+	return n, true
 }
 
 // testHookBeforeCommit, when set (by tests only), runs on the leader's goroutine before each
