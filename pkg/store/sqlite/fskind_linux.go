@@ -1,6 +1,8 @@
 package sqlite
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"syscall"
 )
@@ -29,6 +31,30 @@ func Volatile(path string) string {
 		return "is on an overlay filesystem (a container's own writable layer?): it goes when the container is removed, and every receipt with it, so a call retried after that runs again; keep the ledger on a volume or a mounted directory, or use --ledger postgres://..."
 	case tmpfsMagic, ramfsMagic:
 		return "is in memory (tmpfs): it is emptied at the next reboot, and every receipt with it, so a call retried after that runs again; keep the ledger on a disk (the default, under $XDG_STATE_HOME or ~/.local/state)"
+	}
+	return ""
+}
+
+// diskTrouble names what the file system under the ledger at path shows that fails writes
+// there, "" when nothing (or it cannot be told). SQLite says "disk I/O error" whatever the
+// kernel said, and statfs(2) does not show a file system that ext4 turned read-only after
+// an error on its disk (errors=remount-ro; /proc/mounts still says rw, emergency_ro), so it
+// asks the file system: a file made beside the ledger, one byte written, then removed (only
+// after a write failed). full says SQLite reported the disk full.
+func diskTrouble(path string, full bool) string {
+	f, err := os.CreateTemp(filepath.Dir(realPath(path)), ".effectfence-probe-*")
+	if err == nil {
+		_, err = f.Write([]byte{0})
+		f.Close()
+		os.Remove(f.Name())
+	}
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return "its file system is read-only (EROFS: mounted read-only, or remounted so after an error on its disk, as ext4's errors=remount-ro does; the kernel's log says, `dmesg`): nothing can be recorded until the disk is repaired and mounted read-write again"
+	case errors.Is(err, syscall.EDQUOT):
+		return "this user's disk quota is used up (EDQUOT)"
+	case errors.Is(err, syscall.ENOSPC) || full:
+		return "its file system has no room left (ENOSPC)"
 	}
 	return ""
 }

@@ -547,7 +547,7 @@ func prepareFile(path string, readOnly bool) error {
 				// a decision.
 				f, err := os.OpenFile(path, os.O_RDWR, 0)
 				if err != nil {
-					return fmt.Errorf("ledger %s is not writable by this user (%w); the fence must record every decision: fix its permissions or choose another file with --ledger or EFFECTFENCE_LEDGER (`effectfence ledger check` can still read it)", path, err)
+					return unwritable(path, err)
 				}
 				f.Close()
 			}
@@ -886,19 +886,46 @@ func (s *Store) wrap(err error) error {
 				// replays nothing.
 				return fmt.Errorf("ledger %s is writable, but %s beside it is not (%v): SQLite makes a ledger's write-ahead log and index with the permissions the file had, and a read-only open of it while it was read-only (`effectfence ledger check`) leaves them so; make it writable (chmod u+w %s), as the user every process on the ledger runs as; keep using this ledger, not another file, which would replay nothing it recorded", s.path, side, se, side)
 			}
-			return fmt.Errorf("ledger %s is read-only for this process (%v); the fence must record every decision, so give it a writable file with --ledger or EFFECTFENCE_LEDGER", s.path, se)
+			if cause := diskTrouble(s.path, false); cause != "" {
+				return fmt.Errorf("ledger %s: %s: %w", s.path, cause, err)
+			}
+			return fmt.Errorf("ledger %s is read-only for this process (%v): make it writable again (its permissions and attributes, as the user every process on the ledger runs as); keep using this ledger, not another file, which would be a new, empty ledger under which every call this one recorded would run again", s.path, se)
 		case sqlite3.SQLITE_CANTOPEN:
 			return fmt.Errorf("ledger %s cannot be opened (%v); check that the file and its directory are readable and writable by this user", s.path, se)
 		case sqlite3.SQLITE_BUSY:
 			// The transaction never began: SQLite gave up waiting for the lock.
 			return fmt.Errorf("ledger %s: another process held it locked longer than the busy timeout (%v): a process stopped inside a transaction (SIGSTOP, a debugger, a frozen container) or a tool keeping one open (the sqlite3 shell after BEGIN); nothing was changed, try again once it lets go (%w)", s.path, s.opt.BusyTimeout, err)
-		case sqlite3.SQLITE_IOERR:
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL:
 			if se.Code() == sqlite3.SQLITE_IOERR_SHORT_READ {
 				return &FileError{Path: s.path, Problem: "is truncated (" + se.Error() + ")"}
+			}
+			// SQLite says "disk I/O error" whatever the kernel said: name what the disk shows.
+			if cause := diskTrouble(s.path, se.Code()&0xff == sqlite3.SQLITE_FULL); cause != "" {
+				return fmt.Errorf("ledger %s: %s: %w", s.path, cause, err)
+			}
+			if se.Code() == sqlite3.SQLITE_IOERR_FSYNC {
+				return fmt.Errorf("ledger %s: the disk failed to make a write durable (fsync failed: a disk or network storage error; the kernel's log says, `dmesg`): %w", s.path, err)
 			}
 		}
 	}
 	return fmt.Errorf("ledger %s: %w", s.path, err)
+}
+
+// unwritable is the refusal of a ledger file at path that opening to write failed with err,
+// saying why by its cause. It never advises another file: that would be a new, empty ledger,
+// under which every call this one recorded would run again. Before 2026-12-07 it called
+// every such file "not writable by this user" and advised choosing another file, also for a
+// file system remounted read-only after an error on its disk, which no permission fixes
+// (TestLedgerOnAFileSystemTurnedReadOnly).
+func unwritable(path string, err error) error {
+	const keep = "the fence must record every decision; keep using this ledger once it is writable again, not another file, which would be a new, empty ledger under which every call this one recorded would run again (`effectfence ledger check` can still read it)"
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("ledger %s is on a read-only file system (%w): mounted read-only, or remounted so after an error on its disk (ext4's errors=remount-ro; the kernel's log says, `dmesg`); check and repair the disk and mount it read-write again; %s", path, err, keep)
+	case errors.Is(err, syscall.EPERM):
+		return fmt.Errorf("ledger %s cannot be opened to write, not even by its owner (%w): an immutable or append-only file (`lsattr` shows the i or a attribute; `chattr -i -a` clears them); %s", path, err, keep)
+	}
+	return fmt.Errorf("ledger %s is not writable by this user (%w): fix its permissions, or run as the user that owns it; %s", path, err, keep)
 }
 
 // unwritableBeside returns the write-ahead log or index beside the writable ledger file at
