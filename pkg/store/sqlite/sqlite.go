@@ -1370,6 +1370,17 @@ func (s *Store) checkFile() (same bool, err error) {
 	// empty file), since SQLite would create it with its default mode (0644 under the usual
 	// umask), readable by every user beside a ledger in a shared directory.
 	cerr := createPrivate(copyTo)
+	if errors.Is(cerr, os.ErrNotExist) {
+		// The ledger's directory is gone with it (rm -r), and the file lives only in this
+		// process's descriptors: the copy makes the directory again, only its user's, so the
+		// receipts outlive the process where the advice says. Before 2026-12-07 the copy
+		// failed, the advice was to put back a file that no longer existed, and a wrap started
+		// once the directory was made again ran every recorded call again
+		// (TestLedgerDirectoryRemovedUnderWrapKeepsItsReceipts).
+		if err := os.MkdirAll(filepath.Dir(copyTo), 0o700); err == nil {
+			cerr = createPrivate(copyTo)
+		}
+	}
 	if cerr == nil {
 		cerr = s.wconn.Raw(func(dc any) error {
 			r := &rawRunner{ctx: context.Background(), c: dc.(driver.Conn), stmts: s.wstmts}
