@@ -2,9 +2,12 @@ package sqlite
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Magic numbers of statfs(2)'s f_type for the filesystems whose files do not outlive what
@@ -42,6 +45,18 @@ func Volatile(path string) string {
 // asks the file system: a file made beside the ledger, one byte written, then removed (only
 // after a write failed). full says SQLite reported the disk full.
 func diskTrouble(path string, full bool) string {
+	// A file made immutable or append-only (chattr +i, +a) under the process: its writes fail
+	// with EPERM, even root's, through descriptors opened before. statx reads the attributes
+	// without opening the file (closing a descriptor of it would drop this process's locks).
+	for _, f := range []string{realPath(path), realPath(path) + "-wal"} {
+		var st unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, f, 0, unix.STATX_BASIC_STATS, &st) != nil {
+			continue
+		}
+		if st.Attributes&(unix.STATX_ATTR_IMMUTABLE|unix.STATX_ATTR_APPEND) != 0 {
+			return fmt.Sprintf("%s is immutable or append-only (`lsattr` shows the i or a attribute; `chattr -i -a %s` clears them), so nothing can be recorded", f, f)
+		}
+	}
 	f, err := os.CreateTemp(filepath.Dir(realPath(path)), ".effectfence-probe-*")
 	if err == nil {
 		_, err = f.Write([]byte{0})
