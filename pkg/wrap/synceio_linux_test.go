@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/internal/diskfull"
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -78,5 +79,58 @@ func TestClaimWhoseSyncFailedIsReleasedAfterAKill(t *testing.T) {
 				return true
 			})
 		})
+	}
+}
+
+// TestOutcomeWhoseSyncFailsWaitsForTheDisk: every fsync of a real wrap fails (EIO, strace)
+// while a call runs in the server, so neither the ledger nor the spool beside it can make its
+// outcome durable (the spool's file is synced before it counts). The answer must wait, the
+// outcome in memory only; once the disk syncs again the outcome is recorded, the call
+// answered with its result, and its duplicate replays it. The tool runs once.
+func TestOutcomeWhoseSyncFailsWaitsForTheDisk(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	w := r.wrap("--lease-secs", "1")
+	if x := call(t, w.Session, "charge", `{"amount":1,"order":"warm"}`); x.IsError {
+		t.Fatalf("the first call: %s", x.text())
+	}
+	type answer struct {
+		x   result
+		err error
+	}
+	got := make(chan answer, 1)
+	args := `{"ms":800,"tag":"sync-fails"}`
+	go func() {
+		x, err := callE(w.Session, "slow", args)
+		got <- answer{x, err}
+	}()
+	waitFor(t, "the slow call to start", func() bool { return strings.Contains(w.log.String(), "slow tag=sync-fails started") })
+	stop := diskfull.FailSyncs(t, w.Pid())
+	var early *answer
+	waitFor(t, "the outcome to be held in memory only, or an answer", func() bool {
+		select {
+		case a := <-got:
+			early = &a
+			return true
+		default:
+		}
+		return strings.Contains(w.log.String(), "the call's answer waits until one of them takes it")
+	})
+	if early != nil {
+		t.Fatalf("answered while its outcome could not be made durable: %s, %v; wrap log:\n%s", early.x.text(), early.err, w.log.String())
+	}
+	// Two more lease-long rounds of the ledger and the spool failing: still no answer.
+	select {
+	case a := <-got:
+		t.Fatalf("answered while its outcome could not be made durable: %s, %v; wrap log:\n%s", a.x.text(), a.err, w.log.String())
+	case <-time.After(2 * time.Second):
+	}
+	stop()
+	a := <-got
+	if a.err != nil || a.x.IsError || !strings.Contains(a.x.text(), "slow done") {
+		t.Fatalf("the slow call once the disk synced again: %s, %v", a.x.text(), a.err)
+	}
+	if again := call(t, w.Session, "slow", args); !again.replayed() || again.same() != a.x.same() || r.effectCount() != 2 {
+		t.Fatalf("its duplicate: replayed %v, %s; %d effects, want the recorded result and 2", again.replayed(), again.text(), r.effectCount())
 	}
 }
