@@ -43,6 +43,9 @@ func TestLedgerDirectoryRemovedUnderWrapKeepsItsReceipts(t *testing.T) {
 	if copyPath == "" {
 		t.Fatalf("the refusal names no copy of the ledger: %s", x.text())
 	}
+	if !strings.Contains(x.text(), "made again") {
+		t.Errorf("the refusal does not say the directory was made again: %s", x.text())
+	}
 	if _, err := os.Stat(copyPath); err != nil {
 		t.Fatalf("the copy the refusal names: %v; refusal: %s", err, x.text())
 	}

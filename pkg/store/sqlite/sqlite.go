@@ -1370,6 +1370,7 @@ func (s *Store) checkFile() (same bool, err error) {
 	// empty file), since SQLite would create it with its default mode (0644 under the usual
 	// umask), readable by every user beside a ledger in a shared directory.
 	cerr := createPrivate(copyTo)
+	remade := ""
 	if errors.Is(cerr, os.ErrNotExist) {
 		// The ledger's directory is gone with it (rm -r), and the file lives only in this
 		// process's descriptors: the copy makes the directory again, only its user's, so the
@@ -1379,6 +1380,7 @@ func (s *Store) checkFile() (same bool, err error) {
 		// (TestLedgerDirectoryRemovedUnderWrapKeepsItsReceipts).
 		if err := os.MkdirAll(filepath.Dir(copyTo), 0o700); err == nil {
 			cerr = createPrivate(copyTo)
+			remade = " (its directory was gone, and was made again for it)"
 		}
 	}
 	if cerr == nil {
@@ -1394,7 +1396,7 @@ func (s *Store) checkFile() (same bool, err error) {
 			os.Remove(copyTo) // not a copy: nothing to point the operator at
 		}
 	}
-	advice := fmt.Sprintf("every receipt this process holds was copied to %s. Put the ledger back at the path, or stop this process and use the copy as the ledger (mv %s %s), moving aside whatever is at the path first with its -wal and -shm files", copyTo, copyTo, s.path)
+	advice := fmt.Sprintf("every receipt this process holds was copied to %s%s. Put the ledger back at the path, or stop this process and use the copy as the ledger (mv %s %s), moving aside whatever is at the path first with its -wal and -shm files", copyTo, remade, copyTo, s.path)
 	if cerr != nil {
 		advice = fmt.Sprintf("copying what this process holds to %s failed too (%v). Put the ledger back at the path", copyTo, cerr)
 	}
