@@ -7,3 +7,6 @@ import "os"
 func RestingReader(path string) *os.File { return restingReader(path) }
 
 func StillAtRest(f *os.File, path string) bool { return stillAtRest(f, path) }
+
+// UnwritableBeside is the look an error of an open Store takes at the files beside its ledger.
+func UnwritableBeside(path string) string { return unwritableBeside(path) }

@@ -85,3 +85,36 @@ func TestTwoStoresInOneProcessKeepTheFileLocks(t *testing.T) {
 		t.Fatal(adm, err)
 	}
 }
+
+// TestUnwritableBesideKeepsTheLocks: an error SQLite reports as read-only (SQLITE_READONLY) on
+// an open Store looks at the files beside its ledger to name one it may not write. That look
+// opened and closed the ledger file and its index, which dropped every POSIX lock this process
+// held on them, SQLite's included, while the Store went on (here.go): another process could
+// then take the ledger for unused (its last connection, which checkpoints and removes the
+// log) or the index for abandoned. The look must leave every lock in place.
+func TestUnwritableBesideKeepsTheLocks(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := fence.New(st, fence.Config{})
+	if adm, err := e.Prepare(ctx, fence.Request{Intent: "beside:1", Tool: "t"}); err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	file, index := locksOn(t, path), locksOn(t, path+"-shm")
+	if file+index == 0 {
+		t.Fatal("an open Store holds no lock on its file or its index: this test cannot tell anything")
+	}
+	if side := sqlite.UnwritableBeside(path); side != "" {
+		t.Fatalf("the look names %s, which this process may write", side)
+	}
+	if f, i := locksOn(t, path), locksOn(t, path+"-shm"); f < file || i < index {
+		t.Fatalf("after the look this process holds %d lock(s) on the ledger and %d on its index; %d and %d before", f, i, file, index)
+	}
+	if adm, err := e.Prepare(ctx, fence.Request{Intent: "beside:2", Tool: "t"}); err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+}

@@ -928,28 +928,6 @@ func unwritable(path string, err error) error {
 	return fmt.Errorf("ledger %s is not writable by this user (%w): fix its permissions, or run as the user that owns it; %s", path, err, keep)
 }
 
-// unwritableBeside returns the write-ahead log or index beside the writable ledger file at
-// path that this process cannot open for writing, or "" when there is none (or the file
-// itself is not writable). Opening one to write changes nothing in it.
-func unwritableBeside(path string) string {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return ""
-	}
-	f.Close()
-	for _, side := range []string{path + "-shm", path + "-wal"} {
-		f, err := os.OpenFile(side, os.O_WRONLY, 0)
-		if err == nil {
-			f.Close()
-			continue
-		}
-		if errors.Is(err, os.ErrPermission) {
-			return side
-		}
-	}
-	return ""
-}
-
 // checkIdentity refuses SQLite files that hold something other than an effectfence ledger. It
 // reads the mark and the schema in one snapshot: another process may be creating the ledger
 // at this very moment, and must be seen either before or after, never half-way.
