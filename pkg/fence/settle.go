@@ -760,7 +760,10 @@ func (s *spool) put(dir string, o Outcome) (string, error) {
 		if err := keptAlready(final, o); err != nil {
 			return "", err
 		}
-		return final, nil
+		// Another process linked the same report there and may not have synced the
+		// directory yet (or was cut off before it could): answered as kept, its entry must be
+		// durable now, as this one's own would be.
+		return final, syncDir(dir)
 	}
 	if err != nil {
 		return "", err
