@@ -755,6 +755,14 @@ func (p *Proxy) route(line []byte, owned bool, held int64) (run func()) {
 				p.initGate = make(chan struct{})
 			}
 			p.mu.Unlock()
+		} else if v, unspoken := UnspokenRevision(m.Params); unspoken && p.uninitialized() {
+			// A client of stateless MCP (2026-07-28) sends no initialize: told which
+			// revisions wrap speaks, one that speaks an earlier one too sends initialize
+			// (MCP's TypeScript SDK 2 does), where before it was told that the server was
+			// not running, which a client speaking only 2026-07-28 reported as "no modern
+			// evidence", never naming what wrap speaks.
+			p.reply(RevisionError(m.ID, v))
+			return nil
 		}
 		p.smu.Lock()
 		if p.stopped {
@@ -861,6 +869,14 @@ func (p *Proxy) notify(m *jsonrpc.Message) {
 	if err := s.Notify(m.Method, m.Params); err != nil {
 		p.logf("cannot forward %s to the MCP server: %v", m.Method, err)
 	}
+}
+
+// uninitialized reports whether the agent has sent no initialize yet (none in progress, none
+// done, none that failed).
+func (p *Proxy) uninitialized() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.initGate == nil && p.child == nil && !p.initDone && p.startErr == ""
 }
 
 // live returns the current session without starting one.
