@@ -644,6 +644,16 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *h
 		// answer carried: it is closed, or each retried initialize (a new session) would hold
 		// a place under MaxSessions until it was idle, refusing every client meanwhile.
 		defer h.closeIfStartFailed(s)
+	} else if v, unspoken := wrap.UnspokenRevision(m.Params); unspoken && m.IsRequest() && r.Header.Get("Mcp-Session-Id") == "" {
+		// A request of stateless MCP (2026-07-28: no initialize, no session) is told which
+		// revisions the gateway speaks, as MCP says (400 and -32022 listing them), so a client
+		// that speaks an earlier one too sends initialize; before, it got "Mcp-Session-Id is
+		// required", which a client speaking only 2026-07-28 reported as "no modern evidence".
+		h.refusedCall(m, read)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(wrap.RevisionError(m.ID, v))
+		return
 	} else if s = h.lookup(w, r, who); s == nil {
 		return
 	}
