@@ -33,6 +33,9 @@ func TestDocumentedVerifierOnExportedCerts(t *testing.T) {
 		{`{"d":` + deep + `}`, `[` + deep + `]`, ""},
 		// What privacy.md's settings put in a cert: "[redacted]" args, a result kept as its digest.
 		{`{"card":{"number":"4242424242424242","cvc":"123"},"amount":5}`, `{"key":"sk_live_x"}`, `,"redact":["card.number","card.cvc"],"keep_result":"hash"`},
+		// A result's numbers are the tool's, any exponent: beyond what Python's Decimal reads
+		// (10^18), zero with one too (the verifier raised decimal.InvalidOperation on these).
+		{`{"x":0e99999999999999999999}`, `{"zero":0e99999999999999999999,"neg":-0E+123456789012345678901234567890,"big":1e9999999999999999999,"tiny":-12.5e-99999999999999999999}`, ""},
 	}
 
 	path := filepath.Join(t.TempDir(), "ledger.db")
