@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strconv"
@@ -215,7 +216,13 @@ func sameJSON(a, b []byte) bool {
 		d := json.NewDecoder(bytes.NewReader(b))
 		d.UseNumber()
 		var v any
-		if d.Decode(&v) != nil || d.More() {
+		if d.Decode(&v) != nil {
+			return nil, false
+		}
+		// Nothing but white space after the value: d.More is false before a stray } or ], so
+		// it took {"a":1}} for the value {"a":1}.
+		var rest any
+		if d.Decode(&rest) != io.EOF {
 			return nil, false
 		}
 		return v, canonicalNumbers(&v)
