@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/doctest"
 	"github.com/effectfence/effectfence/pkg/ledger"
 	"github.com/effectfence/effectfence/pkg/store"
 )
@@ -65,4 +68,46 @@ func TestVerifyLegacyEscapedArgs(t *testing.T) {
 		t.Fatalf("verify of the earlier build's ledger: exit %d (%v)\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 
+	// docs/CERTS.md's Python verifier agrees on the certs of its export: it printed MISMATCH
+	// for both, which verify passed (the page said how to check such a hash, and its
+	// verifier did not).
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		return
+	}
+	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
+	r = runBinary(t, env, "", "ledger", "export", "--ledger", path)
+	if r.code != exitOK {
+		t.Fatalf("export of the earlier build's ledger: exit %d\n%s", r.code, r.stderr)
+	}
+	certs := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(r.stdout), "\n") {
+		var l struct {
+			Record *struct {
+				Cert json.RawMessage `json:"cert"`
+			} `json:"record"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("export line: %v", err)
+		}
+		if l.Record == nil || len(l.Record.Cert) == 0 {
+			continue
+		}
+		certs++
+		for cert, want := range map[string]string{
+			string(l.Record.Cert): "ok",
+			// The escaped hash binds the args as the canonical one does.
+			strings.Replace(string(l.Record.Cert), `\u003c`, `\u003e`, 1): "MISMATCH",
+		} {
+			cmd := exec.Command(py, "-c", script)
+			cmd.Stdin = strings.NewReader(cert)
+			out, err := cmd.Output()
+			if got := strings.TrimSpace(string(out)); err != nil || got != want {
+				t.Errorf("the documented verifier on a cert of the earlier build's export: %s (%v), want %s\n%.600s", got, err, want, cert)
+			}
+		}
+	}
+	if certs != 2 {
+		t.Fatalf("the export holds %d certs, want 2:\n%.2000s", certs, r.stdout)
+	}
 }
