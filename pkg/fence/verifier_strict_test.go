@@ -101,3 +101,49 @@ func TestDocumentedVerifierReadsStrictJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedVerifierDropsZeroClockEntries: step 3 of docs/CERTS.md drops a vector clock's
+// zero entries, as fence.Cert does, and so does its Python verifier: it hashed them, and
+// printed MISMATCH for a cert fence.Cert verifies.
+func TestDocumentedVerifierDropsZeroClockEntries(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("skipping: python3 is not installed")
+	}
+	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
+	ctx := context.Background()
+	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
+	adm, err := eng.Prepare(ctx, fence.Request{Intent: "zero-clock", Tool: "t", Args: json.RawMessage(`{"n":1}`), Agent: "a", Clock: fence.VectorClock{"b": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := eng.Commit(ctx, *adm.Ticket, []byte(`{"ok":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(cert)
+	for edited, want := range map[string]string{
+		`"vector_clock":{"a":1,"b":3,"c":0}`: "ok",
+		`"vector_clock":{"0":0,"a":1,"b":3}`: "ok",
+		`"vector_clock":{"a":1,"b":3,"c":1}`: "MISMATCH",
+	} {
+		e := bytes.Replace(raw, []byte(`"vector_clock":{"a":1,"b":3}`), []byte(edited), 1)
+		if bytes.Equal(e, raw) {
+			t.Fatalf("no vector clock to edit in %s", raw)
+		}
+		var back fence.Cert
+		got := "ok"
+		if json.Unmarshal(e, &back) != nil || back.Verify() != nil {
+			got = "MISMATCH"
+		}
+		if got != want {
+			t.Fatalf("fence.Cert on the cert with %s: %s, want %s", edited, got, want)
+		}
+		cmd := exec.Command(py, "-c", script)
+		cmd.Stdin = bytes.NewReader(e)
+		out, err := cmd.Output()
+		if got := strings.TrimSpace(string(out)); err != nil || got != want {
+			t.Errorf("python verifier on the cert with %s: %s (%v), want %s as fence.Cert", edited, got, err, want)
+		}
+	}
+}
