@@ -104,7 +104,8 @@ func TestDocumentedVerifierReadsStrictJSON(t *testing.T) {
 
 // TestDocumentedVerifierDropsZeroClockEntries: step 3 of docs/CERTS.md drops a vector clock's
 // zero entries, as fence.Cert does, and so does its Python verifier: it hashed them, and
-// printed MISMATCH for a cert fence.Cert verifies.
+// printed MISMATCH for a cert fence.Cert verifies. And it refuses counters (and seq) not
+// written as integers, as fence.Cert does.
 func TestDocumentedVerifierDropsZeroClockEntries(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -126,6 +127,10 @@ func TestDocumentedVerifierDropsZeroClockEntries(t *testing.T) {
 		`"vector_clock":{"a":1,"b":3,"c":0}`: "ok",
 		`"vector_clock":{"0":0,"a":1,"b":3}`: "ok",
 		`"vector_clock":{"a":1,"b":3,"c":1}`: "MISMATCH",
+		// A counter is an unsigned integer written as one: fence.Cert refuses 1.0 and 3e0,
+		// which the verifier took as the values they spell.
+		`"vector_clock":{"a":1.0,"b":3}`: "MISMATCH",
+		`"vector_clock":{"a":1,"b":3e0}`: "MISMATCH",
 	} {
 		e := bytes.Replace(raw, []byte(`"vector_clock":{"a":1,"b":3}`), []byte(edited), 1)
 		if bytes.Equal(e, raw) {
