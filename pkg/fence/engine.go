@@ -54,6 +54,8 @@ type Engine struct {
 	// carried is the last owner string made with a carrier (ownerWith): the carrier and the
 	// owner, so the claims sent to one server process share one string.
 	carried atomic.Pointer[[2]string]
+	// ledgerHigh is, per bucket, the highest ledger total Stats answered (see Stats).
+	ledgerHigh [nBuckets]atomic.Uint64
 }
 
 // New returns an engine over store. An engine given no store (nil) refuses every call with

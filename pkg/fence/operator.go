@@ -368,6 +368,16 @@ func (e *Engine) EvictDomain(ctx context.Context, domain string) error {
 
 // Stats returns this process's counters since start and the ledger's totals (including this
 // process's counts not yet flushed).
+//
+// The ledger's totals never go down from one answer to the next: counts taken for a write
+// are in neither the ledger that Stats reads nor the counts still pending until that write
+// commits (and on PostgreSQL, a commit whose answer was lost keeps them out until the store
+// has settled whether it landed), so what the ledger and the pending counts add up to falls
+// below an earlier answer meanwhile. Where it does, Stats answers the earlier total: a lower
+// bound of the truth still, since counts only grow. A gateway exports these totals as a
+// Prometheus counter, which reads any decrease as a restart and counts the whole total
+// again (before 2026-12-07 every scrape during a write of a busy gateway could:
+// TestGatewayLedgerAttemptsNeverGoDown).
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	boot := e.counts.snapshot()
 	var ledger Counters
@@ -376,8 +386,24 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		ledger, err = tx.Counters()
 		return err
 	})
+	if err != nil {
+		return Stats{SinceBoot: boot, Ledger: ledger.Add(e.counts.unflushed())}, err
+	}
 	ledger = ledger.Add(e.counts.unflushed())
-	return Stats{SinceBoot: boot, Ledger: ledger}, err
+	for b := range nBuckets {
+		v, high := ledger.field(b), &e.ledgerHigh[b]
+		for {
+			h := high.Load()
+			if *v <= h {
+				*v = h
+				break
+			}
+			if high.CompareAndSwap(h, *v) {
+				break
+			}
+		}
+	}
+	return Stats{SinceBoot: boot, Ledger: ledger}, nil
 }
 
 // Flush writes this process's unflushed counters to the ledger.

@@ -82,7 +82,8 @@ func (c Counters) Line() string {
 // learns the transaction did not land; after any other error the engine keeps them and writes
 // them again, so with a store that lost an answer without saying so the ledger's totals may
 // exceed the processes' counts by what that transaction carried (fencetest.Differential's
-// spool step, whose failing store says nothing, flushes first for that reason).
+// spool step, whose failing store says nothing, flushes first for that reason). One engine's
+// Ledger totals never go down from one Stats to the next (see Engine.Stats).
 type Stats struct {
 	SinceBoot Counters `json:"since_boot"`
 	Ledger    Counters `json:"ledger"`
