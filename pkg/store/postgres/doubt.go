@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
@@ -39,6 +41,14 @@ type doubt struct {
 	cut   [2][]byte
 	until time.Time
 	delta fence.Counters
+	// A one-statement claim or commit whose connection died with its answer: the counters
+	// row of that connection, and what it held before the statement (connCounted). The
+	// statement adds delta to that row only if it writes its record, and nothing writes the
+	// row after it (its connection is gone): the row holding stmtBase plus delta says the
+	// statement landed, whatever became of its record since; holding stmtBase, that it did
+	// not.
+	stmtShard string
+	stmtBase  fence.Counters
 	// seq names the counter shard its counters are added to (settle), once: an add whose
 	// answer is lost is tried again, and must not count them a second time.
 	seq int64
@@ -188,8 +198,11 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	var body []byte
 	var clock time.Time
 	var writer *int64
+	var row [10]*int64
 	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp(),
-	(SELECT xmin::text::bigint FROM effectfence_counters WHERE shard = $3) WHERE `+readable, d.xid, d.intent, d.shard).Scan(&status, &body, &clock, &writer)
+	(SELECT xmin::text::bigint FROM effectfence_counters WHERE shard = $3), r.* FROM (SELECT 1 WHERE `+readable+`) o
+	LEFT JOIN (SELECT admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost FROM effectfence_counters WHERE shard = $4) r ON true`,
+		d.xid, d.intent, d.shard, d.stmtShard).Scan(&status, &body, &clock, &writer, &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6], &row[7], &row[8], &row[9])
 	if err != nil {
 		return doubtUnasked
 	}
@@ -227,6 +240,19 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	case d.xid != 0 && *status != "aborted", spec && bytes.Equal(body, d.claim):
 		return doubtUndecided // the transaction or the statement may still commit
 	}
+	if d.stmtShard != "" && !rowHolds(row, d.stmtBase) {
+		if rowHolds(row, d.stmtBase.Add(d.delta)) && time.Since(d.at) < foldAge/2 {
+			// The statement added its counters to its connection's row: it landed, and its
+			// record was changed since by another (an operator's clear, a takeover). Read
+			// as never recorded, its counters were added a second time (before 2026-12-07:
+			// TestClaimInDoubtClearedElsewhereCountsOnce).
+			s.at("doubt landed", 0)
+			return doubtSettled
+		}
+		// The row tells neither (folded away, say): the counters are not added, lest they
+		// count twice.
+		return doubtSettled
+	}
 	args, err := counterArgs(fmt.Sprintf("%s/settled/%d", s.instance, d.seq), d.delta)
 	if err != nil {
 		return doubtSettled // counters beyond a bigint: nothing can add them
@@ -236,4 +262,38 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	}
 	s.at("doubt added", 0)
 	return doubtSettled
+}
+
+// lostStmt is a one-statement commit whose answer was lost with its connection: the record
+// it writes, and its connection's counters row with what that row held before it (see
+// doubt's stmtShard).
+type lostStmt struct {
+	intent string
+	body   []byte
+	shard  string
+	base   fence.Counters
+}
+
+// rowHolds says whether row, a counters row as read (nil fields: no row), holds c.
+func rowHolds(row [10]*int64, c fence.Counters) bool {
+	want := []uint64{c.Admitted, c.Reclaimed, c.Replayed, c.Coalesced, c.Stale, c.Race, c.InFlight, c.PriorFailure, c.Conflict, c.LeaseLost}
+	for i, v := range row {
+		if (v == nil && want[i] != 0) || (v != nil && (*v < 0 || uint64(*v) != want[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+// connCounted is what this store's committed writes on c added to c's counters row (see
+// Store.shard): nothing else writes that row. A one-statement claim or commit whose answer is
+// lost with c is known landed by that row (settle), whatever became of its record since.
+func connCounted(c *pgconn.PgConn) *fence.Counters {
+	m := c.CustomData()
+	if v, ok := m["effectfence.counted"].(*fence.Counters); ok {
+		return v
+	}
+	v := new(fence.Counters)
+	m["effectfence.counted"] = v
+	return v
 }

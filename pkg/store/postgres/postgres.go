@@ -597,9 +597,9 @@ func (s *Store) Update(ctx context.Context, fn func(fence.Tx) error) error {
 	return s.keep(s.transact(ctx, fn, nil), doubt{})
 }
 
-// transact is Update's transaction path. landed, when set, is the body of a one-statement
+// transact is Update's transaction path. landed, when set, is a one-statement
 // commit whose answer was lost (see speculate).
-func (s *Store) transact(ctx context.Context, fn func(fence.Tx) error, landed []byte) error {
+func (s *Store) transact(ctx context.Context, fn func(fence.Tx) error, landed *lostStmt) error {
 	var err error
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		err = s.run(ctx, attempt > 0, true, landed, fn)
@@ -655,7 +655,7 @@ func backoff(ctx context.Context, attempt int) error {
 // the pool is dead, as many as the pool holds; the pool discards each dead one it hands out,
 // so the store tries once more than the pool's size before it gives up (three tries, as
 // before, left the first calls after a restart failing with a store_error).
-func (s *Store) run(ctx context.Context, contended, write bool, landed []byte, fn func(fence.Tx) error) error {
+func (s *Store) run(ctx context.Context, contended, write bool, landed *lostStmt, fn func(fence.Tx) error) error {
 	for try := 1; ; try++ {
 		err := s.runOnce(ctx, contended, write, landed, fn)
 		var lost ConnLostError
@@ -700,7 +700,7 @@ func lockTimedOut(err error) error {
 	return fmt.Errorf("postgres ledger: the session's lock_timeout (set for the role, the database or in the URL) ended a wait for a lock another transaction of the ledger held, most likely another attempt of the same intent being decided; nothing of this transaction was recorded, and a retry may succeed (to wait as long as the caller does, set lock_timeout to 0 for the ledger's role): %w", err)
 }
 
-func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byte, fn func(fence.Tx) error) (err error) {
+func (s *Store) runOnce(ctx context.Context, contended, write bool, landed *lostStmt, fn func(fence.Tx) error) (err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres ledger: no connection: %w", err)
@@ -773,6 +773,10 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed []byt
 	t.pending.Queue("COMMIT")
 	s.warns.reset(conn.PgConn())
 	err = conn.SendBatch(ctx, &t.pending).Close()
+	if err == nil {
+		c := connCounted(conn.PgConn())
+		*c = c.Add(t.delta)
+	}
 	if warned := s.warns.warned(conn.PgConn()); err == nil && warned {
 		// Its wait for a synchronous standby may have been cancelled (standby.go).
 		if cerr := s.confirm(ctx); cerr != nil {

@@ -285,10 +285,11 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 		return false, nil
 	}
 	s.at("speculation lost", t.pid)
-	if terr := s.transact(ctx, fn, t.specDone); terr != nil {
+	lost := &lostStmt{intent: intent, body: t.specDone, shard: t.specShard, base: t.specBase}
+	if terr := s.transact(ctx, fn, lost); terr != nil {
 		// The statement may land yet, with the counters it carries, and so may the
 		// transaction if its own answer was lost: the store settles them (doubt.go).
-		d := doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta}
+		d := doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta, stmtShard: t.specShard, stmtBase: t.specBase}
 		if cu, ok := terr.(CommitUnknownError); ok {
 			d.xid, d.shard = cu.Xid, cu.shard
 		}
@@ -537,7 +538,7 @@ func (s *Store) speculateClaim(ctx context.Context, t *tx, fn func(fence.Tx) err
 	}
 	// The claim may be recorded, with the counters it carried: the store settles them
 	// (doubt.go). The engine runs nothing without the ticket it did not get.
-	d := doubt{intent: t.specIntent, cut: t.specCut, until: t.now.Add(specSlack), delta: t.delta}
+	d := doubt{intent: t.specIntent, cut: t.specCut, until: t.now.Add(specSlack), delta: t.delta, stmtShard: t.specShard, stmtBase: t.specBase}
 	return true, s.keep(CommitUnknownError{Err: errors.Join(err, serr), claim: true}, d)
 }
 
@@ -553,6 +554,7 @@ func (s *Store) sendSpec(ctx context.Context, t *tx, stage string) (sent, closed
 	conn := pc.Conn()
 	t.conn, t.pid = conn, conn.PgConn().PID()
 	shard := s.shard(conn.PgConn())
+	t.specShard, t.specBase = shard, *connCounted(conn.PgConn())
 	for _, a := range t.shards {
 		a.q.Arguments[a.i] = shard
 	}
@@ -561,6 +563,11 @@ func (s *Store) sendSpec(ctx context.Context, t *tx, stage string) (sent, closed
 	err = conn.SendBatch(ctx, &t.pending).Close()
 	closed = conn.IsClosed()
 	warned = s.warns.warned(conn.PgConn())
+	if err == nil && (t.specToken != nil || t.specHit > 0) {
+		// It wrote its record, and its counters with it.
+		c := connCounted(conn.PgConn())
+		*c = c.Add(t.delta)
+	}
 	pc.Release()
 	return true, closed, warned, err
 }

@@ -62,16 +62,19 @@ type tx struct {
 	// A speculative claim (spec.go): fn found no cached claim of the intent and was told it
 	// has no record; the batch writes the claim only if that is so under the intent's lock.
 	specFresh  bool
-	specTokens bool          // NextToken answered fence.PendingToken
-	tokenDst   []*uint64     // where the engine keeps the claim's token (fence.LateToken)
-	specCut    [2][]byte     // the claim's body before and after its token
-	specToken  *int64        // the token the batch drew: nil if it wrote nothing
-	specClock  time.Time     // the server's clock when the batch ran
-	specNew    *fence.Record // the record decoding the claim's body gives, token aside
-	shards     []shardArg    // counter shard arguments to name once the connection is known
-	// landed: the body a lost speculative commit wrote; a transaction that finds it
-	// recorded knows the commit landed and adds no counters again.
-	landed       []byte
+	specTokens bool           // NextToken answered fence.PendingToken
+	tokenDst   []*uint64      // where the engine keeps the claim's token (fence.LateToken)
+	specCut    [2][]byte      // the claim's body before and after its token
+	specToken  *int64         // the token the batch drew: nil if it wrote nothing
+	specClock  time.Time      // the server's clock when the batch ran
+	specShard  string         // the counters row of the batch's connection (sendSpec)
+	specBase   fence.Counters // what that row held before the batch (connCounted)
+	specNew    *fence.Record  // the record decoding the claim's body gives, token aside
+	shards     []shardArg     // counter shard arguments to name once the connection is known
+	// landed: a lost speculative commit; a transaction that finds its body recorded, or
+	// its counters added (another process changed the record since), knows the commit
+	// landed and adds no counters again.
+	landed       *lostStmt
 	dropCounters bool
 	// receipt: the transaction wrote this connection's counters row, whose row version then
 	// names the transaction (xmin): the evidence resolve reads (postgres.go).
@@ -339,12 +342,28 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 		}
 		t.state[intent] = fence.StateNone
 	}
+	if t.landed != nil && !t.dropCounters && intent == t.landed.intent {
+		switch {
+		case found && bytes.Equal(body, t.landed.body):
+			t.dropCounters = true // a lost speculative commit landed, its counters with it
+			t.s.at("landed", t.pid)
+		case t.landed.shard != "":
+			// Its record may have been changed since by another process (an operator's
+			// clear): its connection's counters row says whether it landed (doubt.go).
+			// Before 2026-12-07 it was taken as not landed, and its counters were added
+			// again (TestCommitLostAndClearedElsewhereCountsOnce).
+			added, err := t.stmtAdded()
+			if err != nil {
+				return nil, err
+			}
+			if added {
+				t.dropCounters = true
+				t.s.at("landed", t.pid)
+			}
+		}
+	}
 	if !found {
 		return nil, nil
-	}
-	if t.landed != nil && bytes.Equal(body, t.landed) {
-		t.dropCounters = true // a lost speculative commit landed, its counters with it
-		t.s.at("landed", t.pid)
 	}
 	rec, err := t.decodeRecord(intent, body)
 	if t.write {
@@ -355,6 +374,29 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 		}
 	}
 	return rec, err
+}
+
+// stmtAdded says whether the lost speculative commit t.landed added its counters to its
+// connection's row. The intent's lock is held: the statement ran before it was granted, or
+// will find the record changed. A row that holds neither what it held before the statement
+// nor that plus the statement's counters says nothing; the counters are then not added, lest
+// they count twice.
+func (t *tx) stmtAdded() (bool, error) {
+	var row [10]*int64
+	err := t.send(func(b *pgx.Batch) {
+		b.Queue(`SELECT admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost FROM effectfence_counters WHERE shard = $1`, t.landed.shard).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6], &row[7], &row[8], &row[9]); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil {
+		return false, err
+	}
+	return !rowHolds(row, t.landed.base), nil
 }
 
 // ends says whether a write leaving intent in state next ends an in-flight claim, whose
