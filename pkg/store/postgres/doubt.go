@@ -240,7 +240,7 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	case d.xid != 0 && *status != "aborted", spec && bytes.Equal(body, d.claim):
 		return doubtUndecided // the transaction or the statement may still commit
 	}
-	if d.stmtShard != "" && !rowHolds(row, d.stmtBase) {
+	if d.stmtShard != "" && row[0] != nil && !rowHolds(row, d.stmtBase) {
 		if rowHolds(row, d.stmtBase.Add(d.delta)) && time.Since(d.at) < foldAge/2 {
 			// The statement added its counters to its connection's row: it landed, and its
 			// record was changed since by another (an operator's clear, a takeover). Read
@@ -274,7 +274,9 @@ type lostStmt struct {
 	base   fence.Counters
 }
 
-// rowHolds says whether row, a counters row as read (nil fields: no row), holds c.
+// rowHolds says whether row, a counters row as read (nil fields: no row), holds c. No row
+// at all says a statement that would have written it did not land (an hour's fold, see
+// foldCounters, may have removed the row before it, never after it within the hour).
 func rowHolds(row [10]*int64, c fence.Counters) bool {
 	want := []uint64{c.Admitted, c.Reclaimed, c.Replayed, c.Coalesced, c.Stale, c.Race, c.InFlight, c.PriorFailure, c.Conflict, c.LeaseLost}
 	for i, v := range row {

@@ -396,7 +396,7 @@ func (t *tx) stmtAdded() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return !rowHolds(row, t.landed.base), nil
+	return row[0] != nil && !rowHolds(row, t.landed.base), nil
 }
 
 // ends says whether a write leaving intent in state next ends an in-flight claim, whose
