@@ -732,16 +732,6 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 // how many they hold at once (Store.scanPage, in tests, makes pages smaller).
 const scanPage = 256
 
-// scanFirstPage is how many rows the first round trip of a cursor fetches, and scanPageBytes
-// about how many bytes of rows a round trip fetches after it: a done record holds its result
-// whole, and a page of 256 large ones was held at once (export, verify, ls and stats of a
-// ledger of large results). Each fetch after the first asks for as many rows as fit
-// scanPageBytes at the size of the rows fetched so far, from 1 to scanPage.
-const (
-	scanFirstPage = 4
-	scanPageBytes = 8 << 20
-)
-
 // paged runs the query q through a cursor of the transaction: each round trip fetches up to
 // scanPage rows, read is called on each row as it arrives, and use once the page is read and
 // its rows are closed (so it may use the transaction); use returns false to stop. The cursor is
@@ -754,20 +744,16 @@ func (t *tx) paged(q string, args []any, read func(pgx.Rows) error, use func() (
 	if t.s.scanPage > 0 {
 		page = t.s.scanPage
 	}
-	count := min(page, scanFirstPage)
-	rowsSeen, bytesSeen := 0, 0
+	fetch := fmt.Sprintf("FETCH FORWARD %d FROM %s", page, name)
 	for first := true; ; first = false {
 		n := 0
 		err := t.send(func(b *pgx.Batch) {
 			if first {
 				b.Queue("DECLARE "+name+" NO SCROLL CURSOR FOR "+q, args...)
 			}
-			b.Queue(fmt.Sprintf("FETCH FORWARD %d FROM %s", count, name)).Query(func(rows pgx.Rows) error {
+			b.Queue(fetch).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					n++
-					for _, v := range rows.RawValues() {
-						bytesSeen += len(v)
-					}
 					if err := read(rows); err != nil {
 						return err
 					}
@@ -782,15 +768,10 @@ func (t *tx) paged(q string, args []any, read func(pgx.Rows) error, use func() (
 		if err != nil {
 			return err
 		}
-		if !more || n < count {
+		if !more || n < page {
 			// Sent with the transaction's next statement, or not at all: its end closes it.
 			t.pending.Queue("CLOSE " + name)
 			return nil
-		}
-		rowsSeen += n
-		count = page
-		if bytesSeen > 0 {
-			count = int(max(1, min(int64(page), int64(scanPageBytes)*int64(rowsSeen)/int64(bytesSeen))))
 		}
 	}
 }
