@@ -20,11 +20,7 @@ import (
 // before: a duplicate is replayed, the effect runs once.
 func TestInjectedKeyMeetsTheSchema(t *testing.T) {
 	t.Parallel()
-	peers := needPeers(t)
-	script, _ := filepath.Abs(filepath.Join("testdata", "keyed_server.mjs"))
-	r := newRig(t)
-	r.childCmdOverride = []string{"node", script}
-	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + r.effects}
+	r := nodeServerRig(t, "keyed_server.mjs")
 	w := r.wrap()
 	for i, c := range []struct {
 		tool string
@@ -50,4 +46,20 @@ func TestInjectedKeyMeetsTheSchema(t *testing.T) {
 			t.Fatalf("%s: the server got %q, want a key matching %s", c.tool, eff[i], c.key)
 		}
 	}
+}
+
+// nodeServerRig is a rig whose child is the Node script testdata/name, a server on MCP's
+// TypeScript SDK from the peers (PEERS), writing its effects where the rig counts them
+// (EFFECTS). It skips the test when the peers are not installed.
+func nodeServerRig(t *testing.T, name string) *rig {
+	t.Helper()
+	peers := needPeers(t)
+	script, err := filepath.Abs(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t)
+	r.childCmdOverride = []string{"node", script}
+	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + r.effects}
+	return r
 }

@@ -3,7 +3,6 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,11 +23,7 @@ import (
 // and an identical second transfer ran again.
 func TestListingCursorIsReadAsTheServerReadsIt(t *testing.T) {
 	t.Parallel()
-	peers := needPeers(t)
-	script, _ := filepath.Abs(filepath.Join("testdata", "paged_server.mjs"))
-	r := newRig(t)
-	r.childCmdOverride = []string{"node", script}
-	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + r.effects}
+	r := nodeServerRig(t, "paged_server.mjs")
 	w := r.wrap()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -151,11 +146,7 @@ process.stdout.write(String(Boolean(c.elicitation && c.elicitation.form)));`, tc
 // its key out, so the service could not dedupe.
 func TestKeySchemaIsReadAsJSONSchemaReadsIt(t *testing.T) {
 	t.Parallel()
-	peers := needPeers(t)
-	script, _ := filepath.Abs(filepath.Join("testdata", "schema_server.mjs"))
-	r := newRig(t)
-	r.childCmdOverride = []string{"node", script}
-	r.extraEnv = []string{"PEERS=" + peers, "EFFECTS=" + r.effects}
+	r := nodeServerRig(t, "schema_server.mjs")
 	w := r.wrap()
 	for i, c := range []struct {
 		tool string
