@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -352,7 +353,13 @@ func readSource(f walkedFile, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer fh.Close()
-	b, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	// One byte past the limit tells a file that grew since the walk; at math.MaxInt64 that
+	// byte would overflow the bound to a negative one, which reads nothing.
+	bound := limit + 1
+	if bound <= 0 {
+		bound = math.MaxInt64
+	}
+	b, err := io.ReadAll(io.LimitReader(fh, bound))
 	if err != nil {
 		return nil, err
 	}
