@@ -323,6 +323,15 @@ func (r *Report) judge() {
 		if r.Distinct > 1 {
 			r.Proven += fmt.Sprintf(" The answers agree: %d distinct successful answers.", r.Distinct)
 		}
+	case n == 1 && (counts && w.Effects == 1 || !counts && r.Succeeded > 0):
+		// One call sent (--calls 1, or --timeout passed before the second one's turn): there
+		// was no duplicate, so one execution is what any tool gives and proves nothing.
+		r.Verdict = Inconclusive
+		r.Proven = "only 1 call was sent, and it succeeded."
+		if counts {
+			r.Proven = fmt.Sprintf("only 1 call was sent, and the witness counted 1 execution (%d before, %d after).", w.Before, w.After)
+		}
+		r.NotProven = "anything about duplicates: no duplicate was sent, so nothing could run twice. Send more than one call (--calls 12) to see what the server does with them."
 	case counts && w.Effects == 1:
 		r.Verdict = OnceMeasured
 		r.Proven = fmt.Sprintf("the witness counted exactly 1 execution (%d before, %d after) for %s.", w.Before, w.After, calls)
@@ -356,11 +365,15 @@ func (r *Report) judge() {
 	default:
 		r.Verdict = Inconclusive
 		r.Proven = fmt.Sprintf("%d of %s succeeded, all with the same answer.", r.Succeeded, calls)
+		if r.Succeeded == 1 {
+			r.Proven = fmt.Sprintf("1 of %s succeeded.", calls)
+		}
 		if r.ResultNotKept > 0 {
 			r.Proven = fmt.Sprintf("%d of %s succeeded: %d with the same answer of the tool, %d with effectfence wrap's notice that an identical call had already run (its result kept only as a hash).",
 				r.Succeeded, calls, r.Succeeded-r.ResultNotKept, r.ResultNotKept)
 		}
-		r.NotProven = fmt.Sprintf("whether the tool ran once or %d times: a tool that runs every time and answers the same way looks exactly like one that ran once. Add a --witness that counts executions (--witness-kind executions).", r.Succeeded)
+		// A call that got no answer may have run too: "once or 1 times" said nothing of them.
+		r.NotProven = fmt.Sprintf("whether the tool ran once or %d times: a tool that runs every time and answers the same way looks exactly like one that ran once. Add a --witness that counts executions (--witness-kind executions).", r.Succeeded+r.TransportFailures)
 	}
 	switch {
 	case w != nil && w.Kind == State && w.Effects == 1:

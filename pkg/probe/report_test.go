@@ -151,7 +151,7 @@ func TestJudge(t *testing.T) {
 		{"all equal", results(ok("a"), ok("a"), ok("a")), nil, Inconclusive, 1, "all with the same answer"},
 		{"one success, rest refused", results(ok("a"), toolErr("busy"), toolErr("busy")), nil, NoRaceSurface, 1, "exactly 1 of 3"},
 		{"one success, rest protocol errors", append(results(ok("a")), rpc, rpc), nil, NoRaceSurface, 1, "2 protocol errors"},
-		{"one success, rest lost", append(results(ok("a")), transport, transport), nil, Inconclusive, 1, "1 of 3"},
+		{"one success, rest lost", append(results(ok("a")), transport, transport), nil, Inconclusive, 1, "1 of 3 byte-identical calls succeeded."},
 		{"nothing succeeded", append(results(toolErr("x")), transport), nil, Inconclusive, 0, "no call succeeded"},
 		{"equal answers, executions 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 8, Effects: 3}, DoubleFire, 1, "counted 3 executions"},
 		{"equal answers, executions 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: Executions, Before: 5, After: 6, Effects: 1}, OnceMeasured, 1, "exactly 1 execution"},
@@ -163,7 +163,11 @@ func TestJudge(t *testing.T) {
 		{"equal answers, state 1", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: State, Before: 5, After: 6, Effects: 1}, Inconclusive, 1, "all with the same answer"},
 		{"equal answers, state 3", results(ok("a"), ok("a"), ok("a")), &WitnessReport{Kind: State, Before: 5, After: 8, Effects: 3}, Inconclusive, 1, "all with the same answer"},
 		{"different answers, state 1", results(ok("a"), ok("b")), &WitnessReport{Kind: State, Before: 0, After: 1, Effects: 1}, DoubleFire, 2, "at least 2"},
-		{"single call", results(ok("a")), nil, Inconclusive, 1, "1 of 1"},
+		{"single call", results(ok("a")), nil, Inconclusive, 1, "only 1 call was sent"},
+		// One call, one execution: no duplicate was sent, so nothing is proven once.
+		{"single call, executions 1", results(ok("a")), &WitnessReport{Kind: Executions, Before: 0, After: 1, Effects: 1}, Inconclusive, 1, "only 1 call was sent"},
+		{"single call, executions 2", results(ok("a")), &WitnessReport{Kind: Executions, Before: 0, After: 2, Effects: 2}, DoubleFire, 1, "counted 2 executions"},
+		{"single call lost, executions 1", []answer{transport}, &WitnessReport{Kind: Executions, Before: 0, After: 1, Effects: 1}, Inconclusive, 0, "only 1 call was sent"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -175,6 +179,9 @@ func TestJudge(t *testing.T) {
 			}
 			if !strings.Contains(r.Proven, c.proven) {
 				t.Errorf("proven = %q, want it to say %q", r.Proven, c.proven)
+			}
+			if strings.Contains(r.NotProven, "once or 1 times") || strings.Contains(r.NotProven, "or 0 times") {
+				t.Errorf("not proven = %q", r.NotProven)
 			}
 			if r.NotProven == "" || r.Headline == "" {
 				t.Error("a verdict without its limits")
