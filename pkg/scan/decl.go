@@ -158,7 +158,7 @@ func itoa(n int) string {
 // match is the definition of a wrapper, not a call of it).
 func (s *source) definitionAt(off int) bool {
 	ls := s.starts[s.lineOf(off)-1]
-	pre := strings.TrimSpace(string(s.text[ls:off]))
+	pre := strings.TrimSpace(s.str[ls:off]) // a slice, not a copy of the line up to off
 	for _, kw := range []string{"function", "def", "func", "fn", "async function", "export function", "export async function", "private", "public", "protected"} {
 		if pre == kw || strings.HasPrefix(pre, kw+" ") || strings.HasSuffix(pre, " "+kw) {
 			return true

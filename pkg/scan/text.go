@@ -23,7 +23,8 @@ type source struct {
 	rel    string // path relative to the scan root, slash-separated
 	lang   string
 	text   []byte
-	starts []int // offset of the first byte of each line
+	str    string // text as a string, made once: line slices it instead of copying the line
+	starts []int  // offset of the first byte of each line
 
 	descSum, schemaSum []int32 // lines holding description / schema markers, as prefix sums (generic.go)
 
@@ -111,7 +112,7 @@ func newSource(rel, lang string, text []byte) *source {
 			starts = append(starts, i+1)
 		}
 	}
-	return &source{rel: rel, lang: lang, text: text, starts: starts}
+	return &source{rel: rel, lang: lang, text: text, str: string(text), starts: starts}
 }
 
 // findLines runs re over each line that holds one of the trigger strings (every line when
@@ -179,7 +180,9 @@ func (s *source) line(n int) string {
 	if end > start && s.text[end-1] == '\r' {
 		end--
 	}
-	return string(s.text[start:end])
+	// A slice of str, not a copy: a line is asked for once per match on it, and a copy per
+	// match made a long line quadratic (a 1 MiB line of 58,000 registrations took 39 s).
+	return s.str[start:end]
 }
 
 func (s *source) lineCount() int { return len(s.starts) }
