@@ -59,10 +59,10 @@ func scanCommand(io streams) *cli.Command {
 				MaxDepth:     cmd.Int("max-depth"),
 			}
 			// Checked before --run starts a server; the same words as scan.Scan's.
-			if fi, err := os.Stat(args[0]); err != nil {
+			if _, err := os.Stat(args[0]); err != nil {
 				return usageErr("%v: %s", scan.ErrBadRoot, args[0])
-			} else if !fi.IsDir() {
-				return usageErr("%v: %s is not a directory", scan.ErrBadRoot, args[0])
+			} else if err := scan.CheckRoot(args[0]); err != nil {
+				return usageErr("%v", err)
 			}
 			ctx, stopper, stop := stopChildOnSignals(ctx)
 			defer stop()

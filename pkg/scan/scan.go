@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -135,18 +136,36 @@ type fileResult struct {
 	hints                   []int // lines that mention tool registration (registerTool, @mcp, tool(, inputSchema...)
 }
 
+// CheckRoot returns ErrBadRoot (wrapped) unless root is a folder that can be listed. A
+// folder that cannot be (no read permission) is a bad path like a missing one: scanned, it
+// gave a report of nothing found, exit 0, with only "." among the skipped to say why.
+func CheckRoot(root string) error {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRoot, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrBadRoot, root)
+	}
+	d, err := os.Open(root)
+	if err == nil {
+		_, err = d.Readdirnames(1)
+		d.Close()
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %s cannot be read: %v", ErrBadRoot, root, err)
+	}
+	return nil
+}
+
 // Scan reads the source tree at root and reports tool declarations that could repeat an
 // effect when called twice, with the evidence for each. It returns ErrBadRoot (wrapped) for
-// a missing or non-directory root; unreadable, binary, huge and looping entries inside the
+// a missing, non-directory or unreadable root; unreadable, binary, huge and looping entries inside the
 // tree are skipped and listed in the report, never fatal.
 func Scan(ctx context.Context, root string, opts Options) (*Report, error) {
 	opts = opts.withDefaults()
-	fi, err := os.Stat(root)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRoot, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory", ErrBadRoot, root)
+	if err := CheckRoot(root); err != nil {
+		return nil, err
 	}
 	w, err := walk(ctx, root, opts)
 	if err != nil {
