@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,8 +57,10 @@ func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
 	} else {
 		cmd = exec.CommandContext(ctx, "sh", "-c", w.Command)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A number is short: what is printed past maxWitnessOutput is drained, not kept (a
+	// `cat charges.log` meant as `wc -l < charges.log` took the probe to gigabytes).
+	stdout, stderr := &keepHead{max: maxWitnessOutput}, &keepHead{max: maxWitnessOutput}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Killing the shell at the timeout leaves what it started ("kubectl get pods | wc -l")
 	// holding the output pipes; without a WaitDelay, Run would wait for them however long
 	// they take, and the timeout would bound nothing.
@@ -73,7 +74,7 @@ func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
 		// stderr is the reading, whatever the exit status.
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && ctx.Err() == nil && strings.TrimSpace(stderr.String()) == "" {
-			if n, perr := ParseCount(stdout.String()); perr == nil {
+			if n, perr := stdout.count(); perr == nil {
 				return n, nil
 			}
 		}
@@ -86,7 +87,47 @@ func (w CommandWitness) Measure(ctx context.Context) (int64, error) {
 		}
 		return 0, fmt.Errorf("%q failed: %v", w.Command, err)
 	}
-	return ParseCount(stdout.String())
+	return stdout.count()
+}
+
+// maxWitnessOutput bounds what is kept of a witness's stdout and of its stderr.
+const maxWitnessOutput = 64 << 10
+
+// keepHead keeps the first max bytes written to it and counts the rest without keeping them.
+type keepHead struct {
+	max  int
+	head []byte
+	cut  bool
+}
+
+func (k *keepHead) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := k.max - len(k.head); room < len(p) {
+		k.cut = true
+		p = p[:max(room, 0)]
+	}
+	k.head = append(k.head, p...)
+	return n, nil
+}
+
+func (k *keepHead) String() string { return string(k.head) }
+
+// count is ParseCount of what was kept; of output cut at the bound, the last field (which
+// may be a number cut short: 123 of 123456) is not read.
+func (k *keepHead) count() (int64, error) {
+	if !k.cut {
+		return ParseCount(string(k.head))
+	}
+	out := string(k.head)
+	if i := strings.LastIndexAny(out, " \t\r\n\v\f"); i >= 0 {
+		out = out[:i]
+	} else {
+		out = ""
+	}
+	if n, err := ParseCount(out); err == nil {
+		return n, nil
+	}
+	return 0, fmt.Errorf("the witness printed no whole number in the first %d bytes of its output: %q", k.max, clip(strings.TrimSpace(string(k.head)), 80))
 }
 
 // ParseCount returns the first whitespace-separated whole number in out.
