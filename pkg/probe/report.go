@@ -117,6 +117,11 @@ type toolResult struct {
 // _meta and any other field are ignored. It also reports isError and a short preview.
 func Fingerprint(result json.RawMessage) (fp string, isError bool, preview string, err error) {
 	var tr toolResult
+	if t := bytes.TrimLeft(result, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		// encoding/json takes null into a struct without a word: a "result": null is no
+		// answer of the tool, and counted as one it read as a distinct successful answer.
+		return "", false, "", fmt.Errorf("tool result is not a JSON object: %.40s", result)
+	}
 	if err := json.Unmarshal(result, &tr); err != nil {
 		return "", false, "", fmt.Errorf("tool result is not a JSON object: %v", err)
 	}
