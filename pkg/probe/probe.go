@@ -135,8 +135,20 @@ func (e *UnknownToolError) Error() string {
 	if len(e.Available) == 0 {
 		return fmt.Sprintf("the server has no tool %q (it lists no tools at all); nothing was called", e.Tool)
 	}
-	return fmt.Sprintf("the server has no tool %q; it has: %s; nothing was called", e.Tool, strings.Join(e.Available, ", "))
+	// One line a person reads: a server may list thousands of tools, with long names.
+	shown := make([]string, 0, min(len(e.Available), maxNamesShown))
+	for _, n := range e.Available[:min(len(e.Available), maxNamesShown)] {
+		shown = append(shown, clip(n, 100))
+	}
+	list := strings.Join(shown, ", ")
+	if more := len(e.Available) - len(shown); more > 0 {
+		list += fmt.Sprintf(", and %d more", more)
+	}
+	return fmt.Sprintf("the server has no tool %q; it has: %s; nothing was called", clip(e.Tool, 100), list)
 }
+
+// maxNamesShown bounds the names UnknownToolError's message lists (Available has them all).
+const maxNamesShown = 20
 
 // Dial starts and connects to the server under test.
 type Dial func(ctx context.Context) (Conn, error)
