@@ -82,6 +82,10 @@ func runProbe(ctx context.Context, cmd *cli.Command, io streams, stopper *childS
 	}
 	opts := probe.Options{Tool: cmd.String("tool"), Args: args, Calls: int(cmd.Int("calls")), Timeout: cmd.Duration("timeout"),
 		Pattern: probe.Pattern(cmd.String("pattern")), WitnessKind: probe.WitnessKind(cmd.String("witness-kind")), RetryAfter: cmd.Duration("retry-after")}
+	if cmd.IsSet("retry-after") && opts.RetryAfter <= 0 {
+		// probe.Options reads 0 as "the default": said on the command line it would wait 5 s.
+		return false, usageErr("--retry-after must be positive, got %s", opts.RetryAfter)
+	}
 	if err := opts.Validate(); err != nil {
 		return false, usageErr("%v", err)
 	}

@@ -198,6 +198,9 @@ func TestProbeBadInput(t *testing.T) {
 		{"bad witness kind", []string{"--tool", "charge_card", "--witness", "echo 1", "--witness-kind", "rows"}, nil, 2, "--witness-kind must be executions or state"},
 		{"bad pattern", []string{"--tool", "charge_card", "--pattern", "burst"}, nil, 2, "--pattern must be storm or retry"},
 		{"witness kind without a witness", []string{"--tool", "charge_card", "--witness-kind", "executions"}, nil, 2, "give --witness too"},
+		// A zero was taken as "unset": the retry pattern then waited 5 s, not the 0 asked for.
+		{"retry after zero", []string{"--tool", "charge_card", "--pattern", "retry", "--retry-after", "0s"}, nil, 2, "--retry-after must be positive"},
+		{"retry after negative", []string{"--tool", "charge_card", "--pattern", "retry", "--retry-after", "-1s"}, nil, 2, "--retry-after must be positive"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
