@@ -97,13 +97,21 @@ func listedNames(raw json.RawMessage) (names []string, next string, err error) {
 	return names, next, nil
 }
 
+// maxListing bounds the bytes of all of a listing's pages together: the names are kept, and a
+// server whose cursors never end, each page of megabytes, held gigabytes of them.
+const maxListing = 64 << 20
+
 func (c stdioConn) ToolNames(ctx context.Context) ([]string, error) {
 	var names []string
 	cursor := ""
-	for range maxPages {
+	total := 0
+	for page := range maxPages {
 		raw, err := c.s.ListTools(ctx, cursor)
 		if err != nil {
 			return nil, err
+		}
+		if total += len(raw); total > maxListing {
+			return nil, fmt.Errorf("tools/list is longer than %d MiB (%d pages); a probe needs only the tool's name", maxListing>>20, page+1)
 		}
 		page, next, err := listedNames(raw)
 		if err != nil {
