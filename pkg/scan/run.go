@@ -80,6 +80,9 @@ type RunConfig struct {
 // maxListPages bounds a tools/list that keeps returning cursors.
 const maxListPages = 1000
 
+// maxListBytes bounds the bytes of a tools/list's pages together.
+const maxListBytes = 64 << 20
+
 // ListPublished starts the server, completes the MCP handshake, reads every page of
 // tools/list and stops the server. The result is the server's own list, in its order.
 func ListPublished(ctx context.Context, rc RunConfig) ([]PublishedTool, error) {
@@ -102,6 +105,7 @@ func ListPublished(ctx context.Context, rc RunConfig) ([]PublishedTool, error) {
 	defer sess.Close()
 	var out []PublishedTool
 	cursor := ""
+	total := 0
 	for page := 0; ; page++ {
 		if page == maxListPages {
 			return nil, fmt.Errorf("scan: tools/list returned more than %d pages", maxListPages)
@@ -112,6 +116,11 @@ func ListPublished(ctx context.Context, rc RunConfig) ([]PublishedTool, error) {
 				return nil, fmt.Errorf("scan: the server did not list its tools within %s", rc.Timeout)
 			}
 			return nil, fmt.Errorf("scan: tools/list: %w", err)
+		}
+		// Every page is kept: a server whose cursors never end, each page of megabytes, held
+		// gigabytes of them before --run-timeout.
+		if total += len(raw); total > maxListBytes {
+			return nil, fmt.Errorf("scan: tools/list is longer than %d MiB (%d pages)", maxListBytes>>20, page+1)
 		}
 		tools, next, err := parsePublished(raw)
 		if err != nil {
