@@ -39,7 +39,7 @@ did not show what it should.`,
 			}
 			dir, err := os.MkdirTemp("", "effectfence-demo-")
 			if err != nil {
-				return err
+				return fmt.Errorf("demo: cannot make a scratch folder for the demo server's effects files in %s (TMPDIR): %w", os.TempDir(), err)
 			}
 			defer os.RemoveAll(dir)
 			var childErr io.Writer = io.Discard

@@ -64,6 +64,17 @@ func TestDemoRejectsArguments(t *testing.T) {
 	}
 }
 
+// TestDemoWithoutAScratchFolderSaysWhy: a TMPDIR that does not exist is an error that names
+// what the demo needed it for; it was "stat /nonexistent: no such file or directory".
+func TestDemoWithoutAScratchFolderSaysWhy(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone")
+	r := cmdtest.Run(t, []string{"TMPDIR=" + missing}, bin, "demo")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "scratch folder for the demo server's effects files") ||
+		!strings.Contains(r.Stderr, "TMPDIR") || r.Stdout != "" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
 func TestDemoServerIsHidden(t *testing.T) {
 	r := cmdtest.Run(t, nil, bin, "--help")
 	if r.Code != 0 || strings.Contains(r.Stdout, "demo-server") || !strings.Contains(r.Stdout, "demo") {
