@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -725,35 +726,58 @@ func (t *tx) Scan(f fence.Filter, fn func(*fence.Record) bool) error {
 		_, err = use()
 		return err
 	}
-	return t.paged(q, args, read, use)
+	return t.paged("records", q, args, read, use)
 }
 
 // scanPage is how many rows Scan and Events fetch from their cursor in one round trip, and so
 // how many they hold at once (Store.scanPage, in tests, makes pages smaller).
 const scanPage = 256
 
+// scanFirstPage is how many rows the first round trip of a cursor fetches, and scanPageBytes
+// about how many bytes of rows a round trip fetches after it: a done record holds its result
+// whole, and a page of 256 large ones was held at once (export, verify, ls and stats of a
+// ledger of large results). Each fetch after the first asks for as many rows as fit
+// scanPageBytes at the size of the rows fetched so far, from 1 to scanPage.
+const (
+	scanFirstPage = 4
+	scanPageBytes = 8 << 20
+)
+
 // paged runs the query q through a cursor of the transaction: each round trip fetches up to
 // scanPage rows, read is called on each row as it arrives, and use once the page is read and
 // its rows are closed (so it may use the transaction); use returns false to stop. The cursor is
 // declared in the round trip of the first page, and closed when the scan ends before the
 // transaction does.
-func (t *tx) paged(q string, args []any, read func(pgx.Rows) error, use func() (bool, error)) error {
+//
+// shape names the columns q selects: the cursor's name carries it. pgx caches each FETCH's
+// description by its text, and a FETCH sent while a cursor is open is described with that
+// cursor's columns: a FETCH of the same text on a cursor of another query (records: intent,
+// body; events: id, intent, body) was then bound with the wrong columns ("bind message has 3
+// result formats but query has 2 columns"). The first FETCH of a fixed length, sent beside its
+// DECLARE, was described before the cursor existed, with no columns, so a fixed length never
+// met it; fetches of varying length do (TestStoresAgreePostgres). Their lengths are powers of
+// two, so a connection caches a few FETCH texts per shape.
+func (t *tx) paged(shape, q string, args []any, read func(pgx.Rows) error, use func() (bool, error)) error {
 	t.cursors++
-	name := fmt.Sprintf("effectfence_scan_%d", t.cursors)
+	name := fmt.Sprintf("effectfence_%s_%d", shape, t.cursors)
 	page := scanPage
 	if t.s.scanPage > 0 {
 		page = t.s.scanPage
 	}
-	fetch := fmt.Sprintf("FETCH FORWARD %d FROM %s", page, name)
+	count := min(page, scanFirstPage)
+	rowsSeen, bytesSeen := 0, 0
 	for first := true; ; first = false {
 		n := 0
 		err := t.send(func(b *pgx.Batch) {
 			if first {
 				b.Queue("DECLARE "+name+" NO SCROLL CURSOR FOR "+q, args...)
 			}
-			b.Queue(fetch).Query(func(rows pgx.Rows) error {
+			b.Queue(fmt.Sprintf("FETCH FORWARD %d FROM %s", count, name)).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					n++
+					for _, v := range rows.RawValues() {
+						bytesSeen += len(v)
+					}
 					if err := read(rows); err != nil {
 						return err
 					}
@@ -768,10 +792,16 @@ func (t *tx) paged(q string, args []any, read func(pgx.Rows) error, use func() (
 		if err != nil {
 			return err
 		}
-		if !more || n < page {
+		if !more || n < count {
 			// Sent with the transaction's next statement, or not at all: its end closes it.
 			t.pending.Queue("CLOSE " + name)
 			return nil
+		}
+		rowsSeen += n
+		count = page
+		if bytesSeen > 0 {
+			fit := max(1, min(int64(page), int64(scanPageBytes)*int64(rowsSeen)/int64(bytesSeen)))
+			count = 1 << (bits.Len64(uint64(fit)) - 1) // the power of two at or below it
 		}
 	}
 }
@@ -1192,7 +1222,7 @@ func (t *tx) EventsSkipping(intent string, fn func(fence.Event) bool, unreadable
 		rows = rows[:0]
 		return true, nil
 	}
-	return t.paged(q, args, read, use)
+	return t.paged("events", q, args, read, use)
 }
 
 func (t *tx) DeleteEventsBefore(before time.Time) (int, error) {
