@@ -64,7 +64,9 @@ func TestStoppingGatewayRefusesNewConnectionsAndSessions(t *testing.T) {
 	for {
 		c, err := net.Dial("tcp", u.Host)
 		if err != nil {
-			if !errors.Is(err, syscall.ECONNREFUSED) {
+			// Refused; or reset: a connection the kernel completed in the listener's backlog
+			// just as the listener closed is reset, never accepted (CI at load saw it once).
+			if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("a new connection after the signal failed with %v, want it refused", err)
 			}
 			break

@@ -101,19 +101,59 @@ func (d *Ext4) Fail() {
 
 // Repair unmounts the failed file system, checks it (e2fsck -fy) and mounts it again,
 // writable: what a person does once the disk is back. Every process using it must have ended.
+//
+// The loop device of the failed mount is detached first: mount -o loop may reuse a device
+// still attached to the image. CI once got the file system back read-only (a new wrap on it
+// refused with EROFS), cause not established; so the mount is also checked writable, and the
+// whole repair done again, up to three times, when it is not.
 func (d *Ext4) Repair() {
 	d.t.Helper()
-	if err := d.unmount(); err != nil {
-		d.t.Fatal(err)
-	}
-	// e2fsck exits 1 when it corrected the file system: not an error here.
-	if out, err := exec.Command("e2fsck", "-fy", d.img).CombinedOutput(); err != nil {
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
-			d.t.Fatalf("e2fsck: %v: %s", err, out)
+	var last error
+	for try := 0; try < 3; try++ {
+		if mounted(d.Dir) {
+			if err := d.unmount(); err != nil {
+				d.t.Fatal(err)
+			}
+		}
+		d.detach()
+		// e2fsck exits 1 when it corrected the file system: not an error here.
+		if out, err := exec.Command("e2fsck", "-fy", d.img).CombinedOutput(); err != nil {
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
+				d.t.Fatalf("e2fsck: %v: %s", err, out)
+			}
+		}
+		if err := d.mount(); err != nil {
+			d.t.Fatalf("mounting %s again: %v", d.Dir, err)
+		}
+		probe := filepath.Join(d.Dir, ".repair-probe")
+		if last = os.WriteFile(probe, nil, 0o600); last == nil {
+			os.Remove(probe)
+			return
 		}
 	}
-	if err := d.mount(); err != nil {
-		d.t.Fatalf("mounting %s again: %v", d.Dir, err)
+	d.t.Fatalf("%s is not writable after three repairs: %v", d.Dir, last)
+}
+
+// detach frees the loop devices still attached to the image (losetup -j), waiting up to 10 s
+// for each to go.
+func (d *Ext4) detach() {
+	out, err := exec.Command("losetup", "-j", d.img).Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dev, _, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(dev, "/dev/loop") {
+			continue
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if exec.Command("losetup", "-d", dev).Run() == nil {
+				break
+			}
+			if o, _ := exec.Command("losetup", "-j", d.img).Output(); !strings.Contains(string(o), dev+":") {
+				break
+			}
+		}
 	}
 }
 
