@@ -1,7 +1,9 @@
 package diskfull
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 type Ext4 struct {
 	t        testing.TB
 	img, Dir string
+	repairs  int // copies made by Repair
 }
 
 // MountExt4 makes and mounts an Ext4 for the test, unmounted (and its loop device freed) when
@@ -102,64 +105,61 @@ func (d *Ext4) Fail() {
 // Repair unmounts the failed file system, checks it (e2fsck -fy) and mounts it again,
 // writable: what a person does once the disk is back. Every process using it must have ended.
 //
-// The loop device of the failed mount is detached first: mount -o loop may reuse a device
-// still attached to the image. CI once got the file system back read-only (a new wrap on it
-// refused with EROFS), cause not established; so the mount is also checked writable, and the
-// whole repair done again, up to three times, when it is not.
+// What is mounted again is a copy of the checked image, on a loop device of its own. A mount
+// namespace made while the file system was mounted (a parallel test's unshare --mount, whose
+// copy of the mounts is private) keeps the failed one mounted there, and with it its loop
+// device and its superblock: mount -o loop of the same image then reused that device, and the
+// kernel handed back the live superblock, still read-only (findmnt showed emergency_ro, and the
+// kernel logged no unmount and no new mount). Seen in two full CI runs, never alone; then
+// reproduced by hand: with `unshare --mount --propagation private sleep 60` started while the
+// image was mounted, the same image mounted again was loop0, emergency_ro, read-only; its copy
+// mounted writable on loop1.
 func (d *Ext4) Repair() {
 	d.t.Helper()
-	var last error
-	for try := 0; try < 3; try++ {
-		if mounted(d.Dir) {
-			if err := d.unmount(); err != nil {
-				d.t.Fatal(err)
-			}
-		}
-		d.detach()
-		// e2fsck exits 1 when it corrected the file system: not an error here.
-		if out, err := exec.Command("e2fsck", "-fy", d.img).CombinedOutput(); err != nil {
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
-				d.t.Fatalf("e2fsck: %v: %s", err, out)
-			}
-		}
-		if err := d.mount(); err != nil {
-			d.t.Fatalf("mounting %s again: %v", d.Dir, err)
-		}
-		probe := filepath.Join(d.Dir, ".repair-probe")
-		if last = os.WriteFile(probe, nil, 0o600); last == nil {
-			os.Remove(probe)
-			return
+	if mounted(d.Dir) {
+		if err := d.unmount(); err != nil {
+			d.t.Fatal(err)
 		}
 	}
-	// Seen only in full CI runs (twice), never alone: what is checked after a repair cannot be
-	// here. Skipped, saying what the mount and the kernel said; what the test checked before
-	// the repair stands (a failure there stays a failure).
-	opts, _ := exec.Command("findmnt", "-n", "-o", "SOURCE,OPTIONS", d.Dir).CombinedOutput()
-	kern, _ := exec.Command("sh", "-c", "dmesg 2>/dev/null | tail -n 8").CombinedOutput()
-	d.t.Skipf("skipped from here: %s is not writable after three repairs (%v); mounted %s; the kernel said:\n%s", d.Dir, last, strings.TrimSpace(string(opts)), kern)
+	// e2fsck exits 1 when it corrected the file system: not an error here.
+	if out, err := exec.Command("e2fsck", "-fy", d.img).CombinedOutput(); err != nil {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
+			d.t.Fatalf("e2fsck: %v: %s", err, out)
+		}
+	}
+	d.repairs++
+	fresh := fmt.Sprintf("%s.repaired-%d", d.img, d.repairs)
+	if err := copyFile(d.img, fresh); err != nil {
+		d.t.Fatal(err)
+	}
+	d.img = fresh
+	if err := d.mount(); err != nil {
+		d.t.Fatalf("mounting %s again: %v", d.Dir, err)
+	}
+	probe := filepath.Join(d.Dir, ".repair-probe")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		// Not seen since the copy: skipped, saying what the mount and the kernel said; what
+		// the test checked before the repair stands (a failure there stays a failure).
+		opts, _ := exec.Command("findmnt", "-n", "-o", "SOURCE,OPTIONS", d.Dir).CombinedOutput()
+		kern, _ := exec.Command("sh", "-c", "dmesg 2>/dev/null | tail -n 8").CombinedOutput()
+		d.t.Skipf("skipped from here: %s is not writable after its repair (%v); mounted %s; the kernel said:\n%s", d.Dir, err, strings.TrimSpace(string(opts)), kern)
+	}
+	os.Remove(probe)
 }
 
-// detach frees the loop devices still attached to the image (losetup -j), waiting up to 10 s
-// for each to go.
-func (d *Ext4) detach() {
-	out, err := exec.Command("losetup", "-j", d.img).Output()
+// copyFile copies the file from to a new file to, synced.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
 	if err != nil {
-		return
+		return err
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		dev, _, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(dev, "/dev/loop") {
-			continue
-		}
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if exec.Command("losetup", "-d", dev).Run() == nil {
-				break
-			}
-			if o, _ := exec.Command("losetup", "-j", d.img).Output(); !strings.Contains(string(o), dev+":") {
-				break
-			}
-		}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
 	}
+	_, err = io.Copy(dst, src)
+	return errors.Join(err, dst.Sync(), dst.Close())
 }
 
 // mounted says whether dir is a mount point.
