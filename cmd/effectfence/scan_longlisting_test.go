@@ -1,12 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/effectfence/effectfence/internal/shserver"
 )
 
 // TestScanRunListingIsBoundedInBytes: scan --run against a server whose tools/list pages
@@ -24,27 +25,7 @@ func TestScanRunListingIsBoundedInBytes(t *testing.T) {
 	for i := range 200 {
 		tools = append(tools, map[string]any{"name": fmt.Sprintf("tool_%03d_%s", i, strings.Repeat("x", 10<<10)), "inputSchema": map[string]any{"type": "object"}})
 	}
-	page, err := json.Marshal(map[string]any{"tools": tools, "nextCursor": "again"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pageFile := filepath.Join(dir, "page.json")
-	if err := os.WriteFile(pageFile, page, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := filepath.Join(dir, "endless.sh")
-	script := `#!/bin/sh
-while IFS= read -r line; do
-  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
-  case "$line" in
-    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id";;
-    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":' "$id"; cat ` + pageFile + `; printf '}\n';;
-  esac
-done
-`
-	if err := os.WriteFile(srv, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	srv := shserver.Listing(t, dir, map[string]any{"tools": tools, "nextCursor": "again"}, "")
 	r := runBinary(t, nil, "", "scan", "--json", "--run", "--run-timeout", "5m", empty, "--", srv)
 	if r.code != exitError || r.stdout != "" || !strings.Contains(r.stderr, "tools/list is longer than 64 MiB") {
 		t.Errorf("exit %d, stdout %.200q, stderr %.400q", r.code, r.stdout, r.stderr)

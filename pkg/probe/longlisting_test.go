@@ -1,13 +1,13 @@
 package probe_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/shserver"
 	"github.com/effectfence/effectfence/pkg/internal/cmdtest"
 )
 
@@ -22,29 +22,8 @@ func TestProbeListingIsBoundedInBytes(t *testing.T) {
 	for i := range 200 {
 		tools = append(tools, map[string]any{"name": fmt.Sprintf("tool_%03d_%s", i, strings.Repeat("x", 10<<10)), "inputSchema": map[string]any{"type": "object"}})
 	}
-	page, err := json.Marshal(map[string]any{"tools": tools, "nextCursor": "again"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pageFile := filepath.Join(dir, "page.json")
-	if err := os.WriteFile(pageFile, page, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	calls := filepath.Join(dir, "calls")
-	srv := filepath.Join(dir, "endless.sh")
-	script := `#!/bin/sh
-while IFS= read -r line; do
-  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
-  case "$line" in
-    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id";;
-    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":' "$id"; cat ` + pageFile + `; printf '}\n';;
-    *'"tools/call"'*) echo call >> ` + calls + `;;
-  esac
-done
-`
-	if err := os.WriteFile(srv, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	srv := shserver.Listing(t, dir, map[string]any{"tools": tools, "nextCursor": "again"}, "echo call >> '"+calls+"'")
 	r := cmdtest.Run(t, nil, bin, "probe", "--tool", "t", "--calls", "2", "--", srv)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "tools/list is longer than 64 MiB") || !strings.Contains(r.Stderr, "nothing was called") {
 		t.Errorf("exit %d, stderr %.400q", r.Code, r.Stderr)

@@ -1,13 +1,11 @@
 package probe_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/effectfence/effectfence/internal/shserver"
 	"github.com/effectfence/effectfence/pkg/internal/cmdtest"
 )
 
@@ -23,28 +21,7 @@ func TestProbeUnknownToolOfALongListIsOneShortLine(t *testing.T) {
 	for i := range 5000 {
 		tools = append(tools, map[string]any{"name": fmt.Sprintf("tool_%04d_%s", i, strings.Repeat("x", 1000)), "inputSchema": map[string]any{"type": "object"}})
 	}
-	list, err := json.Marshal(map[string]any{"tools": tools})
-	if err != nil {
-		t.Fatal(err)
-	}
-	listFile := filepath.Join(dir, "list.json")
-	if err := os.WriteFile(listFile, list, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := filepath.Join(dir, "many.sh")
-	script := `#!/bin/sh
-while IFS= read -r line; do
-  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([^,}]*\).*/\1/p')
-  case "$line" in
-    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}}\n' "$id";;
-    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":' "$id"; cat ` + listFile + `; printf '}\n';;
-    *'"tools/call"'*) exit 3;;
-  esac
-done
-`
-	if err := os.WriteFile(srv, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	srv := shserver.Listing(t, dir, map[string]any{"tools": tools}, "exit 3")
 	for _, asJSON := range []bool{false, true} {
 		args := []string{"probe", "--tool", "nope", "--calls", "2", "--", srv}
 		if asJSON {
