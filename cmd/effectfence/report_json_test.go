@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -64,6 +65,43 @@ func TestDemoHasJSON(t *testing.T) {
 	if !d.OK || len(d.Acts) != 2 || d.Acts[0]["executions"] != float64(12) || d.Acts[1]["executions"] != float64(1) ||
 		d.Acts[1]["clean_answers"] != float64(12) || d.Acts[1]["distinct_charges"] != float64(1) {
 		t.Fatalf("demo --json: %s", out)
+	}
+}
+
+// TestDemoJSONOfARunThatCannotStart: `demo --json` whose run ends before either act (a TMPDIR
+// that does not exist; an argument it does not take) still prints one JSON object on stdout,
+// ok false with the error, and exits non-zero, as probe --json does. Before, stdout was
+// empty and a script reading it had nothing to parse.
+func TestDemoJSONOfARunThatCannotStart(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no-such-dir")
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"demo", "--json"}, "TMPDIR=" + missing, "TMPDIR"},
+		{[]string{"demo", "--json", "extra"}, "", "takes no arguments"},
+	} {
+		cmd := exec.Command(effectfence(t), c.args...)
+		cmd.Env = append(os.Environ(), "NO_COLOR=1", c.env)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var d struct {
+			Acts  []map[string]any `json:"acts"`
+			OK    *bool            `json:"ok"`
+			Error string           `json:"error"`
+		}
+		if err == nil {
+			t.Errorf("%v with %s: exit 0, want a failure", c.args, c.env)
+		}
+		if jerr := json.Unmarshal(out, &d); jerr != nil || d.OK == nil || *d.OK || d.Acts == nil || len(d.Acts) != 0 || !strings.Contains(d.Error, c.want) {
+			t.Errorf("%v with %s: stdout %q (%v), want one JSON object, ok false, no acts, an error naming %q", c.args, c.env, out, jerr, c.want)
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v with %s: stderr %q does not name %q", c.args, c.env, stderr.String(), c.want)
+		}
 	}
 }
 
