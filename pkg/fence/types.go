@@ -318,7 +318,12 @@ type Config struct {
 	Owner string
 	// Liveness judges the process named by an owner string (default: OwnerLiveness). One of
 	// the caller's own is given the owner without the carrier a claim may name
-	// (Request.Carrier), as its Config.Owner made it.
+	// (Request.Carrier), as its Config.Owner made it. It runs inside the engine's
+	// transactions and must not panic: a panic rolls the transaction back (nothing of it is
+	// written) and is then raised to the engine's caller by the memory and PostgreSQL
+	// stores, while the SQLite store, whose writer runs the transactions of several callers on
+	// one goroutine, returns it to its caller as a store_error (the call not admitted) so the
+	// others' go on.
 	Liveness func(owner string) Liveness
 	// SpoolDir is a local directory where outcomes the ledger cannot take are kept until it
 	// can (see Engine.Settle); "" keeps none. A relative one is read against the working
