@@ -122,7 +122,8 @@ type Config struct {
 	URL string
 	// Header is sent on every request (e.g. a client's Authorization passed through). Its
 	// values are never logged. The transport's own headers override it; its Accept-Encoding,
-	// Idempotency-Key and X-Idempotency-Key are not sent.
+	// Idempotency-Key, X-Idempotency-Key, Mcp-Session-Id, Mcp-Protocol-Version and
+	// Last-Event-ID are not sent.
 	Header http.Header
 	// Init is the params object of initialize, sent as given. Empty: mcpstdio.DefaultInit.
 	Init json.RawMessage
@@ -785,6 +786,15 @@ func (s *Session) headers(req *http.Request) {
 	// answer unreadable, so a call that ran was unknown behind a proxy that compresses large
 	// answers (before 2026-12-07; TestAcceptEncodingOfTheConfigIsTheTransportsOwn).
 	req.Header.Del("Accept-Encoding")
+	// The session's own headers are the transport's alone, also where it sends none: a
+	// configured Last-Event-ID made the session's first GET a resumption from an event the
+	// server never sent (server-everything then filed that stream where nothing is written,
+	// and every message it sent the session on it was lost), a configured Mcp-Session-Id made
+	// initialize a request of a session the server does not know (HTTP 400). Before 2026-12-07
+	// both were sent (TestConfiguredSessionHeadersAreNotSent).
+	req.Header.Del(HeaderSessionID)
+	req.Header.Del(HeaderProtocolVersion)
+	req.Header.Del(headerLastEventID)
 	s.mu.Lock()
 	sid, version := s.sid, s.version
 	s.mu.Unlock()
