@@ -361,9 +361,10 @@ type Session struct {
 	bg       context.Context // ends with the session: GET stream, OnRequest, in-flight calls
 	bgStop   context.CancelFunc
 	notes    chan note
+	outbox   chan outNote   // Notify's notifications, POSTed in order by forward
 	qmu      sync.RWMutex   // read-held while queueing; deliver takes it to close the queue
 	qclosed  bool           // deliver has stopped: nothing more may be queued
-	wg       sync.WaitGroup // deliver and the GET stream
+	wg       sync.WaitGroup // deliver, forward and the GET stream
 	closeM   sync.Mutex
 	closed   bool
 	inbound  inbound.Table // the server's requests being answered, at most mcpstdio.MaxInbound
@@ -463,7 +464,7 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 	if !json.Valid(cfg.Init) || bytes.TrimSpace(cfg.Init)[0] != '{' {
 		return nil, errors.New("httpback: initialize params must be a JSON object")
 	}
-	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: ShownURL(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024), quiet: resumedQuiet}
+	s := &Session{cfg: cfg, client: client, url: u.String(), logURL: ShownURL(cfg.URL), done: make(chan struct{}), drained: make(chan struct{}), notes: make(chan note, 1024), outbox: make(chan outNote, maxOutbox), quiet: resumedQuiet}
 	s.bg, s.bgStop = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.deliver()
@@ -503,8 +504,9 @@ func connect(ctx context.Context, cfg Config, client *http.Client) (*Session, er
 		s.stop(0, false)
 		return nil, fmt.Errorf("httpback: handshake with MCP server %s failed: %w", s.logURL, err)
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.listen()
+	go s.forward()
 	return s, nil
 }
 
@@ -1299,7 +1301,13 @@ func (s *Session) answer(ctx context.Context, m *jsonrpc.Message) {
 	}
 }
 
-// Notify sends a notification.
+// Notify queues a notification for the server and returns: the session POSTs its queued
+// notifications one at a time, in order, each for at most 30 s, and logs a failure. It waits
+// only while maxOutbox notifications are queued already. Before 2026-12-07 it returned once
+// the server had answered the POST: the proxy core forwards the agent's notifications as it
+// reads the agent's messages, so an upstream that did not answer (stopped, or a proxy that
+// forwards nothing) held every message of the agent's behind each notification for 30 s,
+// a replay from the ledger and a ping included (TestNotifyDoesNotWaitForTheServer).
 func (s *Session) Notify(method string, params json.RawMessage) error {
 	if params != nil && !json.Valid(params) {
 		return fmt.Errorf("%w: params of %s are not valid JSON", mcpstdio.ErrNotSent, method)
@@ -1307,9 +1315,41 @@ func (s *Session) Notify(method string, params json.RawMessage) error {
 	if err := s.Err(); err != nil {
 		return fmt.Errorf("%w: %w", mcpstdio.ErrNotSent, err)
 	}
-	ctx, cancel := context.WithTimeout(s.bg, 30*time.Second)
-	defer cancel()
-	return s.notify(ctx, method, params)
+	select {
+	case s.outbox <- outNote{method: method, msg: jsonrpc.Notification(method, params)}:
+		return nil
+	case <-s.bg.Done():
+		return fmt.Errorf("%w: httpback: the session ended", mcpstdio.ErrNotSent)
+	}
+}
+
+// maxOutbox bounds the notifications Notify queues for the server.
+const maxOutbox = 256
+
+// outNote is a notification queued by Notify.
+type outNote struct {
+	method string
+	msg    []byte
+}
+
+// forward POSTs the notifications Notify queued, in order, while the session lives.
+func (s *Session) forward() {
+	defer s.wg.Done()
+	for {
+		select {
+		case n := <-s.outbox:
+			ctx, cancel := context.WithTimeout(s.bg, 30*time.Second)
+			if err := s.send(ctx, n.method, n.msg); err != nil && s.bg.Err() == nil {
+				s.logf("cannot forward %s to MCP server %s: %v", n.method, s.logURL, err)
+			}
+			cancel()
+		case <-s.bg.Done():
+			if left := len(s.outbox); left > 0 {
+				s.logf("%d notifications of the client were not forwarded to MCP server %s: the session ended", left, s.logURL)
+			}
+			return
+		}
+	}
 }
 
 func (s *Session) notify(ctx context.Context, method string, params json.RawMessage) error {
