@@ -47,6 +47,9 @@ type CheckReport struct {
 	unreadable      string
 	unreadableEvent int64
 	unreadableLines int
+	// diskFault is set when SQLite could not read the file because of its file system (no
+	// room left, read-only, a quota), not because of the file: no damage, nothing to move aside.
+	diskFault bool
 }
 
 const (
@@ -306,6 +309,10 @@ func (r *CheckReport) read(ctx context.Context, db *sql.DB, path string) {
 		if r.unreadableEvent != 0 {
 			r.Advice = append(r.Advice, fmt.Sprintf("each unreadable audit event hides nothing else (ledger show and export leave it out and name it), but the engine's own reads of its intent's audit trail fail on it until it is removed, e.g. %s", removeEventCommand(path, r.unreadableEvent)))
 		}
+	case r.diskFault:
+		// The file was not read, so nothing is known against it: moving it aside for a new
+		// ledger would lose every receipt it holds, and their calls could run again.
+		r.Advice = append(r.Advice, fmt.Sprintf("make the file system under %[1]s writable again or make room on it (df -h %[2]s), then run `effectfence ledger check` again; do not move the ledger aside or start a new one: nothing is known to be wrong with the file, and a new ledger would not replay the effects recorded in this one", path, filepath.Dir(path)))
 	case len(r.Problems) > 0:
 		if r.Kind == "effectfence ledger" {
 			r.Advice = append(r.Advice, fmt.Sprintf(adviceCopy, path))
@@ -325,6 +332,14 @@ func (r *CheckReport) inspect(ctx context.Context, db *sql.DB) {
 	var appID int64
 	if err := db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
 		r.Kind = "effectfence ledger"
+		if cause := fileSystemFault(r.Path, err); cause != "" {
+			// SQLite reads a ledger in WAL mode beside its index (-shm), which it makes, and
+			// grows, on first use: on a full disk that fails with "disk I/O error", which was
+			// reported as damage to the file, with the advice to move it aside.
+			r.Problems = append(r.Problems, fmt.Sprintf("cannot be read here now: %s, and SQLite must write its index beside the ledger (%s-shm) to read it (%v); this is no damage to the ledger", cause, r.Path, err))
+			r.diskFault = true
+			return
+		}
 		r.Problems = append(r.Problems, "SQLite cannot read the file: "+err.Error())
 		return
 	}
@@ -579,6 +594,24 @@ func (r *CheckReport) checkLayout(ctx context.Context, db *sql.DB, v int) {
 			r.Problems = append(r.Problems, fmt.Sprintf("schema version %d keeps large arguments in table record_args, with triggers records_args_whole and records_args_deleted, and some of the three are missing", v))
 		}
 	}
+}
+
+// fileSystemFault names what the file system under the ledger at path shows that failed err,
+// a read of the ledger, when err is SQLite's I/O error or full disk (diskTrouble); "" for
+// any other error, or when the file system shows nothing.
+func fileSystemFault(path string, err error) string {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return ""
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL:
+		if se.Code() == sqlite3.SQLITE_IOERR_SHORT_READ {
+			return "" // the file is shorter than its pages: damage, not the disk
+		}
+		return diskTrouble(path, se.Code()&0xff == sqlite3.SQLITE_FULL)
+	}
+	return ""
 }
 
 // noSharedMemory reports whether err is SQLite refusing to read the WAL database at path
