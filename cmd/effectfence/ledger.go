@@ -187,6 +187,12 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 			return ledgerCall{}, usageErr("ledger %s: the intent is empty; give the intent id as `effectfence ledger ls` shows it", cmd.Name)
 		}
 	}
+	if cmd.IsSet("ledger") && strings.TrimSpace(cmd.String("ledger")) == "" {
+		// An empty --ledger is a script's unset variable (--ledger "$LEDGER"): read as no
+		// --ledger, the command acted on EFFECTFENCE_LEDGER's or the default ledger, and a
+		// clear or resolve settled an intent of that one (TestEmptyLedgerFlagActsOnNoLedger).
+		return ledgerCall{}, usageErr("ledger %s: --ledger is empty: give the ledger's file path or postgres:// URL (without --ledger, %s or the default ledger is used; nothing was opened)", cmd.Name, store.EnvLedger)
+	}
 	name, forLedger, scopeName := "server", "", ""
 	var before []store.Earlier
 	if cmd.Bool("for") {

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// TestEmptyLedgerFlagActsOnNoLedger: `--ledger ""` is what a script's unset variable gives
+// (`effectfence ledger clear "$I" --ledger "$LEDGER"`). It names no ledger, so the command is
+// a usage error and opens nothing. Before, it was read as no --ledger at all: the command
+// acted on the ledger of EFFECTFENCE_LEDGER (or the default one), and a clear or a resolve
+// freed an intent of that ledger, whose next attempt then ran the effect.
+func TestEmptyLedgerFlagActsOnNoLedger(t *testing.T) {
+	t.Parallel()
+	other := filepath.Join(t.TempDir(), "other.db")
+	fenceIntents(t, other, "charge:order-7")
+	env := []string{store.EnvLedger + "=" + other, "XDG_STATE_HOME=" + t.TempDir(), "NO_COLOR=1"}
+	for _, args := range [][]string{
+		{"clear", "charge:order-7", "--reason", "no charge at the PSP"},
+		{"clear", "charge:order-7", "--reason", "no charge at the PSP", "--force"},
+		{"resolve", "charge:order-7", "--did-not-happen", "--reason", "no charge at the PSP"},
+		{"resolve", "charge:order-7", "--happened", "--reason", "charge at the PSP"},
+		{"ls"},
+		{"show", "charge:order-7"},
+		{"sweep"},
+		{"check"},
+	} {
+		for _, empty := range []string{"", " "} {
+			argv := append(append([]string{"ledger"}, args...), "--ledger", empty)
+			r := runBinary(t, env, "", argv...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, "--ledger is empty") || r.stdout != "" {
+				t.Errorf("%q: exit %d; want %d, --ledger is empty\nstdout %s\nstderr %s", argv, r.code, exitUsage, r.stdout, r.stderr)
+			}
+		}
+	}
+	r := runBinary(t, []string{store.EnvLedger + "="}, "", "ledger", "show", "charge:order-7", "--json", "--ledger", other)
+	var d ledger.Detail
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
+		t.Fatalf("ledger show --json: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	if d.Record.State != fence.StateUnknown {
+		t.Errorf("after the commands with an empty --ledger, EFFECTFENCE_LEDGER's intent is %s; want it still unknown\n%s", d.Record.State, r.stdout)
+	}
+}
