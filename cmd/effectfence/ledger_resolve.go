@@ -13,6 +13,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/ledger"
 	"github.com/effectfence/effectfence/pkg/store"
 	"github.com/effectfence/effectfence/pkg/store/postgres"
+	"github.com/effectfence/effectfence/pkg/wrap"
 )
 
 // resolveSub is `effectfence ledger resolve`.
@@ -128,8 +129,17 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		// The record lives for this command's result TTL, not the wraps': said, with the flag
 		// that sets it (before 2026-12-06 the answer said duplicates do not run, and a retry a
 		// day later, under wraps that keep results a week, ran the effect again).
+		until := stamp(res.Event.At.Add(l.Config().ResultTTL))
+		if strings.HasPrefix(res.Prev.Intent, "wrap:") {
+			// A wrap replays a done record only within its replay window from the record's
+			// time, which is now: said, as the TTL is (before 2026-12-07 this answer promised
+			// no run until the TTL ended, and an identical call ten minutes on ran again).
+			fmt.Fprintf(c.io.out, "recorded done (cert %s): a wrap answers an identical call with the recorded result, without running it, within its replay window from now (%s unless the wrap's --replay-window or policy says otherwise) and until %s at the latest (the result TTL of this command: --result-ttl-secs, else EFFECTFENCE_RESULT_TTL_SECS, else 24 h); an identical call after its replay window runs as a new action.\n",
+				res.Cert.Hash, wrap.DefaultReplayWindow, until)
+			return nil
+		}
 		fmt.Fprintf(c.io.out, "recorded done (cert %s): duplicates are answered with the recorded result and do not run, until %s (the result TTL of this command: --result-ttl-secs, else EFFECTFENCE_RESULT_TTL_SECS, else 24 h; the wraps' replay windows are cut short to it).\n",
-			res.Cert.Hash, stamp(res.Event.At.Add(l.Config().ResultTTL)))
+			res.Cert.Hash, until)
 	case fence.DidNotHappen:
 		fmt.Fprintln(c.io.out, "the next attempt of this intent runs the effect.")
 	default:
