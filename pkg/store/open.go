@@ -67,10 +67,11 @@ type Options struct {
 	// ledger's, and a look with a shorter one dropped the audit trail the processes recording
 	// the ledger's calls keep longer.
 	KeepEvents bool
-	// Existing opens only a PostgreSQL ledger that is there already: no schema or table is
-	// created, and a schema without a ledger is an error (postgres.ErrNoLedger). The ledger
-	// commands set it, and check that a SQLite file exists before they open it: an operator's
-	// look never creates a ledger.
+	// Existing opens only a ledger that is there already: no schema or table is created, a
+	// PostgreSQL schema without a ledger is an error (postgres.ErrNoLedger), and so is a SQLite
+	// file that is not yet a ledger (sqlite.Options.Existing). The ledger commands set it, and
+	// check that a SQLite file exists before they open it: an operator's look never creates a
+	// ledger.
 	Existing bool
 }
 
@@ -310,7 +311,7 @@ func openStore(ctx context.Context, loc string, existing bool, lease time.Durati
 		// Only the ledger commands open an existing ledger, and each is brief: no warm pool.
 		return postgres.Open(ctx, postgres.Config{URL: loc, Existing: existing, Brief: existing, Lease: lease})
 	default:
-		return sqlite.Open(ctx, loc, sqlite.Options{})
+		return sqlite.Open(ctx, loc, sqlite.Options{Existing: existing})
 	}
 }
 

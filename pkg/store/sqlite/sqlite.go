@@ -75,6 +75,11 @@ type Options struct {
 	// quick_check before 2026-12-06: see quickCheck). Only for callers that have just checked
 	// the file themselves.
 	SkipQuickCheck bool
+	// Existing opens a ledger that is there already, for an operator's look (the ledger
+	// commands): a file that holds no ledger yet, an empty SQLite database (no table, no
+	// effectfence mark), is refused, and nothing is written in it. Without it such a file
+	// becomes a new ledger, as an empty file does.
+	Existing bool
 }
 
 // DefaultBusyTimeout is how long a transaction waits for another process's lock.
@@ -956,6 +961,11 @@ func (s *Store) checkIdentity(ctx context.Context) error {
 	}
 	if s.opt.ReadOnly {
 		return &FileError{Path: s.path, Problem: "is an empty SQLite file, not yet an effectfence ledger"}
+	}
+	if s.opt.Existing {
+		// Made a ledger, it would be read as one with nothing fenced, whatever was meant to
+		// be there (TestLookAtAnEmptySQLiteDatabaseCreatesNoLedger).
+		return errors.New("no ledger here: the file is an empty SQLite database (no table, no effectfence mark), which nothing has used as a ledger (check --ledger, EFFECTFENCE_LEDGER or --for); nothing was changed")
 	}
 	return nil
 }
