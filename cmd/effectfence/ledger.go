@@ -177,6 +177,15 @@ func (cw *checkedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// emptyLedgerFlag is the usage error of an empty --ledger, what a script's unset variable
+// gives (--ledger "$LEDGER"). Read as no --ledger, it meant EFFECTFENCE_LEDGER's ledger or the
+// default one: a ledger command settled an intent of that one, and a wrap or serve fenced its
+// calls in a ledger its peers do not share (TestEmptyLedgerFlagActsOnNoLedger,
+// TestEmptyLedgerFlagStartsNoFence).
+func emptyLedgerFlag(command string) error {
+	return usageErr("%s: --ledger is empty: give the ledger's file path, memory or postgres:// URL (without --ledger, %s or the default ledger is used; nothing was opened)", command, store.EnvLedger)
+}
+
 func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) {
 	args := cmd.Args().Slice()
 	if len(args) < nargs {
@@ -191,7 +200,7 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		// An empty --ledger is a script's unset variable (--ledger "$LEDGER"): read as no
 		// --ledger, the command acted on EFFECTFENCE_LEDGER's or the default ledger, and a
 		// clear or resolve settled an intent of that one (TestEmptyLedgerFlagActsOnNoLedger).
-		return ledgerCall{}, usageErr("ledger %s: --ledger is empty: give the ledger's file path or postgres:// URL (without --ledger, %s or the default ledger is used; nothing was opened)", cmd.Name, store.EnvLedger)
+		return ledgerCall{}, emptyLedgerFlag("ledger " + cmd.Name)
 	}
 	name, forLedger, scopeName := "server", "", ""
 	var before []store.Earlier

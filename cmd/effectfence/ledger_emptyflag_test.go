@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -46,5 +47,31 @@ func TestEmptyLedgerFlagActsOnNoLedger(t *testing.T) {
 	}
 	if d.Record.State != fence.StateUnknown {
 		t.Errorf("after the commands with an empty --ledger, EFFECTFENCE_LEDGER's intent is %s; want it still unknown\n%s", d.Record.State, r.stdout)
+	}
+}
+
+// TestEmptyLedgerFlagStartsNoFence: `wrap --ledger ""` (an MCP config's unset variable) and
+// `serve --ledger ""` are usage errors too: nothing starts, no server, no ledger. Before, wrap
+// fenced its calls in the default per-command ledger and serve in EFFECTFENCE_LEDGER's, not
+// the one the fleet shares, so a call its peers had recorded ran again.
+func TestEmptyLedgerFlagStartsNoFence(t *testing.T) {
+	t.Parallel()
+	state, dir := t.TempDir(), t.TempDir()
+	marker := filepath.Join(dir, "server-started")
+	env := []string{store.EnvLedger + "=" + filepath.Join(dir, "fleet.db"), "XDG_STATE_HOME=" + state, "NO_COLOR=1"}
+	for _, argv := range [][]string{
+		{"wrap", "--ledger", "", "--", "sh", "-c", "touch " + marker},
+		{"wrap", "--ledger", "", "--listen", "127.0.0.1:0", "--", "sh", "-c", "touch " + marker},
+		{"serve", "--ledger", ""},
+	} {
+		r := runBinary(t, env, "", argv...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--ledger is empty") || r.stdout != "" {
+			t.Errorf("%q: exit %d; want %d, --ledger is empty\nstdout %s\nstderr %s", argv, r.code, exitUsage, r.stdout, r.stderr)
+		}
+	}
+	for _, d := range []string{state, dir} {
+		if ents, err := os.ReadDir(d); err != nil || len(ents) != 0 {
+			t.Errorf("%s holds %v (%v) after the refusals; want nothing started, no ledger made", d, ents, err)
+		}
 	}
 }

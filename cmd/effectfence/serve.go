@@ -39,6 +39,9 @@ func serveCommand(io streams) *cli.Command {
 				return usageErr("%v", err)
 			}
 			if cmd.IsSet("ledger") {
+				if cmd.String("ledger") == "" {
+					return emptyLedgerFlag("serve")
+				}
 				opts.Ledger = cmd.String("ledger")
 			}
 			if cmd.IsSet("lease-secs") {

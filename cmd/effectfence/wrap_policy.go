@@ -30,6 +30,9 @@ func policyFlag() cli.Flag {
 func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved, error) {
 	f := policy.Flags{Options: opt, Wait: cmd.IsSet("wait"), FenceReads: cmd.IsSet("fence-reads"), Scope: cmd.String("scope")}
 	if cmd.IsSet("ledger") {
+		if cmd.String("ledger") == "" {
+			return policy.Resolved{}, emptyLedgerFlag("wrap")
+		}
 		f.Ledger = cmd.String("ledger")
 	} else {
 		f.Ledger = os.Getenv(store.EnvLedger)
