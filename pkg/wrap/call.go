@@ -138,8 +138,15 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	if a.withdrawn || a.code == "not_sent" && ctx.Err() != nil {
 		return nil // cancelled by the agent before it was sent: MCP says no response is sent
 	}
-	if c.task && a.err == nil && a.outcome != "executed" {
+	if c.task && a.err == nil && a.outcome != "executed" && a.code != codeInputRequired {
 		// Answered here without running: the agent asked for a task, it gets a terminal one.
+		// Not for the question of a first round it waited on (SEP-2322), which is handed on
+		// as the server answered it: a question is no outcome, and a completed task is one
+		// (before 2026-12-07 the client read a completed task with the question for its
+		// result, a call done with no content though nothing had run:
+		// TestTaskAugmentedDuplicateOfAFirstRoundGetsTheQuestion). It reaches only a client
+		// of MCP 2026-07-28 or later (fencedCall), which has no task-augmented tools/call: its
+		// server answers such a call as any, with the question.
 		return jsonrpc.Response(m.ID, p.asTask(m.Params, a.result, a.outcome == "replayed"))
 	}
 	if a.err != nil {

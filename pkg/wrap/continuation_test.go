@@ -82,3 +82,42 @@ func TestStateOnlyContinuationWaitingOnAFirstRoundRuns(t *testing.T) {
 		t.Fatalf("effects %q, want one, of the continuation's requestState", effects)
 	}
 }
+
+// TestTaskAugmentedDuplicateOfAFirstRoundGetsTheQuestion: a task-augmented duplicate that
+// waited on an identical call's first round, its client one that reads input_required (MCP
+// 2026-07-28, named in its _meta), is handed that round's question as the server answered it:
+// a result of resultType input_required. Before, it was wrapped into a local task, already
+// completed, whose result was the question: a completed task is a final outcome, so the
+// client took a call that had asked a question and run nothing for done (its content empty),
+// and never answered it. MCP 2026-07-28 has no task-augmented tools/call (the tasks extension
+// lets the server choose), so its server answers such a call as it answers any: with the
+// question. The client's continuation then runs the call once.
+func TestTaskAugmentedDuplicateOfAFirstRoundGetsTheQuestion(t *testing.T) {
+	l := newLineRig(t)
+	gate := filepath.Join(l.r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"tasked","until":%q}`, gate)
+	l.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(l.log.String(), "confirm tag=tasked asking") })
+	l.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"confirm","arguments":` + args + `,"task":{"ttl":60000},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`)
+	waitFor(t, "the task-augmented duplicate to wait for the first round", func() bool { return l.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first := l.answer(`"first"`)
+	dup := l.answer(`"dup"`)
+	if string(dup["result"]) != string(first["result"]) {
+		t.Fatalf("the task-augmented duplicate got %s, want the first round's question as it was answered: %s", dup["result"], first["result"])
+	}
+	if !strings.Contains(string(dup["result"]), `"resultType":"input_required"`) || strings.Contains(string(dup["result"]), `"task"`) {
+		t.Fatalf("the task-augmented duplicate got %s, want the question, not a task", dup["result"])
+	}
+	// Its continuation runs the call, once.
+	l.send(`{"jsonrpc":"2.0","id":"cont","method":"tools/call","params":{"name":"confirm","arguments":` + args +
+		`,"inputResponses":{"ok":{"action":"accept","content":{"ok":true}}},"requestState":"state-tasked"}}`)
+	if cont := l.text(`"cont"`); cont.IsError || cont.replayed() || cont.text() != "confirmed n=1" {
+		t.Fatalf("the continuation: %s; want it run (confirmed n=1)", l.raw[l.answerIndex(`"cont"`)])
+	}
+	if n := l.r.effectCount(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+}
