@@ -388,7 +388,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// (fence.FailedWaitError).
 			p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "not run: coalesced onto an attempt of this process that ended without a result"})
 		}
-		if failure.code == codeInputRequired && ctx.Value(continuedKey{}) == nil && (continues(params) || !p.readsInputRequired(params)) {
+		if failure.code == codeInputRequired && (continues(params) || !p.readsInputRequired(params)) {
 			// The attempt was a first round, answered with a question (SEP-2322), which is no
 			// outcome; this call carries the client's answers to such a question. Given the
 			// question, its answers would never reach the server and the person would be asked
@@ -402,7 +402,16 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// handed the question, which the TypeScript SDK 1.32 reads as a result with no
 			// content, a success, though nothing had run
 			// (TestQuestionIsNotHandedToASessionThatCannotReadIt).
-			return p.fencedCall(context.WithValue(ctx, continuedKey{}, true), tool, id, params, task)
+			// Every time: going through again, it may wait on another identical call's first
+			// round (one that claimed the intent as the last one released it), and that
+			// question is no more its answer than the first was. Before 2026-12-07 it went
+			// through once only, and was handed the second round's question
+			// (TestRerunWaitingOnAnotherFirstRoundRunsAgain). Each pass waits on a round the
+			// server answered; its agent's cancellation and the proxy's stop end it.
+			if rerunning != nil {
+				rerunning()
+			}
+			return p.fencedCall(ctx, tool, id, params, task)
 		}
 		p.opt.Engine.Count(decision)
 		return failure.as("coalesced", failure.code)
@@ -491,9 +500,9 @@ type drainedKey struct{}
 // waitedKey carries the *fence.Waited of a call that asks the ledger again (fencedCall).
 type waitedKey struct{}
 
-// continuedKey marks a continuation that went through the fence again after the attempt it
-// waited for asked for input (see fencedCall).
-type continuedKey struct{}
+// rerunning, when set (by tests), is called as a call that waited on a first round goes
+// through the fence again (see fencedCall).
+var rerunning func()
 
 // codeInputRequired is the code of an answer that asks for more input (SEP-2322).
 const codeInputRequired = "input_required"

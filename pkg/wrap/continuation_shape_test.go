@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,6 +73,71 @@ func TestQuestionIsNotHandedToASessionThatCannotReadIt(t *testing.T) {
 		`,"inputResponses":{"ok":{"action":"accept","content":{"ok":true}}},"requestState":"state-shape"}}`)
 	if cont := asks.text(`"cont"`); !cont.replayed() || cont.text() != "confirmed unasked n=1" {
 		t.Fatalf("the continuation: %+v %q, want the replay of the one run", cont, cont.text())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+}
+
+// TestRerunWaitingOnAnotherFirstRoundRunsAgain: a 2025-11-25 session's duplicate that waited
+// on a 2026-07-28 session's first round goes through the fence itself, since it cannot read
+// the question; going through, it may find the intent claimed by yet another identical first
+// round (a third session's, that claimed it as the first round released it), and wait on
+// that. That round's question is no more its answer than the first one's was: it goes
+// through again, and runs, once. Before, it went through once only, and was handed the
+// second round's input_required, which the TypeScript SDK 1.32 reads as a success with no
+// content though nothing had run. The third session's call is sent, and holds the intent
+// in its server, just as the duplicate goes through again (SetRerunning), so the duplicate
+// waits on it whatever the scheduler does.
+func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
+	r := newRig(t)
+	led := r.openLedger()
+	shared := wrap.NewShared()
+	newer := `{"protocolVersion":"2026-07-28","capabilities":{"elicitation":{}},"clientInfo":{"name":"new-agent","version":"1"}}`
+	gate := filepath.Join(r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"again","until":%q,"mrtr_only":true}`, gate)
+	var second *lineRig
+	var once sync.Once
+	held := make(chan struct{}) // closed once the second round holds the intent in its server
+	t.Cleanup(wrap.SetRerunning(func() {
+		once.Do(func() {
+			// The first round has passed its gate and answered: the next round waits at it.
+			if err := os.Remove(gate); err != nil {
+				t.Error(err)
+				return
+			}
+			second.send(`{"jsonrpc":"2.0","id":"second","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+			waitFor(t, "the second first round to reach its server", func() bool { return strings.Contains(second.log.String(), "confirm tag=again asking") })
+			close(held)
+		})
+	}))
+	asks := sessionRig(t, r, led, shared, newer)
+	second = sessionRig(t, r, led, shared, newer)
+	older := sessionRig(t, r, led, shared, `{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"old-agent","version":"1"}}`)
+	asks.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(asks.log.String(), "confirm tag=again asking") })
+	older.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the older session's duplicate to wait for the first round", func() bool { return older.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := asks.answer(`"first"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the first round: %v, want the server's input_required", m)
+	}
+	<-held
+	waitFor(t, "the older session's duplicate to wait for the second round", func() bool { return older.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := second.answer(`"second"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the second first round: %v, want the server's input_required", m)
+	}
+	m := older.answer(`"dup"`)
+	if strings.Contains(string(m["result"]), "input_required") {
+		t.Fatalf("the 2025-11-25 session's duplicate was handed another session's question: %s", m["result"])
+	}
+	if dup := older.text(`"dup"`); dup.IsError || dup.text() != "confirmed unasked n=1" {
+		t.Fatalf("the 2025-11-25 session's duplicate: %s, want it run as its server runs it for that session", m["result"])
 	}
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("%d executions, want 1", n)

@@ -74,3 +74,11 @@ func (p *Proxy) Waiting() int {
 	}
 	return n
 }
+
+// SetRerunning sets the func called as a call that waited on a first round (SEP-2322) goes
+// through the fence again; it returns a func that puts the old one back.
+func SetRerunning(f func()) func() {
+	old := rerunning
+	rerunning = f
+	return func() { rerunning = old }
+}
