@@ -604,9 +604,9 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
 	if err == nil {
-		// A server of the tasks extension may answer a call that asked for no task with one
-		// (SEP-2663): its outcome is the task's final result (tasks.go).
-		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, hb); ok {
+		// A server may answer a call that asked for no task with one (the tasks extension,
+		// SEP-2663, says it may): its outcome is the task's final result (tasks.go).
+		if a, ok := p.followHandle(ctx, tool, intent, f, t, params, res, s, hb); ok {
 			return a
 		}
 	}

@@ -103,11 +103,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
 	if err == nil {
-		if taskID, ttl, ok := taskHandle(res); ok {
-			fetch := func(ctx context.Context) (json.RawMessage, error) { return p.taskResult(ctx, s, taskID) }
-			return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), hb, fetch)
-		}
-		if a, ok := p.followFlat(ctx, tool, intent, f, t, params, res, s, hb); ok {
+		if a, ok := p.followHandle(ctx, tool, intent, f, t, params, res, s, hb); ok {
 			return a
 		}
 	}
@@ -118,6 +114,20 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 	}
 	hb.stop()
 	return p.finish(ctx, tool, intent, f, t, res, err, true, params)
+}
+
+// followHandle follows res when it is a task handle, the nested one of MCP 2025-11-25 (whose
+// final result tasks/result answers) or the flat one of the tasks extension (followFlat),
+// whether or not the call asked for a task: a server may create one all the same, and its
+// handle is not the call's outcome. ok is false when res is no handle. Before 2026-12-07 a
+// nested handle answered to a call that asked for no task was recorded as the call's result
+// (TestUnaskedTaskHandleIsNotTheOutcome).
+func (p *Proxy) followHandle(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, hb *beats) (answer, bool) {
+	if taskID, ttl, ok := taskHandle(res); ok {
+		fetch := func(ctx context.Context) (json.RawMessage, error) { return p.taskResult(ctx, s, taskID) }
+		return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), hb, fetch), true
+	}
+	return p.followFlat(ctx, tool, intent, f, t, params, res, s, hb)
 }
 
 // follow hands the agent the handle res of the task taskID, which its call created on s, and,

@@ -160,3 +160,31 @@ func waitSettled(t *testing.T, r *rig) {
 		return !inFlight
 	})
 }
+
+// TestUnaskedTaskHandleIsNotTheOutcome: a server may answer a call that asked for no task with
+// a task handle as MCP 2025-11-25 writes it ({"task":{"taskId":…}}, no resultType; or the
+// tasks extension's first drafts, resultType "task" beside a nested task). That handle is no
+// more the call's outcome than the flat one (TestFlatTaskHandleIsNotTheOutcome): the task's
+// final result is, asked for with tasks/result as for a task-augmented call. Before, a handle
+// without resultType was recorded as the call's result (done), and every duplicate was
+// replayed a handle whose task might yet fail, and which the server forgets after its ttl.
+func TestUnaskedTaskHandleIsNotTheOutcome(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	args := `{"tag":"unasked","unasked":true}`
+	raw, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":`+args+`}`))
+	if err != nil || !strings.Contains(string(raw), `"taskId":"unasked-`) {
+		t.Fatalf("want the server's task handle, got %s %v", raw, err)
+	}
+	var dup result
+	waitFor(t, "the duplicate to be answered with the task's final result", func() bool {
+		dup = call(t, w.Session, "slow", args)
+		return !dup.IsError || string(dup.Meta["effectfence/code"]) != `"in_flight"`
+	})
+	if dup.IsError || !dup.replayed() || dup.text() != "unasked task done" {
+		t.Fatalf("the duplicate of a task no one asked for: replayed %v, isError %v, text %q, content %s; wrap log:\n%s", dup.replayed(), dup.IsError, dup.text(), dup.Content, w.log.String())
+	}
+	if n := r.effectCount(); n != 1 {
+		t.Fatalf("the call ran %d times, want 1", n)
+	}
+}

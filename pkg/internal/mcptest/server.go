@@ -366,6 +366,13 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			}
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: tasks/result"}
 		}
+		if strings.Contains(string(m.Params), `"unasked-`) {
+			// slow's task of a call that asked for none (a 2025-11-25 handle): completed.
+			if m.Method == "tasks/get" {
+				return json.RawMessage(`{"taskId":"unasked","status":"completed","ttl":60000,"createdAt":"2026-01-01T00:00:00Z"}`), nil
+			}
+			return text("unasked task done", false), nil
+		}
 		if m.Method == "tasks/get" {
 			return json.RawMessage(`{"taskId":"stuck","status":"working","ttl":null,"createdAt":"2026-01-01T00:00:00Z"}`), nil
 		}
@@ -476,6 +483,7 @@ type callParams struct {
 		Cut            int    `json:"cut"`
 		AskInTask      bool   `json:"ask_in_task"`
 		Flat           bool   `json:"flat"`
+		Unasked        bool   `json:"unasked"`
 		CloseStdout    bool   `json:"close_stdout"`
 		MRTROnly       bool   `json:"mrtr_only"`
 	} `json:"arguments"`
@@ -556,6 +564,13 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 				ttl = a.Ms // a failed task's "failed" then comes at the end of its ttl
 			}
 			return json.RawMessage(fmt.Sprintf(`{"resultType":"task","taskId":"%s-%d-%d","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":%d,"pollIntervalMs":50}`, prefix, os.Getpid(), n, ttl)), nil
+		}
+		if a.Unasked {
+			// A handle as MCP 2025-11-25 writes it (nested, no resultType) answered to a call
+			// that asked for no task, as a server that runs the tool as a task regardless
+			// might; the task completes (tasks/result answers its result).
+			n := s.record("slow unasked task tag=" + a.Tag)
+			return json.RawMessage(fmt.Sprintf(`{"task":{"taskId":"unasked-%d-%d","status":"working","ttl":60000,"createdAt":"2026-01-01T00:00:00Z"}}`, os.Getpid(), n)), nil
 		}
 		if p.Task != nil {
 			// A task that never ends: the handle, with the ttl asked for, and a tasks/result
