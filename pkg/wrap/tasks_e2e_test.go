@@ -60,8 +60,15 @@ func TestTaskOutcomeIsTheFinalResult(t *testing.T) {
 	}
 	// Later duplicates receive the recorded final result: a plain call as its result, a
 	// task-augmented one as a task that is already completed, whose result is that result.
-	if later := call(t, w.Session, "simulate-research-query", `{"topic":"fencing tokens"}`); !later.replayed() || !strings.Contains(later.text(), "Research Report: fencing tokens") {
-		t.Fatalf("a later plain duplicate: %+v", later)
+	later1 := call(t, w.Session, "simulate-research-query", `{"topic":"fencing tokens"}`)
+	if !later1.replayed() || !strings.Contains(later1.text(), "Research Report: fencing tokens") {
+		t.Fatalf("a later plain duplicate: %+v", later1)
+	}
+	// The server's related-task mark, which its tasks/result answer carries, is replayed as
+	// recorded to a plain call (docs/DECISIONS-wrap.md); a task wrap made names itself instead
+	// (below).
+	if mark := string(later1.Meta["io.modelcontextprotocol/related-task"]); mark != `{"taskId":"`+created.Task.TaskID+`"}` {
+		t.Fatalf("a later plain duplicate's related-task mark: %s, want the server's, of task %s", mark, created.Task.TaskID)
 	}
 	later, err := w.Call(ctx, "tools/call", params)
 	var handle struct {
@@ -81,6 +88,9 @@ func TestTaskOutcomeIsTheFinalResult(t *testing.T) {
 	res2, err := w.Call(ctx, "tasks/result", lq)
 	if err != nil || !strings.Contains(string(res2), "Research Report: fencing tokens") || !strings.Contains(string(res2), `"effectfence/replayed":true`) || !strings.Contains(string(res2), handle.Task.TaskID) {
 		t.Fatalf("tasks/result of the completed duplicate: %s %v", res2, err)
+	}
+	if strings.Contains(string(res2), created.Task.TaskID) {
+		t.Fatalf("tasks/result of the completed duplicate names the server's task %s: %s", created.Task.TaskID, res2)
 	}
 	if _, err := w.Call(ctx, "tasks/cancel", lq); err == nil {
 		t.Fatal("a completed task was cancelled")
