@@ -210,6 +210,32 @@ func TestMatrix(t *testing.T) {
 				h.call(t, `{"name":"slow","arguments":{"tag":"failed","rpc":true},"task":{"ttl":1000}}`)
 			}
 		}},
+		{"a task handle answered to a call that asked for none is followed", func(t *testing.T, h *harness) {
+			// Either shape: MCP 2025-11-25's nested one (before 2026-12-07 recorded as the
+			// call's result and replayed), the tasks extension's flat one (SEP-2663). The
+			// task's final result is recorded, and a duplicate receives it.
+			for _, c := range []struct{ args, handle, final, effect string }{
+				{`{"tag":"unasked","unasked":true}`, `"taskId":"unasked-`, "unasked task done", "slow unasked task tag=unasked"},
+				{`{"tag":"flat","flat":true}`, `"taskId":"flat-`, "flat task done", "slow flat task tag=flat"},
+			} {
+				if got := h.call(t, `{"name":"slow","arguments":`+c.args+`}`); !strings.Contains(got, c.handle) {
+					t.Fatalf("want the server's task handle, got %s", got)
+				}
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					dup := h.call(t, `{"name":"slow","arguments":`+c.args+`}`)
+					if strings.Contains(dup, c.final) && strings.Contains(dup, `"effectfence/replayed":true`) {
+						break
+					}
+					if !strings.Contains(dup, "in_flight") || time.Now().After(deadline) {
+						t.Fatalf("a duplicate of the call answered %s was answered %s, want the task's final result replayed", c.handle, dup)
+					}
+				}
+				if n := h.executions(c.effect); n != 1 {
+					t.Fatalf("%s: %d executions, want 1", c.effect, n)
+				}
+			}
+		}},
 		{"a task whose server is lost after its handle is unknown", func(t *testing.T, h *harness) {
 			// The server is gone once the task exists (a stdio server exits; an HTTP server
 			// answers 404 to the task's tasks/result, as for a session it lost in a restart):
