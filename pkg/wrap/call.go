@@ -606,7 +606,7 @@ func (p *Proxy) run(ctx context.Context, tool, intent string, f *flight, t fence
 	if err == nil {
 		// A server may answer a call that asked for no task with one (the tasks extension,
 		// SEP-2663, says it may): its outcome is the task's final result (tasks.go).
-		if a, ok := p.followHandle(ctx, tool, intent, f, t, params, res, s, hb); ok {
+		if a, ok := p.followHandle(ctx, tool, intent, f, t, params, res, s, hb, false); ok {
 			return a
 		}
 	}

@@ -103,7 +103,7 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 		res, err = p.callBoundedUntil(agent, ctx, s, "tools/call", params)
 	}
 	if err == nil {
-		if a, ok := p.followHandle(ctx, tool, intent, f, t, params, res, s, hb); ok {
+		if a, ok := p.followHandle(ctx, tool, intent, f, t, params, res, s, hb, true); ok {
 			return a
 		}
 	}
@@ -121,9 +121,14 @@ func (p *Proxy) runTask(ctx context.Context, tool, intent string, f *flight, t f
 // whether or not the call asked for a task: a server may create one all the same, and its
 // handle is not the call's outcome. ok is false when res is no handle. Before 2026-12-07 a
 // nested handle answered to a call that asked for no task was recorded as the call's result
-// (TestUnaskedTaskHandleIsNotTheOutcome).
-func (p *Proxy) followHandle(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, hb *beats) (answer, bool) {
-	if taskID, ttl, ok := taskHandle(res); ok {
+// (TestUnaskedTaskHandleIsNotTheOutcome). asked says whether the call was task-augmented. A
+// nested task beside content answered to a call that asked for none is read as the TypeScript
+// SDK's callTool reads it, as a tool result (a CreateTaskResult has no content, a tool result
+// always has); to a task-augmented call, as its callToolStream reads it, as a handle
+// (TestResultNamingATaskIsAResult). The flat handle says what it is (resultType "task") and is
+// followed whatever else it carries.
+func (p *Proxy) followHandle(ctx context.Context, tool, intent string, f *flight, t fence.Ticket, params, res json.RawMessage, s Conn, hb *beats, asked bool) (answer, bool) {
+	if taskID, ttl, ok := taskHandle(res); ok && (asked || jsonrpc.MemberValue(res, "content") == nil) {
 		fetch := func(ctx context.Context) (json.RawMessage, error) { return p.taskResult(ctx, s, taskID) }
 		return p.follow(ctx, tool, intent, f, t, params, res, s, taskID, taskWait(ttl), hb, fetch), true
 	}

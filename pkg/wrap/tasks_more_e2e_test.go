@@ -188,3 +188,39 @@ func TestUnaskedTaskHandleIsNotTheOutcome(t *testing.T) {
 		t.Fatalf("the call ran %d times, want 1", n)
 	}
 }
+
+// TestResultNamingATaskIsAResult: a tool result, with its content, that also carries a member
+// named task naming a task, answered to a call that asked for no task, is the call's result,
+// as the TypeScript SDK's callTool reads it (a task handle has no content, a tool result
+// always has): recorded and replayed. Taken for a handle, it was followed through
+// tasks/result, which a server without tasks refuses, and the call that had completed was
+// fenced unknown. Answered to a task-augmented call it is a handle, as the SDK's
+// callToolStream reads it (it polls the task): followed, and, the server refusing
+// tasks/result, unknown.
+func TestResultNamingATaskIsAResult(t *testing.T) {
+	t.Parallel()
+	r, w := taskWrap(t)
+	args := `{"tag":"inline","inline":true}`
+	raw, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":`+args+`}`))
+	if err != nil || !strings.Contains(string(raw), `"done inline"`) {
+		t.Fatalf("want the server's result, got %s %v", raw, err)
+	}
+	if dup := call(t, w.Session, "slow", args); dup.IsError || !dup.replayed() || dup.text() != "done inline" {
+		t.Fatalf("the duplicate of a result naming a task: replayed %v, isError %v, text %q, _meta %v; wrap log:\n%s", dup.replayed(), dup.IsError, dup.text(), dup.Meta, w.log.String())
+	}
+	tasked := `{"tag":"inline-tasked","inline":true}`
+	if raw, err := w.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"slow","arguments":`+tasked+`,"task":{"ttl":60000}}`)); err != nil || !strings.Contains(string(raw), `"taskId":"inline-`) {
+		t.Fatalf("want the server's answer, got %s %v", raw, err)
+	}
+	var dup result
+	waitFor(t, "the task-augmented call's task to be given up", func() bool {
+		dup = call(t, w.Session, "slow", tasked)
+		return string(dup.Meta["effectfence/code"]) != `"in_flight"`
+	})
+	if !dup.IsError || string(dup.Meta["effectfence/code"]) != `"prior_failure"` {
+		t.Fatalf("the duplicate of a task-augmented call answered a result naming a task: %+v %q, want prior_failure", dup, dup.text())
+	}
+	if n := r.effectCount(); n != 2 {
+		t.Fatalf("%d executions, want 2 (one per call)", n)
+	}
+}

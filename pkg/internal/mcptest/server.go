@@ -366,6 +366,9 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 			}
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: tasks/result"}
 		}
+		if strings.Contains(string(m.Params), `"inline-`) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + m.Method}
+		}
 		if strings.Contains(string(m.Params), `"unasked-`) {
 			// slow's task of a call that asked for none (a 2025-11-25 handle): completed.
 			if m.Method == "tasks/get" {
@@ -484,6 +487,7 @@ type callParams struct {
 		AskInTask      bool   `json:"ask_in_task"`
 		Flat           bool   `json:"flat"`
 		Unasked        bool   `json:"unasked"`
+		Inline         bool   `json:"inline"`
 		CloseStdout    bool   `json:"close_stdout"`
 		MRTROnly       bool   `json:"mrtr_only"`
 	} `json:"arguments"`
@@ -564,6 +568,13 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 				ttl = a.Ms // a failed task's "failed" then comes at the end of its ttl
 			}
 			return json.RawMessage(fmt.Sprintf(`{"resultType":"task","taskId":"%s-%d-%d","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":%d,"pollIntervalMs":50}`, prefix, os.Getpid(), n, ttl)), nil
+		}
+		if a.Inline {
+			// A tool result (its content) that also carries a member named task, naming a
+			// task: a result, not a handle (a CreateTaskResult has no content). This server
+			// has no tasks: tasks/result and tasks/get of it are unknown methods.
+			n := s.record("slow inline tag=" + a.Tag)
+			return json.RawMessage(fmt.Sprintf(`{"content":[{"type":"text","text":"done inline"}],"task":{"taskId":"inline-%d-%d","status":"completed"}}`, os.Getpid(), n)), nil
 		}
 		if a.Unasked {
 			// A handle as MCP 2025-11-25 writes it (nested, no resultType) answered to a call
