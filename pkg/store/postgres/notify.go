@@ -185,6 +185,11 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
 	}
+	// Its own connection, not the pool's: pinned here (pathPin).
+	if err := pinPath(ctx, conn, l.s.schema); err != nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.s.channel()}.Sanitize()); err != nil {
 		conn.Close(ctx)
 		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)

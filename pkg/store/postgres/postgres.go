@@ -141,6 +141,8 @@ type Store struct {
 	clock              atomic.Pointer[clockReading]
 	noFreshSpeculation atomic.Bool
 
+	// path keeps every connection's search_path on schema (pathPin).
+	path *pathPin
 	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
 	doubts doubts
 	// warns are the connections the server sent a WARNING on (standby.go).
@@ -263,11 +265,14 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	} else if sp := pc.ConnConfig.RuntimeParams["search_path"]; sp != "" {
 		first = firstPathElement(sp)
 	}
+	path := &pathPin{}
+	pc.PrepareConn = path.prepare
+	pc.BeforeClose = path.forget
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger %s: %w", Redact(c.URL), err)
 	}
-	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6), warns: warns}
+	s := &Store{pool: pool, instance: fence.LocalOwner() + "/" + randomHex(6), warns: warns, path: path}
 	if err := s.init(ctx, schema, first, c.Existing); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres ledger %s: %w%s", Redact(c.URL), err, poolerHint(err))
@@ -336,6 +341,7 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 		}
 	}
 	s.schema, s.chanName = schema, channelOf(schema)
+	s.path.schema.Store(&schema)
 	// A one-statement write (spec.go) runs at the session's default isolation, which must be
 	// READ COMMITTED (see Open). A pooler in transaction mode drops the setting the store sent
 	// (and PgBouncer refuses to connect unless told to ignore it); a server whose default is
@@ -436,6 +442,78 @@ func ledgerFurtherOn(ctx context.Context, conn *pgxpool.Conn, schema, sp string)
 		"opened, the store would start an empty ledger in %q and every call recorded in %q would run again. "+
 		"Name the ledger's schema in the URL (search_path=%s), or drop the empty schema %q; nothing was created",
 		sp, schema, found, schema, found, pgx.Identifier{found}.Sanitize(), schema)
+}
+
+// pathPin keeps the search_path of every pooled connection on the ledger's schema alone, once
+// init has resolved it. The store names its tables unqualified, and a session resolves them
+// through its search_path, which the server reads again for each new session (the role's or
+// the database's setting) and, for "$user" or a schema that did not exist, in an open session
+// as soon as a schema of that name is made. A store whose URL names no schema (or names
+// others after it) met, while it ran, a schema holding another ledger put ahead of its own:
+// by ALTER ROLE … SET search_path, reaching its connections opened after that, or made with
+// the role's name under "$user", reaching its open ones at once. It read and wrote that
+// ledger from then on: a committed call looked absent and was admitted again
+// (TestPathChangedUnderARunningStoreKeepsItsLedger). A connection is pinned before its first
+// use after init (those open before init resolved the schema too); a session whose path is
+// the schema alone already (the URL's or the role's setting) is left as it is, so that
+// behind a pooler in transaction mode the store changes no server connection's path that
+// others of the role may share.
+type pathPin struct {
+	schema atomic.Pointer[string] // the ledger's schema as resolved (nil until init resolves it)
+	pinned sync.Map               // *pgx.Conn → struct{}: connections pinned
+}
+
+// prepare pins conn before it is handed out (pgxpool's PrepareConn).
+func (p *pathPin) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	schema := p.schema.Load()
+	if schema == nil {
+		return true, nil
+	}
+	if _, ok := p.pinned.Load(conn); ok {
+		return true, nil
+	}
+	if err := pinPath(ctx, conn, *schema); err != nil {
+		if conn.IsClosed() {
+			return false, nil // the pool drops it and tries another
+		}
+		return false, err
+	}
+	p.pinned.Store(conn, struct{}{})
+	return true, nil
+}
+
+// forget drops conn, being closed, from the pinned connections (pgxpool's BeforeClose).
+func (p *pathPin) forget(conn *pgx.Conn) { p.pinned.Delete(conn) }
+
+// pinPath sets the session's search_path to schema alone unless it is that already, as
+// written quoted or, for a name that needs no quotes, bare.
+func pinPath(ctx context.Context, conn *pgx.Conn, schema string) error {
+	quoted, bare := pgx.Identifier{schema}.Sanitize(), schema
+	if !plainIdentifier(schema) {
+		bare = quoted
+	}
+	if _, err := conn.Exec(ctx, "SELECT set_config('search_path', $1, false) WHERE current_setting('search_path') NOT IN ($1, $2)", quoted, bare); err != nil {
+		return fmt.Errorf("postgres ledger: setting the connection's search_path to the ledger's schema %s: %w", quoted, err)
+	}
+	return nil
+}
+
+// plainIdentifier says whether name reads the same unquoted: lower-case ASCII letters, digits,
+// underscores and dollar signs, not starting with a digit or a dollar sign. (A keyword reads
+// the same in a search_path setting, which is not parsed as SQL.)
+func plainIdentifier(name string) bool {
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r == '_':
+		case (r >= '0' && r <= '9') || r == '$':
+			if i == 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return name != ""
 }
 
 // firstPathElement returns the first element of a search_path setting as written: a quoted

@@ -1,0 +1,133 @@
+package postgres
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+)
+
+// TestPathChangedUnderARunningStoreKeepsItsLedger: a store whose URL names no schema
+// resolves its ledger from the session's search_path when it opens (the role's, here). Open
+// refuses a path that reaches another ledger first, but a running store met such a path
+// later: a schema holding a ledger put ahead of its own on the role's path (ALTER ROLE …
+// SET search_path, reaching its new connections once the pool's were ended) or named like
+// the role while "$user" leads that path (reaching even its open connections at once).
+// Its unqualified names then read and wrote the other ledger: the committed call looked
+// absent and was admitted again. Every connection keeps the schema the store resolved.
+func TestPathChangedUnderARunningStoreKeepsItsLedger(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		path func(role, ledger, other string) string // the role's path when the store opens
+		move func(role, ledger, other string) string // what an operator runs meanwhile
+		// other: the schema that gets a ledger ahead (empty: the role's own, for "$user")
+		byRole bool
+		end    bool // end the store's connections after the move
+	}{
+		{
+			name: "alter role",
+			path: func(_, ledger, _ string) string { return ledger },
+			move: func(role, ledger, other string) string {
+				return "ALTER ROLE " + role + " SET search_path = " + other + ", " + ledger
+			},
+			end: true,
+		},
+		{
+			name:   "$user made",
+			path:   func(_, ledger, _ string) string { return `"$user", ` + ledger },
+			byRole: true,
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			conn := admin(t, "")
+			roleName := newRole(t, "effectfence_test_run", "LOGIN")
+			ledgerName := testSchema(t)
+			otherName := testSchema(t)
+			if c.byRole {
+				otherName = roleName
+			}
+			role, ledger, other := pgx.Identifier{roleName}.Sanitize(), pgx.Identifier{ledgerName}.Sanitize(), pgx.Identifier{otherName}.Sanitize()
+			if _, err := conn.Exec(ctx, "CREATE SCHEMA "+ledger+" AUTHORIZATION "+role+
+				"; ALTER ROLE "+role+" SET search_path = "+c.path(role, ledger, other)); err != nil {
+				t.Fatal(err)
+			}
+			u, err := url.Parse(testURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.User = url.User(roleName)
+			q := u.Query()
+			q.Set("pool_min_conns", "1")
+			q.Set("application_name", "run-"+ledgerName)
+			u.RawQuery = q.Encode()
+			s, err := Open(ctx, Config{URL: u.String(), MaxConns: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if s.Schema() != ledgerName {
+				t.Fatalf("resolved %q, want %q", s.Schema(), ledgerName)
+			}
+			e := fence.New(s, fence.Config{})
+			req := fence.Request{Intent: "pay:1", Tool: "pay"}
+			adm, err := e.Prepare(ctx, req)
+			if err != nil || !adm.Fresh() {
+				t.Fatalf("first claim: %v %v", adm, err)
+			}
+			if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"paid"`)); err != nil {
+				t.Fatal(err)
+			}
+			// The other ledger, made by the role itself (its tables are the role's to use).
+			if _, err := conn.Exec(ctx, "CREATE SCHEMA "+other+" AUTHORIZATION "+role); err != nil {
+				t.Fatal(err)
+			}
+			ou := *u
+			oq := ou.Query()
+			oq.Set("search_path", otherName)
+			oq.Set("application_name", "other-"+ledgerName)
+			ou.RawQuery = oq.Encode()
+			o, err := Open(ctx, Config{URL: ou.String(), MaxConns: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Close()
+			if c.move != nil {
+				if _, err := conn.Exec(ctx, c.move(role, ledger, other)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.end {
+				var n int
+				if err := conn.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", "run-"+ledgerName).Scan(&n); err != nil || n == 0 {
+					t.Fatalf("ended %d of the store's connections: %v", n, err)
+				}
+			}
+			// A few tries: the first may meet a connection the server ended.
+			var dup fence.Admission
+			for try := 0; ; try++ {
+				dup, err = e.Prepare(ctx, req)
+				if err == nil || try == 3 {
+					break
+				}
+				t.Logf("duplicate, try %d: %v", try, err)
+			}
+			if err != nil {
+				t.Fatalf("duplicate: %v", err)
+			}
+			if dup.Fresh() {
+				t.Fatalf("the committed call was admitted again: the store read the ledger in %s", other)
+			}
+			if dup.Cert == nil || string(dup.Cert.Result) != `"paid"` {
+				t.Fatalf("duplicate: %+v, want the replay of \"paid\"", dup)
+			}
+		})
+	}
+}
