@@ -1477,8 +1477,15 @@ func lateCommitWhat(rec *Record, t Ticket, res []byte) string {
 // released carries no token in those events, and one forgotten by a restore from a copy may
 // share its token with a new claim, or be above the restored sequence), and refusing those
 // without a trace dropped real outcomes (docs/DECISIONS.md, "A late result is kept whatever its
-// ticket names"; TestLateReportOfAClaimARestoreForgotIsKept).
+// ticket names"; TestLateReportOfAClaimARestoreForgotIsKept). A retry whose earlier attempt
+// the store knows recorded (EarlierAttempt) is refused saying so.
 func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
+	if ll, ok := lost.(LeaseLostError); ok {
+		if ea, ok := tx.(EarlierAttempt); ok {
+			ll.Landed, ll.MayHaveLanded = ea.EarlierAttempt(t.Intent)
+			lost = ll
+		}
+	}
 	if t.Token == 0 || t.Nonce == "" {
 		return lost
 	}

@@ -258,14 +258,31 @@ func (e DomainRaceError) Is(target error) bool { return target == ErrDomainRace 
 // read as its result lost). The ledger cannot tell a claim it made and has since forgotten
 // from a ticket it never issued (docs/DECISIONS.md, "A late result is kept whatever its
 // ticket names"), so the ticket of a forged report is kept alike.
+//
+// A retried report whose first attempt's answer was lost may have been recorded before the
+// record changed (another process cleared it): Landed says it was, MayHaveLanded that the
+// ledger cannot tell (EarlierAttempt). Until 2026-12-07 such a refusal said "the intent's
+// record is unchanged" of an outcome that had been recorded
+// (TestCommitLostAndClearedElsewhereSaysItLanded).
 type LeaseLostError struct {
-	Intent string
-	Token  uint64
-	Why    string
+	Intent        string
+	Token         uint64
+	Why           string
+	Landed        bool
+	MayHaveLanded bool
 }
 
 func (e LeaseLostError) Error() string {
-	return fmt.Sprintf("%s: ticket %d no longer holds intent %q (%s); the intent's record is unchanged", CodeLeaseLost, e.Token, e.Intent, e.Why)
+	var after string
+	switch {
+	case e.Landed:
+		after = "an earlier attempt of this report, whose answer was lost, was recorded before the record changed; this retry changed nothing"
+	case e.MayHaveLanded:
+		after = "an earlier attempt of this report, whose answer was lost, may have been recorded before the record changed (the ledger cannot tell); this retry changed nothing"
+	default:
+		after = "the intent's record is unchanged"
+	}
+	return fmt.Sprintf("%s: ticket %d no longer holds intent %q (%s); %s", CodeLeaseLost, e.Token, e.Intent, e.Why, after)
 }
 func (e LeaseLostError) Code() string         { return CodeLeaseLost }
 func (e LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }

@@ -90,6 +90,19 @@ func countersKept(err error) bool {
 	return errors.As(err, &k) && k.CountersKept()
 }
 
+// EarlierAttempt is implemented by a Tx that retries a write whose first attempt was sent
+// but whose answer was lost with its connection (the PostgreSQL store's follow-up of a lost
+// one-statement commit), and can tell, once Get has read the intent, whether that attempt
+// was recorded before another process changed the record (an operator's clear, say). A report
+// refused lease_lost for the changed record is then not "unchanged": its first attempt landed.
+type EarlierAttempt interface {
+	// EarlierAttempt says of intent that this transaction retries an attempt whose answer was
+	// lost and that found the record changed since: landed, that the attempt was recorded
+	// before the change; maybe, that the ledger cannot tell. Both false: no such attempt, or
+	// one that was not recorded.
+	EarlierAttempt(intent string) (landed, maybe bool)
+}
+
 // ExpiredSweeper may be implemented by a Tx that can drop expired outcomes without reading
 // them: Sweep then asks it for each batch, instead of scanning the batch's records (decoding
 // each, and on PostgreSQL reading each again under its lock, a round trip per record) and

@@ -272,6 +272,7 @@ type lostStmt struct {
 	body   []byte
 	shard  string
 	base   fence.Counters
+	delta  fence.Counters // the counters it carried
 }
 
 // rowHolds says whether row, a counters row as read (nil fields: no row), holds c. No row

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,5 +109,89 @@ func TestCommitLostAndClearedElsewhereCountsOnce(t *testing.T) {
 	}
 	if got := g.counters().Admitted - before.Admitted; got != 1 {
 		t.Fatalf("admitted %d, want 1", got)
+	}
+}
+
+// TestCommitLostAndClearedElsewhereSaysItLanded: a one-statement commit lands, its answer lost
+// on a real cut of the connection, and an operator's process clears the intent before the
+// store's follow-up transaction reads it. The retried commit is refused lease_lost (the record
+// is gone), but its text said "the intent's record is unchanged", which an operator reads as
+// the outcome never recorded, though it was (the counters row of the statement's connection
+// says so). It says the earlier attempt was recorded; the report is still kept as a late
+// result. A commit lost the same way and not cleared is answered with its cert, as before.
+func TestCommitLostAndClearedElsewhereSaysItLanded(t *testing.T) {
+	g := newCutRig(t)
+	ctx := context.Background()
+	r := fence.Request{Intent: "commit-lost-cleared-said", Tool: "charge", Args: []byte(`{"usd":1}`)}
+	var cleared atomic.Bool
+	g.st.hook = func(stage string, _ uint32) {
+		if stage == "speculation lost" && cleared.CompareAndSwap(false, true) {
+			if _, err := g.other.Clear(ctx, r.Intent, "ops", "checked the charge by hand"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	e := fence.New(g.st, fence.Config{LeaseTTL: time.Minute, SpoolDir: g.spool})
+	adm, err := e.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	g.p.LoseAnswer(1, 0)
+	_, err = e.Commit(ctx, *adm.Ticket, []byte(`"ok"`))
+	if !cleared.Load() || g.p.Lost() != 1 {
+		t.Fatalf("the commit's statement was not lost (cleared %v, lost %d)", cleared.Load(), g.p.Lost())
+	}
+	var lost fence.LeaseLostError
+	if !errors.As(err, &lost) {
+		t.Fatalf("commit: %v, want %v", err, fence.ErrLeaseLost)
+	}
+	if strings.Contains(err.Error(), "unchanged") || !strings.Contains(err.Error(), "an earlier attempt of this report, whose answer was lost, was recorded") {
+		t.Errorf("commit: %v; want it to say that its earlier attempt was recorded", err)
+	}
+	var late []fence.Event
+	if err := g.st.View(ctx, func(tx fence.Tx) error {
+		return tx.Events(r.Intent, func(ev fence.Event) bool {
+			if ev.Kind == fence.EventLateResult {
+				late = append(late, ev)
+			}
+			return true
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(late) != 1 || !strings.Contains(late[0].Reason, "was recorded") {
+		t.Errorf("late results: %+v; want one, saying the earlier attempt was recorded", late)
+	}
+
+	// A commit that carries no counters (the engine's were flushed before it) leaves the
+	// row as it was whether or not it landed: nothing tells, and the text says so.
+	r3 := fence.Request{Intent: "commit-lost-cleared-uncounted", Tool: "charge", Args: []byte(`{"usd":3}`)}
+	adm, err = e.Prepare(ctx, r3)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cleared.Store(false)
+	r.Intent = r3.Intent // the intent the hook clears
+	g.p.LoseAnswer(1, 0)
+	_, err = e.Commit(ctx, *adm.Ticket, []byte(`"ok"`))
+	if !cleared.Load() || g.p.Lost() != 2 {
+		t.Fatalf("the uncounted commit's statement was not lost (cleared %v, lost %d)", cleared.Load(), g.p.Lost())
+	}
+	if !errors.As(err, &lost) || !strings.Contains(err.Error(), "may have been recorded before the record changed (the ledger cannot tell)") {
+		t.Errorf("uncounted commit: %v; want lease_lost saying the ledger cannot tell", err)
+	}
+
+	// Not cleared: the retry finds its own done record and answers its cert.
+	r2 := fence.Request{Intent: "commit-lost-kept", Tool: "charge", Args: []byte(`{"usd":2}`)}
+	adm, err = e.Prepare(ctx, r2)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	g.p.LoseAnswer(1, 0)
+	if cert, err := e.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil || cert == nil || g.p.Lost() != 3 {
+		t.Fatalf("a lost commit not cleared: %v %v (lost %d)", cert, err, g.p.Lost())
 	}
 }

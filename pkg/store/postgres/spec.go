@@ -285,7 +285,7 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 		return false, nil
 	}
 	s.at("speculation lost", t.pid)
-	lost := &lostStmt{intent: intent, body: t.specDone, shard: t.specShard, base: t.specBase}
+	lost := &lostStmt{intent: intent, body: t.specDone, shard: t.specShard, base: t.specBase, delta: t.delta}
 	if terr := s.transact(ctx, fn, lost); terr != nil {
 		// The statement may land yet, with the counters it carries, and so may the
 		// transaction if its own answer was lost: the store settles them (doubt.go).

@@ -77,6 +77,9 @@ type tx struct {
 	// landed and adds no counters again.
 	landed       *lostStmt
 	dropCounters bool
+	// earlier is what the record and the counters row told of landed, when its record was
+	// found changed since (see EarlierAttempt).
+	earlier earlierAttempt
 	// receipt: the transaction wrote this connection's counters row, whose row version then
 	// names the transaction (xmin): the evidence resolve reads (postgres.go).
 	receipt bool
@@ -353,10 +356,11 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 			// clear): its connection's counters row says whether it landed (doubt.go).
 			// Before 2026-12-07 it was taken as not landed, and its counters were added
 			// again (TestCommitLostAndClearedElsewhereCountsOnce).
-			added, err := t.stmtAdded()
+			added, earlier, err := t.stmtAdded()
 			if err != nil {
 				return nil, err
 			}
+			t.earlier = earlier
 			if added {
 				t.dropCounters = true
 				t.s.at("landed", t.pid)
@@ -377,12 +381,33 @@ func (t *tx) Get(intent string) (*fence.Record, error) {
 	return rec, err
 }
 
+// earlierAttempt is what a transaction knows of the lost speculative commit it follows up,
+// whose record it found changed: recorded, not recorded, or unknown.
+type earlierAttempt int
+
+const (
+	earlierNone earlierAttempt = iota // no lost commit of the intent, or one not recorded
+	earlierLanded
+	earlierUnknown
+)
+
+// EarlierAttempt implements fence.EarlierAttempt: the lost speculative commit this
+// transaction follows up was recorded (its counters are in its connection's row) before
+// another process changed the intent's record, or nothing tells whether it was. A commit
+// that carried no counters leaves the row as it was either way.
+func (t *tx) EarlierAttempt(intent string) (landed, maybe bool) {
+	if t.landed == nil || intent != t.landed.intent {
+		return false, false
+	}
+	return t.earlier == earlierLanded, t.earlier == earlierUnknown
+}
+
 // stmtAdded says whether the lost speculative commit t.landed added its counters to its
-// connection's row. The intent's lock is held: the statement ran before it was granted, or
-// will find the record changed. A row that holds neither what it held before the statement
-// nor that plus the statement's counters says nothing; the counters are then not added, lest
-// they count twice.
-func (t *tx) stmtAdded() (bool, error) {
+// connection's row, and what that says of the commit. The intent's lock is held: the
+// statement ran before it was granted, or will find the record changed. A row that holds
+// neither what it held before the statement nor that plus the statement's counters says
+// nothing; the counters are then not added, lest they count twice.
+func (t *tx) stmtAdded() (bool, earlierAttempt, error) {
 	var row [10]*int64
 	err := t.send(func(b *pgx.Batch) {
 		b.Queue(`SELECT admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost FROM effectfence_counters WHERE shard = $1`, t.landed.shard).Query(func(rows pgx.Rows) error {
@@ -395,9 +420,17 @@ func (t *tx) stmtAdded() (bool, error) {
 		})
 	})
 	if err != nil {
-		return false, err
+		return false, earlierNone, err
 	}
-	return row[0] != nil && !rowHolds(row, t.landed.base), nil
+	earlier := earlierUnknown
+	switch {
+	case t.landed.delta.IsZero():
+	case rowHolds(row, t.landed.base.Add(t.landed.delta)):
+		earlier = earlierLanded
+	case rowHolds(row, t.landed.base):
+		earlier = earlierNone
+	}
+	return row[0] != nil && !rowHolds(row, t.landed.base), earlier, nil
 }
 
 // ends says whether a write leaving intent in state next ends an in-flight claim, whose
