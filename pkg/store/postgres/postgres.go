@@ -740,11 +740,52 @@ func (s *Store) run(ctx context.Context, contended, write bool, landed *lostStmt
 		if errors.As(err, &lost) && lost.Stage == "begin" && ctx.Err() == nil && try <= int(s.pool.Stat().MaxConns()) {
 			continue
 		}
-		if ctx.Err() == nil {
-			err = statementTimedOut(err)
-		}
-		return lockTimedOut(err)
+		return s.explained(ctx, err)
 	}
+}
+
+// explained gives the server's refusals that end a transaction before its COMMIT the text
+// that names their cause and says that nothing of it was recorded. A CommitUnknownError is
+// left as it is: its COMMIT was sent and may have landed, and the refusal it carries is that
+// of the statement asking about it (a statement_timeout, say), not of the transaction.
+func (s *Store) explained(ctx context.Context, err error) error {
+	var unknown CommitUnknownError
+	if err == nil || errors.As(err, &unknown) {
+		return err
+	}
+	if ctx.Err() == nil {
+		err = statementTimedOut(err)
+	}
+	return s.refusedMidRun(lockTimedOut(err))
+}
+
+// refusedMidRun explains the server's refusals of a ledger that Open had found writable and
+// whole, which an operator or a failover tool changed while this process ran: the session
+// turned read-only (default_transaction_read_only set for the role, the database or the
+// server, as a failover tool does to fence off an old primary, reaching the store's new
+// connections), a privilege on the ledger's tables revoked, the schema or its tables dropped
+// or renamed. Each ends a statement before COMMIT, which then is not run: nothing of the
+// transaction was recorded. The server's text alone ("cannot execute nextval() in a read-only
+// transaction", "relation "effectfence_records" does not exist") named neither the cause
+// nor that (TestSessionChangedUnderARunningStoreIsExplained).
+func (s *Store) refusedMidRun(err error) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) {
+		return err
+	}
+	schema := pgx.Identifier{s.schema}.Sanitize()
+	switch pe.Code {
+	case "25006": // read_only_sql_transaction
+		return fmt.Errorf("postgres ledger: %w: the session turned read-only while this process ran (default_transaction_read_only set for the role, the database or the server, as a failover tool does to fence off an old primary; or the server is now a standby); nothing of this transaction was recorded. "+
+			"The store does not turn the setting off: point the URL at the server that takes writes (with several hosts, target_session_attrs=read-write): %w", ErrReadOnly, err)
+	case "42501": // insufficient_privilege
+		return fmt.Errorf("postgres ledger: the ledger's role may no longer use the ledger in schema %s (a privilege was revoked while this process ran); nothing of this transaction was recorded. "+
+			"Grant the role USAGE on the schema and SELECT, INSERT, UPDATE and DELETE on its tables and USAGE on its sequences again: %w", schema, err)
+	case "42P01", "3F000": // undefined_table, invalid_schema_name
+		return fmt.Errorf("postgres ledger: the ledger's tables are gone from schema %s (dropped or renamed while this process ran); nothing of this transaction was recorded. "+
+			"If it was renamed, name the new schema in the URL (search_path) and restart; a process that opens the old name creates an empty ledger there, in which every recorded call runs again: %w", schema, err)
+	}
+	return err
 }
 
 // statementTimedOut explains an error of the session's statement_timeout, which the store
