@@ -131,3 +131,42 @@ func TestPathChangedUnderARunningStoreKeepsItsLedger(t *testing.T) {
 		})
 	}
 }
+
+// TestPinnedPathLeavesASessionAtTheSchemaAlone: the pin (pathPin) narrows a session's path
+// that names more than the ledger's schema to that schema, and leaves one that names it alone
+// as it is, written bare or quoted: behind a pooler in transaction mode a session's setting
+// stays on the server connection for the pooler's other clients, and the path the pooler
+// section of docs/postgres.md asks the role to have is the schema alone.
+func TestPinnedPathLeavesASessionAtTheSchemaAlone(t *testing.T) {
+	t.Parallel()
+	schema := testSchema(t)
+	for _, c := range []struct{ path, want string }{
+		{schema, schema},
+		{`"` + schema + `"`, `"` + schema + `"`},
+		{schema + ", public", `"` + schema + `"`},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		u, err := url.Parse(testURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("search_path", c.path)
+		q.Set("pool_min_conns", "1")
+		u.RawQuery = q.Encode()
+		s, err := Open(ctx, Config{URL: u.String(), MaxConns: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = s.pool.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&got)
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("search_path=%s: the session's path is %s, want %s", c.path, got, c.want)
+		}
+	}
+}
