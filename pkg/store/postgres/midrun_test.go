@@ -158,4 +158,10 @@ func TestRefusalOfACommitInDoubtIsNotSaidUnrecorded(t *testing.T) {
 			t.Errorf("%s before COMMIT: %v; want it explained", code, got)
 		}
 	}
+	// A connect refused (FATAL: permission denied for database, CONNECT revoked) is not a
+	// privilege on the ledger's tables: its own text names it.
+	connect := &pgconn.PgError{Severity: "FATAL", Code: "42501", Message: `permission denied for database "test"`}
+	if got := s.explained(context.Background(), connect); got != error(connect) {
+		t.Errorf("a refused connect: %v; want the server's text", got)
+	}
 }

@@ -770,7 +770,9 @@ func (s *Store) explained(ctx context.Context, err error) error {
 // nor that (TestSessionChangedUnderARunningStoreIsExplained).
 func (s *Store) refusedMidRun(err error) error {
 	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) {
+	if err == nil || !errors.As(err, &pe) || pe.Severity == "FATAL" {
+		// FATAL: a refused connect (CONNECT on the database revoked, say), whose text names
+		// its cause.
 		return err
 	}
 	schema := pgx.Identifier{s.schema}.Sanitize()
