@@ -1482,7 +1482,7 @@ func lateCommitWhat(rec *Record, t Ticket, res []byte) string {
 func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
 	if ll, ok := lost.(LeaseLostError); ok {
 		if ea, ok := tx.(EarlierAttempt); ok {
-			ll.Landed, ll.MayHaveLanded = ea.EarlierAttempt(t.Intent)
+			ll.Landed, ll.MayHaveLanded = ea.EarlierAttempt(t.Intent, t.Token, t.Nonce)
 			lost = ll
 		}
 	}

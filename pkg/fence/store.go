@@ -90,17 +90,18 @@ func countersKept(err error) bool {
 	return errors.As(err, &k) && k.CountersKept()
 }
 
-// EarlierAttempt is implemented by a Tx that retries a write whose first attempt was sent
-// but whose answer was lost with its connection (the PostgreSQL store's follow-up of a lost
-// one-statement commit), and can tell, once Get has read the intent, whether that attempt
-// was recorded before another process changed the record (an operator's clear, say). A report
+// EarlierAttempt is implemented by a Tx whose store may have sent an outcome before and lost
+// the answer with its connection (the PostgreSQL store: a one-statement commit followed up in
+// a transaction, or a COMMIT it settles later), and can tell, once Get has read the intent,
+// whether that report was recorded before another process changed the record (an
+// operator's clear, say). A report
 // refused lease_lost for the changed record is then not "unchanged": its first attempt landed.
 type EarlierAttempt interface {
-	// EarlierAttempt says of intent that this transaction retries an attempt whose answer was
-	// lost and that found the record changed since: landed, that the attempt was recorded
-	// before the change; maybe, that the ledger cannot tell. Both false: no such attempt, or
-	// one that was not recorded.
-	EarlierAttempt(intent string) (landed, maybe bool)
+	// EarlierAttempt says of the outcome of the ticket (token, nonce) of intent, reported
+	// before with its answer lost, whose record this transaction found changed since: landed,
+	// that the earlier report was recorded before the change; maybe, that the ledger cannot
+	// tell. Both false: no such report is known, or it was not recorded.
+	EarlierAttempt(intent string, token uint64, nonce string) (landed, maybe bool)
 }
 
 // ExpiredSweeper may be implemented by a Tx that can drop expired outcomes without reading

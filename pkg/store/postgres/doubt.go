@@ -52,6 +52,23 @@ type doubt struct {
 	// seq names the counter shard its counters are added to (settle), once: an add whose
 	// answer is lost is tried again, and must not count them a second time.
 	seq int64
+	// reports are the outcomes a transaction's doubt wrote (see EarlierAttempt).
+	reports []report
+}
+
+// report names an outcome a transaction wrote: the intent, and the ticket (token and nonce)
+// of the claim whose record it ended.
+type report struct {
+	intent string
+	token  uint64
+	nonce  string
+}
+
+// reportFate is what the store learned of a report its doubt wrote: whether it landed
+// (sure: it did; otherwise the server could no longer tell), and when that was learned.
+type reportFate struct {
+	sure bool
+	at   time.Time
 }
 
 // doubts are the commits this store has not settled yet.
@@ -64,6 +81,66 @@ type doubts struct {
 	// open: each try costs a round trip per doubt, which every Update would otherwise pay
 	// while one stays open.
 	next atomic.Int64
+
+	// rmu guards open and fates, which a transaction asks while mu may be held by a settle
+	// waiting for the server. open counts the open doubts' reports; fates are the reports of
+	// doubts settled as landed, or as beyond the server's knowledge, for foldAge.
+	rmu   sync.Mutex
+	open  map[report]int
+	fates map[report]reportFate
+}
+
+// earlier says what the store knows of an earlier attempt of r: it landed (a doubt of this
+// store settled so), or it may have (its doubt is open, or the server could no longer tell).
+func (d *doubts) earlier(r report) (landed, maybe bool) {
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	if f, ok := d.fates[r]; ok {
+		return f.sure, !f.sure
+	}
+	return false, d.open[r] > 0
+}
+
+// opened counts rs among the open doubts' reports.
+func (d *doubts) opened(rs []report) {
+	if len(rs) == 0 {
+		return
+	}
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	if d.open == nil {
+		d.open = map[report]int{}
+	}
+	for _, r := range rs {
+		d.open[r]++
+	}
+}
+
+// closed takes rs out of the open doubts' reports, and keeps their fate when the doubt
+// landed (fate 1) or nothing can tell (fate -1); 0: it did not land.
+func (d *doubts) closed(rs []report, fate int) {
+	if len(rs) == 0 {
+		return
+	}
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	now := time.Now()
+	for r, f := range d.fates {
+		if now.Sub(f.at) > foldAge {
+			delete(d.fates, r)
+		}
+	}
+	for _, r := range rs {
+		if d.open[r]--; d.open[r] <= 0 {
+			delete(d.open, r)
+		}
+		if fate != 0 {
+			if d.fates == nil {
+				d.fates = map[report]reportFate{}
+			}
+			d.fates[r] = reportFate{sure: fate > 0, at: now}
+		}
+	}
 }
 
 // doubtTry bounds a try at settling the doubts.
@@ -86,10 +163,13 @@ func (s *Store) keep(err error, d doubt) error {
 		return err
 	}
 	if d.body == nil && d.cut[0] == nil {
-		d.xid, d.shard, d.delta = cu.Xid, cu.shard, cu.delta // spec.go sets its own
+		d.xid, d.shard, d.delta, d.reports = cu.Xid, cu.shard, cu.delta, cu.reports // spec.go sets its own
 	}
 	d.at = time.Now()
 	if d.delta.IsZero() || (d.xid == 0 && d.body == nil && d.cut[0] == nil) {
+		// No counters to settle: no doubt is kept, and nothing will tell whether its
+		// reports landed.
+		s.doubts.closed(d.reports, -1)
 		return err
 	}
 	d.seq = s.doubts.seq.Add(1)
@@ -98,6 +178,7 @@ func (s *Store) keep(err error, d doubt) error {
 	s.doubts.n.Store(int64(len(s.doubts.list)))
 	s.doubts.next.Store(0) // the next Update tries at once
 	s.doubts.mu.Unlock()
+	s.doubts.opened(d.reports)
 	cu.kept = true
 	return cu
 }
@@ -170,12 +251,20 @@ func (s *Store) settleDoubts(ctx context.Context, now bool) {
 	answered := true
 	for i, d := range s.doubts.list {
 		r := s.settle(ctx, d)
-		if r == doubtUnasked {
+		switch r {
+		case doubtUnasked:
 			open, answered = append(open, s.doubts.list[i:]...), false
-			break
-		}
-		if r == doubtUndecided {
+		case doubtUndecided:
 			open = append(open, d)
+		case doubtLanded:
+			s.doubts.closed(d.reports, 1)
+		case doubtUntold:
+			s.doubts.closed(d.reports, -1)
+		default:
+			s.doubts.closed(d.reports, 0)
+		}
+		if r == doubtUnasked {
+			break
 		}
 	}
 	s.doubts.list = open
@@ -190,6 +279,8 @@ const (
 	doubtSettled   = iota
 	doubtUndecided // the server answered, but cannot tell yet
 	doubtUnasked   // the server could not be asked
+	doubtLanded    // settled: the commit landed
+	doubtUntold    // settled: the server can no longer tell whether it landed
 )
 
 // settle asks the server about d, and adds its counters if its commit did not land.
@@ -221,7 +312,7 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	switch {
 	case d.xid != 0 && status == nil:
 		// Too old for the server to tell: the counters may be in; never count them twice.
-		return doubtSettled
+		return doubtUntold
 	case d.xid != 0 && *status == "committed" && !receiptIs(writer, d.xid) && time.Since(d.at) < foldAge/2:
 		// Its id names another transaction: the server lost this one (resolve). (Near
 		// foldAge the receipt may have been folded away: then nothing tells, and the
@@ -236,7 +327,7 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 		}
 	case d.xid != 0 && *status == "committed", spec && bytes.Equal(body, d.body):
 		s.at("doubt landed", 0)
-		return doubtSettled
+		return doubtLanded
 	case d.xid != 0 && *status != "aborted", spec && bytes.Equal(body, d.claim):
 		return doubtUndecided // the transaction or the statement may still commit
 	}

@@ -81,7 +81,11 @@ func TestDoubtSettles(t *testing.T) {
 			c.d.shard = fmt.Sprintf("receipt/%d", c.d.xid)
 		}
 		c.d.at = time.Now()
-		settled := st.settle(ctx, c.d) == doubtSettled
+		r := st.settle(ctx, c.d)
+		settled := r == doubtSettled || r == doubtLanded || r == doubtUntold
+		if landed := !c.added && c.settled; landed != (r == doubtLanded) {
+			t.Errorf("%s: settled as landed %v; want %v", c.name, r == doubtLanded, landed)
+		}
 		added := countersOf(t, st).Admitted - before.Admitted
 		want := uint64(0)
 		if c.added {

@@ -195,3 +195,94 @@ func TestCommitLostAndClearedElsewhereSaysItLanded(t *testing.T) {
 		t.Fatalf("a lost commit not cleared: %v %v (lost %d)", cert, err, g.p.Lost())
 	}
 }
+
+// TestCommitInDoubtClearedElsewhereSaysItLanded: a commit's transaction reaches COMMIT, the
+// answer is lost and the server cannot be asked (the database goes away with the
+// connection): Commit answers that it may or may not be recorded. An operator's process
+// clears the intent; the database comes back and the holder settles the outcome again. The
+// store learns, settling its doubt first (txid_status), that the commit landed: the refusal
+// (lease_lost, the record is gone) says the earlier attempt was recorded, where it said "the
+// intent's record is unchanged". A commit whose COMMIT never reached the server, the intent
+// then cleared, is refused saying the record is unchanged, as it is.
+func TestCommitInDoubtClearedElsewhereSaysItLanded(t *testing.T) {
+	schema := testSchema(t)
+	var armed, want, down atomic.Bool
+	var cut atomic.Int64
+	ctx := context.Background()
+	watch := newBackendWatch(t)
+	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 4, wrapConn: func(c net.Conn) net.Conn {
+		return downConn{cutConn: newCutConn(c, &armed, &cut, watch), down: &down}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.noSpeculation.Store(true) // COMMIT's answer, not a one-statement commit's
+	s.hook = func(stage string, _ uint32) {
+		if stage == "commit" && want.CompareAndSwap(true, false) {
+			armed.Store(true)
+		}
+	}
+	e := fence.New(s, fence.Config{SpoolDir: t.TempDir()})
+	op := fence.New(openSchema(t, schema), fence.Config{})
+	r := fence.Request{Intent: "charge:in-doubt-cleared", Tool: "charge", Args: []byte(`{"amount":4}`)}
+	adm, err := e.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	want.Store(true)
+	_, err = e.Commit(ctx, *adm.Ticket, []byte(`"charged"`))
+	var unknown CommitUnknownError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("commit with the database gone: %v", err)
+	}
+	if _, err := op.Clear(ctx, r.Intent, "ops", "checked the charge by hand"); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(false)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	o := fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)}
+	_, err = e.Settle(sctx, o)
+	if !errors.Is(err, fence.ErrLeaseLost) || strings.Contains(err.Error(), "unchanged") ||
+		!strings.Contains(err.Error(), "an earlier attempt of this report, whose answer was lost, was recorded") {
+		t.Errorf("settle after the clear: %v; want lease_lost saying the earlier attempt was recorded", err)
+	}
+
+	// The same with a commit that carried no counters (the engine's were flushed before it):
+	// the store keeps no doubt to settle, and nothing tells whether it landed.
+	r3 := fence.Request{Intent: "charge:in-doubt-uncounted", Tool: "charge", Args: []byte(`{"amount":6}`)}
+	adm, err = e.Prepare(ctx, r3)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want.Store(true)
+	if _, err = e.Commit(ctx, *adm.Ticket, []byte(`"charged"`)); !errors.As(err, &unknown) {
+		t.Fatalf("uncounted commit with the database gone: %v", err)
+	}
+	if _, err := op.Clear(ctx, r3.Intent, "ops", "checked the charge by hand"); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(false)
+	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
+	if !errors.Is(err, fence.ErrLeaseLost) || !strings.Contains(err.Error(), "may have been recorded before the record changed (the ledger cannot tell)") {
+		t.Errorf("settle of an uncounted commit after the clear: %v; want lease_lost saying the ledger cannot tell", err)
+	}
+
+	// Cleared while the holder ran, its COMMIT never sent: nothing of it was recorded.
+	r2 := fence.Request{Intent: "charge:cleared-unsent", Tool: "charge", Args: []byte(`{"amount":5}`)}
+	adm, err = e.Prepare(ctx, r2)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	if _, err := op.Clear(ctx, r2.Intent, "ops", "checked the charge by hand"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
+	if !errors.Is(err, fence.ErrLeaseLost) || !strings.HasSuffix(err.Error(), "the intent's record is unchanged") {
+		t.Errorf("settle of a commit never sent, after the clear: %v; want lease_lost saying the record is unchanged", err)
+	}
+}

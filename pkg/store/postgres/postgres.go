@@ -615,6 +615,8 @@ type CommitUnknownError struct {
 	kept  bool           // the store settles them (doubt.go)
 	claim bool           // a one-statement claim's (spec.go), not a commit's
 	shard string         // the transaction's receipt (see resolve)
+	// reports are the outcomes the transaction wrote (see EarlierAttempt).
+	reports []report
 }
 
 // CountersKept (fence.CountersKept): the store adds the counters the commit carried if it
@@ -901,7 +903,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed *lost
 	if warned := s.warns.warned(conn.PgConn()); err == nil && warned {
 		// Its wait for a synchronous standby may have been cancelled (standby.go).
 		if cerr := s.confirm(ctx); cerr != nil {
-			return CommitUnknownError{Xid: t.xid, Err: cerr, shard: s.shard(conn.PgConn()), delta: t.delta}
+			return CommitUnknownError{Xid: t.xid, Err: cerr, shard: s.shard(conn.PgConn()), delta: t.delta, reports: t.reports}
 		}
 	}
 	if err == nil {
@@ -915,7 +917,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed *lost
 	}
 	err = s.resolve(ctx, t.xid, s.shard(conn.PgConn()), err)
 	if cu, ok := err.(CommitUnknownError); ok {
-		cu.delta = t.delta
+		cu.delta, cu.reports = t.delta, t.reports
 		return cu
 	}
 	if err == nil {

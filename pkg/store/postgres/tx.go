@@ -80,6 +80,9 @@ type tx struct {
 	// earlier is what the record and the counters row told of landed, when its record was
 	// found changed since (see EarlierAttempt).
 	earlier earlierAttempt
+	// reports are the outcomes this transaction writes: the records it ends, by their
+	// tickets. A commit whose answer is lost keeps them in its doubt (doubt.go).
+	reports []report
 	// receipt: the transaction wrote this connection's counters row, whose row version then
 	// names the transaction (xmin): the evidence resolve reads (postgres.go).
 	receipt bool
@@ -391,15 +394,19 @@ const (
 	earlierUnknown
 )
 
-// EarlierAttempt implements fence.EarlierAttempt: the lost speculative commit this
+// EarlierAttempt implements fence.EarlierAttempt. The lost speculative commit this
 // transaction follows up was recorded (its counters are in its connection's row) before
-// another process changed the intent's record, or nothing tells whether it was. A commit
-// that carried no counters leaves the row as it was either way.
-func (t *tx) EarlierAttempt(intent string) (landed, maybe bool) {
-	if t.landed == nil || intent != t.landed.intent {
-		return false, false
+// another process changed the intent's record, or nothing tells whether it was (a commit
+// that carried no counters leaves the row as it was either way). Otherwise a transaction of
+// this store that wrote the same outcome, its COMMIT's answer lost, landed (its doubt was
+// settled so: txid_status), or may have (its doubt is still open, or the server can no
+// longer tell); before 2026-12-07 a retry refused after such a commit had landed said "the
+// intent's record is unchanged" (TestCommitInDoubtClearedElsewhereSaysItLanded).
+func (t *tx) EarlierAttempt(intent string, token uint64, nonce string) (landed, maybe bool) {
+	if t.landed != nil && intent == t.landed.intent {
+		return t.earlier == earlierLanded, t.earlier == earlierUnknown
 	}
-	return t.earlier == earlierLanded, t.earlier == earlierUnknown
+	return t.s.doubts.earlier(report{intent, token, nonce})
 }
 
 // stmtAdded says whether the lost speculative commit t.landed added its counters to its
@@ -534,6 +541,9 @@ func (t *tx) Put(rec *fence.Record) error {
 		t.specDone = body
 	} else {
 		t.wrote(rec.Intent, rec.State, body, decoded)
+		if rec.State != fence.StateInFlight && rec.Token != 0 {
+			t.reports = append(t.reports, report{rec.Intent, rec.Token, rec.Nonce})
+		}
 	}
 	var expires, certHash any
 	if !rec.ExpiresAt.IsZero() {
