@@ -323,7 +323,7 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 		}
 		if spec && bytes.Equal(body, d.body) {
 			s.at("doubt landed", 0)
-			return doubtSettled
+			return doubtLanded
 		}
 	case d.xid != 0 && *status == "committed", spec && bytes.Equal(body, d.body):
 		s.at("doubt landed", 0)
@@ -338,11 +338,11 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 			// as never recorded, its counters were added a second time (before 2026-12-07:
 			// TestClaimInDoubtClearedElsewhereCountsOnce).
 			s.at("doubt landed", 0)
-			return doubtSettled
+			return doubtLanded
 		}
 		// The row tells neither (folded away, say): the counters are not added, lest they
 		// count twice.
-		return doubtSettled
+		return doubtUntold
 	}
 	args, err := counterArgs(fmt.Sprintf("%s/settled/%d", s.instance, d.seq), d.delta)
 	if err != nil {

@@ -286,3 +286,55 @@ func TestCommitInDoubtClearedElsewhereSaysItLanded(t *testing.T) {
 		t.Errorf("settle of a commit never sent, after the clear: %v; want lease_lost saying the record is unchanged", err)
 	}
 }
+
+// TestCommitStatementInDoubtClearedElsewhereSaysItLanded: as
+// TestCommitInDoubtClearedElsewhereSaysItLanded, with the commit sent as one statement
+// (spec.go) and its follow-up transaction failing too, the database away: the store settles
+// the statement's doubt by its connection's counters row once the database is back, and the
+// holder's settle, refused for the cleared record, says the earlier attempt was recorded.
+func TestCommitStatementInDoubtClearedElsewhereSaysItLanded(t *testing.T) {
+	schema := testSchema(t)
+	var armed, want, down atomic.Bool
+	var cut atomic.Int64
+	ctx := context.Background()
+	watch := newBackendWatch(t)
+	s, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 4, wrapConn: func(c net.Conn) net.Conn {
+		return downConn{cutConn: newCutConn(c, &armed, &cut, watch), down: &down}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st := &stages{on: func(stage string, _ uint32) {
+		if stage == "speculate" && want.CompareAndSwap(true, false) {
+			armed.Store(true)
+		}
+	}}
+	s.hook = st.hook
+	e := fence.New(s, fence.Config{SpoolDir: t.TempDir()})
+	op := fence.New(openSchema(t, schema), fence.Config{})
+	r := fence.Request{Intent: "charge:statement-in-doubt-cleared", Tool: "charge", Args: []byte(`{"amount":4}`)}
+	adm, err := e.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	want.Store(true)
+	_, err = e.Commit(ctx, *adm.Ticket, []byte(`"charged"`))
+	var unknown CommitUnknownError
+	if !errors.As(err, &unknown) || st.count("speculation lost") != 1 {
+		t.Fatalf("a one-statement commit with the database gone: %v (lost %d)", err, st.count("speculation lost"))
+	}
+	if recordState(t, admin(t, schema), r.Intent) != fence.StateDone {
+		t.Fatal("the statement did not land")
+	}
+	if _, err := op.Clear(ctx, r.Intent, "ops", "checked the charge by hand"); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(false)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = e.Settle(sctx, fence.Outcome{Kind: fence.OutcomeCommit, Ticket: *adm.Ticket, Result: []byte(`"charged"`)})
+	if !errors.Is(err, fence.ErrLeaseLost) || !strings.Contains(err.Error(), "an earlier attempt of this report, whose answer was lost, was recorded") {
+		t.Errorf("settle after the clear: %v; want lease_lost saying the earlier attempt was recorded", err)
+	}
+}

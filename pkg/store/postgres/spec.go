@@ -273,7 +273,7 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 		if warned {
 			// Its wait for a synchronous standby may have been cancelled (standby.go).
 			if cerr := s.confirm(ctx); cerr != nil {
-				return true, s.keep(CommitUnknownError{Err: cerr}, doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta})
+				return true, s.keep(CommitUnknownError{Err: cerr}, doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta, reports: t.reports})
 			}
 		}
 		s.at("speculated", t.pid)
@@ -289,7 +289,7 @@ func (s *Store) speculate(ctx context.Context, fn func(fence.Tx) error) (done bo
 	if terr := s.transact(ctx, fn, lost); terr != nil {
 		// The statement may land yet, with the counters it carries, and so may the
 		// transaction if its own answer was lost: the store settles them (doubt.go).
-		d := doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta, stmtShard: t.specShard, stmtBase: t.specBase}
+		d := doubt{intent: intent, body: t.specDone, claim: t.specClaim, delta: t.delta, stmtShard: t.specShard, stmtBase: t.specBase, reports: t.reports}
 		if cu, ok := terr.(CommitUnknownError); ok {
 			d.xid, d.shard = cu.Xid, cu.shard
 		}

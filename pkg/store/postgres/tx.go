@@ -541,9 +541,9 @@ func (t *tx) Put(rec *fence.Record) error {
 		t.specDone = body
 	} else {
 		t.wrote(rec.Intent, rec.State, body, decoded)
-		if rec.State != fence.StateInFlight && rec.Token != 0 {
-			t.reports = append(t.reports, report{rec.Intent, rec.Token, rec.Nonce})
-		}
+	}
+	if rec.State != fence.StateInFlight && rec.Token != 0 {
+		t.reports = append(t.reports, report{rec.Intent, rec.Token, rec.Nonce})
 	}
 	var expires, certHash any
 	if !rec.ExpiresAt.IsZero() {
