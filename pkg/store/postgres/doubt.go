@@ -290,9 +290,9 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	var clock time.Time
 	var writer *int64
 	var row [10]*int64
-	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp(),
+	err := s.pool.QueryRow(ctx, s.qual.Replace(`SELECT CASE WHEN $1::bigint = 0 THEN NULL ELSE txid_status($1) END, (SELECT body FROM effectfence_records WHERE intent = $2), clock_timestamp(),
 	(SELECT xmin::text::bigint FROM effectfence_counters WHERE shard = $3), r.* FROM (SELECT 1 WHERE `+readable+`) o
-	LEFT JOIN (SELECT admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost FROM effectfence_counters WHERE shard = $4) r ON true`,
+	LEFT JOIN (SELECT admitted, reclaimed, replayed, coalesced, stale, race, in_flight, prior_failure, conflict, lease_lost FROM effectfence_counters WHERE shard = $4) r ON true`),
 		d.xid, d.intent, d.shard, d.stmtShard).Scan(&status, &body, &clock, &writer, &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6], &row[7], &row[8], &row[9])
 	if err != nil {
 		return doubtUnasked
@@ -348,7 +348,7 @@ func (s *Store) settle(ctx context.Context, d doubt) int {
 	if err != nil {
 		return doubtSettled // counters beyond a bigint: nothing can add them
 	}
-	if _, err := s.pool.Exec(ctx, addCountersOnce, args...); err != nil {
+	if _, err := s.pool.Exec(ctx, s.qual.Replace(addCountersOnce), args...); err != nil {
 		return doubtUnasked // tried again: the doubt's own shard takes them once
 	}
 	s.at("doubt added", 0)

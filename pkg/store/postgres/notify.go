@@ -71,7 +71,7 @@ func (s *Store) Watch(ctx context.Context, intent string) (<-chan struct{}, func
 		// row (and notifies) or committed before it (and the caller's next read sees that).
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(s.schema, "intent", intent))
+		b.Queue("SELECT pg_advisory_xact_lock($1) WHERE true"+s.pinned, lockKey(s.schema, "intent", intent))
 		b.Queue("INSERT INTO effectfence_waiters (intent, listener) VALUES ($1, $2) ON CONFLICT DO NOTHING", intent, l.id)
 		b.Queue("COMMIT")
 		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -102,7 +102,7 @@ func (l *listener) unwatch(intent string, x *watch) {
 	defer cancel()
 	// A row left behind only costs a committer a needless NOTIFY; rows older than an hour are
 	// dropped when a listener starts.
-	_, _ = l.s.pool.Exec(ctx, "DELETE FROM effectfence_waiters WHERE intent = $1 AND listener = $2", intent, l.id)
+	_, _ = l.s.pool.Exec(ctx, l.s.qual.Replace("DELETE FROM effectfence_waiters WHERE intent = $1 AND listener = $2"), intent, l.id)
 	l.s.at("waiters", 0)
 }
 
@@ -194,7 +194,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 		conn.Close(ctx)
 		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
 	}
-	_, _ = conn.Exec(ctx, "DELETE FROM effectfence_waiters WHERE created_at < now() - interval '1 hour'")
+	_, _ = conn.Exec(ctx, l.s.qual.Replace("DELETE FROM effectfence_waiters WHERE created_at < now() - interval '1 hour'"))
 	l.pid.Store(conn.PgConn().PID())
 	return conn, nil
 }

@@ -141,8 +141,12 @@ type Store struct {
 	clock              atomic.Pointer[clockReading]
 	noFreshSpeculation atomic.Bool
 
-	// path keeps every connection's search_path on schema (pathPin).
-	path *pathPin
+	// path keeps every connection's search_path on schema (pathPin); pinned does so for
+	// one transaction, carried by its first statement, and qual names the tables of a
+	// statement run alone with their schema (see pathPin).
+	path   *pathPin
+	pinned string
+	qual   *strings.Replacer
 	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
 	doubts doubts
 	// warns are the connections the server sent a WARNING on (standby.go).
@@ -342,6 +346,9 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	}
 	s.schema, s.chanName = schema, channelOf(schema)
 	s.path.schema.Store(&schema)
+	qs := pgx.Identifier{schema}.Sanitize()
+	s.pinned = " AND set_config('search_path', " + quoteLiteral(qs) + ", true) IS NOT NULL"
+	s.qual = strings.NewReplacer("FROM effectfence_", "FROM "+qs+".effectfence_", "INTO effectfence_", "INTO "+qs+".effectfence_")
 	// A one-statement write (spec.go) runs at the session's default isolation, which must be
 	// READ COMMITTED (see Open). A pooler in transaction mode drops the setting the store sent
 	// (and PgBouncer refuses to connect unless told to ignore it); a server whose default is
@@ -457,7 +464,13 @@ func ledgerFurtherOn(ctx context.Context, conn *pgxpool.Conn, schema, sp string)
 // use after init (those open before init resolved the schema too); a session whose path is
 // the schema alone already (the URL's or the role's setting) is left as it is, so that
 // behind a pooler in transaction mode the store changes no server connection's path that
-// others of the role may share.
+// others of the role may share. There a session is any of the pooler's server connections,
+// most of which the pin never reached, and those opened after a role's search_path changed
+// take the new one: the first statement of every transaction also sets the path for the
+// transaction (Store.pinned), and a statement run alone names its tables with the schema
+// (Store.qual). Before 2026-12-07, through PgBouncer in transaction mode, a committed call
+// was admitted again once the role's path put another ledger ahead and the pooler
+// reconnected (TestTransactionPoolerPathChangedKeepsItsLedger).
 type pathPin struct {
 	schema atomic.Pointer[string] // the ledger's schema as resolved (nil until init resolves it)
 	pinned sync.Map               // *pgx.Conn → struct{}: connections pinned
@@ -841,7 +854,7 @@ func (s *Store) runOnce(ctx context.Context, contended, write bool, landed *lost
 		t.unstarted = true
 	} else {
 		t.pending.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-		t.pending.Queue("SELECT clock_timestamp() WHERE " + readable).QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
+		t.pending.Queue("SELECT clock_timestamp() WHERE " + readable + s.pinned).QueryRow(func(r pgx.Row) error { return r.Scan(&t.now) })
 	}
 
 	defer func() {
@@ -1016,7 +1029,7 @@ func (s *Store) askResolve(ctx context.Context, xid int64, shard string) (status
 		return nil, nil, false, err
 	}
 	defer pc.Release()
-	err = pc.Conn().QueryRow(ctx, resolveQuery, xid, shard).Scan(&status, &writer)
+	err = pc.Conn().QueryRow(ctx, s.qual.Replace(resolveQuery), xid, shard).Scan(&status, &writer)
 	return status, writer, err != nil && pc.Conn().IsClosed(), err
 }
 

@@ -170,3 +170,61 @@ func TestPinnedPathLeavesASessionAtTheSchemaAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionPoolerPathChangedKeepsItsLedger: through PgBouncer in transaction mode the
+// store's sessions are the pooler's server connections, which take the role's search_path
+// when the pooler opens them. The role's path is changed to put another ledger ahead while
+// the store runs, and the pooler reconnects (as at server_lifetime or a failover): a
+// duplicate of a committed call is still replayed, not admitted again. Both query modes
+// PgBouncer 1.18 supports in transaction mode.
+func TestTransactionPoolerPathChangedKeepsItsLedger(t *testing.T) {
+	for _, mode := range []string{"exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			role, schema := poolerRole(t, true)
+			port := startPgBouncer(t, role)
+			s := openPooled(t, poolerURL(t, role, port, map[string]string{"default_query_exec_mode": mode}))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			e := fence.New(s, fence.Config{})
+			req := fence.Request{Intent: "pay:1", Tool: "pay"}
+			adm, err := e.Prepare(ctx, req)
+			if err != nil || !adm.Fresh() {
+				t.Fatal(adm, err)
+			}
+			if _, err := e.Commit(ctx, *adm.Ticket, []byte(`"paid"`)); err != nil {
+				t.Fatal(err)
+			}
+			// Another ledger, the role's own, opened directly (not through the pooler).
+			other := role + "_o"
+			conn := admin(t, "")
+			r, o, l := pgx.Identifier{role}.Sanitize(), pgx.Identifier{other}.Sanitize(), pgx.Identifier{schema}.Sanitize()
+			if _, err := conn.Exec(ctx, "CREATE SCHEMA "+o+" AUTHORIZATION "+r); err != nil {
+				t.Fatal(err)
+			}
+			u, err := url.Parse(testURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.User = url.User(role)
+			q := u.Query()
+			q.Set("search_path", other)
+			q.Set("pool_min_conns", "1")
+			u.RawQuery = q.Encode()
+			os, err := Open(ctx, Config{URL: u.String(), MaxConns: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.Close()
+			if _, err := conn.Exec(ctx, "ALTER ROLE "+r+" SET search_path = "+o+", "+l); err != nil {
+				t.Fatal(err)
+			}
+			reconnectPooler(t, port)
+			for i := range 3 {
+				dup, err := e.Prepare(ctx, req)
+				if err != nil || dup.Fresh() || dup.Cert == nil || string(dup.Cert.Result) != `"paid"` {
+					t.Fatalf("duplicate %d: fresh %v, %+v, %v; want the replay of \"paid\"", i, dup.Fresh(), dup.Cert, err)
+				}
+			}
+		})
+	}
+}

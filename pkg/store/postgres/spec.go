@@ -112,7 +112,7 @@ func (t *tx) specGet(intent string) (*fence.Record, error) {
 		t.specIntent, t.specClaim, t.specRec = intent, c.body, c.rec
 		t.now = c.now.Add(time.Since(c.at)).Truncate(time.Microsecond)
 		t.locked = map[string]bool{intent: true}
-		t.pending.Queue(specLock, lockKey(t.s.schema, "intent", intent))
+		t.pending.Queue(specLock+t.s.pinned, lockKey(t.s.schema, "intent", intent))
 	}
 	rec := t.specRec
 	if rec == nil {
@@ -351,7 +351,7 @@ func (t *tx) specAbsent(intent string) (*fence.Record, error) {
 	t.specIntent, t.specFresh = intent, true
 	t.now = c.now.Add(t.nowAt.Sub(c.at)).Truncate(time.Microsecond)
 	t.locked = map[string]bool{intent: true}
-	t.pending.Queue(specLock, lockKey(t.s.schema, "intent", intent))
+	t.pending.Queue(specLock+t.s.pinned, lockKey(t.s.schema, "intent", intent))
 	t.state = map[string]fence.State{intent: fence.StateNone}
 	return nil, nil
 }
@@ -474,7 +474,7 @@ func (s *Store) settleClaimOnce(ctx context.Context, intent string, cut [2][]byt
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// It holds the intent's lock across round trips: bounded, as a write transaction is.
-	if _, err := tx.Exec(ctx, specLock+" AND "+bounded, lockKey(s.schema, "intent", intent)); err != nil {
+	if _, err := tx.Exec(ctx, specLock+" AND "+bounded+s.pinned, lockKey(s.schema, "intent", intent)); err != nil {
 		return 0, false, false, err
 	}
 	deadline := now.Add(specSlack)

@@ -67,7 +67,7 @@ func (s *Store) confirm(ctx context.Context) error {
 	c := pc.Conn()
 	args, _ := counterArgs(s.shard(c.PgConn()), fence.Counters{})
 	var b pgx.Batch
-	b.Queue("SELECT 1 WHERE " + durable)
+	b.Queue("SELECT 1 WHERE " + durable + s.pinned)
 	b.Queue(addCounters, args...)
 	s.warns.reset(c.PgConn())
 	err = c.SendBatch(ctx, &b).Close()

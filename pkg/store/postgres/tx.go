@@ -167,7 +167,7 @@ const bounded = `CASE WHEN current_setting('idle_in_transaction_session_timeout'
 func (t *tx) start() {
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable + " AND " + bounded + " AND " + readable).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() WHERE " + durable + " AND " + bounded + " AND " + readable + t.s.pinned).QueryRow(func(r pgx.Row) error { return t.scanNow(r, &t.xid) })
 	}
 }
 
@@ -249,7 +249,7 @@ func (t *tx) lock(intent string) {
 	// reads its id, in place of start.
 	if t.unstarted {
 		t.unstarted = false
-		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable+" AND "+bounded+" AND "+readable, key).QueryRow(func(r pgx.Row) error {
+		t.pending.Queue("SELECT clock_timestamp(), txid_current() FROM pg_advisory_xact_lock($1) WHERE "+durable+" AND "+bounded+" AND "+readable+t.s.pinned, key).QueryRow(func(r pgx.Row) error {
 			return t.scanNow(r, &t.xid)
 		})
 		return
