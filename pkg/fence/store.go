@@ -180,6 +180,16 @@ type EventsSkipping interface {
 	EventsSkipping(intent string, fn func(Event) bool, unreadable func(*UnreadableEventError)) error
 }
 
+// Filing is implemented by a Tx whose store files each record under its state and its cert's
+// hash in columns of their own beside the record's stored bytes (the SQL stores, whose queries
+// find records by them: the gates and ls by state, CertByHash by hash). Filing calls fn with
+// the intent, state and cert hash ("" for none) of every record row, in no particular order,
+// until fn returns false; fn must not use the transaction. A record edited by hand, its cert
+// changed and hashed again, keeps the hash it was filed under: ledger verify compares them.
+type Filing interface {
+	Filing(fn func(intent string, state State, certHash string) bool) error
+}
+
 // OnlyUnreadable reports whether err is not nil and is made only of UnreadableErrors (alone
 // or joined with errors.Join).
 func OnlyUnreadable(err error) bool {

@@ -283,12 +283,19 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 		// (CertByHash), which a store may answer only by scanning again: the first done record,
 		// in intent order, whose cert has the hash.
 		byHash := map[string]string{}
+		// filing holds what each record with a cert or done says it is filed under, and bad the
+		// intents of records that could not be read, for the store's filing (fence.Filing) below.
+		filing, bad := map[string]filed{}, map[string]bool{}
 		unreadable := func(u *fence.UnreadableError) {
+			bad[u.Intent] = true
 			rep.Records++
 			rep.Problems = append(rep.Problems, Problem{Intent: u.Intent, What: "the record cannot be read: " + u.Error()})
 		}
 		err := tx.Scan(fence.Filter{Unreadable: unreadable}, func(r *fence.Record) bool {
 			rep.Records++
+			if r.State == fence.StateDone && r.Cert == nil {
+				filing[r.Intent] = filed{"", true}
+			}
 			if p := checkRecord(r); p != "" {
 				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, What: p})
 			}
@@ -299,6 +306,7 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 			if _, seen := byHash[c.Hash]; !seen && r.State == fence.StateDone {
 				byHash[c.Hash] = r.Intent
 			}
+			filing[r.Intent] = filed{c.Hash, r.State == fence.StateDone}
 			rep.Certs++
 			bad := false
 			if err := c.Verify(); err != nil {
@@ -319,6 +327,20 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 		})
 		if err != nil {
 			return err
+		}
+		if f, ok := tx.(fence.Filing); ok {
+			err := f.Filing(func(intent string, state fence.State, hash string) bool {
+				if bad[intent] {
+					return true // reported above
+				}
+				if p := filing[intent].differs(state, hash); p != "" {
+					rep.Problems = append(rep.Problems, Problem{Intent: intent, Hash: filing[intent].hash, What: p})
+				}
+				return true
+			})
+			if err != nil {
+				return err
+			}
 		}
 		for _, l := range links {
 			rep.Parents++
@@ -343,6 +365,37 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 		return nil
 	})
 	return rep, err
+}
+
+// filed is what a record says of the columns a store files it under (fence.Filing): its
+// cert's hash ("" without a cert) and whether it is done.
+type filed struct {
+	hash string
+	done bool
+}
+
+// differs reports a record filed under another cert hash or state than it holds (f). The hash
+// is unkeyed: a cert edited by hand and hashed again verifies alone, and agrees with its
+// record when what was edited is its result, but the hash its row was filed under when the
+// engine recorded it stays. Filed under another hash, the record is not found by its cert's
+// (CertByHash); filed as done or not otherwise than it is, it is not found by its state (ls
+// --state, the recovery of claims).
+func (f filed) differs(state fence.State, hash string) string {
+	switch {
+	case hash != f.hash && f.hash == "":
+		return fmt.Sprintf("the record is filed under cert hash %s but holds no cert", hash)
+	case hash != f.hash:
+		under := "no cert hash"
+		if hash != "" {
+			under = "cert hash " + hash
+		}
+		return fmt.Sprintf("the record is filed under %s, but its cert's hash is %s: the cert was changed after it was recorded (or the row was)", under, f.hash)
+	case f.done && state != fence.StateDone:
+		return fmt.Sprintf("the record is done but filed as %q", state)
+	case !f.done && state == fence.StateDone:
+		return "the record is filed as done but is not done"
+	}
+	return ""
 }
 
 // checkRecord reports a record whose state and contents disagree.

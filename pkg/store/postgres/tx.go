@@ -1350,3 +1350,36 @@ func (t *tx) Counters() (fence.Counters, error) {
 	return fence.Counters{Admitted: u[0], Reclaimed: u[1], Replayed: u[2], Coalesced: u[3], Stale: u[4], Race: u[5],
 		InFlight: u[6], PriorFailure: u[7], Conflict: u[8], LeaseLost: u[9]}, nil
 }
+
+// Filing reads the state and cert hash every record is filed under (fence.Filing), through a
+// cursor, a page at a time, in the transaction's snapshot.
+func (t *tx) Filing(fn func(intent string, state fence.State, certHash string) bool) error {
+	type row struct {
+		intent, state string
+		hash          *string
+	}
+	var rows []row
+	read := func(r pgx.Rows) error {
+		var w row
+		if err := r.Scan(&w.intent, &w.state, &w.hash); err != nil {
+			return err
+		}
+		rows = append(rows, w)
+		return nil
+	}
+	use := func() (bool, error) {
+		t.s.held(len(rows))
+		for _, w := range rows {
+			h := ""
+			if w.hash != nil {
+				h = *w.hash
+			}
+			if !fn(w.intent, fence.State(w.state), h) {
+				return false, nil
+			}
+		}
+		rows = rows[:0]
+		return true, nil
+	}
+	return t.paged("filing", "SELECT intent, state, cert_hash FROM effectfence_records", nil, read, use)
+}

@@ -785,3 +785,30 @@ func (t *txn) Counters() (fence.Counters, error) {
 	}
 	return c, t.s.wrap(rows.Err())
 }
+
+// Filing reads the state and cert hash every record is filed under (fence.Filing).
+func (t *txn) Filing(fn func(intent string, state fence.State, certHash string) bool) error {
+	rows, err := t.r.query("SELECT intent, state, cert_hash FROM records")
+	if err != nil {
+		return t.s.wrap(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var intent, state string
+		var hash any // NULL for a record without a cert
+		if err := rows.Scan(&intent, &state, &hash); err != nil {
+			return t.s.wrap(err)
+		}
+		h := ""
+		switch v := hash.(type) {
+		case string:
+			h = v
+		case []byte:
+			h = string(v)
+		}
+		if !fn(intent, fence.State(state), h) {
+			return nil
+		}
+	}
+	return t.s.wrap(rows.Err())
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectfence/effectfence/pkg/canon"
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// TestVerifyComparesTheCertHashARecordIsFiledUnder edits the stored record of a real ledger (a
+// SQLite file, a PostgreSQL row) as someone with write access to it can: the cert's result
+// replaced and its result_sha256 and hash computed again, the row's cert_hash column left as
+// the engine filed it. The cert verifies alone and agrees with its record (a record keeps no
+// result apart from its cert), so only the column tells. `ledger check` (SQLite) compared it;
+// verify did not, and reported "all certs verify" on both stores. A done record filed under
+// the state in_flight (a hand edit of the state column) is named too.
+func TestVerifyComparesTheCertHashARecordIsFiledUnder(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
+			var loc string
+			var read func(intent string) []byte
+			var exec func(q string, args ...any)
+			switch kind {
+			case "sqlite":
+				loc = filepath.Join(dir, "ledger.db")
+				db := func(fn func(db *sql.DB) error) {
+					db, err := sql.Open("sqlite", loc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer db.Close()
+					if err := fn(db); err != nil {
+						t.Fatal(err)
+					}
+				}
+				read = func(intent string) (body []byte) {
+					db(func(db *sql.DB) error {
+						return db.QueryRow("SELECT body FROM records WHERE intent = ?", intent).Scan(&body)
+					})
+					return body
+				}
+				exec = func(q string, args ...any) {
+					db(func(db *sql.DB) error {
+						_, err := db.Exec(strings.NewReplacer("$TABLE", "records", "$1", "?", "$2", "?").Replace(q), args...)
+						return err
+					})
+				}
+			case "postgres":
+				loc = pgLedger(t)
+				u, err := url.Parse(loc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
+				pg := func(fn func(ctx context.Context, conn *pgx.Conn) error) {
+					ctx := context.Background()
+					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer conn.Close(ctx)
+					if err := fn(ctx, conn); err != nil {
+						t.Fatal(err)
+					}
+				}
+				read = func(intent string) (body []byte) {
+					pg(func(ctx context.Context, conn *pgx.Conn) error {
+						return conn.QueryRow(ctx, "SELECT body FROM "+table+" WHERE intent = $1", intent).Scan(&body)
+					})
+					return body
+				}
+				exec = func(q string, args ...any) {
+					pg(func(ctx context.Context, conn *pgx.Conn) error {
+						_, err := conn.Exec(ctx, strings.ReplaceAll(q, "$TABLE", table), args...)
+						return err
+					})
+				}
+			}
+
+			ctx := context.Background()
+			l, err := store.Open(ctx, store.Options{Ledger: loc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, intent := range []string{"refund", "state", "sound"} {
+				adm, err := l.Prepare(ctx, fence.Request{Intent: intent, Tool: "refund", Args: []byte(`{"amount":4900}`), Agent: "alice"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.Commit(ctx, *adm.Ticket, []byte(`{"refunded":false}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			env := []string{"NO_COLOR=1", store.EnvLedger + "="}
+			if r := runBinary(t, env, "", "ledger", "verify", "--ledger", loc); r.code != exitOK || !strings.Contains(r.stdout, "3 verified") {
+				t.Fatalf("verify of the ledger as recorded: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+
+			var rec fence.Record
+			if err := fence.DecodeRecord(read("refund"), &rec); err != nil {
+				t.Fatal(err)
+			}
+			filed := rec.Cert.Hash
+			rec.Cert.Result = []byte(`{"refunded":true}`)
+			rec.Cert.ResultSHA256 = canon.Sum(rec.Cert.Result)
+			if rec.Cert.Hash, err = rec.Cert.ComputeHash(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rec.Cert.Verify(); err != nil {
+				t.Fatalf("the edited cert does not verify alone: %v", err)
+			}
+			body, err := fence.EncodeRecord(&rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exec("UPDATE $TABLE SET body = $1 WHERE intent = $2", body, "refund")
+			exec("UPDATE $TABLE SET state = 'in_flight' WHERE intent = $1", "state")
+
+			r := runBinary(t, env, "", "ledger", "verify", "--ledger", loc, "--json")
+			var rep ledger.VerifyReport
+			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != exitError || !strings.Contains(r.stderr, "2 problem(s)") {
+				t.Fatalf("verify of the edited ledger: exit %d (%v)\n%s%s", r.code, err, r.stdout, r.stderr)
+			}
+			got := map[string]string{}
+			for _, p := range rep.Problems {
+				got[p.Intent] += p.What
+			}
+			for intent, want := range map[string]string{
+				"refund": "the record is filed under cert hash " + filed + ", but its cert's hash is " + rec.Cert.Hash,
+				"state":  `the record is done but filed as "in_flight"`,
+			} {
+				if !strings.Contains(got[intent], want) {
+					t.Errorf("verify says of %s %q; want %q", intent, got[intent], want)
+				}
+			}
+			if len(got) != 2 {
+				t.Errorf("verify: problems %q; want only refund's and state's", got)
+			}
+		})
+	}
+}
