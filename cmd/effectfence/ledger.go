@@ -72,7 +72,8 @@ func ledgerCommand(io streams) *cli.Command {
 					&cli.BoolFlag{Name: "force", Usage: "clear it even if its holder may still be running it (its lease runs, its holder process gone or not; or the holder still runs on this host past its lease), or if it is done: the next attempt may run the effect while the holder still runs it, or run it again"},
 					claimFlag()}, ledgerClear),
 			resolveSub(io),
-			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links", 0, []cli.Flag{wideFlag()}, ledgerVerify),
+			ledgerSub(io, "verify", "", "recompute every cert hash and check parent links (of a ledger, or of an export: --export)", 0,
+				[]cli.Flag{wideFlag(), &cli.StringFlag{Name: "export", Usage: "verify the export in `FILE` (- for stdin) instead of a ledger: its certs, and that it is whole (its end line)"}}, ledgerVerify),
 			ledgerSub(io, "export", "", "write every record and audit event as JSON Lines", 0,
 				[]cli.Flag{&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "output format: jsonl (the only one; export is always machine-readable)"}}, ledgerExport),
 			ledgerSub(io, "stats", "", "counters over every process that used the ledger, and intents by state", 0, nil, ledgerStats),
@@ -1049,16 +1050,40 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 }
 
 func ledgerVerify(ctx context.Context, c ledgerCall) error {
-	l, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	st, done := c.progress(l.Store(), "verify")
-	rep, err := ledger.Verify(ctx, st)
-	done()
-	if err != nil {
-		return err
+	var rep ledger.VerifyReport
+	var where string
+	if c.cmd.IsSet("export") {
+		if c.cmd.IsSet("ledger") || c.cmd.Bool("for") {
+			return usageErr("ledger verify: give --export FILE or a ledger (--ledger, --for), not both")
+		}
+		path := c.cmd.String("export")
+		in := c.io.in
+		where = "export from stdin"
+		if path != "-" {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			in, where = f, "export "+path
+		}
+		var err error
+		if rep, err = ledger.VerifyExport(bufio.NewReaderSize(in, 1<<20)); err != nil {
+			return fmt.Errorf("ledger verify: reading the %s: %w", where, err)
+		}
+	} else {
+		l, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		st, done := c.progress(l.Store(), "verify")
+		rep, err = ledger.Verify(ctx, st)
+		done()
+		if err != nil {
+			return err
+		}
+		where = "ledger " + l.Location
 	}
 	if c.json {
 		if err := c.writeJSON(rep); err != nil {
@@ -1066,8 +1091,12 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 		}
 	} else {
 		w := c.io.out
-		fmt.Fprintf(w, "ledger %s: %d record(s), %d cert(s), %d verified; %d with a parent, %d linked, %d unresolved\n",
-			esc(l.Location), rep.Records, rep.Certs, rep.Verified, rep.Parents, rep.Linked, len(rep.Unresolved))
+		events := ""
+		if c.cmd.IsSet("export") {
+			events = fmt.Sprintf(", %d event(s)", rep.Events)
+		}
+		fmt.Fprintf(w, "%s: %d record(s)%s, %d cert(s), %d verified; %d with a parent, %d linked, %d unresolved\n",
+			esc(where), rep.Records, events, rep.Certs, rep.Verified, rep.Parents, rep.Linked, len(rep.Unresolved))
 		for _, list := range []struct {
 			title string
 			ps    []ledger.Problem
@@ -1092,7 +1121,7 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 		}
 	}
 	if !rep.OK() {
-		return exitCoder{exitError, fmt.Errorf("verify found %d problem(s) in ledger %s", len(rep.Problems), l.Location)}
+		return exitCoder{exitError, fmt.Errorf("verify found %d problem(s) in %s", len(rep.Problems), where)}
 	}
 	return nil
 }

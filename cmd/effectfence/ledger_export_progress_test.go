@@ -45,6 +45,10 @@ func TestLedgerExportProgressOnStderr(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if end := lines[len(lines)-1]; !strings.HasPrefix(end, `{"end":`) {
+		t.Fatalf("the exported file does not end with its end line: %q", end)
+	}
+	lines = lines[:len(lines)-1]
 	for i, s := range lines {
 		var line ledger.ExportLine
 		if err := json.Unmarshal([]byte(s), &line); err != nil || (line.Record == nil) == (line.Event == nil) {

@@ -94,17 +94,25 @@ func startWriter(t *testing.T, loc string) *exec.Cmd {
 }
 
 // checkExport parses an export: every line one whole record or event, records first and in
-// strictly increasing intent order (no record twice, none torn), every event after them.
+// strictly increasing intent order (no record twice, none torn), every event after them, and
+// last the end line, which counts them.
 func checkExport(t *testing.T, out string) (records, events int) {
 	t.Helper()
 	if out == "" || !strings.HasSuffix(out, "\n") {
 		t.Fatalf("export does not end in a newline: %q", out[max(0, len(out)-200):])
 	}
 	last := ""
-	for i, s := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	for i, s := range lines {
 		var line ledger.ExportLine
 		if err := json.Unmarshal([]byte(s), &line); err != nil {
 			t.Fatalf("export line %d does not parse (%v): %q", i+1, err, s)
+		}
+		if i == len(lines)-1 {
+			if e := line.End; e == nil || e.Records != records || e.Events != events || e.UnreadableRecords+e.UnreadableEvents != 0 {
+				t.Fatalf("the export's last line is not its end line counting %d records and %d events: %s", records, events, s)
+			}
+			break
 		}
 		switch {
 		case line.Record != nil && line.Event == nil:

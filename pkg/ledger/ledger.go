@@ -5,6 +5,7 @@
 package ledger
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -258,6 +259,8 @@ type VerifyReport struct {
 	// been swept after its result TTL.
 	Problems   []Problem `json:"problems"`
 	Unresolved []Problem `json:"unresolved_parents"`
+	// Events counts the audit events of an export (VerifyExport); Verify reads none.
+	Events int `json:"events,omitempty"`
 }
 
 // OK reports whether verification found no problem.
@@ -273,68 +276,18 @@ func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
 func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 	var rep VerifyReport
 	err := st.View(ctx, func(tx fence.Tx) error {
-		rep = VerifyReport{Problems: []Problem{}, Unresolved: []Problem{}}
-		// A cert is checked as the scan delivers it, and only what its parent link needs once
-		// every cert is known is kept (three strings), not the record: verify holds a hash per
-		// done cert and a link per cert with a parent, not the ledger's records.
-		type link struct{ intent, hash, parent string }
-		var links []link
-		// byHash resolves parent links from this scan rather than a lookup per parent
-		// (CertByHash), which a store may answer only by scanning again: the first done record,
-		// in intent order, whose cert has the hash.
-		byHash := map[string]string{}
-		// filing holds what each record with a cert or done says it is filed under, and bad the
-		// intents of records that could not be read, for the store's filing (fence.Filing) below.
-		filing, bad := map[string]filed{}, map[string]bool{}
-		unreadable := func(u *fence.UnreadableError) {
-			bad[u.Intent] = true
-			rep.Records++
-			rep.Problems = append(rep.Problems, Problem{Intent: u.Intent, What: "the record cannot be read: " + u.Error()})
-		}
-		err := tx.Scan(fence.Filter{Unreadable: unreadable}, func(r *fence.Record) bool {
-			rep.Records++
-			if r.State == fence.StateDone && r.Cert == nil {
-				filing[r.Intent] = filed{"", true}
-			}
-			if p := checkRecord(r); p != "" {
-				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, What: p})
-			}
-			c := r.Cert
-			if c == nil {
-				return true
-			}
-			if _, seen := byHash[c.Hash]; !seen && r.State == fence.StateDone {
-				byHash[c.Hash] = r.Intent
-			}
-			filing[r.Intent] = filed{c.Hash, r.State == fence.StateDone}
-			rep.Certs++
-			bad := false
-			if err := c.Verify(); err != nil {
-				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: err.Error()})
-				bad = true
-			}
-			if p := certAgrees(r); p != "" {
-				rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: p})
-				bad = true
-			}
-			if !bad {
-				rep.Verified++
-			}
-			if c.Parent != "" {
-				links = append(links, link{r.Intent, c.Hash, c.Parent})
-			}
-			return true
-		})
+		v := newVerifier()
+		err := tx.Scan(fence.Filter{Unreadable: v.unreadable}, v.record)
 		if err != nil {
 			return err
 		}
 		if f, ok := tx.(fence.Filing); ok {
 			err := f.Filing(func(intent string, state fence.State, hash string) bool {
-				if bad[intent] {
+				if v.bad[intent] {
 					return true // reported above
 				}
-				if p := filing[intent].differs(state, hash); p != "" {
-					rep.Problems = append(rep.Problems, Problem{Intent: intent, Hash: filing[intent].hash, What: p})
+				if p := v.filing[intent].differs(state, hash); p != "" {
+					v.rep.Problems = append(v.rep.Problems, Problem{Intent: intent, Hash: v.filing[intent].hash, What: p})
 				}
 				return true
 			})
@@ -342,29 +295,104 @@ func Verify(ctx context.Context, st fence.Store) (VerifyReport, error) {
 				return err
 			}
 		}
-		for _, l := range links {
-			rep.Parents++
-			if !isHash(l.parent) {
-				rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: fmt.Sprintf("parent %q is not a cert hash (64 lowercase hex digits)", l.parent)})
-				continue
-			}
-			if l.parent == l.hash {
-				rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: "the cert names itself as its parent"})
-				continue
-			}
-			parent, found := byHash[l.parent]
-			switch {
-			case !found:
-				rep.Unresolved = append(rep.Unresolved, Problem{Intent: l.intent, Hash: l.hash, What: fmt.Sprintf("parent %s is not in the ledger (swept after its result TTL, or never recorded here)", l.parent)})
-			case parent == l.intent:
-				rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: "the parent is a cert of the same intent"})
-			default:
-				rep.Linked++
-			}
-		}
+		rep = v.finish()
 		return nil
 	})
 	return rep, err
+}
+
+// verifier checks records one at a time (record, unreadable) and their parent links once
+// every record is known (finish).
+type verifier struct {
+	rep VerifyReport
+	// A cert is checked as it is given, and only what its parent link needs once every cert
+	// is known is kept (three strings), not the record: verify holds a hash per done cert and
+	// a link per cert with a parent, not the ledger's records.
+	links []link
+	// byHash resolves parent links from the records given rather than a lookup per parent
+	// (CertByHash), which a store may answer only by scanning again: the first done record,
+	// in intent order, whose cert has the hash.
+	byHash map[string]string
+	// filing holds what each record with a cert or done says it is filed under, and bad the
+	// intents of records that could not be read, for the store's filing (fence.Filing).
+	filing map[string]filed
+	bad    map[string]bool
+}
+
+type link struct{ intent, hash, parent string }
+
+func newVerifier() *verifier {
+	return &verifier{rep: VerifyReport{Problems: []Problem{}, Unresolved: []Problem{}},
+		byHash: map[string]string{}, filing: map[string]filed{}, bad: map[string]bool{}}
+}
+
+func (v *verifier) unreadable(u *fence.UnreadableError) {
+	v.bad[u.Intent] = true
+	v.rep.Records++
+	v.rep.Problems = append(v.rep.Problems, Problem{Intent: u.Intent, What: "the record cannot be read: " + u.Error()})
+}
+
+// record checks one record; it always returns true (a Scan's callback).
+func (v *verifier) record(r *fence.Record) bool {
+	rep := &v.rep
+	rep.Records++
+	if r.State == fence.StateDone && r.Cert == nil {
+		v.filing[r.Intent] = filed{"", true}
+	}
+	if p := checkRecord(r); p != "" {
+		rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, What: p})
+	}
+	c := r.Cert
+	if c == nil {
+		return true
+	}
+	if _, seen := v.byHash[c.Hash]; !seen && r.State == fence.StateDone {
+		v.byHash[c.Hash] = r.Intent
+	}
+	v.filing[r.Intent] = filed{c.Hash, r.State == fence.StateDone}
+	rep.Certs++
+	bad := false
+	if err := c.Verify(); err != nil {
+		rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: err.Error()})
+		bad = true
+	}
+	if p := certAgrees(r); p != "" {
+		rep.Problems = append(rep.Problems, Problem{Intent: r.Intent, Hash: c.Hash, What: p})
+		bad = true
+	}
+	if !bad {
+		rep.Verified++
+	}
+	if c.Parent != "" {
+		v.links = append(v.links, link{r.Intent, c.Hash, c.Parent})
+	}
+	return true
+}
+
+// finish checks the parent links and returns the report.
+func (v *verifier) finish() VerifyReport {
+	rep := &v.rep
+	for _, l := range v.links {
+		rep.Parents++
+		if !isHash(l.parent) {
+			rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: fmt.Sprintf("parent %q is not a cert hash (64 lowercase hex digits)", l.parent)})
+			continue
+		}
+		if l.parent == l.hash {
+			rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: "the cert names itself as its parent"})
+			continue
+		}
+		parent, found := v.byHash[l.parent]
+		switch {
+		case !found:
+			rep.Unresolved = append(rep.Unresolved, Problem{Intent: l.intent, Hash: l.hash, What: fmt.Sprintf("parent %s is not in the ledger (swept after its result TTL, or never recorded here)", l.parent)})
+		case parent == l.intent:
+			rep.Problems = append(rep.Problems, Problem{Intent: l.intent, Hash: l.hash, What: "the parent is a cert of the same intent"})
+		default:
+			rep.Linked++
+		}
+	}
+	return *rep
 }
 
 // filed is what a record says of the columns a store files it under (fence.Filing): its
@@ -490,29 +518,45 @@ func isHash(s string) bool {
 	return err == nil
 }
 
-// ExportLine is one line of an export: exactly one of Record and Event is set.
+// ExportLine is one line of an export: exactly one of Record, Event and End is set.
 type ExportLine struct {
 	Record *fence.Record `json:"record,omitempty"`
 	Event  *fence.Event  `json:"event,omitempty"`
+	End    *ExportEnd    `json:"end,omitempty"`
 }
 
-// Export writes the ledger as JSON Lines: every record (in intent order) and then every audit
-// event (oldest first), one object per line. It returns the number of lines. Records and events
-// that do not decode are left out, and named by an *UnreadableRecords error once the rest is
-// written.
+// ExportEnd is the last line of an export written whole: what it holds. An export cut short
+// (a full disk, a killed reader, a truncated copy) ends without it, and reads like a smaller
+// ledger otherwise. Exports of effectfence before 2026-12-07 had no end line.
+type ExportEnd struct {
+	Records int `json:"records"`
+	Events  int `json:"events"`
+	// UnreadableRecords and UnreadableEvents count what the ledger held and the export left
+	// out: their stored bytes did not decode.
+	UnreadableRecords int `json:"unreadable_records,omitempty"`
+	UnreadableEvents  int `json:"unreadable_events,omitempty"`
+}
+
+// Export writes the ledger as JSON Lines: every record (in intent order), then every audit
+// event (oldest first), one object per line, then the end line (ExportEnd), all from one read
+// transaction. It returns the number of record and event lines. Records and events that do
+// not decode are left out, counted in the end line, and named by an *UnreadableRecords error
+// once the rest is written. An export that fails before its end has no end line.
 func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	n := 0
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	var werr error
 	var bad unreadable
+	var end ExportEnd
 	err := st.View(ctx, func(tx fence.Tx) error {
-		bad = unreadable{}
+		bad, end = unreadable{}, ExportEnd{}
 		err := tx.Scan(fence.Filter{Unreadable: bad.add}, func(r *fence.Record) bool {
 			if werr = enc.Encode(ExportLine{Record: r}); werr != nil {
 				return false
 			}
 			n++
+			end.Records++
 			return true
 		})
 		if err != nil || werr != nil {
@@ -523,6 +567,7 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 				return false
 			}
 			n++
+			end.Events++
 			return true
 		}, &bad)
 	})
@@ -530,9 +575,89 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 		err = werr
 	}
 	if err == nil {
+		end.UnreadableRecords, end.UnreadableEvents = len(bad.recs), len(bad.evs)
+		err = enc.Encode(ExportLine{End: &end})
+	}
+	if err == nil {
 		err = bad.err()
 	}
 	return n, err
+}
+
+// VerifyExport verifies an export (Export's JSON Lines) as Verify verifies a ledger: every
+// record's cert, its agreement with its record, and the parent links among the records the
+// export holds. It also reports an export that is not whole: one without its end line (cut
+// short at a line's end, or written by effectfence before 2026-12-07), one whose last line
+// is cut, and one whose end line counts other records or events than it holds or counts
+// records or events left out. A line that is not an export's (a cert that does not decode as
+// fence.Cert reads it, among them) is a problem, and the next line is read. The error is
+// only r's.
+func VerifyExport(r io.Reader) (VerifyReport, error) {
+	v := newVerifier()
+	problem := func(format string, a ...any) {
+		v.rep.Problems = append(v.rep.Problems, Problem{What: fmt.Sprintf(format, a...)})
+	}
+	const cut = "the export was cut short (a full disk, a killed reader, a truncated copy): export the ledger again"
+	br := bufio.NewReader(r)
+	var end *ExportEnd
+	events, line, whole := 0, 0, true
+	for {
+		b, err := br.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			return v.rep, err
+		}
+		if len(b) == 0 {
+			break
+		}
+		line++
+		if err == io.EOF {
+			problem("line %d ends without a line end after %d bytes: %s", line, len(b), cut)
+			whole = false
+			break
+		}
+		if end != nil {
+			problem("line %d follows the end line: an export ends with its end line", line)
+			break
+		}
+		var l ExportLine
+		if err := json.Unmarshal(b, &l); err != nil {
+			problem("line %d is not a line of an export: %v", line, err)
+			continue
+		}
+		set := 0
+		for _, ok := range []bool{l.Record != nil, l.Event != nil, l.End != nil} {
+			if ok {
+				set++
+			}
+		}
+		switch {
+		case set != 1:
+			problem("line %d is not a line of an export: it holds not exactly one of record, event and end", line)
+		case l.Record != nil:
+			if l.Record.Intent == "" {
+				problem("line %d is a record without an intent", line)
+				continue
+			}
+			v.record(l.Record)
+		case l.Event != nil:
+			events++
+		default:
+			end = l.End
+		}
+	}
+	switch {
+	case end == nil && whole:
+		problem("the export has no end line: it was cut short at a line's end (a full disk, a killed reader, a truncated copy), or written by effectfence before 2026-12-07, whose exports ended without one; export the ledger again to have one that can be told whole")
+	case end == nil:
+	case end.Records != v.rep.Records || end.Events != events:
+		problem("the end line counts %d record(s) and %d event(s); the export holds %d and %d", end.Records, end.Events, v.rep.Records, events)
+	}
+	if end != nil && end.UnreadableRecords+end.UnreadableEvents > 0 {
+		problem("the ledger held %d record(s) and %d audit event(s) that could not be read, left out of this export (the export named them on stderr; effectfence ledger check finds them)", end.UnreadableRecords, end.UnreadableEvents)
+	}
+	rep := v.finish()
+	rep.Events = events
+	return rep, nil
 }
 
 // CountStates counts the records in each state. Records that do not decode are not counted,

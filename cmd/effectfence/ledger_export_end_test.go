@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/effectfence/effectfence/pkg/fence"
+	"github.com/effectfence/effectfence/pkg/ledger"
+	"github.com/effectfence/effectfence/pkg/store"
+)
+
+// TestExportCutShortIsToldFromAWholeOne: `ledger export` ends with an end line that counts its
+// records and events, and `ledger verify --export FILE` reads an export and tells a whole one
+// (exit 0) from one cut short (exit 1, saying so): the real export file truncated at every
+// line's end and at three points inside every line, and the export piped into `head -n 3`,
+// whose early exit is a killed reader's. Before, an export had no end line: a copy cut at a
+// line's end was whole lines, and read like a smaller ledger; only the export's exit code
+// told, and a reader that stops early after the export wrote everything into the pipe leaves
+// it 0. The records hold hostile strings (U+2028, NUL, invalid UTF-8 in a result, a result of
+// 2 MB) and each cert verifies through export and verify --export.
+func TestExportCutShortIsToldFromAWholeOne(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	seedCLI(t, path)
+	ctx := context.Background()
+	l, err := store.Open(ctx, store.Options{Ledger: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for intent, c := range map[string]struct{ args, result string }{
+		"pay:\u2028\u2029<&>":  {`{"memo":"line\u2028sep\u0000nul","amount":1}`, `{"ok":"\u2028"}`},
+		"pay:\\x00 not a NUL":  {`{"n":1}`, "{\"raw\":\"\xff\xfe not UTF-8\"}"},
+		"pay:huge":             {`{"n":2}`, `{"text":"` + strings.Repeat("x", 2<<20) + `"}`},
+		"pay:\u202eright\x1b[": {`{"n":3}`, `[1,2,3]`},
+	} {
+		adm, err := l.Prepare(ctx, fence.Request{Intent: intent, Tool: "pay\u2028", Args: []byte(c.args), Agent: "a\tb"})
+		if err != nil {
+			t.Fatalf("prepare %q: %v", intent, err)
+		}
+		if _, err := l.Commit(ctx, *adm.Ticket, []byte(c.result)); err != nil {
+			t.Fatalf("commit %q: %v", intent, err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"NO_COLOR=1", store.EnvLedger + "="}
+	r := runBinary(t, env, "", "ledger", "export", "--ledger", path)
+	if r.code != exitOK {
+		t.Fatalf("export: exit %d\n%s", r.code, r.stderr)
+	}
+	whole := []byte(r.stdout)
+	lines := bytes.SplitAfter(whole, []byte("\n"))
+	lines = lines[:len(lines)-1] // after the last line end: nothing
+	var end ledger.ExportLine
+	if err := json.Unmarshal(lines[len(lines)-1], &end); err != nil || end.End == nil || end.End.Records != 8 || end.End.Events != len(lines)-1-8 {
+		t.Fatalf("the export's last line is not its end line counting 8 records and the events (%v): %s", err, lines[len(lines)-1])
+	}
+
+	verify := func(b []byte) result {
+		t.Helper()
+		f := filepath.Join(dir, "export.jsonl")
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return runBinary(t, env, "", "ledger", "verify", "--export", f)
+	}
+	if r := verify(whole); r.code != exitOK || !strings.Contains(r.stdout, fmt.Sprintf("8 record(s), %d event(s), 7 cert(s), 7 verified; 2 with a parent, 1 linked, 1 unresolved", end.End.Events)) {
+		t.Fatalf("verify --export of the whole export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// From stdin too, and as JSON.
+	rj := runBinary(t, env, string(whole), "ledger", "verify", "--export", "-", "--json")
+	var rep ledger.VerifyReport
+	if err := json.Unmarshal([]byte(rj.stdout), &rep); err != nil || rj.code != exitOK || !rep.OK() || rep.Verified != 7 || rep.Events != end.End.Events {
+		t.Fatalf("verify --export - --json: exit %d (%v)\n%s%s", rj.code, err, rj.stdout, rj.stderr)
+	}
+
+	// Cut at every line's end (the end line's included: an export of a build before the end
+	// line reads so) and inside every line: at its first byte, its middle and before its end.
+	at := 0
+	for i, line := range lines {
+		for _, n := range []int{0, 1, len(line) / 2, len(line) - 1} {
+			if n == 0 && i == 0 {
+				continue // an empty file: nothing was exported at all (below)
+			}
+			r := verify(whole[:at+n])
+			want := "was cut short"
+			if r.code != exitError || !strings.Contains(r.stdout, want) {
+				t.Fatalf("verify --export of the export cut at byte %d (line %d, +%d): exit %d, want 1 and %q\n%.3000s%s", at+n, i+1, n, r.code, want, r.stdout, r.stderr)
+			}
+		}
+		at += len(line)
+	}
+	if r := verify(nil); r.code != exitError || !strings.Contains(r.stdout, "no end line") {
+		t.Fatalf("verify --export of an empty file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// A line after the end line, and an end line that counts another number of records.
+	if r := verify(append(bytes.Clone(whole), lines[0]...)); r.code != exitError || !strings.Contains(r.stdout, "follows the end line") {
+		t.Fatalf("verify --export with a line after the end: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := verify(bytes.Join(slicesWithout(lines, 1), nil)); r.code != exitError || !strings.Contains(r.stdout, "the end line counts 8 record(s)") {
+		t.Fatalf("verify --export with a record line taken out: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// A reader that stops early: head reads three lines and exits.
+	cut := filepath.Join(dir, "head.jsonl")
+	sh := exec.Command("sh", "-c", `"$0" ledger export --ledger "$1" | head -n 3 > "$2"`, binaryFor(t, []string{"ledger"}), path, cut)
+	sh.Env = append(os.Environ(), env...)
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("export | head: %v\n%s", err, out)
+	}
+	if r := runBinary(t, env, "", "ledger", "verify", "--export", cut); r.code != exitError || !strings.Contains(r.stdout, "no end line") {
+		t.Fatalf("verify --export of the export read by head -n 3: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// slicesWithout returns the lines but the one at i.
+func slicesWithout(lines [][]byte, i int) [][]byte {
+	out := append([][]byte{}, lines[:i]...)
+	return append(out, lines[i+1:]...)
+}
