@@ -135,6 +135,11 @@ func ledgerSub(io streams, name, argsUsage, usage string, nargs int, flags []cli
 			if err != nil {
 				return err
 			}
+			if f, ok := c.io.out.(*os.File); ok && name == "export" && readWriteDevNull(f) {
+				// Most likely stdout was closed (>&-), and the export goes nowhere while it
+				// exits 0. It cannot be told from a launcher's discarded output: a warning.
+				fmt.Fprintln(c.io.err, "effectfence ledger export: warning: stdout is /dev/null open for reading and writing, as when stdout was closed at start (>&-): the export is written nowhere; to keep it, redirect stdout to a file (> FILE)")
+			}
 			var spill *spillWriter
 			if needsSpill(c.io.out) {
 				spill = newSpillWriter(c.io.out, "")
