@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,7 +34,7 @@ func TestVerifyComparesTheCertHashARecordIsFiledUnder(t *testing.T) {
 			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
 			var loc string
 			var read func(intent string) []byte
-			var exec func(q string, args ...any)
+			var sqlExec func(q string, args ...any)
 			switch kind {
 			case "sqlite":
 				loc = filepath.Join(dir, "ledger.db")
@@ -52,7 +54,7 @@ func TestVerifyComparesTheCertHashARecordIsFiledUnder(t *testing.T) {
 					})
 					return body
 				}
-				exec = func(q string, args ...any) {
+				sqlExec = func(q string, args ...any) {
 					db(func(db *sql.DB) error {
 						_, err := db.Exec(strings.NewReplacer("$TABLE", "records", "$1", "?", "$2", "?").Replace(q), args...)
 						return err
@@ -82,7 +84,7 @@ func TestVerifyComparesTheCertHashARecordIsFiledUnder(t *testing.T) {
 					})
 					return body
 				}
-				exec = func(q string, args ...any) {
+				sqlExec = func(q string, args ...any) {
 					pg(func(ctx context.Context, conn *pgx.Conn) error {
 						_, err := conn.Exec(ctx, strings.ReplaceAll(q, "$TABLE", table), args...)
 						return err
@@ -129,8 +131,8 @@ func TestVerifyComparesTheCertHashARecordIsFiledUnder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			exec("UPDATE $TABLE SET body = $1 WHERE intent = $2", body, "refund")
-			exec("UPDATE $TABLE SET state = 'in_flight' WHERE intent = $1", "state")
+			sqlExec("UPDATE $TABLE SET body = $1 WHERE intent = $2", body, "refund")
+			sqlExec("UPDATE $TABLE SET state = 'in_flight' WHERE intent = $1", "state")
 
 			r := runBinary(t, env, "", "ledger", "verify", "--ledger", loc, "--json")
 			var rep ledger.VerifyReport
@@ -151,6 +153,23 @@ func TestVerifyComparesTheCertHashARecordIsFiledUnder(t *testing.T) {
 			}
 			if len(got) != 2 {
 				t.Errorf("verify: problems %q; want only refund's and state's", got)
+			}
+
+			// With stderr on a terminal, where verify counts the records it reads through a
+			// store of its own around the ledger's: that store hid the filing, and verify
+			// passed there.
+			script, err := exec.LookPath("script")
+			if err != nil {
+				return
+			}
+			file := filepath.Join(dir, "verify.out")
+			cmd := exec.Command(script, "-qec", posixQuote(effectfence(t))+" ledger verify --ledger "+posixQuote(loc)+" > "+posixQuote(file), "/dev/null")
+			cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "NO_COLOR=1", store.EnvLedger+"=")
+			term, err := cmd.CombinedOutput()
+			report, _ := os.ReadFile(file)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(report), "filed under cert hash "+filed) {
+				t.Errorf("verify with stderr on a terminal: %v\n%s\nterminal: %q", err, report, term)
 			}
 		})
 	}
