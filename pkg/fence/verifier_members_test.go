@@ -131,4 +131,35 @@ func TestDocumentedVerifierJudgesMembersAsCert(t *testing.T) {
 			}
 		})
 	}
+
+	// An older cert (no result_sha256: its hash covers result) whose result holds a member
+	// twice, hashed over the last: such a result has no canonical form, and fence.Cert refuses
+	// it; the verifier hashed the last of the two.
+	old := &fence.Cert{Intent: "older", Tool: "t", Args: json.RawMessage(`{"n":1}`), Agent: "a", Clock: fence.VectorClock{"a": 1},
+		ReadSet: []fence.ReadSetEntry{}, Result: json.RawMessage(`{"k":{"a":2}}`)}
+	if old.Hash, err = old.ComputeHash(); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = json.Marshal(old); err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string]string{
+		string(raw): "ok",
+		strings.Replace(string(raw), `"result":{"k":{"a":2}}`, `"result":{"k":{"a":1,"a":2}}`, 1): "MISMATCH",
+	} {
+		if !strings.Contains(text, `"result":{"k":{"a":`) {
+			t.Fatalf("no result to edit in %s", text)
+		}
+		var back fence.Cert
+		goes := "ok"
+		if json.Unmarshal([]byte(text), &back) != nil || back.Verify() != nil {
+			goes = "MISMATCH"
+		}
+		cmd := exec.Command(py, "-c", script)
+		cmd.Stdin = strings.NewReader(text)
+		out, err := cmd.Output()
+		if got := strings.TrimSpace(string(out)); goes != want || err != nil || got != want {
+			t.Errorf("fence.Cert %s, the documented verifier %s (%v), want %s, of\n%s", goes, got, err, want, text)
+		}
+	}
 }
