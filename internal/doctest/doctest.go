@@ -3,7 +3,9 @@
 package doctest
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -22,4 +24,24 @@ func CertsVerifier(t testing.TB, path string) string {
 		t.Fatalf("%s has no python block", path)
 	}
 	return script
+}
+
+// CertsVerifierRun returns a function that runs the Python verifier docs/CERTS.md prints
+// (read from path) on one cert's JSON and returns what it printed on stdout, trimmed, and the
+// process's error. The test is skipped when python3 is not installed.
+func CertsVerifierRun(t testing.TB, path string) func(cert []byte) (string, error) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("skipping: python3 is not installed")
+	}
+	script := CertsVerifier(t, path)
+	return func(cert []byte) (string, error) {
+		cmd := exec.Command(py, "-c", script)
+		cmd.Stdin = bytes.NewReader(cert)
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		err := cmd.Run()
+		return strings.TrimSpace(out.String()), err
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -23,11 +22,7 @@ import (
 // for the cert hashed with the zero value, which fence.Cert verifies. Both now read a member
 // left out or null as its zero value and refuse the rest.
 func TestDocumentedVerifierJudgesMembersAsCert(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("skipping: python3 is not installed")
-	}
-	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
+	verify := doctest.CertsVerifierRun(t, "../../docs/CERTS.md")
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
 	adm, err := eng.Prepare(ctx, fence.Request{Intent: "members", Tool: "t", Args: json.RawMessage(`{"n":1}`), Agent: "a", Domain: "d",
@@ -123,10 +118,7 @@ func TestDocumentedVerifierJudgesMembersAsCert(t *testing.T) {
 			if goes != c.want {
 				t.Fatalf("fence.Cert: %s, want %s, of\n%s", goes, c.want, edited)
 			}
-			cmd := exec.Command(py, "-c", script)
-			cmd.Stdin = bytes.NewReader(edited)
-			out, err := cmd.Output()
-			if got := strings.TrimSpace(string(out)); err != nil || got != c.want {
+			if got, err := verify(edited); err != nil || got != c.want {
 				t.Errorf("the documented verifier: %s (%v), want %s as fence.Cert, of\n%s", got, err, c.want, edited)
 			}
 		})
@@ -155,10 +147,7 @@ func TestDocumentedVerifierJudgesMembersAsCert(t *testing.T) {
 		if json.Unmarshal([]byte(text), &back) != nil || back.Verify() != nil {
 			goes = "MISMATCH"
 		}
-		cmd := exec.Command(py, "-c", script)
-		cmd.Stdin = strings.NewReader(text)
-		out, err := cmd.Output()
-		if got := strings.TrimSpace(string(out)); goes != want || err != nil || got != want {
+		if got, err := verify([]byte(text)); goes != want || err != nil || got != want {
 			t.Errorf("fence.Cert %s, the documented verifier %s (%v), want %s, of\n%s", goes, got, err, want, text)
 		}
 	}

@@ -24,21 +24,15 @@ import (
 // showing that as its readable result printed ok where fence.Cert refused it. It now refuses
 // text that is not one JSON value, in result_bytes and in the cert itself.
 func TestDocumentedVerifierReadsStrictJSON(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("skipping: python3 is not installed")
-	}
-	script := doctest.CertsVerifier(t, "../../docs/CERTS.md")
+	run := doctest.CertsVerifierRun(t, "../../docs/CERTS.md")
 	verify := func(raw []byte) string {
-		cmd := exec.Command(py, "-c", script)
-		cmd.Stdin = bytes.NewReader(raw)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("python: %v\n%s%s", err, out.String(), errOut.String())
+		out, err := run(raw)
+		if err != nil {
+			t.Fatalf("python: %v\n%s", err, out)
 		}
-		return strings.TrimSpace(out.String())
+		return out
 	}
+	var err error
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
 	for i, c := range []struct{ result, shown string }{
