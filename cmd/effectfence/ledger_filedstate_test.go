@@ -2,15 +2,9 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -27,76 +21,13 @@ func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
-			var loc string
-			var exec func(q string, args ...any)
-			var states func() map[string]string
-			switch kind {
-			case "sqlite":
-				loc = filepath.Join(dir, "ledger.db")
-				db := func(fn func(db *sql.DB) error) {
-					db, err := sql.Open("sqlite", loc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer db.Close()
-					if err := fn(db); err != nil {
-						t.Fatal(err)
-					}
-				}
-				exec = func(q string, args ...any) {
-					db(func(db *sql.DB) error {
-						_, err := db.Exec(strings.ReplaceAll(q, "$TABLE", "records"), args...)
-						return err
-					})
-				}
-				states = func() map[string]string {
-					got := map[string]string{}
-					db(func(db *sql.DB) error {
-						rows, err := db.Query("SELECT intent, state, body FROM records")
-						if err != nil {
-							return err
-						}
-						defer rows.Close()
-						return filedRows(got, rows)
-					})
-					return got
-				}
-			case "postgres":
-				loc = pgLedger(t)
-				u, err := url.Parse(loc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
-				pg := func(fn func(ctx context.Context, conn *pgx.Conn) error) {
-					ctx := context.Background()
-					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer conn.Close(ctx)
-					if err := fn(ctx, conn); err != nil {
-						t.Fatal(err)
-					}
-				}
-				exec = func(q string, args ...any) {
-					q = strings.ReplaceAll(strings.ReplaceAll(q, "$TABLE", table), "?", "$1")
-					pg(func(ctx context.Context, conn *pgx.Conn) error { _, err := conn.Exec(ctx, q, args...); return err })
-				}
-				states = func() map[string]string {
-					got := map[string]string{}
-					pg(func(ctx context.Context, conn *pgx.Conn) error {
-						rows, err := conn.Query(ctx, "SELECT intent, state, body FROM "+table)
-						if err != nil {
-							return err
-						}
-						defer rows.Close()
-						return filedRows(got, rows)
-					})
-					return got
-				}
+			rows := newLedgerRows(t, kind, dir)
+			loc, exec := rows.loc, rows.exec
+			states := func() map[string]string {
+				got := map[string]string{}
+				rows.query("SELECT intent, state, body FROM $TABLE", func(r rowScanner) error { return filedRows(got, r) })
+				return got
 			}
-
 			ctx := context.Background()
 			// A lease of 10 ms has lapsed by the time verify opens the ledger: its recovery judges
 			// every record it takes for a claim.
@@ -117,7 +48,7 @@ func TestRecoverLeavesADoneRecordFiledAsInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(50 * time.Millisecond)
-			exec("UPDATE $TABLE SET state = 'in_flight' WHERE intent <> ?", "")
+			exec("UPDATE $TABLE SET state = 'in_flight' WHERE intent <> $1", "")
 
 			env := []string{"NO_COLOR=1", store.EnvLedger + "="}
 			r := runBinary(t, env, "", "ledger", "verify", "--ledger", loc)
@@ -146,11 +77,7 @@ func filedAs(got map[string]string, intent, state string, body []byte) error {
 }
 
 // filedRows reads rows of (intent, state, body), from either database, into got (filedAs).
-func filedRows(got map[string]string, rows interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}) error {
+func filedRows(got map[string]string, rows rowScanner) error {
 	for rows.Next() {
 		var intent, state string
 		var body []byte

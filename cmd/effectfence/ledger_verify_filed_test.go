@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -32,66 +28,8 @@ func TestVerifyComparesTheCertHashARecordIsFiledUnder(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
-			var loc string
-			var read func(intent string) []byte
-			var sqlExec func(q string, args ...any)
-			switch kind {
-			case "sqlite":
-				loc = filepath.Join(dir, "ledger.db")
-				db := func(fn func(db *sql.DB) error) {
-					db, err := sql.Open("sqlite", loc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer db.Close()
-					if err := fn(db); err != nil {
-						t.Fatal(err)
-					}
-				}
-				read = func(intent string) (body []byte) {
-					db(func(db *sql.DB) error {
-						return db.QueryRow("SELECT body FROM records WHERE intent = ?", intent).Scan(&body)
-					})
-					return body
-				}
-				sqlExec = func(q string, args ...any) {
-					db(func(db *sql.DB) error {
-						_, err := db.Exec(strings.NewReplacer("$TABLE", "records", "$1", "?", "$2", "?").Replace(q), args...)
-						return err
-					})
-				}
-			case "postgres":
-				loc = pgLedger(t)
-				u, err := url.Parse(loc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
-				pg := func(fn func(ctx context.Context, conn *pgx.Conn) error) {
-					ctx := context.Background()
-					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer conn.Close(ctx)
-					if err := fn(ctx, conn); err != nil {
-						t.Fatal(err)
-					}
-				}
-				read = func(intent string) (body []byte) {
-					pg(func(ctx context.Context, conn *pgx.Conn) error {
-						return conn.QueryRow(ctx, "SELECT body FROM "+table+" WHERE intent = $1", intent).Scan(&body)
-					})
-					return body
-				}
-				sqlExec = func(q string, args ...any) {
-					pg(func(ctx context.Context, conn *pgx.Conn) error {
-						_, err := conn.Exec(ctx, strings.ReplaceAll(q, "$TABLE", table), args...)
-						return err
-					})
-				}
-			}
-
+			rows := newLedgerRows(t, kind, dir)
+			loc, read, sqlExec := rows.loc, rows.read, rows.exec
 			ctx := context.Background()
 			l, err := store.Open(ctx, store.Options{Ledger: loc})
 			if err != nil {

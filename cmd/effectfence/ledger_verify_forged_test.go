@@ -2,15 +2,9 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/ledger"
@@ -32,65 +26,11 @@ func TestVerifyFindsForgedCerts(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			t.Setenv("XDG_STATE_HOME", dir) // the PostgreSQL spool
-			var loc string
-			var read func(intent string) []byte
-			var write func(intent string, body []byte)
-			switch kind {
-			case "sqlite":
-				loc = filepath.Join(dir, "ledger.db")
-				read = func(intent string) (body []byte) {
-					db, err := sql.Open("sqlite", loc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer db.Close()
-					if err := db.QueryRow("SELECT body FROM records WHERE intent = ?", intent).Scan(&body); err != nil {
-						t.Fatal(err)
-					}
-					return body
-				}
-				write = func(intent string, body []byte) {
-					db, err := sql.Open("sqlite", loc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer db.Close()
-					if _, err := db.Exec("UPDATE records SET body = ? WHERE intent = ?", body, intent); err != nil {
-						t.Fatal(err)
-					}
-				}
-			case "postgres":
-				loc = pgLedger(t)
-				u, err := url.Parse(loc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				table := pgx.Identifier{u.Query().Get("search_path"), "effectfence_records"}.Sanitize()
-				pg := func(fn func(ctx context.Context, conn *pgx.Conn) error) {
-					ctx := context.Background()
-					conn, err := pgx.Connect(ctx, os.Getenv("EFFECTFENCE_TEST_POSTGRES"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer conn.Close(ctx)
-					if err := fn(ctx, conn); err != nil {
-						t.Fatal(err)
-					}
-				}
-				read = func(intent string) (body []byte) {
-					pg(func(ctx context.Context, conn *pgx.Conn) error {
-						return conn.QueryRow(ctx, "SELECT body FROM "+table+" WHERE intent = $1", intent).Scan(&body)
-					})
-					return body
-				}
-				write = func(intent string, body []byte) {
-					pg(func(ctx context.Context, conn *pgx.Conn) error {
-						_, err := conn.Exec(ctx, "UPDATE "+table+" SET body = $1 WHERE intent = $2", body, intent)
-						return err
-					})
-				}
+			rows := newLedgerRows(t, kind, dir)
+			loc, read := rows.loc, rows.read
+			write := func(intent string, body []byte) {
+				rows.exec("UPDATE $TABLE SET body = $1 WHERE intent = $2", body, intent)
 			}
-
 			ctx := context.Background()
 			l, err := store.Open(ctx, store.Options{Ledger: loc})
 			if err != nil {
