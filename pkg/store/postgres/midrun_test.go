@@ -3,7 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
-	"net/url"
+
 	"strings"
 	"testing"
 	"time"
@@ -59,16 +59,7 @@ func TestSessionChangedUnderARunningStoreIsExplained(t *testing.T) {
 			if _, err := conn.Exec(ctx, sql.Replace("CREATE SCHEMA %s AUTHORIZATION %r")); err != nil {
 				t.Fatal(err)
 			}
-			u, err := url.Parse(testURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			u.User = url.User(roleName)
-			q := u.Query()
-			q.Set("pool_min_conns", "1")
-			q.Set("search_path", schema)
-			q.Set("application_name", "mid-"+schema)
-			u.RawQuery = q.Encode()
+			u := roleURL(t, roleName, "pool_min_conns", "1", "search_path", schema, "application_name", "mid-"+schema)
 			s, err := Open(ctx, Config{URL: u.String(), MaxConns: 2})
 			if err != nil {
 				t.Fatal(err)

@@ -54,15 +54,7 @@ func TestSchemaMadeAheadOfTheLedgerOnThePathIsRefused(t *testing.T) {
 			"; ALTER ROLE "+r+` SET search_path = "$user", `+l); err != nil {
 			t.Fatal(err)
 		}
-		u, err := url.Parse(testURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.User = url.User(role)
-		q := u.Query()
-		q.Set("pool_min_conns", "1")
-		u.RawQuery = q.Encode()
-		checkSchemaMadeAhead(t, u.String(), role, ledger, "CREATE SCHEMA AUTHORIZATION "+r)
+		checkSchemaMadeAhead(t, roleURL(t, role, "pool_min_conns", "1").String(), role, ledger, "CREATE SCHEMA AUTHORIZATION "+r)
 	})
 }
 

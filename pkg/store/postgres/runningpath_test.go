@@ -59,15 +59,7 @@ func TestPathChangedUnderARunningStoreKeepsItsLedger(t *testing.T) {
 				"; ALTER ROLE "+role+" SET search_path = "+c.path(role, ledger, other)); err != nil {
 				t.Fatal(err)
 			}
-			u, err := url.Parse(testURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			u.User = url.User(roleName)
-			q := u.Query()
-			q.Set("pool_min_conns", "1")
-			q.Set("application_name", "run-"+ledgerName)
-			u.RawQuery = q.Encode()
+			u := roleURL(t, roleName, "pool_min_conns", "1", "application_name", "run-"+ledgerName)
 			s, err := Open(ctx, Config{URL: u.String(), MaxConns: 2})
 			if err != nil {
 				t.Fatal(err)
@@ -201,16 +193,7 @@ func TestTransactionPoolerPathChangedKeepsItsLedger(t *testing.T) {
 			if _, err := conn.Exec(ctx, "CREATE SCHEMA "+o+" AUTHORIZATION "+r); err != nil {
 				t.Fatal(err)
 			}
-			u, err := url.Parse(testURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			u.User = url.User(role)
-			q := u.Query()
-			q.Set("search_path", other)
-			q.Set("pool_min_conns", "1")
-			u.RawQuery = q.Encode()
-			os, err := Open(ctx, Config{URL: u.String(), MaxConns: 1})
+			os, err := Open(ctx, Config{URL: roleURL(t, role, "search_path", other, "pool_min_conns", "1").String(), MaxConns: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -100,4 +101,21 @@ func roleWithSettings(t *testing.T, name, pool string, settings ...string) (role
 		t.Fatalf("the test URL names no user to replace: %s", Redact(url))
 	}
 	return role, url
+}
+
+// roleURL is the test server's URL with role as its user and each key of kv (key, value,
+// key, value …) set in its query: pool_min_conns, search_path, application_name.
+func roleURL(t *testing.T, role string, kv ...string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u
 }
