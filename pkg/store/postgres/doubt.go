@@ -131,7 +131,11 @@ func (d *doubts) closed(rs []report, fate int) {
 		}
 	}
 	for _, r := range rs {
-		if d.open[r]--; d.open[r] <= 0 {
+		// A report may close without having opened (keep's commit that carried no
+		// counters): open may be nil then, and an assignment to it panicked.
+		if n := d.open[r]; n > 1 {
+			d.open[r] = n - 1
+		} else {
 			delete(d.open, r)
 		}
 		if fate != 0 {
