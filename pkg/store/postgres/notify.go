@@ -186,7 +186,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
 	}
 	// Its own connection, not the pool's: pinned here (pathPin).
-	if err := pinPath(ctx, conn, l.s.schema); err != nil {
+	if err := pinPath(ctx, conn, l.s.pin); err != nil {
 		conn.Close(ctx)
 		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
 	}

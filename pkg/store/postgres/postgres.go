@@ -145,6 +145,7 @@ type Store struct {
 	// one transaction, carried by its first statement, and qual names the tables of a
 	// statement run alone with their schema (see pathPin).
 	path   *pathPin
+	pin    searchPin
 	pinned string
 	qual   *strings.Replacer
 	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
@@ -345,9 +346,7 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 		}
 	}
 	s.schema, s.chanName = schema, channelOf(schema)
-	s.path.schema.Store(&schema)
 	qs := pgx.Identifier{schema}.Sanitize()
-	s.pinned = " AND set_config('search_path', " + quoteLiteral(qs) + ", true) IS NOT NULL"
 	s.qual = strings.NewReplacer("FROM effectfence_", "FROM "+qs+".effectfence_", "INTO effectfence_", "INTO "+qs+".effectfence_")
 	// A one-statement write (spec.go) runs at the session's default isolation, which must be
 	// READ COMMITTED (see Open). A pooler in transaction mode drops the setting the store sent
@@ -370,6 +369,18 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	if _, err := conn.Exec(ctx, foldCounters); err != nil {
 		return fmt.Errorf("folding old counter shards: %w", err)
 	}
+	// The pin keeps pg_catalog where the session put it: named after the ledger's schema, the
+	// schema's functions come before the built-in ones of their names (a clock_timestamp()
+	// there is the clock every process of the ledger reads, as the clock tests make one);
+	// not named, pg_catalog is searched first. Asked once the schema exists (migrate may
+	// create it): current_schemas names only schemas that exist.
+	var catalogAfter bool
+	if err := conn.QueryRow(ctx, "SELECT coalesce(array_position(current_schemas(true), 'pg_catalog') > array_position(current_schemas(true), $1::name), false)", schema).Scan(&catalogAfter); err != nil {
+		return err
+	}
+	s.pin = newSearchPin(schema, catalogAfter)
+	s.path.pin.Store(&s.pin)
+	s.pinned = " AND set_config('search_path', " + quoteLiteral(s.pin.set) + ", true) IS NOT NULL"
 	// Where the ledger is, however its URL is written (SpoolKey). A server that does not
 	// tell (pg_control_system revoked, or not PostgreSQL itself) leaves it empty.
 	var sys, db, nsp string
@@ -472,20 +483,20 @@ func ledgerFurtherOn(ctx context.Context, conn *pgxpool.Conn, schema, sp string)
 // was admitted again once the role's path put another ledger ahead and the pooler
 // reconnected (TestTransactionPoolerPathChangedKeepsItsLedger).
 type pathPin struct {
-	schema atomic.Pointer[string] // the ledger's schema as resolved (nil until init resolves it)
-	pinned sync.Map               // *pgx.Conn → struct{}: connections pinned
+	pin    atomic.Pointer[searchPin] // the path of the ledger's schema (nil until init resolves it)
+	pinned sync.Map                  // *pgx.Conn → struct{}: connections pinned
 }
 
 // prepare pins conn before it is handed out (pgxpool's PrepareConn).
 func (p *pathPin) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	schema := p.schema.Load()
-	if schema == nil {
+	pin := p.pin.Load()
+	if pin == nil {
 		return true, nil
 	}
 	if _, ok := p.pinned.Load(conn); ok {
 		return true, nil
 	}
-	if err := pinPath(ctx, conn, *schema); err != nil {
+	if err := pinPath(ctx, conn, *pin); err != nil {
 		if conn.IsClosed() {
 			return false, nil // the pool drops it and tries another
 		}
@@ -498,15 +509,29 @@ func (p *pathPin) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 // forget drops conn, being closed, from the pinned connections (pgxpool's BeforeClose).
 func (p *pathPin) forget(conn *pgx.Conn) { p.pinned.Delete(conn) }
 
-// pinPath sets the session's search_path to schema alone unless it is that already, as
-// written quoted or, for a name that needs no quotes, bare.
-func pinPath(ctx context.Context, conn *pgx.Conn, schema string) error {
-	quoted, bare := pgx.Identifier{schema}.Sanitize(), schema
+// searchPin is the search_path a running store keeps its sessions on: the ledger's schema,
+// followed by pg_catalog where the session the store opened with named it after the schema.
+// set is the setting as the store writes it (the schema quoted); bare is the same with a
+// schema name that needs no quotes written bare, as a URL or a role's setting has it.
+type searchPin struct{ set, bare string }
+
+func newSearchPin(schema string, catalogAfter bool) searchPin {
+	p := searchPin{set: pgx.Identifier{schema}.Sanitize(), bare: schema}
 	if !plainIdentifier(schema) {
-		bare = quoted
+		p.bare = p.set
 	}
-	if _, err := conn.Exec(ctx, "SELECT set_config('search_path', $1, false) WHERE current_setting('search_path') NOT IN ($1, $2)", quoted, bare); err != nil {
-		return fmt.Errorf("postgres ledger: setting the connection's search_path to the ledger's schema %s: %w", quoted, err)
+	if catalogAfter {
+		p.set += ", pg_catalog"
+		p.bare += ", pg_catalog"
+	}
+	return p
+}
+
+// pinPath sets the session's search_path to pin unless it is that already, written either
+// way.
+func pinPath(ctx context.Context, conn *pgx.Conn, pin searchPin) error {
+	if _, err := conn.Exec(ctx, "SELECT set_config('search_path', $1, false) WHERE current_setting('search_path') NOT IN ($1, $2)", pin.set, pin.bare); err != nil {
+		return fmt.Errorf("postgres ledger: setting the connection's search_path to the ledger's schema (%s): %w", pin.set, err)
 	}
 	return nil
 }
