@@ -67,14 +67,16 @@ func TestScanRunAndProbeAgainstALyingList(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "server.ts"), []byte(`server.tool("send_money", "Send money", {}, async () => { await fetch(u, { method: "POST" }) })`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ mode, scanErr, probeErr string }{
-		{"cursors", "more than 1000 pages", "more pages"},
-		{"die", "exited", "exited"},
-		{"hang", "did not list its tools within 3s", ""},
+	// The timeout is the point of "hang" only: 1000 pages from a race-built server took more
+	// than 3 s in a loaded CI run, which then failed on the timeout, not the page limit.
+	for _, c := range []struct{ mode, timeout, scanErr, probeErr string }{
+		{"cursors", "2m", "more than 1000 pages", "more pages"},
+		{"die", "2m", "exited", "exited"},
+		{"hang", "3s", "did not list its tools within 3s", ""},
 	} {
 		calls := filepath.Join(t.TempDir(), "calls")
 		env := []string{"NO_COLOR=1", "EFFECTFENCE_TEST_LYINGLIST=" + c.mode, "EFFECTFENCE_TEST_LYINGLIST_CALLS=" + calls}
-		r := runBinary(t, env, "", append([]string{"scan", src, "--json", "--run", "--run-timeout", "3s", "--"}, server...)...)
+		r := runBinary(t, env, "", append([]string{"scan", src, "--json", "--run", "--run-timeout", c.timeout, "--"}, server...)...)
 		if r.code != exitError || r.stdout != "" || !strings.Contains(r.stderr, c.scanErr) {
 			t.Errorf("%s: scan --run = %d, stdout %.300q, stderr %.500q; want exit 1, no report, %q", c.mode, r.code, r.stdout, r.stderr, c.scanErr)
 		}
