@@ -211,11 +211,11 @@ func TestCancellationOfNoWaitingRequestChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader := l.text(`"leader"`)
+	// The duplicate's answer is read for itself before drained: in a full CI run it came
+	// after the ping's answer, and the test called it unanswered.
+	dup := l.text(`"dup"`)
 	l.drained(`"ping"`)
-	if l.answerSeen(`"dup"`) == nil {
-		t.Fatal("the waiting duplicate was not answered")
-	}
-	if dup := l.text(`"dup"`); !dup.replayed() || dup.text() != leader.text() {
+	if !dup.replayed() || dup.text() != leader.text() {
 		t.Fatalf("the waiting duplicate: %+v %q, want the replay of %q", dup, dup.text(), leader.text())
 	}
 	answers := map[string]int{}
