@@ -186,7 +186,10 @@ func TestGatewayClaimAnswerLost(t *testing.T) {
 		p.LoseAnswerAnd(1, 6*time.Second, func() { after.Store(records()) }) // longer than the store asks whether a lost claim landed
 		lost := charge(id, amount)
 		id++
-		if p.Lost() != int64(round) || !strings.Contains(lost, "not admitted") {
+		// The lost answer may also be a new connection's first round trip (the search_path
+		// pin, or a connect): then the claim is never sent and the call is refused as a
+		// ledger failure, "NOT executed", and the round is run again as below.
+		if p.Lost() != int64(round) || !strings.Contains(lost, "not admitted") && !strings.Contains(lost, "the call was NOT executed") {
 			t.Fatalf("the charge whose claim's answer was lost (%d lost): %s; log:\n%s", p.Lost(), lost, g.logText())
 		}
 		if n := effectsOf(t, effects); n != round {
@@ -211,7 +214,7 @@ func TestGatewayClaimAnswerLost(t *testing.T) {
 		if after.Load() == before+1 {
 			break // the lost answer was the claim's, which landed
 		}
-		if round == 3 {
+		if round == 6 {
 			t.Fatalf("in %d rounds the answer lost was never that of a claim that landed", round)
 		}
 		t.Logf("round %d: the answer lost was another round trip's (%d records before, %d as it was lost); again", round, before, after.Load())
