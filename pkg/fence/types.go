@@ -319,11 +319,11 @@ type Config struct {
 	// Liveness judges the process named by an owner string (default: OwnerLiveness). One of
 	// the caller's own is given the owner without the carrier a claim may name
 	// (Request.Carrier), as its Config.Owner made it. It runs inside the engine's
-	// transactions and must not panic: a panic rolls the transaction back (nothing of it is
-	// written) and is then raised to the engine's caller by the memory and PostgreSQL
-	// stores, while the SQLite store, whose writer runs the transactions of several callers on
-	// one goroutine, returns it to its caller as a store_error (the call not admitted) so the
-	// others' go on.
+	// transactions and must not panic: a panic rolls the transaction back, nothing of it
+	// written (the contract suite's PanickedUpdateWritesNothing, every store); the SQLite
+	// store, whose writer runs the transactions of several callers on one goroutine, then
+	// returns it to its caller as an error so the others' go on, where another store may let
+	// the panic through.
 	Liveness func(owner string) Liveness
 	// SpoolDir is a local directory where outcomes the ledger cannot take are kept until it
 	// can (see Engine.Settle); "" keeps none. A relative one is read against the working
