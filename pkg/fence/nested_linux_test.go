@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -175,8 +176,11 @@ func siblingJudge(t *testing.T, unshare, owner string) string {
 // whose start time is after now names no process (an owner made up, or from a clone of this
 // machine that has run longer). Each judgement of it read /proc anew, since a holder that
 // started after the last reading may be missing from it; now it is "cannot tell" without a
-// reading. Not parallel: the count of readings is the package's.
+// reading. Not parallel: the count of readings is the package's. Each run names a namespace
+// of its own: a reading of 4026531000 kept from another test, or from this one's earlier run
+// under -count, would answer the last owner with no reading at all.
 func TestOwnerStartingLaterIsNotSoughtInProc(t *testing.T) {
+	ns := fmt.Sprint(4026530000 + laterRuns.Add(1))
 	me := whereAmI()
 	now, ok := bootTicks(me)
 	if !me.sound || !ok {
@@ -188,7 +192,7 @@ func TestOwnerStartingLaterIsNotSoughtInProc(t *testing.T) {
 		if now, ok = bootTicks(me); !ok {
 			t.Fatal("the clock cannot be read")
 		}
-		owner := fmt.Sprintf("h/1/%d/%s/4026531000", now+later, me.boot)
+		owner := fmt.Sprintf("h/1/%d/%s/%s", now+later, me.boot, ns)
 		before := nestedReadings.Load()
 		for i := 0; i < 20; i++ {
 			if got := OwnerLiveness(owner); got != CannotTell {
@@ -200,7 +204,7 @@ func TestOwnerStartingLaterIsNotSoughtInProc(t *testing.T) {
 		}
 	}
 	// One that started before now is looked for: one reading, kept for the others.
-	owner := fmt.Sprintf("h/1/%d/%s/4026531000", now-nestedListLag-10, me.boot)
+	owner := fmt.Sprintf("h/1/%d/%s/%s", now-nestedListLag-10, me.boot, ns)
 	before := nestedReadings.Load()
 	for i := 0; i < 20; i++ {
 		if got := OwnerLiveness(owner); got != CannotTell {
@@ -211,6 +215,10 @@ func TestOwnerStartingLaterIsNotSoughtInProc(t *testing.T) {
 		t.Errorf("20 judgements of an owner that started before now read /proc %d times, want 1 (2 if a second passed)", n)
 	}
 }
+
+// laterRuns numbers TestOwnerStartingLaterIsNotSoughtInProc's runs (-count), for a namespace
+// no other judgement has read.
+var laterRuns atomic.Uint64
 
 // BenchmarkJudgeContainerHolder: what judging a holder in a child PID namespace costs this
 // process: "kept", a judgement answered from a kept reading (the holder's stat and status read
