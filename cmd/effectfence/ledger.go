@@ -208,6 +208,11 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 		// clear or resolve settled an intent of that one (TestEmptyLedgerFlagActsOnNoLedger).
 		return ledgerCall{}, emptyLedgerFlag("ledger " + cmd.Name)
 	}
+	for _, flag := range []string{"scope", "policy"} {
+		if givenEmpty(cmd, flag) {
+			return ledgerCall{}, emptyNameFlag("ledger "+cmd.Name, flag)
+		}
+	}
 	name, forLedger, scopeName := "server", "", ""
 	var before []store.Earlier
 	if cmd.Bool("for") {

@@ -20,14 +20,45 @@ import (
 // envPolicy names the policy file when --policy is not given.
 const envPolicy = "EFFECTFENCE_POLICY"
 
-// policyFlag is wrap's --policy, whichever back (a command, an upstream) wrap serves.
+// policyFlag is wrap's --policy, whichever back (a command, an upstream) wrap serves. It reads
+// EFFECTFENCE_POLICY itself (wrapPolicy), not as the flag's source, so that an empty --policy
+// is told from an empty or unset variable.
 func policyFlag() cli.Flag {
-	return &cli.StringFlag{Name: "policy", Sources: cli.EnvVars(envPolicy), Usage: "read per-tool and server settings from this YAML policy `FILE` (docs/policy.md); flags win over it"}
+	return &cli.StringFlag{Name: "policy", Usage: "read per-tool and server settings from this YAML policy `FILE` (docs/policy.md); flags win over it [$" + envPolicy + "]"}
+}
+
+// emptyNameFlag is the usage error of an empty --scope or --policy (flag "scope" or "policy"),
+// what an MCP config's or a script's unset variable gives (--scope "$SCOPE"). Read as no flag,
+// --scope "" meant the scope derived from the command, directory and environment, and
+// --policy "" no policy file for wrap and EFFECTFENCE_POLICY's for a ledger command: a wrap
+// fenced its calls in a ledger its peers do not share, without the policy's redact and key
+// settings, and a ledger command settled an intent of another ledger
+// (TestEmptyScopeOrPolicyFlagStartsNoFence, TestEmptyScopeOrPolicyFlagActsOnNoLedger).
+func emptyNameFlag(command, flag string) error {
+	if flag == "scope" {
+		return usageErr("%s: --scope is empty: give the scope's name (without --scope, the scope is derived from the command, working directory and environment; nothing was opened)", command)
+	}
+	return usageErr("%s: --policy is empty: give the policy file's path (without --policy, %s or no policy is used; nothing was opened)", command, envPolicy)
+}
+
+// givenEmpty reports whether --scope or --policy was given empty: a scope of spaces is a name
+// (wrap has taken it as one), a policy path of spaces names no file.
+func givenEmpty(cmd *cli.Command, flag string) bool {
+	v := cmd.String(flag)
+	if flag == "policy" {
+		v = strings.TrimSpace(v)
+	}
+	return cmd.IsSet(flag) && v == ""
 }
 
 // wrapPolicy loads the policy named by --policy or EFFECTFENCE_POLICY (if any) and folds the
 // flags over it. The ledger given by --ledger or EFFECTFENCE_LEDGER wins over the file's.
 func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved, error) {
+	for _, flag := range []string{"scope", "policy"} {
+		if givenEmpty(cmd, flag) {
+			return policy.Resolved{}, emptyNameFlag("wrap", flag)
+		}
+	}
 	f := policy.Flags{Options: opt, Wait: cmd.IsSet("wait"), FenceReads: cmd.IsSet("fence-reads"), Scope: cmd.String("scope")}
 	if cmd.IsSet("ledger") {
 		if cmd.String("ledger") == "" {
@@ -37,8 +68,12 @@ func wrapPolicy(cmd *cli.Command, opt wrap.Options, io streams) (policy.Resolved
 	} else {
 		f.Ledger = os.Getenv(store.EnvLedger)
 	}
+	path := os.Getenv(envPolicy)
+	if cmd.IsSet("policy") {
+		path = cmd.String("policy")
+	}
 	var pol *policy.Policy
-	if path := cmd.String("policy"); path != "" {
+	if path != "" {
 		var err error
 		if pol, err = policy.Load(path); err != nil {
 			return policy.Resolved{}, usageErr("%v", policyLoadError(path, err))
