@@ -47,8 +47,8 @@ func TestServeSettlingCallRefusedAsInvalidNeverSaysNothingRan(t *testing.T) {
 			t.Fatalf("%s %s: %+v; want invalid_request", c.tool, bad, r)
 		}
 		if strings.Contains(r.Next, "Nothing ran") || !strings.Contains(r.Next, "Nothing was recorded") ||
-			!strings.Contains(r.Next, "call "+c.tool+" again with the same ticket") || !strings.Contains(r.Next, "do not run the effect again") {
-			t.Errorf("%s refused as invalid: next %q\nwant it to say nothing was recorded, to call %s again with the same ticket, and not to run the effect again (never that nothing ran)", c.tool, r.Next, c.tool)
+			!strings.Contains(r.Next, "call "+c.tool+" again with your ticket as it was given to you") || !strings.Contains(r.Next, "do not run the effect again") {
+			t.Errorf("%s refused as invalid: next %q\nwant it to say nothing was recorded, to call %s again with the ticket as given, and not to run the effect again (never that nothing ran)", c.tool, r.Next, c.tool)
 		}
 		good := `{"ticket":` + tk + `}`
 		if c.good != "" {
@@ -56,6 +56,18 @@ func TestServeSettlingCallRefusedAsInvalidNeverSaysNothingRan(t *testing.T) {
 		}
 		if raw, isErr := s.call(c.tool, good); isErr {
 			t.Errorf("%s sent again as told: %s", c.tool, raw)
+		}
+	}
+	// A call that sent no ticket is not told to send "the same ticket" again (until 2026-12-07
+	// it was, by every settling tool, fence_commit too).
+	for _, c := range []struct{ tool, args string }{
+		{serve.ToolHeartbeat, `{}`}, {serve.ToolAbort, `{"reason":"timed out"}`},
+		{serve.ToolRelease, `{"reason":"declined"}`}, {serve.ToolCommit, `{"result":{}}`},
+	} {
+		r := s.refused(c.tool, c.args)
+		if r.Code != fence.CodeInvalid || strings.Contains(r.Next, "same ticket") ||
+			!strings.Contains(r.Next, "again with your ticket as it was given to you") {
+			t.Errorf("%s without a ticket: %+v\nwant invalid_request, told to send the ticket as it was given", c.tool, r)
 		}
 	}
 }

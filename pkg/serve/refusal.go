@@ -159,15 +159,16 @@ func refusalOf(intent string, err error, inMemory bool) Refusal {
 	if errors.As(err, &settle) && errors.As(err, &invalid) {
 		// Until 2026-12-07 this was a refused fence_prepare's "Nothing ran", said to an agent
 		// reporting an effect that ran (abort, release as failed) or runs (heartbeat)
-		// (TestServeSettlingCallRefusedAsInvalidNeverSaysNothingRan).
-		r.Next = fmt.Sprintf("Nothing was recorded: fix the arguments as the message says and call %s again with the same ticket. This answer says nothing of the effect itself: do not run the effect again on it.", settle.tool)
+		// (TestServeSettlingCallRefusedAsInvalidNeverSaysNothingRan). It said "with the same
+		// ticket" to a call that sent none, or whose ticket was what was wrong.
+		r.Next = fmt.Sprintf("Nothing was recorded: fix the arguments as the message says and call %s again with your ticket as it was given to you (by fence_prepare, or your last fence_heartbeat). This answer says nothing of the effect itself: do not run the effect again on it.", settle.tool)
 	}
 	var ran ranEffect
 	if errors.As(err, &ran) {
 		// A commit: the effect ran, as the agent reports, whether or not it was recorded.
 		r.Executed = true
 		if errors.As(err, &invalid) {
-			r.Next = fmt.Sprintf("Nothing was recorded: the effect you ran is not in the ledger. Fix the arguments as the message says and call %s again with the same ticket; do not run the effect again.", ToolCommit)
+			r.Next = fmt.Sprintf("Nothing was recorded: the effect you ran is not in the ledger. Fix the arguments as the message says and call %s again with your ticket as it was given to you (by fence_prepare, or your last fence_heartbeat); do not run the effect again.", ToolCommit)
 		}
 		if errors.As(err, &lost) {
 			// The effect ran, and this ticket's claim is not the intent's: the result is not
