@@ -230,11 +230,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// synchronous standby is named: a failover to that standby then loses the last receipts
 	// (TestFailoverToASynchronousStandby); without one, on and local are the same. Behind a
 	// pooler in transaction mode a connection is not a server session: every write
-	// transaction also sets it for itself (durable, tx.go).
-	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') IN ('off', 'local')")
-		return err
-	}
+	// transaction also sets it for itself (durable, tx.go). The same statement pins the
+	// connection's search_path once the store knows its schema (pathPin.afterConnect).
+	path := &pathPin{}
+	pc.AfterConnect = path.afterConnect
 	// A COMMIT whose wait for a synchronous standby was cancelled succeeds with a WARNING
 	// (standby.go).
 	warns := &warnings{}
@@ -270,7 +269,6 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	} else if sp := pc.ConnConfig.RuntimeParams["search_path"]; sp != "" {
 		first = firstPathElement(sp)
 	}
-	path := &pathPin{}
 	pc.PrepareConn = path.prepare
 	pc.BeforeClose = path.forget
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -471,9 +469,13 @@ func ledgerFurtherOn(ctx context.Context, conn *pgxpool.Conn, schema, sp string)
 // by ALTER ROLE … SET search_path, reaching its connections opened after that, or made with
 // the role's name under "$user", reaching its open ones at once. It read and wrote that
 // ledger from then on: a committed call looked absent and was admitted again
-// (TestPathChangedUnderARunningStoreKeepsItsLedger). A connection is pinned before its first
-// use after init (those open before init resolved the schema too); a session whose path is
-// the schema alone already (the URL's or the role's setting) is left as it is, so that
+// (TestPathChangedUnderARunningStoreKeepsItsLedger). A connection opened once init has
+// resolved the schema is pinned by the statement every new connection runs (afterConnect),
+// at no round trip of its own; one opened before (init's, and those the pool opens at once
+// beside it) is pinned before its first use after init (prepare). Until 2026-12-07 every
+// connection was pinned at its first use, two round trips more for each (the statement
+// prepared, then run: TestANewConnectionIsPinnedInItsSetUp). A session whose path is the
+// schema alone already (the URL's or the role's setting) is left as it is, so that
 // behind a pooler in transaction mode the store changes no server connection's path that
 // others of the role may share. There a session is any of the pooler's server connections,
 // most of which the pin never reached, and those opened after a role's search_path changed
@@ -487,7 +489,28 @@ type pathPin struct {
 	pinned sync.Map                  // *pgx.Conn → struct{}: connections pinned
 }
 
-// prepare pins conn before it is handed out (pgxpool's PrepareConn).
+// durableSession turns a session's synchronous_commit back on where it is off or local (see
+// Open).
+const durableSession = "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') IN ('off', 'local')"
+
+// afterConnect sets up a new connection (pgxpool's AfterConnect) in one statement, one round
+// trip: durable (durableSession) and, once init has resolved the schema, pinned. Sent
+// without parameters, it goes as a simple query, which no query mode prepares first.
+func (p *pathPin) afterConnect(ctx context.Context, conn *pgx.Conn) error {
+	pin := p.pin.Load()
+	if pin == nil {
+		_, err := conn.Exec(ctx, durableSession)
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT ("+durableSession+"), ("+pin.statement+")"); err != nil {
+		return err
+	}
+	p.pinned.Store(conn, struct{}{})
+	return nil
+}
+
+// prepare pins conn before it is handed out (pgxpool's PrepareConn) if it was opened before
+// init resolved the schema.
 func (p *pathPin) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	pin := p.pin.Load()
 	if pin == nil {
@@ -513,7 +536,8 @@ func (p *pathPin) forget(conn *pgx.Conn) { p.pinned.Delete(conn) }
 // followed by pg_catalog where the session the store opened with named it after the schema.
 // set is the setting as the store writes it (the schema quoted); bare is the same with a
 // schema name that needs no quotes written bare, as a URL or a role's setting has it.
-type searchPin struct{ set, bare string }
+// statement sets a session's path to set unless it is set or bare already.
+type searchPin struct{ set, bare, statement string }
 
 func newSearchPin(schema string, catalogAfter bool) searchPin {
 	p := searchPin{set: pgx.Identifier{schema}.Sanitize(), bare: schema}
@@ -524,13 +548,15 @@ func newSearchPin(schema string, catalogAfter bool) searchPin {
 		p.set += ", pg_catalog"
 		p.bare += ", pg_catalog"
 	}
+	p.statement = "SELECT set_config('search_path', " + quoteLiteral(p.set) + ", false) WHERE current_setting('search_path') NOT IN (" +
+		quoteLiteral(p.set) + ", " + quoteLiteral(p.bare) + ")"
 	return p
 }
 
 // pinPath sets the session's search_path to pin unless it is that already, written either
-// way.
+// way: one round trip.
 func pinPath(ctx context.Context, conn *pgx.Conn, pin searchPin) error {
-	if _, err := conn.Exec(ctx, "SELECT set_config('search_path', $1, false) WHERE current_setting('search_path') NOT IN ($1, $2)", pin.set, pin.bare); err != nil {
+	if _, err := conn.Exec(ctx, pin.statement); err != nil {
 		return fmt.Errorf("postgres ledger: setting the connection's search_path to the ledger's schema (%s): %w", pin.set, err)
 	}
 	return nil

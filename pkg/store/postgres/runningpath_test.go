@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"net"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,9 +129,10 @@ func TestPathChangedUnderARunningStoreKeepsItsLedger(t *testing.T) {
 // TestPinnedPathLeavesASessionAtTheSchemaAlone: the pin (pathPin) narrows a session's path
 // that names more than the ledger's schema to that schema (and pg_catalog after it, where the
 // session named it there), and leaves one that names it alone as it is, written bare or
-// quoted: behind a pooler in transaction mode a session's setting
-// stays on the server connection for the pooler's other clients, and the path the pooler
-// section of docs/postgres.md asks the role to have is the schema alone.
+// quoted, on a connection opened before Open resolved the schema and on one opened after:
+// behind a pooler in transaction mode a session's setting stays on the server connection for
+// the pooler's other clients, and the path the pooler section of docs/postgres.md asks the
+// role to have is the schema alone.
 func TestPinnedPathLeavesASessionAtTheSchemaAlone(t *testing.T) {
 	t.Parallel()
 	schema := testSchema(t)
@@ -156,15 +159,21 @@ func TestPinnedPathLeavesASessionAtTheSchemaAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got string
-		err = s.pool.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&got)
+		// The connection Open used (pinned at its first use after), then one opened since
+		// (pinned as it is set up).
+		for _, conn := range []string{"Open's connection", "a new connection"} {
+			if conn == "a new connection" {
+				s.pool.Reset()
+			}
+			var got string
+			if err := s.pool.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Errorf("search_path=%s: the path of %s is %s, want %s", c.path, conn, got, c.want)
+			}
+		}
 		s.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != c.want {
-			t.Errorf("search_path=%s: the session's path is %s, want %s", c.path, got, c.want)
-		}
 	}
 }
 
@@ -214,5 +223,48 @@ func TestTransactionPoolerPathChangedKeepsItsLedger(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestANewConnectionIsPinnedInItsSetUp: a connection the pool opens once the store knows its
+// schema is pinned (pathPin) by the statement every new connection runs anyway, not in round
+// trips of its own at its first use: its start (which ends with one round trip's answer), that
+// statement, then the caller's. Pinned at first use, it took two more (the pin's statement
+// prepared, then run), each one more place for a cut network to end the call. Its path is
+// the schema's all the same, the session's path (the URL's here) naming more than it.
+func TestANewConnectionIsPinnedInItsSetUp(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	schema := testSchema(t)
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema+", public")
+	u.RawQuery = q.Encode()
+	var trips atomic.Int64
+	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 1, Brief: true, wrapConn: func(c net.Conn) net.Conn {
+		return &tripConn{Conn: c, trips: &trips}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.pool.Reset() // the connection Open used goes; the next is opened with the schema known
+	before := trips.Load()
+	if _, err := s.pool.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.Load() - before; n != 3 {
+		t.Errorf("a new connection's start and first statement took %d round trips, want 3 (its start, its set-up, the statement)", n)
+	}
+	var got string
+	if err := s.pool.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if want := `"` + schema + `"`; got != want {
+		t.Errorf("the new connection's path is %s, want %s", got, want)
 	}
 }
