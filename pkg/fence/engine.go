@@ -442,7 +442,7 @@ func (p *pass) gate(tx Tx, req *Request) (outcome, error) {
 	}
 	if reclaimed != nil {
 		why := fmt.Sprintf("claim %d taken over by claim %d: %s", reclaimed.Token, token, reclaimWhy)
-		if err := tx.AppendEvent(Event{At: now, Intent: req.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight}); err != nil {
+		if err := tx.AppendEvent(Event{At: now, Intent: req.Intent, Kind: EventReclaim, Who: e.cfg.Owner, Reason: why, State: StateInFlight, Token: reclaimed.Token}); err != nil {
 			return 0, err
 		}
 	}
@@ -624,7 +624,7 @@ func (e *Engine) supersede(tx Tx, rec *Record, window time.Duration) error {
 	}
 	why := fmt.Sprintf("an identical attempt came %s after the commit, beyond the replay window of %s: a new action; the done record is kept as %s",
 		now.Sub(rec.UpdatedAt).Round(time.Millisecond), window, old.Intent)
-	return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventSuperseded, Who: e.cfg.Owner, Reason: why, State: StateDone})
+	return tx.AppendEvent(Event{At: now, Intent: rec.Intent, Kind: EventSuperseded, Who: e.cfg.Owner, Reason: why, State: StateDone, Token: rec.Token})
 }
 
 func (e *Engine) markUnknown(tx Tx, rec *Record, kind, why string) error {
@@ -1217,7 +1217,7 @@ func (k *committer) run(tx Tx) error {
 	healing := heals(rec, t)
 	if !healing {
 		if err := holds(rec, t); err != nil {
-			return e.lateResult(tx, t, err, lateCommitWhat(rec, t, res))
+			return e.lateResult(tx, t, err, lateCommitWhat(rec, t, res), rec, k.retry)
 		}
 	}
 	now := tx.Now()
@@ -1398,7 +1398,7 @@ func (e *Engine) end(ctx context.Context, t Ticket, kind, reason string, retry b
 						return lerr
 					}
 				}
-				return e.lateResult(tx, t, err, fmt.Sprintf("late %s refused; its reason: %s", kind, reason))
+				return e.lateResult(tx, t, err, fmt.Sprintf("late %s refused; its reason: %s", kind, reason), rec, false)
 			}
 		}
 		now := tx.Now()
@@ -1478,13 +1478,21 @@ func lateCommitWhat(rec *Record, t Ticket, res []byte) string {
 // share its token with a new claim, or be above the restored sequence), and refusing those
 // without a trace dropped real outcomes (docs/DECISIONS.md, "A late result is kept whatever its
 // ticket names"; TestLateReportOfAClaimARestoreForgotIsKept). A retry whose earlier attempt
-// the store knows recorded (EarlierAttempt) is refused saying so.
-func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
+// the store knows recorded (EarlierAttempt) is refused saying so; so is a retried commit
+// (retriedCommit) whose earlier attempt the audit trail shows recorded, or cannot show was not
+// (earlierCommit). rec is the intent's record as the settle found it.
+func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string, rec *Record, retriedCommit bool) error {
 	if ll, ok := lost.(LeaseLostError); ok {
 		if ea, ok := tx.(EarlierAttempt); ok {
 			ll.Landed, ll.MayHaveLanded = ea.EarlierAttempt(t.Intent, t.Token, t.Nonce)
-			lost = ll
 		}
+		if retriedCommit && !ll.Landed && !ll.MayHaveLanded {
+			var err error
+			if ll.Landed, ll.MayHaveLanded, err = earlierCommit(tx, rec, t); err != nil {
+				return err
+			}
+		}
+		lost = ll
 	}
 	if t.Token == 0 || t.Nonce == "" {
 		return lost
@@ -1500,6 +1508,46 @@ func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string) error {
 		return err
 	}
 	return lost
+}
+
+// earlierCommit says, from the ledger alone, whether an earlier attempt of the commit of
+// ticket t, retried because that attempt failed with the ledger's error (it may have landed,
+// its answer lost), was recorded before the intent's record changed under it; rec is the
+// record now. The process retrying need not be the one that sent it (a spool drained by
+// another process on the host, after the first was killed), and the store of the one
+// retrying knows nothing of it (EarlierAttempt). Before 2026-12-07 such a retry, the record
+// cleared meanwhile, was refused saying "the intent's record is unchanged", and so was the
+// late result it left in the audit trail, of a commit that had been recorded
+// (TestRetriedCommitAfterAClearSaysWhetherItLanded).
+//
+// A record still of t's claim (its token) that the retry could not commit is a claim the
+// commit never made done: it was aborted, lost, or resolved. Otherwise the event that ended
+// the claim tells, by the claim's token it carries since 2026-12-07 (a clear, a resolve, a
+// takeover or a supersede) and the state the claim's record had then: done, the commit was
+// recorded; in flight or unknown, it was not, and it cannot land since (its guard, or the
+// intent's lock, finds the record changed); failed may be the commit's own stale refusal.
+// No such event (a trail written before, or swept, or a restore): the ledger cannot tell.
+func earlierCommit(tx Tx, rec *Record, t Ticket) (landed, maybe bool, err error) {
+	if t.Token == 0 || t.Nonce == "" {
+		return false, false, nil
+	}
+	if rec != nil && rec.Token == t.Token && (rec.Nonce == t.Nonce || rec.Nonce == "") {
+		return false, false, nil
+	}
+	found := false
+	err = tx.Events(t.Intent, func(ev Event) bool {
+		switch ev.Kind {
+		case EventClear, EventReclaim, EventSuperseded, EventResolveHappened, EventResolveDidNotHappen, EventResolveLeaveFenced:
+			if ev.Token == t.Token {
+				found, landed, maybe = true, ev.State == StateDone, ev.State == StateFailed
+			}
+		}
+		return !found
+	})
+	if err != nil {
+		return false, false, err
+	}
+	return landed, maybe || !found, nil
 }
 
 // Heartbeat extends the ticket's lease by the lease TTL from now and returns the new expiry.

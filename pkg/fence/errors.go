@@ -261,9 +261,11 @@ func (e DomainRaceError) Is(target error) bool { return target == ErrDomainRace 
 //
 // A retried report whose first attempt's answer was lost may have been recorded before the
 // record changed (another process cleared it): Landed says it was, MayHaveLanded that the
-// ledger cannot tell (EarlierAttempt). Until 2026-12-07 such a refusal said "the intent's
-// record is unchanged" of an outcome that had been recorded
-// (TestCommitLostAndClearedElsewhereSaysItLanded).
+// ledger cannot tell (EarlierAttempt; for a retried commit, the audit trail too:
+// earlierCommit). Until 2026-12-07 such a refusal said "the intent's record is unchanged" of
+// an outcome that had been recorded (TestCommitLostAndClearedElsewhereSaysItLanded), also when
+// the process retrying was another than the one that sent it
+// (TestRetriedCommitAfterAClearSaysWhetherItLanded).
 type LeaseLostError struct {
 	Intent        string
 	Token         uint64

@@ -206,7 +206,7 @@ func (e *Engine) clear(ctx context.Context, intent string, token uint64, who, re
 		if err := tx.Delete(intent); err != nil {
 			return err
 		}
-		return tx.AppendEvent(Event{At: tx.Now(), Intent: intent, Kind: EventClear, Who: who, Reason: reason, State: rec.State})
+		return tx.AppendEvent(Event{At: tx.Now(), Intent: intent, Kind: EventClear, Who: who, Reason: reason, State: rec.State, Token: rec.Token})
 	})
 	if err == nil {
 		e.watch.wake(intent)

@@ -253,7 +253,7 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 				return err
 			}
 		}
-		out.Event = Event{At: now, Intent: r.Intent, Kind: how.event(), Who: ledgerText(who), Reason: ledgerText(reason), State: rec.State}
+		out.Event = Event{At: now, Intent: r.Intent, Kind: how.event(), Who: ledgerText(who), Reason: ledgerText(reason), State: rec.State, Token: rec.Token}
 		return tx.AppendEvent(out.Event)
 	})
 	if err != nil {

@@ -275,9 +275,11 @@ type Event struct {
 	// State is the intent's state before the event.
 	State State `json:"state,omitempty"`
 	// Token is the claim whose holder reported the event's outcome (release, abort, lost),
-	// so that a retry of a release that landed, its answer lost, is recognised. Every store
-	// keeps it (a SQLite ledger since its events table got its token column; events written
-	// before, or by a build without it, read 0).
+	// so that a retry of a release that landed, its answer lost, is recognised; of a clear, a
+	// resolve, a takeover (reclaim) or a supersede, since 2026-12-07, the claim whose record
+	// it ended or moved, so that a retried commit of that claim can tell whether it had been
+	// recorded (earlierCommit). Every store keeps it (a SQLite ledger since its events table
+	// got its token column; events written before, or by a build without it, read 0).
 	Token uint64 `json:"token,omitempty"`
 }
 
