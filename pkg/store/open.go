@@ -354,6 +354,9 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 			}
 		}
 	}
+	if ps, _ := st.(*postgres.Store); ps != nil && o.Log != nil && len(ps.CreatedBeside()) > 0 {
+		fmt.Fprintf(o.Log, "effectfence: warning: %s\n", safetext.Escape(createdBeside(loc, ps.Schema(), ps.CreatedBeside())))
+	}
 	if err := checkFormerSpools(ctx, st, spool); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("ledger %s: %w", loc, err)
@@ -679,4 +682,27 @@ func withoutDigits(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// createdBeside is the warning of a PostgreSQL ledger that Open created, empty, in a database
+// that holds others (postgres.Store.CreatedBeside): a new tenant's or environment's ledger, or
+// one that should have been an existing ledger under its new name (a schema renamed, a URL
+// or a role's search_path changed), where every call that ledger recorded runs again. Up to
+// five of the others are named. Before 2026-12-07 nothing was said
+// (TestLedgerCreatedBesideOthersIsToldOf).
+func createdBeside(loc, schema string, beside []string) string {
+	const most = 5
+	names := make([]string, 0, most)
+	for _, b := range beside[:min(len(beside), most)] {
+		names = append(names, strconv.Quote(b))
+	}
+	list := strings.Join(names, ", ")
+	if len(beside) > most {
+		list += fmt.Sprintf(" and %d more", len(beside)-most)
+	}
+	return fmt.Sprintf("ledger %s: created a new, empty ledger in schema %q, while this database holds effectfence ledgers in schemas %s. "+
+		"If this fence's calls were recorded in one of those (its schema renamed, or the URL's or the role's search_path changed since), "+
+		"every call recorded there will run again here: stop this process, name that schema in the URL (search_path=…), and drop schema %q if nothing else is in it. "+
+		"A new ledger beside the others (a tenant's, an environment's) needs nothing",
+		loc, schema, list, schema)
 }

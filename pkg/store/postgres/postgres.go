@@ -148,6 +148,8 @@ type Store struct {
 	pin    searchPin
 	pinned string
 	qual   *strings.Replacer
+	// beside names the other ledgers' schemas when Open created this ledger (CreatedBeside).
+	beside []string
 	// doubts are commits whose answers were lost, with the counters they carried (doubt.go).
 	doubts doubts
 	// warns are the connections the server sent a WARNING on (standby.go).
@@ -361,7 +363,7 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 			"A pooler in transaction mode drops the setting a client sends (PgBouncer with default_transaction_isolation in ignore_startup_parameters): "+
 			"set it for the role instead (ALTER ROLE … SET default_transaction_isolation = 'read committed'), or connect directly or through a pooler in session mode", iso)
 	}
-	if err := migrate(ctx, conn.Conn(), schema, create, existing); err != nil {
+	if s.beside, err = migrate(ctx, conn.Conn(), schema, create, existing); err != nil {
 		return err
 	}
 	if _, err := conn.Exec(ctx, foldCounters); err != nil {
@@ -598,6 +600,16 @@ func firstPathElement(sp string) string {
 
 // Schema returns the schema that holds the ledger (its name as PostgreSQL resolved it).
 func (s *Store) Schema() string { return s.schema }
+
+// CreatedBeside names the schemas of the database that held an effectfence ledger when Open
+// created this one, empty (its schema was missing or held no ledger); nil when Open found the
+// ledger there, or created the first of the database. Open creates the ledger it is named,
+// which is how a fleet's first process makes it, and how a new tenant's or environment's
+// ledger is made beside others; it is also what a restart does after the ledger's schema was
+// renamed, or the URL or the role's search_path changed: an empty ledger, where every call
+// the other recorded runs again. Which of these it was, the store cannot tell; the opener
+// (pkg/store) says so on its log, naming these schemas.
+func (s *Store) CreatedBeside() []string { return s.beside }
 
 // SpoolKey names the ledger by where it is: the server's system identifier, the database's
 // and the schema's oids; "" when the server does not say. Every URL that reaches the ledger

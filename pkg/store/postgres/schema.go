@@ -164,26 +164,27 @@ func writable(ctx context.Context, conn *pgx.Conn) error {
 // migrate creates or upgrades the schema. It holds a transaction-scoped advisory lock keyed by
 // the schema name, so processes starting at once take turns and each finds the work done.
 // With existing, a schema without the ledger's version table is refused (ErrNoLedger) before
-// anything is created.
-func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existing bool) error {
+// anything is created. beside names the other schemas of the database that held a ledger when
+// migrate created this one (its version row); nil when the ledger was there.
+func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existing bool) (beside []string, err error) {
 	if err := writable(ctx, conn); err != nil {
-		return err
+		return nil, err
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema, "migrate", "")); err != nil {
-		return err
+		return nil, err
 	}
 	if existing {
 		var found bool
 		if err := tx.QueryRow(ctx, "SELECT to_regclass(format('%I.effectfence_version', $1::text)) IS NOT NULL", schema).Scan(&found); err != nil {
-			return err
+			return nil, err
 		}
 		if !found {
-			return fmt.Errorf("%w in schema %q: nothing has used it yet (check the search_path of the URL)", ErrNoLedger, schema)
+			return nil, fmt.Errorf("%w in schema %q: nothing has used it yet (check the search_path of the URL)", ErrNoLedger, schema)
 		}
 	}
 	if create {
@@ -193,11 +194,11 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 		// database" (TestOpenInAnExistingSchemaNeedsNoDatabaseCreate).
 		var found bool
 		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&found); err != nil {
-			return err
+			return nil, err
 		}
 		if !found {
 			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
-				return fmt.Errorf("creating schema %q: %w", schema, err)
+				return nil, fmt.Errorf("creating schema %q: %w", schema, err)
 			}
 		}
 	}
@@ -205,50 +206,65 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 	// reach the ledger's schema first, or they would be another schema's (public's, for a
 	// pooler that dropped the search_path the store sent). Checked before anything is created.
 	if err := reachesSchema(ctx, tx, schema); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS effectfence_version (version integer NOT NULL)"); err != nil {
-		return err
+		return nil, err
 	}
 	var have int
 	err = tx.QueryRow(ctx, "SELECT version FROM effectfence_version").Scan(&have)
 	switch {
 	case err == pgx.ErrNoRows:
 		if _, err := tx.Exec(ctx, "INSERT INTO effectfence_version (version) VALUES (0)"); err != nil {
-			return err
+			return nil, err
+		}
+		if beside, err = ledgersBeside(ctx, tx, schema); err != nil {
+			return nil, err
 		}
 	case err != nil:
-		return err
+		return nil, err
 	}
 	if have > schemaVersion {
-		return fmt.Errorf("the ledger schema is version %d, newer than this build understands (%d): upgrade effectfence", have, schemaVersion)
+		return nil, fmt.Errorf("the ledger schema is version %d, newer than this build understands (%d): upgrade effectfence", have, schemaVersion)
 	}
 	if have < 0 {
 		// Only 0 (before the first migration, in this transaction) and the versions the
 		// migrations reach are ever written: the row was edited or damaged. It indexed the
 		// migrations (a panic).
-		return fmt.Errorf("effectfence_version records schema version %d, which no effectfence ledger has (edited or damaged); nothing was changed", have)
+		return nil, fmt.Errorf("effectfence_version records schema version %d, which no effectfence ledger has (edited or damaged); nothing was changed", have)
 	}
 	for v := have; v < schemaVersion; v++ {
 		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("migrating the ledger schema to version %d: %w", v+1, err)
+			return nil, fmt.Errorf("migrating the ledger schema to version %d: %w", v+1, err)
 		}
 	}
 	if have < schemaVersion {
 		if _, err := tx.Exec(ctx, "UPDATE effectfence_version SET version = $1", schemaVersion); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var current bool
 	if err := tx.QueryRow(ctx, indexesCurrent, schema).Scan(&current); err != nil {
-		return err
+		return nil, err
 	}
 	if !current {
 		if err := setRecordIndexes(ctx, tx, schema); err != nil {
-			return fmt.Errorf("setting the ledger's record indexes: %w", err)
+			return nil, fmt.Errorf("setting the ledger's record indexes: %w", err)
 		}
 	}
-	return tx.Commit(ctx)
+	return beside, tx.Commit(ctx)
+}
+
+// ledgersBeside names the schemas of the database other than schema that hold a ledger (an
+// effectfence_version table), from the catalog, which every role may read: a schema the role
+// may not use is named too.
+func ledgersBeside(ctx context.Context, tx pgx.Tx, schema string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relname = 'effectfence_version' AND c.relkind IN ('r', 'p') AND n.nspname <> $1 ORDER BY 1`, schema)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // reachesSchema returns an error unless the session's current schema (the first schema of its
