@@ -268,3 +268,31 @@ func TestANewConnectionIsPinnedInItsSetUp(t *testing.T) {
 		t.Errorf("the new connection's path is %s, want %s", got, want)
 	}
 }
+
+// BenchmarkNewConnection: a pooled connection opened, set up and pinned (its path, the URL's,
+// naming more than the ledger's schema), and its first statement run: what a call that finds
+// no idle connection (a pool growing under load, or refilled after a cut) waits for before its
+// own statements. TestANewConnectionIsPinnedInItsSetUp counts its round trips.
+func BenchmarkNewConnection(b *testing.B) {
+	ctx := context.Background()
+	schema := testSchema(b)
+	u, err := url.Parse(testURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema+", public")
+	u.RawQuery = q.Encode()
+	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 1, Brief: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.pool.Reset()
+		if _, err := s.pool.Exec(ctx, "SELECT 1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
