@@ -1078,7 +1078,7 @@ func mayPass(err error) bool {
 var errInvalidAnswer = errors.New("the server answered with an event that is not a valid JSON-RPC response")
 
 // pump reads events until the response to id (nil id: forever). Each event id is stored in
-// *lastID; seen, if not nil, is called at each event.
+// *lastID; seen, if not nil, is called at each event, once its id is stored.
 func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string, resumed bool, seen func()) (*jsonrpc.Message, error) {
 	r := newSSEReader(meter, maxMessage)
 	for {
@@ -1087,9 +1087,6 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 		ev, err := r.next()
 		if err != nil {
 			return nil, err
-		}
-		if seen != nil {
-			seen()
 		}
 		if ev.hasID {
 			// An id HTTP cannot carry back as Last-Event-ID (a control character, or longer
@@ -1100,6 +1097,9 @@ func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, la
 			if headerSafe(ev.id) {
 				*lastID = ev.id
 			}
+		}
+		if seen != nil {
+			seen()
 		}
 		if len(bytes.TrimSpace(ev.data)) == 0 {
 			continue // a priming event
@@ -1398,9 +1398,28 @@ func (s *Session) get(ctx context.Context, lastID string) (*http.Response, error
 	return resp, nil
 }
 
-// listen keeps the GET stream for the server's own messages open while the session lives.
+// listen keeps a GET stream for the server's own messages open while the session lives.
+//
+// A stream that ended is resumed (Last-Event-ID) when it gave event ids. A server may accept a
+// resumption and never feed it: server-everything's event store makes the TypeScript SDK file
+// the resumed stream under an event's id, not the session's stream's, so it replays what it
+// stored and then writes nothing more there, holding what it sends the session for a stream it
+// no longer has (docs/gateway-backend.md). So once a resumption is accepted, a fresh stream
+// (no Last-Event-ID) is asked for beside it: a server that fed the resumption holds it as the
+// session's stream and refuses the fresh one (409), and the resumption goes on alone; one that
+// did not gives the fresh stream, which is then the session's, while the resumption is read
+// until it ends, or until the next one replaces it. Before 2026-12-07 every message the server
+// sent the session after such a cut was lost (TestEverythingGETStreamAfterAResumptionNeverFed).
+// A message both carry is delivered once: the resumption's are replayed (replayedNote,
+// askedBefore).
 func (s *Session) listen() {
 	defer s.wg.Done()
+	var side *getStream // a resumption the fresh stream took over from, still read
+	defer func() {
+		if side != nil {
+			side.stop()
+		}
+	}()
 	lastID := ""
 	for s.bg.Err() == nil {
 		resumed := lastID != ""
@@ -1436,20 +1455,35 @@ func (s *Session) listen() {
 		}
 		if err == nil {
 			s.streamed.Store(true)
-			meter := newMeter(s.bg, resp.Body, 0)
 			// Not watched for quiet spells as a call's resumed stream is (resumedQuiet): a
 			// session's stream is quiet for long as a rule, and closing it ourselves behind a
 			// proxy that does not pass the close on kept a healthy server answering 409 to
 			// every GET after it, losing what it sent (found in review, 2026-12-07: 1 of 12
-			// log messages delivered, against 12 unwatched). Against a server that accepts a
-			// resumption and never feeds it, what it sends the session after a cut is lost
-			// (docs/gateway-backend.md).
-			_, err = s.pump(s.bg, meter, nil, &lastID, resumed, nil)
-			meter.next()
-			resp.Body.Close()
-			if errors.Is(err, ErrTooLarge) {
+			// log messages delivered, against 12 unwatched).
+			cur := s.readGET(resp, lastID)
+			if resumed {
+				if side != nil {
+					side.stop() // this resumption replays what it would have
+					side = nil
+				}
+				if f := s.fresh(cur); f != nil {
+					side, cur = cur, s.readGET(f, "")
+				}
+			}
+			select {
+			case <-cur.done:
+			case <-s.bg.Done():
+				cur.stop()
+				return
+			}
+			next, _ := cur.result()
+			if next == "" && side != nil {
+				next, _ = side.result()
+			}
+			lastID = next
+			if errors.Is(cur.err, ErrTooLarge) {
 				// Reopening would replay the same event: give the stream up.
-				s.logf("GET event stream of MCP server %s: %v; not reading it any more", s.logURL, err)
+				s.logf("GET event stream of MCP server %s: %v; not reading it any more", s.logURL, cur.err)
 				return
 			}
 		}
@@ -1460,6 +1494,79 @@ func (s *Session) listen() {
 		}
 	}
 }
+
+// freshTries bounds the GETs of a fresh stream asked for beside a resumption.
+const freshTries = 5
+
+// fresh asks for a new GET stream (no Last-Event-ID) beside the resumption res, which the
+// server accepted: nil when the server refuses it (a server that holds res as the session's
+// stream answers 409), when res ended meanwhile (the next round resumes again), or when the
+// session ended. A refusal that may pass is asked again, twice as long apart each time (from
+// getRetry), up to freshTries GETs: a server that never fed res may still hold the stream cut
+// before it, until it sees that one end.
+func (s *Session) fresh(res *getStream) *http.Response {
+	wait := getRetry
+	for try := 1; ; try++ {
+		resp, err := s.get(s.bg, "")
+		if err == nil {
+			return resp
+		}
+		if try == freshTries || !mayPass(err) {
+			return nil
+		}
+		select {
+		case <-s.bg.Done():
+			return nil
+		case <-res.done:
+			return nil
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// getStream is one GET event stream of the session, read on its own goroutine (of s.wg)
+// until it ends.
+type getStream struct {
+	body io.Closer
+	done chan struct{} // closed once it ended; err then says how
+	err  error
+
+	mu      sync.Mutex
+	lastID  string // the id to resume after
+	brought bool   // an event came
+}
+
+// readGET reads the GET stream resp, resumed after lastID ("" for a fresh one), into the
+// delivery queue.
+func (s *Session) readGET(resp *http.Response, lastID string) *getStream {
+	g := &getStream{body: resp.Body, done: make(chan struct{}), lastID: lastID}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(g.done)
+		defer resp.Body.Close()
+		meter := newMeter(s.bg, resp.Body, 0)
+		defer meter.next()
+		id := lastID
+		_, g.err = s.pump(s.bg, meter, nil, &id, lastID != "", func() {
+			g.mu.Lock()
+			g.lastID, g.brought = id, true
+			g.mu.Unlock()
+		})
+	}()
+	return g
+}
+
+// result is the id to resume the stream after, and whether it brought an event.
+func (g *getStream) result() (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lastID, g.brought
+}
+
+// stop closes the stream; its reader ends.
+func (g *getStream) stop() { _ = g.body.Close() }
 
 // Close ends the session with DELETE (at most 2 s). Calls in flight fail ("may have run").
 func (s *Session) Close() error { return s.stop(closeGrace, true) }

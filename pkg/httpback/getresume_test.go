@@ -1,0 +1,191 @@
+package httpback
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// getCutter is a proxy in front of a real server that cuts the session's first GET stream
+// (on both sides: the server sees it end) at its second event of cutAt, which it does not
+// pass on, and counts the event ids of method it passed on GET streams.
+type getCutter struct {
+	t      *testing.T
+	rp     *httputil.ReverseProxy
+	cutAt  string
+	method string
+
+	gets      atomic.Int32
+	resumes   atomic.Int32
+	mu        sync.Mutex
+	ids       map[string]int // event ids of method passed on GET streams, and how often
+	onResumed atomic.Int32   // events of method passed on resumptions
+}
+
+func newGetCutter(t *testing.T, target string, cutAt, method string) (*getCutter, *httptest.Server) {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = ""
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	rp.ErrorLog = log.New(io.Discard, "", 0) // the cut is on purpose
+	c := &getCutter{t: t, rp: rp, cutAt: cutAt, method: method, ids: map[string]int{}}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	return c, srv
+}
+
+func (c *getCutter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		c.rp.ServeHTTP(w, r)
+		return
+	}
+	resumed := r.Header.Get(headerLastEventID) != ""
+	if resumed {
+		c.resumes.Add(1)
+	}
+	first := c.gets.Add(1) == 1
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	seen := 0
+	ew := &eventWatch{ResponseWriter: w, seen: func(id string, data []byte) bool {
+		if first && bytes.Contains(data, []byte(`"`+c.cutAt+`"`)) {
+			if seen++; seen == 2 {
+				cancel()
+				return true
+			}
+		}
+		if bytes.Contains(data, []byte(`"`+c.method+`"`)) && id != "" {
+			c.mu.Lock()
+			c.ids[id]++
+			c.mu.Unlock()
+			if resumed {
+				c.onResumed.Add(1)
+			}
+		}
+		return false
+	}}
+	c.rp.ServeHTTP(ew, r.WithContext(ctx))
+	if ew.cut {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// passed is how many distinct events of method the proxy passed on GET streams, and how many
+// of them it passed more than once.
+func (c *getCutter) passed() (distinct, again int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.ids {
+		if n > 1 {
+			again++
+		}
+	}
+	return len(c.ids), again
+}
+
+// eventWatch passes an event stream on whole events at a time, after asking seen of each (its
+// id and data): once seen returns true, that event and all after it are not passed.
+type eventWatch struct {
+	http.ResponseWriter
+	seen func(id string, data []byte) bool
+	buf  []byte
+	cut  bool
+}
+
+func (e *eventWatch) Write(p []byte) (int, error) {
+	if e.cut {
+		return 0, http.ErrAbortHandler
+	}
+	e.buf = append(e.buf, p...)
+	for {
+		end := bytes.Index(e.buf, []byte("\n\n"))
+		if end < 0 {
+			return len(p), nil
+		}
+		ev := e.buf[:end+2]
+		var id string
+		var data []byte
+		for _, ln := range strings.Split(string(ev), "\n") {
+			if v, ok := strings.CutPrefix(ln, "id: "); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(ln, "data: "); ok {
+				data = append(data, v...)
+			}
+		}
+		if e.seen(id, data) {
+			e.cut = true
+			return len(p), nil
+		}
+		if _, err := e.ResponseWriter.Write(ev); err != nil {
+			return 0, err
+		}
+		e.Flush()
+		e.buf = e.buf[end+2:]
+	}
+}
+
+func (e *eventWatch) Flush() { e.ResponseWriter.(http.Flusher).Flush() }
+
+// TestEverythingGETStreamAfterAResumptionNeverFed: the real server-everything (Streamable
+// HTTP), its session's GET stream cut by a proxy at the second simulated log message, which
+// does not get through. Its event store makes the SDK file the resumed stream under an event's
+// id, not the session's stream's (docs/gateway-backend.md): the resumption is accepted,
+// replays what was stored (the message the cut kept back), and is never fed, while the server
+// keeps what it sends the session for a stream it no longer has. The session opens a fresh
+// GET stream beside the resumption, and the log messages after the cut reach it; each
+// message the proxy passed is delivered once. Before, every message the server sent the
+// session after the cut was lost (0 in 20 s when first seen; 1 message in 2 minutes here): a
+// notifications/tools/list_changed so lost leaves wrap fencing by a stale tool list.
+func TestEverythingGETStreamAfterAResumptionNeverFed(t *testing.T) {
+	e := startEverything(t, 0)
+	c, proxy := newGetCutter(t, e.url(), "notifications/message", "notifications/message")
+	var logs atomic.Int32
+	u := upstream(t, proxy.URL+"/mcp", Config{Init: everythingInit, Log: &testLog{t}, OnNotification: func(method string, _ json.RawMessage) {
+		if method == "notifications/message" {
+			logs.Add(1)
+		}
+	}})
+	s := session(t, u)
+	toggle := func() {
+		if _, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"toggle-simulated-logging","arguments":{}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toggle()
+	// One at once and then one every 5 s: the second is replayed, two more come after it.
+	for deadline := time.Now().Add(2 * time.Minute); logs.Load() < 4; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d log messages of the server's in 2 minutes (one every 5 s), GETs %d of which resumptions %d: want the messages after the cut delivered", logs.Load(), c.gets.Load(), c.resumes.Load())
+		}
+	}
+	toggle()
+	if c.onResumed.Load() == 0 {
+		t.Fatalf("%d resumptions of the cut GET stream, and none replayed the message the cut kept back: the test did not meet the server it means to", c.resumes.Load())
+	}
+	// What the proxy passed is delivered once: wait for the last in flight.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		distinct, again := c.passed()
+		if int(logs.Load()) == distinct {
+			t.Logf("%d log messages delivered, %d passed again on a resumption; GETs %d, resumptions %d", distinct, again, c.gets.Load(), c.resumes.Load())
+			break
+		}
+		if int(logs.Load()) > distinct || time.Now().After(deadline) {
+			t.Fatalf("%d log messages delivered, %d distinct passed by the proxy: want each delivered once", logs.Load(), distinct)
+		}
+	}
+}
