@@ -106,6 +106,8 @@ type StatusError struct {
 	Method string
 	Status int
 	RPC    *jsonrpc.Error
+	// retryAfter is the answer's Retry-After (a GET's only; 0: none).
+	retryAfter time.Duration
 }
 
 func (e *StatusError) Error() string {
@@ -960,7 +962,7 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 			select {
 			case <-ctx.Done():
 			case <-s.bg.Done():
-			case <-time.After(s.quiet):
+			case <-time.After(retryDelay(gerr, s.quiet)):
 			}
 			resp, gerr = s.resume(ctx, lastID)
 		}
@@ -1034,9 +1036,11 @@ const resumeTries = 5
 
 // resume opens the GET that resumes a call's stream after lastID. A refusal that may pass (the
 // server has not yet noticed the cut and still holds the old stream: 409; 429; a 5xx; no
-// answer at all) is asked again, a getRetry apart, up to resumeTries GETs: a GET re-sends
-// nothing. Before 2026-12-06 the first refusal ended the call, and a call that ran, whose
-// result the server still had, was left unknown (TestRefusedResumptionIsAskedAgain).
+// answer at all) is asked again, a getRetry apart (or the server's Retry-After, up to
+// maxRetryAfter), up to resumeTries GETs: a GET re-sends nothing. Before 2026-12-06 the first
+// refusal ended the call, and a call that ran, whose result the server still had, was left
+// unknown (TestRefusedResumptionIsAskedAgain); before 2026-12-07 Retry-After was ignored
+// (TestResumptionHonoursRetryAfter).
 func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, error) {
 	for try := 1; ; try++ {
 		resp, err := s.get(ctx, lastID)
@@ -1050,7 +1054,7 @@ func (s *Session) resume(ctx context.Context, lastID string) (*http.Response, er
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(getRetry):
+		case <-time.After(retryDelay(err, getRetry)):
 		}
 	}
 }
@@ -1393,7 +1397,7 @@ func (s *Session) get(ctx context.Context, lastID string) (*http.Response, error
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK || mt != "text/event-stream" {
 		resp.Body.Close()
-		return nil, &StatusError{Method: "GET", Status: resp.StatusCode}
+		return nil, &StatusError{Method: "GET", Status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	}
 	return resp, nil
 }
@@ -1412,6 +1416,12 @@ func (s *Session) get(ctx context.Context, lastID string) (*http.Response, error
 // sent the session after such a cut was lost (TestEverythingGETStreamAfterAResumptionNeverFed).
 // A message both carry is delivered once: the resumption's are replayed (replayedNote,
 // askedBefore).
+//
+// The stream is asked for again a getRetry after it ended or was refused, twice as long after
+// each round that brought no event, up to getBackoffMax (a server's Retry-After counts, up to
+// maxRetryAfter). Before, it was asked again every second for the session's life, whatever
+// the server answered. It is never given up while the server may pass (a session's stream, not
+// a call's: a stream cut twice at the same event ends a call, never the session's stream).
 func (s *Session) listen() {
 	defer s.wg.Done()
 	var side *getStream // a resumption the fresh stream took over from, still read
@@ -1421,6 +1431,7 @@ func (s *Session) listen() {
 		}
 	}()
 	lastID := ""
+	wait := getRetry
 	for s.bg.Err() == nil {
 		resumed := lastID != ""
 		resp, err := s.get(s.bg, lastID)
@@ -1476,7 +1487,7 @@ func (s *Session) listen() {
 				cur.stop()
 				return
 			}
-			next, _ := cur.result()
+			next, brought := cur.result()
 			if next == "" && side != nil {
 				next, _ = side.result()
 			}
@@ -1486,24 +1497,32 @@ func (s *Session) listen() {
 				s.logf("GET event stream of MCP server %s: %v; not reading it any more", s.logURL, cur.err)
 				return
 			}
+			if brought || time.Since(cur.began) >= getBackoffMax {
+				wait = getRetry
+			}
 		}
 		select {
 		case <-s.bg.Done():
 			return
-		case <-time.After(getRetry):
+		case <-time.After(retryDelay(err, wait)):
 		}
+		wait = min(2*wait, getBackoffMax)
 	}
 }
 
-// freshTries bounds the GETs of a fresh stream asked for beside a resumption.
-const freshTries = 5
+// getBackoffMax bounds the wait before the session's GET stream is asked for again, and
+// freshTries the GETs of a fresh stream asked for beside a resumption.
+const (
+	getBackoffMax = 30 * time.Second
+	freshTries    = 5
+)
 
 // fresh asks for a new GET stream (no Last-Event-ID) beside the resumption res, which the
 // server accepted: nil when the server refuses it (a server that holds res as the session's
 // stream answers 409), when res ended meanwhile (the next round resumes again), or when the
 // session ended. A refusal that may pass is asked again, twice as long apart each time (from
-// getRetry), up to freshTries GETs: a server that never fed res may still hold the stream cut
-// before it, until it sees that one end.
+// getRetry, or the server's Retry-After), up to freshTries GETs: a server that never fed res
+// may still hold the stream cut before it, until it sees that one end.
 func (s *Session) fresh(res *getStream) *http.Response {
 	wait := getRetry
 	for try := 1; ; try++ {
@@ -1519,7 +1538,7 @@ func (s *Session) fresh(res *getStream) *http.Response {
 			return nil
 		case <-res.done:
 			return nil
-		case <-time.After(wait):
+		case <-time.After(retryDelay(err, wait)):
 		}
 		wait *= 2
 	}
@@ -1528,9 +1547,10 @@ func (s *Session) fresh(res *getStream) *http.Response {
 // getStream is one GET event stream of the session, read on its own goroutine (of s.wg)
 // until it ends.
 type getStream struct {
-	body io.Closer
-	done chan struct{} // closed once it ended; err then says how
-	err  error
+	body  io.Closer
+	began time.Time
+	done  chan struct{} // closed once it ended; err then says how
+	err   error
 
 	mu      sync.Mutex
 	lastID  string // the id to resume after
@@ -1540,7 +1560,7 @@ type getStream struct {
 // readGET reads the GET stream resp, resumed after lastID ("" for a fresh one), into the
 // delivery queue.
 func (s *Session) readGET(resp *http.Response, lastID string) *getStream {
-	g := &getStream{body: resp.Body, done: make(chan struct{}), lastID: lastID}
+	g := &getStream{body: resp.Body, began: time.Now(), done: make(chan struct{}), lastID: lastID}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -1567,6 +1587,34 @@ func (g *getStream) result() (string, bool) {
 
 // stop closes the stream; its reader ends.
 func (g *getStream) stop() { _ = g.body.Close() }
+
+// maxRetryAfter bounds how long a server's Retry-After makes a GET wait.
+const maxRetryAfter = 30 * time.Second
+
+// retryDelay is how long to wait before asking again after err: d, or the Retry-After of the
+// server's answer when that is longer, up to maxRetryAfter. Before 2026-12-07 Retry-After was
+// ignored and a server that asked for a minute was asked again every second.
+func retryDelay(err error, d time.Duration) time.Duration {
+	var se *StatusError
+	if errors.As(err, &se) && se.retryAfter > d {
+		return min(se.retryAfter, maxRetryAfter)
+	}
+	return d
+}
+
+// parseRetryAfter reads a Retry-After header: seconds, or an HTTP date (0: none, or past).
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
 
 // Close ends the session with DELETE (at most 2 s). Calls in flight fail ("may have run").
 func (s *Session) Close() error { return s.stop(closeGrace, true) }
