@@ -18,22 +18,24 @@ import (
 )
 
 // getCutter is a proxy in front of a real server that cuts the session's first GET stream
-// (on both sides: the server sees it end) at its second event of cutAt, which it does not
-// pass on, and counts the event ids of method it passed on GET streams.
+// (on both sides: the server sees it end) at its cutN-th event whose data holds cutAt, which
+// it does not pass on, and counts the event ids of method it passed on GET streams.
 type getCutter struct {
 	t      *testing.T
 	rp     *httputil.ReverseProxy
 	cutAt  string
+	cutN   int
 	method string
 
 	gets      atomic.Int32
 	resumes   atomic.Int32
+	fresh     atomic.Int32 // GET streams opened without Last-Event-ID after the first
 	mu        sync.Mutex
 	ids       map[string]int // event ids of method passed on GET streams, and how often
 	onResumed atomic.Int32   // events of method passed on resumptions
 }
 
-func newGetCutter(t *testing.T, target string, cutAt, method string) (*getCutter, *httptest.Server) {
+func newGetCutter(t *testing.T, target, cutAt string, cutN int, method string) (*getCutter, *httptest.Server) {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +44,7 @@ func newGetCutter(t *testing.T, target string, cutAt, method string) (*getCutter
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
 	rp.ErrorLog = log.New(io.Discard, "", 0) // the cut is on purpose
-	c := &getCutter{t: t, rp: rp, cutAt: cutAt, method: method, ids: map[string]int{}}
+	c := &getCutter{t: t, rp: rp, cutAt: cutAt, cutN: cutN, method: method, ids: map[string]int{}}
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
 	return c, srv
@@ -61,9 +63,13 @@ func (c *getCutter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	seen := 0
-	ew := &eventWatch{ResponseWriter: w, seen: func(id string, data []byte) bool {
-		if first && bytes.Contains(data, []byte(`"`+c.cutAt+`"`)) {
-			if seen++; seen == 2 {
+	ew := &eventWatch{ResponseWriter: w, opened: func() {
+		if !first && !resumed {
+			c.fresh.Add(1)
+		}
+	}, seen: func(id string, data []byte) bool {
+		if first && bytes.Contains(data, []byte(c.cutAt)) {
+			if seen++; seen == c.cutN {
 				cancel()
 				return true
 			}
@@ -101,9 +107,10 @@ func (c *getCutter) passed() (distinct, again int) {
 // id and data): once seen returns true, that event and all after it are not passed.
 type eventWatch struct {
 	http.ResponseWriter
-	seen func(id string, data []byte) bool
-	buf  []byte
-	cut  bool
+	opened func() // the stream was opened (HTTP 200)
+	seen   func(id string, data []byte) bool
+	buf    []byte
+	cut    bool
 }
 
 func (e *eventWatch) Write(p []byte) (int, error) {
@@ -141,6 +148,13 @@ func (e *eventWatch) Write(p []byte) (int, error) {
 
 func (e *eventWatch) Flush() { e.ResponseWriter.(http.Flusher).Flush() }
 
+func (e *eventWatch) WriteHeader(code int) {
+	if code == http.StatusOK {
+		e.opened()
+	}
+	e.ResponseWriter.WriteHeader(code)
+}
+
 // TestEverythingGETStreamAfterAResumptionNeverFed: the real server-everything (Streamable
 // HTTP), its session's GET stream cut by a proxy at the second simulated log message, which
 // does not get through. Its event store makes the SDK file the resumed stream under an event's
@@ -153,7 +167,7 @@ func (e *eventWatch) Flush() { e.ResponseWriter.(http.Flusher).Flush() }
 // notifications/tools/list_changed so lost leaves wrap fencing by a stale tool list.
 func TestEverythingGETStreamAfterAResumptionNeverFed(t *testing.T) {
 	e := startEverything(t, 0)
-	c, proxy := newGetCutter(t, e.url(), "notifications/message", "notifications/message")
+	c, proxy := newGetCutter(t, e.url(), `"notifications/message"`, 2, "notifications/message")
 	var logs atomic.Int32
 	u := upstream(t, proxy.URL+"/mcp", Config{Init: everythingInit, Log: &testLog{t}, OnNotification: func(method string, _ json.RawMessage) {
 		if method == "notifications/message" {
@@ -187,5 +201,56 @@ func TestEverythingGETStreamAfterAResumptionNeverFed(t *testing.T) {
 		if int(logs.Load()) > distinct || time.Now().After(deadline) {
 			t.Fatalf("%d log messages delivered, %d distinct passed by the proxy: want each delivered once", logs.Load(), distinct)
 		}
+	}
+}
+
+// TestEverythingServerRequestAfterAResumptionNeverFed: as above, with a request of the
+// server's. server-everything asks a client that has roots for them (roots/list, on the
+// session's GET stream) after initialize and after each notifications/roots/list_changed, and
+// logs "Roots updated" once answered. The proxy cuts the first GET stream at that log message;
+// the resumption replays it, and the request the server sends after the next list_changed
+// comes on the fresh stream: OnRequest answers it, once, and the server's log of the answer
+// arrives. Before, the request went to no stream and the server waited for an answer that
+// could not come.
+func TestEverythingServerRequestAfterAResumptionNeverFed(t *testing.T) {
+	e := startEverything(t, 0)
+	c, proxy := newGetCutter(t, e.url(), "Roots updated", 1, "roots/list")
+	var asked, updated atomic.Int32
+	u := upstream(t, proxy.URL+"/mcp", Config{
+		Init: json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{"listChanged":true}},"clientInfo":{"name":"httpback-test","version":"1"}}`),
+		Log:  &testLog{t},
+		OnNotification: func(method string, p json.RawMessage) {
+			if method == "notifications/message" && strings.Contains(string(p), "Roots updated") {
+				updated.Add(1)
+			}
+		},
+		OnRequest: func(_ context.Context, method string, _ json.RawMessage) (json.RawMessage, error) {
+			if method == "roots/list" {
+				asked.Add(1)
+			}
+			return json.RawMessage(`{"roots":[{"uri":"file:///tmp","name":"tmp"}]}`), nil
+		},
+	})
+	s := session(t, u)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a minute without %s (roots/list answered %d, Roots updated %d, GETs %d, resumptions %d, fresh streams %d)", what, asked.Load(), updated.Load(), c.gets.Load(), c.resumes.Load(), c.fresh.Load())
+			}
+		}
+	}
+	waitFor("the log message the cut kept back, replayed", func() bool { return asked.Load() == 1 && updated.Load() == 1 })
+	waitFor("a fresh GET stream beside the resumption", func() bool { return c.fresh.Load() > 0 })
+	if err := s.Notify("notifications/roots/list_changed", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the server's second roots/list answered and its log of the answer", func() bool { return asked.Load() == 2 && updated.Load() == 2 })
+	if c.resumes.Load() == 0 {
+		t.Fatal("the cut GET stream was not resumed: the test did not meet the server it means to")
+	}
+	// Each request answered once, also one a resumption passed again.
+	if distinct, _ := c.passed(); distinct != 2 || asked.Load() != 2 {
+		t.Fatalf("the proxy passed %d roots/list requests, OnRequest answered %d; want 2 and 2", distinct, asked.Load())
 	}
 }
