@@ -1,15 +1,20 @@
 package httpback
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,5 +257,98 @@ func TestEverythingServerRequestAfterAResumptionNeverFed(t *testing.T) {
 	// Each request answered once, also one a resumption passed again.
 	if distinct, _ := c.passed(); distinct != 2 || asked.Load() != 2 {
 		t.Fatalf("the proxy passed %d roots/list requests, OnRequest answered %d; want 2 and 2", distinct, asked.Load())
+	}
+}
+
+// startFed runs testdata/fed_server.mjs (the TypeScript SDK with an event store that feeds a
+// resumed stream) and returns its URL.
+func startFed(t *testing.T) string {
+	t.Helper()
+	peers, _ := filepath.Abs("../../.peers")
+	if _, err := os.Stat(filepath.Join(peers, "node_modules/@modelcontextprotocol/sdk/package.json")); err != nil {
+		t.Skip("skipping: the TypeScript SDK is not installed; run scripts/install-peers")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("skipping: node is not installed")
+	}
+	cmd := exec.Command(node, "testdata/fed_server.mjs")
+	cmd.Env = append(os.Environ(), "PEERS="+peers)
+	cmd.Stderr = &testLog{t}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() {
+		t.Fatal("fed_server.mjs exited before it listened")
+	}
+	go io.Copy(io.Discard, out)
+	return "http://127.0.0.1:" + strings.TrimSpace(sc.Text()) + "/mcp"
+}
+
+// TestFedResumptionOfTheGETStreamGoesOnAlone: the real TypeScript SDK with an event store
+// that feeds a resumption (fed_server.mjs), its session's GET stream cut by a proxy at the
+// second log message, which does not get through. The resumption replays it and is fed from
+// then on, and the server refuses the fresh stream asked for beside it (409): no fresh stream
+// is opened, and every message the server sent is delivered once, in order, none lost, the
+// ones sent while no stream was open included.
+func TestFedResumptionOfTheGETStreamGoesOnAlone(t *testing.T) {
+	c, proxy := newGetCutter(t, startFed(t), `"tick 2"`, 1, "notifications/message")
+	var mu sync.Mutex
+	var ticks []string
+	u := upstream(t, proxy.URL+"/mcp", Config{Log: &testLog{t}, OnNotification: func(method string, p json.RawMessage) {
+		var m struct{ Data string }
+		if method == "notifications/message" && json.Unmarshal(p, &m) == nil {
+			mu.Lock()
+			ticks = append(ticks, m.Data)
+			mu.Unlock()
+		}
+	}})
+	s := session(t, u)
+	call := func(name string) string {
+		res, err := s.Call(context.Background(), "tools/call", json.RawMessage(`{"name":"`+name+`","arguments":{}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res)
+	}
+	call("start")
+	delivered := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ticks)
+	}
+	for deadline := time.Now().Add(time.Minute); delivered() < 12; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d log messages in a minute (one every 300 ms; GETs %d, resumptions %d)", delivered(), c.gets.Load(), c.resumes.Load())
+		}
+	}
+	res := call("stop")
+	var sent int
+	if i := strings.Index(res, "stopped after "); i >= 0 {
+		_, _ = fmt.Sscanf(res[i:], "stopped after %d", &sent)
+	}
+	if sent < 12 {
+		t.Fatalf("stop answered %s", res)
+	}
+	for deadline := time.Now().Add(time.Minute); delivered() < sent; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, tick := range ticks {
+		if want := fmt.Sprintf("tick %d", i+1); tick != want || len(ticks) != sent {
+			t.Fatalf("delivered %q; want tick 1 to tick %d, each once, in order", ticks, sent)
+		}
+	}
+	if c.resumes.Load() != 1 || c.onResumed.Load() == 0 || c.gets.Load() < 3 || c.fresh.Load() != 0 {
+		t.Fatalf("GETs %d, resumptions %d, messages passed on them %d, fresh streams opened %d: want a fresh stream asked for beside 1 resumption that passed some, and none opened (the server refuses a second stream)", c.gets.Load(), c.resumes.Load(), c.onResumed.Load(), c.fresh.Load())
 	}
 }
