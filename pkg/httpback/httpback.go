@@ -1419,8 +1419,8 @@ func (s *Session) get(ctx context.Context, lastID string) (*http.Response, error
 //
 // The stream is asked for again a getRetry after it ended or was refused, twice as long after
 // each round that brought no event, up to getBackoffMax (a server's Retry-After counts, up to
-// maxRetryAfter). Before, it was asked again every second for the session's life, whatever
-// the server answered. It is never given up while the server may pass (a session's stream, not
+// maxRetryAfter). Before 2026-12-07 it was asked again every second for the session's life,
+// whatever the server answered (TestGETStreamBacksOffWhileRefused). It is never given up while the server may pass (a session's stream, not
 // a call's: a stream cut twice at the same event ends a call, never the session's stream).
 func (s *Session) listen() {
 	defer s.wg.Done()
@@ -1474,7 +1474,7 @@ func (s *Session) listen() {
 			cur := s.readGET(resp, lastID)
 			if resumed {
 				if side != nil {
-					side.stop() // this resumption replays what it would have
+					side.stop() // an earlier resumption, never fed: this one replays from later on
 					side = nil
 				}
 				if f := s.fresh(cur); f != nil {
