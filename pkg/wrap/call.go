@@ -133,10 +133,18 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		params = c.withArguments(fwd)
 	}
 	id.exact = fwd
+	if c.task {
+		// What its wait learns is kept for the follower that may follow the attempt it
+		// waited for (followFlight), so that attempt's failure is shared with it, not run.
+		ctx = context.WithValue(ctx, waitedKey{}, new(fence.Waited))
+	}
 	a := p.fencedCall(ctx, c.name, id, params, c.task)
 	ev.Outcome, ev.Code = a.outcome, a.code
 	if a.withdrawn || a.code == "not_sent" && ctx.Err() != nil {
 		return nil // cancelled by the agent before it was sent: MCP says no response is sent
+	}
+	if a.follow {
+		return jsonrpc.Response(m.ID, p.followFlight(ctx, m.Params, c.name, id, params, a))
 	}
 	if c.task && a.err == nil && a.outcome != "executed" && a.code != codeInputRequired {
 		// Answered here without running: the agent asked for a task, it gets a terminal one.
@@ -164,6 +172,11 @@ type answer struct {
 	// withdrawn: the agent cancelled the call while it waited and nothing ran for it, so it
 	// gets no response (MCP).
 	withdrawn bool
+	// follow: a task-augmented call still in flight past its wait, whose agent gets a working
+	// task of wrap's own that follows the attempt (followFlight); decision is the ledger's
+	// answer, not counted yet (the follower counts its last answer alone).
+	follow   bool
+	decision fence.Decision
 }
 
 func (a answer) as(outcome, code string) answer {
@@ -433,6 +446,16 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			return a
 		}
 	}
+	if err != nil && task && errors.Is(err, fence.ErrInFlight) && !abandoned && ctx.Err() == nil {
+		// A task-augmented call whose attempt still runs past the wait: its agent asked for a
+		// task it can poll, so it gets one of wrap's own that follows the attempt
+		// (followFlight), asking the ledger again until the attempt ends. Before 2026-12-07
+		// it was a failed task saying the call was in flight, which an SDK client hands its
+		// agent as "Task … failed" while the first execution ran on
+		// (TestTaskAugmentedDuplicateFollowsTheFlight). Not counted here: the follower counts
+		// its last answer alone.
+		return answer{result: p.refusal(id.intent, err, s.Wait), outcome: "coalesced", code: codeFollowing, follow: true, decision: decision}
+	}
 	p.opt.Engine.Count(decision)
 	if err != nil {
 		if abandoned && errors.Is(err, fence.ErrInFlight) {
@@ -448,6 +471,16 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	if !holder {
 		info, _, _ := p.tools.get(tool)
 		return answer{result: replayOf(adm, info.outputSchema)}.as("replayed", "")
+	}
+	if ctx.Value(followingKey{}) != nil {
+		// The follower of a task-augmented duplicate (followFlight) runs nothing: the attempt
+		// it followed ended without an outcome to share (it was never sent, or was answered
+		// with a question), so the intent was free and this claim took it. Released at once;
+		// its agent is told nothing ran, and a retry runs the call, once.
+		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "not run: a task-augmented duplicate followed an attempt that ended without an outcome to share"})
+		p.flights.done(id.intent, f)
+		p.opt.Engine.Count(decision)
+		return answer{result: toolError("the identical call this task followed ended without a result to share (it was not sent, or the server answered it with a question). This call was NOT executed; send it again to run it.", codeFollowEnded, id.intent)}.as("refused", codeFollowEnded)
 	}
 	if task {
 		return p.runTask(ctx, tool, id.intent, f, *adm.Ticket, req.Carrier, params)
@@ -493,6 +526,18 @@ func (p *Proxy) claimBound() time.Duration {
 	}
 	return fence.DefaultLeaseTTL
 }
+
+// followingKey marks the passes of a task-augmented duplicate's follower (followFlight),
+// which never run the call.
+type followingKey struct{}
+
+// codeFollowing is the code of a task-augmented call answered with a working task of wrap's
+// own that follows an attempt in flight; codeFollowEnded, of such a task whose attempt ended
+// without an outcome to share (nothing ran for it).
+const (
+	codeFollowing   = "task_following"
+	codeFollowEnded = "followed_attempt_ended"
+)
 
 // drainedKey marks a call that already drained the spool for its refusal (see drainedFor).
 type drainedKey struct{}

@@ -1,6 +1,7 @@
 package wrap_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,8 +19,14 @@ import (
 // shared as a front's sessions share them, initialized with init.
 func sessionRig(t *testing.T, r *rig, led *store.Ledger, shared *wrap.Shared, init string) *lineRig {
 	t.Helper()
+	return sessionRigWait(t, r, led, shared, init, time.Hour)
+}
+
+// sessionRigWait is sessionRig with the given --wait.
+func sessionRigWait(t *testing.T, r *rig, led *store.Ledger, shared *wrap.Shared, init string, wait time.Duration) *lineRig {
+	t.Helper()
 	l := &lineRig{t: t, r: r, led: led, log: &logBuf{}, out: make(chanSink, 1024)}
-	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: l.log, Wait: time.Hour, Shared: shared})
+	p, err := wrap.New(wrap.Options{Command: r.childCmd(), Env: r.env(), Engine: led.Engine, Log: l.log, Wait: wait, Shared: shared})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,5 +148,66 @@ func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
 	}
 	if n := r.effectCount(); n != 1 {
 		t.Fatalf("%d executions, want 1", n)
+	}
+}
+
+// TestFollowingTaskRunsNothing: a task-augmented duplicate whose task follows an attempt in
+// flight (TestTaskAugmentedDuplicateFollowsTheFlight) never runs the call, even when that
+// attempt ends without an outcome to share, here a 2026-07-28 session's first round answered
+// with a question, which its 2025-11-25 session cannot read: the intent is free, the follower's
+// claim takes it and releases it, and the task ends failed saying nothing ran and to send the
+// call again. (A plain duplicate would run the call, TestRerunWaitingOnAnotherFirstRoundRunsAgain;
+// the follower has no agent waiting on a call to answer, only a task.)
+func TestFollowingTaskRunsNothing(t *testing.T) {
+	r := newRig(t)
+	led := r.openLedger()
+	shared := wrap.NewShared()
+	asks := sessionRig(t, r, led, shared, `{"protocolVersion":"2026-07-28","capabilities":{"elicitation":{}},"clientInfo":{"name":"new-agent","version":"1"}}`)
+	older := sessionRigWait(t, r, led, shared, `{"protocolVersion":"2025-11-25","capabilities":{"tasks":{},"elicitation":{}},"clientInfo":{"name":"old-agent","version":"1"}}`, 200*time.Millisecond)
+	gate := filepath.Join(r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"follow","until":%q,"mrtr_only":true}`, gate)
+	asks.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(asks.log.String(), "confirm tag=follow asking") })
+	older.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"confirm","arguments":` + args + `,"task":{"ttl":60000}}}`)
+	var h struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+			Status string `json:"status"`
+		} `json:"task"`
+	}
+	if m := older.answer(`"dup"`); json.Unmarshal(m["result"], &h) != nil || h.Task.Status != "working" || !strings.HasPrefix(h.Task.TaskID, "effectfence-task-") {
+		t.Fatalf("the task-augmented duplicate: %v, want a working task of wrap's own", m)
+	}
+	waitFor(t, "the follower to start", func() bool { return strings.Contains(older.log.String(), "follows the call in flight") })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := asks.answer(`"first"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the first round: %v, want the server's input_required", m)
+	}
+	var st struct {
+		Status        string `json:"status"`
+		StatusMessage string `json:"statusMessage"`
+	}
+	for i := 0; ; i++ {
+		st.Status, st.StatusMessage = "", ""
+		id := fmt.Sprintf(`"get%d"`, i)
+		older.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"tasks/get","params":{"taskId":"` + h.Task.TaskID + `"}}`)
+		if m := older.answer(id); json.Unmarshal(m["result"], &st) != nil {
+			t.Fatalf("tasks/get: %v", m)
+		}
+		if st.Status != "working" {
+			break
+		}
+		if i > 3000 {
+			t.Fatal("the following task never ended")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.Status != "failed" || !strings.Contains(st.StatusMessage, "NOT executed") || !strings.Contains(st.StatusMessage, "send it again") {
+		t.Fatalf("the following task after its attempt asked a question: %+v", st)
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d executions, want none", n)
 	}
 }

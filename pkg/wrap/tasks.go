@@ -31,7 +31,9 @@ import (
 //     unknown.
 //
 // A duplicate, task-augmented or not, that arrives while the task runs waits for the final
-// result like any coalesced duplicate and receives it as a plain tool result.
+// result like any coalesced duplicate and receives it as a plain tool result; a task-augmented
+// one still waiting at the end of --wait gets a working task of wrap's own that follows the
+// attempt (followFlight).
 
 // taskHandle is the task a CreateTaskResult names, read as MCP's SDKs read it: the members
 // "task", then its "taskId" (a non-empty string) and "ttl" (milliseconds the server keeps the
@@ -414,7 +416,8 @@ func (p *Proxy) askTaskResult(ctx context.Context, s Conn, taskID string) (json.
 // Tasks effectfence answers itself. A task-augmented call expects a task handle (a
 // CreateTaskResult), but a duplicate answered without running (a replay, the shared answer of
 // an attempt it waited for, a refusal) has a plain tool result. It is handed out as a task
-// that is already terminal: completed, or failed for an isError result. tasks/get and
+// that is already terminal: completed, or failed for an isError result (or, in flight past
+// its wait, one that follows the attempt: followFlight). tasks/get and
 // tasks/result of its id are answered here (the server never heard of it); tasks/cancel is
 // refused as for any terminal task. A proxy keeps the last maxLocalTasks of them, each for its
 // ttl (the one the agent asked for, at most a day), their results together at most
@@ -435,8 +438,13 @@ type localTask struct {
 	status  string
 	message string // statusMessage: a failed task's text (failedText)
 	created time.Time
+	updated time.Time
 	ttl     time.Duration
 	result  json.RawMessage
+	// A task that follows an attempt in flight (followFlight) is working until the attempt
+	// ends: done is closed then, and stop ends its follower (its tasks/cancel, its drop).
+	done chan struct{}
+	stop context.CancelFunc
 }
 
 // maxStatusMessage is the most characters of a failed task's text its statusMessage carries.
@@ -488,10 +496,15 @@ func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage, replayed boo
 		ttl = nil
 	}
 	t := &localTask{status: "completed", created: time.Now().UTC(), ttl: ttlMillis(ttl, 10*time.Minute, maxLocalTaskTTL), result: res}
+	t.updated = t.created
 	if isError(res) && !replayed {
 		t.status, t.message = "failed", failedText(res)
 	}
-	lt := &p.local
+	return p.local.add(t)
+}
+
+// add keeps t, a task just made, under an id of its own, and returns its CreateTaskResult.
+func (lt *localTasks) add(t *localTask) json.RawMessage {
 	lt.mu.Lock()
 	if lt.m == nil {
 		lt.m = map[string]*localTask{}
@@ -520,23 +533,127 @@ func (p *Proxy) asTask(params json.RawMessage, res json.RawMessage, replayed boo
 }
 
 // drop removes t from m; lt.mu is held.
+// A task that follows is dropped as any (the oldest first), and its follower stops.
 func (lt *localTasks) drop(t *localTask) {
 	delete(lt.m, t.id)
 	lt.bytes -= len(t.result)
+	if t.stop != nil {
+		t.stop()
+	}
 }
 
+// view is t as tasks/get answers it; lt.mu is held (a following task changes).
 func (t *localTask) view() map[string]any {
-	at := t.created.Format(time.RFC3339Nano)
-	v := map[string]any{"taskId": t.id, "status": t.status, "createdAt": at, "lastUpdatedAt": at, "ttl": t.ttl.Milliseconds()}
+	v := map[string]any{"taskId": t.id, "status": t.status, "createdAt": t.created.Format(time.RFC3339Nano), "lastUpdatedAt": t.updated.Format(time.RFC3339Nano), "ttl": t.ttl.Milliseconds()}
+	if t.status == "working" {
+		v["pollInterval"] = followPoll.Milliseconds()
+	}
 	if t.message != "" {
 		v["statusMessage"] = t.message
 	}
 	return v
 }
 
+// followStopped is the statusMessage of a task whose follower ended before the attempt did: its
+// proxy is stopping (a cancelled task is cancelled, a dropped one is seen by nobody).
+const followStopped = "effectfence: wrap is stopping, and this task no longer follows the identical call in flight. This call was NOT executed; the other call runs on: a retry receives its recorded result once it has one."
+
+// followPoll is the pollInterval a following task suggests.
+const followPoll = time.Second
+
+// end makes a working task terminal, once: status, its statusMessage and result. false when it
+// was terminal already (cancelled by its agent while its follower ended, say).
+func (lt *localTasks) end(t *localTask, status, message string, res json.RawMessage) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if t.status != "working" {
+		return false
+	}
+	t.status, t.message, t.result, t.updated = status, message, res, time.Now().UTC()
+	if lt.m[t.id] == t {
+		lt.bytes += len(res)
+	}
+	close(t.done)
+	return true
+}
+
+// followFlight answers a task-augmented call whose identical attempt was still in flight past
+// its wait (first: fencedCall's answer, follow set) with a working task of wrap's own, and
+// follows the attempt on a goroutine of its own: it asks the ledger again (fencedCall, each
+// pass waiting up to --wait, as the call's agent would by retrying) until the attempt ends,
+// and the task ends with what the call would have been answered then: completed with the
+// recorded result (a replay), failed with the attempt's failure or the refusal of an unknown
+// outcome (the text naming what settles it). It never runs the call (followingKey): if the
+// attempt ended without an outcome to share, the task fails saying nothing ran. Its agent's
+// tasks/cancel ends the follower (the task ends cancelled; the attempt, another call's, runs
+// on), and so does the proxy's stop (the task ends failed: its wrap, or HTTP session, is
+// stopping) and the task's drop (its ttl, or maxLocalTasks). The task is this proxy's, as
+// every task wrap makes (one agent's wrap, one HTTP session): no other session can see it.
+func (p *Proxy) followFlight(ctx context.Context, asked json.RawMessage, tool string, id identity, params json.RawMessage, first answer) json.RawMessage {
+	var ttl *float64
+	if json.Unmarshal(jsonrpc.MemberValue(jsonrpc.MemberValue(asked, "task"), "ttl"), &ttl) != nil {
+		ttl = nil
+	}
+	now := time.Now().UTC()
+	t := &localTask{status: "working", created: now, updated: now, ttl: ttlMillis(ttl, 10*time.Minute, maxLocalTaskTTL), done: make(chan struct{})}
+	t.message = "effectfence: an identical call is in flight; this task follows it and ends with its outcome. This call is not executed a second time."
+	fctx, stop := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), followingKey{}, true))
+	t.stop = stop
+	out := p.local.add(t)
+	p.calls.Add(1) // inside a request, which holds one: Stop's Wait sees it
+	p.tasks.Add(1) // a front must not close the session as idle while it follows
+	go func() {
+		select {
+		case <-p.agentGone: // the proxy stops: the follower holds nothing, and ends at once
+			stop()
+		case <-fctx.Done():
+		}
+	}()
+	go func() {
+		defer p.calls.Done()
+		defer p.tasks.Add(-1)
+		defer stop()
+		p.logf("intent %s: task %s follows the call in flight (asking the ledger again every --wait until it ends); nothing runs for it", id.intent, t.id)
+		last := first
+		for {
+			if fctx.Err() != nil {
+				p.opt.Engine.Count(last.decision) // the last answer, never counted
+				p.local.end(t, "failed", followStopped, last.result)
+				p.logf("intent %s: task %s stopped following", id.intent, t.id)
+				return
+			}
+			a := p.fencedCall(fctx, tool, id, params, true)
+			switch {
+			case a.follow:
+				last = a
+				continue
+			case a.withdrawn:
+				// Cancelled (its agent's tasks/cancel, the stop, its drop) while it waited:
+				// counted by fencedCall.
+				p.local.end(t, "failed", followStopped, last.result)
+				p.logf("intent %s: task %s stopped following", id.intent, t.id)
+				return
+			case a.err != nil:
+				p.local.end(t, "failed", clip("effectfence: "+a.err.Message, maxStatusMessage), toolError(a.err.Message, a.code, id.intent))
+			case a.code == codeInputRequired:
+				// The question of a first round (SEP-2322) is no outcome, and this task no
+				// place for it (a client that reads it has no task-augmented calls).
+				p.local.end(t, "failed", "effectfence: the identical call this task followed was answered with a question (input_required), which is no outcome. This call was NOT executed; send it again.", toolError("the identical call this task followed was answered with a question (input_required), which is no outcome. This call was NOT executed; send it again.", codeFollowEnded, id.intent))
+			case isError(a.result) && a.outcome != "replayed":
+				p.local.end(t, "failed", failedText(a.result), a.result)
+			default:
+				p.local.end(t, "completed", "", a.result)
+			}
+			p.logf("intent %s: task %s ended (%s)", id.intent, t.id, a.outcome)
+			return
+		}
+	}()
+	return out
+}
+
 // localTask answers tasks/get, tasks/result and tasks/cancel of a task effectfence made; nil
 // when the request is about another task (it goes to the server).
-func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
+func (p *Proxy) localTask(ctx context.Context, m *jsonrpc.Message) []byte {
 	// The task is the params' "taskId", spelled so, as MCP's SDKs read it (the last of that
 	// name). Before 2026-12-07 encoding/json read it, which also takes "TaskId" and keeps the
 	// last: {"taskId":<the server's task>,"TaskId":<wrap's>} was answered with the result of
@@ -561,12 +678,38 @@ func (p *Proxy) localTask(m *jsonrpc.Message) []byte {
 	}
 	switch m.Method {
 	case "tasks/get":
+		lt.mu.Lock()
 		out, _ := json.Marshal(t.view())
+		lt.mu.Unlock()
 		return jsonrpc.Response(m.ID, out)
 	case "tasks/result":
-		return jsonrpc.Response(m.ID, withRelatedTask(t.result, t.id))
+		if t.done != nil {
+			// A task that follows: tasks/result waits until it is terminal (MCP).
+			select {
+			case <-t.done:
+			case <-ctx.Done():
+				return nil // cancelled by the agent: no response
+			}
+		}
+		lt.mu.Lock()
+		res := t.result
+		lt.mu.Unlock()
+		return jsonrpc.Response(m.ID, withRelatedTask(res, t.id))
 	case "tasks/cancel":
-		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q is already %s and cannot be cancelled", t.id, t.status))
+		if t.done != nil {
+			msg := "effectfence: cancelled by its agent: this task no longer follows the identical call in flight, which runs on (it is another call's). This call was NOT executed; a retry receives that call's recorded result once it has one."
+			if lt.end(t, "cancelled", msg, toolError(strings.TrimPrefix(msg, "effectfence: "), "cancelled", "")) {
+				t.stop()
+				lt.mu.Lock()
+				out, _ := json.Marshal(t.view())
+				lt.mu.Unlock()
+				return jsonrpc.Response(m.ID, out)
+			}
+		}
+		lt.mu.Lock()
+		status := t.status
+		lt.mu.Unlock()
+		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: task %q is already %s and cannot be cancelled", t.id, status))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package wrap
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestLocalTaskTTL(t *testing.T) {
 			t.Fatalf("ttl %s: got %d (%v), want %d", ttl, h.Task.TTL, err, want)
 		}
 		m, _ := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId":"` + h.Task.TaskID + `"}}`))
-		if out := string(p.localTask(m)); !strings.Contains(out, `"done"`) {
+		if out := string(p.localTask(context.Background(), m)); !strings.Contains(out, `"done"`) {
 			t.Fatalf("ttl %s: tasks/result of a fresh task: %s", ttl, out)
 		}
 	}
@@ -84,7 +85,7 @@ func TestLocalTaskNotHeldIsNotSaidToHaveExpired(t *testing.T) {
 	}
 	for _, id := range []string{first.Task.TaskID, localTaskPrefix + "1-of-an-earlier-process"} {
 		m, _ := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"` + id + `"}}`))
-		out := string(p.localTask(m))
+		out := string(p.localTask(context.Background(), m))
 		if !strings.Contains(out, "not found") || strings.Contains(out, "(it expired)") || !strings.Contains(out, "did not hand it out") {
 			t.Fatalf("tasks/get of %s, a task not held: %s", id, out)
 		}

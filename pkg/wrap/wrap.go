@@ -215,7 +215,9 @@ type CallEvent struct {
 	// it ended, "" for success), "replayed" (a recorded result), "coalesced" (the answer of an
 	// attempt this call waited for), "refused" (not run: Code is the refusal's code; a
 	// duplicate its agent cancelled while it waited is intent_in_flight, and unanswered),
-	// "unknown" (ran here, outcome unknown), "invalid" (params refused).
+	// "unknown" (ran here, outcome unknown), "invalid" (params refused). A task-augmented
+	// duplicate answered with a working task that follows the attempt in flight is
+	// "coalesced", code task_following (its follower's last answer is what the ledger counts).
 	Outcome string
 	Code    string
 	Elapsed time.Duration
@@ -970,7 +972,7 @@ func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) []byte {
 	case "tools/call":
 		return p.toolsCall(ctx, m)
 	case "tasks/get", "tasks/result", "tasks/cancel":
-		if out := p.localTask(m); out != nil {
+		if out := p.localTask(ctx, m); out != nil {
 			return out
 		}
 	}
