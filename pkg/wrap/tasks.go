@@ -763,3 +763,71 @@ func insertMember(b []byte, lo, hi int, member string) []byte {
 	}
 	return slices.Concat(b[:hi], []byte(sep+member), b[hi:])
 }
+
+// tasksList answers tasks/list: the server's list, with the tasks wrap made for this proxy's
+// agent (live ones, oldest first) before the server's on the first page, the one asked for
+// without a cursor. Later pages (a cursor, which only the server hands out) go to the server
+// as they are, so its pagination is untouched and each of wrap's tasks is listed once. A server
+// that has no tasks/list (method not found) lists none of its own: the first page is wrap's
+// alone. Only this proxy's tasks are listed (those of its agent, of its HTTP session): another
+// session's tasks/get of them is refused, so listing them there would name what it cannot
+// read. Before 2026-12-07 tasks/list went to the server alone, and an agent listing its tasks
+// never saw those wrap had handed it.
+func (p *Proxy) tasksList(ctx context.Context, m *jsonrpc.Message) []byte {
+	if c := jsonrpc.MemberValue(m.Params, "cursor"); len(c) > 0 && string(c) != "null" {
+		return p.forward(ctx, m, "")
+	}
+	mine := p.local.list()
+	if len(mine) == 0 {
+		return p.forward(ctx, m, "")
+	}
+	out := p.forward(ctx, m, "")
+	if out == nil {
+		return nil // cancelled by the agent
+	}
+	var resp struct {
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(out, &resp) != nil {
+		return out
+	}
+	if resp.Error != nil {
+		if resp.Error.Code != jsonrpc.CodeMethodNotFound {
+			return out // the server's failure, as it said it
+		}
+		list, _ := json.Marshal(map[string]any{"tasks": mine})
+		return jsonrpc.Response(m.ID, list)
+	}
+	var res map[string]json.RawMessage
+	var theirs []json.RawMessage
+	if json.Unmarshal(resp.Result, &res) != nil || json.Unmarshal(res["tasks"], &theirs) != nil {
+		return out // not a list wrap can read: the server's answer as it is
+	}
+	all := make([]any, 0, len(mine)+len(theirs))
+	for _, v := range mine {
+		all = append(all, v)
+	}
+	for _, v := range theirs {
+		all = append(all, v)
+	}
+	b, _ := json.Marshal(all)
+	res["tasks"] = b
+	list, _ := json.Marshal(res)
+	return jsonrpc.Response(m.ID, list)
+}
+
+// list is the views of the live tasks held, oldest first.
+func (lt *localTasks) list() []map[string]any {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	var out []map[string]any
+	for _, id := range lt.order {
+		if t := lt.m[id]; t != nil && time.Since(t.created) <= t.ttl {
+			out = append(out, t.view())
+		}
+	}
+	return out
+}

@@ -245,3 +245,35 @@ func TestCancelledFollowingTaskLeavesTheFirstExecution(t *testing.T) {
 		t.Fatalf("the second wrap ran the call:\n%s", fr.second.log.String())
 	}
 }
+
+// TestTasksListNamesWrapsOwnTasks: tasks/list through a wrap lists the tasks wrap handed its
+// agent (a following task, a completed one) beside the server's, on the first page, and
+// another agent's wrap lists none of them. Before, tasks/list went to the server alone and an
+// agent never saw wrap's tasks in it.
+func TestTasksListNamesWrapsOwnTasks(t *testing.T) {
+	t.Parallel()
+	fr := newFollowRig(t, "--wait", "1s")
+	ctx := context.Background()
+	_, firstID, dupID := fr.startFollowing(t, "listed")
+	list := func(w *wrapProc) string {
+		t.Helper()
+		res, err := w.Call(ctx, "tasks/list", json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatalf("tasks/list: %v", err)
+		}
+		return string(res)
+	}
+	if l := list(fr.second); !strings.Contains(l, `"taskId":"`+dupID+`"`) || !strings.Contains(l, `"status":"working"`) {
+		t.Fatalf("tasks/list through the wrap whose agent has a following task: %s", l)
+	}
+	if l := list(fr.first); !strings.Contains(l, firstID) || strings.Contains(l, dupID) {
+		t.Fatalf("tasks/list through the first wrap: %s; want the server's task %s and not the other agent's %s", l, firstID, dupID)
+	}
+	close(fr.answer)
+	if v := awaitTerminal(t, fr.second, dupID); v.Status != "completed" {
+		t.Fatalf("the following task: %+v", v)
+	}
+	if l := list(fr.second); !strings.Contains(l, `"taskId":"`+dupID+`"`) || !strings.Contains(l, `"status":"completed"`) {
+		t.Fatalf("tasks/list after the task completed: %s", l)
+	}
+}

@@ -975,6 +975,8 @@ func (p *Proxy) answer(ctx context.Context, m *jsonrpc.Message) []byte {
 		if out := p.localTask(ctx, m); out != nil {
 			return out
 		}
+	case "tasks/list":
+		return p.tasksList(ctx, m)
 	}
 	return p.forward(ctx, m, "")
 }
