@@ -420,11 +420,19 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 			// question is no more its answer than the first was. Before 2026-12-07 it went
 			// through once only, and was handed the second round's question
 			// (TestRerunWaitingOnAnotherFirstRoundRunsAgain). Each pass waits on a round the
-			// server answered; its agent's cancellation and the proxy's stop end it.
+			// server answered; its agent's cancellation and the proxy's stop end it, and so
+			// does maxQuestionReruns (2026-12-07): before, a call went on through the fence for
+			// as long as identical first rounds kept taking the intent before it, each its own
+			// question (TestQuestionRerunsAreBounded).
+			n, _ := ctx.Value(questionRerunsKey{}).(int)
+			if n >= maxQuestionReruns {
+				p.opt.Engine.Count(decision)
+				return answer{result: toolError(fmt.Sprintf("this call waited on %d identical calls in a row that each ended with a question (input_required: another agent asked the same and was asked for more input), and would wait on the next. This call was NOT executed; send it again.", n+1), codeQuestionReruns, id.intent)}.as("refused", codeQuestionReruns)
+			}
 			if rerunning != nil {
 				rerunning()
 			}
-			return p.fencedCall(ctx, tool, id, params, task)
+			return p.fencedCall(context.WithValue(ctx, questionRerunsKey{}, n+1), tool, id, params, task)
 		}
 		p.opt.Engine.Count(decision)
 		return failure.as("coalesced", failure.code)
@@ -544,6 +552,18 @@ type drainedKey struct{}
 
 // waitedKey carries the *fence.Waited of a call that asks the ledger again (fencedCall).
 type waitedKey struct{}
+
+// questionRerunsKey carries how many times a call went through the fence again after waiting
+// on a first round answered with a question (fencedCall).
+type questionRerunsKey struct{}
+
+// maxQuestionReruns bounds those passes: each waited on a real round of another call, so a
+// call meeting more in a row is refused (codeQuestionReruns, nothing ran) rather than waiting
+// on for as long as they come.
+var maxQuestionReruns = 8
+
+// codeQuestionReruns is the code of a call refused at maxQuestionReruns.
+const codeQuestionReruns = "question_reruns"
 
 // rerunning, when set (by tests), is called as a call that waited on a first round goes
 // through the fence again (see fencedCall).

@@ -151,6 +151,62 @@ func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
 	}
 }
 
+// TestQuestionRerunsAreBounded: a call that waited on a first round answered with a question
+// goes through the fence again (TestRerunWaitingOnAnotherFirstRoundRunsAgain), but not for as
+// long as identical first rounds keep taking the intent before it: past maxQuestionReruns (1
+// here) it is refused, NOT executed, and nothing ran for it.
+func TestQuestionRerunsAreBounded(t *testing.T) {
+	t.Cleanup(wrap.SetMaxQuestionReruns(1))
+	r := newRig(t)
+	led := r.openLedger()
+	shared := wrap.NewShared()
+	newer := `{"protocolVersion":"2026-07-28","capabilities":{"elicitation":{}},"clientInfo":{"name":"new-agent","version":"1"}}`
+	gate := filepath.Join(r.dir, "gate")
+	args := fmt.Sprintf(`{"tag":"bounded","until":%q,"mrtr_only":true}`, gate)
+	var second *lineRig
+	var once sync.Once
+	held := make(chan struct{})
+	t.Cleanup(wrap.SetRerunning(func() {
+		once.Do(func() {
+			if err := os.Remove(gate); err != nil {
+				t.Error(err)
+				return
+			}
+			second.send(`{"jsonrpc":"2.0","id":"second","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+			waitFor(t, "the second first round to reach its server", func() bool { return strings.Contains(second.log.String(), "confirm tag=bounded asking") })
+			close(held)
+		})
+	}))
+	asks := sessionRig(t, r, led, shared, newer)
+	second = sessionRig(t, r, led, shared, newer)
+	older := sessionRig(t, r, led, shared, `{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"old-agent","version":"1"}}`)
+	asks.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(asks.log.String(), "confirm tag=bounded asking") })
+	older.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
+	waitFor(t, "the older session's duplicate to wait for the first round", func() bool { return older.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := asks.answer(`"first"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the first round: %v, want the server's input_required", m)
+	}
+	<-held
+	waitFor(t, "the older session's duplicate to wait for the second round", func() bool { return older.p.Waiting() == 1 })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := second.answer(`"second"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
+		t.Fatalf("the second first round: %v, want the server's input_required", m)
+	}
+	dup := older.text(`"dup"`)
+	if !dup.IsError || string(dup.Meta["effectfence/code"]) != `"question_reruns"` || !strings.Contains(dup.text(), "NOT executed") || !strings.Contains(dup.text(), "2 identical calls") {
+		t.Fatalf("the duplicate past the bound: %s %s", dup.text(), dup.Meta["effectfence/code"])
+	}
+	if n := r.effectCount(); n != 0 {
+		t.Fatalf("%d executions, want none", n)
+	}
+}
+
 // TestFollowingTaskRunsNothing: a task-augmented duplicate whose task follows an attempt in
 // flight (TestTaskAugmentedDuplicateFollowsTheFlight) never runs the call, even when that
 // attempt ends without an outcome to share, here a 2026-07-28 session's first round answered

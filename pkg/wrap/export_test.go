@@ -82,3 +82,10 @@ func SetRerunning(f func()) func() {
 	rerunning = f
 	return func() { rerunning = old }
 }
+
+// SetMaxQuestionReruns sets maxQuestionReruns; it returns a func that puts the old one back.
+func SetMaxQuestionReruns(n int) func() {
+	old := maxQuestionReruns
+	maxQuestionReruns = n
+	return func() { maxQuestionReruns = old }
+}
