@@ -3,6 +3,9 @@ package wrap_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -275,5 +278,69 @@ func TestTasksListNamesWrapsOwnTasks(t *testing.T) {
 	}
 	if l := list(fr.second); !strings.Contains(l, `"taskId":"`+dupID+`"`) || !strings.Contains(l, `"status":"completed"`) {
 		t.Fatalf("tasks/list after the task completed: %s", l)
+	}
+}
+
+// TestSDKTaskFollowsTheFlight: the real TypeScript SDK client's task-augmented call
+// (callToolStream), a duplicate of a task in flight past its wrap's --wait, is handed the first
+// execution's result, having seen its task working on the way; before, the SDK handed its agent
+// "Task … failed" while the first execution ran on.
+func TestSDKTaskFollowsTheFlight(t *testing.T) {
+	t.Parallel()
+	peers := needPeers(t, "node_modules/.bin/mcp-server-everything")
+	// One scope for both wraps: the SDK client's wrap runs with another environment.
+	fr := newFollowRigWith(t, []string{"--scope", "sdk-follow"}, nil)
+	ctx := context.Background()
+	params := json.RawMessage(`{"name":"simulate-research-query","arguments":{"topic":"sdk follower","ambiguous":true},"task":{"ttl":300000}}`)
+	firstRes, firstErr := fr.first.Call(ctx, "tools/call", params)
+	first := handleOf(t, firstRes, firstErr, "the first call")
+	<-fr.asked
+	nctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	wa, _ := json.Marshal([]string{"--scope", "sdk-follow", "--wait", "1s", "--", filepath.Join(peers, "node_modules/.bin/mcp-server-everything")})
+	node := exec.CommandContext(nctx, "node", filepath.Join("testdata", "follow_client.mjs"))
+	node.Env = append(append(os.Environ(), fr.env()...), "PEERS="+peers, "EF_BIN="+efBin, "WRAP_ARGS="+string(wa),
+		"TOOL=simulate-research-query", `TOOL_ARGS={"topic":"sdk follower","ambiguous":true}`)
+	var stderr logBuf
+	node.Stderr = &stderr
+	var out []byte
+	var nodeErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out, nodeErr = node.Output()
+	}()
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(stderr.String(), "follows the call in flight"); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-done:
+			t.Fatalf("the SDK client ended before its task followed the first execution: %s %v\n%s", out, nodeErr, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the SDK client's task never followed the first execution:\n%s", stderr.String())
+		}
+	}
+	close(fr.answer)
+	fq, _ := json.Marshal(map[string]string{"taskId": first.TaskID})
+	awaitTaskCompleted(t, fr.first, fq, 2*time.Minute)
+	<-done
+	if nodeErr != nil {
+		t.Fatalf("node client: %v\n%s", nodeErr, stderr.String())
+	}
+	var rep struct {
+		Statuses []string
+		TaskID   string
+		Text     string
+		Replayed bool
+		Error    *string
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("report %s: %v", out, err)
+	}
+	if rep.Error != nil || !strings.HasPrefix(rep.TaskID, "effectfence-task-") || len(rep.Statuses) == 0 || rep.Statuses[0] != "working" || !rep.Replayed || !strings.Contains(rep.Text, "Research Report: sdk follower") {
+		t.Fatalf("what the SDK handed its agent: %s\n%s", out, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "runs as task") {
+		t.Fatalf("the SDK client's wrap ran the call:\n%s", stderr.String())
 	}
 }
