@@ -103,6 +103,7 @@ func TestPolicyWaitOfADuplicateWhileTheRealServerIsStopped(t *testing.T) {
 	r := realEverythingRig(t)
 	path := writePolicy(t, r, "version: 1\ntools:\n  "+longOp+":\n    fence: true\n    wait: 1s\n")
 	w := r.wrap("--policy", path)
+	listingSettled(t, w)
 	args := `{"duration":1,"steps":1}`
 	first := callInBackground(w.Session, longOp, args)
 	led := r.openLedger()
@@ -386,5 +387,28 @@ func TestStoppedWrapsRerunSafeCallIsNotTakenOver(t *testing.T) {
 	})
 	if again := call(t, b.Session, longOp, args); !again.replayed() || again.same() != got.x.same() {
 		t.Fatalf("a duplicate after the heal: %+v, want the recorded %s", again, got.x.same())
+	}
+}
+
+// listingSettled waits for wrap's listing of server-everything's tools to settle. The server
+// adds a tool once initialized (get-roots-list, for an agent with roots) and says so
+// (notifications/tools/list_changed), and wrap lists the tools again. A refresh still under
+// way when the server is stopped holds every call, a duplicate's too, for up to --wait (30 s)
+// before the policy's wait begins: in a full CI run the duplicate was answered after 31 s. A
+// call the agent sends after list_changed is judged by the new listing, so it waits for the
+// refresh: an echo, answered, is after it.
+func listingSettled(t *testing.T, w *wrapProc) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for seen := false; !seen; {
+		select {
+		case m := <-w.notes:
+			seen = m == "notifications/tools/list_changed"
+		case <-deadline:
+			t.Fatal("server-everything did not say its tool list changed within a minute of initialize")
+		}
+	}
+	if x := call(t, w.Session, "echo", `{"message":"listed"}`); x.IsError || !strings.Contains(x.text(), "listed") {
+		t.Fatalf("echo after list_changed: %+v", x)
 	}
 }
