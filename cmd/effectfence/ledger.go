@@ -278,6 +278,17 @@ func newLedgerCall(io streams, cmd *cli.Command, nargs int) (ledgerCall, error) 
 // operator's look must not create a ledger: a missing file, or a PostgreSQL schema that
 // holds no ledger, is an error.
 func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
+	return c.openAs(ctx, false)
+}
+
+// openView opens the ledger for a look that changes nothing (ls, show, stats). Where SQLite cannot write beside a SQLite ledger (a full disk, a read-only file
+// system), which its every open does, and no process has the ledger open, it is read at
+// rest (store.Options.AtRest), and the look says so on stderr.
+func (c ledgerCall) openView(ctx context.Context) (*store.Ledger, error) {
+	return c.openAs(ctx, true)
+}
+
+func (c ledgerCall) openAs(ctx context.Context, view bool) (*store.Ledger, error) {
 	loc, err := c.opts.Location()
 	if err != nil {
 		return nil, usageErr("%v", err)
@@ -318,7 +329,42 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	// event's age is judged by the sweeping engine's result TTL: this command's is the
 	// operator's environment (or the default), not that of the processes writing the ledger.
 	opts.KeepEvents = true
+	if view && loc != "memory" && !strings.Contains(loc, "://") {
+		if why := sqlite.Unwritable(loc); why != "" {
+			at := opts
+			at.AtRest = true
+			l, err := store.Open(ctx, at)
+			if err == nil {
+				c.readOnlyNote(l, why)
+				return l, nil
+			}
+			if !errors.Is(err, sqlite.ErrNotAtRest) {
+				return nil, fmt.Errorf("%w (read at rest, as %s)", err, why)
+			}
+			// A process has it open, with its index: SQLite's own open may read it.
+		}
+	}
 	return store.Open(ctx, opts)
+}
+
+// readOnlyNote says on stderr that the look at l reads it at rest, and why.
+func (c ledgerCall) readOnlyNote(l *store.Ledger, why string) {
+	frames := ""
+	if st, ok := l.Store().(*sqlite.Store); ok && st.AtRestFrames() > 0 {
+		frames = fmt.Sprintf(" and the %d committed frames of its write-ahead log (left by a process that did not close it: killed, or its machine went down)", st.AtRestFrames())
+	}
+	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s as they are, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight, its lease judged by the clock), until a process opens the ledger with room to write\n", esc(l.Location), why, frames)
+}
+
+// stillRead says, after a look that read the ledger at rest, whether a process opened or
+// changed it meanwhile (then what was shown may mix two states of the ledger: an error).
+func stillRead(l *store.Ledger) error {
+	if st, ok := l.Store().(*sqlite.Store); ok {
+		if what := st.StillAtRest(); what != "" {
+			return fmt.Errorf("ledger %s: %s: what was shown, read at rest, may mix its states before and after; run the command again", l.Location, what)
+		}
+	}
+	return nil
 }
 
 // wrapLedgerWhy is why --for may not find the default ledger of a wrap without a scope name.
@@ -493,7 +539,7 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 			states = append(states, st...)
 		}
 	}
-	l, err := c.open(ctx)
+	l, err := c.openView(ctx)
 	if err != nil {
 		return err
 	}
@@ -509,6 +555,9 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 	}
 	if ferr := w.Flush(); err == nil {
 		err = ferr
+	}
+	if err == nil {
+		err = stillRead(l)
 	}
 	return err
 }
@@ -740,7 +789,7 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	if last < 0 { // before the ledger is opened (an open recovers and sweeps)
 		return usageErr("ledger show: --events %d: give how many of the last audit events to show, or 0 for every one", last)
 	}
-	l, err := c.open(ctx)
+	l, err := c.openView(ctx)
 	if err != nil {
 		return err
 	}
@@ -751,6 +800,9 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 		return err
 	}
 	if err := c.showDetail(ctx, l, d, bad); err != nil {
+		return err
+	}
+	if err := stillRead(l); err != nil {
 		return err
 	}
 	return bad.exit()
@@ -1243,7 +1295,7 @@ func (lc lineCounter) Write(p []byte) (int, error) {
 }
 
 func ledgerStats(ctx context.Context, c ledgerCall) error {
-	l, err := c.open(ctx)
+	l, err := c.openView(ctx)
 	if err != nil {
 		return err
 	}
@@ -1257,6 +1309,9 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 	done()
 	bad, err := c.unreadable(l, err)
 	if err != nil {
+		return err
+	}
+	if err := stillRead(l); err != nil {
 		return err
 	}
 	if c.json {

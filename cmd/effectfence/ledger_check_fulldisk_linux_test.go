@@ -11,7 +11,8 @@ import (
 )
 
 // TestLedgerCheckOnAFullDiskIsNoDamage: a ledger on a file system that filled up. A process
-// opening it (here `ledger ls`, as a wrap restarting would) fails, saying the disk is full, and
+// opening it to write (here `ledger sweep`, as a wrap restarting would) fails, saying the disk
+// is full, and
 // leaves the ledger's log and index beside it, the index cut short for want of room. `ledger
 // check`, the way out every refusal names, must then say the same: the file system is full,
 // the ledger is not damaged. Before, it read SQLite's "disk I/O error" as damage to the file
@@ -25,9 +26,9 @@ func TestLedgerCheckOnAFullDiskIsNoDamage(t *testing.T) {
 	filler := diskfull.Fill(t, disk)
 	env := []string{store.EnvLedger + "=", "NO_COLOR=1"}
 
-	r := runBinary(t, env, "", "ledger", "ls", "--ledger", path)
+	r := runBinary(t, env, "", "ledger", "sweep", "--ledger", path)
 	if r.code != exitError || !strings.Contains(r.stderr, "no room left") {
-		t.Fatalf("ledger ls on a full disk: exit %d; want 1, saying the disk is full\n%s%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("ledger sweep on a full disk: exit %d; want 1, saying the disk is full\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runBinary(t, env, "", "ledger", "check", "--ledger", path)
 	if r.code != exitError || !strings.Contains(r.stdout, "no room left") || !strings.Contains(r.stdout, "no damage to the ledger") ||

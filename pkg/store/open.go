@@ -4,6 +4,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -73,6 +74,11 @@ type Options struct {
 	// check that a SQLite file exists before they open it: an operator's look never creates a
 	// ledger.
 	Existing bool
+	// AtRest opens a SQLite ledger that no process has open read-only, writing nothing, not
+	// even beside the file (sqlite.Options.AtRest): for an operator's look where SQLite cannot
+	// write there (a full disk, a read-only file system). Nothing is recovered, swept or
+	// drained from the spool, and nothing runs in the background.
+	AtRest bool
 }
 
 // DefaultSweepEvery is how often an open ledger sweeps expired outcomes.
@@ -321,6 +327,19 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	loc, err := o.Location()
 	if err != nil {
 		return nil, err
+	}
+	if o.AtRest {
+		if loc == "memory" || isPostgres(loc) {
+			return nil, errors.New("only a SQLite ledger file is read at rest")
+		}
+		st, err := sqlite.Open(ctx, loc, sqlite.Options{Existing: o.Existing, AtRest: true})
+		if err != nil {
+			return nil, err
+		}
+		eng := fence.New(st, fence.Config{LeaseTTL: o.LeaseTTL, ResultTTL: o.ResultTTL, OnLeaseExpiry: o.OnLeaseExpiry, KeepEvents: true})
+		done := make(chan struct{})
+		close(done)
+		return &Ledger{Engine: eng, Location: loc, stop: func() {}, swept: done, watched: done, log: o.Log}, nil
 	}
 	st, err := openStore(ctx, loc, o.Existing, o.LeaseTTL)
 	if err != nil {

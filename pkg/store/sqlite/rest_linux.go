@@ -76,3 +76,41 @@ func present(path string) bool {
 	_, err := os.Lstat(path)
 	return !errors.Is(err, os.ErrNotExist)
 }
+
+// SQLite's locks in a ledger's index (-shm): its eight locks from byte 120, and the lock every
+// connection that has the index open holds on the byte after them (os_unix.c, UNIX_SHM_DMS).
+const (
+	shmLockFirst = 120
+	shmLockSize  = 9
+)
+
+// lockAlone takes, on the ledger file f (at path), the shared lock of a reader, as an open
+// file description lock, and reports whether no process has the ledger open: no lock of
+// another on any of SQLite's bytes of the file but shared ones, and none on its index's. A
+// log and an index beside it (a process killed while it used the ledger leaves them) are read
+// with it, not judged here. The index is opened only to look at its locks: a descriptor of it
+// closed drops no lock this process holds there, as it holds none (see here.go).
+func lockAlone(f *os.File, path string) bool {
+	shared := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: sharedFirst, Len: sharedSize}
+	if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &shared) != nil {
+		return false
+	}
+	for _, probe := range []unix.Flock_t{
+		{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: pendingByte, Len: 2},
+		{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: sharedFirst, Len: sharedSize},
+	} {
+		if unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &probe) != nil || probe.Type != unix.F_UNLCK {
+			return false
+		}
+	}
+	shm, err := os.Open(realPath(path) + "-shm")
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer shm.Close()
+	probe := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: shmLockFirst, Len: shmLockSize}
+	return unix.FcntlFlock(shm.Fd(), unix.F_OFD_GETLK, &probe) == nil && probe.Type == unix.F_UNLCK
+}

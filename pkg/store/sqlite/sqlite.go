@@ -53,6 +53,7 @@ import (
 	"github.com/effectfence/effectfence/pkg/fence"
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+	"modernc.org/sqlite/vfs"
 )
 
 // Options tune a Store. The zero value is the default.
@@ -80,6 +81,15 @@ type Options struct {
 	// effectfence mark), is refused, and nothing is written in it. Without it such a file
 	// becomes a new ledger, as an empty file does.
 	Existing bool
+	// AtRest opens a ledger that no process has open read-only without writing anything, for
+	// a look where SQLite cannot write beside the file (a full disk, a read-only file system):
+	// the file and the committed frames of its log are read as SQLite's recovery would apply
+	// them, and neither is changed, nor its index (see frozen.go). It implies ReadOnly, and
+	// fails with ErrNotAtRest when a process has the ledger open. StillAtRest says whether
+	// one opened it since.
+	AtRest bool
+
+	vfs string // the VFS an AtRest store reads its image through
 }
 
 // DefaultBusyTimeout is how long a transaction waits for another process's lock.
@@ -113,6 +123,9 @@ type Store struct {
 	queue   []*update  // Updates waiting for a transaction
 	leading bool       // an Update is running a batch and will hand on or drain the queue
 	batch   batch      // the leader's (runBatch), kept for the next to save an allocation
+
+	frozen *frozenImage // what an AtRest store reads (frozen.go)
+	vfs    *vfs.FS
 
 	turns *writerQueue // the writers of all processes take turns through it (queue.go); nil when read-only
 
@@ -182,10 +195,37 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if of := queueFileOf(abs); of != "" {
 		return nil, fmt.Errorf("ledger %s is the writers' queue lock file of the ledger %s, not a ledger: using it as one would undo that ledger's locks in a process holding both; choose another path with --ledger or EFFECTFENCE_LEDGER", path, of)
 	}
+	if opt.AtRest {
+		opt.ReadOnly = true
+	}
 	if err := prepareFile(abs, opt.ReadOnly); err != nil {
 		return nil, err
 	}
-	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs), index: indexWatch{fd: -1}}
+	var img *frozenImage
+	var frozenVFS *vfs.FS
+	if opt.AtRest {
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return nil, fmt.Errorf("ledger %s: %w", path, err)
+		}
+		skipped, err := aside(fi, func() (err error) {
+			img, err = openFrozen(abs)
+			return err
+		})
+		if skipped {
+			err = fmt.Errorf("ledger %s: %w (this one)", path, ErrNotAtRest)
+		}
+		if err != nil {
+			return nil, err
+		}
+		name, fsys, err := vfs.New(frozenFS{img})
+		if err != nil {
+			img.close()
+			return nil, err
+		}
+		opt.vfs, frozenVFS = name, fsys
+	}
+	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs), index: indexWatch{fd: -1}, frozen: img, vfs: frozenVFS}
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
 		return nil, s.fail(err)
 	}
@@ -430,6 +470,7 @@ func (s *Store) closeReaders() error {
 func (s *Store) fail(err error) error {
 	s.closeWriter()
 	s.closeReaders()
+	s.closeFrozen()
 	s.release()
 	return s.wrap(err)
 }
@@ -470,6 +511,13 @@ func retryBusy(ctx context.Context, limit time.Duration, fn func() error) error 
 func dsn(path string, opt Options, writer bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opt.BusyTimeout.Milliseconds()))
+	if opt.vfs != "" {
+		// The image of an AtRest store, immutable: SQLite takes no lock and looks for no log.
+		q.Add("vfs", opt.vfs)
+		q.Add("mode", "ro")
+		q.Add("immutable", "1")
+		return "file:" + frozenName + "?" + q.Encode()
+	}
 	if opt.ReadOnly {
 		q.Add("mode", "ro")
 	} else {
@@ -1758,7 +1806,38 @@ func (s *Store) Close() error {
 		return s.shmGone
 	}
 	s.settleMoved()
-	err := errors.Join(s.closeWriter(), s.closeReaders())
+	err := errors.Join(s.closeWriter(), s.closeReaders(), s.closeFrozen())
 	s.release()
 	return err
+}
+
+// closeFrozen closes what an AtRest store reads through, once its readers are closed.
+func (s *Store) closeFrozen() error {
+	var err error
+	if s.vfs != nil {
+		err = s.vfs.Close()
+	}
+	if s.frozen != nil {
+		s.frozen.close()
+	}
+	return err
+}
+
+// StillAtRest says, of a store opened AtRest, what changed since it was opened that may have
+// changed what it read ("" when nothing did): a process opened the ledger, or its file or
+// log is not what was read. Always "" for a store not opened AtRest.
+func (s *Store) StillAtRest() string {
+	if s.frozen == nil {
+		return ""
+	}
+	return s.frozen.stillFrozen()
+}
+
+// AtRestFrames is how many committed frames of its log a store opened AtRest read with the
+// file (0 for one without a log, or not opened AtRest).
+func (s *Store) AtRestFrames() int {
+	if s.frozen == nil {
+		return 0
+	}
+	return int(s.frozen.nFrames)
 }
