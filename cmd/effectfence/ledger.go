@@ -1450,6 +1450,9 @@ func ledgerCheck(ctx context.Context, c ledgerCall) error {
 				fmt.Fprintln(w, "  "+esc(line))
 			}
 		}
+		for _, o := range rep.Outlived {
+			fmt.Fprintln(w, "note: "+esc(o))
+		}
 		for _, p := range rep.Problems {
 			fmt.Fprintln(w, "problem: "+esc(p))
 		}

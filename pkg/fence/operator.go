@@ -450,3 +450,20 @@ func (e *Engine) closeHeld(ctx context.Context) error {
 	return fmt.Errorf("fence: %d outcome(s) that neither the ledger nor the spool could take end with this process: %s; each claim stays in flight in the ledger and is judged as any whose holder is gone (unknown, fenced for an operator, unless declared safe to re-run)",
 		len(left), strings.Join(what, "; "))
 }
+
+// Outlived says, of the claim rec in flight, what a process opening the ledger makes of it
+// (Recover's rules) when the ledger's clock says now, judged by no engine (`ledger check`,
+// which writes nothing): "" while the claim holds (its lease runs and its holder is not known
+// gone); else why it does not, and whether the next open frees it (declared safe to re-run)
+// rather than fencing it as unknown. A spool that holds its outcome, which keeps a re-run-safe
+// claim fenced, is the opening engine's to see: freed claims are those it frees without one.
+func Outlived(now time.Time, rec Record) (why string, freed bool) {
+	e := &Engine{cfg: Config{Owner: "\x00", Liveness: OwnerLiveness}} // owns no claim
+	switch v, _, why := e.judge(now, &rec); v {
+	case fenceIt:
+		return why, false
+	case takeIt:
+		return why, true
+	}
+	return "", false
+}

@@ -37,8 +37,13 @@ type CheckReport struct {
 	Integrity     []string       `json:"integrity,omitempty"`
 	States        map[string]int `json:"states,omitempty"`
 	Events        int            `json:"events"`
-	Problems      []string       `json:"problems,omitempty"`
-	Advice        []string       `json:"advice,omitempty"`
+	// Outlived names each claim filed in flight that the next open of the ledger takes from
+	// its holder (fence.Outlived: its holder gone, or its lease lapsed): States counts it as
+	// ls and show show it, unknown (or not at all when that open frees it), as every open
+	// but check's marks it.
+	Outlived []string `json:"outlived,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+	Advice   []string `json:"advice,omitempty"`
 
 	// unreadable is the first record found that does not decode or names another intent, and
 	// unreadableEvent the row id of the first audit event that does not decode (checkEvents).
@@ -520,6 +525,24 @@ func (r *CheckReport) checkRecords(ctx context.Context, db *sql.DB, v int) {
 		unreadable := what != ""
 		if unreadable && r.unreadable == "" {
 			r.unreadable = intent
+		}
+		if !unreadable && rec.State == fence.StateInFlight && state == string(fence.StateInFlight) {
+			// Judged as every other open judges it, by the ledger's clock (this host's, for a
+			// SQLite ledger): a claim of a holder killed with SIGKILL was counted in flight
+			// here, and unknown by ls and show, whose open had marked it so.
+			if why, freed := fence.Outlived(time.Now(), rec); why != "" {
+				r.States[state]--
+				if r.States[state] == 0 {
+					delete(r.States, state)
+				}
+				to := "marks it unknown (fenced)"
+				if freed {
+					to = "frees it for the next attempt"
+				} else {
+					r.States[string(fence.StateUnknown)]++
+				}
+				r.Outlived = append(r.Outlived, fmt.Sprintf("the claim of intent %q is filed in_flight, but its %s: the next open of the ledger (ls, show, wrap, serve) %s; check counts it so and writes nothing", intent, why, to))
+			}
 		}
 		switch {
 		case unreadable:
