@@ -1107,7 +1107,9 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	if c.json {
 		return c.writeJSON(map[string]any{"cleared": prev.Intent, "previous_state": prev.State, "who": who, "reason": reason, "ledger": l.Location})
 	}
-	fmt.Fprintf(c.io.out, "cleared %s (was %s) by %s: %s\nthe next attempt of this intent runs the effect.\n", escID(prev.Intent), c.out.state(prev.State), esc(who), esc(reason))
+	// The ledger named, as --json names it: an operator with several ledgers (a wrap's per
+	// server, serve's, a PostgreSQL one) sees which one was changed.
+	fmt.Fprintf(c.io.out, "cleared %s (was %s) in ledger %s by %s: %s\nthe next attempt of this intent runs the effect.\n", escID(prev.Intent), c.out.state(prev.State), esc(l.Location), esc(who), esc(reason))
 	return nil
 }
 

@@ -123,7 +123,7 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		}
 		return c.writeJSON(out)
 	}
-	fmt.Fprintf(c.io.out, "resolved %s (was %s) as %s by %s: %s\n", escID(res.Prev.Intent), c.out.state(res.Prev.State), how, esc(res.Event.Who), esc(reason))
+	fmt.Fprintf(c.io.out, "resolved %s (was %s) as %s in ledger %s by %s: %s\n", escID(res.Prev.Intent), c.out.state(res.Prev.State), how, esc(l.Location), esc(res.Event.Who), esc(reason))
 	switch how {
 	case fence.Happened:
 		// The record lives for this command's result TTL, not the wraps': said, with the flag
