@@ -305,7 +305,7 @@ var elicitSchema = map[string]any{
 			"title":       "Did it happen?",
 			"description": "Check the real system first (the payment dashboard, the inbox, the repository).",
 			"enum":        []string{string(fence.Happened), string(fence.DidNotHappen), string(fence.LeaveFenced)},
-			"enumNames":   []string{"It happened: record it as done, do not run it again", "It did not happen: run it now, once", "Leave it fenced: decide later"},
+			"enumNames":   []string{"It happened: record it as done; this call is answered without running it", "It did not happen: run it now, once", "Leave it fenced: decide later"},
 		},
 		ElicitReference: map[string]any{
 			"type":        "string",
@@ -338,7 +338,12 @@ func (p *Proxy) elicitMessage(tool, intent string, rec fence.Record, pf fence.Pr
 		why = why[:i]
 	}
 	fmt.Fprintf(&b, "Why unknown: %s\n\n", safetext.Clip(why, 400))
-	fmt.Fprintf(&b, "Please check the real system, then answer. \"It happened\" records it as done and answers this call without running it; \"It did not happen\" runs it now, once; \"Leave it fenced\" runs nothing (an operator can settle it later).\nIntent: %s", safetext.EscapeExact(intent))
+	// "It happened" records a done outcome now: an identical call replays it within the
+	// tool's replay window from now, and one after the window runs as a new action, as after
+	// any call that completed. Before 2026-12-07 the choice said "do not run it again", which
+	// a wrap with a short --replay-window did after it (as `ledger resolve --happened` said
+	// the 24 h result TTL until 2026-12-07).
+	fmt.Fprintf(&b, "Please check the real system, then answer. \"It happened\" records it as done and answers this call without running it; an identical call within %s from now is answered the same way, and one after that runs as a new action; \"It did not happen\" runs it now, once; \"Leave it fenced\" runs nothing (an operator can settle it later).\nIntent: %s", shortDuration(min(p.settings(tool).ReplayWindow, p.opt.Engine.Config().ResultTTL)), safetext.EscapeExact(intent))
 	return b.String()
 }
 
@@ -377,4 +382,17 @@ func clip(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n]) + "…"
+}
+
+// shortDuration is d as time.Duration writes it, without its trailing zero units (10m, not
+// 10m0s; 24h, not 24h0m0s).
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
