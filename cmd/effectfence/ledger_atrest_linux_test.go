@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/effectfence/effectfence/internal/diskfull"
 	"github.com/effectfence/effectfence/pkg/fence"
@@ -140,20 +139,4 @@ func filesIn(t *testing.T, dir string) []string {
 		out = append(out, fmt.Sprintf("%s %x", e.Name(), sha256.Sum256(b)))
 	}
 	return out
-}
-
-// waitClaimLong waits, for up to five minutes (race-built processes on a loaded machine), until
-// the ledger at path holds one claim in flight, and returns it.
-func waitClaimLong(t *testing.T, path string) fence.Record {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		r := runBinary(t, nil, "", "ledger", "ls", "--ledger", path, "--state", "in_flight", "--json")
-		var ls struct{ Records []fence.Record }
-		if json.Unmarshal([]byte(r.stdout), &ls) == nil && len(ls.Records) == 1 {
-			return ls.Records[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the call never reached the ledger: %s%s", r.stdout, r.stderr)
-		}
-	}
 }

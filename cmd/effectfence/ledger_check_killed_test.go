@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 	"github.com/effectfence/effectfence/pkg/store"
@@ -65,5 +66,21 @@ func TestLedgerCheckAfterAKilledHolderAgreesWithTheViews(t *testing.T) {
 	}
 	if r := runBinary(t, env, "", "ledger", "check", "--json", "--ledger", ledger); !strings.Contains(r.stdout, `"unknown": 1`) || strings.Contains(r.stdout, "outlived") {
 		t.Errorf("ledger check once ls marked the claim unknown:\n%s", r.stdout)
+	}
+}
+
+// waitClaimLong waits, for up to five minutes (race-built processes on a loaded machine), until
+// the ledger at path holds one claim in flight, and returns it.
+func waitClaimLong(t *testing.T, path string) fence.Record {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		r := runBinary(t, nil, "", "ledger", "ls", "--ledger", path, "--state", "in_flight", "--json")
+		var ls struct{ Records []fence.Record }
+		if json.Unmarshal([]byte(r.stdout), &ls) == nil && len(ls.Records) == 1 {
+			return ls.Records[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call never reached the ledger: %s%s", r.stdout, r.stderr)
+		}
 	}
 }
