@@ -351,7 +351,7 @@ func (c ledgerCall) openAs(ctx context.Context, view bool) (*store.Ledger, error
 func (c ledgerCall) readOnlyNote(l *store.Ledger, why string) {
 	frames := ""
 	if st, ok := l.Store().(*sqlite.Store); ok && st.AtRestFrames() > 0 {
-		frames = fmt.Sprintf(" and the %d committed frames of its write-ahead log (left by a process that did not close it: killed, or its machine went down)", st.AtRestFrames())
+		frames = fmt.Sprintf(" and the %d committed frames of its write-ahead log (left by a process that did not close it cleanly: killed, its machine down, or its close failed for want of room)", st.AtRestFrames())
 	}
 	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s as they are, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight, its lease judged by the clock), until a process opens the ledger with room to write\n", esc(l.Location), why, frames)
 }

@@ -140,3 +140,25 @@ func filesIn(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestLedgerViewsOnAFullDiskWithAHolder: with a wrap running on the ledger when the disk
+// fills, the ledger is not at rest: the views must not read it so (the wrap may write it
+// meanwhile) and open it as usual, beside the index the wrap keeps. Before the read at rest
+// was fixed to leave alone what it had not opened, this panicked (a nil image closed).
+func TestLedgerViewsOnAFullDiskWithAHolder(t *testing.T) {
+	t.Parallel()
+	bin := effectfence(t)
+	disk := diskfull.Mount(t, 4<<20)
+	dir := t.TempDir()
+	ledger := filepath.Join(disk, "ledger.db")
+	_, in, sc := startWrapSession(t, dir, "--ledger", ledger, "--", bin, "demo-server", "--effects", filepath.Join(dir, "effects"))
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":100}}}`)
+	if !sc.Scan() {
+		t.Fatal("no answer to the call")
+	}
+	diskfull.Fill(t, disk)
+	r := runBinary(t, []string{store.EnvLedger + "=", "NO_COLOR=1"}, "", "ledger", "ls", "--ledger", ledger)
+	if r.code != 0 || strings.Contains(r.stderr, "read-only") || strings.Contains(r.stderr, "panic") || !strings.Contains(r.stdout, "charge_card") {
+		t.Errorf("ledger ls on a full disk with a wrap holding the ledger: exit %d; want 0, read as usual\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

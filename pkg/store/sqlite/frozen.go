@@ -42,11 +42,11 @@ type frozenImage struct {
 // the descriptor of the file it keeps holds a shared lock as a reader's (an open file
 // description lock), so that no process that opens the ledger meanwhile can close it as the
 // last one, which checkpoints the log into the file and deletes it (see stillFrozen).
-func openFrozen(path string) (img *frozenImage, err error) {
-	img = &frozenImage{path: path}
+func openFrozen(path string) (_ *frozenImage, err error) {
+	img := &frozenImage{path: path}
 	defer func() {
 		if err != nil {
-			img.close()
+			img.close() // what it opened: the image returned is nil
 		}
 	}()
 	if img.db, err = os.Open(path); err != nil {
