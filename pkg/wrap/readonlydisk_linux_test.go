@@ -57,8 +57,11 @@ func TestLedgerOnAFileSystemTurnedReadOnly(t *testing.T) {
 	if ls.err == nil || !strings.Contains(ls.out, "read-only file system") || strings.Contains(ls.out, "--ledger or EFFECTFENCE_LEDGER") || !strings.Contains(ls.out, "not another file") {
 		t.Errorf("ledger ls on the read-only file system: %v\n%s\nwant a refusal naming it, never advising another file", ls.err, ls.out)
 	}
-	if check := ledgerCmd(t, r, "check"); check.err != nil || !strings.Contains(check.out, "in_flight=1") {
-		t.Errorf("ledger check on the read-only file system: %v\n%s\nwant it read, the slow call's claim in flight", check.err, check.out)
+	// Its lease is 2 s: check judges the claim as the next open will (fence.Outlived), so on a
+	// loaded machine, once the lease lapsed, it counts it unknown and says why.
+	if check := ledgerCmd(t, r, "check"); check.err != nil || !strings.Contains(check.out, "in_flight=1") &&
+		!(strings.Contains(check.out, "unknown=1") && strings.Contains(check.out, "lease lapsed")) {
+		t.Errorf("ledger check on the read-only file system: %v\n%s\nwant it read, the slow call's claim in flight (or its lapsed lease said)", check.err, check.out)
 	}
 
 	waitFor(t, "the slow call's answer to wait for a ledger or spool", func() bool {
