@@ -86,23 +86,21 @@ func TestQuestionIsNotHandedToASessionThatCannotReadIt(t *testing.T) {
 	}
 }
 
-// TestRerunWaitingOnAnotherFirstRoundRunsAgain: a 2025-11-25 session's duplicate that waited
-// on a 2026-07-28 session's first round goes through the fence itself, since it cannot read
-// the question; going through, it may find the intent claimed by yet another identical first
-// round (a third session's, that claimed it as the first round released it), and wait on
-// that. That round's question is no more its answer than the first one's was: it goes
-// through again, and runs, once. Before, it went through once only, and was handed the
-// second round's input_required, which the TypeScript SDK 1.32 reads as a success with no
-// content though nothing had run. The third session's call is sent, and holds the intent
-// in its server, just as the duplicate goes through again (SetRerunning), so the duplicate
-// waits on it whatever the scheduler does.
-func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
+// twoFirstRounds runs what TestRerunWaitingOnAnotherFirstRoundRunsAgain and
+// TestQuestionRerunsAreBounded share: a 2025-11-25 session's duplicate ("dup") waits on a
+// 2026-07-28 session's first round, which ends with a question; as the duplicate goes through
+// the fence again (SetRerunning) a third session's identical first round is sent and holds the
+// intent in its server, the duplicate waits on it, and it ends with a question too. It returns
+// the rig and the older session, its duplicate not yet read.
+func twoFirstRounds(t *testing.T, tag string) (*rig, *lineRig) {
+	t.Helper()
 	r := newRig(t)
 	led := r.openLedger()
 	shared := wrap.NewShared()
 	newer := `{"protocolVersion":"2026-07-28","capabilities":{"elicitation":{}},"clientInfo":{"name":"new-agent","version":"1"}}`
 	gate := filepath.Join(r.dir, "gate")
-	args := fmt.Sprintf(`{"tag":"again","until":%q,"mrtr_only":true}`, gate)
+	args := fmt.Sprintf(`{"tag":%q,"until":%q,"mrtr_only":true}`, tag, gate)
+	asking := "confirm tag=" + tag + " asking"
 	var second *lineRig
 	var once sync.Once
 	held := make(chan struct{}) // closed once the second round holds the intent in its server
@@ -114,7 +112,7 @@ func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
 				return
 			}
 			second.send(`{"jsonrpc":"2.0","id":"second","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
-			waitFor(t, "the second first round to reach its server", func() bool { return strings.Contains(second.log.String(), "confirm tag=again asking") })
+			waitFor(t, "the second first round to reach its server", func() bool { return strings.Contains(second.log.String(), asking) })
 			close(held)
 		})
 	}))
@@ -122,7 +120,7 @@ func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
 	second = sessionRig(t, r, led, shared, newer)
 	older := sessionRig(t, r, led, shared, `{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"old-agent","version":"1"}}`)
 	asks.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
-	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(asks.log.String(), "confirm tag=again asking") })
+	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(asks.log.String(), asking) })
 	older.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
 	waitFor(t, "the older session's duplicate to wait for the first round", func() bool { return older.p.Waiting() == 1 })
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
@@ -139,6 +137,21 @@ func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
 	if m := second.answer(`"second"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
 		t.Fatalf("the second first round: %v, want the server's input_required", m)
 	}
+	return r, older
+}
+
+// TestRerunWaitingOnAnotherFirstRoundRunsAgain: a 2025-11-25 session's duplicate that waited
+// on a 2026-07-28 session's first round goes through the fence itself, since it cannot read
+// the question; going through, it may find the intent claimed by yet another identical first
+// round (a third session's, that claimed it as the first round released it), and wait on
+// that. That round's question is no more its answer than the first one's was: it goes
+// through again, and runs, once. Before, it went through once only, and was handed the
+// second round's input_required, which the TypeScript SDK 1.32 reads as a success with no
+// content though nothing had run. The third session's call is sent, and holds the intent
+// in its server, just as the duplicate goes through again (SetRerunning), so the duplicate
+// waits on it whatever the scheduler does.
+func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
+	r, older := twoFirstRounds(t, "again")
 	m := older.answer(`"dup"`)
 	if strings.Contains(string(m["result"]), "input_required") {
 		t.Fatalf("the 2025-11-25 session's duplicate was handed another session's question: %s", m["result"])
@@ -157,47 +170,7 @@ func TestRerunWaitingOnAnotherFirstRoundRunsAgain(t *testing.T) {
 // here) it is refused, NOT executed, and nothing ran for it.
 func TestQuestionRerunsAreBounded(t *testing.T) {
 	t.Cleanup(wrap.SetMaxQuestionReruns(1))
-	r := newRig(t)
-	led := r.openLedger()
-	shared := wrap.NewShared()
-	newer := `{"protocolVersion":"2026-07-28","capabilities":{"elicitation":{}},"clientInfo":{"name":"new-agent","version":"1"}}`
-	gate := filepath.Join(r.dir, "gate")
-	args := fmt.Sprintf(`{"tag":"bounded","until":%q,"mrtr_only":true}`, gate)
-	var second *lineRig
-	var once sync.Once
-	held := make(chan struct{})
-	t.Cleanup(wrap.SetRerunning(func() {
-		once.Do(func() {
-			if err := os.Remove(gate); err != nil {
-				t.Error(err)
-				return
-			}
-			second.send(`{"jsonrpc":"2.0","id":"second","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
-			waitFor(t, "the second first round to reach its server", func() bool { return strings.Contains(second.log.String(), "confirm tag=bounded asking") })
-			close(held)
-		})
-	}))
-	asks := sessionRig(t, r, led, shared, newer)
-	second = sessionRig(t, r, led, shared, newer)
-	older := sessionRig(t, r, led, shared, `{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"old-agent","version":"1"}}`)
-	asks.send(`{"jsonrpc":"2.0","id":"first","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
-	waitFor(t, "the first round to reach the server", func() bool { return strings.Contains(asks.log.String(), "confirm tag=bounded asking") })
-	older.send(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"confirm","arguments":` + args + `}}`)
-	waitFor(t, "the older session's duplicate to wait for the first round", func() bool { return older.p.Waiting() == 1 })
-	if err := os.WriteFile(gate, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if m := asks.answer(`"first"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
-		t.Fatalf("the first round: %v, want the server's input_required", m)
-	}
-	<-held
-	waitFor(t, "the older session's duplicate to wait for the second round", func() bool { return older.p.Waiting() == 1 })
-	if err := os.WriteFile(gate, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if m := second.answer(`"second"`); !strings.Contains(string(m["result"]), `"resultType":"input_required"`) {
-		t.Fatalf("the second first round: %v, want the server's input_required", m)
-	}
+	r, older := twoFirstRounds(t, "bounded")
 	dup := older.text(`"dup"`)
 	if !dup.IsError || string(dup.Meta["effectfence/code"]) != `"question_reruns"` || !strings.Contains(dup.text(), "NOT executed") || !strings.Contains(dup.text(), "2 identical calls") {
 		t.Fatalf("the duplicate past the bound: %s %s", dup.text(), dup.Meta["effectfence/code"])
