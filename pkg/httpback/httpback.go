@@ -912,12 +912,16 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 	// after quietRounds rounds.
 	lastID, resumedAt, resumes := "", "", 0
 	var watch *quietWatch
+	// The stream's reconnection time (SSE retry field; 2025-11-25: a client MUST wait it
+	// before it reconnects), up to maxRetryAfter; until the server sends one, none before the
+	// first resumption and a getRetry before each later one.
+	var reconnect time.Duration
 	for {
 		var seen func()
 		if watch != nil {
 			seen = watch.event
 		}
-		m, err := s.pump(ctx, meter, id, &lastID, resumes > 0, seen)
+		m, err := s.pump(ctx, meter, id, &lastID, resumes > 0, seen, &reconnect)
 		quiet := watch != nil && watch.stop()
 		if err == nil {
 			return m, nil
@@ -931,11 +935,15 @@ func (s *Session) readStream(ctx context.Context, meter *meter, body io.ReadClos
 		if quiet {
 			err = fmt.Errorf("no event for %s since it was resumed or since its last event", s.quiet)
 		}
+		wait := min(reconnect, maxRetryAfter)
 		if resumes > 0 {
+			wait = max(wait, getRetry)
+		}
+		if wait > 0 {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
-			case <-time.After(getRetry):
+			case <-time.After(wait):
 			}
 		}
 		resumes++
@@ -1082,9 +1090,16 @@ func mayPass(err error) bool {
 var errInvalidAnswer = errors.New("the server answered with an event that is not a valid JSON-RPC response")
 
 // pump reads events until the response to id (nil id: forever). Each event id is stored in
-// *lastID; seen, if not nil, is called at each event, once its id is stored.
-func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string, resumed bool, seen func()) (*jsonrpc.Message, error) {
+// *lastID; seen, if not nil, is called at each event, once its id is stored. The stream's
+// reconnection time, when it sent one (an SSE retry field), is stored in *reconnect as pump
+// returns.
+func (s *Session) pump(ctx context.Context, meter *meter, id json.RawMessage, lastID *string, resumed bool, seen func(), reconnect *time.Duration) (*jsonrpc.Message, error) {
 	r := newSSEReader(meter, maxMessage)
+	defer func() {
+		if r.retrySet {
+			*reconnect = r.retry
+		}
+	}()
 	for {
 		// The event before, if any, was not the answer: its share of the budget goes back.
 		meter.next()
@@ -1432,6 +1447,9 @@ func (s *Session) listen() {
 	}()
 	lastID := ""
 	wait := getRetry
+	// The stream's reconnection time (the SSE retry field its last stream sent: a client MUST
+	// wait it before it reconnects), up to maxRetryAfter.
+	var reconnect time.Duration
 	for s.bg.Err() == nil {
 		resumed := lastID != ""
 		resp, err := s.get(s.bg, lastID)
@@ -1491,6 +1509,9 @@ func (s *Session) listen() {
 			if next == "" && side != nil {
 				next, _ = side.result()
 			}
+			if cur.retry > 0 {
+				reconnect = cur.retry
+			}
 			lastID = next
 			if errors.Is(cur.err, ErrTooLarge) {
 				// Reopening would replay the same event: give the stream up.
@@ -1504,7 +1525,7 @@ func (s *Session) listen() {
 		select {
 		case <-s.bg.Done():
 			return
-		case <-time.After(retryDelay(err, wait)):
+		case <-time.After(max(retryDelay(err, wait), min(reconnect, maxRetryAfter))):
 		}
 		wait = min(2*wait, getBackoffMax)
 	}
@@ -1555,6 +1576,9 @@ type getStream struct {
 	mu      sync.Mutex
 	lastID  string // the id to resume after
 	brought bool   // an event came
+	// retry is the stream's reconnection time (an SSE retry field; 0: none came), read once
+	// done is closed.
+	retry time.Duration
 }
 
 // readGET reads the GET stream resp, resumed after lastID ("" for a fresh one), into the
@@ -1573,7 +1597,7 @@ func (s *Session) readGET(resp *http.Response, lastID string) *getStream {
 			g.mu.Lock()
 			g.lastID, g.brought = id, true
 			g.mu.Unlock()
-		})
+		}, &g.retry)
 	}()
 	return g
 }

@@ -210,3 +210,71 @@ func TestGETResumptionFedGoesOnAlone(t *testing.T) {
 		t.Fatalf("%d fresh GETs beside the resumption, want %d", n, freshTries)
 	}
 }
+
+// A call's stream that gave a reconnection time (the SSE retry field, 3000 ms) and was cut
+// before its response is resumed no sooner than that (2025-11-25: a client MUST wait it);
+// before 2026-12-07 the field was ignored and the first resumption asked at once.
+func TestResumptionWaitsTheStreamsRetry(t *testing.T) {
+	f, srv := newFake(t)
+	var at stamps
+	f.call = func(w http.ResponseWriter, _ *http.Request, _ *jsonrpc.Message) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte("retry: 3000\n"))
+		writeEvent(w, "e1", jsonrpc.Notification("notifications/progress", json.RawMessage(`{"progressToken":1,"progress":1}`)))
+		at.add()
+		panic(http.ErrAbortHandler)
+	}
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Last-Event-Id") != "e1" {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		at.add()
+		w.Header().Set("Content-Type", "text/event-stream")
+		writeEvent(w, "e2", jsonrpc.Response(json.RawMessage(`2`), json.RawMessage(`{"content":[],"ok":true}`)))
+	}
+	s := session(t, upstream(t, srv.URL, Config{}))
+	res, err := callWithin(t, s, "the call waited on")
+	if err != nil || string(res) != `{"content":[],"ok":true}` {
+		t.Fatalf("result %s, %v; want the result the resumption brings", res, err)
+	}
+	if gap := at.waitFor(t, 2)[0]; gap < 3*time.Second {
+		t.Fatalf("the cut stream was resumed %v after the cut; its retry field asked for 3 s", gap)
+	}
+}
+
+// The session's GET stream that gave a reconnection time (retry: 3000) and ended is asked for
+// again no sooner than that (before 2026-12-07: a getRetry, 1 s, later).
+func TestGETStreamWaitsItsRetry(t *testing.T) {
+	f, srv := newFake(t)
+	var at stamps
+	var n atomic.Int32
+	f.getReply = func(w http.ResponseWriter, r *http.Request) {
+		at.add()
+		if n.Add(1) == 1 {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte("retry: 3000\n\n"))
+			w.(http.Flusher).Flush()
+			return
+		}
+		holdQuiet(w, r)
+	}
+	session(t, upstream(t, srv.URL, Config{}))
+	if gap := at.waitFor(t, 2)[0]; gap < 3*time.Second {
+		t.Fatalf("the GET stream was asked for again %v after it ended; its retry field asked for 3 s", gap)
+	}
+}
+
+// The retry field's value is milliseconds in ASCII digits only, else ignored.
+func TestRetryField(t *testing.T) {
+	for in, want := range map[string]time.Duration{"3000": 3 * time.Second, "0": 0, "007": 7 * time.Millisecond, "99999999999999999999999": 1<<63 - 1} {
+		if got, ok := retryField([]byte(in)); !ok || got != want {
+			t.Errorf("retry: %s read as %v %v, want %v", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5", " 3", "3s", "١٢"} {
+		if got, ok := retryField([]byte(in)); ok {
+			t.Errorf("retry: %q read as %v, want ignored", in, got)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // ErrTooLarge marks a message from the server longer than the limit (MaxMessage).
@@ -24,6 +25,9 @@ type sseReader struct {
 	max     int
 	started bool // a line was read: a byte order mark is no longer the stream's
 	afterCR bool // the last line ended with CR: an LF right after it belongs to it
+	// retry is the stream's reconnection time, from its last retry field (retrySet: one came).
+	retry    time.Duration
+	retrySet bool
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
@@ -112,6 +116,35 @@ func (s *sseReader) next() (sseEvent, error) {
 			if !bytes.ContainsRune(value, 0) {
 				ev.id, ev.hasID = string(value), true
 			}
+		case "retry":
+			// The stream's reconnection time, in milliseconds: ASCII digits only, or the
+			// field is ignored (the event-stream format). It holds for the stream, whether
+			// or not the event it came in is dispatched.
+			if ms, ok := retryField(value); ok {
+				s.retry, s.retrySet = ms, true
+			}
 		}
 	}
+}
+
+// retryField reads a retry field's value: milliseconds, as ASCII digits only. A value too
+// large for a Duration is the longest one (a wait is bounded where it is used).
+func retryField(v []byte) (time.Duration, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	var ms int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if ms > (1<<63-1)/int64(10*time.Millisecond) {
+			return 1<<63 - 1, true
+		}
+		ms = ms*10 + int64(c-'0')
+	}
+	if ms > (1<<63-1)/int64(time.Millisecond) {
+		return 1<<63 - 1, true
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }
