@@ -84,3 +84,56 @@ func TestRetriedCommitAfterAClearSaysWhetherItLanded(t *testing.T) {
 		})
 	}
 }
+
+// doubtingStore is a store whose transactions doubt every earlier attempt (EarlierAttempt:
+// it may have landed), as the PostgreSQL store's do of a COMMIT whose answer was lost and
+// that txid_status could not settle.
+type doubtingStore struct{ Store }
+
+func (d doubtingStore) Update(ctx context.Context, fn func(Tx) error) error {
+	return d.Store.Update(ctx, func(tx Tx) error { return fn(doubtingTx{tx}) })
+}
+
+type doubtingTx struct{ Tx }
+
+func (doubtingTx) EarlierAttempt(string, uint64, string) (bool, bool) { return false, true }
+
+// TestStoreDoubtGivesWayToTheTrail: a retried commit whose store cannot tell whether its
+// earlier attempt landed (EarlierAttempt: maybe) is told what the event that ended its claim
+// says, when that event names the claim: done when cleared, it was recorded; in flight, the
+// record is unchanged. Before 2026-12-07 the store's doubt was the answer ("the ledger cannot
+// tell") though the trail could tell.
+func TestStoreDoubtGivesWayToTheTrail(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		landed bool
+		want   string
+	}{
+		{"landed", true, "an earlier attempt of this report, whose answer was lost, was recorded before the record changed"},
+		{"not landed", false, "the intent's record is unchanged"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := doubtingStore{NewMemoryStore()}
+			first := New(st, Config{Owner: "first"})
+			r := Request{Intent: "charge:doubted", Tool: "charge", Args: json.RawMessage(`{"usd":1}`)}
+			adm, err := first.Prepare(ctx, r)
+			if err != nil || !adm.Fresh() {
+				t.Fatal(adm, err)
+			}
+			o := Outcome{Kind: OutcomeCommit, Ticket: *adm.Ticket, Result: json.RawMessage(`"charged"`)}
+			if c.landed {
+				if _, err := first.apply(ctx, o, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := New(st, Config{Owner: "operator"}).Clear(ctx, r.Intent, "ops", "checked by hand"); err != nil {
+				t.Fatal(err)
+			}
+			_, err = first.apply(ctx, o, true)
+			if !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "cannot tell") {
+				t.Fatalf("the retried commit after the clear: %v; want lease_lost saying %q", err, c.want)
+			}
+		})
+	}
+}

@@ -1486,10 +1486,22 @@ func (e *Engine) lateResult(tx Tx, t Ticket, lost error, what string, rec *Recor
 		if ea, ok := tx.(EarlierAttempt); ok {
 			ll.Landed, ll.MayHaveLanded = ea.EarlierAttempt(t.Intent, t.Token, t.Nonce)
 		}
-		if retriedCommit && !ll.Landed && !ll.MayHaveLanded {
-			var err error
-			if ll.Landed, ll.MayHaveLanded, err = earlierCommit(tx, rec, t); err != nil {
+		if retriedCommit && !ll.Landed {
+			// The audit trail says more than the store's doubt can (it "may have landed"
+			// where txid_status, say, could not tell) when the event that ended the claim
+			// names it: done, it was recorded; in flight or unknown, it was not, and cannot
+			// have been since.
+			landed, maybe, err := earlierCommit(tx, rec, t)
+			if err != nil {
 				return err
+			}
+			switch {
+			case landed:
+				ll.Landed, ll.MayHaveLanded = true, false
+			case !maybe:
+				ll.MayHaveLanded = false
+			default:
+				ll.MayHaveLanded = true
 			}
 		}
 		lost = ll
