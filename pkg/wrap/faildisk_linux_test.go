@@ -135,3 +135,102 @@ func failingDisk(t *testing.T, opts, end string) {
 		t.Errorf("ledger check once the disk was repaired: %v\n%s", check.err, check.out)
 	}
 }
+
+// TestReceiptsOnAFailedCommitsFramesOutliveTheCache: fsyncgate under a real wrap. The ledger's
+// ext4 (errors=continue, its journal on blocks the device still takes) stays writable while
+// the device fails the writes of the log's new blocks. A call runs, and its outcome's COMMIT
+// fails at its fsync, every try (or its claim's does, and it is refused): its frames stay in
+// the page cache, clean, never on the disk. wrap is killed (the answer was held), the device
+// mended, and a new wrap opens the ledger: SQLite reads those frames from the cache and counts
+// the commit that failed. The new wrap records a call on top of them, replays the other, and is
+// killed too; then the disk is unmounted and mounted again (the cache gone, as after a power
+// cut). Before 2026-12-07 the log on the disk then held zeros where the failed frames were,
+// SQLite ignored it from there on, and the call the second wrap had answered as recorded was
+// gone with the one it had replayed: `ledger check` found the log "damaged at frame 20 ...
+// transactions committed after it (frames 29 and 34) are whole", and wrap refused to start
+// until an operator dropped those decisions, after which the calls would run again. Now the
+// open copies the log into the file (sqlite's syncLog), the receipts stay, and nothing runs
+// twice.
+func TestReceiptsOnAFailedCommitsFramesOutliveTheCache(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	disk := diskfull.MountFailing(t, "ext4", "errors=continue", true)
+	r.ledger = filepath.Join(disk.Dir, "ledger.db")
+	w := r.wrap("--lease-secs", "2")
+	first := call(t, w.Session, "charge", `{"amount":1,"order":"before"}`)
+	if first.IsError || r.effectCount() != 1 {
+		t.Fatalf("the first call: %s, %d effects", first.text(), r.effectCount())
+	}
+
+	disk.Break()
+	// A call meets the failing device at its claim's COMMIT (refused, not run) or at its
+	// outcome's (it ran; its answer waits while every try fails).
+	during := `{"amount":1,"order":"during"}`
+	got := make(chan result, 1)
+	go func() {
+		x, err := callE(w.Session, "charge", during)
+		if err == nil {
+			got <- x
+		}
+	}()
+	claimFailed := false
+	waitFor(t, "the call's claim refused, or its outcome held", func() bool {
+		select {
+		case x := <-got:
+			if !x.IsError || !strings.Contains(x.text(), "NOT executed") || r.effectCount() != 1 {
+				t.Fatalf("a call while the device fails: %s, %d effects; want it refused, not executed, or its answer held", x.text(), r.effectCount())
+			}
+			claimFailed = true
+			return true
+		default:
+		}
+		return strings.Contains(w.log.String(), "the call's answer waits until one of them takes it")
+	})
+	t.Logf("the failed COMMIT was the call's claim's: %v", claimFailed)
+	if err := syscall.Kill(w.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	disk.Mend()
+	if opts := disk.Options(); strings.Contains(opts, "emergency_ro") || disk.ReadOnly() {
+		t.Fatalf("the file system turned read-only (%s): the journal was meant to keep working", opts)
+	}
+
+	w2 := r.wrap("--lease-secs", "2")
+	effects := r.effectCount()
+	after := call(t, w2.Session, "charge", `{"amount":1,"order":"after"}`)
+	if after.IsError || r.effectCount() != effects+1 {
+		t.Fatalf("a new call once the device was mended: %s, %d effects, want it run and %d", after.text(), r.effectCount(), effects+1)
+	}
+	again := call(t, w2.Session, "charge", during)
+	t.Logf("the call once the device was mended: replayed %v, isError %v: %s", again.replayed(), again.IsError, again.text())
+	if claimFailed && again.IsError && (!strings.Contains(again.text(), "NOT executed") || r.effectCount() != effects+1) {
+		t.Errorf("the refused call once the device was mended: %s, %d effects", again.text(), r.effectCount())
+	}
+	if claimFailed && !again.IsError && r.effectCount() != effects+2 {
+		t.Errorf("the refused call once the device was mended: %s, %d effects, want it run once and %d", again.text(), r.effectCount(), effects+2)
+	}
+	if !claimFailed && (!again.replayed() && !strings.Contains(again.text(), "NOT executed again") || r.effectCount() != effects+1) {
+		t.Errorf("the call that ran, once the device was mended: %s, %d effects; want its outcome replayed or fenced, and %d", again.text(), r.effectCount(), effects+1)
+	}
+	if err := syscall.Kill(w2.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w2.Done()
+	effects = r.effectCount()
+
+	disk.Repair() // unmounted: the page cache's copies are gone
+	if check := ledgerCmd(t, r, "check"); check.err != nil {
+		t.Fatalf("ledger check once the disk was mounted again: %v\n%s", check.err, check.out)
+	}
+	w3 := r.wrap("--lease-secs", "2")
+	if x := call(t, w3.Session, "charge", `{"amount":1,"order":"after"}`); !x.replayed() || x.same() != after.same() || r.effectCount() != effects {
+		t.Errorf("the call the second wrap recorded, after the cache was gone: replayed %v, %s; %d effects, want the recorded result and %d", x.replayed(), x.text(), r.effectCount(), effects)
+	}
+	if x := call(t, w3.Session, "charge", `{"amount":1,"order":"before"}`); !x.replayed() || x.same() != first.same() {
+		t.Errorf("the first call: replayed %v, %s", x.replayed(), x.text())
+	}
+	if x := call(t, w3.Session, "charge", during); r.effectCount() != effects || (!again.IsError && (!x.replayed() || x.same() != again.same())) {
+		t.Errorf("the call made while the device failed, after the cache was gone: replayed %v, %s; %d effects, want %d", x.replayed(), x.text(), r.effectCount(), effects)
+	}
+}

@@ -266,7 +266,11 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		// Update, or a process starting while others write would starve in SQLite's busy
 		// handler. A new ledger's has no queue to take a turn in yet (fresh, above).
 		t := s.turns.enter(opt.BusyTimeout, ctx.Done())
-		err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) })
+		// Before anything is written on top of the log as read here (see syncLog).
+		err := retryBusy(ctx, opt.BusyTimeout, func() error { return s.syncLog(ctx) })
+		if err == nil {
+			err = retryBusy(ctx, opt.BusyTimeout, func() error { return s.migrate(ctx) })
+		}
 		s.turns.leave(t)
 		if err != nil {
 			return nil, s.fail(err)
