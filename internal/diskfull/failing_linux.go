@@ -59,7 +59,7 @@ func MountFailing(t testing.TB, fstype, opts string, journal bool) *Failing {
 		}
 	}
 	// Room for the image's blocks written by mkfs and the test, and for a repaired copy.
-	if err := syscall.Mount("tmpfs", d.back, "tmpfs", 0, "size=160m"); err != nil {
+	if err := syscall.Mount("tmpfs", d.back, "tmpfs", 0, "size=192m"); err != nil {
 		t.Skipf("skipped: mounting a tmpfs at %s: %v", d.back, err)
 	}
 	// Registered first, so it runs last: after the file system and the loop device are gone.
@@ -72,7 +72,11 @@ func MountFailing(t testing.TB, fstype, opts string, journal bool) *Failing {
 	d.img = filepath.Join(d.back, "disk.img")
 	f, err := os.Create(d.img)
 	if err == nil {
-		err = f.Truncate(64 << 20)
+		size := int64(64 << 20)
+		if fstype == "btrfs" {
+			size = 128 << 20 // mkfs.btrfs's least
+		}
+		err = f.Truncate(size)
 		f.Close()
 	}
 	if err != nil {
@@ -233,8 +237,8 @@ func (d *Failing) ReadOnly() bool {
 	return errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO)
 }
 
-// Repair mends the device, unmounts the file system, checks the image (e2fsck -fy, xfs_repair,
-// btrfs check) and mounts a copy of it on a loop device of its own (see Ext4.Repair for why a
+// Repair mends the device, unmounts the file system, checks the image (e2fsck -fy,
+// xfs_repair; btrfs is mounted again unchecked, its copy-on-write trees whole) and mounts a copy of it on a loop device of its own (see Ext4.Repair for why a
 // copy): what a person does once the disk is back. Every process using it must have ended.
 // What the file system held only in the page cache is gone then, as after a power cut.
 func (d *Failing) Repair() {

@@ -13,7 +13,8 @@ import (
 // ext4 on a loop device whose writes start failing while a call runs: its backing file is on a
 // tmpfs filled from outside, so the kernel logs "critical space allocation error", ext4's
 // writeback and fsync fail (ENOSPC, then EIO) and its journal aborts, which turns it read-only
-// (emergency_ro) under errors=continue as under errors=remount-ro. The call's outcome is in
+// (emergency_ro) under errors=continue as under errors=remount-ro; btrfs aborts its
+// transaction and turns read-only too (the "btrfs" case). The call's outcome is in
 // neither the ledger nor the spool: its answer waits (or, when every block its commit wrote
 // was one the device had taken before, it is recorded and answered); a new call is refused,
 // not run; a duplicate of a recorded call replays it; `ledger check` reads the ledger. wrap
@@ -23,16 +24,20 @@ import (
 // refused one once and replays the recorded one: nothing runs twice.
 func TestLedgerOnADeviceFailingWrites(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct{ opts, end string }{{"errors=remount-ro", "killed"}, {"errors=continue", "stopped"}} {
-		t.Run(strings.TrimPrefix(c.opts, "errors=")+"/"+c.end, func(t *testing.T) {
-			failingDisk(t, c.opts, c.end)
+	for _, c := range []struct{ fs, opts, end string }{{"ext4", "errors=remount-ro", "killed"}, {"ext4", "errors=continue", "stopped"}, {"btrfs", "", "stopped"}} {
+		name := c.fs + "/" + c.end
+		if c.opts != "" {
+			name = c.fs + "/" + strings.TrimPrefix(c.opts, "errors=") + "/" + c.end
+		}
+		t.Run(name, func(t *testing.T) {
+			failingDisk(t, c.fs, c.opts, c.end)
 		})
 	}
 }
 
-func failingDisk(t *testing.T, opts, end string) {
+func failingDisk(t *testing.T, fs, opts, end string) {
 	r := newRig(t)
-	disk := diskfull.MountFailing(t, "ext4", opts, false)
+	disk := diskfull.MountFailing(t, fs, opts, false)
 	r.ledger = filepath.Join(disk.Dir, "ledger.db")
 	w := r.wrap("--lease-secs", "2")
 	first := call(t, w.Session, "charge", `{"amount":1,"order":"before"}`)
