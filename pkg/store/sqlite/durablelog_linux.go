@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -86,17 +89,41 @@ func (s *Store) syncLog(ctx context.Context) error {
 
 // othersUseIndex says whether a process other than this one holds a POSIX lock on the file at
 // shm (a ledger's index), as /proc/locks shows; false when there is no such file, true when
-// /proc/locks cannot be read (nothing is then known, and nothing is done).
+// /proc/locks cannot be read (nothing is then known, and nothing is done). A lock counts when
+// it names the index's device and inode, or its inode and the process has the index open (on
+// btrfs stat names a subvolume's device, /proc/locks the file system's): inode numbers alone
+// repeat across file systems, and a lock of another test's ledger on a loop device of its own
+// (inode 13 there too) was taken for a process beside this one, 1 run in 2 on a busy machine.
 func othersUseIndex(shm string) bool {
-	var st syscall.Stat_t
-	if err := syscall.Stat(shm, &st); err != nil {
+	fi, err := os.Stat(shm)
+	if err != nil {
 		return false
 	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true
+	}
+	dev := fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev))
 	self, other := os.Getpid(), false
-	ok := eachPOSIXLock(func(pid int, _ string, ino uint64) {
-		if pid != self && ino == uint64(st.Ino) {
-			other = true
+	ok = eachPOSIXLock(func(pid int, d string, ino uint64) {
+		if pid != self && ino == st.Ino && !other {
+			other = d == dev || hasOpen(pid, fi)
 		}
 	})
 	return other || !ok
+}
+
+// hasOpen says whether process pid has the file fi open, as its descriptors show.
+func hasOpen(pid int, fi os.FileInfo) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if f, err := os.Stat(filepath.Join(dir, fd.Name())); err == nil && os.SameFile(f, fi) {
+			return true
+		}
+	}
+	return false
 }
