@@ -7,17 +7,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
 // The HTTP mode: the same tools over Streamable HTTP, the plainest way a server may serve it:
-// one session ("mcptest-session"), every answer a JSON body, no GET stream. Notifications the
+// one session ("mcptest-session-" and the process's id, so a server started again at the same
+// address does not know the session of the one before: 404), every answer a JSON body, no GET stream. Notifications the
 // stdio server would write (progress) have no stream to go to and are not sent; "ask" (a
 // request to the client) is refused. It prints "mcptest: listening on http://ADDR/mcp" on
 // stderr once it accepts connections.
 
-const httpSession = "mcptest-session"
+var httpSession = "mcptest-session-" + strconv.Itoa(os.Getpid())
 
 func (s *server) serveHTTP(addr string) int {
 	ln, err := net.Listen("tcp", addr)
