@@ -77,7 +77,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: tools/call params refused (%v); the call was NOT executed", err))
 	}
 	ev.Tool = c.name
-	info, err := p.toolInfo(ctx, c.name)
+	info, life, err := p.toolInfo(ctx, c.name)
 	if err != nil {
 		ev.Outcome, ev.Code = "refused", CodeToolsUnknown
 		if ctx.Err() != nil {
@@ -87,7 +87,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 	}
 	if !p.fenced(c.name, info) {
 		ev.Outcome = "passed"
-		return p.forward(ctx, m, c.name)
+		return p.forwardTo(ctx, life, m, c.name)
 	}
 	s := p.settings(c.name)
 	// Options' own per-tool settings were checked by New; PerTool's are known only now (its
@@ -188,23 +188,39 @@ func (a answer) as(outcome, code string) answer {
 // be read: nothing ran, and a retry may run it.
 const CodeToolsUnknown = "tools_unknown"
 
-// toolInfo returns what is known of a tool, listing the child's tools first if the agent
-// never did. A tool missing from a listing is fenced (the safe side) and the child answers
-// for it. Without any listing nothing is known (is it read-only? does it take an idempotency
-// key?), so after trying to list (restarting a dead child, bounded by Options.Wait) it is an
-// error and the call is not sent.
-func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
+// toolInfo returns what is known of a tool, from the listing of the server's live session,
+// and that session: a call judged by it goes to it (a tool passed through unfenced is sent to
+// the life whose listing judged it, never to a later one). When the live session has not been
+// listed (the agent never listed, or the child was restarted, or the upstream session is new)
+// its tools are listed first, starting the server if none is live; an agent whose view of the
+// tools came from a previous life is told notifications/tools/list_changed when that listing
+// is not known to be the same. A tool missing from a listing is fenced (the safe side) and the
+// child answers for it. Without any listing of the live session nothing is known (is it
+// read-only? does it take an idempotency key?), so after trying to list (restarting a dead
+// child, bounded by Options.Wait) it is an error and the call is not sent.
+func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, Conn, error) {
 	p.tools.settledWithin(ctx, p.opt.Wait) // a refresh after list_changed is under way: judge by its listing
-	if info, ok, loaded := p.tools.get(name); ok || loaded {
-		return info, nil
+	if s := p.live(); s != nil {
+		if info, ok, loaded := p.tools.getOf(name, s); ok || loaded {
+			return info, s, nil
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opt.Wait)
 	defer cancel()
+	// A (re)start is waited for detached from the agent's cancellation, as run waits for it: a
+	// start cut short by one agent's cancellation would fail every call for RestartBackoff.
+	start, stop := context.WithTimeout(context.WithoutCancel(ctx), p.opt.Wait)
+	defer stop()
+	var s Conn
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		var s Conn
-		if s, err = p.session(ctx); err == nil {
-			if err = p.tools.refresh(ctx, s); err == nil {
+		if s, err = p.session(start); err == nil {
+			var differs bool
+			if differs, err = p.tools.listFor(ctx, s); err == nil {
+				if differs {
+					p.logf("the MCP server's new session lists its tools otherwise than the one before: calls are judged by the new listing, and the agent is told (notifications/tools/list_changed)")
+					p.reply(jsonrpc.Notification("notifications/tools/list_changed", nil))
+				}
 				break
 			}
 		}
@@ -213,11 +229,14 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
 			break
 		}
 	}
-	info, _, loaded := p.tools.get(name)
+	info, _, loaded := p.tools.getOf(name, s)
 	if !loaded {
-		return toolInfo{}, err
+		if err == nil {
+			err = errors.New("the MCP server's session ended as its tools were listed")
+		}
+		return toolInfo{}, nil, err
 	}
-	return info, nil
+	return info, s, nil
 }
 
 // ParamHeaders returns the arguments of the server's tool name that HTTP clients mirror into
@@ -225,7 +244,7 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, error) {
 // first if nobody has (see toolInfo). A tool missing from the listing declares none. An error
 // means nothing is known of the server's tools.
 func (p *Proxy) ParamHeaders(ctx context.Context, name string) ([]mcpheader.Param, error) {
-	info, err := p.toolInfo(ctx, name)
+	info, _, err := p.toolInfo(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,10 @@ import (
 	"github.com/effectfence/effectfence/pkg/internal/jsonrpc"
 )
 
-// slowBack is a back with no live session whose (re)connect blocks until release is closed
-// (a stdio server restarting within --init-timeout, a remote server reconnecting), then gives
-// a conn counting the tools/call it is sent.
+// slowBack is a back whose live session, as Current sees it, is a nopConn that ends as a call
+// judged by its listing is admitted: its (re)connect blocks until release is closed (a stdio
+// server restarting within --init-timeout, a remote server reconnecting), then gives a conn
+// counting the tools/call it is sent.
 type slowBack struct {
 	release chan struct{}
 	calls   *atomic.Int32
@@ -39,7 +40,7 @@ func (b slowBack) Session(ctx context.Context) (Conn, error) {
 		return nil, ctx.Err()
 	}
 }
-func (slowBack) Current() Conn                   { return nil }
+func (slowBack) Current() Conn                   { return nopConn{} }
 func (slowBack) CloseWithin(time.Duration) error { return nil }
 func (slowBack) Kill() error                     { return nil }
 
@@ -63,7 +64,7 @@ func TestLeaseRenewedWhileTheServerStarts(t *testing.T) {
 	}
 	p.Attach(discard{})
 	p.child, p.initDone = back, true
-	if err := p.tools.refresh(ctx, nopConn{}); err != nil { // listed from the server's earlier session
+	if err := p.tools.refresh(ctx, nopConn{}); err != nil { // listed from the session the call is judged by
 		t.Fatal(err)
 	}
 	done := make(chan []byte)

@@ -1,9 +1,12 @@
 package wrap
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"regexp"
 	"slices"
 	"sort"
@@ -349,11 +352,20 @@ func stringTyped(raw json.RawMessage) bool {
 }
 
 // toolCache is wrap's view of the child's tools, refreshed from every tools/list the agent
-// makes and on notifications/tools/list_changed.
+// makes and on notifications/tools/list_changed. A listing is of one life of the server (a
+// child process, an upstream session): life names it, and a listing of another life counts as
+// none (see toolInfo). Before 2026-12-07 a listing outlived its life: a restarted child, or a
+// server restarted behind an upstream URL, that listed a tool read-only before and may write
+// now had that tool's calls passed through unfenced, judged by the previous life's listing.
 type toolCache struct {
-	mu         sync.RWMutex
-	tools      map[string]toolInfo
-	loaded     bool
+	mu     sync.RWMutex
+	tools  map[string]toolInfo
+	loaded bool
+	// life is the session the listing was read from; digest is the hash of that whole
+	// listing as the server wrote it (every page), when it is known (digested).
+	life       Conn
+	digest     [sha256.Size]byte
+	digested   bool
 	overflowed bool // merge has left tools out (logged once)
 	// listing is held through a whole refresh, so refreshes run one at a time and an older
 	// listing never overwrites a newer one.
@@ -472,6 +484,17 @@ func (c *toolCache) get(name string) (toolInfo, bool, bool) {
 	return t, ok, c.loaded
 }
 
+// getOf is get of the listing of life s: a listing of another life is none (loaded false).
+func (c *toolCache) getOf(name string, s Conn) (toolInfo, bool, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if s == nil || c.life != s {
+		return toolInfo{}, false, false
+	}
+	t, ok := c.tools[name]
+	return t, ok, c.loaded
+}
+
 // maxTools bounds the tools the cache knows: a server whose listing never ends (a cursor on
 // every page) must not grow it for as long as the agent pages. A tool beyond it is treated as
 // one missing from the listing: fenced (the safe side), with nothing known of its schema.
@@ -519,32 +542,77 @@ func (c *toolCache) seen() uint64 { return c.news.Load() }
 // to write kept passing as read-only). That refresh, or the agent's next listing, has the
 // tools of after. It reports whether the page was recorded and, as merge does, whether it
 // left tools out for the first time.
-func (c *toolCache) learned(page map[string]toolInfo, first bool, asked uint64) (recorded, left bool) {
+//
+// s is the session the page was read from and live the session live once it was read: a page
+// of a session no longer live is of a past life and is not recorded, nor is a later page of a
+// life whose first page was not; a first page of the live session begins that life's listing.
+// whole is the page's raw result when it is the whole listing (one page), nil otherwise.
+func (c *toolCache) learned(page map[string]toolInfo, first bool, asked uint64, s, live Conn, whole json.RawMessage) (recorded, left bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// A list_changed counted after this check has its refresh merge after this page, under
 	// c.mu; one counted before it makes the check fail.
-	if c.news.Load() != asked {
+	if c.news.Load() != asked || s == nil || s != live || s != c.life && !first {
 		return false, false
 	}
+	c.life = s
+	h := sha256.New()
+	pageDigest(h, whole)
+	h.Sum(c.digest[:0])
+	c.digested = first && whole != nil
 	return true, c.mergeLocked(page, first)
 }
 
-// refresh lists every page of the child's tools.
+// listFor makes sure the listing is of life s, listing s's tools when it is not (refresh).
+// differs reports that it listed and the listing of the life before s is not known to be
+// the same (a hash of the whole listing, as written, tells): the agent's view of the tools,
+// taken from that life, may be stale.
+func (c *toolCache) listFor(ctx context.Context, s Conn) (differs bool, err error) {
+	c.listing.Lock()
+	defer c.listing.Unlock()
+	c.mu.RLock()
+	of, before, had, known := c.life == s && c.loaded, c.digest, c.life != nil, c.digested
+	c.mu.RUnlock()
+	if of {
+		return false, nil
+	}
+	digest, whole, err := c.refreshLocked(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	return had && (!known || !whole || digest != before), nil
+}
+
+// refresh lists every page of the child's tools (session s, which becomes the listing's life).
 func (c *toolCache) refresh(ctx context.Context, s Conn) error {
 	c.listing.Lock()
 	defer c.listing.Unlock()
+	_, _, err := c.refreshLocked(ctx, s)
+	return err
+}
+
+// pageDigest adds one page of a listing, as written, to the hash of the listing.
+func pageDigest(h hash.Hash, raw json.RawMessage) {
+	h.Write(bytes.TrimSpace(raw))
+	h.Write([]byte{'\n'})
+}
+
+// refreshLocked is refresh with c.listing held. It returns the hash of every page as written,
+// and whether that is the whole listing.
+func (c *toolCache) refreshLocked(ctx context.Context, s Conn) (digest [sha256.Size]byte, whole bool, err error) {
 	all := map[string]toolInfo{}
-	cursor, whole := "", false
+	cursor := ""
+	h := sha256.New()
 	for pages := 0; pages < 1000; pages++ {
 		raw, err := listTools(ctx, s, cursor)
 		if err != nil {
-			return err
+			return digest, false, err
 		}
 		page, next, err := parseTools(raw)
 		if err != nil {
-			return err
+			return digest, false, err
 		}
+		pageDigest(h, raw)
 		for k, v := range page {
 			if _, known := all[k]; known || len(all) < maxTools {
 				all[k] = listedAgain(all, k, v) // a tool listed on two pages
@@ -556,9 +624,13 @@ func (c *toolCache) refresh(ctx context.Context, s Conn) error {
 		}
 		cursor = next
 	}
-	c.merge(all, true)
+	h.Sum(digest[:0])
+	c.mu.Lock()
+	c.mergeLocked(all, true)
+	c.life, c.digest, c.digested = s, digest, whole
+	c.mu.Unlock()
 	if whole && c.whole != nil {
 		c.whole(all)
 	}
-	return nil
+	return digest, whole, nil
 }

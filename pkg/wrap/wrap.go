@@ -1037,7 +1037,17 @@ func (p *Proxy) openInitGate() {
 // through unfenced ("" for other requests): its redacted values are kept out of the child's
 // stderr as reported (hide).
 func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message, tool string) []byte {
-	s, err := p.session(ctx)
+	return p.forwardTo(ctx, nil, m, tool)
+}
+
+// forwardTo is forward to session s, or to the live session (started if none is) when s is
+// nil. A tools/call passed through unfenced goes to the session whose listing judged it
+// (toolInfo): if that session has ended, the call fails there, never sent to a later one.
+func (p *Proxy) forwardTo(ctx context.Context, s Conn, m *jsonrpc.Message, tool string) []byte {
+	var err error
+	if s == nil {
+		s, err = p.session(ctx)
+	}
 	if err != nil {
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: the MCP server is not running: %v", err))
 	}
@@ -1064,7 +1074,7 @@ func (p *Proxy) forward(ctx context.Context, m *jsonrpc.Message, tool string) []
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInternalError, "effectfence wrap: %v", err))
 	}
 	if m.Method == "tools/list" {
-		p.learnTools(m.Params, res, asked)
+		p.learnTools(m.Params, res, asked, s)
 	}
 	return jsonrpc.Response(m.ID, res)
 }
@@ -1092,16 +1102,20 @@ func (p *Proxy) callBoundedUntil(wait, ctx context.Context, s Conn, method strin
 	return s.Call(ctx, method, params)
 }
 
-// learnTools updates the tool cache from a tools/list page the agent asked for when the
-// cache's seen gave asked.
-func (p *Proxy) learnTools(params, res json.RawMessage, asked uint64) {
+// learnTools updates the tool cache from a tools/list page the agent asked for, of session s,
+// when the cache's seen gave asked.
+func (p *Proxy) learnTools(params, res json.RawMessage, asked uint64, s Conn) {
 	page, next, err := parseTools(res)
 	if err != nil {
 		p.logf("%v", err)
 		return
 	}
 	first := firstPage(params)
-	recorded, left := p.tools.learned(page, first, asked)
+	var whole json.RawMessage
+	if first && next == "" {
+		whole = res
+	}
+	recorded, left := p.tools.learned(page, first, asked, s, p.live(), whole)
 	if left {
 		p.logf("the server lists more than %d tools; the ones beyond are fenced as unlisted tools are", maxTools)
 	} else if recorded && first && next == "" && len(page) < maxTools {
