@@ -15,14 +15,15 @@ import (
 
 // TestRestartedChildIsJudgedByItsOwnListing: a listing is of one life of the server. The
 // child (mcptest's "relisted" mode, which declares tools.listChanged false and never sends
-// list_changed) lists balance read-only; the agent lists, and balance passes through. Then the
-// child is killed (kill -9), and the one wrap starts for the next call lists balance as a
-// tool that may write: two identical calls of it run once, the second replayed, and the agent
-// is told notifications/tools/list_changed before the first is answered. Then the child exits
-// on its own (die), and the next lists balance read-only again: its calls pass through again
-// (each runs), and the agent is told again. Before 2026-12-07 the first life's listing judged
-// the second life's calls: balance passed through unfenced and ran twice, and the agent was
-// told nothing.
+// list_changed) lists balance read-only; the agent lists, and balance passes through. The
+// child is killed (kill -9) and the next lists the same tools: balance passes through, and the
+// agent is told nothing. Then it is killed again, and the one wrap starts for the next call
+// lists balance as a tool that may write: two identical calls of it run once, the second
+// replayed, and the agent is told notifications/tools/list_changed before the first is
+// answered. Then the child exits on its own (die), and the next lists balance read-only again:
+// its calls pass through again (each runs), and the agent is told again. Before 2026-12-07 the
+// first life's listing judged the second life's calls: balance passed through unfenced and ran
+// twice, and the agent was told nothing.
 func TestRestartedChildIsJudgedByItsOwnListing(t *testing.T) {
 	t.Parallel()
 	needProc(t)
@@ -44,14 +45,29 @@ func TestRestartedChildIsJudgedByItsOwnListing(t *testing.T) {
 	}
 	drainNotes(w)
 
+	// A restart that lists the same tools, byte for byte, passes balance through and tells
+	// the agent nothing: any list_changed wrap sent would have reached it before the answer.
+	killChild(t, w)
+	if x := callSent(t, w, "balance", `{}`); x.IsError || x.replayed() {
+		t.Fatalf("balance, read-only, after a restart that changed nothing: %+v", x)
+	}
+	if n := r.effectsOf("balance"); n != 3 {
+		t.Fatalf("balance ran %d times, want 3 (passed through)", n)
+	}
+	for len(w.notes) > 0 {
+		if n := <-w.notes; n == "notifications/tools/list_changed" {
+			t.Fatalf("the agent was told list_changed after a restart whose listing is the same; wrap log:\n%s", w.log.String())
+		}
+	}
+
 	marker := r.effects + mcptest.RelistedSuffix
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	killChild(t, w)
 	first, second := callSent(t, w, "balance", `{}`), callSent(t, w, "balance", `{}`)
-	if n := r.effectsOf("balance"); n != 3 {
-		t.Fatalf("balance, which the restarted child lists as a tool that may write, ran %d more times, want 1; wrap log:\n%s", n-2, w.log.String())
+	if n := r.effectsOf("balance"); n != 4 {
+		t.Fatalf("balance, which the restarted child lists as a tool that may write, ran %d more times, want 1; wrap log:\n%s", n-3, w.log.String())
 	}
 	if first.IsError || first.replayed() || second.IsError || !second.replayed() {
 		t.Fatalf("balance in the second life: %+v, then %+v; want it run, then replayed", first, second)
@@ -73,8 +89,8 @@ func TestRestartedChildIsJudgedByItsOwnListing(t *testing.T) {
 		}
 	}
 	wantListChanged(t, w)
-	if n := r.effectsOf("balance"); n != 5 {
-		t.Fatalf("balance, read-only again, ran %d times in all, want 5 (the third life's calls passed through)", n)
+	if n := r.effectsOf("balance"); n != 6 {
+		t.Fatalf("balance, read-only again, ran %d times in all, want 6 (the third life's calls passed through)", n)
 	}
 }
 
