@@ -222,7 +222,8 @@ func (e *Engine) PrepareWaitBesideWith(ctx context.Context, req Request, maxWait
 	note := &claimNote{}
 	var mine *Waited
 	if w != nil {
-		mine = &Waited{since: w.since}
+		c := *w
+		mine = &c
 	}
 	done := make(chan prepared, 1)
 	go func() {
