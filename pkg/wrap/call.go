@@ -375,13 +375,20 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	// gateway session being stopped (counted under --max-sessions), past the grace. Before,
 	// only a stop of the whole process ended it (Shared.Abandon).
 	began := time.Now()
+	wait := s.Wait
+	if ctx.Value(followingKey{}) != nil {
+		// A follower's pass (followFlight) waits longer than --wait: nobody waits on its
+		// answer, and each pass ends with a last read of the ledger, and the next begins with
+		// one.
+		wait = max(wait, followPass)
+	}
 	// The ledger's reads and writes end with claimBound, past the wait: a PostgreSQL server
 	// that stops answering on a network that still acknowledges (a stopped server, a proxy
 	// holding its connections) otherwise held the call until it answered, the agent's
 	// cancellation never reaching the claim (TestClaimOnAFrozenLedgerIsAnswered). A claim
 	// cut short is not admitted; if it landed all the same, the engine releases it once the
 	// ledger answers (a lost claim: nobody holds its ticket).
-	bound := s.Wait + p.claimBound()
+	bound := wait + p.claimBound()
 	ledger, endLedger := context.WithTimeout(f.ctx, bound)
 	stopWatch := context.AfterFunc(p.graceOver, endLedger)
 	// The answer is counted once this call will not ask the ledger again: a call that asks
@@ -393,7 +400,7 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	if waited == nil {
 		waited = new(fence.Waited)
 	}
-	adm, decision, err := p.claim(ledger, req, s.Wait, ctx.Done(), waited)
+	adm, decision, err := p.claim(ledger, req, wait, ctx.Done(), waited)
 	bounded := ledger.Err() == context.DeadlineExceeded // a stop or an abandon cancels it instead
 	stopWatch()
 	endLedger()

@@ -558,8 +558,18 @@ func (t *localTask) view() map[string]any {
 // proxy is stopping (a cancelled task is cancelled, a dropped one is seen by nobody).
 const followStopped = "effectfence: wrap is stopping, and this task no longer follows the identical call in flight. This call was NOT executed; the other call runs on: a retry receives its recorded result once it has one."
 
-// followPoll is the pollInterval a following task suggests.
-const followPoll = time.Second
+// followPoll is the pollInterval a following task suggests, and how often its follower reads
+// the ledger (fence.Waited.PollEvery); followPass, how long each of its passes waits at least
+// (--wait if longer). An outcome this process records, or one PostgreSQL announces, wakes it at
+// once. Before 2026-12-07 each pass waited --wait, reading the ledger as a duplicate's wait
+// does (2 ms growing to 100 ms, again at each pass): about 14 reads a second per follower, for
+// as long as the attempt ran, and a session may hold 1,024 of them
+// (TestFollowerLedgerCost: 1,024 followers at --wait 1s made 14,281 SQLite transactions a
+// second; TestFollowerReadsTheLedgerOnceAPoll).
+const (
+	followPoll = time.Second
+	followPass = time.Minute
+)
 
 // end makes a working task terminal, once: status, its statusMessage and result. false when it
 // was terminal already (cancelled by its agent while its follower ended, say).
@@ -580,7 +590,9 @@ func (lt *localTasks) end(t *localTask, status, message string, res json.RawMess
 // followFlight answers a task-augmented call whose identical attempt was still in flight past
 // its wait (first: fencedCall's answer, follow set) with a working task of wrap's own, and
 // follows the attempt on a goroutine of its own: it asks the ledger again (fencedCall, each
-// pass waiting up to --wait, as the call's agent would by retrying) until the attempt ends,
+// pass waiting up to followPass, or --wait if longer, reading the ledger every followPoll and
+// woken at once by an outcome this process records or PostgreSQL announces) until the attempt
+// ends,
 // and the task ends with what the call would have been answered then: completed with the
 // recorded result (a replay), failed with the attempt's failure or the refusal of an unknown
 // outcome (the text naming what settles it). It never runs the call (followingKey): if the
@@ -597,6 +609,9 @@ func (p *Proxy) followFlight(ctx context.Context, asked json.RawMessage, tool st
 	now := time.Now().UTC()
 	t := &localTask{status: "working", created: now, updated: now, ttl: ttlMillis(ttl, 10*time.Minute, maxLocalTaskTTL), done: make(chan struct{})}
 	t.message = "effectfence: an identical call is in flight; this task follows it and ends with its outcome. This call is not executed a second time."
+	if w, _ := ctx.Value(waitedKey{}).(*fence.Waited); w != nil {
+		w.PollEvery(followPoll) // the follower's passes, which alone use it from here on
+	}
 	fctx, stop := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), followingKey{}, true))
 	t.stop = stop
 	out := p.local.add(t)
@@ -613,7 +628,7 @@ func (p *Proxy) followFlight(ctx context.Context, asked json.RawMessage, tool st
 		defer p.calls.Done()
 		defer p.tasks.Add(-1)
 		defer stop()
-		p.logf("intent %s: task %s follows the call in flight (asking the ledger again every --wait until it ends); nothing runs for it", id.intent, t.id)
+		p.logf("intent %s: task %s follows the call in flight (reading the ledger once a second until it ends); nothing runs for it", id.intent, t.id)
 		last := first
 		for {
 			if fctx.Err() != nil {
