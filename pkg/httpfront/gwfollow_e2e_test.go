@@ -128,9 +128,11 @@ type agentReport struct {
 	Session  string
 	Statuses []string
 	TaskID   string
-	Text     string
-	Replayed bool
-	Error    *string
+	// StatusMessage is the task's, as the SDK last saw it.
+	StatusMessage string
+	Text          string
+	Replayed      bool
+	Error         *string
 }
 
 func (a *sdkAgent) report() agentReport {

@@ -288,6 +288,9 @@ type sdkRun struct {
 type proc struct {
 	url string
 	log *logBuf
+	cmd *exec.Cmd
+	// exited is closed once the process has exited.
+	exited chan struct{}
 }
 
 // startProcess starts argv with env added, waits for the stderr line that starts with
@@ -307,7 +310,7 @@ func tryStartProcess(t *testing.T, name, prefix string, env []string, argv ...st
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	cmd.Stdout = io.Discard // server-everything's HTTP mode logs every request on stdout
-	p := &proc{log: &logBuf{}}
+	p := &proc{log: &logBuf{}, cmd: cmd}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -333,6 +336,7 @@ func tryStartProcess(t *testing.T, name, prefix string, env []string, argv ...st
 		}
 	}()
 	exited := make(chan struct{})
+	p.exited = exited
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)

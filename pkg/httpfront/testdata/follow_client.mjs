@@ -47,6 +47,7 @@ try {
     if (m.type === 'taskCreated' || m.type === 'taskStatus') {
       report.taskId = m.task.taskId;
       report.statuses.push(m.task.status);
+      report.statusMessage = m.task.statusMessage ?? null;
       say(`task ${m.task.status} ${m.task.taskId}`);
       if (m.task.status === 'working' && (ROLE === 'delete' || ROLE === 'close')) {
         break;
