@@ -781,7 +781,7 @@ func insertMember(b []byte, lo, hi int, member string) []byte {
 
 // tasksList answers tasks/list: the server's list, with the tasks wrap made for this proxy's
 // agent (live ones, oldest first) before the server's on the first page, the one asked for
-// without a cursor. Later pages (a cursor, which only the server hands out) go to the server
+// without a cursor (or with an empty one). Later pages (a cursor, which only the server hands out) go to the server
 // as they are, so its pagination is untouched and each of wrap's tasks is listed once. A server
 // that has no tasks/list (method not found) lists none of its own: the first page is wrap's
 // alone. Only this proxy's tasks are listed (those of its agent, of its HTTP session): another
@@ -789,7 +789,9 @@ func insertMember(b []byte, lo, hi int, member string) []byte {
 // read. Before 2026-12-07 tasks/list went to the server alone, and an agent listing its tasks
 // never saw those wrap had handed it.
 func (p *Proxy) tasksList(ctx context.Context, m *jsonrpc.Message) []byte {
-	if c := jsonrpc.MemberValue(m.Params, "cursor"); len(c) > 0 && string(c) != "null" {
+	// An empty cursor is the first page, as servers read it (server-everything, the SDK's
+	// falsy check), not a page of the server's.
+	if c := jsonrpc.MemberValue(m.Params, "cursor"); len(c) > 0 && string(c) != "null" && string(c) != `""` {
 		return p.forward(ctx, m, "")
 	}
 	mine := p.local.list()

@@ -269,6 +269,11 @@ func TestTasksListNamesWrapsOwnTasks(t *testing.T) {
 	if l := list(fr.second); !strings.Contains(l, `"taskId":"`+dupID+`"`) || !strings.Contains(l, `"status":"working"`) {
 		t.Fatalf("tasks/list through the wrap whose agent has a following task: %s", l)
 	}
+	// An empty cursor asks for the first page, as server-everything reads it: wrap's tasks are
+	// on it too (before 2026-12-07 it was taken for a cursor and they were left out).
+	if res, err := fr.second.Call(ctx, "tasks/list", json.RawMessage(`{"cursor":""}`)); err != nil || !strings.Contains(string(res), `"taskId":"`+dupID+`"`) {
+		t.Fatalf("tasks/list with an empty cursor: %s %v; want the following task listed", res, err)
+	}
 	if l := list(fr.first); !strings.Contains(l, firstID) || strings.Contains(l, dupID) {
 		t.Fatalf("tasks/list through the first wrap: %s; want the server's task %s and not the other agent's %s", l, firstID, dupID)
 	}
