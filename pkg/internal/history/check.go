@@ -67,7 +67,16 @@ func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.O
 //   - executed-but-free: an op that ran has a record (else its next duplicate runs it again);
 //   - left-in-flight: no claim stays in flight once every holder is gone;
 //   - cut-not-fenced: a call told "unknown" ends unknown, or healed (done with its one
-//     execution); a call with no answer ends unknown or healed, or free with no execution.
+//     execution); a call with no answer ends unknown or healed, or free with no execution;
+//   - answered-then-lost: an op whose result a call was given (fresh or replayed) ends done:
+//     the answer waits until the outcome is recorded in the ledger or its spool (a full disk
+//     under both holds it), so no kill after it can leave the op unknown, its duplicates
+//     refused though the agent saw the result;
+//   - refused-but-ran, unexplained-execution: every execution (its child's wrap slot named
+//     in the effects file) lies within a call of its op through that wrap that may have run
+//     it: one answered with that very execution, or told "unknown", or given no answer (open
+//     ended: the wrap may go on after the harness stopped waiting). A call refused as NOT
+//     executed, a replay or a call never sent explains none.
 //
 // startUnixMs is when the run began (executions carry wall-clock times).
 func Check(ops []Op, execs []Execution, final map[string]Final, startUnixMs int64) []Violation {
@@ -146,6 +155,20 @@ func Check(ops []Op, execs []Execution, final map[string]Final, startUnixMs int6
 			}
 		}
 		for _, o := range opsOf[k] {
+			if (o.Answer == AnswerOK || o.Answer == AnswerReplay) && o.AnswerOp == k && have && f.State != fence.StateDone {
+				add("answered-then-lost", k, "call #%d (wrap %d) was answered with %s (%s), but the op ends %s: the agent saw a result the ledger does not hold, and its duplicates are refused", o.N, o.Wrap, o.Exec, o.Answer, f.State)
+				break
+			}
+		}
+		for _, x := range xs {
+			if x.Slot == "" {
+				continue // recorded before executions named their wrap
+			}
+			if kind, why := unexplained(x, opsOf[k], startUnixMs); kind != "" {
+				add(kind, k, "execution %s (pid %d) by wrap %s's child at %.3fs: %s", x.Exec, x.Pid, x.Slot, float64(x.At-startUnixMs)/1000, why)
+			}
+		}
+		for _, o := range opsOf[k] {
 			if !o.cut() || len(xs) > 1 {
 				continue
 			}
@@ -163,6 +186,41 @@ func Check(ops []Op, execs []Execution, final map[string]Final, startUnixMs int6
 		}
 	}
 	return vs
+}
+
+// execSlack is how far an execution may lie outside the span of the call that ran it: the
+// child stamps it with the wall clock, the harness times calls from the run's start.
+const execSlack = 250
+
+// unexplained judges execution x of an op against that op's calls: "" when a call through x's
+// wrap may have run it; else refused-but-ran when a call through that wrap was refused as NOT
+// executed meanwhile, or unexplained-execution. The wrap's slot alone is compared, not its
+// generation: an HTTP client's session may reach the slot's next gateway on the same port.
+func unexplained(x Execution, calls []Op, startUnixMs int64) (string, string) {
+	slot, _, _ := strings.Cut(x.Slot, ".")
+	t := x.At - startUnixMs
+	var refused []string
+	for _, o := range calls {
+		if fmt.Sprint(o.Wrap) != slot || o.StartMs > t+execSlack {
+			continue
+		}
+		switch o.Answer {
+		case AnswerOK:
+			if o.Exec == x.Exec && o.EndMs+execSlack >= t {
+				return "", ""
+			}
+		case AnswerUnknown, AnswerNone, AnswerRPCError:
+			return "", "" // may have run, and may run still
+		case AnswerRefused:
+			if o.EndMs+execSlack >= t {
+				refused = append(refused, fmt.Sprintf("#%d (%.3fs to %.3fs: %s)", o.N, float64(o.StartMs)/1000, float64(o.EndMs)/1000, o.Text))
+			}
+		}
+	}
+	if len(refused) > 0 {
+		return "refused-but-ran", "no call of its wrap may have run it, and " + strings.Join(refused, ", ") + " was refused as NOT executed meanwhile"
+	}
+	return "unexplained-execution", "no call of the op through that wrap may have run it"
 }
 
 func describeExecs(xs []Execution) string {

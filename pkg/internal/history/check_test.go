@@ -13,6 +13,14 @@ func TestCheck(t *testing.T) {
 	x := func(exec, op string) Execution { return Execution{Exec: exec, Op: op, Pid: 1} }
 	ok := func(op, exec string) Op { return Op{Op: op, Answer: AnswerOK, Exec: exec, AnswerOp: op} }
 	done := func(exec string) Final { return Final{State: fence.StateDone, Exec: exec} }
+	// A call of op through wrap (generation 1), from start to end ms.
+	at := func(op string, wrap int, answer, exec string, start, end int64) Op {
+		o := Op{Wrap: wrap, Gen: 1, Op: op, Answer: answer, Exec: exec, StartMs: start, EndMs: end}
+		if exec != "" {
+			o.AnswerOp = op
+		}
+		return o
+	}
 	for _, c := range []struct {
 		name  string
 		ops   []Op
@@ -33,6 +41,22 @@ func TestCheck(t *testing.T) {
 		{"ran but the ledger let it go", []Op{ok("a", "xa")}, []Execution{x("xa", "a")}, map[string]Final{}, []string{"executed-but-free"}},
 		{"claim left in flight", []Op{{Op: "a", Answer: AnswerNone}}, nil, map[string]Final{"a": {State: fence.StateInFlight}}, []string{"left-in-flight", "cut-not-fenced"}},
 		{"told unknown, ledger free", []Op{{Op: "a", Answer: AnswerUnknown}}, nil, map[string]Final{}, []string{"cut-not-fenced"}},
+		{"given the result, then the outcome lost", []Op{ok("a", "xa")}, []Execution{x("xa", "a")}, map[string]Final{"a": {State: fence.StateUnknown}}, []string{"answered-then-lost"}},
+		{"a replay, then the outcome lost", []Op{{Op: "a", Answer: AnswerReplay, Exec: "xa", AnswerOp: "a"}, {Op: "a", Answer: AnswerNone}}, []Execution{x("xa", "a")}, map[string]Final{"a": {State: fence.StateUnknown}}, []string{"answered-then-lost"}},
+		// Executions that name their wrap are judged against that wrap's calls of the op.
+		{"run by its own call, or by a call told unknown or not answered, or not yet answered when the harness gave up",
+			[]Op{at("a", 0, AnswerOK, "xa", 100, 600), at("b", 1, AnswerUnknown, "", 100, 200), at("c", 2, AnswerNone, "", 100, 200), at("a", 0, AnswerRefused, "", 150, 160)},
+			[]Execution{{Exec: "xa", Op: "a", Slot: "0.1", At: 500}, {Exec: "xb", Op: "b", Slot: "1.2", At: 900}, {Exec: "xc", Op: "c", Slot: "2.1", At: 60000}},
+			map[string]Final{"a": done("xa"), "b": {State: fence.StateUnknown}, "c": {State: fence.StateUnknown}}, nil},
+		{"run while its wrap's only call was refused as NOT executed",
+			[]Op{at("a", 0, AnswerRefused, "", 100, 600), at("a", 1, AnswerOK, "xa", 700, 900)},
+			[]Execution{{Exec: "xa", Op: "a", Slot: "0.1", At: 500}}, map[string]Final{"a": done("xa")}, []string{"refused-but-ran"}},
+		{"run by a wrap that had no call of the op then",
+			[]Op{at("a", 0, AnswerOK, "xa", 100, 200)},
+			[]Execution{{Exec: "xa", Op: "a", Slot: "0.1", At: 5000}}, map[string]Final{"a": done("xa")}, []string{"unexplained-execution"}},
+		{"a replay on its wrap explains no execution",
+			[]Op{at("a", 0, AnswerReplay, "xa", 100, 600), at("a", 1, AnswerOK, "xa", 100, 600)},
+			[]Execution{{Exec: "xa", Op: "a", Slot: "0.3", At: 400}}, map[string]Final{"a": done("xa")}, []string{"unexplained-execution"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got []string

@@ -17,6 +17,11 @@ import (
 // first thing serves as that child when it is set.
 const EnvChild = "EFFECTFENCE_HISTORY_CHILD"
 
+// EnvSlot tells the child which wrap started it ("SLOT.GEN": the wrap slot and that slot's
+// generation, as an Op names them); the wrap passes its environment on to its child, and
+// every execution is recorded with it.
+const EnvSlot = "EFFECTFENCE_HISTORY_SLOT"
+
 // ToolEffect is the child's one tool. Its arguments are {"op": KEY, "ms": N}: it works for N
 // milliseconds, then performs the effect, which is appending one line to the effects file and
 // syncing it to disk, and then answers with the execution's id.
@@ -30,6 +35,9 @@ type Execution struct {
 	Op   string `json:"op"`
 	Pid  int    `json:"pid"`
 	At   int64  `json:"at_unix_ms"`
+	// Slot is the wrap whose child ran it ("SLOT.GEN", EnvSlot); empty in histories recorded
+	// before it was.
+	Slot string `json:"slot,omitempty"`
 }
 
 // Answer is the structuredContent of a successful effect call.
@@ -108,7 +116,7 @@ func childAnswer(m *jsonrpc.Message, f *os.File, mu *sync.Mutex) (json.RawMessag
 	time.Sleep(time.Duration(p.Arguments.Ms) * time.Millisecond)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	ex := Execution{Exec: fmt.Sprintf("x%d-%s", os.Getpid(), hex.EncodeToString(b[:])), Op: p.Arguments.Op, Pid: os.Getpid(), At: time.Now().UnixMilli()}
+	ex := Execution{Exec: fmt.Sprintf("x%d-%s", os.Getpid(), hex.EncodeToString(b[:])), Op: p.Arguments.Op, Pid: os.Getpid(), At: time.Now().UnixMilli(), Slot: os.Getenv(EnvSlot)}
 	line, _ := json.Marshal(ex)
 	mu.Lock()
 	_, werr := f.Write(append(line, '\n'))

@@ -806,7 +806,8 @@ func logTail(path string, n int64) string {
 }
 
 func (w *wrapSlot) spawn() (proc, error) {
-	env := []string{EnvChild + "=" + w.r.effect, "XDG_STATE_HOME=" + filepath.Join(w.r.cfg.Dir, "state"), "GORACE=atexit_sleep_ms=0"}
+	env := []string{EnvChild + "=" + w.r.effect, EnvSlot + "=" + strconv.Itoa(w.i) + "." + strconv.Itoa(w.gen+1),
+		"XDG_STATE_HOME=" + filepath.Join(w.r.cfg.Dir, "state"), "GORACE=atexit_sleep_ms=0"}
 	fmt.Fprintf(w.log, "--- history: wrap %d generation %d at %d ms\n", w.i, w.gen+1, w.r.ms())
 	var p proc
 	var err error
