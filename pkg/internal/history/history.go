@@ -9,7 +9,9 @@
 // frequent duplicates (the same op from several clients and wraps), while a nemesis kill -9s
 // wraps and children, SIGSTOPs wraps (holders) and children past their lease and SIGCONTs them,
 // cuts the database and, on a private cluster of its own (Config.CrashDB), kill -9s every
-// process of the database server and restarts it into crash recovery. Everything is recorded: each call and its answer, each fault, each
+// process of the database server and restarts it into crash recovery, and fills the file system
+// of a SQLite ledger and its spool, a tmpfs of the run's own, and frees it again
+// (Config.FullDisk). Everything is recorded: each call and its answer, each fault, each
 // execution, and the ledger's final state once every process has stopped. Check then proves
 // the promise on that history (see Check).
 //
@@ -100,6 +102,14 @@ type Config struct {
 	// nemesis kills and stops those wraps and their children by their pids on the host. It
 	// needs root and unshare; Run fails without them.
 	Containers bool
+	// FullDisk, with Ledger "sqlite", puts the ledger (and its -wal, -shm and spool, which wrap
+	// keeps beside it) on a tmpfs of DiskSize bytes (DefaultDiskSize when 0) that the run
+	// mounts in Dir/disk and unmounts at its end, whatever becomes of it, and the nemesis also
+	// fills that file system and frees it a random time later (FaultFullDisk; see disk.go).
+	// The ledger's files are copied into Dir at the end, as the wraps left them. It needs root
+	// (mount); Run fails without it.
+	FullDisk bool
+	DiskSize int
 }
 
 // Fault is one thing the nemesis did.
@@ -119,6 +129,9 @@ const (
 	// FaultCrashDB is kill -9 of every process of the database server (Config.CrashDB), then
 	// a restart into crash recovery 0.3 to 1.5 s later.
 	FaultCrashDB = "crash-db"
+	// FaultFullDisk fills the file system of the SQLite ledger and its spool (Config.FullDisk),
+	// keeps it full for 0.5 to 5 s, then frees it (one window at a time).
+	FaultFullDisk = "full-disk"
 )
 
 // Report is a run's history and what Check found in it.
@@ -138,6 +151,11 @@ type Report struct {
 	StartUnixMs int64 `json:"start_unix_ms"`
 	// Lease is the wraps' lease.
 	Lease time.Duration `json:"lease_ns"`
+	// DiskFull lists when the ledger's disk was full (Config.FullDisk).
+	DiskFull []Window `json:"disk_full,omitempty"`
+	// HeldOutcomes counts the outcomes the wraps' logs say were held in memory, in neither the
+	// ledger nor its spool, their answers waiting for room (FullDisk runs).
+	HeldOutcomes int `json:"held_outcomes,omitempty"`
 }
 
 // Summary is the report in a few lines: operations by answer, faults by kind, violations.
@@ -169,6 +187,9 @@ func (r *Report) Summary() string {
 	}
 	fmt.Fprintf(&b, "operations: %d calls (%s) on %d ops; %d executions; ledger at the end: %s\n", len(r.Ops), counts(answers), len(r.Final), len(r.Executions), counts(states))
 	fmt.Fprintf(&b, "faults injected: %d (%s)\n", len(r.Faults), counts(faults))
+	if len(r.DiskFull) > 0 {
+		b.WriteString(r.diskSummary())
+	}
 	fmt.Fprintf(&b, "violations: %d\n", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "  %s\n", v)
@@ -234,6 +255,11 @@ type run struct {
 	// container's init, checked gone at the end.
 	unshare string
 	inits   []hostProc
+	// disk is the tmpfs of a FullDisk run; filling is true while the nemesis keeps it full;
+	// windows are the spans it was full.
+	disk    string
+	filling atomic.Bool
+	windows []Window
 }
 
 // proc is one running wrap as the clients see it: a stdio session (*mcpstdio.Session) or a
@@ -281,6 +307,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	switch cfg.Ledger {
 	case "sqlite":
 		r.ledger = filepath.Join(cfg.Dir, "ledger.db")
+		if cfg.FullDisk {
+			size := cfg.DiskSize
+			if size <= 0 {
+				size = DefaultDiskSize
+			}
+			r.disk = filepath.Join(cfg.Dir, "disk")
+			if err := mountDisk(r.disk, size); err != nil {
+				return nil, err
+			}
+			defer func() {
+				if err := unmountDisk(r.disk); err != nil {
+					r.logf("%v", err)
+				}
+			}()
+			r.ledger = filepath.Join(r.disk, "ledger.db")
+		}
 		r.direct = r.ledger
 	case "postgres":
 		if cfg.CrashDB {
@@ -299,6 +341,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer r.proxy.Close()
 	default:
 		return nil, fmt.Errorf("history: ledger %q: want sqlite or postgres", cfg.Ledger)
+	}
+	if cfg.FullDisk && cfg.Ledger != "sqlite" {
+		return nil, fmt.Errorf("history: full-disk fills a SQLite ledger's file system: it needs the sqlite ledger, not %s", cfg.Ledger)
 	}
 	if cfg.CrashDB && cfg.Ledger != "postgres" {
 		return nil, fmt.Errorf("history: crash-db needs the postgres ledger, not %s", cfg.Ledger)
@@ -579,8 +624,12 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 	if r.cluster != nil {
 		kinds = append(kinds, FaultCrashDB, FaultCrashDB)
 	}
+	if r.disk != "" {
+		kinds = append(kinds, FaultFullDisk)
+	}
 	var stoppedMu sync.Mutex
 	stopped := map[int]bool{}
+	first := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -588,9 +637,13 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 		case <-time.After(r.between(300*time.Millisecond, 1200*time.Millisecond)):
 		}
 		kind := kinds[r.intn(len(kinds))]
+		if first && r.disk != "" {
+			kind = FaultFullDisk // every FullDisk run, however short, has its disk full at least once
+		}
+		first = false
 		w := r.wraps[r.intn(len(r.wraps))]
 		wrapPid, gen := w.pid()
-		if wrapPid == 0 && kind != FaultCutDB && kind != FaultCrashDB {
+		if wrapPid == 0 && kind != FaultCutDB && kind != FaultCrashDB && kind != FaultFullDisk {
 			continue // restarting
 		}
 		target := fmt.Sprintf("wrap %d.%d pid %d", w.i, gen, wrapPid)
@@ -635,6 +688,16 @@ func (r *run) nemesis(ctx context.Context, wg *sync.WaitGroup) {
 				defer wg.Done()
 				r.crashDB(d)
 			}()
+		case FaultFullDisk:
+			if !r.filling.CompareAndSwap(false, true) {
+				continue // full already
+			}
+			d := r.between(500*time.Millisecond, 5*time.Second)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.fullDisk(d)
+			}()
 		}
 	}
 }
@@ -666,7 +729,12 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 		StartUnixMs: r.start.UnixMilli(), Lease: r.cfg.Lease, Containers: r.containerSlots()}
 	r.mu.Lock()
 	rep.Faults = append([]Fault(nil), r.faults...)
+	rep.DiskFull = append([]Window(nil), r.windows...)
 	r.mu.Unlock()
+	if r.disk != "" {
+		r.keepLedger()
+		rep.HeldOutcomes = countHeld(r.cfg.Dir)
+	}
 	execs, err := readExecutions(r.effect)
 	if err != nil {
 		return nil, err

@@ -46,16 +46,21 @@ func buildAndRun(m *testing.M) int {
 // TestHistory runs a short seed of the history checker on each ledger (scripts/history runs
 // long ones) and fails on any violation, printing operations, faults and violations. The
 // containers case runs wraps 0 and 2 each in a PID namespace of its own (Config.Containers),
-// for 10 s beside the others' 20: it adds no time to the test, only load.
+// and the fulldisk case the SQLite ledger on a tmpfs the nemesis fills and frees
+// (Config.FullDisk), each for 10 s beside the others' 20: they add no time to the test, only
+// load.
 func TestHistory(t *testing.T) {
 	for _, c := range []struct {
-		ledger, front string
-		containers    bool
-	}{{"sqlite", "stdio", false}, {"postgres", "stdio", false}, {"postgres", "http", false}, {"sqlite", "stdio", true}} {
+		ledger, front        string
+		containers, fullDisk bool
+	}{{"sqlite", "stdio", false, false}, {"postgres", "stdio", false, false}, {"postgres", "http", false, false}, {"sqlite", "stdio", true, false}, {"sqlite", "stdio", false, true}} {
 		ledger := c.ledger
 		name, d := ledger+"/"+c.front, 20*time.Second
 		if c.containers {
 			name, d = name+"/containers", 10*time.Second
+		}
+		if c.fullDisk {
+			name, d = name+"/fulldisk", 10*time.Second
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -71,9 +76,12 @@ func TestHistory(t *testing.T) {
 					t.Skip("skipped: wraps in containers need the unshare command (util-linux)")
 				}
 			}
+			if c.fullDisk && os.Geteuid() != 0 {
+				t.Skip("skipped: a full disk needs a tmpfs of the run's own (mount: root)")
+			}
 			rep, err := history.Run(context.Background(), history.Config{
 				Seed: 11, Duration: d, Ledger: ledger, Postgres: pg,
-				Bin: bin, Child: []string{child}, Dir: t.TempDir(), Log: testLog{t}, Front: c.front, Containers: c.containers,
+				Bin: bin, Child: []string{child}, Dir: t.TempDir(), Log: testLog{t}, Front: c.front, Containers: c.containers, FullDisk: c.fullDisk,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -84,6 +92,9 @@ func TestHistory(t *testing.T) {
 			}
 			if c.containers && !faultIn(rep, "in its container") {
 				t.Fatalf("no fault reached a wrap in a container or its child: nothing proven about them")
+			}
+			if c.fullDisk && len(rep.DiskFull) == 0 {
+				t.Fatalf("the ledger's disk was never full: nothing proven about it")
 			}
 			if len(rep.Violations) > 0 {
 				t.Fatalf("%d violations of the fence's promise (see the summary above)", len(rep.Violations))

@@ -4,12 +4,14 @@
 // (package history) and prints what it did and every violation it found. Run it through
 // scripts/history:
 //
-//	scripts/history [-seed N] [-duration D] [-ledger sqlite|postgres|both] [-crash-db] [-containers]
+//	scripts/history [-seed N] [-duration D] [-ledger sqlite|postgres|both] [-crash-db] [-containers] [-fulldisk]
 //
 // PostgreSQL runs need EFFECTFENCE_TEST_POSTGRES, or -crash-db: a private cluster of the run's
 // own (pkg/internal/pgcluster) that the nemesis also kills and restarts. -containers runs every
-// other wrap in a PID namespace of its own (root and unshare; else exit 2). Exit status: 0 no
-// violation, 1 violations, 2 the run could not be made.
+// other wrap in a PID namespace of its own (root and unshare; else exit 2). -fulldisk puts the
+// SQLite ledger on a small tmpfs the nemesis fills and frees (root; else exit 2), unmounted at
+// the end of each run, and on SIGINT, SIGTERM or SIGHUP, which end the run early. Exit status:
+// 0 no violation, 1 violations, 2 the run could not be made.
 package main
 
 import (
@@ -18,7 +20,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/effectfence/effectfence/pkg/internal/history"
@@ -43,6 +47,8 @@ func run() int {
 	pooler := flag.String("pooler", "", "PostgreSQL: a pooler's URL the wraps use instead of the server's (its role must reach -schema by its own search_path)")
 	schema := flag.String("schema", "", "PostgreSQL: the run's schema (default history_<seed>_<pid>_<front>); it is dropped at the end")
 	crashDB := flag.Bool("crash-db", false, "PostgreSQL: the ledger on a private cluster (PostgreSQL's server binaries, run as the user postgres under root) that the nemesis also kill -9s and restarts into crash recovery (fault crash-db), instead of EFFECTFENCE_TEST_POSTGRES")
+	fullDisk := flag.Bool("fulldisk", false, "SQLite: the ledger and its spool on a tmpfs of -disk-size bytes the harness mounts (root), which the nemesis fills and frees a random time later (fault full-disk); with -ledger both, the PostgreSQL runs go without it")
+	diskSize := flag.Int("disk-size", history.DefaultDiskSize, "with -fulldisk, the size of the ledger's tmpfs in bytes")
 	containers := flag.Bool("containers", false, "run every other wrap slot (0, 2, …) in containers on this host: each wrap in a PID namespace of its own below the harness's (unshare --pid --fork --mount-proc; needs root)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -51,6 +57,10 @@ func run() int {
 	}
 	if *crashDB && *ledger == "sqlite" {
 		fmt.Fprintln(os.Stderr, "history: -crash-db crashes a PostgreSQL server: it needs -ledger postgres or both")
+		return 2
+	}
+	if *fullDisk && *ledger == "postgres" {
+		fmt.Fprintln(os.Stderr, "history: -fulldisk fills a SQLite ledger's disk: it needs -ledger sqlite or both")
 		return 2
 	}
 	if *crashDB && *pooler != "" {
@@ -94,8 +104,19 @@ func run() int {
 			runs = append(runs, runOf{l, f})
 		}
 	}
+	// A signal ends the run early, as its duration would: the wraps are stopped, and the
+	// ledger's tmpfs of a -fulldisk run is unmounted. A second signal kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	code := 0
 	for _, ro := range runs {
+		if ctx.Err() != nil {
+			return 2
+		}
 		l := ro.ledger
 		d := filepath.Join(*dir, l)
 		if len(fronts) > 1 || ro.front != "stdio" {
@@ -105,10 +126,11 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "history:", err)
 			return 2
 		}
-		rep, err := history.Run(context.Background(), history.Config{
+		rep, err := history.Run(ctx, history.Config{
 			Seed: *seed, Duration: *duration, Ledger: l, Postgres: os.Getenv("EFFECTFENCE_TEST_POSTGRES"),
 			Bin: *bin, Child: []string{self}, Dir: d, Wraps: *wraps, Clients: *clients, Lease: *lease, Log: os.Stderr, Front: ro.front, Pad: *pad,
 			Pooler: *pooler, Schema: *schema, CrashDB: *crashDB && l == "postgres", Containers: *containers,
+			FullDisk: *fullDisk && l == "sqlite", DiskSize: *diskSize,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
