@@ -10,8 +10,9 @@
 // own (pkg/internal/pgcluster) that the nemesis also kills and restarts. -containers runs every
 // other wrap in a PID namespace of its own (root and unshare; else exit 2). -fulldisk puts the
 // SQLite ledger on a small tmpfs the nemesis fills and frees (root; else exit 2), unmounted at
-// the end of each run, and on SIGINT, SIGTERM or SIGHUP, which end the run early. Exit status:
-// 0 no violation, 1 violations, 2 the run could not be made.
+// the end of each run, and on SIGINT, SIGTERM or SIGHUP, which end the run early (its history
+// still checked, the runs after it not made). Exit status: 0 no violation, 1 violations, 2 the
+// run could not be made or was interrupted.
 package main
 
 import (
@@ -115,7 +116,7 @@ func run() int {
 	code := 0
 	for _, ro := range runs {
 		if ctx.Err() != nil {
-			return 2
+			break
 		}
 		l := ro.ledger
 		d := filepath.Join(*dir, l)
@@ -141,6 +142,10 @@ func run() int {
 		if len(rep.Violations) > 0 {
 			code = 1
 		}
+	}
+	if ctx.Err() != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "history: interrupted: the run was cut short (what it recorded was checked)")
+		return 2
 	}
 	return code
 }
