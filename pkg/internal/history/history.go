@@ -304,6 +304,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("history: front %q: want stdio or http", cfg.Front)
 	}
+	if cfg.FullDisk && cfg.Ledger != "sqlite" {
+		return nil, fmt.Errorf("history: full-disk fills a SQLite ledger's file system: it needs the sqlite ledger, not %s", cfg.Ledger)
+	}
 	switch cfg.Ledger {
 	case "sqlite":
 		r.ledger = filepath.Join(cfg.Dir, "ledger.db")
@@ -341,9 +344,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer r.proxy.Close()
 	default:
 		return nil, fmt.Errorf("history: ledger %q: want sqlite or postgres", cfg.Ledger)
-	}
-	if cfg.FullDisk && cfg.Ledger != "sqlite" {
-		return nil, fmt.Errorf("history: full-disk fills a SQLite ledger's file system: it needs the sqlite ledger, not %s", cfg.Ledger)
 	}
 	if cfg.CrashDB && cfg.Ledger != "postgres" {
 		return nil, fmt.Errorf("history: crash-db needs the postgres ledger, not %s", cfg.Ledger)
