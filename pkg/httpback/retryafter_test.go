@@ -74,22 +74,32 @@ func TestResumptionHonoursRetryAfter(t *testing.T) {
 // The session's GET stream refused with 503 and Retry-After: 3 is asked for again no sooner
 // than the server asked (before 2026-12-07: a getRetry, 1 s, later).
 func TestGETStreamHonoursRetryAfter(t *testing.T) {
+	gap := secondGETGap(t, func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "3")
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	})
+	if gap < 3*time.Second {
+		t.Fatalf("the GET stream was asked for again %v after the server's 503 with Retry-After: 3", gap)
+	}
+}
+
+// secondGETGap answers the session's first GET stream with first and holds the next one
+// quiet, and returns the time between them.
+func secondGETGap(t *testing.T, first func(w http.ResponseWriter)) time.Duration {
+	t.Helper()
 	f, srv := newFake(t)
 	var at stamps
 	var n atomic.Int32
 	f.getReply = func(w http.ResponseWriter, r *http.Request) {
 		at.add()
 		if n.Add(1) == 1 {
-			w.Header().Set("Retry-After", "3")
-			http.Error(w, "busy", http.StatusServiceUnavailable)
+			first(w)
 			return
 		}
 		holdQuiet(w, r)
 	}
 	session(t, upstream(t, srv.URL, Config{}))
-	if gap := at.waitFor(t, 2)[0]; gap < 3*time.Second {
-		t.Fatalf("the GET stream was asked for again %v after the server's 503 with Retry-After: 3", gap)
-	}
+	return at.waitFor(t, 2)[0]
 }
 
 // The session's GET stream refused again and again (503), or ended at once each time without
@@ -246,21 +256,12 @@ func TestResumptionWaitsTheStreamsRetry(t *testing.T) {
 // The session's GET stream that gave a reconnection time (retry: 3000) and ended is asked for
 // again no sooner than that (before 2026-12-07: a getRetry, 1 s, later).
 func TestGETStreamWaitsItsRetry(t *testing.T) {
-	f, srv := newFake(t)
-	var at stamps
-	var n atomic.Int32
-	f.getReply = func(w http.ResponseWriter, r *http.Request) {
-		at.add()
-		if n.Add(1) == 1 {
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = w.Write([]byte("retry: 3000\n\n"))
-			w.(http.Flusher).Flush()
-			return
-		}
-		holdQuiet(w, r)
-	}
-	session(t, upstream(t, srv.URL, Config{}))
-	if gap := at.waitFor(t, 2)[0]; gap < 3*time.Second {
+	gap := secondGETGap(t, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte("retry: 3000\n\n"))
+		w.(http.Flusher).Flush()
+	})
+	if gap < 3*time.Second {
 		t.Fatalf("the GET stream was asked for again %v after it ended; its retry field asked for 3 s", gap)
 	}
 }
