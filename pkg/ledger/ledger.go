@@ -601,7 +601,9 @@ type ExportEnd struct {
 // event (oldest first), one object per line, then the end line (ExportEnd), all from one read
 // transaction. It returns the number of record and event lines. Records and events that do
 // not decode are left out, counted in the end line, and named by an *UnreadableRecords error
-// once the rest is written. An export that fails before its end has no end line.
+// once the rest is written. An export that fails before its end has no end line, and so
+// has one of a store read at rest (sqlite.Options.AtRest) that a process opened or changed
+// while it was read.
 func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	n := 0
 	enc := json.NewEncoder(w)
@@ -634,6 +636,14 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	if err == nil {
 		err = werr
 	}
+	if at, ok := st.(atRest); ok && err == nil {
+		// Read at rest (a SQLite ledger on a full disk, say): a process that opened or changed
+		// the ledger meanwhile may have mixed two of its states into what was written, which
+		// then gets no end line, as an export cut short.
+		if what := at.StillAtRest(); what != "" {
+			err = fmt.Errorf("%s: the lines written, read at rest, may mix its states before and after", what)
+		}
+	}
 	if err == nil {
 		end.UnreadableRecords, end.UnreadableEvents = len(bad.recs), len(bad.evs)
 		err = enc.Encode(ExportLine{End: &end})
@@ -643,6 +653,10 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	}
 	return n, err
 }
+
+// atRest is a store read at rest (a SQLite store opened with AtRest): StillAtRest says what
+// changed since it was opened that may have changed what it read, "" when nothing did.
+type atRest interface{ StillAtRest() string }
 
 // VerifyExport verifies an export (Export's JSON Lines) as Verify verifies a ledger: every
 // record's cert, its agreement with its record, and the parent links among the records the
