@@ -281,9 +281,11 @@ func (c ledgerCall) open(ctx context.Context) (*store.Ledger, error) {
 	return c.openAs(ctx, false)
 }
 
-// openView opens the ledger for a look that changes nothing (ls, show, stats). Where SQLite cannot write beside a SQLite ledger (a full disk, a read-only file
+// openView opens the ledger for a look that changes nothing (ls, show, stats, export,
+// verify). Where SQLite cannot write beside a SQLite ledger (a full disk, a read-only file
 // system), which its every open does, and no process has the ledger open, it is read at
-// rest (store.Options.AtRest), and the look says so on stderr.
+// rest (store.Options.AtRest), and the look says so on stderr: an operator whose disk filled
+// up sees what is fenced, and copies the receipts off it.
 func (c ledgerCall) openView(ctx context.Context) (*store.Ledger, error) {
 	return c.openAs(ctx, true)
 }
@@ -1136,7 +1138,7 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 			return fmt.Errorf("ledger verify: reading the %s: %w", where, err)
 		}
 	} else {
-		l, err := c.open(ctx)
+		l, err := c.openView(ctx)
 		if err != nil {
 			return err
 		}
@@ -1145,6 +1147,9 @@ func ledgerVerify(ctx context.Context, c ledgerCall) error {
 		rep, err = ledger.Verify(ctx, st)
 		done()
 		if err != nil {
+			return err
+		}
+		if err := stillRead(l); err != nil {
 			return err
 		}
 		where = "ledger " + l.Location
@@ -1194,7 +1199,7 @@ func ledgerExport(ctx context.Context, c ledgerCall) error {
 	if f := c.cmd.String("format"); f != "jsonl" {
 		return usageErr("ledger export: unknown --format %q (jsonl is the format)", f)
 	}
-	l, err := c.open(ctx)
+	l, err := c.openView(ctx)
 	if err != nil {
 		return err
 	}

@@ -26,36 +26,8 @@ import (
 // writing and failed ("no room left"), leaving an empty log and a torn index behind.
 func TestLedgerViewsOnAFullDiskWithNoHolder(t *testing.T) {
 	t.Parallel()
-	bin := effectfence(t)
-	disk := diskfull.Mount(t, 4<<20)
-	dir := t.TempDir() // the wraps' working directory and effects file: not on the small disk
-	ledger := filepath.Join(disk, "ledger.db")
-	call := func(amount int) string {
-		return fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d}}}`, amount)
-	}
-
-	// A call that completes, in a wrap that then ends as a client closing it ends it.
-	first, in, sc := startWrapSession(t, dir, "--ledger", ledger, "--", bin, "demo-server", "--effects", filepath.Join(dir, "effects"))
-	fmt.Fprintln(in, call(100))
-	if !sc.Scan() {
-		t.Fatal("no answer to the first call")
-	}
-	in.Close()
-	if err := first.Wait(); err != nil {
-		t.Fatalf("the first wrap: %v", err)
-	}
-	// A call in the middle of which its wrap is killed.
-	second, in, _ := startWrapSession(t, dir, "--ledger", ledger, "--", bin, "demo-server", "--latency", "1m", "--effects", filepath.Join(dir, "effects"))
-	fmt.Fprintln(in, call(200))
-	claim := waitClaimLong(t, ledger)
-	if err := second.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = second.Wait()
-	if fi, err := os.Stat(ledger + "-wal"); err != nil || fi.Size() == 0 {
-		t.Fatalf("the killed wrap left no log to read (%v): the case tests nothing", err)
-	}
-	filler := diskfull.Fill(t, disk)
+	fd := killedOnAFullDisk(t, nil)
+	disk, ledger, claim, filler := fd.disk, fd.ledger, fd.claim, fd.filler
 
 	before := filesIn(t, disk)
 	env := []string{store.EnvLedger + "=", "NO_COLOR=1"}
@@ -121,6 +93,55 @@ func TestLedgerViewsOnAFullDiskWithNoHolder(t *testing.T) {
 	if r := runBinary(t, env, "", "ledger", "ls", "--ledger", ledger); r.code != 0 || !strings.Contains(r.stdout, claim.Intent) || strings.Contains(r.stderr, "read-only") {
 		t.Errorf("ledger ls with room again: exit %d; want the killed call's claim, read as usual\n%s%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// fullDisk is a SQLite ledger on a full file system of its own, which no process has open.
+type fullDisk struct {
+	disk, ledger string
+	claim        fence.Record // the killed call's, in the log only
+	filler       string       // the file that fills the disk: removed, it makes the room again
+}
+
+// killedOnAFullDisk writes a SQLite ledger on a small file system of its own with real wraps:
+// one whose call completed and that closed, then one killed with SIGKILL in the middle of its
+// call, which leaves its claim in the log (not yet copied into the file) and the log's index
+// beside it. The disk is then filled. between, if given, runs with the ledger path once the
+// first wrap has closed (no process has the ledger open then).
+func killedOnAFullDisk(t *testing.T, between func(ledger string)) fullDisk {
+	t.Helper()
+	bin := effectfence(t)
+	disk := diskfull.Mount(t, 4<<20)
+	dir := t.TempDir() // the wraps' working directory and effects file: not on the small disk
+	ledger := filepath.Join(disk, "ledger.db")
+	call := func(amount int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":%d}}}`, amount)
+	}
+
+	// A call that completes, in a wrap that then ends as a client closing it ends it.
+	first, in, sc := startWrapSession(t, dir, "--ledger", ledger, "--", bin, "demo-server", "--effects", filepath.Join(dir, "effects"))
+	fmt.Fprintln(in, call(100))
+	if !sc.Scan() {
+		t.Fatal("no answer to the first call")
+	}
+	in.Close()
+	if err := first.Wait(); err != nil {
+		t.Fatalf("the first wrap: %v", err)
+	}
+	if between != nil {
+		between(ledger)
+	}
+	// A call in the middle of which its wrap is killed.
+	second, in, _ := startWrapSession(t, dir, "--ledger", ledger, "--", bin, "demo-server", "--latency", "1m", "--effects", filepath.Join(dir, "effects"))
+	fmt.Fprintln(in, call(200))
+	claim := waitClaimLong(t, ledger)
+	if err := second.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = second.Wait()
+	if fi, err := os.Stat(ledger + "-wal"); err != nil || fi.Size() == 0 {
+		t.Fatalf("the killed wrap left no log to read (%v): the case tests nothing", err)
+	}
+	return fullDisk{disk: disk, ledger: ledger, claim: claim, filler: diskfull.Fill(t, disk)}
 }
 
 // filesIn lists the files in dir with the SHA-256 of each one's bytes.
