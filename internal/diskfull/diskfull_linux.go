@@ -28,11 +28,16 @@ func Mount(t testing.TB, size int) string {
 }
 
 // Fill writes a file in dir until its file system has no room left, and returns the file's
-// path: removing it makes the room again.
+// path: removing it makes the room again. Called again (a test that made some room), it
+// writes another file, filler-2, filler-3 and so on, and leaves the ones before as they are.
 func Fill(t testing.TB, dir string) string {
 	t.Helper()
 	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	for n := 2; errors.Is(err, os.ErrExist); n++ {
+		path = filepath.Join(dir, "filler-"+strconv.Itoa(n))
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
