@@ -12,6 +12,7 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+	"modernc.org/sqlite/vfs"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -266,14 +267,22 @@ func Check(ctx context.Context, path string) (*CheckReport, error) {
 // next process to open the ledger takes as its own: made from a read-only file, the index is
 // read-only, and a process that could write the file then could not use it. It reports false,
 // r left as it was, when the ledger is not at rest, or when a process opened it during the
-// read, which may have changed the pages read. No Store of this process opens the file
-// meanwhile (aside): closing a descriptor of it would drop that Store's locks.
+// read, which may have changed the pages read. A ledger with a log or an index beside it
+// that no process has open (a holder killed) is read through readFrozen. No Store of this
+// process opens the file meanwhile (aside): closing a descriptor of it would drop that
+// Store's locks.
 func (r *CheckReport) readAtRest(ctx context.Context, fi os.FileInfo, path string, o Options) (bool, error) {
 	before := *r
 	read := false
 	_, err := aside(fi, func() error {
 		f := restingReader(path)
 		if f == nil {
+			if logBeside(path) {
+				read = r.readFrozen(ctx, path, o)
+				if !read {
+					*r = before
+				}
+			}
 			return nil
 		}
 		defer f.Close()
@@ -291,6 +300,39 @@ func (r *CheckReport) readAtRest(ctx context.Context, fi os.FileInfo, path strin
 		return nil
 	})
 	return read, err
+}
+
+// readFrozen reads a ledger that no process has open, with a log (or an index) beside it, as
+// a view reads it at rest (frozen.go): the file and the committed frames of its log, through
+// a read-only VFS. SQLite's own read of a log that no process has open is its recovery, which
+// cuts the index to 3 bytes and rebuilds it beside the ledger: a write that check promises
+// not to make, which on a full disk fails and leaves the index cut (and check could not read
+// the ledger). It reports false, r to be reset, when the ledger is not at rest, when the image
+// cannot be read (SQLite's own read then judges it), or when a process opened or changed the
+// ledger during the read.
+func (r *CheckReport) readFrozen(ctx context.Context, path string, o Options) bool {
+	img, err := openFrozen(path)
+	if err != nil {
+		return false
+	}
+	defer img.close()
+	name, fsys, err := vfs.New(frozenFS{img})
+	if err != nil {
+		return false
+	}
+	defer fsys.Close()
+	o.vfs = name
+	db, err := sql.Open("sqlite", dsn(path, o, false))
+	if err != nil {
+		return false
+	}
+	r.read(ctx, db, path)
+	db.Close()
+	if img.stillFrozen() != "" {
+		return false
+	}
+	r.OK = len(r.Problems) == 0
+	return true
 }
 
 // read fills the report from the ledger open in db, with the advice its problems call for.
