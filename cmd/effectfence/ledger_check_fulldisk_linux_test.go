@@ -12,8 +12,9 @@ import (
 
 // TestLedgerCheckOnAFullDiskIsNoDamage: a ledger on a file system that filled up. A process
 // opening it to write (here `ledger sweep`, as a wrap restarting would) fails, saying the disk
-// is full, and leaves a log and an index beside it, the index cut short for want of room.
-// `ledger check`, the way out every refusal names, must not call the ledger damaged. Before
+// is full (it left a log and an index beside it, the index cut short for want of room, until
+// it took them back: TestWritingOpensOnAFullDiskLeaveNothingBeside). `ledger check`, the way
+// out every refusal names, must not call the ledger damaged. Before
 // 2026-12-07 it read SQLite's "disk I/O error" as damage to the file and advised salvaging it
 // with .recover and moving it aside for a new ledger, which replays nothing the old one
 // recorded; then it said the file system was full and the ledger not damaged (exit 1); now,

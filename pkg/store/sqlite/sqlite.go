@@ -178,7 +178,7 @@ var ErrClosed = errors.New("sqlite ledger: store is closed")
 
 // Open opens (creating if needed) the ledger at path. A new file is created 0600, its
 // directory 0700 if it has to be created. The schema is created or migrated.
-func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+func Open(ctx context.Context, path string, opt Options) (_ *Store, err error) {
 	if opt.BusyTimeout <= 0 {
 		opt.BusyTimeout = DefaultBusyTimeout
 	}
@@ -197,6 +197,15 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	if opt.AtRest {
 		opt.ReadOnly = true
+	}
+	if !opt.ReadOnly {
+		// A failed open (a full disk) takes back the log and index it made, if it may.
+		takeBack := madeBeside(abs)
+		defer func() {
+			if err != nil {
+				takeBack()
+			}
+		}()
 	}
 	if err := prepareFile(abs, opt.ReadOnly); err != nil {
 		return nil, err
