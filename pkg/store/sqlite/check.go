@@ -277,11 +277,10 @@ func (r *CheckReport) readAtRest(ctx context.Context, fi os.FileInfo, path strin
 	_, err := aside(fi, func() error {
 		f := restingReader(path)
 		if f == nil {
-			if logBeside(path) {
-				read = r.readFrozen(ctx, path, o)
-				if !read {
-					*r = before
-				}
+			// A log or an index beside it, or a process has it open (then openFrozen
+			// refuses, and SQLite's own read follows).
+			if read = r.readFrozen(ctx, path, o); !read {
+				*r = before
 			}
 			return nil
 		}
