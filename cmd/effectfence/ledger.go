@@ -355,7 +355,53 @@ func (c ledgerCall) readOnlyNote(l *store.Ledger, why string) {
 	if st, ok := l.Store().(*sqlite.Store); ok && st.AtRestFrames() > 0 {
 		frames = fmt.Sprintf(" and the %d committed frames of its write-ahead log (left by a process that did not close it cleanly: killed, its machine down, or its close failed for want of room)", st.AtRestFrames())
 	}
-	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s as they are, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight, its lease judged by the clock), until a process opens the ledger with room to write\n", esc(l.Location), why, frames)
+	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s as they are, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight), until a process opens the ledger with room to write (ls and show name each claim that open will take from its holder)\n", esc(l.Location), why, frames)
+}
+
+// outlivedClaims gathers, for a look that read the ledger at rest (nothing recovered at its
+// open), the claims filed in_flight that the next open of the ledger takes from their holders
+// (fence.Outlived: the holder gone, or the lease lapsed), to name them on stderr once the look
+// is written, as check names them. The look shows them as filed, so that what it writes stays
+// what a scan by state reads (ls --state in_flight lists them, as the ledger files them).
+type outlivedClaims struct {
+	on    bool
+	notes []string
+	more  int
+}
+
+func outlivedOf(l *store.Ledger) *outlivedClaims {
+	st, ok := l.Store().(*sqlite.Store)
+	return &outlivedClaims{on: ok && st.ReadAtRest()}
+}
+
+// see judges r by the ledger's clock now.
+func (o *outlivedClaims) see(now time.Time, r *fence.Record) {
+	if !o.on || r.State != fence.StateInFlight {
+		return
+	}
+	why, freed := fence.Outlived(now, *r)
+	if why == "" {
+		return
+	}
+	if len(o.notes) == 20 {
+		o.more++
+		return
+	}
+	to := "marks it unknown (fenced)"
+	if freed {
+		to = "frees it for the next attempt"
+	}
+	o.notes = append(o.notes, fmt.Sprintf("the claim of intent %q is shown in_flight, as filed, but its %s: the next open of the ledger with room to write %s", r.Intent, why, to))
+}
+
+// say names the claims seen on w.
+func (o *outlivedClaims) say(w io.Writer) {
+	for _, n := range o.notes {
+		fmt.Fprintln(w, "effectfence ledger: read-only: "+esc(n))
+	}
+	if o.more > 0 {
+		fmt.Fprintf(w, "effectfence ledger: read-only: … and %d more claim(s) so\n", o.more)
+	}
 }
 
 // stillRead says, after a look that read the ledger at rest, whether a process opened or
@@ -550,15 +596,17 @@ func ledgerLs(ctx context.Context, c ledgerCall) error {
 	// calls is millions): the JSON is written record by record, and the table in two passes
 	// over the one snapshot, the first measuring its columns (docs/DECISIONS.md).
 	w := bufio.NewWriterSize(c.io.out, 64<<10)
+	outlived := outlivedOf(l)
 	if c.json {
-		err = c.lsJSON(ctx, l, states, w)
+		err = c.lsJSON(ctx, l, states, w, outlived)
 	} else {
-		err = c.lsTable(ctx, l, states, w)
+		err = c.lsTable(ctx, l, states, w, outlived)
 	}
 	if ferr := w.Flush(); err == nil {
 		err = ferr
 	}
 	if err == nil {
+		outlived.say(c.io.err)
 		err = stillRead(l)
 	}
 	return err
@@ -595,7 +643,7 @@ func leaseHolds(now time.Time, r *fence.Record) bool {
 // lsTable writes the `ledger ls` table in two passes over the same records (one read
 // transaction, one snapshot): the first counts the records and measures the columns, the
 // second writes the rows. It holds a row at a time.
-func (c ledgerCall) lsTable(ctx context.Context, l *store.Ledger, states []fence.State, w io.Writer) error {
+func (c ledgerCall) lsTable(ctx context.Context, l *store.Ledger, states []fence.State, w io.Writer, outlived *outlivedClaims) error {
 	t := newStreamTable(lsHeader...)
 	n, shown := 0, 0
 	var bad *unreadableList
@@ -610,6 +658,7 @@ func (c ledgerCall) lsTable(ctx context.Context, l *store.Ledger, states []fence
 			n++
 			count()
 			t.measure(c.lsRow(now, r)...)
+			outlived.see(now, r)
 			return nil
 		},
 		End: func(unreadable error) error {
@@ -665,7 +714,7 @@ func (c ledgerCall) lsTable(ctx context.Context, l *store.Ledger, states []fence
 // (indented, HTML characters raw, C1 and bidi characters escaped by safetext.JSON) for
 // {"ledger": …, "records": […], "unreadable": […]}, byte for byte, without holding the records
 // (TestLedgerLsJSONMatchesTheDocument).
-func (c ledgerCall) lsJSON(ctx context.Context, l *store.Ledger, states []fence.State, w io.Writer) error {
+func (c ledgerCall) lsJSON(ctx context.Context, l *store.Ledger, states []fence.State, w io.Writer, outlived *outlivedClaims) error {
 	var buf bytes.Buffer
 	// piece writes v as the Encoder writes a value nested at the depth of prefix, after before.
 	piece := func(before, prefix string, v any) error {
@@ -684,7 +733,9 @@ func (c ledgerCall) lsJSON(ctx context.Context, l *store.Ledger, states []fence.
 	n := 0
 	head := func() error { return piece("{\n  \"ledger\": ", "  ", l.Location) }
 	count, clearCount := c.count("ls: records")
-	err := ledger.Walk(ctx, l.Store(), states, ledger.Pass{Record: func(r *fence.Record) error {
+	var now time.Time
+	err := ledger.Walk(ctx, l.Store(), states, ledger.Pass{Start: func(at time.Time) error { now = at; return nil }, Record: func(r *fence.Record) error {
+		outlived.see(now, r)
 		if n == 0 {
 			if err := head(); err != nil {
 				return err
@@ -804,6 +855,9 @@ func ledgerShow(ctx context.Context, c ledgerCall) error {
 	if err := c.showDetail(ctx, l, d, bad); err != nil {
 		return err
 	}
+	outlived := outlivedOf(l)
+	outlived.see(d.Now, &d.Record)
+	outlived.say(c.io.err)
 	if err := stillRead(l); err != nil {
 		return err
 	}

@@ -1846,6 +1846,10 @@ func (s *Store) StillAtRest() string {
 	return s.frozen.stillFrozen()
 }
 
+// ReadAtRest reports whether the store was opened AtRest: nothing was recovered or swept at
+// its open, so a claim whose holder is gone shows as that holder filed it.
+func (s *Store) ReadAtRest() bool { return s.frozen != nil }
+
 // AtRestFrames is how many committed frames of its log a store opened AtRest read with the
 // file (0 for one without a log, or not opened AtRest).
 func (s *Store) AtRestFrames() int {
