@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -47,5 +48,26 @@ func TestWritingOpensOnAFullDiskLeaveNothingBeside(t *testing.T) {
 	}
 	if after := filesIn(t, disk); !slices.Equal(before, after) {
 		t.Errorf("wrap starting on a full disk left beside the ledger:\nbefore %q\nafter  %q", before, after)
+	}
+}
+
+// TestWritingOpenOnAFullDiskKeepsAKilledHoldersClaim: what a failed open takes back is only
+// what it made. A real wrap killed mid-call leaves its claim in the log, and the disk fills:
+// sweep fails there, and whatever SQLite's own close did with that log (it may copy it into the
+// file, which needs no room, and remove it), the claim is not lost: with room again, ls shows
+// it, marked unknown by that open.
+func TestWritingOpenOnAFullDiskKeepsAKilledHoldersClaim(t *testing.T) {
+	t.Parallel()
+	fd := killedOnAFullDisk(t, nil)
+	env := []string{store.EnvLedger + "=", "NO_COLOR=1"}
+	if r := runBinary(t, env, "", "ledger", "sweep", "--ledger", fd.ledger); r.code != exitError || !strings.Contains(r.stderr, "no room left") {
+		t.Errorf("ledger sweep on a full disk: exit %d; want 1, saying there is no room\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if err := os.Remove(fd.filler); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, env, "", "ledger", "ls", "--state", "unknown", "--ledger", fd.ledger)
+	if r.code != 0 || !strings.Contains(r.stdout, fd.claim.Intent) {
+		t.Errorf("ledger ls with room again: exit %d; want the killed call's claim, unknown\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
