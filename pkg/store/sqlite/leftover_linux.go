@@ -26,9 +26,19 @@ func madeBeside(path string) (takeBack func()) {
 		return func() {}
 	}
 	hadIndex := present(shm)
+	// emptyLog reports whether an empty log is beside the ledger, and no index or a regular
+	// file as its index (a named pipe there is refused by the open, and would hang a look).
+	emptyLog := func() bool {
+		lw, err := os.Lstat(wal)
+		if err != nil || !lw.Mode().IsRegular() || lw.Size() != 0 {
+			return false
+		}
+		li, err := os.Lstat(shm)
+		return errors.Is(err, os.ErrNotExist) || err == nil && li.Mode().IsRegular()
+	}
 	return func() {
 		fi, err := os.Stat(path)
-		if err != nil {
+		if err != nil || !emptyLog() {
 			return
 		}
 		_, _ = aside(fi, func() error {
@@ -37,10 +47,7 @@ func madeBeside(path string) (takeBack func()) {
 				return nil
 			}
 			defer f.Close() // its lock with it
-			if !lockWhole(f, real) {
-				return nil
-			}
-			if lw, err := os.Lstat(wal); err != nil || !lw.Mode().IsRegular() || lw.Size() != 0 {
+			if !lockWhole(f, real) || !emptyLog() {
 				return nil
 			}
 			if problem, err := walLostOnce(real); err != nil || problem != "" {
@@ -63,7 +70,8 @@ func lockWhole(f *os.File, real string) bool {
 	if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &excl) != nil {
 		return false
 	}
-	shm, err := os.Open(real + "-shm")
+	// Not blocking, not followed: a named pipe put there meanwhile must not hang the look.
+	shm, err := os.OpenFile(real+"-shm", os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return true
 	}
