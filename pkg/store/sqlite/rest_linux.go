@@ -103,7 +103,9 @@ func lockAlone(f *os.File, path string) bool {
 			return false
 		}
 	}
-	shm, err := os.Open(realPath(path) + "-shm")
+	// Not blocking, not followed: a named pipe put there (after the checks for special files
+	// beside the ledger) must not hang the look, as lockWhole's (leftover_linux.go).
+	shm, err := os.OpenFile(realPath(path)+"-shm", os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return true
 	}
