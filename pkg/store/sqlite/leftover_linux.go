@@ -70,15 +70,5 @@ func lockWhole(f *os.File, real string) bool {
 	if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &excl) != nil {
 		return false
 	}
-	// Not blocking, not followed: a named pipe put there meanwhile must not hang the look.
-	shm, err := os.OpenFile(real+"-shm", os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return true
-	}
-	if err != nil {
-		return false
-	}
-	defer shm.Close()
-	probe := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: shmLockFirst, Len: shmLockSize}
-	return unix.FcntlFlock(shm.Fd(), unix.F_OFD_GETLK, &probe) == nil && probe.Type == unix.F_UNLCK
+	return indexUnheld(real)
 }

@@ -88,8 +88,7 @@ const (
 // file description lock, and reports whether no process has the ledger open: no lock of
 // another on any of SQLite's bytes of the file but shared ones, and none on its index's. A
 // log and an index beside it (a process killed while it used the ledger leaves them) are read
-// with it, not judged here. The index is opened only to look at its locks: a descriptor of it
-// closed drops no lock this process holds there, as it holds none (see here.go).
+// with it, not judged here (indexUnheld looks at the index's locks).
 func lockAlone(f *os.File, path string) bool {
 	shared := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: sharedFirst, Len: sharedSize}
 	if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &shared) != nil {
@@ -103,9 +102,16 @@ func lockAlone(f *os.File, path string) bool {
 			return false
 		}
 	}
-	// Not blocking, not followed: a named pipe put there (after the checks for special files
-	// beside the ledger) must not hang the look, as lockWhole's (leftover_linux.go).
-	shm, err := os.OpenFile(realPath(path)+"-shm", os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	return indexUnheld(realPath(path))
+}
+
+// indexUnheld reports whether no process holds a lock on the index beside the ledger at real
+// (true when there is none): every connection that has the index open holds one. The index is
+// opened without blocking or following a link, so that a named pipe put there (after the
+// checks for special files beside the ledger) cannot hang the look; a descriptor of it closed
+// drops no lock this process holds there, as it holds none (see here.go).
+func indexUnheld(real string) bool {
+	shm, err := os.OpenFile(real+"-shm", os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return true
 	}
