@@ -12,7 +12,6 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
-	"modernc.org/sqlite/vfs"
 
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -310,15 +309,11 @@ func (r *CheckReport) readAtRest(ctx context.Context, fi os.FileInfo, path strin
 // cannot be read (SQLite's own read then judges it), or when a process opened or changed the
 // ledger during the read.
 func (r *CheckReport) readFrozen(ctx context.Context, path string, o Options) bool {
-	img, err := openFrozen(path)
+	img, name, fsys, err := serveFrozen(path)
 	if err != nil {
 		return false
 	}
 	defer img.close()
-	name, fsys, err := vfs.New(frozenFS{img})
-	if err != nil {
-		return false
-	}
 	defer fsys.Close()
 	o.vfs = name
 	db, err := sql.Open("sqlite", dsn(path, o, false))

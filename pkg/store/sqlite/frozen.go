@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"time"
+
+	"modernc.org/sqlite/vfs"
 )
 
 // A ledger in WAL mode is read beside its index (-shm), which SQLite makes, truncates and
@@ -104,6 +106,22 @@ func openFrozen(path string) (_ *frozenImage, err error) {
 	}
 	img.size = int64(dbPages) * img.pageSize
 	return img, nil
+}
+
+// serveFrozen reads the ledger at path (absolute) as frozenImage (openFrozen) and serves it
+// through a read-only VFS of its own, whose name a DSN takes (Options.vfs, dsn). Closing the
+// VFS, then the image, ends both.
+func serveFrozen(path string) (*frozenImage, string, *vfs.FS, error) {
+	img, err := openFrozen(path)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	name, fsys, err := vfs.New(frozenFS{img})
+	if err != nil {
+		img.close()
+		return nil, "", nil, err
+	}
+	return img, name, fsys, nil
 }
 
 // readAt reads the image at off.

@@ -218,7 +218,7 @@ func Open(ctx context.Context, path string, opt Options) (_ *Store, err error) {
 			return nil, fmt.Errorf("ledger %s: %w", path, err)
 		}
 		skipped, err := aside(fi, func() (err error) {
-			img, err = openFrozen(abs)
+			img, opt.vfs, frozenVFS, err = serveFrozen(abs)
 			return err
 		})
 		if skipped {
@@ -227,12 +227,6 @@ func Open(ctx context.Context, path string, opt Options) (_ *Store, err error) {
 		if err != nil {
 			return nil, err
 		}
-		name, fsys, err := vfs.New(frozenFS{img})
-		if err != nil {
-			img.close()
-			return nil, err
-		}
-		opt.vfs, frozenVFS = name, fsys
 	}
 	s := &Store{path: abs, opt: opt, decoded: newDecodedCache(), release: hold(abs), index: indexWatch{fd: -1}, frozen: img, vfs: frozenVFS}
 	if s.r, err = sql.Open("sqlite", dsn(abs, opt, false)); err != nil {
