@@ -62,6 +62,9 @@ type Cluster struct {
 	Dir  string
 	Data string
 	Port int
+	// started: the server has accepted connections once (its port is then the cluster's:
+	// a store's URL names it).
+	started bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -227,9 +230,25 @@ func (c *Cluster) LogText() string {
 }
 
 // Start starts the postmaster on the data directory (after a crash: crash recovery) and waits
-// until it accepts connections, for up to two minutes.
+// until it accepts connections, for up to two minutes. A first start whose port another
+// process took since freePort chose it ("Address already in use": a parallel test's listener,
+// seen in a full CI run) starts again on another port, up to four times.
 func (c *Cluster) Start() {
 	c.tb.Helper()
+	for tries := 1; ; tries++ {
+		if c.start(tries < 5 && !c.started) {
+			return
+		}
+		c.Port = freePort(c.tb)
+		c.configure()
+	}
+}
+
+// start is one try of Start; with moveOn, a first start that finds its port taken reports
+// false (the server exited; c.cmd cleared) instead of failing the test.
+func (c *Cluster) start(moveOn bool) bool {
+	c.tb.Helper()
+	logged := len(c.LogText())
 	c.mu.Lock()
 	if c.cmd != nil {
 		c.mu.Unlock()
@@ -260,11 +279,18 @@ func (c *Cluster) Start() {
 		if err == nil {
 			conn.Close(ctx)
 			cancel()
-			return
+			c.started = true
+			return true
 		}
 		cancel()
 		select {
 		case <-exited:
+			if log := c.LogText(); moveOn && len(log) >= logged && strings.Contains(log[logged:], "Address already in use") {
+				c.mu.Lock()
+				c.cmd = nil
+				c.mu.Unlock()
+				return false
+			}
 			c.tb.Fatalf("pgcluster: the server exited while starting (%v); log:\n%s", err, c.LogText())
 		default:
 		}

@@ -3,6 +3,8 @@
 package pgcluster
 
 import (
+	"fmt"
+	"net"
 	"testing"
 )
 
@@ -33,4 +35,26 @@ func TestCrashRestartAndFailover(t *testing.T) {
 		t.Fatalf("the promoted synchronous standby has %v rows, want 2", got)
 	}
 	s.Exec("postgres", "INSERT INTO t VALUES (3)")
+}
+
+// A first start whose port another process took after freePort chose it starts on another
+// port: a parallel test's listener took one once in a full CI run, and the test failed
+// ("could not bind IPv4 address: Address already in use").
+func TestFirstStartOnATakenPortMovesOn(t *testing.T) {
+	c := newCluster(t)
+	c.run("initdb", "-D", c.Data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	c.configure()
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.Port))
+	if err != nil {
+		t.Skipf("skipped: the chosen port was taken before the test could take it: %v", err)
+	}
+	defer l.Close()
+	taken := c.Port
+	c.Start()
+	if c.Port == taken {
+		t.Fatalf("the cluster kept the taken port %d", taken)
+	}
+	if got := c.Query("postgres", "SELECT 1::text"); got[0] != "1" {
+		t.Fatalf("the cluster on port %d answers %v", c.Port, got)
+	}
 }
