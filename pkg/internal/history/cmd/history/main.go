@@ -10,7 +10,8 @@
 // own (pkg/internal/pgcluster) that the nemesis also kills and restarts. -containers runs every
 // other wrap in a PID namespace of its own (root and unshare; else exit 2). -fulldisk puts the
 // SQLite ledger on a small tmpfs the nemesis fills and frees (root; else exit 2), unmounted at
-// the end of each run, and on SIGINT, SIGTERM or SIGHUP, which end the run early (its history
+// the end of each run (in a mount namespace of the command's own: a SIGKILL leaves nothing
+// mounted), and on SIGINT, SIGTERM or SIGHUP, which end the run early (its history
 // still checked, the runs after it not made). Exit status: 0 no violation, 1 violations, 2 the
 // run could not be made or was interrupted.
 package main
@@ -67,6 +68,9 @@ func run() int {
 	if *crashDB && *pooler != "" {
 		fmt.Fprintln(os.Stderr, "history: -crash-db runs a private server of its own and takes no -pooler")
 		return 2
+	}
+	if *fullDisk {
+		ownMountNamespace()
 	}
 	ledgers := []string{*ledger}
 	if *ledger == "both" {
@@ -148,4 +152,28 @@ func run() int {
 		return 2
 	}
 	return code
+}
+
+// privateMounts marks a history command that runs in a mount namespace of its own.
+const privateMounts = "EFFECTFENCE_HISTORY_PRIVATE_MOUNTS"
+
+// ownMountNamespace runs this command again, with the same arguments and the same process id,
+// in a mount namespace of its own whose mounts do not propagate to the host's (unshare
+// --mount --propagation private), so the ledger's tmpfs of a -fulldisk run is seen by this
+// command, its wraps and their children only, and goes with the last of them: a harness killed
+// with SIGKILL, which unmounts nothing, leaves no mount behind on the host. Where unshare is
+// missing or fails, the run goes on in the host's namespace, as before, with a warning.
+func ownMountNamespace() {
+	if os.Getenv(privateMounts) != "" || os.Geteuid() != 0 {
+		return // not root: the mount itself fails, and says so
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err == nil {
+		var self string
+		if self, err = os.Executable(); err == nil {
+			args := append([]string{"unshare", "--mount", "--propagation", "private", "--", self}, os.Args[1:]...)
+			err = syscall.Exec(unshare, args, append(os.Environ(), privateMounts+"=1"))
+		}
+	}
+	fmt.Fprintf(os.Stderr, "history: the ledger's tmpfs is mounted in the host's mount namespace (a kill -9 of this command would leave it mounted): no namespace of its own: %v\n", err)
 }
