@@ -140,9 +140,10 @@ type result struct {
 // slow 2-core VM while the rest of CI ran, and past two minutes under more load).
 func runBinary(t *testing.T, env []string, stdin string, args ...string) result {
 	t.Helper()
+	bin := binaryFor(t, args) // built first: a build on a loaded machine is not the command's time
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binaryFor(t, args), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer

@@ -127,3 +127,80 @@ func slicesWithout(lines [][]byte, i int) [][]byte {
 	out := append([][]byte{}, lines[:i]...)
 	return append(out, lines[i+1:]...)
 }
+
+// TestExportLinesChangedAreTold: the end line holds the SHA-256 of the lines before it, and
+// `ledger verify --export` fails an export whose lines were changed after it was written: a
+// byte of an audit event (events have no cert of their own: before 2026-12-07 such a change
+// verified OK), two events swapped, a record's claim time, which no cert covers. An export whose end
+// line has no sha256 (effectfence's before 2026-12-07) still verifies.
+func TestExportLinesChangedAreTold(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	seedCLI(t, path)
+	env := []string{"NO_COLOR=1", store.EnvLedger + "="}
+	for _, intent := range []string{"refund:9", "orphan:child"} { // two events an operator wrote
+		if r := runBinary(t, env, "", "ledger", "clear", "--ledger", path, "--force", "--reason", "checked the gateway's log", intent); r.code != exitOK {
+			t.Fatalf("clear %s: exit %d\n%s", intent, r.code, r.stderr)
+		}
+	}
+	r := runBinary(t, env, "", "ledger", "export", "--ledger", path)
+	if r.code != exitOK {
+		t.Fatalf("export: exit %d\n%s", r.code, r.stderr)
+	}
+	lines := bytes.SplitAfter([]byte(r.stdout), []byte("\n"))
+	lines = lines[:len(lines)-1]
+	var events []int
+	record := -1
+	for i, l := range lines {
+		var el ledger.ExportLine
+		if err := json.Unmarshal(l, &el); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case el.Event != nil:
+			events = append(events, i)
+		case el.Record != nil && el.Record.Intent == "scale:web":
+			record = i
+		case el.End != nil && len(el.End.SHA256) != 64:
+			t.Fatalf("the end line has no sha256 of the lines before it: %s", l)
+		}
+	}
+	if len(events) < 2 || record < 0 {
+		t.Fatalf("the export holds %d event(s) and record line %d: too little to change", len(events), record)
+	}
+	verify := func(what string, ls [][]byte, wantOK bool) {
+		t.Helper()
+		f := filepath.Join(dir, "export.jsonl")
+		if err := os.WriteFile(f, bytes.Join(ls, nil), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := runBinary(t, env, "", "ledger", "verify", "--export", f)
+		switch {
+		case wantOK && r.code != exitOK:
+			t.Fatalf("verify --export of %s: exit %d, want 0\n%s%s", what, r.code, r.stdout, r.stderr)
+		case !wantOK && (r.code != exitError || !strings.Contains(r.stdout, "were changed after it was written")):
+			t.Fatalf("verify --export of %s: exit %d, want 1 saying its lines were changed\n%s%s", what, r.code, r.stdout, r.stderr)
+		}
+	}
+	verify("the export as written", lines, true)
+	changed := func(i int, old, new string) [][]byte {
+		t.Helper()
+		out := append([][]byte{}, lines...)
+		if !bytes.Contains(out[i], []byte(old)) {
+			t.Fatalf("line %d holds no %q: %s", i+1, old, out[i])
+		}
+		out[i] = bytes.Replace(out[i], []byte(old), []byte(new), 1)
+		return out
+	}
+	verify("an event's operator changed", changed(events[len(events)-1], `@`, `#`), false)
+	swapped := append([][]byte{}, lines...)
+	swapped[events[0]], swapped[events[1]] = swapped[events[1]], swapped[events[0]]
+	verify("two events swapped", swapped, false)
+	verify("a record's claim time changed", changed(record, `"claimed_at":"2`, `"claimed_at":"1`), false)
+	var end ledger.ExportLine
+	if err := json.Unmarshal(lines[len(lines)-1], &end); err != nil {
+		t.Fatal(err)
+	}
+	verify("an end line without sha256 (an older export)", changed(len(lines)-1, `,"sha256":"`+end.End.SHA256+`"`, ``), true)
+}

@@ -6,6 +6,7 @@ package ledger
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/safetext"
 	"github.com/effectfence/effectfence/pkg/canon"
 	"github.com/effectfence/effectfence/pkg/fence"
 )
@@ -595,6 +597,12 @@ type ExportEnd struct {
 	// out: their stored bytes did not decode.
 	UnreadableRecords int `json:"unreadable_records,omitempty"`
 	UnreadableEvents  int `json:"unreadable_events,omitempty"`
+	// SHA256 is the SHA-256 (lowercase hex) of every byte of the export before its end line,
+	// so a line changed after it was written (a flipped bit, an edit by hand) is told, audit
+	// events included, which have no cert of their own. It guards against accident, not
+	// intent: whoever edits an export can compute it again. Exports of effectfence before
+	// 2026-12-07 have none.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Export writes the ledger as JSON Lines: every record (in intent order), then every audit
@@ -606,15 +614,30 @@ type ExportEnd struct {
 // while it was read.
 func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	n := 0
-	enc := json.NewEncoder(w)
+	// Each line is written as safetext.JSON has it (the same JSON: no character in it can act
+	// on a terminal), which is what the end line's digest is of.
+	sum := sha256.New()
+	var line bytes.Buffer
+	enc := json.NewEncoder(&line)
 	enc.SetEscapeHTML(false)
+	write := func(l ExportLine) error {
+		line.Reset()
+		if err := enc.Encode(l); err != nil {
+			return err
+		}
+		b := safetext.JSON(line.Bytes())
+		sum.Write(b)
+		_, err := w.Write(b)
+		return err
+	}
 	var werr error
 	var bad unreadable
 	var end ExportEnd
 	err := st.View(ctx, func(tx fence.Tx) error {
 		bad, end = unreadable{}, ExportEnd{}
+		sum.Reset()
 		err := tx.Scan(fence.Filter{Unreadable: bad.add}, func(r *fence.Record) bool {
-			if werr = enc.Encode(ExportLine{Record: r}); werr != nil {
+			if werr = write(ExportLine{Record: r}); werr != nil {
 				return false
 			}
 			n++
@@ -625,7 +648,7 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 			return err
 		}
 		return events(tx, "", func(ev fence.Event) bool {
-			if werr = enc.Encode(ExportLine{Event: &ev}); werr != nil {
+			if werr = write(ExportLine{Event: &ev}); werr != nil {
 				return false
 			}
 			n++
@@ -646,7 +669,8 @@ func Export(ctx context.Context, st fence.Store, w io.Writer) (int, error) {
 	}
 	if err == nil {
 		end.UnreadableRecords, end.UnreadableEvents = len(bad.recs), len(bad.evs)
-		err = enc.Encode(ExportLine{End: &end})
+		end.SHA256 = hex.EncodeToString(sum.Sum(nil))
+		err = write(ExportLine{End: &end})
 	}
 	if err == nil {
 		err = bad.err()
@@ -662,8 +686,8 @@ type atRest interface{ StillAtRest() string }
 // record's cert, its agreement with its record, and the parent links among the records the
 // export holds. It also reports an export that is not whole: one without its end line (cut
 // short at a line's end, or written by effectfence before 2026-12-07), one whose last line
-// is cut, and one whose end line counts other records or events than it holds or counts
-// records or events left out. A line that is not an export's (a cert that does not decode as
+// is cut, one whose end line counts other records or events than it holds or counts
+// records or events left out, and one whose lines do not hash to its end line's sha256. A line that is not an export's (a cert that does not decode as
 // fence.Cert reads it, among them) is a problem, and the next line is read. The error is
 // only r's.
 func VerifyExport(r io.Reader) (VerifyReport, error) {
@@ -673,6 +697,8 @@ func VerifyExport(r io.Reader) (VerifyReport, error) {
 	}
 	const cut = "the export was cut short (a full disk, a killed reader, a truncated copy): export the ledger again"
 	br := bufio.NewReader(r)
+	sum := sha256.New()
+	var before string // the hash of the lines before the end line
 	var end *ExportEnd
 	events, line, whole := 0, 0, true
 	for {
@@ -693,6 +719,8 @@ func VerifyExport(r io.Reader) (VerifyReport, error) {
 			problem("line %d follows the end line: an export ends with its end line", line)
 			break
 		}
+		before = hex.EncodeToString(sum.Sum(nil))
+		sum.Write(b)
 		var l ExportLine
 		if err := json.Unmarshal(b, &l); err != nil {
 			problem("line %d is not a line of an export: %v", line, err)
@@ -725,6 +753,9 @@ func VerifyExport(r io.Reader) (VerifyReport, error) {
 	case end == nil:
 	case end.Records != v.rep.Records || end.Events != events:
 		problem("the end line counts %d record(s) and %d event(s); the export holds %d and %d", end.Records, end.Events, v.rep.Records, events)
+	}
+	if end != nil && end.SHA256 != "" && end.SHA256 != before {
+		problem("the export's lines were changed after it was written: they hash to sha256 %s, its end line says %s (export the ledger again)", before, end.SHA256)
 	}
 	if end != nil && end.UnreadableRecords+end.UnreadableEvents > 0 {
 		problem("the ledger held %d record(s) and %d audit event(s) that could not be read, left out of this export (the export named them on stderr; effectfence ledger check finds them)", end.UnreadableRecords, end.UnreadableEvents)
