@@ -615,8 +615,9 @@ func (p *Proxy) followFlight(ctx context.Context, asked json.RawMessage, tool st
 	fctx, stop := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), followingKey{}, true))
 	t.stop = stop
 	out := p.local.add(t)
+	// Not counted in p.tasks: it holds nothing in the server, so a front may close its session
+	// as idle (its agent gone), which stops it (Serving).
 	p.calls.Add(1) // inside a request, which holds one: Stop's Wait sees it
-	p.tasks.Add(1) // a front must not close the session as idle while it follows
 	go func() {
 		select {
 		case <-p.agentGone: // the proxy stops: the follower holds nothing, and ends at once
@@ -626,7 +627,6 @@ func (p *Proxy) followFlight(ctx context.Context, asked json.RawMessage, tool st
 	}()
 	go func() {
 		defer p.calls.Done()
-		defer p.tasks.Add(-1)
 		defer stop()
 		p.logf("intent %s: task %s follows the call in flight (reading the ledger once a second until it ends); nothing runs for it", id.intent, t.id)
 		last := first
@@ -699,7 +699,9 @@ func (p *Proxy) localTask(ctx context.Context, m *jsonrpc.Message) []byte {
 		return jsonrpc.Response(m.ID, out)
 	case "tasks/result":
 		if t.done != nil {
-			// A task that follows: tasks/result waits until it is terminal (MCP).
+			// A task that follows: tasks/result waits until it is terminal (MCP). The wait
+			// holds nothing: its session may idle out meanwhile (Serving), which ends the task.
+			defer p.reading()()
 			select {
 			case <-t.done:
 			case <-ctx.Done():

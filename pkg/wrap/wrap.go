@@ -281,6 +281,9 @@ type Proxy struct {
 	rmu      sync.Mutex
 	running  map[int64]running // requests of the agent being served, for the shutdown log
 	nextSlot int64
+	// readers counts the requests among running that only wait for a task of wrap's own to end
+	// (tasks/result of a task that follows an attempt: localTask); guarded by rmu.
+	readers int
 
 	// tasks counts the tasks whose final result wrap awaits (see runTask).
 	tasks atomic.Int64
@@ -635,10 +638,31 @@ func (p *Proxy) InFlight() []string { return p.inFlight() }
 // went away included, plus the tasks whose final result wrap awaits. A front must not close
 // a session as idle while it serves any: that would stop the server in the middle of the call
 // (or task) and leave its outcome unknown.
+//
+// A task of wrap's own that follows another call's attempt (followFlight) is not counted, nor
+// is a tasks/result waiting for one to end: they hold nothing in the server, and the attempt
+// they follow records its outcome wherever it runs, which a retry is handed. So a session whose
+// agent went away (killed, without a DELETE) idles out as any, its follower stopping with it.
+// Before 2026-12-07 they were counted, and such a session stayed open, a place under
+// --max-sessions, until the attempt ended, whatever became of its agent: agents that crashed
+// while their tasks followed took every place (TestKilledFollowingClientsFreeTheirSessions).
 func (p *Proxy) Serving() int {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
-	return len(p.running) + int(p.tasks.Load())
+	return len(p.running) - p.readers + int(p.tasks.Load())
+}
+
+// reading marks one request being served as a wait for a task of wrap's own (see Serving)
+// until the returned function is called.
+func (p *Proxy) reading() func() {
+	p.rmu.Lock()
+	p.readers++
+	p.rmu.Unlock()
+	return func() {
+		p.rmu.Lock()
+		p.readers--
+		p.rmu.Unlock()
+	}
 }
 
 // StartFailed reports whether the server failed to start at the agent's last initialize and
