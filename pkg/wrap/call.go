@@ -361,6 +361,17 @@ func (fs *flights) fail(_ string, f *flight, a answer) {
 func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params json.RawMessage, task bool) answer {
 	s := p.settings(tool)
 	req := p.withPrivacy(fence.Request{Intent: id.intent, Tool: tool, Args: id.args, ExactArgs: id.exact, Agent: p.agentName(), RerunSafe: s.RerunSafe, ReplayWindow: s.ReplayWindow, Carrier: p.carrier(p.live())})
+	if ctx.Value(followingKey{}) != nil {
+		// A follower's pass (followFlight) claims the intent only when the attempt it followed
+		// ended without an outcome to share, and releases that claim at once, running nothing.
+		// Its claim is recorded re-run safe and with no carrier, which is what it is: nothing
+		// was sent for it, so if its wrap dies before the release (kill -9), the next attempt
+		// takes the claim over and runs the call, once, rather than find the intent fenced as
+		// unknown (an effect that may have happened) for an operator to clear. Before
+		// 2026-12-07 it was an ordinary claim, and such a kill left that false unknown
+		// (TestFollowerClaimIsTakenOverOnceItsWrapIsGone).
+		req.RerunSafe, req.Carrier = true, ""
+	}
 	// Waiters join only an attempt of the very same call: under --key two calls can share an
 	// intent with different arguments, and one must never receive the other's failure (the
 	// engine refuses the second with intent_conflict).
@@ -507,6 +518,9 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 		return answer{result: replayOf(adm, info.outputSchema)}.as("replayed", "")
 	}
 	if ctx.Value(followingKey{}) != nil {
+		if followerClaimed != nil {
+			followerClaimed(id.intent)
+		}
 		// The follower of a task-augmented duplicate (followFlight) runs nothing: the attempt
 		// it followed ended without an outcome to share (it was never sent, or was answered
 		// with a question), so the intent was free and this claim took it. Released at once;
@@ -590,6 +604,10 @@ var maxQuestionReruns = 8
 
 // codeQuestionReruns is the code of a call refused at maxQuestionReruns.
 const codeQuestionReruns = "question_reruns"
+
+// followerClaimed, when set (by tests), is called as a follower's pass (followFlight) holds the
+// claim it took, before it releases it.
+var followerClaimed func(intent string)
 
 // rerunning, when set (by tests), is called as a call that waited on a first round goes
 // through the fence again (see fencedCall).

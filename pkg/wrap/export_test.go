@@ -89,3 +89,11 @@ func SetMaxQuestionReruns(n int) func() {
 	maxQuestionReruns = n
 	return func() { maxQuestionReruns = old }
 }
+
+// SetFollowerClaimed sets the func called as a follower's pass holds the claim it took, before
+// it releases it; it returns a func that puts the old one back.
+func SetFollowerClaimed(f func(intent string)) func() {
+	old := followerClaimed
+	followerClaimed = f
+	return func() { followerClaimed = old }
+}
