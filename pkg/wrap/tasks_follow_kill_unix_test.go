@@ -85,3 +85,57 @@ func TestKill9OfTheFirstWrapEndsTheFollowingTaskUnknown(t *testing.T) {
 		t.Fatalf("the second wrap ran the call:\n%s", fr.second.log.String())
 	}
 }
+
+// TestFirstWrapStoppedPastItsLeaseWhileATaskFollows: the wrap running the first execution is
+// stopped (SIGSTOP) past its lease while the duplicate's task follows it. The following task
+// ends failed, the outcome unknown (NOT executed again), and runs nothing; the stopped wrap,
+// resumed, sees its task to the end, and its late result heals the intent: a duplicate sent
+// after is handed that result, the call having run once.
+func TestFirstWrapStoppedPastItsLeaseWhileATaskFollows(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	fr := newFollowRigWith(t, []string{"--lease-secs", "2"}, []string{"--wait", "1s", "--lease-secs", "2"})
+	params, firstID, dupID := fr.startFollowing(t, "stopped first")
+	waitFor(t, "the duplicate's follower to start", func() bool {
+		return strings.Contains(fr.second.log.String(), "follows the call in flight")
+	})
+	if err := syscall.Kill(fr.first.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(fr.first.Pid(), syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	v := awaitTerminal(t, fr.second, dupID)
+	resume()
+	if v.Status != "failed" || !strings.Contains(v.StatusMessage, "NOT executed again") {
+		t.Fatalf("the following task of a first wrap stopped past its lease: %+v; wrap log:\n%s", v, fr.second.log.String())
+	}
+	close(fr.answer)
+	fq, _ := json.Marshal(map[string]string{"taskId": firstID})
+	awaitTaskCompleted(t, fr.first, fq, 2*time.Minute)
+	var again taskView
+	waitFor(t, "the first execution's late result to settle the intent", func() bool {
+		res, err := fr.second.Call(context.Background(), "tools/call", params)
+		again = handleOf(t, res, err, "a duplicate after the first wrap resumed")
+		if again.Status == "working" {
+			// Following again: it ends with what the ledger then says.
+			again = awaitTerminal(t, fr.second, again.TaskID)
+		}
+		return again.Status == "completed"
+	})
+	aq, _ := json.Marshal(map[string]string{"taskId": again.TaskID})
+	if res, err := fr.second.Call(context.Background(), "tasks/result", aq); err != nil || !strings.Contains(string(res), "Research Report: stopped first") || !strings.Contains(string(res), `"effectfence/replayed":true`) {
+		t.Fatalf("tasks/result of the duplicate after the first wrap resumed: %s %v", res, err)
+	}
+	if strings.Contains(fr.second.log.String(), "runs as task") {
+		t.Fatalf("the second wrap ran the call:\n%s", fr.second.log.String())
+	}
+	if n := strings.Count(fr.first.log.String(), "runs as task"); n != 1 {
+		t.Fatalf("the first wrap ran the call %d times:\n%s", n, fr.first.log.String())
+	}
+}
