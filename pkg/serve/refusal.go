@@ -170,6 +170,12 @@ func refusalOf(intent string, err error, inMemory bool) Refusal {
 		if errors.As(err, &invalid) {
 			r.Next = fmt.Sprintf("Nothing was recorded: the effect you ran is not in the ledger. Fix the arguments as the message says and call %s again with your ticket as it was given to you (by fence_prepare, or your last fence_heartbeat); do not run the effect again.", ToolCommit)
 		}
+		var long resultTooLong
+		if errors.As(err, &long) {
+			// Not "fix the arguments": the only fix of a result is one the effect did not
+			// return, which every duplicate would then receive as the effect's.
+			r.Next = fmt.Sprintf("Nothing was recorded: the result is longer than serve records, so this effect's result cannot be kept, and a shortened or changed result must not be committed in its place (every duplicate would receive it). Do not run the effect again: call %s with your ticket and a reason saying that it ran and how long its result was, so that the intent is fenced for a human operator.", ToolAbort)
+		}
 		if errors.As(err, &lost) {
 			// The effect ran, and this ticket's claim is not the intent's: the result is not
 			// its outcome, and if another attempt took the intent over, its effect is a second

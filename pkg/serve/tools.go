@@ -108,7 +108,11 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 			args = []byte("{}")
 		}
 		if len(args) > s.opts.MaxArgBytes {
-			return fail("", fence.InvalidError{Field: "arguments", Why: fmt.Sprintf("are %d bytes; at most %d are accepted (the ledger keeps the args and result of every action)", len(args), s.opts.MaxArgBytes)}), nil
+			err := error(fence.InvalidError{Field: "arguments", Why: fmt.Sprintf("are %d bytes; at most %d are accepted (the ledger keeps the args and result of every action)", len(args), s.opts.MaxArgBytes)})
+			if name == ToolCommit {
+				err = resultTooLong{err}
+			}
+			return fail("", err), nil
 		}
 		if err := checkArgs(compiled, args); err != nil {
 			return fail("", err), nil
@@ -128,6 +132,22 @@ func addTool[In any](s *Server, name, desc string, ann mcp.ToolAnnotation, adjus
 	})
 	return nil
 }
+
+// resultTooLong is the refusal of a fence_commit longer than MaxArgBytes: its result cannot
+// be recorded, and must not be replaced by a shorter one (refusalOf says what to do instead).
+// Until 2026-12-07 it was told to "fix the arguments", which for a result means recording one
+// the effect did not return (TestServeCommitOverTheBoundIsToldNotToShortenIt).
+//
+// The bound is not lifted for a commit, though its effect ran: serve answers a commit, and
+// every duplicate's fence_prepare, with the cert, whose result is in it twice (readable and
+// base64) in a text block and again as structuredContent, about five times the result; the
+// TypeScript SDK's stdio client reads at most 10 MiB a message and closes the connection on a
+// longer one (serve then exits: its input ended). With commits allowed 16 MiB, a 3 MiB
+// result's answer (15 MB) closed it, and so would every duplicate's; 60 MB took serve to
+// 2.9 GB.
+type resultTooLong struct{ error }
+
+func (e resultTooLong) Unwrap() error { return e.error }
 
 func intentOf(in any) string {
 	switch v := in.(type) {
