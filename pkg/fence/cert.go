@@ -450,6 +450,14 @@ func orNull(b json.RawMessage) json.RawMessage {
 // nested deeper is recorded exactly, in result_bytes, with a null readable result.
 const MaxNesting = canon.MaxDepth - 64
 
+// ResultReadable reports whether the cert's JSON form gives its result readable in result.
+// It does not for a result that is not valid UTF-8 or is nested deeper than MaxNesting: there
+// result is null, and result_bytes (base64) alone carries the result exactly, so a reader
+// that took result for the result would take null (serve says so to a duplicate).
+func (c *Cert) ResultReadable() bool {
+	return c.ResultSHA256 == "" || readable(c.Result)
+}
+
 // readable reports whether the exact result b may also be written as the cert's readable
 // result: it is JSON (canon.Valid), valid UTF-8, and nested no deeper than MaxNesting
 // (Cert.MarshalJSON failed outright on a result nested 10,000 levels). canon.Valid, like

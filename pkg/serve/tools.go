@@ -29,7 +29,7 @@ var Tools = []string{ToolPrepare, ToolCommit, ToolAbort, ToolRelease, ToolHeartb
 const (
 	descPrepare = `Ask the fence whether to run a side effect. Call it BEFORE the effect with a stable intent id. ` +
 		`Answers {"status":"fresh","ticket":{...}}: run the effect exactly once now, then fence_commit (or fence_release / fence_abort) with this ticket; ` +
-		`or {"status":"already_done","cert":{...}}: do NOT run it, the recorded result is cert.result. ` +
+		`or {"status":"already_done","cert":{...}}: do NOT run it, the recorded result is cert.result (with "result_in_bytes":true, cert.result_bytes, base64). ` +
 		`A tool error means do not run it; its JSON says why (code) and what to do next.`
 	descCommit = `Record the result of an effect you ran after a "fresh" fence_prepare. Returns the cert (with its hash) that every duplicate of the intent will receive. ` +
 		`Refused with lease_lost if the ticket no longer holds the intent; with stale_read_set (executed: true) if a domain you read moved while the effect ran.`
@@ -281,6 +281,12 @@ func (s *Server) prepare(ctx context.Context, in PrepareInput) (any, error) {
 	}
 	out := PrepareResult{Status: StatusAlreadyDone, Cert: adm.Cert, DoneAt: timePtr(adm.RecordedAt),
 		Next: "Do NOT run the effect: it already ran. Use cert.result as its result."}
+	if adm.Cert != nil && !adm.Cert.ResultReadable() {
+		// cert.result is null: an agent told to use it took null for the result. Before
+		// 2026-12-07 it was told so (TestServeDuplicateOfAResultOnlyInBytesIsToldWhereItIs).
+		out.ResultInBytes = true
+		out.Next = "Do NOT run the effect: it already ran. Its result is not valid UTF-8 or nests deeper than 9,936 levels, so cert.result is null and is NOT the result: cert.result_bytes holds the result exactly, base64-encoded."
+	}
 	if adm.ResultNotKept {
 		out.ResultNotKept = true
 		out.Next = fmt.Sprintf("Do NOT run the effect: it was done at %s. Its result was not kept (keep_result was hash), so it cannot be given back; cert.result holds only its SHA-256.", adm.RecordedAt.UTC().Format(time.RFC3339))

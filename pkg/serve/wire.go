@@ -233,7 +233,11 @@ type PrepareResult struct {
 	DoneAt *time.Time `json:"done_at,omitempty"`
 	// ResultNotKept is true when the intent was prepared with keep_result "hash": the ledger
 	// has only the result's SHA-256 (in cert.result), not the result.
-	ResultNotKept bool   `json:"result_not_kept,omitempty"`
+	ResultNotKept bool `json:"result_not_kept,omitempty"`
+	// ResultInBytes is true when cert.result is null because the result cannot be given
+	// there (it is not valid UTF-8, or nests deeper than fence.MaxNesting): cert.result_bytes
+	// (base64) holds it, exactly as it was committed.
+	ResultInBytes bool   `json:"result_in_bytes,omitempty"`
 	Next          string `json:"next"`
 }
 
