@@ -83,6 +83,11 @@ func refusalOf(intent string, err error, inMemory bool) Refusal {
 		r.Executed = true
 		r.Cert = differs.Cert
 		r.Next = "Nothing new was recorded: this intent is already done, and its recorded result (cert.result) is not the result you sent. The first commit stands and every duplicate receives cert.result. If the effect really ran again, that is a second effect: tell a human operator."
+		if !differs.Cert.ResultReadable() {
+			// cert.result is null there: the recorded result is in result_bytes alone.
+			r.ResultInBytes = true
+			r.Next = "Nothing new was recorded: this intent is already done, and its recorded result is not the result you sent. The first commit stands and every duplicate receives it: cert.result_bytes (base64; cert.result is null, as the result is not valid UTF-8 or nests deeper than 9,936 levels). If the effect really ran again, that is a second effect: tell a human operator."
+		}
 	case errors.As(err, &inFlight):
 		r.Intent = inFlight.Intent
 		r.Holder = ptr(inFlight.Holder)

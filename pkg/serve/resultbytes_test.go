@@ -55,6 +55,16 @@ func TestServeDuplicateOfAResultOnlyInBytesIsToldWhereItIs(t *testing.T) {
 			if string(wire.Cert.Result) == "null" == readable || !bytes.Equal(wire.Cert.ResultBytes, []byte(c.result)) {
 				t.Fatalf("the answer's cert: result %.40s, result_bytes %.40q; want result null (readable: %v) and the result in result_bytes", wire.Cert.Result, wire.Cert.ResultBytes, readable)
 			}
+			// fence_status with proof, and a second commit of another result, say the same.
+			var st serve.StatusResult
+			h.ok(serve.ToolStatus, map[string]any{"intent": "read:1", "tool": "read"}, &st)
+			if st.Intent == nil || st.Intent.Cert == nil || st.Intent.ResultInBytes == readable {
+				t.Fatalf("fence_status with proof: %+v; want result_in_bytes %v", st.Intent, !readable)
+			}
+			differs := h.refused(serve.ToolCommit, map[string]any{"ticket": prep.Ticket, "result": "another"})
+			if differs.Code != serve.CodeResultDiffers || differs.ResultInBytes == readable || strings.Contains(differs.Next, "receives cert.result.") != readable {
+				t.Fatalf("a second commit of another result: result_in_bytes %v, next %q; want result_in_bytes %v", differs.ResultInBytes, differs.Next, !readable)
+			}
 		})
 	}
 }

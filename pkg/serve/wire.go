@@ -288,7 +288,10 @@ type IntentStatus struct {
 	CertHash    string           `json:"cert_hash,omitempty"`
 	KeepResult  fence.KeepResult `json:"keep_result,omitempty"`
 	Cert        *fence.Cert      `json:"cert,omitempty"`
-	Withheld    string           `json:"withheld,omitempty"`
+	// ResultInBytes: cert.result is null, and cert.result_bytes alone holds the result (as
+	// PrepareResult's).
+	ResultInBytes bool   `json:"result_in_bytes,omitempty"`
+	Withheld      string `json:"withheld,omitempty"`
 }
 
 // DomainStatus is a domain's current sequence number.
@@ -338,8 +341,10 @@ type Refusal struct {
 	// Executed is true when the effect already ran: every refusal of a commit (the agent ran
 	// the effect it reports, recorded or not), and a prepare never.
 	Executed bool `json:"executed"`
-	// Cert is the recorded cert, on result_differs.
-	Cert *fence.Cert `json:"cert,omitempty"`
+	// Cert is the recorded cert, on result_differs; ResultInBytes says its result is null and
+	// cert.result_bytes alone holds the result (as PrepareResult's).
+	Cert          *fence.Cert `json:"cert,omitempty"`
+	ResultInBytes bool        `json:"result_in_bytes,omitempty"`
 	// Spooled, on a store_error of fence_commit, fence_release or fence_abort, is the spool
 	// file that keeps the outcome until the ledger takes it.
 	Spooled string `json:"spooled,omitempty"`
@@ -361,6 +366,7 @@ func statusOf(r fence.Record, proven bool) *IntentStatus {
 	}
 	if proven {
 		s.Fingerprint, s.Agent, s.Tool, s.Reason, s.Cert = r.Fingerprint, r.Agent, r.Tool, r.Reason, r.Cert
+		s.ResultInBytes = r.Cert != nil && !r.Cert.ResultReadable()
 	} else {
 		s.Withheld = withheld
 	}
