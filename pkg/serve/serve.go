@@ -138,7 +138,11 @@ func New(eng *fence.Engine, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// MCP returns the underlying mcp-go server (for other transports and in-process tests).
+// MCP returns the underlying mcp-go server (for other transports and in-process tests). It
+// has none of what Serve adds around it (docs/serve.md): mcp-go refuses a tools/call whose
+// arguments hold a number beyond float64 (1e400) with JSON-RPC -32600 before any tool runs,
+// so a fence_commit of such a result is not recorded through it, and a request's
+// cancellation is not told from its session's end.
 func (s *Server) MCP() *server.MCPServer { return s.mcp }
 
 // Serve speaks MCP over stdio on in and out until in ends or ctx is cancelled. Only protocol
