@@ -285,7 +285,20 @@ func (t *tx) decodeRecord(intent string, body []byte) (*fence.Record, error) {
 	return rec, nil
 }
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// quoteLiteral spells s as an SQL string literal that reads as s whatever the session's
+// standard_conforming_strings: a plain '…' literal where s has no backslash, an escape string
+// (E'…', backslashes doubled) where it has one. A plain literal's backslash is an escape
+// character in a session with standard_conforming_strings off (the URL's, the role's or the
+// database's setting): before 2026-12-07 the pin of a schema named `…_\led` set the path to
+// `…_led`, another schema, whose ledger the store then read and wrote
+// (TestBackslashSchemaUnderNonConformingStrings).
+func quoteLiteral(s string) string {
+	q := strings.ReplaceAll(s, "'", "''")
+	if !strings.Contains(s, `\`) {
+		return "'" + q + "'"
+	}
+	return "E'" + strings.ReplaceAll(q, `\`, `\\`) + "'"
+}
 
 // unholdable reports whether a text column cannot hold s: it has a NUL or is not valid UTF-8.
 // No row has such a name (the engine refuses it in every request), and asking for one would
