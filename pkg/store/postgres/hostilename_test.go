@@ -152,42 +152,65 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// TestLongSchemaName: PostgreSQL truncates an identifier to 63 bytes (NAMEDATALEN - 1), so
-// search_path=<70 letters> reaches the schema named by its first 63. The store must resolve
-// the name so (docs/postgres.md: "resolved as PostgreSQL resolves identifiers"): it opens
-// that schema, and the long and the truncated spellings take the same locks.
-func TestLongSchemaName(t *testing.T) {
+// TestLongSchemaNamesAreRefused: PostgreSQL cuts an identifier to 63 bytes (NAMEDATALEN - 1),
+// so every schema name that starts with the same 63 bytes reaches one schema. Two accounts'
+// ledgers named apart only after that (…_account_1 and …_account_2 past byte 63) were one
+// ledger: a call of the second was answered with the first's receipt and never ran. A name
+// longer than PostgreSQL keeps is refused, in Config.Schema and in the URL's search_path
+// (unquoted and quoted), naming the schema it would reach, and nothing is created; the name
+// as PostgreSQL keeps it opens that schema.
+func TestLongSchemaNamesAreRefused(t *testing.T) {
+	ctx := context.Background()
 	base := testSchema(t)
-	long := base + strings.Repeat("x", 70-len(base))
-	short := long[:63]
+	stem := base + strings.Repeat("x", 63-len(base))
+	one, two := stem+"_account_1", stem+"_account_2"
 	t.Cleanup(func() {
-		_, _ = admin(t, "").Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{short}.Sanitize()+" CASCADE")
+		_, _ = admin(t, "").Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{stem}.Sanitize()+" CASCADE")
 	})
-	for _, how := range []string{"search_path", "config"} {
-		var s *Store
-		var err error
-		if how == "config" {
-			s, err = Open(context.Background(), Config{URL: scanURL(t, "pool_min_conns=1"), Schema: long, MaxConns: 3})
+	open := func(how, name string) (*Store, error) {
+		switch how {
+		case "config":
+			s, err := Open(ctx, Config{URL: scanURL(t, "pool_min_conns=1"), Schema: name, MaxConns: 3})
 			if err == nil {
-				defer s.Close()
+				t.Cleanup(func() { s.Close() })
 			}
-		} else {
-			s, err = openPath(t, long)
+			return s, err
+		case "quoted":
+			return openPath(t, quoteIdent(name))
 		}
-		if err != nil {
-			t.Fatalf("%s: open with a schema name of %d bytes: %v", how, len(long), err)
+		return openPath(t, name)
+	}
+	for _, how := range []string{"config", "search_path", "quoted"} {
+		a, err := open(how, one)
+		if err == nil {
+			ea := fence.New(a, fence.Config{Owner: "host-a/1/1"})
+			adm, perr := ea.Prepare(ctx, fence.Request{Intent: "pay:" + how, Tool: "pay"})
+			if perr == nil && adm.Ticket != nil {
+				_, perr = ea.Commit(ctx, *adm.Ticket, []byte(`"paid for account 1"`))
+			}
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			if b, err := open(how, two); err == nil {
+				got, err := fence.New(b, fence.Config{Owner: "host-b/1/1"}).Prepare(ctx, fence.Request{Intent: "pay:" + how, Tool: "pay"})
+				t.Fatalf("%s: %q and %q both opened, schemas %q and %q; the first claim of pay:%s in the second: fresh %v, %v",
+					how, one, two, a.Schema(), b.Schema(), how, got.Fresh(), err)
+			}
+			t.Fatalf("%s: the schema name %q of %d bytes opened (schema %q)", how, one, len(one), a.Schema())
 		}
-		if s.Schema() != short {
-			t.Fatalf("%s: resolved %q, want %q", how, s.Schema(), short)
+		if !strings.Contains(err.Error(), "longer than PostgreSQL keeps of a name (63)") || !strings.Contains(err.Error(), quoteIdent(stem)) {
+			t.Fatalf("%s: the refusal of %q does not say so or name %s: %v", how, one, quoteIdent(stem), err)
+		}
+		var n int
+		if err := admin(t, "").QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", stem).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s: schema %q after the refusal: %d %v, want none", how, stem, n, err)
 		}
 	}
-	sl, err := openPath(t, long)
+	s, err := openPath(t, stem)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the name as PostgreSQL keeps it (%d bytes): %v", len(stem), err)
 	}
-	ss, err := openPath(t, short)
-	if err != nil {
-		t.Fatal(err)
+	if s.Schema() != stem {
+		t.Fatalf("resolved %q, want %q", s.Schema(), stem)
 	}
-	oneAdmission(t, "long:1", fence.New(sl, fence.Config{}), fence.New(ss, fence.Config{}))
 }

@@ -323,9 +323,20 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	if schema != "" {
 		// PostgreSQL cuts an identifier longer than 63 bytes (NAMEDATALEN - 1) to that, on a
 		// character's boundary, wherever it reads one: search_path and CREATE SCHEMA reach the
-		// cut name, and so must the store's checks, locks and channel (a cast to name cuts so).
-		if err := conn.QueryRow(ctx, "SELECT $1::text::name::text", schema).Scan(&schema); err != nil {
-			return err
+		// cut name (a cast to name cuts so). Every name that starts with those bytes reaches
+		// one schema: two accounts' ledgers named apart past the 63rd byte were one ledger,
+		// where a call of one was answered with the other's receipt and never ran. Such a name
+		// is refused, naming the schema PostgreSQL would use; until 2026-12-07 the store cut it
+		// as the server does (TestLongSchemaNamesAreRefused).
+		var cut string
+		var most int
+		if err := conn.QueryRow(ctx, "SELECT $1::text::name::text, current_setting('max_identifier_length')::int", schema).Scan(&cut, &most); err != nil {
+			return fmt.Errorf("the ledger's schema name %q is not one PostgreSQL can hold: %w", schema, err)
+		}
+		if cut != schema {
+			return fmt.Errorf("the ledger's schema name %q is %d bytes, longer than PostgreSQL keeps of a name (%d): it would use the schema %q, which every name that starts with those bytes reaches, so ledgers named apart only after them would be one ledger. "+
+				"Name the schema in at most %d bytes (search_path=%s reaches the schema this name would); nothing was created",
+				schema, len(schema), most, cut, most, pgx.Identifier{cut}.Sanitize())
 		}
 	}
 	if schema == "" {
