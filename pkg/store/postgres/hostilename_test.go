@@ -81,7 +81,7 @@ func TestHostileSchemaNames(t *testing.T) {
 		}
 		defer a.Close()
 		if len(name) > 63 {
-			t.Fatalf("schema name %q is %d bytes, which PostgreSQL cuts (TestLongSchemaName)", name, len(name))
+			t.Fatalf("schema name %q is %d bytes, which PostgreSQL cuts (TestLongSchemaNamesAreRefused)", name, len(name))
 		}
 		b, err := openPath(t, quoteIdent(name)+", public")
 		if err != nil {
