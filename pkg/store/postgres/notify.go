@@ -185,14 +185,13 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
 	}
-	// Its own connection, not the pool's: pinned here (pathPin).
-	if err := pinPath(ctx, conn, l.s.pin); err != nil {
+	// Its own connection, not the pool's: pinned here (pathPin), and listening, in one
+	// round trip: one simple query of two statements, which run in one implicit transaction,
+	// so both take effect or neither (LISTEN takes effect at its commit). Until 2026-12-07 each
+	// had a round trip of its own (TestListenerStartsInTwoRoundTrips).
+	if _, err := conn.Exec(ctx, l.s.pin.statement+"; LISTEN "+pgx.Identifier{l.s.channel()}.Sanitize()); err != nil {
 		conn.Close(ctx)
-		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.s.channel()}.Sanitize()); err != nil {
-		conn.Close(ctx)
-		return nil, fmt.Errorf("postgres ledger: listening for outcomes: %w", err)
+		return nil, fmt.Errorf("postgres ledger: listening for outcomes on the ledger's schema (%s): %w", l.s.pin.set, err)
 	}
 	_, _ = conn.Exec(ctx, l.s.qual.Replace("DELETE FROM effectfence_waiters WHERE created_at < now() - interval '1 hour'"))
 	l.pid.Store(conn.PgConn().PID())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectfence/effectfence/internal/netcut"
 	"github.com/effectfence/effectfence/pkg/fence"
 )
 
@@ -212,5 +213,46 @@ func waitNotified(ctx context.Context, n Notifier, e *fence.Engine, r fence.Requ
 			stop = func() {}
 			return err
 		}
+	}
+}
+
+// TestListenerStartsInTwoRoundTrips: the listener's connection is pinned to the ledger's
+// schema and listening after one round trip (the pin and LISTEN in one simple query), then
+// drops old waiters rows in a second; and it is woken by another store's outcome. Counted at
+// a netcut proxy, which counts the round trips that ran statements, not a connection's start.
+func TestListenerStartsInTwoRoundTrips(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := netcut.NewPostgres(pgHost(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	s := openThrough(t, p, testSchema(t))
+	before := p.RoundTrips()
+	if _, err := s.listen(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.RoundTrips() - before; n != 2 {
+		t.Errorf("the listener's start took %d round trips, want 2 (its pin and LISTEN, then the old waiters dropped)", n)
+	}
+	other := fence.New(openSchema(t, s.Schema()), fence.Config{})
+	r := fence.Request{Intent: "listen:1", Tool: "pay"}
+	adm, err := other.Prepare(ctx, r)
+	if err != nil || !adm.Fresh() {
+		t.Fatal(adm, err)
+	}
+	ch, stop, err := s.Watch(ctx, r.Intent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := other.Commit(ctx, *adm.Ticket, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal("the waiter was not woken by the other store's commit")
 	}
 }
