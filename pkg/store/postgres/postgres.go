@@ -393,12 +393,27 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	s.path.pin.Store(&s.pin)
 	s.pinned = " AND set_config('search_path', " + quoteLiteral(s.pin.set) + ", true) IS NOT NULL"
 	// Where the ledger is, however its URL is written (SpoolKey). A server that does not
-	// tell (pg_control_system revoked, or not PostgreSQL itself) leaves it empty.
-	var sys, db, nsp string
-	if err := conn.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()),
+	// tell (pg_control_system revoked, or not PostgreSQL itself: it refuses the query, or
+	// answers NULL) leaves it empty. Any other failure (the connection cut, the server
+	// restarting) fails the open: until 2026-12-07 it too left the key empty, and the process
+	// kept its outcomes in the spool named after its URL, where the host's other processes,
+	// which use the ledger's, never look before taking over a dead holder's re-run-safe claim
+	// (TestLostAnswerDuringFirstOpen: the answer of this query lost, Open succeeded without
+	// the key).
+	var sys, db, nsp *string
+	err = conn.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()),
 		(SELECT oid::text FROM pg_database WHERE datname = current_database()),
-		(SELECT oid::text FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&sys, &db, &nsp); err == nil {
-		s.spoolKey = sys + "/" + db + "/" + nsp
+		(SELECT oid::text FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&sys, &db, &nsp)
+	var pe *pgconn.PgError
+	switch {
+	case err == nil && sys != nil && db != nil && nsp != nil:
+		s.spoolKey = *sys + "/" + *db + "/" + *nsp
+	case err == nil:
+	case errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "0A")):
+		// insufficient privilege, an undefined function, a feature not supported: the
+		// server does not tell.
+	default:
+		return fmt.Errorf("reading where the ledger is (the name of this host's spool for it): %w", err)
 	}
 	s.warm(ctx)
 	return nil
