@@ -309,7 +309,10 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 	}
 	defer conn.Release()
 	create := schema != ""
-	if schema == "" && first != "" && first != "$user" {
+	// "$user" stands for the role's schema quoted or not (the server's own default is written
+	// "$user", public): before 2026-12-07 the quoted one was taken for a schema named $user,
+	// and Open was refused, saying the path did not reach it (TestQuotedUserFirstOnThePath).
+	if schema == "" && first != "" && first != "$user" && first != `"$user"` {
 		// parse_ident applies the identifier rules: unquoted names fold to lower case,
 		// quoted ones are kept as written.
 		var parts []string

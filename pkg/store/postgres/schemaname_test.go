@@ -82,3 +82,24 @@ func TestSchemaSpellings(t *testing.T) {
 		t.Fatal("an unterminated quoted search_path was accepted")
 	}
 }
+
+// TestQuotedUserFirstOnThePath: "$user" first in the URL's search_path is the role's schema,
+// quoted or not, as the server reads it (its default is written "$user", public): both
+// spellings open the ledger in the schema the session reaches, the same one, with one
+// admission per intent across them.
+func TestQuotedUserFirstOnThePath(t *testing.T) {
+	ledger := testSchema(t)
+	openSized(t, ledger, 2).Close()
+	bare, err := openPath(t, "$user, "+ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted, err := openPath(t, `"$user", `+ledger)
+	if err != nil {
+		t.Fatalf(`search_path="$user", %s: %v`, ledger, err)
+	}
+	if bare.Schema() != ledger || quoted.Schema() != ledger {
+		t.Fatalf(`$user resolved to %q, "$user" to %q; want %q`, bare.Schema(), quoted.Schema(), ledger)
+	}
+	oneAdmission(t, "user:1", fence.New(bare, fence.Config{}), fence.New(quoted, fence.Config{}))
+}
