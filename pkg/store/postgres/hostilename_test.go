@@ -206,6 +206,13 @@ func TestLongSchemaNamesAreRefused(t *testing.T) {
 			t.Fatalf("%s: schema %q after the refusal: %d %v, want none", how, stem, n, err)
 		}
 	}
+	// A name the server cannot hold at all is refused as such.
+	for _, bad := range []string{stem[:20] + "\x00nul", stem[:20] + "\xff"} {
+		_, err := Open(ctx, Config{URL: scanURL(t, "pool_min_conns=1"), Schema: bad, MaxConns: 2})
+		if err == nil || !strings.Contains(err.Error(), "not one PostgreSQL can hold") {
+			t.Fatalf("the schema name %q: %v", bad, err)
+		}
+	}
 	s, err := openPath(t, stem)
 	if err != nil {
 		t.Fatalf("the name as PostgreSQL keeps it (%d bytes): %v", len(stem), err)

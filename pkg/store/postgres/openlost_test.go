@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,9 @@ func TestLostAnswerDuringFirstOpen(t *testing.T) {
 			if p.Lost() == lost {
 				p.LoseAnswer(1<<30, 0) // disarm
 				t.Fatalf("round trip %d of %d: no answer was lost (Open: %v)", k, n, ferr)
+			}
+			if ferr != nil && strings.Contains(ferr.Error(), "schema name") {
+				t.Fatalf("round trip %d lost (down %v): the first Open blamed the schema's name: %v", k, down, ferr)
 			}
 			time.Sleep(down)
 			again, err := open(schema)

@@ -334,7 +334,11 @@ func (s *Store) init(ctx context.Context, schema, first string, existing bool) e
 		var cut string
 		var most int
 		if err := conn.QueryRow(ctx, "SELECT $1::text::name::text, current_setting('max_identifier_length')::int", schema).Scan(&cut, &most); err != nil {
-			return fmt.Errorf("the ledger's schema name %q is not one PostgreSQL can hold: %w", schema, err)
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "22021" {
+				return fmt.Errorf("the ledger's schema name %q is not one PostgreSQL can hold (a NUL, or not UTF-8): %w", schema, err)
+			}
+			return err
 		}
 		if cut != schema {
 			return fmt.Errorf("the ledger's schema name %q is %d bytes, longer than PostgreSQL keeps of a name (%d): it would use the schema %q, which every name that starts with those bytes reaches, so ledgers named apart only after them would be one ledger. "+
