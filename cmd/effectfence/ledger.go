@@ -355,7 +355,7 @@ func (c ledgerCall) readOnlyNote(l *store.Ledger, why string) {
 	if st, ok := l.Store().(*sqlite.Store); ok && st.AtRestFrames() > 0 {
 		frames = fmt.Sprintf(" and the %d committed frames of its write-ahead log (left by a process that did not close it cleanly: killed, its machine down, or its close failed for want of room)", st.AtRestFrames())
 	}
-	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s as they are, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight), until a process opens the ledger with room to write (ls and show name each claim that open will take from its holder)\n", esc(l.Location), why, frames)
+	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s as they are, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight), until a process opens the ledger with room to write (ls, show and stats name each claim that open will take from its holder)\n", esc(l.Location), why, frames)
 }
 
 // outlivedClaims gathers, for a look that read the ledger at rest (nothing recovered at its
@@ -1372,9 +1372,25 @@ func ledgerStats(ctx context.Context, c ledgerCall) error {
 	if err != nil {
 		return err
 	}
+	// Read at rest, the claims in flight are counted as filed, and those the next open takes
+	// from their holders are named on stderr, as ls and show name them: before, stats counted
+	// a killed holder's claim in_flight without a word, where check counts it unknown.
+	outlived := outlivedOf(l)
+	if outlived.on && states[fence.StateInFlight] > 0 {
+		var now time.Time
+		err := ledger.Walk(ctx, l.Store(), []fence.State{fence.StateInFlight}, ledger.Pass{
+			Start:  func(at time.Time) error { now = at; return nil },
+			Record: func(r *fence.Record) error { outlived.see(now, r); return nil },
+		})
+		var u *ledger.UnreadableRecords
+		if err != nil && !errors.As(err, &u) { // an unreadable record is named above
+			return err
+		}
+	}
 	if err := stillRead(l); err != nil {
 		return err
 	}
+	outlived.say(c.io.err)
 	if c.json {
 		if states == nil {
 			states = map[fence.State]int{}

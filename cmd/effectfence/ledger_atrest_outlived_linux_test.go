@@ -11,11 +11,12 @@ import (
 
 // TestLedgerViewsAtRestNameTheClaimsTheNextOpenTakes: read at rest (a full disk, no process
 // holding the ledger), nothing is recovered, and a real wrap's claim, killed mid-call, is
-// filed in_flight, which check counts unknown (fence.Outlived: the next open marks it so). ls
-// and show must say so of that claim on stderr, as check does, naming it; and still show it
-// as filed, so that a scan by state reads what the ledger files (ls --state in_flight lists
-// it, ls --state unknown does not). Before, the views showed it in_flight without a word, and
-// their note said only that nothing was recovered.
+// filed in_flight, which check counts unknown (fence.Outlived: the next open marks it so). ls,
+// show and stats must say so of that claim on stderr, as check does, naming it; and still show
+// (count) it as filed, so that a scan by state reads what the ledger files (ls --state
+// in_flight lists it, ls --state unknown does not). Before, the views showed it in_flight
+// without a word, and their note said only that nothing was recovered; stats did so until
+// 2026-12-07's evening (it counted the claim in_flight, and named nothing).
 func TestLedgerViewsAtRestNameTheClaimsTheNextOpenTakes(t *testing.T) {
 	t.Parallel()
 	fd := killedOnAFullDisk(t, nil)
@@ -25,6 +26,8 @@ func TestLedgerViewsAtRestNameTheClaimsTheNextOpenTakes(t *testing.T) {
 		{"ls"},
 		{"ls", "--json"},
 		{"show", fd.claim.Intent},
+		{"stats"},
+		{"stats", "--json"},
 	} {
 		r := runBinary(t, env, "", append(append([]string{"ledger"}, args...), "--ledger", fd.ledger)...)
 		if r.code != 0 || !strings.Contains(r.stderr, said) || !strings.Contains(r.stderr, fd.claim.Intent) || !strings.Contains(r.stderr, "holder is gone") {
