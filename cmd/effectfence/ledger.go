@@ -346,7 +346,20 @@ func (c ledgerCall) openAs(ctx context.Context, view bool) (*store.Ledger, error
 			// A process has it open, with its index: SQLite's own open may read it.
 		}
 	}
-	return store.Open(ctx, opts)
+	l, err := store.Open(ctx, opts)
+	if err != nil && view && errors.Is(err, sqlite.ErrDiskFailsWrites) {
+		// Every open writes (the log copied into the file, Recover): on a disk that fails
+		// writes, with no process holding the ledger, the look reads it at rest, as on a full
+		// disk. Before, ls, show and export were refused with wrap's error, and the receipts
+		// could not be read until the disk was repaired.
+		at := opts
+		at.AtRest = true
+		if rl, rerr := store.Open(ctx, at); rerr == nil {
+			c.readOnlyNote(rl, "its disk fails writes (copying its write-ahead log into the file failed with an I/O error; the kernel's log says, `dmesg`)")
+			return rl, nil
+		}
+	}
+	return l, err
 }
 
 // readOnlyNote says on stderr that the look at l reads it at rest, and why.

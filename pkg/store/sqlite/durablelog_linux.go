@@ -82,7 +82,7 @@ func (s *Store) syncLog(ctx context.Context) error {
 	case errors.As(err, &se) && (se.Code()&0xff == sqlite3.SQLITE_FULL || se.Code()&0xff == sqlite3.SQLITE_BUSY):
 		return nil
 	case errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_IOERR:
-		return fmt.Errorf("ledger %s: copying its write-ahead log into the file failed (the disk fails writes; the kernel's log says, `dmesg`): what this process would record could not be trusted to stay; nothing was changed; open it again once the disk is repaired, and keep using this ledger, not another file: %w", s.path, err)
+		return fmt.Errorf("ledger %s: copying its write-ahead log into the file failed (%w; the kernel's log says, `dmesg`): what this process would record could not be trusted to stay; nothing was changed (`effectfence ledger ls`, `show` and `export` read it at rest meanwhile); open it again once the disk is repaired, and keep using this ledger, not another file: %w", s.path, ErrDiskFailsWrites, err)
 	}
 	return err
 }

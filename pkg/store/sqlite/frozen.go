@@ -27,6 +27,11 @@ const frozenName = "ledger.db"
 // ErrNotAtRest is returned, wrapped, by an AtRest open of a ledger that a process has open.
 var ErrNotAtRest = errors.New("a process has the ledger open")
 
+// ErrDiskFailsWrites is returned, wrapped, by an open for writing refused because a write to
+// the disk under the ledger failed (Linux: copying the log into the file at the open, see
+// syncLog). Nothing was changed; a look can still read the ledger at rest (AtRest).
+var ErrDiskFailsWrites = errors.New("the disk fails writes")
+
 // frozenImage is the ledger as SQLite would read it: the file with the committed frames of its
 // log applied.
 type frozenImage struct {

@@ -930,7 +930,7 @@ func (s *Store) wrap(err error) error {
 		return nil
 	}
 	var fe *FileError
-	if errors.As(err, &fe) {
+	if errors.As(err, &fe) || errors.Is(err, ErrDiskFailsWrites) { // the latter names the ledger and the cause
 		return err
 	}
 	var se *sqlite.Error
