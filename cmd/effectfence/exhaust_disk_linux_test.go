@@ -56,6 +56,7 @@ func TestGatewayFullDiskPastTheLeaseHoldsTheAnswer(t *testing.T) {
 			go func() {
 				req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(charge))
 				req.Header.Set("Accept", "application/json, text/event-stream")
+				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Mcp-Session-Id", sid)
 				resp, err := client.Do(req)
 				if err != nil {

@@ -93,6 +93,7 @@ func TestGatewayKilledAsTheCallArrivesUpstream(t *testing.T) {
 	up.mu.Unlock()
 	req, _ := http.NewRequest(http.MethodPost, g1.url, strings.NewReader(fmt.Sprintf(payCall, 2)))
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Mcp-Session-Id", sid)
 	if resp, err := http.DefaultClient.Do(req); err == nil { // the gateway dies under it
 		b, _ := io.ReadAll(resp.Body)

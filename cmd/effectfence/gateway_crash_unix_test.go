@@ -27,6 +27,7 @@ func TestGatewayKilledMidCallThenRestarted(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, g1.url, strings.NewReader(strings.Replace(chargeCall, "%d", "2", 1)))
 		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Mcp-Session-Id", sid)
 		if resp, err := http.DefaultClient.Do(req); err == nil { // the gateway dies under it
 			resp.Body.Close()

@@ -37,6 +37,7 @@ func TestGatewaySecondSignalKillsTheServersBeingStopped(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":4900,"customer":"cus_again"}}}`))
 		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Mcp-Session-Id", sid)
 		if resp, err := http.DefaultClient.Do(req); err == nil { // the gateway exits under it
 			resp.Body.Close()

@@ -63,6 +63,7 @@ exec "$0" demo-server --latency 1ms --effects "$1"`
 		go func() {
 			req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
 			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)

@@ -15,6 +15,7 @@ func (g *gatewayProc) chargeAs(t *testing.T, authz string) string {
 	post := func(sid, body string) (*http.Response, string) {
 		req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
 		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", authz)
 		if sid != "" {
 			req.Header.Set("Mcp-Session-Id", sid)

@@ -98,6 +98,7 @@ func (g *gatewayProc) post(t *testing.T, token, sid, body string) (*http.Respons
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -134,6 +135,7 @@ func (g *gatewayProc) postAsync(sid, body string) <-chan string {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
 		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Mcp-Session-Id", sid)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -53,6 +53,7 @@ func TestCloseWaitsForASessionRefusedWhileClosing(t *testing.T) {
 		defer close(posted)
 		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
 		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, req)
 	}()
 	<-entered

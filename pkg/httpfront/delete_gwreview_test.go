@@ -91,6 +91,7 @@ func TestDeleteWhileCallsAndGETStreamAreOpen(t *testing.T) {
 				req, _ := http.NewRequest(m, g.url, strings.NewReader(bodies[0]))
 				req.Header.Set("Mcp-Session-Id", sid)
 				req.Header.Set("Accept", "application/json, text/event-stream")
+				req.Header.Set("Content-Type", "application/json")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)

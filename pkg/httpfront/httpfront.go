@@ -573,9 +573,9 @@ func (m *bodyMeter) trim(n int64) {
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request, who Caller, rc *http.ResponseController, bodyUntil time.Time) {
-	if !browserJSON(r) {
+	if !isJSON(r) {
 		w.Header().Set("Connection", "close") // the body is not read
-		httpError(w, http.StatusUnsupportedMediaType, "a POST that carries Origin (a browser's) needs Content-Type: application/json; nothing ran")
+		httpError(w, http.StatusUnsupportedMediaType, "a POST needs Content-Type: application/json (one JSON-RPC message); nothing ran")
 		return
 	}
 	if r.ContentLength > maxBody {
@@ -767,19 +767,17 @@ func (h *Handler) closeIfStartFailed(s *session) {
 	h.mu.Unlock()
 }
 
-// browserJSON reports whether a POST may be read by its Content-Type: one that carries Origin
-// (browsers send it with every POST) must say application/json (its media type, parameters
-// aside, as MCP's SDK servers parse it: the TypeScript SDK's and go-sdk's answer every other
-// 415). A page may POST a body of another type (text/plain, a form, a Blob without a type) to
-// any origin with no CORS preflight, which the gateway refuses; before 2026-12-07 such a
-// request from a page of an allowed origin (any loopback one, on a loopback listener) was
-// served, and opened a session and its server (TestBrowserPostMustBeJSON). A client without
-// Origin (curl, scripts, MCP's SDK clients, which send application/json anyway) is served
-// whatever its Content-Type, as before.
-func browserJSON(r *http.Request) bool {
-	if r.Header.Get("Origin") == "" {
-		return true
-	}
+// isJSON reports whether a POST may be read by its Content-Type: it must say application/json
+// (its media type, parameters aside), as MCP's SDK servers require of every POST (the
+// TypeScript SDK's, go-sdk's and the Python SDK's answer every other 415), and as every MCP
+// client sends. A page may POST a body of another type (text/plain, a form, a Blob without a
+// type) to any origin with no CORS preflight: before 2026-12-07 such a request from a page of
+// an allowed origin (any loopback one, on a loopback listener) was served, and opened a session
+// and its server. Then, for part of that day, only a request carrying Origin was held to it, so a
+// browser's POST without Origin (an older browser's form, one whose Origin a privacy extension
+// or a proxy strips) still opened sessions, each with its server, on a loopback gateway
+// without keys (TestPostWithoutOriginMustBeJSON): the gateway cannot tell it from curl's.
+func isJSON(r *http.Request) bool {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	return err == nil && mt == "application/json"
 }

@@ -347,6 +347,7 @@ func TestOriginAndHost(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(initBody))
 	req.Host = "rebound.example:80" // a DNS name that points at 127.0.0.1
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := gwClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -418,6 +419,7 @@ func TestStreamsCarryProgressAndServerRequests(t *testing.T) {
 	// ask: the server sends roots/list to the client during the call.
 	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(call(41, "ask", `{}`)))
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Mcp-Session-Id", sid)
 	resp, err := gwClient.Do(req)
 	if err != nil {

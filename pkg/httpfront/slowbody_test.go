@@ -30,7 +30,7 @@ func TestSlowBodyRefused(t *testing.T) {
 	}
 	defer conn.Close()
 	body := call(5, "charge", `{"amount":5}`)
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n", u.Path, u.Host, sid, len(body))
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n", u.Path, u.Host, sid, len(body))
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
