@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/budget"
 )
 
 // RequestCost is what a body is charged per byte of its length.
@@ -22,6 +24,16 @@ func SetMaxBacklog(n int) func() {
 	old := maxBacklog
 	maxBacklog = n
 	return func() { maxBacklog = old }
+}
+
+// SetBacklogBudget replaces BacklogBudget by a pool of total bytes, and the part of each
+// stream's backlog it does not count by free, for a test; it returns a func that puts them
+// back, and one that says how much of the pool is taken.
+func SetBacklogBudget(total int64, free int) (restore func(), used func() int64) {
+	oldPool, oldFree := backlogs, freeBacklog
+	backlogs, freeBacklog = budget.NewPool(total), free
+	pool := backlogs
+	return func() { backlogs, freeBacklog = oldPool, oldFree }, func() int64 { n, _ := pool.Used(); return n }
 }
 
 // SetWriteTimeout lowers the bound on one write of a stream for a test; it returns a func

@@ -437,6 +437,23 @@ const maxBody = wrap.MaxMessage
 // client hangs up: what it held is lost, as MCP says a broken stream's messages are.
 var maxBacklog = wrap.MaxMessage
 
+// BacklogBudget bounds the bytes queued for unread streams across every session, beyond the
+// first freeBacklog bytes of each stream's backlog: a stream whose backlog would take more of
+// it than is free is ended as one past maxBacklog is, its backlog dropped. maxBacklog alone
+// bounds one stream: a client that opened streams and read none of them (requests whose
+// progress it asked for, a GET stream per session) made the gateway hold up to 64 MiB for each
+// for as long as writeTimeout let its writes hang, so eight of them could take half a
+// gigabyte and more without end (TestBacklogsShareOneBudget). A stream whose client reads
+// keeps a backlog far under freeBacklog and never touches it.
+const BacklogBudget = 256 << 20
+
+// backlogs is the process's BacklogBudget; freeBacklog how much of a stream's backlog it does
+// not count (variables so tests can lower them).
+var (
+	backlogs    = budget.NewPool(BacklogBudget)
+	freeBacklog = 1 << 20
+)
+
 // writeTimeout bounds each part (writeChunk) of a write to a client: a client that keeps a
 // stream open but stops reading fills the socket's buffers, and the write that then blocks
 // would hold the stream (its goroutine and connection) until TCP gave up. Past it the stream
@@ -941,6 +958,8 @@ type stream struct {
 	// more (over is set).
 	stalled chan struct{}
 	over    bool
+	// charged is what the backlog took of BacklogBudget (its bytes past freeBacklog).
+	charged int64
 	// replaced is closed when a new GET stream of the session took this one over (a GET
 	// stream's only; nil for a request's).
 	replaced chan struct{}
@@ -979,8 +998,10 @@ func (st *stream) push(line []byte) bool {
 		st.mu.Unlock()
 		return false
 	}
-	if st.size > 0 && st.size+len(line) > maxBacklog {
+	if st.size > 0 && (st.size+len(line) > maxBacklog || !st.charge(st.size+len(line))) {
 		st.over, st.queue, st.size = true, nil, 0
+		backlogs.Release(st.charged)
+		st.charged = 0
 		close(st.stalled)
 		st.mu.Unlock()
 		return false
@@ -995,11 +1016,27 @@ func (st *stream) push(line []byte) bool {
 	return true
 }
 
+// charge takes from BacklogBudget what a backlog of size bytes needs beyond what the stream
+// holds of it already, without waiting; st.mu is held. It reports whether there was room.
+func (st *stream) charge(size int) bool {
+	need := int64(size-freeBacklog) - st.charged
+	if need <= 0 {
+		return true
+	}
+	if need > backlogs.Total() || !backlogs.Acquire(context.Background(), need, 0) {
+		return false
+	}
+	st.charged += need
+	return true
+}
+
 func (st *stream) take() [][]byte {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	q := st.queue
 	st.queue, st.size = nil, 0
+	backlogs.Release(st.charged)
+	st.charged = 0
 	return q
 }
 
