@@ -77,19 +77,28 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		return jsonrpc.ErrorResponse(m.ID, rpcErr(jsonrpc.CodeInvalidParams, "effectfence wrap: tools/call params refused (%v); the call was NOT executed", err))
 	}
 	ev.Tool = c.name
-	info, life, err := p.toolInfo(ctx, c.name)
-	if err != nil {
+	s := p.settings(c.name)
+	info, life, unlisted := p.toolInfo(ctx, c.name, s.Wait)
+	if unlisted != nil {
 		ev.Outcome, ev.Code = "refused", CodeToolsUnknown
 		if ctx.Err() != nil {
 			return nil // cancelled by the agent before it was sent: MCP says no response is sent
 		}
-		return jsonrpc.Response(m.ID, toolError(fmt.Sprintf("the MCP server's tool list could not be read (%v), so it is unknown whether %q is read-only or takes an idempotency key. The call was NOT sent and did not run; retry it.", err, c.name), CodeToolsUnknown, ""))
-	}
-	if !p.fenced(c.name, info) {
+		if s.Pass {
+			return jsonrpc.Response(m.ID, toolsUnknown(unlisted, c.name))
+		}
+		// Without the listing the call is fenced, and only asks the ledger: a duplicate of a
+		// recorded call needs no listing and is replayed (or waits for the attempt in flight,
+		// or is told of its unknown outcome, as any duplicate); a call the ledger admits is
+		// released, NOT sent, and refused tools_unknown (unlistedKey). Before 2026-12-07 every
+		// call was refused tools_unknown, a duplicate of a call done and recorded too
+		// (TestDuplicateIsReplayedWhenTheNewLifesListingFails).
+		ctx = context.WithValue(ctx, unlistedKey{}, unlisted)
+		info = toolInfo{}
+	} else if !p.fenced(c.name, info) {
 		ev.Outcome = "passed"
 		return p.forwardTo(ctx, life, m, c.name)
 	}
-	s := p.settings(c.name)
 	// Options' own per-tool settings were checked by New; PerTool's are known only now (its
 	// privacy settings the engine checks). Its ReplayWindow is checked as given: settings
 	// fills in Options.ReplayWindow (checked by New) only for 0 or less.
@@ -138,7 +147,7 @@ func (p *Proxy) toolsCallAs(ctx context.Context, m *jsonrpc.Message, ev *CallEve
 		// waited for (followFlight), so that attempt's failure is shared with it, not run.
 		ctx = context.WithValue(ctx, waitedKey{}, new(fence.Waited))
 	}
-	a := p.fencedCall(ctx, c.name, id, params, c.task)
+	a := p.fencedCall(ctx, c.name, id, params, c.task && unlisted == nil)
 	ev.Outcome, ev.Code = a.outcome, a.code
 	if a.withdrawn || a.code == "not_sent" && ctx.Err() != nil {
 		return nil // cancelled by the agent before it was sent: MCP says no response is sent
@@ -188,40 +197,86 @@ func (a answer) as(outcome, code string) answer {
 // be read: nothing ran, and a retry may run it.
 const CodeToolsUnknown = "tools_unknown"
 
+// unlistedKey carries why the server's tools could not be listed for a call that goes through
+// the fence only to ask the ledger (toolsCallAs): a claim it is admitted is released, unsent.
+type unlistedKey struct{}
+
+// toolsUnknown is the result of a call refused because the server's tool list could not be
+// read (why).
+func toolsUnknown(why error, tool string) json.RawMessage {
+	return toolError(fmt.Sprintf("the MCP server's tool list could not be read (%v), so it is unknown whether %q is read-only or takes an idempotency key. The call was NOT sent and did not run; retry it.", why, tool), CodeToolsUnknown, "")
+}
+
 // toolInfo returns what is known of a tool, from the listing of the server's live session,
 // and that session: a call judged by it goes to it (a tool passed through unfenced is sent to
 // the life whose listing judged it, never to a later one). When the live session has not been
 // listed (the agent never listed, or the child was restarted, or the upstream session is new)
-// its tools are listed first, starting the server if none is live; an agent whose view of the
-// tools came from a previous life is told notifications/tools/list_changed when that listing
-// is not known to be the same. A tool missing from a listing is fenced (the safe side) and the
-// child answers for it. Without any listing of the live session nothing is known (is it
-// read-only? does it take an idempotency key?), so after trying to list (restarting a dead
-// child, bounded by Options.Wait) it is an error and the call is not sent.
-func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, Conn, error) {
-	p.tools.settledWithin(ctx, p.opt.Wait) // a refresh after list_changed is under way: judge by its listing
+// its tools are listed first, starting the server if none is live (listLive); an agent whose
+// view of the tools came from a previous life is told notifications/tools/list_changed when
+// that listing is not known to be the same. A tool missing from a listing is fenced (the safe
+// side) and the child answers for it. Without any listing of the live session nothing is
+// known (is it read-only? does it take an idempotency key?), so it is an error and the call
+// is not sent.
+//
+// bound is how long the call waits for a listing: its tool's wait (ToolSettings.Wait, the
+// policy's per-tool wait, else --wait). A refresh after list_changed that has not ended
+// within it, or a listing of the live session that has not, is an error naming the bound: the
+// listing of before a change the server announced no longer judges a call, and the listing
+// goes on for the calls after. Before 2026-12-07 a listing held by a stopped server
+// (SIGSTOP) held every call up to --wait, whatever its tool's wait, and a call after
+// list_changed was then judged by the listing of before the change
+// (TestStoppedRefreshAfterListChangedHoldsACallOnlyItsWait,
+// TestStoppedListingOfARestartedServerHoldsACallOnlyItsWait).
+func (p *Proxy) toolInfo(ctx context.Context, name string, bound time.Duration) (toolInfo, Conn, error) {
+	if !p.tools.settledWithin(ctx, bound) { // a refresh after list_changed is under way: judge by its listing
+		if err := ctx.Err(); err != nil {
+			return toolInfo{}, nil, err
+		}
+		return toolInfo{}, nil, fmt.Errorf("the MCP server said its tools changed (notifications/tools/list_changed) and did not answer wrap's tools/list within %s, this tool's wait", bound)
+	}
 	if s := p.live(); s != nil {
 		if info, ok, loaded := p.tools.getOf(name, s); ok || loaded {
 			return info, s, nil
 		}
 	}
+	r := p.tools.listLive(p.listLive)
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return toolInfo{}, nil, ctx.Err()
+	case <-timer.C:
+		return toolInfo{}, nil, fmt.Errorf("the MCP server's tools were not listed within %s, this tool's wait (the server did not start, or did not answer tools/list)", bound)
+	}
+	if r.err != nil {
+		return toolInfo{}, nil, r.err
+	}
+	info, _, loaded := p.tools.getOf(name, r.s)
+	if !loaded {
+		return toolInfo{}, nil, errors.New("the MCP server's session ended as its tools were listed")
+	}
+	return info, r.s, nil
+}
+
+// listLive lists the tools of the live session, starting the server if none is live, within
+// --wait: three tries (a server that died as it was listed is started again). ctx is the
+// cache's (listLive), never a call's: a (re)start cut short by one call's cancellation or
+// bound would fail every call for RestartBackoff.
+func (p *Proxy) listLive(ctx context.Context) (Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opt.Wait)
 	defer cancel()
-	// A (re)start is waited for detached from the agent's cancellation, as run waits for it: a
-	// start cut short by one agent's cancellation would fail every call for RestartBackoff.
-	start, stop := context.WithTimeout(context.WithoutCancel(ctx), p.opt.Wait)
-	defer stop()
-	var s Conn
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		if s, err = p.session(start); err == nil {
+		var s Conn
+		if s, err = p.session(ctx); err == nil {
 			var differs bool
 			if differs, err = p.tools.listFor(ctx, s); err == nil {
 				if differs {
 					p.logf("the MCP server's new session lists its tools otherwise than the one before: calls are judged by the new listing, and the agent is told (notifications/tools/list_changed)")
 					p.reply(jsonrpc.Notification("notifications/tools/list_changed", nil))
 				}
-				break
+				return s, nil
 			}
 		}
 		p.logf("listing tools: %v", err)
@@ -229,14 +284,7 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, Conn, erro
 			break
 		}
 	}
-	info, _, loaded := p.tools.getOf(name, s)
-	if !loaded {
-		if err == nil {
-			err = errors.New("the MCP server's session ended as its tools were listed")
-		}
-		return toolInfo{}, nil, err
-	}
-	return info, s, nil
+	return nil, err
 }
 
 // ParamHeaders returns the arguments of the server's tool name that HTTP clients mirror into
@@ -244,7 +292,7 @@ func (p *Proxy) toolInfo(ctx context.Context, name string) (toolInfo, Conn, erro
 // first if nobody has (see toolInfo). A tool missing from the listing declares none. An error
 // means nothing is known of the server's tools.
 func (p *Proxy) ParamHeaders(ctx context.Context, name string) ([]mcpheader.Param, error) {
-	info, _, err := p.toolInfo(ctx, name)
+	info, _, err := p.toolInfo(ctx, name, p.opt.Wait)
 	if err != nil {
 		return nil, err
 	}
@@ -516,6 +564,15 @@ func (p *Proxy) fencedCall(ctx context.Context, tool string, id identity, params
 	if !holder {
 		info, _, _ := p.tools.get(tool)
 		return answer{result: replayOf(adm, info.outputSchema)}.as("replayed", "")
+	}
+	if why, ok := ctx.Value(unlistedKey{}).(error); ok {
+		// Admitted without the server's listing (toolInfo failed): it cannot be sent, so the
+		// claim is released at once and the agent told nothing ran; a retry runs the call,
+		// once, when the listing can be read.
+		p.settle(ctx, fence.Outcome{Kind: fence.OutcomeRelease, Ticket: *adm.Ticket, Reason: "not run: the MCP server's tool list could not be read"})
+		p.flights.done(id.intent, f)
+		p.opt.Engine.Count(decision)
+		return answer{result: toolsUnknown(why, tool)}.as("refused", CodeToolsUnknown)
 	}
 	if ctx.Value(followingKey{}) != nil {
 		if followerClaimed != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"regexp"
@@ -368,14 +369,82 @@ type toolCache struct {
 	digested   bool
 	overflowed bool // merge has left tools out (logged once)
 	// listing is held through a whole refresh, so refreshes run one at a time and an older
-	// listing never overwrites a newer one.
-	listing sync.Mutex
+	// listing never overwrites a newer one. It is taken within the refresh's context: a
+	// refresh held by a server that does not answer (stopped) must not hold the next past
+	// that one's bound.
+	listing ctxLock
 	changes changes
+	// live is the listing of the live session under way (listLive), shared by the calls that
+	// wait for it; guarded by changes.mu.
+	live *liveListing
 	// news counts the list_changed notifications seen: a listing the agent asked for before
 	// the latest one may be older than the refresh that notification caused (learned).
 	news atomic.Uint64
 	// whole, when set, is shown every whole listing refresh takes (every page, none left out).
 	whole func(map[string]toolInfo)
+}
+
+// ctxLock is a mutex whose Lock gives up when its context ends.
+type ctxLock struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+// lock takes the lock, or returns ctx's error once ctx ends first.
+func (l *ctxLock) lock(ctx context.Context) error {
+	l.once.Do(func() { l.ch = make(chan struct{}, 1) })
+	select {
+	case l.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for another listing of the tools under way: %w", ctx.Err())
+	}
+}
+
+func (l *ctxLock) unlock() { <-l.ch }
+
+// liveListing is one listing of the live session (listLive): done is closed once it ended,
+// with the session listed or the error that ended it.
+type liveListing struct {
+	done chan struct{}
+	s    Conn
+	err  error
+}
+
+// listLive starts the listing list makes of the live session, or joins the one under way. It
+// runs on a goroutine of the cache's own, detached from the calls that wait for it, each
+// within its own bound (toolInfo), in a context shutdown ends: a call that gives up on it
+// does not cut it short for the others, nor for a server slower to start and list than one
+// tool's wait.
+func (c *toolCache) listLive(list func(context.Context) (Conn, error)) *liveListing {
+	ch := &c.changes
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if c.live != nil {
+		return c.live
+	}
+	r := &liveListing{done: make(chan struct{})}
+	if ch.stopped {
+		r.err = errors.New("wrap is stopping")
+		close(r.done)
+		return r
+	}
+	if ch.ctx == nil {
+		ch.ctx, ch.cancel = context.WithCancel(context.Background())
+	}
+	ctx := ch.ctx
+	c.live = r
+	ch.wg.Add(1)
+	go func() {
+		defer ch.wg.Done()
+		s, err := list(ctx)
+		ch.mu.Lock()
+		c.live = nil
+		ch.mu.Unlock()
+		r.s, r.err = s, err
+		close(r.done)
+	}()
+	return r
 }
 
 // changes runs the refreshes that notifications/tools/list_changed asks for. They cannot run
@@ -446,13 +515,14 @@ func (c *toolCache) settled(ctx context.Context) {
 }
 
 // settledWithin is settled bounded by wait as well (0: no bound), which costs a timer only
-// when a refresh is under way.
-func (c *toolCache) settledWithin(ctx context.Context, wait time.Duration) {
+// when a refresh is under way. It reports whether the refreshes ended (false: ctx or wait
+// ended first, and the listing in place is of before the server's latest change).
+func (c *toolCache) settledWithin(ctx context.Context, wait time.Duration) bool {
 	c.changes.mu.Lock()
 	idle := c.changes.idle
 	c.changes.mu.Unlock()
 	if idle == nil {
-		return
+		return true
 	}
 	if wait > 0 {
 		var cancel context.CancelFunc
@@ -461,7 +531,9 @@ func (c *toolCache) settledWithin(ctx context.Context, wait time.Duration) {
 	}
 	select {
 	case <-idle:
+		return true
 	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -568,8 +640,10 @@ func (c *toolCache) learned(page map[string]toolInfo, first bool, asked uint64, 
 // the same (a hash of the whole listing, as written, tells): the agent's view of the tools,
 // taken from that life, may be stale.
 func (c *toolCache) listFor(ctx context.Context, s Conn) (differs bool, err error) {
-	c.listing.Lock()
-	defer c.listing.Unlock()
+	if err := c.listing.lock(ctx); err != nil {
+		return false, err
+	}
+	defer c.listing.unlock()
 	c.mu.RLock()
 	of, before, had, known := c.life == s && c.loaded, c.digest, c.life != nil, c.digested
 	c.mu.RUnlock()
@@ -585,8 +659,10 @@ func (c *toolCache) listFor(ctx context.Context, s Conn) (differs bool, err erro
 
 // refresh lists every page of the child's tools (session s, which becomes the listing's life).
 func (c *toolCache) refresh(ctx context.Context, s Conn) error {
-	c.listing.Lock()
-	defer c.listing.Unlock()
+	if err := c.listing.lock(ctx); err != nil {
+		return err
+	}
+	defer c.listing.unlock()
 	_, _, err := c.refreshLocked(ctx, s)
 	return err
 }

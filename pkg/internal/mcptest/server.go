@@ -20,7 +20,11 @@
 // (CaseToolsMember); "relisted" lists balance without its readOnlyHint (a tool that may write)
 // while the file named by the effects file's name and RelistedSuffix exists, read as each
 // process starts, so a test changes the listing from one life of the server to the next, and
-// declares tools.listChanged false: it never says its listing changed.
+// declares tools.listChanged false: it never says its listing changed. In "relisted" mode too,
+// each tools/list looks for two more files, named by the effects file's name and a suffix:
+// while ListFailsSuffix's exists the listing is answered with an error, and while
+// ListStopsSuffix's exists the server stops itself (SIGSTOP, where there is one) before it
+// answers, and answers once continued.
 package mcptest
 
 import (
@@ -123,6 +127,13 @@ const CaseToolsMember = `"Tools":[{"name":"charge","description":"Spelled otherw
 // RelistedSuffix is added to the effects file's name to name the file that makes the
 // "relisted" mode list balance as a tool that may write.
 const RelistedSuffix = ".balance-writes"
+
+// ListFailsSuffix and ListStopsSuffix name the files that make the "relisted" mode answer
+// tools/list with an error, and stop itself on tools/list.
+const (
+	ListFailsSuffix = ".list-fails"
+	ListStopsSuffix = ".list-stops"
+)
 
 const extraTool = `,{"name":"extra","description":"Added at run time.","inputSchema":{"type":"object"}}]}`
 
@@ -316,6 +327,15 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 		if s.mode == "dielist" {
 			fmt.Fprintln(os.Stderr, "mcptest: dying on tools/list as asked")
 			os.Exit(5)
+		}
+		if s.mode == "relisted" {
+			if _, err := os.Stat(s.effects + ListFailsSuffix); err == nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "mcptest: tools/list fails as asked"}
+			}
+			if _, err := os.Stat(s.effects + ListStopsSuffix); err == nil {
+				fmt.Fprintln(os.Stderr, "mcptest: stopping on tools/list as asked")
+				stopSelf()
+			}
 		}
 		list := ToolsList
 		switch s.mode {

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package mcptest
+
+// stopSelf does nothing where there is no SIGSTOP.
+func stopSelf() {}

@@ -1,0 +1,207 @@
+//go:build unix
+
+package wrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/effectfence/effectfence/pkg/internal/mcptest"
+)
+
+// The tests here stop or fail the real child's tools/list (mcptest's "relisted" mode and its
+// files ListStopsSuffix and ListFailsSuffix) after a fenced charge has run once, and check
+// what a duplicate of that charge and a new charge get while the server's tools cannot be
+// listed: the duplicate is replayed, the new charge is refused tools_unknown, naming why, and
+// neither runs. The policy gives charge and balance a wait of 1s, and every other tool 10
+// minutes (defaults, standing for --wait): a call held by the listing past its own wait is not
+// answered within the test's minute.
+
+// listWaitRig is a wrap of a "relisted" child with charge's wait 1s in its policy, and one
+// charge run through it.
+func listWaitRig(t *testing.T) (*rig, *wrapProc) {
+	t.Helper()
+	needProc(t)
+	r := newRig(t)
+	r.mode = "relisted"
+	// --wait would win over the entries' waits (flags win over the policy file): defaults'
+	// stands for it.
+	path := writePolicy(t, r, "version: 1\ndefaults:\n  wait: 10m\ntools:\n  charge:\n    wait: 1s\n  balance:\n    wait: 1s\n")
+	w := r.wrap("--policy", path)
+	if x := call(t, w.Session, "charge", `{"amount":1}`); x.IsError || x.replayed() {
+		t.Fatalf("the first charge: %+v", x)
+	}
+	if n := r.effectsOf("charge"); n != 1 {
+		t.Fatalf("charge ran %d times, want 1", n)
+	}
+	return r, w
+}
+
+// callWithin is callE bounded by a minute: a call wrap holds longer fails the test. As
+// callSent, it calls again while wrap answers with the error of a child that died.
+func callWithin(t *testing.T, w *wrapProc, tool, args string) result {
+	t.Helper()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		raw, err := w.CallTool(ctx, tool, json.RawMessage(args))
+		cancel()
+		if err != nil && (strings.Contains(err.Error(), "request not sent") || strings.Contains(err.Error(), "exited: signal: killed")) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s %s: %v (not answered within a minute); wrap log:\n%s", tool, args, err, w.log.String())
+		}
+		var x result
+		if err := json.Unmarshal(raw, &x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+}
+
+// marker creates the file of the "relisted" mode named by suffix, and returns its removal.
+func marker(t *testing.T, r *rig, suffix string) func() {
+	t.Helper()
+	path := r.effects + suffix
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stoppedProc reports whether process pid is stopped (state T in /proc).
+func stoppedProc(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] == 'T'
+}
+
+// unlisted waits until balance, read-only, is refused tools_unknown (its text holding why):
+// wrap has seen its child die and lists the next, and cannot. Until then balance may pass
+// through to the killed child.
+func unlisted(t *testing.T, w *wrapProc, why string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		x := callWithin(t, w, "balance", `{}`)
+		if string(x.Meta["effectfence/code"]) == `"tools_unknown"` {
+			if !strings.Contains(x.text(), why) {
+				t.Fatalf("balance refused tools_unknown: %q, want it to say %q", x.text(), why)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("balance after the child was killed: %+v, want refused tools_unknown; wrap log:\n%s", x, w.log.String())
+		}
+	}
+}
+
+// wantDuplicateReplayed checks that a duplicate of the first charge is replayed and a new
+// charge refused tools_unknown, its text holding why, with charge run once in all.
+func wantDuplicateReplayed(t *testing.T, r *rig, w *wrapProc, why string) {
+	t.Helper()
+	if x := callWithin(t, w, "charge", `{"amount":1}`); x.IsError || !x.replayed() {
+		t.Fatalf("a duplicate of the charge that ran, the server's tools not listed: %q %s, want it replayed; wrap log:\n%s", x.text(), x.Meta["effectfence/code"], w.log.String())
+	}
+	x := callWithin(t, w, "charge", `{"amount":2}`)
+	if !x.IsError || string(x.Meta["effectfence/code"]) != `"tools_unknown"` || !strings.Contains(x.text(), "NOT sent") || !strings.Contains(x.text(), why) {
+		t.Fatalf("a new charge, the server's tools not listed: %q %s, want refused tools_unknown saying %q", x.text(), x.Meta["effectfence/code"], why)
+	}
+	if n := r.effectsOf("charge"); n != 1 {
+		t.Fatalf("charge ran %d times, want 1", n)
+	}
+}
+
+// TestStoppedListingOfARestartedServerHoldsACallOnlyItsWait: the child is killed (kill -9)
+// and the one wrap starts for the next call stops itself (SIGSTOP) on tools/list. A duplicate
+// of the charge that ran is replayed, and a new charge refused tools_unknown, each within
+// about charge's wait of 1s. Once the child is continued, a new charge runs. Before
+// 2026-12-07 each call waited for the listing up to --wait, whatever the tool's wait (here
+// 10 minutes: not answered within the test's minute), and the duplicate, had the listing
+// failed, was refused tools_unknown.
+func TestStoppedListingOfARestartedServerHoldsACallOnlyItsWait(t *testing.T) {
+	t.Parallel()
+	r, w := listWaitRig(t)
+	unstop := marker(t, r, mcptest.ListStopsSuffix)
+	killChild(t, w)
+	unlisted(t, w, "within 1s")
+	wantDuplicateReplayed(t, r, w, "within 1s")
+	pid := childOf(t, w)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitFor(t, "the new child to stop on tools/list", func() bool { return stoppedProc(pid) })
+	unstop()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if x := callWithin(t, w, "charge", `{"amount":2}`); x.IsError || x.replayed() {
+		t.Fatalf("a new charge once the server was continued: %+v; wrap log:\n%s", x, w.log.String())
+	}
+	if n := r.effectsOf("charge"); n != 2 {
+		t.Fatalf("charge ran %d times, want 2", n)
+	}
+}
+
+// TestStoppedRefreshAfterListChangedHoldsACallOnlyItsWait: the child says its tools changed
+// (add_tool: notifications/tools/list_changed) and stops itself (SIGSTOP) on the tools/list of
+// wrap's refresh. A duplicate of the charge that ran is replayed, and a new charge refused
+// tools_unknown, naming list_changed, each within about charge's wait of 1s. Once the child
+// is continued, a new charge runs. Before 2026-12-07 each call waited for the refresh up to
+// --wait, whatever the tool's wait (here 10 minutes: not answered within the test's minute),
+// and then was judged by the listing of before the change.
+func TestStoppedRefreshAfterListChangedHoldsACallOnlyItsWait(t *testing.T) {
+	t.Parallel()
+	r, w := listWaitRig(t)
+	pid := childOf(t, w)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	unstop := marker(t, r, mcptest.ListStopsSuffix)
+	if x := call(t, w.Session, "add_tool", `{}`); x.IsError {
+		t.Fatalf("add_tool: %+v", x)
+	}
+	waitFor(t, "the child to stop on the refresh's tools/list", func() bool { return stoppedProc(pid) })
+	wantDuplicateReplayed(t, r, w, "list_changed")
+	unstop()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if x := callWithin(t, w, "charge", `{"amount":2}`); x.IsError || x.replayed() {
+		t.Fatalf("a new charge once the server was continued: %+v; wrap log:\n%s", x, w.log.String())
+	}
+	if n := r.effectsOf("charge"); n != 2 {
+		t.Fatalf("charge ran %d times, want 2", n)
+	}
+}
+
+// TestDuplicateIsReplayedWhenTheNewLifesListingFails: the child is killed (kill -9) and the
+// one wrap starts for the next call answers tools/list with an error. A duplicate of the
+// charge that ran needs no listing: it is replayed. A new charge is refused tools_unknown,
+// NOT sent (docs/wrap.md). Once the listing answers again, a new charge runs. Before
+// 2026-12-07 the duplicate was refused tools_unknown too, though its result was recorded.
+func TestDuplicateIsReplayedWhenTheNewLifesListingFails(t *testing.T) {
+	t.Parallel()
+	r, w := listWaitRig(t)
+	unfail := marker(t, r, mcptest.ListFailsSuffix)
+	killChild(t, w)
+	unlisted(t, w, "tools/list fails as asked")
+	wantDuplicateReplayed(t, r, w, "tools/list fails as asked")
+	unfail()
+	if x := callWithin(t, w, "charge", `{"amount":2}`); x.IsError || x.replayed() {
+		t.Fatalf("a new charge once the listing answers: %+v; wrap log:\n%s", x, w.log.String())
+	}
+	if n := r.effectsOf("charge"); n != 2 {
+		t.Fatalf("charge ran %d times, want 2", n)
+	}
+}
