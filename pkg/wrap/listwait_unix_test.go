@@ -205,3 +205,63 @@ func TestDuplicateIsReplayedWhenTheNewLifesListingFails(t *testing.T) {
 		t.Fatalf("charge ran %d times, want 2", n)
 	}
 }
+
+// TestRealServerStoppedAsItRestartsHoldsACallOnlyItsWait: the real server-memory, started by a
+// shell that stops itself (SIGSTOP) before it runs the server while a file exists, so the
+// start wrap makes after the server is killed (kill -9) hangs in the stopped process. The
+// policy gives create_entities and read_graph a wait of 1s, every other tool 10 minutes
+// (defaults, standing for --wait). read_graph, read-only, is refused tools_unknown, a
+// duplicate of the create_entities that ran is replayed, and a new one refused tools_unknown,
+// NOT sent, each within about its wait. Once the shell is continued the server starts and the
+// new create_entities runs. Before 2026-12-07 read_graph waited for the start up to the 10
+// minutes: not answered within the test's minute.
+func TestRealServerStoppedAsItRestartsHoldsACallOnlyItsWait(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	bin := peer(t, "mcp-server-memory")
+	r := newRig(t)
+	stop := r.dir + "/stop"
+	r.childCmdOverride = []string{"/bin/sh", "-c", `if [ -e "$1" ]; then kill -STOP $$; fi; exec "$0"`, bin, stop}
+	path := writePolicy(t, r, "version: 1\ndefaults:\n  wait: 10m\ntools:\n  create_entities:\n    wait: 1s\n  read_graph:\n    wait: 1s\n")
+	w := r.wrap("--policy", path)
+	const a = `{"entities":[{"name":"a","entityType":"t","observations":["o"]}]}`
+	const b = `{"entities":[{"name":"b","entityType":"t","observations":["o"]}]}`
+	if x := callWithin(t, w, "create_entities", a); x.IsError || x.replayed() {
+		t.Fatalf("create_entities: %q", x.text())
+	}
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	killChild(t, w)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		x := callWithin(t, w, "read_graph", `{}`)
+		if string(x.Meta["effectfence/code"]) == `"tools_unknown"` && strings.Contains(x.text(), "within 1s") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read_graph after the server was killed: %q, want refused tools_unknown; wrap log:\n%s", x.text(), w.log.String())
+		}
+	}
+	pid := childOf(t, w)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitFor(t, "the shell starting the server to stop", func() bool { return stoppedProc(pid) })
+	if x := callWithin(t, w, "create_entities", a); x.IsError || !x.replayed() {
+		t.Fatalf("a duplicate of the create_entities that ran, the server stopped as it starts: %q %s, want it replayed", x.text(), x.Meta["effectfence/code"])
+	}
+	if x := callWithin(t, w, "create_entities", b); !x.IsError || string(x.Meta["effectfence/code"]) != `"tools_unknown"` || !strings.Contains(x.text(), "NOT sent") {
+		t.Fatalf("a new create_entities, the server stopped as it starts: %q %s, want refused tools_unknown", x.text(), x.Meta["effectfence/code"])
+	}
+	if err := os.Remove(stop); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	x := callWithin(t, w, "create_entities", b)
+	for deadline := time.Now().Add(30 * time.Second); string(x.Meta["effectfence/code"]) == `"tools_unknown"` && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		x = callWithin(t, w, "create_entities", b) // the server may take more than 1s to start once continued
+	}
+	if x.IsError || x.replayed() || !strings.Contains(x.text(), `"b"`) {
+		t.Fatalf("a new create_entities once the server was continued: %q; wrap log:\n%s", x.text(), w.log.String())
+	}
+}
