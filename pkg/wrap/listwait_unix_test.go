@@ -172,7 +172,7 @@ func TestStoppedRefreshAfterListChangedHoldsACallOnlyItsWait(t *testing.T) {
 		t.Fatalf("add_tool: %+v", x)
 	}
 	waitFor(t, "the child to stop on the refresh's tools/list", func() bool { return stoppedProc(pid) })
-	wantDuplicateReplayed(t, r, w, "list_changed")
+	wantDuplicateReplayed(t, r, w, "within 1s") // the refresh's, or, once it gave up, the listing's
 	unstop()
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -263,5 +263,48 @@ func TestRealServerStoppedAsItRestartsHoldsACallOnlyItsWait(t *testing.T) {
 	}
 	if x.IsError || x.replayed() || !strings.Contains(x.text(), `"b"`) {
 		t.Fatalf("a new create_entities once the server was continued: %q; wrap log:\n%s", x.text(), w.log.String())
+	}
+}
+
+// TestFailedRefreshAfterListChangedLeavesNoOldListing: the child (mcptest's "relisted" mode)
+// lists balance read-only, then says its tools changed (add_tool: balance may write now, and
+// notifications/tools/list_changed), and answers the tools/list of wrap's refresh with an
+// error. Until a listing is read again, balance's calls are refused tools_unknown, NOT sent;
+// once the listing answers, two identical balance calls run once, the second replayed.
+// Before 2026-12-07 a failed refresh left the listing of before the change in place: balance
+// passed through as read-only, and two identical calls of it both ran.
+func TestFailedRefreshAfterListChangedLeavesNoOldListing(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	r.mode = "relisted"
+	w := r.wrap()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := w.ListTools(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	unfail := marker(t, r, mcptest.ListFailsSuffix)
+	if x := call(t, w.Session, "add_tool", `{}`); x.IsError {
+		t.Fatalf("add_tool: %+v", x)
+	}
+	waitFor(t, "wrap's refresh to fail", func() bool {
+		return strings.Contains(w.log.String(), "refreshing the tool list after list_changed")
+	})
+	for range 2 {
+		if x := callWithin(t, w, "balance", `{}`); string(x.Meta["effectfence/code"]) != `"tools_unknown"` || !strings.Contains(x.text(), "NOT sent") {
+			t.Fatalf("balance after a failed refresh: %q %s, want refused tools_unknown; wrap log:\n%s", x.text(), x.Meta["effectfence/code"], w.log.String())
+		}
+	}
+	if n := r.effectsOf("balance"); n != 0 {
+		t.Fatalf("balance, which the server said may write now, ran %d times judged by the listing of before the change", n)
+	}
+	unfail()
+	first, second := callWithin(t, w, "balance", `{}`), callWithin(t, w, "balance", `{}`)
+	if first.IsError || first.replayed() || second.IsError || !second.replayed() {
+		t.Fatalf("balance once the listing answers: %q, then %q; want it run, then replayed", first.text(), second.text())
+	}
+	if n := r.effectsOf("balance"); n != 1 {
+		t.Fatalf("balance ran %d times, want 1", n)
 	}
 }

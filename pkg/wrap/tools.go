@@ -368,6 +368,9 @@ type toolCache struct {
 	digest     [sha256.Size]byte
 	digested   bool
 	overflowed bool // merge has left tools out (logged once)
+	// stale: a refresh after list_changed failed, so the listing in place is of before a
+	// change the server announced and judges no call (getOf); the next call lists again.
+	stale bool
 	// listing is held through a whole refresh, so refreshes run one at a time and an older
 	// listing never overwrites a newer one. It is taken within the refresh's context: a
 	// refresh held by a server that does not answer (stopped) must not hold the next past
@@ -496,7 +499,12 @@ func (c *toolCache) changed(session func() Conn, logf func(string, ...any)) {
 			if s := session(); s != nil {
 				ctx, cancel := context.WithTimeout(ctx, listChangedWait)
 				if err := c.refresh(ctx, s); err != nil {
-					logf("refreshing the tool list after list_changed: %v", err)
+					logf("refreshing the tool list after list_changed: %v (calls list the tools again before they are judged)", err)
+					c.mu.Lock()
+					if c.life == s {
+						c.stale = true
+					}
+					c.mu.Unlock()
 				}
 				cancel()
 			}
@@ -560,7 +568,7 @@ func (c *toolCache) get(name string) (toolInfo, bool, bool) {
 func (c *toolCache) getOf(name string, s Conn) (toolInfo, bool, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if s == nil || c.life != s {
+	if s == nil || c.life != s || c.stale {
 		return toolInfo{}, false, false
 	}
 	t, ok := c.tools[name]
@@ -628,6 +636,9 @@ func (c *toolCache) learned(page map[string]toolInfo, first bool, asked uint64, 
 		return false, false
 	}
 	c.life = s
+	if first {
+		c.stale = false
+	}
 	h := sha256.New()
 	pageDigest(h, whole)
 	h.Sum(c.digest[:0])
@@ -645,7 +656,7 @@ func (c *toolCache) listFor(ctx context.Context, s Conn) (differs bool, err erro
 	}
 	defer c.listing.unlock()
 	c.mu.RLock()
-	of, before, had, known := c.life == s && c.loaded, c.digest, c.life != nil, c.digested
+	of, before, had, known := c.life == s && c.loaded && !c.stale, c.digest, c.life != nil, c.digested
 	c.mu.RUnlock()
 	if of {
 		return false, nil
@@ -703,7 +714,7 @@ func (c *toolCache) refreshLocked(ctx context.Context, s Conn) (digest [sha256.S
 	h.Sum(digest[:0])
 	c.mu.Lock()
 	c.mergeLocked(all, true)
-	c.life, c.digest, c.digested = s, digest, whole
+	c.life, c.digest, c.digested, c.stale = s, digest, whole, false
 	c.mu.Unlock()
 	if whole && c.whole != nil {
 		c.whole(all)

@@ -24,7 +24,8 @@
 // each tools/list looks for two more files, named by the effects file's name and a suffix:
 // while ListFailsSuffix's exists the listing is answered with an error, and while
 // ListStopsSuffix's exists the server stops itself (SIGSTOP, where there is one) before it
-// answers, and answers once continued.
+// answers, and answers once continued; add_tool, in that mode, makes balance a tool that may
+// write (and says list_changed).
 package mcptest
 
 import (
@@ -150,8 +151,9 @@ type server struct {
 	// its params, and that listing is answered with the tools of before, after the next one.
 	writes atomic.Bool
 	relist chan struct{}
-	// balanceWrites: "relisted" lists balance as a tool that may write in this process.
-	balanceWrites bool
+	// balanceWrites: "relisted" lists balance as a tool that may write in this process (from
+	// its start when the file of RelistedSuffix exists, else once add_tool is called).
+	balanceWrites atomic.Bool
 	// version is the protocolVersion of the last initialize (a stdio server has one session).
 	version atomic.Value
 }
@@ -168,7 +170,7 @@ func Serve() int {
 	}
 	if s.mode == "relisted" {
 		_, err := os.Stat(s.effects + RelistedSuffix)
-		s.balanceWrites = err == nil
+		s.balanceWrites.Store(err == nil)
 	}
 	if addr := os.Getenv(EnvHTTP); addr != "" {
 		return s.serveHTTP(addr)
@@ -355,7 +357,7 @@ func (s *server) dispatch(m *jsonrpc.Message) (json.RawMessage, *jsonrpc.Error) 
 		if s.extra.Load() {
 			return json.RawMessage(strings.TrimSuffix(list, "]}") + extraTool), nil
 		}
-		if s.mode == "relisted" && s.balanceWrites {
+		if s.mode == "relisted" && s.balanceWrites.Load() {
 			list = strings.Replace(list, balanceReads, `"inputSchema":{"type":"object","properties":{}}}`, 1)
 		}
 		if s.mode == "stalelist" {
@@ -722,7 +724,11 @@ func (s *server) call(params json.RawMessage) (json.RawMessage, *jsonrpc.Error) 
 		n := s.record("balance")
 		return text(fmt.Sprintf("balance read %d", n), false), nil
 	case "add_tool":
-		s.extra.Store(true)
+		if s.mode == "relisted" {
+			s.balanceWrites.Store(true) // the change it announces: balance may write
+		} else {
+			s.extra.Store(true)
+		}
 		_ = s.out.Write(jsonrpc.Notification("notifications/tools/list_changed", nil))
 		return text("added", false), nil
 	case "ask":
