@@ -359,6 +359,20 @@ func (c ledgerCall) openAs(ctx context.Context, view bool) (*store.Ledger, error
 			return rl, nil
 		}
 	}
+	if err != nil && view && !strings.Contains(loc, "://") {
+		if why := sqlite.OpenUnwritable(loc, err); why != "" {
+			// A disk with a few pages left: the probe of Unwritable took its byte, but SQLite's
+			// open found no room for the index and log it makes beside the ledger (and took back
+			// what it made). Before, every view exited 1 with "no room left" and the receipts
+			// could not be read until room was made.
+			at := opts
+			at.AtRest = true
+			if rl, rerr := store.Open(ctx, at); rerr == nil {
+				c.readOnlyNote(rl, why)
+				return rl, nil
+			}
+		}
+	}
 	return l, err
 }
 
@@ -368,7 +382,11 @@ func (c ledgerCall) readOnlyNote(l *store.Ledger, why string) {
 	if st, ok := l.Store().(*sqlite.Store); ok && st.AtRestFrames() > 0 {
 		frames = fmt.Sprintf(" and the %d committed frames of its write-ahead log (left by a process that did not close it cleanly: killed, its machine down, or its close failed for want of room)", st.AtRestFrames())
 	}
-	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s as they are, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight), until a process opens the ledger with room to write (ls, show and stats name each claim that open will take from its holder)\n", esc(l.Location), why, frames)
+	asIs := " as it is"
+	if frames != "" {
+		asIs = " as they are"
+	}
+	fmt.Fprintf(c.io.err, "effectfence ledger: read-only: ledger %s: %s, so SQLite cannot open it as usual; no process has it open, and this look reads the file%s%s, writing nothing, beside it neither. Nothing was recovered or swept: a claim of a process that is gone shows as it left it (in_flight), until a process opens the ledger with room to write (ls, show and stats name each claim that open will take from its holder)\n", esc(l.Location), why, frames, asIs)
 }
 
 // outlivedClaims gathers, for a look that read the ledger at rest (nothing recovered at its

@@ -183,3 +183,55 @@ func TestLedgerViewsOnAFullDiskWithAHolder(t *testing.T) {
 		t.Errorf("ledger ls on a full disk with a wrap holding the ledger: exit %d; want 0, read as usual\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestLedgerViewsOnANearlyFullDisk: a disk with a few pages left is as full to SQLite as one
+// with none, since its open makes a 32 KiB index and a log beside the ledger. A SQLite ledger a
+// real wrap wrote and closed, on a small file system of its own, then filled but for 16 KiB:
+// the views must read it at rest, say so and why, show its call, and change nothing. Before,
+// the probe of the disk wrote its byte, the views opened the ledger for writing as usual, and
+// each exited 1 with "no room left": the receipts could not be read until room was made.
+func TestLedgerViewsOnANearlyFullDisk(t *testing.T) {
+	t.Parallel()
+	bin := effectfence(t)
+	disk := diskfull.Mount(t, 4<<20)
+	dir := t.TempDir()
+	ledger := filepath.Join(disk, "ledger.db")
+	w, in, sc := startWrapSession(t, dir, "--ledger", ledger, "--", bin, "demo-server", "--effects", filepath.Join(dir, "effects"))
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge_card","arguments":{"amount":100}}}`)
+	if !sc.Scan() {
+		t.Fatal("no answer to the call")
+	}
+	in.Close()
+	if err := w.Wait(); err != nil {
+		t.Fatalf("the wrap: %v", err)
+	}
+	filler := diskfull.Fill(t, disk)
+	fi, err := os.Stat(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filler, fi.Size()-16<<10); err != nil {
+		t.Fatal(err)
+	}
+
+	before := filesIn(t, disk)
+	env := []string{store.EnvLedger + "=", "NO_COLOR=1"}
+	r := runBinary(t, env, "", "ledger", "ls", "--json", "--ledger", ledger)
+	var ls struct{ Records []fence.Record }
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ls) != nil || len(ls.Records) != 1 || ls.Records[0].State != fence.StateDone {
+		t.Fatalf("ledger ls on a disk with 16 KiB left: exit %d; want 0 and the call done\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	intent := ls.Records[0].Intent
+	for _, args := range [][]string{{"ls"}, {"show", intent}, {"stats"}, {"export"}, {"verify"}} {
+		r := runBinary(t, env, "", append(append([]string{"ledger"}, args...), "--ledger", ledger)...)
+		if r.code != 0 {
+			t.Errorf("ledger %s on a disk with 16 KiB left: exit %d; want 0\n%s%s", args[0], r.code, r.stdout, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "read-only") || !strings.Contains(r.stderr, "no room left") {
+			t.Errorf("ledger %s on a disk with 16 KiB left does not say it read the ledger read-only, and why:\n%s", args[0], r.stderr)
+		}
+	}
+	if after := filesIn(t, disk); !slices.Equal(before, after) {
+		t.Errorf("the views changed what is on the disk:\nbefore %q\nafter  %q", before, after)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 	"modernc.org/sqlite/vfs"
 )
 
@@ -244,3 +246,26 @@ func (i frozenInfo) Sys() any           { return nil }
 // cannot be told: where a look at the ledger is better read at rest (Options.AtRest), as
 // SQLite's own open would fail, and could leave an empty log and a torn index behind.
 func Unwritable(path string) string { return diskTrouble(path, false) }
+
+// OpenUnwritable names what kept an open of the ledger at path, refused with err, from writing
+// beside it (a full disk, a used-up quota, a read-only file system), "" for any other error or
+// where it cannot be told. Unwritable's probe writes one byte, which a disk with a few pages
+// left takes, where SQLite's open, which makes a 32 KiB index and a log beside the ledger,
+// finds no room (SQLITE_FULL, or SQLITE_IOERR_SHMSIZE growing the index): a look at the ledger
+// is then better read at rest too.
+func OpenUnwritable(path string, err error) string {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return ""
+	}
+	if se.Code() == sqlite3.SQLITE_IOERR_SHMSIZE { // no room to grow the index: by then taken back
+		return diskTrouble(path, true)
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_FULL:
+		return diskTrouble(path, true)
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY:
+		return diskTrouble(path, false)
+	}
+	return ""
+}
