@@ -91,6 +91,11 @@ func Generate(w io.Writer, pages []json.RawMessage, src Source) error {
 	return err
 }
 
+// maxKeyName bounds the names written as keys. One tool of a megabyte-long name made the file
+// larger than MaxFileSize whatever else the server listed, and before 2026-12-07 policy init
+// refused the whole server with "the server lists so many tools" for a listing of eight.
+const maxKeyName = 128 << 10
+
 func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) error {
 	var tools []publishedTool
 	keys := map[string]string{}
@@ -173,8 +178,12 @@ func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) erro
 		fmt.Fprintf(b, "# readOnlyHint passes through, the rest is fenced, idempotentHint adds rerun_safe.\n")
 	}
 	var writable []publishedTool
-	var unwritable []string
+	var unwritable, overlong []string
 	for _, t := range tools {
+		if len(t.Name) > maxKeyName {
+			overlong = append(overlong, t.Name)
+			continue
+		}
 		if checkPattern(t.Name) != nil || strings.ContainsAny(t.Name, "*?") {
 			unwritable = append(unwritable, t.Name)
 			continue
@@ -196,6 +205,14 @@ func generate(w io.Writer, pages []json.RawMessage, src Source, terse bool) erro
 		fmt.Fprintf(b, "# annotated readOnlyHint. Use wrap's flags (--pass, --key, ...) to set them.\n")
 		for _, n := range unwritable {
 			fmt.Fprintf(b, "#   %s\n", comment(strconv.Quote(n), 200))
+		}
+	}
+	if len(overlong) > 0 {
+		fmt.Fprintf(b, "\n# These tools' names are longer than %d bytes, too long to be keys in a file policy check\n", maxKeyName)
+		fmt.Fprintf(b, "# reads (it refuses files over 1 MiB): they get the defaults, and wrap fences them unless they\n")
+		fmt.Fprintf(b, "# are annotated readOnlyHint. Shown shortened:\n")
+		for _, n := range overlong {
+			fmt.Fprintf(b, "#   %s (%d bytes)\n", comment(strconv.Quote(n), 200), len(n))
 		}
 	}
 	if src.Scan != nil {

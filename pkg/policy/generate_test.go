@@ -256,3 +256,29 @@ func TestGenerateToolListedTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateOneOverlongName: a server that lists one tool with a megabyte-long name beside
+// ordinary ones gets a policy for the ordinary ones, the long name listed shortened in a
+// comment. Before, the file could not be kept under 1 MiB and policy init refused the whole
+// server: "the server lists so many tools ...", for three tools.
+func TestGenerateOneOverlongName(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	page := `{"tools":[{"name":"charge"},{"name":"` + long + `"},{"name":"balance","annotations":{"readOnlyHint":true}}]}`
+	var buf bytes.Buffer
+	if err := Generate(&buf, []json.RawMessage{json.RawMessage(page)}, Source{Server: "srv"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("generated.yaml", buf.Bytes())
+	if err != nil {
+		t.Fatalf("%v\n%.2000s", err, buf.String())
+	}
+	if e := p.Entry("charge"); e == nil || e.Pattern != "charge" || e.Fence == nil || !*e.Fence {
+		t.Errorf("charge: entry %+v, want fence: true", e)
+	}
+	if e := p.Entry("balance"); e == nil || e.Pattern != "balance" || e.Fence == nil || *e.Fence {
+		t.Errorf("balance: entry %+v, want fence: false", e)
+	}
+	if !strings.Contains(buf.String(), "… (1048576 bytes)\n") || buf.Len() > 16<<10 {
+		t.Errorf("the long name is not listed shortened (%d bytes):\n%.3000s", buf.Len(), buf.String())
+	}
+}
