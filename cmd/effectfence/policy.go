@@ -99,6 +99,11 @@ func policyInitCommand(io streams) *cli.Command {
 					return usageErr("%s exists; pass --force to replace it", out)
 				}
 			}
+			// Like probe and scan --run: the server runs in its own process group, which a
+			// terminal's Ctrl-C does not reach. Before 2026-12-07 policy init died of the signal
+			// and left what the server command had started (npx's node) running under init.
+			ctx, stopper, stop := stopChildOnSignals(ctx)
+			defer stop()
 			var src policy.Source
 			if up != nil {
 				src.Server = up.shown
@@ -114,6 +119,9 @@ func policyInitCommand(io streams) *cli.Command {
 				}
 				src.Scan, src.ScanPath = rep, path
 			}
+			if serr := stopper.stopped("nothing was written"); serr != nil {
+				return serr
+			}
 			var pages []json.RawMessage
 			if up != nil {
 				pages, err = listUpstreamPages(ctx, up, cmd.Duration("timeout"), io)
@@ -122,6 +130,9 @@ func policyInitCommand(io streams) *cli.Command {
 					return usageErr("cannot run the MCP server command %q: %v", argv[0], unwrapExec(err))
 				}
 				pages, err = listToolPages(ctx, argv, cmd.Duration("timeout"), io)
+			}
+			if serr := stopper.stopped("the server was shut down and nothing was written"); serr != nil {
+				return serr
 			}
 			if err != nil {
 				return fmt.Errorf("policy init: %w", err)

@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// TestStopSignalStopsTheServersChildren: SIGTERM (or Ctrl-C's SIGINT) to a probe or a scan
-// --run that is waiting for its server stops the server's whole process group, including
+// TestStopSignalStopsTheServersChildren: SIGTERM (or Ctrl-C's SIGINT) to a probe, a scan
+// --run or a policy init that is waiting for its server stops the server's whole process group, including
 // what the server command started. The child is in its own process group, so the signal
 // never reaches it; before, the command died of the signal and a shell's (or npx's) child
 // went on running under init, with any calls sent to it.
@@ -27,6 +27,9 @@ func TestStopSignalStopsTheServersChildren(t *testing.T) {
 	}{
 		{"probe", []string{"probe", "--tool", "x", "--"}},
 		{"scan --run", []string{"scan", t.TempDir(), "--run", "--"}},
+		// policy init caught no signal before 2026-12-07: it died of SIGTERM (exit -1 here)
+		// and the sleep went on running.
+		{"policy init", []string{"policy", "init", "--"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "grandchild.pid")
