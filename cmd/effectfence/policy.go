@@ -134,6 +134,11 @@ func policyInitCommand(io streams) *cli.Command {
 			if serr := stopper.stopped("the server was shut down and nothing was written"); serr != nil {
 				return serr
 			}
+			if err != nil && errors.Is(err, context.DeadlineExceeded) {
+				// It said only "context deadline exceeded" before 2026-12-07, with no word of
+				// which bound passed or how to give the server more time.
+				return fmt.Errorf("policy init: the server did not start and list its tools within %s (--timeout); nothing was written: %w", cmd.Duration("timeout"), err)
+			}
 			if err != nil {
 				return fmt.Errorf("policy init: %w", err)
 			}
