@@ -99,6 +99,11 @@ func ListPublished(ctx context.Context, rc RunConfig) ([]PublishedTool, error) {
 	defer cancel()
 	sess, err := mcpstdio.Start(ctx, mcpstdio.Config{Command: rc.Command, Dir: rc.Dir, Env: rc.Env,
 		Stderr: rc.Stderr, InitTimeout: rc.Timeout})
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != context.Canceled {
+		// Said as the listing's timeout is: before 2026-12-07 a server that never answered the
+		// handshake got only "... failed: context deadline exceeded".
+		return nil, fmt.Errorf("scan: the server did not complete the MCP handshake within %s: %w", rc.Timeout, err)
+	}
 	if err != nil {
 		return nil, err
 	}
