@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // Pattern is how the identical calls are sent.
@@ -54,7 +56,7 @@ func ParseWitnessKind(s string) (WitnessKind, error) {
 	return "", fmt.Errorf("--witness-kind must be executions or state, got %q", s)
 }
 
-// errNotSent marks a call of the retry pattern that was never sent: the timeout passed first.
+// errNotSent marks a call that was never sent because the timeout passed first.
 var errNotSent = errors.New("not sent: --timeout passed before its turn")
 
 // DefaultRetryAfter is how long the retry pattern waits for an answer before calling again.
@@ -85,7 +87,10 @@ func fireRetry(ctx context.Context, conn Conn, opts Options, timeout time.Durati
 		go func() {
 			defer func() { done <- struct{}{} }()
 			res, err := conn.CallTool(ctx, opts.Tool, opts.Args)
-			if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			switch {
+			case errors.Is(err, mcpstdio.ErrNotSent) && errors.Is(err, context.DeadlineExceeded):
+				err = errNotSent // the timeout passed before it was written: it did not run
+			case err != nil && errors.Is(err, context.DeadlineExceeded):
 				err = fmt.Errorf("no answer within %s (the call may still have run)", timeout)
 			}
 			out[i] = answer{res, err}

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // MaxCalls bounds --calls: a probe is a race of identical calls, not a load test.
@@ -267,7 +269,10 @@ func fire(ctx context.Context, conn Conn, opts Options, timeout time.Duration) [
 			ready.Done()
 			<-start
 			res, err := conn.CallTool(ctx, opts.Tool, opts.Args)
-			if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			switch {
+			case errors.Is(err, mcpstdio.ErrNotSent) && errors.Is(err, context.DeadlineExceeded):
+				err = errNotSent // the timeout passed before it was written: it did not run
+			case err != nil && errors.Is(err, context.DeadlineExceeded):
 				err = fmt.Errorf("no answer within %s (the call may still have run)", timeout)
 			}
 			out[i] = answer{res, err}

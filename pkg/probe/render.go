@@ -48,7 +48,15 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		{"distinct successful answers", r.Distinct},
 	}
 	if r.NotSent > 0 {
-		rows = append(rows, []any{"not sent (--timeout passed first)", r.NotSent})
+		label := "not sent (--timeout passed first)"
+		switch r.notReached {
+		case 0:
+		case r.NotSent:
+			label = "not sent (the server had exited)"
+		default:
+			label = "not sent (--timeout passed, or server gone)"
+		}
+		rows = append(rows, []any{label, r.NotSent})
 	}
 	if r.ResultNotKept > 0 {
 		rows = append(rows, []any{"wrap: already run, result not kept", r.ResultNotKept})

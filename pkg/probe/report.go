@@ -75,9 +75,12 @@ type Report struct {
 	ToolErrors        int `json:"tool_errors"`        // results with isError true (but wrap's not-kept notices)
 	ProtocolErrors    int `json:"protocol_errors"`    // JSON-RPC error responses
 	TransportFailures int `json:"transport_failures"` // no answer: connection lost, timeout
-	NotSent           int `json:"not_sent"`           // retry pattern: never sent, --timeout passed first
-	Distinct          int `json:"distinct"`           // distinct successful answers of the tool
-	DistinctErrors    int `json:"distinct_errors"`    // distinct tool-error answers
+	NotSent           int `json:"not_sent"`           // never sent: --timeout passed first (retry pattern), or the server was gone
+	// notReached counts the calls of NotSent that were never written because the server had
+	// already exited or closed its stdin (mcpstdio.ErrNotSent): they did not run.
+	notReached     int
+	Distinct       int `json:"distinct"`        // distinct successful answers of the tool
+	DistinctErrors int `json:"distinct_errors"` // distinct tool-error answers
 	// ResultNotKept counts the successful answers that were effectfence wrap's notice that an
 	// identical call had already run and its result was kept only as a hash: the duplicate was
 	// not executed, and the notice is not a second answer of the tool. A notice is counted so
@@ -236,6 +239,14 @@ func tally(opts Options, answers []answer) *Report {
 	for _, a := range answers {
 		if errors.Is(a.err, errNotSent) {
 			r.NotSent++
+			continue
+		}
+		if errors.Is(a.err, mcpstdio.ErrNotSent) {
+			// Never written to the server (it had exited): not a call that may have run.
+			// Before 2026-12-07 these were transport failures "whether they executed is
+			// unknown", and the report said they were sent.
+			r.NotSent++
+			r.notReached++
 			continue
 		}
 		if a.err != nil {
@@ -402,8 +413,11 @@ func (r *Report) judge() {
 	if r.TransportFailures > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d call(s) got no answer (transport failure): whether they executed is unknown.", r.TransportFailures))
 	}
-	if r.NotSent > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d of the %d call(s) were not sent: --timeout passed before their turn.", r.NotSent, r.Calls))
+	if n := r.NotSent - r.notReached; n > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of the %d call(s) were not sent: --timeout passed before their turn.", n, r.Calls))
+	}
+	if r.notReached > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of the %d call(s) were not sent: the server had already exited or closed its input, so they did not run.", r.notReached, r.Calls))
 	}
 	r.Headline = r.Verdict.Headline()
 }
