@@ -24,7 +24,9 @@ func TestProbeListingIsBoundedInBytes(t *testing.T) {
 	}
 	calls := filepath.Join(dir, "calls")
 	srv := shserver.Listing(t, dir, map[string]any{"tools": tools, "nextCursor": "again"}, "echo call >> '"+calls+"'")
-	r := cmdtest.Run(t, nil, bin, "probe", "--tool", "t", "--calls", "2", "--", srv)
+	// --timeout 10m: the shell server takes a while to write 64 MiB on a loaded machine (at a
+	// load of 20, longer than probe's default minute, which then ended it first).
+	r := cmdtest.Run(t, nil, bin, "probe", "--tool", "t", "--calls", "2", "--timeout", "10m", "--", srv)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "tools/list is longer than 64 MiB") || !strings.Contains(r.Stderr, "nothing was called") {
 		t.Errorf("exit %d, stderr %.400q", r.Code, r.Stderr)
 	}

@@ -70,11 +70,11 @@ type Result struct {
 	Code           int
 }
 
-// Run runs bin with args (and env added to ours), waits at most two minutes, and fails the
+// Run runs bin with args (and env added to ours), waits at most five minutes, and fails the
 // test if it could not be run at all. A non-zero exit is a result, not a failure.
 func Run(t testing.TB, env []string, bin string, args ...string) Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	// A -race child sleeps a second at exit unless told not to.
@@ -91,7 +91,7 @@ func Run(t testing.TB, env []string, bin string, args ...string) Result {
 		t.Fatalf("run %s %s: %v", bin, strings.Join(args, " "), err)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("%s %s did not finish within two minutes; stderr:\n%s", bin, strings.Join(args, " "), errb.String())
+		t.Fatalf("%s %s did not finish within five minutes; stderr:\n%s", bin, strings.Join(args, " "), errb.String())
 	}
 	return Result{Stdout: out.String(), Stderr: errb.String(), Code: code}
 }
