@@ -80,7 +80,7 @@ func TestLedgerCreatedBesideOthersIsToldOf(t *testing.T) {
 	}
 	for _, want := range []string{
 		"effectfence: warning: ledger ",
-		fmt.Sprintf("created a new, empty ledger in schema %q, while this database holds effectfence ledgers in schemas %q", schema, renamed),
+		fmt.Sprintf("created a new, empty ledger in schema %q (this open, or an earlier one: no claim has used it yet), while this database holds effectfence ledgers in schemas %q", schema, renamed),
 		"every call recorded there will run again here",
 	} {
 		if !strings.Contains(log, want) {

@@ -703,8 +703,9 @@ func withoutDigits(s string) string {
 	return b.String()
 }
 
-// createdBeside is the warning of a PostgreSQL ledger that Open created, empty, in a database
-// that holds others (postgres.Store.CreatedBeside): a new tenant's or environment's ledger, or
+// createdBeside is the warning of a PostgreSQL ledger that Open created, empty, or found unused
+// (an earlier Open's, whose warning a lost answer may have swallowed), in a database that holds
+// others (postgres.Store.CreatedBeside): a new tenant's or environment's ledger, or
 // one that should have been an existing ledger under its new name (a schema renamed, a URL
 // or a role's search_path changed), where every call that ledger recorded runs again. Up to
 // five of the others are named. Before 2026-12-07 nothing was said
@@ -719,7 +720,7 @@ func createdBeside(loc, schema string, beside []string) string {
 	if len(beside) > most {
 		list += fmt.Sprintf(" and %d more", len(beside)-most)
 	}
-	return fmt.Sprintf("ledger %s: created a new, empty ledger in schema %q, while this database holds effectfence ledgers in schemas %s. "+
+	return fmt.Sprintf("ledger %s: created a new, empty ledger in schema %q (this open, or an earlier one: no claim has used it yet), while this database holds effectfence ledgers in schemas %s. "+
 		"If this fence's calls were recorded in one of those (its schema renamed, or the URL's or the role's search_path changed since), "+
 		"every call recorded there will run again here: stop this process, name that schema in the URL (search_path=…), and drop schema %q if nothing else is in it. "+
 		"A new ledger beside the others (a tenant's, an environment's) needs nothing",

@@ -77,6 +77,14 @@ func TestLostAnswerDuringFirstOpen(t *testing.T) {
 			if ferr == nil && (first.SpoolKey() != again.SpoolKey() || again.SpoolKey() == "") {
 				t.Fatalf("round trip %d lost (down %v): the first Open succeeded with spool key %q, the next has %q", k, down, first.SpoolKey(), again.SpoolKey())
 			}
+			// The database holds other ledgers (the first Open's, those of other tests): the
+			// next Open tells of the ledger made beside them whether the first Open made it
+			// (its answer lost, its warning never given) or not. Before, a ledger made by a
+			// first Open whose COMMIT answer was lost was found by the next, and nothing was
+			// said.
+			if len(again.CreatedBeside()) == 0 {
+				t.Errorf("round trip %d lost (down %v; the first Open: %v): the next Open found or made a new ledger beside others and does not say so", k, down, ferr)
+			}
 			var version, tables int
 			if err := look.QueryRow(ctx, "SELECT (SELECT version FROM "+quoteIdent(schema)+".effectfence_version), (SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'effectfence%')", schema).Scan(&version, &tables); err != nil {
 				t.Fatal(err)
@@ -91,6 +99,15 @@ func TestLostAnswerDuringFirstOpen(t *testing.T) {
 			oneAdmission(t, "first-open:1", fence.New(again, fence.Config{Owner: "host-a/1/1"}), fence.New(other, fence.Config{Owner: "host-b/1/1"}))
 			again.Close()
 			other.Close()
+			// Used, it is no longer told of.
+			used, err := Open(ctx, Config{URL: testURL(t), Schema: schema, MaxConns: 2, Brief: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := used.CreatedBeside(); len(b) != 0 {
+				t.Errorf("round trip %d lost (down %v): an Open of the ledger once used still tells of it beside %q", k, down, b)
+			}
+			used.Close()
 			t.Logf("round trip %d lost (down %v): the first Open: %v", k, down, ferr)
 		}
 	}

@@ -635,8 +635,10 @@ func firstPathElement(sp string) string {
 func (s *Store) Schema() string { return s.schema }
 
 // CreatedBeside names the schemas of the database that held an effectfence ledger when Open
-// created this one, empty (its schema was missing or held no ledger); nil when Open found the
-// ledger there, or created the first of the database. Open creates the ledger it is named,
+// created this one, empty (its schema was missing or held no ledger), or found it there unused
+// (no claim was ever made in it: an earlier Open made it, perhaps one whose COMMIT landed with
+// its answer lost, so that its own warning was never given); nil when Open found a ledger that
+// has been used, or created the first of the database. Open creates the ledger it is named,
 // which is how a fleet's first process makes it, and how a new tenant's or environment's
 // ledger is made beside others; it is also what a restart does after the ledger's schema was
 // renamed, or the URL or the role's search_path changed: an empty ledger, where every call

@@ -165,7 +165,8 @@ func writable(ctx context.Context, conn *pgx.Conn) error {
 // the schema name, so processes starting at once take turns and each finds the work done.
 // With existing, a schema without the ledger's version table is refused (ErrNoLedger) before
 // anything is created. beside names the other schemas of the database that held a ledger when
-// migrate created this one (its version row); nil when the ledger was there.
+// migrate created this one (its version row), or found it unused (no claim ever made in it);
+// nil when the ledger was there and used.
 func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existing bool) (beside []string, err error) {
 	if err := writable(ctx, conn); err != nil {
 		return nil, err
@@ -213,6 +214,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 	}
 	var have int
 	err = tx.QueryRow(ctx, "SELECT version FROM effectfence_version").Scan(&have)
+	created := err == pgx.ErrNoRows
 	switch {
 	case err == pgx.ErrNoRows:
 		if _, err := tx.Exec(ctx, "INSERT INTO effectfence_version (version) VALUES (0)"); err != nil {
@@ -241,6 +243,21 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 	if have < schemaVersion {
 		if _, err := tx.Exec(ctx, "UPDATE effectfence_version SET version = $1", schemaVersion); err != nil {
 			return nil, err
+		}
+	}
+	if !created {
+		// Found: a ledger no claim has used yet (its token sequence never drawn from, no
+		// record) is told of as one made here is. It may be the one an earlier Open made
+		// whose COMMIT landed and its answer was lost: the retry found it, and its warning
+		// was never given (TestLostAnswerDuringFirstOpen).
+		var unused bool
+		if err := tx.QueryRow(ctx, "SELECT NOT is_called AND NOT EXISTS (SELECT 1 FROM effectfence_records) FROM effectfence_token").Scan(&unused); err != nil {
+			return nil, err
+		}
+		if unused {
+			if beside, err = ledgersBeside(ctx, tx, schema); err != nil {
+				return nil, err
+			}
 		}
 	}
 	var current bool
