@@ -245,7 +245,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string, create, existin
 			return nil, err
 		}
 	}
-	if !created {
+	if !created && !existing { // an operator's look (existing) warns of nothing
 		// Found: a ledger no claim has used yet (its token sequence never drawn from, no
 		// record) is told of as one made here is. It may be the one an earlier Open made
 		// whose COMMIT landed and its answer was lost: the retry found it, and its warning
