@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +39,10 @@ func (p *Proxy) fenced(name string, info toolInfo) bool {
 		if p.opt.PerTool == nil {
 			given = GivenFlags(p.opt, name)
 		}
+		// A tool's wait has an effect here too: it bounds how long its calls wait for the
+		// server's tool listing (toolInfo), which a read-only tool's calls need to be known
+		// as such. Before 2026-12-07 the log named it among the settings without effect.
+		given = slices.DeleteFunc(slices.Clone(given), func(g string) bool { return g == "wait" })
 		if len(given) > 0 && p.unapplied.first(name) {
 			p.logf("tool %q is annotated readOnlyHint and is not fenced, so its calls pass through and its %s have no effect; fence it (fence: true, --fence %s) if they should apply",
 				name, strings.Join(given, ", "), name)

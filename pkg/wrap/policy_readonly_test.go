@@ -10,7 +10,8 @@ import (
 // replay window, fields to redact) have no effect. That must not be silent: a reviewer reads
 // replay_window: 1d and believes the tool's calls are replayed for a day. Wrap says so in its
 // log at the tool's first call, once. Settings from defaults apply to every tool and are not
-// named; a fenced tool's settings apply and are not named either.
+// named; a fenced tool's settings apply and are not named either; nor is a read-only tool's
+// wait, which bounds how long its calls wait for the server's tool listing.
 func TestPolicySettingsOfAPassedToolAreLogged(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -20,6 +21,7 @@ defaults:
 tools:
   balance:
     replay_window: 1d
+    wait: 20s
     redact: [account]
   charge:
     key: [amount]
