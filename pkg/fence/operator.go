@@ -179,16 +179,11 @@ func (e *Engine) clear(ctx context.Context, intent string, token uint64, who, re
 		if err != nil {
 			return err
 		}
-		// A clear whose claim is gone may be the retry of one that landed, its answer lost:
-		// the audit trail tells (SettledBeforeError).
 		if rec == nil {
-			return settledBefore(tx, intent, token, who, reason, fmt.Errorf("%w: %q", ErrNotFound, intent), 0, EventClear, EventResolveDidNotHappen)
+			return fmt.Errorf("%w: %q", ErrNotFound, intent)
 		}
 		if token != 0 && rec.Token != token {
-			if rec.Token < token {
-				return otherClaim(intent, token, rec)
-			}
-			return settledBefore(tx, intent, token, who, reason, otherClaim(intent, token, rec), rec.Token, EventClear, EventResolveDidNotHappen)
+			return otherClaim(intent, token, rec)
 		}
 		if unlessHeld && rec.State == StateInFlight {
 			if v, _, _ := e.judge(tx.Now(), rec); v == held {
