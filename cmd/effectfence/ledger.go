@@ -347,24 +347,22 @@ func (c ledgerCall) openAs(ctx context.Context, view bool) (*store.Ledger, error
 		}
 	}
 	l, err := store.Open(ctx, opts)
-	if err != nil && view && errors.Is(err, sqlite.ErrDiskFailsWrites) {
-		// Every open writes (the log copied into the file, Recover): on a disk that fails
-		// writes, with no process holding the ledger, the look reads it at rest, as on a full
-		// disk. Before, ls, show and export were refused with wrap's error, and the receipts
-		// could not be read until the disk was repaired.
-		at := opts
-		at.AtRest = true
-		if rl, rerr := store.Open(ctx, at); rerr == nil {
-			c.readOnlyNote(rl, "its disk fails writes (copying its write-ahead log into the file failed with an I/O error; the kernel's log says, `dmesg`)")
-			return rl, nil
-		}
-	}
-	if err != nil && view && !strings.Contains(loc, "://") {
-		if why := sqlite.OpenUnwritable(loc, err); why != "" {
+	if err != nil && view {
+		// The open was refused for want of writing beside the ledger, which no process holds:
+		// the look reads it at rest, as on a full disk. Before, each view exited 1 and the
+		// receipts could not be read until the disk was repaired or room was made.
+		why := ""
+		switch {
+		case errors.Is(err, sqlite.ErrDiskFailsWrites):
+			// Every open writes (the log copied into the file, Recover), and that failed.
+			why = "its disk fails writes (copying its write-ahead log into the file failed with an I/O error; the kernel's log says, `dmesg`)"
+		case !strings.Contains(loc, "://"):
 			// A disk with a few pages left: the probe of Unwritable took its byte, but SQLite's
-			// open found no room for the index and log it makes beside the ledger (and took back
-			// what it made). Before, every view exited 1 with "no room left" and the receipts
-			// could not be read until room was made.
+			// open found no room for the index and log it makes beside the ledger (and took
+			// back what it made).
+			why = sqlite.OpenUnwritable(loc, err)
+		}
+		if why != "" {
 			at := opts
 			at.AtRest = true
 			if rl, rerr := store.Open(ctx, at); rerr == nil {
