@@ -10,3 +10,7 @@ func StillAtRest(f *os.File, path string) bool { return stillAtRest(f, path) }
 
 // UnwritableBeside is the look an error of an open Store takes at the files beside its ledger.
 func UnwritableBeside(path string) string { return unwritableBeside(path) }
+
+// SQLiteNameOf is the name under which process pid uses the ledger file real, as
+// checkOtherName sees it ("": none other than real).
+func SQLiteNameOf(pid int, real string) string { return sqliteNameOf(pid, real) }

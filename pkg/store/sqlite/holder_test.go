@@ -25,7 +25,8 @@ import (
 // lease of EFFECTFENCE_TEST_LEASE_MS and no heartbeat, prints "owner OWNER" and "claimed", and
 // then obeys stdin: "commit" commits (printing "committed HASH" or "refused CODE"),
 // "heartbeat" renews ("renewed"), "release" and "abort" end the claim ("ended"), "judge OWNER"
-// prints what this process can tell about OWNER.
+// prints what this process can tell about OWNER, "open PATH" opens another ledger beside and
+// writes to it once ("opened"), and keeps it open.
 func holderHelper() error {
 	if h := os.Getenv("EFFECTFENCE_TEST_HOSTNAME"); h != "" {
 		if err := syscall.Sethostname([]byte(h)); err != nil {
@@ -80,6 +81,16 @@ func holderHelper() error {
 			}
 		case "judge":
 			fmt.Printf("judged %s\n", fence.OwnerLiveness(arg))
+		case "open":
+			other, err := sqlite.Open(ctx, arg, sqlite.Options{})
+			if err == nil {
+				err = other.Update(ctx, func(tx fence.Tx) error { return tx.SetDomainSeq("d", 1) })
+			}
+			if err != nil {
+				fmt.Printf("refused %v\n", err)
+			} else {
+				fmt.Println("opened")
+			}
 		}
 	}
 	return nil

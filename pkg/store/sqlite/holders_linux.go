@@ -344,7 +344,12 @@ func addLock(locks map[int]map[string]bool, pid int, dev string) {
 // beside which it has a write-ahead log or its index open (NAME-wal, NAME-shm), if that name
 // is not real and either names the same file (a second name) or names none (the file moved
 // from it; a log or index removed since counts too), provided it has the file real names open
-// itself; "" otherwise, or when this process may not read its descriptors.
+// itself; "" otherwise, or when this process may not read its descriptors. A name the process
+// has another file open by is that file's, not real's: a process that uses two ledgers, one
+// of them removed while open (its directory deleted, say), keeps that one's log and index
+// open beside a name no file has, and was taken for one using real under that name (a test
+// process that kept a ledger whose index was removed refused a child's open of another
+// ledger, 2026-12-07).
 func sqliteNameOf(pid int, real string) string {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	fds, err := os.ReadDir(dir)
@@ -355,7 +360,11 @@ func sqliteNameOf(pid int, real string) string {
 	if err != nil {
 		return ""
 	}
-	other, open := "", false
+	var (
+		candidates []string
+		open       bool
+		elsewhere  = map[string]bool{} // names of other files the process has open
+	)
 	for _, fd := range fds {
 		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
 		if err != nil || !strings.HasPrefix(target, "/") {
@@ -365,14 +374,14 @@ func sqliteNameOf(pid int, real string) string {
 		if statErr == nil && os.SameFile(fi, ours) {
 			open = true
 		}
-		if other != "" {
-			continue
-		}
 		// A log or index removed while open (rm OLD-wal OLD-shm after the move) still holds
 		// the process's decisions; the kernel names it "PATH (deleted)".
 		if statErr == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
 				target = strings.TrimSuffix(target, " (deleted)")
+			}
+			if !os.SameFile(fi, ours) {
+				elsewhere[target] = true
 			}
 		}
 		for _, suffix := range []string{"-wal", "-shm"} {
@@ -381,7 +390,7 @@ func sqliteNameOf(pid int, real string) string {
 				continue
 			}
 			if fi, err := os.Stat(name); errors.Is(err, os.ErrNotExist) || err == nil && os.SameFile(fi, ours) {
-				other = name
+				candidates = append(candidates, name)
 				break
 			}
 		}
@@ -389,5 +398,10 @@ func sqliteNameOf(pid int, real string) string {
 	if !open {
 		return ""
 	}
-	return other
+	for _, name := range candidates {
+		if !elsewhere[name] {
+			return name
+		}
+	}
+	return ""
 }

@@ -366,3 +366,43 @@ func TestLedgerMovedWhileOpenWithItsLogRemovedIsRefused(t *testing.T) {
 	want := fmt.Sprintf("(process %d uses it as %s)", h.cmd.Process.Pid, path)
 	refusedOpen(t, "while the holder has it open", moved, "removed:1", "is open in another process under another name", want)
 }
+
+// TestAnotherLedgerRemovedWhileOpenIsNoOtherName: a process uses two ledgers, and the
+// directory of one of them is removed while it has it open (a temporary ledger's directory
+// cleaned up, a test's, a per-task one). That ledger's log and index stay open in the process
+// beside a name no file has any more, which is what a process that had the first ledger moved
+// away from under it shows too: the holder of the first was taken for one using it under the
+// removed name, and an open of the first ledger could be refused as "open in another process
+// under another name" for as long as the holder lived (a test process that kept a ledger
+// whose index was removed refused its children's opens of another ledger, 2026-12-07). A
+// name the process has another file open by is that file's.
+func TestAnotherLedgerRemovedWhileOpenIsNoOtherName(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	h, _ := committedHolder(t, path, "two:1")
+	gone := filepath.Join(dir, "task", "ledger.db")
+	if err := os.MkdirAll(filepath.Dir(gone), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if l := h.say("open " + gone); l != "opened" {
+		t.Fatalf("the holder's second ledger: %s", l)
+	}
+	if err := os.RemoveAll(filepath.Dir(gone)); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := sqlite.SQLiteNameOf(h.cmd.Process.Pid, real); name != "" {
+		t.Fatalf("the holder, which uses %s under its own name and another ledger removed from %s, was taken for one using it as %s", path, gone, name)
+	}
+	// A holder of the first ledger moved away from under it is still told.
+	moved := filepath.Join(dir, "moved.db")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	if name := sqlite.SQLiteNameOf(h.cmd.Process.Pid, moved); name != path {
+		t.Fatalf("the holder of a ledger moved to %s: taken for one using it as %q, want %s", moved, name, path)
+	}
+}
