@@ -179,11 +179,16 @@ func (e *Engine) clear(ctx context.Context, intent string, token uint64, who, re
 		if err != nil {
 			return err
 		}
+		// A clear whose claim is gone may be the retry of one that landed, its answer lost:
+		// the audit trail tells (SettledBeforeError).
 		if rec == nil {
-			return fmt.Errorf("%w: %q", ErrNotFound, intent)
+			return settledBefore(tx, intent, token, who, reason, fmt.Errorf("%w: %q", ErrNotFound, intent), 0, EventClear, EventResolveDidNotHappen)
 		}
 		if token != 0 && rec.Token != token {
-			return otherClaim(intent, token, rec)
+			if rec.Token < token {
+				return otherClaim(intent, token, rec)
+			}
+			return settledBefore(tx, intent, token, who, reason, otherClaim(intent, token, rec), rec.Token, EventClear, EventResolveDidNotHappen)
 		}
 		if unlessHeld && rec.State == StateInFlight {
 			if v, _, _ := e.judge(tx.Now(), rec); v == held {
