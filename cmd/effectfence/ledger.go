@@ -1208,11 +1208,7 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 // already (a retry of one whose answer was lost): done, exit 0, with the event that did it.
 func (c ledgerCall) settledBefore(sub string, b fence.SettledBeforeError, loc string) error {
 	if c.json {
-		out := map[string]any{"already": b.Event.Kind, "intent": b.Intent, "claim": b.Event.Token, "by_this_operator": b.Mine, "who": b.Event.Who, "reason": b.Event.Reason, "at": b.Event.At.UTC(), "ledger": loc}
-		if b.Reclaimed != 0 {
-			out["claimed_again_by"] = b.Reclaimed
-		}
-		return c.writeJSON(out)
+		return c.writeJSON(map[string]any{"already": b.Event.Kind, "intent": b.Intent, "claim": b.Event.Token, "by_this_operator": b.Mine, "who": b.Event.Who, "reason": b.Event.Reason, "at": b.Event.At.UTC(), "ledger": loc})
 	}
 	by := "an earlier request"
 	if b.Mine {
@@ -1227,9 +1223,6 @@ func (c ledgerCall) settledBefore(sub string, b fence.SettledBeforeError, loc st
 	}
 	fmt.Fprintf(c.io.out, "already %s: claim %d of %s was %s by %s, in ledger %s: the audit trail holds its %s event by %s at %s: %s\nnothing more to do; this %s changed nothing.\n",
 		what, b.Event.Token, escID(b.Intent), what, by, esc(loc), b.Event.Kind, esc(b.Event.Who), stamp(b.Event.At), esc(b.Event.Reason), sub)
-	if b.Reclaimed != 0 {
-		fmt.Fprintf(c.io.out, "the intent was claimed again since, by claim %d (a new attempt): %s\n", b.Reclaimed, intentCommand("show", b.Intent, c.selection(loc), ""))
-	}
 	return nil
 }
 

@@ -182,13 +182,12 @@ func (e *Engine) clear(ctx context.Context, intent string, token uint64, who, re
 		// A clear whose claim is gone may be the retry of one that landed, its answer lost:
 		// the audit trail tells (SettledBeforeError).
 		if rec == nil {
-			return settledBefore(tx, intent, token, who, reason, fmt.Errorf("%w: %q", ErrNotFound, intent), 0, EventClear, EventResolveDidNotHappen)
+			return settledBefore(tx, intent, token, who, reason, fmt.Errorf("%w: %q", ErrNotFound, intent), EventClear, EventResolveDidNotHappen)
 		}
 		if token != 0 && rec.Token != token {
-			if rec.Token < token {
-				return otherClaim(intent, token, rec)
-			}
-			return settledBefore(tx, intent, token, who, reason, otherClaim(intent, token, rec), rec.Token, EventClear, EventResolveDidNotHappen)
+			// Another claim holds the intent: refused, even when the trail shows the named
+			// claim cleared already (see SettledBeforeError).
+			return otherClaim(intent, token, rec)
 		}
 		if unlessHeld && rec.State == StateInFlight {
 			if v, _, _ := e.judge(tx.Now(), rec); v == held {

@@ -207,17 +207,17 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 		}
 		now := tx.Now()
 		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt)) {
-			return settledBefore(tx, r.Intent, r.Token, evWho, evReason, fmt.Errorf("%w: %q", ErrNotFound, r.Intent), 0, did...)
+			return settledBefore(tx, r.Intent, r.Token, evWho, evReason, fmt.Errorf("%w: %q", ErrNotFound, r.Intent), did...)
 		}
 		if r.Token != 0 && rec.Token != r.Token {
-			if rec.Token < r.Token {
-				return otherClaim(r.Intent, r.Token, rec)
-			}
-			return settledBefore(tx, r.Intent, r.Token, evWho, evReason, otherClaim(r.Intent, r.Token, rec), rec.Token, did...)
+			// Another claim holds the intent: refused, even when the trail shows the named
+			// claim resolved already (a retry whose answer was lost looks so too). The new
+			// attempt is unchecked; "already done" would read as nothing left to do.
+			return otherClaim(r.Intent, r.Token, rec)
 		}
 		if rec.State == StateDone && how == Happened {
 			// Recorded done by this very answer, its answer lost? The claim is the record's.
-			return settledBefore(tx, r.Intent, rec.Token, evWho, evReason, NotFencedError{Intent: r.Intent, State: StateDone, Why: "its result is recorded and replayed to duplicates"}, 0, did...)
+			return settledBefore(tx, r.Intent, rec.Token, evWho, evReason, NotFencedError{Intent: r.Intent, State: StateDone, Why: "its result is recorded and replayed to duplicates"}, did...)
 		}
 		if why, silent := e.SilentHolder(now, *rec); silent && how == DidNotHappen {
 			return NotFencedError{Intent: r.Intent, State: rec.State, Why: why}
@@ -299,16 +299,16 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 // its process killed after the commit): before, the retry was told the ledger holds no such
 // intent (or, resolved as happened, that it is done), which reads as "your clear did
 // nothing", though it had landed. Mine says the earlier request was made by the same person
-// with the same reason (the retry's own earlier attempt); Reclaimed, when not 0, is the claim
-// that holds the intent now, a new attempt made since. Nothing was changed. It unwraps to the
+// with the same reason (the retry's own earlier attempt). It is never the answer when another
+// claim holds the intent now: that new attempt is unchecked, and a request about an earlier
+// one is refused (a NotFencedError naming both). Nothing was changed. It unwraps to the
 // answer given before (ErrNotFound, a NotFencedError), so callers that test for those still
 // see them.
 type SettledBeforeError struct {
-	Intent    string
-	Event     Event
-	Mine      bool
-	Reclaimed uint64
-	under     error
+	Intent string
+	Event  Event
+	Mine   bool
+	under  error
 }
 
 func (e SettledBeforeError) Error() string {
@@ -325,9 +325,6 @@ func (e SettledBeforeError) Error() string {
 	}
 	s := fmt.Sprintf("intent %q: claim %d was %s already, by %s (%s, by %s at %s: %s); nothing was changed",
 		e.Intent, e.Event.Token, what, by, e.Event.Kind, e.Event.Who, e.Event.At.UTC().Format(time.RFC3339Nano), e.Event.Reason)
-	if e.Reclaimed != 0 {
-		s += fmt.Sprintf("; the intent was claimed again since (claim %d, a new attempt)", e.Reclaimed)
-	}
 	return s
 }
 func (e SettledBeforeError) Unwrap() error { return e.under }
@@ -336,7 +333,7 @@ func (e SettledBeforeError) Unwrap() error { return e.under }
 // shows that claim token (0: the claim the intent's last clear or resolve ended, when that
 // event was made by who with reason) was already ended by an event of one of kinds. A trail
 // that cannot be read leaves under as it is: nothing is changed either way.
-func settledBefore(tx Tx, intent string, token uint64, who, reason string, under error, reclaimed uint64, kinds ...string) error {
+func settledBefore(tx Tx, intent string, token uint64, who, reason string, under error, kinds ...string) error {
 	mine := func(ev Event) bool {
 		return ev.Who == who && (ev.Reason == reason || strings.HasPrefix(ev.Reason, reason+"; recorded done with cert "))
 	}
@@ -358,5 +355,5 @@ func settledBefore(tx Tx, intent string, token uint64, who, reason string, under
 	if err != nil || !ok || !slices.Contains(kinds, found.Kind) || (token == 0 && !mine(found)) {
 		return under
 	}
-	return SettledBeforeError{Intent: intent, Event: found, Mine: mine(found), Reclaimed: reclaimed, under: under}
+	return SettledBeforeError{Intent: intent, Event: found, Mine: mine(found), under: under}
 }
