@@ -1162,6 +1162,12 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	defer l.Close()
 	who := ledger.Operator()
 	prev, err := l.ClearClaim(ctx, c.args[0], claim, who, reason, c.cmd.Bool("force"))
+	var before fence.SettledBeforeError
+	if errors.As(err, &before) {
+		// The retry of a clear that landed, its answer lost: done, and said so (before
+		// 2026-12-07 it was told the ledger holds no such intent, exit 1).
+		return c.settledBefore("clear", before, l.Location)
+	}
 	if errors.Is(err, fence.ErrNotFound) {
 		return fmt.Errorf("ledger %s holds no intent %q; nothing cleared%s", l.Location, c.args[0], notFoundHint(ctx, l.Store(), c.args[0], "ls"))
 	}
@@ -1179,8 +1185,8 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 		// The clear reached the database and its answer did not: neither a failure nor a
 		// success can be told. Clearing again blind is no way out: if this clear landed, the
 		// next attempt may have claimed the intent since, and a second clear would free that.
-		return fmt.Errorf("ledger clear: the outcome is unknown: %q may or may not be cleared: the connection to ledger %s was lost after the clear was sent to commit, and the database could not be asked whether it committed. Once it answers, look: %s — no record and a clear event by %s means it was cleared (do not clear again); the record as before means it was not (clear it again): %w",
-			c.args[0], l.Location, intentCommand("show", c.args[0], c.selection(l.Location), ""), who, err)
+		return fmt.Errorf("ledger clear: the outcome is unknown: %q may or may not be cleared: the connection to ledger %s was lost after the clear was sent to commit, and the database could not be asked whether it committed. Once it answers, look: %s — no record and a clear event by %s means it was cleared (do not clear again); the record as before means it was not. To retry, name the claim, so that the retry tells you if the clear landed and never clears a new attempt: %s: %w",
+			c.args[0], l.Location, intentCommand("show", c.args[0], c.selection(l.Location), ""), who, retryCommand("clear", c.args[0], c.selection(l.Location), prev.Token, c.cmd.Bool("force"), reason), err)
 	}
 	var lost postgres.ConnLostError
 	if errors.As(err, &lost) {
@@ -1196,6 +1202,44 @@ func ledgerClear(ctx context.Context, c ledgerCall) error {
 	// server, serve's, a PostgreSQL one) sees which one was changed.
 	fmt.Fprintf(c.io.out, "cleared %s (was %s) in ledger %s by %s: %s\nthe next attempt of this intent runs the effect.\n", escID(prev.Intent), c.out.state(prev.State), esc(l.Location), esc(who), esc(reason))
 	return nil
+}
+
+// settledBefore is the answer of a clear or resolve (sub) whose work the audit trail shows done
+// already (a retry of one whose answer was lost): done, exit 0, with the event that did it.
+func (c ledgerCall) settledBefore(sub string, b fence.SettledBeforeError, loc string) error {
+	if c.json {
+		return c.writeJSON(map[string]any{"already": b.Event.Kind, "intent": b.Intent, "claim": b.Event.Token, "by_this_operator": b.Mine, "who": b.Event.Who, "reason": b.Event.Reason, "at": b.Event.At.UTC(), "ledger": loc})
+	}
+	by := "an earlier request"
+	if b.Mine {
+		by = "your earlier attempt (its answer was lost)"
+	}
+	what := "cleared"
+	switch b.Event.Kind {
+	case fence.EventResolveHappened:
+		what = "resolved as happened"
+	case fence.EventResolveDidNotHappen:
+		what = "resolved as did not happen"
+	}
+	fmt.Fprintf(c.io.out, "already %s: claim %d of %s was %s by %s, in ledger %s: the audit trail holds its %s event by %s at %s: %s\nnothing more to do; this %s changed nothing.\n",
+		what, b.Event.Token, escID(b.Intent), what, by, esc(loc), b.Event.Kind, esc(b.Event.Who), stamp(b.Event.At), esc(b.Event.Reason), sub)
+	return nil
+}
+
+// retryCommand is the command line that retries a clear or resolve (sub, with its answer's
+// flags) of claim token, the reason quoted.
+func retryCommand(sub, intent, sel string, token uint64, force bool, reason string, more ...string) string {
+	flags := ""
+	if token != 0 {
+		flags = fmt.Sprintf(" --claim %d", token)
+	}
+	if force {
+		flags += " --force"
+	}
+	for _, m := range more {
+		flags += " " + m
+	}
+	return intentCommand(sub, intent, sel, flags+" --reason "+shellQuote(reason))
 }
 
 func ledgerVerify(ctx context.Context, c ledgerCall) error {

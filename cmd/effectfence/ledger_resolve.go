@@ -92,6 +92,12 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		req.Result = json.RawMessage(result)
 	}
 	res, err := l.Resolve(ctx, req)
+	var before fence.SettledBeforeError
+	if errors.As(err, &before) {
+		// The retry of a resolution that landed, its answer lost: done, and said so (before
+		// 2026-12-07 it was told the ledger holds no such intent, or that it is done, exit 1).
+		return c.settledBefore("resolve", before, l.Location)
+	}
 	if oerr := c.otherClaim(err, l.Location); oerr != nil {
 		return oerr
 	}
@@ -108,8 +114,18 @@ func ledgerResolve(ctx context.Context, c ledgerCall) error {
 		// The resolution reached the database and its answer did not. Resolving again blind
 		// is no way out: with --did-not-happen, a next attempt may have claimed the intent
 		// since, and may be fenced again by the time a second resolution arrives.
-		return fmt.Errorf("ledger resolve: the outcome is unknown: %q may or may not be resolved: the connection to ledger %s was lost after the resolution was sent to commit, and the database could not be asked whether it committed. Once it answers, look: %s — a %s event by %s means it was resolved (do not resolve again); the record fenced as before, without that event, means it was not (resolve it again): %w",
-			c.args[0], l.Location, intentCommand("show", c.args[0], c.selection(l.Location), ""), "resolve_"+string(how), who, err)
+		retry := []string{"--" + strings.ReplaceAll(string(how), "_", "-")}
+		if c.cmd.IsSet("result") {
+			retry = append(retry, "--result "+shellQuote(result))
+		}
+		if ref != "" {
+			retry = append(retry, "--ref "+shellQuote(ref))
+		}
+		if c.cmd.IsSet("result-ttl-secs") {
+			retry = append(retry, fmt.Sprintf("--result-ttl-secs %g", c.cmd.Float("result-ttl-secs")))
+		}
+		return fmt.Errorf("ledger resolve: the outcome is unknown: %q may or may not be resolved: the connection to ledger %s was lost after the resolution was sent to commit, and the database could not be asked whether it committed. Once it answers, look: %s — a %s event by %s means it was resolved (do not resolve again); the record fenced as before, without that event, means it was not. To retry, name the claim, so that the retry tells you if the resolution landed and never settles a new attempt: %s: %w",
+			c.args[0], l.Location, intentCommand("show", c.args[0], c.selection(l.Location), ""), "resolve_"+string(how), who, retryCommand("resolve", c.args[0], c.selection(l.Location), res.Prev.Token, false, reason, retry...), err)
 	case errors.As(err, new(postgres.ConnLostError)):
 		return fmt.Errorf("ledger resolve: %q was not resolved (the connection to ledger %s was lost before the resolution committed; nothing was recorded): %w", c.args[0], l.Location, err)
 	case err != nil:

@@ -18,12 +18,14 @@ import (
 // resolved (exit 1), and the intent is fenced as before. Before, the first and last got the
 // store's generic message.
 func TestLedgerResolveCommitAnswerLost(t *testing.T) {
+	tokens := map[string]uint64{}
 	h := newHeldCommit(t, "resolve%", func(ctx context.Context, l *store.Ledger) {
 		for _, intent := range []string{"unknown", "landed", "aborted"} {
 			adm, err := l.Prepare(ctx, fence.Request{Intent: "charge:" + intent, Tool: "charge", Args: []byte(`{}`), Agent: "a"})
 			if err != nil {
 				t.Fatal(err)
 			}
+			tokens[intent] = adm.Ticket.Token
 			if err := l.Abort(ctx, *adm.Ticket, "the PSP timed out"); err != nil { // fenced: failed
 				t.Fatal(err)
 			}
@@ -41,6 +43,16 @@ func TestLedgerResolveCommitAnswerLost(t *testing.T) {
 	}
 	if fenced("unknown") {
 		t.Errorf("the resolution committed, but the intent is still fenced")
+	}
+	// The answer names the claim for a retry; the retry, the database back, says the
+	// resolution landed (by this operator's earlier attempt), exit 0, and records nothing more.
+	retry := fmt.Sprintf("--claim %d --did-not-happen --reason 'checked the PSP'", tokens["unknown"])
+	if !strings.Contains(lost.errOut, "effectfence ledger resolve charge:unknown --ledger ") || !strings.Contains(lost.errOut, retry+": ") {
+		t.Errorf("the unknown outcome does not give the retry with its claim (%s):\n%s", retry, lost.errOut)
+	}
+	again := <-h.run("ledger", "resolve", "charge:unknown", "--claim", fmt.Sprint(tokens["unknown"]), "--did-not-happen", "--reason", "checked the PSP")
+	if again.code != exitOK || !strings.Contains(again.out, fmt.Sprintf("already resolved as did not happen: claim %d of charge:unknown was resolved as did not happen by your earlier attempt", tokens["unknown"])) {
+		t.Errorf("the retry of a resolution whose answer was lost: exit %d\nstdout %s\nstderr %s", again.code, again.out, again.errOut)
 	}
 	if r := landed; r.code != exitOK || !strings.Contains(r.out, "resolved charge:landed") || fenced("landed") {
 		t.Errorf("a resolution whose COMMIT answer was lost, database reachable: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)

@@ -179,10 +179,14 @@ func (e *Engine) clear(ctx context.Context, intent string, token uint64, who, re
 		if err != nil {
 			return err
 		}
+		// A clear whose claim is gone may be the retry of one that landed, its answer lost:
+		// the audit trail tells (SettledBeforeError).
 		if rec == nil {
-			return fmt.Errorf("%w: %q", ErrNotFound, intent)
+			return settledBefore(tx, intent, token, who, reason, fmt.Errorf("%w: %q", ErrNotFound, intent), EventClear, EventResolveDidNotHappen)
 		}
 		if token != 0 && rec.Token != token {
+			// Another claim holds the intent: refused, even when the trail shows the named
+			// claim cleared already (see SettledBeforeError).
 			return otherClaim(intent, token, rec)
 		}
 		if unlessHeld && rec.State == StateInFlight {

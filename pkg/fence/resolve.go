@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -39,6 +40,9 @@ const (
 	EventResolveLeaveFenced  = "resolve_leave_fenced"
 )
 
+// Event is the kind of the audit event an answer r appends.
+func (r Resolution) Event() string { return r.event() }
+
 func (r Resolution) event() string {
 	switch r {
 	case Happened:
@@ -73,7 +77,8 @@ type ResolveRequest struct {
 
 // Resolved is what Resolve did.
 type Resolved struct {
-	// Prev is the intent's record before the answer.
+	// Prev is the intent's record before the answer. With an error, it is set only when the
+	// answer got as far as its write (its commit failed, or its answer was lost).
 	Prev Record
 	// Cert is the recorded cert (Happened only).
 	Cert *Cert
@@ -178,6 +183,21 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 		}
 	}
 	who := WhoVia(r.Who, r.Via)
+	// What the audit event of this answer says, to know a retry of it (SettledBeforeError).
+	evWho, evReason := ledgerText(who), r.Reason
+	if r.Ref != "" {
+		evReason += " (reference: " + r.Ref + ")"
+	}
+	evReason = ledgerText(evReason)
+	// The kinds of earlier event that did what this answer asks: freed the claim, or
+	// recorded it done. A note (LeaveFenced) is recorded again.
+	var did []string
+	switch how {
+	case Happened:
+		did = []string{EventResolveHappened}
+	case DidNotHappen:
+		did = []string{EventResolveDidNotHappen, EventClear}
+	}
 	var out Resolved
 	err = e.update(ctx, func(tx Tx) error {
 		out = Resolved{}
@@ -187,10 +207,17 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 		}
 		now := tx.Now()
 		if rec == nil || (rec.State == StateDone && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt)) {
-			return fmt.Errorf("%w: %q", ErrNotFound, r.Intent)
+			return settledBefore(tx, r.Intent, r.Token, evWho, evReason, fmt.Errorf("%w: %q", ErrNotFound, r.Intent), did...)
 		}
 		if r.Token != 0 && rec.Token != r.Token {
+			// Another claim holds the intent: refused, even when the trail shows the named
+			// claim resolved already (a retry whose answer was lost looks so too). The new
+			// attempt is unchecked; "already done" would read as nothing left to do.
 			return otherClaim(r.Intent, r.Token, rec)
+		}
+		if rec.State == StateDone && how == Happened {
+			// Recorded done by this very answer, its answer lost? The claim is the record's.
+			return settledBefore(tx, r.Intent, rec.Token, evWho, evReason, NotFencedError{Intent: r.Intent, State: StateDone, Why: "its result is recorded and replayed to duplicates"}, did...)
 		}
 		if why, silent := e.SilentHolder(now, *rec); silent && how == DidNotHappen {
 			return NotFencedError{Intent: r.Intent, State: rec.State, Why: why}
@@ -257,8 +284,76 @@ func (e *Engine) Resolve(ctx context.Context, r ResolveRequest) (Resolved, error
 		return tx.AppendEvent(out.Event)
 	})
 	if err != nil {
-		return Resolved{}, err
+		// Prev is kept when the answer got as far as its write: a commit whose answer was
+		// lost names the claim, which a retry should name (ResolveRequest.Token).
+		return Resolved{Prev: out.Prev}, err
 	}
 	e.watch.wake(r.Intent)
 	return out, nil
+}
+
+// SettledBeforeError answers a clear or resolve whose work the audit trail shows done already:
+// the claim it is about (its token; with none, the claim the intent's last clear or resolve
+// ended) was cleared or resolved so by Event, an earlier request. It is the answer to the retry
+// of a clear or resolve whose answer was lost (its connection cut after the COMMIT was sent, or
+// its process killed after the commit): before, the retry was told the ledger holds no such
+// intent (or, resolved as happened, that it is done), which reads as "your clear did
+// nothing", though it had landed. Mine says the earlier request was made by the same person
+// with the same reason (the retry's own earlier attempt). It is never the answer when another
+// claim holds the intent now: that new attempt is unchecked, and a request about an earlier
+// one is refused (a NotFencedError naming both). Nothing was changed. It unwraps to the
+// answer given before (ErrNotFound, a NotFencedError), so callers that test for those still
+// see them.
+type SettledBeforeError struct {
+	Intent string
+	Event  Event
+	Mine   bool
+	under  error
+}
+
+func (e SettledBeforeError) Error() string {
+	by := "an earlier request"
+	if e.Mine {
+		by = "your earlier attempt"
+	}
+	what := "cleared"
+	switch e.Event.Kind {
+	case EventResolveHappened:
+		what = "resolved as happened"
+	case EventResolveDidNotHappen:
+		what = "resolved as did not happen"
+	}
+	s := fmt.Sprintf("intent %q: claim %d was %s already, by %s (%s, by %s at %s: %s); nothing was changed",
+		e.Intent, e.Event.Token, what, by, e.Event.Kind, e.Event.Who, e.Event.At.UTC().Format(time.RFC3339Nano), e.Event.Reason)
+	return s
+}
+func (e SettledBeforeError) Unwrap() error { return e.under }
+
+// settledBefore returns under, or a SettledBeforeError wrapping it when intent's audit trail
+// shows that claim token (0: the claim the intent's last clear or resolve ended, when that
+// event was made by who with reason) was already ended by an event of one of kinds. A trail
+// that cannot be read leaves under as it is: nothing is changed either way.
+func settledBefore(tx Tx, intent string, token uint64, who, reason string, under error, kinds ...string) error {
+	mine := func(ev Event) bool {
+		return ev.Who == who && (ev.Reason == reason || strings.HasPrefix(ev.Reason, reason+"; recorded done with cert "))
+	}
+	var (
+		found Event
+		ok    bool
+	)
+	err := tx.Events(intent, func(ev Event) bool {
+		switch ev.Kind {
+		case EventClear, EventResolveHappened, EventResolveDidNotHappen:
+		default:
+			return true
+		}
+		if token == 0 || ev.Token == token {
+			found, ok = ev, true
+		}
+		return true
+	})
+	if err != nil || !ok || !slices.Contains(kinds, found.Kind) || (token == 0 && !mine(found)) {
+		return under
+	}
+	return SettledBeforeError{Intent: intent, Event: found, Mine: mine(found), under: under}
 }
