@@ -610,9 +610,12 @@ func (ps *parse) tool(n ast.Node, where string, known []string, tp *ToolPolicy) 
 			ps.unknownKey(m, where, known)
 			continue
 		}
-		if m.key != "redact" {
-			// redact has an effect on a tool that passes through too: its values are kept
-			// out of the server's stderr that wrap records (docs/privacy.md).
+		if m.key != "redact" && m.key != "wait" {
+			// Two settings have an effect on a tool that passes through too: redact's values
+			// are kept out of the server's stderr that wrap records (docs/privacy.md), and
+			// wait bounds how long its calls wait for the server's tool listing after a
+			// restart or a list_changed (docs/wrap.md; before 2026-12-07 evening it was
+			// refused here as having no effect, though wrap applied it).
 			others = append(others, m)
 		}
 		switch m.key {

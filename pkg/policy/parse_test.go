@@ -368,6 +368,22 @@ func TestRedactBesidePassIsAccepted(t *testing.T) {
 	}
 }
 
+// wait has an effect on a tool that fence: false passes through: it bounds how long its calls
+// wait for the server's tool listing (wrap's TestPassedToolsWaitBoundsItsListingWait), so it
+// is not refused as having no effect.
+func TestWaitBesidePassIsAccepted(t *testing.T) {
+	p, err := Parse("p.yaml", []byte("version: 1\ntools:\n  c:\n    fence: false\n    wait: 2s\n"))
+	if err != nil {
+		t.Fatalf("wait beside fence: false: %v", err)
+	}
+	if got := p.For("c"); got.Wait != 2*time.Second || got.Fence == nil || *got.Fence {
+		t.Fatalf("settings of c = %+v; want it passed through with a wait of 2s", got)
+	}
+	if _, err := Parse("p.yaml", []byte("version: 1\ntools:\n  c:\n    fence: false\n    wait: 2s\n    rerun_safe: true\n")); err == nil || !strings.Contains(err.Error(), `"rerun_safe" has no effect`) {
+		t.Fatalf("rerun_safe beside fence: false and wait: %v; want it refused", err)
+	}
+}
+
 // TestParseCRLFPositions: a file saved with CRLF line ends (a Windows editor, git's autocrlf)
 // gets its errors at the lines and columns of the same file with LF ends, comments included
 // (policy init writes many): the YAML parser counted a comment's CR and LF as two lines, so

@@ -76,7 +76,8 @@ type ToolPolicy struct {
 	Redact []string
 	// Result is what the ledger keeps of a result: fence.KeepFull or fence.KeepHash.
 	Result fence.KeepResult
-	// Wait bounds how long a duplicate waits for the identical call in flight.
+	// Wait bounds how long a duplicate waits for the identical call in flight, and how long a
+	// call waits for the server's tool listing (a tool passed through too).
 	Wait time.Duration
 	// Elicit: a person may be asked (MCP elicitation) about an unknown outcome. Default true.
 	Elicit *bool

@@ -308,3 +308,26 @@ func TestFailedRefreshAfterListChangedLeavesNoOldListing(t *testing.T) {
 		t.Fatalf("balance ran %d times, want 1", n)
 	}
 }
+
+// TestPassedToolsWaitBoundsItsListingWait: a tool the policy passes through (fence: false)
+// with a wait of its own: its calls need the server's tool listing too, and wait for it no
+// longer than that wait. The child is killed (kill -9) and the one wrap starts next stops
+// itself on tools/list: balance is refused tools_unknown within about its 1s, where every
+// other tool waits 10 minutes. Before 2026-12-07 (evening) the policy was refused ("wait has
+// no effect" beside fence: false), though wrap applied it.
+func TestPassedToolsWaitBoundsItsListingWait(t *testing.T) {
+	t.Parallel()
+	needProc(t)
+	r := newRig(t)
+	r.mode = "relisted"
+	path := writePolicy(t, r, "version: 1\ndefaults:\n  wait: 10m\ntools:\n  balance:\n    fence: false\n    wait: 1s\n")
+	w := r.wrap("--policy", path)
+	if x := call(t, w.Session, "balance", `{}`); x.IsError {
+		t.Fatalf("balance: %+v; wrap log:\n%s", x, w.log.String())
+	}
+	marker(t, r, mcptest.ListStopsSuffix)
+	killChild(t, w)
+	unlisted(t, w, "within 1s")
+	pid := childOf(t, w)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+}

@@ -154,6 +154,7 @@ func (p *holeProxy) url(t *testing.T) string {
 // (never, here; over two hours with Linux's defaults): every retry and every duplicate
 // waited for it and failed with a store_error.
 func TestBlackholedTransactionReleasesTheIntent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	schema := testSchema(t)
 	p := newHoleProxy(t, pgHost(t))

@@ -64,6 +64,7 @@ func linguisticDB(tb testing.TB) string {
 // byte order: the store must still scan, page and pick CertByHash's record by the intents'
 // bytes, as Filter and the other stores do.
 func TestContractLinguisticCollation(t *testing.T) {
+	t.Parallel()
 	db := linguisticDB(t)
 	fencetest.Run(t, func(t *testing.T) fence.Store {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

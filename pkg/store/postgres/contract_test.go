@@ -8,6 +8,7 @@ import (
 )
 
 func TestContract(t *testing.T) {
+	t.Parallel()
 	testURL(t)
 	fencetest.Run(t, func(t *testing.T) fence.Store { return newTestStore(t) })
 }

@@ -443,6 +443,7 @@ func (g *cutRig) cutCase(op string, k int, down time.Duration) int64 {
 // engine, and checks after each that the ledger holds the call's outcome once, counts each
 // attempt once, and that the caller was told the truth.
 func TestLostAnswerAtEveryRoundTrip(t *testing.T) {
+	t.Parallel()
 	g := newCutRig(t)
 	for _, op := range cutOps {
 		n := g.cutCase(op, 0, 0)

@@ -20,6 +20,7 @@ import (
 // a working connection depended on the pool destroying the others by chance: with a 20 s
 // lease, the lease lapsed under a running holder in some runs.
 func TestRenewalPassesFrozenIdleConnections(t *testing.T) {
+	t.Parallel()
 	schema := testSchema(t)
 	p, err := netcut.NewPostgres(pgHost(t))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // that a retried Open made again beside a first that landed, would show here. An Open that
 // succeeds knows where the ledger is (SpoolKey), as the next does.
 func TestLostAnswerDuringFirstOpen(t *testing.T) {
+	t.Parallel()
 	p, err := netcut.NewPostgres(pgHost(t))
 	if err != nil {
 		t.Fatal(err)

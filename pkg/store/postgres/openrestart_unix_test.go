@@ -23,6 +23,7 @@ import (
 // and makes it; one admission per intent follows. A half-made ledger, or a migration the
 // server acknowledged to nobody and then lost half of, would show here.
 func TestServerCrashAtEachRoundTripOfAFirstOpen(t *testing.T) {
+	t.Parallel()
 	c := pgcluster.New(t)
 	p, err := netcut.NewPostgres(c.Addr())
 	if err != nil {

@@ -62,6 +62,7 @@ func pgHost(t *testing.T) string {
 // lapse and run again. A cut that outlasts the holder's patience leaves the outcome in the
 // spool, and the next process on the ledger records it.
 func TestOutageAtCommit(t *testing.T) {
+	t.Parallel()
 	schema := testSchema(t)
 	p := newProxy(t, pgHost(t))
 	spool := t.TempDir()

@@ -277,6 +277,7 @@ func reconnectPooler(t *testing.T, port int) {
 // Both query modes PgBouncer 1.18 supports in transaction mode are run: simple_protocol, and
 // exec (the extended protocol with unnamed statements only).
 func TestTransactionPoolerKeepsReceiptsDurable(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		t.Run(mode, func(t *testing.T) {
 			role, schema := poolerRole(t, true)
@@ -400,6 +401,7 @@ CREATE TRIGGER pgb_witness AFTER INSERT OR UPDATE ON ` + q + `.effectfence_recor
 // result or a refusal while it is in flight, nothing else; afterwards the ledger holds one done
 // record per intent.
 func TestTransactionPoolerAdmitsOnce(t *testing.T) {
+	t.Parallel()
 	role, schema := poolerRole(t, true)
 	port := startPgBouncer(t, role)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

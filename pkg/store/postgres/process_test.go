@@ -151,6 +151,7 @@ func stormChild() int {
 // PostgreSQL ledger. The witness table, written by the effect itself outside the fence, must
 // hold exactly one row per intent, and every answer must carry the executor's result.
 func TestProcessStorm(t *testing.T) {
+	t.Parallel()
 	const procs = 3
 	intents := 40
 	if testing.Short() {

@@ -16,6 +16,7 @@ import (
 // durable and admitted the claim, and after a failover its retry was admitted again: the
 // effect twice.
 func TestCancelledStandbyWaitIsHeardWhateverClientMinMessages(t *testing.T) {
+	t.Parallel()
 	for _, oneStatement := range []bool{false, true} {
 		t.Run(fmt.Sprintf("one statement %v", oneStatement), func(t *testing.T) {
 			claimWithEndedStandbyWait(t, oneStatement, "pg_cancel_backend", "ALTER DATABASE postgres SET client_min_messages = error")

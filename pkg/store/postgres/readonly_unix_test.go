@@ -19,6 +19,7 @@ import (
 // that wrote ("cannot execute CREATE TABLE in a read-only transaction"), naming neither the
 // standby nor the setting.
 func TestReadOnlyServerIsRefusedAtOpen(t *testing.T) {
+	t.Parallel()
 	c := pgcluster.New(t)
 	ctx := context.Background()
 	url := func(cl *pgcluster.Cluster) string { return cl.URL("postgres", "search_path=ledger") }

@@ -71,6 +71,7 @@ func readOnlyEverywhere(t *testing.T, c *pgcluster.Cluster, s *Store, on bool) {
 // recorded outcome, the duplicate is replayed, the refused intent is free and is admitted
 // once, and the counters count each admission once.
 func TestServerTurnsReadOnlyWhileRunning(t *testing.T) {
+	t.Parallel()
 	c := pgcluster.New(t)
 	ctx := context.Background()
 	s, err := Open(ctx, Config{URL: c.URL("postgres", "search_path=ledger"), MaxConns: 2})

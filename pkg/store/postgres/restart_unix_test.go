@@ -22,6 +22,7 @@ import (
 // (CommitUnknownError): the first call after every restart failed, with a message saying its
 // intent might be held until its lease lapsed.
 func TestCallsRightAfterAServerRestart(t *testing.T) {
+	t.Parallel()
 	c := pgcluster.New(t)
 	ctx := context.Background()
 	s, err := Open(ctx, Config{URL: c.URL("postgres", "search_path=ledger"), MaxConns: 4})
@@ -97,6 +98,7 @@ func TestCallsRightAfterAServerRestart(t *testing.T) {
 // result (coalesced), never admitted to run the call itself; or, if its safety-net read met
 // the server down, refused with a store error, and its retry gets the result.
 func TestWaiterAcrossAServerRestart(t *testing.T) {
+	t.Parallel()
 	c := pgcluster.New(t)
 	ctx := context.Background()
 	open := func() *Store {

@@ -22,6 +22,7 @@ import (
 // it not committed (before: committed, so a claim sent so would have been admitted with no
 // claim in the ledger, and its duplicate admitted too).
 func TestLostTransactionWhoseIdIsReused(t *testing.T) {
+	t.Parallel()
 	primary, standby, s := failoverPair(t)
 	ctx := context.Background()
 	counters := func() fence.Counters {
@@ -133,6 +134,7 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 // it: the call ran, and so did its retry, admitted afresh (the effect twice). Now the claim
 // is refused as not recorded, and the retry runs the call once.
 func TestClaimLostInAFailoverIsNotAdmitted(t *testing.T) {
+	t.Parallel()
 	primary, standby, s := failoverPair(t)
 	ctx := context.Background()
 	s.noFreshSpeculation.Store(true) // the claim as a transaction, whose id resolve asks about

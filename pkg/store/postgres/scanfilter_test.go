@@ -53,6 +53,7 @@ func scanURL(t *testing.T, params string) string {
 // out, so the indexes are used where they can be), on this build's record indexes and on
 // version 1's.
 func TestScanFiltersMatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	schema := testSchema(t)
 	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

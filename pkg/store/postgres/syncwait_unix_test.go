@@ -23,6 +23,7 @@ import (
 // dies, the standby is promoted without the claim, and the retry is admitted again: the
 // effect twice. A claim must be admitted only once the standby has it.
 func TestClaimWhoseStandbyWaitIsEndedIsNotAdmittedWithoutIt(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name         string
 		oneStatement bool

@@ -21,6 +21,7 @@ func openT(t testing.TB, path string, opt sqlite.Options) *sqlite.Store {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel()
 	fencetest.Run(t, func(t *testing.T) fence.Store {
 		return openT(t, filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
 	})

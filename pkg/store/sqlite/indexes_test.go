@@ -130,6 +130,7 @@ func decide(t *testing.T, eng *fence.Engine, intent string, args []byte) {
 }
 
 func TestFreshDecisionWritesFewPages(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path, eng := newLedger(t)
 	args := []byte(fmt.Sprintf(`{"memo":%q}`, strings.Repeat("x", 500)))
@@ -404,6 +405,7 @@ func queryPlan(t *testing.T, db *sql.DB, q string, args ...any) string {
 // Scan's pages of 256, from a resume point and up to a limit, it lists exactly the records of
 // those states, each once, in intent order, as one query over them all did.
 func TestScanOfSeveralStatesMergesInOrder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, eng := newLedger(t)
 	want := map[fence.State][]string{}

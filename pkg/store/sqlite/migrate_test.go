@@ -297,6 +297,7 @@ func afterCrash(t *testing.T, path string, want ledgerSnap) (version int) {
 // the WAL, not committed) leaves a ledger that opens as version 1 with every record, and the
 // next open for writing migrates it.
 func TestMigrationKilledMidway(t *testing.T) {
+	t.Parallel()
 	path := copyV1(t)
 	growV1(t, path, 6000)
 	ro := openT(t, path, sqlite.Options{ReadOnly: true})
@@ -325,6 +326,7 @@ func TestMigrationKilledMidway(t *testing.T) {
 // uninterrupted open of the same ledger takes, measured first: a fixed window put every kill
 // after the migration on a fast build and every kill before its commit under -race.
 func TestMigrationKilledAnywhere(t *testing.T) {
+	t.Parallel()
 	template := copyV1(t)
 	growV1(t, template, 2000)
 	raw, err := os.ReadFile(template)

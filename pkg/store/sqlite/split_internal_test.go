@@ -22,6 +22,7 @@ import (
 // record holds them twice: 0, 200, 1700 and 32000 bytes of memo make about the 0.5, 1.1, 4 and
 // 64 KB records of BenchmarkAdmitCommit; 1700 bytes stay whole, below splitMin).
 func TestCommitKeepsArguments(t *testing.T) {
+	t.Parallel()
 	for _, size := range []int{0, 200, 1700, 4000, 32000} {
 		claim, commit, commits := claimCommitFrames(t, size)
 		t.Logf("memo %d bytes: %.1f frames per claim, %.1f per commit", size, claim, commit)
