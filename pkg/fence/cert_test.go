@@ -123,6 +123,7 @@ const (
 // numbers beyond double precision and results no canonicaliser accepts, and rejects a
 // tampered cert.
 func TestDocumentedVerifier(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("skipping: python3 is not installed")

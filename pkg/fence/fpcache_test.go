@@ -34,6 +34,7 @@ func TestFPCacheNeverAnswersForAnotherTool(t *testing.T) {
 // fpBigBudget bytes: old entries go, the newest stays, and its bookkeeping matches what its
 // slots hold. Arguments over fpBigMaxBytes are not cached; small ones still are.
 func TestFPCacheBigArgs(t *testing.T) {
+	t.Parallel()
 	f := newFPCache()
 	sizes := []int{fpCacheMaxBytes + 1, 32 << 10, 300 << 10, fpBigMaxBytes}
 	for i := range 400 {

@@ -266,6 +266,7 @@ func goVerify(text []byte) bool {
 // the recipe takes and fence.Cert does not decode (it fails closed); a member left out, which
 // fence.Cert reads as its zero value. EFFECTFENCE_TEST_CERT_SEED picks another set of certs and edits.
 func TestIndependentVerifierAgreesWithCert(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})
 	seed := uint64(11)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestMemoryStoreContract(t *testing.T) {
+	t.Parallel()
 	fencetest.Run(t, func(t *testing.T) fence.Store {
 		st := fence.NewMemoryStore()
 		t.Cleanup(func() { st.Close() })
@@ -24,6 +25,7 @@ func TestMemoryStoreContract(t *testing.T) {
 // another type, so that the engine takes the path every other store takes (it runs its
 // passes on the stack only for a *MemoryStore it recognises).
 func TestMemoryStoreContractOpaque(t *testing.T) {
+	t.Parallel()
 	fencetest.Run(t, func(t *testing.T) fence.Store {
 		st := fence.NewMemoryStore()
 		t.Cleanup(func() { st.Close() })

@@ -58,6 +58,7 @@ func checkTable(t *testing.T, step int, tab *recTable, want map[string]*Record, 
 // that the table grows, fills with tombstones, reuses them and rehashes), checked after every
 // step against a plain map.
 func TestRecTableMatchesAMap(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 8; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 16))
 		var tab recTable
@@ -103,6 +104,7 @@ func TestRecTableMatchesAMap(t *testing.T) {
 // Deletes, a third of which fail and must leave no trace, and checks Get, ordered Scan and
 // CertByHash against a plain map after each.
 func TestMemoryStoreMatchesAMap(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	errPlanned := errors.New("planned failure")
 	for seed := uint64(1); seed <= 4; seed++ {

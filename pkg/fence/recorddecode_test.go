@@ -47,6 +47,7 @@ func within(piece, buf []byte) bool {
 }
 
 func TestDecodeRecordMatchesUnmarshal(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 6))
 	decoded, fast := 0, 0
 	const n = 20000

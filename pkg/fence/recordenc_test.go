@@ -108,6 +108,7 @@ func storedForm(want []byte, rec *Record) []byte {
 }
 
 func TestEncodeRecordMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	fast := 0
 	const n = 20000
@@ -160,6 +161,7 @@ func FuzzEncodeRecord(f *testing.F) {
 // The record EncodeRecordDecoded gives is the one json.Unmarshal gives back from its bytes,
 // and shares no memory with the original.
 func TestEncodeRecordDecoded(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	twins := 0
 	const n = 20000

@@ -22,6 +22,7 @@ import (
 // for the cert hashed with the zero value, which fence.Cert verifies. Both now read a member
 // left out or null as its zero value and refuse the rest.
 func TestDocumentedVerifierJudgesMembersAsCert(t *testing.T) {
+	t.Parallel()
 	verify := doctest.CertsVerifierRun(t, "../../docs/CERTS.md")
 	ctx := context.Background()
 	eng := fence.New(fence.NewMemoryStore(), fence.Config{})

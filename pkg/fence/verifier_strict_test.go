@@ -24,6 +24,7 @@ import (
 // showing that as its readable result printed ok where fence.Cert refused it. It now refuses
 // text that is not one JSON value, in result_bytes and in the cert itself.
 func TestDocumentedVerifierReadsStrictJSON(t *testing.T) {
+	t.Parallel()
 	run := doctest.CertsVerifierRun(t, "../../docs/CERTS.md")
 	verify := func(raw []byte) string {
 		out, err := run(raw)

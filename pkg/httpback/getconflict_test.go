@@ -28,6 +28,7 @@ import (
 // sends a message every 5 s on that stream, behind a proxy that cuts the first GET stream on
 // the client's side and holds the server's side until the second GET has been refused.
 func TestReopenedGETStreamRefusedWhileTheServerHoldsTheOldOne(t *testing.T) {
+	t.Parallel()
 	e := startEverything(t, 0)
 	target, _ := url.Parse(e.url())
 	target.Path = ""

@@ -171,6 +171,7 @@ func (e *eventWatch) WriteHeader(code int) {
 // session after the cut was lost (0 in 20 s when first seen; 1 message in 2 minutes here): a
 // notifications/tools/list_changed so lost leaves wrap fencing by a stale tool list.
 func TestEverythingGETStreamAfterAResumptionNeverFed(t *testing.T) {
+	t.Parallel()
 	e := startEverything(t, 0)
 	c, proxy := newGetCutter(t, e.url(), `"notifications/message"`, 2, "notifications/message")
 	var logs atomic.Int32
@@ -298,6 +299,7 @@ func startFed(t *testing.T) string {
 // is opened, and every message the server sent is delivered once, in order, none lost, the
 // ones sent while no stream was open included.
 func TestFedResumptionOfTheGETStreamGoesOnAlone(t *testing.T) {
+	t.Parallel()
 	c, proxy := newGetCutter(t, startFed(t), `"tick 2"`, 1, "notifications/message")
 	var mu sync.Mutex
 	var ticks []string

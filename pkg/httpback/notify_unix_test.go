@@ -19,6 +19,7 @@ import (
 // the agent's messages, so a stopped upstream held every later message of the agent's 30 s
 // per notification (a duplicate that the ledger replays, a ping: seen with the real binary).
 func TestNotifyDoesNotWaitForTheServer(t *testing.T) {
+	t.Parallel()
 	e := startEverything(t, 0)
 	var asked atomic.Int32
 	init := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{"listChanged":true}},"clientInfo":{"name":"httpback-test","version":"1"}}`)

@@ -20,6 +20,7 @@ import (
 // and, fenced, left unknown for an operator to clear, though the server had refused it
 // unread: one false unknown per agent session after every upstream restart.
 func TestRestartedServerIsNoticedOnTheGETStream(t *testing.T) {
+	t.Parallel()
 	e := startEverything(t, 0)
 	u := upstream(t, e.url(), Config{Init: everythingInit, Log: &testLog{t}})
 	s := session(t, u)

@@ -18,6 +18,7 @@ import (
 // second. The call gets its result, POSTed once. Before, it waited on the silent stream until
 // its context ended: a call that ran was left unknown, or a task's result never recorded.
 func TestResumedStreamThatStaysSilentIsResumedAgain(t *testing.T) {
+	// Not parallel: it sets resumedQuiet, which every Session reads.
 	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
 	resumedQuiet = 700 * time.Millisecond
 	for _, silent := range []int{1, 2} {
@@ -63,6 +64,7 @@ func TestResumedStreamThatStaysSilentIsResumedAgain(t *testing.T) {
 // HTTP 409"), a call that ran left unknown, where without the watch it got its result. A
 // resumption after a quiet spell is asked again, a resumedQuiet apart, while the call waits.
 func TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream(t *testing.T) {
+	// Not parallel: it sets resumedQuiet, which every Session reads.
 	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
 	resumedQuiet = 100 * time.Millisecond
 	const refused = resumeTries + 2
@@ -95,6 +97,7 @@ func TestQuietResumptionRefusedWhileTheServerHoldsTheOldStream(t *testing.T) {
 // read, 2026-12-07), it was asked again every resumedQuiet for as long as the call waited,
 // which for a fenced call is for ever: its claim held, duplicates told it still runs.
 func TestQuietResumptionOfAGoneServerEnds(t *testing.T) {
+	// Not parallel: it sets resumedQuiet, which every Session reads.
 	defer func(d time.Duration) { resumedQuiet = d }(resumedQuiet)
 	resumedQuiet = 100 * time.Millisecond
 	f, srv := newFake(t)

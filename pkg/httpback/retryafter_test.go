@@ -106,6 +106,7 @@ func secondGETGap(t *testing.T, first func(w http.ResponseWriter)) time.Duration
 // an event, is asked for again twice as long apart each round (1 s, 2 s, 4 s, ...), not every
 // second for the session's life as before 2026-12-07.
 func TestGETStreamBacksOffWhileRefused(t *testing.T) {
+	t.Parallel()
 	for name, reply := range map[string]func(w http.ResponseWriter){
 		"refused": func(w http.ResponseWriter) { http.Error(w, "unavailable", http.StatusServiceUnavailable) },
 		"ended at once": func(w http.ResponseWriter) {
@@ -171,6 +172,7 @@ func TestRetryDelay(t *testing.T) {
 // stream and refuses a fresh one with 409: what it sends on the resumption is delivered, once,
 // and the fresh stream is asked for at most freshTries times.
 func TestGETResumptionFedGoesOnAlone(t *testing.T) {
+	t.Parallel()
 	f, srv := newFake(t)
 	var gets, fresh atomic.Int32
 	refused := make(chan struct{})

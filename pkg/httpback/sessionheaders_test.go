@@ -17,6 +17,7 @@ import (
 // one of the log messages it sends the session (one at once, then one every 5 s) arrived; a
 // configured Mcp-Session-Id went with initialize, which the server refused (HTTP 400).
 func TestConfiguredSessionHeadersAreNotSent(t *testing.T) {
+	t.Parallel()
 	e := startEverything(t, 0)
 	for _, h := range []http.Header{
 		{"Last-Event-Id": {"0b2d6c1e-0000-4000-8000-000000000000"}},
