@@ -27,13 +27,7 @@ import (
 // charge run through it.
 func listWaitRig(t *testing.T) (*rig, *wrapProc) {
 	t.Helper()
-	needProc(t)
-	r := newRig(t)
-	r.mode = "relisted"
-	// --wait would win over the entries' waits (flags win over the policy file): defaults'
-	// stands for it.
-	path := writePolicy(t, r, "version: 1\ndefaults:\n  wait: 10m\ntools:\n  charge:\n    wait: 1s\n  balance:\n    wait: 1s\n")
-	w := r.wrap("--policy", path)
+	r, w := relistedWrap(t, "  charge:\n    wait: 1s\n  balance:\n    wait: 1s\n")
 	if x := call(t, w.Session, "charge", `{"amount":1}`); x.IsError || x.replayed() {
 		t.Fatalf("the first charge: %+v", x)
 	}
@@ -41,6 +35,19 @@ func listWaitRig(t *testing.T) (*rig, *wrapProc) {
 		t.Fatalf("charge ran %d times, want 1", n)
 	}
 	return r, w
+}
+
+// relistedWrap is a wrap of a "relisted" child whose policy gives every tool a wait of 10
+// minutes and says tools (entries under tools:, indented two spaces).
+func relistedWrap(t *testing.T, tools string) (*rig, *wrapProc) {
+	t.Helper()
+	needProc(t)
+	r := newRig(t)
+	r.mode = "relisted"
+	// --wait would win over the entries' waits (flags win over the policy file): defaults'
+	// stands for it.
+	path := writePolicy(t, r, "version: 1\ndefaults:\n  wait: 10m\ntools:\n"+tools)
+	return r, r.wrap("--policy", path)
 }
 
 // callWithin is callE bounded by a minute: a call wrap holds longer fails the test. As
@@ -317,11 +324,7 @@ func TestFailedRefreshAfterListChangedLeavesNoOldListing(t *testing.T) {
 // no effect" beside fence: false), though wrap applied it.
 func TestPassedToolsWaitBoundsItsListingWait(t *testing.T) {
 	t.Parallel()
-	needProc(t)
-	r := newRig(t)
-	r.mode = "relisted"
-	path := writePolicy(t, r, "version: 1\ndefaults:\n  wait: 10m\ntools:\n  balance:\n    fence: false\n    wait: 1s\n")
-	w := r.wrap("--policy", path)
+	r, w := relistedWrap(t, "  balance:\n    fence: false\n    wait: 1s\n")
 	if x := call(t, w.Session, "balance", `{}`); x.IsError {
 		t.Fatalf("balance: %+v; wrap log:\n%s", x, w.log.String())
 	}
