@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -156,6 +157,12 @@ type Report struct {
 	// HeldOutcomes counts the outcomes the wraps' logs say were held in memory, in neither the
 	// ledger nor its spool, their answers waiting for room (FullDisk runs).
 	HeldOutcomes int `json:"held_outcomes,omitempty"`
+	// Spooled counts the outcomes waiting in the wraps' spool when every process had stopped
+	// (a PostgreSQL ledger's spool is in the wraps' state directory, a SQLite one's beside the
+	// file), and SpoolLeft those still there after the final read, which drains it as the next
+	// wrap would.
+	Spooled   int `json:"spooled,omitempty"`
+	SpoolLeft int `json:"spool_left,omitempty"`
 }
 
 // Summary is the report in a few lines: operations by answer, faults by kind, violations.
@@ -187,6 +194,9 @@ func (r *Report) Summary() string {
 	}
 	fmt.Fprintf(&b, "operations: %d calls (%s) on %d ops; %d executions; ledger at the end: %s\n", len(r.Ops), counts(answers), len(r.Final), len(r.Executions), counts(states))
 	fmt.Fprintf(&b, "faults injected: %d (%s)\n", len(r.Faults), counts(faults))
+	if r.Spooled > 0 || r.SpoolLeft > 0 {
+		fmt.Fprintf(&b, "spooled outcomes at the end: %d, recorded by the final read; left in the spool: %d\n", r.Spooled, r.SpoolLeft)
+	}
 	if len(r.DiskFull) > 0 {
 		b.WriteString(r.diskSummary())
 	}
@@ -743,8 +753,20 @@ func (r *run) finish(ctx context.Context) (*Report, error) {
 	}
 	rep.Executions = execs
 	// Opening the ledger is what the next process would do: it fences the claims of the
-	// processes that are gone, as the engine's rules say.
-	led, err := store.Open(ctx, store.Options{Ledger: r.direct, LeaseTTL: r.cfg.Lease})
+	// processes that are gone, as the engine's rules say, and records the outcomes waiting in
+	// the spool. A PostgreSQL ledger's spool is in the state directory (XDG_STATE_HOME), which
+	// is the wraps' (spawn), not this process's: opened with its own, the final read recorded
+	// none of the outcomes that wraps killed at the end had spooled, and their ops, answered,
+	// read as unknown (9 answered-then-lost in seed 90's stdio run, 2026-12-07; 11 outcomes
+	// were in the wraps' spool).
+	spool := r.spoolDir()
+	rep.Spooled = countSpooled(spool)
+	var led *store.Ledger
+	err = withStateHome(filepath.Join(r.cfg.Dir, "state"), func() (err error) {
+		led, err = store.Open(ctx, store.Options{Ledger: r.direct, LeaseTTL: r.cfg.Lease})
+		return err
+	})
+	rep.SpoolLeft = countSpooled(spool)
 	if err != nil {
 		return nil, fmt.Errorf("history: opening the ledger for the final read: %w", err)
 	}
@@ -998,4 +1020,46 @@ func (w *wrapSlot) stop() {
 		<-w.done
 		w.log.Close()
 	}
+}
+
+// spoolDir is where the wraps keep the outcomes their ledger did not take: beside a SQLite
+// file, or under the wraps' state directory for PostgreSQL (every spool there is this run's).
+func (r *run) spoolDir() string {
+	if r.cfg.Ledger == "postgres" {
+		return filepath.Join(r.cfg.Dir, "state", "effectfence", "spool")
+	}
+	return r.direct + ".spool"
+}
+
+// countSpooled counts the outcome files (*.json) in dir and the directories below it.
+func countSpooled(dir string) int {
+	n := 0
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".json") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// stateHome guards XDG_STATE_HOME while withStateHome sets it.
+var stateHome sync.Mutex
+
+// withStateHome runs f with XDG_STATE_HOME set to dir, as the wraps have it, and restores it.
+func withStateHome(dir string, f func() error) error {
+	stateHome.Lock()
+	defer stateHome.Unlock()
+	old, had := os.LookupEnv("XDG_STATE_HOME")
+	if err := os.Setenv("XDG_STATE_HOME", dir); err != nil {
+		return err
+	}
+	defer func() {
+		if had {
+			os.Setenv("XDG_STATE_HOME", old)
+		} else {
+			os.Unsetenv("XDG_STATE_HOME")
+		}
+	}()
+	return f()
 }
