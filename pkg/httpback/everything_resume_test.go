@@ -44,7 +44,6 @@ func (c *cutOnProgress) Flush() { c.ResponseWriter.(http.Flusher).Flush() }
 // resumedQuiet (shortened here), the call gets the progress it missed and its response,
 // POSTed once. Before 2026-12-07 the call waited on the silent stream until its context ended.
 func TestEverythingResumptionNeverFedIsResumedAgain(t *testing.T) {
-	// Not parallel: it sets resumedQuiet, which every Session reads.
 	// Not parallel: it shortens resumedQuiet.
 	e := startEverything(t, 0)
 	target, err := url.Parse(e.url())
