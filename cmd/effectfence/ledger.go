@@ -1214,13 +1214,7 @@ func (c ledgerCall) settledBefore(sub string, b fence.SettledBeforeError, loc st
 	if b.Mine {
 		by = "your earlier attempt (its answer was lost)"
 	}
-	what := "cleared"
-	switch b.Event.Kind {
-	case fence.EventResolveHappened:
-		what = "resolved as happened"
-	case fence.EventResolveDidNotHappen:
-		what = "resolved as did not happen"
-	}
+	what := b.Done()
 	fmt.Fprintf(c.io.out, "already %s: claim %d of %s was %s by %s, in ledger %s: the audit trail holds its %s event by %s at %s: %s\nnothing more to do; this %s changed nothing.\n",
 		what, b.Event.Token, escID(b.Intent), what, by, esc(loc), b.Event.Kind, esc(b.Event.Who), stamp(b.Event.At), esc(b.Event.Reason), sub)
 	return nil

@@ -311,21 +311,25 @@ type SettledBeforeError struct {
 	under  error
 }
 
+// Done says what the earlier request did: "cleared", "resolved as happened" or "resolved as
+// did not happen".
+func (e SettledBeforeError) Done() string {
+	switch e.Event.Kind {
+	case EventResolveHappened:
+		return "resolved as happened"
+	case EventResolveDidNotHappen:
+		return "resolved as did not happen"
+	}
+	return "cleared"
+}
+
 func (e SettledBeforeError) Error() string {
 	by := "an earlier request"
 	if e.Mine {
 		by = "your earlier attempt"
 	}
-	what := "cleared"
-	switch e.Event.Kind {
-	case EventResolveHappened:
-		what = "resolved as happened"
-	case EventResolveDidNotHappen:
-		what = "resolved as did not happen"
-	}
-	s := fmt.Sprintf("intent %q: claim %d was %s already, by %s (%s, by %s at %s: %s); nothing was changed",
-		e.Intent, e.Event.Token, what, by, e.Event.Kind, e.Event.Who, e.Event.At.UTC().Format(time.RFC3339Nano), e.Event.Reason)
-	return s
+	return fmt.Sprintf("intent %q: claim %d was %s already, by %s (%s, by %s at %s: %s); nothing was changed",
+		e.Intent, e.Event.Token, e.Done(), by, e.Event.Kind, e.Event.Who, e.Event.At.UTC().Format(time.RFC3339Nano), e.Event.Reason)
 }
 func (e SettledBeforeError) Unwrap() error { return e.under }
 
