@@ -59,6 +59,19 @@ func ParseWitnessKind(s string) (WitnessKind, error) {
 // errNotSent marks a call that was never sent because the timeout passed first.
 var errNotSent = errors.New("not sent: --timeout passed before its turn")
 
+// timedOut is a call's error as the report counts it once the probe's timeout passed: not
+// sent (errNotSent) when it was never written, so it did not run; no answer, it may have run,
+// when it was.
+func timedOut(err error, timeout time.Duration) error {
+	switch {
+	case errors.Is(err, mcpstdio.ErrNotSent) && errors.Is(err, context.DeadlineExceeded):
+		return errNotSent
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no answer within %s (the call may still have run)", timeout)
+	}
+	return err
+}
+
 // DefaultRetryAfter is how long the retry pattern waits for an answer before calling again.
 const DefaultRetryAfter = 5 * time.Second
 
@@ -87,13 +100,7 @@ func fireRetry(ctx context.Context, conn Conn, opts Options, timeout time.Durati
 		go func() {
 			defer func() { done <- struct{}{} }()
 			res, err := conn.CallTool(ctx, opts.Tool, opts.Args)
-			switch {
-			case errors.Is(err, mcpstdio.ErrNotSent) && errors.Is(err, context.DeadlineExceeded):
-				err = errNotSent // the timeout passed before it was written: it did not run
-			case err != nil && errors.Is(err, context.DeadlineExceeded):
-				err = fmt.Errorf("no answer within %s (the call may still have run)", timeout)
-			}
-			out[i] = answer{res, err}
+			out[i] = answer{res, timedOut(err, timeout)}
 			close(answered)
 			if opts.Answered != nil {
 				opts.Answered()

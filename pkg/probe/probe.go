@@ -22,8 +22,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/effectfence/effectfence/pkg/mcpstdio"
 )
 
 // MaxCalls bounds --calls: a probe is a race of identical calls, not a load test.
@@ -269,13 +267,7 @@ func fire(ctx context.Context, conn Conn, opts Options, timeout time.Duration) [
 			ready.Done()
 			<-start
 			res, err := conn.CallTool(ctx, opts.Tool, opts.Args)
-			switch {
-			case errors.Is(err, mcpstdio.ErrNotSent) && errors.Is(err, context.DeadlineExceeded):
-				err = errNotSent // the timeout passed before it was written: it did not run
-			case err != nil && errors.Is(err, context.DeadlineExceeded):
-				err = fmt.Errorf("no answer within %s (the call may still have run)", timeout)
-			}
-			out[i] = answer{res, err}
+			out[i] = answer{res, timedOut(err, timeout)}
 			if opts.Answered != nil {
 				opts.Answered()
 			}
